@@ -1,0 +1,134 @@
+// kestrel run -m MODEL -p PROMPT -n N: generate text, streaming it to stdout,
+// then a one-line summary on stderr.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/generator.h"
+
+namespace kestrel::cli {
+namespace {
+
+struct RunFlags {
+  EngineOptions engine;
+  std::string prompt, prompt_file, prompt_ids, dump_logits;
+  bool prompt_given = false;
+  int64_t n_predict = 128;
+  GenerationParams gen;
+  int64_t seed = -1;
+  bool print_ids = false, no_bos = false, parse_special = false;
+};
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::istringstream in(s);
+  std::string tok;
+  while (in >> tok) {
+    try {
+      size_t used = 0;
+      const long v = std::stol(tok, &used);
+      if (used != tok.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(tok);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      throw Error(fmt::format("--prompt-ids: '{}' is not a token id", tok));
+    }
+  }
+  return ids;
+}
+
+int run(RunFlags& f) {
+  if (!f.prompt_file.empty()) {
+    std::ifstream in(f.prompt_file, std::ios::binary);
+    if (!in) throw Error(fmt::format("{}: cannot read prompt file", f.prompt_file));
+    f.prompt.assign(std::istreambuf_iterator<char>(in), {});
+    f.prompt_given = true;
+  }
+  if (!f.prompt_given && f.prompt_ids.empty())
+    throw Error("no prompt: give -p TEXT, -f FILE or --prompt-ids \"1 2 3\"");
+  if (f.n_predict < 0) throw Error(fmt::format("-n {} must not be negative", f.n_predict));
+  f.gen.max_tokens = f.n_predict;
+  f.gen.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
+  f.gen.sampling.validate();  // before the (slow) model load
+
+  Engine e = Engine::load(f.engine);
+  std::vector<int32_t> prompt =
+      f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
+  if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
+
+  std::unique_ptr<FILE, int (*)(FILE*)> dump(nullptr, &std::fclose);
+  if (!f.dump_logits.empty()) {
+    dump.reset(std::fopen(f.dump_logits.c_str(), "wb"));
+    if (!dump) throw Error(fmt::format("{}: cannot create logits file", f.dump_logits));
+    f.gen.all_logits = true;
+  }
+  GenerationCallbacks cb;
+  cb.on_text = [](const std::string& s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  int64_t rows = 0;
+  if (dump) {
+    cb.on_logits = [&](const float* row, int64_t n) {
+      if (std::fwrite(row, sizeof(float), static_cast<size_t>(n), dump.get()) != static_cast<size_t>(n))
+        throw Error(fmt::format("{}: write failed", f.dump_logits));
+      rows++;
+    };
+  }
+  if (f.prompt_given) fmt::print("{}", f.prompt);
+  std::fflush(stdout);
+  const GenerationResult r = generate(e, prompt, f.gen, cb);
+  fmt::print("\n");
+  if (f.print_ids) {
+    std::string ids;
+    for (size_t i = 0; i < r.tokens.size(); i++) ids += (i ? " " : "") + std::to_string(r.tokens[i]);
+    fmt::print("ids: {}\n", ids);
+  }
+  std::fflush(stdout);
+  const double pp = r.prefill_seconds > 0 ? r.n_prompt / r.prefill_seconds : 0.0;
+  const double tg = r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0;
+  fmt::print(stderr,
+             "\n[kestrel] prompt {} tokens, generated {} tokens (stop: {}), prefill {:.1f} tok/s, decode {:.1f} tok/s, "
+             "seed {}, {}{}\n",
+             r.n_prompt, r.tokens.size(), r.stop_reason, pp, tg, f.gen.sampling.seed, e.backend->describe(),
+             dump ? fmt::format(", {} logits rows -> {}", rows, f.dump_logits) : "");
+  return 0;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  static RunFlags f;
+  auto* cmd = add_command(app, "run", "Generate text from a prompt", [] { return run(f); });
+  cmd->add_option("-m,--model", f.engine.model_path, "GGUF model (or llama2.c checkpoint with --tokenizer)")->required();
+  cmd->add_option("--tokenizer", f.engine.llama2c_tokenizer, "llama2.c tokenizer.bin: -m is then a llama2.c checkpoint, imported on the fly");
+  cmd->add_option("-p,--prompt", f.prompt, "Prompt text")->each([](const std::string&) { f.prompt_given = true; });
+  cmd->add_option("-f,--file", f.prompt_file, "Read the prompt from a file");
+  cmd->add_option("--prompt-ids", f.prompt_ids, "Start from these token ids instead of text, e.g. \"1 403 407\"");
+  cmd->add_option("-n,--n-predict", f.n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("-t,--threads", f.engine.n_threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", f.engine.n_ctx, "Context length (0: the model's own)")->capture_default_str();
+  cmd->add_option("-b,--batch-size", f.engine.max_batch_tokens, "Prompt tokens per forward step")->capture_default_str();
+  cmd->add_option("--temp", f.gen.sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", f.gen.sampling.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", f.gen.sampling.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", f.gen.sampling.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", f.gen.sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", f.gen.sampling.repeat_last_n, "Tokens the penalties look back over")->capture_default_str();
+  cmd->add_option("--frequency-penalty", f.gen.sampling.frequency_penalty, "Frequency penalty")->capture_default_str();
+  cmd->add_option("--presence-penalty", f.gen.sampling.presence_penalty, "Presence penalty")->capture_default_str();
+  cmd->add_option("-s,--seed", f.seed, "Random seed (-1: random; printed in the summary)")->capture_default_str();
+  cmd->add_option("--stop", f.gen.stop, "Stop string (repeatable); the output ends before it");
+  cmd->add_flag("--ignore-eos", f.gen.ignore_eos, "Keep generating past end-of-sequence");
+  cmd->add_flag("--no-bos", f.no_bos, "Do not add BOS to the prompt");
+  cmd->add_flag("--parse-special", f.parse_special, "Turn special-token text in the prompt into its token");
+  cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
+  cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
+}
+
+}  // namespace kestrel::cli

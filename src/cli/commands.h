@@ -1,0 +1,29 @@
+#pragma once
+// Each subcommand registers its flags and an action; main() runs the one chosen.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kestrel::cli {
+
+using Action = std::function<int()>;
+
+// Adds a subcommand whose action runs when it is selected.
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& help, Action action);
+
+void register_info(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_synth(CLI::App& app);
+void register_run(CLI::App& app);
+
+inline void register_all(CLI::App& app) {
+  register_run(app);
+  register_info(app);
+  register_tokenize(app);
+  register_convert(app);
+  // synth registered once implemented
+}
+
+int run_selected(CLI::App& app);
+
+}  // namespace kestrel::cli

@@ -1,0 +1,109 @@
+#include "core/block_formats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "core/fp16.h"
+
+namespace kestrel {
+
+void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n) {
+  const int64_t nb = n / kQK8_0;
+  for (int64_t i = 0; i < nb; i++) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK8_0; j++) amax = std::max(amax, std::fabs(x[i * kQK8_0 + j]));
+    const float d = amax / 127.0f;
+    const float id = d ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK8_0; j++) y[i].qs[j] = static_cast<int8_t>(std::roundf(x[i * kQK8_0 + j] * id));
+  }
+}
+
+void quantize_row_q4_0_ref(const float* x, BlockQ4_0* y, int64_t n) {
+  const int64_t nb = n / kQK4_0;
+  for (int64_t i = 0; i < nb; i++) {
+    // The scale maps the element of largest magnitude (with its sign) to -8.
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK4_0; j++) {
+      const float v = x[i * kQK4_0 + j];
+      if (amax < std::fabs(v)) { amax = std::fabs(v); max = v; }
+    }
+    const float d = max / -8.0f;
+    const float id = d ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK4_0 / 2; j++) {
+      const float x0 = x[i * kQK4_0 + j] * id;
+      const float x1 = x[i * kQK4_0 + kQK4_0 / 2 + j] * id;
+      const uint8_t xi0 = std::min<int8_t>(15, static_cast<int8_t>(x0 + 8.5f));
+      const uint8_t xi1 = std::min<int8_t>(15, static_cast<int8_t>(x1 + 8.5f));
+      y[i].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+    }
+  }
+}
+
+void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK8_0; j++) y[i * kQK8_0 + j] = x[i].qs[j] * d;
+  }
+}
+
+void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4_0; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK4_0 / 2; j++) {
+      y[i * kQK4_0 + j] = ((x[i].qs[j] & 0x0F) - 8) * d;
+      y[i * kQK4_0 + j + kQK4_0 / 2] = ((x[i].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  switch (type) {
+    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case GgmlType::F16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(s[i]);
+      return;
+    }
+    case GgmlType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
+      return;
+    }
+    case GgmlType::Q8_0: dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n); return;
+    case GgmlType::Q4_0: dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
+    default: throw Error(std::string("dequantize: tensor type ") + std::string(type_name(type)) + " is not supported yet");
+  }
+}
+
+bool can_quantize_to(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0: return true;
+    default: return false;
+  }
+}
+
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+  switch (type) {
+    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case GgmlType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
+      return;
+    }
+    case GgmlType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_bf16(src[i]);
+      return;
+    }
+    case GgmlType::Q8_0: quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n); return;
+    case GgmlType::Q4_0: quantize_row_q4_0_ref(src, static_cast<BlockQ4_0*>(dst), n); return;
+    default: throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
+  }
+}
+
+}  // namespace kestrel

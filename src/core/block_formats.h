@@ -1,0 +1,41 @@
+#pragma once
+// GGUF block layouts (bit-compatible with ggml) and their scalar reference
+// quantize/dequantize routines. Every SIMD kernel is tested against these.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ggml_types.h"
+
+namespace kestrel {
+
+constexpr int kQK8_0 = 32;
+constexpr int kQK4_0 = 32;
+
+// Q8_0: 32 signed bytes sharing one fp16 scale: x = d * q.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK8_0];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// Q4_0: 32 nibbles sharing one fp16 scale: x = d * (q - 8). Byte j holds
+// element j in its low nibble and element j+16 in its high nibble.
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK4_0 / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_row_q4_0_ref(const float* x, BlockQ4_0* y, int64_t n);
+void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n);
+void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);
+
+// Any computable type to float32 (n elements, n a multiple of the block size).
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
+// Float32 to F32/F16/BF16/Q8_0/Q4_0 (n a multiple of the block size).
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+// Whether quantize_row supports writing this type.
+bool can_quantize_to(GgmlType type);
+
+}  // namespace kestrel

@@ -1,0 +1,80 @@
+#include "hw/cpu_features.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#define KESTREL_X86 1
+#endif
+
+namespace kestrel {
+
+const char* isa_name(IsaLevel isa) {
+  switch (isa) {
+    case IsaLevel::Scalar: return "scalar";
+    case IsaLevel::Avx2: return "avx2";
+    case IsaLevel::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+static CpuFeatures probe() {
+  CpuFeatures f;
+#ifdef KESTREL_X86
+  __builtin_cpu_init();
+  f.sse42 = __builtin_cpu_supports("sse4.2");
+  f.avx = __builtin_cpu_supports("avx");
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  unsigned a, b, c, d;
+  if (__get_cpuid(1, &a, &b, &c, &d)) f.f16c = (c >> 29) & 1;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+    f.avxvnni = (a >> 4) & 1;
+    f.avx512bf16 = (a >> 5) & 1;
+  }
+  char brand[49] = {};
+  unsigned regs[12];
+  if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {
+    for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002 + i, &regs[i * 4], &regs[i * 4 + 1], &regs[i * 4 + 2], &regs[i * 4 + 3]);
+    std::memcpy(brand, regs, 48);
+    f.brand = brand;
+    while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
+  }
+#endif
+  return f;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = probe();
+  return f;
+}
+
+IsaLevel selected_isa() {
+  const auto& f = cpu_features();
+  IsaLevel best = IsaLevel::Scalar;
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+  if (f.avx2 && f.fma && f.f16c) best = IsaLevel::Avx2;
+  if (best == IsaLevel::Avx2 && f.avx512f && f.avx512bw && f.avx512vl) best = IsaLevel::Avx512;
+#endif
+  const char* env = std::getenv("KESTREL_ISA");
+  if (!env || !*env) return best;
+  const std::string want = env;
+  IsaLevel forced;
+  if (want == "scalar") forced = IsaLevel::Scalar;
+  else if (want == "avx2") forced = IsaLevel::Avx2;
+  else if (want == "avx512") forced = IsaLevel::Avx512;
+  else throw Error("KESTREL_ISA='" + want + "' is not one of scalar, avx2, avx512");
+  if (static_cast<int>(forced) > static_cast<int>(best))
+    throw Error("KESTREL_ISA=" + want + " requested, but this CPU/build supports at most " + isa_name(best));
+  return forced;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,40 @@
+#pragma once
+// Causal attention of a batch of query tokens over a paged KV cache.
+// Flash-style: each (token, head) streams its keys once with an online
+// softmax, so no score matrix is materialised.
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace kestrel {
+
+// One layer's K and V storage, addressed by block tables: token at position p
+// of a sequence lives in slot table[p / block_size] * block_size + p % block_size.
+struct PagedKvLayerView {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t k_stride = 0;  // floats between consecutive slots
+  int64_t v_stride = 0;
+  int block_size = 0;
+};
+
+struct AttentionBatch {
+  int64_t n_tokens = 0;
+  const float* q = nullptr;          // [n_tokens][n_head * head_dim]
+  float* out = nullptr;              // [n_tokens][n_head * head_dim]
+  const int32_t* positions = nullptr;
+  const int32_t* const* block_tables = nullptr;  // per token: its sequence's table
+};
+
+struct AttentionShape {
+  int n_head = 0;
+  int n_kv_head = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+};
+
+// Token t attends to positions 0..positions[t] of its own sequence.
+void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& batch,
+                     const AttentionShape& shape);
+
+}  // namespace kestrel

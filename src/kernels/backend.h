@@ -1,0 +1,36 @@
+#pragma once
+// The operators an architecture file may use. The model code calls only these,
+// so a GPU or tensor-parallel backend is a new implementation of this
+// interface, not a change to the model math.
+#include <cstdint>
+#include <memory>
+
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+#include "model/weight.h"
+
+namespace kestrel {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string describe() const = 0;
+  virtual int n_threads() const = 0;
+
+  // y[n][w.rows()] = x[n][w.cols()] . W^T
+  virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
+  // out[i] = row tokens[i] of the table, as float
+  virtual void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) = 0;
+  virtual void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps) = 0;
+  virtual void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,
+                    const RopeParams& p) = 0;
+  virtual void attention(const PagedKvLayerView& kv, const AttentionBatch& batch, const AttentionShape& shape) = 0;
+  virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  virtual void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim) = 0;
+};
+
+// The CPU backend with n_threads threads and kernels for the probed ISA.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace kestrel

@@ -1,0 +1,61 @@
+#include <fmt/format.h>
+
+#include "core/thread_pool.h"
+#include "kernels/backend.h"
+#include "kernels/matmul.h"
+
+namespace kestrel {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) : pool_(n_threads), matmul_(dot_kernels()) {}
+
+  std::string describe() const override {
+    return fmt::format("cpu ({} threads, {} kernels)", pool_.size(), isa_name(matmul_.kernels().isa));
+  }
+  int n_threads() const override { return pool_.size(); }
+
+  void matmul(const Weight& w, const float* x, int64_t n, float* y) override { matmul_.run(pool_, w, x, n, y); }
+
+  void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override {
+    for (int64_t i = 0; i < n; i++) dequantize_weight_row(table, tokens[i], out + i * table.cols());
+  }
+
+  void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps) override {
+    pool_.parallel_for(n_rows, [&](int64_t r0, int64_t r1) {
+      rmsnorm_rows(x + r0 * dim, w, y + r0 * dim, r1 - r0, dim, eps);
+    });
+  }
+
+  void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,
+            const RopeParams& p) override {
+    pool_.parallel_for(n_rows, [&](int64_t r0, int64_t r1) {
+      rope_rows(x + r0 * n_heads * head_dim, positions + r0, r1 - r0, n_heads, head_dim, p);
+    });
+  }
+
+  void attention(const PagedKvLayerView& kv, const AttentionBatch& batch, const AttentionShape& shape) override {
+    attention_paged(pool_, kv, batch, shape);
+  }
+
+  void silu_mul(float* gate, const float* up, int64_t n) override {
+    pool_.parallel_for(n, [&](int64_t a, int64_t b) { kestrel::silu_mul(gate + a, up + a, b - a); });
+  }
+
+  void add(float* x, const float* y, int64_t n) override { add_inplace(x, y, n); }
+
+  void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim) override {
+    add_bias_rows(x, bias, n_rows, dim);
+  }
+
+ private:
+  ThreadPool pool_;
+  Matmul matmul_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+}  // namespace kestrel

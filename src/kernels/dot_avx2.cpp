@@ -1,0 +1,133 @@
+// AVX2 + FMA + F16C versions of the dot kernels; this file alone is compiled
+// with those flags and is only called when the CPU reports them.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "core/fp16.h"
+#include "kernels/dot.h"
+
+namespace kestrel {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+  float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; i++) sum += w[i] * x[i];
+  return sum;
+}
+
+float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))),
+                         _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8))),
+                         _mm256_loadu_ps(x + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))),
+                         _mm256_loadu_ps(x + i), a0);
+  float sum = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; i++) sum += fp16_to_fp32(w[i]) * x[i];
+  return sum;
+}
+
+float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i wi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wi, 16)), _mm256_loadu_ps(x + i), a0);
+  }
+  float sum = hsum(a0);
+  for (; i < n; i++) sum += bf16_to_fp32(w[i]) * x[i];
+  return sum;
+}
+
+// Signed int8 x int8 dot of 32 lanes, as 8 float partial sums.
+inline __m256 mul_sum_i8_pairs(__m256i a, __m256i b) {
+  const __m256i ax = _mm256_sign_epi8(a, a);
+  const __m256i sy = _mm256_sign_epi8(b, a);
+  const __m256i dot16 = _mm256_maddubs_epi16(ax, sy);
+  const __m256i dot32 = _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
+  return _mm256_cvtepi32_ps(dot32);
+}
+
+float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK8_0; b++) {
+    const __m256 d = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+    const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(d, mul_sum_i8_pairs(qw, qx), acc);
+  }
+  return hsum(acc);
+}
+
+float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi8(8);
+  for (int64_t b = 0; b < n / kQK4_0; b++) {
+    const __m256 d = _mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    // Low nibbles are elements 0..15, high nibbles 16..31.
+    const __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
+    const __m256i qw = _mm256_sub_epi8(_mm256_and_si256(both, low_mask), eight);
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(d, mul_sum_i8_pairs(qw, qx), acc);
+  }
+  return hsum(acc);
+}
+
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / kQK8_0; b++) {
+    const float* p = x + b * kQK8_0;
+    __m256 v[4];
+    __m256 maxabs = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm256_loadu_ps(p + 8 * k);
+      maxabs = _mm256_max_ps(maxabs, _mm256_andnot_ps(sign_bit, v[k]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(maxabs, 1), _mm256_castps256_ps128(maxabs));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f;
+    const float id = d ? 1.0f / d : 0.0f;
+    y[b].d = fp32_to_fp16(d);
+    // roundf semantics (half away from zero) to stay bit-exact with the reference.
+    alignas(32) float scaled[32];
+    for (int k = 0; k < 4; k++) _mm256_store_ps(scaled + 8 * k, _mm256_mul_ps(v[k], _mm256_set1_ps(id)));
+    for (int j = 0; j < 32; j++) y[b].qs[j] = static_cast<int8_t>(std::roundf(scaled[j]));
+  }
+}
+
+}  // namespace
+
+const DotKernels* avx2_dot_kernels() {
+  static const DotKernels k{IsaLevel::Avx2, dot_f32, dot_f16_f32, dot_bf16_f32,
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_q8_0};
+  return &k;
+}
+
+}  // namespace kestrel

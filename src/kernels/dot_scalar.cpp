@@ -1,0 +1,73 @@
+#include <cmath>
+
+#include "core/fp16.h"
+#include "kernels/dot.h"
+
+namespace kestrel {
+namespace {
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; i++) sum += w[i] * x[i];
+  return sum;
+}
+
+float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; i++) sum += fp16_to_fp32(w[i]) * x[i];
+  return sum;
+}
+
+float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; i++) sum += bf16_to_fp32(w[i]) * x[i];
+  return sum;
+}
+
+float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQK8_0; b++) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK8_0; j++) sumi += w[b].qs[j] * x[b].qs[j];
+    sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+  }
+  return sum;
+}
+
+float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQK4_0; b++) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK4_0 / 2; j++) {
+      sumi += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
+      sumi += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + kQK4_0 / 2];
+    }
+    sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+  }
+  return sum;
+}
+
+}  // namespace
+
+const DotKernels& scalar_dot_kernels() {
+  static const DotKernels k{IsaLevel::Scalar, dot_f32, dot_f16_f32, dot_bf16_f32,
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_row_q8_0_ref};
+  return k;
+}
+
+#ifndef KESTREL_HAVE_AVX2_KERNELS
+const DotKernels* avx2_dot_kernels() { return nullptr; }
+#endif
+
+const DotKernels& dot_kernels_for(IsaLevel isa) {
+  if (isa != IsaLevel::Scalar)
+    if (const DotKernels* k = avx2_dot_kernels()) return *k;  // AVX-512 tables come with the kernels issue
+  return scalar_dot_kernels();
+}
+
+const DotKernels& dot_kernels() {
+  static const DotKernels& k = dot_kernels_for(selected_isa());
+  return k;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,64 @@
+#include "kernels/matmul.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+void dequantize_weight_row(const Weight& w, int64_t row, float* out) {
+  dequantize_row(w.type, w.row(row), out, w.cols());
+}
+
+void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, float* y) {
+  const int64_t cols = w.cols(), rows = w.rows();
+  const size_t stride = w.row_stride();
+  const auto* base = static_cast<const uint8_t*>(w.data);
+
+  switch (w.type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16: {
+      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; r++) {
+          const void* wr = base + r * stride;
+          for (int64_t t = 0; t < n; t++) {
+            const float* xt = x + t * cols;
+            float v;
+            if (w.type == GgmlType::F32) v = k_.dot_f32(static_cast<const float*>(wr), xt, cols);
+            else if (w.type == GgmlType::F16) v = k_.dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+            else v = k_.dot_bf16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+            y[t * rows + r] = v;
+          }
+        }
+      });
+      return;
+    }
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0: {
+      const int64_t blocks_per_row = cols / kQK8_0;
+      const size_t need = static_cast<size_t>(n * blocks_per_row);
+      if (xq_.size() < need) xq_.resize(need);
+      BlockQ8_0* xq = xq_.data();
+      pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
+      });
+      const bool q8 = w.type == GgmlType::Q8_0;
+      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; r++) {
+          const void* wr = base + r * stride;
+          for (int64_t t = 0; t < n; t++) {
+            const BlockQ8_0* xt = xq + t * blocks_per_row;
+            y[t * rows + r] = q8 ? k_.dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(wr), xt, cols)
+                                 : k_.dot_q4_0_q8_0(static_cast<const BlockQ4_0*>(wr), xt, cols);
+          }
+        }
+      });
+      return;
+    }
+    default:
+      throw Error(fmt::format("tensor '{}': no matmul kernel for type {} yet", w.name, type_name(w.type)));
+  }
+}
+
+}  // namespace kestrel

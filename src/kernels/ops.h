@@ -1,0 +1,30 @@
+#pragma once
+// Element-wise and row-wise operators on float32 activations (scalar; they are
+// a small share of the time next to the matmuls).
+#include <cstdint>
+
+namespace kestrel {
+
+// y = x / rms(x) * w for each of n_rows rows of length dim.
+void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps);
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, int64_t n);
+void add_inplace(float* x, const float* y, int64_t n);
+void add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t dim);
+
+enum class RopeStyle {
+  Adjacent,  // rotate (x[2i], x[2i+1]) - llama.cpp "norm", llama2.c
+  NeoX,      // rotate (x[i], x[i + n_rot/2]) - GPT-NeoX, Qwen2
+};
+
+struct RopeParams {
+  RopeStyle style = RopeStyle::Adjacent;
+  int n_rot = 0;             // rotated dimensions per head (<= head_dim)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;   // linear scaling: position * freq_scale
+};
+
+// Rotates the first n_rot dims of each head, in place, for row r at positions[r].
+void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p);
+
+}  // namespace kestrel

@@ -1,0 +1,176 @@
+// The Llama-family layer, top to bottom:
+//   x = embed(tokens)
+//   for each layer:
+//     h = rmsnorm(x) ; q,k,v = h.Wq, h.Wk, h.Wv (+bias for Qwen2) ; rope(q,k)
+//     kv[pos] = k,v ; x += attention(q, kv) . Wo
+//     h = rmsnorm(x) ; x += (silu(h.Wgate) * h.Wup) . Wdown
+//   logits = rmsnorm(x) . Wout     (only for rows that asked)
+#include "model/llama_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/llama_config.h"
+#include "model/weight_loader.h"
+
+namespace kestrel {
+namespace {
+
+struct LlamaLayer {
+  std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> bq, bk, bv;  // Qwen2 only
+  Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+struct LlamaWeights {
+  Weight tok_embd, output;
+  std::vector<float> output_norm;
+  std::vector<LlamaLayer> layers;
+};
+
+// Scratch activations for the largest batch, allocated once.
+struct LlamaScratch {
+  explicit LlamaScratch(const ModelConfig& c, int64_t max_n) {
+    const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+    x.resize(max_n * c.n_embd);
+    xb.resize(max_n * std::max(c.n_embd, q_dim));
+    xb2.resize(max_n * c.n_embd);
+    q.resize(max_n * q_dim);
+    k.resize(max_n * kv_dim);
+    v.resize(max_n * kv_dim);
+    att.resize(max_n * q_dim);
+    hb.resize(max_n * c.n_ff);
+    hb2.resize(max_n * c.n_ff);
+    block_tables.resize(max_n);
+    slots.resize(max_n);
+  }
+  std::vector<float> x, xb, xb2, q, k, v, att, hb, hb2;
+  std::vector<const int32_t*> block_tables;
+  std::vector<int64_t> slots;
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(const GgufFile& f, Backend& be, const ModelOptions& opt)
+      : cfg_(read_llama_config(f)), be_(be), max_batch_(opt.max_batch_tokens), s_(cfg_, opt.max_batch_tokens) {
+    load(f);
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  KvLayout kv_layout() const override {
+    const int64_t kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * cfg_.head_dim;
+    return {cfg_.n_layer, kv_dim, kv_dim};
+  }
+  int64_t max_batch_tokens() const override { return max_batch_; }
+
+  void forward(const Batch& b, PagedKvCache& kv, float* logits) override {
+    const int64_t n = b.size();
+    if (n == 0) return;
+    if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd, hd = c.head_dim;
+    const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+    for (int64_t i = 0; i < n; i++) {
+      if (b.tokens[i] < 0 || b.tokens[i] >= c.n_vocab)
+        throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], c.n_vocab - 1));
+      if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
+    }
+    for (int64_t i = 0; i < n; i++) {
+      s_.slots[i] = kv.slot(b.seq_ids[i], b.positions[i]);
+      s_.block_tables[i] = kv.block_table(b.seq_ids[i]);
+    }
+
+    float* x = s_.x.data();
+    be_.embed(w_.tok_embd, b.tokens.data(), n, x);
+    const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(hd))};
+
+    for (int l = 0; l < c.n_layer; l++) {
+      const LlamaLayer& L = w_.layers[l];
+      float *xb = s_.xb.data(), *q = s_.q.data(), *k = s_.k.data(), *v = s_.v.data();
+
+      be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
+      be_.matmul(L.wq, xb, n, q);
+      be_.matmul(L.wk, xb, n, k);
+      be_.matmul(L.wv, xb, n, v);
+      if (c.qkv_bias) {
+        be_.add_bias(q, L.bq.data(), n, q_dim);
+        be_.add_bias(k, L.bk.data(), n, kv_dim);
+        be_.add_bias(v, L.bv.data(), n, kv_dim);
+      }
+      be_.rope(q, b.positions.data(), n, c.n_head, c.head_dim, c.rope);
+      be_.rope(k, b.positions.data(), n, c.n_head_kv, c.head_dim, c.rope);
+      for (int64_t i = 0; i < n; i++) {
+        std::memcpy(kv.k(l, s_.slots[i]), k + i * kv_dim, kv_dim * sizeof(float));
+        std::memcpy(kv.v(l, s_.slots[i]), v + i * kv_dim, kv_dim * sizeof(float));
+      }
+      be_.attention(kv.layer_view(l), {n, q, s_.att.data(), b.positions.data(), s_.block_tables.data()}, shape);
+      be_.matmul(L.wo, s_.att.data(), n, s_.xb2.data());
+      be_.add(x, s_.xb2.data(), n * dim);
+
+      be_.rmsnorm(x, L.ffn_norm.data(), xb, n, dim, c.rms_eps);
+      be_.matmul(L.w_gate, xb, n, s_.hb.data());
+      be_.matmul(L.w_up, xb, n, s_.hb2.data());
+      be_.silu_mul(s_.hb.data(), s_.hb2.data(), n * c.n_ff);
+      be_.matmul(L.w_down, s_.hb.data(), n, s_.xb2.data());
+      be_.add(x, s_.xb2.data(), n * dim);
+    }
+
+    // Gather the rows that want logits, then norm + output projection on those only.
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (!b.want_logits[i]) continue;
+      if (m != i) std::memcpy(x + m * dim, x + i * dim, dim * sizeof(float));
+      m++;
+    }
+    if (m == 0) return;
+    be_.rmsnorm(x, w_.output_norm.data(), s_.xb.data(), m, dim, c.rms_eps);
+    be_.matmul(w_.output, s_.xb.data(), m, logits);
+  }
+
+ private:
+  void load(const GgufFile& f) {
+    const ModelConfig& c = cfg_;
+    WeightLoader ld(f);
+    const int64_t dim = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+    w_.tok_embd = ld.require("token_embd.weight", {dim, c.n_vocab});
+    w_.output_norm = ld.require_vector("output_norm.weight", dim);
+    w_.output = c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab});
+    for (int l = 0; l < c.n_layer; l++) {
+      const std::string p = fmt::format("blk.{}.", l);
+      LlamaLayer L;
+      L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
+      L.wq = ld.require(p + "attn_q.weight", {dim, q_dim});
+      L.wk = ld.require(p + "attn_k.weight", {dim, kv_dim});
+      L.wv = ld.require(p + "attn_v.weight", {dim, kv_dim});
+      L.wo = ld.require(p + "attn_output.weight", {q_dim, dim});
+      if (c.qkv_bias) {
+        L.bq = ld.require_vector(p + "attn_q.bias", q_dim);
+        L.bk = ld.require_vector(p + "attn_k.bias", kv_dim);
+        L.bv = ld.require_vector(p + "attn_v.bias", kv_dim);
+      }
+      L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
+      L.w_gate = ld.require(p + "ffn_gate.weight", {dim, c.n_ff});
+      L.w_up = ld.require(p + "ffn_up.weight", {dim, c.n_ff});
+      L.w_down = ld.require(p + "ffn_down.weight", {c.n_ff, dim});
+      w_.layers.push_back(std::move(L));
+    }
+  }
+
+  ModelConfig cfg_;
+  Backend& be_;
+  int64_t max_batch_;
+  LlamaWeights w_;
+  LlamaScratch s_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_llama_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
+  return std::make_unique<LlamaModel>(file, backend, options);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,26 @@
+#pragma once
+// A weight tensor as the kernels see it: where its bytes are, in which GGUF
+// format, and its shape. ne[0] is the input (row) length, ne[1] the rows.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ggml_types.h"
+
+namespace kestrel {
+
+struct Weight {
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  std::vector<int64_t> ne;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+
+  bool present() const { return data != nullptr; }
+  int64_t cols() const { return ne.empty() ? 0 : ne[0]; }
+  int64_t rows() const { return ne.size() < 2 ? 1 : ne[1]; }
+  size_t row_stride() const { return row_bytes(type, cols()); }
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_stride(); }
+};
+
+}  // namespace kestrel

@@ -1,0 +1,51 @@
+#include "model/weight_loader.h"
+
+#include <fmt/format.h>
+
+#include "core/block_formats.h"
+#include "core/error.h"
+
+namespace kestrel {
+
+static std::string shape_str(const std::vector<int64_t>& ne) {
+  std::string s;
+  for (size_t i = 0; i < ne.size(); i++) s += (i ? "x" : "") + std::to_string(ne[i]);
+  return s;
+}
+
+Weight WeightLoader::from_info(const GgufTensorInfo& t, const std::vector<int64_t>& ne) const {
+  std::vector<int64_t> have = t.ne;
+  while (have.size() > ne.size() && have.back() == 1) have.pop_back();
+  if (have != ne)
+    throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {}", file_.path(), t.name, t.shape_string(),
+                            shape_str(ne)));
+  if (!traits(t.type).computable)
+    throw Error(fmt::format("{}: tensor '{}' has type {}, which Kestrel cannot compute with yet", file_.path(), t.name,
+                            type_name(t.type)));
+  return Weight{t.name, t.type, ne, t.data, t.nbytes};
+}
+
+Weight WeightLoader::require(const std::string& name, const std::vector<int64_t>& ne) const {
+  const GgufTensorInfo* t = file_.find_tensor(name);
+  if (!t) throw Error(fmt::format("{}: missing tensor '{}'", file_.path(), name));
+  return from_info(*t, ne);
+}
+
+Weight WeightLoader::optional(const std::string& name, const std::vector<int64_t>& ne) const {
+  const GgufTensorInfo* t = file_.find_tensor(name);
+  return t ? from_info(*t, ne) : Weight{};
+}
+
+std::vector<float> WeightLoader::require_vector(const std::string& name, int64_t n) const {
+  const Weight w = require(name, {n});
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(w.type, w.data, out.data(), n);
+  return out;
+}
+
+std::vector<float> WeightLoader::optional_vector(const std::string& name, int64_t n) const {
+  if (!file_.find_tensor(name)) return {};
+  return require_vector(name, n);
+}
+
+}  // namespace kestrel

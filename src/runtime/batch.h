@@ -1,0 +1,30 @@
+#pragma once
+// A forward step's input: a list of (sequence, token, position) rows and which
+// rows need logits. Prefill, decode and verification are all just batches.
+#include <cstdint>
+#include <vector>
+
+namespace kestrel {
+
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> seq_ids;
+  std::vector<uint8_t> want_logits;
+
+  void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
+    tokens.push_back(token);
+    positions.push_back(pos);
+    seq_ids.push_back(seq);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  void clear() { tokens.clear(); positions.clear(); seq_ids.clear(); want_logits.clear(); }
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_logit_rows() const {
+    int64_t n = 0;
+    for (auto w : want_logits) n += w;
+    return n;
+  }
+};
+
+}  // namespace kestrel

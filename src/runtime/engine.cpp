@@ -1,0 +1,55 @@
+#include "runtime/engine.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "core/error.h"
+#include "model/llama2c_import.h"
+
+namespace kestrel {
+
+int default_thread_count() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::string& llama2c_tokenizer) {
+  if (path.empty()) throw Error("no model given (use -m MODEL.gguf)");
+  if (access(path.c_str(), R_OK) != 0) throw Error(fmt::format("{}: model file does not exist or is not readable", path));
+  if (llama2c_tokenizer.empty()) {
+    if (!is_gguf_file(path))
+      throw Error(fmt::format("{}: not a GGUF file (for a llama2.c checkpoint also pass --tokenizer TOKENIZER.bin)", path));
+    return std::make_unique<GgufFile>(GgufFile::open(path));
+  }
+  const MappedFile ckpt = MappedFile::open(path);
+  const MappedFile tok = MappedFile::open(llama2c_tokenizer);
+  Llama2cOptions opt;
+  GgufWriter w = llama2c_to_gguf(ckpt, tok, opt);
+  return std::make_unique<GgufFile>(GgufFile::parse(MappedFile::from_buffer(w.write_buffer(), path)));
+}
+
+Engine Engine::load(const EngineOptions& o) {
+  if (o.n_threads < 0 || o.n_threads > 1024) throw Error(fmt::format("thread count {} is out of range (1 to 1024)", o.n_threads));
+  if (o.n_ctx < 0) throw Error(fmt::format("context size {} must not be negative", o.n_ctx));
+  if (o.max_batch_tokens <= 0) throw Error(fmt::format("batch size {} must be positive", o.max_batch_tokens));
+  if (o.kv_block_size <= 0 || o.kv_block_size > 4096) throw Error(fmt::format("KV block size {} is out of range (1 to 4096)", o.kv_block_size));
+  Engine e;
+  e.file = open_model_file(o.model_path, o.llama2c_tokenizer);
+  e.backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count());
+  ModelOptions mo;
+  mo.max_batch_tokens = o.max_batch_tokens;
+  e.model = load_model(*e.file, *e.backend, mo);
+  e.tokenizer = Tokenizer::from_gguf(*e.file);
+  const ModelConfig& c = e.model->config();
+  if (e.tokenizer->vocab().size() != c.n_vocab)
+    throw Error(fmt::format("{}: tokenizer has {} tokens but the model's embedding has {} rows", o.model_path,
+                            e.tokenizer->vocab().size(), c.n_vocab));
+  e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
+  const int64_t blocks_per_seq = (e.n_ctx + o.kv_block_size - 1) / o.kv_block_size;
+  e.kv = std::make_unique<PagedKvCache>(e.model->kv_layout(), static_cast<int>(blocks_per_seq * o.n_seq_max), o.kv_block_size);
+  return e;
+}
+
+}  // namespace kestrel

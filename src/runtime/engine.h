@@ -1,0 +1,42 @@
+#pragma once
+// Everything needed to run one model on this machine: the mapped file, the
+// backend, the model, its tokenizer and a paged KV cache. Built once by
+// `run`, tests and (later) the server.
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+
+struct EngineOptions {
+  std::string model_path;
+  std::string llama2c_tokenizer;  // set: model_path is a llama2.c checkpoint, imported in memory
+  int n_threads = 0;              // 0: all cores
+  int64_t n_ctx = 0;              // 0: the model's training context
+  int64_t max_batch_tokens = 512;
+  int kv_block_size = 16;
+  int n_seq_max = 1;              // sequences the KV pool must hold at full context
+};
+
+struct Engine {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<PagedKvCache> kv;
+  int64_t n_ctx = 0;
+
+  static Engine load(const EngineOptions& options);
+};
+
+// Opens a GGUF, or imports a llama2.c checkpoint when a tokenizer.bin is given.
+std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::string& llama2c_tokenizer);
+
+int default_thread_count();
+
+}  // namespace kestrel

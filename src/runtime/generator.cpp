@@ -1,0 +1,142 @@
+#include "runtime/generator.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/error.h"
+#include "tokenizer/utf8.h"
+
+namespace kestrel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Holds back text that might be the start of a stop string, and cuts the
+// output at the first stop string found.
+class StopFilter {
+ public:
+  explicit StopFilter(const std::vector<std::string>& stops) : stops_(stops) {}
+
+  // Returns text safe to emit; sets stopped when a stop string completes.
+  std::string push(const std::string& text, bool& stopped) {
+    pending_ += text;
+    for (const auto& s : stops_) {
+      if (s.empty()) continue;
+      const size_t at = pending_.find(s);
+      if (at != std::string::npos) {
+        stopped = true;
+        std::string out = pending_.substr(0, at);
+        pending_.clear();
+        return out;
+      }
+    }
+    size_t hold = 0;
+    for (const auto& s : stops_)
+      for (size_t k = std::min(s.size() - 1, pending_.size()); k > hold; k--)
+        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) { hold = k; break; }
+    std::string out = pending_.substr(0, pending_.size() - hold);
+    pending_.erase(0, pending_.size() - hold);
+    return out;
+  }
+  std::string flush() { return std::exchange(pending_, {}); }
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string pending_;
+};
+
+}  // namespace
+
+GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const GenerationParams& params,
+                          const GenerationCallbacks& cb) {
+  Model& model = *e.model;
+  const int64_t n_vocab = model.config().n_vocab;
+  if (prompt.empty()) throw Error("the prompt is empty: give a prompt or token ids (the model needs at least one token)");
+  if (static_cast<int64_t>(prompt.size()) > e.n_ctx)
+    throw Error(fmt::format("the prompt has {} tokens but the context holds {} (raise -c/--ctx-size or shorten the prompt)",
+                            prompt.size(), e.n_ctx));
+  if (params.max_tokens < 0) throw Error(fmt::format("max tokens {} must not be negative", params.max_tokens));
+  for (int32_t t : prompt)
+    if (t < 0 || t >= n_vocab) throw Error(fmt::format("prompt token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+  params.sampling.validate();
+
+  constexpr int32_t seq = 0;
+  e.kv->remove(seq);
+  Sampler sampler(params.sampling, n_vocab);
+  GenerationResult r;
+  r.n_prompt = static_cast<int64_t>(prompt.size());
+  std::vector<int32_t> history = prompt;
+  const int64_t chunk = model.max_batch_tokens();
+  std::vector<float> logits(static_cast<size_t>((params.all_logits ? chunk : 1) * n_vocab));
+
+  // Prefill in chunks; only the last prompt token needs logits unless asked.
+  const auto t0 = Clock::now();
+  Batch batch;
+  for (int64_t start = 0; start < r.n_prompt; start += chunk) {
+    const int64_t end = std::min(r.n_prompt, start + chunk);
+    batch.clear();
+    for (int64_t i = start; i < end; i++)
+      batch.add(prompt[i], static_cast<int32_t>(i), seq, params.all_logits || i == r.n_prompt - 1);
+    model.forward(batch, *e.kv, logits.data());
+    if (cb.on_logits && params.all_logits)
+      for (int64_t i = 0; i < end - start; i++) cb.on_logits(logits.data() + i * n_vocab, n_vocab);
+  }
+  r.prefill_seconds = seconds_since(t0);
+  float* last = logits.data() + (params.all_logits ? ((r.n_prompt - 1) % chunk) * n_vocab : 0);
+  if (cb.on_logits && !params.all_logits) cb.on_logits(last, n_vocab);
+  if (last != logits.data()) std::copy(last, last + n_vocab, logits.data());
+
+  Utf8Stream utf8;
+  StopFilter stop(params.stop);
+  auto emit = [&](const std::string& s) {
+    if (s.empty()) return;
+    r.text += s;
+    if (cb.on_text) cb.on_text(s);
+  };
+  const Vocab& vocab = e.tokenizer->vocab();
+  const bool strip_leading_space = vocab.kind == Vocab::Kind::Spm && vocab.add_space_prefix;
+  int32_t prev = prompt.back();
+  const auto t1 = Clock::now();
+  r.stop_reason = "length";
+  for (int64_t step = 0; step < params.max_tokens; step++) {
+    const int32_t tok = sampler.sample(logits.data(), history);
+    if (!params.ignore_eos && vocab.is_end_of_generation(tok)) {
+      r.stop_reason = "eos";
+      break;
+    }
+    r.tokens.push_back(tok);
+    history.push_back(tok);
+    std::string piece = e.tokenizer->token_to_piece(tok);
+    // SentencePiece drops the dummy-prefix space of the first word after BOS.
+    if (strip_leading_space && prev == vocab.bos && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+    prev = tok;
+    bool stopped = false;
+    emit(stop.push(utf8.push(piece), stopped));
+    if (stopped) {
+      r.stop_reason = "stop";
+      break;
+    }
+    if (step + 1 == params.max_tokens) break;
+    const int64_t pos = static_cast<int64_t>(history.size()) - 1;
+    if (pos >= e.n_ctx) {
+      r.stop_reason = "context";
+      break;
+    }
+    batch.clear();
+    batch.add(tok, static_cast<int32_t>(pos), seq, true);
+    model.forward(batch, *e.kv, logits.data());
+    if (cb.on_logits) cb.on_logits(logits.data(), n_vocab);
+  }
+  if (r.stop_reason != "stop") {
+    bool stopped = false;
+    emit(stop.push(utf8.flush(), stopped));
+    if (!stopped) emit(stop.flush());
+    else r.stop_reason = "stop";
+  }
+  r.decode_seconds = seconds_since(t1);
+  return r;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,42 @@
+#pragma once
+// One sequence from prompt to stop: prefill in batches, then decode token by
+// token through the same batched forward, sampling and streaming text.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace kestrel {
+
+struct GenerationParams {
+  int64_t max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;   // stop strings: generation ends before them
+  bool ignore_eos = false;
+  bool all_logits = false;         // compute logits for every prompt position too
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;     // generated ids
+  std::string text;                // generated text (stop string excluded)
+  std::string stop_reason;         // "length", "eos", "stop", "context"
+  int64_t n_prompt = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+struct GenerationCallbacks {
+  // Text as it becomes final (complete UTF-8, never part of a stop string).
+  std::function<void(const std::string&)> on_text;
+  // Each logits row computed, in position order (prompt rows only with all_logits).
+  std::function<void(const float*, int64_t n_vocab)> on_logits;
+};
+
+// Runs on sequence 0 of the engine's KV cache (cleared first). Throws Error
+// when the prompt is empty or does not fit in the context.
+GenerationResult generate(Engine& engine, const std::vector<int32_t>& prompt, const GenerationParams& params,
+                          const GenerationCallbacks& callbacks = {});
+
+}  // namespace kestrel

@@ -1,0 +1,103 @@
+#include "runtime/sampler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+void SamplingParams::validate() const {
+  auto bad = [](const char* name, double v, const char* range) {
+    throw Error(fmt::format("{} = {} is out of range ({})", name, v, range));
+  };
+  if (!(temperature >= 0.0f) || temperature > 100.0f) bad("temperature", temperature, "0 to 100; 0 is greedy");
+  if (top_k < 0) bad("top_k", top_k, "0 (disabled) or more");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) bad("top_p", top_p, "greater than 0, at most 1");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) bad("min_p", min_p, "0 to 1");
+  if (!(repeat_penalty > 0.0f) || repeat_penalty > 10.0f) bad("repeat_penalty", repeat_penalty, "greater than 0, at most 10");
+  if (repeat_last_n < 0) bad("repeat_last_n", repeat_last_n, "0 or more");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) bad("frequency_penalty", frequency_penalty, "-2 to 2");
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) bad("presence_penalty", presence_penalty, "-2 to 2");
+}
+
+int32_t argmax(const float* logits, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+Sampler::Sampler(const SamplingParams& params, int64_t n_vocab) : p_(params), n_vocab_(n_vocab), rng_(params.seed) {
+  p_.validate();
+  cand_.reserve(static_cast<size_t>(n_vocab));
+  counts_.assign(static_cast<size_t>(n_vocab), 0);
+}
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history) {
+  if (p_.repeat_penalty == 1.0f && p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f) return;
+  const size_t n = std::min(history.size(), static_cast<size_t>(p_.repeat_last_n));
+  const size_t first = history.size() - n;
+  for (size_t i = first; i < history.size(); i++)
+    if (history[i] >= 0 && history[i] < n_vocab_) counts_[history[i]]++;
+  for (size_t i = first; i < history.size(); i++) {
+    const int32_t t = history[i];
+    if (t < 0 || t >= n_vocab_ || counts_[t] == 0) continue;
+    float& l = logits[t];
+    // As llama.cpp: divide positive logits, multiply negative ones.
+    l = l <= 0.0f ? l * p_.repeat_penalty : l / p_.repeat_penalty;
+    l -= static_cast<float>(counts_[t]) * p_.frequency_penalty + p_.presence_penalty;
+    counts_[t] = 0;  // each distinct token is penalised once
+  }
+}
+
+int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
+  apply_penalties(logits, history);
+  if (p_.temperature <= 0.0f) return argmax(logits, n_vocab_);
+
+  cand_.clear();
+  for (int64_t i = 0; i < n_vocab_; i++) cand_.push_back({static_cast<int32_t>(i), logits[i], 0.0f});
+  auto by_logit = [](const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+  if (p_.top_k > 0 && p_.top_k < static_cast<int>(cand_.size())) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    cand_.resize(static_cast<size_t>(p_.top_k));
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  auto softmax = [&](float temp) {
+    const float mx = cand_.front().logit;
+    double sum = 0.0;
+    for (auto& c : cand_) sum += (c.p = std::exp((c.logit - mx) / temp));
+    for (auto& c : cand_) c.p = static_cast<float>(c.p / sum);
+  };
+  softmax(1.0f);
+  if (p_.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t keep = cand_.size();
+    for (size_t i = 0; i < cand_.size(); i++) {
+      cum += cand_[i].p;
+      if (cum >= p_.top_p) { keep = i + 1; break; }
+    }
+    cand_.resize(keep);
+  }
+  if (p_.min_p > 0.0f) {
+    const float threshold = cand_.front().p * p_.min_p;
+    size_t keep = 1;
+    while (keep < cand_.size() && cand_[keep].p >= threshold) keep++;
+    cand_.resize(keep);
+  }
+  softmax(p_.temperature);
+  const double u = uniform();
+  double cum = 0.0;
+  for (const auto& c : cand_) {
+    cum += c.p;
+    if (u < cum) return c.id;
+  }
+  return cand_.back().id;
+}
+
+}  // namespace kestrel

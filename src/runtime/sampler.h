@@ -1,0 +1,53 @@
+#pragma once
+// Turns a row of logits into the next token: penalties, then top-k, top-p,
+// min-p, temperature, and a draw from a seeded generator (same seed, same
+// tokens). Temperature 0 is greedy.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace kestrel {
+
+struct SamplingParams {
+  float temperature = 0.8f;
+  int top_k = 40;                // 0 disables
+  float top_p = 0.95f;           // 1 disables
+  float min_p = 0.05f;           // 0 disables
+  float repeat_penalty = 1.0f;   // 1 disables
+  int repeat_last_n = 64;        // tokens the penalties look back over
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  uint64_t seed = 0;
+
+  // Throws Error naming the first out-of-range parameter.
+  void validate() const;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int64_t n_vocab);
+
+  // logits is modified in place. history: tokens so far (prompt + generated).
+  int32_t sample(float* logits, const std::vector<int32_t>& history);
+
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  void apply_penalties(float* logits, const std::vector<int32_t>& history);
+  double uniform();  // [0, 1), identical across standard libraries
+
+  SamplingParams p_;
+  int64_t n_vocab_;
+  std::mt19937_64 rng_;
+  struct Candidate {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  std::vector<Candidate> cand_;
+  std::vector<int32_t> counts_;
+};
+
+int32_t argmax(const float* logits, int64_t n);
+
+}  // namespace kestrel

@@ -1,0 +1,19 @@
+#pragma once
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+
+// SentencePiece-style BPE over scored pieces (GGUF tokenizer.ggml.model =
+// "llama"): spaces become U+2581, a dummy-prefix space starts the text, the
+// adjacent pair whose merged piece scores highest merges first, and
+// characters with no piece fall back to <0xXX> byte tokens.
+class SpmTokenizer final : public Tokenizer {
+ public:
+  explicit SpmTokenizer(Vocab v) : Tokenizer(std::move(v)) {}
+
+ protected:
+  void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const override;
+  std::string piece_bytes(int32_t id) const override;
+};
+
+}  // namespace kestrel

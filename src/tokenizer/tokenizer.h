@@ -1,0 +1,45 @@
+#pragma once
+// Text <-> token ids, from a GGUF's tokenizer metadata.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tokenizer/vocab.h"
+
+namespace kestrel {
+
+class Tokenizer {
+ public:
+  static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& file);
+  explicit Tokenizer(Vocab vocab);
+  virtual ~Tokenizer() = default;
+
+  // add_special: BOS/EOS as the vocabulary asks. parse_special: text such as
+  // "<s>" becomes the control token instead of being tokenized as characters.
+  // User-defined tokens are always matched as whole tokens.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+
+  // The bytes a token stands for (not necessarily valid UTF-8 on its own).
+  // Control tokens give "" unless render_special.
+  std::string token_to_piece(int32_t id, bool render_special = false) const;
+  std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
+
+  const Vocab& vocab() const { return vocab_; }
+
+ protected:
+  // Encodes plain text (no special tokens inside).
+  // after_special: the text starts the input or follows a special token (where SentencePiece adds its dummy prefix).
+  virtual void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const = 0;
+  virtual std::string piece_bytes(int32_t id) const = 0;
+
+  Vocab vocab_;
+
+ private:
+  // Tokens matched literally in text, bucketed by first byte, longest first.
+  std::vector<int32_t> special_by_byte_[256];
+};
+
+}  // namespace kestrel

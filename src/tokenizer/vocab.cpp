@@ -1,0 +1,65 @@
+#include "tokenizer/vocab.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+Vocab Vocab::from_gguf(const GgufFile& f) {
+  Vocab v;
+  const std::string model = f.get_string("tokenizer.ggml.model").value_or("");
+  if (model == "llama") v.kind = Kind::Spm;
+  else if (model == "gpt2") v.kind = Kind::Bpe;
+  else if (model.empty()) throw Error(fmt::format("{}: no tokenizer (missing 'tokenizer.ggml.model')", f.path()));
+  else throw Error(fmt::format("{}: tokenizer model '{}' is not supported (supported: llama, gpt2)", f.path(), model));
+  v.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
+
+  const GgufValue& toks = f.get("tokenizer.ggml.tokens");
+  const auto& items = toks.as_array().items;
+  if (items.empty()) throw Error(fmt::format("{}: 'tokenizer.ggml.tokens' is empty", f.path()));
+  v.tokens.reserve(items.size());
+  for (const auto& it : items) v.tokens.push_back(it.as_string());
+  const auto n = v.tokens.size();
+
+  v.scores.assign(n, 0.0f);
+  if (const auto* s = f.find("tokenizer.ggml.scores")) {
+    const auto& a = s->as_array().items;
+    if (a.size() != n) throw Error(fmt::format("{}: {} scores for {} tokens", f.path(), a.size(), n));
+    for (size_t i = 0; i < n; i++) v.scores[i] = static_cast<float>(a[i].as_double());
+  }
+  v.types.assign(n, TokenType::Normal);
+  if (const auto* t = f.find("tokenizer.ggml.token_type")) {
+    const auto& a = t->as_array().items;
+    if (a.size() != n) throw Error(fmt::format("{}: {} token types for {} tokens", f.path(), a.size(), n));
+    for (size_t i = 0; i < n; i++) v.types[i] = static_cast<TokenType>(a[i].as_int());
+  }
+  for (size_t i = 0; i < n; i++) v.token_to_id.emplace(v.tokens[i], static_cast<int32_t>(i));
+
+  if (v.kind == Kind::Bpe) {
+    const auto& merges = f.get("tokenizer.ggml.merges").as_array().items;
+    v.merge_rank.reserve(merges.size());
+    for (size_t i = 0; i < merges.size(); i++) v.merge_rank.emplace(merges[i].as_string(), static_cast<int32_t>(i));
+  }
+
+  auto id_key = [&](const char* key, int32_t dflt) -> int32_t {
+    const auto val = f.get_int(key);
+    if (!val) return dflt;
+    if (*val == 0xFFFFFFFFll || *val == -1) return -1;  // "none", as llama.cpp writes it
+    if (*val < 0 || *val >= static_cast<int64_t>(n))
+      throw Error(fmt::format("{}: '{}' = {} is outside the vocabulary of {} tokens", f.path(), key, *val, n));
+    return static_cast<int32_t>(*val);
+  };
+  const bool spm = v.kind == Kind::Spm;
+  v.bos = id_key("tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+  v.eos = id_key("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+  v.unk = id_key("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+  v.eot = id_key("tokenizer.ggml.eot_token_id", -1);
+  v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+  v.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
+  if (v.add_bos && v.bos < 0) throw Error(fmt::format("{}: the tokenizer asks for BOS but has no BOS token", f.path()));
+  return v;
+}
+
+}  // namespace kestrel

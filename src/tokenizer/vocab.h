@@ -1,0 +1,38 @@
+#pragma once
+// The tokenizer's data as GGUF stores it (tokenizer.ggml.*), validated.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/gguf.h"
+
+namespace kestrel {
+
+// GGUF token types (llama.cpp's llama_token_type).
+enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+struct Vocab {
+  enum class Kind { Spm, Bpe };
+  Kind kind = Kind::Spm;
+  std::string pre;  // tokenizer.ggml.pre (BPE pre-tokenizer rules)
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<TokenType> types;
+  std::unordered_map<std::string, int32_t> token_to_id;
+  std::unordered_map<std::string, int32_t> merge_rank;  // "left right" -> rank (BPE)
+  int32_t bos = -1, eos = -1, unk = -1, eot = -1;
+  bool add_bos = false, add_eos = false, add_space_prefix = true;
+
+  static Vocab from_gguf(const GgufFile& file);
+  int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t find(const std::string& piece) const {
+    auto it = token_to_id.find(piece);
+    return it == token_to_id.end() ? -1 : it->second;
+  }
+  bool is_control(int32_t id) const { return types[id] == TokenType::Control; }
+  // Tokens that end generation (EOS, EOT).
+  bool is_end_of_generation(int32_t id) const { return id == eos || (eot >= 0 && id == eot); }
+};
+
+}  // namespace kestrel
