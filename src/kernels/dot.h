@@ -17,6 +17,7 @@ struct DotKernels {
   // Quantized weights meet activations quantized to Q8_0 (as ggml does).
   float (*dot_q8_0_q8_0)(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n);
   float (*dot_q4_0_q8_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n);
+  // Activation quantizer (round half to even, like ggml's run-time path).
   void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
 };
 

@@ -115,10 +115,18 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
     const float d = amax / 127.0f;
     const float id = d ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
-    // roundf semantics (half away from zero) to stay bit-exact with the reference.
-    alignas(32) float scaled[32];
-    for (int k = 0; k < 4; k++) _mm256_store_ps(scaled + 8 * k, _mm256_mul_ps(v[k], _mm256_set1_ps(id)));
-    for (int j = 0; j < 32; j++) y[b].qs[j] = static_cast<int8_t>(std::roundf(scaled[j]));
+    // Round half to even, as ggml's SIMD activation quantizer does.
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[0], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[1], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[2], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[3], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    i0 = _mm256_packs_epi32(i0, i1);  // lanes interleaved per 128 bits...
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    // ...restore element order after the two in-lane packs.
+    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), i0);
   }
 }
 
