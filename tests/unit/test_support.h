@@ -1,0 +1,56 @@
+#pragma once
+// Helpers shared by the tests: where ../shared is, reading reference files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kestrel::test {
+
+inline std::string shared_dir() {
+  if (const char* env = std::getenv("KESTREL_SHARED_DIR")) return env;
+  return KESTREL_SHARED_DIR;
+}
+inline std::string shared(const std::string& rel) { return shared_dir() + "/" + rel; }
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+inline nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_text(path)); }
+
+inline std::vector<float> read_f32(const std::string& path) {
+  const std::string bytes = read_text(path);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// A scratch directory removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/kestrel-test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace kestrel::test
