@@ -77,6 +77,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }
   size_t file_size() const { return file_.bytes().size(); }
+  size_t data_offset() const { return data_offset_; }  // where tensor data starts
 
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
   const GgufValue* find(const std::string& key) const;
@@ -94,6 +95,7 @@ class GgufFile {
   MappedFile file_ = MappedFile::from_buffer({}, "");
   uint32_t version_ = 0;
   size_t alignment_ = 32;
+  size_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;

@@ -179,6 +179,7 @@ GgufFile GgufFile::parse(MappedFile file) {
   const size_t data_start = (c.pos() + g.alignment_ - 1) / g.alignment_ * g.alignment_;
   if (data_start > bytes.size() && !g.tensors_.empty())
     c.fail("the file ends before its tensor data section");
+  g.data_offset_ = data_start;
   const size_t data_size = bytes.size() > data_start ? bytes.size() - data_start : 0;
   for (auto& t : g.tensors_) {
     if (t.offset > data_size || t.nbytes > data_size - t.offset)

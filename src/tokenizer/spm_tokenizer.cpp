@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <queue>
 
 #include "tokenizer/utf8.h"
@@ -85,7 +86,8 @@ void SpmTokenizer::encode_text(std::string_view raw, bool after_special, std::ve
 
 std::string SpmTokenizer::piece_bytes(int32_t id) const {
   const std::string& t = vocab_.tokens[id];
-  if (vocab_.types[id] == TokenType::Byte && t.size() == 6) {
+  if (vocab_.types[id] == TokenType::Byte && t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+      std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
     return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
   }
   std::string s;
