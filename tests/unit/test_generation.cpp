@@ -1,0 +1,137 @@
+// Generation on the real stories260K model: stop strings, EOS, context
+// limits, seeded sampling, streaming text that never splits a character.
+#include <gmock/gmock.h>
+
+#include "core/error.h"
+#include "runtime/generator.h"
+#include "test_support.h"
+#include "tokenizer/utf8.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+class Generation : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    EngineOptions o;
+    o.model_path = test::shared("models/stories260K.bin");
+    o.llama2c_tokenizer = test::shared("models/tok512.bin");
+    o.n_threads = 2;
+    engine_ = new Engine(Engine::load(o));
+  }
+  static void TearDownTestSuite() { delete engine_; }
+  static std::vector<int32_t> prompt(const std::string& text) { return engine_->tokenizer->encode(text, true, false); }
+  static Engine* engine_;
+};
+Engine* Generation::engine_ = nullptr;
+
+TEST_F(Generation, StopStringEndsTheOutputBeforeIt) {
+  GenerationParams p;
+  p.sampling.temperature = 0.0f;
+  p.max_tokens = 100;
+  const auto full = generate(*engine_, prompt("Once upon a time"), p);
+  ASSERT_THAT(full.text, HasSubstr(" Lily."));
+  p.stop = {"Lily"};
+  std::string streamed;
+  GenerationCallbacks cb;
+  cb.on_text = [&](const std::string& s) { streamed += s; };
+  const auto r = generate(*engine_, prompt("Once upon a time"), p, cb);
+  EXPECT_EQ(r.stop_reason, "stop");
+  EXPECT_EQ(r.text, full.text.substr(0, full.text.find("Lily")));
+  EXPECT_EQ(streamed, r.text);  // nothing of the stop string was streamed
+}
+
+TEST_F(Generation, SameSeedSameTextAcrossRuns) {
+  GenerationParams p;
+  p.sampling.temperature = 1.0f;
+  p.sampling.seed = 1234;
+  p.max_tokens = 40;
+  const auto a = generate(*engine_, prompt("Lily and Tom"), p);
+  const auto b = generate(*engine_, prompt("Lily and Tom"), p);
+  EXPECT_EQ(a.tokens, b.tokens);
+  p.sampling.seed = 99;
+  EXPECT_NE(generate(*engine_, prompt("Lily and Tom"), p).tokens, a.tokens);
+}
+
+TEST_F(Generation, StopsAtContextEnd) {
+  GenerationParams p;
+  p.sampling.temperature = 0.0f;
+  p.max_tokens = 10000;
+  p.ignore_eos = true;
+  const auto r = generate(*engine_, prompt("Once"), p);
+  EXPECT_EQ(r.stop_reason, "context");
+  EXPECT_EQ(r.n_prompt + static_cast<int64_t>(r.tokens.size()), engine_->n_ctx + 1);
+}
+
+TEST_F(Generation, BadInputsAreClearErrors) {
+  GenerationParams p;
+  try {
+    generate(*engine_, {}, p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("prompt is empty"));
+  }
+  try {
+    generate(*engine_, std::vector<int32_t>(600, 5), p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("600 tokens but the context holds 512"));
+  }
+  try {
+    generate(*engine_, {1, 9999}, p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("token id 9999 is outside the vocabulary"));
+  }
+  p.sampling.top_p = 2.0f;
+  EXPECT_THROW(generate(*engine_, {1}, p), Error);
+}
+
+TEST(Utf8Stream, NeverSplitsACharacter) {
+  Utf8Stream s;
+  const std::string euro = "\xE2\x82\xAC";  // 3 bytes
+  EXPECT_EQ(s.push(euro.substr(0, 1)), "");
+  EXPECT_EQ(s.push(euro.substr(1, 1)), "");
+  EXPECT_EQ(s.push(euro.substr(2, 1) + "a\xF0\x9F"), euro + "a");
+  EXPECT_EQ(s.push("\x98\x80"), "\xF0\x9F\x98\x80");
+  EXPECT_EQ(s.push("\xE2"), "");
+  EXPECT_EQ(s.flush(), "\xE2");  // an unfinished character is flushed at the end
+}
+
+TEST(Tokenizers, ByteFallbackDecodesMultibyteCharactersAcrossTokens) {
+  EngineOptions o;
+  o.model_path = test::shared("reference/llama.cpp/llama-tiny.f32.gguf");
+  Engine e = Engine::load(o);
+  const std::string text = "caf\xC3\xA9 \xF0\x9F\xA6\x99";  // "café 🦙": the emoji needs byte tokens
+  const auto ids = e.tokenizer->encode(text, false, false);
+  Utf8Stream s;
+  std::string out;
+  for (int32_t id : ids) {
+    const std::string piece = s.push(e.tokenizer->token_to_piece(id));
+    // Every streamed chunk is whole UTF-8 characters.
+    for (size_t i = 0; i < piece.size();) {
+      const size_t n = utf8_len(static_cast<unsigned char>(piece[i]));
+      ASSERT_LE(i + n, piece.size());
+      i += n;
+    }
+    out += piece;
+  }
+  EXPECT_EQ(out, " " + text);
+}
+
+TEST(Tokenizers, SpecialTokensOnlyWhenAskedFor) {
+  EngineOptions o;
+  o.model_path = test::shared("reference/llama.cpp/llama-tiny.f32.gguf");
+  Engine e = Engine::load(o);
+  EXPECT_EQ(e.tokenizer->encode("<s>", false, true), std::vector<int32_t>{1});
+  const auto plain = e.tokenizer->encode("<s>", false, false);
+  EXPECT_GT(plain.size(), 1u);
+  EXPECT_EQ(e.tokenizer->decode(plain), " <s>");
+  EXPECT_EQ(e.tokenizer->token_to_piece(1), "");
+  EXPECT_EQ(e.tokenizer->token_to_piece(1, true), "<s>");
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -1,0 +1,144 @@
+// Every SIMD kernel against its scalar reference on odd shapes, the block
+// formats against hand-computed values, and fp16/bf16 conversions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/block_formats.h"
+#include "core/fp16.h"
+#include "kernels/dot.h"
+#include "kernels/matmul.h"
+
+namespace kestrel {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(Fp16, ConversionsMatchKnownValues) {
+  EXPECT_EQ(fp32_to_fp16(1.0f), 0x3C00);
+  EXPECT_EQ(fp32_to_fp16(-2.0f), 0xC000);
+  EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7BFF);
+  EXPECT_EQ(fp32_to_fp16(1e6f), 0x7C00);  // overflow to infinity
+  EXPECT_EQ(fp32_to_fp16(5.9604645e-8f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(fp16_to_fp32(0x3555), 0.333251953125f);
+  EXPECT_TRUE(std::isnan(fp16_to_fp32(fp32_to_fp16(NAN))));
+  for (uint32_t h = 0; h < 0x7C00; h++) EXPECT_EQ(fp32_to_fp16(fp16_to_fp32(static_cast<uint16_t>(h))), h);
+  EXPECT_EQ(fp32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(bf16_to_fp32(0x4049), 3.140625f);
+  EXPECT_EQ(fp32_to_bf16(1.00390625f), 0x3F80);  // tie rounds to even
+}
+
+TEST(BlockFormats, Q8_0MatchesHandComputedBlock) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; i++) x[i] = static_cast<float>(i - 16) * 0.5f;  // max |x| = 8
+  BlockQ8_0 b;
+  quantize_row_q8_0_ref(x.data(), &b, 32);
+  EXPECT_EQ(b.d, fp32_to_fp16(8.0f / 127.0f));
+  EXPECT_EQ(b.qs[0], -127);
+  EXPECT_EQ(b.qs[16], 0);
+  EXPECT_EQ(b.qs[31], static_cast<int8_t>(std::roundf(7.5f * 127.0f / 8.0f)));
+  std::vector<float> y(32);
+  dequantize_row_q8_0(&b, y.data(), 32);
+  for (int i = 0; i < 32; i++) EXPECT_NEAR(y[i], x[i], 8.0f / 127.0f);
+}
+
+TEST(BlockFormats, Q4_0MatchesHandComputedBlock) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = -8.0f;  // largest magnitude, negative: d = -8 / -8 = 1
+  x[1] = 7.0f;
+  x[17] = 3.0f;
+  BlockQ4_0 b;
+  quantize_row_q4_0_ref(x.data(), &b, 32);
+  EXPECT_EQ(b.d, fp32_to_fp16(1.0f));
+  EXPECT_EQ(b.qs[0] & 0x0F, 0);   // -8 + 8
+  EXPECT_EQ(b.qs[1] & 0x0F, 15);  // 7 + 8
+  EXPECT_EQ(b.qs[1] >> 4, 11);    // element 17: 3 + 8
+  EXPECT_EQ(b.qs[2] & 0x0F, 8);   // zero
+  std::vector<float> y(32);
+  dequantize_row_q4_0(&b, y.data(), 32);
+  for (int i = 0; i < 32; i++) EXPECT_EQ(y[i], x[i]);
+}
+
+class DotKernelsVsScalar : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override {
+    simd_ = avx2_dot_kernels();
+    if (!simd_ || !cpu_features().avx2 || !cpu_features().fma || !cpu_features().f16c)
+      GTEST_SKIP() << "no AVX2 kernels on this CPU/build: only the scalar path exists";
+  }
+  const DotKernels* simd_ = nullptr;
+};
+
+TEST_P(DotKernelsVsScalar, FloatFormats) {
+  const int64_t n = GetParam();
+  const DotKernels& ref = scalar_dot_kernels();
+  const auto w = random_floats(n, 1), x = random_floats(n, 2);
+  std::vector<uint16_t> h(n), bf(n);
+  for (int64_t i = 0; i < n; i++) {
+    h[i] = fp32_to_fp16(w[i]);
+    bf[i] = fp32_to_bf16(w[i]);
+  }
+  const float tol = 1e-5f * static_cast<float>(n);
+  EXPECT_NEAR(simd_->dot_f32(w.data(), x.data(), n), ref.dot_f32(w.data(), x.data(), n), tol);
+  EXPECT_NEAR(simd_->dot_f16_f32(h.data(), x.data(), n), ref.dot_f16_f32(h.data(), x.data(), n), tol);
+  EXPECT_NEAR(simd_->dot_bf16_f32(bf.data(), x.data(), n), ref.dot_bf16_f32(bf.data(), x.data(), n), tol);
+}
+
+TEST_P(DotKernelsVsScalar, QuantizedFormats) {
+  const int64_t n = GetParam() / 32 * 32 + 32;  // block formats: whole blocks
+  const DotKernels& ref = scalar_dot_kernels();
+  const auto w = random_floats(n, 3), x = random_floats(n, 4, 5.0f);
+  std::vector<BlockQ8_0> wq8(n / 32), xq_ref(n / 32), xq_simd(n / 32);
+  std::vector<BlockQ4_0> wq4(n / 32);
+  quantize_row_q8_0_ref(w.data(), wq8.data(), n);
+  quantize_row_q4_0_ref(w.data(), wq4.data(), n);
+  ref.quantize_q8_0(x.data(), xq_ref.data(), n);
+  simd_->quantize_q8_0(x.data(), xq_simd.data(), n);
+  for (int64_t b = 0; b < n / 32; b++) {
+    ASSERT_EQ(xq_ref[b].d, xq_simd[b].d) << "block " << b;
+    for (int j = 0; j < 32; j++) ASSERT_EQ(xq_ref[b].qs[j], xq_simd[b].qs[j]) << "block " << b << " element " << j;
+  }
+  const float tol = 1e-4f * static_cast<float>(n);
+  EXPECT_NEAR(simd_->dot_q8_0_q8_0(wq8.data(), xq_ref.data(), n), ref.dot_q8_0_q8_0(wq8.data(), xq_ref.data(), n), tol);
+  EXPECT_NEAR(simd_->dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n), ref.dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n), tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Lengths, DotKernelsVsScalar, ::testing::Values(1, 7, 8, 31, 32, 33, 64, 100, 255, 4096, 11008));
+
+TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
+  // Odd shapes: 3 tokens, 37 output rows, 96 inputs; single-thread and two-thread pools.
+  const int64_t n = 3, rows = 37, cols = 96;
+  const auto wf = random_floats(rows * cols, 5), x = random_floats(n * cols, 6);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+    std::vector<uint8_t> bytes(row_bytes(type, cols) * rows);
+    for (int64_t r = 0; r < rows; r++) quantize_row(type, wf.data() + r * cols, bytes.data() + r * row_bytes(type, cols), cols);
+    const Weight w{"w", type, {cols, rows}, bytes.data(), bytes.size()};
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      Matmul mm(dot_kernels());
+      std::vector<float> y(n * rows);
+      mm.run(pool, w, x.data(), n, y.data());
+      std::vector<float> wr(cols);
+      for (int64_t r = 0; r < rows; r++) {
+        dequantize_weight_row(w, r, wr.data());
+        for (int64_t t = 0; t < n; t++) {
+          double ref = 0;
+          for (int64_t c = 0; c < cols; c++) ref += static_cast<double>(wr[c]) * x[t * cols + c];
+          // Quantized formats also quantize the activations: allow for that.
+          const double tol = (type == GgmlType::Q8_0 || type == GgmlType::Q4_0) ? 0.15 : 1e-3;
+          EXPECT_NEAR(y[t * rows + r], ref, tol) << type_name(type) << " row " << r << " token " << t;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
