@@ -21,7 +21,7 @@ inline void register_all(CLI::App& app) {
   register_info(app);
   register_tokenize(app);
   register_convert(app);
-  // synth registered once implemented
+  register_synth(app);
 }
 
 int run_selected(CLI::App& app);

@@ -58,6 +58,20 @@ std::optional<GgmlType> type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+uint32_t llama_file_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::Q4_K: return 15;  // Q4_K_M
+    case GgmlType::Q5_K: return 17;  // Q5_K_M
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::BF16: return 32;
+    default: return 0;
+  }
+}
+
 size_t row_bytes(GgmlType t, int64_t n) {
   const auto& tr = traits(t);
   if (n % tr.block_size != 0)

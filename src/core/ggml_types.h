@@ -29,6 +29,9 @@ const GgmlTypeTraits& traits(GgmlType t);
 std::string_view type_name(GgmlType t);
 std::optional<GgmlType> type_from_name(std::string_view name);  // "q4_0", "F16", ...
 
+// llama.cpp's general.file_type (llama_ftype) for a model stored mostly in t.
+uint32_t llama_file_type(GgmlType t);
+
 // Bytes of n elements of type t; n must be a multiple of the block size.
 size_t row_bytes(GgmlType t, int64_t n);
 

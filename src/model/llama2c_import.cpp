@@ -7,6 +7,7 @@
 
 #include "core/block_formats.h"
 #include "core/error.h"
+#include "model/storage_type.h"
 
 namespace kestrel {
 namespace {
@@ -108,7 +109,7 @@ GgufWriter llama2c_to_gguf(const MappedFile& ckpt, const MappedFile& tok_file, c
   GgufWriter g;
   g.set_str("general.architecture", "llama");
   g.set_str("general.name", opt.name);
-  g.set_u32("general.file_type", opt.type == GgmlType::F32 ? 0 : opt.type == GgmlType::F16 ? 1 : opt.type == GgmlType::Q4_0 ? 2 : opt.type == GgmlType::Q8_0 ? 7 : 0);
+  g.set_u32("general.file_type", llama_file_type(opt.type));
   g.set_u32("llama.context_length", static_cast<uint32_t>(c.seq_len));
   g.set_u32("llama.embedding_length", static_cast<uint32_t>(dim));
   g.set_u32("llama.feed_forward_length", static_cast<uint32_t>(hidden));
@@ -131,11 +132,8 @@ GgufWriter llama2c_to_gguf(const MappedFile& ckpt, const MappedFile& tok_file, c
 
   auto add = [&](const std::string& name, int64_t offset, std::vector<int64_t> ne) {
     const float* src = w + offset;
-    GgmlType type = ne.size() == 1 ? GgmlType::F32 : opt.type;
-    if (ne[0] % traits(type).block_size != 0) {
-      type = GgmlType::F16;
-      if (opt.on_fallback) opt.on_fallback(name, type);
-    }
+    const GgmlType type = storage_type_for(opt.type, ne);
+    if (ne.size() > 1 && type != opt.type && opt.on_fallback) opt.on_fallback(name, type);
     const int64_t rows = ne.size() > 1 ? ne[1] : 1, cols = ne[0];
     g.add_tensor(name, type, ne, [src, type, rows, cols](uint8_t* dst, size_t) {
       const size_t rb = row_bytes(type, cols);

@@ -1,0 +1,62 @@
+// kestrel synth --arch llama --preset 1b --type q4_0 -o FILE.gguf
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "cli/commands.h"
+#include "core/block_formats.h"
+#include "core/error.h"
+#include "model/synth.h"
+#include "runtime/engine.h"
+
+namespace kestrel::cli {
+
+void register_synth(CLI::App& app) {
+  static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from;
+  static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
+  static uint64_t seed = 1;
+  static int threads = 0;
+  auto* cmd = add_command(app, "synth", "Write a random-weight GGUF of a chosen architecture and shape", [] {
+    const auto t0 = std::chrono::steady_clock::now();
+    SynthOptions o;
+    o.shape = synth_preset(arch, preset);
+    for (auto [flag, value] : {std::pair{&o.shape.dim, dim}, {&o.shape.layers, layers}, {&o.shape.heads, heads},
+                               {&o.shape.kv_heads, kv_heads}, {&o.shape.ffn, ffn}, {&o.shape.vocab, vocab},
+                               {&o.shape.ctx, ctx}})
+      if (value != 0) *flag = value;
+    if (heads != 0 && kv_heads == 0) o.shape.kv_heads = std::min(o.shape.kv_heads, heads);
+    const auto type = type_from_name(type_str);
+    if (!type || !can_quantize_to(*type)) throw Error(fmt::format("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0", type_str));
+    o.type = *type;
+    o.seed = seed;
+    o.n_threads = threads > 0 ? threads : default_thread_count();
+    o.name = fmt::format("synth-{}-{}", arch, preset);
+    std::unique_ptr<GgufFile> vf;
+    if (!vocab_from.empty()) {
+      vf = std::make_unique<GgufFile>(GgufFile::open(vocab_from));
+      o.vocab_from = vf.get();
+    }
+    synth_model(o).write_file(out);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("wrote {} ({} {}: dim {}, {} layers, {} heads, {} KV heads, FFN {}, vocab {}) in {:.1f} s\n", out, arch,
+               type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.kv_heads, o.shape.ffn,
+               vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab, s);
+    return 0;
+  });
+  cmd->add_option("--arch", arch, "Architecture: llama, qwen2")->capture_default_str();
+  cmd->add_option("--preset", preset, "Shape preset: tiny, 1b (TinyLlama), 7b (Llama-2-7B)")->capture_default_str();
+  cmd->add_option("--type", type_str, "Weight type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+  cmd->add_option("-o,--output", out, "GGUF file to write")->required();
+  cmd->add_option("--dim", dim, "Override: embedding width");
+  cmd->add_option("--layers", layers, "Override: layer count");
+  cmd->add_option("--heads", heads, "Override: attention heads");
+  cmd->add_option("--kv-heads", kv_heads, "Override: KV heads");
+  cmd->add_option("--ffn", ffn, "Override: FFN width");
+  cmd->add_option("--vocab", vocab, "Override: vocabulary size (synthetic tokenizer)");
+  cmd->add_option("--ctx", ctx, "Override: context length");
+  cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
+  cmd->add_option("--vocab-from", vocab_from, "Copy the tokenizer of this GGUF (sets the vocabulary size)");
+  cmd->add_option("-t,--threads", threads, "Threads (0: all cores)");
+}
+
+}  // namespace kestrel::cli
