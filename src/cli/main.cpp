@@ -1,6 +1,7 @@
 // kestrel: one binary, one subcommand per file in this folder.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -10,6 +11,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "kestrel 0.1.0");
   kestrel::cli::register_all(app);
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "error: unknown command '%s' (commands: %s; see kestrel --help)\n", argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

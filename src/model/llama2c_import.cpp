@@ -73,7 +73,8 @@ bool is_gguf_file(const std::string& path) {
 GgufWriter llama2c_to_gguf(const MappedFile& ckpt, const MappedFile& tok_file, const Llama2cOptions& opt) {
   const auto bytes = ckpt.bytes();
   if (bytes.size() < sizeof(Llama2cConfig))
-    throw Error(fmt::format("{}: too small for a llama2.c checkpoint header ({} bytes)", ckpt.name(), bytes.size()));
+    throw Error(fmt::format("{}: not a llama2.c checkpoint (only {} bytes, less than its {}-byte header)", ckpt.name(),
+                            bytes.size(), sizeof(Llama2cConfig)));
   Llama2cConfig c;
   std::memcpy(&c, bytes.data(), sizeof c);
   const bool shared = c.vocab_size > 0;

@@ -1,0 +1,165 @@
+// The kestrel binary end to end: each subcommand's happy path and the
+// bad-input cases, which must exit non-zero with a message naming the problem.
+#include <gmock/gmock.h>
+#include <sys/wait.h>
+
+#include "model/gguf.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CliResult {
+  int exit_code;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CliResult kestrel(const std::vector<std::string>& args) {
+  test::TempDir dir;
+  std::string cmd = quote(KESTREL_BINARY);
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " > " + dir.file("out") + " 2> " + dir.file("err") + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, test::read_text(dir.file("out")), test::read_text(dir.file("err"))};
+}
+
+const std::string kStories = test::shared("models/stories260K.bin");
+const std::string kTok = test::shared("models/tok512.bin");
+
+TEST(Cli, HelpListsEverySubcommand) {
+  const auto r = kestrel({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* cmd : {"run", "info", "tokenize", "convert", "synth"}) {
+    EXPECT_THAT(r.out, HasSubstr(cmd));
+    EXPECT_EQ(kestrel({cmd, "--help"}).exit_code, 0) << cmd;
+  }
+}
+
+TEST(Cli, RunFromLlama2cCheckpointStreamsTextAndSummary) {
+  const auto r = kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once upon a time", "-n", "30", "--temp", "0",
+                          "--print-ids", "-t", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Once upon a time, there was a little girl named Lily."));
+  EXPECT_THAT(r.out, HasSubstr("ids: 432 383 286 261 376"));
+  EXPECT_THAT(r.err, HasSubstr("prompt 5 tokens, generated 30 tokens"));
+  EXPECT_THAT(r.err, HasSubstr("prefill"));
+  EXPECT_THAT(r.err, HasSubstr("decode"));
+}
+
+TEST(Cli, ConvertThenInfoTokenizeAndDumpLogits) {
+  test::TempDir dir;
+  const std::string gguf = dir.file("s.gguf");
+  auto r = kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "-o", gguf});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = kestrel({"info", gguf});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("llama.context_length"));
+  EXPECT_THAT(r.out, HasSubstr("blk.4.ffn_down.weight"));
+  r = kestrel({"tokenize", "-m", gguf, "Once upon a time"});
+  EXPECT_EQ(r.out, "1 403 407 261 378\n");
+  r = kestrel({"tokenize", "-m", gguf, "--pieces", "--no-bos", "Once"});
+  EXPECT_THAT(r.out, HasSubstr("403 ' Once'"));
+
+  const std::string logits = dir.file("l.f32");
+  r = kestrel({"run", "-m", gguf, "--prompt-ids", "1 403 407 261 378", "-n", "10", "--temp", "0", "--dump-logits", logits});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto got = test::read_f32(logits);
+  ASSERT_EQ(got.size(), (5u + 9u) * 512u);  // every prompt position and every generated token but the last
+  const auto want = test::read_f32(test::shared("reference/stories260K/once.logits.f32"));
+  for (size_t i = 0; i < got.size(); i++) ASSERT_NEAR(got[i], want[i], 1e-4) << "logit " << i;
+}
+
+TEST(Cli, ConvertQuantizedFallsBackForOddRowsAndSaysSo) {
+  test::TempDir dir;
+  const auto r = kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "--type", "q8_0", "-o", dir.file("q.gguf")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("blk.0.ffn_down.weight rows do not divide into 32-element blocks; stored as F16"));
+  const GgufFile f = GgufFile::open(dir.file("q.gguf"));
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::F16);
+  const auto run = kestrel({"run", "-m", dir.file("q.gguf"), "-p", "Once upon a time", "-n", "20", "--temp", "0"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("Once upon a time, there was a little girl"));
+}
+
+TEST(Cli, SynthWritesARunnableModel) {
+  test::TempDir dir;
+  auto r = kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--type", "q8_0", "--layers", "3", "-o", dir.file("t.gguf")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const GgufFile f = GgufFile::open(dir.file("t.gguf"));
+  EXPECT_EQ(f.get_int("llama.block_count"), 3);
+  EXPECT_EQ(f.find_tensor("blk.2.attn_q.weight")->type, GgmlType::Q8_0);
+  r = kestrel({"run", "-m", dir.file("t.gguf"), "-p", "hello there", "-n", "8", "--seed", "5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("generated 8 tokens"));
+
+  // Same seed, same file.
+  ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "--layers", "3", "-o", dir.file("u.gguf")}).exit_code, 0);
+  EXPECT_EQ(test::read_text(dir.file("t.gguf")), test::read_text(dir.file("u.gguf")));
+
+  // A real tokenizer copied in: it tokenizes like the original.
+  const std::string spm = test::shared("vocab/ggml-vocab-llama-spm.gguf");
+  r = kestrel({"synth", "--arch", "qwen2", "--preset", "tiny", "--vocab-from", spm, "-o", dir.file("v.gguf")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(kestrel({"tokenize", "-m", dir.file("v.gguf"), "Hello world"}).out, kestrel({"tokenize", "-m", spm, "Hello world"}).out);
+  EXPECT_EQ(kestrel({"run", "-m", dir.file("v.gguf"), "-p", "Hello", "-n", "4"}).exit_code, 0);
+}
+
+struct BadCase {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
+  test::TempDir dir;
+  test::write_bytes(dir.file("junk.gguf"), "GGUF\x03\0\0\0garbage");
+  test::write_bytes(dir.file("notgguf.bin"), "hello");
+  const std::string gguf = test::shared("models/stories260K.gguf");
+  const std::vector<BadCase> cases = {
+      {{"run", "-m", "/nonexistent.gguf", "-p", "x"}, "/nonexistent.gguf: model file does not exist"},
+      {{"run", "-m", dir.file("junk.gguf"), "-p", "x"}, "invalid GGUF"},
+      {{"run", "-m", dir.file("notgguf.bin"), "-p", "x"}, "not a GGUF file"},
+      {{"run", "-m", kStories, "--tokenizer", dir.file("notgguf.bin"), "-p", "x"}, "llama2.c tokenizer ends inside"},
+      {{"run", "-m", dir.file("notgguf.bin"), "--tokenizer", kTok, "-p", "x"}, "not a llama2.c checkpoint"},
+      {{"run", "-m", gguf}, "no prompt"},
+      {{"run", "-m", gguf, "-p", "", "--no-bos"}, "prompt is empty"},
+      {{"run", "-m", gguf, "-c", "8", "-p", "Once upon a time there was a girl named Lily who liked cats"}, "context holds 8"},
+      {{"run", "-m", gguf, "-p", "x", "--temp", "-1"}, "temperature = -1 is out of range"},
+      {{"run", "-m", gguf, "-p", "x", "--top-p", "1.5"}, "top_p = 1.5 is out of range"},
+      {{"run", "-m", gguf, "-p", "x", "--min-p", "-0.1"}, "min_p"},
+      {{"run", "-m", gguf, "-p", "x", "--repeat-penalty", "0"}, "repeat_penalty"},
+      {{"run", "-m", gguf, "-p", "x", "-n", "-5"}, "-n -5 must not be negative"},
+      {{"run", "-m", gguf, "-p", "x", "-t", "-3"}, "thread count -3 is out of range"},
+      {{"run", "-m", gguf, "--prompt-ids", "1 two 3"}, "'two' is not a token id"},
+      {{"run", "-m", gguf, "--prompt-ids", "1 99999"}, "token id 99999 is outside the vocabulary"},
+      {{"run", "-m", gguf, "-p", "x", "--temp", "abc"}, "temp"},
+      {{"info", "/nonexistent.gguf"}, "/nonexistent.gguf: cannot open"},
+      {{"tokenize", "-m", dir.file("junk.gguf"), "x"}, "invalid GGUF"},
+      {{"convert", "--llama2c", kStories, "--tokenizer", kTok, "--type", "q9", "-o", dir.file("x.gguf")}, "--type 'q9'"},
+      {{"synth", "--preset", "huge", "-o", dir.file("x.gguf")}, "--preset 'huge' is not one of tiny, 1b, 7b"},
+      {{"synth", "--arch", "gpt5", "-o", dir.file("x.gguf")}, "--arch 'gpt5' is not supported"},
+      {{"synth", "--heads", "5", "-o", dir.file("x.gguf")}, "--dim 64 is not divisible by --heads 5"},
+      {{"frobnicate"}, "frobnicate"},
+  };
+  for (const auto& c : cases) {
+    const auto r = kestrel(c.args);
+    std::string shown;
+    for (const auto& a : c.args) shown += a + " ";
+    EXPECT_NE(r.exit_code, 0) << shown;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << shown;
+    EXPECT_THAT(r.err, Not(HasSubstr("terminate called"))) << shown;
+    EXPECT_LT(r.exit_code, 128) << shown << ": killed by a signal";
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
