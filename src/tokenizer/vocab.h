@@ -31,8 +31,9 @@ struct Vocab {
     return it == token_to_id.end() ? -1 : it->second;
   }
   bool is_control(int32_t id) const { return types[id] == TokenType::Control; }
-  // Tokens that end generation (EOS, EOT).
-  bool is_end_of_generation(int32_t id) const { return id == eos || (eot >= 0 && id == eot); }
+  // Tokens that end generation: EOS, EOT, and a generated BOS, which starts a
+  // new document (llama2.c's rule; TinyStories models end stories that way).
+  bool is_end_of_generation(int32_t id) const { return id == eos || (eot >= 0 && id == eot) || (bos >= 0 && id == bos); }
 };
 
 }  // namespace kestrel

@@ -55,6 +55,26 @@ TEST_F(Generation, SameSeedSameTextAcrossRuns) {
   EXPECT_NE(generate(*engine_, prompt("Lily and Tom"), p).tokens, a.tokens);
 }
 
+TEST_F(Generation, EndsAtEndOfSequenceOrAGeneratedBos) {
+  // TinyStories ends a story by emitting BOS (id 1); sampling finds one soon.
+  GenerationParams p;
+  p.sampling.temperature = 1.0f;
+  p.max_tokens = 400;
+  const Vocab& v = engine_->tokenizer->vocab();
+  int ended = 0;
+  for (uint64_t seed = 1; seed <= 5; seed++) {
+    p.sampling.seed = seed;
+    const auto r = generate(*engine_, prompt("Once upon a time"), p);
+    if (r.stop_reason != "eos") continue;
+    ended++;
+    EXPECT_LT(r.tokens.size(), 400u);
+    for (int32_t t : r.tokens) EXPECT_FALSE(v.is_end_of_generation(t));
+  }
+  EXPECT_GT(ended, 0);
+  EXPECT_TRUE(v.is_end_of_generation(v.bos));
+  EXPECT_TRUE(v.is_end_of_generation(v.eos));
+}
+
 TEST_F(Generation, StopsAtContextEnd) {
   GenerationParams p;
   p.sampling.temperature = 0.0f;
