@@ -32,6 +32,7 @@ static CpuFeatures probe() {
   f.fma = __builtin_cpu_supports("fma");
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   unsigned a, b, c, d;
@@ -62,7 +63,7 @@ IsaLevel selected_isa() {
   IsaLevel best = IsaLevel::Scalar;
 #ifdef KESTREL_HAVE_AVX2_KERNELS
   if (f.avx2 && f.fma && f.f16c) best = IsaLevel::Avx2;
-  if (best == IsaLevel::Avx2 && f.avx512f && f.avx512bw && f.avx512vl) best = IsaLevel::Avx512;
+  if (best == IsaLevel::Avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) best = IsaLevel::Avx512;
 #endif
   const char* env = std::getenv("KESTREL_ISA");
   if (!env || !*env) return best;

@@ -22,7 +22,8 @@ struct DotKernels {
 };
 
 const DotKernels& scalar_dot_kernels();
-const DotKernels* avx2_dot_kernels();  // nullptr when not compiled in
+const DotKernels* avx2_dot_kernels();    // nullptr when not compiled in
+const DotKernels* avx512_dot_kernels();  // nullptr when not compiled in
 // The table for an ISA level (falls back to the best one compiled in below it).
 const DotKernels& dot_kernels_for(IsaLevel isa);
 // The process-wide table for selected_isa().

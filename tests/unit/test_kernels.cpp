@@ -66,18 +66,28 @@ TEST(BlockFormats, Q4_0MatchesHandComputedBlock) {
   for (int i = 0; i < 32; i++) EXPECT_EQ(y[i], x[i]);
 }
 
-class DotKernelsVsScalar : public ::testing::TestWithParam<int64_t> {
+// Each SIMD table this CPU can run, by ISA level.
+struct SimdCase {
+  IsaLevel isa;
+  int64_t n;
+};
+
+void PrintTo(const SimdCase& c, std::ostream* os) { *os << isa_name(c.isa) << "/" << c.n; }
+
+class DotKernelsVsScalar : public ::testing::TestWithParam<SimdCase> {
  protected:
   void SetUp() override {
-    simd_ = avx2_dot_kernels();
-    if (!simd_ || !cpu_features().avx2 || !cpu_features().fma || !cpu_features().f16c)
-      GTEST_SKIP() << "no AVX2 kernels on this CPU/build: only the scalar path exists";
+    const auto& f = cpu_features();
+    const bool runnable = GetParam().isa == IsaLevel::Avx2 ? (f.avx2 && f.fma && f.f16c)
+                                                            : (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+    simd_ = GetParam().isa == IsaLevel::Avx2 ? avx2_dot_kernels() : avx512_dot_kernels();
+    if (!simd_ || !runnable) GTEST_SKIP() << isa_name(GetParam().isa) << " kernels cannot run on this CPU/build";
   }
   const DotKernels* simd_ = nullptr;
 };
 
 TEST_P(DotKernelsVsScalar, FloatFormats) {
-  const int64_t n = GetParam();
+  const int64_t n = GetParam().n;
   const DotKernels& ref = scalar_dot_kernels();
   const auto w = random_floats(n, 1), x = random_floats(n, 2);
   std::vector<uint16_t> h(n), bf(n);
@@ -92,7 +102,7 @@ TEST_P(DotKernelsVsScalar, FloatFormats) {
 }
 
 TEST_P(DotKernelsVsScalar, QuantizedFormats) {
-  const int64_t n = GetParam() / 32 * 32 + 32;  // block formats: whole blocks
+  const int64_t n = GetParam().n / 32 * 32 + 32;  // block formats: whole blocks
   const DotKernels& ref = scalar_dot_kernels();
   const auto w = random_floats(n, 3), x = random_floats(n, 4, 5.0f);
   std::vector<BlockQ8_0> wq8(n / 32), xq_ref(n / 32), xq_simd(n / 32);
@@ -110,7 +120,16 @@ TEST_P(DotKernelsVsScalar, QuantizedFormats) {
   EXPECT_NEAR(simd_->dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n), ref.dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n), tol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Lengths, DotKernelsVsScalar, ::testing::Values(1, 7, 8, 31, 32, 33, 64, 100, 255, 4096, 11008));
+std::vector<SimdCase> simd_cases() {
+  std::vector<SimdCase> cases;
+  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 4096, 11008}) cases.push_back({isa, n});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Lengths, DotKernelsVsScalar, ::testing::ValuesIn(simd_cases()), [](const auto& info) {
+  return std::string(isa_name(info.param.isa)) + "_" + std::to_string(info.param.n);
+});
 
 TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
   // Odd shapes: 3 tokens, 37 output rows, 96 inputs; single-thread and two-thread pools.
