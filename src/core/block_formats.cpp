@@ -10,7 +10,7 @@
 
 namespace kestrel {
 
-void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n) {
+void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n, Rounding r) {
   const int64_t nb = n / kQK8_0;
   for (int64_t i = 0; i < nb; i++) {
     float amax = 0.0f;
@@ -18,7 +18,10 @@ void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n) {
     const float d = amax / 127.0f;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK8_0; j++) y[i].qs[j] = static_cast<int8_t>(std::roundf(x[i * kQK8_0 + j] * id));
+    for (int j = 0; j < kQK8_0; j++) {
+      const float v = x[i * kQK8_0 + j] * id;
+      y[i].qs[j] = static_cast<int8_t>(r == Rounding::HalfAwayFromZero ? std::roundf(v) : std::nearbyint(v));
+    }
   }
 }
 

@@ -26,7 +26,10 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
-void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n);
+// Weight files round half away from zero (ggml's reference quantizer);
+// activations at run time round half to even (ggml's SIMD quantizer).
+enum class Rounding { HalfAwayFromZero, HalfToEven };
+void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int64_t n, Rounding r = Rounding::HalfAwayFromZero);
 void quantize_row_q4_0_ref(const float* x, BlockQ4_0* y, int64_t n);
 void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n);
 void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);

@@ -70,54 +70,62 @@ inline __m512i load_two(const int8_t* lo, const int8_t* hi) {
                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
 }
 
-inline __m512 two_scales(float s0, float s1) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(s0)), _mm256_set1_ps(s1), 1);
-}
-
 inline __m256i q4_unpack(const uint8_t* qs) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
   return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
 }
 
+// Integer work for two blocks at a time in 512 bits; the float accumulation
+// stays 8 lanes wide, one block after another, which is exactly ggml's order
+// (so logits match llama.cpp bit for bit, as on the AVX2 path).
+inline __m256 accumulate_two(__m256 acc, __m512i sums, float d0, float d1) {
+  const __m512 f = _mm512_cvtepi32_ps(sums);
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
+  return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm512_extractf32x8_ps(f, 1), acc);
+}
+
+inline float hsum8(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// One block in 256 bits (the odd block out).
+inline __m256 accumulate_one(__m256 acc, __m256i qw, __m256i qx, float d) {
+  const __m256i ax = _mm256_sign_epi8(qw, qw), sy = _mm256_sign_epi8(qx, qw);
+  const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+  return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
+}
+
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
   const int64_t nb = n / kQK8_0;
-  __m512 acc = _mm512_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512 d = two_scales(f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
     const __m512i s = dot_i8_pairs(load_two(w[b].qs, w[b + 1].qs), load_two(x[b].qs, x[b + 1].qs));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+    acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
   }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; b < nb; b++) {
-    int32_t si = 0;
-    for (int j = 0; j < kQK8_0; j++) si += w[b].qs[j] * x[b].qs[j];
-    sum += static_cast<float>(si) * (f16(w[b].d) * f16(x[b].d));
-  }
-  return sum;
+  if (b < nb)
+    acc = accumulate_one(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)), f16(w[b].d) * f16(x[b].d));
+  return hsum8(acc);
 }
 
 float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
   const int64_t nb = n / kQK4_0;
-  __m512 acc = _mm512_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512 d = two_scales(f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
     const __m512i qw = _mm512_inserti64x4(_mm512_castsi256_si512(q4_unpack(w[b].qs)), q4_unpack(w[b + 1].qs), 1);
     const __m512i s = dot_i8_pairs(qw, load_two(x[b].qs, x[b + 1].qs));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+    acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
   }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; b < nb; b++) {
-    int32_t si = 0;
-    for (int j = 0; j < kQK4_0 / 2; j++) {
-      si += ((w[b].qs[j] & 0x0F) - 8) * x[b].qs[j];
-      si += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + kQK4_0 / 2];
-    }
-    sum += static_cast<float>(si) * (f16(w[b].d) * f16(x[b].d));
-  }
-  return sum;
+  if (b < nb)
+    acc = accumulate_one(acc, q4_unpack(w[b].qs), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)),
+                         f16(w[b].d) * f16(x[b].d));
+  return hsum8(acc);
 }
 
 }  // namespace

@@ -48,17 +48,8 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
   return sum;
 }
 
-// Activations are quantized with round-half-to-even, as ggml's SIMD quantizer
-// does at run time (its scalar *weight* quantizer rounds half away from zero).
 void quantize_activations_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK8_0; b++) {
-    float amax = 0.0f;
-    for (int j = 0; j < kQK8_0; j++) amax = std::max(amax, std::fabs(x[b * kQK8_0 + j]));
-    const float d = amax / 127.0f;
-    const float id = d ? 1.0f / d : 0.0f;
-    y[b].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK8_0; j++) y[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[b * kQK8_0 + j] * id));
-  }
+  quantize_row_q8_0_ref(x, y, n, Rounding::HalfToEven);
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
 #include "tokenizer/bpe_tokenizer.h"
 
-#include <queue>
 
-#include "tokenizer/utf8.h"
+#include "tokenizer/symbol_merge.h"
 
 namespace kestrel {
 
@@ -18,23 +17,6 @@ BpeTokenizer::BpeTokenizer(Vocab v) : Tokenizer(std::move(v)), pre_(vocab_.pre) 
   }
 }
 
-namespace {
-
-struct Symbol {
-  int prev, next;
-  size_t start, len;
-};
-
-struct Bigram {
-  int left, right;
-  int32_t rank;
-  size_t len;
-  // Lowest rank first; on ties, the leftmost pair.
-  bool operator<(const Bigram& o) const { return rank > o.rank || (rank == o.rank && left > o.left); }
-};
-
-}  // namespace
-
 void BpeTokenizer::encode_text(std::string_view text, bool, std::vector<int32_t>& out) const {
   for (std::string_view word_bytes : pre_.split(text)) {
     std::string word;
@@ -45,44 +27,20 @@ void BpeTokenizer::encode_text(std::string_view text, bool, std::vector<int32_t>
         continue;
       }
     }
-    std::vector<Symbol> sym;
-    for (size_t pos = 0; pos < word.size();) {
-      const size_t n = std::min(utf8_len(static_cast<unsigned char>(word[pos])), word.size() - pos);
-      sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, pos, n});
-      pos += n;
-    }
-    if (sym.empty()) continue;
-    sym.back().next = -1;
-
-    std::priority_queue<Bigram> queue;
-    auto try_add = [&](int l, int r) {
-      if (l < 0 || r < 0) return;
-      std::string key = word.substr(sym[l].start, sym[l].len);
+    std::string key;
+    const auto sym = merge_symbols(word, [&](const MergeSymbol& l, const MergeSymbol& r) -> std::optional<double> {
+      key.assign(word, l.start, l.len);
       key += ' ';
-      key.append(word, sym[r].start, sym[r].len);
+      key.append(word, r.start, r.len);
       auto it = vocab_.merge_rank.find(key);
-      if (it == vocab_.merge_rank.end()) return;
-      queue.push({l, r, it->second, sym[l].len + sym[r].len});
-    };
-    for (size_t i = 1; i < sym.size(); i++) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-    while (!queue.empty()) {
-      const Bigram b = queue.top();
-      queue.pop();
-      Symbol& l = sym[b.left];
-      Symbol& r = sym[b.right];
-      if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;  // stale
-      l.len += r.len;
-      r.len = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[r.next].prev = b.left;
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
-    }
-    for (int i = 0; i != -1; i = sym[i].next) {
-      const std::string s = word.substr(sym[i].start, sym[i].len);
+      if (it == vocab_.merge_rank.end()) return std::nullopt;
+      return -static_cast<double>(it->second);  // lowest rank first
+    });
+    for_each_merged(sym, [&](const MergeSymbol& m) {
+      const std::string s = word.substr(m.start, m.len);
       if (const int32_t id = vocab_.find(s); id >= 0) {
         out.push_back(id);
-        continue;
+        return;
       }
       // No token for this symbol: emit its characters one by one.
       for (size_t p = 0; p < s.size();) {
@@ -92,7 +50,7 @@ void BpeTokenizer::encode_text(std::string_view text, bool, std::vector<int32_t>
         else if (vocab_.unk >= 0) out.push_back(vocab_.unk);
         p += n;
       }
-    }
+    });
   }
 }
 

@@ -12,7 +12,8 @@ namespace {
 
 struct RefCase {
   const char* model;
-  float tolerance;  // max |logit difference| allowed
+  float tolerance;       // max |logit difference| allowed
+  float mean_tolerance;  // mean |logit difference| allowed
 };
 
 void PrintTo(const RefCase& c, std::ostream* os) { *os << c.model; }
@@ -58,16 +59,26 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
   ASSERT_GE(want.size(), rows * n_vocab);
   ASSERT_EQ(got.size(), rows * n_vocab);
   float max_diff = 0.0f;
-  for (size_t i = 0; i < rows * n_vocab; i++) max_diff = std::max(max_diff, std::fabs(want[i] - got[i]));
+  double sum_diff = 0.0;
+  for (size_t i = 0; i < rows * n_vocab; i++) {
+    max_diff = std::max(max_diff, std::fabs(want[i] - got[i]));
+    sum_diff += std::fabs(want[i] - got[i]);
+  }
+  const double mean_diff = sum_diff / static_cast<double>(rows * n_vocab);
   EXPECT_LT(max_diff, rc.tolerance) << rc.model << ": max |logit difference| over " << rows << " rows";
+  EXPECT_LT(mean_diff, rc.mean_tolerance) << rc.model << ": mean |logit difference|";
   RecordProperty("max_logit_diff", fmt::format("{:.3g}", max_diff));
+  RecordProperty("mean_logit_diff", fmt::format("{:.3g}", mean_diff));
 }
 
 // float32 models: summation order only. Q8_0/Q4_0: we quantize activations
-// to Q8_0 as llama.cpp does, so the match stays tight.
+// to Q8_0 as llama.cpp does and the SIMD paths accumulate in ggml's order, so
+// logits are bit-identical there. (A different order can move one activation
+// across a rounding boundary and shift a row by ~1e-2: the scalar path stays
+// well inside these bounds on these files, and is re-checked by CTest.)
 INSTANTIATE_TEST_SUITE_P(Models, LlamaCppReference,
-                         ::testing::Values(RefCase{"llama-tiny.f32", 1e-4f}, RefCase{"qwen2-tiny.f32", 1e-4f},
-                                           RefCase{"llama-q.q8_0", 1e-3f}, RefCase{"llama-q.q4_0", 1e-3f}),
+                         ::testing::Values(RefCase{"llama-tiny.f32", 1e-4f, 1e-6f}, RefCase{"qwen2-tiny.f32", 1e-4f, 1e-6f},
+                                           RefCase{"llama-q.q8_0", 1e-3f, 1e-5f}, RefCase{"llama-q.q4_0", 1e-3f, 1e-5f}),
                          [](const auto& info) {
                            std::string n = info.param.model;
                            for (auto& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
