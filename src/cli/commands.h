@@ -15,6 +15,8 @@ void register_tokenize(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_run(CLI::App& app);
+void register_hw(CLI::App& app);
+void register_bench(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
@@ -22,6 +24,8 @@ inline void register_all(CLI::App& app) {
   register_tokenize(app);
   register_convert(app);
   register_synth(app);
+  register_hw(app);
+  register_bench(app);
 }
 
 int run_selected(CLI::App& app);

@@ -6,6 +6,18 @@
 
 namespace kestrel {
 
+std::string matmul_kernel_name(const DotKernels& k, GgmlType type) {
+  const char* isa = isa_name(k.isa);
+  switch (type) {
+    case GgmlType::F32: return fmt::format("f32 x f32 fma ({})", isa);
+    case GgmlType::F16: return fmt::format("f16 x f32 fma, f16 converted in registers ({})", isa);
+    case GgmlType::BF16: return fmt::format("bf16 x f32 fma ({})", isa);
+    case GgmlType::Q8_0: return fmt::format("q8_0 x q8_0 int8 dot, activations quantized per row ({})", isa);
+    case GgmlType::Q4_0: return fmt::format("q4_0 x q8_0 int8 dot, activations quantized per row ({})", isa);
+    default: return "none";
+  }
+}
+
 void dequantize_weight_row(const Weight& w, int64_t row, float* out) {
   dequantize_row(w.type, w.row(row), out, w.cols());
 }

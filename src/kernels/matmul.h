@@ -3,6 +3,7 @@
 // Quantized weights take activations quantized to Q8_0 first (ggml's scheme,
 // so results match llama.cpp closely); float weights take float activations.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -24,6 +25,9 @@ class Matmul {
   const DotKernels& k_;
   std::vector<BlockQ8_0> xq_;  // quantized activations, grown once, reused every call
 };
+
+// What runs for a weight format on this kernel table, e.g. "q4_0 x q8_0 int8 dot (avx512)".
+std::string matmul_kernel_name(const DotKernels& k, GgmlType type);
 
 // Dequantizes row `row` of w into out (w.cols() floats).
 void dequantize_weight_row(const Weight& w, int64_t row, float* out);

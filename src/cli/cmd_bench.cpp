@@ -1,0 +1,114 @@
+// kestrel bench -m MODEL -p 512 -n 128 -t 2 -r 5: prefill and decode speed,
+// each against the machine's measured roofline (like llama-bench).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "hw/limits.h"
+#include "runtime/bench.h"
+
+namespace kestrel::cli {
+namespace {
+
+struct BenchFlags {
+  std::vector<std::string> models;
+  std::vector<int64_t> n_prompt{512}, n_gen{128}, batch{512};
+  std::vector<int> threads{0};
+  int reps = 5;
+  std::string output = "md";
+  bool json = false, csv = false;
+};
+
+std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
+
+nlohmann::json to_json(const BenchResult& r) {
+  return {{"model_filename", r.model_filename}, {"model_type", r.model_type}, {"model_size", r.model_size},
+          {"model_n_params", r.model_n_params}, {"n_threads", r.n_threads}, {"n_batch", r.n_batch},
+          {"n_prompt", r.test.n_prompt}, {"n_gen", r.test.n_gen}, {"test", r.test.name},
+          {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts},
+          {"backends", "CPU"}, {"kernel_isa", r.kernel_isa},
+          {"roofline_ts", r.roofline_ts}, {"roofline_fraction", r.roofline_fraction},
+          {"roofline_basis", r.roofline_basis}, {"weight_bytes_per_token", r.weight_bytes_per_token},
+          {"flops_per_token", r.flops_per_token}};
+}
+
+void print_results(const std::vector<BenchResult>& rs, const std::string& format) {
+  if (format == "json") {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& r : rs) arr.push_back(to_json(r));
+    fmt::print("{}\n", arr.dump(2));
+  } else if (format == "jsonl") {
+    for (const auto& r : rs) fmt::print("{}\n", to_json(r).dump());
+  } else if (format == "csv") {
+    fmt::print("model_filename,model_type,model_size,model_n_params,n_threads,n_batch,n_prompt,n_gen,avg_ts,stddev_ts,"
+               "roofline_ts,roofline_fraction,kernel_isa\n");
+    for (const auto& r : rs)
+      fmt::print("\"{}\",\"{}\",{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{}\n", r.model_filename, r.model_type,
+                 r.model_size, r.model_n_params, r.n_threads, r.n_batch, r.test.n_prompt, r.test.n_gen, r.avg_ts,
+                 r.stddev_ts, r.roofline_ts, r.roofline_fraction, r.kernel_isa);
+  } else {
+    fmt::print("| model | size | params | threads | kernels | test | t/s | roofline t/s | of roofline |\n");
+    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
+    for (const auto& r : rs)
+      fmt::print("| {} | {} | {:.2f} B | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.1f}% |\n", r.model_type,
+                 mib(r.model_size), static_cast<double>(r.model_n_params) / 1e9, r.n_threads, r.kernel_isa,
+                 r.test.name, r.avg_ts, r.stddev_ts, r.roofline_ts, 100.0 * r.roofline_fraction);
+    fmt::print("\nrooflines:\n");
+    for (const auto& r : rs) fmt::print("  {} {}: {}\n", r.model_type, r.test.name, r.roofline_basis);
+  }
+}
+
+int run(BenchFlags& f) {
+  std::string format = f.json ? "json" : f.csv ? "csv" : f.output;
+  if (format != "md" && format != "json" && format != "jsonl" && format != "csv")
+    throw Error(fmt::format("-o '{}' is not one of md, json, jsonl, csv", format));
+  if (f.reps <= 0 || f.reps > 1000) throw Error(fmt::format("-r {} is out of range (1 to 1000)", f.reps));
+  for (auto p : f.n_prompt) if (p < 0) throw Error(fmt::format("-p {} must not be negative", p));
+  for (auto n : f.n_gen) if (n < 0) throw Error(fmt::format("-n {} must not be negative", n));
+  for (auto b : f.batch) if (b <= 0) throw Error(fmt::format("-b {} must be positive", b));
+  std::vector<BenchResult> results;
+  for (const auto& model : f.models) {
+    for (int threads : f.threads) {
+      const int n_threads = threads > 0 ? threads : default_thread_count();
+      const MeasuredLimits limits = cached_or_measured_limits(n_threads);
+      for (int64_t batch : f.batch) {
+        EngineOptions o;
+        o.model_path = model;
+        o.n_threads = n_threads;
+        o.max_batch_tokens = batch;
+        int64_t need = 1;
+        for (auto p : f.n_prompt) need = std::max(need, p);
+        for (auto n : f.n_gen) need = std::max(need, n);
+        o.n_ctx = need;
+        Engine e = Engine::load(o);
+        for (auto p : f.n_prompt)
+          if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits));
+        for (auto n : f.n_gen)
+          if (n > 0) results.push_back(run_bench(e, model, {fmt::format("tg{}", n), 0, n}, f.reps, limits));
+        fmt::print(stderr, "bench: {} t={} b={} done\n", model, n_threads, batch);
+      }
+    }
+  }
+  print_results(results, format);
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  static BenchFlags f;
+  auto* cmd = add_command(app, "bench", "Measure prefill and decode speed against the machine's roofline", [] { return run(f); });
+  cmd->add_option("-m,--model", f.models, "GGUF model(s); comma-separated or repeated")->required()->delimiter(',');
+  cmd->add_option("-p,--n-prompt", f.n_prompt, "Prompt lengths for prefill tests (0: none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-n,--n-gen", f.n_gen, "Generation lengths for decode tests (0: none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-t,--threads", f.threads, "Thread counts (0: all cores)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-b,--batch-size", f.batch, "Prompt tokens per forward step")->delimiter(',')->capture_default_str();
+  cmd->add_option("-r,--repetitions", f.reps, "Repetitions of each test")->capture_default_str();
+  cmd->add_option("-o,--output", f.output, "Output format: md, json, jsonl, csv")->capture_default_str();
+  cmd->add_flag("--json", f.json, "Same as -o json");
+  cmd->add_flag("--csv", f.csv, "Same as -o csv");
+}
+
+}  // namespace kestrel::cli

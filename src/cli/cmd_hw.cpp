@@ -1,0 +1,93 @@
+// kestrel hw [--json] [--measure]: what the engine detected and will use.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "hw/cpu_features.h"
+#include "hw/limits.h"
+#include "hw/topology.h"
+#include "kernels/dot.h"
+#include "kernels/matmul.h"
+#include "runtime/engine.h"
+
+namespace kestrel::cli {
+namespace {
+
+std::string human_bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (1 << 20)) return fmt::format("{} MiB", b >> 20);
+  if (b >= (1 << 10)) return fmt::format("{} KiB", b >> 10);
+  return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+void register_hw(CLI::App& app) {
+  static bool json = false, measure = false;
+  static int threads = 0;
+  auto* cmd = add_command(app, "hw", "Print the detected CPU, caches, ISA, selected kernels and measured limits", [] {
+    const auto& f = cpu_features();
+    const auto& t = topology();
+    const IsaLevel isa = selected_isa();
+    const DotKernels& k = dot_kernels_for(isa);
+    const int n_threads = threads > 0 ? threads : default_thread_count();
+    std::optional<MeasuredLimits> limits = measure ? std::optional(measure_limits(n_threads)) : load_cached_limits(n_threads);
+    if (measure) store_limits(*limits);
+
+    const std::vector<std::pair<const char*, bool>> isa_flags = {
+        {"sse4.2", f.sse42}, {"avx", f.avx}, {"avx2", f.avx2}, {"fma", f.fma}, {"f16c", f.f16c},
+        {"avx512f", f.avx512f}, {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl}, {"avx512dq", f.avx512dq},
+        {"avx512vnni", f.avx512vnni}, {"avx512bf16", f.avx512bf16}, {"avxvnni", f.avxvnni}, {"amx", false}};
+    const GgmlType formats[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0};
+    if (json) {
+      nlohmann::json j;
+      j["cpu"] = f.brand;
+      for (const auto& [name, on] : isa_flags) j["isa"][name] = on;
+      j["packages"] = t.packages;
+      j["cores"] = t.cores;
+      j["threads"] = t.threads;
+      j["numa_nodes"] = t.numa_nodes;
+      j["memory_bytes"] = t.memory_bytes;
+      for (const auto& c : t.caches)
+        j["caches"].push_back({{"level", c.level}, {"kind", c.kind}, {"size_bytes", c.size_bytes},
+                               {"instances", c.instances}, {"line_bytes", c.line_bytes}});
+      j["kernel_isa"] = isa_name(isa);
+      for (GgmlType ty : formats) j["kernels"][std::string(type_name(ty))] = matmul_kernel_name(k, ty);
+      j["limits"] = limits ? nlohmann::json::parse(limits_to_json(*limits)) : nlohmann::json(nullptr);
+      j["limits_cache"] = limits_cache_path();
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("cpu:        {}\n", f.brand.empty() ? "unknown" : f.brand);
+    std::string flags;
+    for (const auto& [name, on] : isa_flags)
+      if (on) flags += std::string(flags.empty() ? "" : " ") + name;
+    fmt::print("isa:        {}\n", flags.empty() ? "(none beyond the baseline)" : flags);
+    fmt::print("topology:   {} package(s), {} core(s), {} thread(s), {} NUMA node(s), {} memory\n", t.packages,
+               t.cores, t.threads, t.numa_nodes, human_bytes(t.memory_bytes));
+    for (const auto& c : t.caches)
+      fmt::print("cache:      L{} {:<11} {:>8} x {} ({}-byte lines)\n", c.level, c.kind, human_bytes(c.size_bytes),
+                 c.instances, c.line_bytes);
+    fmt::print("kernels:    {} (KESTREL_ISA=scalar|avx2|avx512 to force)\n", isa_name(isa));
+    for (GgmlType ty : formats) fmt::print("  {:<6} {}\n", type_name(ty), matmul_kernel_name(k, ty));
+    if (limits) {
+      fmt::print("limits:     measured {} with {} thread(s){}\n", limits->measured_at, limits->threads,
+                 measure ? "" : " (cached; --measure to measure again)");
+      fmt::print("  read bandwidth  {:8.1f} GB/s\n", limits->read_bandwidth_gbs);
+      fmt::print("  f32 FMA peak    {:8.1f} GFLOP/s  ({})\n", limits->f32_fma_gflops, limits->f32_isa);
+      fmt::print("  int8 dot peak   {:8.1f} GOP/s    ({})\n", limits->int8_dot_gops, limits->int8_isa);
+      if (limits->bf16_dot_gflops > 0)
+        fmt::print("  bf16 dot peak   {:8.1f} GFLOP/s  ({})\n", limits->bf16_dot_gflops, limits->bf16_isa);
+      fmt::print("  cached in       {}\n", limits_cache_path());
+    } else {
+      fmt::print("limits:     not measured yet for {} thread(s): run `kestrel hw --measure`\n", n_threads);
+    }
+    return 0;
+  });
+  cmd->add_flag("--json", json, "Machine-readable output");
+  cmd->add_flag("--measure", measure, "Measure read bandwidth and peak throughput now (and cache them)");
+  cmd->add_option("-t,--threads", threads, "Threads for the measurements (0: all cores)");
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,167 @@
+#include "hw/limits.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "hw/cpu_features.h"
+#include "hw/peak_kernels.h"
+
+namespace kestrel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs `kernel(iterations)` on every thread at once; returns ops per second.
+double parallel_peak(ThreadPool& pool, double ops_per_iteration, const std::function<void(int64_t)>& kernel) {
+  const int64_t iterations = 20'000'000;
+  std::vector<double> runs;
+  for (int r = 0; r < 3; r++) {
+    const auto t0 = Clock::now();
+    pool.run([&](int, int) { kernel(iterations); });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    runs.push_back(ops_per_iteration * static_cast<double>(iterations) * pool.size() / s);
+  }
+  return median(runs);
+}
+
+double read_bandwidth(ThreadPool& pool) {
+  // 2 GiB: far beyond any real cache (VMs may report a huge L3), touched first so pages are resident.
+  const int64_t n = (int64_t{2} << 30) / sizeof(float);
+  std::vector<float> buf(static_cast<size_t>(n), 1.0f);
+  std::vector<double> runs;
+  volatile float sink = 0;
+  for (int r = 0; r < 5; r++) {
+    const auto t0 = Clock::now();
+    std::vector<float> partial(static_cast<size_t>(pool.size()));
+    pool.run([&](int ti, int nt) {
+      const int64_t begin = n * ti / nt, end = n * (ti + 1) / nt;
+      partial[ti] = peak::sum_floats(buf.data() + begin, end - begin);
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (float p : partial) sink = sink + p;
+    runs.push_back(static_cast<double>(n) * sizeof(float) / s / 1e9);
+  }
+  return median(runs);
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string cache_file(int n_threads) {
+  std::string cpu = cpu_features().brand.empty() ? "unknown-cpu" : cpu_features().brand;
+  for (auto& c : cpu)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  return limits_cache_path() + "/limits-" + cpu + "-t" + std::to_string(n_threads) + ".json";
+}
+
+}  // namespace
+
+MeasuredLimits measure_limits(int n_threads) {
+  ThreadPool pool(n_threads);
+  const auto& f = cpu_features();
+  MeasuredLimits l;
+  l.threads = pool.size();
+  l.cpu = f.brand;
+  l.measured_at = now_utc();
+  l.read_bandwidth_gbs = read_bandwidth(pool);
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+  volatile float fsink = 0;
+  volatile int32_t isink = 0;
+  if (f.avx512f) {
+    l.f32_fma_gflops = parallel_peak(pool, peak::kF32FmaOpsAvx512, [&](int64_t it) { fsink = peak::f32_fma_avx512(it); }) / 1e9;
+    l.f32_isa = "avx512 fma";
+  } else if (f.avx2 && f.fma) {
+    l.f32_fma_gflops = parallel_peak(pool, peak::kF32FmaOpsAvx2, [&](int64_t it) { fsink = peak::f32_fma_avx2(it); }) / 1e9;
+    l.f32_isa = "avx2 fma";
+  }
+  if (f.avx512vnni && f.avx512bw) {
+    l.int8_dot_gops = parallel_peak(pool, peak::kInt8OpsVnni512, [&](int64_t it) { isink = peak::int8_dot_vnni512(it); }) / 1e9;
+    l.int8_isa = "avx512 vnni (vpdpbusd)";
+  } else if (f.avx2) {
+    l.int8_dot_gops = parallel_peak(pool, peak::kInt8OpsAvx2, [&](int64_t it) { isink = peak::int8_dot_avx2(it); }) / 1e9;
+    l.int8_isa = "avx2 (vpmaddubsw+vpmaddwd)";
+  }
+  if (f.avx512bf16) {
+    l.bf16_dot_gflops = parallel_peak(pool, peak::kBf16OpsAvx512, [&](int64_t it) { fsink = peak::bf16_dot_avx512(it); }) / 1e9;
+    l.bf16_isa = "avx512 bf16 (vdpbf16ps)";
+  }
+#endif
+  return l;
+}
+
+std::string limits_cache_path() {
+  if (const char* d = std::getenv("KESTREL_CACHE_DIR"); d && *d) return d;
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/kestrel";
+  return "/tmp/kestrel-cache";
+}
+
+std::string limits_to_json(const MeasuredLimits& l) {
+  nlohmann::json j = {{"cpu", l.cpu},
+                      {"threads", l.threads},
+                      {"read_bandwidth_gbs", l.read_bandwidth_gbs},
+                      {"f32_fma_gflops", l.f32_fma_gflops},
+                      {"f32_isa", l.f32_isa},
+                      {"int8_dot_gops", l.int8_dot_gops},
+                      {"int8_isa", l.int8_isa},
+                      {"bf16_dot_gflops", l.bf16_dot_gflops},
+                      {"bf16_isa", l.bf16_isa},
+                      {"measured_at", l.measured_at}};
+  return j.dump(2);
+}
+
+std::optional<MeasuredLimits> load_cached_limits(int n_threads) {
+  std::ifstream in(cache_file(n_threads));
+  if (!in) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(in);
+    MeasuredLimits l;
+    l.cpu = j.at("cpu");
+    l.threads = j.at("threads");
+    l.read_bandwidth_gbs = j.at("read_bandwidth_gbs");
+    l.f32_fma_gflops = j.at("f32_fma_gflops");
+    l.f32_isa = j.at("f32_isa");
+    l.int8_dot_gops = j.at("int8_dot_gops");
+    l.int8_isa = j.at("int8_isa");
+    l.bf16_dot_gflops = j.at("bf16_dot_gflops");
+    l.bf16_isa = j.at("bf16_isa");
+    l.measured_at = j.at("measured_at");
+    return l;
+  } catch (const std::exception&) {
+    return std::nullopt;  // a damaged cache is re-measured, never trusted
+  }
+}
+
+void store_limits(const MeasuredLimits& l) {
+  std::error_code ec;
+  std::filesystem::create_directories(limits_cache_path(), ec);
+  std::ofstream out(cache_file(l.threads));
+  if (out) out << limits_to_json(l) << "\n";
+}
+
+MeasuredLimits cached_or_measured_limits(int n_threads) {
+  if (auto l = load_cached_limits(n_threads)) return *l;
+  MeasuredLimits l = measure_limits(n_threads);
+  store_limits(l);
+  return l;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,30 @@
+#pragma once
+// Measured limits of this machine: read bandwidth and peak arithmetic
+// throughput per kernel family. The rooflines in `kestrel bench` divide by
+// these. Measured once and cached per machine (see limits_cache_path()).
+#include <optional>
+#include <string>
+
+namespace kestrel {
+
+struct MeasuredLimits {
+  int threads = 0;
+  double read_bandwidth_gbs = 0;  // GB/s (1e9 bytes), all threads, median of runs
+  double f32_fma_gflops = 0;      // GFLOP/s, all threads
+  double int8_dot_gops = 0;       // GOP/s (multiply + add = 2 ops), all threads
+  double bf16_dot_gflops = 0;     // 0 when the CPU has no bf16 dot instruction
+  std::string f32_isa, int8_isa, bf16_isa;  // instructions the peaks were measured with
+  std::string cpu;
+  std::string measured_at;  // ISO 8601, UTC
+};
+
+MeasuredLimits measure_limits(int n_threads);
+std::string limits_cache_path();  // $KESTREL_CACHE_DIR or ~/.cache/kestrel, one file per CPU and thread count
+std::optional<MeasuredLimits> load_cached_limits(int n_threads);
+void store_limits(const MeasuredLimits& limits);
+// The cached figures for this thread count, measuring (and caching) them if absent.
+MeasuredLimits cached_or_measured_limits(int n_threads);
+
+std::string limits_to_json(const MeasuredLimits& l);
+
+}  // namespace kestrel
