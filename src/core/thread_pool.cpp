@@ -1,8 +1,20 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define KESTREL_PAUSE() _mm_pause()
+#else
+#define KESTREL_PAUSE() std::this_thread::yield()
+#endif
 
 namespace kestrel {
+namespace {
+// About 50-100 microseconds of spinning before a worker sleeps.
+constexpr int kSpinIterations = 20000;
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; i++) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -11,28 +23,31 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
-  start_cv_.notify_all();
+  wake_cv_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int, int)>* job;
-    {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+      if (++spins < kSpinIterations) {
+        KESTREL_PAUSE();
+        continue;
+      }
       std::unique_lock lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
+      sleepers_.fetch_add(1);
+      wake_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+      break;
     }
-    (*job)(index, n_threads_);
-    {
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    (*job_)(index, n_threads_);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -41,16 +56,17 @@ void ThreadPool::run(const std::function<void(int, int)>& job) {
     job(0, 1);
     return;
   }
+  job_ = &job;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
+    // Publishing under the mutex means a worker about to sleep either sees
+    // the new generation or is woken by the notify below.
     std::lock_guard lock(mutex_);
-    job_ = &job;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  start_cv_.notify_all();
+  if (sleepers_.load() > 0) wake_cv_.notify_all();
   job(0, n_threads_);
-  std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  while (pending_.load(std::memory_order_acquire) != 0) KESTREL_PAUSE();
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {

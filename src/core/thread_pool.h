@@ -1,6 +1,9 @@
 #pragma once
 // A fixed set of worker threads that run one job at a time. The caller is
 // worker 0, so `-t 1` runs everything on the calling thread with no handoff.
+// Workers spin briefly between jobs (a forward pass issues hundreds of short
+// jobs back to back) and sleep on a condition variable when idle longer.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -30,12 +33,13 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable start_cv_, done_cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
   const std::function<void(int, int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::mutex mutex_;
+  std::condition_variable wake_cv_;
+  std::atomic<int> sleepers_{0};
 };
 
 }  // namespace kestrel

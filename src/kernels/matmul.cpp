@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kernels/gemm_q8.h"
 
 namespace kestrel {
 
@@ -12,8 +13,11 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type) {
     case GgmlType::F32: return fmt::format("f32 x f32 fma ({})", isa);
     case GgmlType::F16: return fmt::format("f16 x f32 fma, f16 converted in registers ({})", isa);
     case GgmlType::BF16: return fmt::format("bf16 x f32 fma ({})", isa);
-    case GgmlType::Q8_0: return fmt::format("q8_0 x q8_0 int8 dot, activations quantized per row ({})", isa);
-    case GgmlType::Q4_0: return fmt::format("q4_0 x q8_0 int8 dot, activations quantized per row ({})", isa);
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+      if (gemm_q8_available() && k.isa == IsaLevel::Avx512)
+        return fmt::format("{} x q8_0 tiled 4x4 int8 gemm, vpdpbusd (avx512 vnni)", type == GgmlType::Q8_0 ? "q8_0" : "q4_0");
+      return fmt::format("{} x q8_0 int8 dot, activations quantized per row ({})", type == GgmlType::Q8_0 ? "q8_0" : "q4_0", isa);
     default: return "none";
   }
 }
@@ -55,6 +59,19 @@ void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, f
       pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
       });
+      if (gemm_q8_available() && n >= 2) {  // a single token streams weights: the row dot is leaner there
+        if (xsums_.size() < need * 8) xsums_.resize(need * 8);
+        int32_t* sums = xsums_.data();
+        pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+          compute_lane_sums(xq + t0 * blocks_per_row, (t1 - t0) * blocks_per_row, sums + t0 * blocks_per_row * 8);
+        });
+        const QuantizedActivations acts{xq, sums, n, blocks_per_row};
+        // Threads take groups of 4 rows, the micro-kernel's height.
+        pool.parallel_for((rows + 3) / 4, [&](int64_t g0, int64_t g1) {
+          gemm_q8_vnni(w.type, base, stride, g0 * 4, std::min(rows, g1 * 4), acts, y, rows);
+        });
+        return;
+      }
       const bool q8 = w.type == GgmlType::Q8_0;
       pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; r++) {

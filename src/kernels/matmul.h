@@ -23,7 +23,8 @@ class Matmul {
 
  private:
   const DotKernels& k_;
-  std::vector<BlockQ8_0> xq_;  // quantized activations, grown once, reused every call
+  std::vector<BlockQ8_0> xq_;     // quantized activations, grown once, reused every call
+  std::vector<int32_t> xsums_;    // their per-lane sums, for the tiled int8 kernel
 };
 
 // What runs for a weight format on this kernel table, e.g. "q4_0 x q8_0 int8 dot (avx512)".

@@ -1,0 +1,21 @@
+#include "kernels/gemm_q8.h"
+
+#include "hw/cpu_features.h"
+
+namespace kestrel {
+
+#ifndef KESTREL_HAVE_AVX2_KERNELS
+void compute_lane_sums(const BlockQ8_0*, int64_t, int32_t*) {}
+void gemm_q8_vnni(GgmlType, const uint8_t*, size_t, int64_t, int64_t, const QuantizedActivations&, float*, int64_t) {}
+#endif
+
+bool gemm_q8_available() {
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+  const auto& f = cpu_features();
+  return selected_isa() == IsaLevel::Avx512 && f.avx512vnni && f.avx512vl;
+#else
+  return false;
+#endif
+}
+
+}  // namespace kestrel

@@ -1,0 +1,34 @@
+#pragma once
+// Tiled int8 matrix multiply for Q8_0/Q4_0 weights against Q8_0 activations:
+// 4 weight rows x up to 4 tokens per micro-kernel, so every weight load is
+// used for several tokens and every activation load for several rows.
+//
+// Each (row, token) dot keeps ggml's exact arithmetic: eight int32 lanes per
+// block, each the sum of 4 products, scaled by d_w*d_x and accumulated with
+// FMA block after block, then summed across lanes at the end. So results are
+// bit-identical to the one-row dot kernels and to llama.cpp.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/block_formats.h"
+#include "core/ggml_types.h"
+
+namespace kestrel {
+
+struct QuantizedActivations {
+  const BlockQ8_0* blocks = nullptr;  // [n_tokens][n_blocks]
+  const int32_t* lane_sums = nullptr; // [n_tokens][n_blocks][8]: sum of each 4-byte group
+  int64_t n_tokens = 0, n_blocks = 0;
+};
+
+// Fills lane_sums (n_tokens * n_blocks * 8 int32) for the activations.
+void compute_lane_sums(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane_sums);
+
+// y[t * ldy + r] for rows [r0, r1) (r1 - r0 a multiple of 4 except at the end) and all tokens.
+// Requires AVX-512 VNNI (check gemm_q8_available()).
+void gemm_q8_vnni(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t r0, int64_t r1,
+                  const QuantizedActivations& x, float* y, int64_t ldy);
+
+bool gemm_q8_available();  // compiled in and the CPU has AVX-512 VNNI
+
+}  // namespace kestrel
