@@ -94,6 +94,11 @@ void gemm(const uint8_t* w, size_t stride, int64_t r0, int64_t r1, const Quantiz
   for (int64_t tc = 0; tc < x.n_tokens; tc += kTokenChunk) {
     const int64_t tc_end = std::min(x.n_tokens, tc + kTokenChunk);
     int64_t r = r0;
+    for (; r + 8 <= r1; r += 8) {
+      const uint8_t* rows[8];
+      for (int i = 0; i < 8; i++) rows[i] = w + (r + i) * stride;
+      rows_all_tokens<W, 4>(rows, x, tc, tc_end, y, ldy, r);
+    }
     for (; r + 4 <= r1; r += 4) {
       const uint8_t* rows[4] = {w + r * stride, w + (r + 1) * stride, w + (r + 2) * stride, w + (r + 3) * stride};
       rows_all_tokens<W, 2>(rows, x, tc, tc_end, y, ldy, r);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kernels/gemm_float.h"
 #include "kernels/gemm_q8.h"
 
 namespace kestrel {
@@ -10,9 +11,13 @@ namespace kestrel {
 std::string matmul_kernel_name(const DotKernels& k, GgmlType type) {
   const char* isa = isa_name(k.isa);
   switch (type) {
-    case GgmlType::F32: return fmt::format("f32 x f32 fma ({})", isa);
-    case GgmlType::F16: return fmt::format("f16 x f32 fma, f16 converted in registers ({})", isa);
-    case GgmlType::BF16: return fmt::format("bf16 x f32 fma ({})", isa);
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16: {
+      const std::string w = type == GgmlType::F32 ? "f32" : type == GgmlType::F16 ? "f16" : "bf16";
+      if (k.isa == IsaLevel::Avx512) return fmt::format("{} x f32 fma: row dot for 1 token, tiled 4x4 gemm for more (avx512)", w);
+      return fmt::format("{} x f32 fma row dot ({})", w, isa);
+    }
     case GgmlType::Q8_0:
     case GgmlType::Q4_0:
       if (gemm_q8_available() && k.isa == IsaLevel::Avx512)
@@ -35,6 +40,13 @@ void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, f
     case GgmlType::F32:
     case GgmlType::F16:
     case GgmlType::BF16: {
+      if (k_.isa == IsaLevel::Avx512 && n >= 2) {
+        // Groups of 4 rows per thread, the micro-kernel's height.
+        pool.parallel_for((rows + 3) / 4, [&](int64_t g0, int64_t g1) {
+          gemm_float_avx512(w.type, base, stride, cols, g0 * 4, std::min(rows, g1 * 4), x, n, y, rows);
+        });
+        return;
+      }
       pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; r++) {
           const void* wr = base + r * stride;
@@ -59,16 +71,16 @@ void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, f
       pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
       });
-      if (gemm_q8_available() && n >= 2) {  // a single token streams weights: the row dot is leaner there
+      if (gemm_q8_available() && k_.isa == IsaLevel::Avx512 && n >= 2) {  // a single token streams weights: the row dot is leaner there
         if (xsums_.size() < need * 8) xsums_.resize(need * 8);
         int32_t* sums = xsums_.data();
         pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
           compute_lane_sums(xq + t0 * blocks_per_row, (t1 - t0) * blocks_per_row, sums + t0 * blocks_per_row * 8);
         });
         const QuantizedActivations acts{xq, sums, n, blocks_per_row};
-        // Threads take groups of 4 rows, the micro-kernel's height.
-        pool.parallel_for((rows + 3) / 4, [&](int64_t g0, int64_t g1) {
-          gemm_q8_vnni(w.type, base, stride, g0 * 4, std::min(rows, g1 * 4), acts, y, rows);
+        // Threads take groups of 8 rows, the micro-kernel's height.
+        pool.parallel_for((rows + 7) / 8, [&](int64_t g0, int64_t g1) {
+          gemm_q8_vnni(w.type, base, stride, g0 * 8, std::min(rows, g1 * 8), acts, y, rows);
         });
         return;
       }

@@ -1,0 +1,126 @@
+// Google Benchmark suite for the kernels: GB/s of weights streamed (decode
+// shapes, one token) and GFLOP/s (prefill shapes, many tokens), per weight
+// format and kernel path. Run: build/bench/kestrel_kernel_bench
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "core/block_formats.h"
+#include "core/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/dot.h"
+#include "kernels/matmul.h"
+
+namespace kestrel {
+namespace {
+
+struct WeightBuffer {
+  std::vector<uint8_t> bytes;
+  Weight w;
+};
+
+WeightBuffer make_weight(GgmlType type, int64_t rows, int64_t cols) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  WeightBuffer b;
+  const size_t rb = row_bytes(type, cols);
+  b.bytes.resize(rb * rows);
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; r++) {
+    for (auto& x : row) x = d(rng);
+    quantize_row(type, row.data(), b.bytes.data() + r * rb, cols);
+  }
+  b.w = Weight{"bench", type, {cols, rows}, b.bytes.data(), b.bytes.size()};
+  return b;
+}
+
+// args: type, rows, cols, tokens, threads, isa (0 scalar, 1 avx2, 2 avx512)
+void BM_Matmul(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  const auto isa = static_cast<IsaLevel>(state.range(5));
+  if (static_cast<int>(isa) > static_cast<int>(selected_isa())) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  WeightBuffer wb = make_weight(type, rows, cols);
+  std::vector<float> x(n * cols, 0.5f), y(n * rows);
+  ThreadPool pool(threads);
+  Matmul mm(dot_kernels_for(isa));
+  for (auto _ : state) {
+    mm.run(pool, wb.w, x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(iters * wb.bytes.size(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * rows * cols * n / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(type_name(type)) + " " + isa_name(isa) + " " + matmul_kernel_name(dot_kernels_for(isa), type));
+}
+
+void MatmulShapes(benchmark::internal::Benchmark* b) {
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  for (auto type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0})
+    for (int isa : {1, 2}) {
+      // TinyLlama FFN up-projection: decode (1 token) and prefill (64 tokens).
+      b->Args({static_cast<int64_t>(type), 5632, 2048, 1, threads, isa});
+      b->Args({static_cast<int64_t>(type), 5632, 2048, 64, threads, isa});
+    }
+}
+BENCHMARK(BM_Matmul)->Apply(MatmulShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Dot(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const auto isa = static_cast<IsaLevel>(state.range(1));
+  if (static_cast<int>(isa) > static_cast<int>(selected_isa())) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  const DotKernels& k = dot_kernels_for(isa);
+  const int64_t n = 4096;
+  WeightBuffer wb = make_weight(type, 1, n);
+  std::vector<float> x(n, 0.25f);
+  std::vector<BlockQ8_0> xq(n / 32);
+  k.quantize_q8_0(x.data(), xq.data(), n);
+  float sink = 0;
+  for (auto _ : state) {
+    switch (type) {
+      case GgmlType::F32: sink += k.dot_f32(static_cast<const float*>(wb.w.data), x.data(), n); break;
+      case GgmlType::F16: sink += k.dot_f16_f32(static_cast<const uint16_t*>(wb.w.data), x.data(), n); break;
+      case GgmlType::Q8_0: sink += k.dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(wb.w.data), xq.data(), n); break;
+      default: sink += k.dot_q4_0_q8_0(static_cast<const BlockQ4_0*>(wb.w.data), xq.data(), n); break;
+    }
+    benchmark::DoNotOptimize(sink);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * wb.bytes.size(),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(std::string(type_name(type)) + " " + isa_name(isa));
+}
+BENCHMARK(BM_Dot)->ArgsProduct({{0, 1, 8, 2}, {0, 1, 2}});
+
+void BM_AttentionDecode(benchmark::State& state) {
+  // One query token over `ctx` cached positions, TinyLlama heads (32 q, 4 kv, 64 dims).
+  const int64_t ctx = state.range(0);
+  const int block = 16, hd = 64, n_head = 32, n_kv = 4;
+  const int64_t blocks = (ctx + block) / block;
+  std::vector<float> k(blocks * block * n_kv * hd, 0.01f), v(k.size(), 0.02f), q(n_head * hd, 0.1f), out(q.size());
+  std::vector<int32_t> table(blocks);
+  for (int64_t i = 0; i < blocks; i++) table[i] = static_cast<int32_t>(i);
+  const int32_t* tables[1] = {table.data()};
+  const int32_t pos = static_cast<int32_t>(ctx - 1);
+  ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()));
+  for (auto _ : state) {
+    attention_paged(pool, {k.data(), v.data(), n_kv * hd, n_kv * hd, block}, {1, q.data(), out.data(), &pos, tables},
+                    {n_head, n_kv, hd, 0.125f});
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * ctx * n_kv * hd * 4,
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_AttentionDecode)->Arg(512)->Arg(4096)->UseRealTime();
+
+}  // namespace
+}  // namespace kestrel
+
+BENCHMARK_MAIN();

@@ -1,0 +1,17 @@
+#pragma once
+// Tiled matrix multiply for float weight formats (F32, F16, BF16) against
+// float activations: 4 weight rows x 4 tokens per micro-kernel, 16 FMAs per
+// 8 loads, one horizontal sum per output at the end. Used when a batch has
+// several tokens; single tokens use the row dots.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ggml_types.h"
+
+namespace kestrel {
+
+// y[t * ldy + r] for rows [r0, r1), tokens [0, n); x is [n][cols].
+void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
+                       const float* x, int64_t n, float* y, int64_t ldy);
+
+}  // namespace kestrel
