@@ -17,7 +17,7 @@ struct BenchFlags {
   std::vector<int64_t> n_prompt{512}, n_gen{128}, batch{512};
   std::vector<int> threads{0};
   int reps = 5;
-  std::string output = "md";
+  std::string output = "md", profile;
   bool json = false, csv = false;
 };
 
@@ -82,12 +82,18 @@ int run(BenchFlags& f) {
         for (auto p : f.n_prompt) need = std::max(need, p);
         for (auto n : f.n_gen) need = std::max(need, n);
         o.n_ctx = need;
+        o.profile = !f.profile.empty();
         Engine e = Engine::load(o);
         for (auto p : f.n_prompt)
           if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits));
         for (auto n : f.n_gen)
           if (n > 0) results.push_back(run_bench(e, model, {fmt::format("tg{}", n), 0, n}, f.reps, limits));
         fmt::print(stderr, "bench: {} t={} b={} done\n", model, n_threads, batch);
+        if (e.profiler) {
+          // One trace per run; with a grid, later configurations overwrite earlier ones.
+          e.profiler->write_chrome_trace(f.profile);
+          fmt::print(stderr, "bench: profile -> {}\n", f.profile);
+        }
       }
     }
   }
@@ -109,6 +115,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-o,--output", f.output, "Output format: md, json, jsonl, csv")->capture_default_str();
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
+  cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");
 }
 
 }  // namespace kestrel::cli

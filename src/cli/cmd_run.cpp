@@ -17,7 +17,7 @@ namespace {
 
 struct RunFlags {
   EngineOptions engine;
-  std::string prompt, prompt_file, prompt_ids, dump_logits;
+  std::string prompt, prompt_file, prompt_ids, dump_logits, profile;
   bool prompt_given = false;
   int64_t n_predict = 128;
   GenerationParams gen;
@@ -56,6 +56,7 @@ int run(RunFlags& f) {
   f.gen.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   f.gen.sampling.validate();  // before the (slow) model load
 
+  f.engine.profile = !f.profile.empty();
   Engine e = Engine::load(f.engine);
   std::vector<int32_t> prompt =
       f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
@@ -90,6 +91,11 @@ int run(RunFlags& f) {
     fmt::print("ids: {}\n", ids);
   }
   std::fflush(stdout);
+  if (e.profiler) {
+    e.profiler->write_chrome_trace(f.profile);
+    fmt::print(stderr, "[kestrel] profile: {} events -> {} (kestrel profile-report {})\n", e.profiler->events().size(),
+               f.profile, f.profile);
+  }
   const double pp = r.prefill_seconds > 0 ? r.n_prompt / r.prefill_seconds : 0.0;
   const double tg = r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0;
   fmt::print(stderr,
@@ -129,6 +135,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--parse-special", f.parse_special, "Turn special-token text in the prompt into its token");
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
+  cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace (Perfetto) in FILE.json");
 }
 
 }  // namespace kestrel::cli

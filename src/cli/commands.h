@@ -17,6 +17,7 @@ void register_synth(CLI::App& app);
 void register_run(CLI::App& app);
 void register_hw(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_profile_report(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
@@ -26,6 +27,7 @@ inline void register_all(CLI::App& app) {
   register_synth(app);
   register_hw(app);
   register_bench(app);
+  register_profile_report(app);
 }
 
 int run_selected(CLI::App& app);

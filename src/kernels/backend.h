@@ -4,6 +4,7 @@
 // interface, not a change to the model math.
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/ops.h"
@@ -16,6 +17,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string describe() const = 0;
   virtual int n_threads() const = 0;
+  // The model announces which layer the next calls belong to (-1: outside
+  // the layers); profilers and tracing backends use it, others ignore it.
+  virtual void annotate_layer(int /*layer*/) {}
 
   // y[n][w.rows()] = x[n][w.cols()] . W^T
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;

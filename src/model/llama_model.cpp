@@ -85,11 +85,13 @@ class LlamaModel final : public Model {
     }
 
     float* x = s_.x.data();
+    be_.annotate_layer(-1);
     be_.embed(w_.tok_embd, b.tokens.data(), n, x);
     const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(hd))};
 
     for (int l = 0; l < c.n_layer; l++) {
       const LlamaLayer& L = w_.layers[l];
+      be_.annotate_layer(l);
       float *xb = s_.xb.data(), *q = s_.q.data(), *k = s_.k.data(), *v = s_.v.data();
 
       be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
@@ -127,6 +129,7 @@ class LlamaModel final : public Model {
       m++;
     }
     if (m == 0) return;
+    be_.annotate_layer(-1);
     be_.rmsnorm(x, w_.output_norm.data(), s_.xb.data(), m, dim, c.rms_eps);
     be_.matmul(w_.output, s_.xb.data(), m, logits);
   }

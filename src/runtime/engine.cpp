@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "kernels/profiling_backend.h"
 #include "model/llama2c_import.h"
 
 namespace kestrel {
@@ -37,7 +38,14 @@ Engine Engine::load(const EngineOptions& o) {
   if (o.kv_block_size <= 0 || o.kv_block_size > 4096) throw Error(fmt::format("KV block size {} is out of range (1 to 4096)", o.kv_block_size));
   Engine e;
   e.file = open_model_file(o.model_path, o.llama2c_tokenizer);
-  e.backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count());
+  e.base_backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count());
+  if (o.profile) {
+    e.profiler = std::make_unique<Profiler>();
+    e.backend = make_profiling_backend(*e.base_backend, *e.profiler);
+  } else {
+    e.backend = std::move(e.base_backend);
+    e.base_backend = nullptr;
+  }
   ModelOptions mo;
   mo.max_batch_tokens = o.max_batch_tokens;
   e.model = load_model(*e.file, *e.backend, mo);

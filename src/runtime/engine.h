@@ -9,6 +9,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/profiler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -21,11 +22,14 @@ struct EngineOptions {
   int64_t max_batch_tokens = 512;
   int kv_block_size = 16;
   int n_seq_max = 1;              // sequences the KV pool must hold at full context
+  bool profile = false;           // time every operator (Engine::profiler)
 };
 
 struct Engine {
   std::unique_ptr<GgufFile> file;
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Profiler> profiler;      // set when EngineOptions::profile
+  std::unique_ptr<Backend> base_backend;   // the kernels
+  std::unique_ptr<Backend> backend;        // what the model calls: base_backend, or a profiler around it
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<PagedKvCache> kv;

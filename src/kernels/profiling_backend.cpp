@@ -1,0 +1,79 @@
+#include "kernels/profiling_backend.h"
+
+#include <cstdlib>
+
+namespace kestrel {
+namespace {
+
+// "blk.12.attn_q.weight" -> layer 12, "attn_q"; "output.weight" -> -1, "output".
+std::pair<int, std::string> split_weight_name(const std::string& name) {
+  std::string base = name;
+  if (const auto dot = base.rfind(".weight"); dot != std::string::npos && dot + 7 == base.size()) base.resize(dot);
+  if (base.rfind("blk.", 0) == 0) {
+    const auto dot = base.find('.', 4);
+    if (dot != std::string::npos) return {std::atoi(base.c_str() + 4), base.substr(dot + 1)};
+  }
+  return {-1, base};
+}
+
+class ProfilingBackend final : public Backend {
+ public:
+  ProfilingBackend(Backend& inner, Profiler& p) : in_(inner), p_(p) {}
+
+  std::string describe() const override { return in_.describe() + ", profiling"; }
+  int n_threads() const override { return in_.n_threads(); }
+  void annotate_layer(int layer) override {
+    layer_ = layer;
+    in_.annotate_layer(layer);
+  }
+
+  void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
+    const auto [layer, op] = split_weight_name(w.name);
+    timed("matmul " + op, layer, static_cast<double>(w.nbytes) + 4.0 * n * (w.cols() + w.rows()),
+          2.0 * static_cast<double>(n) * w.rows() * w.cols(), [&] { in_.matmul(w, x, n, y); });
+  }
+  void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override {
+    timed("embed", -1, static_cast<double>(n) * t.row_stride(), 0, [&] { in_.embed(t, tokens, n, out); });
+  }
+  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
+    timed("rmsnorm", layer_, 8.0 * rows * dim, 4.0 * rows * dim, [&] { in_.rmsnorm(x, w, y, rows, dim, eps); });
+  }
+  void rope(float* x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
+    timed("rope", layer_, 8.0 * rows * heads * hd, 3.0 * rows * heads * p.n_rot, [&] { in_.rope(x, pos, rows, heads, hd, p); });
+  }
+  void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
+    double keys = 0;
+    for (int64_t t = 0; t < b.n_tokens; t++) keys += b.positions[t] + 1;
+    const double kv_bytes = keys * 4.0 * (kv.k_stride + kv.v_stride);
+    timed("attention", layer_, kv_bytes, 4.0 * keys * s.n_head * s.head_dim, [&] { in_.attention(kv, b, s); });
+  }
+  void silu_mul(float* g, const float* u, int64_t n) override {
+    timed("silu_mul", layer_, 12.0 * n, 5.0 * n, [&] { in_.silu_mul(g, u, n); });
+  }
+  void add(float* x, const float* y, int64_t n) override {
+    timed("add", layer_, 12.0 * n, static_cast<double>(n), [&] { in_.add(x, y, n); });
+  }
+  void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override {
+    timed("add_bias", layer_, 8.0 * rows * dim, static_cast<double>(rows * dim), [&] { in_.add_bias(x, b, rows, dim); });
+  }
+
+ private:
+  template <typename Fn>
+  void timed(std::string op, int layer, double bytes, double flops, Fn&& fn) {
+    const int64_t t0 = p_.now_ns();
+    fn();
+    p_.record({std::move(op), layer, t0, p_.now_ns() - t0, bytes, flops});
+  }
+
+  Backend& in_;
+  Profiler& p_;
+  int layer_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_profiling_backend(Backend& inner, Profiler& profiler) {
+  return std::make_unique<ProfilingBackend>(inner, profiler);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,37 @@
+#pragma once
+// Per-operator timing: every backend call becomes one event (operator,
+// layer, start, duration, bytes moved, FLOPs), written as a Chrome trace
+// that loads in Perfetto / chrome://tracing.
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kestrel {
+
+struct ProfileEvent {
+  std::string op;      // "matmul attn_q", "attention", "rmsnorm", ...
+  int layer = -1;      // -1: outside the layers (embedding, output head)
+  int64_t start_ns = 0, dur_ns = 0;
+  double bytes = 0, flops = 0;
+};
+
+class Profiler {
+ public:
+  Profiler();
+  int64_t now_ns() const;
+  void record(ProfileEvent e);
+  const std::vector<ProfileEvent>& events() const { return events_; }
+  void write_chrome_trace(const std::string& path) const;  // throws Error naming the path
+
+ private:
+  std::chrono::steady_clock::time_point origin_;
+  std::vector<ProfileEvent> events_;
+  std::mutex mutex_;
+};
+
+// Events back from a Chrome trace written by write_chrome_trace (for reports).
+std::vector<ProfileEvent> read_chrome_trace(const std::string& path);
+
+}  // namespace kestrel
