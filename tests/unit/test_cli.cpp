@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
+
+#include "hw/limits.h"
 #include "model/gguf.h"
 #include "test_support.h"
 
@@ -38,7 +41,7 @@ const std::string kTok = test::shared("models/tok512.bin");
 TEST(Cli, HelpListsEverySubcommand) {
   const auto r = kestrel({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* cmd : {"run", "info", "tokenize", "convert", "synth"}) {
+  for (const char* cmd : {"run", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report"}) {
     EXPECT_THAT(r.out, HasSubstr(cmd));
     EXPECT_EQ(kestrel({cmd, "--help"}).exit_code, 0) << cmd;
   }
@@ -112,6 +115,92 @@ TEST(Cli, SynthWritesARunnableModel) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(kestrel({"tokenize", "-m", dir.file("v.gguf"), "Hello world"}).out, kestrel({"tokenize", "-m", spm, "Hello world"}).out);
   EXPECT_EQ(kestrel({"run", "-m", dir.file("v.gguf"), "-p", "Hello", "-n", "4"}).exit_code, 0);
+}
+
+// Known limits in a private cache, so roofline arithmetic can be checked exactly.
+class CliWithLimits : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("KESTREL_CACHE_DIR", dir_.file("cache").c_str(), 1);
+    MeasuredLimits l;
+    l.threads = 1;
+    l.read_bandwidth_gbs = 10.0;
+    l.f32_fma_gflops = 100.0;
+    l.int8_dot_gops = 1000.0;
+    l.f32_isa = l.int8_isa = "test";
+    l.measured_at = "2026-01-01T00:00:00Z";
+    store_limits(l);
+  }
+  void TearDown() override { unsetenv("KESTREL_CACHE_DIR"); }
+  test::TempDir dir_;
+};
+
+TEST_F(CliWithLimits, HwReportsFeaturesKernelsAndCachedLimits) {
+  const auto r = kestrel({"hw", "--json", "-t", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["isa"].contains("avx2"));
+  EXPECT_GE(j["cores"].get<int>(), 1);
+  EXPECT_GE(j["threads"].get<int>(), 1);
+  EXPECT_TRUE(j["kernels"].contains("Q4_0"));
+  EXPECT_EQ(j["limits"]["read_bandwidth_gbs"].get<double>(), 10.0);
+  const auto text = kestrel({"hw", "-t", "1"});
+  EXPECT_THAT(text.out, HasSubstr("read bandwidth"));
+  EXPECT_THAT(text.out, HasSubstr("kernels:"));
+}
+
+TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
+  const std::string model = dir_.file("m.gguf");
+  ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
+  const auto r = kestrel({"bench", "-m", model, "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u);
+  // Weight bytes per decoded token, counted independently from the file.
+  const GgufFile f = GgufFile::open(model);
+  double weight_bytes = 0, params = 0;
+  for (const auto& t : f.tensors()) {
+    params += static_cast<double>(t.n_elements());
+    if (t.ne.size() >= 2 && t.name != "token_embd.weight") weight_bytes += static_cast<double>(t.nbytes);
+  }
+  for (const auto& row : rows) {
+    for (const char* key : {"model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_prompt",
+                            "n_gen", "avg_ts", "stddev_ts", "roofline_ts", "roofline_fraction"})
+      EXPECT_TRUE(row.contains(key)) << key;
+    EXPECT_EQ(row["model_filename"], model);
+    EXPECT_EQ(row["n_threads"], 1);
+    EXPECT_EQ(row["model_n_params"].get<double>(), params);
+    EXPECT_EQ(row["samples_ts"].size(), 2u);
+    EXPECT_GT(row["avg_ts"].get<double>(), 0.0);
+    EXPECT_NEAR(row["roofline_fraction"].get<double>(), row["avg_ts"].get<double>() / row["roofline_ts"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(rows[0]["n_prompt"], 16);
+  EXPECT_EQ(rows[1]["n_gen"], 8);
+  EXPECT_EQ(rows[1]["weight_bytes_per_token"].get<double>(), weight_bytes);
+  EXPECT_NEAR(rows[1]["roofline_ts"].get<double>(), 10e9 / weight_bytes, 1e-6);  // 10 GB/s over the weights
+  // Prefill of int8 weights is held to the int8 peak: 1000 GOP/s over the FLOPs per token.
+  EXPECT_NEAR(rows[0]["roofline_ts"].get<double>(), 1000e9 / rows[0]["flops_per_token"].get<double>(), 1e-6);
+
+  const auto md = kestrel({"bench", "-m", model, "-p", "8", "-n", "0", "-r", "1", "-t", "1"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_THAT(md.out, HasSubstr("| pp8 |"));
+  EXPECT_THAT(md.out, HasSubstr("of roofline"));
+  const auto csv = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--csv"});
+  EXPECT_THAT(csv.out, HasSubstr("model_filename,model_type"));
+  EXPECT_NE(kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
+}
+
+TEST(Cli, ProfileThenReport) {
+  test::TempDir dir;
+  const std::string trace = dir.file("p.json");
+  auto r = kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once", "-n", "5", "--profile", trace});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = kestrel({"profile-report", trace, "--svg", dir.file("h.svg")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("matmul ffn_up"));
+  EXPECT_THAT(r.out, HasSubstr("GB/s"));
+  EXPECT_THAT(test::read_text(dir.file("h.svg")), HasSubstr("<svg"));
+  EXPECT_NE(kestrel({"profile-report", dir.file("missing.json")}).exit_code, 0);
 }
 
 struct BadCase {

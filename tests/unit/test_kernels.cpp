@@ -8,6 +8,8 @@
 #include "core/block_formats.h"
 #include "core/fp16.h"
 #include "kernels/dot.h"
+#include "kernels/gemm_float.h"
+#include "kernels/gemm_q8.h"
 #include "kernels/matmul.h"
 
 namespace kestrel {
@@ -153,6 +155,74 @@ TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
           // Quantized formats also quantize the activations: allow for that.
           const double tol = (type == GgmlType::Q8_0 || type == GgmlType::Q4_0) ? 0.15 : 1e-3;
           EXPECT_NEAR(y[t * rows + r], ref, tol) << type_name(type) << " row " << r << " token " << t;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+bool avx512_runnable() {
+  const auto& f = cpu_features();
+  return avx512_dot_kernels() && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+}
+
+TEST(GemmQ8, TilesEqualTheRowDotsBitForBit) {
+  if (!gemm_q8_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
+  const DotKernels& ref = *avx2_dot_kernels();  // sums in ggml's order, like the tiles
+  const int64_t cols = 96, nb = cols / 32;
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (int64_t rows : {1, 2, 3, 5, 8, 9, 13, 37}) {
+      for (int64_t n : {1, 2, 3, 4, 5, 7, 9, 70}) {
+        const auto wf = random_floats(rows * cols, 11 + rows), x = random_floats(n * cols, 13 + n, 3.0f);
+        const size_t rb = row_bytes(type, cols);
+        std::vector<uint8_t> w(rb * rows);
+        for (int64_t r = 0; r < rows; r++) quantize_row(type, wf.data() + r * cols, w.data() + r * rb, cols);
+        std::vector<BlockQ8_0> xq(n * nb);
+        for (int64_t t = 0; t < n; t++) ref.quantize_q8_0(x.data() + t * cols, xq.data() + t * nb, cols);
+        std::vector<int32_t> sums(n * nb * 8);
+        compute_lane_sums(xq.data(), n * nb, sums.data());
+        std::vector<float> y(n * rows, -1.0f);
+        gemm_q8_vnni(type, w.data(), rb, 0, rows, {xq.data(), sums.data(), n, nb}, y.data(), rows);
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t t = 0; t < n; t++) {
+            const float want = type == GgmlType::Q8_0
+                                   ? ref.dot_q8_0_q8_0(reinterpret_cast<const BlockQ8_0*>(w.data() + r * rb), xq.data() + t * nb, cols)
+                                   : ref.dot_q4_0_q8_0(reinterpret_cast<const BlockQ4_0*>(w.data() + r * rb), xq.data() + t * nb, cols);
+            ASSERT_EQ(y[t * rows + r], want) << type_name(type) << " rows " << rows << " tokens " << n << " at (" << r << "," << t << ")";
+          }
+      }
+    }
+  }
+}
+
+TEST(GemmFloat, TilesAgreeWithRowDots) {
+  if (!avx512_runnable()) GTEST_SKIP() << "no AVX-512 on this CPU/build";
+  const DotKernels& ref = scalar_dot_kernels();
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    for (int64_t cols : {1, 15, 16, 37, 100}) {
+      for (int64_t rows : {1, 3, 4, 9}) {
+        for (int64_t n : {2, 3, 5, 70}) {
+          const auto wf = random_floats(rows * cols, 21), x = random_floats(n * cols, 22);
+          const size_t rb = row_bytes(type, cols);
+          std::vector<uint8_t> w(rb * rows);
+          for (int64_t r = 0; r < rows; r++) quantize_row(type, wf.data() + r * cols, w.data() + r * rb, cols);
+          std::vector<float> y(n * rows);
+          gemm_float_avx512(type, w.data(), rb, cols, 0, rows, x.data(), n, y.data(), rows);
+          for (int64_t r = 0; r < rows; r++)
+            for (int64_t t = 0; t < n; t++) {
+              const void* wr = w.data() + r * rb;
+              const float* xt = x.data() + t * cols;
+              const float want = type == GgmlType::F32   ? ref.dot_f32(static_cast<const float*>(wr), xt, cols)
+                                 : type == GgmlType::F16 ? ref.dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols)
+                                                         : ref.dot_bf16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+              ASSERT_NEAR(y[t * rows + r], want, 1e-4 * (1 + cols)) << type_name(type) << " " << rows << "x" << cols << " n=" << n;
+            }
         }
       }
     }

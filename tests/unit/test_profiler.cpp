@@ -1,0 +1,76 @@
+// Profiler: every operator of every layer is recorded, the trace round-trips
+// through the Chrome format, and the report adds up.
+#include <gmock/gmock.h>
+
+#include "runtime/engine.h"
+#include "runtime/generator.h"
+#include "core/error.h"
+#include "runtime/profile_report.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+TEST(Profiler, RecordsEachOperatorOfEachLayerAndRoundTrips) {
+  EngineOptions o;
+  o.model_path = test::shared("models/stories260K.bin");
+  o.llama2c_tokenizer = test::shared("models/tok512.bin");
+  o.profile = true;
+  Engine e = Engine::load(o);
+  ASSERT_NE(e.profiler, nullptr);
+  GenerationParams p;
+  p.max_tokens = 4;
+  p.sampling.temperature = 0.0f;
+  const auto r = generate(e, {1, 403, 407}, p);
+  // 1 prefill step + 3 decode steps, 5 layers each.
+  const int steps = 4, layers = 5;
+  const auto& ev = e.profiler->events();
+  auto count = [&](const std::string& op, int layer) {
+    return std::count_if(ev.begin(), ev.end(), [&](const ProfileEvent& x) { return x.op == op && x.layer == layer; });
+  };
+  for (int l = 0; l < layers; l++) {
+    for (const char* op : {"matmul attn_q", "matmul attn_k", "matmul attn_v", "matmul attn_output", "matmul ffn_gate",
+                           "matmul ffn_up", "matmul ffn_down", "attention", "silu_mul"})
+      EXPECT_EQ(count(op, l), steps) << op << " layer " << l;
+    EXPECT_EQ(count("rmsnorm", l), 2 * steps);
+  }
+  EXPECT_EQ(count("matmul output", -1), steps);
+  // The profiled run computes the same tokens as the reference.
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{261, 378, 432, 383}));
+
+  // The q projection of a 64x64 F32 weight: 64*64*4 weight bytes, 2*64*64 FLOPs per token.
+  const auto q = std::find_if(ev.begin(), ev.end(), [](const ProfileEvent& x) { return x.op == "matmul attn_q"; });
+  EXPECT_DOUBLE_EQ(q->flops, 2.0 * 3 * 64 * 64);  // the prefill step has 3 tokens
+  EXPECT_GE(q->bytes, 64.0 * 64 * 4);
+
+  test::TempDir dir;
+  e.profiler->write_chrome_trace(dir.file("p.json"));
+  const auto back = read_chrome_trace(dir.file("p.json"));
+  ASSERT_EQ(back.size(), ev.size());
+  EXPECT_EQ(back[5].op, ev[5].op);
+  EXPECT_EQ(back[5].layer, ev[5].layer);
+  const auto doc = test::read_json(dir.file("p.json"));
+  EXPECT_EQ(doc["traceEvents"][0]["ph"], "X");  // complete events, as Perfetto expects
+
+  const ProfileSummary s = summarize_profile(back);
+  EXPECT_EQ(s.n_layers, layers);
+  double sum = 0;
+  for (const auto& op : s.ops) sum += op.total_ns;
+  EXPECT_DOUBLE_EQ(sum, s.total_ns);
+  for (size_t i = 1; i < s.ops.size(); i++) EXPECT_GE(s.ops[i - 1].total_ns, s.ops[i].total_ns);
+  const std::string svg = render_profile_heatmap_svg(s, "t");
+  EXPECT_THAT(svg, ::testing::StartsWith("<svg"));
+  EXPECT_THAT(svg, ::testing::HasSubstr("matmul ffn_up layer 4"));
+}
+
+TEST(Profiler, BadTraceIsANamedError) {
+  test::TempDir dir;
+  test::write_bytes(dir.file("x.json"), "{\"nope\": 1}");
+  EXPECT_THROW(read_chrome_trace(dir.file("x.json")), Error);
+  test::write_bytes(dir.file("y.json"), "not json");
+  EXPECT_THROW(read_chrome_trace(dir.file("y.json")), Error);
+  EXPECT_THROW(read_chrome_trace(dir.file("missing.json")), Error);
+}
+
+}  // namespace
+}  // namespace kestrel
