@@ -24,6 +24,8 @@ struct DotKernels {
 const DotKernels& scalar_dot_kernels();
 const DotKernels* avx2_dot_kernels();    // nullptr when not compiled in
 const DotKernels* avx512_dot_kernels();  // nullptr when not compiled in
+// The AVX-512 table with VNNI quantized dots (needs avx512vnni at run time).
+const DotKernels* avx512vnni_dot_kernels();
 // The table for an ISA level (falls back to the best one compiled in below it).
 const DotKernels& dot_kernels_for(IsaLevel isa);
 // The process-wide table for selected_isa().

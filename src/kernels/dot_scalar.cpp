@@ -63,11 +63,15 @@ const DotKernels& scalar_dot_kernels() {
 #ifndef KESTREL_HAVE_AVX2_KERNELS
 const DotKernels* avx2_dot_kernels() { return nullptr; }
 const DotKernels* avx512_dot_kernels() { return nullptr; }
+const DotKernels* avx512vnni_dot_kernels() { return nullptr; }
 #endif
 
 const DotKernels& dot_kernels_for(IsaLevel isa) {
-  if (isa == IsaLevel::Avx512)
+  if (isa == IsaLevel::Avx512) {
+    if (cpu_features().avx512vnni)
+      if (const DotKernels* k = avx512vnni_dot_kernels()) return *k;
     if (const DotKernels* k = avx512_dot_kernels()) return *k;
+  }
   if (isa != IsaLevel::Scalar)
     if (const DotKernels* k = avx2_dot_kernels()) return *k;
   return scalar_dot_kernels();

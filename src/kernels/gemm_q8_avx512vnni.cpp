@@ -38,6 +38,25 @@ inline float weight_scale(const uint8_t* row, int64_t b) {
   else return f16((reinterpret_cast<const BlockQ4_0*>(row) + b)->d);
 }
 
+// Weights of one block of two rows as unsigned bytes, row a in the low half.
+template <GgmlType W>
+inline __m512i pair_u8(const uint8_t* a, const uint8_t* b, int64_t blk) {
+  if constexpr (W == GgmlType::Q8_0) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(weight_u8<W>(a, blk)), weight_u8<W>(b, blk), 1);
+  } else {
+    // [qs_a | qs_b] -> 128-bit lanes [qs_a, qs_a, qs_b, qs_b]; the odd lanes
+    // take the high nibbles (elements 16..31), the even ones the low.
+    const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>((reinterpret_cast<const BlockQ4_0*>(a) + blk)->qs));
+    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(qa),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>((reinterpret_cast<const BlockQ4_0*>(b) + blk)->qs)), 1);
+    const __m512i z = _mm512_castsi256_si512(ab);
+    const __m512i dup = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m512i shifts = _mm512_setr_epi64(0, 0, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0,
+                                              0x0004000400040004ll, 0x0004000400040004ll);
+    return _mm512_and_si512(_mm512_srlv_epi16(dup, shifts), _mm512_set1_epi8(0x0F));
+  }
+}
+
 // 2*P rows (P pairs, one pair per zmm) x T tokens.
 template <GgmlType W, int P, int T>
 void tile(const uint8_t* const* rows, const QuantizedActivations& x, int64_t t0, float* y, int64_t ldy, int64_t r) {
@@ -50,7 +69,7 @@ void tile(const uint8_t* const* rows, const QuantizedActivations& x, int64_t t0,
     __m512i wq[P];
     __m512 dw[P];
     for (int p = 0; p < P; p++) {
-      wq[p] = _mm512_inserti64x4(_mm512_castsi256_si512(weight_u8<W>(rows[2 * p], b)), weight_u8<W>(rows[2 * p + 1], b), 1);
+      wq[p] = pair_u8<W>(rows[2 * p], rows[2 * p + 1], b);
       dw[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(weight_scale<W>(rows[2 * p], b))),
                                  _mm256_set1_ps(weight_scale<W>(rows[2 * p + 1], b)), 1);
     }
