@@ -13,7 +13,7 @@
 
 namespace kestrel {
 
-MappedFile MappedFile::open(const std::string& path) {
+MappedFile MappedFile::open(const std::string& path, Mode mode) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -24,7 +24,29 @@ MappedFile MappedFile::open(const std::string& path) {
   MappedFile f;
   f.name_ = path;
   f.size_ = static_cast<size_t>(st.st_size);
-  if (f.size_ > 0) {
+  if (f.size_ > 0 && mode == Mode::LoadHugePages) {
+    void* p = mmap(nullptr, f.size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(path + ": cannot allocate " + std::to_string(f.size_) + " bytes to load it: " + std::strerror(err));
+    }
+    madvise(p, f.size_, MADV_HUGEPAGE);  // a hint: without THP the copy still works
+    size_t got = 0;
+    while (got < f.size_) {
+      const ssize_t r = pread(fd, static_cast<char*>(p) + got, f.size_ - got, static_cast<off_t>(got));
+      if (r <= 0) {
+        const int err = r < 0 ? errno : EIO;
+        munmap(p, f.size_);
+        ::close(fd);
+        throw Error(path + ": read failed after " + std::to_string(got) + " bytes: " + std::strerror(err));
+      }
+      got += static_cast<size_t>(r);
+    }
+    mprotect(p, f.size_, PROT_READ);
+    f.data_ = static_cast<const uint8_t*>(p);
+    f.mapped_ = true;
+  } else if (f.size_ > 0) {
     void* p = mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;

@@ -11,7 +11,12 @@ namespace kestrel {
 
 class MappedFile {
  public:
-  static MappedFile open(const std::string& path);  // throws Error naming the path
+  enum class Mode {
+    Map,            // mmap the file: instant start, pages shared with the page cache
+    LoadHugePages,  // read into anonymous memory backed by transparent huge pages:
+                    // fewer TLB misses and prefetch stalls when weights stream at full bandwidth
+  };
+  static MappedFile open(const std::string& path, Mode mode = Mode::Map);  // throws Error naming the path
   static MappedFile from_buffer(std::vector<uint8_t> bytes, std::string name);
 
   MappedFile(MappedFile&& o) noexcept;

@@ -70,7 +70,7 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  static GgufFile open(const std::string& path);
+  static GgufFile open(const std::string& path, MappedFile::Mode mode = MappedFile::Mode::Map);
   static GgufFile parse(MappedFile file);  // takes ownership of the bytes
 
   const std::string& path() const { return file_.name(); }

@@ -101,7 +101,7 @@ GgufValue read_value(Cursor& c, GgufValueType type, const std::string& key, int 
 
 }  // namespace
 
-GgufFile GgufFile::open(const std::string& path) { return parse(MappedFile::open(path)); }
+GgufFile GgufFile::open(const std::string& path, MappedFile::Mode mode) { return parse(MappedFile::open(path, mode)); }
 
 GgufFile GgufFile::parse(MappedFile file) {
   GgufFile g;

@@ -16,13 +16,14 @@ int default_thread_count() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::string& llama2c_tokenizer) {
+std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::string& llama2c_tokenizer,
+                                          MappedFile::Mode mode) {
   if (path.empty()) throw Error("no model given (use -m MODEL.gguf)");
   if (access(path.c_str(), R_OK) != 0) throw Error(fmt::format("{}: model file does not exist or is not readable", path));
   if (llama2c_tokenizer.empty()) {
     if (!is_gguf_file(path))
       throw Error(fmt::format("{}: not a GGUF file (for a llama2.c checkpoint also pass --tokenizer TOKENIZER.bin)", path));
-    return std::make_unique<GgufFile>(GgufFile::open(path));
+    return std::make_unique<GgufFile>(GgufFile::open(path, mode));
   }
   const MappedFile ckpt = MappedFile::open(path);
   const MappedFile tok = MappedFile::open(llama2c_tokenizer);
@@ -37,7 +38,8 @@ Engine Engine::load(const EngineOptions& o) {
   if (o.max_batch_tokens <= 0) throw Error(fmt::format("batch size {} must be positive", o.max_batch_tokens));
   if (o.kv_block_size <= 0 || o.kv_block_size > 4096) throw Error(fmt::format("KV block size {} is out of range (1 to 4096)", o.kv_block_size));
   Engine e;
-  e.file = open_model_file(o.model_path, o.llama2c_tokenizer);
+  e.file = open_model_file(o.model_path, o.llama2c_tokenizer,
+                           o.use_mmap ? MappedFile::Mode::Map : MappedFile::Mode::LoadHugePages);
   e.base_backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count());
   if (o.profile) {
     e.profiler = std::make_unique<Profiler>();

@@ -23,6 +23,7 @@ struct EngineOptions {
   int kv_block_size = 16;
   int n_seq_max = 1;              // sequences the KV pool must hold at full context
   bool profile = false;           // time every operator (Engine::profiler)
+  bool use_mmap = false;          // map the file instead of loading it into huge pages
 };
 
 struct Engine {
@@ -39,7 +40,8 @@ struct Engine {
 };
 
 // Opens a GGUF, or imports a llama2.c checkpoint when a tokenizer.bin is given.
-std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::string& llama2c_tokenizer);
+std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::string& llama2c_tokenizer,
+                                          MappedFile::Mode mode = MappedFile::Mode::Map);
 
 int default_thread_count();
 
