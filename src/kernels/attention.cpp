@@ -1,44 +1,110 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 namespace kestrel {
+namespace {
 
-void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b,
-                     const AttentionShape& s) {
+// Online-softmax state of one (token, head) over a range of positions.
+struct Partial {
+  float m;   // running max score
+  float l;   // sum of exp(score - m)
+};
+
+// Streams positions [p0, p1) of one token/head into out[0..hd) (unnormalised).
+Partial attend_range(const PagedKvLayerView& kv, const int32_t* table, const float* q, int kvh, int hd, float scale,
+                     int32_t p0, int32_t p1, float* out) {
+  for (int d = 0; d < hd; d++) out[d] = 0.0f;
+  Partial s{-std::numeric_limits<float>::infinity(), 0.0f};
+  for (int32_t p = p0; p < p1; p++) {
+    const int64_t slot = static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
+    const float* k = kv.k + slot * kv.k_stride + kvh * hd;
+    float score = 0.0f;
+    for (int d = 0; d < hd; d++) score += q[d] * k[d];
+    score *= scale;
+    const float* v = kv.v + slot * kv.v_stride + kvh * hd;
+    if (score > s.m) {
+      // New maximum: rescale what was accumulated so far.
+      const float correction = std::exp(s.m - score);
+      s.l *= correction;
+      for (int d = 0; d < hd; d++) out[d] *= correction;
+      s.m = score;
+    }
+    const float e = std::exp(score - s.m);
+    s.l += e;
+    for (int d = 0; d < hd; d++) out[d] += e * v[d];
+  }
+  return s;
+}
+
+// Minimum positions per split, so that splitting pays for its merge.
+constexpr int32_t kMinSplitLength = 128;
+
+}  // namespace
+
+void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) {
   const int group = s.n_head / s.n_kv_head;
   const int hd = s.head_dim;
-  const int64_t work = b.n_tokens * s.n_head;
-  pool.parallel_for(work, [&](int64_t w0, int64_t w1) {
+  const int64_t rows = b.n_tokens * s.n_head;
+  int32_t longest = 0;
+  for (int64_t t = 0; t < b.n_tokens; t++) longest = std::max(longest, b.positions[t] + 1);
+  // Few (token, head) rows for the threads (decode of few heads, e.g. MLA):
+  // split each row's positions into chunks and merge the partial softmaxes.
+  int64_t splits = 1;
+  if (rows < 4 * pool.size()) {
+    splits = std::min<int64_t>((4 * pool.size() + rows - 1) / rows, std::max(1, longest / kMinSplitLength));
+  }
+
+  if (splits == 1) {
+    pool.parallel_for(rows, [&](int64_t w0, int64_t w1) {
+      for (int64_t w = w0; w < w1; w++) {
+        const int64_t t = w / s.n_head;
+        const int h = static_cast<int>(w % s.n_head);
+        float* out = b.out + (t * s.n_head + h) * hd;
+        const Partial p = attend_range(kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale, 0,
+                                       b.positions[t] + 1, out);
+        const float inv = 1.0f / p.l;
+        for (int d = 0; d < hd; d++) out[d] *= inv;
+      }
+    });
+    return;
+  }
+
+  // Split: partial results per (row, chunk), then one merge per row.
+  thread_local std::vector<float> acc;
+  thread_local std::vector<Partial> parts;
+  acc.resize(static_cast<size_t>(rows * splits * hd));
+  parts.resize(static_cast<size_t>(rows * splits));
+  float* acc_data = acc.data();
+  Partial* part_data = parts.data();
+  pool.parallel_for(rows * splits, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; w++) {
-      const int64_t t = w / s.n_head;
-      const int h = static_cast<int>(w % s.n_head);
-      const int kvh = h / group;
-      const float* q = b.q + (t * s.n_head + h) * hd;
-      float* out = b.out + (t * s.n_head + h) * hd;
-      const int32_t* table = b.block_tables[t];
-      for (int d = 0; d < hd; d++) out[d] = 0.0f;
+      const int64_t row = w / splits, c = w % splits;
+      const int64_t t = row / s.n_head;
+      const int h = static_cast<int>(row % s.n_head);
+      const int64_t len = b.positions[t] + 1;
+      const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
+      part_data[w] = attend_range(kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale, p0, p1,
+                                  acc_data + w * hd);
+    }
+  });
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; row++) {
       float m = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < splits; c++) m = std::max(m, part_data[row * splits + c].m);
+      float* out = b.out + row * hd;
+      for (int d = 0; d < hd; d++) out[d] = 0.0f;
       float l = 0.0f;
-      for (int32_t p = 0; p <= b.positions[t]; p++) {
-        const int64_t slot = static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
-        const float* k = kv.k + slot * kv.k_stride + kvh * hd;
-        float score = 0.0f;
-        for (int d = 0; d < hd; d++) score += q[d] * k[d];
-        score *= s.scale;
-        const float* v = kv.v + slot * kv.v_stride + kvh * hd;
-        if (score > m) {
-          // New maximum: rescale what was accumulated so far.
-          const float correction = std::exp(m - score);
-          l *= correction;
-          for (int d = 0; d < hd; d++) out[d] *= correction;
-          m = score;
-        }
-        const float e = std::exp(score - m);
-        l += e;
-        for (int d = 0; d < hd; d++) out[d] += e * v[d];
+      for (int64_t c = 0; c < splits; c++) {
+        const Partial& p = part_data[row * splits + c];
+        if (p.l == 0.0f) continue;  // an empty chunk
+        const float w = std::exp(p.m - m);
+        l += p.l * w;
+        const float* a = acc_data + (row * splits + c) * hd;
+        for (int d = 0; d < hd; d++) out[d] += w * a[d];
       }
       const float inv = 1.0f / l;
       for (int d = 0; d < hd; d++) out[d] *= inv;

@@ -1,7 +1,10 @@
 #pragma once
 // Causal attention of a batch of query tokens over a paged KV cache.
 // Flash-style: each (token, head) streams its keys once with an online
-// softmax, so no score matrix is materialised.
+// softmax, so no score matrix is materialised. When there are too few
+// (token, head) rows to keep the threads busy (decode with few heads), the
+// positions are split into chunks across threads and the partial softmaxes
+// merged (flash-decoding).
 #include <cstdint>
 
 #include "core/thread_pool.h"
