@@ -18,7 +18,7 @@ struct BenchFlags {
   std::vector<int> threads{0};
   int reps = 5;
   std::string output = "md", profile;
-  bool json = false, csv = false, use_mmap = false;
+  bool json = false, csv = false, use_mmap = false, log_fusion = false;
 };
 
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
@@ -84,6 +84,7 @@ int run(BenchFlags& f) {
         o.n_ctx = need;
         o.profile = !f.profile.empty();
         o.use_mmap = f.use_mmap;
+        o.log_fusion = f.log_fusion;
         Engine e = Engine::load(o);
         for (auto p : f.n_prompt)
           if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits));
@@ -116,6 +117,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-o,--output", f.output, "Output format: md, json, jsonl, csv")->capture_default_str();
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
+  cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");
 }

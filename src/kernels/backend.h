@@ -23,6 +23,21 @@ class Backend {
 
   // y[n][w.rows()] = x[n][w.cols()] . W^T
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
+  // Fused forms. The defaults run the plain operators one after another; a
+  // backend overrides them when it can do better (see Backend::fusions()).
+  // ys[i] = x . ws[i]^T for weights that share the input x.
+  virtual void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) {
+    for (int i = 0; i < count; i++) matmul(*ws[i], x, n, ys[i]);
+  }
+  // out = silu(x . gate^T) * (x . up^T); scratch holds n * gate.rows() floats.
+  virtual void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) {
+    matmul(gate, x, n, out);
+    matmul(up, x, n, scratch);
+    silu_mul(out, scratch, n * gate.rows());
+  }
+  // Whether matmul_many/swiglu are fused for these weights (for --log-fusion).
+  virtual bool fuses(const Weight& /*a*/, const Weight& /*b*/) const { return false; }
+
   // out[i] = row tokens[i] of the table, as float
   virtual void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) = 0;
   virtual void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps) = 0;

@@ -18,6 +18,20 @@ class CpuBackend final : public Backend {
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override { matmul_.run(pool_, w, x, n, y); }
 
+  void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
+    bool shared = true;
+    for (int i = 1; i < count; i++) shared = shared && Matmul::can_share_input(*ws[0], *ws[i]);
+    if (shared) matmul_.run_many(pool_, ws, count, x, n, ys);
+    else Backend::matmul_many(ws, count, x, n, ys);
+  }
+
+  void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+    if (fuses(gate, up)) matmul_.run_swiglu(pool_, gate, up, x, n, out, scratch);
+    else Backend::swiglu(gate, up, x, n, out, scratch);
+  }
+
+  bool fuses(const Weight& a, const Weight& b) const override { return Matmul::can_share_input(a, b); }
+
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override {
     for (int64_t i = 0; i < n; i++) dequantize_weight_row(table, tokens[i], out + i * table.cols());
   }

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+
 #include "core/error.h"
 #include "kernels/gemm_float.h"
-#include "kernels/gemm_q8.h"
 
 namespace kestrel {
 
@@ -31,75 +34,128 @@ void dequantize_weight_row(const Weight& w, int64_t row, float* out) {
   dequantize_row(w.type, w.row(row), out, w.cols());
 }
 
-void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, float* y) {
-  const int64_t cols = w.cols(), rows = w.rows();
+static bool is_float_format(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+static bool is_q8_format(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
+
+void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
+  if (!is_float_format(w.type) && !is_q8_format(w.type))
+    throw Error(fmt::format("tensor '{}': no matmul kernel for type {} yet", w.name, type_name(w.type)));
+  x_ = x;
+  n_ = n;
+  tiled_ = false;
+  if (is_float_format(w.type)) {
+    tiled_ = k_.isa == IsaLevel::Avx512 && n >= 2;
+    return;
+  }
+  const int64_t cols = w.cols(), blocks_per_row = cols / kQK8_0;
+  const size_t need = static_cast<size_t>(n * blocks_per_row);
+  if (xq_.size() < need) xq_.resize(need);
+  BlockQ8_0* xq = xq_.data();
+  pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
+  });
+  // A single token streams weights: the row dot is leaner there.
+  tiled_ = gemm_q8_available() && k_.isa == IsaLevel::Avx512 && n >= 2;
+  if (tiled_) {
+    if (xsums_.size() < need * 8) xsums_.resize(need * 8);
+    int32_t* sums = xsums_.data();
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      compute_lane_sums(xq + t0 * blocks_per_row, (t1 - t0) * blocks_per_row, sums + t0 * blocks_per_row * 8);
+    });
+    acts_ = {xq, sums, n, blocks_per_row};
+  }
+}
+
+int64_t Matmul::row_granule(const Weight& w) const {
+  if (!tiled_) return 1;
+  return is_float_format(w.type) ? 4 : 8;
+}
+
+void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const {
+  const int64_t cols = w.cols(), n = n_;
   const size_t stride = w.row_stride();
   const auto* base = static_cast<const uint8_t*>(w.data);
-
-  switch (w.type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16: {
-      if (k_.isa == IsaLevel::Avx512 && n >= 2) {
-        // Groups of 4 rows per thread, the micro-kernel's height.
-        pool.parallel_for((rows + 3) / 4, [&](int64_t g0, int64_t g1) {
-          gemm_float_avx512(w.type, base, stride, cols, g0 * 4, std::min(rows, g1 * 4), x, n, y, rows);
-        });
-        return;
-      }
-      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; r++) {
-          const void* wr = base + r * stride;
-          for (int64_t t = 0; t < n; t++) {
-            const float* xt = x + t * cols;
-            float v;
-            if (w.type == GgmlType::F32) v = k_.dot_f32(static_cast<const float*>(wr), xt, cols);
-            else if (w.type == GgmlType::F16) v = k_.dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
-            else v = k_.dot_bf16_f32(static_cast<const uint16_t*>(wr), xt, cols);
-            y[t * rows + r] = v;
-          }
-        }
-      });
+  if (is_float_format(w.type)) {
+    if (tiled_) {
+      gemm_float_avx512(w.type, base, stride, cols, r0, r1, x_, n, y, ldy);
       return;
     }
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0: {
-      const int64_t blocks_per_row = cols / kQK8_0;
-      const size_t need = static_cast<size_t>(n * blocks_per_row);
-      if (xq_.size() < need) xq_.resize(need);
-      BlockQ8_0* xq = xq_.data();
-      pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
-      });
-      if (gemm_q8_available() && k_.isa == IsaLevel::Avx512 && n >= 2) {  // a single token streams weights: the row dot is leaner there
-        if (xsums_.size() < need * 8) xsums_.resize(need * 8);
-        int32_t* sums = xsums_.data();
-        pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-          compute_lane_sums(xq + t0 * blocks_per_row, (t1 - t0) * blocks_per_row, sums + t0 * blocks_per_row * 8);
-        });
-        const QuantizedActivations acts{xq, sums, n, blocks_per_row};
-        // Threads take groups of 8 rows, the micro-kernel's height.
-        pool.parallel_for((rows + 7) / 8, [&](int64_t g0, int64_t g1) {
-          gemm_q8_vnni(w.type, base, stride, g0 * 8, std::min(rows, g1 * 8), acts, y, rows);
-        });
-        return;
+    for (int64_t r = r0; r < r1; r++) {
+      const void* wr = base + r * stride;
+      for (int64_t t = 0; t < n; t++) {
+        const float* xt = x_ + t * cols;
+        float v;
+        if (w.type == GgmlType::F32) v = k_.dot_f32(static_cast<const float*>(wr), xt, cols);
+        else if (w.type == GgmlType::F16) v = k_.dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+        else v = k_.dot_bf16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+        y[t * ldy + r] = v;
       }
-      const bool q8 = w.type == GgmlType::Q8_0;
-      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; r++) {
-          const void* wr = base + r * stride;
-          for (int64_t t = 0; t < n; t++) {
-            const BlockQ8_0* xt = xq + t * blocks_per_row;
-            y[t * rows + r] = q8 ? k_.dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(wr), xt, cols)
-                                 : k_.dot_q4_0_q8_0(static_cast<const BlockQ4_0*>(wr), xt, cols);
-          }
-        }
-      });
-      return;
     }
-    default:
-      throw Error(fmt::format("tensor '{}': no matmul kernel for type {} yet", w.name, type_name(w.type)));
+    return;
   }
+  if (tiled_) {
+    gemm_q8_vnni(w.type, base, stride, r0, r1, acts_, y, ldy);
+    return;
+  }
+  const int64_t blocks_per_row = cols / kQK8_0;
+  const bool q8 = w.type == GgmlType::Q8_0;
+  for (int64_t r = r0; r < r1; r++) {
+    const void* wr = base + r * stride;
+    for (int64_t t = 0; t < n; t++) {
+      const BlockQ8_0* xt = xq_.data() + t * blocks_per_row;
+      y[t * ldy + r] = q8 ? k_.dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(wr), xt, cols)
+                          : k_.dot_q4_0_q8_0(static_cast<const BlockQ4_0*>(wr), xt, cols);
+    }
+  }
+}
+
+void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, float* y) {
+  const Weight* ws[1] = {&w};
+  float* ys[1] = {y};
+  run_many(pool, ws, 1, x, n, ys);
+}
+
+bool Matmul::can_share_input(const Weight& a, const Weight& b) { return a.type == b.type && a.cols() == b.cols(); }
+
+void Matmul::run_many(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) {
+  constexpr int kMaxShared = 8;
+  if (count < 1 || count > kMaxShared) throw Error(fmt::format("run_many takes 1 to {} weights, not {}", kMaxShared, count));
+  for (int i = 1; i < count; i++)
+    if (!can_share_input(*ws[0], *ws[i]))
+      throw Error(fmt::format("tensors '{}' and '{}' cannot share one input pass", ws[0]->name, ws[i]->name));
+  prepare(pool, *ws[0], x, n);
+  // One pass over the rows of all weights, in units of the kernel's height;
+  // a thread's range may cross from one weight into the next.
+  const int64_t g = row_granule(*ws[0]);
+  std::array<int64_t, kMaxShared + 1> first_unit{};  // no allocation on the decode path
+  for (int i = 0; i < count; i++) first_unit[i + 1] = first_unit[i] + (ws[i]->rows() + g - 1) / g;
+  pool.parallel_for(first_unit[count], [&](int64_t u0, int64_t u1) {
+    for (int i = 0; i < count; i++) {
+      const int64_t a = std::max(u0, first_unit[i]), b = std::min(u1, first_unit[i + 1]);
+      if (a >= b) continue;
+      const int64_t rows = ws[i]->rows();
+      compute_rows(*ws[i], (a - first_unit[i]) * g, std::min(rows, (b - first_unit[i]) * g), ys[i], rows);
+    }
+  });
+}
+
+void Matmul::run_swiglu(ThreadPool& pool, const Weight& gate, const Weight& up, const float* x, int64_t n, float* out,
+                        float* up_scratch) {
+  if (!can_share_input(gate, up) || gate.rows() != up.rows())
+    throw Error(fmt::format("tensors '{}' and '{}' cannot be fused into SwiGLU", gate.name, up.name));
+  prepare(pool, gate, x, n);
+  const int64_t g = row_granule(gate), rows = gate.rows();
+  pool.parallel_for((rows + g - 1) / g, [&](int64_t u0, int64_t u1) {
+    const int64_t r0 = u0 * g, r1 = std::min(rows, u1 * g);
+    compute_rows(gate, r0, r1, out, rows);
+    compute_rows(up, r0, r1, up_scratch, rows);
+    // Epilogue while both are still in cache: out = silu(gate) * up.
+    for (int64_t t = 0; t < n; t++) {
+      float* o = out + t * rows;
+      const float* u = up_scratch + t * rows;
+      for (int64_t r = r0; r < r1; r++) o[r] = o[r] / (1.0f + std::exp(-o[r])) * u[r];
+    }
+  });
 }
 
 }  // namespace kestrel

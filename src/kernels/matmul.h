@@ -2,12 +2,18 @@
 // y[n][rows] = x[n][cols] . W^T for a weight W of any computable GGUF format.
 // Quantized weights take activations quantized to Q8_0 first (ggml's scheme,
 // so results match llama.cpp closely); float weights take float activations.
+//
+// Work happens in two steps: prepare() converts the activations once for a
+// weight format, compute_rows() runs any row range of any weight of that
+// format against them. The fused entry points use that split: several
+// weights sharing one input share one preparation and one parallel pass.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
+#include "kernels/gemm_q8.h"
 #include "model/weight.h"
 
 namespace kestrel {
@@ -19,12 +25,34 @@ class Matmul {
   // Throws Error naming the weight if its format has no kernel.
   void run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, float* y);
 
+  // ys[i] = x . ws[i]^T for weights with the same format and row length:
+  // activations prepared once, all rows in one parallel pass.
+  void run_many(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys);
+
+  // out = silu(x . gate^T) * (x . up^T), the SwiGLU applied by each thread to
+  // the rows it just computed (up_scratch: n * rows floats).
+  void run_swiglu(ThreadPool& pool, const Weight& gate, const Weight& up, const float* x, int64_t n, float* out,
+                  float* up_scratch);
+
+  // Whether run_many / run_swiglu can take these weights together.
+  static bool can_share_input(const Weight& a, const Weight& b);
+
   const DotKernels& kernels() const { return k_; }
 
  private:
+  void prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n);
+  // Rows [r0, r1) of w for all n prepared tokens, into y with row stride ldy.
+  void compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const;
+  // Rows per work unit: the micro-kernel's height on the tiled paths.
+  int64_t row_granule(const Weight& w) const;
+
   const DotKernels& k_;
-  std::vector<BlockQ8_0> xq_;     // quantized activations, grown once, reused every call
-  std::vector<int32_t> xsums_;    // their per-lane sums, for the tiled int8 kernel
+  const float* x_ = nullptr;          // float activations of the current call
+  int64_t n_ = 0;
+  bool tiled_ = false;                // the current call uses a tiled kernel
+  std::vector<BlockQ8_0> xq_;         // quantized activations, grown once, reused every call
+  std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
+  QuantizedActivations acts_;
 };
 
 // What runs for a weight format on this kernel table, e.g. "q4_0 x q8_0 int8 dot (avx512)".

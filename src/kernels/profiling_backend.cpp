@@ -32,6 +32,28 @@ class ProfilingBackend final : public Backend {
     timed("matmul " + op, layer, static_cast<double>(w.nbytes) + 4.0 * n * (w.cols() + w.rows()),
           2.0 * static_cast<double>(n) * w.rows() * w.cols(), [&] { in_.matmul(w, x, n, y); });
   }
+  void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
+    std::string op = "matmul";
+    int layer = -1;
+    double bytes = 0, flops = 0;
+    for (int i = 0; i < count; i++) {
+      const auto [l, name] = split_weight_name(ws[i]->name);
+      op += (i ? "+" : " ") + name;
+      layer = l;
+      bytes += static_cast<double>(ws[i]->nbytes) + 4.0 * n * ws[i]->rows();
+      flops += 2.0 * static_cast<double>(n) * ws[i]->rows() * ws[i]->cols();
+    }
+    bytes += 4.0 * n * ws[0]->cols();
+    timed(op, layer, bytes, flops, [&] { in_.matmul_many(ws, count, x, n, ys); });
+  }
+  void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+    const auto [layer, g] = split_weight_name(gate.name);
+    const auto [l2, u] = split_weight_name(up.name);
+    const double bytes = static_cast<double>(gate.nbytes + up.nbytes) + 4.0 * n * (gate.cols() + gate.rows());
+    const double flops = 4.0 * static_cast<double>(n) * gate.rows() * gate.cols() + 5.0 * n * gate.rows();
+    timed("matmul " + g + "+" + u + "+swiglu", layer, bytes, flops, [&] { in_.swiglu(gate, up, x, n, out, scratch); });
+  }
+  bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
   void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override {
     timed("embed", -1, static_cast<double>(n) * t.row_stride(), 0, [&] { in_.embed(t, tokens, n, out); });
   }

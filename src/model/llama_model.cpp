@@ -58,6 +58,7 @@ class LlamaModel final : public Model {
   LlamaModel(const GgufFile& f, Backend& be, const ModelOptions& opt)
       : cfg_(read_llama_config(f)), be_(be), max_batch_(opt.max_batch_tokens), s_(cfg_, opt.max_batch_tokens) {
     load(f);
+    if (opt.log_fusion) log_fusion();
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -95,9 +96,9 @@ class LlamaModel final : public Model {
       float *xb = s_.xb.data(), *q = s_.q.data(), *k = s_.k.data(), *v = s_.v.data();
 
       be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
-      be_.matmul(L.wq, xb, n, q);
-      be_.matmul(L.wk, xb, n, k);
-      be_.matmul(L.wv, xb, n, v);
+      const Weight* qkv[3] = {&L.wq, &L.wk, &L.wv};
+      float* qkv_out[3] = {q, k, v};
+      be_.matmul_many(qkv, 3, xb, n, qkv_out);
       if (c.qkv_bias) {
         be_.add_bias(q, L.bq.data(), n, q_dim);
         be_.add_bias(k, L.bk.data(), n, kv_dim);
@@ -114,9 +115,7 @@ class LlamaModel final : public Model {
       be_.add(x, s_.xb2.data(), n * dim);
 
       be_.rmsnorm(x, L.ffn_norm.data(), xb, n, dim, c.rms_eps);
-      be_.matmul(L.w_gate, xb, n, s_.hb.data());
-      be_.matmul(L.w_up, xb, n, s_.hb2.data());
-      be_.silu_mul(s_.hb.data(), s_.hb2.data(), n * c.n_ff);
+      be_.swiglu(L.w_gate, L.w_up, xb, n, s_.hb.data(), s_.hb2.data());
       be_.matmul(L.w_down, s_.hb.data(), n, s_.xb2.data());
       be_.add(x, s_.xb2.data(), n * dim);
     }
@@ -161,6 +160,19 @@ class LlamaModel final : public Model {
       L.w_down = ld.require(p + "ffn_down.weight", {c.n_ff, dim});
       w_.layers.push_back(std::move(L));
     }
+  }
+
+  // Says which fused operators the backend will run for these weights.
+  void log_fusion() const {
+    int qkv = 0, ffn = 0;
+    for (const auto& L : w_.layers) {
+      qkv += be_.fuses(L.wq, L.wk) && be_.fuses(L.wq, L.wv);
+      ffn += be_.fuses(L.w_gate, L.w_up);
+    }
+    const int n = cfg_.n_layer;
+    fmt::print(stderr, "fusion: attn_q+attn_k+attn_v: one activation quantization/normalised input, one parallel pass: {} of {} layers\n", qkv, n);
+    fmt::print(stderr, "fusion: ffn_gate+ffn_up+SwiGLU: one pass, silu(gate)*up applied in the epilogue: {} of {} layers\n", ffn, n);
+    fmt::print(stderr, "fusion: not fused: RoPE (separate pass over q and k), residual adds\n");
   }
 
   ModelConfig cfg_;

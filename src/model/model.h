@@ -44,6 +44,7 @@ class Model {
 
 struct ModelOptions {
   int64_t max_batch_tokens = 512;
+  bool log_fusion = false;  // print which fused operators are used, at load
 };
 
 // Picks the architecture from general.architecture. The GgufFile must outlive the model.

@@ -24,6 +24,7 @@ struct EngineOptions {
   int n_seq_max = 1;              // sequences the KV pool must hold at full context
   bool profile = false;           // time every operator (Engine::profiler)
   bool use_mmap = false;          // map the file instead of loading it into huge pages
+  bool log_fusion = false;        // print the fused operators at load
 };
 
 struct Engine {

@@ -27,15 +27,15 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events) {
 }
 
 std::string render_profile_table(const ProfileSummary& s, size_t top) {
-  std::string out = fmt::format("{:<24} {:>8} {:>11} {:>7} {:>12} {:>9} {:>10}\n", "operator", "calls", "total ms",
+  std::string out = fmt::format("{:<32} {:>8} {:>11} {:>7} {:>12} {:>9} {:>10}\n", "operator", "calls", "total ms",
                                 "share", "bytes", "GB/s", "GFLOP/s");
   for (size_t i = 0; i < s.ops.size() && i < top; i++) {
     const OpSummary& o = s.ops[i];
-    out += fmt::format("{:<24} {:>8} {:>11.2f} {:>6.1f}% {:>12.3g} {:>9.1f} {:>10.1f}\n", o.op, o.calls,
+    out += fmt::format("{:<32} {:>8} {:>11.2f} {:>6.1f}% {:>12.3g} {:>9.1f} {:>10.1f}\n", o.op, o.calls,
                        o.total_ns / 1e6, s.total_ns > 0 ? 100.0 * o.total_ns / s.total_ns : 0.0, o.bytes, o.gb_per_s(),
                        o.gflop_per_s());
   }
-  out += fmt::format("{:<24} {:>8} {:>11.2f}\n", "total", "", s.total_ns / 1e6);
+  out += fmt::format("{:<32} {:>8} {:>11.2f}\n", "total", "", s.total_ns / 1e6);
   return out;
 }
 
@@ -70,7 +70,7 @@ std::string render_profile_heatmap_svg(const ProfileSummary& s, const std::strin
   const int cols = s.n_layers + 1;
   double hottest = 0;
   for (const auto& [k, v] : s.ns_by_op_layer) hottest = std::max(hottest, v);
-  const int cell_w = std::max(14, std::min(40, 900 / std::max(1, cols))), cell_h = 22, left = 170, top = 60;
+  const int cell_w = std::max(14, std::min(40, 900 / std::max(1, cols))), cell_h = 22, left = 230, top = 60;
   const int width = left + cols * cell_w + 40, height = top + static_cast<int>(ops.size()) * cell_h + 70;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n"

@@ -197,7 +197,7 @@ TEST(Cli, ProfileThenReport) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = kestrel({"profile-report", trace, "--svg", dir.file("h.svg")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("matmul ffn_up"));
+  EXPECT_THAT(r.out, HasSubstr("matmul ffn_gate+ffn_up+swiglu"));
   EXPECT_THAT(r.out, HasSubstr("GB/s"));
   EXPECT_THAT(test::read_text(dir.file("h.svg")), HasSubstr("<svg"));
   EXPECT_NE(kestrel({"profile-report", dir.file("missing.json")}).exit_code, 0);

@@ -29,19 +29,21 @@ TEST(Profiler, RecordsEachOperatorOfEachLayerAndRoundTrips) {
     return std::count_if(ev.begin(), ev.end(), [&](const ProfileEvent& x) { return x.op == op && x.layer == layer; });
   };
   for (int l = 0; l < layers; l++) {
-    for (const char* op : {"matmul attn_q", "matmul attn_k", "matmul attn_v", "matmul attn_output", "matmul ffn_gate",
-                           "matmul ffn_up", "matmul ffn_down", "attention", "silu_mul"})
-      EXPECT_EQ(count(op, l), steps) << op << " layer " << l;
+    for (const char* op : {"matmul attn_q+attn_k+attn_v", "matmul attn_output", "matmul ffn_gate+ffn_up+swiglu",
+                           "matmul ffn_down", "attention", "rope"})
+      if (std::string(op) != "rope") EXPECT_EQ(count(op, l), steps) << op << " layer " << l;
     EXPECT_EQ(count("rmsnorm", l), 2 * steps);
+    EXPECT_EQ(count("rope", l), 2 * steps);  // q and k
   }
   EXPECT_EQ(count("matmul output", -1), steps);
   // The profiled run computes the same tokens as the reference.
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{261, 378, 432, 383}));
 
-  // The q projection of a 64x64 F32 weight: 64*64*4 weight bytes, 2*64*64 FLOPs per token.
-  const auto q = std::find_if(ev.begin(), ev.end(), [](const ProfileEvent& x) { return x.op == "matmul attn_q"; });
-  EXPECT_DOUBLE_EQ(q->flops, 2.0 * 3 * 64 * 64);  // the prefill step has 3 tokens
-  EXPECT_GE(q->bytes, 64.0 * 64 * 4);
+  // The fused q/k/v projection: 64x64 + 2 x 32x64 F32 weights, 2 FLOPs per weight per token.
+  const auto q = std::find_if(ev.begin(), ev.end(), [](const ProfileEvent& x) { return x.op == "matmul attn_q+attn_k+attn_v"; });
+  ASSERT_NE(q, ev.end());
+  EXPECT_DOUBLE_EQ(q->flops, 2.0 * 3 * 64 * (64 + 32 + 32));  // the prefill step has 3 tokens
+  EXPECT_GE(q->bytes, 64.0 * (64 + 32 + 32) * 4);
 
   test::TempDir dir;
   e.profiler->write_chrome_trace(dir.file("p.json"));
@@ -60,7 +62,7 @@ TEST(Profiler, RecordsEachOperatorOfEachLayerAndRoundTrips) {
   for (size_t i = 1; i < s.ops.size(); i++) EXPECT_GE(s.ops[i - 1].total_ns, s.ops[i].total_ns);
   const std::string svg = render_profile_heatmap_svg(s, "t");
   EXPECT_THAT(svg, ::testing::StartsWith("<svg"));
-  EXPECT_THAT(svg, ::testing::HasSubstr("matmul ffn_up layer 4"));
+  EXPECT_THAT(svg, ::testing::HasSubstr("matmul ffn_gate+ffn_up+swiglu layer 4"));
 }
 
 TEST(Profiler, BadTraceIsANamedError) {
