@@ -51,7 +51,7 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& job) {
+void ThreadPool::run(FunctionRef<void(int, int)> job) {
   if (n_threads_ == 1) {
     job(0, 1);
     return;
@@ -69,7 +69,7 @@ void ThreadPool::run(const std::function<void(int, int)>& job) {
   while (pending_.load(std::memory_order_acquire) != 0) KESTREL_PAUSE();
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   const int nt = static_cast<int>(std::min<int64_t>(n_threads_, n));
   run([&](int ti, int) {

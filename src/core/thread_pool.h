@@ -6,10 +6,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/function_ref.h"
 
 namespace kestrel {
 
@@ -23,10 +24,10 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   // Runs job(thread_index, n_threads) on every thread and waits for all.
-  void run(const std::function<void(int, int)>& job);
+  void run(FunctionRef<void(int, int)> job);
 
   // Splits [0, n) into contiguous ranges, one per thread: fn(begin, end).
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
   void worker_loop(int index);
@@ -36,7 +37,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
-  const std::function<void(int, int)>* job_ = nullptr;
+  const FunctionRef<void(int, int)>* job_ = nullptr;
   std::mutex mutex_;
   std::condition_variable wake_cv_;
   std::atomic<int> sleepers_{0};

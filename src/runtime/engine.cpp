@@ -59,7 +59,8 @@ Engine Engine::load(const EngineOptions& o) {
                             e.tokenizer->vocab().size(), c.n_vocab));
   e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
   const int64_t blocks_per_seq = (e.n_ctx + o.kv_block_size - 1) / o.kv_block_size;
-  e.kv = std::make_unique<PagedKvCache>(e.model->kv_layout(), static_cast<int>(blocks_per_seq * o.n_seq_max), o.kv_block_size);
+  e.kv = std::make_unique<PagedKvCache>(e.model->kv_layout(), static_cast<int>(blocks_per_seq * o.n_seq_max), o.kv_block_size,
+                                        static_cast<int>(blocks_per_seq));
   return e;
 }
 

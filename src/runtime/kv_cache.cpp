@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace kestrel {
 
-PagedKvCache::PagedKvCache(const KvLayout& layout, int n_blocks, int block_size)
-    : layout_(layout), n_blocks_(n_blocks), block_size_(block_size) {
+PagedKvCache::PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq)
+    : layout_(layout), n_blocks_(n_blocks), block_size_(block_size),
+      max_blocks_per_seq_(max_blocks_per_seq > 0 ? std::min(max_blocks_per_seq, n_blocks) : n_blocks) {
   if (n_blocks <= 0 || block_size <= 0) throw Error("KV cache needs at least one block of at least one token");
   const size_t slots = static_cast<size_t>(n_blocks) * static_cast<size_t>(block_size);
   k_.resize(layout.n_layer);
@@ -22,6 +25,7 @@ PagedKvCache::PagedKvCache(const KvLayout& layout, int n_blocks, int block_size)
 
 void PagedKvCache::reserve(int32_t seq, int64_t n_tokens) {
   Sequence& s = seqs_[seq];
+  if (s.blocks.capacity() == 0) s.blocks.reserve(static_cast<size_t>(max_blocks_per_seq_));
   const int64_t need_blocks = (n_tokens + block_size_ - 1) / block_size_;
   const int64_t extra = need_blocks - static_cast<int64_t>(s.blocks.size());
   if (extra > static_cast<int64_t>(free_.size()))
@@ -46,10 +50,7 @@ void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
   if (s.length > n_tokens) s.length = n_tokens;
 }
 
-void PagedKvCache::remove(int32_t seq) {
-  truncate(seq, 0);
-  seqs_.erase(seq);
-}
+void PagedKvCache::remove(int32_t seq) { truncate(seq, 0); }
 
 int64_t PagedKvCache::length(int32_t seq) const {
   auto it = seqs_.find(seq);

@@ -18,7 +18,9 @@ struct KvLayout {
 
 class PagedKvCache {
  public:
-  PagedKvCache(const KvLayout& layout, int n_blocks, int block_size);
+  // max_blocks_per_seq (0: n_blocks) sizes each block table once, so that
+  // growing a sequence never allocates.
+  PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq = 0);
 
   int block_size() const { return block_size_; }
   int n_blocks() const { return n_blocks_; }
@@ -29,6 +31,7 @@ class PagedKvCache {
   void reserve(int32_t seq, int64_t n_tokens);
   // Drops positions >= n_tokens (rollback); frees blocks no longer needed.
   void truncate(int32_t seq, int64_t n_tokens);
+  // Frees all of seq's blocks. The (empty) table is kept for the id's reuse.
   void remove(int32_t seq);
   int64_t length(int32_t seq) const;  // positions reserved
 
@@ -48,6 +51,7 @@ class PagedKvCache {
   KvLayout layout_;
   int n_blocks_;
   int block_size_;
+  int max_blocks_per_seq_;
   std::vector<std::vector<float>> k_, v_;
   std::vector<int32_t> free_;
   std::map<int32_t, Sequence> seqs_;
