@@ -7,6 +7,7 @@
 #include "hw/cpu_features.h"
 #include "hw/limits.h"
 #include "hw/topology.h"
+#include "hw/tuning.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
 #include "runtime/engine.h"
@@ -56,6 +57,8 @@ void register_hw(CLI::App& app) {
       for (GgmlType ty : formats) j["kernels"][std::string(type_name(ty))] = matmul_kernel_name(k, ty);
       j["limits"] = limits ? nlohmann::json::parse(limits_to_json(*limits)) : nlohmann::json(nullptr);
       j["limits_cache"] = limits_cache_path();
+      j["tuning"] = {{"q8_token_chunk", tuning().q8_token_chunk}, {"float_token_chunk", tuning().float_token_chunk},
+                     {"source", tuning().source}};
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
@@ -71,6 +74,8 @@ void register_hw(CLI::App& app) {
                  c.instances, c.line_bytes);
     fmt::print("kernels:    {} (KESTREL_ISA=scalar|avx2|avx512 to force)\n", isa_name(isa));
     for (GgmlType ty : formats) fmt::print("  {:<6} {}\n", type_name(ty), matmul_kernel_name(k, ty));
+    fmt::print("tiles:      q8 token chunk {}, float token chunk {} ({}; `kestrel tune` to measure)\n",
+               tuning().q8_token_chunk, tuning().float_token_chunk, tuning().source);
     if (limits) {
       fmt::print("limits:     measured {} with {} thread(s){}\n", limits->measured_at, limits->threads,
                  measure ? "" : " (cached; --measure to measure again)");

@@ -18,6 +18,7 @@ void register_run(CLI::App& app);
 void register_hw(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_profile_report(CLI::App& app);
+void register_tune(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
@@ -28,6 +29,7 @@ inline void register_all(CLI::App& app) {
   register_hw(app);
   register_bench(app);
   register_profile_report(app);
+  register_tune(app);
 }
 
 int run_selected(CLI::App& app);

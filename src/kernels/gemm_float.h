@@ -12,6 +12,6 @@ namespace kestrel {
 
 // y[t * ldy + r] for rows [r0, r1), tokens [0, n); x is [n][cols].
 void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
-                       const float* x, int64_t n, float* y, int64_t ldy);
+                       const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk = 64);
 
 }  // namespace kestrel

@@ -55,8 +55,8 @@ void rows_all_tokens(const uint8_t* const* rows, int64_t cols, const float* x, i
 
 template <GgmlType W>
 void gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const float* x, int64_t n, float* y,
-          int64_t ldy) {
-  constexpr int64_t kTokenChunk = 64;  // activations of a chunk stay in L2 while rows stream past
+          int64_t ldy, int64_t kTokenChunk) {
+  // Activations of a chunk of tokens stay in L2 while the rows stream past.
   for (int64_t tc = 0; tc < n; tc += kTokenChunk) {
     const int64_t tn = std::min(kTokenChunk, n - tc);
     const float* xc = x + tc * cols;
@@ -76,11 +76,12 @@ void gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1,
 }  // namespace
 
 void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
-                       const float* x, int64_t n, float* y, int64_t ldy) {
+                       const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) {
+  token_chunk = std::max<int64_t>(1, token_chunk);
   switch (wtype) {
-    case GgmlType::F32: gemm<GgmlType::F32>(w, row_stride, cols, r0, r1, x, n, y, ldy); break;
-    case GgmlType::F16: gemm<GgmlType::F16>(w, row_stride, cols, r0, r1, x, n, y, ldy); break;
-    default: gemm<GgmlType::BF16>(w, row_stride, cols, r0, r1, x, n, y, ldy); break;
+    case GgmlType::F32: gemm<GgmlType::F32>(w, row_stride, cols, r0, r1, x, n, y, ldy, token_chunk); break;
+    case GgmlType::F16: gemm<GgmlType::F16>(w, row_stride, cols, r0, r1, x, n, y, ldy, token_chunk); break;
+    default: gemm<GgmlType::BF16>(w, row_stride, cols, r0, r1, x, n, y, ldy, token_chunk); break;
   }
 }
 

@@ -26,8 +26,9 @@ void compute_lane_sums(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane
 
 // y[t * ldy + r] for rows [r0, r1) (r1 - r0 a multiple of 4 except at the end) and all tokens.
 // Requires AVX-512 VNNI (check gemm_q8_available()).
+// token_chunk: tokens processed per pass over the rows (see hw/tuning.h), 1 to 256.
 void gemm_q8_vnni(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t r0, int64_t r1,
-                  const QuantizedActivations& x, float* y, int64_t ldy);
+                  const QuantizedActivations& x, float* y, int64_t ldy, int64_t token_chunk = 64);
 
 bool gemm_q8_available();  // compiled in and the CPU has AVX-512 VNNI
 

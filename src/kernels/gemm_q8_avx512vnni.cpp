@@ -1,6 +1,8 @@
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI; called only when the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/gemm_q8.h"
 
 namespace kestrel {
@@ -107,9 +109,9 @@ void rows_all_tokens(const uint8_t* const* rows, const QuantizedActivations& x, 
 }
 
 template <GgmlType W>
-void gemm(const uint8_t* w, size_t stride, int64_t r0, int64_t r1, const QuantizedActivations& x, float* y, int64_t ldy) {
+void gemm(const uint8_t* w, size_t stride, int64_t r0, int64_t r1, const QuantizedActivations& x, float* y, int64_t ldy,
+          int64_t kTokenChunk) {
   // Tokens in chunks whose activations stay in L2 while the rows stream past.
-  constexpr int64_t kTokenChunk = 64;
   for (int64_t tc = 0; tc < x.n_tokens; tc += kTokenChunk) {
     const int64_t tc_end = std::min(x.n_tokens, tc + kTokenChunk);
     int64_t r = r0;
@@ -128,7 +130,7 @@ void gemm(const uint8_t* w, size_t stride, int64_t r0, int64_t r1, const Quantiz
     }
     if (r < r1) {  // an odd last row: pair it with itself, keep one result
       const uint8_t* rows[2] = {w + r * stride, w + r * stride};
-      float tmp_row[2 * kTokenChunk];
+      float tmp_row[2 * 256];  // token chunks are at most 256
       // Write into a scratch with ldy 2 and copy the first column back.
       rows_all_tokens<W, 1>(rows, QuantizedActivations{x.blocks + tc * x.n_blocks, x.lane_sums + tc * x.n_blocks * 8,
                                                        tc_end - tc, x.n_blocks},
@@ -149,9 +151,10 @@ void compute_lane_sums(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane
 }
 
 void gemm_q8_vnni(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t r0, int64_t r1,
-                  const QuantizedActivations& x, float* y, int64_t ldy) {
-  if (wtype == GgmlType::Q8_0) gemm<GgmlType::Q8_0>(w, row_stride, r0, r1, x, y, ldy);
-  else gemm<GgmlType::Q4_0>(w, row_stride, r0, r1, x, y, ldy);
+                  const QuantizedActivations& x, float* y, int64_t ldy, int64_t token_chunk) {
+  token_chunk = std::clamp<int64_t>(token_chunk, 1, 256);
+  if (wtype == GgmlType::Q8_0) gemm<GgmlType::Q8_0>(w, row_stride, r0, r1, x, y, ldy, token_chunk);
+  else gemm<GgmlType::Q4_0>(w, row_stride, r0, r1, x, y, ldy, token_chunk);
 }
 
 }  // namespace kestrel

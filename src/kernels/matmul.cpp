@@ -77,7 +77,7 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (is_float_format(w.type)) {
     if (tiled_) {
-      gemm_float_avx512(w.type, base, stride, cols, r0, r1, x_, n, y, ldy);
+      gemm_float_avx512(w.type, base, stride, cols, r0, r1, x_, n, y, ldy, tuning_.float_token_chunk);
       return;
     }
     for (int64_t r = r0; r < r1; r++) {
@@ -94,7 +94,7 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
     return;
   }
   if (tiled_) {
-    gemm_q8_vnni(w.type, base, stride, r0, r1, acts_, y, ldy);
+    gemm_q8_vnni(w.type, base, stride, r0, r1, acts_, y, ldy, tuning_.q8_token_chunk);
     return;
   }
   const int64_t blocks_per_row = cols / kQK8_0;

@@ -13,6 +13,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
+#include "hw/tuning.h"
 #include "kernels/gemm_q8.h"
 #include "model/weight.h"
 
@@ -20,7 +21,7 @@ namespace kestrel {
 
 class Matmul {
  public:
-  explicit Matmul(const DotKernels& kernels) : k_(kernels) {}
+  explicit Matmul(const DotKernels& kernels, const Tuning& tuning = kestrel::tuning()) : k_(kernels), tuning_(tuning) {}
 
   // Throws Error naming the weight if its format has no kernel.
   void run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, float* y);
@@ -47,6 +48,7 @@ class Matmul {
   int64_t row_granule(const Weight& w) const;
 
   const DotKernels& k_;
+  Tuning tuning_;
   const float* x_ = nullptr;          // float activations of the current call
   int64_t n_ = 0;
   bool tiled_ = false;                // the current call uses a tiled kernel

@@ -41,7 +41,7 @@ const std::string kTok = test::shared("models/tok512.bin");
 TEST(Cli, HelpListsEverySubcommand) {
   const auto r = kestrel({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* cmd : {"run", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report"}) {
+  for (const char* cmd : {"run", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report", "tune"}) {
     EXPECT_THAT(r.out, HasSubstr(cmd));
     EXPECT_EQ(kestrel({cmd, "--help"}).exit_code, 0) << cmd;
   }
@@ -188,6 +188,22 @@ TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
   const auto csv = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--csv"});
   EXPECT_THAT(csv.out, HasSubstr("model_filename,model_type"));
   EXPECT_NE(kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
+}
+
+TEST_F(CliWithLimits, TuneStoresTheWinnersThatHwThenReports) {
+  EXPECT_THAT(kestrel({"hw", "--json"}).out, HasSubstr("derived from the"));
+  const auto r = kestrel({"tune", "--tokens", "8", "-t", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("best: q8 token chunk"));
+  const auto j = nlohmann::json::parse(kestrel({"hw", "--json"}).out);
+  EXPECT_THAT(j["tuning"]["source"].get<std::string>(), HasSubstr(dir_.file("cache")));
+  const int64_t chunk = j["tuning"]["q8_token_chunk"];
+  EXPECT_TRUE(chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128 || chunk == 256) << chunk;
+  // A run with the tuned file gives the same tokens as the reference.
+  const auto run = kestrel({"run", "-m", kStories, "--tokenizer", kTok, "--prompt-ids", "1 403 407 261 378", "-n", "5",
+                            "--temp", "0", "--print-ids"});
+  EXPECT_THAT(run.out, HasSubstr("ids: 432 383 286 261 376"));
+  EXPECT_NE(kestrel({"tune", "--tokens", "1"}).exit_code, 0);
 }
 
 TEST(Cli, ProfileThenReport) {
