@@ -1,5 +1,7 @@
 #include "kernels/attention.h"
 
+#include "kernels/dot.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,28 +16,35 @@ struct Partial {
   float l;   // sum of exp(score - m)
 };
 
-// Streams positions [p0, p1) of one token/head into out[0..hd) (unnormalised).
-Partial attend_range(const PagedKvLayerView& kv, const int32_t* table, const float* q, int kvh, int hd, float scale,
-                     int32_t p0, int32_t p1, float* out) {
+// Streams positions [p0, p1) of one token/head into out[0..hd) (unnormalised),
+// a KV block at a time: the scores of the block, one softmax rescale, then
+// the weighted values. Dots and axpys use the process's SIMD kernels.
+Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int32_t* table, const float* q, int kvh,
+                     int hd, float scale, int32_t p0, int32_t p1, float* out) {
   for (int d = 0; d < hd; d++) out[d] = 0.0f;
   Partial s{-std::numeric_limits<float>::infinity(), 0.0f};
-  for (int32_t p = p0; p < p1; p++) {
-    const int64_t slot = static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
-    const float* k = kv.k + slot * kv.k_stride + kvh * hd;
-    float score = 0.0f;
-    for (int d = 0; d < hd; d++) score += q[d] * k[d];
-    score *= scale;
-    const float* v = kv.v + slot * kv.v_stride + kvh * hd;
-    if (score > s.m) {
+  constexpr int kMaxBlock = 256;
+  float scores[kMaxBlock];
+  for (int32_t p = p0; p < p1;) {
+    // Positions [p, end) share one KV block (and at most kMaxBlock of them).
+    const int32_t in_block = kv.block_size - p % kv.block_size;
+    const int32_t end = std::min({p1, p + in_block, p + kMaxBlock});
+    const int64_t slot0 = static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int32_t j = 0; j < end - p; j++) {
+      scores[j] = k.dot_f32(q, kv.k + (slot0 + j) * kv.k_stride + kvh * hd, hd) * scale;
+      block_max = std::max(block_max, scores[j]);
+    }
+    if (block_max > s.m) {
       // New maximum: rescale what was accumulated so far.
-      const float correction = std::exp(s.m - score);
+      const float correction = std::exp(s.m - block_max);
       s.l *= correction;
       for (int d = 0; d < hd; d++) out[d] *= correction;
-      s.m = score;
+      s.m = block_max;
     }
-    const float e = std::exp(score - s.m);
-    s.l += e;
-    for (int d = 0; d < hd; d++) out[d] += e * v[d];
+    s.l += k.exp_sum_f32(scores, s.m, end - p);
+    for (int32_t j = 0; j < end - p; j++) k.axpy_f32(out, scores[j], kv.v + (slot0 + j) * kv.v_stride + kvh * hd, hd);
+    p = end;
   }
   return s;
 }
@@ -46,6 +55,7 @@ constexpr int32_t kMinSplitLength = 128;
 }  // namespace
 
 void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) {
+  const DotKernels& k = dot_kernels();
   const int group = s.n_head / s.n_kv_head;
   const int hd = s.head_dim;
   const int64_t rows = b.n_tokens * s.n_head;
@@ -64,7 +74,7 @@ void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
         const int64_t t = w / s.n_head;
         const int h = static_cast<int>(w % s.n_head);
         float* out = b.out + (t * s.n_head + h) * hd;
-        const Partial p = attend_range(kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale, 0,
+        const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale, 0,
                                        b.positions[t] + 1, out);
         const float inv = 1.0f / p.l;
         for (int d = 0; d < hd; d++) out[d] *= inv;
@@ -87,7 +97,7 @@ void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
       const int h = static_cast<int>(row % s.n_head);
       const int64_t len = b.positions[t] + 1;
       const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
-      part_data[w] = attend_range(kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale, p0, p1,
+      part_data[w] = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale, p0, p1,
                                   acc_data + w * hd);
     }
   });

@@ -19,6 +19,11 @@ struct DotKernels {
   float (*dot_q4_0_q8_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n);
   // Activation quantizer (round half to even, like ggml's run-time path).
   void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+  // y[i] += a * x[i] (attention's weighted sum of values).
+  void (*axpy_f32)(float* y, float a, const float* x, int64_t n);
+  // x[i] = exp(x[i] - m), returning the sum (attention's softmax numerators).
+  // SIMD versions use a polynomial exp accurate to a few ulp.
+  float (*exp_sum_f32)(float* x, float m, int64_t n);
 };
 
 const DotKernels& scalar_dot_kernels();

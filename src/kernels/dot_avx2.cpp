@@ -133,11 +133,50 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
   }
 }
 
+void axpy_f32(float* y, float a, const float* x, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+// exp(x) for 8 floats (Cephes expf: range reduction by ln 2, degree-6
+// polynomial, scale by 2^n); relative error ~1e-7 over the range used.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-88.3762626647949f));
+  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
+}
+
+float exp_sum_f32(float* x, float m, int64_t n) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = hsum(acc);
+  for (; i < n; i++) sum += (x[i] = std::exp(x[i] - m));
+  return sum;
+}
+
 }  // namespace
 
 const DotKernels* avx2_dot_kernels() {
   static const DotKernels k{IsaLevel::Avx2, dot_f32, dot_f16_f32, dot_bf16_f32,
-                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_q8_0};
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_q8_0, axpy_f32, exp_sum_f32};
   return &k;
 }
 

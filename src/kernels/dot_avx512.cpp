@@ -134,7 +134,7 @@ const DotKernels* avx512_dot_kernels() {
   const DotKernels* avx2 = avx2_dot_kernels();
   // The activation quantizer is memory-light; the AVX2 one serves here too.
   static const DotKernels k{IsaLevel::Avx512, dot_f32, dot_f16_f32, dot_bf16_f32,
-                            dot_q8_0_q8_0, dot_q4_0_q8_0, avx2->quantize_q8_0};
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, avx2->quantize_q8_0, avx2->axpy_f32, avx2->exp_sum_f32};
   return &k;
 }
 

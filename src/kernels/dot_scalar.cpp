@@ -48,6 +48,16 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
   return sum;
 }
 
+void axpy_f32(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+float exp_sum_f32(float* x, float m, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; i++) sum += (x[i] = std::exp(x[i] - m));
+  return sum;
+}
+
 void quantize_activations_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
   quantize_row_q8_0_ref(x, y, n, Rounding::HalfToEven);
 }
@@ -56,7 +66,7 @@ void quantize_activations_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
 
 const DotKernels& scalar_dot_kernels() {
   static const DotKernels k{IsaLevel::Scalar, dot_f32, dot_f16_f32, dot_bf16_f32,
-                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_activations_q8_0};
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_activations_q8_0, axpy_f32, exp_sum_f32};
   return k;
 }
 

@@ -129,6 +129,21 @@ std::vector<SimdCase> simd_cases() {
   return cases;
 }
 
+TEST_P(DotKernelsVsScalar, ExpSumAndAxpy) {
+  const int64_t n = GetParam().n;
+  const DotKernels& ref = scalar_dot_kernels();
+  auto a = random_floats(n, 7, 10.0f), b = a;
+  const float m = 3.0f;
+  const float sa = ref.exp_sum_f32(a.data(), m, n), sb = simd_->exp_sum_f32(b.data(), m, n);
+  EXPECT_NEAR(sb, sa, 1e-5f * std::fabs(sa) + 1e-30f);
+  for (int64_t i = 0; i < n; i++) ASSERT_NEAR(b[i], a[i], 2e-6f * a[i] + 1e-37f) << i;
+  auto y1 = random_floats(n, 8), y2 = y1;
+  const auto x = random_floats(n, 9);
+  ref.axpy_f32(y1.data(), 0.37f, x.data(), n);
+  simd_->axpy_f32(y2.data(), 0.37f, x.data(), n);
+  for (int64_t i = 0; i < n; i++) ASSERT_NEAR(y2[i], y1[i], 1e-6f) << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Lengths, DotKernelsVsScalar, ::testing::ValuesIn(simd_cases()), [](const auto& info) {
   return std::string(isa_name(info.param.isa)) + "_" + std::to_string(info.param.n);
 });
