@@ -69,8 +69,10 @@ void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
   }
 
   if (splits == 1) {
-    pool.parallel_for(rows, [&](int64_t w0, int64_t w1) {
-      for (int64_t w = w0; w < w1; w++) {
+    // Rows are dealt out round-robin: a row's cost grows with its position, so
+    // contiguous ranges would give the last thread the longest prefixes.
+    pool.run([&](int ti, int nt) {
+      for (int64_t w = ti; w < rows; w += nt) {
         const int64_t t = w / s.n_head;
         const int h = static_cast<int>(w % s.n_head);
         float* out = b.out + (t * s.n_head + h) * hd;
