@@ -22,10 +22,12 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type) {
       return fmt::format("{} x f32 fma row dot ({})", w, isa);
     }
     case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
+    case GgmlType::Q4_0: {
+      const char* w = type == GgmlType::Q8_0 ? "q8_0" : "q4_0";
       if (gemm_q8_available() && k.isa == IsaLevel::Avx512)
-        return fmt::format("{} x q8_0 tiled 4x4 int8 gemm, vpdpbusd (avx512 vnni)", type == GgmlType::Q8_0 ? "q8_0" : "q4_0");
-      return fmt::format("{} x q8_0 int8 dot, activations quantized per row ({})", type == GgmlType::Q8_0 ? "q8_0" : "q4_0", isa);
+        return fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches (avx512 vnni)", w);
+      return fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, isa);
+    }
     default: return "none";
   }
 }
