@@ -17,13 +17,32 @@ inline __m512 load_w(const uint8_t* row, int64_t k, __mmask16 m) {
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + k)), 16));
 }
 
+template <GgmlType W>
+inline __m512 load_w_full(const uint8_t* row, int64_t k) {
+  if constexpr (W == GgmlType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  else if constexpr (W == GgmlType::F16)
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + k)));
+  else
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + k))), 16));
+}
+
 template <GgmlType W, int R, int T>
 void tile(const uint8_t* const* rows, int64_t cols, const float* const* xs, float* y, int64_t ldy, int64_t r, int64_t t0) {
   __m512 acc[R][T];
   for (int i = 0; i < R; i++)
     for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < cols; k += 16) {
-    const __mmask16 m = cols - k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (cols - k)) - 1);
+  int64_t k = 0;
+  for (; k + 16 <= cols; k += 16) {  // full vectors: plain loads
+    __m512 xv[T];
+    for (int t = 0; t < T; t++) xv[t] = _mm512_loadu_ps(xs[t] + k);
+    for (int i = 0; i < R; i++) {
+      const __m512 wv = load_w_full<W>(rows[i], k);
+      for (int t = 0; t < T; t++) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
+    }
+  }
+  for (; k < cols; k += 16) {  // the tail: masked loads
+    const __mmask16 m = static_cast<__mmask16>((1u << (cols - k)) - 1);
     __m512 xv[T];
     for (int t = 0; t < T; t++) xv[t] = _mm512_maskz_loadu_ps(m, xs[t] + k);
     for (int i = 0; i < R; i++) {
