@@ -35,9 +35,22 @@ inline __m256i weight_u8(const uint8_t* row, int64_t b) {
 }
 
 template <GgmlType W>
-inline float weight_scale(const uint8_t* row, int64_t b) {
-  if constexpr (W == GgmlType::Q8_0) return f16((reinterpret_cast<const BlockQ8_0*>(row) + b)->d);
-  else return f16((reinterpret_cast<const BlockQ4_0*>(row) + b)->d);
+inline uint16_t weight_scale_bits(const uint8_t* row, int64_t b) {
+  if constexpr (W == GgmlType::Q8_0) return (reinterpret_cast<const BlockQ8_0*>(row) + b)->d;
+  else return (reinterpret_cast<const BlockQ4_0*>(row) + b)->d;
+}
+
+// The block scales of 2P rows, converted together, as P vectors whose low
+// half holds row 2p's scale and high half row 2p+1's.
+template <GgmlType W, int P>
+inline void pair_scales(const uint8_t* const* rows, int64_t b, __m512* dw) {
+  alignas(16) uint16_t bits[8] = {};
+  for (int i = 0; i < 2 * P; i++) bits[i] = weight_scale_bits<W>(rows[i], b);
+  const __m512 all = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bits))));
+  for (int p = 0; p < P; p++) {
+    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)), _mm256_set1_epi32(2 * p + 1), 1);
+    dw[p] = _mm512_permutexvar_ps(idx, all);
+  }
 }
 
 // Weights of one block of two rows as unsigned bytes, row a in the low half.
@@ -70,11 +83,8 @@ void tile(const uint8_t* const* rows, const QuantizedActivations& x, int64_t t0,
   for (int64_t b = 0; b < nb; b++) {
     __m512i wq[P];
     __m512 dw[P];
-    for (int p = 0; p < P; p++) {
-      wq[p] = pair_u8<W>(rows[2 * p], rows[2 * p + 1], b);
-      dw[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(weight_scale<W>(rows[2 * p], b))),
-                                 _mm256_set1_ps(weight_scale<W>(rows[2 * p + 1], b)), 1);
-    }
+    for (int p = 0; p < P; p++) wq[p] = pair_u8<W>(rows[2 * p], rows[2 * p + 1], b);
+    pair_scales<W, P>(rows, b, dw);
     for (int t = 0; t < T; t++) {
       const BlockQ8_0& xb = x.blocks[(t0 + t) * nb + b];
       const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
