@@ -13,6 +13,12 @@ namespace {
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
+// Software prefetch distances for streamed weight rows (read once per token),
+// measured with `kestrel bench -n 64` on the 1.1B model: the hardware
+// prefetcher alone left decode ~20% (Q8_0) and ~30% (Q4_0) slower.
+constexpr int kPrefetchBytesQ8 = 8192;
+constexpr int kPrefetchBytesQ4 = 4096;
+
 inline float hsum8(__m256 v) {
   __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -61,6 +67,7 @@ float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytesQ8, _MM_HINT_T0);
     const __m512i u = _mm512_xor_si512(load_two(w[b].qs, w[b + 1].qs), _mm512_set1_epi8(char(0x80)));
     const __m512i s = lanes<7>(u, load_two(x[b].qs, x[b + 1].qs));
     acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
@@ -76,6 +83,7 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytesQ4, _MM_HINT_T0);
     const __m512i s = lanes<3>(q4_two(w + b), load_two(x[b].qs, x[b + 1].qs));
     acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
   }
