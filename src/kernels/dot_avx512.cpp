@@ -4,12 +4,13 @@
 #include <immintrin.h>
 
 #include "core/fp16.h"
+#include "kernels/avx512_helpers.h"
 #include "kernels/dot.h"
 
 namespace kestrel {
 namespace {
 
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+using namespace avx512;
 
 inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
@@ -65,39 +66,8 @@ inline __m512i dot_i8_pairs(__m512i a, __m512i b) {
   return _mm512_madd_epi16(_mm512_maddubs_epi16(ax, sy), _mm512_set1_epi16(1));
 }
 
-inline __m512i load_two(const int8_t* lo, const int8_t* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
-}
-
-inline __m256i q4_unpack(const uint8_t* qs) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
-  return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-}
-
-// Integer work for two blocks at a time in 512 bits; the float accumulation
-// stays 8 lanes wide, one block after another, which is exactly ggml's order
-// (so logits match llama.cpp bit for bit, as on the AVX2 path).
-inline __m256 accumulate_two(__m256 acc, __m512i sums, float d0, float d1) {
-  const __m512 f = _mm512_cvtepi32_ps(sums);
-  acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
-  return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm512_extractf32x8_ps(f, 1), acc);
-}
-
-inline float hsum8(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
-// One block in 256 bits (the odd block out).
-inline __m256 accumulate_one(__m256 acc, __m256i qw, __m256i qx, float d) {
-  const __m256i ax = _mm256_sign_epi8(qw, qw), sy = _mm256_sign_epi8(qx, qw);
-  const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
-  return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
-}
+// One Q4_0 block as 32 signed values (nibble - 8).
+inline __m256i q4_unpack(const uint8_t* qs) { return _mm256_sub_epi8(q4_nibbles(qs), _mm256_set1_epi8(8)); }
 
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
   const int64_t nb = n / kQK8_0;

@@ -3,25 +3,13 @@
 
 #include <algorithm>
 
+#include "kernels/avx512_helpers.h"
 #include "kernels/gemm_q8.h"
 
 namespace kestrel {
 namespace {
 
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-inline float hsum8(__m256 v) {  // ggml's hsum_float_8 order
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
-inline __m256i q4_nibbles(const uint8_t* qs) {  // 32 unsigned 0..15, element order
-  const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(p), _mm_srli_epi16(p, 4), 1),
-                          _mm256_set1_epi8(0x0F));
-}
+using namespace avx512;
 
 // Weights of one block as unsigned bytes u = q + bias (bias 128 for Q8_0, 8 for Q4_0).
 template <GgmlType W>
@@ -59,16 +47,7 @@ inline __m512i pair_u8(const uint8_t* a, const uint8_t* b, int64_t blk) {
   if constexpr (W == GgmlType::Q8_0) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(weight_u8<W>(a, blk)), weight_u8<W>(b, blk), 1);
   } else {
-    // [qs_a | qs_b] -> 128-bit lanes [qs_a, qs_a, qs_b, qs_b]; the odd lanes
-    // take the high nibbles (elements 16..31), the even ones the low.
-    const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>((reinterpret_cast<const BlockQ4_0*>(a) + blk)->qs));
-    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(qa),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>((reinterpret_cast<const BlockQ4_0*>(b) + blk)->qs)), 1);
-    const __m512i z = _mm512_castsi256_si512(ab);
-    const __m512i dup = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0));
-    const __m512i shifts = _mm512_setr_epi64(0, 0, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0,
-                                              0x0004000400040004ll, 0x0004000400040004ll);
-    return _mm512_and_si512(_mm512_srlv_epi16(dup, shifts), _mm512_set1_epi8(0x0F));
+    return q4_nibbles_two((reinterpret_cast<const BlockQ4_0*>(a) + blk)->qs, (reinterpret_cast<const BlockQ4_0*>(b) + blk)->qs);
   }
 }
 
