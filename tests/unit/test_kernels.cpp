@@ -71,19 +71,24 @@ TEST(BlockFormats, Q4_0MatchesHandComputedBlock) {
 // Each SIMD table this CPU can run, by ISA level.
 struct SimdCase {
   IsaLevel isa;
+  bool vnni;  // the AVX-512 table with VNNI quantized dots
   int64_t n;
 };
 
-void PrintTo(const SimdCase& c, std::ostream* os) { *os << isa_name(c.isa) << "/" << c.n; }
+std::string simd_name(const SimdCase& c) { return std::string(isa_name(c.isa)) + (c.vnni ? "vnni" : ""); }
+void PrintTo(const SimdCase& c, std::ostream* os) { *os << simd_name(c) << "/" << c.n; }
 
 class DotKernelsVsScalar : public ::testing::TestWithParam<SimdCase> {
  protected:
   void SetUp() override {
     const auto& f = cpu_features();
-    const bool runnable = GetParam().isa == IsaLevel::Avx2 ? (f.avx2 && f.fma && f.f16c)
-                                                            : (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
-    simd_ = GetParam().isa == IsaLevel::Avx2 ? avx2_dot_kernels() : avx512_dot_kernels();
-    if (!simd_ || !runnable) GTEST_SKIP() << isa_name(GetParam().isa) << " kernels cannot run on this CPU/build";
+    const bool runnable = GetParam().isa == IsaLevel::Avx2
+                              ? (f.avx2 && f.fma && f.f16c)
+                              : (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && (!GetParam().vnni || f.avx512vnni));
+    simd_ = GetParam().isa == IsaLevel::Avx2 ? avx2_dot_kernels()
+            : GetParam().vnni                ? avx512vnni_dot_kernels()
+                                             : avx512_dot_kernels();
+    if (!simd_ || !runnable) GTEST_SKIP() << simd_name(GetParam()) << " kernels cannot run on this CPU/build";
   }
   const DotKernels* simd_ = nullptr;
 };
@@ -120,12 +125,16 @@ TEST_P(DotKernelsVsScalar, QuantizedFormats) {
   const float tol = 1e-4f * static_cast<float>(n);
   EXPECT_NEAR(simd_->dot_q8_0_q8_0(wq8.data(), xq_ref.data(), n), ref.dot_q8_0_q8_0(wq8.data(), xq_ref.data(), n), tol);
   EXPECT_NEAR(simd_->dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n), ref.dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n), tol);
+  // Every SIMD table sums in ggml's order, so they agree with each other bit for bit.
+  const DotKernels& avx2 = *avx2_dot_kernels();
+  EXPECT_EQ(simd_->dot_q8_0_q8_0(wq8.data(), xq_ref.data(), n), avx2.dot_q8_0_q8_0(wq8.data(), xq_ref.data(), n));
+  EXPECT_EQ(simd_->dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n), avx2.dot_q4_0_q8_0(wq4.data(), xq_ref.data(), n));
 }
 
 std::vector<SimdCase> simd_cases() {
   std::vector<SimdCase> cases;
-  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
-    for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 4096, 11008}) cases.push_back({isa, n});
+  for (auto [isa, vnni] : {std::pair{IsaLevel::Avx2, false}, {IsaLevel::Avx512, false}, {IsaLevel::Avx512, true}})
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 4096, 11008}) cases.push_back({isa, vnni, n});
   return cases;
 }
 
@@ -145,7 +154,7 @@ TEST_P(DotKernelsVsScalar, ExpSumAndAxpy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Lengths, DotKernelsVsScalar, ::testing::ValuesIn(simd_cases()), [](const auto& info) {
-  return std::string(isa_name(info.param.isa)) + "_" + std::to_string(info.param.n);
+  return simd_name(info.param) + "_" + std::to_string(info.param.n);
 });
 
 TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
