@@ -35,6 +35,20 @@ class Backend {
     matmul(up, x, n, scratch);
     silu_mul(out, scratch, n * gate.rows());
   }
+  // The attention input projections: q, k, v = x . W^T (+ bias), then RoPE on
+  // q and k. biases[i] may be null. The default runs the plain operators.
+  struct QkvShape {
+    int n_head, n_kv_head, head_dim;
+  };
+  virtual void qkv_rope(const Weight* const* wqkv, const float* const* biases, const float* x, int64_t n,
+                        const int32_t* positions, const RopeParams& rope, const QkvShape& shape, float* const* out) {
+    matmul_many(wqkv, 3, x, n, out);
+    for (int i = 0; i < 3; i++)
+      if (biases[i]) add_bias(out[i], biases[i], n, wqkv[i]->rows());
+    this->rope(out[0], positions, n, shape.n_head, shape.head_dim, rope);
+    this->rope(out[1], positions, n, shape.n_kv_head, shape.head_dim, rope);
+  }
+
   // Whether matmul_many/swiglu are fused for these weights (for --log-fusion).
   virtual bool fuses(const Weight& /*a*/, const Weight& /*b*/) const { return false; }
 

@@ -32,6 +32,25 @@ class CpuBackend final : public Backend {
 
   bool fuses(const Weight& a, const Weight& b) const override { return Matmul::can_share_input(a, b); }
 
+  // One pass over the q, k and v rows in whole heads; each thread adds the
+  // biases and rotates the heads it just computed (the RoPE epilogue).
+  void qkv_rope(const Weight* const* w, const float* const* biases, const float* x, int64_t n, const int32_t* positions,
+                const RopeParams& rope, const QkvShape& shape, float* const* out) override {
+    if (!fuses(*w[0], *w[1]) || !fuses(*w[0], *w[2])) {
+      Backend::qkv_rope(w, biases, x, n, positions, rope, shape, out);
+      return;
+    }
+    const int hd = shape.head_dim;
+    matmul_.run_many_then(pool_, w, 3, x, n, out, hd, [&](int i, int64_t r0, int64_t r1) {
+      const int64_t rows = w[i]->rows();
+      if (biases[i])
+        for (int64_t t = 0; t < n; t++)
+          for (int64_t r = r0; r < r1; r++) out[i][t * rows + r] += biases[i][r];
+      if (i < 2)
+        rope_heads(out[i], rows, positions, n, static_cast<int>(r0 / hd), static_cast<int>((r1 + hd - 1) / hd), hd, rope);
+    });
+  }
+
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override {
     for (int64_t i = 0; i < n; i++) dequantize_weight_row(table, tokens[i], out + i * table.cols());
   }

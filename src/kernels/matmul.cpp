@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numeric>
 
 #include "core/error.h"
 #include "kernels/gemm_float.h"
@@ -120,15 +121,21 @@ void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, f
 bool Matmul::can_share_input(const Weight& a, const Weight& b) { return a.type == b.type && a.cols() == b.cols(); }
 
 void Matmul::run_many(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) {
+  run_many_then(pool, ws, count, x, n, ys, 1, [](int, int64_t, int64_t) {});
+}
+
+void Matmul::run_many_then(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n,
+                           float* const* ys, int64_t align, FunctionRef<void(int, int64_t, int64_t)> epilogue) {
   constexpr int kMaxShared = 8;
   if (count < 1 || count > kMaxShared) throw Error(fmt::format("run_many takes 1 to {} weights, not {}", kMaxShared, count));
   for (int i = 1; i < count; i++)
     if (!can_share_input(*ws[0], *ws[i]))
       throw Error(fmt::format("tensors '{}' and '{}' cannot share one input pass", ws[0]->name, ws[i]->name));
   prepare(pool, *ws[0], x, n);
-  // One pass over the rows of all weights, in units of the kernel's height;
-  // a thread's range may cross from one weight into the next.
-  const int64_t g = row_granule(*ws[0]);
+  // One pass over the rows of all weights, in units of the kernel's height
+  // (and of `align`); a thread's range may cross from one weight into the next.
+  const int64_t kg = row_granule(*ws[0]);
+  const int64_t g = std::lcm(kg, std::max<int64_t>(1, align));
   std::array<int64_t, kMaxShared + 1> first_unit{};  // no allocation on the decode path
   for (int i = 0; i < count; i++) first_unit[i + 1] = first_unit[i] + (ws[i]->rows() + g - 1) / g;
   pool.parallel_for(first_unit[count], [&](int64_t u0, int64_t u1) {
@@ -136,7 +143,9 @@ void Matmul::run_many(ThreadPool& pool, const Weight* const* ws, int count, cons
       const int64_t a = std::max(u0, first_unit[i]), b = std::min(u1, first_unit[i + 1]);
       if (a >= b) continue;
       const int64_t rows = ws[i]->rows();
-      compute_rows(*ws[i], (a - first_unit[i]) * g, std::min(rows, (b - first_unit[i]) * g), ys[i], rows);
+      const int64_t r0 = (a - first_unit[i]) * g, r1 = std::min(rows, (b - first_unit[i]) * g);
+      compute_rows(*ws[i], r0, r1, ys[i], rows);
+      epilogue(i, r0, r1);
     }
   });
 }

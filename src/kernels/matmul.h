@@ -30,6 +30,12 @@ class Matmul {
   // activations prepared once, all rows in one parallel pass.
   void run_many(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys);
 
+  // run_many, then epilogue(i, r0, r1) on the thread that computed rows
+  // [r0, r1) of weight i, while they are in cache. Ranges are multiples of
+  // `align` rows (except at a weight's end), e.g. whole attention heads.
+  void run_many_then(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys,
+                     int64_t align, FunctionRef<void(int, int64_t, int64_t)> epilogue);
+
   // out = silu(x . gate^T) * (x . up^T), the SwiGLU applied by each thread to
   // the rows it just computed (up_scratch: n * rows floats).
   void run_swiglu(ThreadPool& pool, const Weight& gate, const Weight& up, const float* x, int64_t n, float* out,

@@ -30,7 +30,8 @@ void add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t dim) {
   for (int64_t r = 0; r < n_rows; r++) add_inplace(x + r * dim, bias, dim);
 }
 
-void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p) {
+void rope_heads(float* x, int64_t row_stride, const int32_t* positions, int64_t n_rows, int h0, int h1, int head_dim,
+                const RopeParams& p) {
   const int half = p.n_rot / 2;
   for (int64_t r = 0; r < n_rows; r++) {
     const float pos = static_cast<float>(positions[r]) * p.freq_scale;
@@ -39,8 +40,8 @@ void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, 
       const float freq = std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_rot));
       const float angle = pos * freq;
       const float c = std::cos(angle), s = std::sin(angle);
-      for (int h = 0; h < n_heads; h++) {
-        float* v = x + (r * n_heads + h) * head_dim;
+      for (int h = h0; h < h1; h++) {
+        float* v = x + r * row_stride + static_cast<int64_t>(h) * head_dim;
         const int i0 = p.style == RopeStyle::Adjacent ? 2 * i : i;
         const int i1 = p.style == RopeStyle::Adjacent ? 2 * i + 1 : i + half;
         const float a = v[i0], b = v[i1];
@@ -49,6 +50,10 @@ void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, 
       }
     }
   }
+}
+
+void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p) {
+  rope_heads(x, static_cast<int64_t>(n_heads) * head_dim, positions, n_rows, 0, n_heads, head_dim, p);
 }
 
 }  // namespace kestrel

@@ -26,5 +26,8 @@ struct RopeParams {
 
 // Rotates the first n_rot dims of each head, in place, for row r at positions[r].
 void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p);
+// The same for heads [h0, h1) only, rows row_stride floats apart.
+void rope_heads(float* x, int64_t row_stride, const int32_t* positions, int64_t n_rows, int h0, int h1, int head_dim,
+                const RopeParams& p);
 
 }  // namespace kestrel

@@ -53,6 +53,17 @@ class ProfilingBackend final : public Backend {
     const double flops = 4.0 * static_cast<double>(n) * gate.rows() * gate.cols() + 5.0 * n * gate.rows();
     timed("matmul " + g + "+" + u + "+swiglu", layer, bytes, flops, [&] { in_.swiglu(gate, up, x, n, out, scratch); });
   }
+  void qkv_rope(const Weight* const* w, const float* const* biases, const float* x, int64_t n, const int32_t* positions,
+                const RopeParams& rope, const QkvShape& shape, float* const* out) override {
+    const int layer = split_weight_name(w[0]->name).first;
+    double bytes = 4.0 * n * w[0]->cols(), flops = 0;
+    for (int i = 0; i < 3; i++) {
+      bytes += static_cast<double>(w[i]->nbytes) + 4.0 * n * w[i]->rows();
+      flops += 2.0 * static_cast<double>(n) * w[i]->rows() * w[i]->cols();
+    }
+    timed("matmul attn_q+attn_k+attn_v+rope", layer, bytes, flops,
+          [&] { in_.qkv_rope(w, biases, x, n, positions, rope, shape, out); });
+  }
   bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
   void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override {
     timed("embed", -1, static_cast<double>(n) * t.row_stride(), 0, [&] { in_.embed(t, tokens, n, out); });

@@ -74,7 +74,7 @@ class LlamaModel final : public Model {
     if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd, hd = c.head_dim;
-    const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+    const int64_t kv_dim = c.n_head_kv * hd;
     for (int64_t i = 0; i < n; i++) {
       if (b.tokens[i] < 0 || b.tokens[i] >= c.n_vocab)
         throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], c.n_vocab - 1));
@@ -97,15 +97,10 @@ class LlamaModel final : public Model {
 
       be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
       const Weight* qkv[3] = {&L.wq, &L.wk, &L.wv};
+      const float* bias[3] = {nullptr, nullptr, nullptr};
+      if (c.qkv_bias) bias[0] = L.bq.data(), bias[1] = L.bk.data(), bias[2] = L.bv.data();
       float* qkv_out[3] = {q, k, v};
-      be_.matmul_many(qkv, 3, xb, n, qkv_out);
-      if (c.qkv_bias) {
-        be_.add_bias(q, L.bq.data(), n, q_dim);
-        be_.add_bias(k, L.bk.data(), n, kv_dim);
-        be_.add_bias(v, L.bv.data(), n, kv_dim);
-      }
-      be_.rope(q, b.positions.data(), n, c.n_head, c.head_dim, c.rope);
-      be_.rope(k, b.positions.data(), n, c.n_head_kv, c.head_dim, c.rope);
+      be_.qkv_rope(qkv, bias, xb, n, b.positions.data(), c.rope, {c.n_head, c.n_head_kv, c.head_dim}, qkv_out);
       for (int64_t i = 0; i < n; i++) {
         std::memcpy(kv.k(l, s_.slots[i]), k + i * kv_dim, kv_dim * sizeof(float));
         std::memcpy(kv.v(l, s_.slots[i]), v + i * kv_dim, kv_dim * sizeof(float));
@@ -170,9 +165,9 @@ class LlamaModel final : public Model {
       ffn += be_.fuses(L.w_gate, L.w_up);
     }
     const int n = cfg_.n_layer;
-    fmt::print(stderr, "fusion: attn_q+attn_k+attn_v: one activation quantization/normalised input, one parallel pass: {} of {} layers\n", qkv, n);
+    fmt::print(stderr, "fusion: attn_q+attn_k+attn_v(+bias)+RoPE: one activation preparation, one parallel pass in whole heads, bias and RoPE in the epilogue: {} of {} layers\n", qkv, n);
     fmt::print(stderr, "fusion: ffn_gate+ffn_up+SwiGLU: one pass, silu(gate)*up applied in the epilogue: {} of {} layers\n", ffn, n);
-    fmt::print(stderr, "fusion: not fused: RoPE (separate pass over q and k), residual adds\n");
+    fmt::print(stderr, "fusion: not fused: the residual adds, RMSNorm (its output is quantized once per fused pass)\n");
   }
 
   ModelConfig cfg_;

@@ -29,18 +29,18 @@ TEST(Profiler, RecordsEachOperatorOfEachLayerAndRoundTrips) {
     return std::count_if(ev.begin(), ev.end(), [&](const ProfileEvent& x) { return x.op == op && x.layer == layer; });
   };
   for (int l = 0; l < layers; l++) {
-    for (const char* op : {"matmul attn_q+attn_k+attn_v", "matmul attn_output", "matmul ffn_gate+ffn_up+swiglu",
-                           "matmul ffn_down", "attention", "rope"})
-      if (std::string(op) != "rope") EXPECT_EQ(count(op, l), steps) << op << " layer " << l;
+    for (const char* op : {"matmul attn_q+attn_k+attn_v+rope", "matmul attn_output", "matmul ffn_gate+ffn_up+swiglu",
+                           "matmul ffn_down", "attention"})
+      EXPECT_EQ(count(op, l), steps) << op << " layer " << l;
     EXPECT_EQ(count("rmsnorm", l), 2 * steps);
-    EXPECT_EQ(count("rope", l), 2 * steps);  // q and k
+    EXPECT_EQ(count("rope", l), 0);  // fused into the q/k/v pass
   }
   EXPECT_EQ(count("matmul output", -1), steps);
   // The profiled run computes the same tokens as the reference.
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{261, 378, 432, 383}));
 
   // The fused q/k/v projection: 64x64 + 2 x 32x64 F32 weights, 2 FLOPs per weight per token.
-  const auto q = std::find_if(ev.begin(), ev.end(), [](const ProfileEvent& x) { return x.op == "matmul attn_q+attn_k+attn_v"; });
+  const auto q = std::find_if(ev.begin(), ev.end(), [](const ProfileEvent& x) { return x.op == "matmul attn_q+attn_k+attn_v+rope"; });
   ASSERT_NE(q, ev.end());
   EXPECT_DOUBLE_EQ(q->flops, 2.0 * 3 * 64 * (64 + 32 + 32));  // the prefill step has 3 tokens
   EXPECT_GE(q->bytes, 64.0 * (64 + 32 + 32) * 4);
