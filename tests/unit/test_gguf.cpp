@@ -234,3 +234,18 @@ TEST(GgufHostile, MissingFileIsNamed) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(MappedFile, HugePageLoadHoldsTheSameBytesAsTheMapping) {
+  const std::string path = test::shared("models/stories260K.gguf");
+  const MappedFile mapped = MappedFile::open(path, MappedFile::Mode::Map);
+  const MappedFile loaded = MappedFile::open(path, MappedFile::Mode::LoadHugePages);
+  ASSERT_EQ(mapped.bytes().size(), loaded.bytes().size());
+  EXPECT_EQ(std::memcmp(mapped.bytes().data(), loaded.bytes().data(), mapped.bytes().size()), 0);
+  EXPECT_THROW(MappedFile::open("/nonexistent/x.gguf", MappedFile::Mode::LoadHugePages), Error);
+}
+
+}  // namespace
+}  // namespace kestrel
