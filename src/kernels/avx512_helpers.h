@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "core/block_formats.h"
+
 namespace kestrel::avx512 {
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
@@ -58,6 +60,25 @@ inline __m256 accumulate_one(__m256 acc, __m256i qw, __m256i qx, float d) {
   const __m256i ax = _mm256_sign_epi8(qw, qw), sy = _mm256_sign_epi8(qx, qw);
   const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
   return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
+}
+
+// A Q8_0 or Q4_0 row dot in ggml's order. pair_lanes(w + b, x + b) gives the
+// int32 lanes of blocks b and b+1 (the ISA-specific part); the odd last block
+// goes through the 256-bit path with the weights as signed bytes.
+template <typename Block, typename PairLanes>
+inline float row_dot(const Block* w, const BlockQ8_0* x, int64_t n, PairLanes pair_lanes) {
+  const int64_t nb = n / kQK8_0;
+  __m256 acc = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2)
+    acc = accumulate_two(acc, pair_lanes(w + b, x + b), f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
+  if (b < nb) {
+    __m256i qw;
+    if constexpr (sizeof(Block) == sizeof(BlockQ8_0)) qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    else qw = _mm256_sub_epi8(q4_nibbles(w[b].qs), _mm256_set1_epi8(8));
+    acc = accumulate_one(acc, qw, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)), f16(w[b].d) * f16(x[b].d));
+  }
+  return hsum8(acc);
 }
 
 }  // namespace kestrel::avx512

@@ -70,32 +70,16 @@ inline __m512i dot_i8_pairs(__m512i a, __m512i b) {
 inline __m256i q4_unpack(const uint8_t* qs) { return _mm256_sub_epi8(q4_nibbles(qs), _mm256_set1_epi8(8)); }
 
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
-  const int64_t nb = n / kQK8_0;
-  __m256 acc = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m512i s = dot_i8_pairs(load_two(w[b].qs, w[b + 1].qs), load_two(x[b].qs, x[b + 1].qs));
-    acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
-  }
-  if (b < nb)
-    acc = accumulate_one(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)),
-                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)), f16(w[b].d) * f16(x[b].d));
-  return hsum8(acc);
+  return row_dot(w, x, n, [](const BlockQ8_0* w2, const BlockQ8_0* x2) {
+    return dot_i8_pairs(load_two(w2[0].qs, w2[1].qs), load_two(x2[0].qs, x2[1].qs));
+  });
 }
 
 float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
-  const int64_t nb = n / kQK4_0;
-  __m256 acc = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m512i qw = _mm512_inserti64x4(_mm512_castsi256_si512(q4_unpack(w[b].qs)), q4_unpack(w[b + 1].qs), 1);
-    const __m512i s = dot_i8_pairs(qw, load_two(x[b].qs, x[b + 1].qs));
-    acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
-  }
-  if (b < nb)
-    acc = accumulate_one(acc, q4_unpack(w[b].qs), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)),
-                         f16(w[b].d) * f16(x[b].d));
-  return hsum8(acc);
+  return row_dot(w, x, n, [](const BlockQ4_0* w2, const BlockQ8_0* x2) {
+    const __m512i qw = _mm512_inserti64x4(_mm512_castsi256_si512(q4_unpack(w2[0].qs)), q4_unpack(w2[1].qs), 1);
+    return dot_i8_pairs(qw, load_two(x2[0].qs, x2[1].qs));
+  });
 }
 
 }  // namespace

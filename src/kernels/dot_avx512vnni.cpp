@@ -31,35 +31,18 @@ inline __m512i lanes(__m512i u, __m512i x) {
 }
 
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
-  const int64_t nb = n / kQK8_0;
-  __m256 acc = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytesQ8, _MM_HINT_T0);
-    const __m512i u = _mm512_xor_si512(load_two(w[b].qs, w[b + 1].qs), _mm512_set1_epi8(char(0x80)));
-    const __m512i s = lanes<7>(u, load_two(x[b].qs, x[b + 1].qs));
-    acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
-  }
-  if (b < nb)
-    acc = accumulate_one(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)),
-                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)), f16(w[b].d) * f16(x[b].d));
-  return hsum8(acc);
+  return row_dot(w, x, n, [](const BlockQ8_0* w2, const BlockQ8_0* x2) {
+    _mm_prefetch(reinterpret_cast<const char*>(w2) + kPrefetchBytesQ8, _MM_HINT_T0);
+    const __m512i u = _mm512_xor_si512(load_two(w2[0].qs, w2[1].qs), _mm512_set1_epi8(char(0x80)));
+    return lanes<7>(u, load_two(x2[0].qs, x2[1].qs));
+  });
 }
 
 float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
-  const int64_t nb = n / kQK4_0;
-  __m256 acc = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytesQ4, _MM_HINT_T0);
-    const __m512i s = lanes<3>(q4_two(w + b), load_two(x[b].qs, x[b + 1].qs));
-    acc = accumulate_two(acc, s, f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d));
-  }
-  if (b < nb) {
-    const __m256i q = _mm256_sub_epi8(q4_nibbles(w[b].qs), _mm256_set1_epi8(8));
-    acc = accumulate_one(acc, q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)), f16(w[b].d) * f16(x[b].d));
-  }
-  return hsum8(acc);
+  return row_dot(w, x, n, [](const BlockQ4_0* w2, const BlockQ8_0* x2) {
+    _mm_prefetch(reinterpret_cast<const char*>(w2) + kPrefetchBytesQ4, _MM_HINT_T0);
+    return lanes<3>(q4_two(w2), load_two(x2[0].qs, x2[1].qs));
+  });
 }
 
 }  // namespace
