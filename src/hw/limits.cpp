@@ -67,10 +67,7 @@ std::string now_utc() {
 }
 
 std::string cache_file(int n_threads) {
-  std::string cpu = cpu_features().brand.empty() ? "unknown-cpu" : cpu_features().brand;
-  for (auto& c : cpu)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-  return limits_cache_path() + "/limits-" + cpu + "-t" + std::to_string(n_threads) + ".json";
+  return per_machine_cache_file("limits", "-t" + std::to_string(n_threads) + ".json");
 }
 
 }  // namespace
@@ -112,6 +109,13 @@ std::string limits_cache_path() {
   if (const char* d = std::getenv("KESTREL_CACHE_DIR"); d && *d) return d;
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/kestrel";
   return "/tmp/kestrel-cache";
+}
+
+std::string per_machine_cache_file(const std::string& prefix, const std::string& suffix) {
+  std::string cpu = cpu_features().brand.empty() ? "unknown-cpu" : cpu_features().brand;
+  for (auto& c : cpu)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  return fmt::format("{}/{}-{}{}", limits_cache_path(), prefix, cpu, suffix);
 }
 
 std::string limits_to_json(const MeasuredLimits& l) {

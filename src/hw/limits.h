@@ -20,6 +20,8 @@ struct MeasuredLimits {
 
 MeasuredLimits measure_limits(int n_threads);
 std::string limits_cache_path();  // $KESTREL_CACHE_DIR or ~/.cache/kestrel, one file per CPU and thread count
+// limits_cache_path()/<prefix>-<CPU brand as a file name><suffix>: one file per kind of machine.
+std::string per_machine_cache_file(const std::string& prefix, const std::string& suffix);
 std::optional<MeasuredLimits> load_cached_limits(int n_threads);
 void store_limits(const MeasuredLimits& limits);
 // The cached figures for this thread count, measuring (and caching) them if absent.

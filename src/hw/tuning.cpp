@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "hw/cpu_features.h"
 #include "hw/limits.h"
 #include "hw/topology.h"
 
@@ -35,12 +34,7 @@ Tuning derived_tuning() {
   return t;
 }
 
-std::string tuning_file_path() {
-  std::string cpu = cpu_features().brand.empty() ? "unknown-cpu" : cpu_features().brand;
-  for (auto& c : cpu)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-  return limits_cache_path() + "/tuning-" + cpu + ".json";
-}
+std::string tuning_file_path() { return per_machine_cache_file("tuning", ".json"); }
 
 std::optional<Tuning> load_tuning_file() {
   std::ifstream in(tuning_file_path());

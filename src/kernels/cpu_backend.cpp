@@ -44,8 +44,7 @@ class CpuBackend final : public Backend {
     matmul_.run_many_then(pool_, w, 3, x, n, out, hd, [&](int i, int64_t r0, int64_t r1) {
       const int64_t rows = w[i]->rows();
       if (biases[i])
-        for (int64_t t = 0; t < n; t++)
-          for (int64_t r = r0; r < r1; r++) out[i][t * rows + r] += biases[i][r];
+        for (int64_t t = 0; t < n; t++) add_inplace(out[i] + t * rows + r0, biases[i] + r0, r1 - r0);
       if (i < 2)
         rope_heads(out[i], rows, positions, n, static_cast<int>(r0 / hd), static_cast<int>((r1 + hd - 1) / hd), hd, rope);
     });

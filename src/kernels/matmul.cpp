@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/gemm_float.h"
+#include "kernels/ops.h"
 
 namespace kestrel {
 
@@ -161,11 +162,7 @@ void Matmul::run_swiglu(ThreadPool& pool, const Weight& gate, const Weight& up, 
     compute_rows(gate, r0, r1, out, rows);
     compute_rows(up, r0, r1, up_scratch, rows);
     // Epilogue while both are still in cache: out = silu(gate) * up.
-    for (int64_t t = 0; t < n; t++) {
-      float* o = out + t * rows;
-      const float* u = up_scratch + t * rows;
-      for (int64_t r = r0; r < r1; r++) o[r] = o[r] / (1.0f + std::exp(-o[r])) * u[r];
-    }
+    for (int64_t t = 0; t < n; t++) silu_mul(out + t * rows + r0, up_scratch + t * rows + r0, r1 - r0);
   });
 }
 
