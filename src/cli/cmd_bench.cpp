@@ -18,7 +18,7 @@ struct BenchFlags {
   std::vector<int> threads{0};
   int reps = 5;
   std::string output = "md", profile;
-  bool json = false, csv = false, use_mmap = false, log_fusion = false;
+  bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false;
 };
 
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
@@ -85,6 +85,7 @@ int run(BenchFlags& f) {
         o.profile = !f.profile.empty();
         o.use_mmap = f.use_mmap;
         o.log_fusion = f.log_fusion;
+        o.repack_weights = !f.no_repack;
         Engine e = Engine::load(o);
         for (auto p : f.n_prompt)
           if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits));
@@ -118,6 +119,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
+  cmd->add_flag("--no-repack", f.no_repack, "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical arithmetic, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");
 }

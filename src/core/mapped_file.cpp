@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/huge_page_buffer.h"
 
 namespace kestrel {
 
@@ -25,13 +26,13 @@ MappedFile MappedFile::open(const std::string& path, Mode mode) {
   f.name_ = path;
   f.size_ = static_cast<size_t>(st.st_size);
   if (f.size_ > 0 && mode == Mode::LoadHugePages) {
-    void* p = mmap(nullptr, f.size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
+    void* p;
+    try {
+      p = map_huge_pages(f.size_, path + ": loading it");
+    } catch (...) {
       ::close(fd);
-      throw Error(path + ": cannot allocate " + std::to_string(f.size_) + " bytes to load it: " + std::strerror(err));
+      throw;
     }
-    madvise(p, f.size_, MADV_HUGEPAGE);  // a hint: without THP the copy still works
     size_t got = 0;
     while (got < f.size_) {
       const ssize_t r = pread(fd, static_cast<char*>(p) + got, f.size_ - got, static_cast<off_t>(got));

@@ -21,6 +21,11 @@ class Backend {
   // the layers); profilers and tracing backends use it, others ignore it.
   virtual void annotate_layer(int /*layer*/) {}
 
+  // Called once per weight matrix at load, before any matmul with it: a
+  // backend may attach a copy in the layout its kernels prefer (repacked
+  // rows, device memory). The default uses the weight as stored.
+  virtual Weight prepare_weight(Weight w) { return w; }
+
   // y[n][w.rows()] = x[n][w.cols()] . W^T
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
   // Fused forms. The defaults run the plain operators one after another; a
@@ -63,7 +68,14 @@ class Backend {
   virtual void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim) = 0;
 };
 
+struct CpuBackendOptions {
+  // Repack Q8_0/Q4_0 matrices at load for the int8 kernels that prefer them
+  // (kernels/packed_q8.h). Off: the kernels read the file's layout and give
+  // logits bit-identical to llama.cpp's.
+  bool repack_weights = true;
+};
+
 // The CPU backend with n_threads threads and kernels for the probed ISA.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, const CpuBackendOptions& options = {});
 
 }  // namespace kestrel

@@ -9,12 +9,17 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads), matmul_(dot_kernels()) {}
+  CpuBackend(int n_threads, const CpuBackendOptions& o) : options_(o), pool_(n_threads), matmul_(dot_kernels()) {}
 
   std::string describe() const override {
     return fmt::format("cpu ({} threads, {} kernels)", pool_.size(), isa_name(matmul_.kernels().isa));
   }
   int n_threads() const override { return pool_.size(); }
+
+  Weight prepare_weight(Weight w) override {
+    if (options_.repack_weights && packed_gemm_available() && packable(w)) w.packed = pack_weight(w, &pool_);
+    return w;
+  }
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override { matmul_.run(pool_, w, x, n, y); }
 
@@ -82,12 +87,15 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  CpuBackendOptions options_;
   ThreadPool pool_;
   Matmul matmul_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(n_threads, options);
+}
 
 }  // namespace kestrel

@@ -13,7 +13,7 @@
 
 namespace kestrel {
 
-std::string matmul_kernel_name(const DotKernels& k, GgmlType type) {
+std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked) {
   const char* isa = isa_name(k.isa);
   switch (type) {
     case GgmlType::F32:
@@ -26,6 +26,8 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type) {
     case GgmlType::Q8_0:
     case GgmlType::Q4_0: {
       const char* w = type == GgmlType::Q8_0 ? "q8_0" : "q4_0";
+      if (repacked && packed_gemm_available())
+        return fmt::format("{} repacked in 16-row groups x q8_0: vpdpbusd 16 rows x 8 tokens, one block per lane (avx512 vnni)", w);
       if (gemm_q8_available() && k.isa == IsaLevel::Avx512)
         return fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches (avx512 vnni)", w);
       return fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, isa);
@@ -47,6 +49,7 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   x_ = x;
   n_ = n;
   tiled_ = false;
+  packed_ = w.packed != nullptr;
   if (is_float_format(w.type)) {
     tiled_ = k_.isa == IsaLevel::Avx512 && n >= 2;
     return;
@@ -58,6 +61,17 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
   });
+  if (packed_) {
+    if (xd_.size() < need) xd_.resize(need), xbias_.resize(need);
+    float* d = xd_.data();
+    int32_t* bias = xbias_.data();
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      const int64_t first = t0 * blocks_per_row;
+      packed_activation_terms(w.type, xq + first, (t1 - t0) * blocks_per_row, d + first, bias + first);
+    });
+    packed_acts_ = {xq, d, bias, n, blocks_per_row};
+    return;
+  }
   // A single token streams weights: the row dot is leaner there.
   tiled_ = gemm_q8_available() && k_.isa == IsaLevel::Avx512 && n >= 2;
   if (tiled_) {
@@ -71,6 +85,7 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
 }
 
 int64_t Matmul::row_granule(const Weight& w) const {
+  if (packed_) return PackedWeight::kRowsPerGroup;
   if (!tiled_) return 1;
   return is_float_format(w.type) ? 4 : 8;
 }
@@ -97,6 +112,14 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
     }
     return;
   }
+  if (packed_) {
+    constexpr int64_t G = PackedWeight::kRowsPerGroup;
+    if (packed_gemm_available())
+      packed_gemm_vnni(*w.packed, r0 / G, (r1 + G - 1) / G, packed_acts_, y, ldy, tuning_.q8_token_chunk);
+    else
+      packed_gemm_reference(*w.packed, r0 / G, (r1 + G - 1) / G, packed_acts_, y, ldy);
+    return;
+  }
   if (tiled_) {
     gemm_q8_vnni(w.type, base, stride, r0, r1, acts_, y, ldy, tuning_.q8_token_chunk);
     return;
@@ -119,7 +142,9 @@ void Matmul::run(ThreadPool& pool, const Weight& w, const float* x, int64_t n, f
   run_many(pool, ws, 1, x, n, ys);
 }
 
-bool Matmul::can_share_input(const Weight& a, const Weight& b) { return a.type == b.type && a.cols() == b.cols(); }
+bool Matmul::can_share_input(const Weight& a, const Weight& b) {
+  return a.type == b.type && a.cols() == b.cols() && (a.packed != nullptr) == (b.packed != nullptr);
+}
 
 void Matmul::run_many(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) {
   run_many_then(pool, ws, count, x, n, ys, 1, [](int, int64_t, int64_t) {});

@@ -15,6 +15,7 @@
 #include "kernels/dot.h"
 #include "hw/tuning.h"
 #include "kernels/gemm_q8.h"
+#include "kernels/packed_q8.h"
 #include "model/weight.h"
 
 namespace kestrel {
@@ -58,13 +59,18 @@ class Matmul {
   const float* x_ = nullptr;          // float activations of the current call
   int64_t n_ = 0;
   bool tiled_ = false;                // the current call uses a tiled kernel
+  bool packed_ = false;               // the current call's weights are repacked (packed_q8.h)
   std::vector<BlockQ8_0> xq_;         // quantized activations, grown once, reused every call
   std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
   QuantizedActivations acts_;
+  std::vector<float> xd_;             // per-block activation scales and offset terms for the packed kernel
+  std::vector<int32_t> xbias_;
+  PackedActivations packed_acts_;
 };
 
-// What runs for a weight format on this kernel table, e.g. "q4_0 x q8_0 int8 dot (avx512)".
-std::string matmul_kernel_name(const DotKernels& k, GgmlType type);
+// What runs for a weight format on this kernel table, e.g. "q4_0 x q8_0 int8 dot (avx512)";
+// `repacked`: the backend repacks weights of this format at load.
+std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked = false);
 
 // Dequantizes row `row` of w into out (w.cols() floats).
 void dequantize_weight_row(const Weight& w, int64_t row, float* out);

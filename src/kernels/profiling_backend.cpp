@@ -1,6 +1,7 @@
 #include "kernels/profiling_backend.h"
 
 #include <cstdlib>
+#include <utility>
 
 namespace kestrel {
 namespace {
@@ -26,6 +27,8 @@ class ProfilingBackend final : public Backend {
     layer_ = layer;
     in_.annotate_layer(layer);
   }
+
+  Weight prepare_weight(Weight w) override { return in_.prepare_weight(std::move(w)); }
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
     const auto [layer, op] = split_weight_name(w.name);

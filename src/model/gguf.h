@@ -56,6 +56,9 @@ struct GgufArray {
   std::vector<GgufValue> items;
 };
 
+// "64x512" for ne {64, 512}.
+std::string shape_string(const std::vector<int64_t>& ne);
+
 struct GgufTensorInfo {
   std::string name;
   GgmlType type;

@@ -124,10 +124,15 @@ int64_t GgufTensorInfo::n_elements() const {
   return n;
 }
 
-std::string GgufTensorInfo::shape_string() const {
+std::string shape_string(const std::vector<int64_t>& ne) {
   std::string s;
-  for (size_t i = 0; i < ne.size(); i++) s += (i ? "x" : "") + std::to_string(ne[i]);
+  for (size_t i = 0; i < ne.size(); i++) {
+    if (i) s += 'x';
+    s += std::to_string(ne[i]);
+  }
   return s;
 }
+
+std::string GgufTensorInfo::shape_string() const { return kestrel::shape_string(ne); }
 
 }  // namespace kestrel

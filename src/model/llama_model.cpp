@@ -135,24 +135,25 @@ class LlamaModel final : public Model {
     const int64_t dim = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
     w_.tok_embd = ld.require("token_embd.weight", {dim, c.n_vocab});
     w_.output_norm = ld.require_vector("output_norm.weight", dim);
-    w_.output = c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab});
+    // A tied output matrix gets its own prepared copy: the embedding lookup keeps reading the file's rows.
+    w_.output = be_.prepare_weight(c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab}));
     for (int l = 0; l < c.n_layer; l++) {
       const std::string p = fmt::format("blk.{}.", l);
       LlamaLayer L;
       L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-      L.wq = ld.require(p + "attn_q.weight", {dim, q_dim});
-      L.wk = ld.require(p + "attn_k.weight", {dim, kv_dim});
-      L.wv = ld.require(p + "attn_v.weight", {dim, kv_dim});
-      L.wo = ld.require(p + "attn_output.weight", {q_dim, dim});
+      L.wq = be_.prepare_weight(ld.require(p + "attn_q.weight", {dim, q_dim}));
+      L.wk = be_.prepare_weight(ld.require(p + "attn_k.weight", {dim, kv_dim}));
+      L.wv = be_.prepare_weight(ld.require(p + "attn_v.weight", {dim, kv_dim}));
+      L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {q_dim, dim}));
       if (c.qkv_bias) {
         L.bq = ld.require_vector(p + "attn_q.bias", q_dim);
         L.bk = ld.require_vector(p + "attn_k.bias", kv_dim);
         L.bv = ld.require_vector(p + "attn_v.bias", kv_dim);
       }
       L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
-      L.w_gate = ld.require(p + "ffn_gate.weight", {dim, c.n_ff});
-      L.w_up = ld.require(p + "ffn_up.weight", {dim, c.n_ff});
-      L.w_down = ld.require(p + "ffn_down.weight", {c.n_ff, dim});
+      L.w_gate = be_.prepare_weight(ld.require(p + "ffn_gate.weight", {dim, c.n_ff}));
+      L.w_up = be_.prepare_weight(ld.require(p + "ffn_up.weight", {dim, c.n_ff}));
+      L.w_down = be_.prepare_weight(ld.require(p + "ffn_down.weight", {c.n_ff, dim}));
       w_.layers.push_back(std::move(L));
     }
   }

@@ -2,6 +2,7 @@
 // A weight tensor as the kernels see it: where its bytes are, in which GGUF
 // format, and its shape. ne[0] is the input (row) length, ne[1] the rows.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,12 +10,17 @@
 
 namespace kestrel {
 
+struct PackedWeight;  // kernels/packed_q8.h
+
 struct Weight {
   std::string name;
   GgmlType type = GgmlType::F32;
   std::vector<int64_t> ne;
   const void* data = nullptr;
   size_t nbytes = 0;
+  // The same matrix repacked by the backend at load into the layout its
+  // kernels prefer (null: the kernels read `data` as stored in the file).
+  std::shared_ptr<const PackedWeight> packed;
 
   bool present() const { return data != nullptr; }
   int64_t cols() const { return ne.empty() ? 0 : ne[0]; }

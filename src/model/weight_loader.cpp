@@ -7,22 +7,16 @@
 
 namespace kestrel {
 
-static std::string shape_str(const std::vector<int64_t>& ne) {
-  std::string s;
-  for (size_t i = 0; i < ne.size(); i++) s += (i ? "x" : "") + std::to_string(ne[i]);
-  return s;
-}
-
 Weight WeightLoader::from_info(const GgufTensorInfo& t, const std::vector<int64_t>& ne) const {
   std::vector<int64_t> have = t.ne;
   while (have.size() > ne.size() && have.back() == 1) have.pop_back();
   if (have != ne)
     throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {}", file_.path(), t.name, t.shape_string(),
-                            shape_str(ne)));
+                            shape_string(ne)));
   if (!traits(t.type).computable)
     throw Error(fmt::format("{}: tensor '{}' has type {}, which Kestrel cannot compute with yet", file_.path(), t.name,
                             type_name(t.type)));
-  return Weight{t.name, t.type, ne, t.data, t.nbytes};
+  return Weight{t.name, t.type, ne, t.data, t.nbytes, nullptr};
 }
 
 Weight WeightLoader::require(const std::string& name, const std::vector<int64_t>& ne) const {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "kernels/packed_q8.h"
 #include "kernels/profiling_backend.h"
 #include "model/llama2c_import.h"
 
@@ -32,15 +33,31 @@ std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::st
   return std::make_unique<GgufFile>(GgufFile::parse(MappedFile::from_buffer(w.write_buffer(), path)));
 }
 
+// Where the backend repacks most of the weight bytes, the file's copy is
+// read once at load: map it (reclaimable page cache) rather than copy it
+// into huge pages that would then sit unused beside the repacked copy.
+static bool mostly_repacked(const GgufFile& f) {
+  size_t packed = 0, total = 0;
+  for (const auto& t : f.tensors()) {
+    total += t.nbytes;
+    if ((t.type == GgmlType::Q8_0 || t.type == GgmlType::Q4_0) && t.name != "token_embd.weight") packed += t.nbytes;
+  }
+  return 2 * packed > total;
+}
+
 Engine Engine::load(const EngineOptions& o) {
   if (o.n_threads < 0 || o.n_threads > 1024) throw Error(fmt::format("thread count {} is out of range (1 to 1024)", o.n_threads));
   if (o.n_ctx < 0) throw Error(fmt::format("context size {} must not be negative", o.n_ctx));
   if (o.max_batch_tokens <= 0) throw Error(fmt::format("batch size {} must be positive", o.max_batch_tokens));
   if (o.kv_block_size <= 0 || o.kv_block_size > 4096) throw Error(fmt::format("KV block size {} is out of range (1 to 4096)", o.kv_block_size));
   Engine e;
-  e.file = open_model_file(o.model_path, o.llama2c_tokenizer,
-                           o.use_mmap ? MappedFile::Mode::Map : MappedFile::Mode::LoadHugePages);
-  e.base_backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count());
+  e.file = open_model_file(o.model_path, o.llama2c_tokenizer, MappedFile::Mode::Map);
+  const bool repack = o.repack_weights && packed_gemm_available();
+  if (!o.use_mmap && o.llama2c_tokenizer.empty() && !(repack && mostly_repacked(*e.file)))
+    e.file = open_model_file(o.model_path, o.llama2c_tokenizer, MappedFile::Mode::LoadHugePages);
+  CpuBackendOptions bo;
+  bo.repack_weights = o.repack_weights;
+  e.base_backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count(), bo);
   if (o.profile) {
     e.profiler = std::make_unique<Profiler>();
     e.backend = make_profiling_backend(*e.base_backend, *e.profiler);

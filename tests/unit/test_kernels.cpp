@@ -11,17 +11,12 @@
 #include "kernels/gemm_float.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/matmul.h"
+#include "test_support.h"
 
 namespace kestrel {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::random_floats;
 
 TEST(Fp16, ConversionsMatchKnownValues) {
   EXPECT_EQ(fp32_to_fp16(1.0f), 0x3C00);
@@ -164,7 +159,7 @@ TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
     std::vector<uint8_t> bytes(row_bytes(type, cols) * rows);
     for (int64_t r = 0; r < rows; r++) quantize_row(type, wf.data() + r * cols, bytes.data() + r * row_bytes(type, cols), cols);
-    const Weight w{"w", type, {cols, rows}, bytes.data(), bytes.size()};
+    const Weight w{"w", type, {cols, rows}, bytes.data(), bytes.size(), {}};
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       Matmul mm(dot_kernels());

@@ -8,10 +8,20 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 namespace kestrel::test {
+
+// n normally distributed floats, the same for the same seed.
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
 
 inline std::string shared_dir() {
   if (const char* env = std::getenv("KESTREL_SHARED_DIR")) return env;

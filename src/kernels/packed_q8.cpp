@@ -1,0 +1,122 @@
+#include "kernels/packed_q8.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/gemm_q8.h"
+
+namespace kestrel {
+
+bool packable(const Weight &w) {
+  return (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0) &&
+         w.ne.size() == 2 && w.cols() % kQK8_0 == 0 && w.rows() > 0 &&
+         w.data != nullptr;
+}
+
+std::shared_ptr<const PackedWeight> pack_weight(const Weight &w,
+                                                ThreadPool *pool) {
+  if (!packable(w))
+    throw Error(fmt::format("tensor '{}' ({}) cannot be repacked", w.name,
+                            type_name(w.type)));
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  auto p = std::make_shared<PackedWeight>();
+  p->type = w.type;
+  p->rows = w.rows();
+  p->n_blocks = w.cols() / kQK8_0;
+  p->n_groups = (p->rows + G - 1) / G;
+  const int64_t nb = p->n_blocks;
+  const size_t qb = p->quant_bytes_per_block();
+  p->quants = HugePageBuffer(static_cast<size_t>(p->n_groups * nb) * qb,
+                             "repacking " + w.name);
+  p->scales = HugePageBuffer(static_cast<size_t>(p->n_groups * nb * G) *
+                                 sizeof(uint16_t),
+                             "repacking " + w.name);
+  const bool q8 = w.type == GgmlType::Q8_0;
+  auto pack_groups = [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; g++) {
+      auto *q = const_cast<uint8_t *>(p->group_quants(g));
+      auto *s = const_cast<uint16_t *>(p->group_scales(g));
+      for (int i = 0; i < G && g * G + i < p->rows; i++) {
+        const uint8_t *row = w.row(g * G + i);
+        for (int64_t b = 0; b < nb; b++) {
+          uint8_t *dst = q + b * qb + i * 4;
+          if (q8) {
+            const auto &blk = reinterpret_cast<const BlockQ8_0 *>(row)[b];
+            s[b * G + i] = blk.d;
+            for (int k = 0; k < 8; k++)
+              for (int j = 0; j < 4; j++)
+                dst[k * 64 + j] =
+                    static_cast<uint8_t>(blk.qs[4 * k + j]) ^ 0x80;
+          } else {
+            const auto &blk = reinterpret_cast<const BlockQ4_0 *>(row)[b];
+            s[b * G + i] = blk.d;
+            for (int k = 0; k < 4; k++)
+              std::memcpy(dst + k * 64, blk.qs + 4 * k, 4);
+          }
+        }
+      }
+    }
+  };
+  if (pool)
+    pool->parallel_for(p->n_groups, pack_groups);
+  else
+    pack_groups(0, p->n_groups);
+  return p;
+}
+
+void packed_activation_terms(GgmlType wtype, const BlockQ8_0 *x, int64_t count,
+                             float *d, int32_t *bias) {
+  const int32_t offset = wtype == GgmlType::Q8_0 ? 128 : 8;
+  for (int64_t i = 0; i < count; i++) {
+    int32_t sum = 0;
+    for (int j = 0; j < kQK8_0; j++)
+      sum += x[i].qs[j];
+    d[i] = fp16_to_fp32(x[i].d);
+    bias[i] = -offset * sum;
+  }
+}
+
+// The unsigned quant of element e (0..31) of lane `row` in one packed block.
+static int packed_quant(GgmlType type, const uint8_t *block, int row, int e) {
+  if (type == GgmlType::Q8_0)
+    return block[(e / 4) * 64 + row * 4 + e % 4];
+  const uint8_t byte = block[((e % 16) / 4) * 64 + row * 4 + e % 4];
+  return e < 16 ? (byte & 0x0F) : (byte >> 4);
+}
+
+void packed_gemm_reference(const PackedWeight &w, int64_t g0, int64_t g1,
+                           const PackedActivations &x, float *y, int64_t ldy) {
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  const int64_t nb = w.n_blocks;
+  const size_t qb = w.quant_bytes_per_block();
+  for (int64_t g = g0; g < g1; g++) {
+    const uint8_t *q = w.group_quants(g);
+    const uint16_t *s = w.group_scales(g);
+    for (int i = 0; i < G && g * G + i < w.rows; i++)
+      for (int64_t t = 0; t < x.n_tokens; t++) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+          const int64_t xi = t * nb + b;
+          int32_t idot = x.bias[xi];
+          for (int e = 0; e < kQK8_0; e++)
+            idot += packed_quant(w.type, q + b * qb, i, e) * x.q[xi].qs[e];
+          const float scale = fp16_to_fp32(s[b * G + i]) * x.d[xi];
+          acc = std::fma(static_cast<float>(idot), scale, acc);
+        }
+        y[t * ldy + g * G + i] = acc;
+      }
+  }
+}
+
+#ifndef KESTREL_HAVE_AVX2_KERNELS
+void packed_gemm_vnni(const PackedWeight &, int64_t, int64_t,
+                      const PackedActivations &, float *, int64_t, int64_t) {}
+#endif
+
+bool packed_gemm_available() { return gemm_q8_available(); }
+
+} // namespace kestrel

@@ -1,0 +1,87 @@
+#pragma once
+// Q8_0 / Q4_0 weights repacked at load time for the AVX-512 VNNI kernels.
+//
+// Rows are interleaved in groups of 16, one row per int32 lane of a 512-bit
+// register: a vector holds 4 consecutive quants of each of the 16 rows, so one
+// vpdpbusd against 4 broadcast activation bytes advances 16 row dots at once,
+// and 8 of them finish a whole 32-element block per lane. Each lane then holds
+// a complete block dot and is scaled by its own row's scale: one scale
+// multiply and one FMA per 16 rows per block, instead of ggml's per-lane
+// float work that caps its int8 throughput.
+//
+// Layout per group g and block b (bytes, 64-byte aligned):
+//   Q8_0: quants[g][b][k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q
+//   + 128) Q4_0: quants[g][b][k=0..3][row 0..15][4]: qs[4k..4k+3] as stored;
+//   the low nibbles
+//         are elements 4k..4k+3, the high nibbles 16+4k..16+4k+3 (unsigned q +
+//         8)
+//   scales[g][b][row 0..15]: the blocks' fp16 scales
+// Padding rows of the last group are zero. The byte count equals the GGUF
+// tensor's (plus padding), so decode streams no more than llama.cpp does.
+//
+// Arithmetic per (row, token): acc = fma(float(idot - bias), d_w * d_x, acc)
+// block after block, where bias = (128 or 8) * sum of the block's activations
+// undoes the unsigned offset. This is the order of ggml's scalar reference
+// (up to FMA rounding), not of its SIMD paths: logits are not bit-identical
+// to llama.cpp's (the unpacked kernels are; see Matmul and --no-repack).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/block_formats.h"
+#include "core/huge_page_buffer.h"
+#include "core/thread_pool.h"
+#include "model/weight.h"
+
+namespace kestrel {
+
+struct PackedWeight {
+  static constexpr int kRowsPerGroup = 16;
+  GgmlType type = GgmlType::Q8_0; // Q8_0 or Q4_0: the source format
+  int64_t rows = 0, n_blocks = 0, n_groups = 0;
+  HugePageBuffer quants; // [n_groups][n_blocks][quant_bytes_per_block()]
+  HugePageBuffer scales; // [n_groups][n_blocks][16] fp16
+
+  size_t quant_bytes_per_block() const {
+    return type == GgmlType::Q8_0 ? 512 : 256;
+  }
+  const uint8_t *group_quants(int64_t g) const {
+    return static_cast<const uint8_t *>(quants.data()) +
+           static_cast<size_t>(g * n_blocks) * quant_bytes_per_block();
+  }
+  const uint16_t *group_scales(int64_t g) const {
+    return static_cast<const uint16_t *>(scales.data()) +
+           g * n_blocks * kRowsPerGroup;
+  }
+};
+
+// Whether w's format can be packed (Q8_0/Q4_0 matrices).
+bool packable(const Weight &w);
+// The repacked copy of w (throws Error if !packable(w)), groups split over
+// the pool's threads when one is given.
+std::shared_ptr<const PackedWeight> pack_weight(const Weight &w,
+                                                ThreadPool *pool = nullptr);
+
+// Activations for the packed kernels: Q8_0 blocks plus, per block, the
+// float scale and the offset correction for the weight format.
+struct PackedActivations {
+  const BlockQ8_0 *q = nullptr;  // [n_tokens][n_blocks]
+  const float *d = nullptr;      // [n_tokens][n_blocks]
+  const int32_t *bias = nullptr; // [n_tokens][n_blocks]: -(128 or 8) * sum(q)
+  int64_t n_tokens = 0, n_blocks = 0;
+};
+// Fills d and bias for `count` blocks for weights of format wtype.
+void packed_activation_terms(GgmlType wtype, const BlockQ8_0 *x, int64_t count,
+                             float *d, int32_t *bias);
+
+// y[t * ldy + r] for rows r in [16*g0, min(rows, 16*g1)) and all tokens.
+// token_chunk: tokens per pass over the groups (see hw/tuning.h), 1 to 256.
+void packed_gemm_reference(const PackedWeight &w, int64_t g0, int64_t g1,
+                           const PackedActivations &x, float *y, int64_t ldy);
+// The same results bit for bit; requires packed_gemm_available().
+void packed_gemm_vnni(const PackedWeight &w, int64_t g0, int64_t g1,
+                      const PackedActivations &x, float *y, int64_t ldy,
+                      int64_t token_chunk = 64);
+bool packed_gemm_available(); // compiled in and the CPU has AVX-512 VNNI
+
+} // namespace kestrel
