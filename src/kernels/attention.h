@@ -1,10 +1,12 @@
 #pragma once
 // Causal attention of a batch of query tokens over a paged KV cache.
-// Flash-style: each (token, head) streams its keys once with an online
-// softmax, so no score matrix is materialised. When there are too few
-// (token, head) rows to keep the threads busy (decode with few heads), the
-// positions are split into chunks across threads and the partial softmaxes
-// merged (flash-decoding).
+// Flash-style: keys and values stream once per tile of query rows with an
+// online softmax, so no score matrix is materialised. A tile is up to 16
+// (token, head) rows that share a KV head and a sequence: for GQA that is the
+// query heads of one group, so each key is read once for all of them. When
+// there are too few (token, head) rows to keep the threads busy (decode with
+// few heads), the positions are split into chunks across threads and the
+// partial softmaxes merged (flash-decoding).
 #include <cstdint>
 
 #include "core/thread_pool.h"
@@ -12,21 +14,23 @@
 namespace kestrel {
 
 // One layer's K and V storage, addressed by block tables: token at position p
-// of a sequence lives in slot table[p / block_size] * block_size + p % block_size.
+// of a sequence lives in slot table[p / block_size] * block_size + p %
+// block_size.
 struct PagedKvLayerView {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  int64_t k_stride = 0;  // floats between consecutive slots
+  const float *k = nullptr;
+  const float *v = nullptr;
+  int64_t k_stride = 0; // floats between consecutive slots
   int64_t v_stride = 0;
   int block_size = 0;
 };
 
 struct AttentionBatch {
   int64_t n_tokens = 0;
-  const float* q = nullptr;          // [n_tokens][n_head * head_dim]
-  float* out = nullptr;              // [n_tokens][n_head * head_dim]
-  const int32_t* positions = nullptr;
-  const int32_t* const* block_tables = nullptr;  // per token: its sequence's table
+  const float *q = nullptr; // [n_tokens][n_head * head_dim]
+  float *out = nullptr;     // [n_tokens][n_head * head_dim]
+  const int32_t *positions = nullptr;
+  const int32_t *const *block_tables =
+      nullptr; // per token: its sequence's table
 };
 
 struct AttentionShape {
@@ -36,8 +40,16 @@ struct AttentionShape {
   float scale = 1.0f;
 };
 
-// Token t attends to positions 0..positions[t] of its own sequence.
-void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& batch,
-                     const AttentionShape& shape);
+enum class AttentionKernel {
+  Best,   // 16-row tiles on AVX-512 (attention_tile.h) where the head size
+          // allows, else per row
+  PerRow, // each (token, head) on its own with the dot-kernel table: the
+          // reference path
+};
 
-}  // namespace kestrel
+// Token t attends to positions 0..positions[t] of its own sequence.
+void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv,
+                     const AttentionBatch &batch, const AttentionShape &shape,
+                     AttentionKernel kernel = AttentionKernel::Best);
+
+} // namespace kestrel

@@ -1,0 +1,35 @@
+#pragma once
+// The AVX-512 attention micro-kernel: up to 16 query rows that read the same
+// KV head of the same sequence (a token's query heads of one GQA group, and
+// neighbouring tokens), one row per vector lane. Queries are transposed once
+// per tile, so scores for 16 rows come from FMAs against broadcast key
+// elements, and the online softmax (max, exp, sum, rescale) runs lane-wise
+// with no horizontal reductions; values accumulate the same way.
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace kestrel {
+
+struct AttentionTile {
+  static constexpr int kMaxRows = 16;
+  int rows = 0;
+  int kv_head = 0;
+  const int32_t *table = nullptr; // the sequence's block table
+  const float *q[kMaxRows];       // head_dim floats each
+  int32_t limit[kMaxRows];        // row r attends to positions < limit[r]
+  int64_t out_row[kMaxRows];      // where the row's results go (caller's index)
+};
+
+// Whether attend_tile can run for this head size on this CPU and build.
+bool attention_tile_available(int head_dim);
+
+// Online softmax of every row over positions [p0, min(p1, limit)): writes the
+// unnormalised weighted values to out + out_row[r] * head_dim, the running
+// max to m[out_row[r]] and the sum of exponentials to l[out_row[r]]. A row
+// with no positions in range gets m = -inf, l = 0 and zeros.
+void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile,
+                 int head_dim, float scale, int32_t p0, int32_t p1, float *out,
+                 float *m, float *l);
+
+} // namespace kestrel
