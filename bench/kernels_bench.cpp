@@ -35,17 +35,20 @@ WeightBuffer make_weight(GgmlType type, int64_t rows, int64_t cols) {
   return b;
 }
 
-// args: type, rows, cols, tokens, threads, isa (0 scalar, 1 avx2, 2 avx512)
+// args: type, rows, cols, tokens, threads, isa (0 scalar, 1 avx2, 2 avx512,
+// 3 avx512 with the weights repacked as the engine does by default)
 void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
   const int threads = static_cast<int>(state.range(4));
-  const auto isa = static_cast<IsaLevel>(state.range(5));
-  if (static_cast<int>(isa) > static_cast<int>(selected_isa())) {
+  const bool repack = state.range(5) == 3;
+  const auto isa = repack ? IsaLevel::Avx512 : static_cast<IsaLevel>(state.range(5));
+  if (static_cast<int>(isa) > static_cast<int>(selected_isa()) || (repack && !packed_gemm_available())) {
     state.SkipWithError("ISA not available on this CPU");
     return;
   }
   WeightBuffer wb = make_weight(type, rows, cols);
+  if (repack) wb.w.packed = pack_weight(wb.w);
   std::vector<float> x(n * cols, 0.5f), y(n * rows);
   ThreadPool pool(threads);
   Matmul mm(dot_kernels_for(isa));
@@ -56,13 +59,14 @@ void BM_Matmul(benchmark::State& state) {
   const double iters = static_cast<double>(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(iters * wb.bytes.size(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * rows * cols * n / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(type_name(type)) + " " + isa_name(isa) + " " + matmul_kernel_name(dot_kernels_for(isa), type));
+  state.SetLabel(std::string(type_name(type)) + " " + isa_name(isa) + " " + matmul_kernel_name(dot_kernels_for(isa), type, repack));
 }
 
 void MatmulShapes(benchmark::internal::Benchmark* b) {
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   for (auto type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0})
-    for (int isa : {1, 2}) {
+    for (int isa : {1, 2, 3}) {
+      if (isa == 3 && type != GgmlType::Q8_0 && type != GgmlType::Q4_0) continue;
       // TinyLlama FFN up-projection: decode (1 token) and prefill (64 tokens).
       b->Args({static_cast<int64_t>(type), 5632, 2048, 1, threads, isa});
       b->Args({static_cast<int64_t>(type), 5632, 2048, 64, threads, isa});

@@ -12,7 +12,7 @@ namespace kestrel {
 void *map_huge_pages(size_t bytes, const std::string &what);
 
 class HugePageBuffer {
-public:
+ public:
   HugePageBuffer() = default;
   HugePageBuffer(size_t bytes, const std::string &what);
   HugePageBuffer(HugePageBuffer &&o) noexcept;
@@ -24,9 +24,9 @@ public:
   const void *data() const { return data_; }
   size_t size() const { return size_; }
 
-private:
+ private:
   void *data_ = nullptr;
   size_t size_ = 0;
 };
 
-} // namespace kestrel
+}  // namespace kestrel

@@ -12,26 +12,24 @@ namespace kestrel {
 
 #ifndef KESTREL_HAVE_AVX2_KERNELS
 bool attention_tile_available(int) { return false; }
-void attend_tile(const PagedKvLayerView &, const AttentionTile &, int, float,
-                 int32_t, int32_t, float *, float *, float *) {}
+void attend_tile(const PagedKvLayerView &, const AttentionTile &, int, float, int32_t, int32_t, float *, float *,
+                 float *) {}
 #endif
 
 namespace {
 
 // Online-softmax state of one (token, head) over a range of positions.
 struct Partial {
-  float m; // running max score
-  float l; // sum of exp(score - m)
+  float m;  // running max score
+  float l;  // sum of exp(score - m)
 };
 
 // Streams positions [p0, p1) of one token/head into out[0..hd) (unnormalised),
 // a KV block at a time: the scores of the block, one softmax rescale, then
 // the weighted values. Dots and axpys use the process's SIMD kernels.
-Partial attend_range(const DotKernels &k, const PagedKvLayerView &kv,
-                     const int32_t *table, const float *q, int kvh, int hd,
-                     float scale, int32_t p0, int32_t p1, float *out) {
-  for (int d = 0; d < hd; d++)
-    out[d] = 0.0f;
+Partial attend_range(const DotKernels &k, const PagedKvLayerView &kv, const int32_t *table, const float *q, int kvh,
+                     int hd, float scale, int32_t p0, int32_t p1, float *out) {
+  for (int d = 0; d < hd; d++) out[d] = 0.0f;
   Partial s{-std::numeric_limits<float>::infinity(), 0.0f};
   constexpr int kMaxBlock = 256;
   float scores[kMaxBlock];
@@ -39,27 +37,21 @@ Partial attend_range(const DotKernels &k, const PagedKvLayerView &kv,
     // Positions [p, end) share one KV block (and at most kMaxBlock of them).
     const int32_t in_block = kv.block_size - p % kv.block_size;
     const int32_t end = std::min({p1, p + in_block, p + kMaxBlock});
-    const int64_t slot0 =
-        static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size +
-        p % kv.block_size;
+    const int64_t slot0 = static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
     float block_max = -std::numeric_limits<float>::infinity();
     for (int32_t j = 0; j < end - p; j++) {
-      scores[j] =
-          k.dot_f32(q, kv.k + (slot0 + j) * kv.k_stride + kvh * hd, hd) * scale;
+      scores[j] = k.dot_f32(q, kv.k + (slot0 + j) * kv.k_stride + kvh * hd, hd) * scale;
       block_max = std::max(block_max, scores[j]);
     }
     if (block_max > s.m) {
       // New maximum: rescale what was accumulated so far.
       const float correction = std::exp(s.m - block_max);
       s.l *= correction;
-      for (int d = 0; d < hd; d++)
-        out[d] *= correction;
+      for (int d = 0; d < hd; d++) out[d] *= correction;
       s.m = block_max;
     }
     s.l += k.exp_sum_f32(scores, s.m, end - p);
-    for (int32_t j = 0; j < end - p; j++)
-      k.axpy_f32(out, scores[j], kv.v + (slot0 + j) * kv.v_stride + kvh * hd,
-                 hd);
+    for (int32_t j = 0; j < end - p; j++) k.axpy_f32(out, scores[j], kv.v + (slot0 + j) * kv.v_stride + kvh * hd, hd);
     p = end;
   }
   return s;
@@ -71,8 +63,7 @@ constexpr int32_t kMinSplitLength = 128;
 // Groups the batch's (token, head) rows into tiles: the heads of one KV
 // group (up to 16) times as many neighbouring tokens of the same sequence as
 // fill 16 rows. Row index = token * n_head + head.
-void build_tiles(const AttentionBatch &b, const AttentionShape &s,
-                 std::vector<AttentionTile> &tiles) {
+void build_tiles(const AttentionBatch &b, const AttentionShape &s, std::vector<AttentionTile> &tiles) {
   constexpr int kRows = AttentionTile::kMaxRows;
   const int group = s.n_head / s.n_kv_head;
   const int heads_per_tile = std::min(group, kRows);
@@ -80,17 +71,14 @@ void build_tiles(const AttentionBatch &b, const AttentionShape &s,
   tiles.clear();
   for (int64_t t0 = 0; t0 < b.n_tokens;) {
     int64_t t1 = t0 + 1;
-    while (t1 < b.n_tokens && t1 - t0 < tokens_per_tile &&
-           b.block_tables[t1] == b.block_tables[t0])
-      t1++;
+    while (t1 < b.n_tokens && t1 - t0 < tokens_per_tile && b.block_tables[t1] == b.block_tables[t0]) t1++;
     for (int kvh = 0; kvh < s.n_kv_head; kvh++)
       for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += heads_per_tile) {
         AttentionTile tile;
         tile.kv_head = kvh;
         tile.table = b.block_tables[t0];
         for (int64_t t = t0; t < t1; t++)
-          for (int h = h0; h < std::min(h0 + heads_per_tile, (kvh + 1) * group);
-               h++) {
+          for (int h = h0; h < std::min(h0 + heads_per_tile, (kvh + 1) * group); h++) {
             tile.q[tile.rows] = b.q + (t * s.n_head + h) * s.head_dim;
             tile.limit[tile.rows] = b.positions[t] + 1;
             tile.out_row[tile.rows] = t * s.n_head + h;
@@ -103,60 +91,48 @@ void build_tiles(const AttentionBatch &b, const AttentionShape &s,
 }
 
 // Combines the partial softmaxes of every row's splits into b.out.
-void merge_splits(ThreadPool &pool, const AttentionBatch &b, int64_t rows,
-                  int64_t splits, int hd, const float *acc, const float *ms,
-                  const float *ls) {
+void merge_splits(ThreadPool &pool, const AttentionBatch &b, int64_t rows, int64_t splits, int hd, const float *acc,
+                  const float *ms, const float *ls) {
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; row++) {
       float m = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < splits; c++)
-        m = std::max(m, ms[row * splits + c]);
+      for (int64_t c = 0; c < splits; c++) m = std::max(m, ms[row * splits + c]);
       float *out = b.out + row * hd;
-      for (int d = 0; d < hd; d++)
-        out[d] = 0.0f;
+      for (int d = 0; d < hd; d++) out[d] = 0.0f;
       float l = 0.0f;
       for (int64_t c = 0; c < splits; c++) {
         const int64_t i = row * splits + c;
-        if (ls[i] == 0.0f)
-          continue; // an empty chunk
+        if (ls[i] == 0.0f) continue;  // an empty chunk
         const float w = std::exp(ms[i] - m);
         l += ls[i] * w;
         const float *a = acc + i * hd;
-        for (int d = 0; d < hd; d++)
-          out[d] += w * a[d];
+        for (int d = 0; d < hd; d++) out[d] += w * a[d];
       }
       const float inv = 1.0f / l;
-      for (int d = 0; d < hd; d++)
-        out[d] *= inv;
+      for (int d = 0; d < hd; d++) out[d] *= inv;
     }
   });
 }
 
-void attention_tiled(ThreadPool &pool, const PagedKvLayerView &kv,
-                     const AttentionBatch &b, const AttentionShape &s) {
+void attention_tiled(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &b, const AttentionShape &s) {
   // Grown once and reused: the decode loop allocates nothing after warm-up.
   thread_local std::vector<AttentionTile> tiles;
   thread_local std::vector<float> acc, ms, ls;
   build_tiles(b, s, tiles);
   const int hd = s.head_dim;
-  const int64_t rows = b.n_tokens * s.n_head,
-                n_tiles = static_cast<int64_t>(tiles.size());
+  const int64_t rows = b.n_tokens * s.n_head, n_tiles = static_cast<int64_t>(tiles.size());
   int32_t longest = 0;
-  for (int64_t t = 0; t < b.n_tokens; t++)
-    longest = std::max(longest, b.positions[t] + 1);
+  for (int64_t t = 0; t < b.n_tokens; t++) longest = std::max(longest, b.positions[t] + 1);
   // Few tiles for the threads (decode): split positions and merge after.
   int64_t splits = 1;
   if (n_tiles < 4 * pool.size())
-    splits = std::min<int64_t>((4 * pool.size() + n_tiles - 1) / n_tiles,
-                               std::max(1, longest / kMinSplitLength));
+    splits = std::min<int64_t>((4 * pool.size() + n_tiles - 1) / n_tiles, std::max(1, longest / kMinSplitLength));
   ms.resize(static_cast<size_t>(rows * splits));
   ls.resize(ms.size());
-  if (splits > 1)
-    acc.resize(static_cast<size_t>(rows * splits * hd));
+  if (splits > 1) acc.resize(static_cast<size_t>(rows * splits * hd));
   float *out = splits > 1 ? acc.data() : b.out;
   float *m = ms.data(), *l = ls.data();
-  const AttentionTile *tile_data =
-      tiles.data(); // thread_locals: the workers must not name them
+  const AttentionTile *tile_data = tiles.data();  // thread_locals: the workers must not name them
   // Tiles are dealt out round-robin: a tile's cost grows with its position,
   // so contiguous ranges would give the last thread the longest prefixes.
   pool.run([&](int ti, int nt) {
@@ -164,43 +140,33 @@ void attention_tiled(ThreadPool &pool, const PagedKvLayerView &kv,
       AttentionTile tile = tile_data[w / splits];
       const int64_t c = w % splits;
       int32_t len = 0;
-      for (int r = 0; r < tile.rows; r++)
-        len = std::max(len, tile.limit[r]);
-      const auto p0 = static_cast<int32_t>(len * c / splits),
-                 p1 = static_cast<int32_t>(len * (c + 1) / splits);
-      for (int r = 0; r < tile.rows; r++)
-        tile.out_row[r] = tile.out_row[r] * splits + c;
-      attend_tile(kv, tile, hd, s.scale, p0, c + 1 == splits ? len : p1, out, m,
-                  l);
-      if (splits > 1)
-        continue;
+      for (int r = 0; r < tile.rows; r++) len = std::max(len, tile.limit[r]);
+      const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
+      for (int r = 0; r < tile.rows; r++) tile.out_row[r] = tile.out_row[r] * splits + c;
+      attend_tile(kv, tile, hd, s.scale, p0, c + 1 == splits ? len : p1, out, m, l);
+      if (splits > 1) continue;
       for (int r = 0; r < tile.rows; r++) {
         float *o = out + tile.out_row[r] * hd;
         const float inv = 1.0f / l[tile.out_row[r]];
-        for (int d = 0; d < hd; d++)
-          o[d] *= inv;
+        for (int d = 0; d < hd; d++) o[d] *= inv;
       }
     }
   });
-  if (splits > 1)
-    merge_splits(pool, b, rows, splits, hd, acc.data(), m, l);
+  if (splits > 1) merge_splits(pool, b, rows, splits, hd, acc.data(), m, l);
 }
 
-void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv,
-                       const AttentionBatch &b, const AttentionShape &s) {
+void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &b, const AttentionShape &s) {
   const DotKernels &k = dot_kernels();
   const int group = s.n_head / s.n_kv_head;
   const int hd = s.head_dim;
   const int64_t rows = b.n_tokens * s.n_head;
   int32_t longest = 0;
-  for (int64_t t = 0; t < b.n_tokens; t++)
-    longest = std::max(longest, b.positions[t] + 1);
+  for (int64_t t = 0; t < b.n_tokens; t++) longest = std::max(longest, b.positions[t] + 1);
   // Few (token, head) rows for the threads (decode of few heads, e.g. MLA):
   // split each row's positions into chunks and merge the partial softmaxes.
   int64_t splits = 1;
   if (rows < 4 * pool.size())
-    splits = std::min<int64_t>((4 * pool.size() + rows - 1) / rows,
-                               std::max(1, longest / kMinSplitLength));
+    splits = std::min<int64_t>((4 * pool.size() + rows - 1) / rows, std::max(1, longest / kMinSplitLength));
 
   if (splits == 1) {
     pool.run([&](int ti, int nt) {
@@ -208,12 +174,10 @@ void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv,
         const int64_t t = w / s.n_head;
         const int h = static_cast<int>(w % s.n_head);
         float *out = b.out + (t * s.n_head + h) * hd;
-        const Partial p = attend_range(k, kv, b.block_tables[t],
-                                       b.q + (t * s.n_head + h) * hd, h / group,
-                                       hd, s.scale, 0, b.positions[t] + 1, out);
+        const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale,
+                                       0, b.positions[t] + 1, out);
         const float inv = 1.0f / p.l;
-        for (int d = 0; d < hd; d++)
-          out[d] *= inv;
+        for (int d = 0; d < hd; d++) out[d] *= inv;
       }
     });
     return;
@@ -224,18 +188,16 @@ void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv,
   ms.resize(static_cast<size_t>(rows * splits));
   ls.resize(ms.size());
   float *acc_data = acc.data(), *m = ms.data(),
-        *l = ls.data(); // thread_locals: the workers must not name them
+        *l = ls.data();  // thread_locals: the workers must not name them
   pool.parallel_for(rows * splits, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; w++) {
       const int64_t row = w / splits, c = w % splits;
       const int64_t t = row / s.n_head;
       const int h = static_cast<int>(row % s.n_head);
       const int64_t len = b.positions[t] + 1;
-      const auto p0 = static_cast<int32_t>(len * c / splits),
-                 p1 = static_cast<int32_t>(len * (c + 1) / splits);
-      const Partial p =
-          attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd,
-                       h / group, hd, s.scale, p0, p1, acc_data + w * hd);
+      const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
+      const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale,
+                                     p0, p1, acc_data + w * hd);
       m[w] = p.m;
       l[w] = p.l;
     }
@@ -243,10 +205,9 @@ void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv,
   merge_splits(pool, b, rows, splits, hd, acc_data, m, l);
 }
 
-} // namespace
+}  // namespace
 
-void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv,
-                     const AttentionBatch &b, const AttentionShape &s,
+void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &b, const AttentionShape &s,
                      AttentionKernel kernel) {
   if (kernel == AttentionKernel::Best && attention_tile_available(s.head_dim))
     attention_tiled(pool, kv, b, s);
@@ -254,4 +215,4 @@ void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv,
     attention_per_row(pool, kv, b, s);
 }
 
-} // namespace kestrel
+}  // namespace kestrel

@@ -19,18 +19,17 @@ namespace kestrel {
 struct PagedKvLayerView {
   const float *k = nullptr;
   const float *v = nullptr;
-  int64_t k_stride = 0; // floats between consecutive slots
+  int64_t k_stride = 0;  // floats between consecutive slots
   int64_t v_stride = 0;
   int block_size = 0;
 };
 
 struct AttentionBatch {
   int64_t n_tokens = 0;
-  const float *q = nullptr; // [n_tokens][n_head * head_dim]
-  float *out = nullptr;     // [n_tokens][n_head * head_dim]
+  const float *q = nullptr;  // [n_tokens][n_head * head_dim]
+  float *out = nullptr;      // [n_tokens][n_head * head_dim]
   const int32_t *positions = nullptr;
-  const int32_t *const *block_tables =
-      nullptr; // per token: its sequence's table
+  const int32_t *const *block_tables = nullptr;  // per token: its sequence's table
 };
 
 struct AttentionShape {
@@ -41,15 +40,14 @@ struct AttentionShape {
 };
 
 enum class AttentionKernel {
-  Best,   // 16-row tiles on AVX-512 (attention_tile.h) where the head size
-          // allows, else per row
-  PerRow, // each (token, head) on its own with the dot-kernel table: the
-          // reference path
+  Best,    // 16-row tiles on AVX-512 (attention_tile.h) where the head size
+           // allows, else per row
+  PerRow,  // each (token, head) on its own with the dot-kernel table: the
+           // reference path
 };
 
 // Token t attends to positions 0..positions[t] of its own sequence.
-void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv,
-                     const AttentionBatch &batch, const AttentionShape &shape,
-                     AttentionKernel kernel = AttentionKernel::Best);
+void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &batch,
+                     const AttentionShape &shape, AttentionKernel kernel = AttentionKernel::Best);
 
-} // namespace kestrel
+}  // namespace kestrel

@@ -16,12 +16,9 @@ constexpr int kMaxHeadDim = 256;
 // exp(x) for 16 floats (Cephes expf: range reduction by ln 2, degree-6
 // polynomial), scaled by 2^n with vscalefps so large negative x give 0.
 inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)),
-                    _mm512_set1_ps(-104.0f));
-  const __m512 fx = _mm512_roundscale_ps(
-      _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f),
-                      _mm512_set1_ps(0.5f)),
-      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-104.0f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                         _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
   x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
   __m512 y = _mm512_set1_ps(1.9875691500e-4f);
@@ -30,42 +27,37 @@ inline __m512 exp16(__m512 x) {
   y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
   y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
   y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x),
-                      _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(y, fx);
 }
 
-} // namespace
+}  // namespace
 
 bool attention_tile_available(int head_dim) {
   const auto &f = cpu_features();
-  return selected_isa() == IsaLevel::Avx512 && f.avx512f && f.avx512dq &&
-         head_dim % 16 == 0 && head_dim > 0 && head_dim <= kMaxHeadDim;
+  return selected_isa() == IsaLevel::Avx512 && f.avx512f && f.avx512dq && head_dim % 16 == 0 && head_dim > 0 &&
+         head_dim <= kMaxHeadDim;
 }
 
-void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd,
-                 float scale, int32_t p0, int32_t p1, float *out, float *m_out,
-                 float *l_out) {
-  alignas(64) float qt[kMaxHeadDim][kLanes]; // scaled queries, transposed:
-                                             // qt[d] = dimension d of every row
-  alignas(64) float ot[kMaxHeadDim][kLanes]; // the weighted values, transposed
-  alignas(64) float pj[kLanes][kLanes]; // one chunk's probabilities: pj[j] =
-                                        // position j for every row
+void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd, float scale, int32_t p0, int32_t p1,
+                 float *out, float *m_out, float *l_out) {
+  alignas(64) float qt[kMaxHeadDim][kLanes];  // scaled queries, transposed:
+                                              // qt[d] = dimension d of every row
+  alignas(64) float ot[kMaxHeadDim][kLanes];  // the weighted values, transposed
+  alignas(64) float pj[kLanes][kLanes];       // one chunk's probabilities: pj[j] =
+                                              // position j for every row
   alignas(64) int32_t lim[kLanes];
   int32_t end = p0;
   for (int r = 0; r < kLanes; r++) {
     // Unused lanes repeat row 0's query with no positions: harmless, discarded.
     const float *q = tile.q[r < tile.rows ? r : 0];
-    for (int d = 0; d < hd; d++)
-      qt[d][r] = q[d] * scale;
+    for (int d = 0; d < hd; d++) qt[d][r] = q[d] * scale;
     lim[r] = r < tile.rows ? std::min(tile.limit[r], p1) : 0;
     end = std::max(end, lim[r]);
   }
-  for (int d = 0; d < hd; d++)
-    _mm512_store_ps(ot[d], _mm512_setzero_ps());
+  for (int d = 0; d < hd; d++) _mm512_store_ps(ot[d], _mm512_setzero_ps());
   const __m512i limits = _mm512_load_si512(lim);
-  const __m512 neg_inf =
-      _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 m = neg_inf, l = _mm512_setzero_ps();
   const int64_t head_off = static_cast<int64_t>(tile.kv_head) * hd;
 
@@ -74,46 +66,34 @@ void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd,
     const float *kr[kLanes];
     const float *vr[kLanes];
     for (int j = 0; j < kLanes; j++) {
-      const int32_t pos =
-          p +
-          std::min(j, n - 1); // past the end: repeat the last key, masked below
-      const int64_t slot =
-          static_cast<int64_t>(tile.table[pos / kv.block_size]) *
-              kv.block_size +
-          pos % kv.block_size;
+      const int32_t pos = p + std::min(j, n - 1);  // past the end: repeat the last key, masked below
+      const int64_t slot = static_cast<int64_t>(tile.table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
       kr[j] = kv.k + slot * kv.k_stride + head_off;
       vr[j] = kv.v + slot * kv.v_stride + head_off;
     }
     // Scores of 16 positions for all rows: s[j] lane r = q_r . k_j.
     __m512 s[kLanes];
-    for (int j = 0; j < kLanes; j++)
-      s[j] = _mm512_setzero_ps();
+    for (int j = 0; j < kLanes; j++) s[j] = _mm512_setzero_ps();
     for (int d0 = 0; d0 < hd; d0 += 8) {
       __m512 qv[8];
-      for (int i = 0; i < 8; i++)
-        qv[i] = _mm512_load_ps(qt[d0 + i]);
+      for (int i = 0; i < 8; i++) qv[i] = _mm512_load_ps(qt[d0 + i]);
       for (int j = 0; j < kLanes; j++)
-        for (int i = 0; i < 8; i++)
-          s[j] = _mm512_fmadd_ps(qv[i], _mm512_set1_ps(kr[j][d0 + i]), s[j]);
+        for (int i = 0; i < 8; i++) s[j] = _mm512_fmadd_ps(qv[i], _mm512_set1_ps(kr[j][d0 + i]), s[j]);
     }
     // Causal (and range) mask, then the online softmax, lane by lane.
     __mmask16 valid[kLanes];
     __m512 block_max = m;
     for (int j = 0; j < kLanes; j++) {
-      valid[j] = j < n
-                     ? _mm512_cmplt_epi32_mask(_mm512_set1_epi32(p + j), limits)
-                     : __mmask16(0);
+      valid[j] = j < n ? _mm512_cmplt_epi32_mask(_mm512_set1_epi32(p + j), limits) : __mmask16(0);
       s[j] = _mm512_mask_blend_ps(valid[j], neg_inf, s[j]);
       block_max = _mm512_max_ps(block_max, s[j]);
     }
     // Rows with nothing yet keep m = -inf: their correction is 1, not exp(nan).
     const __mmask16 live = _mm512_cmp_ps_mask(block_max, neg_inf, _CMP_NEQ_OQ);
-    const __m512 corr = _mm512_mask_blend_ps(
-        live, _mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(m, block_max)));
+    const __m512 corr = _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(m, block_max)));
     l = _mm512_mul_ps(l, corr);
     for (int j = 0; j < n; j++) {
-      const __m512 e =
-          _mm512_maskz_mov_ps(valid[j], exp16(_mm512_sub_ps(s[j], block_max)));
+      const __m512 e = _mm512_maskz_mov_ps(valid[j], exp16(_mm512_sub_ps(s[j], block_max)));
       l = _mm512_add_ps(l, e);
       _mm512_store_ps(pj[j], e);
     }
@@ -121,15 +101,12 @@ void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd,
     // ot[d] = ot[d] * corr + sum_j pj[j] * v_j[d], 16 dimensions at a time.
     for (int d0 = 0; d0 < hd; d0 += 16) {
       __m512 acc[16];
-      for (int i = 0; i < 16; i++)
-        acc[i] = _mm512_mul_ps(_mm512_load_ps(ot[d0 + i]), corr);
+      for (int i = 0; i < 16; i++) acc[i] = _mm512_mul_ps(_mm512_load_ps(ot[d0 + i]), corr);
       for (int j = 0; j < n; j++) {
         const __m512 w = _mm512_load_ps(pj[j]);
-        for (int i = 0; i < 16; i++)
-          acc[i] = _mm512_fmadd_ps(w, _mm512_set1_ps(vr[j][d0 + i]), acc[i]);
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(w, _mm512_set1_ps(vr[j][d0 + i]), acc[i]);
       }
-      for (int i = 0; i < 16; i++)
-        _mm512_store_ps(ot[d0 + i], acc[i]);
+      for (int i = 0; i < 16; i++) _mm512_store_ps(ot[d0 + i], acc[i]);
     }
   }
 
@@ -139,11 +116,10 @@ void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd,
   for (int r = 0; r < tile.rows; r++) {
     const int64_t row = tile.out_row[r];
     float *o = out + row * hd;
-    for (int d = 0; d < hd; d++)
-      o[d] = ot[d][r];
+    for (int d = 0; d < hd; d++) o[d] = ot[d][r];
     m_out[row] = ms[r];
     l_out[row] = ls[r];
   }
 }
 
-} // namespace kestrel
+}  // namespace kestrel

@@ -62,14 +62,14 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
     for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
   });
   if (packed_) {
-    if (xd_.size() < need) xd_.resize(need), xbias_.resize(need);
-    float* d = xd_.data();
-    int32_t* bias = xbias_.data();
-    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-      const int64_t first = t0 * blocks_per_row;
-      packed_activation_terms(w.type, xq + first, (t1 - t0) * blocks_per_row, d + first, bias + first);
+    const size_t bytes = packed_activation_bytes(n, blocks_per_row);
+    if (xpacked_.size() < bytes) xpacked_.resize(bytes);
+    uint8_t* out = xpacked_.data();
+    const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
+    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) {
+      pack_activations(w.type, xq, n, blocks_per_row, i0, i1, out);
     });
-    packed_acts_ = {xq, d, bias, n, blocks_per_row};
+    packed_acts_ = {out, n, blocks_per_row};
     return;
   }
   // A single token streams weights: the row dot is leaner there.

@@ -63,8 +63,7 @@ class Matmul {
   std::vector<BlockQ8_0> xq_;         // quantized activations, grown once, reused every call
   std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
   QuantizedActivations acts_;
-  std::vector<float> xd_;             // per-block activation scales and offset terms for the packed kernel
-  std::vector<int32_t> xbias_;
+  std::vector<uint8_t> xpacked_;      // activations in the packed kernels' token tiles
   PackedActivations packed_acts_;
 };
 

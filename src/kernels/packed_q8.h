@@ -37,21 +37,17 @@ namespace kestrel {
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
-  GgmlType type = GgmlType::Q8_0; // Q8_0 or Q4_0: the source format
+  GgmlType type = GgmlType::Q8_0;  // Q8_0 or Q4_0: the source format
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
-  HugePageBuffer quants; // [n_groups][n_blocks][quant_bytes_per_block()]
-  HugePageBuffer scales; // [n_groups][n_blocks][16] fp16
+  HugePageBuffer quants;  // [n_groups][n_blocks][quant_bytes_per_block()]
+  HugePageBuffer scales;  // [n_groups][n_blocks][16] fp16
 
-  size_t quant_bytes_per_block() const {
-    return type == GgmlType::Q8_0 ? 512 : 256;
-  }
+  size_t quant_bytes_per_block() const { return type == GgmlType::Q8_0 ? 512 : 256; }
   const uint8_t *group_quants(int64_t g) const {
-    return static_cast<const uint8_t *>(quants.data()) +
-           static_cast<size_t>(g * n_blocks) * quant_bytes_per_block();
+    return static_cast<const uint8_t *>(quants.data()) + static_cast<size_t>(g * n_blocks) * quant_bytes_per_block();
   }
   const uint16_t *group_scales(int64_t g) const {
-    return static_cast<const uint16_t *>(scales.data()) +
-           g * n_blocks * kRowsPerGroup;
+    return static_cast<const uint16_t *>(scales.data()) + g * n_blocks * kRowsPerGroup;
   }
 };
 
@@ -59,29 +55,38 @@ struct PackedWeight {
 bool packable(const Weight &w);
 // The repacked copy of w (throws Error if !packable(w)), groups split over
 // the pool's threads when one is given.
-std::shared_ptr<const PackedWeight> pack_weight(const Weight &w,
-                                                ThreadPool *pool = nullptr);
+std::shared_ptr<const PackedWeight> pack_weight(const Weight &w, ThreadPool *pool = nullptr);
 
-// Activations for the packed kernels: Q8_0 blocks plus, per block, the
-// float scale and the offset correction for the weight format.
+// Activations for the packed kernels, repacked per call in tiles of 8
+// tokens so that a micro-kernel reads everything through one pointer with
+// constant offsets. Per (tile, block), 320 bytes:
+//   qs[8 tokens][32] int8 | bias[8] int32 = -(128 or 8) * sum(qs) | d[8] float
+// (the bias undoes the weights' unsigned offset). Tokens past n_tokens in the
+// last tile are zero.
 struct PackedActivations {
-  const BlockQ8_0 *q = nullptr;  // [n_tokens][n_blocks]
-  const float *d = nullptr;      // [n_tokens][n_blocks]
-  const int32_t *bias = nullptr; // [n_tokens][n_blocks]: -(128 or 8) * sum(q)
+  static constexpr int kTokensPerTile = 8;
+  static constexpr size_t kBytesPerBlock = 320;
+  static constexpr size_t kBiasOffset = 256, kScaleOffset = 288;
+  const uint8_t *data = nullptr;
   int64_t n_tokens = 0, n_blocks = 0;
+
+  int64_t n_tiles() const { return (n_tokens + kTokensPerTile - 1) / kTokensPerTile; }
+  const uint8_t *block(int64_t tile, int64_t b) const { return data + (tile * n_blocks + b) * kBytesPerBlock; }
 };
-// Fills d and bias for `count` blocks for weights of format wtype.
-void packed_activation_terms(GgmlType wtype, const BlockQ8_0 *x, int64_t count,
-                             float *d, int32_t *bias);
+size_t packed_activation_bytes(int64_t n_tokens, int64_t n_blocks);
+// Writes token tiles [tile0, tile1) of x ([n_tokens][n_blocks] Q8_0 blocks)
+// for weights of format wtype into out (packed_activation_bytes in all).
+void pack_activations(GgmlType wtype, const BlockQ8_0 *x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+                      int64_t tile1, uint8_t *out);
 
 // y[t * ldy + r] for rows r in [16*g0, min(rows, 16*g1)) and all tokens.
-// token_chunk: tokens per pass over the groups (see hw/tuning.h), 1 to 256.
-void packed_gemm_reference(const PackedWeight &w, int64_t g0, int64_t g1,
-                           const PackedActivations &x, float *y, int64_t ldy);
+// token_chunk: tokens per pass over the groups (see hw/tuning.h), 1 to 256,
+// rounded up to whole token tiles.
+void packed_gemm_reference(const PackedWeight &w, int64_t g0, int64_t g1, const PackedActivations &x, float *y,
+                           int64_t ldy);
 // The same results bit for bit; requires packed_gemm_available().
-void packed_gemm_vnni(const PackedWeight &w, int64_t g0, int64_t g1,
-                      const PackedActivations &x, float *y, int64_t ldy,
+void packed_gemm_vnni(const PackedWeight &w, int64_t g0, int64_t g1, const PackedActivations &x, float *y, int64_t ldy,
                       int64_t token_chunk = 64);
-bool packed_gemm_available(); // compiled in and the CPU has AVX-512 VNNI
+bool packed_gemm_available();  // compiled in and the CPU has AVX-512 VNNI
 
-} // namespace kestrel
+}  // namespace kestrel

@@ -13,72 +13,56 @@
 namespace kestrel {
 namespace {
 
-void check(int n_head, int n_kv, int hd, int32_t len, int threads,
-           AttentionKernel kernel = AttentionKernel::Best) {
+void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKernel kernel = AttentionKernel::Best) {
   const int block = 16;
   const int64_t blocks = (len + block - 1) / block;
   std::mt19937 rng(len + n_head);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   // Blocks in reverse order, so a table that is ignored gives wrong answers.
   std::vector<int32_t> table(blocks);
-  for (int64_t i = 0; i < blocks; i++)
-    table[i] = static_cast<int32_t>(blocks - 1 - i);
+  for (int64_t i = 0; i < blocks; i++) table[i] = static_cast<int32_t>(blocks - 1 - i);
   const int64_t width = static_cast<int64_t>(n_kv) * hd;
-  std::vector<float> k(blocks * block * width), v(k.size()), q(n_head * hd),
-      out(q.size());
-  for (auto &x : k)
-    x = dist(rng);
-  for (auto &x : v)
-    x = dist(rng);
-  for (auto &x : q)
-    x = dist(rng);
+  std::vector<float> k(blocks * block * width), v(k.size()), q(n_head * hd), out(q.size());
+  for (auto &x : k) x = dist(rng);
+  for (auto &x : v) x = dist(rng);
+  for (auto &x : q) x = dist(rng);
   const int32_t pos = len - 1;
   const int32_t *tables[1] = {table.data()};
   ThreadPool pool(threads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  attention_paged(pool, {k.data(), v.data(), width, width, block},
-                  {1, q.data(), out.data(), &pos, tables},
+  attention_paged(pool, {k.data(), v.data(), width, width, block}, {1, q.data(), out.data(), &pos, tables},
                   {n_head, n_kv, hd, scale}, kernel);
   for (int h = 0; h < n_head; h++) {
     const int kvh = h / (n_head / n_kv);
     std::vector<double> scores(len);
     double mx = -1e300;
     for (int32_t p = 0; p < len; p++) {
-      const int64_t slot =
-          static_cast<int64_t>(table[p / block]) * block + p % block;
+      const int64_t slot = static_cast<int64_t>(table[p / block]) * block + p % block;
       double sc = 0;
-      for (int d = 0; d < hd; d++)
-        sc +=
-            static_cast<double>(q[h * hd + d]) * k[slot * width + kvh * hd + d];
+      for (int d = 0; d < hd; d++) sc += static_cast<double>(q[h * hd + d]) * k[slot * width + kvh * hd + d];
       scores[p] = sc * scale;
       mx = std::max(mx, scores[p]);
     }
     double sum = 0;
-    for (auto &sc : scores)
-      sum += (sc = std::exp(sc - mx));
+    for (auto &sc : scores) sum += (sc = std::exp(sc - mx));
     for (int d = 0; d < hd; d++) {
       double want = 0;
       for (int32_t p = 0; p < len; p++) {
-        const int64_t slot =
-            static_cast<int64_t>(table[p / block]) * block + p % block;
+        const int64_t slot = static_cast<int64_t>(table[p / block]) * block + p % block;
         want += scores[p] / sum * v[slot * width + kvh * hd + d];
       }
-      ASSERT_NEAR(out[h * hd + d], want, 1e-4)
-          << "head " << h << " dim " << d << " len " << len;
+      ASSERT_NEAR(out[h * hd + d], want, 1e-4) << "head " << h << " dim " << d << " len " << len;
     }
   }
 }
 
-const AttentionKernel kKernels[] = {AttentionKernel::Best,
-                                    AttentionKernel::PerRow};
+const AttentionKernel kKernels[] = {AttentionKernel::Best, AttentionKernel::PerRow};
 
 TEST(Attention, ManyHeadsPerHeadPath) {
-  for (auto kernel : kKernels)
-    check(8, 2, 16, 37, 2, kernel);
+  for (auto kernel : kKernels) check(8, 2, 16, 37, 2, kernel);
 }
 TEST(Attention, OneHeadLongContextSplitsAcrossThreads) {
-  for (auto kernel : kKernels)
-    check(1, 1, 32, 1000, 2, kernel);
+  for (auto kernel : kKernels) check(1, 1, 32, 1000, 2, kernel);
 }
 TEST(Attention, SplitWithOddLengthsAndGroups) {
   for (auto kernel : kKernels)
@@ -91,10 +75,8 @@ TEST(Attention, SplitWithOddLengthsAndGroups) {
 // Several sequences in one batch (a prefill chunk of one, decode tokens of
 // others, interleaved), each with its own scattered table, block sizes that
 // do and do not divide 16, GQA groups smaller and larger than a tile.
-void check_batch(int n_head, int n_kv, int hd, int block,
-                 AttentionKernel kernel) {
-  SCOPED_TRACE(::testing::Message() << n_head << " heads, " << n_kv
-                                    << " kv, hd " << hd << ", block " << block);
+void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel) {
+  SCOPED_TRACE(::testing::Message() << n_head << " heads, " << n_kv << " kv, hd " << hd << ", block " << block);
   struct Seq {
     int32_t len;
     std::vector<int32_t> table;
@@ -103,65 +85,50 @@ void check_batch(int n_head, int n_kv, int hd, int block,
   int32_t next_block = 0;
   for (auto &sq : seqs) {
     const int32_t nb = (sq.len + block - 1) / block;
-    for (int32_t i = 0; i < nb; i++)
-      sq.table.push_back(next_block + nb - 1 - i); // reversed
+    for (int32_t i = 0; i < nb; i++) sq.table.push_back(next_block + nb - 1 - i);  // reversed
     next_block += nb;
   }
   const int64_t width = static_cast<int64_t>(n_kv) * hd;
   std::mt19937 rng(hd + block);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> k(next_block * block * width), v(k.size());
-  for (auto &x : k)
-    x = dist(rng);
-  for (auto &x : v)
-    x = dist(rng);
+  for (auto &x : k) x = dist(rng);
+  for (auto &x : v) x = dist(rng);
   // Tokens: sequence 0 positions 50..69 (a prefill chunk), then sequence 1's
   // last position, sequence 2's positions 30..32, and one more of sequence 0.
   std::vector<std::pair<int, int32_t>> tokens;
-  for (int32_t p = 50; p < 69; p++)
-    tokens.push_back({0, p});
+  for (int32_t p = 50; p < 69; p++) tokens.push_back({0, p});
   tokens.push_back({1, 4});
-  for (int32_t p = 30; p < 33; p++)
-    tokens.push_back({2, p});
+  for (int32_t p = 30; p < 33; p++) tokens.push_back({2, p});
   tokens.push_back({0, 69});
   const int64_t n = static_cast<int64_t>(tokens.size());
   std::vector<float> q(n * n_head * hd), out(q.size(), 0.0f);
-  for (auto &x : q)
-    x = dist(rng);
+  for (auto &x : q) x = dist(rng);
   std::vector<int32_t> pos(n);
   std::vector<const int32_t *> tables(n);
-  for (int64_t t = 0; t < n; t++)
-    pos[t] = tokens[t].second, tables[t] = seqs[tokens[t].first].table.data();
+  for (int64_t t = 0; t < n; t++) pos[t] = tokens[t].second, tables[t] = seqs[tokens[t].first].table.data();
   ThreadPool pool(2);
   const float scale = 0.3f;
-  attention_paged(pool, {k.data(), v.data(), width, width, block},
-                  {n, q.data(), out.data(), pos.data(), tables.data()},
+  attention_paged(pool, {k.data(), v.data(), width, width, block}, {n, q.data(), out.data(), pos.data(), tables.data()},
                   {n_head, n_kv, hd, scale}, kernel);
   const int group = n_head / n_kv;
   for (int64_t t = 0; t < n; t++)
     for (int h = 0; h < n_head; h++) {
       const int32_t *table = tables[t];
       const int kvh = h / group;
-      auto slot = [&](int32_t p) {
-        return static_cast<int64_t>(table[p / block]) * block + p % block;
-      };
+      auto slot = [&](int32_t p) { return static_cast<int64_t>(table[p / block]) * block + p % block; };
       std::vector<double> sc(pos[t] + 1);
       double mx = -1e300, sum = 0;
       for (int32_t p = 0; p <= pos[t]; p++) {
         double d = 0;
-        for (int i = 0; i < hd; i++)
-          d += double(q[(t * n_head + h) * hd + i]) *
-               k[slot(p) * width + kvh * hd + i];
+        for (int i = 0; i < hd; i++) d += double(q[(t * n_head + h) * hd + i]) * k[slot(p) * width + kvh * hd + i];
         mx = std::max(mx, sc[p] = d * scale);
       }
-      for (auto &x : sc)
-        sum += (x = std::exp(x - mx));
+      for (auto &x : sc) sum += (x = std::exp(x - mx));
       for (int i = 0; i < hd; i++) {
         double want = 0;
-        for (int32_t p = 0; p <= pos[t]; p++)
-          want += sc[p] / sum * v[slot(p) * width + kvh * hd + i];
-        ASSERT_NEAR(out[(t * n_head + h) * hd + i], want, 1e-4)
-            << "token " << t << " head " << h << " dim " << i;
+        for (int32_t p = 0; p <= pos[t]; p++) want += sc[p] / sum * v[slot(p) * width + kvh * hd + i];
+        ASSERT_NEAR(out[(t * n_head + h) * hd + i], want, 1e-4) << "token " << t << " head " << h << " dim " << i;
       }
     }
 }
@@ -170,22 +137,20 @@ TEST(Attention, BatchesOfSeveralSequences) {
   for (auto kernel : kKernels)
     for (int block : {16, 5, 32}) {
       check_batch(8, 2, 64, block,
-                  kernel); // 4 heads per group: 4 tokens per tile
+                  kernel);  // 4 heads per group: 4 tokens per tile
       check_batch(32, 1, 16, block,
-                  kernel); // 32 heads per group: two tiles per token
-      check_batch(3, 3, 32, block, kernel); // no sharing: 16 tokens per tile
+                  kernel);                   // 32 heads per group: two tiles per token
+      check_batch(3, 3, 32, block, kernel);  // no sharing: 16 tokens per tile
     }
 }
 
 TEST(Attention, TiledKernelCoversTheModelsHeadSizes) {
   // The fast path must actually run for Llama-family head sizes on AVX-512
   // machines.
-  if (selected_isa() != IsaLevel::Avx512)
-    GTEST_SKIP() << "no AVX-512 on this CPU/build";
-  for (int hd : {64, 128})
-    EXPECT_TRUE(attention_tile_available(hd)) << hd;
-  EXPECT_FALSE(attention_tile_available(8)); // falls back to the per-row kernel
+  if (selected_isa() != IsaLevel::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU/build";
+  for (int hd : {64, 128}) EXPECT_TRUE(attention_tile_available(hd)) << hd;
+  EXPECT_FALSE(attention_tile_available(8));  // falls back to the per-row kernel
 }
 
-} // namespace
-} // namespace kestrel
+}  // namespace
+}  // namespace kestrel

@@ -21,39 +21,33 @@ struct QuantMatrix {
   Weight w;
 };
 
-QuantMatrix random_matrix(GgmlType type, int64_t rows, int64_t cols,
-                          uint32_t seed) {
+QuantMatrix random_matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   QuantMatrix m;
   const auto f = test::random_floats(rows * cols, seed);
   const size_t rb = row_bytes(type, cols);
   m.bytes.resize(rb * rows);
-  for (int64_t r = 0; r < rows; r++)
-    quantize_row(type, f.data() + r * cols, m.bytes.data() + r * rb, cols);
-  m.w = Weight{"blk.0.test.weight", type,           {cols, rows},
-               m.bytes.data(),      m.bytes.size(), {}};
+  for (int64_t r = 0; r < rows; r++) quantize_row(type, f.data() + r * cols, m.bytes.data() + r * rb, cols);
+  m.w = Weight{"blk.0.test.weight", type, {cols, rows}, m.bytes.data(), m.bytes.size(), {}};
   return m;
 }
 
 struct Acts {
   std::vector<BlockQ8_0> q;
-  std::vector<float> d;
-  std::vector<int32_t> bias;
+  std::vector<uint8_t> packed;
   PackedActivations view;
 };
 
-Acts random_activations(GgmlType wtype, int64_t n, int64_t cols,
-                        uint32_t seed) {
+Acts random_activations(GgmlType wtype, int64_t n, int64_t cols, uint32_t seed) {
   Acts a;
   const int64_t nb = cols / kQK8_0;
   const auto f = test::random_floats(n * cols, seed);
   a.q.resize(n * nb);
   for (int64_t t = 0; t < n; t++)
-    quantize_row_q8_0_ref(f.data() + t * cols, a.q.data() + t * nb, cols,
-                          Rounding::HalfToEven);
-  a.d.resize(n * nb);
-  a.bias.resize(n * nb);
-  packed_activation_terms(wtype, a.q.data(), n * nb, a.d.data(), a.bias.data());
-  a.view = {a.q.data(), a.d.data(), a.bias.data(), n, nb};
+    quantize_row_q8_0_ref(f.data() + t * cols, a.q.data() + t * nb, cols, Rounding::HalfToEven);
+  a.packed.assign(packed_activation_bytes(n, nb), 0xAB);  // garbage where nothing is written
+  const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
+  pack_activations(wtype, a.q.data(), n, nb, 0, tiles, a.packed.data());
+  a.view = {a.packed.data(), n, nb};
   return a;
 }
 
@@ -64,57 +58,45 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
     for (int64_t rows : {1, 15, 16, 17, 40})
       for (int64_t cols : {32, 96}) {
         const int64_t n = 3, ldy = rows + 5;
-        const auto m = random_matrix(type, rows, cols,
-                                     static_cast<uint32_t>(rows * 7 + cols));
+        const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
         const auto a = random_activations(type, n, cols, 99);
         const auto packed = pack_weight(m.w);
         std::vector<float> y(n * ldy, kSentinel);
-        packed_gemm_reference(*packed, 0, packed->n_groups, a.view, y.data(),
-                              ldy);
+        packed_gemm_reference(*packed, 0, packed->n_groups, a.view, y.data(), ldy);
         std::vector<float> wr(cols), xr(cols);
         for (int64_t t = 0; t < n; t++) {
           dequantize_row_q8_0(a.q.data() + t * (cols / 32), xr.data(), cols);
           for (int64_t r = 0; r < rows; r++) {
             dequantize_weight_row(m.w, r, wr.data());
             double ref = 0, mag = 0;
-            for (int64_t c = 0; c < cols; c++)
-              ref += double(wr[c]) * xr[c],
-                  mag += std::fabs(double(wr[c]) * xr[c]);
+            for (int64_t c = 0; c < cols; c++) ref += double(wr[c]) * xr[c], mag += std::fabs(double(wr[c]) * xr[c]);
             EXPECT_NEAR(y[t * ldy + r], ref, 1e-5 * mag + 1e-6)
-                << type_name(type) << " " << rows << "x" << cols << " r" << r
-                << " t" << t;
+                << type_name(type) << " " << rows << "x" << cols << " r" << r << " t" << t;
           }
-          for (int64_t r = rows; r < ldy; r++)
-            EXPECT_EQ(y[t * ldy + r], kSentinel) << "wrote past the last row";
+          for (int64_t r = rows; r < ldy; r++) EXPECT_EQ(y[t * ldy + r], kSentinel) << "wrote past the last row";
         }
       }
 }
 
 TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
-  if (!packed_gemm_available())
-    GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
+  if (!packed_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0})
     for (int64_t rows : {1, 16, 33, 70})
       for (int64_t cols : {32, 160, 2080})
         for (int64_t n : {1, 2, 7, 8, 9, 19}) {
           const int64_t ldy = rows + 3;
-          const auto m = random_matrix(type, rows, cols,
-                                       static_cast<uint32_t>(rows + cols));
-          const auto a =
-              random_activations(type, n, cols, static_cast<uint32_t>(n));
+          const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows + cols));
+          const auto a = random_activations(type, n, cols, static_cast<uint32_t>(n));
           const auto packed = pack_weight(m.w);
           std::vector<float> want(n * ldy, kSentinel), got(n * ldy, kSentinel);
-          packed_gemm_reference(*packed, 0, packed->n_groups, a.view,
-                                want.data(), ldy);
+          packed_gemm_reference(*packed, 0, packed->n_groups, a.view, want.data(), ldy);
           // A token chunk smaller than the token count and a group range split
           // in two.
           const int64_t mid = packed->n_groups / 2;
           packed_gemm_vnni(*packed, 0, mid, a.view, got.data(), ldy, 5);
-          packed_gemm_vnni(*packed, mid, packed->n_groups, a.view, got.data(),
-                           ldy, 5);
+          packed_gemm_vnni(*packed, mid, packed->n_groups, a.view, got.data(), ldy, 5);
           for (size_t i = 0; i < want.size(); i++)
-            ASSERT_EQ(got[i], want[i]) << type_name(type) << " " << rows << "x"
-                                       << cols << " n=" << n << " at " << i;
+            ASSERT_EQ(got[i], want[i]) << type_name(type) << " " << rows << "x" << cols << " n=" << n << " at " << i;
         }
 }
 
@@ -134,9 +116,7 @@ TEST(PackedQ8, MatmulWithPackedWeightsMatchesTheFileLayout) {
       std::vector<float> plain(n * rows), packed(n * rows);
       mm.run(pool, m.w, x.data(), n, plain.data());
       mm.run(pool, packed_w, x.data(), n, packed.data());
-      for (int64_t i = 0; i < n * rows; i++)
-        EXPECT_NEAR(packed[i], plain[i], 1e-4f * (1 + std::fabs(plain[i])))
-            << i;
+      for (int64_t i = 0; i < n * rows; i++) EXPECT_NEAR(packed[i], plain[i], 1e-4f * (1 + std::fabs(plain[i]))) << i;
     }
   }
 }
@@ -154,5 +134,5 @@ TEST(PackedQ8, OnlyQuantizedMatricesArePacked) {
   }()));
 }
 
-} // namespace
-} // namespace kestrel
+}  // namespace
+}  // namespace kestrel
