@@ -43,48 +43,71 @@ inline void load_block(const uint8_t *q, __m512i *w) {
   }
 }
 
-// Token tile `tile` (its first T tokens) x group g.
-template <GgmlType W, int T>
-void tile(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
+// Tokens T0..T0+T-1 of token tile `tile` x NG consecutive groups from g:
+// with two groups each broadcast activation word feeds two vpdpbusd.
+template <GgmlType W, int T0, int T, int NG>
+void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
   const int64_t nb = pw.n_blocks;
   const size_t qb = pw.quant_bytes_per_block();
-  const uint8_t* q = pw.group_quants(g);
-  const uint16_t* s = pw.group_scales(g);
+  const uint8_t* q[NG];
+  const uint16_t* s[NG];
+  for (int i = 0; i < NG; i++) q[i] = pw.group_quants(g + i), s[i] = pw.group_scales(g + i);
   const uint8_t* a = x.block(tile, 0);  // advances PA::kBytesPerBlock per block: constant offsets inside
-  __m512 acc[T];
-  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; b++, q += qb, a += PA::kBytesPerBlock) {
-    __m512i w[8];
-    load_block<W>(q, w);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + b * G)));
-    for (int t = 0; t < T; t++) {
-      __m512i dot = broadcast_i32(a + PA::kBiasOffset + 4 * t);
-      for (int k = 0; k < 8; k++) dot = _mm512_dpbusd_epi32(dot, w[k], broadcast_i32(a + kQK8_0 * t + 4 * k));
-      const __m512 scale = _mm512_mul_ps(dw, broadcast_f32(a + PA::kScaleOffset + 4 * t));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[t]);
+  __m512 acc[NG][T];
+  for (int i = 0; i < NG; i++)
+    for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++, a += PA::kBytesPerBlock) {
+    __m512i w[NG][8];
+    __m512 dw[NG];
+    for (int i = 0; i < NG; i++) {
+      load_block<W>(q[i] + b * qb, w[i]);
+      dw[i] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s[i] + b * G)));
+    }
+    for (int t = T0; t < T0 + T; t++) {
+      const __m512i bias = broadcast_i32(a + PA::kBiasOffset + 4 * t);
+      __m512i dot[NG];
+      for (int i = 0; i < NG; i++) dot[i] = bias;
+      for (int k = 0; k < 8; k++) {
+        const __m512i xk = broadcast_i32(a + kQK8_0 * t + 4 * k);
+        for (int i = 0; i < NG; i++) dot[i] = _mm512_dpbusd_epi32(dot[i], w[i][k], xk);
+      }
+      const __m512 dx = broadcast_f32(a + PA::kScaleOffset + 4 * t);
+      for (int i = 0; i < NG; i++)
+        acc[i][t - T0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw[i], dx), acc[i][t - T0]);
     }
   }
-  const int64_t r = g * G;
-  const __mmask16 mask = pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
-  const int64_t t0 = tile * PA::kTokensPerTile;
-  for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[t]);
+  const int64_t t0 = tile * PA::kTokensPerTile + T0;
+  for (int i = 0; i < NG; i++) {
+    const int64_t r = (g + i) * G;
+    const __mmask16 mask = pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[i][t]);
+  }
 }
 
-template <GgmlType W>
+// Tokens T0..T0+n-1 of a token tile in kernels of at most TMax tokens.
+template <GgmlType W, int T0, int TMax, int NG>
+void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, int64_t n, float* y,
+            int64_t ldy) {
+  if constexpr (TMax > 0 && T0 < PA::kTokensPerTile) {
+    if (n >= TMax) {
+      tile_kernel<W, T0, TMax, NG>(pw, g, x, tile, y, ldy);
+      if (n > TMax) tokens<W, T0 + TMax, TMax, NG>(pw, g, x, tile, n - TMax, y, ldy);
+    } else {
+      tokens<W, T0, TMax - 1, NG>(pw, g, x, tile, n, y, ldy);
+    }
+  }
+}
+
+// Token tiles [tile_begin, tile_end) x NG groups from g. Registers bound the
+// tokens per kernel: 8 weight vectors, a scale and an accumulator per token
+// with one group; twice the weights and accumulators with two.
+template <GgmlType W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
+  constexpr int kMaxTokens = NG == 2 ? 4 : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
-    switch (std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile)) {
-      case 8: tile<W, 8>(pw, g, x, i, y, ldy); break;
-      case 7: tile<W, 7>(pw, g, x, i, y, ldy); break;
-      case 6: tile<W, 6>(pw, g, x, i, y, ldy); break;
-      case 5: tile<W, 5>(pw, g, x, i, y, ldy); break;
-      case 4: tile<W, 4>(pw, g, x, i, y, ldy); break;
-      case 3: tile<W, 3>(pw, g, x, i, y, ldy); break;
-      case 2: tile<W, 2>(pw, g, x, i, y, ldy); break;
-      case 1: tile<W, 1>(pw, g, x, i, y, ldy); break;
-      default: break;
-    }
+    const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
+    tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
   }
 }
 
@@ -95,13 +118,15 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
   const int64_t tiles_per_chunk = (token_chunk + PA::kTokensPerTile - 1) / PA::kTokensPerTile;
   for (int64_t tc = 0; tc < x.n_tiles(); tc += tiles_per_chunk) {
     const int64_t tc_end = std::min(x.n_tiles(), tc + tiles_per_chunk);
-    for (int64_t g = g0; g < g1; g++) group_tiles<W>(pw, g, x, tc, tc_end, y, ldy);
+    int64_t g = g0;
+    for (; g + 2 <= g1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
+    if (g < g1) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
   }
 }
 
 }  // namespace
 
-void packed_gemm_vnni(const PackedWeight &w, int64_t g0, int64_t g1, const PackedActivations &x, float *y, int64_t ldy,
+void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
                       int64_t token_chunk) {
   token_chunk = std::clamp<int64_t>(token_chunk, 1, 256);
   if (w.type == GgmlType::Q8_0)
