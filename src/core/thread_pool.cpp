@@ -72,6 +72,10 @@ void ThreadPool::run(FunctionRef<void(int, int)> job) {
 void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   const int nt = static_cast<int>(std::min<int64_t>(n_threads_, n));
+  if (nt == 1) {  // one unit of work (e.g. one decode token): no wake-up, no barrier
+    fn(0, n);
+    return;
+  }
   run([&](int ti, int) {
     if (ti >= nt) return;
     const int64_t begin = n * ti / nt, end = n * (ti + 1) / nt;

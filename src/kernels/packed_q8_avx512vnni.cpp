@@ -119,8 +119,8 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
   for (int64_t tc = 0; tc < x.n_tiles(); tc += tiles_per_chunk) {
     const int64_t tc_end = std::min(x.n_tiles(), tc + tiles_per_chunk);
     int64_t g = g0;
-    for (; g + 2 <= g1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
-    if (g < g1) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
+    for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
+    for (; g < g1; g++) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
   }
 }
 
