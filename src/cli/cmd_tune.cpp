@@ -35,7 +35,9 @@ std::vector<uint8_t> make_weight(GgmlType type, int64_t rows, int64_t cols) {
 std::vector<Candidate> sweep(GgmlType type, int threads, int64_t tokens, bool q8) {
   const int64_t rows = 5632, cols = 2048;
   const auto bytes = make_weight(type, rows, cols);
-  const Weight w{"tune", type, {cols, rows}, bytes.data(), bytes.size(), {}};
+  Weight w{"tune", type, {cols, rows}, bytes.data(), bytes.size(), {}};
+  // Tune the kernel the engine will run: repacked weights where it repacks them.
+  if (packable(w) && packed_gemm_available()) w.packed = pack_weight(w);
   std::vector<float> x(tokens * cols), y(tokens * rows);
   for (size_t i = 0; i < x.size(); i++) x[i] = std::cos(static_cast<float>(i)) * 0.5f;
   ThreadPool pool(threads);
