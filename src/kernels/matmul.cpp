@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
 #include "kernels/ops.h"
 
@@ -20,6 +21,8 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
     case GgmlType::F16:
     case GgmlType::BF16: {
       const std::string w = type == GgmlType::F32 ? "f32" : type == GgmlType::F16 ? "f16" : "bf16";
+      if (type == GgmlType::BF16 && k.isa == IsaLevel::Avx512 && gemm_bf16_available())
+        return "bf16 x bf16 (activations rounded): vdpbf16ps, tiled 4x4 (avx512 bf16)";
       if (k.isa == IsaLevel::Avx512) return fmt::format("{} x f32 fma: row dot for 1 token, tiled 4x4 gemm for more (avx512)", w);
       return fmt::format("{} x f32 fma row dot ({})", w, isa);
     }
@@ -49,7 +52,16 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   x_ = x;
   n_ = n;
   tiled_ = false;
+  bf16_ = false;
   packed_ = w.packed != nullptr;
+  if (w.type == GgmlType::BF16 && k_.isa == IsaLevel::Avx512 && gemm_bf16_available()) {
+    const int64_t cols = w.cols();
+    if (xbf16_.size() < static_cast<size_t>(n * cols)) xbf16_.resize(n * cols);
+    uint16_t* xb = xbf16_.data();
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) { convert_to_bf16(x + t0 * cols, xb + t0 * cols, (t1 - t0) * cols); });
+    bf16_ = true;
+    return;
+  }
   if (is_float_format(w.type)) {
     tiled_ = k_.isa == IsaLevel::Avx512 && n >= 2;
     return;
@@ -86,6 +98,7 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
 
 int64_t Matmul::row_granule(const Weight& w) const {
   if (packed_) return PackedWeight::kRowsPerGroup;
+  if (bf16_) return 4;
   if (!tiled_) return 1;
   return is_float_format(w.type) ? 4 : 8;
 }
@@ -94,6 +107,10 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
   const int64_t cols = w.cols(), n = n_;
   const size_t stride = w.row_stride();
   const auto* base = static_cast<const uint8_t*>(w.data);
+  if (bf16_) {
+    gemm_bf16(base, stride, cols, r0, r1, xbf16_.data(), n, y, ldy, tuning_.float_token_chunk);
+    return;
+  }
   if (is_float_format(w.type)) {
     if (tiled_) {
       gemm_float_avx512(w.type, base, stride, cols, r0, r1, x_, n, y, ldy, tuning_.float_token_chunk);

@@ -59,10 +59,12 @@ class Matmul {
   const float* x_ = nullptr;          // float activations of the current call
   int64_t n_ = 0;
   bool tiled_ = false;                // the current call uses a tiled kernel
+  bool bf16_ = false;                 // BF16 weights x BF16-rounded activations (gemm_bf16.h)
   bool packed_ = false;               // the current call's weights are repacked (packed_q8.h)
   std::vector<BlockQ8_0> xq_;         // quantized activations, grown once, reused every call
   std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
   QuantizedActivations acts_;
+  std::vector<uint16_t> xbf16_;       // activations rounded to BF16 for BF16 weights
   std::vector<uint8_t> xpacked_;      // activations in the packed kernels' token tiles
   PackedActivations packed_acts_;
 };

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "hw/cpu_features.h"
+#include "kernels/gemm_bf16.h"
 
 namespace kestrel {
 namespace {
@@ -83,13 +84,16 @@ BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test,
   r.stddev_ts = reps > 1 ? std::sqrt(var / (reps - 1)) : 0.0;
 
   if (prefill) {
-    // Quantized weights run int8 dot products; float weights run f32 FMAs.
+    // Each row against the peak of the instruction its kernels run: int8
+    // dots for Q8_0/Q4_0, BF16 dots for BF16 where the CPU has them, else f32 FMAs.
     const bool int8 = cost.dominant_type == GgmlType::Q8_0 || cost.dominant_type == GgmlType::Q4_0;
-    const double peak = (int8 ? lim.int8_dot_gops : lim.f32_fma_gflops) * 1e9;
+    const bool bf16 = cost.dominant_type == GgmlType::BF16 && gemm_bf16_available() && lim.bf16_dot_gflops > 0;
+    const double peak = (int8 ? lim.int8_dot_gops : bf16 ? lim.bf16_dot_gflops : lim.f32_fma_gflops) * 1e9;
     if (peak > 0) {
       r.roofline_ts = peak / r.flops_per_token;
-      r.roofline_basis = fmt::format("{} peak {:.0f} G/s / {:.2f} GFLOP per token", int8 ? "int8 dot" : "f32 FMA",
-                                     peak / 1e9, r.flops_per_token / 1e9);
+      r.roofline_basis = fmt::format("{} peak {:.0f} G/s / {:.2f} GFLOP per token",
+                                     int8 ? "int8 dot" : bf16 ? "bf16 dot" : "f32 FMA", peak / 1e9,
+                                     r.flops_per_token / 1e9);
     }
   } else if (lim.read_bandwidth_gbs > 0) {
     r.roofline_ts = lim.read_bandwidth_gbs * 1e9 / static_cast<double>(cost.weight_bytes_per_token);

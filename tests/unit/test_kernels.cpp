@@ -8,6 +8,7 @@
 #include "core/block_formats.h"
 #include "core/fp16.h"
 #include "kernels/dot.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/matmul.h"
@@ -166,11 +167,16 @@ TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
       std::vector<float> y(n * rows);
       mm.run(pool, w, x.data(), n, y.data());
       std::vector<float> wr(cols);
+      // BF16 weights on the vdpbf16ps path meet activations rounded to BF16 (as in llama.cpp).
+      const bool bf16_acts = type == GgmlType::BF16 && selected_isa() == IsaLevel::Avx512 && gemm_bf16_available();
       for (int64_t r = 0; r < rows; r++) {
         dequantize_weight_row(w, r, wr.data());
         for (int64_t t = 0; t < n; t++) {
           double ref = 0;
-          for (int64_t c = 0; c < cols; c++) ref += static_cast<double>(wr[c]) * x[t * cols + c];
+          for (int64_t c = 0; c < cols; c++) {
+            const float xv = x[t * cols + c];
+            ref += static_cast<double>(wr[c]) * (bf16_acts ? bf16_to_fp32(fp32_to_bf16(xv)) : xv);
+          }
           // Quantized formats also quantize the activations: allow for that.
           const double tol = (type == GgmlType::Q8_0 || type == GgmlType::Q4_0) ? 0.15 : 1e-3;
           EXPECT_NEAR(y[t * rows + r], ref, tol) << type_name(type) << " row " << r << " token " << t;
@@ -243,6 +249,52 @@ TEST(GemmFloat, TilesAgreeWithRowDots) {
               ASSERT_NEAR(y[t * rows + r], want, 1e-4 * (1 + cols)) << type_name(type) << " " << rows << "x" << cols << " n=" << n;
             }
         }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(GemmBf16, ConversionRoundsLikeTheScalarReference) {
+  if (!gemm_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU/build";
+  auto x = test::random_floats(101, 21, 3.0f);
+  x[5] = 1.00390625f;  // a tie: rounds to even
+  x[6] = -0.0f;
+  std::vector<uint16_t> got(x.size());
+  convert_to_bf16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(got[i], fp32_to_bf16(x[i])) << i;
+}
+
+TEST(GemmBf16, TilesMatchADoubleDotOnOddShapes) {
+  if (!gemm_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU/build";
+  for (int64_t rows : {1, 5, 8}) {
+    for (int64_t cols : {2, 31, 64, 77}) {
+      for (int64_t n : {1, 3, 4, 9}) {
+        const auto wf = test::random_floats(rows * cols, 7), xf = test::random_floats(n * cols, 8);
+        std::vector<uint16_t> w(rows * cols), x(n * cols);
+        for (size_t i = 0; i < w.size(); i++) w[i] = fp32_to_bf16(wf[i]);
+        for (size_t i = 0; i < x.size(); i++) x[i] = fp32_to_bf16(xf[i]);
+        const int64_t ldy = rows + 2;
+        std::vector<float> y(n * ldy, -7.0f);
+        gemm_bf16(reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n, y.data(), ldy, 2);
+        for (int64_t t = 0; t < n; t++)
+          for (int64_t r = 0; r < ldy; r++) {
+            if (r >= rows) {
+              EXPECT_EQ(y[t * ldy + r], -7.0f) << "wrote past the rows";
+              continue;
+            }
+            double ref = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+              const double p = double(bf16_to_fp32(w[r * cols + c])) * bf16_to_fp32(x[t * cols + c]);
+              ref += p, mag += std::fabs(p);
+            }
+            EXPECT_NEAR(y[t * ldy + r], ref, 1e-6 * mag + 1e-6) << rows << "x" << cols << " n=" << n;
+          }
       }
     }
   }

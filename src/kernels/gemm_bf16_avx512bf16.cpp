@@ -1,0 +1,97 @@
+// Compiled with AVX-512 F/BW/VL/DQ/BF16; called only when the CPU has them.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/gemm_bf16.h"
+
+namespace kestrel {
+namespace {
+
+inline __m512bh load_bh(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+inline __m512bh load_bh(const uint16_t* p, __mmask32 m) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
+
+// R rows x T tokens; 32 elements per step, the tail masked.
+template <int R, int T>
+void tile(const uint16_t* const* rows, int64_t cols, const uint16_t* const* xs, float* y, int64_t ldy, int64_t r,
+          int64_t t0) {
+  __m512 acc[R][T];
+  for (int i = 0; i < R; i++)
+    for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= cols; k += 32) {
+    __m512bh xv[T];
+    for (int t = 0; t < T; t++) xv[t] = load_bh(xs[t] + k);
+    for (int i = 0; i < R; i++) {
+      const __m512bh wv = load_bh(rows[i] + k);
+      for (int t = 0; t < T; t++) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
+    }
+  }
+  if (k < cols) {
+    const auto m = static_cast<__mmask32>((1ull << (cols - k)) - 1);
+    __m512bh xv[T];
+    for (int t = 0; t < T; t++) xv[t] = load_bh(xs[t] + k, m);
+    for (int i = 0; i < R; i++) {
+      const __m512bh wv = load_bh(rows[i] + k, m);
+      for (int t = 0; t < T; t++) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
+    }
+  }
+  for (int i = 0; i < R; i++)
+    for (int t = 0; t < T; t++) y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+template <int R>
+void rows_all_tokens(const uint16_t* const* rows, int64_t cols, const uint16_t* x, int64_t n, float* y, int64_t ldy,
+                     int64_t r) {
+  const uint16_t* xs[4];
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int i = 0; i < 4; i++) xs[i] = x + (t + i) * cols;
+    tile<R, 4>(rows, cols, xs, y, ldy, r, t);
+  }
+  const int rest = static_cast<int>(n - t);
+  for (int i = 0; i < rest; i++) xs[i] = x + (t + i) * cols;
+  if (rest == 3) tile<R, 3>(rows, cols, xs, y, ldy, r, t);
+  if (rest == 2) tile<R, 2>(rows, cols, xs, y, ldy, r, t);
+  if (rest == 1) tile<R, 1>(rows, cols, xs, y, ldy, r, t);
+}
+
+}  // namespace
+
+void convert_to_bf16(const float* x, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(dst + i, (__m512i)v);
+  }
+  for (; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+    _mm256_mask_storeu_epi16(dst + i, m, (__m256i)v);
+  }
+}
+
+void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const uint16_t* x, int64_t n,
+               float* y, int64_t ldy, int64_t token_chunk) {
+  token_chunk = std::max<int64_t>(1, token_chunk);
+  auto row = [&](int64_t r) { return reinterpret_cast<const uint16_t*>(w + r * stride); };
+  // Activations of a chunk of tokens stay in L2 while the rows stream past.
+  for (int64_t tc = 0; tc < n; tc += token_chunk) {
+    const int64_t tn = std::min(token_chunk, n - tc);
+    const uint16_t* xc = x + tc * cols;
+    float* yc = y + tc * ldy;
+    int64_t r = r0;
+    // One token streams the weights once: row after row is one linear stream
+    // for the prefetcher (four rows at a time would be four short ones).
+    for (; r + 4 <= r1 && n > 1; r += 4) {
+      const uint16_t* rows[4] = {row(r), row(r + 1), row(r + 2), row(r + 3)};
+      rows_all_tokens<4>(rows, cols, xc, tn, yc, ldy, r);
+    }
+    for (; r < r1; r++) {
+      const uint16_t* rows[1] = {row(r)};
+      rows_all_tokens<1>(rows, cols, xc, tn, yc, ldy, r);
+    }
+  }
+}
+
+}  // namespace kestrel
