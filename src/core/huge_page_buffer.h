@@ -9,23 +9,23 @@ namespace kestrel {
 
 // mmap'd anonymous, zero-filled, page-aligned (so 64-byte aligned) and
 // advised MADV_HUGEPAGE. Throws Error naming `what` when it cannot allocate.
-void *map_huge_pages(size_t bytes, const std::string &what);
+void* map_huge_pages(size_t bytes, const std::string& what);
 
 class HugePageBuffer {
  public:
   HugePageBuffer() = default;
-  HugePageBuffer(size_t bytes, const std::string &what);
-  HugePageBuffer(HugePageBuffer &&o) noexcept;
-  HugePageBuffer &operator=(HugePageBuffer &&o) noexcept;
-  HugePageBuffer(const HugePageBuffer &) = delete;
+  HugePageBuffer(size_t bytes, const std::string& what);
+  HugePageBuffer(HugePageBuffer&& o) noexcept;
+  HugePageBuffer& operator=(HugePageBuffer&& o) noexcept;
+  HugePageBuffer(const HugePageBuffer&) = delete;
   ~HugePageBuffer();
 
-  void *data() { return data_; }
-  const void *data() const { return data_; }
+  void* data() { return data_; }
+  const void* data() const { return data_; }
   size_t size() const { return size_; }
 
  private:
-  void *data_ = nullptr;
+  void* data_ = nullptr;
   size_t size_ = 0;
 };
 

@@ -12,8 +12,7 @@ namespace kestrel {
 
 #ifndef KESTREL_HAVE_AVX2_KERNELS
 bool attention_tile_available(int) { return false; }
-void attend_tile(const PagedKvLayerView &, const AttentionTile &, int, float, int32_t, int32_t, float *, float *,
-                 float *) {}
+void attend_tile(const PagedKvLayerView&, const AttentionTile&, int, float, int32_t, int32_t, float*, float*, float*) {}
 #endif
 
 namespace {
@@ -27,8 +26,8 @@ struct Partial {
 // Streams positions [p0, p1) of one token/head into out[0..hd) (unnormalised),
 // a KV block at a time: the scores of the block, one softmax rescale, then
 // the weighted values. Dots and axpys use the process's SIMD kernels.
-Partial attend_range(const DotKernels &k, const PagedKvLayerView &kv, const int32_t *table, const float *q, int kvh,
-                     int hd, float scale, int32_t p0, int32_t p1, float *out) {
+Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int32_t* table, const float* q, int kvh,
+                     int hd, float scale, int32_t p0, int32_t p1, float* out) {
   for (int d = 0; d < hd; d++) out[d] = 0.0f;
   Partial s{-std::numeric_limits<float>::infinity(), 0.0f};
   constexpr int kMaxBlock = 256;
@@ -63,7 +62,7 @@ constexpr int32_t kMinSplitLength = 128;
 // Groups the batch's (token, head) rows into tiles: the heads of one KV
 // group (up to 16) times as many neighbouring tokens of the same sequence as
 // fill 16 rows. Row index = token * n_head + head.
-void build_tiles(const AttentionBatch &b, const AttentionShape &s, std::vector<AttentionTile> &tiles) {
+void build_tiles(const AttentionBatch& b, const AttentionShape& s, std::vector<AttentionTile>& tiles) {
   constexpr int kRows = AttentionTile::kMaxRows;
   const int group = s.n_head / s.n_kv_head;
   const int heads_per_tile = std::min(group, kRows);
@@ -91,13 +90,13 @@ void build_tiles(const AttentionBatch &b, const AttentionShape &s, std::vector<A
 }
 
 // Combines the partial softmaxes of every row's splits into b.out.
-void merge_splits(ThreadPool &pool, const AttentionBatch &b, int64_t rows, int64_t splits, int hd, const float *acc,
-                  const float *ms, const float *ls) {
+void merge_splits(ThreadPool& pool, const AttentionBatch& b, int64_t rows, int64_t splits, int hd, const float* acc,
+                  const float* ms, const float* ls) {
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; row++) {
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < splits; c++) m = std::max(m, ms[row * splits + c]);
-      float *out = b.out + row * hd;
+      float* out = b.out + row * hd;
       for (int d = 0; d < hd; d++) out[d] = 0.0f;
       float l = 0.0f;
       for (int64_t c = 0; c < splits; c++) {
@@ -105,7 +104,7 @@ void merge_splits(ThreadPool &pool, const AttentionBatch &b, int64_t rows, int64
         if (ls[i] == 0.0f) continue;  // an empty chunk
         const float w = std::exp(ms[i] - m);
         l += ls[i] * w;
-        const float *a = acc + i * hd;
+        const float* a = acc + i * hd;
         for (int d = 0; d < hd; d++) out[d] += w * a[d];
       }
       const float inv = 1.0f / l;
@@ -114,7 +113,7 @@ void merge_splits(ThreadPool &pool, const AttentionBatch &b, int64_t rows, int64
   });
 }
 
-void attention_tiled(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &b, const AttentionShape &s) {
+void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) {
   // Grown once and reused: the decode loop allocates nothing after warm-up.
   thread_local std::vector<AttentionTile> tiles;
   thread_local std::vector<float> acc, ms, ls;
@@ -130,9 +129,9 @@ void attention_tiled(ThreadPool &pool, const PagedKvLayerView &kv, const Attenti
   ms.resize(static_cast<size_t>(rows * splits));
   ls.resize(ms.size());
   if (splits > 1) acc.resize(static_cast<size_t>(rows * splits * hd));
-  float *out = splits > 1 ? acc.data() : b.out;
+  float* out = splits > 1 ? acc.data() : b.out;
   float *m = ms.data(), *l = ls.data();
-  const AttentionTile *tile_data = tiles.data();  // thread_locals: the workers must not name them
+  const AttentionTile* tile_data = tiles.data();  // thread_locals: the workers must not name them
   // Tiles are dealt out round-robin: a tile's cost grows with its position,
   // so contiguous ranges would give the last thread the longest prefixes.
   pool.run([&](int ti, int nt) {
@@ -146,7 +145,7 @@ void attention_tiled(ThreadPool &pool, const PagedKvLayerView &kv, const Attenti
       attend_tile(kv, tile, hd, s.scale, p0, c + 1 == splits ? len : p1, out, m, l);
       if (splits > 1) continue;
       for (int r = 0; r < tile.rows; r++) {
-        float *o = out + tile.out_row[r] * hd;
+        float* o = out + tile.out_row[r] * hd;
         const float inv = 1.0f / l[tile.out_row[r]];
         for (int d = 0; d < hd; d++) o[d] *= inv;
       }
@@ -155,8 +154,8 @@ void attention_tiled(ThreadPool &pool, const PagedKvLayerView &kv, const Attenti
   if (splits > 1) merge_splits(pool, b, rows, splits, hd, acc.data(), m, l);
 }
 
-void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &b, const AttentionShape &s) {
-  const DotKernels &k = dot_kernels();
+void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) {
+  const DotKernels& k = dot_kernels();
   const int group = s.n_head / s.n_kv_head;
   const int hd = s.head_dim;
   const int64_t rows = b.n_tokens * s.n_head;
@@ -173,7 +172,7 @@ void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv, const Atten
       for (int64_t w = ti; w < rows; w += nt) {
         const int64_t t = w / s.n_head;
         const int h = static_cast<int>(w % s.n_head);
-        float *out = b.out + (t * s.n_head + h) * hd;
+        float* out = b.out + (t * s.n_head + h) * hd;
         const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale,
                                        0, b.positions[t] + 1, out);
         const float inv = 1.0f / p.l;
@@ -207,7 +206,7 @@ void attention_per_row(ThreadPool &pool, const PagedKvLayerView &kv, const Atten
 
 }  // namespace
 
-void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &b, const AttentionShape &s,
+void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s,
                      AttentionKernel kernel) {
   if (kernel == AttentionKernel::Best && attention_tile_available(s.head_dim))
     attention_tiled(pool, kv, b, s);

@@ -17,8 +17,8 @@ namespace kestrel {
 // of a sequence lives in slot table[p / block_size] * block_size + p %
 // block_size.
 struct PagedKvLayerView {
-  const float *k = nullptr;
-  const float *v = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
   int64_t k_stride = 0;  // floats between consecutive slots
   int64_t v_stride = 0;
   int block_size = 0;
@@ -26,10 +26,10 @@ struct PagedKvLayerView {
 
 struct AttentionBatch {
   int64_t n_tokens = 0;
-  const float *q = nullptr;  // [n_tokens][n_head * head_dim]
-  float *out = nullptr;      // [n_tokens][n_head * head_dim]
-  const int32_t *positions = nullptr;
-  const int32_t *const *block_tables = nullptr;  // per token: its sequence's table
+  const float* q = nullptr;  // [n_tokens][n_head * head_dim]
+  float* out = nullptr;      // [n_tokens][n_head * head_dim]
+  const int32_t* positions = nullptr;
+  const int32_t* const* block_tables = nullptr;  // per token: its sequence's table
 };
 
 struct AttentionShape {
@@ -47,7 +47,7 @@ enum class AttentionKernel {
 };
 
 // Token t attends to positions 0..positions[t] of its own sequence.
-void attention_paged(ThreadPool &pool, const PagedKvLayerView &kv, const AttentionBatch &batch,
-                     const AttentionShape &shape, AttentionKernel kernel = AttentionKernel::Best);
+void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& batch,
+                     const AttentionShape& shape, AttentionKernel kernel = AttentionKernel::Best);
 
 }  // namespace kestrel

@@ -34,13 +34,13 @@ inline __m512 exp16(__m512 x) {
 }  // namespace
 
 bool attention_tile_available(int head_dim) {
-  const auto &f = cpu_features();
+  const auto& f = cpu_features();
   return selected_isa() == IsaLevel::Avx512 && f.avx512f && f.avx512dq && head_dim % 16 == 0 && head_dim > 0 &&
          head_dim <= kMaxHeadDim;
 }
 
-void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd, float scale, int32_t p0, int32_t p1,
-                 float *out, float *m_out, float *l_out) {
+void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, float scale, int32_t p0, int32_t p1,
+                 float* out, float* m_out, float* l_out) {
   alignas(64) float qt[kMaxHeadDim][kLanes];  // scaled queries, transposed:
                                               // qt[d] = dimension d of every row
   alignas(64) float ot[kMaxHeadDim][kLanes];  // the weighted values, transposed
@@ -50,7 +50,7 @@ void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd, 
   int32_t end = p0;
   for (int r = 0; r < kLanes; r++) {
     // Unused lanes repeat row 0's query with no positions: harmless, discarded.
-    const float *q = tile.q[r < tile.rows ? r : 0];
+    const float* q = tile.q[r < tile.rows ? r : 0];
     for (int d = 0; d < hd; d++) qt[d][r] = q[d] * scale;
     lim[r] = r < tile.rows ? std::min(tile.limit[r], p1) : 0;
     end = std::max(end, lim[r]);
@@ -63,8 +63,8 @@ void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd, 
 
   for (int32_t p = p0; p < end; p += kLanes) {
     const int n = std::min<int32_t>(kLanes, end - p);
-    const float *kr[kLanes];
-    const float *vr[kLanes];
+    const float* kr[kLanes];
+    const float* vr[kLanes];
     for (int j = 0; j < kLanes; j++) {
       const int32_t pos = p + std::min(j, n - 1);  // past the end: repeat the last key, masked below
       const int64_t slot = static_cast<int64_t>(tile.table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
@@ -115,7 +115,7 @@ void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int hd, 
   _mm512_store_ps(ls, l);
   for (int r = 0; r < tile.rows; r++) {
     const int64_t row = tile.out_row[r];
-    float *o = out + row * hd;
+    float* o = out + row * hd;
     for (int d = 0; d < hd; d++) o[d] = ot[d][r];
     m_out[row] = ms[r];
     l_out[row] = ls[r];

@@ -15,8 +15,8 @@ struct AttentionTile {
   static constexpr int kMaxRows = 16;
   int rows = 0;
   int kv_head = 0;
-  const int32_t *table = nullptr;  // the sequence's block table
-  const float *q[kMaxRows];        // head_dim floats each
+  const int32_t* table = nullptr;  // the sequence's block table
+  const float* q[kMaxRows];        // head_dim floats each
   int32_t limit[kMaxRows];         // row r attends to positions < limit[r]
   int64_t out_row[kMaxRows];       // where the row's results go (caller's index)
 };
@@ -28,7 +28,7 @@ bool attention_tile_available(int head_dim);
 // unnormalised weighted values to out + out_row[r] * head_dim, the running
 // max to m[out_row[r]] and the sum of exponentials to l[out_row[r]]. A row
 // with no positions in range gets m = -inf, l = 0 and zeros.
-void attend_tile(const PagedKvLayerView &kv, const AttentionTile &tile, int head_dim, float scale, int32_t p0,
-                 int32_t p1, float *out, float *m, float *l);
+void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int head_dim, float scale, int32_t p0,
+                 int32_t p1, float* out, float* m, float* l);
 
 }  // namespace kestrel

@@ -11,12 +11,12 @@
 
 namespace kestrel {
 
-bool packable(const Weight &w) {
+bool packable(const Weight& w) {
   return (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0) && w.ne.size() == 2 && w.cols() % kQK8_0 == 0 &&
          w.rows() > 0 && w.data != nullptr;
 }
 
-std::shared_ptr<const PackedWeight> pack_weight(const Weight &w, ThreadPool *pool) {
+std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool) {
   if (!packable(w)) throw Error(fmt::format("tensor '{}' ({}) cannot be repacked", w.name, type_name(w.type)));
   constexpr int G = PackedWeight::kRowsPerGroup;
   auto p = std::make_shared<PackedWeight>();
@@ -25,26 +25,23 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight &w, ThreadPool *poo
   p->n_blocks = w.cols() / kQK8_0;
   p->n_groups = (p->rows + G - 1) / G;
   const int64_t nb = p->n_blocks;
-  const size_t qb = p->quant_bytes_per_block();
-  p->quants = HugePageBuffer(static_cast<size_t>(p->n_groups * nb) * qb, "repacking " + w.name);
-  p->scales = HugePageBuffer(static_cast<size_t>(p->n_groups * nb * G) * sizeof(uint16_t), "repacking " + w.name);
+  p->data = HugePageBuffer(p->n_groups * p->group_bytes(), "repacking " + w.name);
   const bool q8 = w.type == GgmlType::Q8_0;
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; g++) {
-      auto *q = const_cast<uint8_t *>(p->group_quants(g));
-      auto *s = const_cast<uint16_t *>(p->group_scales(g));
       for (int i = 0; i < G && g * G + i < p->rows; i++) {
-        const uint8_t *row = w.row(g * G + i);
+        const uint8_t* row = w.row(g * G + i);
         for (int64_t b = 0; b < nb; b++) {
-          uint8_t *dst = q + b * qb + i * 4;
+          uint8_t* dst = const_cast<uint8_t*>(p->block_quants(g, b)) + i * 4;
+          uint16_t* s = const_cast<uint16_t*>(p->block_scales(g, b));
           if (q8) {
-            const auto &blk = reinterpret_cast<const BlockQ8_0 *>(row)[b];
-            s[b * G + i] = blk.d;
+            const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+            s[i] = blk.d;
             for (int k = 0; k < 8; k++)
               for (int j = 0; j < 4; j++) dst[k * 64 + j] = static_cast<uint8_t>(blk.qs[4 * k + j]) ^ 0x80;
           } else {
-            const auto &blk = reinterpret_cast<const BlockQ4_0 *>(row)[b];
-            s[b * G + i] = blk.d;
+            const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+            s[i] = blk.d;
             for (int k = 0; k < 4; k++) std::memcpy(dst + k * 64, blk.qs + 4 * k, 4);
           }
         }
@@ -63,18 +60,18 @@ size_t packed_activation_bytes(int64_t n_tokens, int64_t n_blocks) {
   return static_cast<size_t>(tiles * n_blocks) * PackedActivations::kBytesPerBlock;
 }
 
-void pack_activations(GgmlType wtype, const BlockQ8_0 *x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
-                      int64_t tile1, uint8_t *out) {
+void pack_activations(GgmlType wtype, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+                      int64_t tile1, uint8_t* out) {
   using PA = PackedActivations;
   const int32_t offset = wtype == GgmlType::Q8_0 ? 128 : 8;
   for (int64_t tile = tile0; tile < tile1; tile++)
     for (int64_t b = 0; b < n_blocks; b++) {
-      uint8_t *dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
+      uint8_t* dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
       std::memset(dst, 0, PA::kBytesPerBlock);
       for (int t = 0; t < PA::kTokensPerTile; t++) {
         const int64_t token = tile * PA::kTokensPerTile + t;
         if (token >= n_tokens) break;
-        const BlockQ8_0 &blk = x[token * n_blocks + b];
+        const BlockQ8_0& blk = x[token * n_blocks + b];
         int32_t sum = 0;
         for (int j = 0; j < kQK8_0; j++) sum += blk.qs[j];
         const int32_t bias = -offset * sum;
@@ -87,33 +84,30 @@ void pack_activations(GgmlType wtype, const BlockQ8_0 *x, int64_t n_tokens, int6
 }
 
 // The unsigned quant of element e (0..31) of lane `row` in one packed block.
-static int packed_quant(GgmlType type, const uint8_t *block, int row, int e) {
+static int packed_quant(GgmlType type, const uint8_t* block, int row, int e) {
   if (type == GgmlType::Q8_0) return block[(e / 4) * 64 + row * 4 + e % 4];
   const uint8_t byte = block[((e % 16) / 4) * 64 + row * 4 + e % 4];
   return e < 16 ? (byte & 0x0F) : (byte >> 4);
 }
 
-void packed_gemm_reference(const PackedWeight &w, int64_t g0, int64_t g1, const PackedActivations &x, float *y,
+void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy) {
   constexpr int G = PackedWeight::kRowsPerGroup;
   const int64_t nb = w.n_blocks;
-  const size_t qb = w.quant_bytes_per_block();
   for (int64_t g = g0; g < g1; g++) {
-    const uint8_t *q = w.group_quants(g);
-    const uint16_t *s = w.group_scales(g);
     for (int i = 0; i < G && g * G + i < w.rows; i++)
       for (int64_t t = 0; t < x.n_tokens; t++) {
         float acc = 0.0f;
         for (int64_t b = 0; b < nb; b++) {
-          const uint8_t *xb = x.block(t / PackedActivations::kTokensPerTile, b);
+          const uint8_t* xb = x.block(t / PackedActivations::kTokensPerTile, b);
           const int tt = static_cast<int>(t % PackedActivations::kTokensPerTile);
           int32_t idot;
           float d;
           std::memcpy(&idot, xb + PackedActivations::kBiasOffset + 4 * tt, 4);
           std::memcpy(&d, xb + PackedActivations::kScaleOffset + 4 * tt, 4);
-          const auto *qs = reinterpret_cast<const int8_t *>(xb + kQK8_0 * tt);
-          for (int e = 0; e < kQK8_0; e++) idot += packed_quant(w.type, q + b * qb, i, e) * qs[e];
-          const float scale = fp16_to_fp32(s[b * G + i]) * d;
+          const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
+          for (int e = 0; e < kQK8_0; e++) idot += packed_quant(w.type, w.block_quants(g, b), i, e) * qs[e];
+          const float scale = fp16_to_fp32(w.block_scales(g, b)[i]) * d;
           acc = std::fma(static_cast<float>(idot), scale, acc);
         }
         y[t * ldy + g * G + i] = acc;
@@ -122,7 +116,7 @@ void packed_gemm_reference(const PackedWeight &w, int64_t g0, int64_t g1, const 
 }
 
 #ifndef KESTREL_HAVE_AVX2_KERNELS
-void packed_gemm_vnni(const PackedWeight &, int64_t, int64_t, const PackedActivations &, float *, int64_t, int64_t) {}
+void packed_gemm_vnni(const PackedWeight&, int64_t, int64_t, const PackedActivations&, float*, int64_t, int64_t) {}
 #endif
 
 bool packed_gemm_available() { return gemm_q8_available(); }

@@ -9,16 +9,16 @@
 // multiply and one FMA per 16 rows per block, instead of ggml's per-lane
 // float work that caps its int8 throughput.
 //
-// Layout per group g and block b (bytes, 64-byte aligned):
-//   Q8_0: quants[g][b][k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q
-//   + 128) Q4_0: quants[g][b][k=0..3][row 0..15][4]: qs[4k..4k+3] as stored;
-//   the low nibbles
-//         are elements 4k..4k+3, the high nibbles 16+4k..16+4k+3 (unsigned q +
-//         8)
-//   scales[g][b][row 0..15]: the blocks' fp16 scales
-// Padding rows of the last group are zero. The byte count equals the GGUF
-// tensor's (plus padding), so decode streams no more than llama.cpp does.
-//
+// Layout: groups one after another, each a run of block pairs; a pair is the
+// fp16 scales of its two blocks (2 x 16 x 2 bytes) followed by their quants:
+//   Q8_0: quants[k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q + 128)
+//   Q4_0: quants[k=0..3][row 0..15][4]: qs[4k..4k+3] as stored; the low nibbles
+//         are elements 4k..4k+3, the high nibbles 16+4k..16+4k+3 (unsigned q + 8)
+// so a matrix is one linear, 64-byte aligned stream (the hardware prefetcher
+// follows one stream better than a quant stream and a scale stream).
+// Padding rows of the last group (and an odd last block's partner) are zero.
+// The byte count equals the GGUF tensor's plus that padding, so decode
+// streams no more than llama.cpp does.
 // Arithmetic per (row, token): acc = fma(float(idot - bias), d_w * d_x, acc)
 // block after block, where bias = (128 or 8) * sum of the block's activations
 // undoes the unsigned offset. This is the order of ggml's scalar reference
@@ -37,25 +37,30 @@ namespace kestrel {
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
-  GgmlType type = GgmlType::Q8_0;  // Q8_0 or Q4_0: the source format
+  static constexpr size_t kScaleBytes = kRowsPerGroup * sizeof(uint16_t);  // one block's scales
+  GgmlType type = GgmlType::Q8_0;                                          // Q8_0 or Q4_0: the source format
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
-  HugePageBuffer quants;  // [n_groups][n_blocks][quant_bytes_per_block()]
-  HugePageBuffer scales;  // [n_groups][n_blocks][16] fp16
+  HugePageBuffer data;  // [n_groups][(n_blocks + 1) / 2][2 x kScaleBytes | 2 x quant_bytes_per_block()]
 
   size_t quant_bytes_per_block() const { return type == GgmlType::Q8_0 ? 512 : 256; }
-  const uint8_t *group_quants(int64_t g) const {
-    return static_cast<const uint8_t *>(quants.data()) + static_cast<size_t>(g * n_blocks) * quant_bytes_per_block();
+  size_t pair_bytes() const { return 2 * (kScaleBytes + quant_bytes_per_block()); }
+  size_t group_bytes() const { return static_cast<size_t>((n_blocks + 1) / 2) * pair_bytes(); }
+  const uint8_t* pair(int64_t g, int64_t b) const {
+    return static_cast<const uint8_t*>(data.data()) + g * group_bytes() + (b / 2) * pair_bytes();
   }
-  const uint16_t *group_scales(int64_t g) const {
-    return static_cast<const uint16_t *>(scales.data()) + g * n_blocks * kRowsPerGroup;
+  const uint8_t* block_quants(int64_t g, int64_t b) const {
+    return pair(g, b) + 2 * kScaleBytes + (b % 2) * quant_bytes_per_block();
+  }
+  const uint16_t* block_scales(int64_t g, int64_t b) const {
+    return reinterpret_cast<const uint16_t*>(pair(g, b) + (b % 2) * kScaleBytes);
   }
 };
 
 // Whether w's format can be packed (Q8_0/Q4_0 matrices).
-bool packable(const Weight &w);
+bool packable(const Weight& w);
 // The repacked copy of w (throws Error if !packable(w)), groups split over
 // the pool's threads when one is given.
-std::shared_ptr<const PackedWeight> pack_weight(const Weight &w, ThreadPool *pool = nullptr);
+std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool = nullptr);
 
 // Activations for the packed kernels, repacked per call in tiles of 8
 // tokens so that a micro-kernel reads everything through one pointer with
@@ -67,25 +72,25 @@ struct PackedActivations {
   static constexpr int kTokensPerTile = 8;
   static constexpr size_t kBytesPerBlock = 320;
   static constexpr size_t kBiasOffset = 256, kScaleOffset = 288;
-  const uint8_t *data = nullptr;
+  const uint8_t* data = nullptr;
   int64_t n_tokens = 0, n_blocks = 0;
 
   int64_t n_tiles() const { return (n_tokens + kTokensPerTile - 1) / kTokensPerTile; }
-  const uint8_t *block(int64_t tile, int64_t b) const { return data + (tile * n_blocks + b) * kBytesPerBlock; }
+  const uint8_t* block(int64_t tile, int64_t b) const { return data + (tile * n_blocks + b) * kBytesPerBlock; }
 };
 size_t packed_activation_bytes(int64_t n_tokens, int64_t n_blocks);
 // Writes token tiles [tile0, tile1) of x ([n_tokens][n_blocks] Q8_0 blocks)
 // for weights of format wtype into out (packed_activation_bytes in all).
-void pack_activations(GgmlType wtype, const BlockQ8_0 *x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
-                      int64_t tile1, uint8_t *out);
+void pack_activations(GgmlType wtype, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+                      int64_t tile1, uint8_t* out);
 
 // y[t * ldy + r] for rows r in [16*g0, min(rows, 16*g1)) and all tokens.
 // token_chunk: tokens per pass over the groups (see hw/tuning.h), 1 to 256,
 // rounded up to whole token tiles.
-void packed_gemm_reference(const PackedWeight &w, int64_t g0, int64_t g1, const PackedActivations &x, float *y,
+void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy);
 // The same results bit for bit; requires packed_gemm_available().
-void packed_gemm_vnni(const PackedWeight &w, int64_t g0, int64_t g1, const PackedActivations &x, float *y, int64_t ldy,
+void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
                       int64_t token_chunk = 64);
 bool packed_gemm_available();  // compiled in and the CPU has AVX-512 VNNI
 

@@ -30,7 +30,7 @@ inline __m512 broadcast_f32(const uint8_t* p) {
 
 // The block's unsigned weights: w[k] lane i = quants 4k..4k+3 of row i.
 template <GgmlType W>
-inline void load_block(const uint8_t *q, __m512i *w) {
+inline void load_block(const uint8_t* q, __m512i* w) {
   if constexpr (W == GgmlType::Q8_0) {
     for (int k = 0; k < 8; k++) w[k] = _mm512_load_si512(q + 64 * k);
   } else {
@@ -48,10 +48,6 @@ inline void load_block(const uint8_t *q, __m512i *w) {
 template <GgmlType W, int T0, int T, int NG>
 void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
   const int64_t nb = pw.n_blocks;
-  const size_t qb = pw.quant_bytes_per_block();
-  const uint8_t* q[NG];
-  const uint16_t* s[NG];
-  for (int i = 0; i < NG; i++) q[i] = pw.group_quants(g + i), s[i] = pw.group_scales(g + i);
   const uint8_t* a = x.block(tile, 0);  // advances PA::kBytesPerBlock per block: constant offsets inside
   __m512 acc[NG][T];
   for (int i = 0; i < NG; i++)
@@ -60,8 +56,8 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
     __m512i w[NG][8];
     __m512 dw[NG];
     for (int i = 0; i < NG; i++) {
-      load_block<W>(q[i] + b * qb, w[i]);
-      dw[i] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s[i] + b * G)));
+      load_block<W>(pw.block_quants(g + i, b), w[i]);
+      dw[i] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pw.block_scales(g + i, b))));
     }
     for (int t = T0; t < T0 + T; t++) {
       const __m512i bias = broadcast_i32(a + PA::kBiasOffset + 4 * t);

@@ -23,11 +23,11 @@ void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKern
   for (int64_t i = 0; i < blocks; i++) table[i] = static_cast<int32_t>(blocks - 1 - i);
   const int64_t width = static_cast<int64_t>(n_kv) * hd;
   std::vector<float> k(blocks * block * width), v(k.size()), q(n_head * hd), out(q.size());
-  for (auto &x : k) x = dist(rng);
-  for (auto &x : v) x = dist(rng);
-  for (auto &x : q) x = dist(rng);
+  for (auto& x : k) x = dist(rng);
+  for (auto& x : v) x = dist(rng);
+  for (auto& x : q) x = dist(rng);
   const int32_t pos = len - 1;
-  const int32_t *tables[1] = {table.data()};
+  const int32_t* tables[1] = {table.data()};
   ThreadPool pool(threads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   attention_paged(pool, {k.data(), v.data(), width, width, block}, {1, q.data(), out.data(), &pos, tables},
@@ -44,7 +44,7 @@ void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKern
       mx = std::max(mx, scores[p]);
     }
     double sum = 0;
-    for (auto &sc : scores) sum += (sc = std::exp(sc - mx));
+    for (auto& sc : scores) sum += (sc = std::exp(sc - mx));
     for (int d = 0; d < hd; d++) {
       double want = 0;
       for (int32_t p = 0; p < len; p++) {
@@ -83,7 +83,7 @@ void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel
   };
   std::vector<Seq> seqs = {{70, {}}, {5, {}}, {33, {}}};
   int32_t next_block = 0;
-  for (auto &sq : seqs) {
+  for (auto& sq : seqs) {
     const int32_t nb = (sq.len + block - 1) / block;
     for (int32_t i = 0; i < nb; i++) sq.table.push_back(next_block + nb - 1 - i);  // reversed
     next_block += nb;
@@ -92,8 +92,8 @@ void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel
   std::mt19937 rng(hd + block);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> k(next_block * block * width), v(k.size());
-  for (auto &x : k) x = dist(rng);
-  for (auto &x : v) x = dist(rng);
+  for (auto& x : k) x = dist(rng);
+  for (auto& x : v) x = dist(rng);
   // Tokens: sequence 0 positions 50..69 (a prefill chunk), then sequence 1's
   // last position, sequence 2's positions 30..32, and one more of sequence 0.
   std::vector<std::pair<int, int32_t>> tokens;
@@ -103,9 +103,9 @@ void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel
   tokens.push_back({0, 69});
   const int64_t n = static_cast<int64_t>(tokens.size());
   std::vector<float> q(n * n_head * hd), out(q.size(), 0.0f);
-  for (auto &x : q) x = dist(rng);
+  for (auto& x : q) x = dist(rng);
   std::vector<int32_t> pos(n);
-  std::vector<const int32_t *> tables(n);
+  std::vector<const int32_t*> tables(n);
   for (int64_t t = 0; t < n; t++) pos[t] = tokens[t].second, tables[t] = seqs[tokens[t].first].table.data();
   ThreadPool pool(2);
   const float scale = 0.3f;
@@ -114,7 +114,7 @@ void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel
   const int group = n_head / n_kv;
   for (int64_t t = 0; t < n; t++)
     for (int h = 0; h < n_head; h++) {
-      const int32_t *table = tables[t];
+      const int32_t* table = tables[t];
       const int kvh = h / group;
       auto slot = [&](int32_t p) { return static_cast<int64_t>(table[p / block]) * block + p % block; };
       std::vector<double> sc(pos[t] + 1);
@@ -124,7 +124,7 @@ void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel
         for (int i = 0; i < hd; i++) d += double(q[(t * n_head + h) * hd + i]) * k[slot(p) * width + kvh * hd + i];
         mx = std::max(mx, sc[p] = d * scale);
       }
-      for (auto &x : sc) sum += (x = std::exp(x - mx));
+      for (auto& x : sc) sum += (x = std::exp(x - mx));
       for (int i = 0; i < hd; i++) {
         double want = 0;
         for (int32_t p = 0; p <= pos[t]; p++) want += sc[p] / sum * v[slot(p) * width + kvh * hd + i];
