@@ -29,7 +29,10 @@ std::string quote(const std::string& s) {
 CliResult kestrel(const std::vector<std::string>& args) {
   test::TempDir dir;
   std::string cmd = quote(KESTREL_BINARY);
-  for (const auto& a : args) cmd += " " + quote(a);
+  for (const auto& a : args) {
+    cmd += ' ';
+    cmd += quote(a);
+  }
   cmd += " > " + dir.file("out") + " 2> " + dir.file("err") + " < /dev/null";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, test::read_text(dir.file("out")), test::read_text(dir.file("err"))};
@@ -110,6 +113,20 @@ TEST(Cli, SynthWritesARunnableModel) {
   r = kestrel({"run", "-m", dir.file("t.gguf"), "-p", "hello there", "-n", "8", "--seed", "5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("generated 8 tokens"));
+
+  // --no-repack: the file-layout kernels give the same logits up to summation order.
+  const std::vector<std::string> greedy = {"run", "-m", dir.file("t.gguf"), "--prompt-ids", "1 5 9 13", "-n", "4", "--temp", "0"};
+  auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  ASSERT_EQ(kestrel(with(greedy, {"--dump-logits", dir.file("packed.f32")})).exit_code, 0);
+  r = kestrel(with(greedy, {"--no-repack", "--dump-logits", dir.file("plain.f32")}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto packed = test::read_f32(dir.file("packed.f32")), plain = test::read_f32(dir.file("plain.f32"));
+  ASSERT_EQ(packed.size(), plain.size());
+  ASSERT_FALSE(plain.empty());
+  for (size_t i = 0; i < plain.size(); i++) ASSERT_NEAR(packed[i], plain[i], 0.05f) << i;
 
   // Same seed, same file.
   ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "--layers", "3", "-o", dir.file("u.gguf")}).exit_code, 0);
