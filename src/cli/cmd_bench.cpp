@@ -18,7 +18,7 @@ struct BenchFlags {
   std::vector<int> threads{0};
   int reps = 5;
   std::string output = "md", profile;
-  bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false;
+  bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false, measure = false;
 };
 
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
@@ -72,7 +72,14 @@ int run(BenchFlags& f) {
   for (const auto& model : f.models) {
     for (int threads : f.threads) {
       const int n_threads = threads > 0 ? threads : default_thread_count();
-      const MeasuredLimits limits = cached_or_measured_limits(n_threads);
+      // --measure: probe the limits again now, minutes from these rows (the
+      // machine may be shared), instead of taking the cached ones.
+      MeasuredLimits limits = f.measure ? measure_limits(n_threads) : cached_or_measured_limits(n_threads);
+      if (f.measure) {
+        store_limits(limits);
+        fmt::print(stderr, "bench: limits now: read {:.1f} GB/s, f32 {:.0f} GFLOP/s, int8 {:.0f} GOP/s, bf16 {:.0f} GFLOP/s\n",
+                   limits.read_bandwidth_gbs, limits.f32_fma_gflops, limits.int8_dot_gops, limits.bf16_dot_gflops);
+      }
       for (int64_t batch : f.batch) {
         EngineOptions o;
         o.model_path = model;
@@ -119,6 +126,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
+  cmd->add_flag("--measure", f.measure, "Measure the machine's limits again before each model's rows (not the cached ones)");
   cmd->add_flag("--no-repack", f.no_repack, "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical arithmetic, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");

@@ -213,6 +213,20 @@ TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
   EXPECT_NE(kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
 }
 
+TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
+  // The cached limits say 10 GB/s; --measure must replace them with this machine's.
+  const std::string model = dir_.file("m.gguf");
+  ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
+  const auto r = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--measure", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("bench: limits now: read"));
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_THAT(rows[0]["roofline_basis"].get<std::string>(), Not(HasSubstr("read bandwidth 10.0 GB/s")));
+  const auto hw = nlohmann::json::parse(kestrel({"hw", "--json", "-t", "1"}).out);
+  EXPECT_NE(hw["limits"]["read_bandwidth_gbs"].get<double>(), 10.0);  // and stored for later runs
+}
+
 TEST_F(CliWithLimits, TuneStoresTheWinnersThatHwThenReports) {
   EXPECT_THAT(kestrel({"hw", "--json"}).out, HasSubstr("derived from the"));
   const auto r = kestrel({"tune", "--tokens", "8", "-t", "1"});
