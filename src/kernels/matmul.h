@@ -1,7 +1,14 @@
 #pragma once
 // y[n][rows] = x[n][cols] . W^T for a weight W of any computable GGUF format.
 // Quantized weights take activations quantized to Q8_0 first (ggml's scheme,
-// so results match llama.cpp closely); float weights take float activations.
+// so results match llama.cpp closely); BF16 weights on CPUs with AVX-512 BF16
+// take activations rounded to BF16 (as llama.cpp does); other float weights
+// take float activations.
+//
+// Kernels, best first: Q8_0/Q4_0 weights the backend repacked at load
+// (Weight::packed, packed_q8.h: 16-row groups, VNNI, every batch size);
+// then the file layout: VNNI 8x4 int8 tiles for batches and row dots for one
+// token (bit-identical to llama.cpp); AVX-512 4x4 float tiles; row dots.
 //
 // Work happens in two steps: prepare() converts the activations once for a
 // weight format, compute_rows() runs any row range of any weight of that
