@@ -1,7 +1,10 @@
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI; called only when the CPU has them.
-// The micro-kernel: 16 rows (one group, one row per lane) x T tokens; the
-// block's 8 weight vectors stay in registers while every token's activations
-// are broadcast 4 bytes at a time straight from memory into vpdpbusd.
+// The micro-kernel: NG row groups (16 rows each, one row per lane) x T tokens;
+// the block's weight vectors stay in registers while every token's
+// activations are broadcast 4 bytes at a time into vpdpbusd. Batches run
+// 2 groups x 4 tokens (each broadcast feeds two vpdpbusd); a single token
+// runs 1 group x 1 token (decode streams weights once: fewer concurrent
+// streams measured faster).
 #include <immintrin.h>
 
 #include <algorithm>
