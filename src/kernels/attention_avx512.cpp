@@ -6,6 +6,7 @@
 
 #include "hw/cpu_features.h"
 #include "kernels/attention_tile.h"
+#include "kernels/exp_cephes.h"
 
 namespace kestrel {
 namespace {
@@ -13,20 +14,17 @@ namespace {
 constexpr int kLanes = AttentionTile::kMaxRows;
 constexpr int kMaxHeadDim = 256;
 
-// exp(x) for 16 floats (Cephes expf: range reduction by ln 2, degree-6
-// polynomial), scaled by 2^n with vscalefps so large negative x give 0.
+// exp(x) for 16 floats (Cephes expf, exp_cephes.h), scaled by 2^n with
+// vscalefps so large negative x give 0.
 inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-104.0f));
-  const __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+  using namespace exp_cephes;
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kMaxX)), _mm512_set1_ps(-104.0f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f)),
                                          _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(kLn2Hi), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(kLn2Lo), x);
+  __m512 y = _mm512_set1_ps(kPoly[0]);
+  for (int i = 1; i < 6; i++) y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(kPoly[i]));
   y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(y, fx);
 }

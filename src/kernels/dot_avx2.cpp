@@ -6,6 +6,7 @@
 
 #include "core/fp16.h"
 #include "kernels/dot.h"
+#include "kernels/exp_cephes.h"
 
 namespace kestrel {
 namespace {
@@ -140,19 +141,16 @@ void axpy_f32(float* y, float a, const float* x, int64_t n) {
   for (; i < n; i++) y[i] += a * x[i];
 }
 
-// exp(x) for 8 floats (Cephes expf: range reduction by ln 2, degree-6
-// polynomial, scale by 2^n); relative error ~1e-7 over the range used.
+// exp(x) for 8 floats (Cephes expf, exp_cephes.h), scaled by 2^n through the
+// exponent bits; relative error ~1e-7 over the range used.
 inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-88.3762626647949f));
-  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  using namespace exp_cephes;
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(kMaxX)), _mm256_set1_ps(-kMaxX));
+  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(kLn2Hi), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(kLn2Lo), x);
+  __m256 y = _mm256_set1_ps(kPoly[0]);
+  for (int i = 1; i < 6; i++) y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(kPoly[i]));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
   const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
