@@ -14,8 +14,7 @@ void* map_huge_pages(size_t bytes, const std::string& what) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     throw Error(what + ": cannot allocate " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
-  madvise(p, bytes,
-          MADV_HUGEPAGE);  // a hint: without THP the memory still works
+  madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP the memory still works
   return p;
 }
 

@@ -186,8 +186,8 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
   acc.resize(static_cast<size_t>(rows * splits * hd));
   ms.resize(static_cast<size_t>(rows * splits));
   ls.resize(ms.size());
-  float *acc_data = acc.data(), *m = ms.data(),
-        *l = ls.data();  // thread_locals: the workers must not name them
+  // thread_locals: the workers must not name them.
+  float *acc_data = acc.data(), *m = ms.data(), *l = ls.data();
   pool.parallel_for(rows * splits, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; w++) {
       const int64_t row = w / splits, c = w % splits;

@@ -14,8 +14,7 @@
 namespace kestrel {
 
 // One layer's K and V storage, addressed by block tables: token at position p
-// of a sequence lives in slot table[p / block_size] * block_size + p %
-// block_size.
+// of a sequence lives in slot table[p / block_size] * block_size + p % block_size.
 struct PagedKvLayerView {
   const float* k = nullptr;
   const float* v = nullptr;
@@ -40,10 +39,8 @@ struct AttentionShape {
 };
 
 enum class AttentionKernel {
-  Best,    // 16-row tiles on AVX-512 (attention_tile.h) where the head size
-           // allows, else per row
-  PerRow,  // each (token, head) on its own with the dot-kernel table: the
-           // reference path
+  Best,    // 16-row tiles on AVX-512 (attention_tile.h) where the head size allows, else per row
+  PerRow,  // each (token, head) on its own with the dot-kernel table: the reference path
 };
 
 // Token t attends to positions 0..positions[t] of its own sequence.

@@ -39,11 +39,9 @@ bool attention_tile_available(int head_dim) {
 
 void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, float scale, int32_t p0, int32_t p1,
                  float* out, float* m_out, float* l_out) {
-  alignas(64) float qt[kMaxHeadDim][kLanes];  // scaled queries, transposed:
-                                              // qt[d] = dimension d of every row
+  alignas(64) float qt[kMaxHeadDim][kLanes];  // scaled queries, transposed: qt[d] = dimension d of every row
   alignas(64) float ot[kMaxHeadDim][kLanes];  // the weighted values, transposed
-  alignas(64) float pj[kLanes][kLanes];       // one chunk's probabilities: pj[j] =
-                                              // position j for every row
+  alignas(64) float pj[kLanes][kLanes];       // one chunk's probabilities: pj[j] = position j for every row
   alignas(64) int32_t lim[kLanes];
   int32_t end = p0;
   for (int r = 0; r < kLanes; r++) {

@@ -30,7 +30,10 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
     case GgmlType::Q4_0: {
       const char* w = type == GgmlType::Q8_0 ? "q8_0" : "q4_0";
       if (repacked && packed_gemm_available())
-        return fmt::format("{} repacked in 16-row groups x q8_0: vpdpbusd 16 rows x 8 tokens, one block per lane (avx512 vnni)", w);
+        return fmt::format(
+            "{} repacked in 16-row groups x q8_0: vpdpbusd, one block per lane; 32 rows x 4 tokens for batches, "
+            "16 rows x 1 token for decode (avx512 vnni)",
+            w);
       if (gemm_q8_available() && k.isa == IsaLevel::Avx512)
         return fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches (avx512 vnni)", w);
       return fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, isa);
