@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include "core/huge_page_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/backend.h"
 #include "kernels/matmul.h"
@@ -17,7 +18,7 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_.size(); }
 
   Weight prepare_weight(Weight w) override {
-    if (options_.repack_weights && packed_gemm_available() && packable(w)) w.packed = pack_weight(w, &pool_);
+    if (options_.repack_weights && packed_gemm_available() && packable(w)) w.packed = pack_weight(w, &pool_, &packed_memory_);
     return w;
   }
 
@@ -90,6 +91,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   ThreadPool pool_;
   Matmul matmul_;
+  HugePageArena packed_memory_;  // repacked weights end to end in huge pages
 };
 
 }  // namespace

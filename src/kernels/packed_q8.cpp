@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -16,7 +17,7 @@ bool packable(const Weight& w) {
          w.rows() > 0 && w.data != nullptr;
 }
 
-std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool) {
+std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool, HugePageArena* arena) {
   if (!packable(w)) throw Error(fmt::format("tensor '{}' ({}) cannot be repacked", w.name, type_name(w.type)));
   constexpr int G = PackedWeight::kRowsPerGroup;
   auto p = std::make_shared<PackedWeight>();
@@ -25,7 +26,16 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
   p->n_blocks = w.cols() / kQK8_0;
   p->n_groups = (p->rows + G - 1) / G;
   const int64_t nb = p->n_blocks;
-  p->data = HugePageBuffer(p->n_groups * p->group_bytes(), "repacking " + w.name);
+  const size_t bytes = p->n_groups * p->group_bytes();
+  if (arena) {
+    auto a = arena->allocate(bytes, "repacking " + w.name);
+    p->data = a.data;
+    p->memory = std::move(a.owner);
+  } else {
+    auto own = std::make_shared<HugePageBuffer>(bytes, "repacking " + w.name);
+    p->data = static_cast<const uint8_t*>(own->data());
+    p->memory = std::move(own);
+  }
   const bool q8 = w.type == GgmlType::Q8_0;
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; g++) {

@@ -29,6 +29,7 @@
 #include <memory>
 
 #include "core/block_formats.h"
+#include "core/huge_page_arena.h"
 #include "core/huge_page_buffer.h"
 #include "core/thread_pool.h"
 #include "model/weight.h"
@@ -40,13 +41,14 @@ struct PackedWeight {
   static constexpr size_t kScaleBytes = kRowsPerGroup * sizeof(uint16_t);  // one block's scales
   GgmlType type = GgmlType::Q8_0;                                          // Q8_0 or Q4_0: the source format
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
-  HugePageBuffer data;  // [n_groups][(n_blocks + 1) / 2][2 x kScaleBytes | 2 x quant_bytes_per_block()]
+  const uint8_t* data = nullptr;  // [n_groups][(n_blocks + 1) / 2][2 x kScaleBytes | 2 x quant_bytes_per_block()]
+  std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
   size_t quant_bytes_per_block() const { return type == GgmlType::Q8_0 ? 512 : 256; }
   size_t pair_bytes() const { return 2 * (kScaleBytes + quant_bytes_per_block()); }
   size_t group_bytes() const { return static_cast<size_t>((n_blocks + 1) / 2) * pair_bytes(); }
   const uint8_t* pair(int64_t g, int64_t b) const {
-    return static_cast<const uint8_t*>(data.data()) + g * group_bytes() + (b / 2) * pair_bytes();
+    return data + g * group_bytes() + (b / 2) * pair_bytes();
   }
   const uint8_t* block_quants(int64_t g, int64_t b) const {
     return pair(g, b) + 2 * kScaleBytes + (b % 2) * quant_bytes_per_block();
@@ -59,8 +61,10 @@ struct PackedWeight {
 // Whether w's format can be packed (Q8_0/Q4_0 matrices).
 bool packable(const Weight& w);
 // The repacked copy of w (throws Error if !packable(w)), groups split over
-// the pool's threads when one is given.
-std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool = nullptr);
+// the pool's threads when one is given, in memory from `arena` when one is
+// given (else in a buffer of its own).
+std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool = nullptr,
+                                                HugePageArena* arena = nullptr);
 
 // Activations for the packed kernels, repacked per call in tiles of 8
 // tokens so that a micro-kernel reads everything through one pointer with
