@@ -2,6 +2,7 @@
 // each against the machine's measured roofline (like llama-bench).
 #include <fmt/format.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -27,7 +28,7 @@ nlohmann::json to_json(const BenchResult& r) {
   return {{"model_filename", r.model_filename}, {"model_type", r.model_type}, {"model_size", r.model_size},
           {"model_n_params", r.model_n_params}, {"n_threads", r.n_threads}, {"n_batch", r.n_batch},
           {"n_prompt", r.test.n_prompt}, {"n_gen", r.test.n_gen}, {"test", r.test.name},
-          {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts},
+          {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts}, {"samples_roofline_ts", r.samples_roofline_ts},
           {"backends", "CPU"}, {"kernel_isa", r.kernel_isa},
           {"roofline_ts", r.roofline_ts}, {"roofline_fraction", r.roofline_fraction},
           {"roofline_basis", r.roofline_basis}, {"weight_bytes_per_token", r.weight_bytes_per_token},
@@ -72,9 +73,10 @@ int run(BenchFlags& f) {
   for (const auto& model : f.models) {
     for (int threads : f.threads) {
       const int n_threads = threads > 0 ? threads : default_thread_count();
-      // --measure: probe the limits again now, minutes from these rows (the
+      // --measure: probe the limits again now and before every repetition (the
       // machine may be shared), instead of taking the cached ones.
-      MeasuredLimits limits = f.measure ? measure_limits(n_threads) : cached_or_measured_limits(n_threads);
+      std::unique_ptr<LimitProbe> probe = f.measure ? std::make_unique<LimitProbe>(n_threads) : nullptr;
+      MeasuredLimits limits = probe ? measure_limits(*probe) : cached_or_measured_limits(n_threads);
       if (f.measure) {
         store_limits(limits);
         fmt::print(stderr, "bench: limits now: read {:.1f} GB/s, f32 {:.0f} GFLOP/s, int8 {:.0f} GOP/s, bf16 {:.0f} GFLOP/s\n",
@@ -95,9 +97,9 @@ int run(BenchFlags& f) {
         o.repack_weights = !f.no_repack;
         Engine e = Engine::load(o);
         for (auto p : f.n_prompt)
-          if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits));
+          if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits, probe.get()));
         for (auto n : f.n_gen)
-          if (n > 0) results.push_back(run_bench(e, model, {fmt::format("tg{}", n), 0, n}, f.reps, limits));
+          if (n > 0) results.push_back(run_bench(e, model, {fmt::format("tg{}", n), 0, n}, f.reps, limits, probe.get()));
         fmt::print(stderr, "bench: {} t={} b={} done\n", model, n_threads, batch);
         if (e.profiler) {
           // One trace per run; with a grid, later configurations overwrite earlier ones.
@@ -126,7 +128,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
-  cmd->add_flag("--measure", f.measure, "Measure the machine's limits again before each model's rows (not the cached ones)");
+  cmd->add_flag("--measure", f.measure, "Measure the machine's limits again (not the cached ones), and the limit each row is held to before every repetition");
   cmd->add_flag("--no-repack", f.no_repack, "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical arithmetic, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");

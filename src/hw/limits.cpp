@@ -26,37 +26,18 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Runs `kernel(iterations)` on every thread at once; returns ops per second.
-double parallel_peak(ThreadPool& pool, double ops_per_iteration, const std::function<void(int64_t)>& kernel) {
+// Runs `kernel(iterations)` on every thread at once, `runs` times; returns
+// the median ops per second.
+double parallel_peak(ThreadPool& pool, int runs, double ops_per_iteration, const std::function<void(int64_t)>& kernel) {
   const int64_t iterations = 20'000'000;
-  std::vector<double> runs;
-  for (int r = 0; r < 3; r++) {
+  std::vector<double> rates;
+  for (int r = 0; r < runs; r++) {
     const auto t0 = Clock::now();
     pool.run([&](int, int) { kernel(iterations); });
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    runs.push_back(ops_per_iteration * static_cast<double>(iterations) * pool.size() / s);
+    rates.push_back(ops_per_iteration * static_cast<double>(iterations) * pool.size() / s);
   }
-  return median(runs);
-}
-
-double read_bandwidth(ThreadPool& pool) {
-  // 2 GiB: far beyond any real cache (VMs may report a huge L3), touched first so pages are resident.
-  const int64_t n = (int64_t{2} << 30) / sizeof(float);
-  std::vector<float> buf(static_cast<size_t>(n), 1.0f);
-  std::vector<double> runs;
-  volatile float sink = 0;
-  for (int r = 0; r < 5; r++) {
-    const auto t0 = Clock::now();
-    std::vector<float> partial(static_cast<size_t>(pool.size()));
-    pool.run([&](int ti, int nt) {
-      const int64_t begin = n * ti / nt, end = n * (ti + 1) / nt;
-      partial[ti] = peak::sum_floats(buf.data() + begin, end - begin);
-    });
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    for (float p : partial) sink = sink + p;
-    runs.push_back(static_cast<double>(n) * sizeof(float) / s / 1e9);
-  }
-  return median(runs);
+  return median(rates);
 }
 
 std::string now_utc() {
@@ -72,36 +53,89 @@ std::string cache_file(int n_threads) {
 
 }  // namespace
 
+// 2 GiB: far beyond any real cache (VMs may report a huge L3). In huge pages,
+// as the repacked weights are: the probe gets the best the memory can give.
+constexpr size_t kProbeBytes = size_t{2} << 30;
+
+LimitProbe::LimitProbe(int n_threads) : pool_(std::make_unique<ThreadPool>(n_threads)) {}
+LimitProbe::~LimitProbe() = default;
+
+int LimitProbe::threads() const { return pool_->size(); }
+
+double LimitProbe::read_bandwidth_gbs(int runs) {
+  const int64_t n = static_cast<int64_t>(kProbeBytes / sizeof(float));
+  if (buffer_.size() == 0) {
+    buffer_ = HugePageBuffer(kProbeBytes, "the bandwidth probe");
+    float* f = static_cast<float*>(buffer_.data());
+    // Touched by the threads that read it, so pages are resident (and local).
+    pool_->run([&](int ti, int nt) { std::fill(f + n * ti / nt, f + n * (ti + 1) / nt, 1.0f); });
+  }
+  const float* buf = static_cast<const float*>(buffer_.data());
+  std::vector<double> rates;
+  std::vector<float> partial(static_cast<size_t>(pool_->size()));
+  volatile float sink = 0;
+  for (int r = 0; r < runs; r++) {
+    const auto t0 = Clock::now();
+    pool_->run([&](int ti, int nt) {
+      const int64_t begin = n * ti / nt, end = n * (ti + 1) / nt;
+      partial[ti] = peak::sum_floats(buf + begin, end - begin);
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (float p : partial) sink = sink + p;
+    rates.push_back(static_cast<double>(n) * sizeof(float) / s / 1e9);
+  }
+  return median(rates);
+}
+
+double LimitProbe::f32_fma_gflops(int runs) {
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+  const auto& f = cpu_features();
+  volatile float sink = 0;
+  if (f.avx512f) return parallel_peak(*pool_, runs, peak::kF32FmaOpsAvx512, [&](int64_t it) { sink = peak::f32_fma_avx512(it); }) / 1e9;
+  if (f.avx2 && f.fma) return parallel_peak(*pool_, runs, peak::kF32FmaOpsAvx2, [&](int64_t it) { sink = peak::f32_fma_avx2(it); }) / 1e9;
+#endif
+  (void)runs;
+  return 0;
+}
+
+double LimitProbe::int8_dot_gops(int runs) {
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+  const auto& f = cpu_features();
+  volatile int32_t sink = 0;
+  if (f.avx512vnni && f.avx512bw) return parallel_peak(*pool_, runs, peak::kInt8OpsVnni512, [&](int64_t it) { sink = peak::int8_dot_vnni512(it); }) / 1e9;
+  if (f.avx2) return parallel_peak(*pool_, runs, peak::kInt8OpsAvx2, [&](int64_t it) { sink = peak::int8_dot_avx2(it); }) / 1e9;
+#endif
+  (void)runs;
+  return 0;
+}
+
+double LimitProbe::bf16_dot_gflops(int runs) {
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+  volatile float sink = 0;
+  if (cpu_features().avx512bf16) return parallel_peak(*pool_, runs, peak::kBf16OpsAvx512, [&](int64_t it) { sink = peak::bf16_dot_avx512(it); }) / 1e9;
+#endif
+  (void)runs;
+  return 0;
+}
+
 MeasuredLimits measure_limits(int n_threads) {
-  ThreadPool pool(n_threads);
+  LimitProbe probe(n_threads);
+  return measure_limits(probe);
+}
+
+MeasuredLimits measure_limits(LimitProbe& probe) {
   const auto& f = cpu_features();
   MeasuredLimits l;
-  l.threads = pool.size();
+  l.threads = probe.threads();
   l.cpu = f.brand;
   l.measured_at = now_utc();
-  l.read_bandwidth_gbs = read_bandwidth(pool);
-#ifdef KESTREL_HAVE_AVX2_KERNELS
-  volatile float fsink = 0;
-  volatile int32_t isink = 0;
-  if (f.avx512f) {
-    l.f32_fma_gflops = parallel_peak(pool, peak::kF32FmaOpsAvx512, [&](int64_t it) { fsink = peak::f32_fma_avx512(it); }) / 1e9;
-    l.f32_isa = "avx512 fma";
-  } else if (f.avx2 && f.fma) {
-    l.f32_fma_gflops = parallel_peak(pool, peak::kF32FmaOpsAvx2, [&](int64_t it) { fsink = peak::f32_fma_avx2(it); }) / 1e9;
-    l.f32_isa = "avx2 fma";
-  }
-  if (f.avx512vnni && f.avx512bw) {
-    l.int8_dot_gops = parallel_peak(pool, peak::kInt8OpsVnni512, [&](int64_t it) { isink = peak::int8_dot_vnni512(it); }) / 1e9;
-    l.int8_isa = "avx512 vnni (vpdpbusd)";
-  } else if (f.avx2) {
-    l.int8_dot_gops = parallel_peak(pool, peak::kInt8OpsAvx2, [&](int64_t it) { isink = peak::int8_dot_avx2(it); }) / 1e9;
-    l.int8_isa = "avx2 (vpmaddubsw+vpmaddwd)";
-  }
-  if (f.avx512bf16) {
-    l.bf16_dot_gflops = parallel_peak(pool, peak::kBf16OpsAvx512, [&](int64_t it) { fsink = peak::bf16_dot_avx512(it); }) / 1e9;
-    l.bf16_isa = "avx512 bf16 (vdpbf16ps)";
-  }
-#endif
+  l.read_bandwidth_gbs = probe.read_bandwidth_gbs(5);
+  l.f32_fma_gflops = probe.f32_fma_gflops();
+  l.int8_dot_gops = probe.int8_dot_gops();
+  l.bf16_dot_gflops = probe.bf16_dot_gflops();
+  if (l.f32_fma_gflops > 0) l.f32_isa = f.avx512f ? "avx512 fma" : "avx2 fma";
+  if (l.int8_dot_gops > 0) l.int8_isa = f.avx512vnni && f.avx512bw ? "avx512 vnni (vpdpbusd)" : "avx2 (vpmaddubsw+vpmaddwd)";
+  if (l.bf16_dot_gflops > 0) l.bf16_isa = "avx512 bf16 (vdpbf16ps)";
   return l;
 }
 

@@ -2,10 +2,15 @@
 // Measured limits of this machine: read bandwidth and peak arithmetic
 // throughput per kernel family. The rooflines in `kestrel bench` divide by
 // these. Measured once and cached per machine (see limits_cache_path()).
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "core/huge_page_buffer.h"
+
 namespace kestrel {
+
+class ThreadPool;
 
 struct MeasuredLimits {
   int threads = 0;
@@ -19,6 +24,27 @@ struct MeasuredLimits {
 };
 
 MeasuredLimits measure_limits(int n_threads);
+class LimitProbe;
+MeasuredLimits measure_limits(LimitProbe& probe);
+
+// Probes each limit on demand, as often as asked: `kestrel bench --measure`
+// interleaves probes with its repetitions because on a shared machine the
+// limits drift by tens of percent within minutes. Each call returns the
+// median of `runs` runs; 0 when the CPU has no such instruction.
+class LimitProbe {
+ public:
+  explicit LimitProbe(int n_threads);
+  ~LimitProbe();
+  int threads() const;
+  double read_bandwidth_gbs(int runs = 3);  // the first call allocates and touches 2 GiB
+  double f32_fma_gflops(int runs = 3);
+  double int8_dot_gops(int runs = 3);
+  double bf16_dot_gflops(int runs = 3);
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  HugePageBuffer buffer_;
+};
 std::string limits_cache_path();  // $KESTREL_CACHE_DIR or ~/.cache/kestrel, one file per CPU and thread count
 // limits_cache_path()/<prefix>-<CPU brand as a file name><suffix>: one file per kind of machine.
 std::string per_machine_cache_file(const std::string& prefix, const std::string& suffix);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -49,9 +50,67 @@ double time_decode(Engine& e, int64_t n_gen) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+
+struct Roofline {
+  double ts = 0;
+  std::string basis;
+};
+
+// Each row against the limit its kernels are bound by: decode against the
+// read bandwidth, prefill against the peak of the instruction its kernels
+// run (int8 dots for Q8_0/Q4_0, BF16 dots for BF16 where the CPU has them,
+// else f32 FMAs).
+enum class Bound { ReadBandwidth, Int8Dot, Bf16Dot, F32Fma };
+
+Bound bound_of(bool prefill, const ModelCost& cost) {
+  if (!prefill) return Bound::ReadBandwidth;
+  if (cost.dominant_type == GgmlType::Q8_0 || cost.dominant_type == GgmlType::Q4_0) return Bound::Int8Dot;
+  if (cost.dominant_type == GgmlType::BF16 && gemm_bf16_available()) return Bound::Bf16Dot;
+  return Bound::F32Fma;
+}
+
+double limit_of(Bound b, const MeasuredLimits& l) {
+  switch (b) {
+    case Bound::ReadBandwidth: return l.read_bandwidth_gbs;
+    case Bound::Int8Dot: return l.int8_dot_gops;
+    case Bound::Bf16Dot: return l.bf16_dot_gflops > 0 ? l.bf16_dot_gflops : l.f32_fma_gflops;
+    case Bound::F32Fma: return l.f32_fma_gflops;
+  }
+  return 0;
+}
+
+double probe_limit(Bound b, LimitProbe& p) {
+  switch (b) {
+    case Bound::ReadBandwidth: return p.read_bandwidth_gbs();
+    case Bound::Int8Dot: return p.int8_dot_gops();
+    case Bound::Bf16Dot: return p.bf16_dot_gflops();
+    case Bound::F32Fma: return p.f32_fma_gflops();
+  }
+  return 0;
+}
+
+// limit: GB/s for the bandwidth, G(FL)OP/s for the peaks; 0 when unknown.
+Roofline roofline(Bound b, double limit, const BenchResult& r) {
+  if (limit <= 0) return {};
+  if (b == Bound::ReadBandwidth)
+    return {limit * 1e9 / static_cast<double>(r.weight_bytes_per_token),
+            fmt::format("read bandwidth {:.1f} GB/s / {:.3f} GB per token", limit,
+                        static_cast<double>(r.weight_bytes_per_token) / 1e9)};
+  const char* name = b == Bound::Int8Dot ? "int8 dot" : b == Bound::Bf16Dot ? "bf16 dot" : "f32 FMA";
+  return {limit * 1e9 / r.flops_per_token,
+          fmt::format("{} peak {:.0f} G/s / {:.2f} GFLOP per token", name, limit, r.flops_per_token / 1e9)};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 }  // namespace
 
-BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test, int reps, const MeasuredLimits& lim) {
+BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test, int reps, const MeasuredLimits& lim,
+                      LimitProbe* probe) {
   if (reps <= 0) throw Error(fmt::format("repetitions {} must be positive", reps));
   const bool prefill = test.n_prompt > 0;
   const int64_t tokens = prefill ? test.n_prompt : test.n_gen;
@@ -72,10 +131,20 @@ BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test,
   r.weight_bytes_per_token = cost.weight_bytes_per_token;
   // Average context seen by a token of this test (for attention FLOPs).
   r.flops_per_token = cost.flops_per_token(c, tokens / 2);
+  const Bound bound = bound_of(prefill, cost);
 
   auto once = [&] { return prefill ? time_prefill(e, tokens) : time_decode(e, tokens); };
   once();  // warm-up: page in weights, grow scratch buffers
-  for (int i = 0; i < reps; i++) r.samples_ts.push_back(static_cast<double>(tokens) / once());
+  std::vector<double> fractions, limits;
+  for (int i = 0; i < reps; i++) {
+    // With a probe, each repetition is held to the limit measured just before it.
+    if (probe) limits.push_back(probe_limit(bound, *probe));
+    r.samples_ts.push_back(static_cast<double>(tokens) / once());
+    if (probe) {
+      r.samples_roofline_ts.push_back(roofline(bound, limits.back(), r).ts);
+      if (r.samples_roofline_ts.back() > 0) fractions.push_back(r.samples_ts.back() / r.samples_roofline_ts.back());
+    }
+  }
   double sum = 0;
   for (double s : r.samples_ts) sum += s;
   r.avg_ts = sum / reps;
@@ -83,24 +152,15 @@ BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test,
   for (double s : r.samples_ts) var += (s - r.avg_ts) * (s - r.avg_ts);
   r.stddev_ts = reps > 1 ? std::sqrt(var / (reps - 1)) : 0.0;
 
-  if (prefill) {
-    // Each row against the peak of the instruction its kernels run: int8
-    // dots for Q8_0/Q4_0, BF16 dots for BF16 where the CPU has them, else f32 FMAs.
-    const bool int8 = cost.dominant_type == GgmlType::Q8_0 || cost.dominant_type == GgmlType::Q4_0;
-    const bool bf16 = cost.dominant_type == GgmlType::BF16 && gemm_bf16_available() && lim.bf16_dot_gflops > 0;
-    const double peak = (int8 ? lim.int8_dot_gops : bf16 ? lim.bf16_dot_gflops : lim.f32_fma_gflops) * 1e9;
-    if (peak > 0) {
-      r.roofline_ts = peak / r.flops_per_token;
-      r.roofline_basis = fmt::format("{} peak {:.0f} G/s / {:.2f} GFLOP per token",
-                                     int8 ? "int8 dot" : bf16 ? "bf16 dot" : "f32 FMA", peak / 1e9,
-                                     r.flops_per_token / 1e9);
-    }
-  } else if (lim.read_bandwidth_gbs > 0) {
-    r.roofline_ts = lim.read_bandwidth_gbs * 1e9 / static_cast<double>(cost.weight_bytes_per_token);
-    r.roofline_basis = fmt::format("read bandwidth {:.1f} GB/s / {:.3f} GB per token", lim.read_bandwidth_gbs,
-                                   static_cast<double>(cost.weight_bytes_per_token) / 1e9);
+  const Roofline roof = roofline(bound, probe ? median(limits) : limit_of(bound, lim), r);
+  r.roofline_ts = roof.ts;
+  r.roofline_basis = roof.basis;
+  if (probe && !fractions.empty()) {
+    r.roofline_fraction = median(fractions);
+    r.roofline_basis += fmt::format(" (median of {} probes, one before each repetition)", limits.size());
+  } else if (r.roofline_ts > 0) {
+    r.roofline_fraction = r.avg_ts / r.roofline_ts;
   }
-  if (r.roofline_ts > 0) r.roofline_fraction = r.avg_ts / r.roofline_ts;
   return r;
 }
 

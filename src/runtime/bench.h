@@ -23,6 +23,7 @@ struct BenchResult {
   int64_t n_batch = 0;
   BenchTest test;
   std::vector<double> samples_ts;  // tokens per second of each repetition
+  std::vector<double> samples_roofline_ts;  // with a probe: each repetition's roofline
   double avg_ts = 0, stddev_ts = 0;
   // Roofline: the best this machine could do for this test.
   double roofline_ts = 0, roofline_fraction = 0;
@@ -32,8 +33,10 @@ struct BenchResult {
   std::string kernel_isa;
 };
 
-// Runs one test `repetitions` times after one warm-up run.
+// Runs one test `repetitions` times after one warm-up run, against `limits`;
+// with a probe, against the limit measured just before each repetition
+// instead (the fraction is then the median of the repetitions' fractions).
 BenchResult run_bench(Engine& engine, const std::string& model_path, const BenchTest& test, int repetitions,
-                      const MeasuredLimits& limits);
+                      const MeasuredLimits& limits, LimitProbe* probe = nullptr);
 
 }  // namespace kestrel

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "hw/limits.h"
 #include "model/gguf.h"
@@ -217,12 +219,26 @@ TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
   // The cached limits say 10 GB/s; --measure must replace them with this machine's.
   const std::string model = dir_.file("m.gguf");
   ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
-  const auto r = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--measure", "--json"});
+  const auto r = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "3", "-t", "1", "--measure", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("bench: limits now: read"));
   const auto rows = nlohmann::json::parse(r.out);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_THAT(rows[0]["roofline_basis"].get<std::string>(), Not(HasSubstr("read bandwidth 10.0 GB/s")));
+  // Each repetition against the bandwidth probed just before it; the row's
+  // fraction is the median of the repetitions' fractions.
+  const auto ts = rows[0]["samples_ts"].get<std::vector<double>>();
+  const auto roof = rows[0]["samples_roofline_ts"].get<std::vector<double>>();
+  ASSERT_EQ(ts.size(), 3u);
+  ASSERT_EQ(roof.size(), 3u);
+  std::vector<double> fractions;
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_GT(roof[i], 0.0);
+    fractions.push_back(ts[i] / roof[i]);
+  }
+  std::sort(fractions.begin(), fractions.end());
+  EXPECT_NEAR(rows[0]["roofline_fraction"].get<double>(), fractions[1], 1e-9);
+  EXPECT_THAT(rows[0]["roofline_basis"].get<std::string>(), HasSubstr("median of 3 probes"));
   const auto hw = nlohmann::json::parse(kestrel({"hw", "--json", "-t", "1"}).out);
   EXPECT_NE(hw["limits"]["read_bandwidth_gbs"].get<double>(), 10.0);  // and stored for later runs
 }
