@@ -11,8 +11,8 @@
 namespace kestrel {
 
 #ifndef KESTREL_HAVE_AVX2_KERNELS
-bool attention_tile_available(int) { return false; }
-void attend_tile(const PagedKvLayerView&, const AttentionTile&, int, float, int32_t, int32_t, float*, float*, float*) {}
+bool attention_tile_available(int, int) { return false; }
+void attend_tile(const PagedKvLayerView&, const AttentionTile&, int, int, float, int32_t, int32_t, float*, float*, float*) {}
 #endif
 
 namespace {
@@ -27,8 +27,8 @@ struct Partial {
 // a KV block at a time: the scores of the block, one softmax rescale, then
 // the weighted values. Dots and axpys use the process's SIMD kernels.
 Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int32_t* table, const float* q, int kvh,
-                     int hd, float scale, int32_t p0, int32_t p1, float* out) {
-  for (int d = 0; d < hd; d++) out[d] = 0.0f;
+                     int hd, int vd, float scale, int32_t p0, int32_t p1, float* out) {
+  for (int d = 0; d < vd; d++) out[d] = 0.0f;
   Partial s{-std::numeric_limits<float>::infinity(), 0.0f};
   constexpr int kMaxBlock = 256;
   float scores[kMaxBlock];
@@ -46,11 +46,11 @@ Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int3
       // New maximum: rescale what was accumulated so far.
       const float correction = std::exp(s.m - block_max);
       s.l *= correction;
-      for (int d = 0; d < hd; d++) out[d] *= correction;
+      for (int d = 0; d < vd; d++) out[d] *= correction;
       s.m = block_max;
     }
     s.l += k.exp_sum_f32(scores, s.m, end - p);
-    for (int32_t j = 0; j < end - p; j++) k.axpy_f32(out, scores[j], kv.v + (slot0 + j) * kv.v_stride + kvh * hd, hd);
+    for (int32_t j = 0; j < end - p; j++) k.axpy_f32(out, scores[j], kv.v + (slot0 + j) * kv.v_stride + kvh * vd, vd);
     p = end;
   }
   return s;
@@ -90,25 +90,25 @@ void build_tiles(const AttentionBatch& b, const AttentionShape& s, std::vector<A
 }
 
 // Combines the partial softmaxes of every row's splits into b.out.
-void merge_splits(ThreadPool& pool, const AttentionBatch& b, int64_t rows, int64_t splits, int hd, const float* acc,
+void merge_splits(ThreadPool& pool, const AttentionBatch& b, int64_t rows, int64_t splits, int vd, const float* acc,
                   const float* ms, const float* ls) {
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; row++) {
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < splits; c++) m = std::max(m, ms[row * splits + c]);
-      float* out = b.out + row * hd;
-      for (int d = 0; d < hd; d++) out[d] = 0.0f;
+      float* out = b.out + row * vd;
+      for (int d = 0; d < vd; d++) out[d] = 0.0f;
       float l = 0.0f;
       for (int64_t c = 0; c < splits; c++) {
         const int64_t i = row * splits + c;
         if (ls[i] == 0.0f) continue;  // an empty chunk
         const float w = std::exp(ms[i] - m);
         l += ls[i] * w;
-        const float* a = acc + i * hd;
-        for (int d = 0; d < hd; d++) out[d] += w * a[d];
+        const float* a = acc + i * vd;
+        for (int d = 0; d < vd; d++) out[d] += w * a[d];
       }
       const float inv = 1.0f / l;
-      for (int d = 0; d < hd; d++) out[d] *= inv;
+      for (int d = 0; d < vd; d++) out[d] *= inv;
     }
   });
 }
@@ -118,7 +118,7 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
   thread_local std::vector<AttentionTile> tiles;
   thread_local std::vector<float> acc, ms, ls;
   build_tiles(b, s, tiles);
-  const int hd = s.head_dim;
+  const int hd = s.head_dim, vd = s.value_dim();
   const int64_t rows = b.n_tokens * s.n_head, n_tiles = static_cast<int64_t>(tiles.size());
   int32_t longest = 0;
   for (int64_t t = 0; t < b.n_tokens; t++) longest = std::max(longest, b.positions[t] + 1);
@@ -128,7 +128,7 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
     splits = std::min<int64_t>((4 * pool.size() + n_tiles - 1) / n_tiles, std::max(1, longest / kMinSplitLength));
   ms.resize(static_cast<size_t>(rows * splits));
   ls.resize(ms.size());
-  if (splits > 1) acc.resize(static_cast<size_t>(rows * splits * hd));
+  if (splits > 1) acc.resize(static_cast<size_t>(rows * splits * vd));
   float* out = splits > 1 ? acc.data() : b.out;
   float *m = ms.data(), *l = ls.data();
   const AttentionTile* tile_data = tiles.data();  // thread_locals: the workers must not name them
@@ -142,22 +142,22 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
       for (int r = 0; r < tile.rows; r++) len = std::max(len, tile.limit[r]);
       const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
       for (int r = 0; r < tile.rows; r++) tile.out_row[r] = tile.out_row[r] * splits + c;
-      attend_tile(kv, tile, hd, s.scale, p0, c + 1 == splits ? len : p1, out, m, l);
+      attend_tile(kv, tile, hd, vd, s.scale, p0, c + 1 == splits ? len : p1, out, m, l);
       if (splits > 1) continue;
       for (int r = 0; r < tile.rows; r++) {
-        float* o = out + tile.out_row[r] * hd;
+        float* o = out + tile.out_row[r] * vd;
         const float inv = 1.0f / l[tile.out_row[r]];
-        for (int d = 0; d < hd; d++) o[d] *= inv;
+        for (int d = 0; d < vd; d++) o[d] *= inv;
       }
     }
   });
-  if (splits > 1) merge_splits(pool, b, rows, splits, hd, acc.data(), m, l);
+  if (splits > 1) merge_splits(pool, b, rows, splits, vd, acc.data(), m, l);
 }
 
 void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) {
   const DotKernels& k = dot_kernels();
   const int group = s.n_head / s.n_kv_head;
-  const int hd = s.head_dim;
+  const int hd = s.head_dim, vd = s.value_dim();
   const int64_t rows = b.n_tokens * s.n_head;
   int32_t longest = 0;
   for (int64_t t = 0; t < b.n_tokens; t++) longest = std::max(longest, b.positions[t] + 1);
@@ -172,18 +172,18 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
       for (int64_t w = ti; w < rows; w += nt) {
         const int64_t t = w / s.n_head;
         const int h = static_cast<int>(w % s.n_head);
-        float* out = b.out + (t * s.n_head + h) * hd;
-        const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale,
-                                       0, b.positions[t] + 1, out);
+        float* out = b.out + (t * s.n_head + h) * vd;
+        const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, vd,
+                                       s.scale, 0, b.positions[t] + 1, out);
         const float inv = 1.0f / p.l;
-        for (int d = 0; d < hd; d++) out[d] *= inv;
+        for (int d = 0; d < vd; d++) out[d] *= inv;
       }
     });
     return;
   }
 
   thread_local std::vector<float> acc, ms, ls;
-  acc.resize(static_cast<size_t>(rows * splits * hd));
+  acc.resize(static_cast<size_t>(rows * splits * vd));
   ms.resize(static_cast<size_t>(rows * splits));
   ls.resize(ms.size());
   // thread_locals: the workers must not name them.
@@ -195,20 +195,20 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
       const int h = static_cast<int>(row % s.n_head);
       const int64_t len = b.positions[t] + 1;
       const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
-      const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, s.scale,
-                                     p0, p1, acc_data + w * hd);
+      const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, vd,
+                                     s.scale, p0, p1, acc_data + w * vd);
       m[w] = p.m;
       l[w] = p.l;
     }
   });
-  merge_splits(pool, b, rows, splits, hd, acc_data, m, l);
+  merge_splits(pool, b, rows, splits, vd, acc_data, m, l);
 }
 
 }  // namespace
 
 void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s,
                      AttentionKernel kernel) {
-  if (kernel == AttentionKernel::Best && attention_tile_available(s.head_dim))
+  if (kernel == AttentionKernel::Best && attention_tile_available(s.head_dim, s.value_dim()))
     attention_tiled(pool, kv, b, s);
   else
     attention_per_row(pool, kv, b, s);

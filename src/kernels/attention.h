@@ -26,7 +26,7 @@ struct PagedKvLayerView {
 struct AttentionBatch {
   int64_t n_tokens = 0;
   const float* q = nullptr;  // [n_tokens][n_head * head_dim]
-  float* out = nullptr;      // [n_tokens][n_head * head_dim]
+  float* out = nullptr;      // [n_tokens][n_head * value_dim()]
   const int32_t* positions = nullptr;
   const int32_t* const* block_tables = nullptr;  // per token: its sequence's table
 };
@@ -34,8 +34,12 @@ struct AttentionBatch {
 struct AttentionShape {
   int n_head = 0;
   int n_kv_head = 0;
-  int head_dim = 0;
+  int head_dim = 0;  // query and key dims per head
   float scale = 1.0f;
+  int v_dim = 0;  // value dims per head; 0: head_dim. (MLA attends over a
+                  // latent: keys of latent + rope dims, values the latent alone,
+                  // read from the keys' own rows.)
+  int value_dim() const { return v_dim > 0 ? v_dim : head_dim; }
 };
 
 enum class AttentionKernel {

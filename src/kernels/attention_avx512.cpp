@@ -12,7 +12,7 @@ namespace kestrel {
 namespace {
 
 constexpr int kLanes = AttentionTile::kMaxRows;
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = 576;  // DeepSeek MLA attends over 512 latent + 64 rotary dims
 
 // exp(x) for 16 floats (Cephes expf, exp_cephes.h), scaled by 2^n with
 // vscalefps so large negative x give 0.
@@ -31,14 +31,14 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace
 
-bool attention_tile_available(int head_dim) {
+bool attention_tile_available(int head_dim, int v_dim) {
   const auto& f = cpu_features();
-  return selected_isa() == IsaLevel::Avx512 && f.avx512f && f.avx512dq && head_dim % 16 == 0 && head_dim > 0 &&
-         head_dim <= kMaxHeadDim;
+  auto fits = [](int d) { return d % 16 == 0 && d > 0 && d <= kMaxHeadDim; };
+  return selected_isa() == IsaLevel::Avx512 && f.avx512f && f.avx512dq && fits(head_dim) && fits(v_dim);
 }
 
-void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, float scale, int32_t p0, int32_t p1,
-                 float* out, float* m_out, float* l_out) {
+void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, int vd, float scale, int32_t p0,
+                 int32_t p1, float* out, float* m_out, float* l_out) {
   alignas(64) float qt[kMaxHeadDim][kLanes];  // scaled queries, transposed: qt[d] = dimension d of every row
   alignas(64) float ot[kMaxHeadDim][kLanes];  // the weighted values, transposed
   alignas(64) float pj[kLanes][kLanes];       // one chunk's probabilities: pj[j] = position j for every row
@@ -51,11 +51,11 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
     lim[r] = r < tile.rows ? std::min(tile.limit[r], p1) : 0;
     end = std::max(end, lim[r]);
   }
-  for (int d = 0; d < hd; d++) _mm512_store_ps(ot[d], _mm512_setzero_ps());
+  for (int d = 0; d < vd; d++) _mm512_store_ps(ot[d], _mm512_setzero_ps());
   const __m512i limits = _mm512_load_si512(lim);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 m = neg_inf, l = _mm512_setzero_ps();
-  const int64_t head_off = static_cast<int64_t>(tile.kv_head) * hd;
+  const int64_t k_off = static_cast<int64_t>(tile.kv_head) * hd, v_off = static_cast<int64_t>(tile.kv_head) * vd;
 
   for (int32_t p = p0; p < end; p += kLanes) {
     const int n = std::min<int32_t>(kLanes, end - p);
@@ -64,8 +64,8 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
     for (int j = 0; j < kLanes; j++) {
       const int32_t pos = p + std::min(j, n - 1);  // past the end: repeat the last key, masked below
       const int64_t slot = static_cast<int64_t>(tile.table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
-      kr[j] = kv.k + slot * kv.k_stride + head_off;
-      vr[j] = kv.v + slot * kv.v_stride + head_off;
+      kr[j] = kv.k + slot * kv.k_stride + k_off;
+      vr[j] = kv.v + slot * kv.v_stride + v_off;
     }
     // Scores of 16 positions for all rows: s[j] lane r = q_r . k_j.
     __m512 s[kLanes];
@@ -95,7 +95,7 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
     }
     m = _mm512_mask_blend_ps(live, m, block_max);
     // ot[d] = ot[d] * corr + sum_j pj[j] * v_j[d], 16 dimensions at a time.
-    for (int d0 = 0; d0 < hd; d0 += 16) {
+    for (int d0 = 0; d0 < vd; d0 += 16) {
       __m512 acc[16];
       for (int i = 0; i < 16; i++) acc[i] = _mm512_mul_ps(_mm512_load_ps(ot[d0 + i]), corr);
       for (int j = 0; j < n; j++) {
@@ -111,8 +111,8 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
   _mm512_store_ps(ls, l);
   for (int r = 0; r < tile.rows; r++) {
     const int64_t row = tile.out_row[r];
-    float* o = out + row * hd;
-    for (int d = 0; d < hd; d++) o[d] = ot[d][r];
+    float* o = out + row * vd;
+    for (int d = 0; d < vd; d++) o[d] = ot[d][r];
     m_out[row] = ms[r];
     l_out[row] = ls[r];
   }

@@ -2,11 +2,14 @@
 // The operators an architecture file may use. The model code calls only these,
 // so a GPU or tensor-parallel backend is a new implementation of this
 // interface, not a change to the model math.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/moe_route.h"
 #include "kernels/ops.h"
 #include "model/weight.h"
 
@@ -52,6 +55,32 @@ class Backend {
       if (biases[i]) add_bias(out[i], biases[i], n, wqkv[i]->rows());
     this->rope(out[0], positions, n, shape.n_head, shape.head_dim, rope);
     this->rope(out[1], positions, n, shape.n_kv_head, shape.head_dim, rope);
+  }
+
+  // Per-head products (MLA's attn_k_b / attn_v_b): for each head h and token t,
+  //   y[t * y_stride + h * y_head_stride ...] = x[t * x_stride + h * x_head_stride ...] . ws[h]^T
+  // (x_head_stride 0: every head reads the same input). The default gathers
+  // each head's inputs and runs matmul.
+  virtual void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride,
+                            int64_t n, float* y, int64_t y_stride, int64_t y_head_stride) {
+    thread_local std::vector<float> xs, ys;
+    for (int h = 0; h < n_heads; h++) {
+      const int64_t cols = ws[h].cols(), rows = ws[h].rows();
+      xs.resize(static_cast<size_t>(n * cols));
+      ys.resize(static_cast<size_t>(n * rows));
+      for (int64_t t = 0; t < n; t++)
+        std::copy_n(x + t * x_stride + h * x_head_stride, cols, xs.data() + t * cols);
+      matmul(ws[h], xs.data(), n, ys.data());
+      for (int64_t t = 0; t < n; t++) std::copy_n(ys.data() + t * rows, rows, y + t * y_stride + h * y_head_stride);
+    }
+  }
+
+  // DeepSeekMoE routing of n tokens' router logits (kernels/moe_route.h).
+  virtual void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
+                         float* weights) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(2 * static_cast<size_t>(r.n_expert));
+    kestrel::moe_route(r, logits, bias, n, ids, weights, scratch.data());
   }
 
   // Whether matmul_many/swiglu are fused for these weights (for --log-fusion).

@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kestrel {
@@ -33,13 +34,21 @@ void add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t dim) {
 void rope_heads(float* x, int64_t row_stride, const int32_t* positions, int64_t n_rows, int h0, int h1, int head_dim,
                 const RopeParams& p) {
   const int half = p.n_rot / 2;
+  const bool yarn = p.ext_factor != 0.0f;
+  const float mscale = yarn ? p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.attn_factor;
   for (int64_t r = 0; r < n_rows; r++) {
-    const float pos = static_cast<float>(positions[r]) * p.freq_scale;
+    const auto pos = static_cast<float>(positions[r]);
     for (int i = 0; i < half; i++) {
-      // theta_i = pos * base^(-2i/n_rot)
+      // theta_i = pos * base^(-2i/n_rot), interpolated by freq_scale
       const float freq = std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_rot));
-      const float angle = pos * freq;
-      const float c = std::cos(angle), s = std::sin(angle);
+      const float extrapolated = pos * freq;
+      float angle = p.freq_scale * extrapolated;
+      if (yarn) {
+        const float y = (static_cast<float>(i) - p.corr_low) / std::max(0.001f, p.corr_high - p.corr_low);
+        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+        angle = angle * (1.0f - mix) + extrapolated * mix;
+      }
+      const float c = std::cos(angle) * mscale, s = std::sin(angle) * mscale;
       for (int h = h0; h < h1; h++) {
         float* v = x + r * row_stride + static_cast<int64_t>(h) * head_dim;
         const int i0 = p.style == RopeStyle::Adjacent ? 2 * i : i;
@@ -50,6 +59,18 @@ void rope_heads(float* x, int64_t row_stride, const int32_t* positions, int64_t 
       }
     }
   }
+}
+
+void set_yarn(RopeParams& p, int64_t n_ctx_orig, float beta_fast, float beta_slow) {
+  // The pair index whose wavelength fits `rotations` times into n_ctx_orig.
+  auto corr_dim = [&](float rotations) {
+    return static_cast<float>(p.n_rot) *
+           std::log(static_cast<float>(n_ctx_orig) / (rotations * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(p.freq_base));
+  };
+  p.ext_factor = 1.0f;
+  p.corr_low = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+  p.corr_high = std::min(static_cast<float>(p.n_rot - 1), std::ceil(corr_dim(beta_slow)));
 }
 
 void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p) {

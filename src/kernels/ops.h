@@ -22,7 +22,19 @@ struct RopeParams {
   int n_rot = 0;             // rotated dimensions per head (<= head_dim)
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;   // linear scaling: position * freq_scale
+  // YaRN (ext_factor > 0), as ggml's rope_yarn: pair i keeps its original
+  // frequency below corr_low, is interpolated by freq_scale above corr_high,
+  // and mixes the two on a linear ramp between; cos and sin are scaled by
+  // attn_factor * (1 + 0.1 ln(1 / freq_scale)). attn_factor scales them always.
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float corr_low = 0.0f, corr_high = 0.0f;
 };
+
+// Sets YaRN's ramp for a model trained on n_ctx_orig positions (ggml's
+// ggml_rope_yarn_corr_dims: the pairs that turn fewer than beta_fast /
+// more than beta_slow times over the original context) and ext_factor 1.
+void set_yarn(RopeParams& p, int64_t n_ctx_orig, float beta_fast = 32.0f, float beta_slow = 1.0f);
 
 // Rotates the first n_rot dims of each head, in place, for row r at positions[r].
 void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p);

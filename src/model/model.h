@@ -7,12 +7,32 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/moe_route.h"
 #include "kernels/ops.h"
 #include "model/gguf.h"
 #include "runtime/batch.h"
 #include "runtime/kv_cache.h"
 
 namespace kestrel {
+
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values are
+// compressed into a kv_lora_rank latent per token plus a shared rotary key
+// of qk_rope dims; queries optionally through a q_lora_rank bottleneck.
+struct MlaConfig {
+  int q_lora_rank = 0;   // 0: queries straight from the hidden state (V2-Lite)
+  int kv_lora_rank = 0;  // 0: not MLA
+  int qk_nope = 0;       // per-head query/key dims without RoPE
+  int qk_rope = 0;       // per-head (query) and shared (key) rotary dims
+  int v_head = 0;        // per-head value dims
+};
+
+// DeepSeekMoE: routed experts (see kernels/moe_route.h) plus always-on shared ones.
+struct MoeConfig {
+  int n_dense_lead = 0;  // leading layers with a dense FFN
+  MoeRouting routing;    // routing.n_expert 0: every layer dense
+  int n_shared = 0;      // shared experts (their FFN is n_shared * n_ff_expert wide)
+  int64_t n_ff_expert = 0;
+};
 
 struct ModelConfig {
   std::string arch;        // general.architecture
@@ -29,6 +49,9 @@ struct ModelConfig {
   RopeParams rope;
   bool qkv_bias = false;
   bool tied_output = false;
+  MlaConfig mla;
+  MoeConfig moe;
+  float attn_scale = 0.0f;  // softmax scale of q.k; 0: 1/sqrt(head_dim)
 };
 
 class Model {
@@ -42,9 +65,17 @@ class Model {
   virtual void forward(const Batch& batch, PagedKvCache& kv, float* logits) = 0;
 };
 
+// How MLA attention runs (DeepSeek models; others ignore it).
+enum class MlaAttention {
+  Auto,          // per step, whichever the cost model says is cheaper
+  Absorbed,      // attend over the latent cache (attn_k_b folded into the query, attn_v_b into the output)
+  Decompressed,  // rebuild per-head keys and values from the latent, then plain multi-head attention
+};
+
 struct ModelOptions {
   int64_t max_batch_tokens = 512;
   bool log_fusion = false;  // print which fused operators are used, at load
+  MlaAttention mla = MlaAttention::Auto;
 };
 
 // Picks the architecture from general.architecture. The GgufFile must outlive the model.

@@ -29,4 +29,15 @@ struct Weight {
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_stride(); }
 };
 
+// Rows [r0, r0 + n) of a matrix, as a matrix of its own (no copy).
+inline Weight weight_rows(const Weight& w, int64_t r0, int64_t n, const std::string& name) {
+  return Weight{name, w.type, {w.cols(), n}, w.row(r0), static_cast<size_t>(n) * w.row_stride(), nullptr};
+}
+
+// Matrix i of a 3-D tensor ne = {cols, rows, count} (one expert or one head), no copy.
+inline Weight weight_slice(const Weight& w, int64_t i, const std::string& name) {
+  return weight_rows(Weight{w.name, w.type, {w.ne[0], w.ne[1] * w.ne[2]}, w.data, w.nbytes, nullptr}, i * w.ne[1],
+                     w.ne[1], name);
+}
+
 }  // namespace kestrel

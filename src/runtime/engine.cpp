@@ -68,6 +68,7 @@ Engine Engine::load(const EngineOptions& o) {
   ModelOptions mo;
   mo.max_batch_tokens = o.max_batch_tokens;
   mo.log_fusion = o.log_fusion;
+  mo.mla = o.mla;
   e.model = load_model(*e.file, *e.backend, mo);
   e.tokenizer = Tokenizer::from_gguf(*e.file);
   const ModelConfig& c = e.model->config();

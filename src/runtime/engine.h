@@ -26,6 +26,7 @@ struct EngineOptions {
   bool use_mmap = false;          // map the file instead of loading it into huge pages
   bool log_fusion = false;        // print the fused operators at load
   bool repack_weights = true;     // repack Q8_0/Q4_0 for the int8 kernels (false: llama.cpp-identical logits)
+  MlaAttention mla = MlaAttention::Auto;  // DeepSeek models: how MLA attention runs
 };
 
 struct Engine {

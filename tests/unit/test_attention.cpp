@@ -148,8 +148,59 @@ TEST(Attention, TiledKernelCoversTheModelsHeadSizes) {
   // The fast path must actually run for Llama-family head sizes on AVX-512
   // machines.
   if (selected_isa() != IsaLevel::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU/build";
-  for (int hd : {64, 128}) EXPECT_TRUE(attention_tile_available(hd)) << hd;
-  EXPECT_FALSE(attention_tile_available(8));  // falls back to the per-row kernel
+  for (int hd : {64, 128}) EXPECT_TRUE(attention_tile_available(hd, hd)) << hd;
+  EXPECT_FALSE(attention_tile_available(8, 8));  // falls back to the per-row kernel
+  EXPECT_TRUE(attention_tile_available(576, 512));  // DeepSeek's absorbed MLA
+}
+
+// MLA's absorbed attention: one shared latent "KV head" whose rows hold
+// [latent | rotary key]; the keys are the whole row (hd) and the values its
+// first vd floats, read from the same storage. Queries of several tokens of
+// one sequence at different positions (prefill), against a double reference.
+void check_latent(int n_head, int hd, int vd, int32_t len, int n_tokens, int threads, AttentionKernel kernel) {
+  const int block = 16;
+  const int64_t blocks = (len + block - 1) / block;
+  std::mt19937 rng(hd * 7 + len);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<int32_t> table(blocks);
+  for (int64_t i = 0; i < blocks; i++) table[i] = static_cast<int32_t>(blocks - 1 - i);
+  std::vector<float> latent(blocks * block * hd), q(n_tokens * n_head * hd), out(n_tokens * n_head * vd, -1.0f);
+  for (auto& x : latent) x = dist(rng);
+  for (auto& x : q) x = dist(rng);
+  std::vector<int32_t> pos(n_tokens);
+  std::vector<const int32_t*> tables(n_tokens, table.data());
+  for (int t = 0; t < n_tokens; t++) pos[t] = len - n_tokens + t;
+  ThreadPool pool(threads);
+  const float scale = 0.3f;
+  attention_paged(pool, {latent.data(), latent.data(), hd, hd, block},
+                  {n_tokens, q.data(), out.data(), pos.data(), tables.data()}, {n_head, 1, hd, scale, vd}, kernel);
+  for (int t = 0; t < n_tokens; t++)
+    for (int h = 0; h < n_head; h++) {
+      const float* qh = q.data() + (t * n_head + h) * hd;
+      std::vector<double> w(pos[t] + 1);
+      double mx = -1e300, sum = 0;
+      for (int32_t p = 0; p <= pos[t]; p++) {
+        const float* row = latent.data() + (static_cast<int64_t>(table[p / block]) * block + p % block) * hd;
+        double sc = 0;
+        for (int d = 0; d < hd; d++) sc += static_cast<double>(qh[d]) * row[d];
+        mx = std::max(mx, w[p] = sc * scale);
+      }
+      for (auto& x : w) sum += (x = std::exp(x - mx));
+      for (int d = 0; d < vd; d++) {
+        double want = 0;
+        for (int32_t p = 0; p <= pos[t]; p++)
+          want += w[p] / sum * latent[(static_cast<int64_t>(table[p / block]) * block + p % block) * hd + d];
+        ASSERT_NEAR(out[(t * n_head + h) * vd + d], want, 1e-4) << "token " << t << " head " << h << " dim " << d;
+      }
+    }
+}
+
+TEST(Attention, LatentValuesReadFromTheKeyRows) {
+  for (auto kernel : kKernels) {
+    check_latent(4, 40, 32, 37, 5, 2, kernel);      // the tiny reference models' shape: per-row kernel
+    check_latent(16, 80, 64, 150, 3, 2, kernel);    // tiles, and a value size unlike the key size
+    check_latent(8, 576, 512, 300, 1, 2, kernel);   // DeepSeek-V2/V3 decode: split over positions
+  }
 }
 
 }  // namespace

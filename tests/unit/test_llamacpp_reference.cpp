@@ -1,6 +1,8 @@
-// Llama and Qwen2 random-weight models against what llama.cpp computed for
-// them (../shared/reference/llama.cpp): tokenization, every prompt row of
-// logits (one batch), and the greedy continuation with its logits.
+// Llama, Qwen2 and DeepSeek (V2-Lite-like and V3-like) random-weight models
+// against what llama.cpp computed for them (../shared/reference/llama.cpp):
+// tokenization, every prompt row of logits (one batch), and the greedy
+// continuation with its logits. The DeepSeek models run three ways: MLA
+// attention chosen per step by cost, always absorbed, always decompressed.
 #include <fmt/format.h>
 
 #include "runtime/engine.h"
@@ -15,9 +17,16 @@ struct RefCase {
   float tolerance;       // max |logit difference| allowed
   float mean_tolerance;  // mean |logit difference| allowed
   bool repack = true;    // the default engine (repacked int8 kernels) or --no-repack
+  MlaAttention mla = MlaAttention::Auto;
 };
 
-void PrintTo(const RefCase& c, std::ostream* os) { *os << c.model << (c.repack ? "" : " (no repack)"); }
+const char* mla_name(MlaAttention m) {
+  return m == MlaAttention::Absorbed ? "absorbed" : m == MlaAttention::Decompressed ? "decompressed" : "";
+}
+
+void PrintTo(const RefCase& c, std::ostream* os) {
+  *os << c.model << (c.repack ? "" : " (no repack)") << " " << mla_name(c.mla);
+}
 
 class LlamaCppReference : public ::testing::TestWithParam<RefCase> {};
 
@@ -29,6 +38,7 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
   o.model_path = base + ".gguf";
   o.n_threads = 2;
   o.repack_weights = rc.repack;
+  o.mla = rc.mla;
   Engine e = Engine::load(o);
 
   const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
@@ -84,11 +94,18 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
 // catch anything larger, e.g. a wrong block or scale (differences of 0.1+).
 INSTANTIATE_TEST_SUITE_P(Models, LlamaCppReference,
                          ::testing::Values(RefCase{"llama-tiny.f32", 1e-4f, 1e-6f}, RefCase{"qwen2-tiny.f32", 1e-4f, 1e-6f},
+                                           RefCase{"deepseek2-lite-tiny.f32", 1e-4f, 1e-6f},
+                                           RefCase{"deepseek3-tiny.f32", 1e-4f, 1e-6f},
+                                           RefCase{"deepseek2-lite-tiny.f32", 1e-4f, 1e-6f, true, MlaAttention::Absorbed},
+                                           RefCase{"deepseek3-tiny.f32", 1e-4f, 1e-6f, true, MlaAttention::Absorbed},
+                                           RefCase{"deepseek2-lite-tiny.f32", 1e-4f, 1e-6f, true, MlaAttention::Decompressed},
+                                           RefCase{"deepseek3-tiny.f32", 1e-4f, 1e-6f, true, MlaAttention::Decompressed},
                                            RefCase{"llama-q.q8_0", 0.03f, 2e-4f}, RefCase{"llama-q.q4_0", 0.03f, 2e-4f},
                                            RefCase{"llama-q.q8_0", 1e-3f, 1e-5f, false},
                                            RefCase{"llama-q.q4_0", 1e-3f, 1e-5f, false}),
                          [](const auto& info) {
-                           std::string n = std::string(info.param.model) + (info.param.repack ? "" : "_no_repack");
+                           std::string n = std::string(info.param.model) + (info.param.repack ? "" : "_no_repack") +
+                                           (info.param.mla == MlaAttention::Auto ? "" : "_") + mla_name(info.param.mla);
                            for (auto& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });

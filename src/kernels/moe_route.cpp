@@ -1,0 +1,69 @@
+#include "kernels/moe_route.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kestrel {
+
+void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids, float* weights,
+               float* scratch) {
+  const int ne = r.n_expert;
+  float* scores = scratch;
+  float* select = scratch + ne;
+  const int per_group = r.n_group > 1 ? ne / r.n_group : ne;
+  constexpr float kExcluded = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < n; t++) {
+    const float* x = logits + t * ne;
+    if (r.gating == ExpertGating::Softmax) {
+      const float m = *std::max_element(x, x + ne);
+      float sum = 0.0f;
+      for (int e = 0; e < ne; e++) sum += scores[e] = std::exp(x[e] - m);
+      for (int e = 0; e < ne; e++) scores[e] /= sum;
+    } else {
+      for (int e = 0; e < ne; e++) scores[e] = 1.0f / (1.0f + std::exp(-x[e]));
+    }
+    for (int e = 0; e < ne; e++) select[e] = scores[e] + (bias ? bias[e] : 0.0f);
+
+    if (r.n_group > 1 && r.n_group_used < r.n_group) {
+      // Rank groups by the sum of their two best selection scores; exclude
+      // every expert of the groups that do not make the cut.
+      float group_score[64];
+      int order[64];
+      for (int g = 0; g < r.n_group; g++) {
+        float best = kExcluded, second = kExcluded;
+        for (int e = g * per_group; e < (g + 1) * per_group; e++) {
+          if (select[e] > best)
+            second = best, best = select[e];
+          else if (select[e] > second)
+            second = select[e];
+        }
+        group_score[g] = per_group > 1 ? best + second : best;
+        order[g] = g;
+      }
+      std::stable_sort(order, order + r.n_group, [&](int a, int b) { return group_score[a] > group_score[b]; });
+      for (int i = r.n_group_used; i < r.n_group; i++)
+        for (int e = order[i] * per_group; e < (order[i] + 1) * per_group; e++) select[e] = kExcluded;
+    }
+
+    // Top n_used by selection score (ties: the lower id first).
+    int32_t* id = ids + t * r.n_used;
+    float* w = weights + t * r.n_used;
+    for (int k = 0; k < r.n_used; k++) {
+      int best = -1;
+      for (int e = 0; e < ne; e++)
+        if (select[e] != kExcluded && (best < 0 || select[e] > select[best])) best = e;
+      id[k] = best;
+      w[k] = scores[best];
+      select[best] = kExcluded;
+    }
+    if (r.normalize) {
+      float sum = 0.0f;
+      for (int k = 0; k < r.n_used; k++) sum += w[k];
+      for (int k = 0; k < r.n_used; k++) w[k] /= sum;
+    }
+    for (int k = 0; k < r.n_used; k++) w[k] *= r.scale;
+  }
+}
+
+}  // namespace kestrel

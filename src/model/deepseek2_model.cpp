@@ -1,0 +1,479 @@
+// The DeepSeek-V2/V3 layer (GGUF architecture `deepseek2`), top to bottom:
+//   x = embed(tokens)
+//   for each layer:
+//     h = rmsnorm(x)
+//     q = h.Wq  or  rmsnorm(h.Wq_a).Wq_b          per head: [nope | rope]
+//     c, k_pe = h.Wkv_a                           latent (kv_lora) and shared rotary key
+//     rope(q_pe, k_pe) ; kv[pos] = [rmsnorm(c) | k_pe]          the latent cache
+//     o = MLA attention (absorbed or decompressed, below) ; x += o . Wo
+//     h = rmsnorm(x)
+//     x += dense SwiGLU FFN (leading layers)
+//          or sum_k w_k * expert_k(h) + shared experts(h)   (DeepSeekMoE)
+//   logits = rmsnorm(x) . Wout     (only for rows that asked)
+//
+// MLA attention of query head h over cached latents c_j:
+//   absorbed:     score = ([Wk_b,h . q_nope,h | q_pe,h]) . [c_j | k_pe,j],
+//                 o_h = Wv_b,h . sum_j p_j c_j
+//                 (one shared "KV head" of kv_lora + rope dims: what decode reads)
+//   decompressed: k_j,h = [Wk_b,h^T c_j | k_pe,j], v_j,h = Wv_b,h c_j, then
+//                 plain multi-head attention (fewer FLOPs for long prompts)
+// Both give the same result up to rounding; a cost model picks per step.
+#include "model/deepseek2_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/block_formats.h"
+#include "core/error.h"
+#include "model/deepseek2_config.h"
+#include "model/weight_loader.h"
+
+namespace kestrel {
+namespace {
+
+struct DenseFfn {
+  Weight gate, up, down;
+};
+
+struct Deepseek2Layer {
+  std::vector<float> attn_norm, q_a_norm, kv_a_norm, ffn_norm;
+  Weight wq, wq_a, wq_b;  // wq (no query compression) or wq_a + wq_b
+  Weight wkv_a;           // [kv_lora + rope rows]
+  // Per head: k_absorb[h] = attn_k_b,h [kv_lora rows][nope cols] (absorbs into
+  // the query), k_decompress[h] [nope rows][kv_lora cols] (rebuilds keys),
+  // v[h] = attn_v_b,h [v_head rows][kv_lora cols].
+  std::vector<Weight> k_absorb, k_decompress, v;
+  std::vector<std::vector<float>> owned;  // f32 transposes behind some of those
+  Weight wo;
+  // FFN: dense, or router + experts + shared experts.
+  DenseFfn dense;
+  Weight router;
+  std::vector<float> router_bias;  // exp_probs_b: selection only (may be empty)
+  std::vector<DenseFfn> experts;
+  DenseFfn shared;
+};
+
+struct Deepseek2Weights {
+  Weight tok_embd, output;
+  std::vector<float> output_norm;
+  std::vector<Deepseek2Layer> layers;
+};
+
+// [rows][cols] of w (any format) transposed into f32 [cols][rows].
+std::vector<float> transpose_f32(const Weight& w) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  std::vector<float> row(static_cast<size_t>(cols)), out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; r++) {
+    dequantize_row(w.type, w.row(r), row.data(), cols);
+    for (int64_t c = 0; c < cols; c++) out[c * rows + r] = row[c];
+  }
+  return out;
+}
+
+Weight f32_weight(const std::string& name, const std::vector<float>& data, int64_t cols, int64_t rows) {
+  return Weight{name, GgmlType::F32, {cols, rows}, data.data(), data.size() * sizeof(float), nullptr};
+}
+
+class Deepseek2Model final : public Model {
+ public:
+  Deepseek2Model(const GgufFile& f, Backend& be, const ModelOptions& opt)
+      : cfg_(read_deepseek2_config(f)), be_(be), max_batch_(opt.max_batch_tokens), mla_mode_(opt.mla) {
+    const MlaConfig& m = cfg_.mla;
+    kv_width_ = m.kv_lora_rank + m.qk_rope;
+    load(f);
+    allocate();
+    if (opt.log_fusion) log_fusion();
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  // The latent cache: per token and layer, [rmsnorm(c) | k_pe]; values are the
+  // first kv_lora floats of the same row, so there is no separate V.
+  KvLayout kv_layout() const override { return {cfg_.n_layer, kv_width_, 0}; }
+  int64_t max_batch_tokens() const override { return max_batch_; }
+
+  void forward(const Batch& b, PagedKvCache& kv, float* logits) override {
+    const int64_t n = b.size();
+    if (n == 0) return;
+    if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd;
+    for (int64_t i = 0; i < n; i++) {
+      if (b.tokens[i] < 0 || b.tokens[i] >= c.n_vocab)
+        throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], c.n_vocab - 1));
+      if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
+    }
+    for (int64_t i = 0; i < n; i++) {
+      slots_[i] = kv.slot(b.seq_ids[i], b.positions[i]);
+      tables_[i] = kv.block_table(b.seq_ids[i]);
+    }
+    const bool decompress = use_decompressed(b);
+
+    float* x = x_.data();
+    be_.annotate_layer(-1);
+    be_.embed(w_.tok_embd, b.tokens.data(), n, x);
+    for (int l = 0; l < c.n_layer; l++) {
+      const Deepseek2Layer& L = w_.layers[l];
+      be_.annotate_layer(l);
+      be_.rmsnorm(x, L.attn_norm.data(), xb_.data(), n, dim, c.rms_eps);
+      project_qkv(L, b, n);
+      write_latents(L, kv, l, n);
+      if (decompress)
+        attend_decompressed(L, b, kv, l, n);
+      else
+        attend_absorbed(L, b, kv, l, n);
+      be_.matmul(L.wo, att_.data(), n, xb2_.data());
+      be_.add(x, xb2_.data(), n * dim);
+
+      be_.rmsnorm(x, L.ffn_norm.data(), xb_.data(), n, dim, c.rms_eps);
+      if (L.experts.empty())
+        ffn(L.dense, xb_.data(), n, xb2_.data());
+      else
+        moe(L, n, xb2_.data());
+      be_.add(x, xb2_.data(), n * dim);
+    }
+
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (!b.want_logits[i]) continue;
+      if (rows != i) std::memcpy(x + rows * dim, x + i * dim, dim * sizeof(float));
+      rows++;
+    }
+    if (rows == 0) return;
+    be_.annotate_layer(-1);
+    be_.rmsnorm(x, w_.output_norm.data(), xb_.data(), rows, dim, c.rms_eps);
+    be_.matmul(w_.output, xb_.data(), rows, logits);
+  }
+
+ private:
+  int head_k() const { return cfg_.mla.qk_nope + cfg_.mla.qk_rope; }
+
+  // q [n][n_head][nope | rope] and kv_a [n][kv_lora | rope], RoPE applied.
+  void project_qkv(const Deepseek2Layer& L, const Batch& b, int64_t n) {
+    const MlaConfig& m = cfg_.mla;
+    if (L.wq.present()) {
+      const Weight* ws[2] = {&L.wq, &L.wkv_a};
+      float* ys[2] = {q_.data(), kv_a_.data()};
+      be_.matmul_many(ws, 2, xb_.data(), n, ys);
+    } else {
+      const Weight* ws[2] = {&L.wq_a, &L.wkv_a};
+      float* ys[2] = {q_a_.data(), kv_a_.data()};
+      be_.matmul_many(ws, 2, xb_.data(), n, ys);
+      be_.rmsnorm(q_a_.data(), L.q_a_norm.data(), q_a_norm_.data(), n, m.q_lora_rank, cfg_.rms_eps);
+      be_.matmul(L.wq_b, q_a_norm_.data(), n, q_.data());
+    }
+    // The rotary parts sit at the end of each query head and of the kv_a row.
+    be_.rope(q_.data() + m.qk_nope, b.positions.data(), n, cfg_.n_head, head_k(), cfg_.rope);
+    be_.rope(kv_a_.data() + m.kv_lora_rank, b.positions.data(), n, 1, static_cast<int>(kv_width_), cfg_.rope);
+  }
+
+  // kv[slot] = [rmsnorm(c) | k_pe]
+  void write_latents(const Deepseek2Layer& L, PagedKvCache& kv, int layer, int64_t n) {
+    const int64_t r = cfg_.mla.kv_lora_rank;
+    for (int64_t i = 0; i < n; i++) std::memcpy(lat_.data() + i * r, kv_a_.data() + i * kv_width_, r * sizeof(float));
+    be_.rmsnorm(lat_.data(), L.kv_a_norm.data(), lat_norm_.data(), n, r, cfg_.rms_eps);
+    for (int64_t i = 0; i < n; i++) {
+      float* row = kv.k(layer, slots_[i]);
+      std::memcpy(row, lat_norm_.data() + i * r, r * sizeof(float));
+      std::memcpy(row + r, kv_a_.data() + i * kv_width_ + r, cfg_.mla.qk_rope * sizeof(float));
+    }
+  }
+
+  PagedKvLayerView latent_view(const PagedKvCache& kv, int layer) const {
+    PagedKvLayerView v = kv.layer_view(layer);
+    v.v = v.k;  // values: the first kv_lora floats of each key row
+    v.v_stride = v.k_stride;
+    return v;
+  }
+
+  void attend_absorbed(const Deepseek2Layer& L, const Batch& b, const PagedKvCache& kv, int layer, int64_t n) {
+    const MlaConfig& m = cfg_.mla;
+    const int nh = cfg_.n_head, hk = head_k();
+    const int64_t r = m.kv_lora_rank, w = kv_width_;
+    // Query per head: [Wk_b,h . q_nope,h | q_pe,h]
+    be_.matmul_heads(L.k_absorb.data(), nh, q_.data(), nh * hk, hk, n, q_abs_.data(), nh * w, w);
+    for (int64_t i = 0; i < n; i++)
+      for (int h = 0; h < nh; h++)
+        std::memcpy(q_abs_.data() + (i * nh + h) * w + r, q_.data() + (i * nh + h) * hk + m.qk_nope,
+                    m.qk_rope * sizeof(float));
+    const AttentionShape shape{nh, 1, static_cast<int>(w), cfg_.attn_scale, static_cast<int>(r)};
+    be_.attention(latent_view(kv, layer), {n, q_abs_.data(), att_lat_.data(), b.positions.data(), tables_.data()},
+                  shape);
+    // Out of the latent per head: Wv_b,h . o_h
+    be_.matmul_heads(L.v.data(), nh, att_lat_.data(), nh * r, r, n, att_.data(), nh * m.v_head, m.v_head);
+  }
+
+  // Per sequence of the batch: rebuild keys and values of all its positions
+  // up to the last one in the batch, then multi-head attention over them.
+  void attend_decompressed(const Deepseek2Layer& L, const Batch& b, const PagedKvCache& kv, int layer, int64_t n) {
+    const MlaConfig& m = cfg_.mla;
+    const int nh = cfg_.n_head, hk = head_k(), vh = m.v_head;
+    const int64_t r = m.kv_lora_rank;
+    const PagedKvLayerView cache = kv.layer_view(layer);
+    for (const auto& [table, tokens] : sequences(b, n)) {
+      int32_t len = 0;
+      for (int64_t i : tokens) len = std::max(len, b.positions[i] + 1);
+      dec_lat_.resize(static_cast<size_t>(len) * r);
+      dec_k_.resize(static_cast<size_t>(len) * nh * hk);
+      dec_v_.resize(static_cast<size_t>(len) * nh * vh);
+      for (int32_t p = 0; p < len; p++) {
+        const int64_t slot =
+            static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size + p % cache.block_size;
+        const float* row = cache.k + slot * cache.k_stride;
+        std::memcpy(dec_lat_.data() + p * r, row, r * sizeof(float));
+        for (int h = 0; h < nh; h++)
+          std::memcpy(dec_k_.data() + (static_cast<int64_t>(p) * nh + h) * hk + m.qk_nope, row + r,
+                      m.qk_rope * sizeof(float));
+      }
+      be_.matmul_heads(L.k_decompress.data(), nh, dec_lat_.data(), r, 0, len, dec_k_.data(), nh * hk, hk);
+      be_.matmul_heads(L.v.data(), nh, dec_lat_.data(), r, 0, len, dec_v_.data(), nh * vh, vh);
+      // This sequence's queries, contiguous, against one block holding every position.
+      const auto nt = static_cast<int64_t>(tokens.size());
+      dec_q_.resize(static_cast<size_t>(nt) * nh * hk);
+      dec_out_.resize(static_cast<size_t>(nt) * nh * vh);
+      dec_pos_.resize(static_cast<size_t>(nt));
+      for (int64_t j = 0; j < nt; j++) {
+        std::memcpy(dec_q_.data() + j * nh * hk, q_.data() + tokens[j] * nh * hk, nh * hk * sizeof(float));
+        dec_pos_[j] = b.positions[tokens[j]];
+      }
+      static const int32_t kOneBlock = 0;
+      dec_tables_.assign(static_cast<size_t>(nt), &kOneBlock);
+      const PagedKvLayerView view{dec_k_.data(), dec_v_.data(), nh * hk, nh * vh, len};
+      be_.attention(view, {nt, dec_q_.data(), dec_out_.data(), dec_pos_.data(), dec_tables_.data()},
+                    {nh, nh, hk, cfg_.attn_scale, vh});
+      for (int64_t j = 0; j < nt; j++)
+        std::memcpy(att_.data() + tokens[j] * nh * vh, dec_out_.data() + j * nh * vh, nh * vh * sizeof(float));
+    }
+  }
+
+  // The batch's tokens grouped by sequence (its block table), in batch order.
+  std::map<const int32_t*, std::vector<int64_t>> sequences(const Batch& b, int64_t n) const {
+    std::map<const int32_t*, std::vector<int64_t>> seqs;
+    for (int64_t i = 0; i < n; i++) seqs[tables_[i]].push_back(i);
+    (void)b;
+    return seqs;
+  }
+
+  // Multiply-adds of each way of attending this batch (per layer; weights
+  // and shapes as above): absorbed reads the latent once per query head,
+  // decompressed first rebuilds every position's keys and values.
+  bool use_decompressed(const Batch& b) const {
+    if (mla_mode_ != MlaAttention::Auto) return mla_mode_ == MlaAttention::Decompressed;
+    const MlaConfig& m = cfg_.mla;
+    const double nh = cfg_.n_head, r = m.kv_lora_rank, hk = head_k();
+    double absorbed = 0, decompressed = 0;
+    for (int64_t i = 0; i < b.size(); i++) {
+      const double keys = b.positions[i] + 1;
+      absorbed += keys * nh * (2 * r + m.qk_rope) + nh * r * (m.qk_nope + m.v_head);
+      decompressed += keys * nh * (hk + m.v_head);
+      // Each sequence rebuilds its positions once: count it at its longest token.
+      bool longest = true;
+      for (int64_t j = 0; j < b.size() && longest; j++)
+        if (j != i && tables_[j] == tables_[i])
+          longest = b.positions[j] < b.positions[i] || (b.positions[j] == b.positions[i] && j > i);
+      if (longest) decompressed += (b.positions[i] + 1) * nh * r * (m.qk_nope + m.v_head);
+    }
+    return decompressed < absorbed;
+  }
+
+  void ffn(const DenseFfn& f, const float* in, int64_t n, float* out) {
+    be_.swiglu(f.gate, f.up, in, n, hb_.data(), hb2_.data());
+    be_.matmul(f.down, hb_.data(), n, out);
+  }
+
+  // Routed experts, each run once over all the tokens routed to it, plus the
+  // shared experts over every token.
+  void moe(const Deepseek2Layer& L, int64_t n, float* out) {
+    const MoeRouting& rt = cfg_.moe.routing;
+    const int64_t dim = cfg_.n_embd;
+    be_.matmul(L.router, xb_.data(), n, router_logits_.data());
+    be_.moe_route(rt, router_logits_.data(), L.router_bias.empty() ? nullptr : L.router_bias.data(), n,
+                  expert_ids_.data(), expert_w_.data());
+    std::fill(out, out + n * dim, 0.0f);
+    // Token lists per expert, in token order.
+    for (auto& v : routed_) v.clear();
+    for (int64_t t = 0; t < n; t++)
+      for (int k = 0; k < rt.n_used; k++) routed_[expert_ids_[t * rt.n_used + k]].push_back(t * rt.n_used + k);
+    for (int e = 0; e < rt.n_expert; e++) {
+      const auto& picks = routed_[e];
+      if (picks.empty()) continue;
+      const auto ne = static_cast<int64_t>(picks.size());
+      for (int64_t j = 0; j < ne; j++)
+        std::memcpy(xe_.data() + j * dim, xb_.data() + picks[j] / rt.n_used * dim, dim * sizeof(float));
+      ffn(L.experts[e], xe_.data(), ne, ye_.data());
+      for (int64_t j = 0; j < ne; j++) {
+        const float wgt = expert_w_[picks[j]];
+        float* o = out + picks[j] / rt.n_used * dim;
+        const float* y = ye_.data() + j * dim;
+        for (int64_t d = 0; d < dim; d++) o[d] += wgt * y[d];
+      }
+    }
+    if (cfg_.moe.n_shared > 0) {
+      ffn(L.shared, xb_.data(), n, ye_.data());
+      be_.add(out, ye_.data(), n * dim);
+    }
+  }
+
+  void load(const GgufFile& f) {
+    const ModelConfig& c = cfg_;
+    const MlaConfig& m = c.mla;
+    const MoeConfig& e = c.moe;
+    WeightLoader ld(f);
+    const int64_t dim = c.n_embd, nh = c.n_head, hk = head_k(), r = m.kv_lora_rank;
+    w_.tok_embd = ld.require("token_embd.weight", {dim, c.n_vocab});
+    w_.output_norm = ld.require_vector("output_norm.weight", dim);
+    w_.output = be_.prepare_weight(c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab}));
+    for (int l = 0; l < c.n_layer; l++) {
+      const std::string p = fmt::format("blk.{}.", l);
+      Deepseek2Layer L;
+      L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
+      if (m.q_lora_rank > 0) {
+        L.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, m.q_lora_rank}));
+        L.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", m.q_lora_rank);
+        L.wq_b = be_.prepare_weight(ld.require(p + "attn_q_b.weight", {m.q_lora_rank, nh * hk}));
+      } else {
+        L.wq = be_.prepare_weight(ld.require(p + "attn_q.weight", {dim, nh * hk}));
+      }
+      L.wkv_a = be_.prepare_weight(ld.require(p + "attn_kv_a_mqa.weight", {dim, kv_width_}));
+      L.kv_a_norm = ld.require_vector(p + "attn_kv_a_norm.weight", r);
+      load_kv_b(ld, p, L);
+      L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {nh * m.v_head, dim}));
+      L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
+      if (l < e.n_dense_lead || e.routing.n_expert == 0) {
+        L.dense = load_ffn(ld, p, "", c.n_ff);
+      } else {
+        const int ne = e.routing.n_expert;
+        L.router = be_.prepare_weight(ld.require(p + "ffn_gate_inp.weight", {dim, ne}));
+        L.router_bias = ld.optional_vector(p + "exp_probs_b.bias", ne);
+        const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
+        const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
+        const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
+        for (int x = 0; x < ne; x++) {
+          const std::string tag = fmt::format(".{}", x);
+          L.experts.push_back({be_.prepare_weight(weight_slice(gate, x, gate.name + tag)),
+                               be_.prepare_weight(weight_slice(up, x, up.name + tag)),
+                               be_.prepare_weight(weight_slice(down, x, down.name + tag))});
+        }
+        if (e.n_shared > 0) L.shared = load_ffn(ld, p, "_shexp", e.n_shared * e.n_ff_expert);
+      }
+      w_.layers.push_back(std::move(L));
+    }
+  }
+
+  DenseFfn load_ffn(const WeightLoader& ld, const std::string& p, const std::string& suffix, int64_t width) {
+    const int64_t dim = cfg_.n_embd;
+    return {be_.prepare_weight(ld.require(p + "ffn_gate" + suffix + ".weight", {dim, width})),
+            be_.prepare_weight(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width})),
+            be_.prepare_weight(ld.require(p + "ffn_down" + suffix + ".weight", {width, dim}))};
+  }
+
+  // The per-head key/value up-projections, from the split attn_k_b + attn_v_b
+  // (llama.cpp's conversions since 2025) or the older fused attn_kv_b.
+  void load_kv_b(const WeightLoader& ld, const std::string& p, Deepseek2Layer& L) {
+    const MlaConfig& m = cfg_.mla;
+    const int nh = cfg_.n_head;
+    const int64_t r = m.kv_lora_rank;
+    const Weight k_b = ld.optional(p + "attn_k_b.weight", {m.qk_nope, r, nh});
+    if (k_b.present()) {
+      const Weight v_b = ld.require(p + "attn_v_b.weight", {r, m.v_head, nh});
+      for (int h = 0; h < nh; h++) {
+        const std::string tag = fmt::format(".{}", h);
+        const Weight kh = weight_slice(k_b, h, k_b.name + tag);
+        L.k_absorb.push_back(be_.prepare_weight(kh));
+        L.owned.push_back(transpose_f32(kh));
+        L.k_decompress.push_back(f32_weight(k_b.name + tag + ".T", L.owned.back(), r, m.qk_nope));
+        L.v.push_back(be_.prepare_weight(weight_slice(v_b, h, v_b.name + tag)));
+      }
+    } else {
+      // attn_kv_b: per head, nope key rows then v_head value rows, each kv_lora long.
+      const int64_t per_head = m.qk_nope + m.v_head;
+      const Weight kv_b = ld.require(p + "attn_kv_b.weight", {r, nh * per_head});
+      for (int h = 0; h < nh; h++) {
+        const std::string tag = fmt::format(".{}", h);
+        const Weight kh = weight_rows(kv_b, h * per_head, m.qk_nope, kv_b.name + ".k" + tag);
+        L.k_decompress.push_back(be_.prepare_weight(kh));
+        L.owned.push_back(transpose_f32(kh));
+        L.k_absorb.push_back(f32_weight(kv_b.name + ".k" + tag + ".T", L.owned.back(), m.qk_nope, r));
+        L.v.push_back(
+            be_.prepare_weight(weight_rows(kv_b, h * per_head + m.qk_nope, m.v_head, kv_b.name + ".v" + tag)));
+      }
+    }
+  }
+
+  // Scratch for the largest batch, allocated once (the decompressed path's
+  // buffers grow with the context instead: it runs for prefill only).
+  void allocate() {
+    const ModelConfig& c = cfg_;
+    const MlaConfig& m = c.mla;
+    const int64_t n = max_batch_, nh = c.n_head;
+    const int64_t ff = std::max<int64_t>({c.n_ff, c.moe.n_shared * c.moe.n_ff_expert, c.moe.n_ff_expert});
+    x_.resize(n * c.n_embd);
+    xb_.resize(n * c.n_embd);
+    xb2_.resize(n * c.n_embd);
+    q_.resize(n * nh * head_k());
+    q_a_.resize(n * std::max(1, m.q_lora_rank));
+    q_a_norm_.resize(q_a_.size());
+    kv_a_.resize(n * kv_width_);
+    lat_.resize(n * m.kv_lora_rank);
+    lat_norm_.resize(lat_.size());
+    q_abs_.resize(n * nh * kv_width_);
+    att_lat_.resize(n * nh * m.kv_lora_rank);
+    att_.resize(n * nh * m.v_head);
+    hb_.resize(n * ff);
+    hb2_.resize(n * ff);
+    const MoeRouting& rt = c.moe.routing;
+    if (rt.n_expert > 0) {
+      router_logits_.resize(n * rt.n_expert);
+      expert_ids_.resize(n * rt.n_used);
+      expert_w_.resize(n * rt.n_used);
+      routed_.resize(rt.n_expert);
+      for (auto& v : routed_) v.reserve(n);
+      xe_.resize(n * c.n_embd);
+      ye_.resize(n * c.n_embd);
+    }
+    slots_.resize(n);
+    tables_.resize(n);
+  }
+
+  void log_fusion() const {
+    int fused = 0;
+    for (const auto& L : w_.layers)
+      if (L.experts.empty())
+        fused += be_.fuses(L.dense.gate, L.dense.up);
+      else
+        fused += be_.fuses(L.experts[0].gate, L.experts[0].up);
+    fmt::print(stderr, "fusion: ffn_gate+ffn_up+SwiGLU (dense, shared and routed experts): {} of {} layers\n", fused,
+               cfg_.n_layer);
+    fmt::print(stderr, "fusion: attn_q(_a)+attn_kv_a_mqa: one input pass per layer; MLA attention: {}\n",
+               mla_mode_ == MlaAttention::Auto       ? "absorbed or decompressed per step by cost"
+               : mla_mode_ == MlaAttention::Absorbed ? "absorbed"
+                                                     : "decompressed");
+  }
+
+  ModelConfig cfg_;
+  Backend& be_;
+  int64_t max_batch_;
+  MlaAttention mla_mode_;
+  int64_t kv_width_ = 0;
+  Deepseek2Weights w_;
+  std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, q_abs_, att_lat_, att_, hb_, hb2_;
+  std::vector<float> router_logits_, expert_w_, xe_, ye_;
+  std::vector<int32_t> expert_ids_;
+  std::vector<std::vector<int64_t>> routed_;
+  std::vector<int64_t> slots_;
+  std::vector<const int32_t*> tables_;
+  std::vector<float> dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;
+  std::vector<int32_t> dec_pos_;
+  std::vector<const int32_t*> dec_tables_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_deepseek2_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
+  return std::make_unique<Deepseek2Model>(file, backend, options);
+}
+
+}  // namespace kestrel
