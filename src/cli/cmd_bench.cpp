@@ -20,6 +20,7 @@ struct BenchFlags {
   int reps = 5;
   std::string output = "md", profile;
   bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false, measure = false;
+  MlaAttention mla = MlaAttention::Auto;
 };
 
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
@@ -95,6 +96,7 @@ int run(BenchFlags& f) {
         o.use_mmap = f.use_mmap;
         o.log_fusion = f.log_fusion;
         o.repack_weights = !f.no_repack;
+        o.mla = f.mla;
         Engine e = Engine::load(o);
         for (auto p : f.n_prompt)
           if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits, probe.get()));
@@ -128,6 +130,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
+  add_mla_option(cmd, f.mla);
   cmd->add_flag("--measure", f.measure, "Measure the machine's limits again (not the cached ones), and the limit each row is held to before every repetition");
   cmd->add_flag("--no-repack", f.no_repack, "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical arithmetic, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");

@@ -136,6 +136,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
+  add_mla_option(cmd, f.engine.mla);
   cmd->add_flag("--no-repack", [](int64_t) { f.engine.repack_weights = false; },
                 "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical logits, slower)");
   cmd->add_flag("--mmap", f.engine.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");

@@ -38,13 +38,21 @@ void register_synth(CLI::App& app) {
     }
     synth_model(o).write_file(out);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    fmt::print("wrote {} ({} {}: dim {}, {} layers, {} heads, {} KV heads, FFN {}, vocab {}) in {:.1f} s\n", out, arch,
-               type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.kv_heads, o.shape.ffn,
-               vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab, s);
+    const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
+    if (arch == "deepseek2")
+      fmt::print("wrote {} (deepseek2 {}: dim {}, {} layers, {} heads, kv_lora {}, {} experts ({} used, {} shared), vocab {}) in {:.1f} s\n",
+                 out, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.ds.kv_lora, o.shape.ds.experts,
+                 o.shape.ds.experts_used, o.shape.ds.experts_shared, n_vocab, s);
+    else
+      fmt::print("wrote {} ({} {}: dim {}, {} layers, {} heads, {} KV heads, FFN {}, vocab {}) in {:.1f} s\n", out, arch,
+                 type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.kv_heads, o.shape.ffn, n_vocab, s);
     return 0;
   });
-  cmd->add_option("--arch", arch, "Architecture: llama, qwen2")->capture_default_str();
-  cmd->add_option("--preset", preset, "Shape preset: tiny, 1b (TinyLlama), 7b (Llama-2-7B)")->capture_default_str();
+  cmd->add_option("--arch", arch, "Architecture: llama, qwen2, deepseek2")->capture_default_str();
+  cmd->add_option("--preset", preset,
+                  "Shape preset: llama/qwen2: tiny, 1b (TinyLlama), 7b (Llama-2-7B); deepseek2: tiny (V2-Lite-like), "
+                  "tiny-v3, lite (DeepSeek-V2-Lite), v3-small, v3 (DeepSeek-V3)")
+      ->capture_default_str();
   cmd->add_option("--type", type_str, "Weight type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
   cmd->add_option("-o,--output", out, "GGUF file to write")->required();
   cmd->add_option("--dim", dim, "Override: embedding width");

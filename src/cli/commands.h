@@ -2,6 +2,10 @@
 // Each subcommand registers its flags and an action; main() runs the one chosen.
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <map>
+#include <string>
+
+#include "model/model.h"
 
 namespace kestrel::cli {
 
@@ -33,5 +37,17 @@ inline void register_all(CLI::App& app) {
 }
 
 int run_selected(CLI::App& app);
+
+// --mla auto|absorbed|decompressed on the commands that load a model.
+inline CLI::Option* add_mla_option(CLI::App* cmd, MlaAttention& target) {
+  static const std::map<std::string, MlaAttention> modes = {
+      {"auto", MlaAttention::Auto}, {"absorbed", MlaAttention::Absorbed}, {"decompressed", MlaAttention::Decompressed}};
+  return cmd
+      ->add_option("--mla", target,
+                   "DeepSeek MLA attention: auto (cheaper per step), absorbed (over the latent cache), decompressed "
+                   "(per-head keys and values rebuilt)")
+      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case))
+      ->default_str("auto");
+}
 
 }  // namespace kestrel::cli

@@ -1,5 +1,8 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "core/huge_page_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/backend.h"
@@ -10,7 +13,10 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int n_threads, const CpuBackendOptions& o) : options_(o), pool_(n_threads), matmul_(dot_kernels()) {}
+  CpuBackend(int n_threads, const CpuBackendOptions& o) : options_(o), pool_(n_threads), matmul_(dot_kernels()) {
+    head_scratch_.reserve(pool_.size());
+    for (int i = 0; i < pool_.size(); i++) head_scratch_.emplace_back(dot_kernels());
+  }
 
   std::string describe() const override {
     return fmt::format("cpu ({} threads, {} kernels)", pool_.size(), isa_name(matmul_.kernels().isa));
@@ -56,6 +62,25 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Heads dealt out to the threads, each head's product on one thread: one
+  // wake-up and barrier for all heads instead of one per head (MLA runs
+  // this twice per layer over 16-128 heads).
+  void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride, int64_t n,
+                    float* y, int64_t y_stride, int64_t y_head_stride) override {
+    HeadScratch* scratch = head_scratch_.data();
+    pool_.run([&](int ti, int nt) {
+      HeadScratch& s = scratch[ti];
+      for (int h = ti; h < n_heads; h += nt) {
+        const int64_t cols = ws[h].cols(), rows = ws[h].rows();
+        if (s.x.size() < static_cast<size_t>(n * cols)) s.x.resize(static_cast<size_t>(n * cols));
+        if (s.y.size() < static_cast<size_t>(n * rows)) s.y.resize(static_cast<size_t>(n * rows));
+        for (int64_t t = 0; t < n; t++) std::copy_n(x + t * x_stride + h * x_head_stride, cols, s.x.data() + t * cols);
+        s.matmul.run(solo_, ws[h], s.x.data(), n, s.y.data());
+        for (int64_t t = 0; t < n; t++) std::copy_n(s.y.data() + t * rows, rows, y + t * y_stride + h * y_head_stride);
+      }
+    });
+  }
+
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override {
     for (int64_t i = 0; i < n; i++) dequantize_weight_row(table, tokens[i], out + i * table.cols());
   }
@@ -88,9 +113,17 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  struct HeadScratch {
+    explicit HeadScratch(const DotKernels& k) : matmul(k) {}
+    Matmul matmul;  // its own activation buffers: threads run different heads at once
+    std::vector<float> x, y;
+  };
+
   CpuBackendOptions options_;
   ThreadPool pool_;
+  ThreadPool solo_{1};  // runs a job inline on the calling thread (no state: shared by all)
   Matmul matmul_;
+  std::vector<HeadScratch> head_scratch_;
   HugePageArena packed_memory_;  // repacked weights end to end in huge pages
 };
 

@@ -6,10 +6,12 @@
 namespace kestrel {
 namespace {
 
-// "blk.12.attn_q.weight" -> layer 12, "attn_q"; "output.weight" -> -1, "output".
+// "blk.12.attn_q.weight" -> layer 12, "attn_q"; "output.weight" -> -1,
+// "output"; slices of 3-D tensors ("blk.3.ffn_up_exps.weight.17", one
+// expert or head) -> their tensor's name, so experts add up in one row.
 std::pair<int, std::string> split_weight_name(const std::string& name) {
   std::string base = name;
-  if (const auto dot = base.rfind(".weight"); dot != std::string::npos && dot + 7 == base.size()) base.resize(dot);
+  if (const auto dot = base.rfind(".weight"); dot != std::string::npos) base.resize(dot);
   if (base.rfind("blk.", 0) == 0) {
     const auto dot = base.find('.', 4);
     if (dot != std::string::npos) return {std::atoi(base.c_str() + 4), base.substr(dot + 1)};
@@ -66,6 +68,23 @@ class ProfilingBackend final : public Backend {
     }
     timed("matmul attn_q+attn_k+attn_v+rope", layer, bytes, flops,
           [&] { in_.qkv_rope(w, biases, x, n, positions, rope, shape, out); });
+  }
+  void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride, int64_t n,
+                    float* y, int64_t y_stride, int64_t y_head_stride) override {
+    const auto [layer, op] = split_weight_name(ws[0].name);
+    double bytes = 0, flops = 0;
+    for (int h = 0; h < n_heads; h++) {
+      bytes += static_cast<double>(ws[h].nbytes) + 4.0 * n * (ws[h].cols() + ws[h].rows());
+      flops += 2.0 * static_cast<double>(n) * ws[h].rows() * ws[h].cols();
+    }
+    timed("matmul " + op + " (per head)", layer, bytes, flops,
+          [&] { in_.matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride); });
+  }
+  void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
+                 float* weights) override {
+    timed("moe_route", layer_, 4.0 * n * r.n_expert, 10.0 * n * r.n_expert,
+          [&] { in_.moe_route(r, logits, bias, n, ids, weights); });
+    p_.record_expert_load(layer_, r.n_expert, ids, n * r.n_used);
   }
   bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
   void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override {

@@ -68,9 +68,123 @@ void add_synthetic_vocab(GgufWriter& w, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+SynthShape deepseek_preset(const std::string& preset) {
+  SynthShape s;
+  s.arch = "deepseek2";
+  SynthDeepseek& d = s.ds;
+  if (preset == "tiny" || preset == "tiny-v3") {
+    s.dim = 64, s.layers = 3, s.heads = 4, s.ffn = 128, s.vocab = 512, s.ctx = 4096;
+    d.kv_lora = 32, d.qk_nope = 16, d.qk_rope = 8, d.v_head = 16;
+    d.experts = 8, d.experts_used = 2, d.experts_shared = 2, d.ffn_expert = 32;
+    if (preset == "tiny-v3") {
+      d.q_lora = 48, d.experts = 16, d.experts_used = 4, d.experts_shared = 1, d.groups = 4, d.groups_used = 2;
+      d.sigmoid = d.selection_bias = d.norm_weights = true, d.weights_scale = 2.5f;
+      d.yarn_factor = 4.0f, d.yarn_orig_ctx = 1024;
+    }
+  } else if (preset == "lite") {  // DeepSeek-V2-Lite
+    s.dim = 2048, s.layers = 27, s.heads = 16, s.ffn = 10944, s.vocab = 102400, s.ctx = 163840;
+    d.kv_lora = 512, d.qk_nope = 128, d.qk_rope = 64, d.v_head = 128;
+    d.experts = 64, d.experts_used = 6, d.experts_shared = 2, d.ffn_expert = 1408;
+    d.yarn_factor = 40.0f, d.yarn_orig_ctx = 4096, d.yarn_log_mul = 0.0707f;
+  } else if (preset == "v3-small" || preset == "v3") {
+    const bool full = preset == "v3";
+    s.dim = full ? 7168 : 1024, s.layers = full ? 61 : 8, s.heads = full ? 128 : 16;
+    s.ffn = full ? 18432 : 2816, s.vocab = full ? 129280 : 32000, s.ctx = 163840;
+    d.q_lora = full ? 1536 : 384, d.kv_lora = 512, d.qk_nope = 128, d.qk_rope = 64, d.v_head = 128;
+    d.dense_lead = full ? 3 : 1, d.experts = full ? 256 : 64, d.experts_used = 8, d.experts_shared = 1;
+    d.ffn_expert = full ? 2048 : 256, d.groups = 8, d.groups_used = 4;
+    d.sigmoid = d.selection_bias = d.norm_weights = true, d.weights_scale = 2.5f;
+    d.yarn_factor = 40.0f, d.yarn_orig_ctx = 4096, d.yarn_log_mul = 0.1f;
+  } else {
+    throw Error(fmt::format("--preset '{}' is not one of tiny, tiny-v3, lite, v3-small, v3 for deepseek2", preset));
+  }
+  s.kv_heads = s.heads;
+  return s;
+}
+
+void write_deepseek_metadata(GgufWriter& w, const SynthShape& s) {
+  const SynthDeepseek& d = s.ds;
+  const std::string a = "deepseek2.";
+  auto u32 = [&](const std::string& k, int64_t v) { w.set_u32(a + k, static_cast<uint32_t>(v)); };
+  u32("leading_dense_block_count", d.dense_lead);
+  if (d.q_lora > 0) u32("attention.q_lora_rank", d.q_lora);
+  u32("attention.kv_lora_rank", d.kv_lora);
+  u32("attention.key_length", d.kv_lora + d.qk_rope);  // the latent cache's sizes
+  u32("attention.value_length", d.kv_lora);
+  u32("attention.key_length_mla", d.qk_nope + d.qk_rope);  // per head
+  u32("attention.value_length_mla", d.v_head);
+  u32("expert_feed_forward_length", d.ffn_expert);
+  u32("expert_count", d.experts);
+  u32("expert_used_count", d.experts_used);
+  u32("expert_shared_count", d.experts_shared);
+  w.set_f32(a + "expert_weights_scale", d.weights_scale);
+  w.set_bool(a + "expert_weights_norm", d.norm_weights);
+  u32("expert_gating_func", d.sigmoid ? 2 : 1);
+  if (d.groups > 1) {
+    u32("expert_group_count", d.groups);
+    u32("expert_group_used_count", d.groups_used);
+  }
+  if (d.yarn_factor > 0) {
+    w.set_str(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", d.yarn_factor);
+    u32("rope.scaling.original_context_length", d.yarn_orig_ctx);
+    w.set_f32(a + "rope.scaling.yarn_log_multiplier", d.yarn_log_mul);
+  }
+}
+
+// The deepseek2 tensors, in llama.cpp's names and layouts (split attn_k_b /
+// attn_v_b, 3-D expert tensors).
+template <typename Add>
+void add_deepseek_layers(const SynthShape& s, Add& add) {
+  const SynthDeepseek& d = s.ds;
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(s.dim));
+  const float residual_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(s.layers));
+  const int64_t hk = d.qk_nope + d.qk_rope;
+  for (int64_t l = 0; l < s.layers; l++) {
+    const std::string p = fmt::format("blk.{}.", l);
+    add(p + "attn_norm.weight", {s.dim}, 0.0f, 1.0f);
+    if (d.q_lora > 0) {
+      add(p + "attn_q_a.weight", {s.dim, d.q_lora}, in_std);
+      add(p + "attn_q_a_norm.weight", {d.q_lora}, 0.0f, 1.0f);
+      add(p + "attn_q_b.weight", {d.q_lora, s.heads * hk}, 1.0f / std::sqrt(static_cast<float>(d.q_lora)));
+    } else {
+      add(p + "attn_q.weight", {s.dim, s.heads * hk}, in_std);
+    }
+    add(p + "attn_kv_a_mqa.weight", {s.dim, d.kv_lora + d.qk_rope}, in_std);
+    add(p + "attn_kv_a_norm.weight", {d.kv_lora}, 0.0f, 1.0f);
+    const float lora_std = 1.0f / std::sqrt(static_cast<float>(d.kv_lora));
+    add(p + "attn_k_b.weight", {d.qk_nope, d.kv_lora, s.heads}, 1.0f / std::sqrt(static_cast<float>(d.qk_nope)));
+    add(p + "attn_v_b.weight", {d.kv_lora, d.v_head, s.heads}, lora_std);
+    add(p + "attn_output.weight", {s.heads * d.v_head, s.dim},
+        residual_scale / std::sqrt(static_cast<float>(s.heads * d.v_head)));
+    add(p + "ffn_norm.weight", {s.dim}, 0.0f, 1.0f);
+    auto ffn = [&](const std::string& suffix, int64_t width, std::vector<int64_t> extra) {
+      std::vector<int64_t> in = {s.dim, width}, out = {width, s.dim};
+      in.insert(in.end(), extra.begin(), extra.end());
+      out.insert(out.end(), extra.begin(), extra.end());
+      add(p + "ffn_gate" + suffix + ".weight", in, in_std);
+      add(p + "ffn_up" + suffix + ".weight", in, in_std);
+      add(p + "ffn_down" + suffix + ".weight", out, residual_scale / std::sqrt(static_cast<float>(width)));
+    };
+    if (l < d.dense_lead || d.experts == 0) {
+      ffn("", s.ffn, {});
+      continue;
+    }
+    add(p + "ffn_gate_inp.weight", {s.dim, d.experts}, in_std);
+    if (d.selection_bias) add(p + "exp_probs_b.bias", {d.experts}, 0.05f);
+    ffn("_exps", d.ffn_expert, {d.experts});
+    if (d.experts_shared > 0) ffn("_shexp", d.ffn_expert * d.experts_shared, {});
+  }
+}
+
+}  // namespace
+
 SynthShape synth_preset(const std::string& arch, const std::string& preset) {
+  if (arch == "deepseek2") return deepseek_preset(preset);
   if (arch != "llama" && arch != "qwen2")
-    throw Error(fmt::format("--arch '{}' is not supported by synth yet (supported: llama, qwen2)", arch));
+    throw Error(fmt::format("--arch '{}' is not supported by synth (supported: llama, qwen2, deepseek2)", arch));
   SynthShape s;
   s.arch = arch;
   if (preset == "tiny") s = {arch, 64, 2, 4, 2, 192, 512, 512};
@@ -93,9 +207,14 @@ GgufWriter synth_model(const SynthOptions& o) {
   positive("--ffn", s.ffn, 1 << 18);
   positive("--vocab", s.vocab, 1 << 22);
   positive("--ctx", s.ctx, 1 << 24);
-  if (s.dim % s.heads != 0) throw Error(fmt::format("--dim {} is not divisible by --heads {}", s.dim, s.heads));
-  if (s.heads % s.kv_heads != 0) throw Error(fmt::format("--heads {} is not divisible by --kv-heads {}", s.heads, s.kv_heads));
-  if ((s.dim / s.heads) % 2 != 0) throw Error(fmt::format("head size {} must be even for RoPE", s.dim / s.heads));
+  const bool ds = s.arch == "deepseek2";
+  if (!ds) {
+    if (s.dim % s.heads != 0) throw Error(fmt::format("--dim {} is not divisible by --heads {}", s.dim, s.heads));
+    if (s.heads % s.kv_heads != 0) throw Error(fmt::format("--heads {} is not divisible by --kv-heads {}", s.heads, s.kv_heads));
+    if ((s.dim / s.heads) % 2 != 0) throw Error(fmt::format("head size {} must be even for RoPE", s.dim / s.heads));
+  } else if (s.ds.experts % s.ds.groups != 0 || s.ds.experts_used > s.ds.experts || s.ds.dense_lead > s.layers) {
+    throw Error("deepseek2: experts must split into the groups, and the used experts and dense layers must fit");
+  }
   if (!can_quantize_to(o.type)) throw Error(fmt::format("--type {} cannot be written yet", type_name(o.type)));
 
   const std::string a = s.arch;
@@ -109,10 +228,11 @@ GgufWriter synth_model(const SynthOptions& o) {
   w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.ffn));
   w.set_u32(a + ".block_count", static_cast<uint32_t>(s.layers));
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.heads));
-  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.kv_heads));
-  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head));
+  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(ds ? 1 : s.kv_heads));  // MLA: one latent "head"
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(ds ? s.ds.qk_rope : head));
   w.set_f32(a + ".rope.freq_base", a == "qwen2" ? 1000000.0f : 10000.0f);
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", ds ? 1e-6f : 1e-5f);
+  if (ds) write_deepseek_metadata(w, s);
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(s.vocab));
   if (o.vocab_from) {
     for (const auto& [k, v] : o.vocab_from->metadata())
@@ -132,7 +252,9 @@ GgufWriter synth_model(const SynthOptions& o) {
     const uint64_t seed = o.seed;
     const int threads = o.n_threads;
     w.add_tensor(name, type, ne, [=](uint8_t* dst, size_t) {
-      const int64_t cols = ne[0], rows = ne.size() > 1 ? ne[1] : 1;
+      int64_t rows = 1;  // every row of every matrix (3-D: one matrix per expert or head)
+      for (size_t i = 1; i < ne.size(); i++) rows *= ne[i];
+      const int64_t cols = ne[0];
       const size_t rb = row_bytes(type, cols);
       const float half_width = stddev * std::sqrt(3.0f);
       ThreadPool pool(threads);
@@ -153,6 +275,10 @@ GgufWriter synth_model(const SynthOptions& o) {
   add("token_embd.weight", {s.dim, s.vocab}, 1.0f);
   add("output_norm.weight", {s.dim}, 0.0f, 1.0f);
   add("output.weight", {s.dim, s.vocab}, in_std);
+  if (ds) {
+    add_deepseek_layers(s, add);
+    return w;
+  }
   for (int64_t l = 0; l < s.layers; l++) {
     const std::string p = fmt::format("blk.{}.", l);
     add(p + "attn_norm.weight", {s.dim}, 0.0f, 1.0f);

@@ -13,8 +13,8 @@ namespace kestrel {
 
 struct ModelCost {
   int64_t n_params = 0;             // all tensors
-  int64_t matmul_params = 0;        // weights multiplied per token (embedding lookup excluded)
-  int64_t weight_bytes_per_token = 0;
+  int64_t matmul_params = 0;        // weights multiplied per token (embedding lookup excluded; MoE: routed experts only)
+  int64_t weight_bytes_per_token = 0;  // weights read per decoded token (MoE: n_used of n_expert experts)
   int64_t file_bytes = 0;
   GgmlType dominant_type = GgmlType::F32;  // type holding most matmul bytes
   // 2 FLOPs per weight, plus attention over `context` earlier positions.

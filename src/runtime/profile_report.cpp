@@ -100,4 +100,24 @@ std::string render_profile_heatmap_svg(const ProfileSummary& s, const std::strin
   return svg;
 }
 
+std::string render_expert_load(const std::map<int, std::vector<int64_t>>& load) {
+  if (load.empty()) return "";
+  std::string out = fmt::format("{:<7} {:>10} {:>14} {:>14} {:>10}\n", "layer", "routed", "experts used", "busiest",
+                                "max/mean");
+  for (const auto& [layer, counts] : load) {
+    int64_t total = 0, used = 0, best = 0;
+    size_t best_id = 0;
+    for (size_t e = 0; e < counts.size(); e++) {
+      total += counts[e];
+      used += counts[e] > 0;
+      if (counts[e] > best) best = counts[e], best_id = e;
+    }
+    const double mean = counts.empty() ? 0 : static_cast<double>(total) / static_cast<double>(counts.size());
+    out += fmt::format("{:<7} {:>10} {:>8} of {:<3} {:>6} ({:>4.1f}%) {:>10.2f}\n", layer, total, used, counts.size(),
+                       fmt::format("#{}", best_id), total ? 100.0 * static_cast<double>(best) / static_cast<double>(total) : 0.0,
+                       mean > 0 ? static_cast<double>(best) / mean : 0.0);
+  }
+  return out;
+}
+
 }  // namespace kestrel

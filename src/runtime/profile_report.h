@@ -28,5 +28,8 @@ struct ProfileSummary {
 ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events);
 std::string render_profile_table(const ProfileSummary& s, size_t top);
 std::string render_profile_heatmap_svg(const ProfileSummary& s, const std::string& title);
+// Per MoE layer: routed token-slots, experts that got any, the busiest
+// expert and the load imbalance (busiest / mean). Empty for dense models.
+std::string render_expert_load(const std::map<int, std::vector<int64_t>>& load);
 
 }  // namespace kestrel

@@ -4,6 +4,7 @@
 // that loads in Perfetto / chrome://tracing.
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,15 +24,22 @@ class Profiler {
   int64_t now_ns() const;
   void record(ProfileEvent e);
   const std::vector<ProfileEvent>& events() const { return events_; }
+  // MoE routing decisions: the n expert ids chosen in one step of a layer.
+  void record_expert_load(int layer, int n_expert, const int32_t* ids, int64_t n);
+  // Tokens routed to each expert, per layer (written into the trace's otherData).
+  const std::map<int, std::vector<int64_t>>& expert_load() const { return expert_load_; }
   void write_chrome_trace(const std::string& path) const;  // throws Error naming the path
 
  private:
   std::chrono::steady_clock::time_point origin_;
   std::vector<ProfileEvent> events_;
+  std::map<int, std::vector<int64_t>> expert_load_;
   std::mutex mutex_;
 };
 
 // Events back from a Chrome trace written by write_chrome_trace (for reports).
 std::vector<ProfileEvent> read_chrome_trace(const std::string& path);
+// The expert load recorded in such a trace (empty for dense models).
+std::map<int, std::vector<int64_t>> read_expert_load(const std::string& path);
 
 }  // namespace kestrel
