@@ -41,7 +41,10 @@ void moe_route(const MoeRouting& r, const float* logits, const float* bias, int6
         group_score[g] = per_group > 1 ? best + second : best;
         order[g] = g;
       }
-      std::stable_sort(order, order + r.n_group, [&](int a, int b) { return group_score[a] > group_score[b]; });
+      // Insertion sort, best first, ties by group index (std::stable_sort
+      // would allocate a buffer on every decode step).
+      for (int i = 1; i < r.n_group; i++)
+        for (int j = i; j > 0 && group_score[order[j]] > group_score[order[j - 1]]; j--) std::swap(order[j], order[j - 1]);
       for (int i = r.n_group_used; i < r.n_group; i++)
         for (int e = order[i] * per_group; e < (order[i] + 1) * per_group; e++) select[e] = kExcluded;
     }

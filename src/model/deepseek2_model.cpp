@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 
 #include "core/block_formats.h"
 #include "core/error.h"
@@ -213,7 +212,16 @@ class Deepseek2Model final : public Model {
     const int nh = cfg_.n_head, hk = head_k(), vh = m.v_head;
     const int64_t r = m.kv_lora_rank;
     const PagedKvLayerView cache = kv.layer_view(layer);
-    for (const auto& [table, tokens] : sequences(b, n)) {
+    for (int64_t first = 0; first < n; first++) {
+      // Each sequence once, at its first token; its tokens in batch order.
+      const int32_t* table = tables_[first];
+      bool seen = false;
+      for (int64_t j = 0; j < first && !seen; j++) seen = tables_[j] == table;
+      if (seen) continue;
+      auto& tokens = seq_tokens_;
+      tokens.clear();
+      for (int64_t j = first; j < n; j++)
+        if (tables_[j] == table) tokens.push_back(j);
       int32_t len = 0;
       for (int64_t i : tokens) len = std::max(len, b.positions[i] + 1);
       dec_lat_.resize(static_cast<size_t>(len) * r);
@@ -247,14 +255,6 @@ class Deepseek2Model final : public Model {
       for (int64_t j = 0; j < nt; j++)
         std::memcpy(att_.data() + tokens[j] * nh * vh, dec_out_.data() + j * nh * vh, nh * vh * sizeof(float));
     }
-  }
-
-  // The batch's tokens grouped by sequence (its block table), in batch order.
-  std::map<const int32_t*, std::vector<int64_t>> sequences(const Batch& b, int64_t n) const {
-    std::map<const int32_t*, std::vector<int64_t>> seqs;
-    for (int64_t i = 0; i < n; i++) seqs[tables_[i]].push_back(i);
-    (void)b;
-    return seqs;
   }
 
   // Multiply-adds of each way of attending this batch (per layer; weights
@@ -436,6 +436,7 @@ class Deepseek2Model final : public Model {
     }
     slots_.resize(n);
     tables_.resize(n);
+    seq_tokens_.reserve(n);
   }
 
   void log_fusion() const {
@@ -463,7 +464,7 @@ class Deepseek2Model final : public Model {
   std::vector<float> router_logits_, expert_w_, xe_, ye_;
   std::vector<int32_t> expert_ids_;
   std::vector<std::vector<int64_t>> routed_;
-  std::vector<int64_t> slots_;
+  std::vector<int64_t> slots_, seq_tokens_;
   std::vector<const int32_t*> tables_;
   std::vector<float> dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;
   std::vector<int32_t> dec_pos_;

@@ -215,6 +215,48 @@ TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
   EXPECT_NE(kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
 }
 
+TEST_F(CliWithLimits, DeepseekSynthRunsBothMlaModesAndBenchCountsRoutedExperts) {
+  const std::string model = dir_.file("ds.gguf");
+  // f32: the two MLA modes then differ by summation order only (with Q8_0
+  // they quantize different intermediates: ~0.03 apart).
+  auto r = kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--type", "f32", "-o", model});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const GgufFile f = GgufFile::open(model);
+  EXPECT_EQ(f.get_string("general.architecture"), "deepseek2");
+  EXPECT_EQ(f.get_int("deepseek2.expert_group_count"), 4);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_up_exps.weight")->ne, (std::vector<int64_t>{64, 32, 16}));
+
+  // The two ways of running MLA give the same logits (up to rounding).
+  const std::vector<std::string> greedy = {"run", "-m", model, "--prompt-ids", "1 5 9 13 17 21", "-n", "4", "--temp", "0"};
+  for (const char* mode : {"absorbed", "decompressed"}) {
+    auto args = greedy;
+    args.insert(args.end(), {"--mla", mode, "--dump-logits", dir_.file(std::string(mode) + ".f32")});
+    r = kestrel(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const auto a = test::read_f32(dir_.file("absorbed.f32")), d = test::read_f32(dir_.file("decompressed.f32"));
+  ASSERT_EQ(a.size(), d.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); i++) ASSERT_NEAR(a[i], d[i], 1e-4f) << i;
+  EXPECT_NE(kestrel({"run", "-m", model, "-p", "x", "--mla", "sideways"}).exit_code, 0);
+
+  // Decode reads the routed experts' share only: 4 of 16 experts' bytes.
+  r = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--json", "--profile", dir_.file("p.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  double bytes = 0;
+  for (const auto& t : f.tensors()) {
+    if (t.ne.size() < 2 || t.name == "token_embd.weight") continue;
+    bytes += static_cast<double>(t.nbytes) * (t.name.find("_exps.") != std::string::npos ? 4.0 / 16.0 : 1.0);
+  }
+  EXPECT_NEAR(rows[0]["weight_bytes_per_token"].get<double>(), bytes, 16.0);
+  EXPECT_THAT(rows[0]["model_type"].get<std::string>(), HasSubstr("active"));
+  r = kestrel({"profile-report", dir_.file("p.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("expert load"));
+  EXPECT_THAT(r.out, HasSubstr("moe_route"));
+}
+
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
   // The cached limits say 10 GB/s; --measure must replace them with this machine's.
   const std::string model = dir_.file("m.gguf");

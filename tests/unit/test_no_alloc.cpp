@@ -64,10 +64,10 @@ TEST(NoAllocation, DecodeStepsAllocateNothingAfterWarmUp) {
   check_engine(e);
 }
 
-TEST(NoAllocation, QuantizedModelToo) {
+void check_synth(const std::string& arch, const std::string& preset) {
   test::TempDir dir;
   SynthOptions s;
-  s.shape = synth_preset("llama", "tiny");
+  s.shape = synth_preset(arch, preset);
   s.type = GgmlType::Q8_0;
   synth_model(s).write_file(dir.file("q.gguf"));
   EngineOptions o;
@@ -76,6 +76,11 @@ TEST(NoAllocation, QuantizedModelToo) {
   Engine e = Engine::load(o);
   check_engine(e);
 }
+
+TEST(NoAllocation, QuantizedModelToo) { check_synth("llama", "tiny"); }
+
+// MLA (absorbed for decode), per-head matmuls, routing and grouped experts.
+TEST(NoAllocation, DeepseekMoeModel) { check_synth("deepseek2", "tiny-v3"); }
 
 }  // namespace
 }  // namespace kestrel

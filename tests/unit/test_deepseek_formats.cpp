@@ -1,0 +1,112 @@
+// DeepSeek GGUF layouts other than the reference files': the older fused
+// attn_kv_b (before llama.cpp split it into attn_k_b + attn_v_b, with per-head
+// sizes in key_length / value_length), rebuilt from the reference model, must
+// give llama.cpp's logits too; and malformed metadata gets an error naming
+// the key.
+#include <gmock/gmock.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "model/gguf_writer.h"
+#include "runtime/engine.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+const GgufTensorInfo& tensor(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (!t) throw Error("missing " + name);
+  return *t;
+}
+
+// The reference model rewritten with attn_kv_b: per head, qk_nope key rows
+// (attn_k_b transposed) then v_head value rows (attn_v_b), kv_lora long each.
+void write_fused_kv_b(const GgufFile& src, const std::string& out, const std::vector<std::string>& drop_keys = {}) {
+  const int64_t nh = *src.get_int("deepseek2.attention.head_count");
+  const int64_t r = *src.get_int("deepseek2.attention.kv_lora_rank");
+  const int64_t rope = *src.get_int("deepseek2.rope.dimension_count");
+  const int64_t hk = *src.get_int("deepseek2.attention.key_length_mla");
+  const int64_t vh = *src.get_int("deepseek2.attention.value_length_mla");
+  const int64_t nope = hk - rope;
+  GgufWriter w;
+  for (const auto& [k, v] : src.metadata()) {
+    if (k.find("_mla") != std::string::npos) continue;
+    if (std::find(drop_keys.begin(), drop_keys.end(), k) != drop_keys.end()) continue;
+    w.set(k, v);
+  }
+  w.set_u32("deepseek2.attention.key_length", static_cast<uint32_t>(hk));  // per head, the old meaning
+  w.set_u32("deepseek2.attention.value_length", static_cast<uint32_t>(vh));
+  for (const auto& t : src.tensors()) {
+    const std::string& n = t.name;
+    if (n.find("attn_v_b") != std::string::npos) continue;
+    if (n.find("attn_k_b") == std::string::npos) {
+      w.add_tensor_bytes(n, t.type, t.ne, t.data);
+      continue;
+    }
+    const std::string layer = n.substr(0, n.find("attn_k_b"));
+    const auto* kb = reinterpret_cast<const float*>(t.data);  // [nh][r][nope], f32 in the reference
+    const auto* vb = reinterpret_cast<const float*>(tensor(src, layer + "attn_v_b.weight").data);  // [nh][vh][r]
+    w.add_tensor(layer + "attn_kv_b.weight", GgmlType::F32, {r, nh * (nope + vh)}, [=](uint8_t* dst, size_t) {
+      auto* kv = reinterpret_cast<float*>(dst);
+      for (int64_t h = 0; h < nh; h++) {
+        for (int64_t j = 0; j < nope; j++)
+          for (int64_t c = 0; c < r; c++) kv[(h * (nope + vh) + j) * r + c] = kb[(h * r + c) * nope + j];
+        for (int64_t d = 0; d < vh; d++)
+          std::memcpy(kv + (h * (nope + vh) + nope + d) * r, vb + (h * vh + d) * r, r * sizeof(float));
+      }
+    });
+  }
+  w.write_file(out);
+}
+
+TEST(DeepseekFormats, FusedKvBFromOlderConversionsMatchesLlamaCpp) {
+  const std::string base = test::shared("reference/llama.cpp/deepseek2-lite-tiny.f32");
+  const GgufFile src = GgufFile::open(base + ".gguf");
+  ASSERT_EQ(tensor(src, "blk.0.attn_k_b.weight").type, GgmlType::F32);
+  test::TempDir dir;
+  const std::string fused = dir.file("fused.gguf");
+  write_fused_kv_b(src, fused);
+  ASSERT_EQ(GgufFile::open(fused).find_tensor("blk.0.attn_k_b.weight"), nullptr);
+
+  const auto ref = test::read_json(base + ".json");
+  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const auto want = test::read_f32(base + ".logits.f32");
+  const int64_t nv = ref["n_vocab"].get<int64_t>();
+  for (MlaAttention mode : {MlaAttention::Absorbed, MlaAttention::Decompressed}) {
+    EngineOptions o;
+    o.model_path = fused;
+    o.n_threads = 2;
+    o.mla = mode;
+    Engine e = Engine::load(o);
+    Batch b;
+    for (size_t i = 0; i < prompt.size(); i++) b.add(prompt[i], static_cast<int32_t>(i), 0, true);
+    std::vector<float> got(prompt.size() * nv);
+    e.model->forward(b, *e.kv, got.data());
+    float worst = 0;
+    for (size_t i = 0; i < got.size(); i++) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LT(worst, 1e-4f) << "mode " << static_cast<int>(mode);
+  }
+}
+
+TEST(DeepseekFormats, MissingOrBadMetadataNamesTheKey) {
+  const GgufFile src = GgufFile::open(test::shared("reference/llama.cpp/deepseek2-lite-tiny.f32.gguf"));
+  test::TempDir dir;
+  const std::string bad = dir.file("bad.gguf");
+  write_fused_kv_b(src, bad, {"deepseek2.attention.kv_lora_rank"});
+  EngineOptions o;
+  o.model_path = bad;
+  o.n_threads = 1;
+  try {
+    Engine::load(o);
+    FAIL() << "loaded a model without kv_lora_rank";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("deepseek2.attention.kv_lora_rank"));
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
