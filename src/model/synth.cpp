@@ -187,9 +187,9 @@ SynthShape synth_preset(const std::string& arch, const std::string& preset) {
     throw Error(fmt::format("--arch '{}' is not supported by synth (supported: llama, qwen2, deepseek2)", arch));
   SynthShape s;
   s.arch = arch;
-  if (preset == "tiny") s = {arch, 64, 2, 4, 2, 192, 512, 512};
-  else if (preset == "1b") s = {arch, 2048, 22, 32, 4, 5632, 32000, 2048};
-  else if (preset == "7b") s = {arch, 4096, 32, 32, 32, 11008, 32000, 4096};
+  if (preset == "tiny") s = {arch, 64, 2, 4, 2, 192, 512, 512, {}};
+  else if (preset == "1b") s = {arch, 2048, 22, 32, 4, 5632, 32000, 2048, {}};
+  else if (preset == "7b") s = {arch, 4096, 32, 32, 32, 11008, 32000, 4096, {}};
   else throw Error(fmt::format("--preset '{}' is not one of tiny, 1b, 7b", preset));
   return s;
 }

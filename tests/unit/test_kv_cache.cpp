@@ -57,5 +57,87 @@ TEST(PagedKvCache, ExhaustionAndBadPositionsAreClearErrors) {
   EXPECT_THROW(PagedKvCache({1, 1, 1}, 0, 4), Error);
 }
 
+// Prefix caching: full blocks named by their tokens (chained), shared by
+// reference, kept findable after release until the pool needs them.
+std::vector<int32_t> tokens(int n, int32_t first = 1) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; i++) t[i] = first + i;
+  return t;
+}
+
+// Writes a recognisable value into every slot of seq's first n positions.
+void fill(PagedKvCache& kv, int32_t seq, int64_t n, float base) {
+  for (int64_t p = 0; p < n; p++) {
+    kv.k(0, kv.slot(seq, static_cast<int32_t>(p)))[0] = base + static_cast<float>(p);
+    kv.v(0, kv.slot(seq, static_cast<int32_t>(p)))[0] = -base - static_cast<float>(p);
+  }
+}
+
+TEST(PagedKvCache, SequencesWithACommonPrefixShareItsFullBlocks) {
+  PagedKvCache kv({1, 2, 2}, 10, 16);
+  const auto a = tokens(40);
+  EXPECT_EQ(kv.share_prefix(0, a.data(), 40), 0);  // nothing cached yet
+  kv.reserve(0, 40);
+  fill(kv, 0, 40, 100.0f);
+  kv.publish_prefix(0, a.data(), 40);
+  EXPECT_EQ(kv.n_free_blocks(), 7);
+
+  // Same first 35 tokens, then different: the two full blocks (32 tokens) are shared.
+  auto b = tokens(50);
+  b[35] = 999;
+  EXPECT_EQ(kv.share_prefix(1, b.data(), 50), 32);
+  EXPECT_EQ(kv.length(1), 32);
+  EXPECT_EQ(kv.block_table(1)[0], kv.block_table(0)[0]);
+  EXPECT_EQ(kv.block_table(1)[1], kv.block_table(0)[1]);
+  EXPECT_EQ(kv.k(0, kv.slot(1, 31))[0], 131.0f);  // sequence 0's values, not recomputed
+  EXPECT_EQ(kv.n_free_blocks(), 7);              // no new blocks for the shared part
+  kv.reserve(1, 50);
+  EXPECT_NE(kv.block_table(1)[2], kv.block_table(0)[2]);
+  EXPECT_EQ(kv.prefix_stats().hit_blocks, 2);
+
+  // A different first block shares nothing, even if later blocks match.
+  auto c = a;
+  c[0] = 7;
+  EXPECT_EQ(kv.share_prefix(2, c.data(), 40), 0);
+  // The last token is always computed: a 32-token prompt reuses one block, not two.
+  EXPECT_EQ(kv.share_prefix(3, a.data(), 32), 16);
+}
+
+TEST(PagedKvCache, ReleasedNamedBlocksStayFindableUntilThePoolNeedsThem) {
+  PagedKvCache kv({1, 1, 1}, 4, 4);
+  const auto a = tokens(9);
+  kv.reserve(0, 9);
+  fill(kv, 0, 9, 10.0f);
+  kv.publish_prefix(0, a.data(), 9);
+  kv.remove(0);
+  EXPECT_EQ(kv.n_free_blocks(), 4);
+  EXPECT_EQ(kv.n_cached_blocks(), 2);  // the two full blocks; the partial third is plain free
+  EXPECT_EQ(kv.share_prefix(1, a.data(), 9), 8);
+  EXPECT_EQ(kv.k(0, kv.slot(1, 7))[0], 17.0f);
+  kv.remove(1);
+  // Filling the whole pool with other sequences evicts them (oldest first), never fails.
+  kv.reserve(2, 16);
+  EXPECT_EQ(kv.n_cached_blocks(), 0);
+  EXPECT_THROW(kv.reserve(3, 1), Error);
+  kv.remove(2);
+  EXPECT_EQ(kv.share_prefix(4, a.data(), 9), 0);  // gone
+}
+
+TEST(PagedKvCache, TruncatingIntoASharedBlockCopiesItFirst) {
+  PagedKvCache kv({1, 1, 1}, 6, 4);
+  const auto a = tokens(9);
+  kv.reserve(0, 9);
+  fill(kv, 0, 9, 50.0f);
+  kv.publish_prefix(0, a.data(), 9);
+  ASSERT_EQ(kv.share_prefix(1, a.data(), 9), 8);
+  kv.truncate(1, 6);  // back into the second (shared) block, e.g. a rejected draft
+  EXPECT_NE(kv.block_table(1)[1], kv.block_table(0)[1]);
+  EXPECT_EQ(kv.k(0, kv.slot(1, 5))[0], 55.0f);  // the copy holds the same values
+  kv.reserve(1, 8);
+  kv.k(0, kv.slot(1, 6))[0] = -1.0f;            // writing the copy...
+  EXPECT_EQ(kv.k(0, kv.slot(0, 6))[0], 56.0f);  // ...leaves sequence 0 untouched
+  EXPECT_EQ(kv.block_table(1)[0], kv.block_table(0)[0]);  // the untouched first block is still shared
+}
+
 }  // namespace
 }  // namespace kestrel
