@@ -5,47 +5,13 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "tokenizer/utf8.h"
+#include "runtime/text_stream.h"
 
 namespace kestrel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Holds back text that might be the start of a stop string, and cuts the
-// output at the first stop string found.
-class StopFilter {
- public:
-  explicit StopFilter(const std::vector<std::string>& stops) : stops_(stops) {}
-
-  // Returns text safe to emit; sets stopped when a stop string completes.
-  std::string push(const std::string& text, bool& stopped) {
-    pending_ += text;
-    for (const auto& s : stops_) {
-      if (s.empty()) continue;
-      const size_t at = pending_.find(s);
-      if (at != std::string::npos) {
-        stopped = true;
-        std::string out = pending_.substr(0, at);
-        pending_.clear();
-        return out;
-      }
-    }
-    size_t hold = 0;
-    for (const auto& s : stops_)
-      for (size_t k = std::min(s.size() - 1, pending_.size()); k > hold; k--)
-        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) { hold = k; break; }
-    std::string out = pending_.substr(0, pending_.size() - hold);
-    pending_.erase(0, pending_.size() - hold);
-    return out;
-  }
-  std::string flush() { return std::exchange(pending_, {}); }
-
- private:
-  const std::vector<std::string>& stops_;
-  std::string pending_;
-};
 
 }  // namespace
 
@@ -88,16 +54,13 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   if (cb.on_logits && !params.all_logits) cb.on_logits(last, n_vocab);
   if (last != logits.data()) std::copy(last, last + n_vocab, logits.data());
 
-  Utf8Stream utf8;
-  StopFilter stop(params.stop);
+  TextStream text(*e.tokenizer, params.stop, prompt.back());
   auto emit = [&](const std::string& s) {
     if (s.empty()) return;
     r.text += s;
     if (cb.on_text) cb.on_text(s);
   };
   const Vocab& vocab = e.tokenizer->vocab();
-  const bool strip_leading_space = vocab.kind == Vocab::Kind::Spm && vocab.add_space_prefix;
-  int32_t prev = prompt.back();
   const auto t1 = Clock::now();
   r.stop_reason = "length";
   for (int64_t step = 0; step < params.max_tokens; step++) {
@@ -108,12 +71,8 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     }
     r.tokens.push_back(tok);
     history.push_back(tok);
-    std::string piece = e.tokenizer->token_to_piece(tok);
-    // SentencePiece drops the dummy-prefix space of the first word after BOS.
-    if (strip_leading_space && prev == vocab.bos && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
-    prev = tok;
     bool stopped = false;
-    emit(stop.push(utf8.push(piece), stopped));
+    emit(text.push(tok, stopped));
     if (stopped) {
       r.stop_reason = "stop";
       break;
@@ -131,9 +90,8 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   }
   if (r.stop_reason != "stop") {
     bool stopped = false;
-    emit(stop.push(utf8.flush(), stopped));
-    if (!stopped) emit(stop.flush());
-    else r.stop_reason = "stop";
+    emit(text.finish(stopped));
+    if (stopped) r.stop_reason = "stop";
   }
   r.decode_seconds = seconds_since(t1);
   return r;

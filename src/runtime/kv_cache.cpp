@@ -159,6 +159,11 @@ void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
 
 void PagedKvCache::remove(int32_t seq) { truncate(seq, 0); }
 
+void PagedKvCache::erase(int32_t seq) {
+  truncate(seq, 0);
+  seqs_.erase(seq);
+}
+
 int64_t PagedKvCache::length(int32_t seq) const {
   auto it = seqs_.find(seq);
   return it == seqs_.end() ? 0 : it->second.length;

@@ -45,6 +45,9 @@ class PagedKvCache {
   void truncate(int32_t seq, int64_t n_tokens);
   // Frees all of seq's blocks. The (empty) table is kept for the id's reuse.
   void remove(int32_t seq);
+  // Frees all of seq's blocks and forgets the id (the server: one id per request).
+  void erase(int32_t seq);
+  int n_used_blocks() const { return n_blocks_ - n_free_blocks(); }
   int64_t length(int32_t seq) const;  // positions reserved
 
   // For an empty sequence about to run tokens[0, n): attaches the longest

@@ -1,0 +1,160 @@
+// kestrel serve -m MODEL --host 127.0.0.1 --port 8080: the OpenAI-compatible server.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "serving/http_server.h"
+
+namespace kestrel::cli {
+namespace {
+
+struct ServeFlags {
+  EngineOptions engine;
+  std::string host = "127.0.0.1", policy = "fcfs", chat_template, served_name, log_format = "text";
+  int port = 8080, max_batch_size = 16, max_queue = 256, http_threads = 32;
+  int64_t max_batch_tokens = 512, prefill_chunk = 256;
+  double kv_cache_mem_mib = 0, max_wait_ms = 0, aging_ms = 2000, shutdown_timeout_s = 30;
+};
+
+// Available memory from /proc/meminfo, in bytes (0 if unknown).
+int64_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+int run(ServeFlags& f) {
+  if (f.port < 0 || f.port > 65535) throw Error(fmt::format("--port {} is out of range (0 to 65535)", f.port));
+  if (f.max_batch_size < 1 || f.max_batch_size > 4096)
+    throw Error(fmt::format("--max-batch-size {} is out of range (1 to 4096)", f.max_batch_size));
+  if (f.max_batch_tokens < 1) throw Error(fmt::format("--max-batch-tokens {} must be positive", f.max_batch_tokens));
+  if (f.prefill_chunk < 1) throw Error(fmt::format("--prefill-chunk {} must be positive", f.prefill_chunk));
+  if (f.max_queue < 1) throw Error(fmt::format("--max-queue {} must be positive", f.max_queue));
+  if (f.kv_cache_mem_mib < 0) throw Error("--kv-cache-mem must not be negative");
+  if (f.policy != "fcfs" && f.policy != "priority")
+    throw Error(fmt::format("--scheduling-policy '{}' is not fcfs or priority", f.policy));
+  if (f.log_format != "text" && f.log_format != "json")
+    throw Error(fmt::format("--log-format '{}' is not text or json", f.log_format));
+
+  // Signals go to the watcher thread below, not to whichever thread they hit.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  EngineOptions eo = f.engine;
+  eo.max_batch_tokens = f.max_batch_tokens;
+  eo.n_seq_max = f.max_batch_size;
+  if (f.kv_cache_mem_mib > 0) eo.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_mem_mib * 1024 * 1024);
+  Engine e = Engine::load(eo);
+  if (f.kv_cache_mem_mib == 0) {
+    // Default: every batch slot at full context, but at most a fifth of the free memory.
+    const KvLayout l = e.model->kv_layout();
+    const int64_t block_bytes = int64_t{eo.kv_block_size} * l.n_layer * (l.k_width + l.v_width) * 4;
+    const int64_t cap = available_memory() / 5 / block_bytes;
+    if (cap > 0 && cap < e.kv->n_blocks())
+      e.kv = std::make_unique<PagedKvCache>(l, static_cast<int>(cap), eo.kv_block_size,
+                                            e.kv->n_blocks() / f.max_batch_size);
+  }
+
+  ServerMetrics metrics;
+  ServingConfig sc;
+  sc.scheduler.max_batch_tokens = f.max_batch_tokens;
+  sc.scheduler.max_batch_size = f.max_batch_size;
+  sc.scheduler.prefill_chunk = f.prefill_chunk;
+  sc.scheduler.block_size = eo.kv_block_size;
+  sc.scheduler.policy = f.policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
+  sc.scheduler.max_wait_ms = f.max_wait_ms;
+  sc.scheduler.aging_ms = f.aging_ms;
+  sc.max_queue = f.max_queue;
+  ServingEngine engine(e, sc, metrics);
+
+  HttpServerConfig hc;
+  hc.host = f.host;
+  hc.port = f.port;
+  hc.model_name =
+      f.served_name.empty() ? std::filesystem::path(f.engine.model_path).filename().string() : f.served_name;
+  hc.chat_template = f.chat_template.empty() ? detect_chat_template(*e.file) : chat_template_from_name(f.chat_template);
+  hc.http_threads = f.http_threads;
+  hc.log_json = f.log_format == "json";
+  HttpServer http(engine, metrics, hc);
+  const int port = http.bind();
+  fmt::print(stderr,
+             "[kestrel] serving '{}' on http://{}:{} ({}; context {}, {} KV blocks of {} tokens, chat template {})\n",
+             hc.model_name, f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
+             chat_template_name(hc.chat_template));
+
+  // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
+  // deadline (then cancel them), then close the listener.
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    fmt::print(stderr, "[kestrel] signal {}: draining (up to {} s)\n", sig, f.shutdown_timeout_s);
+    http.set_draining();
+    engine.shutdown(static_cast<int>(f.shutdown_timeout_s * 1000));
+    http.stop();
+  });
+  http.run();
+  // run() also returns if the listener fails; make the watcher exit in any case.
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+  fmt::print(stderr, "[kestrel] stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  static ServeFlags f;
+  auto* cmd =
+      add_command(app, "serve", "OpenAI-compatible HTTP server with continuous batching", [] { return run(f); });
+  cmd->add_option("-m,--model", f.engine.model_path, "GGUF model")->required();
+  cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", f.port, "Port (0: any free port, printed at start)")->capture_default_str();
+  cmd->add_option("-t,--threads", f.engine.n_threads, "Compute threads (0: all cores)")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", f.engine.n_ctx, "Context length per request (0: the model's own)")
+      ->capture_default_str();
+  cmd->add_option("--max-batch-tokens", f.max_batch_tokens, "Tokens per step, all requests together")
+      ->capture_default_str();
+  cmd->add_option("--max-batch-size", f.max_batch_size, "Requests per step")->capture_default_str();
+  cmd->add_option("--prefill-chunk", f.prefill_chunk, "Prompt tokens per request per step (chunked prefill)")
+      ->capture_default_str();
+  cmd->add_option("--kv-block-size", f.engine.kv_block_size, "Tokens per KV cache block")->capture_default_str();
+  cmd->add_option("--kv-cache-mem", f.kv_cache_mem_mib,
+                  "KV cache size in MiB (0: every batch slot at full context, at most a fifth of free memory)")
+      ->capture_default_str();
+  cmd->add_option("--scheduling-policy", f.policy, "fcfs or priority (the request field 'priority', lower first)")
+      ->capture_default_str();
+  cmd->add_option("--max-wait-ms", f.max_wait_ms,
+                  "How long an idle server may wait for a batch to fill (priority < 0 skips it)")
+      ->capture_default_str();
+  cmd->add_option("--aging-ms", f.aging_ms,
+                  "Priority policy: a waiting request gains one priority level per this many ms")
+      ->capture_default_str();
+  cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
+      ->capture_default_str();
+  cmd->add_option("--chat-template", f.chat_template,
+                  "chatml, llama3, deepseek2, deepseek3, deepseek-r1 (default: from the GGUF)");
+  cmd->add_option("--served-model-name", f.served_name, "Model id in the API (default: the file name)");
+  cmd->add_option("--log-format", f.log_format, "Per-request log lines on stderr: text or json")->capture_default_str();
+  cmd->add_option("--http-threads", f.http_threads, "HTTP worker threads (each streaming client holds one)")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s, "Seconds in-flight requests get to finish after SIGTERM")
+      ->capture_default_str();
+  add_mla_option(cmd, f.engine.mla);
+  cmd->add_flag(
+      "--no-repack", [](int64_t) { f.engine.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,99 @@
+#include "serving/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kestrel {
+namespace {
+
+const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
+                                             0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0, 120.0};
+
+std::string number(double v) { return fmt::format("{}", v); }
+
+}  // namespace
+
+ServerMetrics::ServerMetrics() {
+  auto hist = [&](const char* name, const char* help) {
+    Histogram& h = histograms_[name];
+    h.help = help;
+    h.bounds = kLatencyBuckets;
+    h.counts.assign(h.bounds.size() + 1, 0);
+  };
+  hist("kestrel_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.");
+  hist("kestrel_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.");
+  hist("kestrel_e2e_request_latency_seconds", "Time from a request's arrival to its last token.");
+  hist("kestrel_request_queue_time_seconds", "Time a request waited before its first step.");
+  auto counter = [&](const char* name, const char* help, const char* label = "") {
+    counters_[name] = {help, label, {}};
+  };
+  counter("kestrel_prompt_tokens_total", "Prompt tokens received.");
+  counter("kestrel_generation_tokens_total", "Tokens generated.");
+  counter("kestrel_requests_total", "Finished requests by outcome.", "outcome");
+  counter("kestrel_preemptions_total", "Running requests preempted for KV blocks (recomputed later).");
+  counter("kestrel_prefix_cache_queries_total", "Full prompt blocks looked up in the prefix cache.");
+  counter("kestrel_prefix_cache_hits_total", "Full prompt blocks found in the prefix cache (not recomputed).");
+  auto gauge = [&](const char* name, const char* help) { gauges_[name] = {help, "", {{"", 0.0}}}; };
+  gauge("kestrel_requests_running", "Requests holding KV blocks and being stepped.");
+  gauge("kestrel_requests_waiting", "Requests queued for admission.");
+  gauge("kestrel_kv_blocks_used", "KV cache blocks held by requests.");
+  gauge("kestrel_kv_blocks_total", "KV cache blocks in the pool.");
+  gauge("kestrel_batch_size", "Requests in the last step.");
+  gauge("kestrel_batch_tokens", "Tokens in the last step.");
+}
+
+void ServerMetrics::observe(const std::string& name, double seconds) {
+  std::lock_guard lock(mutex_);
+  auto it = histograms_.find(name);
+  if (it == histograms_.end()) throw Error("metrics: unknown histogram " + name);
+  Histogram& h = it->second;
+  const size_t b = std::lower_bound(h.bounds.begin(), h.bounds.end(), seconds) - h.bounds.begin();
+  h.counts[b]++;
+  h.sum += seconds;
+  h.count++;
+}
+
+void ServerMetrics::add(const std::string& name, double v, const std::string& label) {
+  std::lock_guard lock(mutex_);
+  auto it = counters_.find(name);
+  if (it == counters_.end()) throw Error("metrics: unknown counter " + name);
+  it->second.values[label] += v;
+}
+
+void ServerMetrics::set(const std::string& name, double v) {
+  std::lock_guard lock(mutex_);
+  auto it = gauges_.find(name);
+  if (it == gauges_.end()) throw Error("metrics: unknown gauge " + name);
+  it->second.values[""] = v;
+}
+
+std::string ServerMetrics::render() const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  auto family = [&](const std::string& name, const Family& f, const char* type) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, f.help, name, type);
+    if (f.values.empty()) out += fmt::format("{} 0\n", name);
+    for (const auto& [label, v] : f.values)
+      out += label.empty() ? fmt::format("{} {}\n", name, number(v))
+                           : fmt::format("{}{{{}=\"{}\"}} {}\n", name, f.label_name, label, number(v));
+  };
+  for (const auto& [name, f] : counters_) family(name, f, "counter");
+  for (const auto& [name, f] : gauges_) family(name, f, "gauge");
+  for (const auto& [name, h] : histograms_) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, h.help, name);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.bounds.size(); i++) {
+      cumulative += h.counts[i];
+      out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, number(h.bounds[i]), cumulative);
+    }
+    cumulative += h.counts.back();
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cumulative, name, number(h.sum),
+                       name, h.count);
+  }
+  return out;
+}
+
+}  // namespace kestrel

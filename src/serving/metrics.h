@@ -1,0 +1,40 @@
+#pragma once
+// The server's metrics in Prometheus' text exposition format (version
+// 0.0.4): counters end in _total, durations are histograms in seconds, one
+// HELP and TYPE line per family. Thread-safe: the engine thread records,
+// HTTP threads render.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kestrel {
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+
+  void observe(const std::string& histogram, double seconds);
+  void add(const std::string& counter, double v = 1.0, const std::string& label = "");
+  void set(const std::string& gauge, double v);
+  std::string render() const;
+
+ private:
+  struct Histogram {
+    std::string help;
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  // per bucket (not cumulative), last = +Inf
+    double sum = 0;
+    uint64_t count = 0;
+  };
+  struct Family {
+    std::string help, label_name;
+    std::map<std::string, double> values;  // label value ("" for none) -> value
+  };
+  mutable std::mutex mutex_;
+  std::map<std::string, Histogram> histograms_;
+  std::map<std::string, Family> counters_, gauges_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,199 @@
+#include "serving/openai_api.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "core/error.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError bad(const std::string& param, const std::string& message) {
+  return ApiError{400, message, param, "invalid_request_error", ""};
+}
+
+double number(const json& j, const char* key, double lo, double hi, double dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_number()) throw bad(key, fmt::format("'{}' must be a number", key));
+  const double v = j[key].get<double>();
+  if (!(v >= lo && v <= hi)) throw bad(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
+  return v;
+}
+
+int64_t integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_number_integer()) throw bad(key, fmt::format("'{}' must be an integer", key));
+  const auto v = j[key].get<int64_t>();
+  if (v < lo || v > hi) throw bad(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
+  return v;
+}
+
+bool boolean(const json& j, const char* key, bool dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_boolean()) throw bad(key, fmt::format("'{}' must be true or false", key));
+  return j[key].get<bool>();
+}
+
+std::vector<std::string> stops(const json& j) {
+  if (!j.contains("stop") || j["stop"].is_null()) return {};
+  const json& s = j["stop"];
+  std::vector<std::string> out;
+  if (s.is_string())
+    out.push_back(s.get<std::string>());
+  else if (s.is_array() && s.size() <= 4) {
+    for (const auto& x : s) {
+      if (!x.is_string()) throw bad("stop", "'stop' must be a string or an array of up to 4 strings");
+      out.push_back(x.get<std::string>());
+    }
+  } else {
+    throw bad("stop", "'stop' must be a string or an array of up to 4 strings");
+  }
+  for (const auto& x : out)
+    if (x.empty()) throw bad("stop", "'stop' strings must not be empty");
+  return out;
+}
+
+std::string message_content(const json& m, size_t i) {
+  const std::string param = fmt::format("messages[{}].content", i);
+  if (!m.contains("content") || m["content"].is_null()) throw bad(param, fmt::format("'{}' is missing", param));
+  const json& c = m["content"];
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) throw bad(param, fmt::format("'{}' must be a string or an array of text parts", param));
+  std::string text;
+  for (const auto& part : c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad(param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} (only text is supported)",
+                                   param));
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string api_error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const std::exception& e) {
+    throw bad("", fmt::format("the body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) throw bad("", "the body must be a JSON object");
+  ParsedRequest p;
+  p.chat = chat;
+  ServeRequest& r = p.serve;
+
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) throw bad("model", "'model' must be a string");
+    if (j["model"].get<std::string>() != ctx.model_name)
+      throw ApiError{404,
+                     fmt::format("the model '{}' does not exist (this server serves '{}')",
+                                 j["model"].get<std::string>(), ctx.model_name),
+                     "model", "invalid_request_error", "model_not_found"};
+  }
+  const std::string prompt_param = chat ? "messages" : "prompt";
+  if (chat) {
+    if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
+      throw bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
+    std::vector<ChatMessage> msgs;
+    for (size_t i = 0; i < j["messages"].size(); i++) {
+      const json& m = j["messages"][i];
+      const std::string rp = fmt::format("messages[{}].role", i);
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        throw bad(rp, fmt::format("'{}' must be a string", rp));
+      const std::string role = m["role"].get<std::string>();
+      if (role != "system" && role != "user" && role != "assistant")
+        throw bad(rp, fmt::format("'{}' = '{}' is not system, user or assistant", rp, role));
+      msgs.push_back({role, message_content(m, i)});
+    }
+    r.prompt = ctx.tokenizer.encode(render_chat(ctx.chat_template, msgs), true, true);
+  } else {
+    if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
+    const json& pr = j["prompt"];
+    if (pr.is_array() && pr.size() == 1 && pr[0].is_string()) {
+      r.prompt = ctx.tokenizer.encode(pr[0].get<std::string>(), true, false);
+    } else if (pr.is_string()) {
+      if (pr.get<std::string>().empty()) throw bad("prompt", "'prompt' is empty");
+      r.prompt = ctx.tokenizer.encode(pr.get<std::string>(), true, false);
+    } else if (pr.is_array() && !pr.empty() && pr[0].is_number_integer()) {
+      const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
+      for (const auto& t : pr) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+          throw bad("prompt", fmt::format("'prompt' token ids must be integers from 0 to {}", n_vocab - 1));
+        r.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+    } else {
+      throw bad("prompt",
+                "'prompt' must be a string, a one-string array or an array of token ids (one prompt per request)");
+    }
+  }
+  if (r.prompt.empty()) throw bad(prompt_param, fmt::format("'{}' gives no tokens", prompt_param));
+  const auto n_prompt = static_cast<int64_t>(r.prompt.size());
+  if (n_prompt >= ctx.n_ctx)
+    throw ApiError{400,
+                   fmt::format("the prompt has {} tokens but the context holds {} (with room for at least one more)",
+                               n_prompt, ctx.n_ctx),
+                   prompt_param, "invalid_request_error", "context_length_exceeded"};
+
+  const char* max_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const int64_t room = ctx.n_ctx - n_prompt;
+  const bool max_given = j.contains(max_key) && !j[max_key].is_null();
+  r.max_tokens = integer(j, max_key, 1, int64_t{1} << 30, chat ? room : std::min<int64_t>(16, room));
+  if (max_given && r.max_tokens > room)
+    throw ApiError{400,
+                   fmt::format("the prompt ({} tokens) plus '{}' ({}) exceed the context of {} tokens", n_prompt,
+                               max_key, r.max_tokens, ctx.n_ctx),
+                   max_key, "invalid_request_error", "context_length_exceeded"};
+
+  SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(number(j, "temperature", 0.0, 2.0, 1.0));
+  s.top_p = static_cast<float>(number(j, "top_p", 0.0, 1.0, 1.0));
+  if (s.top_p == 0.0f) throw bad("top_p", "'top_p' must be greater than 0");
+  s.top_k = static_cast<int>(integer(j, "top_k", -1, 1 << 20, 0));
+  if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
+  s.min_p = static_cast<float>(number(j, "min_p", 0.0, 1.0, 0.0));
+  s.presence_penalty = static_cast<float>(number(j, "presence_penalty", -2.0, 2.0, 0.0));
+  s.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", -2.0, 2.0, 0.0));
+  s.repeat_penalty = static_cast<float>(number(j, "repetition_penalty", 0.01, 10.0, 1.0));
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    s.seed = static_cast<uint64_t>(integer(j, "seed", INT64_MIN, INT64_MAX, 0));
+  } else {
+    s.seed = std::random_device{}();
+  }
+  if (integer(j, "n", 1, 1, 1) != 1) throw bad("n", "'n' must be 1");
+  r.stop = stops(j);
+  r.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
+  r.ignore_eos = boolean(j, "ignore_eos", false);
+  if (chat) {
+    if (boolean(j, "logprobs", false))
+      r.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));
+    else if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
+      throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  } else {
+    r.top_logprobs = static_cast<int>(integer(j, "logprobs", 0, 20, -1));
+    if (boolean(j, "echo", false)) throw bad("echo", "'echo' is not supported");
+  }
+  p.stream = boolean(j, "stream", false);
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    if (!j["stream_options"].is_object()) throw bad("stream_options", "'stream_options' must be an object");
+    p.include_usage_chunk = boolean(j["stream_options"], "include_usage", false);
+  }
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw bad("", e.what());
+  }
+  return p;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,44 @@
+#pragma once
+// The OpenAI-compatible request side: JSON bodies of /v1/completions and
+// /v1/chat/completions checked field by field into a ServeRequest. Every
+// problem is an ApiError naming the field, turned into a 4xx response with
+// an OpenAI-style error body.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serving/chat_template.h"
+#include "serving/serving_engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  // the offending field ("" when none)
+  std::string type = "invalid_request_error";
+  std::string code;  // e.g. "model_not_found", "context_length_exceeded"
+};
+
+// {"error": {"message", "type", "param", "code"}}
+std::string api_error_body(const ApiError& e);
+
+struct ApiContext {
+  const Tokenizer& tokenizer;
+  std::string model_name;
+  ChatTemplate chat_template;
+  int64_t n_ctx;
+};
+
+struct ParsedRequest {
+  ServeRequest serve;
+  bool stream = false;
+  bool chat = false;
+  bool include_usage_chunk = false;  // stream_options.include_usage
+};
+
+// Throws ApiError. body: the raw request body.
+ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat);
+
+}  // namespace kestrel

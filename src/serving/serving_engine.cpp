@@ -1,0 +1,288 @@
+#include "serving/serving_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+void RequestChannel::push(StreamEvent e) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+std::vector<StreamEvent> RequestChannel::pop(int timeout_ms) {
+  std::unique_lock lock(mutex_);
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); });
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics)
+    : e_(engine), c_(config), metrics_(metrics), sched_(config.scheduler), t0_(std::chrono::steady_clock::now()) {
+  if (config.scheduler.block_size != e_.kv->block_size())
+    throw Error("serving: the scheduler's block size must be the KV cache's");
+  if (config.scheduler.max_batch_tokens > e_.model->max_batch_tokens())
+    throw Error(fmt::format("serving: --max-batch-tokens {} exceeds the model's planned batch of {}",
+                            config.scheduler.max_batch_tokens, e_.model->max_batch_tokens()));
+  logits_.resize(static_cast<size_t>(config.scheduler.max_batch_size) * e_.model->config().n_vocab);
+  metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
+  thread_ = std::thread([this] { loop(); });
+}
+
+ServingEngine::~ServingEngine() { shutdown(0); }
+
+double ServingEngine::now_ms() const {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+std::shared_ptr<RequestChannel> ServingEngine::submit(ServeRequest r) {
+  if (!accepting_) return nullptr;
+  // A request must fit in the pool on its own, whole, or it could never finish.
+  const int64_t need = sched_.blocks_for(static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
+  if (need > e_.kv->n_blocks())
+    throw Error(
+        fmt::format("the prompt ({} tokens) plus max_tokens ({}) need {} KV blocks but the cache holds {} "
+                    "(lower max_tokens or raise --kv-cache-mem)",
+                    r.prompt.size(), r.max_tokens, need, e_.kv->n_blocks()));
+  if (queued_.load() >= c_.max_queue) return nullptr;
+  auto a = std::make_unique<Active>();
+  a->req = std::move(r);
+  a->channel = std::make_shared<RequestChannel>();
+  a->arrival_ms = now_ms();
+  auto ch = a->channel;
+  {
+    std::lock_guard lock(mutex_);
+    inbox_.push_back(std::move(a));
+  }
+  queued_++;
+  wake_.notify_all();
+  return ch;
+}
+
+void ServingEngine::shutdown(int deadline_ms) {
+  accepting_ = false;
+  if (!thread_.joinable()) return;
+  deadline_ms_ = static_cast<int64_t>(now_ms()) + deadline_ms;
+  stop_ = true;
+  wake_.notify_all();
+  thread_.join();
+}
+
+void ServingEngine::update_gauges() {
+  metrics_.set("kestrel_requests_running", sched_.n_running());
+  metrics_.set("kestrel_requests_waiting", sched_.n_waiting() + static_cast<double>(inbox_.size()));
+  metrics_.set("kestrel_kv_blocks_used", e_.kv->n_used_blocks());
+}
+
+void ServingEngine::admit_new(double now) {
+  std::vector<std::unique_ptr<Active>> fresh;
+  {
+    std::lock_guard lock(mutex_);
+    fresh.swap(inbox_);
+  }
+  for (auto& a : fresh) {
+    a->id = next_id_++;
+    a->seq = static_cast<int32_t>(a->id & 0x7fffffff);
+    a->tokens = a->req.prompt;
+    SamplingParams sp = a->req.sampling;
+    a->sampler = std::make_unique<Sampler>(sp, e_.model->config().n_vocab);
+    a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back());
+    metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->req.prompt.size()));
+    SchedRequest r;
+    r.id = a->id;
+    r.priority = a->req.priority;
+    r.arrival_ms = a->arrival_ms;
+    r.prompt_tokens = static_cast<int64_t>(a->tokens.size());
+    sched_.add(r);
+    const int64_t id = a->id;
+    active_[id] = std::move(a);
+  }
+  (void)now;
+}
+
+void ServingEngine::finish(Active& a, const std::string& reason, const std::string& error) {
+  StreamEvent end;
+  if (reason != "error" && reason != "cancelled") {
+    bool stopped = false;
+    end.text = a.text->finish(stopped);
+  }
+  end.done = true;
+  end.finish_reason = reason;
+  end.error = error;
+  end.prompt_tokens = static_cast<int64_t>(a.req.prompt.size());
+  end.completion_tokens = a.generated;
+  end.cached_tokens = a.cached;
+  a.channel->push(std::move(end));
+  metrics_.add("kestrel_requests_total", 1, reason);
+  if (reason != "error" && reason != "cancelled")
+    metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
+  e_.kv->erase(a.seq);
+  sched_.remove(a.id);
+  queued_ = std::max(0, queued_.load() - (a.first_step_ms < 0 ? 1 : 0));
+  active_.erase(a.id);  // a is gone after this
+}
+
+void ServingEngine::preempt(Active& a) {
+  // Its KV is dropped; the tokens so far (prompt + generated) are recomputed
+  // when it is admitted again, and generation continues where it stopped.
+  e_.kv->erase(a.seq);
+  a.computed = 0;
+  metrics_.add("kestrel_preemptions_total");
+}
+
+void ServingEngine::sample(Active& a, const float* row, double now) {
+  std::vector<float> logits(row, row + e_.model->config().n_vocab);
+  StreamEvent ev;
+  float lse = 0;  // log-sum-exp of the raw logits, with logprobs
+  if (a.req.top_logprobs >= 0) {
+    // Log-softmax of the raw logits (before penalties and temperature), as OpenAI reports them.
+    const float m = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float x : logits) sum += std::exp(static_cast<double>(x - m));
+    lse = m + static_cast<float>(std::log(sum));
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>(i);
+    const auto n_top = std::min<size_t>(static_cast<size_t>(a.req.top_logprobs), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_top), ids.end(),
+                      [&](int32_t x, int32_t y) { return logits[x] > logits[y]; });
+    for (size_t i = 0; i < n_top; i++)
+      ev.top.push_back({ids[i], e_.tokenizer->token_to_piece(ids[i]), logits[ids[i]] - lse});
+  }
+  const std::vector<float> raw = a.req.top_logprobs >= 0 ? logits : std::vector<float>{};
+  const int32_t tok = a.sampler->sample(logits.data(), a.tokens);
+  if (a.first_step_ms >= 0 && a.generated == 0)
+    metrics_.observe("kestrel_time_to_first_token_seconds", (now - a.arrival_ms) / 1000);
+  if (a.last_token_ms >= 0) metrics_.observe("kestrel_inter_token_latency_seconds", (now - a.last_token_ms) / 1000);
+  a.last_token_ms = now;
+  if (!a.req.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
+    finish(a, "stop");
+    return;
+  }
+  a.tokens.push_back(tok);
+  a.generated++;
+  metrics_.add("kestrel_generation_tokens_total");
+  sched_.add_generated(a.id);
+  bool stopped = false;
+  ev.text = a.text->push(tok, stopped);
+  ev.has_token = true;
+  ev.token.token = tok;
+  ev.token.text = e_.tokenizer->token_to_piece(tok);
+  if (!raw.empty()) ev.token.logprob = raw[tok] - lse;
+  a.channel->push(std::move(ev));
+  if (stopped)
+    finish(a, "stop");
+  else if (a.generated >= a.req.max_tokens || static_cast<int64_t>(a.tokens.size()) >= e_.n_ctx)
+    finish(a, "length");
+}
+
+void ServingEngine::step(double now) {
+  StepPlan plan = sched_.plan(now, e_.kv->n_free_blocks());
+  for (int64_t id : plan.preempted)
+    if (auto it = active_.find(id); it != active_.end()) preempt(*it->second);
+  if (plan.items.empty()) {
+    if (plan.wait_ms > 0) {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, std::chrono::duration<double, std::milli>(plan.wait_ms),
+                     [&] { return !inbox_.empty() || stop_; });
+    }
+    return;
+  }
+  Batch batch;
+  struct Row {
+    Active* a;
+    int64_t n;
+    bool logits;
+  };
+  std::vector<Row> rows;
+  for (const auto& item : plan.items) {
+    auto it = active_.find(item.id);
+    if (it == active_.end()) continue;
+    Active& a = *it->second;
+    if (a.first_step_ms < 0) {
+      a.first_step_ms = now;
+      metrics_.observe("kestrel_request_queue_time_seconds", (now - a.arrival_ms) / 1000);
+      queued_ = std::max(0, queued_.load() - 1);
+    }
+    const auto total = static_cast<int64_t>(a.tokens.size());
+    if (a.computed == 0) {
+      // A fresh sequence: reuse the cached blocks of its longest known prefix.
+      const auto before = e_.kv->prefix_stats();
+      a.computed = e_.kv->share_prefix(a.seq, a.tokens.data(), total);
+      if (a.generated == 0) a.cached = a.computed;
+      const auto after = e_.kv->prefix_stats();
+      metrics_.add("kestrel_prefix_cache_queries_total",
+                   static_cast<double>(after.queried_blocks - before.queried_blocks));
+      metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(after.hit_blocks - before.hit_blocks));
+    }
+    const int64_t n = std::min(item.n_tokens, total - a.computed);
+    if (n <= 0) continue;
+    try {
+      e_.kv->reserve(a.seq, a.computed + n);
+    } catch (const Error&) {
+      // The plan's block arithmetic cannot see shared blocks: if the pool is
+      // short after all, this request steps back and recomputes later.
+      preempt(a);
+      sched_.advance(a.id, 0, 0);
+      if (SchedRequest* r = sched_.find(a.id)) r->running = false;
+      continue;
+    }
+    const bool last = a.computed + n == total;
+    for (int64_t i = a.computed; i < a.computed + n; i++)
+      batch.add(a.tokens[i], static_cast<int32_t>(i), a.seq, last && i == total - 1);
+    rows.push_back({&a, n, last});
+  }
+  if (batch.size() == 0) return;
+  metrics_.set("kestrel_batch_size", static_cast<double>(rows.size()));
+  metrics_.set("kestrel_batch_tokens", static_cast<double>(batch.size()));
+  e_.model->forward(batch, *e_.kv, logits_.data());
+  const int64_t nv = e_.model->config().n_vocab;
+  int64_t logit_row = 0;
+  const double done_ms = now_ms();
+  for (const Row& r : rows) {
+    Active& a = *r.a;
+    a.computed += r.n;
+    e_.kv->publish_prefix(a.seq, a.tokens.data(), a.computed);
+    sched_.advance(a.id, a.computed, sched_.blocks_for(e_.kv->length(a.seq)));
+    if (r.logits) sample(a, logits_.data() + (logit_row++) * nv, done_ms);  // may finish (and free) a
+  }
+}
+
+void ServingEngine::loop() {
+  for (;;) {
+    const double now = now_ms();
+    admit_new(now);
+    // Cancelled requests (client gone) and, past the shutdown deadline, everyone.
+    const bool past_deadline = stop_ && now >= static_cast<double>(deadline_ms_.load());
+    std::vector<int64_t> cancel;
+    for (const auto& [id, a] : active_)
+      if (a->channel->cancelled() || past_deadline) cancel.push_back(id);
+    for (int64_t id : cancel) finish(*active_.at(id), "cancelled");
+    update_gauges();
+    if (active_.empty()) {
+      if (stop_) return;
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !inbox_.empty() || stop_; });
+      continue;
+    }
+    try {
+      step(now);
+    } catch (const std::exception& ex) {
+      // A failed step fails its requests, never the server.
+      std::vector<int64_t> ids;
+      for (const auto& [id, a] : active_) ids.push_back(id);
+      for (int64_t id : ids) finish(*active_.at(id), "error", ex.what());
+    }
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,133 @@
+#pragma once
+// The engine side of the server: one thread runs steps. Requests arrive
+// through submit() from any thread; each step the scheduler plans which run
+// how many tokens, one batched forward runs them all, and every request's
+// new text goes back through its own channel. Nothing an HTTP thread does
+// blocks a step, and a step never waits on a client.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "runtime/text_stream.h"
+#include "serving/metrics.h"
+#include "serving/scheduler.h"
+
+namespace kestrel {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  std::string text;
+  float logprob = 0;
+};
+
+// What a request sends back, in order: pieces of text, then one end.
+struct StreamEvent {
+  std::string text;  // new final text (may be empty with a token)
+  bool has_token = false;
+  TokenLogprob token;             // the token and its logprob (with logprobs)
+  std::vector<TokenLogprob> top;  // the top-n alternatives (with logprobs)
+  bool done = false;
+  std::string finish_reason;                                            // "stop", "length", "cancelled", "error"
+  std::string error;                                                    // with finish_reason "error"
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with done
+};
+
+// One request's mailbox: the engine pushes, the HTTP thread pops.
+class RequestChannel {
+ public:
+  void push(StreamEvent e);
+  // Waits up to timeout_ms for events; returns what is queued (maybe nothing).
+  std::vector<StreamEvent> pop(int timeout_ms);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct ServeRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int priority = 0;
+  int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
+};
+
+struct ServingConfig {
+  SchedulerConfig scheduler;
+  int max_queue = 256;  // waiting requests beyond which submit() refuses (HTTP 503)
+};
+
+class ServingEngine {
+ public:
+  ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics);
+  ~ServingEngine();
+
+  // Queues a request (validated by the caller against the context). Returns
+  // its channel, or null when the queue is full. Throws Error when it can
+  // never fit in the KV cache.
+  std::shared_ptr<RequestChannel> submit(ServeRequest r);
+  // Stops taking requests; in-flight ones finish until the deadline, then
+  // are cancelled. Joins the engine thread.
+  void shutdown(int deadline_ms);
+
+  int64_t n_ctx() const { return e_.n_ctx; }
+  const Engine& engine() const { return e_; }
+
+ private:
+  struct Active {
+    int64_t id = 0;
+    int32_t seq = 0;
+    ServeRequest req;
+    std::shared_ptr<RequestChannel> channel;
+    std::vector<int32_t> tokens;  // prompt + generated
+    int64_t computed = 0;
+    int64_t generated = 0;
+    int64_t cached = 0;  // prompt tokens served from the prefix cache
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<TextStream> text;
+    double arrival_ms = 0, first_step_ms = -1, last_token_ms = -1;
+  };
+
+  void loop();
+  void admit_new(double now);
+  void step(double now);
+  void sample(Active& a, const float* logits, double now);
+  void finish(Active& a, const std::string& reason, const std::string& error = "");
+  void preempt(Active& a);
+  double now_ms() const;
+  void update_gauges();
+
+  Engine& e_;
+  ServingConfig c_;
+  ServerMetrics& metrics_;
+  Scheduler sched_;
+  std::unordered_map<int64_t, std::unique_ptr<Active>> active_;
+  std::vector<std::unique_ptr<Active>> inbox_;  // guarded by mutex_
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<bool> accepting_{true};
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> deadline_ms_{-1};
+  std::atomic<int> queued_{0};  // inbox + waiting, for the 503 check
+  int64_t next_id_ = 1;
+  std::vector<float> logits_;
+  std::chrono::steady_clock::time_point t0_;
+  std::thread thread_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,439 @@
+// `kestrel serve` end to end: a real server process on loopback, driven by
+// an HTTP client. Greedy text equals the in-process generator's; concurrent
+// clients (streaming or not) get exactly what a single client gets; a table
+// of bad requests gets 4xx errors naming the field while the server keeps
+// serving; random bodies never crash it; prefix caching reports hits without
+// changing results; /metrics parses as Prometheus text; SIGTERM drains.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "runtime/engine.h"
+#include "runtime/generator.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+const std::string kStories = test::shared("models/stories260K.gguf");
+
+// A `kestrel serve` child process on a free port.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> args) {
+    log_ = dir_.file("serve.log");
+    args.insert(args.begin(), {KESTREL_BINARY, "serve", "--port", "0", "-t", "2"});
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::freopen(log_.c_str(), "w", stderr);
+      std::freopen("/dev/null", "w", stdout);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    // The port is printed once the socket is bound.
+    const std::regex re("on http://127\\.0\\.0\\.1:([0-9]+)");
+    for (int i = 0; i < 200 && port_ == 0; i++) {
+      std::smatch m;
+      std::ifstream f(log_);  // the child may not have created it yet
+      const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (std::regex_search(log, m, re))
+        port_ = std::stoi(m[1]);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (port_ == 0) ADD_FAILURE() << "server did not start: " << log();
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // SIGTERM, then the exit status (or -1 if it did not exit within the timeout).
+  int terminate(int timeout_ms) {
+    kill(pid_, SIGTERM);
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  std::string log() const {
+    std::ifstream f(log_);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  int port() const { return port_; }
+
+ private:
+  test::TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+json post(const httplib::Client& c_in, const std::string& path, const json& body, int* status = nullptr) {
+  auto& c = const_cast<httplib::Client&>(c_in);
+  auto r = c.Post(path, body.dump(), "application/json");
+  if (!r) {
+    ADD_FAILURE() << "no response for " << body.dump();
+    return {};
+  }
+  if (status) *status = r->status;
+  return json::parse(r->body);
+}
+
+// The text of a streamed completion (deltas joined) and its final chunk.
+std::string stream_text(httplib::Client& c, const std::string& path, json body, json* last = nullptr,
+                        bool* done = nullptr) {
+  body["stream"] = true;
+  std::string raw;
+  auto r = c.Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  raw = r->body;
+  std::string text;
+  size_t at = 0;
+  bool saw_done = false;
+  while ((at = raw.find("data: ", at)) != std::string::npos) {
+    const size_t end = raw.find("\n\n", at);
+    const std::string data = raw.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      saw_done = true;
+      continue;
+    }
+    const json chunk = json::parse(data);
+    if (chunk["choices"].empty()) continue;
+    const json& ch = chunk["choices"][0];
+    if (ch.contains("text")) text += ch["text"].get<std::string>();
+    if (ch.contains("delta") && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+    if (last) *last = chunk;
+  }
+  if (done) *done = saw_done;
+  return text;
+}
+
+std::string reference_text(const std::string& model, const std::string& prompt, int max_tokens) {
+  EngineOptions o;
+  o.model_path = model;
+  o.n_threads = 1;
+  o.n_ctx = 256;
+  Engine e = Engine::load(o);
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = 0.0f;
+  return generate(e, e.tokenizer->encode(prompt, true, false), p).text;
+}
+
+TEST(Server, CompletionsMatchTheGeneratorAndConcurrentClientsMatchASingleOne) {
+  ServerProcess s({"-m", kStories, "-c", "256", "--max-batch-size", "8"});
+  auto c = s.client();
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Tom", "The cat sat", "One day, a little"};
+  std::vector<std::string> single;
+  for (const auto& p : prompts) {
+    int status = 0;
+    const json r = post(c, "/v1/completions", {{"prompt", p}, {"max_tokens", 40}, {"temperature", 0}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["object"], "text_completion");
+    EXPECT_EQ(r["usage"]["completion_tokens"].get<int>() + r["usage"]["prompt_tokens"].get<int>(),
+              r["usage"]["total_tokens"].get<int>());
+    single.push_back(r["choices"][0]["text"]);
+  }
+  EXPECT_EQ(single[0], reference_text(kStories, prompts[0], 40));
+
+  // 12 clients at once, half streaming: each gets exactly its single-client text.
+  std::vector<std::string> got(12);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 12; i++)
+    clients.emplace_back([&, i] {
+      auto cl = s.client();
+      const json body = {{"prompt", prompts[i % 4]}, {"max_tokens", 40}, {"temperature", 0}};
+      if (i % 2)
+        got[i] = stream_text(cl, "/v1/completions", body);
+      else
+        got[i] = post(cl, "/v1/completions", body)["choices"][0]["text"];
+    });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 12; i++) EXPECT_EQ(got[i], single[i % 4]) << "client " << i;
+  EXPECT_THAT(s.log(), HasSubstr("40 generated tokens"));
+}
+
+TEST(Server, StreamingChatAndCompletionFormats) {
+  ServerProcess s({"-m", kStories, "-c", "256"});
+  auto c = s.client();
+  const json chat = {
+      {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
+      {"max_tokens", 12},
+      {"temperature", 0}};
+  int status = 0;
+  const json full = post(c, "/v1/chat/completions", chat, &status);
+  ASSERT_EQ(status, 200) << full.dump();
+  EXPECT_EQ(full["object"], "chat.completion");
+  EXPECT_EQ(full["choices"][0]["message"]["role"], "assistant");
+  json last;
+  bool done = false;
+  EXPECT_EQ(stream_text(c, "/v1/chat/completions", chat, &last, &done), full["choices"][0]["message"]["content"]);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(last["object"], "chat.completion.chunk");
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(last["usage"]["completion_tokens"], 12);
+
+  // Logprobs: the chosen token's and the top 3, from a proper distribution.
+  const json lp =
+      post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 3}});
+  const json& l = lp["choices"][0]["logprobs"];
+  ASSERT_EQ(l["tokens"].size(), 3u);
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_LE(l["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(l["top_logprobs"][i].size(), 3u);
+    // Greedy: the chosen token is the most likely one.
+    double best = -1e9;
+    for (const auto& [tok, v] : l["top_logprobs"][i].items()) best = std::max(best, v.get<double>());
+    EXPECT_NEAR(l["token_logprobs"][i].get<double>(), best, 1e-5);
+  }
+  // Stop strings end the text before them.
+  const json st = post(c, "/v1/completions",
+                       {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"stop", "Lily"}});
+  EXPECT_EQ(st["choices"][0]["finish_reason"], "stop");
+  EXPECT_THAT(st["choices"][0]["text"].get<std::string>(), ::testing::Not(HasSubstr("Lily")));
+  // /v1/models and /health.
+  auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "stories260K.gguf");
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
+TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
+  ServerProcess s({"-m", kStories, "-c", "128"});
+  auto c = s.client();
+  struct Bad {
+    std::string path, body;
+    int status;
+    std::string param;
+  };
+  const std::string long_prompt(2000, 'a');
+  const std::vector<Bad> table = {
+      {"/v1/completions", "{not json", 400, ""},
+      {"/v1/completions", "[1, 2]", 400, ""},
+      {"/v1/completions", R"({"max_tokens": 5})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": ""})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": 42})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": [1, 99999]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": "ten"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 0})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 500})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "temperature": 3})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": "hi", "temperature": "hot"})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": "hi", "top_p": 1.5})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": "hi", "n": 2})", 400, "n"},
+      {"/v1/completions", R"({"prompt": "hi", "stop": [1]})", 400, "stop"},
+      {"/v1/completions", R"({"prompt": "hi", "presence_penalty": 9})", 400, "presence_penalty"},
+      {"/v1/completions", R"({"prompt": "hi", "stream": "yes"})", 400, "stream"},
+      {"/v1/completions", R"({"prompt": "hi", "priority": 1.5})", 400, "priority"},
+      {"/v1/completions", R"({"prompt": "hi", "logprobs": 50})", 400, "logprobs"},
+      {"/v1/completions", R"({"prompt": "hi", "model": "gpt-9"})", 404, "model"},
+      {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400, "prompt"},
+      {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "messages[0].role"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user"}]})", 400, "messages[0].content"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400,
+       "top_logprobs"},
+  };
+  for (const auto& b : table) {
+    auto r = c.Post(b.path, b.body, "application/json");
+    ASSERT_TRUE(r) << b.body;
+    EXPECT_EQ(r->status, b.status) << b.body << " -> " << r->body;
+    const json e = json::parse(r->body);
+    ASSERT_TRUE(e.contains("error")) << r->body;
+    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+    if (!b.param.empty()) {
+      EXPECT_EQ(e["error"]["param"], b.param) << b.body;
+    }
+  }
+  auto nf = c.Get("/v1/nothing");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_TRUE(json::parse(nf->body).contains("error"));
+  auto big = c.Post("/v1/completions", std::string(5 << 20, 'x'), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  // Still serving.
+  int status = 0;
+  post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 5}}, &status);
+  EXPECT_EQ(status, 200);
+}
+
+TEST(Server, RandomBodiesNeverCrashIt) {
+  ServerProcess s({"-m", kStories, "-c", "128"});
+  auto c = s.client();
+  std::mt19937 rng(7);
+  const std::vector<std::string> keys = {"prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "stop",
+                                         "seed",   "stream",   "logprobs",   "priority",    "n",     "min_p", "model"};
+  auto value = [&](int depth) -> json {
+    switch (rng() % 8) {
+      case 0:
+        return static_cast<int64_t>(rng()) - (1ll << 31);
+      case 1:
+        return std::uniform_real_distribution<double>(-5, 5)(rng);
+      case 2:
+        return std::string(rng() % 20, static_cast<char>('a' + rng() % 26));
+      case 3:
+        return rng() % 2 == 0;
+      case 4:
+        return nullptr;
+      case 5:
+        return json::array({static_cast<int>(rng() % 600), "x"});
+      case 6:
+        return depth ? json::object() : json{{"role", "user"}, {"content", "hi"}};
+      default:
+        return static_cast<int>(rng() % 40);
+    }
+  };
+  int ok = 0;
+  for (int i = 0; i < 150; i++) {
+    // A valid request with 0 to 3 fields replaced by random values.
+    const bool chat = rng() % 2;
+    json body = {{"max_tokens", 4}};
+    if (chat)
+      body["messages"] = json::array({{{"role", "user"}, {"content", "hi"}}});
+    else
+      body["prompt"] = "Once";
+    for (int k = static_cast<int>(rng() % 4); k > 0; k--) body[keys[rng() % keys.size()]] = value(0);
+    const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+    std::string raw = body.dump();
+    if (rng() % 10 == 0) raw.resize(rng() % (raw.size() + 1));  // truncated JSON
+    auto r = c.Post(path, raw, "application/json");
+    ASSERT_TRUE(r) << "no response (crash?) for " << raw;
+    EXPECT_TRUE(r->status == 200 || (r->status >= 400 && r->status < 500)) << r->status << " for " << raw;
+    ok += r->status == 200;
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
+TEST(Server, PrefixCacheHitsWithoutChangingResultsAndMetricsParse) {
+  ServerProcess s({"-m", kStories, "-c", "256", "--kv-block-size", "8"});
+  auto c = s.client();
+  const std::string prefix = "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+  const json a = post(c, "/v1/completions", {{"prompt", prefix + "One day"}, {"max_tokens", 20}, {"temperature", 0}});
+  const json b = post(c, "/v1/completions", {{"prompt", prefix + "One day"}, {"max_tokens", 20}, {"temperature", 0}});
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GT(b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 8);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_THAT(m->get_header_value("Content-Type"), HasSubstr("text/plain"));
+  // Every line: a comment, or `name{labels} value` with a float value; histograms cumulative.
+  const std::regex sample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (-?[0-9.e+-]+|\+Inf|NaN)$)");
+  std::istringstream in(m->body);
+  std::string line;
+  std::map<std::string, double> values;
+  double last_bucket = -1;
+  int samples = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) continue;
+    std::smatch mm;
+    ASSERT_TRUE(std::regex_match(line, mm, sample)) << line;
+    const double v = std::stod(mm[3]);
+    values[mm[1].str() + mm[2].str()] = v;
+    samples++;
+    if (mm[1].str().find("_bucket") != std::string::npos) {
+      if (mm[2].str() == R"({le="0.001"})") last_bucket = -1;
+      EXPECT_GE(v, last_bucket) << line;
+      last_bucket = v;
+    }
+  }
+  EXPECT_GT(samples, 40);
+  EXPECT_EQ(values["kestrel_requests_total{outcome=\"length\"}"], 2);
+  EXPECT_EQ(values["kestrel_generation_tokens_total"], 40);
+  EXPECT_GT(values["kestrel_prefix_cache_hits_total"], 0);
+  EXPECT_EQ(values["kestrel_time_to_first_token_seconds_count"], 2);
+  EXPECT_EQ(values["kestrel_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], 2);
+  EXPECT_GT(values["kestrel_kv_blocks_total"], 0);
+}
+
+TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
+  ServerProcess s({"-m", kStories, "-c", "256", "--shutdown-timeout", "5"});
+  {
+    // Start a long stream over a raw socket, read its first bytes, then drop the connection.
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(s.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string body =
+        json{{"prompt", "Once"}, {"max_tokens", 200}, {"temperature", 0.8}, {"stream", true}, {"ignore_eos", true}}
+            .dump();
+    const std::string req =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    char buf[256];
+    ASSERT_GT(read(fd, buf, sizeof buf), 0);
+    close(fd);
+  }
+  auto c = s.client();
+  bool cancelled = false;
+  for (int i = 0; i < 50 && !cancelled; i++) {
+    cancelled = c.Get("/metrics")->body.find("kestrel_requests_total{outcome=\"cancelled\"} 1") != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(cancelled) << c.Get("/metrics")->body;
+  EXPECT_EQ(s.terminate(10000), 0) << s.log();
+  EXPECT_THAT(s.log(), HasSubstr("draining"));
+}
+
+TEST(Server, ServesDeepseekModels) {
+  const std::string model = test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf");
+  ServerProcess s({"-m", model, "-c", "256"});
+  auto c = s.client();
+  const auto ref = test::read_json(test::shared("reference/llama.cpp/deepseek3-tiny.f32.json"));
+  const json body = {
+      {"prompt", ref["prompt_ids"]}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 0}, {"ignore_eos", true}};
+  int status = 0;
+  const json r = post(c, "/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  // The first tokens llama.cpp chose greedily for this prompt.
+  EngineOptions o;
+  o.model_path = model;
+  o.n_threads = 1;
+  Engine e = Engine::load(o);
+  std::string want;
+  for (int i = 0; i < 8; i++) want += e.tokenizer->token_to_piece(ref["greedy_ids"][i].get<int32_t>());
+  std::string got;
+  for (const auto& t : r["choices"][0]["logprobs"]["tokens"]) got += t.get<std::string>();
+  EXPECT_EQ(got, want);
+}
+
+}  // namespace
+}  // namespace kestrel
