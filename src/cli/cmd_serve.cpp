@@ -16,7 +16,7 @@ namespace {
 
 struct ServeFlags {
   EngineOptions engine;
-  std::string host = "127.0.0.1", policy = "fcfs", chat_template, served_name, log_format = "text";
+  std::string host = "127.0.0.1", policy = "fcfs", chat_template, served_name, log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256, http_threads = 32;
   int64_t max_batch_tokens = 512, prefill_chunk = 256;
   double kv_cache_mem_mib = 0, max_wait_ms = 0, aging_ms = 2000, shutdown_timeout_s = 30;
@@ -54,6 +54,7 @@ int run(ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   EngineOptions eo = f.engine;
+  eo.profile = !f.profile.empty();
   eo.max_batch_tokens = f.max_batch_tokens;
   eo.n_seq_max = f.max_batch_size;
   if (f.kv_cache_mem_mib > 0) eo.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_mem_mib * 1024 * 1024);
@@ -109,6 +110,10 @@ int run(ServeFlags& f) {
   // run() also returns if the listener fails; make the watcher exit in any case.
   pthread_kill(watcher.native_handle(), SIGTERM);
   watcher.join();
+  if (e.profiler) {
+    e.profiler->write_chrome_trace(f.profile);
+    fmt::print(stderr, "[kestrel] profile -> {}\n", f.profile);
+  }
   fmt::print(stderr, "[kestrel] stopped\n");
   return 0;
 }
@@ -152,6 +157,8 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s, "Seconds in-flight requests get to finish after SIGTERM")
       ->capture_default_str();
+  cmd->add_option("--profile", f.profile,
+                  "Record every operator's time per layer; the Chrome trace is written at shutdown");
   add_mla_option(cmd, f.engine.mla);
   cmd->add_flag(
       "--no-repack", [](int64_t) { f.engine.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");

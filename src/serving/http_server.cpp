@@ -13,11 +13,8 @@ namespace kestrel {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -95,23 +92,25 @@ int HttpServer::bind() {
 void HttpServer::run() { svr_->listen_after_bind(); }
 void HttpServer::stop() { svr_->stop(); }
 
-void HttpServer::log_request(int64_t id, int priority, const StreamEvent& end, double ttft_ms, double e2e_ms) {
+void HttpServer::log_request(int64_t id, int priority, const StreamEvent& end) {
   std::lock_guard lock(log_mutex_);
   if (c_.log_json) {
-    fmt::print(stderr, "{}\n",
-               dump({{"id", id},
-                     {"priority", priority},
-                     {"prompt_tokens", end.prompt_tokens},
-                     {"completion_tokens", end.completion_tokens},
-                     {"cached_tokens", end.cached_tokens},
-                     {"finish_reason", end.finish_reason},
-                     {"ttft_ms", ttft_ms},
-                     {"e2e_ms", e2e_ms}}));
+    const json line = {{"id", id},
+                       {"priority", priority},
+                       {"prompt_tokens", end.prompt_tokens},
+                       {"cached_tokens", end.cached_tokens},
+                       {"completion_tokens", end.completion_tokens},
+                       {"finish_reason", end.finish_reason},
+                       {"queue_ms", end.queue_ms},
+                       {"ttft_ms", end.ttft_ms},
+                       {"e2e_ms", end.e2e_ms}};
+    fmt::print(stderr, "{}\n", dump(line));
   } else {
-    fmt::print(
-        stderr,
-        "[kestrel] request {} priority {}: {} prompt + {} generated tokens, {} (ttft {:.1f} ms, total {:.1f} ms)\n", id,
-        priority, end.prompt_tokens, end.completion_tokens, end.finish_reason, ttft_ms, e2e_ms);
+    fmt::print(stderr,
+               "[kestrel] request {} priority {}: {} prompt ({} cached) + {} generated tokens, {} (queue {:.1f} ms, "
+               "first token {:.1f} ms, total {:.1f} ms)\n",
+               id, priority, end.prompt_tokens, end.cached_tokens, end.completion_tokens, end.finish_reason,
+               end.queue_ms, end.ttft_ms, end.e2e_ms);
   }
 }
 
@@ -134,7 +133,6 @@ void HttpServer::routes() {
   });
 
   auto completion = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
-    const auto t0 = Clock::now();
     if (draining_) {
       res.set_header("Retry-After", "5");
       return send_error(res, {503, "the server is shutting down", "", "server_error", "unavailable"});
@@ -171,18 +169,16 @@ void HttpServer::routes() {
     if (!p.stream) {
       std::string text;
       Logprobs lp;
-      double ttft = -1;
       for (;;) {
         bool done = false;
         StreamEvent end;
         for (auto& e : ch->pop(1000)) {
-          if (e.has_token && ttft < 0) ttft = ms_since(t0);
           text += e.text;
           if (want_logprobs) lp.add(e, chat);
           if (e.done) done = true, end = std::move(e);
         }
         if (!done) continue;
-        log_request(id, priority, end, ttft, ms_since(t0));
+        log_request(id, priority, end);
         if (end.finish_reason == "error")
           return send_error(res, {500, "generation failed: " + end.error, "", "server_error", ""});
         json choice = {{"index", 0},
@@ -208,7 +204,6 @@ void HttpServer::routes() {
     // cancels its request at the engine's next step.
     struct StreamState {
       bool started = false, finished = false;
-      double ttft = -1;
     };
     auto st = std::make_shared<StreamState>();
     const bool include_usage = p.include_usage_chunk;
@@ -241,7 +236,6 @@ void HttpServer::routes() {
           StreamEvent end;
           bool done = false;
           for (auto& e : events) {
-            if (e.has_token && st->ttft < 0) st->ttft = ms_since(t0);
             text += e.text;
             if (want_logprobs) lp.add(e, chat);
             if (e.done) done = true, end = std::move(e);
@@ -267,7 +261,7 @@ void HttpServer::routes() {
             return true;
           }
           st->finished = true;
-          log_request(id, priority, end, st->ttft, ms_since(t0));
+          log_request(id, priority, end);
           if (end.finish_reason == "error") {
             const std::string line =
                 "data: " + api_error_body({500, "generation failed: " + end.error, "", "server_error", ""}) + "\n\n";

@@ -41,7 +41,7 @@ class HttpServer {
 
  private:
   void routes();
-  void log_request(int64_t id, int priority, const StreamEvent& end, double ttft_ms, double e2e_ms);
+  void log_request(int64_t id, int priority, const StreamEvent& end);
 
   ServingEngine& engine_;
   ServerMetrics& metrics_;

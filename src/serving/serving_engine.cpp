@@ -122,6 +122,10 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   end.prompt_tokens = static_cast<int64_t>(a.req.prompt.size());
   end.completion_tokens = a.generated;
   end.cached_tokens = a.cached;
+  const double now = now_ms();
+  end.queue_ms = a.first_step_ms >= 0 ? a.first_step_ms - a.arrival_ms : now - a.arrival_ms;
+  end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
+  end.e2e_ms = now - a.arrival_ms;
   a.channel->push(std::move(end));
   metrics_.add("kestrel_requests_total", 1, reason);
   if (reason != "error" && reason != "cancelled")

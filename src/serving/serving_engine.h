@@ -39,6 +39,7 @@ struct StreamEvent {
   std::string finish_reason;                                            // "stop", "length", "cancelled", "error"
   std::string error;                                                    // with finish_reason "error"
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with done
+  double queue_ms = 0, ttft_ms = 0, e2e_ms = 0;  // with done: waited, first token, last event (from arrival)
 };
 
 // One request's mailbox: the engine pushes, the HTTP thread pops.
@@ -100,7 +101,7 @@ class ServingEngine {
     int64_t cached = 0;  // prompt tokens served from the prefix cache
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TextStream> text;
-    double arrival_ms = 0, first_step_ms = -1, last_token_ms = -1;
+    double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
   };
 
   void loop();

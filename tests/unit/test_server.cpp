@@ -22,6 +22,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/generator.h"
+#include "runtime/kv_cache.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -411,6 +412,72 @@ TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
   EXPECT_TRUE(cancelled) << c.Get("/metrics")->body;
   EXPECT_EQ(s.terminate(10000), 0) << s.log();
   EXPECT_THAT(s.log(), HasSubstr("draining"));
+}
+
+TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
+  // A pool of 12 blocks of 16 tokens for 6 concurrent 60-token generations:
+  // requests are preempted and recomputed, and still produce exactly the
+  // single-client text. Profiled, with JSON request logs.
+  test::TempDir dir;
+  const std::string trace = dir.file("serve.json");
+  const KvLayout l{5, 32, 32};  // stories260K: 5 layers, 4 KV heads of 8: 32-float K and V rows
+  const double block_mib = 16.0 * l.n_layer * (l.k_width + l.v_width) * 4 / (1 << 20);
+  ServerProcess s({"-m", kStories, "-c", "256", "--kv-cache-mem", std::to_string(12 * block_mib), "--log-format",
+                   "json", "--profile", trace, "--max-queue", "64"});
+  auto c = s.client();
+  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 60}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string single = post(c, "/v1/completions", body)["choices"][0]["text"];
+  std::vector<std::string> got(6);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 6; i++)
+    ts.emplace_back([&, i] {
+      auto cl = s.client();
+      got[i] = post(cl, "/v1/completions", body)["choices"][0]["text"];
+    });
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < 6; i++) EXPECT_EQ(got[i], single) << i;
+  const std::string metrics = c.Get("/metrics")->body;
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("kestrel_preemptions_total 0\n")));
+  // A request that can never fit in the pool is refused up front, naming the field.
+  int status = 0;
+  const json never = post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 250}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(never["error"]["param"], "max_tokens");
+  EXPECT_EQ(s.terminate(10000), 0);
+  // One JSON line per request, and the operator trace.
+  int json_lines = 0;
+  std::istringstream log(s.log());
+  for (std::string line; std::getline(log, line);)
+    if (!line.empty() && line[0] == '{') {
+      const json j = json::parse(line);
+      EXPECT_TRUE(j.contains("ttft_ms") && j.contains("completion_tokens") && j.contains("priority"));
+      json_lines++;
+    }
+  EXPECT_EQ(json_lines, 7);
+  EXPECT_THAT(test::read_text(trace), HasSubstr("traceEvents"));
+}
+
+TEST(Server, AFullQueueGets503WithRetryAfter) {
+  ServerProcess s({"-m", kStories, "-c", "256", "--max-queue", "1", "--max-batch-size", "1"});
+  std::atomic<int> ok{0}, busy{0};
+  std::atomic<bool> retry_after{true};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; i++)
+    ts.emplace_back([&] {
+      auto cl = s.client();
+      auto r = cl.Post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 100}, {"ignore_eos", true}}.dump(),
+                       "application/json");
+      if (!r) return;
+      if (r->status == 200) ok++;
+      if (r->status == 503) {
+        busy++;
+        retry_after = retry_after && r->has_header("Retry-After");
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(busy.load(), 1);
+  EXPECT_TRUE(retry_after.load());
 }
 
 TEST(Server, ServesDeepseekModels) {
