@@ -46,7 +46,7 @@ const std::string kTok = test::shared("models/tok512.bin");
 TEST(Cli, HelpListsEverySubcommand) {
   const auto r = kestrel({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* cmd : {"run", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report", "tune"}) {
+  for (const char* cmd : {"run", "serve", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report", "tune"}) {
     EXPECT_THAT(r.out, HasSubstr(cmd));
     EXPECT_EQ(kestrel({cmd, "--help"}).exit_code, 0) << cmd;
   }
@@ -348,6 +348,12 @@ TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
       {{"synth", "--preset", "huge", "-o", dir.file("x.gguf")}, "--preset 'huge' is not one of tiny, 1b, 7b"},
       {{"synth", "--arch", "gpt5", "-o", dir.file("x.gguf")}, "--arch 'gpt5' is not supported"},
       {{"synth", "--heads", "5", "-o", dir.file("x.gguf")}, "--dim 64 is not divisible by --heads 5"},
+      {{"serve", "-m", "/nonexistent.gguf"}, "/nonexistent.gguf: model file does not exist"},
+      {{"serve", "-m", gguf, "--port", "70000"}, "--port 70000 is out of range"},
+      {{"serve", "-m", gguf, "--scheduling-policy", "lottery"}, "--scheduling-policy 'lottery'"},
+      {{"serve", "-m", gguf, "--chat-template", "alpaca"}, "--chat-template 'alpaca'"},
+      {{"serve", "-m", gguf, "--max-batch-size", "0"}, "--max-batch-size 0 is out of range"},
+      {{"serve", "-m", gguf, "--host", "203.0.113.7", "--port", "18099"}, "cannot listen on 203.0.113.7:18099"},
       {{"frobnicate"}, "frobnicate"},
   };
   for (const auto& c : cases) {
