@@ -58,17 +58,8 @@ int run(ServeFlags& f) {
   eo.max_batch_tokens = f.max_batch_tokens;
   eo.n_seq_max = f.max_batch_size;
   if (f.kv_cache_mem_mib > 0) eo.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_mem_mib * 1024 * 1024);
+  else eo.kv_cache_max_bytes = available_memory() / 5;  // every batch slot at full context, if that fits
   Engine e = Engine::load(eo);
-  if (f.kv_cache_mem_mib == 0) {
-    // Default: every batch slot at full context, but at most a fifth of the free memory.
-    const KvLayout l = e.model->kv_layout();
-    const int64_t block_bytes = int64_t{eo.kv_block_size} * l.n_layer * (l.k_width + l.v_width) * 4;
-    const int64_t cap = available_memory() / 5 / block_bytes;
-    if (cap > 0 && cap < e.kv->n_blocks())
-      e.kv = std::make_unique<PagedKvCache>(l, static_cast<int>(cap), eo.kv_block_size,
-                                            e.kv->n_blocks() / f.max_batch_size);
-  }
-
   ServerMetrics metrics;
   ServingConfig sc;
   sc.scheduler.max_batch_tokens = f.max_batch_tokens;

@@ -78,9 +78,10 @@ Engine Engine::load(const EngineOptions& o) {
   e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
   const int64_t blocks_per_seq = (e.n_ctx + o.kv_block_size - 1) / o.kv_block_size;
   int64_t n_blocks = blocks_per_seq * o.n_seq_max;
+  const KvLayout l = e.model->kv_layout();
+  const int64_t block_bytes = int64_t{o.kv_block_size} * l.n_layer * (l.k_width + l.v_width) * 4;
+  if (o.kv_cache_max_bytes > 0) n_blocks = std::max<int64_t>(1, std::min(n_blocks, o.kv_cache_max_bytes / block_bytes));
   if (o.kv_cache_bytes > 0) {
-    const KvLayout l = e.model->kv_layout();
-    const int64_t block_bytes = int64_t{o.kv_block_size} * l.n_layer * (l.k_width + l.v_width) * 4;
     n_blocks = o.kv_cache_bytes / block_bytes;
     if (n_blocks < 1 || n_blocks > (int64_t{1} << 30))
       throw Error(fmt::format("KV cache of {} bytes holds {} blocks of {} bytes: out of range", o.kv_cache_bytes,

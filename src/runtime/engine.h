@@ -23,6 +23,7 @@ struct EngineOptions {
   int kv_block_size = 16;
   int n_seq_max = 1;              // sequences the KV pool must hold at full context
   int64_t kv_cache_bytes = 0;     // set: size the KV pool to this many bytes instead (the server)
+  int64_t kv_cache_max_bytes = 0; // set: at most this many bytes (the server's default sizing)
   bool profile = false;           // time every operator (Engine::profiler)
   bool use_mmap = false;          // map the file instead of loading it into huge pages
   bool log_fusion = false;        // print the fused operators at load
