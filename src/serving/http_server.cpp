@@ -71,6 +71,7 @@ HttpServer::HttpServer(ServingEngine& engine, ServerMetrics& metrics, const Http
   const int threads = c_.http_threads;
   svr_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr_->set_payload_max_length(c_.max_body_bytes);
+  svr_->set_tcp_nodelay(true);  // each streamed token leaves at once (Nagle would hold small chunks)
   svr_->set_read_timeout(30, 0);
   svr_->set_write_timeout(30, 0);
   routes();
@@ -130,6 +131,34 @@ void HttpServer::routes() {
               {"owned_by", "kestrel"},
               {"max_model_len", engine_.n_ctx()}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  });
+
+  // llama.cpp-style tokenizer endpoints ("content"; vLLM's "prompt" also accepted):
+  // loadtest uses them to build prompts of exact token lengths.
+  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json j = json::parse(req.body);
+      const char* key = j.contains("content") ? "content" : "prompt";
+      if (!j.is_object() || !j.contains(key) || !j[key].is_string())
+        return send_error(res, {400, "'content' must be a string", "content", "invalid_request_error", ""});
+      const bool special = j.value("add_special", true);
+      const auto ids = engine_.engine().tokenizer->encode(j[key].get<std::string>(), special, false);
+      res.set_content(dump({{"tokens", ids}, {"count", ids.size()}}), "application/json");
+    } catch (const std::exception& e) {
+      send_error(res, {400, std::string("bad /tokenize body: ") + e.what(), "", "invalid_request_error", ""});
+    }
+  });
+  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json j = json::parse(req.body);
+      const auto ids = j.at("tokens").get<std::vector<int32_t>>();
+      const auto n = static_cast<int32_t>(engine_.engine().tokenizer->vocab().size());
+      for (int32_t t : ids)
+        if (t < 0 || t >= n) return send_error(res, {400, "token id out of range", "tokens", "invalid_request_error", ""});
+      res.set_content(dump({{"content", engine_.engine().tokenizer->decode(ids)}}), "application/json");
+    } catch (const std::exception& e) {
+      send_error(res, {400, std::string("bad /detokenize body: ") + e.what(), "tokens", "invalid_request_error", ""});
+    }
   });
 
   auto completion = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -230,16 +259,11 @@ void HttpServer::routes() {
               return false;
             }
           }
+          // One chunk per generated token (as OpenAI and vLLM stream), so a
+          // client times every token even when several arrive at once.
           auto events = ch->pop(100);
           std::string text;
           Logprobs lp;
-          StreamEvent end;
-          bool done = false;
-          for (auto& e : events) {
-            text += e.text;
-            if (want_logprobs) lp.add(e, chat);
-            if (e.done) done = true, end = std::move(e);
-          }
           auto text_choice = [&](const json& finish) {
             json c = {
                 {"index", 0}, {"finish_reason", finish}, {"logprobs", want_logprobs ? lp.result(chat) : json(nullptr)}};
@@ -249,17 +273,29 @@ void HttpServer::routes() {
               c["text"] = text;
             return c;
           };
-          if (!done) {
-            if (text.empty() && lp.tokens.empty() && lp.chat.empty()) {
-              if (!sink.is_writable()) ch->cancel();  // the client left while we waited
-              return sink.is_writable();
+          StreamEvent end;
+          bool done = false;
+          for (auto& e : events) {
+            if (e.done) {
+              done = true;
+              end = std::move(e);
+              break;
             }
+            text = e.text;
+            lp.clear();
+            if (want_logprobs) lp.add(e, chat);
+            if (text.empty() && !(want_logprobs && e.has_token)) continue;  // held back (UTF-8 or a possible stop string)
             if (!chunk(text_choice(nullptr), nullptr)) {
               ch->cancel();
               return false;
             }
-            return true;
           }
+          if (!done) {
+            if (!sink.is_writable()) ch->cancel();  // the client left while we waited
+            return sink.is_writable();
+          }
+          text = end.text;  // what the end released (held-back text)
+          lp.clear();
           st->finished = true;
           log_request(id, priority, end);
           if (end.finish_reason == "error") {

@@ -1,0 +1,251 @@
+// kestrel loadtest: the percentile, throughput and goodput arithmetic on
+// timelines with known answers; arrival processes; the tool end to end
+// against a real `kestrel serve`; and misbehaving servers (errors, dropped
+// connections, stalls, unterminated streams) reported as errors, never hangs.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "core/error.h"
+#include "loadtest/load_report.h"
+#include "loadtest/load_runner.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+TEST(LoadStats, PercentilesInterpolateBetweenClosestRanks) {
+  std::vector<double> v;
+  for (int i = 100; i >= 1; i--) v.push_back(i);  // unsorted on purpose
+  const Percentiles p = percentiles(v);
+  EXPECT_EQ(p.n, 100);
+  EXPECT_DOUBLE_EQ(p.mean, 50.5);
+  EXPECT_DOUBLE_EQ(p.median, 50.5);
+  EXPECT_NEAR(p.p90, 90.1, 1e-9);  // numpy.percentile(1..100, 90)
+  EXPECT_NEAR(p.p99, 99.01, 1e-9);
+  EXPECT_NEAR(p.p999, 99.901, 1e-9);
+  EXPECT_DOUBLE_EQ(percentile({7.0}, 99), 7.0);
+  EXPECT_EQ(percentiles({}).n, 0);
+}
+
+TEST(LoadStats, ThroughputTpotErrorsAndGoodputOnAKnownTimeline) {
+  // Three good requests of 11 tokens each, over a 2-second test, and two failures.
+  std::vector<RequestRecord> rs;
+  const double ttft[] = {0.1, 0.2, 0.4}, e2e[] = {1.1, 1.2, 2.4};
+  for (int i = 0; i < 3; i++) {
+    RequestRecord r;
+    r.ok = true;
+    r.ttft_s = ttft[i];
+    r.e2e_s = e2e[i];
+    r.prompt_tokens = 20;
+    r.output_tokens = 11;
+    r.itl_s.assign(10, (e2e[i] - ttft[i]) / 10);
+    rs.push_back(r);
+  }
+  RequestRecord bad;
+  bad.error = "timeout";
+  rs.push_back(bad);
+  bad.error = "http 5xx";
+  rs.push_back(bad);
+  Slo slo;
+  slo.ttft_ms = 250;  // the third misses it
+  const LoadSummary s = summarize(rs, 2.0, slo);
+  EXPECT_EQ(s.completed, 3);
+  EXPECT_EQ(s.failed, 2);
+  EXPECT_EQ(s.errors.at("timeout"), 1);
+  EXPECT_EQ(s.errors.at("http 5xx"), 1);
+  EXPECT_DOUBLE_EQ(s.request_throughput, 1.5);
+  EXPECT_DOUBLE_EQ(s.output_throughput, 33.0 / 2);
+  EXPECT_DOUBLE_EQ(s.total_throughput, 93.0 / 2);
+  EXPECT_NEAR(s.tpot_ms.mean, (100.0 + 100.0 + 200.0) / 3, 1e-9);  // (e2e - ttft) / 10
+  EXPECT_NEAR(s.ttft_ms.median, 200.0, 1e-9);
+  EXPECT_EQ(s.itl_ms.n, 30);
+  EXPECT_NEAR(s.e2e_ms.p99, 1200 + (2400 - 1200) * 0.98, 1e-6);
+  EXPECT_EQ(s.slo_met, 2);
+  EXPECT_DOUBLE_EQ(s.goodput, 1.0);
+  EXPECT_THAT(render_summary(s, "t", slo), HasSubstr("Goodput"));
+}
+
+TEST(LoadRunner, ArrivalsArePoissonAtTheRateAndBurstierWithASmallShape) {
+  for (double shape : {1.0, 0.25}) {
+    const auto t = arrival_times(20000, 10.0, shape, 3);
+    std::vector<double> gaps;
+    for (size_t i = 1; i < t.size(); i++) gaps.push_back(t[i] - t[i - 1]);
+    const Percentiles p = percentiles(gaps);
+    double var = 0;
+    for (double g : gaps) var += (g - p.mean) * (g - p.mean);
+    const double cv = std::sqrt(var / static_cast<double>(gaps.size())) / p.mean;
+    EXPECT_NEAR(p.mean, 0.1, 0.005) << shape;               // the rate
+    EXPECT_NEAR(cv, 1.0 / std::sqrt(shape), 0.1) << shape;  // gamma: cv = 1/sqrt(shape)
+  }
+  EXPECT_EQ(arrival_times(5, 0, 1, 1), std::vector<double>(5, 0.0));  // all at once
+}
+
+// A server that misbehaves in one way per path.
+class BadServer {
+ public:
+  BadServer() {
+    auto stream = [](httplib::Response& res, int mode) {
+      res.set_chunked_content_provider("text/event-stream", [mode](size_t, httplib::DataSink& sink) {
+        const std::string chunk = "data: {\"choices\": [{\"text\": \"x\", \"index\": 0}]}\n\n";
+        sink.write(chunk.data(), chunk.size());
+        if (mode == 0) return false;  // drop the connection after one chunk
+        if (mode == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // stall
+        if (mode == 2) {                                                              // end without [DONE]
+          sink.done();
+          return true;
+        }
+        return true;
+      });
+    };
+    svr_.Post("/drop/v1/completions", [=](const httplib::Request&, httplib::Response& res) { stream(res, 0); });
+    svr_.Post("/stall/v1/completions", [=](const httplib::Request&, httplib::Response& res) { stream(res, 1); });
+    svr_.Post("/nodone/v1/completions", [=](const httplib::Request&, httplib::Response& res) { stream(res, 2); });
+    svr_.Post("/fail/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 500;
+      res.set_content("{\"error\": {\"message\": \"boom\"}}", "application/json");
+    });
+    port_ = svr_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+  }
+  ~BadServer() {
+    svr_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  httplib::Server svr_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(LoadRunner, MisbehavingServersAreReportedAsErrorsNotHangs) {
+  BadServer bad;
+  std::vector<PreparedRequest> reqs(3);
+  for (auto& r : reqs) r.body = {{"prompt", "hi"}, {"max_tokens", 4}, {"stream", true}};
+  const std::atomic<bool> stop{false};
+  RunOptions o;
+  o.concurrency = 2;
+  o.timeout_s = 1.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::pair<const char*, const char*> cases[] = {
+      {"/fail", "http 5xx"}, {"/drop", "connection"}, {"/stall", "timeout"}, {"/nodone", "stream"}};
+  for (const auto& [prefix, kind] : cases) {
+    const RunResult r = run_load(parse_url(fmt::format("http://127.0.0.1:{}{}", bad.port(), prefix)), reqs, o, stop);
+    ASSERT_EQ(r.records.size(), 3u) << prefix;
+    for (const auto& rec : r.records) {
+      EXPECT_FALSE(rec.ok) << prefix;
+      EXPECT_EQ(rec.error, kind) << prefix << ": " << rec.error_detail;
+    }
+  }
+  // Nobody listening at all.
+  const RunResult none = run_load(parse_url("http://127.0.0.1:1"), reqs, o, stop);
+  for (const auto& rec : none.records) EXPECT_EQ(rec.error, "connection");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+  EXPECT_THROW(parse_url("https://example.com"), Error);
+}
+
+// `kestrel serve` as a child process on a free port (its log names the port).
+struct Serve {
+  explicit Serve(const std::string& model) {
+    log = dir.file("serve.log");
+    pid = fork();
+    if (pid == 0) {
+      std::freopen(log.c_str(), "w", stderr);
+      execl(KESTREL_BINARY, KESTREL_BINARY, "serve", "-m", model.c_str(), "-c", "256", "--port", "0", "-t", "2",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const std::regex re("on http://127\\.0\\.0\\.1:([0-9]+)");
+    for (int i = 0; i < 200 && port == 0; i++) {
+      std::ifstream f(log);
+      const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::smatch m;
+      if (std::regex_search(text, m, re))
+        port = std::stoi(m[1]);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~Serve() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  test::TempDir dir;
+  std::string log;
+  pid_t pid = -1;
+  int port = 0;
+};
+
+std::string run_tool(const std::vector<std::string>& args, int* exit_code) {
+  test::TempDir d;
+  std::string cmd = KESTREL_BINARY;
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " > " + d.file("out") + " 2>&1";
+  const int st = std::system(cmd.c_str());
+  *exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return test::read_text(d.file("out"));
+}
+
+TEST(LoadTest, AgainstARealServerWithExactLengthsPrioritiesAndASweep) {
+  Serve s(test::shared("models/stories260K.gguf"));
+  ASSERT_NE(s.port, 0);
+  test::TempDir d;
+  const std::string url = fmt::format("http://127.0.0.1:{}", s.port);
+  int code = 0;
+  std::string out = run_tool({"loadtest", "--url", url, "--concurrency", "4", "--num-prompts", "20", "--input-len",
+                              "24", "--output-len", "16", "--priority-mix", "0:0.5,-1:0.5", "--json", d.file("r.json"),
+                              "--server-pid", std::to_string(s.pid), "--slo", "ttft:10000"},
+                             &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("exactly 24 tokens"));
+  EXPECT_THAT(out, HasSubstr("Successful requests:                              20"));
+  EXPECT_THAT(out, HasSubstr("priority -1"));
+  EXPECT_THAT(out, HasSubstr("peak resident memory"));
+  const json j = json::parse(test::read_text(d.file("r.json")));
+  const json& pt = j["points"][0];
+  EXPECT_EQ(pt["summary"]["completed"], 20);
+  EXPECT_EQ(pt["summary"]["slo_met"], 20);
+  ASSERT_EQ(pt["requests"].size(), 20u);
+  for (const auto& r : pt["requests"]) {
+    EXPECT_TRUE(r["ok"].get<bool>());
+    EXPECT_EQ(r["prompt_tokens"], 24);  // exact, as the server counted it
+    EXPECT_EQ(r["output_tokens"], 16);  // ignore_eos honoured
+    EXPECT_EQ(r["itl_s"].size(), 15u);  // one chunk per token
+    EXPECT_LE(r["ttft_s"].get<double>(), r["e2e_s"].get<double>());
+  }
+  // A sweep over client counts, with the latency-vs-load plot.
+  out = run_tool({"loadtest", "--url", url, "--api", "chat", "--sweep-concurrency", "1,4", "--num-prompts", "8",
+                  "--input-len", "30", "--output-len", "8", "--plot", d.file("p.svg"), "--shared-prefix", "20"},
+                 &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("| c=1 |"));
+  EXPECT_THAT(out, HasSubstr("| c=4 |"));
+  const std::string svg = test::read_text(d.file("p.svg"));
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr("TTFT p99"));
+  // Bad flags are clear errors.
+  out = run_tool({"loadtest", "--url", "ftp://x"}, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("is not http://HOST[:PORT]"));
+  out = run_tool({"loadtest", "--url", url, "--slo", "speed:3"}, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("--slo entry 'speed:3'"));
+}
+
+}  // namespace
+}  // namespace kestrel
