@@ -166,6 +166,13 @@ int run(LoadFlags& f) {
     p.load_value = o.concurrency > 0 ? o.concurrency : o.request_rate;
     p.summary = summarize(r.records, r.duration_s, slo);
     fmt::print("{}", render_summary(p.summary, "Serving Benchmark Result (" + label + ")", slo));
+    // max_tokens with ignore_eos should give exactly output_len tokens; say so when the server did otherwise.
+    int64_t short_or_long = 0;
+    for (const auto& rec : r.records) short_or_long += rec.ok && rec.output_tokens != f.output_len;
+    if (short_or_long > 0)
+      fmt::print("note: {} of {} requests generated other than {} tokens (the server may ignore 'ignore_eos'); "
+                 "throughput counts the tokens actually generated\n",
+                 short_or_long, p.summary.completed, f.output_len);
     // Per priority class, when there is a mix.
     json classes = json::object();
     for (const auto& [prio, weight] : w.priority_mix) {
