@@ -383,7 +383,7 @@ TEST(Server, PrefixCacheHitsWithoutChangingResultsAndMetricsParse) {
 }
 
 TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
-  ServerProcess s({"-m", kStories, "-c", "256", "--shutdown-timeout", "5"});
+  ServerProcess s({"-m", kStories, "-c", "1024", "--shutdown-timeout", "5"});
   {
     // Start a long stream over a raw socket, read its first bytes, then drop the connection.
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -393,7 +393,7 @@ TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
     const std::string body =
-        json{{"prompt", "Once"}, {"max_tokens", 200}, {"temperature", 0.8}, {"stream", true}, {"ignore_eos", true}}
+        json{{"prompt", "Once"}, {"max_tokens", 1000}, {"temperature", 0.8}, {"stream", true}, {"ignore_eos", true}}
             .dump();
     const std::string req =
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
@@ -458,14 +458,15 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
 }
 
 TEST(Server, AFullQueueGets503WithRetryAfter) {
-  ServerProcess s({"-m", kStories, "-c", "256", "--max-queue", "1", "--max-batch-size", "1"});
+  ServerProcess s({"-m", kStories, "-c", "1024", "--max-queue", "1", "--max-batch-size", "1"});
   std::atomic<int> ok{0}, busy{0};
   std::atomic<bool> retry_after{true};
   std::vector<std::thread> ts;
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 12; i++)
     ts.emplace_back([&] {
       auto cl = s.client();
-      auto r = cl.Post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 100}, {"ignore_eos", true}}.dump(),
+      // Long enough (~0.3 s each, one at a time) that the others arrive while the queue is full.
+      auto r = cl.Post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 1000}, {"ignore_eos", true}}.dump(),
                        "application/json");
       if (!r) return;
       if (r->status == 200) ok++;
