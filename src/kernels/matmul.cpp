@@ -6,7 +6,9 @@
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <vector>
 
+#include "core/block_formats.h"
 #include "core/error.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
@@ -48,12 +50,20 @@ void dequantize_weight_row(const Weight& w, int64_t row, float* out) {
 
 static bool is_float_format(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 static bool is_q8_format(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
+// k-quants: each row dequantized to f32 (one row at a time, in a per-thread
+// buffer) and dotted with the f32 activations — correct on every ISA, not
+// yet fast (llama.cpp instead quantizes activations to Q8_K for integer dots).
+static bool is_kquant_format(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
 
 void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
-  if (!is_float_format(w.type) && !is_q8_format(w.type))
+  if (!is_float_format(w.type) && !is_q8_format(w.type) && !is_kquant_format(w.type))
     throw Error(fmt::format("tensor '{}': no matmul kernel for type {} yet", w.name, type_name(w.type)));
   x_ = x;
   n_ = n;
+  if (is_kquant_format(w.type)) {
+    tiled_ = bf16_ = packed_ = false;
+    return;
+  }
   tiled_ = false;
   bf16_ = false;
   packed_ = w.packed != nullptr;
@@ -112,6 +122,15 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (bf16_) {
     gemm_bf16(base, stride, cols, r0, r1, xbf16_.data(), n, y, ldy, tuning_.float_token_chunk);
+    return;
+  }
+  if (is_kquant_format(w.type)) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; r++) {
+      dequantize_row(w.type, base + r * stride, row.data(), cols);
+      for (int64_t t = 0; t < n; t++) y[t * ldy + r] = k_.dot_f32(row.data(), x_ + t * cols, cols);
+    }
     return;
   }
   if (is_float_format(w.type)) {

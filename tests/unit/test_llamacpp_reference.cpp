@@ -60,24 +60,30 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
 
   // Greedy ids may only differ where llama.cpp's own top-2 margin is within our tolerance.
   ASSERT_EQ(r.tokens.size(), want_ids.size());
+  size_t same = want_ids.size();  // greedy steps before the first different id
   for (size_t i = 0; i < want_ids.size(); i++) {
     if (r.tokens[i] == want_ids[i]) continue;
     EXPECT_LT(gaps[i], 2 * rc.tolerance) << "greedy step " << i << ": got " << r.tokens[i] << ", llama.cpp " << want_ids[i];
+    same = i;
     break;  // the continuation diverges from here on
   }
   const auto want = test::read_f32(base + ".logits.f32");
-  // Our run computes rows for the prompt and every generated token but the last.
+  // Our run computes rows for the prompt and every generated token but the
+  // last; after a (legitimate) divergence the rows describe different texts,
+  // so only the rows up to the step that diverged are compared.
   const size_t rows = prompt.size() + want_ids.size() - 1;
   ASSERT_GE(want.size(), rows * n_vocab);
   ASSERT_EQ(got.size(), rows * n_vocab);
+  const size_t compared = std::min(rows, prompt.size() + same);
   float max_diff = 0.0f;
   double sum_diff = 0.0;
-  for (size_t i = 0; i < rows * n_vocab; i++) {
+  for (size_t i = 0; i < compared * n_vocab; i++) {
     max_diff = std::max(max_diff, std::fabs(want[i] - got[i]));
     sum_diff += std::fabs(want[i] - got[i]);
   }
-  const double mean_diff = sum_diff / static_cast<double>(rows * n_vocab);
-  EXPECT_LT(max_diff, rc.tolerance) << rc.model << ": max |logit difference| over " << rows << " rows";
+  const size_t n_compared = compared * n_vocab;
+  const double mean_diff = sum_diff / static_cast<double>(n_compared);
+  EXPECT_LT(max_diff, rc.tolerance) << rc.model << ": max |logit difference| over " << compared << " rows";
   EXPECT_LT(mean_diff, rc.mean_tolerance) << rc.model << ": mean |logit difference|";
   RecordProperty("max_logit_diff", fmt::format("{:.3g}", max_diff));
   RecordProperty("mean_logit_diff", fmt::format("{:.3g}", mean_diff));
@@ -92,6 +98,10 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
 // happens once (prompt row 16: max 0.0123, mean 5.5e-5 over all rows, the
 // same as llama.cpp's own scalar path would show); the bounds allow it and
 // catch anything larger, e.g. a wrong block or scale (differences of 0.1+).
+// k-quants (Q4_K/Q5_K/Q6_K): we dequantize weight rows and multiply in
+// float32, where llama.cpp quantizes the activations to Q8_K: prompt rows
+// differ by up to ~0.09 (mean ~0.013), as the reference README predicts for
+// a float32 engine; greedy ids may then part where llama.cpp's margin is small.
 INSTANTIATE_TEST_SUITE_P(Models, LlamaCppReference,
                          ::testing::Values(RefCase{"llama-tiny.f32", 1e-4f, 1e-6f}, RefCase{"qwen2-tiny.f32", 1e-4f, 1e-6f},
                                            RefCase{"deepseek2-lite-tiny.f32", 1e-4f, 1e-6f},
@@ -101,6 +111,8 @@ INSTANTIATE_TEST_SUITE_P(Models, LlamaCppReference,
                                            RefCase{"deepseek2-lite-tiny.f32", 1e-4f, 1e-6f, true, MlaAttention::Decompressed},
                                            RefCase{"deepseek3-tiny.f32", 1e-4f, 1e-6f, true, MlaAttention::Decompressed},
                                            RefCase{"llama-q.q8_0", 0.03f, 2e-4f}, RefCase{"llama-q.q4_0", 0.03f, 2e-4f},
+                                           RefCase{"llama-q.q4_k", 0.15f, 0.02f}, RefCase{"llama-q.q5_k", 0.15f, 0.02f},
+                                           RefCase{"llama-q.q6_k", 0.15f, 0.02f},
                                            RefCase{"llama-q.q8_0", 1e-3f, 1e-5f, false},
                                            RefCase{"llama-q.q4_0", 1e-3f, 1e-5f, false}),
                          [](const auto& info) {

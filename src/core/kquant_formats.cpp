@@ -1,0 +1,82 @@
+#include "core/kquant_formats.h"
+
+#include "core/fp16.h"
+
+namespace kestrel {
+namespace {
+
+// Scale and min of sub-block j (0..7) from the 12 packed bytes: the first
+// four in 6 bits of bytes 0-3 / 4-7, the last four split over bytes 8-11
+// (low 4 bits) and the top 2 bits of bytes 0-7.
+inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+}  // namespace
+
+void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    const uint8_t* q = x[i].qs;
+    const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
+    for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, q += 32) {
+      uint8_t sc, m;
+      scale_min_k4(is, x[i].scales, sc, m);
+      const float d1 = d * sc, m1 = dmin * m;
+      scale_min_k4(is + 1, x[i].scales, sc, m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; l++) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; l++) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    }
+  }
+}
+
+void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    const uint8_t* ql = x[i].qs;
+    const uint8_t* qh = x[i].qh;
+    const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, ql += 32) {
+      uint8_t sc, m;
+      scale_min_k4(is, x[i].scales, sc, m);
+      const float d1 = d * sc, m1 = dmin * m;
+      scale_min_k4(is + 1, x[i].scales, sc, m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; l++) *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; l++) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      u1 = static_cast<uint8_t>(u1 << 2);
+      u2 = static_cast<uint8_t>(u2 << 2);
+    }
+  }
+}
+
+void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    const uint8_t* ql = x[i].ql;
+    const uint8_t* qh = x[i].qh;
+    const int8_t* sc = x[i].scales;
+    for (int half = 0; half < 2; half++, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; l++) {
+        const int is = l / 16;
+        const int q1 = static_cast<int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        // (d * scale) * q, in ggml's order
+        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      }
+    }
+  }
+}
+
+}  // namespace kestrel

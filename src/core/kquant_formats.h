@@ -1,0 +1,44 @@
+#pragma once
+// ggml's k-quant super-blocks (256 weights each), bit-compatible with GGUF,
+// and their scalar dequantization: the reference every k-quant kernel is
+// tested against. Layouts as ggml-common.h defines them.
+#include <cstdint>
+
+namespace kestrel {
+
+constexpr int kQK_K = 256;
+constexpr int kKScaleBytes = 12;
+
+// Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins (packed in 12 bytes),
+// scaled by d and dmin: x = d * sc * q - dmin * m, q 4 bits.
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// Q5_K: as Q4_K with a fifth bit per weight in qh.
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales: x = d * sc * (q - 32), q 6 bits
+// (low 4 in ql, high 2 in qh).
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
+void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
+void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n);
+
+}  // namespace kestrel
