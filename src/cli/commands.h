@@ -25,11 +25,13 @@ void register_profile_report(CLI::App& app);
 void register_tune(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_loadtest(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
   register_serve(app);
   register_loadtest(app);
+  register_perplexity(app);
   register_info(app);
   register_tokenize(app);
   register_convert(app);

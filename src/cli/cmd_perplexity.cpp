@@ -1,0 +1,44 @@
+// kestrel perplexity -m MODEL -f TEXT [-c 512]: llama.cpp's perplexity method.
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "runtime/perplexity.h"
+
+namespace kestrel::cli {
+
+void register_perplexity(CLI::App& app) {
+  static EngineOptions eo;
+  static std::string text_path;
+  static int64_t ctx = 512, chunks = 0;
+  auto* cmd = add_command(app, "perplexity", "Perplexity of a text, by llama.cpp's method (comparable figures)", [] {
+    std::ifstream in(text_path, std::ios::binary);
+    if (!in) throw Error(fmt::format("{}: cannot read the text", text_path));
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EngineOptions o = eo;
+    o.n_ctx = std::max(o.n_ctx, ctx);
+    o.max_batch_tokens = std::min<int64_t>(o.max_batch_tokens, ctx);
+    Engine e = Engine::load(o);
+    fmt::print(stderr, "perplexity: {} tokens in chunks of {}, the second half of each scored\n",
+               e.tokenizer->encode(text, true, false).size(), ctx);
+    const PerplexityResult r = perplexity(e, text, ctx, chunks, [](int64_t c, double ppl) {
+      fmt::print("[{}]{:.4f},", c + 1, ppl);
+      std::fflush(stdout);
+    });
+    fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.4f} ({} chunks, {} scored tokens)\n", r.ppl, r.ppl_err,
+               r.n_chunks, r.n_scored);
+    return 0;
+  });
+  cmd->add_option("-m,--model", eo.model_path, "GGUF model")->required();
+  cmd->add_option("-f,--file", text_path, "Text file")->required();
+  cmd->add_option("-c,--ctx", ctx, "Tokens per chunk")->capture_default_str();
+  cmd->add_option("--chunks", chunks, "At most this many chunks (0: all)")->capture_default_str();
+  cmd->add_option("-t,--threads", eo.n_threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_flag(
+      "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
+  add_mla_option(cmd, eo.mla);
+}
+
+}  // namespace kestrel::cli
