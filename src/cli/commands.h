@@ -26,12 +26,14 @@ void register_tune(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_loadtest(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_quantize(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
   register_serve(app);
   register_loadtest(app);
   register_perplexity(app);
+  register_quantize(app);
   register_info(app);
   register_tokenize(app);
   register_convert(app);

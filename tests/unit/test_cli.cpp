@@ -46,7 +46,7 @@ const std::string kTok = test::shared("models/tok512.bin");
 TEST(Cli, HelpListsEverySubcommand) {
   const auto r = kestrel({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* cmd : {"run", "serve", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report", "tune"}) {
+  for (const char* cmd : {"run", "serve", "loadtest", "perplexity", "quantize", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report", "tune"}) {
     EXPECT_THAT(r.out, HasSubstr(cmd));
     EXPECT_EQ(kestrel({cmd, "--help"}).exit_code, 0) << cmd;
   }
@@ -255,6 +255,43 @@ TEST_F(CliWithLimits, DeepseekSynthRunsBothMlaModesAndBenchCountsRoutedExperts) 
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("expert load"));
   EXPECT_THAT(r.out, HasSubstr("moe_route"));
+}
+
+TEST(Cli, QuantizeKeepsTheGreedyTextAtQ8_0AndPerplexityMeasuresTheCost) {
+  test::TempDir dir;
+  const std::string f32 = test::shared("models/stories260K.gguf");
+  auto greedy = [&](const std::string& m) {
+    return kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "100", "--temp", "0"}).out;
+  };
+  auto ppl = [&](const std::string& m) {
+    const auto r = kestrel({"perplexity", "-m", m, "-f", test::shared("eval/stories.txt"), "-c", "128"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto at = r.out.find("PPL = ");
+    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 6));
+  };
+  const std::string base_text = greedy(f32);
+  const double base_ppl = ppl(f32);
+  EXPECT_NEAR(base_ppl, 5.1168, 1e-3);  // llama.cpp's figure for this model and text
+  for (const char* type : {"q8_0", "q4_0"}) {
+    const std::string out = dir.file(std::string(type) + ".gguf");
+    const auto r = kestrel({"quantize", f32, out, "--type", type});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("blk.4.ffn_down.weight rows do not divide"));  // 172 columns
+    const GgufFile q = GgufFile::open(out);
+    EXPECT_EQ(type_name(q.find_tensor("blk.0.attn_q.weight")->type), std::string(type) == "q8_0" ? "Q8_0" : "Q4_0");
+    EXPECT_EQ(q.find_tensor("blk.4.ffn_down.weight")->type, GgmlType::F16);
+    EXPECT_EQ(q.get_string("tokenizer.ggml.model"), "llama");  // metadata copied
+    const double p = ppl(out);
+    if (std::string(type) == "q8_0") {
+      EXPECT_EQ(greedy(out), base_text);       // 100 greedy tokens unchanged
+      EXPECT_NEAR(p, base_ppl, 0.03);          // measured: 5.1292
+    } else {
+      EXPECT_GT(p, base_ppl);                  // 4 bits cost something...
+      EXPECT_LT(p, base_ppl * 1.15);           // ...but not much (measured: 5.6420, +10%)
+    }
+  }
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "q3_k"}).err, HasSubstr("--type 'q3_k'"));
+  EXPECT_THAT(kestrel({"quantize", f32, f32, "--type", "q8_0"}).err, HasSubstr("overwrite the input"));
 }
 
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
