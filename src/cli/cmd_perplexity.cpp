@@ -13,6 +13,7 @@ void register_perplexity(CLI::App& app) {
   static EngineOptions eo;
   static std::string text_path;
   static int64_t ctx = 512, chunks = 0;
+  static std::string save_path, base_path;
   auto* cmd = add_command(app, "perplexity", "Perplexity of a text, by llama.cpp's method (comparable figures)", [] {
     std::ifstream in(text_path, std::ios::binary);
     if (!in) throw Error(fmt::format("{}: cannot read the text", text_path));
@@ -23,12 +24,23 @@ void register_perplexity(CLI::App& app) {
     Engine e = Engine::load(o);
     fmt::print(stderr, "perplexity: {} tokens in chunks of {}, the second half of each scored\n",
                e.tokenizer->encode(text, true, false).size(), ctx);
-    const PerplexityResult r = perplexity(e, text, ctx, chunks, [](int64_t c, double ppl) {
+    PerplexityOptions po;
+    po.n_ctx = ctx;
+    po.max_chunks = chunks;
+    po.save_logprobs = save_path;
+    po.kl_base = base_path;
+    const PerplexityResult r = perplexity(e, text, po, [](int64_t c, double ppl) {
       fmt::print("[{}]{:.4f},", c + 1, ppl);
       std::fflush(stdout);
     });
     fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.4f} ({} chunks, {} scored tokens)\n", r.ppl, r.ppl_err,
                r.n_chunks, r.n_scored);
+    if (r.has_kl)
+      fmt::print(
+          "KL divergence vs {}: mean {:.6f}, median {:.6f}, P99 {:.6f}, max {:.6f}; same top token {:.2f}%; "
+          "base PPL {:.4f}, delta PPL {:+.4f}\n",
+          base_path, r.kld_mean, r.kld_median, r.kld_p99, r.kld_max, 100.0 * r.top1_agreement, r.base_ppl,
+          r.ppl - r.base_ppl);
     return 0;
   });
   cmd->add_option("-m,--model", eo.model_path, "GGUF model")->required();
@@ -36,6 +48,10 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("-c,--ctx", ctx, "Tokens per chunk")->capture_default_str();
   cmd->add_option("--chunks", chunks, "At most this many chunks (0: all)")->capture_default_str();
   cmd->add_option("-t,--threads", eo.n_threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--save-logprobs", save_path,
+                  "Write every scored token's log-probabilities (a base for --kl-divergence)");
+  cmd->add_option("--kl-divergence", base_path,
+                  "Compare with log-probabilities saved from another model (same text and -c)");
   cmd->add_flag(
       "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
   add_mla_option(cmd, eo.mla);

@@ -17,9 +17,10 @@ void register_quantize(CLI::App& app) {
   auto* cmd = add_command(app, "quantize", "Rewrite a GGUF model's matrices in another type (round to nearest)", [] {
     const auto type = type_from_name(type_str);
     if (!type || !can_quantize_to(*type))
-      throw Error(fmt::format("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0 (the k-quants, FP8, AWQ and "
-                              "GPTQ are not written yet)",
-                              type_str));
+      throw Error(
+          fmt::format("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0 (the k-quants, FP8, AWQ and "
+                      "GPTQ are not written yet)",
+                      type_str));
     if (std::filesystem::exists(out_path) && std::filesystem::equivalent(in_path, out_path))
       throw Error("the output would overwrite the input");
     const GgufFile in = GgufFile::open(in_path);
@@ -27,7 +28,8 @@ void register_quantize(CLI::App& app) {
     o.type = *type;
     o.n_threads = threads > 0 ? threads : default_thread_count();
     o.on_fallback = [](const std::string& tensor, GgmlType used) {
-      fmt::print(stderr, "quantize: {} rows do not divide into the type's blocks; stored as {}\n", tensor, type_name(used));
+      fmt::print(stderr, "quantize: {} rows do not divide into the type's blocks; stored as {}\n", tensor,
+                 type_name(used));
     };
     requantize(in, o).write_file(out_path);
     fmt::print("wrote {} ({}, {:.1f} MiB from {:.1f} MiB)\n", out_path, type_name(*type),
