@@ -75,6 +75,24 @@ class Backend {
     }
   }
 
+  // Independent SwiGLU FFNs, each with its own input (a MoE layer's active
+  // experts): ys[i] = down_i . (silu(gate_i . x_i) * (up_i . x_i)), x_i of
+  // ns[i] rows. The default runs them one after another.
+  struct FfnRef {
+    const Weight* gate;
+    const Weight* up;
+    const Weight* down;
+  };
+  virtual void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) {
+    thread_local std::vector<float> h, h2;
+    for (int i = 0; i < count; i++) {
+      const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
+      if (h.size() < need) h.resize(need), h2.resize(need);
+      swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], h.data(), h2.data());
+      matmul(*ffns[i].down, h.data(), ns[i], ys[i]);
+    }
+  }
+
   // DeepSeekMoE routing of n tokens' router logits (kernels/moe_route.h).
   virtual void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
                          float* weights) {

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "core/huge_page_arena.h"
@@ -24,7 +25,8 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_.size(); }
 
   Weight prepare_weight(Weight w) override {
-    if (options_.repack_weights && packed_gemm_available() && packable(w)) w.packed = pack_weight(w, &pool_, &packed_memory_);
+    if (options_.repack_weights && packed_gemm_available() && packable(w))
+      w.packed = pack_weight(w, &pool_, &packed_memory_);
     return w;
   }
 
@@ -33,13 +35,17 @@ class CpuBackend final : public Backend {
   void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
     bool shared = true;
     for (int i = 1; i < count; i++) shared = shared && Matmul::can_share_input(*ws[0], *ws[i]);
-    if (shared) matmul_.run_many(pool_, ws, count, x, n, ys);
-    else Backend::matmul_many(ws, count, x, n, ys);
+    if (shared)
+      matmul_.run_many(pool_, ws, count, x, n, ys);
+    else
+      Backend::matmul_many(ws, count, x, n, ys);
   }
 
   void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
-    if (fuses(gate, up)) matmul_.run_swiglu(pool_, gate, up, x, n, out, scratch);
-    else Backend::swiglu(gate, up, x, n, out, scratch);
+    if (fuses(gate, up))
+      matmul_.run_swiglu(pool_, gate, up, x, n, out, scratch);
+    else
+      Backend::swiglu(gate, up, x, n, out, scratch);
   }
 
   bool fuses(const Weight& a, const Weight& b) const override { return Matmul::can_share_input(a, b); }
@@ -58,7 +64,8 @@ class CpuBackend final : public Backend {
       if (biases[i])
         for (int64_t t = 0; t < n; t++) add_inplace(out[i] + t * rows + r0, biases[i] + r0, r1 - r0);
       if (i < 2)
-        rope_heads(out[i], rows, positions, n, static_cast<int>(r0 / hd), static_cast<int>((r1 + hd - 1) / hd), hd, rope);
+        rope_heads(out[i], rows, positions, n, static_cast<int>(r0 / hd), static_cast<int>((r1 + hd - 1) / hd), hd,
+                   rope);
     });
   }
 
@@ -81,14 +88,42 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // With at least as many FFNs as threads, each thread runs whole FFNs
+  // (dealt out as threads free up): one wake-up and barrier for a MoE
+  // layer's experts instead of two per expert, and each expert's weights
+  // stream on one core.
+  void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
+    if (count < pool_.size()) {
+      Backend::ffn_many(ffns, count, xs, ns, ys);
+      return;
+    }
+    HeadScratch* scratch = head_scratch_.data();
+    std::atomic<int> next{0};
+    pool_.run([&](int ti, int) {
+      HeadScratch& s = scratch[ti];
+      for (int i = next++; i < count; i = next++) {
+        const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
+        if (s.x.size() < need) s.x.resize(need);
+        if (s.y.size() < need) s.y.resize(need);
+        if (Matmul::can_share_input(*ffns[i].gate, *ffns[i].up)) {
+          s.matmul.run_swiglu(solo_, *ffns[i].gate, *ffns[i].up, xs[i], ns[i], s.x.data(), s.y.data());
+        } else {
+          s.matmul.run(solo_, *ffns[i].gate, xs[i], ns[i], s.x.data());
+          s.matmul.run(solo_, *ffns[i].up, xs[i], ns[i], s.y.data());
+          kestrel::silu_mul(s.x.data(), s.y.data(), static_cast<int64_t>(need));
+        }
+        s.matmul.run(solo_, *ffns[i].down, s.x.data(), ns[i], ys[i]);
+      }
+    });
+  }
+
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override {
     for (int64_t i = 0; i < n; i++) dequantize_weight_row(table, tokens[i], out + i * table.cols());
   }
 
   void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps) override {
-    pool_.parallel_for(n_rows, [&](int64_t r0, int64_t r1) {
-      rmsnorm_rows(x + r0 * dim, w, y + r0 * dim, r1 - r0, dim, eps);
-    });
+    pool_.parallel_for(n_rows,
+                       [&](int64_t r0, int64_t r1) { rmsnorm_rows(x + r0 * dim, w, y + r0 * dim, r1 - r0, dim, eps); });
   }
 
   void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,

@@ -1,5 +1,7 @@
 #include "kernels/profiling_backend.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <utility>
 
@@ -80,6 +82,19 @@ class ProfilingBackend final : public Backend {
     timed("matmul " + op + " (per head)", layer, bytes, flops,
           [&] { in_.matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride); });
   }
+  void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
+    double bytes = 0, flops = 0;
+    int layer = -1;
+    for (int i = 0; i < count; i++) {
+      layer = split_weight_name(ffns[i].gate->name).first;
+      for (const Weight* w : {ffns[i].gate, ffns[i].up, ffns[i].down}) {
+        bytes += static_cast<double>(w->nbytes) + 4.0 * ns[i] * (w->cols() + w->rows());
+        flops += 2.0 * static_cast<double>(ns[i]) * w->rows() * w->cols();
+      }
+    }
+    timed("matmul ffn experts (gate+up+swiglu+down)", layer, bytes, flops,
+          [&] { in_.ffn_many(ffns, count, xs, ns, ys); });
+  }
   void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
                  float* weights) override {
     timed("moe_route", layer_, 4.0 * n * r.n_expert, 10.0 * n * r.n_expert,
@@ -94,7 +109,8 @@ class ProfilingBackend final : public Backend {
     timed("rmsnorm", layer_, 8.0 * rows * dim, 4.0 * rows * dim, [&] { in_.rmsnorm(x, w, y, rows, dim, eps); });
   }
   void rope(float* x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
-    timed("rope", layer_, 8.0 * rows * heads * hd, 3.0 * rows * heads * p.n_rot, [&] { in_.rope(x, pos, rows, heads, hd, p); });
+    timed("rope", layer_, 8.0 * rows * heads * hd, 3.0 * rows * heads * p.n_rot,
+          [&] { in_.rope(x, pos, rows, heads, hd, p); });
   }
   void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
     double keys = 0;
@@ -109,7 +125,8 @@ class ProfilingBackend final : public Backend {
     timed("add", layer_, 12.0 * n, static_cast<double>(n), [&] { in_.add(x, y, n); });
   }
   void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override {
-    timed("add_bias", layer_, 8.0 * rows * dim, static_cast<double>(rows * dim), [&] { in_.add_bias(x, b, rows, dim); });
+    timed("add_bias", layer_, 8.0 * rows * dim, static_cast<double>(rows * dim),
+          [&] { in_.add_bias(x, b, rows, dim); });
   }
 
  private:

@@ -293,27 +293,40 @@ class Deepseek2Model final : public Model {
     be_.moe_route(rt, router_logits_.data(), L.router_bias.empty() ? nullptr : L.router_bias.data(), n,
                   expert_ids_.data(), expert_w_.data());
     std::fill(out, out + n * dim, 0.0f);
-    // Token lists per expert, in token order.
+    // Token lists per expert, in token order; each active expert's inputs
+    // gathered into its own stretch of xe_, all experts run in one call.
     for (auto& v : routed_) v.clear();
     for (int64_t t = 0; t < n; t++)
       for (int k = 0; k < rt.n_used; k++) routed_[expert_ids_[t * rt.n_used + k]].push_back(t * rt.n_used + k);
+    ffn_refs_.clear();
+    ffn_in_.clear();
+    ffn_out_.clear();
+    ffn_rows_.clear();
+    int64_t row = 0;
     for (int e = 0; e < rt.n_expert; e++) {
       const auto& picks = routed_[e];
       if (picks.empty()) continue;
-      const auto ne = static_cast<int64_t>(picks.size());
-      for (int64_t j = 0; j < ne; j++)
-        std::memcpy(xe_.data() + j * dim, xb_.data() + picks[j] / rt.n_used * dim, dim * sizeof(float));
-      ffn(L.experts[e], xe_.data(), ne, ye_.data());
-      for (int64_t j = 0; j < ne; j++) {
-        const float wgt = expert_w_[picks[j]];
-        float* o = out + picks[j] / rt.n_used * dim;
-        const float* y = ye_.data() + j * dim;
+      for (size_t j = 0; j < picks.size(); j++)
+        std::memcpy(xe_.data() + (row + static_cast<int64_t>(j)) * dim, xb_.data() + picks[j] / rt.n_used * dim,
+                    dim * sizeof(float));
+      ffn_refs_.push_back({&L.experts[e].gate, &L.experts[e].up, &L.experts[e].down});
+      ffn_in_.push_back(xe_.data() + row * dim);
+      ffn_out_.push_back(ye_.data() + row * dim);
+      ffn_rows_.push_back(static_cast<int64_t>(picks.size()));
+      row += static_cast<int64_t>(picks.size());
+    }
+    be_.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
+    row = 0;
+    for (int e = 0; e < rt.n_expert; e++)
+      for (int64_t pick : routed_[e]) {
+        const float wgt = expert_w_[pick];
+        float* o = out + pick / rt.n_used * dim;
+        const float* y = ye_.data() + (row++) * dim;
         for (int64_t d = 0; d < dim; d++) o[d] += wgt * y[d];
       }
-    }
     if (cfg_.moe.n_shared > 0) {
-      ffn(L.shared, xb_.data(), n, ye_.data());
-      be_.add(out, ye_.data(), n * dim);
+      ffn(L.shared, xb_.data(), n, hshared_.data());
+      be_.add(out, hshared_.data(), n * dim);
     }
   }
 
@@ -431,8 +444,14 @@ class Deepseek2Model final : public Model {
       expert_w_.resize(n * rt.n_used);
       routed_.resize(rt.n_expert);
       for (auto& v : routed_) v.reserve(n);
-      xe_.resize(n * c.n_embd);
-      ye_.resize(n * c.n_embd);
+      // Every (token, chosen expert) pair's input and output rows.
+      xe_.resize(n * rt.n_used * c.n_embd);
+      ye_.resize(n * rt.n_used * c.n_embd);
+      hshared_.resize(n * c.n_embd);
+      ffn_refs_.reserve(rt.n_expert);
+      ffn_in_.reserve(rt.n_expert);
+      ffn_out_.reserve(rt.n_expert);
+      ffn_rows_.reserve(rt.n_expert);
     }
     slots_.resize(n);
     tables_.resize(n);
@@ -461,7 +480,11 @@ class Deepseek2Model final : public Model {
   int64_t kv_width_ = 0;
   Deepseek2Weights w_;
   std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, q_abs_, att_lat_, att_, hb_, hb2_;
-  std::vector<float> router_logits_, expert_w_, xe_, ye_;
+  std::vector<float> router_logits_, expert_w_, xe_, ye_, hshared_;
+  std::vector<Backend::FfnRef> ffn_refs_;
+  std::vector<const float*> ffn_in_;
+  std::vector<float*> ffn_out_;
+  std::vector<int64_t> ffn_rows_;
   std::vector<int32_t> expert_ids_;
   std::vector<std::vector<int64_t>> routed_;
   std::vector<int64_t> slots_, seq_tokens_;
