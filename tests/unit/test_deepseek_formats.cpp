@@ -9,7 +9,9 @@
 
 #include "core/error.h"
 #include "model/gguf_writer.h"
+#include "model/requantize.h"
 #include "runtime/engine.h"
+#include "runtime/perplexity.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -106,6 +108,44 @@ TEST(DeepseekFormats, MissingOrBadMetadataNamesTheKey) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("deepseek2.attention.kv_lora_rank"));
   }
+}
+
+// `kestrel quantize` on a DeepSeek model (3-D expert tensors, per-head
+// attn_k_b/attn_v_b whose 16-column rows stay F16): the Q8_0 copy stays close
+// to the F32 model — measured KL divergence 0.0031 per token, 89.7% same top
+// token (a random-weight model: its distributions are flat and easy to tip).
+TEST(DeepseekFormats, Q8_0CopyStaysCloseToTheF32Model) {
+  test::TempDir dir;
+  const std::string f32 = test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf");
+  RequantizeOptions ro;
+  ro.type = GgmlType::Q8_0;
+  requantize(GgufFile::open(f32), ro).write_file(dir.file("q8.gguf"));
+  const GgufFile q8 = GgufFile::open(dir.file("q8.gguf"));
+  EXPECT_EQ(q8.find_tensor("blk.1.ffn_up_exps.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ(q8.find_tensor("blk.1.ffn_up_exps.weight")->ne, (std::vector<int64_t>{64, 32, 16}));
+  EXPECT_EQ(q8.find_tensor("blk.1.attn_k_b.weight")->type, GgmlType::F16);
+  const std::string text = test::read_text(test::shared("eval/stories.txt"));
+  auto engine = [&](const std::string& path) {
+    EngineOptions o;
+    o.model_path = path;
+    o.n_threads = 2;
+    o.n_ctx = 64;
+    return Engine::load(o);
+  };
+  PerplexityOptions po;
+  po.n_ctx = 64;
+  po.save_logprobs = dir.file("base.lp");
+  {
+    Engine e = engine(f32);
+    perplexity(e, text, po);
+  }
+  po.save_logprobs.clear();
+  po.kl_base = dir.file("base.lp");
+  Engine e = engine(dir.file("q8.gguf"));
+  const PerplexityResult r = perplexity(e, text, po);
+  EXPECT_GT(r.kld_mean, 1e-5);
+  EXPECT_LT(r.kld_mean, 0.01);
+  EXPECT_GT(r.top1_agreement, 0.85);
 }
 
 }  // namespace
