@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <vector>
 
 #include "core/huge_page_arena.h"
@@ -88,20 +87,30 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // With at least as many FFNs as threads, each thread runs whole FFNs
-  // (dealt out as threads free up): one wake-up and barrier for a MoE
-  // layer's experts instead of two per expert, and each expert's weights
-  // stream on one core.
+  // With at least as many FFNs as threads, each thread runs whole FFNs: one
+  // wake-up and barrier for a MoE layer's experts instead of two per expert,
+  // and each expert's weights stream on one core. The deal is fixed (largest
+  // first, snaking over the threads) rather than first-come: the same batch
+  // then gives every thread the same work, so its buffers never grow again
+  // (no allocation after warm-up) and the results do not depend on timing.
   void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
     if (count < pool_.size()) {
       Backend::ffn_many(ffns, count, xs, ns, ys);
       return;
     }
+    if (ffn_order_.size() < static_cast<size_t>(count)) ffn_order_.resize(static_cast<size_t>(count));
+    int* order = ffn_order_.data();
+    for (int i = 0; i < count; i++) order[i] = i;
+    // Largest first, ties in index order (insertion sort: std::stable_sort may allocate).
+    for (int a = 1; a < count; a++)
+      for (int b = a; b > 0 && ns[order[b]] > ns[order[b - 1]]; b--) std::swap(order[b], order[b - 1]);
     HeadScratch* scratch = head_scratch_.data();
-    std::atomic<int> next{0};
-    pool_.run([&](int ti, int) {
+    pool_.run([&](int ti, int nt) {
       HeadScratch& s = scratch[ti];
-      for (int i = next++; i < count; i = next++) {
+      for (int k = 0; k < count; k++) {
+        const int round = k / nt, slot = k % nt;
+        if ((round % 2 == 0 ? slot : nt - 1 - slot) != ti) continue;
+        const int i = order[k];
         const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
         if (s.x.size() < need) s.x.resize(need);
         if (s.y.size() < need) s.y.resize(need);
@@ -159,6 +168,7 @@ class CpuBackend final : public Backend {
   ThreadPool solo_{1};  // runs a job inline on the calling thread (no state: shared by all)
   Matmul matmul_;
   std::vector<HeadScratch> head_scratch_;
+  std::vector<int> ffn_order_;
   HugePageArena packed_memory_;  // repacked weights end to end in huge pages
 };
 
