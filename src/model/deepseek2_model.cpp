@@ -28,6 +28,7 @@
 
 #include "core/block_formats.h"
 #include "core/error.h"
+#include "model/batch_io.h"
 #include "model/deepseek2_config.h"
 #include "model/weight_loader.h"
 
@@ -100,15 +101,7 @@ class Deepseek2Model final : public Model {
     if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd;
-    for (int64_t i = 0; i < n; i++) {
-      if (b.tokens[i] < 0 || b.tokens[i] >= c.n_vocab)
-        throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], c.n_vocab - 1));
-      if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
-    }
-    for (int64_t i = 0; i < n; i++) {
-      slots_[i] = kv.slot(b.seq_ids[i], b.positions[i]);
-      tables_[i] = kv.block_table(b.seq_ids[i]);
-    }
+    place_batch(b, kv, c.n_vocab, slots_.data(), tables_.data());
     const bool decompress = use_decompressed(b);
 
     float* x = x_.data();
@@ -135,16 +128,7 @@ class Deepseek2Model final : public Model {
       be_.add(x, xb2_.data(), n * dim);
     }
 
-    int64_t rows = 0;
-    for (int64_t i = 0; i < n; i++) {
-      if (!b.want_logits[i]) continue;
-      if (rows != i) std::memcpy(x + rows * dim, x + i * dim, dim * sizeof(float));
-      rows++;
-    }
-    if (rows == 0) return;
-    be_.annotate_layer(-1);
-    be_.rmsnorm(x, w_.output_norm.data(), xb_.data(), rows, dim, c.rms_eps);
-    be_.matmul(w_.output, xb_.data(), rows, logits);
+    output_logits(be_, b, x, dim, w_.output_norm.data(), c.rms_eps, w_.output, xb_.data(), logits);
   }
 
  private:

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/batch_io.h"
 #include "model/llama_config.h"
 #include "model/weight_loader.h"
 
@@ -75,15 +76,7 @@ class LlamaModel final : public Model {
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd, hd = c.head_dim;
     const int64_t kv_dim = c.n_head_kv * hd;
-    for (int64_t i = 0; i < n; i++) {
-      if (b.tokens[i] < 0 || b.tokens[i] >= c.n_vocab)
-        throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], c.n_vocab - 1));
-      if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
-    }
-    for (int64_t i = 0; i < n; i++) {
-      s_.slots[i] = kv.slot(b.seq_ids[i], b.positions[i]);
-      s_.block_tables[i] = kv.block_table(b.seq_ids[i]);
-    }
+    place_batch(b, kv, c.n_vocab, s_.slots.data(), s_.block_tables.data());
 
     float* x = s_.x.data();
     be_.annotate_layer(-1);
@@ -115,17 +108,8 @@ class LlamaModel final : public Model {
       be_.add(x, s_.xb2.data(), n * dim);
     }
 
-    // Gather the rows that want logits, then norm + output projection on those only.
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++) {
-      if (!b.want_logits[i]) continue;
-      if (m != i) std::memcpy(x + m * dim, x + i * dim, dim * sizeof(float));
-      m++;
-    }
-    if (m == 0) return;
-    be_.annotate_layer(-1);
-    be_.rmsnorm(x, w_.output_norm.data(), s_.xb.data(), m, dim, c.rms_eps);
-    be_.matmul(w_.output, s_.xb.data(), m, logits);
+    // Norm + output projection on the rows that want logits only.
+    output_logits(be_, b, x, dim, w_.output_norm.data(), c.rms_eps, w_.output, s_.xb.data(), logits);
   }
 
  private:

@@ -1,0 +1,23 @@
+#pragma once
+// The two ends of every architecture's forward step that do not depend on
+// the architecture: placing a batch's tokens in the paged KV cache, and the
+// output head over only the rows that asked for logits.
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "runtime/batch.h"
+#include "runtime/kv_cache.h"
+
+namespace kestrel {
+
+// Checks every token id against the vocabulary (Error naming the bad one),
+// reserves the KV positions the batch writes, and fills each row's slot and
+// its sequence's block table.
+void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables);
+
+// Moves the rows of x that want logits to the front, then
+// logits = rmsnorm(rows, norm) . output; scratch holds rows * dim floats.
+void output_logits(Backend& be, const Batch& b, float* x, int64_t dim, const float* norm, float eps,
+                   const Weight& output, float* scratch, float* logits);
+
+}  // namespace kestrel
