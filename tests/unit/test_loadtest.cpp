@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "loadtest/load_report.h"
 #include "loadtest/load_runner.h"
+#include "serve_process.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -159,38 +160,6 @@ TEST(LoadRunner, MisbehavingServersAreReportedAsErrorsNotHangs) {
   EXPECT_THROW(parse_url("https://example.com"), Error);
 }
 
-// `kestrel serve` as a child process on a free port (its log names the port).
-struct Serve {
-  explicit Serve(const std::string& model) {
-    log = dir.file("serve.log");
-    pid = fork();
-    if (pid == 0) {
-      std::freopen(log.c_str(), "w", stderr);
-      execl(KESTREL_BINARY, KESTREL_BINARY, "serve", "-m", model.c_str(), "-c", "256", "--port", "0", "-t", "2",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const std::regex re("on http://127\\.0\\.0\\.1:([0-9]+)");
-    for (int i = 0; i < 200 && port == 0; i++) {
-      std::ifstream f(log);
-      const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      std::smatch m;
-      if (std::regex_search(text, m, re))
-        port = std::stoi(m[1]);
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~Serve() {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-  }
-  test::TempDir dir;
-  std::string log;
-  pid_t pid = -1;
-  int port = 0;
-};
-
 std::string run_tool(const std::vector<std::string>& args, int* exit_code) {
   test::TempDir d;
   std::string cmd = KESTREL_BINARY;
@@ -202,14 +171,14 @@ std::string run_tool(const std::vector<std::string>& args, int* exit_code) {
 }
 
 TEST(LoadTest, AgainstARealServerWithExactLengthsPrioritiesAndASweep) {
-  Serve s(test::shared("models/stories260K.gguf"));
-  ASSERT_NE(s.port, 0);
+  test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256"});
+  ASSERT_NE(s.port(), 0);
   test::TempDir d;
-  const std::string url = fmt::format("http://127.0.0.1:{}", s.port);
+  const std::string url = fmt::format("http://127.0.0.1:{}", s.port());
   int code = 0;
   std::string out = run_tool({"loadtest", "--url", url, "--concurrency", "4", "--num-prompts", "20", "--input-len",
                               "24", "--output-len", "16", "--priority-mix", "0:0.5,-1:0.5", "--json", d.file("r.json"),
-                              "--server-pid", std::to_string(s.pid), "--slo", "ttft:10000"},
+                              "--server-pid", std::to_string(s.pid()), "--slo", "ttft:10000"},
                              &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("exactly 24 tokens"));

@@ -23,6 +23,7 @@
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "runtime/kv_cache.h"
+#include "serve_process.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -32,72 +33,6 @@ using json = nlohmann::json;
 using ::testing::HasSubstr;
 
 const std::string kStories = test::shared("models/stories260K.gguf");
-
-// A `kestrel serve` child process on a free port.
-class ServerProcess {
- public:
-  explicit ServerProcess(std::vector<std::string> args) {
-    log_ = dir_.file("serve.log");
-    args.insert(args.begin(), {KESTREL_BINARY, "serve", "--port", "0", "-t", "2"});
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::freopen(log_.c_str(), "w", stderr);
-      std::freopen("/dev/null", "w", stdout);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    // The port is printed once the socket is bound.
-    const std::regex re("on http://127\\.0\\.0\\.1:([0-9]+)");
-    for (int i = 0; i < 200 && port_ == 0; i++) {
-      std::smatch m;
-      std::ifstream f(log_);  // the child may not have created it yet
-      const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      if (std::regex_search(log, m, re))
-        port_ = std::stoi(m[1]);
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (port_ == 0) ADD_FAILURE() << "server did not start: " << log();
-  }
-  ~ServerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  // SIGTERM, then the exit status (or -1 if it did not exit within the timeout).
-  int terminate(int timeout_ms) {
-    kill(pid_, SIGTERM);
-    for (int waited = 0; waited < timeout_ms; waited += 20) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  std::string log() const {
-    std::ifstream f(log_);
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  }
-  int port() const { return port_; }
-
- private:
-  test::TempDir dir_;
-  std::string log_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
 
 json post(const httplib::Client& c_in, const std::string& path, const json& body, int* status = nullptr) {
   auto& c = const_cast<httplib::Client&>(c_in);
@@ -154,7 +89,7 @@ std::string reference_text(const std::string& model, const std::string& prompt, 
 }
 
 TEST(Server, CompletionsMatchTheGeneratorAndConcurrentClientsMatchASingleOne) {
-  ServerProcess s({"-m", kStories, "-c", "256", "--max-batch-size", "8"});
+  test::ServerProcess s({"-m", kStories, "-c", "256", "--max-batch-size", "8"});
   auto c = s.client();
   const std::vector<std::string> prompts = {"Once upon a time", "Lily and Tom", "The cat sat", "One day, a little"};
   std::vector<std::string> single;
@@ -187,7 +122,7 @@ TEST(Server, CompletionsMatchTheGeneratorAndConcurrentClientsMatchASingleOne) {
 }
 
 TEST(Server, StreamingChatAndCompletionFormats) {
-  ServerProcess s({"-m", kStories, "-c", "256"});
+  test::ServerProcess s({"-m", kStories, "-c", "256"});
   auto c = s.client();
   const json chat = {
       {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
@@ -232,7 +167,7 @@ TEST(Server, StreamingChatAndCompletionFormats) {
 }
 
 TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
-  ServerProcess s({"-m", kStories, "-c", "128"});
+  test::ServerProcess s({"-m", kStories, "-c", "128"});
   auto c = s.client();
   struct Bad {
     std::string path, body;
@@ -292,7 +227,7 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
 }
 
 TEST(Server, RandomBodiesNeverCrashIt) {
-  ServerProcess s({"-m", kStories, "-c", "128"});
+  test::ServerProcess s({"-m", kStories, "-c", "128"});
   auto c = s.client();
   std::mt19937 rng(7);
   const std::vector<std::string> keys = {"prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "stop",
@@ -340,7 +275,7 @@ TEST(Server, RandomBodiesNeverCrashIt) {
 }
 
 TEST(Server, PrefixCacheHitsWithoutChangingResultsAndMetricsParse) {
-  ServerProcess s({"-m", kStories, "-c", "256", "--kv-block-size", "8"});
+  test::ServerProcess s({"-m", kStories, "-c", "256", "--kv-block-size", "8"});
   auto c = s.client();
   const std::string prefix = "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
   const json a = post(c, "/v1/completions", {{"prompt", prefix + "One day"}, {"max_tokens", 20}, {"temperature", 0}});
@@ -383,7 +318,7 @@ TEST(Server, PrefixCacheHitsWithoutChangingResultsAndMetricsParse) {
 }
 
 TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
-  ServerProcess s({"-m", kStories, "-c", "1024", "--shutdown-timeout", "5"});
+  test::ServerProcess s({"-m", kStories, "-c", "1024", "--shutdown-timeout", "5"});
   {
     // Start a long stream over a raw socket, read its first bytes, then drop the connection.
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -422,8 +357,8 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
   const std::string trace = dir.file("serve.json");
   const KvLayout l{5, 32, 32};  // stories260K: 5 layers, 4 KV heads of 8: 32-float K and V rows
   const double block_mib = 16.0 * l.n_layer * (l.k_width + l.v_width) * 4 / (1 << 20);
-  ServerProcess s({"-m", kStories, "-c", "256", "--kv-cache-mem", std::to_string(12 * block_mib), "--log-format",
-                   "json", "--profile", trace, "--max-queue", "64"});
+  test::ServerProcess s({"-m", kStories, "-c", "256", "--kv-cache-mem", std::to_string(12 * block_mib), "--log-format",
+                         "json", "--profile", trace, "--max-queue", "64"});
   auto c = s.client();
   const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 60}, {"temperature", 0}, {"ignore_eos", true}};
   const std::string single = post(c, "/v1/completions", body)["choices"][0]["text"];
@@ -458,7 +393,7 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
 }
 
 TEST(Server, AFullQueueGets503WithRetryAfter) {
-  ServerProcess s({"-m", kStories, "-c", "1024", "--max-queue", "1", "--max-batch-size", "1"});
+  test::ServerProcess s({"-m", kStories, "-c", "1024", "--max-queue", "1", "--max-batch-size", "1"});
   std::atomic<int> ok{0}, busy{0};
   std::atomic<bool> retry_after{true};
   std::vector<std::thread> ts;
@@ -483,7 +418,7 @@ TEST(Server, AFullQueueGets503WithRetryAfter) {
 
 TEST(Server, ServesDeepseekModels) {
   const std::string model = test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf");
-  ServerProcess s({"-m", model, "-c", "256"});
+  test::ServerProcess s({"-m", model, "-c", "256"});
   auto c = s.client();
   const auto ref = test::read_json(test::shared("reference/llama.cpp/deepseek3-tiny.f32.json"));
   const json body = {
