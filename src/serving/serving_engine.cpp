@@ -144,28 +144,31 @@ void ServingEngine::preempt(Active& a) {
   metrics_.add("kestrel_preemptions_total");
 }
 
-void ServingEngine::sample(Active& a, const float* row, double now) {
-  std::vector<float> logits(row, row + e_.model->config().n_vocab);
+void ServingEngine::sample(Active& a, float* logits, double now) {
+  const int64_t nv = e_.model->config().n_vocab;
   StreamEvent ev;
   float lse = 0;  // log-sum-exp of the raw logits, with logprobs
   if (a.req.top_logprobs >= 0) {
-    // Log-softmax of the raw logits (before penalties and temperature), as OpenAI reports them.
-    const float m = *std::max_element(logits.begin(), logits.end());
+    // Log-softmax of the raw logits (before penalties and temperature), as
+    // OpenAI reports them; the sampler then rewrites the row in place.
+    raw_.assign(logits, logits + nv);
+    const float m = *std::max_element(raw_.begin(), raw_.end());
     double sum = 0;
-    for (float x : logits) sum += std::exp(static_cast<double>(x - m));
+    for (float x : raw_) sum += std::exp(static_cast<double>(x - m));
     lse = m + static_cast<float>(std::log(sum));
-    std::vector<int32_t> ids(logits.size());
-    for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>(i);
-    const auto n_top = std::min<size_t>(static_cast<size_t>(a.req.top_logprobs), ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_top), ids.end(),
-                      [&](int32_t x, int32_t y) { return logits[x] > logits[y]; });
+    top_ids_.resize(static_cast<size_t>(nv));
+    for (size_t i = 0; i < top_ids_.size(); i++) top_ids_[i] = static_cast<int32_t>(i);
+    const auto n_top = std::min<size_t>(static_cast<size_t>(a.req.top_logprobs), top_ids_.size());
+    std::partial_sort(top_ids_.begin(), top_ids_.begin() + static_cast<std::ptrdiff_t>(n_top), top_ids_.end(),
+                      [&](int32_t x, int32_t y) { return raw_[x] > raw_[y]; });
     for (size_t i = 0; i < n_top; i++)
-      ev.top.push_back({ids[i], e_.tokenizer->token_to_piece(ids[i]), logits[ids[i]] - lse});
+      ev.top.push_back({top_ids_[i], e_.tokenizer->token_to_piece(top_ids_[i]), raw_[top_ids_[i]] - lse});
   }
-  const std::vector<float> raw = a.req.top_logprobs >= 0 ? logits : std::vector<float>{};
-  const int32_t tok = a.sampler->sample(logits.data(), a.tokens);
-  if (a.first_step_ms >= 0 && a.generated == 0)
+  const int32_t tok = a.sampler->sample(logits, a.tokens);
+  if (a.first_token_ms < 0) {
+    a.first_token_ms = now;
     metrics_.observe("kestrel_time_to_first_token_seconds", (now - a.arrival_ms) / 1000);
+  }
   if (a.last_token_ms >= 0) metrics_.observe("kestrel_inter_token_latency_seconds", (now - a.last_token_ms) / 1000);
   a.last_token_ms = now;
   if (!a.req.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
@@ -181,7 +184,7 @@ void ServingEngine::sample(Active& a, const float* row, double now) {
   ev.has_token = true;
   ev.token.token = tok;
   ev.token.text = e_.tokenizer->token_to_piece(tok);
-  if (!raw.empty()) ev.token.logprob = raw[tok] - lse;
+  if (a.req.top_logprobs >= 0) ev.token.logprob = raw_[tok] - lse;
   a.channel->push(std::move(ev));
   if (stopped)
     finish(a, "stop");

@@ -107,7 +107,8 @@ class ServingEngine {
   void loop();
   void admit_new(double now);
   void step(double now);
-  void sample(Active& a, const float* logits, double now);
+  // Samples in place on the step's logits row (which the sampler rewrites).
+  void sample(Active& a, float* logits, double now);
   void finish(Active& a, const std::string& reason, const std::string& error = "");
   void preempt(Active& a);
   double now_ms() const;
@@ -127,6 +128,8 @@ class ServingEngine {
   std::atomic<int> queued_{0};  // inbox + waiting, for the 503 check
   int64_t next_id_ = 1;
   std::vector<float> logits_;
+  std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
+  std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused
   std::chrono::steady_clock::time_point t0_;
   std::thread thread_;
 };

@@ -386,6 +386,9 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
     if (!line.empty() && line[0] == '{') {
       const json j = json::parse(line);
       EXPECT_TRUE(j.contains("ttft_ms") && j.contains("completion_tokens") && j.contains("priority"));
+      // Engine-side times: the first token came after arrival and no later than the end.
+      EXPECT_GT(j["ttft_ms"].get<double>(), 0.0) << line;
+      EXPECT_LE(j["ttft_ms"].get<double>(), j["e2e_ms"].get<double>()) << line;
       json_lines++;
     }
   EXPECT_EQ(json_lines, 7);
