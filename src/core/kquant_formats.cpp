@@ -18,6 +18,20 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
   }
 }
 
+// Scales and mins of the two 32-weight halves of 64-weight chunk `is / 2`.
+struct HalfScales {
+  float d1, m1, d2, m2;
+};
+inline HalfScales half_scales(const uint8_t* scales, int is, float d, float dmin) {
+  uint8_t sc, m;
+  scale_min_k4(is, scales, sc, m);
+  HalfScales h{d * sc, dmin * m, 0, 0};
+  scale_min_k4(is + 1, scales, sc, m);
+  h.d2 = d * sc;
+  h.m2 = dmin * m;
+  return h;
+}
+
 }  // namespace
 
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n) {
@@ -25,13 +39,9 @@ void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n) {
     const uint8_t* q = x[i].qs;
     const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
     for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, q += 32) {
-      uint8_t sc, m;
-      scale_min_k4(is, x[i].scales, sc, m);
-      const float d1 = d * sc, m1 = dmin * m;
-      scale_min_k4(is + 1, x[i].scales, sc, m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; l++) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; l++) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+      const HalfScales h = half_scales(x[i].scales, is, d, dmin);
+      for (int l = 0; l < 32; l++) *y++ = h.d1 * static_cast<float>(q[l] & 0xF) - h.m1;
+      for (int l = 0; l < 32; l++) *y++ = h.d2 * static_cast<float>(q[l] >> 4) - h.m2;
     }
   }
 }
@@ -43,13 +53,9 @@ void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n) {
     const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, ql += 32) {
-      uint8_t sc, m;
-      scale_min_k4(is, x[i].scales, sc, m);
-      const float d1 = d * sc, m1 = dmin * m;
-      scale_min_k4(is + 1, x[i].scales, sc, m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; l++) *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; l++) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      const HalfScales h = half_scales(x[i].scales, is, d, dmin);
+      for (int l = 0; l < 32; l++) *y++ = h.d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - h.m1;
+      for (int l = 0; l < 32; l++) *y++ = h.d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - h.m2;
       u1 = static_cast<uint8_t>(u1 << 2);
       u2 = static_cast<uint8_t>(u2 << 2);
     }

@@ -175,17 +175,9 @@ std::optional<std::vector<int64_t>> LoadClient::tokenize(const std::string& text
 }
 
 std::optional<int64_t> LoadClient::count_tokens(const std::string& text) {
-  for (const char* key : {"content", "prompt"}) {
-    auto res = http_->Post(ep_.base_path + "/tokenize", json{{key, text}}.dump(), "application/json");
-    if (!res || res->status != 200) continue;
-    try {
-      const json j = json::parse(res->body);
-      if (j.contains("count")) return j["count"].get<int64_t>();
-      if (j.contains("tokens") && j["tokens"].is_array()) return static_cast<int64_t>(j["tokens"].size());
-    } catch (const std::exception&) {
-    }
-  }
-  return std::nullopt;
+  const auto ids = tokenize(text, true);
+  if (!ids) return std::nullopt;
+  return static_cast<int64_t>(ids->size());
 }
 
 }  // namespace kestrel
