@@ -13,7 +13,7 @@ void register_convert(CLI::App& app) {
   auto* cmd = add_command(app, "convert", "Import a llama2.c checkpoint and tokenizer into GGUF", [] {
     const auto type = type_from_name(type_name_str);
     if (!type || !can_quantize_to(*type))
-      throw Error(fmt::format("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0", type_name_str));
+      throw Error(fmt::format("--type '{}' is not one of {}", type_name_str, kWritableTypes));
     const MappedFile ckpt = MappedFile::open(checkpoint);
     const MappedFile tok = MappedFile::open(tokenizer);
     Llama2cOptions opt;
@@ -31,7 +31,7 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--llama2c", checkpoint, "llama2.c checkpoint (version 0 layout)")->required();
   cmd->add_option("--tokenizer", tokenizer, "llama2.c tokenizer.bin")->required();
   cmd->add_option("-o,--output", out, "GGUF file to write")->required();
-  cmd->add_option("--type", type_name_str, "Type of 2-D weights: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+  cmd->add_option("--type", type_name_str, std::string("Type of 2-D weights: ") + kWritableTypes)->capture_default_str();
   cmd->add_option("--name", name, "general.name to record")->capture_default_str();
 }
 

@@ -18,9 +18,7 @@ void register_quantize(CLI::App& app) {
     const auto type = type_from_name(type_str);
     if (!type || !can_quantize_to(*type))
       throw Error(
-          fmt::format("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0 (the k-quants, FP8, AWQ and "
-                      "GPTQ are not written yet)",
-                      type_str));
+          fmt::format("--type '{}' is not one of {}", type_str, kWritableTypes));
     if (std::filesystem::exists(out_path) && std::filesystem::equivalent(in_path, out_path))
       throw Error("the output would overwrite the input");
     const GgufFile in = GgufFile::open(in_path);
@@ -39,7 +37,7 @@ void register_quantize(CLI::App& app) {
   });
   cmd->add_option("input", in_path, "GGUF model to read")->required();
   cmd->add_option("output", out_path, "GGUF file to write")->required();
-  cmd->add_option("--type", type_str, "f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+  cmd->add_option("--type", type_str, kWritableTypes)->capture_default_str();
   cmd->add_option("-t,--threads", threads, "Threads (0: all cores)");
 }
 

@@ -26,7 +26,7 @@ void register_synth(CLI::App& app) {
       if (value != 0) *flag = value;
     if (heads != 0 && kv_heads == 0) o.shape.kv_heads = std::min(o.shape.kv_heads, heads);
     const auto type = type_from_name(type_str);
-    if (!type || !can_quantize_to(*type)) throw Error(fmt::format("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0", type_str));
+    if (!type || !can_quantize_to(*type)) throw Error(fmt::format("--type '{}' is not one of {}", type_str, kWritableTypes));
     o.type = *type;
     o.seed = seed;
     o.n_threads = threads > 0 ? threads : default_thread_count();
@@ -53,7 +53,7 @@ void register_synth(CLI::App& app) {
                   "Shape preset: llama/qwen2: tiny, 1b (TinyLlama), 7b (Llama-2-7B); deepseek2: tiny (V2-Lite-like), "
                   "tiny-v3, lite (DeepSeek-V2-Lite), v3-small, v3 (DeepSeek-V3)")
       ->capture_default_str();
-  cmd->add_option("--type", type_str, "Weight type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+  cmd->add_option("--type", type_str, std::string("Weight type: ") + kWritableTypes)->capture_default_str();
   cmd->add_option("-o,--output", out, "GGUF file to write")->required();
   cmd->add_option("--dim", dim, "Override: embedding width");
   cmd->add_option("--layers", layers, "Override: layer count");

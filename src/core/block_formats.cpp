@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/fp8.h"
 #include "core/kquant_formats.h"
 
 namespace kestrel {
@@ -65,6 +66,24 @@ void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n) {
   }
 }
 
+void quantize_row_fp8(const float* x, BlockFp8* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQKFp8; i++, x += kQKFp8) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQKFp8; j++) amax = std::max(amax, std::fabs(x[j]));
+    y[i].d = fp32_to_fp16(amax / kFp8E4M3Max);
+    const float d = fp16_to_fp32(y[i].d), id = d ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kQKFp8; j++) y[i].qs[j] = fp32_to_e4m3(x[j] * id);
+  }
+}
+
+void dequantize_row_fp8(const BlockFp8* x, float* y, int64_t n) {
+  const auto& table = e4m3_table();
+  for (int64_t i = 0; i < n / kQKFp8; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQKFp8; j++) y[i * kQKFp8 + j] = d * table[x[i].qs[j]];
+  }
+}
+
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
@@ -83,13 +102,15 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q4_K: dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n); return;
     case GgmlType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;
     case GgmlType::Q6_K: dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n); return;
+    case GgmlType::KESTREL_FP8_E4M3: dequantize_row_fp8(static_cast<const BlockFp8*>(src), dst, n); return;
     default: throw Error(std::string("dequantize: tensor type ") + std::string(type_name(type)) + " is not supported yet");
   }
 }
 
 bool can_quantize_to(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0: return true;
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
+    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::KESTREL_FP8_E4M3: return true;
     default: return false;
   }
 }
@@ -109,6 +130,10 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     }
     case GgmlType::Q8_0: quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n); return;
     case GgmlType::Q4_0: quantize_row_q4_0_ref(src, static_cast<BlockQ4_0*>(dst), n); return;
+    case GgmlType::Q4_K: quantize_row_q4_K(src, static_cast<BlockQ4_K*>(dst), n); return;
+    case GgmlType::Q5_K: quantize_row_q5_K(src, static_cast<BlockQ5_K*>(dst), n); return;
+    case GgmlType::Q6_K: quantize_row_q6_K(src, static_cast<BlockQ6_K*>(dst), n); return;
+    case GgmlType::KESTREL_FP8_E4M3: quantize_row_fp8(src, static_cast<BlockFp8*>(dst), n); return;
     default: throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
   }
 }

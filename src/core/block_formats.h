@@ -26,6 +26,17 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// FP8 E4M3 with one fp16 scale per 32 values: x = d * e4m3(q), d = max|x| / 448
+// (Kestrel's own GGUF type, GgmlType::KESTREL_FP8_E4M3).
+constexpr int kQKFp8 = 32;
+struct BlockFp8 {
+  uint16_t d;
+  uint8_t qs[kQKFp8];
+};
+static_assert(sizeof(BlockFp8) == 34);
+void quantize_row_fp8(const float* x, BlockFp8* y, int64_t n);
+void dequantize_row_fp8(const BlockFp8* x, float* y, int64_t n);
+
 // Weight files round half away from zero (ggml's reference quantizer);
 // activations at run time round half to even (ggml's SIMD quantizer).
 enum class Rounding { HalfAwayFromZero, HalfToEven };
@@ -36,9 +47,11 @@ void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);
 
 // Any computable type to float32 (n elements, n a multiple of the block size).
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
-// Float32 to F32/F16/BF16/Q8_0/Q4_0 (n a multiple of the block size).
+// Float32 to F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/FP8 (n a multiple of the block size).
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 // Whether quantize_row supports writing this type.
 bool can_quantize_to(GgmlType type);
+// The names of those types, for help texts and error messages.
+inline constexpr const char* kWritableTypes = "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, fp8";
 
 }  // namespace kestrel

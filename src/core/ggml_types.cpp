@@ -32,6 +32,7 @@ constexpr std::array kTypes = {
     Entry{28, {"F64", 1, 8, false}},     Entry{29, {"IQ1_M", 256, 56, false}},
     Entry{30, {"BF16", 1, 2, true}},     Entry{34, {"TQ1_0", 256, 54, false}},
     Entry{35, {"TQ2_0", 256, 66, false}},
+    Entry{1000, {"KESTREL_FP8_E4M3", 32, 34, true}},
 };
 
 }  // namespace
@@ -53,6 +54,7 @@ std::string_view type_name(GgmlType t) { return traits(t).name; }
 std::optional<GgmlType> type_from_name(std::string_view name) {
   std::string upper(name);
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (upper == "FP8" || upper == "FP8_E4M3") return GgmlType::KESTREL_FP8_E4M3;
   for (const auto& e : kTypes)
     if (upper == e.traits.name) return static_cast<GgmlType>(e.id);
   return std::nullopt;

@@ -37,6 +37,11 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// Writers (kquant_quantize.cpp): n a multiple of 256.
+void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n);
+void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n);
+void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
+
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
 void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n);

@@ -50,10 +50,13 @@ void dequantize_weight_row(const Weight& w, int64_t row, float* out) {
 
 static bool is_float_format(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 static bool is_q8_format(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
-// k-quants: each row dequantized to f32 (one row at a time, in a per-thread
-// buffer) and dotted with the f32 activations — correct on every ISA, not
-// yet fast (llama.cpp instead quantizes activations to Q8_K for integer dots).
-static bool is_kquant_format(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
+// k-quants and FP8: each row dequantized to f32 (one row at a time, in a
+// per-thread buffer) and dotted with the f32 activations — correct on every
+// ISA, not yet fast (llama.cpp instead quantizes activations to Q8_K for
+// integer dots).
+static bool is_kquant_format(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::KESTREL_FP8_E4M3;
+}
 
 void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
   if (!is_float_format(w.type) && !is_q8_format(w.type) && !is_kquant_format(w.type))

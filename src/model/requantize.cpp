@@ -13,7 +13,7 @@ namespace kestrel {
 
 GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
   if (!can_quantize_to(o.type))
-    throw Error(fmt::format("--type {} cannot be written yet (f32, f16, bf16, q8_0, q4_0)", type_name(o.type)));
+    throw Error(fmt::format("--type {} cannot be written (only {})", type_name(o.type), kWritableTypes));
   GgufWriter w;
   for (const auto& [k, v] : in.metadata()) w.set(k, v);
   w.set_u32("general.file_type", llama_file_type(o.type));
