@@ -117,7 +117,7 @@ void BM_AttentionDecode(benchmark::State& state) {
   const int32_t pos = static_cast<int32_t>(ctx - 1);
   ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()));
   for (auto _ : state) {
-    attention_paged(pool, {k.data(), v.data(), n_kv * hd, n_kv * hd, block}, {1, q.data(), out.data(), &pos, tables},
+    attention_paged(pool, PagedKvLayerView::f32(k.data(), v.data(), n_kv * hd, n_kv * hd, block), {1, q.data(), out.data(), &pos, tables},
                     {n_head, n_kv, hd, 0.125f});
     benchmark::DoNotOptimize(out.data());
   }

@@ -21,6 +21,7 @@ struct BenchFlags {
   std::string output = "md", profile;
   bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false, measure = false;
   MlaAttention mla = MlaAttention::Auto;
+  KvType kv_type_k = KvType::F32, kv_type_v = KvType::F32;
 };
 
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
@@ -33,7 +34,8 @@ nlohmann::json to_json(const BenchResult& r) {
           {"backends", "CPU"}, {"kernel_isa", r.kernel_isa},
           {"roofline_ts", r.roofline_ts}, {"roofline_fraction", r.roofline_fraction},
           {"roofline_basis", r.roofline_basis}, {"weight_bytes_per_token", r.weight_bytes_per_token},
-          {"flops_per_token", r.flops_per_token}};
+          {"flops_per_token", r.flops_per_token}, {"kv_type", r.kv_type},
+          {"kv_bytes_per_token", r.kv_bytes_per_token}};
 }
 
 void print_results(const std::vector<BenchResult>& rs, const std::string& format) {
@@ -51,12 +53,13 @@ void print_results(const std::vector<BenchResult>& rs, const std::string& format
                  r.model_size, r.model_n_params, r.n_threads, r.n_batch, r.test.n_prompt, r.test.n_gen, r.avg_ts,
                  r.stddev_ts, r.roofline_ts, r.roofline_fraction, r.kernel_isa);
   } else {
-    fmt::print("| model | size | params | threads | kernels | test | t/s | roofline t/s | of roofline |\n");
-    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
+    fmt::print("| model | size | params | threads | kernels | KV cache | test | t/s | roofline t/s | of roofline |\n");
+    fmt::print("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |\n");
     for (const auto& r : rs)
-      fmt::print("| {} | {} | {:.2f} B | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.1f}% |\n", r.model_type,
-                 mib(r.model_size), static_cast<double>(r.model_n_params) / 1e9, r.n_threads, r.kernel_isa,
-                 r.test.name, r.avg_ts, r.stddev_ts, r.roofline_ts, 100.0 * r.roofline_fraction);
+      fmt::print("| {} | {} | {:.2f} B | {} | {} | {} ({:.1f} KiB/token) | {} | {:.2f} ± {:.2f} | {:.1f} | {:.1f}% |\n",
+                 r.model_type, mib(r.model_size), static_cast<double>(r.model_n_params) / 1e9, r.n_threads,
+                 r.kernel_isa, r.kv_type, static_cast<double>(r.kv_bytes_per_token) / 1024, r.test.name, r.avg_ts,
+                 r.stddev_ts, r.roofline_ts, 100.0 * r.roofline_fraction);
     fmt::print("\nrooflines:\n");
     for (const auto& r : rs) fmt::print("  {} {}: {}\n", r.model_type, r.test.name, r.roofline_basis);
   }
@@ -97,6 +100,8 @@ int run(BenchFlags& f) {
         o.log_fusion = f.log_fusion;
         o.repack_weights = !f.no_repack;
         o.mla = f.mla;
+        o.kv_type_k = f.kv_type_k;
+        o.kv_type_v = f.kv_type_v;
         Engine e = Engine::load(o);
         for (auto p : f.n_prompt)
           if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits, probe.get()));
@@ -131,6 +136,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
   add_mla_option(cmd, f.mla);
+  add_kv_type_options(cmd, f.kv_type_k, f.kv_type_v);
   cmd->add_flag("--measure", f.measure, "Measure the machine's limits again (not the cached ones), and the limit each row is held to before every repetition");
   cmd->add_flag("--no-repack", f.no_repack, "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical arithmetic, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");

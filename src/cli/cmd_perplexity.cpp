@@ -55,6 +55,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_flag(
       "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
   add_mla_option(cmd, eo.mla);
+  add_kv_type_options(cmd, eo.kv_type_k, eo.kv_type_v);
 }
 
 }  // namespace kestrel::cli

@@ -100,8 +100,9 @@ int run(RunFlags& f) {
   const double tg = r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0;
   fmt::print(stderr,
              "\n[kestrel] prompt {} tokens, generated {} tokens (stop: {}), prefill {:.1f} tok/s, decode {:.1f} tok/s, "
-             "seed {}, {}{}\n",
-             r.n_prompt, r.tokens.size(), r.stop_reason, pp, tg, f.gen.sampling.seed, e.backend->describe(),
+             "seed {}, KV {} ({:.1f} KiB/token), {}{}\n",
+             r.n_prompt, r.tokens.size(), r.stop_reason, pp, tg, f.gen.sampling.seed, e.kv->layout().type_name(),
+             static_cast<double>(e.kv->layout().bytes_per_token()) / 1024, e.backend->describe(),
              dump ? fmt::format(", {} logits rows -> {}", rows, f.dump_logits) : "");
   return 0;
 }
@@ -137,6 +138,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
   add_mla_option(cmd, f.engine.mla);
+  add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   cmd->add_flag("--no-repack", [](int64_t) { f.engine.repack_weights = false; },
                 "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical logits, slower)");
   cmd->add_flag("--mmap", f.engine.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");

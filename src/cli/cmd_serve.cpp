@@ -83,8 +83,10 @@ int run(ServeFlags& f) {
   HttpServer http(engine, metrics, hc);
   const int port = http.bind();
   fmt::print(stderr,
-             "[kestrel] serving '{}' on http://{}:{} ({}; context {}, {} KV blocks of {} tokens, chat template {})\n",
+             "[kestrel] serving '{}' on http://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {:.1f} "
+             "KiB/token, chat template {})\n",
              hc.model_name, f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
+             e.kv->layout().type_name(), static_cast<double>(e.kv->layout().bytes_per_token()) / 1024,
              chat_template_name(hc.chat_template));
 
   // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
@@ -151,6 +153,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--profile", f.profile,
                   "Record every operator's time per layer; the Chrome trace is written at shutdown");
   add_mla_option(cmd, f.engine.mla);
+  add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   cmd->add_flag(
       "--no-repack", [](int64_t) { f.engine.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
 }

@@ -1,10 +1,12 @@
 #pragma once
 // Each subcommand registers its flags and an action; main() runs the one chosen.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <functional>
 #include <map>
 #include <string>
 
+#include "kernels/kv_format.h"
 #include "model/model.h"
 
 namespace kestrel::cli {
@@ -56,6 +58,24 @@ inline CLI::Option* add_mla_option(CLI::App* cmd, MlaAttention& target) {
                    "(per-head keys and values rebuilt)")
       ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case))
       ->default_str("auto");
+}
+
+// --kv-type T (keys and values), --kv-type-k T, --kv-type-v T (one of them;
+// applied after --kv-type: CLI11 runs option callbacks in definition order).
+inline void add_kv_type_options(CLI::App* cmd, KvType& k, KvType& v) {
+  auto parse = [](const std::string& s) {
+    const auto t = kv_type_from_name(s);
+    if (!t) throw CLI::ValidationError(fmt::format("KV type '{}' is not one of {}", s, kKvTypeNames));
+    return *t;
+  };
+  cmd->add_option_function<std::string>("--kv-type", [&k, &v, parse](const std::string& s) { k = v = parse(s); },
+                                        std::string("KV cache storage for keys and values: ") + kKvTypeNames +
+                                            " (q4: 4-bit with a scale and minimum per 32 channels)")
+      ->default_str("f32");
+  cmd->add_option_function<std::string>("--kv-type-k", [&k, parse](const std::string& s) { k = parse(s); },
+                                        "KV cache storage for keys only (overrides --kv-type)");
+  cmd->add_option_function<std::string>("--kv-type-v", [&v, parse](const std::string& s) { v = parse(s); },
+                                        "KV cache storage for values only (overrides --kv-type)");
 }
 
 }  // namespace kestrel::cli

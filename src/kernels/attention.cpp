@@ -29,6 +29,10 @@ struct Partial {
 Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int32_t* table, const float* q, int kvh,
                      int hd, int vd, float scale, int32_t p0, int32_t p1, float* out) {
   for (int d = 0; d < vd; d++) out[d] = 0.0f;
+  // Dequantized key / value of one position (unused for f32 rows).
+  thread_local std::vector<float> kbuf, vbuf;
+  kbuf.resize(static_cast<size_t>(hd));
+  vbuf.resize(static_cast<size_t>(vd));
   Partial s{-std::numeric_limits<float>::infinity(), 0.0f};
   constexpr int kMaxBlock = 256;
   float scores[kMaxBlock];
@@ -39,7 +43,7 @@ Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int3
     const int64_t slot0 = static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
     float block_max = -std::numeric_limits<float>::infinity();
     for (int32_t j = 0; j < end - p; j++) {
-      scores[j] = k.dot_f32(q, kv.k + (slot0 + j) * kv.k_stride + kvh * hd, hd) * scale;
+      scores[j] = k.dot_f32(q, kv.k_format.read(kv.k_row(slot0 + j), int64_t{kvh} * hd, kbuf.data(), hd), hd) * scale;
       block_max = std::max(block_max, scores[j]);
     }
     if (block_max > s.m) {
@@ -50,7 +54,8 @@ Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int3
       s.m = block_max;
     }
     s.l += k.exp_sum_f32(scores, s.m, end - p);
-    for (int32_t j = 0; j < end - p; j++) k.axpy_f32(out, scores[j], kv.v + (slot0 + j) * kv.v_stride + kvh * vd, vd);
+    for (int32_t j = 0; j < end - p; j++)
+      k.axpy_f32(out, scores[j], kv.v_format.read(kv.v_row(slot0 + j), int64_t{kvh} * vd, vbuf.data(), vd), vd);
     p = end;
   }
   return s;

@@ -10,17 +10,28 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "kernels/kv_format.h"
 
 namespace kestrel {
 
 // One layer's K and V storage, addressed by block tables: token at position p
 // of a sequence lives in slot table[p / block_size] * block_size + p % block_size.
+// Rows are stored in k_format / v_format (kv_format.h); attention dequantizes the one
+// head it reads, never a whole copy.
 struct PagedKvLayerView {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  int64_t k_stride = 0;  // floats between consecutive slots
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_stride = 0;  // bytes between consecutive slots
   int64_t v_stride = 0;
   int block_size = 0;
+  KvRowFormat k_format, v_format;
+
+  // Float32 rows of k_floats / v_floats elements.
+  static PagedKvLayerView f32(const float* k, const float* v, int64_t k_floats, int64_t v_floats, int block_size) {
+    return {k, v, k_floats * 4, v_floats * 4, block_size, KvRowFormat(), KvRowFormat()};
+  }
+  const uint8_t* k_row(int64_t slot) const { return static_cast<const uint8_t*>(k) + slot * k_stride; }
+  const uint8_t* v_row(int64_t slot) const { return static_cast<const uint8_t*>(v) + slot * v_stride; }
 };
 
 struct AttentionBatch {

@@ -56,6 +56,10 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 m = neg_inf, l = _mm512_setzero_ps();
   const int64_t k_off = static_cast<int64_t>(tile.kv_head) * hd, v_off = static_cast<int64_t>(tile.kv_head) * vd;
+  // Quantized rows: one chunk's keys and values dequantized here, read by every row of the tile.
+  const bool dequant = kv.k_format.type() != KvType::F32 || kv.v_format.type() != KvType::F32;
+  alignas(64) float kq[kLanes][kMaxHeadDim];
+  alignas(64) float vq[kLanes][kMaxHeadDim];
 
   for (int32_t p = p0; p < end; p += kLanes) {
     const int n = std::min<int32_t>(kLanes, end - p);
@@ -64,8 +68,18 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
     for (int j = 0; j < kLanes; j++) {
       const int32_t pos = p + std::min(j, n - 1);  // past the end: repeat the last key, masked below
       const int64_t slot = static_cast<int64_t>(tile.table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
-      kr[j] = kv.k + slot * kv.k_stride + k_off;
-      vr[j] = kv.v + slot * kv.v_stride + v_off;
+      if (!dequant) {
+        kr[j] = reinterpret_cast<const float*>(kv.k_row(slot)) + k_off;
+        vr[j] = reinterpret_cast<const float*>(kv.v_row(slot)) + v_off;
+      } else if (j < n) {
+        kv.k_format.dequantize(kv.k_row(slot), k_off, kq[j], hd);
+        kv.v_format.dequantize(kv.v_row(slot), v_off, vq[j], vd);
+        kr[j] = kq[j];
+        vr[j] = vq[j];
+      } else {
+        kr[j] = kr[n - 1];
+        vr[j] = vr[n - 1];
+      }
     }
     // Scores of 16 positions for all rows: s[j] lane r = q_r . k_j.
     __m512 s[kLanes];

@@ -115,7 +115,7 @@ class ProfilingBackend final : public Backend {
   void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
     double keys = 0;
     for (int64_t t = 0; t < b.n_tokens; t++) keys += b.positions[t] + 1;
-    const double kv_bytes = keys * 4.0 * (kv.k_stride + kv.v_stride);
+    const double kv_bytes = keys * static_cast<double>(kv.k_stride + kv.v_stride);
     timed("attention", layer_, kv_bytes, 4.0 * keys * s.n_head * s.head_dim, [&] { in_.attention(kv, b, s); });
   }
   void silu_mul(float* g, const float* u, int64_t n) override {

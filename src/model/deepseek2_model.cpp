@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "core/block_formats.h"
 #include "core/error.h"
@@ -92,7 +93,8 @@ class Deepseek2Model final : public Model {
   const ModelConfig& config() const override { return cfg_; }
   // The latent cache: per token and layer, [rmsnorm(c) | k_pe]; values are the
   // first kv_lora floats of the same row, so there is no separate V.
-  KvLayout kv_layout() const override { return {cfg_.n_layer, kv_width_, 0}; }
+  // Values are the first kv_lora_rank elements of each key row: groups must divide both.
+  KvLayout kv_layout() const override { return {cfg_.n_layer, kv_width_, 0, std::gcd(kv_width_, cfg_.mla.kv_lora_rank)}; }
   int64_t max_batch_tokens() const override { return max_batch_; }
 
   void forward(const Batch& b, PagedKvCache& kv, float* logits) override {
@@ -158,10 +160,11 @@ class Deepseek2Model final : public Model {
     const int64_t r = cfg_.mla.kv_lora_rank;
     for (int64_t i = 0; i < n; i++) std::memcpy(lat_.data() + i * r, kv_a_.data() + i * kv_width_, r * sizeof(float));
     be_.rmsnorm(lat_.data(), L.kv_a_norm.data(), lat_norm_.data(), n, r, cfg_.rms_eps);
+    float* row = kv_row_.data();
     for (int64_t i = 0; i < n; i++) {
-      float* row = kv.k(layer, slots_[i]);
       std::memcpy(row, lat_norm_.data() + i * r, r * sizeof(float));
       std::memcpy(row + r, kv_a_.data() + i * kv_width_ + r, cfg_.mla.qk_rope * sizeof(float));
+      kv.write_k(layer, slots_[i], row);
     }
   }
 
@@ -169,6 +172,7 @@ class Deepseek2Model final : public Model {
     PagedKvLayerView v = kv.layer_view(layer);
     v.v = v.k;  // values: the first kv_lora floats of each key row
     v.v_stride = v.k_stride;
+    v.v_format = v.k_format;
     return v;
   }
 
@@ -214,7 +218,7 @@ class Deepseek2Model final : public Model {
       for (int32_t p = 0; p < len; p++) {
         const int64_t slot =
             static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size + p % cache.block_size;
-        const float* row = cache.k + slot * cache.k_stride;
+        const float* row = cache.k_format.read(cache.k_row(slot), 0, kv_row_.data(), kv_width_);
         std::memcpy(dec_lat_.data() + p * r, row, r * sizeof(float));
         for (int h = 0; h < nh; h++)
           std::memcpy(dec_k_.data() + (static_cast<int64_t>(p) * nh + h) * hk + m.qk_nope, row + r,
@@ -233,7 +237,7 @@ class Deepseek2Model final : public Model {
       }
       static const int32_t kOneBlock = 0;
       dec_tables_.assign(static_cast<size_t>(nt), &kOneBlock);
-      const PagedKvLayerView view{dec_k_.data(), dec_v_.data(), nh * hk, nh * vh, len};
+      const PagedKvLayerView view = PagedKvLayerView::f32(dec_k_.data(), dec_v_.data(), nh * hk, nh * vh, len);
       be_.attention(view, {nt, dec_q_.data(), dec_out_.data(), dec_pos_.data(), dec_tables_.data()},
                     {nh, nh, hk, cfg_.attn_scale, vh});
       for (int64_t j = 0; j < nt; j++)
@@ -416,6 +420,7 @@ class Deepseek2Model final : public Model {
     kv_a_.resize(n * kv_width_);
     lat_.resize(n * m.kv_lora_rank);
     lat_norm_.resize(lat_.size());
+    kv_row_.resize(kv_width_);
     q_abs_.resize(n * nh * kv_width_);
     att_lat_.resize(n * nh * m.kv_lora_rank);
     att_.resize(n * nh * m.v_head);
@@ -463,7 +468,7 @@ class Deepseek2Model final : public Model {
   MlaAttention mla_mode_;
   int64_t kv_width_ = 0;
   Deepseek2Weights w_;
-  std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, q_abs_, att_lat_, att_, hb_, hb2_;
+  std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
   std::vector<float> router_logits_, expert_w_, xe_, ye_, hshared_;
   std::vector<Backend::FfnRef> ffn_refs_;
   std::vector<const float*> ffn_in_;

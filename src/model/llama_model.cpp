@@ -65,7 +65,7 @@ class LlamaModel final : public Model {
   const ModelConfig& config() const override { return cfg_; }
   KvLayout kv_layout() const override {
     const int64_t kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * cfg_.head_dim;
-    return {cfg_.n_layer, kv_dim, kv_dim};
+    return {cfg_.n_layer, kv_dim, kv_dim, cfg_.head_dim};
   }
   int64_t max_batch_tokens() const override { return max_batch_; }
 
@@ -95,8 +95,8 @@ class LlamaModel final : public Model {
       float* qkv_out[3] = {q, k, v};
       be_.qkv_rope(qkv, bias, xb, n, b.positions.data(), c.rope, {c.n_head, c.n_head_kv, c.head_dim}, qkv_out);
       for (int64_t i = 0; i < n; i++) {
-        std::memcpy(kv.k(l, s_.slots[i]), k + i * kv_dim, kv_dim * sizeof(float));
-        std::memcpy(kv.v(l, s_.slots[i]), v + i * kv_dim, kv_dim * sizeof(float));
+        kv.write_k(l, s_.slots[i], k + i * kv_dim);
+        kv.write_v(l, s_.slots[i], v + i * kv_dim);
       }
       be_.attention(kv.layer_view(l), {n, q, s_.att.data(), b.positions.data(), s_.block_tables.data()}, shape);
       be_.matmul(L.wo, s_.att.data(), n, s_.xb2.data());

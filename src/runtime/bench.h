@@ -31,6 +31,8 @@ struct BenchResult {
   int64_t weight_bytes_per_token = 0;
   double flops_per_token = 0;
   std::string kernel_isa;
+  std::string kv_type;
+  int64_t kv_bytes_per_token = 0;
 };
 
 // Runs one test `repetitions` times after one warm-up run, against `limits`;

@@ -78,8 +78,10 @@ Engine Engine::load(const EngineOptions& o) {
   e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
   const int64_t blocks_per_seq = (e.n_ctx + o.kv_block_size - 1) / o.kv_block_size;
   int64_t n_blocks = blocks_per_seq * o.n_seq_max;
-  const KvLayout l = e.model->kv_layout();
-  const int64_t block_bytes = int64_t{o.kv_block_size} * l.n_layer * (l.k_width + l.v_width) * 4;
+  KvLayout l = e.model->kv_layout();
+  l.k_type = o.kv_type_k;
+  l.v_type = o.kv_type_v;
+  const int64_t block_bytes = int64_t{o.kv_block_size} * l.bytes_per_token();
   if (o.kv_cache_max_bytes > 0) n_blocks = std::max<int64_t>(1, std::min(n_blocks, o.kv_cache_max_bytes / block_bytes));
   if (o.kv_cache_bytes > 0) {
     n_blocks = o.kv_cache_bytes / block_bytes;
@@ -87,7 +89,7 @@ Engine Engine::load(const EngineOptions& o) {
       throw Error(fmt::format("KV cache of {} bytes holds {} blocks of {} bytes: out of range", o.kv_cache_bytes,
                               n_blocks, block_bytes));
   }
-  e.kv = std::make_unique<PagedKvCache>(e.model->kv_layout(), static_cast<int>(n_blocks), o.kv_block_size,
+  e.kv = std::make_unique<PagedKvCache>(l, static_cast<int>(n_blocks), o.kv_block_size,
                                         static_cast<int>(blocks_per_seq));
   return e;
 }

@@ -29,6 +29,8 @@ struct EngineOptions {
   bool log_fusion = false;        // print the fused operators at load
   bool repack_weights = true;     // repack Q8_0/Q4_0 for the int8 kernels (false: llama.cpp-identical logits)
   MlaAttention mla = MlaAttention::Auto;  // DeepSeek models: how MLA attention runs
+  KvType kv_type_k = KvType::F32;         // how the KV cache stores keys
+  KvType kv_type_v = KvType::F32;         // ...and values
 };
 
 struct Engine {

@@ -11,15 +11,20 @@
 namespace kestrel {
 
 PagedKvCache::PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq)
-    : layout_(layout), n_blocks_(n_blocks), block_size_(block_size),
+    : layout_(layout), k_format_(layout.k_format()), v_format_(layout.v_format()),
+      k_row_bytes_(static_cast<int64_t>(k_format_.bytes(layout.k_width))),
+      v_row_bytes_(static_cast<int64_t>(v_format_.bytes(layout.v_width))), n_blocks_(n_blocks), block_size_(block_size),
       max_blocks_per_seq_(max_blocks_per_seq > 0 ? std::min(max_blocks_per_seq, n_blocks) : n_blocks) {
   if (n_blocks <= 0 || block_size <= 0) throw Error("KV cache needs at least one block of at least one token");
+  if (layout.k_width % k_format_.group() != 0 || layout.v_width % v_format_.group() != 0)
+    throw Error(fmt::format("KV rows of {} and {} elements do not divide into {}/{}-element groups", layout.k_width,
+                            layout.v_width, k_format_.group(), v_format_.group()));
   const size_t slots = static_cast<size_t>(n_blocks) * static_cast<size_t>(block_size);
   k_.resize(layout.n_layer);
   v_.resize(layout.n_layer);
   for (int l = 0; l < layout.n_layer; l++) {
-    k_[l].assign(slots * static_cast<size_t>(layout.k_width), 0.0f);
-    v_[l].assign(slots * static_cast<size_t>(layout.v_width), 0.0f);
+    k_[l].assign(slots * static_cast<size_t>(k_row_bytes_), 0);
+    v_[l].assign(slots * static_cast<size_t>(v_row_bytes_), 0);
   }
   // Hand out low block ids first.
   for (int b = n_blocks - 1; b >= 0; b--) free_.push_back(b);
@@ -58,7 +63,7 @@ void PagedKvCache::forget_name(int32_t b) {
 void PagedKvCache::copy_block(int32_t from, int32_t to) {
   const size_t bs = static_cast<size_t>(block_size_);
   for (int l = 0; l < layout_.n_layer; l++) {
-    const size_t kw = static_cast<size_t>(layout_.k_width) * bs, vw = static_cast<size_t>(layout_.v_width) * bs;
+    const size_t kw = static_cast<size_t>(k_row_bytes_) * bs, vw = static_cast<size_t>(v_row_bytes_) * bs;
     std::copy_n(k_[l].data() + from * kw, kw, k_[l].data() + to * kw);
     std::copy_n(v_[l].data() + from * vw, vw, v_[l].data() + to * vw);
   }
@@ -185,7 +190,7 @@ int64_t PagedKvCache::slot(int32_t seq, int32_t pos) const {
 }
 
 PagedKvLayerView PagedKvCache::layer_view(int layer) const {
-  return {k_[layer].data(), v_[layer].data(), layout_.k_width, layout_.v_width, block_size_};
+  return {k_[layer].data(), v_[layer].data(), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
 }
 
 }  // namespace kestrel

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -22,8 +23,22 @@ namespace kestrel {
 
 struct KvLayout {
   int n_layer = 0;
-  int64_t k_width = 0;  // floats per token per layer
+  int64_t k_width = 0;  // elements per token per layer
   int64_t v_width = 0;
+  int64_t granule = 1;  // attention reads rows in pieces at multiples of this (the head size)
+  KvType k_type = KvType::F32, v_type = KvType::F32;
+
+  KvRowFormat k_format() const { return KvRowFormat(k_type, granule); }
+  KvRowFormat v_format() const { return KvRowFormat(v_type, granule); }
+  // Bytes of K and V one token takes over all layers.
+  int64_t bytes_per_token() const {
+    return n_layer * static_cast<int64_t>(k_format().bytes(k_width) + v_format().bytes(v_width));
+  }
+  // "q8_0", or "q8_0/q4" when keys and values differ.
+  std::string type_name() const {
+    return k_type == v_type || v_width == 0 ? kv_type_name(k_type)
+                                            : std::string(kv_type_name(k_type)) + "/" + kv_type_name(v_type);
+  }
 };
 
 class PagedKvCache {
@@ -64,8 +79,13 @@ class PagedKvCache {
   const PrefixStats& prefix_stats() const { return stats_; }
   const int32_t* block_table(int32_t seq) const;
   int64_t slot(int32_t seq, int32_t pos) const;
-  float* k(int layer, int64_t slot) { return k_[layer].data() + slot * layout_.k_width; }
-  float* v(int layer, int64_t slot) { return v_[layer].data() + slot * layout_.v_width; }
+  // A token's keys / values for one layer, stored in the cache's type
+  // (quantized on write) and read back as floats.
+  void write_k(int layer, int64_t slot, const float* x) { k_format_.quantize(x, k_row(layer, slot), layout_.k_width); }
+  void write_v(int layer, int64_t slot, const float* x) { v_format_.quantize(x, v_row(layer, slot), layout_.v_width); }
+  void read_k(int layer, int64_t slot, float* y) const { k_format_.dequantize(k_row(layer, slot), 0, y, layout_.k_width); }
+  void read_v(int layer, int64_t slot, float* y) const { v_format_.dequantize(v_row(layer, slot), 0, y, layout_.v_width); }
+  const KvLayout& layout() const { return layout_; }
   PagedKvLayerView layer_view(int layer) const;
 
  private:
@@ -85,12 +105,18 @@ class PagedKvCache {
   void release_block(int32_t block);  // one holder fewer
   void forget_name(int32_t block);
   void copy_block(int32_t from, int32_t to);
+  uint8_t* k_row(int layer, int64_t slot) { return k_[layer].data() + slot * k_row_bytes_; }
+  uint8_t* v_row(int layer, int64_t slot) { return v_[layer].data() + slot * v_row_bytes_; }
+  const uint8_t* k_row(int layer, int64_t slot) const { return k_[layer].data() + slot * k_row_bytes_; }
+  const uint8_t* v_row(int layer, int64_t slot) const { return v_[layer].data() + slot * v_row_bytes_; }
 
   KvLayout layout_;
+  KvRowFormat k_format_, v_format_;
+  int64_t k_row_bytes_, v_row_bytes_;
   int n_blocks_;
   int block_size_;
   int max_blocks_per_seq_;
-  std::vector<std::vector<float>> k_, v_;
+  std::vector<std::vector<uint8_t>> k_, v_;
   std::vector<int32_t> free_;          // never named, held by nobody
   std::list<int32_t> evictable_;       // named, held by nobody: oldest first
   std::vector<BlockState> state_;

@@ -30,7 +30,7 @@ void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKern
   const int32_t* tables[1] = {table.data()};
   ThreadPool pool(threads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  attention_paged(pool, {k.data(), v.data(), width, width, block}, {1, q.data(), out.data(), &pos, tables},
+  attention_paged(pool, PagedKvLayerView::f32(k.data(), v.data(), width, width, block), {1, q.data(), out.data(), &pos, tables},
                   {n_head, n_kv, hd, scale}, kernel);
   for (int h = 0; h < n_head; h++) {
     const int kvh = h / (n_head / n_kv);
@@ -109,7 +109,7 @@ void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel
   for (int64_t t = 0; t < n; t++) pos[t] = tokens[t].second, tables[t] = seqs[tokens[t].first].table.data();
   ThreadPool pool(2);
   const float scale = 0.3f;
-  attention_paged(pool, {k.data(), v.data(), width, width, block}, {n, q.data(), out.data(), pos.data(), tables.data()},
+  attention_paged(pool, PagedKvLayerView::f32(k.data(), v.data(), width, width, block), {n, q.data(), out.data(), pos.data(), tables.data()},
                   {n_head, n_kv, hd, scale}, kernel);
   const int group = n_head / n_kv;
   for (int64_t t = 0; t < n; t++)
@@ -172,7 +172,7 @@ void check_latent(int n_head, int hd, int vd, int32_t len, int n_tokens, int thr
   for (int t = 0; t < n_tokens; t++) pos[t] = len - n_tokens + t;
   ThreadPool pool(threads);
   const float scale = 0.3f;
-  attention_paged(pool, {latent.data(), latent.data(), hd, hd, block},
+  attention_paged(pool, PagedKvLayerView::f32(latent.data(), latent.data(), hd, hd, block),
                   {n_tokens, q.data(), out.data(), pos.data(), tables.data()}, {n_head, 1, hd, scale, vd}, kernel);
   for (int t = 0; t < n_tokens; t++)
     for (int h = 0; h < n_head; h++) {

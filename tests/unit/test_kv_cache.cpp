@@ -7,6 +7,23 @@
 namespace kestrel {
 namespace {
 
+// Element 0 of a slot's key (or value) row, written and read through the cache's own format.
+void put_k(PagedKvCache& kv, int64_t slot, float x) {
+  std::vector<float> row(static_cast<size_t>(kv.layout().k_width), 0.0f);
+  row[0] = x;
+  kv.write_k(0, slot, row.data());
+}
+void put_v(PagedKvCache& kv, int64_t slot, float x) {
+  std::vector<float> row(static_cast<size_t>(kv.layout().v_width), 0.0f);
+  row[0] = x;
+  kv.write_v(0, slot, row.data());
+}
+float get_k(const PagedKvCache& kv, int64_t slot) {
+  std::vector<float> row(static_cast<size_t>(kv.layout().k_width));
+  kv.read_k(0, slot, row.data());
+  return row[0];
+}
+
 TEST(PagedKvCache, AllocatesBlocksOnDemandAndFreesThem) {
   PagedKvCache kv({2, 4, 4}, 8, 16);
   EXPECT_EQ(kv.n_free_blocks(), 8);
@@ -37,9 +54,9 @@ TEST(PagedKvCache, SlotsFollowTheBlockTable) {
   EXPECT_EQ(kv.slot(7, 5), 3 * 4 + 1);
   EXPECT_EQ(kv.slot(9, 4), 2 * 4 + 0);
   // Writes through one sequence's slots never land in another's.
-  *kv.k(0, kv.slot(7, 5)) = 1.5f;
-  EXPECT_EQ(*kv.k(0, kv.slot(9, 4)), 0.0f);
-  EXPECT_EQ(kv.layer_view(0).k[kv.slot(7, 5) * 2], 1.5f);
+  put_k(kv, kv.slot(7, 5), 1.5f);
+  EXPECT_EQ(get_k(kv, kv.slot(9, 4)), 0.0f);
+  EXPECT_EQ(reinterpret_cast<const float*>(kv.layer_view(0).k)[kv.slot(7, 5) * 2], 1.5f);
 }
 
 TEST(PagedKvCache, ExhaustionAndBadPositionsAreClearErrors) {
@@ -68,8 +85,8 @@ std::vector<int32_t> tokens(int n, int32_t first = 1) {
 // Writes a recognisable value into every slot of seq's first n positions.
 void fill(PagedKvCache& kv, int32_t seq, int64_t n, float base) {
   for (int64_t p = 0; p < n; p++) {
-    kv.k(0, kv.slot(seq, static_cast<int32_t>(p)))[0] = base + static_cast<float>(p);
-    kv.v(0, kv.slot(seq, static_cast<int32_t>(p)))[0] = -base - static_cast<float>(p);
+    put_k(kv, kv.slot(seq, static_cast<int32_t>(p)), base + static_cast<float>(p));
+    put_v(kv, kv.slot(seq, static_cast<int32_t>(p)), -base - static_cast<float>(p));
   }
 }
 
@@ -89,7 +106,7 @@ TEST(PagedKvCache, SequencesWithACommonPrefixShareItsFullBlocks) {
   EXPECT_EQ(kv.length(1), 32);
   EXPECT_EQ(kv.block_table(1)[0], kv.block_table(0)[0]);
   EXPECT_EQ(kv.block_table(1)[1], kv.block_table(0)[1]);
-  EXPECT_EQ(kv.k(0, kv.slot(1, 31))[0], 131.0f);  // sequence 0's values, not recomputed
+  EXPECT_EQ(get_k(kv, kv.slot(1, 31)), 131.0f);  // sequence 0's values, not recomputed
   EXPECT_EQ(kv.n_free_blocks(), 7);              // no new blocks for the shared part
   kv.reserve(1, 50);
   EXPECT_NE(kv.block_table(1)[2], kv.block_table(0)[2]);
@@ -113,7 +130,7 @@ TEST(PagedKvCache, ReleasedNamedBlocksStayFindableUntilThePoolNeedsThem) {
   EXPECT_EQ(kv.n_free_blocks(), 4);
   EXPECT_EQ(kv.n_cached_blocks(), 2);  // the two full blocks; the partial third is plain free
   EXPECT_EQ(kv.share_prefix(1, a.data(), 9), 8);
-  EXPECT_EQ(kv.k(0, kv.slot(1, 7))[0], 17.0f);
+  EXPECT_EQ(get_k(kv, kv.slot(1, 7)), 17.0f);
   kv.remove(1);
   // Filling the whole pool with other sequences evicts them (oldest first), never fails.
   kv.reserve(2, 16);
@@ -132,10 +149,10 @@ TEST(PagedKvCache, TruncatingIntoASharedBlockCopiesItFirst) {
   ASSERT_EQ(kv.share_prefix(1, a.data(), 9), 8);
   kv.truncate(1, 6);  // back into the second (shared) block, e.g. a rejected draft
   EXPECT_NE(kv.block_table(1)[1], kv.block_table(0)[1]);
-  EXPECT_EQ(kv.k(0, kv.slot(1, 5))[0], 55.0f);  // the copy holds the same values
+  EXPECT_EQ(get_k(kv, kv.slot(1, 5)), 55.0f);  // the copy holds the same values
   kv.reserve(1, 8);
-  kv.k(0, kv.slot(1, 6))[0] = -1.0f;            // writing the copy...
-  EXPECT_EQ(kv.k(0, kv.slot(0, 6))[0], 56.0f);  // ...leaves sequence 0 untouched
+  put_k(kv, kv.slot(1, 6), -1.0f);            // writing the copy...
+  EXPECT_EQ(get_k(kv, kv.slot(0, 6)), 56.0f);  // ...leaves sequence 0 untouched
   EXPECT_EQ(kv.block_table(1)[0], kv.block_table(0)[0]);  // the untouched first block is still shared
 }
 

@@ -18,6 +18,7 @@ struct RefCase {
   float mean_tolerance;  // mean |logit difference| allowed
   bool repack = true;    // the default engine (repacked int8 kernels) or --no-repack
   MlaAttention mla = MlaAttention::Auto;
+  KvType kv = KvType::F32;  // keys and values (for MLA: the latent cache)
 };
 
 const char* mla_name(MlaAttention m) {
@@ -25,7 +26,7 @@ const char* mla_name(MlaAttention m) {
 }
 
 void PrintTo(const RefCase& c, std::ostream* os) {
-  *os << c.model << (c.repack ? "" : " (no repack)") << " " << mla_name(c.mla);
+  *os << c.model << (c.repack ? "" : " (no repack)") << " " << mla_name(c.mla) << " kv " << kv_type_name(c.kv);
 }
 
 class LlamaCppReference : public ::testing::TestWithParam<RefCase> {};
@@ -39,6 +40,7 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
   o.n_threads = 2;
   o.repack_weights = rc.repack;
   o.mla = rc.mla;
+  o.kv_type_k = o.kv_type_v = rc.kv;
   Engine e = Engine::load(o);
 
   const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
@@ -98,6 +100,11 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
 // happens once (prompt row 16: max 0.0123, mean 5.5e-5 over all rows, the
 // same as llama.cpp's own scalar path would show); the bounds allow it and
 // catch anything larger, e.g. a wrong block or scale (differences of 0.1+).
+// Quantized KV caches (keys and values, or MLA's latent): the float32 models
+// with every cached row rounded on write; bounds about twice what each type
+// measured (max / mean |diff|: f16 0.0018/0.00018, q8_0 0.030/0.0038, fp8
+// 0.16/0.020, q4 0.44/0.061 on llama-tiny; latent q8_0 0.043/0.0038, bf16
+// 0.012/0.0013, fp8 0.15/0.016, q4 0.41/0.043 on the DeepSeek models).
 // k-quants (Q4_K/Q5_K/Q6_K): we dequantize weight rows and multiply in
 // float32, where llama.cpp quantizes the activations to Q8_K: prompt rows
 // differ by up to ~0.09 (mean ~0.013), as the reference README predicts for
@@ -114,10 +121,20 @@ INSTANTIATE_TEST_SUITE_P(Models, LlamaCppReference,
                                            RefCase{"llama-q.q4_k", 0.15f, 0.02f}, RefCase{"llama-q.q5_k", 0.15f, 0.02f},
                                            RefCase{"llama-q.q6_k", 0.15f, 0.02f},
                                            RefCase{"llama-q.q8_0", 1e-3f, 1e-5f, false},
-                                           RefCase{"llama-q.q4_0", 1e-3f, 1e-5f, false}),
+                                           RefCase{"llama-q.q4_0", 1e-3f, 1e-5f, false},
+                                           RefCase{"llama-tiny.f32", 0.004f, 4e-4f, true, MlaAttention::Auto, KvType::F16},
+                                           RefCase{"llama-tiny.f32", 0.06f, 0.008f, true, MlaAttention::Auto, KvType::Q8_0},
+                                           RefCase{"llama-tiny.f32", 0.3f, 0.04f, true, MlaAttention::Auto, KvType::FP8},
+                                           RefCase{"llama-tiny.f32", 0.9f, 0.12f, true, MlaAttention::Auto, KvType::Q4},
+                                           RefCase{"deepseek3-tiny.f32", 0.09f, 0.008f, true, MlaAttention::Absorbed, KvType::Q8_0},
+                                           RefCase{"deepseek3-tiny.f32", 0.09f, 0.008f, true, MlaAttention::Decompressed, KvType::Q8_0},
+                                           RefCase{"deepseek2-lite-tiny.f32", 0.025f, 0.003f, true, MlaAttention::Absorbed, KvType::BF16},
+                                           RefCase{"deepseek2-lite-tiny.f32", 0.3f, 0.03f, true, MlaAttention::Absorbed, KvType::FP8},
+                                           RefCase{"deepseek2-lite-tiny.f32", 0.8f, 0.09f, true, MlaAttention::Absorbed, KvType::Q4}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.model) + (info.param.repack ? "" : "_no_repack") +
-                                           (info.param.mla == MlaAttention::Auto ? "" : "_") + mla_name(info.param.mla);
+                                           (info.param.mla == MlaAttention::Auto ? "" : "_") + mla_name(info.param.mla) +
+                                           (info.param.kv == KvType::F32 ? "" : std::string("_kv_") + kv_type_name(info.param.kv));
                            for (auto& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });

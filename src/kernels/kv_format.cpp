@@ -1,0 +1,177 @@
+#include "kernels/kv_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/fp8.h"
+
+namespace kestrel {
+namespace {
+
+constexpr int kMaxGroup = 32;
+
+int group_for(KvType t, int64_t granule) {
+  if (t == KvType::F32 || t == KvType::F16 || t == KvType::BF16) return 1;
+  int g = kMaxGroup;
+  while (g > 1 && granule % g != 0) g /= 2;
+  if (t == KvType::Q4 && g < 2) throw Error("KV type q4 needs an even head size");
+  return g;
+}
+
+size_t group_bytes_for(KvType t, int g) {
+  switch (t) {
+    case KvType::F32:
+      return 4;
+    case KvType::F16:
+    case KvType::BF16:
+      return 2;
+    case KvType::Q8_0:
+    case KvType::FP8:
+      return 2 + static_cast<size_t>(g);
+    case KvType::Q4:
+      return 4 + static_cast<size_t>(g) / 2;
+  }
+  return 4;
+}
+
+// In-place orthonormal Walsh-Hadamard transform of n (a power of two)
+// values; it is its own inverse.
+void hadamard(float* x, int n) {
+  for (int h = 1; h < n; h *= 2)
+    for (int i = 0; i < n; i += 2 * h)
+      for (int j = i; j < i + h; j++) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int i = 0; i < n; i++) x[i] *= norm;
+}
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+}  // namespace
+
+std::optional<KvType> kv_type_from_name(std::string_view name) {
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::FP8, KvType::Q4})
+    if (name == kv_type_name(t)) return t;
+  return std::nullopt;
+}
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::F32:
+      return "f32";
+    case KvType::F16:
+      return "f16";
+    case KvType::BF16:
+      return "bf16";
+    case KvType::Q8_0:
+      return "q8_0";
+    case KvType::FP8:
+      return "fp8";
+    case KvType::Q4:
+      return "q4";
+  }
+  return "?";
+}
+
+KvRowFormat::KvRowFormat(KvType type, int64_t granule)
+    : type_(type), group_(group_for(type, granule)), group_bytes_(group_bytes_for(type, group_)) {}
+
+void KvRowFormat::quantize(const float* x, void* dst, int64_t n) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (type_) {
+    case KvType::F32:
+      std::memcpy(out, x, static_cast<size_t>(n) * 4);
+      return;
+    case KvType::F16:
+      for (int64_t i = 0; i < n; i++) store_u16(out + 2 * i, fp32_to_fp16(x[i]));
+      return;
+    case KvType::BF16:
+      for (int64_t i = 0; i < n; i++) store_u16(out + 2 * i, fp32_to_bf16(x[i]));
+      return;
+    default:
+      break;
+  }
+  const int g = group_;
+  float rot[kMaxGroup];
+  for (int64_t b = 0; b < n / g; b++, x += g, out += group_bytes_) {
+    std::copy_n(x, g, rot);
+    if (rotated()) hadamard(rot, g);
+    float lo = rot[0], hi = rot[0], amax = 0;
+    for (int i = 0; i < g; i++) {
+      lo = std::min(lo, rot[i]);
+      hi = std::max(hi, rot[i]);
+      amax = std::max(amax, std::fabs(rot[i]));
+    }
+    const float* xr = rot;
+    if (type_ == KvType::Q8_0) {
+      const uint16_t dh = fp32_to_fp16(amax / 127.0f);
+      const float d = fp16_to_fp32(dh), id = d ? 1 / d : 0;
+      store_u16(out, dh);
+      for (int i = 0; i < g; i++)
+        out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(xr[i] * id), -127.0f, 127.0f)));
+    } else if (type_ == KvType::FP8) {
+      const uint16_t dh = fp32_to_fp16(amax / kFp8E4M3Max);
+      const float d = fp16_to_fp32(dh), id = d ? 1 / d : 0;
+      store_u16(out, dh);
+      for (int i = 0; i < g; i++) out[2 + i] = fp32_to_e4m3(xr[i] * id);
+    } else {  // Q4
+      const uint16_t dh = fp32_to_fp16((hi - lo) / 15.0f), mh = fp32_to_fp16(lo);
+      const float d = fp16_to_fp32(dh), m = fp16_to_fp32(mh), id = d ? 1 / d : 0;
+      store_u16(out, dh);
+      store_u16(out + 2, mh);
+      for (int i = 0; i < g; i += 2) {
+        const int q0 = static_cast<int>(std::clamp(std::nearbyint((xr[i] - m) * id), 0.0f, 15.0f));
+        const int q1 = static_cast<int>(std::clamp(std::nearbyint((xr[i + 1] - m) * id), 0.0f, 15.0f));
+        out[4 + i / 2] = static_cast<uint8_t>(q0 | (q1 << 4));
+      }
+    }
+  }
+}
+
+void KvRowFormat::dequantize(const void* row, int64_t first, float* y, int64_t n) const {
+  const uint8_t* in = static_cast<const uint8_t*>(row) + bytes(first);
+  switch (type_) {
+    case KvType::F32:
+      std::memcpy(y, in, static_cast<size_t>(n) * 4);
+      return;
+    case KvType::F16:
+      for (int64_t i = 0; i < n; i++) y[i] = fp16_to_fp32(load_u16(in + 2 * i));
+      return;
+    case KvType::BF16:
+      for (int64_t i = 0; i < n; i++) y[i] = bf16_to_fp32(load_u16(in + 2 * i));
+      return;
+    default:
+      break;
+  }
+  const int g = group_;
+  const auto& fp8 = e4m3_table();
+  for (int64_t b = 0; b < n / g; b++, y += g, in += group_bytes_) {
+    const float d = fp16_to_fp32(load_u16(in));
+    if (type_ == KvType::Q8_0) {
+      for (int i = 0; i < g; i++) y[i] = d * static_cast<float>(static_cast<int8_t>(in[2 + i]));
+    } else if (type_ == KvType::FP8) {
+      for (int i = 0; i < g; i++) y[i] = d * fp8[in[2 + i]];
+    } else {
+      const float m = fp16_to_fp32(load_u16(in + 2));
+      for (int i = 0; i < g; i += 2) {
+        y[i] = d * static_cast<float>(in[4 + i / 2] & 0xF) + m;
+        y[i + 1] = d * static_cast<float>(in[4 + i / 2] >> 4) + m;
+      }
+    }
+    if (rotated()) hadamard(y, g);
+  }
+}
+
+}  // namespace kestrel
