@@ -61,6 +61,8 @@ Engine Engine::load(const EngineOptions& o) {
   if (o.profile) {
     e.profiler = std::make_unique<Profiler>();
     e.backend = make_profiling_backend(*e.base_backend, *e.profiler);
+  } else if (o.wrap_backend) {
+    e.backend = o.wrap_backend(*e.base_backend);
   } else {
     e.backend = std::move(e.base_backend);
     e.base_backend = nullptr;

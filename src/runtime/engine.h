@@ -2,6 +2,7 @@
 // Everything needed to run one model on this machine: the mapped file, the
 // backend, the model, its tokenizer and a paged KV cache. Built once by
 // `run`, tests and (later) the server.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,9 @@ struct EngineOptions {
   bool log_fusion = false;        // print the fused operators at load
   bool repack_weights = true;     // repack Q8_0/Q4_0 for the int8 kernels (false: llama.cpp-identical logits)
   MlaAttention mla = MlaAttention::Auto;  // DeepSeek models: how MLA attention runs
+  // Set: the model calls the backend this returns, built around the CPU
+  // backend (calibration records activations this way).
+  std::function<std::unique_ptr<Backend>(Backend& inner)> wrap_backend;
   KvType kv_type_k = KvType::F32;         // how the KV cache stores keys
   KvType kv_type_v = KvType::F32;         // ...and values
 };
