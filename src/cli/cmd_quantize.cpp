@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "model/requantize.h"
 #include "runtime/calibration.h"
 #include "runtime/engine.h"
+#include "runtime/mixed_precision.h"
 
 namespace kestrel::cli {
 namespace {
@@ -20,7 +22,39 @@ struct QuantizeFlags {
   int threads = 0;
   int64_t calib_ctx = 128, calib_chunks = 0;
   double gptq_damp = 0.01;
+  double target_kld = -1;
+  std::string target_size, types = "q4_0,q4_k,q5_k,q6_k,q8_0";
 };
+
+// "300M", "1.5G", "4096" (bytes): binary multiples.
+int64_t parse_size(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw Error(fmt::format("--target-size '{}' is not a size (e.g. 300M, 1.5G)", s));
+  }
+  const std::string unit = s.substr(used);
+  const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
+  if (mult < 0 || v <= 0) throw Error(fmt::format("--target-size '{}' is not a size (e.g. 300M, 1.5G)", s));
+  return static_cast<int64_t>(v * mult);
+}
+
+std::vector<GgmlType> parse_types(const std::string& list) {
+  std::vector<GgmlType> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto t = type_from_name(item);
+    if (!t || !can_quantize_to(*t)) throw Error(fmt::format("--types: '{}' is not one of {}", item, kWritableTypes));
+    out.push_back(*t);
+  }
+  std::sort(out.begin(), out.end(), [](GgmlType a, GgmlType b) {
+    return static_cast<double>(traits(a).type_size) / traits(a).block_size <
+           static_cast<double>(traits(b).type_size) / traits(b).block_size;
+  });
+  return out;
+}
 
 std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -58,7 +92,7 @@ int quantize(const QuantizeFlags& f) {
                type_name(used));
   };
   o.on_report = [](const std::string& line) { fmt::print(stderr, "quantize: {}\n", line); };
-  if (!f.calib_path.empty()) {
+  if (method->second != QuantMethod::Rtn) {
     CalibrationOptions co;
     co.n_ctx = f.calib_ctx;
     co.max_chunks = f.calib_chunks;
@@ -70,8 +104,37 @@ int quantize(const QuantizeFlags& f) {
                stats->sites.size());
     o.calib = std::move(stats);
   }
+  const bool mixed = f.target_kld >= 0 || !f.target_size.empty();
+  if (mixed) {
+    if (f.calib_path.empty()) throw Error("--target-kld / --target-size need --calib FILE to measure sensitivities");
+    if (f.target_kld >= 0 && !f.target_size.empty()) throw Error("give --target-kld or --target-size, not both");
+    MixedPrecisionOptions mo;
+    mo.ladder = parse_types(f.types);
+    mo.target_kld = f.target_kld;
+    if (!f.target_size.empty()) {
+      // The file is its tensors plus metadata (vocabulary, ...) and padding, which stay as they are.
+      int64_t tensors = 0;
+      for (const auto& t : in.tensors()) tensors += static_cast<int64_t>(t.nbytes);
+      const auto overhead = static_cast<int64_t>(std::filesystem::file_size(f.in_path)) - tensors;
+      mo.target_bytes = std::max<int64_t>(0, parse_size(f.target_size) - overhead);
+    }
+    mo.n_ctx = f.calib_ctx;
+    mo.max_chunks = f.calib_chunks > 0 ? f.calib_chunks : 4;
+    mo.n_threads = o.n_threads;
+    const MixedPrecisionPlan plan = plan_mixed_precision(f.in_path, read_text_file(f.calib_path), mo);
+    fmt::print("| tensor | type | MiB | KLD alone |\n| --- | --- | ---: | ---: |\n");
+    for (const auto& t : plan.tensors)
+      fmt::print("| {} | {} | {:.3f} | {:.6f} |\n", t.name, type_name(t.type), static_cast<double>(t.bytes) / (1 << 20),
+                 t.kld);
+    fmt::print("plan: {:.1f} MiB of tensors, predicted KLD {:.5f} (sum of the KLDs alone){}\n",
+               static_cast<double>(plan.tensor_bytes) / (1 << 20), plan.predicted_kld,
+               plan.met ? "" : " — the target cannot be met with these types; this is the closest plan");
+    o.tensor_types = plan.types;
+    o.type = mo.ladder.front();
+  }
   requantize(in, o).write_file(f.out_path);
-  fmt::print("wrote {} ({}, {}, {:.1f} MiB from {:.1f} MiB)\n", f.out_path, type_name(*type), f.method_str,
+  fmt::print("wrote {} ({}{}, {}, {:.1f} MiB from {:.1f} MiB)\n", f.out_path, type_name(o.type),
+             o.tensor_types.empty() ? "" : " and wider per the plan", f.method_str,
              static_cast<double>(std::filesystem::file_size(f.out_path)) / (1 << 20),
              static_cast<double>(std::filesystem::file_size(f.in_path)) / (1 << 20));
   return 0;
@@ -97,6 +160,12 @@ void register_quantize(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--gptq-damp", f.gptq_damp, "GPTQ damping: added to the Hessian's diagonal, times its mean")
       ->capture_default_str();
+  cmd->add_option("--target-kld", f.target_kld,
+                  "Mixed precision: per-tensor types from --types for the smallest file whose predicted KL divergence "
+                  "(measured per tensor on --calib) is within this");
+  cmd->add_option("--target-size", f.target_size,
+                  "Mixed precision: the lowest predicted KL divergence within this size of tensors (e.g. 300M)");
+  cmd->add_option("--types", f.types, "Mixed precision: candidate types, comma-separated")->capture_default_str();
   cmd->add_option("-t,--threads", f.threads, "Threads (0: all cores)");
 }
 
