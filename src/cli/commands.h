@@ -28,6 +28,7 @@ void register_tune(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_loadtest(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_precision_check(CLI::App& app);
 void register_quantize(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
@@ -35,6 +36,7 @@ inline void register_all(CLI::App& app) {
   register_serve(app);
   register_loadtest(app);
   register_perplexity(app);
+  register_precision_check(app);
   register_quantize(app);
   register_info(app);
   register_tokenize(app);

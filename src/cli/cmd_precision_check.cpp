@@ -1,0 +1,48 @@
+// kestrel precision-check -m MODEL [-p TEXT]: each layer's relative error against float64.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "runtime/precision_check.h"
+
+namespace kestrel::cli {
+
+void register_precision_check(CLI::App& app) {
+  static EngineOptions eo;
+  static std::string prompt = "Once upon a time, there was a little girl who loved to play in the garden with her dog.";
+  static double warn = 1e-2;
+  auto* cmd = add_command(
+      app, "precision-check", "Per-layer relative error of the model as configured against float64 arithmetic", [] {
+        Engine e = [] {
+          EngineOptions o = eo;
+          o.wrap_backend = make_activation_recorder;
+          return Engine::load(o);
+        }();
+        const auto tokens = e.tokenizer->encode(prompt, true, false);
+        const PrecisionReport r = precision_check(e, tokens);
+        fmt::print("{} tokens, KV {}, {}\n\n", r.n_tokens, e.kv->layout().type_name(), e.backend->describe());
+        fmt::print("| layer | q after RoPE | attention | attn proj | FFN | residual |\n");
+        fmt::print("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        double worst = 0;
+        for (const auto& l : r.layers) {
+          fmt::print("| {} | {:.2e} | {:.2e} | {:.2e} | {:.2e} | {:.2e} |\n", l.layer, l.q_rope, l.attention,
+                     l.attn_proj, l.ffn, l.residual);
+          worst = std::max({worst, l.q_rope, l.attention, l.attn_proj, l.ffn, l.residual});
+        }
+        fmt::print("\nlogits: {:.2e}\nRoPE at position {}: max |cos/sin error| {:.2e}\n", r.logits, r.rope_position,
+                   r.rope_max_error);
+        if (worst > warn) fmt::print("warning: a relative error above {:g} (worst {:.2e})\n", warn, worst);
+        return 0;
+      });
+  cmd->add_option("-m,--model", eo.model_path, "GGUF model (llama or qwen2)")->required();
+  cmd->add_option("-p,--prompt", prompt, "Text to run (one batch)");
+  cmd->add_option("-c,--ctx-size", eo.n_ctx, "Context length (0: the model's own; the RoPE check uses its end)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", eo.n_threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--warn", warn, "Flag relative errors above this")->capture_default_str();
+  cmd->add_flag(
+      "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
+  add_kv_type_options(cmd, eo.kv_type_k, eo.kv_type_v);
+}
+
+}  // namespace kestrel::cli
