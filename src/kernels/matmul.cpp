@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
+#include "kernels/kquant_dot.h"
 #include "kernels/ops.h"
 
 namespace kestrel {
@@ -40,6 +41,12 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
         return fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches (avx512 vnni)", w);
       return fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, isa);
     }
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return fmt::format("{} x q8_K integer row dot ({})", type == GgmlType::Q4_K ? "q4_K" : type == GgmlType::Q5_K ? "q5_K" : "q6_K",
+                         kquant_dots().isa);
+    case GgmlType::KESTREL_FP8_E4M3: return fmt::format("fp8 e4m3 (as fp16) x f32 row dot ({})", kquant_dots().isa);
     default: return "none";
   }
 }
@@ -50,10 +57,8 @@ void dequantize_weight_row(const Weight& w, int64_t row, float* out) {
 
 static bool is_float_format(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 static bool is_q8_format(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
-// k-quants and FP8: each row dequantized to f32 (one row at a time, in a
-// per-thread buffer) and dotted with the f32 activations — correct on every
-// ISA, not yet fast (llama.cpp instead quantizes activations to Q8_K for
-// integer dots).
+// k-quants (activations quantized to Q8_K, integer dots) and FP8 (float
+// activations): kernels/kquant_dot.h, one row dot per (row, token).
 static bool is_kquant_format(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::KESTREL_FP8_E4M3;
 }
@@ -65,6 +70,13 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   n_ = n;
   if (is_kquant_format(w.type)) {
     tiled_ = bf16_ = packed_ = false;
+    if (w.type == GgmlType::KESTREL_FP8_E4M3) return;
+    const int64_t cols = w.cols(), blocks = cols / kQK_K;
+    if (xq8k_.size() < static_cast<size_t>(n * blocks)) xq8k_.resize(static_cast<size_t>(n * blocks));
+    BlockQ8_K* xq = xq8k_.data();
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) quantize_row_q8_K(x + t * cols, xq + t * blocks, cols);
+    });
     return;
   }
   tiled_ = false;
@@ -128,11 +140,21 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
     return;
   }
   if (is_kquant_format(w.type)) {
-    thread_local std::vector<float> row;
-    row.resize(static_cast<size_t>(cols));
+    const KQuantDots& kd = kquant_dots();
+    const int64_t blocks = cols / kQK_K;
     for (int64_t r = r0; r < r1; r++) {
-      dequantize_row(w.type, base + r * stride, row.data(), cols);
-      for (int64_t t = 0; t < n; t++) y[t * ldy + r] = k_.dot_f32(row.data(), x_ + t * cols, cols);
+      const void* wr = base + r * stride;
+      for (int64_t t = 0; t < n; t++) {
+        const BlockQ8_K* xq = xq8k_.data() + t * blocks;
+        float v;
+        switch (w.type) {
+          case GgmlType::Q4_K: v = kd.q4_K(static_cast<const BlockQ4_K*>(wr), xq, cols); break;
+          case GgmlType::Q5_K: v = kd.q5_K(static_cast<const BlockQ5_K*>(wr), xq, cols); break;
+          case GgmlType::Q6_K: v = kd.q6_K(static_cast<const BlockQ6_K*>(wr), xq, cols); break;
+          default: v = kd.fp8(static_cast<const BlockFp8*>(wr), x_ + t * cols, cols); break;
+        }
+        y[t * ldy + r] = v;
+      }
     }
     return;
   }

@@ -20,6 +20,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
+#include "kernels/kquant_dot.h"
 #include "hw/tuning.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/packed_q8.h"
@@ -69,6 +70,7 @@ class Matmul {
   bool bf16_ = false;                 // BF16 weights x BF16-rounded activations (gemm_bf16.h)
   bool packed_ = false;               // the current call's weights are repacked (packed_q8.h)
   std::vector<BlockQ8_0> xq_;         // quantized activations, grown once, reused every call
+  std::vector<BlockQ8_K> xq8k_;       // activations in Q8_K for the k-quant row dots
   std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
   QuantizedActivations acts_;
   std::vector<uint16_t> xbf16_;       // activations rounded to BF16 for BF16 weights

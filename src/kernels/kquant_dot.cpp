@@ -1,0 +1,129 @@
+#include "kernels/kquant_dot.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/fp16.h"
+#include "core/fp8.h"
+#include "hw/cpu_features.h"
+
+namespace kestrel {
+
+void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < kQK_K; j++)
+      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+    if (amax == 0) {
+      y[i] = {};
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < kQK_K; j++)
+      y[i].qs[j] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * x[j]))));
+    for (int j = 0; j < kQK_K / 16; j++) {
+      int sum = 0;
+      for (int l = 0; l < 16; l++) sum += y[i].qs[16 * j + l];
+      y[i].bsums[j] = static_cast<int16_t>(sum);
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
+namespace {
+
+// Sub-block j's 6-bit scale and min (the 12-byte packing of Q4_K/Q5_K).
+inline void scale_min(const uint8_t* q, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q4_K and Q5_K: sub-block j holds elements 32j..32j+31: the low nibbles of
+// qs[32 (j/2) ..] for even j, the high nibbles for odd j, plus (Q5_K) bit j of qh.
+template <bool kFive, typename Block>
+float dot_k4(const Block* w, const BlockQ8_K* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    int32_t sumi = 0, summ = 0;
+    for (int j = 0; j < 8; j++) {
+      int sc, m;
+      scale_min(w[i].scales, j, sc, m);
+      const uint8_t* q = w[i].qs + 32 * (j / 2);
+      int32_t dot = 0;
+      for (int l = 0; l < 32; l++) {
+        int level = (j % 2 ? q[l] >> 4 : q[l] & 0xF);
+        if constexpr (kFive) level |= ((w[i].qh[l] >> j) & 1) << 4;
+        dot += level * x[i].qs[32 * j + l];
+      }
+      sumi += sc * dot;
+      summ += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+    }
+    sum +=
+        x[i].d * (fp16_to_fp32(w[i].d) * static_cast<float>(sumi) - fp16_to_fp32(w[i].dmin) * static_cast<float>(summ));
+  }
+  return sum;
+}
+
+float dot_q4_K(const BlockQ4_K* w, const BlockQ8_K* x, int64_t n) { return dot_k4<false>(w, x, n); }
+float dot_q5_K(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n) { return dot_k4<true>(w, x, n); }
+
+// Q6_K: element 128h + 32q + l has low bits in ql[64h + l + 32 (q & 1)]
+// (high nibble when q >= 2), high bits (qh[32h + l] >> 2q) & 3, and scale
+// scales[8h + 2q + l / 16]; value d * scale * (level - 32).
+float dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    int32_t sumi = 0;
+    for (int h = 0; h < 2; h++)
+      for (int q = 0; q < 4; q++)
+        for (int l = 0; l < 32; l++) {
+          const int lo = (w[i].ql[64 * h + l + 32 * (q & 1)] >> (q >= 2 ? 4 : 0)) & 0xF;
+          const int level = lo | (((w[i].qh[32 * h + l] >> (2 * q)) & 3) << 4);
+          sumi += w[i].scales[8 * h + 2 * q + l / 16] * (level - 32) * x[i].qs[128 * h + 32 * q + l];
+        }
+    sum += fp16_to_fp32(w[i].d) * x[i].d * static_cast<float>(sumi);
+  }
+  return sum;
+}
+
+float dot_fp8(const BlockFp8* w, const float* x, int64_t n) {
+  const auto& table = e4m3_table();
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQKFp8; i++) {
+    float block = 0;
+    for (int j = 0; j < kQKFp8; j++) block += table[w[i].qs[j]] * x[i * kQKFp8 + j];
+    sum += fp16_to_fp32(w[i].d) * block;
+  }
+  return sum;
+}
+
+}  // namespace
+
+const KQuantDots& scalar_kquant_dots() {
+  static const KQuantDots k{"scalar", dot_q4_K, dot_q5_K, dot_q6_K, dot_fp8};
+  return k;
+}
+
+#ifndef KESTREL_HAVE_AVX2_KERNELS
+const KQuantDots* avx2_kquant_dots() { return nullptr; }
+const KQuantDots* avx512vnni_kquant_dots() { return nullptr; }
+#endif
+
+const KQuantDots& kquant_dots() {
+  static const KQuantDots& k = [&]() -> const KQuantDots& {
+    const IsaLevel isa = selected_isa();
+    if (isa == IsaLevel::Avx512 && cpu_features().avx512vnni)
+      if (const KQuantDots* v = avx512vnni_kquant_dots()) return *v;
+    if (isa != IsaLevel::Scalar)
+      if (const KQuantDots* v = avx2_kquant_dots()) return *v;
+    return scalar_kquant_dots();
+  }();
+  return k;
+}
+
+}  // namespace kestrel

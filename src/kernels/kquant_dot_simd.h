@@ -1,0 +1,120 @@
+#pragma once
+// The k-quant and FP8 row dots in 256-bit vectors, shared by the AVX2 and the
+// AVX-512 VNNI builds; they differ only in dot32 (32 unsigned weight levels
+// times 32 signed activations, summed in groups of four into 8 int32 lanes).
+// Included by exactly one translation unit per ISA, inside an anonymous
+// namespace, after <immintrin.h> and kernels/kquant_dot.h.
+
+inline __m256i dot32(__m256i acc, __m256i u8, __m256i s8) {
+#ifdef KESTREL_KQ_VNNI
+  return _mm256_dpbusd_epi32(acc, u8, s8);
+#else
+  // Levels are at most 63 and activations at least -127: pairs stay within int16.
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
+#endif
+}
+
+inline float hsum_ps(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline void scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+template <bool kFive, typename Block>
+float simd_dot_k4(const Block* w, const BlockQ8_K* x, int64_t n) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) scale_min_k4(w[i].scales, j, sc[j], m[j]);
+    __m256i sumi = _mm256_setzero_si256();
+    __m256i qh;
+    if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh));
+    for (int c = 0; c < 4; c++) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
+      __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (kFive) {
+        // Bit 2c of qh is sub-block 2c's fifth bit, bit 2c + 1 sub-block 2c + 1's.
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+      }
+      const __m256i a_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 64 * c));
+      const __m256i a_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 64 * c + 32));
+      const __m256i d_lo = dot32(_mm256_setzero_si256(), lo, a_lo), d_hi = dot32(_mm256_setzero_si256(), hi, a_hi);
+      sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d_lo, _mm256_set1_epi32(sc[2 * c])));
+      sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d_hi, _mm256_set1_epi32(sc[2 * c + 1])));
+    }
+    int summ = 0;
+    for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+    const float dx = x[i].d;
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dx * _cvtsh_ss(w[i].d)), acc);
+    mins += dx * _cvtsh_ss(w[i].dmin) * static_cast<float>(summ);
+  }
+  return hsum_ps(acc) - mins;
+}
+
+inline float simd_dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
+      const __m256i lows[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+      for (int q = 0; q < 4; q++) {
+        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), three), 4);
+        const __m256i level = _mm256_or_si256(lows[q], high);
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 128 * h + 32 * q));
+        const __m256i d = dot32(_mm256_setzero_si256(), level, a);
+        // Lanes 0-3 sum elements 0-15 (one scale), lanes 4-7 elements 16-31 (the next).
+        const int is = 8 * h + 2 * q;
+        const __m256i scale =
+            _mm256_setr_epi32(w[i].scales[is], w[i].scales[is], w[i].scales[is], w[i].scales[is], w[i].scales[is + 1],
+                              w[i].scales[is + 1], w[i].scales[is + 1], w[i].scales[is + 1]);
+        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d, scale));
+      }
+    }
+    // The levels carry an offset of 32: subtract 32 * scale * (sum of the activations) per sub-block.
+    int offset = 0;
+    for (int j = 0; j < 16; j++) offset += w[i].scales[j] * x[i].bsums[j];
+    sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(x[i].d * _cvtsh_ss(w[i].d)), acc);
+  }
+  return hsum_ps(acc);
+}
+
+// E4M3 bits moved into an fp16 (sign to bit 15, exponent and mantissa shifted
+// up by 7) encode the value / 256 for every finite code, subnormals included.
+inline __m256 e4m3x8_div256(const uint8_t* q) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+  const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7),
+                                 _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+  return _mm256_cvtph_ps(h);
+}
+
+inline float simd_dot_fp8(const BlockFp8* w, const float* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKFp8; i++, x += kQKFp8) {
+    __m256 block = _mm256_mul_ps(e4m3x8_div256(w[i].qs), _mm256_loadu_ps(x));
+    for (int j = 8; j < kQKFp8; j += 8)
+      block = _mm256_fmadd_ps(e4m3x8_div256(w[i].qs + j), _mm256_loadu_ps(x + j), block);
+    acc = _mm256_fmadd_ps(block, _mm256_set1_ps(256.0f * _cvtsh_ss(w[i].d)), acc);
+  }
+  return hsum_ps(acc);
+}
