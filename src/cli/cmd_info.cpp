@@ -1,14 +1,17 @@
-// kestrel info MODEL.gguf: metadata and a tensor table.
+// kestrel info MODEL.gguf [--kv-memory 1G]: metadata, a tensor table, and
+// what each KV-cache type costs per token and how much context fits.
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "model/gguf.h"
+#include "runtime/engine.h"
 
 namespace kestrel::cli {
 
 void register_info(CLI::App& app) {
   static std::string path;
   static size_t max_items = 8;
+  static std::string kv_memory;
   auto* cmd = add_command(app, "info", "Print a GGUF file's metadata and tensor table", [] {
     const GgufFile f = GgufFile::open(path);
     fmt::print("file: {}\nGGUF version {}, {} metadata keys, {} tensors, alignment {}, {} bytes\n\n", f.path(),
@@ -22,9 +25,29 @@ void register_info(CLI::App& app) {
       total += t.nbytes;
     }
     fmt::print("  {:<36} {:<6} {:>20} {:>14}\n", "total", "", "", total);
+    if (!kv_memory.empty()) {
+      const int64_t budget = parse_size(kv_memory, "--kv-memory");
+      EngineOptions o;  // the model's KV layout: mapped, not repacked, a tiny cache
+      o.model_path = path;
+      o.use_mmap = true;
+      o.repack_weights = false;
+      o.n_ctx = 16;
+      o.n_threads = 1;
+      const Engine e = Engine::load(o);
+      KvLayout l = e.kv->layout();
+      fmt::print("\nKV cache ({} layers, {} + {} values per token per layer), context in {}:\n", l.n_layer, l.k_width,
+                 l.v_width, kv_memory);
+      for (const KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::FP8, KvType::Q4}) {
+        l.k_type = l.v_type = t;
+        const int64_t b = l.bytes_per_token();
+        fmt::print("  {:<5} {:>5.2f} bits/value {:>10.1f} KiB/token {:>12} tokens\n", kv_type_name(t),
+                   l.k_format().bits_per_value(), static_cast<double>(b) / 1024, budget / b);
+      }
+    }
     return 0;
   });
   cmd->add_option("model", path, "GGUF file")->required();
+  cmd->add_option("--kv-memory", kv_memory, "Also list each KV-cache type's bytes per token and the tokens that fit in this much memory (e.g. 1G)");
   cmd->add_option("--max-items", max_items, "Array items to show per metadata value")->capture_default_str();
 }
 

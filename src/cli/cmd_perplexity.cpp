@@ -48,7 +48,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("-c,--ctx", ctx, "Tokens per chunk")->capture_default_str();
   cmd->add_option("--chunks", chunks, "At most this many chunks (0: all)")->capture_default_str();
   cmd->add_option("-t,--threads", eo.n_threads, "Threads (0: all cores)")->capture_default_str();
-  cmd->add_option("--save-logprobs", save_path,
+  cmd->add_option("--save-logprobs,--save-logits", save_path,
                   "Write every scored token's log-probabilities (a base for --kl-divergence)");
   cmd->add_option("--kl-divergence", base_path,
                   "Compare with log-probabilities saved from another model (same text and -c)");

@@ -26,21 +26,6 @@ struct QuantizeFlags {
   std::string target_size, types = "q4_0,q4_k,q5_k,q6_k,q8_0";
 };
 
-// "300M", "1.5G", "4096" (bytes): binary multiples.
-int64_t parse_size(const std::string& s) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    throw Error(fmt::format("--target-size '{}' is not a size (e.g. 300M, 1.5G)", s));
-  }
-  const std::string unit = s.substr(used);
-  const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
-  if (mult < 0 || v <= 0) throw Error(fmt::format("--target-size '{}' is not a size (e.g. 300M, 1.5G)", s));
-  return static_cast<int64_t>(v * mult);
-}
-
 std::vector<GgmlType> parse_types(const std::string& list) {
   std::vector<GgmlType> out;
   std::stringstream ss(list);
@@ -116,7 +101,7 @@ int quantize(const QuantizeFlags& f) {
       int64_t tensors = 0;
       for (const auto& t : in.tensors()) tensors += static_cast<int64_t>(t.nbytes);
       const auto overhead = static_cast<int64_t>(std::filesystem::file_size(f.in_path)) - tensors;
-      mo.target_bytes = std::max<int64_t>(0, parse_size(f.target_size) - overhead);
+      mo.target_bytes = std::max<int64_t>(0, parse_size(f.target_size, "--target-size") - overhead);
     }
     mo.n_ctx = f.calib_ctx;
     mo.max_chunks = f.calib_chunks > 0 ? f.calib_chunks : 4;

@@ -62,6 +62,21 @@ inline CLI::Option* add_mla_option(CLI::App* cmd, MlaAttention& target) {
       ->default_str("auto");
 }
 
+// "300M", "1.5G", "4096" (bytes): binary multiples; flag names the option in errors.
+inline int64_t parse_size(const std::string& s, const char* flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = s.substr(used);
+  const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
+  if (used == 0 || mult < 0 || v <= 0) throw CLI::ValidationError(fmt::format("{} '{}' is not a size (e.g. 300M, 1.5G)", flag, s));
+  return static_cast<int64_t>(v * mult);
+}
+
 // --kv-type T (keys and values), --kv-type-k T, --kv-type-v T (one of them;
 // applied after --kv-type: CLI11 runs option callbacks in definition order).
 inline void add_kv_type_options(CLI::App* cmd, KvType& k, KvType& v) {

@@ -294,6 +294,45 @@ TEST(Cli, QuantizeKeepsTheGreedyTextAtQ8_0AndPerplexityMeasuresTheCost) {
   EXPECT_THAT(kestrel({"quantize", f32, f32, "--type", "q8_0"}).err, HasSubstr("overwrite the input"));
 }
 
+TEST(Cli, QuantizationMethodsKvTypesAndPrecisionCheckEndToEnd) {
+  test::TempDir dir;
+  const std::string f32 = test::shared("models/stories260K.gguf");
+  const std::string calib = std::string(KESTREL_SOURCE_DIR) + "/tests/data/calib-stories.txt";
+  // AWQ + GPTQ with calibration: reports what it did, writes a loadable file.
+  auto r = kestrel({"quantize", f32, dir.file("g.gguf"), "--type", "q4_0", "--method", "awq+gptq", "--calib", calib,
+                    "--calib-ctx", "64"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("calibration over"));
+  EXPECT_THAT(r.err, HasSubstr("awq blk.0.attn_q.weight: alpha"));
+  EXPECT_EQ(kestrel({"run", "-m", dir.file("g.gguf"), "-p", "Once", "-n", "8", "--temp", "0"}).exit_code, 0);
+  // Mixed precision prints its plan.
+  r = kestrel({"quantize", f32, dir.file("m.gguf"), "--calib", calib, "--calib-ctx", "64", "--target-kld", "0.05",
+               "--types", "q4_0,q8_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("| blk.0.ffn_gate.weight |"));
+  EXPECT_THAT(r.out, HasSubstr("predicted KLD"));
+  // Bad combinations name the problem.
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--method", "gptq"}).err, HasSubstr("--calib"));
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--method", "best"}).err, HasSubstr("--method 'best'"));
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--target-size", "12Q", "--calib", calib}).err,
+              HasSubstr("--target-size '12Q'"));
+  // KV types: run reports bytes per token; a bad type is named.
+  r = kestrel({"run", "-m", f32, "-p", "Once", "-n", "8", "--temp", "0", "--kv-type-k", "q8_0", "--kv-type-v", "q4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("KV q8_0/q4 ("));
+  EXPECT_THAT(kestrel({"run", "-m", f32, "-p", "Once", "--kv-type", "q5"}).err, HasSubstr("KV type 'q5'"));
+  r = kestrel({"info", f32, "--kv-memory", "1M"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("  q4     8.00 bits/value"));  // heads of 8: groups of 8 with a scale and a minimum
+  // precision-check prints every layer and the logits.
+  r = kestrel({"precision-check", "-m", f32, "--kv-type", "q8_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("| 4 | "));
+  EXPECT_THAT(r.out, HasSubstr("logits: "));
+  EXPECT_THAT(kestrel({"precision-check", "-m", test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf")}).err,
+              HasSubstr("llama and qwen2"));
+}
+
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
   // The cached limits say 10 GB/s; --measure must replace them with this machine's.
   const std::string model = dir_.file("m.gguf");
