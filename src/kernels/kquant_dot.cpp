@@ -102,10 +102,22 @@ float dot_fp8(const BlockFp8* w, const float* x, int64_t n) {
   return sum;
 }
 
+template <typename Block, float (*kDot)(const Block*, const BlockQ8_K*, int64_t)>
+void dot4(const Block* w, const BlockQ8_K* const* x, int64_t n, float* out) {
+  for (int t = 0; t < 4; t++) out[t] = kDot(w, x[t], n);
+}
+
 }  // namespace
 
 const KQuantDots& scalar_kquant_dots() {
-  static const KQuantDots k{"scalar", dot_q4_K, dot_q5_K, dot_q6_K, dot_fp8};
+  static const KQuantDots k{"scalar",
+                            dot_q4_K,
+                            dot_q5_K,
+                            dot_q6_K,
+                            dot_fp8,
+                            dot4<BlockQ4_K, dot_q4_K>,
+                            dot4<BlockQ5_K, dot_q5_K>,
+                            dot4<BlockQ6_K, dot_q6_K>};
   return k;
 }
 

@@ -32,6 +32,10 @@ struct KQuantDots {
   float (*q5_K)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n);
   float (*q6_K)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n);
   float (*fp8)(const BlockFp8* w, const float* x, int64_t n);
+  // Four tokens against one row (prefill): out[t] = dot(w, x[t]).
+  void (*q4_K_x4)(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
+  void (*q5_K_x4)(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
+  void (*q6_K_x4)(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
 };
 
 const KQuantDots& scalar_kquant_dots();

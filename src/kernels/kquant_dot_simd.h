@@ -31,15 +31,19 @@ inline void scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
   }
 }
 
-template <bool kFive, typename Block>
-float simd_dot_k4(const Block* w, const BlockQ8_K* x, int64_t n) {
+// T tokens against one row: each block's weight levels are unpacked once
+// and dotted with every token's activations (prefill reuses the unpacking).
+template <bool kFive, int T, typename Block>
+void simd_dot_k4(const Block* w, const BlockQ8_K* const* xs, int64_t n, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
+  __m256 acc[T];
+  float mins[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps(), mins[t] = 0;
   for (int64_t i = 0; i < n / kQK_K; i++) {
     int sc[8], m[8];
     for (int j = 0; j < 8; j++) scale_min_k4(w[i].scales, j, sc[j], m[j]);
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[T];
+    for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
     __m256i qh;
     if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh));
     for (int c = 0; c < 4; c++) {
@@ -50,26 +54,36 @@ float simd_dot_k4(const Block* w, const BlockQ8_K* x, int64_t n) {
         lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
       }
-      const __m256i a_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 64 * c));
-      const __m256i a_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 64 * c + 32));
-      const __m256i d_lo = dot32(_mm256_setzero_si256(), lo, a_lo), d_hi = dot32(_mm256_setzero_si256(), hi, a_hi);
-      sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d_lo, _mm256_set1_epi32(sc[2 * c])));
-      sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d_hi, _mm256_set1_epi32(sc[2 * c + 1])));
+      const __m256i sc_lo = _mm256_set1_epi32(sc[2 * c]), sc_hi = _mm256_set1_epi32(sc[2 * c + 1]);
+      for (int t = 0; t < T; t++) {
+        const int8_t* a = xs[t][i].qs + 64 * c;
+        const __m256i d_lo = dot32(_mm256_setzero_si256(), lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+        const __m256i d_hi =
+            dot32(_mm256_setzero_si256(), hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32)));
+        sumi[t] = _mm256_add_epi32(sumi[t],
+                                   _mm256_add_epi32(_mm256_mullo_epi32(d_lo, sc_lo), _mm256_mullo_epi32(d_hi, sc_hi)));
+      }
     }
-    int summ = 0;
-    for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-    const float dx = x[i].d;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dx * _cvtsh_ss(w[i].d)), acc);
-    mins += dx * _cvtsh_ss(w[i].dmin) * static_cast<float>(summ);
+    const float wd = _cvtsh_ss(w[i].d), wmin = _cvtsh_ss(w[i].dmin);
+    for (int t = 0; t < T; t++) {
+      const BlockQ8_K& x = xs[t][i];
+      int summ = 0;
+      for (int j = 0; j < 8; j++) summ += m[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_set1_ps(x.d * wd), acc[t]);
+      mins[t] += x.d * wmin * static_cast<float>(summ);
+    }
   }
-  return hsum_ps(acc) - mins;
+  for (int t = 0; t < T; t++) out[t] = hsum_ps(acc[t]) - mins[t];
 }
 
-inline float simd_dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
+template <int T>
+void simd_dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* const* xs, int64_t n, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; i++) {
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[T];
+    for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
       const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h));
       const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h + 32));
@@ -80,23 +94,26 @@ inline float simd_dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
       for (int q = 0; q < 4; q++) {
         const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), three), 4);
         const __m256i level = _mm256_or_si256(lows[q], high);
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 128 * h + 32 * q));
-        const __m256i d = dot32(_mm256_setzero_si256(), level, a);
         // Lanes 0-3 sum elements 0-15 (one scale), lanes 4-7 elements 16-31 (the next).
         const int is = 8 * h + 2 * q;
-        const __m256i scale =
-            _mm256_setr_epi32(w[i].scales[is], w[i].scales[is], w[i].scales[is], w[i].scales[is], w[i].scales[is + 1],
-                              w[i].scales[is + 1], w[i].scales[is + 1], w[i].scales[is + 1]);
-        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(d, scale));
+        const int s0 = w[i].scales[is], s1 = w[i].scales[is + 1];
+        const __m256i scale = _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1);
+        for (int t = 0; t < T; t++) {
+          const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][i].qs + 128 * h + 32 * q));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(dot32(_mm256_setzero_si256(), level, a), scale));
+        }
       }
     }
-    // The levels carry an offset of 32: subtract 32 * scale * (sum of the activations) per sub-block.
-    int offset = 0;
-    for (int j = 0; j < 16; j++) offset += w[i].scales[j] * x[i].bsums[j];
-    sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(x[i].d * _cvtsh_ss(w[i].d)), acc);
+    const float wd = _cvtsh_ss(w[i].d);
+    for (int t = 0; t < T; t++) {
+      // The levels carry an offset of 32: subtract 32 * scale * (sum of the activations) per sub-block.
+      int offset = 0;
+      for (int j = 0; j < 16; j++) offset += w[i].scales[j] * xs[t][i].bsums[j];
+      const __m256i s = _mm256_sub_epi32(sumi[t], _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(xs[t][i].d * wd), acc[t]);
+    }
   }
-  return hsum_ps(acc);
+  for (int t = 0; t < T; t++) out[t] = hsum_ps(acc[t]);
 }
 
 // E4M3 bits moved into an fp16 (sign to bit 15, exponent and mantissa shifted

@@ -61,6 +61,31 @@ void check_rows(GgmlType type, const uint8_t* rows, int64_t n_rows, int64_t cols
   }
 }
 
+// The four-token forms equal four single dots, on every table.
+TEST(KQuantDot, FourTokenFormsEqualFourSingleDots) {
+  const int64_t cols = 768;
+  const auto w = test::random_floats(static_cast<size_t>(cols), 31);
+  std::vector<std::vector<BlockQ8_K>> xq(4, std::vector<BlockQ8_K>(static_cast<size_t>(cols / kQK_K)));
+  const BlockQ8_K* xs[4];
+  for (int t = 0; t < 4; t++) {
+    const auto x = test::random_floats(static_cast<size_t>(cols), 40 + t);
+    quantize_row_q8_K(x.data(), xq[t].data(), cols);
+    xs[t] = xq[t].data();
+  }
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    std::vector<uint8_t> q(row_bytes(type, cols));
+    quantize_row(type, w.data(), q.data(), cols);
+    for (const KQuantDots* k : tables()) {
+      float four[4];
+      if (type == GgmlType::Q4_K) k->q4_K_x4(reinterpret_cast<const BlockQ4_K*>(q.data()), xs, cols, four);
+      if (type == GgmlType::Q5_K) k->q5_K_x4(reinterpret_cast<const BlockQ5_K*>(q.data()), xs, cols, four);
+      if (type == GgmlType::Q6_K) k->q6_K_x4(reinterpret_cast<const BlockQ6_K*>(q.data()), xs, cols, four);
+      for (int t = 0; t < 4; t++)
+        EXPECT_FLOAT_EQ(four[t], call(*k, type, q.data(), xs[t], nullptr, cols)) << type_name(type) << " " << k->isa;
+    }
+  }
+}
+
 TEST(KQuantDot, Q8KActivationsReproduceTheirInput) {
   const auto x = test::random_floats(512, 5);
   std::vector<BlockQ8_K> q(2);
