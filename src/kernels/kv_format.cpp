@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/fp8.h"
+#include "hw/cpu_features.h"
 
 namespace kestrel {
 namespace {
@@ -85,8 +86,30 @@ const char* kv_type_name(KvType t) {
   return "?";
 }
 
-KvRowFormat::KvRowFormat(KvType type, int64_t granule)
-    : type_(type), group_(group_for(type, granule)), group_bytes_(group_bytes_for(type, group_)) {}
+KvRowFormat::KvRowFormat(KvType type, int64_t granule) : KvRowFormat(type, granule, kv_dequant()) {}
+
+KvRowFormat::KvRowFormat(KvType type, int64_t granule, const KvDequantKernels& k)
+    : type_(type), group_(group_for(type, granule)), group_bytes_(group_bytes_for(type, group_)) {
+  switch (type) {
+    case KvType::F32:
+      break;
+    case KvType::F16:
+      dequant_ = k.f16;
+      break;
+    case KvType::BF16:
+      dequant_ = k.bf16;
+      break;
+    case KvType::Q8_0:
+      dequant_ = k.q8_0;
+      break;
+    case KvType::FP8:
+      dequant_ = k.fp8;
+      break;
+    case KvType::Q4:
+      dequant_ = k.q4;
+      break;
+  }
+}
 
 void KvRowFormat::quantize(const float* x, void* dst, int64_t n) const {
   auto* out = static_cast<uint8_t*>(dst);
@@ -142,36 +165,65 @@ void KvRowFormat::quantize(const float* x, void* dst, int64_t n) const {
 
 void KvRowFormat::dequantize(const void* row, int64_t first, float* y, int64_t n) const {
   const uint8_t* in = static_cast<const uint8_t*>(row) + bytes(first);
-  switch (type_) {
-    case KvType::F32:
-      std::memcpy(y, in, static_cast<size_t>(n) * 4);
-      return;
-    case KvType::F16:
-      for (int64_t i = 0; i < n; i++) y[i] = fp16_to_fp32(load_u16(in + 2 * i));
-      return;
-    case KvType::BF16:
-      for (int64_t i = 0; i < n; i++) y[i] = bf16_to_fp32(load_u16(in + 2 * i));
-      return;
-    default:
-      break;
+  if (type_ == KvType::F32) {
+    std::memcpy(y, in, static_cast<size_t>(n) * 4);
+    return;
   }
-  const int g = group_;
-  const auto& fp8 = e4m3_table();
-  for (int64_t b = 0; b < n / g; b++, y += g, in += group_bytes_) {
+  dequant_(in, y, n, group_, group_bytes_);
+}
+
+namespace {
+
+void dequant_f16(const uint8_t* in, float* y, int64_t n, int, size_t) {
+  for (int64_t i = 0; i < n; i++) y[i] = fp16_to_fp32(load_u16(in + 2 * i));
+}
+void dequant_bf16(const uint8_t* in, float* y, int64_t n, int, size_t) {
+  for (int64_t i = 0; i < n; i++) y[i] = bf16_to_fp32(load_u16(in + 2 * i));
+}
+void dequant_q8_0(const uint8_t* in, float* y, int64_t n, int g, size_t gb) {
+  for (int64_t b = 0; b < n / g; b++, y += g, in += gb) {
     const float d = fp16_to_fp32(load_u16(in));
-    if (type_ == KvType::Q8_0) {
-      for (int i = 0; i < g; i++) y[i] = d * static_cast<float>(static_cast<int8_t>(in[2 + i]));
-    } else if (type_ == KvType::FP8) {
-      for (int i = 0; i < g; i++) y[i] = d * fp8[in[2 + i]];
-    } else {
-      const float m = fp16_to_fp32(load_u16(in + 2));
-      for (int i = 0; i < g; i += 2) {
-        y[i] = d * static_cast<float>(in[4 + i / 2] & 0xF) + m;
-        y[i + 1] = d * static_cast<float>(in[4 + i / 2] >> 4) + m;
-      }
-    }
-    if (rotated()) hadamard(y, g);
+    for (int i = 0; i < g; i++) y[i] = d * static_cast<float>(static_cast<int8_t>(in[2 + i]));
+    hadamard(y, g);
   }
+}
+void dequant_fp8(const uint8_t* in, float* y, int64_t n, int g, size_t gb) {
+  const auto& fp8 = e4m3_table();
+  for (int64_t b = 0; b < n / g; b++, y += g, in += gb) {
+    const float d = fp16_to_fp32(load_u16(in));
+    for (int i = 0; i < g; i++) y[i] = d * fp8[in[2 + i]];
+  }
+}
+void dequant_q4(const uint8_t* in, float* y, int64_t n, int g, size_t gb) {
+  for (int64_t b = 0; b < n / g; b++, y += g, in += gb) {
+    const float d = fp16_to_fp32(load_u16(in)), m = fp16_to_fp32(load_u16(in + 2));
+    for (int i = 0; i < g; i += 2) {
+      const float lo = d * static_cast<float>(in[4 + i / 2] & 0xF), hi = d * static_cast<float>(in[4 + i / 2] >> 4);
+      y[i] = lo + m;
+      y[i + 1] = hi + m;
+    }
+    hadamard(y, g);
+  }
+}
+
+}  // namespace
+
+const KvDequantKernels& scalar_kv_dequant() {
+  static const KvDequantKernels k{"scalar", dequant_f16, dequant_bf16, dequant_q8_0, dequant_fp8, dequant_q4};
+  return k;
+}
+
+#ifndef KESTREL_HAVE_AVX2_KERNELS
+const KvDequantKernels* avx2_kv_dequant() { return nullptr; }
+#endif
+
+const KvDequantKernels& kv_dequant() {
+  static const KvDequantKernels& k = [&]() -> const KvDequantKernels& {
+    if (selected_isa() != IsaLevel::Scalar)
+      if (const KvDequantKernels* a = avx2_kv_dequant()) return *a;
+    return scalar_kv_dequant();
+  }();
+  return k;
 }
 
 }  // namespace kestrel

@@ -33,6 +33,17 @@ namespace kestrel {
 
 enum class KvType { F32, F16, BF16, Q8_0, FP8, Q4 };
 
+// Dequantizes n elements (whole groups) of one stored type; group is the
+// group size, group_bytes its stored size (unused by f16/bf16).
+using KvDequantFn = void (*)(const uint8_t* in, float* y, int64_t n, int group, size_t group_bytes);
+struct KvDequantKernels {
+  const char* isa;
+  KvDequantFn f16, bf16, q8_0, fp8, q4;
+};
+const KvDequantKernels& scalar_kv_dequant();
+const KvDequantKernels* avx2_kv_dequant();  // nullptr when not compiled in
+const KvDequantKernels& kv_dequant();       // the one for selected_isa()
+
 std::optional<KvType> kv_type_from_name(std::string_view name);  // "f32", "f16", "bf16", "q8_0", "fp8", "q4"
 const char* kv_type_name(KvType t);
 inline constexpr const char* kKvTypeNames = "f32, f16, bf16, q8_0, fp8, q4";
@@ -42,6 +53,8 @@ class KvRowFormat {
   KvRowFormat() = default;
   // granule: every row and every piece attention reads is a multiple of it.
   KvRowFormat(KvType type, int64_t granule);
+  // The same with a given kernel table (tests compare tables).
+  KvRowFormat(KvType type, int64_t granule, const KvDequantKernels& kernels);
 
   KvType type() const { return type_; }
   int group() const { return group_; }
@@ -64,6 +77,7 @@ class KvRowFormat {
   KvType type_ = KvType::F32;
   int group_ = 1;
   size_t group_bytes_ = 4;
+  KvDequantFn dequant_ = nullptr;  // the SIMD (or scalar) reader of type_
 };
 
 }  // namespace kestrel

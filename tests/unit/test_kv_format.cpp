@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "hw/cpu_features.h"
 #include "kernels/attention.h"
 #include "kernels/kv_format.h"
 #include "runtime/kv_cache.h"
@@ -44,6 +45,27 @@ TEST(KvFormat, RowsReadBackWithinTheirTypesRounding) {
     std::vector<float> piece(64);
     f.dequantize(bytes.data(), 128, piece.data(), 64);
     for (int i = 0; i < 64; i++) ASSERT_EQ(piece[i], y[128 + i]) << kv_type_name(type);
+  }
+}
+
+// The SIMD readers are bit-identical to the scalar ones (same operations in the same order).
+TEST(KvFormat, SimdReadersEqualTheScalarOnesBitForBit) {
+  const KvDequantKernels* simd = avx2_kv_dequant();
+  const auto& f = cpu_features();
+  if (!simd || !(f.avx2 && f.f16c)) GTEST_SKIP() << "no AVX2/F16C reader on this build or CPU";
+  for (const int64_t head : {4, 8, 16, 32, 64}) {
+    std::vector<float> x = test::random_floats(static_cast<size_t>(head * 12), 17);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] *= 9.0f;
+    for (const KvType type : kQuantized) {
+      const KvRowFormat a(type, head, scalar_kv_dequant()), b(type, head, *simd);
+      std::vector<uint8_t> bytes(a.bytes(static_cast<int64_t>(x.size())));
+      a.quantize(x.data(), bytes.data(), static_cast<int64_t>(x.size()));
+      std::vector<float> ya(x.size()), yb(x.size());
+      a.dequantize(bytes.data(), 0, ya.data(), static_cast<int64_t>(x.size()));
+      b.dequantize(bytes.data(), 0, yb.data(), static_cast<int64_t>(x.size()));
+      for (size_t i = 0; i < x.size(); i++)
+        ASSERT_EQ(ya[i], yb[i]) << kv_type_name(type) << " head " << head << " " << i;
+    }
   }
 }
 
