@@ -23,6 +23,8 @@ struct RunFlags {
   GenerationParams gen;
   int64_t seed = -1;
   bool print_ids = false, no_bos = false, parse_special = false;
+  std::string spec = "none";
+  int draft_max = 8;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -53,6 +55,7 @@ int run(RunFlags& f) {
     throw Error("no prompt: give -p TEXT, -f FILE or --prompt-ids \"1 2 3\"");
   if (f.n_predict < 0) throw Error(fmt::format("-n {} must not be negative", f.n_predict));
   f.gen.max_tokens = f.n_predict;
+  f.gen.spec_draft_max = f.spec == "ngram" ? f.draft_max : 0;
   f.gen.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   f.gen.sampling.validate();  // before the (slow) model load
 
@@ -104,6 +107,10 @@ int run(RunFlags& f) {
              r.n_prompt, r.tokens.size(), r.stop_reason, pp, tg, f.gen.sampling.seed, e.kv->layout().type_name(),
              static_cast<double>(e.kv->layout().bytes_per_token()) / 1024, e.backend->describe(),
              dump ? fmt::format(", {} logits rows -> {}", rows, f.dump_logits) : "");
+  if (f.gen.spec_draft_max > 0)
+    fmt::print(stderr, "[kestrel] speculation (ngram): {} drafts, {} drafted, {} accepted ({:.1f}%)\n", r.spec_steps,
+               r.spec_drafted, r.spec_accepted,
+               r.spec_drafted ? 100.0 * static_cast<double>(r.spec_accepted) / static_cast<double>(r.spec_drafted) : 0.0);
   return 0;
 }
 
@@ -137,6 +144,10 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
+  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt lookup; greedy only)")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per step with --spec")->check(CLI::Range(1, 64))->capture_default_str();
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   cmd->add_flag("--no-repack", [](int64_t) { f.engine.repack_weights = false; },

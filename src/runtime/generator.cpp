@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "runtime/ngram_proposer.h"
 #include "runtime/text_stream.h"
 
 namespace kestrel {
@@ -27,6 +28,10 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab) throw Error(fmt::format("prompt token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
   params.sampling.validate();
+  if (params.spec_draft_max < 0 || params.spec_draft_max > 64)
+    throw Error(fmt::format("draft length {} is out of range (0 to 64)", params.spec_draft_max));
+  if (params.spec_draft_max > 0 && params.sampling.temperature != 0.0f)
+    throw Error("speculative decoding supports greedy sampling (--temp 0) so far");
 
   constexpr int32_t seq = 0;
   e.kv->remove(seq);
@@ -35,7 +40,8 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   r.n_prompt = static_cast<int64_t>(prompt.size());
   std::vector<int32_t> history = prompt;
   const int64_t chunk = model.max_batch_tokens();
-  std::vector<float> logits(static_cast<size_t>((params.all_logits ? chunk : 1) * n_vocab));
+  const int64_t spec_rows = std::min<int64_t>(params.spec_draft_max, chunk - 1) + 1;
+  std::vector<float> logits(static_cast<size_t>(std::max<int64_t>(params.all_logits ? chunk : 1, spec_rows) * n_vocab));
 
   // Prefill in chunks; only the last prompt token needs logits unless asked.
   const auto t0 = Clock::now();
@@ -63,11 +69,11 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   const Vocab& vocab = e.tokenizer->vocab();
   const auto t1 = Clock::now();
   r.stop_reason = "length";
-  for (int64_t step = 0; step < params.max_tokens; step++) {
-    const int32_t tok = sampler.sample(logits.data(), history);
+  // Takes one generated token; false when generation ends with it (or before it).
+  auto take = [&](int32_t tok) {
     if (!params.ignore_eos && vocab.is_end_of_generation(tok)) {
       r.stop_reason = "eos";
-      break;
+      return false;
     }
     r.tokens.push_back(tok);
     history.push_back(tok);
@@ -75,18 +81,61 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     emit(text.push(tok, stopped));
     if (stopped) {
       r.stop_reason = "stop";
-      break;
+      return false;
     }
-    if (step + 1 == params.max_tokens) break;
-    const int64_t pos = static_cast<int64_t>(history.size()) - 1;
-    if (pos >= e.n_ctx) {
+    if (static_cast<int64_t>(r.tokens.size()) == params.max_tokens) return false;
+    if (static_cast<int64_t>(history.size()) - 1 >= e.n_ctx) {
       r.stop_reason = "context";
-      break;
+      return false;
     }
-    batch.clear();
-    batch.add(tok, static_cast<int32_t>(pos), seq, true);
-    model.forward(batch, *e.kv, logits.data());
-    if (cb.on_logits) cb.on_logits(logits.data(), n_vocab);
+    return true;
+  };
+  if (params.max_tokens > 0 && params.spec_draft_max == 0) {
+    while (take(sampler.sample(logits.data(), history))) {
+      batch.clear();
+      batch.add(history.back(), static_cast<int32_t>(history.size() - 1), seq, true);
+      model.forward(batch, *e.kv, logits.data());
+      if (cb.on_logits) cb.on_logits(logits.data(), n_vocab);
+    }
+  } else if (params.max_tokens > 0) {
+    // The last taken token is not in the cache yet; it goes in with the
+    // draft, every row gets logits, and the drafted tokens are kept while
+    // they equal what the model picks from the row before them. The first
+    // pick that differs (or the one after a fully accepted draft) is the
+    // next token; the cache drops the rejected drafts.
+    const NgramProposer proposer;
+    DraftLength length(static_cast<int>(spec_rows - 1));
+    bool going = take(sampler.sample(logits.data(), history));
+    while (going) {
+      const auto pos = static_cast<int64_t>(history.size()) - 1;
+      // Drafts must fit the context, and leave the step's own pick within max_tokens.
+      const int64_t room =
+          std::min(e.n_ctx - 1 - pos, params.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1);
+      const int want = static_cast<int>(std::min<int64_t>(length.next(), std::max<int64_t>(room, 0)));
+      std::vector<int32_t> draft = params.draft_source ? params.draft_source(history, want) : proposer.propose(history, want);
+      if (static_cast<int>(draft.size()) > want) draft.resize(static_cast<size_t>(want));
+      batch.clear();
+      batch.add(history.back(), static_cast<int32_t>(pos), seq, true);
+      for (size_t i = 0; i < draft.size(); i++) batch.add(draft[i], static_cast<int32_t>(pos + 1 + i), seq, true);
+      model.forward(batch, *e.kv, logits.data());
+      int accepted = 0;
+      for (size_t i = 0; i <= draft.size() && going; i++) {
+        float* row = logits.data() + i * n_vocab;  // the sampler works in place
+        if (cb.on_logits) cb.on_logits(row, n_vocab);
+        const int32_t tok = sampler.sample(row, history);
+        const bool match = i < draft.size() && tok == draft[i];
+        if (!match && i < draft.size()) e.kv->truncate(seq, pos + 1 + static_cast<int64_t>(i));
+        if (match) accepted++;
+        going = take(tok);
+        if (!match) break;
+      }
+      if (!draft.empty()) {
+        r.spec_steps++;
+        r.spec_drafted += static_cast<int64_t>(draft.size());
+        r.spec_accepted += accepted;
+        length.update(static_cast<int>(draft.size()), accepted);
+      }
+    }
   }
   if (r.stop_reason != "stop") {
     bool stopped = false;

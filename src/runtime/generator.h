@@ -17,6 +17,13 @@ struct GenerationParams {
   std::vector<std::string> stop;   // stop strings: generation ends before them
   bool ignore_eos = false;
   bool all_logits = false;         // compute logits for every prompt position too
+  // Speculative decoding with prompt-lookup drafts (ngram_proposer.h): up to
+  // this many drafted tokens verified per forward step (0: off). Greedy
+  // sampling only; the output is the same token for token as without.
+  int spec_draft_max = 0;
+  // Where drafts come from instead (the proposer seam: a draft model, MTP
+  // heads, tests): up to max tokens continuing the history.
+  std::function<std::vector<int32_t>(const std::vector<int32_t>& history, int max)> draft_source;
 };
 
 struct GenerationResult {
@@ -25,6 +32,8 @@ struct GenerationResult {
   std::string stop_reason;         // "length", "eos", "stop", "context"
   int64_t n_prompt = 0;
   double prefill_seconds = 0, decode_seconds = 0;
+  // Speculation: verification steps that carried a draft, drafted and accepted tokens.
+  int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 struct GenerationCallbacks {

@@ -1,0 +1,35 @@
+#pragma once
+// Prompt-lookup drafting: the tokens that followed the most recent earlier
+// occurrence of the sequence's last n tokens (n from max_n down to min_n),
+// searched in everything so far (prompt and output). No second model; it
+// pays where the output repeats its input (code and text editing,
+// extraction, summaries that quote).
+#include <cstdint>
+#include <vector>
+
+namespace kestrel {
+
+struct NgramProposer {
+  int min_n = 1, max_n = 3;
+  // Up to max_draft tokens continuing history; empty when nothing matches.
+  std::vector<int32_t> propose(const std::vector<int32_t>& history, int max_draft) const;
+};
+
+// Draft length adapted to how many drafted tokens get accepted: grows by one
+// after a fully accepted draft, shrinks to the accepted count plus one after
+// a rejection, within [1, max]; pauses speculation (length 0 for a while)
+// when acceptance stays poor, since a wasted verification costs more than a
+// plain decode step.
+class DraftLength {
+ public:
+  explicit DraftLength(int max) : max_(max), len_(max > 0 ? std::min(max, 4) : 0) {}
+  int next();  // the length to draft now (0: decode plainly this step)
+  void update(int drafted, int accepted);
+
+ private:
+  int max_, len_;
+  double rate_ = 1.0;  // running acceptance rate
+  int pause_ = 0;      // plain steps left before trying again
+};
+
+}  // namespace kestrel

@@ -1,0 +1,155 @@
+// Speculative decoding with prompt-lookup drafts: the proposer, the adaptive
+// draft length, the paged cache's rollback, and greedy output identical to
+// plain decoding on stories260K and the llama.cpp reference models (Llama,
+// Qwen2, DeepSeek's latent cache).
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "runtime/generator.h"
+#include "runtime/kv_cache.h"
+#include "runtime/ngram_proposer.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+TEST(NgramProposer, ContinuesTheMostRecentLongestMatch) {
+  const NgramProposer p;
+  // ... 7 8 9 | 5 7 8 9 | 6 ... then 7 8 9 again: the later "7 8 9" is followed by 6.
+  const std::vector<int32_t> h = {1, 7, 8, 9, 5, 7, 8, 9, 6, 2, 7, 8, 9};
+  EXPECT_EQ(p.propose(h, 3), (std::vector<int32_t>{6, 2, 7}));
+  EXPECT_EQ(p.propose(h, 1), (std::vector<int32_t>{6}));
+  EXPECT_TRUE(p.propose({1, 2, 3, 4}, 4).empty());  // nothing repeats
+  EXPECT_TRUE(p.propose(h, 0).empty());
+  // A 1-gram match when no longer one exists; the draft stops at the end of the history.
+  EXPECT_EQ(p.propose({4, 5, 6, 5}, 4), (std::vector<int32_t>{6, 5}));
+}
+
+TEST(DraftLength, GrowsOnAcceptanceShrinksOnRejectionAndPausesWhenItDoesNotPay) {
+  DraftLength d(8);
+  EXPECT_EQ(d.next(), 4);
+  d.update(4, 4);
+  EXPECT_EQ(d.next(), 5);
+  d.update(5, 1);
+  EXPECT_EQ(d.next(), 2);
+  for (int i = 0; i < 6; i++) d.update(2, 0);
+  int plain = 0;
+  for (int i = 0; i < 8; i++) plain += d.next() == 0;
+  EXPECT_EQ(plain, 8);     // a pause of plain decode steps...
+  EXPECT_GT(d.next(), 0);  // ...then drafting again
+  EXPECT_EQ(DraftLength(0).next(), 0);
+}
+
+// Rolling back rejected drafts leaves the cache as if they were never written.
+TEST(PagedKvCache, TruncatingRejectedTokensEqualsNeverWritingThem) {
+  auto row = [](float v) { return std::vector<float>{v, -v}; };
+  PagedKvCache spec({1, 2, 2}, 8, 4), plain({1, 2, 2}, 8, 4);
+  spec.reserve(0, 14);
+  for (int p = 0; p < 14; p++) spec.write_k(0, spec.slot(0, p), row(p < 9 ? p : 100.0f + p).data());
+  spec.truncate(0, 9);  // positions 9..13 were rejected drafts
+  spec.reserve(0, 11);
+  for (int p = 9; p < 11; p++) spec.write_k(0, spec.slot(0, p), row(p).data());
+  plain.reserve(0, 11);
+  for (int p = 0; p < 11; p++) plain.write_k(0, plain.slot(0, p), row(p).data());
+  EXPECT_EQ(spec.length(0), plain.length(0));
+  EXPECT_EQ(spec.n_free_blocks(), plain.n_free_blocks());
+  for (int p = 0; p < 11; p++) {
+    float a[2], b[2];
+    spec.read_k(0, spec.slot(0, p), a);
+    plain.read_k(0, plain.slot(0, p), b);
+    EXPECT_EQ(a[0], b[0]) << p;
+    EXPECT_EQ(a[1], b[1]) << p;
+  }
+  EXPECT_THROW(spec.slot(0, 11), Error);  // nothing beyond
+}
+
+struct SpecCase {
+  const char* model;
+  const char* prompt;
+  int n;
+};
+
+TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
+  const SpecCase cases[] = {
+      {"models/stories260K.gguf",
+       "Once upon a time, there was a little girl named Lily. She liked to play with her ball. Once upon a time, "
+       "there was a little girl named Lily. She",
+       160},
+      {"reference/llama.cpp/llama-tiny.f32.gguf", "The quick brown fox jumps over the lazy dog. The quick brown fox",
+       40},
+      {"reference/llama.cpp/qwen2-tiny.f32.gguf", "The quick brown fox jumps over the lazy dog. The quick brown fox",
+       40},
+      {"reference/llama.cpp/deepseek3-tiny.f32.gguf",
+       "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
+  };
+  int64_t accepted_total = 0;
+  for (const auto& c : cases) {
+    EngineOptions o;
+    o.model_path = test::shared(c.model);
+    o.n_threads = 2;
+    o.n_ctx = 512;
+    Engine e = Engine::load(o);
+    const auto prompt = e.tokenizer->encode(c.prompt, true, false);
+    GenerationParams p;
+    p.max_tokens = c.n;
+    p.sampling.temperature = 0.0f;
+    p.ignore_eos = true;
+    const GenerationResult plain = generate(e, prompt, p);
+    for (const int draft : {1, 4, 8}) {
+      p.spec_draft_max = draft;
+      const GenerationResult spec = generate(e, prompt, p);
+      EXPECT_EQ(spec.tokens, plain.tokens) << c.model << " ngram, draft " << draft;
+      EXPECT_EQ(spec.text, plain.text) << c.model << " ngram, draft " << draft;
+      EXPECT_LE(spec.spec_accepted, spec.spec_drafted);
+      accepted_total += spec.spec_accepted;
+    }
+    // Random-weight models rarely repeat themselves, so drafts also come from
+    // an oracle that knows the plain output but gets every third token wrong:
+    // acceptance, rejection and cache rollback on every architecture.
+    p.draft_source = [&](const std::vector<int32_t>& history, int max) {
+      std::vector<int32_t> d;
+      const size_t done = history.size() - prompt.size();
+      for (size_t i = done; i < plain.tokens.size() && static_cast<int>(d.size()) < max; i++)
+        d.push_back((i % 3 == 2) ? (plain.tokens[i] + 1) % static_cast<int32_t>(e.model->config().n_vocab) : plain.tokens[i]);
+      return d;
+    };
+    p.spec_draft_max = 6;
+    const GenerationResult oracle = generate(e, prompt, p);
+    EXPECT_EQ(oracle.tokens, plain.tokens) << c.model << " oracle drafts";
+    EXPECT_GT(oracle.spec_accepted, c.n / 4) << c.model;
+    EXPECT_LT(oracle.spec_accepted, oracle.spec_drafted) << c.model;  // some were rejected and rolled back
+    p.draft_source = nullptr;
+    p.spec_draft_max = 0;
+  }
+  EXPECT_GT(accepted_total, 20);  // stories260K's repetitive prompt gets n-gram drafts accepted
+}
+
+TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
+  EngineOptions o;
+  o.model_path = test::shared("models/stories260K.gguf");
+  o.n_threads = 2;
+  o.n_ctx = 64;
+  Engine e = Engine::load(o);
+  const auto prompt = e.tokenizer->encode("Once upon a time, Once upon a time, Once upon a time,", true, false);
+  GenerationParams p;
+  p.sampling.temperature = 0.0f;
+  p.ignore_eos = true;
+  p.max_tokens = 500;  // the context (64) ends it
+  p.spec_draft_max = 8;
+  const GenerationResult spec = generate(e, prompt, p);
+  p.spec_draft_max = 0;
+  const GenerationResult plain = generate(e, prompt, p);
+  EXPECT_EQ(spec.stop_reason, "context");
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  p.max_tokens = 7;
+  p.spec_draft_max = 8;
+  EXPECT_EQ(generate(e, prompt, p).tokens.size(), 7u);
+  p.sampling.temperature = 0.7f;
+  EXPECT_THROW(generate(e, prompt, p), Error);
+  p.sampling.temperature = 0.0f;
+  p.spec_draft_max = 65;
+  EXPECT_THROW(generate(e, prompt, p), Error);
+}
+
+}  // namespace
+}  // namespace kestrel
