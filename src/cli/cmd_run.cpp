@@ -144,7 +144,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
-  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt lookup; greedy only)")
+  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt lookup)")
       ->check(CLI::IsMember({"none", "ngram"}))
       ->capture_default_str();
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per step with --spec")->check(CLI::Range(1, 64))->capture_default_str();

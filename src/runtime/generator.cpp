@@ -30,8 +30,6 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   params.sampling.validate();
   if (params.spec_draft_max < 0 || params.spec_draft_max > 64)
     throw Error(fmt::format("draft length {} is out of range (0 to 64)", params.spec_draft_max));
-  if (params.spec_draft_max > 0 && params.sampling.temperature != 0.0f)
-    throw Error("speculative decoding supports greedy sampling (--temp 0) so far");
 
   constexpr int32_t seq = 0;
   e.kv->remove(seq);
@@ -122,8 +120,9 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
       for (size_t i = 0; i <= draft.size() && going; i++) {
         float* row = logits.data() + i * n_vocab;  // the sampler works in place
         if (cb.on_logits) cb.on_logits(row, n_vocab);
-        const int32_t tok = sampler.sample(row, history);
-        const bool match = i < draft.size() && tok == draft[i];
+        bool match = false;
+        const int32_t tok = i < draft.size() ? sampler.sample_or_accept(row, history, draft[i], match)
+                                             : sampler.sample(row, history);
         if (!match && i < draft.size()) e.kv->truncate(seq, pos + 1 + static_cast<int64_t>(i));
         if (match) accepted++;
         going = take(tok);

@@ -18,8 +18,8 @@ struct GenerationParams {
   bool ignore_eos = false;
   bool all_logits = false;         // compute logits for every prompt position too
   // Speculative decoding with prompt-lookup drafts (ngram_proposer.h): up to
-  // this many drafted tokens verified per forward step (0: off). Greedy
-  // sampling only; the output is the same token for token as without.
+  // this many drafted tokens verified per forward step (0: off). Greedy: the
+  // same tokens as without; sampling: the same distribution (the draws differ).
   int spec_draft_max = 0;
   // Where drafts come from instead (the proposer seam: a draft model, MTP
   // heads, tests): up to max tokens continuing the history.

@@ -55,10 +55,8 @@ void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history
   }
 }
 
-int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
+void Sampler::distribution(float* logits, const std::vector<int32_t>& history) {
   apply_penalties(logits, history);
-  if (p_.temperature <= 0.0f) return argmax(logits, n_vocab_);
-
   cand_.clear();
   for (int64_t i = 0; i < n_vocab_; i++) cand_.push_back({static_cast<int32_t>(i), logits[i], 0.0f});
   auto by_logit = [](const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
@@ -91,6 +89,14 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
     cand_.resize(keep);
   }
   softmax(p_.temperature);
+}
+
+int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
+  if (p_.temperature <= 0.0f) {
+    apply_penalties(logits, history);
+    return argmax(logits, n_vocab_);
+  }
+  distribution(logits, history);
   const double u = uniform();
   double cum = 0.0;
   for (const auto& c : cand_) {
@@ -98,6 +104,31 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
     if (u < cum) return c.id;
   }
   return cand_.back().id;
+}
+
+int32_t Sampler::sample_or_accept(float* logits, const std::vector<int32_t>& history, int32_t draft, bool& accepted) {
+  if (p_.temperature <= 0.0f) {
+    const int32_t tok = sample(logits, history);
+    accepted = tok == draft;
+    return tok;
+  }
+  distribution(logits, history);
+  double p_draft = 0.0;
+  for (const auto& c : cand_)
+    if (c.id == draft) p_draft = c.p;
+  accepted = uniform() < p_draft;
+  if (accepted) return draft;
+  // Rejected: draw from the rest, renormalised (max(p - q, 0) with q all on the draft).
+  const double u = uniform() * (1.0 - p_draft);
+  double cum = 0.0;
+  int32_t last = -1;
+  for (const auto& c : cand_) {
+    if (c.id == draft) continue;
+    cum += c.p;
+    last = c.id;
+    if (u < cum) return c.id;
+  }
+  return last >= 0 ? last : draft;  // the draft was the only candidate (and u fell on rounding)
 }
 
 }  // namespace kestrel

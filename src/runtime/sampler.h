@@ -29,11 +29,20 @@ class Sampler {
 
   // logits is modified in place. history: tokens so far (prompt + generated).
   int32_t sample(float* logits, const std::vector<int32_t>& history);
+  // Speculative verification of a drafted token whose proposer put all its
+  // probability on it: accepted with the probability p(draft) the sampler
+  // gives it here (greedy: when it is the argmax); otherwise a token drawn
+  // from p with the draft removed, renormalised. The token returned is thus
+  // distributed exactly as sample() would draw it. accepted says which.
+  int32_t sample_or_accept(float* logits, const std::vector<int32_t>& history, int32_t draft, bool& accepted);
 
   const SamplingParams& params() const { return p_; }
 
  private:
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
+  // Penalties, top-k, top-p, min-p and temperature: the candidates and their
+  // probabilities in cand_ (temperature > 0 only).
+  void distribution(float* logits, const std::vector<int32_t>& history);
   double uniform();  // [0, 1), identical across standard libraries
 
   SamplingParams p_;
