@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "runtime/draft_model.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 
@@ -23,7 +24,7 @@ struct RunFlags {
   GenerationParams gen;
   int64_t seed = -1;
   bool print_ids = false, no_bos = false, parse_special = false;
-  std::string spec = "none";
+  std::string spec = "none", draft_model;
   int draft_max = 8;
 };
 
@@ -55,7 +56,9 @@ int run(RunFlags& f) {
     throw Error("no prompt: give -p TEXT, -f FILE or --prompt-ids \"1 2 3\"");
   if (f.n_predict < 0) throw Error(fmt::format("-n {} must not be negative", f.n_predict));
   f.gen.max_tokens = f.n_predict;
-  f.gen.spec_draft_max = f.spec == "ngram" ? f.draft_max : 0;
+  f.gen.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
+  if ((f.spec == "draft") != !f.draft_model.empty())
+    throw Error("--spec draft and --draft-model FILE go together");
   f.gen.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   f.gen.sampling.validate();  // before the (slow) model load
 
@@ -64,6 +67,17 @@ int run(RunFlags& f) {
   std::vector<int32_t> prompt =
       f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
   if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
+  std::unique_ptr<Engine> draft_engine;
+  std::unique_ptr<DraftModelProposer> draft;
+  if (f.spec == "draft") {
+    EngineOptions d;
+    d.model_path = f.draft_model;
+    d.n_threads = f.engine.n_threads;
+    d.n_ctx = e.n_ctx;
+    draft_engine = std::make_unique<Engine>(Engine::load(d));
+    draft = std::make_unique<DraftModelProposer>(*draft_engine, e.model->config().n_vocab);
+    f.gen.draft_source = [&](const std::vector<int32_t>& history, int max) { return draft->propose(history, max); };
+  }
 
   std::unique_ptr<FILE, int (*)(FILE*)> dump(nullptr, &std::fclose);
   if (!f.dump_logits.empty()) {
@@ -108,7 +122,7 @@ int run(RunFlags& f) {
              static_cast<double>(e.kv->layout().bytes_per_token()) / 1024, e.backend->describe(),
              dump ? fmt::format(", {} logits rows -> {}", rows, f.dump_logits) : "");
   if (f.gen.spec_draft_max > 0)
-    fmt::print(stderr, "[kestrel] speculation (ngram): {} drafts, {} drafted, {} accepted ({:.1f}%)\n", r.spec_steps,
+    fmt::print(stderr, "[kestrel] speculation ({}): {} drafts, {} drafted, {} accepted ({:.1f}%)\n", f.spec, r.spec_steps,
                r.spec_drafted, r.spec_accepted,
                r.spec_drafted ? 100.0 * static_cast<double>(r.spec_accepted) / static_cast<double>(r.spec_drafted) : 0.0);
   return 0;
@@ -144,9 +158,10 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
-  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt lookup)")
-      ->check(CLI::IsMember({"none", "ngram"}))
+  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt lookup), draft (--draft-model)")
+      ->check(CLI::IsMember({"none", "ngram", "draft"}))
       ->capture_default_str();
+  cmd->add_option("--draft-model", f.draft_model, "With --spec draft: a smaller GGUF model sharing the vocabulary");
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per step with --spec")->check(CLI::Range(1, 64))->capture_default_str();
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "runtime/draft_model.h"
 #include "runtime/generator.h"
 #include "runtime/kv_cache.h"
 #include "runtime/ngram_proposer.h"
@@ -181,6 +182,41 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     p.spec_draft_max = 0;
   }
   EXPECT_GT(accepted_total, 20);  // stories260K's repetitive prompt gets n-gram drafts accepted
+}
+
+// A draft model: the target itself as its own draft agrees almost always
+// (single-token vs batched arithmetic aside); the output stays identical,
+// and the draft's cache follows the target's history through rejections.
+TEST(Speculation, DraftModelProposals) {
+  for (const char* model : {"models/stories260K.gguf", "reference/llama.cpp/llama-tiny.f32.gguf"}) {
+    EngineOptions o;
+    o.model_path = test::shared(model);
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    Engine e = Engine::load(o);
+    Engine d = Engine::load(o);
+    DraftModelProposer proposer(d, e.model->config().n_vocab);
+    const auto prompt = e.tokenizer->encode("Once upon a time, there was a little dog", true, false);
+    GenerationParams p;
+    p.sampling.temperature = 0.0f;
+    p.max_tokens = 60;
+    p.ignore_eos = true;
+    const GenerationResult plain = generate(e, prompt, p);
+    p.spec_draft_max = 5;
+    p.draft_source = [&](const std::vector<int32_t>& h, int max) { return proposer.propose(h, max); };
+    const GenerationResult spec = generate(e, prompt, p);
+    EXPECT_EQ(spec.tokens, plain.tokens) << model;
+    EXPECT_GT(spec.spec_accepted, spec.spec_drafted * 9 / 10) << model;
+    // The draft proposes what the target would say next, given any history.
+    std::vector<int32_t> h = prompt;
+    h.insert(h.end(), plain.tokens.begin(), plain.tokens.begin() + 10);
+    const auto next = proposer.propose(h, 3);
+    EXPECT_EQ(next, std::vector<int32_t>(plain.tokens.begin() + 10, plain.tokens.begin() + 13)) << model;
+  }
+  EngineOptions o;
+  o.model_path = test::shared("models/stories260K.gguf");
+  Engine small = Engine::load(o);
+  EXPECT_THROW(DraftModelProposer(small, 32000), Error);  // another vocabulary
 }
 
 TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
