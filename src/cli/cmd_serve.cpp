@@ -20,6 +20,8 @@ struct ServeFlags {
   int port = 8080, max_batch_size = 16, max_queue = 256, http_threads = 32;
   int64_t max_batch_tokens = 512, prefill_chunk = 256;
   double kv_cache_mem_mib = 0, max_wait_ms = 0, aging_ms = 2000, shutdown_timeout_s = 30;
+  std::string spec = "none";
+  int draft_max = 8;
 };
 
 // Available memory from /proc/meminfo, in bytes (0 if unknown).
@@ -70,6 +72,7 @@ int run(ServeFlags& f) {
   sc.scheduler.max_wait_ms = f.max_wait_ms;
   sc.scheduler.aging_ms = f.aging_ms;
   sc.max_queue = f.max_queue;
+  sc.spec_draft_max = f.spec == "ngram" ? f.draft_max : 0;
   ServingEngine engine(e, sc, metrics);
 
   HttpServerConfig hc;
@@ -139,6 +142,12 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--aging-ms", f.aging_ms,
                   "Priority policy: a waiting request gains one priority level per this many ms")
+      ->capture_default_str();
+  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt-lookup drafts, verified in the batch)")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per request per step with --spec")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
       ->capture_default_str();

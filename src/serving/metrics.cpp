@@ -36,6 +36,9 @@ ServerMetrics::ServerMetrics() {
   counter("kestrel_preemptions_total", "Running requests preempted for KV blocks (recomputed later).");
   counter("kestrel_prefix_cache_queries_total", "Full prompt blocks looked up in the prefix cache.");
   counter("kestrel_prefix_cache_hits_total", "Full prompt blocks found in the prefix cache (not recomputed).");
+  counter("kestrel_spec_drafts_total", "Speculative decoding: decode steps of a request that carried a draft.");
+  counter("kestrel_spec_drafted_tokens_total", "Speculative decoding: tokens drafted (prompt lookup).");
+  counter("kestrel_spec_accepted_tokens_total", "Speculative decoding: drafted tokens the model confirmed.");
   auto gauge = [&](const char* name, const char* help) { gauges_[name] = {help, "", {{"", 0.0}}}; };
   gauge("kestrel_requests_running", "Requests holding KV blocks and being stepped.");
   gauge("kestrel_requests_waiting", "Requests queued for admission.");

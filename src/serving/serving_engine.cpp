@@ -34,7 +34,11 @@ ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, Server
   if (config.scheduler.max_batch_tokens > e_.model->max_batch_tokens())
     throw Error(fmt::format("serving: --max-batch-tokens {} exceeds the model's planned batch of {}",
                             config.scheduler.max_batch_tokens, e_.model->max_batch_tokens()));
-  logits_.resize(static_cast<size_t>(config.scheduler.max_batch_size) * e_.model->config().n_vocab);
+  if (config.spec_draft_max < 0 || config.spec_draft_max > 64)
+    throw Error(fmt::format("serving: draft length {} is out of range (0 to 64)", config.spec_draft_max));
+  // One logits row per request, plus one per drafted token.
+  logits_.resize(static_cast<size_t>(config.scheduler.max_batch_size) * (1 + config.spec_draft_max) *
+                 e_.model->config().n_vocab);
   metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
   thread_ = std::thread([this] { loop(); });
 }
@@ -97,6 +101,7 @@ void ServingEngine::admit_new(double now) {
     SamplingParams sp = a->req.sampling;
     a->sampler = std::make_unique<Sampler>(sp, e_.model->config().n_vocab);
     a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back());
+    if (c_.spec_draft_max > 0) a->draft_length = std::make_unique<DraftLength>(c_.spec_draft_max);
     metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->req.prompt.size()));
     SchedRequest r;
     r.id = a->id;
@@ -144,7 +149,7 @@ void ServingEngine::preempt(Active& a) {
   metrics_.add("kestrel_preemptions_total");
 }
 
-void ServingEngine::sample(Active& a, float* logits, double now) {
+bool ServingEngine::sample(Active& a, float* logits, double now, int32_t draft, bool* accepted) {
   const int64_t nv = e_.model->config().n_vocab;
   StreamEvent ev;
   float lse = 0;  // log-sum-exp of the raw logits, with logprobs
@@ -164,7 +169,9 @@ void ServingEngine::sample(Active& a, float* logits, double now) {
     for (size_t i = 0; i < n_top; i++)
       ev.top.push_back({top_ids_[i], e_.tokenizer->token_to_piece(top_ids_[i]), raw_[top_ids_[i]] - lse});
   }
-  const int32_t tok = a.sampler->sample(logits, a.tokens);
+  bool kept = false;
+  const int32_t tok = draft >= 0 ? a.sampler->sample_or_accept(logits, a.tokens, draft, kept) : a.sampler->sample(logits, a.tokens);
+  if (accepted) *accepted = kept;
   if (a.first_token_ms < 0) {
     a.first_token_ms = now;
     metrics_.observe("kestrel_time_to_first_token_seconds", (now - a.arrival_ms) / 1000);
@@ -173,7 +180,7 @@ void ServingEngine::sample(Active& a, float* logits, double now) {
   a.last_token_ms = now;
   if (!a.req.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
     finish(a, "stop");
-    return;
+    return false;
   }
   a.tokens.push_back(tok);
   a.generated++;
@@ -186,10 +193,15 @@ void ServingEngine::sample(Active& a, float* logits, double now) {
   ev.token.text = e_.tokenizer->token_to_piece(tok);
   if (a.req.top_logprobs >= 0) ev.token.logprob = raw_[tok] - lse;
   a.channel->push(std::move(ev));
-  if (stopped)
+  if (stopped) {
     finish(a, "stop");
-  else if (a.generated >= a.req.max_tokens || static_cast<int64_t>(a.tokens.size()) >= e_.n_ctx)
+    return false;
+  }
+  if (a.generated >= a.req.max_tokens || static_cast<int64_t>(a.tokens.size()) >= e_.n_ctx) {
     finish(a, "length");
+    return false;
+  }
+  return true;
 }
 
 void ServingEngine::step(double now) {
@@ -209,6 +221,7 @@ void ServingEngine::step(double now) {
     Active* a;
     int64_t n;
     bool logits;
+    std::vector<int32_t> draft;  // drafted tokens after the row's last one (decode with speculation)
   };
   std::vector<Row> rows;
   for (const auto& item : plan.items) {
@@ -246,21 +259,84 @@ void ServingEngine::step(double now) {
     const bool last = a.computed + n == total;
     for (int64_t i = a.computed; i < a.computed + n; i++)
       batch.add(a.tokens[i], static_cast<int32_t>(i), a.seq, last && i == total - 1);
-    rows.push_back({&a, n, last});
+    rows.push_back({&a, n, last, {}});
   }
+  // Speculation: decoding requests (one new token) get drafts after it, as far
+  // as the model's batch, the request's remaining tokens and the pool allow.
+  std::vector<size_t> drafted;  // rows that carry drafts, in batch order
+  if (c_.spec_draft_max > 0)
+    for (size_t ri = 0; ri < rows.size(); ri++) {
+      Row& r = rows[ri];
+      Active& a = *r.a;
+      const auto total = static_cast<int64_t>(a.tokens.size());
+      if (!r.logits || r.n != 1 || !a.draft_length) continue;
+      const int64_t room = std::min({static_cast<int64_t>(a.draft_length->next()),
+                                     a.req.max_tokens - a.generated - 1, e_.n_ctx - total,
+                                     e_.model->max_batch_tokens() - batch.size()});
+      if (room <= 0) continue;
+      std::vector<int32_t> d = NgramProposer().propose(a.tokens, static_cast<int>(room));
+      if (d.empty()) continue;
+      try {
+        e_.kv->reserve(a.seq, total + static_cast<int64_t>(d.size()));
+      } catch (const Error&) {
+        continue;  // no room for drafts this step
+      }
+      drafted.push_back(ri);
+      for (size_t i = 0; i < d.size(); i++) batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), a.seq, true);
+      r.draft = std::move(d);
+    }
   if (batch.size() == 0) return;
   metrics_.set("kestrel_batch_size", static_cast<double>(rows.size()));
   metrics_.set("kestrel_batch_tokens", static_cast<double>(batch.size()));
   e_.model->forward(batch, *e_.kv, logits_.data());
   const int64_t nv = e_.model->config().n_vocab;
+  // Logits rows come in batch order: one per request row that asked, then the drafts.
   int64_t logit_row = 0;
+  std::vector<int64_t> row_logits(rows.size(), -1);
+  for (size_t ri = 0; ri < rows.size(); ri++)
+    if (rows[ri].logits) row_logits[ri] = logit_row++;
+  std::vector<int64_t> draft_logits(rows.size(), -1);
+  for (const size_t ri : drafted) {  // drafts were added after every request row, in this order
+    draft_logits[ri] = logit_row;
+    logit_row += static_cast<int64_t>(rows[ri].draft.size());
+  }
   const double done_ms = now_ms();
-  for (const Row& r : rows) {
+  for (size_t ri = 0; ri < rows.size(); ri++) {
+    const Row& r = rows[ri];
     Active& a = *r.a;
     a.computed += r.n;
+    if (!r.logits) {
+      e_.kv->publish_prefix(a.seq, a.tokens.data(), a.computed);
+      sched_.advance(a.id, a.computed, sched_.blocks_for(e_.kv->length(a.seq)));
+      continue;
+    }
+    // The row's own pick, then each draft while the picks keep agreeing with it.
+    float* row = logits_.data() + row_logits[ri] * nv;
+    int accepted = 0;
+    bool alive = true;
+    size_t i = 0;
+    for (;; i++) {
+      const int32_t d = i < r.draft.size() ? r.draft[i] : -1;
+      bool kept = false;
+      alive = sample(a, row, done_ms, d, &kept);  // may finish (and free) a
+      if (!alive) break;
+      if (!kept) break;
+      accepted++;
+      a.computed++;  // the draft's keys and values are already in the cache
+      row = logits_.data() + (draft_logits[ri] + static_cast<int64_t>(i)) * nv;
+    }
+    if (!r.draft.empty()) {
+      metrics_.add("kestrel_spec_drafts_total");
+      metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(r.draft.size()));
+      metrics_.add("kestrel_spec_accepted_tokens_total", accepted);
+    }
+    if (!alive) continue;
+    if (!r.draft.empty()) {
+      a.draft_length->update(static_cast<int>(r.draft.size()), accepted);
+      e_.kv->truncate(a.seq, a.computed);  // the rejected drafts' rows
+    }
     e_.kv->publish_prefix(a.seq, a.tokens.data(), a.computed);
     sched_.advance(a.id, a.computed, sched_.blocks_for(e_.kv->length(a.seq)));
-    if (r.logits) sample(a, logits_.data() + (logit_row++) * nv, done_ms);  // may finish (and free) a
   }
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/ngram_proposer.h"
 #include "runtime/sampler.h"
 #include "runtime/text_stream.h"
 #include "serving/metrics.h"
@@ -71,6 +72,9 @@ struct ServeRequest {
 struct ServingConfig {
   SchedulerConfig scheduler;
   int max_queue = 256;  // waiting requests beyond which submit() refuses (HTTP 503)
+  // Speculative decoding with prompt-lookup drafts: up to this many drafted
+  // tokens per decoding request, verified in the step's batch (0: off).
+  int spec_draft_max = 0;
 };
 
 class ServingEngine {
@@ -102,13 +106,16 @@ class ServingEngine {
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TextStream> text;
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
+    std::unique_ptr<DraftLength> draft_length;  // with speculation
   };
 
   void loop();
   void admit_new(double now);
   void step(double now);
-  // Samples in place on the step's logits row (which the sampler rewrites).
-  void sample(Active& a, float* logits, double now);
+  // Samples in place on the step's logits row (which the sampler rewrites);
+  // with a draft token, keeps it or not by the verification rule (*accepted).
+  // False when the request finished (and a is gone).
+  bool sample(Active& a, float* logits, double now, int32_t draft = -1, bool* accepted = nullptr);
   void finish(Active& a, const std::string& reason, const std::string& error = "");
   void preempt(Active& a);
   double now_ms() const;

@@ -121,6 +121,40 @@ TEST(Server, CompletionsMatchTheGeneratorAndConcurrentClientsMatchASingleOne) {
   EXPECT_THAT(s.log(), HasSubstr("40 generated tokens"));
 }
 
+// Speculation in the server's batches: concurrent greedy requests with
+// repetitive prompts get exactly the text plain decoding gives, drafts are
+// verified together in the batch, and the counters show up in /metrics.
+TEST(Server, SpeculativeDecodingKeepsGreedyTextAndCountsDrafts) {
+  test::ServerProcess s({"-m", kStories, "-c", "256", "--max-batch-size", "8", "--spec", "ngram", "--draft-max", "6"});
+  const std::vector<std::string> prompts = {
+      "Once upon a time, there was a little girl named Lily. Once upon a time, there was a little girl",
+      "Tom had a red ball. Tom liked the red ball. Tom had a",
+      "The cat sat on the mat. The dog sat on the mat. The cat sat on the",
+      "One day, a little bird"};
+  std::vector<std::string> want;
+  for (const auto& p : prompts) want.push_back(reference_text(kStories, p, 60));
+  std::vector<std::string> got(8);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; i++)
+    clients.emplace_back([&, i] {
+      auto cl = s.client();
+      const json body = {{"prompt", prompts[i % 4]}, {"max_tokens", 60}, {"temperature", 0}};
+      got[i] = i % 2 ? stream_text(cl, "/v1/completions", body)
+                     : post(cl, "/v1/completions", body)["choices"][0]["text"].get<std::string>();
+    });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 8; i++) EXPECT_EQ(got[i], want[i % 4]) << "client " << i;
+  auto c = s.client();
+  const auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  std::smatch drafted, accepted;
+  ASSERT_TRUE(std::regex_search(m->body, drafted, std::regex("kestrel_spec_drafted_tokens_total ([0-9.e+]+)")));
+  ASSERT_TRUE(std::regex_search(m->body, accepted, std::regex("kestrel_spec_accepted_tokens_total ([0-9.e+]+)")));
+  EXPECT_GT(std::stod(drafted[1]), 0);
+  EXPECT_GT(std::stod(accepted[1]), 0);
+  EXPECT_LE(std::stod(accepted[1]), std::stod(drafted[1]));
+}
+
 TEST(Server, StreamingChatAndCompletionFormats) {
   test::ServerProcess s({"-m", kStories, "-c", "256"});
   auto c = s.client();
