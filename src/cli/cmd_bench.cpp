@@ -2,6 +2,8 @@
 // each against the machine's measured roofline (like llama-bench).
 #include <fmt/format.h>
 
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +11,8 @@
 #include "core/error.h"
 #include "hw/limits.h"
 #include "runtime/bench.h"
+#include "runtime/draft_model.h"
+#include "runtime/spec_bench.h"
 
 namespace kestrel::cli {
 namespace {
@@ -22,7 +26,50 @@ struct BenchFlags {
   bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false, measure = false;
   MlaAttention mla = MlaAttention::Auto;
   KvType kv_type_k = KvType::F32, kv_type_v = KvType::F32;
+  std::string spec = "none", spec_prompt, draft_model;
+  std::vector<int> draft_max = {1, 2, 4, 8};
 };
+
+// bench --spec: plain vs speculative greedy decoding of one prompt, per draft length.
+int run_spec(BenchFlags& f) {
+  if (f.spec_prompt.empty()) throw Error("--spec needs --spec-prompt FILE (the text to continue)");
+  if ((f.spec == "draft") != !f.draft_model.empty()) throw Error("--spec draft and --draft-model FILE go together");
+  if (f.models.size() != 1) throw Error("--spec measures one model (-m) at a time");
+  std::ifstream in(f.spec_prompt, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot read the prompt", f.spec_prompt));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int64_t n_gen = f.n_gen.empty() || f.n_gen[0] <= 0 ? 128 : f.n_gen[0];
+  EngineOptions o;
+  o.model_path = f.models[0];
+  o.n_threads = f.threads.empty() ? 0 : f.threads[0];
+  o.kv_type_k = f.kv_type_k;
+  o.kv_type_v = f.kv_type_v;
+  o.n_ctx = static_cast<int64_t>(text.size()) + n_gen + 2;  // a token covers at least one byte (+ BOS)
+  Engine e = Engine::load(o);
+  const auto prompt = e.tokenizer->encode(text, true, false);
+  if (static_cast<int64_t>(prompt.size()) + n_gen > e.n_ctx)
+    throw Error(fmt::format("the prompt ({} tokens) plus -n {} exceed the context {}", prompt.size(), n_gen, e.n_ctx));
+  std::unique_ptr<Engine> draft_engine;
+  std::unique_ptr<DraftModelProposer> draft;
+  std::function<std::vector<int32_t>(const std::vector<int32_t>&, int)> source;
+  if (f.spec == "draft") {
+    EngineOptions d = o;
+    d.model_path = f.draft_model;
+    d.n_ctx = e.n_ctx;
+    draft_engine = std::make_unique<Engine>(Engine::load(d));
+    draft = std::make_unique<DraftModelProposer>(*draft_engine, e.model->config().n_vocab);
+    source = [&](const std::vector<int32_t>& h, int max) { return draft->propose(h, max); };
+  }
+  const auto rows = run_spec_bench(e, prompt, n_gen, f.draft_max, f.reps, source);
+  fmt::print("{} ({} tokens of prompt, {} generated, greedy, median of {}), speculation: {}{}\n\n", f.models[0],
+             prompt.size(), n_gen, f.reps, f.spec, f.spec == "draft" ? " with " + f.draft_model : "");
+  fmt::print("| draft max | plain t/s | speculative t/s | speed-up | accepted | tokens per draft step |\n");
+  fmt::print("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const auto& r : rows)
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}x | {:.1f}% | {:.2f} |\n", r.draft_max, r.plain_ts, r.spec_ts,
+               r.plain_ts > 0 ? r.spec_ts / r.plain_ts : 0.0, 100 * r.acceptance, r.tokens_per_step);
+  return 0;
+}
 
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
 
@@ -66,6 +113,7 @@ void print_results(const std::vector<BenchResult>& rs, const std::string& format
 }
 
 int run(BenchFlags& f) {
+  if (f.spec != "none") return run_spec(f);
   std::string format = f.json ? "json" : f.csv ? "csv" : f.output;
   if (format != "md" && format != "json" && format != "jsonl" && format != "csv")
     throw Error(fmt::format("-o '{}' is not one of md, json, jsonl, csv", format));
@@ -137,6 +185,13 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
   add_mla_option(cmd, f.mla);
   add_kv_type_options(cmd, f.kv_type_k, f.kv_type_v);
+  cmd->add_option("--spec", f.spec, "Measure speculative against plain decoding instead: ngram or draft")
+      ->check(CLI::IsMember({"none", "ngram", "draft"}));
+  cmd->add_option("--spec-prompt", f.spec_prompt, "With --spec: the text to continue (a repetitive one suits ngram)");
+  cmd->add_option("--draft-model", f.draft_model, "With --spec draft: the draft model");
+  cmd->add_option("--draft-max", f.draft_max, "With --spec: draft lengths to try (the curve)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--measure", f.measure, "Measure the machine's limits again (not the cached ones), and the limit each row is held to before every repetition");
   cmd->add_flag("--no-repack", f.no_repack, "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical arithmetic, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");

@@ -333,6 +333,26 @@ TEST(Cli, QuantizationMethodsKvTypesAndPrecisionCheckEndToEnd) {
               HasSubstr("llama and qwen2"));
 }
 
+TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
+  test::TempDir dir;
+  const std::string prompt = dir.file("p.txt");
+  test::write_bytes(prompt, "Once upon a time, there was a little girl named Lily. She liked to play. "
+                            "Once upon a time, there was a little girl named Lily. She");
+  const std::string m = test::shared("models/stories260K.gguf");
+  auto r = kestrel({"bench", "-m", m, "--spec", "ngram", "--spec-prompt", prompt, "-n", "32", "-r", "1", "--draft-max",
+                    "2,4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("| draft max | plain t/s | speculative t/s | speed-up | accepted |"));
+  EXPECT_THAT(r.out, HasSubstr("\n| 2 | "));
+  EXPECT_THAT(r.out, HasSubstr("\n| 4 | "));
+  r = kestrel({"bench", "-m", m, "--spec", "draft", "--draft-model", m, "--spec-prompt", prompt, "-n", "16", "-r", "1",
+               "--draft-max", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("| 3 | "));
+  EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "ngram"}).err, HasSubstr("--spec-prompt"));
+  EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "draft", "--spec-prompt", prompt}).err, HasSubstr("--draft-model"));
+}
+
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
   // The cached limits say 10 GB/s; --measure must replace them with this machine's.
   const std::string model = dir_.file("m.gguf");

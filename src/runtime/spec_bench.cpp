@@ -1,0 +1,56 @@
+#include "runtime/spec_bench.h"
+
+#include <algorithm>
+
+#include "runtime/generator.h"
+
+namespace kestrel {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double decode_rate(const GenerationResult& r) {
+  return r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0;
+}
+
+}  // namespace
+
+std::vector<SpecBenchRow> run_spec_bench(
+    Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen, const std::vector<int>& draft_maxes, int reps,
+    const std::function<std::vector<int32_t>(const std::vector<int32_t>&, int)>& draft_source) {
+  GenerationParams p;
+  p.max_tokens = n_gen;
+  p.sampling.temperature = 0.0f;
+  p.ignore_eos = true;
+  generate(e, prompt, p);  // warm-up
+  std::vector<SpecBenchRow> rows;
+  for (const int k : draft_maxes) {
+    std::vector<double> plain, spec;
+    int64_t drafted = 0, accepted = 0, steps = 0;
+    for (int r = 0; r < reps; r++) {
+      p.spec_draft_max = 0;
+      p.draft_source = nullptr;
+      plain.push_back(decode_rate(generate(e, prompt, p)));
+      p.spec_draft_max = k;
+      p.draft_source = draft_source;
+      const GenerationResult s = generate(e, prompt, p);
+      spec.push_back(decode_rate(s));
+      drafted += s.spec_drafted;
+      accepted += s.spec_accepted;
+      steps += s.spec_steps;
+    }
+    SpecBenchRow row;
+    row.draft_max = k;
+    row.plain_ts = median(plain);
+    row.spec_ts = median(spec);
+    row.acceptance = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+    row.tokens_per_step = steps ? static_cast<double>(accepted + steps) / static_cast<double>(steps) : 0.0;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace kestrel
