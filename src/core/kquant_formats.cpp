@@ -5,30 +5,17 @@
 namespace kestrel {
 namespace {
 
-// Scale and min of sub-block j (0..7) from the 12 packed bytes: the first
-// four in 6 bits of bytes 0-3 / 4-7, the last four split over bytes 8-11
-// (low 4 bits) and the top 2 bits of bytes 0-7.
-inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 // Scales and mins of the two 32-weight halves of 64-weight chunk `is / 2`.
 struct HalfScales {
   float d1, m1, d2, m2;
 };
 inline HalfScales half_scales(const uint8_t* scales, int is, float d, float dmin) {
-  uint8_t sc, m;
-  scale_min_k4(is, scales, sc, m);
-  HalfScales h{d * sc, dmin * m, 0, 0};
-  scale_min_k4(is + 1, scales, sc, m);
-  h.d2 = d * sc;
-  h.m2 = dmin * m;
+  int sc, m;
+  unpack_scale_min_k4(scales, is, sc, m);
+  HalfScales h{d * static_cast<float>(sc), dmin * static_cast<float>(m), 0, 0};
+  unpack_scale_min_k4(scales, is + 1, sc, m);
+  h.d2 = d * static_cast<float>(sc);
+  h.m2 = dmin * static_cast<float>(m);
   return h;
 }
 

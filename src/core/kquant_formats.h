@@ -37,6 +37,20 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// Scale and min of Q4_K/Q5_K sub-block j (0..7) from the 12 packed bytes:
+// the first four in 6 bits of bytes 0-3 / 4-7, the last four split over
+// bytes 8-11 (low 4 bits) and the top 2 bits of bytes 0-7. The one reader of
+// that packing: decoders, row dots and GPTQ's grid all call it.
+inline void unpack_scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 // Writers (kquant_quantize.cpp): n a multiple of 256.
 void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n);
 void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n);

@@ -32,17 +32,6 @@ void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
 
 namespace {
 
-// Sub-block j's 6-bit scale and min (the 12-byte packing of Q4_K/Q5_K).
-inline void scale_min(const uint8_t* q, int j, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K and Q5_K: sub-block j holds elements 32j..32j+31: the low nibbles of
 // qs[32 (j/2) ..] for even j, the high nibbles for odd j, plus (Q5_K) bit j of qh.
 template <bool kFive, typename Block>
@@ -52,7 +41,7 @@ float dot_k4(const Block* w, const BlockQ8_K* x, int64_t n) {
     int32_t sumi = 0, summ = 0;
     for (int j = 0; j < 8; j++) {
       int sc, m;
-      scale_min(w[i].scales, j, sc, m);
+      unpack_scale_min_k4(w[i].scales, j, sc, m);
       const uint8_t* q = w[i].qs + 32 * (j / 2);
       int32_t dot = 0;
       for (int l = 0; l < 32; l++) {

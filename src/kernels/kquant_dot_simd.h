@@ -21,16 +21,6 @@ inline float hsum_ps(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-inline void scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // T tokens against one row: each block's weight levels are unpacked once
 // and dotted with every token's activations (prefill reuses the unpacking).
 template <bool kFive, int T, typename Block>
@@ -41,7 +31,7 @@ void simd_dot_k4(const Block* w, const BlockQ8_K* const* xs, int64_t n, float* o
   for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps(), mins[t] = 0;
   for (int64_t i = 0; i < n / kQK_K; i++) {
     int sc[8], m[8];
-    for (int j = 0; j < 8; j++) scale_min_k4(w[i].scales, j, sc[j], m[j]);
+    for (int j = 0; j < 8; j++) unpack_scale_min_k4(w[i].scales, j, sc[j], m[j]);
     __m256i sumi[T];
     for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
     __m256i qh;

@@ -24,13 +24,7 @@ inline void set_nibble(uint8_t& byte, bool high, int v) {
 // Q4_K / Q5_K sub-block scale and min, as the decoder reads them.
 void k4_scale_min(const uint8_t* q, int s, float d, float dmin, float& a, float& m) {
   int sc, mn;
-  if (s < 4) {
-    sc = q[s] & 63;
-    mn = q[s + 4] & 63;
-  } else {
-    sc = (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
-    mn = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-  }
+  unpack_scale_min_k4(q, s, sc, mn);
   a = d * static_cast<float>(sc);
   m = dmin * static_cast<float>(mn);
 }
