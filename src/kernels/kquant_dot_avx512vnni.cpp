@@ -2,6 +2,7 @@
 // them.
 #include <immintrin.h>
 
+#include "kernels/fp8_f16c.h"
 #include "kernels/kquant_dot.h"
 
 namespace kestrel {
@@ -9,28 +10,6 @@ namespace {
 #define KESTREL_KQ_VNNI 1
 #include "kernels/kquant_dot_simd.h"  // NOLINT(bugprone-suspicious-include): one ISA per TU
 
-float dot_q4_K(const BlockQ4_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  simd_dot_k4<false, 1>(w, &x, n, &out);
-  return out;
-}
-float dot_q5_K(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  simd_dot_k4<true, 1>(w, &x, n, &out);
-  return out;
-}
-float dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  simd_dot_q6_K<1>(w, &x, n, &out);
-  return out;
-}
-void dot4_q4_K(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
-  simd_dot_k4<false, 4>(w, x, n, out);
-}
-void dot4_q5_K(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
-  simd_dot_k4<true, 4>(w, x, n, out);
-}
-void dot4_q6_K(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out) { simd_dot_q6_K<4>(w, x, n, out); }
 // 16 E4M3 bytes to 16 floats / 256 (as in e4m3x8_div256, 512 bits wide).
 inline __m512 e4m3x16_div256(const uint8_t* q) {
   const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));

@@ -3,7 +3,7 @@
 // AVX-512 VNNI builds; they differ only in dot32 (32 unsigned weight levels
 // times 32 signed activations, summed in groups of four into 8 int32 lanes).
 // Included by exactly one translation unit per ISA, inside an anonymous
-// namespace, after <immintrin.h> and kernels/kquant_dot.h.
+// namespace, after <immintrin.h>, kernels/kquant_dot.h and kernels/fp8_f16c.h.
 
 inline __m256i dot32(__m256i acc, __m256i u8, __m256i s8) {
 #ifdef KESTREL_KQ_VNNI
@@ -106,14 +106,29 @@ void simd_dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* const* xs, int64_t n, fl
   for (int t = 0; t < T; t++) out[t] = hsum_ps(acc[t]);
 }
 
-// E4M3 bits moved into an fp16 (sign to bit 15, exponent and mantissa shifted
-// up by 7) encode the value / 256 for every finite code, subnormals included.
-inline __m256 e4m3x8_div256(const uint8_t* q) {
-  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
-  const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7),
-                                 _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
-  return _mm256_cvtph_ps(h);
+// The table's entries: one token, and four (prefill).
+float dot_q4_K(const BlockQ4_K* w, const BlockQ8_K* x, int64_t n) {
+  float out;
+  simd_dot_k4<false, 1>(w, &x, n, &out);
+  return out;
 }
+float dot_q5_K(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n) {
+  float out;
+  simd_dot_k4<true, 1>(w, &x, n, &out);
+  return out;
+}
+float dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
+  float out;
+  simd_dot_q6_K<1>(w, &x, n, &out);
+  return out;
+}
+void dot4_q4_K(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
+  simd_dot_k4<false, 4>(w, x, n, out);
+}
+void dot4_q5_K(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
+  simd_dot_k4<true, 4>(w, x, n, out);
+}
+void dot4_q6_K(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out) { simd_dot_q6_K<4>(w, x, n, out); }
 
 inline float simd_dot_fp8(const BlockFp8* w, const float* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/fp16.h"
+#include "kernels/fp8_f16c.h"
 #include "kernels/kv_format.h"
 
 namespace kestrel {
@@ -89,11 +90,7 @@ void dequant_fp8(const uint8_t* in, float* y, int64_t n, int g, size_t gb) {
   dequant_groups(
       in, y, n, g, gb, scalar_kv_dequant().fp8,
       [](const uint8_t* grp, int i) {
-        // E4M3 bits shifted into an fp16 give value / 256 (see kquant_dot_simd.h); d * 256 restores it exactly.
-        const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(grp + 2 + i)));
-        const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7),
-                                       _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
-        return _mm256_mul_ps(_mm256_set1_ps(256.0f * load_f16(grp)), _mm256_cvtph_ps(h));
+        return _mm256_mul_ps(_mm256_set1_ps(256.0f * load_f16(grp)), e4m3x8_div256(grp + 2 + i));
       },
       false);
 }
