@@ -5,7 +5,7 @@
 #include <random>
 #include <utility>
 
-#include "kernels/backend.h"
+#include "kernels/forwarding_backend.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
 
@@ -15,16 +15,12 @@ namespace {
 // Forwards every operator to the real backend, recording the inputs of
 // matrix products first. The fused FFN of MoE layers is unfused (the base
 // class's default) so that each expert's down projection is seen too.
-class RecordingBackend final : public Backend {
+class RecordingBackend final : public ForwardingBackend {
  public:
   RecordingBackend(Backend& inner, CalibrationStats& stats, const CalibrationOptions& o)
-      : in_(inner), stats_(stats), o_(o) {}
+      : ForwardingBackend(inner), stats_(stats), o_(o) {}
 
   std::string describe() const override { return in_.describe() + ", recording activations"; }
-  int n_threads() const override { return in_.n_threads(); }
-  void annotate_layer(int layer) override { in_.annotate_layer(layer); }
-  Weight prepare_weight(Weight w) override { return in_.prepare_weight(std::move(w)); }
-
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
     const Weight* ws[1] = {&w};
     record(ws, 1, x, n);
@@ -44,31 +40,9 @@ class RecordingBackend final : public Backend {
     record(wqkv, 3, x, n);
     in_.qkv_rope(wqkv, biases, x, n, positions, rope, shape, out);
   }
-  void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride, int64_t n,
-                    float* y, int64_t y_stride, int64_t y_head_stride) override {
-    in_.matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride);
-  }
   void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
     Backend::ffn_many(ffns, count, xs, ns, ys);
   }
-  void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
-                 float* weights) override {
-    in_.moe_route(r, logits, bias, n, ids, weights);
-  }
-  bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
-  void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override { in_.embed(t, tokens, n, out); }
-  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
-    in_.rmsnorm(x, w, y, rows, dim, eps);
-  }
-  void rope(float* x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
-    in_.rope(x, pos, rows, heads, hd, p);
-  }
-  void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
-    in_.attention(kv, b, s);
-  }
-  void silu_mul(float* g, const float* u, int64_t n) override { in_.silu_mul(g, u, n); }
-  void add(float* x, const float* y, int64_t n) override { in_.add(x, y, n); }
-  void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override { in_.add_bias(x, b, rows, dim); }
 
  private:
   void record(const Weight* const* ws, int count, const float* x, int64_t n) {
@@ -107,7 +81,6 @@ class RecordingBackend final : public Backend {
     }
   }
 
-  Backend& in_;
   CalibrationStats& stats_;
   const CalibrationOptions& o_;
   std::mutex mu_;

@@ -9,6 +9,7 @@
 #include "core/block_formats.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/forwarding_backend.h"
 #include "runtime/batch.h"
 
 namespace kestrel {
@@ -17,18 +18,15 @@ namespace {
 enum Probe { kQ, kAttention, kAttnProj, kFfn, kResidual, kLogits, kProbes };
 
 // Forwards everything; copies the probed outputs of the current layer.
-class ActivationRecorder final : public Backend {
+class ActivationRecorder final : public ForwardingBackend {
  public:
-  explicit ActivationRecorder(Backend& inner) : in_(inner) {}
+  explicit ActivationRecorder(Backend& inner) : ForwardingBackend(inner) {}
   std::map<int, std::vector<float>> got[kProbes];  // per probe, per layer (-1: outside the layers)
 
-  std::string describe() const override { return in_.describe(); }
-  int n_threads() const override { return in_.n_threads(); }
   void annotate_layer(int layer) override {
     layer_ = layer;
     in_.annotate_layer(layer);
   }
-  Weight prepare_weight(Weight w) override { return in_.prepare_weight(std::move(w)); }
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
     in_.matmul(w, x, n, y);
     if (w.name.find("attn_output") != std::string::npos) keep(kAttnProj, y, n * w.rows());
@@ -36,38 +34,22 @@ class ActivationRecorder final : public Backend {
     if (layer_ < 0 && w.rows() > 0 && (w.name == "output.weight" || w.name == "token_embd.weight"))
       keep(kLogits, y, n * w.rows());
   }
-  void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
-    in_.matmul_many(ws, count, x, n, ys);
-  }
-  void swiglu(const Weight& g, const Weight& u, const float* x, int64_t n, float* out, float* scratch) override {
-    in_.swiglu(g, u, x, n, out, scratch);
-  }
   void qkv_rope(const Weight* const* w, const float* const* b, const float* x, int64_t n, const int32_t* pos,
                 const RopeParams& rope, const QkvShape& shape, float* const* out) override {
     in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
     keep(kQ, out[0], n * w[0]->rows());
   }
-  void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override { in_.embed(t, tokens, n, out); }
-  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
-    in_.rmsnorm(x, w, y, rows, dim, eps);
-  }
-  void rope(float* x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
-    in_.rope(x, pos, rows, heads, hd, p);
-  }
   void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
     in_.attention(kv, b, s);
     keep(kAttention, b.out, b.n_tokens * s.n_head * s.value_dim());
   }
-  void silu_mul(float* g, const float* u, int64_t n) override { in_.silu_mul(g, u, n); }
   void add(float* x, const float* y, int64_t n) override {
     in_.add(x, y, n);
     keep(kResidual, x, n);  // the layer's last add leaves its output
   }
-  void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override { in_.add_bias(x, b, rows, dim); }
 
  private:
   void keep(Probe p, const float* v, int64_t n) { got[p][layer_].assign(v, v + n); }
-  Backend& in_;
   int layer_ = -1;
 };
 
