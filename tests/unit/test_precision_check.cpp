@@ -14,10 +14,7 @@ namespace kestrel {
 namespace {
 
 Engine recorder_engine(const std::string& model, KvType kv = KvType::F32, int64_t n_ctx = 0) {
-  EngineOptions o;
-  o.model_path = test::shared(model);
-  o.n_threads = 2;
-  o.n_ctx = n_ctx;
+  EngineOptions o = test::shared_engine(model, n_ctx);
   o.kv_type_k = o.kv_type_v = kv;
   o.wrap_backend = make_activation_recorder;
   return Engine::load(o);

@@ -102,10 +102,7 @@ TEST(Speculation, AcceptOrResampleKeepsTheSamplersDistribution) {
 }
 
 TEST(Speculation, SamplingWithDraftsRunsAndStaysWithinTheSettings) {
-  EngineOptions o;
-  o.model_path = test::shared("models/stories260K.gguf");
-  o.n_threads = 2;
-  o.n_ctx = 256;
+  const EngineOptions o = test::shared_engine("models/stories260K.gguf", 256);
   Engine e = Engine::load(o);
   const auto prompt =
       e.tokenizer->encode("Once upon a time, there was a cat. Once upon a time, there was a", true, false);
@@ -143,10 +140,7 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
   };
   int64_t accepted_total = 0;
   for (const auto& c : cases) {
-    EngineOptions o;
-    o.model_path = test::shared(c.model);
-    o.n_threads = 2;
-    o.n_ctx = 512;
+    const EngineOptions o = test::shared_engine(c.model, 512);
     Engine e = Engine::load(o);
     const auto prompt = e.tokenizer->encode(c.prompt, true, false);
     GenerationParams p;
@@ -189,10 +183,7 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
 // and the draft's cache follows the target's history through rejections.
 TEST(Speculation, DraftModelProposals) {
   for (const char* model : {"models/stories260K.gguf", "reference/llama.cpp/llama-tiny.f32.gguf"}) {
-    EngineOptions o;
-    o.model_path = test::shared(model);
-    o.n_threads = 2;
-    o.n_ctx = 256;
+    const EngineOptions o = test::shared_engine(model, 256);
     Engine e = Engine::load(o);
     Engine d = Engine::load(o);
     DraftModelProposer proposer(d, e.model->config().n_vocab);
@@ -220,10 +211,7 @@ TEST(Speculation, DraftModelProposals) {
 }
 
 TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
-  EngineOptions o;
-  o.model_path = test::shared("models/stories260K.gguf");
-  o.n_threads = 2;
-  o.n_ctx = 64;
+  const EngineOptions o = test::shared_engine("models/stories260K.gguf", 64);
   Engine e = Engine::load(o);
   const auto prompt = e.tokenizer->encode("Once upon a time, Once upon a time, Once upon a time,", true, false);
   GenerationParams p;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/engine.h"
+
 namespace kestrel::test {
 
 // n normally distributed floats, the same for the same seed.
@@ -61,6 +63,16 @@ class TempDir {
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Engine options for a model under ../shared with 2 threads and a context
+// (0: the model's own) — the setup most tests start from.
+inline EngineOptions shared_engine(const std::string& rel, int64_t n_ctx = 0) {
+  EngineOptions o;
+  o.model_path = shared(rel);
+  o.n_threads = 2;
+  o.n_ctx = n_ctx;
+  return o;
 }
 
 }  // namespace kestrel::test
