@@ -49,15 +49,12 @@ int run_spec(BenchFlags& f) {
   const auto prompt = e.tokenizer->encode(text, true, false);
   if (static_cast<int64_t>(prompt.size()) + n_gen > e.n_ctx)
     throw Error(fmt::format("the prompt ({} tokens) plus -n {} exceed the context {}", prompt.size(), n_gen, e.n_ctx));
-  std::unique_ptr<Engine> draft_engine;
   std::unique_ptr<DraftModelProposer> draft;
   std::function<std::vector<int32_t>(const std::vector<int32_t>&, int)> source;
   if (f.spec == "draft") {
     EngineOptions d = o;
     d.model_path = f.draft_model;
-    d.n_ctx = e.n_ctx;
-    draft_engine = std::make_unique<Engine>(Engine::load(d));
-    draft = std::make_unique<DraftModelProposer>(*draft_engine, e.model->config().n_vocab);
+    draft = DraftModelProposer::load(d, e);
     source = [&](const std::vector<int32_t>& h, int max) { return draft->propose(h, max); };
   }
   const auto rows = run_spec_bench(e, prompt, n_gen, f.draft_max, f.reps, source);

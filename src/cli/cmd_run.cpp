@@ -67,15 +67,12 @@ int run(RunFlags& f) {
   std::vector<int32_t> prompt =
       f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
   if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
-  std::unique_ptr<Engine> draft_engine;
   std::unique_ptr<DraftModelProposer> draft;
   if (f.spec == "draft") {
     EngineOptions d;
     d.model_path = f.draft_model;
     d.n_threads = f.engine.n_threads;
-    d.n_ctx = e.n_ctx;
-    draft_engine = std::make_unique<Engine>(Engine::load(d));
-    draft = std::make_unique<DraftModelProposer>(*draft_engine, e.model->config().n_vocab);
+    draft = DraftModelProposer::load(d, e);
     f.gen.draft_source = [&](const std::vector<int32_t>& history, int max) { return draft->propose(history, max); };
   }
 

@@ -19,6 +19,14 @@ DraftModelProposer::DraftModelProposer(Engine& draft, int64_t target_n_vocab) : 
   d_.kv->remove(0);
 }
 
+std::unique_ptr<DraftModelProposer> DraftModelProposer::load(EngineOptions options, const Engine& target) {
+  options.n_ctx = target.n_ctx;
+  auto engine = std::make_unique<Engine>(Engine::load(options));
+  auto p = std::make_unique<DraftModelProposer>(*engine, target.model->config().n_vocab);
+  p->owned_ = std::move(engine);  // the heap object d_ refers to stays where it is
+  return p;
+}
+
 void DraftModelProposer::forward(const std::vector<int32_t>& tokens, int64_t first_pos) {
   const int64_t chunk = d_.model->max_batch_tokens(), n = static_cast<int64_t>(tokens.size());
   Batch b;

@@ -4,6 +4,7 @@
 // the target's history — the part both agree on stays cached, anything
 // after it (rejected drafts) is rolled back before the next proposal.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -14,12 +15,16 @@ class DraftModelProposer {
  public:
   // Throws Error when the vocabularies differ in size.
   DraftModelProposer(Engine& draft, int64_t target_n_vocab);
+  // Loads the draft model (options.model_path) with the target's context and
+  // owns its engine.
+  static std::unique_ptr<DraftModelProposer> load(EngineOptions options, const Engine& target);
   // Up to max tokens continuing history (shorter near the draft's context end).
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
 
  private:
   void forward(const std::vector<int32_t>& tokens, int64_t first_pos);  // logits of the last token into logits_
 
+  std::unique_ptr<Engine> owned_;  // set by load()
   Engine& d_;
   std::vector<int32_t> cached_;  // tokens whose keys and values are in the draft's cache, in order
   std::vector<float> logits_;

@@ -349,6 +349,11 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
                "--draft-max", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("| 3 | "));
+  // run with the model as its own draft: every drafted token accepted, reported in the summary.
+  r = kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "20", "--temp", "0", "--spec", "draft", "--draft-model", m});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("accepted (100.0%)"));
+  EXPECT_THAT(kestrel({"run", "-m", m, "-p", "Once", "--spec", "draft"}).err, HasSubstr("--draft-model"));
   EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "ngram"}).err, HasSubstr("--spec-prompt"));
   EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "draft", "--spec-prompt", prompt}).err, HasSubstr("--draft-model"));
 }
