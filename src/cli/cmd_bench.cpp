@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "hw/limits.h"
 #include "runtime/bench.h"
-#include "runtime/draft_model.h"
 #include "runtime/spec_bench.h"
 
 namespace kestrel::cli {
@@ -45,18 +44,15 @@ int run_spec(BenchFlags& f) {
   o.kv_type_k = f.kv_type_k;
   o.kv_type_v = f.kv_type_v;
   o.n_ctx = static_cast<int64_t>(text.size()) + n_gen + 2;  // a token covers at least one byte (+ BOS)
+  o.load_mtp = f.spec == "mtp";
   Engine e = Engine::load(o);
   const auto prompt = e.tokenizer->encode(text, true, false);
   if (static_cast<int64_t>(prompt.size()) + n_gen > e.n_ctx)
     throw Error(fmt::format("the prompt ({} tokens) plus -n {} exceed the context {}", prompt.size(), n_gen, e.n_ctx));
-  std::unique_ptr<DraftModelProposer> draft;
-  std::function<std::vector<int32_t>(const std::vector<int32_t>&, int)> source;
-  if (f.spec == "draft") {
-    EngineOptions d = o;
-    d.model_path = f.draft_model;
-    draft = DraftModelProposer::load(d, e);
-    source = [&](const std::vector<int32_t>& h, int max) { return draft->propose(h, max); };
-  }
+  EngineOptions d = o;
+  d.model_path = f.draft_model;
+  d.load_mtp = false;
+  const SpecSource source(f.spec, e, d);
   const auto rows = run_spec_bench(e, prompt, n_gen, f.draft_max, f.reps, source);
   fmt::print("{} ({} tokens of prompt, {} generated, greedy, median of {}), speculation: {}{}\n\n", f.models[0],
              prompt.size(), n_gen, f.reps, f.spec, f.spec == "draft" ? " with " + f.draft_model : "");
@@ -182,8 +178,8 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
   add_mla_option(cmd, f.mla);
   add_kv_type_options(cmd, f.kv_type_k, f.kv_type_v);
-  cmd->add_option("--spec", f.spec, "Measure speculative against plain decoding instead: ngram or draft")
-      ->check(CLI::IsMember({"none", "ngram", "draft"}));
+  cmd->add_option("--spec", f.spec, "Measure speculative against plain decoding instead: ngram, draft or mtp")
+      ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}));
   cmd->add_option("--spec-prompt", f.spec_prompt, "With --spec: the text to continue (a repetitive one suits ngram)");
   cmd->add_option("--draft-model", f.draft_model, "With --spec draft: the draft model");
   cmd->add_option("--draft-max", f.draft_max, "With --spec: draft lengths to try (the curve)")

@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "runtime/draft_model.h"
+#include "runtime/spec_source.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 
@@ -63,17 +63,18 @@ int run(RunFlags& f) {
   f.gen.sampling.validate();  // before the (slow) model load
 
   f.engine.profile = !f.profile.empty();
+  f.engine.load_mtp = f.spec == "mtp";
   Engine e = Engine::load(f.engine);
   std::vector<int32_t> prompt =
       f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
   if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
-  std::unique_ptr<DraftModelProposer> draft;
-  if (f.spec == "draft") {
+  std::unique_ptr<SpecSource> spec;
+  if (f.spec != "none") {
     EngineOptions d;
     d.model_path = f.draft_model;
     d.n_threads = f.engine.n_threads;
-    draft = DraftModelProposer::load(d, e);
-    f.gen.draft_source = [&](const std::vector<int32_t>& history, int max) { return draft->propose(history, max); };
+    spec = std::make_unique<SpecSource>(f.spec, e, d);
+    spec->attach(f.gen);
   }
 
   std::unique_ptr<FILE, int (*)(FILE*)> dump(nullptr, &std::fclose);
@@ -155,8 +156,10 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
-  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt lookup), draft (--draft-model)")
-      ->check(CLI::IsMember({"none", "ngram", "draft"}))
+  cmd->add_option("--spec", f.spec,
+                  "Speculative decoding: none, ngram (prompt lookup), draft (--draft-model), mtp (the model's own "
+                  "multi-token-prediction block, DeepSeek-V3)")
+      ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}))
       ->capture_default_str();
   cmd->add_option("--draft-model", f.draft_model, "With --spec draft: a smaller GGUF model sharing the vocabulary");
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per step with --spec")->check(CLI::Range(1, 64))->capture_default_str();

@@ -13,7 +13,7 @@ namespace kestrel::cli {
 
 void register_synth(CLI::App& app) {
   static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from;
-  static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
+  static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = 0;
   static uint64_t seed = 1;
   static int threads = 0;
   auto* cmd = add_command(app, "synth", "Write a random-weight GGUF of a chosen architecture and shape", [] {
@@ -25,6 +25,7 @@ void register_synth(CLI::App& app) {
                                {&o.shape.ctx, ctx}})
       if (value != 0) *flag = value;
     if (heads != 0 && kv_heads == 0) o.shape.kv_heads = std::min(o.shape.kv_heads, heads);
+    o.shape.ds.nextn = mtp;
     const auto type = type_from_name(type_str);
     if (!type || !can_quantize_to(*type)) throw Error(fmt::format("--type '{}' is not one of {}", type_str, kWritableTypes));
     o.type = *type;
@@ -40,9 +41,9 @@ void register_synth(CLI::App& app) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
     if (arch == "deepseek2")
-      fmt::print("wrote {} (deepseek2 {}: dim {}, {} layers, {} heads, kv_lora {}, {} experts ({} used, {} shared), vocab {}) in {:.1f} s\n",
-                 out, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.ds.kv_lora, o.shape.ds.experts,
-                 o.shape.ds.experts_used, o.shape.ds.experts_shared, n_vocab, s);
+      fmt::print("wrote {} (deepseek2 {}: dim {}, {} layers + {} MTP, {} heads, kv_lora {}, {} experts ({} used, {} shared), vocab {}) in {:.1f} s\n",
+                 out, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.ds.nextn, o.shape.heads, o.shape.ds.kv_lora,
+                 o.shape.ds.experts, o.shape.ds.experts_used, o.shape.ds.experts_shared, n_vocab, s);
     else
       fmt::print("wrote {} ({} {}: dim {}, {} layers, {} heads, {} KV heads, FFN {}, vocab {}) in {:.1f} s\n", out, arch,
                  type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.kv_heads, o.shape.ffn, n_vocab, s);
@@ -62,6 +63,7 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--ffn", ffn, "Override: FFN width");
   cmd->add_option("--vocab", vocab, "Override: vocabulary size (synthetic tokenizer)");
   cmd->add_option("--ctx", ctx, "Override: context length");
+  cmd->add_option("--mtp", mtp, "deepseek2: multi-token-prediction (nextn) blocks after the layers (V3 has 1)");
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
   cmd->add_option("--vocab-from", vocab_from, "Copy the tokenizer of this GGUF (sets the vocabulary size)");
   cmd->add_option("-t,--threads", threads, "Threads (0: all cores)");

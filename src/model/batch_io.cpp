@@ -22,7 +22,11 @@ void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slo
 }
 
 void output_logits(Backend& be, const Batch& b, float* x, int64_t dim, const float* norm, float eps,
-                   const Weight& output, float* scratch, float* logits) {
+                   const Weight& output, float* scratch, float* logits, float* hidden) {
+  if (hidden) {
+    be.annotate_layer(-1);
+    be.rmsnorm(x, norm, hidden, b.size(), dim, eps);
+  }
   int64_t rows = 0;
   for (int64_t i = 0; i < b.size(); i++) {
     if (!b.want_logits[i]) continue;

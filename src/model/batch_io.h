@@ -17,7 +17,8 @@ void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slo
 
 // Moves the rows of x that want logits to the front, then
 // logits = rmsnorm(rows, norm) . output; scratch holds rows * dim floats.
+// With hidden set, first rmsnorm(x, norm) of every row into it.
 void output_logits(Backend& be, const Batch& b, float* x, int64_t dim, const float* norm, float eps,
-                   const Weight& output, float* scratch, float* logits);
+                   const Weight& output, float* scratch, float* logits, float* hidden = nullptr);
 
 }  // namespace kestrel

@@ -29,6 +29,11 @@ ModelConfig read_deepseek2_config(const GgufFile& f) {
   };
   c.n_embd = need_int("embedding_length");
   c.n_layer = static_cast<int>(need_int("block_count"));
+  // The multi-token-prediction blocks are counted in block_count and come last.
+  c.n_mtp = static_cast<int>(opt_int("nextn_predict_layers", 0));
+  if (c.n_mtp >= c.n_layer)
+    throw bad("nextn_predict_layers", fmt::format("= {} leaves no trunk layers of block_count {}", c.n_mtp, c.n_layer));
+  c.n_layer -= c.n_mtp;
   c.n_head = static_cast<int>(need_int("attention.head_count"));
   c.n_ff = need_int("feed_forward_length");
   c.n_ctx_train = f.get_int(a + "context_length").value_or(4096);

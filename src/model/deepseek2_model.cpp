@@ -58,6 +58,15 @@ struct Deepseek2Layer {
   DenseFfn shared;
 };
 
+// A multi-token-prediction block: a decoder block fed by eh_proj over
+// [enorm(embed(token)) | hnorm(hidden)], with its own head norm; embed and
+// head are the block's own when the file has them, else the trunk's.
+struct MtpHead {
+  Deepseek2Layer block;
+  Weight eh_proj, embed, head;
+  std::vector<float> enorm, hnorm, head_norm;
+};
+
 struct Deepseek2Weights {
   Weight tok_embd, output;
   std::vector<float> output_norm;
@@ -85,7 +94,7 @@ class Deepseek2Model final : public Model {
       : cfg_(read_deepseek2_config(f)), be_(be), max_batch_(opt.max_batch_tokens), mla_mode_(opt.mla) {
     const MlaConfig& m = cfg_.mla;
     kv_width_ = m.kv_lora_rank + m.qk_rope;
-    load(f);
+    load(f, opt.load_mtp);
     allocate();
     if (opt.log_fusion) log_fusion();
   }
@@ -94,47 +103,86 @@ class Deepseek2Model final : public Model {
   // The latent cache: per token and layer, [rmsnorm(c) | k_pe]; values are the
   // first kv_lora floats of the same row, so there is no separate V.
   // Values are the first kv_lora_rank elements of each key row: groups must divide both.
-  KvLayout kv_layout() const override { return {cfg_.n_layer, kv_width_, 0, std::gcd(kv_width_, cfg_.mla.kv_lora_rank)}; }
+  // The MTP block, when loaded, caches in one more layer after the trunk's.
+  KvLayout kv_layout() const override {
+    return {cfg_.n_layer + mtp_layers(), kv_width_, 0, std::gcd(kv_width_, cfg_.mla.kv_lora_rank)};
+  }
   int64_t max_batch_tokens() const override { return max_batch_; }
 
-  void forward(const Batch& b, PagedKvCache& kv, float* logits) override {
+  void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) override {
     const int64_t n = b.size();
     if (n == 0) return;
-    if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
+    check_batch(n);
     const ModelConfig& c = cfg_;
-    const int64_t dim = c.n_embd;
     place_batch(b, kv, c.n_vocab, slots_.data(), tables_.data());
     const bool decompress = use_decompressed(b);
 
     float* x = x_.data();
     be_.annotate_layer(-1);
     be_.embed(w_.tok_embd, b.tokens.data(), n, x);
-    for (int l = 0; l < c.n_layer; l++) {
-      const Deepseek2Layer& L = w_.layers[l];
-      be_.annotate_layer(l);
-      be_.rmsnorm(x, L.attn_norm.data(), xb_.data(), n, dim, c.rms_eps);
-      project_qkv(L, b, n);
-      write_latents(L, kv, l, n);
-      if (decompress)
-        attend_decompressed(L, b, kv, l, n);
-      else
-        attend_absorbed(L, b, kv, l, n);
-      be_.matmul(L.wo, att_.data(), n, xb2_.data());
-      be_.add(x, xb2_.data(), n * dim);
+    for (int l = 0; l < c.n_layer; l++) run_layer(w_.layers[l], l, b, kv, n, decompress);
+    output_logits(be_, b, x, c.n_embd, w_.output_norm.data(), c.rms_eps, w_.output, xb_.data(), logits, hidden);
+  }
 
-      be_.rmsnorm(x, L.ffn_norm.data(), xb_.data(), n, dim, c.rms_eps);
-      if (L.experts.empty())
-        ffn(L.dense, xb_.data(), n, xb2_.data());
-      else
-        moe(L, n, xb2_.data());
-      be_.add(x, xb2_.data(), n * dim);
+  int mtp_layers() const override { return mtp_ ? 1 : 0; }
+
+  // x = eh_proj . [rmsnorm(embed(token)) | rmsnorm(hidden)], then one full
+  // decoder block, then the head behind its own norm (DeepSeek-V3 MTP).
+  void forward_mtp(const Batch& b, const float* hidden_in, PagedKvCache& kv, float* logits,
+                   float* hidden_out) override {
+    if (!mtp_) Model::forward_mtp(b, hidden_in, kv, logits, hidden_out);
+    const int64_t n = b.size();
+    if (n == 0) return;
+    check_batch(n);
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd;
+    place_batch(b, kv, c.n_vocab, slots_.data(), tables_.data());
+    const bool decompress = use_decompressed(b);
+    const MtpHead& m = *mtp_;
+    be_.annotate_layer(c.n_layer);
+    be_.embed(m.embed, b.tokens.data(), n, x_.data());
+    be_.rmsnorm(x_.data(), m.enorm.data(), xb_.data(), n, dim, c.rms_eps);
+    be_.rmsnorm(hidden_in, m.hnorm.data(), xb2_.data(), n, dim, c.rms_eps);
+    for (int64_t i = 0; i < n; i++) {
+      std::memcpy(cat_.data() + i * 2 * dim, xb_.data() + i * dim, dim * sizeof(float));
+      std::memcpy(cat_.data() + (i * 2 + 1) * dim, xb2_.data() + i * dim, dim * sizeof(float));
     }
-
-    output_logits(be_, b, x, dim, w_.output_norm.data(), c.rms_eps, w_.output, xb_.data(), logits);
+    be_.matmul(m.eh_proj, cat_.data(), n, x_.data());
+    run_layer(m.block, c.n_layer, b, kv, n, decompress);
+    if (hidden_out) std::memcpy(hidden_out, x_.data(), n * dim * sizeof(float));
+    output_logits(be_, b, x_.data(), dim, m.head_norm.data(), c.rms_eps, m.head, xb_.data(), logits);
   }
 
  private:
   int head_k() const { return cfg_.mla.qk_nope + cfg_.mla.qk_rope; }
+
+  void check_batch(int64_t n) const {
+    if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
+  }
+
+  // One decoder block on x_ (batch placed already); its cache is KV layer kv_layer.
+  void run_layer(const Deepseek2Layer& L, int kv_layer, const Batch& b, PagedKvCache& kv, int64_t n, bool decompress) {
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd;
+    float* x = x_.data();
+    be_.annotate_layer(kv_layer);
+    be_.rmsnorm(x, L.attn_norm.data(), xb_.data(), n, dim, c.rms_eps);
+    project_qkv(L, b, n);
+    write_latents(L, kv, kv_layer, n);
+    if (decompress)
+      attend_decompressed(L, b, kv, kv_layer, n);
+    else
+      attend_absorbed(L, b, kv, kv_layer, n);
+    be_.matmul(L.wo, att_.data(), n, xb2_.data());
+    be_.add(x, xb2_.data(), n * dim);
+
+    be_.rmsnorm(x, L.ffn_norm.data(), xb_.data(), n, dim, c.rms_eps);
+    if (L.experts.empty())
+      ffn(L.dense, xb_.data(), n, xb2_.data());
+    else
+      moe(L, n, xb2_.data());
+    be_.add(x, xb2_.data(), n * dim);
+  }
 
   // q [n][n_head][nope | rope] and kv_a [n][kv_lora | rope], RoPE applied.
   void project_qkv(const Deepseek2Layer& L, const Batch& b, int64_t n) {
@@ -318,50 +366,74 @@ class Deepseek2Model final : public Model {
     }
   }
 
-  void load(const GgufFile& f) {
+  void load(const GgufFile& f, bool with_mtp) {
     const ModelConfig& c = cfg_;
-    const MlaConfig& m = c.mla;
-    const MoeConfig& e = c.moe;
     WeightLoader ld(f);
-    const int64_t dim = c.n_embd, nh = c.n_head, hk = head_k(), r = m.kv_lora_rank;
+    const int64_t dim = c.n_embd;
     w_.tok_embd = ld.require("token_embd.weight", {dim, c.n_vocab});
     w_.output_norm = ld.require_vector("output_norm.weight", dim);
     w_.output = be_.prepare_weight(c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab}));
-    for (int l = 0; l < c.n_layer; l++) {
-      const std::string p = fmt::format("blk.{}.", l);
-      Deepseek2Layer L;
-      L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-      if (m.q_lora_rank > 0) {
-        L.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, m.q_lora_rank}));
-        L.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", m.q_lora_rank);
-        L.wq_b = be_.prepare_weight(ld.require(p + "attn_q_b.weight", {m.q_lora_rank, nh * hk}));
-      } else {
-        L.wq = be_.prepare_weight(ld.require(p + "attn_q.weight", {dim, nh * hk}));
-      }
-      L.wkv_a = be_.prepare_weight(ld.require(p + "attn_kv_a_mqa.weight", {dim, kv_width_}));
-      L.kv_a_norm = ld.require_vector(p + "attn_kv_a_norm.weight", r);
-      load_kv_b(ld, p, L);
-      L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {nh * m.v_head, dim}));
-      L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
-      if (l < e.n_dense_lead || e.routing.n_expert == 0) {
-        L.dense = load_ffn(ld, p, "", c.n_ff);
-      } else {
-        const int ne = e.routing.n_expert;
-        L.router = be_.prepare_weight(ld.require(p + "ffn_gate_inp.weight", {dim, ne}));
-        L.router_bias = ld.optional_vector(p + "exp_probs_b.bias", ne);
-        const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
-        const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
-        const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
-        for (int x = 0; x < ne; x++) {
-          const std::string tag = fmt::format(".{}", x);
-          L.experts.push_back({be_.prepare_weight(weight_slice(gate, x, gate.name + tag)),
-                               be_.prepare_weight(weight_slice(up, x, up.name + tag)),
-                               be_.prepare_weight(weight_slice(down, x, down.name + tag))});
-        }
-        if (e.n_shared > 0) L.shared = load_ffn(ld, p, "_shexp", e.n_shared * e.n_ff_expert);
-      }
-      w_.layers.push_back(std::move(L));
+    for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
+    if (with_mtp && c.n_mtp > 0) load_mtp(ld, c.n_layer);
+  }
+
+  // The first MTP block (blk.{n_layer}); llama.cpp's `nextn` tensor names.
+  void load_mtp(const WeightLoader& ld, int l) {
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd;
+    const std::string p = fmt::format("blk.{}.nextn.", l);
+    auto m = std::make_unique<MtpHead>();
+    m->block = load_layer(ld, l);
+    m->eh_proj = be_.prepare_weight(ld.require(p + "eh_proj.weight", {2 * dim, dim}));
+    m->enorm = ld.require_vector(p + "enorm.weight", dim);
+    m->hnorm = ld.require_vector(p + "hnorm.weight", dim);
+    m->head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
+    if (m->head_norm.empty()) m->head_norm = w_.output_norm;
+    m->embed = ld.optional(p + "embed_tokens.weight", {dim, c.n_vocab});
+    if (!m->embed.present()) m->embed = w_.tok_embd;
+    const Weight head = ld.optional(p + "shared_head_head.weight", {dim, c.n_vocab});
+    m->head = head.present() ? be_.prepare_weight(head) : w_.output;
+    mtp_ = std::move(m);
+  }
+
+  Deepseek2Layer load_layer(const WeightLoader& ld, int l) {
+    const ModelConfig& c = cfg_;
+    const MlaConfig& m = c.mla;
+    const MoeConfig& e = c.moe;
+    const int64_t dim = c.n_embd, nh = c.n_head, hk = head_k(), r = m.kv_lora_rank;
+    const std::string p = fmt::format("blk.{}.", l);
+    Deepseek2Layer L;
+    L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
+    if (m.q_lora_rank > 0) {
+      L.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, m.q_lora_rank}));
+      L.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", m.q_lora_rank);
+      L.wq_b = be_.prepare_weight(ld.require(p + "attn_q_b.weight", {m.q_lora_rank, nh * hk}));
+    } else {
+      L.wq = be_.prepare_weight(ld.require(p + "attn_q.weight", {dim, nh * hk}));
     }
+    L.wkv_a = be_.prepare_weight(ld.require(p + "attn_kv_a_mqa.weight", {dim, kv_width_}));
+    L.kv_a_norm = ld.require_vector(p + "attn_kv_a_norm.weight", r);
+    load_kv_b(ld, p, L);
+    L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {nh * m.v_head, dim}));
+    L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
+    if (l < e.n_dense_lead || e.routing.n_expert == 0) {
+      L.dense = load_ffn(ld, p, "", c.n_ff);
+      return L;
+    }
+    const int ne = e.routing.n_expert;
+    L.router = be_.prepare_weight(ld.require(p + "ffn_gate_inp.weight", {dim, ne}));
+    L.router_bias = ld.optional_vector(p + "exp_probs_b.bias", ne);
+    const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
+    const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
+    const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
+    for (int x = 0; x < ne; x++) {
+      const std::string tag = fmt::format(".{}", x);
+      L.experts.push_back({be_.prepare_weight(weight_slice(gate, x, gate.name + tag)),
+                           be_.prepare_weight(weight_slice(up, x, up.name + tag)),
+                           be_.prepare_weight(weight_slice(down, x, down.name + tag))});
+    }
+    if (e.n_shared > 0) L.shared = load_ffn(ld, p, "_shexp", e.n_shared * e.n_ff_expert);
+    return L;
   }
 
   DenseFfn load_ffn(const WeightLoader& ld, const std::string& p, const std::string& suffix, int64_t width) {
@@ -412,6 +484,7 @@ class Deepseek2Model final : public Model {
     const int64_t n = max_batch_, nh = c.n_head;
     const int64_t ff = std::max<int64_t>({c.n_ff, c.moe.n_shared * c.moe.n_ff_expert, c.moe.n_ff_expert});
     x_.resize(n * c.n_embd);
+    if (mtp_) cat_.resize(n * 2 * c.n_embd);
     xb_.resize(n * c.n_embd);
     xb2_.resize(n * c.n_embd);
     q_.resize(n * nh * head_k());
@@ -468,6 +541,8 @@ class Deepseek2Model final : public Model {
   MlaAttention mla_mode_;
   int64_t kv_width_ = 0;
   Deepseek2Weights w_;
+  std::unique_ptr<MtpHead> mtp_;  // set when the MTP block is loaded
+  std::vector<float> cat_;        // MTP: [embedding | hidden] rows
   std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
   std::vector<float> router_logits_, expert_w_, xe_, ye_, hshared_;
   std::vector<Backend::FfnRef> ffn_refs_;

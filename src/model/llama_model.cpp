@@ -69,7 +69,7 @@ class LlamaModel final : public Model {
   }
   int64_t max_batch_tokens() const override { return max_batch_; }
 
-  void forward(const Batch& b, PagedKvCache& kv, float* logits) override {
+  void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) override {
     const int64_t n = b.size();
     if (n == 0) return;
     if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
@@ -109,7 +109,7 @@ class LlamaModel final : public Model {
     }
 
     // Norm + output projection on the rows that want logits only.
-    output_logits(be_, b, x, dim, w_.output_norm.data(), c.rms_eps, w_.output, s_.xb.data(), logits);
+    output_logits(be_, b, x, dim, w_.output_norm.data(), c.rms_eps, w_.output, s_.xb.data(), logits, hidden);
   }
 
  private:

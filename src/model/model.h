@@ -52,6 +52,9 @@ struct ModelConfig {
   MlaConfig mla;
   MoeConfig moe;
   float attn_scale = 0.0f;  // softmax scale of q.k; 0: 1/sqrt(head_dim)
+  // Multi-token prediction blocks the file carries after the n_layer trunk
+  // blocks (DeepSeek-V3's `nextn` layers, `{arch}.nextn_predict_layers`).
+  int n_mtp = 0;
 };
 
 class Model {
@@ -61,8 +64,21 @@ class Model {
   virtual KvLayout kv_layout() const = 0;
   virtual int64_t max_batch_tokens() const = 0;
   // Runs the batch (reserving KV positions as needed) and writes one row of
-  // n_vocab logits per row with want_logits set, in batch order.
-  virtual void forward(const Batch& batch, PagedKvCache& kv, float* logits) = 0;
+  // n_vocab logits per row with want_logits set, in batch order. With hidden
+  // set, also every row's final hidden state (after the output norm, n_embd
+  // floats per row): what a multi-token-prediction head reads.
+  virtual void forward(const Batch& batch, PagedKvCache& kv, float* logits, float* hidden = nullptr) = 0;
+
+  // Multi-token prediction (DeepSeek-V3 `nextn` layers, loaded with
+  // ModelOptions::load_mtp): 0 when the model has none loaded.
+  virtual int mtp_layers() const { return 0; }
+  // Runs the first MTP layer: row i carries token x_{p+1} at position p and
+  // hidden_in row i, the target's final hidden state at p (or the previous
+  // MTP step's output when chaining drafts). Its logits predict x_{p+2};
+  // hidden_out gets each row's output state. Its keys and values go to the
+  // KV cache's layers after the trunk's, at position p.
+  virtual void forward_mtp(const Batch& batch, const float* hidden_in, PagedKvCache& kv, float* logits,
+                           float* hidden_out);
 };
 
 // How MLA attention runs (DeepSeek models; others ignore it).
@@ -76,6 +92,7 @@ struct ModelOptions {
   int64_t max_batch_tokens = 512;
   bool log_fusion = false;  // print which fused operators are used, at load
   MlaAttention mla = MlaAttention::Auto;
+  bool load_mtp = false;  // load the file's multi-token-prediction layers (and cache for them)
 };
 
 // Picks the architecture from general.architecture. The GgufFile must outlive the model.

@@ -7,6 +7,11 @@
 
 namespace kestrel {
 
+void Model::forward_mtp(const Batch&, const float*, PagedKvCache&, float*, float*) {
+  throw Error(fmt::format("the {} model has no multi-token-prediction layers loaded (DeepSeek-V3 `nextn` blocks)",
+                          config().arch));
+}
+
 std::unique_ptr<Model> load_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
   const std::string arch = file.get_string("general.architecture").value_or("");
   if (arch.empty()) throw Error(fmt::format("{}: missing metadata key 'general.architecture'", file.path()));

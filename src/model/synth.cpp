@@ -126,6 +126,7 @@ void write_deepseek_metadata(GgufWriter& w, const SynthShape& s) {
     u32("expert_group_count", d.groups);
     u32("expert_group_used_count", d.groups_used);
   }
+  if (d.nextn > 0) u32("nextn_predict_layers", d.nextn);
   if (d.yarn_factor > 0) {
     w.set_str(a + "rope.scaling.type", "yarn");
     w.set_f32(a + "rope.scaling.factor", d.yarn_factor);
@@ -135,15 +136,22 @@ void write_deepseek_metadata(GgufWriter& w, const SynthShape& s) {
 }
 
 // The deepseek2 tensors, in llama.cpp's names and layouts (split attn_k_b /
-// attn_v_b, 3-D expert tensors).
+// attn_v_b, 3-D expert tensors); MTP blocks last, each a full block plus
+// its `nextn` tensors (the head and embedding shared with the trunk).
 template <typename Add>
 void add_deepseek_layers(const SynthShape& s, Add& add) {
   const SynthDeepseek& d = s.ds;
   const float in_std = 1.0f / std::sqrt(static_cast<float>(s.dim));
   const float residual_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(s.layers));
   const int64_t hk = d.qk_nope + d.qk_rope;
-  for (int64_t l = 0; l < s.layers; l++) {
+  for (int64_t l = 0; l < s.layers + d.nextn; l++) {
     const std::string p = fmt::format("blk.{}.", l);
+    if (l >= s.layers) {
+      add(p + "nextn.eh_proj.weight", {2 * s.dim, s.dim}, 1.0f / std::sqrt(2.0f * static_cast<float>(s.dim)));
+      add(p + "nextn.enorm.weight", {s.dim}, 0.0f, 1.0f);
+      add(p + "nextn.hnorm.weight", {s.dim}, 0.0f, 1.0f);
+      add(p + "nextn.shared_head_norm.weight", {s.dim}, 0.0f, 1.0f);
+    }
     add(p + "attn_norm.weight", {s.dim}, 0.0f, 1.0f);
     if (d.q_lora > 0) {
       add(p + "attn_q_a.weight", {s.dim, d.q_lora}, in_std);
@@ -215,6 +223,8 @@ GgufWriter synth_model(const SynthOptions& o) {
   } else if (s.ds.experts % s.ds.groups != 0 || s.ds.experts_used > s.ds.experts || s.ds.dense_lead > s.layers) {
     throw Error("deepseek2: experts must split into the groups, and the used experts and dense layers must fit");
   }
+  if (s.ds.nextn < 0 || s.ds.nextn > 4 || (!ds && s.ds.nextn > 0))
+    throw Error(fmt::format("--mtp {}: deepseek2 models carry 0 to 4 multi-token-prediction blocks", s.ds.nextn));
   if (!can_quantize_to(o.type)) throw Error(fmt::format("--type {} cannot be written yet", type_name(o.type)));
 
   const std::string a = s.arch;
@@ -226,7 +236,7 @@ GgufWriter synth_model(const SynthOptions& o) {
   w.set_u32(a + ".context_length", static_cast<uint32_t>(s.ctx));
   w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.dim));
   w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.ffn));
-  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.layers));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.layers + (ds ? s.ds.nextn : 0)));
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.heads));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(ds ? 1 : s.kv_heads));  // MLA: one latent "head"
   w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(ds ? s.ds.qk_rope : head));

@@ -20,6 +20,7 @@ struct SynthDeepseek {
   float yarn_factor = 0.0f;  // 0: no YaRN
   int64_t yarn_orig_ctx = 0;
   float yarn_log_mul = 0.1f;
+  int64_t nextn = 0;  // multi-token-prediction blocks after the trunk (DeepSeek-V3 has 1)
 };
 
 struct SynthShape {

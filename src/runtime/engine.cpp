@@ -71,6 +71,7 @@ Engine Engine::load(const EngineOptions& o) {
   mo.max_batch_tokens = o.max_batch_tokens;
   mo.log_fusion = o.log_fusion;
   mo.mla = o.mla;
+  mo.load_mtp = o.load_mtp;
   e.model = load_model(*e.file, *e.backend, mo);
   e.tokenizer = Tokenizer::from_gguf(*e.file);
   const ModelConfig& c = e.model->config();

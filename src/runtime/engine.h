@@ -30,6 +30,7 @@ struct EngineOptions {
   bool log_fusion = false;        // print the fused operators at load
   bool repack_weights = true;     // repack Q8_0/Q4_0 for the int8 kernels (false: llama.cpp-identical logits)
   MlaAttention mla = MlaAttention::Auto;  // DeepSeek models: how MLA attention runs
+  bool load_mtp = false;                  // DeepSeek-V3: load the multi-token-prediction block (--spec mtp)
   // Set: the model calls the backend this returns, built around the CPU
   // backend (calibration records activations this way).
   std::function<std::unique_ptr<Backend>(Backend& inner)> wrap_backend;

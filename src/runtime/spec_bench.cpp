@@ -18,9 +18,8 @@ double decode_rate(const GenerationResult& r) {
 
 }  // namespace
 
-std::vector<SpecBenchRow> run_spec_bench(
-    Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen, const std::vector<int>& draft_maxes, int reps,
-    const std::function<std::vector<int32_t>(const std::vector<int32_t>&, int)>& draft_source) {
+std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen,
+                                         const std::vector<int>& draft_maxes, int reps, const SpecSource& source) {
   GenerationParams p;
   p.max_tokens = n_gen;
   p.sampling.temperature = 0.0f;
@@ -31,12 +30,11 @@ std::vector<SpecBenchRow> run_spec_bench(
     std::vector<double> plain, spec;
     int64_t drafted = 0, accepted = 0, steps = 0;
     for (int r = 0; r < reps; r++) {
-      p.spec_draft_max = 0;
-      p.draft_source = nullptr;
-      plain.push_back(decode_rate(generate(e, prompt, p)));
-      p.spec_draft_max = k;
-      p.draft_source = draft_source;
-      const GenerationResult s = generate(e, prompt, p);
+      GenerationParams plain_params = p, spec_params = p;
+      plain.push_back(decode_rate(generate(e, prompt, plain_params)));
+      spec_params.spec_draft_max = k;
+      source.attach(spec_params);
+      const GenerationResult s = generate(e, prompt, spec_params);
       spec.push_back(decode_rate(s));
       drafted += s.spec_drafted;
       accepted += s.spec_accepted;

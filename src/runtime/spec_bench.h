@@ -5,10 +5,10 @@
 // and report medians, the speed-up and the acceptance rate — the points of
 // the draft-length vs speed-up curve.
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/spec_source.h"
 
 namespace kestrel {
 
@@ -19,9 +19,8 @@ struct SpecBenchRow {
   double tokens_per_step = 0;        // generated tokens per verification step with a draft
 };
 
-// draft_source: as GenerationParams::draft_source (null: prompt lookup).
-std::vector<SpecBenchRow> run_spec_bench(
-    Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen, const std::vector<int>& draft_maxes, int reps,
-    const std::function<std::vector<int32_t>(const std::vector<int32_t>&, int)>& draft_source = nullptr);
+// source: the proposer, built on e.
+std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen,
+                                         const std::vector<int>& draft_maxes, int reps, const SpecSource& source);
 
 }  // namespace kestrel

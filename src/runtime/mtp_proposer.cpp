@@ -1,0 +1,74 @@
+#include "runtime/mtp_proposer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "runtime/batch.h"
+#include "runtime/sampler.h"
+
+namespace kestrel {
+
+MtpProposer::MtpProposer(Engine& target, int32_t seq) : e_(target), seq_(seq), dim_(target.model->config().n_embd) {
+  const ModelConfig& c = e_.model->config();
+  if (e_.model->mtp_layers() == 0)
+    throw Error(c.n_mtp == 0
+                    ? fmt::format("the model '{}' has no multi-token-prediction layers (no `nextn` blocks): "
+                                  "use --spec ngram or --spec draft",
+                                  c.name)
+                    : std::string("the model's multi-token-prediction block was not loaded (EngineOptions::load_mtp)"));
+  const int64_t rows = e_.model->max_batch_tokens();
+  logits_.resize(static_cast<size_t>(c.n_vocab));
+  hidden_out_.resize(static_cast<size_t>(rows * dim_));
+}
+
+void MtpProposer::observe(int64_t first_pos, const float* hidden, int64_t n) {
+  if (first_pos == 0) {
+    caught_ = 0;
+    pending_.clear();
+  }
+  const int64_t have = caught_ + static_cast<int64_t>(pending_.size()) / dim_;
+  if (first_pos > have || first_pos + n <= caught_)
+    return;  // a gap, or nothing new: those rows will not be drafted from
+  // Rows from first_pos on replace whatever was there: the target re-ran them.
+  const int64_t skip = std::max<int64_t>(0, caught_ - first_pos);
+  pending_.resize(static_cast<size_t>((first_pos + n - caught_) * dim_));
+  std::memcpy(pending_.data() + (first_pos + skip - caught_) * dim_, hidden + skip * dim_,
+              static_cast<size_t>((n - skip) * dim_) * sizeof(float));
+}
+
+std::vector<int32_t> MtpProposer::propose(const std::vector<int32_t>& history, int max) {
+  const auto len = static_cast<int64_t>(history.size());
+  max = static_cast<int>(std::min<int64_t>(max, e_.n_ctx - len));
+  // Catch up positions caught_ .. len-2: each needs the target's state there and the token after it.
+  const int64_t last = len - 2, have = caught_ + static_cast<int64_t>(pending_.size()) / dim_;
+  if (max <= 0 || last < caught_ || last >= have) return {};
+  Model& m = *e_.model;
+  const int64_t chunk = m.max_batch_tokens();
+  Batch b;
+  for (int64_t p0 = caught_; p0 <= last; p0 += chunk) {
+    const int64_t p1 = std::min(last + 1, p0 + chunk);
+    b.clear();
+    for (int64_t p = p0; p < p1; p++) b.add(history[p + 1], static_cast<int32_t>(p), seq_, p == last);
+    m.forward_mtp(b, pending_.data() + (p0 - caught_) * dim_, *e_.kv, logits_.data(), hidden_out_.data());
+  }
+  const int64_t last_row = (last - caught_) % chunk;
+  caught_ = last + 1;
+  pending_.clear();  // any rows observed past last were the target's runs of drafts: the next step redoes them
+  std::vector<float> state(hidden_out_.begin() + last_row * dim_, hidden_out_.begin() + (last_row + 1) * dim_);
+  std::vector<int32_t> draft;
+  for (int i = 0; i < max; i++) {
+    const int32_t t = argmax(logits_.data(), static_cast<int64_t>(logits_.size()));
+    draft.push_back(t);
+    if (i + 1 == max) break;
+    b.clear();
+    b.add(t, static_cast<int32_t>(last + 1 + i), seq_, true);
+    m.forward_mtp(b, state.data(), *e_.kv, logits_.data(), hidden_out_.data());
+    std::copy(hidden_out_.begin(), hidden_out_.begin() + dim_, state.begin());
+  }
+  return draft;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,39 @@
+#pragma once
+// Drafts from the target model's own multi-token-prediction block
+// (DeepSeek-V3 `nextn` layer): no second model, but it needs the target's
+// final hidden states, which the generator hands over after each step.
+//
+// The MTP row at position p reads token x_{p+1} and the target's hidden
+// state at p, and predicts x_{p+2}; its keys and values sit in the target's
+// KV cache, in the layer after the trunk's. Before drafting, the rows the
+// target has confirmed since the last draft are run ("caught up"); then the
+// draft chains greedily on the block's own output state, as vLLM and SGLang
+// do. Chained rows are provisional: the next catch-up rewrites them.
+#include <cstdint>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace kestrel {
+
+class MtpProposer {
+ public:
+  // Throws Error when the engine's model has no MTP block loaded.
+  explicit MtpProposer(Engine& target, int32_t seq = 0);
+  // The target's final hidden states of n rows at positions first_pos.. (a
+  // step starting at position 0 begins a new sequence).
+  void observe(int64_t first_pos, const float* hidden, int64_t n);
+  // Up to max tokens continuing history, whose last token the target has
+  // not run yet and whose earlier positions it has observed.
+  std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
+
+ private:
+  Engine& e_;
+  int32_t seq_;
+  int64_t dim_;
+  int64_t caught_ = 0;          // MTP rows at positions < caught_ are built on the target's own states
+  std::vector<float> pending_;  // the target's hidden states at positions caught_.., one row each
+  std::vector<float> logits_, hidden_out_;
+};
+
+}  // namespace kestrel
