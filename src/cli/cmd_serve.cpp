@@ -20,7 +20,7 @@ struct ServeFlags {
   int port = 8080, max_batch_size = 16, max_queue = 256, http_threads = 32;
   int64_t max_batch_tokens = 512, prefill_chunk = 256;
   double kv_cache_mem_mib = 0, max_wait_ms = 0, aging_ms = 2000, shutdown_timeout_s = 30;
-  std::string spec = "none";
+  std::string spec = "none", draft_model;
   int draft_max = 8;
 };
 
@@ -61,7 +61,18 @@ int run(ServeFlags& f) {
   eo.n_seq_max = f.max_batch_size;
   if (f.kv_cache_mem_mib > 0) eo.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_mem_mib * 1024 * 1024);
   else eo.kv_cache_max_bytes = available_memory() / 5;  // every batch slot at full context, if that fits
+  if ((f.spec == "draft") != !f.draft_model.empty()) throw Error("--spec draft and --draft-model FILE go together");
+  eo.load_mtp = f.spec == "mtp";
   Engine e = Engine::load(eo);
+  std::unique_ptr<DraftModelProposer> draft;
+  if (f.spec == "draft") {
+    EngineOptions d;
+    d.model_path = f.draft_model;
+    d.n_threads = eo.n_threads;
+    d.n_seq_max = f.max_batch_size;  // a draft sequence per batch slot, at full context
+    d.max_batch_tokens = f.max_batch_tokens;
+    draft = DraftModelProposer::load(d, e);
+  }
   ServerMetrics metrics;
   ServingConfig sc;
   sc.scheduler.max_batch_tokens = f.max_batch_tokens;
@@ -72,7 +83,9 @@ int run(ServeFlags& f) {
   sc.scheduler.max_wait_ms = f.max_wait_ms;
   sc.scheduler.aging_ms = f.aging_ms;
   sc.max_queue = f.max_queue;
-  sc.spec_draft_max = f.spec == "ngram" ? f.draft_max : 0;
+  sc.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
+  sc.draft_model = draft.get();
+  sc.mtp = f.spec == "mtp";
   ServingEngine engine(e, sc, metrics);
 
   HttpServerConfig hc;
@@ -143,9 +156,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--aging-ms", f.aging_ms,
                   "Priority policy: a waiting request gains one priority level per this many ms")
       ->capture_default_str();
-  cmd->add_option("--spec", f.spec, "Speculative decoding: none, ngram (prompt-lookup drafts, verified in the batch)")
-      ->check(CLI::IsMember({"none", "ngram"}))
+  cmd->add_option("--spec", f.spec,
+                  "Speculative decoding, verified in the batch: none, ngram (prompt lookup), draft (--draft-model), "
+                  "mtp (the model's multi-token-prediction block)")
+      ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}))
       ->capture_default_str();
+  cmd->add_option("--draft-model", f.draft_model, "With --spec draft: a smaller GGUF model sharing the vocabulary");
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per request per step with --spec")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

@@ -15,7 +15,7 @@ DraftModelProposer::DraftModelProposer(Engine& draft, int64_t target_n_vocab) : 
   if (nv != target_n_vocab)
     throw Error(fmt::format("the draft model's vocabulary has {} tokens, the target's {}: they must share one", nv,
                             target_n_vocab));
-  logits_.resize(static_cast<size_t>(nv));
+  logits_.resize(static_cast<size_t>(nv * d_.model->max_batch_tokens()));
   d_.kv->remove(0);
 }
 
@@ -27,38 +27,74 @@ std::unique_ptr<DraftModelProposer> DraftModelProposer::load(EngineOptions optio
   return p;
 }
 
-void DraftModelProposer::forward(const std::vector<int32_t>& tokens, int64_t first_pos) {
-  const int64_t chunk = d_.model->max_batch_tokens(), n = static_cast<int64_t>(tokens.size());
-  Batch b;
-  for (int64_t s = 0; s < n; s += chunk) {
-    b.clear();
-    const int64_t e = std::min(n, s + chunk);
-    for (int64_t i = s; i < e; i++) b.add(tokens[i], static_cast<int32_t>(first_pos + i), 0, i == n - 1);
-    d_.model->forward(b, *d_.kv, logits_.data());
-  }
+std::vector<int32_t> DraftModelProposer::propose(const std::vector<int32_t>& history, int max) {
+  return propose(std::vector<Request>{{0, &history, max}})[0];
 }
 
-std::vector<int32_t> DraftModelProposer::propose(const std::vector<int32_t>& history, int max) {
-  const auto len = static_cast<int64_t>(history.size());
-  max = static_cast<int>(std::min<int64_t>(max, d_.n_ctx - len));
-  if (max <= 0 || len == 0) return {};
-  // Keep what the draft cached of this history; at least the last token runs again for its logits.
-  auto common = static_cast<int64_t>(
-      std::mismatch(cached_.begin(), cached_.end(), history.begin(), history.end()).first - cached_.begin());
-  common = std::min(common, len - 1);
-  d_.kv->truncate(0, common);
-  cached_.assign(history.begin(), history.begin() + common);
-  forward({history.begin() + common, history.end()}, common);
-  cached_ = history;
-  std::vector<int32_t> draft;
-  for (int i = 0; i < max; i++) {
-    const int32_t t = argmax(logits_.data(), static_cast<int64_t>(logits_.size()));
-    draft.push_back(t);
-    if (i + 1 == max) break;
-    forward({t}, len + i);
-    cached_.push_back(t);
+void DraftModelProposer::forget(int32_t seq) {
+  d_.kv->erase(seq);
+  cached_.erase(seq);
+}
+
+std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<Request>& requests) {
+  const auto nr = requests.size();
+  const int64_t nv = d_.model->config().n_vocab, chunk = d_.model->max_batch_tokens();
+  std::vector<std::vector<int32_t>> drafts(nr);
+  std::vector<int> want(nr, 0);
+  // Catch up: each sequence keeps what its cache shares with its history;
+  // at least the last token runs again, for its logits. Rows of all the
+  // requests share forwards; a request's last row gives its first draft.
+  Batch b;
+  std::vector<size_t> owners;  // per logits row of the pending batch: its request
+  auto flush = [&] {
+    if (b.size() == 0) return;
+    d_.model->forward(b, *d_.kv, logits_.data());
+    for (size_t row = 0; row < owners.size(); row++)
+      drafts[owners[row]].push_back(argmax(logits_.data() + static_cast<int64_t>(row) * nv, nv));
+    b.clear();
+    owners.clear();
+  };
+  for (size_t r = 0; r < nr; r++) {
+    const auto& h = *requests[r].history;
+    const auto len = static_cast<int64_t>(h.size());
+    want[r] = static_cast<int>(std::min<int64_t>(requests[r].max, d_.n_ctx - len));
+    if (want[r] <= 0 || len == 0) continue;
+    auto& cached = cached_[requests[r].seq];
+    auto common =
+        static_cast<int64_t>(std::mismatch(cached.begin(), cached.end(), h.begin(), h.end()).first - cached.begin());
+    common = std::min(common, len - 1);
+    try {
+      d_.kv->truncate(requests[r].seq, common);
+      d_.kv->reserve(requests[r].seq, len + want[r] - 1);
+    } catch (const Error&) {
+      want[r] = 0;  // the draft's pool is full: no draft for this one this time
+      cached.assign(h.begin(), h.begin() + std::min(common, d_.kv->length(requests[r].seq)));
+      continue;
+    }
+    cached.assign(h.begin(), h.end());
+    for (int64_t p = common; p < len; p++) {
+      if (b.size() == chunk) flush();
+      b.add(h[p], static_cast<int32_t>(p), requests[r].seq, p == len - 1);
+      if (p == len - 1) owners.push_back(r);
+    }
   }
-  return draft;
+  flush();
+  // Greedy steps: one row per request still drafting.
+  for (int step = 1;; step++) {
+    for (size_t r = 0; r < nr; r++) {
+      if (static_cast<int>(drafts[r].size()) != step || want[r] <= step) continue;
+      if (b.size() == chunk) flush();
+      const auto pos = static_cast<int32_t>(requests[r].history->size()) + step - 1;
+      b.add(drafts[r].back(), pos, requests[r].seq, true);
+      cached_[requests[r].seq].push_back(drafts[r].back());
+      owners.push_back(r);
+    }
+    if (b.size() == 0) break;
+    flush();
+  }
+  for (size_t r = 0; r < nr; r++)
+    if (static_cast<int>(drafts[r].size()) > want[r]) drafts[r].resize(static_cast<size_t>(std::max(want[r], 0)));
+  return drafts;
 }
 
 }  // namespace kestrel

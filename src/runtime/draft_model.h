@@ -1,10 +1,14 @@
 #pragma once
 // Drafts from a smaller model sharing the target's vocabulary: it runs
-// greedily on its own engine and KV cache (sequence 0), kept in step with
-// the target's history — the part both agree on stays cached, anything
-// after it (rejected drafts) is rolled back before the next proposal.
+// greedily on its own engine and KV cache, one draft sequence per target
+// sequence, each kept in step with its target's history — the part both
+// agree on stays cached, anything after it (rejected drafts) is rolled back
+// before the next proposal. The server drafts for all its decoding requests
+// at once: their catch-up rows share forwards, then each greedy step is one
+// forward with a row per request.
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -13,20 +17,28 @@ namespace kestrel {
 
 class DraftModelProposer {
  public:
+  struct Request {
+    int32_t seq = 0;                                // the draft sequence (the server: the target's)
+    const std::vector<int32_t>* history = nullptr;  // tokens so far, the last one not run by the target yet
+    int max = 0;                                    // most tokens to draft
+  };
+
   // Throws Error when the vocabularies differ in size.
   DraftModelProposer(Engine& draft, int64_t target_n_vocab);
   // Loads the draft model (options.model_path) with the target's context and
-  // owns its engine.
+  // owns its engine; options.n_seq_max sequences fit its cache.
   static std::unique_ptr<DraftModelProposer> load(EngineOptions options, const Engine& target);
-  // Up to max tokens continuing history (shorter near the draft's context end).
+  // Up to max tokens continuing history (shorter near the draft's context end), on sequence 0.
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
+  // Drafts for every request, in order (empty for one the draft's cache has no room for).
+  std::vector<std::vector<int32_t>> propose(const std::vector<Request>& requests);
+  // Frees a sequence's draft cache (its request is gone).
+  void forget(int32_t seq);
 
  private:
-  void forward(const std::vector<int32_t>& tokens, int64_t first_pos);  // logits of the last token into logits_
-
   std::unique_ptr<Engine> owned_;  // set by load()
   Engine& d_;
-  std::vector<int32_t> cached_;  // tokens whose keys and values are in the draft's cache, in order
+  std::unordered_map<int32_t, std::vector<int32_t>> cached_;  // per sequence: tokens in the draft's cache, in order
   std::vector<float> logits_;
 };
 

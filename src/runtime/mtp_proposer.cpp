@@ -19,19 +19,18 @@ MtpProposer::MtpProposer(Engine& target, int32_t seq) : e_(target), seq_(seq), d
                                   "use --spec ngram or --spec draft",
                                   c.name)
                     : std::string("the model's multi-token-prediction block was not loaded (EngineOptions::load_mtp)"));
-  const int64_t rows = e_.model->max_batch_tokens();
   logits_.resize(static_cast<size_t>(c.n_vocab));
-  hidden_out_.resize(static_cast<size_t>(rows * dim_));
 }
 
 void MtpProposer::observe(int64_t first_pos, const float* hidden, int64_t n) {
-  if (first_pos == 0) {
-    caught_ = 0;
+  const int64_t have = caught_ + static_cast<int64_t>(pending_.size()) / dim_;
+  if (first_pos == 0 || first_pos > have) {
+    // A new sequence, or one that starts after a prefix someone else ran (the
+    // server's shared prefix blocks): the MTP rows before first_pos stay as the cache has them.
+    caught_ = first_pos;
     pending_.clear();
   }
-  const int64_t have = caught_ + static_cast<int64_t>(pending_.size()) / dim_;
-  if (first_pos > have || first_pos + n <= caught_)
-    return;  // a gap, or nothing new: those rows will not be drafted from
+  if (first_pos + n <= caught_) return;  // nothing new
   // Rows from first_pos on replace whatever was there: the target re-ran them.
   const int64_t skip = std::max<int64_t>(0, caught_ - first_pos);
   pending_.resize(static_cast<size_t>((first_pos + n - caught_) * dim_));
@@ -52,6 +51,9 @@ std::vector<int32_t> MtpProposer::propose(const std::vector<int32_t>& history, i
     const int64_t p1 = std::min(last + 1, p0 + chunk);
     b.clear();
     for (int64_t p = p0; p < p1; p++) b.add(history[p + 1], static_cast<int32_t>(p), seq_, p == last);
+    // Sized by use: the server keeps one proposer per request.
+    if (hidden_out_.size() < static_cast<size_t>((p1 - p0) * dim_))
+      hidden_out_.resize(static_cast<size_t>((p1 - p0) * dim_));
     m.forward_mtp(b, pending_.data() + (p0 - caught_) * dim_, *e_.kv, logits_.data(), hidden_out_.data());
   }
   const int64_t last_row = (last - caught_) % chunk;

@@ -21,7 +21,8 @@ class MtpProposer {
   // Throws Error when the engine's model has no MTP block loaded.
   explicit MtpProposer(Engine& target, int32_t seq = 0);
   // The target's final hidden states of n rows at positions first_pos.. (a
-  // step starting at position 0 begins a new sequence).
+  // step starting at position 0 begins a new sequence; one starting past the
+  // rows seen so far, e.g. after a shared prompt prefix, starts over there).
   void observe(int64_t first_pos, const float* hidden, int64_t n);
   // Up to max tokens continuing history, whose last token the target has
   // not run yet and whose earlier positions it has observed.

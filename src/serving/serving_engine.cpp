@@ -39,6 +39,10 @@ ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, Server
   // One logits row per request, plus one per drafted token.
   logits_.resize(static_cast<size_t>(config.scheduler.max_batch_size) * (1 + config.spec_draft_max) *
                  e_.model->config().n_vocab);
+  if (config.mtp) {
+    if (e_.model->mtp_layers() == 0) MtpProposer probe(e_);  // throws, naming why
+    hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->config().n_embd));
+  }
   metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
   thread_ = std::thread([this] { loop(); });
 }
@@ -102,6 +106,7 @@ void ServingEngine::admit_new(double now) {
     a->sampler = std::make_unique<Sampler>(sp, e_.model->config().n_vocab);
     a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back());
     if (c_.spec_draft_max > 0) a->draft_length = std::make_unique<DraftLength>(c_.spec_draft_max);
+    if (c_.spec_draft_max > 0 && c_.mtp) a->mtp = std::make_unique<MtpProposer>(e_, a->seq);
     metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->req.prompt.size()));
     SchedRequest r;
     r.id = a->id;
@@ -136,6 +141,7 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   if (reason != "error" && reason != "cancelled")
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
   e_.kv->erase(a.seq);
+  if (c_.draft_model) c_.draft_model->forget(a.seq);
   sched_.remove(a.id);
   queued_ = std::max(0, queued_.load() - (a.first_step_ms < 0 ? 1 : 0));
   active_.erase(a.id);  // a is gone after this
@@ -217,12 +223,6 @@ void ServingEngine::step(double now) {
     return;
   }
   Batch batch;
-  struct Row {
-    Active* a;
-    int64_t n;
-    bool logits;
-    std::vector<int32_t> draft;  // drafted tokens after the row's last one (decode with speculation)
-  };
   std::vector<Row> rows;
   for (const auto& item : plan.items) {
     auto it = active_.find(item.id);
@@ -259,36 +259,24 @@ void ServingEngine::step(double now) {
     const bool last = a.computed + n == total;
     for (int64_t i = a.computed; i < a.computed + n; i++)
       batch.add(a.tokens[i], static_cast<int32_t>(i), a.seq, last && i == total - 1);
-    rows.push_back({&a, n, last, {}});
+    rows.push_back({&a, n, last, {}, batch.size() - n, -1});
   }
-  // Speculation: decoding requests (one new token) get drafts after it, as far
-  // as the model's batch, the request's remaining tokens and the pool allow.
   std::vector<size_t> drafted;  // rows that carry drafts, in batch order
-  if (c_.spec_draft_max > 0)
-    for (size_t ri = 0; ri < rows.size(); ri++) {
-      Row& r = rows[ri];
-      Active& a = *r.a;
-      const auto total = static_cast<int64_t>(a.tokens.size());
-      if (!r.logits || r.n != 1 || !a.draft_length) continue;
-      const int64_t room = std::min({static_cast<int64_t>(a.draft_length->next()),
-                                     a.req.max_tokens - a.generated - 1, e_.n_ctx - total,
-                                     e_.model->max_batch_tokens() - batch.size()});
-      if (room <= 0) continue;
-      std::vector<int32_t> d = NgramProposer().propose(a.tokens, static_cast<int>(room));
-      if (d.empty()) continue;
-      try {
-        e_.kv->reserve(a.seq, total + static_cast<int64_t>(d.size()));
-      } catch (const Error&) {
-        continue;  // no room for drafts this step
-      }
-      drafted.push_back(ri);
-      for (size_t i = 0; i < d.size(); i++) batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), a.seq, true);
-      r.draft = std::move(d);
-    }
+  if (c_.spec_draft_max > 0) add_drafts(rows, batch, drafted);
   if (batch.size() == 0) return;
   metrics_.set("kestrel_batch_size", static_cast<double>(rows.size()));
   metrics_.set("kestrel_batch_tokens", static_cast<double>(batch.size()));
-  e_.model->forward(batch, *e_.kv, logits_.data());
+  e_.model->forward(batch, *e_.kv, logits_.data(), c_.mtp ? hidden_.data() : nullptr);
+  if (c_.mtp) {  // each request's MTP proposer keeps the states of its rows (its own, then its drafts)
+    const int64_t dim = e_.model->config().n_embd;
+    for (const Row& r : rows) {
+      if (!r.a->mtp) continue;
+      r.a->mtp->observe(batch.positions[r.first], hidden_.data() + r.first * dim, r.n);
+      if (r.draft_first >= 0)
+        r.a->mtp->observe(batch.positions[r.draft_first], hidden_.data() + r.draft_first * dim,
+                          static_cast<int64_t>(r.draft.size()));
+    }
+  }
   const int64_t nv = e_.model->config().n_vocab;
   // Logits rows come in batch order: one per request row that asked, then the drafts.
   int64_t logit_row = 0;
@@ -337,6 +325,65 @@ void ServingEngine::step(double now) {
     }
     e_.kv->publish_prefix(a.seq, a.tokens.data(), a.computed);
     sched_.advance(a.id, a.computed, sched_.blocks_for(e_.kv->length(a.seq)));
+  }
+}
+
+// Decoding requests (one new token) get drafts after it, as far as the
+// model's batch, the request's remaining tokens and the pool allow.
+void ServingEngine::add_drafts(std::vector<Row>& rows, Batch& batch, std::vector<size_t>& drafted) {
+  std::vector<size_t> want_rows;
+  std::vector<int> want;
+  int64_t budget = e_.model->max_batch_tokens() - batch.size();
+  for (size_t ri = 0; ri < rows.size(); ri++) {
+    const Row& r = rows[ri];
+    const Active& a = *r.a;
+    if (!r.logits || r.n != 1 || !a.draft_length) continue;
+    const int64_t room = std::min({static_cast<int64_t>(a.draft_length->next()), a.req.max_tokens - a.generated - 1,
+                                   e_.n_ctx - static_cast<int64_t>(a.tokens.size()), budget});
+    if (room <= 0) continue;
+    budget -= room;
+    want_rows.push_back(ri);
+    want.push_back(static_cast<int>(room));
+  }
+  std::vector<std::vector<int32_t>> drafts(want_rows.size());
+  if (c_.draft_model) {
+    std::vector<DraftModelProposer::Request> reqs;
+    for (size_t k = 0; k < want_rows.size(); k++) reqs.push_back({rows[want_rows[k]].a->seq, &rows[want_rows[k]].a->tokens, want[k]});
+    drafts = c_.draft_model->propose(reqs);
+  } else {
+    for (size_t k = 0; k < want_rows.size(); k++) {
+      Active& a = *rows[want_rows[k]].a;
+      if (!a.mtp) {
+        drafts[k] = NgramProposer().propose(a.tokens, want[k]);
+        continue;
+      }
+      try {
+        drafts[k] = a.mtp->propose(a.tokens, want[k]);
+      } catch (const Error&) {
+        drafts[k].clear();  // the pool had no room for the MTP rows: no draft this step
+      }
+    }
+  }
+  for (size_t k = 0; k < want_rows.size(); k++) {
+    Row& r = rows[want_rows[k]];
+    Active& a = *r.a;
+    const auto total = static_cast<int64_t>(a.tokens.size());
+    std::vector<int32_t>& d = drafts[k];
+    if (static_cast<int>(d.size()) > want[k]) d.resize(static_cast<size_t>(want[k]));
+    try {
+      if (!d.empty()) e_.kv->reserve(a.seq, total + static_cast<int64_t>(d.size()));
+    } catch (const Error&) {
+      d.clear();  // no room for drafts this step
+    }
+    if (d.empty()) {
+      if (a.mtp) e_.kv->truncate(a.seq, total);  // MTP rows past this step's own
+      continue;
+    }
+    drafted.push_back(want_rows[k]);
+    r.draft_first = batch.size();
+    for (size_t i = 0; i < d.size(); i++)
+      batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), a.seq, true);
+    r.draft = std::move(d);
   }
 }
 

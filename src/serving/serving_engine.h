@@ -15,7 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/draft_model.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_proposer.h"
 #include "runtime/ngram_proposer.h"
 #include "runtime/sampler.h"
 #include "runtime/text_stream.h"
@@ -72,9 +74,15 @@ struct ServeRequest {
 struct ServingConfig {
   SchedulerConfig scheduler;
   int max_queue = 256;  // waiting requests beyond which submit() refuses (HTTP 503)
-  // Speculative decoding with prompt-lookup drafts: up to this many drafted
-  // tokens per decoding request, verified in the step's batch (0: off).
+  // Speculative decoding: up to this many drafted tokens per decoding
+  // request, verified in the step's batch (0: off). Drafts come from prompt
+  // lookup, unless one of the two below is set.
   int spec_draft_max = 0;
+  // A draft model over the target's vocabulary whose cache holds
+  // scheduler.max_batch_size sequences: it drafts for every decoding request
+  // of a step at once.
+  DraftModelProposer* draft_model = nullptr;
+  bool mtp = false;  // the target's own MTP block (loaded with EngineOptions::load_mtp)
 };
 
 class ServingEngine {
@@ -107,11 +115,23 @@ class ServingEngine {
     std::unique_ptr<TextStream> text;
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::unique_ptr<DraftLength> draft_length;  // with speculation
+    std::unique_ptr<MtpProposer> mtp;           // with MTP speculation
+  };
+
+  struct Row {  // one request's part of a step's batch
+    Active* a;
+    int64_t n;                   // its tokens in the batch
+    bool logits;                 // the last of them needs logits
+    std::vector<int32_t> draft;  // drafted tokens after the row's last one (decode with speculation)
+    int64_t first;               // batch index of its first token
+    int64_t draft_first;         // ...and of its first draft (-1: none)
   };
 
   void loop();
   void admit_new(double now);
   void step(double now);
+  // Drafts for the step's decoding rows, added to the batch after every request row.
+  void add_drafts(std::vector<Row>& rows, Batch& batch, std::vector<size_t>& drafted);
   // Samples in place on the step's logits row (which the sampler rewrites);
   // with a draft token, keeps it or not by the verification rule (*accepted).
   // False when the request finished (and a is gone).
@@ -135,6 +155,7 @@ class ServingEngine {
   std::atomic<int> queued_{0};  // inbox + waiting, for the 503 check
   int64_t next_id_ = 1;
   std::vector<float> logits_;
+  std::vector<float> hidden_;     // the step's final hidden states (MTP speculation)
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused
   std::chrono::steady_clock::time_point t0_;
