@@ -12,6 +12,7 @@
 #include "hw/limits.h"
 #include "runtime/bench.h"
 #include "runtime/spec_bench.h"
+#include "serving/batch_spec_bench.h"
 
 namespace kestrel::cli {
 namespace {
@@ -27,9 +28,12 @@ struct BenchFlags {
   KvType kv_type_k = KvType::F32, kv_type_v = KvType::F32;
   std::string spec = "none", spec_prompt, draft_model;
   std::vector<int> draft_max = {1, 2, 4, 8};
+  std::vector<int> spec_batch = {1};
 };
 
-// bench --spec: plain vs speculative greedy decoding of one prompt, per draft length.
+// bench --spec: plain vs speculative greedy decoding of one prompt, per
+// draft length; at batch sizes above 1, that many requests at once through
+// the serving engine, each continuing the prompt from a different offset.
 int run_spec(BenchFlags& f) {
   if (f.spec_prompt.empty()) throw Error("--spec needs --spec-prompt FILE (the text to continue)");
   if ((f.spec == "draft") != !f.draft_model.empty()) throw Error("--spec draft and --draft-model FILE go together");
@@ -38,12 +42,14 @@ int run_spec(BenchFlags& f) {
   if (!in) throw Error(fmt::format("{}: cannot read the prompt", f.spec_prompt));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const int64_t n_gen = f.n_gen.empty() || f.n_gen[0] <= 0 ? 128 : f.n_gen[0];
+  const int max_batch = *std::max_element(f.spec_batch.begin(), f.spec_batch.end());
   EngineOptions o;
   o.model_path = f.models[0];
   o.n_threads = f.threads.empty() ? 0 : f.threads[0];
   o.kv_type_k = f.kv_type_k;
   o.kv_type_v = f.kv_type_v;
   o.n_ctx = static_cast<int64_t>(text.size()) + n_gen + 2;  // a token covers at least one byte (+ BOS)
+  o.n_seq_max = max_batch;
   o.load_mtp = f.spec == "mtp";
   Engine e = Engine::load(o);
   const auto prompt = e.tokenizer->encode(text, true, false);
@@ -53,14 +59,26 @@ int run_spec(BenchFlags& f) {
   d.model_path = f.draft_model;
   d.load_mtp = false;
   const SpecSource source(f.spec, e, d);
-  const auto rows = run_spec_bench(e, prompt, n_gen, f.draft_max, f.reps, source);
-  fmt::print("{} ({} tokens of prompt, {} generated, greedy, median of {}), speculation: {}{}\n\n", f.models[0],
+  fmt::print("{} ({} tokens of prompt, {} generated, greedy, median of {}), speculation: {}{}\n", f.models[0],
              prompt.size(), n_gen, f.reps, f.spec, f.spec == "draft" ? " with " + f.draft_model : "");
-  fmt::print("| draft max | plain t/s | speculative t/s | speed-up | accepted | tokens per draft step |\n");
-  fmt::print("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const auto& r : rows)
-    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}x | {:.1f}% | {:.2f} |\n", r.draft_max, r.plain_ts, r.spec_ts,
-               r.plain_ts > 0 ? r.spec_ts / r.plain_ts : 0.0, 100 * r.acceptance, r.tokens_per_step);
+  fmt::print("batch > 1: that many requests at once through the serving engine, t/s summed over them\n\n");
+  fmt::print("| batch | draft max | plain t/s | speculative t/s | speed-up | accepted | tokens per draft step |\n");
+  fmt::print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const int batch : f.spec_batch) {
+    std::vector<SpecBenchRow> rows;
+    if (batch == 1) {
+      rows = run_spec_bench(e, prompt, n_gen, f.draft_max, f.reps, source);
+    } else {
+      std::vector<std::vector<int32_t>> prompts;
+      for (int i = 0; i < batch; i++)
+        prompts.push_back(e.tokenizer->encode(text.substr(text.size() * i / (2 * static_cast<size_t>(batch))), true, false));
+      rows = run_batch_spec_bench(e, prompts, n_gen, f.draft_max, f.reps, {source.draft_model(), f.spec == "mtp"});
+    }
+    for (const auto& r : rows)
+      fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.2f}x | {:.1f}% | {:.2f} |\n", batch, r.draft_max, r.plain_ts,
+                 r.spec_ts, r.plain_ts > 0 ? r.spec_ts / r.plain_ts : 0.0, 100 * r.acceptance, r.tokens_per_step);
+    std::fflush(stdout);
+  }
   return 0;
 }
 
@@ -182,6 +200,9 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}));
   cmd->add_option("--spec-prompt", f.spec_prompt, "With --spec: the text to continue (a repetitive one suits ngram)");
   cmd->add_option("--draft-model", f.draft_model, "With --spec draft: the draft model");
+  cmd->add_option("--spec-batch", f.spec_batch, "With --spec: requests decoding at once (e.g. 1,8)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--draft-max", f.draft_max, "With --spec: draft lengths to try (the curve)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/median.h"
 #include "core/thread_pool.h"
 #include "hw/cpu_features.h"
 #include "hw/peak_kernels.h"
@@ -20,11 +21,6 @@ namespace kestrel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Runs `kernel(iterations)` on every thread at once, `runs` times; returns
 // the median ops per second.

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/median.h"
 #include "hw/cpu_features.h"
 #include "kernels/gemm_bf16.h"
 
@@ -99,12 +100,6 @@ Roofline roofline(Bound b, double limit, const BenchResult& r) {
   const char* name = b == Bound::Int8Dot ? "int8 dot" : b == Bound::Bf16Dot ? "bf16 dot" : "f32 FMA";
   return {limit * 1e9 / r.flops_per_token,
           fmt::format("{} peak {:.0f} G/s / {:.2f} GFLOP per token", name, limit, r.flops_per_token / 1e9)};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace

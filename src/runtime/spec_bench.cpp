@@ -2,15 +2,11 @@
 
 #include <algorithm>
 
+#include "core/median.h"
 #include "runtime/generator.h"
 
 namespace kestrel {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 double decode_rate(const GenerationResult& r) {
   return r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0;

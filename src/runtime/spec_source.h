@@ -21,6 +21,7 @@ class SpecSource {
   // Points params.draft_source and params.on_hidden at this proposer.
   void attach(GenerationParams& params) const;
   const std::string& mode() const { return mode_; }
+  DraftModelProposer* draft_model() const { return draft_.get(); }  // with mode draft
 
  private:
   std::string mode_;

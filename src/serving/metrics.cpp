@@ -66,6 +66,14 @@ void ServerMetrics::add(const std::string& name, double v, const std::string& la
   it->second.values[label] += v;
 }
 
+double ServerMetrics::counter(const std::string& name, const std::string& label) const {
+  std::lock_guard lock(mutex_);
+  auto it = counters_.find(name);
+  if (it == counters_.end()) throw Error("metrics: unknown counter " + name);
+  auto v = it->second.values.find(label);
+  return v == it->second.values.end() ? 0.0 : v->second;
+}
+
 void ServerMetrics::set(const std::string& name, double v) {
   std::lock_guard lock(mutex_);
   auto it = gauges_.find(name);

@@ -19,6 +19,8 @@ class ServerMetrics {
   void add(const std::string& counter, double v = 1.0, const std::string& label = "");
   void set(const std::string& gauge, double v);
   std::string render() const;
+  // A counter's current value (0 before the first add), for in-process readers.
+  double counter(const std::string& name, const std::string& label = "") const;
 
  private:
   struct Histogram {

@@ -342,15 +342,18 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
                             "Once upon a time, there was a little girl named Lily. She");
   const std::string m = test::shared("models/stories260K.gguf");
   auto r = kestrel({"bench", "-m", m, "--spec", "ngram", "--spec-prompt", prompt, "-n", "32", "-r", "1", "--draft-max",
-                    "2,4"});
+                    "2,4", "--spec-batch", "1,3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("| draft max | plain t/s | speculative t/s | speed-up | accepted |"));
-  EXPECT_THAT(r.out, HasSubstr("\n| 2 | "));
-  EXPECT_THAT(r.out, HasSubstr("\n| 4 | "));
+  EXPECT_THAT(r.out, HasSubstr("| batch | draft max | plain t/s | speculative t/s | speed-up | accepted |"));
+  for (const char* row : {"\n| 1 | 2 | ", "\n| 1 | 4 | ", "\n| 3 | 2 | ", "\n| 3 | 4 | "}) EXPECT_THAT(r.out, HasSubstr(row));
+  // The model as its own draft, 4 requests at once through the serving engine: nearly all accepted.
   r = kestrel({"bench", "-m", m, "--spec", "draft", "--draft-model", m, "--spec-prompt", prompt, "-n", "16", "-r", "1",
-               "--draft-max", "3"});
+               "--draft-max", "3", "--spec-batch", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("| 3 | "));
+  std::smatch row;
+  ASSERT_TRUE(std::regex_search(r.out, row, std::regex(R"(\n\| 4 \| 3 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| ([0-9.]+)%)")))
+      << r.out;
+  EXPECT_GT(std::stod(row[1]), 90.0);
   // run with the model as its own draft: (nearly) every drafted token accepted, reported in the summary.
   r = kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "20", "--temp", "0", "--spec", "draft", "--draft-model", m});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -361,6 +364,16 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
   EXPECT_THAT(kestrel({"run", "-m", m, "-p", "Once", "--spec", "draft"}).err, HasSubstr("--draft-model"));
   EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "ngram"}).err, HasSubstr("--spec-prompt"));
   EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "draft", "--spec-prompt", prompt}).err, HasSubstr("--draft-model"));
+  EXPECT_THAT(kestrel({"run", "-m", m, "-p", "Once", "--spec", "mtp"}).err,
+              HasSubstr("no multi-token-prediction layers"));
+  // DeepSeek-V3-like model with an MTP block: drafts every step (a random block: few accepted).
+  const std::string ds = dir.file("mtp.gguf");
+  ASSERT_EQ(kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--mtp", "1", "--type", "f32", "-o", ds}).exit_code, 0);
+  r = kestrel({"run", "-m", ds, "--prompt-ids", "1 5 9 5 9 5", "-n", "24", "--temp", "0", "--spec", "mtp",
+               "--draft-max", "3", "--ignore-eos"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(std::regex_search(r.err, rate, std::regex(R"(speculation \(mtp\): (\d+) drafts)"))) << r.err;
+  EXPECT_GT(std::stoi(rate[1]), 0);
 }
 
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
