@@ -42,9 +42,9 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   std::vector<float> logits(static_cast<size_t>(std::max<int64_t>(params.all_logits ? chunk : 1, spec_rows) * n_vocab));
   std::vector<float> hidden(params.on_hidden ? static_cast<size_t>(chunk * model.config().n_embd) : 0);
   // A forward step, handing its hidden states on when asked for them.
-  auto forward = [&](const Batch& b) {
+  auto forward = [&](const Batch& b, bool prompt) {
     model.forward(b, *e.kv, logits.data(), params.on_hidden ? hidden.data() : nullptr);
-    if (params.on_hidden) params.on_hidden(b.positions[0], hidden.data(), b.size());
+    if (params.on_hidden) params.on_hidden(b.positions[0], b.tokens.data(), hidden.data(), b.size(), prompt);
   };
 
   // Prefill in chunks; only the last prompt token needs logits unless asked.
@@ -55,7 +55,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     batch.clear();
     for (int64_t i = start; i < end; i++)
       batch.add(prompt[i], static_cast<int32_t>(i), seq, params.all_logits || i == r.n_prompt - 1);
-    forward(batch);
+    forward(batch, true);
     if (cb.on_logits && params.all_logits)
       for (int64_t i = 0; i < end - start; i++) cb.on_logits(logits.data() + i * n_vocab, n_vocab);
   }
@@ -121,7 +121,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
       batch.clear();
       batch.add(history.back(), static_cast<int32_t>(pos), seq, true);
       for (size_t i = 0; i < draft.size(); i++) batch.add(draft[i], static_cast<int32_t>(pos + 1 + i), seq, true);
-      forward(batch);
+      forward(batch, false);
       int accepted = 0;
       for (size_t i = 0; i <= draft.size() && going; i++) {
         float* row = logits.data() + i * n_vocab;  // the sampler works in place

@@ -25,9 +25,10 @@ struct GenerationParams {
   // heads, tests): up to max tokens continuing the history.
   std::function<std::vector<int32_t>(const std::vector<int32_t>& history, int max)> draft_source;
   // Set: the target's final hidden states of each prefill and verification
-  // step (n rows at positions first_pos.., n_embd floats each) are passed
-  // here before its tokens are picked (MTP drafts are built on them).
-  std::function<void(int64_t first_pos, const float* hidden, int64_t n)> on_hidden;
+  // step (n rows at positions first_pos.., n_embd floats each, the rows'
+  // tokens) are passed here before its tokens are picked (MTP drafts are
+  // built on them); settled: prompt rows, not drafts under verification.
+  std::function<void(int64_t first_pos, const int32_t* tokens, const float* hidden, int64_t n, bool settled)> on_hidden;
 };
 
 struct GenerationResult {

@@ -5,11 +5,13 @@
 //
 // The MTP row at position p reads token x_{p+1} and the target's hidden
 // state at p, and predicts x_{p+2}; its keys and values sit in the target's
-// KV cache, in the layer after the trunk's. Before drafting, the rows the
-// target has confirmed since the last draft are run ("caught up"); then the
-// draft chains greedily on the block's own output state, as vLLM and SGLang
-// do. Chained rows are provisional: the next catch-up rewrites them.
+// KV cache, in the layer after the trunk's. Rows are run ("caught up") once
+// their next token is settled: during prefill as the prompt's states
+// arrive, later just before drafting; then the draft chains greedily on the
+// block's own output state, as vLLM and SGLang do. Chained rows are
+// provisional: the next catch-up rewrites them.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -20,21 +22,30 @@ class MtpProposer {
  public:
   // Throws Error when the engine's model has no MTP block loaded.
   explicit MtpProposer(Engine& target, int32_t seq = 0);
-  // The target's final hidden states of n rows at positions first_pos.. (a
-  // step starting at position 0 begins a new sequence; one starting past the
-  // rows seen so far, e.g. after a shared prompt prefix, starts over there).
-  void observe(int64_t first_pos, const float* hidden, int64_t n);
+  // The target's final hidden states of n rows at positions first_pos..,
+  // whose tokens were tokens[0..n). settled: those tokens are the sequence's
+  // for good (a prompt; not drafts under verification), so the rows whose
+  // next token is among them are run now. A step starting at position 0
+  // begins a new sequence; one starting past the rows seen so far (after a
+  // shared prompt prefix) starts over there.
+  void observe(int64_t first_pos, const int32_t* tokens, const float* hidden, int64_t n, bool settled);
   // Up to max tokens continuing history, whose last token the target has
   // not run yet and whose earlier positions it has observed.
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
 
  private:
+  // Runs the rows at positions caught_..last (the token after p from
+  // next_token(p)); the last row's logits and state are kept for drafting.
+  void catch_up(int64_t last, const std::function<int32_t(int64_t)>& next_token);
+  int64_t have() const { return caught_ + static_cast<int64_t>(tokens_.size()); }
+
   Engine& e_;
   int32_t seq_;
   int64_t dim_;
-  int64_t caught_ = 0;          // MTP rows at positions < caught_ are built on the target's own states
-  std::vector<float> pending_;  // the target's hidden states at positions caught_.., one row each
-  std::vector<float> logits_, hidden_out_;
+  int64_t caught_ = 0;           // MTP rows at positions < caught_ are built on the target's own states
+  std::vector<float> pending_;   // the target's hidden states at positions caught_.., one row each
+  std::vector<int32_t> tokens_;  // ...and the tokens at those positions
+  std::vector<float> logits_, hidden_out_, state_;
 };
 
 }  // namespace kestrel

@@ -37,10 +37,15 @@ void DraftLength::update(int drafted, int accepted) {
     len_ = std::min(max_, len_ + 1);
   else
     len_ = std::max(1, accepted + 1);
+  accepted_ = accepted_ || accepted > 0;
   // Verifying k drafts costs about one decode step; below ~1 accepted token
-  // per 4 drafted it is cheaper not to draft for a while.
+  // per 4 drafted it is cheaper not to draft for a while — the longer, the
+  // more often trying again brought nothing (a proposer that never agrees
+  // with the model, as on text that does not repeat, costs ~1% at most).
   if (rate_ < 0.25) {
-    pause_ = 8;
+    next_pause_ = accepted_ ? 8 : std::min(256, next_pause_ * 2);
+    pause_ = next_pause_;
+    accepted_ = false;
     rate_ = 0.5;  // try again after the pause with a neutral estimate
   }
 }

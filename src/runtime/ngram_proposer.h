@@ -28,8 +28,10 @@ class DraftLength {
 
  private:
   int max_, len_;
-  double rate_ = 1.0;  // running acceptance rate
-  int pause_ = 0;      // plain steps left before trying again
+  double rate_ = 1.0;      // running acceptance rate
+  int pause_ = 0;          // plain steps left before trying again
+  int next_pause_ = 8;     // the pause after the next failing stretch: doubles (to 256) while nothing is accepted
+  bool accepted_ = false;  // anything accepted since the last pause
 };
 
 }  // namespace kestrel

@@ -271,10 +271,12 @@ void ServingEngine::step(double now) {
     const int64_t dim = e_.model->config().n_embd;
     for (const Row& r : rows) {
       if (!r.a->mtp) continue;
-      r.a->mtp->observe(batch.positions[r.first], hidden_.data() + r.first * dim, r.n);
+      // A prompt chunk's tokens are settled; a decode row's state waits for the next draft.
+      r.a->mtp->observe(batch.positions[r.first], batch.tokens.data() + r.first, hidden_.data() + r.first * dim, r.n,
+                        r.n > 1);
       if (r.draft_first >= 0)
-        r.a->mtp->observe(batch.positions[r.draft_first], hidden_.data() + r.draft_first * dim,
-                          static_cast<int64_t>(r.draft.size()));
+        r.a->mtp->observe(batch.positions[r.draft_first], batch.tokens.data() + r.draft_first,
+                          hidden_.data() + r.draft_first * dim, static_cast<int64_t>(r.draft.size()), false);
     }
   }
   const int64_t nv = e_.model->config().n_vocab;

@@ -37,10 +37,25 @@ TEST(DraftLength, GrowsOnAcceptanceShrinksOnRejectionAndPausesWhenItDoesNotPay) 
   d.update(5, 1);
   EXPECT_EQ(d.next(), 2);
   for (int i = 0; i < 6; i++) d.update(2, 0);
-  int plain = 0;
-  for (int i = 0; i < 8; i++) plain += d.next() == 0;
-  EXPECT_EQ(plain, 8);     // a pause of plain decode steps...
-  EXPECT_GT(d.next(), 0);  // ...then drafting again
+  // A pause of plain decode steps, then drafting again (8 steps after a
+  // stretch that had accepted something).
+  auto pause = [&] {
+    int plain = 0;
+    while (d.next() == 0) plain++;
+    return plain;
+  };
+  EXPECT_EQ(pause(), 8);
+  // Nothing accepted since: each further pause doubles, up to 256...
+  std::vector<int> pauses;
+  for (int k = 0; k < 7; k++) {
+    while (d.next() > 0) d.update(1, 0);  // runs until the rate falls below a quarter
+    pauses.push_back(pause() + 1);          // the loop's last next() was a pause step too
+  }
+  EXPECT_EQ(pauses, (std::vector<int>{16, 32, 64, 128, 256, 256, 256}));
+  // ...and one accepted token in a stretch brings it back to 8.
+  d.update(1, 1);
+  while (d.next() > 0) d.update(1, 0);
+  EXPECT_EQ(pause() + 1, 8);
   EXPECT_EQ(DraftLength(0).next(), 0);
 }
 
