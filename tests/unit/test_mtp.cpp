@@ -18,6 +18,7 @@
 #include "model/synth.h"
 #include "runtime/generator.h"
 #include "runtime/mtp_proposer.h"
+#include "runtime/sampler.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -223,6 +224,57 @@ TEST(Mtp, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
     EXPECT_EQ(r.tokens, plain.tokens) << "draft " << k;
     EXPECT_GT(r.spec_drafted, 0) << "draft " << k;
   }
+}
+
+// With a random MTP block (attention over earlier MTP rows matters), each
+// draft equals one built directly on the model: the target run over the
+// history gives every position's state, forward_mtp over all rows (token
+// x_{p+1}, state at p) on a fresh sequence, then greedy chaining. The
+// proposer's rows were built piecemeal — prompt rows during prefill, the
+// rest before each draft, provisional rows overwritten — and must agree.
+TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
+  test::TempDir dir;
+  SynthOptions so;
+  so.shape = synth_preset("deepseek2", "tiny-v3");
+  so.shape.ds.nextn = 1;
+  so.type = GgmlType::F32;
+  const std::string path = dir.file("synth-mtp.gguf");
+  synth_model(so).write_file(path);
+  EngineOptions o = test::shared_engine("", 256);
+  o.model_path = path;
+  o.load_mtp = true;
+  Engine e = Engine::load(o);
+  Engine ref = Engine::load(o);
+  const std::vector<int32_t> prompt = {1, 17, 230, 44, 17, 230, 44, 17, 230, 9, 300, 12};
+  std::vector<Recorded> log;
+  generate_with_mtp(e, prompt, 40, 3, &log);
+  Model& m = *ref.model;
+  const int64_t dim = m.config().n_embd, nv = m.config().n_vocab;
+  int checked = 0;
+  for (const auto& rec : log) {
+    if (rec.draft.empty()) continue;
+    const auto& h = rec.history;
+    const auto rows = static_cast<int64_t>(h.size()) - 1;  // positions 0..len-2 have a state and a next token
+    ref.kv->remove(0);
+    Batch b;
+    for (int64_t p = 0; p < rows; p++) b.add(h[p], static_cast<int32_t>(p), 0, false);
+    std::vector<float> hidden(static_cast<size_t>(rows * dim)), out(hidden.size()), logits(static_cast<size_t>(nv));
+    m.forward(b, *ref.kv, logits.data(), hidden.data());
+    b.clear();
+    for (int64_t p = 0; p < rows; p++) b.add(h[p + 1], static_cast<int32_t>(p), 0, p == rows - 1);
+    m.forward_mtp(b, hidden.data(), *ref.kv, logits.data(), out.data());
+    std::vector<float> state(out.end() - dim, out.end());
+    for (size_t i = 0; i < rec.draft.size(); i++) {
+      const int32_t want = argmax(logits.data(), nv);
+      EXPECT_EQ(rec.draft[i], want) << "draft token " << i << " after " << h.size() << " tokens";
+      b.clear();
+      b.add(want, static_cast<int32_t>(rows + i), 0, true);
+      m.forward_mtp(b, state.data(), *ref.kv, logits.data(), out.data());
+      std::copy(out.begin(), out.begin() + dim, state.begin());
+    }
+    checked++;
+  }
+  EXPECT_GE(checked, 3);
 }
 
 TEST(Mtp, ModelsWithoutMtpLayersAndBadCountsAreRefused) {
