@@ -24,8 +24,9 @@ void SpecSource::attach(GenerationParams& p) const {
     p.draft_source = [d = draft_.get()](const std::vector<int32_t>& h, int max) { return d->propose(h, max); };
   } else if (mtp_) {
     p.draft_source = [m = mtp_.get()](const std::vector<int32_t>& h, int max) { return m->propose(h, max); };
-    p.on_hidden = [m = mtp_.get()](int64_t first, const int32_t* tokens, const float* hidden, int64_t n,
-                                   bool settled) { m->observe(first, tokens, hidden, n, settled); };
+    p.on_hidden = [m = mtp_.get()](int64_t first, const int32_t* tokens, const float* hidden, int64_t n, bool settled) {
+      m->observe(first, tokens, hidden, n, settled);
+    };
   }
 }
 
