@@ -64,27 +64,78 @@ void MtpProposer::catch_up(int64_t last, const std::function<int32_t(int64_t)>& 
 }
 
 std::vector<int32_t> MtpProposer::propose(const std::vector<int32_t>& history, int max) {
-  const auto len = static_cast<int64_t>(history.size());
-  max = static_cast<int>(std::min<int64_t>(max, e_.n_ctx - len));
-  // Catch up positions caught_ .. len-2: each needs the target's state there and the token after it.
-  const int64_t last = len - 2;
-  if (max <= 0 || last < caught_ || last >= have()) return {};
-  catch_up(last, [&](int64_t p) { return history[p + 1]; });
-  pending_.clear();  // any rows observed past last were the target's runs of drafts: the next step redoes them
-  tokens_.clear();
-  Model& m = *e_.model;
+  return propose(e_, {{this, &history, max}})[0];
+}
+
+std::vector<std::vector<int32_t>> MtpProposer::propose(Engine& e, const std::vector<Request>& requests) {
+  Model& m = *e.model;
+  const int64_t chunk = m.max_batch_tokens(), nv = m.config().n_vocab, dim = m.config().n_embd;
+  const size_t nr = requests.size();
+  std::vector<std::vector<int32_t>> drafts(nr);
+  std::vector<int> want(nr, 0);
+  // Rows of the pending forward: inputs, and per logits row its request.
   Batch b;
-  std::vector<int32_t> draft;
-  for (int i = 0; i < max; i++) {
-    const int32_t t = argmax(logits_.data(), static_cast<int64_t>(logits_.size()));
-    draft.push_back(t);
-    if (i + 1 == max) break;
+  std::vector<float> in, out, logits;
+  std::vector<size_t> owners;
+  auto flush = [&] {
+    if (b.size() == 0) return;
+    out.resize(static_cast<size_t>(b.size() * dim));
+    logits.resize(static_cast<size_t>(b.n_logit_rows() * nv));
+    m.forward_mtp(b, in.data(), *e.kv, logits.data(), out.data());
+    for (int64_t i = 0, row = 0; i < b.size(); i++) {
+      if (!b.want_logits[i]) continue;
+      const size_t r = owners[static_cast<size_t>(row)];
+      drafts[r].push_back(argmax(logits.data() + row * nv, nv));
+      std::copy(out.begin() + i * dim, out.begin() + (i + 1) * dim, requests[r].proposer->state_.begin());
+      row++;
+    }
     b.clear();
-    b.add(t, static_cast<int32_t>(last + 1 + i), seq_, true);
-    m.forward_mtp(b, state_.data(), *e_.kv, logits_.data(), hidden_out_.data());
-    std::copy(hidden_out_.begin(), hidden_out_.begin() + dim_, state_.begin());
+    in.clear();
+    owners.clear();
+  };
+  // Catch up positions caught_ .. len-2 of each: its state there and the
+  // token after it; the last row's logits give the first draft.
+  for (size_t r = 0; r < nr; r++) {
+    MtpProposer& p = *requests[r].proposer;
+    const auto& h = *requests[r].history;
+    const auto len = static_cast<int64_t>(h.size());
+    const int64_t last = len - 2;
+    want[r] = static_cast<int>(std::min<int64_t>(requests[r].max, e.n_ctx - len));
+    if (want[r] <= 0 || last < p.caught_ || last >= p.have()) {
+      want[r] = 0;
+      continue;
+    }
+    for (int64_t pos = p.caught_; pos <= last; pos++) {
+      if (b.size() == chunk) flush();
+      b.add(h[pos + 1], static_cast<int32_t>(pos), p.seq_, pos == last);
+      const float* state = p.pending_.data() + (pos - p.caught_) * dim;
+      in.insert(in.end(), state, state + dim);
+      if (pos == last) owners.push_back(r);
+    }
   }
-  return draft;
+  flush();  // may throw (a full KV pool): nothing below has changed a proposer yet
+  for (size_t r = 0; r < nr; r++) {
+    if (want[r] == 0) continue;
+    MtpProposer& p = *requests[r].proposer;
+    p.caught_ = static_cast<int64_t>(requests[r].history->size()) - 1;
+    // Rows observed past the last were the target's runs of drafts: the next step redoes them.
+    p.pending_.clear();
+    p.tokens_.clear();
+  }
+  // Then each draft position: a row per request still drafting, chained on the block's own state.
+  for (int step = 1;; step++) {
+    for (size_t r = 0; r < nr; r++) {
+      if (want[r] <= step || static_cast<int>(drafts[r].size()) != step) continue;
+      if (b.size() == chunk) flush();
+      MtpProposer& p = *requests[r].proposer;
+      b.add(drafts[r].back(), static_cast<int32_t>(p.caught_ - 1 + step), p.seq_, true);
+      in.insert(in.end(), p.state_.begin(), p.state_.end());
+      owners.push_back(r);
+    }
+    if (b.size() == 0) break;
+    flush();
+  }
+  return drafts;
 }
 
 }  // namespace kestrel

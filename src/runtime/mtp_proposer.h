@@ -33,6 +33,16 @@ class MtpProposer {
   // not run yet and whose earlier positions it has observed.
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
 
+  struct Request {
+    MtpProposer* proposer = nullptr;                 // one per sequence, all on the same engine
+    const std::vector<int32_t>* history = nullptr;  // as for propose()
+    int max = 0;
+  };
+  // Drafts for several sequences at once (the server's decoding requests):
+  // their catch-up rows share forwards, then each draft position is one
+  // forward with a row per sequence. In order; empty where there is nothing to draft.
+  static std::vector<std::vector<int32_t>> propose(Engine& engine, const std::vector<Request>& requests);
+
  private:
   // Runs the rows at positions caught_..last (the token after p from
   // next_token(p)); the last row's logits and state are kept for drafting.
@@ -45,7 +55,7 @@ class MtpProposer {
   int64_t caught_ = 0;           // MTP rows at positions < caught_ are built on the target's own states
   std::vector<float> pending_;   // the target's hidden states at positions caught_.., one row each
   std::vector<int32_t> tokens_;  // ...and the tokens at those positions
-  std::vector<float> logits_, hidden_out_, state_;
+  std::vector<float> logits_, hidden_out_, state_;  // state_: the block's output at the last row run
 };
 
 }  // namespace kestrel

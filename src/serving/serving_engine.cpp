@@ -352,19 +352,16 @@ void ServingEngine::add_drafts(std::vector<Row>& rows, Batch& batch, std::vector
     std::vector<DraftModelProposer::Request> reqs;
     for (size_t k = 0; k < want_rows.size(); k++) reqs.push_back({rows[want_rows[k]].a->seq, &rows[want_rows[k]].a->tokens, want[k]});
     drafts = c_.draft_model->propose(reqs);
-  } else {
-    for (size_t k = 0; k < want_rows.size(); k++) {
-      Active& a = *rows[want_rows[k]].a;
-      if (!a.mtp) {
-        drafts[k] = NgramProposer().propose(a.tokens, want[k]);
-        continue;
-      }
-      try {
-        drafts[k] = a.mtp->propose(a.tokens, want[k]);
-      } catch (const Error&) {
-        drafts[k].clear();  // the pool had no room for the MTP rows: no draft this step
-      }
+  } else if (c_.mtp) {
+    std::vector<MtpProposer::Request> reqs;
+    for (size_t k = 0; k < want_rows.size(); k++) reqs.push_back({rows[want_rows[k]].a->mtp.get(), &rows[want_rows[k]].a->tokens, want[k]});
+    try {
+      if (!reqs.empty()) drafts = MtpProposer::propose(e_, reqs);
+    } catch (const Error&) {
+      for (auto& d : drafts) d.clear();  // the pool had no room for the MTP rows: no drafts this step
     }
+  } else {
+    for (size_t k = 0; k < want_rows.size(); k++) drafts[k] = NgramProposer().propose(rows[want_rows[k]].a->tokens, want[k]);
   }
   for (size_t k = 0; k < want_rows.size(); k++) {
     Row& r = rows[want_rows[k]];

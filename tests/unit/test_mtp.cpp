@@ -277,6 +277,52 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
   EXPECT_GE(checked, 3);
 }
 
+// The server drafts for all its decoding requests at once: three sequences
+// of different lengths, one catch-up forward and shared chain steps, give
+// each the draft it gets alone.
+TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
+  test::TempDir dir;
+  SynthOptions so;
+  so.shape = synth_preset("deepseek2", "tiny-v3");
+  so.shape.ds.nextn = 1;
+  so.type = GgmlType::F32;
+  const std::string path = dir.file("synth-mtp.gguf");
+  synth_model(so).write_file(path);
+  EngineOptions o = test::shared_engine("", 128);
+  o.model_path = path;
+  o.load_mtp = true;
+  o.n_seq_max = 3;
+  o.max_batch_tokens = 16;  // the joint catch-up spans several forwards
+  const std::vector<std::vector<int32_t>> histories = {
+      {1, 5, 9, 5, 9, 5, 30, 31, 32, 33, 34, 35, 36, 37, 38}, {1, 200, 201}, {1, 44, 45, 46, 47, 48, 49, 50, 51}};
+  auto drafts = [&](bool together) {
+    Engine e = Engine::load(o);
+    std::vector<std::unique_ptr<MtpProposer>> ps;
+    const int64_t dim = e.model->config().n_embd;
+    for (int32_t s = 0; s < 3; s++) {
+      ps.push_back(std::make_unique<MtpProposer>(e, s));
+      const auto& h = histories[s];
+      Batch b;
+      for (size_t p = 0; p + 1 < h.size(); p++) b.add(h[p], static_cast<int32_t>(p), s, p + 2 == h.size());
+      std::vector<float> hidden(static_cast<size_t>(b.size() * dim)), logits(e.model->config().n_vocab);
+      e.model->forward(b, *e.kv, logits.data(), hidden.data());
+      ps.back()->observe(0, b.tokens.data(), hidden.data(), b.size(), false);  // caught up only when drafting
+    }
+    std::vector<std::vector<int32_t>> out;
+    if (together) {
+      std::vector<MtpProposer::Request> reqs;
+      for (int s = 0; s < 3; s++) reqs.push_back({ps[s].get(), &histories[s], 2 + s});
+      out = MtpProposer::propose(e, reqs);
+    } else {
+      for (int s = 0; s < 3; s++) out.push_back(ps[s]->propose(histories[s], 2 + s));
+    }
+    return out;
+  };
+  const auto alone = drafts(false), together = drafts(true);
+  for (int s = 0; s < 3; s++) EXPECT_EQ(alone[s].size(), static_cast<size_t>(2 + s));
+  EXPECT_EQ(together, alone);
+}
+
 TEST(Mtp, ModelsWithoutMtpLayersAndBadCountsAreRefused) {
   EngineOptions o = test::shared_engine("models/stories260K.gguf", 64);
   o.load_mtp = true;
