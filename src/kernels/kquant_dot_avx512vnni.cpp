@@ -1,15 +1,14 @@
-// AVX-512 VNNI (256-bit vpdpbusd) k-quant dots and 512-bit FP8 dots (kquant_dot_simd.h); called only when the CPU has
-// them.
+// AVX-512 k-quant dots (512-bit vpmaddubsw + vpmaddwd, one token or four) and 512-bit FP8 dots; called only when
+// the CPU has AVX-512 VNNI (the table stands for that level).
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "kernels/fp8_f16c.h"
 #include "kernels/kquant_dot.h"
 
 namespace kestrel {
 namespace {
-#define KESTREL_KQ_VNNI 1
-#include "kernels/kquant_dot_simd.h"  // NOLINT(bugprone-suspicious-include): one ISA per TU
-
 // 16 E4M3 bytes to 16 floats / 256 (as in e4m3x8_div256, 512 bits wide).
 inline __m512 e4m3x16_div256(const uint8_t* q) {
   const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
@@ -28,10 +27,159 @@ float dot_fp8(const BlockFp8* w, const float* x, int64_t n) {
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
+// Prefill: T tokens against one row, 512 bits wide. Per 64 weights and
+// token, vpmaddubsw (unsigned levels x signed activations, pairs stay
+// within int16) then vpmaddwd by the sub-blocks' scales as int16 (pairs
+// summed and scaled in one instruction; no 32-bit multiplies); minimums and
+// offsets go through the activations' sums of 16, vectorised the same way.
+inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// The 12 scale bytes of a Q4_K/Q5_K block as 16 int16: 8 scales, then 8
+// minimums (ggml's packing: 6 bits each, the top two of the last four in
+// the first eight bytes).
+inline __m256i scales_and_mins_k4(const uint8_t* q) {
+  uint32_t u[4];
+  std::memcpy(u, q, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  const uint32_t mins_lo = u[1] & k6;
+  u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  u[2] = mins_lo;
+  u[0] &= k6;
+  return _mm256_cvtepu8_epi16(
+      _mm_setr_epi32(static_cast<int>(u[0]), static_cast<int>(u[1]), static_cast<int>(u[2]), static_cast<int>(u[3])));
+}
+
+template <bool kFive, int T, typename Block>
+void dot_k4_512(const Block* w, const BlockQ8_K* const* xs, int64_t n, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  // Lanes 0-15 take scale 2c, lanes 16-31 scale 2c + 1 (int16 lanes of the 64 products' pairs).
+  __m512i pick[4];
+  for (int c = 0; c < 4; c++)
+    pick[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(2 * c))),
+                                 _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+  __m512 acc[T];
+  __m128 acc_min[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), acc_min[t] = _mm_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    const __m256i sm = scales_and_mins_k4(w[i].scales);
+    const __m512i scales = _mm512_castsi256_si512(sm);  // lanes 0-7: the scales
+    const __m128i mins = _mm256_extracti128_si256(sm, 1);
+    __m512i sumi[T];
+    for (int t = 0; t < T; t++) sumi[t] = _mm512_setzero_si512();
+    __m256i qh;
+    if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh));
+    for (int c = 0; c < 4; c++) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 32 * c));
+      __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (kFive) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+      }
+      const __m512i levels = join(lo, hi);  // sub-blocks 2c and 2c + 1: 64 activations in a row
+      const __m512i scale = _mm512_permutexvar_epi16(pick[c], scales);
+      for (int t = 0; t < T; t++) {
+        const __m512i a = _mm512_loadu_si512(xs[t][i].qs + 64 * c);
+        sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(levels, a), scale));
+      }
+    }
+    const float wd = _cvtsh_ss(w[i].d), wmin = _cvtsh_ss(w[i].dmin);
+    for (int t = 0; t < T; t++) {
+      const BlockQ8_K& x = xs[t][i];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_set1_ps(x.d * wd), acc[t]);
+      // Sums of 32 activations (adjacent bsums added) times each sub-block's minimum.
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
+      const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+      acc_min[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(sums32, mins)), _mm_set1_ps(x.d * wmin), acc_min[t]);
+    }
+  }
+  for (int t = 0; t < T; t++)
+    out[t] = _mm512_reduce_add_ps(acc[t]) - _mm512_reduce_add_ps(_mm512_zextps128_ps512(acc_min[t]));
+}
+
+template <int T>
+void dot_q6_K_512(const BlockQ6_K* w, const BlockQ8_K* const* xs, int64_t n, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+  // Bytes 0-3 of a 4-byte group, each repeated 8 times (within each 128-bit lane: 0,1 then 2,3).
+  const __m256i repeat8 =
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  __m512 acc[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    __m512i sumi[T];
+    for (int t = 0; t < T; t++) sumi[t] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
+      const __m256i lows[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+      __m256i level[4];
+      for (int q = 0; q < 4; q++)
+        level[q] =
+            _mm256_or_si256(lows[q], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), three), 4));
+      for (int k = 0; k < 2; k++) {
+        // Activations 128h + 64k .. +63: sub-blocks of 16 with scales[8h + 4k .. + 3].
+        const __m512i levels = join(level[2 * k], level[2 * k + 1]);
+        int32_t four;
+        std::memcpy(&four, w[i].scales + 8 * h + 4 * k, 4);
+        const __m512i scale =
+            _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_cvtsi32_si128(four)), repeat8));
+        for (int t = 0; t < T; t++) {
+          const __m512i a = _mm512_loadu_si512(xs[t][i].qs + 128 * h + 64 * k);
+          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(levels, a), scale));
+        }
+      }
+    }
+    // The levels carry an offset of 32: 32 * scale * (sum of the activations)
+    // per sub-block of 16, taken off in integers (in floats, after the large
+    // sums, it would cancel away digits of the result).
+    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales)));
+    const float wd = _cvtsh_ss(w[i].d);
+    for (int t = 0; t < T; t++) {
+      const BlockQ8_K& x = xs[t][i];
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
+      const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(bs, scales), 5));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offset)), _mm512_set1_ps(x.d * wd), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// One token (decode) through the same arithmetic, so a row's logits do not
+// depend on whether it ran alone or in a batch (speculative verification
+// compares the two).
+float dot_q4_K_512(const BlockQ4_K* w, const BlockQ8_K* x, int64_t n) {
+  float out;
+  dot_k4_512<false, 1>(w, &x, n, &out);
+  return out;
+}
+float dot_q5_K_512(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n) {
+  float out;
+  dot_k4_512<true, 1>(w, &x, n, &out);
+  return out;
+}
+float dot_q6_K_512(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
+  float out;
+  dot_q6_K_512<1>(w, &x, n, &out);
+  return out;
+}
+void dot4_q4_K_512(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
+  dot_k4_512<false, 4>(w, x, n, out);
+}
+void dot4_q5_K_512(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
+  dot_k4_512<true, 4>(w, x, n, out);
+}
+void dot4_q6_K_512(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
+  dot_q6_K_512<4>(w, x, n, out);
+}
+
 }  // namespace
 
 const KQuantDots* avx512vnni_kquant_dots() {
-  static const KQuantDots k{"avx512 vnni", dot_q4_K, dot_q5_K, dot_q6_K, dot_fp8, dot4_q4_K, dot4_q5_K, dot4_q6_K};
+  static const KQuantDots k{"avx512 vnni", dot_q4_K_512,  dot_q5_K_512,  dot_q6_K_512,
+                            dot_fp8,       dot4_q4_K_512, dot4_q5_K_512, dot4_q6_K_512};
   return &k;
 }
 

@@ -1,17 +1,13 @@
 #pragma once
-// The k-quant and FP8 row dots in 256-bit vectors, shared by the AVX2 and the
-// AVX-512 VNNI builds; they differ only in dot32 (32 unsigned weight levels
-// times 32 signed activations, summed in groups of four into 8 int32 lanes).
-// Included by exactly one translation unit per ISA, inside an anonymous
-// namespace, after <immintrin.h>, kernels/kquant_dot.h and kernels/fp8_f16c.h.
+// The k-quant and FP8 row dots in 256-bit vectors for the AVX2 build (the
+// AVX-512 table has its own 512-bit ones); dot32: 32 unsigned weight levels
+// times 32 signed activations, summed in groups of four into 8 int32 lanes.
+// Included by one translation unit, inside an anonymous namespace, after
+// <immintrin.h>, kernels/kquant_dot.h and kernels/fp8_f16c.h.
 
 inline __m256i dot32(__m256i acc, __m256i u8, __m256i s8) {
-#ifdef KESTREL_KQ_VNNI
-  return _mm256_dpbusd_epi32(acc, u8, s8);
-#else
   // Levels are at most 63 and activations at least -127: pairs stay within int16.
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
-#endif
 }
 
 inline float hsum_ps(__m256 v) {
