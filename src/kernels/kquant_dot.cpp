@@ -104,6 +104,7 @@ const KQuantDots& scalar_kquant_dots() {
                             dot_q5_K,
                             dot_q6_K,
                             dot_fp8,
+                            4,
                             dot4<BlockQ4_K, dot_q4_K>,
                             dot4<BlockQ5_K, dot_q5_K>,
                             dot4<BlockQ6_K, dot_q6_K>};

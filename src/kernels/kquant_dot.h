@@ -32,10 +32,12 @@ struct KQuantDots {
   float (*q5_K)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n);
   float (*q6_K)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n);
   float (*fp8)(const BlockFp8* w, const float* x, int64_t n);
-  // Four tokens against one row (prefill): out[t] = dot(w, x[t]).
-  void (*q4_K_x4)(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
-  void (*q5_K_x4)(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
-  void (*q6_K_x4)(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
+  // `tokens` (at most 16) tokens against one row (prefill): out[t] = dot(w, x[t]), equal
+  // to the one-token dots (a row's result must not depend on its batch).
+  int tokens;
+  void (*q4_K_xt)(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
+  void (*q5_K_xt)(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
+  void (*q6_K_xt)(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
 };
 
 const KQuantDots& scalar_kquant_dots();

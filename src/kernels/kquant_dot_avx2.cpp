@@ -13,7 +13,7 @@ float dot_fp8(const BlockFp8* w, const float* x, int64_t n) { return simd_dot_fp
 }  // namespace
 
 const KQuantDots* avx2_kquant_dots() {
-  static const KQuantDots k{"avx2", dot_q4_K, dot_q5_K, dot_q6_K, dot_fp8, dot4_q4_K, dot4_q5_K, dot4_q6_K};
+  static const KQuantDots k{"avx2", dot_q4_K, dot_q5_K, dot_q6_K, dot_fp8, 4, dot4_q4_K, dot4_q5_K, dot4_q6_K};
   return &k;
 }
 

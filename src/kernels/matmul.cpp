@@ -143,28 +143,29 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
     const KQuantDots& kd = kquant_dots();
     const int64_t blocks = cols / kQK_K;
     // Batches: panels of 32 rows (~40 KiB of Q4_K at 2048 columns, in L2)
-    // against 4 tokens at a time (their activations in L1), so neither the
-    // weights nor the activations stream from further out once per token.
+    // against kd.tokens tokens at a time (their activations in L1), so
+    // neither the weights nor the activations stream from further out once per token.
     constexpr int64_t kPanel = 32;
     const bool fp8 = w.type == GgmlType::KESTREL_FP8_E4M3;
-    const int64_t n4 = fp8 ? 0 : n / 4 * 4;
+    const int nt = kd.tokens;
+    const int64_t n_many = fp8 ? 0 : n / nt * nt;
     for (int64_t p0 = r0; p0 < r1; p0 += kPanel) {
       const int64_t p1 = std::min(r1, p0 + kPanel);
-      for (int64_t t = 0; t < n4; t += 4) {
-        const BlockQ8_K* xs[4];
-        for (int j = 0; j < 4; j++) xs[j] = xq8k_.data() + (t + j) * blocks;
+      for (int64_t t = 0; t < n_many; t += nt) {
+        const BlockQ8_K* xs[16];
+        for (int j = 0; j < nt; j++) xs[j] = xq8k_.data() + (t + j) * blocks;
         for (int64_t r = p0; r < p1; r++) {
           const void* wr = base + r * stride;
-          float out[4];
-          if (w.type == GgmlType::Q4_K) kd.q4_K_x4(static_cast<const BlockQ4_K*>(wr), xs, cols, out);
-          else if (w.type == GgmlType::Q5_K) kd.q5_K_x4(static_cast<const BlockQ5_K*>(wr), xs, cols, out);
-          else kd.q6_K_x4(static_cast<const BlockQ6_K*>(wr), xs, cols, out);
-          for (int j = 0; j < 4; j++) y[(t + j) * ldy + r] = out[j];
+          float out[16];
+          if (w.type == GgmlType::Q4_K) kd.q4_K_xt(static_cast<const BlockQ4_K*>(wr), xs, cols, out);
+          else if (w.type == GgmlType::Q5_K) kd.q5_K_xt(static_cast<const BlockQ5_K*>(wr), xs, cols, out);
+          else kd.q6_K_xt(static_cast<const BlockQ6_K*>(wr), xs, cols, out);
+          for (int j = 0; j < nt; j++) y[(t + j) * ldy + r] = out[j];
         }
       }
       for (int64_t r = p0; r < p1; r++) {
         const void* wr = base + r * stride;
-        for (int64_t t = n4; t < n; t++) {
+        for (int64_t t = n_many; t < n; t++) {
           const BlockQ8_K* xq = xq8k_.data() + t * blocks;
           float v;
           switch (w.type) {

@@ -61,13 +61,13 @@ void check_rows(GgmlType type, const uint8_t* rows, int64_t n_rows, int64_t cols
   }
 }
 
-// The four-token forms equal four single dots, on every table.
-TEST(KQuantDot, FourTokenFormsEqualFourSingleDots) {
+// The many-token forms (prefill) equal single dots, on every table.
+TEST(KQuantDot, ManyTokenFormsEqualSingleDots) {
   const int64_t cols = 768;
   const auto w = test::random_floats(static_cast<size_t>(cols), 31);
-  std::vector<std::vector<BlockQ8_K>> xq(4, std::vector<BlockQ8_K>(static_cast<size_t>(cols / kQK_K)));
-  const BlockQ8_K* xs[4];
-  for (int t = 0; t < 4; t++) {
+  std::vector<std::vector<BlockQ8_K>> xq(16, std::vector<BlockQ8_K>(static_cast<size_t>(cols / kQK_K)));
+  const BlockQ8_K* xs[16];
+  for (int t = 0; t < 16; t++) {
     const auto x = test::random_floats(static_cast<size_t>(cols), 40 + t);
     quantize_row_q8_K(x.data(), xq[t].data(), cols);
     xs[t] = xq[t].data();
@@ -76,12 +76,14 @@ TEST(KQuantDot, FourTokenFormsEqualFourSingleDots) {
     std::vector<uint8_t> q(row_bytes(type, cols));
     quantize_row(type, w.data(), q.data(), cols);
     for (const KQuantDots* k : tables()) {
-      float four[4];
-      if (type == GgmlType::Q4_K) k->q4_K_x4(reinterpret_cast<const BlockQ4_K*>(q.data()), xs, cols, four);
-      if (type == GgmlType::Q5_K) k->q5_K_x4(reinterpret_cast<const BlockQ5_K*>(q.data()), xs, cols, four);
-      if (type == GgmlType::Q6_K) k->q6_K_x4(reinterpret_cast<const BlockQ6_K*>(q.data()), xs, cols, four);
-      for (int t = 0; t < 4; t++)
-        EXPECT_FLOAT_EQ(four[t], call(*k, type, q.data(), xs[t], nullptr, cols)) << type_name(type) << " " << k->isa;
+      ASSERT_GE(k->tokens, 1);
+      ASSERT_LE(k->tokens, 16);
+      float many[16];
+      if (type == GgmlType::Q4_K) k->q4_K_xt(reinterpret_cast<const BlockQ4_K*>(q.data()), xs, cols, many);
+      if (type == GgmlType::Q5_K) k->q5_K_xt(reinterpret_cast<const BlockQ5_K*>(q.data()), xs, cols, many);
+      if (type == GgmlType::Q6_K) k->q6_K_xt(reinterpret_cast<const BlockQ6_K*>(q.data()), xs, cols, many);
+      for (int t = 0; t < k->tokens; t++)
+        EXPECT_EQ(many[t], call(*k, type, q.data(), xs[t], nullptr, cols)) << type_name(type) << " " << k->isa;
     }
   }
 }
