@@ -136,10 +136,12 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   end.queue_ms = a.first_step_ms >= 0 ? a.first_step_ms - a.arrival_ms : now - a.arrival_ms;
   end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
   end.e2e_ms = now - a.arrival_ms;
-  a.channel->push(std::move(end));
+  // Counted before the client can see the end: a /metrics scrape right after
+  // a response must include it.
   metrics_.add("kestrel_requests_total", 1, reason);
   if (reason != "error" && reason != "cancelled")
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
+  a.channel->push(std::move(end));
   e_.kv->erase(a.seq);
   if (c_.draft_model) c_.draft_model->forget(a.seq);
   sched_.remove(a.id);
@@ -178,6 +180,7 @@ bool ServingEngine::sample(Active& a, float* logits, double now, int32_t draft, 
   bool kept = false;
   const int32_t tok = draft >= 0 ? a.sampler->sample_or_accept(logits, a.tokens, draft, kept) : a.sampler->sample(logits, a.tokens);
   if (accepted) *accepted = kept;
+  if (kept) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
   if (a.first_token_ms < 0) {
     a.first_token_ms = now;
     metrics_.observe("kestrel_time_to_first_token_seconds", (now - a.arrival_ms) / 1000);
@@ -301,6 +304,11 @@ void ServingEngine::step(double now) {
       continue;
     }
     // The row's own pick, then each draft while the picks keep agreeing with it.
+    // (Counted first: the request may end, and its client scrape /metrics, within the loop.)
+    if (!r.draft.empty()) {
+      metrics_.add("kestrel_spec_drafts_total");
+      metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(r.draft.size()));
+    }
     float* row = logits_.data() + row_logits[ri] * nv;
     int accepted = 0;
     bool alive = true;
@@ -314,11 +322,6 @@ void ServingEngine::step(double now) {
       accepted++;
       a.computed++;  // the draft's keys and values are already in the cache
       row = logits_.data() + (draft_logits[ri] + static_cast<int64_t>(i)) * nv;
-    }
-    if (!r.draft.empty()) {
-      metrics_.add("kestrel_spec_drafts_total");
-      metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(r.draft.size()));
-      metrics_.add("kestrel_spec_accepted_tokens_total", accepted);
     }
     if (!alive) continue;
     if (!r.draft.empty()) {

@@ -197,7 +197,8 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
 // (single-token vs batched arithmetic aside); the output stays identical,
 // and the draft's cache follows the target's history through rejections.
 TEST(Speculation, DraftModelProposals) {
-  for (const char* model : {"models/stories260K.gguf", "reference/llama.cpp/llama-tiny.f32.gguf"}) {
+  for (const char* model : {"models/stories260K.gguf", "reference/llama.cpp/llama-tiny.f32.gguf",
+                            "reference/llama.cpp/qwen2-tiny.f32.gguf", "reference/llama.cpp/deepseek3-tiny.f32.gguf"}) {
     const EngineOptions o = test::shared_engine(model, 256);
     Engine e = Engine::load(o);
     Engine d = Engine::load(o);
