@@ -472,6 +472,9 @@ TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
       {{"serve", "-m", gguf, "--scheduling-policy", "lottery"}, "--scheduling-policy 'lottery'"},
       {{"serve", "-m", gguf, "--chat-template", "alpaca"}, "--chat-template 'alpaca'"},
       {{"serve", "-m", gguf, "--max-batch-size", "0"}, "--max-batch-size 0 is out of range"},
+      {{"serve", "-m", gguf, "--spec", "mtp", "--port", "0"}, "no multi-token-prediction layers"},
+      {{"serve", "-m", gguf, "--spec", "draft", "--port", "0"}, "--spec draft and --draft-model FILE go together"},
+      {{"serve", "-m", gguf, "--spec", "medusa"}, "--spec: medusa not in {none,ngram,draft,mtp}"},
       {{"serve", "-m", gguf, "--host", "203.0.113.7", "--port", "18099"}, "cannot listen on 203.0.113.7:18099"},
       {{"frobnicate"}, "frobnicate"},
   };
