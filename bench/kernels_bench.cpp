@@ -73,6 +73,9 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
       // The output head (vocab 32000): large enough to stream from DRAM.
       b->Args({static_cast<int64_t>(type), 32000, 2048, 1, threads, isa});
     }
+  // k-quants and FP8 run the best table this CPU has (kquant_dots()), whatever the isa argument.
+  for (auto type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::KESTREL_FP8_E4M3})
+    for (int64_t tokens : {1, 64}) b->Args({static_cast<int64_t>(type), 5632, 2048, tokens, threads, 2});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
