@@ -29,6 +29,7 @@ struct BenchFlags {
   std::string spec = "none", spec_prompt, draft_model;
   std::vector<int> draft_max = {1, 2, 4, 8};
   std::vector<int> spec_batch = {1};
+  bool spec_governed = false;
 };
 
 // bench --spec: plain vs speculative greedy decoding of one prompt, per
@@ -67,12 +68,12 @@ int run_spec(BenchFlags& f) {
   for (const int batch : f.spec_batch) {
     std::vector<SpecBenchRow> rows;
     if (batch == 1) {
-      rows = run_spec_bench(e, prompt, n_gen, f.draft_max, f.reps, source);
+      rows = run_spec_bench(e, prompt, n_gen, f.draft_max, f.reps, source, f.spec_governed);
     } else {
       std::vector<std::vector<int32_t>> prompts;
       for (int i = 0; i < batch; i++)
         prompts.push_back(e.tokenizer->encode(text.substr(text.size() * i / (2 * static_cast<size_t>(batch))), true, false));
-      rows = run_batch_spec_bench(e, prompts, n_gen, f.draft_max, f.reps, {source.draft_model(), f.spec == "mtp"});
+      rows = run_batch_spec_bench(e, prompts, n_gen, f.draft_max, f.reps, {source.draft_model(), f.spec == "mtp", f.spec_governed});
     }
     for (const auto& r : rows)
       fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.2f}x | {:.1f}% | {:.2f} |\n", batch, r.draft_max, r.plain_ts,
@@ -200,6 +201,9 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}));
   cmd->add_option("--spec-prompt", f.spec_prompt, "With --spec: the text to continue (a repetitive one suits ngram)");
   cmd->add_option("--draft-model", f.draft_model, "With --spec draft: the draft model");
+  cmd->add_flag("--spec-governed", f.spec_governed,
+                "With --spec: let the governor stop drafting while it measures slower, as run and serve do "
+                "(default: draft as the adaptive length allows: the raw curve)");
   cmd->add_option("--spec-batch", f.spec_batch, "With --spec: requests decoding at once (e.g. 1,8)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "runtime/ngram_proposer.h"
+#include "runtime/spec_governor.h"
 #include "runtime/text_stream.h"
 
 namespace kestrel {
@@ -13,6 +14,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Speculation's governor: probes of 8 steps with and without drafts, then
+// 128 steps in the faster mode (spec_governor.h).
+constexpr int kGovernorWindow = 8, kGovernorPeriod = 128;
 
 }  // namespace
 
@@ -109,13 +114,17 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     // next token; the cache drops the rejected drafts.
     const NgramProposer proposer;
     DraftLength length(static_cast<int>(spec_rows - 1));
+    SpecGovernor governor(kGovernorWindow, kGovernorPeriod);
     bool going = take(sampler.sample(logits.data(), history));
     while (going) {
+      const auto step_start = Clock::now();
+      const auto taken_before = static_cast<int64_t>(r.tokens.size());
       const auto pos = static_cast<int64_t>(history.size()) - 1;
       // Drafts must fit the context, and leave the step's own pick within max_tokens.
       const int64_t room =
           std::min(e.n_ctx - 1 - pos, params.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1);
-      const int want = static_cast<int>(std::min<int64_t>(length.next(), std::max<int64_t>(room, 0)));
+      const int want =
+          !params.spec_governed || governor.drafting() ? static_cast<int>(std::min<int64_t>(length.next(), std::max<int64_t>(room, 0))) : 0;
       std::vector<int32_t> draft = params.draft_source ? params.draft_source(history, want) : proposer.propose(history, want);
       if (static_cast<int>(draft.size()) > want) draft.resize(static_cast<size_t>(want));
       batch.clear();
@@ -140,6 +149,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
         r.spec_accepted += accepted;
         length.update(static_cast<int>(draft.size()), accepted);
       }
+      governor.record(static_cast<int64_t>(r.tokens.size()) - taken_before, seconds_since(step_start));
     }
   }
   if (r.stop_reason != "stop") {

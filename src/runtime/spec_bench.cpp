@@ -15,7 +15,8 @@ double decode_rate(const GenerationResult& r) {
 }  // namespace
 
 std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen,
-                                         const std::vector<int>& draft_maxes, int reps, const SpecSource& source) {
+                                         const std::vector<int>& draft_maxes, int reps, const SpecSource& source,
+                                         bool governed) {
   GenerationParams p;
   p.max_tokens = n_gen;
   p.sampling.temperature = 0.0f;
@@ -29,6 +30,7 @@ std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& 
       GenerationParams plain_params = p, spec_params = p;
       plain.push_back(decode_rate(generate(e, prompt, plain_params)));
       spec_params.spec_draft_max = k;
+      spec_params.spec_governed = governed;
       source.attach(spec_params);
       const GenerationResult s = generate(e, prompt, spec_params);
       spec.push_back(decode_rate(s));

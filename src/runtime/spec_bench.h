@@ -19,8 +19,9 @@ struct SpecBenchRow {
   double tokens_per_step = 0;        // generated tokens per verification step with a draft
 };
 
-// source: the proposer, built on e.
+// source: the proposer, built on e; governed: as GenerationParams::spec_governed.
 std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen,
-                                         const std::vector<int>& draft_maxes, int reps, const SpecSource& source);
+                                         const std::vector<int>& draft_maxes, int reps, const SpecSource& source,
+                                         bool governed = false);
 
 }  // namespace kestrel

@@ -28,6 +28,7 @@ BatchRun run_once(Engine& e, const std::vector<std::vector<int32_t>>& prompts, i
     c.draft_model = source.draft_model;
     c.mtp = source.mtp;
   }
+  c.spec_governed = source.governed;
   ServingEngine engine(e, c, metrics);
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (const auto& p : prompts) {

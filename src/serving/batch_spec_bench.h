@@ -14,6 +14,7 @@ namespace kestrel {
 struct BatchSpecSource {
   DraftModelProposer* draft_model = nullptr;  // its cache must hold one sequence per request
   bool mtp = false;                           // the engine was loaded with load_mtp
+  bool governed = false;                      // as ServingConfig::spec_governed
 };
 
 // prompts: one per request (all submitted together, greedy, n_gen tokens

@@ -265,7 +265,10 @@ void ServingEngine::step(double now) {
     rows.push_back({&a, n, last, {}, batch.size() - n, -1});
   }
   std::vector<size_t> drafted;  // rows that carry drafts, in batch order
-  if (c_.spec_draft_max > 0) add_drafts(rows, batch, drafted);
+  bool decode_only = !rows.empty();  // the governor times steps of decoding requests only
+  for (const Row& r : rows) decode_only = decode_only && r.logits && r.n == 1;
+  const double step_start = now_ms();
+  if (c_.spec_draft_max > 0 && (!c_.spec_governed || governor_.drafting())) add_drafts(rows, batch, drafted);
   if (batch.size() == 0) return;
   metrics_.set("kestrel_batch_size", static_cast<double>(rows.size()));
   metrics_.set("kestrel_batch_tokens", static_cast<double>(batch.size()));
@@ -294,6 +297,7 @@ void ServingEngine::step(double now) {
     logit_row += static_cast<int64_t>(rows[ri].draft.size());
   }
   const double done_ms = now_ms();
+  int64_t step_tokens = 0;  // tokens sampled this step, for the governor
   for (size_t ri = 0; ri < rows.size(); ri++) {
     const Row& r = rows[ri];
     Active& a = *r.a;
@@ -317,6 +321,7 @@ void ServingEngine::step(double now) {
       const int32_t d = i < r.draft.size() ? r.draft[i] : -1;
       bool kept = false;
       alive = sample(a, row, done_ms, d, &kept);  // may finish (and free) a
+      step_tokens++;
       if (!alive) break;
       if (!kept) break;
       accepted++;
@@ -331,6 +336,7 @@ void ServingEngine::step(double now) {
     e_.kv->publish_prefix(a.seq, a.tokens.data(), a.computed);
     sched_.advance(a.id, a.computed, sched_.blocks_for(e_.kv->length(a.seq)));
   }
+  if (decode_only && c_.spec_draft_max > 0) governor_.record(step_tokens, (now_ms() - step_start) / 1000);
 }
 
 // Decoding requests (one new token) get drafts after it, as far as the

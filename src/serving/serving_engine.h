@@ -19,6 +19,7 @@
 #include "runtime/engine.h"
 #include "runtime/mtp_proposer.h"
 #include "runtime/ngram_proposer.h"
+#include "runtime/spec_governor.h"
 #include "runtime/sampler.h"
 #include "runtime/text_stream.h"
 #include "serving/metrics.h"
@@ -83,6 +84,8 @@ struct ServingConfig {
   // of a step at once.
   DraftModelProposer* draft_model = nullptr;
   bool mtp = false;  // the target's own MTP block (loaded with EngineOptions::load_mtp)
+  // Drafting stops while decode steps measure slower with it (spec_governor.h).
+  bool spec_governed = true;
 };
 
 class ServingEngine {
@@ -156,6 +159,7 @@ class ServingEngine {
   int64_t next_id_ = 1;
   std::vector<float> logits_;
   std::vector<float> hidden_;     // the step's final hidden states (MTP speculation)
+  SpecGovernor governor_{8, 128};  // decode steps only
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused
   std::chrono::steady_clock::time_point t0_;

@@ -12,6 +12,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/ngram_proposer.h"
 #include "runtime/sampler.h"
+#include "runtime/spec_governor.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -57,6 +58,26 @@ TEST(DraftLength, GrowsOnAcceptanceShrinksOnRejectionAndPausesWhenItDoesNotPay) 
   while (d.next() > 0) d.update(1, 0);
   EXPECT_EQ(pause() + 1, 8);
   EXPECT_EQ(DraftLength(0).next(), 0);
+}
+
+// The governor probes both modes and runs the faster one, then probes again.
+TEST(SpecGovernor, RunsTheModeThatMeasuredFasterAndProbesAgain) {
+  for (const bool spec_faster : {true, false}) {
+    SpecGovernor g(4, 10);
+    // A drafting step makes 3 tokens in 2 ms (faster) or in 6 ms (slower); a plain step 1 token in 1 ms.
+    auto step = [&] { g.drafting() ? g.record(3, spec_faster ? 0.002 : 0.006) : g.record(1, 0.001); };
+    std::vector<bool> modes;
+    for (int i = 0; i < 4 + 4 + 10 + 4 + 4; i++) {
+      modes.push_back(g.drafting());
+      step();
+    }
+    for (int i = 0; i < 4; i++) EXPECT_TRUE(modes[i]) << "probe with drafts, step " << i;
+    for (int i = 4; i < 8; i++) EXPECT_FALSE(modes[i]) << "probe without, step " << i;
+    for (int i = 8; i < 18; i++) EXPECT_EQ(modes[i], spec_faster) << "run, step " << i;
+    for (int i = 18; i < 22; i++) EXPECT_TRUE(modes[i]) << "probe again, step " << i;
+    EXPECT_NEAR(g.spec_rate(), spec_faster ? 1500.0 : 500.0, 1e-6);
+    EXPECT_NEAR(g.plain_rate(), 1000.0, 1e-6);
+  }
 }
 
 // Rolling back rejected drafts leaves the cache as if they were never written.
@@ -122,6 +143,7 @@ TEST(Speculation, SamplingWithDraftsRunsAndStaysWithinTheSettings) {
   const auto prompt =
       e.tokenizer->encode("Once upon a time, there was a cat. Once upon a time, there was a", true, false);
   GenerationParams p;
+  p.spec_governed = false;  // counts of drafts below: draft every step the length allows
   p.sampling.temperature = 0.8f;
   p.sampling.seed = 7;
   p.max_tokens = 100;
@@ -159,6 +181,7 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     Engine e = Engine::load(o);
     const auto prompt = e.tokenizer->encode(c.prompt, true, false);
     GenerationParams p;
+    p.spec_governed = false;  // counts of drafts below: draft every step the length allows
     p.max_tokens = c.n;
     p.sampling.temperature = 0.0f;
     p.ignore_eos = true;
@@ -187,6 +210,10 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     EXPECT_EQ(oracle.tokens, plain.tokens) << c.model << " oracle drafts";
     EXPECT_GT(oracle.spec_accepted, c.n / 4) << c.model;
     EXPECT_LT(oracle.spec_accepted, oracle.spec_drafted) << c.model;  // some were rejected and rolled back
+    // The governor (run's and serve's default) may stop drafting when it measures slower: same tokens.
+    p.spec_governed = true;
+    EXPECT_EQ(generate(e, prompt, p).tokens, plain.tokens) << c.model << " governed";
+    p.spec_governed = false;
     p.draft_source = nullptr;
     p.spec_draft_max = 0;
   }
@@ -205,6 +232,7 @@ TEST(Speculation, DraftModelProposals) {
     DraftModelProposer proposer(d, e.model->config().n_vocab);
     const auto prompt = e.tokenizer->encode("Once upon a time, there was a little dog", true, false);
     GenerationParams p;
+    p.spec_governed = false;  // counts of drafts below: draft every step the length allows
     p.sampling.temperature = 0.0f;
     p.max_tokens = 60;
     p.ignore_eos = true;
@@ -231,6 +259,7 @@ TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
   Engine e = Engine::load(o);
   const auto prompt = e.tokenizer->encode("Once upon a time, Once upon a time, Once upon a time,", true, false);
   GenerationParams p;
+  p.spec_governed = false;  // counts of drafts below: draft every step the length allows
   p.sampling.temperature = 0.0f;
   p.ignore_eos = true;
   p.max_tokens = 500;  // the context (64) ends it
