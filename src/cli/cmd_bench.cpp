@@ -202,8 +202,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--spec-prompt", f.spec_prompt, "With --spec: the text to continue (a repetitive one suits ngram)");
   cmd->add_option("--draft-model", f.draft_model, "With --spec draft: the draft model");
   cmd->add_flag("--spec-governed", f.spec_governed,
-                "With --spec: let the governor stop drafting while it measures slower, as run and serve do "
-                "(default: draft as the adaptive length allows: the raw curve)");
+                "With --spec: let the governor stop drafting while it measures slower, as run/serve "
+                "--spec-governed do (default: draft as the adaptive length allows: the raw curve)");
   cmd->add_option("--spec-batch", f.spec_batch, "With --spec: requests decoding at once (e.g. 1,8)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));

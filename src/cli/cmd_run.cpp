@@ -26,7 +26,7 @@ struct RunFlags {
   bool print_ids = false, no_bos = false, parse_special = false;
   std::string spec = "none", draft_model;
   int draft_max = 8;
-  bool spec_always = false;
+  bool spec_governed = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -58,7 +58,7 @@ int run(RunFlags& f) {
   if (f.n_predict < 0) throw Error(fmt::format("-n {} must not be negative", f.n_predict));
   f.gen.max_tokens = f.n_predict;
   f.gen.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
-  f.gen.spec_governed = !f.spec_always;
+  f.gen.spec_governed = f.spec_governed;
   if ((f.spec == "draft") != !f.draft_model.empty())
     throw Error("--spec draft and --draft-model FILE go together");
   f.gen.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
@@ -165,8 +165,8 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--draft-model", f.draft_model, "With --spec draft: a smaller GGUF model sharing the vocabulary");
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per step with --spec")->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_flag("--spec-always", f.spec_always,
-                "Keep drafting even while it measures slower than plain decoding (default: stop for a while)");
+  cmd->add_flag("--spec-governed", f.spec_governed,
+                "With --spec: stop drafting for a while when it measures slower than plain decoding");
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   cmd->add_flag("--no-repack", [](int64_t) { f.engine.repack_weights = false; },

@@ -22,7 +22,7 @@ struct ServeFlags {
   double kv_cache_mem_mib = 0, max_wait_ms = 0, aging_ms = 2000, shutdown_timeout_s = 30;
   std::string spec = "none", draft_model;
   int draft_max = 8;
-  bool spec_always = false;
+  bool spec_governed = false;
 };
 
 // Available memory from /proc/meminfo, in bytes (0 if unknown).
@@ -87,7 +87,7 @@ int run(ServeFlags& f) {
   sc.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
   sc.draft_model = draft.get();
   sc.mtp = f.spec == "mtp";
-  sc.spec_governed = !f.spec_always;
+  sc.spec_governed = f.spec_governed;
   ServingEngine engine(e, sc, metrics);
 
   HttpServerConfig hc;
@@ -164,8 +164,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}))
       ->capture_default_str();
   cmd->add_option("--draft-model", f.draft_model, "With --spec draft: a smaller GGUF model sharing the vocabulary");
-  cmd->add_flag("--spec-always", f.spec_always,
-                "Keep drafting even while decode steps measure slower with it (default: stop for a while)");
+  cmd->add_flag("--spec-governed", f.spec_governed,
+                "With --spec: stop drafting for a while when decode steps measure slower with it");
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per request per step with --spec")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

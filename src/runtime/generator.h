@@ -21,9 +21,9 @@ struct GenerationParams {
   // this many drafted tokens verified per forward step (0: off). Greedy: the
   // same tokens as without; sampling: the same distribution (the draws differ).
   int spec_draft_max = 0;
-  // Drafting stops while it measures slower than plain decoding (spec_governor.h);
-  // false: draft whenever the adaptive draft length allows.
-  bool spec_governed = true;
+  // Stop drafting while it measures slower than plain decoding
+  // (spec_governor.h); off: draft whenever the adaptive draft length allows.
+  bool spec_governed = false;
   // Where drafts come from instead (the proposer seam: a draft model, MTP
   // heads, tests): up to max tokens continuing the history.
   std::function<std::vector<int32_t>(const std::vector<int32_t>& history, int max)> draft_source;

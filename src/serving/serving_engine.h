@@ -84,8 +84,8 @@ struct ServingConfig {
   // of a step at once.
   DraftModelProposer* draft_model = nullptr;
   bool mtp = false;  // the target's own MTP block (loaded with EngineOptions::load_mtp)
-  // Drafting stops while decode steps measure slower with it (spec_governor.h).
-  bool spec_governed = true;
+  // Stop drafting while decode steps measure slower with it (spec_governor.h).
+  bool spec_governed = false;
 };
 
 class ServingEngine {

@@ -362,6 +362,9 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
       << r.err;
   EXPECT_GT(std::stod(rate[1]), 90.0);
   EXPECT_THAT(kestrel({"run", "-m", m, "-p", "Once", "--spec", "draft"}).err, HasSubstr("--draft-model"));
+  r = kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "40", "--temp", "0", "--spec", "ngram", "--spec-governed"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("speculation (ngram):"));
   EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "ngram"}).err, HasSubstr("--spec-prompt"));
   EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "draft", "--spec-prompt", prompt}).err, HasSubstr("--draft-model"));
   EXPECT_THAT(kestrel({"run", "-m", m, "-p", "Once", "--spec", "mtp"}).err,

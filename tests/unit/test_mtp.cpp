@@ -121,7 +121,6 @@ GenerationResult generate_with_mtp(Engine& e, const std::vector<int32_t>& prompt
   p.sampling.temperature = 0.0f;
   p.ignore_eos = true;
   p.spec_draft_max = draft_max;
-  p.spec_governed = false;  // every step drafts: the tests check the drafts
   p.on_hidden = [&](int64_t first, const int32_t* tokens, const float* h, int64_t rows, bool settled) {
     mtp.observe(first, tokens, h, rows, settled);
   };

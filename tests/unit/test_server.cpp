@@ -129,8 +129,7 @@ TEST(Server, CompletionsMatchTheGeneratorAndConcurrentClientsMatchASingleOne) {
 // verified together in the batch, and the counters show up in /metrics.
 // Returns the accepted-token counter.
 double check_speculative_server(const std::string& model, const std::vector<std::string>& spec_args) {
-  std::vector<std::string> args = {"-m", model, "-c", "256", "--max-batch-size", "8", "--draft-max", "6",
-                                   "--spec-always"};
+  std::vector<std::string> args = {"-m", model, "-c", "256", "--max-batch-size", "8", "--draft-max", "6"};
   args.insert(args.end(), spec_args.begin(), spec_args.end());
   test::ServerProcess s(args);
   const std::vector<std::string> prompts = {

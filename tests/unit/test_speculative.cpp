@@ -143,7 +143,6 @@ TEST(Speculation, SamplingWithDraftsRunsAndStaysWithinTheSettings) {
   const auto prompt =
       e.tokenizer->encode("Once upon a time, there was a cat. Once upon a time, there was a", true, false);
   GenerationParams p;
-  p.spec_governed = false;  // counts of drafts below: draft every step the length allows
   p.sampling.temperature = 0.8f;
   p.sampling.seed = 7;
   p.max_tokens = 100;
@@ -181,7 +180,6 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     Engine e = Engine::load(o);
     const auto prompt = e.tokenizer->encode(c.prompt, true, false);
     GenerationParams p;
-    p.spec_governed = false;  // counts of drafts below: draft every step the length allows
     p.max_tokens = c.n;
     p.sampling.temperature = 0.0f;
     p.ignore_eos = true;
@@ -210,7 +208,7 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     EXPECT_EQ(oracle.tokens, plain.tokens) << c.model << " oracle drafts";
     EXPECT_GT(oracle.spec_accepted, c.n / 4) << c.model;
     EXPECT_LT(oracle.spec_accepted, oracle.spec_drafted) << c.model;  // some were rejected and rolled back
-    // The governor (run's and serve's default) may stop drafting when it measures slower: same tokens.
+    // The governor (run/serve --spec-governed) may stop drafting when it measures slower: same tokens.
     p.spec_governed = true;
     EXPECT_EQ(generate(e, prompt, p).tokens, plain.tokens) << c.model << " governed";
     p.spec_governed = false;
@@ -232,7 +230,6 @@ TEST(Speculation, DraftModelProposals) {
     DraftModelProposer proposer(d, e.model->config().n_vocab);
     const auto prompt = e.tokenizer->encode("Once upon a time, there was a little dog", true, false);
     GenerationParams p;
-    p.spec_governed = false;  // counts of drafts below: draft every step the length allows
     p.sampling.temperature = 0.0f;
     p.max_tokens = 60;
     p.ignore_eos = true;
@@ -259,7 +256,6 @@ TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
   Engine e = Engine::load(o);
   const auto prompt = e.tokenizer->encode("Once upon a time, Once upon a time, Once upon a time,", true, false);
   GenerationParams p;
-  p.spec_governed = false;  // counts of drafts below: draft every step the length allows
   p.sampling.temperature = 0.0f;
   p.ignore_eos = true;
   p.max_tokens = 500;  // the context (64) ends it
