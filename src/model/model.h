@@ -75,7 +75,7 @@ class Model {
   // Runs the first MTP layer: row i carries token x_{p+1} at position p and
   // hidden_in row i, the target's final hidden state at p (or the previous
   // MTP step's output when chaining drafts). Its logits predict x_{p+2};
-  // hidden_out gets each row's output state. Its keys and values go to the
+  // hidden_out (may be null) gets each row's output state. Its keys and values go to the
   // KV cache's layers after the trunk's, at position p.
   virtual void forward_mtp(const Batch& batch, const float* hidden_in, PagedKvCache& kv, float* logits,
                            float* hidden_out);

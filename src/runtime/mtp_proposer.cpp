@@ -19,7 +19,6 @@ MtpProposer::MtpProposer(Engine& target, int32_t seq) : e_(target), seq_(seq), d
                                   "use --spec ngram or --spec draft",
                                   c.name)
                     : std::string("the model's multi-token-prediction block was not loaded (EngineOptions::load_mtp)"));
-  logits_.resize(static_cast<size_t>(c.n_vocab));
   state_.resize(static_cast<size_t>(dim_));
 }
 
@@ -39,23 +38,21 @@ void MtpProposer::observe(int64_t first_pos, const int32_t* tokens, const float*
   std::memcpy(pending_.data() + at * dim_, hidden + skip * dim_,
               static_cast<size_t>((n - skip) * dim_) * sizeof(float));
   std::copy(tokens + skip, tokens + n, tokens_.begin() + at);
-  if (settled && have() - 2 >= caught_) catch_up(have() - 2, [&](int64_t p) { return tokens_[p + 1 - caught_]; });
+  if (settled) run_settled_rows();
 }
 
-void MtpProposer::catch_up(int64_t last, const std::function<int32_t(int64_t)>& next_token) {
+void MtpProposer::run_settled_rows() {
+  const int64_t last = have() - 2;  // the last row whose next token is known
+  if (last < caught_) return;
+  // Only their keys and values are wanted: no logits (no head), no output states.
   Model& m = *e_.model;
   const int64_t chunk = m.max_batch_tokens();
   Batch b;
   for (int64_t p0 = caught_; p0 <= last; p0 += chunk) {
     const int64_t p1 = std::min(last + 1, p0 + chunk);
     b.clear();
-    for (int64_t p = p0; p < p1; p++) b.add(next_token(p), static_cast<int32_t>(p), seq_, p == last);
-    // Sized by use: the server keeps one proposer per request.
-    if (hidden_out_.size() < static_cast<size_t>((p1 - p0) * dim_))
-      hidden_out_.resize(static_cast<size_t>((p1 - p0) * dim_));
-    m.forward_mtp(b, pending_.data() + (p0 - caught_) * dim_, *e_.kv, logits_.data(), hidden_out_.data());
-    if (p1 == last + 1)
-      std::copy(hidden_out_.begin() + (p1 - 1 - p0) * dim_, hidden_out_.begin() + (p1 - p0) * dim_, state_.begin());
+    for (int64_t p = p0; p < p1; p++) b.add(tokens_[p + 1 - caught_], static_cast<int32_t>(p), seq_, false);
+    m.forward_mtp(b, pending_.data() + (p0 - caught_) * dim_, *e_.kv, nullptr, nullptr);
   }
   const int64_t done = last + 1 - caught_;
   pending_.erase(pending_.begin(), pending_.begin() + done * dim_);

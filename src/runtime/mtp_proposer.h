@@ -11,7 +11,6 @@
 // block's own output state, as vLLM and SGLang do. Chained rows are
 // provisional: the next catch-up rewrites them.
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -44,9 +43,8 @@ class MtpProposer {
   static std::vector<std::vector<int32_t>> propose(Engine& engine, const std::vector<Request>& requests);
 
  private:
-  // Runs the rows at positions caught_..last (the token after p from
-  // next_token(p)); the last row's logits and state are kept for drafting.
-  void catch_up(int64_t last, const std::function<int32_t(int64_t)>& next_token);
+  // Runs the rows whose next token is among the observed ones (all but the last observed).
+  void run_settled_rows();
   int64_t have() const { return caught_ + static_cast<int64_t>(tokens_.size()); }
 
   Engine& e_;
@@ -55,7 +53,7 @@ class MtpProposer {
   int64_t caught_ = 0;           // MTP rows at positions < caught_ are built on the target's own states
   std::vector<float> pending_;   // the target's hidden states at positions caught_.., one row each
   std::vector<int32_t> tokens_;  // ...and the tokens at those positions
-  std::vector<float> logits_, hidden_out_, state_;  // state_: the block's output at the last row run
+  std::vector<float> state_;  // the block's output at the last row drafted from
 };
 
 }  // namespace kestrel
