@@ -14,6 +14,17 @@ double decode_rate(const GenerationResult& r) {
 
 }  // namespace
 
+SpecBenchRow spec_bench_row(int draft_max, const std::vector<double>& plain_ts, const std::vector<double>& spec_ts,
+                            double draft_steps, double drafted, double accepted) {
+  SpecBenchRow row;
+  row.draft_max = draft_max;
+  row.plain_ts = median(plain_ts);
+  row.spec_ts = median(spec_ts);
+  row.acceptance = drafted > 0 ? accepted / drafted : 0.0;
+  row.tokens_per_step = draft_steps > 0 ? (accepted + draft_steps) / draft_steps : 0.0;
+  return row;
+}
+
 std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen,
                                          const std::vector<int>& draft_maxes, int reps, const SpecSource& source,
                                          bool governed) {
@@ -27,8 +38,8 @@ std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& 
     std::vector<double> plain, spec;
     int64_t drafted = 0, accepted = 0, steps = 0;
     for (int r = 0; r < reps; r++) {
-      GenerationParams plain_params = p, spec_params = p;
-      plain.push_back(decode_rate(generate(e, prompt, plain_params)));
+      plain.push_back(decode_rate(generate(e, prompt, p)));
+      GenerationParams spec_params = p;
       spec_params.spec_draft_max = k;
       spec_params.spec_governed = governed;
       source.attach(spec_params);
@@ -38,13 +49,8 @@ std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& 
       accepted += s.spec_accepted;
       steps += s.spec_steps;
     }
-    SpecBenchRow row;
-    row.draft_max = k;
-    row.plain_ts = median(plain);
-    row.spec_ts = median(spec);
-    row.acceptance = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
-    row.tokens_per_step = steps ? static_cast<double>(accepted + steps) / static_cast<double>(steps) : 0.0;
-    rows.push_back(row);
+    rows.push_back(spec_bench_row(k, plain, spec, static_cast<double>(steps), static_cast<double>(drafted),
+                                  static_cast<double>(accepted)));
   }
   return rows;
 }

@@ -19,6 +19,11 @@ struct SpecBenchRow {
   double tokens_per_step = 0;        // generated tokens per verification step with a draft
 };
 
+// One curve point from the repetitions' decode rates (medians) and the
+// summed counters: steps with a draft, drafted and accepted tokens.
+SpecBenchRow spec_bench_row(int draft_max, const std::vector<double>& plain_ts, const std::vector<double>& spec_ts,
+                            double draft_steps, double drafted, double accepted);
+
 // source: the proposer, built on e; governed: as GenerationParams::spec_governed.
 std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen,
                                          const std::vector<int>& draft_maxes, int reps, const SpecSource& source,

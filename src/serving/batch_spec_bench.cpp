@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/median.h"
 #include "serving/metrics.h"
 #include "serving/serving_engine.h"
 
@@ -79,13 +78,7 @@ std::vector<SpecBenchRow> run_batch_spec_bench(Engine& e, const std::vector<std:
       drafted += s.drafted;
       accepted += s.accepted;
     }
-    SpecBenchRow row;
-    row.draft_max = k;
-    row.plain_ts = median(plain);
-    row.spec_ts = median(spec);
-    row.acceptance = drafted > 0 ? accepted / drafted : 0.0;
-    row.tokens_per_step = drafts > 0 ? (accepted + drafts) / drafts : 0.0;
-    rows.push_back(row);
+    rows.push_back(spec_bench_row(k, plain, spec, drafts, drafted, accepted));
   }
   return rows;
 }
