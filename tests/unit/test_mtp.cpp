@@ -199,12 +199,7 @@ TEST(Mtp, HiddenHalfDraftsTheTargetsLastPickAgain) {
 
 TEST(Mtp, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
   test::TempDir dir;
-  SynthOptions so;
-  so.shape = synth_preset("deepseek2", "tiny-v3");
-  so.shape.ds.nextn = 1;
-  so.type = GgmlType::F32;
-  const std::string path = dir.file("synth-mtp.gguf");
-  synth_model(so).write_file(path);
+  const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
   EngineOptions o = test::shared_engine("", 256);
   o.model_path = path;
   Engine plain_engine = Engine::load(o);
@@ -234,12 +229,7 @@ TEST(Mtp, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
 // rest before each draft, provisional rows overwritten — and must agree.
 TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
   test::TempDir dir;
-  SynthOptions so;
-  so.shape = synth_preset("deepseek2", "tiny-v3");
-  so.shape.ds.nextn = 1;
-  so.type = GgmlType::F32;
-  const std::string path = dir.file("synth-mtp.gguf");
-  synth_model(so).write_file(path);
+  const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
   EngineOptions o = test::shared_engine("", 256);
   o.model_path = path;
   o.load_mtp = true;
@@ -282,12 +272,7 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
 // each the draft it gets alone.
 TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
   test::TempDir dir;
-  SynthOptions so;
-  so.shape = synth_preset("deepseek2", "tiny-v3");
-  so.shape.ds.nextn = 1;
-  so.type = GgmlType::F32;
-  const std::string path = dir.file("synth-mtp.gguf");
-  synth_model(so).write_file(path);
+  const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
   EngineOptions o = test::shared_engine("", 128);
   o.model_path = path;
   o.load_mtp = true;

@@ -20,7 +20,6 @@
 #include <regex>
 #include <thread>
 
-#include "model/synth.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "runtime/kv_cache.h"
@@ -173,13 +172,7 @@ TEST(Server, SpeculativeDecodingKeepsGreedyTextAndCountsDrafts) {
   EXPECT_GT(check_speculative_server(kStories, {"--spec", "draft", "--draft-model", kStories}), 200);
   // A random MTP block drafts poorly, but every step drafts, verifies and rolls back.
   test::TempDir dir;
-  SynthOptions so;
-  so.shape = synth_preset("deepseek2", "tiny-v3");
-  so.shape.ds.nextn = 1;
-  so.type = GgmlType::F32;
-  const std::string mtp_model = dir.file("mtp.gguf");
-  synth_model(so).write_file(mtp_model);
-  check_speculative_server(mtp_model, {"--spec", "mtp"});
+  check_speculative_server(test::write_synth_mtp_model(dir.file("mtp.gguf")), {"--spec", "mtp"});
 }
 
 TEST(Server, StreamingChatAndCompletionFormats) {

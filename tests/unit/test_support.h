@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/synth.h"
 #include "runtime/engine.h"
 
 namespace kestrel::test {
@@ -73,6 +74,17 @@ inline EngineOptions shared_engine(const std::string& rel, int64_t n_ctx = 0) {
   o.n_threads = 2;
   o.n_ctx = n_ctx;
   return o;
+}
+
+// A random-weight DeepSeek-V3-shaped model (synth preset tiny-v3, float32)
+// with one multi-token-prediction block, written to path; returns path.
+inline std::string write_synth_mtp_model(const std::string& path) {
+  SynthOptions so;
+  so.shape = synth_preset("deepseek2", "tiny-v3");
+  so.shape.ds.nextn = 1;
+  so.type = GgmlType::F32;
+  synth_model(so).write_file(path);
+  return path;
 }
 
 }  // namespace kestrel::test
