@@ -40,6 +40,15 @@ struct KQuantDots {
   void (*q6_K_xt)(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out);
 };
 
+// A table's one-token entry from a many-token kernel instantiated for one
+// token: the same arithmetic, so a row's result does not depend on its batch.
+template <typename Block, void (*kKernel)(const Block*, const BlockQ8_K* const*, int64_t, float*)>
+float one_token(const Block* w, const BlockQ8_K* x, int64_t n) {
+  float out;
+  kKernel(w, &x, n, &out);
+  return out;
+}
+
 const KQuantDots& scalar_kquant_dots();
 const KQuantDots* avx2_kquant_dots();        // nullptr when not compiled in
 const KQuantDots* avx512vnni_kquant_dots();  // nullptr when not compiled in

@@ -13,7 +13,16 @@ float dot_fp8(const BlockFp8* w, const float* x, int64_t n) { return simd_dot_fp
 }  // namespace
 
 const KQuantDots* avx2_kquant_dots() {
-  static const KQuantDots k{"avx2", dot_q4_K, dot_q5_K, dot_q6_K, dot_fp8, 4, dot4_q4_K, dot4_q5_K, dot4_q6_K};
+  // One token, and four (prefill).
+  static const KQuantDots k{"avx2",
+                            one_token<BlockQ4_K, simd_dot_k4<false, 1, BlockQ4_K>>,
+                            one_token<BlockQ5_K, simd_dot_k4<true, 1, BlockQ5_K>>,
+                            one_token<BlockQ6_K, simd_dot_q6_K<1>>,
+                            dot_fp8,
+                            4,
+                            simd_dot_k4<false, 4, BlockQ4_K>,
+                            simd_dot_k4<true, 4, BlockQ5_K>,
+                            simd_dot_q6_K<4>};
   return &k;
 }
 

@@ -147,42 +147,23 @@ void dot_q6_K_512(const BlockQ6_K* w, const BlockQ8_K* const* xs, int64_t n, flo
   for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-// One token (decode) through the same arithmetic, so a row's logits do not
-// depend on whether it ran alone or in a batch (speculative verification
-// compares the two).
-float dot_q4_K_512(const BlockQ4_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  dot_k4_512<false, 1>(w, &x, n, &out);
-  return out;
-}
-float dot_q5_K_512(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  dot_k4_512<true, 1>(w, &x, n, &out);
-  return out;
-}
-float dot_q6_K_512(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  dot_q6_K_512<1>(w, &x, n, &out);
-  return out;
-}
 // Prefill: 4 tokens per unpacking of a block's levels (8 measured no faster
 // on the 1.1B at pp128: 114-116 vs 119-131 tok/s for Q4_K, within the noise).
 constexpr int kTokens = 4;
-void dotn_q4_K_512(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
-  dot_k4_512<false, kTokens>(w, x, n, out);
-}
-void dotn_q5_K_512(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
-  dot_k4_512<true, kTokens>(w, x, n, out);
-}
-void dotn_q6_K_512(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
-  dot_q6_K_512<kTokens>(w, x, n, out);
-}
 
 }  // namespace
 
 const KQuantDots* avx512vnni_kquant_dots() {
-  static const KQuantDots k{"avx512 vnni", dot_q4_K_512,  dot_q5_K_512,  dot_q6_K_512, dot_fp8,
-                            kTokens,       dotn_q4_K_512, dotn_q5_K_512, dotn_q6_K_512};
+  // One token (decode) through the same kernels as prefill.
+  static const KQuantDots k{"avx512 vnni",
+                            one_token<BlockQ4_K, dot_k4_512<false, 1, BlockQ4_K>>,
+                            one_token<BlockQ5_K, dot_k4_512<true, 1, BlockQ5_K>>,
+                            one_token<BlockQ6_K, dot_q6_K_512<1>>,
+                            dot_fp8,
+                            kTokens,
+                            dot_k4_512<false, kTokens, BlockQ4_K>,
+                            dot_k4_512<true, kTokens, BlockQ5_K>,
+                            dot_q6_K_512<kTokens>};
   return &k;
 }
 

@@ -102,30 +102,6 @@ void simd_dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* const* xs, int64_t n, fl
   for (int t = 0; t < T; t++) out[t] = hsum_ps(acc[t]);
 }
 
-// The table's entries: one token, and four (prefill).
-float dot_q4_K(const BlockQ4_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  simd_dot_k4<false, 1>(w, &x, n, &out);
-  return out;
-}
-float dot_q5_K(const BlockQ5_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  simd_dot_k4<true, 1>(w, &x, n, &out);
-  return out;
-}
-float dot_q6_K(const BlockQ6_K* w, const BlockQ8_K* x, int64_t n) {
-  float out;
-  simd_dot_q6_K<1>(w, &x, n, &out);
-  return out;
-}
-void dot4_q4_K(const BlockQ4_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
-  simd_dot_k4<false, 4>(w, x, n, out);
-}
-void dot4_q5_K(const BlockQ5_K* w, const BlockQ8_K* const* x, int64_t n, float* out) {
-  simd_dot_k4<true, 4>(w, x, n, out);
-}
-void dot4_q6_K(const BlockQ6_K* w, const BlockQ8_K* const* x, int64_t n, float* out) { simd_dot_q6_K<4>(w, x, n, out); }
-
 inline float simd_dot_fp8(const BlockFp8* w, const float* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKFp8; i++, x += kQKFp8) {
