@@ -15,7 +15,6 @@ DraftModelProposer::DraftModelProposer(Engine& draft, int64_t target_n_vocab) : 
   if (nv != target_n_vocab)
     throw Error(fmt::format("the draft model's vocabulary has {} tokens, the target's {}: they must share one", nv,
                             target_n_vocab));
-  logits_.resize(static_cast<size_t>(nv * d_.model->max_batch_tokens()));
   d_.kv->remove(0);
 }
 
@@ -48,6 +47,8 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<
   std::vector<size_t> owners;  // per logits row of the pending batch: its request
   auto flush = [&] {
     if (b.size() == 0) return;
+    // One logits row per request at most (its last row): sized by use, not by the batch.
+    if (logits_.size() < owners.size() * static_cast<size_t>(nv)) logits_.resize(owners.size() * static_cast<size_t>(nv));
     d_.model->forward(b, *d_.kv, logits_.data());
     for (size_t row = 0; row < owners.size(); row++)
       drafts[owners[row]].push_back(argmax(logits_.data() + static_cast<int64_t>(row) * nv, nv));
