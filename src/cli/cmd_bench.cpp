@@ -37,7 +37,7 @@ struct BenchFlags {
 // the serving engine, each continuing the prompt from a different offset.
 int run_spec(BenchFlags& f) {
   if (f.spec_prompt.empty()) throw Error("--spec needs --spec-prompt FILE (the text to continue)");
-  if ((f.spec == "draft") != !f.draft_model.empty()) throw Error("--spec draft and --draft-model FILE go together");
+  check_draft_model_flags(f.spec, f.draft_model);
   if (f.models.size() != 1) throw Error("--spec measures one model (-m) at a time");
   std::ifstream in(f.spec_prompt, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot read the prompt", f.spec_prompt));

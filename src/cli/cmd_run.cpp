@@ -59,8 +59,7 @@ int run(RunFlags& f) {
   f.gen.max_tokens = f.n_predict;
   f.gen.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
   f.gen.spec_governed = f.spec_governed;
-  if ((f.spec == "draft") != !f.draft_model.empty())
-    throw Error("--spec draft and --draft-model FILE go together");
+  check_draft_model_flags(f.spec, f.draft_model);
   f.gen.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   f.gen.sampling.validate();  // before the (slow) model load
 

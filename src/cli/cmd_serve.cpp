@@ -62,7 +62,7 @@ int run(ServeFlags& f) {
   eo.n_seq_max = f.max_batch_size;
   if (f.kv_cache_mem_mib > 0) eo.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_mem_mib * 1024 * 1024);
   else eo.kv_cache_max_bytes = available_memory() / 5;  // every batch slot at full context, if that fits
-  if ((f.spec == "draft") != !f.draft_model.empty()) throw Error("--spec draft and --draft-model FILE go together");
+  check_draft_model_flags(f.spec, f.draft_model);
   eo.load_mtp = f.spec == "mtp";
   Engine e = Engine::load(eo);
   std::unique_ptr<DraftModelProposer> draft;

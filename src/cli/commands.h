@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "core/error.h"
 #include "kernels/kv_format.h"
 #include "model/model.h"
 
@@ -75,6 +76,11 @@ inline int64_t parse_size(const std::string& s, const char* flag) {
   const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
   if (used == 0 || mult < 0 || v <= 0) throw CLI::ValidationError(fmt::format("{} '{}' is not a size (e.g. 300M, 1.5G)", flag, s));
   return static_cast<int64_t>(v * mult);
+}
+
+// --spec draft needs --draft-model FILE, and a draft model needs --spec draft (run, serve, bench).
+inline void check_draft_model_flags(const std::string& spec, const std::string& draft_model) {
+  if ((spec == "draft") != !draft_model.empty()) throw kestrel::Error("--spec draft and --draft-model FILE go together");
 }
 
 // --kv-type T (keys and values), --kv-type-k T, --kv-type-v T (one of them;
