@@ -12,7 +12,8 @@ namespace kestrel {
 
 #ifndef KESTREL_HAVE_AVX2_KERNELS
 bool attention_tile_available(int, int) { return false; }
-void attend_tile(const PagedKvLayerView&, const AttentionTile&, int, int, float, int32_t, int32_t, float*, float*, float*) {}
+void attend_tile(const PagedKvLayerView&, const AttentionTile&, int, int, float, float, int32_t, int32_t, float*, float*,
+                 float*) {}
 #endif
 
 namespace {
@@ -27,7 +28,7 @@ struct Partial {
 // a KV block at a time: the scores of the block, one softmax rescale, then
 // the weighted values. Dots and axpys use the process's SIMD kernels.
 Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int32_t* table, const float* q, int kvh,
-                     int hd, int vd, float scale, int32_t p0, int32_t p1, float* out) {
+                     int hd, int vd, float scale, float softcap, int32_t p0, int32_t p1, float* out) {
   for (int d = 0; d < vd; d++) out[d] = 0.0f;
   // Dequantized key / value of one position (unused for f32 rows).
   thread_local std::vector<float> kbuf, vbuf;
@@ -44,6 +45,7 @@ Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int3
     float block_max = -std::numeric_limits<float>::infinity();
     for (int32_t j = 0; j < end - p; j++) {
       scores[j] = k.dot_f32(q, kv.k_format.read(kv.k_row(slot0 + j), int64_t{kvh} * hd, kbuf.data(), hd), hd) * scale;
+      if (softcap > 0.0f) scores[j] = softcap * std::tanh(scores[j] / softcap);
       block_max = std::max(block_max, scores[j]);
     }
     if (block_max > s.m) {
@@ -84,6 +86,7 @@ void build_tiles(const AttentionBatch& b, const AttentionShape& s, std::vector<A
         for (int64_t t = t0; t < t1; t++)
           for (int h = h0; h < std::min(h0 + heads_per_tile, (kvh + 1) * group); h++) {
             tile.q[tile.rows] = b.q + (t * s.n_head + h) * s.head_dim;
+            tile.first[tile.rows] = s.first_position(b.positions[t]);
             tile.limit[tile.rows] = b.positions[t] + 1;
             tile.out_row[tile.rows] = t * s.n_head + h;
             tile.rows++;
@@ -126,7 +129,8 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
   const int hd = s.head_dim, vd = s.value_dim();
   const int64_t rows = b.n_tokens * s.n_head, n_tiles = static_cast<int64_t>(tiles.size());
   int32_t longest = 0;
-  for (int64_t t = 0; t < b.n_tokens; t++) longest = std::max(longest, b.positions[t] + 1);
+  for (int64_t t = 0; t < b.n_tokens; t++)
+    longest = std::max(longest, b.positions[t] + 1 - s.first_position(b.positions[t]));
   // Few tiles for the threads (decode): split positions and merge after.
   int64_t splits = 1;
   if (n_tiles < 4 * pool.size())
@@ -143,11 +147,13 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
     for (int64_t w = ti; w < n_tiles * splits; w += nt) {
       AttentionTile tile = tile_data[w / splits];
       const int64_t c = w % splits;
-      int32_t len = 0;
-      for (int r = 0; r < tile.rows; r++) len = std::max(len, tile.limit[r]);
-      const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
+      // The tile's positions [start, end), split evenly.
+      int32_t start = tile.first[0], end = 0;
+      for (int r = 0; r < tile.rows; r++) start = std::min(start, tile.first[r]), end = std::max(end, tile.limit[r]);
+      const int32_t len = end - start;
+      const auto p0 = start + static_cast<int32_t>(len * c / splits), p1 = start + static_cast<int32_t>(len * (c + 1) / splits);
       for (int r = 0; r < tile.rows; r++) tile.out_row[r] = tile.out_row[r] * splits + c;
-      attend_tile(kv, tile, hd, vd, s.scale, p0, c + 1 == splits ? len : p1, out, m, l);
+      attend_tile(kv, tile, hd, vd, s.scale, s.softcap, p0, c + 1 == splits ? end : p1, out, m, l);
       if (splits > 1) continue;
       for (int r = 0; r < tile.rows; r++) {
         float* o = out + tile.out_row[r] * vd;
@@ -165,7 +171,8 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
   const int hd = s.head_dim, vd = s.value_dim();
   const int64_t rows = b.n_tokens * s.n_head;
   int32_t longest = 0;
-  for (int64_t t = 0; t < b.n_tokens; t++) longest = std::max(longest, b.positions[t] + 1);
+  for (int64_t t = 0; t < b.n_tokens; t++)
+    longest = std::max(longest, b.positions[t] + 1 - s.first_position(b.positions[t]));
   // Few (token, head) rows for the threads (decode of few heads, e.g. MLA):
   // split each row's positions into chunks and merge the partial softmaxes.
   int64_t splits = 1;
@@ -179,7 +186,7 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
         const int h = static_cast<int>(w % s.n_head);
         float* out = b.out + (t * s.n_head + h) * vd;
         const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, vd,
-                                       s.scale, 0, b.positions[t] + 1, out);
+                                       s.scale, s.softcap, s.first_position(b.positions[t]), b.positions[t] + 1, out);
         const float inv = 1.0f / p.l;
         for (int d = 0; d < vd; d++) out[d] *= inv;
       }
@@ -198,10 +205,11 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
       const int64_t row = w / splits, c = w % splits;
       const int64_t t = row / s.n_head;
       const int h = static_cast<int>(row % s.n_head);
-      const int64_t len = b.positions[t] + 1;
-      const auto p0 = static_cast<int32_t>(len * c / splits), p1 = static_cast<int32_t>(len * (c + 1) / splits);
+      const int32_t start = s.first_position(b.positions[t]);
+      const int64_t len = b.positions[t] + 1 - start;
+      const auto p0 = start + static_cast<int32_t>(len * c / splits), p1 = start + static_cast<int32_t>(len * (c + 1) / splits);
       const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, vd,
-                                     s.scale, p0, p1, acc_data + w * vd);
+                                     s.scale, s.softcap, p0, p1, acc_data + w * vd);
       m[w] = p.m;
       l[w] = p.l;
     }

@@ -50,7 +50,15 @@ struct AttentionShape {
   int v_dim = 0;  // value dims per head; 0: head_dim. (MLA attends over a
                   // latent: keys of latent + rope dims, values the latent alone,
                   // read from the keys' own rows.)
+  // Sliding-window attention: the query at position p sees keys p - window + 1
+  // .. p (llama.cpp's rule: p - j < window); 0: every earlier position.
+  int32_t window = 0;
+  // Attention logit soft-cap (Gemma 2): score = softcap * tanh(score / softcap),
+  // after the scale; 0: none.
+  float softcap = 0.0f;
   int value_dim() const { return v_dim > 0 ? v_dim : head_dim; }
+  // The first position the query at `pos` attends to.
+  int32_t first_position(int32_t pos) const { return window > 0 && pos + 1 > window ? pos + 1 - window : 0; }
 };
 
 enum class AttentionKernel {
@@ -58,7 +66,7 @@ enum class AttentionKernel {
   PerRow,  // each (token, head) on its own with the dot-kernel table: the reference path
 };
 
-// Token t attends to positions 0..positions[t] of its own sequence.
+// Token t attends to positions first_position(positions[t])..positions[t] of its own sequence.
 void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& batch,
                      const AttentionShape& shape, AttentionKernel kernel = AttentionKernel::Best);
 

@@ -29,6 +29,13 @@ inline __m512 exp16(__m512 x) {
   return _mm512_scalef_ps(y, fx);
 }
 
+// tanh(x) = 1 - 2 / (exp(2x) + 1): saturates to +-1 where exp16 clamps.
+inline __m512 tanh16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = exp16(_mm512_add_ps(x, x));
+  return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+}
+
 }  // namespace
 
 bool attention_tile_available(int head_dim, int v_dim) {
@@ -37,22 +44,25 @@ bool attention_tile_available(int head_dim, int v_dim) {
   return selected_isa() == IsaLevel::Avx512 && f.avx512f && f.avx512dq && fits(head_dim) && fits(v_dim);
 }
 
-void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, int vd, float scale, int32_t p0,
-                 int32_t p1, float* out, float* m_out, float* l_out) {
+void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, int vd, float scale, float softcap,
+                 int32_t p0, int32_t p1, float* out, float* m_out, float* l_out) {
   alignas(64) float qt[kMaxHeadDim][kLanes];  // scaled queries, transposed: qt[d] = dimension d of every row
   alignas(64) float ot[kMaxHeadDim][kLanes];  // the weighted values, transposed
   alignas(64) float pj[kLanes][kLanes];       // one chunk's probabilities: pj[j] = position j for every row
-  alignas(64) int32_t lim[kLanes];
+  alignas(64) int32_t lim[kLanes], fst[kLanes];
   int32_t end = p0;
   for (int r = 0; r < kLanes; r++) {
     // Unused lanes repeat row 0's query with no positions: harmless, discarded.
     const float* q = tile.q[r < tile.rows ? r : 0];
     for (int d = 0; d < hd; d++) qt[d][r] = q[d] * scale;
     lim[r] = r < tile.rows ? std::min(tile.limit[r], p1) : 0;
+    fst[r] = r < tile.rows ? tile.first[r] : 0;
     end = std::max(end, lim[r]);
   }
   for (int d = 0; d < vd; d++) _mm512_store_ps(ot[d], _mm512_setzero_ps());
-  const __m512i limits = _mm512_load_si512(lim);
+  const __m512i limits = _mm512_load_si512(lim), firsts = _mm512_load_si512(fst);
+  const bool capped = softcap > 0.0f;
+  const __m512 cap = _mm512_set1_ps(softcap), inv_cap = _mm512_set1_ps(capped ? 1.0f / softcap : 0.0f);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 m = neg_inf, l = _mm512_setzero_ps();
   const int64_t k_off = static_cast<int64_t>(tile.kv_head) * hd, v_off = static_cast<int64_t>(tile.kv_head) * vd;
@@ -90,11 +100,14 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
       for (int j = 0; j < kLanes; j++)
         for (int i = 0; i < 8; i++) s[j] = _mm512_fmadd_ps(qv[i], _mm512_set1_ps(kr[j][d0 + i]), s[j]);
     }
-    // Causal (and range) mask, then the online softmax, lane by lane.
+    if (capped)
+      for (int j = 0; j < n; j++) s[j] = _mm512_mul_ps(cap, tanh16(_mm512_mul_ps(s[j], inv_cap)));
+    // Causal, window and range mask, then the online softmax, lane by lane.
     __mmask16 valid[kLanes];
     __m512 block_max = m;
     for (int j = 0; j < kLanes; j++) {
-      valid[j] = j < n ? _mm512_cmplt_epi32_mask(_mm512_set1_epi32(p + j), limits) : __mmask16(0);
+      const __m512i pos = _mm512_set1_epi32(p + j);
+      valid[j] = j < n ? _mm512_cmplt_epi32_mask(pos, limits) & _mm512_cmpge_epi32_mask(pos, firsts) : __mmask16(0);
       s[j] = _mm512_mask_blend_ps(valid[j], neg_inf, s[j]);
       block_max = _mm512_max_ps(block_max, s[j]);
     }

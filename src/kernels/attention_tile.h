@@ -17,18 +17,20 @@ struct AttentionTile {
   int kv_head = 0;
   const int32_t* table = nullptr;  // the sequence's block table
   const float* q[kMaxRows];        // head_dim floats each
-  int32_t limit[kMaxRows];         // row r attends to positions < limit[r]
+  int32_t first[kMaxRows];         // row r attends to positions >= first[r]
+  int32_t limit[kMaxRows];         // ... and < limit[r]
   int64_t out_row[kMaxRows];       // where the row's results go (caller's index)
 };
 
 // Whether attend_tile can run for these key and value sizes on this CPU and build.
 bool attention_tile_available(int head_dim, int v_dim);
 
-// Online softmax of every row over positions [p0, min(p1, limit)): writes the
+// Online softmax of every row over positions [max(p0, first), min(p1, limit)),
+// scores soft-capped when softcap > 0 (cap * tanh(score / cap)): writes the
 // unnormalised weighted values to out + out_row[r] * v_dim, the running
 // max to m[out_row[r]] and the sum of exponentials to l[out_row[r]]. A row
 // with no positions in range gets m = -inf, l = 0 and zeros.
 void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int head_dim, int v_dim, float scale,
-                 int32_t p0, int32_t p1, float* out, float* m, float* l);
+                 float softcap, int32_t p0, int32_t p1, float* out, float* m, float* l);
 
 }  // namespace kestrel

@@ -43,16 +43,28 @@ class Backend {
     matmul(up, x, n, scratch);
     silu_mul(out, scratch, n * gate.rows());
   }
-  // The attention input projections: q, k, v = x . W^T (+ bias), then RoPE on
-  // q and k. biases[i] may be null. The default runs the plain operators.
+  // out = gelu(x . gate^T) * (x . up^T) (Gemma's gated FFN; ops.h gelu_mul).
+  virtual void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) {
+    matmul(gate, x, n, out);
+    matmul(up, x, n, scratch);
+    gelu_mul(out, scratch, n * gate.rows());
+  }
+  // The attention input projections: q, k, v = x . W^T (+ bias), then (Qwen3,
+  // Gemma 3) an RMSNorm of each head of q and k, then RoPE on q and k.
+  // biases[i] and the norms may be null. The default runs the plain operators.
   struct QkvShape {
     int n_head, n_kv_head, head_dim;
+    const float* q_norm = nullptr;  // head_dim weights, or null
+    const float* k_norm = nullptr;
+    float norm_eps = 0.0f;
   };
   virtual void qkv_rope(const Weight* const* wqkv, const float* const* biases, const float* x, int64_t n,
                         const int32_t* positions, const RopeParams& rope, const QkvShape& shape, float* const* out) {
     matmul_many(wqkv, 3, x, n, out);
     for (int i = 0; i < 3; i++)
       if (biases[i]) add_bias(out[i], biases[i], n, wqkv[i]->rows());
+    if (shape.q_norm) rmsnorm(out[0], shape.q_norm, out[0], n * shape.n_head, shape.head_dim, shape.norm_eps);
+    if (shape.k_norm) rmsnorm(out[1], shape.k_norm, out[1], n * shape.n_kv_head, shape.head_dim, shape.norm_eps);
     this->rope(out[0], positions, n, shape.n_head, shape.head_dim, rope);
     this->rope(out[1], positions, n, shape.n_kv_head, shape.head_dim, rope);
   }
@@ -111,6 +123,9 @@ class Backend {
                     const RopeParams& p) = 0;
   virtual void attention(const PagedKvLayerView& kv, const AttentionBatch& batch, const AttentionShape& shape) = 0;
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
+  virtual void gelu_mul(float* gate, const float* up, int64_t n) { kestrel::gelu_mul(gate, up, n); }
+  virtual void scale(float* x, int64_t n, float s) { scale_inplace(x, n, s); }
+  virtual void softcap(float* x, int64_t n, float cap) { softcap_inplace(x, n, cap); }
   virtual void add(float* x, const float* y, int64_t n) = 0;
   virtual void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim) = 0;
 };

@@ -47,10 +47,18 @@ class CpuBackend final : public Backend {
       Backend::swiglu(gate, up, x, n, out, scratch);
   }
 
+  void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+    if (fuses(gate, up))
+      matmul_.run_swiglu(pool_, gate, up, x, n, out, scratch, Matmul::GateActivation::Gelu);
+    else
+      Backend::geglu(gate, up, x, n, out, scratch);
+  }
+
   bool fuses(const Weight& a, const Weight& b) const override { return Matmul::can_share_input(a, b); }
 
   // One pass over the q, k and v rows in whole heads; each thread adds the
-  // biases and rotates the heads it just computed (the RoPE epilogue).
+  // biases, normalises (Qwen3, Gemma 3) and rotates the heads it just
+  // computed (the RoPE epilogue).
   void qkv_rope(const Weight* const* w, const float* const* biases, const float* x, int64_t n, const int32_t* positions,
                 const RopeParams& rope, const QkvShape& shape, float* const* out) override {
     if (!fuses(*w[0], *w[1]) || !fuses(*w[0], *w[2])) {
@@ -62,6 +70,12 @@ class CpuBackend final : public Backend {
       const int64_t rows = w[i]->rows();
       if (biases[i])
         for (int64_t t = 0; t < n; t++) add_inplace(out[i] + t * rows + r0, biases[i] + r0, r1 - r0);
+      if (const float* norm = i == 0 ? shape.q_norm : i == 1 ? shape.k_norm : nullptr)
+        for (int64_t t = 0; t < n; t++)
+          for (int64_t h0 = r0; h0 < r1; h0 += hd) {
+            float* head = out[i] + t * rows + h0;
+            rmsnorm_rows(head, norm, head, 1, hd, shape.norm_eps);
+          }
       if (i < 2)
         rope_heads(out[i], rows, positions, n, static_cast<int>(r0 / hd), static_cast<int>((r1 + hd - 1) / hd), hd,
                    rope);
@@ -148,6 +162,14 @@ class CpuBackend final : public Backend {
 
   void silu_mul(float* gate, const float* up, int64_t n) override {
     pool_.parallel_for(n, [&](int64_t a, int64_t b) { kestrel::silu_mul(gate + a, up + a, b - a); });
+  }
+
+  void gelu_mul(float* gate, const float* up, int64_t n) override {
+    pool_.parallel_for(n, [&](int64_t a, int64_t b) { kestrel::gelu_mul(gate + a, up + a, b - a); });
+  }
+
+  void softcap(float* x, int64_t n, float cap) override {
+    pool_.parallel_for(n, [&](int64_t a, int64_t b) { softcap_inplace(x + a, b - a, cap); });
   }
 
   void add(float* x, const float* y, int64_t n) override { add_inplace(x, y, n); }

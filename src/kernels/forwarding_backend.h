@@ -24,6 +24,9 @@ class ForwardingBackend : public Backend {
   void swiglu(const Weight& g, const Weight& u, const float* x, int64_t n, float* out, float* scratch) override {
     in_.swiglu(g, u, x, n, out, scratch);
   }
+  void geglu(const Weight& g, const Weight& u, const float* x, int64_t n, float* out, float* scratch) override {
+    in_.geglu(g, u, x, n, out, scratch);
+  }
   void qkv_rope(const Weight* const* w, const float* const* b, const float* x, int64_t n, const int32_t* pos,
                 const RopeParams& rope, const QkvShape& shape, float* const* out) override {
     in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
@@ -51,6 +54,9 @@ class ForwardingBackend : public Backend {
     in_.attention(kv, b, s);
   }
   void silu_mul(float* g, const float* u, int64_t n) override { in_.silu_mul(g, u, n); }
+  void gelu_mul(float* g, const float* u, int64_t n) override { in_.gelu_mul(g, u, n); }
+  void scale(float* x, int64_t n, float s) override { in_.scale(x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { in_.softcap(x, n, cap); }
   void add(float* x, const float* y, int64_t n) override { in_.add(x, y, n); }
   void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override { in_.add_bias(x, b, rows, dim); }
 

@@ -60,7 +60,14 @@ void dot_k4_512(const Block* w, const BlockQ8_K* const* xs, int64_t n, float* ou
                                  _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
   __m512 acc[T];
   __m128 acc_min[T];
-  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), acc_min[t] = _mm_setzero_ps();
+  // Q5_K sums in the order of ggml's AVX2 q5_K dot (what llama.cpp runs for
+  // Q5_K on x86): 8 float lanes, lane L taking the integer sums of bytes
+  // 4L..4L+3 of every 32-byte run, and the minimums' term as one scalar.
+  // With the same Q8_K activations the result is bit-identical to it.
+  __m256 acc8[T];
+  float summs[T];
+  for (int t = 0; t < T; t++)
+    acc[t] = _mm512_setzero_ps(), acc_min[t] = _mm_setzero_ps(), acc8[t] = _mm256_setzero_ps(), summs[t] = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; i++) {
     const __m256i sm = scales_and_mins_k4(w[i].scales);
     const __m512i scales = _mm512_castsi256_si512(sm);  // lanes 0-7: the scales
@@ -86,15 +93,32 @@ void dot_k4_512(const Block* w, const BlockQ8_K* const* xs, int64_t n, float* ou
     const float wd = _cvtsh_ss(w[i].d), wmin = _cvtsh_ss(w[i].dmin);
     for (int t = 0; t < T; t++) {
       const BlockQ8_K& x = xs[t][i];
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_set1_ps(x.d * wd), acc[t]);
       // Sums of 32 activations (adjacent bsums added) times each sub-block's minimum.
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
       const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-      acc_min[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(sums32, mins)), _mm_set1_ps(x.d * wmin), acc_min[t]);
+      const __m128i min_products = _mm_madd_epi16(sums32, mins);
+      if constexpr (kFive) {
+        const __m256i sumi8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi[t]), _mm512_extracti64x4_epi64(sumi[t], 1));
+        acc8[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * wd), _mm256_cvtepi32_ps(sumi8), acc8[t]);
+        const __m128i h = _mm_hadd_epi32(_mm_hadd_epi32(min_products, _mm_setzero_si128()), _mm_setzero_si128());
+        summs[t] += -x.d * wmin * static_cast<float>(_mm_cvtsi128_si32(h));
+      } else {
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_set1_ps(x.d * wd), acc[t]);
+        acc_min[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(min_products), _mm_set1_ps(x.d * wmin), acc_min[t]);
+      }
     }
   }
-  for (int t = 0; t < T; t++)
-    out[t] = _mm512_reduce_add_ps(acc[t]) - _mm512_reduce_add_ps(_mm512_zextps128_ps512(acc_min[t]));
+  for (int t = 0; t < T; t++) {
+    if constexpr (kFive) {
+      // ggml's hsum_float_8: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+      __m128 r = _mm_add_ps(_mm256_extractf128_ps(acc8[t], 1), _mm256_castps256_ps128(acc8[t]));
+      r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+      r = _mm_add_ss(r, _mm_movehdup_ps(r));
+      out[t] = _mm_cvtss_f32(r) + summs[t];
+    } else {
+      out[t] = _mm512_reduce_add_ps(acc[t]) - _mm512_reduce_add_ps(_mm512_zextps128_ps512(acc_min[t]));
+    }
+  }
 }
 
 template <int T>

@@ -10,6 +10,7 @@
 
 #include "core/block_formats.h"
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
 #include "kernels/kquant_dot.h"
@@ -92,6 +93,17 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   }
   if (is_float_format(w.type)) {
     tiled_ = k_.isa == IsaLevel::Avx512 && n >= 2;
+    if (w.type == GgmlType::F16) {
+      // ggml multiplies F16 weights with activations rounded to F16 (its
+      // vec_dot_type), accumulating in float: round them the same way.
+      const int64_t total = n * w.cols();
+      if (xrounded_.size() < static_cast<size_t>(total)) xrounded_.resize(static_cast<size_t>(total));
+      float* xr = xrounded_.data();
+      pool.parallel_for(total, [&](int64_t a, int64_t b) {
+        for (int64_t i = a; i < b; i++) xr[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+      });
+      x_ = xr;
+    }
     return;
   }
   const int64_t cols = w.cols(), blocks_per_row = cols / kQK8_0;
@@ -263,17 +275,22 @@ void Matmul::run_many_then(ThreadPool& pool, const Weight* const* ws, int count,
 }
 
 void Matmul::run_swiglu(ThreadPool& pool, const Weight& gate, const Weight& up, const float* x, int64_t n, float* out,
-                        float* up_scratch) {
+                        float* up_scratch, GateActivation act) {
   if (!can_share_input(gate, up) || gate.rows() != up.rows())
-    throw Error(fmt::format("tensors '{}' and '{}' cannot be fused into SwiGLU", gate.name, up.name));
+    throw Error(fmt::format("tensors '{}' and '{}' cannot be fused into a gated FFN", gate.name, up.name));
   prepare(pool, gate, x, n);
   const int64_t g = row_granule(gate), rows = gate.rows();
   pool.parallel_for((rows + g - 1) / g, [&](int64_t u0, int64_t u1) {
     const int64_t r0 = u0 * g, r1 = std::min(rows, u1 * g);
     compute_rows(gate, r0, r1, out, rows);
     compute_rows(up, r0, r1, up_scratch, rows);
-    // Epilogue while both are still in cache: out = silu(gate) * up.
-    for (int64_t t = 0; t < n; t++) silu_mul(out + t * rows + r0, up_scratch + t * rows + r0, r1 - r0);
+    // Epilogue while both are still in cache: out = act(gate) * up.
+    for (int64_t t = 0; t < n; t++) {
+      float* o = out + t * rows + r0;
+      const float* u = up_scratch + t * rows + r0;
+      if (act == GateActivation::Silu) silu_mul(o, u, r1 - r0);
+      else gelu_mul(o, u, r1 - r0);
+    }
   });
 }
 

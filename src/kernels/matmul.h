@@ -45,10 +45,11 @@ class Matmul {
   void run_many_then(ThreadPool& pool, const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys,
                      int64_t align, FunctionRef<void(int, int64_t, int64_t)> epilogue);
 
-  // out = silu(x . gate^T) * (x . up^T), the SwiGLU applied by each thread to
-  // the rows it just computed (up_scratch: n * rows floats).
+  // out = act(x . gate^T) * (x . up^T), the SwiGLU (or GeGLU) applied by each
+  // thread to the rows it just computed (up_scratch: n * rows floats).
+  enum class GateActivation { Silu, Gelu };
   void run_swiglu(ThreadPool& pool, const Weight& gate, const Weight& up, const float* x, int64_t n, float* out,
-                  float* up_scratch);
+                  float* up_scratch, GateActivation act = GateActivation::Silu);
 
   // Whether run_many / run_swiglu can take these weights together.
   static bool can_share_input(const Weight& a, const Weight& b);
@@ -74,6 +75,7 @@ class Matmul {
   std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
   QuantizedActivations acts_;
   std::vector<uint16_t> xbf16_;       // activations rounded to BF16 for BF16 weights
+  std::vector<float> xrounded_;       // activations rounded through F16 for F16 weights
   std::vector<uint8_t> xpacked_;      // activations in the packed kernels' token tiles
   PackedActivations packed_acts_;
 };

@@ -1,7 +1,10 @@
 #include "kernels/ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+
+#include "core/fp16.h"
 
 namespace kestrel {
 
@@ -23,6 +26,41 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
+namespace {
+// gelu(x) of every fp16 x, as fp16: ggml_table_gelu_f16.
+const std::array<uint16_t, 65536>& gelu_table() {
+  static const std::array<uint16_t, 65536> table = [] {
+    std::array<uint16_t, 65536> t{};
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoefA = 0.044715f;
+    for (uint32_t i = 0; i < 65536; i++) {
+      const float x = fp16_to_fp32(static_cast<uint16_t>(i));
+      t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))));
+    }
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+void gelu_mul(float* gate, const float* up, int64_t n) {
+  const auto& table = gelu_table();
+  for (int64_t i = 0; i < n; i++) {
+    const float g = gate[i];
+    if (g <= -10.0f) gate[i] = 0.0f;
+    else if (g >= 10.0f) gate[i] = g * up[i];
+    else gate[i] = fp16_to_fp32(table[fp32_to_fp16(g)]) * up[i];
+  }
+}
+
+void softcap_inplace(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; i++) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
 void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
@@ -41,7 +79,7 @@ void rope_heads(float* x, int64_t row_stride, const int32_t* positions, int64_t 
     for (int i = 0; i < half; i++) {
       // theta_i = pos * base^(-2i/n_rot), interpolated by freq_scale
       const float freq = std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_rot));
-      const float extrapolated = pos * freq;
+      const float extrapolated = p.freq_factors ? pos * freq / p.freq_factors[i] : pos * freq;
       float angle = p.freq_scale * extrapolated;
       if (yarn) {
         const float y = (static_cast<float>(i) - p.corr_low) / std::max(0.001f, p.corr_high - p.corr_low);

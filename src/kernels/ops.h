@@ -9,6 +9,13 @@ namespace kestrel {
 void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
+// gate[i] = gelu(gate[i]) * up[i], GELU in its tanh form evaluated as ggml's
+// CPU backend does (the input rounded to fp16, the result read from an fp16
+// table; inputs beyond +-10 taken as 0 or x), so Gemma matches llama.cpp.
+void gelu_mul(float* gate, const float* up, int64_t n);
+// x[i] = cap * tanh(x[i] / cap): Gemma 2's final logit soft-cap.
+void softcap_inplace(float* x, int64_t n, float cap);
+void scale_inplace(float* x, int64_t n, float s);
 void add_inplace(float* x, const float* y, int64_t n);
 void add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t dim);
 
@@ -29,6 +36,10 @@ struct RopeParams {
   float ext_factor = 0.0f;
   float attn_factor = 1.0f;
   float corr_low = 0.0f, corr_high = 0.0f;
+  // Per-pair frequency divisors (n_rot / 2 floats, or null): Llama 3's
+  // `rope_freqs.weight`, Phi-3's LongRoPE `rope_factors_{short,long}`. Pair i
+  // turns at pos * base^(-2i/n_rot) / freq_factors[i], as ggml's rope does.
+  const float* freq_factors = nullptr;
 };
 
 // Sets YaRN's ramp for a model trained on n_ctx_orig positions (ggml's

@@ -60,6 +60,13 @@ class ProfilingBackend final : public Backend {
     const double flops = 4.0 * static_cast<double>(n) * gate.rows() * gate.cols() + 5.0 * n * gate.rows();
     timed("matmul " + g + "+" + u + "+swiglu", layer, bytes, flops, [&] { in_.swiglu(gate, up, x, n, out, scratch); });
   }
+  void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+    const auto [layer, g] = split_weight_name(gate.name);
+    const auto [l2, u] = split_weight_name(up.name);
+    const double bytes = static_cast<double>(gate.nbytes + up.nbytes) + 4.0 * n * (gate.cols() + gate.rows());
+    const double flops = 4.0 * static_cast<double>(n) * gate.rows() * gate.cols() + 5.0 * n * gate.rows();
+    timed("matmul " + g + "+" + u + "+geglu", layer, bytes, flops, [&] { in_.geglu(gate, up, x, n, out, scratch); });
+  }
   void qkv_rope(const Weight* const* w, const float* const* biases, const float* x, int64_t n, const int32_t* positions,
                 const RopeParams& rope, const QkvShape& shape, float* const* out) override {
     const int layer = split_weight_name(w[0]->name).first;
@@ -114,12 +121,21 @@ class ProfilingBackend final : public Backend {
   }
   void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
     double keys = 0;
-    for (int64_t t = 0; t < b.n_tokens; t++) keys += b.positions[t] + 1;
+    for (int64_t t = 0; t < b.n_tokens; t++) keys += b.positions[t] + 1 - s.first_position(b.positions[t]);
     const double kv_bytes = keys * static_cast<double>(kv.k_stride + kv.v_stride);
     timed("attention", layer_, kv_bytes, 4.0 * keys * s.n_head * s.head_dim, [&] { in_.attention(kv, b, s); });
   }
   void silu_mul(float* g, const float* u, int64_t n) override {
     timed("silu_mul", layer_, 12.0 * n, 5.0 * n, [&] { in_.silu_mul(g, u, n); });
+  }
+  void gelu_mul(float* g, const float* u, int64_t n) override {
+    timed("gelu_mul", layer_, 12.0 * n, 5.0 * n, [&] { in_.gelu_mul(g, u, n); });
+  }
+  void scale(float* x, int64_t n, float s) override {
+    timed("scale", layer_, 8.0 * n, static_cast<double>(n), [&] { in_.scale(x, n, s); });
+  }
+  void softcap(float* x, int64_t n, float cap) override {
+    timed("softcap", layer_, 8.0 * n, 5.0 * n, [&] { in_.softcap(x, n, cap); });
   }
   void add(float* x, const float* y, int64_t n) override {
     timed("add", layer_, 12.0 * n, static_cast<double>(n), [&] { in_.add(x, y, n); });

@@ -8,17 +8,42 @@
 
 namespace kestrel {
 
-void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables) {
+namespace {
+
+void reserve_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab) {
   const int64_t n = b.size();
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < n; i++)
     if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
       throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], n_vocab - 1));
+  if (kv.n_groups() > 1)
+    for (int64_t i = 0; i < n; i++) {
+      // Each sequence's first position in the batch (rows of a sequence may come in any order).
+      bool first = true;
+      for (int64_t j = 0; j < n && first; j++)
+        first = b.seq_ids[j] != b.seq_ids[i] || b.positions[j] > b.positions[i] || (b.positions[j] == b.positions[i] && j >= i);
+      if (first) kv.slide(b.seq_ids[i], b.positions[i]);
+    }
+  for (int64_t i = 0; i < n; i++)
     if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
-  }
-  for (int64_t i = 0; i < n; i++) {
+}
+
+}  // namespace
+
+void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables) {
+  reserve_batch(b, kv, n_vocab);
+  for (int64_t i = 0; i < b.size(); i++) {
     slots[i] = kv.slot(b.seq_ids[i], b.positions[i]);
     tables[i] = kv.block_table(b.seq_ids[i]);
   }
+}
+
+void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out) {
+  reserve_batch(b, kv, n_vocab);
+  for (int g = 0; g < kv.n_groups(); g++)
+    for (int64_t i = 0; i < b.size(); i++) {
+      out.slots[g][i] = kv.slot(b.seq_ids[i], b.positions[i], g);
+      out.tables[g][i] = kv.block_table(b.seq_ids[i], g);
+    }
 }
 
 void output_logits(Backend& be, const Batch& b, float* x, int64_t dim, const float* norm, float eps,

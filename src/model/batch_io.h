@@ -3,6 +3,7 @@
 // the architecture: placing a batch's tokens in the paged KV cache, and the
 // output head over only the rows that asked for logits.
 #include <cstdint>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "runtime/batch.h"
@@ -12,8 +13,20 @@ namespace kestrel {
 
 // Checks every token id against the vocabulary (Error naming the bad one),
 // reserves the KV positions the batch writes, and fills each row's slot and
-// its sequence's block table.
+// its sequence's block table (of the cache's first layer group).
 void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables);
+
+// The same for every layer group of the cache (full-attention and
+// sliding-window layers): first tells the cache where each sequence's batch
+// starts, so the sliding layers release what left their window.
+struct BatchPlacement {
+  std::vector<int64_t> slots[2];
+  std::vector<const int32_t*> tables[2];
+  explicit BatchPlacement(int64_t max_tokens) {
+    for (int g = 0; g < 2; g++) slots[g].resize(max_tokens), tables[g].resize(max_tokens);
+  }
+};
+void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out);
 
 // Moves the rows of x that want logits to the front, then
 // logits = rmsnorm(rows, norm) . output; scratch holds rows * dim floats.

@@ -31,14 +31,11 @@
 #include "core/error.h"
 #include "model/batch_io.h"
 #include "model/deepseek2_config.h"
+#include "model/ffn_blocks.h"
 #include "model/weight_loader.h"
 
 namespace kestrel {
 namespace {
-
-struct DenseFfn {
-  Weight gate, up, down;
-};
 
 struct Deepseek2Layer {
   std::vector<float> attn_norm, q_a_norm, kv_a_norm, ffn_norm;
@@ -51,11 +48,8 @@ struct Deepseek2Layer {
   std::vector<std::vector<float>> owned;  // f32 transposes behind some of those
   Weight wo;
   // FFN: dense, or router + experts + shared experts.
-  DenseFfn dense;
-  Weight router;
-  std::vector<float> router_bias;  // exp_probs_b: selection only (may be empty)
-  std::vector<DenseFfn> experts;
-  DenseFfn shared;
+  FfnWeights dense;
+  MoeWeights moe;
 };
 
 // A multi-token-prediction block: a decoder block fed by eh_proj over
@@ -177,10 +171,10 @@ class Deepseek2Model final : public Model {
     be_.add(x, xb2_.data(), n * dim);
 
     be_.rmsnorm(x, L.ffn_norm.data(), xb_.data(), n, dim, c.rms_eps);
-    if (L.experts.empty())
-      ffn(L.dense, xb_.data(), n, xb2_.data());
+    if (L.moe.present())
+      moe_->run(be_, L.moe, xb_.data(), n, xb2_.data());
     else
-      moe(L, n, xb2_.data());
+      run_ffn(be_, L.dense, FfnActivation::Silu, xb_.data(), n, hb_.data(), hb2_.data(), xb2_.data());
     be_.add(x, xb2_.data(), n * dim);
   }
 
@@ -315,57 +309,6 @@ class Deepseek2Model final : public Model {
     return decompressed < absorbed;
   }
 
-  void ffn(const DenseFfn& f, const float* in, int64_t n, float* out) {
-    be_.swiglu(f.gate, f.up, in, n, hb_.data(), hb2_.data());
-    be_.matmul(f.down, hb_.data(), n, out);
-  }
-
-  // Routed experts, each run once over all the tokens routed to it, plus the
-  // shared experts over every token.
-  void moe(const Deepseek2Layer& L, int64_t n, float* out) {
-    const MoeRouting& rt = cfg_.moe.routing;
-    const int64_t dim = cfg_.n_embd;
-    be_.matmul(L.router, xb_.data(), n, router_logits_.data());
-    be_.moe_route(rt, router_logits_.data(), L.router_bias.empty() ? nullptr : L.router_bias.data(), n,
-                  expert_ids_.data(), expert_w_.data());
-    std::fill(out, out + n * dim, 0.0f);
-    // Token lists per expert, in token order; each active expert's inputs
-    // gathered into its own stretch of xe_, all experts run in one call.
-    for (auto& v : routed_) v.clear();
-    for (int64_t t = 0; t < n; t++)
-      for (int k = 0; k < rt.n_used; k++) routed_[expert_ids_[t * rt.n_used + k]].push_back(t * rt.n_used + k);
-    ffn_refs_.clear();
-    ffn_in_.clear();
-    ffn_out_.clear();
-    ffn_rows_.clear();
-    int64_t row = 0;
-    for (int e = 0; e < rt.n_expert; e++) {
-      const auto& picks = routed_[e];
-      if (picks.empty()) continue;
-      for (size_t j = 0; j < picks.size(); j++)
-        std::memcpy(xe_.data() + (row + static_cast<int64_t>(j)) * dim, xb_.data() + picks[j] / rt.n_used * dim,
-                    dim * sizeof(float));
-      ffn_refs_.push_back({&L.experts[e].gate, &L.experts[e].up, &L.experts[e].down});
-      ffn_in_.push_back(xe_.data() + row * dim);
-      ffn_out_.push_back(ye_.data() + row * dim);
-      ffn_rows_.push_back(static_cast<int64_t>(picks.size()));
-      row += static_cast<int64_t>(picks.size());
-    }
-    be_.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
-    row = 0;
-    for (int e = 0; e < rt.n_expert; e++)
-      for (int64_t pick : routed_[e]) {
-        const float wgt = expert_w_[pick];
-        float* o = out + pick / rt.n_used * dim;
-        const float* y = ye_.data() + (row++) * dim;
-        for (int64_t d = 0; d < dim; d++) o[d] += wgt * y[d];
-      }
-    if (cfg_.moe.n_shared > 0) {
-      ffn(L.shared, xb_.data(), n, hshared_.data());
-      be_.add(out, hshared_.data(), n * dim);
-    }
-  }
-
   void load(const GgufFile& f, bool with_mtp) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
@@ -375,6 +318,12 @@ class Deepseek2Model final : public Model {
     w_.output = be_.prepare_weight(c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab}));
     for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
     if (with_mtp && c.n_mtp > 0) load_mtp(ld, c.n_layer);
+    // The MTP blocks not loaded (not asked for, or past the first) take no
+    // part in the trunk's math.
+    for (int l = c.n_layer + (mtp_ ? 1 : 0); l < c.n_layer + c.n_mtp; l++)
+      for (const auto& t : f.tensors())
+        if (t.name.rfind(fmt::format("blk.{}.", l), 0) == 0) ld.skip(t.name, "multi-token-prediction block not loaded");
+    ld.finish(c.arch);
   }
 
   // The first MTP block (blk.{n_layer}); llama.cpp's `nextn` tensor names.
@@ -416,31 +365,11 @@ class Deepseek2Model final : public Model {
     load_kv_b(ld, p, L);
     L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {nh * m.v_head, dim}));
     L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
-    if (l < e.n_dense_lead || e.routing.n_expert == 0) {
-      L.dense = load_ffn(ld, p, "", c.n_ff);
-      return L;
-    }
-    const int ne = e.routing.n_expert;
-    L.router = be_.prepare_weight(ld.require(p + "ffn_gate_inp.weight", {dim, ne}));
-    L.router_bias = ld.optional_vector(p + "exp_probs_b.bias", ne);
-    const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
-    const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
-    const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
-    for (int x = 0; x < ne; x++) {
-      const std::string tag = fmt::format(".{}", x);
-      L.experts.push_back({be_.prepare_weight(weight_slice(gate, x, gate.name + tag)),
-                           be_.prepare_weight(weight_slice(up, x, up.name + tag)),
-                           be_.prepare_weight(weight_slice(down, x, down.name + tag))});
-    }
-    if (e.n_shared > 0) L.shared = load_ffn(ld, p, "_shexp", e.n_shared * e.n_ff_expert);
+    if (l < e.n_dense_lead || e.routing.n_expert == 0)
+      L.dense = load_ffn(ld, be_, p, "", dim, c.n_ff);
+    else
+      L.moe = load_moe(ld, be_, p, dim, e);
     return L;
-  }
-
-  DenseFfn load_ffn(const WeightLoader& ld, const std::string& p, const std::string& suffix, int64_t width) {
-    const int64_t dim = cfg_.n_embd;
-    return {be_.prepare_weight(ld.require(p + "ffn_gate" + suffix + ".weight", {dim, width})),
-            be_.prepare_weight(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width})),
-            be_.prepare_weight(ld.require(p + "ffn_down" + suffix + ".weight", {width, dim}))};
   }
 
   // The per-head key/value up-projections, from the split attn_k_b + attn_v_b
@@ -451,6 +380,8 @@ class Deepseek2Model final : public Model {
     const int64_t r = m.kv_lora_rank;
     const Weight k_b = ld.optional(p + "attn_k_b.weight", {m.qk_nope, r, nh});
     if (k_b.present()) {
+      // Conversions that split attn_kv_b may keep it too: the same numbers.
+      ld.skip(p + "attn_kv_b.weight", "the split attn_k_b / attn_v_b hold the same weights");
       const Weight v_b = ld.require(p + "attn_v_b.weight", {r, m.v_head, nh});
       for (int h = 0; h < nh; h++) {
         const std::string tag = fmt::format(".{}", h);
@@ -482,7 +413,7 @@ class Deepseek2Model final : public Model {
     const ModelConfig& c = cfg_;
     const MlaConfig& m = c.mla;
     const int64_t n = max_batch_, nh = c.n_head;
-    const int64_t ff = std::max<int64_t>({c.n_ff, c.moe.n_shared * c.moe.n_ff_expert, c.moe.n_ff_expert});
+    const int64_t ff = c.n_ff;
     x_.resize(n * c.n_embd);
     if (mtp_) cat_.resize(n * 2 * c.n_embd);
     xb_.resize(n * c.n_embd);
@@ -499,22 +430,7 @@ class Deepseek2Model final : public Model {
     att_.resize(n * nh * m.v_head);
     hb_.resize(n * ff);
     hb2_.resize(n * ff);
-    const MoeRouting& rt = c.moe.routing;
-    if (rt.n_expert > 0) {
-      router_logits_.resize(n * rt.n_expert);
-      expert_ids_.resize(n * rt.n_used);
-      expert_w_.resize(n * rt.n_used);
-      routed_.resize(rt.n_expert);
-      for (auto& v : routed_) v.reserve(n);
-      // Every (token, chosen expert) pair's input and output rows.
-      xe_.resize(n * rt.n_used * c.n_embd);
-      ye_.resize(n * rt.n_used * c.n_embd);
-      hshared_.resize(n * c.n_embd);
-      ffn_refs_.reserve(rt.n_expert);
-      ffn_in_.reserve(rt.n_expert);
-      ffn_out_.reserve(rt.n_expert);
-      ffn_rows_.reserve(rt.n_expert);
-    }
+    if (c.moe.routing.n_expert > 0) moe_ = std::make_unique<MoeFfn>(c.n_embd, c.moe, n);
     slots_.resize(n);
     tables_.resize(n);
     seq_tokens_.reserve(n);
@@ -523,10 +439,10 @@ class Deepseek2Model final : public Model {
   void log_fusion() const {
     int fused = 0;
     for (const auto& L : w_.layers)
-      if (L.experts.empty())
-        fused += be_.fuses(L.dense.gate, L.dense.up);
+      if (L.moe.present())
+        fused += be_.fuses(L.moe.experts[0].gate, L.moe.experts[0].up);
       else
-        fused += be_.fuses(L.experts[0].gate, L.experts[0].up);
+        fused += be_.fuses(L.dense.gate, L.dense.up);
     fmt::print(stderr, "fusion: ffn_gate+ffn_up+SwiGLU (dense, shared and routed experts): {} of {} layers\n", fused,
                cfg_.n_layer);
     fmt::print(stderr, "fusion: attn_q(_a)+attn_kv_a_mqa: one input pass per layer; MLA attention: {}\n",
@@ -544,13 +460,7 @@ class Deepseek2Model final : public Model {
   std::unique_ptr<MtpHead> mtp_;  // set when the MTP block is loaded
   std::vector<float> cat_;        // MTP: [embedding | hidden] rows
   std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
-  std::vector<float> router_logits_, expert_w_, xe_, ye_, hshared_;
-  std::vector<Backend::FfnRef> ffn_refs_;
-  std::vector<const float*> ffn_in_;
-  std::vector<float*> ffn_out_;
-  std::vector<int64_t> ffn_rows_;
-  std::vector<int32_t> expert_ids_;
-  std::vector<std::vector<int64_t>> routed_;
+  std::unique_ptr<MoeFfn> moe_;  // scratch of the MoE layers
   std::vector<int64_t> slots_, seq_tokens_;
   std::vector<const int32_t*> tables_;
   std::vector<float> dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/moe_route.h"
@@ -26,12 +27,20 @@ struct MlaConfig {
   int v_head = 0;        // per-head value dims
 };
 
-// DeepSeekMoE: routed experts (see kernels/moe_route.h) plus always-on shared ones.
+// Mixture of experts (DeepSeekMoE, Mixtral, Qwen2/3-MoE): routed experts (see
+// kernels/moe_route.h) plus optional always-on shared ones.
 struct MoeConfig {
   int n_dense_lead = 0;  // leading layers with a dense FFN
   MoeRouting routing;    // routing.n_expert 0: every layer dense
-  int n_shared = 0;      // shared experts (their FFN is n_shared * n_ff_expert wide)
+  int n_shared = 0;      // shared experts, run as one FFN of n_ff_shared
   int64_t n_ff_expert = 0;
+  int64_t n_ff_shared = 0;
+  bool shared_gate = false;  // Qwen2-MoE: sigmoid(x . ffn_gate_inp_shexp) scales the shared expert
+};
+
+enum class FfnActivation {
+  Silu,  // SwiGLU: silu(gate) * up
+  Gelu,  // GeGLU (Gemma): gelu_tanh(gate) * up
 };
 
 struct ModelConfig {
@@ -45,6 +54,7 @@ struct ModelConfig {
   int head_dim = 0;
   int64_t n_ff = 0;
   int64_t n_ctx_train = 0;
+  int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length (LongRoPE, YaRN): the pre-training context
   float rms_eps = 1e-5f;
   RopeParams rope;
   bool qkv_bias = false;
@@ -55,6 +65,28 @@ struct ModelConfig {
   // Multi-token prediction blocks the file carries after the n_layer trunk
   // blocks (DeepSeek-V3's `nextn` layers, `{arch}.nextn_predict_layers`).
   int n_mtp = 0;
+
+  // Variations of the decoder layer (model/decoder_model.cpp) across families.
+  bool qk_norm = false;        // RMSNorm of each head of q and k before RoPE (Qwen3, Gemma 3)
+  bool post_norms = false;     // RMSNorm of each branch's output before its residual add (Gemma 2/3)
+  bool fused_qkv = false;      // one attn_qkv matrix: q rows, then k, then v (Phi-3)
+  bool fused_gate_up = false;  // ffn_up holds the gate rows, then the up rows (Phi-3)
+  FfnActivation ffn_act = FfnActivation::Silu;
+  float embed_scale = 1.0f;    // embeddings multiplied by this (Gemma: sqrt(n_embd))
+  float attn_softcap = 0.0f;   // attention logits: cap * tanh(s / cap) (Gemma 2); 0: none
+  float final_softcap = 0.0f;  // output logits likewise (Gemma 2); 0: none
+  // Sliding-window attention: layers with sliding_layers[l] set attend over
+  // the last sliding_window positions, with rope_sliding (Gemma 3 gives
+  // them their own RoPE base); the others over everything, with rope.
+  int32_t sliding_window = 0;
+  std::vector<uint8_t> sliding_layers;
+  RopeParams rope_sliding;
+
+  bool is_sliding(int layer) const {
+    return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) && sliding_layers[layer];
+  }
+  int32_t window(int layer) const { return is_sliding(layer) ? sliding_window : 0; }
+  const RopeParams& rope_of(int layer) const { return is_sliding(layer) ? rope_sliding : rope; }
 };
 
 class Model {
@@ -90,12 +122,21 @@ enum class MlaAttention {
 
 struct ModelOptions {
   int64_t max_batch_tokens = 512;
+  // The context the model will run at (0: its training context). Phi-3's
+  // LongRoPE picks its frequency factors by it, as llama.cpp does.
+  int64_t n_ctx = 0;
   bool log_fusion = false;  // print which fused operators are used, at load
   MlaAttention mla = MlaAttention::Auto;
   bool load_mtp = false;  // load the file's multi-token-prediction layers (and cache for them)
 };
 
 // Picks the architecture from general.architecture. The GgufFile must outlive the model.
+// Every tensor of the file must be used by the architecture and every
+// metadata key of its namespace read, or loading fails naming the first that is not.
 std::unique_ptr<Model> load_model(const GgufFile& file, Backend& backend, const ModelOptions& options);
+// The hyperparameters alone (validated; no weights read).
+ModelConfig read_model_config(const GgufFile& file, const ModelOptions& options = {});
+// "llama, qwen2, ..., deepseek2"
+std::string supported_architectures();
 
 }  // namespace kestrel

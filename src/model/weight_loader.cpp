@@ -16,6 +16,7 @@ Weight WeightLoader::from_info(const GgufTensorInfo& t, const std::vector<int64_
   if (!traits(t.type).computable)
     throw Error(fmt::format("{}: tensor '{}' has type {}, which Kestrel cannot compute with yet", file_.path(), t.name,
                             type_name(t.type)));
+  used_.insert(t.name);
   return Weight{t.name, t.type, ne, t.data, t.nbytes, nullptr};
 }
 
@@ -40,6 +41,22 @@ std::vector<float> WeightLoader::require_vector(const std::string& name, int64_t
 std::vector<float> WeightLoader::optional_vector(const std::string& name, int64_t n) const {
   if (!file_.find_tensor(name)) return {};
   return require_vector(name, n);
+}
+
+}  // namespace kestrel
+
+namespace kestrel {
+
+void WeightLoader::skip(const std::string& name, const char*) const {
+  if (file_.find_tensor(name)) used_.insert(name);
+}
+
+void WeightLoader::finish(const std::string& arch) const {
+  for (const auto& t : file_.tensors())
+    if (!used_.count(t.name))
+      throw Error(fmt::format("{}: tensor '{}' is not part of the {} architecture as Kestrel computes it; refusing "
+                              "to load a model whose math would be left out",
+                              file_.path(), t.name, arch));
 }
 
 }  // namespace kestrel

@@ -1,6 +1,10 @@
 #pragma once
 // Looks up GGUF tensors by name and checks their shapes, with errors that
-// name the file, the tensor and what was expected.
+// name the file, the tensor and what was expected. It also remembers which
+// tensors the architecture took: a file tensor that nobody takes is a tensor
+// whose math Kestrel would silently leave out, so finish() refuses the file
+// (llama.cpp refuses such files too).
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,10 +23,18 @@ class WeightLoader {
   // A 1-D tensor dequantized to float (norm weights, biases).
   std::vector<float> require_vector(const std::string& name, int64_t n) const;
   std::vector<float> optional_vector(const std::string& name, int64_t n) const;
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  // Marks a tensor present in the file as deliberately unused (e.g. an MTP
+  // block that was not asked for, or the long LongRoPE factors at a short
+  // context); `why` is for the reader of the code.
+  void skip(const std::string& name, const char* why) const;
+  // Throws naming the first file tensor that was neither taken nor skipped.
+  void finish(const std::string& arch) const;
 
  private:
   Weight from_info(const GgufTensorInfo& t, const std::vector<int64_t>& ne) const;
   const GgufFile& file_;
+  mutable std::set<std::string> used_;
 };
 
 }  // namespace kestrel

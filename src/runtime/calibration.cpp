@@ -35,6 +35,11 @@ class RecordingBackend final : public ForwardingBackend {
     record(ws, 2, x, n);
     in_.swiglu(gate, up, x, n, out, scratch);
   }
+  void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+    const Weight* ws[2] = {&gate, &up};
+    record(ws, 2, x, n);
+    in_.geglu(gate, up, x, n, out, scratch);
+  }
   void qkv_rope(const Weight* const* wqkv, const float* const* biases, const float* x, int64_t n,
                 const int32_t* positions, const RopeParams& rope, const QkvShape& shape, float* const* out) override {
     record(wqkv, 3, x, n);

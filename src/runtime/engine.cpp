@@ -69,6 +69,7 @@ Engine Engine::load(const EngineOptions& o) {
   }
   ModelOptions mo;
   mo.max_batch_tokens = o.max_batch_tokens;
+  mo.n_ctx = o.n_ctx;
   mo.log_fusion = o.log_fusion;
   mo.mla = o.mla;
   mo.load_mtp = o.load_mtp;
@@ -79,22 +80,45 @@ Engine Engine::load(const EngineOptions& o) {
     throw Error(fmt::format("{}: tokenizer has {} tokens but the model's embedding has {} rows", o.model_path,
                             e.tokenizer->vocab().size(), c.n_vocab));
   e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
-  const int64_t blocks_per_seq = (e.n_ctx + o.kv_block_size - 1) / o.kv_block_size;
-  int64_t n_blocks = blocks_per_seq * o.n_seq_max;
   KvLayout l = e.model->kv_layout();
   l.k_type = o.kv_type_k;
   l.v_type = o.kv_type_v;
-  const int64_t block_bytes = int64_t{o.kv_block_size} * l.bytes_per_token();
-  if (o.kv_cache_max_bytes > 0) n_blocks = std::max<int64_t>(1, std::min(n_blocks, o.kv_cache_max_bytes / block_bytes));
+  // A window that covers the whole context keeps nothing apart (the
+  // attention mask still applies it).
+  if (l.sliding_window >= e.n_ctx) l.sliding.clear();
+  e.kv = make_kv_cache(l, e.n_ctx, o);
+  return e;
+}
+
+std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, const EngineOptions& o) {
+  const int64_t bs = o.kv_block_size;
+  const int64_t blocks_per_seq = (n_ctx + bs - 1) / bs;
+  // Sliding-window layers hold at most a window and a batch per sequence.
+  const int64_t sliding_per_seq =
+      l.n_sliding() > 0 ? std::min(blocks_per_seq, (l.sliding_window - 1 + o.max_batch_tokens + bs - 1) / bs + 1) : 0;
+  const int64_t sliding_cap = sliding_per_seq * o.n_seq_max;
+  const int64_t full_block_bytes = bs * l.full_bytes_per_token();
+  const int64_t sliding_block_bytes = bs * l.n_sliding() * l.bytes_per_layer_token();
+  // Bytes of a cache with n full-layer blocks.
+  auto bytes_for = [&](int64_t n) { return n * full_block_bytes + std::min(n, sliding_cap) * sliding_block_bytes; };
+  // The most full-layer blocks that fit in `budget` bytes.
+  auto blocks_within = [&](int64_t budget) -> int64_t {
+    if (full_block_bytes == 0)  // every layer slides: the sliding pool is the budget
+      return budget >= bytes_for(sliding_cap) ? blocks_per_seq * o.n_seq_max : budget / sliding_block_bytes;
+    if (budget <= bytes_for(sliding_cap)) return budget / (full_block_bytes + sliding_block_bytes);
+    return sliding_cap + (budget - bytes_for(sliding_cap)) / full_block_bytes;
+  };
+  int64_t n_blocks = blocks_per_seq * o.n_seq_max;
+  if (o.kv_cache_max_bytes > 0) n_blocks = std::max<int64_t>(1, std::min(n_blocks, blocks_within(o.kv_cache_max_bytes)));
   if (o.kv_cache_bytes > 0) {
-    n_blocks = o.kv_cache_bytes / block_bytes;
+    n_blocks = blocks_within(o.kv_cache_bytes);
     if (n_blocks < 1 || n_blocks > (int64_t{1} << 30))
       throw Error(fmt::format("KV cache of {} bytes holds {} blocks of {} bytes: out of range", o.kv_cache_bytes,
-                              n_blocks, block_bytes));
+                              n_blocks, full_block_bytes + sliding_block_bytes));
   }
-  e.kv = std::make_unique<PagedKvCache>(l, static_cast<int>(n_blocks), o.kv_block_size,
-                                        static_cast<int>(blocks_per_seq));
-  return e;
+  const int64_t sliding_blocks = std::max<int64_t>(1, std::min(n_blocks, sliding_cap));
+  return std::make_unique<PagedKvCache>(l, static_cast<int>(n_blocks), o.kv_block_size,
+                                        static_cast<int>(blocks_per_seq), static_cast<int>(sliding_blocks));
 }
 
 }  // namespace kestrel

@@ -57,4 +57,10 @@ std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::st
 
 int default_thread_count();
 
+// The paged KV cache for a model's layout at n_ctx: n_seq_max sequences at
+// full context, or as many blocks as o.kv_cache_bytes / kv_cache_max_bytes
+// allow. Sliding-window layers get a pool of their own sized for a window
+// (and a batch) per sequence.
+std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& layout, int64_t n_ctx, const EngineOptions& o);
+
 }  // namespace kestrel

@@ -3,11 +3,12 @@
 // activations where the kernels use them, the KV cache type) against the
 // same weights in float64 arithmetic throughout, layer by layer: the
 // relative error ||ours - f64|| / ||f64|| of the queries after RoPE, the
-// attention output, its projection, the FFN output and the residual stream
+// attention output, the attention and FFN branches as added to the residual
+// stream (after Gemma's post norms), and the residual stream
 // after each layer, and of the logits. A layer where the error jumps points
 // at the operator losing precision. Also the error of the RoPE rotation
 // (cos/sin from float32 angles) at the last position of the context.
-// Llama-family and Qwen2 models.
+// The decoder families (runtime/f64_reference.h); not DeepSeek's MLA.
 #include <cstdint>
 #include <memory>
 #include <vector>

@@ -22,6 +22,9 @@ class PreTokenizer {
 
   // Whether a word that is itself a token skips BPE merges (llama3-style).
   bool ignore_merges() const { return ignore_merges_; }
+  // Whether models with this rule set add BOS when the file does not say
+  // (Llama 3, Tekken; llama.cpp's defaults). False for unknown names.
+  static bool adds_bos_by_default(const std::string& pre);
 
   static std::vector<std::string> known_names();
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace kestrel {
 
@@ -55,7 +56,7 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   v.eos = id_key("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
   v.unk = id_key("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
   v.eot = id_key("tokenizer.ggml.eot_token_id", -1);
-  v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+  v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || PreTokenizer::adds_bos_by_default(v.pre));
   v.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (v.add_bos && v.bos < 0) throw Error(fmt::format("{}: the tokenizer asks for BOS but has no BOS token", f.path()));

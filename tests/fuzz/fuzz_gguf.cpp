@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "model/gguf.h"
-#include "model/llama_config.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const GgufFile f = GgufFile::parse(MappedFile::from_buffer(std::move(bytes), "fuzz.gguf"));
     for (const auto& [k, v] : f.metadata()) (void)v.to_display();
     try {
-      (void)read_llama_config(f);
+      (void)read_model_config(f);
     } catch (const Error&) {
     }
     try {

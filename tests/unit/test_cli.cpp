@@ -332,7 +332,7 @@ TEST(Cli, QuantizationMethodsKvTypesAndPrecisionCheckEndToEnd) {
   EXPECT_THAT(r.out, HasSubstr("| 4 | "));
   EXPECT_THAT(r.out, HasSubstr("logits: "));
   EXPECT_THAT(kestrel({"precision-check", "-m", test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf")}).err,
-              HasSubstr("llama and qwen2"));
+              HasSubstr("multi-head latent attention"));
 }
 
 TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {

@@ -167,15 +167,20 @@ TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
       std::vector<float> y(n * rows);
       mm.run(pool, w, x.data(), n, y.data());
       std::vector<float> wr(cols);
-      // BF16 weights on the vdpbf16ps path meet activations rounded to BF16 (as in llama.cpp).
+      // BF16 weights on the vdpbf16ps path meet activations rounded to BF16, and
+      // F16 weights activations rounded to F16 (as in llama.cpp).
       const bool bf16_acts = type == GgmlType::BF16 && selected_isa() == IsaLevel::Avx512 && gemm_bf16_available();
+      const bool f16_acts = type == GgmlType::F16;
       for (int64_t r = 0; r < rows; r++) {
         dequantize_weight_row(w, r, wr.data());
         for (int64_t t = 0; t < n; t++) {
           double ref = 0;
           for (int64_t c = 0; c < cols; c++) {
             const float xv = x[t * cols + c];
-            ref += static_cast<double>(wr[c]) * (bf16_acts ? bf16_to_fp32(fp32_to_bf16(xv)) : xv);
+            const float rounded = bf16_acts  ? bf16_to_fp32(fp32_to_bf16(xv))
+                                  : f16_acts ? fp16_to_fp32(fp32_to_fp16(xv))
+                                             : xv;
+            ref += static_cast<double>(wr[c]) * rounded;
           }
           // Quantized formats also quantize the activations: allow for that.
           const double tol = (type == GgmlType::Q8_0 || type == GgmlType::Q4_0) ? 0.15 : 1e-3;

@@ -1,7 +1,8 @@
 // precision-check: the float64 reference (written independently of the
 // engine's kernels) agrees with the float32 engine to float32 rounding on
-// llama and qwen2 models — the engine itself matches llama.cpp to 1e-4
-// (test_llamacpp_reference), so the reference is anchored to llama.cpp too —
+// every decoder family — the engine itself matches llama.cpp to 1e-4
+// (test_llamacpp_reference, test_compat), so the reference is anchored to
+// llama.cpp too —
 // and the report then shows precision lost where it is lost: a quantized KV
 // cache first in the attention output, RoPE angles at long positions.
 #include <gtest/gtest.h>
@@ -39,6 +40,39 @@ TEST(PrecisionCheck, Float32ModelsAgreeWithTheFloat64Reference) {
       EXPECT_GT(l.residual, 0.0) << model << ": float32 cannot be exact";
     }
     EXPECT_LT(r.logits, 1e-5) << model;
+  }
+}
+
+// The families of the compat set (their F16 weights widened to F32, so that
+// only the arithmetic differs): Llama 3's rope_freqs, Qwen3's q/k norms,
+// Mixtral's and Qwen3-MoE's experts, Phi-3's fused matrices and LongRoPE,
+// Gemma's soft-caps, windows, post norms and two RoPE bases all go through
+// the float64 reference. Gemma's FFN evaluates GELU as llama.cpp does (an
+// fp16 table), which the reference does not: a few 1e-4 there.
+TEST(PrecisionCheck, EveryDecoderFamilyAgreesWithTheFloat64Reference) {
+  test::TempDir dir;
+  for (const char* family : {"llama32", "qwen25", "qwen3", "mixtral", "qwen3moe", "phi3", "gemma2", "gemma3", "r1qwen"}) {
+    SCOPED_TRACE(family);
+    EngineOptions o;
+    o.model_path = test::widen_to_f32(test::compat_model(std::string(family) + ".F16"), dir.file("f32.gguf"));
+    o.n_threads = 2;
+    o.n_ctx = 512;
+    o.wrap_backend = make_activation_recorder;
+    Engine e = Engine::load(o);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % 500));
+    const PrecisionReport r = precision_check(e, tokens);
+    // The fp16 GELU's difference enters at layer 0's FFN and carries on.
+    const bool gelu = e.model->config().ffn_act == FfnActivation::Gelu;
+    for (const auto& l : r.layers) {
+      const double after_gelu = gelu ? 5e-3 : 2e-5, before = l.layer == 0 ? 2e-5 : after_gelu;
+      EXPECT_LT(l.q_rope, before) << "layer " << l.layer;
+      EXPECT_LT(l.attention, before) << "layer " << l.layer;
+      EXPECT_LT(l.attn_proj, before) << "layer " << l.layer;
+      EXPECT_LT(l.ffn, after_gelu) << "layer " << l.layer;
+      EXPECT_LT(l.residual, after_gelu) << "layer " << l.layer;
+    }
+    EXPECT_LT(r.logits, gelu ? 5e-3 : 2e-5);
   }
 }
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/block_formats.h"
+#include "model/gguf_writer.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
 
@@ -86,5 +88,25 @@ inline std::string write_synth_mtp_model(const std::string& path) {
   synth_model(so).write_file(path);
   return path;
 }
+
+// A copy of a GGUF with every tensor stored as F32 (the same numbers: F16
+// and the block formats widen exactly), written to path; returns path.
+inline std::string widen_to_f32(const std::string& src, const std::string& path) {
+  const GgufFile f = GgufFile::open(src);
+  GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) w.set(k, v);
+  w.set_u32("general.file_type", 0);
+  for (const auto& t : f.tensors()) {
+    const GgufTensorInfo* info = &t;
+    w.add_tensor(t.name, GgmlType::F32, t.ne, [info](uint8_t* dst, size_t) {
+      dequantize_row(info->type, info->data, reinterpret_cast<float*>(dst), info->n_elements());
+    });
+  }
+  w.write_file(path);
+  return path;
+}
+
+// ../shared/reference/compat/models/<cell>.gguf
+inline std::string compat_model(const std::string& cell) { return shared("reference/compat/models/" + cell + ".gguf"); }
 
 }  // namespace kestrel::test

@@ -1,0 +1,94 @@
+#include "model/decoder_config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace kestrel {
+
+ModelConfig read_decoder_basics(HparamReader& h, RopeStyle rope_style) {
+  const GgufFile& f = h.file();
+  ModelConfig c;
+  c.arch = h.arch();
+  c.name = f.get_string("general.name").value_or("");
+  c.n_embd = h.need_int("embedding_length");
+  c.n_layer = static_cast<int>(h.need_int("block_count"));
+  c.n_head = static_cast<int>(h.need_int("attention.head_count"));
+  c.n_head_kv = static_cast<int>(h.int_or("attention.head_count_kv", c.n_head));
+  c.n_ff = h.need_int("feed_forward_length");
+  c.n_ctx_train = h.int_or("context_length", 2048);
+  c.rms_eps = static_cast<float>(h.float_or("attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f)
+    throw h.bad("attention.layer_norm_rms_epsilon", fmt::format("= {} must be in (0, 1]", c.rms_eps));
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
+    throw h.bad("attention.head_count_kv",
+                fmt::format("= {}: {} attention heads cannot be grouped over it", c.n_head_kv, c.n_head));
+  c.head_dim = static_cast<int>(h.int_or("attention.key_length", c.n_embd / c.n_head));
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    throw h.bad("attention.key_length", fmt::format("= {}: the head size must be positive and even", c.head_dim));
+  if (const auto v = h.opt_int("attention.value_length"); v && *v != c.head_dim)
+    throw h.bad("attention.value_length",
+                fmt::format("= {} differs from the key length {}: not supported for {}", *v, c.head_dim, c.arch));
+
+  if (const auto* tok = f.find_tensor("token_embd.weight"); tok && tok->ne.size() >= 2)
+    c.n_vocab = tok->ne[1];
+  else
+    throw Error(fmt::format("{}: missing tensor 'token_embd.weight'", f.path()));
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+
+  RopeParams& r = c.rope;
+  r.style = rope_style;
+  r.n_rot = static_cast<int>(h.int_or("rope.dimension_count", c.head_dim));
+  if (r.n_rot <= 0 || r.n_rot > c.head_dim || r.n_rot % 2)
+    throw h.bad("rope.dimension_count",
+                fmt::format("= {} must be even and at most the head size {}", r.n_rot, c.head_dim));
+  r.freq_base = static_cast<float>(h.float_or("rope.freq_base", 10000.0));
+  if (!(r.freq_base > 1.0f)) throw h.bad("rope.freq_base", fmt::format("= {} must be above 1", r.freq_base));
+  // llama.cpp: the scaling type defaults to linear, a factor of 0 means none;
+  // "rope.scale_linear" is the old name of the factor.
+  auto factor = h.opt_float("rope.scaling.factor");
+  if (!factor) factor = h.opt_float("rope.scale_linear");
+  const std::string type = h.opt_string("rope.scaling.type").value_or("linear");
+  const int64_t n_orig = h.int_or("rope.scaling.original_context_length", c.n_ctx_train);
+  c.n_ctx_orig = n_orig;
+  if (type == "linear" || type == "yarn") {
+    if (factor && *factor < 0.0) throw h.bad("rope.scaling.factor", fmt::format("= {} must not be negative", *factor));
+    r.freq_scale = !factor || *factor == 0.0 ? 1.0f : static_cast<float>(1.0 / *factor);
+    if (type == "yarn") {
+      if (n_orig <= 0) throw h.bad("rope.scaling.original_context_length", "must be positive for YaRN");
+      set_yarn(r, n_orig, static_cast<float>(h.float_or("rope.scaling.yarn_beta_fast", 32.0)),
+               static_cast<float>(h.float_or("rope.scaling.yarn_beta_slow", 1.0)));
+    }
+  } else if (type != "none") {
+    throw h.bad("rope.scaling.type", fmt::format("= '{}' is not supported for {} (none, linear or yarn)", type, c.arch));
+  }
+  // Multiplies cos and sin (ggml's attn_factor; Phi-3's LongRoPE scaling).
+  r.attn_factor = static_cast<float>(h.float_or("rope.scaling.attn_factor", 1.0));
+  if (!(r.attn_factor > 0.0f)) throw h.bad("rope.scaling.attn_factor", "must be positive");
+  c.rope_sliding = r;
+  return c;
+}
+
+void read_routed_experts(HparamReader& h, ModelConfig& c, int64_t n_ff_expert, bool normalize) {
+  MoeConfig& e = c.moe;
+  MoeRouting& r = e.routing;
+  r.n_expert = static_cast<int>(h.need_int("expert_count"));
+  r.n_used = static_cast<int>(h.need_int("expert_used_count"));
+  if (r.n_used > r.n_expert)
+    throw h.bad("expert_used_count", fmt::format("= {} exceeds expert_count {}", r.n_used, r.n_expert));
+  if (const auto g = h.opt_int("expert_gating_func"); g && *g != static_cast<int>(ExpertGating::Softmax))
+    throw h.bad("expert_gating_func", fmt::format("= {}: {} routes by softmax (1)", *g, c.arch));
+  r.gating = ExpertGating::Softmax;
+  r.normalize = normalize;
+  e.n_ff_expert = n_ff_expert;
+  if (e.n_ff_expert <= 0) throw h.bad("expert_feed_forward_length", "must be positive");
+}
+
+void set_sliding_layers(ModelConfig& c, int32_t window, int pattern) {
+  c.sliding_window = window;
+  c.sliding_layers.assign(static_cast<size_t>(c.n_layer), 0);
+  if (window <= 0 || pattern <= 0) return;
+  for (int l = 0; l < c.n_layer; l++) c.sliding_layers[l] = pattern == 1 || l % pattern < pattern - 1;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,255 @@
+// The decoder layer of the Llama-derived families — Llama, Mistral, Mixtral,
+// Qwen2/2.5/3 (dense and MoE), Phi-3, Gemma 2/3 — top to bottom. What a
+// family turns on is in its ModelConfig (read by model/arch/*.cpp):
+//   x = embed(tokens) [* sqrt(n_embd): Gemma]
+//   for each layer:
+//     h = rmsnorm(x)
+//     q, k, v = h.Wq, h.Wk, h.Wv [+ biases] [per-head rmsnorm of q, k] ; rope(q, k)
+//     kv[pos] = k, v
+//     a = attention(q, kv) [last W positions on sliding layers] [soft-capped scores] . Wo
+//     x += a [rmsnorm'd first: Gemma's post norms]
+//     h = rmsnorm(x)
+//     f = act(h.Wgate) * (h.Wup) . Wdown      (SwiGLU, or GeGLU for Gemma)
+//         or the routed experts' weighted sum [+ shared expert, gated]   (MoE)
+//     x += f [rmsnorm'd first: Gemma]
+//   logits = rmsnorm(x) . Wout [soft-capped: Gemma 2]    (only for rows that asked)
+#include "model/decoder_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/batch_io.h"
+#include "model/ffn_blocks.h"
+#include "model/weight_loader.h"
+
+namespace kestrel {
+namespace {
+
+struct DecoderLayer {
+  std::vector<float> attn_norm, ffn_norm, post_attn_norm, post_ffn_norm;
+  std::vector<float> q_norm, k_norm;  // per head (Qwen3, Gemma 3)
+  std::vector<float> bq, bk, bv;      // empty: no bias
+  Weight wq, wk, wv, wo;
+  FfnWeights ffn;  // dense
+  MoeWeights moe;  // or experts
+};
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(const GgufFile& f, Backend& be, const ModelOptions& opt, ModelConfig cfg)
+      : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), place_(opt.max_batch_tokens) {
+    load(f, opt);
+    allocate();
+    if (opt.log_fusion) log_fusion();
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  KvLayout kv_layout() const override {
+    const int64_t kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * cfg_.head_dim;
+    KvLayout l{cfg_.n_layer, kv_dim, kv_dim, cfg_.head_dim};
+    l.sliding_window = cfg_.sliding_window;
+    l.sliding = cfg_.sliding_layers;
+    return l;
+  }
+  int64_t max_batch_tokens() const override { return max_batch_; }
+
+  void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) override {
+    const int64_t n = b.size();
+    if (n == 0) return;
+    if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd;
+    place_batch(b, kv, c.n_vocab, place_);
+
+    float *x = x_.data(), *xb = xb_.data(), *xb2 = xb2_.data();
+    be_.annotate_layer(-1);
+    be_.embed(w_.tok_embd, b.tokens.data(), n, x);
+    if (c.embed_scale != 1.0f) be_.scale(x, n * dim, c.embed_scale);
+
+    for (int l = 0; l < c.n_layer; l++) {
+      const DecoderLayer& L = w_.layers[l];
+      be_.annotate_layer(l);
+      be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
+      attention(L, l, b, kv, n);  // -> xb2
+      if (c.post_norms) be_.rmsnorm(xb2, L.post_attn_norm.data(), xb2, n, dim, c.rms_eps);
+      be_.add(x, xb2, n * dim);
+
+      be_.rmsnorm(x, L.ffn_norm.data(), xb, n, dim, c.rms_eps);
+      if (L.moe.present())
+        moe_->run(be_, L.moe, xb, n, xb2);
+      else
+        run_ffn(be_, L.ffn, c.ffn_act, xb, n, hb_.data(), hb2_.data(), xb2);
+      if (c.post_norms) be_.rmsnorm(xb2, L.post_ffn_norm.data(), xb2, n, dim, c.rms_eps);
+      be_.add(x, xb2, n * dim);
+    }
+
+    // Norm + output projection on the rows that want logits only.
+    output_logits(be_, b, x, dim, w_.output_norm.data(), c.rms_eps, w_.output, xb, logits, hidden);
+    if (c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
+  }
+
+ private:
+  // Self-attention of layer l over xb (normed), into xb2.
+  void attention(const DecoderLayer& L, int l, const Batch& b, PagedKvCache& kv, int64_t n) {
+    const ModelConfig& c = cfg_;
+    const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+    float *q = q_.data(), *k = k_.data(), *v = v_.data();
+    const Weight* qkv[3] = {&L.wq, &L.wk, &L.wv};
+    const float* bias[3] = {L.bq.empty() ? nullptr : L.bq.data(), L.bk.empty() ? nullptr : L.bk.data(),
+                            L.bv.empty() ? nullptr : L.bv.data()};
+    float* out[3] = {q, k, v};
+    Backend::QkvShape shape{c.n_head, c.n_head_kv, c.head_dim};
+    if (c.qk_norm) shape.q_norm = L.q_norm.data(), shape.k_norm = L.k_norm.data(), shape.norm_eps = c.rms_eps;
+    be_.qkv_rope(qkv, bias, xb_.data(), n, b.positions.data(), c.rope_of(l), shape, out);
+    const int g = kv.group_of(l);
+    const int64_t* slots = place_.slots[g].data();
+    for (int64_t i = 0; i < n; i++) {
+      kv.write_k(l, slots[i], k + i * kv_dim);
+      kv.write_v(l, slots[i], v + i * kv_dim);
+    }
+    AttentionShape as{c.n_head, c.n_head_kv, c.head_dim};
+    as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    as.window = c.window(l);
+    as.softcap = c.attn_softcap;
+    be_.attention(kv.layer_view(l), {n, q, att_.data(), b.positions.data(), place_.tables[g].data()}, as);
+    be_.matmul(L.wo, att_.data(), n, xb2_.data());
+  }
+
+  void load(const GgufFile& f, const ModelOptions& opt) {
+    const ModelConfig& c = cfg_;
+    WeightLoader ld(f);
+    const int64_t dim = c.n_embd;
+    w_.tok_embd = ld.require("token_embd.weight", {dim, c.n_vocab});
+    w_.output_norm = ld.require_vector("output_norm.weight", dim);
+    // A tied output matrix gets its own prepared copy: the embedding lookup keeps reading the file's rows.
+    w_.output = be_.prepare_weight(c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab}));
+    load_rope_factors(ld, opt);
+    for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
+    ld.finish(c.arch);
+  }
+
+  // Per-pair RoPE frequency divisors: Llama 3's rope_freqs, or Phi-3's
+  // LongRoPE factors, the long ones only beyond the original context (as
+  // llama.cpp chooses them, by the context the model runs at).
+  void load_rope_factors(const WeightLoader& ld, const ModelOptions& opt) {
+    ModelConfig& c = cfg_;
+    const int64_t pairs = c.rope.n_rot / 2;
+    if (ld.has("rope_freqs.weight")) {
+      rope_factors_ = ld.require_vector("rope_freqs.weight", pairs);
+    } else if (ld.has("rope_factors_short.weight") || ld.has("rope_factors_long.weight")) {
+      const int64_t n_ctx = opt.n_ctx > 0 ? opt.n_ctx : c.n_ctx_train;
+      const bool use_long = n_ctx > c.n_ctx_orig;
+      const char* use = use_long ? "rope_factors_long.weight" : "rope_factors_short.weight";
+      rope_factors_ = ld.require_vector(use, pairs);
+      ld.skip(use_long ? "rope_factors_short.weight" : "rope_factors_long.weight",
+              "LongRoPE: the other context range's factors");
+    } else {
+      return;
+    }
+    for (float ff : rope_factors_)
+      if (!(ff > 0.0f) || !std::isfinite(ff))
+        throw Error(fmt::format("RoPE frequency factor {} must be positive and finite", ff));
+    c.rope.freq_factors = rope_factors_.data();
+    c.rope_sliding.freq_factors = rope_factors_.data();
+  }
+
+  DecoderLayer load_layer(const WeightLoader& ld, int l) {
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd, hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+    const std::string p = fmt::format("blk.{}.", l);
+    DecoderLayer L;
+    L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
+    if (c.fused_qkv) {
+      const Weight qkv = ld.require(p + "attn_qkv.weight", {dim, q_dim + 2 * kv_dim});
+      L.wq = be_.prepare_weight(weight_rows(qkv, 0, q_dim, qkv.name + ".q"));
+      L.wk = be_.prepare_weight(weight_rows(qkv, q_dim, kv_dim, qkv.name + ".k"));
+      L.wv = be_.prepare_weight(weight_rows(qkv, q_dim + kv_dim, kv_dim, qkv.name + ".v"));
+    } else {
+      L.wq = be_.prepare_weight(ld.require(p + "attn_q.weight", {dim, q_dim}));
+      L.wk = be_.prepare_weight(ld.require(p + "attn_k.weight", {dim, kv_dim}));
+      L.wv = be_.prepare_weight(ld.require(p + "attn_v.weight", {dim, kv_dim}));
+      L.bq = ld.optional_vector(p + "attn_q.bias", q_dim);
+      L.bk = ld.optional_vector(p + "attn_k.bias", kv_dim);
+      L.bv = ld.optional_vector(p + "attn_v.bias", kv_dim);
+    }
+    if (c.qk_norm) {
+      L.q_norm = ld.require_vector(p + "attn_q_norm.weight", hd);
+      L.k_norm = ld.require_vector(p + "attn_k_norm.weight", hd);
+    }
+    L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {q_dim, dim}));
+    if (c.post_norms) {
+      L.post_attn_norm = ld.require_vector(p + "post_attention_norm.weight", dim);
+      L.post_ffn_norm = ld.require_vector(p + "post_ffw_norm.weight", dim);
+    }
+    L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
+    if (c.moe.routing.n_expert > 0)
+      L.moe = load_moe(ld, be_, p, dim, c.moe);
+    else
+      L.ffn = load_ffn(ld, be_, p, "", dim, c.n_ff, c.fused_gate_up);
+    return L;
+  }
+
+  // Scratch activations for the largest batch, allocated once.
+  void allocate() {
+    const ModelConfig& c = cfg_;
+    const int64_t n = max_batch_;
+    const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+    x_.resize(n * c.n_embd);
+    xb_.resize(n * std::max(c.n_embd, q_dim));
+    xb2_.resize(n * c.n_embd);
+    q_.resize(n * q_dim);
+    k_.resize(n * kv_dim);
+    v_.resize(n * kv_dim);
+    att_.resize(n * q_dim);
+    if (c.moe.routing.n_expert > 0) {
+      moe_ = std::make_unique<MoeFfn>(c.n_embd, c.moe, n);
+    } else {
+      hb_.resize(n * c.n_ff);
+      hb2_.resize(n * c.n_ff);
+    }
+  }
+
+  // Says which fused operators the backend will run for these weights.
+  void log_fusion() const {
+    int qkv = 0, ffn = 0;
+    for (const auto& L : w_.layers) {
+      qkv += be_.fuses(L.wq, L.wk) && be_.fuses(L.wq, L.wv);
+      ffn += L.moe.present() ? be_.fuses(L.moe.experts[0].gate, L.moe.experts[0].up) : be_.fuses(L.ffn.gate, L.ffn.up);
+    }
+    const int n = cfg_.n_layer;
+    const char* act = cfg_.ffn_act == FfnActivation::Gelu ? "GeGLU" : "SwiGLU";
+    fmt::print(stderr,
+               "fusion: attn_q+attn_k+attn_v(+bias{})+RoPE: one activation preparation, one parallel pass in whole "
+               "heads, the rest in the epilogue: {} of {} layers\n",
+               cfg_.qk_norm ? "+q/k norm" : "", qkv, n);
+    fmt::print(stderr, "fusion: ffn_gate+ffn_up+{}{}: one pass, the activation applied in the epilogue: {} of {} layers\n",
+               act, moe_ ? " (each routed expert)" : "", ffn, n);
+    fmt::print(stderr, "fusion: not fused: the residual adds, RMSNorm (its output is quantized once per fused pass)\n");
+  }
+
+  ModelConfig cfg_;
+  Backend& be_;
+  int64_t max_batch_;
+  struct {
+    Weight tok_embd, output;
+    std::vector<float> output_norm;
+    std::vector<DecoderLayer> layers;
+  } w_;
+  std::vector<float> rope_factors_;  // what cfg_.rope.freq_factors points at
+  BatchPlacement place_;
+  std::unique_ptr<MoeFfn> moe_;
+  std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_decoder_model(const GgufFile& file, Backend& backend, const ModelOptions& options,
+                                          ModelConfig config) {
+  return std::make_unique<DecoderModel>(file, backend, options, std::move(config));
+}
+
+}  // namespace kestrel

@@ -1,0 +1,123 @@
+#include "model/ffn_blocks.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace kestrel {
+
+FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& p, const std::string& suffix, int64_t dim,
+                    int64_t width, bool fused_gate_up) {
+  const Weight down = ld.require(p + "ffn_down" + suffix + ".weight", {width, dim});
+  if (fused_gate_up) {
+    const Weight up = ld.require(p + "ffn_up" + suffix + ".weight", {dim, 2 * width});
+    return {be.prepare_weight(weight_rows(up, 0, width, up.name + ".gate")),
+            be.prepare_weight(weight_rows(up, width, width, up.name + ".up")), be.prepare_weight(down)};
+  }
+  return {be.prepare_weight(ld.require(p + "ffn_gate" + suffix + ".weight", {dim, width})),
+          be.prepare_weight(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width})), be.prepare_weight(down)};
+}
+
+MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, int64_t dim, const MoeConfig& e) {
+  const int ne = e.routing.n_expert;
+  MoeWeights m;
+  m.router = be.prepare_weight(ld.require(p + "ffn_gate_inp.weight", {dim, ne}));
+  m.router_bias = ld.optional_vector(p + "exp_probs_b.bias", ne);
+  const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
+  const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
+  const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
+  for (int x = 0; x < ne; x++) {
+    const std::string tag = fmt::format(".{}", x);
+    m.experts.push_back({be.prepare_weight(weight_slice(gate, x, gate.name + tag)),
+                         be.prepare_weight(weight_slice(up, x, up.name + tag)),
+                         be.prepare_weight(weight_slice(down, x, down.name + tag))});
+  }
+  if (e.n_ff_shared > 0) m.shared = load_ffn(ld, be, p, "_shexp", dim, e.n_ff_shared);
+  if (e.shared_gate) m.shared_gate = be.prepare_weight(ld.require(p + "ffn_gate_inp_shexp.weight", {dim}));
+  return m;
+}
+
+void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, const float* x, int64_t n, float* hb, float* hb2,
+             float* out) {
+  if (act == FfnActivation::Gelu)
+    be.geglu(f.gate, f.up, x, n, hb, hb2);
+  else
+    be.swiglu(f.gate, f.up, x, n, hb, hb2);
+  be.matmul(f.down, hb, n, out);
+}
+
+MoeFfn::MoeFfn(int64_t dim, const MoeConfig& moe, int64_t n) : dim_(dim), cfg_(moe) {
+  const MoeRouting& rt = moe.routing;
+  router_logits_.resize(n * rt.n_expert);
+  expert_ids_.resize(n * rt.n_used);
+  expert_w_.resize(n * rt.n_used);
+  routed_.resize(rt.n_expert);
+  for (auto& v : routed_) v.reserve(n);
+  // Every (token, chosen expert) pair's input and output rows.
+  xe_.resize(n * rt.n_used * dim);
+  ye_.resize(n * rt.n_used * dim);
+  if (moe.n_ff_shared > 0) {
+    shared_out_.resize(n * dim);
+    hb_.resize(n * moe.n_ff_shared);
+    hb2_.resize(n * moe.n_ff_shared);
+  }
+  if (moe.shared_gate) shared_gate_.resize(n);
+  ffn_refs_.reserve(rt.n_expert);
+  ffn_in_.reserve(rt.n_expert);
+  ffn_out_.reserve(rt.n_expert);
+  ffn_rows_.reserve(rt.n_expert);
+}
+
+void MoeFfn::run(Backend& be, const MoeWeights& w, const float* x, int64_t n, float* out) {
+  const MoeRouting& rt = cfg_.routing;
+  const int64_t dim = dim_;
+  be.matmul(w.router, x, n, router_logits_.data());
+  be.moe_route(rt, router_logits_.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), n,
+               expert_ids_.data(), expert_w_.data());
+  std::fill(out, out + n * dim, 0.0f);
+  // Token lists per expert, in token order; each active expert's inputs
+  // gathered into its own stretch of xe_, all experts run in one call.
+  for (auto& v : routed_) v.clear();
+  for (int64_t t = 0; t < n; t++)
+    for (int k = 0; k < rt.n_used; k++) routed_[expert_ids_[t * rt.n_used + k]].push_back(t * rt.n_used + k);
+  ffn_refs_.clear();
+  ffn_in_.clear();
+  ffn_out_.clear();
+  ffn_rows_.clear();
+  int64_t row = 0;
+  for (int e = 0; e < rt.n_expert; e++) {
+    const auto& picks = routed_[e];
+    if (picks.empty()) continue;
+    for (size_t j = 0; j < picks.size(); j++)
+      std::memcpy(xe_.data() + (row + static_cast<int64_t>(j)) * dim, x + picks[j] / rt.n_used * dim,
+                  dim * sizeof(float));
+    ffn_refs_.push_back({&w.experts[e].gate, &w.experts[e].up, &w.experts[e].down});
+    ffn_in_.push_back(xe_.data() + row * dim);
+    ffn_out_.push_back(ye_.data() + row * dim);
+    ffn_rows_.push_back(static_cast<int64_t>(picks.size()));
+    row += static_cast<int64_t>(picks.size());
+  }
+  be.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
+  row = 0;
+  for (int e = 0; e < rt.n_expert; e++)
+    for (int64_t pick : routed_[e]) {
+      const float wgt = expert_w_[pick];
+      float* o = out + pick / rt.n_used * dim;
+      const float* y = ye_.data() + (row++) * dim;
+      for (int64_t d = 0; d < dim; d++) o[d] += wgt * y[d];
+    }
+  if (!w.shared.present()) return;
+  run_ffn(be, w.shared, FfnActivation::Silu, x, n, hb_.data(), hb2_.data(), shared_out_.data());
+  if (w.shared_gate.present()) {
+    // Qwen2-MoE: the shared expert's output times sigmoid(x . g), per token.
+    be.matmul(w.shared_gate, x, n, shared_gate_.data());
+    for (int64_t t = 0; t < n; t++) {
+      const float g = 1.0f / (1.0f + std::exp(-shared_gate_[t]));
+      for (int64_t d = 0; d < dim; d++) shared_out_[t * dim + d] *= g;
+    }
+  }
+  be.add(out, shared_out_.data(), n * dim);
+}
+
+}  // namespace kestrel

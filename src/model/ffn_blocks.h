@@ -1,0 +1,62 @@
+#pragma once
+// The feed-forward halves of a decoder layer that several architectures
+// share: a gated FFN (SwiGLU or GeGLU) and a mixture of experts (routed
+// experts, each run once over the tokens routed to it, all active experts in
+// one backend call; optional shared experts, optionally gated).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/weight_loader.h"
+
+namespace kestrel {
+
+struct FfnWeights {
+  Weight gate, up, down;
+  bool present() const { return gate.present(); }
+};
+
+struct MoeWeights {
+  Weight router;                   // ffn_gate_inp: [n_expert rows]
+  std::vector<float> router_bias;  // exp_probs_b (DeepSeek-V3): selection only; may be empty
+  std::vector<FfnWeights> experts;
+  FfnWeights shared;               // ffn_*_shexp; absent when the model has no shared expert
+  Weight shared_gate;              // ffn_gate_inp_shexp (Qwen2-MoE): one row
+  bool present() const { return !experts.empty(); }
+};
+
+// `{prefix}ffn_{gate,up,down}{suffix}.weight`, width rows wide; with
+// fused_gate_up (Phi-3) the gate and up rows are the two halves of ffn_up.
+FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& prefix, const std::string& suffix,
+                    int64_t dim, int64_t width, bool fused_gate_up = false);
+
+// Router, experts (3-D ffn_*_exps sliced per expert), the selection bias
+// when the file has one, and the shared expert(s) the config asks for.
+MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& prefix, int64_t dim, const MoeConfig& moe);
+
+// out[n][dim] = down . act(gate . x) * (up . x); hb, hb2 hold n * width floats.
+void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, const float* x, int64_t n, float* hb, float* hb2,
+             float* out);
+
+// Scratch for one MoE layer at the largest batch, allocated once.
+class MoeFfn {
+ public:
+  MoeFfn(int64_t dim, const MoeConfig& moe, int64_t max_tokens);
+  // out[n][dim] = sum over chosen experts k of w_k * expert_k(x) (+ shared).
+  void run(Backend& be, const MoeWeights& w, const float* x, int64_t n, float* out);
+
+ private:
+  int64_t dim_;
+  MoeConfig cfg_;
+  std::vector<float> router_logits_, expert_w_, xe_, ye_, shared_out_, shared_gate_, hb_, hb2_;
+  std::vector<int32_t> expert_ids_;
+  std::vector<std::vector<int64_t>> routed_;
+  std::vector<Backend::FfnRef> ffn_refs_;
+  std::vector<const float*> ffn_in_;
+  std::vector<float*> ffn_out_;
+  std::vector<int64_t> ffn_rows_;
+};
+
+}  // namespace kestrel
