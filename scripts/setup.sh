@@ -9,6 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libspdlog-dev libfmt-dev libhwloc-dev libxxhash-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-regex             # the compat checker; the pre-tokenizer oracle (tests)
 )
 
 missing=()

@@ -1,0 +1,126 @@
+// A model file loads only when Kestrel computes all of it: a tensor the
+// architecture does not use, or a metadata key of its namespace that could
+// change the arithmetic and is not read, is an error naming it (llama.cpp
+// refuses unknown tensors too). Plausible text from the wrong math is the
+// worst failure an engine can have.
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <functional>
+
+#include "core/error.h"
+#include "model/gguf_writer.h"
+#include "runtime/engine.h"
+#include "runtime/generator.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+// src rewritten: every key and tensor, then `edit` may add or replace some.
+std::string rewrite(const std::string& src, const std::string& dst, const std::function<void(GgufWriter&)>& edit,
+                    const std::string& drop_tensor = "") {
+  const GgufFile f = GgufFile::open(src);
+  GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) w.set(k, v);
+  for (const auto& t : f.tensors())
+    if (t.name != drop_tensor) w.add_tensor_bytes(t.name, t.type, t.ne, t.data);
+  edit(w);
+  w.write_file(dst);
+  return dst;
+}
+
+std::string load_error(const std::string& path) {
+  EngineOptions o;
+  o.model_path = path;
+  o.n_threads = 2;
+  o.n_ctx = 64;
+  try {
+    Engine::load(o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StrictLoader, TheUnmodifiedFilesLoad) {
+  for (const char* cell : {"llama32.F16", "gemma2.F16", "phi3.F16", "qwen3moe.F16"})
+    EXPECT_EQ(load_error(test::compat_model(cell)), "") << cell;
+}
+
+TEST(StrictLoader, AnUnknownTensorIsRefusedByName) {
+  test::TempDir dir;
+  const std::vector<float> sinks(4, 0.5f);
+  const std::string path = rewrite(test::compat_model("llama32.F16"), dir.file("sinks.gguf"), [&](GgufWriter& w) {
+    w.add_tensor_bytes("blk.1.attn_sinks.weight", GgmlType::F32, {4}, sinks.data());
+  });
+  EXPECT_THAT(load_error(path), HasSubstr("tensor 'blk.1.attn_sinks.weight' is not part of the llama architecture"));
+}
+
+TEST(StrictLoader, AnUnknownArithmeticKeyIsRefusedByName) {
+  test::TempDir dir;
+  const std::string softcap = rewrite(test::compat_model("llama32.F16"), dir.file("softcap.gguf"),
+                                      [](GgufWriter& w) { w.set_f32("llama.attn_logit_softcapping", 30.0f); });
+  EXPECT_THAT(load_error(softcap), HasSubstr("metadata key 'llama.attn_logit_softcapping' (30)"));
+  const std::string window = rewrite(test::compat_model("qwen3.F16"), dir.file("window.gguf"),
+                                     [](GgufWriter& w) { w.set_u32("qwen3.attention.sliding_window", 4096); });
+  EXPECT_THAT(load_error(window), HasSubstr("'qwen3.attention.sliding_window'"));
+  // Keys that describe the file, not the math, are fine.
+  const std::string vocab = rewrite(test::compat_model("qwen3.F16"), dir.file("vocab.gguf"),
+                                    [](GgufWriter& w) { w.set_u32("qwen3.vocab_size", 1003); });
+  EXPECT_EQ(load_error(vocab), "");
+}
+
+TEST(StrictLoader, BadValuesOfKnownKeysNameTheKey) {
+  test::TempDir dir;
+  const std::string src = test::compat_model("llama32.F16");
+  for (float eps : {0.0f, -1.0f, NAN, INFINITY}) {
+    const std::string path = rewrite(src, dir.file("eps.gguf"), [&](GgufWriter& w) {
+      w.set_f32("llama.attention.layer_norm_rms_epsilon", eps);
+    });
+    EXPECT_THAT(load_error(path), HasSubstr("llama.attention.layer_norm_rms_epsilon")) << eps;
+  }
+  const std::string rope = rewrite(src, dir.file("rope.gguf"), [](GgufWriter& w) {
+    w.set_str("llama.rope.scaling.type", "longrope");
+  });
+  EXPECT_THAT(load_error(rope), HasSubstr("'longrope' is not supported"));
+  const std::string split = rewrite(src, dir.file("split.gguf"), [](GgufWriter& w) { w.set_u32("split.count", 3); });
+  EXPECT_THAT(load_error(split), HasSubstr("part of a GGUF split into 3 files"));
+}
+
+TEST(StrictLoader, AMissingTensorOfTheFamilyIsNamed) {
+  test::TempDir dir;
+  const std::string path = rewrite(test::compat_model("gemma2.F16"), dir.file("no-post-norm.gguf"), [](GgufWriter&) {},
+                                   "blk.1.post_ffw_norm.weight");
+  EXPECT_THAT(load_error(path), HasSubstr("missing tensor 'blk.1.post_ffw_norm.weight'"));
+}
+
+// Phi-3's LongRoPE factors are chosen by the context the model runs at: the
+// short ones up to the original context (4096), the long ones beyond. The
+// unused set is accepted (not an unknown tensor), and the choice shows in the logits.
+TEST(StrictLoader, PhiLongRopeFactorsFollowTheContext) {
+  auto first_logits = [](int64_t n_ctx) {
+    EngineOptions o = test::shared_engine("reference/compat/models/phi3.F16.gguf", n_ctx);
+    Engine e = Engine::load(o);
+    GenerationParams p;
+    p.max_tokens = 1;
+    p.sampling.temperature = 0.0f;
+    p.all_logits = true;
+    std::vector<float> rows;
+    GenerationCallbacks cb;
+    cb.on_logits = [&](const float* r, int64_t n) { rows.insert(rows.end(), r, r + n); };
+    generate(e, {1, 429, 416, 291, 264, 317}, p, cb);
+    return rows;
+  };
+  const auto a = first_logits(512), b = first_logits(4096), c = first_logits(8192);
+  EXPECT_EQ(a, b);  // both short
+  ASSERT_EQ(a.size(), c.size());
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); i++) diff = std::max(diff, static_cast<double>(std::fabs(a[i] - c[i])));
+  EXPECT_GT(diff, 1e-3);
+}
+
+}  // namespace
+}  // namespace kestrel
