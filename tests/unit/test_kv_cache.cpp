@@ -156,5 +156,89 @@ TEST(PagedKvCache, TruncatingIntoASharedBlockCopiesItFirst) {
   EXPECT_EQ(kv.block_table(1)[0], kv.block_table(0)[0]);  // the untouched first block is still shared
 }
 
+// Two layers: 0 attends over everything, 1 over the last 8 positions.
+KvLayout sliding_layout() {
+  KvLayout l{2, 4, 4, 4};
+  l.sliding_window = 8;
+  l.sliding = {0, 1};
+  return l;
+}
+
+// Runs tokens [0, n) through the cache as a model's batches would: slide to
+// each batch's first position, then reserve it.
+void feed(PagedKvCache& kv, int32_t seq, int64_t from, int64_t n, int64_t batch) {
+  for (int64_t p = from; p < n; p += batch) {
+    kv.slide(seq, p);
+    kv.reserve(seq, std::min(n, p + batch));
+  }
+}
+
+TEST(PagedKvCache, SlidingLayersReleaseWhatLeftTheWindow) {
+  PagedKvCache kv(sliding_layout(), 64, 4, 0, 16);
+  ASSERT_EQ(kv.n_groups(), 2);
+  EXPECT_EQ(kv.group_of(0), 0);
+  EXPECT_EQ(kv.group_of(1), 1);
+  feed(kv, 0, 0, 100, 2);
+  EXPECT_EQ(kv.held_blocks(0, 0), 25);  // every position
+  // The next query (position 98's batch started at 98) sees positions 91..98: blocks 22..24.
+  EXPECT_EQ(kv.held_blocks(0, 1), 3);
+  EXPECT_EQ(kv.block_table(0, 1)[10], -1);
+  EXPECT_THROW(kv.slot(0, 40, 1), Error);  // left the window
+  EXPECT_NO_THROW(kv.slot(0, 95, 1));
+  EXPECT_NO_THROW(kv.slot(0, 40, 0));
+  // Rolling back within the last batch is fine; into released blocks is an error.
+  kv.truncate(0, 99);
+  EXPECT_THROW(kv.truncate(0, 50), Error);
+  kv.remove(0);
+  EXPECT_EQ(kv.n_group_free_blocks(1), 16);
+  EXPECT_EQ(kv.n_free_blocks(), 64);
+}
+
+TEST(PagedKvCache, SlidingPoolLimitsItsOwnGroup) {
+  PagedKvCache kv(sliding_layout(), 64, 4, 0, 4);
+  feed(kv, 0, 0, 40, 4);  // holds at most 3 sliding blocks
+  EXPECT_THROW(kv.reserve(1, 8), Error);  // two more sliding blocks do not fit
+  try {
+    kv.reserve(1, 8);
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("sliding-window blocks"));
+  }
+}
+
+TEST(PagedKvCache, SharedPrefixesBringTheWindowOfTheSlidingLayers) {
+  PagedKvCache kv(sliding_layout(), 64, 4, 0, 32);
+  std::vector<int32_t> tokens(40);
+  for (int i = 0; i < 40; i++) tokens[i] = 100 + i;
+  feed(kv, 0, 0, 40, 40);  // one batch: nothing released before it
+  kv.publish_prefix(0, tokens.data(), 40);
+  kv.slide(0, 39);         // a decode step at 39 sees 32..39: blocks 0..7 leave (freed, still named)
+  EXPECT_EQ(kv.held_blocks(0, 1), 2);
+  // Another sequence with the same prompt shares 9 full blocks (36 tokens,
+  // the last token is always computed): its sliding table starts at the
+  // window of position 36 (29..36, blocks 7 and 8), found by name.
+  EXPECT_EQ(kv.share_prefix(1, tokens.data(), 40), 36);
+  EXPECT_EQ(kv.block_table(1, 1)[6], -1);
+  EXPECT_GE(kv.block_table(1, 1)[7], 0);
+  EXPECT_EQ(kv.block_table(1, 1)[8], kv.block_table(0, 1)[8]);
+  EXPECT_EQ(kv.block_table(1, 0)[0], kv.block_table(0, 0)[0]);
+  EXPECT_EQ(kv.held_blocks(1, 1), 2);
+
+  // When the window's sliding blocks were evicted, the full layers' blocks
+  // alone are no use: nothing is shared (and nothing is held).
+  PagedKvCache small(sliding_layout(), 64, 4, 0, 12);
+  for (int64_t p = 0; p < 40; p += 4) {  // as the server does: publish after every step
+    small.slide(0, p);
+    small.reserve(0, p + 4);
+    small.publish_prefix(0, tokens.data(), p + 4);
+  }
+  small.erase(0);  // sliding blocks cached, oldest first: 0..6 (left the window), then 9, 8, 7
+  feed(small, 2, 0, 44, 44);  // 11 sliding blocks: the 2 never used, then 0..6, 9, 8
+  small.erase(2);
+  const int free_full = small.n_free_blocks();
+  EXPECT_EQ(small.share_prefix(3, tokens.data(), 40), 0);
+  EXPECT_EQ(small.n_free_blocks(), free_full);
+  EXPECT_EQ(small.held_blocks(3, 0), 0);
+}
+
 }  // namespace
 }  // namespace kestrel

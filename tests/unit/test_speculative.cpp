@@ -173,6 +173,11 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
        40},
       {"reference/llama.cpp/deepseek3-tiny.f32.gguf",
        "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
+      // Sliding windows (rollback must not reach released blocks), experts, fused matrices.
+      {"reference/compat/models/gemma2.F16.gguf", "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
+      {"reference/compat/models/qwen3moe.F16.gguf", "The quick brown fox jumps over the lazy dog. The quick brown fox",
+       40},
+      {"reference/compat/models/phi3.F16.gguf", "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
   };
   int64_t accepted_total = 0;
   for (const auto& c : cases) {
