@@ -44,15 +44,29 @@ void register_synth(CLI::App& app) {
       fmt::print("wrote {} (deepseek2 {}: dim {}, {} layers + {} MTP, {} heads, kv_lora {}, {} experts ({} used, {} shared), vocab {}) in {:.1f} s\n",
                  out, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.ds.nextn, o.shape.heads, o.shape.ds.kv_lora,
                  o.shape.ds.experts, o.shape.ds.experts_used, o.shape.ds.experts_shared, n_vocab, s);
+    else if (o.shape.dec.experts > 0)
+      fmt::print("wrote {} ({} {}: dim {}, {} layers, {} heads, {} KV heads, {} experts ({} used, FFN {}), vocab {}) in {:.1f} s\n",
+                 out, arch, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.kv_heads,
+                 o.shape.dec.experts, o.shape.dec.experts_used, o.shape.dec.ffn_expert, n_vocab, s);
     else
       fmt::print("wrote {} ({} {}: dim {}, {} layers, {} heads, {} KV heads, FFN {}, vocab {}) in {:.1f} s\n", out, arch,
                  type_name(o.type), o.shape.dim, o.shape.layers, o.shape.heads, o.shape.kv_heads, o.shape.ffn, n_vocab, s);
     return 0;
   });
-  cmd->add_option("--arch", arch, "Architecture: llama, qwen2, deepseek2")->capture_default_str();
+  std::string archs, presets;
+  for (const auto& [a, names] : synth_presets()) {
+    archs += (archs.empty() ? "" : ", ") + a;
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    presets += fmt::format("{}{}: {}", presets.empty() ? "" : "; ", a, list);
+  }
+  cmd->add_option("--arch", arch, "Architecture: " + archs)->capture_default_str();
   cmd->add_option("--preset", preset,
-                  "Shape preset: llama/qwen2: tiny, 1b (TinyLlama), 7b (Llama-2-7B); deepseek2: tiny (V2-Lite-like), "
-                  "tiny-v3, lite (DeepSeek-V2-Lite), v3-small, v3 (DeepSeek-V3)")
+                  "Shape preset (real models' shapes, tiny for tests): " + presets +
+                      ". llama: 1b = TinyLlama, 7b = Llama-2-7B, llama3-1b/8b = Llama-3.2-1B / 3.1-8B (rope_freqs), "
+                      "mixtral = Mixtral-8x7B; qwen2: 0.5b/7b = Qwen2.5, r1-1.5b = DeepSeek-R1-Distill-Qwen-1.5B; "
+                      "qwen2moe: a2.7b = Qwen1.5-MoE; qwen3moe: 30b-a3b; phi3: mini = Phi-3.5-mini; "
+                      "deepseek2: tiny (V2-Lite-like), lite (DeepSeek-V2-Lite), v3 (DeepSeek-V3)")
       ->capture_default_str();
   cmd->add_option("--type", type_str, std::string("Weight type: ") + kWritableTypes)->capture_default_str();
   cmd->add_option("-o,--output", out, "GGUF file to write")->required();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/block_formats.h"
 #include "core/error.h"
@@ -69,40 +70,6 @@ void add_synthetic_vocab(GgufWriter& w, int64_t n) {
 }  // namespace
 
 namespace {
-
-SynthShape deepseek_preset(const std::string& preset) {
-  SynthShape s;
-  s.arch = "deepseek2";
-  SynthDeepseek& d = s.ds;
-  if (preset == "tiny" || preset == "tiny-v3") {
-    s.dim = 64, s.layers = 3, s.heads = 4, s.ffn = 128, s.vocab = 512, s.ctx = 4096;
-    d.kv_lora = 32, d.qk_nope = 16, d.qk_rope = 8, d.v_head = 16;
-    d.experts = 8, d.experts_used = 2, d.experts_shared = 2, d.ffn_expert = 32;
-    if (preset == "tiny-v3") {
-      d.q_lora = 48, d.experts = 16, d.experts_used = 4, d.experts_shared = 1, d.groups = 4, d.groups_used = 2;
-      d.sigmoid = d.selection_bias = d.norm_weights = true, d.weights_scale = 2.5f;
-      d.yarn_factor = 4.0f, d.yarn_orig_ctx = 1024;
-    }
-  } else if (preset == "lite") {  // DeepSeek-V2-Lite
-    s.dim = 2048, s.layers = 27, s.heads = 16, s.ffn = 10944, s.vocab = 102400, s.ctx = 163840;
-    d.kv_lora = 512, d.qk_nope = 128, d.qk_rope = 64, d.v_head = 128;
-    d.experts = 64, d.experts_used = 6, d.experts_shared = 2, d.ffn_expert = 1408;
-    d.yarn_factor = 40.0f, d.yarn_orig_ctx = 4096, d.yarn_log_mul = 0.0707f;
-  } else if (preset == "v3-small" || preset == "v3") {
-    const bool full = preset == "v3";
-    s.dim = full ? 7168 : 1024, s.layers = full ? 61 : 8, s.heads = full ? 128 : 16;
-    s.ffn = full ? 18432 : 2816, s.vocab = full ? 129280 : 32000, s.ctx = 163840;
-    d.q_lora = full ? 1536 : 384, d.kv_lora = 512, d.qk_nope = 128, d.qk_rope = 64, d.v_head = 128;
-    d.dense_lead = full ? 3 : 1, d.experts = full ? 256 : 64, d.experts_used = 8, d.experts_shared = 1;
-    d.ffn_expert = full ? 2048 : 256, d.groups = 8, d.groups_used = 4;
-    d.sigmoid = d.selection_bias = d.norm_weights = true, d.weights_scale = 2.5f;
-    d.yarn_factor = 40.0f, d.yarn_orig_ctx = 4096, d.yarn_log_mul = 0.1f;
-  } else {
-    throw Error(fmt::format("--preset '{}' is not one of tiny, tiny-v3, lite, v3-small, v3 for deepseek2", preset));
-  }
-  s.kv_heads = s.heads;
-  return s;
-}
 
 void write_deepseek_metadata(GgufWriter& w, const SynthShape& s) {
   const SynthDeepseek& d = s.ds;
@@ -187,20 +154,134 @@ void add_deepseek_layers(const SynthShape& s, Add& add) {
   }
 }
 
-}  // namespace
-
-SynthShape synth_preset(const std::string& arch, const std::string& preset) {
-  if (arch == "deepseek2") return deepseek_preset(preset);
-  if (arch != "llama" && arch != "qwen2")
-    throw Error(fmt::format("--arch '{}' is not supported by synth (supported: llama, qwen2, deepseek2)", arch));
-  SynthShape s;
-  s.arch = arch;
-  if (preset == "tiny") s = {arch, 64, 2, 4, 2, 192, 512, 512, {}};
-  else if (preset == "1b") s = {arch, 2048, 22, 32, 4, 5632, 32000, 2048, {}};
-  else if (preset == "7b") s = {arch, 4096, 32, 32, 32, 11008, 32000, 4096, {}};
-  else throw Error(fmt::format("--preset '{}' is not one of tiny, 1b, 7b", preset));
-  return s;
+// The decoder families' own keys, as llama.cpp's converter writes them.
+void write_decoder_metadata(GgufWriter& w, const SynthShape& s, int64_t head) {
+  const SynthDecoder& d = s.dec;
+  const std::string a = s.arch + ".";
+  auto u32 = [&](const std::string& k, int64_t v) { w.set_u32(a + k, static_cast<uint32_t>(v)); };
+  if (d.head_dim > 0) {
+    u32("attention.key_length", head);
+    u32("attention.value_length", head);
+  }
+  if (d.experts > 0) {
+    u32("expert_count", d.experts);
+    u32("expert_used_count", d.experts_used);
+    if (s.arch != "llama") u32("expert_feed_forward_length", d.ffn_expert);
+    if (d.ffn_shared > 0) u32("expert_shared_feed_forward_length", d.ffn_shared);
+  }
+  if (s.arch == "phi3") {
+    u32("rope.scaling.original_context_length", d.rope_orig_ctx);
+    // LongRoPE's magnitude correction: sqrt(1 + ln(ctx / original) / ln(original)).
+    w.set_f32(a + "rope.scaling.attn_factor",
+              static_cast<float>(std::sqrt(1.0 + std::log(static_cast<double>(s.ctx) / d.rope_orig_ctx) /
+                                                     std::log(static_cast<double>(d.rope_orig_ctx)))));
+  }
+  if (s.arch == "gemma2") {
+    w.set_f32(a + "attn_logit_softcapping", 50.0f);
+    w.set_f32(a + "final_logit_softcapping", 30.0f);
+  }
+  if (s.arch == "gemma3") {
+    w.set_f32(a + "rope.freq_base_swa", 10000.0f);
+    if (d.rope_factor > 0) {
+      w.set_str(a + "rope.scaling.type", "linear");
+      w.set_f32(a + "rope.scaling.factor", d.rope_factor);
+    }
+  }
+  if (d.window > 0) u32("attention.sliding_window", d.window);
 }
+
+// Llama 3's RoPE frequency divisors, by llama.cpp's converter rule
+// (low_freq_factor 1, high_freq_factor 4).
+std::vector<float> llama3_rope_freqs(int64_t n_rot, float base, float factor, int64_t orig_ctx) {
+  std::vector<float> f;
+  const double low_wavelen = static_cast<double>(orig_ctx) / 1.0, high_wavelen = static_cast<double>(orig_ctx) / 4.0;
+  for (int64_t i = 0; i < n_rot; i += 2) {
+    const double freq = 1.0 / std::pow(base, static_cast<double>(i) / n_rot), wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) f.push_back(1.0f);
+    else if (wavelen > low_wavelen) f.push_back(factor);
+    else {
+      const double smooth = (orig_ctx / wavelen - 1.0) / (4.0 - 1.0);
+      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return f;
+}
+
+// The tensors of a decoder family in llama.cpp's names and layouts.
+template <typename Add>
+void add_decoder_tensors(GgufWriter& w, const SynthShape& s, int64_t head, Add& add) {
+  const SynthDecoder& d = s.dec;
+  const std::string& a = s.arch;
+  const bool qk_norm = a == "qwen3" || a == "qwen3moe" || a == "gemma3";
+  const bool biases = a == "qwen2" || a == "qwen2moe";
+  const bool post_norms = a == "gemma2" || a == "gemma3";
+  const int64_t q_dim = s.heads * head, kv_dim = s.kv_heads * head;
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(s.dim));
+  const float residual_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(s.layers));
+  auto values = [&](const std::string& name, std::vector<float> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    w.add_tensor(name, GgmlType::F32, {n}, [v](uint8_t* dst, size_t bytes) { std::memcpy(dst, v.data(), bytes); });
+  };
+  if (a == "llama" && d.rope_factor > 0) values("rope_freqs.weight", llama3_rope_freqs(head, d.rope_base, d.rope_factor, d.rope_orig_ctx));
+  if (a == "phi3") {  // short factors near 1, long ones growing with the pair's wavelength
+    std::vector<float> shorts, longs;
+    for (int64_t i = 0; i < head / 2; i++) {
+      shorts.push_back(1.0f + 0.05f * static_cast<float>(i) / static_cast<float>(head / 2));
+      longs.push_back(1.0f + 40.0f * static_cast<float>(i) / static_cast<float>(head / 2));
+    }
+    values("rope_factors_short.weight", shorts);
+    values("rope_factors_long.weight", longs);
+  }
+  for (int64_t l = 0; l < s.layers; l++) {
+    const std::string p = fmt::format("blk.{}.", l);
+    add(p + "attn_norm.weight", {s.dim}, 0.0f, 1.0f);
+    if (a == "phi3") {
+      add(p + "attn_qkv.weight", {s.dim, q_dim + 2 * kv_dim}, in_std);
+    } else {
+      add(p + "attn_q.weight", {s.dim, q_dim}, in_std);
+      add(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
+      add(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
+    }
+    if (biases) {
+      add(p + "attn_q.bias", {q_dim}, 0.02f);
+      add(p + "attn_k.bias", {kv_dim}, 0.02f);
+      add(p + "attn_v.bias", {kv_dim}, 0.02f);
+    }
+    if (qk_norm) {
+      add(p + "attn_q_norm.weight", {head}, 0.0f, 1.0f);
+      add(p + "attn_k_norm.weight", {head}, 0.0f, 1.0f);
+    }
+    add(p + "attn_output.weight", {q_dim, s.dim}, residual_scale / std::sqrt(static_cast<float>(q_dim)));
+    if (post_norms) {
+      add(p + "post_attention_norm.weight", {s.dim}, 0.0f, 1.0f);
+      add(p + "post_ffw_norm.weight", {s.dim}, 0.0f, 1.0f);
+    }
+    add(p + "ffn_norm.weight", {s.dim}, 0.0f, 1.0f);
+    auto ffn = [&](const std::string& suffix, int64_t width, std::vector<int64_t> extra) {
+      std::vector<int64_t> in = {s.dim, width}, out = {width, s.dim};
+      in.insert(in.end(), extra.begin(), extra.end());
+      out.insert(out.end(), extra.begin(), extra.end());
+      add(p + "ffn_gate" + suffix + ".weight", in, in_std);
+      add(p + "ffn_up" + suffix + ".weight", in, in_std);
+      add(p + "ffn_down" + suffix + ".weight", out, residual_scale / std::sqrt(static_cast<float>(width)));
+    };
+    if (d.experts > 0) {
+      add(p + "ffn_gate_inp.weight", {s.dim, d.experts}, in_std);
+      ffn("_exps", d.ffn_expert, {d.experts});
+      if (d.ffn_shared > 0) {
+        ffn("_shexp", d.ffn_shared, {});
+        add(p + "ffn_gate_inp_shexp.weight", {s.dim}, in_std);
+      }
+    } else if (a == "phi3") {
+      add(p + "ffn_up.weight", {s.dim, 2 * s.ffn}, in_std);
+      add(p + "ffn_down.weight", {s.ffn, s.dim}, residual_scale / std::sqrt(static_cast<float>(s.ffn)));
+    } else {
+      ffn("", s.ffn, {});
+    }
+  }
+}
+
+}  // namespace
 
 GgufWriter synth_model(const SynthOptions& o) {
   SynthShape s = o.shape;
@@ -216,10 +297,15 @@ GgufWriter synth_model(const SynthOptions& o) {
   positive("--vocab", s.vocab, 1 << 22);
   positive("--ctx", s.ctx, 1 << 24);
   const bool ds = s.arch == "deepseek2";
+  const SynthDecoder& d = s.dec;
+  const int64_t head = !ds && d.head_dim > 0 ? d.head_dim : s.dim / s.heads;
   if (!ds) {
-    if (s.dim % s.heads != 0) throw Error(fmt::format("--dim {} is not divisible by --heads {}", s.dim, s.heads));
+    if (d.head_dim == 0 && s.dim % s.heads != 0)
+      throw Error(fmt::format("--dim {} is not divisible by --heads {}", s.dim, s.heads));
     if (s.heads % s.kv_heads != 0) throw Error(fmt::format("--heads {} is not divisible by --kv-heads {}", s.heads, s.kv_heads));
-    if ((s.dim / s.heads) % 2 != 0) throw Error(fmt::format("head size {} must be even for RoPE", s.dim / s.heads));
+    if (head % 2 != 0) throw Error(fmt::format("head size {} must be even for RoPE", head));
+    if (d.experts > 0 && (d.experts_used <= 0 || d.experts_used > d.experts || d.ffn_expert <= 0))
+      throw Error(fmt::format("{} experts: the used experts must be 1 to {} and their FFN width positive", d.experts, d.experts));
   } else if (s.ds.experts % s.ds.groups != 0 || s.ds.experts_used > s.ds.experts || s.ds.dense_lead > s.layers) {
     throw Error("deepseek2: experts must split into the groups, and the used experts and dense layers must fit");
   }
@@ -228,7 +314,6 @@ GgufWriter synth_model(const SynthOptions& o) {
   if (!can_quantize_to(o.type)) throw Error(fmt::format("--type {} cannot be written yet", type_name(o.type)));
 
   const std::string a = s.arch;
-  const int64_t head = s.dim / s.heads, kv_dim = head * s.kv_heads;
   GgufWriter w;
   w.set_str("general.architecture", a);
   w.set_str("general.name", o.name);
@@ -240,9 +325,11 @@ GgufWriter synth_model(const SynthOptions& o) {
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.heads));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(ds ? 1 : s.kv_heads));  // MLA: one latent "head"
   w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(ds ? s.ds.qk_rope : head));
-  w.set_f32(a + ".rope.freq_base", a == "qwen2" ? 1000000.0f : 10000.0f);
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", ds ? 1e-6f : 1e-5f);
+  w.set_f32(a + ".rope.freq_base", ds ? 10000.0f : d.rope_base);
+  const bool eps6 = ds || a.rfind("qwen", 0) == 0 || a.rfind("gemma", 0) == 0;
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", eps6 ? 1e-6f : 1e-5f);
   if (ds) write_deepseek_metadata(w, s);
+  else write_decoder_metadata(w, s, head);
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(s.vocab));
   if (o.vocab_from) {
     for (const auto& [k, v] : o.vocab_from->metadata())
@@ -254,10 +341,11 @@ GgufWriter synth_model(const SynthOptions& o) {
   // Uniform weights with standard deviation 1/sqrt(fan_in) keep every
   // projection's output near unit scale; the two projections that write into
   // the residual stream are shrunk by 1/sqrt(2*layers) so it does not grow.
-  const float residual_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(s.layers));
+  // Routers (ffn_gate_inp) stay F32, as llama-quantize keeps them.
   uint64_t tensor_id = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> ne, float stddev, float constant = 0.0f) {
-    const GgmlType type = storage_type_for(o.type, ne);
+    const bool router = name.find("ffn_gate_inp") != std::string::npos;
+    const GgmlType type = router ? GgmlType::F32 : storage_type_for(o.type, ne);
     const uint64_t id = tensor_id++;
     const uint64_t seed = o.seed;
     const int threads = o.n_threads;
@@ -284,28 +372,12 @@ GgufWriter synth_model(const SynthOptions& o) {
   const float in_std = 1.0f / std::sqrt(static_cast<float>(s.dim));
   add("token_embd.weight", {s.dim, s.vocab}, 1.0f);
   add("output_norm.weight", {s.dim}, 0.0f, 1.0f);
-  add("output.weight", {s.dim, s.vocab}, in_std);
+  if (ds || !d.tied) add("output.weight", {s.dim, s.vocab}, in_std);
   if (ds) {
     add_deepseek_layers(s, add);
     return w;
   }
-  for (int64_t l = 0; l < s.layers; l++) {
-    const std::string p = fmt::format("blk.{}.", l);
-    add(p + "attn_norm.weight", {s.dim}, 0.0f, 1.0f);
-    add(p + "attn_q.weight", {s.dim, s.dim}, in_std);
-    add(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
-    add(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
-    if (a == "qwen2") {
-      add(p + "attn_q.bias", {s.dim}, 0.02f);
-      add(p + "attn_k.bias", {kv_dim}, 0.02f);
-      add(p + "attn_v.bias", {kv_dim}, 0.02f);
-    }
-    add(p + "attn_output.weight", {s.dim, s.dim}, in_std * residual_scale);
-    add(p + "ffn_norm.weight", {s.dim}, 0.0f, 1.0f);
-    add(p + "ffn_gate.weight", {s.dim, s.ffn}, in_std);
-    add(p + "ffn_up.weight", {s.dim, s.ffn}, in_std);
-    add(p + "ffn_down.weight", {s.ffn, s.dim}, residual_scale / std::sqrt(static_cast<float>(s.ffn)));
-  }
+  add_decoder_tensors(w, s, head, add);
   return w;
 }
 

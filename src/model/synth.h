@@ -3,6 +3,8 @@
 // benchmarks when real weights are not at hand.
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/ggml_types.h"
 #include "model/gguf.h"
@@ -23,18 +25,32 @@ struct SynthDeepseek {
   int64_t nextn = 0;  // multi-token-prediction blocks after the trunk (DeepSeek-V3 has 1)
 };
 
-struct SynthShape {
-  std::string arch = "llama";  // llama | qwen2 | deepseek2
-  int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
-  SynthDeepseek ds;  // deepseek2 only
+// The decoder families' extras (model/decoder_model.cpp); what each
+// architecture's tensors look like follows from `arch`.
+struct SynthDecoder {
+  int64_t head_dim = 0;     // 0: dim / heads (Qwen3 and Gemma set their own)
+  bool tied = false;        // no output.weight: the embedding is the output head
+  float rope_base = 10000;
+  // Llama 3.x: rope_freqs.weight from the converter's llama3 rule (factor,
+  // low 1, high 4, original context); Gemma 3's global layers: linear scaling.
+  float rope_factor = 0;
+  int64_t rope_orig_ctx = 0;
+  int64_t window = 0;       // sliding window (Gemma 2/3, Phi-3)
+  // Experts: Mixtral (llama), Qwen2-MoE (with a gated shared expert), Qwen3-MoE.
+  int64_t experts = 0, experts_used = 0, ffn_expert = 0, ffn_shared = 0;
 };
 
-// Presets: llama/qwen2: tiny, 1b (TinyLlama 1.1B shape), 7b (Llama-2-7B shape).
-// deepseek2: tiny (V2-Lite-like: no query compression, softmax routing),
-// tiny-v3 (V3-like: query compression, sigmoid routing with bias in groups,
-// YaRN), lite (DeepSeek-V2-Lite's shape, 15.7B), v3-small (V3's layout at
-// dim 1024: 64 experts in 8 groups), v3 (DeepSeek-V3's shape, 671B: use
-// --layers). Throws for others.
+struct SynthShape {
+  std::string arch = "llama";  // llama | qwen2 | qwen2moe | qwen3 | qwen3moe | phi3 | gemma2 | gemma3 | deepseek2
+  int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
+  SynthDeepseek ds;  // deepseek2 only
+  SynthDecoder dec;  // the others
+};
+
+// The architectures synth writes and their presets (real models' shapes),
+// "tiny" first: e.g. qwen3: tiny, 0.6b, 4b.
+const std::vector<std::pair<std::string, std::vector<std::string>>>& synth_presets();
+// Throws naming the known presets for an unknown (arch, preset).
 SynthShape synth_preset(const std::string& arch, const std::string& preset);
 
 struct SynthOptions {

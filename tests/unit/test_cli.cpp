@@ -144,6 +144,35 @@ TEST(Cli, SynthWritesARunnableModel) {
   EXPECT_EQ(kestrel({"run", "-m", dir.file("v.gguf"), "-p", "Hello", "-n", "4"}).exit_code, 0);
 }
 
+// Every family synth writes (tiny shapes) loads under the strict loader,
+// runs with speculation, quantizes (routers stay F32), and passes
+// precision-check at float32 rounding (the float64 reference).
+TEST(Cli, SynthEveryFamilyRunsQuantizesAndChecks) {
+  test::TempDir dir;
+  for (const char* arch : {"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    const std::string f32 = dir.file(std::string(arch) + ".gguf"), q8 = dir.file(std::string(arch) + ".q8.gguf");
+    auto r = kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32", "-o", f32});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr(std::string("(") + arch + " F32"));
+    r = kestrel({"run", "-m", f32, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-c", "128", "--spec", "ngram"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("generated 24 tokens"));
+    r = kestrel({"quantize", f32, q8, "--type", "q8_0"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const GgufFile q = GgufFile::open(q8);
+    for (const auto& t : q.tensors())
+      if (t.name.find("ffn_gate_inp.weight") != std::string::npos) EXPECT_EQ(t.type, GgmlType::F32) << t.name;
+    EXPECT_EQ(kestrel({"run", "-m", q8, "-p", "Once", "-n", "4", "-c", "64"}).exit_code, 0);
+    r = kestrel({"precision-check", "-m", f32, "-c", "128"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("logits: "));
+  }
+  // Real shapes are checked, not written: a wrong preset names the known ones.
+  EXPECT_THAT(kestrel({"synth", "--arch", "qwen3", "--preset", "7b", "-o", dir.file("x.gguf")}).err,
+              HasSubstr("not one of tiny, 0.6b, 4b, 8b for qwen3"));
+}
+
 // Known limits in a private cache, so roofline arithmetic can be checked exactly.
 class CliWithLimits : public ::testing::Test {
  protected:
