@@ -115,9 +115,9 @@ void print_results(const std::vector<BenchResult>& rs, const std::string& format
     fmt::print("| model | size | params | threads | kernels | KV cache | test | t/s | roofline t/s | of roofline |\n");
     fmt::print("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |\n");
     for (const auto& r : rs)
-      fmt::print("| {} | {} | {:.2f} B | {} | {} | {} ({:.1f} KiB/token) | {} | {:.2f} ± {:.2f} | {:.1f} | {:.1f}% |\n",
+      fmt::print("| {} | {} | {:.2f} B | {} | {} | {} ({}) | {} | {:.2f} ± {:.2f} | {:.1f} | {:.1f}% |\n",
                  r.model_type, mib(r.model_size), static_cast<double>(r.model_n_params) / 1e9, r.n_threads,
-                 r.kernel_isa, r.kv_type, static_cast<double>(r.kv_bytes_per_token) / 1024, r.test.name, r.avg_ts,
+                 r.kernel_isa, r.kv_type, r.kv_bytes, r.test.name, r.avg_ts,
                  r.stddev_ts, r.roofline_ts, 100.0 * r.roofline_fraction);
     fmt::print("\nrooflines:\n");
     for (const auto& r : rs) fmt::print("  {} {}: {}\n", r.model_type, r.test.name, r.roofline_basis);

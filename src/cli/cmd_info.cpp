@@ -34,14 +34,16 @@ void register_info(CLI::App& app) {
       o.n_ctx = 16;
       o.n_threads = 1;
       const Engine e = Engine::load(o);
-      KvLayout l = e.kv->layout();
-      fmt::print("\nKV cache ({} layers, {} + {} values per token per layer), context in {}:\n", l.n_layer, l.k_width,
-                 l.v_width, kv_memory);
+      KvLayout l = e.model->kv_layout();
+      fmt::print("\nKV cache ({} layers{}, {} + {} values per token per layer), context in {}:\n", l.n_layer,
+                 l.n_sliding() ? fmt::format(", {} of them over the last {} positions", l.n_sliding(), l.sliding_window) : "",
+                 l.k_width, l.v_width, kv_memory);
       for (const KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::FP8, KvType::Q4}) {
         l.k_type = l.v_type = t;
-        const int64_t b = l.bytes_per_token();
+        const int64_t fit = l.tokens_in(budget);
         fmt::print("  {:<5} {:>5.2f} bits/value {:>10.1f} KiB/token {:>12} tokens\n", kv_type_name(t),
-                   l.k_format().bits_per_value(), static_cast<double>(b) / 1024, budget / b);
+                   l.k_format().bits_per_value(), static_cast<double>(l.bytes_per_token()) / 1024,
+                   fit < 0 ? std::string("any number of") : std::to_string(fit));
       }
     }
     return 0;

@@ -116,9 +116,9 @@ int run(RunFlags& f) {
   const double tg = r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0;
   fmt::print(stderr,
              "\n[kestrel] prompt {} tokens, generated {} tokens (stop: {}), prefill {:.1f} tok/s, decode {:.1f} tok/s, "
-             "seed {}, KV {} ({:.1f} KiB/token), {}{}\n",
+             "seed {}, KV {} ({}), {}{}\n",
              r.n_prompt, r.tokens.size(), r.stop_reason, pp, tg, f.gen.sampling.seed, e.kv->layout().type_name(),
-             static_cast<double>(e.kv->layout().bytes_per_token()) / 1024, e.backend->describe(),
+             e.kv->layout().describe_bytes(), e.backend->describe(),
              dump ? fmt::format(", {} logits rows -> {}", rows, f.dump_logits) : "");
   if (f.gen.spec_draft_max > 0)
     fmt::print(stderr, "[kestrel] speculation ({}): {} drafts, {} drafted, {} accepted ({:.1f}%)\n", f.spec, r.spec_steps,

@@ -101,10 +101,10 @@ int run(ServeFlags& f) {
   HttpServer http(engine, metrics, hc);
   const int port = http.bind();
   fmt::print(stderr,
-             "[kestrel] serving '{}' on http://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {:.1f} "
-             "KiB/token, chat template {})\n",
+             "[kestrel] serving '{}' on http://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
+             "chat template {})\n",
              hc.model_name, f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
-             e.kv->layout().type_name(), static_cast<double>(e.kv->layout().bytes_per_token()) / 1024,
+             e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
              chat_template_name(hc.chat_template));
 
   // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the

@@ -126,6 +126,7 @@ BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test,
   r.weight_bytes_per_token = cost.weight_bytes_per_token;
   r.kv_type = e.kv->layout().type_name();
   r.kv_bytes_per_token = e.kv->layout().bytes_per_token();
+  r.kv_bytes = e.kv->layout().describe_bytes();
   // Average context seen by a token of this test (for attention FLOPs).
   r.flops_per_token = cost.flops_per_token(c, tokens / 2);
   const Bound bound = bound_of(prefill, cost);

@@ -32,6 +32,7 @@ struct BenchResult {
   double flops_per_token = 0;
   std::string kernel_isa;
   std::string kv_type;
+  std::string kv_bytes;  // KvLayout::describe_bytes()
   int64_t kv_bytes_per_token = 0;
 };
 

@@ -58,6 +58,12 @@ struct KvLayout {
   int64_t bytes_per_token() const { return n_layer * bytes_per_layer_token(); }
   // ... over the full-attention layers only: what grows with the context.
   int64_t full_bytes_per_token() const { return (n_layer - n_sliding()) * bytes_per_layer_token(); }
+  // "64.0 KiB/token", or with sliding layers what grows with the context
+  // and what only a window holds: "16.0 KiB/token + 48.0 KiB/token over the last 4096".
+  std::string describe_bytes() const;
+  // Tokens of context whose KV fits in `bytes` (one sequence; sliding layers
+  // hold at most their window); -1: unbounded (every layer slides).
+  int64_t tokens_in(int64_t bytes) const;
   // "q8_0", or "q8_0/q4" when keys and values differ.
   std::string type_name() const {
     return k_type == v_type || v_width == 0 ? kv_type_name(k_type)
