@@ -54,18 +54,10 @@ class ProfilingBackend final : public Backend {
     timed(op, layer, bytes, flops, [&] { in_.matmul_many(ws, count, x, n, ys); });
   }
   void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
-    const auto [layer, g] = split_weight_name(gate.name);
-    const auto [l2, u] = split_weight_name(up.name);
-    const double bytes = static_cast<double>(gate.nbytes + up.nbytes) + 4.0 * n * (gate.cols() + gate.rows());
-    const double flops = 4.0 * static_cast<double>(n) * gate.rows() * gate.cols() + 5.0 * n * gate.rows();
-    timed("matmul " + g + "+" + u + "+swiglu", layer, bytes, flops, [&] { in_.swiglu(gate, up, x, n, out, scratch); });
+    gated(gate, up, n, "swiglu", [&] { in_.swiglu(gate, up, x, n, out, scratch); });
   }
   void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
-    const auto [layer, g] = split_weight_name(gate.name);
-    const auto [l2, u] = split_weight_name(up.name);
-    const double bytes = static_cast<double>(gate.nbytes + up.nbytes) + 4.0 * n * (gate.cols() + gate.rows());
-    const double flops = 4.0 * static_cast<double>(n) * gate.rows() * gate.cols() + 5.0 * n * gate.rows();
-    timed("matmul " + g + "+" + u + "+geglu", layer, bytes, flops, [&] { in_.geglu(gate, up, x, n, out, scratch); });
+    gated(gate, up, n, "geglu", [&] { in_.geglu(gate, up, x, n, out, scratch); });
   }
   void qkv_rope(const Weight* const* w, const float* const* biases, const float* x, int64_t n, const int32_t* positions,
                 const RopeParams& rope, const QkvShape& shape, float* const* out) override {
@@ -146,6 +138,15 @@ class ProfilingBackend final : public Backend {
   }
 
  private:
+  // Gate and up matmuls with the activation in their epilogue.
+  template <typename Fn>
+  void gated(const Weight& gate, const Weight& up, int64_t n, const char* act, Fn&& fn) {
+    const auto [layer, g] = split_weight_name(gate.name);
+    const auto [l2, u] = split_weight_name(up.name);
+    const double bytes = static_cast<double>(gate.nbytes + up.nbytes) + 4.0 * n * (gate.cols() + gate.rows());
+    const double flops = 4.0 * static_cast<double>(n) * gate.rows() * gate.cols() + 5.0 * n * gate.rows();
+    timed("matmul " + g + "+" + u + "+" + act, layer, bytes, flops, std::forward<Fn>(fn));
+  }
   template <typename Fn>
   void timed(std::string op, int layer, double bytes, double flops, Fn&& fn) {
     const int64_t t0 = p_.now_ns();

@@ -102,6 +102,19 @@ void write_deepseek_metadata(GgufWriter& w, const SynthShape& s) {
   }
 }
 
+// A gated FFN's three tensors, `extra` dimensions appended (3-D experts).
+template <typename Add>
+void add_gated_ffn(Add& add, const std::string& p, const std::string& suffix, int64_t dim, int64_t width,
+                   const std::vector<int64_t>& extra, float residual_scale) {
+  std::vector<int64_t> in = {dim, width}, out = {width, dim};
+  in.insert(in.end(), extra.begin(), extra.end());
+  out.insert(out.end(), extra.begin(), extra.end());
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(dim));
+  add(p + "ffn_gate" + suffix + ".weight", in, in_std);
+  add(p + "ffn_up" + suffix + ".weight", in, in_std);
+  add(p + "ffn_down" + suffix + ".weight", out, residual_scale / std::sqrt(static_cast<float>(width)));
+}
+
 // The deepseek2 tensors, in llama.cpp's names and layouts (split attn_k_b /
 // attn_v_b, 3-D expert tensors); MTP blocks last, each a full block plus
 // its `nextn` tensors (the head and embedding shared with the trunk).
@@ -136,12 +149,7 @@ void add_deepseek_layers(const SynthShape& s, Add& add) {
         residual_scale / std::sqrt(static_cast<float>(s.heads * d.v_head)));
     add(p + "ffn_norm.weight", {s.dim}, 0.0f, 1.0f);
     auto ffn = [&](const std::string& suffix, int64_t width, std::vector<int64_t> extra) {
-      std::vector<int64_t> in = {s.dim, width}, out = {width, s.dim};
-      in.insert(in.end(), extra.begin(), extra.end());
-      out.insert(out.end(), extra.begin(), extra.end());
-      add(p + "ffn_gate" + suffix + ".weight", in, in_std);
-      add(p + "ffn_up" + suffix + ".weight", in, in_std);
-      add(p + "ffn_down" + suffix + ".weight", out, residual_scale / std::sqrt(static_cast<float>(width)));
+      add_gated_ffn(add, p, suffix, s.dim, width, extra, residual_scale);
     };
     if (l < d.dense_lead || d.experts == 0) {
       ffn("", s.ffn, {});
@@ -258,12 +266,7 @@ void add_decoder_tensors(GgufWriter& w, const SynthShape& s, int64_t head, Add& 
     }
     add(p + "ffn_norm.weight", {s.dim}, 0.0f, 1.0f);
     auto ffn = [&](const std::string& suffix, int64_t width, std::vector<int64_t> extra) {
-      std::vector<int64_t> in = {s.dim, width}, out = {width, s.dim};
-      in.insert(in.end(), extra.begin(), extra.end());
-      out.insert(out.end(), extra.begin(), extra.end());
-      add(p + "ffn_gate" + suffix + ".weight", in, in_std);
-      add(p + "ffn_up" + suffix + ".weight", in, in_std);
-      add(p + "ffn_down" + suffix + ".weight", out, residual_scale / std::sqrt(static_cast<float>(width)));
+      add_gated_ffn(add, p, suffix, s.dim, width, extra, residual_scale);
     };
     if (d.experts > 0) {
       add(p + "ffn_gate_inp.weight", {s.dim, d.experts}, in_std);

@@ -24,15 +24,7 @@ std::vector<float> logits_with(const std::string& cell, KvType kv) {
   const auto ref = test::read_json(test::shared("reference/compat/expected.json"))["cells"][cell]["runs"][0];
   std::vector<int32_t> prompt = ref["prompt"].get<std::vector<int32_t>>();
   for (int32_t id : ref["ids"].get<std::vector<int32_t>>()) prompt.push_back(id);  // 36 tokens
-  GenerationParams p;
-  p.max_tokens = 1;
-  p.sampling.temperature = 0.0f;
-  p.all_logits = true;
-  std::vector<float> rows;
-  GenerationCallbacks cb;
-  cb.on_logits = [&](const float* r, int64_t n) { rows.insert(rows.end(), r, r + n); };
-  generate(e, prompt, p, cb);
-  return rows;
+  return test::all_logits(e, prompt, 1);
 }
 
 TEST(FamilyKvTypes, EveryTypeStaysNearTheFloat32Cache) {

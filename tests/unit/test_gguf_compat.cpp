@@ -63,15 +63,7 @@ TEST(GgufCompat, TiedOutputHeadUsesTheEmbedding) {
     o.model_path = path;
     Engine e = Engine::load(o);
     EXPECT_EQ(e.model->config().tied_output, path.find("tied") != std::string::npos);
-    GenerationParams p;
-    p.max_tokens = 8;
-    p.sampling.temperature = 0.0f;
-    p.all_logits = true;
-    std::vector<float> rows;
-    GenerationCallbacks cb;
-    cb.on_logits = [&](const float* r, int64_t n) { rows.insert(rows.end(), r, r + n); };
-    generate(e, {1, 403, 407, 261, 378}, p, cb);
-    return rows;
+    return test::all_logits(e, {1, 403, 407, 261, 378}, 8);
   };
   const auto a = logits_of(test::shared("models/stories260K.gguf"));
   const auto b = logits_of(dir.file("tied.gguf"));

@@ -104,15 +104,7 @@ TEST(StrictLoader, PhiLongRopeFactorsFollowTheContext) {
   auto first_logits = [](int64_t n_ctx) {
     EngineOptions o = test::shared_engine("reference/compat/models/phi3.F16.gguf", n_ctx);
     Engine e = Engine::load(o);
-    GenerationParams p;
-    p.max_tokens = 1;
-    p.sampling.temperature = 0.0f;
-    p.all_logits = true;
-    std::vector<float> rows;
-    GenerationCallbacks cb;
-    cb.on_logits = [&](const float* r, int64_t n) { rows.insert(rows.end(), r, r + n); };
-    generate(e, {1, 429, 416, 291, 264, 317}, p, cb);
-    return rows;
+    return test::all_logits(e, {1, 429, 416, 291, 264, 317}, 1);
   };
   const auto a = first_logits(512), b = first_logits(4096), c = first_logits(8192);
   EXPECT_EQ(a, b);  // both short

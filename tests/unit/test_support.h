@@ -16,6 +16,7 @@
 #include "model/gguf_writer.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
+#include "runtime/generator.h"
 
 namespace kestrel::test {
 
@@ -104,6 +105,19 @@ inline std::string widen_to_f32(const std::string& src, const std::string& path)
   }
   w.write_file(path);
   return path;
+}
+
+// Greedy generation of max_tokens after prompt, every logits row (prompt rows too) in order.
+inline std::vector<float> all_logits(Engine& e, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = 0.0f;
+  p.all_logits = true;
+  std::vector<float> rows;
+  GenerationCallbacks cb;
+  cb.on_logits = [&](const float* r, int64_t n) { rows.insert(rows.end(), r, r + n); };
+  generate(e, prompt, p, cb);
+  return rows;
 }
 
 // ../shared/reference/compat/models/<cell>.gguf
