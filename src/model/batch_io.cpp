@@ -46,6 +46,14 @@ void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlaceme
     }
 }
 
+IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c) {
+  IoWeights w;
+  w.tok_embd = ld.require("token_embd.weight", {c.n_embd, c.n_vocab});
+  w.output_norm = ld.require_vector("output_norm.weight", c.n_embd);
+  w.output = be.prepare_weight(c.tied_output ? w.tok_embd : ld.require("output.weight", {c.n_embd, c.n_vocab}));
+  return w;
+}
+
 void output_logits(Backend& be, const Batch& b, float* x, int64_t dim, const float* norm, float eps,
                    const Weight& output, float* scratch, float* logits, float* hidden) {
   if (hidden) {

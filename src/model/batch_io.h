@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/model.h"
+#include "model/weight_loader.h"
 #include "runtime/batch.h"
 #include "runtime/kv_cache.h"
 
@@ -27,6 +29,15 @@ struct BatchPlacement {
   }
 };
 void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out);
+
+// The two ends' weights: the token embedding, and the output head (its norm
+// and matrix; a tied head is the embedding, given its own prepared copy so
+// that the lookup keeps reading the file's rows).
+struct IoWeights {
+  Weight tok_embd, output;
+  std::vector<float> output_norm;
+};
+IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c);
 
 // Moves the rows of x that want logits to the front, then
 // logits = rmsnorm(rows, norm) . output; scratch holds rows * dim floats.

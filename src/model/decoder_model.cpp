@@ -66,7 +66,7 @@ class DecoderModel final : public Model {
 
     float *x = x_.data(), *xb = xb_.data(), *xb2 = xb2_.data();
     be_.annotate_layer(-1);
-    be_.embed(w_.tok_embd, b.tokens.data(), n, x);
+    be_.embed(w_.io.tok_embd, b.tokens.data(), n, x);
     if (c.embed_scale != 1.0f) be_.scale(x, n * dim, c.embed_scale);
 
     for (int l = 0; l < c.n_layer; l++) {
@@ -87,7 +87,7 @@ class DecoderModel final : public Model {
     }
 
     // Norm + output projection on the rows that want logits only.
-    output_logits(be_, b, x, dim, w_.output_norm.data(), c.rms_eps, w_.output, xb, logits, hidden);
+    output_logits(be_, b, x, dim, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb, logits, hidden);
     if (c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
   }
 
@@ -121,11 +121,7 @@ class DecoderModel final : public Model {
   void load(const GgufFile& f, const ModelOptions& opt) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    const int64_t dim = c.n_embd;
-    w_.tok_embd = ld.require("token_embd.weight", {dim, c.n_vocab});
-    w_.output_norm = ld.require_vector("output_norm.weight", dim);
-    // A tied output matrix gets its own prepared copy: the embedding lookup keeps reading the file's rows.
-    w_.output = be_.prepare_weight(c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab}));
+    w_.io = load_io_weights(ld, be_, c);
     load_rope_factors(ld, opt);
     for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
     ld.finish(c.arch);
@@ -235,8 +231,7 @@ class DecoderModel final : public Model {
   Backend& be_;
   int64_t max_batch_;
   struct {
-    Weight tok_embd, output;
-    std::vector<float> output_norm;
+    IoWeights io;
     std::vector<DecoderLayer> layers;
   } w_;
   std::vector<float> rope_factors_;  // what cfg_.rope.freq_factors points at

@@ -62,8 +62,7 @@ struct MtpHead {
 };
 
 struct Deepseek2Weights {
-  Weight tok_embd, output;
-  std::vector<float> output_norm;
+  IoWeights io;
   std::vector<Deepseek2Layer> layers;
 };
 
@@ -113,9 +112,9 @@ class Deepseek2Model final : public Model {
 
     float* x = x_.data();
     be_.annotate_layer(-1);
-    be_.embed(w_.tok_embd, b.tokens.data(), n, x);
+    be_.embed(w_.io.tok_embd, b.tokens.data(), n, x);
     for (int l = 0; l < c.n_layer; l++) run_layer(w_.layers[l], l, b, kv, n, decompress);
-    output_logits(be_, b, x, c.n_embd, w_.output_norm.data(), c.rms_eps, w_.output, xb_.data(), logits, hidden);
+    output_logits(be_, b, x, c.n_embd, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb_.data(), logits, hidden);
   }
 
   int mtp_layers() const override { return mtp_ ? 1 : 0; }
@@ -312,10 +311,7 @@ class Deepseek2Model final : public Model {
   void load(const GgufFile& f, bool with_mtp) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    const int64_t dim = c.n_embd;
-    w_.tok_embd = ld.require("token_embd.weight", {dim, c.n_vocab});
-    w_.output_norm = ld.require_vector("output_norm.weight", dim);
-    w_.output = be_.prepare_weight(c.tied_output ? w_.tok_embd : ld.require("output.weight", {dim, c.n_vocab}));
+    w_.io = load_io_weights(ld, be_, c);
     for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
     if (with_mtp && c.n_mtp > 0) load_mtp(ld, c.n_layer);
     // The MTP blocks not loaded (not asked for, or past the first) take no
@@ -337,11 +333,11 @@ class Deepseek2Model final : public Model {
     m->enorm = ld.require_vector(p + "enorm.weight", dim);
     m->hnorm = ld.require_vector(p + "hnorm.weight", dim);
     m->head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
-    if (m->head_norm.empty()) m->head_norm = w_.output_norm;
+    if (m->head_norm.empty()) m->head_norm = w_.io.output_norm;
     m->embed = ld.optional(p + "embed_tokens.weight", {dim, c.n_vocab});
-    if (!m->embed.present()) m->embed = w_.tok_embd;
+    if (!m->embed.present()) m->embed = w_.io.tok_embd;
     const Weight head = ld.optional(p + "shared_head_head.weight", {dim, c.n_vocab});
-    m->head = head.present() ? be_.prepare_weight(head) : w_.output;
+    m->head = head.present() ? be_.prepare_weight(head) : w_.io.output;
     mtp_ = std::move(m);
   }
 

@@ -26,9 +26,7 @@ const char* quant_method_name(QuantMethod m) {
 
 GgmlType requantized_type(const GgufTensorInfo& t, const RequantizeOptions& o) {
   const auto it = o.tensor_types.find(t.name);
-  // MoE routers stay as they are, as llama-quantize keeps them: a rounded
-  // router changes which experts run, not just how precisely.
-  if (t.name.find("ffn_gate_inp.weight") != std::string::npos && it == o.tensor_types.end())
+  if (is_moe_router(t.name) && it == o.tensor_types.end())
     return t.type == GgmlType::F16 || t.type == GgmlType::BF16 ? t.type : GgmlType::F32;
   return storage_type_for(it != o.tensor_types.end() && t.ne.size() > 1 ? it->second : o.type, t.ne);
 }

@@ -5,11 +5,16 @@
 // divides into 32s (as llama.cpp falls back to a 32-wide type), anything else
 // to F16.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/ggml_types.h"
 
 namespace kestrel {
+
+// MoE routers (ffn_gate_inp) stay in float, as llama-quantize keeps them:
+// a rounded router changes which experts run, not just how precisely.
+inline bool is_moe_router(const std::string& name) { return name.find("ffn_gate_inp.weight") != std::string::npos; }
 
 inline GgmlType storage_type_for(GgmlType wanted, const std::vector<int64_t>& ne) {
   if (ne.size() == 1) return GgmlType::F32;

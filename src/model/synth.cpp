@@ -347,8 +347,7 @@ GgufWriter synth_model(const SynthOptions& o) {
   // Routers (ffn_gate_inp) stay F32, as llama-quantize keeps them.
   uint64_t tensor_id = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> ne, float stddev, float constant = 0.0f) {
-    const bool router = name.find("ffn_gate_inp") != std::string::npos;
-    const GgmlType type = router ? GgmlType::F32 : storage_type_for(o.type, ne);
+    const GgmlType type = is_moe_router(name) ? GgmlType::F32 : storage_type_for(o.type, ne);
     const uint64_t id = tensor_id++;
     const uint64_t seed = o.seed;
     const int threads = o.n_threads;

@@ -38,7 +38,7 @@ struct KvLayout {
   // Sliding-window layers (sliding[l] set) attend over the last
   // sliding_window positions; empty or window 0: none.
   int32_t sliding_window = 0;
-  std::vector<uint8_t> sliding;
+  std::vector<uint8_t> sliding = {};
 
   KvRowFormat k_format() const { return KvRowFormat(k_type, granule); }
   KvRowFormat v_format() const { return KvRowFormat(v_type, granule); }

@@ -50,7 +50,9 @@ TEST(FamilyKvTypes, EveryTypeStaysNearTheFloat32Cache) {
       const double mean = sum / static_cast<double>(got.size());
       RecordProperty(std::string(cell) + "_" + kv_type_name(b.type), std::to_string(mean));
       EXPECT_LT(mean, b.mean * sharp) << cell << " " << kv_type_name(b.type);
-      if (b.type == KvType::F16) EXPECT_GT(mean, 0.0) << cell << ": the cache type made no difference";
+      if (b.type == KvType::F16) {
+        EXPECT_GT(mean, 0.0) << cell << ": the cache type made no difference";
+      }
       means[b.type] = mean;
     }
     EXPECT_LT(means[KvType::F16], means[KvType::Q8_0]) << cell;

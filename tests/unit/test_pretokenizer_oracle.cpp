@@ -33,7 +33,7 @@ const std::vector<std::string>& texts() {
       "code: for (int i = 0; i < n; i++) { x[i] += y[i] * 2; } // done\n    return x;",
       "path/to/file.txt a/b//c https://example.com/a?b=c&d=e#f",
       "$100 + 50% = ~150^2 | a<=b>=c `tick` @user #tag",
-      "...!!!???---___===+++",
+      "...!!!?\?\?---___===+++",  // (escaped: "??-" is a trigraph)
       "",
       " ",
       "'",
