@@ -68,9 +68,8 @@ ModelConfig read_deepseek2_config(const GgufFile& f) {
   e.n_dense_lead = static_cast<int>(h.int_or("leading_dense_block_count", r.n_expert ? 0 : c.n_layer));
   if (r.n_expert > 0) {
     r.n_used = static_cast<int>(h.need_int("expert_used_count"));
-    e.n_shared = static_cast<int>(h.int_or("expert_shared_count", 0));
     e.n_ff_expert = h.need_int("expert_feed_forward_length");
-    e.n_ff_shared = e.n_shared * e.n_ff_expert;
+    e.n_ff_shared = h.int_or("expert_shared_count", 0) * e.n_ff_expert;
     const int64_t gating = h.int_or("expert_gating_func", 1);  // V2 files predate the key: softmax
     if (gating != 1 && gating != 2)
       throw h.bad("expert_gating_func", fmt::format("= {}: not 1 (softmax) or 2 (sigmoid)", gating));

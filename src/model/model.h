@@ -32,9 +32,8 @@ struct MlaConfig {
 struct MoeConfig {
   int n_dense_lead = 0;  // leading layers with a dense FFN
   MoeRouting routing;    // routing.n_expert 0: every layer dense
-  int n_shared = 0;      // shared experts, run as one FFN of n_ff_shared
   int64_t n_ff_expert = 0;
-  int64_t n_ff_shared = 0;
+  int64_t n_ff_shared = 0;   // the shared experts, run as one FFN this wide (0: none)
   bool shared_gate = false;  // Qwen2-MoE: sigmoid(x . ffn_gate_inp_shexp) scales the shared expert
 };
 
@@ -57,7 +56,6 @@ struct ModelConfig {
   int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length (LongRoPE, YaRN): the pre-training context
   float rms_eps = 1e-5f;
   RopeParams rope;
-  bool qkv_bias = false;
   bool tied_output = false;
   MlaConfig mla;
   MoeConfig moe;

@@ -11,7 +11,6 @@ ModelConfig read_qwen2moe_arch(HparamReader& h, const ModelOptions&) {
   ModelConfig c = read_decoder_basics(h, RopeStyle::NeoX);
   const int64_t used = h.need_int("expert_used_count");
   read_routed_experts(h, c, h.int_or("expert_feed_forward_length", c.n_ff / used), /*normalize=*/false);
-  c.moe.n_shared = 1;
   c.moe.n_ff_shared = h.int_or("expert_shared_feed_forward_length", c.n_ff);
   c.moe.shared_gate = true;
   return c;
