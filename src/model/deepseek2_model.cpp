@@ -30,7 +30,6 @@
 #include "core/block_formats.h"
 #include "core/error.h"
 #include "model/batch_io.h"
-#include "model/deepseek2_config.h"
 #include "model/ffn_blocks.h"
 #include "model/weight_loader.h"
 
@@ -83,8 +82,8 @@ Weight f32_weight(const std::string& name, const std::vector<float>& data, int64
 
 class Deepseek2Model final : public Model {
  public:
-  Deepseek2Model(const GgufFile& f, Backend& be, const ModelOptions& opt)
-      : cfg_(read_deepseek2_config(f)), be_(be), max_batch_(opt.max_batch_tokens), mla_mode_(opt.mla) {
+  Deepseek2Model(const GgufFile& f, Backend& be, const ModelOptions& opt, ModelConfig cfg)
+      : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), mla_mode_(opt.mla) {
     const MlaConfig& m = cfg_.mla;
     kv_width_ = m.kv_lora_rank + m.qk_rope;
     load(f, opt.load_mtp);
@@ -466,8 +465,9 @@ class Deepseek2Model final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_deepseek2_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
-  return std::make_unique<Deepseek2Model>(file, backend, options);
+std::unique_ptr<Model> make_deepseek2_model(const GgufFile& file, Backend& backend, const ModelOptions& options,
+                                            ModelConfig config) {
+  return std::make_unique<Deepseek2Model>(file, backend, options, std::move(config));
 }
 
 }  // namespace kestrel

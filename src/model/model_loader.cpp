@@ -15,7 +15,7 @@ void Model::forward_mtp(const Batch&, const float*, PagedKvCache&, float*, float
 std::unique_ptr<Model> load_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
   if (options.max_batch_tokens <= 0) throw Error("the batch size must be positive");
   ModelConfig config = read_model_config(file, options);
-  if (config.arch == "deepseek2") return make_deepseek2_model(file, backend, options);
+  if (config.arch == "deepseek2") return make_deepseek2_model(file, backend, options, std::move(config));
   return make_decoder_model(file, backend, options, std::move(config));
 }
 

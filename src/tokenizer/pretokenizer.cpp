@@ -57,7 +57,7 @@ const std::map<std::string, RuleSet>& rule_sets() {
     add({"falcon"}, {{R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"}});
     add({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"},
         {{kLlama3}, true, true});
-    add({"dbrx", "smaug-bpe", "chatglm-bpe"}, {{kLlama3}});
+    add({"dbrx", "smaug-bpe"}, {{kLlama3}});  // (not chatglm-bpe: llama.cpp also drops its BOS there)
     add({"qwen2", "deepseek-r1-qwen", "megrez", "kormo", "stablelm2", "hunyuan", "grok-2"}, {{kQwen2}});
     add({"qwen35"}, {{kQwen35}});
     add({"gpt-4o", "llama4", "minimax-m2"}, {{kGpt4o}});
