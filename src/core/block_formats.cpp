@@ -9,6 +9,8 @@
 #include "core/fp16.h"
 #include "core/fp8.h"
 #include "core/kquant_formats.h"
+#include "core/nonlinear4_formats.h"
+#include "core/q4q5_formats.h"
 
 namespace kestrel {
 
@@ -103,6 +105,14 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;
     case GgmlType::Q6_K: dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n); return;
     case GgmlType::KESTREL_FP8_E4M3: dequantize_row_fp8(static_cast<const BlockFp8*>(src), dst, n); return;
+    case GgmlType::Q4_1: dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n); return;
+    case GgmlType::Q5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n); return;
+    case GgmlType::Q5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n); return;
+    case GgmlType::Q2_K: dequantize_row_q2_K(static_cast<const BlockQ2_K*>(src), dst, n); return;
+    case GgmlType::Q3_K: dequantize_row_q3_K(static_cast<const BlockQ3_K*>(src), dst, n); return;
+    case GgmlType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n); return;
+    case GgmlType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n); return;
+    case GgmlType::MXFP4: dequantize_row_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n); return;
     default: throw Error(std::string("dequantize: tensor type ") + std::string(type_name(type)) + " is not supported yet");
   }
 }
@@ -110,7 +120,9 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
 bool can_quantize_to(GgmlType type) {
   switch (type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
-    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::KESTREL_FP8_E4M3: return true;
+    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::KESTREL_FP8_E4M3:
+    case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K: case GgmlType::Q3_K:
+    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: case GgmlType::MXFP4: return true;
     default: return false;
   }
 }
@@ -134,6 +146,14 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::Q5_K: quantize_row_q5_K(src, static_cast<BlockQ5_K*>(dst), n); return;
     case GgmlType::Q6_K: quantize_row_q6_K(src, static_cast<BlockQ6_K*>(dst), n); return;
     case GgmlType::KESTREL_FP8_E4M3: quantize_row_fp8(src, static_cast<BlockFp8*>(dst), n); return;
+    case GgmlType::Q4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n); return;
+    case GgmlType::Q5_0: quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n); return;
+    case GgmlType::Q5_1: quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n); return;
+    case GgmlType::Q2_K: quantize_row_q2_K(src, static_cast<BlockQ2_K*>(dst), n); return;
+    case GgmlType::Q3_K: quantize_row_q3_K(src, static_cast<BlockQ3_K*>(dst), n); return;
+    case GgmlType::IQ4_NL: quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n); return;
+    case GgmlType::IQ4_XS: quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n); return;
+    case GgmlType::MXFP4: quantize_row_mxfp4(src, static_cast<BlockMXFP4*>(dst), n); return;
     default: throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
   }
 }

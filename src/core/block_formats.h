@@ -47,11 +47,12 @@ void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);
 
 // Any computable type to float32 (n elements, n a multiple of the block size).
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
-// Float32 to F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/FP8 (n a multiple of the block size).
+// Float32 to any type can_quantize_to accepts (n a multiple of the block size).
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 // Whether quantize_row supports writing this type.
 bool can_quantize_to(GgmlType type);
 // The names of those types, for help texts and error messages.
-inline constexpr const char* kWritableTypes = "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, fp8";
+inline constexpr const char* kWritableTypes =
+    "f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q6_k, q5_k, q4_k, q3_k, q2_k, iq4_nl, iq4_xs, mxfp4, fp8";
 
 }  // namespace kestrel

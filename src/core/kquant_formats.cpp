@@ -72,4 +72,31 @@ void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n) {
   }
 }
 
+void dequantize_row_q2_K(const BlockQ2_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
+    for (int e = 0; e < kQK_K; e++) {
+      const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+      const uint8_t sc = x[i].scales[8 * h + 2 * j + l / 16];
+      const int q = (x[i].qs[32 * h + l] >> (2 * j)) & 3;
+      // (d * scale) * q - (dmin * min), in ggml's order
+      *y++ = d * static_cast<float>(sc & 0xF) * static_cast<float>(q) - dmin * static_cast<float>(sc >> 4);
+    }
+  }
+}
+
+void dequantize_row_q3_K(const BlockQ3_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    int8_t scales[16];
+    unpack_scales_q3_K(x[i].scales, scales);
+    const float d = fp16_to_fp32(x[i].d);
+    for (int e = 0; e < kQK_K; e++) {
+      const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+      const int low = (x[i].qs[32 * h + l] >> (2 * j)) & 3;
+      const int q = low - ((x[i].hmask[l] >> (e / 32)) & 1 ? 0 : 4);
+      *y++ = d * static_cast<float>(scales[8 * h + 2 * j + l / 16] - 32) * static_cast<float>(q);
+    }
+  }
+}
+
 }  // namespace kestrel

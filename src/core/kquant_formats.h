@@ -37,6 +37,37 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// Q2_K: 16 sub-blocks of 16, each with a 4-bit scale (low nibble of
+// scales[j]) and 4-bit min (high nibble): x = d * sc * q - dmin * m, q 2 bits.
+// Element 128h + 32j + l (l < 32) is (qs[32h + l] >> 2j) & 3, sub-block 8h + 2j + l / 16.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  uint16_t d, dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// Q3_K: 16 sub-blocks of 16 with 6-bit signed scales (stored + 32, packed in
+// 12 bytes): x = d * (sc - 32) * (q - 4), q 3 bits: the low two as in Q2_K,
+// the third bit of element e in hmask[e % 32] >> (e / 32).
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[kKScaleBytes];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// The 16 biased 6-bit Q3_K scales (0..63; the scale is the value - 32): low
+// four bits in the nibbles of bytes 0-7 (scales 0-7 low, 8-15 high), high two
+// bits in bytes 8-11 (scale j at byte 8 + j % 4, bits 2 (j / 4)).
+inline void unpack_scales_q3_K(const uint8_t* q, int8_t* out) {
+  for (int j = 0; j < 16; j++) {
+    const int low = j < 8 ? q[j] & 0xF : q[j - 8] >> 4;
+    out[j] = static_cast<int8_t>(low | (((q[8 + j % 4] >> (2 * (j / 4))) & 3) << 4));
+  }
+}
+
 // Scale and min of Q4_K/Q5_K sub-block j (0..7) from the 12 packed bytes:
 // the first four in 6 bits of bytes 0-3 / 4-7, the last four split over
 // bytes 8-11 (low 4 bits) and the top 2 bits of bytes 0-7. The one reader of
@@ -55,9 +86,13 @@ inline void unpack_scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
 void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n);
 void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n);
 void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
+void quantize_row_q2_K(const float* x, BlockQ2_K* y, int64_t n);
+void quantize_row_q3_K(const float* x, BlockQ3_K* y, int64_t n);
 
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
 void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n);
+void dequantize_row_q2_K(const BlockQ2_K* x, float* y, int64_t n);
+void dequantize_row_q3_K(const BlockQ3_K* x, float* y, int64_t n);
 
 }  // namespace kestrel

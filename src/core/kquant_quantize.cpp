@@ -218,4 +218,71 @@ void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n) {
   }
 }
 
+// Q2_K and Q3_K keep the low two bits of element 128h + 32j + l in bits 2j of qs[32h + l].
+static void pack_2bit_levels(const uint8_t* L, uint8_t* qs) {
+  for (int h = 0; h < 2; h++)
+    for (int l = 0; l < 32; l++) {
+      const uint8_t* q = L + 128 * h + l;
+      qs[32 * h + l] = static_cast<uint8_t>((q[0] & 3) | ((q[32] & 3) << 2) | ((q[64] & 3) << 4) | ((q[96] & 3) << 6));
+    }
+}
+
+void quantize_row_q2_K(const float* x, BlockQ2_K* y, int64_t n) {
+  uint8_t L[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    float scales[16], mins[16], w[16], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; j++) {
+      for (int l = 0; l < 16; l++) w[l] = std::fabs(x[16 * j + l]);
+      const ScaleMin sm = fit_scale_min(x + 16 * j, w, 16, 3, L + 16 * j);
+      scales[j] = sm.scale;
+      mins[j] = sm.min;
+      max_scale = std::max(max_scale, sm.scale);
+      max_min = std::max(max_min, sm.min);
+    }
+    // Sub-block scales and mins in 4 bits under fp16 d and dmin.
+    const float inv_scale = max_scale > 0 ? 15.0f / max_scale : 0, inv_min = max_min > 0 ? 15.0f / max_min : 0;
+    y[i].d = fp32_to_fp16(max_scale / 15.0f);
+    y[i].dmin = fp32_to_fp16(max_min / 15.0f);
+    const float d = fp16_to_fp32(y[i].d), dmin = fp16_to_fp32(y[i].dmin);
+    for (int j = 0; j < 16; j++) {
+      const int ls = std::min(15, round_int(inv_scale * scales[j])), lm = std::min(15, round_int(inv_min * mins[j]));
+      y[i].scales[j] = static_cast<uint8_t>(ls | (lm << 4));
+      const float ds = d * static_cast<float>(ls), dm = dmin * static_cast<float>(lm);
+      if (ds == 0) continue;
+      for (int l = 0; l < 16; l++)
+        L[16 * j + l] = static_cast<uint8_t>(std::clamp(round_int((x[16 * j + l] + dm) / ds), 0, 3));
+    }
+    pack_2bit_levels(L, y[i].qs);
+  }
+}
+
+void quantize_row_q3_K(const float* x, BlockQ3_K* y, int64_t n) {
+  uint8_t L[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    float scales[16], amax = 0, max_scale = 0;
+    for (int j = 0; j < 16; j++) {
+      scales[j] = fit_scale_symmetric(x + 16 * j, 16, 4);
+      if (std::fabs(scales[j]) > amax) amax = std::fabs(scales[j]), max_scale = scales[j];
+    }
+    std::memset(&y[i], 0, sizeof y[i]);
+    // Signed 6-bit sub-block scales under fp16 d: the largest maps to -32.
+    const float iscale = amax > 0 ? -32.0f / max_scale : 0;
+    y[i].d = fp32_to_fp16(amax > 0 ? 1 / iscale : 0);
+    const float d = fp16_to_fp32(y[i].d);
+    for (int j = 0; j < 16; j++) {
+      const int ls = std::clamp(round_int(iscale * scales[j]), -32, 31);
+      const int biased = ls + 32;
+      if (j < 8) y[i].scales[j] = static_cast<uint8_t>(biased & 0xF);
+      else y[i].scales[j - 8] |= static_cast<uint8_t>((biased & 0xF) << 4);
+      y[i].scales[8 + j % 4] |= static_cast<uint8_t>((biased >> 4) << (2 * (j / 4)));
+      const float ds = d * static_cast<float>(ls);
+      for (int l = 0; l < 16; l++)
+        L[16 * j + l] = static_cast<uint8_t>(ds == 0 ? 4 : std::clamp(round_int(x[16 * j + l] / ds), -4, 3) + 4);
+    }
+    for (int e = 0; e < kQK_K; e++)
+      if (L[e] > 3) y[i].hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+    pack_2bit_levels(L, y[i].qs);
+  }
+}
+
 }  // namespace kestrel

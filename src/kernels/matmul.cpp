@@ -15,6 +15,7 @@
 #include "kernels/gemm_float.h"
 #include "kernels/kquant_dot.h"
 #include "kernels/ops.h"
+#include "kernels/qdot.h"
 
 namespace kestrel {
 
@@ -48,7 +49,11 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
       return fmt::format("{} x q8_K integer row dot ({})", type == GgmlType::Q4_K ? "q4_K" : type == GgmlType::Q5_K ? "q5_K" : "q6_K",
                          kquant_dots().isa);
     case GgmlType::KESTREL_FP8_E4M3: return fmt::format("fp8 e4m3 (as fp16) x f32 row dot ({})", kquant_dots().isa);
-    default: return "none";
+    default:
+      if (const QTypeDots* d = qdots().find(type))
+        return fmt::format("{} x {} integer row dot, {} tokens per pass for batches ({})", type_name(type),
+                           activation_format_name(d->act), qdots().tokens, qdots().isa);
+      return "none";
   }
 }
 
@@ -65,10 +70,25 @@ static bool is_kquant_format(GgmlType t) {
 }
 
 void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
-  if (!is_float_format(w.type) && !is_q8_format(w.type) && !is_kquant_format(w.type))
+  qdot_ = qdots().find(w.type);
+  if (!is_float_format(w.type) && !is_q8_format(w.type) && !is_kquant_format(w.type) && !qdot_)
     throw Error(fmt::format("tensor '{}': no matmul kernel for type {} yet", w.name, type_name(w.type)));
   x_ = x;
   n_ = n;
+  if (qdot_) {
+    // Activations in the format ggml pairs with this weight type (qdot.h).
+    tiled_ = bf16_ = packed_ = false;
+    const int64_t cols = w.cols();
+    xact_stride_ = activation_row_bytes(qdot_->act, cols);
+    if (xact_.size() < n * xact_stride_) xact_.resize(n * xact_stride_);
+    uint8_t* xa = xact_.data();
+    const ActFormat f = qdot_->act;
+    const size_t stride = xact_stride_;
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) quantize_activations(f, x + t * cols, xa + t * stride, cols);
+    });
+    return;
+  }
   if (is_kquant_format(w.type)) {
     tiled_ = bf16_ = packed_ = false;
     if (w.type == GgmlType::KESTREL_FP8_E4M3) return;
@@ -151,6 +171,10 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
     gemm_bf16(base, stride, cols, r0, r1, xbf16_.data(), n, y, ldy, tuning_.float_token_chunk);
     return;
   }
+  if (qdot_) {
+    compute_rows_qdot(w, r0, r1, y, ldy);
+    return;
+  }
   if (is_kquant_format(w.type)) {
     const KQuantDots& kd = kquant_dots();
     const int64_t blocks = cols / kQK_K;
@@ -230,6 +254,31 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
       const BlockQ8_0* xt = xq_.data() + t * blocks_per_row;
       y[t * ldy + r] = q8 ? k_.dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(wr), xt, cols)
                           : k_.dot_q4_0_q8_0(static_cast<const BlockQ4_0*>(wr), xt, cols);
+    }
+  }
+}
+
+void Matmul::compute_rows_qdot(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const {
+  const int64_t cols = w.cols(), n = n_;
+  const QTypeDots& d = *qdot_;
+  const int nt = qdots().tokens;
+  const int64_t n_many = n / nt * nt;
+  // As for the k-quants: panels of rows (in L2) against `nt` tokens at a time (in L1).
+  constexpr int64_t kPanel = 32;
+  for (int64_t p0 = r0; p0 < r1; p0 += kPanel) {
+    const int64_t p1 = std::min(r1, p0 + kPanel);
+    for (int64_t t = 0; t < n_many; t += nt) {
+      const void* xs[16];
+      for (int j = 0; j < nt; j++) xs[j] = xact_.data() + (t + j) * xact_stride_;
+      for (int64_t r = p0; r < p1; r++) {
+        float out[16];
+        d.many(w.row(r), xs, cols, out);
+        for (int j = 0; j < nt; j++) y[(t + j) * ldy + r] = out[j];
+      }
+    }
+    for (int64_t t = n_many; t < n; t++) {
+      const void* xs[1] = {xact_.data() + t * xact_stride_};
+      for (int64_t r = p0; r < p1; r++) d.one(w.row(r), xs, cols, y + t * ldy + r);
     }
   }
 }

@@ -24,6 +24,7 @@
 #include "hw/tuning.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/packed_q8.h"
+#include "kernels/qdot.h"
 #include "model/weight.h"
 
 namespace kestrel {
@@ -60,6 +61,8 @@ class Matmul {
   void prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n);
   // Rows [r0, r1) of w for all n prepared tokens, into y with row stride ldy.
   void compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const;
+  // compute_rows for the formats of qdot.h.
+  void compute_rows_qdot(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const;
   // Rows per work unit: the micro-kernel's height on the tiled paths.
   int64_t row_granule(const Weight& w) const;
 
@@ -71,6 +74,9 @@ class Matmul {
   bool bf16_ = false;                 // BF16 weights x BF16-rounded activations (gemm_bf16.h)
   bool packed_ = false;               // the current call's weights are repacked (packed_q8.h)
   std::vector<BlockQ8_0> xq_;         // quantized activations, grown once, reused every call
+  const QTypeDots* qdot_ = nullptr;       // the current call's qdot.h kernel, if any
+  std::vector<uint8_t> xact_;         // activations in its format, xact_stride_ bytes per token
+  size_t xact_stride_ = 0;
   std::vector<BlockQ8_K> xq8k_;       // activations in Q8_K for the k-quant row dots
   std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
   QuantizedActivations acts_;

@@ -22,10 +22,6 @@ import subprocess
 import sys
 import tempfile
 
-# Weight types the tensor-types issue adds; a file with one is refused clearly.
-LATER_TYPES = {"Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS",
-               "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M", "MXFP4"}
-
 
 def run_check(kestrel, compat, args):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -56,19 +52,14 @@ def main():
                 continue
             failures.append(f"{cell}: {r['detail']}; teacher-forced: {forced.get(cell, {}).get('detail')}")
             continue
-        if r["status"] == "error":
-            later = sorted(t for t in exp["types"] if t in LATER_TYPES)
-            named = [t for t in later if f"has type {t}, which Kestrel cannot compute with yet" in r["detail"]]
-            if named:
-                rows.append((cell, f"refused: {named[0]} is not computed yet"))
-                continue
         failures.append(f"{cell}: {r['status']}: {r['detail']}")
     for cell, how in rows:
         print(f"{cell:18} {how}")
     if failures:
         print("\nFAILED:\n  " + "\n  ".join(failures))
         return 1
-    print(f"\n{len(rows)} cells: every one matches llama.cpp or is refused with a clear error")
+    strict_count = sum(1 for _, how in rows if not how.startswith("match teacher-forced"))
+    print(f"\n{len(rows)} cells match llama.cpp: {strict_count} free-running, {len(rows) - strict_count} teacher-forced")
     return 0
 
 

@@ -1,0 +1,190 @@
+// The scalar reference dots of qdot.h (sums in ggml's generic order:
+// integer sums per block, then one float multiply-add per block), the
+// activation quantizers and the table choice.
+#include "kernels/qdot.h"
+
+#include "core/block_formats.h"
+#include "core/fp16.h"
+#include "core/kquant_formats.h"
+#include "core/nonlinear4_formats.h"
+#include "core/q4q5_formats.h"
+#include "hw/cpu_features.h"
+#include "kernels/dot.h"
+#include "kernels/kquant_dot.h"
+
+namespace kestrel {
+namespace {
+
+// Integer dot of 32 levels with 32 activations.
+template <typename Level>
+int32_t idot32(Level level, const int8_t* x) {
+  int32_t s = 0;
+  for (int j = 0; j < 32; j++) s += level(j) * x[j];
+  return s;
+}
+
+inline int nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+
+float dot_q4_1(const BlockQ4_1* w, const BlockQ8_1* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / 32; i++) {
+    const int32_t s = idot32([&](int j) { return nibble(w[i].qs, j); }, x[i].qs);
+    sum += fp16_to_fp32(w[i].d) * fp16_to_fp32(x[i].d) * static_cast<float>(s) + fp16_to_fp32(w[i].m) * fp16_to_fp32(x[i].s);
+  }
+  return sum;
+}
+
+float dot_q5_1(const BlockQ5_1* w, const BlockQ8_1* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / 32; i++) {
+    const int32_t s = idot32([&](int j) { return q5_level(w[i].qs, w[i].qh, j); }, x[i].qs);
+    sum += fp16_to_fp32(w[i].d) * fp16_to_fp32(x[i].d) * static_cast<float>(s) + fp16_to_fp32(w[i].m) * fp16_to_fp32(x[i].s);
+  }
+  return sum;
+}
+
+float dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / 32; i++) {
+    const int32_t s = idot32([&](int j) { return q5_level(w[i].qs, w[i].qh, j) - 16; }, x[i].qs);
+    sum += fp16_to_fp32(w[i].d) * fp16_to_fp32(x[i].d) * static_cast<float>(s);
+  }
+  return sum;
+}
+
+float dot_iq4_nl(const BlockIQ4_NL* w, const BlockQ8_0* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / 32; i++) {
+    const int32_t s = idot32([&](int j) { return static_cast<int>(kIq4nlValues[nibble(w[i].qs, j)]); }, x[i].qs);
+    sum += fp16_to_fp32(x[i].d) * fp16_to_fp32(w[i].d) * static_cast<float>(s);
+  }
+  return sum;
+}
+
+float dot_mxfp4(const BlockMXFP4* w, const BlockQ8_0* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / 32; i++) {
+    const int32_t s = idot32([&](int j) { return static_cast<int>(kMxfp4Values[nibble(w[i].qs, j)]); }, x[i].qs);
+    sum += fp16_to_fp32(x[i].d) * e8m0_to_fp32_half(w[i].e) * static_cast<float>(s);
+  }
+  return sum;
+}
+
+float dot_iq4_xs(const BlockIQ4_XS* w, const BlockQ8_K* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    const float d = fp16_to_fp32(w[i].d) * x[i].d;
+    for (int j = 0; j < 8; j++) {
+      const uint8_t* qs = w[i].qs + 16 * j;
+      const int32_t s = idot32([&](int l) { return static_cast<int>(kIq4nlValues[nibble(qs, l)]); }, x[i].qs + 32 * j);
+      sum += d * static_cast<float>(iq4xs_scale(w[i], j) - 32) * static_cast<float>(s);
+    }
+  }
+  return sum;
+}
+
+// Q2_K and Q3_K: element 128h + 32j + l takes bits 2j of qs[32h + l] and
+// sub-block 8h + 2j + l / 16.
+float dot_q2_K(const BlockQ2_K* w, const BlockQ8_K* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    int32_t isum = 0, summs = 0;
+    for (int j = 0; j < 16; j++) summs += x[i].bsums[j] * (w[i].scales[j] >> 4);
+    for (int e = 0; e < kQK_K; e++) {
+      const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+      isum += (w[i].scales[8 * h + 2 * j + l / 16] & 0xF) * ((w[i].qs[32 * h + l] >> (2 * j)) & 3) * x[i].qs[e];
+    }
+    sum += x[i].d * fp16_to_fp32(w[i].d) * static_cast<float>(isum) -
+           x[i].d * fp16_to_fp32(w[i].dmin) * static_cast<float>(summs);
+  }
+  return sum;
+}
+
+float dot_q3_K(const BlockQ3_K* w, const BlockQ8_K* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    int8_t scales[16];
+    unpack_scales_q3_K(w[i].scales, scales);
+    int32_t isum = 0;
+    for (int e = 0; e < kQK_K; e++) {
+      const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+      const int q = ((w[i].qs[32 * h + l] >> (2 * j)) & 3) - ((w[i].hmask[l] >> (e / 32)) & 1 ? 0 : 4);
+      isum += (scales[8 * h + 2 * j + l / 16] - 32) * q * x[i].qs[e];
+    }
+    sum += fp16_to_fp32(w[i].d) * x[i].d * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+template <typename W, typename X, float (*kDot)(const W*, const X*, int64_t), int T>
+void dots(const void* w, const void* const* x, int64_t n, float* out) {
+  for (int t = 0; t < T; t++) out[t] = kDot(static_cast<const W*>(w), static_cast<const X*>(x[t]), n);
+}
+
+template <typename W, typename X, float (*kDot)(const W*, const X*, int64_t)>
+constexpr QTypeDots entry(GgmlType type, ActFormat act) {
+  return {type, act, dots<W, X, kDot, 1>, dots<W, X, kDot, 4>};
+}
+
+constexpr QTypeDots kScalar[] = {
+    entry<BlockQ4_1, BlockQ8_1, dot_q4_1>(GgmlType::Q4_1, ActFormat::Q8_1),
+    entry<BlockQ5_0, BlockQ8_0, dot_q5_0>(GgmlType::Q5_0, ActFormat::Q8_0),
+    entry<BlockQ5_1, BlockQ8_1, dot_q5_1>(GgmlType::Q5_1, ActFormat::Q8_1),
+    entry<BlockIQ4_NL, BlockQ8_0, dot_iq4_nl>(GgmlType::IQ4_NL, ActFormat::Q8_0),
+    entry<BlockMXFP4, BlockQ8_0, dot_mxfp4>(GgmlType::MXFP4, ActFormat::Q8_0),
+    entry<BlockQ2_K, BlockQ8_K, dot_q2_K>(GgmlType::Q2_K, ActFormat::Q8_K),
+    entry<BlockQ3_K, BlockQ8_K, dot_q3_K>(GgmlType::Q3_K, ActFormat::Q8_K),
+    entry<BlockIQ4_XS, BlockQ8_K, dot_iq4_xs>(GgmlType::IQ4_XS, ActFormat::Q8_K),
+};
+
+}  // namespace
+
+const QDotTable& scalar_qdots() {
+  static const QDotTable t{"scalar", 4, kScalar};
+  return t;
+}
+
+#ifndef KESTREL_HAVE_AVX2_KERNELS
+const QDotTable* avx2_qdots() { return nullptr; }
+const QDotTable* avx512vnni_qdots() { return nullptr; }
+#endif
+
+const QDotTable& qdots() {
+  static const QDotTable& t = [&]() -> const QDotTable& {
+    const IsaLevel isa = selected_isa();
+    if (isa == IsaLevel::Avx512 && cpu_features().avx512vnni)
+      if (const QDotTable* v = avx512vnni_qdots()) return *v;
+    if (isa != IsaLevel::Scalar)
+      if (const QDotTable* v = avx2_qdots()) return *v;
+    return scalar_qdots();
+  }();
+  return t;
+}
+
+size_t activation_row_bytes(ActFormat f, int64_t n) {
+  switch (f) {
+    case ActFormat::Q8_0: return static_cast<size_t>(n / 32) * sizeof(BlockQ8_0);
+    case ActFormat::Q8_1: return static_cast<size_t>(n / 32) * sizeof(BlockQ8_1);
+    case ActFormat::Q8_K: return static_cast<size_t>(n / kQK_K) * sizeof(BlockQ8_K);
+  }
+  return 0;
+}
+
+void quantize_activations(ActFormat f, const float* x, void* out, int64_t n) {
+  switch (f) {
+    case ActFormat::Q8_0: dot_kernels().quantize_q8_0(x, static_cast<BlockQ8_0*>(out), n); return;
+    case ActFormat::Q8_1: quantize_row_q8_1(x, static_cast<BlockQ8_1*>(out), n); return;
+    case ActFormat::Q8_K: quantize_row_q8_K(x, static_cast<BlockQ8_K*>(out), n); return;
+  }
+}
+
+const char* activation_format_name(ActFormat f) {
+  switch (f) {
+    case ActFormat::Q8_0: return "q8_0";
+    case ActFormat::Q8_1: return "q8_1";
+    case ActFormat::Q8_K: return "q8_K";
+  }
+  return "?";
+}
+
+}  // namespace kestrel

@@ -1,0 +1,215 @@
+#pragma once
+// The qdot.h kernels in 256-bit vectors, for two builds: AVX2 (int8 products
+// by vpmaddubsw + vpmaddwd) and AVX-512 VNNI (vpdpbusd on 256-bit vectors,
+// one instruction, no int16 stage). Included by one translation unit per ISA,
+// inside an anonymous namespace, after <immintrin.h>, with KESTREL_QDOT_VNNI
+// defined to 0 or 1 and the format headers included.
+//
+// Every kernel keeps ggml's arithmetic per block: integer sums of level x
+// activation, then one float multiply-add of the block's scales per block
+// into 8 float lanes, summed across lanes at the end.
+
+// acc + (4-byte groups of u8 x s8 products, summed into int32 lanes).
+inline __m256i dot_u8s8(__m256i acc, __m256i u8, __m256i s8) {
+#if KESTREL_QDOT_VNNI
+  return _mm256_dpbusd_epi32(acc, u8, s8);
+#else
+  // Levels times activations: pairs stay within int16 for |level| <= 127 and |activation| <= 127.
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
+#endif
+}
+
+// Signed weights: |w| times the activations carrying w's sign.
+inline __m256i dot_s8s8(__m256i acc, __m256i w, __m256i x) {
+  return dot_u8s8(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 16 bytes of nibbles as 32 bytes: low nibbles (elements 0-15), then high nibbles (16-31).
+inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// Bit j of the 32-bit qh as byte j: 0x10 where set, 0 where not (Q5's fifth bit).
+inline __m256i fifth_bits(const uint8_t* qh4) {
+  uint32_t qh;
+  std::memcpy(&qh, qh4, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// 32 nibbles through a 16-entry int8 table (IQ4_NL / MXFP4 levels).
+inline __m256i lookup32(const uint8_t* qs, __m256i table) { return _mm256_shuffle_epi8(table, nibbles32(qs)); }
+
+inline __m256i table256(const int8_t* t) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(v), v, 1);
+}
+
+// --- 32-wide blocks ------------------------------------------------------
+
+// Q4_1 / Q5_1 x Q8_1: unsigned levels; the minimum enters through the activations' scaled sums.
+template <bool kFive, typename Block, int T>
+void dot_q4q5_1(const void* wv, const void* const* xv, int64_t n, float* out) {
+  const auto* w = static_cast<const Block*>(wv);
+  __m256 acc[T];
+  float mins[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps(), mins[t] = 0;
+  for (int64_t i = 0; i < n / 32; i++) {
+    __m256i level = nibbles32(w[i].qs);
+    if constexpr (kFive) level = _mm256_or_si256(level, fifth_bits(w[i].qh));
+    const float wd = _cvtsh_ss(w[i].d), wm = _cvtsh_ss(w[i].m);
+    for (int t = 0; t < T; t++) {
+      const BlockQ8_1& x = static_cast<const BlockQ8_1*>(xv[t])[i];
+      const __m256 s = _mm256_cvtepi32_ps(dot_u8s8(_mm256_setzero_si256(), level, load256(x.qs)));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(wd * _cvtsh_ss(x.d)), s, acc[t]);
+      mins[t] += wm * _cvtsh_ss(x.s);
+    }
+  }
+  for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]) + mins[t];
+}
+
+// Signed 32-wide levels x Q8_0: Q5_0 (level - 16), IQ4_NL and MXFP4 (table values).
+enum class Signed32 { Q5_0, IQ4_NL, MXFP4 };
+
+template <Signed32 kKind, typename Block, int T>
+void dot_signed32(const void* wv, const void* const* xv, int64_t n, float* out) {
+  const auto* w = static_cast<const Block*>(wv);
+  const __m256i table = table256(kKind == Signed32::MXFP4 ? kMxfp4Values : kIq4nlValues);
+  __m256 acc[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / 32; i++) {
+    __m256i level;
+    float wd;
+    if constexpr (kKind == Signed32::Q5_0) {
+      level = _mm256_sub_epi8(_mm256_or_si256(nibbles32(w[i].qs), fifth_bits(w[i].qh)), _mm256_set1_epi8(16));
+      wd = _cvtsh_ss(w[i].d);
+    } else if constexpr (kKind == Signed32::IQ4_NL) {
+      level = lookup32(w[i].qs, table);
+      wd = _cvtsh_ss(w[i].d);
+    } else {
+      level = lookup32(w[i].qs, table);
+      wd = e8m0_to_fp32_half(w[i].e);
+    }
+    for (int t = 0; t < T; t++) {
+      const BlockQ8_0& x = static_cast<const BlockQ8_0*>(xv[t])[i];
+      const __m256 s = _mm256_cvtepi32_ps(dot_s8s8(_mm256_setzero_si256(), level, load256(x.qs)));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * wd), s, acc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
+}
+
+// --- 256-wide blocks x Q8_K ----------------------------------------------
+
+// Two sub-blocks of 16 in one 32-byte run: lanes 0-3 take scale a, lanes 4-7 scale b.
+inline __m256i pair_scales(int a, int b) { return _mm256_setr_epi32(a, a, a, a, b, b, b, b); }
+
+// Q2_K (kThree false) and Q3_K: 2-bit levels (plus Q3_K's third bit) of
+// element 128h + 32j + l in bits 2j of qs[32h + l]; Q2_K's minimums and
+// Q3_K's offset of 4 go through the activations' sums of 16.
+template <bool kThree, typename Block, int T>
+void dot_q23_K(const void* wv, const void* const* xv, int64_t n, float* out) {
+  const auto* w = static_cast<const Block*>(wv);
+  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m256 acc[T];
+  float mins[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps(), mins[t] = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    int sc[16], mn[16];
+    if constexpr (kThree) {
+      int8_t s[16];
+      unpack_scales_q3_K(w[i].scales, s);
+      for (int j = 0; j < 16; j++) sc[j] = s[j] - 32, mn[j] = 4 * sc[j];
+    } else {
+      for (int j = 0; j < 16; j++) sc[j] = w[i].scales[j] & 0xF, mn[j] = w[i].scales[j] >> 4;
+    }
+    __m256i sumi[T];
+    for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
+    __m256i hm;
+    if constexpr (kThree) hm = load256(w[i].hmask);
+    for (int h = 0; h < 2; h++) {
+      const __m256i q = load256(w[i].qs + 32 * h);
+      for (int j = 0; j < 4; j++) {
+        __m256i level = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+        if constexpr (kThree)
+          level = _mm256_or_si256(level, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
+        const int is = 8 * h + 2 * j;
+        const __m256i scale = pair_scales(sc[is], sc[is + 1]);
+        for (int t = 0; t < T; t++) {
+          const BlockQ8_K& x = static_cast<const BlockQ8_K*>(xv[t])[i];
+          const __m256i d = dot_u8s8(_mm256_setzero_si256(), level, load256(x.qs + 128 * h + 32 * j));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(d, scale));
+        }
+      }
+    }
+    const float wd = _cvtsh_ss(w[i].d);
+    for (int t = 0; t < T; t++) {
+      const BlockQ8_K& x = static_cast<const BlockQ8_K*>(xv[t])[i];
+      int summ = 0;
+      for (int j = 0; j < 16; j++) summ += mn[j] * x.bsums[j];
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+      if constexpr (kThree) mins[t] += x.d * wd * static_cast<float>(summ);
+      else mins[t] += x.d * _cvtsh_ss(w[i].dmin) * static_cast<float>(summ);
+    }
+  }
+  for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]) - mins[t];
+}
+
+template <int T>
+void dot_iq4_xs(const void* wv, const void* const* xv, int64_t n, float* out) {
+  const auto* w = static_cast<const BlockIQ4_XS*>(wv);
+  const __m256i table = table256(kIq4nlValues);
+  __m256 acc[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    __m256i sumi[T];
+    for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+      const __m256i level = lookup32(w[i].qs + 16 * j, table);
+      const __m256i scale = _mm256_set1_epi32(iq4xs_scale(w[i], j) - 32);
+      for (int t = 0; t < T; t++) {
+        const BlockQ8_K& x = static_cast<const BlockQ8_K*>(xv[t])[i];
+        const __m256i d = dot_s8s8(_mm256_setzero_si256(), level, load256(x.qs + 32 * j));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(d, scale));
+      }
+    }
+    const float wd = _cvtsh_ss(w[i].d);
+    for (int t = 0; t < T; t++) {
+      const BlockQ8_K& x = static_cast<const BlockQ8_K*>(xv[t])[i];
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
+}
+
+template <int T>
+constexpr std::array<QTypeDots, 8> simd_qdot_entries() {
+  return {{
+      {GgmlType::Q4_1, ActFormat::Q8_1, dot_q4q5_1<false, BlockQ4_1, 1>, dot_q4q5_1<false, BlockQ4_1, T>},
+      {GgmlType::Q5_0, ActFormat::Q8_0, dot_signed32<Signed32::Q5_0, BlockQ5_0, 1>,
+       dot_signed32<Signed32::Q5_0, BlockQ5_0, T>},
+      {GgmlType::Q5_1, ActFormat::Q8_1, dot_q4q5_1<true, BlockQ5_1, 1>, dot_q4q5_1<true, BlockQ5_1, T>},
+      {GgmlType::IQ4_NL, ActFormat::Q8_0, dot_signed32<Signed32::IQ4_NL, BlockIQ4_NL, 1>,
+       dot_signed32<Signed32::IQ4_NL, BlockIQ4_NL, T>},
+      {GgmlType::MXFP4, ActFormat::Q8_0, dot_signed32<Signed32::MXFP4, BlockMXFP4, 1>,
+       dot_signed32<Signed32::MXFP4, BlockMXFP4, T>},
+      {GgmlType::Q2_K, ActFormat::Q8_K, dot_q23_K<false, BlockQ2_K, 1>, dot_q23_K<false, BlockQ2_K, T>},
+      {GgmlType::Q3_K, ActFormat::Q8_K, dot_q23_K<true, BlockQ3_K, 1>, dot_q23_K<true, BlockQ3_K, T>},
+      {GgmlType::IQ4_XS, ActFormat::Q8_K, dot_iq4_xs<1>, dot_iq4_xs<T>},
+  }};
+}
