@@ -1,4 +1,4 @@
-// kestrel quantize IN.gguf OUT.gguf --type q4_k [--method rtn|awq|gptq|awq+gptq --calib TEXT]
+// kestrel quantize IN.gguf OUT.gguf --type q4_k | --mix Q4_K_M [--method rtn|awq|gptq|awq+gptq --calib TEXT]
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/block_formats.h"
 #include "core/error.h"
+#include "model/quant_mix.h"
 #include "model/requantize.h"
 #include "runtime/calibration.h"
 #include "runtime/engine.h"
@@ -18,7 +19,8 @@ namespace kestrel::cli {
 namespace {
 
 struct QuantizeFlags {
-  std::string in_path, out_path, type_str = "q8_0", method_str = "rtn", calib_path;
+  std::string in_path, out_path, type_str = "q8_0", mix_str, method_str = "rtn", calib_path;
+  std::string output_type_str, token_embd_type_str;
   int threads = 0;
   int64_t calib_ctx = 128, calib_chunks = 0;
   double gptq_damp = 0.01;
@@ -49,10 +51,28 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
-int quantize(const QuantizeFlags& f) {
+std::optional<GgmlType> writable_type(const std::string& name, const char* flag) {
+  if (name.empty()) return std::nullopt;
+  const auto t = type_from_name(name);
+  if (!t || !can_quantize_to(*t)) throw Error(fmt::format("{} '{}' is not one of {}", flag, name, kWritableTypes));
+  return t;
+}
+
+int quantize(QuantizeFlags f) {
+  // A mix name that is not also a type name (q4_k_m, q3_k_s, ...) given to --type means --mix.
+  if (f.mix_str.empty() && !type_from_name(f.type_str) && find_quant_mix(f.type_str)) std::swap(f.mix_str, f.type_str);
+  std::optional<QuantMix> mix;
+  if (!f.mix_str.empty()) {
+    mix = find_quant_mix(f.mix_str);
+    if (!mix) throw Error(fmt::format("--mix '{}' is not one of {}", f.mix_str, quant_mix_names()));
+    if (!can_quantize_to(mix->base))
+      throw Error(fmt::format("--mix {}: its base type {} cannot be written yet (Kestrel writes {})", mix->name,
+                              type_name(mix->base), kWritableTypes));
+    f.type_str = std::string(type_name(mix->base));
+  }
   const auto type = type_from_name(f.type_str);
   if (!type || !can_quantize_to(*type))
-    throw Error(fmt::format("--type '{}' is not one of {}", f.type_str, kWritableTypes));
+    throw Error(fmt::format("--type '{}' is not one of {} (or a mix: {})", f.type_str, kWritableTypes, quant_mix_names()));
   static const std::map<std::string, QuantMethod> methods = {{"rtn", QuantMethod::Rtn},
                                                              {"awq", QuantMethod::Awq},
                                                              {"gptq", QuantMethod::Gptq},
@@ -90,6 +110,21 @@ int quantize(const QuantizeFlags& f) {
     o.calib = std::move(stats);
   }
   const bool mixed = f.target_kld >= 0 || !f.target_size.empty();
+  if (mixed && mix) throw Error("--mix and --target-kld / --target-size each choose per-tensor types: give one");
+  QuantMixOptions mix_options;
+  mix_options.output_type = writable_type(f.output_type_str, "--output-tensor-type");
+  mix_options.token_embedding_type = writable_type(f.token_embd_type_str, "--token-embedding-type");
+  if (!mix && (mix_options.output_type || mix_options.token_embedding_type))
+    throw Error("--output-tensor-type / --token-embedding-type apply to a --mix");
+  if (mix) {
+    o.tensor_types = plan_quant_mix(in, *mix, mix_options);
+    o.file_type = mix->ftype;
+    std::map<std::string, int> counts;
+    for (const auto& [name, t] : o.tensor_types) counts[std::string(type_name(t))]++;
+    std::string summary;
+    for (const auto& [t, c] : counts) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", t, c);
+    fmt::print(stderr, "quantize: mix {}: {}\n", mix->name, summary);
+  }
   if (mixed) {
     if (f.calib_path.empty()) throw Error("--target-kld / --target-size need --calib FILE to measure sensitivities");
     if (f.target_kld >= 0 && !f.target_size.empty()) throw Error("give --target-kld or --target-size, not both");
@@ -118,8 +153,9 @@ int quantize(const QuantizeFlags& f) {
     o.type = mo.ladder.front();
   }
   requantize(in, o).write_file(f.out_path);
-  fmt::print("wrote {} ({}{}, {}, {:.1f} MiB from {:.1f} MiB)\n", f.out_path, type_name(o.type),
-             o.tensor_types.empty() ? "" : " and wider per the plan", f.method_str,
+  fmt::print("wrote {} ({}{}, {}, {:.1f} MiB from {:.1f} MiB)\n", f.out_path,
+             mix ? std::string(mix->name) : std::string(type_name(o.type)),
+             o.tensor_types.empty() || mix ? "" : " and wider per the plan", f.method_str,
              static_cast<double>(std::filesystem::file_size(f.out_path)) / (1 << 20),
              static_cast<double>(std::filesystem::file_size(f.in_path)) / (1 << 20));
   return 0;
@@ -133,7 +169,13 @@ void register_quantize(CLI::App& app) {
       add_command(app, "quantize", "Rewrite a GGUF model's matrices in another type", [] { return quantize(f); });
   cmd->add_option("input", f.in_path, "GGUF model to read")->required();
   cmd->add_option("output", f.out_path, "GGUF file to write")->required();
-  cmd->add_option("--type", f.type_str, kWritableTypes)->capture_default_str();
+  cmd->add_option("--type", f.type_str, std::string("One type for every matrix: ") + kWritableTypes)
+      ->capture_default_str();
+  cmd->add_option("--mix", f.mix_str,
+                  "A llama-quantize mix, with its per-tensor rules: " + quant_mix_names() +
+                      " (a mix name that is not a type name may also be given to --type)");
+  cmd->add_option("--output-tensor-type", f.output_type_str, "With --mix: the output head's type");
+  cmd->add_option("--token-embedding-type", f.token_embd_type_str, "With --mix: the token embedding's type");
   cmd->add_option("--method", f.method_str,
                   "rtn (round to nearest), awq (activation-aware scaling), gptq (error-compensating rounding), "
                   "awq+gptq")

@@ -70,7 +70,7 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
 
   GgufWriter w;
   for (const auto& [k, v] : in.metadata()) w.set(k, v);
-  w.set_u32("general.file_type", llama_file_type(o.type));
+  w.set_u32("general.file_type", o.file_type ? o.file_type : llama_file_type(o.type));
   for (const auto& t : in.tensors()) {
     if (!traits(t.type).computable)
       throw Error(fmt::format("{}: tensor '{}' has type {}, which Kestrel cannot read yet", in.path(), t.name,
@@ -80,6 +80,11 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
     if (type != wanted && t.ne.size() > 1 && o.on_fallback) o.on_fallback(t.name, type);
     const GgufTensorInfo* src = &t;
     const ActivationSite* site = o.calib ? o.calib->find(t.name) : nullptr;
+    const bool float_type = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
+    if (uses_gptq(o.method) && site && t.ne.size() == 2 && !float_type && !has_quant_grid(type))
+      throw Error(fmt::format("GPTQ cannot round tensor '{}' to {} yet (its grid is not implemented): use --method "
+                              "rtn or awq for this type",
+                              t.name, type_name(type)));
     const bool gptq = uses_gptq(o.method) && site && t.ne.size() == 2 && has_quant_grid(type) && !site->xtx.empty();
     const int threads = o.n_threads;
     const double damp = o.gptq_damp;

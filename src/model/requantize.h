@@ -29,8 +29,11 @@ struct RequantizeOptions {
   std::shared_ptr<const CalibrationStats> calib;
   double gptq_damp = 0.01;
   double awq_alpha = -1;  // >= 0: this alpha everywhere instead of the search (tests)
-  // Per-tensor types that replace `type` (mixed precision); 1-D tensors stay F32.
+  // Per-tensor types that replace `type` (mixed precision, llama-quantize's
+  // mixes); 1-D tensors stay F32.
   std::map<std::string, GgmlType> tensor_types;
+  // general.file_type to write (llama_ftype); 0: the one of `type`.
+  uint32_t file_type = 0;
   // Called for each tensor stored in another type than asked (name, type used).
   std::function<void(const std::string&, GgmlType)> on_fallback;
   // Called with one line per decision worth reporting (AWQ's chosen scales).

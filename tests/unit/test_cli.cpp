@@ -326,7 +326,8 @@ TEST(Cli, QuantizeKeepsTheGreedyTextAtQ8_0AndPerplexityMeasuresTheCost) {
       EXPECT_LT(p, base_ppl * 1.15);           // ...but not much (measured: 5.6420, +10%)
     }
   }
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "q3_k"}).err, HasSubstr("--type 'q3_k'"));
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "iq2_xxs"}).err, HasSubstr("--type 'iq2_xxs'"));
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--mix", "q9_k"}).err, HasSubstr("--mix 'q9_k' is not one of"));
   EXPECT_THAT(kestrel({"quantize", f32, f32, "--type", "q8_0"}).err, HasSubstr("overwrite the input"));
 }
 
