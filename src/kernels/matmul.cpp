@@ -70,6 +70,16 @@ static bool is_kquant_format(GgmlType t) {
 }
 
 void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
+  // Weights repacked into the general form (k-quants and the rest) serve
+  // batches; one token reads the file layout (llama.cpp's arithmetic, and
+  // the bytes decode streams are the file's).
+  if (w.packed && w.packed->is_k() && n >= 2) {
+    qdot_ = nullptr;
+    x_ = x;
+    n_ = n;
+    prepare_packed(pool, w, x, n);
+    return;
+  }
   qdot_ = qdots().find(w.type);
   if (!is_float_format(w.type) && !is_q8_format(w.type) && !is_kquant_format(w.type) && !qdot_)
     throw Error(fmt::format("tensor '{}': no matmul kernel for type {} yet", w.name, type_name(w.type)));
@@ -102,7 +112,11 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   }
   tiled_ = false;
   bf16_ = false;
-  packed_ = w.packed != nullptr;
+  packed_ = false;
+  if (w.packed) {
+    prepare_packed(pool, w, x, n);
+    return;
+  }
   if (w.type == GgmlType::BF16 && k_.isa == IsaLevel::Avx512 && gemm_bf16_available()) {
     const int64_t cols = w.cols();
     if (xbf16_.size() < static_cast<size_t>(n * cols)) xbf16_.resize(n * cols);
@@ -133,17 +147,6 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
   });
-  if (packed_) {
-    const size_t bytes = packed_activation_bytes(n, blocks_per_row);
-    if (xpacked_.size() < bytes) xpacked_.resize(bytes);
-    uint8_t* out = xpacked_.data();
-    const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
-    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) {
-      pack_activations(w.type, xq, n, blocks_per_row, i0, i1, out);
-    });
-    packed_acts_ = {out, n, blocks_per_row};
-    return;
-  }
   // A single token streams weights: the row dot is leaner there.
   tiled_ = gemm_q8_available() && k_.isa == IsaLevel::Avx512 && n >= 2;
   if (tiled_) {
@@ -154,6 +157,25 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
     });
     acts_ = {xq, sums, n, blocks_per_row};
   }
+}
+
+void Matmul::prepare_packed(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
+  tiled_ = bf16_ = false;
+  packed_ = true;
+  const int64_t cols = w.cols(), blocks_per_row = cols / kQK8_0;
+  const size_t need = static_cast<size_t>(n * blocks_per_row);
+  if (xq_.size() < need) xq_.resize(need);
+  BlockQ8_0* xq = xq_.data();
+  pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
+  });
+  const size_t bytes = packed_activation_bytes(n, blocks_per_row);
+  if (xpacked_.size() < bytes) xpacked_.resize(bytes);
+  uint8_t* out = xpacked_.data();
+  const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
+  const PackedKind kind = w.packed->kind;
+  pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) { pack_activations(kind, xq, n, blocks_per_row, i0, i1, out); });
+  packed_acts_ = {out, n, blocks_per_row};
 }
 
 int64_t Matmul::row_granule(const Weight& w) const {
@@ -169,6 +191,14 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (bf16_) {
     gemm_bf16(base, stride, cols, r0, r1, xbf16_.data(), n, y, ldy, tuning_.float_token_chunk);
+    return;
+  }
+  if (packed_) {
+    constexpr int64_t G = PackedWeight::kRowsPerGroup;
+    if (packed_gemm_available())
+      packed_gemm_vnni(*w.packed, r0 / G, (r1 + G - 1) / G, packed_acts_, y, ldy, tuning_.q8_token_chunk);
+    else
+      packed_gemm_reference(*w.packed, r0 / G, (r1 + G - 1) / G, packed_acts_, y, ldy);
     return;
   }
   if (qdot_) {
@@ -232,14 +262,6 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
         y[t * ldy + r] = v;
       }
     }
-    return;
-  }
-  if (packed_) {
-    constexpr int64_t G = PackedWeight::kRowsPerGroup;
-    if (packed_gemm_available())
-      packed_gemm_vnni(*w.packed, r0 / G, (r1 + G - 1) / G, packed_acts_, y, ldy, tuning_.q8_token_chunk);
-    else
-      packed_gemm_reference(*w.packed, r0 / G, (r1 + G - 1) / G, packed_acts_, y, ldy);
     return;
   }
   if (tiled_) {

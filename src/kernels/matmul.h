@@ -61,6 +61,8 @@ class Matmul {
   void prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n);
   // Rows [r0, r1) of w for all n prepared tokens, into y with row stride ldy.
   void compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const;
+  // Activations for repacked weights (packed_q8.h), any kind.
+  void prepare_packed(ThreadPool& pool, const Weight& w, const float* x, int64_t n);
   // compute_rows for the formats of qdot.h.
   void compute_rows_qdot(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const;
   // Rows per work unit: the micro-kernel's height on the tiled paths.

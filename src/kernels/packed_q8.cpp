@@ -8,6 +8,9 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/kquant_formats.h"
+#include "core/nonlinear4_formats.h"
+#include "core/q4q5_formats.h"
 #include "kernels/gemm_q8.h"
 
 namespace kestrel {
@@ -17,11 +20,136 @@ bool packable(const Weight& w) {
          w.rows() > 0 && w.data != nullptr;
 }
 
+static PackedKind general_kind(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_K: case GgmlType::Q4_1: return PackedKind::K4;
+    default: return PackedKind::K8;
+  }
+}
+
+bool packable_general(const Weight& w) {
+  switch (w.type) {
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
+    case GgmlType::MXFP4:
+      break;
+    default: return false;
+  }
+  return w.ne.size() == 2 && w.cols() % kQK8_0 == 0 && w.rows() > 0 && w.data != nullptr;
+}
+
+void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float* scale, float* offset) {
+  const int64_t sb = b / 8;  // the 256-wide super-block, for the k-quants and IQ4_XS
+  const int j = static_cast<int>(b % 8);
+  auto both = [&](float s, float m) { scale[0] = scale[1] = s, offset[0] = offset[1] = m; };
+  switch (t) {
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {
+      const bool five = t == GgmlType::Q5_K;
+      const uint8_t* scales = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].scales : reinterpret_cast<const BlockQ4_K*>(row)[sb].scales;
+      const uint8_t* qs = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].qs : reinterpret_cast<const BlockQ4_K*>(row)[sb].qs;
+      const uint16_t d = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].d : reinterpret_cast<const BlockQ4_K*>(row)[sb].d;
+      const uint16_t dmin = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].dmin : reinterpret_cast<const BlockQ4_K*>(row)[sb].dmin;
+      int sc, mn;
+      unpack_scale_min_k4(scales, j, sc, mn);
+      for (int l = 0; l < 32; l++) {
+        L[l] = static_cast<uint8_t>(j % 2 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 0xF);
+        if (five) L[l] |= static_cast<uint8_t>(((reinterpret_cast<const BlockQ5_K*>(row)[sb].qh[l] >> j) & 1) << 4);
+      }
+      both(fp16_to_fp32(d) * static_cast<float>(sc), -(fp16_to_fp32(dmin) * static_cast<float>(mn)));
+      return;
+    }
+    case GgmlType::Q6_K: {
+      const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(row)[sb];
+      const int h = j / 4, q = j % 4;
+      for (int l = 0; l < 32; l++) {
+        const int lo = (x.ql[64 * h + l + 32 * (q & 1)] >> (q >= 2 ? 4 : 0)) & 0xF;
+        L[l] = static_cast<uint8_t>(lo | (((x.qh[32 * h + l] >> (2 * q)) & 3) << 4));
+      }
+      for (int half = 0; half < 2; half++) {
+        scale[half] = fp16_to_fp32(x.d) * static_cast<float>(x.scales[8 * h + 2 * q + half]);
+        offset[half] = -32 * scale[half];
+      }
+      return;
+    }
+    case GgmlType::Q3_K:
+    case GgmlType::Q2_K: {
+      const bool three = t == GgmlType::Q3_K;
+      const int h = j / 4, jj = j % 4;
+      if (three) {
+        const BlockQ3_K& x = reinterpret_cast<const BlockQ3_K*>(row)[sb];
+        int8_t sc[16];
+        unpack_scales_q3_K(x.scales, sc);
+        for (int l = 0; l < 32; l++)
+          L[l] = static_cast<uint8_t>(((x.qs[32 * h + l] >> (2 * jj)) & 3) | (((x.hmask[l] >> j) & 1) << 2));
+        for (int half = 0; half < 2; half++) {
+          scale[half] = fp16_to_fp32(x.d) * static_cast<float>(sc[8 * h + 2 * jj + half] - 32);
+          offset[half] = -4 * scale[half];
+        }
+      } else {
+        const BlockQ2_K& x = reinterpret_cast<const BlockQ2_K*>(row)[sb];
+        for (int l = 0; l < 32; l++) L[l] = static_cast<uint8_t>((x.qs[32 * h + l] >> (2 * jj)) & 3);
+        for (int half = 0; half < 2; half++) {
+          const uint8_t sc = x.scales[8 * h + 2 * jj + half];
+          scale[half] = fp16_to_fp32(x.d) * static_cast<float>(sc & 0xF);
+          offset[half] = -(fp16_to_fp32(x.dmin) * static_cast<float>(sc >> 4));
+        }
+      }
+      return;
+    }
+    case GgmlType::Q4_1: {
+      const BlockQ4_1& x = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      for (int l = 0; l < 16; l++) L[l] = x.qs[l] & 0xF, L[l + 16] = x.qs[l] >> 4;
+      both(fp16_to_fp32(x.d), fp16_to_fp32(x.m));
+      return;
+    }
+    case GgmlType::Q5_0: {
+      const BlockQ5_0& x = reinterpret_cast<const BlockQ5_0*>(row)[b];
+      for (int l = 0; l < 32; l++) L[l] = static_cast<uint8_t>(q5_level(x.qs, x.qh, l));
+      both(fp16_to_fp32(x.d), -16 * fp16_to_fp32(x.d));
+      return;
+    }
+    case GgmlType::Q5_1: {
+      const BlockQ5_1& x = reinterpret_cast<const BlockQ5_1*>(row)[b];
+      for (int l = 0; l < 32; l++) L[l] = static_cast<uint8_t>(q5_level(x.qs, x.qh, l));
+      both(fp16_to_fp32(x.d), fp16_to_fp32(x.m));
+      return;
+    }
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
+    case GgmlType::MXFP4: {
+      // Table values (signed) shifted by 128 to unsigned levels; the offset shifts them back.
+      const uint8_t* qs;
+      const int8_t* table = t == GgmlType::MXFP4 ? kMxfp4Values : kIq4nlValues;
+      float s;
+      if (t == GgmlType::IQ4_NL) {
+        const BlockIQ4_NL& x = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+        qs = x.qs, s = fp16_to_fp32(x.d);
+      } else if (t == GgmlType::MXFP4) {
+        const BlockMXFP4& x = reinterpret_cast<const BlockMXFP4*>(row)[b];
+        qs = x.qs, s = e8m0_to_fp32_half(x.e);
+      } else {
+        const BlockIQ4_XS& x = reinterpret_cast<const BlockIQ4_XS*>(row)[sb];
+        qs = x.qs + 16 * j, s = fp16_to_fp32(x.d) * static_cast<float>(iq4xs_scale(x, j) - 32);
+      }
+      for (int l = 0; l < 16; l++) {
+        L[l] = static_cast<uint8_t>(table[qs[l] & 0xF] + 128);
+        L[l + 16] = static_cast<uint8_t>(table[qs[l] >> 4] + 128);
+      }
+      both(s, -128 * s);
+      return;
+    }
+    default: throw Error(fmt::format("type {} has no repacked form", type_name(t)));
+  }
+}
+
 std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool, HugePageArena* arena) {
-  if (!packable(w)) throw Error(fmt::format("tensor '{}' ({}) cannot be repacked", w.name, type_name(w.type)));
+  if (!packable(w) && !packable_general(w))
+    throw Error(fmt::format("tensor '{}' ({}) cannot be repacked", w.name, type_name(w.type)));
   constexpr int G = PackedWeight::kRowsPerGroup;
   auto p = std::make_shared<PackedWeight>();
   p->type = w.type;
+  p->kind = w.type == GgmlType::Q8_0 ? PackedKind::Q8_0 : w.type == GgmlType::Q4_0 ? PackedKind::Q4_0 : general_kind(w.type);
   p->rows = w.rows();
   p->n_blocks = w.cols() / kQK8_0;
   p->n_groups = (p->rows + G - 1) / G;
@@ -37,7 +165,31 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
     p->memory = std::move(own);
   }
   const bool q8 = w.type == GgmlType::Q8_0;
+  auto pack_general = [&](int64_t g0, int64_t g1) {
+    // Padding rows stay zero: scale and offset 0 make them 0.
+    std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
+    const bool four = p->kind == PackedKind::K4;
+    uint8_t L[32];
+    float sc[2], off[2];
+    for (int64_t g = g0; g < g1; g++)
+      for (int i = 0; i < G && g * G + i < p->rows; i++)
+        for (int64_t b = 0; b < nb; b++) {
+          unpack_block32(w.type, w.row(g * G + i), b, L, sc, off);
+          auto* s = const_cast<float*>(p->kscales(g, b));
+          auto* o = const_cast<float*>(p->koffsets(g, b));
+          for (int h = 0; h < p->n_sub(); h++) s[16 * h + i] = sc[h], o[16 * h + i] = off[h];
+          uint8_t* dst = const_cast<uint8_t*>(p->kquants(g, b)) + i * 4;
+          if (four) {
+            for (int k = 0; k < 4; k++)
+              for (int jj = 0; jj < 4; jj++)
+                dst[k * 64 + jj] = static_cast<uint8_t>(L[4 * k + jj] | (L[16 + 4 * k + jj] << 4));
+          } else {
+            for (int k = 0; k < 8; k++) std::memcpy(dst + k * 64, L + 4 * k, 4);
+          }
+        }
+  };
   auto pack_groups = [&](int64_t g0, int64_t g1) {
+    if (p->is_k()) return pack_general(g0, g1);
     for (int64_t g = g0; g < g1; g++) {
       for (int i = 0; i < G && g * G + i < p->rows; i++) {
         const uint8_t* row = w.row(g * G + i);
@@ -70,10 +222,10 @@ size_t packed_activation_bytes(int64_t n_tokens, int64_t n_blocks) {
   return static_cast<size_t>(tiles * n_blocks) * PackedActivations::kBytesPerBlock;
 }
 
-void pack_activations(GgmlType wtype, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
                       int64_t tile1, uint8_t* out) {
   using PA = PackedActivations;
-  const int32_t offset = wtype == GgmlType::Q8_0 ? 128 : 8;
+  const int32_t offset = kind == PackedKind::Q8_0 ? 128 : kind == PackedKind::Q4_0 ? 8 : 0;
   for (int64_t tile = tile0; tile < tile1; tile++)
     for (int64_t b = 0; b < n_blocks; b++) {
       uint8_t* dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
@@ -82,26 +234,69 @@ void pack_activations(GgmlType wtype, const BlockQ8_0* x, int64_t n_tokens, int6
         const int64_t token = tile * PA::kTokensPerTile + t;
         if (token >= n_tokens) break;
         const BlockQ8_0& blk = x[token * n_blocks + b];
-        int32_t sum = 0;
-        for (int j = 0; j < kQK8_0; j++) sum += blk.qs[j];
-        const int32_t bias = -offset * sum;
+        int32_t lo = 0, hi = 0;
+        for (int j = 0; j < kQK8_0 / 2; j++) lo += blk.qs[j], hi += blk.qs[j + 16];
+        const int32_t bias = -offset * (lo + hi);
         const float d = fp16_to_fp32(blk.d);
+        const float sums[3] = {d * static_cast<float>(lo + hi), d * static_cast<float>(lo), d * static_cast<float>(hi)};
         std::memcpy(dst + t * kQK8_0, blk.qs, kQK8_0);
         std::memcpy(dst + PA::kBiasOffset + 4 * t, &bias, 4);
         std::memcpy(dst + PA::kScaleOffset + 4 * t, &d, 4);
+        std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
+        std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
+        std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
       }
     }
 }
 
 // The unsigned quant of element e (0..31) of lane `row` in one packed block.
-static int packed_quant(GgmlType type, const uint8_t* block, int row, int e) {
-  if (type == GgmlType::Q8_0) return block[(e / 4) * 64 + row * 4 + e % 4];
+static int packed_quant(PackedKind kind, const uint8_t* block, int row, int e) {
+  if (kind == PackedKind::Q8_0 || kind == PackedKind::K8) return block[(e / 4) * 64 + row * 4 + e % 4];
   const uint8_t byte = block[((e % 16) / 4) * 64 + row * 4 + e % 4];
   return e < 16 ? (byte & 0x0F) : (byte >> 4);
 }
 
+// The general form, in the kernel's order: per block, the scaled integer
+// dots, then the offsets times the activations' sums.
+static void packed_gemm_reference_general(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x,
+                                          float* y, int64_t ldy) {
+  using PA = PackedActivations;
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  auto f32 = [](const uint8_t* p) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  };
+  for (int64_t g = g0; g < g1; g++)
+    for (int i = 0; i < G && g * G + i < w.rows; i++)
+      for (int64_t t = 0; t < x.n_tokens; t++) {
+        float acc = 0.0f;
+        const int tt = static_cast<int>(t % PA::kTokensPerTile);
+        for (int64_t b = 0; b < w.n_blocks; b++) {
+          const uint8_t* xb = x.block(t / PA::kTokensPerTile, b);
+          const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
+          const float dx = f32(xb + PA::kScaleOffset + 4 * tt);
+          int32_t dot[2] = {0, 0};
+          for (int e = 0; e < kQK8_0; e++) dot[e / 16] += packed_quant(w.kind, w.kquants(g, b), i, e) * qs[e];
+          const float* s = w.kscales(g, b);
+          const float* o = w.koffsets(g, b);
+          if (w.n_sub() == 1) {
+            acc = std::fma(static_cast<float>(dot[0] + dot[1]), s[i] * dx, acc);
+            acc = std::fma(o[i], f32(xb + PA::kSumOffset + 4 * tt), acc);
+          } else {
+            acc = std::fma(static_cast<float>(dot[0]), s[i] * dx, acc);
+            acc = std::fma(static_cast<float>(dot[1]), s[16 + i] * dx, acc);
+            acc = std::fma(o[i], f32(xb + PA::kSumLoOffset + 4 * tt), acc);
+            acc = std::fma(o[16 + i], f32(xb + PA::kSumHiOffset + 4 * tt), acc);
+          }
+        }
+        y[t * ldy + g * G + i] = acc;
+      }
+}
+
 void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy) {
+  if (w.is_k()) return packed_gemm_reference_general(w, g0, g1, x, y, ldy);
   constexpr int G = PackedWeight::kRowsPerGroup;
   const int64_t nb = w.n_blocks;
   for (int64_t g = g0; g < g1; g++) {
@@ -116,7 +311,7 @@ void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const 
           std::memcpy(&idot, xb + PackedActivations::kBiasOffset + 4 * tt, 4);
           std::memcpy(&d, xb + PackedActivations::kScaleOffset + 4 * tt, 4);
           const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
-          for (int e = 0; e < kQK8_0; e++) idot += packed_quant(w.type, w.block_quants(g, b), i, e) * qs[e];
+          for (int e = 0; e < kQK8_0; e++) idot += packed_quant(w.kind, w.block_quants(g, b), i, e) * qs[e];
           const float scale = fp16_to_fp32(w.block_scales(g, b)[i]) * d;
           acc = std::fma(static_cast<float>(idot), scale, acc);
         }

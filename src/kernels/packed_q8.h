@@ -36,17 +36,45 @@
 
 namespace kestrel {
 
+// The other quantized formats (the k-quants, Q4_1/Q5_0/Q5_1, IQ4_NL/IQ4_XS,
+// MXFP4) repack into one general form: every 32-element block of a row
+// becomes unsigned levels with a float scale and a float offset per
+// sub-block, value = scale * level + offset, so one kernel serves them all:
+//   K4: 4-bit levels packed as Q4_0's (Q4_K, Q4_1), one (scale, offset) per 32;
+//   K8: 8-bit levels packed as Q8_0's, one (scale, offset) per 16 (Q6_K,
+//       Q3_K and Q2_K scale every 16; the others repeat theirs).
+// Offsets carry Q4_K's minimum, Q6_K's -32, IQ4's table shifted to unsigned.
+// Per (group, block): scales f32[nsub][16] | offsets f32[nsub][16] | quants
+// (256 or 512 bytes). Activations are Q8_0 (not ggml's Q8_K per 256): the
+// repacked path trades llama.cpp-identical rounding for speed, as Q4_0's does;
+// --no-repack keeps the file layout and ggml's arithmetic.
+enum class PackedKind { Q8_0, Q4_0, K4, K8 };
+
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
   static constexpr size_t kScaleBytes = kRowsPerGroup * sizeof(uint16_t);  // one block's scales
-  GgmlType type = GgmlType::Q8_0;                                          // Q8_0 or Q4_0: the source format
+  GgmlType type = GgmlType::Q8_0;                                          // the source format
+  PackedKind kind = PackedKind::Q8_0;
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
   const uint8_t* data = nullptr;  // [n_groups][(n_blocks + 1) / 2][2 x kScaleBytes | 2 x quant_bytes_per_block()]
   std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
-  size_t quant_bytes_per_block() const { return type == GgmlType::Q8_0 ? 512 : 256; }
+  size_t quant_bytes_per_block() const { return kind == PackedKind::Q8_0 || kind == PackedKind::K8 ? 512 : 256; }
   size_t pair_bytes() const { return 2 * (kScaleBytes + quant_bytes_per_block()); }
-  size_t group_bytes() const { return static_cast<size_t>((n_blocks + 1) / 2) * pair_bytes(); }
+  size_t group_bytes() const {
+    return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes() : static_cast<size_t>((n_blocks + 1) / 2) * pair_bytes();
+  }
+  // The general form (K4/K8).
+  bool is_k() const { return kind == PackedKind::K4 || kind == PackedKind::K8; }
+  int n_sub() const { return kind == PackedKind::K8 ? 2 : 1; }
+  size_t kblock_bytes() const { return static_cast<size_t>(n_sub()) * 2 * 64 + quant_bytes_per_block(); }
+  const float* kscales(int64_t g, int64_t b) const {
+    return reinterpret_cast<const float*>(data + g * group_bytes() + b * kblock_bytes());
+  }
+  const float* koffsets(int64_t g, int64_t b) const { return kscales(g, b) + 16 * n_sub(); }
+  const uint8_t* kquants(int64_t g, int64_t b) const {
+    return data + g * group_bytes() + b * kblock_bytes() + n_sub() * 2 * 64;
+  }
   const uint8_t* pair(int64_t g, int64_t b) const {
     return data + g * group_bytes() + (b / 2) * pair_bytes();
   }
@@ -60,6 +88,12 @@ struct PackedWeight {
 
 // Whether w's format can be packed (Q8_0/Q4_0 matrices).
 bool packable(const Weight& w);
+// Whether w can be packed into the general form (K4/K8): used for batches
+// (prefill); a single token keeps the file layout's row dots.
+bool packable_general(const Weight& w);
+// The levels, scales and offsets of 32-element block b of a row of type t
+// (levels[32]; scale/offset[0] for elements 0-15, [1] for 16-31).
+void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* levels, float* scale, float* offset);
 // The repacked copy of w (throws Error if !packable(w)), groups split over
 // the pool's threads when one is given, in memory from `arena` when one is
 // given (else in a buffer of its own).
@@ -72,10 +106,13 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
 //   qs[8 tokens][32] int8 | bias[8] int32 = -(128 or 8) * sum(qs) | d[8] float
 // (the bias undoes the weights' unsigned offset). Tokens past n_tokens in the
 // last tile are zero.
+// For the general form, three more float[8]: d * sum(qs) over the block, over
+// its first 16 and over its last 16 (what the offsets multiply), and bias 0.
 struct PackedActivations {
   static constexpr int kTokensPerTile = 8;
-  static constexpr size_t kBytesPerBlock = 320;
-  static constexpr size_t kBiasOffset = 256, kScaleOffset = 288;
+  static constexpr size_t kBytesPerBlock = 416;
+  static constexpr size_t kBiasOffset = 256, kScaleOffset = 288, kSumOffset = 320, kSumLoOffset = 352,
+                          kSumHiOffset = 384;
   const uint8_t* data = nullptr;
   int64_t n_tokens = 0, n_blocks = 0;
 
@@ -84,8 +121,8 @@ struct PackedActivations {
 };
 size_t packed_activation_bytes(int64_t n_tokens, int64_t n_blocks);
 // Writes token tiles [tile0, tile1) of x ([n_tokens][n_blocks] Q8_0 blocks)
-// for weights of format wtype into out (packed_activation_bytes in all).
-void pack_activations(GgmlType wtype, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+// for weights of packed kind `kind` into out (packed_activation_bytes in all).
+void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
                       int64_t tile1, uint8_t* out);
 
 // y[t * ldy + r] for rows r in [16*g0, min(rows, 16*g1)) and all tokens.

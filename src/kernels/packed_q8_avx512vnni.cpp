@@ -32,9 +32,9 @@ inline __m512 broadcast_f32(const uint8_t* p) {
 }
 
 // The block's unsigned weights: w[k] lane i = quants 4k..4k+3 of row i.
-template <GgmlType W>
+template <PackedKind W>
 inline void load_block(const uint8_t* q, __m512i* w) {
-  if constexpr (W == GgmlType::Q8_0) {
+  if constexpr (W == PackedKind::Q8_0 || W == PackedKind::K8) {
     for (int k = 0; k < 8; k++) w[k] = _mm512_load_si512(q + 64 * k);
   } else {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -48,8 +48,64 @@ inline void load_block(const uint8_t* q, __m512i* w) {
 
 // Tokens T0..T0+T-1 of token tile `tile` x NG consecutive groups from g:
 // with two groups each broadcast activation word feeds two vpdpbusd.
-template <GgmlType W, int T0, int T, int NG>
+// The general form (K4/K8): per block and token, the integer dot of each
+// sub-block scaled by its row's scale, then each offset times the
+// activations' sum over the sub-block (packed_gemm_reference's order).
+template <PackedKind W, int T0, int T, int NG>
+void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
+  constexpr int kSub = W == PackedKind::K8 ? 2 : 1;
+  const int64_t nb = pw.n_blocks;
+  const uint8_t* a = x.block(tile, 0);
+  __m512 acc[NG][T];
+  for (int i = 0; i < NG; i++)
+    for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++, a += PA::kBytesPerBlock) {
+    __m512i w[NG][8];
+    __m512 sc[NG][kSub], off[NG][kSub];
+    for (int i = 0; i < NG; i++) {
+      load_block<W>(pw.kquants(g + i, b), w[i]);
+      for (int h = 0; h < kSub; h++) {
+        sc[i][h] = _mm512_load_ps(pw.kscales(g + i, b) + 16 * h);
+        off[i][h] = _mm512_load_ps(pw.koffsets(g + i, b) + 16 * h);
+      }
+    }
+    for (int t = T0; t < T0 + T; t++) {
+      const __m512 dx = broadcast_f32(a + PA::kScaleOffset + 4 * t);
+      __m512i dot[NG][kSub];
+      for (int i = 0; i < NG; i++)
+        for (int h = 0; h < kSub; h++) dot[i][h] = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k++) {
+        const __m512i xk = broadcast_i32(a + kQK8_0 * t + 4 * k);
+        const int h = kSub == 2 ? k / 4 : 0;
+        for (int i = 0; i < NG; i++) dot[i][h] = _mm512_dpbusd_epi32(dot[i][h], w[i][k], xk);
+      }
+      for (int i = 0; i < NG; i++) {
+        __m512 r = acc[i][t - T0];
+        for (int h = 0; h < kSub; h++) r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][h]), _mm512_mul_ps(sc[i][h], dx), r);
+        if constexpr (kSub == 1) {
+          r = _mm512_fmadd_ps(off[i][0], broadcast_f32(a + PA::kSumOffset + 4 * t), r);
+        } else {
+          r = _mm512_fmadd_ps(off[i][0], broadcast_f32(a + PA::kSumLoOffset + 4 * t), r);
+          r = _mm512_fmadd_ps(off[i][1], broadcast_f32(a + PA::kSumHiOffset + 4 * t), r);
+        }
+        acc[i][t - T0] = r;
+      }
+    }
+  }
+  const int64_t t0 = tile * PA::kTokensPerTile + T0;
+  for (int i = 0; i < NG; i++) {
+    const int64_t r = (g + i) * G;
+    const __mmask16 mask = pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[i][t]);
+  }
+}
+
+template <PackedKind W, int T0, int T, int NG>
 void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
+  if constexpr (W == PackedKind::K4 || W == PackedKind::K8) {
+    ktile_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
+    return;
+  }
   const int64_t nb = pw.n_blocks;
   const uint8_t* a = x.block(tile, 0);  // advances PA::kBytesPerBlock per block: constant offsets inside
   __m512 acc[NG][T];
@@ -84,7 +140,7 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
 }
 
 // Tokens T0..T0+n-1 of a token tile in kernels of at most TMax tokens.
-template <GgmlType W, int T0, int TMax, int NG>
+template <PackedKind W, int T0, int TMax, int NG>
 void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, int64_t n, float* y,
             int64_t ldy) {
   if constexpr (TMax > 0 && T0 < PA::kTokensPerTile) {
@@ -100,17 +156,19 @@ void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64
 // Token tiles [tile_begin, tile_end) x NG groups from g. Registers bound the
 // tokens per kernel: 8 weight vectors, a scale and an accumulator per token
 // with one group; twice the weights and accumulators with two.
-template <GgmlType W, int NG>
+template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
-  constexpr int kMaxTokens = NG == 2 ? 4 : 8;
+  // The general form holds scales and offsets per sub-block too: fewer tokens fit beside them.
+  constexpr bool kGeneral = W == PackedKind::K4 || W == PackedKind::K8;
+  constexpr int kMaxTokens = NG == 2 ? (kGeneral ? 3 : 4) : (kGeneral ? 6 : 8);
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
   }
 }
 
-template <GgmlType W>
+template <PackedKind W>
 void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
           int64_t token_chunk) {
   // Token tiles in chunks whose activations stay in L2 while the groups stream past.
@@ -128,10 +186,12 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
 void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
                       int64_t token_chunk) {
   token_chunk = std::clamp<int64_t>(token_chunk, 1, 256);
-  if (w.type == GgmlType::Q8_0)
-    gemm<GgmlType::Q8_0>(w, g0, g1, x, y, ldy, token_chunk);
-  else
-    gemm<GgmlType::Q4_0>(w, g0, g1, x, y, ldy, token_chunk);
+  switch (w.kind) {
+    case PackedKind::Q8_0: gemm<PackedKind::Q8_0>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q4_0: gemm<PackedKind::Q4_0>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::K4: gemm<PackedKind::K4>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::K8: gemm<PackedKind::K8>(w, g0, g1, x, y, ldy, token_chunk); break;
+  }
 }
 
 }  // namespace kestrel

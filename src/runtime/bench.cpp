@@ -59,13 +59,15 @@ struct Roofline {
 
 // Each row against the limit its kernels are bound by: decode against the
 // read bandwidth, prefill against the peak of the instruction its kernels
-// run (int8 dots for Q8_0/Q4_0, BF16 dots for BF16 where the CPU has them,
-// else f32 FMAs).
+// run (int8 dots for every quantized type but FP8, BF16 dots for BF16 where
+// the CPU has them, else f32 FMAs).
 enum class Bound { ReadBandwidth, Int8Dot, Bf16Dot, F32Fma };
 
 Bound bound_of(bool prefill, const ModelCost& cost) {
   if (!prefill) return Bound::ReadBandwidth;
-  if (cost.dominant_type == GgmlType::Q8_0 || cost.dominant_type == GgmlType::Q4_0) return Bound::Int8Dot;
+  const GgmlType t = cost.dominant_type;
+  const bool float_weights = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+  if (!float_weights && t != GgmlType::KESTREL_FP8_E4M3) return Bound::Int8Dot;
   if (cost.dominant_type == GgmlType::BF16 && gemm_bf16_available()) return Bound::Bf16Dot;
   return Bound::F32Fma;
 }

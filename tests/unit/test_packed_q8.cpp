@@ -46,7 +46,7 @@ Acts random_activations(GgmlType wtype, int64_t n, int64_t cols, uint32_t seed) 
     quantize_row_q8_0_ref(f.data() + t * cols, a.q.data() + t * nb, cols, Rounding::HalfToEven);
   a.packed.assign(packed_activation_bytes(n, nb), 0xAB);  // garbage where nothing is written
   const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
-  pack_activations(wtype, a.q.data(), n, nb, 0, tiles, a.packed.data());
+  pack_activations(wtype == GgmlType::Q8_0 ? PackedKind::Q8_0 : PackedKind::Q4_0, a.q.data(), n, nb, 0, tiles, a.packed.data());
   a.view = {a.packed.data(), n, nb};
   return a;
 }
