@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/progress_bar.h"
 #include "core/block_formats.h"
 #include "core/error.h"
 #include "model/quant_mix.h"
@@ -152,6 +153,8 @@ int quantize(QuantizeFlags f) {
     o.tensor_types = plan.types;
     o.type = mo.ladder.front();
   }
+  ProgressBar bar("quantize", static_cast<int64_t>(in.tensors().size()));
+  o.on_progress = [&](int64_t done, int64_t, const std::string& name) { bar.update(done, name); };
   requantize(in, o).write_file(f.out_path);
   fmt::print("wrote {} ({}{}, {}, {:.1f} MiB from {:.1f} MiB)\n", f.out_path,
              mix ? std::string(mix->name) : std::string(type_name(o.type)),

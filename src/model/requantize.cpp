@@ -69,6 +69,9 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
   }
 
   GgufWriter w;
+  auto done = std::make_shared<int64_t>(0);
+  const auto total = static_cast<int64_t>(in.tensors().size());
+  const auto progress = o.on_progress;
   for (const auto& [k, v] : in.metadata()) w.set(k, v);
   w.set_u32("general.file_type", o.file_type ? o.file_type : llama_file_type(o.type));
   for (const auto& t : in.tensors()) {
@@ -89,7 +92,16 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
     const int threads = o.n_threads;
     const double damp = o.gptq_damp;
     std::shared_ptr<const CalibrationStats> calib = o.calib;
-    w.add_tensor(t.name, type, t.ne, [src, type, threads, awq, gptq, site, damp, calib](uint8_t* dst, size_t) {
+    w.add_tensor(t.name, type, t.ne, [src, type, threads, awq, gptq, site, damp, calib, done, total, progress](uint8_t* dst, size_t) {
+      struct Report {  // after the tensor, on either path below
+        const std::function<void(int64_t, int64_t, const std::string&)>& f;
+        int64_t& n;
+        int64_t total;
+        const std::string& name;
+        ~Report() {
+          if (f) f(++n, total, name);
+        }
+      } report{progress, *done, total, src->name};
       const int64_t cols = src->ne[0], rows = src->n_elements() / cols;
       const size_t in_row = row_bytes(src->type, cols), out_row = row_bytes(type, cols);
       const auto changed = awq->tensors.find(src->name);

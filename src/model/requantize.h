@@ -38,6 +38,8 @@ struct RequantizeOptions {
   std::function<void(const std::string&, GgmlType)> on_fallback;
   // Called with one line per decision worth reporting (AWQ's chosen scales).
   std::function<void(const std::string&)> on_report;
+  // Called after each tensor is written (tensors done, tensors in all, its name).
+  std::function<void(int64_t, int64_t, const std::string&)> on_progress;
 };
 
 // Throws Error when a tensor's type cannot be read, the target cannot be
