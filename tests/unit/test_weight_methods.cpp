@@ -47,7 +47,9 @@ TEST(QuantGrid, SnappingAStoredValueChangesNothingAndOthersLandOnTheGrid) {
       dequantize_row(type, block.data(), z.data(), n);
       ASSERT_EQ(z[j], got) << type_name(type) << " " << j;
       for (int i = 0; i < n; i++) {
-        if (i != j) ASSERT_EQ(z[i], y[i]) << type_name(type) << " " << i << " after " << j;
+        if (i != j) {
+          ASSERT_EQ(z[i], y[i]) << type_name(type) << " " << i << " after " << j;
+        }
       }
       snap_to_grid(type, block.data(), j, y[j]);
     }
