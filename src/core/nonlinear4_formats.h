@@ -9,6 +9,7 @@
 //   halves the exponent's value to match.
 // Nibbles as in Q4_0: element j (< 16) in the low nibble of qs[j], j + 16 in its high nibble.
 #include <cstdint>
+#include <cstring>
 
 namespace kestrel {
 
@@ -42,8 +43,12 @@ inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
 }
 
 // 2^(e - 128): half of E8M0's value, as ggml scales its doubled E2M1 table.
+// Built from the bits (no libm call: the dot kernels take one per block).
 inline float e8m0_to_fp32_half(uint8_t e) {
-  return e < 2 ? (e == 0 ? 0x1p-128f : 0x1p-127f) : __builtin_ldexpf(1.0f, e - 128);
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n);
