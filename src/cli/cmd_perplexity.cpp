@@ -29,7 +29,7 @@ void register_perplexity(CLI::App& app) {
     po.max_chunks = chunks;
     po.save_logprobs = save_path;
     po.kl_base = base_path;
-    const PerplexityResult r = perplexity(e, text, po, [](int64_t c, double ppl) {
+    const PerplexityResult r = perplexity(e, text, po, [](int64_t c, int64_t, double ppl) {
       fmt::print("[{}]{:.4f},", c + 1, ppl);
       std::fflush(stdout);
     });

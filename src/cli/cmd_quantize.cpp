@@ -10,6 +10,7 @@
 #include "cli/progress_bar.h"
 #include "core/block_formats.h"
 #include "core/error.h"
+#include "model/imatrix.h"
 #include "model/quant_mix.h"
 #include "model/requantize.h"
 #include "runtime/calibration.h"
@@ -21,7 +22,7 @@ namespace {
 
 struct QuantizeFlags {
   std::string in_path, out_path, type_str = "q8_0", mix_str, method_str = "rtn", calib_path;
-  std::string output_type_str, token_embd_type_str;
+  std::string output_type_str, token_embd_type_str, imatrix_path;
   int threads = 0;
   int64_t calib_ctx = 128, calib_chunks = 0;
   double gptq_damp = 0.01;
@@ -112,7 +113,15 @@ int quantize(QuantizeFlags f) {
   }
   const bool mixed = f.target_kld >= 0 || !f.target_size.empty();
   if (mixed && mix) throw Error("--mix and --target-kld / --target-size each choose per-tensor types: give one");
+  if (!f.imatrix_path.empty()) {
+    if (method->second == QuantMethod::Gptq || method->second == QuantMethod::AwqGptq)
+      throw Error("--imatrix weighs rounding by activations; GPTQ does so with its Hessian: give one of them");
+    o.imatrix = std::make_shared<ImportanceMatrix>(read_imatrix(f.imatrix_path));
+    fmt::print(stderr, "quantize: importance matrix {}: {} matrices from {} chunks\n", f.imatrix_path,
+               o.imatrix->entries.size(), o.imatrix->chunk_count);
+  }
   QuantMixOptions mix_options;
+  mix_options.has_imatrix = o.imatrix != nullptr;
   mix_options.output_type = writable_type(f.output_type_str, "--output-tensor-type");
   mix_options.token_embedding_type = writable_type(f.token_embd_type_str, "--token-embedding-type");
   if (!mix && (mix_options.output_type || mix_options.token_embedding_type))
@@ -177,6 +186,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--mix", f.mix_str,
                   "A llama-quantize mix, with its per-tensor rules: " + quant_mix_names() +
                       " (a mix name that is not a type name may also be given to --type)");
+  cmd->add_option("--imatrix", f.imatrix_path,
+                  "Importance matrix (kestrel imatrix, or llama-imatrix's GGUF output): fits weigh errors by it");
   cmd->add_option("--output-tensor-type", f.output_type_str, "With --mix: the output head's type");
   cmd->add_option("--token-embedding-type", f.token_embd_type_str, "With --mix: the token embedding's type");
   cmd->add_option("--method", f.method_str,

@@ -31,6 +31,7 @@ void register_loadtest(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_precision_check(CLI::App& app);
 void register_quantize(CLI::App& app);
+void register_imatrix(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
@@ -39,6 +40,7 @@ inline void register_all(CLI::App& app) {
   register_perplexity(app);
   register_precision_check(app);
   register_quantize(app);
+  register_imatrix(app);
   register_info(app);
   register_tokenize(app);
   register_convert(app);

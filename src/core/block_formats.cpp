@@ -11,6 +11,7 @@
 #include "core/kquant_formats.h"
 #include "core/nonlinear4_formats.h"
 #include "core/q4q5_formats.h"
+#include "core/scale_fit.h"
 
 namespace kestrel {
 
@@ -127,7 +128,33 @@ bool can_quantize_to(GgmlType type) {
   }
 }
 
-void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+// Q4_0 with an importance row: the weighted least-squares scale per block.
+static void quantize_row_q4_0_weighted(const float* x, BlockQ4_0* y, int64_t n, const float* imp) {
+  float w[kQK4_0];
+  for (int64_t i = 0; i < n / kQK4_0; i++, x += kQK4_0, imp += kQK4_0) {
+    importance_weights(x, imp, kQK4_0, kQK4_0, w);
+    y[i].d = fp32_to_fp16(fit_scale_symmetric(x, w, kQK4_0, 8));
+    const float d = fp16_to_fp32(y[i].d), id = d ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kQK4_0 / 2; j++) {
+      const int l0 = std::clamp(static_cast<int>(std::lround(x[j] * id)), -8, 7) + 8;
+      const int l1 = std::clamp(static_cast<int>(std::lround(x[j + 16] * id)), -8, 7) + 8;
+      y[i].qs[j] = static_cast<uint8_t>(l0 | (l1 << 4));
+    }
+  }
+}
+
+bool uses_importance(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K:
+    case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: return true;
+    default: return false;
+  }
+}
+
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const float* imp) {
+  if (imp && !uses_importance(type)) imp = nullptr;  // Q8_0, MXFP4, FP8, floats: one rounding, nothing to weigh
+  if (imp && type == GgmlType::Q4_0) return quantize_row_q4_0_weighted(src, static_cast<BlockQ4_0*>(dst), n, imp);
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case GgmlType::F16: {
@@ -142,17 +169,17 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     }
     case GgmlType::Q8_0: quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n); return;
     case GgmlType::Q4_0: quantize_row_q4_0_ref(src, static_cast<BlockQ4_0*>(dst), n); return;
-    case GgmlType::Q4_K: quantize_row_q4_K(src, static_cast<BlockQ4_K*>(dst), n); return;
-    case GgmlType::Q5_K: quantize_row_q5_K(src, static_cast<BlockQ5_K*>(dst), n); return;
-    case GgmlType::Q6_K: quantize_row_q6_K(src, static_cast<BlockQ6_K*>(dst), n); return;
+    case GgmlType::Q4_K: quantize_row_q4_K(src, static_cast<BlockQ4_K*>(dst), n, imp); return;
+    case GgmlType::Q5_K: quantize_row_q5_K(src, static_cast<BlockQ5_K*>(dst), n, imp); return;
+    case GgmlType::Q6_K: quantize_row_q6_K(src, static_cast<BlockQ6_K*>(dst), n, imp); return;
     case GgmlType::KESTREL_FP8_E4M3: quantize_row_fp8(src, static_cast<BlockFp8*>(dst), n); return;
-    case GgmlType::Q4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n); return;
-    case GgmlType::Q5_0: quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n); return;
-    case GgmlType::Q5_1: quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n); return;
-    case GgmlType::Q2_K: quantize_row_q2_K(src, static_cast<BlockQ2_K*>(dst), n); return;
-    case GgmlType::Q3_K: quantize_row_q3_K(src, static_cast<BlockQ3_K*>(dst), n); return;
-    case GgmlType::IQ4_NL: quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n); return;
-    case GgmlType::IQ4_XS: quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n); return;
+    case GgmlType::Q4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n, imp); return;
+    case GgmlType::Q5_0: quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n, imp); return;
+    case GgmlType::Q5_1: quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n, imp); return;
+    case GgmlType::Q2_K: quantize_row_q2_K(src, static_cast<BlockQ2_K*>(dst), n, imp); return;
+    case GgmlType::Q3_K: quantize_row_q3_K(src, static_cast<BlockQ3_K*>(dst), n, imp); return;
+    case GgmlType::IQ4_NL: quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n, imp); return;
+    case GgmlType::IQ4_XS: quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n, imp); return;
     case GgmlType::MXFP4: quantize_row_mxfp4(src, static_cast<BlockMXFP4*>(dst), n); return;
     default: throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
   }

@@ -47,8 +47,12 @@ void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);
 
 // Any computable type to float32 (n elements, n a multiple of the block size).
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
-// Float32 to any type can_quantize_to accepts (n a multiple of the block size).
-void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+// Float32 to any type can_quantize_to accepts (n a multiple of the block
+// size). `importance` (n values, optional): how much each column matters
+// (an importance matrix's row, imatrix.h): the fits weigh errors by it.
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const float* importance = nullptr);
+// Whether quantize_row's fit for this type uses an importance row.
+bool uses_importance(GgmlType type);
 // Whether quantize_row supports writing this type.
 bool can_quantize_to(GgmlType type);
 // The names of those types, for help texts and error messages.

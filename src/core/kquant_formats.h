@@ -82,12 +82,13 @@ inline void unpack_scale_min_k4(const uint8_t* q, int j, int& sc, int& m) {
   }
 }
 
-// Writers (kquant_quantize.cpp): n a multiple of 256.
-void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n);
-void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n);
-void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
-void quantize_row_q2_K(const float* x, BlockQ2_K* y, int64_t n);
-void quantize_row_q3_K(const float* x, BlockQ3_K* y, int64_t n);
+// Writers (kquant_quantize.cpp): n a multiple of 256; `importance` (n
+// values, optional): an importance matrix's row for these columns (imatrix.h).
+void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n, const float* importance = nullptr);
+void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n, const float* importance = nullptr);
+void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n, const float* importance = nullptr);
+void quantize_row_q2_K(const float* x, BlockQ2_K* y, int64_t n, const float* importance = nullptr);
+void quantize_row_q3_K(const float* x, BlockQ3_K* y, int64_t n, const float* importance = nullptr);
 
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);

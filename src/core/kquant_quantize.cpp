@@ -12,15 +12,14 @@
 
 #include "core/fp16.h"
 #include "core/kquant_formats.h"
+#include "core/scale_fit.h"
 
 namespace kestrel {
 namespace {
 
 inline int round_int(float v) { return static_cast<int>(std::lround(v)); }
 
-struct ScaleMin {
-  float scale = 0, min = 0;  // x ~ scale * l - min, l in [0, nmax], min >= 0
-};
+}  // namespace
 
 // Asymmetric sub-block fit: x ~ scale * l - min over levels 0..nmax.
 ScaleMin fit_scale_min(const float* x, const float* w, int n, int nmax, uint8_t* L) {
@@ -78,7 +77,7 @@ ScaleMin fit_scale_min(const float* x, const float* w, int n, int nmax, uint8_t*
 
 // Symmetric sub-block fit: x ~ scale * l, l in [-nmax, nmax - 1]. The scale
 // keeps the sign of the largest-magnitude element so that it can use -nmax.
-float fit_scale_symmetric(const float* x, int n, int nmax) {
+float fit_scale_symmetric(const float* x, const float* wt, int n, int nmax) {
   float amax = 0, max = 0;
   for (int i = 0; i < n; i++)
     if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
@@ -89,7 +88,7 @@ float fit_scale_symmetric(const float* x, int n, int nmax) {
     float sxl = 0, sl2 = 0;
     for (int i = 0; i < n; i++) {
       const int l = std::clamp(round_int(iscale * x[i]), -nmax, nmax - 1);
-      const float w = x[i] * x[i];
+      const float w = wt ? wt[i] : x[i] * x[i];
       sxl += w * x[i] * l;
       sl2 += w * l * l;
     }
@@ -101,6 +100,15 @@ float fit_scale_symmetric(const float* x, int n, int nmax) {
   }
   return best_scale;
 }
+
+void importance_weights(const float* x, const float* importance, int n, int block, float* w) {
+  double sum2 = 0;
+  for (int i = 0; i < block; i++) sum2 += double(x[i]) * x[i];
+  const float sigma2 = static_cast<float>(2 * sum2 / block);
+  for (int i = 0; i < n; i++) w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+}
+
+namespace {
 
 // 8 six-bit scales and 8 six-bit mins packed into 12 bytes, as ggml packs them.
 void pack_scales_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
@@ -119,16 +127,17 @@ void pack_scales_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
 
 // Shared by Q4_K and Q5_K: fit the 8 sub-blocks, store d/dmin and the packed
 // 6-bit scales, and return the levels re-rounded against the stored scales.
-void quantize_superblock_k4(const float* x, int nmax, uint16_t& d_out, uint16_t& dmin_out, uint8_t* scales_out,
-                            uint8_t* L) {
-  float scales[8], mins[8], w[32];
+void quantize_superblock_k4(const float* x, const float* imp, int nmax, uint16_t& d_out, uint16_t& dmin_out,
+                            uint8_t* scales_out, uint8_t* L) {
+  float scales[8], mins[8], w[32], wimp[kQK_K];
+  if (imp) importance_weights(x, imp, kQK_K, kQK_K, wimp);
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; j++) {
     const float* xs = x + 32 * j;
     float sum2 = 0;
     for (int l = 0; l < 32; l++) sum2 += xs[l] * xs[l];
     const float rms = std::sqrt(sum2 / 32);
-    for (int l = 0; l < 32; l++) w[l] = rms + std::fabs(xs[l]);
+    for (int l = 0; l < 32; l++) w[l] = imp ? wimp[32 * j + l] : rms + std::fabs(xs[l]);
     const ScaleMin sm = fit_scale_min(xs, w, 32, nmax, L + 32 * j);
     scales[j] = sm.scale;
     mins[j] = sm.min;
@@ -155,20 +164,20 @@ void quantize_superblock_k4(const float* x, int nmax, uint16_t& d_out, uint16_t&
 
 }  // namespace
 
-void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n) {
+void quantize_row_q4_K(const float* x, BlockQ4_K* y, int64_t n, const float* imp) {
   uint8_t L[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
-    quantize_superblock_k4(x, 15, y[i].d, y[i].dmin, y[i].scales, L);
+    quantize_superblock_k4(x, imp ? imp + i * kQK_K : nullptr, 15, y[i].d, y[i].dmin, y[i].scales, L);
     uint8_t* q = y[i].qs;
     for (int j = 0; j < kQK_K; j += 64, q += 32)
       for (int l = 0; l < 32; l++) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
   }
 }
 
-void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n) {
+void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n, const float* imp) {
   uint8_t L[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
-    quantize_superblock_k4(x, 31, y[i].d, y[i].dmin, y[i].scales, L);
+    quantize_superblock_k4(x, imp ? imp + i * kQK_K : nullptr, 31, y[i].d, y[i].dmin, y[i].scales, L);
     std::memset(y[i].qh, 0, sizeof y[i].qh);
     uint8_t* ql = y[i].qs;
     uint8_t m1 = 1, m2 = 2;
@@ -185,12 +194,14 @@ void quantize_row_q5_K(const float* x, BlockQ5_K* y, int64_t n) {
   }
 }
 
-void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n) {
+void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n, const float* imp) {
   int L[kQK_K];
+  float w[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    if (imp) importance_weights(x, imp + i * kQK_K, kQK_K, kQK_K, w);
     float scales[16], max_scale = 0, amax_scale = 0;
     for (int j = 0; j < 16; j++) {
-      scales[j] = fit_scale_symmetric(x + 16 * j, 16, 32);
+      scales[j] = fit_scale_symmetric(x + 16 * j, imp ? w + 16 * j : nullptr, 16, 32);
       if (std::fabs(scales[j]) > amax_scale) amax_scale = std::fabs(scales[j]), max_scale = scales[j];
     }
     std::memset(&y[i], 0, sizeof y[i]);
@@ -227,12 +238,14 @@ static void pack_2bit_levels(const uint8_t* L, uint8_t* qs) {
     }
 }
 
-void quantize_row_q2_K(const float* x, BlockQ2_K* y, int64_t n) {
+void quantize_row_q2_K(const float* x, BlockQ2_K* y, int64_t n, const float* imp) {
   uint8_t L[kQK_K];
+  float wimp[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    if (imp) importance_weights(x, imp + i * kQK_K, kQK_K, kQK_K, wimp);
     float scales[16], mins[16], w[16], max_scale = 0, max_min = 0;
     for (int j = 0; j < 16; j++) {
-      for (int l = 0; l < 16; l++) w[l] = std::fabs(x[16 * j + l]);
+      for (int l = 0; l < 16; l++) w[l] = imp ? wimp[16 * j + l] : std::fabs(x[16 * j + l]);
       const ScaleMin sm = fit_scale_min(x + 16 * j, w, 16, 3, L + 16 * j);
       scales[j] = sm.scale;
       mins[j] = sm.min;
@@ -256,12 +269,14 @@ void quantize_row_q2_K(const float* x, BlockQ2_K* y, int64_t n) {
   }
 }
 
-void quantize_row_q3_K(const float* x, BlockQ3_K* y, int64_t n) {
+void quantize_row_q3_K(const float* x, BlockQ3_K* y, int64_t n, const float* imp) {
   uint8_t L[kQK_K];
+  float w[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    if (imp) importance_weights(x, imp + i * kQK_K, kQK_K, kQK_K, w);
     float scales[16], amax = 0, max_scale = 0;
     for (int j = 0; j < 16; j++) {
-      scales[j] = fit_scale_symmetric(x + 16 * j, 16, 4);
+      scales[j] = fit_scale_symmetric(x + 16 * j, imp ? w + 16 * j : nullptr, 16, 4);
       if (std::fabs(scales[j]) > amax) amax = std::fabs(scales[j]), max_scale = scales[j];
     }
     std::memset(&y[i], 0, sizeof y[i]);

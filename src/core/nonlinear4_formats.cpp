@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "core/scale_fit.h"
 
 namespace kestrel {
 namespace {
@@ -27,8 +28,9 @@ int nearest_iq4(float v) {
   return v - static_cast<float>(t[lo]) < static_cast<float>(t[hi]) - v ? lo : hi;
 }
 
-// Best scale for 32 weights against the IQ4 table; the indices in L.
-float fit_iq4_block(const float* x, uint8_t* L) {
+// Best scale for 32 weights against the IQ4 table (weights w, or x² when
+// null); the indices in L.
+float fit_iq4_block(const float* x, const float* w, uint8_t* L) {
   float amax = 0, max = 0;
   for (int j = 0; j < 32; j++)
     if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
@@ -43,9 +45,9 @@ float fit_iq4_block(const float* x, uint8_t* L) {
     float sumqx = 0, sumq2 = 0;
     for (int j = 0; j < 32; j++) {
       cand[j] = static_cast<uint8_t>(nearest_iq4(id * x[j]));
-      const float q = kIq4nlValues[cand[j]], w = x[j] * x[j];
-      sumqx += w * q * x[j];
-      sumq2 += w * q * q;
+      const float q = kIq4nlValues[cand[j]], wj = w ? w[j] : x[j] * x[j];
+      sumqx += wj * q * x[j];
+      sumq2 += wj * q * q;
     }
     if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
       best = sumqx * sumqx / sumq2;
@@ -67,21 +69,25 @@ void reindex(const float* x, float d, uint8_t* L) {
 
 }  // namespace
 
-void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
+void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n, const float* imp) {
   uint8_t L[32];
+  float w[32];
   for (int64_t i = 0; i < n / 32; i++, x += 32) {
-    y[i].d = fp32_to_fp16(fit_iq4_block(x, L));
+    if (imp) importance_weights(x, imp + 32 * i, 32, 32, w);
+    y[i].d = fp32_to_fp16(fit_iq4_block(x, imp ? w : nullptr, L));
     reindex(x, fp16_to_fp32(y[i].d), L);  // against the scale actually stored
     pack_nibbles(L, y[i].qs);
   }
 }
 
-void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n) {
+void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n, const float* imp) {
   uint8_t L[32];
+  float w[256];
   for (int64_t i = 0; i < n / 256; i++, x += 256) {
+    if (imp) importance_weights(x, imp + 256 * i, 256, 256, w);
     float scales[8], amax = 0, max = 0;
     for (int j = 0; j < 8; j++) {
-      scales[j] = fit_iq4_block(x + 32 * j, L);
+      scales[j] = fit_iq4_block(x + 32 * j, imp ? w + 32 * j : nullptr, L);
       if (std::fabs(scales[j]) > amax) amax = std::fabs(scales[j]), max = scales[j];
     }
     std::memset(&y[i], 0, sizeof y[i]);

@@ -51,8 +51,9 @@ inline float e8m0_to_fp32_half(uint8_t e) {
   return f;
 }
 
-void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n);
-void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n);
+// `importance`: an importance matrix's row (imatrix.h), optional.
+void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n, const float* importance = nullptr);
+void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n, const float* importance = nullptr);
 void quantize_row_mxfp4(const float* x, BlockMXFP4* y, int64_t n);
 void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n);
 void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n);

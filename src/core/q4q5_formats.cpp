@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/fp16.h"
+#include "core/scale_fit.h"
 
 namespace kestrel {
 namespace {
@@ -21,8 +22,8 @@ MinMax min_max(const float* x) {
 void pack_levels(const float* x, float min, float id, int nmax, uint8_t* qs, uint8_t* qh) {
   uint32_t high = 0;
   for (int j = 0; j < kQK32 / 2; j++) {
-    const int l0 = std::min(nmax, static_cast<int>((x[j] - min) * id + 0.5f));
-    const int l1 = std::min(nmax, static_cast<int>((x[j + 16] - min) * id + 0.5f));
+    const int l0 = std::clamp(static_cast<int>(std::floor((x[j] - min) * id + 0.5f)), 0, nmax);
+    const int l1 = std::clamp(static_cast<int>(std::floor((x[j + 16] - min) * id + 0.5f)), 0, nmax);
     qs[j] = static_cast<uint8_t>((l0 & 0xF) | ((l1 & 0xF) << 4));
     high |= static_cast<uint32_t>((l0 >> 4) & 1) << j;
     high |= static_cast<uint32_t>((l1 >> 4) & 1) << (j + 16);
@@ -32,7 +33,25 @@ void pack_levels(const float* x, float min, float id, int nmax, uint8_t* qs, uin
 
 }  // namespace
 
-void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
+// With an importance matrix: the weighted least-squares (scale, min) and levels against the stored pair.
+template <typename Block>
+void quantize_min_weighted(const float* x, Block* y, int64_t n, const float* imp, int nmax) {
+  float w[kQK32];
+  uint8_t L[kQK32];
+  for (int64_t i = 0; i < n / kQK32; i++, x += kQK32, imp += kQK32) {
+    importance_weights(x, imp, kQK32, kQK32, w);
+    const ScaleMin sm = fit_scale_min(x, w, kQK32, nmax, L);
+    y[i].d = fp32_to_fp16(sm.scale);
+    y[i].m = fp32_to_fp16(-sm.min);
+    const float d = fp16_to_fp32(y[i].d), m = fp16_to_fp32(y[i].m);
+    uint8_t* qh = nullptr;
+    if constexpr (requires { y[i].qh; }) qh = y[i].qh;
+    pack_levels(x, m, d ? 1 / d : 0, nmax, y[i].qs, qh);
+  }
+}
+
+void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, const float* imp) {
+  if (imp) return quantize_min_weighted(x, y, n, imp, 15);
   for (int64_t i = 0; i < n / kQK32; i++, x += kQK32) {
     const MinMax mm = min_max(x);
     const float d = (mm.max - mm.min) / 15, id = d ? 1 / d : 0;
@@ -42,7 +61,8 @@ void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
   }
 }
 
-void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n) {
+void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n, const float* imp) {
+  if (imp) return quantize_min_weighted(x, y, n, imp, 31);
   for (int64_t i = 0; i < n / kQK32; i++, x += kQK32) {
     const MinMax mm = min_max(x);
     const float d = (mm.max - mm.min) / 31, id = d ? 1 / d : 0;
@@ -52,18 +72,26 @@ void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n) {
   }
 }
 
-void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
+void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n, const float* imp) {
+  float w[kQK32];
   for (int64_t i = 0; i < n / kQK32; i++, x += kQK32) {
-    // The element of largest magnitude (with its sign) maps to level -16.
+    // The element of largest magnitude (with its sign) maps to level -16;
+    // with an importance matrix, the weighted least-squares scale.
     float amax = 0, max = 0;
     for (int j = 0; j < kQK32; j++)
       if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
-    const float d = max / -16, id = d ? 1 / d : 0;
+    float d = max / -16;
+    if (imp) {
+      importance_weights(x, imp + i * kQK32, kQK32, kQK32, w);
+      d = fit_scale_symmetric(x, w, kQK32, 16);
+    }
     y[i].d = fp32_to_fp16(d);
+    d = fp16_to_fp32(y[i].d);
+    const float id = d ? 1 / d : 0;
     uint32_t high = 0;
     for (int j = 0; j < kQK32 / 2; j++) {
-      const int l0 = std::min(31, static_cast<int>(x[j] * id + 16.5f));
-      const int l1 = std::min(31, static_cast<int>(x[j + 16] * id + 16.5f));
+      const int l0 = std::clamp(static_cast<int>(x[j] * id + 16.5f), 0, 31);
+      const int l1 = std::clamp(static_cast<int>(x[j + 16] * id + 16.5f), 0, 31);
       y[i].qs[j] = static_cast<uint8_t>((l0 & 0xF) | ((l1 & 0xF) << 4));
       high |= static_cast<uint32_t>((l0 >> 4) & 1) << j;
       high |= static_cast<uint32_t>((l1 >> 4) & 1) << (j + 16);

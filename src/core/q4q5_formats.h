@@ -47,10 +47,11 @@ inline int q5_level(const uint8_t* qs, const uint8_t* qh4, int j) {
   return nibble | static_cast<int>(((qh >> j) & 1) << 4);
 }
 
-// Weight writers (ggml's reference quantizers: min/max fits, rounding half away from zero).
-void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n);
-void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n);
-void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n);
+// Weight writers (ggml's reference quantizers: min/max fits, rounding half
+// away from zero); with an importance row (imatrix.h), weighted least-squares fits.
+void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, const float* importance = nullptr);
+void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n, const float* importance = nullptr);
+void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n, const float* importance = nullptr);
 // Activations as ggml's run-time path makes them: d = max|x| / 127, values
 // x * 127 / max|x| rounded half to even, s = fp16(d * sum).
 void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);

@@ -220,7 +220,7 @@ const std::vector<QuantMix> kMixes = {
     {"Q5_1", kQ5_1, T::Q5_1, "6.0 bpw"},
     {"Q8_0", kQ8_0, T::Q8_0, "8.5 bpw"},
     {"Q2_K", kQ2_K, T::Q2_K, "Q2_K, attn_v/ffn_down Q3_K-Q4_K"},
-    {"Q2_K_S", kQ2_K_S, T::Q2_K, "Q2_K, fewer raised tensors (needs --imatrix)"},
+    {"Q2_K_S", kQ2_K_S, T::Q2_K, "Q2_K, fewer raised tensors (needs --imatrix)", true},
     {"Q3_K_S", kQ3_K_S, T::Q3_K, "Q3_K throughout"},
     {"Q3_K_M", kQ3_K_M, T::Q3_K, "Q3_K, attn_v/attn_output/ffn_down Q4_K-Q5_K"},
     {"Q3_K_L", kQ3_K_L, T::Q3_K, "Q3_K, attn_v/attn_output/ffn_down Q5_K"},
@@ -232,16 +232,16 @@ const std::vector<QuantMix> kMixes = {
     {"IQ4_NL", kIQ4_NL, T::IQ4_NL, "4.5 bpw, non-linear levels"},
     {"IQ4_XS", kIQ4_XS, T::IQ4_XS, "4.25 bpw, non-linear levels"},
     {"MXFP4_MOE", kMXFP4_MOE, T::MXFP4, "MoE experts MXFP4, the rest Q8_0"},
-    {"IQ3_XXS", kIQ3_XXS, T::IQ3_XXS, "3.06 bpw (needs --imatrix)"},
-    {"IQ3_XS", kIQ3_XS, T::IQ3_S, "3.3 bpw (needs --imatrix)"},
+    {"IQ3_XXS", kIQ3_XXS, T::IQ3_XXS, "3.06 bpw (needs --imatrix)", true},
+    {"IQ3_XS", kIQ3_XS, T::IQ3_S, "3.3 bpw (needs --imatrix)", true},
     {"IQ3_S", kIQ3_S, T::IQ3_S, "3.44 bpw"},
     {"IQ3_M", kIQ3_M, T::IQ3_S, "3.66 bpw"},
-    {"IQ2_XXS", kIQ2_XXS, T::IQ2_XXS, "2.06 bpw (needs --imatrix)"},
-    {"IQ2_XS", kIQ2_XS, T::IQ2_XS, "2.31 bpw (needs --imatrix)"},
-    {"IQ2_S", kIQ2_S, T::IQ2_XS, "2.5 bpw (needs --imatrix)"},
-    {"IQ2_M", kIQ2_M, T::IQ2_S, "2.7 bpw (needs --imatrix)"},
-    {"IQ1_S", kIQ1_S, T::IQ1_S, "1.56 bpw (needs --imatrix)"},
-    {"IQ1_M", kIQ1_M, T::IQ1_M, "1.75 bpw (needs --imatrix)"},
+    {"IQ2_XXS", kIQ2_XXS, T::IQ2_XXS, "2.06 bpw (needs --imatrix)", true},
+    {"IQ2_XS", kIQ2_XS, T::IQ2_XS, "2.31 bpw (needs --imatrix)", true},
+    {"IQ2_S", kIQ2_S, T::IQ2_XS, "2.5 bpw (needs --imatrix)", true},
+    {"IQ2_M", kIQ2_M, T::IQ2_S, "2.7 bpw (needs --imatrix)", true},
+    {"IQ1_S", kIQ1_S, T::IQ1_S, "1.56 bpw (needs --imatrix)", true},
+    {"IQ1_M", kIQ1_M, T::IQ1_M, "1.75 bpw (needs --imatrix)", true},
 };
 
 std::string upper(std::string_view s) {
@@ -268,6 +268,10 @@ std::string quant_mix_names() {
 }
 
 std::map<std::string, GgmlType> plan_quant_mix(const GgufFile& in, const QuantMix& mix, const QuantMixOptions& o) {
+  if (mix.needs_imatrix && !o.has_imatrix)
+    throw Error(fmt::format("mix {} needs an importance matrix: --imatrix FILE (make one with kestrel imatrix -m MODEL "
+                            "-f TEXT)",
+                            mix.name));
   const Model m = model_of(in);
   State s{m, mix.ftype, o};
   std::vector<const GgufTensorInfo*> order;

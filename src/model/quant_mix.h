@@ -23,6 +23,7 @@ struct QuantMix {
   uint32_t ftype;      // llama_ftype, written as general.file_type
   GgmlType base;       // the type of every tensor no rule raises
   const char* about;   // for help texts
+  bool needs_imatrix = false;  // llama-quantize refuses it without an importance matrix
 };
 
 // The mixes Kestrel can write, and the IQ1-IQ3 ones it names but cannot (yet).

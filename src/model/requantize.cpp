@@ -91,8 +91,19 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
     const bool gptq = uses_gptq(o.method) && site && t.ne.size() == 2 && has_quant_grid(type) && !site->xtx.empty();
     const int threads = o.n_threads;
     const double damp = o.gptq_damp;
+    // Each matrix's importance row (3-D tensors: one per expert), when the imatrix has one for this tensor.
+    auto importance = std::make_shared<std::vector<std::vector<float>>>();
+    if (o.imatrix && t.ne.size() >= 2 && uses_importance(type)) {
+      const int64_t n_mat = t.ne.size() > 2 ? t.ne[2] : 1;
+      for (int64_t m = 0; m < n_mat; m++) importance->push_back(o.imatrix->importance(t.name, m));
+      if (!importance->empty() && !importance->front().empty() &&
+          static_cast<int64_t>(importance->front().size()) != t.ne[0])
+        throw Error(fmt::format("the importance matrix's '{}' has {} columns, the tensor {}", t.name,
+                                importance->front().size(), t.ne[0]));
+    }
     std::shared_ptr<const CalibrationStats> calib = o.calib;
-    w.add_tensor(t.name, type, t.ne, [src, type, threads, awq, gptq, site, damp, calib, done, total, progress](uint8_t* dst, size_t) {
+    w.add_tensor(t.name, type, t.ne, [src, type, threads, awq, gptq, site, damp, calib, done, total, progress, importance](uint8_t* dst,
+                                                                                                      size_t) {
       struct Report {  // after the tensor, on either path below
         const std::function<void(int64_t, int64_t, const std::string&)>& f;
         int64_t& n;
@@ -125,7 +136,11 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
         for (int64_t r = r0; r < r1; r++) {
           if (floats) std::copy_n(floats + r * cols, cols, row.data());
           else dequantize_row(src->type, src->data + r * in_row, row.data(), cols);
-          quantize_row(type, row.data(), dst + r * out_row, cols);
+          const int64_t mat = src->ne.size() > 2 ? r / src->ne[1] : 0;
+          const float* imp = static_cast<size_t>(mat) < importance->size() && !(*importance)[mat].empty()
+                                 ? (*importance)[mat].data()
+                                 : nullptr;
+          quantize_row(type, row.data(), dst + r * out_row, cols, imp);
         }
       });
     });

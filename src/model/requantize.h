@@ -14,6 +14,7 @@
 #include "core/ggml_types.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "model/imatrix.h"
 #include "runtime/calibration.h"
 
 namespace kestrel {
@@ -32,6 +33,9 @@ struct RequantizeOptions {
   // Per-tensor types that replace `type` (mixed precision, llama-quantize's
   // mixes); 1-D tensors stay F32.
   std::map<std::string, GgmlType> tensor_types;
+  // Per-column importance (kestrel imatrix or llama-imatrix): the fits
+  // weigh errors by it, matrix by matrix (expert by expert).
+  std::shared_ptr<const ImportanceMatrix> imatrix;
   // general.file_type to write (llama_ftype); 0: the one of `type`.
   uint32_t file_type = 0;
   // Called for each tensor stored in another type than asked (name, type used).

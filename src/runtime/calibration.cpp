@@ -58,6 +58,7 @@ class RecordingBackend final : public ForwardingBackend {
       s.cols = ws[0]->cols();
       for (int i = 0; i < count; i++) s.weights.push_back(ws[i]->name);
       s.abs_sum.assign(static_cast<size_t>(s.cols), 0.0);
+      s.sq_sum.assign(static_cast<size_t>(s.cols), 0.0);
       if (o_.hessian) s.xtx.assign(static_cast<size_t>(s.cols * s.cols), 0.0);
       stats_.sites.push_back(std::move(s));
       const int index = static_cast<int>(stats_.sites.size()) - 1;
@@ -68,7 +69,10 @@ class RecordingBackend final : public ForwardingBackend {
     const int64_t d = s.cols;
     for (int64_t t = 0; t < n; t++) {
       const float* row = x + t * d;
-      for (int64_t c = 0; c < d; c++) s.abs_sum[c] += std::fabs(row[c]);
+      for (int64_t c = 0; c < d; c++) {
+        s.abs_sum[c] += std::fabs(row[c]);
+        s.sq_sum[c] += double(row[c]) * row[c];
+      }
       if (o_.hessian)
         for (int64_t i = 0; i < d; i++) {
           double* h = s.xtx.data() + i * d;
@@ -106,7 +110,10 @@ CalibrationStats collect_activation_stats(const std::string& model_path, const s
     return std::make_unique<RecordingBackend>(inner, stats, o);
   };
   Engine e = Engine::load(eo);
-  const PerplexityResult r = perplexity(e, text, o.n_ctx, o.max_chunks);
+  PerplexityOptions po;
+  po.n_ctx = o.n_ctx;
+  po.max_chunks = o.max_chunks;
+  const PerplexityResult r = perplexity(e, text, po, o.progress);
   stats.n_tokens = r.n_tokens;
   return stats;
 }

@@ -5,6 +5,7 @@
 // gate/up another), the mean magnitude of each input channel, a sample of
 // input rows, and optionally the sum of x xᵀ (GPTQ's Hessian, up to a factor).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ struct ActivationSite {
   int64_t cols = 0;
   int64_t n_rows = 0;           // rows (tokens) seen
   std::vector<double> abs_sum;  // sum over rows of |x_c|
+  std::vector<double> sq_sum;   // sum over rows of x_c^2 (an importance matrix's in_sum2)
   std::vector<float> samples;   // up to CalibrationOptions::max_samples rows (reservoir sample)
   std::vector<double> xtx;      // cols x cols sum of x xᵀ (with CalibrationOptions::hessian)
 
@@ -39,6 +41,8 @@ struct CalibrationOptions {
   int max_samples = 256;   // input rows kept per site
   bool hessian = false;    // also accumulate x xᵀ per site
   int n_threads = 0;
+  // After each chunk: (chunk index, chunks in all, running perplexity).
+  std::function<void(int64_t, int64_t, double)> progress;
 };
 
 // Throws Error when the text is shorter than one chunk or the model cannot load.

@@ -23,7 +23,7 @@ struct BaseHeader {
 }  // namespace
 
 PerplexityResult perplexity(Engine& e, const std::string& text, const PerplexityOptions& o,
-                            const std::function<void(int64_t, double)>& progress) {
+                            const std::function<void(int64_t, int64_t, double)>& progress) {
   const int64_t n_ctx = o.n_ctx, max_chunks = o.max_chunks;
   if (n_ctx < 4) throw Error(fmt::format("perplexity context {} is too small (at least 4)", n_ctx));
   if (n_ctx > e.n_ctx)
@@ -114,7 +114,7 @@ PerplexityResult perplexity(Engine& e, const std::string& text, const Perplexity
       }
     }
     r.running.push_back(std::exp(nll / static_cast<double>(count)));
-    if (progress) progress(c, r.running.back());
+    if (progress) progress(c, r.n_chunks, r.running.back());
   }
   r.n_scored = count;
   const double mean = nll / static_cast<double>(count);

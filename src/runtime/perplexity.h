@@ -37,9 +37,9 @@ struct PerplexityOptions {
 
 // Throws Error when the text has fewer than n_ctx tokens, n_ctx exceeds the
 // engine's context, or a base file does not match (tokens, vocabulary, chunks).
-// progress(chunk index, running PPL) after each chunk.
+// progress(chunk index, chunks in all, running PPL) after each chunk.
 PerplexityResult perplexity(Engine& engine, const std::string& text, const PerplexityOptions& options,
-                            const std::function<void(int64_t, double)>& progress = {});
+                            const std::function<void(int64_t, int64_t, double)>& progress = {});
 inline PerplexityResult perplexity(Engine& engine, const std::string& text, int64_t n_ctx, int64_t max_chunks = 0) {
   PerplexityOptions o;
   o.n_ctx = n_ctx;

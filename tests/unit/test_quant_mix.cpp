@@ -60,8 +60,10 @@ TEST(QuantMix, NamesAndRefusals) {
   EXPECT_FALSE(find_quant_mix("q4_k_x"));
   // The IQ1-IQ3 mixes are named, but their types are not written yet: a clear error, not another mix.
   const GgufFile src = GgufFile::open(test::shared(kModels + "llama32.F16.gguf"));
+  QuantMixOptions with_imatrix;
+  with_imatrix.has_imatrix = true;
   try {
-    plan_quant_mix(src, *find_quant_mix("IQ2_XXS"), {});
+    plan_quant_mix(src, *find_quant_mix("IQ2_XXS"), with_imatrix);
     FAIL() << "IQ2_XXS planned";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("cannot write"), std::string::npos) << e.what();
