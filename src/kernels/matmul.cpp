@@ -11,6 +11,7 @@
 #include "core/block_formats.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/q4q5_formats.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
 #include "kernels/kquant_dot.h"
@@ -163,18 +164,38 @@ void Matmul::prepare_packed(ThreadPool& pool, const Weight& w, const float* x, i
   tiled_ = bf16_ = false;
   packed_ = true;
   const int64_t cols = w.cols(), blocks_per_row = cols / kQK8_0;
-  const size_t need = static_cast<size_t>(n * blocks_per_row);
-  if (xq_.size() < need) xq_.resize(need);
-  BlockQ8_0* xq = xq_.data();
-  pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
-  });
   const size_t bytes = packed_activation_bytes(n, blocks_per_row);
   if (xpacked_.size() < bytes) xpacked_.resize(bytes);
   uint8_t* out = xpacked_.data();
   const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
-  const PackedKind kind = w.packed->kind;
-  pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) { pack_activations(kind, xq, n, blocks_per_row, i0, i1, out); });
+  if (traits(w.type).block_size == kQK_K) {
+    // The k-quants and IQ4_XS meet activations quantized per 256, as in ggml (and their row dots).
+    const int64_t supers = cols / kQK_K;
+    if (xq8k_.size() < static_cast<size_t>(n * supers)) xq8k_.resize(static_cast<size_t>(n * supers));
+    BlockQ8_K* xk = xq8k_.data();
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) quantize_row_q8_K(x + t * cols, xk + t * supers, cols);
+    });
+    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) { pack_activations_q8k(xk, n, blocks_per_row, i0, i1, out); });
+  } else if (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1) {
+    // Q4_1/Q5_1 meet Q8_1 in ggml: Q8_0's values plus the block sum rounded to fp16.
+    const size_t need = activation_row_bytes(ActFormat::Q8_1, cols);
+    if (xact_.size() < n * need) xact_.resize(n * need);
+    auto* xa = reinterpret_cast<BlockQ8_1*>(xact_.data());
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) quantize_row_q8_1(x + t * cols, xa + t * blocks_per_row, cols);
+    });
+    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) { pack_activations_q8_1(xa, n, blocks_per_row, i0, i1, out); });
+  } else {
+    const size_t need = static_cast<size_t>(n * blocks_per_row);
+    if (xq_.size() < need) xq_.resize(need);
+    BlockQ8_0* xq = xq_.data();
+    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) k_.quantize_q8_0(x + t * cols, xq + t * blocks_per_row, cols);
+    });
+    const PackedKind kind = w.packed->kind;
+    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) { pack_activations(kind, xq, n, blocks_per_row, i0, i1, out); });
+  }
   packed_acts_ = {out, n, blocks_per_row};
 }
 

@@ -12,6 +12,7 @@
 #include "core/nonlinear4_formats.h"
 #include "core/q4q5_formats.h"
 #include "kernels/gemm_q8.h"
+#include "kernels/kquant_dot.h"
 
 namespace kestrel {
 
@@ -245,6 +246,55 @@ void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int
         std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
         std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
         std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
+      }
+    }
+}
+
+void pack_activations_q8k(const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
+                          uint8_t* out) {
+  using PA = PackedActivations;
+  const int64_t n_super = n_blocks / 8;
+  for (int64_t tile = tile0; tile < tile1; tile++)
+    for (int64_t b = 0; b < n_blocks; b++) {
+      uint8_t* dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
+      std::memset(dst, 0, PA::kBytesPerBlock);
+      for (int t = 0; t < PA::kTokensPerTile; t++) {
+        const int64_t token = tile * PA::kTokensPerTile + t;
+        if (token >= n_tokens) break;
+        const BlockQ8_K& sb = x[token * n_super + b / 8];
+        const int8_t* qs = sb.qs + 32 * (b % 8);
+        int32_t lo = 0, hi = 0;
+        for (int j = 0; j < 16; j++) lo += qs[j], hi += qs[j + 16];
+        const float d = sb.d;
+        const float sums[3] = {d * static_cast<float>(lo + hi), d * static_cast<float>(lo), d * static_cast<float>(hi)};
+        std::memcpy(dst + t * kQK8_0, qs, kQK8_0);
+        std::memcpy(dst + PA::kScaleOffset + 4 * t, &d, 4);
+        std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
+        std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
+        std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
+      }
+    }
+}
+
+void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
+                           uint8_t* out) {
+  using PA = PackedActivations;
+  for (int64_t tile = tile0; tile < tile1; tile++)
+    for (int64_t b = 0; b < n_blocks; b++) {
+      uint8_t* dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
+      std::memset(dst, 0, PA::kBytesPerBlock);
+      for (int t = 0; t < PA::kTokensPerTile; t++) {
+        const int64_t token = tile * PA::kTokensPerTile + t;
+        if (token >= n_tokens) break;
+        const BlockQ8_1& blk = x[token * n_blocks + b];
+        const float d = fp16_to_fp32(blk.d), s = fp16_to_fp32(blk.s);
+        // One offset per block: the stored sum in the first half's slot (and the whole block's), none in the second's.
+        const float zero = 0;
+        std::memcpy(dst + t * kQK8_0, blk.qs, kQK8_0);
+        std::memcpy(dst + PA::kScaleOffset + 4 * t, &d, 4);
+        std::memcpy(dst + PA::kSumOffset + 4 * t, &s, 4);
+        std::memcpy(dst + PA::kSumLoOffset + 4 * t, &s, 4);
+        std::memcpy(dst + PA::kSumHiOffset + 4 * t, &zero, 4);
       }
     }
 }

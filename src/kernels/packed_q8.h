@@ -124,6 +124,19 @@ size_t packed_activation_bytes(int64_t n_tokens, int64_t n_blocks);
 // for weights of packed kind `kind` into out (packed_activation_bytes in all).
 void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
                       int64_t tile1, uint8_t* out);
+// The same from ggml's Q8_1 blocks (what Q4_1/Q5_1 meet): the offset, their
+// minimum, multiplies the block sum as Q8_1 stores it (fp16(d * sum)).
+struct BlockQ8_1;
+void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
+                           uint8_t* out);
+
+// The same tiles from activations quantized per 256 (Q8_K, what ggml pairs
+// with the k-quants and IQ4_XS): each 32-element block carries its
+// super-block's scale, so the general form's prefill rounds activations as
+// llama.cpp does for those types. n_blocks counts 32-element blocks.
+struct BlockQ8_K;
+void pack_activations_q8k(const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
+                          uint8_t* out);
 
 // y[t * ldy + r] for rows r in [16*g0, min(rows, 16*g1)) and all tokens.
 // token_chunk: tokens per pass over the groups (see hw/tuning.h), 1 to 256,

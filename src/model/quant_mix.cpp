@@ -8,6 +8,7 @@
 
 #include "core/block_formats.h"
 #include "core/error.h"
+#include "model/storage_type.h"
 
 namespace kestrel {
 namespace {
@@ -196,23 +197,6 @@ GgmlType rule_type(State& s, GgmlType t, const GgufTensorInfo& ti, Category c) {
   return t;
 }
 
-// Rows that do not divide into the type's blocks: llama-quantize's 32-wide stand-ins, else F16.
-GgmlType fallback(const GgufTensorInfo& ti, GgmlType t) {
-  const int64_t cols = ti.ne[0];
-  if (cols % traits(t).block_size == 0) return t;
-  GgmlType r;
-  switch (t) {
-    case T::IQ1_S: case T::IQ1_M: case T::IQ2_XXS: case T::IQ2_XS: case T::IQ2_S: case T::IQ3_XXS: case T::IQ3_S:
-    case T::IQ4_XS: r = T::IQ4_NL; break;
-    case T::Q2_K: case T::Q3_K: case T::TQ1_0: case T::TQ2_0: r = T::Q4_0; break;
-    case T::Q4_K: r = T::Q5_0; break;
-    case T::Q5_K: r = T::Q5_1; break;
-    case T::Q6_K: r = T::Q8_0; break;
-    default: r = T::F16; break;
-  }
-  return cols % traits(r).block_size == 0 ? r : T::F16;
-}
-
 const std::vector<QuantMix> kMixes = {
     {"Q4_0", kQ4_0, T::Q4_0, "4.5 bpw"},
     {"Q4_1", kQ4_1, T::Q4_1, "5.0 bpw"},
@@ -292,7 +276,7 @@ std::map<std::string, GgmlType> plan_quant_mix(const GgufFile& in, const QuantMi
       plan[t->name] = t->type;
       continue;
     }
-    const GgmlType chosen = fallback(*t, rule_type(s, mix.base, *t, category_of(t->name)));
+    const GgmlType chosen = fallback_type(rule_type(s, mix.base, *t, category_of(t->name)), t->ne[0]);
     if (!can_quantize_to(chosen))
       throw Error(fmt::format("mix {}: tensor '{}' would be {}, which Kestrel cannot write yet", mix.name, t->name,
                               type_name(chosen)));

@@ -1,9 +1,9 @@
 #pragma once
 // Which type a tensor is stored in when a whole model is asked for one type:
 // 1-D tensors (norms, biases) stay F32, and rows that do not divide into the
-// format's blocks fall back: a k-quant (256-wide blocks) to Q8_0 when the row
-// divides into 32s (as llama.cpp falls back to a 32-wide type), anything else
-// to F16.
+// format's blocks fall back as llama-quantize falls back (a 32-wide stand-in
+// of about the same precision: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
+// Q2_K/Q3_K -> Q4_0, IQ4_XS -> IQ4_NL), else to F16.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,10 +16,25 @@ namespace kestrel {
 // a rounded router changes which experts run, not just how precisely.
 inline bool is_moe_router(const std::string& name) { return name.find("ffn_gate_inp.weight") != std::string::npos; }
 
+// llama-quantize's stand-in for type t in rows of `cols` elements (t itself when they divide).
+inline GgmlType fallback_type(GgmlType t, int64_t cols) {
+  if (cols % traits(t).block_size == 0) return t;
+  GgmlType r;
+  switch (t) {
+    case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ4_XS: r = GgmlType::IQ4_NL; break;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::TQ1_0: case GgmlType::TQ2_0: r = GgmlType::Q4_0; break;
+    case GgmlType::Q4_K: r = GgmlType::Q5_0; break;
+    case GgmlType::Q5_K: r = GgmlType::Q5_1; break;
+    case GgmlType::Q6_K: r = GgmlType::Q8_0; break;
+    default: r = GgmlType::F16; break;
+  }
+  return cols % traits(r).block_size == 0 ? r : GgmlType::F16;
+}
+
 inline GgmlType storage_type_for(GgmlType wanted, const std::vector<int64_t>& ne) {
   if (ne.size() == 1) return GgmlType::F32;
-  if (ne[0] % traits(wanted).block_size != 0) return ne[0] % 32 == 0 && traits(wanted).block_size == 256 ? GgmlType::Q8_0 : GgmlType::F16;
-  return wanted;
+  return fallback_type(wanted, ne[0]);
 }
 
 }  // namespace kestrel

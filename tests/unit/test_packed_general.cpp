@@ -4,7 +4,7 @@
 // the VNNI kernel equals the scalar reference bit for bit; both equal a
 // double dot of the dequantized weights and activations; and Matmul's
 // batches on packed weights agree with the file layout's row dots (which
-// quantize activations per 256, not 32: equal to that rounding).
+// round activations the same way: equal to float rounding).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,7 +109,9 @@ TEST(PackedGeneral, MatmulBatchesOnPackedWeightsMatchTheFileLayout) {
         }
         err += (packed[i] - plain[i]) * (packed[i] - plain[i]), norm += plain[i] * plain[i];
       }
-      EXPECT_LT(std::sqrt(err / norm), 0.01) << type_name(t) << " n " << n;
+      // The same activation rounding as the file layout (Q8_K per 256 for the 256-wide types, Q8_1 sums for
+      // Q4_1/Q5_1): only the summation order differs.
+      EXPECT_LT(std::sqrt(err / norm), 1e-5) << type_name(t) << " n " << n;
     }
   }
 }
