@@ -1,6 +1,7 @@
 // Runs the fuzz target over files (a regression corpus) without libFuzzer, so
 // the g++ build exercises it too; --write-seeds DIR writes small seed GGUFs.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -36,6 +37,16 @@ void write_seeds(const std::string& dir) {
   b.set("tokenizer.ggml.merges", GgufValue::strings({"H e", "l l", "He ll"}));
   b.set("nested", GgufValue::array(GgufValueType::ARRAY, {GgufValue::int32s({1}), GgufValue::strings({"x"})}));
   b.write_file(dir + "/bpe.gguf");
+  // One tensor of every quantized type, for the fuzzer to mutate type ids and shapes around.
+  GgufWriter q;
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                            GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
+  for (GgmlType t : types) {
+    const int64_t n = traits(t).block_size;
+    q.add_tensor(std::string("w.") + std::string(type_name(t)), t, {n}, [](uint8_t* d, size_t size) { std::memset(d, 0x11, size); });
+  }
+  q.write_file(dir + "/types.gguf");
 }
 
 int replay(const std::string& path) {

@@ -1,5 +1,6 @@
 // GGUF reader/writer: round trip of every value type and tensor type, and
 // hostile files that must fail with a message naming the file and the problem.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 
 #include "core/block_formats.h"
@@ -188,6 +189,36 @@ TEST(GgufHostile, BadShapesAreNamed) {
   b = one_tensor_file();
   put_u32(b, kTypeAt, static_cast<uint32_t>(GgmlType::Q8_0));  // 4 elements, block of 32
   EXPECT_THAT(error_of(b), HasSubstr("not a multiple of the Q8_0 block size 32"));
+}
+
+TEST(Gguf, EveryQuantizedTypeRoundTripsWithItsRowSize) {
+  // Each type's block size and bytes per block (ggml's), through a written and re-read file;
+  // and a row that does not divide into its blocks refused naming them.
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
+                     GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
+    const int64_t bs = traits(t).block_size, cols = 2 * bs;
+    std::vector<float> x(static_cast<size_t>(cols * 3), 0.5f);
+    std::vector<uint8_t> q(row_bytes(t, cols) * 3);
+    quantize_row(t, x.data(), q.data(), cols * 3);
+    GgufWriter w;
+    w.add_tensor_bytes("w", t, {cols, 3}, q.data());
+    test::TempDir dir;
+    w.write_file(dir.file("t.gguf"));
+    const GgufFile f = GgufFile::open(dir.file("t.gguf"));
+    const auto* ti = f.find_tensor("w");
+    ASSERT_NE(ti, nullptr);
+    EXPECT_EQ(ti->type, t);
+    EXPECT_EQ(ti->nbytes, q.size());
+    EXPECT_EQ(std::memcmp(ti->data, q.data(), q.size()), 0);
+    auto b = one_tensor_file();
+    put_u32(b, kTypeAt, static_cast<uint32_t>(t));  // 4 elements
+    EXPECT_THAT(error_of(b), HasSubstr(fmt::format("not a multiple of the {} block size {}", type_name(t), bs)));
+  }
+  EXPECT_EQ(row_bytes(GgmlType::Q2_K, 256), 84u);
+  EXPECT_EQ(row_bytes(GgmlType::Q3_K, 256), 110u);
+  EXPECT_EQ(row_bytes(GgmlType::IQ4_XS, 256), 136u);
+  EXPECT_EQ(row_bytes(GgmlType::MXFP4, 32), 17u);
+  EXPECT_EQ(row_bytes(GgmlType::Q5_1, 32), 24u);
 }
 
 TEST(GgufHostile, OffsetsPastTheEndOrMisalignedAreNamed) {
