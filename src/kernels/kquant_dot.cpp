@@ -10,6 +10,14 @@
 namespace kestrel {
 
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+  static const bool avx512 = selected_isa() == IsaLevel::Avx512 && cpu_features().avx512vnni;
+  if (avx512) return quantize_row_q8_K_avx512(x, y, n);
+#endif
+  quantize_row_q8_K_scalar(x, y, n);
+}
+
+void quantize_row_q8_K_scalar(const float* x, BlockQ8_K* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
     float amax = 0, max = 0;
     for (int j = 0; j < kQK_K; j++)

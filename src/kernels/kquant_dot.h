@@ -23,8 +23,11 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
-// ggml's reference: the largest-magnitude element maps to -127.
+// ggml's reference: the largest-magnitude element maps to -127. Runs the
+// AVX-512 version (the same bytes) when the CPU has it.
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n);
+void quantize_row_q8_K_scalar(const float* x, BlockQ8_K* y, int64_t n);
+void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t n);  // requires AVX-512 BW
 
 struct KQuantDots {
   const char* isa;

@@ -177,6 +177,38 @@ constexpr int kTokens = 4;
 
 }  // namespace
 
+// quantize_row_q8_K's arithmetic in 16-element vectors (one vector is one of
+// the 16 sums): the same scale (-127 / the first element of largest
+// magnitude), the same products, rounding half to even, so the same bytes.
+void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    __m512 amax = _mm512_setzero_ps();
+    for (int j = 0; j < kQK_K; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    const float m = _mm512_reduce_max_ps(amax);
+    if (m == 0) {
+      y[i] = {};
+      continue;
+    }
+    float max = 0;
+    for (int j = 0; j < kQK_K; j += 16) {
+      const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + j)), _mm512_set1_ps(m), _CMP_EQ_OQ);
+      if (hit) {
+        max = x[j + __builtin_ctz(hit)];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m512 s = _mm512_set1_ps(iscale);
+    for (int j = 0; j < kQK_K; j += 16) {
+      const __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + j), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(v), _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + j), _mm512_cvtsepi32_epi8(q));
+      y[i].bsums[j / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
 const KQuantDots* avx512vnni_kquant_dots() {
   // One token (decode) through the same kernels as prefill.
   static const KQuantDots k{"avx512 vnni",

@@ -229,3 +229,23 @@ TEST(QDot, MatmulBatchInvariant) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(QDot, Q8KQuantizerSimdEqualsScalar) {
+  if (!cpu_features().avx512vnni) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (uint32_t seed = 0; seed < 20; seed++) {
+    auto x = test::random_floats(1024, seed, seed % 2 ? 1.0f : 1e-3f);
+    if (seed == 3) x[5] = -9.0f, x[17] = 9.0f;  // ties of magnitude: the first one's sign decides
+    if (seed == 4) std::fill(x.begin(), x.begin() + 256, 0.0f);  // an all-zero block
+    if (seed == 5) for (size_t i = 0; i < x.size(); i++) x[i] = (static_cast<float>(i % 7) - 3) * 0.5f;  // exact halves
+    std::vector<BlockQ8_K> a(4), b(4);
+    quantize_row_q8_K_scalar(x.data(), a.data(), 1024);
+    quantize_row_q8_K_avx512(x.data(), b.data(), 1024);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(BlockQ8_K) * 4), 0) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
