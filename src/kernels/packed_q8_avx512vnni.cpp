@@ -161,7 +161,7 @@ void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
                  float* y, int64_t ldy) {
   // The general form holds scales and offsets per sub-block too: fewer tokens fit beside them.
   constexpr bool kGeneral = W == PackedKind::K4 || W == PackedKind::K8;
-  constexpr int kMaxTokens = NG == 2 ? (kGeneral ? 3 : 4) : (kGeneral ? 6 : 8);
+  constexpr int kMaxTokens = NG == 2 ? (kGeneral ? 3 : 4) : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
@@ -176,7 +176,11 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
   for (int64_t tc = 0; tc < x.n_tiles(); tc += tiles_per_chunk) {
     const int64_t tc_end = std::min(x.n_tiles(), tc + tiles_per_chunk);
     int64_t g = g0;
-    for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
+    // The general form holds scales and offsets beside the weights: one group at a time keeps a whole
+    // 8-token tile in registers (two groups would split it into three passes).
+    constexpr bool kGeneralForm = W == PackedKind::K4 || W == PackedKind::K8;
+    if constexpr (!kGeneralForm)
+      for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
     for (; g < g1; g++) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
   }
 }
