@@ -24,7 +24,18 @@ bool packable(const Weight& w) {
 static PackedKind general_kind(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_K: case GgmlType::Q4_1: return PackedKind::K4;
-    default: return PackedKind::K8;
+    case GgmlType::Q5_K: case GgmlType::Q5_1: case GgmlType::Q2_K: return PackedKind::K8;  // real minimums
+    default: return PackedKind::K8Z;
+  }
+}
+
+// The integer level a K8Z type's offsets stand for (unpack_block32's offsets are -zero_level * scale).
+static int32_t zero_level(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q6_K: return 32;
+    case GgmlType::Q3_K: return 4;
+    case GgmlType::Q5_0: return 16;
+    default: return 128;  // IQ4_NL, IQ4_XS, MXFP4: the table shifted to unsigned
   }
 }
 
@@ -151,6 +162,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
   auto p = std::make_shared<PackedWeight>();
   p->type = w.type;
   p->kind = w.type == GgmlType::Q8_0 ? PackedKind::Q8_0 : w.type == GgmlType::Q4_0 ? PackedKind::Q4_0 : general_kind(w.type);
+  if (p->kind == PackedKind::K8Z) p->zero_level = zero_level(w.type);
   p->rows = w.rows();
   p->n_blocks = w.cols() / kQK8_0;
   p->n_groups = (p->rows + G - 1) / G;
@@ -246,6 +258,8 @@ void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int
         std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
         std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
         std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
+        std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
+        std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
       }
     }
 }
@@ -272,6 +286,8 @@ void pack_activations_q8k(const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks
         std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
         std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
         std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
+        std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
+        std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
       }
     }
 }
@@ -295,13 +311,17 @@ void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_block
         std::memcpy(dst + PA::kSumOffset + 4 * t, &s, 4);
         std::memcpy(dst + PA::kSumLoOffset + 4 * t, &s, 4);
         std::memcpy(dst + PA::kSumHiOffset + 4 * t, &zero, 4);
+        int32_t lo = 0, hi = 0;  // (no K8Z type meets Q8_1; written for completeness of the tile)
+        for (int j = 0; j < 16; j++) lo += blk.qs[j], hi += blk.qs[j + 16];
+        std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
+        std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
       }
     }
 }
 
 // The unsigned quant of element e (0..31) of lane `row` in one packed block.
 static int packed_quant(PackedKind kind, const uint8_t* block, int row, int e) {
-  if (kind == PackedKind::Q8_0 || kind == PackedKind::K8) return block[(e / 4) * 64 + row * 4 + e % 4];
+  if (kind != PackedKind::Q4_0 && kind != PackedKind::K4) return block[(e / 4) * 64 + row * 4 + e % 4];
   const uint8_t byte = block[((e % 16) / 4) * 64 + row * 4 + e % 4];
   return e < 16 ? (byte & 0x0F) : (byte >> 4);
 }
@@ -330,7 +350,13 @@ static void packed_gemm_reference_general(const PackedWeight& w, int64_t g0, int
           for (int e = 0; e < kQK8_0; e++) dot[e / 16] += packed_quant(w.kind, w.kquants(g, b), i, e) * qs[e];
           const float* s = w.kscales(g, b);
           const float* o = w.koffsets(g, b);
-          if (w.n_sub() == 1) {
+          if (w.kind == PackedKind::K8Z) {
+            int32_t isum[2];
+            std::memcpy(&isum[0], xb + PA::kIntSumLoOffset + 4 * tt, 4);
+            std::memcpy(&isum[1], xb + PA::kIntSumHiOffset + 4 * tt, 4);
+            acc = std::fma(static_cast<float>(dot[0] - w.zero_level * isum[0]), s[i] * dx, acc);
+            acc = std::fma(static_cast<float>(dot[1] - w.zero_level * isum[1]), s[16 + i] * dx, acc);
+          } else if (w.n_sub() == 1) {
             acc = std::fma(static_cast<float>(dot[0] + dot[1]), s[i] * dx, acc);
             acc = std::fma(o[i], f32(xb + PA::kSumOffset + 4 * tt), acc);
           } else {

@@ -48,25 +48,29 @@ namespace kestrel {
 // (256 or 512 bytes). Activations are Q8_0 (not ggml's Q8_K per 256): the
 // repacked path trades llama.cpp-identical rounding for speed, as Q4_0's does;
 // --no-repack keeps the file layout and ggml's arithmetic.
-enum class PackedKind { Q8_0, Q4_0, K4, K8 };
+//   K8Z: K8 whose offsets are an integer level times the scale (Q6_K's 32,
+//       Q3_K's 4, Q5_0's 16, the tables' 128): the kernel subtracts that level
+//       times the activations' sum in the integer dot instead of two more FMAs.
+enum class PackedKind { Q8_0, Q4_0, K4, K8, K8Z };
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
   static constexpr size_t kScaleBytes = kRowsPerGroup * sizeof(uint16_t);  // one block's scales
   GgmlType type = GgmlType::Q8_0;                                          // the source format
   PackedKind kind = PackedKind::Q8_0;
+  int32_t zero_level = 0;  // K8Z: offset = -zero_level * scale
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
   const uint8_t* data = nullptr;  // [n_groups][(n_blocks + 1) / 2][2 x kScaleBytes | 2 x quant_bytes_per_block()]
   std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
-  size_t quant_bytes_per_block() const { return kind == PackedKind::Q8_0 || kind == PackedKind::K8 ? 512 : 256; }
+  size_t quant_bytes_per_block() const { return kind == PackedKind::Q4_0 || kind == PackedKind::K4 ? 256 : 512; }
   size_t pair_bytes() const { return 2 * (kScaleBytes + quant_bytes_per_block()); }
   size_t group_bytes() const {
     return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes() : static_cast<size_t>((n_blocks + 1) / 2) * pair_bytes();
   }
   // The general form (K4/K8).
-  bool is_k() const { return kind == PackedKind::K4 || kind == PackedKind::K8; }
-  int n_sub() const { return kind == PackedKind::K8 ? 2 : 1; }
+  bool is_k() const { return kind == PackedKind::K4 || kind == PackedKind::K8 || kind == PackedKind::K8Z; }
+  int n_sub() const { return kind == PackedKind::K4 ? 1 : 2; }
   size_t kblock_bytes() const { return static_cast<size_t>(n_sub()) * 2 * 64 + quant_bytes_per_block(); }
   const float* kscales(int64_t g, int64_t b) const {
     return reinterpret_cast<const float*>(data + g * group_bytes() + b * kblock_bytes());
@@ -110,9 +114,10 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
 // its first 16 and over its last 16 (what the offsets multiply), and bias 0.
 struct PackedActivations {
   static constexpr int kTokensPerTile = 8;
-  static constexpr size_t kBytesPerBlock = 416;
+  // ... and int32[8] sums of the block's first and last 16 values (K8Z's zero level multiplies them).
+  static constexpr size_t kBytesPerBlock = 480;
   static constexpr size_t kBiasOffset = 256, kScaleOffset = 288, kSumOffset = 320, kSumLoOffset = 352,
-                          kSumHiOffset = 384;
+                          kSumHiOffset = 384, kIntSumLoOffset = 416, kIntSumHiOffset = 448;
   const uint8_t* data = nullptr;
   int64_t n_tokens = 0, n_blocks = 0;
 

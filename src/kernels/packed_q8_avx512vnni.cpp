@@ -34,7 +34,7 @@ inline __m512 broadcast_f32(const uint8_t* p) {
 // The block's unsigned weights: w[k] lane i = quants 4k..4k+3 of row i.
 template <PackedKind W>
 inline void load_block(const uint8_t* q, __m512i* w) {
-  if constexpr (W == PackedKind::Q8_0 || W == PackedKind::K8) {
+  if constexpr (W == PackedKind::Q8_0 || W == PackedKind::K8 || W == PackedKind::K8Z) {
     for (int k = 0; k < 8; k++) w[k] = _mm512_load_si512(q + 64 * k);
   } else {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -53,7 +53,9 @@ inline void load_block(const uint8_t* q, __m512i* w) {
 // activations' sum over the sub-block (packed_gemm_reference's order).
 template <PackedKind W, int T0, int T, int NG>
 void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
-  constexpr int kSub = W == PackedKind::K8 ? 2 : 1;
+  constexpr int kSub = W == PackedKind::K4 ? 1 : 2;
+  constexpr bool kZero = W == PackedKind::K8Z;
+  const int32_t z = pw.zero_level;
   const int64_t nb = pw.n_blocks;
   const uint8_t* a = x.block(tile, 0);
   __m512 acc[NG][T];
@@ -66,14 +68,21 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
       load_block<W>(pw.kquants(g + i, b), w[i]);
       for (int h = 0; h < kSub; h++) {
         sc[i][h] = _mm512_load_ps(pw.kscales(g + i, b) + 16 * h);
-        off[i][h] = _mm512_load_ps(pw.koffsets(g + i, b) + 16 * h);
+        if constexpr (!kZero) off[i][h] = _mm512_load_ps(pw.koffsets(g + i, b) + 16 * h);
       }
     }
     for (int t = T0; t < T0 + T; t++) {
       const __m512 dx = broadcast_f32(a + PA::kScaleOffset + 4 * t);
       __m512i dot[NG][kSub];
+      // K8Z: each sub-block's dot starts at -zero_level * (its activations' sum).
+      __m512i start[kSub];
+      for (int h = 0; h < kSub; h++) {
+        int32_t isum = 0;
+        if constexpr (kZero) std::memcpy(&isum, a + (h ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * t, 4);
+        start[h] = _mm512_set1_epi32(-z * isum);
+      }
       for (int i = 0; i < NG; i++)
-        for (int h = 0; h < kSub; h++) dot[i][h] = _mm512_setzero_si512();
+        for (int h = 0; h < kSub; h++) dot[i][h] = start[h];
       for (int k = 0; k < 8; k++) {
         const __m512i xk = broadcast_i32(a + kQK8_0 * t + 4 * k);
         const int h = kSub == 2 ? k / 4 : 0;
@@ -82,7 +91,9 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
       for (int i = 0; i < NG; i++) {
         __m512 r = acc[i][t - T0];
         for (int h = 0; h < kSub; h++) r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][h]), _mm512_mul_ps(sc[i][h], dx), r);
-        if constexpr (kSub == 1) {
+        if constexpr (kZero) {
+          // the offsets are in the dots already
+        } else if constexpr (kSub == 1) {
           r = _mm512_fmadd_ps(off[i][0], broadcast_f32(a + PA::kSumOffset + 4 * t), r);
         } else {
           r = _mm512_fmadd_ps(off[i][0], broadcast_f32(a + PA::kSumLoOffset + 4 * t), r);
@@ -102,7 +113,7 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
 
 template <PackedKind W, int T0, int T, int NG>
 void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
-  if constexpr (W == PackedKind::K4 || W == PackedKind::K8) {
+  if constexpr (W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z) {
     ktile_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
     return;
   }
@@ -160,7 +171,7 @@ template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
   // The general form holds scales and offsets per sub-block too: fewer tokens fit beside them.
-  constexpr bool kGeneral = W == PackedKind::K4 || W == PackedKind::K8;
+  constexpr bool kGeneral = W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z;
   constexpr int kMaxTokens = NG == 2 ? (kGeneral ? 3 : 4) : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
@@ -178,7 +189,7 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
     int64_t g = g0;
     // The general form holds scales and offsets beside the weights: one group at a time keeps a whole
     // 8-token tile in registers (two groups would split it into three passes).
-    constexpr bool kGeneralForm = W == PackedKind::K4 || W == PackedKind::K8;
+    constexpr bool kGeneralForm = W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z;
     if constexpr (!kGeneralForm)
       for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
     for (; g < g1; g++) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
@@ -195,6 +206,7 @@ void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const Packe
     case PackedKind::Q4_0: gemm<PackedKind::Q4_0>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K4: gemm<PackedKind::K4>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8: gemm<PackedKind::K8>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::K8Z: gemm<PackedKind::K8Z>(w, g0, g1, x, y, ldy, token_chunk); break;
   }
 }
 
