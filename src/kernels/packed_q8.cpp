@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -235,10 +236,38 @@ size_t packed_activation_bytes(int64_t n_tokens, int64_t n_blocks) {
   return static_cast<size_t>(tiles * n_blocks) * PackedActivations::kBytesPerBlock;
 }
 
-void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
-                      int64_t tile1, uint8_t* out) {
+namespace {
+
+// One token's entry in a tile block: its 32 quants, the scale, and the sums
+// the kernels need (`sum`: what the whole block's offset multiplies, d * sum
+// unless the activation format stores its own, as Q8_1 does).
+struct TokenBlock {
+  const int8_t* qs;
+  float d;
+  int32_t bias = 0;
+  std::optional<float> stored_sum;  // Q8_1's s: the one offset product of a block, in the first half's slot
+};
+
+void write_token(uint8_t* dst, int t, const TokenBlock& tb) {
   using PA = PackedActivations;
-  const int32_t offset = kind == PackedKind::Q8_0 ? 128 : kind == PackedKind::Q4_0 ? 8 : 0;
+  int32_t lo = 0, hi = 0;
+  for (int j = 0; j < kQK8_0 / 2; j++) lo += tb.qs[j], hi += tb.qs[j + 16];
+  float sums[3] = {tb.d * static_cast<float>(lo + hi), tb.d * static_cast<float>(lo), tb.d * static_cast<float>(hi)};
+  if (tb.stored_sum) sums[0] = sums[1] = *tb.stored_sum, sums[2] = 0;
+  std::memcpy(dst + t * kQK8_0, tb.qs, kQK8_0);
+  std::memcpy(dst + PA::kBiasOffset + 4 * t, &tb.bias, 4);
+  std::memcpy(dst + PA::kScaleOffset + 4 * t, &tb.d, 4);
+  std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
+  std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
+  std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
+  std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
+  std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
+}
+
+// Token tiles [tile0, tile1): block(token, b) gives each token's TokenBlock; tokens past the end stay zero.
+template <typename BlockOf>
+void pack_tiles(int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1, uint8_t* out, BlockOf block) {
+  using PA = PackedActivations;
   for (int64_t tile = tile0; tile < tile1; tile++)
     for (int64_t b = 0; b < n_blocks; b++) {
       uint8_t* dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
@@ -246,77 +275,40 @@ void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int
       for (int t = 0; t < PA::kTokensPerTile; t++) {
         const int64_t token = tile * PA::kTokensPerTile + t;
         if (token >= n_tokens) break;
-        const BlockQ8_0& blk = x[token * n_blocks + b];
-        int32_t lo = 0, hi = 0;
-        for (int j = 0; j < kQK8_0 / 2; j++) lo += blk.qs[j], hi += blk.qs[j + 16];
-        const int32_t bias = -offset * (lo + hi);
-        const float d = fp16_to_fp32(blk.d);
-        const float sums[3] = {d * static_cast<float>(lo + hi), d * static_cast<float>(lo), d * static_cast<float>(hi)};
-        std::memcpy(dst + t * kQK8_0, blk.qs, kQK8_0);
-        std::memcpy(dst + PA::kBiasOffset + 4 * t, &bias, 4);
-        std::memcpy(dst + PA::kScaleOffset + 4 * t, &d, 4);
-        std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
-        std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
-        std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
-        std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
-        std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
+        write_token(dst, t, block(token, b));
       }
     }
+}
+
+}  // namespace
+
+void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+                      int64_t tile1, uint8_t* out) {
+  // Q8_0's and Q4_0's weights are stored unsigned (+128, +8): the bias undoes it.
+  const int32_t offset = kind == PackedKind::Q8_0 ? 128 : kind == PackedKind::Q4_0 ? 8 : 0;
+  pack_tiles(n_tokens, n_blocks, tile0, tile1, out, [&](int64_t token, int64_t b) {
+    const BlockQ8_0& blk = x[token * n_blocks + b];
+    int32_t sum = 0;
+    for (int j = 0; j < kQK8_0; j++) sum += blk.qs[j];
+    return TokenBlock{blk.qs, fp16_to_fp32(blk.d), -offset * sum, std::nullopt};
+  });
 }
 
 void pack_activations_q8k(const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
                           uint8_t* out) {
-  using PA = PackedActivations;
   const int64_t n_super = n_blocks / 8;
-  for (int64_t tile = tile0; tile < tile1; tile++)
-    for (int64_t b = 0; b < n_blocks; b++) {
-      uint8_t* dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
-      std::memset(dst, 0, PA::kBytesPerBlock);
-      for (int t = 0; t < PA::kTokensPerTile; t++) {
-        const int64_t token = tile * PA::kTokensPerTile + t;
-        if (token >= n_tokens) break;
-        const BlockQ8_K& sb = x[token * n_super + b / 8];
-        const int8_t* qs = sb.qs + 32 * (b % 8);
-        int32_t lo = 0, hi = 0;
-        for (int j = 0; j < 16; j++) lo += qs[j], hi += qs[j + 16];
-        const float d = sb.d;
-        const float sums[3] = {d * static_cast<float>(lo + hi), d * static_cast<float>(lo), d * static_cast<float>(hi)};
-        std::memcpy(dst + t * kQK8_0, qs, kQK8_0);
-        std::memcpy(dst + PA::kScaleOffset + 4 * t, &d, 4);
-        std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
-        std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
-        std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
-        std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
-        std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
-      }
-    }
+  pack_tiles(n_tokens, n_blocks, tile0, tile1, out, [&](int64_t token, int64_t b) {
+    const BlockQ8_K& sb = x[token * n_super + b / 8];
+    return TokenBlock{sb.qs + 32 * (b % 8), sb.d, 0, std::nullopt};
+  });
 }
 
 void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
                            uint8_t* out) {
-  using PA = PackedActivations;
-  for (int64_t tile = tile0; tile < tile1; tile++)
-    for (int64_t b = 0; b < n_blocks; b++) {
-      uint8_t* dst = out + (tile * n_blocks + b) * PA::kBytesPerBlock;
-      std::memset(dst, 0, PA::kBytesPerBlock);
-      for (int t = 0; t < PA::kTokensPerTile; t++) {
-        const int64_t token = tile * PA::kTokensPerTile + t;
-        if (token >= n_tokens) break;
-        const BlockQ8_1& blk = x[token * n_blocks + b];
-        const float d = fp16_to_fp32(blk.d), s = fp16_to_fp32(blk.s);
-        // One offset per block: the stored sum in the first half's slot (and the whole block's), none in the second's.
-        const float zero = 0;
-        std::memcpy(dst + t * kQK8_0, blk.qs, kQK8_0);
-        std::memcpy(dst + PA::kScaleOffset + 4 * t, &d, 4);
-        std::memcpy(dst + PA::kSumOffset + 4 * t, &s, 4);
-        std::memcpy(dst + PA::kSumLoOffset + 4 * t, &s, 4);
-        std::memcpy(dst + PA::kSumHiOffset + 4 * t, &zero, 4);
-        int32_t lo = 0, hi = 0;  // (no K8Z type meets Q8_1; written for completeness of the tile)
-        for (int j = 0; j < 16; j++) lo += blk.qs[j], hi += blk.qs[j + 16];
-        std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
-        std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
-      }
-    }
+  pack_tiles(n_tokens, n_blocks, tile0, tile1, out, [&](int64_t token, int64_t b) {
+    const BlockQ8_1& blk = x[token * n_blocks + b];
+    return TokenBlock{blk.qs, fp16_to_fp32(blk.d), 0, fp16_to_fp32(blk.s)};
+  });
 }
 
 // The unsigned quant of element e (0..31) of lane `row` in one packed block.

@@ -22,19 +22,8 @@ const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlT
                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
                            GgmlType::MXFP4};
 
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  Weight w;
-};
-
-Matrix matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
-  Matrix m;
-  const auto f = test::random_floats(rows * cols, seed);
-  const size_t rb = row_bytes(type, cols);
-  m.bytes.resize(rb * rows);
-  for (int64_t r = 0; r < rows; r++) quantize_row(type, f.data() + r * cols, m.bytes.data() + r * rb, cols);
-  m.w = Weight{"blk.0.test.weight", type, {cols, rows}, m.bytes.data(), m.bytes.size(), {}};
-  return m;
+test::QuantMatrix matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  return test::quantized_matrix(type, rows, cols, seed);
 }
 
 TEST(PackedGeneral, BlocksDecodeAsTheFormat) {

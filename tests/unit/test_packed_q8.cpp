@@ -16,19 +16,10 @@
 namespace kestrel {
 namespace {
 
-struct QuantMatrix {
-  std::vector<uint8_t> bytes;
-  Weight w;
-};
+using test::QuantMatrix;
 
 QuantMatrix random_matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
-  QuantMatrix m;
-  const auto f = test::random_floats(rows * cols, seed);
-  const size_t rb = row_bytes(type, cols);
-  m.bytes.resize(rb * rows);
-  for (int64_t r = 0; r < rows; r++) quantize_row(type, f.data() + r * cols, m.bytes.data() + r * rb, cols);
-  m.w = Weight{"blk.0.test.weight", type, {cols, rows}, m.bytes.data(), m.bytes.size(), {}};
-  return m;
+  return test::quantized_matrix(type, rows, cols, seed);
 }
 
 struct Acts {

@@ -15,6 +15,7 @@
 #include "core/block_formats.h"
 #include "model/gguf_writer.h"
 #include "model/synth.h"
+#include "model/weight.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 
@@ -27,6 +28,22 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// A rows x cols matrix of random weights quantized to `type`, with a Weight
+// viewing it (the bytes move with the struct; do not copy it).
+struct QuantMatrix {
+  std::vector<uint8_t> bytes;
+  Weight w;
+};
+inline QuantMatrix quantized_matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  QuantMatrix m;
+  const auto f = random_floats(static_cast<size_t>(rows * cols), seed);
+  const size_t rb = row_bytes(type, cols);
+  m.bytes.resize(rb * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; r++) quantize_row(type, f.data() + r * cols, m.bytes.data() + r * rb, cols);
+  m.w = Weight{"blk.0.test.weight", type, {cols, rows}, m.bytes.data(), m.bytes.size(), {}};
+  return m;
 }
 
 inline std::string shared_dir() {
