@@ -211,7 +211,7 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--measure", f.measure, "Measure the machine's limits again (not the cached ones), and the limit each row is held to before every repetition");
-  cmd->add_flag("--no-repack", f.no_repack, "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical arithmetic, slower)");
+  cmd->add_flag("--no-repack", f.no_repack, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");
 }

@@ -53,7 +53,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--kl-divergence", base_path,
                   "Compare with log-probabilities saved from another model (same text and -c)");
   cmd->add_flag(
-      "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
+      "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
   add_mla_option(cmd, eo.mla);
   add_kv_type_options(cmd, eo.kv_type_k, eo.kv_type_v);
 }

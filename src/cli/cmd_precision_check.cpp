@@ -41,7 +41,7 @@ void register_precision_check(CLI::App& app) {
   cmd->add_option("-t,--threads", eo.n_threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("--warn", warn, "Flag relative errors above this")->capture_default_str();
   cmd->add_flag(
-      "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
+      "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
   add_kv_type_options(cmd, eo.kv_type_k, eo.kv_type_v);
 }
 

@@ -169,7 +169,7 @@ void register_run(CLI::App& app) {
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   cmd->add_flag("--no-repack", [](int64_t) { f.engine.repack_weights = false; },
-                "Keep Q8_0/Q4_0 weights in the file's layout (llama.cpp-identical logits, slower)");
+                "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too, slower)");
   cmd->add_flag("--mmap", f.engine.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace (Perfetto) in FILE.json");
 }

@@ -184,7 +184,7 @@ void register_serve(CLI::App& app) {
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   cmd->add_flag(
-      "--no-repack", [](int64_t) { f.engine.repack_weights = false; }, "Keep Q8_0/Q4_0 weights in the file's layout");
+      "--no-repack", [](int64_t) { f.engine.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
 }
 
 }  // namespace kestrel::cli
