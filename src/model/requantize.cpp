@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/block_formats.h"
@@ -96,6 +97,13 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
     if (o.imatrix && t.ne.size() >= 2 && uses_importance(type)) {
       const int64_t n_mat = t.ne.size() > 2 ? t.ne[2] : 1;
       for (int64_t m = 0; m < n_mat; m++) importance->push_back(o.imatrix->importance(t.name, m));
+      // Said, not silent: a matrix the importance matrix has no data for is rounded unweighted.
+      const auto missing = std::count_if(importance->begin(), importance->end(), [](const auto& v) { return v.empty(); });
+      if (missing > 0 && o.on_report)
+        o.on_report(missing == n_mat ? fmt::format("imatrix: no data for {}: rounded without importance", t.name)
+                                     : fmt::format("imatrix: no data for {} of the {} matrices of {} (experts no "
+                                                   "calibration token reached): those rounded without importance",
+                                                   missing, n_mat, t.name));
       if (!importance->empty() && !importance->front().empty() &&
           static_cast<int64_t>(importance->front().size()) != t.ne[0])
         throw Error(fmt::format("the importance matrix's '{}' has {} columns, the tensor {}", t.name,

@@ -64,6 +64,15 @@ TEST(Imatrix, CollectsTheMeanSquareOfEachInputChannel) {
   }
   // The FFN down projection's input is 172 wide (the hidden size).
   EXPECT_EQ(m.entries.at("blk.0.ffn_down.weight").n_per_row, 172);
+
+  // quantize uses it, and says which matrices it has no data for (the embedding and the head here).
+  const std::string cmd = std::string(KESTREL_BINARY) + " quantize " + model + " " + dir.file("q.gguf") +
+                          " --type q4_0 --imatrix " + dir.file("im.gguf") + " 2> " + dir.file("err.txt");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::string err = test::read_text(dir.file("err.txt"));
+  EXPECT_NE(err.find("importance matrix"), std::string::npos) << err;
+  EXPECT_NE(err.find("no data for output.weight: rounded without importance"), std::string::npos) << err;
+  EXPECT_EQ(err.find("no data for blk.0.attn_q.weight"), std::string::npos) << err;
 }
 
 TEST(Imatrix, FileLayoutRoundTripAndRefusals) {
