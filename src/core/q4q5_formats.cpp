@@ -31,45 +31,44 @@ void pack_levels(const float* x, float min, float id, int nmax, uint8_t* qs, uin
   if (qh) std::memcpy(qh, &high, 4);
 }
 
-}  // namespace
-
-// With an importance matrix: the weighted least-squares (scale, min) and levels against the stored pair.
+// Q4_1 / Q5_1 (levels 0..nmax above a minimum). Without an importance row,
+// ggml's reference: min and max of the block, levels against them as
+// computed; with one, the weighted least-squares (scale, min) and levels
+// against the pair as stored.
 template <typename Block>
-void quantize_min_weighted(const float* x, Block* y, int64_t n, const float* imp, int nmax) {
+void quantize_with_min(const float* x, Block* y, int64_t n, const float* imp, int nmax) {
   float w[kQK32];
   uint8_t L[kQK32];
-  for (int64_t i = 0; i < n / kQK32; i++, x += kQK32, imp += kQK32) {
-    importance_weights(x, imp, kQK32, kQK32, w);
-    const ScaleMin sm = fit_scale_min(x, w, kQK32, nmax, L);
-    y[i].d = fp32_to_fp16(sm.scale);
-    y[i].m = fp32_to_fp16(-sm.min);
-    const float d = fp16_to_fp32(y[i].d), m = fp16_to_fp32(y[i].m);
+  for (int64_t i = 0; i < n / kQK32; i++, x += kQK32) {
+    float min, id;
+    if (imp) {
+      importance_weights(x, imp + i * kQK32, kQK32, kQK32, w);
+      const ScaleMin sm = fit_scale_min(x, w, kQK32, nmax, L);
+      y[i].d = fp32_to_fp16(sm.scale);
+      y[i].m = fp32_to_fp16(-sm.min);
+      const float d = fp16_to_fp32(y[i].d);
+      min = fp16_to_fp32(y[i].m), id = d ? 1 / d : 0;
+    } else {
+      const MinMax mm = min_max(x);
+      const float d = (mm.max - mm.min) / static_cast<float>(nmax);
+      y[i].d = fp32_to_fp16(d);
+      y[i].m = fp32_to_fp16(mm.min);
+      min = mm.min, id = d ? 1 / d : 0;
+    }
     uint8_t* qh = nullptr;
     if constexpr (requires { y[i].qh; }) qh = y[i].qh;
-    pack_levels(x, m, d ? 1 / d : 0, nmax, y[i].qs, qh);
+    pack_levels(x, min, id, nmax, y[i].qs, qh);
   }
 }
 
+}  // namespace
+
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n, const float* imp) {
-  if (imp) return quantize_min_weighted(x, y, n, imp, 15);
-  for (int64_t i = 0; i < n / kQK32; i++, x += kQK32) {
-    const MinMax mm = min_max(x);
-    const float d = (mm.max - mm.min) / 15, id = d ? 1 / d : 0;
-    y[i].d = fp32_to_fp16(d);
-    y[i].m = fp32_to_fp16(mm.min);
-    pack_levels(x, mm.min, id, 15, y[i].qs, nullptr);
-  }
+  quantize_with_min(x, y, n, imp, 15);
 }
 
 void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n, const float* imp) {
-  if (imp) return quantize_min_weighted(x, y, n, imp, 31);
-  for (int64_t i = 0; i < n / kQK32; i++, x += kQK32) {
-    const MinMax mm = min_max(x);
-    const float d = (mm.max - mm.min) / 31, id = d ? 1 / d : 0;
-    y[i].d = fp32_to_fp16(d);
-    y[i].m = fp32_to_fp16(mm.min);
-    pack_levels(x, mm.min, id, 31, y[i].qs, y[i].qh);
-  }
+  quantize_with_min(x, y, n, imp, 31);
 }
 
 void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n, const float* imp) {

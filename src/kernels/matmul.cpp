@@ -51,9 +51,9 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
                          kquant_dots().isa);
     case GgmlType::KESTREL_FP8_E4M3: return fmt::format("fp8 e4m3 (as fp16) x f32 row dot ({})", kquant_dots().isa);
     default:
-      if (const QTypeDots* d = qdots().find(type))
+      if (qdots().find(type))
         return fmt::format("{} x {} integer row dot, {} tokens per pass for batches ({})", type_name(type),
-                           activation_format_name(d->act), qdots().tokens, qdots().isa);
+                           activation_format_name(activation_format(type)), qdots().tokens, qdots().isa);
       return "none";
   }
 }
@@ -86,29 +86,10 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
     throw Error(fmt::format("tensor '{}': no matmul kernel for type {} yet", w.name, type_name(w.type)));
   x_ = x;
   n_ = n;
-  if (qdot_) {
-    // Activations in the format ggml pairs with this weight type (qdot.h).
+  if (qdot_ || is_kquant_format(w.type)) {
+    // Row dots against activations in the format ggml pairs with this weight type (FP8: float ones).
     tiled_ = bf16_ = packed_ = false;
-    const int64_t cols = w.cols();
-    xact_stride_ = activation_row_bytes(qdot_->act, cols);
-    if (xact_.size() < n * xact_stride_) xact_.resize(n * xact_stride_);
-    uint8_t* xa = xact_.data();
-    const ActFormat f = qdot_->act;
-    const size_t stride = xact_stride_;
-    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; t++) quantize_activations(f, x + t * cols, xa + t * stride, cols);
-    });
-    return;
-  }
-  if (is_kquant_format(w.type)) {
-    tiled_ = bf16_ = packed_ = false;
-    if (w.type == GgmlType::KESTREL_FP8_E4M3) return;
-    const int64_t cols = w.cols(), blocks = cols / kQK_K;
-    if (xq8k_.size() < static_cast<size_t>(n * blocks)) xq8k_.resize(static_cast<size_t>(n * blocks));
-    BlockQ8_K* xq = xq8k_.data();
-    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; t++) quantize_row_q8_K(x + t * cols, xq + t * blocks, cols);
-    });
+    if (w.type != GgmlType::KESTREL_FP8_E4M3) quantize_activations_for(pool, w.type, x, n, w.cols());
     return;
   }
   tiled_ = false;
@@ -160,6 +141,17 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   }
 }
 
+void Matmul::quantize_activations_for(ThreadPool& pool, GgmlType weight, const float* x, int64_t n, int64_t cols) {
+  const ActFormat f = activation_format(weight);
+  xact_stride_ = activation_row_bytes(f, cols);
+  if (xact_.size() < n * xact_stride_) xact_.resize(n * xact_stride_);
+  uint8_t* xa = xact_.data();
+  const size_t stride = xact_stride_;
+  pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) quantize_activations(f, x + t * cols, xa + t * stride, cols);
+  });
+}
+
 void Matmul::prepare_packed(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
   tiled_ = bf16_ = false;
   packed_ = true;
@@ -168,24 +160,25 @@ void Matmul::prepare_packed(ThreadPool& pool, const Weight& w, const float* x, i
   if (xpacked_.size() < bytes) xpacked_.resize(bytes);
   uint8_t* out = xpacked_.data();
   const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
-  if (traits(w.type).block_size == kQK_K) {
-    // The k-quants and IQ4_XS meet activations quantized per 256, as in ggml (and their row dots).
-    const int64_t supers = cols / kQK_K;
-    if (xq8k_.size() < static_cast<size_t>(n * supers)) xq8k_.resize(static_cast<size_t>(n * supers));
-    BlockQ8_K* xk = xq8k_.data();
-    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; t++) quantize_row_q8_K(x + t * cols, xk + t * supers, cols);
+  if (w.packed->is_k()) {
+    // The general form's activations are rounded as the row dots' (and ggml's) are for the type.
+    quantize_activations_for(pool, w.type, x, n, cols);
+    const uint8_t* xa = xact_.data();
+    const PackedKind kind = w.packed->kind;
+    const ActFormat f = activation_format(w.type);
+    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) {
+      switch (f) {
+        case ActFormat::Q8_K:
+          pack_activations_q8k(reinterpret_cast<const BlockQ8_K*>(xa), n, blocks_per_row, i0, i1, out);
+          break;
+        case ActFormat::Q8_1:
+          pack_activations_q8_1(reinterpret_cast<const BlockQ8_1*>(xa), n, blocks_per_row, i0, i1, out);
+          break;
+        case ActFormat::Q8_0:
+          pack_activations(kind, reinterpret_cast<const BlockQ8_0*>(xa), n, blocks_per_row, i0, i1, out);
+          break;
+      }
     });
-    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) { pack_activations_q8k(xk, n, blocks_per_row, i0, i1, out); });
-  } else if (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1) {
-    // Q4_1/Q5_1 meet Q8_1 in ggml: Q8_0's values plus the block sum rounded to fp16.
-    const size_t need = activation_row_bytes(ActFormat::Q8_1, cols);
-    if (xact_.size() < n * need) xact_.resize(n * need);
-    auto* xa = reinterpret_cast<BlockQ8_1*>(xact_.data());
-    pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; t++) quantize_row_q8_1(x + t * cols, xa + t * blocks_per_row, cols);
-    });
-    pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) { pack_activations_q8_1(xa, n, blocks_per_row, i0, i1, out); });
   } else {
     const size_t need = static_cast<size_t>(n * blocks_per_row);
     if (xq_.size() < need) xq_.resize(need);
@@ -228,7 +221,6 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
   }
   if (is_kquant_format(w.type)) {
     const KQuantDots& kd = kquant_dots();
-    const int64_t blocks = cols / kQK_K;
     // Batches: panels of 32 rows (~40 KiB of Q4_K at 2048 columns, in L2)
     // against kd.tokens tokens at a time (their activations in L1), so
     // neither the weights nor the activations stream from further out once per token.
@@ -240,7 +232,7 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
       const int64_t p1 = std::min(r1, p0 + kPanel);
       for (int64_t t = 0; t < n_many; t += nt) {
         const BlockQ8_K* xs[16];
-        for (int j = 0; j < nt; j++) xs[j] = xq8k_.data() + (t + j) * blocks;
+        for (int j = 0; j < nt; j++) xs[j] = q8k(t + j);
         for (int64_t r = p0; r < p1; r++) {
           const void* wr = base + r * stride;
           float out[16];
@@ -253,7 +245,7 @@ void Matmul::compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int
       for (int64_t r = p0; r < p1; r++) {
         const void* wr = base + r * stride;
         for (int64_t t = n_many; t < n; t++) {
-          const BlockQ8_K* xq = xq8k_.data() + t * blocks;
+          const BlockQ8_K* xq = q8k(t);
           float v;
           switch (w.type) {
             case GgmlType::Q4_K: v = kd.q4_K(static_cast<const BlockQ4_K*>(wr), xq, cols); break;

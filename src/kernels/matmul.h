@@ -61,6 +61,11 @@ class Matmul {
   void prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n);
   // Rows [r0, r1) of w for all n prepared tokens, into y with row stride ldy.
   void compute_rows(const Weight& w, int64_t r0, int64_t r1, float* y, int64_t ldy) const;
+  // Activations in the format ggml pairs with `weight` (qdot.h), into xact_.
+  void quantize_activations_for(ThreadPool& pool, GgmlType weight, const float* x, int64_t n, int64_t cols);
+  const BlockQ8_K* q8k(int64_t token) const {
+    return reinterpret_cast<const BlockQ8_K*>(xact_.data() + token * xact_stride_);
+  }
   // Activations for repacked weights (packed_q8.h), any kind.
   void prepare_packed(ThreadPool& pool, const Weight& w, const float* x, int64_t n);
   // compute_rows for the formats of qdot.h.
@@ -79,7 +84,6 @@ class Matmul {
   const QTypeDots* qdot_ = nullptr;       // the current call's qdot.h kernel, if any
   std::vector<uint8_t> xact_;         // activations in its format, xact_stride_ bytes per token
   size_t xact_stride_ = 0;
-  std::vector<BlockQ8_K> xq8k_;       // activations in Q8_K for the k-quant row dots
   std::vector<int32_t> xsums_;        // their per-lane sums, for the tiled int8 kernel
   QuantizedActivations acts_;
   std::vector<uint16_t> xbf16_;       // activations rounded to BF16 for BF16 weights

@@ -58,18 +58,19 @@ void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float
   switch (t) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: {
-      const bool five = t == GgmlType::Q5_K;
-      const uint8_t* scales = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].scales : reinterpret_cast<const BlockQ4_K*>(row)[sb].scales;
-      const uint8_t* qs = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].qs : reinterpret_cast<const BlockQ4_K*>(row)[sb].qs;
-      const uint16_t d = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].d : reinterpret_cast<const BlockQ4_K*>(row)[sb].d;
-      const uint16_t dmin = five ? reinterpret_cast<const BlockQ5_K*>(row)[sb].dmin : reinterpret_cast<const BlockQ4_K*>(row)[sb].dmin;
-      int sc, mn;
-      unpack_scale_min_k4(scales, j, sc, mn);
-      for (int l = 0; l < 32; l++) {
-        L[l] = static_cast<uint8_t>(j % 2 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 0xF);
-        if (five) L[l] |= static_cast<uint8_t>(((reinterpret_cast<const BlockQ5_K*>(row)[sb].qh[l] >> j) & 1) << 4);
-      }
-      both(fp16_to_fp32(d) * static_cast<float>(sc), -(fp16_to_fp32(dmin) * static_cast<float>(mn)));
+      // Sub-block j: the low (j even) or high nibbles of qs[32 (j / 2) ..], Q5_K's fifth bit j of qh.
+      auto k4 = [&](const auto& x) {
+        int sc, mn;
+        unpack_scale_min_k4(x.scales, j, sc, mn);
+        for (int l = 0; l < 32; l++) {
+          const uint8_t q = x.qs[32 * (j / 2) + l];
+          L[l] = static_cast<uint8_t>(j % 2 ? q >> 4 : q & 0xF);
+          if constexpr (requires { x.qh; }) L[l] |= static_cast<uint8_t>(((x.qh[l] >> j) & 1) << 4);
+        }
+        both(fp16_to_fp32(x.d) * static_cast<float>(sc), -(fp16_to_fp32(x.dmin) * static_cast<float>(mn)));
+      };
+      if (t == GgmlType::Q5_K) k4(reinterpret_cast<const BlockQ5_K*>(row)[sb]);
+      else k4(reinterpret_cast<const BlockQ4_K*>(row)[sb]);
       return;
     }
     case GgmlType::Q6_K: {

@@ -122,19 +122,19 @@ void dots(const void* w, const void* const* x, int64_t n, float* out) {
 }
 
 template <typename W, typename X, float (*kDot)(const W*, const X*, int64_t)>
-constexpr QTypeDots entry(GgmlType type, ActFormat act) {
-  return {type, act, dots<W, X, kDot, 1>, dots<W, X, kDot, 4>};
+constexpr QTypeDots entry(GgmlType type) {
+  return {type, dots<W, X, kDot, 1>, dots<W, X, kDot, 4>};
 }
 
 constexpr QTypeDots kScalar[] = {
-    entry<BlockQ4_1, BlockQ8_1, dot_q4_1>(GgmlType::Q4_1, ActFormat::Q8_1),
-    entry<BlockQ5_0, BlockQ8_0, dot_q5_0>(GgmlType::Q5_0, ActFormat::Q8_0),
-    entry<BlockQ5_1, BlockQ8_1, dot_q5_1>(GgmlType::Q5_1, ActFormat::Q8_1),
-    entry<BlockIQ4_NL, BlockQ8_0, dot_iq4_nl>(GgmlType::IQ4_NL, ActFormat::Q8_0),
-    entry<BlockMXFP4, BlockQ8_0, dot_mxfp4>(GgmlType::MXFP4, ActFormat::Q8_0),
-    entry<BlockQ2_K, BlockQ8_K, dot_q2_K>(GgmlType::Q2_K, ActFormat::Q8_K),
-    entry<BlockQ3_K, BlockQ8_K, dot_q3_K>(GgmlType::Q3_K, ActFormat::Q8_K),
-    entry<BlockIQ4_XS, BlockQ8_K, dot_iq4_xs>(GgmlType::IQ4_XS, ActFormat::Q8_K),
+    entry<BlockQ4_1, BlockQ8_1, dot_q4_1>(GgmlType::Q4_1),
+    entry<BlockQ5_0, BlockQ8_0, dot_q5_0>(GgmlType::Q5_0),
+    entry<BlockQ5_1, BlockQ8_1, dot_q5_1>(GgmlType::Q5_1),
+    entry<BlockIQ4_NL, BlockQ8_0, dot_iq4_nl>(GgmlType::IQ4_NL),
+    entry<BlockMXFP4, BlockQ8_0, dot_mxfp4>(GgmlType::MXFP4),
+    entry<BlockQ2_K, BlockQ8_K, dot_q2_K>(GgmlType::Q2_K),
+    entry<BlockQ3_K, BlockQ8_K, dot_q3_K>(GgmlType::Q3_K),
+    entry<BlockIQ4_XS, BlockQ8_K, dot_iq4_xs>(GgmlType::IQ4_XS),
 };
 
 }  // namespace
@@ -159,6 +159,12 @@ const QDotTable& qdots() {
     return scalar_qdots();
   }();
   return t;
+}
+
+ActFormat activation_format(GgmlType weight) {
+  if (traits(weight).block_size == kQK_K) return ActFormat::Q8_K;
+  if (weight == GgmlType::Q4_1 || weight == GgmlType::Q5_1) return ActFormat::Q8_1;
+  return ActFormat::Q8_0;
 }
 
 size_t activation_row_bytes(ActFormat f, int64_t n) {

@@ -25,9 +25,9 @@ enum class ActFormat : uint8_t { Q8_0, Q8_1, Q8_K };
 // out[t] = dot(row w, activations x[t]) over n elements.
 using QRowDot = void (*)(const void* w, const void* const* x, int64_t n, float* out);
 
+// x[t] points at activations in activation_format(type) (below).
 struct QTypeDots {
   GgmlType type;
-  ActFormat act;
   QRowDot one;   // x[0] only
   QRowDot many;  // x[0 .. tokens)
 };
@@ -49,6 +49,10 @@ const QDotTable* avx2_qdots();        // nullptr when not compiled in
 const QDotTable* avx512vnni_qdots();  // nullptr when not compiled in
 // The best table for selected_isa() on this CPU.
 const QDotTable& qdots();
+
+// The activation format ggml pairs with a quantized weight type: Q8_K for
+// the 256-wide types, Q8_1 for Q4_1/Q5_1, Q8_0 for the others.
+ActFormat activation_format(GgmlType weight);
 
 // Bytes of one row of n activations in a format, and the quantizer
 // (ggml's run-time one: round half to even).

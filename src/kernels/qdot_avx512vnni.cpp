@@ -153,19 +153,15 @@ void dot_iq4_xs_512(const void* wv, const void* const* xv, int64_t n, float* out
   for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - corr[t];
 }
 
-// --- 32-wide blocks, two per 512-bit vector ------------------------------
-// Used for Q5_0 and Q5_1 (the fifth bits come from one mask register: ~20%
-// faster than the 256-bit kernel per core); for Q4_1, IQ4_NL and MXFP4 the
-// per-block scale work dominates and the 256-bit kernels measured as fast.
+// --- Q5_0 / Q5_1, two blocks per 512-bit vector ---------------------------
+// The fifth bits of both blocks come from one mask register: ~20% faster per
+// core than the 256-bit kernel. (For Q4_1, IQ4_NL and MXFP4 the per-block
+// scale work dominates and the 256-bit kernels measured as fast: they keep them.)
 // Block A's 32 weights in lanes 0-7 (bytes 0-31), block B's in lanes 8-15.
-// Offsets (Q5_0's 16, the tables' 128 after shifting them to unsigned) come
-// back through a second vpdpbusd of the offset against the activations.
-enum class Pair32 { Q4_1, Q5_1, Q5_0, IQ4_NL, MXFP4 };
+// Q5_0's offset of 16 comes back through a second vpdpbusd of 16 against the
+// activations; Q5_1's minimum through Q8_1's block sums.
 
-template <Pair32 K>
-constexpr bool kHasMin = K == Pair32::Q4_1 || K == Pair32::Q5_1;
-
-// [low nibbles of a, high of a, low of b, high of b]: both blocks' 4-bit indices in element order.
+// [low nibbles of a, high of a, low of b, high of b]: both blocks' 4-bit levels in element order.
 inline __m512i nibbles_pair(const uint8_t* a, const uint8_t* b) {
   const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
@@ -173,64 +169,44 @@ inline __m512i nibbles_pair(const uint8_t* a, const uint8_t* b) {
   return _mm512_and_si512(_mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
 }
 
-template <Pair32 K, typename Block>
-inline __m512i levels_pair(const Block& a, const Block& b, __m512i table) {
-  __m512i level = nibbles_pair(a.qs, b.qs);
-  if constexpr (K == Pair32::Q5_0 || K == Pair32::Q5_1) {
-    uint32_t ha, hb;
-    std::memcpy(&ha, a.qh, 4);
-    std::memcpy(&hb, b.qh, 4);
-    const __mmask64 fifth = _cvtu64_mask64(ha | (static_cast<uint64_t>(hb) << 32));
-    level = _mm512_or_si512(level, _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
-  } else if constexpr (K == Pair32::IQ4_NL || K == Pair32::MXFP4) {
-    level = _mm512_shuffle_epi8(table, level);
-  }
-  return level;
+template <typename Block>
+inline __m512i q5_levels_pair(const Block& a, const Block& b) {
+  uint32_t ha, hb;
+  std::memcpy(&ha, a.qh, 4);
+  std::memcpy(&hb, b.qh, 4);
+  const __mmask64 fifth = _cvtu64_mask64(ha | (static_cast<uint64_t>(hb) << 32));
+  return _mm512_or_si512(nibbles_pair(a.qs, b.qs), _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
 }
 
-template <Pair32 K, typename Block>
-inline float block_scale(const Block& b) {
-  if constexpr (K == Pair32::MXFP4) return e8m0_to_fp32_half(b.e);
-  else return _cvtsh_ss(b.d);
-}
-
-template <Pair32 K, typename Block, typename Act, int T>
-void dot_pair32(const void* wv, const void* const* xv, int64_t n, float* out) {
+// kMin: Q5_1 (x = d q + m, activations Q8_1); else Q5_0 (x = d (q - 16), activations Q8_0).
+template <bool kMin, typename Block, typename Act, int T>
+void dot_q5_pair(const void* wv, const void* const* xv, int64_t n, float* out) {
   const auto* w = static_cast<const Block*>(wv);
-  constexpr int kOffset = K == Pair32::Q5_0 ? 16 : (K == Pair32::IQ4_NL || K == Pair32::MXFP4) ? 128 : 0;
-  int8_t shifted[16] = {};
-  if constexpr (K == Pair32::IQ4_NL || K == Pair32::MXFP4)
-    for (int k = 0; k < 16; k++)
-      shifted[k] = static_cast<int8_t>((K == Pair32::MXFP4 ? kMxfp4Values[k] : kIq4nlValues[k]) + 128);
-  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(shifted)));
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(kOffset));
+  const __m512i sixteen = _mm512_set1_epi8(16);
   __m512 acc[T];
   float mins[T];
   for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), mins[t] = 0;
   const int64_t nb = n / 32;
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    const __m512i level = levels_pair<K>(w[i], w[i + 1], table);
-    const float da = block_scale<K>(w[i]), db = block_scale<K>(w[i + 1]);
+    const __m512i level = q5_levels_pair(w[i], w[i + 1]);
+    const float da = _cvtsh_ss(w[i].d), db = _cvtsh_ss(w[i + 1].d);
     for (int t = 0; t < T; t++) {
       const Act* x = static_cast<const Act*>(xv[t]) + i;
       const __m512i xa = _mm512_inserti64x4(_mm512_castsi256_si512(load256(x[0].qs)), load256(x[1].qs), 1);
       __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), level, xa);
-      if constexpr (kOffset != 0) d = _mm512_sub_epi32(d, _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, xa));
+      if constexpr (!kMin) d = _mm512_sub_epi32(d, _mm512_dpbusd_epi32(_mm512_setzero_si512(), sixteen, xa));
       const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(da * _cvtsh_ss(x[0].d)), _mm256_set1_ps(db * _cvtsh_ss(x[1].d)), 1);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), scale, acc[t]);
-      if constexpr (kHasMin<K>) mins[t] += _cvtsh_ss(w[i].m) * _cvtsh_ss(x[0].s) + _cvtsh_ss(w[i + 1].m) * _cvtsh_ss(x[1].s);
+      if constexpr (kMin) mins[t] += _cvtsh_ss(w[i].m) * _cvtsh_ss(x[0].s) + _cvtsh_ss(w[i + 1].m) * _cvtsh_ss(x[1].s);
     }
   }
   float tail[T] = {};
   if (i < nb) {  // an odd last block: the 256-bit kernel's arithmetic for one block
     const void* xs[T];
     for (int t = 0; t < T; t++) xs[t] = static_cast<const Act*>(xv[t]) + i;
-    if constexpr (K == Pair32::Q4_1) dot_q4q5_1<false, Block, T>(w + i, xs, 32, tail);
-    else if constexpr (K == Pair32::Q5_1) dot_q4q5_1<true, Block, T>(w + i, xs, 32, tail);
-    else if constexpr (K == Pair32::Q5_0) dot_signed32<Signed32::Q5_0, Block, T>(w + i, xs, 32, tail);
-    else if constexpr (K == Pair32::IQ4_NL) dot_signed32<Signed32::IQ4_NL, Block, T>(w + i, xs, 32, tail);
-    else dot_signed32<Signed32::MXFP4, Block, T>(w + i, xs, 32, tail);
+    if constexpr (kMin) dot_q4q5_1<true, Block, T>(w + i, xs, 32, tail);
+    else dot_signed32<Signed32::Q5_0, Block, T>(w + i, xs, 32, tail);
   }
   for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(acc[t]) + mins[t] + tail[t];
 }
@@ -244,9 +220,9 @@ constexpr std::array<QTypeDots, 8> entries() {
     if (d.type == GgmlType::Q3_K) d.one = dot_q23_K_512<true, BlockQ3_K, 1>, d.many = dot_q23_K_512<true, BlockQ3_K, kTokens>;
     if (d.type == GgmlType::IQ4_XS) d.one = dot_iq4_xs_512<1>, d.many = dot_iq4_xs_512<kTokens>;
     if (d.type == GgmlType::Q5_1)
-      d.one = dot_pair32<Pair32::Q5_1, BlockQ5_1, BlockQ8_1, 1>, d.many = dot_pair32<Pair32::Q5_1, BlockQ5_1, BlockQ8_1, kTokens>;
+      d.one = dot_q5_pair<true, BlockQ5_1, BlockQ8_1, 1>, d.many = dot_q5_pair<true, BlockQ5_1, BlockQ8_1, kTokens>;
     if (d.type == GgmlType::Q5_0)
-      d.one = dot_pair32<Pair32::Q5_0, BlockQ5_0, BlockQ8_0, 1>, d.many = dot_pair32<Pair32::Q5_0, BlockQ5_0, BlockQ8_0, kTokens>;
+      d.one = dot_q5_pair<false, BlockQ5_0, BlockQ8_0, 1>, d.many = dot_q5_pair<false, BlockQ5_0, BlockQ8_0, kTokens>;
   }
   return e;
 }

@@ -200,16 +200,16 @@ void dot_iq4_xs(const void* wv, const void* const* xv, int64_t n, float* out) {
 template <int T>
 constexpr std::array<QTypeDots, 8> simd_qdot_entries() {
   return {{
-      {GgmlType::Q4_1, ActFormat::Q8_1, dot_q4q5_1<false, BlockQ4_1, 1>, dot_q4q5_1<false, BlockQ4_1, T>},
-      {GgmlType::Q5_0, ActFormat::Q8_0, dot_signed32<Signed32::Q5_0, BlockQ5_0, 1>,
+      {GgmlType::Q4_1, dot_q4q5_1<false, BlockQ4_1, 1>, dot_q4q5_1<false, BlockQ4_1, T>},
+      {GgmlType::Q5_0, dot_signed32<Signed32::Q5_0, BlockQ5_0, 1>,
        dot_signed32<Signed32::Q5_0, BlockQ5_0, T>},
-      {GgmlType::Q5_1, ActFormat::Q8_1, dot_q4q5_1<true, BlockQ5_1, 1>, dot_q4q5_1<true, BlockQ5_1, T>},
-      {GgmlType::IQ4_NL, ActFormat::Q8_0, dot_signed32<Signed32::IQ4_NL, BlockIQ4_NL, 1>,
+      {GgmlType::Q5_1, dot_q4q5_1<true, BlockQ5_1, 1>, dot_q4q5_1<true, BlockQ5_1, T>},
+      {GgmlType::IQ4_NL, dot_signed32<Signed32::IQ4_NL, BlockIQ4_NL, 1>,
        dot_signed32<Signed32::IQ4_NL, BlockIQ4_NL, T>},
-      {GgmlType::MXFP4, ActFormat::Q8_0, dot_signed32<Signed32::MXFP4, BlockMXFP4, 1>,
+      {GgmlType::MXFP4, dot_signed32<Signed32::MXFP4, BlockMXFP4, 1>,
        dot_signed32<Signed32::MXFP4, BlockMXFP4, T>},
-      {GgmlType::Q2_K, ActFormat::Q8_K, dot_q23_K<false, BlockQ2_K, 1>, dot_q23_K<false, BlockQ2_K, T>},
-      {GgmlType::Q3_K, ActFormat::Q8_K, dot_q23_K<true, BlockQ3_K, 1>, dot_q23_K<true, BlockQ3_K, T>},
-      {GgmlType::IQ4_XS, ActFormat::Q8_K, dot_iq4_xs<1>, dot_iq4_xs<T>},
+      {GgmlType::Q2_K, dot_q23_K<false, BlockQ2_K, 1>, dot_q23_K<false, BlockQ2_K, T>},
+      {GgmlType::Q3_K, dot_q23_K<true, BlockQ3_K, 1>, dot_q23_K<true, BlockQ3_K, T>},
+      {GgmlType::IQ4_XS, dot_iq4_xs<1>, dot_iq4_xs<T>},
   }};
 }

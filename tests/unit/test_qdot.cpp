@@ -103,7 +103,8 @@ void check_rows(GgmlType type, const uint8_t* rows, int64_t n_rows, int64_t cols
   const QTypeDots* ref = scalar_qdots().find(type);
   ASSERT_NE(ref, nullptr) << type_name(type);
   const auto x = test::random_floats(static_cast<size_t>(cols), 77);
-  const Acts a = quantized_acts(ref->act, x);
+  const ActFormat format = activation_format(type);
+  const Acts a = quantized_acts(format, x);
   const void* xs1[1] = {a.bytes.data()};
   std::vector<float> wd(static_cast<size_t>(cols));
   const size_t rb = row_bytes(type, cols);
@@ -113,7 +114,7 @@ void check_rows(GgmlType type, const uint8_t* rows, int64_t n_rows, int64_t cols
     double want = 0, scale = 0;
     for (int64_t c = 0; c < cols; c++) want += double(wd[c]) * a.widened[c], scale += std::fabs(wd[c] * a.widened[c]);
     double tol = 1e-5 * scale + 1e-6;
-    if (ref->act == ActFormat::Q8_1) {
+    if (format == ActFormat::Q8_1) {
       std::vector<float> mins(static_cast<size_t>(cols / 32));
       for (size_t i = 0; i < mins.size(); i++) {
         uint16_t m;
@@ -128,7 +129,6 @@ void check_rows(GgmlType type, const uint8_t* rows, int64_t n_rows, int64_t cols
     for (const QDotTable* t : simd_tables()) {
       const QTypeDots* d = t->find(type);
       ASSERT_NE(d, nullptr) << type_name(type) << " " << t->isa;
-      EXPECT_EQ(d->act, ref->act);
       float simd;
       d->one(w, xs1, cols, &simd);
       ASSERT_NEAR(simd, got, 1e-5 * scale + 1e-6) << type_name(type) << " " << t->isa << " " << what << " row " << r;
