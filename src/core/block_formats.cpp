@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/fp8.h"
+#include "core/iq_formats.h"
 #include "core/kquant_formats.h"
 #include "core/nonlinear4_formats.h"
 #include "core/q4q5_formats.h"
@@ -114,6 +115,8 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n); return;
     case GgmlType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n); return;
     case GgmlType::MXFP4: dequantize_row_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n); return;
+    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M: dequantize_row_iq(type, src, dst, n); return;
     default: throw Error(std::string("dequantize: tensor type ") + std::string(type_name(type)) + " is not supported yet");
   }
 }
@@ -124,7 +127,7 @@ bool can_quantize_to(GgmlType type) {
     case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::KESTREL_FP8_E4M3:
     case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K: case GgmlType::Q3_K:
     case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: case GgmlType::MXFP4: return true;
-    default: return false;
+    default: return is_iq_grid_type(type);
   }
 }
 
@@ -148,6 +151,14 @@ bool uses_importance(GgmlType type) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K:
     case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL:
     case GgmlType::IQ4_XS: return true;
+    default: return is_iq_grid_type(type);
+  }
+}
+
+bool requires_importance(GgmlType type) {
+  switch (type) {
+    case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS: return true;
     default: return false;
   }
 }
@@ -181,6 +192,8 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const f
     case GgmlType::IQ4_NL: quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n, imp); return;
     case GgmlType::IQ4_XS: quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n, imp); return;
     case GgmlType::MXFP4: quantize_row_mxfp4(src, static_cast<BlockMXFP4*>(dst), n); return;
+    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M: quantize_row_iq(type, src, dst, n, imp); return;
     default: throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
   }
 }

@@ -53,10 +53,14 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const float* importance = nullptr);
 // Whether quantize_row's fit for this type uses an importance row.
 bool uses_importance(GgmlType type);
+// Whether llama-quantize writes this type only with an importance matrix
+// (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS): without one it refuses.
+bool requires_importance(GgmlType type);
 // Whether quantize_row supports writing this type.
 bool can_quantize_to(GgmlType type);
 // The names of those types, for help texts and error messages.
 inline constexpr const char* kWritableTypes =
-    "f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q6_k, q5_k, q4_k, q3_k, q2_k, iq4_nl, iq4_xs, mxfp4, fp8";
+    "f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, q6_k, q5_k, q4_k, q3_k, q2_k, iq4_nl, iq4_xs, iq3_s, iq3_xxs, "
+    "iq2_s, iq2_xs, iq2_xxs, iq1_m, iq1_s, mxfp4, fp8";
 
 }  // namespace kestrel

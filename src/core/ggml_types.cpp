@@ -23,13 +23,13 @@ constexpr std::array kTypes = {
     Entry{10, {"Q2_K", 256, 84, true}}, Entry{11, {"Q3_K", 256, 110, true}},
     Entry{12, {"Q4_K", 256, 144, true}}, Entry{13, {"Q5_K", 256, 176, true}},
     Entry{14, {"Q6_K", 256, 210, true}}, Entry{15, {"Q8_K", 256, 292, false}},
-    Entry{16, {"IQ2_XXS", 256, 66, false}}, Entry{17, {"IQ2_XS", 256, 74, false}},
-    Entry{18, {"IQ3_XXS", 256, 98, false}}, Entry{19, {"IQ1_S", 256, 50, false}},
-    Entry{20, {"IQ4_NL", 32, 18, true}},   Entry{21, {"IQ3_S", 256, 110, false}},
-    Entry{22, {"IQ2_S", 256, 82, false}},   Entry{23, {"IQ4_XS", 256, 136, true}},
+    Entry{16, {"IQ2_XXS", 256, 66, true}}, Entry{17, {"IQ2_XS", 256, 74, true}},
+    Entry{18, {"IQ3_XXS", 256, 98, true}}, Entry{19, {"IQ1_S", 256, 50, true}},
+    Entry{20, {"IQ4_NL", 32, 18, true}},   Entry{21, {"IQ3_S", 256, 110, true}},
+    Entry{22, {"IQ2_S", 256, 82, true}},   Entry{23, {"IQ4_XS", 256, 136, true}},
     Entry{24, {"I8", 1, 1, false}},      Entry{25, {"I16", 1, 2, false}},
     Entry{26, {"I32", 1, 4, false}},     Entry{27, {"I64", 1, 8, false}},
-    Entry{28, {"F64", 1, 8, false}},     Entry{29, {"IQ1_M", 256, 56, false}},
+    Entry{28, {"F64", 1, 8, false}},     Entry{29, {"IQ1_M", 256, 56, true}},
     Entry{30, {"BF16", 1, 2, true}},     Entry{34, {"TQ1_0", 256, 54, false}},
     Entry{35, {"TQ2_0", 256, 66, false}},    Entry{39, {"MXFP4", 32, 17, true}},
     Entry{1000, {"KESTREL_FP8_E4M3", 32, 34, true}},
@@ -74,6 +74,13 @@ uint32_t llama_file_type(GgmlType t) {
     case GgmlType::Q4_K: return 15;  // Q4_K_M
     case GgmlType::Q5_K: return 17;  // Q5_K_M
     case GgmlType::Q6_K: return 18;
+    case GgmlType::IQ2_XXS: return 19;
+    case GgmlType::IQ2_XS: return 20;
+    case GgmlType::IQ3_XXS: return 23;
+    case GgmlType::IQ1_S: return 24;
+    case GgmlType::IQ3_S: return 26;
+    case GgmlType::IQ2_S: return 28;
+    case GgmlType::IQ1_M: return 31;
     case GgmlType::IQ4_NL: return 25;
     case GgmlType::IQ4_XS: return 30;
     case GgmlType::BF16: return 32;

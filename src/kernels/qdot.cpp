@@ -3,8 +3,11 @@
 // activation quantizers and the table choice.
 #include "kernels/qdot.h"
 
+#include <cmath>
+
 #include "core/block_formats.h"
 #include "core/fp16.h"
+#include "core/iq_formats.h"
 #include "core/kquant_formats.h"
 #include "core/nonlinear4_formats.h"
 #include "core/q4q5_formats.h"
@@ -116,6 +119,28 @@ float dot_q3_K(const BlockQ3_K* w, const BlockQ8_K* x, int64_t n) {
   return sum;
 }
 
+// IQ1-IQ3: ggml's generic order — an exact integer sum per block (levels
+// times activations per 16, times the 16's scale), then one float
+// fused multiply-add per block (ggml builds its C as gnu11 with FMA, so the
+// compiler fuses it). The format's constant factor (1/8, 1/4) rides in
+// the block scale, a power of two, so the rounding is ggml's.
+template <typename Block, GgmlType kType>
+float dot_iq(const Block* w, const BlockQ8_K* x, int64_t n) {
+  IqLevels L;
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    iq_levels(kType, w, i, L);
+    int32_t isum = 0;
+    for (int k = 0; k < 16; k++) {
+      int32_t s = 0;
+      for (int j = 16 * k; j < 16 * k + 16; j++) s += L.q[j] * x[i].qs[j];
+      isum += L.ls[k] * s;
+    }
+    sum = std::fma(L.d * x[i].d, static_cast<float>(isum), sum);  // fused, as ggml builds its C (gnu11, FMA)
+  }
+  return sum;
+}
+
 template <typename W, typename X, float (*kDot)(const W*, const X*, int64_t), int T>
 void dots(const void* w, const void* const* x, int64_t n, float* out) {
   for (int t = 0; t < T; t++) out[t] = kDot(static_cast<const W*>(w), static_cast<const X*>(x[t]), n);
@@ -135,6 +160,13 @@ constexpr QTypeDots kScalar[] = {
     entry<BlockQ2_K, BlockQ8_K, dot_q2_K>(GgmlType::Q2_K),
     entry<BlockQ3_K, BlockQ8_K, dot_q3_K>(GgmlType::Q3_K),
     entry<BlockIQ4_XS, BlockQ8_K, dot_iq4_xs>(GgmlType::IQ4_XS),
+    entry<BlockIQ2_XXS, BlockQ8_K, dot_iq<BlockIQ2_XXS, GgmlType::IQ2_XXS>>(GgmlType::IQ2_XXS),
+    entry<BlockIQ2_XS, BlockQ8_K, dot_iq<BlockIQ2_XS, GgmlType::IQ2_XS>>(GgmlType::IQ2_XS),
+    entry<BlockIQ2_S, BlockQ8_K, dot_iq<BlockIQ2_S, GgmlType::IQ2_S>>(GgmlType::IQ2_S),
+    entry<BlockIQ3_XXS, BlockQ8_K, dot_iq<BlockIQ3_XXS, GgmlType::IQ3_XXS>>(GgmlType::IQ3_XXS),
+    entry<BlockIQ3_S, BlockQ8_K, dot_iq<BlockIQ3_S, GgmlType::IQ3_S>>(GgmlType::IQ3_S),
+    entry<BlockIQ1_S, BlockQ8_K, dot_iq<BlockIQ1_S, GgmlType::IQ1_S>>(GgmlType::IQ1_S),
+    entry<BlockIQ1_M, BlockQ8_K, dot_iq<BlockIQ1_M, GgmlType::IQ1_M>>(GgmlType::IQ1_M),
 };
 
 }  // namespace

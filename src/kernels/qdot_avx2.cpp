@@ -2,9 +2,13 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/block_formats.h"
+#include "core/iq_formats.h"
+#include "core/iq_grids.h"
 #include "core/kquant_formats.h"
 #include "core/nonlinear4_formats.h"
 #include "core/q4q5_formats.h"

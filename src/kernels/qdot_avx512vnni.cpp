@@ -4,9 +4,13 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/block_formats.h"
+#include "core/iq_formats.h"
+#include "core/iq_grids.h"
 #include "core/kquant_formats.h"
 #include "core/nonlinear4_formats.h"
 #include "core/q4q5_formats.h"
@@ -213,7 +217,7 @@ void dot_q5_pair(const void* wv, const void* const* xv, int64_t n, float* out) {
 
 constexpr int kTokens = 4;
 
-constexpr std::array<QTypeDots, 8> entries() {
+constexpr auto entries() {
   auto e = simd_qdot_entries<kTokens>();
   for (auto& d : e) {
     if (d.type == GgmlType::Q2_K) d.one = dot_q23_K_512<false, BlockQ2_K, 1>, d.many = dot_q23_K_512<false, BlockQ2_K, kTokens>;

@@ -40,17 +40,19 @@ inline __m256i nibbles32(const uint8_t* qs) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-// Bit j of the 32-bit qh as byte j: 0x10 where set, 0 where not (Q5's fifth bit).
-inline __m256i fifth_bits(const uint8_t* qh4) {
-  uint32_t qh;
-  std::memcpy(&qh, qh4, 4);
+// Bit j of 32 bits as byte j: 0xFF where set, 0 where not.
+inline __m256i bits_as_bytes(const uint8_t* bits4) {
+  uint32_t bits;
+  std::memcpy(&bits, bits4, 4);
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_set1_epi32(static_cast<int>(bits)),
       _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
+
+// Bit j of the 32-bit qh as byte j: 0x10 where set, 0 where not (Q5's fifth bit).
+inline __m256i fifth_bits(const uint8_t* qh4) { return _mm256_and_si256(bits_as_bytes(qh4), _mm256_set1_epi8(0x10)); }
 
 // 32 nibbles through a 16-entry int8 table (IQ4_NL / MXFP4 levels).
 inline __m256i lookup32(const uint8_t* qs, __m256i table) { return _mm256_shuffle_epi8(table, nibbles32(qs)); }
@@ -197,8 +199,153 @@ void dot_iq4_xs(const void* wv, const void* const* xv, int64_t n, float* out) {
   for (int t = 0; t < T; t++) out[t] = hsum8(acc[t]);
 }
 
+// --- IQ1-IQ3 grid formats x Q8_K ----------------------------------------
+
+// 32 weights of an IQ block: unsigned grid magnitudes and +-1 sign bytes
+// (IQ2, IQ3), or signed levels in eighths (IQ1, `sign` unused), and the
+// integer scales of the two halves.
+struct IqGroup {
+  __m256i level, sign;
+  int ls0, ls1;
+};
+
+inline __m256i grid4x8(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  return _mm256_setr_epi64x(static_cast<int64_t>(a), static_cast<int64_t>(b), static_cast<int64_t>(c),
+                            static_cast<int64_t>(d));
+}
+
+inline uint32_t word_at(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline __m256i sign7x4(uint32_t aux) {
+  return grid4x8(kIqSignBytes7[aux & 127], kIqSignBytes7[(aux >> 7) & 127], kIqSignBytes7[(aux >> 14) & 127],
+                 kIqSignBytes7[(aux >> 21) & 127]);
+}
+
+// 32 sign bits (bit j: weight j negative) as +-1 bytes.
+inline __m256i sign_bits32(const uint8_t* bits4) { return _mm256_or_si256(bits_as_bytes(bits4), _mm256_set1_epi8(1)); }
+
+inline IqGroup iq_group(const BlockIQ2_XXS& b, int ib) {
+  const uint32_t idx = word_at(b.qs + 4 * ib), aux = word_at(b.qs + 4 * ib + 2);
+  const int ls = static_cast<int>(2 * (aux >> 28) + 1);
+  return {grid4x8(kIq2xxsGrid[idx & 255], kIq2xxsGrid[(idx >> 8) & 255], kIq2xxsGrid[(idx >> 16) & 255],
+                  kIq2xxsGrid[idx >> 24]),
+          sign7x4(aux), ls, ls};
+}
+
+inline IqGroup iq_group(const BlockIQ2_XS& b, int ib) {
+  const uint16_t* q = b.qs + 4 * ib;
+  return {grid4x8(kIq2xsGrid[q[0] & 511], kIq2xsGrid[q[1] & 511], kIq2xsGrid[q[2] & 511], kIq2xsGrid[q[3] & 511]),
+          grid4x8(kIqSignBytes7[q[0] >> 9], kIqSignBytes7[q[1] >> 9], kIqSignBytes7[q[2] >> 9], kIqSignBytes7[q[3] >> 9]),
+          2 * (b.scales[ib] & 0xF) + 1, 2 * (b.scales[ib] >> 4) + 1};
+}
+
+inline IqGroup iq_group(const BlockIQ2_S& b, int ib) {
+  const uint8_t* q = b.qs + 4 * ib;
+  const uint32_t h = b.qh[ib];
+  return {grid4x8(kIq2sGrid[q[0] | ((h << 8) & 0x300)], kIq2sGrid[q[1] | ((h << 6) & 0x300)],
+                  kIq2sGrid[q[2] | ((h << 4) & 0x300)], kIq2sGrid[q[3] | ((h << 2) & 0x300)]),
+          sign_bits32(b.qs + 32 + 4 * ib), 2 * (b.scales[ib] & 0xF) + 1, 2 * (b.scales[ib] >> 4) + 1};
+}
+
+inline IqGroup iq_group(const BlockIQ3_XXS& b, int ib) {
+  const uint8_t* q = b.qs + 8 * ib;
+  const uint32_t aux = word_at(b.qs + 64 + 4 * ib);
+  const int ls = static_cast<int>(2 * (aux >> 28) + 1);
+  const auto g = [&](int k) { return static_cast<int>(kIq3xxsGrid[q[k]]); };
+  return {_mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7)), sign7x4(aux), ls, ls};
+}
+
+inline IqGroup iq_group(const BlockIQ3_S& b, int ib) {
+  const uint8_t* q = b.qs + 8 * ib;
+  const uint32_t h = b.qh[ib];
+  const int ls = 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1;
+  const auto g = [&](int k) { return static_cast<int>(kIq3sGrid[q[k] | (((h >> k) & 1) << 8)]); };
+  return {_mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7)), sign_bits32(b.signs + 4 * ib), ls, ls};
+}
+
+// IQ1 levels -1/0/+1 as eighths plus the shift: 8 * level +- 1.
+inline __m256i iq1_eighths(__m256i grid, __m256i shift) {
+  return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), shift);
+}
+
+inline IqGroup iq_group(const BlockIQ1_S& b, int ib) {
+  const uint8_t* q = b.qs + 4 * ib;
+  const uint32_t h = b.qh[ib];
+  const int ls = static_cast<int>(2 * ((h >> 12) & 7) + 1);
+  const __m256i grid = grid4x8(kIq1sGrid[q[0] | ((h << 8) & 0x700)], kIq1sGrid[q[1] | ((h << 5) & 0x700)],
+                               kIq1sGrid[q[2] | ((h << 2) & 0x700)], kIq1sGrid[q[3] | ((h >> 1) & 0x700)]);
+  return {iq1_eighths(grid, _mm256_set1_epi8(h & 0x8000 ? -1 : 1)), _mm256_setzero_si256(), ls, ls};
+}
+
+inline IqGroup iq_group(const BlockIQ1_M& b, int ib, uint32_t scale_word) {
+  const uint8_t* q = b.qs + 4 * ib;
+  const uint32_t h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+  const __m256i grid = grid4x8(kIq1sGrid[q[0] | ((h0 << 8) & 0x700)], kIq1sGrid[q[1] | ((h0 << 4) & 0x700)],
+                               kIq1sGrid[q[2] | ((h1 << 8) & 0x700)], kIq1sGrid[q[3] | ((h1 << 4) & 0x700)]);
+  const auto shift = [](uint32_t bit) { return bit ? -1LL : 0x0101010101010101LL; };
+  const __m256i shifts = _mm256_setr_epi64x(shift(h0 & 0x08), shift(h0 & 0x80), shift(h1 & 0x08), shift(h1 & 0x80));
+  const uint32_t s = scale_word >> (6 * (ib % 2));
+  return {iq1_eighths(grid, shifts), _mm256_setzero_si256(), static_cast<int>(2 * (s & 7) + 1), static_cast<int>(2 * ((s >> 3) & 7) + 1)};
+}
+
+// The block's fp16 scale times the format's constant (IqLevels::d).
+inline float iq_block_scale(const BlockIQ2_XXS& b) { return _cvtsh_ss(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ2_XS& b) { return _cvtsh_ss(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ2_S& b) { return _cvtsh_ss(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ3_XXS& b) { return _cvtsh_ss(b.d) * 0.25f; }
+inline float iq_block_scale(const BlockIQ3_S& b) { return _cvtsh_ss(b.d); }
+inline float iq_block_scale(const BlockIQ1_S& b) { return _cvtsh_ss(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ1_M& b) { return _cvtsh_ss(iq1m_scale(b)) * 0.125f; }
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Integer sums per block (exact), then the scalar reference's one float
+// multiply-add per block: the result equals the scalar table's bit for bit.
+template <typename Block, int T>
+void dot_iq(const void* wv, const void* const* xv, int64_t n, float* out) {
+  const auto* w = static_cast<const Block*>(wv);
+  constexpr bool kSigned = std::is_same_v<Block, BlockIQ1_S> || std::is_same_v<Block, BlockIQ1_M>;
+  float sum[T] = {};
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    __m256i acc[T];
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_si256();
+    uint16_t words[4] = {};
+    if constexpr (std::is_same_v<Block, BlockIQ1_M>) std::memcpy(words, w[i].scales, 8);
+    for (int ib = 0; ib < 8; ib++) {
+      IqGroup g;
+      if constexpr (std::is_same_v<Block, BlockIQ1_M>) g = iq_group(w[i], ib, words[ib / 2]);
+      else g = iq_group(w[i], ib);
+      const __m256i scale = pair_scales(g.ls0, g.ls1);
+      for (int t = 0; t < T; t++) {
+        const __m256i x = load256(static_cast<const BlockQ8_K*>(xv[t])[i].qs + 32 * ib);
+        const __m256i d = kSigned ? dot_s8s8(_mm256_setzero_si256(), g.level, x)
+                                  : dot_u8s8(_mm256_setzero_si256(), g.level, _mm256_sign_epi8(x, g.sign));
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_mullo_epi32(d, scale));
+      }
+    }
+    const float dw = iq_block_scale(w[i]);
+    for (int t = 0; t < T; t++)
+      sum[t] = std::fma(dw * static_cast<const BlockQ8_K*>(xv[t])[i].d, static_cast<float>(hsum_epi32(acc[t])), sum[t]);
+  }
+  for (int t = 0; t < T; t++) out[t] = sum[t];
+}
+
+template <typename Block, int T>
+constexpr QTypeDots iq_entry(GgmlType type) {
+  return {type, dot_iq<Block, 1>, dot_iq<Block, T>};
+}
+
 template <int T>
-constexpr std::array<QTypeDots, 8> simd_qdot_entries() {
+constexpr std::array<QTypeDots, 15> simd_qdot_entries() {
   return {{
       {GgmlType::Q4_1, dot_q4q5_1<false, BlockQ4_1, 1>, dot_q4q5_1<false, BlockQ4_1, T>},
       {GgmlType::Q5_0, dot_signed32<Signed32::Q5_0, BlockQ5_0, 1>,
@@ -211,5 +358,12 @@ constexpr std::array<QTypeDots, 8> simd_qdot_entries() {
       {GgmlType::Q2_K, dot_q23_K<false, BlockQ2_K, 1>, dot_q23_K<false, BlockQ2_K, T>},
       {GgmlType::Q3_K, dot_q23_K<true, BlockQ3_K, 1>, dot_q23_K<true, BlockQ3_K, T>},
       {GgmlType::IQ4_XS, dot_iq4_xs<1>, dot_iq4_xs<T>},
+      iq_entry<BlockIQ2_XXS, T>(GgmlType::IQ2_XXS),
+      iq_entry<BlockIQ2_XS, T>(GgmlType::IQ2_XS),
+      iq_entry<BlockIQ2_S, T>(GgmlType::IQ2_S),
+      iq_entry<BlockIQ3_XXS, T>(GgmlType::IQ3_XXS),
+      iq_entry<BlockIQ3_S, T>(GgmlType::IQ3_S),
+      iq_entry<BlockIQ1_S, T>(GgmlType::IQ1_S),
+      iq_entry<BlockIQ1_M, T>(GgmlType::IQ1_M),
   }};
 }

@@ -276,7 +276,12 @@ std::map<std::string, GgmlType> plan_quant_mix(const GgufFile& in, const QuantMi
       plan[t->name] = t->type;
       continue;
     }
-    const GgmlType chosen = fallback_type(rule_type(s, mix.base, *t, category_of(t->name)), t->ne[0]);
+    const Category c = category_of(t->name);
+    const GgmlType chosen = fallback_type(rule_type(s, mix.base, *t, c), t->ne[0]);
+    if (requires_importance(chosen) && !o.has_imatrix && c != Category::TokenEmbd && c != Category::Output)
+      throw Error(fmt::format("mix {}: tensor '{}' would be {}, which is rounded only with an importance matrix: "
+                              "--imatrix FILE (make one with kestrel imatrix -m MODEL -f TEXT)",
+                              mix.name, t->name, type_name(chosen)));
     if (!can_quantize_to(chosen))
       throw Error(fmt::format("mix {}: tensor '{}' would be {}, which Kestrel cannot write yet", mix.name, t->name,
                               type_name(chosen)));

@@ -26,7 +26,7 @@ struct QuantMix {
   bool needs_imatrix = false;  // llama-quantize refuses it without an importance matrix
 };
 
-// The mixes Kestrel can write, and the IQ1-IQ3 ones it names but cannot (yet).
+// The mixes Kestrel writes (llama-quantize's list, IQ1-IQ3 included).
 const std::vector<QuantMix>& quant_mixes();
 std::optional<QuantMix> find_quant_mix(std::string_view name);  // case-insensitive
 std::string quant_mix_names();                                  // "Q4_0, Q4_1, ..."

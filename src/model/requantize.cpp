@@ -92,6 +92,14 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
     const bool gptq = uses_gptq(o.method) && site && t.ne.size() == 2 && has_quant_grid(type) && !site->xtx.empty();
     const int threads = o.n_threads;
     const double damp = o.gptq_damp;
+    // llama-quantize's rule: the lowest-bit lattice types are rounded only
+    // with importance data (the embedding and the output head excepted).
+    const bool needs_importance = requires_importance(type) && t.ne.size() >= 2 && t.name != "token_embd.weight" &&
+                                  t.name != "output.weight" && type != t.type;
+    if (needs_importance && !o.imatrix)
+      throw Error(fmt::format("tensor '{}' would be {}, which is rounded only with an importance matrix: --imatrix FILE "
+                              "(make one with kestrel imatrix -m MODEL -f TEXT)",
+                              t.name, type_name(type)));
     // Each matrix's importance row (3-D tensors: one per expert), when the imatrix has one for this tensor.
     auto importance = std::make_shared<std::vector<std::vector<float>>>();
     if (o.imatrix && t.ne.size() >= 2 && uses_importance(type)) {
@@ -99,6 +107,11 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
       for (int64_t m = 0; m < n_mat; m++) importance->push_back(o.imatrix->importance(t.name, m));
       // Said, not silent: a matrix the importance matrix has no data for is rounded unweighted.
       const auto missing = std::count_if(importance->begin(), importance->end(), [](const auto& v) { return v.empty(); });
+      if (needs_importance && missing == n_mat)
+        throw Error(fmt::format("the importance matrix has no data for '{}', which would be {}: that type is rounded "
+                                "only with one (quantize this tensor to another type, or compute the matrix on text "
+                                "that reaches it)",
+                                t.name, type_name(type)));
       if (missing > 0 && o.on_report)
         o.on_report(missing == n_mat ? fmt::format("imatrix: no data for {}: rounded without importance", t.name)
                                      : fmt::format("imatrix: no data for {} of the {} matrices of {} (experts no "

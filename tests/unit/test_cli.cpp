@@ -326,7 +326,11 @@ TEST(Cli, QuantizeKeepsTheGreedyTextAtQ8_0AndPerplexityMeasuresTheCost) {
       EXPECT_LT(p, base_ppl * 1.15);           // ...but not much (measured: 5.6420, +10%)
     }
   }
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "iq2_xxs"}).err, HasSubstr("--type 'iq2_xxs'"));
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "tq1_0"}).err, HasSubstr("--type 'tq1_0'"));
+  // stories260K's 64-wide rows hold no 256-block: IQ2_XXS falls back to IQ4_NL as in llama-quantize,
+  // which then needs no importance matrix.
+  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "iq2_xxs"}).err,
+              HasSubstr("blk.0.attn_q.weight rows do not divide into the type's blocks; stored as IQ4_NL"));
   EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--mix", "q9_k"}).err, HasSubstr("--mix 'q9_k' is not one of"));
   EXPECT_THAT(kestrel({"quantize", f32, f32, "--type", "q8_0"}).err, HasSubstr("overwrite the input"));
 }

@@ -120,7 +120,9 @@ TEST(Imatrix, WeightedFitsLowerTheWeightedError) {
   std::vector<float> imp(static_cast<size_t>(cols));
   for (int64_t c = 0; c < cols; c++) imp[c] = c % 37 == 0 ? 100.0f : 1.0f;
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
-                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                     GgmlType::IQ3_S, GgmlType::IQ3_XXS, GgmlType::IQ2_S, GgmlType::IQ2_XS, GgmlType::IQ2_XXS,
+                     GgmlType::IQ1_M, GgmlType::IQ1_S}) {
     ASSERT_TRUE(uses_importance(t));
     std::vector<uint8_t> q(row_bytes(t, cols));
     std::vector<float> back(static_cast<size_t>(cols));

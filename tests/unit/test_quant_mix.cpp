@@ -2,7 +2,9 @@
 // set (llama32 in 12 mixes, qwen25 in 6, written by llama-quantize), the
 // type we choose for each tensor of the same model equals the type
 // llama-quantize chose (the set's manifest), fallbacks for 320-wide rows
-// included; and `kestrel quantize --mix` writes exactly that table.
+// included; and `kestrel quantize --mix` writes exactly that table. The
+// IQ1-IQ3 mixes (no llama.cpp files of them in the set) follow the rules
+// as read from llama.cpp's source, and need an importance matrix.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -58,15 +60,39 @@ TEST(QuantMix, CliWritesTheTableAndFileType) {
 TEST(QuantMix, NamesAndRefusals) {
   EXPECT_EQ(find_quant_mix("q4_k_m")->base, GgmlType::Q4_K);
   EXPECT_FALSE(find_quant_mix("q4_k_x"));
-  // The IQ1-IQ3 mixes are named, but their types are not written yet: a clear error, not another mix.
+  // llama-quantize refuses the lowest-bit lattice mixes without an importance matrix.
+  const GgufFile src = GgufFile::open(test::shared(kModels + "llama32.F16.gguf"));
+  for (const char* mix : {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS", "Q2_K_S"}) {
+    try {
+      plan_quant_mix(src, *find_quant_mix(mix), {});
+      ADD_FAILURE() << mix << " planned without an importance matrix";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("importance matrix"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(QuantMix, LatticeMixesFollowLlamaCppsRules) {
+  // llama32: 3 layers, GQA 4:1, tied embeddings, 256-wide rows (ffn_down 512).
+  // By llama_tensor_get_type: the tied head is Q5_K in every IQ1-IQ3 mix;
+  // attn_v is Q4_K once GQA >= 4; IQ1's attn_output is IQ2_XXS; IQ2_S/IQ2_M
+  // raise attn_output to IQ3_S; IQ3_XXS raises attn_v to Q4_K too.
   const GgufFile src = GgufFile::open(test::shared(kModels + "llama32.F16.gguf"));
   QuantMixOptions with_imatrix;
   with_imatrix.has_imatrix = true;
-  try {
-    plan_quant_mix(src, *find_quant_mix("IQ2_XXS"), with_imatrix);
-    FAIL() << "IQ2_XXS planned";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot write"), std::string::npos) << e.what();
+  struct Want {
+    const char* mix;
+    const char *head, *attn_v, *attn_output, *ffn_up;
+  };
+  for (const Want& w : {Want{"IQ2_XXS", "Q5_K", "Q4_K", "IQ2_XXS", "IQ2_XXS"}, Want{"IQ2_XS", "Q5_K", "Q4_K", "IQ2_XS", "IQ2_XS"},
+                        Want{"IQ2_M", "Q5_K", "Q4_K", "IQ3_S", "IQ2_S"}, Want{"IQ1_S", "Q5_K", "Q4_K", "IQ2_XXS", "IQ1_S"},
+                        Want{"IQ1_M", "Q5_K", "Q4_K", "IQ2_XXS", "IQ1_M"}}) {
+    const auto plan = plan_quant_mix(src, *find_quant_mix(w.mix), with_imatrix);
+    EXPECT_EQ(type_name(plan.at("token_embd.weight")), w.head) << w.mix;
+    EXPECT_EQ(type_name(plan.at("blk.1.attn_v.weight")), w.attn_v) << w.mix;
+    EXPECT_EQ(type_name(plan.at("blk.1.attn_output.weight")), w.attn_output) << w.mix;
+    EXPECT_EQ(type_name(plan.at("blk.2.ffn_up.weight")), w.ffn_up) << w.mix;
+    EXPECT_EQ(plan.at("blk.0.attn_norm.weight"), GgmlType::F32) << w.mix;
   }
 }
 
