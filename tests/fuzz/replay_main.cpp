@@ -41,7 +41,9 @@ void write_seeds(const std::string& dir) {
   GgufWriter q;
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                             GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-                            GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
+                            GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4, GgmlType::IQ2_XXS,
+                            GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S,
+                            GgmlType::IQ1_M};
   for (GgmlType t : types) {
     const int64_t n = traits(t).block_size;
     q.add_tensor(std::string("w.") + std::string(type_name(t)), t, {n}, [](uint8_t* d, size_t size) { std::memset(d, 0x11, size); });

@@ -195,7 +195,8 @@ TEST(Gguf, EveryQuantizedTypeRoundTripsWithItsRowSize) {
   // Each type's block size and bytes per block (ggml's), through a written and re-read file;
   // and a row that does not divide into its blocks refused naming them.
   for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
-                     GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
+                     GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                     GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M}) {
     const int64_t bs = traits(t).block_size, cols = 2 * bs;
     std::vector<float> x(static_cast<size_t>(cols * 3), 0.5f);
     std::vector<uint8_t> q(row_bytes(t, cols) * 3);
@@ -219,6 +220,14 @@ TEST(Gguf, EveryQuantizedTypeRoundTripsWithItsRowSize) {
   EXPECT_EQ(row_bytes(GgmlType::IQ4_XS, 256), 136u);
   EXPECT_EQ(row_bytes(GgmlType::MXFP4, 32), 17u);
   EXPECT_EQ(row_bytes(GgmlType::Q5_1, 32), 24u);
+  // ggml's sizes of the lattice types (ggml-common.h static_asserts).
+  EXPECT_EQ(row_bytes(GgmlType::IQ2_XXS, 256), 66u);
+  EXPECT_EQ(row_bytes(GgmlType::IQ2_XS, 256), 74u);
+  EXPECT_EQ(row_bytes(GgmlType::IQ2_S, 256), 82u);
+  EXPECT_EQ(row_bytes(GgmlType::IQ3_XXS, 256), 98u);
+  EXPECT_EQ(row_bytes(GgmlType::IQ3_S, 256), 110u);
+  EXPECT_EQ(row_bytes(GgmlType::IQ1_S, 256), 50u);
+  EXPECT_EQ(row_bytes(GgmlType::IQ1_M, 256), 56u);
 }
 
 TEST(GgufHostile, OffsetsPastTheEndOrMisalignedAreNamed) {
