@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/block_formats.h"
@@ -128,6 +129,28 @@ void BM_AttentionDecode(benchmark::State& state) {
                                               benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_AttentionDecode)->Arg(512)->Arg(4096)->UseRealTime();
+
+// Writing a weight type (one thread), with an importance row: weights/s.
+// args: ggml type id. The IQ1-IQ3 writers search a lattice and are the slow ones.
+void BM_QuantizeRow(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const int64_t n = 4096;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  std::uniform_real_distribution<float> u(0.1f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(n)), imp(static_cast<size_t>(n));
+  for (auto& v : x) v = d(rng);
+  for (auto& v : imp) v = u(rng);
+  std::vector<uint8_t> q(row_bytes(type, n));
+  quantize_row(type, x.data(), q.data(), n, imp.data());  // builds the lattice tables outside the timing
+  for (auto _ : state) {
+    quantize_row(type, x.data(), q.data(), n, imp.data());
+    benchmark::DoNotOptimize(q.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetLabel(std::string(type_name(type)));
+}
+BENCHMARK(BM_QuantizeRow)->DenseRange(16, 22)->Arg(29)->Arg(12)->Arg(10)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kestrel

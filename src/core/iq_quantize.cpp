@@ -23,66 +23,80 @@ namespace {
 // A lattice's entries as coordinate values, and for every point of the
 // full product of its coordinate levels the entries nearest to it, so a
 // target is matched by rounding each coordinate and scoring a short list.
+// The list's values are stored transposed (coordinate-major), so the
+// candidates are scored side by side in vector lanes.
+template <int Dim>
 class Lattice {
  public:
   static constexpr int kCandidates = 16;
 
   template <typename Coord>
-  Lattice(int dim, int n_entries, Coord coord) : dim_(dim), values_(static_cast<size_t>(n_entries * dim)) {
+  Lattice(int n_entries, Coord coord) : values_(static_cast<size_t>(n_entries * Dim)) {
     for (int e = 0; e < n_entries; e++)
-      for (int j = 0; j < dim; j++) values_[static_cast<size_t>(e * dim + j)] = coord(e, j);
+      for (int j = 0; j < Dim; j++) values_[static_cast<size_t>(e * Dim + j)] = coord(e, j);
     levels_ = values_;
     std::sort(levels_.begin(), levels_.end());
     levels_.erase(std::unique(levels_.begin(), levels_.end()), levels_.end());
     for (size_t i = 0; i + 1 < levels_.size(); i++) midpoints_.push_back(0.5f * (levels_[i] + levels_[i + 1]));
     const int L = static_cast<int>(levels_.size());
     int n_keys = 1;
-    for (int j = 0; j < dim; j++) n_keys *= L;
-    candidates_.resize(static_cast<size_t>(n_keys) * kCandidates);
+    for (int j = 0; j < Dim; j++) n_keys *= L;
+    keys_.resize(static_cast<size_t>(n_keys));
     std::vector<std::pair<float, uint16_t>> dist(static_cast<size_t>(n_entries));
-    float p[8];
+    float p[Dim];
     for (int key = 0; key < n_keys; key++) {
-      for (int j = 0, k = key; j < dim; j++, k /= L) p[j] = levels_[static_cast<size_t>(k % L)];
+      for (int j = 0, k = key; j < Dim; j++, k /= L) p[j] = levels_[static_cast<size_t>(k % L)];
       for (int e = 0; e < n_entries; e++) {
         float d = 0;
-        for (int j = 0; j < dim; j++) d += (p[j] - values_[static_cast<size_t>(e * dim + j)]) * (p[j] - values_[static_cast<size_t>(e * dim + j)]);
+        for (int j = 0; j < Dim; j++) d += (p[j] - entry(e)[j]) * (p[j] - entry(e)[j]);
         dist[static_cast<size_t>(e)] = {d, static_cast<uint16_t>(e)};
       }
       std::partial_sort(dist.begin(), dist.begin() + kCandidates, dist.end());
-      for (int c = 0; c < kCandidates; c++) candidates_[static_cast<size_t>(key) * kCandidates + c] = dist[static_cast<size_t>(c)].second;
+      Key& k = keys_[static_cast<size_t>(key)];
+      for (int c = 0; c < kCandidates; c++) {
+        k.id[c] = dist[static_cast<size_t>(c)].second;
+        for (int j = 0; j < Dim; j++) k.v[j][c] = entry(k.id[c])[j];
+      }
     }
   }
 
-  int dim() const { return dim_; }
   float max_value() const { return levels_.back(); }
-  const float* entry(int e) const { return values_.data() + static_cast<size_t>(e) * dim_; }
+  const float* entry(int e) const { return values_.data() + static_cast<size_t>(e) * Dim; }
 
   // The entry nearest to t under weights w; its weighted squared distance into *err.
   int nearest(const float* t, const float* w, float* err) const {
     const int L = static_cast<int>(levels_.size());
     int key = 0;
-    for (int j = dim_ - 1; j >= 0; j--) {
-      int level = 0;
-      while (level + 1 < L && t[j] > midpoints_[static_cast<size_t>(level)]) level++;
+    for (int j = Dim - 1; j >= 0; j--) {
+      int level = 0;  // the midpoints below t: counted, not searched (no branch to mispredict)
+      for (int m = 0; m < L - 1; m++) level += t[j] > midpoints_[static_cast<size_t>(m)];
       key = key * L + level;
     }
-    const uint16_t* cand = candidates_.data() + static_cast<size_t>(key) * kCandidates;
-    int best = cand[0];
-    float best_err = INFINITY;
-    for (int c = 0; c < kCandidates; c++) {
-      const float* v = entry(cand[c]);
-      float e = 0;
-      for (int j = 0; j < dim_; j++) e += w[j] * (t[j] - v[j]) * (t[j] - v[j]);
-      if (e < best_err) best_err = e, best = cand[c];
+    const Key& k = keys_[static_cast<size_t>(key)];
+    float e[kCandidates] = {};
+    for (int j = 0; j < Dim; j++)
+      for (int c = 0; c < kCandidates; c++) {
+        const float d = t[j] - k.v[j][c];
+        e[c] += w[j] * d * d;
+      }
+    int best = 0;
+    float best_e = e[0];
+    for (int c = 1; c < kCandidates; c++) {  // selects, not branches: which candidate wins is data
+      const bool lower = e[c] < best_e;
+      best_e = lower ? e[c] : best_e;
+      best = lower ? c : best;
     }
-    *err = best_err;
-    return best;
+    *err = best_e;
+    return k.id[best];
   }
 
  private:
-  int dim_;
+  struct Key {
+    float v[Dim][kCandidates];
+    uint16_t id[kCandidates];
+  };
   std::vector<float> values_, levels_, midpoints_;
-  std::vector<uint16_t> candidates_;
+  std::vector<Key> keys_;
 };
 
 template <typename T>
@@ -90,35 +104,36 @@ float byte_of(T word, int j) {
   return static_cast<float>((word >> (8 * j)) & 0xFF);
 }
 
-const Lattice& lattice(GgmlType t) {
+const Lattice<8>& lattice8(GgmlType t) {
   switch (t) {
     case GgmlType::IQ2_XXS: {
-      static const Lattice l(8, 256, [](int e, int j) { return byte_of(kIq2xxsGrid[e], j); });
+      static const Lattice<8> l(256, [](int e, int j) { return byte_of(kIq2xxsGrid[e], j); });
       return l;
     }
     case GgmlType::IQ2_XS: {
-      static const Lattice l(8, 512, [](int e, int j) { return byte_of(kIq2xsGrid[e], j); });
+      static const Lattice<8> l(512, [](int e, int j) { return byte_of(kIq2xsGrid[e], j); });
       return l;
     }
     case GgmlType::IQ2_S: {
-      static const Lattice l(8, 1024, [](int e, int j) { return byte_of(kIq2sGrid[e], j); });
-      return l;
-    }
-    case GgmlType::IQ3_XXS: {
-      static const Lattice l(4, 256, [](int e, int j) { return byte_of(kIq3xxsGrid[e], j); });
-      return l;
-    }
-    case GgmlType::IQ3_S: {
-      static const Lattice l(4, 512, [](int e, int j) { return byte_of(kIq3sGrid[e], j); });
+      static const Lattice<8> l(1024, [](int e, int j) { return byte_of(kIq2sGrid[e], j); });
       return l;
     }
     default: {  // IQ1_S, IQ1_M: int8 levels -1, 0, +1
-      static const Lattice l(8, 2048, [](int e, int j) {
+      static const Lattice<8> l(2048, [](int e, int j) {
         return static_cast<float>(static_cast<int8_t>((kIq1sGrid[e] >> (8 * j)) & 0xFF));
       });
       return l;
     }
   }
+}
+
+const Lattice<4>& lattice4(GgmlType t) {
+  if (t == GgmlType::IQ3_XXS) {
+    static const Lattice<4> l(256, [](int e, int j) { return byte_of(kIq3xxsGrid[e], j); });
+    return l;
+  }
+  static const Lattice<4> l(512, [](int e, int j) { return byte_of(kIq3sGrid[e], j); });
+  return l;
 }
 
 enum class Signs { kNone, kParity7, kFree8 };
@@ -150,31 +165,33 @@ Spec spec(GgmlType t) {
 struct SubFit {
   std::array<uint16_t, 8> idx{};
   std::array<int8_t, 4> shift{};
-  double err = 0, sumqx = 0, sumq2 = 0;
+  float err = 0, sumqx = 0, sumq2 = 0;
 };
 
 // a: the sub-block's (sign-folded) weights, w: their weights, s: the scale
 // in lattice units. shift_all: IQ1_S's one shift sign for the sub-block.
-SubFit fit_at(const Spec& sp, const Lattice& lat, const float* a, const float* w, float s, int shift_all) {
+template <int Dim>
+SubFit fit_at(const Spec& sp, const Lattice<Dim>& lat, const float* a, const float* w, float s, int shift_all) {
   SubFit f;
-  const int dim = lat.dim();
-  float t[8];
+  const float inv_s = 1.0f / s;
+  float t[Dim], dist = 0;  // dist: the weighted squared distance in lattice units (err / s²)
   auto accumulate = [&](const float* aa, const float* ww, int e, float off) {
     const float* v = lat.entry(e);
-    for (int j = 0; j < dim; j++) {
-      const double q = v[j] + off;
+    for (int j = 0; j < Dim; j++) {
+      const float q = v[j] + off;
       f.sumqx += ww[j] * aa[j] * q, f.sumq2 += ww[j] * q * q;
-      f.err += ww[j] * (aa[j] - s * q) * (aa[j] - s * q);
     }
   };
   if (sp.shift == 0) {
-    for (int g = 0; g < sp.sub / dim; g++) {
-      const float* ag = a + g * dim;
-      for (int j = 0; j < dim; j++) t[j] = ag[j] / s;
+    for (int g = 0; g < sp.sub / Dim; g++) {
+      const float* ag = a + g * Dim;
+      for (int j = 0; j < Dim; j++) t[j] = ag[j] * inv_s;
       float e;
-      f.idx[static_cast<size_t>(g)] = static_cast<uint16_t>(lat.nearest(t, w + g * dim, &e));
-      accumulate(ag, w + g * dim, f.idx[static_cast<size_t>(g)], 0);
+      f.idx[static_cast<size_t>(g)] = static_cast<uint16_t>(lat.nearest(t, w + g * Dim, &e));
+      dist += e;
+      accumulate(ag, w + g * Dim, f.idx[static_cast<size_t>(g)], 0);
     }
+    f.err = dist * s * s;
     return f;
   }
   for (int g = 0; g < sp.sub / 8; g++) {
@@ -183,28 +200,31 @@ SubFit fit_at(const Spec& sp, const Lattice& lat, const float* a, const float* w
     float best = INFINITY;
     for (int sh : {1, -1}) {
       if (shift_all && sh != shift_all) continue;
-      for (int j = 0; j < 8; j++) t[j] = ag[j] / s - sh * 0.125f;
+      for (int j = 0; j < 8; j++) t[j] = ag[j] * inv_s - static_cast<float>(sh) * 0.125f;
       float e;
       const int idx = lat.nearest(t, w + 8 * g, &e);
       if (e < best) best = e, best_shift = sh, best_idx = idx;
     }
     f.idx[static_cast<size_t>(g)] = static_cast<uint16_t>(best_idx);
     f.shift[static_cast<size_t>(g)] = static_cast<int8_t>(best_shift);
-    accumulate(ag, w + 8 * g, best_idx, best_shift * 0.125f);
+    dist += best;
+    accumulate(ag, w + 8 * g, best_idx, static_cast<float>(best_shift) * 0.125f);
   }
+  f.err = dist * s * s;
   return f;
 }
 
 // The best free scale for a sub-block: a sweep of scales around the one
 // that maps the largest weight onto the lattice's largest value, each
 // refined to the least-squares scale of its assignment.
-float best_scale(const Spec& sp, const Lattice& lat, const float* a, const float* w) {
+template <int Dim>
+float best_scale(const Spec& sp, const Lattice<Dim>& lat, const float* a, const float* w) {
   float amax = 0;
   for (int j = 0; j < sp.sub; j++) amax = std::max(amax, std::fabs(a[j]));
   if (amax < 1e-30f) return 0;
   const float top = lat.max_value() + (sp.shift ? 0.125f : 0.0f);
   float best_s = 0;
-  double best_score = 0;
+  float best_score = 0;
   for (int k = 0; k <= 16; k++) {
     const float s = amax / (top * (0.7f + 0.04f * static_cast<float>(k)));
     for (int sh : {1, -1}) {
@@ -212,7 +232,7 @@ float best_scale(const Spec& sp, const Lattice& lat, const float* a, const float
       const SubFit f = fit_at(sp, lat, a, w, s, sp.shift == 32 ? sh : 0);
       if (f.sumq2 > 0 && f.sumqx > 0 && f.sumqx * f.sumqx > best_score * f.sumq2) {
         best_score = f.sumqx * f.sumqx / f.sumq2;
-        best_s = static_cast<float>(f.sumqx / f.sumq2);
+        best_s = f.sumqx / f.sumq2;
       }
     }
   }
@@ -225,7 +245,8 @@ struct Coded {
   SubFit fit;
 };
 
-Coded code_sub(const Spec& sp, const Lattice& lat, const float* a, const float* w, float free_scale, float d) {
+template <int Dim>
+Coded code_sub(const Spec& sp, const Lattice<Dim>& lat, const float* a, const float* w, float free_scale, float d) {
   Coded best;
   best.fit.err = INFINITY;
   const int l0 = std::clamp(static_cast<int>(std::lround((free_scale / (sp.unit * d) - 1) / 2)), 0, sp.lmax);
@@ -267,7 +288,8 @@ struct BlockFit {
   uint8_t signs[32] = {};             // sign bits per 8
 };
 
-void fit_block(const Spec& sp, const Lattice& lat, const float* x, const float* imp, BlockFit& b) {
+template <int Dim>
+void fit_block(const Spec& sp, const Lattice<Dim>& lat, const float* x, const float* imp, BlockFit& b) {
   float w[256], a[256];
   if (imp) {
     importance_weights(x, imp, 256, 256, w);
@@ -292,7 +314,7 @@ void fit_block(const Spec& sp, const Lattice& lat, const float* x, const float* 
     for (auto& s : b.shift) s = 1;
     return;
   }
-  const int groups = sp.sub / lat.dim();
+  const int groups = sp.sub / Dim;
   for (int k = 0; k < n_sub; k++) {
     const Coded c = code_sub(sp, lat, a + k * sp.sub, w + k * sp.sub, scales[k], b.d);
     b.l[k] = c.l;
@@ -396,11 +418,9 @@ void pack(GgmlType type, const BlockFit& f, void* out) {
   }
 }
 
-}  // namespace
-
-void quantize_row_iq(GgmlType type, const float* x, void* dst, int64_t n, const float* importance) {
+template <int Dim>
+void quantize_rows(GgmlType type, const Lattice<Dim>& lat, const float* x, void* dst, int64_t n, const float* importance) {
   const Spec sp = spec(type);
-  const Lattice& lat = lattice(type);
   const size_t block_bytes = traits(type).type_size;
   BlockFit f;
   for (int64_t i = 0; i < n / 256; i++) {
@@ -408,6 +428,14 @@ void quantize_row_iq(GgmlType type, const float* x, void* dst, int64_t n, const 
     fit_block(sp, lat, x + 256 * i, importance ? importance + 256 * i : nullptr, f);
     pack(type, f, static_cast<uint8_t*>(dst) + i * block_bytes);
   }
+}
+
+}  // namespace
+
+void quantize_row_iq(GgmlType type, const float* x, void* dst, int64_t n, const float* importance) {
+  (void)spec(type);  // refuses a type that is not one of these
+  if (type == GgmlType::IQ3_XXS || type == GgmlType::IQ3_S) quantize_rows(type, lattice4(type), x, dst, n, importance);
+  else quantize_rows(type, lattice8(type), x, dst, n, importance);
 }
 
 }  // namespace kestrel
