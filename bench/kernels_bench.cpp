@@ -77,6 +77,10 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
   // k-quants and FP8 run the best table this CPU has (kquant_dots()), whatever the isa argument.
   for (auto type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::KESTREL_FP8_E4M3})
     for (int64_t tokens : {1, 64}) b->Args({static_cast<int64_t>(type), 5632, 2048, tokens, threads, 2});
+  // The IQ1-IQ3 lattice types (row dots; not repacked), one thread: compute-bound, compare per core.
+  for (auto type : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
+                    GgmlType::IQ1_S, GgmlType::IQ1_M})
+    for (int isa : {1, 2}) b->Args({static_cast<int64_t>(type), 5632, 2048, 1, 1, isa});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -278,7 +278,8 @@ inline IqGroup iq_group(const BlockIQ1_S& b, int ib) {
   const int ls = static_cast<int>(2 * ((h >> 12) & 7) + 1);
   const __m256i grid = grid4x8(kIq1sGrid[q[0] | ((h << 8) & 0x700)], kIq1sGrid[q[1] | ((h << 5) & 0x700)],
                                kIq1sGrid[q[2] | ((h << 2) & 0x700)], kIq1sGrid[q[3] | ((h >> 1) & 0x700)]);
-  return {iq1_eighths(grid, _mm256_set1_epi8(h & 0x8000 ? -1 : 1)), _mm256_setzero_si256(), ls, ls};
+  const auto shift = static_cast<char>(1 - 2 * static_cast<int>(h >> 15));  // arithmetic: the bit is data, not a branch
+  return {iq1_eighths(grid, _mm256_set1_epi8(shift)), _mm256_setzero_si256(), ls, ls};
 }
 
 inline IqGroup iq_group(const BlockIQ1_M& b, int ib, uint32_t scale_word) {
@@ -286,8 +287,11 @@ inline IqGroup iq_group(const BlockIQ1_M& b, int ib, uint32_t scale_word) {
   const uint32_t h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
   const __m256i grid = grid4x8(kIq1sGrid[q[0] | ((h0 << 8) & 0x700)], kIq1sGrid[q[1] | ((h0 << 4) & 0x700)],
                                kIq1sGrid[q[2] | ((h1 << 8) & 0x700)], kIq1sGrid[q[3] | ((h1 << 4) & 0x700)]);
-  const auto shift = [](uint32_t bit) { return bit ? -1LL : 0x0101010101010101LL; };
-  const __m256i shifts = _mm256_setr_epi64x(shift(h0 & 0x08), shift(h0 & 0x80), shift(h1 & 0x08), shift(h1 & 0x80));
+  // +1 or -1 in every byte of a group: all-ones where the bit is set, OR 1 (no branch: the bits are data).
+  const auto ones = [](uint32_t bit) { return -static_cast<int64_t>(bit); };
+  const __m256i shifts = _mm256_or_si256(
+      _mm256_setr_epi64x(ones((h0 >> 3) & 1), ones((h0 >> 7) & 1), ones((h1 >> 3) & 1), ones((h1 >> 7) & 1)),
+      _mm256_set1_epi8(1));
   const uint32_t s = scale_word >> (6 * (ib % 2));
   return {iq1_eighths(grid, shifts), _mm256_setzero_si256(), static_cast<int>(2 * (s & 7) + 1), static_cast<int>(2 * ((s >> 3) & 7) + 1)};
 }
