@@ -5,8 +5,12 @@
 #      divergence against the float32 model on ../shared/eval/stories.txt;
 #   2. speed: the 1.1B synthetic model (TinyLlama's shape) in the same types,
 #      prefill pp512 and decode tg128 against the measured roofline.
-#   scripts/weight-types-table.sh quality   # seconds
-#   scripts/weight-types-table.sh speed     # ~20 minutes on 2 cores, ~12 GB in $WORK
+#   2b. quality-iq: the IQ1-IQ3 mixes (and three k-quant mixes to compare),
+#      on the compat set's llama32 (random weights, 256-wide rows: stories260K's
+#      64-wide rows fit no 256-wide type), KL divergence against its F16 model;
+#   scripts/weight-types-table.sh quality     # seconds
+#   scripts/weight-types-table.sh quality-iq  # a minute
+#   scripts/weight-types-table.sh speed       # ~40 minutes on 2 cores, ~14 GB in $WORK
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/kestrel
@@ -54,6 +58,23 @@ quality() {
   done
 }
 
+quality_iq() {
+  local base=$SHARED/reference/compat/models/llama32.F16.gguf ctx=128
+  $K imatrix -m "$base" -f "$TEXT" -o "$WORK/llama32.imatrix.gguf" -c $ctx -t 2 >/dev/null 2>&1
+  $K perplexity -m "$base" -f "$TEXT" -c $ctx --save-logprobs "$WORK/llama32.base.lp" >/dev/null 2>&1
+  local params; params=$(awk -v s="$(tensor_bytes "$base")" 'BEGIN {print s / 2}')
+  echo "| mix (--imatrix) | tensors stored as | bits/weight | KLD mean | same top token |"
+  echo "|---|---|---:|---:|---:|"
+  for m in Q4_K_M Q3_K_M Q2_K IQ3_M IQ3_S IQ3_XS IQ3_XXS IQ2_M IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S; do
+    local f=$WORK/l.$m.gguf bits line
+    $K quantize "$base" "$f" --mix "$m" --imatrix "$WORK/llama32.imatrix.gguf" -t 2 >/dev/null 2>&1
+    bits=$(awk -v s="$(tensor_bytes "$f")" -v p="$params" 'BEGIN {printf "%.2f", 8 * s / p}')
+    line=$($K perplexity -m "$f" -f "$TEXT" -c $ctx --kl-divergence "$WORK/llama32.base.lp" 2>/dev/null)
+    echo "| $m | $(types_of "$f") | $bits | $(echo "$line" | sed -n 's/.*: mean \([0-9.]*\),.*/\1/p') |" \
+         "$(echo "$line" | sed -n 's/.*same top token \([0-9.]*%\).*/\1/p') |"
+  done
+}
+
 speed() {
   local f16=$WORK/1b.f16.gguf models=""
   [ -f "$f16" ] || $K synth --preset 1b --type f16 -o "$f16" >/dev/null
@@ -63,11 +84,19 @@ speed() {
     [ -f "$WORK/1b.$m.gguf" ] || $K quantize "$f16" "$WORK/1b.$m.gguf" --mix "$m" -t 2 >/dev/null 2>&1
     models="$models,$WORK/1b.$m.gguf"
   done
+  # The IQ1-IQ3 mixes need an importance matrix: one from the evaluation text (speed does not depend on it).
+  [ -f "$WORK/1b.imatrix.gguf" ] || $K imatrix -m "$f16" -f "$TEXT" -o "$WORK/1b.imatrix.gguf" -c 256 -t 2 >/dev/null 2>&1
+  for m in IQ3_S IQ3_XXS IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S; do
+    [ -f "$WORK/1b.$m.gguf" ] ||
+      $K quantize "$f16" "$WORK/1b.$m.gguf" --mix "$m" --imatrix "$WORK/1b.imatrix.gguf" -t 2 >/dev/null 2>&1
+    models="$models,$WORK/1b.$m.gguf"
+  done
   $K bench -m "$models" -p 512 -n 128 -t 2 -r 3 --measure 2>/dev/null | grep -E '^\||^  '
 }
 
 case ${1:-quality} in
   quality) quality ;;
+  quality-iq) quality_iq ;;
   speed) speed ;;
-  *) echo "usage: $0 quality|speed" >&2; exit 2 ;;
+  *) echo "usage: $0 quality|quality-iq|speed" >&2; exit 2 ;;
 esac
