@@ -16,6 +16,7 @@
 #include "core/q4q5_formats.h"
 #include "kernels/kquant_dot.h"
 #include "kernels/qdot.h"
+#include "kernels/qdot_iq512.h"
 
 #define KESTREL_QDOT_VNNI 1
 
@@ -220,6 +221,14 @@ constexpr int kTokens = 4;
 constexpr auto entries() {
   auto e = simd_qdot_entries<kTokens>();
   for (auto& d : e) {
+    switch (d.type) {  // the IQ1-IQ3 types: 64 weights per step (qdot_iq_avx512vnni.cpp)
+#define KESTREL_IQ512(t) \
+  case GgmlType::t: d.one = iq512::dot<GgmlType::t, 1>, d.many = iq512::dot<GgmlType::t, kTokens>; break;
+      KESTREL_IQ512(IQ2_XXS) KESTREL_IQ512(IQ2_XS) KESTREL_IQ512(IQ2_S) KESTREL_IQ512(IQ3_XXS) KESTREL_IQ512(IQ3_S)
+      KESTREL_IQ512(IQ1_S) KESTREL_IQ512(IQ1_M)
+#undef KESTREL_IQ512
+      default: break;
+    }
     if (d.type == GgmlType::Q2_K) d.one = dot_q23_K_512<false, BlockQ2_K, 1>, d.many = dot_q23_K_512<false, BlockQ2_K, kTokens>;
     if (d.type == GgmlType::Q3_K) d.one = dot_q23_K_512<true, BlockQ3_K, 1>, d.many = dot_q23_K_512<true, BlockQ3_K, kTokens>;
     if (d.type == GgmlType::IQ4_XS) d.one = dot_iq4_xs_512<1>, d.many = dot_iq4_xs_512<kTokens>;
