@@ -33,7 +33,7 @@ uint32_t word32(const uint8_t* p) {
 }
 
 void levels_iq2_xxs(const BlockIQ2_XXS& b, IqLevels& L) {
-  L.d = fp16_to_fp32(b.d) * 0.125f;
+  L.d = iq_block_scale(b);
   for (int ib = 0; ib < 8; ib++) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(b.qs + 4 * ib);
     const uint32_t idx = word32(bytes), aux = word32(bytes + 4);
@@ -44,7 +44,7 @@ void levels_iq2_xxs(const BlockIQ2_XXS& b, IqLevels& L) {
 }
 
 void levels_iq2_xs(const BlockIQ2_XS& b, IqLevels& L) {
-  L.d = fp16_to_fp32(b.d) * 0.125f;
+  L.d = iq_block_scale(b);
   for (int g = 0; g < 32; g++) signed8(kIq2xsGrid[b.qs[g] & 511], iq_signs8(b.qs[g] >> 9), L.q + 8 * g);
   for (int ib = 0; ib < 8; ib++) {
     L.ls[2 * ib] = static_cast<int16_t>(odd_scale(b.scales[ib] & 0xF));
@@ -53,7 +53,7 @@ void levels_iq2_xs(const BlockIQ2_XS& b, IqLevels& L) {
 }
 
 void levels_iq2_s(const BlockIQ2_S& b, IqLevels& L) {
-  L.d = fp16_to_fp32(b.d) * 0.125f;
+  L.d = iq_block_scale(b);
   const uint8_t* signs = b.qs + 32;
   for (int g = 0; g < 32; g++) {
     const int ib = g / 4, l = g % 4;
@@ -66,7 +66,7 @@ void levels_iq2_s(const BlockIQ2_S& b, IqLevels& L) {
 }
 
 void levels_iq3_xxs(const BlockIQ3_XXS& b, IqLevels& L) {
-  L.d = fp16_to_fp32(b.d) * 0.25f;
+  L.d = iq_block_scale(b);
   for (int ib = 0; ib < 8; ib++) {
     const uint32_t aux = word32(b.qs + 64 + 4 * ib);
     const uint8_t* q3 = b.qs + 8 * ib;
@@ -77,7 +77,7 @@ void levels_iq3_xxs(const BlockIQ3_XXS& b, IqLevels& L) {
 }
 
 void levels_iq3_s(const BlockIQ3_S& b, IqLevels& L) {
-  L.d = fp16_to_fp32(b.d);
+  L.d = iq_block_scale(b);
   for (int ib = 0; ib < 8; ib++) {
     const uint8_t* qs = b.qs + 8 * ib;
     const int qh = b.qh[ib];
@@ -96,7 +96,7 @@ inline void eighths8(uint64_t grid, int shift, int8_t* q) {
 }
 
 void levels_iq1_s(const BlockIQ1_S& b, IqLevels& L) {
-  L.d = fp16_to_fp32(b.d) * 0.125f;
+  L.d = iq_block_scale(b);
   for (int ib = 0; ib < 8; ib++) {
     const uint32_t qh = b.qh[ib];
     const int shift = qh & 0x8000 ? -1 : 1;
@@ -111,7 +111,7 @@ void scale_words(const BlockIQ1_M& b, uint16_t sc[4]) { std::memcpy(sc, b.scales
 void levels_iq1_m(const BlockIQ1_M& b, IqLevels& L) {
   uint16_t sc[4];
   scale_words(b, sc);
-  L.d = fp16_to_fp32(iq1m_scale(b)) * 0.125f;
+  L.d = iq_block_scale(b);
   for (int ib = 0; ib < 8; ib++) {
     for (int l = 0; l < 4; l++) {
       const uint32_t qh = b.qh[2 * ib + l / 2] >> (4 * (l % 2));  // this group's nibble

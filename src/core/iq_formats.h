@@ -14,6 +14,7 @@
 //                       the fp16 scale spread over the top nibbles of the scale words.
 #include <cstdint>
 
+#include "core/fp16.h"
 #include "core/ggml_types.h"
 
 namespace kestrel {
@@ -93,6 +94,16 @@ void dequantize_row_iq(GgmlType type, const void* row, float* y, int64_t n);
 
 // The fp16 scale of an IQ1_M block, gathered from its scale words.
 uint16_t iq1m_scale(const BlockIQ1_M& b);
+
+// A block's fp16 scale times its format's constant (1/8 for IQ2 and IQ1,
+// whose levels are eighths; 1/4 for IQ3_XXS): IqLevels::d.
+inline float iq_block_scale(const BlockIQ2_XXS& b) { return fp16_to_fp32(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ2_XS& b) { return fp16_to_fp32(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ2_S& b) { return fp16_to_fp32(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ3_XXS& b) { return fp16_to_fp32(b.d) * 0.25f; }
+inline float iq_block_scale(const BlockIQ3_S& b) { return fp16_to_fp32(b.d); }
+inline float iq_block_scale(const BlockIQ1_S& b) { return fp16_to_fp32(b.d) * 0.125f; }
+inline float iq_block_scale(const BlockIQ1_M& b) { return fp16_to_fp32(iq1m_scale(b)) * 0.125f; }
 
 }  // namespace kestrel
 

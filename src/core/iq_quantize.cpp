@@ -182,33 +182,35 @@ SubFit fit_at(const Spec& sp, const Lattice<Dim>& lat, const float* a, const flo
       f.sumqx += ww[j] * aa[j] * q, f.sumq2 += ww[j] * q * q;
     }
   };
-  if (sp.shift == 0) {
-    for (int g = 0; g < sp.sub / Dim; g++) {
-      const float* ag = a + g * Dim;
-      for (int j = 0; j < Dim; j++) t[j] = ag[j] * inv_s;
-      float e;
-      f.idx[static_cast<size_t>(g)] = static_cast<uint16_t>(lat.nearest(t, w + g * Dim, &e));
-      dist += e;
-      accumulate(ag, w + g * Dim, f.idx[static_cast<size_t>(g)], 0);
+  if constexpr (Dim == 8) {  // IQ1 (8-wide lattice): a shift sign per group, chosen here or given
+    if (sp.shift != 0) {
+      for (int g = 0; g < sp.sub / 8; g++) {
+        const float* ag = a + 8 * g;
+        int best_shift = 1, best_idx = 0;
+        float best = INFINITY;
+        for (int sh : {1, -1}) {
+          if (shift_all && sh != shift_all) continue;
+          for (int j = 0; j < 8; j++) t[j] = ag[j] * inv_s - static_cast<float>(sh) * 0.125f;
+          float e;
+          const int idx = lat.nearest(t, w + 8 * g, &e);
+          if (e < best) best = e, best_shift = sh, best_idx = idx;
+        }
+        f.idx[static_cast<size_t>(g)] = static_cast<uint16_t>(best_idx);
+        f.shift[static_cast<size_t>(g)] = static_cast<int8_t>(best_shift);
+        dist += best;
+        accumulate(ag, w + 8 * g, best_idx, static_cast<float>(best_shift) * 0.125f);
+      }
+      f.err = dist * s * s;
+      return f;
     }
-    f.err = dist * s * s;
-    return f;
   }
-  for (int g = 0; g < sp.sub / 8; g++) {
-    const float* ag = a + 8 * g;
-    int best_shift = 1, best_idx = 0;
-    float best = INFINITY;
-    for (int sh : {1, -1}) {
-      if (shift_all && sh != shift_all) continue;
-      for (int j = 0; j < 8; j++) t[j] = ag[j] * inv_s - static_cast<float>(sh) * 0.125f;
-      float e;
-      const int idx = lat.nearest(t, w + 8 * g, &e);
-      if (e < best) best = e, best_shift = sh, best_idx = idx;
-    }
-    f.idx[static_cast<size_t>(g)] = static_cast<uint16_t>(best_idx);
-    f.shift[static_cast<size_t>(g)] = static_cast<int8_t>(best_shift);
-    dist += best;
-    accumulate(ag, w + 8 * g, best_idx, static_cast<float>(best_shift) * 0.125f);
+  for (int g = 0; g < sp.sub / Dim; g++) {
+    const float* ag = a + g * Dim;
+    for (int j = 0; j < Dim; j++) t[j] = ag[j] * inv_s;
+    float e;
+    f.idx[static_cast<size_t>(g)] = static_cast<uint16_t>(lat.nearest(t, w + g * Dim, &e));
+    dist += e;
+    accumulate(ag, w + g * Dim, f.idx[static_cast<size_t>(g)], 0);
   }
   f.err = dist * s * s;
   return f;

@@ -155,14 +155,6 @@ inline Step step(const BlockIQ1_M& b, int p, uint16_t scale_word) {
   return st;
 }
 
-inline float block_scale(const BlockIQ2_XXS& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float block_scale(const BlockIQ2_XS& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float block_scale(const BlockIQ2_S& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float block_scale(const BlockIQ3_XXS& b) { return _cvtsh_ss(b.d) * 0.25f; }
-inline float block_scale(const BlockIQ3_S& b) { return _cvtsh_ss(b.d); }
-inline float block_scale(const BlockIQ1_S& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float block_scale(const BlockIQ1_M& b) { return _cvtsh_ss(iq1m_scale(b)) * 0.125f; }
-
 template <GgmlType> struct BlockOf;
 template <> struct BlockOf<GgmlType::IQ2_XXS> { using type = BlockIQ2_XXS; };
 template <> struct BlockOf<GgmlType::IQ2_XS> { using type = BlockIQ2_XS; };
@@ -195,7 +187,7 @@ void dot(const void* wv, const void* const* xv, int64_t n, float* out) {
         acc[t] = _mm512_add_epi32(acc[t], _mm512_mullo_epi32(d, s.scale));
       }
     }
-    const float dw = block_scale(w[i]);
+    const float dw = iq_block_scale(w[i]);
     for (int t = 0; t < T; t++)
       sum[t] = std::fma(dw * static_cast<const BlockQ8_K*>(xv[t])[i].d, static_cast<float>(_mm512_reduce_add_epi32(acc[t])),
                         sum[t]);

@@ -296,15 +296,6 @@ inline IqGroup iq_group(const BlockIQ1_M& b, int ib, uint32_t scale_word) {
   return {iq1_eighths(grid, shifts), _mm256_setzero_si256(), static_cast<int>(2 * (s & 7) + 1), static_cast<int>(2 * ((s >> 3) & 7) + 1)};
 }
 
-// The block's fp16 scale times the format's constant (IqLevels::d).
-inline float iq_block_scale(const BlockIQ2_XXS& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float iq_block_scale(const BlockIQ2_XS& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float iq_block_scale(const BlockIQ2_S& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float iq_block_scale(const BlockIQ3_XXS& b) { return _cvtsh_ss(b.d) * 0.25f; }
-inline float iq_block_scale(const BlockIQ3_S& b) { return _cvtsh_ss(b.d); }
-inline float iq_block_scale(const BlockIQ1_S& b) { return _cvtsh_ss(b.d) * 0.125f; }
-inline float iq_block_scale(const BlockIQ1_M& b) { return _cvtsh_ss(iq1m_scale(b)) * 0.125f; }
-
 inline int32_t hsum_epi32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));

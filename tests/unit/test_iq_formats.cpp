@@ -76,16 +76,6 @@ GgmlReference read_reference() {
   return r;
 }
 
-std::vector<const QDotTable*> simd_tables() {
-  std::vector<const QDotTable*> t;
-  const auto& f = cpu_features();
-  if (f.avx2 && f.fma && f.f16c)
-    if (const QDotTable* k = avx2_qdots()) t.push_back(k);
-  if (f.avx512vnni && f.avx512vl)
-    if (const QDotTable* k = avx512vnni_qdots()) t.push_back(k);
-  return t;
-}
-
 TEST(IqFormats, ReferenceCoversEveryType) {
   const GgmlReference r = read_reference();
   ASSERT_EQ(r.cases.size(), std::size(kIqTypes));
@@ -205,7 +195,7 @@ TEST(IqFormats, RandomBlocksScalarDotIsTheDequantizedDot) {
 }
 
 TEST(IqFormats, SimdTablesEqualScalarOnRandomBlocks) {
-  const auto tables = simd_tables();
+  const auto tables = test::simd_qdot_tables();
   if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
   for (GgmlType t : kIqTypes) {
     for (int64_t blocks : {1, 2, 5}) {

@@ -25,16 +25,6 @@
 namespace kestrel {
 namespace {
 
-std::vector<const QDotTable*> simd_tables() {
-  std::vector<const QDotTable*> t;
-  const auto& f = cpu_features();
-  if (f.avx2 && f.fma && f.f16c)
-    if (const QDotTable* k = avx2_qdots()) t.push_back(k);
-  if (f.avx512vnni && f.avx512vl)
-    if (const QDotTable* k = avx512vnni_qdots()) t.push_back(k);
-  return t;
-}
-
 // Random block bytes with every scale field set to a small finite value, so
 // that the dot is finite and every level bit pattern occurs.
 std::vector<uint8_t> random_rows(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
@@ -126,7 +116,7 @@ void check_rows(GgmlType type, const uint8_t* rows, int64_t n_rows, int64_t cols
     float got;
     ref->one(w, xs1, cols, &got);
     ASSERT_NEAR(got, want, tol) << type_name(type) << " " << what << " row " << r;
-    for (const QDotTable* t : simd_tables()) {
+    for (const QDotTable* t : test::simd_qdot_tables()) {
       const QTypeDots* d = t->find(type);
       ASSERT_NE(d, nullptr) << type_name(type) << " " << t->isa;
       float simd;
@@ -151,7 +141,7 @@ TEST(QDot, EveryTableCoversEveryType) {
     EXPECT_TRUE(traits(t).computable) << type_name(t);
   }
   if (cpu_features().avx2) {
-    EXPECT_FALSE(simd_tables().empty());
+    EXPECT_FALSE(test::simd_qdot_tables().empty());
   }
 }
 

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "core/block_formats.h"
+#include "hw/cpu_features.h"
+#include "kernels/qdot.h"
 #include "model/gguf_writer.h"
 #include "model/synth.h"
 #include "model/weight.h"
@@ -20,6 +22,17 @@
 #include "runtime/generator.h"
 
 namespace kestrel::test {
+
+// The qdot.h SIMD tables this CPU can run (each is tested against the scalar one).
+inline std::vector<const QDotTable*> simd_qdot_tables() {
+  std::vector<const QDotTable*> t;
+  const auto& f = cpu_features();
+  if (f.avx2 && f.fma && f.f16c)
+    if (const QDotTable* k = avx2_qdots()) t.push_back(k);
+  if (f.avx512vnni && f.avx512vl)
+    if (const QDotTable* k = avx512vnni_qdots()) t.push_back(k);
+  return t;
+}
 
 // n normally distributed floats, the same for the same seed.
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
