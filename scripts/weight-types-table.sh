@@ -10,7 +10,9 @@
 #      64-wide rows fit no 256-wide type), KL divergence against its F16 model;
 #   scripts/weight-types-table.sh quality     # seconds
 #   scripts/weight-types-table.sh quality-iq  # a minute
-#   scripts/weight-types-table.sh speed       # ~40 minutes on 2 cores, ~14 GB in $WORK
+#   2c. speed-iq: the IQ1-IQ3 mixes of the 1.1B model beside Q4_0;
+#   scripts/weight-types-table.sh speed       # ~20 minutes on 2 cores, ~12 GB in $WORK
+#   scripts/weight-types-table.sh speed-iq    # ~45 minutes (quantizing), then ~15 (bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/kestrel
@@ -84,9 +86,18 @@ speed() {
     [ -f "$WORK/1b.$m.gguf" ] || $K quantize "$f16" "$WORK/1b.$m.gguf" --mix "$m" -t 2 >/dev/null 2>&1
     models="$models,$WORK/1b.$m.gguf"
   done
-  # The IQ1-IQ3 mixes need an importance matrix: one from the evaluation text (speed does not depend on it).
+  $K bench -m "$models" -p 512 -n 128 -t 2 -r 3 --measure 2>/dev/null | grep -E '^\||^  '
+}
+
+# The IQ1-IQ3 mixes beside Q4_0 (their base types: IQ2_M's is IQ2_S, IQ2_S's IQ2_XS).
+speed_iq() {
+  local f16=$WORK/1b.f16.gguf models=""
+  [ -f "$f16" ] || $K synth --preset 1b --type f16 -o "$f16" >/dev/null
+  [ -f "$WORK/1b.q4_0.gguf" ] || $K synth --preset 1b --type q4_0 -o "$WORK/1b.q4_0.gguf" >/dev/null
+  models="$WORK/1b.q4_0.gguf"
+  # They need an importance matrix: one from the evaluation text (speed does not depend on it).
   [ -f "$WORK/1b.imatrix.gguf" ] || $K imatrix -m "$f16" -f "$TEXT" -o "$WORK/1b.imatrix.gguf" -c 256 -t 2 >/dev/null 2>&1
-  for m in IQ3_S IQ3_XXS IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S; do
+  for m in IQ3_S IQ3_XXS IQ2_M IQ2_XS IQ2_XXS IQ1_M IQ1_S; do
     [ -f "$WORK/1b.$m.gguf" ] ||
       $K quantize "$f16" "$WORK/1b.$m.gguf" --mix "$m" --imatrix "$WORK/1b.imatrix.gguf" -t 2 >/dev/null 2>&1
     models="$models,$WORK/1b.$m.gguf"
@@ -98,5 +109,6 @@ case ${1:-quality} in
   quality) quality ;;
   quality-iq) quality_iq ;;
   speed) speed ;;
-  *) echo "usage: $0 quality|quality-iq|speed" >&2; exit 2 ;;
+  speed-iq) speed_iq ;;
+  *) echo "usage: $0 quality|quality-iq|speed|speed-iq" >&2; exit 2 ;;
 esac
