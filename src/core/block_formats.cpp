@@ -89,6 +89,7 @@ void dequantize_row_fp8(const BlockFp8* x, float* y, int64_t n) {
 }
 
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  if (is_iq_grid_type(type)) return dequantize_row_iq(type, src, dst, n);
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case GgmlType::F16: {
@@ -115,8 +116,6 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n); return;
     case GgmlType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n); return;
     case GgmlType::MXFP4: dequantize_row_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n); return;
-    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
-    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M: dequantize_row_iq(type, src, dst, n); return;
     default: throw Error(std::string("dequantize: tensor type ") + std::string(type_name(type)) + " is not supported yet");
   }
 }
@@ -166,6 +165,7 @@ bool requires_importance(GgmlType type) {
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const float* imp) {
   if (imp && !uses_importance(type)) imp = nullptr;  // Q8_0, MXFP4, FP8, floats: one rounding, nothing to weigh
   if (imp && type == GgmlType::Q4_0) return quantize_row_q4_0_weighted(src, static_cast<BlockQ4_0*>(dst), n, imp);
+  if (is_iq_grid_type(type)) return quantize_row_iq(type, src, dst, n, imp);
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case GgmlType::F16: {
@@ -192,8 +192,6 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const f
     case GgmlType::IQ4_NL: quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n, imp); return;
     case GgmlType::IQ4_XS: quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n, imp); return;
     case GgmlType::MXFP4: quantize_row_mxfp4(src, static_cast<BlockMXFP4*>(dst), n); return;
-    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
-    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M: quantize_row_iq(type, src, dst, n, imp); return;
     default: throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
   }
 }

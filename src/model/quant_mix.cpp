@@ -276,9 +276,8 @@ std::map<std::string, GgmlType> plan_quant_mix(const GgufFile& in, const QuantMi
       plan[t->name] = t->type;
       continue;
     }
-    const Category c = category_of(t->name);
-    const GgmlType chosen = fallback_type(rule_type(s, mix.base, *t, c), t->ne[0]);
-    if (requires_importance(chosen) && !o.has_imatrix && c != Category::TokenEmbd && c != Category::Output)
+    const GgmlType chosen = fallback_type(rule_type(s, mix.base, *t, category_of(t->name)), t->ne[0]);
+    if (needs_importance_matrix(t->name, chosen) && !o.has_imatrix)
       throw Error(fmt::format("mix {}: tensor '{}' would be {}, which is rounded only with an importance matrix: "
                               "--imatrix FILE (make one with kestrel imatrix -m MODEL -f TEXT)",
                               mix.name, t->name, type_name(chosen)));

@@ -92,10 +92,7 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
     const bool gptq = uses_gptq(o.method) && site && t.ne.size() == 2 && has_quant_grid(type) && !site->xtx.empty();
     const int threads = o.n_threads;
     const double damp = o.gptq_damp;
-    // llama-quantize's rule: the lowest-bit lattice types are rounded only
-    // with importance data (the embedding and the output head excepted).
-    const bool needs_importance = requires_importance(type) && t.ne.size() >= 2 && t.name != "token_embd.weight" &&
-                                  t.name != "output.weight" && type != t.type;
+    const bool needs_importance = needs_importance_matrix(t.name, type) && t.ne.size() >= 2 && type != t.type;
     if (needs_importance && !o.imatrix)
       throw Error(fmt::format("tensor '{}' would be {}, which is rounded only with an importance matrix: --imatrix FILE "
                               "(make one with kestrel imatrix -m MODEL -f TEXT)",

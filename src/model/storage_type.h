@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_formats.h"
 #include "core/ggml_types.h"
 
 namespace kestrel {
@@ -15,6 +16,14 @@ namespace kestrel {
 // MoE routers (ffn_gate_inp) stay in float, as llama-quantize keeps them:
 // a rounded router changes which experts run, not just how precisely.
 inline bool is_moe_router(const std::string& name) { return name.find("ffn_gate_inp.weight") != std::string::npos; }
+
+// llama-quantize's rule (tensor_requires_imatrix): a tensor rounded to one of
+// the lowest-bit lattice types needs importance data — the embeddings and the
+// output head excepted, which it rounds without.
+inline bool needs_importance_matrix(const std::string& name, GgmlType type) {
+  if (name == "token_embd.weight" || name == "per_layer_token_embd.weight" || name == "output.weight") return false;
+  return requires_importance(type);
+}
 
 // llama-quantize's stand-in for type t in rows of `cols` elements (t itself when they divide).
 inline GgmlType fallback_type(GgmlType t, int64_t cols) {
