@@ -44,6 +44,16 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
         return fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches (avx512 vnni)", w);
       return fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, isa);
     }
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4:
+      if (repacked && packed_gemm_available())
+        return fmt::format("{} repacked in 16-row groups (file bytes) x {}: vpdpbusd, one block per lane (avx512 vnni)",
+                           type_name(type), activation_format_name(activation_format(type)));
+      return fmt::format("{} x {} integer row dot, {} tokens per pass for batches ({})", type_name(type),
+                         activation_format_name(activation_format(type)), qdots().tokens, qdots().isa);
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K:
@@ -71,10 +81,10 @@ static bool is_kquant_format(GgmlType t) {
 }
 
 void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
-  // Weights repacked into the general form (k-quants and the rest) serve
-  // batches; one token reads the file layout (llama.cpp's arithmetic, and
-  // the bytes decode streams are the file's).
-  if (w.packed && w.packed->is_k() && n >= 2) {
+  // Weights repacked into a compact kind serve every batch; the general form
+  // (the 256-wide types) serves batches only: one token reads the file layout
+  // (llama.cpp's arithmetic, and the bytes decode streams are the file's).
+  if (w.packed && (!w.packed->is_k() || n >= 2)) {
     qdot_ = nullptr;
     x_ = x;
     n_ = n;
@@ -95,10 +105,6 @@ void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t 
   tiled_ = false;
   bf16_ = false;
   packed_ = false;
-  if (w.packed) {
-    prepare_packed(pool, w, x, n);
-    return;
-  }
   if (w.type == GgmlType::BF16 && k_.isa == IsaLevel::Avx512 && gemm_bf16_available()) {
     const int64_t cols = w.cols();
     if (xbf16_.size() < static_cast<size_t>(n * cols)) xbf16_.resize(n * cols);
@@ -160,8 +166,8 @@ void Matmul::prepare_packed(ThreadPool& pool, const Weight& w, const float* x, i
   if (xpacked_.size() < bytes) xpacked_.resize(bytes);
   uint8_t* out = xpacked_.data();
   const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
-  if (w.packed->is_k()) {
-    // The general form's activations are rounded as the row dots' (and ggml's) are for the type.
+  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0) {
+    // Activations rounded as the row dots' (and ggml's) are for the type (Q8_K, Q8_1 or Q8_0).
     quantize_activations_for(pool, w.type, x, n, cols);
     const uint8_t* xa = xact_.data();
     const PackedKind kind = w.packed->kind;

@@ -17,15 +17,30 @@
 
 namespace kestrel {
 
-bool packable(const Weight& w) {
-  return (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0) && w.ne.size() == 2 && w.cols() % kQK8_0 == 0 &&
-         w.rows() > 0 && w.data != nullptr;
+// The compact kind of a 32-element block format, if it has one.
+static std::optional<PackedKind> compact_kind(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return PackedKind::Q8_0;
+    case GgmlType::Q4_0: return PackedKind::Q4_0;
+    case GgmlType::Q4_1: return PackedKind::Q4_1;
+    case GgmlType::Q5_0: return PackedKind::Q5_0;
+    case GgmlType::Q5_1: return PackedKind::Q5_1;
+    case GgmlType::IQ4_NL: return PackedKind::IQ4_NL;
+    case GgmlType::MXFP4: return PackedKind::MXFP4;
+    default: return std::nullopt;
+  }
 }
+
+static bool is_matrix_of_blocks(const Weight& w) {
+  return w.ne.size() == 2 && w.cols() % kQK8_0 == 0 && w.rows() > 0 && w.data != nullptr;
+}
+
+bool packable(const Weight& w) { return compact_kind(w.type) && is_matrix_of_blocks(w); }
 
 static PackedKind general_kind(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_K: case GgmlType::Q4_1: return PackedKind::K4;
-    case GgmlType::Q5_K: case GgmlType::Q5_1: case GgmlType::Q2_K: return PackedKind::K8;  // real minimums
+    case GgmlType::Q4_K: return PackedKind::K4;
+    case GgmlType::Q5_K: case GgmlType::Q2_K: return PackedKind::K8;  // real minimums
     default: return PackedKind::K8Z;
   }
 }
@@ -35,20 +50,17 @@ static int32_t zero_level(GgmlType t) {
   switch (t) {
     case GgmlType::Q6_K: return 32;
     case GgmlType::Q3_K: return 4;
-    case GgmlType::Q5_0: return 16;
-    default: return 128;  // IQ4_NL, IQ4_XS, MXFP4: the table shifted to unsigned
+    default: return 128;  // IQ4_XS: the table shifted to unsigned
   }
 }
 
 bool packable_general(const Weight& w) {
   switch (w.type) {
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
-    case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
-    case GgmlType::MXFP4:
-      break;
+    case GgmlType::IQ4_XS:
+      return is_matrix_of_blocks(w);
     default: return false;
   }
-  return w.ne.size() == 2 && w.cols() % kQK8_0 == 0 && w.rows() > 0 && w.data != nullptr;
 }
 
 void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float* scale, float* offset) {
@@ -111,49 +123,81 @@ void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float
       }
       return;
     }
-    case GgmlType::Q4_1: {
-      const BlockQ4_1& x = reinterpret_cast<const BlockQ4_1*>(row)[b];
-      for (int l = 0; l < 16; l++) L[l] = x.qs[l] & 0xF, L[l + 16] = x.qs[l] >> 4;
-      both(fp16_to_fp32(x.d), fp16_to_fp32(x.m));
-      return;
-    }
-    case GgmlType::Q5_0: {
-      const BlockQ5_0& x = reinterpret_cast<const BlockQ5_0*>(row)[b];
-      for (int l = 0; l < 32; l++) L[l] = static_cast<uint8_t>(q5_level(x.qs, x.qh, l));
-      both(fp16_to_fp32(x.d), -16 * fp16_to_fp32(x.d));
-      return;
-    }
-    case GgmlType::Q5_1: {
-      const BlockQ5_1& x = reinterpret_cast<const BlockQ5_1*>(row)[b];
-      for (int l = 0; l < 32; l++) L[l] = static_cast<uint8_t>(q5_level(x.qs, x.qh, l));
-      both(fp16_to_fp32(x.d), fp16_to_fp32(x.m));
-      return;
-    }
-    case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS:
-    case GgmlType::MXFP4: {
+    case GgmlType::IQ4_XS: {
       // Table values (signed) shifted by 128 to unsigned levels; the offset shifts them back.
-      const uint8_t* qs;
-      const int8_t* table = t == GgmlType::MXFP4 ? kMxfp4Values : kIq4nlValues;
-      float s;
-      if (t == GgmlType::IQ4_NL) {
-        const BlockIQ4_NL& x = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
-        qs = x.qs, s = fp16_to_fp32(x.d);
-      } else if (t == GgmlType::MXFP4) {
-        const BlockMXFP4& x = reinterpret_cast<const BlockMXFP4*>(row)[b];
-        qs = x.qs, s = e8m0_to_fp32_half(x.e);
-      } else {
-        const BlockIQ4_XS& x = reinterpret_cast<const BlockIQ4_XS*>(row)[sb];
-        qs = x.qs + 16 * j, s = fp16_to_fp32(x.d) * static_cast<float>(iq4xs_scale(x, j) - 32);
-      }
+      const BlockIQ4_XS& x = reinterpret_cast<const BlockIQ4_XS*>(row)[sb];
+      const uint8_t* qs = x.qs + 16 * j;
       for (int l = 0; l < 16; l++) {
-        L[l] = static_cast<uint8_t>(table[qs[l] & 0xF] + 128);
-        L[l + 16] = static_cast<uint8_t>(table[qs[l] >> 4] + 128);
+        L[l] = static_cast<uint8_t>(kIq4nlValues[qs[l] & 0xF] + 128);
+        L[l + 16] = static_cast<uint8_t>(kIq4nlValues[qs[l] >> 4] + 128);
       }
+      const float s = fp16_to_fp32(x.d) * static_cast<float>(iq4xs_scale(x, j) - 32);
       both(s, -128 * s);
       return;
     }
     default: throw Error(fmt::format("type {} has no repacked form", type_name(t)));
+  }
+}
+
+// Block b of a row into lane i of its packed group g (compact kinds).
+static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_t g, int64_t b, int i) {
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  uint8_t* dst = const_cast<uint8_t*>(p.block_quants(g, b)) + i * 4;
+  auto* hdr = const_cast<uint8_t*>(p.block_header(g, b));
+  auto* scales = reinterpret_cast<uint16_t*>(hdr);
+  auto nibbles = [&](const uint8_t* qs) {
+    for (int k = 0; k < 4; k++) std::memcpy(dst + k * 64, qs + 4 * k, 4);
+  };
+  // Q5's fifth bits, reordered (see packed_q8.h): vector k's are one shift away from bit 4 of each byte.
+  auto fifth_bits = [&](const uint8_t* qh4) {
+    uint32_t qh, out = 0;
+    std::memcpy(&qh, qh4, 4);
+    for (int k = 0; k < 4; k++)
+      for (int e = 0; e < 4; e++) {
+        out |= ((qh >> (4 * k + e)) & 1u) << (8 * e + k);
+        out |= ((qh >> (16 + 4 * k + e)) & 1u) << (8 * e + 4 + k);
+      }
+    const_cast<uint32_t*>(p.block_qh(g, b))[i] = out;
+  };
+  switch (p.kind) {
+    case PackedKind::Q8_0: {
+      const auto& x = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      scales[i] = x.d;
+      for (int k = 0; k < 8; k++)
+        for (int j = 0; j < 4; j++) dst[k * 64 + j] = static_cast<uint8_t>(x.qs[4 * k + j]) ^ 0x80;
+      return;
+    }
+    case PackedKind::Q4_0: {
+      const auto& x = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      scales[i] = x.d, nibbles(x.qs);
+      return;
+    }
+    case PackedKind::IQ4_NL: {
+      const auto& x = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+      scales[i] = x.d, nibbles(x.qs);
+      return;
+    }
+    case PackedKind::Q4_1: {
+      const auto& x = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      scales[i] = x.d, scales[G + i] = x.m, nibbles(x.qs);
+      return;
+    }
+    case PackedKind::Q5_0: {
+      const auto& x = reinterpret_cast<const BlockQ5_0*>(row)[b];
+      scales[i] = x.d, fifth_bits(x.qh), nibbles(x.qs);
+      return;
+    }
+    case PackedKind::Q5_1: {
+      const auto& x = reinterpret_cast<const BlockQ5_1*>(row)[b];
+      scales[i] = x.d, scales[G + i] = x.m, fifth_bits(x.qh), nibbles(x.qs);
+      return;
+    }
+    case PackedKind::MXFP4: {
+      const auto& x = reinterpret_cast<const BlockMXFP4*>(row)[b];
+      hdr[i] = x.e, nibbles(x.qs);
+      return;
+    }
+    default: throw Error("pack_compact_block: not a compact kind");
   }
 }
 
@@ -163,7 +207,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
   constexpr int G = PackedWeight::kRowsPerGroup;
   auto p = std::make_shared<PackedWeight>();
   p->type = w.type;
-  p->kind = w.type == GgmlType::Q8_0 ? PackedKind::Q8_0 : w.type == GgmlType::Q4_0 ? PackedKind::Q4_0 : general_kind(w.type);
+  p->kind = compact_kind(w.type).value_or(general_kind(w.type));
   if (p->kind == PackedKind::K8Z) p->zero_level = zero_level(w.type);
   p->rows = w.rows();
   p->n_blocks = w.cols() / kQK8_0;
@@ -179,7 +223,6 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
     p->data = static_cast<const uint8_t*>(own->data());
     p->memory = std::move(own);
   }
-  const bool q8 = w.type == GgmlType::Q8_0;
   auto pack_general = [&](int64_t g0, int64_t g1) {
     // Padding rows stay zero: scale and offset 0 make them 0.
     std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
@@ -205,25 +248,11 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
   };
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     if (p->is_k()) return pack_general(g0, g1);
-    for (int64_t g = g0; g < g1; g++) {
-      for (int i = 0; i < G && g * G + i < p->rows; i++) {
-        const uint8_t* row = w.row(g * G + i);
-        for (int64_t b = 0; b < nb; b++) {
-          uint8_t* dst = const_cast<uint8_t*>(p->block_quants(g, b)) + i * 4;
-          uint16_t* s = const_cast<uint16_t*>(p->block_scales(g, b));
-          if (q8) {
-            const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-            s[i] = blk.d;
-            for (int k = 0; k < 8; k++)
-              for (int j = 0; j < 4; j++) dst[k * 64 + j] = static_cast<uint8_t>(blk.qs[4 * k + j]) ^ 0x80;
-          } else {
-            const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-            s[i] = blk.d;
-            for (int k = 0; k < 4; k++) std::memcpy(dst + k * 64, blk.qs + 4 * k, 4);
-          }
-        }
-      }
-    }
+    // Padding rows and an odd last block's partner stay zero.
+    std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
+    for (int64_t g = g0; g < g1; g++)
+      for (int i = 0; i < G && g * G + i < p->rows; i++)
+        for (int64_t b = 0; b < nb; b++) pack_compact_block(*p, w.row(g * G + i), g, b, i);
   };
   if (pool)
     pool->parallel_for(p->n_groups, pack_groups);
@@ -283,10 +312,21 @@ void pack_tiles(int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1
 
 }  // namespace
 
+// What a compact kind adds to its signed values to store them unsigned
+// (Q4_1/Q5_1's levels are unsigned already: their minimum is a separate term).
+static int32_t unsigned_offset(PackedKind kind) {
+  switch (kind) {
+    case PackedKind::Q8_0: case PackedKind::IQ4_NL: case PackedKind::MXFP4: return 128;
+    case PackedKind::Q4_0: return 8;
+    case PackedKind::Q5_0: return 16;
+    default: return 0;
+  }
+}
+
 void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
                       int64_t tile1, uint8_t* out) {
-  // Q8_0's and Q4_0's weights are stored unsigned (+128, +8): the bias undoes it.
-  const int32_t offset = kind == PackedKind::Q8_0 ? 128 : kind == PackedKind::Q4_0 ? 8 : 0;
+  // The compact kinds' levels are unsigned (q + offset): the bias undoes it.
+  const int32_t offset = unsigned_offset(kind);
   pack_tiles(n_tokens, n_blocks, tile0, tile1, out, [&](int64_t token, int64_t b) {
     const BlockQ8_0& blk = x[token * n_blocks + b];
     int32_t sum = 0;
@@ -312,11 +352,23 @@ void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_block
   });
 }
 
-// The unsigned quant of element e (0..31) of lane `row` in one packed block.
-static int packed_quant(PackedKind kind, const uint8_t* block, int row, int e) {
-  if (kind != PackedKind::Q4_0 && kind != PackedKind::K4) return block[(e / 4) * 64 + row * 4 + e % 4];
+// The unsigned level of element e (0..31) of lane `row` in block b of group g.
+static int packed_level(const PackedWeight& w, int64_t g, int64_t b, int row, int e) {
+  const uint8_t* block = w.is_k() ? w.kquants(g, b) : w.block_quants(g, b);
+  if (w.quant_bytes_per_block() == 512) return block[(e / 4) * 64 + row * 4 + e % 4];
   const uint8_t byte = block[((e % 16) / 4) * 64 + row * 4 + e % 4];
-  return e < 16 ? (byte & 0x0F) : (byte >> 4);
+  const int nibble = e < 16 ? (byte & 0x0F) : (byte >> 4);
+  switch (w.kind) {
+    case PackedKind::IQ4_NL: return kIq4nlValues[nibble] + 128;
+    case PackedKind::MXFP4: return kMxfp4Values[nibble] + 128;
+    case PackedKind::Q5_0:
+    case PackedKind::Q5_1: {
+      const int k = (e % 16) / 4, i = e % 4;
+      const int bit = e < 16 ? 8 * i + k : 8 * i + 4 + k;
+      return nibble | static_cast<int>(((w.block_qh(g, b)[row] >> bit) & 1u) << 4);
+    }
+    default: return nibble;
+  }
 }
 
 // The general form, in the kernel's order: per block, the scaled integer
@@ -340,7 +392,7 @@ static void packed_gemm_reference_general(const PackedWeight& w, int64_t g0, int
           const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
           const float dx = f32(xb + PA::kScaleOffset + 4 * tt);
           int32_t dot[2] = {0, 0};
-          for (int e = 0; e < kQK8_0; e++) dot[e / 16] += packed_quant(w.kind, w.kquants(g, b), i, e) * qs[e];
+          for (int e = 0; e < kQK8_0; e++) dot[e / 16] += packed_level(w, g, b, i, e) * qs[e];
           const float* s = w.kscales(g, b);
           const float* o = w.koffsets(g, b);
           if (w.kind == PackedKind::K8Z) {
@@ -380,9 +432,15 @@ void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const 
           std::memcpy(&idot, xb + PackedActivations::kBiasOffset + 4 * tt, 4);
           std::memcpy(&d, xb + PackedActivations::kScaleOffset + 4 * tt, 4);
           const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
-          for (int e = 0; e < kQK8_0; e++) idot += packed_quant(w.kind, w.block_quants(g, b), i, e) * qs[e];
-          const float scale = fp16_to_fp32(w.block_scales(g, b)[i]) * d;
-          acc = std::fma(static_cast<float>(idot), scale, acc);
+          for (int e = 0; e < kQK8_0; e++) idot += packed_level(w, g, b, i, e) * qs[e];
+          const float dw = w.kind == PackedKind::MXFP4 ? e8m0_to_fp32_half(w.block_header(g, b)[i])
+                                                       : fp16_to_fp32(w.block_scales(g, b)[i]);
+          acc = std::fma(static_cast<float>(idot), dw * d, acc);
+          if (w.has_min()) {
+            float sx;
+            std::memcpy(&sx, xb + PackedActivations::kSumOffset + 4 * tt, 4);
+            acc = std::fma(fp16_to_fp32(w.block_mins(g, b)[i]), sx, acc);
+          }
         }
         y[t * ldy + g * G + i] = acc;
       }

@@ -1,5 +1,5 @@
 #pragma once
-// Q8_0 / Q4_0 weights repacked at load time for the AVX-512 VNNI kernels.
+// Quantized weights repacked at load time for the AVX-512 VNNI kernels.
 //
 // Rows are interleaved in groups of 16, one row per int32 lane of a 512-bit
 // register: a vector holds 4 consecutive quants of each of the 16 rows, so one
@@ -9,21 +9,35 @@
 // multiply and one FMA per 16 rows per block, instead of ggml's per-lane
 // float work that caps its int8 throughput.
 //
-// Layout: groups one after another, each a run of block pairs; a pair is the
-// fp16 scales of its two blocks (2 x 16 x 2 bytes) followed by their quants:
+// The 32-element block formats keep their own bytes ("compact" kinds): groups
+// one after another, each a run of block pairs; a pair is the headers of its
+// two blocks followed by their quants. A header holds the block's fields for
+// the 16 rows, field by field:
+//   Q8_0, Q4_0, IQ4_NL: d fp16[16]                (32 bytes)
+//   Q4_1:               d fp16[16] | m fp16[16]   (64)
+//   Q5_0:               d fp16[16] | qh u32[16]   (96)
+//   Q5_1:               d | m | qh                (128)
+//   MXFP4:              e (e8m0) u8[16]           (16)
+// and the quants:
 //   Q8_0: quants[k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q + 128)
-//   Q4_0: quants[k=0..3][row 0..15][4]: qs[4k..4k+3] as stored; the low nibbles
-//         are elements 4k..4k+3, the high nibbles 16+4k..16+4k+3 (unsigned q + 8)
-// so a matrix is one linear, 64-byte aligned stream (the hardware prefetcher
-// follows one stream better than a quant stream and a scale stream).
-// Padding rows of the last group (and an odd last block's partner) are zero.
-// The byte count equals the GGUF tensor's plus that padding, so decode
-// streams no more than llama.cpp does.
+//   the 4-bit kinds: quants[k=0..3][row 0..15][4]: qs[4k..4k+3] as stored; the
+//         low nibbles are elements 4k..4k+3, the high nibbles 16+4k..16+4k+3
+// Q5's fifth bits are reordered so that vector k's are one shift away: bit
+// 8i + k of the packed qh is element 4k + i's, bit 8i + 4 + k element
+// 16 + 4k + i's. IQ4_NL's and MXFP4's nibbles index their table (shifted by
+// 128 to unsigned) in the kernel.
+// So a matrix is one linear stream (the hardware prefetcher follows one
+// stream better than a quant stream and a scale stream). Padding rows of the
+// last group (and an odd last block's partner) are zero. The byte count
+// equals the GGUF tensor's plus that padding, so decode streams no more than
+// llama.cpp does.
 // Arithmetic per (row, token): acc = fma(float(idot - bias), d_w * d_x, acc)
-// block after block, where bias = (128 or 8) * sum of the block's activations
-// undoes the unsigned offset. This is the order of ggml's scalar reference
-// (up to FMA rounding), not of its SIMD paths: logits are not bit-identical
-// to llama.cpp's (the unpacked kernels are; see Matmul and --no-repack).
+// block after block, where bias = z * sum of the block's activations undoes
+// the unsigned offset z (128, 8, 16; 0 for Q4_1/Q5_1, whose minimum adds
+// acc = fma(m_w, s_x, acc) with Q8_1's stored s_x). This is the order of
+// ggml's scalar reference (up to FMA rounding), not of its SIMD paths: logits
+// are not bit-identical to llama.cpp's (the unpacked kernels are; see Matmul
+// and --no-repack).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,35 +50,49 @@
 
 namespace kestrel {
 
-// The other quantized formats (the k-quants, Q4_1/Q5_0/Q5_1, IQ4_NL/IQ4_XS,
-// MXFP4) repack into one general form: every 32-element block of a row
+// The 256-wide formats (the k-quants, IQ4_XS) repack into one general form
+// for batches: every 32-element block of a row
 // becomes unsigned levels with a float scale and a float offset per
 // sub-block, value = scale * level + offset, so one kernel serves them all:
-//   K4: 4-bit levels packed as Q4_0's (Q4_K, Q4_1), one (scale, offset) per 32;
+//   K4: 4-bit levels packed as Q4_0's (Q4_K), one (scale, offset) per 32;
 //   K8: 8-bit levels packed as Q8_0's, one (scale, offset) per 16 (Q6_K,
 //       Q3_K and Q2_K scale every 16; the others repeat theirs).
-// Offsets carry Q4_K's minimum, Q6_K's -32, IQ4's table shifted to unsigned.
+// Offsets carry Q4_K's minimum, Q6_K's -32, IQ4_XS's table shifted to unsigned.
 // Per (group, block): scales f32[nsub][16] | offsets f32[nsub][16] | quants
 // (256 or 512 bytes). Activations are Q8_0 (not ggml's Q8_K per 256): the
 // repacked path trades llama.cpp-identical rounding for speed, as Q4_0's does;
 // --no-repack keeps the file layout and ggml's arithmetic.
 //   K8Z: K8 whose offsets are an integer level times the scale (Q6_K's 32,
-//       Q3_K's 4, Q5_0's 16, the tables' 128): the kernel subtracts that level
-//       times the activations' sum in the integer dot instead of two more FMAs.
-enum class PackedKind { Q8_0, Q4_0, K4, K8, K8Z };
+//       Q3_K's 4, IQ4_XS's 128): the kernel subtracts that level times the
+//       activations' sum in the integer dot instead of two more FMAs.
+enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, K4, K8, K8Z };
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
-  static constexpr size_t kScaleBytes = kRowsPerGroup * sizeof(uint16_t);  // one block's scales
+  static constexpr size_t kScaleBytes = kRowsPerGroup * sizeof(uint16_t);  // one fp16 field of a header
   GgmlType type = GgmlType::Q8_0;                                          // the source format
   PackedKind kind = PackedKind::Q8_0;
   int32_t zero_level = 0;  // K8Z: offset = -zero_level * scale
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
-  const uint8_t* data = nullptr;  // [n_groups][(n_blocks + 1) / 2][2 x kScaleBytes | 2 x quant_bytes_per_block()]
+  const uint8_t* data = nullptr;  // [n_groups][(n_blocks + 1) / 2][2 x header_bytes() | 2 x quant_bytes_per_block()]
   std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
-  size_t quant_bytes_per_block() const { return kind == PackedKind::Q4_0 || kind == PackedKind::K4 ? 256 : 512; }
-  size_t pair_bytes() const { return 2 * (kScaleBytes + quant_bytes_per_block()); }
+  size_t quant_bytes_per_block() const {
+    return kind == PackedKind::Q8_0 || kind == PackedKind::K8 || kind == PackedKind::K8Z ? 512 : 256;
+  }
+  // A compact kind's per-block fields for the 16 rows (see the top of this file).
+  size_t header_bytes() const {
+    switch (kind) {
+      case PackedKind::MXFP4: return kRowsPerGroup;
+      case PackedKind::Q4_1: return 2 * kScaleBytes;
+      case PackedKind::Q5_0: return kScaleBytes + 4 * kRowsPerGroup;
+      case PackedKind::Q5_1: return 2 * kScaleBytes + 4 * kRowsPerGroup;
+      default: return kScaleBytes;
+    }
+  }
+  bool has_min() const { return kind == PackedKind::Q4_1 || kind == PackedKind::Q5_1; }
+  bool has_qh() const { return kind == PackedKind::Q5_0 || kind == PackedKind::Q5_1; }
+  size_t pair_bytes() const { return 2 * (header_bytes() + quant_bytes_per_block()); }
   size_t group_bytes() const {
     return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes() : static_cast<size_t>((n_blocks + 1) / 2) * pair_bytes();
   }
@@ -83,17 +111,25 @@ struct PackedWeight {
     return data + g * group_bytes() + (b / 2) * pair_bytes();
   }
   const uint8_t* block_quants(int64_t g, int64_t b) const {
-    return pair(g, b) + 2 * kScaleBytes + (b % 2) * quant_bytes_per_block();
+    return pair(g, b) + 2 * header_bytes() + (b % 2) * quant_bytes_per_block();
   }
+  const uint8_t* block_header(int64_t g, int64_t b) const { return pair(g, b) + (b % 2) * header_bytes(); }
+  // The header's fields (all kinds but MXFP4, whose header is its e8m0 scales).
   const uint16_t* block_scales(int64_t g, int64_t b) const {
-    return reinterpret_cast<const uint16_t*>(pair(g, b) + (b % 2) * kScaleBytes);
+    return reinterpret_cast<const uint16_t*>(block_header(g, b));
+  }
+  const uint16_t* block_mins(int64_t g, int64_t b) const { return block_scales(g, b) + kRowsPerGroup; }
+  const uint32_t* block_qh(int64_t g, int64_t b) const {
+    return reinterpret_cast<const uint32_t*>(block_header(g, b) + header_bytes() - 4 * kRowsPerGroup);
   }
 };
 
-// Whether w's format can be packed (Q8_0/Q4_0 matrices).
+// Whether w's format has a compact packed kind (the 32-element block formats'
+// matrices): it serves batches and single tokens alike.
 bool packable(const Weight& w);
-// Whether w can be packed into the general form (K4/K8): used for batches
-// (prefill); a single token keeps the file layout's row dots.
+// Whether w can be packed into the general form (K4/K8, the 256-wide
+// formats): used for batches (prefill); a single token keeps the file
+// layout's row dots (the general form has more bytes than the file).
 bool packable_general(const Weight& w);
 // The levels, scales and offsets of 32-element block b of a row of type t
 // (levels[32]; scale/offset[0] for elements 0-15, [1] for 16-31).
@@ -106,10 +142,11 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
 
 // Activations for the packed kernels, repacked per call in tiles of 8
 // tokens so that a micro-kernel reads everything through one pointer with
-// constant offsets. Per (tile, block), 320 bytes:
-//   qs[8 tokens][32] int8 | bias[8] int32 = -(128 or 8) * sum(qs) | d[8] float
-// (the bias undoes the weights' unsigned offset). Tokens past n_tokens in the
-// last tile are zero.
+// constant offsets. Per (tile, block), kBytesPerBlock bytes:
+//   qs[8 tokens][32] int8 | bias[8] int32 = -z * sum(qs) | d[8] float
+// (the bias undoes the compact kind's unsigned offset z: 128 for Q8_0 and the
+// tables, 8 for Q4_0, 16 for Q5_0, else 0). Tokens past n_tokens in the last
+// tile are zero.
 // For the general form, three more float[8]: d * sum(qs) over the block, over
 // its first 16 and over its last 16 (what the offsets multiply), and bias 0.
 struct PackedActivations {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/nonlinear4_formats.h"
 #include "kernels/packed_q8.h"
 
 namespace kestrel {
@@ -31,18 +32,66 @@ inline __m512 broadcast_f32(const uint8_t* p) {
   return _mm512_set1_ps(v);
 }
 
-// The block's unsigned weights: w[k] lane i = quants 4k..4k+3 of row i.
 template <PackedKind W>
-inline void load_block(const uint8_t* q, __m512i* w) {
-  if constexpr (W == PackedKind::Q8_0 || W == PackedKind::K8 || W == PackedKind::K8Z) {
-    for (int k = 0; k < 8; k++) w[k] = _mm512_load_si512(q + 64 * k);
+constexpr bool kGeneralKind = W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z;
+template <PackedKind W>
+constexpr bool kEightBit = W == PackedKind::Q8_0 || W == PackedKind::K8 || W == PackedKind::K8Z;
+template <PackedKind W>
+constexpr bool kHasMin = W == PackedKind::Q4_1 || W == PackedKind::Q5_1;
+template <PackedKind W>
+constexpr bool kHasQh = W == PackedKind::Q5_0 || W == PackedKind::Q5_1;
+
+// A 4-bit table shifted by 128 to unsigned levels, for vpshufb.
+struct Table128 {
+  alignas(16) uint8_t v[16];
+  constexpr explicit Table128(const int8_t* t) : v{} {
+    for (int i = 0; i < 16; i++) v[i] = static_cast<uint8_t>(t[i] + 128);
+  }
+};
+constexpr Table128 kIq4nl128(kIq4nlValues), kMxfp4128(kMxfp4Values);
+
+// The block's unsigned weights: w[k] lane i = levels of elements 4k..4k+3 of row i.
+// hdr: the compact kinds' block header (Q5's fifth bits are in it).
+template <PackedKind W>
+inline void load_block(const uint8_t* q, const uint8_t* hdr, __m512i* w) {
+  if constexpr (kEightBit<W>) {
+    for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(q + 64 * k);
   } else {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512i qh = _mm512_setzero_si512(), table = _mm512_setzero_si512();
+    if constexpr (kHasQh<W>) qh = _mm512_loadu_si512(hdr + (kHasMin<W> ? 64 : 32));
+    if constexpr (W == PackedKind::IQ4_NL || W == PackedKind::MXFP4)
+      table = _mm512_broadcast_i32x4(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(W == PackedKind::IQ4_NL ? kIq4nl128.v : kMxfp4128.v)));
     for (int k = 0; k < 4; k++) {
-      const __m512i v = _mm512_load_si512(q + 64 * k);
-      w[k] = _mm512_and_si512(v, low4);
-      w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      const __m512i v = _mm512_loadu_si512(q + 64 * k);
+      __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      if constexpr (kHasQh<W>) {
+        // Bit 4 of byte i: element 4k + i's fifth bit at bit 8i + k, element 16 + 4k + i's at 8i + 4 + k.
+        const __m512i b4 = _mm512_set1_epi8(0x10);
+        lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(qh, 4 - k), b4));
+        hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi32(qh, k), b4));
+      }
+      if constexpr (W == PackedKind::IQ4_NL || W == PackedKind::MXFP4) {
+        lo = _mm512_shuffle_epi8(table, lo);
+        hi = _mm512_shuffle_epi8(table, hi);
+      }
+      w[k] = lo;
+      w[k + 4] = hi;
     }
+  }
+}
+
+// A compact kind's block scales for the 16 rows (MXFP4: ggml's half of E8M0, 2^(e - 128)).
+template <PackedKind W>
+inline __m512 block_scale(const uint8_t* hdr) {
+  if constexpr (W == PackedKind::MXFP4) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hdr)));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);  // e < 2: subnormal
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr)));
   }
 }
 
@@ -65,7 +114,7 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
     __m512i w[NG][8];
     __m512 sc[NG][kSub], off[NG][kSub];
     for (int i = 0; i < NG; i++) {
-      load_block<W>(pw.kquants(g + i, b), w[i]);
+      load_block<W>(pw.kquants(g + i, b), nullptr, w[i]);
       for (int h = 0; h < kSub; h++) {
         sc[i][h] = _mm512_load_ps(pw.kscales(g + i, b) + 16 * h);
         if constexpr (!kZero) off[i][h] = _mm512_load_ps(pw.koffsets(g + i, b) + 16 * h);
@@ -113,7 +162,7 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
 
 template <PackedKind W, int T0, int T, int NG>
 void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
-  if constexpr (W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z) {
+  if constexpr (kGeneralKind<W>) {
     ktile_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
     return;
   }
@@ -124,10 +173,12 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
     for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++, a += PA::kBytesPerBlock) {
     __m512i w[NG][8];
-    __m512 dw[NG];
+    __m512 dw[NG], mw[NG];
     for (int i = 0; i < NG; i++) {
-      load_block<W>(pw.block_quants(g + i, b), w[i]);
-      dw[i] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pw.block_scales(g + i, b))));
+      const uint8_t* hdr = pw.block_header(g + i, b);
+      load_block<W>(pw.block_quants(g + i, b), hdr, w[i]);
+      dw[i] = block_scale<W>(hdr);
+      if constexpr (kHasMin<W>) mw[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + 32)));
     }
     for (int t = T0; t < T0 + T; t++) {
       const __m512i bias = broadcast_i32(a + PA::kBiasOffset + 4 * t);
@@ -140,6 +191,10 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
       const __m512 dx = broadcast_f32(a + PA::kScaleOffset + 4 * t);
       for (int i = 0; i < NG; i++)
         acc[i][t - T0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw[i], dx), acc[i][t - T0]);
+      if constexpr (kHasMin<W>) {
+        const __m512 sx = broadcast_f32(a + PA::kSumOffset + 4 * t);
+        for (int i = 0; i < NG; i++) acc[i][t - T0] = _mm512_fmadd_ps(mw[i], sx, acc[i][t - T0]);
+      }
     }
   }
   const int64_t t0 = tile * PA::kTokensPerTile + T0;
@@ -171,8 +226,7 @@ template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
   // The general form holds scales and offsets per sub-block too: fewer tokens fit beside them.
-  constexpr bool kGeneral = W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z;
-  constexpr int kMaxTokens = NG == 2 ? (kGeneral ? 3 : 4) : 8;
+  constexpr int kMaxTokens = NG == 2 ? (kGeneralKind<W> ? 3 : 4) : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
@@ -189,8 +243,7 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
     int64_t g = g0;
     // The general form holds scales and offsets beside the weights: one group at a time keeps a whole
     // 8-token tile in registers (two groups would split it into three passes).
-    constexpr bool kGeneralForm = W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z;
-    if constexpr (!kGeneralForm)
+    if constexpr (!kGeneralKind<W>)
       for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
     for (; g < g1; g++) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
   }
@@ -204,6 +257,11 @@ void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const Packe
   switch (w.kind) {
     case PackedKind::Q8_0: gemm<PackedKind::Q8_0>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::Q4_0: gemm<PackedKind::Q4_0>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q4_1: gemm<PackedKind::Q4_1>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q5_0: gemm<PackedKind::Q5_0>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q5_1: gemm<PackedKind::Q5_1>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::IQ4_NL: gemm<PackedKind::IQ4_NL>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::MXFP4: gemm<PackedKind::MXFP4>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K4: gemm<PackedKind::K4>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8: gemm<PackedKind::K8>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8Z: gemm<PackedKind::K8Z>(w, g0, g1, x, y, ldy, token_chunk); break;

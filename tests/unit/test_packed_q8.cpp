@@ -1,7 +1,10 @@
-// The repacked Q8_0/Q4_0 layout and its kernels: the VNNI kernel equals the
-// scalar reference of the packed arithmetic bit for bit, and both agree with
-// a double-precision dot of the dequantized weights and activations, on odd
-// shapes (partial row groups, single tokens, token counts around the tile).
+// The compact repacked layouts of the 32-element block formats (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) and their kernels: the VNNI kernel equals
+// the scalar reference of the packed arithmetic bit for bit, and both agree
+// with a double-precision dot of the dequantized weights (the format's own
+// dequantizer, itself checked against llama.cpp's files) and activations, on
+// odd shapes (partial row groups, single tokens, token counts around the
+// tile); Matmul on packed weights agrees with the file layout's row dots.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +21,9 @@ namespace {
 
 using test::QuantMatrix;
 
+const GgmlType kCompactTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,
+                                  GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::MXFP4};
+
 QuantMatrix random_matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   return test::quantized_matrix(type, rows, cols, seed);
 }
@@ -28,7 +34,8 @@ struct Acts {
   PackedActivations view;
 };
 
-Acts random_activations(GgmlType wtype, int64_t n, int64_t cols, uint32_t seed) {
+// Q8_0 activations, packed for weights of kind `kind` (their sums exact in float, also for Q4_1/Q5_1).
+Acts random_activations(PackedKind kind, int64_t n, int64_t cols, uint32_t seed) {
   Acts a;
   const int64_t nb = cols / kQK8_0;
   const auto f = test::random_floats(n * cols, seed);
@@ -37,7 +44,7 @@ Acts random_activations(GgmlType wtype, int64_t n, int64_t cols, uint32_t seed) 
     quantize_row_q8_0_ref(f.data() + t * cols, a.q.data() + t * nb, cols, Rounding::HalfToEven);
   a.packed.assign(packed_activation_bytes(n, nb), 0xAB);  // garbage where nothing is written
   const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
-  pack_activations(wtype == GgmlType::Q8_0 ? PackedKind::Q8_0 : PackedKind::Q4_0, a.q.data(), n, nb, 0, tiles, a.packed.data());
+  pack_activations(kind, a.q.data(), n, nb, 0, tiles, a.packed.data());
   a.view = {a.packed.data(), n, nb};
   return a;
 }
@@ -45,13 +52,18 @@ Acts random_activations(GgmlType wtype, int64_t n, int64_t cols, uint32_t seed) 
 constexpr float kSentinel = -12345.0f;
 
 TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0})
+  for (GgmlType type : kCompactTypes)
     for (int64_t rows : {1, 15, 16, 17, 40})
       for (int64_t cols : {32, 96}) {
         const int64_t n = 3, ldy = rows + 5;
         const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
-        const auto a = random_activations(type, n, cols, 99);
+        ASSERT_TRUE(packable(m.w)) << type_name(type);
         const auto packed = pack_weight(m.w);
+        ASSERT_FALSE(packed->is_k()) << type_name(type);
+        EXPECT_EQ(packed->n_groups * packed->group_bytes(),
+                  static_cast<size_t>(packed->n_groups * 16 * ((cols / 32 + 1) / 2 * 2)) * row_bytes(type, 32))
+            << type_name(type) << ": the file's bytes, padded to whole groups and block pairs";
+        const auto a = random_activations(packed->kind, n, cols, 99);
         std::vector<float> y(n * ldy, kSentinel);
         packed_gemm_reference(*packed, 0, packed->n_groups, a.view, y.data(), ldy);
         std::vector<float> wr(cols), xr(cols);
@@ -71,14 +83,14 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
 
 TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
   if (!packed_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0})
+  for (GgmlType type : kCompactTypes)
     for (int64_t rows : {1, 16, 33, 70})
       for (int64_t cols : {32, 160, 2080})
         for (int64_t n : {1, 2, 7, 8, 9, 19}) {
           const int64_t ldy = rows + 3;
           const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows + cols));
-          const auto a = random_activations(type, n, cols, static_cast<uint32_t>(n));
           const auto packed = pack_weight(m.w);
+          const auto a = random_activations(packed->kind, n, cols, static_cast<uint32_t>(n));
           std::vector<float> want(n * ldy, kSentinel), got(n * ldy, kSentinel);
           packed_gemm_reference(*packed, 0, packed->n_groups, a.view, want.data(), ldy);
           // A token chunk smaller than the token count and a group range split
@@ -94,9 +106,10 @@ TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
 TEST(PackedQ8, MatmulWithPackedWeightsMatchesTheFileLayout) {
   // The whole Matmul path (activation quantization, row split over threads)
   // against the unpacked kernels: same quantized inputs, different summation
-  // order, so equal to float rounding.
+  // order, so equal to float rounding (Q4_1/Q5_1 meet Q8_1 activations with
+  // their stored sums on both paths).
   const int64_t rows = 50, cols = 256;
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+  for (GgmlType type : kCompactTypes) {
     auto m = random_matrix(type, rows, cols, 3);
     Weight packed_w = m.w;
     packed_w.packed = pack_weight(m.w);
@@ -107,7 +120,8 @@ TEST(PackedQ8, MatmulWithPackedWeightsMatchesTheFileLayout) {
       std::vector<float> plain(n * rows), packed(n * rows);
       mm.run(pool, m.w, x.data(), n, plain.data());
       mm.run(pool, packed_w, x.data(), n, packed.data());
-      for (int64_t i = 0; i < n * rows; i++) EXPECT_NEAR(packed[i], plain[i], 1e-4f * (1 + std::fabs(plain[i]))) << i;
+      for (int64_t i = 0; i < n * rows; i++)
+        EXPECT_NEAR(packed[i], plain[i], 1e-4f * (1 + std::fabs(plain[i]))) << type_name(type) << " n " << n << " at " << i;
     }
   }
 }
