@@ -182,12 +182,18 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
     }
     for (int t = T0; t < T0 + T; t++) {
       const __m512i bias = broadcast_i32(a + PA::kBiasOffset + 4 * t);
-      __m512i dot[NG];
-      for (int i = 0; i < NG; i++) dot[i] = bias;
+      // Two chains of 4 vpdpbusd per block instead of one of 8: with one group and one token (decode) the
+      // chain's latency, not the loads, would bound the block (integer sums: the same result).
+      __m512i dot[NG], dot_hi[NG];
+      for (int i = 0; i < NG; i++) dot[i] = bias, dot_hi[i] = _mm512_setzero_si512();
       for (int k = 0; k < 8; k++) {
         const __m512i xk = broadcast_i32(a + kQK8_0 * t + 4 * k);
-        for (int i = 0; i < NG; i++) dot[i] = _mm512_dpbusd_epi32(dot[i], w[i][k], xk);
+        for (int i = 0; i < NG; i++) {
+          if (k < 4) dot[i] = _mm512_dpbusd_epi32(dot[i], w[i][k], xk);
+          else dot_hi[i] = _mm512_dpbusd_epi32(dot_hi[i], w[i][k], xk);
+        }
       }
+      for (int i = 0; i < NG; i++) dot[i] = _mm512_add_epi32(dot[i], dot_hi[i]);
       const __m512 dx = broadcast_f32(a + PA::kScaleOffset + 4 * t);
       for (int i = 0; i < NG; i++)
         acc[i][t - T0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw[i], dx), acc[i][t - T0]);
