@@ -48,6 +48,7 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
     case GgmlType::Q5_0:
     case GgmlType::Q5_1:
     case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
     case GgmlType::MXFP4:
       if (repacked && packed_gemm_available())
         return fmt::format("{} repacked in 16-row groups (file bytes) x {}: vpdpbusd, one block per lane (avx512 vnni)",
@@ -175,7 +176,7 @@ void Matmul::prepare_packed(ThreadPool& pool, const Weight& w, const float* x, i
     pool.parallel_for(tiles, [&](int64_t i0, int64_t i1) {
       switch (f) {
         case ActFormat::Q8_K:
-          pack_activations_q8k(reinterpret_cast<const BlockQ8_K*>(xa), n, blocks_per_row, i0, i1, out);
+          pack_activations_q8k(kind, reinterpret_cast<const BlockQ8_K*>(xa), n, blocks_per_row, i0, i1, out);
           break;
         case ActFormat::Q8_1:
           pack_activations_q8_1(reinterpret_cast<const BlockQ8_1*>(xa), n, blocks_per_row, i0, i1, out);

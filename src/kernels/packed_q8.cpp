@@ -27,12 +27,14 @@ static std::optional<PackedKind> compact_kind(GgmlType t) {
     case GgmlType::Q5_1: return PackedKind::Q5_1;
     case GgmlType::IQ4_NL: return PackedKind::IQ4_NL;
     case GgmlType::MXFP4: return PackedKind::MXFP4;
+    case GgmlType::IQ4_XS: return PackedKind::IQ4_XS;
     default: return std::nullopt;
   }
 }
 
 static bool is_matrix_of_blocks(const Weight& w) {
-  return w.ne.size() == 2 && w.cols() % kQK8_0 == 0 && w.rows() > 0 && w.data != nullptr;
+  return w.ne.size() == 2 && w.cols() % traits(w.type).block_size == 0 && w.cols() % kQK8_0 == 0 && w.rows() > 0 &&
+         w.data != nullptr;
 }
 
 bool packable(const Weight& w) { return compact_kind(w.type) && is_matrix_of_blocks(w); }
@@ -46,18 +48,11 @@ static PackedKind general_kind(GgmlType t) {
 }
 
 // The integer level a K8Z type's offsets stand for (unpack_block32's offsets are -zero_level * scale).
-static int32_t zero_level(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q6_K: return 32;
-    case GgmlType::Q3_K: return 4;
-    default: return 128;  // IQ4_XS: the table shifted to unsigned
-  }
-}
+static int32_t zero_level(GgmlType t) { return t == GgmlType::Q6_K ? 32 : 4; }
 
 bool packable_general(const Weight& w) {
   switch (w.type) {
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
-    case GgmlType::IQ4_XS:
       return is_matrix_of_blocks(w);
     default: return false;
   }
@@ -123,18 +118,6 @@ void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float
       }
       return;
     }
-    case GgmlType::IQ4_XS: {
-      // Table values (signed) shifted by 128 to unsigned levels; the offset shifts them back.
-      const BlockIQ4_XS& x = reinterpret_cast<const BlockIQ4_XS*>(row)[sb];
-      const uint8_t* qs = x.qs + 16 * j;
-      for (int l = 0; l < 16; l++) {
-        L[l] = static_cast<uint8_t>(kIq4nlValues[qs[l] & 0xF] + 128);
-        L[l + 16] = static_cast<uint8_t>(kIq4nlValues[qs[l] >> 4] + 128);
-      }
-      const float s = fp16_to_fp32(x.d) * static_cast<float>(iq4xs_scale(x, j) - 32);
-      both(s, -128 * s);
-      return;
-    }
     default: throw Error(fmt::format("type {} has no repacked form", type_name(t)));
   }
 }
@@ -195,6 +178,15 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
     case PackedKind::MXFP4: {
       const auto& x = reinterpret_cast<const BlockMXFP4*>(row)[b];
       hdr[i] = x.e, nibbles(x.qs);
+      return;
+    }
+    case PackedKind::IQ4_XS: {
+      const auto& x = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
+      if (b % 8 == 0) {  // the super-block's fields, once
+        scales[i] = x.d, scales[G + i] = x.scales_h;
+        std::memcpy(hdr + 4 * G + 4 * i, x.scales_l, 4);
+      }
+      nibbles(x.qs + 16 * (b % 8));
       return;
     }
     default: throw Error("pack_compact_block: not a compact kind");
@@ -316,7 +308,7 @@ void pack_tiles(int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1
 // (Q4_1/Q5_1's levels are unsigned already: their minimum is a separate term).
 static int32_t unsigned_offset(PackedKind kind) {
   switch (kind) {
-    case PackedKind::Q8_0: case PackedKind::IQ4_NL: case PackedKind::MXFP4: return 128;
+    case PackedKind::Q8_0: case PackedKind::IQ4_NL: case PackedKind::MXFP4: case PackedKind::IQ4_XS: return 128;
     case PackedKind::Q4_0: return 8;
     case PackedKind::Q5_0: return 16;
     default: return 0;
@@ -335,12 +327,16 @@ void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int
   });
 }
 
-void pack_activations_q8k(const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
-                          uint8_t* out) {
+void pack_activations_q8k(PackedKind kind, const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+                          int64_t tile1, uint8_t* out) {
   const int64_t n_super = n_blocks / 8;
+  const int32_t offset = unsigned_offset(kind);
   pack_tiles(n_tokens, n_blocks, tile0, tile1, out, [&](int64_t token, int64_t b) {
     const BlockQ8_K& sb = x[token * n_super + b / 8];
-    return TokenBlock{sb.qs + 32 * (b % 8), sb.d, 0, std::nullopt};
+    const int8_t* qs = sb.qs + 32 * (b % 8);
+    int32_t sum = 0;
+    for (int j = 0; j < kQK8_0; j++) sum += qs[j];
+    return TokenBlock{qs, sb.d, -offset * sum, std::nullopt};
   });
 }
 
@@ -359,7 +355,7 @@ static int packed_level(const PackedWeight& w, int64_t g, int64_t b, int row, in
   const uint8_t byte = block[((e % 16) / 4) * 64 + row * 4 + e % 4];
   const int nibble = e < 16 ? (byte & 0x0F) : (byte >> 4);
   switch (w.kind) {
-    case PackedKind::IQ4_NL: return kIq4nlValues[nibble] + 128;
+    case PackedKind::IQ4_NL: case PackedKind::IQ4_XS: return kIq4nlValues[nibble] + 128;
     case PackedKind::MXFP4: return kMxfp4Values[nibble] + 128;
     case PackedKind::Q5_0:
     case PackedKind::Q5_1: {
@@ -368,6 +364,20 @@ static int packed_level(const PackedWeight& w, int64_t g, int64_t b, int row, in
       return nibble | static_cast<int>(((w.block_qh(g, b)[row] >> bit) & 1u) << 4);
     }
     default: return nibble;
+  }
+}
+
+float PackedWeight::block_scale(int64_t g, int64_t b, int i) const {
+  const uint8_t* hdr = block_header(g, b);
+  switch (kind) {
+    case PackedKind::MXFP4: return e8m0_to_fp32_half(hdr[i]);
+    case PackedKind::IQ4_XS: {
+      BlockIQ4_XS x{};
+      x.scales_h = block_scales(g, b)[kRowsPerGroup + i];
+      std::memcpy(x.scales_l, hdr + 4 * kRowsPerGroup + 4 * i, 4);
+      return fp16_to_fp32(block_scales(g, b)[i]) * static_cast<float>(iq4xs_scale(x, static_cast<int>(b % 8)) - 32);
+    }
+    default: return fp16_to_fp32(block_scales(g, b)[i]);
   }
 }
 
@@ -433,9 +443,7 @@ void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const 
           std::memcpy(&d, xb + PackedActivations::kScaleOffset + 4 * tt, 4);
           const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
           for (int e = 0; e < kQK8_0; e++) idot += packed_level(w, g, b, i, e) * qs[e];
-          const float dw = w.kind == PackedKind::MXFP4 ? e8m0_to_fp32_half(w.block_header(g, b)[i])
-                                                       : fp16_to_fp32(w.block_scales(g, b)[i]);
-          acc = std::fma(static_cast<float>(idot), dw * d, acc);
+          acc = std::fma(static_cast<float>(idot), w.block_scale(g, b, i) * d, acc);
           if (w.has_min()) {
             float sx;
             std::memcpy(&sx, xb + PackedActivations::kSumOffset + 4 * tt, 4);

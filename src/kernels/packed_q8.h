@@ -18,6 +18,10 @@
 //   Q5_0:               d fp16[16] | qh u32[16]   (96)
 //   Q5_1:               d | m | qh                (128)
 //   MXFP4:              e (e8m0) u8[16]           (16)
+// IQ4_XS (256-wide) runs in units of its super-block instead of pairs: one
+// header per unit, d fp16[16] | scales_h u16[16] | scales_l u32[16] (128
+// bytes, the file's fields), then its eight blocks' quants; block j's scale
+// is d * (ls_j - 32), exact in float.
 // and the quants:
 //   Q8_0: quants[k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q + 128)
 //   the 4-bit kinds: quants[k=0..3][row 0..15][4]: qs[4k..4k+3] as stored; the
@@ -50,22 +54,22 @@
 
 namespace kestrel {
 
-// The 256-wide formats (the k-quants, IQ4_XS) repack into one general form
+// The k-quants (256-wide) repack into one general form
 // for batches: every 32-element block of a row
 // becomes unsigned levels with a float scale and a float offset per
 // sub-block, value = scale * level + offset, so one kernel serves them all:
 //   K4: 4-bit levels packed as Q4_0's (Q4_K), one (scale, offset) per 32;
 //   K8: 8-bit levels packed as Q8_0's, one (scale, offset) per 16 (Q6_K,
 //       Q3_K and Q2_K scale every 16; the others repeat theirs).
-// Offsets carry Q4_K's minimum, Q6_K's -32, IQ4_XS's table shifted to unsigned.
+// Offsets carry Q4_K's minimum, Q6_K's -32, Q3_K's -4.
 // Per (group, block): scales f32[nsub][16] | offsets f32[nsub][16] | quants
 // (256 or 512 bytes). Activations are Q8_0 (not ggml's Q8_K per 256): the
 // repacked path trades llama.cpp-identical rounding for speed, as Q4_0's does;
 // --no-repack keeps the file layout and ggml's arithmetic.
 //   K8Z: K8 whose offsets are an integer level times the scale (Q6_K's 32,
-//       Q3_K's 4, IQ4_XS's 128): the kernel subtracts that level times the
-//       activations' sum in the integer dot instead of two more FMAs.
-enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, K4, K8, K8Z };
+//       Q3_K's 4): the kernel subtracts that level times the activations'
+//       sum in the integer dot instead of two more FMAs.
+enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, K4, K8, K8Z };
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
@@ -80,10 +84,11 @@ struct PackedWeight {
   size_t quant_bytes_per_block() const {
     return kind == PackedKind::Q8_0 || kind == PackedKind::K8 || kind == PackedKind::K8Z ? 512 : 256;
   }
-  // A compact kind's per-block fields for the 16 rows (see the top of this file).
+  // A compact kind's per-block fields for the 16 rows (IQ4_XS: per unit; see the top of this file).
   size_t header_bytes() const {
     switch (kind) {
       case PackedKind::MXFP4: return kRowsPerGroup;
+      case PackedKind::IQ4_XS: return 128;
       case PackedKind::Q4_1: return 2 * kScaleBytes;
       case PackedKind::Q5_0: return kScaleBytes + 4 * kRowsPerGroup;
       case PackedKind::Q5_1: return 2 * kScaleBytes + 4 * kRowsPerGroup;
@@ -92,9 +97,13 @@ struct PackedWeight {
   }
   bool has_min() const { return kind == PackedKind::Q4_1 || kind == PackedKind::Q5_1; }
   bool has_qh() const { return kind == PackedKind::Q5_0 || kind == PackedKind::Q5_1; }
-  size_t pair_bytes() const { return 2 * (header_bytes() + quant_bytes_per_block()); }
+  // Compact kinds: a group is a run of units (block pairs; IQ4_XS's super-blocks) of headers, then quants.
+  int blocks_per_unit() const { return kind == PackedKind::IQ4_XS ? 8 : 2; }
+  size_t unit_header_bytes() const { return kind == PackedKind::IQ4_XS ? header_bytes() : 2 * header_bytes(); }
+  size_t unit_bytes() const { return unit_header_bytes() + blocks_per_unit() * quant_bytes_per_block(); }
   size_t group_bytes() const {
-    return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes() : static_cast<size_t>((n_blocks + 1) / 2) * pair_bytes();
+    return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes()
+                  : static_cast<size_t>((n_blocks + blocks_per_unit() - 1) / blocks_per_unit()) * unit_bytes();
   }
   // The general form (K4/K8).
   bool is_k() const { return kind == PackedKind::K4 || kind == PackedKind::K8 || kind == PackedKind::K8Z; }
@@ -107,13 +116,16 @@ struct PackedWeight {
   const uint8_t* kquants(int64_t g, int64_t b) const {
     return data + g * group_bytes() + b * kblock_bytes() + n_sub() * 2 * 64;
   }
-  const uint8_t* pair(int64_t g, int64_t b) const {
-    return data + g * group_bytes() + (b / 2) * pair_bytes();
+  const uint8_t* unit(int64_t g, int64_t b) const {
+    return data + g * group_bytes() + (b / blocks_per_unit()) * unit_bytes();
   }
   const uint8_t* block_quants(int64_t g, int64_t b) const {
-    return pair(g, b) + 2 * header_bytes() + (b % 2) * quant_bytes_per_block();
+    return unit(g, b) + unit_header_bytes() + (b % blocks_per_unit()) * quant_bytes_per_block();
   }
-  const uint8_t* block_header(int64_t g, int64_t b) const { return pair(g, b) + (b % 2) * header_bytes(); }
+  // The header holding block b's fields (IQ4_XS: its super-block's).
+  const uint8_t* block_header(int64_t g, int64_t b) const {
+    return kind == PackedKind::IQ4_XS ? unit(g, b) : unit(g, b) + (b % 2) * header_bytes();
+  }
   // The header's fields (all kinds but MXFP4, whose header is its e8m0 scales).
   const uint16_t* block_scales(int64_t g, int64_t b) const {
     return reinterpret_cast<const uint16_t*>(block_header(g, b));
@@ -122,6 +134,8 @@ struct PackedWeight {
   const uint32_t* block_qh(int64_t g, int64_t b) const {
     return reinterpret_cast<const uint32_t*>(block_header(g, b) + header_bytes() - 4 * kRowsPerGroup);
   }
+  // Lane i's scale of block b (the reference's; the kernel computes the same floats).
+  float block_scale(int64_t g, int64_t b, int i) const;
 };
 
 // Whether w's format has a compact packed kind (the 32-element block formats'
@@ -174,11 +188,11 @@ void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_block
 
 // The same tiles from activations quantized per 256 (Q8_K, what ggml pairs
 // with the k-quants and IQ4_XS): each 32-element block carries its
-// super-block's scale, so the general form's prefill rounds activations as
-// llama.cpp does for those types. n_blocks counts 32-element blocks.
+// super-block's scale, so the packed kernels round activations as llama.cpp
+// does for those types. n_blocks counts 32-element blocks.
 struct BlockQ8_K;
-void pack_activations_q8k(const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1,
-                          uint8_t* out);
+void pack_activations_q8k(PackedKind kind, const BlockQ8_K* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
+                          int64_t tile1, uint8_t* out);
 
 // y[t * ldy + r] for rows r in [16*g0, min(rows, 16*g1)) and all tokens.
 // token_chunk: tokens per pass over the groups (see hw/tuning.h), 1 to 256,

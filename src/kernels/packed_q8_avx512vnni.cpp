@@ -40,6 +40,8 @@ template <PackedKind W>
 constexpr bool kHasMin = W == PackedKind::Q4_1 || W == PackedKind::Q5_1;
 template <PackedKind W>
 constexpr bool kHasQh = W == PackedKind::Q5_0 || W == PackedKind::Q5_1;
+template <PackedKind W>
+constexpr bool kIq4Table = W == PackedKind::IQ4_NL || W == PackedKind::IQ4_XS;
 
 // A 4-bit table shifted by 128 to unsigned levels, for vpshufb.
 struct Table128 {
@@ -60,9 +62,9 @@ inline void load_block(const uint8_t* q, const uint8_t* hdr, __m512i* w) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i qh = _mm512_setzero_si512(), table = _mm512_setzero_si512();
     if constexpr (kHasQh<W>) qh = _mm512_loadu_si512(hdr + (kHasMin<W> ? 64 : 32));
-    if constexpr (W == PackedKind::IQ4_NL || W == PackedKind::MXFP4)
+    if constexpr (kIq4Table<W> || W == PackedKind::MXFP4)
       table = _mm512_broadcast_i32x4(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(W == PackedKind::IQ4_NL ? kIq4nl128.v : kMxfp4128.v)));
+          _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Table<W> ? kIq4nl128.v : kMxfp4128.v)));
     for (int k = 0; k < 4; k++) {
       const __m512i v = _mm512_loadu_si512(q + 64 * k);
       __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
@@ -72,7 +74,7 @@ inline void load_block(const uint8_t* q, const uint8_t* hdr, __m512i* w) {
         lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(qh, 4 - k), b4));
         hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi32(qh, k), b4));
       }
-      if constexpr (W == PackedKind::IQ4_NL || W == PackedKind::MXFP4) {
+      if constexpr (kIq4Table<W> || W == PackedKind::MXFP4) {
         lo = _mm512_shuffle_epi8(table, lo);
         hi = _mm512_shuffle_epi8(table, hi);
       }
@@ -82,10 +84,19 @@ inline void load_block(const uint8_t* q, const uint8_t* hdr, __m512i* w) {
   }
 }
 
-// A compact kind's block scales for the 16 rows (MXFP4: ggml's half of E8M0, 2^(e - 128)).
+// A compact kind's scales of block b for the 16 rows (MXFP4: ggml's half of E8M0, 2^(e - 128);
+// IQ4_XS: d * (ls - 32) from its super-block's header, as PackedWeight::block_scale).
 template <PackedKind W>
-inline __m512 block_scale(const uint8_t* hdr) {
-  if constexpr (W == PackedKind::MXFP4) {
+inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
+  if constexpr (W == PackedKind::IQ4_XS) {
+    const int j = static_cast<int>(b % 8);
+    const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + 32)));
+    const __m512i sl = _mm512_loadu_si512(hdr + 64);
+    const __m512i ls = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), _mm512_set1_epi32(0xF)),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3)), 4));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr)));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
+  } else if constexpr (W == PackedKind::MXFP4) {
     const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hdr)));
     const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
     const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);  // e < 2: subnormal
@@ -177,7 +188,7 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
     for (int i = 0; i < NG; i++) {
       const uint8_t* hdr = pw.block_header(g + i, b);
       load_block<W>(pw.block_quants(g + i, b), hdr, w[i]);
-      dw[i] = block_scale<W>(hdr);
+      dw[i] = block_scale<W>(hdr, b);
       if constexpr (kHasMin<W>) mw[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + 32)));
     }
     for (int t = T0; t < T0 + T; t++) {
@@ -268,6 +279,7 @@ void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const Packe
     case PackedKind::Q5_1: gemm<PackedKind::Q5_1>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::IQ4_NL: gemm<PackedKind::IQ4_NL>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::MXFP4: gemm<PackedKind::MXFP4>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::IQ4_XS: gemm<PackedKind::IQ4_XS>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K4: gemm<PackedKind::K4>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8: gemm<PackedKind::K8>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8Z: gemm<PackedKind::K8Z>(w, g0, g1, x, y, ldy, token_chunk); break;

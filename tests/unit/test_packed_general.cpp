@@ -1,4 +1,4 @@
-// The general repacked form (packed_q8.h, K4/K8) of the 256-wide formats: each block's levels, scales and offsets decode to exactly what the
+// The general repacked form (packed_q8.h, K4/K8) of the k-quants: each block's levels, scales and offsets decode to exactly what the
 // format's own dequantizer gives (itself checked against llama.cpp's files);
 // the VNNI kernel equals the scalar reference bit for bit; both equal a
 // double dot of the dequantized weights and activations; and Matmul's
@@ -17,8 +17,7 @@
 namespace kestrel {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K,
-                           GgmlType::IQ4_XS};
+const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K};
 
 test::QuantMatrix matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   return test::quantized_matrix(type, rows, cols, seed);

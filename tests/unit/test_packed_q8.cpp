@@ -1,5 +1,5 @@
-// The compact repacked layouts of the 32-element block formats (Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) and their kernels: the VNNI kernel equals
+// The compact repacked layouts (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4
+// and IQ4_XS) and their kernels: the VNNI kernel equals
 // the scalar reference of the packed arithmetic bit for bit, and both agree
 // with a double-precision dot of the dequantized weights (the format's own
 // dequantizer, itself checked against llama.cpp's files) and activations, on
@@ -21,8 +21,10 @@ namespace {
 
 using test::QuantMatrix;
 
-const GgmlType kCompactTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0,
-                                  GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::MXFP4};
+const GgmlType kCompactTypes[] = {GgmlType::Q8_0,   GgmlType::Q4_0,  GgmlType::Q4_1,  GgmlType::Q5_0,
+                                  GgmlType::Q5_1,   GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS};
+
+bool fits(GgmlType type, int64_t cols) { return cols % traits(type).block_size == 0; }
 
 QuantMatrix random_matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   return test::quantized_matrix(type, rows, cols, seed);
@@ -54,15 +56,17 @@ constexpr float kSentinel = -12345.0f;
 TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
   for (GgmlType type : kCompactTypes)
     for (int64_t rows : {1, 15, 16, 17, 40})
-      for (int64_t cols : {32, 96}) {
+      for (int64_t cols : {32, 96, 512}) {
+        if (!fits(type, cols)) continue;
         const int64_t n = 3, ldy = rows + 5;
         const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
         ASSERT_TRUE(packable(m.w)) << type_name(type);
         const auto packed = pack_weight(m.w);
         ASSERT_FALSE(packed->is_k()) << type_name(type);
+        const int64_t unit = type == GgmlType::IQ4_XS ? 256 : 64;  // a super-block, a block pair
         EXPECT_EQ(packed->n_groups * packed->group_bytes(),
-                  static_cast<size_t>(packed->n_groups * 16 * ((cols / 32 + 1) / 2 * 2)) * row_bytes(type, 32))
-            << type_name(type) << ": the file's bytes, padded to whole groups and block pairs";
+                  static_cast<size_t>(packed->n_groups * 16) * row_bytes(type, (cols + unit - 1) / unit * unit))
+            << type_name(type) << ": the file's bytes, padded to whole groups and units";
         const auto a = random_activations(packed->kind, n, cols, 99);
         std::vector<float> y(n * ldy, kSentinel);
         packed_gemm_reference(*packed, 0, packed->n_groups, a.view, y.data(), ldy);
@@ -85,8 +89,9 @@ TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
   if (!packed_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
   for (GgmlType type : kCompactTypes)
     for (int64_t rows : {1, 16, 33, 70})
-      for (int64_t cols : {32, 160, 2080})
+      for (int64_t cols : {32, 160, 2080, 768})
         for (int64_t n : {1, 2, 7, 8, 9, 19}) {
+          if (!fits(type, cols)) continue;
           const int64_t ldy = rows + 3;
           const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows + cols));
           const auto packed = pack_weight(m.w);
