@@ -82,7 +82,7 @@ speed() {
   [ -f "$f16" ] || $K synth --preset 1b --type f16 -o "$f16" >/dev/null
   [ -f "$WORK/1b.q4_0.gguf" ] || $K synth --preset 1b --type q4_0 -o "$WORK/1b.q4_0.gguf" >/dev/null
   models="$WORK/1b.q4_0.gguf"
-  for m in Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_XS Q4_1 Q5_0; do
+  for m in Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_XS Q4_1 Q5_0 Q5_1 IQ4_NL; do
     [ -f "$WORK/1b.$m.gguf" ] || $K quantize "$f16" "$WORK/1b.$m.gguf" --mix "$m" -t 2 >/dev/null 2>&1
     models="$models,$WORK/1b.$m.gguf"
   done

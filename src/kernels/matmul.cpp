@@ -22,6 +22,11 @@ namespace kestrel {
 
 std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked) {
   const char* isa = isa_name(k.isa);
+  if (repacked && packed_gemm_available() && has_compact_packing(type))
+    return fmt::format(
+        "{} repacked in 16-row groups x {}: vpdpbusd, one block per lane; 32 rows x 4 tokens for batches, "
+        "16 rows x 1 token for decode (avx512 vnni)",
+        type_name(type), activation_format_name(activation_format(type)));
   switch (type) {
     case GgmlType::F32:
     case GgmlType::F16:
@@ -35,26 +40,10 @@ std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked
     case GgmlType::Q8_0:
     case GgmlType::Q4_0: {
       const char* w = type == GgmlType::Q8_0 ? "q8_0" : "q4_0";
-      if (repacked && packed_gemm_available())
-        return fmt::format(
-            "{} repacked in 16-row groups x q8_0: vpdpbusd, one block per lane; 32 rows x 4 tokens for batches, "
-            "16 rows x 1 token for decode (avx512 vnni)",
-            w);
       if (gemm_q8_available() && k.isa == IsaLevel::Avx512)
         return fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches (avx512 vnni)", w);
       return fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, isa);
     }
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS:
-    case GgmlType::MXFP4:
-      if (repacked && packed_gemm_available())
-        return fmt::format("{} repacked in 16-row groups (file bytes) x {}: vpdpbusd, one block per lane (avx512 vnni)",
-                           type_name(type), activation_format_name(activation_format(type)));
-      return fmt::format("{} x {} integer row dot, {} tokens per pass for batches ({})", type_name(type),
-                         activation_format_name(activation_format(type)), qdots().tokens, qdots().isa);
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K:

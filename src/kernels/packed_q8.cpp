@@ -28,6 +28,8 @@ static std::optional<PackedKind> compact_kind(GgmlType t) {
     case GgmlType::IQ4_NL: return PackedKind::IQ4_NL;
     case GgmlType::MXFP4: return PackedKind::MXFP4;
     case GgmlType::IQ4_XS: return PackedKind::IQ4_XS;
+    case GgmlType::Q2_K: return PackedKind::Q2_K;
+    case GgmlType::Q3_K: return PackedKind::Q3_K;
     default: return std::nullopt;
   }
 }
@@ -37,22 +39,24 @@ static bool is_matrix_of_blocks(const Weight& w) {
          w.data != nullptr;
 }
 
-bool packable(const Weight& w) { return compact_kind(w.type) && is_matrix_of_blocks(w); }
+bool has_compact_packing(GgmlType t) { return compact_kind(t).has_value(); }
+
+bool packable(const Weight& w) { return has_compact_packing(w.type) && is_matrix_of_blocks(w); }
 
 static PackedKind general_kind(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_K: return PackedKind::K4;
-    case GgmlType::Q5_K: case GgmlType::Q2_K: return PackedKind::K8;  // real minimums
+    case GgmlType::Q5_K: return PackedKind::K8;  // real minimums
     default: return PackedKind::K8Z;
   }
 }
 
 // The integer level a K8Z type's offsets stand for (unpack_block32's offsets are -zero_level * scale).
-static int32_t zero_level(GgmlType t) { return t == GgmlType::Q6_K ? 32 : 4; }
+static int32_t zero_level(GgmlType) { return 32; }  // Q6_K's, the one K8Z type
 
 bool packable_general(const Weight& w) {
   switch (w.type) {
-    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
       return is_matrix_of_blocks(w);
     default: return false;
   }
@@ -187,6 +191,41 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
         std::memcpy(hdr + 4 * G + 4 * i, x.scales_l, 4);
       }
       nibbles(x.qs + 16 * (b % 8));
+      return;
+    }
+    case PackedKind::Q2_K:
+    case PackedKind::Q3_K: {
+      const bool three = p.kind == PackedKind::Q3_K;
+      if (b % 8 == 0) {  // the super-block's fields, once
+        uint8_t* sub = const_cast<uint8_t*>(p.kq_scales(g, b));
+        if (three) {
+          const auto& x = reinterpret_cast<const BlockQ3_K*>(row)[b / 8];
+          int8_t sc[16];
+          unpack_scales_q3_K(x.scales, sc);
+          scales[i] = x.d;
+          for (int k = 0; k < 16; k++) sub[k * G + i] = static_cast<uint8_t>(sc[k] - 32);
+        } else {
+          const auto& x = reinterpret_cast<const BlockQ2_K*>(row)[b / 8];
+          scales[i] = x.d, scales[G + i] = x.dmin;
+          for (int k = 0; k < 16; k++) sub[k * G + i] = x.scales[k];
+        }
+      }
+      // Levels from the format's own unpacking; 2-bit planes per sub-block, Q3_K's third bits beside.
+      uint8_t L[32];
+      float unused_scale[2], unused_offset[2];
+      unpack_block32(p.type, row, b, L, unused_scale, unused_offset);
+      uint32_t high = 0;
+      for (int hf = 0; hf < 2; hf++)
+        for (int e = 0; e < 4; e++) {
+          uint8_t byte = 0;
+          for (int sh = 0; sh < 4; sh++) {
+            const uint8_t level = L[16 * hf + 4 * sh + e];
+            byte |= static_cast<uint8_t>((level & 3) << (2 * sh));
+            high |= static_cast<uint32_t>(level >> 2) << (8 * e + 4 * hf + sh);
+          }
+          dst[hf * 64 + e] = byte;
+        }
+      if (three) const_cast<uint32_t*>(p.q3_high_bits(g, b))[i] = high;
       return;
     }
     default: throw Error("pack_compact_block: not a compact kind");
@@ -351,6 +390,12 @@ void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_block
 // The unsigned level of element e (0..31) of lane `row` in block b of group g.
 static int packed_level(const PackedWeight& w, int64_t g, int64_t b, int row, int e) {
   const uint8_t* block = w.is_k() ? w.kquants(g, b) : w.block_quants(g, b);
+  if (w.kind == PackedKind::Q2_K || w.kind == PackedKind::Q3_K) {
+    const int hf = e / 16, sh = (e % 16) / 4, byte = e % 4;
+    int level = (block[hf * 64 + row * 4 + byte] >> (2 * sh)) & 3;
+    if (w.kind == PackedKind::Q3_K) level |= static_cast<int>((w.q3_high_bits(g, b)[row] >> (8 * byte + 4 * hf + sh)) & 1u) << 2;
+    return level;
+  }
   if (w.quant_bytes_per_block() == 512) return block[(e / 4) * 64 + row * 4 + e % 4];
   const uint8_t byte = block[((e % 16) / 4) * 64 + row * 4 + e % 4];
   const int nibble = e < 16 ? (byte & 0x0F) : (byte >> 4);
@@ -425,9 +470,53 @@ static void packed_gemm_reference_general(const PackedWeight& w, int64_t g0, int
       }
 }
 
+// Q2_K/Q3_K in the kernel's order: per super-block, integer sub-block dots
+// (Q3_K's -4 offset in them) times their integer scales, Q2_K's minimums
+// times the activations' 16-element sums, then one FMA each.
+static void packed_gemm_reference_q23(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x,
+                                      float* y, int64_t ldy) {
+  using PA = PackedActivations;
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  const bool three = w.kind == PackedKind::Q3_K;
+  auto load = [](const uint8_t* p, auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  for (int64_t g = g0; g < g1; g++)
+    for (int i = 0; i < G && g * G + i < w.rows; i++)
+      for (int64_t t = 0; t < x.n_tokens; t++) {
+        const int tt = static_cast<int>(t % PA::kTokensPerTile);
+        float acc = 0.0f;
+        for (int64_t b0 = 0; b0 < w.n_blocks; b0 += 8) {
+          int32_t isum = 0, msum = 0;
+          for (int64_t b = b0; b < b0 + 8; b++) {
+            const uint8_t* xb = x.block(t / PA::kTokensPerTile, b);
+            const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
+            for (int hf = 0; hf < 2; hf++) {
+              const int32_t bsum = load(xb + (hf ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * tt, int32_t{});
+              int32_t dot = three ? -4 * bsum : 0;
+              for (int e = 16 * hf; e < 16 * hf + 16; e++) dot += packed_level(w, g, b, i, e) * qs[e];
+              const uint8_t sub = w.kq_scales(g, b)[(2 * (b % 8) + hf) * G + i];
+              if (three) {
+                isum += dot * static_cast<int8_t>(sub);
+              } else {
+                isum += dot * (sub & 0xF);
+                msum += (sub >> 4) * bsum;
+              }
+            }
+          }
+          const float dx = load(x.block(t / PA::kTokensPerTile, b0) + PA::kScaleOffset + 4 * tt, float{});
+          acc = std::fma(static_cast<float>(isum), fp16_to_fp32(w.block_scales(g, b0)[i]) * dx, acc);
+          if (!three) acc = std::fma(static_cast<float>(-msum), fp16_to_fp32(w.block_mins(g, b0)[i]) * dx, acc);
+        }
+        y[t * ldy + g * G + i] = acc;
+      }
+}
+
 void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy) {
   if (w.is_k()) return packed_gemm_reference_general(w, g0, g1, x, y, ldy);
+  if (w.kind == PackedKind::Q2_K || w.kind == PackedKind::Q3_K) return packed_gemm_reference_q23(w, g0, g1, x, y, ldy);
   constexpr int G = PackedWeight::kRowsPerGroup;
   const int64_t nb = w.n_blocks;
   for (int64_t g = g0; g < g1; g++) {

@@ -18,10 +18,22 @@
 //   Q5_0:               d fp16[16] | qh u32[16]   (96)
 //   Q5_1:               d | m | qh                (128)
 //   MXFP4:              e (e8m0) u8[16]           (16)
-// IQ4_XS (256-wide) runs in units of its super-block instead of pairs: one
-// header per unit, d fp16[16] | scales_h u16[16] | scales_l u32[16] (128
-// bytes, the file's fields), then its eight blocks' quants; block j's scale
-// is d * (ls_j - 32), exact in float.
+// The 256-wide IQ4_XS, Q2_K and Q3_K run in units of their super-block
+// instead of pairs: one header per unit, then its eight blocks' quants.
+//   IQ4_XS: d fp16[16] | scales_h u16[16] | scales_l u32[16] (128 bytes, the
+//           file's fields); block j's scale is d * (ls_j - 32), exact in float.
+//   Q2_K:   d fp16[16] | dmin fp16[16] | scales u8[16 sub-blocks][16 rows]
+//           (the file's bytes, transposed: 320).
+//   Q3_K:   d fp16[16] | sc - 32 int8[16 sub-blocks][16 rows] | high bits
+//           u32[8 blocks][16 rows] (800: the 6-bit scales unpacked to bytes,
+//           4 bytes a row more than the file's 110 per super-block).
+// Q2_K's and Q3_K's 2-bit levels take 128 bytes a block: per 16-element
+// sub-block one vector whose lane byte e holds elements 4sh + e at bits 2sh
+// (sh = 0..3), so (v >> 2sh) & 3 is one vpdpbusd word; Q3_K's third bit of
+// element 16hf + 4sh + e of block j is bit 8e + 4hf + sh of high-bit word j.
+// Their sub-block dots are scaled in integers (and Q2_K's minimums summed
+// against the activations' 16-element sums), one float FMA per super-block,
+// as ggml's own kernels do.
 // and the quants:
 //   Q8_0: quants[k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q + 128)
 //   the 4-bit kinds: quants[k=0..3][row 0..15][4]: qs[4k..4k+3] as stored; the
@@ -54,22 +66,22 @@
 
 namespace kestrel {
 
-// The k-quants (256-wide) repack into one general form
+// Q4_K, Q5_K and Q6_K repack into one general form
 // for batches: every 32-element block of a row
 // becomes unsigned levels with a float scale and a float offset per
 // sub-block, value = scale * level + offset, so one kernel serves them all:
 //   K4: 4-bit levels packed as Q4_0's (Q4_K), one (scale, offset) per 32;
-//   K8: 8-bit levels packed as Q8_0's, one (scale, offset) per 16 (Q6_K,
-//       Q3_K and Q2_K scale every 16; the others repeat theirs).
-// Offsets carry Q4_K's minimum, Q6_K's -32, Q3_K's -4.
+//   K8: 8-bit levels packed as Q8_0's, one (scale, offset) per 16 (Q6_K
+//       scales every 16; Q5_K repeats its scale).
+// Offsets carry Q4_K's and Q5_K's minimums, Q6_K's -32.
 // Per (group, block): scales f32[nsub][16] | offsets f32[nsub][16] | quants
 // (256 or 512 bytes). Activations are Q8_0 (not ggml's Q8_K per 256): the
 // repacked path trades llama.cpp-identical rounding for speed, as Q4_0's does;
 // --no-repack keeps the file layout and ggml's arithmetic.
-//   K8Z: K8 whose offsets are an integer level times the scale (Q6_K's 32,
-//       Q3_K's 4): the kernel subtracts that level times the activations'
-//       sum in the integer dot instead of two more FMAs.
-enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, K4, K8, K8Z };
+//   K8Z: K8 whose offsets are an integer level times the scale (Q6_K's 32):
+//       the kernel subtracts that level times the activations' sum in the
+//       integer dot instead of two more FMAs.
+enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, K4, K8, K8Z };
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
@@ -82,6 +94,7 @@ struct PackedWeight {
   std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
   size_t quant_bytes_per_block() const {
+    if (kind == PackedKind::Q2_K || kind == PackedKind::Q3_K) return 128;
     return kind == PackedKind::Q8_0 || kind == PackedKind::K8 || kind == PackedKind::K8Z ? 512 : 256;
   }
   // A compact kind's per-block fields for the 16 rows (IQ4_XS: per unit; see the top of this file).
@@ -89,6 +102,8 @@ struct PackedWeight {
     switch (kind) {
       case PackedKind::MXFP4: return kRowsPerGroup;
       case PackedKind::IQ4_XS: return 128;
+      case PackedKind::Q2_K: return 2 * kScaleBytes + 16 * kRowsPerGroup;
+      case PackedKind::Q3_K: return kScaleBytes + 16 * kRowsPerGroup + 8 * 4 * kRowsPerGroup;
       case PackedKind::Q4_1: return 2 * kScaleBytes;
       case PackedKind::Q5_0: return kScaleBytes + 4 * kRowsPerGroup;
       case PackedKind::Q5_1: return 2 * kScaleBytes + 4 * kRowsPerGroup;
@@ -97,9 +112,12 @@ struct PackedWeight {
   }
   bool has_min() const { return kind == PackedKind::Q4_1 || kind == PackedKind::Q5_1; }
   bool has_qh() const { return kind == PackedKind::Q5_0 || kind == PackedKind::Q5_1; }
-  // Compact kinds: a group is a run of units (block pairs; IQ4_XS's super-blocks) of headers, then quants.
-  int blocks_per_unit() const { return kind == PackedKind::IQ4_XS ? 8 : 2; }
-  size_t unit_header_bytes() const { return kind == PackedKind::IQ4_XS ? header_bytes() : 2 * header_bytes(); }
+  // Compact kinds: a group is a run of units (block pairs; super-blocks) of headers, then quants.
+  bool super_block_units() const {
+    return kind == PackedKind::IQ4_XS || kind == PackedKind::Q2_K || kind == PackedKind::Q3_K;
+  }
+  int blocks_per_unit() const { return super_block_units() ? 8 : 2; }
+  size_t unit_header_bytes() const { return super_block_units() ? header_bytes() : 2 * header_bytes(); }
   size_t unit_bytes() const { return unit_header_bytes() + blocks_per_unit() * quant_bytes_per_block(); }
   size_t group_bytes() const {
     return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes()
@@ -122,9 +140,9 @@ struct PackedWeight {
   const uint8_t* block_quants(int64_t g, int64_t b) const {
     return unit(g, b) + unit_header_bytes() + (b % blocks_per_unit()) * quant_bytes_per_block();
   }
-  // The header holding block b's fields (IQ4_XS: its super-block's).
+  // The header holding block b's fields (the 256-wide kinds: its super-block's).
   const uint8_t* block_header(int64_t g, int64_t b) const {
-    return kind == PackedKind::IQ4_XS ? unit(g, b) : unit(g, b) + (b % 2) * header_bytes();
+    return super_block_units() ? unit(g, b) : unit(g, b) + (b % 2) * header_bytes();
   }
   // The header's fields (all kinds but MXFP4, whose header is its e8m0 scales).
   const uint16_t* block_scales(int64_t g, int64_t b) const {
@@ -136,14 +154,23 @@ struct PackedWeight {
   }
   // Lane i's scale of block b (the reference's; the kernel computes the same floats).
   float block_scale(int64_t g, int64_t b, int i) const;
+  // Q2_K/Q3_K: the per-sub-block bytes (Q2_K: scale | min << 4; Q3_K: sc - 32), [16][16 rows], and Q3_K's high bits.
+  const uint8_t* kq_scales(int64_t g, int64_t b) const {
+    return block_header(g, b) + (kind == PackedKind::Q2_K ? 2 : 1) * kScaleBytes;
+  }
+  const uint32_t* q3_high_bits(int64_t g, int64_t b) const {
+    return reinterpret_cast<const uint32_t*>(block_header(g, b) + kScaleBytes + 16 * kRowsPerGroup) +
+           (b % 8) * kRowsPerGroup;
+  }
 };
 
 // Whether w's format has a compact packed kind (the 32-element block formats'
 // matrices): it serves batches and single tokens alike.
 bool packable(const Weight& w);
-// Whether w can be packed into the general form (K4/K8, the 256-wide
-// formats): used for batches (prefill); a single token keeps the file
-// layout's row dots (the general form has more bytes than the file).
+bool has_compact_packing(GgmlType t);  // the type half of packable()
+// Whether w can be packed into the general form (K4/K8: Q4_K, Q5_K, Q6_K):
+// used for batches (prefill); a single token keeps the file layout's row
+// dots (the general form has more bytes than the file).
 bool packable_general(const Weight& w);
 // The levels, scales and offsets of 32-element block b of a row of type t
 // (levels[32]; scale/offset[0] for elements 0-15, [1] for 16-31).

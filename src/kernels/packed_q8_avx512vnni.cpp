@@ -41,6 +41,8 @@ constexpr bool kHasMin = W == PackedKind::Q4_1 || W == PackedKind::Q5_1;
 template <PackedKind W>
 constexpr bool kHasQh = W == PackedKind::Q5_0 || W == PackedKind::Q5_1;
 template <PackedKind W>
+constexpr bool kQ23 = W == PackedKind::Q2_K || W == PackedKind::Q3_K;
+template <PackedKind W>
 constexpr bool kIq4Table = W == PackedKind::IQ4_NL || W == PackedKind::IQ4_XS;
 
 // A 4-bit table shifted by 128 to unsigned levels, for vpshufb.
@@ -171,10 +173,82 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
   }
 }
 
+// Q2_K/Q3_K (one group): per super-block and token, each 16-element
+// sub-block's integer dot (Q3_K's -4 offset folded in as -4 x the
+// activations' sum) times its integer scale, Q2_K's minimums times the
+// activations' sums, then one FMA each per super-block
+// (packed_gemm_reference_q23's order; integer sums are exact).
+template <PackedKind W, int T0, int T>
+void q23_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
+  constexpr bool kThree = W == PackedKind::Q3_K;
+  const __m512i two_bits = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
+  __m512 acc[T];
+  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+  for (int64_t b0 = 0; b0 < pw.n_blocks; b0 += 8) {
+    __m512i isum[T], msum[T];
+    for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm512_setzero_si512();
+    for (int64_t b = b0; b < b0 + 8; b++) {
+      const uint8_t* a = x.block(tile, b);
+      const uint8_t* q = pw.block_quants(g, b);
+      __m512i high = _mm512_setzero_si512();
+      if constexpr (kThree) high = _mm512_loadu_si512(pw.q3_high_bits(g, b));
+      for (int hf = 0; hf < 2; hf++) {
+        const __m512i v = _mm512_loadu_si512(q + 64 * hf);
+        const __m512i sub = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(pw.kq_scales(g, b) + (2 * (b % 8) + hf) * 16)));
+        __m512i sc, mn = _mm512_setzero_si512();
+        if constexpr (kThree) {
+          sc = _mm512_srai_epi32(_mm512_slli_epi32(sub, 24), 24);  // the byte is sc - 32, signed
+        } else {
+          sc = _mm512_and_si512(sub, _mm512_set1_epi32(0xF));
+          mn = _mm512_srli_epi32(sub, 4);
+        }
+        __m512i w[4];
+        for (int sh = 0; sh < 4; sh++) {
+          w[sh] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * sh), two_bits);
+          if constexpr (kThree) {
+            const int c = 4 * hf + sh;  // the third bit's position in each byte of `high`
+            const __m512i hb = c >= 2 ? _mm512_srli_epi32(high, c - 2) : _mm512_slli_epi32(high, 2 - c);
+            w[sh] = _mm512_or_si512(w[sh], _mm512_and_si512(hb, bit2));
+          }
+        }
+        for (int t = T0; t < T0 + T; t++) {
+          int32_t bsum;
+          std::memcpy(&bsum, a + (hf ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * t, 4);
+          __m512i dot = kThree ? _mm512_set1_epi32(-4 * bsum) : _mm512_setzero_si512();
+          for (int sh = 0; sh < 4; sh++)
+            dot = _mm512_dpbusd_epi32(dot, w[sh], broadcast_i32(a + kQK8_0 * t + 16 * hf + 4 * sh));
+          isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(dot, sc));
+          if constexpr (!kThree) msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
+        }
+      }
+    }
+    const uint8_t* a0 = x.block(tile, b0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw.block_scales(g, b0))));
+    __m512 dmin = _mm512_setzero_ps();
+    if constexpr (!kThree) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw.block_mins(g, b0))));
+    for (int t = T0; t < T0 + T; t++) {
+      const __m512 dx = broadcast_f32(a0 + PA::kScaleOffset + 4 * t);
+      acc[t - T0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t - T0]), _mm512_mul_ps(d, dx), acc[t - T0]);
+      if constexpr (!kThree)
+        acc[t - T0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[t - T0]), _mm512_mul_ps(dmin, dx), acc[t - T0]);
+    }
+  }
+  const int64_t t0 = tile * PA::kTokensPerTile + T0;
+  const int64_t r = g * G;
+  const __mmask16 mask = pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
+  for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[t]);
+}
+
 template <PackedKind W, int T0, int T, int NG>
 void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
   if constexpr (kGeneralKind<W>) {
     ktile_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
+    return;
+  }
+  if constexpr (kQ23<W>) {
+    static_assert(NG == 1);
+    q23_kernel<W, T0, T>(pw, g, x, tile, y, ldy);
     return;
   }
   const int64_t nb = pw.n_blocks;
@@ -243,7 +317,7 @@ template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
   // The general form holds scales and offsets per sub-block too: fewer tokens fit beside them.
-  constexpr int kMaxTokens = NG == 2 ? (kGeneralKind<W> ? 3 : 4) : 8;
+  constexpr int kMaxTokens = NG == 2 ? (kGeneralKind<W> ? 3 : 4) : kQ23<W> ? 4 : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
@@ -260,7 +334,7 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
     int64_t g = g0;
     // The general form holds scales and offsets beside the weights: one group at a time keeps a whole
     // 8-token tile in registers (two groups would split it into three passes).
-    if constexpr (!kGeneralKind<W>)
+    if constexpr (!kGeneralKind<W> && !kQ23<W>)
       for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
     for (; g < g1; g++) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
   }
@@ -280,6 +354,8 @@ void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const Packe
     case PackedKind::IQ4_NL: gemm<PackedKind::IQ4_NL>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::MXFP4: gemm<PackedKind::MXFP4>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::IQ4_XS: gemm<PackedKind::IQ4_XS>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q2_K: gemm<PackedKind::Q2_K>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q3_K: gemm<PackedKind::Q3_K>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K4: gemm<PackedKind::K4>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8: gemm<PackedKind::K8>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8Z: gemm<PackedKind::K8Z>(w, g0, g1, x, y, ldy, token_chunk); break;

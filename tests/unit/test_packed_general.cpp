@@ -1,4 +1,4 @@
-// The general repacked form (packed_q8.h, K4/K8) of the k-quants: each block's levels, scales and offsets decode to exactly what the
+// The general repacked form (packed_q8.h, K4/K8) of Q4_K, Q5_K and Q6_K: each block's levels, scales and offsets decode to exactly what the
 // format's own dequantizer gives (itself checked against llama.cpp's files);
 // the VNNI kernel equals the scalar reference bit for bit; both equal a
 // double dot of the dequantized weights and activations; and Matmul's
@@ -17,17 +17,17 @@
 namespace kestrel {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K};
+const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 test::QuantMatrix matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   return test::quantized_matrix(type, rows, cols, seed);
 }
 
 TEST(PackedGeneral, BlocksDecodeAsTheFormat) {
-  for (GgmlType t : kTypes) {
+  // Q2_K's and Q3_K's compact packing takes its levels from unpack_block32 too.
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K}) {
     const int64_t cols = 512;
     const auto m = matrix(t, 3, cols, 1);
-    ASSERT_TRUE(packable_general(m.w)) << type_name(t);
     std::vector<float> want(cols);
     for (int64_t r = 0; r < 3; r++) {
       dequantize_row(t, m.w.row(r), want.data(), cols);

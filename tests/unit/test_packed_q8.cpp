@@ -1,5 +1,5 @@
-// The compact repacked layouts (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4
-// and IQ4_XS) and their kernels: the VNNI kernel equals
+// The compact repacked layouts (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+// IQ4_XS, Q2_K, Q3_K) and their kernels: the VNNI kernel equals
 // the scalar reference of the packed arithmetic bit for bit, and both agree
 // with a double-precision dot of the dequantized weights (the format's own
 // dequantizer, itself checked against llama.cpp's files) and activations, on
@@ -7,11 +7,13 @@
 // tile); Matmul on packed weights agrees with the file layout's row dots.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/block_formats.h"
 #include "core/error.h"
 #include "kernels/dot.h"
+#include "kernels/kquant_dot.h"
 #include "kernels/matmul.h"
 #include "kernels/packed_q8.h"
 #include "test_support.h"
@@ -21,8 +23,9 @@ namespace {
 
 using test::QuantMatrix;
 
-const GgmlType kCompactTypes[] = {GgmlType::Q8_0,   GgmlType::Q4_0,  GgmlType::Q4_1,  GgmlType::Q5_0,
-                                  GgmlType::Q5_1,   GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS};
+const GgmlType kCompactTypes[] = {GgmlType::Q8_0,  GgmlType::Q4_0,   GgmlType::Q4_1,  GgmlType::Q5_0,
+                                  GgmlType::Q5_1,  GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS,
+                                  GgmlType::Q2_K,  GgmlType::Q3_K};
 
 bool fits(GgmlType type, int64_t cols) { return cols % traits(type).block_size == 0; }
 
@@ -31,25 +34,37 @@ QuantMatrix random_matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t se
 }
 
 struct Acts {
-  std::vector<BlockQ8_0> q;
+  std::vector<float> dequantized;  // what the packed values stand for, [n][cols]
   std::vector<uint8_t> packed;
   PackedActivations view;
 };
 
-// Q8_0 activations, packed for weights of kind `kind` (their sums exact in float, also for Q4_1/Q5_1).
-Acts random_activations(PackedKind kind, int64_t n, int64_t cols, uint32_t seed) {
+// Activations packed for weights of kind `kind`: Q8_0 blocks, or Q8_K super-blocks (one scale per 256, as the
+// Q2_K/Q3_K kernels require) when `per_256` (sums exact in float either way, also for Q4_1/Q5_1).
+Acts random_activations(PackedKind kind, int64_t n, int64_t cols, uint32_t seed, bool per_256 = false) {
   Acts a;
   const int64_t nb = cols / kQK8_0;
   const auto f = test::random_floats(n * cols, seed);
-  a.q.resize(n * nb);
-  for (int64_t t = 0; t < n; t++)
-    quantize_row_q8_0_ref(f.data() + t * cols, a.q.data() + t * nb, cols, Rounding::HalfToEven);
   a.packed.assign(packed_activation_bytes(n, nb), 0xAB);  // garbage where nothing is written
+  a.dequantized.resize(n * cols);
   const int64_t tiles = (n + PackedActivations::kTokensPerTile - 1) / PackedActivations::kTokensPerTile;
-  pack_activations(kind, a.q.data(), n, nb, 0, tiles, a.packed.data());
+  if (per_256) {
+    std::vector<BlockQ8_K> q(n * cols / 256);
+    for (int64_t t = 0; t < n; t++) quantize_row_q8_K_scalar(f.data() + t * cols, q.data() + t * cols / 256, cols);
+    for (size_t i = 0; i < a.dequantized.size(); i++) a.dequantized[i] = q[i / 256].d * q[i / 256].qs[i % 256];
+    pack_activations_q8k(kind, q.data(), n, nb, 0, tiles, a.packed.data());
+  } else {
+    std::vector<BlockQ8_0> q(n * nb);
+    for (int64_t t = 0; t < n; t++)
+      quantize_row_q8_0_ref(f.data() + t * cols, q.data() + t * nb, cols, Rounding::HalfToEven);
+    dequantize_row_q8_0(q.data(), a.dequantized.data(), n * cols);
+    pack_activations(kind, q.data(), n, nb, 0, tiles, a.packed.data());
+  }
   a.view = {a.packed.data(), n, nb};
   return a;
 }
+
+bool needs_per_256(GgmlType type) { return type == GgmlType::Q2_K || type == GgmlType::Q3_K; }
 
 constexpr float kSentinel = -12345.0f;
 
@@ -63,16 +78,18 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
         ASSERT_TRUE(packable(m.w)) << type_name(type);
         const auto packed = pack_weight(m.w);
         ASSERT_FALSE(packed->is_k()) << type_name(type);
-        const int64_t unit = type == GgmlType::IQ4_XS ? 256 : 64;  // a super-block, a block pair
+        const int64_t unit = traits(type).block_size == 256 ? 256 : 64;  // a super-block, a block pair
+        // Q3_K's 6-bit scales take a byte each: 4 bytes a row per super-block more than the file.
+        const size_t extra = type == GgmlType::Q3_K ? 4 * cols / 256 : 0;
         EXPECT_EQ(packed->n_groups * packed->group_bytes(),
-                  static_cast<size_t>(packed->n_groups * 16) * row_bytes(type, (cols + unit - 1) / unit * unit))
+                  static_cast<size_t>(packed->n_groups * 16) * (row_bytes(type, (cols + unit - 1) / unit * unit) + extra))
             << type_name(type) << ": the file's bytes, padded to whole groups and units";
-        const auto a = random_activations(packed->kind, n, cols, 99);
+        const auto a = random_activations(packed->kind, n, cols, 99, needs_per_256(type));
         std::vector<float> y(n * ldy, kSentinel);
         packed_gemm_reference(*packed, 0, packed->n_groups, a.view, y.data(), ldy);
         std::vector<float> wr(cols), xr(cols);
         for (int64_t t = 0; t < n; t++) {
-          dequantize_row_q8_0(a.q.data() + t * (cols / 32), xr.data(), cols);
+          std::copy_n(a.dequantized.data() + t * cols, cols, xr.data());
           for (int64_t r = 0; r < rows; r++) {
             dequantize_weight_row(m.w, r, wr.data());
             double ref = 0, mag = 0;
@@ -95,7 +112,7 @@ TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
           const int64_t ldy = rows + 3;
           const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows + cols));
           const auto packed = pack_weight(m.w);
-          const auto a = random_activations(packed->kind, n, cols, static_cast<uint32_t>(n));
+          const auto a = random_activations(packed->kind, n, cols, static_cast<uint32_t>(n), needs_per_256(type));
           std::vector<float> want(n * ldy, kSentinel), got(n * ldy, kSentinel);
           packed_gemm_reference(*packed, 0, packed->n_groups, a.view, want.data(), ldy);
           // A token chunk smaller than the token count and a group range split
