@@ -73,6 +73,7 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
       b->Args({static_cast<int64_t>(type), 5632, 2048, 64, threads, isa});
       // The output head (vocab 32000): large enough to stream from DRAM.
       b->Args({static_cast<int64_t>(type), 32000, 2048, 1, threads, isa});
+      if (type == GgmlType::Q4_0) b->Args({static_cast<int64_t>(type), 32000, 2048, 1, 1, isa});
     }
   // k-quants and FP8 run the best table this CPU has (kquant_dots()), whatever the isa argument.
   for (auto type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::KESTREL_FP8_E4M3})
@@ -80,10 +81,12 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
   // The other block formats at the decode shapes against Q4_0's (above): the file layout's row dot (isa 2)
   // and the engine's default (3: repacked where the type has a decode layout).
   for (auto type : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::MXFP4,
-                    GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K})
+                    GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K})
     for (int isa : {2, 3}) {
       b->Args({static_cast<int64_t>(type), 5632, 2048, 1, threads, isa});
       b->Args({static_cast<int64_t>(type), 32000, 2048, 1, threads, isa});
+      b->Args({static_cast<int64_t>(type), 2048, 5632, 1, threads, isa});  // ffn_down
+      b->Args({static_cast<int64_t>(type), 32000, 2048, 1, 1, isa});        // per core
     }
   // The IQ1-IQ3 lattice types (row dots; not repacked), one thread: compute-bound, compare per core.
   for (auto type : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,

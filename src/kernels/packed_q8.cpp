@@ -30,6 +30,7 @@ static std::optional<PackedKind> compact_kind(GgmlType t) {
     case GgmlType::IQ4_XS: return PackedKind::IQ4_XS;
     case GgmlType::Q2_K: return PackedKind::Q2_K;
     case GgmlType::Q3_K: return PackedKind::Q3_K;
+    case GgmlType::Q4_K: return PackedKind::Q4_K;
     default: return std::nullopt;
   }
 }
@@ -45,7 +46,6 @@ bool packable(const Weight& w) { return has_compact_packing(w.type) && is_matrix
 
 static PackedKind general_kind(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_K: return PackedKind::K4;
     case GgmlType::Q5_K: return PackedKind::K8;  // real minimums
     default: return PackedKind::K8Z;
   }
@@ -56,7 +56,7 @@ static int32_t zero_level(GgmlType) { return 32; }  // Q6_K's, the one K8Z type
 
 bool packable_general(const Weight& w) {
   switch (w.type) {
-    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q5_K: case GgmlType::Q6_K:
       return is_matrix_of_blocks(w);
     default: return false;
   }
@@ -193,6 +193,25 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
       nibbles(x.qs + 16 * (b % 8));
       return;
     }
+    case PackedKind::Q4_K: {
+      const auto& x = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+      if (b % 8 == 0) {  // the super-block's fields, once
+        scales[i] = x.d, scales[G + i] = x.dmin;
+        uint8_t* sc = const_cast<uint8_t*>(p.kq_scales(g, b));
+        uint8_t* mn = const_cast<uint8_t*>(p.q4k_mins(g, b));
+        for (int j = 0; j < 8; j++) {
+          int s, m;
+          unpack_scale_min_k4(x.scales, j, s, m);
+          sc[j * G + i] = static_cast<uint8_t>(s), mn[j * G + i] = static_cast<uint8_t>(m);
+        }
+      }
+      uint8_t L[32];
+      float unused_scale[2], unused_offset[2];
+      unpack_block32(p.type, row, b, L, unused_scale, unused_offset);
+      for (int k = 0; k < 4; k++)
+        for (int e = 0; e < 4; e++) dst[k * 64 + e] = static_cast<uint8_t>(L[4 * k + e] | (L[16 + 4 * k + e] << 4));
+      return;
+    }
     case PackedKind::Q2_K:
     case PackedKind::Q3_K: {
       const bool three = p.kind == PackedKind::Q3_K;
@@ -257,7 +276,6 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
   auto pack_general = [&](int64_t g0, int64_t g1) {
     // Padding rows stay zero: scale and offset 0 make them 0.
     std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
-    const bool four = p->kind == PackedKind::K4;
     uint8_t L[32];
     float sc[2], off[2];
     for (int64_t g = g0; g < g1; g++)
@@ -268,13 +286,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
           auto* o = const_cast<float*>(p->koffsets(g, b));
           for (int h = 0; h < p->n_sub(); h++) s[16 * h + i] = sc[h], o[16 * h + i] = off[h];
           uint8_t* dst = const_cast<uint8_t*>(p->kquants(g, b)) + i * 4;
-          if (four) {
-            for (int k = 0; k < 4; k++)
-              for (int jj = 0; jj < 4; jj++)
-                dst[k * 64 + jj] = static_cast<uint8_t>(L[4 * k + jj] | (L[16 + 4 * k + jj] << 4));
-          } else {
-            for (int k = 0; k < 8; k++) std::memcpy(dst + k * 64, L + 4 * k, 4);
-          }
+          for (int k = 0; k < 8; k++) std::memcpy(dst + k * 64, L + 4 * k, 4);
         }
   };
   auto pack_groups = [&](int64_t g0, int64_t g1) {
@@ -456,9 +468,6 @@ static void packed_gemm_reference_general(const PackedWeight& w, int64_t g0, int
             std::memcpy(&isum[1], xb + PA::kIntSumHiOffset + 4 * tt, 4);
             acc = std::fma(static_cast<float>(dot[0] - w.zero_level * isum[0]), s[i] * dx, acc);
             acc = std::fma(static_cast<float>(dot[1] - w.zero_level * isum[1]), s[16 + i] * dx, acc);
-          } else if (w.n_sub() == 1) {
-            acc = std::fma(static_cast<float>(dot[0] + dot[1]), s[i] * dx, acc);
-            acc = std::fma(o[i], f32(xb + PA::kSumOffset + 4 * tt), acc);
           } else {
             acc = std::fma(static_cast<float>(dot[0]), s[i] * dx, acc);
             acc = std::fma(static_cast<float>(dot[1]), s[16 + i] * dx, acc);
@@ -470,14 +479,14 @@ static void packed_gemm_reference_general(const PackedWeight& w, int64_t g0, int
       }
 }
 
-// Q2_K/Q3_K in the kernel's order: per super-block, integer sub-block dots
-// (Q3_K's -4 offset in them) times their integer scales, Q2_K's minimums
-// times the activations' 16-element sums, then one FMA each.
-static void packed_gemm_reference_q23(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x,
+// Q2_K/Q3_K/Q4_K in the kernel's order: per super-block, integer sub-block
+// dots (Q3_K's -4 offset in them) times their integer scales, the minimums
+// times the activations' sub-block sums, then one FMA each.
+static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x,
                                       float* y, int64_t ldy) {
   using PA = PackedActivations;
   constexpr int G = PackedWeight::kRowsPerGroup;
-  const bool three = w.kind == PackedKind::Q3_K;
+  const bool three = w.kind == PackedKind::Q3_K, four = w.kind == PackedKind::Q4_K;
   auto load = [](const uint8_t* p, auto v) {
     std::memcpy(&v, p, sizeof v);
     return v;
@@ -492,6 +501,15 @@ static void packed_gemm_reference_q23(const PackedWeight& w, int64_t g0, int64_t
           for (int64_t b = b0; b < b0 + 8; b++) {
             const uint8_t* xb = x.block(t / PA::kTokensPerTile, b);
             const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
+            if (four) {  // one 32-element sub-block
+              const int32_t bsum = load(xb + PA::kIntSumLoOffset + 4 * tt, int32_t{}) +
+                                   load(xb + PA::kIntSumHiOffset + 4 * tt, int32_t{});
+              int32_t dot = 0;
+              for (int e = 0; e < kQK8_0; e++) dot += packed_level(w, g, b, i, e) * qs[e];
+              isum += dot * w.kq_scales(g, b)[(b % 8) * G + i];
+              msum += w.q4k_mins(g, b)[(b % 8) * G + i] * bsum;
+              continue;
+            }
             for (int hf = 0; hf < 2; hf++) {
               const int32_t bsum = load(xb + (hf ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * tt, int32_t{});
               int32_t dot = three ? -4 * bsum : 0;
@@ -516,7 +534,7 @@ static void packed_gemm_reference_q23(const PackedWeight& w, int64_t g0, int64_t
 void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy) {
   if (w.is_k()) return packed_gemm_reference_general(w, g0, g1, x, y, ldy);
-  if (w.kind == PackedKind::Q2_K || w.kind == PackedKind::Q3_K) return packed_gemm_reference_q23(w, g0, g1, x, y, ldy);
+  if (w.integer_scaled()) return packed_gemm_reference_integer_scaled(w, g0, g1, x, y, ldy);
   constexpr int G = PackedWeight::kRowsPerGroup;
   const int64_t nb = w.n_blocks;
   for (int64_t g = g0; g < g1; g++) {

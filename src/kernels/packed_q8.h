@@ -27,13 +27,16 @@
 //   Q3_K:   d fp16[16] | sc - 32 int8[16 sub-blocks][16 rows] | high bits
 //           u32[8 blocks][16 rows] (800: the 6-bit scales unpacked to bytes,
 //           4 bytes a row more than the file's 110 per super-block).
+//   Q4_K:   d fp16[16] | dmin fp16[16] | sc u8[8][16] | m u8[8][16] (320: the
+//           6-bit scales and minimums as bytes, 4 bytes a row more than the
+//           file's 144), its levels packed as Q4_0's.
 // Q2_K's and Q3_K's 2-bit levels take 128 bytes a block: per 16-element
 // sub-block one vector whose lane byte e holds elements 4sh + e at bits 2sh
 // (sh = 0..3), so (v >> 2sh) & 3 is one vpdpbusd word; Q3_K's third bit of
 // element 16hf + 4sh + e of block j is bit 8e + 4hf + sh of high-bit word j.
-// Their sub-block dots are scaled in integers (and Q2_K's minimums summed
-// against the activations' 16-element sums), one float FMA per super-block,
-// as ggml's own kernels do.
+// Their sub-block dots are scaled in integers (and Q2_K's and Q4_K's
+// minimums summed against the activations' sub-block sums), one float FMA
+// per super-block, as ggml's own kernels do.
 // and the quants:
 //   Q8_0: quants[k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q + 128)
 //   the 4-bit kinds: quants[k=0..3][row 0..15][4]: qs[4k..4k+3] as stored; the
@@ -66,22 +69,18 @@
 
 namespace kestrel {
 
-// Q4_K, Q5_K and Q6_K repack into one general form
-// for batches: every 32-element block of a row
-// becomes unsigned levels with a float scale and a float offset per
-// sub-block, value = scale * level + offset, so one kernel serves them all:
-//   K4: 4-bit levels packed as Q4_0's (Q4_K), one (scale, offset) per 32;
-//   K8: 8-bit levels packed as Q8_0's, one (scale, offset) per 16 (Q6_K
-//       scales every 16; Q5_K repeats its scale).
-// Offsets carry Q4_K's and Q5_K's minimums, Q6_K's -32.
-// Per (group, block): scales f32[nsub][16] | offsets f32[nsub][16] | quants
-// (256 or 512 bytes). Activations are Q8_0 (not ggml's Q8_K per 256): the
-// repacked path trades llama.cpp-identical rounding for speed, as Q4_0's does;
-// --no-repack keeps the file layout and ggml's arithmetic.
-//   K8Z: K8 whose offsets are an integer level times the scale (Q6_K's 32):
-//       the kernel subtracts that level times the activations' sum in the
+// Q5_K and Q6_K repack into one general form for batches: every 32-element
+// block of a row becomes 8-bit unsigned levels (packed as Q8_0's) with a
+// float scale and a float offset per 16-element sub-block,
+// value = scale * level + offset:
+//   K8: offsets carry Q5_K's minimums (Q5_K repeats its scale per 32);
+//   K8Z: offsets that are an integer level times the scale (Q6_K's 32): the
+//       kernel subtracts that level times the activations' sum in the
 //       integer dot instead of two more FMAs.
-enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, K4, K8, K8Z };
+// Per (group, block): scales f32[2][16] | offsets f32[2][16] | quants (512
+// bytes). Activations are Q8_K, as ggml's for these types; the summation
+// order is not ggml's (--no-repack keeps the file layout and its arithmetic).
+enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q4_K, K8, K8Z };
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
@@ -93,17 +92,26 @@ struct PackedWeight {
   const uint8_t* data = nullptr;  // [n_groups][(n_blocks + 1) / 2][2 x header_bytes() | 2 x quant_bytes_per_block()]
   std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
-  size_t quant_bytes_per_block() const {
+  // The layout as functions of the kind (compile-time constants for the kernels).
+  static constexpr size_t quant_bytes_of(PackedKind kind) {
     if (kind == PackedKind::Q2_K || kind == PackedKind::Q3_K) return 128;
     return kind == PackedKind::Q8_0 || kind == PackedKind::K8 || kind == PackedKind::K8Z ? 512 : 256;
   }
+  static constexpr int blocks_per_unit_of(PackedKind kind) {
+    return kind == PackedKind::IQ4_XS || kind == PackedKind::Q2_K || kind == PackedKind::Q3_K || kind == PackedKind::Q4_K
+               ? 8
+               : 2;
+  }
+  size_t quant_bytes_per_block() const { return quant_bytes_of(kind); }
+  size_t header_bytes() const { return header_bytes_of(kind); }
   // A compact kind's per-block fields for the 16 rows (IQ4_XS: per unit; see the top of this file).
-  size_t header_bytes() const {
+  static constexpr size_t header_bytes_of(PackedKind kind) {
     switch (kind) {
       case PackedKind::MXFP4: return kRowsPerGroup;
       case PackedKind::IQ4_XS: return 128;
       case PackedKind::Q2_K: return 2 * kScaleBytes + 16 * kRowsPerGroup;
       case PackedKind::Q3_K: return kScaleBytes + 16 * kRowsPerGroup + 8 * 4 * kRowsPerGroup;
+      case PackedKind::Q4_K: return 2 * kScaleBytes + 2 * 8 * kRowsPerGroup;
       case PackedKind::Q4_1: return 2 * kScaleBytes;
       case PackedKind::Q5_0: return kScaleBytes + 4 * kRowsPerGroup;
       case PackedKind::Q5_1: return 2 * kScaleBytes + 4 * kRowsPerGroup;
@@ -113,19 +121,19 @@ struct PackedWeight {
   bool has_min() const { return kind == PackedKind::Q4_1 || kind == PackedKind::Q5_1; }
   bool has_qh() const { return kind == PackedKind::Q5_0 || kind == PackedKind::Q5_1; }
   // Compact kinds: a group is a run of units (block pairs; super-blocks) of headers, then quants.
-  bool super_block_units() const {
-    return kind == PackedKind::IQ4_XS || kind == PackedKind::Q2_K || kind == PackedKind::Q3_K;
-  }
-  int blocks_per_unit() const { return super_block_units() ? 8 : 2; }
+  bool super_block_units() const { return blocks_per_unit_of(kind) == 8; }
+  // The kinds whose sub-block dots are scaled in integers, one FMA per super-block.
+  bool integer_scaled() const { return kind == PackedKind::Q2_K || kind == PackedKind::Q3_K || kind == PackedKind::Q4_K; }
+  int blocks_per_unit() const { return blocks_per_unit_of(kind); }
   size_t unit_header_bytes() const { return super_block_units() ? header_bytes() : 2 * header_bytes(); }
   size_t unit_bytes() const { return unit_header_bytes() + blocks_per_unit() * quant_bytes_per_block(); }
   size_t group_bytes() const {
     return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes()
                   : static_cast<size_t>((n_blocks + blocks_per_unit() - 1) / blocks_per_unit()) * unit_bytes();
   }
-  // The general form (K4/K8).
-  bool is_k() const { return kind == PackedKind::K4 || kind == PackedKind::K8 || kind == PackedKind::K8Z; }
-  int n_sub() const { return kind == PackedKind::K4 ? 1 : 2; }
+  // The general form (K8/K8Z).
+  bool is_k() const { return kind == PackedKind::K8 || kind == PackedKind::K8Z; }
+  static constexpr int n_sub() { return 2; }
   size_t kblock_bytes() const { return static_cast<size_t>(n_sub()) * 2 * 64 + quant_bytes_per_block(); }
   const float* kscales(int64_t g, int64_t b) const {
     return reinterpret_cast<const float*>(data + g * group_bytes() + b * kblock_bytes());
@@ -154,10 +162,12 @@ struct PackedWeight {
   }
   // Lane i's scale of block b (the reference's; the kernel computes the same floats).
   float block_scale(int64_t g, int64_t b, int i) const;
-  // Q2_K/Q3_K: the per-sub-block bytes (Q2_K: scale | min << 4; Q3_K: sc - 32), [16][16 rows], and Q3_K's high bits.
+  // The per-sub-block bytes, [sub-block][16 rows] (Q2_K: scale | min << 4, 16 of them; Q3_K: sc - 32, 16;
+  // Q4_K: sc, 8, then its minimums, 8), and Q3_K's high bits.
   const uint8_t* kq_scales(int64_t g, int64_t b) const {
-    return block_header(g, b) + (kind == PackedKind::Q2_K ? 2 : 1) * kScaleBytes;
+    return block_header(g, b) + (kind == PackedKind::Q3_K ? 1 : 2) * kScaleBytes;
   }
+  const uint8_t* q4k_mins(int64_t g, int64_t b) const { return kq_scales(g, b) + 8 * kRowsPerGroup; }
   const uint32_t* q3_high_bits(int64_t g, int64_t b) const {
     return reinterpret_cast<const uint32_t*>(block_header(g, b) + kScaleBytes + 16 * kRowsPerGroup) +
            (b % 8) * kRowsPerGroup;
@@ -168,7 +178,7 @@ struct PackedWeight {
 // matrices): it serves batches and single tokens alike.
 bool packable(const Weight& w);
 bool has_compact_packing(GgmlType t);  // the type half of packable()
-// Whether w can be packed into the general form (K4/K8: Q4_K, Q5_K, Q6_K):
+// Whether w can be packed into the general form (K8/K8Z: Q5_K, Q6_K):
 // used for batches (prefill); a single token keeps the file layout's row
 // dots (the general form has more bytes than the file).
 bool packable_general(const Weight& w);

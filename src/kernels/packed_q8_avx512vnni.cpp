@@ -33,7 +33,7 @@ inline __m512 broadcast_f32(const uint8_t* p) {
 }
 
 template <PackedKind W>
-constexpr bool kGeneralKind = W == PackedKind::K4 || W == PackedKind::K8 || W == PackedKind::K8Z;
+constexpr bool kGeneralKind = W == PackedKind::K8 || W == PackedKind::K8Z;
 template <PackedKind W>
 constexpr bool kEightBit = W == PackedKind::Q8_0 || W == PackedKind::K8 || W == PackedKind::K8Z;
 template <PackedKind W>
@@ -41,7 +41,7 @@ constexpr bool kHasMin = W == PackedKind::Q4_1 || W == PackedKind::Q5_1;
 template <PackedKind W>
 constexpr bool kHasQh = W == PackedKind::Q5_0 || W == PackedKind::Q5_1;
 template <PackedKind W>
-constexpr bool kQ23 = W == PackedKind::Q2_K || W == PackedKind::Q3_K;
+constexpr bool kIntegerScaled = W == PackedKind::Q2_K || W == PackedKind::Q3_K || W == PackedKind::Q4_K;
 template <PackedKind W>
 constexpr bool kIq4Table = W == PackedKind::IQ4_NL || W == PackedKind::IQ4_XS;
 
@@ -110,12 +110,12 @@ inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
 
 // Tokens T0..T0+T-1 of token tile `tile` x NG consecutive groups from g:
 // with two groups each broadcast activation word feeds two vpdpbusd.
-// The general form (K4/K8): per block and token, the integer dot of each
+// The general form (K8/K8Z): per block and token, the integer dot of each
 // sub-block scaled by its row's scale, then each offset times the
 // activations' sum over the sub-block (packed_gemm_reference's order).
 template <PackedKind W, int T0, int T, int NG>
 void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
-  constexpr int kSub = W == PackedKind::K4 ? 1 : 2;
+  constexpr int kSub = PackedWeight::n_sub();
   constexpr bool kZero = W == PackedKind::K8Z;
   const int32_t z = pw.zero_level;
   const int64_t nb = pw.n_blocks;
@@ -147,7 +147,7 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
         for (int h = 0; h < kSub; h++) dot[i][h] = start[h];
       for (int k = 0; k < 8; k++) {
         const __m512i xk = broadcast_i32(a + kQK8_0 * t + 4 * k);
-        const int h = kSub == 2 ? k / 4 : 0;
+        const int h = k / 4;
         for (int i = 0; i < NG; i++) dot[i][h] = _mm512_dpbusd_epi32(dot[i][h], w[i][k], xk);
       }
       for (int i = 0; i < NG; i++) {
@@ -155,8 +155,6 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
         for (int h = 0; h < kSub; h++) r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][h]), _mm512_mul_ps(sc[i][h], dx), r);
         if constexpr (kZero) {
           // the offsets are in the dots already
-        } else if constexpr (kSub == 1) {
-          r = _mm512_fmadd_ps(off[i][0], broadcast_f32(a + PA::kSumOffset + 4 * t), r);
         } else {
           r = _mm512_fmadd_ps(off[i][0], broadcast_f32(a + PA::kSumLoOffset + 4 * t), r);
           r = _mm512_fmadd_ps(off[i][1], broadcast_f32(a + PA::kSumHiOffset + 4 * t), r);
@@ -173,29 +171,54 @@ void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
   }
 }
 
-// Q2_K/Q3_K (one group): per super-block and token, each 16-element
-// sub-block's integer dot (Q3_K's -4 offset folded in as -4 x the
-// activations' sum) times its integer scale, Q2_K's minimums times the
-// activations' sums, then one FMA each per super-block
-// (packed_gemm_reference_q23's order; integer sums are exact).
+// Q2_K/Q3_K/Q4_K (one group): per super-block and token, each sub-block's
+// integer dot (Q3_K's -4 offset folded in as -4 x the activations' sum)
+// times its integer scale, the minimums times the activations' sums, then
+// one FMA each per super-block (packed_gemm_reference_integer_scaled's
+// order; integer sums are exact).
 template <PackedKind W, int T0, int T>
-void q23_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
-  constexpr bool kThree = W == PackedKind::Q3_K;
+void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y,
+                           int64_t ldy) {
+  constexpr bool kThree = W == PackedKind::Q3_K, kFour = W == PackedKind::Q4_K;
+  // The unit layout at compile time (PackedWeight's accessors, which the reference uses, spell the same
+  // offsets; the bit-for-bit test holds them together): runtime accessors per block cost more than the dots.
+  constexpr size_t kScales = kThree ? 32 : 64, kMins = 192, kHigh = 288, kHeader = kThree ? 800 : 320;
+  constexpr size_t kQuants = kFour ? 256 : 128, kUnit = kHeader + 8 * kQuants;
   const __m512i two_bits = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
   __m512 acc[T];
   for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-  for (int64_t b0 = 0; b0 < pw.n_blocks; b0 += 8) {
+  const uint8_t* unit = pw.data + g * pw.group_bytes();
+  for (int64_t b0 = 0; b0 < pw.n_blocks; b0 += 8, unit += kUnit) {
     __m512i isum[T], msum[T];
     for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm512_setzero_si512();
-    for (int64_t b = b0; b < b0 + 8; b++) {
-      const uint8_t* a = x.block(tile, b);
-      const uint8_t* q = pw.block_quants(g, b);
+    for (int j = 0; j < 8; j++) {
+      const uint8_t* a = x.block(tile, b0 + j);
+      const uint8_t* q = unit + kHeader + j * kQuants;
+      if constexpr (kFour) {  // one 32-element sub-block, its levels packed as Q4_0's
+        __m512i w[8];
+        load_block<PackedKind::Q4_0>(q, nullptr, w);
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + kScales + 16 * j)));
+        const __m512i mn = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + kMins + 16 * j)));
+        for (int t = T0; t < T0 + T; t++) {
+          int32_t lo, hi;
+          std::memcpy(&lo, a + PA::kIntSumLoOffset + 4 * t, 4);
+          std::memcpy(&hi, a + PA::kIntSumHiOffset + 4 * t, 4);
+          __m512i dot = _mm512_setzero_si512(), dot_hi = _mm512_setzero_si512();  // two chains (decode latency)
+          for (int k = 0; k < 4; k++) {
+            dot = _mm512_dpbusd_epi32(dot, w[k], broadcast_i32(a + kQK8_0 * t + 4 * k));
+            dot_hi = _mm512_dpbusd_epi32(dot_hi, w[k + 4], broadcast_i32(a + kQK8_0 * t + 16 + 4 * k));
+          }
+          isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(_mm512_add_epi32(dot, dot_hi), sc));
+          msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(lo + hi)));
+        }
+        continue;
+      }
       __m512i high = _mm512_setzero_si512();
-      if constexpr (kThree) high = _mm512_loadu_si512(pw.q3_high_bits(g, b));
+      if constexpr (kThree) high = _mm512_loadu_si512(unit + kHigh + 64 * j);
       for (int hf = 0; hf < 2; hf++) {
         const __m512i v = _mm512_loadu_si512(q + 64 * hf);
         const __m512i sub = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(pw.kq_scales(g, b) + (2 * (b % 8) + hf) * 16)));
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + kScales + (2 * j + hf) * 16)));
         __m512i sc, mn = _mm512_setzero_si512();
         if constexpr (kThree) {
           sc = _mm512_srai_epi32(_mm512_slli_epi32(sub, 24), 24);  // the byte is sc - 32, signed
@@ -224,9 +247,9 @@ void q23_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, i
       }
     }
     const uint8_t* a0 = x.block(tile, b0);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw.block_scales(g, b0))));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));
     __m512 dmin = _mm512_setzero_ps();
-    if constexpr (!kThree) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw.block_mins(g, b0))));
+    if constexpr (!kThree) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 32)));
     for (int t = T0; t < T0 + T; t++) {
       const __m512 dx = broadcast_f32(a0 + PA::kScaleOffset + 4 * t);
       acc[t - T0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t - T0]), _mm512_mul_ps(d, dx), acc[t - T0]);
@@ -246,22 +269,33 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
     ktile_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
     return;
   }
-  if constexpr (kQ23<W>) {
+  if constexpr (kIntegerScaled<W>) {
     static_assert(NG == 1);
-    q23_kernel<W, T0, T>(pw, g, x, tile, y, ldy);
+    integer_scaled_kernel<W, T0, T>(pw, g, x, tile, y, ldy);
     return;
   }
   const int64_t nb = pw.n_blocks;
   const uint8_t* a = x.block(tile, 0);  // advances PA::kBytesPerBlock per block: constant offsets inside
+  // PackedWeight's unit layout as compile-time constants (the accessors' runtime switches on the kind
+  // would cost more per block than the block's dots; the bit-for-bit test against the reference, which
+  // uses the accessors, holds the two together).
+  constexpr size_t kHeader = PackedWeight::header_bytes_of(W), kQuants = PackedWeight::quant_bytes_of(W);
+  constexpr int kPerUnit = PackedWeight::blocks_per_unit_of(W);
+  constexpr size_t kUnitHeader = kPerUnit == 8 ? kHeader : 2 * kHeader, kUnit = kUnitHeader + kPerUnit * kQuants;
+  const size_t group_bytes = pw.group_bytes();
+  const uint8_t* first = pw.data + g * group_bytes;
   __m512 acc[NG][T];
   for (int i = 0; i < NG; i++)
     for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++, a += PA::kBytesPerBlock) {
     __m512i w[NG][8];
     __m512 dw[NG], mw[NG];
+    const uint8_t* unit = first + (b / kPerUnit) * kUnit;
+    const uint8_t* hdr0 = kPerUnit == 8 ? unit : unit + (b % 2) * kHeader;
+    const uint8_t* q0 = unit + kUnitHeader + (b % kPerUnit) * kQuants;
     for (int i = 0; i < NG; i++) {
-      const uint8_t* hdr = pw.block_header(g + i, b);
-      load_block<W>(pw.block_quants(g + i, b), hdr, w[i]);
+      const uint8_t* hdr = hdr0 + i * group_bytes;
+      load_block<W>(q0 + i * group_bytes, hdr, w[i]);
       dw[i] = block_scale<W>(hdr, b);
       if constexpr (kHasMin<W>) mw[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + 32)));
     }
@@ -317,7 +351,7 @@ template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
   // The general form holds scales and offsets per sub-block too: fewer tokens fit beside them.
-  constexpr int kMaxTokens = NG == 2 ? (kGeneralKind<W> ? 3 : 4) : kQ23<W> ? 4 : 8;
+  constexpr int kMaxTokens = NG == 2 ? (kGeneralKind<W> ? 3 : 4) : kIntegerScaled<W> ? 4 : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
@@ -334,7 +368,7 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
     int64_t g = g0;
     // The general form holds scales and offsets beside the weights: one group at a time keeps a whole
     // 8-token tile in registers (two groups would split it into three passes).
-    if constexpr (!kGeneralKind<W> && !kQ23<W>)
+    if constexpr (!kGeneralKind<W> && !kIntegerScaled<W>)
       for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
     for (; g < g1; g++) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
   }
@@ -356,7 +390,7 @@ void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const Packe
     case PackedKind::IQ4_XS: gemm<PackedKind::IQ4_XS>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::Q2_K: gemm<PackedKind::Q2_K>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::Q3_K: gemm<PackedKind::Q3_K>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::K4: gemm<PackedKind::K4>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q4_K: gemm<PackedKind::Q4_K>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8: gemm<PackedKind::K8>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::K8Z: gemm<PackedKind::K8Z>(w, g0, g1, x, y, ldy, token_chunk); break;
   }
