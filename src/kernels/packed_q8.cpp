@@ -51,8 +51,6 @@ static PackedKind general_kind(GgmlType t) {
   }
 }
 
-// The integer level a K8Z type's offsets stand for (unpack_block32's offsets are -zero_level * scale).
-static int32_t zero_level(GgmlType) { return 32; }  // Q6_K's, the one K8Z type
 
 bool packable_general(const Weight& w) {
   switch (w.type) {
@@ -132,6 +130,7 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
   uint8_t* dst = const_cast<uint8_t*>(p.block_quants(g, b)) + i * 4;
   auto* hdr = const_cast<uint8_t*>(p.block_header(g, b));
   auto* scales = reinterpret_cast<uint16_t*>(hdr);
+  auto* mins = reinterpret_cast<uint16_t*>(hdr + PackedWeight::kMinsOffset);
   auto nibbles = [&](const uint8_t* qs) {
     for (int k = 0; k < 4; k++) std::memcpy(dst + k * 64, qs + 4 * k, 4);
   };
@@ -166,7 +165,7 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
     }
     case PackedKind::Q4_1: {
       const auto& x = reinterpret_cast<const BlockQ4_1*>(row)[b];
-      scales[i] = x.d, scales[G + i] = x.m, nibbles(x.qs);
+      scales[i] = x.d, mins[i] = x.m, nibbles(x.qs);
       return;
     }
     case PackedKind::Q5_0: {
@@ -176,7 +175,7 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
     }
     case PackedKind::Q5_1: {
       const auto& x = reinterpret_cast<const BlockQ5_1*>(row)[b];
-      scales[i] = x.d, scales[G + i] = x.m, fifth_bits(x.qh), nibbles(x.qs);
+      scales[i] = x.d, mins[i] = x.m, fifth_bits(x.qh), nibbles(x.qs);
       return;
     }
     case PackedKind::MXFP4: {
@@ -187,8 +186,9 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
     case PackedKind::IQ4_XS: {
       const auto& x = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
       if (b % 8 == 0) {  // the super-block's fields, once
-        scales[i] = x.d, scales[G + i] = x.scales_h;
-        std::memcpy(hdr + 4 * G + 4 * i, x.scales_l, 4);
+        scales[i] = x.d;
+        std::memcpy(hdr + PackedWeight::kIq4xsScalesHOffset + 2 * i, &x.scales_h, 2);
+        std::memcpy(hdr + PackedWeight::kIq4xsScalesLOffset + 4 * i, x.scales_l, 4);
       }
       nibbles(x.qs + 16 * (b % 8));
       return;
@@ -196,7 +196,7 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
     case PackedKind::Q4_K: {
       const auto& x = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
       if (b % 8 == 0) {  // the super-block's fields, once
-        scales[i] = x.d, scales[G + i] = x.dmin;
+        scales[i] = x.d, mins[i] = x.dmin;
         uint8_t* sc = const_cast<uint8_t*>(p.kq_scales(g, b));
         uint8_t* mn = const_cast<uint8_t*>(p.q4k_mins(g, b));
         for (int j = 0; j < 8; j++) {
@@ -225,7 +225,7 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
           for (int k = 0; k < 16; k++) sub[k * G + i] = static_cast<uint8_t>(sc[k] - 32);
         } else {
           const auto& x = reinterpret_cast<const BlockQ2_K*>(row)[b / 8];
-          scales[i] = x.d, scales[G + i] = x.dmin;
+          scales[i] = x.d, mins[i] = x.dmin;
           for (int k = 0; k < 16; k++) sub[k * G + i] = x.scales[k];
         }
       }
@@ -258,7 +258,9 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
   auto p = std::make_shared<PackedWeight>();
   p->type = w.type;
   p->kind = compact_kind(w.type).value_or(general_kind(w.type));
-  if (p->kind == PackedKind::K8Z) p->zero_level = zero_level(w.type);
+  // The integer level K8Z's offsets stand for (unpack_block32's offsets are -zero_level * scale): Q6_K's
+  // 32, the one K8Z type.
+  if (p->kind == PackedKind::K8Z) p->zero_level = 32;
   p->rows = w.rows();
   p->n_blocks = w.cols() / kQK8_0;
   p->n_groups = (p->rows + G - 1) / G;
@@ -430,8 +432,8 @@ float PackedWeight::block_scale(int64_t g, int64_t b, int i) const {
     case PackedKind::MXFP4: return e8m0_to_fp32_half(hdr[i]);
     case PackedKind::IQ4_XS: {
       BlockIQ4_XS x{};
-      x.scales_h = block_scales(g, b)[kRowsPerGroup + i];
-      std::memcpy(x.scales_l, hdr + 4 * kRowsPerGroup + 4 * i, 4);
+      std::memcpy(&x.scales_h, hdr + kIq4xsScalesHOffset + 2 * i, 2);
+      std::memcpy(x.scales_l, hdr + kIq4xsScalesLOffset + 4 * i, 4);
       return fp16_to_fp32(block_scales(g, b)[i]) * static_cast<float>(iq4xs_scale(x, static_cast<int>(b % 8)) - 32);
     }
     default: return fp16_to_fp32(block_scales(g, b)[i]);

@@ -89,7 +89,7 @@ struct PackedWeight {
   PackedKind kind = PackedKind::Q8_0;
   int32_t zero_level = 0;  // K8Z: offset = -zero_level * scale
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
-  const uint8_t* data = nullptr;  // [n_groups][(n_blocks + 1) / 2][2 x header_bytes() | 2 x quant_bytes_per_block()]
+  const uint8_t* data = nullptr;  // compact: [n_groups][units][unit headers | blocks_per_unit() x quants]
   std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
   // The layout as functions of the kind (compile-time constants for the kernels).
@@ -118,15 +118,32 @@ struct PackedWeight {
       default: return kScaleBytes;
     }
   }
-  bool has_min() const { return kind == PackedKind::Q4_1 || kind == PackedKind::Q5_1; }
-  bool has_qh() const { return kind == PackedKind::Q5_0 || kind == PackedKind::Q5_1; }
-  // Compact kinds: a group is a run of units (block pairs; super-blocks) of headers, then quants.
-  bool super_block_units() const { return blocks_per_unit_of(kind) == 8; }
+  // What a kind's kernel does beyond Q4_0's, and where its header fields sit (offsets from the header).
+  static constexpr bool has_min_of(PackedKind kind) { return kind == PackedKind::Q4_1 || kind == PackedKind::Q5_1; }
+  static constexpr bool has_qh_of(PackedKind kind) { return kind == PackedKind::Q5_0 || kind == PackedKind::Q5_1; }
   // The kinds whose sub-block dots are scaled in integers, one FMA per super-block.
-  bool integer_scaled() const { return kind == PackedKind::Q2_K || kind == PackedKind::Q3_K || kind == PackedKind::Q4_K; }
+  static constexpr bool integer_scaled_of(PackedKind kind) {
+    return kind == PackedKind::Q2_K || kind == PackedKind::Q3_K || kind == PackedKind::Q4_K;
+  }
+  static constexpr size_t kMinsOffset = kScaleBytes;  // Q4_1/Q5_1's m, Q2_K/Q4_K's dmin: fp16[16] after d
+  static constexpr size_t qh_offset_of(PackedKind kind) { return header_bytes_of(kind) - 4 * kRowsPerGroup; }
+  static constexpr size_t kIq4xsScalesHOffset = kScaleBytes, kIq4xsScalesLOffset = 2 * kScaleBytes;
+  static constexpr size_t sub_scales_offset_of(PackedKind kind) { return (kind == PackedKind::Q3_K ? 1 : 2) * kScaleBytes; }
+  static constexpr size_t kQ4kMinsOffset = 2 * kScaleBytes + 8 * kRowsPerGroup;
+  static constexpr size_t kQ3HighOffset = kScaleBytes + 16 * kRowsPerGroup;  // then u32[8 blocks][16 rows]
+  // Compact kinds: a group is a run of units (block pairs; super-blocks) of headers, then quants.
+  static constexpr size_t unit_header_bytes_of(PackedKind kind) {
+    return blocks_per_unit_of(kind) == 8 ? header_bytes_of(kind) : 2 * header_bytes_of(kind);
+  }
+  static constexpr size_t unit_bytes_of(PackedKind kind) {
+    return unit_header_bytes_of(kind) + blocks_per_unit_of(kind) * quant_bytes_of(kind);
+  }
+  bool has_min() const { return has_min_of(kind); }
+  bool integer_scaled() const { return integer_scaled_of(kind); }
+  bool super_block_units() const { return blocks_per_unit_of(kind) == 8; }
   int blocks_per_unit() const { return blocks_per_unit_of(kind); }
-  size_t unit_header_bytes() const { return super_block_units() ? header_bytes() : 2 * header_bytes(); }
-  size_t unit_bytes() const { return unit_header_bytes() + blocks_per_unit() * quant_bytes_per_block(); }
+  size_t unit_header_bytes() const { return unit_header_bytes_of(kind); }
+  size_t unit_bytes() const { return unit_bytes_of(kind); }
   size_t group_bytes() const {
     return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes()
                   : static_cast<size_t>((n_blocks + blocks_per_unit() - 1) / blocks_per_unit()) * unit_bytes();
@@ -156,21 +173,20 @@ struct PackedWeight {
   const uint16_t* block_scales(int64_t g, int64_t b) const {
     return reinterpret_cast<const uint16_t*>(block_header(g, b));
   }
-  const uint16_t* block_mins(int64_t g, int64_t b) const { return block_scales(g, b) + kRowsPerGroup; }
+  const uint16_t* block_mins(int64_t g, int64_t b) const {
+    return reinterpret_cast<const uint16_t*>(block_header(g, b) + kMinsOffset);
+  }
   const uint32_t* block_qh(int64_t g, int64_t b) const {
-    return reinterpret_cast<const uint32_t*>(block_header(g, b) + header_bytes() - 4 * kRowsPerGroup);
+    return reinterpret_cast<const uint32_t*>(block_header(g, b) + qh_offset_of(kind));
   }
   // Lane i's scale of block b (the reference's; the kernel computes the same floats).
   float block_scale(int64_t g, int64_t b, int i) const;
   // The per-sub-block bytes, [sub-block][16 rows] (Q2_K: scale | min << 4, 16 of them; Q3_K: sc - 32, 16;
   // Q4_K: sc, 8, then its minimums, 8), and Q3_K's high bits.
-  const uint8_t* kq_scales(int64_t g, int64_t b) const {
-    return block_header(g, b) + (kind == PackedKind::Q3_K ? 1 : 2) * kScaleBytes;
-  }
-  const uint8_t* q4k_mins(int64_t g, int64_t b) const { return kq_scales(g, b) + 8 * kRowsPerGroup; }
+  const uint8_t* kq_scales(int64_t g, int64_t b) const { return block_header(g, b) + sub_scales_offset_of(kind); }
+  const uint8_t* q4k_mins(int64_t g, int64_t b) const { return block_header(g, b) + kQ4kMinsOffset; }
   const uint32_t* q3_high_bits(int64_t g, int64_t b) const {
-    return reinterpret_cast<const uint32_t*>(block_header(g, b) + kScaleBytes + 16 * kRowsPerGroup) +
-           (b % 8) * kRowsPerGroup;
+    return reinterpret_cast<const uint32_t*>(block_header(g, b) + kQ3HighOffset) + (b % 8) * kRowsPerGroup;
   }
 };
 

@@ -37,11 +37,11 @@ constexpr bool kGeneralKind = W == PackedKind::K8 || W == PackedKind::K8Z;
 template <PackedKind W>
 constexpr bool kEightBit = W == PackedKind::Q8_0 || W == PackedKind::K8 || W == PackedKind::K8Z;
 template <PackedKind W>
-constexpr bool kHasMin = W == PackedKind::Q4_1 || W == PackedKind::Q5_1;
+constexpr bool kHasMin = PackedWeight::has_min_of(W);
 template <PackedKind W>
-constexpr bool kHasQh = W == PackedKind::Q5_0 || W == PackedKind::Q5_1;
+constexpr bool kHasQh = PackedWeight::has_qh_of(W);
 template <PackedKind W>
-constexpr bool kIntegerScaled = W == PackedKind::Q2_K || W == PackedKind::Q3_K || W == PackedKind::Q4_K;
+constexpr bool kIntegerScaled = PackedWeight::integer_scaled_of(W);
 template <PackedKind W>
 constexpr bool kIq4Table = W == PackedKind::IQ4_NL || W == PackedKind::IQ4_XS;
 
@@ -63,7 +63,7 @@ inline void load_block(const uint8_t* q, const uint8_t* hdr, __m512i* w) {
   } else {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i qh = _mm512_setzero_si512(), table = _mm512_setzero_si512();
-    if constexpr (kHasQh<W>) qh = _mm512_loadu_si512(hdr + (kHasMin<W> ? 64 : 32));
+    if constexpr (kHasQh<W>) qh = _mm512_loadu_si512(hdr + PackedWeight::qh_offset_of(W));
     if constexpr (kIq4Table<W> || W == PackedKind::MXFP4)
       table = _mm512_broadcast_i32x4(
           _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Table<W> ? kIq4nl128.v : kMxfp4128.v)));
@@ -92,8 +92,9 @@ template <PackedKind W>
 inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
   if constexpr (W == PackedKind::IQ4_XS) {
     const int j = static_cast<int>(b % 8);
-    const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + 32)));
-    const __m512i sl = _mm512_loadu_si512(hdr + 64);
+    const __m512i sh = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + PackedWeight::kIq4xsScalesHOffset)));
+    const __m512i sl = _mm512_loadu_si512(hdr + PackedWeight::kIq4xsScalesLOffset);
     const __m512i ls = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), _mm512_set1_epi32(0xF)),
                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3)), 4));
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr)));
@@ -180,10 +181,11 @@ template <PackedKind W, int T0, int T>
 void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y,
                            int64_t ldy) {
   constexpr bool kThree = W == PackedKind::Q3_K, kFour = W == PackedKind::Q4_K;
-  // The unit layout at compile time (PackedWeight's accessors, which the reference uses, spell the same
-  // offsets; the bit-for-bit test holds them together): runtime accessors per block cost more than the dots.
-  constexpr size_t kScales = kThree ? 32 : 64, kMins = 192, kHigh = 288, kHeader = kThree ? 800 : 320;
-  constexpr size_t kQuants = kFour ? 256 : 128, kUnit = kHeader + 8 * kQuants;
+  // The unit layout as compile-time constants (the runtime accessors' switches on the kind, per block,
+  // would cost more than the block's dots).
+  using PW = PackedWeight;
+  constexpr size_t kScales = PW::sub_scales_offset_of(W), kMins = PW::kQ4kMinsOffset, kHigh = PW::kQ3HighOffset;
+  constexpr size_t kHeader = PW::unit_header_bytes_of(W), kQuants = PW::quant_bytes_of(W), kUnit = PW::unit_bytes_of(W);
   const __m512i two_bits = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
   __m512 acc[T];
   for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
@@ -249,7 +251,8 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
     const uint8_t* a0 = x.block(tile, b0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));
     __m512 dmin = _mm512_setzero_ps();
-    if constexpr (!kThree) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 32)));
+    if constexpr (!kThree)
+      dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + PW::kMinsOffset)));
     for (int t = T0; t < T0 + T; t++) {
       const __m512 dx = broadcast_f32(a0 + PA::kScaleOffset + 4 * t);
       acc[t - T0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t - T0]), _mm512_mul_ps(d, dx), acc[t - T0]);
@@ -277,11 +280,10 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
   const int64_t nb = pw.n_blocks;
   const uint8_t* a = x.block(tile, 0);  // advances PA::kBytesPerBlock per block: constant offsets inside
   // PackedWeight's unit layout as compile-time constants (the accessors' runtime switches on the kind
-  // would cost more per block than the block's dots; the bit-for-bit test against the reference, which
-  // uses the accessors, holds the two together).
+  // would cost more per block than the block's dots).
   constexpr size_t kHeader = PackedWeight::header_bytes_of(W), kQuants = PackedWeight::quant_bytes_of(W);
   constexpr int kPerUnit = PackedWeight::blocks_per_unit_of(W);
-  constexpr size_t kUnitHeader = kPerUnit == 8 ? kHeader : 2 * kHeader, kUnit = kUnitHeader + kPerUnit * kQuants;
+  constexpr size_t kUnitHeader = PackedWeight::unit_header_bytes_of(W), kUnit = PackedWeight::unit_bytes_of(W);
   const size_t group_bytes = pw.group_bytes();
   const uint8_t* first = pw.data + g * group_bytes;
   __m512 acc[NG][T];
@@ -297,7 +299,8 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
       const uint8_t* hdr = hdr0 + i * group_bytes;
       load_block<W>(q0 + i * group_bytes, hdr, w[i]);
       dw[i] = block_scale<W>(hdr, b);
-      if constexpr (kHasMin<W>) mw[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + 32)));
+      if constexpr (kHasMin<W>)
+        mw[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + PackedWeight::kMinsOffset)));
     }
     for (int t = T0; t < T0 + T; t++) {
       const __m512i bias = broadcast_i32(a + PA::kBiasOffset + 4 * t);
