@@ -24,7 +24,7 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_.size(); }
 
   Weight prepare_weight(Weight w) override {
-    if (options_.repack_weights && packed_gemm_available() && (packable(w) || packable_general(w)))
+    if (options_.repack_weights && packed_gemm_available() && packable(w))
       w.packed = pack_weight(w, &pool_, &packed_memory_);
     return w;
   }

@@ -22,11 +22,14 @@ namespace kestrel {
 
 std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked) {
   const char* isa = isa_name(k.isa);
-  if (repacked && packed_gemm_available() && has_compact_packing(type))
+  if (repacked && packed_gemm_available() && has_compact_packing(type)) {
+    // The k-quants' kernel (integer sub-block scales) runs one row group at a time.
+    const bool k_quant = traits(type).block_size == 256 && type != GgmlType::IQ4_XS;
     return fmt::format(
-        "{} repacked in 16-row groups x {}: vpdpbusd, one block per lane; 32 rows x 4 tokens for batches, "
+        "{} repacked in 16-row groups x {}: vpdpbusd, one block per lane; {} rows x 4 tokens for batches, "
         "16 rows x 1 token for decode (avx512 vnni)",
-        type_name(type), activation_format_name(activation_format(type)));
+        type_name(type), activation_format_name(activation_format(type)), k_quant ? 16 : 32);
+  }
   switch (type) {
     case GgmlType::F32:
     case GgmlType::F16:
@@ -71,10 +74,9 @@ static bool is_kquant_format(GgmlType t) {
 }
 
 void Matmul::prepare(ThreadPool& pool, const Weight& w, const float* x, int64_t n) {
-  // Weights repacked into a compact kind serve every batch; the general form
-  // (the 256-wide types) serves batches only: one token reads the file layout
-  // (llama.cpp's arithmetic, and the bytes decode streams are the file's).
-  if (w.packed && (!w.packed->is_k() || n >= 2)) {
+  // Repacked weights serve every batch, a single token too (their bytes are
+  // the file's, give or take the k-quants' byte scales).
+  if (w.packed) {
     qdot_ = nullptr;
     x_ = x;
     n_ = n;

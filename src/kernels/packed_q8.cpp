@@ -17,7 +17,7 @@
 
 namespace kestrel {
 
-// The compact kind of a 32-element block format, if it has one.
+// The packed kind of a weight format, if it has one.
 static std::optional<PackedKind> compact_kind(GgmlType t) {
   switch (t) {
     case GgmlType::Q8_0: return PackedKind::Q8_0;
@@ -31,6 +31,8 @@ static std::optional<PackedKind> compact_kind(GgmlType t) {
     case GgmlType::Q2_K: return PackedKind::Q2_K;
     case GgmlType::Q3_K: return PackedKind::Q3_K;
     case GgmlType::Q4_K: return PackedKind::Q4_K;
+    case GgmlType::Q5_K: return PackedKind::Q5_K;
+    case GgmlType::Q6_K: return PackedKind::Q6_K;
     default: return std::nullopt;
   }
 }
@@ -43,22 +45,6 @@ static bool is_matrix_of_blocks(const Weight& w) {
 bool has_compact_packing(GgmlType t) { return compact_kind(t).has_value(); }
 
 bool packable(const Weight& w) { return has_compact_packing(w.type) && is_matrix_of_blocks(w); }
-
-static PackedKind general_kind(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q5_K: return PackedKind::K8;  // real minimums
-    default: return PackedKind::K8Z;
-  }
-}
-
-
-bool packable_general(const Weight& w) {
-  switch (w.type) {
-    case GgmlType::Q5_K: case GgmlType::Q6_K:
-      return is_matrix_of_blocks(w);
-    default: return false;
-  }
-}
 
 void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float* scale, float* offset) {
   const int64_t sb = b / 8;  // the 256-wide super-block, for the k-quants and IQ4_XS
@@ -124,7 +110,19 @@ void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float
   }
 }
 
-// Block b of a row into lane i of its packed group g (compact kinds).
+// Q5's fifth bits (bit e: element e's), reordered (see packed_q8.h): vector
+// k's are one shift away from bit 4 of each byte.
+static uint32_t reorder_fifth_bits(uint32_t qh) {
+  uint32_t out = 0;
+  for (int k = 0; k < 4; k++)
+    for (int e = 0; e < 4; e++) {
+      out |= ((qh >> (4 * k + e)) & 1u) << (8 * e + k);
+      out |= ((qh >> (16 + 4 * k + e)) & 1u) << (8 * e + 4 + k);
+    }
+  return out;
+}
+
+// Block b of a row into lane i of its packed group g.
 static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_t g, int64_t b, int i) {
   constexpr int G = PackedWeight::kRowsPerGroup;
   uint8_t* dst = const_cast<uint8_t*>(p.block_quants(g, b)) + i * 4;
@@ -134,16 +132,22 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
   auto nibbles = [&](const uint8_t* qs) {
     for (int k = 0; k < 4; k++) std::memcpy(dst + k * 64, qs + 4 * k, 4);
   };
-  // Q5's fifth bits, reordered (see packed_q8.h): vector k's are one shift away from bit 4 of each byte.
   auto fifth_bits = [&](const uint8_t* qh4) {
-    uint32_t qh, out = 0;
+    uint32_t qh;
     std::memcpy(&qh, qh4, 4);
+    const_cast<uint32_t*>(p.block_qh(g, b))[i] = reorder_fifth_bits(qh);
+  };
+  // The k-quants' levels from the format's own unpacking (checked against its dequantizer).
+  uint8_t L[32];
+  auto levels = [&] {
+    float unused_scale[2], unused_offset[2];
+    unpack_block32(p.type, row, b, L, unused_scale, unused_offset);
+  };
+  // Levels' low 4 bits packed as Q4_0's nibbles.
+  auto level_nibbles = [&] {
     for (int k = 0; k < 4; k++)
-      for (int e = 0; e < 4; e++) {
-        out |= ((qh >> (4 * k + e)) & 1u) << (8 * e + k);
-        out |= ((qh >> (16 + 4 * k + e)) & 1u) << (8 * e + 4 + k);
-      }
-    const_cast<uint32_t*>(p.block_qh(g, b))[i] = out;
+      for (int e = 0; e < 4; e++)
+        dst[k * 64 + e] = static_cast<uint8_t>((L[4 * k + e] & 0xF) | ((L[16 + 4 * k + e] & 0xF) << 4));
   };
   switch (p.kind) {
     case PackedKind::Q8_0: {
@@ -193,23 +197,48 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
       nibbles(x.qs + 16 * (b % 8));
       return;
     }
-    case PackedKind::Q4_K: {
-      const auto& x = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+    case PackedKind::Q4_K:
+    case PackedKind::Q5_K: {
       if (b % 8 == 0) {  // the super-block's fields, once
-        scales[i] = x.d, mins[i] = x.dmin;
-        uint8_t* sc = const_cast<uint8_t*>(p.kq_scales(g, b));
-        uint8_t* mn = const_cast<uint8_t*>(p.q4k_mins(g, b));
-        for (int j = 0; j < 8; j++) {
-          int s, m;
-          unpack_scale_min_k4(x.scales, j, s, m);
-          sc[j * G + i] = static_cast<uint8_t>(s), mn[j * G + i] = static_cast<uint8_t>(m);
-        }
+        auto fields = [&](const auto& x) {
+          scales[i] = x.d, mins[i] = x.dmin;
+          uint8_t* sc = const_cast<uint8_t*>(p.kq_scales(g, b));
+          uint8_t* mn = const_cast<uint8_t*>(p.q4k_mins(g, b));
+          for (int j = 0; j < 8; j++) {
+            int s, m;
+            unpack_scale_min_k4(x.scales, j, s, m);
+            sc[j * G + i] = static_cast<uint8_t>(s), mn[j * G + i] = static_cast<uint8_t>(m);
+          }
+        };
+        if (p.kind == PackedKind::Q4_K) fields(reinterpret_cast<const BlockQ4_K*>(row)[b / 8]);
+        else fields(reinterpret_cast<const BlockQ5_K*>(row)[b / 8]);
       }
-      uint8_t L[32];
-      float unused_scale[2], unused_offset[2];
-      unpack_block32(p.type, row, b, L, unused_scale, unused_offset);
-      for (int k = 0; k < 4; k++)
-        for (int e = 0; e < 4; e++) dst[k * 64 + e] = static_cast<uint8_t>(L[4 * k + e] | (L[16 + 4 * k + e] << 4));
+      levels();
+      level_nibbles();
+      if (p.kind == PackedKind::Q5_K) {
+        uint32_t qh = 0;
+        for (int e = 0; e < 32; e++) qh |= static_cast<uint32_t>(L[e] >> 4) << e;
+        const_cast<uint32_t*>(p.high_bits(g, b))[i] = reorder_fifth_bits(qh);
+      }
+      return;
+    }
+    case PackedKind::Q6_K: {
+      if (b % 8 == 0) {  // the super-block's fields, once
+        const auto& x = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+        scales[i] = x.d;
+        uint8_t* sub = const_cast<uint8_t*>(p.kq_scales(g, b));
+        for (int k = 0; k < 16; k++) sub[k * G + i] = static_cast<uint8_t>(x.scales[k]);
+      }
+      levels();
+      level_nibbles();
+      // Bits 4-5 of element 16hf + 4k + e at bits 8e + 2k of half hf's word.
+      auto* high = const_cast<uint32_t*>(p.high_bits(g, b));
+      for (int hf = 0; hf < 2; hf++) {
+        uint32_t word = 0;
+        for (int k = 0; k < 4; k++)
+          for (int e = 0; e < 4; e++) word |= static_cast<uint32_t>(L[16 * hf + 4 * k + e] >> 4) << (8 * e + 2 * k);
+        high[hf * G + i] = word;
+      }
       return;
     }
     case PackedKind::Q2_K:
@@ -229,10 +258,8 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
           for (int k = 0; k < 16; k++) sub[k * G + i] = x.scales[k];
         }
       }
-      // Levels from the format's own unpacking; 2-bit planes per sub-block, Q3_K's third bits beside.
-      uint8_t L[32];
-      float unused_scale[2], unused_offset[2];
-      unpack_block32(p.type, row, b, L, unused_scale, unused_offset);
+      // 2-bit planes per sub-block, Q3_K's third bits beside.
+      levels();
       uint32_t high = 0;
       for (int hf = 0; hf < 2; hf++)
         for (int e = 0; e < 4; e++) {
@@ -244,7 +271,7 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
           }
           dst[hf * 64 + e] = byte;
         }
-      if (three) const_cast<uint32_t*>(p.q3_high_bits(g, b))[i] = high;
+      if (three) const_cast<uint32_t*>(p.high_bits(g, b))[i] = high;
       return;
     }
     default: throw Error("pack_compact_block: not a compact kind");
@@ -252,15 +279,12 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
 }
 
 std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool, HugePageArena* arena) {
-  if (!packable(w) && !packable_general(w))
+  if (!packable(w))
     throw Error(fmt::format("tensor '{}' ({}) cannot be repacked", w.name, type_name(w.type)));
   constexpr int G = PackedWeight::kRowsPerGroup;
   auto p = std::make_shared<PackedWeight>();
   p->type = w.type;
-  p->kind = compact_kind(w.type).value_or(general_kind(w.type));
-  // The integer level K8Z's offsets stand for (unpack_block32's offsets are -zero_level * scale): Q6_K's
-  // 32, the one K8Z type.
-  if (p->kind == PackedKind::K8Z) p->zero_level = 32;
+  p->kind = *compact_kind(w.type);
   p->rows = w.rows();
   p->n_blocks = w.cols() / kQK8_0;
   p->n_groups = (p->rows + G - 1) / G;
@@ -275,24 +299,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
     p->data = static_cast<const uint8_t*>(own->data());
     p->memory = std::move(own);
   }
-  auto pack_general = [&](int64_t g0, int64_t g1) {
-    // Padding rows stay zero: scale and offset 0 make them 0.
-    std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
-    uint8_t L[32];
-    float sc[2], off[2];
-    for (int64_t g = g0; g < g1; g++)
-      for (int i = 0; i < G && g * G + i < p->rows; i++)
-        for (int64_t b = 0; b < nb; b++) {
-          unpack_block32(w.type, w.row(g * G + i), b, L, sc, off);
-          auto* s = const_cast<float*>(p->kscales(g, b));
-          auto* o = const_cast<float*>(p->koffsets(g, b));
-          for (int h = 0; h < p->n_sub(); h++) s[16 * h + i] = sc[h], o[16 * h + i] = off[h];
-          uint8_t* dst = const_cast<uint8_t*>(p->kquants(g, b)) + i * 4;
-          for (int k = 0; k < 8; k++) std::memcpy(dst + k * 64, L + 4 * k, 4);
-        }
-  };
   auto pack_groups = [&](int64_t g0, int64_t g1) {
-    if (p->is_k()) return pack_general(g0, g1);
     // Padding rows and an odd last block's partner stay zero.
     std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
     for (int64_t g = g0; g < g1; g++)
@@ -320,21 +327,18 @@ struct TokenBlock {
   const int8_t* qs;
   float d;
   int32_t bias = 0;
-  std::optional<float> stored_sum;  // Q8_1's s: the one offset product of a block, in the first half's slot
+  std::optional<float> stored_sum;  // Q8_1's s, what Q4_1's/Q5_1's minimum multiplies
 };
 
 void write_token(uint8_t* dst, int t, const TokenBlock& tb) {
   using PA = PackedActivations;
   int32_t lo = 0, hi = 0;
   for (int j = 0; j < kQK8_0 / 2; j++) lo += tb.qs[j], hi += tb.qs[j + 16];
-  float sums[3] = {tb.d * static_cast<float>(lo + hi), tb.d * static_cast<float>(lo), tb.d * static_cast<float>(hi)};
-  if (tb.stored_sum) sums[0] = sums[1] = *tb.stored_sum, sums[2] = 0;
+  const float sum = tb.stored_sum.value_or(tb.d * static_cast<float>(lo + hi));
   std::memcpy(dst + t * kQK8_0, tb.qs, kQK8_0);
   std::memcpy(dst + PA::kBiasOffset + 4 * t, &tb.bias, 4);
   std::memcpy(dst + PA::kScaleOffset + 4 * t, &tb.d, 4);
-  std::memcpy(dst + PA::kSumOffset + 4 * t, &sums[0], 4);
-  std::memcpy(dst + PA::kSumLoOffset + 4 * t, &sums[1], 4);
-  std::memcpy(dst + PA::kSumHiOffset + 4 * t, &sums[2], 4);
+  std::memcpy(dst + PA::kSumOffset + 4 * t, &sum, 4);
   std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
   std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
 }
@@ -357,8 +361,9 @@ void pack_tiles(int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1
 
 }  // namespace
 
-// What a compact kind adds to its signed values to store them unsigned
-// (Q4_1/Q5_1's levels are unsigned already: their minimum is a separate term).
+// What a kind adds to its signed values to store them unsigned (Q4_1/Q5_1's
+// and the k-quants' levels are unsigned already: their minimums and offsets
+// are separate terms).
 static int32_t unsigned_offset(PackedKind kind) {
   switch (kind) {
     case PackedKind::Q8_0: case PackedKind::IQ4_NL: case PackedKind::MXFP4: case PackedKind::IQ4_XS: return 128;
@@ -403,11 +408,11 @@ void pack_activations_q8_1(const BlockQ8_1* x, int64_t n_tokens, int64_t n_block
 
 // The unsigned level of element e (0..31) of lane `row` in block b of group g.
 static int packed_level(const PackedWeight& w, int64_t g, int64_t b, int row, int e) {
-  const uint8_t* block = w.is_k() ? w.kquants(g, b) : w.block_quants(g, b);
+  const uint8_t* block = w.block_quants(g, b);
   if (w.kind == PackedKind::Q2_K || w.kind == PackedKind::Q3_K) {
     const int hf = e / 16, sh = (e % 16) / 4, byte = e % 4;
     int level = (block[hf * 64 + row * 4 + byte] >> (2 * sh)) & 3;
-    if (w.kind == PackedKind::Q3_K) level |= static_cast<int>((w.q3_high_bits(g, b)[row] >> (8 * byte + 4 * hf + sh)) & 1u) << 2;
+    if (w.kind == PackedKind::Q3_K) level |= static_cast<int>((w.high_bits(g, b)[row] >> (8 * byte + 4 * hf + sh)) & 1u) << 2;
     return level;
   }
   if (w.quant_bytes_per_block() == 512) return block[(e / 4) * 64 + row * 4 + e % 4];
@@ -417,10 +422,17 @@ static int packed_level(const PackedWeight& w, int64_t g, int64_t b, int row, in
     case PackedKind::IQ4_NL: case PackedKind::IQ4_XS: return kIq4nlValues[nibble] + 128;
     case PackedKind::MXFP4: return kMxfp4Values[nibble] + 128;
     case PackedKind::Q5_0:
-    case PackedKind::Q5_1: {
+    case PackedKind::Q5_1:
+    case PackedKind::Q5_K: {
       const int k = (e % 16) / 4, i = e % 4;
       const int bit = e < 16 ? 8 * i + k : 8 * i + 4 + k;
-      return nibble | static_cast<int>(((w.block_qh(g, b)[row] >> bit) & 1u) << 4);
+      const uint32_t qh = w.kind == PackedKind::Q5_K ? w.high_bits(g, b)[row] : w.block_qh(g, b)[row];
+      return nibble | static_cast<int>(((qh >> bit) & 1u) << 4);
+    }
+    case PackedKind::Q6_K: {
+      const int hf = e / 16, k = (e % 16) / 4, i = e % 4;
+      const uint32_t word = w.high_bits(g, b)[hf * PackedWeight::kRowsPerGroup + row];
+      return nibble | static_cast<int>(((word >> (8 * i + 2 * k)) & 3u) << 4);
     }
     default: return nibble;
   }
@@ -440,55 +452,18 @@ float PackedWeight::block_scale(int64_t g, int64_t b, int i) const {
   }
 }
 
-// The general form, in the kernel's order: per block, the scaled integer
-// dots, then the offsets times the activations' sums.
-static void packed_gemm_reference_general(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x,
-                                          float* y, int64_t ldy) {
-  using PA = PackedActivations;
-  constexpr int G = PackedWeight::kRowsPerGroup;
-  auto f32 = [](const uint8_t* p) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
-  };
-  for (int64_t g = g0; g < g1; g++)
-    for (int i = 0; i < G && g * G + i < w.rows; i++)
-      for (int64_t t = 0; t < x.n_tokens; t++) {
-        float acc = 0.0f;
-        const int tt = static_cast<int>(t % PA::kTokensPerTile);
-        for (int64_t b = 0; b < w.n_blocks; b++) {
-          const uint8_t* xb = x.block(t / PA::kTokensPerTile, b);
-          const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
-          const float dx = f32(xb + PA::kScaleOffset + 4 * tt);
-          int32_t dot[2] = {0, 0};
-          for (int e = 0; e < kQK8_0; e++) dot[e / 16] += packed_level(w, g, b, i, e) * qs[e];
-          const float* s = w.kscales(g, b);
-          const float* o = w.koffsets(g, b);
-          if (w.kind == PackedKind::K8Z) {
-            int32_t isum[2];
-            std::memcpy(&isum[0], xb + PA::kIntSumLoOffset + 4 * tt, 4);
-            std::memcpy(&isum[1], xb + PA::kIntSumHiOffset + 4 * tt, 4);
-            acc = std::fma(static_cast<float>(dot[0] - w.zero_level * isum[0]), s[i] * dx, acc);
-            acc = std::fma(static_cast<float>(dot[1] - w.zero_level * isum[1]), s[16 + i] * dx, acc);
-          } else {
-            acc = std::fma(static_cast<float>(dot[0]), s[i] * dx, acc);
-            acc = std::fma(static_cast<float>(dot[1]), s[16 + i] * dx, acc);
-            acc = std::fma(o[i], f32(xb + PA::kSumLoOffset + 4 * tt), acc);
-            acc = std::fma(o[16 + i], f32(xb + PA::kSumHiOffset + 4 * tt), acc);
-          }
-        }
-        y[t * ldy + g * G + i] = acc;
-      }
-}
-
-// Q2_K/Q3_K/Q4_K in the kernel's order: per super-block, integer sub-block
-// dots (Q3_K's -4 offset in them) times their integer scales, the minimums
-// times the activations' sub-block sums, then one FMA each.
+// The k-quants in the kernel's order: per super-block, integer sub-block
+// dots (Q3_K's -4 and Q6_K's -32 offsets in them) times their integer
+// scales, the minimums times the activations' sub-block sums, then one FMA
+// each.
 static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x,
                                       float* y, int64_t ldy) {
   using PA = PackedActivations;
   constexpr int G = PackedWeight::kRowsPerGroup;
-  const bool three = w.kind == PackedKind::Q3_K, four = w.kind == PackedKind::Q4_K;
+  // Q4_K and Q5_K: one sub-block per 32-element block; Q3_K and Q6_K: signed scales and a zero level.
+  const bool per_block = w.kind == PackedKind::Q4_K || w.kind == PackedKind::Q5_K;
+  const bool has_min = PackedWeight::has_kmin_of(w.kind);
+  const int zero = w.kind == PackedKind::Q3_K ? 4 : w.kind == PackedKind::Q6_K ? 32 : 0;
   auto load = [](const uint8_t* p, auto v) {
     std::memcpy(&v, p, sizeof v);
     return v;
@@ -503,7 +478,7 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
           for (int64_t b = b0; b < b0 + 8; b++) {
             const uint8_t* xb = x.block(t / PA::kTokensPerTile, b);
             const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
-            if (four) {  // one 32-element sub-block
+            if (per_block) {
               const int32_t bsum = load(xb + PA::kIntSumLoOffset + 4 * tt, int32_t{}) +
                                    load(xb + PA::kIntSumHiOffset + 4 * tt, int32_t{});
               int32_t dot = 0;
@@ -514,10 +489,10 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
             }
             for (int hf = 0; hf < 2; hf++) {
               const int32_t bsum = load(xb + (hf ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * tt, int32_t{});
-              int32_t dot = three ? -4 * bsum : 0;
+              int32_t dot = -zero * bsum;
               for (int e = 16 * hf; e < 16 * hf + 16; e++) dot += packed_level(w, g, b, i, e) * qs[e];
               const uint8_t sub = w.kq_scales(g, b)[(2 * (b % 8) + hf) * G + i];
-              if (three) {
+              if (!has_min) {
                 isum += dot * static_cast<int8_t>(sub);
               } else {
                 isum += dot * (sub & 0xF);
@@ -527,7 +502,7 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
           }
           const float dx = load(x.block(t / PA::kTokensPerTile, b0) + PA::kScaleOffset + 4 * tt, float{});
           acc = std::fma(static_cast<float>(isum), fp16_to_fp32(w.block_scales(g, b0)[i]) * dx, acc);
-          if (!three) acc = std::fma(static_cast<float>(-msum), fp16_to_fp32(w.block_mins(g, b0)[i]) * dx, acc);
+          if (has_min) acc = std::fma(static_cast<float>(-msum), fp16_to_fp32(w.block_mins(g, b0)[i]) * dx, acc);
         }
         y[t * ldy + g * G + i] = acc;
       }
@@ -535,7 +510,6 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
 
 void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy) {
-  if (w.is_k()) return packed_gemm_reference_general(w, g0, g1, x, y, ldy);
   if (w.integer_scaled()) return packed_gemm_reference_integer_scaled(w, g0, g1, x, y, ldy);
   constexpr int G = PackedWeight::kRowsPerGroup;
   const int64_t nb = w.n_blocks;

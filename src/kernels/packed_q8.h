@@ -18,7 +18,7 @@
 //   Q5_0:               d fp16[16] | qh u32[16]   (96)
 //   Q5_1:               d | m | qh                (128)
 //   MXFP4:              e (e8m0) u8[16]           (16)
-// The 256-wide IQ4_XS, Q2_K and Q3_K run in units of their super-block
+// The 256-wide IQ4_XS and k-quants run in units of their super-block
 // instead of pairs: one header per unit, then its eight blocks' quants.
 //   IQ4_XS: d fp16[16] | scales_h u16[16] | scales_l u32[16] (128 bytes, the
 //           file's fields); block j's scale is d * (ls_j - 32), exact in float.
@@ -30,13 +30,14 @@
 //   Q4_K:   d fp16[16] | dmin fp16[16] | sc u8[8][16] | m u8[8][16] (320: the
 //           6-bit scales and minimums as bytes, 4 bytes a row more than the
 //           file's 144), its levels packed as Q4_0's.
-// Q2_K's and Q3_K's 2-bit levels take 128 bytes a block: per 16-element
-// sub-block one vector whose lane byte e holds elements 4sh + e at bits 2sh
-// (sh = 0..3), so (v >> 2sh) & 3 is one vpdpbusd word; Q3_K's third bit of
-// element 16hf + 4sh + e of block j is bit 8e + 4hf + sh of high-bit word j.
-// Their sub-block dots are scaled in integers (and Q2_K's and Q4_K's
-// minimums summed against the activations' sub-block sums), one float FMA
-// per super-block, as ggml's own kernels do.
+//   Q5_K:   Q4_K's header | fifth bits u32[8 blocks][16 rows] (832, as Q5_0's
+//           reordered qh; 4 bytes a row more than the file's 176).
+//   Q6_K:   d fp16[16] | sc int8[16 sub-blocks][16 rows] | high bits
+//           u32[8 blocks][2 halves][16 rows] (1312: exactly the file's 210
+//           bytes a row per super-block with the quants); the low 4 bits
+//           packed as Q4_0's, bits 4-5 of element 16hf + 4k + e at bits
+//           8e + 2k of half hf's word, so (word << (4 - 2k)) & 0x30 is
+//           vector k's (one shift).
 // and the quants:
 //   Q8_0: quants[k=0..7][row 0..15][4]: qs[4k..4k+3] XOR 0x80 (unsigned q + 128)
 //   the 4-bit kinds: quants[k=0..3][row 0..15][4]: qs[4k..4k+3] as stored; the
@@ -69,42 +70,29 @@
 
 namespace kestrel {
 
-// Q5_K and Q6_K repack into one general form for batches: every 32-element
-// block of a row becomes 8-bit unsigned levels (packed as Q8_0's) with a
-// float scale and a float offset per 16-element sub-block,
-// value = scale * level + offset:
-//   K8: offsets carry Q5_K's minimums (Q5_K repeats its scale per 32);
-//   K8Z: offsets that are an integer level times the scale (Q6_K's 32): the
-//       kernel subtracts that level times the activations' sum in the
-//       integer dot instead of two more FMAs.
-// Per (group, block): scales f32[2][16] | offsets f32[2][16] | quants (512
-// bytes). Activations are Q8_K, as ggml's for these types; the summation
-// order is not ggml's (--no-repack keeps the file layout and its arithmetic).
-enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q4_K, K8, K8Z };
+// One per weight format: the layout and the kernel follow from the kind.
+enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K };
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;
   static constexpr size_t kScaleBytes = kRowsPerGroup * sizeof(uint16_t);  // one fp16 field of a header
   GgmlType type = GgmlType::Q8_0;                                          // the source format
   PackedKind kind = PackedKind::Q8_0;
-  int32_t zero_level = 0;  // K8Z: offset = -zero_level * scale
   int64_t rows = 0, n_blocks = 0, n_groups = 0;
-  const uint8_t* data = nullptr;  // compact: [n_groups][units][unit headers | blocks_per_unit() x quants]
+  const uint8_t* data = nullptr;  // [n_groups][units][unit headers | blocks_per_unit() x quants]
   std::shared_ptr<const HugePageBuffer> memory;  // what `data` points into
 
   // The layout as functions of the kind (compile-time constants for the kernels).
   static constexpr size_t quant_bytes_of(PackedKind kind) {
     if (kind == PackedKind::Q2_K || kind == PackedKind::Q3_K) return 128;
-    return kind == PackedKind::Q8_0 || kind == PackedKind::K8 || kind == PackedKind::K8Z ? 512 : 256;
+    return kind == PackedKind::Q8_0 ? 512 : 256;
   }
   static constexpr int blocks_per_unit_of(PackedKind kind) {
-    return kind == PackedKind::IQ4_XS || kind == PackedKind::Q2_K || kind == PackedKind::Q3_K || kind == PackedKind::Q4_K
-               ? 8
-               : 2;
+    return kind == PackedKind::IQ4_XS || integer_scaled_of(kind) ? 8 : 2;
   }
   size_t quant_bytes_per_block() const { return quant_bytes_of(kind); }
   size_t header_bytes() const { return header_bytes_of(kind); }
-  // A compact kind's per-block fields for the 16 rows (IQ4_XS: per unit; see the top of this file).
+  // A kind's per-block fields for the 16 rows (the 256-wide kinds: per unit; see the top of this file).
   static constexpr size_t header_bytes_of(PackedKind kind) {
     switch (kind) {
       case PackedKind::MXFP4: return kRowsPerGroup;
@@ -112,6 +100,8 @@ struct PackedWeight {
       case PackedKind::Q2_K: return 2 * kScaleBytes + 16 * kRowsPerGroup;
       case PackedKind::Q3_K: return kScaleBytes + 16 * kRowsPerGroup + 8 * 4 * kRowsPerGroup;
       case PackedKind::Q4_K: return 2 * kScaleBytes + 2 * 8 * kRowsPerGroup;
+      case PackedKind::Q5_K: return 2 * kScaleBytes + 2 * 8 * kRowsPerGroup + 8 * 4 * kRowsPerGroup;
+      case PackedKind::Q6_K: return kScaleBytes + 16 * kRowsPerGroup + 8 * 2 * 4 * kRowsPerGroup;
       case PackedKind::Q4_1: return 2 * kScaleBytes;
       case PackedKind::Q5_0: return kScaleBytes + 4 * kRowsPerGroup;
       case PackedKind::Q5_1: return 2 * kScaleBytes + 4 * kRowsPerGroup;
@@ -123,14 +113,23 @@ struct PackedWeight {
   static constexpr bool has_qh_of(PackedKind kind) { return kind == PackedKind::Q5_0 || kind == PackedKind::Q5_1; }
   // The kinds whose sub-block dots are scaled in integers, one FMA per super-block.
   static constexpr bool integer_scaled_of(PackedKind kind) {
-    return kind == PackedKind::Q2_K || kind == PackedKind::Q3_K || kind == PackedKind::Q4_K;
+    return kind == PackedKind::Q2_K || kind == PackedKind::Q3_K || kind == PackedKind::Q4_K ||
+           kind == PackedKind::Q5_K || kind == PackedKind::Q6_K;
+  }
+  // The k-quants whose minimums (dmin, per-sub-block m) subtract: Q2_K, Q4_K, Q5_K.
+  static constexpr bool has_kmin_of(PackedKind kind) {
+    return kind == PackedKind::Q2_K || kind == PackedKind::Q4_K || kind == PackedKind::Q5_K;
   }
   static constexpr size_t kMinsOffset = kScaleBytes;  // Q4_1/Q5_1's m, Q2_K/Q4_K's dmin: fp16[16] after d
   static constexpr size_t qh_offset_of(PackedKind kind) { return header_bytes_of(kind) - 4 * kRowsPerGroup; }
   static constexpr size_t kIq4xsScalesHOffset = kScaleBytes, kIq4xsScalesLOffset = 2 * kScaleBytes;
-  static constexpr size_t sub_scales_offset_of(PackedKind kind) { return (kind == PackedKind::Q3_K ? 1 : 2) * kScaleBytes; }
-  static constexpr size_t kQ4kMinsOffset = 2 * kScaleBytes + 8 * kRowsPerGroup;
-  static constexpr size_t kQ3HighOffset = kScaleBytes + 16 * kRowsPerGroup;  // then u32[8 blocks][16 rows]
+  static constexpr size_t sub_scales_offset_of(PackedKind kind) { return (has_kmin_of(kind) ? 2 : 1) * kScaleBytes; }
+  static constexpr size_t kQ4kMinsOffset = 2 * kScaleBytes + 8 * kRowsPerGroup;  // Q4_K's and Q5_K's m
+  // Q3_K's, Q5_K's and Q6_K's high bits: u32[8 blocks][high_words_of][16 rows] after the scales.
+  static constexpr size_t high_bits_offset_of(PackedKind kind) {
+    return kind == PackedKind::Q5_K ? 2 * kScaleBytes + 2 * 8 * kRowsPerGroup : kScaleBytes + 16 * kRowsPerGroup;
+  }
+  static constexpr int high_words_of(PackedKind kind) { return kind == PackedKind::Q6_K ? 2 : 1; }
   // Compact kinds: a group is a run of units (block pairs; super-blocks) of headers, then quants.
   static constexpr size_t unit_header_bytes_of(PackedKind kind) {
     return blocks_per_unit_of(kind) == 8 ? header_bytes_of(kind) : 2 * header_bytes_of(kind);
@@ -145,19 +144,7 @@ struct PackedWeight {
   size_t unit_header_bytes() const { return unit_header_bytes_of(kind); }
   size_t unit_bytes() const { return unit_bytes_of(kind); }
   size_t group_bytes() const {
-    return is_k() ? static_cast<size_t>(n_blocks) * kblock_bytes()
-                  : static_cast<size_t>((n_blocks + blocks_per_unit() - 1) / blocks_per_unit()) * unit_bytes();
-  }
-  // The general form (K8/K8Z).
-  bool is_k() const { return kind == PackedKind::K8 || kind == PackedKind::K8Z; }
-  static constexpr int n_sub() { return 2; }
-  size_t kblock_bytes() const { return static_cast<size_t>(n_sub()) * 2 * 64 + quant_bytes_per_block(); }
-  const float* kscales(int64_t g, int64_t b) const {
-    return reinterpret_cast<const float*>(data + g * group_bytes() + b * kblock_bytes());
-  }
-  const float* koffsets(int64_t g, int64_t b) const { return kscales(g, b) + 16 * n_sub(); }
-  const uint8_t* kquants(int64_t g, int64_t b) const {
-    return data + g * group_bytes() + b * kblock_bytes() + n_sub() * 2 * 64;
+    return static_cast<size_t>((n_blocks + blocks_per_unit() - 1) / blocks_per_unit()) * unit_bytes();
   }
   const uint8_t* unit(int64_t g, int64_t b) const {
     return data + g * group_bytes() + (b / blocks_per_unit()) * unit_bytes();
@@ -182,24 +169,23 @@ struct PackedWeight {
   // Lane i's scale of block b (the reference's; the kernel computes the same floats).
   float block_scale(int64_t g, int64_t b, int i) const;
   // The per-sub-block bytes, [sub-block][16 rows] (Q2_K: scale | min << 4, 16 of them; Q3_K: sc - 32, 16;
-  // Q4_K: sc, 8, then its minimums, 8), and Q3_K's high bits.
+  // Q4_K/Q5_K: sc, 8, then their minimums, 8; Q6_K: sc, 16), and block b's high bits
+  // ([high_words_of][16 rows]).
   const uint8_t* kq_scales(int64_t g, int64_t b) const { return block_header(g, b) + sub_scales_offset_of(kind); }
   const uint8_t* q4k_mins(int64_t g, int64_t b) const { return block_header(g, b) + kQ4kMinsOffset; }
-  const uint32_t* q3_high_bits(int64_t g, int64_t b) const {
-    return reinterpret_cast<const uint32_t*>(block_header(g, b) + kQ3HighOffset) + (b % 8) * kRowsPerGroup;
+  const uint32_t* high_bits(int64_t g, int64_t b) const {
+    return reinterpret_cast<const uint32_t*>(block_header(g, b) + high_bits_offset_of(kind)) +
+           (b % 8) * high_words_of(kind) * kRowsPerGroup;
   }
 };
 
-// Whether w's format has a compact packed kind (the 32-element block formats'
-// matrices): it serves batches and single tokens alike.
+// Whether w is a matrix of a format with a packed kind: it serves batches
+// and single tokens alike.
 bool packable(const Weight& w);
 bool has_compact_packing(GgmlType t);  // the type half of packable()
-// Whether w can be packed into the general form (K8/K8Z: Q5_K, Q6_K):
-// used for batches (prefill); a single token keeps the file layout's row
-// dots (the general form has more bytes than the file).
-bool packable_general(const Weight& w);
-// The levels, scales and offsets of 32-element block b of a row of type t
-// (levels[32]; scale/offset[0] for elements 0-15, [1] for 16-31).
+// The levels, scales and offsets of 32-element block b of a row of k-quant
+// type t (levels[32]; scale/offset[0] for elements 0-15, [1] for 16-31):
+// what the packer takes the k-quants' levels from.
 void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* levels, float* scale, float* offset);
 // The repacked copy of w (throws Error if !packable(w)), groups split over
 // the pool's threads when one is given, in memory from `arena` when one is
@@ -210,18 +196,18 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
 // Activations for the packed kernels, repacked per call in tiles of 8
 // tokens so that a micro-kernel reads everything through one pointer with
 // constant offsets. Per (tile, block), kBytesPerBlock bytes:
-//   qs[8 tokens][32] int8 | bias[8] int32 = -z * sum(qs) | d[8] float
-// (the bias undoes the compact kind's unsigned offset z: 128 for Q8_0 and the
-// tables, 8 for Q4_0, 16 for Q5_0, else 0). Tokens past n_tokens in the last
-// tile are zero.
-// For the general form, three more float[8]: d * sum(qs) over the block, over
-// its first 16 and over its last 16 (what the offsets multiply), and bias 0.
+//   qs[8 tokens][32] int8 | bias[8] int32 = -z * sum(qs) | d[8] float |
+//   sum[8] float | sum_lo[8] int32 | sum_hi[8] int32
+// (the bias undoes the kind's unsigned offset z: 128 for Q8_0 and the
+// tables, 8 for Q4_0, 16 for Q5_0, else 0; `sum` is what Q4_1's and Q5_1's
+// minimum multiplies, Q8_1's stored d * sum; sum_lo/sum_hi are the integer
+// sums of the block's first and last 16 values, what the k-quants' offsets
+// and minimums multiply). Tokens past n_tokens in the last tile are zero.
 struct PackedActivations {
   static constexpr int kTokensPerTile = 8;
-  // ... and int32[8] sums of the block's first and last 16 values (K8Z's zero level multiplies them).
-  static constexpr size_t kBytesPerBlock = 480;
-  static constexpr size_t kBiasOffset = 256, kScaleOffset = 288, kSumOffset = 320, kSumLoOffset = 352,
-                          kSumHiOffset = 384, kIntSumLoOffset = 416, kIntSumHiOffset = 448;
+  static constexpr size_t kBytesPerBlock = 416;
+  static constexpr size_t kBiasOffset = 256, kScaleOffset = 288, kSumOffset = 320, kIntSumLoOffset = 352,
+                          kIntSumHiOffset = 384;
   const uint8_t* data = nullptr;
   int64_t n_tokens = 0, n_blocks = 0;
 

@@ -33,9 +33,7 @@ inline __m512 broadcast_f32(const uint8_t* p) {
 }
 
 template <PackedKind W>
-constexpr bool kGeneralKind = W == PackedKind::K8 || W == PackedKind::K8Z;
-template <PackedKind W>
-constexpr bool kEightBit = W == PackedKind::Q8_0 || W == PackedKind::K8 || W == PackedKind::K8Z;
+constexpr bool kEightBit = W == PackedKind::Q8_0;
 template <PackedKind W>
 constexpr bool kHasMin = PackedWeight::has_min_of(W);
 template <PackedKind W>
@@ -55,26 +53,34 @@ struct Table128 {
 constexpr Table128 kIq4nl128(kIq4nlValues), kMxfp4128(kMxfp4Values);
 
 // The block's unsigned weights: w[k] lane i = levels of elements 4k..4k+3 of row i.
-// hdr: the compact kinds' block header (Q5's fifth bits are in it).
+// high: the block's high bits for the 16 rows (Q5_0/Q5_1/Q5_K's fifth bits, Q6_K's two words of bits 4-5).
 template <PackedKind W>
-inline void load_block(const uint8_t* q, const uint8_t* hdr, __m512i* w) {
+inline void load_block(const uint8_t* q, const uint8_t* high, __m512i* w) {
   if constexpr (kEightBit<W>) {
     for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(q + 64 * k);
   } else {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    __m512i qh = _mm512_setzero_si512(), table = _mm512_setzero_si512();
-    if constexpr (kHasQh<W>) qh = _mm512_loadu_si512(hdr + PackedWeight::qh_offset_of(W));
+    __m512i qh = _mm512_setzero_si512(), qh2 = _mm512_setzero_si512(), table = _mm512_setzero_si512();
+    if constexpr (kHasQh<W> || W == PackedKind::Q5_K || W == PackedKind::Q6_K) qh = _mm512_loadu_si512(high);
+    if constexpr (W == PackedKind::Q6_K) qh2 = _mm512_loadu_si512(high + 64);
     if constexpr (kIq4Table<W> || W == PackedKind::MXFP4)
       table = _mm512_broadcast_i32x4(
           _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4Table<W> ? kIq4nl128.v : kMxfp4128.v)));
     for (int k = 0; k < 4; k++) {
       const __m512i v = _mm512_loadu_si512(q + 64 * k);
       __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-      if constexpr (kHasQh<W>) {
+      if constexpr (kHasQh<W> || W == PackedKind::Q5_K) {
         // Bit 4 of byte i: element 4k + i's fifth bit at bit 8i + k, element 16 + 4k + i's at 8i + 4 + k.
         const __m512i b4 = _mm512_set1_epi8(0x10);
         lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(qh, 4 - k), b4));
         hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi32(qh, k), b4));
+      }
+      if constexpr (W == PackedKind::Q6_K) {
+        // Bits 4-5 of byte i: element 16hf + 4k + i's at bits 8i + 2k of half hf's word.
+        const __m512i b45 = _mm512_set1_epi8(0x30);
+        auto up = [&](__m512i h) { return k < 3 ? _mm512_slli_epi32(h, 4 - 2 * k) : _mm512_srli_epi32(h, 2); };
+        lo = _mm512_or_si512(lo, _mm512_and_si512(up(qh), b45));
+        hi = _mm512_or_si512(hi, _mm512_and_si512(up(qh2), b45));
       }
       if constexpr (kIq4Table<W> || W == PackedKind::MXFP4) {
         lo = _mm512_shuffle_epi8(table, lo);
@@ -109,84 +115,33 @@ inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
   }
 }
 
-// Tokens T0..T0+T-1 of token tile `tile` x NG consecutive groups from g:
-// with two groups each broadcast activation word feeds two vpdpbusd.
-// The general form (K8/K8Z): per block and token, the integer dot of each
-// sub-block scaled by its row's scale, then each offset times the
-// activations' sum over the sub-block (packed_gemm_reference's order).
-template <PackedKind W, int T0, int T, int NG>
-void ktile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
-  constexpr int kSub = PackedWeight::n_sub();
-  constexpr bool kZero = W == PackedKind::K8Z;
-  const int32_t z = pw.zero_level;
-  const int64_t nb = pw.n_blocks;
-  const uint8_t* a = x.block(tile, 0);
-  __m512 acc[NG][T];
-  for (int i = 0; i < NG; i++)
-    for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; b++, a += PA::kBytesPerBlock) {
-    __m512i w[NG][8];
-    __m512 sc[NG][kSub], off[NG][kSub];
-    for (int i = 0; i < NG; i++) {
-      load_block<W>(pw.kquants(g + i, b), nullptr, w[i]);
-      for (int h = 0; h < kSub; h++) {
-        sc[i][h] = _mm512_load_ps(pw.kscales(g + i, b) + 16 * h);
-        if constexpr (!kZero) off[i][h] = _mm512_load_ps(pw.koffsets(g + i, b) + 16 * h);
-      }
-    }
-    for (int t = T0; t < T0 + T; t++) {
-      const __m512 dx = broadcast_f32(a + PA::kScaleOffset + 4 * t);
-      __m512i dot[NG][kSub];
-      // K8Z: each sub-block's dot starts at -zero_level * (its activations' sum).
-      __m512i start[kSub];
-      for (int h = 0; h < kSub; h++) {
-        int32_t isum = 0;
-        if constexpr (kZero) std::memcpy(&isum, a + (h ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * t, 4);
-        start[h] = _mm512_set1_epi32(-z * isum);
-      }
-      for (int i = 0; i < NG; i++)
-        for (int h = 0; h < kSub; h++) dot[i][h] = start[h];
-      for (int k = 0; k < 8; k++) {
-        const __m512i xk = broadcast_i32(a + kQK8_0 * t + 4 * k);
-        const int h = k / 4;
-        for (int i = 0; i < NG; i++) dot[i][h] = _mm512_dpbusd_epi32(dot[i][h], w[i][k], xk);
-      }
-      for (int i = 0; i < NG; i++) {
-        __m512 r = acc[i][t - T0];
-        for (int h = 0; h < kSub; h++) r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][h]), _mm512_mul_ps(sc[i][h], dx), r);
-        if constexpr (kZero) {
-          // the offsets are in the dots already
-        } else {
-          r = _mm512_fmadd_ps(off[i][0], broadcast_f32(a + PA::kSumLoOffset + 4 * t), r);
-          r = _mm512_fmadd_ps(off[i][1], broadcast_f32(a + PA::kSumHiOffset + 4 * t), r);
-        }
-        acc[i][t - T0] = r;
-      }
-    }
-  }
-  const int64_t t0 = tile * PA::kTokensPerTile + T0;
-  for (int i = 0; i < NG; i++) {
-    const int64_t r = (g + i) * G;
-    const __mmask16 mask = pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[i][t]);
-  }
-}
-
-// Q2_K/Q3_K/Q4_K (one group): per super-block and token, each sub-block's
-// integer dot (Q3_K's -4 offset folded in as -4 x the activations' sum)
-// times its integer scale, the minimums times the activations' sums, then
-// one FMA each per super-block (packed_gemm_reference_integer_scaled's
-// order; integer sums are exact).
+// The k-quants (one group): per super-block and token, each sub-block's
+// integer dot (Q3_K's -4 and Q6_K's -32 offsets folded in as that multiple
+// of the activations' sum) times its integer scale, the minimums times the
+// activations' sums, then one FMA each per super-block
+// (packed_gemm_reference_integer_scaled's order; integer sums are exact).
 template <PackedKind W, int T0, int T>
 void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y,
                            int64_t ldy) {
-  constexpr bool kThree = W == PackedKind::Q3_K, kFour = W == PackedKind::Q4_K;
+  // Q4_K/Q5_K: one 32-element sub-block per block, levels packed as Q4_0's (Q5_K's fifth bits beside);
+  // Q6_K: two 16-element sub-blocks per block, low nibbles as Q4_0's and two high bits beside;
+  // Q2_K/Q3_K: two 16-element sub-blocks of 2-bit planes (Q3_K's third bits beside).
+  constexpr bool kPerBlock = W == PackedKind::Q4_K || W == PackedKind::Q5_K;
+  constexpr bool kNibbles = kPerBlock || W == PackedKind::Q6_K;
+  constexpr bool kThree = W == PackedKind::Q3_K, kMin = PackedWeight::has_kmin_of(W);
+  constexpr int32_t kZero = kThree ? 4 : W == PackedKind::Q6_K ? 32 : 0;
   // The unit layout as compile-time constants (the runtime accessors' switches on the kind, per block,
   // would cost more than the block's dots).
   using PW = PackedWeight;
-  constexpr size_t kScales = PW::sub_scales_offset_of(W), kMins = PW::kQ4kMinsOffset, kHigh = PW::kQ3HighOffset;
+  constexpr size_t kScales = PW::sub_scales_offset_of(W), kMins = PW::kQ4kMinsOffset;
+  constexpr size_t kHigh = PW::high_bits_offset_of(W), kHighBytes = 64 * PW::high_words_of(W);
   constexpr size_t kHeader = PW::unit_header_bytes_of(W), kQuants = PW::quant_bytes_of(W), kUnit = PW::unit_bytes_of(W);
   const __m512i two_bits = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
+  // A sub-block's integer scales for the 16 rows: bytes, signed where the format's are.
+  auto scales16 = [](const uint8_t* p) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return kMin ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
+  };
   __m512 acc[T];
   for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
   const uint8_t* unit = pw.data + g * pw.group_bytes();
@@ -196,22 +151,34 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
     for (int j = 0; j < 8; j++) {
       const uint8_t* a = x.block(tile, b0 + j);
       const uint8_t* q = unit + kHeader + j * kQuants;
-      if constexpr (kFour) {  // one 32-element sub-block, its levels packed as Q4_0's
+      if constexpr (kNibbles) {
         __m512i w[8];
-        load_block<PackedKind::Q4_0>(q, nullptr, w);
-        const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + kScales + 16 * j)));
-        const __m512i mn = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + kMins + 16 * j)));
+        load_block<W>(q, unit + kHigh + kHighBytes * j, w);
+        __m512i sc, sc_hi = _mm512_setzero_si512(), mn = _mm512_setzero_si512();
+        if constexpr (kPerBlock) {
+          sc = scales16(unit + kScales + 16 * j);
+          mn = scales16(unit + kMins + 16 * j);
+        } else {
+          sc = scales16(unit + kScales + 32 * j);
+          sc_hi = scales16(unit + kScales + 32 * j + 16);
+        }
         for (int t = T0; t < T0 + T; t++) {
           int32_t lo, hi;
           std::memcpy(&lo, a + PA::kIntSumLoOffset + 4 * t, 4);
           std::memcpy(&hi, a + PA::kIntSumHiOffset + 4 * t, 4);
-          __m512i dot = _mm512_setzero_si512(), dot_hi = _mm512_setzero_si512();  // two chains (decode latency)
+          // Two chains (decode latency); Q6_K's are its two sub-blocks.
+          __m512i dot = _mm512_set1_epi32(-kZero * lo), dot_hi = _mm512_set1_epi32(-kZero * hi);
           for (int k = 0; k < 4; k++) {
             dot = _mm512_dpbusd_epi32(dot, w[k], broadcast_i32(a + kQK8_0 * t + 4 * k));
             dot_hi = _mm512_dpbusd_epi32(dot_hi, w[k + 4], broadcast_i32(a + kQK8_0 * t + 16 + 4 * k));
           }
-          isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(_mm512_add_epi32(dot, dot_hi), sc));
-          msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(lo + hi)));
+          if constexpr (kPerBlock) {
+            isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(_mm512_add_epi32(dot, dot_hi), sc));
+            msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(lo + hi)));
+          } else {
+            isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_add_epi32(_mm512_mullo_epi32(dot, sc),
+                                                                           _mm512_mullo_epi32(dot_hi, sc_hi)));
+          }
         }
         continue;
       }
@@ -219,14 +186,10 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
       if constexpr (kThree) high = _mm512_loadu_si512(unit + kHigh + 64 * j);
       for (int hf = 0; hf < 2; hf++) {
         const __m512i v = _mm512_loadu_si512(q + 64 * hf);
-        const __m512i sub = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + kScales + (2 * j + hf) * 16)));
-        __m512i sc, mn = _mm512_setzero_si512();
-        if constexpr (kThree) {
-          sc = _mm512_srai_epi32(_mm512_slli_epi32(sub, 24), 24);  // the byte is sc - 32, signed
-        } else {
-          sc = _mm512_and_si512(sub, _mm512_set1_epi32(0xF));
-          mn = _mm512_srli_epi32(sub, 4);
+        __m512i sc = scales16(unit + kScales + (2 * j + hf) * 16), mn = _mm512_setzero_si512();
+        if constexpr (kMin) {  // Q2_K: scale | min << 4
+          mn = _mm512_srli_epi32(sc, 4);
+          sc = _mm512_and_si512(sc, _mm512_set1_epi32(0xF));
         }
         __m512i w[4];
         for (int sh = 0; sh < 4; sh++) {
@@ -240,23 +203,22 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
         for (int t = T0; t < T0 + T; t++) {
           int32_t bsum;
           std::memcpy(&bsum, a + (hf ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * t, 4);
-          __m512i dot = kThree ? _mm512_set1_epi32(-4 * bsum) : _mm512_setzero_si512();
+          __m512i dot = _mm512_set1_epi32(-kZero * bsum);
           for (int sh = 0; sh < 4; sh++)
             dot = _mm512_dpbusd_epi32(dot, w[sh], broadcast_i32(a + kQK8_0 * t + 16 * hf + 4 * sh));
           isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(dot, sc));
-          if constexpr (!kThree) msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
+          if constexpr (kMin) msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
         }
       }
     }
     const uint8_t* a0 = x.block(tile, b0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));
     __m512 dmin = _mm512_setzero_ps();
-    if constexpr (!kThree)
-      dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + PW::kMinsOffset)));
+    if constexpr (kMin) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + PW::kMinsOffset)));
     for (int t = T0; t < T0 + T; t++) {
       const __m512 dx = broadcast_f32(a0 + PA::kScaleOffset + 4 * t);
       acc[t - T0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t - T0]), _mm512_mul_ps(d, dx), acc[t - T0]);
-      if constexpr (!kThree)
+      if constexpr (kMin)
         acc[t - T0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[t - T0]), _mm512_mul_ps(dmin, dx), acc[t - T0]);
     }
   }
@@ -266,17 +228,11 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[t]);
 }
 
+// The 32-element block formats and IQ4_XS: NG groups x tokens T0..T0+T-1 of a
+// token tile, one scale (and Q4_1/Q5_1's minimum) per block and row; with two
+// groups each broadcast activation word feeds two vpdpbusd.
 template <PackedKind W, int T0, int T, int NG>
-void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
-  if constexpr (kGeneralKind<W>) {
-    ktile_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
-    return;
-  }
-  if constexpr (kIntegerScaled<W>) {
-    static_assert(NG == 1);
-    integer_scaled_kernel<W, T0, T>(pw, g, x, tile, y, ldy);
-    return;
-  }
+void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
   const int64_t nb = pw.n_blocks;
   const uint8_t* a = x.block(tile, 0);  // advances PA::kBytesPerBlock per block: constant offsets inside
   // PackedWeight's unit layout as compile-time constants (the accessors' runtime switches on the kind
@@ -297,7 +253,9 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
     const uint8_t* q0 = unit + kUnitHeader + (b % kPerUnit) * kQuants;
     for (int i = 0; i < NG; i++) {
       const uint8_t* hdr = hdr0 + i * group_bytes;
-      load_block<W>(q0 + i * group_bytes, hdr, w[i]);
+      const uint8_t* qh = nullptr;
+      if constexpr (kHasQh<W>) qh = hdr + PackedWeight::qh_offset_of(W);
+      load_block<W>(q0 + i * group_bytes, qh, w[i]);
       dw[i] = block_scale<W>(hdr, b);
       if constexpr (kHasMin<W>)
         mw[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hdr + PackedWeight::kMinsOffset)));
@@ -333,6 +291,16 @@ void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
   }
 }
 
+template <PackedKind W, int T0, int T, int NG>
+void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
+  if constexpr (kIntegerScaled<W>) {
+    static_assert(NG == 1);
+    integer_scaled_kernel<W, T0, T>(pw, g, x, tile, y, ldy);
+  } else {
+    block_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
+  }
+}
+
 // Tokens T0..T0+n-1 of a token tile in kernels of at most TMax tokens.
 template <PackedKind W, int T0, int TMax, int NG>
 void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, int64_t n, float* y,
@@ -353,8 +321,8 @@ void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64
 template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
-  // The general form holds scales and offsets per sub-block too: fewer tokens fit beside them.
-  constexpr int kMaxTokens = NG == 2 ? (kGeneralKind<W> ? 3 : 4) : kIntegerScaled<W> ? 4 : 8;
+  // The k-quants hold integer sums per token beside the weights: fewer tokens fit.
+  constexpr int kMaxTokens = NG == 2 ? 4 : kIntegerScaled<W> ? 4 : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
@@ -369,9 +337,9 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
   for (int64_t tc = 0; tc < x.n_tiles(); tc += tiles_per_chunk) {
     const int64_t tc_end = std::min(x.n_tiles(), tc + tiles_per_chunk);
     int64_t g = g0;
-    // The general form holds scales and offsets beside the weights: one group at a time keeps a whole
-    // 8-token tile in registers (two groups would split it into three passes).
-    if constexpr (!kGeneralKind<W> && !kIntegerScaled<W>)
+    // The k-quants' kernel runs one group at a time (its scales and sums take the registers a second
+    // group's weights would).
+    if constexpr (!kIntegerScaled<W>)
       for (; g + 2 <= g1 && x.n_tokens > 1; g += 2) group_tiles<W, 2>(pw, g, x, tc, tc_end, y, ldy);
     for (; g < g1; g++) group_tiles<W, 1>(pw, g, x, tc, tc_end, y, ldy);
   }
@@ -394,8 +362,8 @@ void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const Packe
     case PackedKind::Q2_K: gemm<PackedKind::Q2_K>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::Q3_K: gemm<PackedKind::Q3_K>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::Q4_K: gemm<PackedKind::Q4_K>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::K8: gemm<PackedKind::K8>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::K8Z: gemm<PackedKind::K8Z>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q5_K: gemm<PackedKind::Q5_K>(w, g0, g1, x, y, ldy, token_chunk); break;
+    case PackedKind::Q6_K: gemm<PackedKind::Q6_K>(w, g0, g1, x, y, ldy, token_chunk); break;
   }
 }
 

@@ -1,5 +1,5 @@
-// The compact repacked layouts (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
-// IQ4_XS, Q2_K, Q3_K, Q4_K) and their kernels: the VNNI kernel equals
+// The repacked layouts (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+// IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and their kernels: the VNNI kernel equals
 // the scalar reference of the packed arithmetic bit for bit, and both agree
 // with a double-precision dot of the dequantized weights (the format's own
 // dequantizer, itself checked against llama.cpp's files) and activations, on
@@ -25,7 +25,8 @@ using test::QuantMatrix;
 
 const GgmlType kCompactTypes[] = {GgmlType::Q8_0,  GgmlType::Q4_0,   GgmlType::Q4_1,  GgmlType::Q5_0,
                                   GgmlType::Q5_1,  GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS,
-                                  GgmlType::Q2_K,  GgmlType::Q3_K,   GgmlType::Q4_K};
+                                  GgmlType::Q2_K,  GgmlType::Q3_K,   GgmlType::Q4_K,  GgmlType::Q5_K,
+                                  GgmlType::Q6_K};
 
 bool fits(GgmlType type, int64_t cols) { return cols % traits(type).block_size == 0; }
 
@@ -40,7 +41,7 @@ struct Acts {
 };
 
 // Activations packed for weights of kind `kind`: Q8_0 blocks, or Q8_K super-blocks (one scale per 256, as the
-// Q2_K/Q3_K/Q4_K kernels require) when `per_256` (sums exact in float either way, also for Q4_1/Q5_1).
+// k-quant kernels require) when `per_256` (sums exact in float either way, also for Q4_1/Q5_1).
 Acts random_activations(PackedKind kind, int64_t n, int64_t cols, uint32_t seed, bool per_256 = false) {
   Acts a;
   const int64_t nb = cols / kQK8_0;
@@ -65,7 +66,8 @@ Acts random_activations(PackedKind kind, int64_t n, int64_t cols, uint32_t seed,
 }
 
 bool needs_per_256(GgmlType type) {
-  return type == GgmlType::Q2_K || type == GgmlType::Q3_K || type == GgmlType::Q4_K;
+  return type == GgmlType::Q2_K || type == GgmlType::Q3_K || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
+         type == GgmlType::Q6_K;
 }
 
 constexpr float kSentinel = -12345.0f;
@@ -79,10 +81,11 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
         const auto m = random_matrix(type, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
         ASSERT_TRUE(packable(m.w)) << type_name(type);
         const auto packed = pack_weight(m.w);
-        ASSERT_FALSE(packed->is_k()) << type_name(type);
         const int64_t unit = traits(type).block_size == 256 ? 256 : 64;  // a super-block, a block pair
-        // Q3_K's and Q4_K's 6-bit scales take a byte each: 4 bytes a row per super-block more than the file.
-        const size_t extra = type == GgmlType::Q3_K || type == GgmlType::Q4_K ? 4 * cols / 256 : 0;
+        // Q3_K's, Q4_K's and Q5_K's 6-bit scales take a byte each: 4 bytes a row per super-block more than
+        // the file.
+        const bool byte_scales = type == GgmlType::Q3_K || type == GgmlType::Q4_K || type == GgmlType::Q5_K;
+        const size_t extra = byte_scales ? 4 * cols / 256 : 0;
         EXPECT_EQ(packed->n_groups * packed->group_bytes(),
                   static_cast<size_t>(packed->n_groups * 16) * (row_bytes(type, (cols + unit - 1) / unit * unit) + extra))
             << type_name(type) << ": the file's bytes, padded to whole groups and units";
