@@ -75,13 +75,15 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
       b->Args({static_cast<int64_t>(type), 32000, 2048, 1, threads, isa});
       if (type == GgmlType::Q4_0) b->Args({static_cast<int64_t>(type), 32000, 2048, 1, 1, isa});
     }
-  // k-quants and FP8 run the best table this CPU has (kquant_dots()), whatever the isa argument.
-  for (auto type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::KESTREL_FP8_E4M3})
-    for (int64_t tokens : {1, 64}) b->Args({static_cast<int64_t>(type), 5632, 2048, tokens, threads, 2});
+  // k-quants and FP8 run the best table this CPU has (kquant_dots()), whatever the isa argument (2); the
+  // k-quants' batches also repacked (3), against Q4_0's above.
+  for (int64_t tokens : {1, 64}) b->Args({static_cast<int64_t>(GgmlType::KESTREL_FP8_E4M3), 5632, 2048, tokens, threads, 2});
+  for (auto type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+    for (int isa : {2, 3}) b->Args({static_cast<int64_t>(type), 5632, 2048, 64, threads, isa});
   // The other block formats at the decode shapes against Q4_0's (above): the file layout's row dot (isa 2)
-  // and the engine's default (3: repacked where the type has a decode layout).
+  // and the engine's default (3: repacked).
   for (auto type : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::MXFP4,
-                    GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K})
+                    GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
     for (int isa : {2, 3}) {
       b->Args({static_cast<int64_t>(type), 5632, 2048, 1, threads, isa});
       b->Args({static_cast<int64_t>(type), 32000, 2048, 1, threads, isa});

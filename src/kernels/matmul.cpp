@@ -22,7 +22,7 @@ namespace kestrel {
 
 std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked) {
   const char* isa = isa_name(k.isa);
-  if (repacked && packed_gemm_available() && has_compact_packing(type)) {
+  if (repacked && packed_gemm_available() && has_packed_kind(type)) {
     // The k-quants' kernel (integer sub-block scales) runs one row group at a time.
     const bool k_quant = traits(type).block_size == 256 && type != GgmlType::IQ4_XS;
     return fmt::format(

@@ -18,7 +18,7 @@
 namespace kestrel {
 
 // The packed kind of a weight format, if it has one.
-static std::optional<PackedKind> compact_kind(GgmlType t) {
+static std::optional<PackedKind> packed_kind_of(GgmlType t) {
   switch (t) {
     case GgmlType::Q8_0: return PackedKind::Q8_0;
     case GgmlType::Q4_0: return PackedKind::Q4_0;
@@ -42,9 +42,9 @@ static bool is_matrix_of_blocks(const Weight& w) {
          w.data != nullptr;
 }
 
-bool has_compact_packing(GgmlType t) { return compact_kind(t).has_value(); }
+bool has_packed_kind(GgmlType t) { return packed_kind_of(t).has_value(); }
 
-bool packable(const Weight& w) { return has_compact_packing(w.type) && is_matrix_of_blocks(w); }
+bool packable(const Weight& w) { return has_packed_kind(w.type) && is_matrix_of_blocks(w); }
 
 void unpack_block32(GgmlType t, const uint8_t* row, int64_t b, uint8_t* L, float* scale, float* offset) {
   const int64_t sb = b / 8;  // the 256-wide super-block, for the k-quants and IQ4_XS
@@ -123,7 +123,7 @@ static uint32_t reorder_fifth_bits(uint32_t qh) {
 }
 
 // Block b of a row into lane i of its packed group g.
-static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_t g, int64_t b, int i) {
+static void pack_block(const PackedWeight& p, const uint8_t* row, int64_t g, int64_t b, int i) {
   constexpr int G = PackedWeight::kRowsPerGroup;
   uint8_t* dst = const_cast<uint8_t*>(p.block_quants(g, b)) + i * 4;
   auto* hdr = const_cast<uint8_t*>(p.block_header(g, b));
@@ -274,7 +274,7 @@ static void pack_compact_block(const PackedWeight& p, const uint8_t* row, int64_
       if (three) const_cast<uint32_t*>(p.high_bits(g, b))[i] = high;
       return;
     }
-    default: throw Error("pack_compact_block: not a compact kind");
+    default: throw Error("pack_block: unknown packed kind");
   }
 }
 
@@ -284,7 +284,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
   constexpr int G = PackedWeight::kRowsPerGroup;
   auto p = std::make_shared<PackedWeight>();
   p->type = w.type;
-  p->kind = *compact_kind(w.type);
+  p->kind = *packed_kind_of(w.type);
   p->rows = w.rows();
   p->n_blocks = w.cols() / kQK8_0;
   p->n_groups = (p->rows + G - 1) / G;
@@ -304,7 +304,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
     std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
     for (int64_t g = g0; g < g1; g++)
       for (int i = 0; i < G && g * G + i < p->rows; i++)
-        for (int64_t b = 0; b < nb; b++) pack_compact_block(*p, w.row(g * G + i), g, b, i);
+        for (int64_t b = 0; b < nb; b++) pack_block(*p, w.row(g * G + i), g, b, i);
   };
   if (pool)
     pool->parallel_for(p->n_groups, pack_groups);
@@ -375,7 +375,7 @@ static int32_t unsigned_offset(PackedKind kind) {
 
 void pack_activations(PackedKind kind, const BlockQ8_0* x, int64_t n_tokens, int64_t n_blocks, int64_t tile0,
                       int64_t tile1, uint8_t* out) {
-  // The compact kinds' levels are unsigned (q + offset): the bias undoes it.
+  // The levels are unsigned (q + offset): the bias undoes it.
   const int32_t offset = unsigned_offset(kind);
   pack_tiles(n_tokens, n_blocks, tile0, tile1, out, [&](int64_t token, int64_t b) {
     const BlockQ8_0& blk = x[token * n_blocks + b];

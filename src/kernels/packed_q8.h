@@ -9,9 +9,9 @@
 // multiply and one FMA per 16 rows per block, instead of ggml's per-lane
 // float work that caps its int8 throughput.
 //
-// The 32-element block formats keep their own bytes ("compact" kinds): groups
-// one after another, each a run of block pairs; a pair is the headers of its
-// two blocks followed by their quants. A header holds the block's fields for
+// The formats keep their own bytes: groups one after another, each a run of
+// units; for the 32-element formats a unit is a block pair, the headers of
+// its two blocks followed by their quants. A header holds the block's fields for
 // the 16 rows, field by field:
 //   Q8_0, Q4_0, IQ4_NL: d fp16[16]                (32 bytes)
 //   Q4_1:               d fp16[16] | m fp16[16]   (64)
@@ -182,7 +182,7 @@ struct PackedWeight {
 // Whether w is a matrix of a format with a packed kind: it serves batches
 // and single tokens alike.
 bool packable(const Weight& w);
-bool has_compact_packing(GgmlType t);  // the type half of packable()
+bool has_packed_kind(GgmlType t);  // the type half of packable()
 // The levels, scales and offsets of 32-element block b of a row of k-quant
 // type t (levels[32]; scale/offset[0] for elements 0-15, [1] for 16-31):
 // what the packer takes the k-quants' levels from.

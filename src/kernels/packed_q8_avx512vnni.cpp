@@ -92,7 +92,7 @@ inline void load_block(const uint8_t* q, const uint8_t* high, __m512i* w) {
   }
 }
 
-// A compact kind's scales of block b for the 16 rows (MXFP4: ggml's half of E8M0, 2^(e - 128);
+// A kind's scales of block b for the 16 rows (MXFP4: ggml's half of E8M0, 2^(e - 128);
 // IQ4_XS: d * (ls - 32) from its super-block's header, as PackedWeight::block_scale).
 template <PackedKind W>
 inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
@@ -115,6 +115,15 @@ inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
   }
 }
 
+// How far ahead the super-block kinds prefetch their units (1.7-2.8 KB a unit; 1 measured as 2, 4 slower).
+constexpr int kPrefetchUnits = 2;
+
+// Prefetches the cache lines of [p, p + bytes) that lie before `end`.
+inline void prefetch_lines(const uint8_t* p, size_t bytes, const uint8_t* end) {
+  for (size_t i = 0; i < bytes; i += 64)
+    if (p + i < end) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+}
+
 // The k-quants (one group): per super-block and token, each sub-block's
 // integer dot (Q3_K's -4 and Q6_K's -32 offsets folded in as that multiple
 // of the activations' sum) times its integer scale, the minimums times the
@@ -122,7 +131,7 @@ inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
 // (packed_gemm_reference_integer_scaled's order; integer sums are exact).
 template <PackedKind W, int T0, int T>
 void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y,
-                           int64_t ldy) {
+                           int64_t ldy, bool prefetch) {
   // Q4_K/Q5_K: one 32-element sub-block per block, levels packed as Q4_0's (Q5_K's fifth bits beside);
   // Q6_K: two 16-element sub-blocks per block, low nibbles as Q4_0's and two high bits beside;
   // Q2_K/Q3_K: two 16-element sub-blocks of 2-bit planes (Q3_K's third bits beside).
@@ -145,10 +154,16 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   __m512 acc[T];
   for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
   const uint8_t* unit = pw.data + g * pw.group_bytes();
+  // Prefetches run on into the next group (the one this thread most likely computes next).
+  const uint8_t* matrix_end = pw.data + pw.n_groups * pw.group_bytes();
   for (int64_t b0 = 0; b0 < pw.n_blocks; b0 += 8, unit += kUnit) {
     __m512i isum[T], msum[T];
     for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; j++) {
+      // A unit is read as several streams (scales, high bits, quants) that the hardware prefetcher
+      // follows poorly: fetch the unit kPrefetchUnits ahead, an eighth per block (on the first pass
+      // over the group only: later token tiles find it in cache).
+      if (prefetch) prefetch_lines(unit + kPrefetchUnits * kUnit + j * kUnit / 8, kUnit / 8, matrix_end);
       const uint8_t* a = x.block(tile, b0 + j);
       const uint8_t* q = unit + kHeader + j * kQuants;
       if constexpr (kNibbles) {
@@ -232,7 +247,8 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
 // token tile, one scale (and Q4_1/Q5_1's minimum) per block and row; with two
 // groups each broadcast activation word feeds two vpdpbusd.
 template <PackedKind W, int T0, int T, int NG>
-void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
+void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy,
+                  bool prefetch) {
   const int64_t nb = pw.n_blocks;
   const uint8_t* a = x.block(tile, 0);  // advances PA::kBytesPerBlock per block: constant offsets inside
   // PackedWeight's unit layout as compile-time constants (the accessors' runtime switches on the kind
@@ -251,6 +267,9 @@ void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
     const uint8_t* unit = first + (b / kPerUnit) * kUnit;
     const uint8_t* hdr0 = kPerUnit == 8 ? unit : unit + (b % 2) * kHeader;
     const uint8_t* q0 = unit + kUnitHeader + (b % kPerUnit) * kQuants;
+    // IQ4_XS's super-block units as the k-quants' (block pairs stream well without: measured slower with).
+    if (kPerUnit == 8 && prefetch)
+      prefetch_lines(unit + kPrefetchUnits * kUnit + (b % 8) * (kUnit / 8), kUnit / 8, pw.data + pw.n_groups * group_bytes);
     for (int i = 0; i < NG; i++) {
       const uint8_t* hdr = hdr0 + i * group_bytes;
       const uint8_t* qh = nullptr;
@@ -291,26 +310,29 @@ void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
   }
 }
 
+// prefetch: whether this is the first pass over the groups in the token chunk (the one that reads them from
+// memory).
 template <PackedKind W, int T0, int T, int NG>
-void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy) {
+void tile_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y, int64_t ldy,
+                 bool prefetch) {
   if constexpr (kIntegerScaled<W>) {
     static_assert(NG == 1);
-    integer_scaled_kernel<W, T0, T>(pw, g, x, tile, y, ldy);
+    integer_scaled_kernel<W, T0, T>(pw, g, x, tile, y, ldy, prefetch);
   } else {
-    block_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy);
+    block_kernel<W, T0, T, NG>(pw, g, x, tile, y, ldy, prefetch);
   }
 }
 
 // Tokens T0..T0+n-1 of a token tile in kernels of at most TMax tokens.
 template <PackedKind W, int T0, int TMax, int NG>
 void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, int64_t n, float* y,
-            int64_t ldy) {
+            int64_t ldy, bool prefetch) {
   if constexpr (TMax > 0 && T0 < PA::kTokensPerTile) {
     if (n >= TMax) {
-      tile_kernel<W, T0, TMax, NG>(pw, g, x, tile, y, ldy);
-      if (n > TMax) tokens<W, T0 + TMax, TMax, NG>(pw, g, x, tile, n - TMax, y, ldy);
+      tile_kernel<W, T0, TMax, NG>(pw, g, x, tile, y, ldy, prefetch);
+      if (n > TMax) tokens<W, T0 + TMax, TMax, NG>(pw, g, x, tile, n - TMax, y, ldy, false);
     } else {
-      tokens<W, T0, TMax - 1, NG>(pw, g, x, tile, n, y, ldy);
+      tokens<W, T0, TMax - 1, NG>(pw, g, x, tile, n, y, ldy, prefetch);
     }
   }
 }
@@ -321,11 +343,12 @@ void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64
 template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
-  // The k-quants hold integer sums per token beside the weights: fewer tokens fit.
-  constexpr int kMaxTokens = NG == 2 ? 4 : kIntegerScaled<W> ? 4 : 8;
+  // The k-quants with minimums hold two integer sums per token beside the weights: fewer tokens fit
+  // (Q4_K/Q5_K measured 14% slower with 8 than with 4, no faster with 6; Q6_K 24% faster with 8).
+  constexpr int kMaxTokens = NG == 2 || PackedWeight::has_kmin_of(W) ? 4 : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
-    tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy);
+    tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy, i == tile_begin);
   }
 }
 
