@@ -461,9 +461,9 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
   using PA = PackedActivations;
   constexpr int G = PackedWeight::kRowsPerGroup;
   // Q4_K and Q5_K: one sub-block per 32-element block; Q3_K and Q6_K: signed scales and a zero level.
-  const bool per_block = w.kind == PackedKind::Q4_K || w.kind == PackedKind::Q5_K;
+  const bool per_block = PackedWeight::scale_per_block_of(w.kind);
   const bool has_min = PackedWeight::has_kmin_of(w.kind);
-  const int zero = w.kind == PackedKind::Q3_K ? 4 : w.kind == PackedKind::Q6_K ? 32 : 0;
+  const int32_t zero = PackedWeight::zero_level_of(w.kind);
   auto load = [](const uint8_t* p, auto v) {
     std::memcpy(&v, p, sizeof v);
     return v;

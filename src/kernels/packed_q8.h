@@ -120,6 +120,15 @@ struct PackedWeight {
   static constexpr bool has_kmin_of(PackedKind kind) {
     return kind == PackedKind::Q2_K || kind == PackedKind::Q4_K || kind == PackedKind::Q5_K;
   }
+  // The k-quants with one scale per 32-element block (the others have one per 16): Q4_K, Q5_K.
+  static constexpr bool scale_per_block_of(PackedKind kind) {
+    return kind == PackedKind::Q4_K || kind == PackedKind::Q5_K;
+  }
+  // The level a k-quant's unsigned levels stand for zero at (Q3_K's 4, Q6_K's 32; 0 where a minimum
+  // subtracts instead).
+  static constexpr int32_t zero_level_of(PackedKind kind) {
+    return kind == PackedKind::Q3_K ? 4 : kind == PackedKind::Q6_K ? 32 : 0;
+  }
   static constexpr size_t kMinsOffset = kScaleBytes;  // Q4_1/Q5_1's m, Q2_K/Q4_K's dmin: fp16[16] after d
   static constexpr size_t qh_offset_of(PackedKind kind) { return header_bytes_of(kind) - 4 * kRowsPerGroup; }
   static constexpr size_t kIq4xsScalesHOffset = kScaleBytes, kIq4xsScalesLOffset = 2 * kScaleBytes;

@@ -118,10 +118,22 @@ inline __m512 block_scale(const uint8_t* hdr, int64_t b) {
 // How far ahead the super-block kinds prefetch their units (1.7-2.8 KB a unit; 1 measured as 2, 4 slower).
 constexpr int kPrefetchUnits = 2;
 
-// Prefetches the cache lines of [p, p + bytes) that lie before `end`.
-inline void prefetch_lines(const uint8_t* p, size_t bytes, const uint8_t* end) {
-  for (size_t i = 0; i < bytes; i += 64)
+// A super-block kind's unit is read as several streams (scales, high bits,
+// quants) that the hardware prefetcher follows poorly: block j of `unit`
+// prefetches the j-th eighth of the unit kPrefetchUnits ahead, running on into
+// the next group (the one this thread most likely computes next) but not past
+// `end`, the matrix's.
+template <PackedKind W>
+inline void prefetch_unit_ahead(const uint8_t* unit, int64_t j, const uint8_t* end) {
+  constexpr size_t kUnit = PackedWeight::unit_bytes_of(W), kSlice = kUnit / 8;
+  const uint8_t* p = unit + kPrefetchUnits * kUnit + j * kSlice;
+  for (size_t i = 0; i < kSlice; i += 64)
     if (p + i < end) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+}
+
+// The lanes of the 16-row group starting at row r that hold real rows.
+inline __mmask16 row_mask(const PackedWeight& pw, int64_t r) {
+  return pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
 }
 
 // The k-quants (one group): per super-block and token, each sub-block's
@@ -135,10 +147,10 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   // Q4_K/Q5_K: one 32-element sub-block per block, levels packed as Q4_0's (Q5_K's fifth bits beside);
   // Q6_K: two 16-element sub-blocks per block, low nibbles as Q4_0's and two high bits beside;
   // Q2_K/Q3_K: two 16-element sub-blocks of 2-bit planes (Q3_K's third bits beside).
-  constexpr bool kPerBlock = W == PackedKind::Q4_K || W == PackedKind::Q5_K;
+  constexpr bool kPerBlock = PackedWeight::scale_per_block_of(W);
   constexpr bool kNibbles = kPerBlock || W == PackedKind::Q6_K;
   constexpr bool kThree = W == PackedKind::Q3_K, kMin = PackedWeight::has_kmin_of(W);
-  constexpr int32_t kZero = kThree ? 4 : W == PackedKind::Q6_K ? 32 : 0;
+  constexpr int32_t kZero = PackedWeight::zero_level_of(W);
   // The unit layout as compile-time constants (the runtime accessors' switches on the kind, per block,
   // would cost more than the block's dots).
   using PW = PackedWeight;
@@ -154,16 +166,13 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   __m512 acc[T];
   for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
   const uint8_t* unit = pw.data + g * pw.group_bytes();
-  // Prefetches run on into the next group (the one this thread most likely computes next).
   const uint8_t* matrix_end = pw.data + pw.n_groups * pw.group_bytes();
   for (int64_t b0 = 0; b0 < pw.n_blocks; b0 += 8, unit += kUnit) {
     __m512i isum[T], msum[T];
     for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; j++) {
-      // A unit is read as several streams (scales, high bits, quants) that the hardware prefetcher
-      // follows poorly: fetch the unit kPrefetchUnits ahead, an eighth per block (on the first pass
-      // over the group only: later token tiles find it in cache).
-      if (prefetch) prefetch_lines(unit + kPrefetchUnits * kUnit + j * kUnit / 8, kUnit / 8, matrix_end);
+      // On the first pass over the group only: later token tiles find it in cache.
+      if (prefetch) prefetch_unit_ahead<W>(unit, j, matrix_end);
       const uint8_t* a = x.block(tile, b0 + j);
       const uint8_t* q = unit + kHeader + j * kQuants;
       if constexpr (kNibbles) {
@@ -239,7 +248,7 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   }
   const int64_t t0 = tile * PA::kTokensPerTile + T0;
   const int64_t r = g * G;
-  const __mmask16 mask = pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
+  const __mmask16 mask = row_mask(pw, r);
   for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[t]);
 }
 
@@ -258,6 +267,7 @@ void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
   constexpr size_t kUnitHeader = PackedWeight::unit_header_bytes_of(W), kUnit = PackedWeight::unit_bytes_of(W);
   const size_t group_bytes = pw.group_bytes();
   const uint8_t* first = pw.data + g * group_bytes;
+  const uint8_t* matrix_end = pw.data + pw.n_groups * group_bytes;
   __m512 acc[NG][T];
   for (int i = 0; i < NG; i++)
     for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
@@ -268,8 +278,8 @@ void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
     const uint8_t* hdr0 = kPerUnit == 8 ? unit : unit + (b % 2) * kHeader;
     const uint8_t* q0 = unit + kUnitHeader + (b % kPerUnit) * kQuants;
     // IQ4_XS's super-block units as the k-quants' (block pairs stream well without: measured slower with).
-    if (kPerUnit == 8 && prefetch)
-      prefetch_lines(unit + kPrefetchUnits * kUnit + (b % 8) * (kUnit / 8), kUnit / 8, pw.data + pw.n_groups * group_bytes);
+    if constexpr (kPerUnit == 8)
+      if (prefetch) prefetch_unit_ahead<W>(unit, b % 8, matrix_end);
     for (int i = 0; i < NG; i++) {
       const uint8_t* hdr = hdr0 + i * group_bytes;
       const uint8_t* qh = nullptr;
@@ -305,7 +315,7 @@ void block_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x,
   const int64_t t0 = tile * PA::kTokensPerTile + T0;
   for (int i = 0; i < NG; i++) {
     const int64_t r = (g + i) * G;
-    const __mmask16 mask = pw.rows - r >= G ? __mmask16(0xFFFF) : __mmask16((1u << (pw.rows - r)) - 1);
+    const __mmask16 mask = row_mask(pw, r);
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, mask, acc[i][t]);
   }
 }

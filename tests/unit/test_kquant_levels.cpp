@@ -7,22 +7,16 @@
 #include <cmath>
 
 #include "core/block_formats.h"
-#include "kernels/dot.h"
-#include "kernels/matmul.h"
 #include "kernels/packed_q8.h"
 #include "test_support.h"
 
 namespace kestrel {
 namespace {
 
-test::QuantMatrix matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
-  return test::quantized_matrix(type, rows, cols, seed);
-}
-
 TEST(KquantLevels, BlocksDecodeAsTheFormat) {
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K}) {
     const int64_t cols = 512;
-    const auto m = matrix(t, 3, cols, 1);
+    const auto m = test::quantized_matrix(t, 3, cols, 1);
     std::vector<float> want(cols);
     for (int64_t r = 0; r < 3; r++) {
       dequantize_row(t, m.w.row(r), want.data(), cols);
