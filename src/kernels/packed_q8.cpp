@@ -203,11 +203,11 @@ static void pack_block(const PackedWeight& p, const uint8_t* row, int64_t g, int
         auto fields = [&](const auto& x) {
           scales[i] = x.d, mins[i] = x.dmin;
           uint8_t* sc = const_cast<uint8_t*>(p.kq_scales(g, b));
-          uint8_t* mn = const_cast<uint8_t*>(p.q4k_mins(g, b));
           for (int j = 0; j < 8; j++) {
             int s, m;
             unpack_scale_min_k4(x.scales, j, s, m);
-            sc[j * G + i] = static_cast<uint8_t>(s), mn[j * G + i] = static_cast<uint8_t>(m);
+            sc[j * G + i] = static_cast<uint8_t>(s);
+            const_cast<uint8_t&>(p.q4k_min(g, b + j, i)) = static_cast<uint8_t>(m);
           }
         };
         if (p.kind == PackedKind::Q4_K) fields(reinterpret_cast<const BlockQ4_K*>(row)[b / 8]);
@@ -343,6 +343,22 @@ void write_token(uint8_t* dst, int t, const TokenBlock& tb) {
   std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
 }
 
+// The even block's pair_sums from its and the next block's (none: zero) integer sums; |sum| <= 32 * 128
+// fits int16.
+void write_pair_sums(uint8_t* even, const uint8_t* odd) {
+  using PA = PackedActivations;
+  auto block_sum = [](const uint8_t* blk, int t) {
+    int32_t lo, hi;
+    std::memcpy(&lo, blk + PA::kIntSumLoOffset + 4 * t, 4);
+    std::memcpy(&hi, blk + PA::kIntSumHiOffset + 4 * t, 4);
+    return static_cast<uint16_t>(static_cast<int16_t>(lo + hi));
+  };
+  for (int t = 0; t < PA::kTokensPerTile; t++) {
+    const uint32_t pair = block_sum(even, t) | (odd ? static_cast<uint32_t>(block_sum(odd, t)) << 16 : 0u);
+    std::memcpy(even + PA::kPairSumsOffset + 4 * t, &pair, 4);
+  }
+}
+
 // Token tiles [tile0, tile1): block(token, b) gives each token's TokenBlock; tokens past the end stay zero.
 template <typename BlockOf>
 void pack_tiles(int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1, uint8_t* out, BlockOf block) {
@@ -356,6 +372,8 @@ void pack_tiles(int64_t n_tokens, int64_t n_blocks, int64_t tile0, int64_t tile1
         if (token >= n_tokens) break;
         write_token(dst, t, block(token, b));
       }
+      if (b % 2 == 1) write_pair_sums(dst - PA::kBytesPerBlock, dst);
+      else if (b == n_blocks - 1) write_pair_sums(dst, nullptr);
     }
 }
 
@@ -484,7 +502,7 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
               int32_t dot = 0;
               for (int e = 0; e < kQK8_0; e++) dot += packed_level(w, g, b, i, e) * qs[e];
               isum += dot * w.kq_scales(g, b)[(b % 8) * G + i];
-              msum += w.q4k_mins(g, b)[(b % 8) * G + i] * bsum;
+              msum += w.q4k_min(g, b, i) * bsum;
               continue;
             }
             for (int hf = 0; hf < 2; hf++) {

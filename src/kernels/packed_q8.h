@@ -27,9 +27,11 @@
 //   Q3_K:   d fp16[16] | sc - 32 int8[16 sub-blocks][16 rows] | high bits
 //           u32[8 blocks][16 rows] (800: the 6-bit scales unpacked to bytes,
 //           4 bytes a row more than the file's 110 per super-block).
-//   Q4_K:   d fp16[16] | dmin fp16[16] | sc u8[8][16] | m u8[8][16] (320: the
-//           6-bit scales and minimums as bytes, 4 bytes a row more than the
-//           file's 144), its levels packed as Q4_0's.
+//   Q4_K:   d fp16[16] | dmin fp16[16] | sc u8[8][16] | m u8[4 block pairs]
+//           [16 rows][2] (320: the 6-bit scales and minimums as bytes, 4 bytes
+//           a row more than the file's 144; a pair's two minimums side by side
+//           widen to one int16 pair per lane for vpdpwssd), its levels packed
+//           as Q4_0's.
 //   Q5_K:   Q4_K's header | fifth bits u32[8 blocks][16 rows] (832, as Q5_0's
 //           reordered qh; 4 bytes a row more than the file's 176).
 //   Q6_K:   d fp16[16] | sc int8[16 sub-blocks][16 rows] | high bits
@@ -133,7 +135,8 @@ struct PackedWeight {
   static constexpr size_t qh_offset_of(PackedKind kind) { return header_bytes_of(kind) - 4 * kRowsPerGroup; }
   static constexpr size_t kIq4xsScalesHOffset = kScaleBytes, kIq4xsScalesLOffset = 2 * kScaleBytes;
   static constexpr size_t sub_scales_offset_of(PackedKind kind) { return (has_kmin_of(kind) ? 2 : 1) * kScaleBytes; }
-  static constexpr size_t kQ4kMinsOffset = 2 * kScaleBytes + 8 * kRowsPerGroup;  // Q4_K's and Q5_K's m
+  // Q4_K's and Q5_K's m: u8[4 block pairs][16 rows][2 blocks].
+  static constexpr size_t kQ4kMinsOffset = 2 * kScaleBytes + 8 * kRowsPerGroup;
   // Q3_K's, Q5_K's and Q6_K's high bits: u32[8 blocks][high_words_of][16 rows] after the scales.
   static constexpr size_t high_bits_offset_of(PackedKind kind) {
     return kind == PackedKind::Q5_K ? 2 * kScaleBytes + 2 * 8 * kRowsPerGroup : kScaleBytes + 16 * kRowsPerGroup;
@@ -181,7 +184,10 @@ struct PackedWeight {
   // Q4_K/Q5_K: sc, 8, then their minimums, 8; Q6_K: sc, 16), and block b's high bits
   // ([high_words_of][16 rows]).
   const uint8_t* kq_scales(int64_t g, int64_t b) const { return block_header(g, b) + sub_scales_offset_of(kind); }
-  const uint8_t* q4k_mins(int64_t g, int64_t b) const { return block_header(g, b) + kQ4kMinsOffset; }
+  // Q4_K's/Q5_K's minimum of block b, lane i.
+  const uint8_t& q4k_min(int64_t g, int64_t b, int i) const {
+    return block_header(g, b)[kQ4kMinsOffset + (b % 8 / 2) * 2 * kRowsPerGroup + 2 * i + b % 2];
+  }
   const uint32_t* high_bits(int64_t g, int64_t b) const {
     return reinterpret_cast<const uint32_t*>(block_header(g, b) + high_bits_offset_of(kind)) +
            (b % 8) * high_words_of(kind) * kRowsPerGroup;
@@ -206,17 +212,19 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
 // tokens so that a micro-kernel reads everything through one pointer with
 // constant offsets. Per (tile, block), kBytesPerBlock bytes:
 //   qs[8 tokens][32] int8 | bias[8] int32 = -z * sum(qs) | d[8] float |
-//   sum[8] float | sum_lo[8] int32 | sum_hi[8] int32
+//   sum[8] float | sum_lo[8] int32 | sum_hi[8] int32 | pair_sums[8] int32
 // (the bias undoes the kind's unsigned offset z: 128 for Q8_0 and the
 // tables, 8 for Q4_0, 16 for Q5_0, else 0; `sum` is what Q4_1's and Q5_1's
 // minimum multiplies, Q8_1's stored d * sum; sum_lo/sum_hi are the integer
 // sums of the block's first and last 16 values, what the k-quants' offsets
-// and minimums multiply). Tokens past n_tokens in the last tile are zero.
+// and minimums multiply; pair_sums, in even blocks b only, the int16 sums of
+// blocks b and b + 1 side by side, what Q4_K's/Q5_K's minimum pairs meet in
+// vpdpwssd). Tokens past n_tokens in the last tile are zero.
 struct PackedActivations {
   static constexpr int kTokensPerTile = 8;
-  static constexpr size_t kBytesPerBlock = 416;
+  static constexpr size_t kBytesPerBlock = 448;
   static constexpr size_t kBiasOffset = 256, kScaleOffset = 288, kSumOffset = 320, kIntSumLoOffset = 352,
-                          kIntSumHiOffset = 384;
+                          kIntSumHiOffset = 384, kPairSumsOffset = 416;
   const uint8_t* data = nullptr;
   int64_t n_tokens = 0, n_blocks = 0;
 

@@ -178,27 +178,28 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
       if constexpr (kNibbles) {
         __m512i w[8];
         load_block<W>(q, unit + kHigh + kHighBytes * j, w);
-        __m512i sc, sc_hi = _mm512_setzero_si512(), mn = _mm512_setzero_si512();
+        __m512i sc, sc_hi = _mm512_setzero_si512();
         if constexpr (kPerBlock) {
           sc = scales16(unit + kScales + 16 * j);
-          mn = scales16(unit + kMins + 16 * j);
         } else {
           sc = scales16(unit + kScales + 32 * j);
           sc_hi = scales16(unit + kScales + 32 * j + 16);
         }
         for (int t = T0; t < T0 + T; t++) {
-          int32_t lo, hi;
-          std::memcpy(&lo, a + PA::kIntSumLoOffset + 4 * t, 4);
-          std::memcpy(&hi, a + PA::kIntSumHiOffset + 4 * t, 4);
           // Two chains (decode latency); Q6_K's are its two sub-blocks.
-          __m512i dot = _mm512_set1_epi32(-kZero * lo), dot_hi = _mm512_set1_epi32(-kZero * hi);
+          __m512i dot = _mm512_setzero_si512(), dot_hi = _mm512_setzero_si512();
+          if constexpr (kZero != 0) {
+            int32_t lo, hi;
+            std::memcpy(&lo, a + PA::kIntSumLoOffset + 4 * t, 4);
+            std::memcpy(&hi, a + PA::kIntSumHiOffset + 4 * t, 4);
+            dot = _mm512_set1_epi32(-kZero * lo), dot_hi = _mm512_set1_epi32(-kZero * hi);
+          }
           for (int k = 0; k < 4; k++) {
             dot = _mm512_dpbusd_epi32(dot, w[k], broadcast_i32(a + kQK8_0 * t + 4 * k));
             dot_hi = _mm512_dpbusd_epi32(dot_hi, w[k + 4], broadcast_i32(a + kQK8_0 * t + 16 + 4 * k));
           }
           if constexpr (kPerBlock) {
             isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(_mm512_add_epi32(dot, dot_hi), sc));
-            msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(lo + hi)));
           } else {
             isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_add_epi32(_mm512_mullo_epi32(dot, sc),
                                                                            _mm512_mullo_epi32(dot_hi, sc_hi)));
@@ -234,6 +235,18 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
           if constexpr (kMin) msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
         }
       }
+    }
+    if constexpr (kPerBlock) {
+      // The minimums times the blocks' sums, a block pair per vpdpwssd (int16 pairs: the weights' minimums
+      // widened from bytes, the activations' pair_sums), once per super-block: the block loop keeps its
+      // registers for the dots.
+      __m512i mins[4];
+      for (int p = 0; p < 4; p++)
+        mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + kMins + 32 * p)));
+      for (int t = T0; t < T0 + T; t++)
+        for (int p = 0; p < 4; p++)
+          msum[t - T0] = _mm512_dpwssd_epi32(msum[t - T0], mins[p],
+                                             broadcast_i32(x.block(tile, b0 + 2 * p) + PA::kPairSumsOffset + 4 * t));
     }
     const uint8_t* a0 = x.block(tile, b0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));
@@ -355,7 +368,7 @@ void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, 
                  float* y, int64_t ldy) {
   // The k-quants with minimums hold two integer sums per token beside the weights: fewer tokens fit
   // (Q4_K/Q5_K measured 14% slower with 8 than with 4, no faster with 6; Q6_K 24% faster with 8).
-  constexpr int kMaxTokens = NG == 2 || PackedWeight::has_kmin_of(W) ? 4 : 8;
+  constexpr int kMaxTokens = NG == 2 || W == PackedKind::Q2_K ? 4 : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy, i == tile_begin);
