@@ -16,7 +16,8 @@ namespace {
 constexpr int kSpinIterations = 20000;
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), ranges_(std::make_unique<Range[]>(static_cast<size_t>(n_threads_))) {
   for (int i = 1; i < n_threads_; i++) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -80,6 +81,32 @@ void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn)
     if (ti >= nt) return;
     const int64_t begin = n * ti / nt, end = n * (ti + 1) / nt;
     fn(begin, end);
+  });
+}
+
+void ThreadPool::parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int chunks_per_thread) {
+  if (n <= 0) return;
+  const int nt = static_cast<int>(std::min<int64_t>(n_threads_, n));
+  if (nt == 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(1, n / (static_cast<int64_t>(nt) * std::max(1, chunks_per_thread)));
+  for (int i = 0; i < nt; i++) {  // published to the workers by run()'s generation release
+    ranges_[i].next.store(n * i / nt, std::memory_order_relaxed);
+    ranges_[i].end = n * (i + 1) / nt;
+  }
+  run([&](int ti, int) {
+    if (ti >= nt) return;
+    // Its own range first (contiguous: the weights stream in order), then the next threads'.
+    for (int k = 0; k < nt; k++) {
+      Range& r = ranges_[(ti + k) % nt];
+      for (;;) {
+        const int64_t begin = r.next.fetch_add(chunk, std::memory_order_relaxed);
+        if (begin >= r.end) break;
+        fn(begin, std::min(r.end, begin + chunk));
+      }
+    }
   });
 }
 

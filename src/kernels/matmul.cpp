@@ -346,7 +346,7 @@ void Matmul::run_many_then(ThreadPool& pool, const Weight* const* ws, int count,
   const int64_t g = std::lcm(kg, std::max<int64_t>(1, align));
   std::array<int64_t, kMaxShared + 1> first_unit{};  // no allocation on the decode path
   for (int i = 0; i < count; i++) first_unit[i + 1] = first_unit[i] + (ws[i]->rows() + g - 1) / g;
-  pool.parallel_for(first_unit[count], [&](int64_t u0, int64_t u1) {
+  pool.parallel_for_balanced(first_unit[count], [&](int64_t u0, int64_t u1) {
     for (int i = 0; i < count; i++) {
       const int64_t a = std::max(u0, first_unit[i]), b = std::min(u1, first_unit[i + 1]);
       if (a >= b) continue;
@@ -364,7 +364,7 @@ void Matmul::run_swiglu(ThreadPool& pool, const Weight& gate, const Weight& up, 
     throw Error(fmt::format("tensors '{}' and '{}' cannot be fused into a gated FFN", gate.name, up.name));
   prepare(pool, gate, x, n);
   const int64_t g = row_granule(gate), rows = gate.rows();
-  pool.parallel_for((rows + g - 1) / g, [&](int64_t u0, int64_t u1) {
+  pool.parallel_for_balanced((rows + g - 1) / g, [&](int64_t u0, int64_t u1) {
     const int64_t r0 = u0 * g, r1 = std::min(rows, u1 * g);
     compute_rows(gate, r0, r1, out, rows);
     compute_rows(up, r0, r1, up_scratch, rows);

@@ -1,0 +1,74 @@
+// ThreadPool's splits: every index exactly once, and parallel_for_balanced's
+// stealing (a thread done with its range takes the rest of a slow one's).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace kestrel {
+namespace {
+
+// How many times fn saw each index of [0, n).
+template <typename Split>
+std::vector<int> coverage(int64_t n, Split split) {
+  std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+  split(n, [&](int64_t a, int64_t b) {
+    ASSERT_LE(0, a);
+    ASSERT_LT(a, b);
+    ASSERT_LE(b, n);
+    for (int64_t i = a; i < b; i++) seen[static_cast<size_t>(i)].fetch_add(1);
+  });
+  std::vector<int> out;
+  for (auto& s : seen) out.push_back(s.load());
+  return out;
+}
+
+TEST(ThreadPool, EverySplitCoversEachIndexOnce) {
+  for (int threads : {1, 2, 3, 5})
+    for (int64_t n : {0, 1, 2, 3, 7, 64, 100, 1001}) {
+      ThreadPool pool(threads);
+      const std::vector<int> once(static_cast<size_t>(n), 1);
+      EXPECT_EQ(coverage(n, [&](int64_t m, auto fn) { pool.parallel_for(m, fn); }), once)
+          << threads << " threads, n=" << n;
+      for (int chunks : {1, 3, 8, 1000})
+        EXPECT_EQ(coverage(n, [&](int64_t m, auto fn) { pool.parallel_for_balanced(m, fn, chunks); }), once)
+            << threads << " threads, n=" << n << ", " << chunks << " chunks a thread";
+    }
+}
+
+// The caller (thread 0) stalls in its first chunk until everything else is
+// done: the worker must have taken the rest of the caller's range, or the
+// wait times out and the test fails.
+TEST(ThreadPool, BalancedSplitLetsAFreeThreadTakeASlowOnesChunks) {
+  ThreadPool pool(2);
+  constexpr int64_t n = 64;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int64_t> done{0}, taken_from_caller{0};
+  std::atomic<bool> first_call{true}, timed_out{false};
+  pool.parallel_for_balanced(n, [&](int64_t a, int64_t b) {
+    if (std::this_thread::get_id() == caller && first_call.exchange(false)) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (done.load() < n - (b - a))
+        if (std::chrono::steady_clock::now() > deadline) {
+          timed_out = true;
+          break;
+        } else {
+          std::this_thread::yield();
+        }
+    } else if (std::this_thread::get_id() != caller && a < n / 2) {
+      taken_from_caller += b - a;
+    }
+    done += b - a;
+  });
+  EXPECT_FALSE(timed_out) << "the worker did not take the stalled caller's remaining chunks";
+  EXPECT_EQ(done.load(), n);
+  // The caller's range is [0, 32) in chunks of 4: the worker took all of it but the stalled first chunk.
+  EXPECT_EQ(taken_from_caller.load(), n / 2 - 4);
+}
+
+}  // namespace
+}  // namespace kestrel
