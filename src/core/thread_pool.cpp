@@ -91,7 +91,9 @@ void ThreadPool::parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int6
     fn(0, n);
     return;
   }
-  const int64_t chunk = std::max<int64_t>(1, n / (static_cast<int64_t>(nt) * std::max(1, chunks_per_thread)));
+  // Claims halve what is left of a range, down to this: few calls while the threads keep pace, small
+  // pieces to take over near the end.
+  const int64_t min_chunk = std::max<int64_t>(1, n / (static_cast<int64_t>(nt) * std::max(1, chunks_per_thread)));
   for (int i = 0; i < nt; i++) {  // published to the workers by run()'s generation release
     ranges_[i].next.store(n * i / nt, std::memory_order_relaxed);
     ranges_[i].end = n * (i + 1) / nt;
@@ -101,10 +103,13 @@ void ThreadPool::parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int6
     // Its own range first (contiguous: the weights stream in order), then the next threads'.
     for (int k = 0; k < nt; k++) {
       Range& r = ranges_[(ti + k) % nt];
+      int64_t begin = r.next.load(std::memory_order_relaxed), size = 0;
       for (;;) {
-        const int64_t begin = r.next.fetch_add(chunk, std::memory_order_relaxed);
         if (begin >= r.end) break;
-        fn(begin, std::min(r.end, begin + chunk));
+        size = std::max(min_chunk, (r.end - begin) / 2);
+        if (!r.next.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) continue;
+        fn(begin, std::min(r.end, begin + size));
+        begin = r.next.load(std::memory_order_relaxed);
       }
     }
   });
