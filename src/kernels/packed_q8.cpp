@@ -341,6 +341,9 @@ void write_token(uint8_t* dst, int t, const TokenBlock& tb) {
   std::memcpy(dst + PA::kSumOffset + 4 * t, &sum, 4);
   std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
   std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
+  // |half sum| <= 16 * 128 fits int16.
+  const uint32_t halves = static_cast<uint16_t>(static_cast<int16_t>(lo)) | static_cast<uint32_t>(hi) << 16;
+  std::memcpy(dst + PA::kHalfSumsOffset + 4 * t, &halves, 4);
 }
 
 // The even block's pair_sums from its and the next block's (none: zero) integer sums; |sum| <= 32 * 128

@@ -185,15 +185,17 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
           sc = scales16(unit + kScales + 32 * j);
           sc_hi = scales16(unit + kScales + 32 * j + 16);
         }
+        // Q6_K's zero level: -32 x (sc x sum_lo + sc_hi x sum_hi), one vpdpwssd per token against the
+        // activations' half_sums, with the scales times -32 (within int16) as each lane's pair.
+        __m512i zero_pair = _mm512_setzero_si512();
+        if constexpr (kZero != 0) {
+          const __m512i z = _mm512_set1_epi32(-kZero);
+          zero_pair = _mm512_or_si512(_mm512_and_si512(_mm512_mullo_epi32(sc, z), _mm512_set1_epi32(0xFFFF)),
+                                      _mm512_slli_epi32(_mm512_mullo_epi32(sc_hi, z), 16));
+        }
         for (int t = T0; t < T0 + T; t++) {
           // Two chains (decode latency); Q6_K's are its two sub-blocks.
           __m512i dot = _mm512_setzero_si512(), dot_hi = _mm512_setzero_si512();
-          if constexpr (kZero != 0) {
-            int32_t lo, hi;
-            std::memcpy(&lo, a + PA::kIntSumLoOffset + 4 * t, 4);
-            std::memcpy(&hi, a + PA::kIntSumHiOffset + 4 * t, 4);
-            dot = _mm512_set1_epi32(-kZero * lo), dot_hi = _mm512_set1_epi32(-kZero * hi);
-          }
           for (int k = 0; k < 4; k++) {
             dot = _mm512_dpbusd_epi32(dot, w[k], broadcast_i32(a + kQK8_0 * t + 4 * k));
             dot_hi = _mm512_dpbusd_epi32(dot_hi, w[k + 4], broadcast_i32(a + kQK8_0 * t + 16 + 4 * k));
@@ -203,6 +205,7 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
           } else {
             isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_add_epi32(_mm512_mullo_epi32(dot, sc),
                                                                            _mm512_mullo_epi32(dot_hi, sc_hi)));
+            isum[t - T0] = _mm512_dpwssd_epi32(isum[t - T0], zero_pair, broadcast_i32(a + PA::kHalfSumsOffset + 4 * t));
           }
         }
         continue;
