@@ -23,14 +23,13 @@ namespace kestrel {
 std::string matmul_kernel_name(const DotKernels& k, GgmlType type, bool repacked) {
   const char* isa = isa_name(k.isa);
   if (repacked && packed_gemm_available() && has_packed_kind(type)) {
-    // The k-quants' kernel (integer sub-block scales) runs one row group at a time, 8 tokens a pass but
-    // Q2_K's 4 (its per-sub-block minimums take registers).
+    // The k-quants' kernel (integer sub-block scales) runs one row group at a time, 8 tokens a pass.
     const bool k_quant = traits(type).block_size == 256 && type != GgmlType::IQ4_XS;
     return fmt::format(
         "{} repacked in 16-row groups x {}: vpdpbusd, one block per lane; {} rows x {} tokens for batches, "
         "16 rows x 1 token for decode (avx512 vnni)",
         type_name(type), activation_format_name(activation_format(type)), k_quant ? 16 : 32,
-        k_quant && type != GgmlType::Q2_K ? 8 : 4);
+        k_quant ? 8 : 4);
   }
   switch (type) {
     case GgmlType::F32:

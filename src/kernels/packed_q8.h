@@ -218,10 +218,11 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
 // tables, 8 for Q4_0, 16 for Q5_0, else 0; `sum` is what Q4_1's and Q5_1's
 // minimum multiplies, Q8_1's stored d * sum; sum_lo/sum_hi are the integer
 // sums of the block's first and last 16 values, what the k-quants' offsets
-// and minimums multiply; pair_sums, in even blocks b only, the int16 sums of
-// blocks b and b + 1 side by side, what Q4_K's/Q5_K's minimum pairs meet in
-// vpdpwssd; half_sums, sum_lo and sum_hi as int16 side by side, what Q6_K's
-// zero level meets in vpdpwssd). Tokens past n_tokens in the last tile are zero.
+// and minimums multiply (the reference reads them); pair_sums, in even
+// blocks b only, the int16 sums of blocks b and b + 1 side by side, what
+// Q4_K's/Q5_K's minimum pairs meet in vpdpwssd; half_sums, sum_lo and sum_hi
+// as int16 side by side, what Q2_K's minimums and Q3_K's and Q6_K's zero
+// levels meet in vpdpwssd). Tokens past n_tokens in the last tile are zero.
 struct PackedActivations {
   static constexpr int kTokensPerTile = 8;
   static constexpr size_t kBytesPerBlock = 480;

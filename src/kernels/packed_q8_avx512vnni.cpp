@@ -212,13 +212,20 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
       }
       __m512i high = _mm512_setzero_si512();
       if constexpr (kThree) high = _mm512_loadu_si512(unit + kHigh + 64 * j);
+      // The two sub-blocks' scales, and what their activation sums meet in one vpdpwssd per token (int16
+      // pairs, the block's first 16 elements in the low half): Q2_K's minimums, Q3_K's scales x -4.
+      __m512i sc[2], offsets;
+      for (int hf = 0; hf < 2; hf++) sc[hf] = scales16(unit + kScales + (2 * j + hf) * 16);
+      if constexpr (kMin) {  // Q2_K: scale | min << 4
+        offsets = _mm512_or_si512(_mm512_srli_epi32(sc[0], 4), _mm512_slli_epi32(_mm512_srli_epi32(sc[1], 4), 16));
+        for (int hf = 0; hf < 2; hf++) sc[hf] = _mm512_and_si512(sc[hf], _mm512_set1_epi32(0xF));
+      } else {
+        const __m512i z = _mm512_set1_epi32(-kZero);
+        offsets = _mm512_or_si512(_mm512_and_si512(_mm512_mullo_epi32(sc[0], z), _mm512_set1_epi32(0xFFFF)),
+                                  _mm512_slli_epi32(_mm512_mullo_epi32(sc[1], z), 16));
+      }
       for (int hf = 0; hf < 2; hf++) {
         const __m512i v = _mm512_loadu_si512(q + 64 * hf);
-        __m512i sc = scales16(unit + kScales + (2 * j + hf) * 16), mn = _mm512_setzero_si512();
-        if constexpr (kMin) {  // Q2_K: scale | min << 4
-          mn = _mm512_srli_epi32(sc, 4);
-          sc = _mm512_and_si512(sc, _mm512_set1_epi32(0xF));
-        }
         __m512i w[4];
         for (int sh = 0; sh < 4; sh++) {
           w[sh] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * sh), two_bits);
@@ -229,14 +236,16 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
           }
         }
         for (int t = T0; t < T0 + T; t++) {
-          int32_t bsum;
-          std::memcpy(&bsum, a + (hf ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * t, 4);
-          __m512i dot = _mm512_set1_epi32(-kZero * bsum);
+          __m512i dot = _mm512_setzero_si512();
           for (int sh = 0; sh < 4; sh++)
             dot = _mm512_dpbusd_epi32(dot, w[sh], broadcast_i32(a + kQK8_0 * t + 16 * hf + 4 * sh));
-          isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(dot, sc));
-          if constexpr (kMin) msum[t - T0] = _mm512_add_epi32(msum[t - T0], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
+          isum[t - T0] = _mm512_add_epi32(isum[t - T0], _mm512_mullo_epi32(dot, sc[hf]));
         }
+      }
+      for (int t = T0; t < T0 + T; t++) {
+        const __m512i halves = broadcast_i32(a + PA::kHalfSumsOffset + 4 * t);
+        if constexpr (kMin) msum[t - T0] = _mm512_dpwssd_epi32(msum[t - T0], offsets, halves);
+        else isum[t - T0] = _mm512_dpwssd_epi32(isum[t - T0], offsets, halves);
       }
     }
     if constexpr (kPerBlock) {
@@ -369,9 +378,10 @@ void tokens(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64
 template <PackedKind W, int NG>
 void group_tiles(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile_begin, int64_t tile_end,
                  float* y, int64_t ldy) {
-  // The k-quants with minimums hold two integer sums per token beside the weights: fewer tokens fit
-  // (Q4_K/Q5_K measured 14% slower with 8 than with 4, no faster with 6; Q6_K 24% faster with 8).
-  constexpr int kMaxTokens = NG == 2 || W == PackedKind::Q2_K ? 4 : 8;
+  // Two groups: twice the weights and accumulators, 4 tokens. The k-quants, one group, take 8 (Q6_K 24%
+  // faster than with 4; Q4_K/Q5_K and Q2_K once their minimums' products went to vpdpwssd, which freed
+  // the registers that had made 8 slower).
+  constexpr int kMaxTokens = NG == 2 ? 4 : 8;
   for (int64_t i = tile_begin; i < tile_end; i++) {
     const int64_t n = std::min<int64_t>(PA::kTokensPerTile, x.n_tokens - i * PA::kTokensPerTile);
     tokens<W, 0, kMaxTokens, NG>(pw, g, x, i, n, y, ldy, i == tile_begin);
