@@ -92,6 +92,12 @@ inline void load_block(const uint8_t* q, const uint8_t* high, __m512i* w) {
   }
 }
 
+// Lane i's int16 pair (lo_i, hi_i) from two vectors of int32 lanes within int16 range: vpdpwssd's
+// operand for a block's two half sums.
+inline __m512i int16_pairs(__m512i lo, __m512i hi) {
+  return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
+}
+
 // A kind's scales of block b for the 16 rows (MXFP4: ggml's half of E8M0, 2^(e - 128);
 // IQ4_XS: d * (ls - 32) from its super-block's header, as PackedWeight::block_scale).
 template <PackedKind W>
@@ -137,10 +143,12 @@ inline __mmask16 row_mask(const PackedWeight& pw, int64_t r) {
 }
 
 // The k-quants (one group): per super-block and token, each sub-block's
-// integer dot (Q3_K's -4 and Q6_K's -32 offsets folded in as that multiple
-// of the activations' sum) times its integer scale, the minimums times the
-// activations' sums, then one FMA each per super-block
-// (packed_gemm_reference_integer_scaled's order; integer sums are exact).
+// integer dot times its integer scale, plus Q3_K's -4 and Q6_K's -32 offsets
+// as scale x offset x the activations' sub-block sums; the minimums times
+// the same sums apart (the offsets and minimums in vpdpwssd, int16 pairs
+// against the activations' half_sums / pair_sums); then one FMA each per
+// super-block (packed_gemm_reference_integer_scaled's arithmetic; integer sums
+// are exact, so the order within a super-block does not change the result).
 template <PackedKind W, int T0, int T>
 void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActivations& x, int64_t tile, float* y,
                            int64_t ldy, bool prefetch) {
@@ -158,6 +166,7 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   constexpr size_t kHigh = PW::high_bits_offset_of(W), kHighBytes = 64 * PW::high_words_of(W);
   constexpr size_t kHeader = PW::unit_header_bytes_of(W), kQuants = PW::quant_bytes_of(W), kUnit = PW::unit_bytes_of(W);
   const __m512i two_bits = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
+  const __m512i minus_zero = _mm512_set1_epi32(-kZero);  // Q3_K's/Q6_K's scales x this meet the half sums
   // A sub-block's integer scales for the 16 rows: bytes, signed where the format's are.
   auto scales16 = [](const uint8_t* p) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -188,11 +197,8 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
         // Q6_K's zero level: -32 x (sc x sum_lo + sc_hi x sum_hi), one vpdpwssd per token against the
         // activations' half_sums, with the scales times -32 (within int16) as each lane's pair.
         __m512i zero_pair = _mm512_setzero_si512();
-        if constexpr (kZero != 0) {
-          const __m512i z = _mm512_set1_epi32(-kZero);
-          zero_pair = _mm512_or_si512(_mm512_and_si512(_mm512_mullo_epi32(sc, z), _mm512_set1_epi32(0xFFFF)),
-                                      _mm512_slli_epi32(_mm512_mullo_epi32(sc_hi, z), 16));
-        }
+        if constexpr (kZero != 0)
+          zero_pair = int16_pairs(_mm512_mullo_epi32(sc, minus_zero), _mm512_mullo_epi32(sc_hi, minus_zero));
         for (int t = T0; t < T0 + T; t++) {
           // Two chains (decode latency); Q6_K's are its two sub-blocks.
           __m512i dot = _mm512_setzero_si512(), dot_hi = _mm512_setzero_si512();
@@ -217,12 +223,10 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
       __m512i sc[2], offsets;
       for (int hf = 0; hf < 2; hf++) sc[hf] = scales16(unit + kScales + (2 * j + hf) * 16);
       if constexpr (kMin) {  // Q2_K: scale | min << 4
-        offsets = _mm512_or_si512(_mm512_srli_epi32(sc[0], 4), _mm512_slli_epi32(_mm512_srli_epi32(sc[1], 4), 16));
+        offsets = int16_pairs(_mm512_srli_epi32(sc[0], 4), _mm512_srli_epi32(sc[1], 4));
         for (int hf = 0; hf < 2; hf++) sc[hf] = _mm512_and_si512(sc[hf], _mm512_set1_epi32(0xF));
       } else {
-        const __m512i z = _mm512_set1_epi32(-kZero);
-        offsets = _mm512_or_si512(_mm512_and_si512(_mm512_mullo_epi32(sc[0], z), _mm512_set1_epi32(0xFFFF)),
-                                  _mm512_slli_epi32(_mm512_mullo_epi32(sc[1], z), 16));
+        offsets = int16_pairs(_mm512_mullo_epi32(sc[0], minus_zero), _mm512_mullo_epi32(sc[1], minus_zero));
       }
       for (int hf = 0; hf < 2; hf++) {
         const __m512i v = _mm512_loadu_si512(q + 64 * hf);
