@@ -103,10 +103,9 @@ void ThreadPool::parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int6
     // Its own range first (contiguous: the weights stream in order), then the next threads'.
     for (int k = 0; k < nt; k++) {
       Range& r = ranges_[(ti + k) % nt];
-      int64_t begin = r.next.load(std::memory_order_relaxed), size = 0;
-      for (;;) {
-        if (begin >= r.end) break;
-        size = std::max(min_chunk, (r.end - begin) / 2);
+      int64_t begin = r.next.load(std::memory_order_relaxed);
+      while (begin < r.end) {
+        const int64_t size = std::max(min_chunk, (r.end - begin) / 2);
         if (!r.next.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) continue;
         fn(begin, std::min(r.end, begin + size));
         begin = r.next.load(std::memory_order_relaxed);

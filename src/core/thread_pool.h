@@ -29,19 +29,19 @@ class ThreadPool {
 
   // Splits [0, n) into contiguous ranges, one per thread: fn(begin, end).
   void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn);
-  // The same ranges, each taken in about `chunks_per_thread` chunks (fn once
-  // per chunk); a thread done with its own range goes on with the others'
-  // remaining chunks. For work whose time per unit varies by core: on a
-  // shared machine one vCPU can run 1.5x slower than the other, and a static
-  // split leaves the faster waiting at the barrier (measured: the caller
-  // spinning 16-19% of a forward pass).
+  // The same ranges, each taken in chunks (fn once per chunk) of half what is
+  // left of it, down to a 1/chunks_per_thread share of a range; a thread done
+  // with its own range goes on with the others' remaining chunks. For work
+  // whose time per unit varies by core: on a shared machine one vCPU can run
+  // 1.5x slower than the other, and a static split leaves the faster waiting
+  // at the barrier (measured: the caller spinning 12-19% of a forward pass).
   void parallel_for_balanced(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int chunks_per_thread = 8);
 
  private:
   void worker_loop(int index);
 
   // A thread's range in parallel_for_balanced: chunks are claimed from `next` by its owner first, then by
-  // threads done with theirs. One cache line each (claims are atomic increments by several threads).
+  // threads done with theirs. One cache line each (several threads compare-and-swap `next`).
   struct alignas(64) Range {
     std::atomic<int64_t> next{0};
     int64_t end = 0;

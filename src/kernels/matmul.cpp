@@ -67,8 +67,9 @@ void dequantize_weight_row(const Weight& w, int64_t row, float* out) {
 }
 
 // Batches take their row units in chunks that a thread done with its own can take over (one vCPU of a
-// shared machine may run 1.5x slower than the other: pp512 +4-10% measured); a single token keeps one
-// contiguous range per thread (measured 8-13% faster decode: each thread's weights one unbroken stream).
+// shared machine may run 1.5x slower than the other: pp512 +12-16% with a busy neighbour, within noise
+// on a quiet machine); a single token keeps one contiguous range per thread (fixed chunks measured 8-13%
+// slower decode: each thread's weights one unbroken stream).
 static void split_rows(ThreadPool& pool, int64_t units, int64_t n_tokens, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n_tokens > 1) pool.parallel_for_balanced(units, fn);
   else pool.parallel_for(units, fn);

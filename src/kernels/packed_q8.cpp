@@ -339,8 +339,6 @@ void write_token(uint8_t* dst, int t, const TokenBlock& tb) {
   std::memcpy(dst + PA::kBiasOffset + 4 * t, &tb.bias, 4);
   std::memcpy(dst + PA::kScaleOffset + 4 * t, &tb.d, 4);
   std::memcpy(dst + PA::kSumOffset + 4 * t, &sum, 4);
-  std::memcpy(dst + PA::kIntSumLoOffset + 4 * t, &lo, 4);
-  std::memcpy(dst + PA::kIntSumHiOffset + 4 * t, &hi, 4);
   // |half sum| <= 16 * 128 fits int16.
   const uint32_t halves = static_cast<uint16_t>(static_cast<int16_t>(lo)) | static_cast<uint32_t>(hi) << 16;
   std::memcpy(dst + PA::kHalfSumsOffset + 4 * t, &halves, 4);
@@ -351,9 +349,9 @@ void write_token(uint8_t* dst, int t, const TokenBlock& tb) {
 void write_pair_sums(uint8_t* even, const uint8_t* odd) {
   using PA = PackedActivations;
   auto block_sum = [](const uint8_t* blk, int t) {
-    int32_t lo, hi;
-    std::memcpy(&lo, blk + PA::kIntSumLoOffset + 4 * t, 4);
-    std::memcpy(&hi, blk + PA::kIntSumHiOffset + 4 * t, 4);
+    uint32_t halves;
+    std::memcpy(&halves, blk + PA::kHalfSumsOffset + 4 * t, 4);
+    const int32_t lo = static_cast<int16_t>(halves & 0xFFFF), hi = static_cast<int16_t>(halves >> 16);
     return static_cast<uint16_t>(static_cast<int16_t>(lo + hi));
   };
   for (int t = 0; t < PA::kTokensPerTile; t++) {
@@ -499,9 +497,11 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
           for (int64_t b = b0; b < b0 + 8; b++) {
             const uint8_t* xb = x.block(t / PA::kTokensPerTile, b);
             const auto* qs = reinterpret_cast<const int8_t*>(xb + kQK8_0 * tt);
+            // The activations' sums from their quants (not the tile's half/pair sums the kernel reads).
+            int32_t half_sum[2] = {0, 0};
+            for (int e = 0; e < kQK8_0; e++) half_sum[e / 16] += qs[e];
             if (per_block) {
-              const int32_t bsum = load(xb + PA::kIntSumLoOffset + 4 * tt, int32_t{}) +
-                                   load(xb + PA::kIntSumHiOffset + 4 * tt, int32_t{});
+              const int32_t bsum = half_sum[0] + half_sum[1];
               int32_t dot = 0;
               for (int e = 0; e < kQK8_0; e++) dot += packed_level(w, g, b, i, e) * qs[e];
               isum += dot * w.kq_scales(g, b)[(b % 8) * G + i];
@@ -509,7 +509,7 @@ static void packed_gemm_reference_integer_scaled(const PackedWeight& w, int64_t 
               continue;
             }
             for (int hf = 0; hf < 2; hf++) {
-              const int32_t bsum = load(xb + (hf ? PA::kIntSumHiOffset : PA::kIntSumLoOffset) + 4 * tt, int32_t{});
+              const int32_t bsum = half_sum[hf];
               int32_t dot = -zero * bsum;
               for (int e = 16 * hf; e < 16 * hf + 16; e++) dot += packed_level(w, g, b, i, e) * qs[e];
               const uint8_t sub = w.kq_scales(g, b)[(2 * (b % 8) + hf) * G + i];

@@ -212,22 +212,19 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
 // tokens so that a micro-kernel reads everything through one pointer with
 // constant offsets. Per (tile, block), kBytesPerBlock bytes:
 //   qs[8 tokens][32] int8 | bias[8] int32 = -z * sum(qs) | d[8] float |
-//   sum[8] float | sum_lo[8] int32 | sum_hi[8] int32 | pair_sums[8] int32 |
-//   half_sums[8] int32
+//   sum[8] float | half_sums[8] int16 pairs | pair_sums[8] int16 pairs
 // (the bias undoes the kind's unsigned offset z: 128 for Q8_0 and the
 // tables, 8 for Q4_0, 16 for Q5_0, else 0; `sum` is what Q4_1's and Q5_1's
-// minimum multiplies, Q8_1's stored d * sum; sum_lo/sum_hi are the integer
-// sums of the block's first and last 16 values, what the k-quants' offsets
-// and minimums multiply (the reference reads them); pair_sums, in even
-// blocks b only, the int16 sums of blocks b and b + 1 side by side, what
-// Q4_K's/Q5_K's minimum pairs meet in vpdpwssd; half_sums, sum_lo and sum_hi
-// as int16 side by side, what Q2_K's minimums and Q3_K's and Q6_K's zero
-// levels meet in vpdpwssd). Tokens past n_tokens in the last tile are zero.
+// minimum multiplies, Q8_1's stored d * sum; half_sums, the integer sums of
+// the block's first and last 16 values side by side, what Q2_K's minimums and
+// Q3_K's and Q6_K's zero levels meet in vpdpwssd; pair_sums, in even blocks b
+// only, the integer sums of blocks b and b + 1 side by side, what Q4_K's/Q5_K's
+// minimum pairs meet in vpdpwssd). Tokens past n_tokens in the last tile are zero.
 struct PackedActivations {
   static constexpr int kTokensPerTile = 8;
-  static constexpr size_t kBytesPerBlock = 480;
-  static constexpr size_t kBiasOffset = 256, kScaleOffset = 288, kSumOffset = 320, kIntSumLoOffset = 352,
-                          kIntSumHiOffset = 384, kPairSumsOffset = 416, kHalfSumsOffset = 448;
+  static constexpr size_t kBytesPerBlock = 416;
+  static constexpr size_t kBiasOffset = 256, kScaleOffset = 288, kSumOffset = 320, kHalfSumsOffset = 352,
+                          kPairSumsOffset = 384;
   const uint8_t* data = nullptr;
   int64_t n_tokens = 0, n_blocks = 0;
 
