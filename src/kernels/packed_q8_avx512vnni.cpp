@@ -166,7 +166,13 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   constexpr size_t kHigh = PW::high_bits_offset_of(W), kHighBytes = 64 * PW::high_words_of(W);
   constexpr size_t kHeader = PW::unit_header_bytes_of(W), kQuants = PW::quant_bytes_of(W), kUnit = PW::unit_bytes_of(W);
   const __m512i two_bits = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
-  const __m512i minus_zero = _mm512_set1_epi32(-kZero);  // Q3_K's/Q6_K's scales x this meet the half sums
+  // Q3_K's/Q6_K's scales x -kZero meet the half sums: the int16 pairs of the scales, shifted and negated in
+  // 16-bit lanes (within int16: |scale| <= 128, kZero <= 32), which costs no vpmulld.
+  static_assert((kZero & (kZero - 1)) == 0, "the zero level is a power of two");
+  constexpr int kZeroShift = kZero == 32 ? 5 : kZero == 4 ? 2 : 0;
+  auto times_minus_zero = [](__m512i pairs) {
+    return _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pairs, kZeroShift));
+  };
   // A sub-block's integer scales for the 16 rows: bytes, signed where the format's are.
   auto scales16 = [](const uint8_t* p) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -198,7 +204,7 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
         // activations' half_sums, with the scales times -32 (within int16) as each lane's pair.
         __m512i zero_pair = _mm512_setzero_si512();
         if constexpr (kZero != 0)
-          zero_pair = int16_pairs(_mm512_mullo_epi32(sc, minus_zero), _mm512_mullo_epi32(sc_hi, minus_zero));
+          zero_pair = times_minus_zero(int16_pairs(sc, sc_hi));
         for (int t = T0; t < T0 + T; t++) {
           // Two chains (decode latency); Q6_K's are its two sub-blocks.
           __m512i dot = _mm512_setzero_si512(), dot_hi = _mm512_setzero_si512();
@@ -226,7 +232,7 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
         offsets = int16_pairs(_mm512_srli_epi32(sc[0], 4), _mm512_srli_epi32(sc[1], 4));
         for (int hf = 0; hf < 2; hf++) sc[hf] = _mm512_and_si512(sc[hf], _mm512_set1_epi32(0xF));
       } else {
-        offsets = int16_pairs(_mm512_mullo_epi32(sc[0], minus_zero), _mm512_mullo_epi32(sc[1], minus_zero));
+        offsets = times_minus_zero(int16_pairs(sc[0], sc[1]));
       }
       for (int hf = 0; hf < 2; hf++) {
         const __m512i v = _mm512_loadu_si512(q + 64 * hf);
