@@ -3,15 +3,20 @@
 // format and kernel path. Run: build/bench/kestrel_kernel_bench
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/block_formats.h"
 #include "core/thread_pool.h"
+#include "hw/peak_kernels.h"
 #include "kernels/attention.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
+#include "kernels/packed_q8.h"
 
 namespace kestrel {
 namespace {
@@ -96,6 +101,65 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
     for (int isa : {1, 2}) b->Args({static_cast<int64_t>(type), 5632, 2048, 1, 1, isa});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Decode as a model runs it: one token through a sequence of distinct
+// matrices (copies of one, repacked, 512 MiB in all) so that every call reads
+// its weights from DRAM, with the pool's barrier per call (the BM_Matmul rows
+// above re-read one matrix that largely fits in the caches). Each iteration
+// also reads another copy's bytes with the bandwidth probe's loop, timed
+// apart: on a shared machine whose bandwidth drifts by tens of percent within
+// minutes, only this interleaving gives a meaningful ratio ("of_read": the
+// kernel's share of what plain reading gets). args: type, rows, cols, threads.
+void BM_MatmulStream(benchmark::State& state) {
+  using Clock = std::chrono::steady_clock;
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2);
+  if (!packed_gemm_available()) {
+    state.SkipWithError("no repacked kernels on this CPU");
+    return;
+  }
+  WeightBuffer wb = make_weight(type, rows, cols);
+  const size_t copies = std::max<size_t>(4, (size_t{512} << 20) / wb.bytes.size());
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  std::vector<Weight> ws(copies, wb.w);
+  for (auto& w : ws) w.packed = pack_weight(wb.w, &pool);
+  std::vector<float> x(cols, 0.5f), y(rows), partial(static_cast<size_t>(pool.size()));
+  Matmul mm(dot_kernels_for(IsaLevel::Avx512));
+  double kernel_seconds = 0, read_seconds = 0, read_bytes = 0;
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    mm.run(pool, ws[i % copies], x.data(), 1, y.data());
+    const auto t1 = Clock::now();
+    benchmark::DoNotOptimize(y.data());
+    const PackedWeight& other = *ws[(i + copies / 2) % copies].packed;
+    const int64_t n = other.n_groups * static_cast<int64_t>(other.group_bytes()) / static_cast<int64_t>(sizeof(float));
+    const float* f = reinterpret_cast<const float*>(other.data);
+    pool.run([&](int ti, int nt) { partial[ti] = peak::sum_floats(f + n * ti / nt, n * (ti + 1) / nt - n * ti / nt); });
+    benchmark::DoNotOptimize(partial.data());
+    read_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
+    read_bytes += static_cast<double>(n) * sizeof(float);
+    kernel_seconds += std::chrono::duration<double>(t1 - t0).count();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    i++;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(iters * wb.bytes.size(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  // GB/s counts the file's bytes (the roofline's); the read and the ratio the repacked bytes, which the
+  // kernel streams (the k-quants' a few percent more), over the same number of calls.
+  state.counters["read_GB/s"] = read_bytes / read_seconds / 1e9;
+  state.counters["of_read"] = read_seconds / kernel_seconds;
+  state.SetLabel(std::string(type_name(type)) + " repacked, " + std::to_string(copies) + " copies");
+}
+
+void StreamShapes(benchmark::internal::Benchmark* b) {
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  for (int t : {1, threads})
+    for (auto type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5632, 2048}, {2048, 5632}})
+        b->Args({static_cast<int64_t>(type), rows, cols, t});
+}
+BENCHMARK(BM_MatmulStream)->Apply(StreamShapes)->UseManualTime();
 
 void BM_Dot(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
