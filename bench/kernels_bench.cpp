@@ -139,8 +139,9 @@ void BM_MatmulStream(benchmark::State& state) {
     benchmark::DoNotOptimize(partial.data());
     read_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
     read_bytes += static_cast<double>(n) * sizeof(float);
-    kernel_seconds += std::chrono::duration<double>(t1 - t0).count();
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    const double kernel = std::chrono::duration<double>(t1 - t0).count();
+    kernel_seconds += kernel;
+    state.SetIterationTime(kernel);
     i++;
   }
   const double iters = static_cast<double>(state.iterations());

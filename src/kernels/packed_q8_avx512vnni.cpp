@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "core/nonlinear4_formats.h"
@@ -168,8 +169,8 @@ void integer_scaled_kernel(const PackedWeight& pw, int64_t g, const PackedActiva
   const __m512i two_bits = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
   // Q3_K's/Q6_K's scales x -kZero meet the half sums: the int16 pairs of the scales, shifted and negated in
   // 16-bit lanes (within int16: |scale| <= 128, kZero <= 32), which costs no vpmulld.
-  static_assert((kZero & (kZero - 1)) == 0, "the zero level is a power of two");
-  constexpr int kZeroShift = kZero == 32 ? 5 : kZero == 4 ? 2 : 0;
+  static_assert(std::has_single_bit(static_cast<uint32_t>(kZero)) || kZero == 0, "the zero level is a power of two");
+  constexpr int kZeroShift = kZero == 0 ? 0 : std::countr_zero(static_cast<uint32_t>(kZero));
   auto times_minus_zero = [](__m512i pairs) {
     return _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pairs, kZeroShift));
   };
