@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/thread_pool.h"
 #include "hw/peak_kernels.h"
 #include "kernels/attention.h"

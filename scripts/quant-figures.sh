@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures the quantization tables in the README: for each weight type (and
+# Measures the quantization tables in docs/quantization.md: for each weight type (and
 # AWQ/GPTQ, and each KV-cache type) the file size, bits per weight, KL
 # divergence and Δppl against the float32 model (perplexity's method on
 # ../shared/eval/stories.txt), and decode speed (bench tg).

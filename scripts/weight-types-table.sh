@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's weight-type tables, from one script:
+# The weight-type tables of docs/quantization.md and docs/kernels.md, from one script:
 #   1. quality: every type and llama-quantize mix Kestrel writes, applied to
 #      stories260K (float32), with bits per weight, perplexity and KL
 #      divergence against the float32 model on ../shared/eval/stories.txt;

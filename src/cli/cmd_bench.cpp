@@ -10,9 +10,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "hw/limits.h"
-#include "runtime/bench.h"
-#include "runtime/spec_bench.h"
-#include "serving/batch_spec_bench.h"
+#include "measure/bench.h"
+#include "measure/spec_bench.h"
+#include "measure/batch_spec_bench.h"
 
 namespace kestrel::cli {
 namespace {

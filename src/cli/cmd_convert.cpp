@@ -2,9 +2,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
-#include "model/llama2c_import.h"
+#include "gguf/llama2c_import.h"
 
 namespace kestrel::cli {
 

@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
-#include "model/imatrix.h"
-#include "runtime/calibration.h"
+#include "quant/imatrix.h"
+#include "quant/calibration.h"
 #include "runtime/engine.h"
 
 namespace kestrel::cli {

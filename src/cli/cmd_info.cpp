@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "runtime/engine.h"
 
 namespace kestrel::cli {

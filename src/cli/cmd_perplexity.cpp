@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "runtime/perplexity.h"
+#include "measure/perplexity.h"
 
 namespace kestrel::cli {
 

@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "runtime/precision_check.h"
+#include "measure/precision_check.h"
 
 namespace kestrel::cli {
 

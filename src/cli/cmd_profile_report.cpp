@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "runtime/profile_report.h"
+#include "measure/profile_report.h"
 
 namespace kestrel::cli {
 

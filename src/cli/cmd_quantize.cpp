@@ -8,14 +8,14 @@
 
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
-#include "model/imatrix.h"
-#include "model/quant_mix.h"
-#include "model/requantize.h"
-#include "runtime/calibration.h"
+#include "quant/imatrix.h"
+#include "quant/quant_mix.h"
+#include "quant/requantize.h"
+#include "quant/calibration.h"
 #include "runtime/engine.h"
-#include "runtime/mixed_precision.h"
+#include "quant/mixed_precision.h"
 
 namespace kestrel::cli {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "runtime/spec_source.h"
+#include "spec/spec_source.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 

@@ -4,9 +4,9 @@
 #include <chrono>
 
 #include "cli/commands.h"
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
-#include "model/synth.h"
+#include "gguf/synth.h"
 #include "runtime/engine.h"
 
 namespace kestrel::cli {

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
 

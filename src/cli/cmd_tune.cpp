@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "cli/commands.h"
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
 #include "hw/tuning.h"
 #include "kernels/matmul.h"

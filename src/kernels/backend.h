@@ -11,7 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
-#include "model/weight.h"
+#include "formats/weight.h"
 
 namespace kestrel {
 

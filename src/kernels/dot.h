@@ -4,7 +4,7 @@
 // every SIMD table is tested against.
 #include <cstdint>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "hw/cpu_features.h"
 
 namespace kestrel {

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/fp16.h"
+#include "formats/fp16.h"
 #include "kernels/dot.h"
 
 namespace kestrel {

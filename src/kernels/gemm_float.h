@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/ggml_types.h"
+#include "formats/ggml_types.h"
 
 namespace kestrel {
 

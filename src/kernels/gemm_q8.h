@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/block_formats.h"
-#include "core/ggml_types.h"
+#include "formats/block_formats.h"
+#include "formats/ggml_types.h"
 
 namespace kestrel {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/fp16.h"
-#include "core/fp8.h"
+#include "formats/fp16.h"
+#include "formats/fp8.h"
 #include "hw/cpu_features.h"
 
 namespace kestrel {

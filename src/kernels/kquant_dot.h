@@ -10,8 +10,8 @@
 // The scalar table is the reference the SIMD tables are tested against.
 #include <cstdint>
 
-#include "core/block_formats.h"
-#include "core/kquant_formats.h"
+#include "formats/block_formats.h"
+#include "formats/kquant_formats.h"
 
 namespace kestrel {
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/fp16.h"
-#include "core/fp8.h"
+#include "formats/fp16.h"
+#include "formats/fp8.h"
 #include "hw/cpu_features.h"
 
 namespace kestrel {

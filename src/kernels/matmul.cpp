@@ -8,10 +8,10 @@
 #include <numeric>
 #include <vector>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
-#include "core/fp16.h"
-#include "core/q4q5_formats.h"
+#include "formats/fp16.h"
+#include "formats/q4q5_formats.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
 #include "kernels/kquant_dot.h"

@@ -25,7 +25,7 @@
 #include "kernels/gemm_q8.h"
 #include "kernels/packed_q8.h"
 #include "kernels/qdot.h"
-#include "model/weight.h"
+#include "formats/weight.h"
 
 namespace kestrel {
 

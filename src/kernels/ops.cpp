@@ -4,7 +4,7 @@
 #include <array>
 #include <cmath>
 
-#include "core/fp16.h"
+#include "formats/fp16.h"
 
 namespace kestrel {
 

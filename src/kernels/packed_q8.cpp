@@ -8,10 +8,10 @@
 #include <utility>
 
 #include "core/error.h"
-#include "core/fp16.h"
-#include "core/kquant_formats.h"
-#include "core/nonlinear4_formats.h"
-#include "core/q4q5_formats.h"
+#include "formats/fp16.h"
+#include "formats/kquant_formats.h"
+#include "formats/nonlinear4_formats.h"
+#include "formats/q4q5_formats.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/kquant_dot.h"
 

@@ -64,11 +64,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/huge_page_arena.h"
 #include "core/huge_page_buffer.h"
 #include "core/thread_pool.h"
-#include "model/weight.h"
+#include "formats/weight.h"
 
 namespace kestrel {
 

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "kernels/backend.h"
-#include "runtime/profiler.h"
+#include "core/profiler.h"
 
 namespace kestrel {
 

@@ -5,12 +5,12 @@
 
 #include <cmath>
 
-#include "core/block_formats.h"
-#include "core/fp16.h"
-#include "core/iq_formats.h"
-#include "core/kquant_formats.h"
-#include "core/nonlinear4_formats.h"
-#include "core/q4q5_formats.h"
+#include "formats/block_formats.h"
+#include "formats/fp16.h"
+#include "formats/iq_formats.h"
+#include "formats/kquant_formats.h"
+#include "formats/nonlinear4_formats.h"
+#include "formats/q4q5_formats.h"
 #include "hw/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/kquant_dot.h"

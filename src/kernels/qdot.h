@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <span>
 
-#include "core/ggml_types.h"
+#include "formats/ggml_types.h"
 
 namespace kestrel {
 

@@ -8,8 +8,8 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
-#include "runtime/batch.h"
-#include "runtime/kv_cache.h"
+#include "model/batch.h"
+#include "kv/kv_cache.h"
 
 namespace kestrel {
 

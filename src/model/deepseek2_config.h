@@ -1,5 +1,5 @@
 #pragma once
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 
 namespace kestrel {

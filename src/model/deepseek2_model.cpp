@@ -27,7 +27,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
 #include "model/batch_io.h"
 #include "model/ffn_blocks.h"

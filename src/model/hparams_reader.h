@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace kestrel {
 

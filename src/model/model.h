@@ -10,9 +10,9 @@
 #include "kernels/backend.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
-#include "model/gguf.h"
-#include "runtime/batch.h"
-#include "runtime/kv_cache.h"
+#include "gguf/gguf.h"
+#include "model/batch.h"
+#include "kv/kv_cache.h"
 
 namespace kestrel {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
 
 namespace kestrel {

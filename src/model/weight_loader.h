@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
-#include "model/weight.h"
+#include "gguf/gguf.h"
+#include "formats/weight.h"
 
 namespace kestrel {
 

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "kernels/packed_q8.h"
 #include "kernels/profiling_backend.h"
-#include "model/llama2c_import.h"
+#include "gguf/llama2c_import.h"
 
 namespace kestrel {
 

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "kernels/backend.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
-#include "runtime/kv_cache.h"
-#include "runtime/profiler.h"
+#include "kv/kv_cache.h"
+#include "core/profiler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {

@@ -5,8 +5,8 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "runtime/ngram_proposer.h"
-#include "runtime/spec_governor.h"
+#include "spec/ngram_proposer.h"
+#include "spec/spec_governor.h"
 #include "runtime/text_stream.h"
 
 namespace kestrel {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace kestrel {
 

@@ -15,11 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/draft_model.h"
+#include "spec/draft_model.h"
 #include "runtime/engine.h"
-#include "runtime/mtp_proposer.h"
-#include "runtime/ngram_proposer.h"
-#include "runtime/spec_governor.h"
+#include "spec/mtp_proposer.h"
+#include "spec/ngram_proposer.h"
+#include "spec/spec_governor.h"
 #include "runtime/sampler.h"
 #include "runtime/text_stream.h"
 #include "serving/metrics.h"

@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace kestrel {
 

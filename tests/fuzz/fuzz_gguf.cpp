@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

@@ -14,7 +14,8 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["core", "hw", "kernels", "model", "tokenizer", "runtime", "serving", "loadtest", "cli"]
+LAYERS = ["core", "hw", "formats", "gguf", "kernels", "kv", "model", "tokenizer", "runtime", "spec", "serving", "measure",
+          "quant", "loadtest", "cli"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"', re.M)
 
 

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "model/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 #include "serving/chat_template.h"
 #include "test_support.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hw/limits.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -8,10 +8,10 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/gguf_writer.h"
-#include "model/requantize.h"
+#include "gguf/gguf_writer.h"
+#include "quant/requantize.h"
 #include "runtime/engine.h"
-#include "runtime/perplexity.h"
+#include "measure/perplexity.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -5,7 +5,7 @@
 // when asked (a user's "<｜begin▁of▁sentence｜>" stays text).
 #include <gmock/gmock.h>
 
-#include "model/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <random>
 
-#include "core/block_formats.h"
-#include "core/fp16.h"
-#include "core/fp8.h"
+#include "formats/block_formats.h"
+#include "formats/fp16.h"
+#include "formats/fp8.h"
 
 namespace kestrel {
 namespace {

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
-#include "model/gguf.h"
-#include "model/gguf_writer.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "test_support.h"
 
 namespace kestrel {

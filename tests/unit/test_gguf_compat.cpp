@@ -1,8 +1,8 @@
 // Our GGUF files against one written by llama.cpp's own converter from the
 // same llama2.c checkpoint (../shared/models/stories260K.gguf): same keys,
 // same tensor names, shapes and types, same bytes.
-#include "model/gguf.h"
-#include "model/llama2c_import.h"
+#include "gguf/gguf.h"
+#include "gguf/llama2c_import.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "test_support.h"

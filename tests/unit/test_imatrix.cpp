@@ -9,11 +9,11 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/block_formats.h"
-#include "model/gguf.h"
-#include "model/gguf_writer.h"
-#include "model/imatrix.h"
-#include "model/quant_mix.h"
+#include "formats/block_formats.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "quant/imatrix.h"
+#include "quant/quant_mix.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -14,13 +14,13 @@
 #include <random>
 #include <set>
 
-#include "core/block_formats.h"
-#include "core/fp16.h"
-#include "core/iq_formats.h"
+#include "formats/block_formats.h"
+#include "formats/fp16.h"
+#include "formats/iq_formats.h"
 #include "hw/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/qdot.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "runtime/engine.h"
 #include "test_support.h"
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <random>
 
-#include "core/block_formats.h"
-#include "core/fp16.h"
+#include "formats/block_formats.h"
+#include "formats/fp16.h"
 #include "kernels/dot.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"

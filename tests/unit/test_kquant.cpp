@@ -7,9 +7,9 @@
 
 #include <cmath>
 
-#include "core/block_formats.h"
-#include "core/kquant_formats.h"
-#include "model/gguf.h"
+#include "formats/block_formats.h"
+#include "formats/kquant_formats.h"
+#include "gguf/gguf.h"
 #include "test_support.h"
 
 namespace kestrel {

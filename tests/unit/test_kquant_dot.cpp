@@ -9,7 +9,7 @@
 
 #include "hw/cpu_features.h"
 #include "kernels/kquant_dot.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "test_support.h"
 
 namespace kestrel {

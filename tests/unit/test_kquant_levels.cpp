@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "kernels/packed_q8.h"
 #include "test_support.h"
 

@@ -2,7 +2,7 @@
 #include <gmock/gmock.h>
 
 #include "core/error.h"
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace kestrel {
 namespace {

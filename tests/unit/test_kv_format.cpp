@@ -9,7 +9,7 @@
 #include "hw/cpu_features.h"
 #include "kernels/attention.h"
 #include "kernels/kv_format.h"
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -13,11 +13,11 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/fp16.h"
-#include "model/gguf_writer.h"
-#include "model/synth.h"
+#include "formats/fp16.h"
+#include "gguf/gguf_writer.h"
+#include "gguf/synth.h"
 #include "runtime/generator.h"
-#include "runtime/mtp_proposer.h"
+#include "spec/mtp_proposer.h"
 #include "runtime/sampler.h"
 #include "test_support.h"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "model/synth.h"
+#include "gguf/synth.h"
 #include "runtime/engine.h"
 #include "test_support.h"
 

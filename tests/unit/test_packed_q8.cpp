@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
 #include "kernels/dot.h"
 #include "kernels/kquant_dot.h"

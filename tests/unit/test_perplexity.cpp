@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "model/requantize.h"
-#include "runtime/perplexity.h"
+#include "quant/requantize.h"
+#include "measure/perplexity.h"
 #include "test_support.h"
 
 namespace kestrel {

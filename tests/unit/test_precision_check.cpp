@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "runtime/precision_check.h"
+#include "measure/precision_check.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -5,7 +5,7 @@
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "core/error.h"
-#include "runtime/profile_report.h"
+#include "measure/profile_report.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -12,14 +12,14 @@
 #include <cstring>
 #include <random>
 
-#include "core/fp16.h"
-#include "core/kquant_formats.h"
-#include "core/q4q5_formats.h"
+#include "formats/fp16.h"
+#include "formats/kquant_formats.h"
+#include "formats/q4q5_formats.h"
 #include "hw/cpu_features.h"
 #include "kernels/kquant_dot.h"
 #include "kernels/matmul.h"
 #include "kernels/qdot.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "test_support.h"
 
 namespace kestrel {

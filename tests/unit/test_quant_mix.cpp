@@ -9,8 +9,8 @@
 
 #include <cstdlib>
 
-#include "model/gguf.h"
-#include "model/quant_mix.h"
+#include "gguf/gguf.h"
+#include "quant/quant_mix.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <map>
 
-#include "core/block_formats.h"
-#include "model/gguf.h"
+#include "formats/block_formats.h"
+#include "gguf/gguf.h"
 #include "test_support.h"
 
 namespace kestrel {

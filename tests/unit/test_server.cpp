@@ -22,7 +22,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/generator.h"
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "serve_process.h"
 #include "test_support.h"
 

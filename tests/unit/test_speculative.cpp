@@ -7,12 +7,12 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "runtime/draft_model.h"
+#include "spec/draft_model.h"
 #include "runtime/generator.h"
-#include "runtime/kv_cache.h"
-#include "runtime/ngram_proposer.h"
+#include "kv/kv_cache.h"
+#include "spec/ngram_proposer.h"
 #include "runtime/sampler.h"
-#include "runtime/spec_governor.h"
+#include "spec/spec_governor.h"
 #include "test_support.h"
 
 namespace kestrel {

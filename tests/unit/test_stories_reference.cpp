@@ -2,7 +2,7 @@
 // (../shared/reference/stories260K): every greedy id, logits within 1e-4.
 #include <fmt/format.h>
 
-#include "model/llama2c_import.h"
+#include "gguf/llama2c_import.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "test_support.h"

@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "core/error.h"
-#include "model/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "test_support.h"

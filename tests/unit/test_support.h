@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "hw/cpu_features.h"
 #include "kernels/qdot.h"
-#include "model/gguf_writer.h"
-#include "model/synth.h"
-#include "model/weight.h"
+#include "gguf/gguf_writer.h"
+#include "gguf/synth.h"
+#include "formats/weight.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 

@@ -1,6 +1,6 @@
 // Tokenizers against llama.cpp's tokenizer test vectors (Hugging Face
 // reference output, no BOS, special-token text parsed as plain text).
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 

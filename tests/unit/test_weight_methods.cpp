@@ -12,14 +12,14 @@
 #include <filesystem>
 #include <set>
 
-#include "core/block_formats.h"
+#include "formats/block_formats.h"
 #include "core/error.h"
-#include "model/gptq.h"
-#include "model/quant_grid.h"
-#include "model/requantize.h"
-#include "runtime/calibration.h"
-#include "runtime/mixed_precision.h"
-#include "runtime/perplexity.h"
+#include "quant/gptq.h"
+#include "formats/quant_grid.h"
+#include "quant/requantize.h"
+#include "quant/calibration.h"
+#include "quant/mixed_precision.h"
+#include "measure/perplexity.h"
 #include "test_support.h"
 
 namespace kestrel {

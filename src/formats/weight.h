@@ -1,0 +1,43 @@
+#pragma once
+// A weight tensor as the kernels see it: where its bytes are, in which GGUF
+// format, and its shape. ne[0] is the input (row) length, ne[1] the rows.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/ggml_types.h"
+
+namespace kestrel {
+
+struct PackedWeight;  // kernels/packed_q8.h
+
+struct Weight {
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  std::vector<int64_t> ne;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+  // The same matrix repacked by the backend at load into the layout its
+  // kernels prefer (null: the kernels read `data` as stored in the file).
+  std::shared_ptr<const PackedWeight> packed;
+
+  bool present() const { return data != nullptr; }
+  int64_t cols() const { return ne.empty() ? 0 : ne[0]; }
+  int64_t rows() const { return ne.size() < 2 ? 1 : ne[1]; }
+  size_t row_stride() const { return row_bytes(type, cols()); }
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_stride(); }
+};
+
+// Rows [r0, r0 + n) of a matrix, as a matrix of its own (no copy).
+inline Weight weight_rows(const Weight& w, int64_t r0, int64_t n, const std::string& name) {
+  return Weight{name, w.type, {w.cols(), n}, w.row(r0), static_cast<size_t>(n) * w.row_stride(), nullptr};
+}
+
+// Matrix i of a 3-D tensor ne = {cols, rows, count} (one expert or one head), no copy.
+inline Weight weight_slice(const Weight& w, int64_t i, const std::string& name) {
+  return weight_rows(Weight{w.name, w.type, {w.ne[0], w.ne[1] * w.ne[2]}, w.data, w.nbytes, nullptr}, i * w.ne[1],
+                     w.ne[1], name);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,29 @@
+#pragma once
+// Speculative against plain decoding with several requests decoding at once,
+// through the server's engine (continuous batching, drafts of all requests
+// verified in one forward). The batch-1 curve is measure/spec_bench.h's.
+#include <cstdint>
+#include <vector>
+
+#include "spec/draft_model.h"
+#include "runtime/engine.h"
+#include "measure/spec_bench.h"
+
+namespace kestrel {
+
+struct BatchSpecSource {
+  DraftModelProposer* draft_model = nullptr;  // its cache must hold one sequence per request
+  bool mtp = false;                           // the engine was loaded with load_mtp
+  bool governed = false;                      // as ServingConfig::spec_governed
+};
+
+// prompts: one per request (all submitted together, greedy, n_gen tokens
+// each, end-of-text ignored). Rows as run_spec_bench's, where t/s is the
+// aggregate decode rate: the tokens after each request's first, over the
+// time from the last first token to the last request's end (medians over
+// reps; plain and speculative runs alternate).
+std::vector<SpecBenchRow> run_batch_spec_bench(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                               int64_t n_gen, const std::vector<int>& draft_maxes, int reps,
+                                               const BatchSpecSource& source);
+
+}  // namespace kestrel

@@ -1,0 +1,167 @@
+#include "measure/bench.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/median.h"
+#include "hw/cpu_features.h"
+#include "kernels/gemm_bf16.h"
+
+namespace kestrel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Prefill: n_prompt tokens in batches of the model's maximum, logits for the last only.
+double time_prefill(Engine& e, int64_t n_prompt) {
+  const int64_t n_vocab = e.model->config().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  e.kv->remove(0);
+  Batch b;
+  const auto t0 = Clock::now();
+  for (int64_t start = 0; start < n_prompt; start += e.model->max_batch_tokens()) {
+    const int64_t end = std::min(n_prompt, start + e.model->max_batch_tokens());
+    b.clear();
+    // Token ids vary so no row is special; any valid id costs the same.
+    for (int64_t i = start; i < end; i++) b.add(static_cast<int32_t>((i * 7919) % n_vocab), static_cast<int32_t>(i), 0, i == n_prompt - 1);
+    e.model->forward(b, *e.kv, logits.data());
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Decode: n_gen single-token steps from an empty context, as llama-bench's tg test.
+double time_decode(Engine& e, int64_t n_gen) {
+  const int64_t n_vocab = e.model->config().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  e.kv->remove(0);
+  Batch b;
+  int32_t tok = e.tokenizer->vocab().bos >= 0 ? e.tokenizer->vocab().bos : 0;
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n_gen; i++) {
+    b.clear();
+    b.add(tok, static_cast<int32_t>(i), 0, true);
+    e.model->forward(b, *e.kv, logits.data());
+    tok = static_cast<int32_t>((tok + 1 + i) % n_vocab);
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+
+struct Roofline {
+  double ts = 0;
+  std::string basis;
+};
+
+// Each row against the limit its kernels are bound by: decode against the
+// read bandwidth, prefill against the peak of the instruction its kernels
+// run (int8 dots for every quantized type but FP8, BF16 dots for BF16 where
+// the CPU has them, else f32 FMAs).
+enum class Bound { ReadBandwidth, Int8Dot, Bf16Dot, F32Fma };
+
+Bound bound_of(bool prefill, const ModelCost& cost) {
+  if (!prefill) return Bound::ReadBandwidth;
+  const GgmlType t = cost.dominant_type;
+  const bool float_weights = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+  if (!float_weights && t != GgmlType::KESTREL_FP8_E4M3) return Bound::Int8Dot;
+  if (cost.dominant_type == GgmlType::BF16 && gemm_bf16_available()) return Bound::Bf16Dot;
+  return Bound::F32Fma;
+}
+
+double limit_of(Bound b, const MeasuredLimits& l) {
+  switch (b) {
+    case Bound::ReadBandwidth: return l.read_bandwidth_gbs;
+    case Bound::Int8Dot: return l.int8_dot_gops;
+    case Bound::Bf16Dot: return l.bf16_dot_gflops > 0 ? l.bf16_dot_gflops : l.f32_fma_gflops;
+    case Bound::F32Fma: return l.f32_fma_gflops;
+  }
+  return 0;
+}
+
+double probe_limit(Bound b, LimitProbe& p) {
+  switch (b) {
+    case Bound::ReadBandwidth: return p.read_bandwidth_gbs();
+    case Bound::Int8Dot: return p.int8_dot_gops();
+    case Bound::Bf16Dot: return p.bf16_dot_gflops();
+    case Bound::F32Fma: return p.f32_fma_gflops();
+  }
+  return 0;
+}
+
+// limit: GB/s for the bandwidth, G(FL)OP/s for the peaks; 0 when unknown.
+Roofline roofline(Bound b, double limit, const BenchResult& r) {
+  if (limit <= 0) return {};
+  if (b == Bound::ReadBandwidth)
+    return {limit * 1e9 / static_cast<double>(r.weight_bytes_per_token),
+            fmt::format("read bandwidth {:.1f} GB/s / {:.3f} GB per token", limit,
+                        static_cast<double>(r.weight_bytes_per_token) / 1e9)};
+  const char* name = b == Bound::Int8Dot ? "int8 dot" : b == Bound::Bf16Dot ? "bf16 dot" : "f32 FMA";
+  return {limit * 1e9 / r.flops_per_token,
+          fmt::format("{} peak {:.0f} G/s / {:.2f} GFLOP per token", name, limit, r.flops_per_token / 1e9)};
+}
+
+}  // namespace
+
+BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test, int reps, const MeasuredLimits& lim,
+                      LimitProbe* probe) {
+  if (reps <= 0) throw Error(fmt::format("repetitions {} must be positive", reps));
+  const bool prefill = test.n_prompt > 0;
+  const int64_t tokens = prefill ? test.n_prompt : test.n_gen;
+  if (tokens <= 0) throw Error("a bench test needs a positive prompt or generation length");
+  if (tokens > e.n_ctx) throw Error(fmt::format("{}: {} tokens do not fit the context of {} (raise -c)", test.name, tokens, e.n_ctx));
+
+  const ModelConfig& c = e.model->config();
+  const ModelCost cost = model_cost(*e.file, c);
+  BenchResult r;
+  r.model_filename = path;
+  r.model_type = cost.describe(c);
+  r.model_size = cost.file_bytes;
+  r.model_n_params = cost.n_params;
+  r.n_threads = e.backend->n_threads();
+  r.n_batch = e.model->max_batch_tokens();
+  r.test = test;
+  r.kernel_isa = isa_name(selected_isa());
+  r.weight_bytes_per_token = cost.weight_bytes_per_token;
+  r.kv_type = e.kv->layout().type_name();
+  r.kv_bytes_per_token = e.kv->layout().bytes_per_token();
+  r.kv_bytes = e.kv->layout().describe_bytes();
+  // Average context seen by a token of this test (for attention FLOPs).
+  r.flops_per_token = cost.flops_per_token(c, tokens / 2);
+  const Bound bound = bound_of(prefill, cost);
+
+  auto once = [&] { return prefill ? time_prefill(e, tokens) : time_decode(e, tokens); };
+  once();  // warm-up: page in weights, grow scratch buffers
+  std::vector<double> fractions, limits;
+  for (int i = 0; i < reps; i++) {
+    // With a probe, each repetition is held to the limit measured just before it.
+    if (probe) limits.push_back(probe_limit(bound, *probe));
+    r.samples_ts.push_back(static_cast<double>(tokens) / once());
+    if (probe) {
+      r.samples_roofline_ts.push_back(roofline(bound, limits.back(), r).ts);
+      if (r.samples_roofline_ts.back() > 0) fractions.push_back(r.samples_ts.back() / r.samples_roofline_ts.back());
+    }
+  }
+  double sum = 0;
+  for (double s : r.samples_ts) sum += s;
+  r.avg_ts = sum / reps;
+  double var = 0;
+  for (double s : r.samples_ts) var += (s - r.avg_ts) * (s - r.avg_ts);
+  r.stddev_ts = reps > 1 ? std::sqrt(var / (reps - 1)) : 0.0;
+
+  const Roofline roof = roofline(bound, probe ? median(limits) : limit_of(bound, lim), r);
+  r.roofline_ts = roof.ts;
+  r.roofline_basis = roof.basis;
+  if (probe && !fractions.empty()) {
+    r.roofline_fraction = median(fractions);
+    r.roofline_basis += fmt::format(" (median of {} probes, one before each repetition)", limits.size());
+  } else if (r.roofline_ts > 0) {
+    r.roofline_fraction = r.avg_ts / r.roofline_ts;
+  }
+  return r;
+}
+
+}  // namespace kestrel

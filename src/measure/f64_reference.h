@@ -1,0 +1,60 @@
+#pragma once
+// A float64 forward pass of the decoder families (model/decoder_model.cpp's
+// math: biases, q/k norms, RoPE with its frequency factors and per-layer
+// bases, sliding windows, soft-caps, post norms, SwiGLU/GeGLU, experts with
+// shared ones): weights dequantized exactly (to float), everything else in
+// double, written independently of the kernels. precision-check compares
+// the engine against it layer by layer.
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace kestrel {
+
+class F64Decoder {
+ public:
+  // c: the config the model was loaded with; n_ctx: the context it runs at
+  // (Phi-3's LongRoPE factors depend on it). The RoPE frequency factors are
+  // read from the file here, not taken from the model.
+  F64Decoder(const GgufFile& f, const ModelConfig& c, int64_t n_ctx, int n_threads);
+
+  // One sequence from position 0, all tokens in one pass.
+  void run(const std::vector<int32_t>& tokens);
+
+  // Per layer, every token's values (row-major [token][width]):
+  std::vector<std::vector<double>> q_rope;     // queries after RoPE
+  std::vector<std::vector<double>> attention;  // attention output, before Wo
+  std::vector<std::vector<double>> attn_branch;  // what the attention adds to the residual
+  std::vector<std::vector<double>> ffn_branch;   // what the FFN adds
+  std::vector<std::vector<double>> residual;     // the residual stream after the layer
+  std::vector<double> logits;
+
+  // ops.cpp's rotation angle of pair i at pos and the cos/sin magnitude, in double.
+  static double rope_angle(const RopeParams& p, int64_t pos, int i);
+  static double rope_mscale(const RopeParams& p);
+
+ private:
+  using Vec = std::vector<double>;
+  const GgufTensorInfo* tensor(const std::string& name) const;
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+  Vec vec(const std::string& name) const;
+  // y[n][rows] = x[n][cols] . W^T for rows [r0, r0 + count) of a tensor (all: count -1).
+  Vec matmul(const std::string& name, const Vec& x, int64_t n, int64_t r0 = 0, int64_t count = -1);
+  Vec rmsnorm(const Vec& x, const Vec& w, int64_t rows, int64_t dim) const;
+  void rope(Vec& x, int64_t n, int heads, const RopeParams& p) const;
+  Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer) const;
+  Vec ffn(const std::string& p, const Vec& x, int64_t n);
+  Vec moe(const std::string& p, const Vec& x, int64_t n);
+  Vec gated(const std::string& p, const std::string& suffix, const Vec& x, int64_t n, int64_t width, bool gelu);
+
+  const GgufFile& f_;
+  const ModelConfig& c_;
+  std::vector<float> factors_;  // rope_freqs / rope_factors_{short,long}, from the file
+  RopeParams rope_, rope_sliding_;
+  ThreadPool pool_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,121 @@
+#include "measure/precision_check.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "formats/block_formats.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/forwarding_backend.h"
+#include "model/batch.h"
+#include "measure/f64_reference.h"
+
+namespace kestrel {
+namespace {
+
+enum Probe { kQ, kAttention, kAttnProj, kFfn, kResidual, kProbes };
+
+// Forwards everything; copies the probed outputs of the current layer.
+class ActivationRecorder final : public ForwardingBackend {
+ public:
+  explicit ActivationRecorder(Backend& inner) : ForwardingBackend(inner) {}
+  std::map<int, std::vector<float>> got[kProbes];  // per probe, per layer (-1: outside the layers)
+
+  void annotate_layer(int layer) override {
+    if (layer != layer_) adds_ = 0;
+    layer_ = layer;
+    in_.annotate_layer(layer);
+  }
+  void qkv_rope(const Weight* const* w, const float* const* b, const float* x, int64_t n, const int32_t* pos,
+                const RopeParams& rope, const QkvShape& shape, float* const* out) override {
+    in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
+    keep(kQ, out[0], n * w[0]->rows());
+  }
+  void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
+    in_.attention(kv, b, s);
+    keep(kAttention, b.out, b.n_tokens * s.n_head * s.value_dim());
+  }
+  // A layer's first residual add takes the attention branch, its last the
+  // FFN branch (a MoE layer adds its shared expert in between) and leaves
+  // the layer's output.
+  void add(float* x, const float* y, int64_t n) override {
+    in_.add(x, y, n);
+    if (adds_++ == 0) keep(kAttnProj, y, n);
+    keep(kFfn, y, n);
+    keep(kResidual, x, n);
+  }
+
+ private:
+  void keep(Probe p, const float* v, int64_t n) { got[p][layer_].assign(v, v + n); }
+  int layer_ = -1;
+  int adds_ = 0;
+};
+
+double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
+  if (got.size() != want.size())
+    throw Error(fmt::format("precision-check: compared tensors differ in size ({} vs {})", got.size(), want.size()));
+  double e = 0, n = 0;
+  for (size_t i = 0; i < got.size(); i++) e += (got[i] - want[i]) * (got[i] - want[i]), n += want[i] * want[i];
+  return n > 0 ? std::sqrt(e / n) : std::sqrt(e);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_activation_recorder(Backend& inner) {
+  return std::make_unique<ActivationRecorder>(inner);
+}
+
+PrecisionReport precision_check(Engine& e, const std::vector<int32_t>& tokens) {
+  auto* rec = dynamic_cast<ActivationRecorder*>(e.backend.get());
+  if (!rec) throw Error("precision-check: the engine was not built with make_activation_recorder");
+  const ModelConfig& c = e.model->config();
+  if (c.mla.kv_lora_rank > 0)
+    throw Error(fmt::format("precision-check covers the decoder families ({}), not {} (multi-head latent attention)",
+                            "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3", c.arch));
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n < 1 || n > e.model->max_batch_tokens() || n > e.n_ctx)
+    throw Error(fmt::format("precision-check: {} tokens; give 1 to {} (one batch within the context)", n,
+                            std::min(e.model->max_batch_tokens(), e.n_ctx)));
+  Batch b;
+  for (int64_t i = 0; i < n; i++) b.add(tokens[i], static_cast<int32_t>(i), 0, true);
+  e.kv->remove(0);
+  std::vector<float> logits(static_cast<size_t>(n * c.n_vocab));
+  e.model->forward(b, *e.kv, logits.data());
+  e.kv->remove(0);
+
+  F64Decoder ref(*e.file, c, e.n_ctx, e.backend->n_threads());
+  ref.run(tokens);
+  PrecisionReport r;
+  r.n_tokens = n;
+  for (int l = 0; l < c.n_layer; l++) {
+    LayerPrecision lp;
+    lp.layer = l;
+    lp.q_rope = relative_error(rec->got[kQ][l], ref.q_rope[l]);
+    lp.attention = relative_error(rec->got[kAttention][l], ref.attention[l]);
+    lp.attn_proj = relative_error(rec->got[kAttnProj][l], ref.attn_branch[l]);
+    lp.ffn = relative_error(rec->got[kFfn][l], ref.ffn_branch[l]);
+    lp.residual = relative_error(rec->got[kResidual][l], ref.residual[l]);
+    r.layers.push_back(lp);
+  }
+  r.logits = relative_error(logits, ref.logits);
+  // RoPE: the float32 rotation at the context's last position against float64.
+  r.rope_position = e.n_ctx - 1;
+  // Pair i: a unit vector in its first dimension, rotated by the real operator.
+  const auto pos = static_cast<int32_t>(r.rope_position);
+  for (int i = 0; i < c.rope.n_rot / 2; i++) {
+    std::vector<float> head(static_cast<size_t>(c.rope.n_rot), 0.0f);
+    const bool adjacent = c.rope.style == RopeStyle::Adjacent;
+    const int i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + c.rope.n_rot / 2;
+    head[i0] = 1.0f;
+    rope_rows(head.data(), &pos, 1, 1, c.rope.n_rot, c.rope);
+    const double angle = F64Decoder::rope_angle(c.rope, pos, i), m = F64Decoder::rope_mscale(c.rope);
+    r.rope_max_error = std::max(
+        {r.rope_max_error, std::fabs(head[i0] - std::cos(angle) * m), std::fabs(head[i1] - std::sin(angle) * m)});
+  }
+  return r;
+}
+
+}  // namespace kestrel

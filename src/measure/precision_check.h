@@ -1,0 +1,42 @@
+#pragma once
+// The model as configured (weights as stored, float32 arithmetic, int8
+// activations where the kernels use them, the KV cache type) against the
+// same weights in float64 arithmetic throughout, layer by layer: the
+// relative error ||ours - f64|| / ||f64|| of the queries after RoPE, the
+// attention output, the attention and FFN branches as added to the residual
+// stream (after Gemma's post norms), and the residual stream
+// after each layer, and of the logits. A layer where the error jumps points
+// at the operator losing precision. Also the error of the RoPE rotation
+// (cos/sin from float32 angles) at the last position of the context.
+// The decoder families (measure/f64_reference.h); not DeepSeek's MLA.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "runtime/engine.h"
+
+namespace kestrel {
+
+struct LayerPrecision {
+  int layer = 0;
+  double q_rope = 0, attention = 0, attn_proj = 0, ffn = 0, residual = 0;
+};
+
+struct PrecisionReport {
+  std::vector<LayerPrecision> layers;
+  double logits = 0;
+  int64_t n_tokens = 0;
+  int64_t rope_position = 0;  // where the RoPE table error was measured
+  double rope_max_error = 0;  // max |cos, sin (float32 angle) - cos, sin (float64)|
+};
+
+// Records what precision_check compares; pass it as EngineOptions::wrap_backend.
+std::unique_ptr<Backend> make_activation_recorder(Backend& inner);
+
+// Runs tokens (one sequence, one batch) through the engine, whose backend
+// must be make_activation_recorder's, and through the float64 reference.
+// Throws Error for other architectures or more tokens than a batch.
+PrecisionReport precision_check(Engine& engine, const std::vector<int32_t>& tokens);
+
+}  // namespace kestrel
