@@ -25,7 +25,7 @@ struct LoadFlags {
               sweep_rate, sweep_concurrency, json_path, plot_path, request_rate = "inf";
   int concurrency = 0, max_concurrency = 256;
   int64_t num_prompts = 100, input_len = 128, output_len = 64, prefix_len = 0, server_pid = 0;
-  double burstiness = 1.0, max_duration = 600, timeout = 60;
+  double burstiness = 1.0, max_duration = 600, timeout = 60, temperature = -1;
   uint64_t seed = 0;
   bool markdown = false;
 };
@@ -116,6 +116,7 @@ int run(LoadFlags& f) {
   w.chat = f.api == "chat";
   w.model = f.model;
   w.seed = f.seed;
+  w.temperature = f.temperature;
   if (!f.priority_mix.empty()) w.priority_mix = parse_priority_mix(f.priority_mix);
   LoadClient probe(ep, f.timeout);
   std::string note;
@@ -261,6 +262,8 @@ void register_loadtest(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--timeout", f.timeout, "Seconds a request may take (a stall counts as a timeout error)")
       ->capture_default_str();
+  cmd->add_option("--temperature", f.temperature, "Sampling temperature to send (0: greedy; default: the server's)")
+      ->check(CLI::Range(0.0, 2.0));
   cmd->add_option("--seed", f.seed, "Seed for prompts, arrivals and the priority mix")->capture_default_str();
   cmd->add_option("--server-pid", f.server_pid, "A local server's pid: report its peak memory and CPU time");
   cmd->add_option("--json", f.json_path, "Write every request's record and the aggregates to FILE");

@@ -93,19 +93,19 @@ int run(ServeFlags& f) {
   HttpServerConfig hc;
   hc.host = f.host;
   hc.port = f.port;
-  hc.model_name =
+  hc.api.model_name =
       f.served_name.empty() ? std::filesystem::path(f.engine.model_path).filename().string() : f.served_name;
-  hc.chat_template = f.chat_template.empty() ? detect_chat_template(*e.file) : chat_template_from_name(f.chat_template);
+  hc.api.chat_template = f.chat_template.empty() ? detect_chat_template(*e.file) : chat_template_from_name(f.chat_template);
   hc.http_threads = f.http_threads;
-  hc.log_json = f.log_format == "json";
+  hc.api.log_json = f.log_format == "json";
   HttpServer http(engine, metrics, hc);
   const int port = http.bind();
   fmt::print(stderr,
              "[kestrel] serving '{}' on http://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
              "chat template {})\n",
-             hc.model_name, f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
+             hc.api.model_name, f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
              e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
-             chat_template_name(hc.chat_template));
+             chat_template_name(hc.api.chat_template));
 
   // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
   // deadline (then cancel them), then close the listener.

@@ -211,6 +211,7 @@ std::vector<PreparedRequest> build_workload(const WorkloadOptions& o, LoadClient
       b["prompt"] = prompts[i];
     b["max_tokens"] = o.output_len;
     b["ignore_eos"] = true;
+    if (o.temperature >= 0) b["temperature"] = o.temperature;
     b["stream"] = true;
     b["stream_options"] = {{"include_usage", true}};
     if (!o.priority_mix.empty()) {

@@ -23,6 +23,7 @@ struct WorkloadOptions {
   bool chat = false;
   std::string model;
   uint64_t seed = 0;
+  double temperature = -1;  // >= 0: sent as 'temperature' (0: greedy, same text every run); < 0: the server's default
   std::vector<std::pair<int, double>> priority_mix;  // (priority, weight); empty: no priority field
 };
 

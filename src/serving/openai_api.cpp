@@ -78,8 +78,12 @@ std::string api_error_body(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
-  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return json_text(json{{"error", err}});
 }
+
+HttpResponse error_response(const ApiError& e) { return json_response(api_error_body(e), e.status); }
+
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
   json j;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "serving/chat_template.h"
+#include "serving/http_types.h"
 #include "serving/serving_engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,6 +24,10 @@ struct ApiError {
 
 // {"error": {"message", "type", "param", "code"}}
 std::string api_error_body(const ApiError& e);
+// The error as a response: its status and body.
+HttpResponse error_response(const ApiError& e);
+// JSON as sent: compact, invalid UTF-8 replaced rather than thrown on.
+std::string json_text(const nlohmann::json& j);
 
 struct ApiContext {
   const Tokenizer& tokenizer;

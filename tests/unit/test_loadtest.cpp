@@ -178,7 +178,10 @@ TEST(LoadTest, AgainstARealServerWithExactLengthsPrioritiesAndASweep) {
   int code = 0;
   std::string out = run_tool({"loadtest", "--url", url, "--concurrency", "4", "--num-prompts", "20", "--input-len",
                               "24", "--output-len", "16", "--priority-mix", "0:0.5,-1:0.5", "--json", d.file("r.json"),
-                              "--server-pid", std::to_string(s.pid()), "--slo", "ttft:10000"},
+                              "--server-pid", std::to_string(s.pid()), "--slo", "ttft:10000",
+                              // greedy: the same text every run (sampled, a token whose text is held back
+                              // — a lone UTF-8 byte, a control token under ignore_eos — streams no chunk)
+                              "--temperature", "0"},
                              &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("exactly 24 tokens"));
@@ -214,6 +217,9 @@ TEST(LoadTest, AgainstARealServerWithExactLengthsPrioritiesAndASweep) {
   out = run_tool({"loadtest", "--url", url, "--slo", "speed:3"}, &code);
   EXPECT_NE(code, 0);
   EXPECT_THAT(out, HasSubstr("--slo entry 'speed:3'"));
+  out = run_tool({"loadtest", "--url", url, "--temperature", "3"}, &code);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("--temperature"));
 }
 
 }  // namespace

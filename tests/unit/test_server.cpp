@@ -271,6 +271,14 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
   ASSERT_TRUE(nf);
   EXPECT_EQ(nf->status, 404);
   EXPECT_TRUE(json::parse(nf->body).contains("error"));
+  auto wrong_method = c.Get("/v1/completions");
+  ASSERT_TRUE(wrong_method);
+  EXPECT_EQ(wrong_method->status, 405);
+  EXPECT_EQ(wrong_method->get_header_value("Allow"), "POST");
+  EXPECT_TRUE(json::parse(wrong_method->body).contains("error"));
+  auto head = c.Head("/health");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
   auto big = c.Post("/v1/completions", std::string(5 << 20, 'x'), "application/json");
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);

@@ -1,0 +1,55 @@
+#pragma once
+// The server's endpoints as a routing table, apart from the HTTP library:
+//   GET  /health, /metrics, /v1/models          (routes_info.cpp)
+//   POST /tokenize, /detokenize                 (routes_tokenize.cpp)
+//   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;
+//        "stream": true as server-sent events, completion_stream.h)
+// Requests are parsed and validated on the caller's (HTTP) thread; the
+// generation runs on the ServingEngine's.
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "serving/chat_template.h"
+#include "serving/http_types.h"
+#include "serving/metrics.h"
+#include "serving/openai_api.h"
+#include "serving/router.h"
+#include "serving/serving_engine.h"
+
+namespace kestrel {
+
+struct ApiConfig {
+  std::string model_name;
+  ChatTemplate chat_template = ChatTemplate::ChatML;
+  bool log_json = false;  // one JSON line per request on stderr, else a short text line
+};
+
+class ApiRoutes {
+ public:
+  ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config);
+  // Adds every endpoint to the router (which must not outlive this).
+  void install(Router& router);
+  void set_draining() { draining_ = true; }  // /health says so and new requests get 503
+
+ private:
+  HttpResponse health() const;
+  HttpResponse metrics() const;
+  HttpResponse models() const;
+  HttpResponse tokenize(const HttpRequest& req) const;
+  HttpResponse detokenize(const HttpRequest& req) const;
+  HttpResponse completion(const HttpRequest& req, bool chat);
+  HttpResponse rejected(const ApiError& e);
+  void log_request(int64_t id, int priority, const StreamEvent& end);
+  static int64_t unix_seconds();  // "created" fields
+
+  ServingEngine& engine_;
+  ServerMetrics& metrics_;
+  ApiConfig c_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> next_id_{1};
+  std::mutex log_mutex_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,60 @@
+#include "serving/completion_body.h"
+
+#include "serving/openai_api.h"
+
+namespace kestrel {
+
+using json = nlohmann::json;
+
+json completion_envelope(const CompletionIds& ids, bool chunk, json choices) {
+  const char* object = ids.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}, {"choices", std::move(choices)}};
+}
+
+json usage_json(const StreamEvent& end) {
+  json u = {{"prompt_tokens", end.prompt_tokens},
+            {"completion_tokens", end.completion_tokens},
+            {"total_tokens", end.prompt_tokens + end.completion_tokens}};
+  u["prompt_tokens_details"] = {{"cached_tokens", end.cached_tokens}};
+  return u;
+}
+
+json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+
+void Logprobs::add(const StreamEvent& e) {
+  if (!e.has_token) return;
+  if (chat_) {
+    json alts = json::array();
+    for (const auto& t : e.top) alts.push_back({{"token", t.text}, {"logprob", t.logprob}});
+    chat_content_.push_back({{"token", e.token.text}, {"logprob", e.token.logprob}, {"top_logprobs", alts}});
+    return;
+  }
+  tokens_.push_back(e.token.text);
+  token_logprobs_.push_back(e.token.logprob);
+  json alts = json::object();
+  for (const auto& t : e.top) alts[t.text] = t.logprob;
+  top_.push_back(alts);
+  offsets_.push_back(offset_);
+  offset_ += e.text.size();
+}
+
+json Logprobs::result() const {
+  if (chat_) return {{"content", chat_content_}};
+  return {{"tokens", tokens_}, {"token_logprobs", token_logprobs_}, {"top_logprobs", top_}, {"text_offset", offsets_}};
+}
+
+std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const json& logprobs,
+                                  const StreamEvent& end) {
+  json choice = {{"index", 0}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
+  if (ids.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  json body = completion_envelope(ids, false, json::array({choice}));
+  body["usage"] = usage_json(end);
+  return json_text(body);
+}
+
+std::string sse_event(const json& j) { return "data: " + json_text(j) + "\n\n"; }
+
+}  // namespace kestrel

@@ -1,0 +1,49 @@
+#pragma once
+// The JSON of a completion's answers, in the OpenAI shapes: the whole
+// answer, stream chunks, usage, finish reasons and logprobs. One envelope
+// (id, object, created, model) serves every body, streamed or not.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serving/serving_engine.h"
+
+namespace kestrel {
+
+// Who a completion's bodies belong to.
+struct CompletionIds {
+  std::string id;  // "chatcmpl-7", "cmpl-7"
+  bool chat = false;
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// {"id", "object", "created", "model", "choices"}; object per kind and shape.
+nlohmann::json completion_envelope(const CompletionIds& ids, bool chunk, nlohmann::json choices);
+nlohmann::json usage_json(const StreamEvent& end);
+// Ours are "stop", "length", "cancelled", "error"; none yet: null.
+nlohmann::json finish_json(const std::string& reason);
+
+// Logprobs of a run of token events, in the completions or the chat shape.
+class Logprobs {
+ public:
+  explicit Logprobs(bool chat) : chat_(chat) {}
+  void add(const StreamEvent& e);
+  nlohmann::json result() const;
+
+ private:
+  bool chat_;
+  nlohmann::json tokens_ = nlohmann::json::array(), token_logprobs_ = nlohmann::json::array(),
+                 top_ = nlohmann::json::array(), offsets_ = nlohmann::json::array(), chat_content_ = nlohmann::json::array();
+  size_t offset_ = 0;
+};
+
+// The non-streamed answer: one choice with the whole text.
+std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const nlohmann::json& logprobs,
+                                  const StreamEvent& end);
+
+// One server-sent event: "data: <json>\n\n".
+std::string sse_event(const nlohmann::json& j);
+
+}  // namespace kestrel

@@ -1,0 +1,81 @@
+#include "serving/completion_stream.h"
+
+#include <utility>
+
+#include "serving/openai_api.h"
+
+namespace kestrel {
+
+using json = nlohmann::json;
+
+CompletionStream::CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
+                                   bool include_usage, std::function<void(const StreamEvent&)> on_end)
+    : channel_(std::move(channel)),
+      ids_(std::move(ids)),
+      want_logprobs_(want_logprobs),
+      include_usage_(include_usage),
+      on_end_(std::move(on_end)) {}
+
+bool CompletionStream::send_chunk(ChunkSink& sink, const json& choice) {
+  return sink.write(sse_event(completion_envelope(ids_, true, json::array({choice}))));
+}
+
+json CompletionStream::text_choice(const std::string& text, const json& logprobs, const json& finish) const {
+  json c = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
+  if (ids_.chat)
+    c["delta"] = text.empty() && !finish.is_null() ? json::object() : json{{"content", text}};
+  else
+    c["text"] = text;
+  return c;
+}
+
+StreamStep CompletionStream::abort() {
+  channel_->cancel();
+  return StreamStep::Abort;
+}
+
+StreamStep CompletionStream::step(ChunkSink& sink) {
+  if (finished_) return StreamStep::Abort;
+  if (ids_.chat && !started_) {
+    started_ = true;
+    if (!send_chunk(sink, {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}))
+      return abort();
+  }
+  for (auto& e : channel_->pop(100)) {
+    if (e.done) return finish(sink, e);
+    Logprobs lp(ids_.chat);
+    if (want_logprobs_) lp.add(e);
+    if (e.text.empty() && !(want_logprobs_ && e.has_token)) continue;  // held back (UTF-8 or a possible stop string)
+    if (!send_chunk(sink, text_choice(e.text, want_logprobs_ ? lp.result() : json(nullptr), nullptr))) return abort();
+  }
+  if (!sink.writable()) return abort();  // the client left while we waited
+  return StreamStep::More;
+}
+
+StreamStep CompletionStream::finish(ChunkSink& sink, const StreamEvent& end) {
+  finished_ = true;
+  if (on_end_) on_end_(end);
+  if (end.finish_reason == "error") {
+    sink.write("data: " + api_error_body({500, "generation failed: " + end.error, "", "server_error", ""}) + "\n\n");
+  } else {
+    // Usage rides on the final chunk (what the end released: held-back text).
+    json last = completion_envelope(ids_, true,
+                                    json::array({text_choice(end.text, want_logprobs_ ? Logprobs(ids_.chat).result() : json(nullptr),
+                                                             finish_json(end.finish_reason))}));
+    last["usage"] = usage_json(end);
+    sink.write(sse_event(last));
+    if (include_usage_) {
+      json usage_only = completion_envelope(ids_, true, json::array());
+      usage_only["usage"] = usage_json(end);
+      sink.write(sse_event(usage_only));
+    }
+  }
+  sink.write("data: [DONE]\n\n");
+  return StreamStep::Done;
+}
+
+void CompletionStream::close() {
+  if (!finished_) channel_->cancel();
+}
+
+}  // namespace kestrel

@@ -1,0 +1,48 @@
+// GET /health, /metrics, /v1/models, and the table of every route.
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "serving/api_routes.h"
+#include "serving/openai_api.h"
+
+namespace kestrel {
+
+using json = nlohmann::json;
+
+ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config)
+    : engine_(engine), metrics_(metrics), c_(std::move(config)) {}
+
+void ApiRoutes::install(Router& router) {
+  router.add("GET", "/health", [this](const HttpRequest&) { return health(); });
+  router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });
+  router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });
+  router.add("POST", "/tokenize", [this](const HttpRequest& r) { return tokenize(r); });
+  router.add("POST", "/detokenize", [this](const HttpRequest& r) { return detokenize(r); });
+  router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, false); });
+  router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, true); });
+}
+
+int64_t ApiRoutes::unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+HttpResponse ApiRoutes::health() const {
+  return json_response(json_text({{"status", draining_ ? "shutting down" : "ok"}}), draining_ ? 503 : 200);
+}
+
+HttpResponse ApiRoutes::metrics() const {
+  HttpResponse r = json_response(metrics_.render());
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
+}
+
+HttpResponse ApiRoutes::models() const {
+  const json m = {{"id", c_.model_name},
+                  {"object", "model"},
+                  {"created", unix_seconds()},
+                  {"owned_by", "kestrel"},
+                  {"max_model_len", engine_.n_ctx()}};
+  return json_response(json_text({{"object", "list"}, {"data", json::array({m})}}));
+}
+
+}  // namespace kestrel
