@@ -2,303 +2,42 @@
 
 #include <fmt/format.h>
 
-#include <xxhash.h>
-
-#include <algorithm>
-
 #include "core/error.h"
 
 namespace kestrel {
 
-std::string KvLayout::describe_bytes() const {
-  const double full = static_cast<double>(full_bytes_per_token()) / 1024;
-  if (n_sliding() == 0) return fmt::format("{:.1f} KiB/token", full);
-  return fmt::format("{:.1f} KiB/token + {:.1f} KiB/token over the last {}", full,
-                     static_cast<double>(n_sliding() * bytes_per_layer_token()) / 1024, sliding_window);
-}
-
-int64_t KvLayout::tokens_in(int64_t bytes) const {
-  const int64_t window_bytes = static_cast<int64_t>(sliding_window) * n_sliding() * bytes_per_layer_token();
-  if (full_bytes_per_token() == 0) return -1;
-  if (bytes <= window_bytes) return bytes / bytes_per_token();
-  return (bytes - window_bytes) / full_bytes_per_token() + (n_sliding() ? sliding_window : 0);
-}
+namespace {
+int32_t sliding_window_of(const KvLayout& layout) { return layout.n_sliding() > 0 ? layout.sliding_window : 0; }
+}  // namespace
 
 PagedKvCache::PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq,
                            int sliding_blocks)
-    : layout_(layout), k_format_(layout.k_format()), v_format_(layout.v_format()),
-      k_row_bytes_(static_cast<int64_t>(k_format_.bytes(layout.k_width))),
-      v_row_bytes_(static_cast<int64_t>(v_format_.bytes(layout.v_width))), block_size_(block_size),
-      max_blocks_per_seq_(max_blocks_per_seq > 0 ? std::min(max_blocks_per_seq, n_blocks) : n_blocks) {
-  if (n_blocks <= 0 || block_size <= 0) throw Error("KV cache needs at least one block of at least one token");
-  if (layout.k_width % k_format_.group() != 0 || layout.v_width % v_format_.group() != 0)
-    throw Error(fmt::format("KV rows of {} and {} elements do not divide into {}/{}-element groups", layout.k_width,
-                            layout.v_width, k_format_.group(), v_format_.group()));
-  const bool sliding = layout.n_sliding() > 0;
-  groups_.resize(sliding ? 2 : 1);
-  groups_[0].n_blocks = n_blocks;
-  if (sliding) groups_[1].n_blocks = sliding_blocks > 0 ? std::min(sliding_blocks, n_blocks) : n_blocks;
-  for (Group& g : groups_) {
-    // Hand out low block ids first.
-    for (int b = g.n_blocks - 1; b >= 0; b--) g.free.push_back(b);
-    g.state.resize(static_cast<size_t>(g.n_blocks));
-  }
-  k_.resize(layout.n_layer);
-  v_.resize(layout.n_layer);
-  for (int l = 0; l < layout.n_layer; l++) {
-    const size_t slots = static_cast<size_t>(groups_[group_of(l)].n_blocks) * static_cast<size_t>(block_size);
-    k_[l].assign(slots * static_cast<size_t>(k_row_bytes_), 0);
-    v_[l].assign(slots * static_cast<size_t>(v_row_bytes_), 0);
-  }
-}
-
-int64_t PagedKvCache::bytes() const {
-  int64_t total = 0;
-  for (int l = 0; l < layout_.n_layer; l++) total += static_cast<int64_t>(k_[l].size() + v_[l].size());
-  return total;
-}
-
-int32_t PagedKvCache::take_block(int gi) {
-  Group& g = groups_[gi];
-  int32_t b;
-  if (!g.free.empty()) {
-    b = g.free.back();
-    g.free.pop_back();
-  } else {
-    b = g.evictable.front();  // the caller checked n_free()
-    g.evictable.pop_front();
-    forget_name(gi, b);
-  }
-  g.state[b].refs = 1;
-  return b;
-}
-
-void PagedKvCache::release_block(int gi, int32_t b) {
-  Group& g = groups_[gi];
-  BlockState& st = g.state[b];
-  if (--st.refs > 0) return;
-  if (st.named) st.lru = g.evictable.insert(g.evictable.end(), b);
-  else g.free.push_back(b);
-}
-
-void PagedKvCache::forget_name(int gi, int32_t b) {
-  Group& g = groups_[gi];
-  BlockState& st = g.state[b];
-  if (!st.named) return;
-  auto it = g.by_name.find(st.name);
-  if (it != g.by_name.end() && it->second == b) g.by_name.erase(it);
-  st.named = false;
-}
-
-void PagedKvCache::name_block(int gi, int32_t b, uint64_t name) {
-  Group& g = groups_[gi];
-  // Another sequence may have published the same contents first: keep its
-  // block as the name's owner (ours stays private and unnamed).
-  if (!g.state[b].named && g.by_name.emplace(name, b).second) {
-    g.state[b].named = true;
-    g.state[b].name = name;
-  }
-}
-
-void PagedKvCache::copy_block(int gi, int32_t from, int32_t to) {
-  const size_t bs = static_cast<size_t>(block_size_);
-  for (int l = 0; l < layout_.n_layer; l++) {
-    if (group_of(l) != gi) continue;
-    const size_t kw = static_cast<size_t>(k_row_bytes_) * bs, vw = static_cast<size_t>(v_row_bytes_) * bs;
-    std::copy_n(k_[l].data() + from * kw, kw, k_[l].data() + to * kw);
-    std::copy_n(v_[l].data() + from * vw, vw, v_[l].data() + to * vw);
-  }
-}
-
-int64_t PagedKvCache::first_window_block(int64_t pos) const {
-  return std::max<int64_t>(0, pos + 1 - layout_.sliding_window) / block_size_;
-}
-
-namespace {
-// A full block's name: its tokens hashed with the parent block's name as seed.
-uint64_t block_name(uint64_t parent, const int32_t* tokens, int block_size) {
-  return XXH3_64bits_withSeed(tokens, static_cast<size_t>(block_size) * sizeof(int32_t), parent);
-}
-}  // namespace
-
-PagedKvCache::Sequence& PagedKvCache::new_or_existing(int32_t seq) {
-  Sequence& s = seqs_[seq];
-  for (auto& blocks : s.blocks)
-    if (blocks.capacity() == 0) blocks.reserve(static_cast<size_t>(max_blocks_per_seq_));
-  if (s.names.capacity() == 0) s.names.reserve(static_cast<size_t>(max_blocks_per_seq_));
-  return s;
-}
-
-int64_t PagedKvCache::share_prefix(int32_t seq, const int32_t* tokens, int64_t n) {
-  Sequence& s = new_or_existing(seq);
-  if (s.length != 0 || !s.blocks[0].empty()) throw Error(fmt::format("KV cache: sequence {} is not empty", seq));
-  s.names.clear();
-  // The longest run of cached full blocks, never covering the last token (its logits must be computed).
-  std::vector<uint64_t>& names = s.names;
-  uint64_t parent = 0;
-  for (int64_t i = 0; (i + 1) * block_size_ <= n - 1 && static_cast<int64_t>(names.size()) < max_blocks_per_seq_; i++) {
-    stats_.queried_blocks++;
-    const uint64_t name = block_name(parent, tokens + i * block_size_, block_size_);
-    if (!groups_[0].by_name.count(name)) break;
-    names.push_back(name);
-    parent = name;
-  }
-  // With sliding layers the first computed token's window must be cached too:
-  // shorten the match until it is.
-  auto sliding_cached = [&](int64_t k) {
-    for (int64_t j = first_window_block(k * block_size_); j < k; j++)
-      if (!groups_[1].by_name.count(names[j])) return false;
-    return true;
-  };
-  int64_t k = static_cast<int64_t>(names.size());
-  if (n_groups() > 1)
-    while (k > 0 && !sliding_cached(k)) k--;
-  names.resize(static_cast<size_t>(k));
-  stats_.hit_blocks += k;
-  for (int gi = 0; gi < n_groups(); gi++) {
-    Group& g = groups_[gi];
-    const int64_t first = gi == 0 ? 0 : first_window_block(k * block_size_);
-    for (int64_t j = 0; j < k; j++) {
-      if (j < first) {
-        s.blocks[gi].push_back(-1);
-        continue;
-      }
-      const int32_t b = g.by_name.at(names[j]);
-      if (g.state[b].refs++ == 0) g.evictable.erase(g.state[b].lru);
-      s.blocks[gi].push_back(b);
-    }
-    if (gi == 1) s.released = first;
-  }
-  s.length = k * block_size_;
-  return s.length;
-}
-
-void PagedKvCache::publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
-  Sequence& s = it->second;
-  const int64_t full =
-      std::min<int64_t>(std::min(n_computed, s.length) / block_size_, static_cast<int64_t>(s.blocks[0].size()));
-  for (auto i = static_cast<int64_t>(s.names.size()); i < full; i++) {
-    const uint64_t name = block_name(i ? s.names.back() : 0, tokens + i * block_size_, block_size_);
-    for (int gi = 0; gi < n_groups(); gi++)
-      if (s.blocks[gi][i] >= 0) name_block(gi, s.blocks[gi][i], name);
-    s.names.push_back(name);
-  }
-}
+    : blocks_(n_blocks, block_size, max_blocks_per_seq, sliding_window_of(layout), sliding_blocks),
+      store_(layout, blocks_.n_groups() > 1 ? std::vector<int>{blocks_.n_group_blocks(0), blocks_.n_group_blocks(1)}
+                                            : std::vector<int>{blocks_.n_group_blocks(0)},
+             block_size) {}
 
 void PagedKvCache::reserve(int32_t seq, int64_t n_tokens) {
-  Sequence& s = new_or_existing(seq);
-  const int64_t need_blocks = (n_tokens + block_size_ - 1) / block_size_;
-  const int64_t extra = need_blocks - static_cast<int64_t>(s.blocks[0].size());
-  for (int gi = 0; gi < n_groups(); gi++)
-    if (extra > groups_[gi].n_free())
+  if (blocks_.allocate(seq, n_tokens)) return;
+  const int64_t need = blocks_.blocks_for(n_tokens);
+  const int64_t extra = need - blocks_.held_blocks(seq, 0);
+  for (int g = 0; g < n_groups(); g++)
+    if (extra > blocks_.n_group_free_blocks(g))
       throw Error(fmt::format("KV cache full: sequence {} needs {} tokens ({} more blocks) but only {} of {} {}blocks "
                               "are free",
-                              seq, n_tokens, extra, groups_[gi].n_free(), groups_[gi].n_blocks,
-                              gi ? "sliding-window " : ""));
-  if (need_blocks > max_blocks_per_seq_)
-    throw Error(fmt::format("KV cache: sequence {} needs {} blocks, more than the {} a sequence may hold", seq,
-                            need_blocks, max_blocks_per_seq_));
-  for (int gi = 0; gi < n_groups(); gi++)
-    for (int64_t i = 0; i < extra; i++) s.blocks[gi].push_back(take_block(gi));
-  if (n_tokens > s.length) s.length = n_tokens;
-}
-
-void PagedKvCache::slide(int32_t seq, int64_t first) {
-  if (n_groups() < 2) return;
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
-  Sequence& s = it->second;
-  auto& blocks = s.blocks[1];
-  const int64_t upto = std::min<int64_t>(first_window_block(first), static_cast<int64_t>(blocks.size()));
-  for (int64_t j = s.released; j < upto; j++) {
-    if (blocks[j] >= 0) release_block(1, blocks[j]);
-    blocks[j] = -1;
-  }
-  s.released = std::max(s.released, upto);
+                              seq, n_tokens, extra, blocks_.n_group_free_blocks(g), blocks_.n_group_blocks(g),
+                              g ? "sliding-window " : ""));
+  if (need > blocks_.max_blocks_per_seq())
+    throw Error(fmt::format("KV cache: sequence {} needs {} blocks, more than the {} a sequence may hold", seq, need,
+                            blocks_.max_blocks_per_seq()));
+  throw Error(fmt::format("KV cache: sequence {} cannot grow to {} tokens", seq, n_tokens));
 }
 
 void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
-  Sequence& s = it->second;
-  if (n_tokens < 0) n_tokens = 0;
-  const auto keep = static_cast<size_t>((n_tokens + block_size_ - 1) / block_size_);
-  if (n_tokens > 0 && n_groups() > 1 && first_window_block(n_tokens) < s.released)
-    throw Error(fmt::format("KV cache: sequence {} cannot roll back to {} tokens: the sliding-window layers released "
-                            "the blocks before {} already",
-                            seq, n_tokens, s.released * block_size_));
-  for (int gi = 0; gi < n_groups(); gi++) {
-    auto& blocks = s.blocks[gi];
-    while (blocks.size() > keep) {
-      if (blocks.back() >= 0) release_block(gi, blocks.back());
-      blocks.pop_back();
-    }
-  }
-  if (keep == 0) s.released = 0;
-  if (s.length > n_tokens) s.length = n_tokens;
-  if (static_cast<int64_t>(s.names.size()) > n_tokens / block_size_) s.names.resize(static_cast<size_t>(n_tokens / block_size_));
-  // A partly kept last block will be written again: it must be ours alone and unnamed.
-  if (n_tokens % block_size_ == 0) return;
-  for (int gi = 0; gi < n_groups(); gi++) {
-    auto& blocks = s.blocks[gi];
-    if (blocks.empty() || blocks.back() < 0) continue;
-    const int32_t last = blocks.back();
-    if (groups_[gi].state[last].refs > 1) {
-      if (groups_[gi].n_free() == 0)
-        throw Error(fmt::format("KV cache full: cannot copy a shared block of sequence {}", seq));
-      const int32_t copy = take_block(gi);
-      copy_block(gi, last, copy);
-      release_block(gi, last);
-      blocks.back() = copy;
-    } else {
-      forget_name(gi, last);
-    }
-  }
-}
-
-void PagedKvCache::remove(int32_t seq) { truncate(seq, 0); }
-
-void PagedKvCache::erase(int32_t seq) {
-  truncate(seq, 0);
-  seqs_.erase(seq);
-}
-
-int64_t PagedKvCache::length(int32_t seq) const {
-  auto it = seqs_.find(seq);
-  return it == seqs_.end() ? 0 : it->second.length;
-}
-
-int64_t PagedKvCache::held_blocks(int32_t seq, int group) const {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return 0;
-  const auto& blocks = it->second.blocks[group];
-  return static_cast<int64_t>(std::count_if(blocks.begin(), blocks.end(), [](int32_t b) { return b >= 0; }));
-}
-
-const PagedKvCache::Sequence& PagedKvCache::seq_or_throw(int32_t seq) const {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) throw Error(fmt::format("KV cache: unknown sequence {}", seq));
-  return it->second;
-}
-
-const int32_t* PagedKvCache::block_table(int32_t seq, int group) const {
-  return seq_or_throw(seq).blocks[group].data();
-}
-
-int64_t PagedKvCache::slot(int32_t seq, int32_t pos, int group) const {
-  const Sequence& s = seq_or_throw(seq);
-  if (pos < 0 || pos >= s.length)
-    throw Error(fmt::format("KV cache: position {} of sequence {} is outside its {} reserved tokens", pos, seq, s.length));
-  const int32_t block = s.blocks[group][pos / block_size_];
-  if (block < 0)
-    throw Error(fmt::format("KV cache: position {} of sequence {} left the sliding window", pos, seq));
-  return static_cast<int64_t>(block) * block_size_ + pos % block_size_;
-}
-
-PagedKvLayerView PagedKvCache::layer_view(int layer) const {
-  return {k_[layer].data(), v_[layer].data(), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
+  BlockCopies copies;
+  const bool ok = blocks_.truncate(seq, n_tokens, copies);
+  store_.copy(copies);
+  if (!ok) throw Error(fmt::format("KV cache full: cannot copy a shared block of sequence {}", seq));
 }
 
 }  // namespace kestrel

@@ -1,0 +1,260 @@
+#include "kv/block_manager.h"
+
+#include <fmt/format.h>
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+namespace {
+// A full block's name: its tokens hashed with the parent block's name as seed.
+uint64_t block_name(uint64_t parent, const int32_t* tokens, int block_size) {
+  return XXH3_64bits_withSeed(tokens, static_cast<size_t>(block_size) * sizeof(int32_t), parent);
+}
+}  // namespace
+
+BlockManager::BlockManager(int n_blocks, int block_size, int max_blocks_per_seq, int32_t sliding_window,
+                           int sliding_blocks)
+    : block_size_(block_size),
+      max_blocks_per_seq_(max_blocks_per_seq > 0 ? std::min(max_blocks_per_seq, n_blocks) : n_blocks),
+      sliding_window_(sliding_window) {
+  if (n_blocks <= 0 || block_size <= 0) throw Error("KV cache needs at least one block of at least one token");
+  groups_.resize(sliding_window > 0 ? 2 : 1);
+  groups_[0].n_blocks = n_blocks;
+  if (sliding_window > 0) groups_[1].n_blocks = sliding_blocks > 0 ? std::min(sliding_blocks, n_blocks) : n_blocks;
+  for (Group& g : groups_) {
+    // Hand out low block ids first.
+    for (int b = g.n_blocks - 1; b >= 0; b--) g.free.push_back(b);
+    g.state.resize(static_cast<size_t>(g.n_blocks));
+  }
+}
+
+int32_t BlockManager::take_block(int gi) {
+  Group& g = groups_[gi];
+  int32_t b;
+  if (!g.free.empty()) {
+    b = g.free.back();
+    g.free.pop_back();
+  } else {
+    b = g.evictable.front();  // the caller checked n_free()
+    g.evictable.pop_front();
+    forget_name(gi, b);
+  }
+  g.state[b].refs = 1;
+  return b;
+}
+
+void BlockManager::release_block(int gi, int32_t b) {
+  Group& g = groups_[gi];
+  BlockState& st = g.state[b];
+  if (--st.refs > 0) return;
+  if (st.named)
+    st.lru = g.evictable.insert(g.evictable.end(), b);
+  else
+    g.free.push_back(b);
+}
+
+void BlockManager::forget_name(int gi, int32_t b) {
+  Group& g = groups_[gi];
+  BlockState& st = g.state[b];
+  if (!st.named) return;
+  auto it = g.by_name.find(st.name);
+  if (it != g.by_name.end() && it->second == b) g.by_name.erase(it);
+  st.named = false;
+}
+
+void BlockManager::name_block(int gi, int32_t b, uint64_t name) {
+  Group& g = groups_[gi];
+  // Another sequence may have published the same contents first: keep its
+  // block as the name's owner (ours stays private and unnamed).
+  if (!g.state[b].named && g.by_name.emplace(name, b).second) {
+    g.state[b].named = true;
+    g.state[b].name = name;
+  }
+}
+
+int64_t BlockManager::first_window_block(int64_t pos) const {
+  return std::max<int64_t>(0, pos + 1 - sliding_window_) / block_size_;
+}
+
+BlockManager::Sequence& BlockManager::new_or_existing(int32_t seq) {
+  Sequence& s = seqs_[seq];
+  for (auto& blocks : s.blocks)
+    if (blocks.capacity() == 0) blocks.reserve(static_cast<size_t>(max_blocks_per_seq_));
+  if (s.names.capacity() == 0) s.names.reserve(static_cast<size_t>(max_blocks_per_seq_));
+  return s;
+}
+
+int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n) {
+  Sequence& s = new_or_existing(seq);
+  if (s.length != 0 || !s.blocks[0].empty()) throw Error(fmt::format("KV cache: sequence {} is not empty", seq));
+  s.names.clear();
+  // The longest run of cached full blocks, never covering the last token (its logits must be computed).
+  std::vector<uint64_t>& names = s.names;
+  uint64_t parent = 0;
+  for (int64_t i = 0; (i + 1) * block_size_ <= n - 1 && static_cast<int64_t>(names.size()) < max_blocks_per_seq_; i++) {
+    stats_.queried_blocks++;
+    const uint64_t name = block_name(parent, tokens + i * block_size_, block_size_);
+    if (!groups_[0].by_name.count(name)) break;
+    names.push_back(name);
+    parent = name;
+  }
+  // With sliding layers the first computed token's window must be cached too:
+  // shorten the match until it is.
+  auto sliding_cached = [&](int64_t k) {
+    for (int64_t j = first_window_block(k * block_size_); j < k; j++)
+      if (!groups_[1].by_name.count(names[j])) return false;
+    return true;
+  };
+  int64_t k = static_cast<int64_t>(names.size());
+  if (n_groups() > 1)
+    while (k > 0 && !sliding_cached(k)) k--;
+  names.resize(static_cast<size_t>(k));
+  stats_.hit_blocks += k;
+  for (int gi = 0; gi < n_groups(); gi++) {
+    Group& g = groups_[gi];
+    const int64_t first = gi == 0 ? 0 : first_window_block(k * block_size_);
+    for (int64_t j = 0; j < k; j++) {
+      if (j < first) {
+        s.blocks[gi].push_back(-1);
+        continue;
+      }
+      const int32_t b = g.by_name.at(names[j]);
+      if (g.state[b].refs++ == 0) g.evictable.erase(g.state[b].lru);
+      s.blocks[gi].push_back(b);
+    }
+    if (gi == 1) s.released = first;
+  }
+  s.length = k * block_size_;
+  return s.length;
+}
+
+void BlockManager::publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  Sequence& s = it->second;
+  const int64_t full =
+      std::min<int64_t>(std::min(n_computed, s.length) / block_size_, static_cast<int64_t>(s.blocks[0].size()));
+  for (auto i = static_cast<int64_t>(s.names.size()); i < full; i++) {
+    const uint64_t name = block_name(i ? s.names.back() : 0, tokens + i * block_size_, block_size_);
+    for (int gi = 0; gi < n_groups(); gi++)
+      if (s.blocks[gi][i] >= 0) name_block(gi, s.blocks[gi][i], name);
+    s.names.push_back(name);
+  }
+}
+
+bool BlockManager::can_allocate(int32_t seq, int64_t n_tokens) const {
+  const int64_t need_blocks = blocks_for(n_tokens);
+  if (need_blocks > max_blocks_per_seq_) return false;
+  auto it = seqs_.find(seq);
+  const int64_t extra = need_blocks - (it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.blocks[0].size()));
+  for (const Group& g : groups_)
+    if (extra > g.n_free()) return false;
+  return true;
+}
+
+bool BlockManager::allocate(int32_t seq, int64_t n_tokens) {
+  if (!can_allocate(seq, n_tokens)) return false;
+  Sequence& s = new_or_existing(seq);
+  const int64_t extra = blocks_for(n_tokens) - static_cast<int64_t>(s.blocks[0].size());
+  for (int gi = 0; gi < n_groups(); gi++)
+    for (int64_t i = 0; i < extra; i++) s.blocks[gi].push_back(take_block(gi));
+  if (n_tokens > s.length) s.length = n_tokens;
+  return true;
+}
+
+void BlockManager::slide(int32_t seq, int64_t first) {
+  if (n_groups() < 2) return;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  Sequence& s = it->second;
+  auto& blocks = s.blocks[1];
+  const int64_t upto = std::min<int64_t>(first_window_block(first), static_cast<int64_t>(blocks.size()));
+  for (int64_t j = s.released; j < upto; j++) {
+    if (blocks[j] >= 0) release_block(1, blocks[j]);
+    blocks[j] = -1;
+  }
+  s.released = std::max(s.released, upto);
+}
+
+bool BlockManager::truncate(int32_t seq, int64_t n_tokens, BlockCopies& copies) {
+  copies.n = 0;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return true;
+  Sequence& s = it->second;
+  if (n_tokens < 0) n_tokens = 0;
+  const auto keep = static_cast<size_t>(blocks_for(n_tokens));
+  if (n_tokens > 0 && n_groups() > 1 && first_window_block(n_tokens) < s.released)
+    throw Error(fmt::format("KV cache: sequence {} cannot roll back to {} tokens: the sliding-window layers released "
+                            "the blocks before {} already",
+                            seq, n_tokens, s.released * block_size_));
+  for (int gi = 0; gi < n_groups(); gi++) {
+    auto& blocks = s.blocks[gi];
+    while (blocks.size() > keep) {
+      if (blocks.back() >= 0) release_block(gi, blocks.back());
+      blocks.pop_back();
+    }
+  }
+  if (keep == 0) s.released = 0;
+  if (s.length > n_tokens) s.length = n_tokens;
+  if (static_cast<int64_t>(s.names.size()) > n_tokens / block_size_)
+    s.names.resize(static_cast<size_t>(n_tokens / block_size_));
+  // A partly kept last block will be written again: it must be ours alone and unnamed.
+  if (n_tokens % block_size_ == 0) return true;
+  for (int gi = 0; gi < n_groups(); gi++) {
+    auto& blocks = s.blocks[gi];
+    if (blocks.empty() || blocks.back() < 0) continue;
+    const int32_t last = blocks.back();
+    if (groups_[gi].state[last].refs == 1) {
+      forget_name(gi, last);
+      continue;
+    }
+    if (groups_[gi].n_free() == 0) return false;
+    const int32_t copy = take_block(gi);
+    copies.at[static_cast<size_t>(copies.n++)] = {gi, last, copy};
+    release_block(gi, last);
+    blocks.back() = copy;
+  }
+  return true;
+}
+
+void BlockManager::erase(int32_t seq) {
+  BlockCopies none;
+  truncate(seq, 0, none);  // to 0 tokens: nothing is kept, nothing copied
+  seqs_.erase(seq);
+}
+
+int64_t BlockManager::length(int32_t seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.length;
+}
+
+int64_t BlockManager::held_blocks(int32_t seq, int group) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return 0;
+  const auto& blocks = it->second.blocks[group];
+  return static_cast<int64_t>(std::count_if(blocks.begin(), blocks.end(), [](int32_t b) { return b >= 0; }));
+}
+
+const BlockManager::Sequence& BlockManager::seq_or_throw(int32_t seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) throw Error(fmt::format("KV cache: unknown sequence {}", seq));
+  return it->second;
+}
+
+const int32_t* BlockManager::block_table(int32_t seq, int group) const { return seq_or_throw(seq).blocks[group].data(); }
+
+int64_t BlockManager::slot(int32_t seq, int32_t pos, int group) const {
+  const Sequence& s = seq_or_throw(seq);
+  if (pos < 0 || pos >= s.length)
+    throw Error(fmt::format("KV cache: position {} of sequence {} is outside its {} reserved tokens", pos, seq, s.length));
+  const int32_t block = s.blocks[group][pos / block_size_];
+  if (block < 0) throw Error(fmt::format("KV cache: position {} of sequence {} left the sliding window", pos, seq));
+  return static_cast<int64_t>(block) * block_size_ + pos % block_size_;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,143 @@
+#pragma once
+// The KV ledger, as pure logic: which blocks each sequence holds, reference
+// counts, prefix names and the least-recently-freed order. No rows: the
+// KvStore holds those; when a shared block must be copied before a write,
+// the manager says which, and the store copies the rows.
+//
+// Layer groups: a model with sliding-window layers (Gemma 2/3) keeps those
+// layers in a second group with its own blocks and block tables. A query at
+// position p of a sliding layer reads only positions > p - window, so once a
+// sequence's batches have moved past a block's window (slide()), that block
+// is released for the sliding layers while the full-attention layers keep
+// theirs: at a 32K context a 4K-window layer holds about 4K positions.
+//
+// Prefix caching: a full block is named by a hash of its tokens chained with
+// its parent block's hash (xxh3), so equal prefixes give equal names. Blocks
+// are reference counted; a sequence starting with a known prefix shares the
+// blocks already computed for it (in the sliding group, those its first new
+// token's window reaches). A block nobody holds but whose contents are named
+// stays findable until the pool needs it (least recently freed first).
+// Shared blocks are never written: a sequence truncated into one gets its
+// own copy first.
+//
+// A full pool is an answer, not an exception: allocate() and truncate()
+// return false and leave the ledger as it was (the scheduler decides whom
+// to preempt). Exceptions are for misuse (an unknown sequence, a position
+// outside what it holds, a rollback into released sliding blocks).
+#include <array>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+namespace kestrel {
+
+// Rows a KvStore must copy: all layers of `group`, block `from` to block `to`.
+struct BlockCopy {
+  int group = 0;
+  int32_t from = 0, to = 0;
+};
+struct BlockCopies {
+  std::array<BlockCopy, 2> at{};  // at most one per group
+  int n = 0;
+};
+
+class BlockManager {
+ public:
+  // sliding_window > 0 adds the sliding group of sliding_blocks blocks (0:
+  // n_blocks). max_blocks_per_seq (0: n_blocks) sizes each block table once,
+  // so that growing a sequence never allocates.
+  BlockManager(int n_blocks, int block_size, int max_blocks_per_seq = 0, int32_t sliding_window = 0,
+               int sliding_blocks = 0);
+
+  int block_size() const { return block_size_; }
+  // Counts of the full-attention group's pool (what limits the context).
+  int n_blocks() const { return groups_[0].n_blocks; }
+  // Blocks an allocation can take: never used, or cached but held by nobody.
+  int n_free_blocks() const { return groups_[0].n_free(); }
+  int n_cached_blocks() const { return static_cast<int>(groups_[0].evictable.size()); }
+  int n_used_blocks() const { return n_blocks() - n_free_blocks(); }
+  int n_groups() const { return static_cast<int>(groups_.size()); }
+  int n_group_blocks(int group) const { return groups_[group].n_blocks; }
+  int n_group_free_blocks(int group) const { return groups_[group].n_free(); }
+  int max_blocks_per_seq() const { return max_blocks_per_seq_; }
+  // Blocks needed to hold n tokens.
+  int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
+  // Blocks seq holds in a group (released sliding blocks not counted).
+  int64_t held_blocks(int32_t seq, int group = 0) const;
+  int64_t length(int32_t seq) const;  // positions allocated
+
+  // Whether seq can grow to hold positions [0, n_tokens) now.
+  bool can_allocate(int32_t seq, int64_t n_tokens) const;
+  // Grows seq to hold [0, n_tokens); false (nothing taken) when the pool or
+  // the per-sequence table is too small.
+  bool allocate(int32_t seq, int64_t n_tokens);
+  // No query of seq will come before position `first` again: the sliding
+  // group releases the blocks wholly outside that query's window.
+  void slide(int32_t seq, int64_t first);
+  // Drops positions >= n_tokens (rollback); frees blocks no longer needed. A
+  // partly kept shared last block is replaced by a private copy, listed in
+  // `copies` for the store. False when no block is free for that copy (the
+  // positions are dropped; the sequence must be erased before it is written).
+  bool truncate(int32_t seq, int64_t n_tokens, BlockCopies& copies);
+  // Frees all of seq's blocks and forgets the id.
+  void erase(int32_t seq);
+
+  // For an empty sequence about to run tokens[0, n): attaches the longest
+  // run of cached full blocks matching its prefix, leaving at least the last
+  // token to compute (its logits are needed). Returns the tokens covered.
+  int64_t share_prefix(int32_t seq, const int32_t* tokens, int64_t n);
+  // Names seq's full blocks within its first n_computed tokens (whose KV is
+  // written) so that later sequences can share them.
+  void publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed);
+  struct PrefixStats {
+    int64_t queried_blocks = 0, hit_blocks = 0;
+  };
+  const PrefixStats& prefix_stats() const { return stats_; }
+
+  // A sequence's block table in a group (released sliding blocks are -1).
+  const int32_t* block_table(int32_t seq, int group = 0) const;
+  // The slot of a position in a group's pool (block * block_size + offset).
+  int64_t slot(int32_t seq, int32_t pos, int group = 0) const;
+
+ private:
+  struct BlockState {
+    int32_t refs = 0;
+    bool named = false;
+    uint64_t name = 0;
+    std::list<int32_t>::iterator lru;  // position in evictable when refs == 0 and named
+  };
+  // One pool of blocks.
+  struct Group {
+    int n_blocks = 0;
+    std::vector<int32_t> free;     // never named, held by nobody
+    std::list<int32_t> evictable;  // named, held by nobody: oldest first
+    std::vector<BlockState> state;
+    std::unordered_map<uint64_t, int32_t> by_name;
+    int n_free() const { return static_cast<int>(free.size() + evictable.size()); }
+  };
+  struct Sequence {
+    std::vector<int32_t> blocks[2];  // per group; -1: a released sliding block
+    int64_t length = 0;
+    int64_t released = 0;         // sliding blocks [0, released) are -1
+    std::vector<uint64_t> names;  // names of the leading blocks known so far (shared or published)
+  };
+  const Sequence& seq_or_throw(int32_t seq) const;
+  Sequence& new_or_existing(int32_t seq);
+  int32_t take_block(int g);                 // a never-used block, else the least recently freed cached one
+  void release_block(int g, int32_t block);  // one holder fewer
+  void forget_name(int g, int32_t block);
+  void name_block(int g, int32_t block, uint64_t name);
+  // Blocks seq needs in the sliding group for a query at `pos`: from this index.
+  int64_t first_window_block(int64_t pos) const;
+
+  int block_size_;
+  int max_blocks_per_seq_;
+  int32_t sliding_window_;
+  std::vector<Group> groups_;
+  std::map<int32_t, Sequence> seqs_;
+  PrefixStats stats_;
+};
+
+}  // namespace kestrel

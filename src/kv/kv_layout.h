@@ -1,0 +1,55 @@
+#pragma once
+// What one token's KV takes in each layer: widths, storage types and the
+// sliding-window layers. The architecture decides (per-head K and V for
+// Llama, a latent vector for MLA); the cache is sized from it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kv_format.h"
+
+namespace kestrel {
+
+struct KvLayout {
+  int n_layer = 0;
+  int64_t k_width = 0;  // elements per token per layer
+  int64_t v_width = 0;
+  int64_t granule = 1;  // attention reads rows in pieces at multiples of this (the head size)
+  KvType k_type = KvType::F32, v_type = KvType::F32;
+  // Sliding-window layers (sliding[l] set) attend over the last
+  // sliding_window positions; empty or window 0: none.
+  int32_t sliding_window = 0;
+  std::vector<uint8_t> sliding = {};
+
+  KvRowFormat k_format() const { return KvRowFormat(k_type, granule); }
+  KvRowFormat v_format() const { return KvRowFormat(v_type, granule); }
+  bool is_sliding(int layer) const {
+    return sliding_window > 0 && layer < static_cast<int>(sliding.size()) && sliding[layer];
+  }
+  int n_sliding() const {
+    int n = 0;
+    for (int l = 0; l < n_layer; l++) n += is_sliding(l);
+    return n;
+  }
+  // Bytes of K and V one token takes in one layer.
+  int64_t bytes_per_layer_token() const {
+    return static_cast<int64_t>(k_format().bytes(k_width) + v_format().bytes(v_width));
+  }
+  // Bytes of K and V one token takes over all layers (sliding ones included).
+  int64_t bytes_per_token() const { return n_layer * bytes_per_layer_token(); }
+  // ... over the full-attention layers only: what grows with the context.
+  int64_t full_bytes_per_token() const { return (n_layer - n_sliding()) * bytes_per_layer_token(); }
+  // "64.0 KiB/token", or with sliding layers what grows with the context
+  // and what only a window holds: "16.0 KiB/token + 48.0 KiB/token over the last 4096".
+  std::string describe_bytes() const;
+  // Tokens of context whose KV fits in `bytes` (one sequence; sliding layers
+  // hold at most their window); -1: unbounded (every layer slides).
+  int64_t tokens_in(int64_t bytes) const;
+  // "q8_0", or "q8_0/q4" when keys and values differ.
+  std::string type_name() const {
+    return k_type == v_type || v_width == 0 ? kv_type_name(k_type)
+                                            : std::string(kv_type_name(k_type)) + "/" + kv_type_name(v_type);
+  }
+};
+
+}  // namespace kestrel

@@ -1,0 +1,51 @@
+#include "kv/kv_store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size)
+    : layout_(layout), k_format_(layout.k_format()), v_format_(layout.v_format()),
+      k_row_bytes_(static_cast<int64_t>(k_format_.bytes(layout.k_width))),
+      v_row_bytes_(static_cast<int64_t>(v_format_.bytes(layout.v_width))), block_size_(block_size),
+      n_groups_(static_cast<int>(group_blocks.size())) {
+  if (layout.k_width % k_format_.group() != 0 || layout.v_width % v_format_.group() != 0)
+    throw Error(fmt::format("KV rows of {} and {} elements do not divide into {}/{}-element groups", layout.k_width,
+                            layout.v_width, k_format_.group(), v_format_.group()));
+  k_.resize(layout.n_layer);
+  v_.resize(layout.n_layer);
+  for (int l = 0; l < layout.n_layer; l++) {
+    const size_t slots = static_cast<size_t>(group_blocks[group_of(l)]) * static_cast<size_t>(block_size);
+    k_[l].assign(slots * static_cast<size_t>(k_row_bytes_), 0);
+    v_[l].assign(slots * static_cast<size_t>(v_row_bytes_), 0);
+  }
+}
+
+int64_t KvStore::bytes() const {
+  int64_t total = 0;
+  for (int l = 0; l < layout_.n_layer; l++) total += static_cast<int64_t>(k_[l].size() + v_[l].size());
+  return total;
+}
+
+void KvStore::copy(const BlockCopies& copies) {
+  const size_t kw = static_cast<size_t>(k_row_bytes_) * static_cast<size_t>(block_size_);
+  const size_t vw = static_cast<size_t>(v_row_bytes_) * static_cast<size_t>(block_size_);
+  for (int c = 0; c < copies.n; c++) {
+    const BlockCopy& bc = copies.at[static_cast<size_t>(c)];
+    for (int l = 0; l < layout_.n_layer; l++) {
+      if (group_of(l) != bc.group) continue;
+      std::copy_n(k_[l].data() + bc.from * kw, kw, k_[l].data() + bc.to * kw);
+      std::copy_n(v_[l].data() + bc.from * vw, vw, v_[l].data() + bc.to * vw);
+    }
+  }
+}
+
+PagedKvLayerView KvStore::layer_view(int layer) const {
+  return {k_[layer].data(), v_[layer].data(), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
+}
+
+}  // namespace kestrel

@@ -1,0 +1,48 @@
+#pragma once
+// The KV rows: per layer, one row of keys and one of values per slot of its
+// group's pool (slot = block * block_size + offset; the BlockManager hands
+// out the blocks), stored in the layout's types — quantized on write, read
+// back as floats.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kv/block_manager.h"
+#include "kv/kv_layout.h"
+
+namespace kestrel {
+
+class KvStore {
+ public:
+  // group_blocks: the pool size of each group (the full-attention group
+  // first, then the sliding one if the layout has sliding layers).
+  KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size);
+
+  const KvLayout& layout() const { return layout_; }
+  // The group a layer's blocks come from: 1 for sliding layers, else 0.
+  int group_of(int layer) const { return n_groups_ > 1 && layout_.is_sliding(layer) ? 1 : 0; }
+  int64_t bytes() const;  // every group, every layer
+
+  void write_k(int layer, int64_t slot, const float* x) { k_format_.quantize(x, k_row(layer, slot), layout_.k_width); }
+  void write_v(int layer, int64_t slot, const float* x) { v_format_.quantize(x, v_row(layer, slot), layout_.v_width); }
+  void read_k(int layer, int64_t slot, float* y) const { k_format_.dequantize(k_row(layer, slot), 0, y, layout_.k_width); }
+  void read_v(int layer, int64_t slot, float* y) const { v_format_.dequantize(v_row(layer, slot), 0, y, layout_.v_width); }
+  // Carries out the ledger's copy-on-write.
+  void copy(const BlockCopies& copies);
+  PagedKvLayerView layer_view(int layer) const;
+
+ private:
+  uint8_t* k_row(int layer, int64_t slot) { return k_[layer].data() + slot * k_row_bytes_; }
+  uint8_t* v_row(int layer, int64_t slot) { return v_[layer].data() + slot * v_row_bytes_; }
+  const uint8_t* k_row(int layer, int64_t slot) const { return k_[layer].data() + slot * k_row_bytes_; }
+  const uint8_t* v_row(int layer, int64_t slot) const { return v_[layer].data() + slot * v_row_bytes_; }
+
+  KvLayout layout_;
+  KvRowFormat k_format_, v_format_;
+  int64_t k_row_bytes_, v_row_bytes_;
+  int block_size_;
+  int n_groups_;
+  std::vector<std::vector<uint8_t>> k_, v_;  // per layer, sized by its group's pool
+};
+
+}  // namespace kestrel
