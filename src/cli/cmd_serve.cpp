@@ -79,7 +79,6 @@ int run(ServeFlags& f) {
   sc.scheduler.max_batch_tokens = f.max_batch_tokens;
   sc.scheduler.max_batch_size = f.max_batch_size;
   sc.scheduler.prefill_chunk = f.prefill_chunk;
-  sc.scheduler.block_size = eo.kv_block_size;
   sc.scheduler.policy = f.policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
   sc.scheduler.max_wait_ms = f.max_wait_ms;
   sc.scheduler.aging_ms = f.aging_ms;

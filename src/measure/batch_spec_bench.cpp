@@ -20,7 +20,6 @@ BatchRun run_once(Engine& e, const std::vector<std::vector<int32_t>>& prompts, i
   ServingConfig c;
   c.scheduler.max_batch_size = static_cast<int>(prompts.size());
   c.scheduler.max_batch_tokens = e.model->max_batch_tokens();
-  c.scheduler.block_size = e.kv->block_size();
   c.scheduler.max_wait_ms = 0;
   c.spec_draft_max = draft_max;
   if (draft_max > 0) {

@@ -14,35 +14,40 @@ int64_t StepPlan::n_tokens() const {
   return n;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& c) : c_(c) {
-  if (c.max_batch_tokens <= 0 || c.max_batch_size <= 0 || c.prefill_chunk <= 0 || c.block_size <= 0)
-    throw Error("scheduler: the batch token budget, batch size, prefill chunk and block size must be positive");
+Scheduler::Scheduler(const SchedulerConfig& c, BlockManager& blocks) : c_(c), blocks_(blocks) {
+  if (c.max_batch_tokens <= 0 || c.max_batch_size <= 0 || c.prefill_chunk <= 0)
+    throw Error("scheduler: the batch token budget, batch size and prefill chunk must be positive");
   if (c.aging_ms <= 0 || c.max_wait_ms < 0)
     throw Error("scheduler: aging must be positive and the wait window not negative");
 }
 
-void Scheduler::add(const SchedRequest& r) {
-  if (find(r.id)) throw Error(fmt::format("scheduler: request {} is already queued", r.id));
-  SchedRequest q = r;
-  q.running = false;
-  q.computed = 0;
-  q.kv_blocks = 0;
-  reqs_.push_back(q);
+void Scheduler::add(int64_t id, int32_t seq, std::vector<int32_t> prompt, int priority, double arrival_ms) {
+  if (find(id)) throw Error(fmt::format("scheduler: request {} is already queued", id));
+  if (prompt.empty()) throw Error(fmt::format("scheduler: request {} has no tokens", id));
+  auto r = std::make_unique<SchedRequest>();
+  r->id = id;
+  r->seq = seq;
+  r->priority = priority;
+  r->arrival_ms = arrival_ms;
+  r->tokens = std::move(prompt);
+  reqs_.push_back(std::move(r));
 }
 
 void Scheduler::remove(int64_t id) {
-  reqs_.erase(std::remove_if(reqs_.begin(), reqs_.end(), [&](const SchedRequest& r) { return r.id == id; }),
-              reqs_.end());
+  auto it = std::find_if(reqs_.begin(), reqs_.end(), [&](const auto& r) { return r->id == id; });
+  if (it == reqs_.end()) return;
+  blocks_.erase((*it)->seq);
+  reqs_.erase(it);
 }
 
 SchedRequest* Scheduler::find(int64_t id) {
   for (auto& r : reqs_)
-    if (r.id == id) return &r;
+    if (r->id == id) return r.get();
   return nullptr;
 }
 
 int Scheduler::n_running() const {
-  return static_cast<int>(std::count_if(reqs_.begin(), reqs_.end(), [](const SchedRequest& r) { return r.running; }));
+  return static_cast<int>(std::count_if(reqs_.begin(), reqs_.end(), [](const auto& r) { return r->running; }));
 }
 int Scheduler::n_waiting() const { return static_cast<int>(reqs_.size()) - n_running(); }
 
@@ -58,37 +63,82 @@ bool Scheduler::before(const SchedRequest& a, const SchedRequest& b, double now_
   return a.id < b.id;
 }
 
-StepPlan Scheduler::plan(double now_ms, int64_t free_blocks) {
-  StepPlan p;
-  if (reqs_.empty()) return p;
+// The batch window: an idle engine may wait briefly so that requests
+// arriving together prefill together.
+bool Scheduler::batch_window_open(double now_ms, StepPlan& p) const {
+  if (c_.max_wait_ms <= 0 || n_running() > 0) return false;
+  double oldest = now_ms;
+  int64_t tokens = 0;
+  bool urgent = false;
+  for (const auto& r : reqs_) {
+    oldest = std::min(oldest, r->arrival_ms);
+    tokens += r->num_tokens();
+    urgent = urgent || r->priority < 0;
+  }
+  const double waited = now_ms - oldest;
+  if (urgent || waited >= c_.max_wait_ms || tokens >= c_.max_batch_tokens ||
+      static_cast<int>(reqs_.size()) >= c_.max_batch_size)
+    return false;
+  p.wait_ms = c_.max_wait_ms - waited;
+  return true;
+}
 
-  // The batch window: an idle engine may wait briefly so that requests
-  // arriving together prefill together.
-  if (c_.max_wait_ms > 0 && n_running() == 0) {
-    double oldest = now_ms;
-    int64_t tokens = 0;
-    bool urgent = false;
-    for (const auto& r : reqs_) {
-      oldest = std::min(oldest, r.arrival_ms);
-      tokens += r.prompt_tokens;
-      urgent = urgent || r.priority < 0;
-    }
-    const double waited = now_ms - oldest;
-    if (!urgent && waited < c_.max_wait_ms && tokens < c_.max_batch_tokens &&
-        static_cast<int>(reqs_.size()) < c_.max_batch_size) {
-      p.wait_ms = c_.max_wait_ms - waited;
-      return p;
+void Scheduler::evict(SchedRequest& victim, StepPlan& p) {
+  blocks_.erase(victim.seq);
+  victim.running = false;
+  victim.num_computed_tokens = 0;
+  p.preempted.push_back(victim.id);
+}
+
+int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, const std::vector<int64_t>& planned,
+                         StepPlan& p) {
+  const bool fresh = !r.running;
+  BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
+  if (fresh) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
+  const int64_t n = std::min(n_max, r.num_tokens() - r.num_computed_tokens);
+  const int64_t target = r.num_computed_tokens + n;
+  if (blocks_.blocks_for(target) <= blocks_.max_blocks_per_seq()) {
+    while (!blocks_.can_allocate(r.seq, target)) {
+      // Evict the running request that would run last, if r runs before it.
+      SchedRequest* victim = nullptr;
+      for (auto& q : reqs_)
+        if (q->running && q.get() != &r && std::find(planned.begin(), planned.end(), q->id) == planned.end() &&
+            (!victim || before(*victim, *q, now_ms)))
+          victim = q.get();
+      if (!victim || !(r.running || before(r, *victim, now_ms))) break;
+      evict(*victim, p);
     }
   }
+  if (!blocks_.allocate(r.seq, target)) {
+    if (fresh) {  // it waits, holding nothing (its prefix stays cached for the next try)
+      blocks_.erase(r.seq);
+      r.num_computed_tokens = 0;
+    }
+    return 0;
+  }
+  if (fresh) {
+    const auto& after = blocks_.prefix_stats();
+    p.queried_prefix_blocks += after.queried_blocks - before_lookup.queried_blocks;
+    p.hit_prefix_blocks += after.hit_blocks - before_lookup.hit_blocks;
+    if (!r.admitted_once) r.num_cached_tokens = r.num_computed_tokens;
+    r.admitted_once = true;
+  }
+  r.running = true;
+  return n;
+}
+
+StepPlan Scheduler::plan(double now_ms) {
+  StepPlan p;
+  if (reqs_.empty() || batch_window_open(now_ms, p)) return p;
 
   // Candidates: decodes of running requests (latency first), then running
   // prefills (chunked prompts in progress), then waiting requests; each
   // group in policy order.
   std::vector<SchedRequest*> order;
-  for (auto& r : reqs_) order.push_back(&r);
+  for (auto& r : reqs_) order.push_back(r.get());
   auto group = [](const SchedRequest& r) {
     if (!r.running) return 2;
-    return r.prompt_tokens - r.computed <= 1 ? 0 : 1;
+    return r.num_tokens() - r.num_computed_tokens <= 1 ? 0 : 1;
   };
   std::stable_sort(order.begin(), order.end(), [&](const SchedRequest* a, const SchedRequest* b) {
     if (group(*a) != group(*b)) return group(*a) < group(*b);
@@ -96,49 +146,59 @@ StepPlan Scheduler::plan(double now_ms, int64_t free_blocks) {
   });
 
   std::vector<int64_t> planned;
-  auto is_planned = [&](const SchedRequest* r) {
-    return std::find(planned.begin(), planned.end(), r->id) != planned.end();
-  };
   int64_t budget = c_.max_batch_tokens;
   int seqs = c_.max_batch_size;
   for (SchedRequest* r : order) {
     if (seqs == 0 || budget == 0) break;
-    if (r->prefill_done()) continue;  // nothing to feed (cannot happen for live requests)
-    const int64_t remaining = r->prompt_tokens - r->computed;
-    const int64_t n = std::min({remaining, c_.prefill_chunk, budget});
-    int64_t need = blocks_for(r->computed + n) - r->kv_blocks;
-    while (need > free_blocks) {
-      // Evict the running request that would run last, if r runs before it.
-      SchedRequest* victim = nullptr;
-      for (auto& q : reqs_)
-        if (q.running && &q != r && !is_planned(&q) && (!victim || before(*victim, q, now_ms))) victim = &q;
-      if (!victim || !(r->running || before(*r, *victim, now_ms))) break;
-      free_blocks += victim->kv_blocks;
-      victim->running = false;
-      victim->computed = 0;
-      victim->kv_blocks = 0;
-      p.preempted.push_back(victim->id);
-    }
-    if (need > free_blocks) continue;  // waits for blocks; later (smaller) requests may still fit
-    free_blocks -= need;
+    if (r->num_computed_tokens >= r->num_tokens()) continue;  // nothing to feed (cannot happen for live requests)
+    if (std::find(p.preempted.begin(), p.preempted.end(), r->id) != p.preempted.end()) continue;  // not back at once
+    const int64_t n = admit(*r, std::min(c_.prefill_chunk, budget), now_ms, planned, p);
+    if (n == 0) continue;  // waits for blocks; later (smaller) requests may still fit
     budget -= n;
     seqs--;
-    r->running = true;
     planned.push_back(r->id);
-    p.items.push_back({r->id, n, remaining > 1 || r->computed == 0});
+    const bool logits = r->num_computed_tokens + n == r->num_tokens();
+    p.items.push_back({r->id, r->seq, r->num_computed_tokens, n, logits, 0});
   }
+  plan_drafts(p, budget);
   return p;
 }
 
-void Scheduler::advance(int64_t id, int64_t computed, int64_t kv_blocks) {
-  SchedRequest* r = find(id);
-  if (!r) return;
-  r->computed = computed;
-  r->kv_blocks = kv_blocks;
+// Drafted tokens ride after a decode token with what is left of the budget,
+// in blocks that are free: a draft never preempts anyone.
+void Scheduler::plan_drafts(StepPlan& p, int64_t budget) {
+  for (auto& item : p.items) {
+    if (budget <= 0) return;
+    SchedRequest* r = find(item.id);
+    if (!item.logits || item.n_tokens != 1 || r->draft_want <= 0) continue;
+    int64_t slots = std::min<int64_t>(r->draft_want, budget);
+    while (slots > 0 && !blocks_.can_allocate(item.seq, item.first + 1 + slots)) slots--;
+    if (slots == 0) continue;
+    blocks_.allocate(item.seq, item.first + 1 + slots);
+    item.draft_slots = static_cast<int>(slots);
+    budget -= slots;
+  }
 }
 
-void Scheduler::add_generated(int64_t id) {
-  if (SchedRequest* r = find(id)) r->prompt_tokens++;
+const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>& outcomes) {
+  copies_.clear();
+  for (const StepOutcome& o : outcomes) {
+    SchedRequest* r = find(o.id);
+    if (!r) continue;
+    r->num_computed_tokens = o.computed;
+    BlockCopies copies;
+    if (!blocks_.truncate(r->seq, o.computed, copies)) {
+      // No block is free for the private copy of a shared block it rolled
+      // back into: it recomputes later instead.
+      blocks_.erase(r->seq);
+      r->running = false;
+      r->num_computed_tokens = 0;
+      continue;
+    }
+    if (copies.n > 0) copies_.push_back(copies);
+    blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
+  }
+  return copies_;
 }
 
 }  // namespace kestrel

@@ -1,23 +1,29 @@
 #pragma once
-// The serving scheduler: pure logic, no tensors, threads or sockets. Each
-// step it decides which requests run how many tokens — one decode token for
-// every running request whose prompt is done, prefill chunks for the rest —
-// under a token budget, a sequence cap and the KV blocks available, and
-// which running requests to preempt when blocks run out. Unit-tested with
-// fake costs (tests/unit/test_scheduler.cpp).
+// The serving scheduler: pure logic, no tensors, threads or sockets. It owns
+// the request records and drives the KV ledger (BlockManager) itself, as
+// vLLM v1's does: each step plan() decides which requests run how many
+// tokens — one decode token for every running request whose prompt is
+// done, prefill chunks for the rest, drafted tokens with what is left of the
+// budget — under a token budget and a sequence cap; it attaches cached
+// prefixes, allocates the blocks the step will write and preempts the
+// request that would run last when blocks run out. The executor runs the
+// step and reports back with update(); nobody else allocates. Unit-tested
+// with fake costs (tests/unit/test_scheduler.cpp).
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kv/block_manager.h"
 
 namespace kestrel {
 
 enum class SchedulingPolicy { Fcfs, Priority };
 
 struct SchedulerConfig {
-  int64_t max_batch_tokens = 512;  // tokens per step, all requests together
+  int64_t max_batch_tokens = 512;  // tokens per step, all requests (and their drafts) together
   int max_batch_size = 16;         // requests per step
   int64_t prefill_chunk = 256;     // prompt tokens per request per step (chunked prefill)
-  int block_size = 16;             // KV cache block size, for the block arithmetic
   SchedulingPolicy policy = SchedulingPolicy::Fcfs;
   // Priority policy: a waiting request's priority improves by one per
   // aging_ms waited, so low priorities cannot starve.
@@ -28,61 +34,85 @@ struct SchedulerConfig {
   double max_wait_ms = 0.0;
 };
 
+// One request's record: the only place its progress is kept.
 struct SchedRequest {
   int64_t id = 0;
+  int32_t seq = 0;   // its sequence in the KV ledger
   int priority = 0;  // lower runs earlier (as vLLM)
   double arrival_ms = 0;
-  int64_t prompt_tokens = 0;  // tokens to prefill (after a preemption: prompt + generated so far)
-  int64_t computed = 0;       // of those, tokens whose KV is in the cache
-  int64_t kv_blocks = 0;      // blocks the request holds
-  bool running = false;       // admitted (holds KV); false: waiting
-  bool prefill_done() const { return computed >= prompt_tokens; }
+  std::vector<int32_t> tokens;      // prompt + generated so far
+  int64_t num_computed_tokens = 0;  // of those, tokens whose KV is in the cache
+  int64_t num_cached_tokens = 0;    // prompt tokens the prefix cache served at first admission
+  int draft_want = 0;               // drafted tokens the proposer could add after the next decode token
+  bool running = false;             // admitted (holds KV); false: waiting
+  bool admitted_once = false;
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  bool decoding() const { return running && num_tokens() - num_computed_tokens == 1; }
 };
 
 struct StepPlan {
   struct Item {
     int64_t id;
+    int32_t seq;
+    int64_t first;     // position of its first token this step (= its computed tokens)
     int64_t n_tokens;  // prefill chunk, or 1 for a decode step
-    bool prefill;
+    bool logits;       // its last token is the sequence's last: sample from it
+    int draft_slots;   // positions allocated after it for drafted tokens (decode only)
   };
   std::vector<Item> items;
-  std::vector<int64_t> preempted;  // running requests to evict (their KV freed, requeued for recompute)
+  std::vector<int64_t> preempted;  // running requests evicted (their KV freed, requeued for recompute)
   double wait_ms = 0;              // nothing planned because the batch window is open: look again after this
-  int64_t n_tokens() const;
+  int64_t queried_prefix_blocks = 0, hit_prefix_blocks = 0;  // prefix-cache lookups of this step's admissions
+  int64_t n_tokens() const;        // request tokens (drafts not counted)
+};
+
+// What a step did to one request, for update().
+// (The tokens it sampled are already appended to its record: sampling
+// reads the history, drafts accepted earlier in the step included.)
+struct StepOutcome {
+  int64_t id;
+  int64_t computed;  // tokens whose KV this step wrote and that stay (accepted drafts included)
 };
 
 class Scheduler {
  public:
-  explicit Scheduler(const SchedulerConfig& config);
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks);
   const SchedulerConfig& config() const { return c_; }
 
-  void add(const SchedRequest& r);  // a new request, waiting
-  void remove(int64_t id);          // finished or cancelled
+  // A new request, waiting. Its sequence id must be unused.
+  void add(int64_t id, int32_t seq, std::vector<int32_t> prompt, int priority, double arrival_ms);
+  // Finished or cancelled: its blocks are freed.
+  void remove(int64_t id);
+  // The request's record (stable while it is queued), or null.
   SchedRequest* find(int64_t id);
-  const std::vector<SchedRequest>& requests() const { return reqs_; }
   int n_running() const;
   int n_waiting() const;
 
-  // The next step, given the clock and the KV blocks free now. Preempted
-  // requests are already requeued (computed 0, holding nothing); items are
-  // already counted as running.
-  StepPlan plan(double now_ms, int64_t free_blocks);
-  // After the step: the tokens each item computed, and the blocks the
-  // request now holds (prefix sharing may have given it more tokens for free).
-  void advance(int64_t id, int64_t computed, int64_t kv_blocks);
-  // Grows a finished prefill into a decode: the sampled token is one more token to feed.
-  void add_generated(int64_t id);
-
-  // Blocks needed to hold n tokens.
-  int64_t blocks_for(int64_t n) const { return (n + c_.block_size - 1) / c_.block_size; }
+  // The next step, given the clock. Preempted requests are already requeued
+  // (computed 0, holding nothing); items are running and hold their blocks.
+  StepPlan plan(double now_ms);
+  // After the step: keeps what each request computed, gives back the blocks
+  // of rejected drafts and names the full blocks for prefix sharing.
+  // Requests removed during the step are skipped. Returns the block copies
+  // (copy-on-write of shared blocks rolled back into) the KvStore must make.
+  const std::vector<BlockCopies>& update(const std::vector<StepOutcome>& outcomes);
 
  private:
   double effective_priority(const SchedRequest& r, double now_ms) const;
   // a runs before b
   bool before(const SchedRequest& a, const SchedRequest& b, double now_ms) const;
+  bool batch_window_open(double now_ms, StepPlan& p) const;
+  // Attaches r's cached prefix if it is waiting, then allocates up to n_max
+  // more tokens, preempting requests that would run after it if blocks run
+  // short. Returns the tokens it may run (0: it waits).
+  int64_t admit(SchedRequest& r, int64_t n_max, double now_ms, const std::vector<int64_t>& planned, StepPlan& p);
+  void evict(SchedRequest& victim, StepPlan& p);
+  void plan_drafts(StepPlan& p, int64_t budget);
 
   SchedulerConfig c_;
-  std::vector<SchedRequest> reqs_;
+  BlockManager& blocks_;
+  std::vector<std::unique_ptr<SchedRequest>> reqs_;  // records stay put while others come and go
+  std::vector<BlockCopies> copies_;
 };
 
 }  // namespace kestrel

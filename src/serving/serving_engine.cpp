@@ -28,9 +28,8 @@ std::vector<StreamEvent> RequestChannel::pop(int timeout_ms) {
 }
 
 ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics)
-    : e_(engine), c_(config), metrics_(metrics), sched_(config.scheduler), t0_(std::chrono::steady_clock::now()) {
-  if (config.scheduler.block_size != e_.kv->block_size())
-    throw Error("serving: the scheduler's block size must be the KV cache's");
+    : e_(engine), c_(config), metrics_(metrics), sched_(config.scheduler, engine.kv->blocks()),
+      t0_(std::chrono::steady_clock::now()) {
   if (config.scheduler.max_batch_tokens > e_.model->max_batch_tokens())
     throw Error(fmt::format("serving: --max-batch-tokens {} exceeds the model's planned batch of {}",
                             config.scheduler.max_batch_tokens, e_.model->max_batch_tokens()));
@@ -56,7 +55,7 @@ double ServingEngine::now_ms() const {
 std::shared_ptr<RequestChannel> ServingEngine::submit(ServeRequest r) {
   if (!accepting_) return nullptr;
   // A request must fit in the pool on its own, whole, or it could never finish.
-  const int64_t need = sched_.blocks_for(static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
+  const int64_t need = e_.kv->blocks().blocks_for(static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
   if (need > e_.kv->n_blocks())
     throw Error(
         fmt::format("the prompt ({} tokens) plus max_tokens ({}) need {} KV blocks but the cache holds {} "
@@ -89,7 +88,7 @@ void ServingEngine::shutdown(int deadline_ms) {
 void ServingEngine::update_gauges() {
   metrics_.set("kestrel_requests_running", sched_.n_running());
   metrics_.set("kestrel_requests_waiting", sched_.n_waiting() + static_cast<double>(inbox_.size()));
-  metrics_.set("kestrel_kv_blocks_used", e_.kv->n_used_blocks());
+  metrics_.set("kestrel_kv_blocks_used", e_.kv->blocks().n_used_blocks());
 }
 
 void ServingEngine::admit_new(double now) {
@@ -101,19 +100,14 @@ void ServingEngine::admit_new(double now) {
   for (auto& a : fresh) {
     a->id = next_id_++;
     a->seq = static_cast<int32_t>(a->id & 0x7fffffff);
-    a->tokens = a->req.prompt;
     SamplingParams sp = a->req.sampling;
     a->sampler = std::make_unique<Sampler>(sp, e_.model->config().n_vocab);
     a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back());
     if (c_.spec_draft_max > 0) a->draft_length = std::make_unique<DraftLength>(c_.spec_draft_max);
     if (c_.spec_draft_max > 0 && c_.mtp) a->mtp = std::make_unique<MtpProposer>(e_, a->seq);
     metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->req.prompt.size()));
-    SchedRequest r;
-    r.id = a->id;
-    r.priority = a->req.priority;
-    r.arrival_ms = a->arrival_ms;
-    r.prompt_tokens = static_cast<int64_t>(a->tokens.size());
-    sched_.add(r);
+    sched_.add(a->id, a->seq, a->req.prompt, a->req.priority, a->arrival_ms);
+    a->rec = sched_.find(a->id);
     const int64_t id = a->id;
     active_[id] = std::move(a);
   }
@@ -130,8 +124,8 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   end.finish_reason = reason;
   end.error = error;
   end.prompt_tokens = static_cast<int64_t>(a.req.prompt.size());
-  end.completion_tokens = a.generated;
-  end.cached_tokens = a.cached;
+  end.completion_tokens = a.generated();
+  end.cached_tokens = a.rec->num_cached_tokens;
   const double now = now_ms();
   end.queue_ms = a.first_step_ms >= 0 ? a.first_step_ms - a.arrival_ms : now - a.arrival_ms;
   end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
@@ -142,19 +136,10 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   if (reason != "error" && reason != "cancelled")
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
   a.channel->push(std::move(end));
-  e_.kv->erase(a.seq);
   if (c_.draft_model) c_.draft_model->forget(a.seq);
-  sched_.remove(a.id);
+  sched_.remove(a.id);  // its blocks too
   queued_ = std::max(0, queued_.load() - (a.first_step_ms < 0 ? 1 : 0));
   active_.erase(a.id);  // a is gone after this
-}
-
-void ServingEngine::preempt(Active& a) {
-  // Its KV is dropped; the tokens so far (prompt + generated) are recomputed
-  // when it is admitted again, and generation continues where it stopped.
-  e_.kv->erase(a.seq);
-  a.computed = 0;
-  metrics_.add("kestrel_preemptions_total");
 }
 
 bool ServingEngine::sample(Active& a, float* logits, double now, int32_t draft, bool* accepted) {
@@ -178,7 +163,8 @@ bool ServingEngine::sample(Active& a, float* logits, double now, int32_t draft, 
       ev.top.push_back({top_ids_[i], e_.tokenizer->token_to_piece(top_ids_[i]), raw_[top_ids_[i]] - lse});
   }
   bool kept = false;
-  const int32_t tok = draft >= 0 ? a.sampler->sample_or_accept(logits, a.tokens, draft, kept) : a.sampler->sample(logits, a.tokens);
+  const int32_t tok = draft >= 0 ? a.sampler->sample_or_accept(logits, a.rec->tokens, draft, kept)
+                               : a.sampler->sample(logits, a.rec->tokens);
   if (accepted) *accepted = kept;
   if (kept) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
   if (a.first_token_ms < 0) {
@@ -191,10 +177,8 @@ bool ServingEngine::sample(Active& a, float* logits, double now, int32_t draft, 
     finish(a, "stop");
     return false;
   }
-  a.tokens.push_back(tok);
-  a.generated++;
+  a.rec->tokens.push_back(tok);  // the scheduler's record: one more token to feed
   metrics_.add("kestrel_generation_tokens_total");
-  sched_.add_generated(a.id);
   bool stopped = false;
   ev.text = a.text->push(tok, stopped);
   ev.has_token = true;
@@ -206,17 +190,32 @@ bool ServingEngine::sample(Active& a, float* logits, double now, int32_t draft, 
     finish(a, "stop");
     return false;
   }
-  if (a.generated >= a.req.max_tokens || static_cast<int64_t>(a.tokens.size()) >= e_.n_ctx) {
+  if (a.generated() >= a.req.max_tokens || a.rec->num_tokens() >= e_.n_ctx) {
     finish(a, "length");
     return false;
   }
   return true;
 }
 
+void ServingEngine::set_draft_wants() {
+  const bool drafting = c_.spec_draft_max > 0 && (!c_.spec_governed || governor_.drafting());
+  for (auto& [id, a] : active_) {
+    SchedRequest& r = *a->rec;
+    r.draft_want = 0;
+    if (!drafting || !a->draft_length) continue;
+    // After the decode token: the rest of max_tokens and of the context.
+    const int64_t room = std::min({static_cast<int64_t>(a->draft_length->next()), a->req.max_tokens - a->generated() - 1,
+                                   e_.n_ctx - r.num_tokens()});
+    r.draft_want = static_cast<int>(std::max<int64_t>(0, room));
+  }
+}
+
 void ServingEngine::step(double now) {
-  StepPlan plan = sched_.plan(now, e_.kv->n_free_blocks());
-  for (int64_t id : plan.preempted)
-    if (auto it = active_.find(id); it != active_.end()) preempt(*it->second);
+  set_draft_wants();
+  const StepPlan plan = sched_.plan(now);
+  if (!plan.preempted.empty()) metrics_.add("kestrel_preemptions_total", static_cast<double>(plan.preempted.size()));
+  metrics_.add("kestrel_prefix_cache_queries_total", static_cast<double>(plan.queried_prefix_blocks));
+  metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(plan.hit_prefix_blocks));
   if (plan.items.empty()) {
     if (plan.wait_ms > 0) {
       std::unique_lock lock(mutex_);
@@ -228,48 +227,22 @@ void ServingEngine::step(double now) {
   Batch batch;
   std::vector<Row> rows;
   for (const auto& item : plan.items) {
-    auto it = active_.find(item.id);
-    if (it == active_.end()) continue;
-    Active& a = *it->second;
+    Active& a = *active_.at(item.id);
     if (a.first_step_ms < 0) {
       a.first_step_ms = now;
       metrics_.observe("kestrel_request_queue_time_seconds", (now - a.arrival_ms) / 1000);
       queued_ = std::max(0, queued_.load() - 1);
     }
-    const auto total = static_cast<int64_t>(a.tokens.size());
-    if (a.computed == 0) {
-      // A fresh sequence: reuse the cached blocks of its longest known prefix.
-      const auto before = e_.kv->prefix_stats();
-      a.computed = e_.kv->share_prefix(a.seq, a.tokens.data(), total);
-      if (a.generated == 0) a.cached = a.computed;
-      const auto after = e_.kv->prefix_stats();
-      metrics_.add("kestrel_prefix_cache_queries_total",
-                   static_cast<double>(after.queried_blocks - before.queried_blocks));
-      metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(after.hit_blocks - before.hit_blocks));
-    }
-    const int64_t n = std::min(item.n_tokens, total - a.computed);
-    if (n <= 0) continue;
-    try {
-      e_.kv->reserve(a.seq, a.computed + n);
-    } catch (const Error&) {
-      // The plan's block arithmetic cannot see shared blocks: if the pool is
-      // short after all, this request steps back and recomputes later.
-      preempt(a);
-      sched_.advance(a.id, 0, 0);
-      if (SchedRequest* r = sched_.find(a.id)) r->running = false;
-      continue;
-    }
-    const bool last = a.computed + n == total;
-    for (int64_t i = a.computed; i < a.computed + n; i++)
-      batch.add(a.tokens[i], static_cast<int32_t>(i), a.seq, last && i == total - 1);
-    rows.push_back({&a, n, last, {}, batch.size() - n, -1});
+    const int64_t last = item.first + item.n_tokens - 1;
+    for (int64_t i = item.first; i <= last; i++)
+      batch.add(a.rec->tokens[i], static_cast<int32_t>(i), a.seq, item.logits && i == last);
+    rows.push_back({&a, item.first, item.n_tokens, item.logits, item.draft_slots, {}, batch.size() - item.n_tokens, -1});
   }
   std::vector<size_t> drafted;  // rows that carry drafts, in batch order
-  bool decode_only = !rows.empty();  // the governor times steps of decoding requests only
+  bool decode_only = true;      // the governor times steps of decoding requests only
   for (const Row& r : rows) decode_only = decode_only && r.logits && r.n == 1;
   const double step_start = now_ms();
-  if (c_.spec_draft_max > 0 && (!c_.spec_governed || governor_.drafting())) add_drafts(rows, batch, drafted);
-  if (batch.size() == 0) return;
+  add_drafts(rows, batch, drafted);
   metrics_.set("kestrel_batch_size", static_cast<double>(rows.size()));
   metrics_.set("kestrel_batch_tokens", static_cast<double>(batch.size()));
   e_.model->forward(batch, *e_.kv, logits_.data(), c_.mtp ? hidden_.data() : nullptr);
@@ -278,119 +251,93 @@ void ServingEngine::step(double now) {
     for (const Row& r : rows) {
       if (!r.a->mtp) continue;
       // A prompt chunk's tokens are settled; a decode row's state waits for the next draft.
-      r.a->mtp->observe(batch.positions[r.first], batch.tokens.data() + r.first, hidden_.data() + r.first * dim, r.n,
-                        r.n > 1);
+      r.a->mtp->observe(batch.positions[r.batch_first], batch.tokens.data() + r.batch_first,
+                        hidden_.data() + r.batch_first * dim, r.n, r.n > 1);
       if (r.draft_first >= 0)
         r.a->mtp->observe(batch.positions[r.draft_first], batch.tokens.data() + r.draft_first,
                           hidden_.data() + r.draft_first * dim, static_cast<int64_t>(r.draft.size()), false);
     }
   }
-  const int64_t nv = e_.model->config().n_vocab;
   // Logits rows come in batch order: one per request row that asked, then the drafts.
+  std::vector<int64_t> row_logits(rows.size(), -1), draft_logits(rows.size(), -1);
   int64_t logit_row = 0;
-  std::vector<int64_t> row_logits(rows.size(), -1);
   for (size_t ri = 0; ri < rows.size(); ri++)
     if (rows[ri].logits) row_logits[ri] = logit_row++;
-  std::vector<int64_t> draft_logits(rows.size(), -1);
   for (const size_t ri : drafted) {  // drafts were added after every request row, in this order
     draft_logits[ri] = logit_row;
     logit_row += static_cast<int64_t>(rows[ri].draft.size());
   }
   const double done_ms = now_ms();
   int64_t step_tokens = 0;  // tokens sampled this step, for the governor
+  std::vector<StepOutcome> outcomes;
   for (size_t ri = 0; ri < rows.size(); ri++) {
-    const Row& r = rows[ri];
-    Active& a = *r.a;
-    a.computed += r.n;
-    if (!r.logits) {
-      e_.kv->publish_prefix(a.seq, a.tokens.data(), a.computed);
-      sched_.advance(a.id, a.computed, sched_.blocks_for(e_.kv->length(a.seq)));
-      continue;
-    }
-    // The row's own pick, then each draft while the picks keep agreeing with it.
-    // (Counted first: the request may end, and its client scrape /metrics, within the loop.)
-    if (!r.draft.empty()) {
-      metrics_.add("kestrel_spec_drafts_total");
-      metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(r.draft.size()));
-    }
-    float* row = logits_.data() + row_logits[ri] * nv;
-    int accepted = 0;
-    bool alive = true;
-    size_t i = 0;
-    for (;; i++) {
-      const int32_t d = i < r.draft.size() ? r.draft[i] : -1;
-      bool kept = false;
-      alive = sample(a, row, done_ms, d, &kept);  // may finish (and free) a
-      step_tokens++;
-      if (!alive) break;
-      if (!kept) break;
-      accepted++;
-      a.computed++;  // the draft's keys and values are already in the cache
-      row = logits_.data() + (draft_logits[ri] + static_cast<int64_t>(i)) * nv;
-    }
-    if (!alive) continue;
-    if (!r.draft.empty()) {
-      a.draft_length->update(static_cast<int>(r.draft.size()), accepted);
-      e_.kv->truncate(a.seq, a.computed);  // the rejected drafts' rows
-    }
-    e_.kv->publish_prefix(a.seq, a.tokens.data(), a.computed);
-    sched_.advance(a.id, a.computed, sched_.blocks_for(e_.kv->length(a.seq)));
+    int64_t computed = rows[ri].first + rows[ri].n;
+    const int64_t id = rows[ri].a->id;
+    if (rows[ri].logits && !verify_row(rows[ri], row_logits[ri], draft_logits[ri], done_ms, computed, step_tokens))
+      continue;  // finished: its blocks are already free
+    outcomes.push_back({id, computed});
   }
+  for (const BlockCopies& c : sched_.update(outcomes)) e_.kv->store().copy(c);
   if (decode_only && c_.spec_draft_max > 0) governor_.record(step_tokens, (now_ms() - step_start) / 1000);
 }
 
-// Decoding requests (one new token) get drafts after it, as far as the
-// model's batch, the request's remaining tokens and the pool allow.
+bool ServingEngine::verify_row(const Row& r, int64_t row_logits, int64_t draft_logits, double done_ms,
+                               int64_t& computed, int64_t& sampled) {
+  Active& a = *r.a;
+  // The row's own pick, then each draft while the picks keep agreeing with it.
+  // (Counted first: the request may end, and its client scrape /metrics, within the loop.)
+  if (!r.draft.empty()) {
+    metrics_.add("kestrel_spec_drafts_total");
+    metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(r.draft.size()));
+  }
+  const int64_t nv = e_.model->config().n_vocab;
+  float* row = logits_.data() + row_logits * nv;
+  int accepted = 0;
+  for (size_t i = 0;; i++) {
+    const int32_t d = i < r.draft.size() ? r.draft[i] : -1;
+    bool kept = false;
+    const bool alive = sample(a, row, done_ms, d, &kept);  // may finish (and free) a
+    sampled++;
+    if (!alive) return false;
+    if (!kept) break;
+    accepted++;
+    computed++;  // the draft's keys and values are already in the cache
+    row = logits_.data() + (draft_logits + static_cast<int64_t>(i)) * nv;
+  }
+  if (!r.draft.empty()) a.draft_length->update(static_cast<int>(r.draft.size()), accepted);
+  return true;
+}
+
+// Decoding requests with draft slots in the plan get drafts after their
+// token, added to the batch after every request row.
 void ServingEngine::add_drafts(std::vector<Row>& rows, Batch& batch, std::vector<size_t>& drafted) {
   std::vector<size_t> want_rows;
-  std::vector<int> want;
-  int64_t budget = e_.model->max_batch_tokens() - batch.size();
-  for (size_t ri = 0; ri < rows.size(); ri++) {
-    const Row& r = rows[ri];
-    const Active& a = *r.a;
-    if (!r.logits || r.n != 1 || !a.draft_length) continue;
-    const int64_t room = std::min({static_cast<int64_t>(a.draft_length->next()), a.req.max_tokens - a.generated - 1,
-                                   e_.n_ctx - static_cast<int64_t>(a.tokens.size()), budget});
-    if (room <= 0) continue;
-    budget -= room;
-    want_rows.push_back(ri);
-    want.push_back(static_cast<int>(room));
-  }
+  for (size_t ri = 0; ri < rows.size(); ri++)
+    if (rows[ri].draft_slots > 0) want_rows.push_back(ri);
+  if (want_rows.empty()) return;
   std::vector<std::vector<int32_t>> drafts(want_rows.size());
   if (c_.draft_model) {
     std::vector<DraftModelProposer::Request> reqs;
-    for (size_t k = 0; k < want_rows.size(); k++) reqs.push_back({rows[want_rows[k]].a->seq, &rows[want_rows[k]].a->tokens, want[k]});
+    for (size_t ri : want_rows) reqs.push_back({rows[ri].a->seq, &rows[ri].a->rec->tokens, rows[ri].draft_slots});
     drafts = c_.draft_model->propose(reqs);
   } else if (c_.mtp) {
     std::vector<MtpProposer::Request> reqs;
-    for (size_t k = 0; k < want_rows.size(); k++) reqs.push_back({rows[want_rows[k]].a->mtp.get(), &rows[want_rows[k]].a->tokens, want[k]});
-    try {
-      if (!reqs.empty()) drafts = MtpProposer::propose(e_, reqs);
-    } catch (const Error&) {
-      for (auto& d : drafts) d.clear();  // the pool had no room for the MTP rows: no drafts this step
-    }
+    for (size_t ri : want_rows) reqs.push_back({rows[ri].a->mtp.get(), &rows[ri].a->rec->tokens, rows[ri].draft_slots});
+    drafts = MtpProposer::propose(e_, reqs);  // its rows lie within the positions the plan allocated
   } else {
-    for (size_t k = 0; k < want_rows.size(); k++) drafts[k] = NgramProposer().propose(rows[want_rows[k]].a->tokens, want[k]);
+    for (size_t k = 0; k < want_rows.size(); k++)
+      drafts[k] = NgramProposer().propose(rows[want_rows[k]].a->rec->tokens, rows[want_rows[k]].draft_slots);
   }
   for (size_t k = 0; k < want_rows.size(); k++) {
     Row& r = rows[want_rows[k]];
-    Active& a = *r.a;
-    const auto total = static_cast<int64_t>(a.tokens.size());
     std::vector<int32_t>& d = drafts[k];
-    if (static_cast<int>(d.size()) > want[k]) d.resize(static_cast<size_t>(want[k]));
-    try {
-      if (!d.empty()) e_.kv->reserve(a.seq, total + static_cast<int64_t>(d.size()));
-    } catch (const Error&) {
-      d.clear();  // no room for drafts this step
-    }
-    if (d.empty()) {
-      if (a.mtp) e_.kv->truncate(a.seq, total);  // MTP rows past this step's own
-      continue;
-    }
+    if (static_cast<int>(d.size()) > r.draft_slots) d.resize(static_cast<size_t>(r.draft_slots));
+    if (d.empty()) continue;  // the unused slots go back at update()
+    const int64_t total = r.a->rec->num_tokens();
     drafted.push_back(want_rows[k]);
     r.draft_first = batch.size();
     for (size_t i = 0; i < d.size(); i++)
-      batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), a.seq, true);
+      batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), r.a->seq, true);
     r.draft = std::move(d);
   }
 }

@@ -105,28 +105,30 @@ class ServingEngine {
   const Engine& engine() const { return e_; }
 
  private:
+  // What the engine keeps of a request beside the scheduler's record (its
+  // tokens and progress): the client side, sampling, streaming, drafting.
   struct Active {
     int64_t id = 0;
     int32_t seq = 0;
     ServeRequest req;
+    SchedRequest* rec = nullptr;  // the scheduler's record, while queued
     std::shared_ptr<RequestChannel> channel;
-    std::vector<int32_t> tokens;  // prompt + generated
-    int64_t computed = 0;
-    int64_t generated = 0;
-    int64_t cached = 0;  // prompt tokens served from the prefix cache
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TextStream> text;
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::unique_ptr<DraftLength> draft_length;  // with speculation
     std::unique_ptr<MtpProposer> mtp;           // with MTP speculation
+    int64_t generated() const { return rec->num_tokens() - static_cast<int64_t>(req.prompt.size()); }
   };
 
   struct Row {  // one request's part of a step's batch
     Active* a;
+    int64_t first;               // position of its first token
     int64_t n;                   // its tokens in the batch
     bool logits;                 // the last of them needs logits
+    int draft_slots;             // positions the plan allocated for drafts after it
     std::vector<int32_t> draft;  // drafted tokens after the row's last one (decode with speculation)
-    int64_t first;               // batch index of its first token
+    int64_t batch_first;         // batch index of its first token
     int64_t draft_first;         // ...and of its first draft (-1: none)
   };
 
@@ -140,7 +142,12 @@ class ServingEngine {
   // False when the request finished (and a is gone).
   bool sample(Active& a, float* logits, double now, int32_t draft = -1, bool* accepted = nullptr);
   void finish(Active& a, const std::string& reason, const std::string& error = "");
-  void preempt(Active& a);
+  // Before planning: how many drafts each decoding request could use.
+  void set_draft_wants();
+  // Samples a row's token and each draft while the picks agree; the tokens
+  // whose KV stays. False when the request finished.
+  bool verify_row(const Row& r, int64_t row_logits, int64_t draft_logits, double done_ms, int64_t& computed,
+                  int64_t& sampled);
   double now_ms() const;
   void update_gauges();
 
