@@ -11,6 +11,7 @@
 #include "core/median.h"
 #include "hw/cpu_features.h"
 #include "kernels/gemm_bf16.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 namespace {
@@ -29,6 +30,7 @@ double time_prefill(Engine& e, int64_t n_prompt) {
     b.clear();
     // Token ids vary so no row is special; any valid id costs the same.
     for (int64_t i = start; i < end; i++) b.add(static_cast<int32_t>((i * 7919) % n_vocab), static_cast<int32_t>(i), 0, i == n_prompt - 1);
+    allocate_kv(b, *e.kv);
     e.model->forward(b, *e.kv, logits.data());
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -45,6 +47,7 @@ double time_decode(Engine& e, int64_t n_gen) {
   for (int64_t i = 0; i < n_gen; i++) {
     b.clear();
     b.add(tok, static_cast<int32_t>(i), 0, true);
+    allocate_kv(b, *e.kv);
     e.model->forward(b, *e.kv, logits.data());
     tok = static_cast<int32_t>((tok + 1 + i) % n_vocab);
   }

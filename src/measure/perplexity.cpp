@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 
@@ -86,6 +87,7 @@ PerplexityResult perplexity(Engine& e, const std::string& text, const Perplexity
         const int32_t tok = i == 0 && vocab.add_bos && vocab.bos >= 0 ? vocab.bos : chunk[i];
         b.add(tok, static_cast<int32_t>(i), 0, true);
       }
+      allocate_kv(b, *e.kv);
       e.model->forward(b, *e.kv, logits.data() + s * nv);
     }
     for (int64_t j = first; j < n_ctx - 1; j++) {

@@ -12,6 +12,7 @@
 #include "kernels/forwarding_backend.h"
 #include "model/batch.h"
 #include "measure/f64_reference.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 namespace {
@@ -83,6 +84,7 @@ PrecisionReport precision_check(Engine& e, const std::vector<int32_t>& tokens) {
   for (int64_t i = 0; i < n; i++) b.add(tokens[i], static_cast<int32_t>(i), 0, true);
   e.kv->remove(0);
   std::vector<float> logits(static_cast<size_t>(n * c.n_vocab));
+  allocate_kv(b, *e.kv);
   e.model->forward(b, *e.kv, logits.data());
   e.kv->remove(0);
 

@@ -8,13 +8,8 @@
 
 namespace kestrel {
 
-namespace {
-
-void reserve_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab) {
+void allocate_kv(const Batch& b, PagedKvCache& kv) {
   const int64_t n = b.size();
-  for (int64_t i = 0; i < n; i++)
-    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
-      throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], n_vocab - 1));
   if (kv.n_groups() > 1)
     for (int64_t i = 0; i < n; i++) {
       // Each sequence's first position in the batch (rows of a sequence may come in any order).
@@ -27,10 +22,23 @@ void reserve_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab) {
     if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
 }
 
+namespace {
+
+void check_batch_rows(const Batch& b, const PagedKvCache& kv, int64_t n_vocab) {
+  for (int64_t i = 0; i < b.size(); i++) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
+      throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], n_vocab - 1));
+    if (b.positions[i] < 0 || b.positions[i] >= kv.length(b.seq_ids[i]))
+      throw Error(fmt::format("position {} of sequence {} has no KV slot: allocate before the forward step "
+                              "(the sequence holds {} positions)",
+                              b.positions[i], b.seq_ids[i], kv.length(b.seq_ids[i])));
+  }
+}
+
 }  // namespace
 
 void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables) {
-  reserve_batch(b, kv, n_vocab);
+  check_batch_rows(b, kv, n_vocab);
   for (int64_t i = 0; i < b.size(); i++) {
     slots[i] = kv.slot(b.seq_ids[i], b.positions[i]);
     tables[i] = kv.block_table(b.seq_ids[i]);
@@ -38,7 +46,7 @@ void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slo
 }
 
 void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out) {
-  reserve_batch(b, kv, n_vocab);
+  check_batch_rows(b, kv, n_vocab);
   for (int g = 0; g < kv.n_groups(); g++)
     for (int64_t i = 0; i < b.size(); i++) {
       out.slots[g][i] = kv.slot(b.seq_ids[i], b.positions[i], g);

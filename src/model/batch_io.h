@@ -13,14 +13,22 @@
 
 namespace kestrel {
 
-// Checks every token id against the vocabulary (Error naming the bad one),
-// reserves the KV positions the batch writes, and fills each row's slot and
-// its sequence's block table (of the cache's first layer group).
+// What a caller does before a forward step outside the server (whose
+// scheduler allocates from its plan): tells the cache where each
+// sequence's batch starts, so sliding-window layers release what left their
+// window, and allocates every position the batch writes. Throws Error when
+// the pool is full (those callers size it for their context). The model
+// itself never allocates.
+void allocate_kv(const Batch& b, PagedKvCache& kv);
+
+// Checks every token id against the vocabulary and every position against
+// what its sequence holds (Error naming the bad one: the caller must have
+// allocated), and fills each row's slot and its sequence's block table (of
+// the cache's first layer group).
 void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables);
 
 // The same for every layer group of the cache (full-attention and
-// sliding-window layers): first tells the cache where each sequence's batch
-// starts, so the sliding layers release what left their window.
+// sliding-window layers).
 struct BatchPlacement {
   std::vector<int64_t> slots[2];
   std::vector<const int32_t*> tables[2];

@@ -8,6 +8,7 @@
 #include "spec/ngram_proposer.h"
 #include "spec/spec_governor.h"
 #include "runtime/text_stream.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 namespace {
@@ -48,6 +49,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   std::vector<float> hidden(params.on_hidden ? static_cast<size_t>(chunk * model.config().n_embd) : 0);
   // A forward step, handing its hidden states on when asked for them.
   auto forward = [&](const Batch& b, bool prompt) {
+    allocate_kv(b, *e.kv);
     model.forward(b, *e.kv, logits.data(), params.on_hidden ? hidden.data() : nullptr);
     if (params.on_hidden) params.on_hidden(b.positions[0], b.tokens.data(), hidden.data(), b.size(), prompt);
   };
@@ -103,6 +105,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     while (take(sampler.sample(logits.data(), history))) {
       batch.clear();
       batch.add(history.back(), static_cast<int32_t>(history.size() - 1), seq, true);
+      allocate_kv(batch, *e.kv);
       model.forward(batch, *e.kv, logits.data());
       if (cb.on_logits) cb.on_logits(logits.data(), n_vocab);
     }

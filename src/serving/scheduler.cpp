@@ -196,6 +196,9 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
       continue;
     }
     if (copies.n > 0) copies_.push_back(copies);
+    // Its next query starts at `computed` (rollbacks never go below it): the
+    // sliding-window group releases the blocks that left that query's window.
+    blocks_.slide(r->seq, o.computed);
     blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
   }
   return copies_;

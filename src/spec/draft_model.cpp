@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/batch.h"
 #include "runtime/sampler.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 
@@ -49,6 +50,7 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<
     if (b.size() == 0) return;
     // One logits row per request at most (its last row): sized by use, not by the batch.
     if (logits_.size() < owners.size() * static_cast<size_t>(nv)) logits_.resize(owners.size() * static_cast<size_t>(nv));
+    allocate_kv(b, *d_.kv);
     d_.model->forward(b, *d_.kv, logits_.data());
     for (size_t row = 0; row < owners.size(); row++)
       drafts[owners[row]].push_back(argmax(logits_.data() + static_cast<int64_t>(row) * nv, nv));

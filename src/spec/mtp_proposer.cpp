@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/batch.h"
 #include "runtime/sampler.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 
@@ -52,6 +53,7 @@ void MtpProposer::run_settled_rows() {
     const int64_t p1 = std::min(last + 1, p0 + chunk);
     b.clear();
     for (int64_t p = p0; p < p1; p++) b.add(tokens_[p + 1 - caught_], static_cast<int32_t>(p), seq_, false);
+    allocate_kv(b, *e_.kv);
     m.forward_mtp(b, pending_.data() + (p0 - caught_) * dim_, *e_.kv, nullptr, nullptr);
   }
   const int64_t done = last + 1 - caught_;
@@ -78,6 +80,7 @@ std::vector<std::vector<int32_t>> MtpProposer::propose(Engine& e, const std::vec
     if (b.size() == 0) return;
     out.resize(static_cast<size_t>(b.size() * dim));
     logits.resize(static_cast<size_t>(b.n_logit_rows() * nv));
+    allocate_kv(b, *e.kv);
     m.forward_mtp(b, in.data(), *e.kv, logits.data(), out.data());
     for (int64_t i = 0, row = 0; i < b.size(); i++) {
       if (!b.want_logits[i]) continue;

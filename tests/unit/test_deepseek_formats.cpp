@@ -13,6 +13,7 @@
 #include "runtime/engine.h"
 #include "measure/perplexity.h"
 #include "test_support.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 namespace {
@@ -87,6 +88,7 @@ TEST(DeepseekFormats, FusedKvBFromOlderConversionsMatchesLlamaCpp) {
     Batch b;
     for (size_t i = 0; i < prompt.size(); i++) b.add(prompt[i], static_cast<int32_t>(i), 0, true);
     std::vector<float> got(prompt.size() * nv);
+    allocate_kv(b, *e.kv);
     e.model->forward(b, *e.kv, got.data());
     float worst = 0;
     for (size_t i = 0; i < got.size(); i++) worst = std::max(worst, std::fabs(got[i] - want[i]));

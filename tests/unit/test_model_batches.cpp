@@ -9,8 +9,10 @@
 
 #include <map>
 
+#include "core/error.h"
 #include "runtime/engine.h"
 #include "test_support.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 namespace {
@@ -29,6 +31,7 @@ class MixedBatches : public ::testing::TestWithParam<Case> {};
 std::map<std::pair<int, int>, std::vector<float>> run(Engine& e, const Batch& b) {
   const int64_t nv = e.model->config().n_vocab;
   std::vector<float> logits(static_cast<size_t>(b.n_logit_rows() * nv));
+  allocate_kv(b, *e.kv);
   e.model->forward(b, *e.kv, logits.data());
   std::map<std::pair<int, int>, std::vector<float>> rows;
   int64_t r = 0;
@@ -136,6 +139,29 @@ INSTANTIATE_TEST_SUITE_P(Models, MixedBatches,
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+// The model never allocates: a row at a position its sequence does not
+// hold is an error naming it, not a silent reservation.
+TEST(ModelForward, ARowWithoutAnAllocatedSlotIsAnErrorNamingIt) {
+  EngineOptions o;
+  o.model_path = test::shared("models/stories260K.gguf");
+  o.n_threads = 1;
+  o.n_ctx = 32;
+  Engine e = Engine::load(o);
+  std::vector<float> logits(static_cast<size_t>(e.model->config().n_vocab));
+  Batch b;
+  b.add(1, 0, 0, true);
+  try {
+    e.model->forward(b, *e.kv, logits.data());
+    ADD_FAILURE() << "forward allocated position 0 itself";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("position 0 of sequence 0 has no KV slot"), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(e.kv->length(0), 0);
+  allocate_kv(b, *e.kv);
+  EXPECT_EQ(e.kv->length(0), 1);
+  e.model->forward(b, *e.kv, logits.data());  // now it runs
+}
 
 }  // namespace
 }  // namespace kestrel

@@ -20,6 +20,7 @@
 #include "spec/mtp_proposer.h"
 #include "runtime/sampler.h"
 #include "test_support.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 namespace {
@@ -249,9 +250,11 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
     Batch b;
     for (int64_t p = 0; p < rows; p++) b.add(h[p], static_cast<int32_t>(p), 0, false);
     std::vector<float> hidden(static_cast<size_t>(rows * dim)), out(hidden.size()), logits(static_cast<size_t>(nv));
+    allocate_kv(b, *ref.kv);
     m.forward(b, *ref.kv, logits.data(), hidden.data());
     b.clear();
     for (int64_t p = 0; p < rows; p++) b.add(h[p + 1], static_cast<int32_t>(p), 0, p == rows - 1);
+    allocate_kv(b, *ref.kv);
     m.forward_mtp(b, hidden.data(), *ref.kv, logits.data(), out.data());
     std::vector<float> state(out.end() - dim, out.end());
     for (size_t i = 0; i < rec.draft.size(); i++) {
@@ -259,6 +262,7 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
       EXPECT_EQ(rec.draft[i], want) << "draft token " << i << " after " << h.size() << " tokens";
       b.clear();
       b.add(want, static_cast<int32_t>(rows + i), 0, true);
+      allocate_kv(b, *ref.kv);
       m.forward_mtp(b, state.data(), *ref.kv, logits.data(), out.data());
       std::copy(out.begin(), out.begin() + dim, state.begin());
     }
@@ -290,6 +294,7 @@ TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
       Batch b;
       for (size_t p = 0; p + 1 < h.size(); p++) b.add(h[p], static_cast<int32_t>(p), s, p + 2 == h.size());
       std::vector<float> hidden(static_cast<size_t>(b.size() * dim)), logits(e.model->config().n_vocab);
+      allocate_kv(b, *e.kv);
       e.model->forward(b, *e.kv, logits.data(), hidden.data());
       ps.back()->observe(0, b.tokens.data(), hidden.data(), b.size(), false);  // caught up only when drafting
     }
