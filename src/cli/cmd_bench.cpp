@@ -73,7 +73,7 @@ int run_spec(BenchFlags& f) {
       std::vector<std::vector<int32_t>> prompts;
       for (int i = 0; i < batch; i++)
         prompts.push_back(e.tokenizer->encode(text.substr(text.size() * i / (2 * static_cast<size_t>(batch))), true, false));
-      rows = run_batch_spec_bench(e, prompts, n_gen, f.draft_max, f.reps, {source.draft_model(), f.spec == "mtp", f.spec_governed});
+      rows = run_batch_spec_bench(e, prompts, n_gen, f.draft_max, f.reps, {source.proposer(), f.spec_governed});
     }
     for (const auto& r : rows)
       fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.2f}x | {:.1f}% | {:.2f} |\n", batch, r.draft_max, r.plain_ts,

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "serving/http_server.h"
+#include "spec/spec_source.h"
 
 namespace kestrel::cli {
 namespace {
@@ -65,14 +66,14 @@ int run(ServeFlags& f) {
   check_draft_model_flags(f.spec, f.draft_model);
   eo.load_mtp = f.spec == "mtp";
   Engine e = Engine::load(eo);
-  std::unique_ptr<DraftModelProposer> draft;
-  if (f.spec == "draft") {
+  std::unique_ptr<SpecSource> spec;
+  if (f.spec != "none") {
     EngineOptions d;
     d.model_path = f.draft_model;
     d.n_threads = eo.n_threads;
     d.n_seq_max = f.max_batch_size;  // a draft sequence per batch slot, at full context
     d.max_batch_tokens = f.max_batch_tokens;
-    draft = DraftModelProposer::load(d, e);
+    spec = std::make_unique<SpecSource>(f.spec, e, d);
   }
   ServerMetrics metrics;
   ServingConfig sc;
@@ -84,8 +85,7 @@ int run(ServeFlags& f) {
   sc.scheduler.aging_ms = f.aging_ms;
   sc.max_queue = f.max_queue;
   sc.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
-  sc.draft_model = draft.get();
-  sc.mtp = f.spec == "mtp";
+  sc.proposer = spec ? spec->proposer() : nullptr;
   sc.spec_governed = f.spec_governed;
   ServingEngine engine(e, sc, metrics);
 

@@ -22,10 +22,7 @@ BatchRun run_once(Engine& e, const std::vector<std::vector<int32_t>>& prompts, i
   c.scheduler.max_batch_tokens = e.model->max_batch_tokens();
   c.scheduler.max_wait_ms = 0;
   c.spec_draft_max = draft_max;
-  if (draft_max > 0) {
-    c.draft_model = source.draft_model;
-    c.mtp = source.mtp;
-  }
+  if (draft_max > 0) c.proposer = source.proposer;
   c.spec_governed = source.governed;
   ServingEngine engine(e, c, metrics);
   std::vector<std::shared_ptr<RequestChannel>> channels;

@@ -5,16 +5,15 @@
 #include <cstdint>
 #include <vector>
 
-#include "spec/draft_model.h"
+#include "runtime/proposer.h"
 #include "runtime/engine.h"
 #include "measure/spec_bench.h"
 
 namespace kestrel {
 
 struct BatchSpecSource {
-  DraftModelProposer* draft_model = nullptr;  // its cache must hold one sequence per request
-  bool mtp = false;                           // the engine was loaded with load_mtp
-  bool governed = false;                      // as ServingConfig::spec_governed
+  Proposer* proposer = nullptr;  // a draft model's cache must hold one sequence per request
+  bool governed = false;         // as ServingConfig::spec_governed
 };
 
 // prompts: one per request (all submitted together, greedy, n_gen tokens

@@ -5,10 +5,10 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "spec/ngram_proposer.h"
-#include "spec/spec_governor.h"
-#include "runtime/text_stream.h"
 #include "model/batch_io.h"
+#include "runtime/draft_length.h"
+#include "runtime/spec_governor.h"
+#include "runtime/text_stream.h"
 
 namespace kestrel {
 namespace {
@@ -36,6 +36,8 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   params.sampling.validate();
   if (params.spec_draft_max < 0 || params.spec_draft_max > 64)
     throw Error(fmt::format("draft length {} is out of range (0 to 64)", params.spec_draft_max));
+  if (params.spec_draft_max > 0 && !params.proposer)
+    throw Error("speculative decoding needs a proposer (GenerationParams::proposer)");
 
   constexpr int32_t seq = 0;
   e.kv->remove(seq);
@@ -46,12 +48,14 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   const int64_t chunk = model.max_batch_tokens();
   const int64_t spec_rows = std::min<int64_t>(params.spec_draft_max, chunk - 1) + 1;
   std::vector<float> logits(static_cast<size_t>(std::max<int64_t>(params.all_logits ? chunk : 1, spec_rows) * n_vocab));
-  std::vector<float> hidden(params.on_hidden ? static_cast<size_t>(chunk * model.config().n_embd) : 0);
-  // A forward step, handing its hidden states on when asked for them.
+  Proposer* const proposer = params.spec_draft_max > 0 ? params.proposer : nullptr;
+  const bool observe = proposer && proposer->wants_hidden();
+  std::vector<float> hidden(observe ? static_cast<size_t>(chunk * model.config().n_embd) : 0);
+  // A forward step, handing its hidden states to the proposer when it wants them.
   auto forward = [&](const Batch& b, bool prompt) {
     allocate_kv(b, *e.kv);
-    model.forward(b, *e.kv, logits.data(), params.on_hidden ? hidden.data() : nullptr);
-    if (params.on_hidden) params.on_hidden(b.positions[0], b.tokens.data(), hidden.data(), b.size(), prompt);
+    model.forward(b, *e.kv, logits.data(), observe ? hidden.data() : nullptr);
+    if (observe) proposer->observe(seq, b.positions[0], b.tokens.data(), hidden.data(), b.size(), prompt);
   };
 
   // Prefill in chunks; only the last prompt token needs logits unless asked.
@@ -115,7 +119,6 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     // they equal what the model picks from the row before them. The first
     // pick that differs (or the one after a fully accepted draft) is the
     // next token; the cache drops the rejected drafts.
-    const NgramProposer proposer;
     DraftLength length(static_cast<int>(spec_rows - 1));
     SpecGovernor governor(kGovernorWindow, kGovernorPeriod);
     bool going = take(sampler.sample(logits.data(), history));
@@ -128,7 +131,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
           std::min(e.n_ctx - 1 - pos, params.max_tokens - static_cast<int64_t>(r.tokens.size()) - 1);
       const int want =
           !params.spec_governed || governor.drafting() ? static_cast<int>(std::min<int64_t>(length.next(), std::max<int64_t>(room, 0))) : 0;
-      std::vector<int32_t> draft = params.draft_source ? params.draft_source(history, want) : proposer.propose(history, want);
+      std::vector<int32_t> draft = want > 0 ? proposer->propose({{seq, &history, want}})[0] : std::vector<int32_t>{};
       if (static_cast<int>(draft.size()) > want) draft.resize(static_cast<size_t>(want));
       batch.clear();
       batch.add(history.back(), static_cast<int32_t>(pos), seq, true);

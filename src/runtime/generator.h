@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/proposer.h"
 #include "runtime/sampler.h"
 
 namespace kestrel {
@@ -17,21 +18,16 @@ struct GenerationParams {
   std::vector<std::string> stop;   // stop strings: generation ends before them
   bool ignore_eos = false;
   bool all_logits = false;         // compute logits for every prompt position too
-  // Speculative decoding with prompt-lookup drafts (ngram_proposer.h): up to
-  // this many drafted tokens verified per forward step (0: off). Greedy: the
-  // same tokens as without; sampling: the same distribution (the draws differ).
+  // Speculative decoding: up to this many drafted tokens, from `proposer`,
+  // verified per forward step (0: off). Greedy: the same tokens as without;
+  // sampling: the same distribution (the draws differ).
   int spec_draft_max = 0;
   // Stop drafting while it measures slower than plain decoding
   // (spec_governor.h); off: draft whenever the adaptive draft length allows.
   bool spec_governed = false;
-  // Where drafts come from instead (the proposer seam: a draft model, MTP
-  // heads, tests): up to max tokens continuing the history.
-  std::function<std::vector<int32_t>(const std::vector<int32_t>& history, int max)> draft_source;
-  // Set: the target's final hidden states of each prefill and verification
-  // step (n rows at positions first_pos.., n_embd floats each, the rows'
-  // tokens) are passed here before its tokens are picked (MTP drafts are
-  // built on them); settled: prompt rows, not drafts under verification.
-  std::function<void(int64_t first_pos, const int32_t* tokens, const float* hidden, int64_t n, bool settled)> on_hidden;
+  // Where drafts come from (spec/spec_source.h builds the one behind --spec);
+  // required with spec_draft_max > 0. It drafts for sequence 0.
+  Proposer* proposer = nullptr;
 };
 
 struct GenerationResult {

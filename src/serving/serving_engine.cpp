@@ -38,10 +38,11 @@ ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, Server
   // One logits row per request, plus one per drafted token.
   logits_.resize(static_cast<size_t>(config.scheduler.max_batch_size) * (1 + config.spec_draft_max) *
                  e_.model->config().n_vocab);
-  if (config.mtp) {
-    if (e_.model->mtp_layers() == 0) MtpProposer probe(e_);  // throws, naming why
+  if (config.spec_draft_max > 0 && !config.proposer)
+    throw Error("serving: speculative decoding needs a proposer (ServingConfig::proposer)");
+  proposer_ = config.spec_draft_max > 0 ? config.proposer : nullptr;
+  if (proposer_ && proposer_->wants_hidden())
     hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->config().n_embd));
-  }
   metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
   thread_ = std::thread([this] { loop(); });
 }
@@ -104,7 +105,6 @@ void ServingEngine::admit_new(double now) {
     a->sampler = std::make_unique<Sampler>(sp, e_.model->config().n_vocab);
     a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back());
     if (c_.spec_draft_max > 0) a->draft_length = std::make_unique<DraftLength>(c_.spec_draft_max);
-    if (c_.spec_draft_max > 0 && c_.mtp) a->mtp = std::make_unique<MtpProposer>(e_, a->seq);
     metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->req.prompt.size()));
     sched_.add(a->id, a->seq, a->req.prompt, a->req.priority, a->arrival_ms);
     a->rec = sched_.find(a->id);
@@ -136,7 +136,7 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   if (reason != "error" && reason != "cancelled")
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
   a.channel->push(std::move(end));
-  if (c_.draft_model) c_.draft_model->forget(a.seq);
+  if (proposer_) proposer_->forget(a.seq);
   sched_.remove(a.id);  // its blocks too
   queued_ = std::max(0, queued_.load() - (a.first_step_ms < 0 ? 1 : 0));
   active_.erase(a.id);  // a is gone after this
@@ -198,7 +198,7 @@ bool ServingEngine::sample(Active& a, float* logits, double now, int32_t draft, 
 }
 
 void ServingEngine::set_draft_wants() {
-  const bool drafting = c_.spec_draft_max > 0 && (!c_.spec_governed || governor_.drafting());
+  const bool drafting = proposer_ && (!c_.spec_governed || governor_.drafting());
   for (auto& [id, a] : active_) {
     SchedRequest& r = *a->rec;
     r.draft_want = 0;
@@ -245,17 +245,17 @@ void ServingEngine::step(double now) {
   add_drafts(rows, batch, drafted);
   metrics_.set("kestrel_batch_size", static_cast<double>(rows.size()));
   metrics_.set("kestrel_batch_tokens", static_cast<double>(batch.size()));
-  e_.model->forward(batch, *e_.kv, logits_.data(), c_.mtp ? hidden_.data() : nullptr);
-  if (c_.mtp) {  // each request's MTP proposer keeps the states of its rows (its own, then its drafts)
+  const bool observe = !hidden_.empty();
+  e_.model->forward(batch, *e_.kv, logits_.data(), observe ? hidden_.data() : nullptr);
+  if (observe) {  // the proposer keeps the states of each request's rows (its own, then its drafts)
     const int64_t dim = e_.model->config().n_embd;
     for (const Row& r : rows) {
-      if (!r.a->mtp) continue;
       // A prompt chunk's tokens are settled; a decode row's state waits for the next draft.
-      r.a->mtp->observe(batch.positions[r.batch_first], batch.tokens.data() + r.batch_first,
-                        hidden_.data() + r.batch_first * dim, r.n, r.n > 1);
+      proposer_->observe(r.a->seq, batch.positions[r.batch_first], batch.tokens.data() + r.batch_first,
+                         hidden_.data() + r.batch_first * dim, r.n, r.n > 1);
       if (r.draft_first >= 0)
-        r.a->mtp->observe(batch.positions[r.draft_first], batch.tokens.data() + r.draft_first,
-                          hidden_.data() + r.draft_first * dim, static_cast<int64_t>(r.draft.size()), false);
+        proposer_->observe(r.a->seq, batch.positions[r.draft_first], batch.tokens.data() + r.draft_first,
+                           hidden_.data() + r.draft_first * dim, static_cast<int64_t>(r.draft.size()), false);
     }
   }
   // Logits rows come in batch order: one per request row that asked, then the drafts.
@@ -315,19 +315,9 @@ void ServingEngine::add_drafts(std::vector<Row>& rows, Batch& batch, std::vector
   for (size_t ri = 0; ri < rows.size(); ri++)
     if (rows[ri].draft_slots > 0) want_rows.push_back(ri);
   if (want_rows.empty()) return;
-  std::vector<std::vector<int32_t>> drafts(want_rows.size());
-  if (c_.draft_model) {
-    std::vector<DraftModelProposer::Request> reqs;
-    for (size_t ri : want_rows) reqs.push_back({rows[ri].a->seq, &rows[ri].a->rec->tokens, rows[ri].draft_slots});
-    drafts = c_.draft_model->propose(reqs);
-  } else if (c_.mtp) {
-    std::vector<MtpProposer::Request> reqs;
-    for (size_t ri : want_rows) reqs.push_back({rows[ri].a->mtp.get(), &rows[ri].a->rec->tokens, rows[ri].draft_slots});
-    drafts = MtpProposer::propose(e_, reqs);  // its rows lie within the positions the plan allocated
-  } else {
-    for (size_t k = 0; k < want_rows.size(); k++)
-      drafts[k] = NgramProposer().propose(rows[want_rows[k]].a->rec->tokens, rows[want_rows[k]].draft_slots);
-  }
+  std::vector<DraftRequest> reqs;
+  for (size_t ri : want_rows) reqs.push_back({rows[ri].a->seq, &rows[ri].a->rec->tokens, rows[ri].draft_slots});
+  std::vector<std::vector<int32_t>> drafts = proposer_->propose(reqs);  // MTP rows lie within the allocated slots
   for (size_t k = 0; k < want_rows.size(); k++) {
     Row& r = rows[want_rows[k]];
     std::vector<int32_t>& d = drafts[k];

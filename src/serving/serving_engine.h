@@ -15,12 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "spec/draft_model.h"
+#include "runtime/draft_length.h"
 #include "runtime/engine.h"
-#include "spec/mtp_proposer.h"
-#include "spec/ngram_proposer.h"
-#include "spec/spec_governor.h"
+#include "runtime/proposer.h"
 #include "runtime/sampler.h"
+#include "runtime/spec_governor.h"
 #include "runtime/text_stream.h"
 #include "serving/metrics.h"
 #include "serving/scheduler.h"
@@ -76,14 +75,12 @@ struct ServingConfig {
   SchedulerConfig scheduler;
   int max_queue = 256;  // waiting requests beyond which submit() refuses (HTTP 503)
   // Speculative decoding: up to this many drafted tokens per decoding
-  // request, verified in the step's batch (0: off). Drafts come from prompt
-  // lookup, unless one of the two below is set.
-  int spec_draft_max = 0;
-  // A draft model over the target's vocabulary whose cache holds
+  // request, verified in the step's batch (0: off), from `proposer`
+  // (spec/spec_source.h; required then). A draft model's cache must hold
   // scheduler.max_batch_size sequences: it drafts for every decoding request
   // of a step at once.
-  DraftModelProposer* draft_model = nullptr;
-  bool mtp = false;  // the target's own MTP block (loaded with EngineOptions::load_mtp)
+  int spec_draft_max = 0;
+  Proposer* proposer = nullptr;
   // Stop drafting while decode steps measure slower with it (spec_governor.h).
   bool spec_governed = false;
 };
@@ -117,7 +114,6 @@ class ServingEngine {
     std::unique_ptr<TextStream> text;
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::unique_ptr<DraftLength> draft_length;  // with speculation
-    std::unique_ptr<MtpProposer> mtp;           // with MTP speculation
     int64_t generated() const { return rec->num_tokens() - static_cast<int64_t>(req.prompt.size()); }
   };
 
@@ -165,7 +161,8 @@ class ServingEngine {
   std::atomic<int> queued_{0};  // inbox + waiting, for the 503 check
   int64_t next_id_ = 1;
   std::vector<float> logits_;
-  std::vector<float> hidden_;     // the step's final hidden states (MTP speculation)
+  Proposer* proposer_ = nullptr;  // with speculation
+  std::vector<float> hidden_;     // the step's final hidden states (for a proposer that observes them)
   SpecGovernor governor_{8, 128};  // decode steps only
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused

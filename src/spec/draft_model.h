@@ -12,16 +12,13 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/proposer.h"
 
 namespace kestrel {
 
-class DraftModelProposer {
+class DraftModelProposer : public Proposer {
  public:
-  struct Request {
-    int32_t seq = 0;                                // the draft sequence (the server: the target's)
-    const std::vector<int32_t>* history = nullptr;  // tokens so far, the last one not run by the target yet
-    int max = 0;                                    // most tokens to draft
-  };
+  using Request = DraftRequest;  // its seq is also the draft's sequence
 
   // Throws Error when the vocabularies differ in size.
   DraftModelProposer(Engine& draft, int64_t target_n_vocab);
@@ -30,10 +27,11 @@ class DraftModelProposer {
   static std::unique_ptr<DraftModelProposer> load(EngineOptions options, const Engine& target);
   // Up to max tokens continuing history (shorter near the draft's context end), on sequence 0.
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
+  const char* name() const override { return "draft"; }
   // Drafts for every request, in order (empty for one the draft's cache has no room for).
-  std::vector<std::vector<int32_t>> propose(const std::vector<Request>& requests);
+  std::vector<std::vector<int32_t>> propose(const std::vector<Request>& requests) override;
   // Frees a sequence's draft cache (its request is gone).
-  void forget(int32_t seq);
+  void forget(int32_t seq) override;
 
  private:
   std::unique_ptr<Engine> owned_;  // set by load()

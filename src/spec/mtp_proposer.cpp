@@ -138,4 +138,24 @@ std::vector<std::vector<int32_t>> MtpProposer::propose(Engine& e, const std::vec
   return drafts;
 }
 
+MtpDrafter::MtpDrafter(Engine& target) : e_(target) { MtpProposer probe(target); }  // throws, naming why
+
+MtpProposer& MtpDrafter::of(int32_t seq) {
+  auto& p = per_seq_[seq];
+  if (!p) p = std::make_unique<MtpProposer>(e_, seq);
+  return *p;
+}
+
+void MtpDrafter::observe(int32_t seq, int64_t first_pos, const int32_t* tokens, const float* hidden, int64_t n,
+                         bool settled) {
+  of(seq).observe(first_pos, tokens, hidden, n, settled);
+}
+
+std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftRequest>& batch) {
+  std::vector<MtpProposer::Request> reqs;
+  reqs.reserve(batch.size());
+  for (const DraftRequest& r : batch) reqs.push_back({&of(r.seq), r.history, r.max});
+  return MtpProposer::propose(e_, reqs);
+}
+
 }  // namespace kestrel

@@ -11,9 +11,12 @@
 // block's own output state, as vLLM and SGLang do. Chained rows are
 // provisional: the next catch-up rewrites them.
 #include <cstdint>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/proposer.h"
 
 namespace kestrel {
 
@@ -54,6 +57,25 @@ class MtpProposer {
   std::vector<float> pending_;   // the target's hidden states at positions caught_.., one row each
   std::vector<int32_t> tokens_;  // ...and the tokens at those positions
   std::vector<float> state_;  // the block's output at the last row drafted from
+};
+
+// The executor's proposer over MtpProposer: one per sequence, made when the
+// sequence's first hidden states arrive, dropped when it is forgotten.
+class MtpDrafter : public Proposer {
+ public:
+  // Throws Error when the engine's model has no MTP block loaded.
+  explicit MtpDrafter(Engine& target);
+  const char* name() const override { return "mtp"; }
+  bool wants_hidden() const override { return true; }
+  void observe(int32_t seq, int64_t first_pos, const int32_t* tokens, const float* hidden, int64_t n,
+               bool settled) override;
+  std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override;
+  void forget(int32_t seq) override { per_seq_.erase(seq); }
+
+ private:
+  MtpProposer& of(int32_t seq);
+  Engine& e_;
+  std::unordered_map<int32_t, std::unique_ptr<MtpProposer>> per_seq_;
 };
 
 }  // namespace kestrel

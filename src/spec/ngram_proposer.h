@@ -7,31 +7,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/proposer.h"
+
 namespace kestrel {
 
-struct NgramProposer {
+class NgramProposer : public Proposer {
+ public:
   int min_n = 1, max_n = 3;
+  const char* name() const override { return "ngram"; }
   // Up to max_draft tokens continuing history; empty when nothing matches.
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max_draft) const;
-};
-
-// Draft length adapted to how many drafted tokens get accepted: grows by one
-// after a fully accepted draft, shrinks to the accepted count plus one after
-// a rejection, within [1, max]; pauses speculation (length 0 for a while)
-// when acceptance stays poor, since a wasted verification costs more than a
-// plain decode step.
-class DraftLength {
- public:
-  explicit DraftLength(int max) : max_(max), len_(max > 0 ? std::min(max, 4) : 0) {}
-  int next();  // the length to draft now (0: decode plainly this step)
-  void update(int drafted, int accepted);
-
- private:
-  int max_, len_;
-  double rate_ = 1.0;      // running acceptance rate
-  int pause_ = 0;          // plain steps left before trying again
-  int next_pause_ = 8;     // the pause after the next failing stretch: doubles (to 256) while nothing is accepted
-  bool accepted_ = false;  // anything accepted since the last pause
+  std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override;
 };
 
 }  // namespace kestrel

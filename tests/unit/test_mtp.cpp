@@ -122,14 +122,16 @@ GenerationResult generate_with_mtp(Engine& e, const std::vector<int32_t>& prompt
   p.sampling.temperature = 0.0f;
   p.ignore_eos = true;
   p.spec_draft_max = draft_max;
-  p.on_hidden = [&](int64_t first, const int32_t* tokens, const float* h, int64_t rows, bool settled) {
-    mtp.observe(first, tokens, h, rows, settled);
-  };
-  p.draft_source = [&](const std::vector<int32_t>& history, int max) {
-    auto d = mtp.propose(history, max);
-    if (log) log->push_back({history, d});
-    return d;
-  };
+  test::FunctionProposer recorder(
+      [&](const std::vector<int32_t>& history, int max) {
+        auto d = mtp.propose(history, max);
+        if (log) log->push_back({history, d});
+        return d;
+      },
+      [&](int64_t first, const int32_t* tokens, const float* h, int64_t rows, bool settled) {
+        mtp.observe(first, tokens, h, rows, settled);
+      });
+  p.proposer = &recorder;
   return generate(e, prompt, p);
 }
 

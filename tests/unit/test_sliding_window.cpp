@@ -8,6 +8,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/generator.h"
+#include "spec/ngram_proposer.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -41,6 +42,8 @@ WindowRun run_model(const std::string& cell, bool release, int64_t max_batch, in
   p.all_logits = true;
   p.ignore_eos = true;
   p.spec_draft_max = spec_draft_max;
+  NgramProposer ngram;
+  p.proposer = &ngram;
   WindowRun r;
   GenerationCallbacks cb;
   cb.on_logits = [&](const float* row, int64_t n) {

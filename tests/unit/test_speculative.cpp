@@ -8,11 +8,12 @@
 
 #include "core/error.h"
 #include "spec/draft_model.h"
+#include "runtime/draft_length.h"
 #include "runtime/generator.h"
 #include "kv/kv_cache.h"
 #include "spec/ngram_proposer.h"
 #include "runtime/sampler.h"
-#include "spec/spec_governor.h"
+#include "runtime/spec_governor.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -148,6 +149,8 @@ TEST(Speculation, SamplingWithDraftsRunsAndStaysWithinTheSettings) {
   p.max_tokens = 100;
   p.ignore_eos = true;
   p.spec_draft_max = 6;
+  NgramProposer ngram;
+  p.proposer = &ngram;
   const GenerationResult a = generate(e, prompt, p), b = generate(e, prompt, p);
   EXPECT_EQ(a.tokens, b.tokens);  // same seed, same draws
   EXPECT_EQ(a.tokens.size(), 100u);
@@ -189,6 +192,8 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     p.sampling.temperature = 0.0f;
     p.ignore_eos = true;
     const GenerationResult plain = generate(e, prompt, p);
+    NgramProposer ngram;
+    p.proposer = &ngram;
     for (const int draft : {1, 4, 8}) {
       p.spec_draft_max = draft;
       const GenerationResult spec = generate(e, prompt, p);
@@ -200,14 +205,15 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     // Random-weight models rarely repeat themselves, so drafts also come from
     // an oracle that knows the plain output but gets every third token wrong:
     // acceptance, rejection and cache rollback on every architecture.
-    p.draft_source = [&](const std::vector<int32_t>& history, int max) {
+    test::FunctionProposer oracle_drafts([&](const std::vector<int32_t>& history, int max) {
       std::vector<int32_t> d;
       const size_t done = history.size() - prompt.size();
       for (size_t i = done; i < plain.tokens.size() && static_cast<int>(d.size()) < max; i++)
         d.push_back((i % 3 == 2) ? (plain.tokens[i] + 1) % static_cast<int32_t>(e.model->config().n_vocab)
                                  : plain.tokens[i]);
       return d;
-    };
+    });
+    p.proposer = &oracle_drafts;
     p.spec_draft_max = 6;
     const GenerationResult oracle = generate(e, prompt, p);
     EXPECT_EQ(oracle.tokens, plain.tokens) << c.model << " oracle drafts";
@@ -217,7 +223,7 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
     p.spec_governed = true;
     EXPECT_EQ(generate(e, prompt, p).tokens, plain.tokens) << c.model << " governed";
     p.spec_governed = false;
-    p.draft_source = nullptr;
+    p.proposer = nullptr;
     p.spec_draft_max = 0;
   }
   EXPECT_GT(accepted_total, 20);  // stories260K's repetitive prompt gets n-gram drafts accepted
@@ -240,7 +246,7 @@ TEST(Speculation, DraftModelProposals) {
     p.ignore_eos = true;
     const GenerationResult plain = generate(e, prompt, p);
     p.spec_draft_max = 5;
-    p.draft_source = [&](const std::vector<int32_t>& h, int max) { return proposer.propose(h, max); };
+    p.proposer = &proposer;
     const GenerationResult spec = generate(e, prompt, p);
     EXPECT_EQ(spec.tokens, plain.tokens) << model;
     EXPECT_GT(spec.spec_accepted, spec.spec_drafted * 9 / 10) << model;
@@ -264,6 +270,8 @@ TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
   p.sampling.temperature = 0.0f;
   p.ignore_eos = true;
   p.max_tokens = 500;  // the context (64) ends it
+  NgramProposer ngram;
+  p.proposer = &ngram;
   p.spec_draft_max = 8;
   const GenerationResult spec = generate(e, prompt, p);
   p.spec_draft_max = 0;
@@ -274,6 +282,9 @@ TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
   p.spec_draft_max = 8;
   EXPECT_EQ(generate(e, prompt, p).tokens.size(), 7u);
   p.spec_draft_max = 65;
+  EXPECT_THROW(generate(e, prompt, p), Error);
+  p.spec_draft_max = 4;
+  p.proposer = nullptr;  // drafts from nowhere: refused, not silently plain
   EXPECT_THROW(generate(e, prompt, p), Error);
 }
 

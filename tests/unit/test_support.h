@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -20,6 +21,7 @@
 #include "formats/weight.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
+#include "runtime/proposer.h"
 
 namespace kestrel::test {
 
@@ -152,5 +154,29 @@ inline std::vector<float> all_logits(Engine& e, const std::vector<int32_t>& prom
 
 // ../shared/reference/compat/models/<cell>.gguf
 inline std::string compat_model(const std::string& cell) { return shared("reference/compat/models/" + cell + ".gguf"); }
+
+// A proposer whose drafts (and, if given, whose view of the target's hidden
+// states) are a test's functions: oracles, part-wrong drafts, recording.
+class FunctionProposer : public Proposer {
+ public:
+  using Draft = std::function<std::vector<int32_t>(const std::vector<int32_t>& history, int max)>;
+  using Observe = std::function<void(int64_t first, const int32_t* tokens, const float* hidden, int64_t n, bool settled)>;
+  explicit FunctionProposer(Draft draft, Observe observe = nullptr)
+      : draft_(std::move(draft)), observe_(std::move(observe)) {}
+  const char* name() const override { return "test"; }
+  bool wants_hidden() const override { return static_cast<bool>(observe_); }
+  void observe(int32_t, int64_t first, const int32_t* tokens, const float* hidden, int64_t n, bool settled) override {
+    observe_(first, tokens, hidden, n, settled);
+  }
+  std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override {
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& r : batch) out.push_back(draft_(*r.history, r.max));
+    return out;
+  }
+
+ private:
+  Draft draft_;
+  Observe observe_;
+};
 
 }  // namespace kestrel::test

@@ -1,4 +1,4 @@
-#include "spec/spec_governor.h"
+#include "runtime/spec_governor.h"
 
 #include <algorithm>
 
