@@ -1,10 +1,12 @@
 #pragma once
 // The engine side of the server: one thread runs steps. Requests arrive
-// through submit() from any thread; each step the scheduler plans which run
-// how many tokens, one batched forward runs them all, and every request's
-// new text goes back through its own channel. Nothing an HTTP thread does
-// blocks a step, and a step never waits on a client.
+// through submit() from any thread; each step runs through the StepExecutor
+// `run` uses too (the scheduler plans which requests run how many tokens,
+// one batched forward runs them all), and every request's new text goes
+// back through its own channel. Nothing an HTTP thread does blocks a step,
+// and a step never waits on a client.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -15,14 +17,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/draft_length.h"
 #include "runtime/engine.h"
 #include "runtime/proposer.h"
 #include "runtime/sampler.h"
-#include "runtime/spec_governor.h"
+#include "runtime/scheduler.h"
+#include "runtime/step_executor.h"
 #include "runtime/text_stream.h"
 #include "serving/metrics.h"
-#include "serving/scheduler.h"
 
 namespace kestrel {
 
@@ -85,7 +86,7 @@ struct ServingConfig {
   bool spec_governed = false;
 };
 
-class ServingEngine {
+class ServingEngine : private StepHooks {
  public:
   ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics);
   ~ServingEngine();
@@ -102,68 +103,50 @@ class ServingEngine {
   const Engine& engine() const { return e_; }
 
  private:
-  // What the engine keeps of a request beside the scheduler's record (its
-  // tokens and progress): the client side, sampling, streaming, drafting.
+  // What the engine keeps of a request beside the executor's (its tokens,
+  // progress and sampler): the client side.
   struct Active {
     int64_t id = 0;
     int32_t seq = 0;
     ServeRequest req;
-    SchedRequest* rec = nullptr;  // the scheduler's record, while queued
     std::shared_ptr<RequestChannel> channel;
-    std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TextStream> text;
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
-    std::unique_ptr<DraftLength> draft_length;  // with speculation
-    int64_t generated() const { return rec->num_tokens() - static_cast<int64_t>(req.prompt.size()); }
-  };
-
-  struct Row {  // one request's part of a step's batch
-    Active* a;
-    int64_t first;               // position of its first token
-    int64_t n;                   // its tokens in the batch
-    bool logits;                 // the last of them needs logits
-    int draft_slots;             // positions the plan allocated for drafts after it
-    std::vector<int32_t> draft;  // drafted tokens after the row's last one (decode with speculation)
-    int64_t batch_first;         // batch index of its first token
-    int64_t draft_first;         // ...and of its first draft (-1: none)
+    int64_t generated = 0;
+    std::vector<TokenLogprob> top;  // the row being sampled: its top alternatives (with logprobs)
+    float lse = 0;                  // ...and the log-sum-exp of its raw logits
   };
 
   void loop();
-  void admit_new(double now);
+  void admit_new();
   void step(double now);
-  // Drafts for the step's decoding rows, added to the batch after every request row.
-  void add_drafts(std::vector<Row>& rows, Batch& batch, std::vector<size_t>& drafted);
-  // Samples in place on the step's logits row (which the sampler rewrites);
-  // with a draft token, keeps it or not by the verification rule (*accepted).
-  // False when the request finished (and a is gone).
-  bool sample(Active& a, float* logits, double now, int32_t draft = -1, bool* accepted = nullptr);
+  // The client side of a request's end (its event, metrics); the executor
+  // frees its blocks (after on_end) or the caller does (exec_.remove).
   void finish(Active& a, const std::string& reason, const std::string& error = "");
-  // Before planning: how many drafts each decoding request could use.
-  void set_draft_wants();
-  // Samples a row's token and each draft while the picks agree; the tokens
-  // whose KV stays. False when the request finished.
-  bool verify_row(const Row& r, int64_t row_logits, int64_t draft_logits, double done_ms, int64_t& computed,
-                  int64_t& sampled);
+  void note_token_time(Active& a);
   double now_ms() const;
   void update_gauges();
+
+  // StepHooks: what a step's events mean for the client.
+  void on_scheduled(int64_t id) override;
+  void on_row(int64_t id, const float* row) override;
+  void on_drafts(int64_t id, int n) override;
+  bool on_token(int64_t id, int32_t token, bool accepted) override;
+  void on_end(int64_t id, EndReason reason) override;
 
   Engine& e_;
   ServingConfig c_;
   ServerMetrics& metrics_;
-  Scheduler sched_;
+  StepExecutor exec_;
   std::unordered_map<int64_t, std::unique_ptr<Active>> active_;
   std::vector<std::unique_ptr<Active>> inbox_;  // guarded by mutex_
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::atomic<bool> accepting_{true};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> deadline_ms_{-1};
   std::atomic<int> queued_{0};  // inbox + waiting, for the 503 check
   int64_t next_id_ = 1;
-  std::vector<float> logits_;
-  Proposer* proposer_ = nullptr;  // with speculation
-  std::vector<float> hidden_;     // the step's final hidden states (for a proposer that observes them)
-  SpecGovernor governor_{8, 128};  // decode steps only
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused
   std::chrono::steady_clock::time_point t0_;

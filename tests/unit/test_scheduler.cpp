@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kv/block_manager.h"
-#include "serving/scheduler.h"
+#include "runtime/scheduler.h"
 
 namespace kestrel {
 namespace {

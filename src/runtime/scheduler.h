@@ -44,6 +44,7 @@ struct SchedRequest {
   int64_t num_computed_tokens = 0;  // of those, tokens whose KV is in the cache
   int64_t num_cached_tokens = 0;    // prompt tokens the prefix cache served at first admission
   int draft_want = 0;               // drafted tokens the proposer could add after the next decode token
+  bool prefix_cache = true;         // may start from (and publish) named blocks of an equal prefix
   bool running = false;             // admitted (holds KV); false: waiting
   bool admitted_once = false;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

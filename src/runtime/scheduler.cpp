@@ -1,4 +1,4 @@
-#include "serving/scheduler.h"
+#include "runtime/scheduler.h"
 
 #include <fmt/format.h>
 
@@ -94,7 +94,7 @@ int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, const st
                          StepPlan& p) {
   const bool fresh = !r.running;
   BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
-  if (fresh) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
+  if (fresh && r.prefix_cache) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
   const int64_t n = std::min(n_max, r.num_tokens() - r.num_computed_tokens);
   const int64_t target = r.num_computed_tokens + n;
   if (blocks_.blocks_for(target) <= blocks_.max_blocks_per_seq()) {
@@ -199,7 +199,7 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
     // Its next query starts at `computed` (rollbacks never go below it): the
     // sliding-window group releases the blocks that left that query's window.
     blocks_.slide(r->seq, o.computed);
-    blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
+    if (r->prefix_cache) blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
   }
   return copies_;
 }

@@ -1,0 +1,242 @@
+#include "runtime/step_executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+namespace {
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+StepExecutor::StepExecutor(Engine& engine, const ExecConfig& config)
+    : e_(engine), c_(config), proposer_(config.spec_draft_max > 0 ? config.proposer : nullptr),
+      sched_(config.scheduler, engine.kv->blocks()) {
+  if (config.scheduler.max_batch_tokens > e_.model->max_batch_tokens())
+    throw Error(fmt::format("the batch token budget {} exceeds the model's planned batch of {}",
+                            config.scheduler.max_batch_tokens, e_.model->max_batch_tokens()));
+  if (config.spec_draft_max < 0 || config.spec_draft_max > 64)
+    throw Error(fmt::format("draft length {} is out of range (0 to 64)", config.spec_draft_max));
+  if (config.spec_draft_max > 0 && !config.proposer)
+    throw Error("speculative decoding needs a proposer");
+  // One logits row per request (every prompt row with all_logits), plus one per drafted token.
+  const int64_t rows = c_.all_logits ? c_.scheduler.max_batch_tokens
+                                     : std::min<int64_t>(c_.scheduler.max_batch_tokens,
+                                                         int64_t{c_.scheduler.max_batch_size} * (1 + c_.spec_draft_max));
+  logits_.resize(static_cast<size_t>(rows * e_.model->config().n_vocab));
+  if (proposer_ && proposer_->wants_hidden())
+    hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->config().n_embd));
+}
+
+void StepExecutor::add(const ExecRequest& spec) {
+  if (spec.prompt.empty()) throw Error("a request needs at least one prompt token");
+  if (reqs_.count(spec.id)) throw Error(fmt::format("request {} is already running", spec.id));
+  auto r = std::make_unique<Request>();
+  r->spec = spec;
+  r->sampler = std::make_unique<Sampler>(spec.sampling, e_.model->config().n_vocab);
+  if (proposer_)
+    r->draft_length = std::make_unique<DraftLength>(
+        static_cast<int>(std::min<int64_t>(c_.spec_draft_max, c_.scheduler.max_batch_tokens - 1)));
+  sched_.add(spec.id, spec.seq, spec.prompt, spec.priority, spec.arrival_ms);
+  r->rec = sched_.find(spec.id);
+  r->rec->prefix_cache = spec.prefix_cache;
+  reqs_[spec.id] = std::move(r);
+}
+
+void StepExecutor::remove(int64_t id) {
+  auto it = reqs_.find(id);
+  if (it == reqs_.end()) return;
+  if (proposer_ && !c_.keep_proposer_state) proposer_->forget(it->second->spec.seq);
+  sched_.remove(id);  // its blocks too
+  reqs_.erase(it);
+}
+
+void StepExecutor::end(Request& r, EndReason reason, StepHooks& hooks) {
+  const int64_t id = r.spec.id;
+  hooks.on_end(id, reason);
+  remove(id);
+}
+
+// Before planning: how many drafts each decoding request could use after its
+// token — the rest of max_tokens and of the context, as the draft length allows.
+void StepExecutor::set_draft_wants() {
+  const bool drafting = proposer_ && (!c_.spec_governed || governor_.drafting());
+  for (auto& [id, r] : reqs_) {
+    SchedRequest& rec = *r->rec;
+    rec.draft_want = 0;
+    if (!drafting || !rec.decoding()) continue;
+    const int64_t room = std::min({static_cast<int64_t>(r->draft_length->next()), r->spec.max_tokens - r->generated() - 1,
+                                   e_.n_ctx - rec.num_tokens()});
+    rec.draft_want = static_cast<int>(std::max<int64_t>(0, room));
+  }
+}
+
+void StepExecutor::build_batch(const StepPlan& plan, StepHooks& hooks) {
+  batch_.clear();
+  rows_.clear();
+  for (const auto& item : plan.items) {
+    Request& r = *reqs_.at(item.id);
+    if (!r.scheduled) {
+      r.scheduled = true;
+      hooks.on_scheduled(item.id);
+    }
+    const int64_t last = item.first + item.n_tokens - 1;
+    for (int64_t i = item.first; i <= last; i++)
+      batch_.add(r.rec->tokens[i], static_cast<int32_t>(i), r.spec.seq,
+                 (item.logits && i == last) || (r.spec.all_logits && i < r.rec->num_tokens()));
+    rows_.push_back({&r, item.first, item.n_tokens, item.logits, item.draft_slots, {}, batch_.size() - item.n_tokens, -1});
+  }
+}
+
+// Decoding requests with draft slots in the plan get drafts after their
+// token, added to the batch after every request row.
+void StepExecutor::add_drafts() {
+  std::vector<size_t> want_rows;
+  std::vector<DraftRequest> reqs;
+  for (size_t ri = 0; ri < rows_.size(); ri++) {
+    if (rows_[ri].draft_slots <= 0) continue;
+    want_rows.push_back(ri);
+    reqs.push_back({rows_[ri].r->spec.seq, &rows_[ri].r->rec->tokens, rows_[ri].draft_slots});
+  }
+  if (reqs.empty()) return;
+  std::vector<std::vector<int32_t>> drafts = proposer_->propose(reqs);  // MTP rows lie within the allocated slots
+  for (size_t k = 0; k < want_rows.size(); k++) {
+    Row& row = rows_[want_rows[k]];
+    std::vector<int32_t>& d = drafts[k];
+    if (static_cast<int>(d.size()) > row.draft_slots) d.resize(static_cast<size_t>(row.draft_slots));
+    if (d.empty()) continue;  // the unused slots go back at update()
+    const int64_t total = row.r->rec->num_tokens();
+    row.draft_first = batch_.size();
+    for (size_t i = 0; i < d.size(); i++)
+      batch_.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), row.r->spec.seq, true);
+    row.draft = std::move(d);
+  }
+}
+
+// The proposer keeps the states of each request's rows (its own, then its drafts).
+void StepExecutor::observe_hidden() {
+  const int64_t dim = e_.model->config().n_embd;
+  for (const Row& r : rows_) {
+    // A prompt chunk's tokens are settled; a decode row's state waits for the next draft.
+    proposer_->observe(r.r->spec.seq, batch_.positions[r.batch_first], batch_.tokens.data() + r.batch_first,
+                       hidden_.data() + r.batch_first * dim, r.n, r.n > 1);
+    if (r.draft_first >= 0)
+      proposer_->observe(r.r->spec.seq, batch_.positions[r.draft_first], batch_.tokens.data() + r.draft_first,
+                         hidden_.data() + r.draft_first * dim, static_cast<int64_t>(r.draft.size()), false);
+  }
+}
+
+// Logits rows come in batch order: the request rows' (all prompt rows of an
+// all_logits request, else its last), then the drafts'.
+void StepExecutor::assign_logits_rows() {
+  int64_t next = 0;
+  for (Row& r : rows_) {
+    const int64_t n_rows = r.r->spec.all_logits ? r.n : (r.logits ? 1 : 0);
+    r.first_logits_row = next;
+    next += n_rows;
+    if (r.logits) r.logits_row = next - 1;
+    r.draft_logits_row = -1;
+  }
+  for (Row& r : rows_) {
+    if (r.draft.empty()) continue;
+    r.draft_logits_row = next;
+    next += static_cast<int64_t>(r.draft.size());
+  }
+}
+
+StepReport StepExecutor::step(double now_ms, StepHooks& hooks) {
+  StepReport report;
+  set_draft_wants();
+  const StepPlan plan = sched_.plan(now_ms);
+  report.preempted = static_cast<int>(plan.preempted.size());
+  report.queried_prefix_blocks = plan.queried_prefix_blocks;
+  report.hit_prefix_blocks = plan.hit_prefix_blocks;
+  report.wait_ms = plan.wait_ms;
+  if (plan.items.empty()) return report;
+  build_batch(plan, hooks);
+  bool decode_only = true;  // the governor times steps of decoding requests only
+  for (const Row& r : rows_) decode_only = decode_only && r.logits && r.n == 1;
+  const double step_start = seconds_now();
+  add_drafts();
+  report.ran = true;
+  report.rows = static_cast<int>(rows_.size());
+  report.batch_tokens = batch_.size();
+  e_.model->forward(batch_, *e_.kv, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
+  if (!hidden_.empty()) observe_hidden();
+  assign_logits_rows();
+
+  const int64_t nv = e_.model->config().n_vocab;
+  int64_t sampled = 0;  // tokens sampled this step, for the governor
+  std::vector<StepOutcome> outcomes;
+  for (Row& row : rows_) {
+    const int64_t id = row.r->spec.id;
+    if (row.r->spec.all_logits) {  // its prompt rows, but the one it samples from
+      const int64_t n_prompt_rows = row.logits ? row.n - 1 : row.n;
+      for (int64_t i = 0; i < n_prompt_rows; i++) hooks.on_prompt_logits(id, logits_.data() + (row.first_logits_row + i) * nv);
+    }
+    int64_t computed = row.first + row.n;
+    if (row.logits && !verify(row, hooks, computed, sampled)) continue;  // ended: its blocks are free already
+    outcomes.push_back({id, computed});
+  }
+  for (const BlockCopies& c : sched_.update(outcomes)) e_.kv->store().copy(c);
+  if (decode_only && proposer_) governor_.record(sampled, seconds_now() - step_start);
+  return report;
+}
+
+bool StepExecutor::verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t& sampled) {
+  Request& r = *row.r;
+  const int64_t id = r.spec.id, nv = e_.model->config().n_vocab;
+  float* logits = logits_.data() + row.logits_row * nv;
+  if (r.spec.max_tokens == 0) {  // prefill only
+    hooks.on_row(id, logits);
+    end(r, EndReason::Length, hooks);
+    return false;
+  }
+  if (!row.draft.empty()) hooks.on_drafts(id, static_cast<int>(row.draft.size()));
+  // The row's own pick, then each draft while the picks keep agreeing with it.
+  int accepted = 0;
+  for (size_t i = 0;; i++) {
+    hooks.on_row(id, logits);
+    const int32_t d = i < row.draft.size() ? row.draft[i] : -1;
+    bool kept = false;
+    const int32_t tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.rec->tokens, d, kept)
+                               : r.sampler->sample(logits, r.rec->tokens);
+    sampled++;
+    if (!take(r, tok, kept, hooks)) return false;
+    if (!kept) break;
+    accepted++;
+    computed++;  // the draft's keys and values are already in the cache
+    logits = logits_.data() + (row.draft_logits_row + static_cast<int64_t>(i)) * nv;
+  }
+  if (!row.draft.empty()) r.draft_length->update(static_cast<int>(row.draft.size()), accepted);
+  return true;
+}
+
+bool StepExecutor::take(Request& r, int32_t tok, bool accepted, StepHooks& hooks) {
+  if (!r.spec.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
+    end(r, EndReason::Eos, hooks);
+    return false;
+  }
+  r.rec->tokens.push_back(tok);  // the record: one more token to feed
+  if (!hooks.on_token(r.spec.id, tok, accepted)) {
+    end(r, EndReason::Stop, hooks);
+    return false;
+  }
+  if (r.generated() >= r.spec.max_tokens) {
+    end(r, EndReason::Length, hooks);
+    return false;
+  }
+  if (r.rec->num_tokens() >= r.spec.max_total_tokens) {
+    end(r, EndReason::Context, hooks);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace kestrel

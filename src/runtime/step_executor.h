@@ -1,0 +1,142 @@
+#pragma once
+// One step of batched generation, the same for `run` (one request) and
+// `serve` (many): plan (the scheduler picks the rows and allocates the KV
+// positions they write) -> propose (drafts into the planned slots) ->
+// forward -> sample and verify -> update (what each request computed goes
+// back to the scheduler). What a token means for the client — text, events,
+// logprobs, metrics — is the front's (generator.cpp, serving_engine.cpp),
+// told through StepHooks.
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/draft_length.h"
+#include "runtime/engine.h"
+#include "runtime/proposer.h"
+#include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+#include "runtime/spec_governor.h"
+
+namespace kestrel {
+
+struct ExecConfig {
+  SchedulerConfig scheduler;
+  // Speculative decoding: up to this many drafted tokens per decoding
+  // request and step, from `proposer` (required then; 0: off).
+  int spec_draft_max = 0;
+  Proposer* proposer = nullptr;
+  bool spec_governed = false;  // stop drafting while decode steps measure slower (spec_governor.h)
+  // Requests may ask for the logits of every prompt position (`run --all-logits`, perplexity-style
+  // callers): logits buffers are then sized for a whole batch.
+  bool all_logits = false;
+  // Keep the proposer's state of a finished request's sequence (`run`: the
+  // next generation on sequence 0 reuses what a draft model cached).
+  bool keep_proposer_state = false;
+};
+
+struct ExecRequest {
+  int64_t id = 0;
+  int32_t seq = 0;
+  std::vector<int32_t> prompt;  // at least one token
+  int priority = 0;
+  double arrival_ms = 0;
+  SamplingParams sampling;
+  int64_t max_tokens = 16;  // generated tokens at most (0: prefill only)
+  // The request ends when prompt + generated reach this (the context).
+  int64_t max_total_tokens = 0;
+  bool ignore_eos = false;
+  bool all_logits = false;    // logits of every prompt position go to StepHooks::on_prompt_logits
+  bool prefix_cache = true;   // may start from cached blocks of an equal prefix
+};
+
+enum class EndReason { Eos, Stop, Length, Context };
+
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  // The request's first step is planned: it leaves the queue.
+  virtual void on_scheduled(int64_t id) {}
+  // The logits of a prompt position before the last (requests with all_logits).
+  virtual void on_prompt_logits(int64_t id, const float* row) {}
+  // A row about to be sampled: its raw logits (the sampler then rewrites them in place).
+  virtual void on_row(int64_t id, const float* row) {}
+  // The request's row verifies n drafted tokens this step (before any is sampled).
+  virtual void on_drafts(int64_t id, int n) {}
+  // A token was generated (appended to the request's tokens); accepted: it
+  // was the proposer's draft. False: the request stops with it (a stop string).
+  virtual bool on_token(int64_t id, int32_t token, bool accepted) = 0;
+  // The request ended; it is gone from the executor when this returns.
+  virtual void on_end(int64_t id, EndReason reason) = 0;
+};
+
+// What a step did, for the front's gauges and counters.
+struct StepReport {
+  bool ran = false;     // a forward step ran
+  double wait_ms = 0;   // nothing planned: the batch window is open for this long
+  int rows = 0;         // requests in the step
+  int64_t batch_tokens = 0;
+  int preempted = 0;
+  int64_t queried_prefix_blocks = 0, hit_prefix_blocks = 0;
+};
+
+class StepExecutor {
+ public:
+  StepExecutor(Engine& engine, const ExecConfig& config);
+
+  void add(const ExecRequest& r);
+  // Ends a request from outside (cancelled): its blocks are freed; no hook is called.
+  void remove(int64_t id);
+  const SchedRequest* record(int64_t id) { return sched_.find(id); }
+  bool empty() const { return reqs_.empty(); }
+  int n_running() const { return sched_.n_running(); }
+  int n_waiting() const { return sched_.n_waiting(); }
+  // Blocks a request of n tokens needs (to refuse one that could never fit).
+  int64_t blocks_for(int64_t n_tokens) const { return e_.kv->blocks().blocks_for(n_tokens); }
+
+  StepReport step(double now_ms, StepHooks& hooks);
+
+ private:
+  struct Request {
+    ExecRequest spec;
+    SchedRequest* rec = nullptr;
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<DraftLength> draft_length;
+    bool scheduled = false;
+    int64_t generated() const { return rec->num_tokens() - static_cast<int64_t>(spec.prompt.size()); }
+  };
+  struct Row {  // one request's part of a step's batch
+    Request* r;
+    int64_t first, n;            // positions [first, first + n)
+    bool logits;                 // its last position is the sequence's last: sample from it
+    int draft_slots;             // positions the plan allocated for drafts after it
+    std::vector<int32_t> draft;  // drafted tokens after it
+    int64_t batch_first;         // batch index of its first token
+    int64_t draft_first;         // ...and of its first draft (-1: none)
+    int64_t first_logits_row = 0;  // its rows' logits: all prompt rows (all_logits) or the last
+    int64_t logits_row = -1, draft_logits_row = -1;
+  };
+
+  void set_draft_wants();
+  void build_batch(const StepPlan& plan, StepHooks& hooks);
+  void add_drafts();
+  void observe_hidden();
+  void assign_logits_rows();
+  // Samples the row's token and each draft while the picks agree. False: the request ended.
+  bool verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t& sampled);
+  // Appends a sampled token; false when the request ended (and is gone).
+  bool take(Request& r, int32_t tok, bool accepted, StepHooks& hooks);
+  void end(Request& r, EndReason reason, StepHooks& hooks);
+
+  Engine& e_;
+  ExecConfig c_;
+  Proposer* proposer_;
+  Scheduler sched_;
+  SpecGovernor governor_{8, 128};  // decode steps only: probes of 8 steps, then 128 in the faster mode
+  std::unordered_map<int64_t, std::unique_ptr<Request>> reqs_;
+  Batch batch_;
+  std::vector<Row> rows_;
+  std::vector<float> logits_, hidden_;
+};
+
+}  // namespace kestrel
