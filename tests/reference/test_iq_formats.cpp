@@ -263,7 +263,8 @@ TEST(IqFormats, MatmulOnGgmlBlocksIsBatchInvariantAndMatchesGgml) {
 // Which IQ1-IQ3 types a file holds, by tensor count.
 std::map<GgmlType, int> iq_types_in(const std::string& path) {
   std::map<GgmlType, int> n;
-  for (const auto& t : GgufFile::open(path).tensors())
+  const auto file = GgufFile::open(path);  // kept alive: tensors() refers into it
+  for (const auto& t : file.tensors())
     if (is_iq_grid_type(t.type)) n[t.type]++;
   return n;
 }

@@ -5,6 +5,8 @@
 // the scalar one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "hw/cpu_features.h"
@@ -119,6 +121,25 @@ TEST(KQuantDot, LlamaCppsBlocksEveryTableAgreesWithTheFloatDot) {
     ASSERT_NE(t, nullptr);
     check_rows(t->type, t->data, std::min<int64_t>(32, t->n_elements() / t->ne[0]), t->ne[0]);
   }
+}
+
+// tables() holds every SIMD table this CPU can run; one it cannot run is
+// reported as skipped, with the reason, instead of passing unseen.
+TEST(KQuantDot, Avx2TableIsTestedWhereTheCpuRunsIt) {
+  const auto& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU: the AVX2 k-quant dots are untested here";
+  ASSERT_NE(avx2_kquant_dots(), nullptr) << "built without the AVX2 kernels";
+  const auto t = tables();
+  EXPECT_NE(std::find(t.begin(), t.end(), avx2_kquant_dots()), t.end());
+}
+
+TEST(KQuantDot, Avx512VnniTableIsTestedWhereTheCpuRunsIt) {
+  const auto& f = cpu_features();
+  if (!(f.avx512vnni && f.avx512vl))
+    GTEST_SKIP() << "no AVX-512 VNNI on this CPU: the AVX-512 VNNI k-quant dots are untested here";
+  ASSERT_NE(avx512vnni_kquant_dots(), nullptr) << "built without the AVX-512 VNNI kernels";
+  const auto t = tables();
+  EXPECT_NE(std::find(t.begin(), t.end(), avx512vnni_kquant_dots()), t.end());
 }
 
 }  // namespace

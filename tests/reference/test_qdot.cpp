@@ -8,6 +8,8 @@
 // - Matmul gives each token the same result whatever the batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -235,6 +237,25 @@ TEST(QDot, Q8KQuantizerSimdEqualsScalar) {
     quantize_row_q8_K_avx512(x.data(), b.data(), 1024);
     ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(BlockQ8_K) * 4), 0) << "seed " << seed;
   }
+}
+
+// The loops above test every SIMD table this CPU can run; one it cannot run
+// is reported as skipped, with the reason, instead of passing unseen.
+TEST(QDot, Avx2TableIsTestedWhereTheCpuRunsIt) {
+  const auto& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU: the AVX2 row dots are untested here";
+  ASSERT_NE(avx2_qdots(), nullptr) << "built without the AVX2 kernels";
+  const auto tables = test::simd_qdot_tables();
+  EXPECT_NE(std::find(tables.begin(), tables.end(), avx2_qdots()), tables.end());
+}
+
+TEST(QDot, Avx512VnniTableIsTestedWhereTheCpuRunsIt) {
+  const auto& f = cpu_features();
+  if (!(f.avx512vnni && f.avx512vl))
+    GTEST_SKIP() << "no AVX-512 VNNI on this CPU: the AVX-512 VNNI row dots are untested here";
+  ASSERT_NE(avx512vnni_qdots(), nullptr) << "built without the AVX-512 VNNI kernels";
+  const auto tables = test::simd_qdot_tables();
+  EXPECT_NE(std::find(tables.begin(), tables.end(), avx512vnni_qdots()), tables.end());
 }
 
 }  // namespace
