@@ -31,7 +31,7 @@ void register_hw(CLI::App& app) {
     const auto& f = cpu_features();
     const auto& t = topology();
     const IsaLevel isa = selected_isa();
-    const DotKernels& k = dot_kernels_for(isa);
+    const DotKernels& k = dot_kernels();  // the tables that run, as matmul uses them
     const int n_threads = threads > 0 ? threads : default_thread_count();
     std::optional<MeasuredLimits> limits = measure ? std::optional(measure_limits(n_threads)) : load_cached_limits(n_threads);
     if (measure) store_limits(*limits);

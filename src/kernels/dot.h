@@ -33,7 +33,7 @@ const DotKernels* avx512_dot_kernels();  // nullptr when not compiled in
 const DotKernels* avx512vnni_dot_kernels();
 // The table for an ISA level (falls back to the best one compiled in below it).
 const DotKernels& dot_kernels_for(IsaLevel isa);
-// The process-wide table for selected_isa().
+// The process-wide table (isa_dispatch.h: chosen once for selected_isa()).
 const DotKernels& dot_kernels();
 
 }  // namespace kestrel

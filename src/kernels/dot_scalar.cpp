@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "formats/fp16.h"
+#include "kernels/isa_dispatch.h"
 #include "kernels/dot.h"
 
 namespace kestrel {
@@ -77,14 +78,7 @@ const DotKernels* avx512vnni_dot_kernels() { return nullptr; }
 #endif
 
 const DotKernels& dot_kernels_for(IsaLevel isa) {
-  if (isa == IsaLevel::Avx512) {
-    if (cpu_features().avx512vnni)
-      if (const DotKernels* k = avx512vnni_dot_kernels()) return *k;
-    if (const DotKernels* k = avx512_dot_kernels()) return *k;
-  }
-  if (isa != IsaLevel::Scalar)
-    if (const DotKernels* k = avx2_dot_kernels()) return *k;
-  return scalar_dot_kernels();
+  return best_table(isa, scalar_dot_kernels(), avx2_dot_kernels(), avx512_dot_kernels(), avx512vnni_dot_kernels());
 }
 
 const DotKernels& dot_kernels() {

@@ -1,3 +1,4 @@
+#include "kernels/isa_dispatch.h"
 #include "kernels/gemm_bf16.h"
 
 #include "hw/cpu_features.h"
@@ -10,12 +11,8 @@ void gemm_bf16(const uint8_t*, size_t, int64_t, int64_t, int64_t, const uint16_t
 #endif
 
 bool gemm_bf16_available() {
-#ifdef KESTREL_HAVE_AVX2_KERNELS
-  const auto& f = cpu_features();
-  return selected_isa() == IsaLevel::Avx512 && f.avx512bf16 && f.avx512bw;
-#else
-  return false;
-#endif
+  static const bool runs = isa_runs(IsaNeed::Avx512Bf16);
+  return runs;
 }
 
 }  // namespace kestrel

@@ -1,3 +1,4 @@
+#include "kernels/isa_dispatch.h"
 #include "kernels/gemm_q8.h"
 
 #include "hw/cpu_features.h"
@@ -10,12 +11,8 @@ void gemm_q8_vnni(GgmlType, const uint8_t*, size_t, int64_t, int64_t, const Quan
 #endif
 
 bool gemm_q8_available() {
-#ifdef KESTREL_HAVE_AVX2_KERNELS
-  const auto& f = cpu_features();
-  return selected_isa() == IsaLevel::Avx512 && f.avx512vnni && f.avx512vl;
-#else
-  return false;
-#endif
+  static const bool runs = isa_runs(IsaNeed::Avx512Vnni);
+  return runs;
 }
 
 }  // namespace kestrel

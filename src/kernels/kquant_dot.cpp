@@ -1,3 +1,4 @@
+#include "kernels/isa_dispatch.h"
 #include "kernels/kquant_dot.h"
 
 #include <algorithm>
@@ -11,7 +12,7 @@ namespace kestrel {
 
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
 #ifdef KESTREL_HAVE_AVX2_KERNELS
-  static const bool avx512 = selected_isa() == IsaLevel::Avx512 && cpu_features().avx512vnni;
+  static const bool avx512 = isa_runs(IsaNeed::Avx512Vnni);
   if (avx512) return quantize_row_q8_K_avx512(x, y, n);
 #endif
   quantize_row_q8_K_scalar(x, y, n);
@@ -125,14 +126,7 @@ const KQuantDots* avx512vnni_kquant_dots() { return nullptr; }
 #endif
 
 const KQuantDots& kquant_dots() {
-  static const KQuantDots& k = [&]() -> const KQuantDots& {
-    const IsaLevel isa = selected_isa();
-    if (isa == IsaLevel::Avx512 && cpu_features().avx512vnni)
-      if (const KQuantDots* v = avx512vnni_kquant_dots()) return *v;
-    if (isa != IsaLevel::Scalar)
-      if (const KQuantDots* v = avx2_kquant_dots()) return *v;
-    return scalar_kquant_dots();
-  }();
+  static const KQuantDots& k = best_table(selected_isa(), scalar_kquant_dots(), avx2_kquant_dots(), nullptr, avx512vnni_kquant_dots());
   return k;
 }
 

@@ -1,3 +1,4 @@
+#include "kernels/isa_dispatch.h"
 #include "kernels/kv_format.h"
 
 #include <algorithm>
@@ -218,11 +219,7 @@ const KvDequantKernels* avx2_kv_dequant() { return nullptr; }
 #endif
 
 const KvDequantKernels& kv_dequant() {
-  static const KvDequantKernels& k = [&]() -> const KvDequantKernels& {
-    if (selected_isa() != IsaLevel::Scalar)
-      if (const KvDequantKernels* a = avx2_kv_dequant()) return *a;
-    return scalar_kv_dequant();
-  }();
+  static const KvDequantKernels& k = best_table(selected_isa(), scalar_kv_dequant(), avx2_kv_dequant());
   return k;
 }
 

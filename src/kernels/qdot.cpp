@@ -1,6 +1,7 @@
 // The scalar reference dots of qdot.h (sums in ggml's generic order:
 // integer sums per block, then one float multiply-add per block), the
 // activation quantizers and the table choice.
+#include "kernels/isa_dispatch.h"
 #include "kernels/qdot.h"
 
 #include <cmath>
@@ -182,14 +183,7 @@ const QDotTable* avx512vnni_qdots() { return nullptr; }
 #endif
 
 const QDotTable& qdots() {
-  static const QDotTable& t = [&]() -> const QDotTable& {
-    const IsaLevel isa = selected_isa();
-    if (isa == IsaLevel::Avx512 && cpu_features().avx512vnni)
-      if (const QDotTable* v = avx512vnni_qdots()) return *v;
-    if (isa != IsaLevel::Scalar)
-      if (const QDotTable* v = avx2_qdots()) return *v;
-    return scalar_qdots();
-  }();
+  static const QDotTable& t = best_table(selected_isa(), scalar_qdots(), avx2_qdots(), nullptr, avx512vnni_qdots());
   return t;
 }
 

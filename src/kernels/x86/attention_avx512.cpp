@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/isa_dispatch.h"
 #include "hw/cpu_features.h"
 #include "kernels/attention_tile.h"
 #include "kernels/exp_cephes.h"
@@ -39,9 +40,9 @@ inline __m512 tanh16(__m512 x) {
 }  // namespace
 
 bool attention_tile_available(int head_dim, int v_dim) {
-  const auto& f = cpu_features();
+  static const bool runs = isa_runs(IsaNeed::Avx512);
   auto fits = [](int d) { return d % 16 == 0 && d > 0 && d <= kMaxHeadDim; };
-  return selected_isa() == IsaLevel::Avx512 && f.avx512f && f.avx512dq && fits(head_dim) && fits(v_dim);
+  return runs && fits(head_dim) && fits(v_dim);
 }
 
 void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, int vd, float scale, float softcap,
