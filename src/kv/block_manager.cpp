@@ -30,6 +30,7 @@ BlockManager::BlockManager(int n_blocks, int block_size, int max_blocks_per_seq,
     // Hand out low block ids first.
     for (int b = g.n_blocks - 1; b >= 0; b--) g.free.push_back(b);
     g.state.resize(static_cast<size_t>(g.n_blocks));
+    g.by_name = BlockNameIndex(g.n_blocks);
   }
 }
 
@@ -62,8 +63,7 @@ void BlockManager::forget_name(int gi, int32_t b) {
   Group& g = groups_[gi];
   BlockState& st = g.state[b];
   if (!st.named) return;
-  auto it = g.by_name.find(st.name);
-  if (it != g.by_name.end() && it->second == b) g.by_name.erase(it);
+  g.by_name.erase(st.name, b);
   st.named = false;
 }
 
@@ -71,7 +71,7 @@ void BlockManager::name_block(int gi, int32_t b, uint64_t name) {
   Group& g = groups_[gi];
   // Another sequence may have published the same contents first: keep its
   // block as the name's owner (ours stays private and unnamed).
-  if (!g.state[b].named && g.by_name.emplace(name, b).second) {
+  if (!g.state[b].named && g.by_name.insert(name, b)) {
     g.state[b].named = true;
     g.state[b].name = name;
   }
@@ -99,7 +99,7 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   for (int64_t i = 0; (i + 1) * block_size_ <= n - 1 && static_cast<int64_t>(names.size()) < max_blocks_per_seq_; i++) {
     stats_.queried_blocks++;
     const uint64_t name = block_name(parent, tokens + i * block_size_, block_size_);
-    if (!groups_[0].by_name.count(name)) break;
+    if (groups_[0].by_name.find(name) < 0) break;
     names.push_back(name);
     parent = name;
   }
@@ -107,7 +107,7 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   // shorten the match until it is.
   auto sliding_cached = [&](int64_t k) {
     for (int64_t j = first_window_block(k * block_size_); j < k; j++)
-      if (!groups_[1].by_name.count(names[j])) return false;
+      if (groups_[1].by_name.find(names[j]) < 0) return false;
     return true;
   };
   int64_t k = static_cast<int64_t>(names.size());
@@ -123,7 +123,7 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
         s.blocks[gi].push_back(-1);
         continue;
       }
-      const int32_t b = g.by_name.at(names[j]);
+      const int32_t b = g.by_name.find(names[j]);
       if (g.state[b].refs++ == 0) g.evictable.erase(g.state[b].lru);
       s.blocks[gi].push_back(b);
     }

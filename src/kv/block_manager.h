@@ -28,8 +28,9 @@
 #include <cstdint>
 #include <list>
 #include <map>
-#include <unordered_map>
 #include <vector>
+
+#include "kv/block_name_index.h"
 
 namespace kestrel {
 
@@ -114,7 +115,7 @@ class BlockManager {
     std::vector<int32_t> free;     // never named, held by nobody
     std::list<int32_t> evictable;  // named, held by nobody: oldest first
     std::vector<BlockState> state;
-    std::unordered_map<uint64_t, int32_t> by_name;
+    BlockNameIndex by_name;
     int n_free() const { return static_cast<int>(free.size() + evictable.size()); }
   };
   struct Sequence {

@@ -127,25 +127,32 @@ int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, const st
   return n;
 }
 
-StepPlan Scheduler::plan(double now_ms) {
-  StepPlan p;
+const StepPlan& Scheduler::plan(double now_ms) {
+  StepPlan& p = plan_;
+  p.items.clear();
+  p.preempted.clear();
+  p.wait_ms = 0;
+  p.queried_prefix_blocks = p.hit_prefix_blocks = 0;
   if (reqs_.empty() || batch_window_open(now_ms, p)) return p;
 
   // Candidates: decodes of running requests (latency first), then running
   // prefills (chunked prompts in progress), then waiting requests; each
   // group in policy order.
-  std::vector<SchedRequest*> order;
+  std::vector<SchedRequest*>& order = order_;
+  order.clear();
   for (auto& r : reqs_) order.push_back(r.get());
   auto group = [](const SchedRequest& r) {
     if (!r.running) return 2;
     return r.num_tokens() - r.num_computed_tokens <= 1 ? 0 : 1;
   };
-  std::stable_sort(order.begin(), order.end(), [&](const SchedRequest* a, const SchedRequest* b) {
+  // A total order (group, policy, arrival, id): std::sort needs no buffer, as stable_sort would.
+  std::sort(order.begin(), order.end(), [&](const SchedRequest* a, const SchedRequest* b) {
     if (group(*a) != group(*b)) return group(*a) < group(*b);
     return before(*a, *b, now_ms);
   });
 
-  std::vector<int64_t> planned;
+  std::vector<int64_t>& planned = planned_;
+  planned.clear();
   int64_t budget = c_.max_batch_tokens;
   int seqs = c_.max_batch_size;
   for (SchedRequest* r : order) {

@@ -91,7 +91,9 @@ class Scheduler {
 
   // The next step, given the clock. Preempted requests are already requeued
   // (computed 0, holding nothing); items are running and hold their blocks.
-  StepPlan plan(double now_ms);
+  // (The plan is the scheduler's, valid until the next call: a step after
+  // warm-up allocates nothing.)
+  const StepPlan& plan(double now_ms);
   // After the step: keeps what each request computed, gives back the blocks
   // of rejected drafts and names the full blocks for prefix sharing.
   // Requests removed during the step are skipped. Returns the block copies
@@ -114,6 +116,9 @@ class Scheduler {
   BlockManager& blocks_;
   std::vector<std::unique_ptr<SchedRequest>> reqs_;  // records stay put while others come and go
   std::vector<BlockCopies> copies_;
+  StepPlan plan_;                      // reused step to step
+  std::vector<SchedRequest*> order_;   // candidates of a plan, reused
+  std::vector<int64_t> planned_;       // ids planned so far, reused
 };
 
 }  // namespace kestrel

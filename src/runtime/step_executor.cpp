@@ -39,12 +39,16 @@ void StepExecutor::add(const ExecRequest& spec) {
   if (reqs_.count(spec.id)) throw Error(fmt::format("request {} is already running", spec.id));
   auto r = std::make_unique<Request>();
   r->spec = spec;
+  if (r->spec.max_total_tokens <= 0) r->spec.max_total_tokens = e_.n_ctx;
   r->sampler = std::make_unique<Sampler>(spec.sampling, e_.model->config().n_vocab);
   if (proposer_)
     r->draft_length = std::make_unique<DraftLength>(
         static_cast<int>(std::min<int64_t>(c_.spec_draft_max, c_.scheduler.max_batch_tokens - 1)));
   sched_.add(spec.id, spec.seq, spec.prompt, spec.priority, spec.arrival_ms);
   r->rec = sched_.find(spec.id);
+  // Room for every token it may reach, so that appending never reallocates.
+  r->rec->tokens.reserve(static_cast<size_t>(std::min<int64_t>(
+      static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens, r->spec.max_total_tokens)));
   r->rec->prefix_cache = spec.prefix_cache;
   reqs_[spec.id] = std::move(r);
 }
@@ -153,7 +157,7 @@ void StepExecutor::assign_logits_rows() {
 StepReport StepExecutor::step(double now_ms, StepHooks& hooks) {
   StepReport report;
   set_draft_wants();
-  const StepPlan plan = sched_.plan(now_ms);
+  const StepPlan& plan = sched_.plan(now_ms);
   report.preempted = static_cast<int>(plan.preempted.size());
   report.queried_prefix_blocks = plan.queried_prefix_blocks;
   report.hit_prefix_blocks = plan.hit_prefix_blocks;
@@ -173,7 +177,8 @@ StepReport StepExecutor::step(double now_ms, StepHooks& hooks) {
 
   const int64_t nv = e_.model->config().n_vocab;
   int64_t sampled = 0;  // tokens sampled this step, for the governor
-  std::vector<StepOutcome> outcomes;
+  std::vector<StepOutcome>& outcomes = outcomes_;
+  outcomes.clear();
   for (Row& row : rows_) {
     const int64_t id = row.r->spec.id;
     if (row.r->spec.all_logits) {  // its prompt rows, but the one it samples from

@@ -43,7 +43,7 @@ struct ExecRequest {
   double arrival_ms = 0;
   SamplingParams sampling;
   int64_t max_tokens = 16;  // generated tokens at most (0: prefill only)
-  // The request ends when prompt + generated reach this (the context).
+  // The request ends when prompt + generated reach this (0: the context).
   int64_t max_total_tokens = 0;
   bool ignore_eos = false;
   bool all_logits = false;    // logits of every prompt position go to StepHooks::on_prompt_logits
@@ -137,6 +137,7 @@ class StepExecutor {
   Batch batch_;
   std::vector<Row> rows_;
   std::vector<float> logits_, hidden_;
+  std::vector<StepOutcome> outcomes_;  // reused: a step after warm-up allocates nothing
 };
 
 }  // namespace kestrel

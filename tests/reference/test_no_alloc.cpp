@@ -10,6 +10,7 @@
 #include "runtime/engine.h"
 #include "test_support.h"
 #include "model/batch_io.h"
+#include "runtime/step_executor.h"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -88,6 +89,62 @@ TEST(NoAllocation, QuantizedModelToo) { check_synth("llama", "tiny"); }
 
 // MLA (absorbed for decode), per-head matmuls, routing and grouped experts.
 TEST(NoAllocation, DeepseekMoeModel) { check_synth("deepseek2", "tiny-v3"); }
+
+// A whole step of the executor `run` and `serve` share — plan (the ledger
+// included: blocks allocated, full blocks named for prefix sharing as they
+// fill), forward, sampling, update — for four requests decoding together
+// allocates nothing after warm-up. (What the server then sends its clients —
+// text, events — is outside the step.)
+void check_executor_steps(const SamplingParams& sampling) {
+  EngineOptions o = test::shared_engine("models/stories260K.gguf", 256);
+  o.n_seq_max = 4;
+  Engine e = Engine::load(o);
+  ExecConfig xc;
+  xc.scheduler.max_batch_size = 4;
+  xc.scheduler.max_batch_tokens = e.model->max_batch_tokens();
+  xc.scheduler.prefill_chunk = e.model->max_batch_tokens();
+  StepExecutor exec(e, xc);
+  struct Quiet : StepHooks {
+    int ended = 0;
+    bool on_token(int64_t, int32_t, bool) override { return true; }
+    void on_end(int64_t, EndReason) override { ended++; }
+  } hooks;
+  for (int i = 0; i < 4; i++) {
+    ExecRequest r;
+    r.id = i + 1;
+    r.seq = i + 1;
+    for (int t = 0; t < 10 + i; t++) r.prompt.push_back(1 + (t * 7 + i) % 500);
+    r.sampling = sampling;
+    r.max_tokens = 200;
+    r.ignore_eos = true;
+    exec.add(r);
+  }
+  for (int step = 0; step < 20; step++) exec.step(step, hooks);  // warm-up: prefill and the first decodes
+  const int64_t before = exec.record(1)->num_tokens();
+  EXPECT_EQ(allocations_during([&] {
+              for (int step = 20; step < 60; step++) exec.step(step, hooks);
+            }),
+            0);
+  EXPECT_EQ(hooks.ended, 0);
+  EXPECT_EQ(exec.record(1)->num_tokens(), before + 40);  // forty real decode steps, across block boundaries
+  EXPECT_GT(e.kv->blocks().n_cached_blocks() + e.kv->blocks().n_used_blocks(), 4 * 3);
+}
+
+TEST(NoAllocation, ExecutorStepsGreedy) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  check_executor_steps(greedy);
+}
+
+TEST(NoAllocation, ExecutorStepsSampled) {
+  SamplingParams s;
+  s.temperature = 0.8f;
+  s.top_k = 40;
+  s.top_p = 0.95f;
+  s.repeat_penalty = 1.1f;
+  s.seed = 3;
+  check_executor_steps(s);
+}
 
 }  // namespace
 }  // namespace kestrel
