@@ -66,11 +66,13 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<
     auto common =
         static_cast<int64_t>(std::mismatch(cached.begin(), cached.end(), h.begin(), h.end()).first - cached.begin());
     common = std::min(common, len - 1);
-    try {
-      d_.kv->truncate(requests[r].seq, common);
-      d_.kv->reserve(requests[r].seq, len + want[r] - 1);
-    } catch (const Error&) {
-      want[r] = 0;  // the draft's pool is full: no draft for this one this time
+    // Its own ledger: a full pool is an answer (no draft for this one this time), not an exception.
+    BlockCopies copies;
+    const bool rolled_back = d_.kv->blocks().truncate(requests[r].seq, common, copies);
+    d_.kv->store().copy(copies);
+    if (!rolled_back || !d_.kv->blocks().allocate(requests[r].seq, len + want[r] - 1)) {
+      want[r] = 0;
+      if (!rolled_back) d_.kv->erase(requests[r].seq);  // a shared block it could not copy: start over
       cached.assign(h.begin(), h.begin() + std::min(common, d_.kv->length(requests[r].seq)));
       continue;
     }

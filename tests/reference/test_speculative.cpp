@@ -232,6 +232,12 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
 // A draft model: the target itself as its own draft agrees almost always
 // (single-token vs batched arithmetic aside); the output stays identical,
 // and the draft's cache follows the target's history through rejections.
+// Bytes of KV for about two blocks of stories260K's cache.
+int64_t tiny_pool_bytes(const EngineOptions& o) {
+  Engine probe = Engine::load(o);
+  return 2 * probe.kv->block_size() * probe.kv->layout().bytes_per_token();
+}
+
 TEST(Speculation, DraftModelProposals) {
   for (const char* model : {"models/stories260K.gguf", "reference/llama.cpp/llama-tiny.f32.gguf",
                             "reference/llama.cpp/qwen2-tiny.f32.gguf", "reference/llama.cpp/deepseek3-tiny.f32.gguf"}) {
@@ -260,6 +266,19 @@ TEST(Speculation, DraftModelProposals) {
   o.model_path = test::shared("models/stories260K.gguf");
   Engine small = Engine::load(o);
   EXPECT_THROW(DraftModelProposer(small, 32000), Error);  // another vocabulary
+
+  // A draft whose own KV pool is full drafts nothing for that request (an
+  // answer from its ledger, not an exception) and still drafts for one that fits.
+  EngineOptions tiny = test::shared_engine("models/stories260K.gguf", 256);
+  tiny.kv_cache_bytes = tiny_pool_bytes(tiny);
+  Engine d = Engine::load(tiny);
+  ASSERT_LE(d.kv->n_blocks(), 3);
+  DraftModelProposer proposer(d, d.model->config().n_vocab);
+  std::vector<int32_t> long_history(100, 5), short_history = {1, 403, 407};
+  std::vector<std::vector<int32_t>> drafts;
+  ASSERT_NO_THROW(drafts = proposer.propose({{1, &long_history, 4}, {2, &short_history, 4}}));
+  EXPECT_TRUE(drafts[0].empty());
+  EXPECT_EQ(drafts[1].size(), 4u);
 }
 
 TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
