@@ -24,6 +24,7 @@ struct ServeFlags {
   std::string spec = "none", draft_model;
   int draft_max = 8;
   bool spec_governed = false;
+  bool allow_special_in_content = false;
 };
 
 // Available memory from /proc/meminfo, in bytes (0 if unknown).
@@ -97,6 +98,7 @@ int run(ServeFlags& f) {
   hc.api.chat_template = f.chat_template.empty() ? detect_chat_template(*e.file) : chat_template_from_name(f.chat_template);
   hc.http_threads = f.http_threads;
   hc.api.log_json = f.log_format == "json";
+  hc.api.allow_special_in_content = f.allow_special_in_content;
   HttpServer http(engine, metrics, hc);
   const int port = http.bind();
   fmt::print(stderr,
@@ -173,6 +175,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--chat-template", f.chat_template,
                   "chatml, llama3, deepseek2, deepseek3, deepseek-r1 (default: from the GGUF)");
   cmd->add_option("--served-model-name", f.served_name, "Model id in the API (default: the file name)");
+  cmd->add_flag("--allow-special-in-content", f.allow_special_in_content,
+                "Let control tokens spelled in chat message content (e.g. </s>, <｜User｜>) become those tokens "
+                "(default: content is text; only the chat template's own markers are control tokens)");
   cmd->add_option("--log-format", f.log_format, "Per-request log lines on stderr: text or json")->capture_default_str();
   cmd->add_option("--http-threads", f.http_threads, "HTTP worker threads (each streaming client holds one)")
       ->capture_default_str();

@@ -24,6 +24,7 @@ struct ApiConfig {
   std::string model_name;
   ChatTemplate chat_template = ChatTemplate::ChatML;
   bool log_json = false;  // one JSON line per request on stderr, else a short text line
+  bool allow_special_in_content = false;  // see ApiContext
 };
 
 class ApiRoutes {

@@ -41,44 +41,68 @@ ChatTemplate detect_chat_template(const GgufFile& f) {
   return ChatTemplate::ChatML;
 }
 
-std::string render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages) {
-  std::string out;
+namespace {
+// Template text and message content, appended in order; content spans recorded.
+struct Builder {
+  RenderedChat r;
+  Builder& tmpl(std::string_view s) {
+    r.text += s;
+    return *this;
+  }
+  Builder& content(std::string_view s) {
+    if (!s.empty()) r.content.push_back({r.text.size(), r.text.size() + s.size()});
+    r.text += s;
+    return *this;
+  }
+};
+}  // namespace
+
+RenderedChat render_chat_marked(ChatTemplate t, const std::vector<ChatMessage>& messages) {
+  Builder b;
   switch (t) {
     case ChatTemplate::ChatML:
-      for (const auto& m : messages) out += fmt::format("<|im_start|>{}\n{}<|im_end|>\n", m.role, m.content);
-      return out + "<|im_start|>assistant\n";
+      for (const auto& m : messages) b.tmpl("<|im_start|>").tmpl(m.role).tmpl("\n").content(m.content).tmpl("<|im_end|>\n");
+      b.tmpl("<|im_start|>assistant\n");
+      break;
     case ChatTemplate::Llama3:
       for (const auto& m : messages)
-        out += fmt::format("<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>", m.role, m.content);
-      return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        b.tmpl("<|start_header_id|>").tmpl(m.role).tmpl("<|end_header_id|>\n\n").content(m.content).tmpl("<|eot_id|>");
+      b.tmpl("<|start_header_id|>assistant<|end_header_id|>\n\n");
+      break;
     case ChatTemplate::DeepSeek2:
       for (const auto& m : messages) {
         if (m.role == "system")
-          out += m.content + "\n\n";
+          b.content(m.content).tmpl("\n\n");
         else if (m.role == "user")
-          out += fmt::format("User: {}\n\n", m.content);
+          b.tmpl("User: ").content(m.content).tmpl("\n\n");
         else
-          out += fmt::format("Assistant: {}<｜end▁of▁sentence｜>", m.content);
+          b.tmpl("Assistant: ").content(m.content).tmpl("<｜end▁of▁sentence｜>");
       }
-      return out + "Assistant:";
+      b.tmpl("Assistant:");
+      break;
     case ChatTemplate::DeepSeek3:
     case ChatTemplate::DeepSeekR1:
       for (const auto& m : messages) {
-        if (m.role == "system")
-          out += m.content;
-        else if (m.role == "user")
-          out += "<｜User｜>" + m.content;
-        else {
+        if (m.role == "system") {
+          b.content(m.content);
+        } else if (m.role == "user") {
+          b.tmpl("<｜User｜>").content(m.content);
+        } else {
           // R1 drops the reasoning of earlier turns from the history.
-          std::string c = m.content;
+          std::string_view c = m.content;
           if (t == ChatTemplate::DeepSeekR1)
-            if (const auto end = c.find("</think>"); end != std::string::npos) c = c.substr(end + 8);
-          out += "<｜Assistant｜>" + c + "<｜end▁of▁sentence｜>";
+            if (const auto end = c.find("</think>"); end != std::string_view::npos) c = c.substr(end + 8);
+          b.tmpl("<｜Assistant｜>").content(c).tmpl("<｜end▁of▁sentence｜>");
         }
       }
-      return out + (t == ChatTemplate::DeepSeekR1 ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>");
+      b.tmpl(t == ChatTemplate::DeepSeekR1 ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>");
+      break;
   }
-  return out;
+  return std::move(b.r);
+}
+
+std::string render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages) {
+  return render_chat_marked(t, messages).text;
 }
 
 }  // namespace kestrel

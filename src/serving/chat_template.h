@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel {
 
@@ -32,5 +33,14 @@ ChatTemplate detect_chat_template(const GgufFile& file);
 // The prompt for the assistant's next reply. BOS is not included: the
 // tokenizer adds it where the vocabulary asks for it.
 std::string render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages);
+
+// The same text, with the spans that came from message content: tokenized
+// with control tokens recognised only outside them (a user's "</s>" or
+// DeepSeek turn marker stays text; the template's own markers do not).
+struct RenderedChat {
+  std::string text;
+  std::vector<TextSpan> content;
+};
+RenderedChat render_chat_marked(ChatTemplate t, const std::vector<ChatMessage>& messages);
 
 }  // namespace kestrel

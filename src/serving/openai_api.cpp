@@ -120,7 +120,9 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
         throw bad(rp, fmt::format("'{}' = '{}' is not system, user or assistant", rp, role));
       msgs.push_back({role, message_content(m, i)});
     }
-    r.prompt = ctx.tokenizer.encode(render_chat(ctx.chat_template, msgs), true, true);
+    const RenderedChat chat_text = render_chat_marked(ctx.chat_template, msgs);
+    r.prompt = ctx.allow_special_in_content ? ctx.tokenizer.encode(chat_text.text, true, true)
+                                            : ctx.tokenizer.encode(chat_text.text, true, chat_text.content);
   } else {
     if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
     const json& pr = j["prompt"];

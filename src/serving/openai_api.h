@@ -34,6 +34,9 @@ struct ApiContext {
   std::string model_name;
   ChatTemplate chat_template;
   int64_t n_ctx;
+  // Control tokens spelled inside message content become those tokens (off:
+  // content is text; only the template's own markers are control tokens).
+  bool allow_special_in_content = false;
 };
 
 struct ParsedRequest {

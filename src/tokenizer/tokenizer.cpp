@@ -28,15 +28,31 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return encode_impl(text, add_special, parse_special, nullptr);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, const std::vector<TextSpan>& plain) const {
+  return encode_impl(text, add_special, true, &plain);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                            const std::vector<TextSpan>* plain) const {
   std::vector<int32_t> out;
   if (add_special && vocab_.add_bos) out.push_back(vocab_.bos);
   bool after_special = true;
   size_t start = 0, i = 0;
+  size_t next_plain = 0;  // the first plain span that does not end at or before i
+  // Whether [from, to) overlaps a plain span (spans sorted; i only grows).
+  auto touches_plain = [&](size_t from, size_t to) {
+    if (!plain) return false;
+    while (next_plain < plain->size() && (*plain)[next_plain].end <= from) next_plain++;
+    return next_plain < plain->size() && (*plain)[next_plain].begin < to;
+  };
   while (i < text.size()) {
     int32_t hit = -1;
     for (int32_t id : special_by_byte_[static_cast<unsigned char>(text[i])]) {
-      if (vocab_.types[id] == TokenType::Control && !parse_special) continue;
       const std::string& s = vocab_.tokens[id];
+      if (vocab_.types[id] == TokenType::Control && (!parse_special || touches_plain(i, i + s.size()))) continue;
       if (text.compare(i, s.size(), s) == 0) { hit = id; break; }
     }
     if (hit < 0) { i++; continue; }

@@ -11,6 +11,11 @@
 
 namespace kestrel {
 
+// A byte range [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
  public:
   static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& file);
@@ -21,6 +26,10 @@ class Tokenizer {
   // "<s>" becomes the control token instead of being tokenized as characters.
   // User-defined tokens are always matched as whole tokens.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // The same, but control tokens are recognised only outside `plain` (sorted,
+  // disjoint spans): a chat's message content stays text even where it spells
+  // a control token, while the template around it keeps its markers.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, const std::vector<TextSpan>& plain) const;
 
   // The bytes a token stands for (not necessarily valid UTF-8 on its own).
   // Control tokens give "" unless render_special.
@@ -38,6 +47,8 @@ class Tokenizer {
   Vocab vocab_;
 
  private:
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                   const std::vector<TextSpan>* plain) const;
   // Tokens matched literally in text, bucketed by first byte, longest first.
   std::vector<int32_t> special_by_byte_[256];
 };

@@ -545,5 +545,23 @@ TEST(Server, ServesEveryDecoderFamilyAsRunDoes) {
   }
 }
 
+// A user's "</s>" is text by default (several tokens), the control token
+// only with --allow-special-in-content (one token): usage counts them.
+TEST(Server, ControlTokensInChatContentAreTextUnlessAllowed) {
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Once</s>"}}}}, {"max_tokens", 1}};
+  auto prompt_tokens = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"-m", kStories, "-c", "128"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    test::ServerProcess s(args);
+    auto c = s.client();
+    int status = 0;
+    const json r = post(c, "/v1/chat/completions", body, &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    return r["usage"]["prompt_tokens"].get<int64_t>();
+  };
+  const int64_t as_text = prompt_tokens({}), as_control = prompt_tokens({"--allow-special-in-content"});
+  EXPECT_GE(as_text, as_control + 2) << "'</s>' should take several tokens as text, one as the control token";
+}
+
 }  // namespace
 }  // namespace kestrel
