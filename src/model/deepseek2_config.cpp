@@ -29,7 +29,8 @@ ModelConfig read_deepseek2_config(const GgufFile& f) {
   c.n_ff = h.need_int("feed_forward_length");
   c.n_ctx_train = h.int_or("context_length", 4096);
   c.rms_eps = static_cast<float>(h.float_or("attention.layer_norm_rms_epsilon", 1e-6));
-  if (!(c.rms_eps > 0.0f)) throw h.bad("attention.layer_norm_rms_epsilon", "must be positive");
+  if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f)
+    throw h.bad("attention.layer_norm_rms_epsilon", fmt::format("= {} must be in (0, 1]", c.rms_eps));
   if (const auto* tok = f.find_tensor("token_embd.weight"); tok && tok->ne.size() >= 2)
     c.n_vocab = tok->ne[1];
   else

@@ -1,5 +1,7 @@
 #include "model/hparams_reader.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -19,10 +21,40 @@ int64_t HparamReader::need_int(const std::string& key) {
   return *v;
 }
 
+namespace {
+// The largest value a key may take. Buffers are sized from these before any
+// tensor is read, so a hostile or broken file must be refused here, with the
+// key named, not by a failed allocation; today's largest models are far
+// inside (DeepSeek-V3: 7168 wide, 18432 FFN, 61 layers, 128 heads, 163840 context).
+int64_t limit_of(const std::string& key) {
+  static const std::map<std::string, int64_t> limits = {
+      {"embedding_length", int64_t{1} << 17},
+      {"feed_forward_length", int64_t{1} << 20},
+      {"expert_feed_forward_length", int64_t{1} << 20},
+      {"expert_shared_feed_forward_length", int64_t{1} << 20},
+      {"block_count", int64_t{1} << 12},
+      {"attention.head_count", int64_t{1} << 12},
+      {"attention.head_count_kv", int64_t{1} << 12},
+      {"attention.key_length", int64_t{1} << 14},
+      {"attention.value_length", int64_t{1} << 14},
+      {"attention.q_lora_rank", int64_t{1} << 16},
+      {"attention.kv_lora_rank", int64_t{1} << 16},
+      {"expert_count", int64_t{1} << 12},
+      {"expert_used_count", int64_t{1} << 12},
+      {"context_length", int64_t{1} << 27},
+      {"rope.scaling.original_context_length", int64_t{1} << 27},
+      {"attention.sliding_window", int64_t{1} << 27},
+  };
+  const auto it = limits.find(key);
+  return it != limits.end() ? it->second : (int64_t{1} << 31) - 1;  // every other count fits an int
+}
+}  // namespace
+
 std::optional<int64_t> HparamReader::opt_int(const std::string& key) {
   read_.insert(key);
   const auto v = f_.get_int(full(key));
   if (v && *v < 0) throw bad(key, fmt::format("= {} must not be negative", *v));
+  if (v && *v > limit_of(key)) throw bad(key, fmt::format("= {} is beyond any model's (at most {})", *v, limit_of(key)));
   return v;
 }
 

@@ -90,6 +90,35 @@ TEST(StrictLoader, BadValuesOfKnownKeysNameTheKey) {
   EXPECT_THAT(load_error(split), HasSubstr("part of a GGUF split into 3 files"));
 }
 
+// Sizes from metadata are refused by name before anything is sized from them
+// (they used to end in a bare std::bad_alloc), with the context taken from the file.
+TEST(StrictLoader, HostileSizesNameTheKeyInsteadOfFailingAnAllocation) {
+  test::TempDir dir;
+  auto load_at_file_context = [](const std::string& path) -> std::string {
+    EngineOptions o;
+    o.model_path = path;
+    o.n_threads = 1;  // n_ctx 0: the file's context_length
+    try {
+      Engine::load(o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string src = test::compat_model("llama32.F16");
+  for (const char* key : {"llama.context_length", "llama.feed_forward_length", "llama.embedding_length"}) {
+    const std::string path = rewrite(src, dir.file("huge.gguf"), [&](GgufWriter& w) { w.set_u32(key, 2147483648u); });
+    EXPECT_THAT(load_at_file_context(path), HasSubstr(std::string("'") + key + "' = 2147483648 is beyond any model's"))
+        << key;
+  }
+  for (float eps : {0.0f, -1.0f, NAN, INFINITY}) {
+    const std::string path = rewrite(test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf"), dir.file("ds-eps.gguf"), [&](GgufWriter& w) {
+      w.set_f32("deepseek2.attention.layer_norm_rms_epsilon", eps);
+    });
+    EXPECT_THAT(load_error(path), HasSubstr("deepseek2.attention.layer_norm_rms_epsilon")) << eps;
+  }
+}
+
 TEST(StrictLoader, AMissingTensorOfTheFamilyIsNamed) {
   test::TempDir dir;
   const std::string path = rewrite(test::compat_model("gemma2.F16"), dir.file("no-post-norm.gguf"), [](GgufWriter&) {},
