@@ -85,13 +85,28 @@ HttpResponse error_response(const ApiError& e) { return json_response(api_error_
 
 std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
-  json j;
+json parse_body(const std::string& body) {
+  int64_t values = 0;
+  const json::parser_callback_t bounds = [&](int depth, json::parse_event_t event, json&) {
+    if (depth >= kMaxJsonDepth)  // depth counts from 0: the outermost value is level 1
+      throw bad("", fmt::format("the body nests JSON deeper than {} levels", kMaxJsonDepth));
+    if ((event == json::parse_event_t::value || event == json::parse_event_t::object_start ||
+         event == json::parse_event_t::array_start) &&
+        ++values > kMaxJsonValues)
+      throw bad("", fmt::format("the body holds more than {} JSON values", kMaxJsonValues));
+    return true;
+  };
   try {
-    j = json::parse(body);
+    return json::parse(body, bounds);
+  } catch (const ApiError&) {
+    throw;
   } catch (const std::exception& e) {
     throw bad("", fmt::format("the body is not valid JSON: {}", e.what()));
   }
+}
+
+ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
+  const json j = parse_body(body);
   if (!j.is_object()) throw bad("", "the body must be a JSON object");
   ParsedRequest p;
   p.chat = chat;

@@ -29,6 +29,15 @@ HttpResponse error_response(const ApiError& e);
 // JSON as sent: compact, invalid UTF-8 replaced rather than thrown on.
 std::string json_text(const nlohmann::json& j);
 
+// A request body parsed with bounds, checked while it is read (before the
+// document is built): nesting at most kMaxJsonDepth deep and at most
+// kMaxJsonValues values. Anything else, or invalid JSON, is an ApiError 400
+// naming the problem. (A body of a million nested arrays cost ~75 MB of
+// memory per request before, even in a field nobody reads.)
+constexpr int kMaxJsonDepth = 64;
+constexpr int64_t kMaxJsonValues = 1 << 20;
+nlohmann::json parse_body(const std::string& body);
+
 struct ApiContext {
   const Tokenizer& tokenizer;
   std::string model_name;

@@ -11,13 +11,15 @@ using json = nlohmann::json;
 
 HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
   try {
-    const json j = json::parse(req.body);
+    const json j = parse_body(req.body);
     const char* key = j.contains("content") ? "content" : "prompt";
     if (!j.is_object() || !j.contains(key) || !j[key].is_string())
       return error_response({400, "'content' must be a string", "content", "invalid_request_error", ""});
     const bool special = j.value("add_special", true);
     const auto ids = engine_.engine().tokenizer->encode(j[key].get<std::string>(), special, false);
     return json_response(json_text({{"tokens", ids}, {"count", ids.size()}}));
+  } catch (const ApiError& e) {
+    return error_response(e);
   } catch (const std::exception& e) {
     return error_response({400, std::string("bad /tokenize body: ") + e.what(), "", "invalid_request_error", ""});
   }
@@ -25,12 +27,14 @@ HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
 
 HttpResponse ApiRoutes::detokenize(const HttpRequest& req) const {
   try {
-    const json j = json::parse(req.body);
+    const json j = parse_body(req.body);
     const auto ids = j.at("tokens").get<std::vector<int32_t>>();
     const auto n = static_cast<int32_t>(engine_.engine().tokenizer->vocab().size());
     for (int32_t t : ids)
       if (t < 0 || t >= n) return error_response({400, "token id out of range", "tokens", "invalid_request_error", ""});
     return json_response(json_text({{"content", engine_.engine().tokenizer->decode(ids)}}));
+  } catch (const ApiError& e) {
+    return error_response(e);
   } catch (const std::exception& e) {
     return error_response({400, std::string("bad /detokenize body: ") + e.what(), "tokens", "invalid_request_error", ""});
   }

@@ -267,6 +267,12 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
       EXPECT_EQ(e["error"]["param"], b.param) << b.body;
     }
   }
+  // A million nested arrays (2 MB) is refused while it is read, not built.
+  auto deep = c.Post("/v1/completions", "{\"prompt\": \"hi\", \"x\": " + std::string(1000000, '[') +
+                                            std::string(1000000, ']') + "}", "application/json");
+  ASSERT_TRUE(deep);
+  EXPECT_EQ(deep->status, 400);
+  EXPECT_NE(deep->body.find("deeper than 64 levels"), std::string::npos) << deep->body;
   auto nf = c.Get("/v1/nothing");
   ASSERT_TRUE(nf);
   EXPECT_EQ(nf->status, 404);
