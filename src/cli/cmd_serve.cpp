@@ -78,16 +78,16 @@ int run(ServeFlags& f) {
   }
   ServerMetrics metrics;
   ServingConfig sc;
-  sc.scheduler.max_batch_tokens = f.max_batch_tokens;
-  sc.scheduler.max_batch_size = f.max_batch_size;
-  sc.scheduler.prefill_chunk = f.prefill_chunk;
-  sc.scheduler.policy = f.policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
-  sc.scheduler.max_wait_ms = f.max_wait_ms;
-  sc.scheduler.aging_ms = f.aging_ms;
+  sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
+  sc.exec.scheduler.max_batch_size = f.max_batch_size;
+  sc.exec.scheduler.prefill_chunk = f.prefill_chunk;
+  sc.exec.scheduler.policy = f.policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
+  sc.exec.scheduler.max_wait_ms = f.max_wait_ms;
+  sc.exec.scheduler.aging_ms = f.aging_ms;
   sc.max_queue = f.max_queue;
-  sc.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
-  sc.proposer = spec ? spec->proposer() : nullptr;
-  sc.spec_governed = f.spec_governed;
+  sc.exec.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
+  sc.exec.proposer = spec ? spec->proposer() : nullptr;
+  sc.exec.spec_governed = f.spec_governed;
   ServingEngine engine(e, sc, metrics);
 
   HttpServerConfig hc;

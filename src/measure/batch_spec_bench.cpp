@@ -18,12 +18,12 @@ BatchRun run_once(Engine& e, const std::vector<std::vector<int32_t>>& prompts, i
                   const BatchSpecSource& source) {
   ServerMetrics metrics;
   ServingConfig c;
-  c.scheduler.max_batch_size = static_cast<int>(prompts.size());
-  c.scheduler.max_batch_tokens = e.model->max_batch_tokens();
-  c.scheduler.max_wait_ms = 0;
-  c.spec_draft_max = draft_max;
-  if (draft_max > 0) c.proposer = source.proposer;
-  c.spec_governed = source.governed;
+  c.exec.scheduler.max_batch_size = static_cast<int>(prompts.size());
+  c.exec.scheduler.max_batch_tokens = e.model->max_batch_tokens();
+  c.exec.scheduler.max_wait_ms = 0;
+  c.exec.spec_draft_max = draft_max;
+  if (draft_max > 0) c.exec.proposer = source.proposer;
+  c.exec.spec_governed = source.governed;
   ServingEngine engine(e, c, metrics);
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (const auto& p : prompts) {

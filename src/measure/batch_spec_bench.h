@@ -13,7 +13,7 @@ namespace kestrel {
 
 struct BatchSpecSource {
   Proposer* proposer = nullptr;  // a draft model's cache must hold one sequence per request
-  bool governed = false;         // as ServingConfig::spec_governed
+  bool governed = false;         // as ExecConfig::spec_governed
 };
 
 // prompts: one per request (all submitted together, greedy, n_gen tokens

@@ -28,10 +28,6 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab) throw Error(fmt::format("prompt token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
   params.sampling.validate();
-  if (params.spec_draft_max < 0 || params.spec_draft_max > 64)
-    throw Error(fmt::format("draft length {} is out of range (0 to 64)", params.spec_draft_max));
-  if (params.spec_draft_max > 0 && !params.proposer)
-    throw Error("speculative decoding needs a proposer (GenerationParams::proposer)");
 
   // One request, sequence 0, through the step executor `serve` uses too:
   // prefill in chunks of the model's batch, then one token (and its drafts)

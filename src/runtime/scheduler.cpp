@@ -90,8 +90,7 @@ void Scheduler::evict(SchedRequest& victim, StepPlan& p) {
   p.preempted.push_back(victim.id);
 }
 
-int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, const std::vector<int64_t>& planned,
-                         StepPlan& p) {
+int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, StepPlan& p) {
   const bool fresh = !r.running;
   BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
   if (fresh && r.prefix_cache) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
@@ -102,7 +101,7 @@ int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, const st
       // Evict the running request that would run last, if r runs before it.
       SchedRequest* victim = nullptr;
       for (auto& q : reqs_)
-        if (q->running && q.get() != &r && std::find(planned.begin(), planned.end(), q->id) == planned.end() &&
+        if (q->running && q.get() != &r && std::find(planned_.begin(), planned_.end(), q->id) == planned_.end() &&
             (!victim || before(*victim, *q, now_ms)))
           victim = q.get();
       if (!victim || !(r.running || before(r, *victim, now_ms))) break;
@@ -151,19 +150,18 @@ const StepPlan& Scheduler::plan(double now_ms) {
     return before(*a, *b, now_ms);
   });
 
-  std::vector<int64_t>& planned = planned_;
-  planned.clear();
+  planned_.clear();
   int64_t budget = c_.max_batch_tokens;
   int seqs = c_.max_batch_size;
   for (SchedRequest* r : order) {
     if (seqs == 0 || budget == 0) break;
     if (r->num_computed_tokens >= r->num_tokens()) continue;  // nothing to feed (cannot happen for live requests)
     if (std::find(p.preempted.begin(), p.preempted.end(), r->id) != p.preempted.end()) continue;  // not back at once
-    const int64_t n = admit(*r, std::min(c_.prefill_chunk, budget), now_ms, planned, p);
+    const int64_t n = admit(*r, std::min(c_.prefill_chunk, budget), now_ms, p);
     if (n == 0) continue;  // waits for blocks; later (smaller) requests may still fit
     budget -= n;
     seqs--;
-    planned.push_back(r->id);
+    planned_.push_back(r->id);
     const bool logits = r->num_computed_tokens + n == r->num_tokens();
     p.items.push_back({r->id, r->seq, r->num_computed_tokens, n, logits, 0});
   }

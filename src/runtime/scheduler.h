@@ -108,7 +108,7 @@ class Scheduler {
   // Attaches r's cached prefix if it is waiting, then allocates up to n_max
   // more tokens, preempting requests that would run after it if blocks run
   // short. Returns the tokens it may run (0: it waits).
-  int64_t admit(SchedRequest& r, int64_t n_max, double now_ms, const std::vector<int64_t>& planned, StepPlan& p);
+  int64_t admit(SchedRequest& r, int64_t n_max, double now_ms, StepPlan& p);
   void evict(SchedRequest& victim, StepPlan& p);
   void plan_drafts(StepPlan& p, int64_t budget);
 

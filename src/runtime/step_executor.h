@@ -88,7 +88,6 @@ class StepExecutor {
   // Ends a request from outside (cancelled): its blocks are freed; no hook is called.
   void remove(int64_t id);
   const SchedRequest* record(int64_t id) { return sched_.find(id); }
-  bool empty() const { return reqs_.empty(); }
   int n_running() const { return sched_.n_running(); }
   int n_waiting() const { return sched_.n_waiting(); }
   // Blocks a request of n tokens needs (to refuse one that could never fit).

@@ -11,16 +11,6 @@
 
 namespace kestrel {
 
-namespace {
-ExecConfig exec_config(const ServingConfig& c) {
-  ExecConfig x;
-  x.scheduler = c.scheduler;
-  x.spec_draft_max = c.spec_draft_max;
-  x.proposer = c.proposer;
-  x.spec_governed = c.spec_governed;
-  return x;
-}
-}  // namespace
 
 void RequestChannel::push(StreamEvent e) {
   {
@@ -39,7 +29,7 @@ std::vector<StreamEvent> RequestChannel::pop(int timeout_ms) {
 }
 
 ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics)
-    : e_(engine), c_(config), metrics_(metrics), exec_(engine, exec_config(config)),
+    : e_(engine), c_(config), metrics_(metrics), exec_(engine, config.exec),
       t0_(std::chrono::steady_clock::now()) {
   metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
   thread_ = std::thread([this] { loop(); });
@@ -131,8 +121,10 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   end.finish_reason = reason;
   end.error = error;
   end.prompt_tokens = static_cast<int64_t>(a.req.prompt.size());
-  end.completion_tokens = a.generated;
-  if (const SchedRequest* rec = exec_.record(a.id)) end.cached_tokens = rec->num_cached_tokens;
+  if (const SchedRequest* rec = exec_.record(a.id)) {
+    end.completion_tokens = rec->num_tokens() - static_cast<int64_t>(a.req.prompt.size());
+    end.cached_tokens = rec->num_cached_tokens;
+  }
   const double now = now_ms();
   end.queue_ms = a.first_step_ms >= 0 ? a.first_step_ms - a.arrival_ms : now - a.arrival_ms;
   end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
@@ -197,7 +189,6 @@ bool ServingEngine::on_token(int64_t id, int32_t tok, bool accepted) {
   Active& a = *active_.at(id);
   if (accepted) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
   note_token_time(a);
-  a.generated++;
   metrics_.add("kestrel_generation_tokens_total");
   StreamEvent ev;
   bool stopped = false;

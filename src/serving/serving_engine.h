@@ -73,17 +73,11 @@ struct ServeRequest {
 };
 
 struct ServingConfig {
-  SchedulerConfig scheduler;
-  int max_queue = 256;  // waiting requests beyond which submit() refuses (HTTP 503)
-  // Speculative decoding: up to this many drafted tokens per decoding
-  // request, verified in the step's batch (0: off), from `proposer`
-  // (spec/spec_source.h; required then). A draft model's cache must hold
+  // The scheduler and speculation (a draft model's cache must hold
   // scheduler.max_batch_size sequences: it drafts for every decoding request
-  // of a step at once.
-  int spec_draft_max = 0;
-  Proposer* proposer = nullptr;
-  // Stop drafting while decode steps measure slower with it (spec_governor.h).
-  bool spec_governed = false;
+  // of a step at once).
+  ExecConfig exec;
+  int max_queue = 256;  // waiting requests beyond which submit() refuses (HTTP 503)
 };
 
 class ServingEngine : private StepHooks {
@@ -112,7 +106,6 @@ class ServingEngine : private StepHooks {
     std::shared_ptr<RequestChannel> channel;
     std::unique_ptr<TextStream> text;
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
-    int64_t generated = 0;
     std::vector<TokenLogprob> top;  // the row being sampled: its top alternatives (with logprobs)
     float lse = 0;                  // ...and the log-sum-exp of its raw logits
   };

@@ -1,7 +1,7 @@
 #pragma once
 // The proposer behind `--spec ngram|draft|mtp`, built once per target engine
 // and handed to the executor: `run` (GenerationParams::proposer), `serve`
-// (ServingConfig::proposer) and `bench` share it.
+// (ServingConfig::exec.proposer) and `bench` share it.
 #include <memory>
 #include <string>
 
