@@ -9,7 +9,9 @@ packages=(
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libspdlog-dev libfmt-dev libhwloc-dev libxxhash-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev libssl-dev           # the HTTP server: Boost.Beast over Asio, TLS via OpenSSL
   python3 python3-regex             # the compat checker; the pre-tokenizer oracle (tests)
+  curl openssl                      # the TLS and API-key tests (a certificate, an HTTPS client)
 )
 
 missing=()

@@ -18,7 +18,12 @@ namespace {
 struct ServeFlags {
   EngineOptions engine;
   std::string host = "127.0.0.1", policy = "fcfs", chat_template, served_name, log_format = "text", profile;
-  int port = 8080, max_batch_size = 16, max_queue = 256, http_threads = 32;
+  int port = 8080, max_batch_size = 16, max_queue = 256;
+  HttpLimits limits;
+  int http_threads = 2, http_workers = 2;
+  std::vector<std::string> api_keys, cors_origins, allowed_hosts;
+  std::string api_key_file, ssl_cert_file, ssl_key_file;
+  bool protect_metrics = false;
   int64_t max_batch_tokens = 512, prefill_chunk = 256;
   double kv_cache_mem_mib = 0, max_wait_ms = 0, aging_ms = 2000, shutdown_timeout_s = 30;
   std::string spec = "none", draft_model;
@@ -48,6 +53,8 @@ int run(ServeFlags& f) {
   if (f.kv_cache_mem_mib < 0) throw Error("--kv-cache-mem must not be negative");
   if (f.policy != "fcfs" && f.policy != "priority")
     throw Error(fmt::format("--scheduling-policy '{}' is not fcfs or priority", f.policy));
+  if (f.http_threads < 1 || f.http_threads > 64) throw Error(fmt::format("--http-threads {} is out of range (1 to 64)", f.http_threads));
+  if (f.http_workers < 1 || f.http_workers > 64) throw Error(fmt::format("--http-workers {} is out of range (1 to 64)", f.http_workers));
   if (f.log_format != "text" && f.log_format != "json")
     throw Error(fmt::format("--log-format '{}' is not text or json", f.log_format));
 
@@ -96,17 +103,28 @@ int run(ServeFlags& f) {
   hc.api.model_name =
       f.served_name.empty() ? std::filesystem::path(f.engine.model_path).filename().string() : f.served_name;
   hc.api.chat_template = f.chat_template.empty() ? detect_chat_template(*e.file) : chat_template_from_name(f.chat_template);
-  hc.http_threads = f.http_threads;
+  hc.io_threads = f.http_threads;
+  hc.worker_threads = f.http_workers;
+  hc.limits = f.limits;
+  hc.access.api_keys = f.api_keys;
+  if (!f.api_key_file.empty())
+    for (auto& k : read_api_key_file(f.api_key_file)) hc.access.api_keys.push_back(std::move(k));
+  hc.access.protect_metrics = f.protect_metrics;
+  if (f.protect_metrics && hc.access.api_keys.empty()) throw Error("--metrics-require-key needs --api-key or --api-key-file");
+  hc.access.cors_origins = f.cors_origins;
+  hc.access.allowed_hosts = f.allowed_hosts;
+  hc.tls_cert_file = f.ssl_cert_file;
+  hc.tls_key_file = f.ssl_key_file;
   hc.api.log_json = f.log_format == "json";
   hc.api.allow_special_in_content = f.allow_special_in_content;
   HttpServer http(engine, metrics, hc);
   const int port = http.bind();
   fmt::print(stderr,
-             "[kestrel] serving '{}' on http://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
-             "chat template {})\n",
-             hc.api.model_name, f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
+             "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
+             "chat template {}{})\n",
+             hc.api.model_name, hc.tls_cert_file.empty() ? "http" : "https", f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
              e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
-             chat_template_name(hc.api.chat_template));
+             chat_template_name(hc.api.chat_template), hc.access.api_keys.empty() ? "" : ", API key required");
 
   // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
   // deadline (then cancel them), then close the listener.
@@ -179,8 +197,41 @@ void register_serve(CLI::App& app) {
                 "Let control tokens spelled in chat message content (e.g. </s>, <｜User｜>) become those tokens "
                 "(default: content is text; only the chat template's own markers are control tokens)");
   cmd->add_option("--log-format", f.log_format, "Per-request log lines on stderr: text or json")->capture_default_str();
-  cmd->add_option("--http-threads", f.http_threads, "HTTP worker threads (each streaming client holds one)")
+  cmd->add_option("--http-threads", f.http_threads, "Network threads (connections are asynchronous: any number per thread)")
       ->capture_default_str();
+  cmd->add_option("--http-workers", f.http_workers, "Threads that parse and tokenize requests")->capture_default_str();
+  cmd->add_option("--max-connections", f.limits.max_connections,
+                  "Open connections beyond which new ones get 503 and are closed")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", f.limits.max_body_bytes, "Largest request body (chunked too): 413 beyond")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", f.limits.header_timeout_s,
+                  "Seconds from a request's first byte to the end of its head (slow clients are dropped)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", f.limits.idle_timeout_s, "Seconds a kept-alive connection may wait for a request")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--body-timeout", f.limits.body_timeout_s, "Seconds to receive a request's body after its head")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", f.limits.write_timeout_s,
+                  "Seconds a write to a client may take (a client not reading is dropped, its request cancelled)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--api-key", f.api_keys,
+                  "Require 'Authorization: Bearer KEY' (repeat for several keys; /health stays open)")
+      ->envname("KESTREL_API_KEY");
+  cmd->add_option("--api-key-file", f.api_key_file, "API keys, one per line ('#' comments)");
+  cmd->add_flag("--metrics-require-key", f.protect_metrics, "/metrics needs an API key too");
+  cmd->add_option("--ssl-cert-file", f.ssl_cert_file, "Serve HTTPS with this PEM certificate chain (needs --ssl-key-file)");
+  cmd->add_option("--ssl-key-file", f.ssl_key_file, "The PEM private key of --ssl-cert-file");
+  cmd->add_option("--cors-origin", f.cors_origins,
+                  "Let browsers on this origin call the API (repeat; '*' for any); preflights are answered");
+  cmd->add_option("--allowed-host", f.allowed_hosts,
+                  "Serve only requests whose Host is this name or name:port (repeat; default: any)");
   cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s, "Seconds in-flight requests get to finish after SIGTERM")
       ->capture_default_str();
   cmd->add_option("--profile", f.profile,

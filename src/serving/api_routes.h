@@ -4,8 +4,9 @@
 //   POST /tokenize, /detokenize                 (routes_tokenize.cpp)
 //   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;
 //        "stream": true as server-sent events, completion_stream.h)
-// Requests are parsed and validated on the caller's (HTTP) thread; the
-// generation runs on the ServingEngine's.
+// Requests are admitted on the transport's thread, parsed, validated and
+// tokenized through the Offload it gives (set_offload); the generation runs
+// on the ServingEngine's thread. No route waits for the engine.
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "serving/chat_template.h"
 #include "serving/http_types.h"
 #include "serving/metrics.h"
+#include "serving/offload.h"
 #include "serving/openai_api.h"
 #include "serving/router.h"
 #include "serving/serving_engine.h"
@@ -30,6 +32,8 @@ struct ApiConfig {
 class ApiRoutes {
  public:
   ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config);
+  // Where the slow parts run (default: at once, on the caller's thread).
+  void set_offload(Offload offload) { offload_ = std::move(offload); }
   // Adds every endpoint to the router (which must not outlive this).
   void install(Router& router);
   void set_draining() { draining_ = true; }  // /health says so and new requests get 503
@@ -41,6 +45,9 @@ class ApiRoutes {
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse completion(const HttpRequest& req, bool chat);
+  HttpResponse start_completion(const HttpRequest& req, bool chat, QueueSlot slot);
+  // A route whose whole work runs offloaded.
+  RouteHandler offloaded(RouteHandler handler);
   HttpResponse rejected(const ApiError& e);
   void log_request(int64_t id, int priority, const StreamEvent& end);
   static int64_t unix_seconds();  // "created" fields
@@ -51,6 +58,7 @@ class ApiRoutes {
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_id_{1};
   std::mutex log_mutex_;
+  Offload offload_;
 };
 
 }  // namespace kestrel

@@ -16,8 +16,8 @@ CompletionStream::CompletionStream(std::shared_ptr<RequestChannel> channel, Comp
       include_usage_(include_usage),
       on_end_(std::move(on_end)) {}
 
-bool CompletionStream::send_chunk(ChunkSink& sink, const json& choice) {
-  return sink.write(sse_event(completion_envelope(ids_, true, json::array({choice}))));
+void CompletionStream::add_chunk(std::string& out, const json& choice) const {
+  out += sse_event(completion_envelope(ids_, true, json::array({choice})));
 }
 
 json CompletionStream::text_choice(const std::string& text, const json& logprobs, const json& finish) const {
@@ -29,52 +29,52 @@ json CompletionStream::text_choice(const std::string& text, const json& logprobs
   return c;
 }
 
-StreamStep CompletionStream::abort() {
-  channel_->cancel();
-  return StreamStep::Abort;
-}
-
-StreamStep CompletionStream::step(ChunkSink& sink) {
-  if (finished_) return StreamStep::Abort;
+StreamStep CompletionStream::poll(std::string& out) {
+  if (finished_) return StreamStep::Done;
   if (ids_.chat && !started_) {
     started_ = true;
-    if (!send_chunk(sink, {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}))
-      return abort();
+    add_chunk(out, {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}});
   }
-  for (auto& e : channel_->pop(100)) {
-    if (e.done) return finish(sink, e);
+  for (auto& e : channel_->take()) {
+    if (e.done) {
+      if (channel_->overflowed()) {  // the client read too slowly: cut, not a proper end
+        finished_ = true;
+        if (on_end_) on_end_(e);
+        return StreamStep::Abort;
+      }
+      return finish(out, e);
+    }
     Logprobs lp(ids_.chat);
     if (want_logprobs_) lp.add(e);
     if (e.text.empty() && !(want_logprobs_ && e.has_token)) continue;  // held back (UTF-8 or a possible stop string)
-    if (!send_chunk(sink, text_choice(e.text, want_logprobs_ ? lp.result() : json(nullptr), nullptr))) return abort();
+    add_chunk(out, text_choice(e.text, want_logprobs_ ? lp.result() : json(nullptr), nullptr));
   }
-  if (!sink.writable()) return abort();  // the client left while we waited
   return StreamStep::More;
 }
 
-StreamStep CompletionStream::finish(ChunkSink& sink, const StreamEvent& end) {
+StreamStep CompletionStream::finish(std::string& out, const StreamEvent& end) {
   finished_ = true;
   if (on_end_) on_end_(end);
   if (end.finish_reason == "error") {
-    sink.write("data: " + api_error_body({500, "generation failed: " + end.error, "", "server_error", ""}) + "\n\n");
+    out += "data: " + api_error_body({500, "generation failed: " + end.error, "", "server_error", ""}) + "\n\n";
   } else {
     // Usage rides on the final chunk (what the end released: held-back text).
     json last = completion_envelope(ids_, true,
                                     json::array({text_choice(end.text, want_logprobs_ ? Logprobs(ids_.chat).result() : json(nullptr),
                                                              finish_json(end.finish_reason))}));
     last["usage"] = usage_json(end);
-    sink.write(sse_event(last));
+    out += sse_event(last);
     if (include_usage_) {
       json usage_only = completion_envelope(ids_, true, json::array());
       usage_only["usage"] = usage_json(end);
-      sink.write(sse_event(usage_only));
+      out += sse_event(usage_only);
     }
   }
-  sink.write("data: [DONE]\n\n");
+  out += "data: [DONE]\n\n";
   return StreamStep::Done;
 }
 
-void CompletionStream::close() {
+void CompletionStream::close(bool) {
   if (!finished_) channel_->cancel();
 }
 

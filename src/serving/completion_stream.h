@@ -4,7 +4,8 @@
 // client times every token even when several arrive at once), the final
 // chunk with finish_reason and usage (and, if asked, a usage-only chunk as
 // OpenAI sends it), then [DONE]. A client that goes away cancels its
-// request at the engine's next step.
+// request at the engine's next step; so does one that reads too slowly
+// (RequestChannel::kMaxPending): its stream is cut, not buffered without end.
 #include <functional>
 #include <memory>
 
@@ -14,21 +15,21 @@
 
 namespace kestrel {
 
-class CompletionStream {
+class CompletionStream : public BodyStream {
  public:
   // on_end: called once with the request's end event (for the request log).
   CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs, bool include_usage,
                    std::function<void(const StreamEvent&)> on_end);
-  // Sends what the engine has produced (waiting up to 100 ms for it).
-  StreamStep step(ChunkSink& sink);
+  void on_ready(std::function<void()> ready) override { channel_->on_ready(std::move(ready)); }
+  // Appends the events for what the engine has produced so far.
+  StreamStep poll(std::string& out) override;
   // The response is over: a request that did not finish is cancelled.
-  void close();
+  void close(bool completed) override;
 
  private:
-  bool send_chunk(ChunkSink& sink, const nlohmann::json& choice);
+  void add_chunk(std::string& out, const nlohmann::json& choice) const;
   nlohmann::json text_choice(const std::string& text, const nlohmann::json& logprobs, const nlohmann::json& finish) const;
-  StreamStep finish(ChunkSink& sink, const StreamEvent& end);
-  StreamStep abort();
+  StreamStep finish(std::string& out, const StreamEvent& end);
 
   std::shared_ptr<RequestChannel> channel_;
   CompletionIds ids_;

@@ -1,91 +1,160 @@
 #include "serving/http_server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
+#include <sys/resource.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
-#include "serving/openai_api.h"
+#include "serving/http_connection.h"
 
 namespace kestrel {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
 namespace {
 
-class HttplibSink : public ChunkSink {
- public:
-  explicit HttplibSink(httplib::DataSink& sink) : sink_(sink) {}
-  bool write(std::string_view bytes) override { return sink_.write(bytes.data(), bytes.size()); }
-  bool writable() const override { return sink_.is_writable(); }
-
- private:
-  httplib::DataSink& sink_;
-};
-
-// Hands one request to the routing table and its answer back to httplib.
-void serve(const Router& router, const httplib::Request& req, httplib::Response& res) {
-  // HEAD is GET without the body (httplib drops it).
-  HttpResponse out = router.handle({req.method == "HEAD" ? "GET" : req.method, req.path, req.body});
-  res.status = out.status;
-  for (const auto& [name, value] : out.headers) res.set_header(name, value);
-  if (!out.stream) return res.set_content(out.body, out.content_type);
-  res.set_chunked_content_provider(
-      out.content_type,
-      [stream = std::move(out.stream)](size_t, httplib::DataSink& sink) {
-        HttplibSink s(sink);
-        switch (stream(s)) {
-          case StreamStep::More: return true;
-          case StreamStep::Done: sink.done(); return true;
-          case StreamStep::Abort: break;
-        }
-        return false;
-      },
-      [close = std::move(out.on_close)](bool completed) {
-        if (close) close(completed);
-      });
+// Connections need file descriptors: the soft limit goes up to the hard one,
+// and the cap stays below it (listener, model file, log, engine's own).
+int connection_cap(int wanted) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return wanted;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+    getrlimit(RLIMIT_NOFILE, &r);
+  }
+  const auto room = static_cast<int64_t>(r.rlim_cur) - 128;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, room)));
 }
 
-// What httplib answers itself (an oversized body, a malformed request line):
-// an OpenAI-style error body too.
-void library_error(const httplib::Request& req, httplib::Response& res) {
-  if (!res.body.empty()) return;
-  std::string msg = fmt::format("{} {}: ", req.method, req.path);
-  msg += res.status == 413 ? "the body is too large" : fmt::format("status {}", res.status);
-  res.set_content(api_error_body({res.status, msg, "", "invalid_request_error", ""}), "application/json");
+// Logs a connection coroutine that ended by an exception (never expected:
+// each catches its own) instead of letting it escape io_context::run().
+void log_failure(std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    fmt::print(stderr, "[kestrel] connection failed: {}\n", x.what());
+  }
 }
 
 }  // namespace
 
+struct HttpServer::Impl {
+  explicit Impl(const HttpServerConfig& c)
+      : ioc(std::max(1, c.io_threads)), acceptor(ioc), workers(static_cast<size_t>(std::max(1, c.worker_threads))) {}
+
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::thread_pool workers;
+  std::optional<net::ssl::context> tls;
+  std::atomic<int> connections{0}, busy{0};
+  std::atomic<bool> stopping{false};
+  int max_connections = 0;
+  std::optional<ConnectionShared> shared;
+
+  net::awaitable<void> accept_loop() {
+    for (;;) {
+      tcp::socket socket(net::make_strand(ioc));
+      boost::system::error_code ec;
+      co_await acceptor.async_accept(socket, net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        if (!acceptor.is_open() || stopping) co_return;
+        // Out of descriptors or memory: pause instead of spinning.
+        net::steady_timer pause(ioc, std::chrono::milliseconds(50));
+        co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
+        continue;
+      }
+      auto ex = socket.get_executor();
+      if (connections.load() >= max_connections) {
+        shared->metrics.add("kestrel_http_errors_total", 1, "connection_limit");
+        net::co_spawn(ex, refuse_connection(std::move(socket), tls.has_value()), log_failure);
+        continue;
+      }
+      shared->metrics.set("kestrel_http_connections", ++connections);
+      socket.set_option(tcp::no_delay(true), ec);  // each streamed token leaves at once
+      if (tls)
+        net::co_spawn(ex, serve_tls(std::move(socket), *tls, *shared), log_failure);
+      else
+        net::co_spawn(ex, serve_plain(std::move(socket), *shared), log_failure);
+    }
+  }
+};
+
 HttpServer::HttpServer(ServingEngine& engine, ServerMetrics& metrics, const HttpServerConfig& config)
-    : c_(config), api_(engine, metrics, config.api), svr_(std::make_unique<httplib::Server>()) {
+    : c_(config), api_(engine, metrics, config.api), access_(config.access), impl_(std::make_unique<Impl>(config)) {
+  impl_->max_connections = connection_cap(c_.limits.max_connections);
+  impl_->shared.emplace(ConnectionShared{router_, access_, c_.limits, metrics, impl_->connections, impl_->busy,
+                                         impl_->stopping});
+  if (c_.tls_cert_file.empty() != c_.tls_key_file.empty())
+    throw Error("TLS needs both --ssl-cert-file and --ssl-key-file");
+  if (!c_.tls_cert_file.empty()) {
+    impl_->tls.emplace(net::ssl::context::tls_server);
+    auto& ctx = *impl_->tls;
+    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                    net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1);
+    boost::system::error_code ec;
+    ctx.use_certificate_chain_file(c_.tls_cert_file, ec);
+    if (ec) throw Error(fmt::format("cannot use the TLS certificate '{}': {}", c_.tls_cert_file, ec.message()));
+    ctx.use_private_key_file(c_.tls_key_file, net::ssl::context::pem, ec);
+    if (ec) throw Error(fmt::format("cannot use the TLS key '{}': {}", c_.tls_key_file, ec.message()));
+  }
+  api_.set_offload([this](std::function<void()> task) { net::post(impl_->workers, std::move(task)); });
   api_.install(router_);
-  const int threads = c_.http_threads;
-  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  svr_->set_payload_max_length(c_.max_body_bytes);
-  svr_->set_tcp_nodelay(true);  // each streamed token leaves at once (Nagle would hold small chunks)
-  svr_->set_read_timeout(30, 0);
-  svr_->set_write_timeout(30, 0);
-  auto handler = [this](const httplib::Request& req, httplib::Response& res) { serve(router_, req, res); };
-  svr_->Get(".*", handler);
-  svr_->Post(".*", handler);
-  svr_->Put(".*", handler);
-  svr_->Patch(".*", handler);
-  svr_->Delete(".*", handler);
-  svr_->Options(".*", handler);
-  svr_->set_error_handler(library_error);
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  impl_->workers.join();
+}
 
 int HttpServer::bind() {
-  int port = c_.port;
-  if (port == 0)
-    port = svr_->bind_to_any_port(c_.host);
-  else if (!svr_->bind_to_port(c_.host, port))
-    port = -1;
-  if (port < 0)
-    throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", c_.host, c_.port));
-  return port;
+  boost::system::error_code ec;
+  const auto where = [&] { return fmt::format("cannot listen on {}:{}", c_.host, c_.port); };
+  const net::ip::address address = net::ip::make_address(c_.host == "localhost" ? "127.0.0.1" : c_.host, ec);
+  if (ec) throw Error(fmt::format("{}: '{}' is not an IP address of this machine", where(), c_.host));
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(c_.port));
+  auto& a = impl_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  // SO_REUSEADDR only lets a restart reuse a port in TIME_WAIT; a port
+  // another process listens on still fails (no SO_REUSEPORT).
+  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);  // SOMAXCONN
+  if (ec) {
+    a.close();
+    throw Error(fmt::format("{}: {}{}", where(), ec.message(),
+                            ec == net::error::address_in_use ? " (another process listens there)" : ""));
+  }
+  return a.local_endpoint().port();
 }
 
-void HttpServer::run() { svr_->listen_after_bind(); }
-void HttpServer::stop() { svr_->stop(); }
+void HttpServer::run() {
+  if (!impl_->acceptor.is_open()) bind();
+  net::co_spawn(impl_->ioc, impl_->accept_loop(), log_failure);
+  std::vector<std::thread> more;
+  for (int i = 1; i < c_.io_threads; i++) more.emplace_back([this] { impl_->ioc.run(); });
+  impl_->ioc.run();
+  for (auto& t : more) t.join();
+}
+
+void HttpServer::stop() {
+  if (impl_->stopping.exchange(true)) return;
+  net::post(impl_->ioc, [this] {
+    boost::system::error_code ec;
+    impl_->acceptor.close(ec);
+  });
+  // Responses under way get a few seconds to reach their clients.
+  for (int waited = 0; impl_->busy.load() > 0 && waited < 5000; waited += 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  impl_->ioc.stop();
+}
 
 }  // namespace kestrel

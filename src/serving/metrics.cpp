@@ -36,12 +36,18 @@ ServerMetrics::ServerMetrics() {
   counter("kestrel_preemptions_total", "Running requests preempted for KV blocks (recomputed later).");
   counter("kestrel_prefix_cache_queries_total", "Full prompt blocks looked up in the prefix cache.");
   counter("kestrel_prefix_cache_hits_total", "Full prompt blocks found in the prefix cache (not recomputed).");
+  counter("kestrel_http_errors_total",
+          "Requests and connections refused by the transport (malformed, too_large, unsupported, timeout, denied, "
+          "connection_limit, tls_handshake).",
+          "reason");
   counter("kestrel_spec_drafts_total", "Speculative decoding: decode steps of a request that carried a draft.");
   counter("kestrel_spec_drafted_tokens_total", "Speculative decoding: tokens drafted (prompt lookup).");
   counter("kestrel_spec_accepted_tokens_total", "Speculative decoding: drafted tokens the model confirmed.");
   auto gauge = [&](const char* name, const char* help) { gauges_[name] = {help, "", {{"", 0.0}}}; };
   gauge("kestrel_requests_running", "Requests holding KV blocks and being stepped.");
-  gauge("kestrel_requests_waiting", "Requests queued for admission.");
+  gauge("kestrel_requests_waiting", "Requests arrived and not yet run (being parsed, or queued for their first step).");
+  gauge("kestrel_http_connections", "Open client connections.");
+  gauge("kestrel_http_requests_in_progress", "Requests read and not yet answered.");
   gauge("kestrel_kv_blocks_used", "KV cache blocks held by requests.");
   gauge("kestrel_kv_blocks_total", "KV cache blocks in the pool.");
   gauge("kestrel_batch_size", "Requests in the last step.");

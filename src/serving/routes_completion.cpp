@@ -1,6 +1,6 @@
 // POST /v1/completions and /v1/chat/completions: admission (draining, a
-// full queue), parsing, submission to the engine, then the whole answer or
-// a stream of server-sent events.
+// full queue) at once, then, offloaded, parsing and submission to the
+// engine, then the whole answer or a stream of server-sent events.
 #include <fmt/format.h>
 
 #include <memory>
@@ -10,6 +10,8 @@
 #include "serving/api_routes.h"
 #include "serving/completion_body.h"
 #include "serving/completion_stream.h"
+#include "serving/completion_whole.h"
+#include "serving/offload.h"
 #include "serving/openai_api.h"
 
 namespace kestrel {
@@ -21,12 +23,28 @@ HttpResponse ApiRoutes::rejected(const ApiError& e) {
   return error_response(e);
 }
 
+// On the transport's thread: only what is instant (draining, a place in
+// the queue); parsing and tokenizing run offloaded.
 HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
   if (draining_) {
-    HttpResponse r = error_response({503, "the server is shutting down", "", "server_error", "unavailable"});
+    HttpResponse r = rejected({503, "the server is shutting down", "", "server_error", "unavailable"});
     r.headers.emplace_back("Retry-After", "5");
     return r;
   }
+  QueueSlot slot = engine_.enter_queue();
+  if (!slot) {
+    HttpResponse r = rejected({503, fmt::format("the request queue is full ({} waiting); retry shortly",
+                                                engine_.queued()),
+                               "", "server_error", "queue_full"});
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  // (std::function wants a copyable job: the slot rides in a shared_ptr.)
+  auto held = std::make_shared<QueueSlot>(std::move(slot));
+  return OffloadedResponse::start(offload_, [this, req, chat, held] { return start_completion(req, chat, std::move(*held)); });
+}
+
+HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, QueueSlot slot) {
   ParsedRequest p;
   try {
     const ApiContext ctx{*engine_.engine().tokenizer, c_.model_name, c_.chat_template, engine_.n_ctx(),
@@ -37,47 +55,27 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
   } catch (const std::exception& e) {
     return rejected({400, e.what(), "", "invalid_request_error", ""});
   }
+  p.serve.arrival = req.arrival;
   const int priority = p.serve.priority;
   std::shared_ptr<RequestChannel> ch;
   try {
-    ch = engine_.submit(p.serve);
+    ch = engine_.submit(std::move(slot), p.serve);
   } catch (const Error& e) {
     return rejected({400, e.what(), "max_tokens", "invalid_request_error", "context_length_exceeded"});
-  }
-  if (!ch) {
-    HttpResponse r = rejected({503, "the request queue is full; retry shortly", "", "server_error", "queue_full"});
-    r.headers.emplace_back("Retry-After", "1");
-    return r;
   }
   const int64_t id = next_id_++;
   const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), c_.model_name};
   const bool want_logprobs = p.serve.top_logprobs >= 0;
-
+  auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
+  HttpResponse r;
   if (p.stream) {
-    auto stream = std::make_shared<CompletionStream>(ch, ids, want_logprobs, p.include_usage_chunk,
-                                                     [this, id, priority](const StreamEvent& end) {
-                                                       log_request(id, priority, end);
-                                                     });
-    HttpResponse r;
     r.content_type = "text/event-stream";
     r.headers.emplace_back("Cache-Control", "no-cache");
-    r.stream = [stream](ChunkSink& sink) { return stream->step(sink); };
-    r.on_close = [stream](bool) { stream->close(); };
-    return r;
+    r.stream = std::make_shared<CompletionStream>(ch, ids, want_logprobs, p.include_usage_chunk, on_end);
+  } else {
+    r.later = std::make_shared<WholeCompletion>(ch, ids, want_logprobs, on_end);
   }
-  std::string text;
-  Logprobs lp(chat);
-  for (;;) {
-    for (auto& e : ch->pop(1000)) {
-      text += e.text;
-      if (want_logprobs) lp.add(e);
-      if (!e.done) continue;
-      log_request(id, priority, e);
-      if (e.finish_reason == "error")
-        return error_response({500, "generation failed: " + e.error, "", "server_error", ""});
-      return json_response(whole_completion_body(ids, text, want_logprobs ? lp.result() : json(nullptr), e));
-    }
-  }
+  return r;
 }
 
 void ApiRoutes::log_request(int64_t id, int priority, const StreamEvent& end) {

@@ -16,10 +16,16 @@ void ApiRoutes::install(Router& router) {
   router.add("GET", "/health", [this](const HttpRequest&) { return health(); });
   router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });
   router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });
-  router.add("POST", "/tokenize", [this](const HttpRequest& r) { return tokenize(r); });
-  router.add("POST", "/detokenize", [this](const HttpRequest& r) { return detokenize(r); });
+  router.add("POST", "/tokenize", offloaded([this](const HttpRequest& r) { return tokenize(r); }));
+  router.add("POST", "/detokenize", offloaded([this](const HttpRequest& r) { return detokenize(r); }));
   router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, false); });
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, true); });
+}
+
+RouteHandler ApiRoutes::offloaded(RouteHandler handler) {
+  return [this, handler = std::move(handler)](const HttpRequest& req) {
+    return OffloadedResponse::start(offload_, [handler, req] { return handler(req); });
+  };
 }
 
 int64_t ApiRoutes::unix_seconds() {
@@ -31,6 +37,7 @@ HttpResponse ApiRoutes::health() const {
 }
 
 HttpResponse ApiRoutes::metrics() const {
+  metrics_.set("kestrel_requests_waiting", engine_.queued());  // as of this scrape, the engine idle or not
   HttpResponse r = json_response(metrics_.render());
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   return r;

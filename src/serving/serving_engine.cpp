@@ -13,19 +13,38 @@ namespace kestrel {
 
 
 void RequestChannel::push(StreamEvent e) {
+  std::function<void()> ready;
   {
     std::lock_guard lock(mutex_);
+    if (!e.done && events_.size() >= kMaxPending) {
+      overflowed_ = true;  // the end event still comes (the engine sees the cancel at its next step)
+      cancelled_ = true;
+      return;
+    }
     events_.push_back(std::move(e));
+    ready = ready_;
   }
   cv_.notify_all();
+  if (ready) ready();
 }
 
 std::vector<StreamEvent> RequestChannel::pop(int timeout_ms) {
   std::unique_lock lock(mutex_);
-  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); });
+  if (timeout_ms > 0)
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); });
   std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
   events_.clear();
   return out;
+}
+
+void RequestChannel::on_ready(std::function<void()> ready) {
+  bool waiting = false;
+  {
+    std::lock_guard lock(mutex_);
+    ready_ = ready;
+    waiting = !events_.empty();
+  }
+  if (waiting && ready) ready();
 }
 
 ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics)
@@ -41,8 +60,22 @@ double ServingEngine::now_ms() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
 }
 
+QueueSlot ServingEngine::enter_queue() {
+  if (!accepting_) return {};
+  int q = queued_.load();
+  do {
+    if (q >= c_.max_queue) return {};
+  } while (!queued_.compare_exchange_weak(q, q + 1));
+  return QueueSlot(&queued_);
+}
+
 std::shared_ptr<RequestChannel> ServingEngine::submit(ServeRequest r) {
-  if (!accepting_) return nullptr;
+  QueueSlot slot = enter_queue();
+  if (!slot) return nullptr;
+  return submit(std::move(slot), std::move(r));
+}
+
+std::shared_ptr<RequestChannel> ServingEngine::submit(QueueSlot slot, ServeRequest r) {
   // A request must fit in the pool on its own, whole, or it could never finish.
   const int64_t need = exec_.blocks_for(static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
   if (need > e_.kv->n_blocks())
@@ -50,17 +83,16 @@ std::shared_ptr<RequestChannel> ServingEngine::submit(ServeRequest r) {
         fmt::format("the prompt ({} tokens) plus max_tokens ({}) need {} KV blocks but the cache holds {} "
                     "(lower max_tokens or raise --kv-cache-mem)",
                     r.prompt.size(), r.max_tokens, need, e_.kv->n_blocks()));
-  if (queued_.load() >= c_.max_queue) return nullptr;
   auto a = std::make_unique<Active>();
+  a->arrival_ms = std::chrono::duration<double, std::milli>(r.arrival - t0_).count();
   a->req = std::move(r);
   a->channel = std::make_shared<RequestChannel>();
-  a->arrival_ms = now_ms();
+  a->slot = std::move(slot);
   auto ch = a->channel;
   {
     std::lock_guard lock(mutex_);
     inbox_.push_back(std::move(a));
   }
-  queued_++;
   wake_.notify_all();
   return ch;
 }
@@ -75,13 +107,8 @@ void ServingEngine::shutdown(int deadline_ms) {
 }
 
 void ServingEngine::update_gauges() {
-  size_t inbox = 0;
-  {
-    std::lock_guard lock(mutex_);
-    inbox = inbox_.size();
-  }
   metrics_.set("kestrel_requests_running", exec_.n_running());
-  metrics_.set("kestrel_requests_waiting", exec_.n_waiting() + static_cast<double>(inbox));
+  metrics_.set("kestrel_requests_waiting", queued_.load());
   metrics_.set("kestrel_kv_blocks_used", e_.kv->blocks().n_used_blocks());
 }
 
@@ -134,8 +161,8 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   metrics_.add("kestrel_requests_total", 1, reason);
   if (reason != "error" && reason != "cancelled")
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
+  a.slot.release();
   a.channel->push(std::move(end));
-  queued_ = std::max(0, queued_.load() - (a.first_step_ms < 0 ? 1 : 0));
   active_.erase(a.id);  // a is gone after this
 }
 
@@ -144,7 +171,7 @@ void ServingEngine::on_scheduled(int64_t id) {
   const double now = now_ms();
   a.first_step_ms = now;
   metrics_.observe("kestrel_request_queue_time_seconds", (now - a.arrival_ms) / 1000);
-  queued_ = std::max(0, queued_.load() - 1);
+  a.slot.release();
 }
 
 // Log-softmax of the raw logits (before penalties and temperature), as

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,23 +47,64 @@ struct StreamEvent {
   double queue_ms = 0, ttft_ms = 0, e2e_ms = 0;  // with done: waited, first token, last event (from arrival)
 };
 
-// One request's mailbox: the engine pushes, the HTTP thread pops.
+// One request's mailbox: the engine pushes, the client side takes. A
+// reader that falls behind by kMaxPending unread events (a client not
+// reading its stream) cancels the request instead of growing memory.
 class RequestChannel {
  public:
+  static constexpr size_t kMaxPending = 4096;
+
   void push(StreamEvent e);
   // Waits up to timeout_ms for events; returns what is queued (maybe nothing).
   std::vector<StreamEvent> pop(int timeout_ms);
+  // What is queued, without waiting.
+  std::vector<StreamEvent> take() { return pop(0); }
+  // `ready` is called after every push, from the pushing thread (and at
+  // once if events are already waiting).
+  void on_ready(std::function<void()> ready);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
+  bool overflowed() const { return overflowed_; }
 
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
-  std::atomic<bool> cancelled_{false};
+  std::function<void()> ready_;
+  std::atomic<bool> cancelled_{false}, overflowed_{false};
+};
+
+// A place in the server's one queue, taken when a request arrives (before
+// it is parsed or tokenized) and given back when it first runs or ends.
+// Move-only; an empty slot means the queue was full.
+class QueueSlot {
+ public:
+  QueueSlot() = default;
+  explicit QueueSlot(std::atomic<int>* count) : count_(count) {}
+  QueueSlot(QueueSlot&& o) noexcept : count_(o.count_) { o.count_ = nullptr; }
+  QueueSlot& operator=(QueueSlot&& o) noexcept {
+    if (this != &o) {
+      release();
+      count_ = o.count_;
+      o.count_ = nullptr;
+    }
+    return *this;
+  }
+  QueueSlot(const QueueSlot&) = delete;
+  QueueSlot& operator=(const QueueSlot&) = delete;
+  ~QueueSlot() { release(); }
+  explicit operator bool() const { return count_ != nullptr; }
+  void release() {
+    if (count_) count_->fetch_sub(1);
+    count_ = nullptr;
+  }
+
+ private:
+  std::atomic<int>* count_ = nullptr;
 };
 
 struct ServeRequest {
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();  // queue time counts from here
   std::vector<int32_t> prompt;
   int64_t max_tokens = 16;
   SamplingParams sampling;
@@ -85,10 +127,17 @@ class ServingEngine : private StepHooks {
   ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics);
   ~ServingEngine();
 
-  // Queues a request (validated by the caller against the context). Returns
-  // its channel, or null when the queue is full. Throws Error when it can
-  // never fit in the KV cache.
+  // A place in the queue, or an empty slot when --max-queue requests are
+  // already waiting (parsed or not) or the server is shutting down.
+  QueueSlot enter_queue();
+  // Queues a request (validated by the caller against the context) in the
+  // place it holds. Returns its channel. Throws Error when it can never fit
+  // in the KV cache.
+  std::shared_ptr<RequestChannel> submit(QueueSlot slot, ServeRequest r);
+  // Both at once: null when the queue is full.
   std::shared_ptr<RequestChannel> submit(ServeRequest r);
+  // Requests waiting: arrived (even if not parsed yet) and not yet run.
+  int queued() const { return queued_.load(); }
   // Stops taking requests; in-flight ones finish until the deadline, then
   // are cancelled. Joins the engine thread.
   void shutdown(int deadline_ms);
@@ -104,6 +153,7 @@ class ServingEngine : private StepHooks {
     int32_t seq = 0;
     ServeRequest req;
     std::shared_ptr<RequestChannel> channel;
+    QueueSlot slot;  // held until the first step
     std::unique_ptr<TextStream> text;
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::vector<TokenLogprob> top;  // the row being sampled: its top alternatives (with logprobs)
@@ -138,7 +188,7 @@ class ServingEngine : private StepHooks {
   std::atomic<bool> accepting_{true};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> deadline_ms_{-1};
-  std::atomic<int> queued_{0};  // inbox + waiting, for the 503 check
+  std::atomic<int> queued_{0};  // slots held: arrived and not yet run, for the 503 check
   int64_t next_id_ = 1;
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused

@@ -18,6 +18,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
 
 Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
   for (int32_t i = 0; i < vocab_.size(); i++) {
+    max_token_text_bytes_ = std::max(max_token_text_bytes_, vocab_.tokens[i].size());
     const TokenType t = vocab_.types[i];
     if (!vocab_.tokens[i].empty() && (t == TokenType::UserDefined || t == TokenType::Control))
       special_by_byte_[static_cast<unsigned char>(vocab_.tokens[i][0])].push_back(i);

@@ -37,6 +37,13 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
 
   const Vocab& vocab() const { return vocab_; }
+  // The most input bytes one token can stand for: no piece's stored text is
+  // shorter than the input it covers (SentencePiece's "▁" is 3 bytes for a
+  // space, byte-level BPE stores each byte as 1-2, byte tokens "<0x41>" are
+  // 6), and an unknown character (at most 4 bytes) is one token. So a text
+  // of n bytes has at least n / max_token_text_bytes() tokens: a prompt can
+  // be refused as too long before it is tokenized.
+  size_t max_token_text_bytes() const { return max_token_text_bytes_; }
 
  protected:
   // Encodes plain text (no special tokens inside).
@@ -51,6 +58,7 @@ class Tokenizer {
                                    const std::vector<TextSpan>* plain) const;
   // Tokens matched literally in text, bucketed by first byte, longest first.
   std::vector<int32_t> special_by_byte_[256];
+  size_t max_token_text_bytes_ = 4;
 };
 
 }  // namespace kestrel

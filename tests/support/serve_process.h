@@ -37,7 +37,7 @@ class ServerProcess {
       _exit(127);
     }
     // The port is printed once the socket is bound.
-    const std::regex re("on http://127\\.0\\.0\\.1:([0-9]+)");
+    const std::regex re("on https?://127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 200 && port_ == 0; i++) {
       std::smatch m;
       std::ifstream f(log_);  // the child may not have created it yet

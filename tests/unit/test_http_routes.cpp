@@ -1,5 +1,6 @@
 // The HTTP layer's pieces that need no socket and no model: the routing
-// table and the server-sent-event framing of a streamed completion.
+// table, the server-sent-event framing of a streamed completion, the whole
+// (deferred) completion and the offloaded response.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,8 @@
 
 #include "core/error.h"
 #include "serving/completion_stream.h"
+#include "serving/completion_whole.h"
+#include "serving/offload.h"
 #include "serving/router.h"
 
 namespace kestrel {
@@ -43,16 +46,20 @@ TEST(Router, DispatchesByMethodAndPathAndAnswersTheRestWithErrors) {
   EXPECT_THROW(r.add("POST", "/b", [](const HttpRequest&) { return text(""); }), Error);
 }
 
-struct RecordingSink : ChunkSink {
-  std::vector<std::string> writes;
-  bool open = true;
-  bool write(std::string_view b) override {
-    if (!open) return false;
-    writes.emplace_back(b);
-    return true;
+// The server-sent events in what a poll appended.
+std::vector<std::string> events_in(const std::string& out) {
+  std::vector<std::string> events;
+  for (size_t at = 0; at < out.size();) {
+    const size_t end = out.find("\n\n", at);
+    if (end == std::string::npos) {
+      ADD_FAILURE() << "an unterminated event: " << out.substr(at);
+      break;
+    }
+    events.push_back(out.substr(at, end + 2 - at));
+    at = end + 2;
   }
-  bool writable() const override { return open; }
-};
+  return events;
+}
 
 StreamEvent token_event(const std::string& s) {
   StreamEvent e;
@@ -85,30 +92,36 @@ TEST(CompletionStream, ChatChunksOnePerTokenThenTheEndWithUsageThenDone) {
   ch->push(token_event("Once"));
   ch->push(token_event(""));  // held back: no chunk
   ch->push(token_event(" upon"));
-  RecordingSink sink;
-  EXPECT_EQ(s.step(sink), StreamStep::More);
-  ASSERT_EQ(sink.writes.size(), 3u);  // the role chunk, two tokens
-  const json role = data_of(sink.writes[0]);
+  std::string out;
+  EXPECT_EQ(s.poll(out), StreamStep::More);
+  std::vector<std::string> writes = events_in(out);
+  ASSERT_EQ(writes.size(), 3u);  // the role chunk, two tokens
+  const json role = data_of(writes[0]);
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["id"], "chatcmpl-3");
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
-  EXPECT_EQ(data_of(sink.writes[1])["choices"][0]["delta"]["content"], "Once");
-  EXPECT_EQ(data_of(sink.writes[2])["choices"][0]["delta"]["content"], " upon");
-  EXPECT_TRUE(data_of(sink.writes[2])["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(data_of(writes[1])["choices"][0]["delta"]["content"], "Once");
+  EXPECT_EQ(data_of(writes[2])["choices"][0]["delta"]["content"], " upon");
+  EXPECT_TRUE(data_of(writes[2])["choices"][0]["finish_reason"].is_null());
+
+  out.clear();
+  EXPECT_EQ(s.poll(out), StreamStep::More);  // nothing new: nothing written
+  EXPECT_EQ(out, "");
 
   ch->push(end_event(" a"));
-  EXPECT_EQ(s.step(sink), StreamStep::Done);
-  ASSERT_EQ(sink.writes.size(), 6u);  // the last chunk, the usage-only chunk, [DONE]
-  const json last = data_of(sink.writes[3]);
+  EXPECT_EQ(s.poll(out), StreamStep::Done);
+  writes = events_in(out);
+  ASSERT_EQ(writes.size(), 3u);  // the last chunk, the usage-only chunk, [DONE]
+  const json last = data_of(writes[0]);
   EXPECT_EQ(last["choices"][0]["delta"]["content"], " a");
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(last["usage"]["total_tokens"], 8);
-  const json usage = data_of(sink.writes[4]);
+  const json usage = data_of(writes[1]);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
-  EXPECT_EQ(sink.writes[5], "data: [DONE]\n\n");
+  EXPECT_EQ(writes[2], "data: [DONE]\n\n");
   EXPECT_EQ(ended, std::vector<int64_t>{3});
-  s.close();
+  s.close(true);
   EXPECT_FALSE(ch->cancelled());  // it finished
 }
 
@@ -116,23 +129,39 @@ TEST(CompletionStream, CompletionsShapeAndAClientThatLeftCancelsTheRequest) {
   auto ch = std::make_shared<RequestChannel>();
   CompletionStream s(ch, {"cmpl-4", false, 1, "m"}, false, false, nullptr);
   ch->push(token_event("x"));
-  RecordingSink sink;
-  EXPECT_EQ(s.step(sink), StreamStep::More);
-  ASSERT_EQ(sink.writes.size(), 1u);  // no role chunk for completions
-  const json c = data_of(sink.writes[0]);
+  std::string out;
+  EXPECT_EQ(s.poll(out), StreamStep::More);
+  const std::vector<std::string> writes = events_in(out);
+  ASSERT_EQ(writes.size(), 1u);  // no role chunk for completions
+  const json c = data_of(writes[0]);
   EXPECT_EQ(c["object"], "text_completion");
   EXPECT_EQ(c["choices"][0]["text"], "x");
   EXPECT_FALSE(ch->cancelled());
 
-  sink.open = false;  // the client went away while nothing was produced
-  EXPECT_EQ(s.step(sink), StreamStep::Abort);
+  s.close(false);  // the transport lost the client
   EXPECT_TRUE(ch->cancelled());
+}
+
+TEST(CompletionStream, AReaderTooSlowOverflowsItsChannelAndTheStreamIsCutNotBuffered) {
+  auto ch = std::make_shared<RequestChannel>();
+  int ends = 0;
+  CompletionStream s(ch, {"cmpl-9", false, 1, "m"}, false, false, [&](const StreamEvent&) { ends++; });
+  for (size_t i = 0; i < RequestChannel::kMaxPending + 100; i++) ch->push(token_event("y"));
+  EXPECT_TRUE(ch->overflowed());
+  EXPECT_TRUE(ch->cancelled());  // the engine stops the request at its next step...
+  ch->push(end_event(""));       // ...and ends it
+  std::string out;
+  EXPECT_EQ(s.poll(out), StreamStep::Abort);  // no [DONE]: the client sees a cut stream
+  const std::vector<std::string> writes = events_in(out);
+  EXPECT_EQ(writes.size(), RequestChannel::kMaxPending);  // what was held, no more
+  EXPECT_EQ(out.find("[DONE]"), std::string::npos);
+  EXPECT_EQ(ends, 1);
 }
 
 TEST(CompletionStream, AnUnfinishedStreamIsCancelledWhenTheResponseCloses) {
   auto ch = std::make_shared<RequestChannel>();
   CompletionStream s(ch, {"cmpl-5", false, 1, "m"}, false, false, nullptr);
-  s.close();
+  s.close(false);
   EXPECT_TRUE(ch->cancelled());
 }
 
@@ -143,11 +172,106 @@ TEST(CompletionStream, AnErrorEndIsAnErrorEventThenDone) {
   e.finish_reason = "error";
   e.error = "boom";
   ch->push(e);
-  RecordingSink sink;
-  EXPECT_EQ(s.step(sink), StreamStep::Done);
-  ASSERT_EQ(sink.writes.size(), 2u);  // no usage chunk after an error
-  EXPECT_THAT(data_of(sink.writes[0])["error"]["message"].get<std::string>(), HasSubstr("generation failed: boom"));
-  EXPECT_EQ(sink.writes[1], "data: [DONE]\n\n");
+  std::string out;
+  EXPECT_EQ(s.poll(out), StreamStep::Done);
+  const std::vector<std::string> writes = events_in(out);
+  ASSERT_EQ(writes.size(), 2u);  // no usage chunk after an error
+  EXPECT_THAT(data_of(writes[0])["error"]["message"].get<std::string>(), HasSubstr("generation failed: boom"));
+  EXPECT_EQ(writes[1], "data: [DONE]\n\n");
+}
+
+TEST(RequestChannel, ReadyIsCalledForEveryPushAndAtOnceForWhatAlreadyWaits) {
+  RequestChannel ch;
+  ch.push(token_event("a"));
+  int calls = 0;
+  ch.on_ready([&] { calls++; });
+  EXPECT_EQ(calls, 1);  // "a" was waiting
+  ch.push(token_event("b"));
+  ch.push(end_event(""));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(ch.take().size(), 3u);
+  EXPECT_TRUE(ch.take().empty());
+}
+
+TEST(WholeCompletion, GathersTheTextAndAnswersOnceTheRequestEnds) {
+  auto ch = std::make_shared<RequestChannel>();
+  int ends = 0;
+  WholeCompletion w(ch, {"cmpl-7", false, 1, "m"}, false, [&](const StreamEvent&) { ends++; });
+  ch->push(token_event("Once"));
+  ch->push(token_event(" upon"));
+  EXPECT_FALSE(w.poll().has_value());
+  ch->push(end_event(" a"));
+  const std::optional<HttpResponse> r = w.poll();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  const json body = json::parse(r->body);
+  EXPECT_EQ(body["choices"][0]["text"], "Once upon a");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(ends, 1);
+  w.close(true);
+  EXPECT_FALSE(ch->cancelled());
+}
+
+TEST(WholeCompletion, AnErrorIs500AndClosingEarlyCancels) {
+  auto ch = std::make_shared<RequestChannel>();
+  WholeCompletion w(ch, {"chatcmpl-8", true, 1, "m"}, false, nullptr);
+  StreamEvent e = end_event("");
+  e.finish_reason = "error";
+  e.error = "boom";
+  ch->push(e);
+  EXPECT_EQ(w.poll()->status, 500);
+
+  auto ch2 = std::make_shared<RequestChannel>();
+  WholeCompletion early(ch2, {"chatcmpl-9", true, 1, "m"}, false, nullptr);
+  early.close(false);
+  EXPECT_TRUE(ch2->cancelled());
+}
+
+// An executor that runs tasks only when told.
+struct ManualOffload {
+  std::vector<std::function<void()>> tasks;
+  Offload offload() {
+    return [this](std::function<void()> t) { tasks.push_back(std::move(t)); };
+  }
+  void run_all() {
+    for (auto& t : tasks) t();
+    tasks.clear();
+  }
+};
+
+TEST(OffloadedResponse, RunsTheJobOnTheOffloadAndSignalsWhenItIsReady) {
+  ManualOffload pool;
+  const HttpResponse r = OffloadedResponse::start(pool.offload(), [] { return json_response("{}", 201); });
+  ASSERT_TRUE(r.later);
+  int ready = 0;
+  r.later->on_ready([&] { ready++; });
+  EXPECT_FALSE(r.later->poll().has_value());  // not run yet
+  EXPECT_EQ(ready, 0);
+  pool.run_all();
+  EXPECT_EQ(ready, 1);
+  const std::optional<HttpResponse> got = r.later->poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status, 201);
+  EXPECT_FALSE(r.later->poll().has_value());  // once
+
+  const HttpResponse failing = OffloadedResponse::start(nullptr, []() -> HttpResponse { throw Error("kaput"); });
+  const std::optional<HttpResponse> err = failing.later->poll();  // no offload: ran at once
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->status, 500);
+  EXPECT_THAT(err->body, HasSubstr("kaput"));
+}
+
+TEST(OffloadedResponse, AClientGoneBeforeTheJobEndsCancelsWhatTheJobStarted) {
+  ManualOffload pool;
+  auto ch = std::make_shared<RequestChannel>();
+  const HttpResponse r = OffloadedResponse::start(pool.offload(), [ch] {
+    HttpResponse s;
+    s.stream = std::make_shared<CompletionStream>(ch, CompletionIds{"cmpl-1", false, 1, "m"}, false, false, nullptr);
+    return s;
+  });
+  r.later->close(false);  // the connection died while the request was being parsed
+  pool.run_all();
+  EXPECT_TRUE(ch->cancelled());
 }
 
 }  // namespace
