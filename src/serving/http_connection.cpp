@@ -129,7 +129,8 @@ net::awaitable<bool> write_stream(Stream& s, HttpResponse& r, bool head_only, bo
     body->close(false);
     co_return !ec && head_only;
   }
-  auto wake = std::make_shared<Wakeup>(co_await net::this_coro::executor);
+  const net::any_io_executor ex = co_await net::this_coro::executor;
+  auto wake = std::make_shared<Wakeup>(ex);
   body->on_ready(wake->trigger());
   std::string out;
   for (;;) {
@@ -137,12 +138,14 @@ net::awaitable<bool> write_stream(Stream& s, HttpResponse& r, bool head_only, bo
     const StreamStep step = body->poll(out);
     if (!out.empty()) {
       tcp_of(s).expires_after(seconds_of(lim.write_timeout_s));
-      co_await net::async_write(s, http::make_chunk(net::buffer(out)), net::redirect_error(kAwait, ec));
+      const auto chunk = http::make_chunk(net::buffer(out));
+      co_await net::async_write(s, chunk, net::redirect_error(kAwait, ec));
       if (ec) break;
     }
     if (step == StreamStep::Done) {
       tcp_of(s).expires_after(seconds_of(lim.write_timeout_s));
-      co_await net::async_write(s, http::make_chunk_last(), net::redirect_error(kAwait, ec));
+      const auto last = http::make_chunk_last();
+      co_await net::async_write(s, last, net::redirect_error(kAwait, ec));
       body->close(!ec);
       co_return !ec;
     }
@@ -158,7 +161,8 @@ net::awaitable<bool> write_stream(Stream& s, HttpResponse& r, bool head_only, bo
 net::awaitable<HttpResponse> resolve(HttpResponse r) {
   while (r.later) {
     std::shared_ptr<DeferredResponse> later = std::move(r.later);
-    auto wake = std::make_shared<Wakeup>(co_await net::this_coro::executor);
+    const net::any_io_executor ex = co_await net::this_coro::executor;
+    auto wake = std::make_shared<Wakeup>(ex);
     later->on_ready(wake->trigger());
     std::optional<HttpResponse> got;
     while (!(got = later->poll())) co_await wake->wait();
@@ -186,8 +190,10 @@ net::awaitable<void> linger_close(Stream& s) {
   }
 }
 
+// (GCC 12 destroys temporaries inside a co_await expression twice: every
+// argument of a coroutine call below is a named object, passed by value.)
 template <class Stream>
-net::awaitable<void> answer_error(Stream& s, int status, const std::string& message, ConnectionShared& sh) {
+net::awaitable<void> answer_error(Stream& s, int status, std::string message, ConnectionShared& sh) {
   sh.metrics.add("kestrel_http_errors_total", 1, reason_for(status));
   HttpResponse r = error_response({status, message, "", "invalid_request_error", ""});
   if (co_await write_whole(s, r, false, false, sh.limits)) co_await linger_close(s);
@@ -221,6 +227,8 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
   if (buffer.size() == 0) {  // waiting for a request to begin
     tcp_of(s).expires_after(seconds_of(first ? lim.header_timeout_s : lim.idle_timeout_s));
     const size_t n = co_await s.async_read_some(buffer.prepare(4096), net::redirect_error(kAwait, ec));
+    // A new connection that sends nothing is a slow client; a kept-alive one going quiet is not.
+    if (ec == beast::error::timeout && first) sh.metrics.add("kestrel_http_errors_total", 1, "timeout");
     if (ec) co_return false;
     buffer.commit(n);
   }
@@ -232,7 +240,9 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
   co_await http::async_read_header(s, buffer, parser, net::redirect_error(kAwait, ec));
   if (ec) {
     if (ec == beast::error::timeout) sh.metrics.add("kestrel_http_errors_total", 1, "timeout");
-    if (const int status = status_for(ec)) co_await answer_error(s, status, "bad request head: " + ec.message(), sh);
+    const int status = status_for(ec);
+    std::string message = "bad request head: " + ec.message();
+    if (status) co_await answer_error(s, status, std::move(message), sh);
     co_return false;
   }
   Headers fields;
@@ -240,13 +250,16 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
   const RequestHead head{static_cast<int>(parser.get().version()), parser.get().method_string(), parser.get().target(),
                          &fields};
   if (auto problem = framing_problem(head, lim.max_header_fields)) {
-    co_await answer_error(s, problem->status, problem->message, sh);
+    const int status = problem->status;
+    std::string message = std::move(problem->message);
+    co_await answer_error(s, status, std::move(message), sh);
     co_return false;
   }
   const std::string_view expect = parser.get()[http::field::expect];
   if (!expect.empty()) {
     if (!iequals_ascii(expect, "100-continue")) {
-      co_await answer_error(s, 417, fmt::format("Expect '{}' is not supported", expect.substr(0, 32)), sh);
+      std::string message = fmt::format("Expect '{}' is not supported", expect.substr(0, 32));
+      co_await answer_error(s, 417, std::move(message), sh);
       co_return false;
     }
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -258,11 +271,10 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
   co_await http::async_read(s, buffer, parser, net::redirect_error(kAwait, ec));
   if (ec) {
     if (ec == beast::error::timeout) sh.metrics.add("kestrel_http_errors_total", 1, "timeout");
-    if (const int status = status_for(ec))
-      co_await answer_error(s, status,
-                            status == 413 ? fmt::format("the body is larger than {} bytes", lim.max_body_bytes)
-                                          : "bad request body: " + ec.message(),
-                            sh);
+    const int status = status_for(ec);
+    std::string message = status == 413 ? fmt::format("the body is larger than {} bytes", lim.max_body_bytes)
+                                        : "bad request body: " + ec.message();
+    if (status) co_await answer_error(s, status, std::move(message), sh);
     co_return false;
   }
 
@@ -279,15 +291,19 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
     res = std::move(*denied);
   } else {
     try {
-      res = co_await resolve(sh.router.handle(req));
+      HttpResponse routed = sh.router.handle(req);
+      res = co_await resolve(std::move(routed));
     } catch (const std::exception& e) {
       res = error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
     }
     sh.access.decorate(req, res);
   }
   const bool again = keep_alive && !sh.stopping;
-  const bool ok = res.stream ? co_await write_stream(s, res, head_only, again, lim)
-                             : co_await write_whole(s, res, head_only, again, lim);
+  bool ok = false;
+  if (res.stream)
+    ok = co_await write_stream(s, res, head_only, again, lim);
+  else
+    ok = co_await write_whole(s, res, head_only, again, lim);
   co_return ok && again;
 }
 

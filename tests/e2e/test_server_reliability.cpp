@@ -1,0 +1,323 @@
+// What no client can do to the server (issue 18): slow clients holding
+// thousands of connections, oversized chunked bodies, deeply nested JSON,
+// connection bursts, ambiguous framing; and the access options (API keys,
+// TLS) through curl. Each test starts its own `kestrel serve` on loopback.
+#include <gmock/gmock.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+#include <vector>
+
+#include "raw_http.h"
+#include "serve_process.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+const std::string kStories = test::shared("models/stories260K.gguf");
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// A metric's value from a /metrics scrape (the first sample whose line starts with `series`).
+double metric(httplib::Client& c, const std::string& series) {
+  auto r = c.Get("/metrics");
+  if (!r) return -1;
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+// One short completion; its latency in ms, or -1 if it did not succeed.
+double timed_completion(httplib::Client& c) {
+  const auto t0 = Clock::now();
+  auto r = c.Post("/v1/completions", json{{"prompt", "Once upon"}, {"max_tokens", 8}}.dump(), "application/json");
+  if (!r || r->status != 200) return -1;
+  return ms_since(t0);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+TEST(Reliability, AThousandSlowClientsDoNotStopFiftyNormalRequests) {
+  ASSERT_TRUE(test::allow_open_files(4096)) << "this test needs 1100 open files (ulimit -n)";
+  // Deadlines longer than the test: the slow connections stay open, held, not timed out.
+  test::ServerProcess s({"-m", kStories, "-c", "128", "--header-timeout", "120", "--idle-timeout", "120"});
+  auto c = s.client();
+  std::vector<double> before;
+  for (int i = 0; i < 10; i++) before.push_back(timed_completion(c));
+
+  // Each slow client has sent part of a head and adds a header line now and then (slowloris).
+  std::vector<int> slow;
+  for (int i = 0; i < 1000; i++) {
+    const int fd = test::connect_local(s.port());
+    ASSERT_GE(fd, 0) << "connection " << i;
+    test::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n");
+    slow.push_back(fd);
+  }
+  std::atomic<bool> attacking{true};
+  std::thread dribble([&] {
+    for (int round = 0; attacking; round++) {
+      for (int fd : slow) test::send_all(fd, "X-Slow-" + std::to_string(round) + ": 1\r\n");
+      for (int i = 0; i < 10 && attacking; i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  EXPECT_GE(metric(c, "kestrel_http_connections"), 1000);  // all held at once
+
+  // 50 requests from 5 clients while the slow ones hold their connections.
+  std::vector<double> during(50, -1);
+  std::vector<std::thread> clients;
+  for (int k = 0; k < 5; k++)
+    clients.emplace_back([&, k] {
+      auto cl = s.client();
+      for (int i = 0; i < 10; i++) during[k * 10 + i] = timed_completion(cl);
+    });
+  for (auto& t : clients) t.join();
+  attacking = false;
+  dribble.join();
+  for (int fd : slow) close(fd);
+
+  for (size_t i = 0; i < during.size(); i++) {
+    EXPECT_GE(during[i], 0) << "request " << i << " failed";
+    EXPECT_LT(during[i], 5000) << "request " << i << " took " << during[i] << " ms";
+  }
+  RecordProperty("median_ms_before", std::to_string(median(before)));
+  RecordProperty("median_ms_during", std::to_string(median(during)));
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
+TEST(Reliability, ChunkedAndNestedBodiesAreRefusedWithBoundedMemory) {
+  test::ServerProcess s({"-m", kStories, "-c", "128"});
+  auto c = s.client();
+  // Chunked, 8 MiB (the limit is 4 MiB): refused as it is read.
+  const std::string chunk = std::string("100000\r\n") + std::string(0x100000, 'a') + "\r\n";
+  std::string chunked = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 8; i++) chunked += chunk;
+  chunked += "0\r\n\r\n";
+  // A million nested arrays in a field nobody reads (2 MB).
+  const std::string nested_body = "{\"prompt\": \"hi\", \"x\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  const std::string nested = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
+                             std::to_string(nested_body.size()) + "\r\n\r\n" + nested_body;
+
+  auto attack = [&](int n, std::vector<int>& statuses) {
+    // Ten at a time, as concurrent attackers would.
+    for (int done = 0; done < n; done += 10) {
+      std::vector<std::thread> ts;
+      for (int i = done; i < std::min(n, done + 10); i++)
+        ts.emplace_back([&, i] { statuses[i] = test::status_of(test::raw_exchange(s.port(), i % 2 ? chunked : nested)); });
+      for (auto& t : ts) t.join();
+    }
+  };
+  std::vector<int> warm(10), statuses(100);
+  attack(10, warm);  // the allocator's arenas and the workers warm up
+  const int64_t rss0 = test::resident_bytes(s.pid());
+  attack(100, statuses);
+  const int64_t rss1 = test::resident_bytes(s.pid());
+  for (int i = 0; i < 100; i++) EXPECT_EQ(statuses[i], i % 2 ? 413 : 400) << "attack " << i;
+  EXPECT_LT(rss1 - rss0, 50 << 20) << "resident memory grew from " << rss0 << " to " << rss1 << " bytes";
+  RecordProperty("rss_growth_bytes", std::to_string(rss1 - rss0));
+  EXPECT_EQ(timed_completion(c) >= 0, true);
+}
+
+TEST(Reliability, ABurstOf500ConnectionsIsServedOrRefusedNeverReset) {
+  ASSERT_TRUE(test::allow_open_files(2048)) << "this test needs 600 open files (ulimit -n)";
+  test::ServerProcess s({"-m", kStories, "-c", "128", "--max-queue", "32"});
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 4}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::vector<int> fds;
+  for (int i = 0; i < 500; i++) {
+    const int fd = test::connect_local(s.port());
+    ASSERT_GE(fd, 0) << "connection " << i << " refused: the listen queue overflowed";
+    fds.push_back(fd);
+  }
+  for (int fd : fds) ASSERT_TRUE(test::send_all(fd, request));
+  int ok = 0, busy = 0;
+  for (size_t i = 0; i < fds.size(); i++) {
+    bool reset = false;
+    const std::string r = test::read_until_close(fds[i], 30000, &reset);
+    close(fds[i]);
+    EXPECT_FALSE(reset) << "connection " << i << " was reset";
+    const int status = test::status_of(r);
+    EXPECT_TRUE(status == 200 || status == 503) << "connection " << i << ": " << r.substr(0, 200);
+    if (status == 503) EXPECT_THAT(r, HasSubstr("Retry-After: 1"));
+    ok += status == 200;
+    busy += status == 503;
+  }
+  EXPECT_GE(ok, 32);
+  RecordProperty("served", ok);
+  RecordProperty("refused_503", busy);
+}
+
+TEST(Reliability, AmbiguousFramingIsRefusedAndTheServerKeepsServing) {
+  test::ServerProcess s({"-m", kStories, "-c", "128"});
+  const std::string body = R"({"content":"a"})";
+  struct Case {
+    std::string name, request;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"two Content-Lengths", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\nContent-Length: 15\r\n\r\n" + body, 400},
+      {"conflicting Content-Lengths", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\nContent-Length: 16\r\n\r\n" + body, 400},
+      {"Transfer-Encoding with Content-Length", "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 15\r\n\r\n0\r\n\r\n", 400},
+      {"a signed length", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: +15\r\n\r\n" + body, 400},
+      {"NUL in a header", std::string("GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n", 42), 400},
+      {"no Host", "GET /health HTTP/1.1\r\n\r\n", 400},
+      {"two Hosts", "GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+      {"an unknown coding", "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+      {"HTTP/2 in text", "GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 400},
+      {"a target that is not a path", "GET health HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"an unknown expectation", "POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: magic\r\nContent-Length: 15\r\n\r\n" + body, 417},
+      {"300,000 header bytes", "GET /health HTTP/1.1\r\nHost: x\r\nX: " + std::string(300000, 'a') + "\r\n\r\n", 431},
+      {"150 header fields", [] {
+         std::string r = "GET /health HTTP/1.1\r\nHost: x\r\n";
+         for (int i = 0; i < 150; i++) r += "X-" + std::to_string(i) + ": y\r\n";
+         return r + "\r\n";
+       }(), 431},
+      {"a body beyond the limit", "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n\r\n" + std::string(5000000, 'a'), 413},
+  };
+  for (const auto& k : cases) {
+    const std::string r = test::raw_exchange(s.port(), k.request);
+    EXPECT_EQ(test::status_of(r), k.status) << k.name << ": " << r.substr(0, 300);
+    EXPECT_THAT(r, HasSubstr("\"error\"")) << k.name;
+  }
+  // What is well-formed still works: chunked, HTTP/1.0, 100-continue, HEAD.
+  EXPECT_THAT(test::raw_exchange(s.port(), "POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: "
+                                           "chunked\r\n\r\nf\r\n" + body + "\r\n0\r\n\r\n"),
+              HasSubstr("\"tokens\""));
+  EXPECT_EQ(test::status_of(test::raw_exchange(s.port(), "GET /health HTTP/1.0\r\n\r\n")), 200);
+  const std::string cont = test::raw_exchange(s.port(), "POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                                        "Expect: 100-continue\r\nContent-Length: 15\r\n\r\n" + body);
+  EXPECT_EQ(cont.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK", 0), 0u) << cont;
+  const std::string head = test::raw_exchange(s.port(), "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(test::status_of(head), 200);
+  EXPECT_THAT(head, HasSubstr("Content-Length: 15"));
+  EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");  // no body
+}
+
+TEST(Reliability, ConnectionsBeyondTheCapGet503AndSlowHeadsAreDropped) {
+  test::ServerProcess s({"-m", kStories, "-c", "128", "--max-connections", "8", "--header-timeout", "1"});
+  std::vector<int> idle;
+  for (int i = 0; i < 8; i++) idle.push_back(test::connect_local(s.port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted
+  const std::string refused = test::raw_exchange(s.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(test::status_of(refused), 503) << refused;
+  EXPECT_THAT(refused, HasSubstr("Retry-After: 1"));
+  EXPECT_THAT(refused, HasSubstr("too many connections"));
+  // The idle ones sent nothing within the header deadline: dropped.
+  const auto t0 = Clock::now();
+  for (int fd : idle) {
+    EXPECT_EQ(test::read_until_close(fd, 5000), "");
+    close(fd);
+  }
+  EXPECT_LT(ms_since(t0), 4000);
+  // So is a head that never ends, however it dribbles.
+  const int slow = test::connect_local(s.port());
+  test::send_all(slow, "GET /health HTTP/1.1\r\n");
+  const auto t1 = Clock::now();
+  for (int i = 0; i < 40 && ms_since(t1) < 3000; i++) {
+    if (!test::send_all(slow, "X: y\r\n")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(test::read_until_close(slow, 3000), "");
+  close(slow);
+  EXPECT_LT(ms_since(t1), 3500);
+  auto c = s.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_GE(metric(c, "kestrel_http_errors_total{reason=\"timeout\"}"), 9);
+  EXPECT_GE(metric(c, "kestrel_http_errors_total{reason=\"connection_limit\"}"), 1);
+}
+
+// stdout of a shell command, and its exit status.
+std::string shell(const std::string& cmd, int* status = nullptr) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+TEST(Security, ApiKeyAndTlsThroughCurl) {
+  test::TempDir dir;
+  const std::string cert = dir.file("cert.pem"), key = dir.file("key.pem"), keys = dir.file("keys");
+  int st = 0;
+  const std::string made = shell("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+                                 "subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert, &st);
+  ASSERT_EQ(st, 0) << made;
+  std::ofstream(keys) << "# test keys\nsk-second\n";
+  test::ServerProcess s({"-m", kStories, "-c", "128", "--api-key", "sk-first", "--api-key-file", keys,
+                         "--ssl-cert-file", cert, "--ssl-key-file", key, "--cors-origin", "https://app.example"});
+  const std::string base = "https://127.0.0.1:" + std::to_string(s.port());
+  const std::string curl = "curl -s --max-time 20 --cacert " + cert + " ";
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})";
+  auto code_of = [&](const std::string& args) {
+    return shell(curl + "-o /dev/null -w '%{http_code}' " + args);
+  };
+  EXPECT_EQ(code_of(base + "/health"), "200");  // open
+  EXPECT_EQ(code_of(base + "/metrics"), "200");
+  EXPECT_EQ(code_of("-X POST -d '" + chat + "' " + base + "/v1/chat/completions"), "401");
+  EXPECT_EQ(code_of("-H 'Authorization: Bearer sk-wrong' -X POST -d '" + chat + "' " + base + "/v1/chat/completions"),
+            "401");
+  const std::string answer =
+      shell(curl + "-H 'Authorization: Bearer sk-second' -X POST -d '" + chat + "' " + base + "/v1/chat/completions");
+  const json a = json::parse(answer);
+  EXPECT_EQ(a["object"], "chat.completion") << answer;
+  EXPECT_EQ(a["usage"]["completion_tokens"], 3);
+  const std::string streamed = shell(curl + "-N -H 'Authorization: Bearer sk-first' -X POST -d '" +
+                                     R"({"prompt":"Once","max_tokens":3,"stream":true})" + "' " + base + "/v1/completions");
+  EXPECT_THAT(streamed, HasSubstr("data: [DONE]"));
+  // A browser's preflight from the allowed origin, with no key.
+  const std::string preflight = shell(curl + "-i -X OPTIONS -H 'Origin: https://app.example' -H "
+                                      "'Access-Control-Request-Method: POST' " + base + "/v1/chat/completions");
+  EXPECT_THAT(preflight, HasSubstr("HTTP/1.1 204"));
+  EXPECT_THAT(preflight, HasSubstr("Access-Control-Allow-Origin: https://app.example"));
+  // Plain HTTP to the TLS port gets no answer; a client that does not trust the certificate refuses it.
+  EXPECT_NE(shell("curl -s --max-time 5 -o /dev/null -w '%{http_code}' http://127.0.0.1:" + std::to_string(s.port()) +
+                  "/health"),
+            "200");
+  shell("curl -s --max-time 5 " + base + "/health", &st);
+  EXPECT_NE(st, 0);  // self-signed, not in the system store
+}
+
+TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {
+  test::ServerProcess first({"-m", kStories, "-c", "128"});
+  int st = 0;
+  const std::string out = shell(std::string(KESTREL_BINARY) + " serve -m " + kStories + " -c 128 --port " +
+                                std::to_string(first.port()), &st);
+  EXPECT_NE(st, 0);
+  EXPECT_THAT(out, HasSubstr("cannot listen on 127.0.0.1:" + std::to_string(first.port())));
+  EXPECT_THAT(out, HasSubstr("in use"));
+  test::TempDir dir;
+  const std::string junk = dir.file("junk.pem");
+  std::ofstream(junk) << "not a certificate\n";
+  const std::string bad = shell(std::string(KESTREL_BINARY) + " serve -m " + kStories + " --port 0 --ssl-cert-file " +
+                                junk + " --ssl-key-file " + junk, &st);
+  EXPECT_NE(st, 0);
+  EXPECT_THAT(bad, HasSubstr("cannot use the TLS certificate '" + junk + "'"));
+  const std::string half = shell(std::string(KESTREL_BINARY) + " serve -m " + kStories + " --port 0 --ssl-cert-file " + junk, &st);
+  EXPECT_NE(st, 0);
+  EXPECT_THAT(half, HasSubstr("needs both --ssl-cert-file and --ssl-key-file"));
+}
+
+}  // namespace
+}  // namespace kestrel
