@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "model/config_tensor_check.h"
+
 namespace kestrel {
 
 ModelConfig read_decoder_basics(HparamReader& h, RopeStyle rope_style) {
@@ -35,6 +37,7 @@ ModelConfig read_decoder_basics(HparamReader& h, RopeStyle rope_style) {
   else
     throw Error(fmt::format("{}: missing tensor 'token_embd.weight'", f.path()));
   c.tied_output = f.find_tensor("output.weight") == nullptr;
+  check_config_against_tensors(h, c, true);
 
   RopeParams& r = c.rope;
   r.style = rope_style;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/config_tensor_check.h"
 #include "model/hparams_reader.h"
 
 namespace kestrel {
@@ -36,6 +37,7 @@ ModelConfig read_deepseek2_config(const GgufFile& f) {
   else
     throw Error(fmt::format("{}: missing tensor 'token_embd.weight'", f.path()));
   c.tied_output = f.find_tensor("output.weight") == nullptr;
+  check_config_against_tensors(h, c, false);
 
   // MLA. Files from before llama.cpp split attn_kv_b give the per-head sizes
   // in key_length / value_length; newer ones there give the latent cache's

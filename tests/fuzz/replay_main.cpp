@@ -23,12 +23,16 @@ void write_seeds(const std::string& dir) {
   w.set_u32("llama.block_count", 1);
   w.set_u32("llama.attention.head_count", 2);
   w.set_u32("llama.feed_forward_length", 16);
+  w.set_u32("llama.attention.head_count_kv", 1);
+  w.set_u32("llama.context_length", 64);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_str("tokenizer.ggml.model", "llama");
   w.set("tokenizer.ggml.tokens", GgufValue::strings({"<unk>", "<s>", "</s>", "<0x41>", "\xE2\x96\x81H", "ello"}));
   w.set("tokenizer.ggml.scores", GgufValue::floats({0, 0, 0, 0, -1, -2}));
   w.set("tokenizer.ggml.token_type", GgufValue::int32s({2, 3, 3, 6, 1, 1}));
   const float x[64] = {};
   w.add_tensor_bytes("token_embd.weight", GgmlType::F32, {8, 6}, x);
+  w.add_tensor_bytes("blk.0.attn_norm.weight", GgmlType::F32, {8}, x);
   w.write_file(dir + "/spm.gguf");
   GgufWriter b;
   b.set_str("tokenizer.ggml.model", "gpt2");

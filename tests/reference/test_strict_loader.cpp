@@ -119,6 +119,32 @@ TEST(StrictLoader, HostileSizesNameTheKeyInsteadOfFailingAnAllocation) {
   }
 }
 
+// Sizes within the ceilings but not those of the file's tensors: refused by
+// the key, before buffers are sized from the metadata.
+TEST(StrictLoader, MetadataSizesMustMatchTheTensors) {
+  test::TempDir dir;
+  const std::string src = test::compat_model("llama32.F16");
+  struct Case {
+    const char* key;
+    uint32_t value;
+    const char* expect;
+  };
+  for (const Case& k : {Case{"llama.embedding_length", 131072, "'llama.embedding_length' = 131072"},
+                        Case{"llama.feed_forward_length", 1048576, "'llama.feed_forward_length' = 1048576"},
+                        Case{"llama.attention.head_count", 4096, "'llama.attention.head_count' = 4096"},
+                        Case{"llama.attention.head_count_kv", 2, "'llama.attention.head_count_kv' = 2"},
+                        Case{"llama.block_count", 4000, "'llama.block_count' = 4000"},
+                        Case{"llama.block_count", 2, "'llama.block_count' = 2"}}) {
+    const std::string path = rewrite(src, dir.file("mismatch.gguf"), [&](GgufWriter& w) { w.set_u32(k.key, k.value); });
+    const std::string err = load_error(path);
+    EXPECT_THAT(err, HasSubstr(k.expect)) << k.key;
+    EXPECT_THAT(err, HasSubstr("tensor")) << k.key << ": " << err;
+  }
+  const std::string ds = rewrite(test::shared("reference/llama.cpp/deepseek2-lite-tiny.f32.gguf"), dir.file("ds.gguf"),
+                                 [](GgufWriter& w) { w.set_u32("deepseek2.embedding_length", 4096); });
+  EXPECT_THAT(load_error(ds), HasSubstr("'deepseek2.embedding_length' = 4096 but tensor 'token_embd.weight'"));
+}
+
 TEST(StrictLoader, AMissingTensorOfTheFamilyIsNamed) {
   test::TempDir dir;
   const std::string path = rewrite(test::compat_model("gemma2.F16"), dir.file("no-post-norm.gguf"), [](GgufWriter&) {},
