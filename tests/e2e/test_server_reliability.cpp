@@ -133,6 +133,25 @@ TEST(Reliability, ChunkedAndNestedBodiesAreRefusedWithBoundedMemory) {
   EXPECT_EQ(timed_completion(c) >= 0, true);
 }
 
+TEST(Reliability, APromptTooLongByItsBytesIsRefusedBeforeTokenizing) {
+  test::ServerProcess s({"-m", kStories, "-c", "128"});
+  auto c = s.client();
+  const std::string huge(4000000, 'a');  // 4 MB: tokenizing it would take seconds
+  const auto t0 = Clock::now();
+  auto r = c.Post("/v1/completions", json{{"prompt", huge}, {"max_tokens", 1}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  const json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["code"], "context_length_exceeded");
+  EXPECT_THAT(e["message"].get<std::string>(), HasSubstr("the prompt has 4000000 bytes, so at least"));
+  r = c.Post("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", huge}}}}}.dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "messages");
+  RecordProperty("ms_for_two_refusals", std::to_string(ms_since(t0)));
+}
+
 TEST(Reliability, ABurstOf500ConnectionsIsServedOrRefusedNeverReset) {
   ASSERT_TRUE(test::allow_open_files(2048)) << "this test needs 600 open files (ulimit -n)";
   test::ServerProcess s({"-m", kStories, "-c", "128", "--max-queue", "32"});

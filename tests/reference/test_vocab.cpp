@@ -44,6 +44,10 @@ TEST_P(VocabFamily, EveryVectorMatches) {
     const auto got = tok->encode(inputs[i], false, false);
     EXPECT_EQ(got, expected[i]) << "input " << i << ": '" << inputs[i] << "'";
     failures += got != expected[i];
+    // The bound the server refuses long prompts by, before tokenizing: no
+    // token stands for more than max_token_text_bytes() bytes of input (checked
+    // against the reference's token counts, not only ours).
+    EXPECT_GE(expected[i].size() * tok->max_token_text_bytes(), inputs[i].size()) << "input " << i;
     // Decoding the ids gives the text back (byte-level BPE is lossless; SPM
     // adds the dummy-prefix space, which the caller strips).
     std::string text = tok->decode(got);
@@ -51,6 +55,9 @@ TEST_P(VocabFamily, EveryVectorMatches) {
     EXPECT_EQ(text, inputs[i]) << "round trip of input " << i;
   }
   RecordProperty("failures", failures);
+  // Runs of what merges best (spaces, repeated punctuation) stay within it too.
+  for (const std::string& run : {std::string(4000, ' '), std::string(4000, '='), std::string(4000, 'a')})
+    EXPECT_GE(tok->encode(run, false, false).size() * tok->max_token_text_bytes(), run.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, VocabFamily,
