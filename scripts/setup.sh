@@ -14,6 +14,10 @@ packages=(
   curl openssl                      # the TLS and API-key tests (a certificate, an HTTPS client)
 )
 
+# Node.js runs the stock OpenAI client in the e2e tests; the machine's own
+# is used when there is one, else Debian's.
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,4 +29,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The official `openai` npm package at the version package-lock.json pins,
+# for tests/e2e (the registry is reached only when it is not there yet).
+client=tests/e2e/openai_client
+if [ ! -d "$(dirname "$0")/../$client/node_modules/openai" ]; then
+  echo "setup: installing the openai npm client into $client"
+  (cd "$(dirname "$0")/../$client" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -316,6 +317,37 @@ TEST(Security, ApiKeyAndTlsThroughCurl) {
             "200");
   shell("curl -s --max-time 5 " + base + "/health", &st);
   EXPECT_NE(st, 0);  // self-signed, not in the system store
+}
+
+// The official OpenAI client (npm `openai`, installed by scripts/setup.sh)
+// over HTTPS with an API key: listing models, a chat answer, a streamed
+// chat, a completion, and a wrong key seen as its AuthenticationError.
+TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
+  const std::string client_dir = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
+  ASSERT_TRUE(std::filesystem::exists(client_dir + "/node_modules/openai/package.json"))
+      << "the openai npm package is missing: run scripts/setup.sh";
+  test::TempDir dir;
+  const std::string cert = dir.file("cert.pem"), key = dir.file("key.pem");
+  int st = 0;
+  const std::string made = shell("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+                                 "subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert, &st);
+  ASSERT_EQ(st, 0) << made;
+  test::ServerProcess s({"-m", kStories, "-c", "128", "--api-key", "sk-test", "--ssl-cert-file", cert,
+                         "--ssl-key-file", key, "--served-model-name", "stories"});
+  const std::string out = shell("cd " + client_dir + " && NODE_EXTRA_CA_CERTS=" + cert + " KESTREL_KEY=sk-test " +
+                                    "KESTREL_URL=https://127.0.0.1:" + std::to_string(s.port()) + "/v1 node client.mjs",
+                                &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind('{', out.find("\"models\"")) ));
+  EXPECT_EQ(seen["models"], json::array({"stories"}));
+  EXPECT_EQ(seen["chat"]["object"], "chat.completion");
+  EXPECT_EQ(seen["chat"]["tokens"], 4);
+  EXPECT_GE(seen["stream"]["chunks"], 3);  // the role, tokens, the end
+  EXPECT_EQ(seen["completion"]["object"], "text_completion");
+  EXPECT_EQ(seen["completion"]["tokens"], 3);
+  EXPECT_EQ(seen["wrong_key"]["status"], 401);
+  EXPECT_EQ(seen["wrong_key"]["name"], "AuthenticationError");
+  EXPECT_EQ(seen["wrong_key"]["code"], "invalid_api_key");
 }
 
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {
