@@ -156,18 +156,64 @@ net::awaitable<bool> write_stream(Stream& s, HttpResponse& r, bool head_only, bo
   co_return false;  // an unterminated chunked body: the connection must close
 }
 
+// What a connection learns while its answer is computed.
+struct Watch {
+  bool done = false;  // the watching read has ended
+  bool gone = false;  // ...because the client hung up
+};
+
+// Reads the connection while nothing else does, so that a client that hangs
+// up before its answer is ready is noticed (and its request cancelled)
+// instead of generating for nobody. Bytes of a pipelined next request are
+// kept in the buffer for it. The read is started here, at once (not in a
+// coroutine of its own that would start later, after a cancel meant for it).
+template <class Stream>
+void watch_connection(Stream& s, beast::flat_buffer& buffer, const net::any_io_executor& ex,
+                      std::shared_ptr<Watch> watch, std::shared_ptr<Wakeup> wake) {
+  s.async_read_some(buffer.prepare(4096),
+                    net::bind_executor(ex, [&buffer, watch, wake](const error_code& ec, size_t n) {
+                      if (!ec) buffer.commit(n);
+                      watch->gone = ec && ec != net::error::operation_aborted;
+                      watch->done = true;
+                      wake->trigger()();
+                    }));
+}
+
 // Until the response is known: an offloaded job, then (for a whole
-// completion) the engine's end.
-net::awaitable<HttpResponse> resolve(HttpResponse r) {
-  while (r.later) {
+// completion) the engine's end. Null when the client left meanwhile.
+template <class Stream>
+net::awaitable<std::optional<HttpResponse>> resolve(Stream& s, beast::flat_buffer& buffer, HttpResponse r) {
+  if (!r.later) co_return r;
+  const net::any_io_executor ex = co_await net::this_coro::executor;
+  auto wake = std::make_shared<Wakeup>(ex);
+  auto watch = std::make_shared<Watch>();
+  tcp_of(s).expires_never();
+  watch_connection(s, buffer, ex, watch, wake);
+  bool gone = false;
+  while (r.later && !gone) {
     std::shared_ptr<DeferredResponse> later = std::move(r.later);
-    const net::any_io_executor ex = co_await net::this_coro::executor;
-    auto wake = std::make_shared<Wakeup>(ex);
     later->on_ready(wake->trigger());
     std::optional<HttpResponse> got;
-    while (!(got = later->poll())) co_await wake->wait();
-    later->close(true);
-    r = std::move(*got);
+    // (Nothing may throw out of here while the watch reads the connection.)
+    auto poll = [&]() -> std::optional<HttpResponse> {
+      try {
+        return later->poll();
+      } catch (const std::exception& e) {
+        return error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
+      }
+    };
+    while (!(got = poll()) && !(gone = watch->gone)) co_await wake->wait();
+    later->close(!gone);
+    if (got) r = std::move(*got);
+  }
+  if (!watch->done) {  // stop watching before the connection is used again
+    error_code ec;
+    tcp_of(s).socket().cancel(ec);
+    while (!watch->done) co_await wake->wait();
+  }
+  if (gone) {
+    if (r.stream) r.stream->close(false);
+    co_return std::nullopt;
   }
   co_return r;
 }
@@ -290,12 +336,15 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
     if (denied->status == 401 || denied->status == 403) sh.metrics.add("kestrel_http_errors_total", 1, "denied");
     res = std::move(*denied);
   } else {
+    std::optional<HttpResponse> resolved;
     try {
       HttpResponse routed = sh.router.handle(req);
-      res = co_await resolve(std::move(routed));
+      resolved = co_await resolve(s, buffer, std::move(routed));
     } catch (const std::exception& e) {
-      res = error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
+      resolved = error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
     }
+    if (!resolved) co_return false;  // the client hung up: its request is cancelled, nothing to write
+    res = std::move(*resolved);
     sh.access.decorate(req, res);
   }
   const bool again = keep_alive && !sh.stopping;

@@ -153,6 +153,35 @@ TEST(Reliability, APromptTooLongByItsBytesIsRefusedBeforeTokenizing) {
   RecordProperty("ms_for_two_refusals", std::to_string(ms_since(t0)));
 }
 
+// A client that hangs up before its (non-streamed) answer is ready: the
+// request is cancelled, not generated to the end for nobody.
+TEST(Reliability, AClientThatHangsUpBeforeItsWholeAnswerCancelsIt) {
+  test::ServerProcess s({"-m", kStories, "-c", "1024"});
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 1000}, {"ignore_eos", true}}.dump();
+  const int fd = test::connect_local(s.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(test::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                     std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  close(fd);
+  auto c = s.client();
+  double cancelled = 0;
+  for (int i = 0; i < 50 && cancelled < 1; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancelled = metric(c, "kestrel_requests_total{outcome=\"cancelled\"}");
+  }
+  EXPECT_EQ(cancelled, 1);
+  EXPECT_EQ(metric(c, "kestrel_requests_total{outcome=\"length\"}"), -1);  // no request ran to max_tokens
+  EXPECT_LT(metric(c, "kestrel_generation_tokens_total"), 1000);
+  // A pipelined second request on one connection is still read and answered after the first.
+  const std::string one = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string two = "POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 15\r\n\r\n"
+                          "{\"content\":\"a\"}";
+  const std::string both = test::raw_exchange(s.port(), one + two);
+  EXPECT_THAT(both, HasSubstr("{\"status\":\"ok\"}"));
+  EXPECT_THAT(both, HasSubstr("\"tokens\""));
+}
+
 TEST(Reliability, ABurstOf500ConnectionsIsServedOrRefusedNeverReset) {
   ASSERT_TRUE(test::allow_open_files(2048)) << "this test needs 600 open files (ulimit -n)";
   test::ServerProcess s({"-m", kStories, "-c", "128", "--max-queue", "32"});
