@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <random>
+#include <set>
 
 #include "core/error.h"
 
@@ -72,6 +73,31 @@ std::string message_content(const json& m, size_t i) {
   return text;
 }
 
+// Every field of a body is one we implement, or one that cannot change the
+// output (`user`); anything else is a 400 naming it rather than an answer
+// computed without it. OpenAI fields we know but do not implement say so.
+void check_fields(const json& j, bool chat) {
+  static const std::set<std::string> common = {
+      "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
+      "stream_options", "logprobs", "user"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs"};
+  static const std::set<std::string> completion_only = {"prompt", "echo"};
+  static const std::set<std::string> openai_unimplemented = {
+      "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format", "logit_bias",
+      "suffix", "best_of", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
+  for (const auto& [key, value] : j.items()) {
+    if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
+    if (value.is_null()) continue;  // an explicit null asks for the default
+    if (openai_unimplemented.count(key))
+      throw bad(key, fmt::format("'{}' is not supported by this server", key));
+    throw bad(key, fmt::format("unknown field '{}'", key));
+  }
+  if (const auto it = j.find("stream_options"); it != j.end() && it->is_object())
+    for (const auto& [key, value] : it->items())
+      if (key != "include_usage") throw bad("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
+}
+
 // A text too long for the context is refused before it is tokenized (a
 // 4 MiB prompt took 1.5 s of CPU to tokenize only to be refused).
 void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& param) {
@@ -121,6 +147,7 @@ json parse_body(const std::string& body) {
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
   const json j = parse_body(body);
   if (!j.is_object()) throw bad("", "the body must be a JSON object");
+  check_fields(j, chat);
   ParsedRequest p;
   p.chat = chat;
   ServeRequest& r = p.serve;
@@ -143,6 +170,10 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
       const std::string rp = fmt::format("messages[{}].role", i);
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
         throw bad(rp, fmt::format("'{}' must be a string", rp));
+      for (const auto& [key, value] : m.items())
+        if (key != "role" && key != "content" && !value.is_null())
+          throw bad(fmt::format("messages[{}].{}", i, key),
+                    fmt::format("'messages[{}].{}' is not supported (a message has a role and content)", i, key));
       const std::string role = m["role"].get<std::string>();
       if (role != "system" && role != "user" && role != "assistant")
         throw bad(rp, fmt::format("'{}' = '{}' is not system, user or assistant", rp, role));

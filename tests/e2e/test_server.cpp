@@ -250,6 +250,16 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
       {"/v1/completions", R"({"prompt": "hi", "logprobs": 50})", 400, "logprobs"},
       {"/v1/completions", R"({"prompt": "hi", "model": "gpt-9"})", 404, "model"},
       {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "hi", "logit_bias": {"1": -100}})", 400, "logit_bias"},
+      {"/v1/completions", R"({"prompt": "hi", "suffix": "x"})", 400, "suffix"},
+      {"/v1/completions", R"({"prompt": "hi", "frobnicate": 1})", 400, "frobnicate"},
+      {"/v1/completions", R"({"prompt": "hi", "stream": true, "stream_options": {"continuous_usage_stats": true}})",
+       400, "stream_options.continuous_usage_stats"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       400, "response_format"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": []})", 400, "tools"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})", 400,
+       "messages[0].name"},
       {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
       {"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "messages[0].role"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user"}]})", 400, "messages[0].content"},
@@ -267,6 +277,10 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
       EXPECT_EQ(e["error"]["param"], b.param) << b.body;
     }
   }
+  // What cannot change the output is accepted: the end user's id, explicit nulls.
+  int ok_status = 0;
+  post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}, {"user", "u-1"}, {"logit_bias", nullptr}}, &ok_status);
+  EXPECT_EQ(ok_status, 200);
   // A million nested arrays (2 MB) is refused while it is read, not built.
   auto deep = c.Post("/v1/completions", "{\"prompt\": \"hi\", \"x\": " + std::string(1000000, '[') +
                                             std::string(1000000, ']') + "}", "application/json");
