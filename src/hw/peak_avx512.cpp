@@ -25,7 +25,14 @@ int32_t int8_dot_vnni512(int64_t iterations) {
     for (int i = 0; i < 12; i++) a[i] = _mm512_dpbusd_epi32(a[i], u, s8);
   __m512i s = a[0];
   for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, a[i]);
-  return _mm512_reduce_add_epi32(s);
+  // The lanes wrap after billions of iterations (only their use matters):
+  // summed as unsigned, where wrapping is defined (GCC's
+  // _mm512_reduce_add_epi32 adds them as int: UBSan's signed overflow).
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, s);
+  uint32_t sum = 0;
+  for (uint32_t v : lanes) sum += v;
+  return static_cast<int32_t>(sum);
 }
 
 float bf16_dot_avx512(int64_t iterations) {

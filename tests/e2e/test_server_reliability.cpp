@@ -129,9 +129,14 @@ TEST(Reliability, ChunkedAndNestedBodiesAreRefusedWithBoundedMemory) {
   attack(100, statuses);
   const int64_t rss1 = test::resident_bytes(s.pid());
   for (int i = 0; i < 100; i++) EXPECT_EQ(statuses[i], i % 2 ? 413 : 400) << "attack " << i;
+  EXPECT_GE(timed_completion(c), 0);
+#if defined(__SANITIZE_ADDRESS__)
+  // (The refusals above were checked; the memory figure is not the server's.)
+  GTEST_SKIP() << "under ASan, resident memory is its quarantine of freed blocks (+" << (rss1 - rss0) / 1000000
+               << " MB here), not the server's";
+#endif
   EXPECT_LT(rss1 - rss0, 50 << 20) << "resident memory grew from " << rss0 << " to " << rss1 << " bytes";
   RecordProperty("rss_growth_bytes", std::to_string(rss1 - rss0));
-  EXPECT_EQ(timed_completion(c) >= 0, true);
 }
 
 TEST(Reliability, APromptTooLongByItsBytesIsRefusedBeforeTokenizing) {
