@@ -24,7 +24,8 @@ HttpResponse ApiRoutes::rejected(const ApiError& e) {
 }
 
 // On the transport's thread: only what is instant (draining, a place in
-// the queue); parsing and tokenizing run offloaded.
+// the queue, a small body's parsing); a larger body is parsed and tokenized
+// offloaded.
 HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
   if (draining_) {
     HttpResponse r = rejected({503, "the server is shutting down", "", "server_error", "unavailable"});
@@ -39,6 +40,7 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }
+  if (req.body.size() <= kInlineBodyBytes) return start_completion(req, chat, std::move(slot));
   // (std::function wants a copyable job: the slot rides in a shared_ptr.)
   auto held = std::make_shared<QueueSlot>(std::move(slot));
   return OffloadedResponse::start(offload_, [this, req, chat, held] { return start_completion(req, chat, std::move(*held)); });

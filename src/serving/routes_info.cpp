@@ -24,6 +24,7 @@ void ApiRoutes::install(Router& router) {
 
 RouteHandler ApiRoutes::offloaded(RouteHandler handler) {
   return [this, handler = std::move(handler)](const HttpRequest& req) {
+    if (req.body.size() <= kInlineBodyBytes) return handler(req);
     return OffloadedResponse::start(offload_, [handler, req] { return handler(req); });
   };
 }

@@ -156,6 +156,20 @@ TEST(Reliability, APromptTooLongByItsBytesIsRefusedBeforeTokenizing) {
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "messages");
   RecordProperty("ms_for_two_refusals", std::to_string(ms_since(t0)));
+  // A body over 4 KiB is parsed on a worker, not where it arrived; the answer is the same as inline.
+  const json small = {{"prompt", "Once upon"}, {"max_tokens", 6}, {"temperature", 0}};
+  json large = small;
+  large["user"] = std::string(6000, 'u');
+  auto inline_answer = c.Post("/v1/completions", small.dump(), "application/json");
+  auto offloaded_answer = c.Post("/v1/completions", large.dump(), "application/json");
+  ASSERT_TRUE(inline_answer && offloaded_answer);
+  EXPECT_EQ(offloaded_answer->status, 200) << offloaded_answer->body;
+  EXPECT_EQ(json::parse(offloaded_answer->body)["choices"][0]["text"],
+            json::parse(inline_answer->body)["choices"][0]["text"]);
+  large["stream"] = true;
+  auto streamed = c.Post("/v1/completions", large.dump(), "application/json");
+  ASSERT_TRUE(streamed);
+  EXPECT_THAT(streamed->body, HasSubstr("data: [DONE]"));
 }
 
 // A client that hangs up before its (non-streamed) answer is ready: the
