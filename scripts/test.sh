@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh -DKESTREL_TESTS=ON
 
-fuzz_seconds=${KESTREL_FUZZ_SECONDS:-60}
+fuzz_seconds=${KESTREL_FUZZ_SECONDS:-45}
 if command -v clang++ >/dev/null; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DKESTREL_FUZZ=ON -DKESTREL_FUZZ_SECONDS="$fuzz_seconds" >/dev/null

@@ -32,8 +32,8 @@ struct ApiConfig {
 class ApiRoutes {
  public:
   // A body this small is parsed and tokenized where it arrives (at most
-  // ~1.5 ms of tokenizing): the hop to a worker and back cost ~3 ms of time
-  // to first token on this 2-core machine. Larger ones are offloaded.
+  // ~1.5 ms of tokenizing) rather than crossing to a worker thread and back;
+  // larger ones are offloaded, so no network thread stalls on a big prompt.
   static constexpr size_t kInlineBodyBytes = 4096;
 
   ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config);
