@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,10 @@ class ServerProcess {
     args.insert(args.begin(), {KESTREL_BINARY, "serve", "--port", "0", "-t", "2"});
     pid_ = fork();
     if (pid_ == 0) {
+      // The server dies with the test process, even one a sanitizer aborted
+      // before this object's destructor could kill it.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() == 1) _exit(127);
       std::freopen(log_.c_str(), "w", stderr);
       std::freopen("/dev/null", "w", stdout);
       std::vector<char*> argv;
