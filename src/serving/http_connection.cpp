@@ -199,7 +199,7 @@ net::awaitable<std::optional<HttpResponse>> resolve(Stream& s, beast::flat_buffe
       try {
         return later->poll();
       } catch (const std::exception& e) {
-        return error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
+        return internal_error_response(e);
       }
     };
     while (!(got = poll()) && !(gone = watch->gone)) co_await wake->wait();
@@ -341,7 +341,7 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
       HttpResponse routed = sh.router.handle(req);
       resolved = co_await resolve(s, buffer, std::move(routed));
     } catch (const std::exception& e) {
-      resolved = error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
+      resolved = internal_error_response(e);
     }
     if (!resolved) co_return false;  // the client hung up: its request is cancelled, nothing to write
     res = std::move(*resolved);

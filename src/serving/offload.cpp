@@ -23,7 +23,7 @@ HttpResponse OffloadedResponse::start(const Offload& offload, std::function<Http
     try {
       r = job();
     } catch (const std::exception& e) {
-      r = error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
+      r = internal_error_response(e);
     }
     self->finish(std::move(r));
   };

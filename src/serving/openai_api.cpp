@@ -122,6 +122,10 @@ std::string api_error_body(const ApiError& e) {
 
 HttpResponse error_response(const ApiError& e) { return json_response(api_error_body(e), e.status); }
 
+HttpResponse internal_error_response(const std::exception& e) {
+  return error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
+}
+
 std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json parse_body(const std::string& body) {

@@ -4,6 +4,7 @@
 // problem is an ApiError naming the field, turned into a 4xx response with
 // an OpenAI-style error body.
 #include <cstdint>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -26,6 +27,8 @@ struct ApiError {
 std::string api_error_body(const ApiError& e);
 // The error as a response: its status and body.
 HttpResponse error_response(const ApiError& e);
+// A 500 for an exception nobody expected (a route, a deferred answer).
+HttpResponse internal_error_response(const std::exception& e);
 // JSON as sent: compact, invalid UTF-8 replaced rather than thrown on.
 std::string json_text(const nlohmann::json& j);
 

@@ -11,7 +11,6 @@
 
 namespace kestrel {
 
-
 void RequestChannel::push(StreamEvent e) {
   std::function<void()> ready;
   {
@@ -108,7 +107,6 @@ void ServingEngine::shutdown(int deadline_ms) {
 
 void ServingEngine::update_gauges() {
   metrics_.set("kestrel_requests_running", exec_.n_running());
-  metrics_.set("kestrel_requests_waiting", queued_.load());
   metrics_.set("kestrel_kv_blocks_used", e_.kv->blocks().n_used_blocks());
 }
 
