@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 
 #include <regex>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include "hw/limits.h"
 #include "gguf/gguf.h"
+#include "cli_process.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -19,43 +19,23 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CliResult {
-  int exit_code;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-CliResult kestrel(const std::vector<std::string>& args) {
-  test::TempDir dir;
-  std::string cmd = quote(KESTREL_BINARY);
-  for (const auto& a : args) {
-    cmd += ' ';
-    cmd += quote(a);
-  }
-  cmd += " > " + dir.file("out") + " 2> " + dir.file("err") + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, test::read_text(dir.file("out")), test::read_text(dir.file("err"))};
-}
+using test::CliResult;
+using test::run_kestrel;
 
 const std::string kStories = test::shared("models/stories260K.bin");
 const std::string kTok = test::shared("models/tok512.bin");
 
 TEST(Cli, HelpListsEverySubcommand) {
-  const auto r = kestrel({"--help"});
+  const auto r = run_kestrel({"--help"});
   EXPECT_EQ(r.exit_code, 0);
   for (const char* cmd : {"run", "serve", "loadtest", "perplexity", "quantize", "info", "tokenize", "convert", "synth", "hw", "bench", "profile-report", "tune"}) {
     EXPECT_THAT(r.out, HasSubstr(cmd));
-    EXPECT_EQ(kestrel({cmd, "--help"}).exit_code, 0) << cmd;
+    EXPECT_EQ(run_kestrel({cmd, "--help"}).exit_code, 0) << cmd;
   }
 }
 
 TEST(Cli, RunFromLlama2cCheckpointStreamsTextAndSummary) {
-  const auto r = kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once upon a time", "-n", "30", "--temp", "0",
+  const auto r = run_kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once upon a time", "-n", "30", "--temp", "0",
                           "--print-ids", "-t", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Once upon a time, there was a little girl named Lily."));
@@ -68,19 +48,19 @@ TEST(Cli, RunFromLlama2cCheckpointStreamsTextAndSummary) {
 TEST(Cli, ConvertThenInfoTokenizeAndDumpLogits) {
   test::TempDir dir;
   const std::string gguf = dir.file("s.gguf");
-  auto r = kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "-o", gguf});
+  auto r = run_kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "-o", gguf});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = kestrel({"info", gguf});
+  r = run_kestrel({"info", gguf});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("llama.context_length"));
   EXPECT_THAT(r.out, HasSubstr("blk.4.ffn_down.weight"));
-  r = kestrel({"tokenize", "-m", gguf, "Once upon a time"});
+  r = run_kestrel({"tokenize", "-m", gguf, "Once upon a time"});
   EXPECT_EQ(r.out, "1 403 407 261 378\n");
-  r = kestrel({"tokenize", "-m", gguf, "--pieces", "--no-bos", "Once"});
+  r = run_kestrel({"tokenize", "-m", gguf, "--pieces", "--no-bos", "Once"});
   EXPECT_THAT(r.out, HasSubstr("403 ' Once'"));
 
   const std::string logits = dir.file("l.f32");
-  r = kestrel({"run", "-m", gguf, "--prompt-ids", "1 403 407 261 378", "-n", "10", "--temp", "0", "--dump-logits", logits});
+  r = run_kestrel({"run", "-m", gguf, "--prompt-ids", "1 403 407 261 378", "-n", "10", "--temp", "0", "--dump-logits", logits});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto got = test::read_f32(logits);
   ASSERT_EQ(got.size(), (5u + 9u) * 512u);  // every prompt position and every generated token but the last
@@ -89,32 +69,32 @@ TEST(Cli, ConvertThenInfoTokenizeAndDumpLogits) {
 
   // Mapping the file instead of loading it changes nothing but speed.
   const std::string mapped = dir.file("m.f32");
-  r = kestrel({"run", "-m", gguf, "--mmap", "--prompt-ids", "1 403 407 261 378", "-n", "10", "--temp", "0", "--dump-logits", mapped});
+  r = run_kestrel({"run", "-m", gguf, "--mmap", "--prompt-ids", "1 403 407 261 378", "-n", "10", "--temp", "0", "--dump-logits", mapped});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::read_text(mapped), test::read_text(logits));
 }
 
 TEST(Cli, ConvertQuantizedFallsBackForOddRowsAndSaysSo) {
   test::TempDir dir;
-  const auto r = kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "--type", "q8_0", "-o", dir.file("q.gguf")});
+  const auto r = run_kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "--type", "q8_0", "-o", dir.file("q.gguf")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("blk.0.ffn_down.weight rows do not divide into 32-element blocks; stored as F16"));
   const GgufFile f = GgufFile::open(dir.file("q.gguf"));
   EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q8_0);
   EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::F16);
-  const auto run = kestrel({"run", "-m", dir.file("q.gguf"), "-p", "Once upon a time", "-n", "20", "--temp", "0"});
+  const auto run = run_kestrel({"run", "-m", dir.file("q.gguf"), "-p", "Once upon a time", "-n", "20", "--temp", "0"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("Once upon a time, there was a little girl"));
 }
 
 TEST(Cli, SynthWritesARunnableModel) {
   test::TempDir dir;
-  auto r = kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--type", "q8_0", "--layers", "3", "-o", dir.file("t.gguf")});
+  auto r = run_kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--type", "q8_0", "--layers", "3", "-o", dir.file("t.gguf")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const GgufFile f = GgufFile::open(dir.file("t.gguf"));
   EXPECT_EQ(f.get_int("llama.block_count"), 3);
   EXPECT_EQ(f.find_tensor("blk.2.attn_q.weight")->type, GgmlType::Q8_0);
-  r = kestrel({"run", "-m", dir.file("t.gguf"), "-p", "hello there", "-n", "8", "--seed", "5"});
+  r = run_kestrel({"run", "-m", dir.file("t.gguf"), "-p", "hello there", "-n", "8", "--seed", "5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("generated 8 tokens"));
 
@@ -124,8 +104,8 @@ TEST(Cli, SynthWritesARunnableModel) {
     args.insert(args.end(), more.begin(), more.end());
     return args;
   };
-  ASSERT_EQ(kestrel(with(greedy, {"--dump-logits", dir.file("packed.f32")})).exit_code, 0);
-  r = kestrel(with(greedy, {"--no-repack", "--dump-logits", dir.file("plain.f32")}));
+  ASSERT_EQ(run_kestrel(with(greedy, {"--dump-logits", dir.file("packed.f32")})).exit_code, 0);
+  r = run_kestrel(with(greedy, {"--no-repack", "--dump-logits", dir.file("plain.f32")}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto packed = test::read_f32(dir.file("packed.f32")), plain = test::read_f32(dir.file("plain.f32"));
   ASSERT_EQ(packed.size(), plain.size());
@@ -133,15 +113,15 @@ TEST(Cli, SynthWritesARunnableModel) {
   for (size_t i = 0; i < plain.size(); i++) ASSERT_NEAR(packed[i], plain[i], 0.05f) << i;
 
   // Same seed, same file.
-  ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "--layers", "3", "-o", dir.file("u.gguf")}).exit_code, 0);
+  ASSERT_EQ(run_kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "--layers", "3", "-o", dir.file("u.gguf")}).exit_code, 0);
   EXPECT_EQ(test::read_text(dir.file("t.gguf")), test::read_text(dir.file("u.gguf")));
 
   // A real tokenizer copied in: it tokenizes like the original.
   const std::string spm = test::shared("vocab/ggml-vocab-llama-spm.gguf");
-  r = kestrel({"synth", "--arch", "qwen2", "--preset", "tiny", "--vocab-from", spm, "-o", dir.file("v.gguf")});
+  r = run_kestrel({"synth", "--arch", "qwen2", "--preset", "tiny", "--vocab-from", spm, "-o", dir.file("v.gguf")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(kestrel({"tokenize", "-m", dir.file("v.gguf"), "Hello world"}).out, kestrel({"tokenize", "-m", spm, "Hello world"}).out);
-  EXPECT_EQ(kestrel({"run", "-m", dir.file("v.gguf"), "-p", "Hello", "-n", "4"}).exit_code, 0);
+  EXPECT_EQ(run_kestrel({"tokenize", "-m", dir.file("v.gguf"), "Hello world"}).out, run_kestrel({"tokenize", "-m", spm, "Hello world"}).out);
+  EXPECT_EQ(run_kestrel({"run", "-m", dir.file("v.gguf"), "-p", "Hello", "-n", "4"}).exit_code, 0);
 }
 
 // Every family synth writes (tiny shapes) loads under the strict loader,
@@ -152,13 +132,13 @@ TEST(Cli, SynthEveryFamilyRunsQuantizesAndChecks) {
   for (const char* arch : {"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"}) {
     SCOPED_TRACE(arch);
     const std::string f32 = dir.file(std::string(arch) + ".gguf"), q8 = dir.file(std::string(arch) + ".q8.gguf");
-    auto r = kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32", "-o", f32});
+    auto r = run_kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32", "-o", f32});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr(std::string("(") + arch + " F32"));
-    r = kestrel({"run", "-m", f32, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-c", "128", "--spec", "ngram"});
+    r = run_kestrel({"run", "-m", f32, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-c", "128", "--spec", "ngram"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.err, HasSubstr("generated 24 tokens"));
-    r = kestrel({"quantize", f32, q8, "--type", "q8_0"});
+    r = run_kestrel({"quantize", f32, q8, "--type", "q8_0"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const GgufFile q = GgufFile::open(q8);
     int routers = 0;
@@ -168,13 +148,13 @@ TEST(Cli, SynthEveryFamilyRunsQuantizesAndChecks) {
       routers++;
     }
     EXPECT_EQ(routers > 0, std::string(arch).find("moe") != std::string::npos);
-    EXPECT_EQ(kestrel({"run", "-m", q8, "-p", "Once", "-n", "4", "-c", "64"}).exit_code, 0);
-    r = kestrel({"precision-check", "-m", f32, "-c", "128"});
+    EXPECT_EQ(run_kestrel({"run", "-m", q8, "-p", "Once", "-n", "4", "-c", "64"}).exit_code, 0);
+    r = run_kestrel({"precision-check", "-m", f32, "-c", "128"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr("logits: "));
   }
   // Real shapes are checked, not written: a wrong preset names the known ones.
-  EXPECT_THAT(kestrel({"synth", "--arch", "qwen3", "--preset", "7b", "-o", dir.file("x.gguf")}).err,
+  EXPECT_THAT(run_kestrel({"synth", "--arch", "qwen3", "--preset", "7b", "-o", dir.file("x.gguf")}).err,
               HasSubstr("not one of tiny, 0.6b, 4b, 8b for qwen3"));
 }
 
@@ -197,7 +177,7 @@ class CliWithLimits : public ::testing::Test {
 };
 
 TEST_F(CliWithLimits, HwReportsFeaturesKernelsAndCachedLimits) {
-  const auto r = kestrel({"hw", "--json", "-t", "1"});
+  const auto r = run_kestrel({"hw", "--json", "-t", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j["isa"].contains("avx2"));
@@ -205,15 +185,15 @@ TEST_F(CliWithLimits, HwReportsFeaturesKernelsAndCachedLimits) {
   EXPECT_GE(j["threads"].get<int>(), 1);
   EXPECT_TRUE(j["kernels"].contains("Q4_0"));
   EXPECT_EQ(j["limits"]["read_bandwidth_gbs"].get<double>(), 10.0);
-  const auto text = kestrel({"hw", "-t", "1"});
+  const auto text = run_kestrel({"hw", "-t", "1"});
   EXPECT_THAT(text.out, HasSubstr("read bandwidth"));
   EXPECT_THAT(text.out, HasSubstr("kernels:"));
 }
 
 TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
   const std::string model = dir_.file("m.gguf");
-  ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
-  const auto r = kestrel({"bench", "-m", model, "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--json"});
+  ASSERT_EQ(run_kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
+  const auto r = run_kestrel({"bench", "-m", model, "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto rows = nlohmann::json::parse(r.out);
   ASSERT_EQ(rows.size(), 2u);
@@ -242,20 +222,20 @@ TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
   // Prefill of int8 weights is held to the int8 peak: 1000 GOP/s over the FLOPs per token.
   EXPECT_NEAR(rows[0]["roofline_ts"].get<double>(), 1000e9 / rows[0]["flops_per_token"].get<double>(), 1e-6);
 
-  const auto md = kestrel({"bench", "-m", model, "-p", "8", "-n", "0", "-r", "1", "-t", "1"});
+  const auto md = run_kestrel({"bench", "-m", model, "-p", "8", "-n", "0", "-r", "1", "-t", "1"});
   ASSERT_EQ(md.exit_code, 0) << md.err;
   EXPECT_THAT(md.out, HasSubstr("| pp8 |"));
   EXPECT_THAT(md.out, HasSubstr("of roofline"));
-  const auto csv = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--csv"});
+  const auto csv = run_kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--csv"});
   EXPECT_THAT(csv.out, HasSubstr("model_filename,model_type"));
-  EXPECT_NE(kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
+  EXPECT_NE(run_kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
 }
 
 TEST_F(CliWithLimits, DeepseekSynthRunsBothMlaModesAndBenchCountsRoutedExperts) {
   const std::string model = dir_.file("ds.gguf");
   // f32: the two MLA modes then differ by summation order only (with Q8_0
   // they quantize different intermediates: ~0.03 apart).
-  auto r = kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--type", "f32", "-o", model});
+  auto r = run_kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--type", "f32", "-o", model});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const GgufFile f = GgufFile::open(model);
   EXPECT_EQ(f.get_string("general.architecture"), "deepseek2");
@@ -267,17 +247,17 @@ TEST_F(CliWithLimits, DeepseekSynthRunsBothMlaModesAndBenchCountsRoutedExperts) 
   for (const char* mode : {"absorbed", "decompressed"}) {
     auto args = greedy;
     args.insert(args.end(), {"--mla", mode, "--dump-logits", dir_.file(std::string(mode) + ".f32")});
-    r = kestrel(args);
+    r = run_kestrel(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   const auto a = test::read_f32(dir_.file("absorbed.f32")), d = test::read_f32(dir_.file("decompressed.f32"));
   ASSERT_EQ(a.size(), d.size());
   ASSERT_FALSE(a.empty());
   for (size_t i = 0; i < a.size(); i++) ASSERT_NEAR(a[i], d[i], 1e-4f) << i;
-  EXPECT_NE(kestrel({"run", "-m", model, "-p", "x", "--mla", "sideways"}).exit_code, 0);
+  EXPECT_NE(run_kestrel({"run", "-m", model, "-p", "x", "--mla", "sideways"}).exit_code, 0);
 
   // Decode reads the routed experts' share only: 4 of 16 experts' bytes.
-  r = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--json", "--profile", dir_.file("p.json")});
+  r = run_kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--json", "--profile", dir_.file("p.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto rows = nlohmann::json::parse(r.out);
   double bytes = 0;
@@ -287,7 +267,7 @@ TEST_F(CliWithLimits, DeepseekSynthRunsBothMlaModesAndBenchCountsRoutedExperts) 
   }
   EXPECT_NEAR(rows[0]["weight_bytes_per_token"].get<double>(), bytes, 16.0);
   EXPECT_THAT(rows[0]["model_type"].get<std::string>(), HasSubstr("active"));
-  r = kestrel({"profile-report", dir_.file("p.json")});
+  r = run_kestrel({"profile-report", dir_.file("p.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("expert load"));
   EXPECT_THAT(r.out, HasSubstr("moe_route"));
@@ -297,10 +277,10 @@ TEST(Cli, QuantizeKeepsTheGreedyTextAtQ8_0AndPerplexityMeasuresTheCost) {
   test::TempDir dir;
   const std::string f32 = test::shared("models/stories260K.gguf");
   auto greedy = [&](const std::string& m) {
-    return kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "100", "--temp", "0"}).out;
+    return run_kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "100", "--temp", "0"}).out;
   };
   auto ppl = [&](const std::string& m) {
-    const auto r = kestrel({"perplexity", "-m", m, "-f", test::shared("eval/stories.txt"), "-c", "128"});
+    const auto r = run_kestrel({"perplexity", "-m", m, "-f", test::shared("eval/stories.txt"), "-c", "128"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const auto at = r.out.find("PPL = ");
     return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 6));
@@ -310,7 +290,7 @@ TEST(Cli, QuantizeKeepsTheGreedyTextAtQ8_0AndPerplexityMeasuresTheCost) {
   EXPECT_NEAR(base_ppl, 5.1168, 1e-3);  // llama.cpp's figure for this model and text
   for (const char* type : {"q8_0", "q4_0"}) {
     const std::string out = dir.file(std::string(type) + ".gguf");
-    const auto r = kestrel({"quantize", f32, out, "--type", type});
+    const auto r = run_kestrel({"quantize", f32, out, "--type", type});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.err, HasSubstr("blk.4.ffn_down.weight rows do not divide"));  // 172 columns
     const GgufFile q = GgufFile::open(out);
@@ -326,13 +306,13 @@ TEST(Cli, QuantizeKeepsTheGreedyTextAtQ8_0AndPerplexityMeasuresTheCost) {
       EXPECT_LT(p, base_ppl * 1.15);           // ...but not much (measured: 5.6420, +10%)
     }
   }
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "tq1_0"}).err, HasSubstr("--type 'tq1_0'"));
+  EXPECT_THAT(run_kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "tq1_0"}).err, HasSubstr("--type 'tq1_0'"));
   // stories260K's 64-wide rows hold no 256-block: IQ2_XXS falls back to IQ4_NL as in llama-quantize,
   // which then needs no importance matrix.
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "iq2_xxs"}).err,
+  EXPECT_THAT(run_kestrel({"quantize", f32, dir.file("x.gguf"), "--type", "iq2_xxs"}).err,
               HasSubstr("blk.0.attn_q.weight rows do not divide into the type's blocks; stored as IQ4_NL"));
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--mix", "q9_k"}).err, HasSubstr("--mix 'q9_k' is not one of"));
-  EXPECT_THAT(kestrel({"quantize", f32, f32, "--type", "q8_0"}).err, HasSubstr("overwrite the input"));
+  EXPECT_THAT(run_kestrel({"quantize", f32, dir.file("x.gguf"), "--mix", "q9_k"}).err, HasSubstr("--mix 'q9_k' is not one of"));
+  EXPECT_THAT(run_kestrel({"quantize", f32, f32, "--type", "q8_0"}).err, HasSubstr("overwrite the input"));
 }
 
 TEST(Cli, QuantizationMethodsKvTypesAndPrecisionCheckEndToEnd) {
@@ -340,37 +320,37 @@ TEST(Cli, QuantizationMethodsKvTypesAndPrecisionCheckEndToEnd) {
   const std::string f32 = test::shared("models/stories260K.gguf");
   const std::string calib = std::string(KESTREL_SOURCE_DIR) + "/tests/data/calib-stories.txt";
   // AWQ + GPTQ with calibration: reports what it did, writes a loadable file.
-  auto r = kestrel({"quantize", f32, dir.file("g.gguf"), "--type", "q4_0", "--method", "awq+gptq", "--calib", calib,
+  auto r = run_kestrel({"quantize", f32, dir.file("g.gguf"), "--type", "q4_0", "--method", "awq+gptq", "--calib", calib,
                     "--calib-ctx", "64"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("calibration over"));
   EXPECT_THAT(r.err, HasSubstr("awq blk.0.attn_q.weight: alpha"));
-  EXPECT_EQ(kestrel({"run", "-m", dir.file("g.gguf"), "-p", "Once", "-n", "8", "--temp", "0"}).exit_code, 0);
+  EXPECT_EQ(run_kestrel({"run", "-m", dir.file("g.gguf"), "-p", "Once", "-n", "8", "--temp", "0"}).exit_code, 0);
   // Mixed precision prints its plan.
-  r = kestrel({"quantize", f32, dir.file("m.gguf"), "--calib", calib, "--calib-ctx", "64", "--target-kld", "0.05",
+  r = run_kestrel({"quantize", f32, dir.file("m.gguf"), "--calib", calib, "--calib-ctx", "64", "--target-kld", "0.05",
                "--types", "q4_0,q8_0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("| blk.0.ffn_gate.weight |"));
   EXPECT_THAT(r.out, HasSubstr("predicted KLD"));
   // Bad combinations name the problem.
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--method", "gptq"}).err, HasSubstr("--calib"));
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--method", "best"}).err, HasSubstr("--method 'best'"));
-  EXPECT_THAT(kestrel({"quantize", f32, dir.file("x.gguf"), "--target-size", "12Q", "--calib", calib}).err,
+  EXPECT_THAT(run_kestrel({"quantize", f32, dir.file("x.gguf"), "--method", "gptq"}).err, HasSubstr("--calib"));
+  EXPECT_THAT(run_kestrel({"quantize", f32, dir.file("x.gguf"), "--method", "best"}).err, HasSubstr("--method 'best'"));
+  EXPECT_THAT(run_kestrel({"quantize", f32, dir.file("x.gguf"), "--target-size", "12Q", "--calib", calib}).err,
               HasSubstr("--target-size '12Q'"));
   // KV types: run reports bytes per token; a bad type is named.
-  r = kestrel({"run", "-m", f32, "-p", "Once", "-n", "8", "--temp", "0", "--kv-type-k", "q8_0", "--kv-type-v", "q4"});
+  r = run_kestrel({"run", "-m", f32, "-p", "Once", "-n", "8", "--temp", "0", "--kv-type-k", "q8_0", "--kv-type-v", "q4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("KV q8_0/q4 ("));
-  EXPECT_THAT(kestrel({"run", "-m", f32, "-p", "Once", "--kv-type", "q5"}).err, HasSubstr("KV type 'q5'"));
-  r = kestrel({"info", f32, "--kv-memory", "1M"});
+  EXPECT_THAT(run_kestrel({"run", "-m", f32, "-p", "Once", "--kv-type", "q5"}).err, HasSubstr("KV type 'q5'"));
+  r = run_kestrel({"info", f32, "--kv-memory", "1M"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("  q4     8.00 bits/value"));  // heads of 8: groups of 8 with a scale and a minimum
   // precision-check prints every layer and the logits.
-  r = kestrel({"precision-check", "-m", f32, "--kv-type", "q8_0"});
+  r = run_kestrel({"precision-check", "-m", f32, "--kv-type", "q8_0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("| 4 | "));
   EXPECT_THAT(r.out, HasSubstr("logits: "));
-  EXPECT_THAT(kestrel({"precision-check", "-m", test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf")}).err,
+  EXPECT_THAT(run_kestrel({"precision-check", "-m", test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf")}).err,
               HasSubstr("multi-head latent attention"));
 }
 
@@ -380,13 +360,13 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
   test::write_bytes(prompt, "Once upon a time, there was a little girl named Lily. She liked to play. "
                             "Once upon a time, there was a little girl named Lily. She");
   const std::string m = test::shared("models/stories260K.gguf");
-  auto r = kestrel({"bench", "-m", m, "--spec", "ngram", "--spec-prompt", prompt, "-n", "32", "-r", "1", "--draft-max",
+  auto r = run_kestrel({"bench", "-m", m, "--spec", "ngram", "--spec-prompt", prompt, "-n", "32", "-r", "1", "--draft-max",
                     "2,4", "--spec-batch", "1,3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("| batch | draft max | plain t/s | speculative t/s | speed-up | accepted |"));
   for (const char* row : {"\n| 1 | 2 | ", "\n| 1 | 4 | ", "\n| 3 | 2 | ", "\n| 3 | 4 | "}) EXPECT_THAT(r.out, HasSubstr(row));
   // The model as its own draft, 4 requests at once through the serving engine: nearly all accepted.
-  r = kestrel({"bench", "-m", m, "--spec", "draft", "--draft-model", m, "--spec-prompt", prompt, "-n", "16", "-r", "1",
+  r = run_kestrel({"bench", "-m", m, "--spec", "draft", "--draft-model", m, "--spec-prompt", prompt, "-n", "16", "-r", "1",
                "--draft-max", "3", "--spec-batch", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::smatch row;
@@ -394,24 +374,24 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
       << r.out;
   EXPECT_GT(std::stod(row[1]), 90.0);
   // run with the model as its own draft: (nearly) every drafted token accepted, reported in the summary.
-  r = kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "20", "--temp", "0", "--spec", "draft", "--draft-model", m});
+  r = run_kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "20", "--temp", "0", "--spec", "draft", "--draft-model", m});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::smatch rate;
   ASSERT_TRUE(std::regex_search(r.err, rate, std::regex(R"(speculation \(draft\): \d+ drafts, \d+ drafted, \d+ accepted \(([0-9.]+)%\))")))
       << r.err;
   EXPECT_GT(std::stod(rate[1]), 90.0);
-  EXPECT_THAT(kestrel({"run", "-m", m, "-p", "Once", "--spec", "draft"}).err, HasSubstr("--draft-model"));
-  r = kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "40", "--temp", "0", "--spec", "ngram", "--spec-governed"});
+  EXPECT_THAT(run_kestrel({"run", "-m", m, "-p", "Once", "--spec", "draft"}).err, HasSubstr("--draft-model"));
+  r = run_kestrel({"run", "-m", m, "-p", "Once upon a time", "-n", "40", "--temp", "0", "--spec", "ngram", "--spec-governed"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("speculation (ngram):"));
-  EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "ngram"}).err, HasSubstr("--spec-prompt"));
-  EXPECT_THAT(kestrel({"bench", "-m", m, "--spec", "draft", "--spec-prompt", prompt}).err, HasSubstr("--draft-model"));
-  EXPECT_THAT(kestrel({"run", "-m", m, "-p", "Once", "--spec", "mtp"}).err,
+  EXPECT_THAT(run_kestrel({"bench", "-m", m, "--spec", "ngram"}).err, HasSubstr("--spec-prompt"));
+  EXPECT_THAT(run_kestrel({"bench", "-m", m, "--spec", "draft", "--spec-prompt", prompt}).err, HasSubstr("--draft-model"));
+  EXPECT_THAT(run_kestrel({"run", "-m", m, "-p", "Once", "--spec", "mtp"}).err,
               HasSubstr("no multi-token-prediction layers"));
   // DeepSeek-V3-like model with an MTP block: drafts every step (a random block: few accepted).
   const std::string ds = dir.file("mtp.gguf");
-  ASSERT_EQ(kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--mtp", "1", "--type", "f32", "-o", ds}).exit_code, 0);
-  r = kestrel({"run", "-m", ds, "--prompt-ids", "1 5 9 5 9 5", "-n", "24", "--temp", "0", "--spec", "mtp",
+  ASSERT_EQ(run_kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--mtp", "1", "--type", "f32", "-o", ds}).exit_code, 0);
+  r = run_kestrel({"run", "-m", ds, "--prompt-ids", "1 5 9 5 9 5", "-n", "24", "--temp", "0", "--spec", "mtp",
                "--draft-max", "3", "--ignore-eos"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(std::regex_search(r.err, rate, std::regex(R"(speculation \(mtp\): (\d+) drafts)"))) << r.err;
@@ -421,8 +401,8 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
   // The cached limits say 10 GB/s; --measure must replace them with this machine's.
   const std::string model = dir_.file("m.gguf");
-  ASSERT_EQ(kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
-  const auto r = kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "3", "-t", "1", "--measure", "--json"});
+  ASSERT_EQ(run_kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
+  const auto r = run_kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "3", "-t", "1", "--measure", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("bench: limits now: read"));
   const auto rows = nlohmann::json::parse(r.out);
@@ -442,37 +422,37 @@ TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
   std::sort(fractions.begin(), fractions.end());
   EXPECT_NEAR(rows[0]["roofline_fraction"].get<double>(), fractions[1], 1e-9);
   EXPECT_THAT(rows[0]["roofline_basis"].get<std::string>(), HasSubstr("median of 3 probes"));
-  const auto hw = nlohmann::json::parse(kestrel({"hw", "--json", "-t", "1"}).out);
+  const auto hw = nlohmann::json::parse(run_kestrel({"hw", "--json", "-t", "1"}).out);
   EXPECT_NE(hw["limits"]["read_bandwidth_gbs"].get<double>(), 10.0);  // and stored for later runs
 }
 
 TEST_F(CliWithLimits, TuneStoresTheWinnersThatHwThenReports) {
-  EXPECT_THAT(kestrel({"hw", "--json"}).out, HasSubstr("derived from the"));
-  const auto r = kestrel({"tune", "--tokens", "8", "-t", "1"});
+  EXPECT_THAT(run_kestrel({"hw", "--json"}).out, HasSubstr("derived from the"));
+  const auto r = run_kestrel({"tune", "--tokens", "8", "-t", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("best: q8 token chunk"));
-  const auto j = nlohmann::json::parse(kestrel({"hw", "--json"}).out);
+  const auto j = nlohmann::json::parse(run_kestrel({"hw", "--json"}).out);
   EXPECT_THAT(j["tuning"]["source"].get<std::string>(), HasSubstr(dir_.file("cache")));
   const int64_t chunk = j["tuning"]["q8_token_chunk"];
   EXPECT_TRUE(chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128 || chunk == 256) << chunk;
   // A run with the tuned file gives the same tokens as the reference.
-  const auto run = kestrel({"run", "-m", kStories, "--tokenizer", kTok, "--prompt-ids", "1 403 407 261 378", "-n", "5",
+  const auto run = run_kestrel({"run", "-m", kStories, "--tokenizer", kTok, "--prompt-ids", "1 403 407 261 378", "-n", "5",
                             "--temp", "0", "--print-ids"});
   EXPECT_THAT(run.out, HasSubstr("ids: 432 383 286 261 376"));
-  EXPECT_NE(kestrel({"tune", "--tokens", "1"}).exit_code, 0);
+  EXPECT_NE(run_kestrel({"tune", "--tokens", "1"}).exit_code, 0);
 }
 
 TEST(Cli, ProfileThenReport) {
   test::TempDir dir;
   const std::string trace = dir.file("p.json");
-  auto r = kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once", "-n", "5", "--profile", trace});
+  auto r = run_kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once", "-n", "5", "--profile", trace});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = kestrel({"profile-report", trace, "--svg", dir.file("h.svg")});
+  r = run_kestrel({"profile-report", trace, "--svg", dir.file("h.svg")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("matmul ffn_gate+ffn_up+swiglu"));
   EXPECT_THAT(r.out, HasSubstr("GB/s"));
   EXPECT_THAT(test::read_text(dir.file("h.svg")), HasSubstr("<svg"));
-  EXPECT_NE(kestrel({"profile-report", dir.file("missing.json")}).exit_code, 0);
+  EXPECT_NE(run_kestrel({"profile-report", dir.file("missing.json")}).exit_code, 0);
 }
 
 struct BadCase {
@@ -521,7 +501,7 @@ TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
       {{"frobnicate"}, "frobnicate"},
   };
   for (const auto& c : cases) {
-    const auto r = kestrel(c.args);
+    const auto r = run_kestrel(c.args);
     std::string shown;
     for (const auto& a : c.args) shown += a + " ";
     EXPECT_NE(r.exit_code, 0) << shown;

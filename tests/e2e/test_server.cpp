@@ -4,12 +4,9 @@
 // of bad requests gets 4xx errors naming the field while the server keeps
 // serving; random bodies never crash it; prefix caching reports hits without
 // changing results; /metrics parses as Prometheus text; SIGTERM drains.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "kv/kv_cache.h"
+#include "raw_http.h"
 #include "serve_process.h"
 #include "test_support.h"
 
@@ -403,19 +401,15 @@ TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
   test::ServerProcess s({"-m", kStories, "-c", "1024", "--shutdown-timeout", "5"});
   {
     // Start a long stream over a raw socket, read its first bytes, then drop the connection.
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(s.port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const int fd = test::connect_local(s.port());
+    ASSERT_GE(fd, 0);
     const std::string body =
         json{{"prompt", "Once"}, {"max_tokens", 1000}, {"temperature", 0.8}, {"stream", true}, {"ignore_eos", true}}
             .dump();
     const std::string req =
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body;
-    ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    ASSERT_TRUE(test::send_all(fd, req));
     char buf[256];
     ASSERT_GT(read(fd, buf, sizeof buf), 0);
     close(fd);

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_process.h"
 #include "raw_http.h"
 #include "serve_process.h"
 #include "test_support.h"
@@ -400,22 +401,20 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
 
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {
   test::ServerProcess first({"-m", kStories, "-c", "128"});
-  int st = 0;
-  const std::string out = shell(std::string(KESTREL_BINARY) + " serve -m " + kStories + " -c 128 --port " +
-                                std::to_string(first.port()), &st);
-  EXPECT_NE(st, 0);
-  EXPECT_THAT(out, HasSubstr("cannot listen on 127.0.0.1:" + std::to_string(first.port())));
-  EXPECT_THAT(out, HasSubstr("in use"));
+  const test::CliResult busy = test::run_kestrel({"serve", "-m", kStories, "-c", "128", "--port", std::to_string(first.port())});
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_THAT(busy.err, HasSubstr("cannot listen on 127.0.0.1:" + std::to_string(first.port())));
+  EXPECT_THAT(busy.err, HasSubstr("in use"));
   test::TempDir dir;
   const std::string junk = dir.file("junk.pem");
   std::ofstream(junk) << "not a certificate\n";
-  const std::string bad = shell(std::string(KESTREL_BINARY) + " serve -m " + kStories + " --port 0 --ssl-cert-file " +
-                                junk + " --ssl-key-file " + junk, &st);
-  EXPECT_NE(st, 0);
-  EXPECT_THAT(bad, HasSubstr("cannot use the TLS certificate '" + junk + "'"));
-  const std::string half = shell(std::string(KESTREL_BINARY) + " serve -m " + kStories + " --port 0 --ssl-cert-file " + junk, &st);
-  EXPECT_NE(st, 0);
-  EXPECT_THAT(half, HasSubstr("needs both --ssl-cert-file and --ssl-key-file"));
+  const test::CliResult bad =
+      test::run_kestrel({"serve", "-m", kStories, "--port", "0", "--ssl-cert-file", junk, "--ssl-key-file", junk});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("cannot use the TLS certificate '" + junk + "'"));
+  const test::CliResult half = test::run_kestrel({"serve", "-m", kStories, "--port", "0", "--ssl-cert-file", junk});
+  EXPECT_NE(half.exit_code, 0);
+  EXPECT_THAT(half.err, HasSubstr("needs both --ssl-cert-file and --ssl-key-file"));
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+#pragma once
+// The `kestrel` binary run once as a command, for end-to-end tests: its exit
+// status, stdout and stderr (arguments shell-quoted; stdin is empty).
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+
+namespace kestrel::test {
+
+struct CliResult {
+  int exit_code;
+  std::string out, err;
+};
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+inline CliResult run_kestrel(const std::vector<std::string>& args) {
+  TempDir dir;
+  std::string cmd = shell_quote(KESTREL_BINARY);
+  for (const auto& a : args) {
+    cmd += ' ';
+    cmd += shell_quote(a);
+  }
+  cmd += " > " + dir.file("out") + " 2> " + dir.file("err") + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, read_text(dir.file("out")), read_text(dir.file("err"))};
+}
+
+}  // namespace kestrel::test
