@@ -293,8 +293,7 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
   }
   Headers fields;
   for (const auto& f : parser.get()) fields.emplace_back(std::string(f.name_string()), std::string(f.value()));
-  const RequestHead head{static_cast<int>(parser.get().version()), parser.get().method_string(), parser.get().target(),
-                         &fields};
+  const RequestHead head{static_cast<int>(parser.get().version()), parser.get().target(), &fields};
   if (auto problem = framing_problem(head, lim.max_header_fields)) {
     const int status = problem->status;
     std::string message = std::move(problem->message);

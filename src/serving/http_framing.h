@@ -16,7 +16,7 @@ namespace kestrel {
 
 struct RequestHead {
   int version = 11;  // 10 or 11 (HTTP/1.0, HTTP/1.1)
-  std::string_view method, target;
+  std::string_view target;
   const Headers* fields = nullptr;
 };
 
