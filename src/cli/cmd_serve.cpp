@@ -18,7 +18,7 @@ namespace {
 
 struct ServeFlags {
   EngineOptions engine;
-  std::string host = "127.0.0.1", policy = "fcfs", chat_template, served_name, log_format = "text", profile;
+  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, served_name, log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
   HttpLimits limits;
   int http_threads = 2, http_workers = 2;
@@ -109,7 +109,14 @@ int run(ServeFlags& f) {
   hc.port = f.port;
   hc.api.model_name =
       f.served_name.empty() ? std::filesystem::path(f.engine.model_path).filename().string() : f.served_name;
-  hc.api.chat_template = f.chat_template.empty() ? detect_chat_template(*e.file) : chat_template_from_name(f.chat_template);
+  {
+    auto tmpl = std::make_shared<ChatTemplate>(ChatTemplate::from_model(*e.file, f.chat_template));
+    if (!f.chat_template_kwargs.empty()) tmpl->set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));
+    if (tmpl->used_fallback())
+      fmt::print(stderr, "[kestrel] warning: {} has no chat template; chat requests use chatml (see --chat-template)\n",
+                 f.engine.model_path);
+    hc.api.chat_template = std::move(tmpl);
+  }
   hc.io_threads = f.http_threads;
   hc.worker_threads = f.http_workers;
   hc.limits = f.limits;
@@ -131,7 +138,7 @@ int run(ServeFlags& f) {
              "chat template {}{})\n",
              hc.api.model_name, hc.tls_cert_file.empty() ? "http" : "https", f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
              e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
-             chat_template_name(hc.api.chat_template), hc.access.api_keys.empty() ? "" : ", API key required");
+             hc.api.chat_template->origin(), hc.access.api_keys.empty() ? "" : ", API key required");
 
   // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
   // deadline (then cancel them), then close the listener.
@@ -197,8 +204,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
       ->capture_default_str();
-  cmd->add_option("--chat-template", f.chat_template,
-                  "chatml, llama3, deepseek2, deepseek3, deepseek-r1 (default: from the GGUF)");
+  add_chat_template_options(cmd, f.chat_template, f.chat_template_kwargs);
   cmd->add_option("--served-model-name", f.served_name, "Model id in the API (default: the file name)");
   cmd->add_flag("--allow-special-in-content", f.allow_special_in_content,
                 "Let control tokens spelled in chat message content (e.g. </s>, <｜User｜>) become those tokens "

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/error.h"
@@ -19,6 +20,7 @@ CLI::App* add_command(CLI::App& app, const std::string& name, const std::string&
 
 void register_info(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_template(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_run(CLI::App& app);
@@ -43,6 +45,7 @@ inline void register_all(CLI::App& app) {
   register_imatrix(app);
   register_info(app);
   register_tokenize(app);
+  register_template(app);
   register_convert(app);
   register_synth(app);
   register_hw(app);
@@ -52,6 +55,28 @@ inline void register_all(CLI::App& app) {
 }
 
 int run_selected(CLI::App& app);
+
+// --chat-template FILE|NAME and --chat-template-kwargs JSON (serve, chat).
+inline void add_chat_template_options(CLI::App* cmd, std::string& choice, std::string& kwargs) {
+  cmd->add_option("--chat-template", choice,
+                  "A Jinja chat template file, a built-in (chatml, llama3, deepseek2, deepseek3, deepseek-r1), or "
+                  "the name of one of the model's templates (tokenizer.chat_template.NAME); default: the model's");
+  cmd->add_option("--chat-template-kwargs", kwargs,
+                  "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}' (requests may "
+                  "override them with chat_template_kwargs)");
+}
+
+// The --chat-template-kwargs text as a JSON object; throws Error saying what is wrong.
+inline nlohmann::ordered_json parse_chat_template_kwargs(const std::string& text) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw kestrel::Error(fmt::format("--chat-template-kwargs is not JSON: {}", e.what()));
+  }
+  if (!j.is_object()) throw kestrel::Error("--chat-template-kwargs must be a JSON object");
+  return j;
+}
 
 // --mla auto|absorbed|decompressed on the commands that load a model.
 inline CLI::Option* add_mla_option(CLI::App* cmd, MlaAttention& target) {

@@ -12,19 +12,19 @@
 #include <mutex>
 #include <string>
 
-#include "serving/chat_template.h"
 #include "serving/http_types.h"
 #include "serving/metrics.h"
 #include "serving/offload.h"
 #include "serving/openai_api.h"
 #include "serving/router.h"
 #include "serving/serving_engine.h"
+#include "chat/chat_template.h"
 
 namespace kestrel {
 
 struct ApiConfig {
   std::string model_name;
-  ChatTemplate chat_template = ChatTemplate::ChatML;
+  std::shared_ptr<const ChatTemplate> chat_template;  // required for /v1/chat/completions
   bool log_json = false;  // one JSON line per request on stderr, else a short text line
   bool allow_special_in_content = false;  // see ApiContext
 };

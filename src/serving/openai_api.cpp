@@ -10,11 +10,11 @@
 namespace kestrel {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: the order of keys a client sent (tool parameters, message fields)
+// is the order a chat template renders them in, as transformers does.
+using json = nlohmann::ordered_json;
 
-ApiError bad(const std::string& param, const std::string& message) {
-  return ApiError{400, message, param, "invalid_request_error", ""};
-}
+ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
 
 double number(const json& j, const char* key, double lo, double hi, double dflt) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
@@ -57,22 +57,6 @@ std::vector<std::string> stops(const json& j) {
   return out;
 }
 
-std::string message_content(const json& m, size_t i) {
-  const std::string param = fmt::format("messages[{}].content", i);
-  if (!m.contains("content") || m["content"].is_null()) throw bad(param, fmt::format("'{}' is missing", param));
-  const json& c = m["content"];
-  if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array()) throw bad(param, fmt::format("'{}' must be a string or an array of text parts", param));
-  std::string text;
-  for (const auto& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-      throw bad(param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} (only text is supported)",
-                                   param));
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
 // Every field of a body is one we implement, or one that cannot change the
 // output (`user`); anything else is a 400 naming it rather than an answer
 // computed without it. OpenAI fields we know but do not implement say so.
@@ -81,7 +65,8 @@ void check_fields(const json& j, bool chat) {
       "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
       "stream_options", "logprobs", "user"};
-  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
+                                                  "chat_template_kwargs"};
   static const std::set<std::string> completion_only = {"prompt", "echo"};
   static const std::set<std::string> openai_unimplemented = {
       "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format", "logit_bias",
@@ -126,9 +111,9 @@ HttpResponse internal_error_response(const std::exception& e) {
   return error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
 }
 
-std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-json parse_body(const std::string& body) {
+nlohmann::ordered_json parse_body(const std::string& body) {
   int64_t values = 0;
   const json::parser_callback_t bounds = [&](int depth, json::parse_event_t event, json&) {
     if (depth >= kMaxJsonDepth)  // depth counts from 0: the outermost value is level 1
@@ -166,27 +151,14 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   }
   const std::string prompt_param = chat ? "messages" : "prompt";
   if (chat) {
-    if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
-      throw bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
-    std::vector<ChatMessage> msgs;
-    for (size_t i = 0; i < j["messages"].size(); i++) {
-      const json& m = j["messages"][i];
-      const std::string rp = fmt::format("messages[{}].role", i);
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        throw bad(rp, fmt::format("'{}' must be a string", rp));
-      for (const auto& [key, value] : m.items())
-        if (key != "role" && key != "content" && !value.is_null())
-          throw bad(fmt::format("messages[{}].{}", i, key),
-                    fmt::format("'messages[{}].{}' is not supported (a message has a role and content)", i, key));
-      const std::string role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant")
-        throw bad(rp, fmt::format("'{}' = '{}' is not system, user or assistant", rp, role));
-      msgs.push_back({role, message_content(m, i)});
-    }
-    const RenderedChat chat_text = render_chat_marked(ctx.chat_template, msgs);
+    const RenderedChat chat_text = render_chat_request(ctx, j);
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
-    r.prompt = ctx.allow_special_in_content ? ctx.tokenizer.encode(chat_text.text, true, true)
-                                            : ctx.tokenizer.encode(chat_text.text, true, chat_text.content);
+    // A template that writes the BOS text itself (Llama 3, DeepSeek) gets no
+    // second BOS from the tokenizer.
+    const bool bos_in_text = !ctx.chat_template->bos_token().empty() &&
+                             chat_text.text.rfind(ctx.chat_template->bos_token(), 0) == 0;
+    r.prompt = ctx.allow_special_in_content ? ctx.tokenizer.encode(chat_text.text, !bos_in_text, true)
+                                            : ctx.tokenizer.encode(chat_text.text, !bos_in_text, chat_text.content);
   } else {
     if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
     const json& pr = j["prompt"];

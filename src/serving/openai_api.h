@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "serving/chat_template.h"
 #include "serving/http_types.h"
 #include "serving/serving_engine.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -22,6 +22,11 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string code;  // e.g. "model_not_found", "context_length_exceeded"
 };
+
+// A 400 invalid_request_error about `param`.
+inline ApiError bad_request(const std::string& param, const std::string& message) {
+  return ApiError{400, message, param, "invalid_request_error", ""};
+}
 
 // {"error": {"message", "type", "param", "code"}}
 std::string api_error_body(const ApiError& e);
@@ -39,12 +44,12 @@ std::string json_text(const nlohmann::json& j);
 // memory per request before, even in a field nobody reads.)
 constexpr int kMaxJsonDepth = 64;
 constexpr int64_t kMaxJsonValues = 1 << 20;
-nlohmann::json parse_body(const std::string& body);
+nlohmann::ordered_json parse_body(const std::string& body);
 
 struct ApiContext {
   const Tokenizer& tokenizer;
   std::string model_name;
-  ChatTemplate chat_template;
+  const ChatTemplate* chat_template;
   int64_t n_ctx;
   // Control tokens spelled inside message content become those tokens (off:
   // content is text; only the template's own markers are control tokens).
@@ -57,6 +62,11 @@ struct ParsedRequest {
   bool chat = false;
   bool include_usage_chunk = false;  // stream_options.include_usage
 };
+
+// The chat request's messages (and chat_template_kwargs) through the model's
+// template. Throws ApiError naming the message or field at fault, or carrying
+// the template's own raise_exception message.
+RenderedChat render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body);
 
 // Throws ApiError. body: the raw request body.
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat);

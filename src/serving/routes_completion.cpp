@@ -49,7 +49,7 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
 HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, QueueSlot slot) {
   ParsedRequest p;
   try {
-    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_name, c_.chat_template, engine_.n_ctx(),
+    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_name, c_.chat_template.get(), engine_.n_ctx(),
                          c_.allow_special_in_content};
     p = parse_completion_request(ctx, req.body, chat);
   } catch (const ApiError& e) {

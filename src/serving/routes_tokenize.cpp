@@ -11,7 +11,7 @@ using json = nlohmann::json;
 
 HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
   try {
-    const json j = parse_body(req.body);
+    const auto j = parse_body(req.body);
     const char* key = j.contains("content") ? "content" : "prompt";
     if (!j.is_object() || !j.contains(key) || !j[key].is_string())
       return error_response({400, "'content' must be a string", "content", "invalid_request_error", ""});
@@ -27,7 +27,7 @@ HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
 
 HttpResponse ApiRoutes::detokenize(const HttpRequest& req) const {
   try {
-    const json j = parse_body(req.body);
+    const auto j = parse_body(req.body);
     const auto ids = j.at("tokens").get<std::vector<int32_t>>();
     const auto n = static_cast<int32_t>(engine_.engine().tokenizer->vocab().size());
     for (int32_t t : ids)

@@ -1,0 +1,146 @@
+#include "chat/chat_template.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "jinja/json_value.h"
+
+namespace kestrel {
+namespace {
+
+// Templates for models whose file carries none (or to override one), in the
+// shape of the families' published templates.
+struct BuiltinTemplate {
+  const char* name;
+  const char* source;
+};
+constexpr BuiltinTemplate kBuiltins[] = {
+    {"chatml",
+     "{%- for message in messages -%}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+     "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"},
+    {"llama3",
+     "{{- bos_token -}}{%- for message in messages -%}"
+     "{{ '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' + message.content | trim + '<|eot_id|>' }}"
+     "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"},
+    {"deepseek2",
+     "{{- bos_token -}}{%- for message in messages -%}{%- if message.role == 'system' -%}{{ message.content + '\\n\\n' }}"
+     "{%- elif message.role == 'user' -%}{{ 'User: ' + message.content + '\\n\\n' }}"
+     "{%- else -%}{{ 'Assistant: ' + message.content + eos_token }}{%- endif -%}{%- endfor -%}"
+     "{%- if add_generation_prompt -%}{{ 'Assistant:' }}{%- endif -%}"},
+    {"deepseek3",
+     "{{- bos_token -}}{%- for message in messages -%}{%- if message.role == 'system' -%}{{ message.content }}"
+     "{%- elif message.role == 'user' -%}{{ '<｜User｜>' + message.content }}"
+     "{%- else -%}{{ '<｜Assistant｜>' + message.content + '<｜end▁of▁sentence｜>' }}{%- endif -%}{%- endfor -%}"
+     "{%- if add_generation_prompt -%}{{ '<｜Assistant｜>' }}{%- endif -%}"},
+    {"deepseek-r1",
+     "{{- bos_token -}}{%- for message in messages -%}{%- if message.role == 'system' -%}{{ message.content }}"
+     "{%- elif message.role == 'user' -%}{{ '<｜User｜>' + message.content }}"
+     "{%- else -%}{%- set content = message.content -%}{%- if '</think>' in content -%}"
+     "{%- set content = content.split('</think>')[-1] -%}{%- endif -%}"
+     "{{ '<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>' }}{%- endif -%}{%- endfor -%}"
+     "{%- if add_generation_prompt -%}{{ '<｜Assistant｜><think>\\n' }}{%- endif -%}"},
+};
+
+std::string token_text(const GgufFile& file, const char* id_key) {
+  const auto id = file.get_int(id_key);
+  const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
+  if (!id || !tokens || tokens->type != GgufValueType::ARRAY) return "";
+  const auto& items = tokens->as_array().items;
+  if (*id < 0 || static_cast<size_t>(*id) >= items.size()) return "";
+  return items[static_cast<size_t>(*id)].as_string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("chat template file '{}' cannot be read", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+const char* builtin_chat_template(const std::string& name) {
+  for (const auto& b : kBuiltins)
+    if (name == b.name) return b.source;
+  return nullptr;
+}
+
+const char* builtin_chat_template_names() { return "chatml, llama3, deepseek2, deepseek3, deepseek-r1"; }
+
+ChatTemplate::ChatTemplate(std::string origin, std::string_view source, std::string bos_token, std::string eos_token)
+    : origin_(std::move(origin)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
+  try {
+    template_ = std::make_shared<const jinja::Template>(source);
+  } catch (const jinja::TemplateError& e) {
+    throw Error(fmt::format("chat template ({}) does not parse: {}", origin_, e.what()));
+  }
+}
+
+ChatTemplate ChatTemplate::from_model(const GgufFile& file, const std::string& choice) {
+  const std::string bos = token_text(file, "tokenizer.ggml.bos_token_id");
+  const std::string eos = token_text(file, "tokenizer.ggml.eos_token_id");
+  if (choice.empty()) {
+    if (const auto src = file.get_string("tokenizer.chat_template")) return {"tokenizer.chat_template", *src, bos, eos};
+    ChatTemplate t("built-in chatml (the model file has no tokenizer.chat_template)", kBuiltins[0].source, bos, eos);
+    t.fallback_ = true;
+    return t;
+  }
+  if (const char* src = builtin_chat_template(choice)) return {"built-in " + choice, src, bos, eos};
+  if (const auto src = file.get_string("tokenizer.chat_template." + choice))
+    return {"tokenizer.chat_template." + choice, *src, bos, eos};
+  if (std::filesystem::is_regular_file(choice)) return {"file " + choice, read_file(choice), bos, eos};
+  throw Error(fmt::format("--chat-template '{}' is not a file, a built-in template ({}) or a template of the model ({})",
+                          choice, builtin_chat_template_names(),
+                          [&] {
+                            std::string names;
+                            for (const auto& [k, v] : file.metadata())
+                              if (k.rfind("tokenizer.chat_template.", 0) == 0)
+                                names += (names.empty() ? "" : ", ") + k.substr(24);
+                            return names.empty() ? std::string("it has no named ones") : names;
+                          }()));
+}
+
+void ChatTemplate::set_default_kwargs(const nlohmann::ordered_json& kwargs) {
+  if (!kwargs.is_object()) throw Error("chat template kwargs must be a JSON object");
+  default_kwargs_ = kwargs;
+}
+
+jinja::TaintedString ChatTemplate::render_vars(const nlohmann::ordered_json& vars,
+                                               const jinja::RenderOptions& options) const {
+  jinja::ValueDict dict;
+  for (const auto& [k, v] : vars.items()) dict.emplace_back(k, jinja::from_json(v, false));
+  const auto absent = [&](const char* key) { return !vars.contains(key); };
+  if (absent("bos_token")) dict.emplace_back("bos_token", jinja::Value(bos_));
+  if (absent("eos_token")) dict.emplace_back("eos_token", jinja::Value(eos_));
+  return template_->render(dict, options);
+}
+
+RenderedChat ChatTemplate::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  const nlohmann::ordered_json& kwargs, bool add_generation_prompt) const {
+  jinja::ValueDict dict = {
+      {"messages", jinja::from_json(messages, true)},
+      {"tools", jinja::from_json(tools, true)},
+      {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+      {"bos_token", jinja::Value(bos_)},
+      {"eos_token", jinja::Value(eos_)},
+  };
+  const auto set = [&](const std::string& k, jinja::Value v) {
+    for (auto& [name, x] : dict)
+      if (name == k) {
+        x = std::move(v);
+        return;
+      }
+    dict.emplace_back(k, std::move(v));
+  };
+  // Template switches are the operator's or the client's choice, not message text.
+  for (const auto& [k, v] : default_kwargs_.items()) set(k, jinja::from_json(v, false));
+  for (const auto& [k, v] : kwargs.items()) set(k, jinja::from_json(v, false));
+  jinja::TaintedString out = template_->render(dict, {});
+  return {std::move(out.text), std::move(out.input)};
+}
+
+}  // namespace kestrel

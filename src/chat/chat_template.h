@@ -1,0 +1,71 @@
+#pragma once
+// A model's chat template: the Jinja source in the GGUF's
+// tokenizer.chat_template (or a named alternate, a file, or a built-in),
+// rendered by Kestrel's own Jinja interpreter with the variables Hugging Face
+// transformers passes (messages, tools, add_generation_prompt, bos_token,
+// eos_token, and template switches such as enable_thinking).
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "jinja/template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+
+// The prompt text, with the spans that came from the caller's data (message
+// content, tool definitions): tokenized with control tokens recognised only
+// outside them, so a user's "<|im_end|>" stays text while the template's own
+// markers are control tokens.
+struct RenderedChat {
+  std::string text;
+  std::vector<TextSpan> content;
+};
+
+class ChatTemplate {
+ public:
+  // Throws Error naming `origin` when the source does not parse.
+  ChatTemplate(std::string origin, std::string_view source, std::string bos_token = "", std::string eos_token = "");
+
+  // The template a model is served with. `choice`: empty for the file's
+  // tokenizer.chat_template (chatml when the file has none, see
+  // used_fallback()); a built-in name (chatml, llama3, deepseek2, deepseek3,
+  // deepseek-r1); the name of a template in the file
+  // (tokenizer.chat_template.NAME); or a path to a Jinja file.
+  // bos_token/eos_token are the model's token texts.
+  static ChatTemplate from_model(const GgufFile& file, const std::string& choice);
+
+  // Where the source came from, for the start-up log ("tokenizer.chat_template").
+  const std::string& origin() const { return origin_; }
+  bool used_fallback() const { return fallback_; }
+  const std::string& bos_token() const { return bos_; }
+
+  // Variables every render gets unless the request sets them (--chat-template-kwargs).
+  void set_default_kwargs(const nlohmann::ordered_json& kwargs);
+
+  // Renders with exactly these variables (bos_token and eos_token added when
+  // absent). Throws jinja::TemplateError.
+  jinja::TaintedString render_vars(const nlohmann::ordered_json& vars, const jinja::RenderOptions& options = {}) const;
+
+  // A conversation from a client: every string in messages and tools is the
+  // caller's data. `kwargs` (chat_template_kwargs of the request) are added
+  // over the defaults. Throws jinja::TemplateError.
+  RenderedChat render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                      const nlohmann::ordered_json& kwargs, bool add_generation_prompt) const;
+
+ private:
+  std::string origin_;
+  std::shared_ptr<const jinja::Template> template_;
+  std::string bos_, eos_;
+  nlohmann::ordered_json default_kwargs_ = nlohmann::ordered_json::object();
+  bool fallback_ = false;
+};
+
+// The Jinja source of a built-in template, or nullptr.
+const char* builtin_chat_template(const std::string& name);
+// "chatml, llama3, ..." for messages.
+const char* builtin_chat_template_names();
+
+}  // namespace kestrel

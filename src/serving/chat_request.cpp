@@ -1,0 +1,123 @@
+// A chat request's messages, checked and put in the shape Hugging Face chat
+// templates read (the OpenAI shape, tool-call arguments as objects), then
+// rendered by the model's template.
+#include <fmt/format.h>
+
+#include "serving/openai_api.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// The content as one string (text parts joined), or null where the role may
+// leave it out (an assistant turn that only calls tools).
+json message_content(const json& m, size_t i, bool may_be_null) {
+  const std::string param = fmt::format("messages[{}].content", i);
+  if (!m.contains("content") || m["content"].is_null()) {
+    if (may_be_null) return nullptr;
+    throw bad_request(param, fmt::format("'{}' is missing", param));
+  }
+  const json& c = m["content"];
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of text parts", param));
+  std::string text;
+  for (const auto& part : c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad_request(
+          param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} (only text is supported)", param));
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// An assistant's earlier tool calls; arguments (a JSON string in the OpenAI
+// API) become an object, as vLLM and llama.cpp hand them to templates.
+json tool_calls(const json& calls, size_t i) {
+  const std::string param = fmt::format("messages[{}].tool_calls", i);
+  if (!calls.is_array()) throw bad_request(param, fmt::format("'{}' must be an array", param));
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); k++) {
+    const json& c = calls[k];
+    const std::string cp = fmt::format("{}[{}]", param, k);
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+        !c["function"].contains("name") || !c["function"]["name"].is_string())
+      throw bad_request(cp, fmt::format("'{}' must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", "
+                                        "\"arguments\"}}}}",
+                                        cp));
+    if (c.contains("type") && c["type"] != "function")
+      throw bad_request(cp + ".type", fmt::format("'{}.type' must be \"function\"", cp));
+    json call = c;
+    json& fn = call["function"];
+    if (fn.contains("arguments") && fn["arguments"].is_string()) {
+      json parsed = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      if (parsed.is_object()) fn["arguments"] = std::move(parsed);
+    } else if (!fn.contains("arguments")) {
+      fn["arguments"] = json::object();
+    }
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+json checked_messages(const json& body) {
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    throw bad_request("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
+  json out = json::array();
+  const json& msgs = body["messages"];
+  for (size_t i = 0; i < msgs.size(); i++) {
+    const json& m = msgs[i];
+    const std::string rp = fmt::format("messages[{}].role", i);
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw bad_request(rp, fmt::format("'{}' must be a string", rp));
+    std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+      throw bad_request(rp, fmt::format("'{}' = '{}' is not system, developer, user, assistant or tool", rp, role));
+    if (role == "developer") role = "system";  // OpenAI's newer name for the system turn; templates know "system"
+    for (const auto& [key, value] : m.items()) {
+      const bool known = key == "role" || key == "content" || key == "name" ||
+                         (role == "assistant" && (key == "tool_calls" || key == "reasoning_content")) ||
+                         (role == "tool" && key == "tool_call_id");
+      if (!known && !value.is_null())
+        throw bad_request(fmt::format("messages[{}].{}", i, key),
+                          fmt::format("'messages[{}].{}' is not supported for a {} message", i, key, role));
+    }
+    const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+    json n = {{"role", role}, {"content", message_content(m, i, calls)}};
+    for (const char* key : {"name", "tool_call_id", "reasoning_content"})
+      if (m.contains(key) && !m[key].is_null()) {
+        if (!m[key].is_string())
+          throw bad_request(fmt::format("messages[{}].{}", i, key), fmt::format("'messages[{}].{}' must be a string", i, key));
+        n[key] = m[key];
+      }
+    if (calls) n["tool_calls"] = tool_calls(m["tool_calls"], i);
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+json checked_kwargs(const json& body) {
+  if (!body.contains("chat_template_kwargs") || body["chat_template_kwargs"].is_null()) return json::object();
+  const json& k = body["chat_template_kwargs"];
+  if (!k.is_object()) throw bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+    if (k.contains(reserved))
+      throw bad_request(fmt::format("chat_template_kwargs.{}", reserved),
+                        fmt::format("'chat_template_kwargs.{}' is set by the server, not by a request", reserved));
+  return k;
+}
+
+}  // namespace
+
+RenderedChat render_chat_request(const ApiContext& ctx, const json& body) {
+  const json messages = checked_messages(body);
+  const json kwargs = checked_kwargs(body);
+  try {
+    return ctx.chat_template->render(messages, nullptr, kwargs, true);
+  } catch (const jinja::TemplateError& e) {
+    // The template's own refusals (raise_exception) are its words about the conversation.
+    throw bad_request("messages", e.raised ? e.what() : fmt::format("the chat template failed: {}", e.what()));
+  }
+}
+
+}  // namespace kestrel

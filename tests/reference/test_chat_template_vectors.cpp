@@ -1,0 +1,86 @@
+// Every case of ../shared/templates (20 real chat templates, 232
+// conversations, rendered by Python's jinja2 as transformers sets it up)
+// rendered byte for byte — through the library and through `kestrel template`.
+#include <gtest/gtest.h>
+
+#include "cli_process.h"
+#include "jinja/json_value.h"
+#include "test_support.h"
+#include "chat/chat_template.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct Case {
+  std::string template_name, template_file, case_name;
+  json vars;
+  std::optional<std::string> expected, expected_error;
+};
+
+std::vector<Case> load_cases(std::string& fixed_now) {
+  const json doc = json::parse(test::read_text(test::shared("templates/cases.json")));
+  fixed_now = doc["fixed_now"].get<std::string>();
+  std::vector<Case> cases;
+  for (const auto& t : doc["templates"])
+    for (const auto& c : t["cases"]) {
+      Case x{t["name"], test::shared("templates/" + t["file"].get<std::string>()), c["name"], c["vars"], {}, {}};
+      if (c.contains("expected")) x.expected = c["expected"].get<std::string>();
+      if (c.contains("expected_error")) x.expected_error = c["expected_error"].get<std::string>();
+      cases.push_back(std::move(x));
+    }
+  return cases;
+}
+
+TEST(ChatTemplateVectors, EveryCaseMatchesThroughTheLibrary) {
+  std::string now;
+  const auto cases = load_cases(now);
+  ASSERT_EQ(cases.size(), 232u);
+  jinja::RenderOptions options;
+  options.now = jinja::parse_wall_time(now);
+  std::map<std::string, std::unique_ptr<ChatTemplate>> templates;
+  int matched = 0;
+  for (const auto& c : cases) {
+    auto& t = templates[c.template_file];
+    if (!t) t = std::make_unique<ChatTemplate>(c.template_name, test::read_text(c.template_file));
+    const std::string where = c.template_name + " / " + c.case_name;
+    try {
+      const std::string out = t->render_vars(c.vars, options).text;
+      ASSERT_TRUE(c.expected.has_value()) << where << ": rendered where the template should refuse";
+      EXPECT_EQ(out, *c.expected) << where;
+      matched += out == *c.expected;
+    } catch (const jinja::TemplateError& e) {
+      ASSERT_TRUE(c.expected_error.has_value()) << where << ": " << e.what();
+      EXPECT_TRUE(e.raised) << where;
+      EXPECT_EQ(std::string(e.what()), *c.expected_error) << where;
+      matched += e.what() == *c.expected_error;
+    }
+  }
+  EXPECT_EQ(matched, 232);
+}
+
+TEST(ChatTemplateVectors, EveryCaseMatchesThroughKestrelTemplate) {
+  std::string now;
+  const auto cases = load_cases(now);
+  test::TempDir dir;
+  int matched = 0;
+  for (const auto& c : cases) {
+    test::write_bytes(dir.file("vars.json"), c.vars.dump());
+    const auto r = test::run_kestrel({"template", "--template", c.template_file, "--vars", dir.file("vars.json"), "--now", now});
+    const std::string where = c.template_name + " / " + c.case_name;
+    if (c.expected) {
+      EXPECT_EQ(r.exit_code, 0) << where << ": " << r.err;
+      EXPECT_EQ(r.out, *c.expected) << where;  // exactly: nothing added, not even a newline
+      matched += r.exit_code == 0 && r.out == *c.expected;
+    } else {
+      EXPECT_NE(r.exit_code, 0) << where;
+      EXPECT_EQ(r.err, "error: " + *c.expected_error + "\n") << where;
+      matched += r.exit_code != 0 && r.err == "error: " + *c.expected_error + "\n";
+    }
+  }
+  EXPECT_EQ(matched, 232);
+}
+
+}  // namespace
+}  // namespace kestrel
