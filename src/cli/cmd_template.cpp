@@ -36,6 +36,7 @@ void register_template(CLI::App& app) {
     ChatTemplate tmpl = template_file.empty()
                             ? ChatTemplate::from_model(*open_model_file(model, ""), template_name)
                             : ChatTemplate("file " + template_file, read_text_file(template_file, "--template file"));
+    if (tmpl.used_fallback()) fmt::print(stderr, "[kestrel] {} has no chat template: rendering chatml\n", model);
     jinja::RenderOptions options;
     if (!now.empty()) options.now = jinja::parse_wall_time(now);
     const std::string text = tmpl.render_vars(vars, options).text;

@@ -1,7 +1,7 @@
 #pragma once
 // The server's endpoints as a routing table, apart from the HTTP library:
 //   GET  /health, /metrics, /v1/models          (routes_info.cpp)
-//   POST /tokenize, /detokenize                 (routes_tokenize.cpp)
+//   POST /tokenize, /detokenize, /apply-template (routes_tokenize.cpp)
 //   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;
 //        "stream": true as server-sent events, completion_stream.h)
 // Requests are admitted on the transport's thread, parsed, validated and
@@ -49,6 +49,7 @@ class ApiRoutes {
   HttpResponse models() const;
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
+  HttpResponse apply_template(const HttpRequest& req) const;
   HttpResponse completion(const HttpRequest& req, bool chat);
   HttpResponse start_completion(const HttpRequest& req, bool chat, QueueSlot slot);
   // A route whose whole work runs offloaded.

@@ -18,6 +18,7 @@ void ApiRoutes::install(Router& router) {
   router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });
   router.add("POST", "/tokenize", offloaded([this](const HttpRequest& r) { return tokenize(r); }));
   router.add("POST", "/detokenize", offloaded([this](const HttpRequest& r) { return detokenize(r); }));
+  router.add("POST", "/apply-template", offloaded([this](const HttpRequest& r) { return apply_template(r); }));
   router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, false); });
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, true); });
 }

@@ -1,5 +1,7 @@
 // llama.cpp-style tokenizer endpoints ("content"; vLLM's "prompt" also
 // accepted): loadtest uses them to build prompts of exact token lengths.
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "serving/api_routes.h"
@@ -22,6 +24,23 @@ HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
     return error_response(e);
   } catch (const std::exception& e) {
     return error_response({400, std::string("bad /tokenize body: ") + e.what(), "", "invalid_request_error", ""});
+  }
+}
+
+// llama.cpp's endpoint: the prompt text a chat body renders to, nothing generated.
+HttpResponse ApiRoutes::apply_template(const HttpRequest& req) const {
+  try {
+    const auto j = parse_body(req.body);
+    if (!j.is_object()) return error_response(bad_request("", "the body must be a JSON object"));
+    for (const auto& [key, value] : j.items())
+      if (key != "messages" && key != "chat_template_kwargs" && key != "model")
+        return error_response(bad_request(key, fmt::format("unknown field '{}' (/apply-template takes messages and "
+                                                           "chat_template_kwargs)", key)));
+    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_name, c_.chat_template.get(), engine_.n_ctx(),
+                         c_.allow_special_in_content};
+    return json_response(json_text({{"prompt", render_chat_request(ctx, j).text}}));
+  } catch (const ApiError& e) {
+    return error_response(e);
   }
 }
 
