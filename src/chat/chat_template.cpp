@@ -17,30 +17,66 @@ struct BuiltinTemplate {
   const char* name;
   const char* source;
 };
+// Tool turns: an assistant's calls are written as Hermes-style <tool_call>
+// JSON (what ChatML-family models are tuned on), tool results in the
+// family's tool turn; content may be null in a turn that only calls tools.
 constexpr BuiltinTemplate kBuiltins[] = {
     {"chatml",
-     "{%- for message in messages -%}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+     "{%- if tools -%}{{ '<|im_start|>system\\n' }}{% if messages[0].role == 'system' %}{{ messages[0].content + '\\n\\n' }}{% endif %}"
+     "{{ '# Tools\\n\\nYou may call one or more functions. Function signatures are within <tools></tools>:\\n<tools>' }}"
+     "{%- for tool in tools -%}{{ '\\n' + (tool | tojson) }}{%- endfor -%}"
+     "{{ '\\n</tools>\\n\\nFor each call, return a JSON object with the function name and arguments within "
+     "<tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call>"
+     "<|im_end|>\\n' }}{%- endif -%}"
+     "{%- for message in messages -%}"
+     "{%- if tools and loop.first and message.role == 'system' -%}"
+     "{%- elif message.role == 'assistant' and message.tool_calls is defined -%}"
+     "{{ '<|im_start|>assistant\\n' + (message.content or '') }}"
+     "{%- for tc in message.tool_calls -%}{{ '\\n<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' + "
+     "(tc.function.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor -%}{{ '<|im_end|>\\n' }}"
+     "{%- elif message.role == 'tool' -%}"
+     "{{ '<|im_start|>user\\n<tool_response>\\n' + (message.content or '') + '\\n</tool_response><|im_end|>\\n' }}"
+     "{%- else -%}{{ '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}{%- endif -%}"
      "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"},
     {"llama3",
      "{{- bos_token -}}{%- for message in messages -%}"
-     "{{ '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' + message.content | trim + '<|eot_id|>' }}"
+     "{%- set role = 'ipython' if message.role == 'tool' else message.role -%}"
+     "{{ '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' + (message.content or '') | trim }}"
+     "{%- if message.tool_calls is defined -%}{%- for tc in message.tool_calls -%}"
+     "{{ '{\"name\": \"' + tc.function.name + '\", \"parameters\": ' + (tc.function.arguments | tojson) + '}' }}"
+     "{%- endfor -%}{%- endif -%}{{ '<|eot_id|>' }}"
      "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"},
     {"deepseek2",
      "{{- bos_token -}}{%- for message in messages -%}{%- if message.role == 'system' -%}{{ message.content + '\\n\\n' }}"
      "{%- elif message.role == 'user' -%}{{ 'User: ' + message.content + '\\n\\n' }}"
-     "{%- else -%}{{ 'Assistant: ' + message.content + eos_token }}{%- endif -%}{%- endfor -%}"
+     "{%- elif message.role == 'tool' -%}{{ 'Tool: ' + (message.content or '') + '\\n\\n' }}"
+     "{%- else -%}{{ 'Assistant: ' + (message.content or '') }}"
+     "{%- if message.tool_calls is defined -%}{{ message.tool_calls | map(attribute='function') | list | tojson }}{%- endif -%}"
+     "{{ eos_token }}{%- endif -%}{%- endfor -%}"
      "{%- if add_generation_prompt -%}{{ 'Assistant:' }}{%- endif -%}"},
     {"deepseek3",
      "{{- bos_token -}}{%- for message in messages -%}{%- if message.role == 'system' -%}{{ message.content }}"
      "{%- elif message.role == 'user' -%}{{ '<｜User｜>' + message.content }}"
-     "{%- else -%}{{ '<｜Assistant｜>' + message.content + '<｜end▁of▁sentence｜>' }}{%- endif -%}{%- endfor -%}"
+     "{%- elif message.role == 'tool' -%}{{ '<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + (message.content or '') + "
+     "'<｜tool▁output▁end｜><｜tool▁outputs▁end｜>' }}"
+     "{%- else -%}{{ '<｜Assistant｜>' + (message.content or '') }}"
+     "{%- if message.tool_calls is defined -%}{{ '<｜tool▁calls▁begin｜>' }}{%- for tc in message.tool_calls -%}"
+     "{{ '<｜tool▁call▁begin｜>function<｜tool▁sep｜>' + tc.function.name + '\\n```json\\n' + (tc.function.arguments | tojson) + "
+     "'\\n```<｜tool▁call▁end｜>' }}{%- endfor -%}{{ '<｜tool▁calls▁end｜>' }}{%- endif -%}"
+     "{{ '<｜end▁of▁sentence｜>' }}{%- endif -%}{%- endfor -%}"
      "{%- if add_generation_prompt -%}{{ '<｜Assistant｜>' }}{%- endif -%}"},
     {"deepseek-r1",
      "{{- bos_token -}}{%- for message in messages -%}{%- if message.role == 'system' -%}{{ message.content }}"
      "{%- elif message.role == 'user' -%}{{ '<｜User｜>' + message.content }}"
-     "{%- else -%}{%- set content = message.content -%}{%- if '</think>' in content -%}"
+     "{%- elif message.role == 'tool' -%}{{ '<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + (message.content or '') + "
+     "'<｜tool▁output▁end｜><｜tool▁outputs▁end｜>' }}"
+     "{%- else -%}{%- set content = message.content or '' -%}{%- if '</think>' in content -%}"
      "{%- set content = content.split('</think>')[-1] -%}{%- endif -%}"
-     "{{ '<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>' }}{%- endif -%}{%- endfor -%}"
+     "{{ '<｜Assistant｜>' + content }}"
+     "{%- if message.tool_calls is defined -%}{{ '<｜tool▁calls▁begin｜>' }}{%- for tc in message.tool_calls -%}"
+     "{{ '<｜tool▁call▁begin｜>function<｜tool▁sep｜>' + tc.function.name + '\\n```json\\n' + (tc.function.arguments | tojson) + "
+     "'\\n```<｜tool▁call▁end｜>' }}{%- endfor -%}{{ '<｜tool▁calls▁end｜>' }}{%- endif -%}"
+     "{{ '<｜end▁of▁sentence｜>' }}{%- endif -%}{%- endfor -%}"
      "{%- if add_generation_prompt -%}{{ '<｜Assistant｜><think>\\n' }}{%- endif -%}"},
 };
 

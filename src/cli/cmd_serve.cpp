@@ -18,7 +18,8 @@ namespace {
 
 struct ServeFlags {
   EngineOptions engine;
-  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, served_name, log_format = "text", profile;
+  std::vector<std::string> served_names;
+  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
   HttpLimits limits;
   int http_threads = 2, http_workers = 2;
@@ -107,8 +108,8 @@ int run(ServeFlags& f) {
   HttpServerConfig hc;
   hc.host = f.host;
   hc.port = f.port;
-  hc.api.model_name =
-      f.served_name.empty() ? std::filesystem::path(f.engine.model_path).filename().string() : f.served_name;
+  hc.api.model_names = f.served_names;
+  if (hc.api.model_names.empty()) hc.api.model_names.push_back(std::filesystem::path(f.engine.model_path).filename().string());
   {
     auto tmpl = std::make_shared<ChatTemplate>(ChatTemplate::from_model(*e.file, f.chat_template));
     if (!f.chat_template_kwargs.empty()) tmpl->set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));
@@ -136,7 +137,7 @@ int run(ServeFlags& f) {
   fmt::print(stderr,
              "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
              "chat template {}{})\n",
-             hc.api.model_name, hc.tls_cert_file.empty() ? "http" : "https", f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
+             fmt::join(hc.api.model_names, "', '"), hc.tls_cert_file.empty() ? "http" : "https", f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
              e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
              hc.api.chat_template->origin(), hc.access.api_keys.empty() ? "" : ", API key required");
 
@@ -205,7 +206,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
       ->capture_default_str();
   add_chat_template_options(cmd, f.chat_template, f.chat_template_kwargs);
-  cmd->add_option("--served-model-name", f.served_name, "Model id in the API (default: the file name)");
+  cmd->add_option("--served-model-name", f.served_names,
+                  "Model ids in the API, one or more (repeatable): requests may name any; the first is the one "
+                  "metrics and /v1/models list first (default: the file name)");
   cmd->add_flag("--allow-special-in-content", f.allow_special_in_content,
                 "Let control tokens spelled in chat message content (e.g. </s>, <｜User｜>) become those tokens "
                 "(default: content is text; only the chat template's own markers are control tokens)");

@@ -1,6 +1,6 @@
 #pragma once
 // The server's endpoints as a routing table, apart from the HTTP library:
-//   GET  /health, /metrics, /v1/models          (routes_info.cpp)
+//   GET  /health, /metrics, /v1/models, /v1/models/{id} (routes_info.cpp)
 //   POST /tokenize, /detokenize, /apply-template (routes_tokenize.cpp)
 //   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;
 //        "stream": true as server-sent events, completion_stream.h)
@@ -23,7 +23,7 @@
 namespace kestrel {
 
 struct ApiConfig {
-  std::string model_name;
+  std::vector<std::string> model_names;  // --served-model-name: every alias a request may use; the first is primary
   std::shared_ptr<const ChatTemplate> chat_template;  // required for /v1/chat/completions
   bool log_json = false;  // one JSON line per request on stderr, else a short text line
   bool allow_special_in_content = false;  // see ApiContext
@@ -47,6 +47,8 @@ class ApiRoutes {
   HttpResponse health() const;
   HttpResponse metrics() const;
   HttpResponse models() const;
+  HttpResponse model(const HttpRequest& req) const;
+  nlohmann::json model_card(const std::string& name) const;
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
@@ -63,6 +65,7 @@ class ApiRoutes {
   ApiConfig c_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_id_{1};
+  int64_t started_ = unix_seconds();  // the model cards' "created"
   std::mutex log_mutex_;
   Offload offload_;
 };

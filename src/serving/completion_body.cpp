@@ -6,6 +6,14 @@ namespace kestrel {
 
 using json = nlohmann::json;
 
+namespace {
+size_t code_points(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+}  // namespace
+
 json completion_envelope(const CompletionIds& ids, bool chunk, json choices) {
   const char* object = ids.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}, {"choices", std::move(choices)}};
@@ -35,7 +43,7 @@ void Logprobs::add(const StreamEvent& e) {
   for (const auto& t : e.top) alts[t.text] = t.logprob;
   top_.push_back(alts);
   offsets_.push_back(offset_);
-  offset_ += e.text.size();
+  offset_ += code_points(e.text);  // OpenAI's text_offset counts characters
 }
 
 json Logprobs::result() const {

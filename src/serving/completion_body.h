@@ -28,9 +28,12 @@ nlohmann::json finish_json(const std::string& reason);
 // Logprobs of a run of token events, in the completions or the chat shape.
 class Logprobs {
  public:
-  explicit Logprobs(bool chat) : chat_(chat) {}
+  // start_offset: characters of the completion before these events (a stream's earlier chunks).
+  explicit Logprobs(bool chat, size_t start_offset = 0) : chat_(chat), offset_(start_offset) {}
   void add(const StreamEvent& e);
   nlohmann::json result() const;
+  // Characters of text the events so far carried, from the start of the completion.
+  size_t end_offset() const { return offset_; }
 
  private:
   bool chat_;

@@ -44,8 +44,9 @@ StreamStep CompletionStream::poll(std::string& out) {
       }
       return finish(out, e);
     }
-    Logprobs lp(ids_.chat);
+    Logprobs lp(ids_.chat, text_offset_);
     if (want_logprobs_) lp.add(e);
+    text_offset_ = lp.end_offset();
     if (e.text.empty() && !(want_logprobs_ && e.has_token)) continue;  // held back (UTF-8 or a possible stop string)
     add_chunk(out, text_choice(e.text, want_logprobs_ ? lp.result() : json(nullptr), nullptr));
   }
@@ -58,12 +59,13 @@ StreamStep CompletionStream::finish(std::string& out, const StreamEvent& end) {
   if (end.finish_reason == "error") {
     out += "data: " + api_error_body({500, "generation failed: " + end.error, "", "server_error", ""}) + "\n\n";
   } else {
-    // Usage rides on the final chunk (what the end released: held-back text).
-    json last = completion_envelope(ids_, true,
-                                    json::array({text_choice(end.text, want_logprobs_ ? Logprobs(ids_.chat).result() : json(nullptr),
-                                                             finish_json(end.finish_reason))}));
-    last["usage"] = usage_json(end);
-    out += sse_event(last);
+    // The final chunk carries the finish reason (and what the end released:
+    // held-back text); usage, when asked for, comes once, in a chunk of its
+    // own with no choices, as OpenAI sends it.
+    out += sse_event(completion_envelope(
+        ids_, true,
+        json::array({text_choice(end.text, want_logprobs_ ? Logprobs(ids_.chat, text_offset_).result() : json(nullptr),
+                                 finish_json(end.finish_reason))})));
     if (include_usage_) {
       json usage_only = completion_envelope(ids_, true, json::array());
       usage_only["usage"] = usage_json(end);

@@ -36,6 +36,7 @@ class CompletionStream : public BodyStream {
   bool want_logprobs_, include_usage_;
   std::function<void(const StreamEvent&)> on_end_;
   bool started_ = false, finished_ = false;
+  size_t text_offset_ = 0;  // characters streamed so far: where the next chunk's text_offset starts
 };
 
 }  // namespace kestrel

@@ -1,6 +1,9 @@
 #include "serving/openai_api.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <random>
 #include <set>
@@ -98,6 +101,19 @@ void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& 
 
 }  // namespace
 
+std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body) {
+  if (!body.contains("model") || body["model"].is_null()) return ctx.model_names.front();
+  if (!body["model"].is_string()) throw bad("model", "'model' must be a string");
+  const std::string name = body["model"].get<std::string>();
+  if (std::find(ctx.model_names.begin(), ctx.model_names.end(), name) == ctx.model_names.end())
+    throw ApiError{404, model_not_found_message(name, ctx.model_names), "model", "invalid_request_error", "model_not_found"};
+  return name;
+}
+
+std::string model_not_found_message(const std::string& name, const std::vector<std::string>& served) {
+  return fmt::format("the model '{}' does not exist (this server serves '{}')", name, fmt::join(served, "', '"));
+}
+
 std::string api_error_body(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
@@ -141,14 +157,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   p.chat = chat;
   ServeRequest& r = p.serve;
 
-  if (j.contains("model") && !j["model"].is_null()) {
-    if (!j["model"].is_string()) throw bad("model", "'model' must be a string");
-    if (j["model"].get<std::string>() != ctx.model_name)
-      throw ApiError{404,
-                     fmt::format("the model '{}' does not exist (this server serves '{}')",
-                                 j["model"].get<std::string>(), ctx.model_name),
-                     "model", "invalid_request_error", "model_not_found"};
-  }
+  p.model = checked_model_name(ctx, j);
   const std::string prompt_param = chat ? "messages" : "prompt";
   if (chat) {
     const RenderedChat chat_text = render_chat_request(ctx, j);

@@ -48,7 +48,7 @@ nlohmann::ordered_json parse_body(const std::string& body);
 
 struct ApiContext {
   const Tokenizer& tokenizer;
-  std::string model_name;
+  std::vector<std::string> model_names;  // the names `model` may take (an absent `model` means the first)
   const ChatTemplate* chat_template;
   int64_t n_ctx;
   // Control tokens spelled inside message content become those tokens (off:
@@ -58,6 +58,7 @@ struct ApiContext {
 
 struct ParsedRequest {
   ServeRequest serve;
+  std::string model;  // the name the request used, echoed in the answer
   bool stream = false;
   bool chat = false;
   bool include_usage_chunk = false;  // stream_options.include_usage
@@ -67,6 +68,10 @@ struct ParsedRequest {
 // template. Throws ApiError naming the message or field at fault, or carrying
 // the template's own raise_exception message.
 RenderedChat render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body);
+
+// The body's `model` (the first served name when absent); an unknown one is a 404.
+std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body);
+std::string model_not_found_message(const std::string& name, const std::vector<std::string>& served);
 
 // Throws ApiError. body: the raw request body.
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat);

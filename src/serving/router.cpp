@@ -16,7 +16,11 @@ void Router::add(std::string method, std::string path, RouteHandler handler) {
 HttpResponse Router::handle(const HttpRequest& request) const {
   std::string allowed;  // the methods the path has, for a 405's Allow header
   for (const auto& r : routes_) {
-    if (r.path != request.path) continue;
+    const bool prefix = r.path.size() >= 2 && r.path.compare(r.path.size() - 2, 2, "/*") == 0;
+    const bool match = prefix ? request.path.size() > r.path.size() - 1 &&
+                                    request.path.compare(0, r.path.size() - 1, r.path, 0, r.path.size() - 1) == 0
+                              : r.path == request.path;
+    if (!match) continue;
     if (r.method == request.method) return r.handler(request);
     allowed += (allowed.empty() ? "" : ", ") + r.method;
   }

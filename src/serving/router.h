@@ -14,6 +14,7 @@ using RouteHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 class Router {
  public:
+  // A path ending in "/*" serves every longer path under it (GET /v1/models/{id}).
   void add(std::string method, std::string path, RouteHandler handler);
   HttpResponse handle(const HttpRequest& request) const;
 

@@ -49,7 +49,7 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
 HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, QueueSlot slot) {
   ParsedRequest p;
   try {
-    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_name, c_.chat_template.get(), engine_.n_ctx(),
+    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
                          c_.allow_special_in_content};
     p = parse_completion_request(ctx, req.body, chat);
   } catch (const ApiError& e) {
@@ -66,7 +66,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
     return rejected({400, e.what(), "max_tokens", "invalid_request_error", "context_length_exceeded"});
   }
   const int64_t id = next_id_++;
-  const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), c_.model_name};
+  const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model};
   const bool want_logprobs = p.serve.top_logprobs >= 0;
   auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
   HttpResponse r;

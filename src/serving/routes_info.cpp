@@ -10,12 +10,15 @@ namespace kestrel {
 using json = nlohmann::json;
 
 ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config)
-    : engine_(engine), metrics_(metrics), c_(std::move(config)) {}
+    : engine_(engine), metrics_(metrics), c_(std::move(config)) {
+  if (c_.model_names.empty()) throw Error("the server needs at least one model name");
+}
 
 void ApiRoutes::install(Router& router) {
   router.add("GET", "/health", [this](const HttpRequest&) { return health(); });
   router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });
   router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });
+  router.add("GET", "/v1/models/*", [this](const HttpRequest& r) { return model(r); });
   router.add("POST", "/tokenize", offloaded([this](const HttpRequest& r) { return tokenize(r); }));
   router.add("POST", "/detokenize", offloaded([this](const HttpRequest& r) { return detokenize(r); }));
   router.add("POST", "/apply-template", offloaded([this](const HttpRequest& r) { return apply_template(r); }));
@@ -45,13 +48,27 @@ HttpResponse ApiRoutes::metrics() const {
   return r;
 }
 
+json ApiRoutes::model_card(const std::string& name) const {
+  return {{"id", name},
+          {"object", "model"},
+          {"created", started_},
+          {"owned_by", "kestrel"},
+          {"root", c_.model_names.front()},
+          {"max_model_len", engine_.n_ctx()}};
+}
+
 HttpResponse ApiRoutes::models() const {
-  const json m = {{"id", c_.model_name},
-                  {"object", "model"},
-                  {"created", unix_seconds()},
-                  {"owned_by", "kestrel"},
-                  {"max_model_len", engine_.n_ctx()}};
-  return json_response(json_text({{"object", "list"}, {"data", json::array({m})}}));
+  json data = json::array();
+  for (const auto& name : c_.model_names) data.push_back(model_card(name));
+  return json_response(json_text({{"object", "list"}, {"data", data}}));
+}
+
+// GET /v1/models/{id}: one card, or a 404 naming the id.
+HttpResponse ApiRoutes::model(const HttpRequest& req) const {
+  const std::string id = req.path.substr(std::string("/v1/models/").size());
+  for (const auto& name : c_.model_names)
+    if (name == id) return json_response(json_text(model_card(name)));
+  return error_response({404, model_not_found_message(id, c_.model_names), "model", "invalid_request_error", "model_not_found"});
 }
 
 }  // namespace kestrel

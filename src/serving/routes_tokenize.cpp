@@ -36,8 +36,9 @@ HttpResponse ApiRoutes::apply_template(const HttpRequest& req) const {
       if (key != "messages" && key != "chat_template_kwargs" && key != "model")
         return error_response(bad_request(key, fmt::format("unknown field '{}' (/apply-template takes messages and "
                                                            "chat_template_kwargs)", key)));
-    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_name, c_.chat_template.get(), engine_.n_ctx(),
+    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
                          c_.allow_special_in_content};
+    checked_model_name(ctx, j);
     return json_response(json_text({{"prompt", render_chat_request(ctx, j).text}}));
   } catch (const ApiError& e) {
     return error_response(e);

@@ -74,6 +74,22 @@ std::string stream_text(httplib::Client& c, const std::string& path, json body, 
   return text;
 }
 
+// Every JSON chunk of a streamed answer, in order ([DONE] left out).
+std::vector<json> sse_chunks(httplib::Client& c, const std::string& path, json body) {
+  body["stream"] = true;
+  auto r = c.Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(r);
+  std::vector<json> chunks;
+  if (!r) return chunks;
+  for (size_t at = 0; (at = r->body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = r->body.find("\n\n", at);
+    const std::string data = r->body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data != "[DONE]") chunks.push_back(json::parse(data));
+  }
+  return chunks;
+}
+
 std::string reference_text(const std::string& model, const std::string& prompt, int max_tokens,
                            bool ignore_eos = false) {
   EngineOptions o;
@@ -191,7 +207,41 @@ TEST(Server, StreamingChatAndCompletionFormats) {
   EXPECT_TRUE(done);
   EXPECT_EQ(last["object"], "chat.completion.chunk");
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(last["usage"]["completion_tokens"], 12);
+  EXPECT_FALSE(last.contains("usage")) << "usage is sent only when stream_options.include_usage asks for it";
+
+  // stream_options.include_usage: usage exactly once, in a last chunk of its own with no choices.
+  json with_usage = chat;
+  with_usage["stream_options"] = {{"include_usage", true}};
+  for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+    json body = with_usage;
+    if (std::string(path) == "/v1/completions") {
+      body.erase("messages");
+      body["prompt"] = "Once upon a time";
+    }
+    const auto chunks = sse_chunks(c, path, body);
+    ASSERT_GE(chunks.size(), 2u) << path;
+    int with_usage_field = 0;
+    for (const auto& ch : chunks) with_usage_field += ch.contains("usage");
+    EXPECT_EQ(with_usage_field, 1) << path;
+    EXPECT_TRUE(chunks.back()["choices"].empty()) << path;
+    EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 12) << path;
+    EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length") << path;
+  }
+
+  // Streamed completion logprobs: each token's text_offset counts the characters streamed before it.
+  const auto lp_chunks = sse_chunks(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 10},
+                                                           {"temperature", 0}, {"logprobs", 1}});
+  size_t chars = 0, tokens = 0;
+  for (const auto& ch : lp_chunks) {
+    if (ch["choices"].empty() || ch["choices"][0]["logprobs"].is_null()) continue;
+    const json& l = ch["choices"][0]["logprobs"];
+    for (size_t k = 0; k < l["tokens"].size(); k++) {
+      EXPECT_EQ(l["text_offset"][k].get<size_t>(), chars) << "token " << tokens;
+      chars += l["tokens"][k].get<std::string>().size();  // ASCII stories: bytes = characters
+      tokens++;
+    }
+  }
+  EXPECT_EQ(tokens, 10u);
 
   // Logprobs: the chosen token's and the top 3, from a proper distribution.
   const json lp =

@@ -381,7 +381,7 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
   const std::string made = shell("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
                                  "subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert, &st);
   ASSERT_EQ(st, 0) << made;
-  test::ServerProcess s({"-m", kStories, "-c", "128", "--api-key", "sk-test", "--ssl-cert-file", cert,
+  test::ServerProcess s({"-m", kStories, "-c", "512", "--api-key", "sk-test", "--ssl-cert-file", cert,
                          "--ssl-key-file", key, "--served-model-name", "stories"});
   const std::string out = shell("cd " + client_dir + " && NODE_EXTRA_CA_CERTS=" + cert + " KESTREL_KEY=sk-test " +
                                     "KESTREL_URL=https://127.0.0.1:" + std::to_string(s.port()) + "/v1 node client.mjs",
@@ -392,6 +392,12 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
   EXPECT_EQ(seen["chat"]["object"], "chat.completion");
   EXPECT_EQ(seen["chat"]["tokens"], 4);
   EXPECT_GE(seen["stream"]["chunks"], 3);  // the role, tokens, the end
+  EXPECT_EQ(seen["stream_usage"]["chunks"], 1);
+  EXPECT_EQ(seen["stream_usage"]["choices"], 0);
+  EXPECT_EQ(seen["stream_usage"]["tokens"], 4);
+  EXPECT_EQ(seen["card"]["id"], "stories");
+  EXPECT_EQ(seen["card"]["object"], "model");
+  EXPECT_EQ(seen["agent"]["tokens"], 3);
   EXPECT_EQ(seen["completion"]["object"], "text_completion");
   EXPECT_EQ(seen["completion"]["tokens"], 3);
   EXPECT_EQ(seen["wrong_key"]["status"], 401);

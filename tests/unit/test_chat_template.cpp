@@ -41,6 +41,31 @@ TEST(ChatTemplate, EachBuiltinRendersItsFamilysFormat) {
             "Be brief.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜><think>\n");
 }
 
+TEST(ChatTemplate, BuiltinsRenderToolTurns) {
+  const json convo = json::parse(R"([
+    {"role": "user", "content": "Rain?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "rain", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "no"}])");
+  const auto render = [&](const char* name) {
+    return ChatTemplate(name, builtin_chat_template(name), "", "</s>").render(convo, nullptr, json::object(), true).text;
+  };
+  EXPECT_EQ(render("chatml"),
+            "<|im_start|>user\nRain?<|im_end|>\n<|im_start|>assistant\n\n<tool_call>\n"
+            "{\"name\": \"rain\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\nno\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(render("llama3"),
+            "<|start_header_id|>user<|end_header_id|>\n\nRain?<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+            "\n\n{\"name\": \"rain\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\nno<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(render("deepseek3"),
+            "<｜User｜>Rain?<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>rain\n```json\n"
+            "{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+            "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>no<｜tool▁output▁end｜><｜tool▁outputs▁end｜><｜Assistant｜>");
+  EXPECT_NO_THROW(render("deepseek2"));
+  EXPECT_NO_THROW(render("deepseek-r1"));
+}
+
 TEST(ChatTemplate, MessageTextIsMarkedAsContentAndTemplateTextIsNot) {
   const RenderedChat r = ChatTemplate("t", builtin_chat_template("chatml")).render(kChat, nullptr, json::object(), true);
   std::string marked;

@@ -84,7 +84,7 @@ json data_of(const std::string& event) {
   return json::parse(event.substr(6, event.size() - 8));
 }
 
-TEST(CompletionStream, ChatChunksOnePerTokenThenTheEndWithUsageThenDone) {
+TEST(CompletionStream, ChatChunksOnePerTokenThenTheEndThenUsageOnceThenDone) {
   auto ch = std::make_shared<RequestChannel>();
   std::vector<int64_t> ended;
   CompletionStream s(ch, {"chatcmpl-3", true, 1700000000, "m"}, false, true,
@@ -115,10 +115,11 @@ TEST(CompletionStream, ChatChunksOnePerTokenThenTheEndWithUsageThenDone) {
   const json last = data_of(writes[0]);
   EXPECT_EQ(last["choices"][0]["delta"]["content"], " a");
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(last["usage"]["total_tokens"], 8);
+  EXPECT_FALSE(last.contains("usage"));  // usage comes once, on its own
   const json usage = data_of(writes[1]);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(usage["usage"]["total_tokens"], 8);
   EXPECT_EQ(writes[2], "data: [DONE]\n\n");
   EXPECT_EQ(ended, std::vector<int64_t>{3});
   s.close(true);

@@ -33,6 +33,44 @@ for await (const chunk of stream) {
 }
 seen.stream = { chunks, chars: streamed.length };
 
+// Usage asked for: once, in its own last chunk without choices.
+let usageChunks = 0;
+const withUsage = await client.chat.completions.create({
+  model: seen.models[0],
+  messages: [{ role: "user", content: "Hi" }],
+  max_tokens: 4,
+  stream: true,
+  stream_options: { include_usage: true },
+});
+for await (const chunk of withUsage) {
+  if (chunk.usage) {
+    usageChunks++;
+    seen.stream_usage = { tokens: chunk.usage.completion_tokens, choices: chunk.choices.length };
+  }
+}
+seen.stream_usage.chunks = usageChunks;
+
+const card = await client.models.retrieve(seen.models[0]);
+seen.card = { id: card.id, object: card.object };
+
+// An agent conversation going on after a tool call: developer turn, the
+// assistant's call with null content, the tool's answer.
+const agent = await client.chat.completions.create({
+  model: seen.models[0],
+  messages: [
+    { role: "developer", content: "Be" },
+    { role: "user", content: "Rain?" },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id: "call_1", type: "function", function: { name: "rain", arguments: '{"c":1}' } }],
+    },
+    { role: "tool", tool_call_id: "call_1", content: "no" },
+  ],
+  max_tokens: 3,
+});
+seen.agent = { tokens: agent.usage.completion_tokens, finish: agent.choices[0].finish_reason };
+
 const completion = await client.completions.create({ model: seen.models[0], prompt: "Once", max_tokens: 3 });
 seen.completion = { object: completion.object, tokens: completion.usage.completion_tokens };
 
