@@ -108,7 +108,10 @@ const char* builtin_chat_template(const std::string& name) {
 const char* builtin_chat_template_names() { return "chatml, llama3, deepseek2, deepseek3, deepseek-r1"; }
 
 ChatTemplate::ChatTemplate(std::string origin, std::string_view source, std::string bos_token, std::string eos_token)
-    : origin_(std::move(origin)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
+    : origin_(std::move(origin)),
+      bos_(std::move(bos_token)),
+      eos_(std::move(eos_token)),
+      reasons_(source.find("<think>") != std::string_view::npos || source.find("</think>") != std::string_view::npos) {
   try {
     template_ = std::make_shared<const jinja::Template>(source);
   } catch (const jinja::TemplateError& e) {

@@ -41,6 +41,8 @@ class ChatTemplate {
   const std::string& origin() const { return origin_; }
   bool used_fallback() const { return fallback_; }
   const std::string& bos_token() const { return bos_; }
+  // The template writes or strips <think> blocks (DeepSeek-R1 and its distills, QwQ, Qwen3).
+  bool reasons() const { return reasons_; }
 
   // Variables every render gets unless the request sets them (--chat-template-kwargs).
   void set_default_kwargs(const nlohmann::ordered_json& kwargs);
@@ -61,6 +63,7 @@ class ChatTemplate {
   std::string bos_, eos_;
   nlohmann::ordered_json default_kwargs_ = nlohmann::ordered_json::object();
   bool fallback_ = false;
+  bool reasons_ = false;
 };
 
 // The Jinja source of a built-in template, or nullptr.

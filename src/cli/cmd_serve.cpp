@@ -19,7 +19,7 @@ namespace {
 struct ServeFlags {
   EngineOptions engine;
   std::vector<std::string> served_names;
-  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, log_format = "text", profile;
+  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
   HttpLimits limits;
   int http_threads = 2, http_workers = 2;
@@ -116,6 +116,7 @@ int run(ServeFlags& f) {
     if (tmpl->used_fallback())
       fmt::print(stderr, "[kestrel] warning: {} has no chat template; chat requests use chatml (see --chat-template)\n",
                  f.engine.model_path);
+    hc.api.split_reasoning = f.reasoning_format == "deepseek" || (f.reasoning_format == "auto" && tmpl->reasons());
     hc.api.chat_template = std::move(tmpl);
   }
   hc.io_threads = f.http_threads;
@@ -136,10 +137,10 @@ int run(ServeFlags& f) {
   const int port = http.bind();
   fmt::print(stderr,
              "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
-             "chat template {}{})\n",
+             "chat template {}{}{})\n",
              fmt::join(hc.api.model_names, "', '"), hc.tls_cert_file.empty() ? "http" : "https", f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
              e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
-             hc.api.chat_template->origin(), hc.access.api_keys.empty() ? "" : ", API key required");
+             hc.api.chat_template->origin(), hc.api.split_reasoning ? ", reasoning split from content" : "", hc.access.api_keys.empty() ? "" : ", API key required");
 
   // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
   // deadline (then cancel them), then close the listener.
@@ -206,6 +207,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
       ->capture_default_str();
   add_chat_template_options(cmd, f.chat_template, f.chat_template_kwargs);
+  cmd->add_option("--reasoning-format", f.reasoning_format,
+                  "deepseek: a chat reply's <think>...</think> goes to message.reasoning_content (streamed as its own "
+                  "deltas), the rest to content; none: all of it is content; auto: deepseek when the chat template "
+                  "handles <think> (DeepSeek-R1 and distills, QwQ, Qwen3)")
+      ->check(CLI::IsMember({"auto", "deepseek", "none"}))
+      ->capture_default_str();
   cmd->add_option("--served-model-name", f.served_names,
                   "Model ids in the API, one or more (repeatable): requests may name any; the first is the one "
                   "metrics and /v1/models list first (default: the file name)");

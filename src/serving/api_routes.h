@@ -27,6 +27,7 @@ struct ApiConfig {
   std::shared_ptr<const ChatTemplate> chat_template;  // required for /v1/chat/completions
   bool log_json = false;  // one JSON line per request on stderr, else a short text line
   bool allow_special_in_content = false;  // see ApiContext
+  bool split_reasoning = false;  // --reasoning-format deepseek: <think> text as reasoning_content
 };
 
 class ApiRoutes {

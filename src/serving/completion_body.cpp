@@ -52,11 +52,12 @@ json Logprobs::result() const {
 }
 
 std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const json& logprobs,
-                                  const StreamEvent& end) {
+                                  const StreamEvent& end, const std::optional<std::string>& reasoning) {
   json choice = {{"index", 0}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
-  if (ids.chat)
+  if (ids.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
+    if (reasoning && !reasoning->empty()) choice["message"]["reasoning_content"] = *reasoning;
+  } else
     choice["text"] = text;
   json body = completion_envelope(ids, false, json::array({choice}));
   body["usage"] = usage_json(end);

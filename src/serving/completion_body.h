@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "serving/serving_engine.h"
@@ -43,8 +44,9 @@ class Logprobs {
 };
 
 // The non-streamed answer: one choice with the whole text.
+// reasoning: the chat message's reasoning_content (left out when empty).
 std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const nlohmann::json& logprobs,
-                                  const StreamEvent& end);
+                                  const StreamEvent& end, const std::optional<std::string>& reasoning = std::nullopt);
 
 // One server-sent event: "data: <json>\n\n".
 std::string sse_event(const nlohmann::json& j);

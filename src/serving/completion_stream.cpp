@@ -9,23 +9,40 @@ namespace kestrel {
 using json = nlohmann::json;
 
 CompletionStream::CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
-                                   bool include_usage, std::function<void(const StreamEvent&)> on_end)
+                                   bool include_usage, std::function<void(const StreamEvent&)> on_end,
+                                   std::optional<ReasoningSplitter> reasoning)
     : channel_(std::move(channel)),
       ids_(std::move(ids)),
       want_logprobs_(want_logprobs),
       include_usage_(include_usage),
-      on_end_(std::move(on_end)) {}
+      on_end_(std::move(on_end)),
+      reasoning_(std::move(reasoning)) {}
 
 void CompletionStream::add_chunk(std::string& out, const json& choice) const {
   out += sse_event(completion_envelope(ids_, true, json::array({choice})));
 }
 
-json CompletionStream::text_choice(const std::string& text, const json& logprobs, const json& finish) const {
+json CompletionStream::text_choice(const std::string& text, const json& logprobs, const json& finish) {
   json c = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
-  if (ids_.chat)
-    c["delta"] = text.empty() && !finish.is_null() ? json::object() : json{{"content", text}};
-  else
+  if (!ids_.chat) {
     c["text"] = text;
+    return c;
+  }
+  if (!reasoning_) {
+    c["delta"] = text.empty() && !finish.is_null() ? json::object() : json{{"content", text}};
+    return c;
+  }
+  // Thinking and answer as separate fields of the delta (vLLM's and llama.cpp's shape).
+  SplitText part = reasoning_->push(text);
+  if (!finish.is_null()) {
+    const SplitText rest = reasoning_->finish();
+    part.reasoning += rest.reasoning;
+    part.content += rest.content;
+  }
+  json delta = json::object();
+  if (!part.reasoning.empty()) delta["reasoning_content"] = part.reasoning;
+  if (!part.content.empty() || (delta.empty() && finish.is_null())) delta["content"] = part.content;
+  c["delta"] = delta;
   return c;
 }
 

@@ -8,7 +8,9 @@
 // (RequestChannel::kMaxPending): its stream is cut, not buffered without end.
 #include <functional>
 #include <memory>
+#include <optional>
 
+#include "chat/reasoning.h"
 #include "serving/completion_body.h"
 #include "serving/http_types.h"
 #include "serving/serving_engine.h"
@@ -18,8 +20,10 @@ namespace kestrel {
 class CompletionStream : public BodyStream {
  public:
   // on_end: called once with the request's end event (for the request log).
+  // reasoning: chat text split into reasoning_content and content deltas (--reasoning-format).
   CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs, bool include_usage,
-                   std::function<void(const StreamEvent&)> on_end);
+                   std::function<void(const StreamEvent&)> on_end,
+                   std::optional<ReasoningSplitter> reasoning = std::nullopt);
   void on_ready(std::function<void()> ready) override { channel_->on_ready(std::move(ready)); }
   // Appends the events for what the engine has produced so far.
   StreamStep poll(std::string& out) override;
@@ -28,7 +32,7 @@ class CompletionStream : public BodyStream {
 
  private:
   void add_chunk(std::string& out, const nlohmann::json& choice) const;
-  nlohmann::json text_choice(const std::string& text, const nlohmann::json& logprobs, const nlohmann::json& finish) const;
+  nlohmann::json text_choice(const std::string& text, const nlohmann::json& logprobs, const nlohmann::json& finish);
   StreamStep finish(std::string& out, const StreamEvent& end);
 
   std::shared_ptr<RequestChannel> channel_;
@@ -36,6 +40,7 @@ class CompletionStream : public BodyStream {
   bool want_logprobs_, include_usage_;
   std::function<void(const StreamEvent&)> on_end_;
   bool started_ = false, finished_ = false;
+  std::optional<ReasoningSplitter> reasoning_;
   size_t text_offset_ = 0;  // characters streamed so far: where the next chunk's text_offset starts
 };
 

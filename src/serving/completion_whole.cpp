@@ -7,12 +7,13 @@
 namespace kestrel {
 
 WholeCompletion::WholeCompletion(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
-                                 std::function<void(const StreamEvent&)> on_end)
+                                 std::function<void(const StreamEvent&)> on_end, std::optional<ReasoningSplitter> reasoning)
     : channel_(std::move(channel)),
       ids_(std::move(ids)),
       want_logprobs_(want_logprobs),
       on_end_(std::move(on_end)),
-      logprobs_(ids_.chat) {}
+      logprobs_(ids_.chat),
+      reasoning_(std::move(reasoning)) {}
 
 std::optional<HttpResponse> WholeCompletion::poll() {
   if (finished_) return std::nullopt;
@@ -24,8 +25,14 @@ std::optional<HttpResponse> WholeCompletion::poll() {
     if (on_end_) on_end_(e);
     if (e.finish_reason == "error")
       return error_response({500, "generation failed: " + e.error, "", "server_error", ""});
-    return json_response(
-        whole_completion_body(ids_, text_, want_logprobs_ ? logprobs_.result() : nlohmann::json(nullptr), e));
+    std::optional<std::string> reasoning;
+    if (reasoning_) {
+      SplitText a = reasoning_->push(text_), b = reasoning_->finish();
+      reasoning = a.reasoning + b.reasoning;
+      text_ = a.content + b.content;
+    }
+    return json_response(whole_completion_body(ids_, text_, want_logprobs_ ? logprobs_.result() : nlohmann::json(nullptr),
+                                               e, reasoning));
   }
   return std::nullopt;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "chat/reasoning.h"
 #include "serving/completion_body.h"
 #include "serving/http_types.h"
 #include "serving/serving_engine.h"
@@ -17,8 +18,9 @@ namespace kestrel {
 class WholeCompletion : public DeferredResponse {
  public:
   // on_end: called once with the request's end event (for the request log).
+  // reasoning: the chat answer split into reasoning_content and content (--reasoning-format).
   WholeCompletion(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
-                  std::function<void(const StreamEvent&)> on_end);
+                  std::function<void(const StreamEvent&)> on_end, std::optional<ReasoningSplitter> reasoning = std::nullopt);
   void on_ready(std::function<void()> ready) override { channel_->on_ready(std::move(ready)); }
   std::optional<HttpResponse> poll() override;
   void close(bool completed) override;
@@ -30,6 +32,7 @@ class WholeCompletion : public DeferredResponse {
   std::function<void(const StreamEvent&)> on_end_;
   std::string text_;
   Logprobs logprobs_;
+  std::optional<ReasoningSplitter> reasoning_;
   bool finished_ = false;
 };
 

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "chat/reasoning.h"
 #include "core/error.h"
 
 namespace kestrel {
@@ -161,6 +162,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   const std::string prompt_param = chat ? "messages" : "prompt";
   if (chat) {
     const RenderedChat chat_text = render_chat_request(ctx, j);
+    p.reasoning_opened = prompt_opens_reasoning(chat_text.text);
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
     // A template that writes the BOS text itself (Llama 3, DeepSeek) gets no
     // second BOS from the tokenizer.

@@ -62,6 +62,7 @@ struct ParsedRequest {
   bool stream = false;
   bool chat = false;
   bool include_usage_chunk = false;  // stream_options.include_usage
+  bool reasoning_opened = false;     // the rendered prompt left a <think> open (DeepSeek-R1)
 };
 
 // The chat request's messages (and chat_template_kwargs) through the model's

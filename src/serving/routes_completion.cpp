@@ -70,12 +70,14 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   const bool want_logprobs = p.serve.top_logprobs >= 0;
   auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
   HttpResponse r;
+  std::optional<ReasoningSplitter> reasoning;
+  if (chat && c_.split_reasoning) reasoning.emplace(p.reasoning_opened);
   if (p.stream) {
     r.content_type = "text/event-stream";
     r.headers.emplace_back("Cache-Control", "no-cache");
-    r.stream = std::make_shared<CompletionStream>(ch, ids, want_logprobs, p.include_usage_chunk, on_end);
+    r.stream = std::make_shared<CompletionStream>(ch, ids, want_logprobs, p.include_usage_chunk, on_end, reasoning);
   } else {
-    r.later = std::make_shared<WholeCompletion>(ch, ids, want_logprobs, on_end);
+    r.later = std::make_shared<WholeCompletion>(ch, ids, want_logprobs, on_end, reasoning);
   }
   return r;
 }
