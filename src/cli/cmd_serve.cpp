@@ -91,7 +91,9 @@ int run(ServeFlags& f) {
     d.max_batch_tokens = f.max_batch_tokens;
     spec = std::make_unique<SpecSource>(f.spec, e, d);
   }
-  ServerMetrics metrics;
+  std::vector<std::string> served = f.served_names;
+  if (served.empty()) served.push_back(std::filesystem::path(f.engine.model_path).filename().string());
+  ServerMetrics metrics(served.front());
   ServingConfig sc;
   sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
   sc.exec.scheduler.max_batch_size = f.max_batch_size;
@@ -108,8 +110,7 @@ int run(ServeFlags& f) {
   HttpServerConfig hc;
   hc.host = f.host;
   hc.port = f.port;
-  hc.api.model_names = f.served_names;
-  if (hc.api.model_names.empty()) hc.api.model_names.push_back(std::filesystem::path(f.engine.model_path).filename().string());
+  hc.api.model_names = served;
   {
     auto tmpl = std::make_shared<ChatTemplate>(ChatTemplate::from_model(*e.file, f.chat_template));
     if (!f.chat_template_kwargs.empty()) tmpl->set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));

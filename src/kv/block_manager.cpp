@@ -96,8 +96,10 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   // The longest run of cached full blocks, never covering the last token (its logits must be computed).
   std::vector<uint64_t>& names = s.names;
   uint64_t parent = 0;
+  // Queried: every full block the prompt could have found (the hit rate's denominator), not only
+  // those looked at before the first miss.
+  stats_.queried_blocks += std::min<int64_t>(std::max<int64_t>(n - 1, 0) / block_size_, max_blocks_per_seq_);
   for (int64_t i = 0; (i + 1) * block_size_ <= n - 1 && static_cast<int64_t>(names.size()) < max_blocks_per_seq_; i++) {
-    stats_.queried_blocks++;
     const uint64_t name = block_name(parent, tokens + i * block_size_, block_size_);
     if (groups_[0].by_name.find(name) < 0) break;
     names.push_back(name);

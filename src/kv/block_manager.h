@@ -93,7 +93,7 @@ class BlockManager {
   // written) so that later sequences can share them.
   void publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed);
   struct PrefixStats {
-    int64_t queried_blocks = 0, hit_blocks = 0;
+    int64_t queried_blocks = 0, hit_blocks = 0;  // full prompt blocks that could have been found / were
   };
   const PrefixStats& prefix_stats() const { return stats_; }
 

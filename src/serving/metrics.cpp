@@ -11,22 +11,40 @@ namespace {
 
 const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
                                              0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0, 120.0};
+// Whole requests and queueing run for minutes on a CPU (a long answer, a busy server): up to 10 minutes.
+const std::vector<double> kRequestBuckets = {0.01, 0.025, 0.05, 0.1,  0.25,  0.5,   1.0,   2.5,  5.0,
+                                             10.0, 20.0,  30.0, 60.0, 120.0, 240.0, 480.0, 600.0};
+
+// A label value in the exposition format: backslash, quote and newline escaped.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
 
 std::string number(double v) { return fmt::format("{}", v); }
 
 }  // namespace
 
-ServerMetrics::ServerMetrics() {
-  auto hist = [&](const char* name, const char* help) {
+ServerMetrics::ServerMetrics(const std::string& model_name)
+    : model_label_(model_name.empty() ? "" : fmt::format("model_name=\"{}\"", label_value(model_name))) {
+  auto hist = [&](const char* name, const char* help, const std::vector<double>& bounds = kLatencyBuckets) {
     Histogram& h = histograms_[name];
     h.help = help;
-    h.bounds = kLatencyBuckets;
+    h.bounds = bounds;
     h.counts.assign(h.bounds.size() + 1, 0);
   };
   hist("kestrel_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.");
   hist("kestrel_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.");
-  hist("kestrel_e2e_request_latency_seconds", "Time from a request's arrival to its last token.");
-  hist("kestrel_request_queue_time_seconds", "Time a request waited before its first step.");
+  hist("kestrel_e2e_request_latency_seconds", "Time from a request's arrival to its last token.", kRequestBuckets);
+  hist("kestrel_request_queue_time_seconds", "Time a request waited before its first step.", kRequestBuckets);
   auto counter = [&](const char* name, const char* help, const char* label = "") {
     counters_[name] = {help, label, {}};
   };
@@ -34,8 +52,8 @@ ServerMetrics::ServerMetrics() {
   counter("kestrel_generation_tokens_total", "Tokens generated.");
   counter("kestrel_requests_total", "Finished requests by outcome.", "outcome");
   counter("kestrel_preemptions_total", "Running requests preempted for KV blocks (recomputed later).");
-  counter("kestrel_prefix_cache_queries_total", "Full prompt blocks looked up in the prefix cache.");
-  counter("kestrel_prefix_cache_hits_total", "Full prompt blocks found in the prefix cache (not recomputed).");
+  counter("kestrel_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache (in full blocks).");
+  counter("kestrel_prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not recomputed).");
   counter("kestrel_http_errors_total",
           "Requests and connections refused by the transport (malformed, too_large, unsupported, timeout, denied, "
           "connection_limit, tls_handshake).",
@@ -90,12 +108,18 @@ void ServerMetrics::set(const std::string& name, double v) {
 std::string ServerMetrics::render() const {
   std::lock_guard lock(mutex_);
   std::string out;
+  // The labels of one series: the model's (on every series, vLLM's convention), then its own.
+  const auto labels = [&](const std::string& own) {
+    std::string all = model_label_;
+    if (!own.empty()) all += (all.empty() ? "" : ",") + own;
+    return all.empty() ? std::string() : "{" + all + "}";
+  };
   auto family = [&](const std::string& name, const Family& f, const char* type) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, f.help, name, type);
-    if (f.values.empty()) out += fmt::format("{} 0\n", name);
+    if (f.values.empty()) out += fmt::format("{}{} 0\n", name, labels(""));
     for (const auto& [label, v] : f.values)
-      out += label.empty() ? fmt::format("{} {}\n", name, number(v))
-                           : fmt::format("{}{{{}=\"{}\"}} {}\n", name, f.label_name, label, number(v));
+      out += fmt::format("{}{} {}\n", name,
+                         labels(label.empty() ? "" : fmt::format("{}=\"{}\"", f.label_name, label_value(label))), number(v));
   };
   for (const auto& [name, f] : counters_) family(name, f, "counter");
   for (const auto& [name, f] : gauges_) family(name, f, "gauge");
@@ -104,11 +128,11 @@ std::string ServerMetrics::render() const {
     uint64_t cumulative = 0;
     for (size_t i = 0; i < h.bounds.size(); i++) {
       cumulative += h.counts[i];
-      out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, number(h.bounds[i]), cumulative);
+      out += fmt::format("{}_bucket{} {}\n", name, labels(fmt::format("le=\"{}\"", number(h.bounds[i]))), cumulative);
     }
     cumulative += h.counts.back();
-    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cumulative, name, number(h.sum),
-                       name, h.count);
+    out += fmt::format("{}_bucket{} {}\n{}_sum{} {}\n{}_count{} {}\n", name, labels("le=\"+Inf\""), cumulative, name,
+                       labels(""), number(h.sum), name, labels(""), h.count);
   }
   return out;
 }

@@ -13,7 +13,8 @@ namespace kestrel {
 
 class ServerMetrics {
  public:
-  ServerMetrics();
+  // model_name: a model_name="..." label on every series (none when empty).
+  explicit ServerMetrics(const std::string& model_name = "");
 
   void observe(const std::string& histogram, double seconds);
   void add(const std::string& counter, double v = 1.0, const std::string& label = "");
@@ -34,6 +35,7 @@ class ServerMetrics {
     std::string help, label_name;
     std::map<std::string, double> values;  // label value ("" for none) -> value
   };
+  std::string model_label_;
   mutable std::mutex mutex_;
   std::map<std::string, Histogram> histograms_;
   std::map<std::string, Family> counters_, gauges_;

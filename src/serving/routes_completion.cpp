@@ -18,8 +18,18 @@ namespace kestrel {
 
 using json = nlohmann::json;
 
+// A request refused before it ran: counted, and logged with the reason the client was given.
 HttpResponse ApiRoutes::rejected(const ApiError& e) {
   metrics_.add("kestrel_requests_total", 1, "rejected");
+  {
+    std::lock_guard lock(log_mutex_);
+    if (c_.log_json)
+      fmt::print(stderr, "{}\n",
+                 json_text({{"rejected", true}, {"status", e.status}, {"param", e.param}, {"code", e.code}, {"message", e.message}}));
+    else
+      fmt::print(stderr, "[kestrel] request rejected ({}{}{}): {}\n", e.status, e.param.empty() ? "" : ", ", e.param,
+                 e.message);
+  }
   return error_response(e);
 }
 

@@ -239,8 +239,10 @@ void ServingEngine::on_end(int64_t id, EndReason reason) {
 void ServingEngine::step(double now) {
   const StepReport r = exec_.step(now, *this);
   if (r.preempted > 0) metrics_.add("kestrel_preemptions_total", static_cast<double>(r.preempted));
-  metrics_.add("kestrel_prefix_cache_queries_total", static_cast<double>(r.queried_prefix_blocks));
-  metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(r.hit_prefix_blocks));
+  // In tokens, as vLLM counts them: a hit rate is then comparable across block sizes.
+  const auto block_tokens = static_cast<double>(e_.kv->block_size());
+  metrics_.add("kestrel_prefix_cache_queries_total", static_cast<double>(r.queried_prefix_blocks) * block_tokens);
+  metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(r.hit_prefix_blocks) * block_tokens);
   if (r.ran) {
     metrics_.set("kestrel_batch_size", static_cast<double>(r.rows));
     metrics_.set("kestrel_batch_tokens", static_cast<double>(r.batch_tokens));

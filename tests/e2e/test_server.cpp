@@ -21,6 +21,7 @@
 #include "runtime/generator.h"
 #include "kv/kv_cache.h"
 #include "raw_http.h"
+#include "prometheus_text.h"
 #include "serve_process.h"
 #include "test_support.h"
 
@@ -171,13 +172,15 @@ double check_speculative_server(const std::string& model, const std::vector<std:
   const auto m = c.Get("/metrics");
   EXPECT_TRUE(m);
   if (!m) return 0;
-  std::smatch drafted, accepted;
-  EXPECT_TRUE(std::regex_search(m->body, drafted, std::regex("kestrel_spec_drafted_tokens_total ([0-9.e+]+)")));
-  EXPECT_TRUE(std::regex_search(m->body, accepted, std::regex("kestrel_spec_accepted_tokens_total ([0-9.e+]+)")));
-  if (drafted.empty() || accepted.empty()) return 0;
-  EXPECT_GT(std::stod(drafted[1]), 0) << spec_args[1];
-  EXPECT_LE(std::stod(accepted[1]), std::stod(drafted[1])) << spec_args[1];
-  return std::stod(accepted[1]);
+  const auto metrics = test::parse_prometheus(m->body);
+  const double drafted = metrics.get("kestrel_spec_drafted_tokens_total"),
+               accepted = metrics.get("kestrel_spec_accepted_tokens_total");
+  EXPECT_GE(drafted, 0);
+  EXPECT_GE(accepted, 0);
+  if (drafted < 0 || accepted < 0) return 0;
+  EXPECT_GT(drafted, 0) << spec_args[1];
+  EXPECT_LE(accepted, drafted) << spec_args[1];
+  return accepted;
 }
 
 TEST(Server, SpeculativeDecodingKeepsGreedyTextAndCountsDrafts) {
@@ -421,34 +424,42 @@ TEST(Server, PrefixCacheHitsWithoutChangingResultsAndMetricsParse) {
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_THAT(m->get_header_value("Content-Type"), HasSubstr("text/plain"));
-  // Every line: a comment, or `name{labels} value` with a float value; histograms cumulative.
-  const std::regex sample(
-      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (-?[0-9.e+-]+|\+Inf|NaN)$)");
-  std::istringstream in(m->body);
-  std::string line;
-  std::map<std::string, double> values;
-  double last_bucket = -1;
-  int samples = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) continue;
-    std::smatch mm;
-    ASSERT_TRUE(std::regex_match(line, mm, sample)) << line;
-    const double v = std::stod(mm[3]);
-    values[mm[1].str() + mm[2].str()] = v;
-    samples++;
-    if (mm[1].str().find("_bucket") != std::string::npos) {
-      if (mm[2].str() == R"({le="0.001"})") last_bucket = -1;
-      EXPECT_GE(v, last_bucket) << line;
+  // Every line: a comment, or `name{labels} value` with a float value, the model's name on every
+  // series (vLLM's model_name label); histograms cumulative.
+  const auto parsed = test::parse_prometheus(m->body);
+  EXPECT_EQ(parsed.bad_lines, 0) << m->body;
+  EXPECT_EQ(parsed.without_model_name, 0) << m->body;
+  EXPECT_EQ(parsed.model_name, "stories260K.gguf");
+  const auto& values = parsed.values;
+  for (const char* h : {"kestrel_time_to_first_token_seconds", "kestrel_e2e_request_latency_seconds"}) {
+    double last_bucket = -1;
+    int buckets = 0;
+    std::vector<std::pair<double, double>> by_bound;  // map order is not bucket order: sorted by the bound
+    for (const auto& [series, v] : values)
+      if (series.rfind(std::string(h) + "_bucket{le=\"", 0) == 0) {
+        const std::string le = series.substr(std::string(h).size() + 12, series.size() - std::string(h).size() - 14);
+        by_bound.emplace_back(le == "+Inf" ? INFINITY : std::stod(le), v);
+      }
+    std::sort(by_bound.begin(), by_bound.end());
+    for (const auto& [bound, v] : by_bound) {
+      EXPECT_GE(v, last_bucket) << h << " le=" << bound;
       last_bucket = v;
+      buckets++;
     }
+    EXPECT_GT(buckets, 10) << h;
   }
-  EXPECT_GT(samples, 40);
-  EXPECT_EQ(values["kestrel_requests_total{outcome=\"length\"}"], 2);
-  EXPECT_EQ(values["kestrel_generation_tokens_total"], 40);
-  EXPECT_GT(values["kestrel_prefix_cache_hits_total"], 0);
-  EXPECT_EQ(values["kestrel_time_to_first_token_seconds_count"], 2);
-  EXPECT_EQ(values["kestrel_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], 2);
-  EXPECT_GT(values["kestrel_kv_blocks_total"], 0);
+  // The whole-request histogram reaches 10 minutes (a long answer on a CPU).
+  EXPECT_EQ(values.count("kestrel_e2e_request_latency_seconds_bucket{le=\"600\"}"), 1u);
+  EXPECT_GT(parsed.samples, 40);
+  EXPECT_EQ(parsed.get("kestrel_requests_total{outcome=\"length\"}"), 2);
+  EXPECT_EQ(parsed.get("kestrel_generation_tokens_total"), 40);
+  // Prefix-cache counters count tokens: the hits are exactly the tokens the second request reused.
+  EXPECT_EQ(parsed.get("kestrel_prefix_cache_hits_total"), b["usage"]["prompt_tokens_details"]["cached_tokens"].get<double>());
+  EXPECT_EQ(std::fmod(parsed.get("kestrel_prefix_cache_queries_total"), 8.0), 0.0);  // whole blocks of 8 tokens
+  EXPECT_GE(parsed.get("kestrel_prefix_cache_queries_total"), parsed.get("kestrel_prefix_cache_hits_total") * 2);
+  EXPECT_EQ(parsed.get("kestrel_time_to_first_token_seconds_count"), 2);
+  EXPECT_EQ(parsed.get("kestrel_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 2);
+  EXPECT_GT(parsed.get("kestrel_kv_blocks_total"), 0);
 }
 
 TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
@@ -471,7 +482,7 @@ TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {
   auto c = s.client();
   bool cancelled = false;
   for (int i = 0; i < 50 && !cancelled; i++) {
-    cancelled = c.Get("/metrics")->body.find("kestrel_requests_total{outcome=\"cancelled\"} 1") != std::string::npos;
+    cancelled = test::parse_prometheus(c.Get("/metrics")->body).get("kestrel_requests_total{outcome=\"cancelled\"}") == 1;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(cancelled) << c.Get("/metrics")->body;
@@ -502,7 +513,7 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
   for (auto& t : ts) t.join();
   for (int i = 0; i < 6; i++) EXPECT_EQ(got[i], single) << i;
   const std::string metrics = c.Get("/metrics")->body;
-  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("kestrel_preemptions_total 0\n")));
+  EXPECT_GT(test::parse_prometheus(metrics).get("kestrel_preemptions_total"), 0);
   // A request that can never fit in the pool is refused up front, naming the field.
   int status = 0;
   const json never = post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 250}}, &status);
@@ -510,11 +521,17 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
   EXPECT_EQ(never["error"]["param"], "max_tokens");
   EXPECT_EQ(s.terminate(10000), 0);
   // One JSON line per request, and the operator trace.
-  int json_lines = 0;
+  int json_lines = 0, rejected_lines = 0;
   std::istringstream log(s.log());
   for (std::string line; std::getline(log, line);)
     if (!line.empty() && line[0] == '{') {
       const json j = json::parse(line);
+      if (j.contains("rejected")) {  // the refusal, logged with what the client was told
+        EXPECT_EQ(j["param"], "max_tokens") << line;
+        EXPECT_EQ(j["status"], 400) << line;
+        rejected_lines++;
+        continue;
+      }
       EXPECT_TRUE(j.contains("ttft_ms") && j.contains("completion_tokens") && j.contains("priority"));
       // Engine-side times: the first token came after arrival and no later than the end.
       EXPECT_GT(j["ttft_ms"].get<double>(), 0.0) << line;
@@ -522,6 +539,7 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
       json_lines++;
     }
   EXPECT_EQ(json_lines, 7);
+  EXPECT_EQ(rejected_lines, 1);
   EXPECT_THAT(test::read_text(trace), HasSubstr("traceEvents"));
 }
 

@@ -93,6 +93,8 @@ TEST(ServerChatTemplate, RendersTheTemplateFileWithToolTurnsRolesAndKwargs) {
     EXPECT_EQ(r.body["error"]["message"], "System role not supported") << path;
     EXPECT_EQ(r.body["error"]["param"], "messages") << path;
   }
+  // Refusals are logged with the reason the client got.
+  EXPECT_THAT(server.log(), HasSubstr("request rejected (400, messages): System role not supported"));
   // Bad tool turns are named.
   r = post(c, "/v1/chat/completions",
            R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"type": "function"}]}]})");

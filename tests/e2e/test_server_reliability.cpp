@@ -17,6 +17,7 @@
 
 #include "cli_process.h"
 #include "raw_http.h"
+#include "prometheus_text.h"
 #include "serve_process.h"
 #include "test_support.h"
 
@@ -35,11 +36,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 double metric(httplib::Client& c, const std::string& series) {
   auto r = c.Get("/metrics");
   if (!r) return -1;
-  std::istringstream in(r->body);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  return -1;
+  return test::parse_prometheus(r->body).get(series);
 }
 
 // One short completion; its latency in ms, or -1 if it did not succeed.

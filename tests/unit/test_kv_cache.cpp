@@ -111,6 +111,8 @@ TEST(PagedKvCache, SequencesWithACommonPrefixShareItsFullBlocks) {
   kv.reserve(1, 50);
   EXPECT_NE(kv.block_table(1)[2], kv.block_table(0)[2]);
   EXPECT_EQ(kv.prefix_stats().hit_blocks, 2);
+  // Queried: every full block each prompt could have found (2 of 40 tokens, 3 of 50), hit or not.
+  EXPECT_EQ(kv.prefix_stats().queried_blocks, 2 + 3);
 
   // A different first block shares nothing, even if later blocks match.
   auto c = a;
