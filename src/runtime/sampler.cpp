@@ -21,6 +21,8 @@ void SamplingParams::validate() const {
   if (repeat_last_n < 0) bad("repeat_last_n", repeat_last_n, "0 or more");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) bad("frequency_penalty", frequency_penalty, "-2 to 2");
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) bad("presence_penalty", presence_penalty, "-2 to 2");
+  for (const auto& [t, bias] : logit_bias)
+    if (!(bias >= -100.0f && bias <= 100.0f)) bad("logit_bias", bias, "-100 to 100");
 }
 
 int32_t argmax(const float* logits, int64_t n) {
@@ -39,6 +41,8 @@ Sampler::Sampler(const SamplingParams& params, int64_t n_vocab) : p_(params), n_
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history) {
+  for (const auto& [t, bias] : p_.logit_bias)
+    if (t >= 0 && t < n_vocab_) logits[t] = bias <= -100.0f ? -INFINITY : logits[t] + bias;
   if (p_.repeat_penalty == 1.0f && p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f) return;
   const size_t n = std::min(history.size(), static_cast<size_t>(p_.repeat_last_n));
   const size_t first = history.size() - n;

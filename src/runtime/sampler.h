@@ -4,6 +4,7 @@
 // tokens). Temperature 0 is greedy.
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace kestrel {
@@ -18,6 +19,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   uint64_t seed = 0;
+  // Added to a token's logit before anything else (OpenAI's logit_bias); -100
+  // or less bans the token outright.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Throws Error naming the first out-of-range parameter.
   void validate() const;

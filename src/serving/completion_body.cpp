@@ -29,18 +29,22 @@ json usage_json(const StreamEvent& end) {
 
 json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
+std::string Logprobs::name(const TokenLogprob& t) const {
+  return token_ids_ ? "token_id:" + std::to_string(t.token) : t.text;
+}
+
 void Logprobs::add(const StreamEvent& e) {
   if (!e.has_token) return;
   if (chat_) {
     json alts = json::array();
-    for (const auto& t : e.top) alts.push_back({{"token", t.text}, {"logprob", t.logprob}});
-    chat_content_.push_back({{"token", e.token.text}, {"logprob", e.token.logprob}, {"top_logprobs", alts}});
+    for (const auto& t : e.top) alts.push_back({{"token", name(t)}, {"logprob", t.logprob}});
+    chat_content_.push_back({{"token", name(e.token)}, {"logprob", e.token.logprob}, {"top_logprobs", alts}});
     return;
   }
-  tokens_.push_back(e.token.text);
+  tokens_.push_back(name(e.token));
   token_logprobs_.push_back(e.token.logprob);
   json alts = json::object();
-  for (const auto& t : e.top) alts[t.text] = t.logprob;
+  for (const auto& t : e.top) alts[name(t)] = t.logprob;
   top_.push_back(alts);
   offsets_.push_back(offset_);
   offset_ += code_points(e.text);  // OpenAI's text_offset counts characters

@@ -12,12 +12,13 @@
 
 namespace kestrel {
 
-// Who a completion's bodies belong to.
+// Who a completion's bodies belong to, and how their logprobs name tokens.
 struct CompletionIds {
   std::string id;  // "chatcmpl-7", "cmpl-7"
   bool chat = false;
   int64_t created = 0;  // unix seconds
   std::string model;
+  bool token_ids = false;  // vLLM's return_tokens_as_token_ids: "token_id:42" for a token's text
 };
 
 // {"id", "object", "created", "model", "choices"}; object per kind and shape.
@@ -30,14 +31,17 @@ nlohmann::json finish_json(const std::string& reason);
 class Logprobs {
  public:
   // start_offset: characters of the completion before these events (a stream's earlier chunks).
-  explicit Logprobs(bool chat, size_t start_offset = 0) : chat_(chat), offset_(start_offset) {}
+  // token_ids: tokens named "token_id:42" (vLLM's return_tokens_as_token_ids), not by their text.
+  explicit Logprobs(bool chat, size_t start_offset = 0, bool token_ids = false)
+      : chat_(chat), token_ids_(token_ids), offset_(start_offset) {}
   void add(const StreamEvent& e);
   nlohmann::json result() const;
   // Characters of text the events so far carried, from the start of the completion.
   size_t end_offset() const { return offset_; }
 
  private:
-  bool chat_;
+  std::string name(const TokenLogprob& t) const;
+  bool chat_, token_ids_;
   nlohmann::json tokens_ = nlohmann::json::array(), token_logprobs_ = nlohmann::json::array(),
                  top_ = nlohmann::json::array(), offsets_ = nlohmann::json::array(), chat_content_ = nlohmann::json::array();
   size_t offset_ = 0;

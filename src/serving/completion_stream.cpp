@@ -61,7 +61,7 @@ StreamStep CompletionStream::poll(std::string& out) {
       }
       return finish(out, e);
     }
-    Logprobs lp(ids_.chat, text_offset_);
+    Logprobs lp(ids_.chat, text_offset_, ids_.token_ids);
     if (want_logprobs_) lp.add(e);
     text_offset_ = lp.end_offset();
     if (e.text.empty() && !(want_logprobs_ && e.has_token)) continue;  // held back (UTF-8 or a possible stop string)

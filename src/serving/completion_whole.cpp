@@ -12,7 +12,7 @@ WholeCompletion::WholeCompletion(std::shared_ptr<RequestChannel> channel, Comple
       ids_(std::move(ids)),
       want_logprobs_(want_logprobs),
       on_end_(std::move(on_end)),
-      logprobs_(ids_.chat),
+      logprobs_(ids_.chat, 0, ids_.token_ids),
       reasoning_(std::move(reasoning)) {}
 
 std::optional<HttpResponse> WholeCompletion::poll() {

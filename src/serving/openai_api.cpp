@@ -68,12 +68,12 @@ void check_fields(const json& j, bool chat) {
   static const std::set<std::string> common = {
       "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
-      "stream_options", "logprobs", "user"};
+      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "chat_template_kwargs"};
   static const std::set<std::string> completion_only = {"prompt", "echo"};
   static const std::set<std::string> openai_unimplemented = {
-      "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format", "logit_bias",
+      "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format",
       "suffix", "best_of", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
   for (const auto& [key, value] : j.items()) {
     if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
@@ -85,6 +85,31 @@ void check_fields(const json& j, bool chat) {
   if (const auto it = j.find("stream_options"); it != j.end() && it->is_object())
     for (const auto& [key, value] : it->items())
       if (key != "include_usage") throw bad("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
+}
+
+// {"token id": bias}: ids of this vocabulary, biases -100 to 100, at most 1024 entries.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& j, int64_t n_vocab) {
+  if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return {};
+  const json& b = j["logit_bias"];
+  if (!b.is_object()) throw bad("logit_bias", "'logit_bias' must be an object of {\"token id\": bias}");
+  if (b.size() > 1024) throw bad("logit_bias", "'logit_bias' holds more than 1024 tokens");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : b.items()) {
+    const std::string param = "logit_bias." + key;
+    size_t used = 0;
+    int64_t id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != key.size() || id < 0 || id >= n_vocab)
+      throw bad(param, fmt::format("'logit_bias' key '{}' is not a token id of this model (0 to {})", key, n_vocab - 1));
+    if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100)
+      throw bad(param, fmt::format("'{}' must be a number from -100 to 100", param));
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return out;
 }
 
 // A text too long for the context is refused before it is tokenized (a
@@ -226,6 +251,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     s.seed = std::random_device{}();
   }
   if (integer(j, "n", 1, 1, 1) != 1) throw bad("n", "'n' must be 1");
+  s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
   r.stop = stops(j);
   r.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
   r.ignore_eos = boolean(j, "ignore_eos", false);
@@ -239,6 +265,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     if (boolean(j, "echo", false)) throw bad("echo", "'echo' is not supported");
   }
   p.stream = boolean(j, "stream", false);
+  p.token_ids_in_logprobs = boolean(j, "return_tokens_as_token_ids", false);
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     if (!j["stream_options"].is_object()) throw bad("stream_options", "'stream_options' must be an object");
     p.include_usage_chunk = boolean(j["stream_options"], "include_usage", false);

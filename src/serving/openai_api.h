@@ -62,7 +62,8 @@ struct ParsedRequest {
   bool stream = false;
   bool chat = false;
   bool include_usage_chunk = false;  // stream_options.include_usage
-  bool reasoning_opened = false;     // the rendered prompt left a <think> open (DeepSeek-R1)
+  bool reasoning_opened = false;
+  bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids     // the rendered prompt left a <think> open (DeepSeek-R1)
 };
 
 // The chat request's messages (and chat_template_kwargs) through the model's

@@ -76,7 +76,8 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
     return rejected({400, e.what(), "max_tokens", "invalid_request_error", "context_length_exceeded"});
   }
   const int64_t id = next_id_++;
-  const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model};
+  const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model,
+                          p.token_ids_in_logprobs};
   const bool want_logprobs = p.serve.top_logprobs >= 0;
   auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
   HttpResponse r;

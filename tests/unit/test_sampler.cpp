@@ -37,6 +37,31 @@ TEST(Sampler, TemperatureZeroIsArgmax) {
   EXPECT_EQ(s.sample(l.data(), {}), want);
 }
 
+TEST(Sampler, LogitBiasBansAndFavoursTokens) {
+  const auto l = ramp_logits(100);
+  const int32_t top = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logit_bias = {{top, -100.0f}};
+  auto x = l;
+  EXPECT_NE(Sampler(p, 100).sample(x.data(), {}), top);
+  // Sampled at temperature 1 many times, a banned token never comes; +100 makes one certain.
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  for (const int32_t t : draw(p, 2000)) EXPECT_NE(t, top);
+  p.logit_bias = {{7, 100.0f}};
+  for (const int32_t t : draw(p, 200)) EXPECT_EQ(t, 7);
+  // A bias moves the logit by exactly its value: +1.5 on a token equal to the top plus 1.5 ties it.
+  p.temperature = 0.0f;
+  p.logit_bias = {{3, l[top] - l[3] + 0.01f}};
+  x = l;
+  EXPECT_EQ(Sampler(p, 100).sample(x.data(), {}), 3);
+  p.logit_bias = {{3, 101.0f}};
+  EXPECT_THROW(p.validate(), Error);
+}
+
 TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
   SamplingParams p;
   p.temperature = 1.5f;
