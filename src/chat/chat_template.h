@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/tool_calls.h"
 #include "gguf/gguf.h"
 #include "jinja/template.h"
 #include "tokenizer/tokenizer.h"
@@ -43,6 +44,8 @@ class ChatTemplate {
   const std::string& bos_token() const { return bos_; }
   // The template writes or strips <think> blocks (DeepSeek-R1 and its distills, QwQ, Qwen3).
   bool reasons() const { return reasons_; }
+  // The format the template writes tool calls in (None: it shows none).
+  ToolCallFormat tool_format() const { return tool_format_; }
 
   // Variables every render gets unless the request sets them (--chat-template-kwargs).
   void set_default_kwargs(const nlohmann::ordered_json& kwargs);
@@ -64,6 +67,7 @@ class ChatTemplate {
   nlohmann::ordered_json default_kwargs_ = nlohmann::ordered_json::object();
   bool fallback_ = false;
   bool reasons_ = false;
+  ToolCallFormat tool_format_ = ToolCallFormat::None;
 };
 
 // The Jinja source of a built-in template, or nullptr.

@@ -19,7 +19,7 @@ namespace {
 struct ServeFlags {
   EngineOptions engine;
   std::vector<std::string> served_names;
-  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", log_format = "text", profile;
+  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", tool_call_parser = "auto", log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
   HttpLimits limits;
   int http_threads = 2, http_workers = 2;
@@ -118,6 +118,7 @@ int run(ServeFlags& f) {
       fmt::print(stderr, "[kestrel] warning: {} has no chat template; chat requests use chatml (see --chat-template)\n",
                  f.engine.model_path);
     hc.api.split_reasoning = f.reasoning_format == "deepseek" || (f.reasoning_format == "auto" && tmpl->reasons());
+    hc.api.tool_format = f.tool_call_parser == "auto" ? tmpl->tool_format() : *tool_call_format_from_name(f.tool_call_parser);
     hc.api.chat_template = std::move(tmpl);
   }
   hc.io_threads = f.http_threads;
@@ -138,10 +139,12 @@ int run(ServeFlags& f) {
   const int port = http.bind();
   fmt::print(stderr,
              "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
-             "chat template {}{}{})\n",
+             "chat template {}{}{}{})\n",
              fmt::join(hc.api.model_names, "', '"), hc.tls_cert_file.empty() ? "http" : "https", f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
              e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
-             hc.api.chat_template->origin(), hc.api.split_reasoning ? ", reasoning split from content" : "", hc.access.api_keys.empty() ? "" : ", API key required");
+             hc.api.chat_template->origin(), hc.api.split_reasoning ? ", reasoning split from content" : "",
+             hc.api.tool_format == ToolCallFormat::None ? std::string()
+                                                        : fmt::format(", tool calls read as {}", tool_call_format_name(hc.api.tool_format)), hc.access.api_keys.empty() ? "" : ", API key required");
 
   // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
   // deadline (then cancel them), then close the listener.
@@ -213,6 +216,11 @@ void register_serve(CLI::App& app) {
                   "deltas), the rest to content; none: all of it is content; auto: deepseek when the chat template "
                   "handles <think> (DeepSeek-R1 and distills, QwQ, Qwen3)")
       ->check(CLI::IsMember({"auto", "deepseek", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--tool-call-parser", f.tool_call_parser,
+                  "How replies are read for tool calls when a request offers tools: hermes (<tool_call>), llama3_json, "
+                  "deepseek, mistral, none; auto: the format the chat template writes calls in")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "deepseek", "mistral", "none"}))
       ->capture_default_str();
   cmd->add_option("--served-model-name", f.served_names,
                   "Model ids in the API, one or more (repeatable): requests may name any; the first is the one "

@@ -27,7 +27,8 @@ struct ApiConfig {
   std::shared_ptr<const ChatTemplate> chat_template;  // required for /v1/chat/completions
   bool log_json = false;  // one JSON line per request on stderr, else a short text line
   bool allow_special_in_content = false;  // see ApiContext
-  bool split_reasoning = false;  // --reasoning-format deepseek: <think> text as reasoning_content
+  bool split_reasoning = false;
+  ToolCallFormat tool_format = ToolCallFormat::None;  // how replies are read for calls when a request offers tools  // --reasoning-format deepseek: <think> text as reasoning_content
 };
 
 class ApiRoutes {

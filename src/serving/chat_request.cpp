@@ -96,6 +96,40 @@ json checked_messages(const json& body) {
   return out;
 }
 
+// OpenAI's function tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}].
+json checked_tools(const json& body) {
+  if (!body.contains("tools") || body["tools"].is_null()) return nullptr;
+  const json& tools = body["tools"];
+  if (!tools.is_array()) throw bad_request("tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+  for (size_t i = 0; i < tools.size(); i++) {
+    const json& t = tools[i];
+    const std::string param = fmt::format("tools[{}]", i);
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      throw bad_request(param, fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{...}}}}", param));
+    for (const auto& [key, value] : t.items())
+      if (key != "type" && key != "function") throw bad_request(param + "." + key, fmt::format("unknown field '{}.{}'", param, key));
+    const json& f = t["function"];
+    const std::string fp = param + ".function";
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty() ||
+        f["name"].get<std::string>().size() > 64 ||
+        f["name"].get<std::string>().find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+            std::string::npos)
+      throw bad_request(fp + ".name", fmt::format("'{}.name' must be 1 to 64 letters, digits, '_', '-' or '.'", fp));
+    for (const auto& [key, value] : f.items()) {
+      if (key == "name") continue;
+      if (key == "description" && value.is_string()) continue;
+      if (key == "parameters" && value.is_object()) continue;
+      if (key == "strict" && value.is_boolean()) {
+        // Enforcing a schema needs constrained decoding, which this server does not do yet.
+        if (value.get<bool>()) throw bad_request(fp + ".strict", fmt::format("'{}.strict': true is not supported yet", fp));
+        continue;
+      }
+      throw bad_request(fp + "." + key, fmt::format("'{}.{}' is not a known field of the right type", fp, key));
+    }
+  }
+  return tools;
+}
+
 json checked_kwargs(const json& body) {
   if (!body.contains("chat_template_kwargs") || body["chat_template_kwargs"].is_null()) return json::object();
   const json& k = body["chat_template_kwargs"];
@@ -109,11 +143,40 @@ json checked_kwargs(const json& body) {
 
 }  // namespace
 
-RenderedChat render_chat_request(const ApiContext& ctx, const json& body) {
+ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
   const json messages = checked_messages(body);
   const json kwargs = checked_kwargs(body);
+  json tools = checked_tools(body);
+  ChatPrompt out;
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean())
+      throw bad_request("parallel_tool_calls", "'parallel_tool_calls' must be true or false");
+    out.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
+  }
+  std::string choice = tools.is_null() ? "none" : "auto";
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const json& c = body["tool_choice"];
+    if (c.is_string() && (c == "auto" || c == "none")) {
+      choice = c.get<std::string>();
+    } else if (c == "required" || c.is_object()) {
+      // Both need every reply to be a call: constrained decoding (not implemented yet), not a hope.
+      throw bad_request("tool_choice", "'tool_choice' \"required\" or a named function is not supported yet "
+                                       "(\"auto\" and \"none\" are)");
+    } else {
+      throw bad_request("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+                                       "\"function\", \"function\": {\"name\": ...}}");
+    }
+    if (tools.is_null() && choice != "none") throw bad_request("tool_choice", "'tool_choice' needs 'tools'");
+  }
+  // "none": the model is not shown the tools, as OpenAI's promise that it calls none requires.
+  if (choice == "none") tools = nullptr;
+  out.tools_offered = !tools.is_null() && !tools.empty();
+  if (out.tools_offered && ctx.tool_format == ToolCallFormat::None)
+    throw bad_request("tools", "this model's chat template shows no tool-call format Kestrel can read; start the "
+                               "server with --tool-call-parser (hermes, llama3_json, deepseek, mistral)");
   try {
-    return ctx.chat_template->render(messages, nullptr, kwargs, true);
+    out.rendered = ctx.chat_template->render(messages, tools, kwargs, true);
+    return out;
   } catch (const jinja::TemplateError& e) {
     // The template's own refusals (raise_exception) are its words about the conversation.
     throw bad_request("messages", e.raised ? e.what() : fmt::format("the chat template failed: {}", e.what()));

@@ -56,13 +56,40 @@ json Logprobs::result() const {
 }
 
 std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const json& logprobs,
-                                  const StreamEvent& end, const std::optional<std::string>& reasoning) {
+                                  const StreamEvent& end) {
   json choice = {{"index", 0}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
-  if (ids.chat) {
+  if (ids.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
-    if (reasoning && !reasoning->empty()) choice["message"]["reasoning_content"] = *reasoning;
-  } else
+  else
     choice["text"] = text;
+  json body = completion_envelope(ids, false, json::array({choice}));
+  body["usage"] = usage_json(end);
+  return json_text(body);
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); i++) {
+    json c = {{"id", calls[i].id}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (stream) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string whole_completion_body(const CompletionIds& ids, const ReplyPart& reply, const json& logprobs,
+                                  const StreamEvent& end) {
+  json choice = {{"index", 0}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
+  json message = {{"role", "assistant"}, {"content", reply.content}};
+  if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+  if (!reply.calls.empty()) {
+    // Only calls: no content; text around them is kept, trimmed.
+    const size_t b = reply.content.find_first_not_of(" \n\r\t"), e = reply.content.find_last_not_of(" \n\r\t");
+    message["content"] = b == std::string::npos ? json(nullptr) : json(reply.content.substr(b, e + 1 - b));
+    message["tool_calls"] = tool_calls_json(reply.calls, false);
+    if (end.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+  }
+  choice["message"] = std::move(message);
   json body = completion_envelope(ids, false, json::array({choice}));
   body["usage"] = usage_json(end);
   return json_text(body);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "chat/reply_parser.h"
 #include "serving/serving_engine.h"
 
 namespace kestrel {
@@ -48,9 +49,15 @@ class Logprobs {
 };
 
 // The non-streamed answer: one choice with the whole text.
-// reasoning: the chat message's reasoning_content (left out when empty).
 std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const nlohmann::json& logprobs,
-                                  const StreamEvent& end, const std::optional<std::string>& reasoning = std::nullopt);
+                                  const StreamEvent& end);
+// A parsed chat reply: reasoning_content (left out when empty), content
+// (null when the reply is only tool calls), tool_calls, finish_reason
+// "tool_calls" when the model stopped after calling.
+std::string whole_completion_body(const CompletionIds& ids, const ReplyPart& reply, const nlohmann::json& logprobs,
+                                  const StreamEvent& end);
+// OpenAI's tool_calls array; in a stream each call also carries its index.
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool stream);
 
 // One server-sent event: "data: <json>\n\n".
 std::string sse_event(const nlohmann::json& j);

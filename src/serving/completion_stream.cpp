@@ -10,13 +10,13 @@ using json = nlohmann::json;
 
 CompletionStream::CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
                                    bool include_usage, std::function<void(const StreamEvent&)> on_end,
-                                   std::optional<ReasoningSplitter> reasoning)
+                                   std::optional<ReplyParser> reply)
     : channel_(std::move(channel)),
       ids_(std::move(ids)),
       want_logprobs_(want_logprobs),
       include_usage_(include_usage),
       on_end_(std::move(on_end)),
-      reasoning_(std::move(reasoning)) {}
+      reply_(std::move(reply)) {}
 
 void CompletionStream::add_chunk(std::string& out, const json& choice) const {
   out += sse_event(completion_envelope(ids_, true, json::array({choice})));
@@ -28,20 +28,23 @@ json CompletionStream::text_choice(const std::string& text, const json& logprobs
     c["text"] = text;
     return c;
   }
-  if (!reasoning_) {
+  if (!reply_) {
     c["delta"] = text.empty() && !finish.is_null() ? json::object() : json{{"content", text}};
     return c;
   }
-  // Thinking and answer as separate fields of the delta (vLLM's and llama.cpp's shape).
-  SplitText part = reasoning_->push(text);
+  // Thinking, answer and calls as separate fields of the delta (vLLM's and llama.cpp's shape).
+  ReplyPart part = reply_->push(text);
   if (!finish.is_null()) {
-    const SplitText rest = reasoning_->finish();
+    ReplyPart rest = reply_->finish();
     part.reasoning += rest.reasoning;
     part.content += rest.content;
+    part.calls = std::move(rest.calls);
+    if (!part.calls.empty() && finish == "stop") c["finish_reason"] = "tool_calls";
   }
   json delta = json::object();
   if (!part.reasoning.empty()) delta["reasoning_content"] = part.reasoning;
   if (!part.content.empty() || (delta.empty() && finish.is_null())) delta["content"] = part.content;
+  if (!part.calls.empty()) delta["tool_calls"] = tool_calls_json(part.calls, true);
   c["delta"] = delta;
   return c;
 }

@@ -10,7 +10,7 @@
 #include <memory>
 #include <optional>
 
-#include "chat/reasoning.h"
+#include "chat/reply_parser.h"
 #include "serving/completion_body.h"
 #include "serving/http_types.h"
 #include "serving/serving_engine.h"
@@ -20,10 +20,9 @@ namespace kestrel {
 class CompletionStream : public BodyStream {
  public:
   // on_end: called once with the request's end event (for the request log).
-  // reasoning: chat text split into reasoning_content and content deltas (--reasoning-format).
+  // reply: chat text split into reasoning_content, content and tool_calls deltas.
   CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs, bool include_usage,
-                   std::function<void(const StreamEvent&)> on_end,
-                   std::optional<ReasoningSplitter> reasoning = std::nullopt);
+                   std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
   void on_ready(std::function<void()> ready) override { channel_->on_ready(std::move(ready)); }
   // Appends the events for what the engine has produced so far.
   StreamStep poll(std::string& out) override;
@@ -40,7 +39,7 @@ class CompletionStream : public BodyStream {
   bool want_logprobs_, include_usage_;
   std::function<void(const StreamEvent&)> on_end_;
   bool started_ = false, finished_ = false;
-  std::optional<ReasoningSplitter> reasoning_;
+  std::optional<ReplyParser> reply_;
   size_t text_offset_ = 0;  // characters streamed so far: where the next chunk's text_offset starts
 };
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "chat/reasoning.h"
+#include "chat/reply_parser.h"
 #include "serving/completion_body.h"
 #include "serving/http_types.h"
 #include "serving/serving_engine.h"
@@ -18,9 +18,9 @@ namespace kestrel {
 class WholeCompletion : public DeferredResponse {
  public:
   // on_end: called once with the request's end event (for the request log).
-  // reasoning: the chat answer split into reasoning_content and content (--reasoning-format).
+  // reply: the chat answer split into reasoning_content, content and tool_calls.
   WholeCompletion(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
-                  std::function<void(const StreamEvent&)> on_end, std::optional<ReasoningSplitter> reasoning = std::nullopt);
+                  std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
   void on_ready(std::function<void()> ready) override { channel_->on_ready(std::move(ready)); }
   std::optional<HttpResponse> poll() override;
   void close(bool completed) override;
@@ -32,7 +32,7 @@ class WholeCompletion : public DeferredResponse {
   std::function<void(const StreamEvent&)> on_end_;
   std::string text_;
   Logprobs logprobs_;
-  std::optional<ReasoningSplitter> reasoning_;
+  std::optional<ReplyParser> reply_;
   bool finished_ = false;
 };
 

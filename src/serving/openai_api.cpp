@@ -61,31 +61,6 @@ std::vector<std::string> stops(const json& j) {
   return out;
 }
 
-// Every field of a body is one we implement, or one that cannot change the
-// output (`user`); anything else is a 400 naming it rather than an answer
-// computed without it. OpenAI fields we know but do not implement say so.
-void check_fields(const json& j, bool chat) {
-  static const std::set<std::string> common = {
-      "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
-      "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
-      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids"};
-  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
-                                                  "chat_template_kwargs"};
-  static const std::set<std::string> completion_only = {"prompt", "echo"};
-  static const std::set<std::string> openai_unimplemented = {
-      "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format",
-      "suffix", "best_of", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
-  for (const auto& [key, value] : j.items()) {
-    if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
-    if (value.is_null()) continue;  // an explicit null asks for the default
-    if (openai_unimplemented.count(key))
-      throw bad(key, fmt::format("'{}' is not supported by this server", key));
-    throw bad(key, fmt::format("unknown field '{}'", key));
-  }
-  if (const auto it = j.find("stream_options"); it != j.end() && it->is_object())
-    for (const auto& [key, value] : it->items())
-      if (key != "include_usage") throw bad("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
-}
 
 // {"token id": bias}: ids of this vocabulary, biases -100 to 100, at most 1024 entries.
 std::vector<std::pair<int32_t, float>> logit_bias(const json& j, int64_t n_vocab) {
@@ -126,6 +101,33 @@ void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& 
 }
 
 }  // namespace
+
+// Every field of a body is one we implement, or one that cannot change the
+// output (`user`); anything else is a 400 naming it rather than an answer
+// computed without it. OpenAI fields we know but do not implement say so.
+void check_request_fields(const json& j, bool chat) {
+  static const std::set<std::string> common = {
+      "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
+      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
+                                                  "chat_template_kwargs", "tools", "tool_choice",
+                                                  "parallel_tool_calls"};
+  static const std::set<std::string> completion_only = {"prompt", "echo"};
+  static const std::set<std::string> openai_unimplemented = {
+      "functions", "function_call", "response_format",
+      "suffix", "best_of", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
+  for (const auto& [key, value] : j.items()) {
+    if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
+    if (value.is_null()) continue;  // an explicit null asks for the default
+    if (openai_unimplemented.count(key))
+      throw bad(key, fmt::format("'{}' is not supported by this server", key));
+    throw bad(key, fmt::format("unknown field '{}'", key));
+  }
+  if (const auto it = j.find("stream_options"); it != j.end() && it->is_object())
+    for (const auto& [key, value] : it->items())
+      if (key != "include_usage") throw bad("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
+}
 
 std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body) {
   if (!body.contains("model") || body["model"].is_null()) return ctx.model_names.front();
@@ -178,7 +180,7 @@ nlohmann::ordered_json parse_body(const std::string& body) {
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
   const json j = parse_body(body);
   if (!j.is_object()) throw bad("", "the body must be a JSON object");
-  check_fields(j, chat);
+  check_request_fields(j, chat);
   ParsedRequest p;
   p.chat = chat;
   ServeRequest& r = p.serve;
@@ -186,8 +188,11 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   p.model = checked_model_name(ctx, j);
   const std::string prompt_param = chat ? "messages" : "prompt";
   if (chat) {
-    const RenderedChat chat_text = render_chat_request(ctx, j);
+    const ChatPrompt prompt = render_chat_request(ctx, j);
+    const RenderedChat& chat_text = prompt.rendered;
     p.reasoning_opened = prompt_opens_reasoning(chat_text.text);
+    if (prompt.tools_offered) p.tool_format = ctx.tool_format;
+    p.parallel_tool_calls = prompt.parallel_tool_calls;
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
     // A template that writes the BOS text itself (Llama 3, DeepSeek) gets no
     // second BOS from the tokenizer.

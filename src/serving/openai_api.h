@@ -54,6 +54,7 @@ struct ApiContext {
   // Control tokens spelled inside message content become those tokens (off:
   // content is text; only the template's own markers are control tokens).
   bool allow_special_in_content = false;
+  ToolCallFormat tool_format = ToolCallFormat::None;  // see ApiConfig
 };
 
 struct ParsedRequest {
@@ -63,13 +64,23 @@ struct ParsedRequest {
   bool chat = false;
   bool include_usage_chunk = false;  // stream_options.include_usage
   bool reasoning_opened = false;
-  bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids     // the rendered prompt left a <think> open (DeepSeek-R1)
+  bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids
+  ToolCallFormat tool_format = ToolCallFormat::None;  // tools offered (and tool_choice not "none"): read calls so
+  bool parallel_tool_calls = true;     // the rendered prompt left a <think> open (DeepSeek-R1)
 };
 
 // The chat request's messages (and chat_template_kwargs) through the model's
 // template. Throws ApiError naming the message or field at fault, or carrying
 // the template's own raise_exception message.
-RenderedChat render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body);
+struct ChatPrompt {
+  RenderedChat rendered;
+  bool tools_offered = false;  // tools given and tool_choice not "none"
+  bool parallel_tool_calls = true;
+};
+ChatPrompt render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body);
+
+// Every field of a completion (chat: true) body is one the server implements, or a 400 naming it.
+void check_request_fields(const nlohmann::ordered_json& body, bool chat);
 
 // The body's `model` (the first served name when absent); an unknown one is a 404.
 std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body);

@@ -60,7 +60,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   ParsedRequest p;
   try {
     const ApiContext ctx{*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
-                         c_.allow_special_in_content};
+                         c_.allow_special_in_content, c_.tool_format};
     p = parse_completion_request(ctx, req.body, chat);
   } catch (const ApiError& e) {
     return rejected(e);
@@ -81,14 +81,16 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   const bool want_logprobs = p.serve.top_logprobs >= 0;
   auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
   HttpResponse r;
-  std::optional<ReasoningSplitter> reasoning;
-  if (chat && c_.split_reasoning) reasoning.emplace(p.reasoning_opened);
+  std::optional<ReplyParser> reply;
+  if (chat && (c_.split_reasoning || p.tool_format != ToolCallFormat::None))
+    reply.emplace(c_.split_reasoning ? std::optional<bool>(p.reasoning_opened) : std::nullopt, p.tool_format,
+                  p.parallel_tool_calls);
   if (p.stream) {
     r.content_type = "text/event-stream";
     r.headers.emplace_back("Cache-Control", "no-cache");
-    r.stream = std::make_shared<CompletionStream>(ch, ids, want_logprobs, p.include_usage_chunk, on_end, reasoning);
+    r.stream = std::make_shared<CompletionStream>(ch, ids, want_logprobs, p.include_usage_chunk, on_end, reply);
   } else {
-    r.later = std::make_shared<WholeCompletion>(ch, ids, want_logprobs, on_end, reasoning);
+    r.later = std::make_shared<WholeCompletion>(ch, ids, want_logprobs, on_end, reply);
   }
   return r;
 }

@@ -27,19 +27,16 @@ HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
   }
 }
 
-// llama.cpp's endpoint: the prompt text a chat body renders to, nothing generated.
+// llama.cpp's endpoint: the prompt text a chat completion body renders to, nothing generated.
 HttpResponse ApiRoutes::apply_template(const HttpRequest& req) const {
   try {
     const auto j = parse_body(req.body);
     if (!j.is_object()) return error_response(bad_request("", "the body must be a JSON object"));
-    for (const auto& [key, value] : j.items())
-      if (key != "messages" && key != "chat_template_kwargs" && key != "model")
-        return error_response(bad_request(key, fmt::format("unknown field '{}' (/apply-template takes messages and "
-                                                           "chat_template_kwargs)", key)));
+    check_request_fields(j, true);  // a chat completion's body: what only shapes the generation is not used here
     const ApiContext ctx{*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
-                         c_.allow_special_in_content};
+                         c_.allow_special_in_content, c_.tool_format};
     checked_model_name(ctx, j);
-    return json_response(json_text({{"prompt", render_chat_request(ctx, j).text}}));
+    return json_response(json_text({{"prompt", render_chat_request(ctx, j).rendered.text}}));
   } catch (const ApiError& e) {
     return error_response(e);
   }

@@ -103,9 +103,61 @@ TEST(ServerChatTemplate, RendersTheTemplateFileWithToolTurnsRolesAndKwargs) {
   r = post(c, "/v1/chat/completions", R"({"messages": [{"role": "assistant", "content": null}]})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "messages[0].content");
-  r = post(c, "/apply-template", R"({"messages": [{"role": "user", "content": "x"}], "temperature": 2})");
+  r = post(c, "/apply-template", R"({"messages": [{"role": "user", "content": "x"}], "temprature": 2})");
   EXPECT_EQ(r.status, 400);
-  EXPECT_EQ(r.body["error"]["param"], "temperature");
+  EXPECT_EQ(r.body["error"]["param"], "temprature");  // a chat body's fields are accepted, unknown ones named
+}
+
+const char* kTools = R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+
+TEST(ServerChatTemplate, ToolsReachTheTemplateAndBadOnesAreNamed) {
+  // No template in the file: the built-in chatml, which writes calls as <tool_call> (hermes).
+  test::ServerProcess server({"-m", kStories, "-c", "512"});
+  EXPECT_THAT(server.log(), HasSubstr("tool calls read as hermes"));
+  auto c = server.client();
+  const std::string ask = R"({"messages": [{"role": "user", "content": "Rain?"}], "max_tokens": 3, "tools": )" +
+                          std::string(kTools);
+  Reply r = post(c, "/apply-template", ask + "}");
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  const std::string prompt = r.body["prompt"];
+  // The tool is shown as tojson prints it, keys in the order the client sent them.
+  EXPECT_THAT(prompt, HasSubstr("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                                "\"description\": \"Weather of a city\", \"parameters\": {\"type\": \"object\""));
+  r = post(c, "/apply-template", ask + R"(, "tool_choice": "none"})");
+  EXPECT_THAT(r.body["prompt"].get<std::string>(), ::testing::Not(HasSubstr("<tools>")));  // "none": not shown
+
+  // A reply in prose to a request with tools: a plain message.
+  r = post(c, "/v1/chat/completions", ask + R"(, "tool_choice": "auto", "parallel_tool_calls": false})");
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_TRUE(r.body["choices"][0]["message"]["content"].is_string());
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {ask + R"(, "tool_choice": "required"})", "tool_choice"},
+      {ask + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})", "tool_choice"},
+      {ask + R"(, "tool_choice": "sometimes"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})",
+       "tools[0].function.name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})",
+       "tools[0].function.strict"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "code_interpreter"}]})", "tools[0]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
+      {ask + R"(, "parallel_tool_calls": "yes"})", "parallel_tool_calls"},
+  };
+  for (const auto& [body, param] : refused) {
+    r = post(c, "/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << body;
+    EXPECT_EQ(r.body["error"]["param"], param) << body << " -> " << r.body.dump();
+  }
+
+  // A server told not to read calls refuses tools rather than answering as if it could.
+  test::ServerProcess no_parser({"-m", kStories, "-c", "512", "--tool-call-parser", "none"});
+  auto c2 = no_parser.client();
+  r = post(c2, "/v1/chat/completions", ask + "}");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body["error"]["message"].get<std::string>(), HasSubstr("--tool-call-parser"));
 }
 
 TEST(ServerChatTemplate, ATemplateThatDoesNotParseStopsStartUpWithItsLine) {

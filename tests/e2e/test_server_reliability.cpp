@@ -395,6 +395,8 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
   EXPECT_EQ(seen["card"]["id"], "stories");
   EXPECT_EQ(seen["card"]["object"], "model");
   EXPECT_EQ(seen["agent"]["tokens"], 3);
+  EXPECT_EQ(seen["tools"]["finish"], "length");
+  EXPECT_TRUE(seen["tools"]["calls"].is_null());
   EXPECT_EQ(seen["completion"]["object"], "text_completion");
   EXPECT_EQ(seen["completion"]["tokens"], 3);
   EXPECT_EQ(seen["wrong_key"]["status"], 401);

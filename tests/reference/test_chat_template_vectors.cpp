@@ -84,3 +84,32 @@ TEST(ChatTemplateVectors, EveryCaseMatchesThroughKestrelTemplate) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// The tool-call format read from each real template's own markers.
+TEST(ChatTemplateVectors, ToolCallFormatOfEachRealTemplate) {
+  const std::map<std::string, ToolCallFormat> expected = {
+      {"Qwen-Qwen2.5-7B-Instruct", ToolCallFormat::Hermes},
+      {"Qwen-Qwen3-0.6B", ToolCallFormat::Hermes},
+      {"Qwen-QwQ-32B", ToolCallFormat::Hermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", ToolCallFormat::Hermes},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", ToolCallFormat::DeepSeek},
+      {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", ToolCallFormat::DeepSeek},
+      {"deepseek-ai-DeepSeek-V3.1", ToolCallFormat::DeepSeek},
+      {"meta-llama-Llama-3.1-8B-Instruct", ToolCallFormat::Llama3Json},
+      {"meta-llama-Llama-3.2-3B-Instruct", ToolCallFormat::Llama3Json},
+      {"mistralai-Mistral-Nemo-Instruct-2407", ToolCallFormat::Mistral},
+      {"Mistral-Small-3.2-24B-Instruct-2506", ToolCallFormat::Mistral},
+      {"google-gemma-2-2b-it", ToolCallFormat::None},
+      {"microsoft-Phi-3.5-mini-instruct", ToolCallFormat::None},
+  };
+  for (const auto& [name, format] : expected) {
+    const ChatTemplate t(name, test::read_text(test::shared("templates/" + name + ".jinja")));
+    EXPECT_EQ(tool_call_format_name(t.tool_format()), std::string(tool_call_format_name(format))) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

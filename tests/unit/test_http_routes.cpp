@@ -213,6 +213,78 @@ TEST(WholeCompletion, GathersTheTextAndAnswersOnceTheRequestEnds) {
   EXPECT_FALSE(ch->cancelled());
 }
 
+// A DeepSeek-R1 reply that thinks, says a word and calls two tools (Hermes
+// format), fed token by token: streamed as reasoning deltas, a content delta,
+// then one chunk with both calls and finish_reason "tool_calls"; whole, as one
+// message with reasoning_content, content and tool_calls.
+const std::vector<std::string> kToolReply = {"I should", " look it up.\n</th", "ink>\n\nChecking", ".\n<tool", "_call>\n{\"name\": \"get_weather\", ",
+                                             "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n",
+                                             "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"};
+
+StreamEvent stop_event() {
+  StreamEvent e = end_event("");
+  e.finish_reason = "stop";
+  return e;
+}
+
+TEST(CompletionStream, ReasoningContentAndToolCallsAsTheirOwnDeltas) {
+  auto ch = std::make_shared<RequestChannel>();
+  CompletionStream s(ch, {"chatcmpl-5", true, 1, "m"}, false, false, nullptr,
+                     ReplyParser(true, ToolCallFormat::Hermes, true));
+  for (const auto& piece : kToolReply) ch->push(token_event(piece));
+  ch->push(stop_event());
+  std::string out;
+  EXPECT_EQ(s.poll(out), StreamStep::Done);
+  std::string reasoning, content;
+  json calls, finish;
+  for (const auto& ev : events_in(out)) {
+    if (ev == "data: [DONE]\n\n") continue;
+    const json c = data_of(ev)["choices"][0];
+    if (c["delta"].contains("reasoning_content")) reasoning += c["delta"]["reasoning_content"].get<std::string>();
+    if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+    if (c["delta"].contains("tool_calls")) calls = c["delta"]["tool_calls"];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(reasoning, "I should look it up.");
+  EXPECT_EQ(content, "Checking.\n");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["type"], "function");
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(calls[1]["index"], 1);
+  EXPECT_EQ(calls[1]["function"]["name"], "get_time");
+  EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST(WholeCompletion, ReasoningContentAndToolCallsInOneMessage) {
+  for (const bool parallel : {true, false}) {
+    auto ch = std::make_shared<RequestChannel>();
+    WholeCompletion w(ch, {"chatcmpl-6", true, 1, "m"}, false, nullptr, ReplyParser(true, ToolCallFormat::Hermes, parallel));
+    for (const auto& piece : kToolReply) ch->push(token_event(piece));
+    ch->push(stop_event());
+    const std::optional<HttpResponse> r = w.poll();
+    ASSERT_TRUE(r.has_value());
+    const json c = json::parse(r->body)["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls");
+    EXPECT_EQ(c["message"]["reasoning_content"], "I should look it up.");
+    EXPECT_EQ(c["message"]["content"], "Checking.");
+    ASSERT_EQ(c["message"]["tool_calls"].size(), parallel ? 2u : 1u);  // parallel_tool_calls: false keeps the first
+    EXPECT_FALSE(c["message"]["tool_calls"][0].contains("index"));
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  }
+  // Offered tools, answered in prose: a plain message, finish_reason unchanged.
+  auto ch = std::make_shared<RequestChannel>();
+  WholeCompletion w(ch, {"chatcmpl-8", true, 1, "m"}, false, nullptr, ReplyParser(std::nullopt, ToolCallFormat::Hermes, true));
+  ch->push(token_event("It is sunny."));
+  ch->push(stop_event());
+  const json c = json::parse(w.poll()->body)["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "stop");
+  EXPECT_EQ(c["message"]["content"], "It is sunny.");
+  EXPECT_FALSE(c["message"].contains("tool_calls"));
+}
+
 TEST(WholeCompletion, AnErrorIs500AndClosingEarlyCancels) {
   auto ch = std::make_shared<RequestChannel>();
   WholeCompletion w(ch, {"chatcmpl-8", true, 1, "m"}, false, nullptr);

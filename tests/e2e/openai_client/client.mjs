@@ -71,6 +71,16 @@ const agent = await client.chat.completions.create({
 });
 seen.agent = { tokens: agent.usage.completion_tokens, finish: agent.choices[0].finish_reason };
 
+// Tools offered (the reply of this tiny model is prose, so no call comes back).
+const withTools = await client.chat.completions.create({
+  model: seen.models[0],
+  messages: [{ role: "user", content: "Rain?" }],
+  max_tokens: 3,
+  tools: [{ type: "function", function: { name: "rain", parameters: { type: "object", properties: {} } } }],
+  tool_choice: "auto",
+});
+seen.tools = { finish: withTools.choices[0].finish_reason, calls: withTools.choices[0].message.tool_calls ?? null };
+
 const completion = await client.completions.create({ model: seen.models[0], prompt: "Once", max_tokens: 3 });
 seen.completion = { object: completion.object, tokens: completion.usage.completion_tokens };
 

@@ -1,0 +1,42 @@
+#include "chat/reply_parser.h"
+
+namespace kestrel {
+
+ReplyParser::ReplyParser(std::optional<bool> reasoning, ToolCallFormat tools, bool parallel) : parallel_(parallel) {
+  if (reasoning) reasoning_.emplace(*reasoning);
+  if (tools != ToolCallFormat::None) tools_.emplace(tools);
+}
+
+ReplyPart ReplyParser::push(std::string_view text) {
+  ReplyPart out;
+  std::string content(text);
+  if (reasoning_) {
+    SplitText s = reasoning_->push(text);
+    out.reasoning = std::move(s.reasoning);
+    content = std::move(s.content);
+  }
+  out.content = tools_ ? tools_->push(content) : std::move(content);
+  return out;
+}
+
+ReplyPart ReplyParser::finish() {
+  ReplyPart out;
+  std::string content;
+  if (reasoning_) {
+    SplitText s = reasoning_->finish();
+    out.reasoning = std::move(s.reasoning);
+    content = std::move(s.content);
+  }
+  if (!tools_) {
+    out.content = std::move(content);
+    return out;
+  }
+  out.content = tools_->push(content);
+  ToolCallReply r = tools_->finish();
+  if (r.content) out.content += *r.content;
+  out.calls = std::move(r.calls);
+  if (!parallel_ && out.calls.size() > 1) out.calls.resize(1);  // parallel_tool_calls: false
+  return out;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,303 @@
+#include "chat/tool_calls.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <random>
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>",
+                           kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>",
+                           kDsSep = "<｜tool▁sep｜>";
+constexpr std::string_view kMistralCalls = "[TOOL_CALLS]", kMistralArgs = "[ARGS]";
+
+std::string_view trim(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::string new_call_id(ToolCallFormat f) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id = f == ToolCallFormat::Mistral ? "" : "call_";
+  for (int i = 0; i < (f == ToolCallFormat::Mistral ? 9 : 24); i++) id += alnum[rng() % (sizeof alnum - 1)];
+  return id;
+}
+
+// {"name": ..., "arguments"|"parameters": {...} or "..."} as a call, or nullopt.
+std::optional<ToolCall> call_from_object(const json& j, ToolCallFormat f) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+  const char* key = j.contains("arguments") ? "arguments" : j.contains("parameters") ? "parameters" : nullptr;
+  std::string args = "{}";
+  if (key) {
+    const json& a = j[key];
+    if (a.is_string()) {
+      args = a.get<std::string>();
+    } else if (a.is_object()) {
+      args = a.dump(-1, ' ', false, json::error_handler_t::replace);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return ToolCall{new_call_id(f), j["name"].get<std::string>(), std::move(args)};
+}
+
+std::optional<json> parse_json(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// Text outside the calls: trimmed, nullopt when nothing is left.
+std::optional<std::string> outside(std::string text) {
+  const std::string_view t = trim(text);
+  if (t.empty()) return std::nullopt;
+  return std::string(t);
+}
+
+ToolCallReply hermes(std::string_view text) {
+  ToolCallReply r;
+  std::string rest;
+  size_t at = 0;
+  for (;;) {
+    const size_t open = text.find(kHermesOpen, at);
+    if (open == std::string_view::npos) break;
+    rest += text.substr(at, open - at);
+    const size_t body = open + kHermesOpen.size();
+    const size_t close = text.find(kHermesClose, body);
+    const auto j = parse_json(trim(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body)));
+    const auto call = j ? call_from_object(*j, ToolCallFormat::Hermes) : std::nullopt;
+    if (!call) return {std::string(text), {}};
+    r.calls.push_back(*call);
+    if (close == std::string_view::npos) {
+      at = text.size();
+      break;
+    }
+    at = close + kHermesClose.size();
+  }
+  rest += text.substr(std::min(at, text.size()));
+  if (r.calls.empty()) return {std::string(text), {}};
+  r.content = outside(std::move(rest));
+  return r;
+}
+
+ToolCallReply llama3_json(std::string_view text) {
+  std::string_view t = trim(text);
+  if (t.substr(0, kPythonTag.size()) == kPythonTag) t = trim(t.substr(kPythonTag.size()));
+  if (t.empty() || t.front() != '{') return {std::string(text), {}};
+  ToolCallReply r;
+  // One object, or several joined by ';' (Llama 3.2 writes them so).
+  size_t start = 0;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < t.size(); i++) {
+    const char c = t[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c == '{') depth++;
+    if (c == '}' && --depth == 0) {
+      const auto j = parse_json(t.substr(start, i + 1 - start));
+      const auto call = j ? call_from_object(*j, ToolCallFormat::Llama3Json) : std::nullopt;
+      if (!call) return {std::string(text), {}};
+      r.calls.push_back(*call);
+      size_t next = i + 1;
+      while (next < t.size() && (t[next] == ';' || t[next] == ' ' || t[next] == '\n')) next++;
+      if (next < t.size() && t[next] != '{') return {std::string(text), {}};  // prose after the JSON: not a call
+      start = next;
+      i = next - 1;
+    }
+  }
+  if (depth != 0 || r.calls.empty()) return {std::string(text), {}};
+  return r;
+}
+
+ToolCallReply deepseek(std::string_view text) {
+  const size_t begin = text.find(kDsCallsBegin);
+  if (begin == std::string_view::npos) return {std::string(text), {}};
+  ToolCallReply r;
+  const size_t end = text.find(kDsCallsEnd, begin);
+  const std::string_view block = text.substr(begin + kDsCallsBegin.size(),
+                                             end == std::string_view::npos ? std::string_view::npos : end - begin - kDsCallsBegin.size());
+  for (size_t at = 0; (at = block.find(kDsCallBegin, at)) != std::string_view::npos;) {
+    const size_t body = at + kDsCallBegin.size();
+    const size_t stop = block.find(kDsCallEnd, body);
+    const std::string_view call = block.substr(body, stop == std::string_view::npos ? std::string_view::npos : stop - body);
+    const size_t sep = call.find(kDsSep);
+    if (sep == std::string_view::npos) return {std::string(text), {}};
+    std::string_view name, args;
+    const std::string_view left = trim(call.substr(0, sep)), right = call.substr(sep + kDsSep.size());
+    if (left == "function") {  // V3 / R1: function<sep>NAME\n```json\n{...}\n```
+      const size_t nl = right.find('\n');
+      name = trim(right.substr(0, nl));
+      args = nl == std::string_view::npos ? std::string_view("{}") : trim(right.substr(nl + 1));
+      if (args.substr(0, 7) == "```json") args = args.substr(7);
+      if (args.size() >= 3 && args.substr(args.size() - 3) == "```") args.remove_suffix(3);
+      args = trim(args);
+    } else {  // V3.1: NAME<sep>{...}
+      name = left;
+      args = trim(right);
+    }
+    const auto j = parse_json(args);
+    if (name.empty() || !j || !j->is_object()) return {std::string(text), {}};
+    r.calls.push_back({new_call_id(ToolCallFormat::DeepSeek), std::string(name), j->dump()});
+    if (stop == std::string_view::npos) break;
+    at = stop + kDsCallEnd.size();
+  }
+  if (r.calls.empty()) return {std::string(text), {}};
+  std::string rest(text.substr(0, begin));
+  if (end != std::string_view::npos) rest += text.substr(end + kDsCallsEnd.size());
+  r.content = outside(std::move(rest));
+  return r;
+}
+
+ToolCallReply mistral(std::string_view text) {
+  const size_t first = text.find(kMistralCalls);
+  if (first == std::string_view::npos) return {std::string(text), {}};
+  ToolCallReply r;
+  std::string_view rest = text.substr(first);
+  while (rest.substr(0, kMistralCalls.size()) == kMistralCalls) {
+    rest = trim(rest.substr(kMistralCalls.size()));
+    if (!rest.empty() && rest.front() == '[') {  // [{"name": ..., "arguments": ...}, ...]
+      const auto j = parse_json(rest);
+      if (!j || !j->is_array()) return {std::string(text), {}};
+      for (const auto& x : *j) {
+        const auto call = call_from_object(x, ToolCallFormat::Mistral);
+        if (!call) return {std::string(text), {}};
+        r.calls.push_back(*call);
+      }
+      rest = {};
+      break;
+    }
+    const size_t args = rest.find(kMistralArgs);  // NAME[ARGS]{...}
+    if (args == std::string_view::npos) return {std::string(text), {}};
+    const std::string_view name = trim(rest.substr(0, args));
+    std::string_view body = rest.substr(args + kMistralArgs.size());
+    const size_t next = body.find(kMistralCalls);
+    const auto j = parse_json(trim(body.substr(0, next)));
+    if (name.empty() || !j || !j->is_object()) return {std::string(text), {}};
+    r.calls.push_back({new_call_id(ToolCallFormat::Mistral), std::string(name), j->dump()});
+    rest = next == std::string_view::npos ? std::string_view{} : body.substr(next);
+  }
+  if (r.calls.empty()) return {std::string(text), {}};
+  r.content = outside(std::string(text.substr(0, first)));
+  return r;
+}
+
+// Where a call may begin, per format.
+std::vector<std::string_view> start_markers(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::Hermes: return {kHermesOpen};
+    case ToolCallFormat::Llama3Json: return {kPythonTag};
+    case ToolCallFormat::DeepSeek: return {kDsCallsBegin};
+    case ToolCallFormat::Mistral: return {kMistralCalls};
+    case ToolCallFormat::None: return {};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name) {
+  if (name == "hermes") return ToolCallFormat::Hermes;
+  if (name == "llama3_json") return ToolCallFormat::Llama3Json;
+  if (name == "deepseek") return ToolCallFormat::DeepSeek;
+  if (name == "mistral") return ToolCallFormat::Mistral;
+  if (name == "none") return ToolCallFormat::None;
+  return std::nullopt;
+}
+
+const char* tool_call_format_name(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::Hermes: return "hermes";
+    case ToolCallFormat::Llama3Json: return "llama3_json";
+    case ToolCallFormat::DeepSeek: return "deepseek";
+    case ToolCallFormat::Mistral: return "mistral";
+    case ToolCallFormat::None: return "none";
+  }
+  return "?";
+}
+
+const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, none"; }
+
+ToolCallFormat detect_tool_call_format(std::string_view src) {
+  const auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
+  if (has(kDsCallBegin) || has(kDsCallsBegin)) return ToolCallFormat::DeepSeek;
+  if (has(kMistralCalls)) return ToolCallFormat::Mistral;
+  if (has(kHermesOpen)) return ToolCallFormat::Hermes;
+  if (has(kPythonTag) || (has("<|start_header_id|>") && has("tool_call"))) return ToolCallFormat::Llama3Json;
+  return ToolCallFormat::None;
+}
+
+ToolCallReply parse_tool_calls(ToolCallFormat format, std::string_view text) {
+  switch (format) {
+    case ToolCallFormat::Hermes: return hermes(text);
+    case ToolCallFormat::Llama3Json: return llama3_json(text);
+    case ToolCallFormat::DeepSeek: return deepseek(text);
+    case ToolCallFormat::Mistral: return mistral(text);
+    case ToolCallFormat::None: break;
+  }
+  return {std::string(text), {}};
+}
+
+std::string ToolCallStream::push(std::string_view text) {
+  held_ += text;
+  if (holding_ || format_ == ToolCallFormat::None) {
+    if (format_ == ToolCallFormat::None) return std::exchange(held_, {});
+    return {};
+  }
+  // A Llama 3 call is the whole reply: one that opens with '{' is held to the end.
+  if (format_ == ToolCallFormat::Llama3Json && !any_text_) {
+    const std::string_view t = trim(held_);
+    if (t.empty()) return {};
+    const size_t n = std::min(t.size(), kPythonTag.size());
+    if (t.front() == '{' || (n == kPythonTag.size() && t.substr(0, n) == kPythonTag)) {
+      holding_ = true;
+      return {};
+    }
+    if (t.substr(0, n) == kPythonTag.substr(0, n)) return {};  // may still become <|python_tag|>
+  }
+  size_t first = std::string::npos;
+  for (const auto m : start_markers(format_)) first = std::min(first, held_.find(m));
+  if (first != std::string::npos) {
+    holding_ = true;
+    std::string out = held_.substr(0, first);
+    held_.erase(0, first);
+    any_text_ = any_text_ || !trim(out).empty();
+    return out;
+  }
+  // Keep a tail that may be the start of a marker.
+  size_t keep = 0;
+  for (const auto m : start_markers(format_))
+    for (size_t n = std::min(held_.size(), m.size() - 1); n > keep; n--)
+      if (std::string_view(held_).substr(held_.size() - n) == m.substr(0, n)) {
+        keep = n;
+        break;
+      }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  any_text_ = any_text_ || !trim(out).empty();
+  return out;
+}
+
+ToolCallReply ToolCallStream::finish() {
+  std::string held = std::exchange(held_, {});
+  if (!holding_) return {held.empty() ? std::nullopt : std::optional<std::string>(held), {}};
+  ToolCallReply r = parse_tool_calls(format_, held);
+  if (r.calls.empty()) r.content = held;  // not a call after all: all of it is content
+  return r;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,114 @@
+// Tool calls read from replies in each family's format, whole and streamed
+// in random pieces (the same calls and content either way); replies that are
+// not calls stay content byte for byte.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "chat/tool_calls.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+
+struct Expected {
+  std::optional<std::string> content;
+  std::vector<std::pair<std::string, json>> calls;  // name, arguments
+};
+
+ToolCallReply streamed(ToolCallFormat f, const std::string& text, uint32_t seed) {
+  std::mt19937 rng(seed);
+  ToolCallStream s(f);
+  std::string content;
+  for (size_t at = 0; at < text.size();) {
+    const size_t n = std::min<size_t>(text.size() - at, 1 + rng() % 5);
+    content += s.push(std::string_view(text).substr(at, n));
+    at += n;
+  }
+  ToolCallReply end = s.finish();
+  if (end.content) content += *end.content;
+  end.content = content.empty() ? std::nullopt : std::optional<std::string>(content);
+  return end;
+}
+
+void expect_reply(ToolCallFormat f, const std::string& text, const Expected& want) {
+  const auto check = [&](const ToolCallReply& r, const std::string& how) {
+    ASSERT_EQ(r.calls.size(), want.calls.size()) << how << ": " << text;
+    for (size_t i = 0; i < r.calls.size(); i++) {
+      EXPECT_EQ(r.calls[i].name, want.calls[i].first) << how;
+      EXPECT_EQ(json::parse(r.calls[i].arguments), want.calls[i].second) << how;
+      EXPECT_EQ(r.calls[i].id.size(), f == ToolCallFormat::Mistral ? 9u : 29u) << r.calls[i].id;
+    }
+  };
+  const ToolCallReply whole = parse_tool_calls(f, text);
+  check(whole, "whole");
+  EXPECT_EQ(whole.content, want.content) << text;
+  for (uint32_t seed = 0; seed < 30; seed++) {
+    const ToolCallReply r = streamed(f, text, seed);
+    check(r, "streamed");
+    // Streamed content is the same text, except that what precedes a call is not trimmed.
+    const std::string got = r.content.value_or(""), expect = want.content.value_or("");
+    if (want.calls.empty())
+      EXPECT_EQ(got, expect) << "seed " << seed;
+    else
+      EXPECT_NE(got.find(expect), std::string::npos) << "seed " << seed << ": '" << got << "'";
+  }
+}
+
+TEST(ToolCalls, Hermes) {
+  const auto f = ToolCallFormat::Hermes;
+  expect_reply(f, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+               {std::nullopt, {{"get_weather", {{"city", "Paris"}}}}});
+  expect_reply(f,
+               "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+               "<tool_call>\n{\"name\": \"b\", \"arguments\": \"{\\\"y\\\": [2]}\"}\n</tool_call>",
+               {"Let me check.", {{"a", {{"x", 1}}}, {"b", {{"y", {2}}}}}});
+  // Not calls: kept exactly.
+  expect_reply(f, "Plain answer with <b>tags</b>.\n", {"Plain answer with <b>tags</b>.\n", {}});
+  expect_reply(f, "<tool_call>{\"name\": broken json}</tool_call>", {"<tool_call>{\"name\": broken json}</tool_call>", {}});
+  expect_reply(f, "ends with <tool_ca", {"ends with <tool_ca", {}});
+}
+
+TEST(ToolCalls, Llama3Json) {
+  const auto f = ToolCallFormat::Llama3Json;
+  expect_reply(f, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris, \\\"FR\\\" {x}\"}}",
+               {std::nullopt, {{"get_weather", {{"city", "Paris, \"FR\" {x}"}}}}});
+  expect_reply(f, "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"n\": 2}}",
+               {std::nullopt, {{"a", json::object()}, {"b", {{"n", 2}}}}});
+  expect_reply(f, "The weather is {warm} today.", {"The weather is {warm} today.", {}});
+  expect_reply(f, "{\"answer\": 42}", {"{\"answer\": 42}", {}});  // JSON, but no call
+  expect_reply(f, "{\"name\": \"a\", \"parameters\": {}} and then prose", {"{\"name\": \"a\", \"parameters\": {}} and then prose", {}});
+}
+
+TEST(ToolCalls, DeepSeek) {
+  const auto f = ToolCallFormat::DeepSeek;
+  expect_reply(f,
+               "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+               "{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n"
+               "```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+               {"Checking.", {{"get_weather", {{"city", "Paris"}}}, {"get_time", json::object()}}});
+  // V3.1
+  expect_reply(f, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"kestrel\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+               {std::nullopt, {{"search", {{"q", "kestrel"}}}}});
+  expect_reply(f, "No tools needed.", {"No tools needed.", {}});
+}
+
+TEST(ToolCalls, Mistral) {
+  const auto f = ToolCallFormat::Mistral;
+  expect_reply(f, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
+               {std::nullopt, {{"a", {{"x", 1}}}, {"b", json::object()}}});
+  expect_reply(f, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
+               {std::nullopt, {{"get_weather", {{"city", "Paris"}}}, {"get_time", json::object()}}});
+  expect_reply(f, "Sure [TOOL_CALL] is not a call", {"Sure [TOOL_CALL] is not a call", {}});
+}
+
+TEST(ToolCalls, FormatNamesRoundTrip) {
+  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "none"})
+    EXPECT_STREQ(tool_call_format_name(*tool_call_format_from_name(n)), n);
+  EXPECT_FALSE(tool_call_format_from_name("xml"));
+}
+
+}  // namespace
+}  // namespace kestrel
