@@ -24,6 +24,7 @@ void register_template(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
 void register_hw(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_profile_report(CLI::App& app);
@@ -37,6 +38,7 @@ void register_imatrix(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
+  register_chat(app);
   register_serve(app);
   register_loadtest(app);
   register_perplexity(app);

@@ -59,7 +59,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     GenerationResult& r;
     TextStream text;
     Clock::time_point t0 = Clock::now(), t1{};
-    bool prefilled = false, done = false;
+    bool prefilled = false, done = false, cancel = false;
     Hooks(const GenerationCallbacks& c, int64_t nv, GenerationResult& res, TextStream t)
         : cb(c), n_vocab(nv), r(res), text(std::move(t)) {}
     void emit(const std::string& s) {
@@ -87,17 +87,19 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
       r.spec_accepted += accepted;
       bool stopped = false;
       emit(text.push(tok, stopped));
-      return !stopped;
+      if (!stopped && cb.cancelled && cb.cancelled()) cancel = true;
+      return !stopped && !cancel;
     }
     void on_end(int64_t, EndReason reason) override {
       done = true;
       r.stop_reason = reason == EndReason::Eos ? "eos" : reason == EndReason::Stop ? "stop"
                     : reason == EndReason::Context ? "context" : "length";
-      if (reason != EndReason::Stop) {
+      if (reason != EndReason::Stop || cancel) {
         bool stopped = false;
         emit(text.finish(stopped));
         if (stopped) r.stop_reason = "stop";
       }
+      if (cancel) r.stop_reason = "cancelled";
       r.decode_seconds = seconds_since(t1);
     }
   };

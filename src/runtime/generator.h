@@ -33,7 +33,7 @@ struct GenerationParams {
 struct GenerationResult {
   std::vector<int32_t> tokens;     // generated ids
   std::string text;                // generated text (stop string excluded)
-  std::string stop_reason;         // "length", "eos", "stop", "context"
+  std::string stop_reason;         // "length", "eos", "stop", "context", "cancelled"
   int64_t n_prompt = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   // Speculation: verification steps that carried a draft, drafted and accepted tokens.
@@ -45,6 +45,8 @@ struct GenerationCallbacks {
   std::function<void(const std::string&)> on_text;
   // Each logits row computed, in position order (prompt rows only with all_logits).
   std::function<void(const float*, int64_t n_vocab)> on_logits;
+  // Asked after each token: true stops the generation there (stop_reason "cancelled").
+  std::function<bool()> cancelled;
 };
 
 // Runs on sequence 0 of the engine's KV cache (cleared first). Throws Error
