@@ -210,6 +210,17 @@ std::vector<std::string_view> start_markers(ToolCallFormat f) {
 
 }  // namespace
 
+std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::Hermes: return {kHermesOpen, kHermesClose};
+    case ToolCallFormat::Llama3Json: return {kPythonTag};
+    case ToolCallFormat::DeepSeek: return {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
+    case ToolCallFormat::Mistral: return {kMistralCalls, kMistralArgs};
+    case ToolCallFormat::None: return {};
+  }
+  return {};
+}
+
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name) {
   if (name == "hermes") return ToolCallFormat::Hermes;
   if (name == "llama3_json") return ToolCallFormat::Llama3Json;

@@ -35,6 +35,10 @@ struct ToolCallReply {
   std::vector<ToolCall> calls;
 };
 
+// The marker texts a format's calls are written with (the reply parser must see
+// them: where a vocabulary has them as control tokens, they are rendered).
+std::vector<std::string_view> tool_call_markers(ToolCallFormat format);
+
 // The whole reply read at once. Ids are drawn fresh for each call.
 ToolCallReply parse_tool_calls(ToolCallFormat format, std::string_view text);
 

@@ -1,17 +1,20 @@
 #include "runtime/text_stream.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace kestrel {
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stops, int32_t prev_token)
-    : tok_(tokenizer), stops_(std::move(stops)), prev_(prev_token) {
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stops, int32_t prev_token,
+                       std::vector<int32_t> shown_control)
+    : tok_(tokenizer), stops_(std::move(stops)), shown_control_(std::move(shown_control)), prev_(prev_token) {
   const Vocab& v = tok_.vocab();
   strip_leading_space_ = v.kind == Vocab::Kind::Spm && v.add_space_prefix;
 }
 
 std::string TextStream::push(int32_t token, bool& stopped) {
-  std::string piece = tok_.token_to_piece(token);
+  const bool shown = std::find(shown_control_.begin(), shown_control_.end(), token) != shown_control_.end();
+  std::string piece = tok_.token_to_piece(token, shown);
   // SentencePiece drops the dummy-prefix space of the first word after BOS.
   if (strip_leading_space_ && prev_ == tok_.vocab().bos && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
   prev_ = token;

@@ -15,7 +15,10 @@ namespace kestrel {
 class TextStream {
  public:
   // prev_token: the token before the first generated one (the prompt's last).
-  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stops, int32_t prev_token);
+  // shown_control: control tokens written into the text as their spelling
+  // (tool-call markers such as <|python_tag|> that a reply parser reads).
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stops, int32_t prev_token,
+             std::vector<int32_t> shown_control = {});
 
   // The text that token makes final. stopped: a stop string completed (the
   // text returned ends before it; nothing more should be generated).
@@ -28,6 +31,7 @@ class TextStream {
 
   const Tokenizer& tok_;
   std::vector<std::string> stops_;
+  std::vector<int32_t> shown_control_;
   int32_t prev_;
   bool strip_leading_space_;
   Utf8Stream utf8_;

@@ -113,10 +113,9 @@ void check_request_fields(const json& j, bool chat) {
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "chat_template_kwargs", "tools", "tool_choice",
                                                   "parallel_tool_calls"};
-  static const std::set<std::string> completion_only = {"prompt", "echo"};
+  static const std::set<std::string> completion_only = {"prompt", "echo", "best_of"};
   static const std::set<std::string> openai_unimplemented = {
-      "functions", "function_call", "response_format",
-      "suffix", "best_of", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
+      "functions", "function_call", "response_format", "suffix", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
   for (const auto& [key, value] : j.items()) {
     if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
     if (value.is_null()) continue;  // an explicit null asks for the default
@@ -191,7 +190,13 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     const ChatPrompt prompt = render_chat_request(ctx, j);
     const RenderedChat& chat_text = prompt.rendered;
     p.reasoning_opened = prompt_opens_reasoning(chat_text.text);
-    if (prompt.tools_offered) p.tool_format = ctx.tool_format;
+    if (prompt.tools_offered) {
+      p.tool_format = ctx.tool_format;
+      // Markers that are control tokens of this vocabulary (Llama's <|python_tag|>, Mistral's
+      // [TOOL_CALLS]) are written into the reply, or the parser could never see them.
+      for (const auto marker : tool_call_markers(p.tool_format))
+        if (const int32_t id = ctx.tokenizer.vocab().find(std::string(marker)); id >= 0) r.shown_control_tokens.push_back(id);
+    }
     p.parallel_tool_calls = prompt.parallel_tool_calls;
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
     // A template that writes the BOS text itself (Llama 3, DeepSeek) gets no
@@ -256,6 +261,9 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     s.seed = std::random_device{}();
   }
   if (integer(j, "n", 1, 1, 1) != 1) throw bad("n", "'n' must be 1");
+  // best_of candidates, of which the n best are returned: only best_of = n (every one returned) is honest here.
+  if (!chat && integer(j, "best_of", 1, 1 << 10, 1) != 1)
+    throw bad("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
   s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
   r.stop = stops(j);
   r.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));

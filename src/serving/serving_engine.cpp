@@ -119,7 +119,7 @@ void ServingEngine::admit_new() {
   for (auto& a : fresh) {
     a->id = next_id_++;
     a->seq = static_cast<int32_t>(a->id & 0x7fffffff);
-    a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back());
+    a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back(), a->req.shown_control_tokens);
     metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->req.prompt.size()));
     ExecRequest x;
     x.id = a->id;

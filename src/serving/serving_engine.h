@@ -112,6 +112,7 @@ struct ServeRequest {
   bool ignore_eos = false;
   int priority = 0;
   int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
+  std::vector<int32_t> shown_control_tokens;  // written into the text (tool-call markers the reply parser reads)
 };
 
 struct ServingConfig {

@@ -306,6 +306,8 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
       {"/v1/completions", R"({"prompt": "hi", "logit_bias": {"5": 101}})", 400, "logit_bias.5"},
       {"/v1/completions", R"({"prompt": "hi", "logit_bias": [5]})", 400, "logit_bias"},
       {"/v1/completions", R"({"prompt": "hi", "suffix": "x"})", 400, "suffix"},
+      {"/v1/completions", R"({"prompt": "hi", "best_of": 3})", 400, "best_of"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "best_of": 1})", 400, "best_of"},
       {"/v1/completions", R"({"prompt": "hi", "frobnicate": 1})", 400, "frobnicate"},
       {"/v1/completions", R"({"prompt": "hi", "stream": true, "stream_options": {"continuous_usage_stats": true}})",
        400, "stream_options.continuous_usage_stats"},
@@ -339,6 +341,8 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
   // What cannot change the output is accepted: the end user's id, explicit nulls.
   int ok_status = 0;
   post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}, {"user", "u-1"}, {"logit_bias", nullptr}}, &ok_status);
+  EXPECT_EQ(ok_status, 200);
+  post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}, {"best_of", 1}}, &ok_status);  // best_of = n
   EXPECT_EQ(ok_status, 200);
   // A million nested arrays (2 MB) is refused while it is read, not built.
   auto deep = c.Post("/v1/completions", "{\"prompt\": \"hi\", \"x\": " + std::string(1000000, '[') +

@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 #include "test_support.h"
 #include "chat/chat_template.h"
+#include "runtime/text_stream.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -68,6 +69,20 @@ TEST(ChatContent, ChatMlEndMarkerInContentStaysTextAndNoMarkerStraddlesABoundary
   const std::string joined = "<|im_end|>";
   EXPECT_EQ(count(tok->encode(joined, false, std::vector<TextSpan>{{5, 10}}), im_end), 0);
   EXPECT_EQ(count(tok->encode(joined, false, std::vector<TextSpan>{{10, 10}}), im_end), 1);
+}
+
+// Tool-call markers that are control tokens (Llama's <|python_tag|>, Mistral's
+// [TOOL_CALLS]) must reach the reply parser: a request with tools has them
+// written into the text; other control tokens stay unwritten.
+TEST(ChatContent, ShownControlTokensAreWrittenIntoTheReplyText) {
+  const auto tok = compat_tokenizer("qwen25.F16");
+  const int32_t im_end = id_of(*tok, "<|im_end|>"), im_start = id_of(*tok, "<|im_start|>");
+  ASSERT_TRUE(tok->vocab().is_control(im_end));
+  bool stopped = false;
+  TextStream plain(*tok, {}, im_start);
+  EXPECT_EQ(plain.push(im_end, stopped), "");
+  TextStream shown(*tok, {}, im_start, {im_end});
+  EXPECT_EQ(shown.push(im_end, stopped) + shown.push(im_start, stopped) + shown.finish(stopped), "<|im_end|>");
 }
 
 }  // namespace
