@@ -3,9 +3,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "core/read_file.h"
 #include "jinja/json_value.h"
 
 namespace kestrel {
@@ -89,14 +88,6 @@ std::string token_text(const GgufFile& file, const char* id_key) {
   return items[static_cast<size_t>(*id)].as_string();
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("chat template file '{}' cannot be read", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 const char* builtin_chat_template(const std::string& name) {
@@ -132,7 +123,7 @@ ChatTemplate ChatTemplate::from_model(const GgufFile& file, const std::string& c
   if (const char* src = builtin_chat_template(choice)) return {"built-in " + choice, src, bos, eos};
   if (const auto src = file.get_string("tokenizer.chat_template." + choice))
     return {"tokenizer.chat_template." + choice, *src, bos, eos};
-  if (std::filesystem::is_regular_file(choice)) return {"file " + choice, read_file(choice), bos, eos};
+  if (std::filesystem::is_regular_file(choice)) return {"file " + choice, read_whole_file(choice, "chat template file"), bos, eos};
   throw Error(fmt::format("--chat-template '{}' is not a file, a built-in template ({}) or a template of the model ({})",
                           choice, builtin_chat_template_names(),
                           [&] {

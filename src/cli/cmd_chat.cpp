@@ -180,11 +180,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-n,--n-predict", f.n_predict, "Most tokens per reply")->capture_default_str();
   cmd->add_option("-t,--threads", f.engine.n_threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("-c,--ctx-size", f.engine.n_ctx, "Context length (0: the model's own)")->capture_default_str();
-  cmd->add_option("--temp", f.gen.sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", f.gen.sampling.top_k, "Top-k (0: off)")->capture_default_str();
-  cmd->add_option("--top-p", f.gen.sampling.top_p, "Top-p (1: off)")->capture_default_str();
-  cmd->add_option("--min-p", f.gen.sampling.min_p, "Min-p (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", f.gen.sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  add_sampling_options(cmd, f.gen.sampling);
   cmd->add_option("-s,--seed", f.seed, "Random seed (-1: random)")->capture_default_str();
   cmd->add_flag("--ignore-eos", f.gen.ignore_eos, "Keep generating past end-of-sequence (until -n)");
 }

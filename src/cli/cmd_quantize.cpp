@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/read_file.h"
 #include "cli/progress_bar.h"
 #include "formats/block_formats.h"
 #include "core/error.h"
@@ -43,14 +44,6 @@ std::vector<GgmlType> parse_types(const std::string& list) {
            static_cast<double>(traits(b).type_size) / traits(b).block_size;
   });
   return out;
-}
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("cannot read calibration text '{}'", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 std::optional<GgmlType> writable_type(const std::string& name, const char* flag) {
@@ -106,7 +99,7 @@ int quantize(QuantizeFlags f) {
     co.hessian = method->second == QuantMethod::Gptq || method->second == QuantMethod::AwqGptq;
     co.n_threads = o.n_threads;
     auto stats =
-        std::make_shared<CalibrationStats>(collect_activation_stats(f.in_path, read_text_file(f.calib_path), co));
+        std::make_shared<CalibrationStats>(collect_activation_stats(f.in_path, read_whole_file(f.calib_path, "calibration text"), co));
     fmt::print(stderr, "quantize: calibration over {} tokens of {}, {} input sites\n", stats->n_tokens, f.calib_path,
                stats->sites.size());
     o.calib = std::move(stats);
@@ -151,7 +144,7 @@ int quantize(QuantizeFlags f) {
     mo.n_ctx = f.calib_ctx;
     mo.max_chunks = f.calib_chunks > 0 ? f.calib_chunks : 4;
     mo.n_threads = o.n_threads;
-    const MixedPrecisionPlan plan = plan_mixed_precision(f.in_path, read_text_file(f.calib_path), mo);
+    const MixedPrecisionPlan plan = plan_mixed_precision(f.in_path, read_whole_file(f.calib_path, "calibration text"), mo);
     fmt::print("| tensor | type | MiB | KLD alone |\n| --- | --- | ---: | ---: |\n");
     for (const auto& t : plan.tensors)
       fmt::print("| {} | {} | {:.3f} | {:.6f} |\n", t.name, type_name(t.type), static_cast<double>(t.bytes) / (1 << 20),

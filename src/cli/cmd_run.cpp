@@ -141,14 +141,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("-t,--threads", f.engine.n_threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("-c,--ctx-size", f.engine.n_ctx, "Context length (0: the model's own)")->capture_default_str();
   cmd->add_option("-b,--batch-size", f.engine.max_batch_tokens, "Prompt tokens per forward step")->capture_default_str();
-  cmd->add_option("--temp", f.gen.sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", f.gen.sampling.top_k, "Top-k (0: off)")->capture_default_str();
-  cmd->add_option("--top-p", f.gen.sampling.top_p, "Top-p (1: off)")->capture_default_str();
-  cmd->add_option("--min-p", f.gen.sampling.min_p, "Min-p (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", f.gen.sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
-  cmd->add_option("--repeat-last-n", f.gen.sampling.repeat_last_n, "Tokens the penalties look back over")->capture_default_str();
-  cmd->add_option("--frequency-penalty", f.gen.sampling.frequency_penalty, "Frequency penalty")->capture_default_str();
-  cmd->add_option("--presence-penalty", f.gen.sampling.presence_penalty, "Presence penalty")->capture_default_str();
+  add_sampling_options(cmd, f.gen.sampling);
   cmd->add_option("-s,--seed", f.seed, "Random seed (-1: random; printed in the summary)")->capture_default_str();
   cmd->add_option("--stop", f.gen.stop, "Stop string (repeatable); the output ends before it");
   cmd->add_flag("--ignore-eos", f.gen.ignore_eos, "Keep generating past end-of-sequence");

@@ -1,26 +1,14 @@
 // kestrel template (-m MODEL | --template FILE) --vars FILE.json: render a
 // chat template exactly as the server would, nothing added.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "core/read_file.h"
 #include "jinja/json_value.h"
 #include "runtime/engine.h"
 #include "chat/chat_template.h"
 
 namespace kestrel::cli {
-namespace {
-
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{} '{}' cannot be read", what, path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 void register_template(CLI::App& app) {
   static std::string model, template_file, template_name, vars_file, now;
@@ -28,14 +16,14 @@ void register_template(CLI::App& app) {
     if (model.empty() == template_file.empty()) throw Error("give one of -m MODEL or --template FILE");
     nlohmann::ordered_json vars;
     try {
-      vars = nlohmann::ordered_json::parse(read_text_file(vars_file, "--vars file"));
+      vars = nlohmann::ordered_json::parse(read_whole_file(vars_file, "--vars file"));
     } catch (const nlohmann::json::exception& e) {
       throw Error(fmt::format("--vars '{}' is not JSON: {}", vars_file, e.what()));
     }
     if (!vars.is_object()) throw Error(fmt::format("--vars '{}' must hold a JSON object of template variables", vars_file));
     ChatTemplate tmpl = template_file.empty()
                             ? ChatTemplate::from_model(*open_model_file(model, ""), template_name)
-                            : ChatTemplate("file " + template_file, read_text_file(template_file, "--template file"));
+                            : ChatTemplate("file " + template_file, read_whole_file(template_file, "--template file"));
     if (tmpl.used_fallback()) fmt::print(stderr, "[kestrel] {} has no chat template: rendering chatml\n", model);
     jinja::RenderOptions options;
     if (!now.empty()) options.now = jinja::parse_wall_time(now);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/kv_format.h"
 #include "model/model.h"
+#include "runtime/sampler.h"
 
 namespace kestrel::cli {
 
@@ -57,6 +58,18 @@ inline void register_all(CLI::App& app) {
 }
 
 int run_selected(CLI::App& app);
+
+// The sampler's flags (run, chat).
+inline void add_sampling_options(CLI::App* cmd, SamplingParams& s) {
+  cmd->add_option("--temp", s.temperature, "Temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", s.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", s.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", s.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over")->capture_default_str();
+  cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
+  cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
+}
 
 // --chat-template FILE|NAME and --chat-template-kwargs JSON (serve, chat).
 inline void add_chat_template_options(CLI::App* cmd, std::string& choice, std::string& kwargs) {

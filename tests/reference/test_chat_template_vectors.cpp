@@ -113,3 +113,30 @@ TEST(ChatTemplateVectors, ToolCallFormatOfEachRealTemplate) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(ChatTemplateVectors, KestrelTemplateNamesWhatIsWrong) {
+  test::TempDir dir;
+  const std::string tmpl = test::shared("templates/Qwen-Qwen3-0.6B.jinja");
+  auto r = test::run_kestrel({"template", "--template", tmpl, "--vars", dir.file("missing.json")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--vars file '" + dir.file("missing.json") + "' cannot be read"), std::string::npos) << r.err;
+  test::write_bytes(dir.file("list.json"), "[1, 2]");
+  r = test::run_kestrel({"template", "--template", tmpl, "--vars", dir.file("list.json")});
+  EXPECT_NE(r.err.find("must hold a JSON object"), std::string::npos) << r.err;
+  test::write_bytes(dir.file("ok.json"), R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})");
+  r = test::run_kestrel({"template", "--vars", dir.file("ok.json")});
+  EXPECT_NE(r.err.find("give one of -m MODEL or --template FILE"), std::string::npos) << r.err;
+  r = test::run_kestrel({"template", "--template", tmpl, "--vars", dir.file("ok.json"), "--now", "soon"});
+  EXPECT_NE(r.err.find("'soon' is not a time"), std::string::npos) << r.err;
+  // A model without a template renders chatml, saying so on stderr only.
+  r = test::run_kestrel({"template", "-m", test::shared("models/stories260K.gguf"), "--vars", dir.file("ok.json")});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_NE(r.err.find("has no chat template"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kestrel
