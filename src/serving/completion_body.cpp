@@ -19,11 +19,15 @@ json completion_envelope(const CompletionIds& ids, bool chunk, json choices) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}, {"choices", std::move(choices)}};
 }
 
-json usage_json(const StreamEvent& end) {
-  json u = {{"prompt_tokens", end.prompt_tokens},
-            {"completion_tokens", end.completion_tokens},
-            {"total_tokens", end.prompt_tokens + end.completion_tokens}};
-  u["prompt_tokens_details"] = {{"cached_tokens", end.cached_tokens}};
+json usage_json(const std::vector<StreamEvent>& ends) {
+  // The prompt is counted once (n > 1 choices share it), completions summed.
+  int64_t completion = 0;
+  for (const auto& e : ends) completion += e.completion_tokens;
+  const StreamEvent& first = ends.front();
+  json u = {{"prompt_tokens", first.prompt_tokens},
+            {"completion_tokens", completion},
+            {"total_tokens", first.prompt_tokens + completion}};
+  u["prompt_tokens_details"] = {{"cached_tokens", first.cached_tokens}};
   return u;
 }
 
@@ -55,18 +59,6 @@ json Logprobs::result() const {
   return {{"tokens", tokens_}, {"token_logprobs", token_logprobs_}, {"top_logprobs", top_}, {"text_offset", offsets_}};
 }
 
-std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const json& logprobs,
-                                  const StreamEvent& end) {
-  json choice = {{"index", 0}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
-  if (ids.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
-  json body = completion_envelope(ids, false, json::array({choice}));
-  body["usage"] = usage_json(end);
-  return json_text(body);
-}
-
 json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); i++) {
@@ -77,9 +69,18 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
   return out;
 }
 
-std::string whole_completion_body(const CompletionIds& ids, const ReplyPart& reply, const json& logprobs,
-                                  const StreamEvent& end) {
-  json choice = {{"index", 0}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
+json whole_choice(const CompletionIds& ids, size_t index, const std::string& text, const json& logprobs,
+                  const StreamEvent& end) {
+  json choice = {{"index", index}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
+  if (ids.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  return choice;
+}
+
+json whole_chat_choice(size_t index, const ReplyPart& reply, const json& logprobs, const StreamEvent& end) {
+  json choice = {{"index", index}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
   json message = {{"role", "assistant"}, {"content", reply.content}};
   if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
   if (!reply.calls.empty()) {
@@ -90,8 +91,12 @@ std::string whole_completion_body(const CompletionIds& ids, const ReplyPart& rep
     if (end.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
   }
   choice["message"] = std::move(message);
-  json body = completion_envelope(ids, false, json::array({choice}));
-  body["usage"] = usage_json(end);
+  return choice;
+}
+
+std::string whole_completion_body(const CompletionIds& ids, json choices, const std::vector<StreamEvent>& ends) {
+  json body = completion_envelope(ids, false, std::move(choices));
+  body["usage"] = usage_json(ends);
   return json_text(body);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 #include <string>
 
 #include "chat/reply_parser.h"
@@ -24,7 +25,8 @@ struct CompletionIds {
 
 // {"id", "object", "created", "model", "choices"}; object per kind and shape.
 nlohmann::json completion_envelope(const CompletionIds& ids, bool chunk, nlohmann::json choices);
-nlohmann::json usage_json(const StreamEvent& end);
+// Usage over a request's choices: the prompt counted once, completions summed.
+nlohmann::json usage_json(const std::vector<StreamEvent>& ends);
 // Ours are "stop", "length", "cancelled", "error"; none yet: null.
 nlohmann::json finish_json(const std::string& reason);
 
@@ -48,14 +50,16 @@ class Logprobs {
   size_t offset_ = 0;
 };
 
-// The non-streamed answer: one choice with the whole text.
-std::string whole_completion_body(const CompletionIds& ids, const std::string& text, const nlohmann::json& logprobs,
-                                  const StreamEvent& end);
+// One choice of a non-streamed answer: text (completions) or a message.
+nlohmann::json whole_choice(const CompletionIds& ids, size_t index, const std::string& text,
+                            const nlohmann::json& logprobs, const StreamEvent& end);
 // A parsed chat reply: reasoning_content (left out when empty), content
 // (null when the reply is only tool calls), tool_calls, finish_reason
 // "tool_calls" when the model stopped after calling.
-std::string whole_completion_body(const CompletionIds& ids, const ReplyPart& reply, const nlohmann::json& logprobs,
-                                  const StreamEvent& end);
+nlohmann::json whole_chat_choice(size_t index, const ReplyPart& reply, const nlohmann::json& logprobs,
+                                 const StreamEvent& end);
+// The whole answer: the choices and usage over their ends.
+std::string whole_completion_body(const CompletionIds& ids, nlohmann::json choices, const std::vector<StreamEvent>& ends);
 // OpenAI's tool_calls array; in a stream each call also carries its index.
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool stream);
 

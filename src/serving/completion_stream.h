@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "chat/reply_parser.h"
 #include "serving/completion_body.h"
@@ -19,28 +20,40 @@ namespace kestrel {
 
 class CompletionStream : public BodyStream {
  public:
-  // on_end: called once with the request's end event (for the request log).
-  // reply: chat text split into reasoning_content, content and tool_calls deltas.
+  // One request per choice (n > 1: choice i is channels[i], chunks carry its
+  // index); reply: chat text split into reasoning_content, content and
+  // tool_calls deltas, a parser per choice. on_end: called once per choice
+  // with its end event (for the request log).
+  CompletionStream(std::vector<std::shared_ptr<RequestChannel>> channels, CompletionIds ids, bool want_logprobs,
+                   bool include_usage, std::function<void(const StreamEvent&)> on_end,
+                   std::optional<ReplyParser> reply = std::nullopt);
   CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs, bool include_usage,
                    std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
-  void on_ready(std::function<void()> ready) override { channel_->on_ready(std::move(ready)); }
+  void on_ready(std::function<void()> ready) override;
   // Appends the events for what the engine has produced so far.
   StreamStep poll(std::string& out) override;
-  // The response is over: a request that did not finish is cancelled.
+  // The response is over: requests that did not finish are cancelled.
   void close(bool completed) override;
 
  private:
+  struct Choice {
+    std::shared_ptr<RequestChannel> channel;
+    std::optional<ReplyParser> reply;
+    size_t text_offset = 0;  // characters streamed so far: where the next chunk's text_offset starts
+    bool finished = false;
+    StreamEvent end;
+  };
   void add_chunk(std::string& out, const nlohmann::json& choice) const;
-  nlohmann::json text_choice(const std::string& text, const nlohmann::json& logprobs, const nlohmann::json& finish);
-  StreamStep finish(std::string& out, const StreamEvent& end);
+  nlohmann::json text_choice(Choice& ch, size_t index, const std::string& text, const nlohmann::json& logprobs,
+                             const nlohmann::json& finish) const;
+  StreamStep finish(std::string& out);
+  StreamStep fail(std::string& out, const StreamEvent& end);
 
-  std::shared_ptr<RequestChannel> channel_;
+  std::vector<Choice> choices_;
   CompletionIds ids_;
   bool want_logprobs_, include_usage_;
   std::function<void(const StreamEvent&)> on_end_;
   bool started_ = false, finished_ = false;
-  std::optional<ReplyParser> reply_;
-  size_t text_offset_ = 0;  // characters streamed so far: where the next chunk's text_offset starts
 };
 
 }  // namespace kestrel

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "chat/reply_parser.h"
 #include "serving/completion_body.h"
@@ -17,22 +18,30 @@ namespace kestrel {
 
 class WholeCompletion : public DeferredResponse {
  public:
-  // on_end: called once with the request's end event (for the request log).
-  // reply: the chat answer split into reasoning_content, content and tool_calls.
+  // One request per choice (n > 1: choice i is channels[i]); reply: the chat
+  // answer split into reasoning_content, content and tool_calls, a parser per
+  // choice. on_end: called once per choice with its end event (request log).
+  WholeCompletion(std::vector<std::shared_ptr<RequestChannel>> channels, CompletionIds ids, bool want_logprobs,
+                  std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
   WholeCompletion(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
                   std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
-  void on_ready(std::function<void()> ready) override { channel_->on_ready(std::move(ready)); }
+  void on_ready(std::function<void()> ready) override;
   std::optional<HttpResponse> poll() override;
   void close(bool completed) override;
 
  private:
-  std::shared_ptr<RequestChannel> channel_;
+  struct Choice {
+    std::shared_ptr<RequestChannel> channel;
+    std::optional<ReplyParser> reply;
+    Logprobs logprobs;
+    std::string text;
+    bool finished = false;
+    StreamEvent end;
+  };
+  std::vector<Choice> choices_;
   CompletionIds ids_;
   bool want_logprobs_;
   std::function<void(const StreamEvent&)> on_end_;
-  std::string text_;
-  Logprobs logprobs_;
-  std::optional<ReplyParser> reply_;
   bool finished_ = false;
 };
 

@@ -176,6 +176,9 @@ nlohmann::ordered_json parse_body(const std::string& body) {
   }
 }
 
+// More choices than a step's batch would hold gain nothing; 16 is the default --max-batch-size.
+constexpr int64_t kMaxChoices = 16;
+
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
   const json j = parse_body(body);
   if (!j.is_object()) throw bad("", "the body must be a JSON object");
@@ -260,9 +263,9 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   } else {
     s.seed = std::random_device{}();
   }
-  if (integer(j, "n", 1, 1, 1) != 1) throw bad("n", "'n' must be 1");
+  p.n = static_cast<int>(integer(j, "n", 1, kMaxChoices, 1));
   // best_of candidates, of which the n best are returned: only best_of = n (every one returned) is honest here.
-  if (!chat && integer(j, "best_of", 1, 1 << 10, 1) != 1)
+  if (!chat && integer(j, "best_of", 1, 1 << 10, p.n) != p.n)
     throw bad("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
   s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
   r.stop = stops(j);

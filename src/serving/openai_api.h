@@ -66,7 +66,8 @@ struct ParsedRequest {
   bool reasoning_opened = false;
   bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids
   ToolCallFormat tool_format = ToolCallFormat::None;  // tools offered (and tool_choice not "none"): read calls so
-  bool parallel_tool_calls = true;     // the rendered prompt left a <think> open (DeepSeek-R1)
+  bool parallel_tool_calls = true;
+  int n = 1;  // choices: one request each, sharing the prompt's KV through the prefix cache     // the rendered prompt left a <think> open (DeepSeek-R1)
 };
 
 // The chat request's messages (and chat_template_kwargs) through the model's

@@ -69,10 +69,29 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   }
   p.serve.arrival = req.arrival;
   const int priority = p.serve.priority;
-  std::shared_ptr<RequestChannel> ch;
+  // n > 1: one request per choice, each with its own place in the queue and
+  // seed; they share the prompt's KV blocks through the prefix cache.
+  std::vector<QueueSlot> slots;
+  slots.push_back(std::move(slot));
+  while (static_cast<int>(slots.size()) < p.n) {
+    QueueSlot more = engine_.enter_queue();
+    if (!more) {
+      HttpResponse r = rejected({503, fmt::format("the request queue has no room for {} choices; retry shortly", p.n),
+                                 "n", "server_error", "queue_full"});
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+    slots.push_back(std::move(more));
+  }
+  std::vector<std::shared_ptr<RequestChannel>> chs;
   try {
-    ch = engine_.submit(std::move(slot), p.serve);
+    for (int i = 0; i < p.n; i++) {
+      ServeRequest one = p.serve;
+      one.sampling.seed = p.serve.sampling.seed + static_cast<uint64_t>(i);
+      chs.push_back(engine_.submit(std::move(slots[static_cast<size_t>(i)]), one));
+    }
   } catch (const Error& e) {
+    for (auto& c : chs) c->cancel();
     return rejected({400, e.what(), "max_tokens", "invalid_request_error", "context_length_exceeded"});
   }
   const int64_t id = next_id_++;
@@ -88,9 +107,9 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   if (p.stream) {
     r.content_type = "text/event-stream";
     r.headers.emplace_back("Cache-Control", "no-cache");
-    r.stream = std::make_shared<CompletionStream>(ch, ids, want_logprobs, p.include_usage_chunk, on_end, reply);
+    r.stream = std::make_shared<CompletionStream>(chs, ids, want_logprobs, p.include_usage_chunk, on_end, reply);
   } else {
-    r.later = std::make_shared<WholeCompletion>(ch, ids, want_logprobs, on_end, reply);
+    r.later = std::make_shared<WholeCompletion>(chs, ids, want_logprobs, on_end, reply);
   }
   return r;
 }
