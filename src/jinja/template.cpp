@@ -397,9 +397,13 @@ class Renderer {
     throw TemplateError(fmt::format("bad operand type for unary {}: '{}'", op, type_name(v)));
   }
 
-  void check_size(size_t bytes_or_items) const {
-    if (bytes_or_items > opt_.limits.max_output_bytes)
-      throw TemplateError(fmt::format("a value built by the template exceeds {} bytes/items", opt_.limits.max_output_bytes));
+  void check_size(size_t bytes) const {
+    if (bytes > opt_.limits.max_output_bytes)
+      throw TemplateError(fmt::format("a string built by the template exceeds {} bytes", opt_.limits.max_output_bytes));
+  }
+  void check_items(size_t items) const {
+    if (items > opt_.limits.max_list_items)
+      throw TemplateError(fmt::format("a list built by the template exceeds {} items", opt_.limits.max_list_items));
   }
 
   Value binary(const std::string& op, const Value& a, const Value& b) {
@@ -425,7 +429,7 @@ class Renderer {
         return Value(std::move(s));
       }
       if (a.is_list() && b.is_list()) {
-        check_size(a.as_list().size() + b.as_list().size());
+        check_items(a.as_list().size() + b.as_list().size());
         ValueList items = a.as_list();
         items.insert(items.end(), b.as_list().begin(), b.as_list().end());
         return Value::list(std::move(items));
@@ -446,7 +450,7 @@ class Renderer {
           for (int64_t i = 0; i < k; i++) tainted_append(s, seq.as_tainted());
           return Value(std::move(s));
         }
-        check_size(seq.as_list().size() * static_cast<size_t>(k));
+        check_items(seq.as_list().size() * static_cast<size_t>(k));
         ValueList items;
         for (int64_t i = 0; i < k; i++) items.insert(items.end(), seq.as_list().begin(), seq.as_list().end());
         return Value::list(std::move(items));
@@ -555,6 +559,7 @@ class Renderer {
                  ValueList items;
                  for (int64_t i = start; step_by > 0 ? i < stop : i > stop; i += step_by) {
                    step();
+                   check_items(items.size() + 1);
                    items.emplace_back(i);
                  }
                  return Value::list(std::move(items));

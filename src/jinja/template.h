@@ -17,7 +17,8 @@ namespace kestrel::jinja {
 struct Stmt;
 
 struct RenderLimits {
-  size_t max_output_bytes = size_t{16} << 20;  // also bounds any one string or list built
+  size_t max_output_bytes = size_t{16} << 20;  // also bounds any one string built
+  size_t max_list_items = size_t{1} << 20;     // any one list built (range, +, *): ~100 MB of values at most
   uint64_t max_steps = 10'000'000;            // loop iterations + macro calls + range() items
   int max_call_depth = 64;                    // nested macro calls
 };

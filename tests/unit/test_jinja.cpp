@@ -38,6 +38,10 @@ TEST(Jinja, LimitsStopRunawayTemplates) {
                 .find("exceeds"),
             std::string::npos);
   EXPECT_NE(error_of("{{ 'x' * 100000000000 }}", o).find("exceeds"), std::string::npos);
+  o.limits.max_steps = 100'000'000;
+  o.limits.max_list_items = 1000;
+  EXPECT_NE(error_of("{{ range(5000) | length }}", o).find("exceeds 1000 items"), std::string::npos);
+  EXPECT_NE(error_of("{{ ([1] * 100000000000) | length }}", o).find("exceeds 1000 items"), std::string::npos);
   // Within the limits the same constructs run.
   EXPECT_EQ(render("{% for i in range(3) %}{{ i }}{% endfor %}", {}, o), "012");
 }
