@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "prometheus_text.h"
+#include "http_json.h"
 #include "serve_process.h"
 #include "test_support.h"
 
@@ -17,11 +18,7 @@ namespace {
 
 using json = nlohmann::json;
 
-json post(httplib::Client& c, const std::string& path, const json& body) {
-  auto r = c.Post(path, body.dump(), "application/json");
-  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response") << " for " << body.dump();
-  return r && r->status == 200 ? json::parse(r->body) : json();
-}
+json post(httplib::Client& c, const std::string& path, const json& body) { return test::post_ok(c, path, body); }
 
 const std::string kPrompt =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.";

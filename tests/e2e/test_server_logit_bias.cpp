@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "http_json.h"
 #include "serve_process.h"
 #include "test_support.h"
 
@@ -15,11 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 
-json post(httplib::Client& c, const std::string& path, const json& body) {
-  auto r = c.Post(path, body.dump(), "application/json");
-  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response") << " for " << body.dump();
-  return r && r->status == 200 ? json::parse(r->body) : json();
-}
+json post(httplib::Client& c, const std::string& path, const json& body) { return test::post_ok(c, path, body); }
 
 TEST(ServerLogitBias, BannedTokensNeverComeAndFavouredOnesAlwaysDo) {
   test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256"});
