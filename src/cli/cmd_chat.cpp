@@ -12,6 +12,7 @@
 #include <random>
 
 #include "chat/chat_template.h"
+#include "cli/chat_flags.h"
 #include "cli/commands.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cli/chat_flags.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "serving/http_server.h"
