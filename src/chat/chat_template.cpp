@@ -140,6 +140,13 @@ void ChatTemplate::set_default_kwargs(const nlohmann::ordered_json& kwargs) {
   default_kwargs_ = kwargs;
 }
 
+std::vector<int32_t> ChatTemplate::tokenize(const Tokenizer& tokenizer, const RenderedChat& rendered,
+                                            bool special_in_content) const {
+  const bool bos_in_text = !bos_.empty() && rendered.text.rfind(bos_, 0) == 0;
+  return special_in_content ? tokenizer.encode(rendered.text, !bos_in_text, true)
+                            : tokenizer.encode(rendered.text, !bos_in_text, rendered.content);
+}
+
 jinja::TaintedString ChatTemplate::render_vars(const nlohmann::ordered_json& vars,
                                                const jinja::RenderOptions& options) const {
   jinja::ValueDict dict;

@@ -41,7 +41,10 @@ class ChatTemplate {
   // Where the source came from, for the start-up log ("tokenizer.chat_template").
   const std::string& origin() const { return origin_; }
   bool used_fallback() const { return fallback_; }
-  const std::string& bos_token() const { return bos_; }
+  // The rendering's token ids: control tokens recognised only outside the
+  // caller's text (everywhere with special_in_content), and no second BOS
+  // when the template writes the BOS text itself (Llama 3, DeepSeek).
+  std::vector<int32_t> tokenize(const Tokenizer& tokenizer, const RenderedChat& rendered, bool special_in_content) const;
   // The template writes or strips <think> blocks (DeepSeek-R1 and its distills, QwQ, Qwen3).
   bool reasons() const { return reasons_; }
   // The format the template writes tool calls in (None: it shows none).

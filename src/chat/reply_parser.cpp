@@ -19,19 +19,19 @@ ReplyPart ReplyParser::push(std::string_view text) {
   return out;
 }
 
-ReplyPart ReplyParser::finish() {
-  ReplyPart out;
+ReplyPart ReplyParser::finish(std::string_view last_text) {
+  ReplyPart out = push(last_text);
   std::string content;
   if (reasoning_) {
     SplitText s = reasoning_->finish();
-    out.reasoning = std::move(s.reasoning);
+    out.reasoning += s.reasoning;
     content = std::move(s.content);
   }
   if (!tools_) {
-    out.content = std::move(content);
+    out.content += content;
     return out;
   }
-  out.content = tools_->push(content);
+  out.content += tools_->push(content);
   ToolCallReply r = tools_->finish();
   if (r.content) out.content += *r.content;
   out.calls = std::move(r.calls);

@@ -25,7 +25,8 @@ class ReplyParser {
   // tools offered). parallel: false keeps only the first call.
   ReplyParser(std::optional<bool> reasoning, ToolCallFormat tools, bool parallel);
   ReplyPart push(std::string_view text);
-  ReplyPart finish();
+  // The last piece of text (may be empty) and the end: everything held back, and the calls.
+  ReplyPart finish(std::string_view last_text = {});
 
  private:
   std::optional<ReasoningSplitter> reasoning_;

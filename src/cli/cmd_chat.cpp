@@ -147,8 +147,7 @@ int chat(ChatFlags& f) {
     std::vector<int32_t> prompt;
     try {
       const RenderedChat rc = tmpl.render(messages, nullptr, json::object(), true);
-      const bool bos_in_text = !tmpl.bos_token().empty() && rc.text.rfind(tmpl.bos_token(), 0) == 0;
-      prompt = e.tokenizer->encode(rc.text, !bos_in_text, rc.content);
+      prompt = tmpl.tokenize(*e.tokenizer, rc, false);
       if (static_cast<int64_t>(prompt.size()) >= e.n_ctx)
         throw Error(fmt::format("the conversation has {} tokens, the context {}: /clear to start again", prompt.size(),
                                 e.n_ctx));

@@ -41,14 +41,8 @@ json CompletionStream::text_choice(Choice& ch, size_t index, const std::string& 
     return c;
   }
   // Thinking, answer and calls as separate fields of the delta (vLLM's and llama.cpp's shape).
-  ReplyPart part = ch.reply->push(text);
-  if (!finish.is_null()) {
-    ReplyPart rest = ch.reply->finish();
-    part.reasoning += rest.reasoning;
-    part.content += rest.content;
-    part.calls = std::move(rest.calls);
-    if (!part.calls.empty() && finish == "stop") c["finish_reason"] = "tool_calls";
-  }
+  const ReplyPart part = finish.is_null() ? ch.reply->push(text) : ch.reply->finish(text);
+  if (!part.calls.empty() && finish == "stop") c["finish_reason"] = "tool_calls";
   json delta = json::object();
   if (!part.reasoning.empty()) delta["reasoning_content"] = part.reasoning;
   if (!part.content.empty() || (delta.empty() && finish.is_null())) delta["content"] = part.content;

@@ -56,11 +56,7 @@ std::optional<HttpResponse> WholeCompletion::poll() {
       choices.push_back(whole_choice(ids_, i, c.text, lp, c.end));
       continue;
     }
-    ReplyPart a = c.reply->push(c.text), b = c.reply->finish();
-    a.reasoning += b.reasoning;
-    a.content += b.content;
-    a.calls = std::move(b.calls);
-    choices.push_back(whole_chat_choice(i, a, lp, c.end));
+    choices.push_back(whole_chat_choice(i, c.reply->finish(c.text), lp, c.end));
   }
   return json_response(whole_completion_body(ids_, std::move(choices), ends));
 }

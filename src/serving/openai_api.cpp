@@ -202,12 +202,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     }
     p.parallel_tool_calls = prompt.parallel_tool_calls;
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
-    // A template that writes the BOS text itself (Llama 3, DeepSeek) gets no
-    // second BOS from the tokenizer.
-    const bool bos_in_text = !ctx.chat_template->bos_token().empty() &&
-                             chat_text.text.rfind(ctx.chat_template->bos_token(), 0) == 0;
-    r.prompt = ctx.allow_special_in_content ? ctx.tokenizer.encode(chat_text.text, !bos_in_text, true)
-                                            : ctx.tokenizer.encode(chat_text.text, !bos_in_text, chat_text.content);
+    r.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
   } else {
     if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
     const json& pr = j["prompt"];
