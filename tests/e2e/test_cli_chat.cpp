@@ -74,10 +74,13 @@ TEST(CliChat, CtrlCStopsALongReplyAndTheChatGoesOn) {
                 .exit_code,
             0);
   const std::string out = dir.file("out.txt");
-  const std::string chat = test::shell_quote(KESTREL_BINARY) + " chat -m " + test::shell_quote(model) +
+  // exec: the chat itself, not a shell waiting for it, is in the terminal's foreground group. A shell
+  // there (script(1) runs $SHELL -c, which need not exec its last command) dies of the Ctrl-C itself,
+  // and script then reports 130 though the chat went on and left cleanly.
+  const std::string chat = "exec " + test::shell_quote(KESTREL_BINARY) + " chat -m " + test::shell_quote(model) +
                            " --temp 0 -n 3000 --ignore-eos -c 4096 -t 1";
   // script(1) gives the chat a pseudo-terminal: a Ctrl-C byte becomes SIGINT, as from a keyboard.
-  const std::string cmd = "script -qfec " + test::shell_quote(chat) + " /dev/null > " + out + " 2>&1";
+  const std::string cmd = "SHELL=/bin/sh script -qfec " + test::shell_quote(chat) + " /dev/null > " + out + " 2>&1";
   test::write_bytes(out, "");  // read from the start, before the shell opens it
   FILE* keys = popen(cmd.c_str(), "w");
   ASSERT_NE(keys, nullptr);
