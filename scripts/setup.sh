@@ -12,6 +12,7 @@ packages=(
   libboost-dev libssl-dev           # the HTTP server: Boost.Beast over Asio, TLS via OpenSSL
   python3 python3-regex             # the compat checker; the pre-tokenizer oracle (tests)
   python3-jinja2                    # the Jinja oracle the template engine is tested against (tests)
+  python3-jsonschema                # validates structured output against its schema (tests)
   curl openssl                      # the TLS and API-key tests (a certificate, an HTTPS client)
 )
 

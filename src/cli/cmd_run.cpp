@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/grammar_flags.h"
 #include "core/error.h"
 #include "spec/spec_source.h"
 #include "runtime/engine.h"
@@ -27,6 +28,7 @@ struct RunFlags {
   std::string spec = "none", draft_model;
   int draft_max = 8;
   bool spec_governed = false;
+  GrammarFlags grammar;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -62,6 +64,7 @@ int run(RunFlags& f) {
   check_draft_model_flags(f.spec, f.draft_model);
   f.gen.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   f.gen.sampling.validate();  // before the (slow) model load
+  f.gen.grammar = grammar_from_flags(f.grammar);
 
   f.engine.profile = !f.profile.empty();
   f.engine.load_mtp = f.spec == "mtp";
@@ -124,6 +127,13 @@ int run(RunFlags& f) {
     fmt::print(stderr, "[kestrel] speculation ({}): {} drafts, {} drafted, {} accepted ({:.1f}%)\n", f.spec, r.spec_steps,
                r.spec_drafted, r.spec_accepted,
                r.spec_drafted ? 100.0 * static_cast<double>(r.spec_accepted) / static_cast<double>(r.spec_drafted) : 0.0);
+  if (f.gen.grammar) {
+    const GrammarStats& g = r.grammar;
+    const double per_token_ms = g.masks ? 1e3 * g.mask_seconds / static_cast<double>(g.masks) : 0.0;
+    fmt::print(stderr, "[kestrel] grammar: {} masks, {:.3f} ms each ({:.1f}% of decoding), {:.0f}% from the cache\n",
+               g.masks, per_token_ms, r.decode_seconds > 0 ? 100.0 * g.mask_seconds / r.decode_seconds : 0.0,
+               g.masks ? 100.0 * static_cast<double>(g.cache_hits) / static_cast<double>(g.masks) : 0.0);
+  }
   return 0;
 }
 
@@ -143,6 +153,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("-b,--batch-size", f.engine.max_batch_tokens, "Prompt tokens per forward step")->capture_default_str();
   add_sampling_options(cmd, f.gen.sampling);
   cmd->add_option("-s,--seed", f.seed, "Random seed (-1: random; printed in the summary)")->capture_default_str();
+  add_grammar_options(cmd, f.grammar);
   cmd->add_option("--stop", f.gen.stop, "Stop string (repeatable); the output ends before it");
   cmd->add_flag("--ignore-eos", f.gen.ignore_eos, "Keep generating past end-of-sequence");
   cmd->add_flag("--no-bos", f.no_bos, "Do not add BOS to the prompt");

@@ -51,6 +51,8 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   req.ignore_eos = params.ignore_eos;
   req.all_logits = params.all_logits;
   req.prefix_cache = false;  // every prompt position is computed (its logits may be asked for)
+  if (params.grammar)
+    req.constraint = std::make_shared<TokenConstraint>(params.grammar, std::make_shared<GrammarVocab>(*e.tokenizer));
   exec.add(req);
 
   struct Hooks : StepHooks {
@@ -111,6 +113,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
     if (!step.ran && !hooks.done)
       throw Error("the KV cache cannot hold the prompt (raise -c/--ctx-size or --kv-cache-mem)");
   }
+  if (req.constraint) r.grammar = req.constraint->stats();
   return r;
 }
 

@@ -3,9 +3,11 @@
 // token through the same batched forward, sampling and streaming text.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "grammar/token_constraint.h"
 #include "runtime/engine.h"
 #include "runtime/proposer.h"
 #include "runtime/sampler.h"
@@ -28,6 +30,9 @@ struct GenerationParams {
   // Where drafts come from (spec/spec_source.h builds the one behind --spec);
   // required with spec_draft_max > 0. It drafts for sequence 0.
   Proposer* proposer = nullptr;
+  // Structured output: only text this grammar matches is generated; the
+  // generation ends when it has matched completely.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct GenerationResult {
@@ -38,6 +43,7 @@ struct GenerationResult {
   double prefill_seconds = 0, decode_seconds = 0;
   // Speculation: verification steps that carried a draft, drafted and accepted tokens.
   int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+  GrammarStats grammar;  // with a grammar: the masks' count and time
 };
 
 struct GenerationCallbacks {

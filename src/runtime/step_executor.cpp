@@ -206,13 +206,20 @@ bool StepExecutor::verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t
   if (!row.draft.empty()) hooks.on_drafts(id, static_cast<int>(row.draft.size()));
   // The row's own pick, then each draft while the picks keep agreeing with it.
   int accepted = 0;
+  TokenConstraint* grammar = r.spec.constraint.get();
   for (size_t i = 0;; i++) {
     hooks.on_row(id, logits);
+    // The grammar first: a draft it does not allow gets probability 0 and is rejected.
+    if (grammar && (grammar->finished() || grammar->mask(logits, nv) == 0)) {
+      end(r, EndReason::Eos, hooks);  // matched completely (or nothing can follow)
+      return false;
+    }
     const int32_t d = i < row.draft.size() ? row.draft[i] : -1;
     bool kept = false;
     const int32_t tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.rec->tokens, d, kept)
                                : r.sampler->sample(logits, r.rec->tokens);
     sampled++;
+    if (grammar) grammar->accept(tok);
     if (!take(r, tok, kept, hooks)) return false;
     if (!kept) break;
     accepted++;

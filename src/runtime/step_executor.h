@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/token_constraint.h"
 #include "runtime/draft_length.h"
 #include "runtime/engine.h"
 #include "runtime/proposer.h"
@@ -48,6 +49,10 @@ struct ExecRequest {
   bool ignore_eos = false;
   bool all_logits = false;    // logits of every prompt position go to StepHooks::on_prompt_logits
   bool prefix_cache = true;   // may start from cached blocks of an equal prefix
+  // Structured output: tokens the grammar does not allow are masked before
+  // every sampling, drafts included (the request's own state, moved past each
+  // token taken). The request ends when the grammar can take nothing more.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class EndReason { Eos, Stop, Length, Context };

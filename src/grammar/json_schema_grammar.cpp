@@ -1,0 +1,307 @@
+#include "grammar/json_schema_grammar.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// The JSON building blocks. Whitespace is bounded, one space or a line break
+// and its indent (llama.cpp's rule: a model that keeps writing spaces would
+// otherwise never have to stop), and so are a number's digits.
+const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
+json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null
+json-object ::= "{" ws ( json-string ws ":" ws json-value ws ( "," ws json-string ws ":" ws json-value ws )* )? "}"
+json-array ::= "[" ws ( json-value ws ( "," ws json-value ws )* )? "]"
+json-string ::= "\"" json-char* "\""
+json-char ::= [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+json-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
+json-number ::= json-integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
+json-boolean ::= "true" | "false"
+json-null ::= "null"
+)";
+
+// Keywords that only describe (or that this converter reads where they apply).
+const std::set<std::string> kAnnotations = {"title", "description", "$schema", "$id", "$comment", "default",
+                                            "examples", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+
+class SchemaConverter {
+ public:
+  explicit SchemaConverter(const json& root) : root_(root) {}
+
+  std::string convert() {
+    const std::string top = visit(root_, "#");
+    std::string out = "root ::= " + top + "\n";
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    return out + kPrimitives;
+  }
+
+ private:
+  [[noreturn]] static void refuse(const std::string& path, const std::string& what) {
+    throw Error(fmt::format("json schema at {}: {}", path, what));
+  }
+  std::string add_rule(const std::string& body) {
+    if (auto it = by_body_.find(body); it != by_body_.end()) return it->second;
+    const std::string name = fmt::format("s{}", rules_.size());
+    rules_[name] = body;
+    by_body_[body] = name;
+    return name;
+  }
+  static std::string literal_of(const json& value) { return gbnf_literal(value.dump()); }
+
+  // A GBNF expression (usually a rule name) for the values the schema allows.
+  std::string visit(const json& s, const std::string& path) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) refuse(path, "the schema 'false' allows no value");
+      return "json-value";
+    }
+    if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
+    std::set<std::string> used;  // keywords read below
+    auto has = [&](const char* k) {
+      if (!s.contains(k)) return false;
+      used.insert(k);
+      return true;
+    };
+    std::string expr;
+    if (has("$ref")) {
+      expr = ref(s["$ref"], path);
+    } else if (has("const")) {
+      used.insert("type");  // the value is given: its type says nothing more
+      expr = literal_of(s["const"]);
+    } else if (has("enum")) {
+      used.insert("type");
+      if (!s["enum"].is_array() || s["enum"].empty()) refuse(path + "/enum", "must be a non-empty array");
+      std::string alts;
+      for (const json& v : s["enum"]) alts += (alts.empty() ? "" : " | ") + literal_of(v);
+      expr = add_rule(alts);
+    } else if (has("anyOf") || has("oneOf")) {
+      // oneOf is read as anyOf: the branches of the schemas people write for
+      // tools and answers (object kinds, a value or null) do not overlap.
+      const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
+      const json& branches = s[key];
+      if (!branches.is_array() || branches.empty()) refuse(path + "/" + key, "must be a non-empty array");
+      std::string alts;
+      for (size_t i = 0; i < branches.size(); i++)
+        alts += (alts.empty() ? "" : " | ") + visit(branches[i], fmt::format("{}/{}/{}", path, key, i));
+      expr = add_rule(alts);
+    } else {
+      expr = typed(s, path, used);
+    }
+    for (const auto& [k, v] : s.items()) {
+      if (used.count(k) || kAnnotations.count(k)) continue;
+      refuse(path, fmt::format("keyword '{}' is not supported in constrained decoding (it would be ignored)", k));
+    }
+    return expr;
+  }
+
+  std::string ref(const json& r, const std::string& path) {
+    if (!r.is_string()) refuse(path + "/$ref", "must be a string");
+    const std::string target = r.get<std::string>();
+    if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+    if (target.rfind("#", 0) != 0) refuse(path + "/$ref", fmt::format("'{}': only references inside the schema (#/...)", target));
+    json::json_pointer ptr;
+    try {
+      ptr = json::json_pointer(target.substr(1));
+    } catch (const std::exception&) {
+      refuse(path + "/$ref", fmt::format("'{}' is not a JSON pointer", target));
+    }
+    if (!root_.contains(ptr)) refuse(path + "/$ref", fmt::format("'{}' points at nothing", target));
+    // Named before it is visited: a schema may refer to itself (trees, lists).
+    const std::string name = fmt::format("ref{}", refs_.size());
+    refs_[target] = name;
+    rules_[name] = visit(root_.at(ptr), target);
+    return name;
+  }
+
+  std::string typed(const json& s, const std::string& path, std::set<std::string>& used) {
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      used.insert("type");
+      const json& t = s["type"];
+      if (t.is_string()) types.push_back(t.get<std::string>());
+      else if (t.is_array())
+        for (const json& x : t) {
+          if (!x.is_string()) refuse(path + "/type", "must be a string or an array of strings");
+          types.push_back(x.get<std::string>());
+        }
+      else refuse(path + "/type", "must be a string or an array of strings");
+    } else if (s.contains("properties") || s.contains("required")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("prefixItems")) {
+      types.push_back("array");
+    } else {
+      return "json-value";
+    }
+    std::string alts;
+    for (const std::string& t : types) {
+      std::string e;
+      if (t == "object") e = object(s, path, used);
+      else if (t == "array") e = array(s, path, used);
+      else if (t == "string") e = string(s, path, used);
+      else if (t == "integer") e = "json-integer";
+      else if (t == "number") e = "json-number";
+      else if (t == "boolean") e = "json-boolean";
+      else if (t == "null") e = "json-null";
+      else refuse(path + "/type", fmt::format("unknown type '{}'", t));
+      alts += (alts.empty() ? "" : " | ") + e;
+    }
+    return types.size() == 1 ? alts : add_rule(alts);
+  }
+
+  std::string object(const json& s, const std::string& path, std::set<std::string>& used) {
+    std::vector<std::pair<std::string, std::string>> props;  // name, value expression
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      used.insert("required");
+      if (!s["required"].is_array()) refuse(path + "/required", "must be an array of names");
+      for (const json& r : s["required"]) {
+        if (!r.is_string()) refuse(path + "/required", "must be an array of names");
+        required.insert(r.get<std::string>());
+      }
+    }
+    if (s.contains("properties")) {
+      used.insert("properties");
+      if (!s["properties"].is_object()) refuse(path + "/properties", "must be an object");
+      for (const auto& [name, sub] : s["properties"].items())
+        props.emplace_back(name, visit(sub, path + "/properties/" + name));
+    }
+    std::string extra = "json-value";  // what a required name missing from properties may hold
+    if (s.contains("additionalProperties")) {
+      used.insert("additionalProperties");
+      const json& a = s["additionalProperties"];
+      if (a.is_object()) extra = visit(a, path + "/additionalProperties");
+      else if (!a.is_boolean()) refuse(path + "/additionalProperties", "must be a boolean or a schema");
+    }
+    for (const std::string& r : required) {
+      const bool declared = std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == r; });
+      if (declared) continue;
+      if (s.contains("additionalProperties") && s["additionalProperties"] == false)
+        refuse(path + "/required", fmt::format("'{}' is required but not in properties, and no other is allowed", r));
+      props.emplace_back(r, extra);
+    }
+    // body(i, first): the properties from i on; first: none written yet (no comma).
+    const size_t n = props.size();
+    std::map<std::pair<size_t, bool>, std::string> memo;
+    std::function<std::string(size_t, bool)> body = [&](size_t i, bool first) -> std::string {
+      if (i == n) return "";
+      if (auto it = memo.find({i, first}); it != memo.end()) return it->second;
+      const std::string kv = (first ? "" : "\",\" ws ") + gbnf_literal(json(props[i].first).dump()) +
+                             " ws \":\" ws " + props[i].second + " ws";
+      const std::string rest = body(i + 1, false);
+      std::string b;
+      if (required.count(props[i].first)) {
+        b = kv + (rest.empty() ? "" : " " + rest);
+      } else {
+        const std::string skip = body(i + 1, first);
+        b = "( " + kv + (rest.empty() ? "" : " " + rest) + " | " + skip + " )";
+      }
+      return memo[{i, first}] = add_rule(b);
+    };
+    const std::string inner = body(0, true);
+    return add_rule("\"{\" ws " + inner + " \"}\"");
+  }
+
+  std::string array(const json& s, const std::string& path, std::set<std::string>& used) {
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      used.insert("prefixItems");
+      if (!s["prefixItems"].is_array()) refuse(path + "/prefixItems", "must be an array of schemas");
+      for (size_t i = 0; i < s["prefixItems"].size(); i++)
+        prefix.push_back(visit(s["prefixItems"][i], fmt::format("{}/prefixItems/{}", path, i)));
+    }
+    std::string item;  // "" : no item after the prefix
+    if (s.contains("items")) {
+      used.insert("items");
+      const json& it = s["items"];
+      if (!(it.is_boolean() && !it.get<bool>())) item = visit(it, path + "/items");
+    } else if (prefix.empty()) {
+      item = "json-value";
+    }
+    int64_t min = 0, max = -1;
+    auto count = [&](const char* k, int64_t& v) {
+      if (!s.contains(k)) return;
+      used.insert(k);
+      if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0 || s[k].get<int64_t>() > 1000)
+        refuse(path + "/" + k, "must be an integer from 0 to 1000");
+      v = s[k].get<int64_t>();
+    };
+    count("minItems", min);
+    count("maxItems", max);
+    if (max >= 0 && max < min) refuse(path, "maxItems is below minItems");
+    const auto n_prefix = static_cast<int64_t>(prefix.size());
+    if (item.empty()) max = max < 0 ? n_prefix : std::min(max, n_prefix);
+    if (min > max && max >= 0) refuse(path, "minItems asks for more items than the schema allows");
+    const bool unbounded = max < 0;
+    const int64_t slots = unbounded ? std::max(min, n_prefix) : max;  // items written one by one
+    auto element = [&](int64_t k) { return k < n_prefix ? prefix[static_cast<size_t>(k)] : item; };
+    const std::string more = unbounded ? add_rule("\",\" ws " + item + " ws") : "";
+    // tail(k): the items from k on, the first k written (so a comma comes first);
+    // once an optional one is left out, so are the rest.
+    std::function<std::string(int64_t)> tail = [&](int64_t k) -> std::string {
+      if (k == slots) return unbounded && slots > 0 ? more + "*" : "";
+      const std::string seq = (k > 0 ? "\",\" ws " : "") + element(k) + " ws " + tail(k + 1);
+      return add_rule(k < min ? seq : "( " + seq + " )?");
+    };
+    const std::string items = slots == 0 && unbounded ? "( " + item + " ws " + more + "* )?" : tail(0);
+    return add_rule("\"[\" ws " + items + " \"]\"");
+  }
+
+  std::string string(const json& s, const std::string& path, std::set<std::string>& used) {
+    int64_t min = 0, max = -1;
+    auto count = [&](const char* k, int64_t& v) {
+      if (!s.contains(k)) return;
+      used.insert(k);
+      if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0 || s[k].get<int64_t>() > 4096)
+        refuse(path + "/" + k, "must be an integer from 0 to 4096");
+      v = s[k].get<int64_t>();
+    };
+    count("minLength", min);
+    count("maxLength", max);
+    if (max >= 0 && max < min) refuse(path, "maxLength is below minLength");
+    if (min == 0 && max < 0) return "json-string";
+    return add_rule(max < 0 ? fmt::format("\"\\\"\" json-char{{{},}} \"\\\"\"", min)
+                            : fmt::format("\"\\\"\" json-char{{{},{}}} \"\\\"\"", min, max));
+  }
+
+  const json& root_;
+  std::map<std::string, std::string> rules_;    // name -> body
+  std::map<std::string, std::string> by_body_;  // body -> name (one rule per distinct body)
+  std::map<std::string, std::string> refs_;     // $ref -> rule name
+};
+
+}  // namespace
+
+std::string gbnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      out += fmt::format("\\x{:02X}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_schema_to_gbnf(const json& schema) { return SchemaConverter(schema).convert(); }
+
+std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kPrimitives; }
+
+}  // namespace kestrel

@@ -1,0 +1,190 @@
+#include "grammar/token_constraint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "tokenizer/utf8.h"
+
+namespace kestrel {
+
+namespace {
+constexpr size_t kMaxCachedStates = 1024;  // x n_vocab bits: 4 MiB for a 32k vocabulary
+}
+
+GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) {
+  const Vocab& v = tokenizer.vocab();
+  const auto n = static_cast<int32_t>(v.size());
+  bytes_.resize(static_cast<size_t>(n));
+  is_end_.assign(static_cast<size_t>(n), false);
+  trie_.emplace_back();
+  for (int32_t t = 0; t < n; t++) {
+    if (v.is_end_of_generation(t)) {
+      is_end_[t] = true;
+      end_tokens_.push_back(t);
+      continue;
+    }
+    if (v.is_control(t)) continue;
+    bytes_[t] = tokenizer.token_to_piece(t);
+    if (bytes_[t].empty()) continue;
+    uint32_t node = 0;
+    for (unsigned char b : bytes_[t]) {
+      auto& kids = trie_[node].children;
+      auto it = std::lower_bound(kids.begin(), kids.end(), b,
+                                 [](const std::pair<uint8_t, uint32_t>& a, uint8_t k) { return a.first < k; });
+      if (it == kids.end() || it->first != b) {
+        const auto child = static_cast<uint32_t>(trie_.size());
+        kids.insert(it, {b, child});
+        trie_.emplace_back();  // (kids may dangle now: not used below)
+        node = child;
+      } else {
+        node = it->second;
+      }
+    }
+    trie_[node].tokens.push_back(t);
+  }
+}
+
+TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab)
+    : g_(std::move(grammar)), vocab_(std::move(vocab)), stacks_(grammar_start(*g_)) {}
+
+namespace {
+
+// The code points a character of len bytes may be: overlong encodings (a
+// '{' spelt in four bytes) and surrogates are not text, whatever a byte-level
+// vocabulary can spell.
+std::pair<uint32_t, uint32_t> utf8_range(int len) {
+  switch (len) {
+    case 2: return {0x80, 0x7FF};
+    case 3: return {0x800, 0xFFFF};
+    default: return {0x10000, 0x10FFFF};
+  }
+}
+
+}  // namespace
+
+// Could the character begun in part still be one the grammar takes?
+bool TokenConstraint::may_complete(const GrammarStacks& stacks, const Partial& part) const {
+  const int shift = 6 * part.need;
+  auto [lo, hi] = utf8_range(part.len);
+  lo = std::max(lo, part.cp << shift);
+  hi = std::min(hi, (part.cp << shift) | ((1u << shift) - 1));
+  if (part.len == 3 && lo >= 0xD800 && hi <= 0xDFFF) return false;
+  return lo <= hi && grammar_allows_any(*g_, stacks, lo, hi);
+}
+
+bool TokenConstraint::feed(const GrammarStacks& stacks, Partial& part, uint8_t b, GrammarStacks& next,
+                           bool& advanced) const {
+  advanced = false;
+  uint32_t cp;
+  if (part.need == 0) {
+    const size_t n = utf8_len(b);
+    if (n == 1 && b >= 0x80) return false;  // not the start of a character
+    if (n == 1) {
+      cp = b;
+    } else {
+      part = {static_cast<uint32_t>(b & (0x7F >> n)), static_cast<int>(n - 1), static_cast<int>(n)};
+      return may_complete(stacks, part);
+    }
+  } else {
+    if ((b & 0xC0) != 0x80) return false;
+    part.cp = (part.cp << 6) | (b & 0x3F);
+    if (--part.need > 0) return may_complete(stacks, part);
+    cp = part.cp;
+    const auto [lo, hi] = utf8_range(part.len);
+    part = {};
+    if (cp < lo || cp > hi || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+  }
+  grammar_advance(*g_, stacks, cp, next);
+  advanced = true;
+  return !next.empty();
+}
+
+void TokenConstraint::walk(uint32_t node, const GrammarStacks& stacks, Partial part, size_t depth, Bits& bits) {
+  if (scratch_.size() <= depth) scratch_.resize(depth + 1);
+  for (const auto& [b, child] : vocab_->trie()[node].children) {
+    Partial p = part;
+    GrammarStacks& next = scratch_[depth];
+    bool advanced = false;
+    if (!feed(stacks, p, b, next, advanced)) continue;
+    for (int32_t t : vocab_->trie()[child].tokens) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+    if (!vocab_->trie()[child].children.empty()) {
+      if (advanced) {
+        // scratch_[depth] is reused by the next sibling: the child walks a copy.
+        GrammarStacks mine = std::move(next);
+        walk(child, mine, p, depth + 1, bits);
+      } else {
+        walk(child, stacks, p, depth + 1, bits);
+      }
+    }
+  }
+}
+
+std::string TokenConstraint::state_key() const {
+  std::string key;
+  auto put = [&](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(partial_.cp);
+  put(static_cast<uint32_t>(partial_.need));
+  put(static_cast<uint32_t>(partial_.len));
+  for (const GrammarStack& st : stacks_) {
+    put(static_cast<uint32_t>(st.size()));
+    for (uint32_t p : st) put(p);
+  }
+  return key;
+}
+
+const TokenConstraint::Bits& TokenConstraint::allowed() {
+  std::string key = state_key();
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    stats_.cache_hits++;
+    return it->second;
+  }
+  Bits bits(static_cast<size_t>((vocab_->n_vocab() + 63) / 64), 0);
+  walk(0, stacks_, partial_, 0, bits);
+  if (complete())
+    for (int32_t t : vocab_->end_tokens()) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+  if (cache_.size() >= kMaxCachedStates) cache_.clear();
+  return cache_.emplace(std::move(key), std::move(bits)).first->second;
+}
+
+int64_t TokenConstraint::mask(float* logits, int64_t n_logits) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Bits& bits = allowed();
+  int64_t n_allowed = 0;
+  const int64_t n = std::min(n_logits, vocab_->n_vocab());
+  for (int64_t i = n; i < n_logits; i++) logits[i] = -INFINITY;
+  for (int64_t i = 0; i < n; i++) {
+    if (bits[static_cast<size_t>(i) >> 6] >> (i & 63) & 1) {
+      n_allowed++;
+    } else {
+      logits[i] = -INFINITY;
+    }
+  }
+  stats_.masks++;
+  stats_.mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return n_allowed;
+}
+
+bool TokenConstraint::allows(int32_t token) {
+  if (token < 0 || token >= vocab_->n_vocab()) return false;
+  return allowed()[static_cast<size_t>(token) >> 6] >> (token & 63) & 1;
+}
+
+bool TokenConstraint::accept(int32_t token) {
+  if (token < 0 || token >= vocab_->n_vocab()) return false;
+  if (vocab_->is_end(token)) return complete();
+  const std::string& bytes = vocab_->bytes(token);
+  if (bytes.empty()) return false;
+  GrammarStacks stacks = stacks_, next;
+  Partial part = partial_;
+  for (unsigned char b : bytes) {
+    bool advanced = false;
+    if (!feed(stacks, part, b, next, advanced)) return false;
+    if (advanced) stacks.swap(next);
+  }
+  stacks_ = std::move(stacks);
+  partial_ = part;
+  return true;
+}
+
+}  // namespace kestrel
