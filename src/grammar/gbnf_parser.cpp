@@ -48,9 +48,9 @@ class GrammarBuilder {
     }
     auto root = names_.find(root_name);
     if (root == names_.end() || !rules_[root->second].defined)
-      throw Error(fmt::format("grammar: no rule '{}' (where generation starts)", root_name));
+      throw Error(fmt::format("no rule '{}' (where generation starts)", root_name));
     for (const Rule& r : rules_)
-      if (!r.defined) throw Error(fmt::format("grammar: line {}: rule '{}' is used but never defined", r.line, r.name));
+      if (!r.defined) throw Error(fmt::format("line {}: rule '{}' is used but never defined", r.line, r.name));
     check_left_recursion();
     Grammar g;
     g.root_ = root->second;
@@ -82,7 +82,7 @@ class GrammarBuilder {
     for (size_t i = 0; i < pos_ && i < s_.size(); i++) {
       if (s_[i] == '\n') { line++; col = 1; } else { col++; }
     }
-    throw Error(fmt::format("grammar: line {}, column {}: {}", line, col, what));
+    throw Error(fmt::format("line {}, column {}: {}", line, col, what));
   }
   size_t line_now() const { return static_cast<size_t>(std::count(s_.begin(), s_.begin() + static_cast<long>(pos_), '\n')) + 1; }
   bool at_end() const { return pos_ >= s_.size(); }
@@ -370,7 +370,7 @@ class GrammarBuilder {
         if (state[t] == 1) {
           std::string chain;
           for (auto it = std::find(path.begin(), path.end(), t); it != path.end(); ++it) chain += rules_[*it].name + " -> ";
-          throw Error(fmt::format("grammar: left recursion ({}{}): a rule must match a character before it "
+          throw Error(fmt::format("left recursion ({}{}): a rule must match a character before it "
                                   "comes back to itself",
                                   chain, rules_[t].name));
         }

@@ -187,6 +187,13 @@ class SchemaConverter {
         refuse(path + "/required", fmt::format("'{}' is required but not in properties, and no other is allowed", r));
       props.emplace_back(r, extra);
     }
+    if (props.empty()) {  // no names given: any object, or one whose values all follow additionalProperties
+      const bool none = s.contains("additionalProperties") && s["additionalProperties"] == false;
+      if (none) return add_rule("\"{\" ws \"}\"");
+      if (extra == "json-value") return "json-object";
+      const std::string kv = "json-string ws \":\" ws " + extra + " ws";
+      return add_rule("\"{\" ws ( " + kv + " ( \",\" ws " + kv + " )* )? \"}\"");
+    }
     // body(i, first): the properties from i on; first: none written yet (no comma).
     const size_t n = props.size();
     std::map<std::pair<size_t, bool>, std::string> memo;

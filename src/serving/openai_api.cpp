@@ -10,6 +10,7 @@
 
 #include "chat/reasoning.h"
 #include "core/error.h"
+#include "serving/structured_output.h"
 
 namespace kestrel {
 namespace {
@@ -109,13 +110,13 @@ void check_request_fields(const json& j, bool chat) {
   static const std::set<std::string> common = {
       "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
-      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids"};
+      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids", "response_format", "grammar"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "chat_template_kwargs", "tools", "tool_choice",
                                                   "parallel_tool_calls"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "best_of"};
   static const std::set<std::string> openai_unimplemented = {
-      "functions", "function_call", "response_format", "suffix", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
+      "functions", "function_call", "suffix", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
   for (const auto& [key, value] : j.items()) {
     if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
     if (value.is_null()) continue;  // an explicit null asks for the default
@@ -266,6 +267,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   r.stop = stops(j);
   r.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
   r.ignore_eos = boolean(j, "ignore_eos", false);
+  r.grammar = requested_grammar(j);
   if (chat) {
     if (boolean(j, "logprobs", false))
       r.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));

@@ -131,6 +131,10 @@ void ServingEngine::admit_new() {
     x.max_tokens = a->req.max_tokens;
     x.max_total_tokens = e_.n_ctx;
     x.ignore_eos = a->req.ignore_eos;
+    if (a->req.grammar) {
+      if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(*e_.tokenizer);
+      x.constraint = std::make_shared<TokenConstraint>(a->req.grammar, grammar_vocab_);
+    }
     exec_.add(x);
     active_[a->id] = std::move(a);
   }

@@ -113,6 +113,7 @@ struct ServeRequest {
   int priority = 0;
   int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
   std::vector<int32_t> shown_control_tokens;  // written into the text (tool-call markers the reply parser reads)
+  std::shared_ptr<const Grammar> grammar;     // structured output: only text it matches is generated
 };
 
 struct ServingConfig {
@@ -191,6 +192,7 @@ class ServingEngine : private StepHooks {
   std::atomic<int64_t> deadline_ms_{-1};
   std::atomic<int> queued_{0};  // slots held: arrived and not yet run, for the 503 check
   int64_t next_id_ = 1;
+  std::shared_ptr<const GrammarVocab> grammar_vocab_;  // built for the first request with a grammar
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused
   std::chrono::steady_clock::time_point t0_;

@@ -367,7 +367,7 @@ TEST(Security, ApiKeyAndTlsThroughCurl) {
 
 // The official OpenAI client (npm `openai`, installed by scripts/setup.sh)
 // over HTTPS with an API key: listing models, a chat answer, a streamed
-// chat, a completion, and a wrong key seen as its AuthenticationError.
+// chat, structured output, a completion, and a wrong key seen as its AuthenticationError.
 TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
   const std::string client_dir = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
   ASSERT_TRUE(std::filesystem::exists(client_dir + "/node_modules/openai/package.json"))
@@ -397,6 +397,11 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
   EXPECT_EQ(seen["agent"]["tokens"], 3);
   EXPECT_EQ(seen["tools"]["finish"], "length");
   EXPECT_TRUE(seen["tools"]["calls"].is_null());
+  EXPECT_EQ(seen["structured"]["finish"], "stop");
+  ASSERT_TRUE(seen["structured"]["parsed"].is_object()) << seen["structured"];
+  EXPECT_EQ(seen["structured"]["parsed"].size(), 2u);
+  EXPECT_TRUE(seen["structured"]["parsed"]["raining"].is_boolean());
+  EXPECT_TRUE(seen["structured"]["parsed"]["chance"].is_number_integer());
   EXPECT_EQ(seen["completion"]["object"], "text_completion");
   EXPECT_EQ(seen["completion"]["tokens"], 3);
   EXPECT_EQ(seen["wrong_key"]["status"], 401);

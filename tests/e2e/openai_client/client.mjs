@@ -81,6 +81,30 @@ const withTools = await client.chat.completions.create({
 });
 seen.tools = { finish: withTools.choices[0].finish_reason, calls: withTools.choices[0].message.tool_calls ?? null };
 
+// Structured output: a JSON schema held to by constrained decoding.
+const structured = await client.chat.completions.create({
+  model: seen.models[0],
+  messages: [{ role: "user", content: "Is it raining?" }],
+  max_tokens: 60,
+  response_format: {
+    type: "json_schema",
+    json_schema: {
+      name: "answer",
+      strict: true,
+      schema: {
+        type: "object",
+        properties: { raining: { type: "boolean" }, chance: { type: "integer" } },
+        required: ["raining", "chance"],
+        additionalProperties: false,
+      },
+    },
+  },
+});
+seen.structured = {
+  finish: structured.choices[0].finish_reason,
+  parsed: JSON.parse(structured.choices[0].message.content),
+};
+
 const completion = await client.completions.create({ model: seen.models[0], prompt: "Once", max_tokens: 3 });
 seen.completion = { object: completion.object, tokens: completion.usage.completion_tokens };
 

@@ -1,0 +1,168 @@
+// Structured output through `kestrel serve`: response_format json_schema and
+// json_object, llama.cpp's `grammar`, streamed and whole, with n > 1 and with
+// speculative decoding (drafts the grammar does not allow are rejected, and
+// greedy output is the same as without drafting); bad grammars and schemas
+// are 400s naming the field and the keyword.
+#include <gmock/gmock.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_process.h"
+#include "http_json.h"
+#include "prometheus_text.h"
+#include "serve_process.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+const json kSchema = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 12},
+    "scores": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+    "mood": {"enum": ["happy", "sad", null]}
+  },
+  "required": ["name", "scores", "mood"],
+  "additionalProperties": false})");
+
+// The schema's shape, checked by hand (the corpus test runs the full validator).
+void expect_shape(const std::string& text) {
+  json v;
+  ASSERT_NO_THROW(v = json::parse(text)) << text;
+  ASSERT_TRUE(v.is_object()) << text;
+  EXPECT_EQ(v.size(), 3u) << text;
+  EXPECT_TRUE(v["name"].is_string()) << text;
+  ASSERT_TRUE(v["scores"].is_array()) << text;
+  EXPECT_GE(v["scores"].size(), 1u);
+  EXPECT_LE(v["scores"].size(), 3u);
+  for (const json& s : v["scores"]) EXPECT_TRUE(s.is_number_integer()) << text;
+  EXPECT_TRUE(v["mood"] == "happy" || v["mood"] == "sad" || v["mood"].is_null()) << text;
+}
+
+std::string synth_model(const test::TempDir& dir) {
+  const std::string path = dir.file("synth.gguf");
+  const auto r = test::run_kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--ctx", "2048", "--vocab-from",
+                                    test::shared("models/stories260K.gguf"), "-o", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return path;
+}
+
+json schema_chat(int seed, double temperature) {
+  return {{"messages", {{{"role", "user"}, {"content", "Describe a player as JSON"}}}},
+          {"max_tokens", 1500},
+          {"seed", seed},
+          {"temperature", temperature},
+          {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "player"}, {"strict", true}, {"schema", kSchema}}}}}};
+}
+
+TEST(ServerStructured, SchemaAndJsonObjectAndGrammarHoldWholeStreamedAndPerChoice) {
+  test::TempDir dir;
+  test::ServerProcess server({"-m", synth_model(dir)});
+  auto c = server.client();
+  for (int seed = 1; seed <= 4; seed++) {
+    const json r = test::post_ok(c, "/v1/chat/completions", schema_chat(seed, 1.0));
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    expect_shape(r["choices"][0]["message"]["content"].get<std::string>());
+  }
+  // n = 3: each choice is held to the schema by its own matcher.
+  json body = schema_chat(7, 1.0);
+  body["n"] = 3;
+  const json many = test::post_ok(c, "/v1/chat/completions", body);
+  ASSERT_EQ(many["choices"].size(), 3u);
+  for (const json& ch : many["choices"]) expect_shape(ch["message"]["content"].get<std::string>());
+
+  // Streamed: the deltas add up to the same kind of answer.
+  body = schema_chat(3, 1.0);
+  body["stream"] = true;
+  auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string text, finish;
+  for (const std::string& line : test::sse_data_lines(res->body)) {
+    if (line == "[DONE]") break;
+    const json chunk = json::parse(line);
+    for (const json& ch : chunk["choices"]) {
+      if (ch["delta"].contains("content") && ch["delta"]["content"].is_string()) text += ch["delta"]["content"].get<std::string>();
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+  }
+  EXPECT_EQ(finish, "stop");
+  expect_shape(text);
+  EXPECT_EQ(text, test::post_ok(c, "/v1/chat/completions", schema_chat(3, 1.0))["choices"][0]["message"]["content"]);
+
+  // json_object: any object.
+  const json obj = test::post_ok(c, "/v1/chat/completions",
+                                 {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}},
+                                  {"max_tokens", 1500}, {"seed", 5}, {"logit_bias", {{"128", 8}}},  // '}' ends it sooner
+                                  {"response_format", {{"type", "json_object"}}}});
+  EXPECT_TRUE(json::parse(obj["choices"][0]["message"]["content"].get<std::string>()).is_object());
+
+  // llama.cpp's grammar field, on completions.
+  const json g = test::post_ok(c, "/v1/completions",
+                               {{"prompt", "The answer is"}, {"max_tokens", 50}, {"seed", 2}, {"temperature", 1.0},
+                                {"grammar", "root ::= (\" yes\" | \" no\") (\", \" [0-9]{1,3})? \".\""}});
+  EXPECT_THAT(g["choices"][0]["text"].get<std::string>(), ::testing::MatchesRegex("^ (yes|no)(, [0-9]{1,3})?\\.$"));
+  EXPECT_EQ(g["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ServerStructured, DraftsAreCheckedAgainstTheGrammarAndGreedyTextIsUnchanged) {
+  test::TempDir dir;
+  const std::string model = synth_model(dir);
+  test::ServerProcess plain({"-m", model});
+  test::ServerProcess spec({"-m", model, "--spec", "ngram"});
+  auto a = plain.client();
+  auto b = spec.client();
+  for (int seed = 1; seed <= 3; seed++) {
+    json body = schema_chat(seed, 0.0);
+    body["messages"][0]["content"] = fmt::format("Player {} as JSON", seed);
+    const json want = test::post_ok(a, "/v1/chat/completions", body);
+    const json got = test::post_ok(b, "/v1/chat/completions", body);
+    EXPECT_EQ(got["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]) << seed;
+    expect_shape(got["choices"][0]["message"]["content"].get<std::string>());
+  }
+  // Drafting happened (n-grams of the JSON repeat).
+  const auto m = b.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GT(test::parse_prometheus(m->body).get("kestrel_spec_drafted_tokens_total"), 0);
+}
+
+TEST(ServerStructured, BadGrammarsAndSchemasAre400sNamingFieldAndKeyword) {
+  test::ServerProcess server({"-m", test::shared("models/stories260K.gguf")});
+  auto c = server.client();
+  auto expect_400 = [&](const std::string& path, const json& body, const std::string& param, const std::string& words) {
+    auto r = c.Post(path, body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["param"], param) << r->body;
+    EXPECT_THAT(e["message"].get<std::string>(), HasSubstr(words));
+  };
+  const json msgs = {{{"role", "user"}, {"content", "hi"}}};
+  expect_400("/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= item"}}, "grammar", "'item' is used but never defined");
+  expect_400("/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= root \"a\" | \"b\""}}, "grammar", "left recursion");
+  expect_400("/v1/completions", {{"prompt", "x"}, {"grammar", 5}}, "grammar", "must be a string");
+  expect_400("/v1/chat/completions",
+             {{"messages", msgs},
+              {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^a"}}}}}}}},
+             "response_format.json_schema.schema", "keyword 'pattern'");
+  expect_400("/v1/chat/completions",
+             {{"messages", msgs},
+              {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}, {"strictly", true}}}}}},
+             "response_format.json_schema.strictly", "unknown field");
+  expect_400("/v1/chat/completions", {{"messages", msgs}, {"response_format", {{"type", "yaml"}}}}, "response_format.type", "\"yaml\"");
+  expect_400("/v1/chat/completions",
+             {{"messages", msgs}, {"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"a\""}}, "grammar",
+             "not both");
+  // And the server goes on serving.
+  const json ok = test::post_ok(c, "/v1/chat/completions",
+                                {{"messages", msgs}, {"max_tokens", 30}, {"response_format", {{"type", "text"}}}});
+  EXPECT_EQ(ok["object"], "chat.completion");
+}
+
+}  // namespace
+}  // namespace kestrel
