@@ -130,9 +130,11 @@ int run(RunFlags& f) {
   if (f.gen.grammar) {
     const GrammarStats& g = r.grammar;
     const double per_token_ms = g.masks ? 1e3 * g.mask_seconds / static_cast<double>(g.masks) : 0.0;
-    fmt::print(stderr, "[kestrel] grammar: {} masks, {:.3f} ms each ({:.1f}% of decoding), {:.0f}% from the cache\n",
+    fmt::print(stderr,
+               "[kestrel] grammar: {} masks, {:.3f} ms each ({:.1f}% of decoding), {:.0f}% from the cache, {} trie "
+               "nodes walked\n",
                g.masks, per_token_ms, r.decode_seconds > 0 ? 100.0 * g.mask_seconds / r.decode_seconds : 0.0,
-               g.masks ? 100.0 * static_cast<double>(g.cache_hits) / static_cast<double>(g.masks) : 0.0);
+               g.masks ? 100.0 * static_cast<double>(g.cache_hits) / static_cast<double>(g.masks) : 0.0, g.trie_nodes);
   }
   return 0;
 }

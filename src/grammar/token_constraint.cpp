@@ -10,6 +10,7 @@ namespace kestrel {
 
 namespace {
 constexpr size_t kMaxCachedStates = 1024;  // x n_vocab bits: 4 MiB for a 32k vocabulary
+constexpr size_t kMaxTransitions = size_t{1} << 20;
 }
 
 GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) {
@@ -73,60 +74,88 @@ bool TokenConstraint::may_complete(const GrammarStacks& stacks, const Partial& p
   return lo <= hi && grammar_allows_any(*g_, stacks, lo, hi);
 }
 
-bool TokenConstraint::feed(const GrammarStacks& stacks, Partial& part, uint8_t b, GrammarStacks& next,
-                           bool& advanced) const {
-  advanced = false;
-  uint32_t cp;
+// One byte of UTF-8 into part: false if it cannot be (part of) a character;
+// done with cp set when it completes one.
+bool TokenConstraint::read_byte(Partial& part, uint8_t b, uint32_t& cp, bool& done) {
+  done = false;
   if (part.need == 0) {
     const size_t n = utf8_len(b);
     if (n == 1 && b >= 0x80) return false;  // not the start of a character
     if (n == 1) {
       cp = b;
-    } else {
-      part = {static_cast<uint32_t>(b & (0x7F >> n)), static_cast<int>(n - 1), static_cast<int>(n)};
-      return may_complete(stacks, part);
+      done = true;
+      return true;
     }
-  } else {
-    if ((b & 0xC0) != 0x80) return false;
-    part.cp = (part.cp << 6) | (b & 0x3F);
-    if (--part.need > 0) return may_complete(stacks, part);
-    cp = part.cp;
-    const auto [lo, hi] = utf8_range(part.len);
-    part = {};
-    if (cp < lo || cp > hi || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    part = {static_cast<uint32_t>(b & (0x7F >> n)), static_cast<int>(n - 1), static_cast<int>(n)};
+    return true;
   }
+  if ((b & 0xC0) != 0x80) return false;
+  part.cp = (part.cp << 6) | (b & 0x3F);
+  if (--part.need > 0) return true;
+  cp = part.cp;
+  const auto [lo, hi] = utf8_range(part.len);
+  part = {};
+  if (cp < lo || cp > hi || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+  done = true;
+  return true;
+}
+
+bool TokenConstraint::feed(const GrammarStacks& stacks, Partial& part, uint8_t b, GrammarStacks& next,
+                           bool& advanced) const {
+  uint32_t cp = 0;
+  advanced = false;
+  if (!read_byte(part, b, cp, advanced)) return false;
+  if (!advanced) return may_complete(stacks, part);
   grammar_advance(*g_, stacks, cp, next);
-  advanced = true;
   return !next.empty();
 }
 
-void TokenConstraint::walk(uint32_t node, const GrammarStacks& stacks, Partial part, size_t depth, Bits& bits) {
-  if (scratch_.size() <= depth) scratch_.resize(depth + 1);
-  for (const auto& [b, child] : vocab_->trie()[node].children) {
+uint32_t TokenConstraint::intern(GrammarStacks&& stacks) {
+  std::string key = key_of(stacks, {});
+  auto [it, added] = state_ids_.emplace(std::move(key), static_cast<uint32_t>(states_.size()));
+  if (added) states_.push_back(std::move(stacks));
+  return it->second;
+}
+
+int64_t TokenConstraint::transition(uint32_t state, uint32_t cp) {
+  const uint64_t key = (uint64_t{state} << 21) | cp;
+  if (auto it = transitions_.find(key); it != transitions_.end()) return it->second;
+  GrammarStacks next;
+  grammar_advance(*g_, states_[state], cp, next);
+  // (Both arms int64_t: with -1 and a uint32_t, -1 would become 4294967295.)
+  const int64_t to = next.empty() ? int64_t{-1} : static_cast<int64_t>(intern(std::move(next)));
+  transitions_.emplace(key, to);
+  return to;
+}
+
+void TokenConstraint::walk(uint32_t node, uint32_t state, Partial part, Bits& bits) {
+  const auto& trie = vocab_->trie();
+  for (const auto& [b, child] : trie[node].children) {
+    stats_.trie_nodes++;
     Partial p = part;
-    GrammarStacks& next = scratch_[depth];
-    bool advanced = false;
-    if (!feed(stacks, p, b, next, advanced)) continue;
-    for (int32_t t : vocab_->trie()[child].tokens) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
-    if (!vocab_->trie()[child].children.empty()) {
-      if (advanced) {
-        // scratch_[depth] is reused by the next sibling: the child walks a copy.
-        GrammarStacks mine = std::move(next);
-        walk(child, mine, p, depth + 1, bits);
-      } else {
-        walk(child, stacks, p, depth + 1, bits);
-      }
+    uint32_t next = state;
+    uint32_t cp = 0;
+    bool done = false;
+    if (!read_byte(p, b, cp, done)) continue;
+    if (done) {
+      const int64_t to = transition(state, cp);
+      if (to < 0) continue;
+      next = static_cast<uint32_t>(to);
+    } else if (!may_complete(states_[state], p)) {
+      continue;
     }
+    for (int32_t t : trie[child].tokens) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+    if (!trie[child].children.empty()) walk(child, next, p, bits);
   }
 }
 
-std::string TokenConstraint::state_key() const {
+std::string TokenConstraint::key_of(const GrammarStacks& stacks, const Partial& part) {
   std::string key;
   auto put = [&](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(partial_.cp);
-  put(static_cast<uint32_t>(partial_.need));
-  put(static_cast<uint32_t>(partial_.len));
-  for (const GrammarStack& st : stacks_) {
+  put(part.cp);
+  put(static_cast<uint32_t>(part.need));
+  put(static_cast<uint32_t>(part.len));
+  for (const GrammarStack& st : stacks) {
     put(static_cast<uint32_t>(st.size()));
     for (uint32_t p : st) put(p);
   }
@@ -134,13 +163,19 @@ std::string TokenConstraint::state_key() const {
 }
 
 const TokenConstraint::Bits& TokenConstraint::allowed() {
-  std::string key = state_key();
+  std::string key = key_of(stacks_, partial_);
   if (auto it = cache_.find(key); it != cache_.end()) {
     stats_.cache_hits++;
     return it->second;
   }
+  // Bounded memory: the interned states and their transitions start over when large.
+  if (transitions_.size() > kMaxTransitions) {
+    transitions_.clear();
+    state_ids_.clear();
+    states_.clear();
+  }
   Bits bits(static_cast<size_t>((vocab_->n_vocab() + 63) / 64), 0);
-  walk(0, stacks_, partial_, 0, bits);
+  walk(0, intern(GrammarStacks(stacks_)), partial_, bits);
   if (complete())
     for (int32_t t : vocab_->end_tokens()) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
   if (cache_.size() >= kMaxCachedStates) cache_.clear();
@@ -170,20 +205,36 @@ bool TokenConstraint::allows(int32_t token) {
   return allowed()[static_cast<size_t>(token) >> 6] >> (token & 63) & 1;
 }
 
-bool TokenConstraint::accept(int32_t token) {
+bool TokenConstraint::after(int32_t token, GrammarStacks& stacks, Partial& part) const {
   if (token < 0 || token >= vocab_->n_vocab()) return false;
   if (vocab_->is_end(token)) return complete();
   const std::string& bytes = vocab_->bytes(token);
   if (bytes.empty()) return false;
-  GrammarStacks stacks = stacks_, next;
-  Partial part = partial_;
+  stacks = stacks_;
+  part = partial_;
+  GrammarStacks next;
   for (unsigned char b : bytes) {
     bool advanced = false;
     if (!feed(stacks, part, b, next, advanced)) return false;
     if (advanced) stacks.swap(next);
   }
-  stacks_ = std::move(stacks);
-  partial_ = part;
+  return true;
+}
+
+bool TokenConstraint::would_accept(int32_t token) const {
+  GrammarStacks stacks;
+  Partial part;
+  return after(token, stacks, part);
+}
+
+bool TokenConstraint::accept(int32_t token) {
+  GrammarStacks stacks;
+  Partial part;
+  if (!after(token, stacks, part)) return false;
+  if (!vocab_->is_end(token)) {
+    stacks_ = std::move(stacks);
+    partial_ = part;
+  }
   return true;
 }
 

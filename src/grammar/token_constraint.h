@@ -45,6 +45,7 @@ class GrammarVocab {
 
 struct GrammarStats {
   int64_t masks = 0, cache_hits = 0;
+  int64_t trie_nodes = 0;   // vocabulary-trie nodes walked (cache misses' work)
   double mask_seconds = 0;  // computing and applying masks
 };
 
@@ -68,6 +69,9 @@ class TokenConstraint {
   bool allows(int32_t token);
   // The grammar moves past the token. False (state unchanged) if it may not come.
   bool accept(int32_t token);
+  // accept()'s answer without moving: the token's bytes fed one by one, not
+  // the trie walk mask() uses (tests hold the two against each other).
+  bool would_accept(int32_t token) const;
   // The text so far is a whole match; nothing but the end may follow.
   bool complete() const { return partial_.need == 0 && grammar_complete(stacks_); }
   bool finished() const { return partial_.need == 0 && grammar_only_end(stacks_); }
@@ -76,19 +80,30 @@ class TokenConstraint {
  private:
   using Bits = std::vector<uint64_t>;
   const Bits& allowed();
-  void walk(uint32_t node, const GrammarStacks& stacks, Partial part, size_t depth, Bits& bits);
+  // The walk over the trie goes from state to state by code point; a trie has
+  // the same few steps under thousands of prefixes (every letter inside a
+  // string), so states are interned and their transitions remembered, across
+  // masks too: a step is a hash lookup.
+  void walk(uint32_t node, uint32_t state, Partial part, Bits& bits);
+  uint32_t intern(GrammarStacks&& stacks);
+  int64_t transition(uint32_t state, uint32_t cp);  // -1: refused
   // One byte more: false if the grammar cannot take it. next: the stacks after
   // it (when a code point completed; otherwise stacks stay as they are).
   bool feed(const GrammarStacks& stacks, Partial& part, uint8_t byte, GrammarStacks& next, bool& advanced) const;
   bool may_complete(const GrammarStacks& stacks, const Partial& part) const;
-  std::string state_key() const;
+  static bool read_byte(Partial& part, uint8_t b, uint32_t& cp, bool& done);
+  // The state after token, from the current one (false: refused).
+  bool after(int32_t token, GrammarStacks& stacks, Partial& part) const;
+  static std::string key_of(const GrammarStacks& stacks, const Partial& part);
 
   std::shared_ptr<const Grammar> g_;
   std::shared_ptr<const GrammarVocab> vocab_;
   GrammarStacks stacks_;
   Partial partial_;
   std::unordered_map<std::string, Bits> cache_;
-  std::vector<GrammarStacks> scratch_;  // one per trie depth
+  std::vector<GrammarStacks> states_;
+  std::unordered_map<std::string, uint32_t> state_ids_;
+  std::unordered_map<uint64_t, int64_t> transitions_;  // state << 21 | code point -> state or -1
   GrammarStats stats_;
 };
 
