@@ -16,7 +16,8 @@ namespace {
 
 // The JSON building blocks. Whitespace is bounded, one space or a line break
 // and its indent (llama.cpp's rule: a model that keeps writing spaces would
-// otherwise never have to stop), and so are a number's digits.
+// otherwise never have to stop), and so are a number's digits (an exponent of
+// two digits: 2e607 is JSON, but beyond a double, and parsers refuse it).
 const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
 json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null
 json-object ::= "{" ws ( json-string ws ":" ws json-value ws ( "," ws json-string ws ":" ws json-value ws )* )? "}"
@@ -24,7 +25,7 @@ json-array ::= "[" ws ( json-value ws ( "," ws json-value ws )* )? "]"
 json-string ::= "\"" json-char* "\""
 json-char ::= [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 json-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
-json-number ::= json-integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
+json-number ::= json-integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?
 json-boolean ::= "true" | "false"
 json-null ::= "null"
 )";
@@ -35,13 +36,14 @@ const std::set<std::string> kAnnotations = {"title", "description", "$schema", "
 
 class SchemaConverter {
  public:
-  explicit SchemaConverter(const json& root) : root_(root) {}
+  // prefix: the rule names' (several schemas may share one grammar).
+  SchemaConverter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string convert() {
+  // The expression for the whole schema; its rules are appended to rules.
+  std::string convert(std::string& rules) {
     const std::string top = visit(root_, "#");
-    std::string out = "root ::= " + top + "\n";
-    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kPrimitives;
+    for (const auto& [name, body] : rules_) rules += name + " ::= " + body + "\n";
+    return top;
   }
 
  private:
@@ -50,7 +52,7 @@ class SchemaConverter {
   }
   std::string add_rule(const std::string& body) {
     if (auto it = by_body_.find(body); it != by_body_.end()) return it->second;
-    const std::string name = fmt::format("s{}", rules_.size());
+    const std::string name = fmt::format("{}s{}", prefix_, rules_.size());
     rules_[name] = body;
     by_body_[body] = name;
     return name;
@@ -115,7 +117,7 @@ class SchemaConverter {
     }
     if (!root_.contains(ptr)) refuse(path + "/$ref", fmt::format("'{}' points at nothing", target));
     // Named before it is visited: a schema may refer to itself (trees, lists).
-    const std::string name = fmt::format("ref{}", refs_.size());
+    const std::string name = fmt::format("{}ref{}", prefix_, refs_.size());
     refs_[target] = name;
     rules_[name] = visit(root_.at(ptr), target);
     return name;
@@ -279,6 +281,7 @@ class SchemaConverter {
   }
 
   const json& root_;
+  std::string prefix_;
   std::map<std::string, std::string> rules_;    // name -> body
   std::map<std::string, std::string> by_body_;  // body -> name (one rule per distinct body)
   std::map<std::string, std::string> refs_;     // $ref -> rule name
@@ -307,7 +310,17 @@ std::string gbnf_literal(const std::string& text) {
   return out + "\"";
 }
 
-std::string json_schema_to_gbnf(const json& schema) { return SchemaConverter(schema).convert(); }
+std::string json_schema_rules(const json& schema, const std::string& prefix, std::string& rules) {
+  return SchemaConverter(schema, prefix).convert(rules);
+}
+
+std::string json_grammar_primitives() { return kPrimitives; }
+
+std::string json_schema_to_gbnf(const json& schema) {
+  std::string rules;
+  const std::string top = json_schema_rules(schema, "", rules);
+  return "root ::= " + top + "\n" + rules + kPrimitives;
+}
 
 std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kPrimitives; }
 

@@ -14,6 +14,11 @@
 namespace kestrel {
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// The same, for a grammar holding several schemas: the expression matching
+// the schema's values; its rules (names starting with prefix) are appended to
+// rules. The grammar needs json_grammar_primitives() once, and a root.
+std::string json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix, std::string& rules);
+std::string json_grammar_primitives();
 // Any JSON object (OpenAI's response_format "json_object").
 std::string json_object_gbnf();
 // A GBNF string literal for these bytes ("..." with escapes).

@@ -3,6 +3,8 @@
 // rendered by the model's template.
 #include <fmt/format.h>
 
+#include "chat/tool_call_grammar.h"
+#include "core/error.h"
 #include "serving/openai_api.h"
 
 namespace kestrel {
@@ -119,11 +121,7 @@ json checked_tools(const json& body) {
       if (key == "name") continue;
       if (key == "description" && value.is_string()) continue;
       if (key == "parameters" && value.is_object()) continue;
-      if (key == "strict" && value.is_boolean()) {
-        // Enforcing a schema needs constrained decoding, which this server does not do yet.
-        if (value.get<bool>()) throw bad_request(fp + ".strict", fmt::format("'{}.strict': true is not supported yet", fp));
-        continue;
-      }
+      if (key == "strict" && value.is_boolean()) continue;  // checked against tool_choice below
       throw bad_request(fp + "." + key, fmt::format("'{}.{}' is not a known field of the right type", fp, key));
     }
   }
@@ -154,14 +152,16 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
     out.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
   }
   std::string choice = tools.is_null() ? "none" : "auto";
+  std::string named;  // tool_choice naming one function
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const json& c = body["tool_choice"];
-    if (c.is_string() && (c == "auto" || c == "none")) {
+    if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
       choice = c.get<std::string>();
-    } else if (c == "required" || c.is_object()) {
-      // Both need every reply to be a call: constrained decoding (not implemented yet), not a hope.
-      throw bad_request("tool_choice", "'tool_choice' \"required\" or a named function is not supported yet "
-                                       "(\"auto\" and \"none\" are)");
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name") && c["function"]["name"].is_string() && c.size() == 2 &&
+               c["function"].size() == 1) {
+      choice = "required";
+      named = c["function"]["name"].get<std::string>();
     } else {
       throw bad_request("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
                                        "\"function\", \"function\": {\"name\": ...}}");
@@ -170,10 +170,25 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
   }
   // "none": the model is not shown the tools, as OpenAI's promise that it calls none requires.
   if (choice == "none") tools = nullptr;
+  if (!tools.is_null() && choice == "auto")
+    for (size_t i = 0; i < tools.size(); i++)
+      if (tools[i]["function"].value("strict", false))
+        // A reply under "auto" may be prose or a call; only a reply that must be calls is constrained.
+        throw bad_request(fmt::format("tools[{}].function.strict", i),
+                          "'strict': true needs 'tool_choice' \"required\" or a named function (replies under "
+                          "\"auto\" are not constrained)");
   out.tools_offered = !tools.is_null() && !tools.empty();
   if (out.tools_offered && ctx.tool_format == ToolCallFormat::None)
     throw bad_request("tools", "this model's chat template shows no tool-call format Kestrel can read; start the "
                                "server with --tool-call-parser (hermes, llama3_json, deepseek, mistral)");
+  if (choice == "required") {
+    // Every reply must be calls: decoding is held to the grammar of the format's calls.
+    try {
+      out.tool_grammar = tool_call_gbnf(ctx.tool_format, tools, named, out.parallel_tool_calls);
+    } catch (const Error& e) {
+      throw bad_request(named.empty() ? "tools" : "tool_choice", e.what());
+    }
+  }
   try {
     out.rendered = ctx.chat_template->render(messages, tools, kwargs, true);
     return out;

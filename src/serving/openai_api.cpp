@@ -10,6 +10,7 @@
 
 #include "chat/reasoning.h"
 #include "core/error.h"
+#include "grammar/grammar_source.h"
 #include "serving/structured_output.h"
 
 namespace kestrel {
@@ -190,6 +191,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
 
   p.model = checked_model_name(ctx, j);
   const std::string prompt_param = chat ? "messages" : "prompt";
+  std::string tool_grammar;
   if (chat) {
     const ChatPrompt prompt = render_chat_request(ctx, j);
     const RenderedChat& chat_text = prompt.rendered;
@@ -202,6 +204,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
         if (const int32_t id = ctx.tokenizer.vocab().find(std::string(marker)); id >= 0) r.shown_control_tokens.push_back(id);
     }
     p.parallel_tool_calls = prompt.parallel_tool_calls;
+    tool_grammar = prompt.tool_grammar;
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
     r.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
   } else {
@@ -268,6 +271,15 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   r.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
   r.ignore_eos = boolean(j, "ignore_eos", false);
   r.grammar = requested_grammar(j);
+  if (!tool_grammar.empty()) {
+    if (r.grammar) throw bad("tool_choice", "'tool_choice' \"required\" or a named function already constrains the reply: "
+                                            "no 'response_format' or 'grammar' with it");
+    try {
+      r.grammar = compile_gbnf(tool_grammar, "tool_choice");
+    } catch (const Error& e) {
+      throw bad("tool_choice", e.what());
+    }
+  }
   if (chat) {
     if (boolean(j, "logprobs", false))
       r.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));

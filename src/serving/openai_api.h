@@ -77,6 +77,7 @@ struct ChatPrompt {
   RenderedChat rendered;
   bool tools_offered = false;  // tools given and tool_choice not "none"
   bool parallel_tool_calls = true;
+  std::string tool_grammar;    // tool_choice "required" or named: the GBNF every reply is held to
 };
 ChatPrompt render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body);
 

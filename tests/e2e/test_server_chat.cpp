@@ -138,8 +138,9 @@ TEST(ServerChatTemplate, ToolsReachTheTemplateAndBadOnesAreNamed) {
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
 
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {ask + R"(, "tool_choice": "required"})", "tool_choice"},
-      {ask + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})", "tool_choice"},
+      {ask + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}}})", "tool_choice"},  // no such tool
+      {ask + R"(, "tool_choice": {"type": "function", "name": "get_weather"}})", "tool_choice"},  // not OpenAI's shape
+      {ask + R"(, "tool_choice": "required", "response_format": {"type": "json_object"}})", "tool_choice"},
       {ask + R"(, "tool_choice": "sometimes"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})",

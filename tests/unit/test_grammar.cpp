@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "chat/tool_call_grammar.h"
+#include "chat/tool_calls.h"
 #include "core/error.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_source.h"
@@ -218,6 +220,67 @@ TEST(TokenConstraint, MaskAgreesWithAcceptAlongRandomWalks) {
     }
   }
   EXPECT_GT(ended, 10);  // most walks do reach the end
+}
+
+// For every format: random walks through the call grammar end in text the
+// reply parser reads back as calls to the allowed tools, with arguments of
+// their schemas.
+TEST(ToolCallGrammar, EveryFormatsCallsParseBackWithSchemaArguments) {
+  auto tok = small_tokenizer();
+  auto vocab = std::make_shared<GrammarVocab>(*tok);
+  const auto tools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}}, "required": ["unit", "days"],
+      "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "ping"}}])");
+  std::mt19937 rng(11);
+  for (ToolCallFormat format :
+       {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::DeepSeek, ToolCallFormat::Mistral}) {
+    for (const char* only : {"", "get_weather"}) {
+      for (bool parallel : {false, true}) {
+        const auto grammar = compile_gbnf(tool_call_gbnf(format, tools, only, parallel), "tools");
+        for (int walk = 0; walk < 8; walk++) {
+          TokenConstraint c(grammar, vocab);
+          std::string text;
+          bool ended = false;
+          for (int step = 0; step < 400 && !ended; step++) {
+            std::vector<float> logits(static_cast<size_t>(tok->vocab().size()), 0.0f);
+            c.mask(logits.data(), static_cast<int64_t>(logits.size()));
+            std::vector<int32_t> ok;
+            for (int32_t t = 0; t < tok->vocab().size(); t++)
+              if (std::isfinite(logits[t])) ok.push_back(t);
+            ASSERT_FALSE(ok.empty()) << text;
+            // Ending when it may keeps the walks short; otherwise any allowed token.
+            const auto end = std::find_if(ok.begin(), ok.end(), [&](int32_t t) { return vocab->is_end(t); });
+            const int32_t t = end != ok.end() && rng() % 2 ? *end : ok[rng() % ok.size()];
+            if (vocab->is_end(t)) {
+              ended = true;
+              break;
+            }
+            ASSERT_TRUE(c.accept(t));
+            text += vocab->bytes(t);
+          }
+          if (!ended) continue;  // a long number or string: not this walk
+          const ToolCallReply reply = parse_tool_calls(format, text);
+          const std::string what = std::string(tool_call_format_name(format)) + ": " + text;
+          ASSERT_FALSE(reply.calls.empty()) << what;
+          EXPECT_FALSE(reply.content.has_value()) << what;
+          if (!parallel) EXPECT_EQ(reply.calls.size(), 1u) << what;
+          for (const ToolCall& call : reply.calls) {
+            if (*only) EXPECT_EQ(call.name, only) << what;
+            const auto args = nlohmann::json::parse(call.arguments);
+            if (call.name == "get_weather") {
+              EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << what;
+              EXPECT_TRUE(args["days"].is_number_integer()) << what;
+            } else {
+              EXPECT_EQ(call.name, "ping") << what;
+              EXPECT_TRUE(args.is_object()) << what;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
