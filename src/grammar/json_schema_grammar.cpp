@@ -218,6 +218,23 @@ class SchemaConverter {
     return add_rule("\"{\" ws " + inner + " \"}\"");
   }
 
+  // A minimum and a maximum count (0 and -1 when absent), each 0..limit, min <= max.
+  static std::pair<int64_t, int64_t> bounds(const json& s, const std::string& path, std::set<std::string>& used,
+                                            const char* min_key, const char* max_key, int64_t limit) {
+    int64_t v[2] = {0, -1};
+    const char* keys[2] = {min_key, max_key};
+    for (int i = 0; i < 2; i++) {
+      if (!s.contains(keys[i])) continue;
+      used.insert(keys[i]);
+      const json& x = s[keys[i]];
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > limit)
+        refuse(path + "/" + keys[i], fmt::format("must be an integer from 0 to {}", limit));
+      v[i] = x.get<int64_t>();
+    }
+    if (v[1] >= 0 && v[1] < v[0]) refuse(path, fmt::format("{} is below {}", max_key, min_key));
+    return {v[0], v[1]};
+  }
+
   std::string array(const json& s, const std::string& path, std::set<std::string>& used) {
     std::vector<std::string> prefix;
     if (s.contains("prefixItems")) {
@@ -234,17 +251,8 @@ class SchemaConverter {
     } else if (prefix.empty()) {
       item = "json-value";
     }
-    int64_t min = 0, max = -1;
-    auto count = [&](const char* k, int64_t& v) {
-      if (!s.contains(k)) return;
-      used.insert(k);
-      if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0 || s[k].get<int64_t>() > 1000)
-        refuse(path + "/" + k, "must be an integer from 0 to 1000");
-      v = s[k].get<int64_t>();
-    };
-    count("minItems", min);
-    count("maxItems", max);
-    if (max >= 0 && max < min) refuse(path, "maxItems is below minItems");
+    const auto [min, max_items] = bounds(s, path, used, "minItems", "maxItems", 1000);
+    int64_t max = max_items;
     const auto n_prefix = static_cast<int64_t>(prefix.size());
     if (item.empty()) max = max < 0 ? n_prefix : std::min(max, n_prefix);
     if (min > max && max >= 0) refuse(path, "minItems asks for more items than the schema allows");
@@ -264,17 +272,7 @@ class SchemaConverter {
   }
 
   std::string string(const json& s, const std::string& path, std::set<std::string>& used) {
-    int64_t min = 0, max = -1;
-    auto count = [&](const char* k, int64_t& v) {
-      if (!s.contains(k)) return;
-      used.insert(k);
-      if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0 || s[k].get<int64_t>() > 4096)
-        refuse(path + "/" + k, "must be an integer from 0 to 4096");
-      v = s[k].get<int64_t>();
-    };
-    count("minLength", min);
-    count("maxLength", max);
-    if (max >= 0 && max < min) refuse(path, "maxLength is below minLength");
+    const auto [min, max] = bounds(s, path, used, "minLength", "maxLength", 4096);
     if (min == 0 && max < 0) return "json-string";
     return add_rule(max < 0 ? fmt::format("\"\\\"\" json-char{{{},}} \"\\\"\"", min)
                             : fmt::format("\"\\\"\" json-char{{{},{}}} \"\\\"\"", min, max));

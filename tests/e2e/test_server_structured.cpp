@@ -46,13 +46,7 @@ void expect_shape(const std::string& text) {
   EXPECT_TRUE(v["mood"] == "happy" || v["mood"] == "sad" || v["mood"].is_null()) << text;
 }
 
-std::string synth_model(const test::TempDir& dir) {
-  const std::string path = dir.file("synth.gguf");
-  const auto r = test::run_kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--ctx", "2048", "--vocab-from",
-                                    test::shared("models/stories260K.gguf"), "-o", path});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return path;
-}
+std::string synth_model(const test::TempDir& dir) { return test::write_synth_stories_model(dir.file("synth.gguf")); }
 
 json schema_chat(int seed, double temperature) {
   return {{"messages", {{{"role", "user"}, {"content", "Describe a player as JSON"}}}},

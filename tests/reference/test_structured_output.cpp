@@ -39,13 +39,7 @@ Validation validate(const json& cases, const std::string& path) {
 }
 
 // A random-weight model with the stories vocabulary and room for long outputs.
-std::string synth_model(const test::TempDir& dir) {
-  const std::string path = dir.file("synth.gguf");
-  const auto r = test::run_kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--ctx", "2048", "--vocab-from",
-                                    test::shared("models/stories260K.gguf"), "-o", path});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return path;
-}
+std::string synth_model(const test::TempDir& dir) { return test::write_synth_stories_model(dir.file("synth.gguf")); }
 
 TEST(StructuredOutput, EverySchemaOfTheCorpusValidatesOverSeeds) {
   const json corpus = json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/grammar/schema_corpus.json"));

@@ -34,4 +34,13 @@ inline CliResult run_kestrel(const std::vector<std::string>& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, read_text(dir.file("out")), read_text(dir.file("err"))};
 }
 
+// A random-weight Llama (synth preset tiny) with the stories vocabulary and a
+// 2048-token context, written to path: room for long structured outputs.
+inline std::string write_synth_stories_model(const std::string& path) {
+  const CliResult r = run_kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--ctx", "2048", "--vocab-from",
+                                   shared("models/stories260K.gguf"), "-o", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return path;
+}
+
 }  // namespace kestrel::test
