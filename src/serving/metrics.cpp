@@ -61,6 +61,9 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
   counter("kestrel_spec_drafts_total", "Speculative decoding: decode steps of a request that carried a draft.");
   counter("kestrel_spec_drafted_tokens_total", "Speculative decoding: tokens drafted (prompt lookup).");
   counter("kestrel_spec_accepted_tokens_total", "Speculative decoding: drafted tokens the model confirmed.");
+  counter("kestrel_grammar_requests_total", "Requests decoded under a grammar (response_format, grammar, forced tool calls).");
+  counter("kestrel_grammar_masks_total", "Grammar token masks applied (one per sampled token of such requests).");
+  counter("kestrel_grammar_mask_seconds_total", "Time spent computing and applying grammar token masks.");
   auto gauge = [&](const char* name, const char* help) { gauges_[name] = {help, "", {{"", 0.0}}}; };
   gauge("kestrel_requests_running", "Requests holding KV blocks and being stepped.");
   gauge("kestrel_requests_waiting", "Requests arrived and not yet run (being parsed, or queued for their first step).");

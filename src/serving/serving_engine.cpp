@@ -133,7 +133,8 @@ void ServingEngine::admit_new() {
     x.ignore_eos = a->req.ignore_eos;
     if (a->req.grammar) {
       if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(*e_.tokenizer);
-      x.constraint = std::make_shared<TokenConstraint>(a->req.grammar, grammar_vocab_);
+      x.constraint = a->constraint = std::make_shared<TokenConstraint>(a->req.grammar, grammar_vocab_);
+      metrics_.add("kestrel_grammar_requests_total", 1);
     }
     exec_.add(x);
     active_[a->id] = std::move(a);
@@ -149,6 +150,10 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   end.done = true;
   end.finish_reason = reason;
   end.error = error;
+  if (a.constraint) {
+    metrics_.add("kestrel_grammar_masks_total", static_cast<double>(a.constraint->stats().masks));
+    metrics_.add("kestrel_grammar_mask_seconds_total", a.constraint->stats().mask_seconds);
+  }
   end.prompt_tokens = static_cast<int64_t>(a.req.prompt.size());
   if (const SchedRequest* rec = exec_.record(a.id)) {
     end.completion_tokens = rec->num_tokens() - static_cast<int64_t>(a.req.prompt.size());

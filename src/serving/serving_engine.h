@@ -157,6 +157,7 @@ class ServingEngine : private StepHooks {
     std::shared_ptr<RequestChannel> channel;
     QueueSlot slot;  // held until the first step
     std::unique_ptr<TextStream> text;
+    std::shared_ptr<TokenConstraint> constraint;  // with a grammar: its matcher (the executor's too)
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::vector<TokenLogprob> top;  // the row being sampled: its top alternatives (with logprobs)
     float lse = 0;                  // ...and the log-sum-exp of its raw logits

@@ -104,6 +104,14 @@ TEST(ServerStructured, SchemaAndJsonObjectAndGrammarHoldWholeStreamedAndPerChoic
                                 {"grammar", "root ::= (\" yes\" | \" no\") (\", \" [0-9]{1,3})? \".\""}});
   EXPECT_THAT(g["choices"][0]["text"].get<std::string>(), ::testing::MatchesRegex("^ (yes|no)(, [0-9]{1,3})?\\.$"));
   EXPECT_EQ(g["choices"][0]["finish_reason"], "stop");
+
+  // The grammar's share shows in /metrics: 4 + 3 + 2 (streamed, then whole) + 1 + 1 requests.
+  const auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  const test::PrometheusText metrics = test::parse_prometheus(m->body);
+  EXPECT_EQ(metrics.get("kestrel_grammar_requests_total"), 11);
+  EXPECT_GE(metrics.get("kestrel_grammar_masks_total"), metrics.get("kestrel_generation_tokens_total"));
+  EXPECT_GT(metrics.get("kestrel_grammar_mask_seconds_total"), 0);
 }
 
 TEST(ServerStructured, DraftsAreCheckedAgainstTheGrammarAndGreedyTextIsUnchanged) {
