@@ -1,5 +1,7 @@
 #include "tokenizer/vocab.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -56,6 +58,20 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   v.eos = id_key("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
   v.unk = id_key("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
   v.eot = id_key("tokenizer.ggml.eot_token_id", -1);
+  // What ends a generation, as llama.cpp decides it: EOS, EOT, EOM, and any
+  // token spelt as one of the families' end-of-turn markers, whether or not
+  // the file names it (Llama 3.1 ends a tool call with <|eom_id|>; Qwen's
+  // <|im_end|> is often not the file's EOT).
+  static const char* const kEndMarkers[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                            "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<|return|>",
+                                            "<|call|>", "<end_of_utterance>"};
+  for (int32_t id : {v.eos, v.eot, id_key("tokenizer.ggml.eom_token_id", -1)})
+    if (id >= 0) v.end_of_generation.push_back(id);
+  for (const char* marker : kEndMarkers)
+    if (const int32_t id = v.find(marker); id >= 0) v.end_of_generation.push_back(id);
+  std::sort(v.end_of_generation.begin(), v.end_of_generation.end());
+  v.end_of_generation.erase(std::unique(v.end_of_generation.begin(), v.end_of_generation.end()),
+                            v.end_of_generation.end());
   v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || PreTokenizer::adds_bos_by_default(v.pre));
   v.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);

@@ -1,5 +1,6 @@
 #pragma once
 // The tokenizer's data as GGUF stores it (tokenizer.ggml.*), validated.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -31,9 +32,15 @@ struct Vocab {
     return it == token_to_id.end() ? -1 : it->second;
   }
   bool is_control(int32_t id) const { return types[id] == TokenType::Control; }
-  // Tokens that end generation: EOS, EOT, and a generated BOS, which starts a
-  // new document (llama2.c's rule; TinyStories models end stories that way).
-  bool is_end_of_generation(int32_t id) const { return id == eos || (eot >= 0 && id == eot) || (bos >= 0 && id == bos); }
+  // Tokens that end generation (sorted): EOS, EOT, EOM and the families' end-of-turn markers
+  // (vocab.cpp lists them, as llama.cpp does).
+  std::vector<int32_t> end_of_generation;
+  // Those, and a generated BOS, which starts a new document (llama2.c's rule;
+  // TinyStories models end stories that way).
+  bool is_end_of_generation(int32_t id) const {
+    return id == eos || (bos >= 0 && id == bos) ||
+           std::binary_search(end_of_generation.begin(), end_of_generation.end(), id);
+  }
 };
 
 }  // namespace kestrel
