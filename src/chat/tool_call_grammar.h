@@ -2,9 +2,9 @@
 // The grammar of a reply that is nothing but tool calls, written the way the
 // model's format writes them (tool_calls.h), each call's arguments held to
 // its function's parameters schema: tool_choice "required" or a named
-// function becomes a guarantee instead of a hope. Marker texts that are
-// control tokens in a vocabulary are spelt in text tokens here (the reply
-// parser reads text, so the calls parse the same).
+// function becomes a guarantee instead of a hope. A marker that is a control
+// token in a vocabulary ([TOOL_CALLS]) is matched by its spelling: the
+// request writes it into its text, so the mask allows the token itself.
 #include <nlohmann/json.hpp>
 #include <string>
 

@@ -25,8 +25,10 @@ GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) {
       end_tokens_.push_back(t);
       continue;
     }
-    if (v.is_control(t)) continue;
-    bytes_[t] = tokenizer.token_to_piece(t);
+    // A control token goes in by its spelling, marked: it is allowed only to
+    // requests that write it into their text (tool-call markers).
+    if (v.is_control(t)) control_.push_back(t);
+    bytes_[t] = tokenizer.token_to_piece(t, v.is_control(t));
     if (bytes_[t].empty()) continue;
     uint32_t node = 0;
     for (unsigned char b : bytes_[t]) {
@@ -46,8 +48,16 @@ GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) {
   }
 }
 
-TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab)
-    : g_(std::move(grammar)), vocab_(std::move(vocab)), stacks_(grammar_start(*g_)) {}
+TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
+                                 std::vector<int32_t> shown_control)
+    : g_(std::move(grammar)), vocab_(std::move(vocab)), stacks_(grammar_start(*g_)),
+      shown_control_(std::move(shown_control)) {
+  std::sort(shown_control_.begin(), shown_control_.end());
+}
+
+bool TokenConstraint::may_use(int32_t token) const {
+  return !vocab_->is_control(token) || std::binary_search(shown_control_.begin(), shown_control_.end(), token);
+}
 
 namespace {
 
@@ -176,6 +186,8 @@ const TokenConstraint::Bits& TokenConstraint::allowed() {
   }
   Bits bits(static_cast<size_t>((vocab_->n_vocab() + 63) / 64), 0);
   walk(0, intern(GrammarStacks(stacks_)), partial_, bits);
+  for (int32_t t : vocab_->control_tokens())
+    if (!may_use(t)) bits[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
   if (complete())
     for (int32_t t : vocab_->end_tokens()) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
   if (cache_.size() >= kMaxCachedStates) cache_.clear();
@@ -209,7 +221,7 @@ bool TokenConstraint::after(int32_t token, GrammarStacks& stacks, Partial& part)
   if (token < 0 || token >= vocab_->n_vocab()) return false;
   if (vocab_->is_end(token)) return complete();
   const std::string& bytes = vocab_->bytes(token);
-  if (bytes.empty()) return false;
+  if (bytes.empty() || !may_use(token)) return false;
   stacks = stacks_;
   part = partial_;
   GrammarStacks next;

@@ -5,6 +5,7 @@
 // are allowed depends only on the grammar's state, so the answer is cached by
 // state: a JSON string's characters, the inside of an array, ... are walked
 // over the vocabulary once and then looked up.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -20,8 +21,9 @@ namespace kestrel {
 
 // The vocabulary as the grammar sees it, built once per tokenizer: each
 // token's bytes in the output text, in a trie so that tokens sharing a prefix
-// are checked together. Control tokens are not text (never allowed), except
-// the end-of-generation ones, allowed where the grammar may end.
+// are checked together. Control tokens are spelt out but allowed only to a
+// request that shows them as text; the end-of-generation ones are allowed
+// where the grammar may end.
 class GrammarVocab {
  public:
   explicit GrammarVocab(const Tokenizer& tokenizer);
@@ -35,11 +37,14 @@ class GrammarVocab {
   };
   const std::vector<Node>& trie() const { return trie_; }
   const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
+  const std::vector<int32_t>& control_tokens() const { return control_; }  // sorted
+  bool is_control(int32_t token) const { return std::binary_search(control_.begin(), control_.end(), token); }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<bool> is_end_;
   std::vector<int32_t> end_tokens_;
+  std::vector<int32_t> control_;
   std::vector<Node> trie_;
 };
 
@@ -59,7 +64,10 @@ class TokenConstraint {
   };
 
  public:
-  TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab);
+  // shown_control: control tokens this request writes into its text (tool-call
+  // markers such as [TOOL_CALLS]); the grammar may match them by spelling.
+  TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
+                  std::vector<int32_t> shown_control = {});
 
   // Sets the logits (a row of n) of the tokens not allowed next to -inf;
   // returns how many are allowed. Ids the tokenizer does not know (a model's
@@ -94,6 +102,7 @@ class TokenConstraint {
   static bool read_byte(Partial& part, uint8_t b, uint32_t& cp, bool& done);
   // The state after token, from the current one (false: refused).
   bool after(int32_t token, GrammarStacks& stacks, Partial& part) const;
+  bool may_use(int32_t token) const;
   static std::string key_of(const GrammarStacks& stacks, const Partial& part);
 
   std::shared_ptr<const Grammar> g_;
@@ -104,6 +113,7 @@ class TokenConstraint {
   std::vector<GrammarStacks> states_;
   std::unordered_map<std::string, uint32_t> state_ids_;
   std::unordered_map<uint64_t, int64_t> transitions_;  // state << 21 | code point -> state or -1
+  std::vector<int32_t> shown_control_;  // sorted
   GrammarStats stats_;
 };
 

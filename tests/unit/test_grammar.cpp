@@ -112,6 +112,7 @@ std::unique_ptr<Tokenizer> small_tokenizer() {
   for (const char* p : {"{", "}", "\"", ":", ",", "a", "b", "ab", "\"a", "\"}", "▁", "▁{", "1", "12", "é", "[", "]"})
     add(p, TokenType::Normal);
   for (int b = 0; b < 256; b++) add(fmt::format("<0x{:02X}>", b), TokenType::Byte);
+  add("[TOOL_CALLS]", TokenType::Control);  // Mistral's call marker
   return std::make_unique<SpmTokenizer>(std::move(v));
 }
 
@@ -159,6 +160,20 @@ TEST(TokenConstraint, ACharacterSplitAcrossByteTokensIsFollowedToItsEnd) {
                                                                    "<0x6D>", "<0x6E>", "<0x6F>", "<0x70>", "<0x71>",
                                                                    "<0x72>", "<0x73>", "<0x74>", "<0x75>", "<0x76>",
                                                                    "<0x77>", "<0x78>", "<0x79>", "<0x7A>"));
+}
+
+TEST(TokenConstraint, AControlTokenIsAllowedOnlyToARequestThatShowsIt) {
+  auto tok = small_tokenizer();
+  auto vocab = std::make_shared<GrammarVocab>(*tok);
+  const auto grammar = compile_gbnf(R"(root ::= "[TOOL_CALLS]" "a")", "test");
+  const int32_t marker = tok->vocab().find("[TOOL_CALLS]");
+  TokenConstraint hidden(grammar, vocab);
+  EXPECT_THAT(allowed_pieces(hidden, *tok), ::testing::UnorderedElementsAre("[", "<0x5B>"));  // spelt out
+  EXPECT_FALSE(hidden.accept(marker));
+  TokenConstraint shown(grammar, vocab, {marker});
+  EXPECT_THAT(allowed_pieces(shown, *tok), ::testing::UnorderedElementsAre("[TOOL_CALLS]", "[", "<0x5B>"));
+  ASSERT_TRUE(shown.accept(marker));
+  EXPECT_THAT(allowed_pieces(shown, *tok), ::testing::UnorderedElementsAre("a", "<0x61>"));
 }
 
 TEST(TokenConstraint, OverlongEncodingsAndSurrogatesAreNotText) {
