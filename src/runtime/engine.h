@@ -12,6 +12,7 @@
 #include "kv/kv_cache.h"
 #include "core/profiler.h"
 #include "tokenizer/tokenizer.h"
+#include "grammar/token_constraint.h"
 
 namespace kestrel {
 
@@ -49,6 +50,15 @@ struct Engine {
   int64_t n_ctx = 0;
 
   static Engine load(const EngineOptions& options);
+  // The vocabulary as grammars see it (a trie of every token's bytes): built
+  // on first use, then shared by every constrained request, in run and serve.
+  const std::shared_ptr<const GrammarVocab>& grammar_vocab() {
+    if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(*tokenizer);
+    return grammar_vocab_;
+  }
+
+ private:
+  std::shared_ptr<const GrammarVocab> grammar_vocab_;
 };
 
 // Opens a GGUF, or imports a llama2.c checkpoint when a tokenizer.bin is given.

@@ -52,7 +52,7 @@ GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const G
   req.all_logits = params.all_logits;
   req.prefix_cache = false;  // every prompt position is computed (its logits may be asked for)
   if (params.grammar)
-    req.constraint = std::make_shared<TokenConstraint>(params.grammar, std::make_shared<GrammarVocab>(*e.tokenizer));
+    req.constraint = std::make_shared<TokenConstraint>(params.grammar, e.grammar_vocab());
   exec.add(req);
 
   struct Hooks : StepHooks {

@@ -132,8 +132,8 @@ void ServingEngine::admit_new() {
     x.max_total_tokens = e_.n_ctx;
     x.ignore_eos = a->req.ignore_eos;
     if (a->req.grammar) {
-      if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(*e_.tokenizer);
-      x.constraint = a->constraint = std::make_shared<TokenConstraint>(a->req.grammar, grammar_vocab_, a->req.shown_control_tokens);
+      x.constraint = a->constraint =
+          std::make_shared<TokenConstraint>(a->req.grammar, e_.grammar_vocab(), a->req.shown_control_tokens);
       metrics_.add("kestrel_grammar_requests_total", 1);
     }
     exec_.add(x);

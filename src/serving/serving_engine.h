@@ -193,7 +193,6 @@ class ServingEngine : private StepHooks {
   std::atomic<int64_t> deadline_ms_{-1};
   std::atomic<int> queued_{0};  // slots held: arrived and not yet run, for the 503 check
   int64_t next_id_ = 1;
-  std::shared_ptr<const GrammarVocab> grammar_vocab_;  // built for the first request with a grammar
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused
   std::chrono::steady_clock::time_point t0_;
