@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "tokenizer/utf8.h"
 
@@ -11,17 +10,20 @@ namespace kestrel {
 namespace {
 constexpr size_t kMaxCachedStates = 1024;  // x n_vocab bits: 4 MiB for a 32k vocabulary
 constexpr size_t kMaxTransitions = size_t{1} << 20;
+
+// A token's bit in a mask.
+uint64_t& word_of(std::vector<uint64_t>& bits, int32_t t) { return bits[static_cast<size_t>(t) >> 6]; }
+uint64_t bit_of(int64_t t) { return uint64_t{1} << (t & 63); }
+bool has(const std::vector<uint64_t>& bits, int64_t t) { return bits[static_cast<size_t>(t) >> 6] & bit_of(t); }
 }
 
 GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) {
   const Vocab& v = tokenizer.vocab();
   const auto n = static_cast<int32_t>(v.size());
   bytes_.resize(static_cast<size_t>(n));
-  is_end_.assign(static_cast<size_t>(n), false);
   trie_.emplace_back();
   for (int32_t t = 0; t < n; t++) {
     if (v.is_end_of_generation(t)) {
-      is_end_[t] = true;
       end_tokens_.push_back(t);
       continue;
     }
@@ -154,7 +156,7 @@ void TokenConstraint::walk(uint32_t node, uint32_t state, Partial part, Bits& bi
     } else if (!may_complete(states_[state], p)) {
       continue;
     }
-    for (int32_t t : trie[child].tokens) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+    for (int32_t t : trie[child].tokens) word_of(bits, t) |= bit_of(t);
     if (!trie[child].children.empty()) walk(child, next, p, bits);
   }
 }
@@ -187,9 +189,9 @@ const TokenConstraint::Bits& TokenConstraint::allowed() {
   Bits bits(static_cast<size_t>((vocab_->n_vocab() + 63) / 64), 0);
   walk(0, intern(GrammarStacks(stacks_)), partial_, bits);
   for (int32_t t : vocab_->control_tokens())
-    if (!may_use(t)) bits[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (t & 63));
+    if (!may_use(t)) word_of(bits, t) &= ~bit_of(t);
   if (complete())
-    for (int32_t t : vocab_->end_tokens()) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+    for (int32_t t : vocab_->end_tokens()) word_of(bits, t) |= bit_of(t);
   if (cache_.size() >= kMaxCachedStates) cache_.clear();
   return cache_.emplace(std::move(key), std::move(bits)).first->second;
 }
@@ -201,7 +203,7 @@ int64_t TokenConstraint::mask(float* logits, int64_t n_logits) {
   const int64_t n = std::min(n_logits, vocab_->n_vocab());
   for (int64_t i = n; i < n_logits; i++) logits[i] = -INFINITY;
   for (int64_t i = 0; i < n; i++) {
-    if (bits[static_cast<size_t>(i) >> 6] >> (i & 63) & 1) {
+    if (has(bits, i)) {
       n_allowed++;
     } else {
       logits[i] = -INFINITY;
@@ -214,7 +216,7 @@ int64_t TokenConstraint::mask(float* logits, int64_t n_logits) {
 
 bool TokenConstraint::allows(int32_t token) {
   if (token < 0 || token >= vocab_->n_vocab()) return false;
-  return allowed()[static_cast<size_t>(token) >> 6] >> (token & 63) & 1;
+  return has(allowed(), token);
 }
 
 bool TokenConstraint::after(int32_t token, GrammarStacks& stacks, Partial& part) const {

@@ -29,20 +29,19 @@ class GrammarVocab {
   explicit GrammarVocab(const Tokenizer& tokenizer);
   int64_t n_vocab() const { return static_cast<int64_t>(bytes_.size()); }
   const std::string& bytes(int32_t token) const { return bytes_[token]; }
-  bool is_end(int32_t token) const { return is_end_[token]; }
+  bool is_end(int32_t token) const { return std::binary_search(end_tokens_.begin(), end_tokens_.end(), token); }
 
   struct Node {
     std::vector<std::pair<uint8_t, uint32_t>> children;
     std::vector<int32_t> tokens;  // tokens whose bytes end here
   };
   const std::vector<Node>& trie() const { return trie_; }
-  const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
+  const std::vector<int32_t>& end_tokens() const { return end_tokens_; }  // sorted
   const std::vector<int32_t>& control_tokens() const { return control_; }  // sorted
   bool is_control(int32_t token) const { return std::binary_search(control_.begin(), control_.end(), token); }
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<bool> is_end_;
   std::vector<int32_t> end_tokens_;
   std::vector<int32_t> control_;
   std::vector<Node> trie_;
