@@ -10,7 +10,6 @@
 
 #include "chat/reasoning.h"
 #include "core/error.h"
-#include "grammar/grammar_source.h"
 #include "serving/structured_output.h"
 
 namespace kestrel {
@@ -270,16 +269,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   r.stop = stops(j);
   r.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
   r.ignore_eos = boolean(j, "ignore_eos", false);
-  r.grammar = requested_grammar(j);
-  if (!tool_grammar.empty()) {
-    if (r.grammar) throw bad("tool_choice", "'tool_choice' \"required\" or a named function already constrains the reply: "
-                                            "no 'response_format' or 'grammar' with it");
-    try {
-      r.grammar = compile_gbnf(tool_grammar, "tool_choice");
-    } catch (const Error& e) {
-      throw bad("tool_choice", e.what());
-    }
-  }
+  r.grammar = requested_grammar(j, tool_grammar);
   if (chat) {
     if (boolean(j, "logprobs", false))
       r.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));

@@ -67,11 +67,17 @@ std::shared_ptr<const Grammar> from_response_format(const json& rf) {
 
 }  // namespace
 
-std::shared_ptr<const Grammar> requested_grammar(const json& body) {
+std::shared_ptr<const Grammar> requested_grammar(const json& body, const std::string& tool_grammar) {
   const bool has_format = body.contains("response_format") && !body["response_format"].is_null();
   const bool has_grammar = body.contains("grammar") && !body["grammar"].is_null();
   if (has_format && has_grammar)
     throw bad_request("grammar", "give 'response_format' or 'grammar', not both");
+  if (!tool_grammar.empty()) {
+    if (has_format || has_grammar)
+      throw bad_request("tool_choice", "'tool_choice' \"required\" or a named function already constrains the reply: "
+                                       "no 'response_format' or 'grammar' with it");
+    return compiled("tool_choice", [&] { return compile_gbnf(tool_grammar, "tool_choice"); });
+  }
   if (has_grammar) {
     if (!body["grammar"].is_string()) throw bad_request("grammar", "'grammar' must be a string (GBNF)");
     return compiled("grammar", [&] { return compile_gbnf(body["grammar"].get<std::string>(), "grammar"); });

@@ -5,12 +5,15 @@
 // naming the field (and, for a schema, the keyword and where it is).
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "grammar/grammar.h"
 
 namespace kestrel {
 
-// Null when the body asks for no constraint. Throws ApiError.
-std::shared_ptr<const Grammar> requested_grammar(const nlohmann::ordered_json& body);
+// Null when the body asks for no constraint. tool_grammar: the GBNF of a
+// forced tool call (tool_choice "required" or named; "" for none), which
+// excludes the other two. Throws ApiError.
+std::shared_ptr<const Grammar> requested_grammar(const nlohmann::ordered_json& body, const std::string& tool_grammar);
 
 }  // namespace kestrel
