@@ -37,7 +37,7 @@ WeightBuffer make_weight(GgmlType type, int64_t rows, int64_t cols) {
     for (auto& x : row) x = d(rng);
     quantize_row(type, row.data(), b.bytes.data() + r * rb, cols);
   }
-  b.w = Weight{"bench", type, {cols, rows}, b.bytes.data(), b.bytes.size(), {}};
+  b.w = Weight{"bench", type, {cols, rows}, b.bytes.data(), b.bytes.size(), {}, {}};
   return b;
 }
 

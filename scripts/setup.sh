@@ -14,6 +14,7 @@ packages=(
   python3-jinja2                    # the Jinja oracle the template engine is tested against (tests)
   python3-jsonschema                # validates structured output against its schema (tests)
   curl openssl                      # the TLS and API-key tests (a certificate, an HTTPS client)
+  libopenmpi-dev openmpi-bin        # --parallel: tensor parallelism across ranks (mpirun)
 )
 
 # Node.js runs the stock OpenAI client in the e2e tests; the machine's own

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "hw/limits.h"
 #include "measure/bench.h"
@@ -30,6 +31,7 @@ struct BenchFlags {
   std::vector<int> draft_max = {1, 2, 4, 8};
   std::vector<int> spec_batch = {1};
   bool spec_governed = false;
+  ParallelFlags parallel;
 };
 
 // bench --spec: plain vs speculative greedy decoding of one prompt, per
@@ -125,7 +127,10 @@ void print_results(const std::vector<BenchResult>& rs, const std::string& format
 }
 
 int run(BenchFlags& f) {
+  if (f.spec != "none" && !f.parallel.spec.empty()) throw Error("--spec and --parallel cannot be combined in bench");
   if (f.spec != "none") return run_spec(f);
+  EngineOptions parallel;
+  apply_parallel_flags(f.parallel, parallel);
   std::string format = f.json ? "json" : f.csv ? "csv" : f.output;
   if (format != "md" && format != "json" && format != "jsonl" && format != "csv")
     throw Error(fmt::format("-o '{}' is not one of md, json, jsonl, csv", format));
@@ -162,7 +167,12 @@ int run(BenchFlags& f) {
         o.mla = f.mla;
         o.kv_type_k = f.kv_type_k;
         o.kv_type_v = f.kv_type_v;
+        o.comm = parallel.comm;
         Engine e = Engine::load(o);
+        if (e.is_follower()) {  // rank 0 measures; this rank runs its share of each step
+          e.follow_leader();
+          continue;
+        }
         for (auto p : f.n_prompt)
           if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits, probe.get()));
         for (auto n : f.n_gen)
@@ -176,6 +186,7 @@ int run(BenchFlags& f) {
       }
     }
   }
+  if (parallel.comm && parallel.comm->rank() != 0) return 0;  // the results are rank 0's to print
   print_results(results, format);
   return 0;
 }
@@ -197,6 +208,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
   add_mla_option(cmd, f.mla);
   add_kv_type_options(cmd, f.kv_type_k, f.kv_type_v);
+  add_parallel_options(cmd, f.parallel);
   cmd->add_option("--spec", f.spec, "Measure speculative against plain decoding instead: ngram, draft or mtp")
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}));
   cmd->add_option("--spec-prompt", f.spec_prompt, "With --spec: the text to continue (a repetitive one suits ngram)");

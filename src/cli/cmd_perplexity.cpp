@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "measure/perplexity.h"
 
@@ -14,6 +15,7 @@ void register_perplexity(CLI::App& app) {
   static std::string text_path;
   static int64_t ctx = 512, chunks = 0;
   static std::string save_path, base_path;
+  static ParallelFlags parallel;
   auto* cmd = add_command(app, "perplexity", "Perplexity of a text, by llama.cpp's method (comparable figures)", [] {
     std::ifstream in(text_path, std::ios::binary);
     if (!in) throw Error(fmt::format("{}: cannot read the text", text_path));
@@ -21,7 +23,9 @@ void register_perplexity(CLI::App& app) {
     EngineOptions o = eo;
     o.n_ctx = std::max(o.n_ctx, ctx);
     o.max_batch_tokens = std::min<int64_t>(o.max_batch_tokens, ctx);
+    apply_parallel_flags(parallel, o);
     Engine e = Engine::load(o);
+    if (e.is_follower()) return e.follow_leader(), 0;
     fmt::print(stderr, "perplexity: {} tokens in chunks of {}, the second half of each scored\n",
                e.tokenizer->encode(text, true, false).size(), ctx);
     PerplexityOptions po;
@@ -56,6 +60,7 @@ void register_perplexity(CLI::App& app) {
       "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
   add_mla_option(cmd, eo.mla);
   add_kv_type_options(cmd, eo.kv_type_k, eo.kv_type_v);
+  add_parallel_options(cmd, parallel);
 }
 
 }  // namespace kestrel::cli

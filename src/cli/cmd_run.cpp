@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/parallel_flags.h"
 #include "cli/grammar_flags.h"
 #include "core/error.h"
 #include "spec/spec_source.h"
@@ -29,6 +30,7 @@ struct RunFlags {
   int draft_max = 8;
   bool spec_governed = false;
   GrammarFlags grammar;
+  ParallelFlags parallel;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -68,7 +70,9 @@ int run(RunFlags& f) {
 
   f.engine.profile = !f.profile.empty();
   f.engine.load_mtp = f.spec == "mtp";
+  apply_parallel_flags(f.parallel, f.engine);
   Engine e = Engine::load(f.engine);
+  if (e.is_follower()) return e.follow_leader(), 0;
   std::vector<int32_t> prompt =
       f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
   if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
@@ -136,6 +140,13 @@ int run(RunFlags& f) {
                g.masks, per_token_ms, r.decode_seconds > 0 ? 100.0 * g.mask_seconds / r.decode_seconds : 0.0,
                g.masks ? 100.0 * static_cast<double>(g.cache_hits) / static_cast<double>(g.masks) : 0.0, g.trie_nodes);
   }
+  if (e.comm) {
+    const AllReduceStats s = e.comm->all_reduce_stats();
+    const double run_s = r.prefill_seconds + r.decode_seconds;
+    fmt::print(stderr, "[kestrel] {}, {}: {} all-reduces of {:.1f} KiB on average, {:.1f} ms in all ({:.1f}% of the run)\n",
+               f.parallel.spec, e.comm->describe(), s.calls, s.calls ? s.bytes / 1024.0 / s.calls : 0.0, 1e3 * s.seconds,
+               run_s > 0 ? 100 * s.seconds / run_s : 0.0);
+  }
   return 0;
 }
 
@@ -174,6 +185,7 @@ void register_run(CLI::App& app) {
                 "With --spec: stop drafting for a while when it measures slower than plain decoding");
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
+  add_parallel_options(cmd, f.parallel);
   cmd->add_flag("--no-repack", [](int64_t) { f.engine.repack_weights = false; },
                 "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too, slower)");
   cmd->add_flag("--mmap", f.engine.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");

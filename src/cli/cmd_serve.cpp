@@ -10,6 +10,7 @@
 
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "serving/http_server.h"
 #include "spec/spec_source.h"
@@ -33,6 +34,7 @@ struct ServeFlags {
   int draft_max = 8;
   bool spec_governed = false;
   bool allow_special_in_content = false;
+  ParallelFlags parallel;
 };
 
 // Available memory from /proc/meminfo, in bytes (0 if unknown).
@@ -82,7 +84,9 @@ int run(ServeFlags& f) {
   else eo.kv_cache_max_bytes = available_memory() / 5;  // every batch slot at full context, if that fits
   check_draft_model_flags(f.spec, f.draft_model);
   eo.load_mtp = f.spec == "mtp";
+  apply_parallel_flags(f.parallel, eo);
   Engine e = Engine::load(eo);
+  if (e.is_follower()) return e.follow_leader(), 0;  // rank 0 alone listens and schedules
   std::unique_ptr<SpecSource> spec;
   if (f.spec != "none") {
     EngineOptions d;
@@ -271,6 +275,7 @@ void register_serve(CLI::App& app) {
                   "Record every operator's time per layer; the Chrome trace is written at shutdown");
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
+  add_parallel_options(cmd, f.parallel);
   cmd->add_flag(
       "--no-repack", [](int64_t) { f.engine.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
 }

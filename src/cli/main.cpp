@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "parallel/mpi_world.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Kestrel: a hardware-aware LLM inference engine"};
@@ -28,13 +29,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Under mpirun (--parallel), every exit leaves the MPI job: cleanly, or by
+  // aborting it when the ranks can no longer agree (a collective failed).
   try {
-    return kestrel::cli::run_selected(app);
+    const int rc = kestrel::cli::run_selected(app);
+    kestrel::leave_mpi_world(rc, false);
+    return rc;
+  } catch (const kestrel::CommunicatorFailure& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    kestrel::leave_mpi_world(1, true);
+    return 1;
   } catch (const kestrel::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    kestrel::leave_mpi_world(1, false);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    kestrel::leave_mpi_world(1, true);
     return 1;
   }
 }

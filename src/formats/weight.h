@@ -21,6 +21,9 @@ struct Weight {
   // The same matrix repacked by the backend at load into the layout its
   // kernels prefer (null: the kernels read `data` as stored in the file).
   std::shared_ptr<const PackedWeight> packed;
+  // Set when `data` is not the file's: a matrix cut out of one (a rank's
+  // columns, weight_columns) keeps its bytes alive here.
+  std::shared_ptr<const void> owner;
 
   bool present() const { return data != nullptr; }
   int64_t cols() const { return ne.empty() ? 0 : ne[0]; }
@@ -31,12 +34,17 @@ struct Weight {
 
 // Rows [r0, r0 + n) of a matrix, as a matrix of its own (no copy).
 inline Weight weight_rows(const Weight& w, int64_t r0, int64_t n, const std::string& name) {
-  return Weight{name, w.type, {w.cols(), n}, w.row(r0), static_cast<size_t>(n) * w.row_stride(), nullptr};
+  return Weight{name, w.type, {w.cols(), n}, w.row(r0), static_cast<size_t>(n) * w.row_stride(), nullptr,
+                w.owner};
 }
+
+// Columns [c0, c0 + n) of every row, copied into a matrix of its own; c0
+// and n must be whole blocks of the type (Error naming the tensor if not).
+Weight weight_columns(const Weight& w, int64_t c0, int64_t n, const std::string& name);
 
 // Matrix i of a 3-D tensor ne = {cols, rows, count} (one expert or one head), no copy.
 inline Weight weight_slice(const Weight& w, int64_t i, const std::string& name) {
-  return weight_rows(Weight{w.name, w.type, {w.ne[0], w.ne[1] * w.ne[2]}, w.data, w.nbytes, nullptr}, i * w.ne[1],
+  return weight_rows(Weight{w.name, w.type, {w.ne[0], w.ne[1] * w.ne[2]}, w.data, w.nbytes, nullptr, w.owner}, i * w.ne[1],
                      w.ne[1], name);
 }
 

@@ -36,6 +36,7 @@ void KvStore::copy(const BlockCopies& copies) {
   const size_t vw = static_cast<size_t>(v_row_bytes_) * static_cast<size_t>(block_size_);
   for (int c = 0; c < copies.n; c++) {
     const BlockCopy& bc = copies.at[static_cast<size_t>(c)];
+    if (copy_log_) copy_log_->push_back(bc);
     for (int l = 0; l < layout_.n_layer; l++) {
       if (group_of(l) != bc.group) continue;
       std::copy_n(k_[l].data() + bc.from * kw, kw, k_[l].data() + bc.to * kw);

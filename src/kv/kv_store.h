@@ -27,8 +27,10 @@ class KvStore {
   void write_v(int layer, int64_t slot, const float* x) { v_format_.quantize(x, v_row(layer, slot), layout_.v_width); }
   void read_k(int layer, int64_t slot, float* y) const { k_format_.dequantize(k_row(layer, slot), 0, y, layout_.k_width); }
   void read_v(int layer, int64_t slot, float* y) const { v_format_.dequantize(v_row(layer, slot), 0, y, layout_.v_width); }
-  // Carries out the ledger's copy-on-write.
+  // Carries out the ledger's copy-on-write (and lists it in the copy log, if
+  // one is set: a tensor-parallel leader replays it on the other ranks' stores).
   void copy(const BlockCopies& copies);
+  void set_copy_log(std::vector<BlockCopy>* log) { copy_log_ = log; }
   PagedKvLayerView layer_view(int layer) const;
 
  private:
@@ -43,6 +45,7 @@ class KvStore {
   int block_size_;
   int n_groups_;
   std::vector<std::vector<uint8_t>> k_, v_;  // per layer, sized by its group's pool
+  std::vector<BlockCopy>* copy_log_ = nullptr;
 };
 
 }  // namespace kestrel

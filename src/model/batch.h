@@ -27,4 +27,16 @@ struct Batch {
   }
 };
 
+// Where a batch's rows live in the paged KV cache, per layer group (the
+// full-attention layers, then the sliding-window ones): each row's slot and
+// its sequence's block table. model/batch_io.h fills it from the cache; a
+// tensor-parallel rank gets it from its leader.
+struct BatchPlacement {
+  std::vector<int64_t> slots[2];
+  std::vector<const int32_t*> tables[2];
+  explicit BatchPlacement(int64_t max_tokens) {
+    for (int g = 0; g < 2; g++) slots[g].resize(max_tokens), tables[g].resize(max_tokens);
+  }
+};
+
 }  // namespace kestrel

@@ -29,23 +29,17 @@ void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slo
 
 // The same for every layer group of the cache (full-attention and
 // sliding-window layers).
-struct BatchPlacement {
-  std::vector<int64_t> slots[2];
-  std::vector<const int32_t*> tables[2];
-  explicit BatchPlacement(int64_t max_tokens) {
-    for (int g = 0; g < 2; g++) slots[g].resize(max_tokens), tables[g].resize(max_tokens);
-  }
-};
 void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out);
 
 // The two ends' weights: the token embedding, and the output head (its norm
 // and matrix; a tied head is the embedding, given its own prepared copy so
-// that the lookup keeps reading the file's rows).
+// that the lookup keeps reading the file's rows). Without with_head (a
+// tensor-parallel rank that never samples) the head is skipped.
 struct IoWeights {
   Weight tok_embd, output;
   std::vector<float> output_norm;
 };
-IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c);
+IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head = true);
 
 // Moves the rows of x that want logits to the front, then
 // logits = rmsnorm(rows, norm) . output; scratch holds rows * dim floats.

@@ -13,6 +13,11 @@
 //         or the routed experts' weighted sum [+ shared expert, gated]   (MoE)
 //     x += f [rmsnorm'd first: Gemma]
 //   logits = rmsnorm(x) . Wout [soft-capped: Gemma 2]    (only for rows that asked)
+//
+// Split over ranks (ModelOptions::shard, tensor parallelism), each rank holds
+// its share of the heads (and their KV), of the FFN rows and of every
+// expert's rows; the attention output and the FFN output are partial sums
+// until summed across the ranks, which is where the ranks meet, twice a layer.
 #include "model/decoder_model.h"
 
 #include <fmt/format.h>
@@ -40,7 +45,8 @@ struct DecoderLayer {
 class DecoderModel final : public Model {
  public:
   DecoderModel(const GgufFile& f, Backend& be, const ModelOptions& opt, ModelConfig cfg)
-      : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), place_(opt.max_batch_tokens) {
+      : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), shard_(opt.shard), place_(opt.max_batch_tokens) {
+    split_dimensions();
     load(f, opt);
     allocate();
     if (opt.log_fusion) log_fusion();
@@ -48,7 +54,7 @@ class DecoderModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   KvLayout kv_layout() const override {
-    const int64_t kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * cfg_.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(local_.n_head_kv) * cfg_.head_dim;
     KvLayout l{cfg_.n_layer, kv_dim, kv_dim, cfg_.head_dim};
     l.sliding_window = cfg_.sliding_window;
     l.sliding = cfg_.sliding_layers;
@@ -57,12 +63,18 @@ class DecoderModel final : public Model {
   int64_t max_batch_tokens() const override { return max_batch_; }
 
   void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) override {
+    if (b.size() == 0) return;
+    check_batch_size(b);
+    place_batch(b, kv, cfg_.n_vocab, place_);
+    forward_placed(b, place_, kv.store(), logits, hidden);
+  }
+
+  void forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) override {
     const int64_t n = b.size();
     if (n == 0) return;
-    if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
+    check_batch_size(b);
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd;
-    place_batch(b, kv, c.n_vocab, place_);
 
     float *x = x_.data(), *xb = xb_.data(), *xb2 = xb2_.data();
     be_.annotate_layer(-1);
@@ -73,7 +85,8 @@ class DecoderModel final : public Model {
       const DecoderLayer& L = w_.layers[l];
       be_.annotate_layer(l);
       be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
-      attention(L, l, b, kv, n);  // -> xb2
+      attention(L, l, b, place, kv, n);  // -> xb2
+      shard_.sum(xb2, n * dim);
       if (c.post_norms) be_.rmsnorm(xb2, L.post_attn_norm.data(), xb2, n, dim, c.rms_eps);
       be_.add(x, xb2, n * dim);
 
@@ -82,46 +95,69 @@ class DecoderModel final : public Model {
         moe_->run(be_, L.moe, xb, n, xb2);
       else
         run_ffn(be_, L.ffn, c.ffn_act, xb, n, hb_.data(), hb2_.data(), xb2);
+      shard_.sum(xb2, n * dim);
       if (c.post_norms) be_.rmsnorm(xb2, L.post_ffn_norm.data(), xb2, n, dim, c.rms_eps);
       be_.add(x, xb2, n * dim);
     }
 
     // Norm + output projection on the rows that want logits only.
+    if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
     output_logits(be_, b, x, dim, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb, logits, hidden);
     if (c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
   }
 
  private:
-  // Self-attention of layer l over xb (normed), into xb2.
-  void attention(const DecoderLayer& L, int l, const Batch& b, PagedKvCache& kv, int64_t n) {
+  void check_batch_size(const Batch& b) const {
+    if (b.size() > max_batch_)
+      throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", b.size(), max_batch_));
+  }
+
+  // This rank's heads and FFN rows (all of them in one process); checked
+  // before any weight is read, so that a split that cannot be made says so.
+  void split_dimensions() {
     const ModelConfig& c = cfg_;
-    const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+    local_.n_head = static_cast<int>(shard_.share(c.n_head, "attention heads"));
+    local_.n_head_kv = static_cast<int>(shard_.share(c.n_head_kv, "KV heads"));
+    local_.moe = c.moe;
+    if (c.moe.routing.n_expert > 0) {
+      local_.moe.n_ff_expert = shard_.share(c.moe.n_ff_expert, "expert FFN rows");
+      local_.moe.n_ff_shared = shard_.share(c.moe.n_ff_shared, "shared-expert FFN rows");
+    } else {
+      local_.n_ff = shard_.share(c.n_ff, "FFN rows");
+    }
+  }
+
+  // Self-attention of layer l over xb (normed), into xb2 (a partial sum
+  // under tensor parallelism: this rank's heads only).
+  void attention(const DecoderLayer& L, int l, const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t n) {
+    const ModelConfig& c = cfg_;
+    const int64_t kv_dim = static_cast<int64_t>(local_.n_head_kv) * c.head_dim;
     float *q = q_.data(), *k = k_.data(), *v = v_.data();
     const Weight* qkv[3] = {&L.wq, &L.wk, &L.wv};
     const float* bias[3] = {L.bq.empty() ? nullptr : L.bq.data(), L.bk.empty() ? nullptr : L.bk.data(),
                             L.bv.empty() ? nullptr : L.bv.data()};
     float* out[3] = {q, k, v};
-    Backend::QkvShape shape{c.n_head, c.n_head_kv, c.head_dim};
+    Backend::QkvShape shape{local_.n_head, local_.n_head_kv, c.head_dim};
     if (c.qk_norm) shape.q_norm = L.q_norm.data(), shape.k_norm = L.k_norm.data(), shape.norm_eps = c.rms_eps;
     be_.qkv_rope(qkv, bias, xb_.data(), n, b.positions.data(), c.rope_of(l), shape, out);
     const int g = kv.group_of(l);
-    const int64_t* slots = place_.slots[g].data();
+    const int64_t* slots = place.slots[g].data();
     for (int64_t i = 0; i < n; i++) {
       kv.write_k(l, slots[i], k + i * kv_dim);
       kv.write_v(l, slots[i], v + i * kv_dim);
     }
-    AttentionShape as{c.n_head, c.n_head_kv, c.head_dim};
+    AttentionShape as{local_.n_head, local_.n_head_kv, c.head_dim};
     as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     as.window = c.window(l);
     as.softcap = c.attn_softcap;
-    be_.attention(kv.layer_view(l), {n, q, att_.data(), b.positions.data(), place_.tables[g].data()}, as);
+    be_.attention(kv.layer_view(l), {n, q, att_.data(), b.positions.data(), place.tables[g].data()}, as);
     be_.matmul(L.wo, att_.data(), n, xb2_.data());
   }
 
   void load(const GgufFile& f, const ModelOptions& opt) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    w_.io = load_io_weights(ld, be_, c);
+    w_.io = load_io_weights(ld, be_, c, shard_.rank == 0);
     load_rope_factors(ld, opt);
     for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
     ld.finish(c.arch);
@@ -156,35 +192,38 @@ class DecoderModel final : public Model {
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd, hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
     const std::string p = fmt::format("blk.{}.", l);
+    const TensorShard& sh = shard_;
     DecoderLayer L;
     L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
+    // Column-parallel by heads: this rank's run of q rows and of k and v rows.
     if (c.fused_qkv) {
       const Weight qkv = ld.require(p + "attn_qkv.weight", {dim, q_dim + 2 * kv_dim});
-      L.wq = be_.prepare_weight(weight_rows(qkv, 0, q_dim, qkv.name + ".q"));
-      L.wk = be_.prepare_weight(weight_rows(qkv, q_dim, kv_dim, qkv.name + ".k"));
-      L.wv = be_.prepare_weight(weight_rows(qkv, q_dim + kv_dim, kv_dim, qkv.name + ".v"));
+      L.wq = be_.prepare_weight(sh.rows(weight_rows(qkv, 0, q_dim, qkv.name + ".q")));
+      L.wk = be_.prepare_weight(sh.rows(weight_rows(qkv, q_dim, kv_dim, qkv.name + ".k")));
+      L.wv = be_.prepare_weight(sh.rows(weight_rows(qkv, q_dim + kv_dim, kv_dim, qkv.name + ".v")));
     } else {
-      L.wq = be_.prepare_weight(ld.require(p + "attn_q.weight", {dim, q_dim}));
-      L.wk = be_.prepare_weight(ld.require(p + "attn_k.weight", {dim, kv_dim}));
-      L.wv = be_.prepare_weight(ld.require(p + "attn_v.weight", {dim, kv_dim}));
-      L.bq = ld.optional_vector(p + "attn_q.bias", q_dim);
-      L.bk = ld.optional_vector(p + "attn_k.bias", kv_dim);
-      L.bv = ld.optional_vector(p + "attn_v.bias", kv_dim);
+      L.wq = be_.prepare_weight(sh.rows(ld.require(p + "attn_q.weight", {dim, q_dim})));
+      L.wk = be_.prepare_weight(sh.rows(ld.require(p + "attn_k.weight", {dim, kv_dim})));
+      L.wv = be_.prepare_weight(sh.rows(ld.require(p + "attn_v.weight", {dim, kv_dim})));
+      L.bq = sh.part(ld.optional_vector(p + "attn_q.bias", q_dim), 0, q_dim);
+      L.bk = sh.part(ld.optional_vector(p + "attn_k.bias", kv_dim), 0, kv_dim);
+      L.bv = sh.part(ld.optional_vector(p + "attn_v.bias", kv_dim), 0, kv_dim);
     }
     if (c.qk_norm) {
       L.q_norm = ld.require_vector(p + "attn_q_norm.weight", hd);
       L.k_norm = ld.require_vector(p + "attn_k_norm.weight", hd);
     }
-    L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {q_dim, dim}));
+    // Row-parallel: the columns that read this rank's heads.
+    L.wo = be_.prepare_weight(sh.columns(ld.require(p + "attn_output.weight", {q_dim, dim})));
     if (c.post_norms) {
       L.post_attn_norm = ld.require_vector(p + "post_attention_norm.weight", dim);
       L.post_ffn_norm = ld.require_vector(p + "post_ffw_norm.weight", dim);
     }
     L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
     if (c.moe.routing.n_expert > 0)
-      L.moe = load_moe(ld, be_, p, dim, c.moe);
+      L.moe = load_moe(ld, be_, p, dim, c.moe, sh);
     else
-      L.ffn = load_ffn(ld, be_, p, "", dim, c.n_ff, c.fused_gate_up);
+      L.ffn = load_ffn(ld, be_, p, "", dim, c.n_ff, c.fused_gate_up, sh);
     return L;
   }
 
@@ -192,8 +231,8 @@ class DecoderModel final : public Model {
   void allocate() {
     const ModelConfig& c = cfg_;
     const int64_t n = max_batch_;
-    const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-    const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+    const int64_t q_dim = static_cast<int64_t>(local_.n_head) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(local_.n_head_kv) * c.head_dim;
     x_.resize(n * c.n_embd);
     xb_.resize(n * std::max(c.n_embd, q_dim));
     xb2_.resize(n * c.n_embd);
@@ -202,10 +241,10 @@ class DecoderModel final : public Model {
     v_.resize(n * kv_dim);
     att_.resize(n * q_dim);
     if (c.moe.routing.n_expert > 0) {
-      moe_ = std::make_unique<MoeFfn>(c.n_embd, c.moe, n);
+      moe_ = std::make_unique<MoeFfn>(c.n_embd, local_.moe, n);
     } else {
-      hb_.resize(n * c.n_ff);
-      hb2_.resize(n * c.n_ff);
+      hb_.resize(n * local_.n_ff);
+      hb2_.resize(n * local_.n_ff);
     }
   }
 
@@ -230,6 +269,12 @@ class DecoderModel final : public Model {
   ModelConfig cfg_;
   Backend& be_;
   int64_t max_batch_;
+  TensorShard shard_;
+  struct {  // what this rank runs of the split dimensions (the whole of them in one process)
+    int n_head = 0, n_head_kv = 0;
+    int64_t n_ff = 0;
+    MoeConfig moe;
+  } local_;
   struct {
     IoWeights io;
     std::vector<DecoderLayer> layers;

@@ -77,7 +77,7 @@ std::vector<float> transpose_f32(const Weight& w) {
 }
 
 Weight f32_weight(const std::string& name, const std::vector<float>& data, int64_t cols, int64_t rows) {
-  return Weight{name, GgmlType::F32, {cols, rows}, data.data(), data.size() * sizeof(float), nullptr};
+  return Weight{name, GgmlType::F32, {cols, rows}, data.data(), data.size() * sizeof(float), nullptr, nullptr};
 }
 
 class Deepseek2Model final : public Model {

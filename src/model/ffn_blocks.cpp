@@ -8,18 +8,19 @@
 namespace kestrel {
 
 FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& p, const std::string& suffix, int64_t dim,
-                    int64_t width, bool fused_gate_up) {
-  const Weight down = ld.require(p + "ffn_down" + suffix + ".weight", {width, dim});
+                    int64_t width, bool fused_gate_up, const TensorShard& shard) {
+  const Weight down = be.prepare_weight(shard.columns(ld.require(p + "ffn_down" + suffix + ".weight", {width, dim})));
   if (fused_gate_up) {
     const Weight up = ld.require(p + "ffn_up" + suffix + ".weight", {dim, 2 * width});
-    return {be.prepare_weight(weight_rows(up, 0, width, up.name + ".gate")),
-            be.prepare_weight(weight_rows(up, width, width, up.name + ".up")), be.prepare_weight(down)};
+    return {be.prepare_weight(shard.rows(weight_rows(up, 0, width, up.name + ".gate"))),
+            be.prepare_weight(shard.rows(weight_rows(up, width, width, up.name + ".up"))), down};
   }
-  return {be.prepare_weight(ld.require(p + "ffn_gate" + suffix + ".weight", {dim, width})),
-          be.prepare_weight(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width})), be.prepare_weight(down)};
+  return {be.prepare_weight(shard.rows(ld.require(p + "ffn_gate" + suffix + ".weight", {dim, width}))),
+          be.prepare_weight(shard.rows(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width}))), down};
 }
 
-MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, int64_t dim, const MoeConfig& e) {
+MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, int64_t dim, const MoeConfig& e,
+                    const TensorShard& shard) {
   const int ne = e.routing.n_expert;
   MoeWeights m;
   m.router = be.prepare_weight(ld.require(p + "ffn_gate_inp.weight", {dim, ne}));
@@ -29,11 +30,11 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
   const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
   for (int x = 0; x < ne; x++) {
     const std::string tag = fmt::format(".{}", x);
-    m.experts.push_back({be.prepare_weight(weight_slice(gate, x, gate.name + tag)),
-                         be.prepare_weight(weight_slice(up, x, up.name + tag)),
-                         be.prepare_weight(weight_slice(down, x, down.name + tag))});
+    m.experts.push_back({be.prepare_weight(shard.rows(weight_slice(gate, x, gate.name + tag))),
+                         be.prepare_weight(shard.rows(weight_slice(up, x, up.name + tag))),
+                         be.prepare_weight(shard.columns(weight_slice(down, x, down.name + tag)))});
   }
-  if (e.n_ff_shared > 0) m.shared = load_ffn(ld, be, p, "_shexp", dim, e.n_ff_shared);
+  if (e.n_ff_shared > 0) m.shared = load_ffn(ld, be, p, "_shexp", dim, e.n_ff_shared, false, shard);
   if (e.shared_gate) m.shared_gate = be.prepare_weight(ld.require(p + "ffn_gate_inp_shexp.weight", {dim}));
   return m;
 }

@@ -29,12 +29,17 @@ struct MoeWeights {
 
 // `{prefix}ffn_{gate,up,down}{suffix}.weight`, width rows wide; with
 // fused_gate_up (Phi-3) the gate and up rows are the two halves of ffn_up.
+// Under tensor parallelism, this rank's share of the width: gate and up
+// rows, down columns (its output is then a partial sum).
 FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& prefix, const std::string& suffix,
-                    int64_t dim, int64_t width, bool fused_gate_up = false);
+                    int64_t dim, int64_t width, bool fused_gate_up = false, const TensorShard& shard = {});
 
 // Router, experts (3-D ffn_*_exps sliced per expert), the selection bias
-// when the file has one, and the shared expert(s) the config asks for.
-MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& prefix, int64_t dim, const MoeConfig& moe);
+// when the file has one, and the shared expert(s) the config asks for. moe
+// gives the file's widths; under tensor parallelism every expert keeps this
+// rank's share of its width (the router is whole on every rank).
+MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& prefix, int64_t dim, const MoeConfig& moe,
+                    const TensorShard& shard = {});
 
 // out[n][dim] = down . act(gate . x) * (up . x); hb, hb2 hold n * width floats.
 void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, const float* x, int64_t n, float* hb, float* hb2,
@@ -43,6 +48,7 @@ void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, const float* x
 // Scratch for one MoE layer at the largest batch, allocated once.
 class MoeFfn {
  public:
+  // moe: the widths this rank runs (its share under tensor parallelism).
   MoeFfn(int64_t dim, const MoeConfig& moe, int64_t max_tokens);
   // out[n][dim] = sum over chosen experts k of w_k * expert_k(x) (+ shared).
   void run(Backend& be, const MoeWeights& w, const float* x, int64_t n, float* out);

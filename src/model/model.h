@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "gguf/gguf.h"
 #include "model/batch.h"
+#include "model/tensor_shard.h"
 #include "kv/kv_cache.h"
 
 namespace kestrel {
@@ -98,6 +99,12 @@ class Model {
   // set, also every row's final hidden state (after the output norm, n_embd
   // floats per row): what a multi-token-prediction head reads.
   virtual void forward(const Batch& batch, PagedKvCache& kv, float* logits, float* hidden = nullptr) = 0;
+  // The same step with the rows already placed in the cache (slots and
+  // block tables): what a tensor-parallel rank runs on its leader's
+  // placement, over its own rows of the cache. logits may be null (a rank
+  // that does not sample). Not every architecture can be split.
+  virtual void forward_placed(const Batch& batch, const BatchPlacement& placement, KvStore& kv, float* logits,
+                              float* hidden = nullptr);
 
   // Multi-token prediction (DeepSeek-V3 `nextn` layers, loaded with
   // ModelOptions::load_mtp): 0 when the model has none loaded.
@@ -126,6 +133,7 @@ struct ModelOptions {
   bool log_fusion = false;  // print which fused operators are used, at load
   MlaAttention mla = MlaAttention::Auto;
   bool load_mtp = false;  // load the file's multi-token-prediction layers (and cache for them)
+  TensorShard shard;      // this rank's share under tensor parallelism (default: everything)
 };
 
 // Picks the architecture from general.architecture. The GgufFile must outlive the model.

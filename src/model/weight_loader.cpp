@@ -17,7 +17,7 @@ Weight WeightLoader::from_info(const GgufTensorInfo& t, const std::vector<int64_
     throw Error(fmt::format("{}: tensor '{}' has type {}, which Kestrel cannot compute with yet", file_.path(), t.name,
                             type_name(t.type)));
   used_.insert(t.name);
-  return Weight{t.name, t.type, ne, t.data, t.nbytes, nullptr};
+  return Weight{t.name, t.type, ne, t.data, t.nbytes, nullptr, nullptr};
 }
 
 Weight WeightLoader::require(const std::string& name, const std::vector<int64_t>& ne) const {

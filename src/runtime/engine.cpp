@@ -9,6 +9,8 @@
 #include "kernels/packed_q8.h"
 #include "kernels/profiling_backend.h"
 #include "gguf/llama2c_import.h"
+#include "parallel/follower.h"
+#include "parallel/leader_model.h"
 
 namespace kestrel {
 
@@ -74,6 +76,10 @@ Engine Engine::load(const EngineOptions& o) {
   mo.log_fusion = o.log_fusion;
   mo.mla = o.mla;
   mo.load_mtp = o.load_mtp;
+  if (o.comm && o.comm->size() > 1) {
+    e.comm = o.comm;
+    mo.shard = {o.comm->rank(), o.comm->size(), o.comm.get()};
+  }
   e.model = load_model(*e.file, *e.backend, mo);
   e.tokenizer = Tokenizer::from_gguf(*e.file);
   const ModelConfig& c = e.model->config();
@@ -88,10 +94,22 @@ Engine Engine::load(const EngineOptions& o) {
   // attention mask still applies it).
   if (l.sliding_window >= e.n_ctx) l.sliding.clear();
   e.kv = make_kv_cache(l, e.n_ctx, o);
+  if (e.comm) {
+    // Every rank must hold the same blocks: the fewest any rank's memory allows.
+    const int64_t agreed = e.comm->all_reduce_min(e.kv->n_blocks());
+    if (agreed != e.kv->n_blocks()) e.kv = make_kv_cache(l, e.n_ctx, o, agreed);
+    if (e.comm->rank() == 0) e.model = make_leader_model(std::move(e.model), e.comm, *e.kv);
+  }
   return e;
 }
 
-std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, const EngineOptions& o) {
+int64_t Engine::follow_leader() {
+  if (!is_follower()) throw Error("follow_leader: this process is not a tensor-parallel follower rank");
+  return kestrel::follow_leader(*model, kv->store(), *comm);
+}
+
+std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, const EngineOptions& o,
+                                            int64_t n_blocks_exactly) {
   const int64_t bs = o.kv_block_size;
   const int64_t blocks_per_seq = (n_ctx + bs - 1) / bs;
   // Sliding-window layers hold at most a window and a batch per sequence.
@@ -117,6 +135,7 @@ std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, co
       throw Error(fmt::format("KV cache of {} bytes holds {} blocks of {} bytes: out of range", o.kv_cache_bytes,
                               n_blocks, full_block_bytes + sliding_block_bytes));
   }
+  if (n_blocks_exactly > 0) n_blocks = n_blocks_exactly;
   const int64_t sliding_blocks = std::max<int64_t>(1, std::min(n_blocks, sliding_cap));
   return std::make_unique<PagedKvCache>(l, static_cast<int>(n_blocks), o.kv_block_size,
                                         static_cast<int>(blocks_per_seq), static_cast<int>(sliding_blocks));

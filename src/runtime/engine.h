@@ -10,6 +10,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "kv/kv_cache.h"
+#include "core/communicator.h"
 #include "core/profiler.h"
 #include "tokenizer/tokenizer.h"
 #include "grammar/token_constraint.h"
@@ -37,6 +38,9 @@ struct EngineOptions {
   std::function<std::unique_ptr<Backend>(Backend& inner)> wrap_backend;
   KvType kv_type_k = KvType::F32;         // how the KV cache stores keys
   KvType kv_type_v = KvType::F32;         // ...and values
+  // Set with more than one rank: tensor parallelism over them (--parallel
+  // tp=N under mpirun). Rank 0 runs everything; the others follow its steps.
+  std::shared_ptr<Communicator> comm;
 };
 
 struct Engine {
@@ -48,8 +52,15 @@ struct Engine {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<PagedKvCache> kv;
   int64_t n_ctx = 0;
+  std::shared_ptr<Communicator> comm;      // set under tensor parallelism
 
   static Engine load(const EngineOptions& options);
+  // A rank other than 0 of a tensor-parallel job: it runs no command of its
+  // own, only follow_leader().
+  bool is_follower() const { return comm && comm->rank() != 0; }
+  // Runs the leader's steps until it stops (returns the steps run); throws
+  // CommunicatorFailure when a collective times out.
+  int64_t follow_leader();
   // The vocabulary as grammars see it (a trie of every token's bytes): built
   // on first use, then shared by every constrained request, in run and serve.
   const std::shared_ptr<const GrammarVocab>& grammar_vocab() {
@@ -71,6 +82,9 @@ int default_thread_count();
 // full context, or as many blocks as o.kv_cache_bytes / kv_cache_max_bytes
 // allow. Sliding-window layers get a pool of their own sized for a window
 // (and a batch) per sequence.
-std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& layout, int64_t n_ctx, const EngineOptions& o);
+// n_blocks_exactly > 0 overrides the sizing (the ranks of a tensor-parallel
+// job agree on one pool).
+std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& layout, int64_t n_ctx, const EngineOptions& o,
+                                            int64_t n_blocks_exactly = 0);
 
 }  // namespace kestrel

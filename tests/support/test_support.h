@@ -57,7 +57,7 @@ inline QuantMatrix quantized_matrix(GgmlType type, int64_t rows, int64_t cols, u
   const size_t rb = row_bytes(type, cols);
   m.bytes.resize(rb * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; r++) quantize_row(type, f.data() + r * cols, m.bytes.data() + r * rb, cols);
-  m.w = Weight{"blk.0.test.weight", type, {cols, rows}, m.bytes.data(), m.bytes.size(), {}};
+  m.w = Weight{"blk.0.test.weight", type, {cols, rows}, m.bytes.data(), m.bytes.size(), {}, {}};
   return m;
 }
 

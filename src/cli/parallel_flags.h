@@ -1,0 +1,47 @@
+#pragma once
+// --parallel tp=N and --parallel-timeout, for the commands that run a model
+// step by step (run, bench, perplexity, serve). Under mpirun every rank runs
+// the same command line: rank 0 does the command's work, the others load
+// their share of the model and follow rank 0's steps (Engine::follow_leader).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "parallel/mpi_world.h"
+#include "parallel/parallel_spec.h"
+#include "runtime/engine.h"
+
+namespace kestrel::cli {
+
+struct ParallelFlags {
+  std::string spec;  // empty: one process
+  double timeout_s = 60;
+};
+
+inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
+  cmd->add_option("--parallel", p.spec,
+                  "Split the model over the ranks of `mpirun -np N`: tp=N (tensor parallel: heads and FFN rows)");
+  cmd->add_option("--parallel-timeout", p.timeout_s,
+                  "Seconds a rank waits inside a collective before it declares another rank dead and ends the job")
+      ->capture_default_str();
+}
+
+// Joins the MPI job when --parallel is given (the engine options then carry
+// the communicator); Error when the split does not match the job.
+inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
+  if (p.spec.empty()) return;
+  const ParallelSpec spec = parse_parallel_spec(p.spec);
+  if (spec.ep > 1 || spec.pp > 1)
+    throw Error(fmt::format("--parallel {}: only tensor parallelism (tp=N) is implemented so far; expert (ep) and "
+                            "pipeline (pp) parallelism are not",
+                            p.spec));
+  eo.comm = join_mpi_world(p.timeout_s);
+  if (eo.comm->size() != spec.ranks())
+    throw Error(fmt::format("--parallel {} needs {} ranks but this job has {} (start it with mpirun -np {})", p.spec,
+                            spec.ranks(), eo.comm->size(), spec.ranks()));
+  if (eo.comm->size() == 1) eo.comm = nullptr;  // tp=1: one process, as without the flag
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,48 @@
+#pragma once
+// The collectives a model split across processes needs, as an interface:
+// the model (model/) sums its partial results through it without knowing
+// the transport; parallel/ implements it over MPI. Every call is collective:
+// all ranks make it, in the same order, with the same sizes.
+//
+// A peer that dies or stops answering must not hang the caller forever:
+// implementations give up after their timeout and throw
+// CommunicatorFailure; the job cannot go on after that (the other ranks are
+// somewhere inside the same collective), so callers end it.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+struct CommunicatorFailure : Error {
+  using Error::Error;
+};
+
+// Time spent in all-reduces, from the call until the sum arrived.
+struct AllReduceStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;  // per rank, as sent
+  double seconds = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // x[0, n) = the sum over ranks of every rank's x[0, n), on every rank
+  // (bitwise the same everywhere: ranks that route experts by it must agree).
+  virtual void all_reduce_sum(float* x, int64_t n) = 0;
+  // bytes[0, n) of rank `root` to every rank. With wait_forever, the call
+  // waits without the timeout (a rank idling until the leader has work).
+  virtual void broadcast(void* bytes, size_t n, int root, bool wait_forever = false) = 0;
+  virtual int64_t all_reduce_min(int64_t v) = 0;
+  virtual AllReduceStats all_reduce_stats() const = 0;
+  // "MPI (Open MPI 4.1.4), 2 ranks": for logs.
+  virtual std::string describe() const = 0;
+  bool is_leader() const { return rank() == 0; }
+};
+
+}  // namespace kestrel

@@ -1,0 +1,42 @@
+#pragma once
+// Tensor parallelism (Megatron-style) as the model layer sees it: this
+// rank's share of each split dimension and of each matrix, and the sum that
+// joins the ranks' partial results. With n == 1 every call is the identity,
+// so the single-process model is the same code.
+//
+// Column-parallel matrices (q, k, v by heads; gate, up by FFN rows) keep a
+// contiguous run of rows: a view into the mapped file. Row-parallel ones
+// (attention output, down) keep a run of columns: copied, whole blocks. Each
+// rank's partial output of a row-parallel matrix is summed across ranks.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "formats/weight.h"
+
+namespace kestrel {
+
+struct TensorShard {
+  int rank = 0;
+  int n = 1;
+  Communicator* comm = nullptr;  // set when n > 1
+
+  bool split() const { return n > 1; }
+  // This rank's count of `total` items (heads, FFN rows); Error naming
+  // `what` when they do not divide evenly.
+  int64_t share(int64_t total, const std::string& what) const;
+  // Rows [first, first + count) of w split n ways: this rank's run.
+  Weight rows(const Weight& w, int64_t first, int64_t count) const;
+  Weight rows(const Weight& w) const { return rows(w, 0, w.rows()); }
+  // All columns of w split n ways: this rank's run (a copy).
+  Weight columns(const Weight& w) const;
+  // Elements [first, first + count) of v split n ways (biases).
+  std::vector<float> part(const std::vector<float>& v, int64_t first, int64_t count) const;
+  // x[0, count) summed over the ranks (partial results of a row-parallel matrix).
+  void sum(float* x, int64_t count) const {
+    if (split()) comm->all_reduce_sum(x, count);
+  }
+};
+
+}  // namespace kestrel

@@ -1,0 +1,138 @@
+// The MPI communicator (Open MPI): collectives started non-blocking and
+// polled against a deadline, so that a rank that died or hangs ends the job
+// with an error instead of blocking the others forever.
+#include "parallel/mpi_world.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+#include <sched.h>
+#include <time.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+
+namespace kestrel {
+namespace {
+
+bool joined = false;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    std::string v(version, static_cast<size_t>(len));
+    library_ = v.substr(0, v.find(','));  // "Open MPI v4.1.4"
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* x, int64_t n) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t done = 0; done < n;) {
+      const int count = static_cast<int>(std::min<int64_t>(n - done, INT_MAX));
+      MPI_Request req;
+      MPI_Iallreduce(MPI_IN_PLACE, x + done, count, MPI_FLOAT, MPI_SUM, comm_, &req);
+      wait(req, [&] { return fmt::format("an all-reduce of {} floats", n); }, false);
+      done += count;
+    }
+    stats_.calls++;
+    stats_.bytes += n * static_cast<int64_t>(sizeof(float));
+    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void broadcast(void* bytes, size_t n, int root, bool wait_forever) override {
+    for (size_t done = 0; done < n;) {
+      const int count = static_cast<int>(std::min<size_t>(n - done, INT_MAX));
+      MPI_Request req;
+      MPI_Ibcast(static_cast<char*>(bytes) + done, count, MPI_BYTE, root, comm_, &req);
+      wait(req, [&] { return fmt::format("a broadcast of {} bytes from rank {}", n, root); }, wait_forever);
+      done += static_cast<size_t>(count);
+    }
+  }
+
+  int64_t all_reduce_min(int64_t v) override {
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_MIN, comm_, &req);
+    wait(req, [] { return std::string("an all-reduce (min)"); }, false);
+    return v;
+  }
+
+  AllReduceStats all_reduce_stats() const override { return stats_; }
+
+  std::string describe() const override { return fmt::format("MPI ({}), {} ranks", library_, size_); }
+
+ private:
+  // Polls until the request completes: spinning at first (a step's
+  // all-reduce takes microseconds), then yielding, then sleeping in short
+  // naps, so that an idle rank waiting for work costs no core.
+  template <class What>
+  void wait(MPI_Request& req, What what, bool forever) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t polls = 0;; polls++) {
+      int done = 0;
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (polls < 2000) continue;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!forever && waited > timeout_s_)
+        throw CommunicatorFailure(fmt::format(
+            "rank {} of {}: {} did not complete within {:g} s: a rank has died or stopped answering "
+            "(--parallel-timeout sets the limit)",
+            rank_, size_, what(), timeout_s_));
+      if (waited < 0.002) {
+        sched_yield();
+      } else {
+        const timespec nap{0, waited < 0.1 ? 20'000 : 500'000};
+        nanosleep(&nap, nullptr);
+      }
+    }
+  }
+
+  double timeout_s_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::string library_;
+  AllReduceStats stats_;
+};
+
+}  // namespace
+
+bool mpi_available() { return true; }
+
+std::shared_ptr<Communicator> join_mpi_world(double timeout_s) {
+  if (!(timeout_s > 0)) throw Error(fmt::format("--parallel-timeout {} must be positive", timeout_s));
+  if (!joined) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+      throw Error("--parallel: MPI_Init failed (start kestrel with mpirun)");
+    joined = true;
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw Error("--parallel: this MPI library cannot be called from the server's engine thread "
+                  "(MPI_THREAD_SERIALIZED not provided)");
+  }
+  return std::make_shared<MpiCommunicator>(timeout_s);
+}
+
+void leave_mpi_world(int code, bool failed) {
+  if (!joined) return;
+  joined = false;
+  // A rank other than 0 that fails on its own leaves rank 0 inside a step.
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (code != 0 && rank != 0) failed = true;
+  if (failed) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+  }
+  MPI_Finalize();
+}
+
+}  // namespace kestrel
