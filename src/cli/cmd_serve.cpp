@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <mutex>
 #include <fstream>
 #include <thread>
 
@@ -107,6 +108,18 @@ int run(ServeFlags& f) {
   sc.exec.scheduler.max_wait_ms = f.max_wait_ms;
   sc.exec.scheduler.aging_ms = f.aging_ms;
   sc.max_queue = f.max_queue;
+  // A tensor-parallel rank gone: the requests get the error, then the server
+  // stops as on SIGTERM and the job ends (non-zero: main aborts the MPI job).
+  std::mutex fatal_mutex;
+  std::string fatal;
+  sc.on_fatal = [&](const std::string& why) {
+    {
+      std::lock_guard lock(fatal_mutex);
+      fatal = why;
+    }
+    fmt::print(stderr, "[kestrel] error: {}; stopping\n", why);
+    kill(getpid(), SIGTERM);
+  };
   sc.exec.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
   sc.exec.proposer = spec ? spec->proposer() : nullptr;
   sc.exec.spec_governed = f.spec_governed;
@@ -170,6 +183,8 @@ int run(ServeFlags& f) {
     fmt::print(stderr, "[kestrel] profile -> {}\n", f.profile);
   }
   fmt::print(stderr, "[kestrel] stopped\n");
+  std::lock_guard lock(fatal_mutex);
+  if (!fatal.empty()) throw CommunicatorFailure(fatal);
   return 0;
 }
 

@@ -117,7 +117,15 @@ class DecoderModel final : public Model {
   void split_dimensions() {
     const ModelConfig& c = cfg_;
     local_.n_head = static_cast<int>(shard_.share(c.n_head, "attention heads"));
-    local_.n_head_kv = static_cast<int>(shard_.share(c.n_head_kv, "KV heads"));
+    // Fewer KV heads than ranks (GQA, MQA): each KV head is held by the ranks
+    // whose query heads read it, as vLLM does; else they split like the rest.
+    if (c.n_head_kv < shard_.n && shard_.n % c.n_head_kv == 0) {
+      local_.n_head_kv = 1;
+      local_.kv_head = shard_.rank / (shard_.n / c.n_head_kv);
+    } else {
+      local_.n_head_kv = static_cast<int>(shard_.share(c.n_head_kv, "KV heads"));
+      local_.kv_head = -1;
+    }
     local_.moe = c.moe;
     if (c.moe.routing.n_expert > 0) {
       local_.moe.n_ff_expert = shard_.share(c.moe.n_ff_expert, "expert FFN rows");
@@ -199,15 +207,15 @@ class DecoderModel final : public Model {
     if (c.fused_qkv) {
       const Weight qkv = ld.require(p + "attn_qkv.weight", {dim, q_dim + 2 * kv_dim});
       L.wq = be_.prepare_weight(sh.rows(weight_rows(qkv, 0, q_dim, qkv.name + ".q")));
-      L.wk = be_.prepare_weight(sh.rows(weight_rows(qkv, q_dim, kv_dim, qkv.name + ".k")));
-      L.wv = be_.prepare_weight(sh.rows(weight_rows(qkv, q_dim + kv_dim, kv_dim, qkv.name + ".v")));
+      L.wk = be_.prepare_weight(kv_rows(weight_rows(qkv, q_dim, kv_dim, qkv.name + ".k")));
+      L.wv = be_.prepare_weight(kv_rows(weight_rows(qkv, q_dim + kv_dim, kv_dim, qkv.name + ".v")));
     } else {
       L.wq = be_.prepare_weight(sh.rows(ld.require(p + "attn_q.weight", {dim, q_dim})));
-      L.wk = be_.prepare_weight(sh.rows(ld.require(p + "attn_k.weight", {dim, kv_dim})));
-      L.wv = be_.prepare_weight(sh.rows(ld.require(p + "attn_v.weight", {dim, kv_dim})));
+      L.wk = be_.prepare_weight(kv_rows(ld.require(p + "attn_k.weight", {dim, kv_dim})));
+      L.wv = be_.prepare_weight(kv_rows(ld.require(p + "attn_v.weight", {dim, kv_dim})));
       L.bq = sh.part(ld.optional_vector(p + "attn_q.bias", q_dim), 0, q_dim);
-      L.bk = sh.part(ld.optional_vector(p + "attn_k.bias", kv_dim), 0, kv_dim);
-      L.bv = sh.part(ld.optional_vector(p + "attn_v.bias", kv_dim), 0, kv_dim);
+      L.bk = kv_part(ld.optional_vector(p + "attn_k.bias", kv_dim));
+      L.bv = kv_part(ld.optional_vector(p + "attn_v.bias", kv_dim));
     }
     if (c.qk_norm) {
       L.q_norm = ld.require_vector(p + "attn_q_norm.weight", hd);
@@ -225,6 +233,19 @@ class DecoderModel final : public Model {
     else
       L.ffn = load_ffn(ld, be_, p, "", dim, c.n_ff, c.fused_gate_up, sh);
     return L;
+  }
+
+  // This rank's rows of a k or v matrix (and of its bias): its share of the
+  // KV heads, or the one it holds a copy of.
+  Weight kv_rows(const Weight& w) const {
+    if (local_.kv_head < 0) return shard_.rows(w);
+    const int64_t hd = cfg_.head_dim;
+    return weight_rows(w, local_.kv_head * hd, hd, fmt::format("{}[KV head {}]", w.name, local_.kv_head));
+  }
+  std::vector<float> kv_part(const std::vector<float>& v) const {
+    if (v.empty() || local_.kv_head < 0) return shard_.part(v, 0, static_cast<int64_t>(v.size()));
+    const int64_t hd = cfg_.head_dim;
+    return {v.begin() + local_.kv_head * hd, v.begin() + (local_.kv_head + 1) * hd};
   }
 
   // Scratch activations for the largest batch, allocated once.
@@ -272,6 +293,7 @@ class DecoderModel final : public Model {
   TensorShard shard_;
   struct {  // what this rank runs of the split dimensions (the whole of them in one process)
     int n_head = 0, n_head_kv = 0;
+    int kv_head = -1;  // >= 0: the one KV head this rank holds a copy of (fewer KV heads than ranks)
     int64_t n_ff = 0;
     MoeConfig moe;
   } local_;

@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <climits>
@@ -21,6 +22,9 @@ class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    // Errors come back as codes (a dead peer under mpirun --enable-recovery)
+    // instead of ending the process: this rank then reports them.
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -38,8 +42,9 @@ class MpiCommunicator final : public Communicator {
     for (int64_t done = 0; done < n;) {
       const int count = static_cast<int>(std::min<int64_t>(n - done, INT_MAX));
       MPI_Request req;
-      MPI_Iallreduce(MPI_IN_PLACE, x + done, count, MPI_FLOAT, MPI_SUM, comm_, &req);
-      wait(req, [&] { return fmt::format("an all-reduce of {} floats", n); }, false);
+      const auto what = [&] { return fmt::format("an all-reduce of {} floats", n); };
+      started(MPI_Iallreduce(MPI_IN_PLACE, x + done, count, MPI_FLOAT, MPI_SUM, comm_, &req), what);
+      wait(req, what, false);
       done += count;
     }
     stats_.calls++;
@@ -51,16 +56,18 @@ class MpiCommunicator final : public Communicator {
     for (size_t done = 0; done < n;) {
       const int count = static_cast<int>(std::min<size_t>(n - done, INT_MAX));
       MPI_Request req;
-      MPI_Ibcast(static_cast<char*>(bytes) + done, count, MPI_BYTE, root, comm_, &req);
-      wait(req, [&] { return fmt::format("a broadcast of {} bytes from rank {}", n, root); }, wait_forever);
+      const auto what = [&] { return fmt::format("a broadcast of {} bytes from rank {}", n, root); };
+      started(MPI_Ibcast(static_cast<char*>(bytes) + done, count, MPI_BYTE, root, comm_, &req), what);
+      wait(req, what, wait_forever);
       done += static_cast<size_t>(count);
     }
   }
 
   int64_t all_reduce_min(int64_t v) override {
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_MIN, comm_, &req);
-    wait(req, [] { return std::string("an all-reduce (min)"); }, false);
+    const auto what = [] { return std::string("an all-reduce (min)"); };
+    started(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_MIN, comm_, &req), what);
+    wait(req, what, false);
     return v;
   }
 
@@ -69,6 +76,12 @@ class MpiCommunicator final : public Communicator {
   std::string describe() const override { return fmt::format("MPI ({}), {} ranks", library_, size_); }
 
  private:
+  template <class What>
+  void started(int rc, What what) const {
+    if (rc != MPI_SUCCESS)
+      throw CommunicatorFailure(fmt::format("rank {} of {}: {} could not start: a rank has died", rank_, size_, what()));
+  }
+
   // Polls until the request completes: spinning at first (a step's
   // all-reduce takes microseconds), then yielding, then sleeping in short
   // naps, so that an idle rank waiting for work costs no core.
@@ -77,7 +90,9 @@ class MpiCommunicator final : public Communicator {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t polls = 0;; polls++) {
       int done = 0;
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        throw CommunicatorFailure(
+            fmt::format("rank {} of {}: {} failed: a rank has died", rank_, size_, what()));
       if (done) return;
       if (polls < 2000) continue;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -123,14 +138,13 @@ std::shared_ptr<Communicator> join_mpi_world(double timeout_s) {
 void leave_mpi_world(int code, bool failed) {
   if (!joined) return;
   joined = false;
-  // A rank other than 0 that fails on its own leaves rank 0 inside a step.
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (code != 0 && rank != 0) failed = true;
   if (failed) {
+    // Not MPI_Abort: once mpirun is already ending the job (a rank died) it
+    // can wait for the abort indefinitely. A rank that exits non-zero
+    // without finalizing makes mpirun end the others by itself.
     std::fflush(stdout);
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+    _exit(code == 0 ? 1 : code);
   }
   MPI_Finalize();
 }

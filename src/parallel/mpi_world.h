@@ -13,9 +13,9 @@ bool mpi_available();
 // makes the calls) and a communicator over every rank of the job, whose
 // collectives give up after timeout_s. Error when built without MPI.
 std::shared_ptr<Communicator> join_mpi_world(double timeout_s);
-// At exit: MPI_Finalize after a clean end; after a failure, MPI_Abort (the
+// At exit: MPI_Finalize after a clean end; after a failure, _exit(code) (the
 // other ranks may be waiting inside a collective that will never complete),
-// which ends every rank with `code`. No-op when the world was never joined.
+// which makes mpirun end every rank. No-op when the world was never joined.
 void leave_mpi_world(int code, bool failed);
 
 }  // namespace kestrel

@@ -80,7 +80,17 @@ Engine Engine::load(const EngineOptions& o) {
     e.comm = o.comm;
     mo.shard = {o.comm->rank(), o.comm->size(), o.comm.get()};
   }
-  e.model = load_model(*e.file, *e.backend, mo);
+  // Under tensor parallelism the ranks agree that every one of them loaded
+  // its share before any goes on (else all stop, none waits for a dead one).
+  try {
+    e.model = load_model(*e.file, *e.backend, mo);
+  } catch (const Error&) {
+    if (e.comm) e.comm->all_reduce_min(0);
+    throw;
+  }
+  if (e.comm && e.comm->all_reduce_min(1) == 0)
+    throw Error(fmt::format("rank {}: another rank could not load its share of the model (its error says why)",
+                            e.comm->rank()));
   e.tokenizer = Tokenizer::from_gguf(*e.file);
   const ModelConfig& c = e.model->config();
   if (e.tokenizer->vocab().size() != c.n_vocab)
@@ -105,7 +115,14 @@ Engine Engine::load(const EngineOptions& o) {
 
 int64_t Engine::follow_leader() {
   if (!is_follower()) throw Error("follow_leader: this process is not a tensor-parallel follower rank");
-  return kestrel::follow_leader(*model, kv->store(), *comm);
+  try {
+    return kestrel::follow_leader(*model, kv->store(), *comm);
+  } catch (const CommunicatorFailure&) {
+    throw;
+  } catch (const Error& err) {
+    // Rank 0 is inside the step this rank could not finish: end the job.
+    throw CommunicatorFailure(fmt::format("rank {}: {}", comm->rank(), err.what()));
+  }
 }
 
 std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, const EngineOptions& o,

@@ -281,8 +281,22 @@ void ServingEngine::loop() {
       wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !inbox_.empty() || stop_; });
       continue;
     }
+    if (!fatal_.empty()) {  // nothing can run: every request ends with the reason
+      std::vector<int64_t> ids;
+      for (const auto& [id, a] : active_) ids.push_back(id);
+      for (int64_t id : ids) {
+        finish(*active_.at(id), "error", fatal_);
+        exec_.remove(id);
+      }
+      continue;
+    }
     try {
       step(now);
+    } catch (const CommunicatorFailure& ex) {
+      // The ranks of a tensor-parallel job can no longer meet.
+      accepting_ = false;
+      fatal_ = fmt::format("the model's ranks stopped answering: {}", ex.what());
+      if (c_.on_fatal) c_.on_fatal(fatal_);
     } catch (const std::exception& ex) {
       // A failed step fails its requests, never the server.
       std::vector<int64_t> ids;

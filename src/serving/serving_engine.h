@@ -122,6 +122,11 @@ struct ServingConfig {
   // of a step at once).
   ExecConfig exec;
   int max_queue = 256;  // waiting requests beyond which submit() refuses (HTTP 503)
+  // Called once, from the engine thread, when steps can no longer run (a
+  // tensor-parallel rank died or hangs: CommunicatorFailure). The requests
+  // in flight, and any that arrive after, end with the error; the caller is
+  // expected to stop the server.
+  std::function<void(const std::string&)> on_fatal;
 };
 
 class ServingEngine : private StepHooks {
@@ -192,6 +197,7 @@ class ServingEngine : private StepHooks {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> deadline_ms_{-1};
   std::atomic<int> queued_{0};  // slots held: arrived and not yet run, for the 503 check
+  std::string fatal_;             // set: no step can run any more (why)
   int64_t next_id_ = 1;
   std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
   std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused

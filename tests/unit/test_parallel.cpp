@@ -1,0 +1,129 @@
+// Tensor parallelism's pieces that need no second process: the --parallel
+// spec, a rank's share of a matrix (rows by view, columns by copy), and the
+// step message the leader sends (tests/parallel/ runs the ranks for real).
+#include <gtest/gtest.h>
+
+#include "formats/block_formats.h"
+#include "model/tensor_shard.h"
+#include "parallel/parallel_spec.h"
+#include "parallel/step_message.h"
+#include "test_support.h"
+
+using namespace kestrel;
+using kestrel::test::QuantMatrix;
+using kestrel::test::quantized_matrix;
+
+TEST(ParallelSpec, ParsesKindsAndRefusesWhatIsNotOne) {
+  const ParallelSpec s = parse_parallel_spec("tp=4");
+  EXPECT_EQ(s.tp, 4);
+  EXPECT_EQ(s.ranks(), 4);
+  const ParallelSpec m = parse_parallel_spec("tp=2,ep=3,pp=2");
+  EXPECT_EQ(m.ranks(), 12);
+  EXPECT_EQ(m.describe(), "tp=2,ep=3,pp=2");
+  for (const char* bad : {"", "tp", "tp=0", "tp=-1", "tp=2x", "xp=2", "tp=2,tp=2", "tp=2,", "tp=99999"})
+    EXPECT_THROW(parse_parallel_spec(bad), Error) << bad;
+  try {
+    parse_parallel_spec("tq=2");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown kind 'tq'"), std::string::npos) << e.what();
+  }
+}
+
+// Every rank's columns of a quantized matrix, dequantized, are exactly the
+// matching columns of the whole matrix dequantized; the ranks' shares tile it.
+TEST(TensorShard, ColumnSharesAreTheMatrixColumnsExactly) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::F16}) {
+    const int64_t rows = 6, cols = 1024;
+    QuantMatrix m = quantized_matrix(type, rows, cols, 7);
+    std::vector<float> whole(static_cast<size_t>(cols));
+    for (int n : {2, 4}) {
+      for (int rank = 0; rank < n; rank++) {
+        const TensorShard sh{rank, n, nullptr};
+        const Weight part = sh.columns(m.w);
+        ASSERT_EQ(part.cols(), cols / n);
+        ASSERT_EQ(part.rows(), rows);
+        std::vector<float> got(static_cast<size_t>(part.cols()));
+        for (int64_t r = 0; r < rows; r++) {
+          dequantize_row(type, m.w.row(r), whole.data(), cols);
+          dequantize_row(type, part.row(r), got.data(), part.cols());
+          for (int64_t c = 0; c < part.cols(); c++)
+            ASSERT_EQ(got[c], whole[rank * part.cols() + c]) << type_name(type) << " rank " << rank << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(TensorShard, RowSharesAreViewsAndUnevenSplitsAreRefusedByName) {
+  QuantMatrix m = quantized_matrix(GgmlType::Q8_0, 8, 64, 3);
+  const TensorShard sh{1, 2, nullptr};
+  const Weight part = sh.rows(m.w);
+  EXPECT_EQ(part.rows(), 4);
+  EXPECT_EQ(part.data, m.w.row(4));  // no copy: the file's rows
+  const TensorShard three{0, 3, nullptr};
+  try {
+    three.rows(m.w);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("8 rows of blk.0.test.weight do not split evenly"), std::string::npos)
+        << e.what();
+  }
+  // A share that is not whole blocks: Q4_K has 256 values a block.
+  QuantMatrix k = quantized_matrix(GgmlType::Q4_K, 2, 256, 3);
+  try {
+    TensorShard{0, 2, nullptr}.columns(k.w);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not whole Q4_K blocks of 256"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(TensorShard{}.part({1, 2, 3, 4}, 0, 4).size(), 4u);
+  EXPECT_EQ(TensorShard({1, 2, nullptr}).part({1, 2, 3, 4}, 0, 4), (std::vector<float>{3, 4}));
+}
+
+TEST(StepMessage, RoundTripsTheBatchItsPlacementAndCopies) {
+  // Two sequences: a prefill of 3 rows of seq 7 (positions 16..18, block
+  // size 16: two blocks of its table read) and a decode row of seq 2.
+  Batch b;
+  b.add(11, 16, 7, false);
+  b.add(12, 17, 7, false);
+  b.add(13, 18, 7, true);
+  b.add(14, 3, 2, true);
+  const int32_t table7[] = {5, 9, 99}, table2[] = {4};
+  const int32_t sliding7[] = {-1, 3}, sliding2[] = {8};
+  BatchPlacement p(4);
+  for (int i = 0; i < 4; i++) {
+    p.slots[0][i] = b.seq_ids[i] == 7 ? 9 * 16 + b.positions[i] - 16 : 4 * 16 + 3;
+    p.tables[0][i] = b.seq_ids[i] == 7 ? table7 : table2;
+    p.slots[1][i] = p.slots[0][i] + 1000;
+    p.tables[1][i] = b.seq_ids[i] == 7 ? sliding7 : sliding2;
+  }
+  const std::vector<BlockCopy> copies = {{0, 3, 4}, {1, 6, 2}};
+  const auto bytes = encode_step(b, p, 2, 16, copies);
+  DecodedStep d;
+  decode_step(bytes, d);
+  EXPECT_EQ(d.batch.tokens, b.tokens);
+  EXPECT_EQ(d.batch.positions, b.positions);
+  EXPECT_EQ(d.batch.seq_ids, b.seq_ids);
+  EXPECT_EQ(d.batch.want_logits, b.want_logits);
+  ASSERT_EQ(d.copies.size(), 2u);
+  EXPECT_EQ(d.copies[1].group, 1);
+  EXPECT_EQ(d.copies[1].from, 6);
+  EXPECT_EQ(d.copies[1].to, 2);
+  for (int g = 0; g < 2; g++)
+    for (int i = 0; i < 4; i++) {
+      EXPECT_EQ(d.place.slots[g][i], p.slots[g][i]);
+      const int n_blocks = b.positions[i] / 16 + 1;  // what the row's attention reads
+      for (int k = 0; k < n_blocks; k++) EXPECT_EQ(d.place.tables[g][i][k], p.tables[g][i][k]) << g << " " << i;
+    }
+  // Rows of one sequence share one table.
+  EXPECT_EQ(d.place.tables[0][0], d.place.tables[0][2]);
+
+  // Truncated or padded messages are errors, not garbage steps.
+  auto cut = bytes;
+  cut.pop_back();
+  EXPECT_THROW(decode_step(cut, d), Error);
+  auto longer = bytes;
+  longer.push_back(0);
+  EXPECT_THROW(decode_step(longer, d), Error);
+}
