@@ -10,6 +10,7 @@
 // somewhere inside the same collective), so callers end it.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -39,6 +40,9 @@ class Communicator {
   // waits without the timeout (a rank idling until the leader has work).
   virtual void broadcast(void* bytes, size_t n, int root, bool wait_forever = false) = 0;
   virtual int64_t all_reduce_min(int64_t v) = 0;
+  // The ranks with the same color, as a communicator of their own, ranked
+  // by key (collective over this one: every rank calls it).
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
   virtual AllReduceStats all_reduce_stats() const = 0;
   // "MPI (Open MPI 4.1.4), 2 ranks": for logs.
   virtual std::string describe() const = 0;

@@ -95,7 +95,10 @@ class DecoderModel final : public Model {
         moe_->run(be_, L.moe, xb, n, xb2);
       else
         run_ffn(be_, L.ffn, c.ffn_act, xb, n, hb_.data(), hb2_.data(), xb2);
-      shard_.sum(xb2, n * dim);
+      if (L.moe.present())
+        shard_.sum_experts(xb2, n * dim);
+      else
+        shard_.sum(xb2, n * dim);
       if (c.post_norms) be_.rmsnorm(xb2, L.post_ffn_norm.data(), xb2, n, dim, c.rms_eps);
       be_.add(x, xb2, n * dim);
     }
@@ -127,6 +130,9 @@ class DecoderModel final : public Model {
       local_.kv_head = -1;
     }
     local_.moe = c.moe;
+    if (shard_.experts_split() && c.moe.routing.n_expert == 0)
+      throw Error(fmt::format("expert parallelism (ep={}) needs a mixture-of-experts model; {} is dense (use tp)",
+                              shard_.ep, c.arch));
     if (c.moe.routing.n_expert > 0) {
       local_.moe.n_ff_expert = shard_.share(c.moe.n_ff_expert, "expert FFN rows");
       local_.moe.n_ff_shared = shard_.share(c.moe.n_ff_shared, "shared-expert FFN rows");
@@ -274,7 +280,13 @@ class DecoderModel final : public Model {
     int qkv = 0, ffn = 0;
     for (const auto& L : w_.layers) {
       qkv += be_.fuses(L.wq, L.wk) && be_.fuses(L.wq, L.wv);
-      ffn += L.moe.present() ? be_.fuses(L.moe.experts[0].gate, L.moe.experts[0].up) : be_.fuses(L.ffn.gate, L.ffn.up);
+      const FfnWeights* f = &L.ffn;
+      for (const FfnWeights& x : L.moe.experts)  // the first this rank holds
+        if (x.present()) {
+          f = &x;
+          break;
+        }
+      ffn += be_.fuses(f->gate, f->up);
     }
     const int n = cfg_.n_layer;
     const char* act = cfg_.ffn_act == FfnActivation::Gelu ? "GeGLU" : "SwiGLU";

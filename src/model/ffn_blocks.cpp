@@ -28,11 +28,22 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
   const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
   const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
   const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
+  if (ne % shard.ep != 0)
+    throw Error(fmt::format("expert parallelism over {} groups: {} experts do not split evenly", shard.ep, ne));
   for (int x = 0; x < ne; x++) {
     const std::string tag = fmt::format(".{}", x);
+    if (!shard.holds_expert(x, ne)) {  // another expert group's: left in the file, never read
+      m.experts.emplace_back();
+      continue;
+    }
     m.experts.push_back({be.prepare_weight(shard.rows(weight_slice(gate, x, gate.name + tag))),
                          be.prepare_weight(shard.rows(weight_slice(up, x, up.name + tag))),
                          be.prepare_weight(shard.columns(weight_slice(down, x, down.name + tag)))});
+  }
+  if (!shard.holds_shared_expert()) {
+    for (const char* t : {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight"})
+      if (ld.has(p + t)) ld.skip(p + t, "expert parallelism: the shared expert runs in expert group 0");
+    return m;
   }
   if (e.n_ff_shared > 0) m.shared = load_ffn(ld, be, p, "_shexp", dim, e.n_ff_shared, false, shard);
   if (e.shared_gate) m.shared_gate = be.prepare_weight(ld.require(p + "ffn_gate_inp_shexp.weight", {dim}));
@@ -82,6 +93,10 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, const float* x, int64_t n, fl
   for (auto& v : routed_) v.clear();
   for (int64_t t = 0; t < n; t++)
     for (int k = 0; k < rt.n_used; k++) routed_[expert_ids_[t * rt.n_used + k]].push_back(t * rt.n_used + k);
+  // Experts another rank holds (expert parallelism) add nothing here: their
+  // share of the sum comes from that rank.
+  for (int e = 0; e < rt.n_expert; e++)
+    if (!w.experts[e].present()) routed_[e].clear();
   ffn_refs_.clear();
   ffn_in_.clear();
   ffn_out_.clear();

@@ -37,7 +37,9 @@ FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& pref
 // Router, experts (3-D ffn_*_exps sliced per expert), the selection bias
 // when the file has one, and the shared expert(s) the config asks for. moe
 // gives the file's widths; under tensor parallelism every expert keeps this
-// rank's share of its width (the router is whole on every rank).
+// rank's share of its width (the router is whole on every rank); under expert
+// parallelism only this rank's group's experts are loaded (the others are
+// absent: MoeFfn::run skips them) and the shared expert only in group 0.
 MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& prefix, int64_t dim, const MoeConfig& moe,
                     const TensorShard& shard = {});
 

@@ -17,12 +17,28 @@
 
 namespace kestrel {
 
+// With expert parallelism as well (ep groups of tp ranks each), the tensor
+// split is within a group, and each group holds a contiguous run of the
+// experts (each of them split over the group's ranks): an MoE layer's output
+// is then a partial sum over every rank, attention's and a dense FFN's over
+// the group only.
 struct TensorShard {
-  int rank = 0;
-  int n = 1;
-  Communicator* comm = nullptr;  // set when n > 1
+  int rank = 0;                  // within the tensor-parallel group
+  int n = 1;                     // ranks of that group
+  Communicator* comm = nullptr;  // the group (set when n > 1)
+  int ep_rank = 0;               // which expert group this rank is in
+  int ep = 1;                    // expert groups
+  Communicator* world = nullptr; // every rank (set when n * ep > 1)
 
   bool split() const { return n > 1; }
+  bool experts_split() const { return ep > 1; }
+  // Whether this rank's group holds expert e of n_expert.
+  bool holds_expert(int e, int n_expert) const {
+    const int each = n_expert / ep;
+    return e / each == ep_rank;
+  }
+  // Shared (always-on) experts run in expert group 0 only: their partial sums go into the all-rank sum once.
+  bool holds_shared_expert() const { return ep_rank == 0; }
   // This rank's count of `total` items (heads, FFN rows); Error naming
   // `what` when they do not divide evenly.
   int64_t share(int64_t total, const std::string& what) const;
@@ -36,6 +52,11 @@ struct TensorShard {
   // x[0, count) summed over the ranks (partial results of a row-parallel matrix).
   void sum(float* x, int64_t count) const {
     if (split()) comm->all_reduce_sum(x, count);
+  }
+  // An MoE layer's output, summed over every rank (the expert groups' too).
+  void sum_experts(float* x, int64_t count) const {
+    if (experts_split()) world->all_reduce_sum(x, count);
+    else sum(x, count);
   }
 };
 

@@ -20,8 +20,8 @@ bool joined = false;
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+  MpiCommunicator(double timeout_s, MPI_Comm base) : timeout_s_(timeout_s) {
+    MPI_Comm_dup(base, &comm_);
     // Errors come back as codes (a dead peer under mpirun --enable-recovery)
     // instead of ending the process: this rank then reports them.
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -72,6 +72,15 @@ class MpiCommunicator final : public Communicator {
   }
 
   AllReduceStats all_reduce_stats() const override { return stats_; }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part;
+    if (MPI_Comm_split(comm_, color, key, &part) != MPI_SUCCESS)
+      throw CommunicatorFailure(fmt::format("rank {} of {}: splitting the communicator failed", rank_, size_));
+    auto c = std::make_shared<MpiCommunicator>(timeout_s_, part);
+    MPI_Comm_free(&part);
+    return c;
+  }
 
   std::string describe() const override { return fmt::format("MPI ({}), {} ranks", library_, size_); }
 
@@ -132,7 +141,7 @@ std::shared_ptr<Communicator> join_mpi_world(double timeout_s) {
       throw Error("--parallel: this MPI library cannot be called from the server's engine thread "
                   "(MPI_THREAD_SERIALIZED not provided)");
   }
-  return std::make_shared<MpiCommunicator>(timeout_s);
+  return std::make_shared<MpiCommunicator>(timeout_s, MPI_COMM_WORLD);
 }
 
 void leave_mpi_world(int code, bool failed) {

@@ -77,8 +77,13 @@ Engine Engine::load(const EngineOptions& o) {
   mo.mla = o.mla;
   mo.load_mtp = o.load_mtp;
   if (o.comm && o.comm->size() > 1) {
+    // Ranks in expert-group order: rank = group * tp + (rank within the group).
     e.comm = o.comm;
-    mo.shard = {o.comm->rank(), o.comm->size(), o.comm.get()};
+    const int ep = o.expert_groups, tp = o.comm->size() / ep, r = o.comm->rank();
+    if (ep < 1 || o.comm->size() % ep != 0)
+      throw Error(fmt::format("{} expert groups do not divide {} ranks", ep, o.comm->size()));
+    e.tp_group = ep > 1 ? o.comm->split(r / tp, r % tp) : o.comm;
+    mo.shard = {r % tp, tp, tp > 1 ? e.tp_group.get() : nullptr, r / tp, ep, o.comm.get()};
   }
   // Under tensor parallelism the ranks agree that every one of them loaded
   // its share before any goes on (else all stop, none waits for a dead one).

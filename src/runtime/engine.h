@@ -41,6 +41,7 @@ struct EngineOptions {
   // Set with more than one rank: tensor parallelism over them (--parallel
   // tp=N under mpirun). Rank 0 runs everything; the others follow its steps.
   std::shared_ptr<Communicator> comm;
+  int expert_groups = 1;  // with comm: ep of --parallel tp=T,ep=E (T = ranks / E)
 };
 
 struct Engine {
@@ -52,7 +53,8 @@ struct Engine {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<PagedKvCache> kv;
   int64_t n_ctx = 0;
-  std::shared_ptr<Communicator> comm;      // set under tensor parallelism
+  std::shared_ptr<Communicator> comm;      // set under tensor parallelism: every rank
+  std::shared_ptr<Communicator> tp_group;  // ...and this rank's tensor-parallel group (with ep > 1)
 
   static Engine load(const EngineOptions& options);
   // A rank other than 0 of a tensor-parallel job: it runs no command of its

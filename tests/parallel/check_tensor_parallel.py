@@ -81,6 +81,23 @@ check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"],
       "tp=4 over TCP llama32.F16: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
 check("tp=4, MPI" in r.stderr and "all-reduces" in r.stderr, "tp=4: rank 0 reports its all-reduce time")
 
+# 2b. Expert parallelism: the experts dealt to 2 or 4 groups, alone and with the heads split in each group.
+for split, n in [("ep=2", 2), ("tp=2,ep=2", 4), ("ep=4", 4)]:
+    for name in ["qwen3moe.F16", "mixtral.F16"]:
+        cell = cells[name]
+        r = mpirun(n, run_args(cell, ["--parallel", split]))
+        check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"],
+              f"{split} {name}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
+with tempfile.TemporaryDirectory() as tmp:
+    # Qwen2-MoE's gated shared expert (runs in expert group 0 only) has no llama.cpp file here: one process is the reference.
+    moe = os.path.join(tmp, "qwen2moe.gguf")
+    subprocess.run([KESTREL, "synth", "--arch", "qwen2moe", "--preset", "tiny", "-o", moe], check=True, capture_output=True)
+    args = ["run", "-m", moe, "-p", "hello world", "-n", "30", "--temp", "0", "--ignore-eos", "--print-ids", "-t", "1"]
+    alone = ids_of(subprocess.run([KESTREL, *args], capture_output=True, text=True, errors="replace", env=ENV).stdout)
+    for split, n in [("ep=2", 2), ("tp=2,ep=2", 4)]:
+        r = mpirun(n, args + ["--parallel", split])
+        check(alone is not None and ids_of(r.stdout) == alone, f"{split} qwen2moe synth (shared expert): ids equal one process's")
+
 # 3. Logits equal the single-process run's (F16: the same products, summed in two halves).
 with tempfile.TemporaryDirectory() as tmp:
     for name in ["llama32.F16", "qwen3moe.F16", "gemma2.F16"]:
@@ -123,7 +140,9 @@ with tempfile.TemporaryDirectory() as tmp:
 # 5. Splits that cannot be made, and jobs of the wrong size: errors naming the problem, every rank ends.
 for n, args, want in [
     (3, run_args(cells["llama32.F16"], ["--parallel", "tp=2"]), "needs 2 ranks but this job has 3"),
-    (2, run_args(cells["llama32.F16"], ["--parallel", "ep=2"]), "only tensor parallelism (tp=N) is implemented"),
+    (2, run_args(cells["llama32.F16"], ["--parallel", "pp=2"]), "pipeline parallelism (pp) is not implemented yet"),
+    (2, run_args(cells["llama32.F16"], ["--parallel", "ep=2"]), "needs a mixture-of-experts model; llama is dense"),
+    (3, run_args(cells["qwen3moe.F16"], ["--parallel", "ep=3"]), "expert parallelism over 3 groups: 8 experts do not split"),
     (2, run_args(cells["qwen25.F16"], ["--parallel", "tp=2"]), "5 attention heads do not split evenly"),
     (2, run_args(cells["llama32.Q6_K"], ["--parallel", "tp=2"]), "is not whole Q6_K blocks of 256 values"),
 ]:
