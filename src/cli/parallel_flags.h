@@ -23,7 +23,7 @@ struct ParallelFlags {
 inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
   cmd->add_option("--parallel", p.spec,
                   "Split the model over the ranks of `mpirun -np N`: tp=N (tensor parallel: heads and FFN rows), "
-                  "ep=N (expert parallel: MoE experts), or both (tp=2,ep=2: N = 4)");
+                  "ep=N (expert parallel: MoE experts), both (tp=2,ep=2: N = 4), or pp=N (pipeline: layer ranges)");
   cmd->add_option("--parallel-timeout", p.timeout_s,
                   "Seconds a rank waits inside a collective before it declares another rank dead and ends the job")
       ->capture_default_str();
@@ -34,13 +34,14 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
 inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
   if (p.spec.empty()) return;
   const ParallelSpec spec = parse_parallel_spec(p.spec);
-  if (spec.pp > 1)
-    throw Error(fmt::format("--parallel {}: pipeline parallelism (pp) is not implemented yet; use tp and ep", p.spec));
+  if (spec.pp > 1 && spec.pp != spec.ranks())
+    throw Error(fmt::format("--parallel {}: pipeline parallelism (pp) cannot be combined with tp or ep yet", p.spec));
   eo.comm = join_mpi_world(p.timeout_s);
   if (eo.comm->size() != spec.ranks())
     throw Error(fmt::format("--parallel {} needs {} ranks but this job has {} (start it with mpirun -np {})", p.spec,
                             spec.ranks(), eo.comm->size(), spec.ranks()));
   eo.expert_groups = spec.ep;
+  eo.pipeline_stages = spec.pp;
   if (eo.comm->size() == 1) eo.comm = nullptr;  // tp=1: one process, as without the flag
 }
 

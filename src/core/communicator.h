@@ -40,6 +40,12 @@ class Communicator {
   // waits without the timeout (a rank idling until the leader has work).
   virtual void broadcast(void* bytes, size_t n, int root, bool wait_forever = false) = 0;
   virtual int64_t all_reduce_min(int64_t v) = 0;
+  // Point to point (pipeline stages): started at once, completed by wait()
+  // (under the timeout). Messages between two ranks arrive in the order sent.
+  using Request = int64_t;
+  virtual Request start_send(const float* x, int64_t n, int dest) = 0;
+  virtual Request start_recv(float* x, int64_t n, int source) = 0;
+  virtual void wait(Request r) = 0;
   // The ranks with the same color, as a communicator of their own, ranked
   // by key (collective over this one: every rank calls it).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

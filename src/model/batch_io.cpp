@@ -54,12 +54,14 @@ void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlaceme
     }
 }
 
-IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head) {
+IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head,
+                          bool with_embedding) {
   IoWeights w;
-  w.tok_embd = ld.require("token_embd.weight", {c.n_embd, c.n_vocab});
+  if (with_embedding) w.tok_embd = ld.require("token_embd.weight", {c.n_embd, c.n_vocab});
+  else ld.skip("token_embd.weight", "pipeline parallelism: stage 0 embeds");
   w.output_norm = ld.require_vector("output_norm.weight", c.n_embd);
   if (!with_head) {
-    if (!c.tied_output) ld.skip("output.weight", "tensor parallelism: only the leader rank samples");
+    if (!c.tied_output || !with_embedding) ld.skip("output.weight", "tensor parallelism: only the leader rank samples");
     return w;
   }
   w.output = be.prepare_weight(c.tied_output ? w.tok_embd : ld.require("output.weight", {c.n_embd, c.n_vocab}));

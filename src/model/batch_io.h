@@ -34,12 +34,14 @@ void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlaceme
 // The two ends' weights: the token embedding, and the output head (its norm
 // and matrix; a tied head is the embedding, given its own prepared copy so
 // that the lookup keeps reading the file's rows). Without with_head (a
-// tensor-parallel rank that never samples) the head is skipped.
+// tensor-parallel rank that never samples) the head is skipped, without
+// with_embedding (a later pipeline stage) the embedding.
 struct IoWeights {
   Weight tok_embd, output;
   std::vector<float> output_norm;
 };
-IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head = true);
+IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head = true,
+                          bool with_embedding = true);
 
 // Moves the rows of x that want logits to the front, then
 // logits = rmsnorm(rows, norm) . output; scratch holds rows * dim floats.

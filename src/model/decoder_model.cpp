@@ -18,6 +18,9 @@
 // its share of the heads (and their KV), of the FFN rows and of every
 // expert's rows; the attention output and the FFN output are partial sums
 // until summed across the ranks, which is where the ranks meet, twice a layer.
+// Split into pipeline stages, each rank runs a range of the layers on the
+// activations the previous stage sends it, in micro-batches so that the
+// stages work at once; the last stage sends the result back to rank 0.
 #include "model/decoder_model.h"
 
 #include <fmt/format.h>
@@ -55,9 +58,10 @@ class DecoderModel final : public Model {
   const ModelConfig& config() const override { return cfg_; }
   KvLayout kv_layout() const override {
     const int64_t kv_dim = static_cast<int64_t>(local_.n_head_kv) * cfg_.head_dim;
-    KvLayout l{cfg_.n_layer, kv_dim, kv_dim, cfg_.head_dim};
+    // This stage's layers only (all of them in one process).
+    KvLayout l{end_ - first_, kv_dim, kv_dim, cfg_.head_dim};
     l.sliding_window = cfg_.sliding_window;
-    l.sliding = cfg_.sliding_layers;
+    for (int i = first_; i < end_ && !cfg_.sliding_layers.empty(); i++) l.sliding.push_back(cfg_.is_sliding(i));
     return l;
   }
   int64_t max_batch_tokens() const override { return max_batch_; }
@@ -75,17 +79,75 @@ class DecoderModel final : public Model {
     check_batch_size(b);
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd;
+    float* x = x_.data();
 
-    float *x = x_.data(), *xb = xb_.data(), *xb2 = xb2_.data();
+    if (!shard_.pipelined()) {
+      embed_rows(b, 0, n);
+      run_layers(b, place, kv, 0, n);
+    } else {
+      run_stage(b, place, kv);
+      if (shard_.stage != 0) return;
+    }
+
+    // Norm + output projection on the rows that want logits only.
+    if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
+    output_logits(be_, b, x, dim, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb_.data(), logits, hidden);
+    if (c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
+  }
+
+ private:
+  void embed_rows(const Batch& b, int64_t r0, int64_t n) {
+    float* x = x_.data() + r0 * cfg_.n_embd;
     be_.annotate_layer(-1);
-    be_.embed(w_.io.tok_embd, b.tokens.data(), n, x);
-    if (c.embed_scale != 1.0f) be_.scale(x, n * dim, c.embed_scale);
+    be_.embed(w_.io.tok_embd, b.tokens.data() + r0, n, x);
+    if (cfg_.embed_scale != 1.0f) be_.scale(x, n * cfg_.n_embd, cfg_.embed_scale);
+  }
 
-    for (int l = 0; l < c.n_layer; l++) {
-      const DecoderLayer& L = w_.layers[l];
+  // This pipeline stage's part of the step, in micro-batches of rows: each
+  // is received (or embedded, on stage 0), run through the stage's layers
+  // and sent on while the next one is computed; rank 0 finally receives
+  // every row's result from the last stage. Receives are posted before
+  // any send waits, so that no two stages can wait for each other.
+  void run_stage(const Batch& b, const BatchPlacement& place, KvStore& kv) {
+    Communicator& w = *shard_.world;
+    const int64_t n = b.size(), dim = cfg_.n_embd;
+    const int last = shard_.stages - 1, stage = shard_.stage;
+    const int64_t micro = std::min<int64_t>(n, kMicroBatches);
+    auto first_row = [&](int64_t m) { return m * n / micro; };
+    std::vector<Communicator::Request> in, out;
+    for (int64_t m = 0; m < micro; m++) {
+      const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
+      if (stage > 0) in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, stage - 1));
+    }
+    for (int64_t m = 0; m < micro; m++) {
+      const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
+      if (stage == 0)
+        embed_rows(b, r0, rows);
+      else
+        w.wait(in[static_cast<size_t>(m)]);
+      run_layers(b, place, kv, r0, rows);
+      out.push_back(w.start_send(x_.data() + r0 * dim, rows * dim, stage == last ? 0 : stage + 1));
+    }
+    if (stage == 0)  // the rows come back from the last stage (the outputs above went to stage 1)
+      for (int64_t m = 0; m < micro; m++) {
+        const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
+        in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, last));
+      }
+    for (auto r : out) w.wait(r);
+    if (stage == 0)
+      for (auto r : in) w.wait(r);
+  }
+
+  // Rows [r0, r0 + n) of the batch through this rank's layers, x in place.
+  void run_layers(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n) {
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd;
+    float *x = x_.data() + r0 * dim, *xb = xb_.data(), *xb2 = xb2_.data();
+    for (int l = first_; l < end_; l++) {
+      const DecoderLayer& L = w_.layers[l - first_];
       be_.annotate_layer(l);
       be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
-      attention(L, l, b, place, kv, n);  // -> xb2
+      attention(L, l, b, place, kv, r0, n);  // -> xb2
       shard_.sum(xb2, n * dim);
       if (c.post_norms) be_.rmsnorm(xb2, L.post_attn_norm.data(), xb2, n, dim, c.rms_eps);
       be_.add(x, xb2, n * dim);
@@ -102,14 +164,8 @@ class DecoderModel final : public Model {
       if (c.post_norms) be_.rmsnorm(xb2, L.post_ffn_norm.data(), xb2, n, dim, c.rms_eps);
       be_.add(x, xb2, n * dim);
     }
-
-    // Norm + output projection on the rows that want logits only.
-    if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
-    output_logits(be_, b, x, dim, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb, logits, hidden);
-    if (c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
   }
 
- private:
   void check_batch_size(const Batch& b) const {
     if (b.size() > max_batch_)
       throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", b.size(), max_batch_));
@@ -119,6 +175,13 @@ class DecoderModel final : public Model {
   // before any weight is read, so that a split that cannot be made says so.
   void split_dimensions() {
     const ModelConfig& c = cfg_;
+    if (shard_.pipelined() && (shard_.split() || shard_.experts_split()))
+      throw Error("pipeline parallelism cannot be combined with tp or ep yet");
+    if (shard_.stages > c.n_layer)
+      throw Error(fmt::format("pipeline parallelism over {} stages: the model has only {} layers", shard_.stages,
+                              c.n_layer));
+    first_ = shard_.first_layer(c.n_layer);
+    end_ = shard_.end_layer(c.n_layer);
     local_.n_head = static_cast<int>(shard_.share(c.n_head, "attention heads"));
     // Fewer KV heads than ranks (GQA, MQA): each KV head is held by the ranks
     // whose query heads read it, as vLLM does; else they split like the rest.
@@ -142,8 +205,10 @@ class DecoderModel final : public Model {
   }
 
   // Self-attention of layer l over xb (normed), into xb2 (a partial sum
-  // under tensor parallelism: this rank's heads only).
-  void attention(const DecoderLayer& L, int l, const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t n) {
+  // under tensor parallelism: this rank's heads only), for rows [r0, r0 + n).
+  void attention(const DecoderLayer& L, int l, const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0,
+                 int64_t n) {
+    const int kl = l - first_;  // the layer's place in this stage's cache
     const ModelConfig& c = cfg_;
     const int64_t kv_dim = static_cast<int64_t>(local_.n_head_kv) * c.head_dim;
     float *q = q_.data(), *k = k_.data(), *v = v_.data();
@@ -153,27 +218,33 @@ class DecoderModel final : public Model {
     float* out[3] = {q, k, v};
     Backend::QkvShape shape{local_.n_head, local_.n_head_kv, c.head_dim};
     if (c.qk_norm) shape.q_norm = L.q_norm.data(), shape.k_norm = L.k_norm.data(), shape.norm_eps = c.rms_eps;
-    be_.qkv_rope(qkv, bias, xb_.data(), n, b.positions.data(), c.rope_of(l), shape, out);
-    const int g = kv.group_of(l);
-    const int64_t* slots = place.slots[g].data();
+    const int32_t* positions = b.positions.data() + r0;
+    be_.qkv_rope(qkv, bias, xb_.data(), n, positions, c.rope_of(l), shape, out);
+    const int g = kv.group_of(kl);
+    const int64_t* slots = place.slots[g].data() + r0;
     for (int64_t i = 0; i < n; i++) {
-      kv.write_k(l, slots[i], k + i * kv_dim);
-      kv.write_v(l, slots[i], v + i * kv_dim);
+      kv.write_k(kl, slots[i], k + i * kv_dim);
+      kv.write_v(kl, slots[i], v + i * kv_dim);
     }
     AttentionShape as{local_.n_head, local_.n_head_kv, c.head_dim};
     as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     as.window = c.window(l);
     as.softcap = c.attn_softcap;
-    be_.attention(kv.layer_view(l), {n, q, att_.data(), b.positions.data(), place.tables[g].data()}, as);
+    be_.attention(kv.layer_view(kl), {n, q, att_.data(), positions, place.tables[g].data() + r0}, as);
     be_.matmul(L.wo, att_.data(), n, xb2_.data());
   }
 
   void load(const GgufFile& f, const ModelOptions& opt) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    w_.io = load_io_weights(ld, be_, c, shard_.rank == 0);
+    const bool leader = shard_.rank == 0 && shard_.ep_rank == 0 && shard_.stage == 0;
+    w_.io = load_io_weights(ld, be_, c, leader, shard_.stage == 0);
     load_rope_factors(ld, opt);
-    for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
+    for (int l = 0; l < c.n_layer; l++)
+      if (l >= first_ && l < end_)
+        w_.layers.push_back(load_layer(ld, l));
+      else
+        ld.skip_prefix(fmt::format("blk.{}.", l), "pipeline parallelism: another stage's layer");
     ld.finish(c.arch);
   }
 
@@ -303,6 +374,8 @@ class DecoderModel final : public Model {
   Backend& be_;
   int64_t max_batch_;
   TensorShard shard_;
+  int first_ = 0, end_ = 0;                      // this rank's layers (all of them in one process)
+  static constexpr int64_t kMicroBatches = 4;    // a pipelined step's rows in this many parts
   struct {  // what this rank runs of the split dimensions (the whole of them in one process)
     int n_head = 0, n_head_kv = 0;
     int kv_head = -1;  // >= 0: the one KV head this rank holds a copy of (fewer KV heads than ranks)

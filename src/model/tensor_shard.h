@@ -8,6 +8,7 @@
 // contiguous run of rows: a view into the mapped file. Row-parallel ones
 // (attention output, down) keep a run of columns: copied, whole blocks. Each
 // rank's partial output of a row-parallel matrix is summed across ranks.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,10 +29,20 @@ struct TensorShard {
   Communicator* comm = nullptr;  // the group (set when n > 1)
   int ep_rank = 0;               // which expert group this rank is in
   int ep = 1;                    // expert groups
-  Communicator* world = nullptr; // every rank (set when n * ep > 1)
+  Communicator* world = nullptr; // every rank (set when n * ep * stages > 1)
+  // Pipeline parallelism: this rank runs a contiguous range of the layers
+  // (stage s is rank s; rank 0 also embeds and samples).
+  int stage = 0;
+  int stages = 1;
 
   bool split() const { return n > 1; }
   bool experts_split() const { return ep > 1; }
+  bool pipelined() const { return stages > 1; }
+  // The layers [first, end) of n_layer this stage runs: as even as they
+  // come, the earlier stages taking one more when they do not divide.
+  int first_layer(int n_layer) const { return stage_start(stage, n_layer); }
+  int end_layer(int n_layer) const { return stage_start(stage + 1, n_layer); }
+  int stage_start(int s, int n_layer) const { return s * (n_layer / stages) + std::min(s, n_layer % stages); }
   // Whether this rank's group holds expert e of n_expert.
   bool holds_expert(int e, int n_expert) const {
     const int each = n_expert / ep;

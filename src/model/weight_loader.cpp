@@ -51,6 +51,11 @@ void WeightLoader::skip(const std::string& name, const char*) const {
   if (file_.find_tensor(name)) used_.insert(name);
 }
 
+void WeightLoader::skip_prefix(const std::string& prefix, const char*) const {
+  for (const auto& t : file_.tensors())
+    if (t.name.compare(0, prefix.size(), prefix) == 0) used_.insert(t.name);
+}
+
 void WeightLoader::finish(const std::string& arch) const {
   for (const auto& t : file_.tensors())
     if (!used_.count(t.name))

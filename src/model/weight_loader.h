@@ -28,6 +28,8 @@ class WeightLoader {
   // block that was not asked for, or the long LongRoPE factors at a short
   // context); `why` is for the reader of the code.
   void skip(const std::string& name, const char* why) const;
+  // Every tensor whose name starts with prefix (another pipeline stage's layer).
+  void skip_prefix(const std::string& prefix, const char* why) const;
   // Throws naming the first file tensor that was neither taken nor skipped.
   void finish(const std::string& arch) const;
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <map>
 
 namespace kestrel {
 namespace {
@@ -71,6 +72,24 @@ class MpiCommunicator final : public Communicator {
     return v;
   }
 
+  Request start_send(const float* x, int64_t n, int dest) override {
+    return start_p2p(n, [&](int count, MPI_Request* req) {
+      return MPI_Isend(x, count, MPI_FLOAT, dest, kPipelineTag, comm_, req);
+    }, fmt::format("a send of {} floats to rank {}", n, dest));
+  }
+  Request start_recv(float* x, int64_t n, int source) override {
+    return start_p2p(n, [&](int count, MPI_Request* req) {
+      return MPI_Irecv(x, count, MPI_FLOAT, source, kPipelineTag, comm_, req);
+    }, fmt::format("a receive of {} floats from rank {}", n, source));
+  }
+  void wait(Request r) override {
+    auto it = pending_.find(r);
+    if (it == pending_.end()) throw Error(fmt::format("rank {}: no pending transfer {}", rank_, r));
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    wait(p.req, [&] { return p.what; }, false);
+  }
+
   AllReduceStats all_reduce_stats() const override { return stats_; }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
@@ -85,6 +104,21 @@ class MpiCommunicator final : public Communicator {
   std::string describe() const override { return fmt::format("MPI ({}), {} ranks", library_, size_); }
 
  private:
+  static constexpr int kPipelineTag = 17;
+  struct Pending {
+    MPI_Request req;
+    std::string what;
+  };
+  template <class Start>
+  Request start_p2p(int64_t n, Start start, std::string what) {
+    if (n > INT_MAX) throw Error(fmt::format("rank {}: {} is too large for one message", rank_, what));
+    Pending p{MPI_REQUEST_NULL, std::move(what)};
+    started(start(static_cast<int>(n), &p.req), [&] { return p.what; });
+    const Request id = next_request_++;
+    pending_.emplace(id, std::move(p));
+    return id;
+  }
+
   template <class What>
   void started(int rc, What what) const {
     if (rc != MPI_SUCCESS)
@@ -124,6 +158,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   std::string library_;
   AllReduceStats stats_;
+  std::map<Request, Pending> pending_;
+  Request next_request_ = 1;
 };
 
 }  // namespace

@@ -79,11 +79,16 @@ Engine Engine::load(const EngineOptions& o) {
   if (o.comm && o.comm->size() > 1) {
     // Ranks in expert-group order: rank = group * tp + (rank within the group).
     e.comm = o.comm;
-    const int ep = o.expert_groups, tp = o.comm->size() / ep, r = o.comm->rank();
-    if (ep < 1 || o.comm->size() % ep != 0)
-      throw Error(fmt::format("{} expert groups do not divide {} ranks", ep, o.comm->size()));
-    e.tp_group = ep > 1 ? o.comm->split(r / tp, r % tp) : o.comm;
-    mo.shard = {r % tp, tp, tp > 1 ? e.tp_group.get() : nullptr, r / tp, ep, o.comm.get()};
+    const int ep = o.expert_groups, pp = o.pipeline_stages, r = o.comm->rank();
+    if (ep < 1 || pp < 1 || o.comm->size() % (ep * pp) != 0)
+      throw Error(fmt::format("{} expert groups x {} stages do not divide {} ranks", ep, pp, o.comm->size()));
+    const int tp = o.comm->size() / (ep * pp);
+    if (pp > 1) {  // stage s is rank s
+      mo.shard = {0, 1, nullptr, 0, 1, o.comm.get(), r, pp};
+    } else {
+      e.tp_group = ep > 1 ? o.comm->split(r / tp, r % tp) : o.comm;
+      mo.shard = {r % tp, tp, tp > 1 ? e.tp_group.get() : nullptr, r / tp, ep, o.comm.get()};
+    }
   }
   // Under tensor parallelism the ranks agree that every one of them loaded
   // its share before any goes on (else all stop, none waits for a dead one).

@@ -41,7 +41,8 @@ struct EngineOptions {
   // Set with more than one rank: tensor parallelism over them (--parallel
   // tp=N under mpirun). Rank 0 runs everything; the others follow its steps.
   std::shared_ptr<Communicator> comm;
-  int expert_groups = 1;  // with comm: ep of --parallel tp=T,ep=E (T = ranks / E)
+  int expert_groups = 1;    // with comm: ep of --parallel tp=T,ep=E (T = ranks / E)
+  int pipeline_stages = 1;  // ...or pp of --parallel pp=P (not combined with tp or ep yet)
 };
 
 struct Engine {

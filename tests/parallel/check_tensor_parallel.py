@@ -98,6 +98,20 @@ with tempfile.TemporaryDirectory() as tmp:
         r = mpirun(n, args + ["--parallel", split])
         check(alone is not None and ids_of(r.stdout) == alone, f"{split} qwen2moe synth (shared expert): ids equal one process's")
 
+# 2c. Pipeline parallelism: layer ranges per rank, micro-batches sent on point to point. It splits
+# what tp cannot (Qwen2.5's 5 heads, k-quant blocks).
+for name in ["llama32.F16", "llama32.Q4_K_M", "qwen25.F16", "qwen25.Q5_1", "gemma3.F16", "phi3.F16", "qwen3moe.F16"]:
+    cell = cells[name]
+    r = mpirun(2, run_args(cell, ["--parallel", "pp=2"]))
+    check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"],
+          f"pp=2 {name}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
+stories_args = ["run", "-m", os.path.join(SHARED, "models", "stories260K.gguf"), "-p", "Once upon a time", "-n", "40",
+                "--temp", "0", "--ignore-eos", "--print-ids", "-t", "1"]
+alone = ids_of(subprocess.run([KESTREL, *stories_args], capture_output=True, text=True, errors="replace", env=ENV).stdout)
+for n in (3, 4):  # 5 layers: 2+2+1, 2+1+1+1
+    r = mpirun(n, stories_args + ["--parallel", f"pp={n}"])
+    check(alone is not None and ids_of(r.stdout) == alone, f"pp={n} stories260K (uneven layer ranges): ids equal one process's")
+
 # 3. Logits equal the single-process run's (F16: the same products, summed in two halves).
 with tempfile.TemporaryDirectory() as tmp:
     for name in ["llama32.F16", "qwen3moe.F16", "gemma2.F16"]:
@@ -140,7 +154,8 @@ with tempfile.TemporaryDirectory() as tmp:
 # 5. Splits that cannot be made, and jobs of the wrong size: errors naming the problem, every rank ends.
 for n, args, want in [
     (3, run_args(cells["llama32.F16"], ["--parallel", "tp=2"]), "needs 2 ranks but this job has 3"),
-    (2, run_args(cells["llama32.F16"], ["--parallel", "pp=2"]), "pipeline parallelism (pp) is not implemented yet"),
+    (4, run_args(cells["llama32.F16"], ["--parallel", "tp=2,pp=2"]), "pipeline parallelism (pp) cannot be combined"),
+    (4, run_args(cells["llama32.F16"], ["--parallel", "pp=4"]), "4 stages: the model has only 3 layers"),
     (2, run_args(cells["llama32.F16"], ["--parallel", "ep=2"]), "needs a mixture-of-experts model; llama is dense"),
     (3, run_args(cells["qwen3moe.F16"], ["--parallel", "ep=3"]), "expert parallelism over 3 groups: 8 experts do not split"),
     (2, run_args(cells["qwen25.F16"], ["--parallel", "tp=2"]), "5 attention heads do not split evenly"),
