@@ -170,7 +170,7 @@ int run(BenchFlags& f) {
         o.comm = parallel.comm;
         Engine e = Engine::load(o);
         if (e.is_follower()) {  // rank 0 measures; this rank runs its share of each step
-          e.follow_leader();
+          follow_leader(e, f.profile);
           continue;
         }
         for (auto p : f.n_prompt)

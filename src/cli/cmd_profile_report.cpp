@@ -17,6 +17,7 @@ void register_profile_report(CLI::App& app) {
     const ProfileSummary s = summarize_profile(read_chrome_trace(path));
     if (s.ops.empty()) throw Error(fmt::format("{}: the trace has no operator events", path));
     fmt::print("{}", render_profile_table(s, top));
+    fmt::print("{}", render_communication(s));
     if (const auto load = read_expert_load(path); !load.empty())
       fmt::print("\nexpert load (tokens routed to each expert, per MoE layer):\n{}", render_expert_load(load));
     const std::string out = svg_path.empty() ? path + ".heatmap.svg" : svg_path;

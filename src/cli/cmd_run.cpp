@@ -72,7 +72,7 @@ int run(RunFlags& f) {
   f.engine.load_mtp = f.spec == "mtp";
   apply_parallel_flags(f.parallel, f.engine);
   Engine e = Engine::load(f.engine);
-  if (e.is_follower()) return e.follow_leader(), 0;
+  if (e.is_follower()) return follow_leader(e, f.profile);
   std::vector<int32_t> prompt =
       f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
   if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
@@ -143,9 +143,11 @@ int run(RunFlags& f) {
   if (e.comm) {
     const AllReduceStats s = e.comm->all_reduce_stats();
     const double run_s = r.prefill_seconds + r.decode_seconds;
-    fmt::print(stderr, "[kestrel] {}, {}: {} all-reduces of {:.1f} KiB on average, {:.1f} ms in all ({:.1f}% of the run)\n",
+    fmt::print(stderr,
+               "[kestrel] {}, {}: {} all-reduces of {:.1f} KiB on average, {:.1f} ms blocked in them ({:.1f}% of the "
+               "run); {} of them overlapped with compute, {:.1f} ms of those exposed\n",
                f.parallel.spec, e.comm->describe(), s.calls, s.calls ? s.bytes / 1024.0 / s.calls : 0.0, 1e3 * s.seconds,
-               run_s > 0 ? 100 * s.seconds / run_s : 0.0);
+               run_s > 0 ? 100 * s.seconds / run_s : 0.0, s.overlapped_calls, 1e3 * s.overlapped_seconds);
   }
   return 0;
 }

@@ -87,7 +87,7 @@ int run(ServeFlags& f) {
   eo.load_mtp = f.spec == "mtp";
   apply_parallel_flags(f.parallel, eo);
   Engine e = Engine::load(eo);
-  if (e.is_follower()) return e.follow_leader(), 0;  // rank 0 alone listens and schedules
+  if (e.is_follower()) return follow_leader(e, f.profile);  // rank 0 alone listens and schedules
   std::unique_ptr<SpecSource> spec;
   if (f.spec != "none") {
     EngineOptions d;

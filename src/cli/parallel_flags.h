@@ -18,6 +18,7 @@ namespace kestrel::cli {
 struct ParallelFlags {
   std::string spec;  // empty: one process
   double timeout_s = 60;
+  bool no_overlap = false;
 };
 
 inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
@@ -27,6 +28,8 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
   cmd->add_option("--parallel-timeout", p.timeout_s,
                   "Seconds a rank waits inside a collective before it declares another rank dead and ends the job")
       ->capture_default_str();
+  cmd->add_flag("--parallel-no-overlap", p.no_overlap,
+                "Sum each step's partial results in one blocking all-reduce instead of overlapping two halves");
 }
 
 // Joins the MPI job when --parallel is given (the engine options then carry
@@ -42,7 +45,22 @@ inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
                             spec.ranks(), eo.comm->size(), spec.ranks()));
   eo.expert_groups = spec.ep;
   eo.pipeline_stages = spec.pp;
+  eo.parallel_overlap = !p.no_overlap;
   if (eo.comm->size() == 1) eo.comm = nullptr;  // tp=1: one process, as without the flag
+}
+
+// A follower rank's whole command: run rank 0's steps until it stops, then
+// write this rank's profile beside rank 0's (TRACE.rankN.json) if asked.
+inline int follow_leader(Engine& e, const std::string& profile_path) {
+  e.follow_leader();
+  if (e.profiler && !profile_path.empty()) {
+    std::string path = profile_path;
+    const size_t dot = path.rfind(".json");
+    const std::string tag = fmt::format(".rank{}", e.comm->rank());
+    path = dot == std::string::npos ? path + tag : path.insert(dot, tag);
+    e.profiler->write_chrome_trace(path);
+  }
+  return 0;
 }
 
 }  // namespace kestrel::cli

@@ -17,15 +17,20 @@
 
 namespace kestrel {
 
+class Profiler;
+
 struct CommunicatorFailure : Error {
   using Error::Error;
 };
 
-// Time spent in all-reduces, from the call until the sum arrived.
+// Time this rank spent blocked in all-reduces: a blocking call's whole
+// duration, a started one's wait() (what compute did not hide).
 struct AllReduceStats {
   int64_t calls = 0;
   int64_t bytes = 0;  // per rank, as sent
   double seconds = 0;
+  int64_t overlapped_calls = 0;  // of calls, started non-blocking
+  double overlapped_seconds = 0;  // their part of seconds (the exposed rest of their time)
 };
 
 class Communicator {
@@ -45,11 +50,19 @@ class Communicator {
   using Request = int64_t;
   virtual Request start_send(const float* x, int64_t n, int dest) = 0;
   virtual Request start_recv(float* x, int64_t n, int source) = 0;
+  // all_reduce_sum started non-blocking: x must stay untouched until wait().
+  virtual Request start_all_reduce_sum(float* x, int64_t n) = 0;
   virtual void wait(Request r) = 0;
+  // Lets started transfers move on (MPI progresses them only inside its
+  // calls): called between operators while a transfer is in flight.
+  virtual void progress() = 0;
   // The ranks with the same color, as a communicator of their own, ranked
   // by key (collective over this one: every rank calls it).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
   virtual AllReduceStats all_reduce_stats() const = 0;
+  // Set: every transfer goes into the profile (its time in flight on the
+  // communication track, the time this rank waited for it on its own).
+  virtual void set_profiler(Profiler* profiler) = 0;
   // "MPI (Open MPI 4.1.4), 2 ranks": for logs.
   virtual std::string describe() const = 0;
   bool is_leader() const { return rank() == 0; }

@@ -30,10 +30,17 @@ void Profiler::record_expert_load(int layer, int n_expert, const int32_t* ids, i
 
 void Profiler::write_chrome_trace(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
+  const int pid = rank_ + 1;
+  // Named tracks: the head (embedding, output), the layers, and transfers in flight.
+  const char* names[3] = {"head", "layers", "communication"};
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", fmt::format("rank {}", rank_)}}}});
+  for (int t = 0; t < 3; t++)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t}, {"args", {{"name", names[t]}}}});
   for (const auto& e : events_) {
-    events.push_back({{"name", e.op}, {"cat", e.layer >= 0 ? "layer" : "head"}, {"ph", "X"},
+    const bool comm = e.track == "communication";
+    events.push_back({{"name", e.op}, {"cat", comm ? "communication" : e.layer >= 0 ? "layer" : "head"}, {"ph", "X"},
                       {"ts", static_cast<double>(e.start_ns) / 1000.0}, {"dur", static_cast<double>(e.dur_ns) / 1000.0},
-                      {"pid", 1}, {"tid", e.layer >= 0 ? 1 : 0},
+                      {"pid", pid}, {"tid", comm ? 2 : e.layer >= 0 ? 1 : 0},
                       {"args", {{"layer", e.layer}, {"bytes", e.bytes}, {"flops", e.flops}}}});
   }
   nlohmann::json other = {{"producer", "kestrel"}};
@@ -87,6 +94,7 @@ std::vector<ProfileEvent> read_chrome_trace(const std::string& path) {
     e.op = j.value("name", "?");
     e.start_ns = static_cast<int64_t>(j.value("ts", 0.0) * 1000.0);
     e.dur_ns = static_cast<int64_t>(j.value("dur", 0.0) * 1000.0);
+    if (j.value("cat", "") == "communication") e.track = "communication";
     if (j.contains("args")) {
       const auto& a = j["args"];
       e.layer = a.value("layer", -1);

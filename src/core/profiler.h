@@ -16,12 +16,18 @@ struct ProfileEvent {
   int layer = -1;      // -1: outside the layers (embedding, output head)
   int64_t start_ns = 0, dur_ns = 0;
   double bytes = 0, flops = 0;
+  // "" : the rank's own time (operators, and the waits for communication);
+  // "communication": a transfer in flight (concurrent with the former).
+  std::string track;
 };
 
 class Profiler {
  public:
   Profiler();
   int64_t now_ns() const;
+  // Under --parallel: whose trace this is (its events get process rank + 1,
+  // so that the ranks' traces open side by side in Perfetto).
+  void set_rank(int rank) { rank_ = rank; }
   void record(ProfileEvent e);
   const std::vector<ProfileEvent>& events() const { return events_; }
   // MoE routing decisions: the n expert ids chosen in one step of a layer.
@@ -35,6 +41,7 @@ class Profiler {
   std::vector<ProfileEvent> events_;
   std::map<int, std::vector<int64_t>> expert_load_;
   std::mutex mutex_;
+  int rank_ = 0;
 };
 
 // Events back from a Chrome trace written by write_chrome_trace (for reports).

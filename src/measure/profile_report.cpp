@@ -11,6 +11,13 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events) {
   ProfileSummary s;
   std::map<std::string, OpSummary> by_op;
   for (const auto& e : events) {
+    if (e.track == "communication") {  // concurrent with the operators: not in their total
+      s.transfers++;
+      s.in_flight_ns += static_cast<double>(e.dur_ns);
+      continue;
+    }
+    if (e.op.rfind("all-reduce (blocking)", 0) == 0 || e.op.rfind("wait ", 0) == 0)
+      s.exposed_ns += static_cast<double>(e.dur_ns);
     OpSummary& o = by_op[e.op];
     o.op = e.op;
     o.calls++;
@@ -37,6 +44,14 @@ std::string render_profile_table(const ProfileSummary& s, size_t top) {
   }
   out += fmt::format("{:<32} {:>8} {:>11.2f}\n", "total", "", s.total_ns / 1e6);
   return out;
+}
+
+std::string render_communication(const ProfileSummary& s) {
+  if (s.transfers == 0) return "";
+  return fmt::format(
+      "communication: {} transfers, {:.2f} ms in flight, {:.2f} ms of it waited for by this rank; overlapped "
+      "fraction {:.1f}%\n",
+      s.transfers, s.in_flight_ns / 1e6, s.exposed_ns / 1e6, 100.0 * s.overlapped_fraction());
 }
 
 namespace {

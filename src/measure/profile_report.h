@@ -23,10 +23,18 @@ struct ProfileSummary {
   double total_ns = 0;
   int n_layers = 0;            // highest layer index + 1
   std::map<std::pair<std::string, int>, double> ns_by_op_layer;  // layer -1: outside layers
+  // Under --parallel: transfers in flight (the communication track), and the
+  // part of them this rank waited for (blocking all-reduces and waits).
+  int64_t transfers = 0;
+  double in_flight_ns = 0, exposed_ns = 0;
+  // The share of communication time hidden behind compute.
+  double overlapped_fraction() const { return in_flight_ns > 0 ? std::max(0.0, 1.0 - exposed_ns / in_flight_ns) : 0; }
 };
 
 ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events);
 std::string render_profile_table(const ProfileSummary& s, size_t top);
+// "communication: ..." with the overlapped fraction; empty without transfers.
+std::string render_communication(const ProfileSummary& s);
 std::string render_profile_heatmap_svg(const ProfileSummary& s, const std::string& title);
 // Per MoE layer: routed token-slots, experts that got any, the busiest
 // expert and the load imbalance (busiest / mean). Empty for dense models.

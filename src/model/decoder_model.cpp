@@ -140,30 +140,82 @@ class DecoderModel final : public Model {
 
   // Rows [r0, r0 + n) of the batch through this rank's layers, x in place.
   void run_layers(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n) {
-    const ModelConfig& c = cfg_;
-    const int64_t dim = c.n_embd;
-    float *x = x_.data() + r0 * dim, *xb = xb_.data(), *xb2 = xb2_.data();
+    if (shard_.overlap && (shard_.split() || shard_.experts_split()) && n >= 2)
+      return run_layers_overlapped(b, place, kv, r0, n);
+    const int64_t dim = cfg_.n_embd;
+    float *x = x_.data() + r0 * dim, *y = xb2_.data();
     for (int l = first_; l < end_; l++) {
       const DecoderLayer& L = w_.layers[l - first_];
       be_.annotate_layer(l);
-      be_.rmsnorm(x, L.attn_norm.data(), xb, n, dim, c.rms_eps);
-      attention(L, l, b, place, kv, r0, n);  // -> xb2
-      shard_.sum(xb2, n * dim);
-      if (c.post_norms) be_.rmsnorm(xb2, L.post_attn_norm.data(), xb2, n, dim, c.rms_eps);
-      be_.add(x, xb2, n * dim);
-
-      be_.rmsnorm(x, L.ffn_norm.data(), xb, n, dim, c.rms_eps);
+      attention_block(L, l, b, place, kv, r0, n, y);
+      shard_.sum(y, n * dim);
+      residual(L.post_attn_norm, x, y, n);
+      ffn_block(L, r0, n, y);
       if (L.moe.present())
-        moe_->run(be_, L.moe, xb, n, xb2);
+        shard_.sum_experts(y, n * dim);
       else
-        run_ffn(be_, L.ffn, c.ffn_act, xb, n, hb_.data(), hb2_.data(), xb2);
-      if (L.moe.present())
-        shard_.sum_experts(xb2, n * dim);
-      else
-        shard_.sum(xb2, n * dim);
-      if (c.post_norms) be_.rmsnorm(xb2, L.post_ffn_norm.data(), xb2, n, dim, c.rms_eps);
-      be_.add(x, xb2, n * dim);
+        shard_.sum(y, n * dim);
+      residual(L.post_ffn_norm, x, y, n);
     }
+  }
+
+  // The same in two halves of the rows, each half's sums in flight while
+  // the other half computes: attention of half 1 hides the sum of half 0's
+  // attention, and so on through the FFNs and into the next layer. Half 1's
+  // attention reads the keys half 0 wrote in the same layer just before.
+  void run_layers_overlapped(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n) {
+    const int64_t dim = cfg_.n_embd;
+    const int64_t first[2] = {r0, r0 + n / 2}, rows[2] = {n / 2, n - n / 2};
+    float* x[2] = {x_.data() + first[0] * dim, x_.data() + first[1] * dim};
+    float* y[2] = {xb2_.data() + first[0] * dim, xb2_.data() + first[1] * dim};
+    TensorShard::PendingSum attn[2], ffn[2];
+    for (int l = first_; l < end_; l++) {
+      const DecoderLayer& L = w_.layers[l - first_];
+      be_.annotate_layer(l);
+      for (int h = 0; h < 2; h++) {
+        if (l > first_) {
+          TensorShard::finish(ffn[h]);
+          residual(w_.layers[l - 1 - first_].post_ffn_norm, x[h], y[h], rows[h]);
+        }
+        shard_.progress();
+        attention_block(L, l, b, place, kv, first[h], rows[h], y[h]);
+        attn[h] = shard_.start_sum(y[h], rows[h] * dim, false);
+      }
+      for (int h = 0; h < 2; h++) {
+        TensorShard::finish(attn[h]);
+        residual(L.post_attn_norm, x[h], y[h], rows[h]);
+        shard_.progress();
+        ffn_block(L, first[h], rows[h], y[h]);
+        ffn[h] = shard_.start_sum(y[h], rows[h] * dim, L.moe.present());
+      }
+    }
+    for (int h = 0; h < 2; h++) {
+      TensorShard::finish(ffn[h]);
+      residual(w_.layers[end_ - 1 - first_].post_ffn_norm, x[h], y[h], rows[h]);
+    }
+  }
+
+  // Norm of rows [r0, r0 + n) and self-attention, into y (partial under tp).
+  void attention_block(const DecoderLayer& L, int l, const Batch& b, const BatchPlacement& place, KvStore& kv,
+                       int64_t r0, int64_t n, float* y) {
+    be_.rmsnorm(x_.data() + r0 * cfg_.n_embd, L.attn_norm.data(), xb_.data(), n, cfg_.n_embd, cfg_.rms_eps);
+    attention(L, l, b, place, kv, r0, n, y);
+  }
+
+  // Norm of rows [r0, r0 + n) and the FFN or experts, into y (partial under tp/ep).
+  void ffn_block(const DecoderLayer& L, int64_t r0, int64_t n, float* y) {
+    float* xb = xb_.data();
+    be_.rmsnorm(x_.data() + r0 * cfg_.n_embd, L.ffn_norm.data(), xb, n, cfg_.n_embd, cfg_.rms_eps);
+    if (L.moe.present())
+      moe_->run(be_, L.moe, xb, n, y);
+    else
+      run_ffn(be_, L.ffn, cfg_.ffn_act, xb, n, hb_.data(), hb2_.data(), y);
+  }
+
+  // x += y, y normed first where the family has post norms (Gemma 2/3).
+  void residual(const std::vector<float>& post_norm, float* x, float* y, int64_t n) {
+    if (cfg_.post_norms) be_.rmsnorm(y, post_norm.data(), y, n, cfg_.n_embd, cfg_.rms_eps);
+    be_.add(x, y, n * cfg_.n_embd);
   }
 
   void check_batch_size(const Batch& b) const {
@@ -204,10 +256,10 @@ class DecoderModel final : public Model {
     }
   }
 
-  // Self-attention of layer l over xb (normed), into xb2 (a partial sum
+  // Self-attention of layer l over xb (normed), into out (a partial sum
   // under tensor parallelism: this rank's heads only), for rows [r0, r0 + n).
   void attention(const DecoderLayer& L, int l, const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0,
-                 int64_t n) {
+                 int64_t n, float* out) {
     const int kl = l - first_;  // the layer's place in this stage's cache
     const ModelConfig& c = cfg_;
     const int64_t kv_dim = static_cast<int64_t>(local_.n_head_kv) * c.head_dim;
@@ -215,11 +267,11 @@ class DecoderModel final : public Model {
     const Weight* qkv[3] = {&L.wq, &L.wk, &L.wv};
     const float* bias[3] = {L.bq.empty() ? nullptr : L.bq.data(), L.bk.empty() ? nullptr : L.bk.data(),
                             L.bv.empty() ? nullptr : L.bv.data()};
-    float* out[3] = {q, k, v};
+    float* qkv_out[3] = {q, k, v};
     Backend::QkvShape shape{local_.n_head, local_.n_head_kv, c.head_dim};
     if (c.qk_norm) shape.q_norm = L.q_norm.data(), shape.k_norm = L.k_norm.data(), shape.norm_eps = c.rms_eps;
     const int32_t* positions = b.positions.data() + r0;
-    be_.qkv_rope(qkv, bias, xb_.data(), n, positions, c.rope_of(l), shape, out);
+    be_.qkv_rope(qkv, bias, xb_.data(), n, positions, c.rope_of(l), shape, qkv_out);
     const int g = kv.group_of(kl);
     const int64_t* slots = place.slots[g].data() + r0;
     for (int64_t i = 0; i < n; i++) {
@@ -231,7 +283,7 @@ class DecoderModel final : public Model {
     as.window = c.window(l);
     as.softcap = c.attn_softcap;
     be_.attention(kv.layer_view(kl), {n, q, att_.data(), positions, place.tables[g].data() + r0}, as);
-    be_.matmul(L.wo, att_.data(), n, xb2_.data());
+    be_.matmul(L.wo, att_.data(), n, out);
   }
 
   void load(const GgufFile& f, const ModelOptions& opt) {

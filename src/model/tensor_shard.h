@@ -34,6 +34,8 @@ struct TensorShard {
   // (stage s is rank s; rank 0 also embeds and samples).
   int stage = 0;
   int stages = 1;
+  // Split a step's rows in two and sum one half while the other computes.
+  bool overlap = true;
 
   bool split() const { return n > 1; }
   bool experts_split() const { return ep > 1; }
@@ -68,6 +70,23 @@ struct TensorShard {
   void sum_experts(float* x, int64_t count) const {
     if (experts_split()) world->all_reduce_sum(x, count);
     else sum(x, count);
+  }
+  // The same sums started non-blocking (overlap): finish() waits for one.
+  struct PendingSum {
+    Communicator* comm = nullptr;  // null: nothing in flight
+    Communicator::Request req = 0;
+  };
+  PendingSum start_sum(float* x, int64_t count, bool experts) const {
+    Communicator* c = experts && experts_split() ? world : split() ? comm : nullptr;
+    return c ? PendingSum{c, c->start_all_reduce_sum(x, count)} : PendingSum{};
+  }
+  static void finish(PendingSum& p) {
+    if (p.comm) p.comm->wait(p.req);
+    p.comm = nullptr;
+  }
+  void progress() const {
+    if (split()) comm->progress();
+    if (world && world != comm) world->progress();
   }
 };
 

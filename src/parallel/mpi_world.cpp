@@ -3,6 +3,8 @@
 // with an error instead of blocking the others forever.
 #include "parallel/mpi_world.h"
 
+#include "core/profiler.h"
+
 #include <fmt/format.h>
 #include <mpi.h>
 #include <sched.h>
@@ -40,6 +42,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce_sum(float* x, int64_t n) override {
     const auto t0 = std::chrono::steady_clock::now();
+    const int64_t p0 = prof_ ? prof_->now_ns() : 0;
     for (int64_t done = 0; done < n;) {
       const int count = static_cast<int>(std::min<int64_t>(n - done, INT_MAX));
       MPI_Request req;
@@ -51,6 +54,12 @@ class MpiCommunicator final : public Communicator {
     stats_.calls++;
     stats_.bytes += n * static_cast<int64_t>(sizeof(float));
     stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (prof_) {
+      const int64_t p1 = prof_->now_ns();
+      const double bytes = static_cast<double>(n) * sizeof(float);
+      prof_->record({"all-reduce (blocking)", -1, p0, p1 - p0, bytes, 0, ""});
+      prof_->record({"all-reduce", -1, p0, p1 - p0, bytes, 0, "communication"});
+    }
   }
 
   void broadcast(void* bytes, size_t n, int root, bool wait_forever) override {
@@ -82,12 +91,49 @@ class MpiCommunicator final : public Communicator {
       return MPI_Irecv(x, count, MPI_FLOAT, source, kPipelineTag, comm_, req);
     }, fmt::format("a receive of {} floats from rank {}", n, source));
   }
+  Request start_all_reduce_sum(float* x, int64_t n) override {
+    const Request id = start_p2p(n, [&](int count, MPI_Request* req) {
+      return MPI_Iallreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, comm_, req);
+    }, fmt::format("an all-reduce of {} floats", n));
+    pending_.at(id).all_reduce = true;
+    pending_.at(id).kind = "all-reduce";
+    stats_.calls++;
+    stats_.overlapped_calls++;
+    stats_.bytes += n * static_cast<int64_t>(sizeof(float));
+    return id;
+  }
+
   void wait(Request r) override {
     auto it = pending_.find(r);
     if (it == pending_.end()) throw Error(fmt::format("rank {}: no pending transfer {}", rank_, r));
     Pending p = std::move(it->second);
     pending_.erase(it);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t w0 = prof_ ? prof_->now_ns() : 0;
+    const bool was_done = p.done_ns >= 0;
     wait(p.req, [&] { return p.what; }, false);
+    if (p.all_reduce) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      stats_.seconds += s;
+      stats_.overlapped_seconds += s;
+    }
+    if (prof_) {
+      const int64_t w1 = prof_->now_ns(), done = was_done ? p.done_ns : w1;
+      if (!was_done) prof_->record({"wait " + p.kind, -1, w0, w1 - w0, p.bytes, 0, ""});
+      prof_->record({p.kind, -1, p.start_ns, done - p.start_ns, p.bytes, 0, "communication"});
+    }
+  }
+
+  void set_profiler(Profiler* profiler) override { prof_ = profiler; }
+
+  void progress() override {
+    for (auto& [id, p] : pending_) {
+      if (p.req == MPI_REQUEST_NULL) continue;  // done: MPI_Test set it so
+      int done = 0;
+      if (MPI_Test(&p.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        throw CommunicatorFailure(fmt::format("rank {} of {}: {} failed: a rank has died", rank_, size_, p.what));
+      if (done && prof_) p.done_ns = prof_->now_ns();
+    }
   }
 
   AllReduceStats all_reduce_stats() const override { return stats_; }
@@ -108,11 +154,19 @@ class MpiCommunicator final : public Communicator {
   struct Pending {
     MPI_Request req;
     std::string what;
+    bool all_reduce = false;
+    std::string kind;      // for the profile: "all-reduce", "send", "receive"
+    double bytes = 0;
+    int64_t start_ns = 0;  // profiler clock
+    int64_t done_ns = -1;  // when progress() saw it complete
   };
   template <class Start>
   Request start_p2p(int64_t n, Start start, std::string what) {
     if (n > INT_MAX) throw Error(fmt::format("rank {}: {} is too large for one message", rank_, what));
     Pending p{MPI_REQUEST_NULL, std::move(what)};
+    p.kind = p.what.rfind("a send", 0) == 0 ? "send" : "receive";
+    p.bytes = static_cast<double>(n) * sizeof(float);
+    p.start_ns = prof_ ? prof_->now_ns() : 0;
     started(start(static_cast<int>(n), &p.req), [&] { return p.what; });
     const Request id = next_request_++;
     pending_.emplace(id, std::move(p));
@@ -159,6 +213,7 @@ class MpiCommunicator final : public Communicator {
   std::string library_;
   AllReduceStats stats_;
   std::map<Request, Pending> pending_;
+  Profiler* prof_ = nullptr;
   Request next_request_ = 1;
 };
 

@@ -89,6 +89,12 @@ Engine Engine::load(const EngineOptions& o) {
       e.tp_group = ep > 1 ? o.comm->split(r / tp, r % tp) : o.comm;
       mo.shard = {r % tp, tp, tp > 1 ? e.tp_group.get() : nullptr, r / tp, ep, o.comm.get()};
     }
+    mo.shard.overlap = o.parallel_overlap;
+    if (e.profiler) {  // transfers on their own track, in this rank's trace
+      e.profiler->set_rank(r);
+      e.comm->set_profiler(e.profiler.get());
+      if (e.tp_group) e.tp_group->set_profiler(e.profiler.get());
+    }
   }
   // Under tensor parallelism the ranks agree that every one of them loaded
   // its share before any goes on (else all stop, none waits for a dead one).

@@ -43,6 +43,7 @@ struct EngineOptions {
   std::shared_ptr<Communicator> comm;
   int expert_groups = 1;    // with comm: ep of --parallel tp=T,ep=E (T = ranks / E)
   int pipeline_stages = 1;  // ...or pp of --parallel pp=P (not combined with tp or ep yet)
+  bool parallel_overlap = true;  // sum one half of a step's rows while the other computes
 };
 
 struct Engine {

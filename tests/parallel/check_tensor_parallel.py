@@ -112,6 +112,31 @@ for n in (3, 4):  # 5 layers: 2+2+1, 2+1+1+1
     r = mpirun(n, stories_args + ["--parallel", f"pp={n}"])
     check(alone is not None and ids_of(r.stdout) == alone, f"pp={n} stories260K (uneven layer ranges): ids equal one process's")
 
+# 2d. Overlap: a prefill's rows in two halves, one's all-reduce in flight while the other computes
+# (default), against one blocking all-reduce per sum: the same ids; each rank's profile has the
+# transfers on their own track and profile-report gives the overlapped fraction.
+with tempfile.TemporaryDirectory() as tmp:
+    for name in ["llama32.F16", "qwen3moe.F16"]:
+        cell = cells[name]
+        r = mpirun(2, run_args(cell, ["--parallel", "tp=2", "--parallel-no-overlap"]))
+        check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"] and "0 of them overlapped" in r.stderr,
+              f"tp=2 {name} without overlap: greedy ids equal llama.cpp's")
+    trace = os.path.join(tmp, "tp.json")
+    r = mpirun(2, run_args(cells["llama32.F16"], ["--parallel", "tp=2", "--profile", trace]))
+    overlapped = [l for l in r.stderr.splitlines() if "overlapped with compute" in l]
+    check(r.returncode == 0 and overlapped and " 0 of them overlapped" not in overlapped[0],
+          "tp=2: the prefill's all-reduces overlap with compute: " + (overlapped[0] if overlapped else r.stderr[-200:]))
+    rank1 = os.path.join(tmp, "tp.rank1.json")
+    check(os.path.exists(trace) and os.path.exists(rank1), "--profile under tp=2: rank 0's trace and TRACE.rank1.json")
+    if os.path.exists(rank1):
+        doc = json.load(open(rank1))
+        names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M"}
+        comm = [e for e in doc["traceEvents"] if e.get("cat") == "communication"]
+        check({"rank 1", "communication"} <= names and comm and all(e["pid"] == 2 and e["tid"] == 2 for e in comm),
+              f"rank 1's trace: its own process (rank 1) with a communication track ({len(comm)} transfers)")
+    rep = subprocess.run([KESTREL, "profile-report", trace], capture_output=True, text=True, errors="replace", env=ENV)
+    check(rep.returncode == 0 and "overlapped fraction" in rep.stdout, "profile-report prints the overlapped fraction")
+
 # 3. Logits equal the single-process run's (F16: the same products, summed in two halves).
 with tempfile.TemporaryDirectory() as tmp:
     for name in ["llama32.F16", "qwen3moe.F16", "gemma2.F16"]:

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/block_formats.h"
+#include "measure/profile_report.h"
 #include "model/tensor_shard.h"
 #include "parallel/parallel_spec.h"
 #include "parallel/step_message.h"
@@ -126,4 +127,25 @@ TEST(StepMessage, RoundTripsTheBatchItsPlacementAndCopies) {
   auto longer = bytes;
   longer.push_back(0);
   EXPECT_THROW(decode_step(longer, d), Error);
+}
+
+// profile-report's communication summary: transfers in flight on their own
+// track stay out of the operator table; what the rank waited for is exposed.
+TEST(ProfileReport, OverlappedFractionIsTheShareOfTransferTimeNotWaitedFor) {
+  std::vector<ProfileEvent> ev = {
+      {"matmul attn_q", 0, 0, 1000, 0, 0, ""},
+      {"all-reduce", -1, 100, 400, 8192, 0, "communication"},
+      {"all-reduce", -1, 600, 400, 8192, 0, "communication"},
+      {"wait all-reduce", -1, 900, 100, 8192, 0, ""},       // 100 of the 800 ns waited for
+      {"all-reduce (blocking)", -1, 1100, 0, 8192, 0, ""},  // (a zero-length blocking one)
+  };
+  const ProfileSummary s = summarize_profile(ev);
+  EXPECT_EQ(s.transfers, 2);
+  EXPECT_DOUBLE_EQ(s.in_flight_ns, 800);
+  EXPECT_DOUBLE_EQ(s.exposed_ns, 100);
+  EXPECT_DOUBLE_EQ(s.overlapped_fraction(), 1.0 - 100.0 / 800.0);
+  EXPECT_DOUBLE_EQ(s.total_ns, 1100);  // the operators and the wait, not the transfers
+  for (const auto& o : s.ops) EXPECT_NE(o.op, "all-reduce");
+  EXPECT_NE(render_communication(s).find("overlapped fraction 87.5%"), std::string::npos) << render_communication(s);
+  EXPECT_EQ(render_communication(summarize_profile({ev[0]})), "");
 }
