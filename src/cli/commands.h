@@ -35,6 +35,7 @@ void register_perplexity(CLI::App& app);
 void register_precision_check(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_imatrix(CLI::App& app);
+void register_allreduce_bench(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
@@ -52,6 +53,7 @@ inline void register_all(CLI::App& app) {
   register_synth(app);
   register_hw(app);
   register_bench(app);
+  register_allreduce_bench(app);
   register_profile_report(app);
   register_tune(app);
 }

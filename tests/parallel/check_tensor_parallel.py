@@ -137,6 +137,18 @@ with tempfile.TemporaryDirectory() as tmp:
     rep = subprocess.run([KESTREL, "profile-report", trace], capture_output=True, text=True, errors="replace", env=ENV)
     check(rep.returncode == 0 and "overlapped fraction" in rep.stdout, "profile-report prints the overlapped fraction")
 
+# 2e. The all-reduce benchmark: a row per size, the fit, the per-step table and the prediction for hosts.
+stories = os.path.join(SHARED, "models", "stories260K.gguf")
+r = mpirun(2, ["allreduce-bench", "-m", stories, "--rows", "1,4,16", "-r", "20", "--hosts", "2,4"])
+rows = [l for l in r.stdout.splitlines()
+        if l.startswith("| ") and not l.startswith("| ---") and not any(w in l for w in ("Gb/s", "rows", "hosts"))]
+fit = [l for l in r.stdout.splitlines() if l.startswith("fit: alpha = ")]
+hosts = [l for l in r.stdout.splitlines() if "Gb/s |" in l]
+check(r.returncode == 0 and len(rows) == 6 and fit and len(hosts) == 4,
+      f"allreduce-bench -np 2: 3 sizes, 3 step rows, a fit, 4 predictions ({len(rows)}, {fit}, {len(hosts)})")
+r = subprocess.run([KESTREL, "allreduce-bench", "-m", stories], capture_output=True, text=True, errors="replace", env=ENV)
+check(r.returncode != 0 and "mpirun -np 2" in r.stderr, "allreduce-bench in one process: a clear error")
+
 # 3. Logits equal the single-process run's (F16: the same products, summed in two halves).
 with tempfile.TemporaryDirectory() as tmp:
     for name in ["llama32.F16", "qwen3moe.F16", "gemma2.F16"]:

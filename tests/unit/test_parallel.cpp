@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/block_formats.h"
+#include "measure/allreduce_bench.h"
 #include "measure/profile_report.h"
 #include "model/tensor_shard.h"
 #include "parallel/parallel_spec.h"
@@ -148,4 +149,18 @@ TEST(ProfileReport, OverlappedFractionIsTheShareOfTransferTimeNotWaitedFor) {
   for (const auto& o : s.ops) EXPECT_NE(o.op, "all-reduce");
   EXPECT_NE(render_communication(s).find("overlapped fraction 87.5%"), std::string::npos) << render_communication(s);
   EXPECT_EQ(render_communication(summarize_profile({ev[0]})), "");
+}
+
+TEST(AllReduceBench, FitRecoversALineAndTheRingModelCountsHopsAndBytes) {
+  std::vector<AllReducePoint> p;
+  for (int64_t b : {8192, 65536, 524288}) p.push_back({b / 8192, b, 7.0 + 0.25e-3 * static_cast<double>(b)});
+  const AlphaBeta f = fit_alpha_beta(p);
+  EXPECT_NEAR(f.alpha_us, 7.0, 1e-9);
+  EXPECT_NEAR(f.beta_us_per_byte, 0.25e-3, 1e-12);
+  EXPECT_NEAR(f.r2, 1.0, 1e-12);
+  EXPECT_THROW(fit_alpha_beta({p[0]}), Error);
+  EXPECT_THROW(fit_alpha_beta({p[0], p[0]}), Error);
+  // 4 hosts: 6 hops of 10 µs; each link carries 6/4 of 1 MB at 100 Gb/s (12500 bytes/µs).
+  EXPECT_NEAR(ring_all_reduce_us(1e6, 4, 100, 10), 60 + 1.5 * 1e6 / 12500, 1e-9);
+  EXPECT_EQ(ring_all_reduce_us(1e6, 1, 100, 10), 0);
 }
