@@ -83,9 +83,10 @@ Weight f32_weight(const std::string& name, const std::vector<float>& data, int64
 class Deepseek2Model final : public Model {
  public:
   Deepseek2Model(const GgufFile& f, Backend& be, const ModelOptions& opt, ModelConfig cfg)
-      : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), mla_mode_(opt.mla) {
+      : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), mla_mode_(opt.mla), shard_(opt.shard) {
     const MlaConfig& m = cfg_.mla;
     kv_width_ = m.kv_lora_rank + m.qk_rope;
+    split_dimensions(opt);
     load(f, opt.load_mtp);
     allocate();
     if (opt.log_fusion) log_fusion();
@@ -105,17 +106,36 @@ class Deepseek2Model final : public Model {
     const int64_t n = b.size();
     if (n == 0) return;
     check_batch(n);
+    place_batch(b, kv, cfg_.n_vocab, slots_.data(), tables_.data());
+    run(b, kv.store(), logits, hidden);
+  }
+
+  void forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) override {
+    const int64_t n = b.size();
+    if (n == 0) return;
+    check_batch(n);
+    std::copy_n(place.slots[0].begin(), n, slots_.begin());
+    std::copy_n(place.tables[0].begin(), n, tables_.begin());
+    run(b, kv, logits, hidden);
+  }
+
+ private:
+  // The trunk over the placed batch (slots_, tables_), then the head.
+  void run(const Batch& b, KvStore& kv, float* logits, float* hidden) {
+    const int64_t n = b.size();
     const ModelConfig& c = cfg_;
-    place_batch(b, kv, c.n_vocab, slots_.data(), tables_.data());
     const bool decompress = use_decompressed(b);
 
     float* x = x_.data();
     be_.annotate_layer(-1);
     be_.embed(w_.io.tok_embd, b.tokens.data(), n, x);
     for (int l = 0; l < c.n_layer; l++) run_layer(w_.layers[l], l, b, kv, n, decompress);
+    if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
     output_logits(be_, b, x, c.n_embd, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb_.data(), logits, hidden);
   }
 
+
+ public:
   int mtp_layers() const override { return mtp_ ? 1 : 0; }
 
   // x = eh_proj . [rmsnorm(embed(token)) | rmsnorm(hidden)], then one full
@@ -140,12 +160,28 @@ class Deepseek2Model final : public Model {
       std::memcpy(cat_.data() + (i * 2 + 1) * dim, xb2_.data() + i * dim, dim * sizeof(float));
     }
     be_.matmul(m.eh_proj, cat_.data(), n, x_.data());
-    run_layer(m.block, c.n_layer, b, kv, n, decompress);
+    run_layer(m.block, c.n_layer, b, kv.store(), n, decompress);
     if (hidden_out) std::memcpy(hidden_out, x_.data(), n * dim * sizeof(float));
     output_logits(be_, b, x_.data(), dim, m.head_norm.data(), c.rms_eps, m.head, xb_.data(), logits);
   }
 
  private:
+  // Tensor/expert parallelism: this rank's query heads (the latent cache,
+  // shared by all heads, is whole on every rank) and FFN/expert widths.
+  void split_dimensions(const ModelOptions& opt) {
+    if (shard_.pipelined()) throw Error("pipeline parallelism is not implemented for deepseek2 yet: use tp or ep");
+    if ((shard_.split() || shard_.experts_split()) && opt.load_mtp)
+      throw Error("the multi-token-prediction block cannot run split across ranks yet: drop --spec mtp or --parallel");
+    nh_ = static_cast<int>(shard_.share(cfg_.n_head, "attention heads"));
+    h0_ = shard_.rank * nh_;
+    local_moe_ = cfg_.moe;
+    if (cfg_.moe.routing.n_expert > 0) {
+      local_moe_.n_ff_expert = shard_.share(cfg_.moe.n_ff_expert, "expert FFN rows");
+      local_moe_.n_ff_shared = shard_.share(cfg_.moe.n_ff_shared, "shared-expert FFN rows");
+    }
+    n_ff_ = shard_.share(cfg_.n_ff, "FFN rows");
+  }
+
   int head_k() const { return cfg_.mla.qk_nope + cfg_.mla.qk_rope; }
 
   void check_batch(int64_t n) const {
@@ -153,7 +189,7 @@ class Deepseek2Model final : public Model {
   }
 
   // One decoder block on x_ (batch placed already); its cache is KV layer kv_layer.
-  void run_layer(const Deepseek2Layer& L, int kv_layer, const Batch& b, PagedKvCache& kv, int64_t n, bool decompress) {
+  void run_layer(const Deepseek2Layer& L, int kv_layer, const Batch& b, KvStore& kv, int64_t n, bool decompress) {
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd;
     float* x = x_.data();
@@ -166,13 +202,17 @@ class Deepseek2Model final : public Model {
     else
       attend_absorbed(L, b, kv, kv_layer, n);
     be_.matmul(L.wo, att_.data(), n, xb2_.data());
+    shard_.sum(xb2_.data(), n * dim);  // this rank's heads' share
     be_.add(x, xb2_.data(), n * dim);
 
     be_.rmsnorm(x, L.ffn_norm.data(), xb_.data(), n, dim, c.rms_eps);
-    if (L.moe.present())
+    if (L.moe.present()) {
       moe_->run(be_, L.moe, xb_.data(), n, xb2_.data());
-    else
+      shard_.sum_experts(xb2_.data(), n * dim);
+    } else {
       run_ffn(be_, L.dense, FfnActivation::Silu, xb_.data(), n, hb_.data(), hb2_.data(), xb2_.data());
+      shard_.sum(xb2_.data(), n * dim);
+    }
     be_.add(x, xb2_.data(), n * dim);
   }
 
@@ -191,12 +231,12 @@ class Deepseek2Model final : public Model {
       be_.matmul(L.wq_b, q_a_norm_.data(), n, q_.data());
     }
     // The rotary parts sit at the end of each query head and of the kv_a row.
-    be_.rope(q_.data() + m.qk_nope, b.positions.data(), n, cfg_.n_head, head_k(), cfg_.rope);
+    be_.rope(q_.data() + m.qk_nope, b.positions.data(), n, nh_, head_k(), cfg_.rope);
     be_.rope(kv_a_.data() + m.kv_lora_rank, b.positions.data(), n, 1, static_cast<int>(kv_width_), cfg_.rope);
   }
 
   // kv[slot] = [rmsnorm(c) | k_pe]
-  void write_latents(const Deepseek2Layer& L, PagedKvCache& kv, int layer, int64_t n) {
+  void write_latents(const Deepseek2Layer& L, KvStore& kv, int layer, int64_t n) {
     const int64_t r = cfg_.mla.kv_lora_rank;
     for (int64_t i = 0; i < n; i++) std::memcpy(lat_.data() + i * r, kv_a_.data() + i * kv_width_, r * sizeof(float));
     be_.rmsnorm(lat_.data(), L.kv_a_norm.data(), lat_norm_.data(), n, r, cfg_.rms_eps);
@@ -208,7 +248,7 @@ class Deepseek2Model final : public Model {
     }
   }
 
-  PagedKvLayerView latent_view(const PagedKvCache& kv, int layer) const {
+  PagedKvLayerView latent_view(const KvStore& kv, int layer) const {
     PagedKvLayerView v = kv.layer_view(layer);
     v.v = v.k;  // values: the first kv_lora floats of each key row
     v.v_stride = v.k_stride;
@@ -216,9 +256,9 @@ class Deepseek2Model final : public Model {
     return v;
   }
 
-  void attend_absorbed(const Deepseek2Layer& L, const Batch& b, const PagedKvCache& kv, int layer, int64_t n) {
+  void attend_absorbed(const Deepseek2Layer& L, const Batch& b, const KvStore& kv, int layer, int64_t n) {
     const MlaConfig& m = cfg_.mla;
-    const int nh = cfg_.n_head, hk = head_k();
+    const int nh = nh_, hk = head_k();
     const int64_t r = m.kv_lora_rank, w = kv_width_;
     // Query per head: [Wk_b,h . q_nope,h | q_pe,h]
     be_.matmul_heads(L.k_absorb.data(), nh, q_.data(), nh * hk, hk, n, q_abs_.data(), nh * w, w);
@@ -235,9 +275,9 @@ class Deepseek2Model final : public Model {
 
   // Per sequence of the batch: rebuild keys and values of all its positions
   // up to the last one in the batch, then multi-head attention over them.
-  void attend_decompressed(const Deepseek2Layer& L, const Batch& b, const PagedKvCache& kv, int layer, int64_t n) {
+  void attend_decompressed(const Deepseek2Layer& L, const Batch& b, const KvStore& kv, int layer, int64_t n) {
     const MlaConfig& m = cfg_.mla;
-    const int nh = cfg_.n_head, hk = head_k(), vh = m.v_head;
+    const int nh = nh_, hk = head_k(), vh = m.v_head;
     const int64_t r = m.kv_lora_rank;
     const PagedKvLayerView cache = kv.layer_view(layer);
     for (int64_t first = 0; first < n; first++) {
@@ -291,7 +331,7 @@ class Deepseek2Model final : public Model {
   bool use_decompressed(const Batch& b) const {
     if (mla_mode_ != MlaAttention::Auto) return mla_mode_ == MlaAttention::Decompressed;
     const MlaConfig& m = cfg_.mla;
-    const double nh = cfg_.n_head, r = m.kv_lora_rank, hk = head_k();
+    const double nh = nh_, r = m.kv_lora_rank, hk = head_k();
     double absorbed = 0, decompressed = 0;
     for (int64_t i = 0; i < b.size(); i++) {
       const double keys = b.positions[i] + 1;
@@ -310,7 +350,7 @@ class Deepseek2Model final : public Model {
   void load(const GgufFile& f, bool with_mtp) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    w_.io = load_io_weights(ld, be_, c);
+    w_.io = load_io_weights(ld, be_, c, shard_.rank == 0 && shard_.ep_rank == 0);
     for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
     if (with_mtp && c.n_mtp > 0) load_mtp(ld, c.n_layer);
     // The MTP blocks not loaded (not asked for, or past the first) take no
@@ -351,19 +391,19 @@ class Deepseek2Model final : public Model {
     if (m.q_lora_rank > 0) {
       L.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, m.q_lora_rank}));
       L.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", m.q_lora_rank);
-      L.wq_b = be_.prepare_weight(ld.require(p + "attn_q_b.weight", {m.q_lora_rank, nh * hk}));
+      L.wq_b = be_.prepare_weight(shard_.rows(ld.require(p + "attn_q_b.weight", {m.q_lora_rank, nh * hk})));
     } else {
-      L.wq = be_.prepare_weight(ld.require(p + "attn_q.weight", {dim, nh * hk}));
+      L.wq = be_.prepare_weight(shard_.rows(ld.require(p + "attn_q.weight", {dim, nh * hk})));
     }
     L.wkv_a = be_.prepare_weight(ld.require(p + "attn_kv_a_mqa.weight", {dim, kv_width_}));
     L.kv_a_norm = ld.require_vector(p + "attn_kv_a_norm.weight", r);
     load_kv_b(ld, p, L);
-    L.wo = be_.prepare_weight(ld.require(p + "attn_output.weight", {nh * m.v_head, dim}));
+    L.wo = be_.prepare_weight(shard_.columns(ld.require(p + "attn_output.weight", {nh * m.v_head, dim})));
     L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
     if (l < e.n_dense_lead || e.routing.n_expert == 0)
-      L.dense = load_ffn(ld, be_, p, "", dim, c.n_ff);
+      L.dense = load_ffn(ld, be_, p, "", dim, c.n_ff, false, shard_);
     else
-      L.moe = load_moe(ld, be_, p, dim, e);
+      L.moe = load_moe(ld, be_, p, dim, e, shard_);
     return L;
   }
 
@@ -378,7 +418,7 @@ class Deepseek2Model final : public Model {
       // Conversions that split attn_kv_b may keep it too: the same numbers.
       ld.skip(p + "attn_kv_b.weight", "the split attn_k_b / attn_v_b hold the same weights");
       const Weight v_b = ld.require(p + "attn_v_b.weight", {r, m.v_head, nh});
-      for (int h = 0; h < nh; h++) {
+      for (int h = h0_; h < h0_ + nh_; h++) {  // this rank's heads
         const std::string tag = fmt::format(".{}", h);
         const Weight kh = weight_slice(k_b, h, k_b.name + tag);
         L.k_absorb.push_back(be_.prepare_weight(kh));
@@ -390,7 +430,7 @@ class Deepseek2Model final : public Model {
       // attn_kv_b: per head, nope key rows then v_head value rows, each kv_lora long.
       const int64_t per_head = m.qk_nope + m.v_head;
       const Weight kv_b = ld.require(p + "attn_kv_b.weight", {r, nh * per_head});
-      for (int h = 0; h < nh; h++) {
+      for (int h = h0_; h < h0_ + nh_; h++) {  // this rank's heads
         const std::string tag = fmt::format(".{}", h);
         const Weight kh = weight_rows(kv_b, h * per_head, m.qk_nope, kv_b.name + ".k" + tag);
         L.k_decompress.push_back(be_.prepare_weight(kh));
@@ -407,8 +447,8 @@ class Deepseek2Model final : public Model {
   void allocate() {
     const ModelConfig& c = cfg_;
     const MlaConfig& m = c.mla;
-    const int64_t n = max_batch_, nh = c.n_head;
-    const int64_t ff = c.n_ff;
+    const int64_t n = max_batch_, nh = nh_;
+    const int64_t ff = n_ff_;
     x_.resize(n * c.n_embd);
     if (mtp_) cat_.resize(n * 2 * c.n_embd);
     xb_.resize(n * c.n_embd);
@@ -425,7 +465,7 @@ class Deepseek2Model final : public Model {
     att_.resize(n * nh * m.v_head);
     hb_.resize(n * ff);
     hb2_.resize(n * ff);
-    if (c.moe.routing.n_expert > 0) moe_ = std::make_unique<MoeFfn>(c.n_embd, c.moe, n);
+    if (c.moe.routing.n_expert > 0) moe_ = std::make_unique<MoeFfn>(c.n_embd, local_moe_, n);
     slots_.resize(n);
     tables_.resize(n);
     seq_tokens_.reserve(n);
@@ -434,10 +474,15 @@ class Deepseek2Model final : public Model {
   void log_fusion() const {
     int fused = 0;
     for (const auto& L : w_.layers)
-      if (L.moe.present())
-        fused += be_.fuses(L.moe.experts[0].gate, L.moe.experts[0].up);
-      else
+      if (L.moe.present()) {
+        for (const FfnWeights& x : L.moe.experts)  // the first this rank holds
+          if (x.present()) {
+            fused += be_.fuses(x.gate, x.up);
+            break;
+          }
+      } else {
         fused += be_.fuses(L.dense.gate, L.dense.up);
+      }
     fmt::print(stderr, "fusion: ffn_gate+ffn_up+SwiGLU (dense, shared and routed experts): {} of {} layers\n", fused,
                cfg_.n_layer);
     fmt::print(stderr, "fusion: attn_q(_a)+attn_kv_a_mqa: one input pass per layer; MLA attention: {}\n",
@@ -450,6 +495,10 @@ class Deepseek2Model final : public Model {
   Backend& be_;
   int64_t max_batch_;
   MlaAttention mla_mode_;
+  TensorShard shard_;
+  int nh_ = 0, h0_ = 0;  // this rank's query heads: [h0_, h0_ + nh_)
+  int64_t n_ff_ = 0;     // ...its share of the dense FFN rows
+  MoeConfig local_moe_;  // ...and of each expert's
   int64_t kv_width_ = 0;
   Deepseek2Weights w_;
   std::unique_ptr<MtpHead> mtp_;  // set when the MTP block is loaded

@@ -19,11 +19,7 @@ void Model::forward_placed(const Batch&, const BatchPlacement&, KvStore&, float*
 std::unique_ptr<Model> load_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
   if (options.max_batch_tokens <= 0) throw Error("the batch size must be positive");
   ModelConfig config = read_model_config(file, options);
-  if (config.arch == "deepseek2") {
-    if (options.shard.split() || options.shard.experts_split() || options.shard.pipelined())
-      throw Error("--parallel is not implemented for deepseek2 (MLA attention) yet: run it in one process");
-    return make_deepseek2_model(file, backend, options, std::move(config));
-  }
+  if (config.arch == "deepseek2") return make_deepseek2_model(file, backend, options, std::move(config));
   return make_decoder_model(file, backend, options, std::move(config));
 }
 
