@@ -37,8 +37,8 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
 inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
   if (p.spec.empty()) return;
   const ParallelSpec spec = parse_parallel_spec(p.spec);
-  if (spec.pp > 1 && spec.pp != spec.ranks())
-    throw Error(fmt::format("--parallel {}: pipeline parallelism (pp) cannot be combined with tp or ep yet", p.spec));
+  if (spec.pp > 1 && spec.ep > 1)
+    throw Error(fmt::format("--parallel {}: pipeline parallelism (pp) cannot be combined with ep yet", p.spec));
   eo.comm = join_mpi_world(p.timeout_s);
   if (eo.comm->size() != spec.ranks())
     throw Error(fmt::format("--parallel {} needs {} ranks but this job has {} (start it with mpirun -np {})", p.spec,

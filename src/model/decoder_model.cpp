@@ -112,12 +112,16 @@ class DecoderModel final : public Model {
     Communicator& w = *shard_.world;
     const int64_t n = b.size(), dim = cfg_.n_embd;
     const int last = shard_.stages - 1, stage = shard_.stage;
+    // With tensor parallelism inside the stages, rank (stage, t) talks to
+    // rank t of the stages beside it (every rank of a stage holds the whole
+    // activations after its all-reduces).
+    auto rank_of = [&](int s) { return s * shard_.n + shard_.rank; };
     const int64_t micro = std::min<int64_t>(n, kMicroBatches);
     auto first_row = [&](int64_t m) { return m * n / micro; };
     std::vector<Communicator::Request> in, out;
     for (int64_t m = 0; m < micro; m++) {
       const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
-      if (stage > 0) in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, stage - 1));
+      if (stage > 0) in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, rank_of(stage - 1)));
     }
     for (int64_t m = 0; m < micro; m++) {
       const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
@@ -126,16 +130,16 @@ class DecoderModel final : public Model {
       else
         w.wait(in[static_cast<size_t>(m)]);
       run_layers(b, place, kv, r0, rows);
-      out.push_back(w.start_send(x_.data() + r0 * dim, rows * dim, stage == last ? 0 : stage + 1));
+      out.push_back(w.start_send(x_.data() + r0 * dim, rows * dim, rank_of(stage == last ? 0 : stage + 1)));
     }
-    if (stage == 0)  // the rows come back from the last stage (the outputs above went to stage 1)
-      for (int64_t m = 0; m < micro; m++) {
-        const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
-        in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, last));
-      }
-    for (auto r : out) w.wait(r);
-    if (stage == 0)
-      for (auto r : in) w.wait(r);
+    for (auto r : out) w.wait(r);  // (stage 0: before its rows are overwritten by what comes back)
+    if (stage != 0) return;
+    in.clear();
+    for (int64_t m = 0; m < micro; m++) {  // the rows come back from the last stage
+      const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
+      in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, rank_of(last)));
+    }
+    for (auto r : in) w.wait(r);
   }
 
   // Rows [r0, r0 + n) of the batch through this rank's layers, x in place.
@@ -227,8 +231,8 @@ class DecoderModel final : public Model {
   // before any weight is read, so that a split that cannot be made says so.
   void split_dimensions() {
     const ModelConfig& c = cfg_;
-    if (shard_.pipelined() && (shard_.split() || shard_.experts_split()))
-      throw Error("pipeline parallelism cannot be combined with tp or ep yet");
+    if (shard_.pipelined() && shard_.experts_split())
+      throw Error("pipeline parallelism cannot be combined with ep yet");
     if (shard_.stages > c.n_layer)
       throw Error(fmt::format("pipeline parallelism over {} stages: the model has only {} layers", shard_.stages,
                               c.n_layer));

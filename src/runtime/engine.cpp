@@ -83,8 +83,10 @@ Engine Engine::load(const EngineOptions& o) {
     if (ep < 1 || pp < 1 || o.comm->size() % (ep * pp) != 0)
       throw Error(fmt::format("{} expert groups x {} stages do not divide {} ranks", ep, pp, o.comm->size()));
     const int tp = o.comm->size() / (ep * pp);
-    if (pp > 1) {  // stage s is rank s
-      mo.shard = {0, 1, nullptr, 0, 1, o.comm.get(), r, pp};
+    if (pp > 1) {  // rank = stage * tp + (rank within the stage's tensor-parallel group)
+      if (ep > 1) throw Error("pipeline parallelism cannot be combined with ep yet");
+      e.tp_group = tp > 1 ? o.comm->split(r / tp, r % tp) : nullptr;
+      mo.shard = {r % tp, tp, e.tp_group.get(), 0, 1, o.comm.get(), r / tp, pp};
     } else {
       e.tp_group = ep > 1 ? o.comm->split(r / tp, r % tp) : o.comm;
       mo.shard = {r % tp, tp, tp > 1 ? e.tp_group.get() : nullptr, r / tp, ep, o.comm.get()};

@@ -127,6 +127,14 @@ alone = ids_of(subprocess.run([KESTREL, *stories_args], capture_output=True, tex
 for n in (3, 4):  # 5 layers: 2+2+1, 2+1+1+1
     r = mpirun(n, stories_args + ["--parallel", f"pp={n}"])
     check(alone is not None and ids_of(r.stdout) == alone, f"pp={n} stories260K (uneven layer ranges): ids equal one process's")
+# Both: 2 stages of 2 tensor-parallel ranks each.
+r = mpirun(4, stories_args + ["--parallel", "tp=2,pp=2"])
+check(alone is not None and ids_of(r.stdout) == alone, "tp=2,pp=2 stories260K: ids equal one process's")
+for name in ["llama32.F16", "qwen3.F16"]:
+    cell = cells[name]
+    r = mpirun(4, run_args(cell, ["--parallel", "tp=2,pp=2"]))
+    check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"],
+          f"tp=2,pp=2 {name}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
 
 # 2d. Overlap: a prefill's rows in two halves, one's all-reduce in flight while the other computes
 # (default), against one blocking all-reduce per sum: the same ids; each rank's profile has the
@@ -207,7 +215,7 @@ with tempfile.TemporaryDirectory() as tmp:
 # 5. Splits that cannot be made, and jobs of the wrong size: errors naming the problem, every rank ends.
 for n, args, want in [
     (3, run_args(cells["llama32.F16"], ["--parallel", "tp=2"]), "needs 2 ranks but this job has 3"),
-    (4, run_args(cells["llama32.F16"], ["--parallel", "tp=2,pp=2"]), "pipeline parallelism (pp) cannot be combined"),
+    (4, run_args(cells["qwen3moe.F16"], ["--parallel", "ep=2,pp=2"]), "pipeline parallelism (pp) cannot be combined with ep"),
     (4, run_args(cells["llama32.F16"], ["--parallel", "pp=4"]), "4 stages: the model has only 3 layers"),
     (2, run_args(cells["llama32.F16"], ["--parallel", "ep=2"]), "needs a mixture-of-experts model; llama is dense"),
     (3, run_args(cells["qwen3moe.F16"], ["--parallel", "ep=3"]), "expert parallelism over 3 groups: 8 experts do not split"),
