@@ -155,10 +155,7 @@ class DecoderModel final : public Model {
       shard_.sum(y, n * dim);
       residual(L.post_attn_norm, x, y, n);
       ffn_block(L, r0, n, y);
-      if (L.moe.present())
-        shard_.sum_experts(y, n * dim);
-      else
-        shard_.sum(y, n * dim);
+      shard_.sum(y, n * dim, L.moe.present());
       residual(L.post_ffn_norm, x, y, n);
     }
   }
@@ -248,16 +245,11 @@ class DecoderModel final : public Model {
       local_.n_head_kv = static_cast<int>(shard_.share(c.n_head_kv, "KV heads"));
       local_.kv_head = -1;
     }
-    local_.moe = c.moe;
     if (shard_.experts_split() && c.moe.routing.n_expert == 0)
       throw Error(fmt::format("expert parallelism (ep={}) needs a mixture-of-experts model; {} is dense (use tp)",
                               shard_.ep, c.arch));
-    if (c.moe.routing.n_expert > 0) {
-      local_.moe.n_ff_expert = shard_.share(c.moe.n_ff_expert, "expert FFN rows");
-      local_.moe.n_ff_shared = shard_.share(c.moe.n_ff_shared, "shared-expert FFN rows");
-    } else {
-      local_.n_ff = shard_.share(c.n_ff, "FFN rows");
-    }
+    local_.moe = split_moe_widths(c.moe, shard_);
+    if (c.moe.routing.n_expert == 0) local_.n_ff = shard_.share(c.n_ff, "FFN rows");
   }
 
   // Self-attention of layer l over xb (normed), into out (a partial sum
@@ -293,8 +285,7 @@ class DecoderModel final : public Model {
   void load(const GgufFile& f, const ModelOptions& opt) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    const bool leader = shard_.rank == 0 && shard_.ep_rank == 0 && shard_.stage == 0;
-    w_.io = load_io_weights(ld, be_, c, leader, shard_.stage == 0);
+    w_.io = load_io_weights(ld, be_, c, shard_.leader(), shard_.stage == 0);
     load_rope_factors(ld, opt);
     for (int l = 0; l < c.n_layer; l++)
       if (l >= first_ && l < end_)
@@ -407,13 +398,8 @@ class DecoderModel final : public Model {
     int qkv = 0, ffn = 0;
     for (const auto& L : w_.layers) {
       qkv += be_.fuses(L.wq, L.wk) && be_.fuses(L.wq, L.wv);
-      const FfnWeights* f = &L.ffn;
-      for (const FfnWeights& x : L.moe.experts)  // the first this rank holds
-        if (x.present()) {
-          f = &x;
-          break;
-        }
-      ffn += be_.fuses(f->gate, f->up);
+      const FfnWeights* f = L.moe.present() ? L.moe.first_held() : &L.ffn;
+      ffn += f && be_.fuses(f->gate, f->up);
     }
     const int n = cfg_.n_layer;
     const char* act = cfg_.ffn_act == FfnActivation::Gelu ? "GeGLU" : "SwiGLU";

@@ -174,11 +174,7 @@ class Deepseek2Model final : public Model {
       throw Error("the multi-token-prediction block cannot run split across ranks yet: drop --spec mtp or --parallel");
     nh_ = static_cast<int>(shard_.share(cfg_.n_head, "attention heads"));
     h0_ = shard_.rank * nh_;
-    local_moe_ = cfg_.moe;
-    if (cfg_.moe.routing.n_expert > 0) {
-      local_moe_.n_ff_expert = shard_.share(cfg_.moe.n_ff_expert, "expert FFN rows");
-      local_moe_.n_ff_shared = shard_.share(cfg_.moe.n_ff_shared, "shared-expert FFN rows");
-    }
+    local_moe_ = split_moe_widths(cfg_.moe, shard_);
     n_ff_ = shard_.share(cfg_.n_ff, "FFN rows");
   }
 
@@ -206,13 +202,11 @@ class Deepseek2Model final : public Model {
     be_.add(x, xb2_.data(), n * dim);
 
     be_.rmsnorm(x, L.ffn_norm.data(), xb_.data(), n, dim, c.rms_eps);
-    if (L.moe.present()) {
+    if (L.moe.present())
       moe_->run(be_, L.moe, xb_.data(), n, xb2_.data());
-      shard_.sum_experts(xb2_.data(), n * dim);
-    } else {
+    else
       run_ffn(be_, L.dense, FfnActivation::Silu, xb_.data(), n, hb_.data(), hb2_.data(), xb2_.data());
-      shard_.sum(xb2_.data(), n * dim);
-    }
+    shard_.sum(xb2_.data(), n * dim, L.moe.present());
     be_.add(x, xb2_.data(), n * dim);
   }
 
@@ -350,7 +344,7 @@ class Deepseek2Model final : public Model {
   void load(const GgufFile& f, bool with_mtp) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    w_.io = load_io_weights(ld, be_, c, shard_.rank == 0 && shard_.ep_rank == 0);
+    w_.io = load_io_weights(ld, be_, c, shard_.leader());
     for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
     if (with_mtp && c.n_mtp > 0) load_mtp(ld, c.n_layer);
     // The MTP blocks not loaded (not asked for, or past the first) take no
@@ -474,15 +468,7 @@ class Deepseek2Model final : public Model {
   void log_fusion() const {
     int fused = 0;
     for (const auto& L : w_.layers)
-      if (L.moe.present()) {
-        for (const FfnWeights& x : L.moe.experts)  // the first this rank holds
-          if (x.present()) {
-            fused += be_.fuses(x.gate, x.up);
-            break;
-          }
-      } else {
-        fused += be_.fuses(L.dense.gate, L.dense.up);
-      }
+      if (const FfnWeights* f = L.moe.present() ? L.moe.first_held() : &L.dense) fused += be_.fuses(f->gate, f->up);
     fmt::print(stderr, "fusion: ffn_gate+ffn_up+SwiGLU (dense, shared and routed experts): {} of {} layers\n", fused,
                cfg_.n_layer);
     fmt::print(stderr, "fusion: attn_q(_a)+attn_kv_a_mqa: one input pass per layer; MLA attention: {}\n",

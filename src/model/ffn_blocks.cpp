@@ -19,6 +19,14 @@ FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& p, c
           be.prepare_weight(shard.rows(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width}))), down};
 }
 
+MoeConfig split_moe_widths(const MoeConfig& moe, const TensorShard& shard) {
+  MoeConfig local = moe;
+  if (moe.routing.n_expert == 0) return local;
+  local.n_ff_expert = shard.share(moe.n_ff_expert, "expert FFN rows");
+  local.n_ff_shared = shard.share(moe.n_ff_shared, "shared-expert FFN rows");
+  return local;
+}
+
 MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, int64_t dim, const MoeConfig& e,
                     const TensorShard& shard) {
   const int ne = e.routing.n_expert;

@@ -25,6 +25,12 @@ struct MoeWeights {
   FfnWeights shared;               // ffn_*_shexp; absent when the model has no shared expert
   Weight shared_gate;              // ffn_gate_inp_shexp (Qwen2-MoE): one row
   bool present() const { return !experts.empty(); }
+  // The first expert this rank holds (all are held without expert parallelism).
+  const FfnWeights* first_held() const {
+    for (const FfnWeights& e : experts)
+      if (e.present()) return &e;
+    return nullptr;
+  }
 };
 
 // `{prefix}ffn_{gate,up,down}{suffix}.weight`, width rows wide; with
@@ -33,6 +39,10 @@ struct MoeWeights {
 // rows, down columns (its output is then a partial sum).
 FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& prefix, const std::string& suffix,
                     int64_t dim, int64_t width, bool fused_gate_up = false, const TensorShard& shard = {});
+
+// The widths this rank runs of an MoE layer under tensor parallelism (each
+// expert's and the shared expert's FFN rows split over the group).
+MoeConfig split_moe_widths(const MoeConfig& moe, const TensorShard& shard);
 
 // Router, experts (3-D ffn_*_exps sliced per expert), the selection bias
 // when the file has one, and the shared expert(s) the config asks for. moe

@@ -31,7 +31,7 @@ struct TensorShard {
   int ep = 1;                    // expert groups
   Communicator* world = nullptr; // every rank (set when n * ep * stages > 1)
   // Pipeline parallelism: this rank runs a contiguous range of the layers
-  // (stage s is rank s; rank 0 also embeds and samples).
+  // (stage s is ranks s * n .. s * n + n - 1; stage 0 embeds, rank 0 samples).
   int stage = 0;
   int stages = 1;
   // Split a step's rows in two and sum one half while the other computes.
@@ -40,6 +40,8 @@ struct TensorShard {
   bool split() const { return n > 1; }
   bool experts_split() const { return ep > 1; }
   bool pipelined() const { return stages > 1; }
+  // Rank 0 of the job: the one that holds the output head and samples.
+  bool leader() const { return rank == 0 && ep_rank == 0 && stage == 0; }
   // The layers [first, end) of n_layer this stage runs: as even as they
   // come, the earlier stages taking one more when they do not divide.
   int first_layer(int n_layer) const { return stage_start(stage, n_layer); }
@@ -62,22 +64,19 @@ struct TensorShard {
   Weight columns(const Weight& w) const;
   // Elements [first, first + count) of v split n ways (biases).
   std::vector<float> part(const std::vector<float>& v, int64_t first, int64_t count) const;
-  // x[0, count) summed over the ranks (partial results of a row-parallel matrix).
-  void sum(float* x, int64_t count) const {
-    if (split()) comm->all_reduce_sum(x, count);
+  // x[0, count) summed over the ranks that hold parts of it: the partial
+  // results of a row-parallel matrix over the group, an MoE layer's output
+  // (experts) over every rank, the expert groups' too.
+  void sum(float* x, int64_t count, bool experts = false) const {
+    if (Communicator* c = summed_over(experts)) c->all_reduce_sum(x, count);
   }
-  // An MoE layer's output, summed over every rank (the expert groups' too).
-  void sum_experts(float* x, int64_t count) const {
-    if (experts_split()) world->all_reduce_sum(x, count);
-    else sum(x, count);
-  }
-  // The same sums started non-blocking (overlap): finish() waits for one.
+  // The same sum started non-blocking (overlap): finish() waits for it.
   struct PendingSum {
     Communicator* comm = nullptr;  // null: nothing in flight
     Communicator::Request req = 0;
   };
   PendingSum start_sum(float* x, int64_t count, bool experts) const {
-    Communicator* c = experts && experts_split() ? world : split() ? comm : nullptr;
+    Communicator* c = summed_over(experts);
     return c ? PendingSum{c, c->start_all_reduce_sum(x, count)} : PendingSum{};
   }
   static void finish(PendingSum& p) {
@@ -88,6 +87,10 @@ struct TensorShard {
     if (split()) comm->progress();
     if (world && world != comm) world->progress();
   }
+
+ private:
+  // Who holds parts of a sum (null: this rank holds all of it).
+  Communicator* summed_over(bool experts) const { return experts && experts_split() ? world : split() ? comm : nullptr; }
 };
 
 }  // namespace kestrel

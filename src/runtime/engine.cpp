@@ -77,20 +77,15 @@ Engine Engine::load(const EngineOptions& o) {
   mo.mla = o.mla;
   mo.load_mtp = o.load_mtp;
   if (o.comm && o.comm->size() > 1) {
-    // Ranks in expert-group order: rank = group * tp + (rank within the group).
+    // rank = outer * tp + (rank within its tensor-parallel group), the outer
+    // index being the expert group or the pipeline stage (the model refuses both at once).
     e.comm = o.comm;
     const int ep = o.expert_groups, pp = o.pipeline_stages, r = o.comm->rank();
     if (ep < 1 || pp < 1 || o.comm->size() % (ep * pp) != 0)
       throw Error(fmt::format("{} expert groups x {} stages do not divide {} ranks", ep, pp, o.comm->size()));
-    const int tp = o.comm->size() / (ep * pp);
-    if (pp > 1) {  // rank = stage * tp + (rank within the stage's tensor-parallel group)
-      if (ep > 1) throw Error("pipeline parallelism cannot be combined with ep yet");
-      e.tp_group = tp > 1 ? o.comm->split(r / tp, r % tp) : nullptr;
-      mo.shard = {r % tp, tp, e.tp_group.get(), 0, 1, o.comm.get(), r / tp, pp};
-    } else {
-      e.tp_group = ep > 1 ? o.comm->split(r / tp, r % tp) : o.comm;
-      mo.shard = {r % tp, tp, tp > 1 ? e.tp_group.get() : nullptr, r / tp, ep, o.comm.get()};
-    }
+    const int tp = o.comm->size() / (ep * pp), outer = r / tp;
+    if (tp > 1) e.tp_group = tp == o.comm->size() ? o.comm : o.comm->split(outer, r % tp);
+    mo.shard = {r % tp, tp, e.tp_group.get(), ep > 1 ? outer : 0, ep, o.comm.get(), pp > 1 ? outer : 0, pp};
     mo.shard.overlap = o.parallel_overlap;
     if (e.profiler) {  // transfers on their own track, in this rank's trace
       e.profiler->set_rank(r);

@@ -262,18 +262,23 @@ void ServingEngine::step(double now) {
 }
 
 void ServingEngine::loop() {
+  // Ends the active requests `which` picks, as `reason` (with `error`).
+  auto end_requests = [&](auto which, const std::string& reason, const std::string& error) {
+    std::vector<int64_t> ids;
+    for (const auto& [id, a] : active_)
+      if (which(*a)) ids.push_back(id);
+    for (int64_t id : ids) {
+      finish(*active_.at(id), reason, error);
+      exec_.remove(id);
+    }
+  };
+  auto every = [](const Active&) { return true; };
   for (;;) {
     const double now = now_ms();
     admit_new();
     // Cancelled requests (client gone) and, past the shutdown deadline, everyone.
     const bool past_deadline = stop_ && now >= static_cast<double>(deadline_ms_.load());
-    std::vector<int64_t> cancel;
-    for (const auto& [id, a] : active_)
-      if (a->channel->cancelled() || past_deadline) cancel.push_back(id);
-    for (int64_t id : cancel) {
-      finish(*active_.at(id), "cancelled");
-      exec_.remove(id);
-    }
+    end_requests([&](const Active& a) { return a.channel->cancelled() || past_deadline; }, "cancelled", "");
     update_gauges();
     if (active_.empty()) {
       if (stop_) return;
@@ -282,12 +287,7 @@ void ServingEngine::loop() {
       continue;
     }
     if (!fatal_.empty()) {  // nothing can run: every request ends with the reason
-      std::vector<int64_t> ids;
-      for (const auto& [id, a] : active_) ids.push_back(id);
-      for (int64_t id : ids) {
-        finish(*active_.at(id), "error", fatal_);
-        exec_.remove(id);
-      }
+      end_requests(every, "error", fatal_);
       continue;
     }
     try {
@@ -299,12 +299,7 @@ void ServingEngine::loop() {
       if (c_.on_fatal) c_.on_fatal(fatal_);
     } catch (const std::exception& ex) {
       // A failed step fails its requests, never the server.
-      std::vector<int64_t> ids;
-      for (const auto& [id, a] : active_) ids.push_back(id);
-      for (int64_t id : ids) {
-        finish(*active_.at(id), "error", ex.what());
-        exec_.remove(id);
-      }
+      end_requests(every, "error", ex.what());
     }
   }
 }
