@@ -82,21 +82,19 @@ class MpiCommunicator final : public Communicator {
   }
 
   Request start_send(const float* x, int64_t n, int dest) override {
-    return start_p2p(n, [&](int count, MPI_Request* req) {
+    return start_transfer(Kind::Send, n, dest, [&](int count, MPI_Request* req) {
       return MPI_Isend(x, count, MPI_FLOAT, dest, kPipelineTag, comm_, req);
-    }, fmt::format("a send of {} floats to rank {}", n, dest));
+    });
   }
   Request start_recv(float* x, int64_t n, int source) override {
-    return start_p2p(n, [&](int count, MPI_Request* req) {
+    return start_transfer(Kind::Receive, n, source, [&](int count, MPI_Request* req) {
       return MPI_Irecv(x, count, MPI_FLOAT, source, kPipelineTag, comm_, req);
-    }, fmt::format("a receive of {} floats from rank {}", n, source));
+    });
   }
   Request start_all_reduce_sum(float* x, int64_t n) override {
-    const Request id = start_p2p(n, [&](int count, MPI_Request* req) {
+    const Request id = start_transfer(Kind::AllReduce, n, -1, [&](int count, MPI_Request* req) {
       return MPI_Iallreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, comm_, req);
-    }, fmt::format("an all-reduce of {} floats", n));
-    pending_.at(id).all_reduce = true;
-    pending_.at(id).kind = "all-reduce";
+    });
     stats_.calls++;
     stats_.overlapped_calls++;
     stats_.bytes += n * static_cast<int64_t>(sizeof(float));
@@ -111,16 +109,17 @@ class MpiCommunicator final : public Communicator {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t w0 = prof_ ? prof_->now_ns() : 0;
     const bool was_done = p.done_ns >= 0;
-    wait(p.req, [&] { return p.what; }, false);
-    if (p.all_reduce) {
+    wait(p.req, [&] { return p.what(); }, false);
+    if (p.kind == Kind::AllReduce) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       stats_.seconds += s;
       stats_.overlapped_seconds += s;
     }
     if (prof_) {
       const int64_t w1 = prof_->now_ns(), done = was_done ? p.done_ns : w1;
-      if (!was_done) prof_->record({"wait " + p.kind, -1, w0, w1 - w0, p.bytes, 0, ""});
-      prof_->record({p.kind, -1, p.start_ns, done - p.start_ns, p.bytes, 0, "communication"});
+      const std::string name = kind_name(p.kind);
+      if (!was_done) prof_->record({"wait " + name, -1, w0, w1 - w0, p.bytes(), 0, ""});
+      prof_->record({name, -1, p.start_ns, done - p.start_ns, p.bytes(), 0, "communication"});
     }
   }
 
@@ -131,7 +130,7 @@ class MpiCommunicator final : public Communicator {
       if (p.req == MPI_REQUEST_NULL) continue;  // done: MPI_Test set it so
       int done = 0;
       if (MPI_Test(&p.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-        throw CommunicatorFailure(fmt::format("rank {} of {}: {} failed: a rank has died", rank_, size_, p.what));
+        throw CommunicatorFailure(fmt::format("rank {} of {}: {} failed: a rank has died", rank_, size_, p.what()));
       if (done && prof_) p.done_ns = prof_->now_ns();
     }
   }
@@ -151,23 +150,31 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kPipelineTag = 17;
+  enum class Kind { AllReduce, Send, Receive };
+  static const char* kind_name(Kind k) {
+    return k == Kind::AllReduce ? "all-reduce" : k == Kind::Send ? "send" : "receive";
+  }
+  // A started transfer; its description is written only for an error.
   struct Pending {
-    MPI_Request req;
-    std::string what;
-    bool all_reduce = false;
-    std::string kind;      // for the profile: "all-reduce", "send", "receive"
-    double bytes = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    Kind kind = Kind::AllReduce;
+    int64_t n = 0;         // floats
+    int peer = -1;         // the other rank of a send or receive
     int64_t start_ns = 0;  // profiler clock
     int64_t done_ns = -1;  // when progress() saw it complete
+    double bytes() const { return static_cast<double>(n) * sizeof(float); }
+    std::string what() const {
+      if (kind == Kind::AllReduce) return fmt::format("an all-reduce of {} floats", n);
+      return fmt::format("a {} of {} floats {} rank {}", kind_name(kind), n, kind == Kind::Send ? "to" : "from", peer);
+    }
   };
   template <class Start>
-  Request start_p2p(int64_t n, Start start, std::string what) {
-    if (n > INT_MAX) throw Error(fmt::format("rank {}: {} is too large for one message", rank_, what));
-    Pending p{MPI_REQUEST_NULL, std::move(what)};
-    p.kind = p.what.rfind("a send", 0) == 0 ? "send" : "receive";
-    p.bytes = static_cast<double>(n) * sizeof(float);
+  Request start_transfer(Kind kind, int64_t n, int peer, Start start) {
+    Pending p;
+    p.kind = kind, p.n = n, p.peer = peer;
+    if (n > INT_MAX) throw Error(fmt::format("rank {}: {} is too large for one message", rank_, p.what()));
     p.start_ns = prof_ ? prof_->now_ns() : 0;
-    started(start(static_cast<int>(n), &p.req), [&] { return p.what; });
+    started(start(static_cast<int>(n), &p.req), [&] { return p.what(); });
     const Request id = next_request_++;
     pending_.emplace(id, std::move(p));
     return id;
