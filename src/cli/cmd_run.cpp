@@ -148,6 +148,12 @@ int run(RunFlags& f) {
                "run); {} of them overlapped with compute, {:.1f} ms of those exposed\n",
                f.parallel.spec, e.comm->describe(), s.calls, s.calls ? s.bytes / 1024.0 / s.calls : 0.0, 1e3 * s.seconds,
                run_s > 0 ? 100 * s.seconds / run_s : 0.0, s.overlapped_calls, 1e3 * s.overlapped_seconds);
+    if (s.exchanges)
+      fmt::print(stderr,
+                 "[kestrel] expert sums by all-to-all: {} exchanges, {:.1f} KiB sent on average (rows and "
+                 "all-gather), {:.1f} ms blocked in them ({:.1f}% of the run)\n",
+                 s.exchanges, s.exchange_bytes / 1024.0 / s.exchanges, 1e3 * s.exchange_seconds,
+                 run_s > 0 ? 100 * s.exchange_seconds / run_s : 0.0);
   }
   return 0;
 }

@@ -19,6 +19,7 @@ struct ParallelFlags {
   std::string spec;  // empty: one process
   double timeout_s = 60;
   bool no_overlap = false;
+  std::string expert_sum;  // empty: all-reduce
 };
 
 inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
@@ -30,15 +31,27 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
       ->capture_default_str();
   cmd->add_flag("--parallel-no-overlap", p.no_overlap,
                 "Sum each step's partial results in one blocking all-reduce instead of overlapping two halves");
+  cmd->add_option("--parallel-expert-sum", p.expert_sum,
+                  "Under ep: sum MoE outputs by all-reduce (default) or all-to-all (each rank sends only the rows "
+                  "its experts computed, then an all-gather)");
 }
 
 // Joins the MPI job when --parallel is given (the engine options then carry
 // the communicator); Error when the split does not match the job.
 inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
-  if (p.spec.empty()) return;
+  if (p.spec.empty()) {
+    if (!p.expert_sum.empty()) throw Error("--parallel-expert-sum needs --parallel with ep (under mpirun)");
+    return;
+  }
   const ParallelSpec spec = parse_parallel_spec(p.spec);
   if (spec.pp > 1 && spec.ep > 1)
     throw Error(fmt::format("--parallel {}: pipeline parallelism (pp) cannot be combined with ep yet", p.spec));
+  if (!p.expert_sum.empty()) {
+    eo.expert_sum = parse_expert_sum(p.expert_sum);
+    if (spec.ep == 1)
+      throw Error(fmt::format("--parallel-expert-sum {} needs expert parallelism (--parallel {} has no ep)",
+                              p.expert_sum, p.spec));
+  }
   eo.comm = join_mpi_world(p.timeout_s);
   if (eo.comm->size() != spec.ranks())
     throw Error(fmt::format("--parallel {} needs {} ranks but this job has {} (start it with mpirun -np {})", p.spec,

@@ -31,6 +31,11 @@ struct AllReduceStats {
   double seconds = 0;
   int64_t overlapped_calls = 0;  // of calls, started non-blocking
   double overlapped_seconds = 0;  // their part of seconds (the exposed rest of their time)
+  // The expert combine's exchanges instead (all-to-all, then all-gather):
+  // rounds, bytes this rank sent, time blocked in them.
+  int64_t exchanges = 0;
+  int64_t exchange_bytes = 0;
+  double exchange_seconds = 0;
 };
 
 class Communicator {
@@ -52,6 +57,16 @@ class Communicator {
   virtual Request start_recv(float* x, int64_t n, int source) = 0;
   // all_reduce_sum started non-blocking: x must stay untouched until wait().
   virtual Request start_all_reduce_sum(float* x, int64_t n) = 0;
+  // Unequal parts to every rank (an MoE layer's rows to the ranks that sum
+  // them): to_each[r] floats of send, in rank order, go to rank r. The
+  // counts are exchanged first, so from_each[r] (floats from rank r, placed
+  // in rank order in recv) is known on return; the data is then in flight
+  // until wait(). Error when they would not fit recv_capacity floats.
+  virtual Request start_all_to_all(const float* send, const int64_t* to_each, float* recv, int64_t recv_capacity,
+                                   int64_t* from_each) = 0;
+  // Each rank's part of x to every rank, in place: rank r's counts[r]
+  // floats start at the sum of the counts before r.
+  virtual void all_gather(float* x, const int64_t* counts) = 0;
   virtual void wait(Request r) = 0;
   // Lets started transfers move on (MPI progresses them only inside its
   // calls): called between operators while a transfer is in flight.

@@ -16,7 +16,7 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events) {
       s.in_flight_ns += static_cast<double>(e.dur_ns);
       continue;
     }
-    if (e.op.rfind("all-reduce (blocking)", 0) == 0 || e.op.rfind("wait ", 0) == 0)
+    if (e.op.find(" (blocking)") != std::string::npos || e.op.rfind("wait ", 0) == 0)
       s.exposed_ns += static_cast<double>(e.dur_ns);
     OpSummary& o = by_op[e.op];
     o.op = e.op;

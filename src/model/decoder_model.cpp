@@ -155,7 +155,7 @@ class DecoderModel final : public Model {
       shard_.sum(y, n * dim);
       residual(L.post_attn_norm, x, y, n);
       ffn_block(L, r0, n, y);
-      shard_.sum(y, n * dim, L.moe.present());
+      shard_.sum_ffn(y, n, dim, L.moe.present(), combine_[0].get(), touched());
       residual(L.post_ffn_norm, x, y, n);
     }
   }
@@ -187,7 +187,7 @@ class DecoderModel final : public Model {
         residual(L.post_attn_norm, x[h], y[h], rows[h]);
         shard_.progress();
         ffn_block(L, first[h], rows[h], y[h]);
-        ffn[h] = shard_.start_sum(y[h], rows[h] * dim, L.moe.present());
+        ffn[h] = shard_.start_ffn_sum(y[h], rows[h], dim, L.moe.present(), combine_[h].get(), touched());
       }
     }
     for (int h = 0; h < 2; h++) {
@@ -212,6 +212,9 @@ class DecoderModel final : public Model {
     else
       run_ffn(be_, L.ffn, cfg_.ffn_act, xb, n, hb_.data(), hb2_.data(), y);
   }
+
+  // The rows the last MoE layer run computed on this rank.
+  const uint8_t* touched() const { return moe_ ? moe_->touched() : nullptr; }
 
   // x += y, y normed first where the family has post norms (Gemma 2/3).
   void residual(const std::vector<float>& post_norm, float* x, float* y, int64_t n) {
@@ -387,6 +390,8 @@ class DecoderModel final : public Model {
     att_.resize(n * q_dim);
     if (c.moe.routing.n_expert > 0) {
       moe_ = std::make_unique<MoeFfn>(c.n_embd, local_.moe, n);
+      if (shard_.combines_experts())
+        for (auto& combine : combine_) combine = std::make_unique<ExpertCombine>(*shard_.world, c.n_embd, n);
     } else {
       hb_.resize(n * local_.n_ff);
       hb2_.resize(n * local_.n_ff);
@@ -431,6 +436,7 @@ class DecoderModel final : public Model {
   std::vector<float> rope_factors_;  // what cfg_.rope.freq_factors points at
   BatchPlacement place_;
   std::unique_ptr<MoeFfn> moe_;
+  std::unique_ptr<ExpertCombine> combine_[2];  // one per half of an overlapped step (--parallel-expert-sum all-to-all)
   std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;
 };
 

@@ -206,7 +206,7 @@ class Deepseek2Model final : public Model {
       moe_->run(be_, L.moe, xb_.data(), n, xb2_.data());
     else
       run_ffn(be_, L.dense, FfnActivation::Silu, xb_.data(), n, hb_.data(), hb2_.data(), xb2_.data());
-    shard_.sum(xb2_.data(), n * dim, L.moe.present());
+    shard_.sum_ffn(xb2_.data(), n, dim, L.moe.present(), combine_.get(), moe_ ? moe_->touched() : nullptr);
     be_.add(x, xb2_.data(), n * dim);
   }
 
@@ -460,6 +460,7 @@ class Deepseek2Model final : public Model {
     hb_.resize(n * ff);
     hb2_.resize(n * ff);
     if (c.moe.routing.n_expert > 0) moe_ = std::make_unique<MoeFfn>(c.n_embd, local_moe_, n);
+    if (moe_ && shard_.combines_experts()) combine_ = std::make_unique<ExpertCombine>(*shard_.world, c.n_embd, n);
     slots_.resize(n);
     tables_.resize(n);
     seq_tokens_.reserve(n);
@@ -491,6 +492,7 @@ class Deepseek2Model final : public Model {
   std::vector<float> cat_;        // MTP: [embedding | hidden] rows
   std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
   std::unique_ptr<MoeFfn> moe_;  // scratch of the MoE layers
+  std::unique_ptr<ExpertCombine> combine_;  // --parallel-expert-sum all-to-all
   std::vector<int64_t> slots_, seq_tokens_;
   std::vector<const int32_t*> tables_;
   std::vector<float> dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;

@@ -73,6 +73,7 @@ MoeFfn::MoeFfn(int64_t dim, const MoeConfig& moe, int64_t n) : dim_(dim), cfg_(m
   expert_ids_.resize(n * rt.n_used);
   expert_w_.resize(n * rt.n_used);
   routed_.resize(rt.n_expert);
+  touched_.reserve(static_cast<size_t>(n));
   for (auto& v : routed_) v.reserve(n);
   // Every (token, chosen expert) pair's input and output rows.
   xe_.resize(n * rt.n_used * dim);
@@ -105,6 +106,9 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, const float* x, int64_t n, fl
   // share of the sum comes from that rank.
   for (int e = 0; e < rt.n_expert; e++)
     if (!w.experts[e].present()) routed_[e].clear();
+  touched_.assign(static_cast<size_t>(n), w.shared.present() ? 1 : 0);
+  for (int e = 0; e < rt.n_expert; e++)
+    for (int64_t pick : routed_[e]) touched_[static_cast<size_t>(pick / rt.n_used)] = 1;
   ffn_refs_.clear();
   ffn_in_.clear();
   ffn_out_.clear();

@@ -64,12 +64,16 @@ class MoeFfn {
   MoeFfn(int64_t dim, const MoeConfig& moe, int64_t max_tokens);
   // out[n][dim] = sum over chosen experts k of w_k * expert_k(x) (+ shared).
   void run(Backend& be, const MoeWeights& w, const float* x, int64_t n, float* out);
+  // After run: touched()[t] != 0 where this rank added anything to row t
+  // (the others are zero: under expert parallelism, another rank's experts).
+  const uint8_t* touched() const { return touched_.data(); }
 
  private:
   int64_t dim_;
   MoeConfig cfg_;
   std::vector<float> router_logits_, expert_w_, xe_, ye_, shared_out_, shared_gate_, hb_, hb2_;
   std::vector<int32_t> expert_ids_;
+  std::vector<uint8_t> touched_;
   std::vector<std::vector<int64_t>> routed_;
   std::vector<Backend::FfnRef> ffn_refs_;
   std::vector<const float*> ffn_in_;

@@ -15,6 +15,7 @@
 
 #include "core/communicator.h"
 #include "formats/weight.h"
+#include "model/expert_combine.h"
 
 namespace kestrel {
 
@@ -36,6 +37,8 @@ struct TensorShard {
   int stages = 1;
   // Split a step's rows in two and sum one half while the other computes.
   bool overlap = true;
+  // How an MoE layer's output is summed over the ranks under ep.
+  ExpertSum expert_sum = ExpertSum::AllReduce;
 
   bool split() const { return n > 1; }
   bool experts_split() const { return ep > 1; }
@@ -70,18 +73,38 @@ struct TensorShard {
   void sum(float* x, int64_t count, bool experts = false) const {
     if (Communicator* c = summed_over(experts)) c->all_reduce_sum(x, count);
   }
+  // Whether an MoE layer's sum goes through ExpertCombine.
+  bool combines_experts() const { return experts_split() && expert_sum == ExpertSum::AllToAll; }
   // The same sum started non-blocking (overlap): finish() waits for it.
   struct PendingSum {
     Communicator* comm = nullptr;  // null: nothing in flight
     Communicator::Request req = 0;
+    ExpertCombine* combine = nullptr;  // or this exchange
   };
   PendingSum start_sum(float* x, int64_t count, bool experts) const {
     Communicator* c = summed_over(experts);
     return c ? PendingSum{c, c->start_all_reduce_sum(x, count)} : PendingSum{};
   }
+  static PendingSum start_sum(ExpertCombine& combine, float* x, int64_t rows, const uint8_t* touched) {
+    combine.start(x, rows, touched);
+    return PendingSum{nullptr, 0, &combine};
+  }
+  // An FFN's output (rows of dim) summed: an MoE layer's through combine
+  // when given (touched: the rows this rank computed), else as sum() does.
+  PendingSum start_ffn_sum(float* y, int64_t rows, int64_t dim, bool moe, ExpertCombine* combine,
+                           const uint8_t* touched) const {
+    return moe && combine ? start_sum(*combine, y, rows, touched) : start_sum(y, rows * dim, moe);
+  }
+  void sum_ffn(float* y, int64_t rows, int64_t dim, bool moe, ExpertCombine* combine, const uint8_t* touched) const {
+    if (!(moe && combine)) return sum(y, rows * dim, moe);
+    PendingSum p = start_sum(*combine, y, rows, touched);
+    finish(p);
+  }
   static void finish(PendingSum& p) {
     if (p.comm) p.comm->wait(p.req);
+    if (p.combine) p.combine->finish();
     p.comm = nullptr;
+    p.combine = nullptr;
   }
   void progress() const {
     if (split()) comm->progress();

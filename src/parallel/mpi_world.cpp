@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 namespace kestrel {
 namespace {
@@ -101,6 +102,77 @@ class MpiCommunicator final : public Communicator {
     return id;
   }
 
+  Request start_all_to_all(const float* send, const int64_t* to_each, float* recv, int64_t recv_capacity,
+                           int64_t* from_each) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t p0 = prof_ ? prof_->now_ns() : 0;
+    Pending p;
+    p.kind = Kind::AllToAll;
+    std::vector<int64_t> out(to_each, to_each + size_), in(static_cast<size_t>(size_));
+    MPI_Request req;
+    const auto what_counts = [] { return std::string("an all-to-all of counts"); };
+    started(MPI_Ialltoall(out.data(), 1, MPI_INT64_T, in.data(), 1, MPI_INT64_T, comm_, &req), what_counts);
+    wait(req, what_counts, false);
+    int64_t sent = 0, received = 0;
+    for (int r = 0; r < size_; r++) {
+      from_each[r] = in[static_cast<size_t>(r)];
+      sent += out[static_cast<size_t>(r)];
+      received += in[static_cast<size_t>(r)];
+    }
+    p.n = sent;
+    if (prof_) prof_->record({"all-to-all counts (blocking)", -1, p0, prof_->now_ns() - p0, 8.0 * size_, 0, ""});
+    if (received > recv_capacity || sent > INT_MAX || received > INT_MAX)
+      throw Error(fmt::format("rank {}: an all-to-all receiving {} floats (room for {}) sending {}", rank_, received,
+                              recv_capacity, sent));
+    // The counts and offsets must outlive the transfer: they move into its Pending.
+    p.counts.resize(4 * static_cast<size_t>(size_));
+    int* send_counts = p.counts.data();
+    int* send_offsets = send_counts + size_;
+    int* recv_counts = send_offsets + size_;
+    int* recv_offsets = recv_counts + size_;
+    for (int r = 0, so = 0, ro = 0; r < size_; r++) {
+      send_counts[r] = static_cast<int>(out[static_cast<size_t>(r)]);
+      recv_counts[r] = static_cast<int>(in[static_cast<size_t>(r)]);
+      send_offsets[r] = so, recv_offsets[r] = ro;
+      so += send_counts[r], ro += recv_counts[r];
+    }
+    p.start_ns = prof_ ? prof_->now_ns() : 0;
+    started(MPI_Ialltoallv(send, send_counts, send_offsets, MPI_FLOAT, recv, recv_counts, recv_offsets, MPI_FLOAT,
+                           comm_, &p.req),
+            [&] { return p.what(); });
+    stats_.exchanges++;
+    stats_.exchange_bytes += sent * static_cast<int64_t>(sizeof(float));
+    stats_.exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const Request id = next_request_++;
+    pending_.emplace(id, std::move(p));
+    return id;
+  }
+
+  void all_gather(float* x, const int64_t* counts) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t p0 = prof_ ? prof_->now_ns() : 0;
+    std::vector<int> n(static_cast<size_t>(size_)), at(static_cast<size_t>(size_));
+    int64_t total = 0;
+    for (int r = 0; r < size_; r++) {
+      if (total + counts[r] > INT_MAX) throw Error(fmt::format("rank {}: an all-gather too large for one message", rank_));
+      n[static_cast<size_t>(r)] = static_cast<int>(counts[r]);
+      at[static_cast<size_t>(r)] = static_cast<int>(total);
+      total += counts[r];
+    }
+    MPI_Request req;
+    const auto what = [&] { return fmt::format("an all-gather of {} floats", total); };
+    started(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, n.data(), at.data(), MPI_FLOAT, comm_, &req), what);
+    wait(req, what, false);
+    const int64_t mine = counts[rank_] * static_cast<int64_t>(sizeof(float)) * (size_ - 1);
+    stats_.exchange_bytes += mine;
+    stats_.exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (prof_) {
+      const int64_t p1 = prof_->now_ns();
+      prof_->record({"all-gather (blocking)", -1, p0, p1 - p0, static_cast<double>(mine), 0, ""});
+      prof_->record({"all-gather", -1, p0, p1 - p0, static_cast<double>(mine), 0, "communication"});
+    }
+  }
+
   void wait(Request r) override {
     auto it = pending_.find(r);
     if (it == pending_.end()) throw Error(fmt::format("rank {}: no pending transfer {}", rank_, r));
@@ -110,10 +182,12 @@ class MpiCommunicator final : public Communicator {
     const int64_t w0 = prof_ ? prof_->now_ns() : 0;
     const bool was_done = p.done_ns >= 0;
     wait(p.req, [&] { return p.what(); }, false);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (p.kind == Kind::AllReduce) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       stats_.seconds += s;
       stats_.overlapped_seconds += s;
+    } else if (p.kind == Kind::AllToAll) {
+      stats_.exchange_seconds += s;
     }
     if (prof_) {
       const int64_t w1 = prof_->now_ns(), done = was_done ? p.done_ns : w1;
@@ -150,9 +224,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kPipelineTag = 17;
-  enum class Kind { AllReduce, Send, Receive };
+  enum class Kind { AllReduce, AllToAll, Send, Receive };
   static const char* kind_name(Kind k) {
-    return k == Kind::AllReduce ? "all-reduce" : k == Kind::Send ? "send" : "receive";
+    return k == Kind::AllReduce ? "all-reduce" : k == Kind::AllToAll ? "all-to-all" : k == Kind::Send ? "send" : "receive";
   }
   // A started transfer; its description is written only for an error.
   struct Pending {
@@ -162,9 +236,10 @@ class MpiCommunicator final : public Communicator {
     int peer = -1;         // the other rank of a send or receive
     int64_t start_ns = 0;  // profiler clock
     int64_t done_ns = -1;  // when progress() saw it complete
+    std::vector<int> counts;  // an all-to-all's counts and offsets (MPI reads them until it completes)
     double bytes() const { return static_cast<double>(n) * sizeof(float); }
     std::string what() const {
-      if (kind == Kind::AllReduce) return fmt::format("an all-reduce of {} floats", n);
+      if (kind == Kind::AllReduce || kind == Kind::AllToAll) return fmt::format("an {} of {} floats", kind_name(kind), n);
       return fmt::format("a {} of {} floats {} rank {}", kind_name(kind), n, kind == Kind::Send ? "to" : "from", peer);
     }
   };

@@ -87,6 +87,7 @@ Engine Engine::load(const EngineOptions& o) {
     if (tp > 1) e.tp_group = tp == o.comm->size() ? o.comm : o.comm->split(outer, r % tp);
     mo.shard = {r % tp, tp, e.tp_group.get(), ep > 1 ? outer : 0, ep, o.comm.get(), pp > 1 ? outer : 0, pp};
     mo.shard.overlap = o.parallel_overlap;
+    mo.shard.expert_sum = o.expert_sum;
     if (e.profiler) {  // transfers on their own track, in this rank's trace
       e.profiler->set_rank(r);
       e.comm->set_profiler(e.profiler.get());

@@ -88,6 +88,19 @@ for split, n in [("ep=2", 2), ("tp=2,ep=2", 4), ("ep=4", 4)]:
         r = mpirun(n, run_args(cell, ["--parallel", split]))
         check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"],
               f"{split} {name}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
+# 2b, summed by all-to-all instead (each rank sends only the rows its experts computed to the rows'
+# owner, then an all-gather): the same ids, with and without overlap, over shared memory and TCP.
+A2A = ["--parallel-expert-sum", "all-to-all"]
+for split, n, extra, transport in [("ep=2", 2, [], ()), ("tp=2,ep=2", 4, [], ()), ("ep=4", 4, [], TCP),
+                                   ("ep=2", 2, ["--parallel-no-overlap"], ())]:
+    for name in ["qwen3moe.F16", "mixtral.F16"]:
+        cell = cells[name]
+        r = mpirun(n, run_args(cell, ["--parallel", split, *A2A, *extra]), transport)
+        check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"] and "expert sums by all-to-all" in r.stderr,
+              f"{split} {' '.join(extra)} {name}, experts summed by all-to-all{' over TCP' if transport else ''}: "
+              "greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
+r = mpirun(2, run_args(cells["qwen3moe.F16"], ["--parallel", "tp=2", *A2A]))
+check(r.returncode != 0 and "needs expert parallelism" in r.stderr, "--parallel-expert-sum without ep: refused, by name")
 with tempfile.TemporaryDirectory() as tmp:
     # Qwen2-MoE's gated shared expert (runs in expert group 0 only) has no llama.cpp file here: one process is the reference.
     moe = os.path.join(tmp, "qwen2moe.gguf")
@@ -97,6 +110,9 @@ with tempfile.TemporaryDirectory() as tmp:
     for split, n in [("ep=2", 2), ("tp=2,ep=2", 4)]:
         r = mpirun(n, args + ["--parallel", split])
         check(alone is not None and ids_of(r.stdout) == alone, f"{split} qwen2moe synth (shared expert): ids equal one process's")
+        r = mpirun(n, args + ["--parallel", split, *A2A])
+        check(alone is not None and ids_of(r.stdout) == alone,
+              f"{split} qwen2moe synth (shared expert), summed by all-to-all: ids equal one process's")
 
 # 2b'. DeepSeek-V2-Lite- and V3-shaped files (MLA: query heads split, the latent cache whole on every
 # rank; DeepSeekMoE with V3's sigmoid routing and selection bias) against llama.cpp's greedy ids.
@@ -105,10 +121,10 @@ for model in ["deepseek2-lite-tiny", "deepseek3-tiny"]:
     meta = json.load(open(ref + ".json"))
     args = ["run", "-m", ref + ".gguf", "--prompt-ids", " ".join(map(str, meta["prompt_ids"])), "-n",
             str(len(meta["greedy_ids"])), "--temp", "0", "--print-ids", "--ignore-eos", "-t", "1"]
-    for split, n in [("tp=2", 2), ("tp=4", 4), ("ep=2", 2), ("tp=2,ep=2", 4)]:
-        r = mpirun(n, args + ["--parallel", split])
+    for split, n, extra in [("tp=2", 2, []), ("tp=4", 4, []), ("ep=2", 2, []), ("tp=2,ep=2", 4, []), ("ep=2", 2, A2A)]:
+        r = mpirun(n, args + ["--parallel", split, *extra])
         check(r.returncode == 0 and ids_of(r.stdout) == meta["greedy_ids"],
-              f"{split} {model}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
+              f"{split} {' '.join(extra)} {model}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
     if model == "deepseek2-lite-tiny":
         r = mpirun(2, args + ["--parallel", "pp=2"])
         check(r.returncode != 0 and "pipeline parallelism is not implemented for deepseek2" in r.stderr,

@@ -3,9 +3,13 @@
 // step message the leader sends (tests/parallel/ runs the ranks for real).
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
+
 #include "formats/block_formats.h"
 #include "measure/allreduce_bench.h"
 #include "measure/profile_report.h"
+#include "model/expert_combine.h"
 #include "model/tensor_shard.h"
 #include "parallel/parallel_spec.h"
 #include "parallel/step_message.h"
@@ -163,4 +167,70 @@ TEST(AllReduceBench, FitRecoversALineAndTheRingModelCountsHopsAndBytes) {
   // 4 hosts: 6 hops of 10 µs; each link carries 6/4 of 1 MB at 100 Gb/s (12500 bytes/µs).
   EXPECT_NEAR(ring_all_reduce_us(1e6, 4, 100, 10), 60 + 1.5 * 1e6 / 12500, 1e-9);
   EXPECT_EQ(ring_all_reduce_us(1e6, 1, 100, 10), 0);
+}
+
+// The all-to-all expert sum, its ranks simulated in one process: each rank's
+// packed rows routed to their owners by hand, each owner's sum, the owners'
+// runs put together (the all-gather) — the same floats as summing the ranks'
+// whole partial outputs in rank order, whatever rows each rank computed,
+// including fewer rows than ranks.
+TEST(ExpertCombine, PackedRowsSummedByTheirOwnersEqualTheWholeSum) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const auto [ranks, n] : {std::pair{2, 7}, std::pair{3, 10}, std::pair{4, 2}, std::pair{3, 1}}) {
+    const int64_t dim = 5;
+    std::vector<std::vector<float>> x(ranks, std::vector<float>(n * dim, 0.0f));
+    std::vector<std::vector<uint8_t>> touched(ranks, std::vector<uint8_t>(n, 0));
+    for (int r = 0; r < ranks; r++)
+      for (int64_t t = 0; t < n; t++)
+        if (rng() % 3 != 0) {  // untouched rows stay zero, as an expert group's are
+          touched[r][t] = 1;
+          for (int64_t d = 0; d < dim; d++) x[r][t * dim + d] = value(rng);
+        }
+    std::vector<float> want(n * dim, 0.0f);
+    for (int r = 0; r < ranks; r++)
+      for (int64_t i = 0; i < n * dim; i++) want[i] += x[r][i];
+
+    std::vector<std::vector<float>> send(ranks);
+    std::vector<std::vector<int64_t>> to_each(ranks);
+    for (int r = 0; r < ranks; r++) pack_partials(x[r].data(), n, dim, touched[r].data(), r, ranks, send[r], to_each[r]);
+    std::vector<float> got(n * dim, -99.0f), scratch;
+    int64_t sent_rows = 0;
+    for (int o = 0; o < ranks; o++) {
+      EXPECT_EQ(to_each[o][o], 0) << "a rank sends itself nothing";
+      std::vector<float> recv;
+      std::vector<int64_t> from_each(ranks, 0);
+      for (int r = 0; r < ranks; r++) {
+        int64_t at = 0;
+        for (int k = 0; k < o; k++) at += to_each[r][k];
+        recv.insert(recv.end(), send[r].begin() + at, send[r].begin() + at + to_each[r][o]);
+        from_each[r] = to_each[r][o];
+        sent_rows += to_each[r][o] / (dim + 1);
+      }
+      sum_owned(x[o].data(), n, dim, o, ranks, recv.data(), from_each.data(), scratch);
+      for (int64_t i = owned_first(n, ranks, o) * dim; i < owned_first(n, ranks, o + 1) * dim; i++) got[i] = x[o][i];
+    }
+    EXPECT_EQ(got, want) << ranks << " ranks, " << n << " rows";
+    int64_t expected_rows = 0;  // touched rows another rank owns: only those travel
+    for (int r = 0; r < ranks; r++)
+      for (int64_t t = 0; t < n; t++)
+        expected_rows += touched[r][t] && !(t >= owned_first(n, ranks, r) && t < owned_first(n, ranks, r + 1));
+    EXPECT_EQ(sent_rows, expected_rows);
+  }
+}
+
+TEST(ExpertCombine, ARowOutsideTheOwnersRunIsAnErrorNotASum) {
+  const int64_t dim = 2, n = 4;
+  std::vector<float> x(n * dim, 0.0f), scratch;
+  // Rank 1 of 2 owns rows 2..3; rank 0 "sends" row 1.
+  const int32_t t = 1;
+  float tag;
+  std::memcpy(&tag, &t, sizeof tag);
+  const std::vector<float> recv = {tag, 1.0f, 2.0f};
+  const int64_t from_each[2] = {3, 0};
+  EXPECT_THROW(sum_owned(x.data(), n, dim, 1, 2, recv.data(), from_each, scratch), Error);
+  const int64_t ragged[2] = {2, 0};
+  EXPECT_THROW(sum_owned(x.data(), n, dim, 1, 2, recv.data(), ragged, scratch), Error);
+  EXPECT_EQ(parse_expert_sum("all-to-all"), ExpertSum::AllToAll);
+  EXPECT_THROW(parse_expert_sum("alltoall"), Error);
 }
