@@ -24,6 +24,8 @@ struct AllReduceBenchFlags {
   double latency_us = 10;
   int reps = 200, threads = 0;
   double timeout_s = 60;
+  std::vector<double> touched{0.25, 0.5, 1.0};
+  bool no_expert_sums = false;
 };
 
 int run(AllReduceBenchFlags& f) {
@@ -39,6 +41,15 @@ int run(AllReduceBenchFlags& f) {
   std::shared_ptr<Communicator> comm = join_mpi_world(f.timeout_s);
   if (comm->size() < 2) throw Error("allreduce-bench measures between ranks: start it with mpirun -np 2 (or more)");
   const auto points = measure_all_reduce(*comm, f.dim, f.rows, f.reps);
+  // The MoE alternative at the same sizes: the model's own expected
+  // fraction of rows per rank (uniform routing, ep = ranks) among them.
+  std::vector<double> touched = f.no_expert_sums ? std::vector<double>{} : f.touched;
+  const MoeRouting& route = c.moe.routing;
+  const double model_touched =
+      file && route.n_expert > 0 ? expected_touched_fraction(route.n_expert, route.n_used, comm->size()) : -1;
+  if (model_touched >= 0 && !f.no_expert_sums) touched.push_back(model_touched);
+  std::vector<std::vector<AllReducePoint>> a2a;
+  for (double h : touched) a2a.push_back(measure_expert_all_to_all(*comm, f.dim, f.rows, h, f.reps));
   if (comm->rank() != 0) return 0;
 
   const AlphaBeta fit = fit_alpha_beta(points);
@@ -49,6 +60,30 @@ int run(AllReduceBenchFlags& f) {
                static_cast<double>(p.bytes) / p.median_us / 1e3);
   fmt::print("\nfit: alpha = {:.1f} µs, beta = {:.3f} µs/KiB (1/beta = {:.2f} GB/s), R² = {:.3f}\n", fit.alpha_us,
              fit.beta_us_per_byte * 1024, fit.beta_us_per_byte > 0 ? 1e-3 / fit.beta_us_per_byte : 0.0, fit.r2);
+
+  if (!a2a.empty()) {
+    fmt::print("\nMoE output summed over the {} ranks (ep={}): all-reduce against all-to-all (rows each rank "
+               "computed, then all-gather), median µs (bytes one rank sends, as a share of a ring all-reduce's):\n\n",
+               comm->size(), comm->size());
+    fmt::print("| rows | all-reduce |");
+    for (size_t i = 0; i < touched.size(); i++)
+      fmt::print(" all-to-all, {:.0f}% of rows{} |", 100 * touched[i],
+                 model_touched >= 0 && i + 1 == touched.size() ? " (this model)" : "");
+    fmt::print("\n| ---: | ---: |{}\n", [&] {
+      std::string sep;
+      for (size_t i = 0; i < touched.size(); i++) sep += " ---: |";
+      return sep;
+    }());
+    for (size_t j = 0; j < points.size(); j++) {
+      fmt::print("| {} | {:.1f} |", points[j].rows, points[j].median_us);
+      const double b = static_cast<double>(points[j].bytes);
+      for (size_t i = 0; i < touched.size(); i++)
+        fmt::print(" {:.1f} ({:.2f}x) |", a2a[i][j].median_us,
+                   expert_all_to_all_bytes_sent(b, comm->size(), touched[i], f.dim) /
+                       ring_all_reduce_bytes_sent(b, comm->size()));
+      fmt::print("\n");
+    }
+  }
 
   const int steps_sums = static_cast<int>(2 * f.layers);  // attention and FFN of each layer
   fmt::print("\nper decode step ({} layers: {} all-reduces), with the measured fit:\n\n", f.layers, steps_sums);
@@ -113,6 +148,13 @@ void register_allreduce_bench(CLI::App& app) {
   cmd->add_option("--latency-us", f.latency_us, "Per-hop latency of that network, µs (an assumption: 10 for TCP over 25-100 GbE)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", f.threads, "Threads the one-host roofline assumes (0: all cores)")->capture_default_str();
+  cmd->add_option("--expert-touched", f.touched,
+                  "Fractions of a step's rows a rank's experts compute, for the all-to-all expert sum (an MoE model "
+                  "adds its own expected one)")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_flag("--no-expert-sums", f.no_expert_sums, "Measure the all-reduce only");
   cmd->add_option("--parallel-timeout", f.timeout_s, "Seconds a rank waits in an all-reduce before giving up")->capture_default_str();
 }
 

@@ -19,7 +19,7 @@ struct ParallelFlags {
   std::string spec;  // empty: one process
   double timeout_s = 60;
   bool no_overlap = false;
-  std::string expert_sum;  // empty: all-reduce
+  std::string expert_sum;  // empty: auto
 };
 
 inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
@@ -32,8 +32,9 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
   cmd->add_flag("--parallel-no-overlap", p.no_overlap,
                 "Sum each step's partial results in one blocking all-reduce instead of overlapping two halves");
   cmd->add_option("--parallel-expert-sum", p.expert_sum,
-                  "Under ep: sum MoE outputs by all-reduce (default) or all-to-all (each rank sends only the rows "
-                  "its experts computed, then an all-gather)");
+                  "Under ep, how MoE outputs are summed over the ranks: all-reduce, all-to-all (each rank sends "
+                  "only the rows its experts computed to their owner, then an all-gather), or auto (default: "
+                  "all-to-all for blocking sums of 64 KiB and more, all-reduce for smaller and overlapped ones)");
 }
 
 // Joins the MPI job when --parallel is given (the engine options then carry

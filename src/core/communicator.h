@@ -59,9 +59,10 @@ class Communicator {
   virtual Request start_all_reduce_sum(float* x, int64_t n) = 0;
   // Unequal parts to every rank (an MoE layer's rows to the ranks that sum
   // them): to_each[r] floats of send, in rank order, go to rank r. The
-  // counts are exchanged first, so from_each[r] (floats from rank r, placed
-  // in rank order in recv) is known on return; the data is then in flight
-  // until wait(). Error when they would not fit recv_capacity floats.
+  // counts travel first, then the data; after wait(), from_each[r] holds the
+  // floats rank r sent, placed in rank order in recv. send, recv and
+  // from_each must stay until then. Error when they would not fit
+  // recv_capacity floats.
   virtual Request start_all_to_all(const float* send, const int64_t* to_each, float* recv, int64_t recv_capacity,
                                    int64_t* from_each) = 0;
   // Each rank's part of x to every rank, in place: rank r's counts[r]
@@ -72,7 +73,9 @@ class Communicator {
   // calls): called between operators while a transfer is in flight.
   virtual void progress() = 0;
   // The ranks with the same color, as a communicator of their own, ranked
-  // by key (collective over this one: every rank calls it).
+  // by key (collective over this one: every rank calls it). It counts into
+  // this one's all_reduce_stats and records into its profiler. Collectives
+  // on different communicators need not be started in the same order.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
   virtual AllReduceStats all_reduce_stats() const = 0;
   // Set: every transfer goes into the profile (its time in flight on the

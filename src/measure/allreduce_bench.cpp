@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <random>
 
 #include "core/error.h"
 #include "core/median.h"
+#include "model/expert_combine.h"
 
 namespace kestrel {
 
@@ -27,6 +29,51 @@ std::vector<AllReducePoint> measure_all_reduce(Communicator& comm, int64_t dim, 
     out.push_back({r, r * dim * static_cast<int64_t>(sizeof(float)), median(us)});
   }
   return out;
+}
+
+std::vector<AllReducePoint> measure_expert_all_to_all(Communicator& comm, int64_t dim, const std::vector<int64_t>& rows,
+                                                      double touched, int reps) {
+  if (dim <= 0 || reps <= 0) throw Error("all-to-all bench: the width and the repetitions must be positive");
+  if (!(touched >= 0 && touched <= 1)) throw Error(fmt::format("all-to-all bench: touched fraction {} not in [0, 1]", touched));
+  std::vector<AllReducePoint> out;
+  std::mt19937 rng(static_cast<unsigned>(1234 + comm.rank()));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t r : rows) {
+    if (r <= 0) throw Error(fmt::format("all-to-all bench: {} rows", r));
+    std::vector<float> x(static_cast<size_t>(r * dim));
+    std::vector<uint8_t> mask(static_cast<size_t>(r));
+    ExpertCombine combine(comm, dim, r);
+    auto once = [&] {
+      for (auto& m : mask) m = u(rng) < touched;
+      for (int64_t t = 0; t < r; t++) std::fill(x.begin() + t * dim, x.begin() + (t + 1) * dim, mask[static_cast<size_t>(t)] ? 1.0f : 0.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      combine.start(x.data(), r, mask.data());
+      combine.finish();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    };
+    for (int i = 0; i < 5; i++) once();
+    std::vector<double> us;
+    for (int i = 0; i < reps; i++) us.push_back(once());
+    out.push_back({r, r * dim * static_cast<int64_t>(sizeof(float)), median(us)});
+  }
+  return out;
+}
+
+double ring_all_reduce_bytes_sent(double bytes, int ranks) { return ranks < 2 ? 0 : 2.0 * (ranks - 1) / ranks * bytes; }
+
+double expert_all_to_all_bytes_sent(double bytes, int ranks, double touched, int64_t dim) {
+  if (ranks < 2) return 0;
+  const double others = static_cast<double>(ranks - 1) / ranks;
+  return touched * others * bytes * (1.0 + 1.0 / static_cast<double>(dim)) + others * bytes;
+}
+
+double expected_touched_fraction(int n_expert, int n_used, int groups) {
+  if (n_expert <= 0 || groups <= 0 || n_used <= 0) return 1;
+  // P(no pick in the group) = C(E - E/g, k) / C(E, k), as a product.
+  const int outside = n_expert - n_expert / groups;
+  double none = 1;
+  for (int i = 0; i < n_used; i++) none *= static_cast<double>(outside - i) / (n_expert - i);
+  return 1 - std::max(0.0, none);
 }
 
 AlphaBeta fit_alpha_beta(const std::vector<AllReducePoint>& p) {

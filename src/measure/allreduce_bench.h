@@ -21,6 +21,25 @@ struct AllReducePoint {
 std::vector<AllReducePoint> measure_all_reduce(Communicator& comm, int64_t dim, const std::vector<int64_t>& rows,
                                                int reps);
 
+// An MoE layer's output summed by all-to-all (ExpertCombine) instead: each
+// rank has computed a `touched` fraction of the rows (random, seeded by its
+// rank), sends those to their owners, then the all-gather. Every rank calls
+// it; this rank's median µs per size.
+std::vector<AllReducePoint> measure_expert_all_to_all(Communicator& comm, int64_t dim, const std::vector<int64_t>& rows,
+                                                      double touched, int reps);
+
+// Bytes one rank sends to sum `bytes` of partial outputs over `ranks`: a ring
+// all-reduce (reduce-scatter then all-gather) against the all-to-all, whose
+// rows go out only where the rank computed them (fraction touched, each
+// carrying a 4-byte index per dim floats) before its own run is gathered.
+double ring_all_reduce_bytes_sent(double bytes, int ranks);
+double expert_all_to_all_bytes_sent(double bytes, int ranks, double touched, int64_t dim);
+
+// The fraction of a step's rows an expert group computes when tokens pick
+// n_used of n_expert experts uniformly and the group holds n_expert / groups
+// of them (1 with a shared expert, which runs on every row in group 0).
+double expected_touched_fraction(int n_expert, int n_used, int groups);
+
 struct AlphaBeta {
   double alpha_us = 0;         // per call
   double beta_us_per_byte = 0;

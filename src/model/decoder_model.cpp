@@ -178,14 +178,14 @@ class DecoderModel final : public Model {
           TensorShard::finish(ffn[h]);
           residual(w_.layers[l - 1 - first_].post_ffn_norm, x[h], y[h], rows[h]);
         }
-        shard_.progress();
+        progress();
         attention_block(L, l, b, place, kv, first[h], rows[h], y[h]);
         attn[h] = shard_.start_sum(y[h], rows[h] * dim, false);
       }
       for (int h = 0; h < 2; h++) {
         TensorShard::finish(attn[h]);
         residual(L.post_attn_norm, x[h], y[h], rows[h]);
-        shard_.progress();
+        progress();
         ffn_block(L, first[h], rows[h], y[h]);
         ffn[h] = shard_.start_ffn_sum(y[h], rows[h], dim, L.moe.present(), combine_[h].get(), touched());
       }
@@ -211,6 +211,13 @@ class DecoderModel final : public Model {
       moe_->run(be_, L.moe, xb, n, y);
     else
       run_ffn(be_, L.ffn, cfg_.ffn_act, xb, n, hb_.data(), hb2_.data(), y);
+  }
+
+  // Transfers in flight move on only inside MPI calls: between operators.
+  void progress() {
+    shard_.progress();
+    for (auto& combine : combine_)
+      if (combine) combine->progress();
   }
 
   // The rows the last MoE layer run computed on this rank.

@@ -10,12 +10,15 @@
 namespace kestrel {
 
 ExpertSum parse_expert_sum(const std::string& text) {
+  if (text == "auto") return ExpertSum::Auto;
   if (text == "all-reduce") return ExpertSum::AllReduce;
   if (text == "all-to-all") return ExpertSum::AllToAll;
-  throw Error(fmt::format("--parallel-expert-sum '{}': expected all-reduce or all-to-all", text));
+  throw Error(fmt::format("--parallel-expert-sum '{}': expected auto, all-reduce or all-to-all", text));
 }
 
-const char* expert_sum_name(ExpertSum s) { return s == ExpertSum::AllToAll ? "all-to-all" : "all-reduce"; }
+const char* expert_sum_name(ExpertSum s) {
+  return s == ExpertSum::AllToAll ? "all-to-all" : s == ExpertSum::AllReduce ? "all-reduce" : "auto";
+}
 
 void pack_partials(const float* x, int64_t n, int64_t dim, const uint8_t* touched, int self, int ranks,
                    std::vector<float>& send, std::vector<int64_t>& to_each) {
@@ -63,7 +66,8 @@ void sum_owned(float* x, int64_t n, int64_t dim, int self, int ranks, const floa
   std::copy(scratch.begin(), scratch.end(), x + first * dim);
 }
 
-ExpertCombine::ExpertCombine(Communicator& world, int64_t dim, int64_t max_rows) : world_(world), dim_(dim) {
+ExpertCombine::ExpertCombine(Communicator& world, int64_t dim, int64_t max_rows)
+    : comm_(world.split(0, world.rank())), dim_(dim) {
   const int ranks = world.size();
   const int64_t most_owned = (max_rows + ranks - 1) / ranks;
   send_.reserve(static_cast<size_t>(max_rows * (dim + 1)));
@@ -75,9 +79,9 @@ ExpertCombine::ExpertCombine(Communicator& world, int64_t dim, int64_t max_rows)
 
 void ExpertCombine::start(float* x, int64_t n, const uint8_t* touched) {
   if (x_) throw Error("expert combine: started again before the last one finished");
-  const int self = world_.rank(), ranks = world_.size();
+  const int self = comm_->rank(), ranks = comm_->size();
   pack_partials(x, n, dim_, touched, self, ranks, send_, to_each_);
-  req_ = world_.start_all_to_all(send_.data(), to_each_.data(), recv_.data(), static_cast<int64_t>(recv_.size()),
+  req_ = comm_->start_all_to_all(send_.data(), to_each_.data(), recv_.data(), static_cast<int64_t>(recv_.size()),
                                  from_each_.data());
   x_ = x;
   n_ = n;
@@ -87,12 +91,12 @@ void ExpertCombine::finish() {
   if (!x_) return;
   float* x = x_;
   x_ = nullptr;
-  world_.wait(req_);
-  const int self = world_.rank(), ranks = world_.size();
+  comm_->wait(req_);
+  const int self = comm_->rank(), ranks = comm_->size();
   sum_owned(x, n_, dim_, self, ranks, recv_.data(), from_each_.data(), scratch_);
   for (int o = 0; o < ranks; o++)
     gather_counts_[static_cast<size_t>(o)] = (owned_first(n_, ranks, o + 1) - owned_first(n_, ranks, o)) * dim_;
-  world_.all_gather(x, gather_counts_.data());
+  comm_->all_gather(x, gather_counts_.data());
 }
 
 }  // namespace kestrel

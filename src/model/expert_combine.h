@@ -22,9 +22,14 @@
 
 namespace kestrel {
 
-// How an MoE layer's partial outputs are summed over the ranks.
-enum class ExpertSum { AllReduce, AllToAll };
-// "all-reduce" / "all-to-all"; Error naming the accepted values.
+// How an MoE layer's partial outputs are summed over the ranks. Auto: by
+// all-to-all for a blocking sum of kAutoAllToAllBytes and more, by
+// all-reduce below (its one round of latency wins there) and for a sum that
+// overlaps the other half's compute (hidden whole, where the all-to-all's
+// all-gather is not). Measured in docs/parallel.md.
+enum class ExpertSum { Auto, AllReduce, AllToAll };
+inline constexpr int64_t kAutoAllToAllBytes = 64 * 1024;
+// "auto" / "all-reduce" / "all-to-all"; Error naming the accepted values.
 ExpertSum parse_expert_sum(const std::string& text);
 const char* expert_sum_name(ExpertSum s);
 
@@ -46,6 +51,9 @@ void sum_owned(float* x, int64_t n, int64_t dim, int self, int ranks, const floa
 // The exchange, with its buffers allocated once for the largest step.
 class ExpertCombine {
  public:
+  // Collective over world (it splits off a communicator of its own: its
+  // transfers chain by themselves as they complete, which may interleave
+  // differently with other collectives on each rank).
   ExpertCombine(Communicator& world, int64_t dim, int64_t max_rows);
   // Starts summing x[n][dim] over the ranks: packs and sends the rows (x is
   // read now; touched need not outlive the call), the transfer then in
@@ -55,9 +63,13 @@ class ExpertCombine {
   // the sum over the ranks, on every rank.
   void finish();
   bool started() const { return x_ != nullptr; }
+  // Moves a started exchange along (its rows go out once the counts are in).
+  void progress() {
+    if (x_) comm_->progress();
+  }
 
  private:
-  Communicator& world_;
+  std::shared_ptr<Communicator> comm_;
   int64_t dim_;
   std::vector<float> send_, recv_, scratch_;
   std::vector<int64_t> to_each_, from_each_, gather_counts_;

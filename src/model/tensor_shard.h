@@ -38,7 +38,7 @@ struct TensorShard {
   // Split a step's rows in two and sum one half while the other computes.
   bool overlap = true;
   // How an MoE layer's output is summed over the ranks under ep.
-  ExpertSum expert_sum = ExpertSum::AllReduce;
+  ExpertSum expert_sum = ExpertSum::Auto;
 
   bool split() const { return n > 1; }
   bool experts_split() const { return ep > 1; }
@@ -73,8 +73,16 @@ struct TensorShard {
   void sum(float* x, int64_t count, bool experts = false) const {
     if (Communicator* c = summed_over(experts)) c->all_reduce_sum(x, count);
   }
-  // Whether an MoE layer's sum goes through ExpertCombine.
-  bool combines_experts() const { return experts_split() && expert_sum == ExpertSum::AllToAll; }
+  // Whether an MoE layer's sums may go through ExpertCombine, and whether
+  // the sum of `rows` rows of dim does (the same choice on every rank):
+  // auto keeps an overlapped sum on the all-reduce, which compute hides
+  // whole, where the all-to-all's final all-gather is exposed.
+  bool combines_experts() const { return experts_split() && expert_sum != ExpertSum::AllReduce; }
+  bool combines(int64_t rows, int64_t dim, bool overlapped) const {
+    if (!combines_experts()) return false;
+    if (expert_sum == ExpertSum::AllToAll) return true;
+    return !overlapped && rows * dim * static_cast<int64_t>(sizeof(float)) >= kAutoAllToAllBytes;
+  }
   // The same sum started non-blocking (overlap): finish() waits for it.
   struct PendingSum {
     Communicator* comm = nullptr;  // null: nothing in flight
@@ -90,13 +98,14 @@ struct TensorShard {
     return PendingSum{nullptr, 0, &combine};
   }
   // An FFN's output (rows of dim) summed: an MoE layer's through combine
-  // when given (touched: the rows this rank computed), else as sum() does.
+  // when given and chosen (touched: the rows this rank computed), else as
+  // sum() does; started while the other half computes, or at once.
   PendingSum start_ffn_sum(float* y, int64_t rows, int64_t dim, bool moe, ExpertCombine* combine,
                            const uint8_t* touched) const {
-    return moe && combine ? start_sum(*combine, y, rows, touched) : start_sum(y, rows * dim, moe);
+    return moe && combine && combines(rows, dim, true) ? start_sum(*combine, y, rows, touched) : start_sum(y, rows * dim, moe);
   }
   void sum_ffn(float* y, int64_t rows, int64_t dim, bool moe, ExpertCombine* combine, const uint8_t* touched) const {
-    if (!(moe && combine)) return sum(y, rows * dim, moe);
+    if (!(moe && combine && combines(rows, dim, false))) return sum(y, rows * dim, moe);
     PendingSum p = start_sum(*combine, y, rows, touched);
     finish(p);
   }

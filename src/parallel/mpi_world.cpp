@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <vector>
 
 namespace kestrel {
@@ -52,9 +53,9 @@ class MpiCommunicator final : public Communicator {
       wait(req, what, false);
       done += count;
     }
-    stats_.calls++;
-    stats_.bytes += n * static_cast<int64_t>(sizeof(float));
-    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_->calls++;
+    stats_->bytes += n * static_cast<int64_t>(sizeof(float));
+    stats_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (prof_) {
       const int64_t p1 = prof_->now_ns();
       const double bytes = static_cast<double>(n) * sizeof(float);
@@ -96,53 +97,30 @@ class MpiCommunicator final : public Communicator {
     const Request id = start_transfer(Kind::AllReduce, n, -1, [&](int count, MPI_Request* req) {
       return MPI_Iallreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, comm_, req);
     });
-    stats_.calls++;
-    stats_.overlapped_calls++;
-    stats_.bytes += n * static_cast<int64_t>(sizeof(float));
+    stats_->calls++;
+    stats_->overlapped_calls++;
+    stats_->bytes += n * static_cast<int64_t>(sizeof(float));
     return id;
   }
 
+  // Two transfers chained: the counts (MPI_Ialltoall), then, once they are
+  // in (progress() or wait() sees it), the rows (MPI_Ialltoallv). Nothing
+  // here waits, so that the other ranks' lateness hides behind compute too.
   Request start_all_to_all(const float* send, const int64_t* to_each, float* recv, int64_t recv_capacity,
                            int64_t* from_each) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t p0 = prof_ ? prof_->now_ns() : 0;
     Pending p;
     p.kind = Kind::AllToAll;
-    std::vector<int64_t> out(to_each, to_each + size_), in(static_cast<size_t>(size_));
-    MPI_Request req;
-    const auto what_counts = [] { return std::string("an all-to-all of counts"); };
-    started(MPI_Ialltoall(out.data(), 1, MPI_INT64_T, in.data(), 1, MPI_INT64_T, comm_, &req), what_counts);
-    wait(req, what_counts, false);
-    int64_t sent = 0, received = 0;
-    for (int r = 0; r < size_; r++) {
-      from_each[r] = in[static_cast<size_t>(r)];
-      sent += out[static_cast<size_t>(r)];
-      received += in[static_cast<size_t>(r)];
-    }
-    p.n = sent;
-    if (prof_) prof_->record({"all-to-all counts (blocking)", -1, p0, prof_->now_ns() - p0, 8.0 * size_, 0, ""});
-    if (received > recv_capacity || sent > INT_MAX || received > INT_MAX)
-      throw Error(fmt::format("rank {}: an all-to-all receiving {} floats (room for {}) sending {}", rank_, received,
-                              recv_capacity, sent));
-    // The counts and offsets must outlive the transfer: they move into its Pending.
-    p.counts.resize(4 * static_cast<size_t>(size_));
-    int* send_counts = p.counts.data();
-    int* send_offsets = send_counts + size_;
-    int* recv_counts = send_offsets + size_;
-    int* recv_offsets = recv_counts + size_;
-    for (int r = 0, so = 0, ro = 0; r < size_; r++) {
-      send_counts[r] = static_cast<int>(out[static_cast<size_t>(r)]);
-      recv_counts[r] = static_cast<int>(in[static_cast<size_t>(r)]);
-      send_offsets[r] = so, recv_offsets[r] = ro;
-      so += send_counts[r], ro += recv_counts[r];
-    }
+    auto a = std::make_unique<AllToAll>();
+    a->send = send, a->recv = recv, a->capacity = recv_capacity, a->from_each = from_each;
+    a->out.assign(to_each, to_each + size_);
+    a->in.resize(static_cast<size_t>(size_));
+    for (int64_t c : a->out) p.n += c;
+    p.a2a = std::move(a);
     p.start_ns = prof_ ? prof_->now_ns() : 0;
-    started(MPI_Ialltoallv(send, send_counts, send_offsets, MPI_FLOAT, recv, recv_counts, recv_offsets, MPI_FLOAT,
-                           comm_, &p.req),
-            [&] { return p.what(); });
-    stats_.exchanges++;
-    stats_.exchange_bytes += sent * static_cast<int64_t>(sizeof(float));
-    stats_.exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    started(MPI_Ialltoall(p.a2a->out.data(), 1, MPI_INT64_T, p.a2a->in.data(), 1, MPI_INT64_T, comm_, &p.req),
+            [] { return std::string("an all-to-all of counts"); });
+    stats_->exchanges++;
+    stats_->exchange_bytes += p.n * static_cast<int64_t>(sizeof(float));
     const Request id = next_request_++;
     pending_.emplace(id, std::move(p));
     return id;
@@ -164,8 +142,8 @@ class MpiCommunicator final : public Communicator {
     started(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, n.data(), at.data(), MPI_FLOAT, comm_, &req), what);
     wait(req, what, false);
     const int64_t mine = counts[rank_] * static_cast<int64_t>(sizeof(float)) * (size_ - 1);
-    stats_.exchange_bytes += mine;
-    stats_.exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_->exchange_bytes += mine;
+    stats_->exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (prof_) {
       const int64_t p1 = prof_->now_ns();
       prof_->record({"all-gather (blocking)", -1, p0, p1 - p0, static_cast<double>(mine), 0, ""});
@@ -182,12 +160,16 @@ class MpiCommunicator final : public Communicator {
     const int64_t w0 = prof_ ? prof_->now_ns() : 0;
     const bool was_done = p.done_ns >= 0;
     wait(p.req, [&] { return p.what(); }, false);
+    if (p.a2a && !p.a2a->counts_in) {  // then the rows
+      post_all_to_all_rows(p);
+      wait(p.req, [&] { return p.what(); }, false);
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (p.kind == Kind::AllReduce) {
-      stats_.seconds += s;
-      stats_.overlapped_seconds += s;
+      stats_->seconds += s;
+      stats_->overlapped_seconds += s;
     } else if (p.kind == Kind::AllToAll) {
-      stats_.exchange_seconds += s;
+      stats_->exchange_seconds += s;
     }
     if (prof_) {
       const int64_t w1 = prof_->now_ns(), done = was_done ? p.done_ns : w1;
@@ -205,17 +187,24 @@ class MpiCommunicator final : public Communicator {
       int done = 0;
       if (MPI_Test(&p.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         throw CommunicatorFailure(fmt::format("rank {} of {}: {} failed: a rank has died", rank_, size_, p.what()));
-      if (done && prof_) p.done_ns = prof_->now_ns();
+      if (!done) continue;
+      if (p.a2a && !p.a2a->counts_in) {
+        post_all_to_all_rows(p);
+        continue;
+      }
+      if (prof_) p.done_ns = prof_->now_ns();
     }
   }
 
-  AllReduceStats all_reduce_stats() const override { return stats_; }
+  AllReduceStats all_reduce_stats() const override { return *stats_; }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     MPI_Comm part;
     if (MPI_Comm_split(comm_, color, key, &part) != MPI_SUCCESS)
       throw CommunicatorFailure(fmt::format("rank {} of {}: splitting the communicator failed", rank_, size_));
     auto c = std::make_shared<MpiCommunicator>(timeout_s_, part);
+    c->stats_ = stats_;
+    c->prof_ = prof_;
     MPI_Comm_free(&part);
     return c;
   }
@@ -228,6 +217,16 @@ class MpiCommunicator final : public Communicator {
   static const char* kind_name(Kind k) {
     return k == Kind::AllReduce ? "all-reduce" : k == Kind::AllToAll ? "all-to-all" : k == Kind::Send ? "send" : "receive";
   }
+  // An all-to-all in flight: counts first, then rows.
+  struct AllToAll {
+    const float* send = nullptr;
+    float* recv = nullptr;
+    int64_t capacity = 0;
+    int64_t* from_each = nullptr;
+    std::vector<int64_t> out, in;  // floats to / from each rank
+    std::vector<int> counts;       // the rows' counts and offsets (MPI reads them until they are in)
+    bool counts_in = false;
+  };
   // A started transfer; its description is written only for an error.
   struct Pending {
     MPI_Request req = MPI_REQUEST_NULL;
@@ -236,13 +235,38 @@ class MpiCommunicator final : public Communicator {
     int peer = -1;         // the other rank of a send or receive
     int64_t start_ns = 0;  // profiler clock
     int64_t done_ns = -1;  // when progress() saw it complete
-    std::vector<int> counts;  // an all-to-all's counts and offsets (MPI reads them until it completes)
+    std::unique_ptr<AllToAll> a2a;  // an all-to-all's buffers and state
     double bytes() const { return static_cast<double>(n) * sizeof(float); }
     std::string what() const {
       if (kind == Kind::AllReduce || kind == Kind::AllToAll) return fmt::format("an {} of {} floats", kind_name(kind), n);
       return fmt::format("a {} of {} floats {} rank {}", kind_name(kind), n, kind == Kind::Send ? "to" : "from", peer);
     }
   };
+  // The counts of an all-to-all are in: post its rows.
+  void post_all_to_all_rows(Pending& p) {
+    AllToAll& a = *p.a2a;
+    a.counts_in = true;
+    int64_t received = 0;
+    for (int r = 0; r < size_; r++) received += a.from_each[r] = a.in[static_cast<size_t>(r)];
+    if (received > a.capacity || p.n > INT_MAX || received > INT_MAX)
+      throw Error(fmt::format("rank {}: an all-to-all receiving {} floats (room for {}) sending {}", rank_, received,
+                              a.capacity, p.n));
+    a.counts.resize(4 * static_cast<size_t>(size_));  // MPI reads them until the rows are in
+    int* send_counts = a.counts.data();
+    int* send_offsets = send_counts + size_;
+    int* recv_counts = send_offsets + size_;
+    int* recv_offsets = recv_counts + size_;
+    for (int r = 0, so = 0, ro = 0; r < size_; r++) {
+      send_counts[r] = static_cast<int>(a.out[static_cast<size_t>(r)]);
+      recv_counts[r] = static_cast<int>(a.in[static_cast<size_t>(r)]);
+      send_offsets[r] = so, recv_offsets[r] = ro;
+      so += send_counts[r], ro += recv_counts[r];
+    }
+    started(MPI_Ialltoallv(a.send, send_counts, send_offsets, MPI_FLOAT, a.recv, recv_counts, recv_offsets, MPI_FLOAT,
+                           comm_, &p.req),
+            [&] { return p.what(); });
+  }
+
   template <class Start>
   Request start_transfer(Kind kind, int64_t n, int peer, Start start) {
     Pending p;
@@ -293,7 +317,9 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::string library_;
-  AllReduceStats stats_;
+  // Shared with the communicators split from this one: a job's figures
+  // include its tensor-parallel groups' and the expert exchanges'.
+  std::shared_ptr<AllReduceStats> stats_ = std::make_shared<AllReduceStats>();
   std::map<Request, Pending> pending_;
   Profiler* prof_ = nullptr;
   Request next_request_ = 1;

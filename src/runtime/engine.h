@@ -44,7 +44,7 @@ struct EngineOptions {
   int expert_groups = 1;    // with comm: ep of --parallel tp=T,ep=E (T = ranks / E)
   int pipeline_stages = 1;  // ...or pp of --parallel tp=T,pp=P (not combined with ep yet)
   bool parallel_overlap = true;  // sum one half of a step's rows while the other computes
-  ExpertSum expert_sum = ExpertSum::AllReduce;  // how MoE outputs are summed under ep
+  ExpertSum expert_sum = ExpertSum::Auto;  // how MoE outputs are summed under ep
 };
 
 struct Engine {

@@ -113,6 +113,14 @@ with tempfile.TemporaryDirectory() as tmp:
         r = mpirun(n, args + ["--parallel", split, *A2A])
         check(alone is not None and ids_of(r.stdout) == alone,
               f"{split} qwen2moe synth (shared expert), summed by all-to-all: ids equal one process's")
+    # auto (the default) takes the all-to-all for a blocking sum of 64 KiB and more: 300 rows of 64 floats.
+    long = ["run", "-m", moe, "--prompt-ids", " ".join(str(3 + i) for i in range(300)), "-c", "512", "-n", "8",
+            "--temp", "0", "--ignore-eos", "--print-ids", "-t", "1"]
+    alone = ids_of(subprocess.run([KESTREL, *long], capture_output=True, text=True, errors="replace", env=ENV).stdout)
+    r = mpirun(2, long + ["--parallel", "ep=2", "--parallel-no-overlap"])
+    check(alone is not None and ids_of(r.stdout) == alone and "expert sums by all-to-all: 2 exchanges" in r.stderr,
+          "ep=2 auto, a 300-token blocking prefill: its 2 MoE sums by all-to-all, the decode's by all-reduce; ids equal "
+          "one process's" + ("" if "all-to-all" in r.stderr else r.stderr[-300:]))
 
 # 2b'. DeepSeek-V2-Lite- and V3-shaped files (MLA: query heads split, the latent cache whole on every
 # rank; DeepSeekMoE with V3's sigmoid routing and selection bias) against llama.cpp's greedy ids.
@@ -184,8 +192,13 @@ rows = [l for l in r.stdout.splitlines()
         if l.startswith("| ") and not l.startswith("| ---") and not any(w in l for w in ("Gb/s", "rows", "hosts"))]
 fit = [l for l in r.stdout.splitlines() if l.startswith("fit: alpha = ")]
 hosts = [l for l in r.stdout.splitlines() if "Gb/s |" in l]
-check(r.returncode == 0 and len(rows) == 6 and fit and len(hosts) == 4,
-      f"allreduce-bench -np 2: 3 sizes, 3 step rows, a fit, 4 predictions ({len(rows)}, {fit}, {len(hosts)})")
+# The MoE table: per size the all-reduce and the all-to-all at 25/50/100% of rows, each with its bytes as a
+# share of the all-reduce's (0.63x, 0.75x, 1.00x for 2 ranks and 64-float rows: (h * 65/64 + 1) / 2).
+moe = [l for l in rows if "x) |" in l]
+shares = [[c.split("(")[1].rstrip("x) ") for c in l.split("|")[3:6]] for l in moe]
+check(r.returncode == 0 and len(rows) == 9 and len(moe) == 3 and fit and len(hosts) == 4 and
+      all(s == ["0.63", "0.75", "1.01"] for s in shares),
+      f"allreduce-bench -np 2: 3 sizes, 3 MoE rows, 3 step rows, a fit, 4 predictions ({len(rows)}, {shares}, {fit}, {len(hosts)})")
 r = subprocess.run([KESTREL, "allreduce-bench", "-m", stories], capture_output=True, text=True, errors="replace", env=ENV)
 check(r.returncode != 0 and "mpirun -np 2" in r.stderr, "allreduce-bench in one process: a clear error")
 

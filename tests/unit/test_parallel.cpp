@@ -234,3 +234,19 @@ TEST(ExpertCombine, ARowOutsideTheOwnersRunIsAnErrorNotASum) {
   EXPECT_EQ(parse_expert_sum("all-to-all"), ExpertSum::AllToAll);
   EXPECT_THROW(parse_expert_sum("alltoall"), Error);
 }
+
+// Which sums go by all-to-all: only under ep; always when asked; on auto,
+// blocking sums of 64 KiB and more (overlapped ones stay on the all-reduce).
+TEST(ExpertCombine, AutoChoosesAllToAllForLargeBlockingSumsOnly) {
+  TensorShard s;
+  s.expert_sum = ExpertSum::AllToAll;
+  EXPECT_FALSE(s.combines(1024, 2048, false)) << "no ep: nothing to combine";
+  s.ep = 2;
+  EXPECT_TRUE(s.combines(1, 64, true));
+  s.expert_sum = ExpertSum::Auto;
+  EXPECT_FALSE(s.combines(7, 2048, false)) << "56 KiB";
+  EXPECT_TRUE(s.combines(8, 2048, false)) << "64 KiB";
+  EXPECT_FALSE(s.combines(64, 2048, true)) << "overlapped";
+  s.expert_sum = ExpertSum::AllReduce;
+  EXPECT_FALSE(s.combines(64, 2048, false));
+}
