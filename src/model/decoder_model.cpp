@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "model/batch_io.h"
 #include "model/ffn_blocks.h"
+#include "model/pipeline_stage.h"
 #include "model/weight_loader.h"
 
 namespace kestrel {
@@ -103,43 +104,11 @@ class DecoderModel final : public Model {
     if (cfg_.embed_scale != 1.0f) be_.scale(x, n * cfg_.n_embd, cfg_.embed_scale);
   }
 
-  // This pipeline stage's part of the step, in micro-batches of rows: each
-  // is received (or embedded, on stage 0), run through the stage's layers
-  // and sent on while the next one is computed; rank 0 finally receives
-  // every row's result from the last stage. Receives are posted before
-  // any send waits, so that no two stages can wait for each other.
+  // This pipeline stage's part of the step, in micro-batches of rows.
   void run_stage(const Batch& b, const BatchPlacement& place, KvStore& kv) {
-    Communicator& w = *shard_.world;
-    const int64_t n = b.size(), dim = cfg_.n_embd;
-    const int last = shard_.stages - 1, stage = shard_.stage;
-    // With tensor parallelism inside the stages, rank (stage, t) talks to
-    // rank t of the stages beside it (every rank of a stage holds the whole
-    // activations after its all-reduces).
-    auto rank_of = [&](int s) { return s * shard_.n + shard_.rank; };
-    const int64_t micro = std::min<int64_t>(n, kMicroBatches);
-    auto first_row = [&](int64_t m) { return m * n / micro; };
-    std::vector<Communicator::Request> in, out;
-    for (int64_t m = 0; m < micro; m++) {
-      const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
-      if (stage > 0) in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, rank_of(stage - 1)));
-    }
-    for (int64_t m = 0; m < micro; m++) {
-      const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
-      if (stage == 0)
-        embed_rows(b, r0, rows);
-      else
-        w.wait(in[static_cast<size_t>(m)]);
-      run_layers(b, place, kv, r0, rows);
-      out.push_back(w.start_send(x_.data() + r0 * dim, rows * dim, rank_of(stage == last ? 0 : stage + 1)));
-    }
-    for (auto r : out) w.wait(r);  // (stage 0: before its rows are overwritten by what comes back)
-    if (stage != 0) return;
-    in.clear();
-    for (int64_t m = 0; m < micro; m++) {  // the rows come back from the last stage
-      const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
-      in.push_back(w.start_recv(x_.data() + r0 * dim, rows * dim, rank_of(last)));
-    }
-    for (auto r : in) w.wait(r);
+    run_pipeline_stage(
+        shard_, x_.data(), b.size(), cfg_.n_embd, kMicroBatches, [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
+        [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
   }
 
   // Rows [r0, r0 + n) of the batch through this rank's layers, x in place.

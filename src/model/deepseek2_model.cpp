@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "model/batch_io.h"
 #include "model/ffn_blocks.h"
+#include "model/pipeline_stage.h"
 #include "model/weight_loader.h"
 
 namespace kestrel {
@@ -98,7 +99,7 @@ class Deepseek2Model final : public Model {
   // Values are the first kv_lora_rank elements of each key row: groups must divide both.
   // The MTP block, when loaded, caches in one more layer after the trunk's.
   KvLayout kv_layout() const override {
-    return {cfg_.n_layer + mtp_layers(), kv_width_, 0, std::gcd(kv_width_, cfg_.mla.kv_lora_rank)};
+    return {end_ - first_ + mtp_layers(), kv_width_, 0, std::gcd(kv_width_, cfg_.mla.kv_lora_rank)};
   }
   int64_t max_batch_tokens() const override { return max_batch_; }
 
@@ -127,9 +128,24 @@ class Deepseek2Model final : public Model {
     const bool decompress = use_decompressed(b);
 
     float* x = x_.data();
-    be_.annotate_layer(-1);
-    be_.embed(w_.io.tok_embd, b.tokens.data(), n, x);
-    for (int l = 0; l < c.n_layer; l++) run_layer(w_.layers[l], l, b, kv, n, decompress);
+    auto embed = [&](int64_t, int64_t) {
+      be_.annotate_layer(-1);
+      be_.embed(w_.io.tok_embd, b.tokens.data(), n, x);
+    };
+    // This rank's layers (all of them in one process); its cache holds them from 0.
+    auto layers = [&](int64_t, int64_t) {
+      for (int l = first_; l < end_; l++) run_layer(w_.layers[l - first_], l, l - first_, b, kv, n, decompress);
+    };
+    if (!shard_.pipelined()) {
+      embed(0, n);
+      layers(0, n);
+    } else {
+      // One micro-batch: run_layer works on the whole step's rows, so the
+      // stages take turns within a step (they overlap across a step's
+      // micro-batches only in the decoder families).
+      run_pipeline_stage(shard_, x, n, c.n_embd, 1, embed, layers);
+      if (shard_.stage != 0) return;
+    }
     if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
     output_logits(be_, b, x, c.n_embd, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb_.data(), logits, hidden);
   }
@@ -160,7 +176,7 @@ class Deepseek2Model final : public Model {
       std::memcpy(cat_.data() + (i * 2 + 1) * dim, xb2_.data() + i * dim, dim * sizeof(float));
     }
     be_.matmul(m.eh_proj, cat_.data(), n, x_.data());
-    run_layer(m.block, c.n_layer, b, kv.store(), n, decompress);
+    run_layer(m.block, c.n_layer, c.n_layer, b, kv.store(), n, decompress);
     if (hidden_out) std::memcpy(hidden_out, x_.data(), n * dim * sizeof(float));
     output_logits(be_, b, x_.data(), dim, m.head_norm.data(), c.rms_eps, m.head, xb_.data(), logits);
   }
@@ -169,8 +185,14 @@ class Deepseek2Model final : public Model {
   // Tensor/expert parallelism: this rank's query heads (the latent cache,
   // shared by all heads, is whole on every rank) and FFN/expert widths.
   void split_dimensions(const ModelOptions& opt) {
-    if (shard_.pipelined()) throw Error("pipeline parallelism is not implemented for deepseek2 yet: use tp or ep");
-    if ((shard_.split() || shard_.experts_split()) && opt.load_mtp)
+    if (shard_.pipelined() && shard_.experts_split())
+      throw Error("pipeline parallelism cannot be combined with ep yet");
+    if (shard_.stages > cfg_.n_layer)
+      throw Error(fmt::format("pipeline parallelism over {} stages: the model has only {} layers", shard_.stages,
+                              cfg_.n_layer));
+    first_ = shard_.first_layer(cfg_.n_layer);
+    end_ = shard_.end_layer(cfg_.n_layer);
+    if ((shard_.split() || shard_.experts_split() || shard_.pipelined()) && opt.load_mtp)
       throw Error("the multi-token-prediction block cannot run split across ranks yet: drop --spec mtp or --parallel");
     nh_ = static_cast<int>(shard_.share(cfg_.n_head, "attention heads"));
     h0_ = shard_.rank * nh_;
@@ -184,12 +206,14 @@ class Deepseek2Model final : public Model {
     if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
   }
 
-  // One decoder block on x_ (batch placed already); its cache is KV layer kv_layer.
-  void run_layer(const Deepseek2Layer& L, int kv_layer, const Batch& b, KvStore& kv, int64_t n, bool decompress) {
+  // Decoder block `layer` on x_ (batch placed already); its cache is KV
+  // layer kv_layer (of this stage's, under pipeline parallelism).
+  void run_layer(const Deepseek2Layer& L, int layer, int kv_layer, const Batch& b, KvStore& kv, int64_t n,
+                 bool decompress) {
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd;
     float* x = x_.data();
-    be_.annotate_layer(kv_layer);
+    be_.annotate_layer(layer);
     be_.rmsnorm(x, L.attn_norm.data(), xb_.data(), n, dim, c.rms_eps);
     project_qkv(L, b, n);
     write_latents(L, kv, kv_layer, n);
@@ -344,8 +368,12 @@ class Deepseek2Model final : public Model {
   void load(const GgufFile& f, bool with_mtp) {
     const ModelConfig& c = cfg_;
     WeightLoader ld(f);
-    w_.io = load_io_weights(ld, be_, c, shard_.leader());
-    for (int l = 0; l < c.n_layer; l++) w_.layers.push_back(load_layer(ld, l));
+    w_.io = load_io_weights(ld, be_, c, shard_.leader(), shard_.stage == 0);
+    for (int l = 0; l < c.n_layer; l++)
+      if (l >= first_ && l < end_)
+        w_.layers.push_back(load_layer(ld, l));
+      else
+        ld.skip_prefix(fmt::format("blk.{}.", l), "pipeline parallelism: another stage's layer");
     if (with_mtp && c.n_mtp > 0) load_mtp(ld, c.n_layer);
     // The MTP blocks not loaded (not asked for, or past the first) take no
     // part in the trunk's math.
@@ -493,6 +521,7 @@ class Deepseek2Model final : public Model {
   std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
   std::unique_ptr<MoeFfn> moe_;  // scratch of the MoE layers
   std::unique_ptr<ExpertCombine> combine_;  // --parallel-expert-sum all-to-all
+  int first_ = 0, end_ = 0;                 // this rank's layers (pp; all of them in one process)
   std::vector<int64_t> slots_, seq_tokens_;
   std::vector<const int32_t*> tables_;
   std::vector<float> dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;

@@ -123,20 +123,20 @@ with tempfile.TemporaryDirectory() as tmp:
           "one process's" + ("" if "all-to-all" in r.stderr else r.stderr[-300:]))
 
 # 2b'. DeepSeek-V2-Lite- and V3-shaped files (MLA: query heads split, the latent cache whole on every
-# rank; DeepSeekMoE with V3's sigmoid routing and selection bias) against llama.cpp's greedy ids.
+# rank; DeepSeekMoE with V3's sigmoid routing and selection bias; layer ranges) against llama.cpp's greedy ids.
 for model in ["deepseek2-lite-tiny", "deepseek3-tiny"]:
     ref = os.path.join(SHARED, "reference", "llama.cpp", model + ".f32")
     meta = json.load(open(ref + ".json"))
     args = ["run", "-m", ref + ".gguf", "--prompt-ids", " ".join(map(str, meta["prompt_ids"])), "-n",
             str(len(meta["greedy_ids"])), "--temp", "0", "--print-ids", "--ignore-eos", "-t", "1"]
-    for split, n, extra in [("tp=2", 2, []), ("tp=4", 4, []), ("ep=2", 2, []), ("tp=2,ep=2", 4, []), ("ep=2", 2, A2A)]:
+    for split, n, extra in [("tp=2", 2, []), ("tp=4", 4, []), ("ep=2", 2, []), ("tp=2,ep=2", 4, []), ("ep=2", 2, A2A),
+                            ("pp=2", 2, []), ("pp=3", 3, []), ("tp=2,pp=2", 4, [])]:
         r = mpirun(n, args + ["--parallel", split, *extra])
         check(r.returncode == 0 and ids_of(r.stdout) == meta["greedy_ids"],
               f"{split} {' '.join(extra)} {model}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
-    if model == "deepseek2-lite-tiny":
-        r = mpirun(2, args + ["--parallel", "pp=2"])
-        check(r.returncode != 0 and "pipeline parallelism is not implemented for deepseek2" in r.stderr,
-              "pp=2 deepseek2: refused, by name")
+    if model == "deepseek2-lite-tiny":  # 3 layers
+        r = mpirun(4, args + ["--parallel", "pp=4"])
+        check(r.returncode != 0 and "the model has only 3 layers" in r.stderr, "pp=4 deepseek2 (3 layers): refused, by name")
 
 # 2c. Pipeline parallelism: layer ranges per rank, micro-batches sent on point to point. It splits
 # what tp cannot (Qwen2.5's 5 heads, k-quant blocks).

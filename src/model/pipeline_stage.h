@@ -1,0 +1,25 @@
+#pragma once
+// A pipeline stage's part of one step, shared by the models that split
+// their layers over stages (--parallel pp=P): the step's rows go through in
+// micro-batches, each received from the stage before (or embedded, on stage
+// 0), run through this stage's layers and sent on while the next is
+// computed; rank 0 finally receives every row's result from the last stage.
+// Receives are posted before any send waits, so that no two stages can wait
+// for each other.
+#include <cstdint>
+#include <functional>
+
+#include "model/tensor_shard.h"
+
+namespace kestrel {
+
+// x: the step's n rows of dim (the activations, in place). embed(r0, rows)
+// fills rows on stage 0; layers(r0, rows) runs this stage's layers on them.
+// With tensor parallelism inside the stages, rank (stage, t) talks to rank
+// t of the stages beside it (every rank of a stage holds the whole
+// activations after its all-reduces).
+void run_pipeline_stage(const TensorShard& shard, float* x, int64_t n, int64_t dim, int64_t micro_batches,
+                        const std::function<void(int64_t r0, int64_t rows)>& embed,
+                        const std::function<void(int64_t r0, int64_t rows)>& layers);
+
+}  // namespace kestrel
