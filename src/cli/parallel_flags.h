@@ -25,7 +25,8 @@ struct ParallelFlags {
 inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
   cmd->add_option("--parallel", p.spec,
                   "Split the model over the ranks of `mpirun -np N`: tp=N (tensor parallel: heads and FFN rows), "
-                  "ep=N (expert parallel: MoE experts), both (tp=2,ep=2: N = 4), or pp=N (pipeline: layer ranges)");
+                  "ep=N (expert parallel: MoE experts), pp=N (pipeline: layer ranges), or a product (tp=2,ep=2,pp=2: "
+                  "N = 8)");
   cmd->add_option("--parallel-timeout", p.timeout_s,
                   "Seconds a rank waits inside a collective before it declares another rank dead and ends the job")
       ->capture_default_str();
@@ -45,8 +46,6 @@ inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
     return;
   }
   const ParallelSpec spec = parse_parallel_spec(p.spec);
-  if (spec.pp > 1 && spec.ep > 1)
-    throw Error(fmt::format("--parallel {}: pipeline parallelism (pp) cannot be combined with ep yet", p.spec));
   if (!p.expert_sum.empty()) {
     eo.expert_sum = parse_expert_sum(p.expert_sum);
     if (spec.ep == 1)

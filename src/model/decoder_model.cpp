@@ -207,8 +207,6 @@ class DecoderModel final : public Model {
   // before any weight is read, so that a split that cannot be made says so.
   void split_dimensions() {
     const ModelConfig& c = cfg_;
-    if (shard_.pipelined() && shard_.experts_split())
-      throw Error("pipeline parallelism cannot be combined with ep yet");
     if (shard_.stages > c.n_layer)
       throw Error(fmt::format("pipeline parallelism over {} stages: the model has only {} layers", shard_.stages,
                               c.n_layer));
@@ -367,7 +365,7 @@ class DecoderModel final : public Model {
     if (c.moe.routing.n_expert > 0) {
       moe_ = std::make_unique<MoeFfn>(c.n_embd, local_.moe, n);
       if (shard_.combines_experts())
-        for (auto& combine : combine_) combine = std::make_unique<ExpertCombine>(*shard_.world, c.n_embd, n);
+        for (auto& combine : combine_) combine = std::make_unique<ExpertCombine>(*shard_.experts_comm(), c.n_embd, n);
     } else {
       hb_.resize(n * local_.n_ff);
       hb2_.resize(n * local_.n_ff);

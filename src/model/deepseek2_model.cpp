@@ -185,8 +185,6 @@ class Deepseek2Model final : public Model {
   // Tensor/expert parallelism: this rank's query heads (the latent cache,
   // shared by all heads, is whole on every rank) and FFN/expert widths.
   void split_dimensions(const ModelOptions& opt) {
-    if (shard_.pipelined() && shard_.experts_split())
-      throw Error("pipeline parallelism cannot be combined with ep yet");
     if (shard_.stages > cfg_.n_layer)
       throw Error(fmt::format("pipeline parallelism over {} stages: the model has only {} layers", shard_.stages,
                               cfg_.n_layer));
@@ -488,7 +486,7 @@ class Deepseek2Model final : public Model {
     hb_.resize(n * ff);
     hb2_.resize(n * ff);
     if (c.moe.routing.n_expert > 0) moe_ = std::make_unique<MoeFfn>(c.n_embd, local_moe_, n);
-    if (moe_ && shard_.combines_experts()) combine_ = std::make_unique<ExpertCombine>(*shard_.world, c.n_embd, n);
+    if (moe_ && shard_.combines_experts()) combine_ = std::make_unique<ExpertCombine>(*shard_.experts_comm(), c.n_embd, n);
     slots_.resize(n);
     tables_.resize(n);
     seq_tokens_.reserve(n);

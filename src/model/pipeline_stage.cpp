@@ -10,7 +10,7 @@ void run_pipeline_stage(const TensorShard& shard, float* x, int64_t n, int64_t d
                         const std::function<void(int64_t r0, int64_t rows)>& layers) {
   Communicator& w = *shard.world;
   const int last = shard.stages - 1, stage = shard.stage;
-  auto rank_of = [&](int s) { return s * shard.n + shard.rank; };
+  auto rank_of = [&](int s) { return shard.rank_in_stage(s); };
   const int64_t micro = std::max<int64_t>(1, std::min<int64_t>(n, micro_batches));
   auto first_row = [&](int64_t m) { return m * n / micro; };
   std::vector<Communicator::Request> in, out;

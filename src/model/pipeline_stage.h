@@ -15,9 +15,9 @@ namespace kestrel {
 
 // x: the step's n rows of dim (the activations, in place). embed(r0, rows)
 // fills rows on stage 0; layers(r0, rows) runs this stage's layers on them.
-// With tensor parallelism inside the stages, rank (stage, t) talks to rank
-// t of the stages beside it (every rank of a stage holds the whole
-// activations after its all-reduces).
+// With tensor and expert parallelism inside the stages, rank (stage, group,
+// t) talks to rank (group, t) of the stages beside it (every rank of a
+// stage holds the whole activations after its sums).
 void run_pipeline_stage(const TensorShard& shard, float* x, int64_t n, int64_t dim, int64_t micro_batches,
                         const std::function<void(int64_t r0, int64_t rows)>& embed,
                         const std::function<void(int64_t r0, int64_t rows)>& layers);

@@ -22,8 +22,8 @@ namespace kestrel {
 // With expert parallelism as well (ep groups of tp ranks each), the tensor
 // split is within a group, and each group holds a contiguous run of the
 // experts (each of them split over the group's ranks): an MoE layer's output
-// is then a partial sum over every rank, attention's and a dense FFN's over
-// the group only.
+// is then a partial sum over every rank (of its pipeline stage), attention's
+// and a dense FFN's over the group only.
 struct TensorShard {
   int rank = 0;                  // within the tensor-parallel group
   int n = 1;                     // ranks of that group
@@ -32,9 +32,13 @@ struct TensorShard {
   int ep = 1;                    // expert groups
   Communicator* world = nullptr; // every rank (set when n * ep * stages > 1)
   // Pipeline parallelism: this rank runs a contiguous range of the layers
-  // (stage s is ranks s * n .. s * n + n - 1; stage 0 embeds, rank 0 samples).
+  // (stage s is ranks s * ep * n .. (s + 1) * ep * n - 1, its expert groups
+  // in order; stage 0 embeds, rank 0 samples).
   int stage = 0;
   int stages = 1;
+  // With both pp and ep: the ranks of this stage (an MoE layer's sum is over
+  // them); null: the same as world.
+  Communicator* stage_comm = nullptr;
   // Split a step's rows in two and sum one half while the other computes.
   bool overlap = true;
   // How an MoE layer's output is summed over the ranks under ep.
@@ -50,6 +54,10 @@ struct TensorShard {
   int first_layer(int n_layer) const { return stage_start(stage, n_layer); }
   int end_layer(int n_layer) const { return stage_start(stage + 1, n_layer); }
   int stage_start(int s, int n_layer) const { return s * (n_layer / stages) + std::min(s, n_layer % stages); }
+  // Who sums an MoE layer's output: every rank of the stage.
+  Communicator* experts_comm() const { return stage_comm ? stage_comm : world; }
+  // This rank's counterpart (same expert group, same place in it) in stage s.
+  int rank_in_stage(int s) const { return (s * ep + ep_rank) * n + rank; }
   // Whether this rank's group holds expert e of n_expert.
   bool holds_expert(int e, int n_expert) const {
     const int each = n_expert / ep;
@@ -122,7 +130,9 @@ struct TensorShard {
 
  private:
   // Who holds parts of a sum (null: this rank holds all of it).
-  Communicator* summed_over(bool experts) const { return experts && experts_split() ? world : split() ? comm : nullptr; }
+  Communicator* summed_over(bool experts) const {
+    return experts && experts_split() ? experts_comm() : split() ? comm : nullptr;
+  }
 };
 
 }  // namespace kestrel

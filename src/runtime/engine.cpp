@@ -77,21 +77,25 @@ Engine Engine::load(const EngineOptions& o) {
   mo.mla = o.mla;
   mo.load_mtp = o.load_mtp;
   if (o.comm && o.comm->size() > 1) {
-    // rank = outer * tp + (rank within its tensor-parallel group), the outer
-    // index being the expert group or the pipeline stage (the model refuses both at once).
+    // rank = (stage * ep + expert group) * tp + (rank within its
+    // tensor-parallel group).
     e.comm = o.comm;
     const int ep = o.expert_groups, pp = o.pipeline_stages, r = o.comm->rank();
     if (ep < 1 || pp < 1 || o.comm->size() % (ep * pp) != 0)
       throw Error(fmt::format("{} expert groups x {} stages do not divide {} ranks", ep, pp, o.comm->size()));
-    const int tp = o.comm->size() / (ep * pp), outer = r / tp;
-    if (tp > 1) e.tp_group = tp == o.comm->size() ? o.comm : o.comm->split(outer, r % tp);
-    mo.shard = {r % tp, tp, e.tp_group.get(), ep > 1 ? outer : 0, ep, o.comm.get(), pp > 1 ? outer : 0, pp};
+    const int tp = o.comm->size() / (ep * pp), per_stage = ep * tp, stage = r / per_stage;
+    if (tp > 1) e.tp_group = tp == o.comm->size() ? o.comm : o.comm->split(r / tp, r % tp);
+    // Both ep and pp: an MoE layer sums over its stage's ranks only.
+    if (ep > 1 && pp > 1) e.stage_group = o.comm->split(stage, r % per_stage);
+    mo.shard = {r % tp, tp, e.tp_group.get(), (r % per_stage) / tp, ep, o.comm.get(), stage, pp};
+    mo.shard.stage_comm = e.stage_group.get();
     mo.shard.overlap = o.parallel_overlap;
     mo.shard.expert_sum = o.expert_sum;
     if (e.profiler) {  // transfers on their own track, in this rank's trace
       e.profiler->set_rank(r);
       e.comm->set_profiler(e.profiler.get());
       if (e.tp_group) e.tp_group->set_profiler(e.profiler.get());
+      if (e.stage_group) e.stage_group->set_profiler(e.profiler.get());
     }
   }
   // Under tensor parallelism the ranks agree that every one of them loaded

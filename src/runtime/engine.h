@@ -42,7 +42,7 @@ struct EngineOptions {
   // tp=N under mpirun). Rank 0 runs everything; the others follow its steps.
   std::shared_ptr<Communicator> comm;
   int expert_groups = 1;    // with comm: ep of --parallel tp=T,ep=E (T = ranks / E)
-  int pipeline_stages = 1;  // ...or pp of --parallel tp=T,pp=P (not combined with ep yet)
+  int pipeline_stages = 1;  // ...and pp of --parallel tp=T,ep=E,pp=P
   bool parallel_overlap = true;  // sum one half of a step's rows while the other computes
   ExpertSum expert_sum = ExpertSum::Auto;  // how MoE outputs are summed under ep
 };
@@ -58,6 +58,7 @@ struct Engine {
   int64_t n_ctx = 0;
   std::shared_ptr<Communicator> comm;      // set under tensor parallelism: every rank
   std::shared_ptr<Communicator> tp_group;  // ...and this rank's tensor-parallel group (null: tp=1)
+  std::shared_ptr<Communicator> stage_group;  // ...and its pipeline stage's ranks (with both ep and pp)
 
   static Engine load(const EngineOptions& options);
   // A rank other than 0 of a tensor-parallel job: it runs no command of its

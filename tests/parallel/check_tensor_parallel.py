@@ -130,7 +130,7 @@ for model in ["deepseek2-lite-tiny", "deepseek3-tiny"]:
     args = ["run", "-m", ref + ".gguf", "--prompt-ids", " ".join(map(str, meta["prompt_ids"])), "-n",
             str(len(meta["greedy_ids"])), "--temp", "0", "--print-ids", "--ignore-eos", "-t", "1"]
     for split, n, extra in [("tp=2", 2, []), ("tp=4", 4, []), ("ep=2", 2, []), ("tp=2,ep=2", 4, []), ("ep=2", 2, A2A),
-                            ("pp=2", 2, []), ("pp=3", 3, []), ("tp=2,pp=2", 4, [])]:
+                            ("pp=2", 2, []), ("pp=3", 3, []), ("tp=2,pp=2", 4, []), ("ep=2,pp=2", 4, [])]:
         r = mpirun(n, args + ["--parallel", split, *extra])
         check(r.returncode == 0 and ids_of(r.stdout) == meta["greedy_ids"],
               f"{split} {' '.join(extra)} {model}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
@@ -154,6 +154,14 @@ for n in (3, 4):  # 5 layers: 2+2+1, 2+1+1+1
 # Both: 2 stages of 2 tensor-parallel ranks each.
 r = mpirun(4, stories_args + ["--parallel", "tp=2,pp=2"])
 check(alone is not None and ids_of(r.stdout) == alone, "tp=2,pp=2 stories260K: ids equal one process's")
+# Stages of expert groups: 2 stages x 2 groups (the MoE sums over the stage's ranks only), by either
+# expert sum, and 2 x 2 x 2 with the heads split too (8 ranks, oversubscribed).
+for name, n, split, extra in [("qwen3moe.F16", 4, "ep=2,pp=2", []), ("mixtral.F16", 4, "ep=2,pp=2", A2A),
+                              ("qwen3moe.F16", 8, "tp=2,ep=2,pp=2", [])]:
+    cell = cells[name]
+    r = mpirun(n, run_args(cell, ["--parallel", split, *extra]))
+    check(r.returncode == 0 and ids_of(r.stdout) == cell["runs"][0]["ids"],
+          f"{split} {' '.join(extra)} {name}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
 for name in ["llama32.F16", "qwen3.F16"]:
     cell = cells[name]
     r = mpirun(4, run_args(cell, ["--parallel", "tp=2,pp=2"]))
@@ -244,7 +252,6 @@ with tempfile.TemporaryDirectory() as tmp:
 # 5. Splits that cannot be made, and jobs of the wrong size: errors naming the problem, every rank ends.
 for n, args, want in [
     (3, run_args(cells["llama32.F16"], ["--parallel", "tp=2"]), "needs 2 ranks but this job has 3"),
-    (4, run_args(cells["qwen3moe.F16"], ["--parallel", "ep=2,pp=2"]), "pipeline parallelism (pp) cannot be combined with ep"),
     (4, run_args(cells["llama32.F16"], ["--parallel", "pp=4"]), "4 stages: the model has only 3 layers"),
     (2, run_args(cells["llama32.F16"], ["--parallel", "ep=2"]), "needs a mixture-of-experts model; llama is dense"),
     (3, run_args(cells["qwen3moe.F16"], ["--parallel", "ep=3"]), "expert parallelism over 3 groups: 8 experts do not split"),

@@ -250,3 +250,16 @@ TEST(ExpertCombine, AutoChoosesAllToAllForLargeBlockingSumsOnly) {
   s.expert_sum = ExpertSum::AllReduce;
   EXPECT_FALSE(s.combines(64, 2048, false));
 }
+
+// Ranks are laid out stage-major, then expert group, then place in the
+// tensor-parallel group: a rank's counterpart in another stage keeps its
+// group and place.
+TEST(TensorShard, CounterpartsInOtherStagesKeepGroupAndPlace) {
+  TensorShard s;
+  s.n = 2, s.rank = 1, s.ep = 2, s.ep_rank = 1, s.stages = 3, s.stage = 1;
+  EXPECT_EQ(s.rank_in_stage(1), 7);  // this rank: (1 * 2 + 1) * 2 + 1
+  EXPECT_EQ(s.rank_in_stage(0), 3);
+  EXPECT_EQ(s.rank_in_stage(2), 11);
+  s.ep = 1, s.ep_rank = 0;
+  EXPECT_EQ(s.rank_in_stage(2), 5);  // tp x pp only: stage * n + rank, as before
+}
