@@ -66,9 +66,12 @@ class Communicator {
   virtual Request start_all_to_all(const float* send, const int64_t* to_each, float* recv, int64_t recv_capacity,
                                    int64_t* from_each) = 0;
   // Each rank's part of x to every rank, in place: rank r's counts[r]
-  // floats start at the sum of the counts before r.
-  virtual void all_gather(float* x, const int64_t* counts) = 0;
+  // floats start at the sum of the counts before r. Complete at wait().
+  virtual Request start_all_gather(float* x, const int64_t* counts) = 0;
   virtual void wait(Request r) = 0;
+  // Whether a started transfer has completed (moving it along); wait() must
+  // still be called for it.
+  virtual bool test(Request r) = 0;
   // Lets started transfers move on (MPI progresses them only inside its
   // calls): called between operators while a transfer is in flight.
   virtual void progress() = 0;

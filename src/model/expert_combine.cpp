@@ -78,25 +78,37 @@ ExpertCombine::ExpertCombine(Communicator& world, int64_t dim, int64_t max_rows)
 }
 
 void ExpertCombine::start(float* x, int64_t n, const uint8_t* touched) {
-  if (x_) throw Error("expert combine: started again before the last one finished");
+  if (state_ != State::Idle) throw Error("expert combine: started again before the last one finished");
   const int self = comm_->rank(), ranks = comm_->size();
   pack_partials(x, n, dim_, touched, self, ranks, send_, to_each_);
   req_ = comm_->start_all_to_all(send_.data(), to_each_.data(), recv_.data(), static_cast<int64_t>(recv_.size()),
                                  from_each_.data());
   x_ = x;
   n_ = n;
+  state_ = State::Rows;
+}
+
+void ExpertCombine::sum_and_gather() {
+  comm_->wait(req_);
+  const int self = comm_->rank(), ranks = comm_->size();
+  sum_owned(x_, n_, dim_, self, ranks, recv_.data(), from_each_.data(), scratch_);
+  for (int o = 0; o < ranks; o++)
+    gather_counts_[static_cast<size_t>(o)] = (owned_first(n_, ranks, o + 1) - owned_first(n_, ranks, o)) * dim_;
+  req_ = comm_->start_all_gather(x_, gather_counts_.data());
+  state_ = State::Gather;
+}
+
+void ExpertCombine::progress() {
+  if (state_ == State::Idle) return;
+  if (state_ == State::Rows && comm_->test(req_)) sum_and_gather();
+  if (state_ == State::Gather) comm_->progress();
 }
 
 void ExpertCombine::finish() {
-  if (!x_) return;
-  float* x = x_;
+  if (state_ == State::Rows) sum_and_gather();
+  if (state_ == State::Gather) comm_->wait(req_);
+  state_ = State::Idle;
   x_ = nullptr;
-  comm_->wait(req_);
-  const int self = comm_->rank(), ranks = comm_->size();
-  sum_owned(x, n_, dim_, self, ranks, recv_.data(), from_each_.data(), scratch_);
-  for (int o = 0; o < ranks; o++)
-    gather_counts_[static_cast<size_t>(o)] = (owned_first(n_, ranks, o + 1) - owned_first(n_, ranks, o)) * dim_;
-  comm_->all_gather(x, gather_counts_.data());
 }
 
 }  // namespace kestrel

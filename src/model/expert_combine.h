@@ -59,23 +59,27 @@ class ExpertCombine {
   // read now; touched need not outlive the call), the transfer then in
   // flight while the caller computes. x must stay untouched until finish().
   void start(float* x, int64_t n, const uint8_t* touched);
-  // Waits for the rows, sums this rank's run, gathers every run: x is then
-  // the sum over the ranks, on every rank.
+  // Moves a started exchange along: its rows go out once the counts are in;
+  // once the others' rows are in, this rank sums its run and starts the
+  // all-gather (so that all of it can hide behind compute).
+  void progress();
+  // Completes what progress() has not: x is then the sum over the ranks,
+  // on every rank.
   void finish();
-  bool started() const { return x_ != nullptr; }
-  // Moves a started exchange along (its rows go out once the counts are in).
-  void progress() {
-    if (x_) comm_->progress();
-  }
+  bool started() const { return state_ != State::Idle; }
 
  private:
   std::shared_ptr<Communicator> comm_;
   int64_t dim_;
   std::vector<float> send_, recv_, scratch_;
   std::vector<int64_t> to_each_, from_each_, gather_counts_;
+  enum class State { Idle, Rows, Gather };  // what is in flight
+  State state_ = State::Idle;
   float* x_ = nullptr;
   int64_t n_ = 0;
   Communicator::Request req_ = 0;
+  // The others' rows are in: sum this rank's run, start the all-gather.
+  void sum_and_gather();
 };
 
 }  // namespace kestrel

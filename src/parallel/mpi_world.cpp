@@ -126,29 +126,35 @@ class MpiCommunicator final : public Communicator {
     return id;
   }
 
-  void all_gather(float* x, const int64_t* counts) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t p0 = prof_ ? prof_->now_ns() : 0;
-    std::vector<int> n(static_cast<size_t>(size_)), at(static_cast<size_t>(size_));
+  Request start_all_gather(float* x, const int64_t* counts) override {
+    Pending p;
+    p.kind = Kind::AllGather;
+    p.layout.resize(2 * static_cast<size_t>(size_));  // counts, offsets: MPI reads them until it completes
+    int* n = p.layout.data();
+    int* at = n + size_;
     int64_t total = 0;
     for (int r = 0; r < size_; r++) {
       if (total + counts[r] > INT_MAX) throw Error(fmt::format("rank {}: an all-gather too large for one message", rank_));
-      n[static_cast<size_t>(r)] = static_cast<int>(counts[r]);
-      at[static_cast<size_t>(r)] = static_cast<int>(total);
+      n[r] = static_cast<int>(counts[r]);
+      at[r] = static_cast<int>(total);
       total += counts[r];
     }
-    MPI_Request req;
-    const auto what = [&] { return fmt::format("an all-gather of {} floats", total); };
-    started(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, n.data(), at.data(), MPI_FLOAT, comm_, &req), what);
-    wait(req, what, false);
-    const int64_t mine = counts[rank_] * static_cast<int64_t>(sizeof(float)) * (size_ - 1);
-    stats_->exchange_bytes += mine;
-    stats_->exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (prof_) {
-      const int64_t p1 = prof_->now_ns();
-      prof_->record({"all-gather (blocking)", -1, p0, p1 - p0, static_cast<double>(mine), 0, ""});
-      prof_->record({"all-gather", -1, p0, p1 - p0, static_cast<double>(mine), 0, "communication"});
-    }
+    p.n = total;
+    p.start_ns = prof_ ? prof_->now_ns() : 0;
+    started(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, n, at, MPI_FLOAT, comm_, &p.req),
+            [&] { return p.what(); });
+    stats_->exchange_bytes += counts[rank_] * static_cast<int64_t>(sizeof(float)) * (size_ - 1);
+    const Request id = next_request_++;
+    pending_.emplace(id, std::move(p));
+    return id;
+  }
+
+  bool test(Request r) override {
+    progress();
+    auto it = pending_.find(r);
+    if (it == pending_.end()) throw Error(fmt::format("rank {}: no pending transfer {}", rank_, r));
+    const Pending& p = it->second;
+    return p.req == MPI_REQUEST_NULL && (!p.a2a || p.a2a->counts_in);
   }
 
   void wait(Request r) override {
@@ -168,7 +174,7 @@ class MpiCommunicator final : public Communicator {
     if (p.kind == Kind::AllReduce) {
       stats_->seconds += s;
       stats_->overlapped_seconds += s;
-    } else if (p.kind == Kind::AllToAll) {
+    } else if (p.kind == Kind::AllToAll || p.kind == Kind::AllGather) {
       stats_->exchange_seconds += s;
     }
     if (prof_) {
@@ -213,9 +219,13 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kPipelineTag = 17;
-  enum class Kind { AllReduce, AllToAll, Send, Receive };
+  enum class Kind { AllReduce, AllToAll, AllGather, Send, Receive };
   static const char* kind_name(Kind k) {
-    return k == Kind::AllReduce ? "all-reduce" : k == Kind::AllToAll ? "all-to-all" : k == Kind::Send ? "send" : "receive";
+    return k == Kind::AllReduce   ? "all-reduce"
+           : k == Kind::AllToAll  ? "all-to-all"
+           : k == Kind::AllGather ? "all-gather"
+           : k == Kind::Send      ? "send"
+                                  : "receive";
   }
   // An all-to-all in flight: counts first, then rows.
   struct AllToAll {
@@ -236,9 +246,10 @@ class MpiCommunicator final : public Communicator {
     int64_t start_ns = 0;  // profiler clock
     int64_t done_ns = -1;  // when progress() saw it complete
     std::unique_ptr<AllToAll> a2a;  // an all-to-all's buffers and state
+    std::vector<int> layout;        // an all-gather's counts and offsets
     double bytes() const { return static_cast<double>(n) * sizeof(float); }
     std::string what() const {
-      if (kind == Kind::AllReduce || kind == Kind::AllToAll) return fmt::format("an {} of {} floats", kind_name(kind), n);
+      if (kind != Kind::Send && kind != Kind::Receive) return fmt::format("an {} of {} floats", kind_name(kind), n);
       return fmt::format("a {} of {} floats {} rank {}", kind_name(kind), n, kind == Kind::Send ? "to" : "from", peer);
     }
   };
