@@ -37,7 +37,8 @@ double expert_all_to_all_bytes_sent(double bytes, int ranks, double touched, int
 
 // The fraction of a step's rows an expert group computes when tokens pick
 // n_used of n_expert experts uniformly and the group holds n_expert / groups
-// of them (1 with a shared expert, which runs on every row in group 0).
+// of them (routed experts only: with a shared expert, group 0 computes
+// every row whatever this says).
 double expected_touched_fraction(int n_expert, int n_used, int groups);
 
 struct AlphaBeta {

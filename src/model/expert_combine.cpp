@@ -16,10 +16,6 @@ ExpertSum parse_expert_sum(const std::string& text) {
   throw Error(fmt::format("--parallel-expert-sum '{}': expected auto, all-reduce or all-to-all", text));
 }
 
-const char* expert_sum_name(ExpertSum s) {
-  return s == ExpertSum::AllToAll ? "all-to-all" : s == ExpertSum::AllReduce ? "all-reduce" : "auto";
-}
-
 void pack_partials(const float* x, int64_t n, int64_t dim, const uint8_t* touched, int self, int ranks,
                    std::vector<float>& send, std::vector<int64_t>& to_each) {
   send.clear();

@@ -25,13 +25,13 @@ namespace kestrel {
 // How an MoE layer's partial outputs are summed over the ranks. Auto: by
 // all-to-all for a blocking sum of kAutoAllToAllBytes and more, by
 // all-reduce below (its one round of latency wins there) and for a sum that
-// overlaps the other half's compute (hidden whole, where the all-to-all's
-// all-gather is not). Measured in docs/parallel.md.
+// overlaps the other half's compute (there the two measured the same within
+// the noise of the ranks' uneven expert work, and one collective is the
+// simpler path). Measured in docs/parallel.md.
 enum class ExpertSum { Auto, AllReduce, AllToAll };
 inline constexpr int64_t kAutoAllToAllBytes = 64 * 1024;
 // "auto" / "all-reduce" / "all-to-all"; Error naming the accepted values.
 ExpertSum parse_expert_sum(const std::string& text);
-const char* expert_sum_name(ExpertSum s);
 
 // The first of the n rows rank o of `ranks` owns (runs as even as they come).
 inline int64_t owned_first(int64_t n, int ranks, int o) { return n * o / ranks; }
@@ -66,7 +66,6 @@ class ExpertCombine {
   // Completes what progress() has not: x is then the sum over the ranks,
   // on every rank.
   void finish();
-  bool started() const { return state_ != State::Idle; }
 
  private:
   std::shared_ptr<Communicator> comm_;

@@ -82,9 +82,8 @@ struct TensorShard {
     if (Communicator* c = summed_over(experts)) c->all_reduce_sum(x, count);
   }
   // Whether an MoE layer's sums may go through ExpertCombine, and whether
-  // the sum of `rows` rows of dim does (the same choice on every rank):
-  // auto keeps an overlapped sum on the all-reduce, which compute hides
-  // whole, where the all-to-all's final all-gather is exposed.
+  // the sum of `rows` rows of dim does (the same choice on every rank; auto's
+  // rule is ExpertSum's).
   bool combines_experts() const { return experts_split() && expert_sum != ExpertSum::AllReduce; }
   bool combines(int64_t rows, int64_t dim, bool overlapped) const {
     if (!combines_experts()) return false;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -121,9 +122,7 @@ class MpiCommunicator final : public Communicator {
             [] { return std::string("an all-to-all of counts"); });
     stats_->exchanges++;
     stats_->exchange_bytes += p.n * static_cast<int64_t>(sizeof(float));
-    const Request id = next_request_++;
-    pending_.emplace(id, std::move(p));
-    return id;
+    return track(std::move(p));
   }
 
   Request start_all_gather(float* x, const int64_t* counts) override {
@@ -132,21 +131,12 @@ class MpiCommunicator final : public Communicator {
     p.layout.resize(2 * static_cast<size_t>(size_));  // counts, offsets: MPI reads them until it completes
     int* n = p.layout.data();
     int* at = n + size_;
-    int64_t total = 0;
-    for (int r = 0; r < size_; r++) {
-      if (total + counts[r] > INT_MAX) throw Error(fmt::format("rank {}: an all-gather too large for one message", rank_));
-      n[r] = static_cast<int>(counts[r]);
-      at[r] = static_cast<int>(total);
-      total += counts[r];
-    }
-    p.n = total;
+    p.n = int_layout(counts, n, at, "an all-gather");
     p.start_ns = prof_ ? prof_->now_ns() : 0;
     started(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, n, at, MPI_FLOAT, comm_, &p.req),
             [&] { return p.what(); });
     stats_->exchange_bytes += counts[rank_] * static_cast<int64_t>(sizeof(float)) * (size_ - 1);
-    const Request id = next_request_++;
-    pending_.emplace(id, std::move(p));
-    return id;
+    return track(std::move(p));
   }
 
   bool test(Request r) override {
@@ -257,25 +247,41 @@ class MpiCommunicator final : public Communicator {
   void post_all_to_all_rows(Pending& p) {
     AllToAll& a = *p.a2a;
     a.counts_in = true;
-    int64_t received = 0;
-    for (int r = 0; r < size_; r++) received += a.from_each[r] = a.in[static_cast<size_t>(r)];
-    if (received > a.capacity || p.n > INT_MAX || received > INT_MAX)
-      throw Error(fmt::format("rank {}: an all-to-all receiving {} floats (room for {}) sending {}", rank_, received,
-                              a.capacity, p.n));
+    std::copy(a.in.begin(), a.in.end(), a.from_each);
     a.counts.resize(4 * static_cast<size_t>(size_));  // MPI reads them until the rows are in
     int* send_counts = a.counts.data();
     int* send_offsets = send_counts + size_;
     int* recv_counts = send_offsets + size_;
     int* recv_offsets = recv_counts + size_;
-    for (int r = 0, so = 0, ro = 0; r < size_; r++) {
-      send_counts[r] = static_cast<int>(a.out[static_cast<size_t>(r)]);
-      recv_counts[r] = static_cast<int>(a.in[static_cast<size_t>(r)]);
-      send_offsets[r] = so, recv_offsets[r] = ro;
-      so += send_counts[r], ro += recv_counts[r];
-    }
+    int_layout(a.out.data(), send_counts, send_offsets, "an all-to-all's rows out");
+    const int64_t received = int_layout(a.in.data(), recv_counts, recv_offsets, "an all-to-all's rows in");
+    if (received > a.capacity)
+      throw Error(fmt::format("rank {}: an all-to-all receiving {} floats (room for {}) sending {}", rank_, received,
+                              a.capacity, p.n));
     started(MPI_Ialltoallv(a.send, send_counts, send_offsets, MPI_FLOAT, a.recv, recv_counts, recv_offsets, MPI_FLOAT,
                            comm_, &p.req),
             [&] { return p.what(); });
+  }
+
+  // counts[0, size_) as MPI's int counts n and offsets at; their total.
+  // Error naming `what` when the message would exceed INT_MAX floats.
+  int64_t int_layout(const int64_t* counts, int* n, int* at, const char* what) const {
+    int64_t total = 0;
+    for (int r = 0; r < size_; r++) {
+      if (total + counts[r] > INT_MAX)
+        throw Error(fmt::format("rank {}: {} is too large for one message", rank_, what));
+      n[r] = static_cast<int>(counts[r]);
+      at[r] = static_cast<int>(total);
+      total += counts[r];
+    }
+    return total;
+  }
+
+  // A started transfer, kept until wait(): its id.
+  Request track(Pending p) {
+    const Request id = next_request_++;
+    pending_.emplace(id, std::move(p));
+    return id;
   }
 
   template <class Start>
@@ -285,9 +291,7 @@ class MpiCommunicator final : public Communicator {
     if (n > INT_MAX) throw Error(fmt::format("rank {}: {} is too large for one message", rank_, p.what()));
     p.start_ns = prof_ ? prof_->now_ns() : 0;
     started(start(static_cast<int>(n), &p.req), [&] { return p.what(); });
-    const Request id = next_request_++;
-    pending_.emplace(id, std::move(p));
-    return id;
+    return track(std::move(p));
   }
 
   template <class What>
