@@ -19,6 +19,7 @@ struct ParallelFlags {
   std::string spec;  // empty: one process
   double timeout_s = 60;
   bool no_overlap = false;
+  bool no_step_pipelining = false;
   std::string expert_sum;  // empty: auto
 };
 
@@ -32,6 +33,9 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
       ->capture_default_str();
   cmd->add_flag("--parallel-no-overlap", p.no_overlap,
                 "Sum each step's partial results in one blocking all-reduce instead of overlapping two halves");
+  cmd->add_flag("--parallel-no-step-pipelining", p.no_step_pipelining,
+                "Under pp, finish each step (its sampling included) before the next enters stage 0, instead of "
+                "keeping one step per stage in flight over different requests");
   cmd->add_option("--parallel-expert-sum", p.expert_sum,
                   "Under ep, how MoE outputs are summed over the ranks: all-reduce, all-to-all (each rank sends "
                   "only the rows its experts computed to their owner, then an all-gather), or auto (default: "
@@ -43,9 +47,12 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
 inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
   if (p.spec.empty()) {
     if (!p.expert_sum.empty()) throw Error("--parallel-expert-sum needs --parallel with ep (under mpirun)");
+    if (p.no_step_pipelining) throw Error("--parallel-no-step-pipelining needs --parallel with pp (under mpirun)");
     return;
   }
   const ParallelSpec spec = parse_parallel_spec(p.spec);
+  if (p.no_step_pipelining && spec.pp == 1)
+    throw Error(fmt::format("--parallel-no-step-pipelining needs pipeline parallelism (--parallel {} has no pp)", p.spec));
   if (!p.expert_sum.empty()) {
     eo.expert_sum = parse_expert_sum(p.expert_sum);
     if (spec.ep == 1)
@@ -59,6 +66,7 @@ inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
   eo.expert_groups = spec.ep;
   eo.pipeline_stages = spec.pp;
   eo.parallel_overlap = !p.no_overlap;
+  eo.parallel_step_pipelining = !p.no_step_pipelining;
   if (eo.comm->size() == 1) eo.comm = nullptr;  // tp=1: one process, as without the flag
 }
 

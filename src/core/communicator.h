@@ -54,6 +54,8 @@ class Communicator {
   // (under the timeout). Messages between two ranks arrive in the order sent.
   using Request = int64_t;
   virtual Request start_send(const float* x, int64_t n, int dest) = 0;
+  // broadcast started: bytes must stay untouched (the root's) or unread (the others') until wait().
+  virtual Request start_broadcast(void* bytes, int64_t n, int root) = 0;
   virtual Request start_recv(float* x, int64_t n, int source) = 0;
   // all_reduce_sum started non-blocking: x must stay untouched until wait().
   virtual Request start_all_reduce_sum(float* x, int64_t n) = 0;

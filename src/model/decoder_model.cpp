@@ -78,10 +78,6 @@ class DecoderModel final : public Model {
     const int64_t n = b.size();
     if (n == 0) return;
     check_batch_size(b);
-    const ModelConfig& c = cfg_;
-    const int64_t dim = c.n_embd;
-    float* x = x_.data();
-
     if (!shard_.pipelined()) {
       embed_rows(b, 0, n);
       run_layers(b, place, kv, 0, n);
@@ -92,13 +88,52 @@ class DecoderModel final : public Model {
 
     // Norm + output projection on the rows that want logits only.
     if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
-    output_logits(be_, b, x, dim, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb_.data(), logits, hidden);
-    if (c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
+    head(b, x_, logits, hidden);
+  }
+
+  // Rank 0 of a pipeline keeps up to one step per stage in flight, each in
+  // its own activations: stage 0 of step k+1 runs while step k is further on.
+  int steps_in_flight() const override { return shard_.pipelined() && shard_.leader() ? shard_.stages : 1; }
+
+  void start_forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) override {
+    if (slot < 0 || slot >= steps_in_flight() || !shard_.pipelined())
+      throw Error(fmt::format("step slot {} out of range (this rank keeps {} in flight)", slot, steps_in_flight()));
+    check_batch_size(b);
+    Flight& f = flights_[static_cast<size_t>(slot)];
+    if (f.batch) throw Error(fmt::format("step slot {} is still in flight", slot));
+    if (f.x.empty()) {  // allocated once per slot, at its first step
+      f.x.resize(x_store_.size());
+      f.back.resize(x_store_.size());
+    }
+    x_ = f.x.data();  // the layers' activations are this step's until the slot finishes
+    start_first_stage(
+        shard_, x_, f.back.data(), b.size(), cfg_.n_embd, kMicroBatches,
+        [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
+        [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); }, f.stage);
+    x_ = x_store_.data();
+    f.batch = &b;
+  }
+
+  void finish_forward_placed(int slot, float* logits) override {
+    if (slot < 0 || slot >= static_cast<int>(flights_.size()) || !flights_[static_cast<size_t>(slot)].batch)
+      throw Error(fmt::format("step slot {} has no step in flight", slot));
+    Flight& f = flights_[static_cast<size_t>(slot)];
+    const Batch* batch = f.batch;
+    f.batch = nullptr;  // (free again whatever happens next)
+    finish_first_stage(shard_, f.stage);
+    if (logits) head(*batch, f.back.data(), logits, nullptr);  // (null: a step drained at the end)
   }
 
  private:
+  // Norm + output projection of x's rows that want logits.
+  void head(const Batch& b, float* x, float* logits, float* hidden) {
+    const ModelConfig& c = cfg_;
+    output_logits(be_, b, x, c.n_embd, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb_.data(), logits, hidden);
+    if (c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
+  }
+
   void embed_rows(const Batch& b, int64_t r0, int64_t n) {
-    float* x = x_.data() + r0 * cfg_.n_embd;
+    float* x = x_ + r0 * cfg_.n_embd;
     be_.annotate_layer(-1);
     be_.embed(w_.io.tok_embd, b.tokens.data() + r0, n, x);
     if (cfg_.embed_scale != 1.0f) be_.scale(x, n * cfg_.n_embd, cfg_.embed_scale);
@@ -107,7 +142,7 @@ class DecoderModel final : public Model {
   // This pipeline stage's part of the step, in micro-batches of rows.
   void run_stage(const Batch& b, const BatchPlacement& place, KvStore& kv) {
     run_pipeline_stage(
-        shard_, x_.data(), b.size(), cfg_.n_embd, kMicroBatches, [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
+        shard_, x_, b.size(), cfg_.n_embd, kMicroBatches, [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
         [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
   }
 
@@ -116,7 +151,7 @@ class DecoderModel final : public Model {
     if (shard_.overlap && (shard_.split() || shard_.experts_split()) && n >= 2)
       return run_layers_overlapped(b, place, kv, r0, n);
     const int64_t dim = cfg_.n_embd;
-    float *x = x_.data() + r0 * dim, *y = xb2_.data();
+    float *x = x_ + r0 * dim, *y = xb2_.data();
     for (int l = first_; l < end_; l++) {
       const DecoderLayer& L = w_.layers[l - first_];
       be_.annotate_layer(l);
@@ -136,7 +171,7 @@ class DecoderModel final : public Model {
   void run_layers_overlapped(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n) {
     const int64_t dim = cfg_.n_embd;
     const int64_t first[2] = {r0, r0 + n / 2}, rows[2] = {n / 2, n - n / 2};
-    float* x[2] = {x_.data() + first[0] * dim, x_.data() + first[1] * dim};
+    float* x[2] = {x_ + first[0] * dim, x_ + first[1] * dim};
     float* y[2] = {xb2_.data() + first[0] * dim, xb2_.data() + first[1] * dim};
     TensorShard::PendingSum attn[2], ffn[2];
     for (int l = first_; l < end_; l++) {
@@ -168,14 +203,14 @@ class DecoderModel final : public Model {
   // Norm of rows [r0, r0 + n) and self-attention, into y (partial under tp).
   void attention_block(const DecoderLayer& L, int l, const Batch& b, const BatchPlacement& place, KvStore& kv,
                        int64_t r0, int64_t n, float* y) {
-    be_.rmsnorm(x_.data() + r0 * cfg_.n_embd, L.attn_norm.data(), xb_.data(), n, cfg_.n_embd, cfg_.rms_eps);
+    be_.rmsnorm(x_ + r0 * cfg_.n_embd, L.attn_norm.data(), xb_.data(), n, cfg_.n_embd, cfg_.rms_eps);
     attention(L, l, b, place, kv, r0, n, y);
   }
 
   // Norm of rows [r0, r0 + n) and the FFN or experts, into y (partial under tp/ep).
   void ffn_block(const DecoderLayer& L, int64_t r0, int64_t n, float* y) {
     float* xb = xb_.data();
-    be_.rmsnorm(x_.data() + r0 * cfg_.n_embd, L.ffn_norm.data(), xb, n, cfg_.n_embd, cfg_.rms_eps);
+    be_.rmsnorm(x_ + r0 * cfg_.n_embd, L.ffn_norm.data(), xb, n, cfg_.n_embd, cfg_.rms_eps);
     if (L.moe.present())
       moe_->run(be_, L.moe, xb, n, y);
     else
@@ -355,7 +390,9 @@ class DecoderModel final : public Model {
     const int64_t n = max_batch_;
     const int64_t q_dim = static_cast<int64_t>(local_.n_head) * c.head_dim;
     const int64_t kv_dim = static_cast<int64_t>(local_.n_head_kv) * c.head_dim;
-    x_.resize(n * c.n_embd);
+    x_store_.resize(n * c.n_embd);
+    x_ = x_store_.data();
+    flights_.resize(static_cast<size_t>(steps_in_flight()));
     xb_.resize(n * std::max(c.n_embd, q_dim));
     xb2_.resize(n * c.n_embd);
     q_.resize(n * q_dim);
@@ -411,7 +448,14 @@ class DecoderModel final : public Model {
   BatchPlacement place_;
   std::unique_ptr<MoeFfn> moe_;
   std::unique_ptr<ExpertCombine> combine_[2];  // one per half of an overlapped step (--parallel-expert-sum all-to-all)
-  std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;
+  std::vector<float> x_store_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;
+  float* x_ = nullptr;  // the activations of the rows being computed: x_store_, or a step in flight's
+  struct Flight {       // a step rank 0 has in flight (pipelining across steps)
+    std::vector<float> x, back;  // its activations (being sent on) and the rows coming back
+    StageFlight stage;
+    const Batch* batch = nullptr;  // null: the slot is free
+  };
+  std::vector<Flight> flights_;
 };
 
 }  // namespace

@@ -106,6 +106,20 @@ class Model {
   virtual void forward_placed(const Batch& batch, const BatchPlacement& placement, KvStore& kv, float* logits,
                               float* hidden = nullptr);
 
+  // Pipelining across steps (rank 0 of a job split by pp): up to this many
+  // steps started before the first is finished, each over requests the
+  // others do not hold, so that step k+1 runs in stage 0 while step k is in
+  // stage 1. 1: a step is forward() (no start/finish).
+  virtual int steps_in_flight() const { return 1; }
+  // forward() in two halves: start sends the step on (batch and kv must
+  // stay until finish, which writes its logits); slot < steps_in_flight()
+  // is free again after its finish. Steps finish in the order started.
+  virtual void start_forward(const Batch& batch, PagedKvCache& kv, int slot);
+  virtual void finish_forward(int slot, float* logits);
+  // The same below the leader: over a placement, as forward_placed.
+  virtual void start_forward_placed(const Batch& batch, const BatchPlacement& placement, KvStore& kv, int slot);
+  virtual void finish_forward_placed(int slot, float* logits);
+
   // Multi-token prediction (DeepSeek-V3 `nextn` layers, loaded with
   // ModelOptions::load_mtp): 0 when the model has none loaded.
   virtual int mtp_layers() const { return 0; }

@@ -16,6 +16,15 @@ void Model::forward_placed(const Batch&, const BatchPlacement&, KvStore&, float*
   throw Error(fmt::format("the {} model cannot run split across ranks (tensor parallelism)", config().arch));
 }
 
+void Model::start_forward(const Batch&, PagedKvCache&, int) {
+  throw Error(fmt::format("the {} model keeps one step in flight (forward)", config().arch));
+}
+void Model::finish_forward(int, float*) { throw Error("finish_forward: no step was started"); }
+void Model::start_forward_placed(const Batch&, const BatchPlacement&, KvStore&, int) {
+  throw Error(fmt::format("the {} model cannot pipeline steps across pipeline stages", config().arch));
+}
+void Model::finish_forward_placed(int, float*) { throw Error("finish_forward_placed: no step was started"); }
+
 std::unique_ptr<Model> load_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
   if (options.max_batch_tokens <= 0) throw Error("the batch size must be positive");
   ModelConfig config = read_model_config(file, options);

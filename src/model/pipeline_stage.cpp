@@ -1,40 +1,70 @@
 #include "model/pipeline_stage.h"
 
 #include <algorithm>
-#include <vector>
 
 namespace kestrel {
+namespace {
+
+// The step's rows in micro-batches as even as they come: [first(m), first(m + 1)).
+struct MicroBatches {
+  int64_t n, count;
+  MicroBatches(int64_t rows, int64_t wanted) : n(rows), count(std::max<int64_t>(1, std::min<int64_t>(rows, wanted))) {}
+  int64_t first(int64_t m) const { return m * n / count; }
+  int64_t rows(int64_t m) const { return first(m + 1) - first(m); }
+};
+
+// Rank 0's receives of the last stage's rows, micro-batch by micro-batch.
+void post_returns(const TensorShard& shard, float* back, const MicroBatches& mb, int64_t dim,
+                  std::vector<Communicator::Request>& into) {
+  for (int64_t m = 0; m < mb.count; m++)
+    into.push_back(shard.world->start_recv(back + mb.first(m) * dim, mb.rows(m) * dim, shard.rank_in_stage(shard.stages - 1)));
+}
+
+}  // namespace
 
 void run_pipeline_stage(const TensorShard& shard, float* x, int64_t n, int64_t dim, int64_t micro_batches,
-                        const std::function<void(int64_t r0, int64_t rows)>& embed,
-                        const std::function<void(int64_t r0, int64_t rows)>& layers) {
+                        const RowsFn& embed, const RowsFn& layers) {
   Communicator& w = *shard.world;
   const int last = shard.stages - 1, stage = shard.stage;
-  auto rank_of = [&](int s) { return shard.rank_in_stage(s); };
-  const int64_t micro = std::max<int64_t>(1, std::min<int64_t>(n, micro_batches));
-  auto first_row = [&](int64_t m) { return m * n / micro; };
+  const MicroBatches mb(n, micro_batches);
+  // The last stage's rank that rank 0 counts as its counterpart sends the rows back; its peers do not.
+  const int next = stage < last ? shard.rank_in_stage(stage + 1) : shard.rank_in_stage(0) == 0 ? 0 : -1;
   std::vector<Communicator::Request> in, out;
-  for (int64_t m = 0; m < micro; m++) {
-    const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
-    if (stage > 0) in.push_back(w.start_recv(x + r0 * dim, rows * dim, rank_of(stage - 1)));
-  }
-  for (int64_t m = 0; m < micro; m++) {
-    const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
+  for (int64_t m = 0; m < mb.count && stage > 0; m++)
+    in.push_back(w.start_recv(x + mb.first(m) * dim, mb.rows(m) * dim, shard.rank_in_stage(stage - 1)));
+  for (int64_t m = 0; m < mb.count; m++) {
     if (stage == 0)
-      embed(r0, rows);
+      embed(mb.first(m), mb.rows(m));
     else
       w.wait(in[static_cast<size_t>(m)]);
-    layers(r0, rows);
-    out.push_back(w.start_send(x + r0 * dim, rows * dim, rank_of(stage == last ? 0 : stage + 1)));
+    layers(mb.first(m), mb.rows(m));
+    if (next >= 0) out.push_back(w.start_send(x + mb.first(m) * dim, mb.rows(m) * dim, next));
   }
-  for (auto r : out) w.wait(r);  // (stage 0: before its rows are overwritten by what comes back)
-  if (stage != 0) return;
+  for (auto r : out) w.wait(r);  // (rank 0: before its rows are overwritten by what comes back)
+  if (!shard.leader()) return;
   in.clear();
-  for (int64_t m = 0; m < micro; m++) {  // the rows come back from the last stage
-    const int64_t r0 = first_row(m), rows = first_row(m + 1) - r0;
-    in.push_back(w.start_recv(x + r0 * dim, rows * dim, rank_of(last)));
-  }
+  post_returns(shard, x, mb, dim, in);
   for (auto r : in) w.wait(r);
+}
+
+void start_first_stage(const TensorShard& shard, float* x, float* back, int64_t n, int64_t dim, int64_t micro_batches,
+                       const RowsFn& embed, const RowsFn& layers, StageFlight& flight) {
+  const MicroBatches mb(n, micro_batches);
+  flight.sends.clear();
+  flight.returns.clear();
+  post_returns(shard, back, mb, dim, flight.returns);
+  for (int64_t m = 0; m < mb.count; m++) {
+    embed(mb.first(m), mb.rows(m));
+    layers(mb.first(m), mb.rows(m));
+    flight.sends.push_back(shard.world->start_send(x + mb.first(m) * dim, mb.rows(m) * dim, shard.rank_in_stage(1)));
+  }
+}
+
+void finish_first_stage(const TensorShard& shard, StageFlight& flight) {
+  for (auto r : flight.sends) shard.world->wait(r);
+  for (auto r : flight.returns) shard.world->wait(r);
+  flight.sends.clear();
+  flight.returns.clear();
 }
 
 }  // namespace kestrel

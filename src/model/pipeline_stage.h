@@ -8,18 +8,33 @@
 // for each other.
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "model/tensor_shard.h"
 
 namespace kestrel {
 
+using RowsFn = std::function<void(int64_t r0, int64_t rows)>;
+
 // x: the step's n rows of dim (the activations, in place). embed(r0, rows)
 // fills rows on stage 0; layers(r0, rows) runs this stage's layers on them.
 // With tensor and expert parallelism inside the stages, rank (stage, group,
 // t) talks to rank (group, t) of the stages beside it (every rank of a
-// stage holds the whole activations after its sums).
+// stage holds the whole activations after its sums); only rank 0's
+// counterpart in the last stage sends the rows back, to rank 0 alone.
 void run_pipeline_stage(const TensorShard& shard, float* x, int64_t n, int64_t dim, int64_t micro_batches,
-                        const std::function<void(int64_t r0, int64_t rows)>& embed,
-                        const std::function<void(int64_t r0, int64_t rows)>& layers);
+                        const RowsFn& embed, const RowsFn& layers);
+
+// Rank 0 with several steps in flight (pipelining across steps): a step's
+// stage-0 part started, its rows sent on and the receives of what the last
+// stage sends back posted into `back` (n rows of dim, not x: x is still
+// being sent); finish_first_stage waits for all of it. x and back must stay
+// untouched until then — the next step in flight uses other buffers.
+struct StageFlight {
+  std::vector<Communicator::Request> sends, returns;
+};
+void start_first_stage(const TensorShard& shard, float* x, float* back, int64_t n, int64_t dim, int64_t micro_batches,
+                       const RowsFn& embed, const RowsFn& layers, StageFlight& flight);
+void finish_first_stage(const TensorShard& shard, StageFlight& flight);
 
 }  // namespace kestrel

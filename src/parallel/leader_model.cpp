@@ -13,14 +13,26 @@ namespace {
 
 class LeaderModel final : public Model {
  public:
-  LeaderModel(std::unique_ptr<Model> inner, std::shared_ptr<Communicator> comm, PagedKvCache& kv)
+  LeaderModel(std::unique_ptr<Model> inner, std::shared_ptr<Communicator> comm, PagedKvCache& kv, bool pipeline_steps)
       : inner_(std::move(inner)), comm_(std::move(comm)), kv_(kv), place_(inner_->max_batch_tokens()) {
     kv_.store().set_copy_log(&copies_);
+    const int slots = pipeline_steps ? inner_->steps_in_flight() : 1;
+    for (int i = 0; i < slots; i++) slots_.emplace_back(inner_->max_batch_tokens());
   }
   ~LeaderModel() override {
     kv_.store().set_copy_log(nullptr);
     if (failed_) return;  // the others are not listening; the job is being aborted
     try {
+      // Steps still in flight (their requests ended) go through first: the
+      // other ranks are in them, and their rows come back into our buffers.
+      for (;;) {
+        int oldest = -1;
+        for (size_t i = 0; i < slots_.size(); i++)
+          if (slots_[i].started > 0 && (oldest < 0 || slots_[i].started < slots_[static_cast<size_t>(oldest)].started))
+            oldest = static_cast<int>(i);
+        if (oldest < 0) break;
+        finish_forward(oldest, nullptr);
+      }
       StepHeader h{static_cast<int64_t>(StepOp::Stop), 0};
       comm_->broadcast(&h, sizeof h, 0);
     } catch (const Error& e) {
@@ -41,23 +53,78 @@ class LeaderModel final : public Model {
     // here and the other ranks never see it.
     place_batch(b, kv, config().n_vocab, place_);
     const std::vector<uint8_t> bytes = encode_step(b, place_, kv.n_groups(), kv.block_size(), copies_);
-    try {
+    guarded([&] {
       StepHeader h{static_cast<int64_t>(StepOp::Forward), static_cast<int64_t>(bytes.size())};
       comm_->broadcast(&h, sizeof h, 0);
       comm_->broadcast(const_cast<uint8_t*>(bytes.data()), bytes.size(), 0);
       copies_.clear();
       inner_->forward_placed(b, place_, kv.store(), logits, hidden);
+    });
+  }
+
+  // Pipelining across steps: the step's message is broadcast without
+  // waiting (the later stages are still busy with the step before) and
+  // stage 0's part runs; finish waits for the rest and computes the logits.
+  int steps_in_flight() const override { return static_cast<int>(slots_.size()); }
+
+  void start_forward(const Batch& b, PagedKvCache& kv, int slot) override {
+    if (&kv != &kv_) throw Error("tensor parallelism: a forward step over a KV cache the other ranks do not hold");
+    if (slot < 0 || slot >= steps_in_flight())
+      throw Error(fmt::format("step slot {} out of range ({} in flight at most)", slot, steps_in_flight()));
+    if (b.size() == 0 || b.size() > max_batch_tokens())
+      throw Error(fmt::format("batch of {} tokens: 1 to {} can be started", b.size(), max_batch_tokens()));
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    place_batch(b, kv, config().n_vocab, s.place);
+    s.bytes = encode_step(b, s.place, kv.n_groups(), kv.block_size(), copies_);
+    s.header = {static_cast<int64_t>(StepOp::Forward), static_cast<int64_t>(s.bytes.size())};
+    guarded([&] {
+      s.message[0] = comm_->start_broadcast(&s.header, sizeof s.header, 0);
+      s.message[1] = comm_->start_broadcast(s.bytes.data(), static_cast<int64_t>(s.bytes.size()), 0);
+      copies_.clear();
+      inner_->start_forward_placed(b, s.place, kv.store(), slot);
+    });
+    s.started = ++steps_started_;
+  }
+
+  void finish_forward(int slot, float* logits) override {
+    if (slot < 0 || slot >= steps_in_flight())
+      throw Error(fmt::format("step slot {} out of range ({} in flight at most)", slot, steps_in_flight()));
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    if (s.started == 0) throw Error(fmt::format("step slot {} has no step in flight", slot));
+    guarded([&] {
+      for (auto r : s.message) comm_->wait(r);
+      inner_->finish_forward_placed(slot, logits);
+    });
+    s.started = 0;
+  }
+
+ private:
+  // A communicator failure leaves the other ranks unreachable: remembered, so that the end sends nothing.
+  template <class F>
+  void guarded(F f) {
+    try {
+      f();
     } catch (const CommunicatorFailure&) {
       failed_ = true;
       throw;
     }
   }
 
- private:
+  struct Slot {  // a step in flight: what its message is built from, until finish
+    explicit Slot(int64_t max_batch) : place(max_batch) {}
+    BatchPlacement place;
+    StepHeader header;
+    std::vector<uint8_t> bytes;
+    Communicator::Request message[2] = {0, 0};
+    int64_t started = 0;  // which step it is (counting from 1); 0: free
+  };
+
   std::unique_ptr<Model> inner_;
   std::shared_ptr<Communicator> comm_;
   PagedKvCache& kv_;
   BatchPlacement place_;
+  std::vector<Slot> slots_;
+  int64_t steps_started_ = 0;
   std::vector<BlockCopy> copies_;  // the cache's copies since the last step
   bool failed_ = false;
 };
@@ -65,8 +132,8 @@ class LeaderModel final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> make_leader_model(std::unique_ptr<Model> inner, std::shared_ptr<Communicator> comm,
-                                         PagedKvCache& kv) {
-  return std::make_unique<LeaderModel>(std::move(inner), std::move(comm), kv);
+                                         PagedKvCache& kv, bool pipeline_steps) {
+  return std::make_unique<LeaderModel>(std::move(inner), std::move(comm), kv, pipeline_steps);
 }
 
 }  // namespace kestrel

@@ -12,8 +12,9 @@
 namespace kestrel {
 
 // inner: this rank's share of the model. Every forward step must use kv
-// (the engine's cache: the one the other ranks mirror).
+// (the engine's cache: the one the other ranks mirror). pipeline_steps: keep
+// as many steps in flight as inner can (pipelining across steps under pp).
 std::unique_ptr<Model> make_leader_model(std::unique_ptr<Model> inner, std::shared_ptr<Communicator> comm,
-                                         PagedKvCache& kv);
+                                         PagedKvCache& kv, bool pipeline_steps);
 
 }  // namespace kestrel

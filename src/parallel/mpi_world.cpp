@@ -84,6 +84,11 @@ class MpiCommunicator final : public Communicator {
     return v;
   }
 
+  Request start_broadcast(void* bytes, int64_t n, int root) override {
+    return start_transfer(Kind::Broadcast, n, root, [&](int count, MPI_Request* req) {
+      return MPI_Ibcast(bytes, count, MPI_BYTE, root, comm_, req);
+    });
+  }
   Request start_send(const float* x, int64_t n, int dest) override {
     return start_transfer(Kind::Send, n, dest, [&](int count, MPI_Request* req) {
       return MPI_Isend(x, count, MPI_FLOAT, dest, kPipelineTag, comm_, req);
@@ -209,12 +214,13 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kPipelineTag = 17;
-  enum class Kind { AllReduce, AllToAll, AllGather, Send, Receive };
+  enum class Kind { AllReduce, AllToAll, AllGather, Send, Receive, Broadcast };
   static const char* kind_name(Kind k) {
     return k == Kind::AllReduce   ? "all-reduce"
            : k == Kind::AllToAll  ? "all-to-all"
            : k == Kind::AllGather ? "all-gather"
            : k == Kind::Send      ? "send"
+           : k == Kind::Broadcast ? "broadcast"
                                   : "receive";
   }
   // An all-to-all in flight: counts first, then rows.
@@ -231,14 +237,15 @@ class MpiCommunicator final : public Communicator {
   struct Pending {
     MPI_Request req = MPI_REQUEST_NULL;
     Kind kind = Kind::AllReduce;
-    int64_t n = 0;         // floats
-    int peer = -1;         // the other rank of a send or receive
+    int64_t n = 0;         // floats (a broadcast: bytes)
+    int peer = -1;         // the other rank of a send or receive, a broadcast's root
     int64_t start_ns = 0;  // profiler clock
     int64_t done_ns = -1;  // when progress() saw it complete
     std::unique_ptr<AllToAll> a2a;  // an all-to-all's buffers and state
     std::vector<int> layout;        // an all-gather's counts and offsets
-    double bytes() const { return static_cast<double>(n) * sizeof(float); }
+    double bytes() const { return static_cast<double>(n) * (kind == Kind::Broadcast ? 1 : sizeof(float)); }
     std::string what() const {
+      if (kind == Kind::Broadcast) return fmt::format("a broadcast of {} bytes from rank {}", n, peer);
       if (kind != Kind::Send && kind != Kind::Receive) return fmt::format("an {} of {} floats", kind_name(kind), n);
       return fmt::format("a {} of {} floats {} rank {}", kind_name(kind), n, kind == Kind::Send ? "to" : "from", peer);
     }

@@ -126,7 +126,7 @@ Engine Engine::load(const EngineOptions& o) {
     // Every rank must hold the same blocks: the fewest any rank's memory allows.
     const int64_t agreed = e.comm->all_reduce_min(e.kv->n_blocks());
     if (agreed != e.kv->n_blocks()) e.kv = make_kv_cache(l, e.n_ctx, o, agreed);
-    if (e.comm->rank() == 0) e.model = make_leader_model(std::move(e.model), e.comm, *e.kv);
+    if (e.comm->rank() == 0) e.model = make_leader_model(std::move(e.model), e.comm, *e.kv, o.parallel_step_pipelining);
   }
   return e;
 }

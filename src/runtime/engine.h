@@ -44,6 +44,8 @@ struct EngineOptions {
   int expert_groups = 1;    // with comm: ep of --parallel tp=T,ep=E (T = ranks / E)
   int pipeline_stages = 1;  // ...and pp of --parallel tp=T,ep=E,pp=P
   bool parallel_overlap = true;  // sum one half of a step's rows while the other computes
+  // Under pp, rank 0 starts the next step (other requests) while this one is in the later stages.
+  bool parallel_step_pipelining = true;
   ExpertSum expert_sum = ExpertSum::Auto;  // how MoE outputs are summed under ep
 };
 

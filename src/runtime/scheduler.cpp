@@ -50,6 +50,9 @@ int Scheduler::n_running() const {
   return static_cast<int>(std::count_if(reqs_.begin(), reqs_.end(), [](const auto& r) { return r->running; }));
 }
 int Scheduler::n_waiting() const { return static_cast<int>(reqs_.size()) - n_running(); }
+int Scheduler::n_plannable() const {
+  return static_cast<int>(std::count_if(reqs_.begin(), reqs_.end(), [](const auto& r) { return !r->in_flight; }));
+}
 
 double Scheduler::effective_priority(const SchedRequest& r, double now_ms) const {
   if (c_.policy == SchedulingPolicy::Fcfs) return 0.0;
@@ -101,7 +104,7 @@ int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, StepPlan
       // Evict the running request that would run last, if r runs before it.
       SchedRequest* victim = nullptr;
       for (auto& q : reqs_)
-        if (q->running && q.get() != &r && std::find(planned_.begin(), planned_.end(), q->id) == planned_.end() &&
+        if (q->running && !q->in_flight && q.get() != &r && std::find(planned_.begin(), planned_.end(), q->id) == planned_.end() &&
             (!victim || before(*victim, *q, now_ms)))
           victim = q.get();
       if (!victim || !(r.running || before(r, *victim, now_ms))) break;
@@ -126,7 +129,7 @@ int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, StepPlan
   return n;
 }
 
-const StepPlan& Scheduler::plan(double now_ms) {
+const StepPlan& Scheduler::plan(double now_ms, int max_requests) {
   StepPlan& p = plan_;
   p.items.clear();
   p.preempted.clear();
@@ -139,7 +142,8 @@ const StepPlan& Scheduler::plan(double now_ms) {
   // group in policy order.
   std::vector<SchedRequest*>& order = order_;
   order.clear();
-  for (auto& r : reqs_) order.push_back(r.get());
+  for (auto& r : reqs_)
+    if (!r->in_flight) order.push_back(r.get());
   auto group = [](const SchedRequest& r) {
     if (!r.running) return 2;
     return r.num_tokens() - r.num_computed_tokens <= 1 ? 0 : 1;
@@ -152,7 +156,7 @@ const StepPlan& Scheduler::plan(double now_ms) {
 
   planned_.clear();
   int64_t budget = c_.max_batch_tokens;
-  int seqs = c_.max_batch_size;
+  int seqs = std::max(0, std::min(c_.max_batch_size, max_requests));
   for (SchedRequest* r : order) {
     if (seqs == 0 || budget == 0) break;
     if (r->num_computed_tokens >= r->num_tokens()) continue;  // nothing to feed (cannot happen for live requests)

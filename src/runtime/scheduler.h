@@ -9,6 +9,7 @@
 // request that would run last when blocks run out. The executor runs the
 // step and reports back with update(); nobody else allocates. Unit-tested
 // with fake costs (tests/unit/test_scheduler.cpp).
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,9 @@ struct SchedRequest {
   int draft_want = 0;               // drafted tokens the proposer could add after the next decode token
   bool prefix_cache = true;         // may start from (and publish) named blocks of an equal prefix
   bool running = false;             // admitted (holds KV); false: waiting
+  // In a step that has started and not finished (pipelining across steps):
+  // not planned again, not preempted, until the executor clears it.
+  bool in_flight = false;
   bool admitted_once = false;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   bool decoding() const { return running && num_tokens() - num_computed_tokens == 1; }
@@ -92,8 +96,11 @@ class Scheduler {
   // The next step, given the clock. Preempted requests are already requeued
   // (computed 0, holding nothing); items are running and hold their blocks.
   // (The plan is the scheduler's, valid until the next call: a step after
-  // warm-up allocates nothing.)
-  const StepPlan& plan(double now_ms);
+  // warm-up allocates nothing.) At most max_requests requests (and the
+  // configured batch size); requests in flight are left out.
+  const StepPlan& plan(double now_ms, int max_requests = INT_MAX);
+  // Requests that a plan could take now: waiting, or running and not in flight.
+  int n_plannable() const;
   // After the step: keeps what each request computed, gives back the blocks
   // of rejected drafts and names the full blocks for prefix sharing.
   // Requests removed during the step are skipped. Returns the block copies

@@ -32,6 +32,8 @@ StepExecutor::StepExecutor(Engine& engine, const ExecConfig& config)
   logits_.resize(static_cast<size_t>(rows * e_.model->config().n_vocab));
   if (proposer_ && proposer_->wants_hidden())
     hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->config().n_embd));
+  depth_ = proposer_ ? 1 : std::max(1, e_.model->steps_in_flight());
+  flights_.resize(static_cast<size_t>(depth_));
 }
 
 void StepExecutor::add(const ExecRequest& spec) {
@@ -81,9 +83,11 @@ void StepExecutor::set_draft_wants() {
   }
 }
 
-void StepExecutor::build_batch(const StepPlan& plan, StepHooks& hooks) {
-  batch_.clear();
-  rows_.clear();
+void StepExecutor::build_batch(const StepPlan& plan, Flight& f, StepHooks& hooks) {
+  Batch& batch = f.batch;
+  std::vector<Row>& rows = f.rows;
+  batch.clear();
+  rows.clear();
   for (const auto& item : plan.items) {
     Request& r = *reqs_.at(item.id);
     if (!r.scheduled) {
@@ -92,62 +96,67 @@ void StepExecutor::build_batch(const StepPlan& plan, StepHooks& hooks) {
     }
     const int64_t last = item.first + item.n_tokens - 1;
     for (int64_t i = item.first; i <= last; i++)
-      batch_.add(r.rec->tokens[i], static_cast<int32_t>(i), r.spec.seq,
-                 (item.logits && i == last) || (r.spec.all_logits && i < r.rec->num_tokens()));
-    rows_.push_back({&r, item.first, item.n_tokens, item.logits, item.draft_slots, {}, batch_.size() - item.n_tokens, -1});
+      batch.add(r.rec->tokens[i], static_cast<int32_t>(i), r.spec.seq,
+                (item.logits && i == last) || (r.spec.all_logits && i < r.rec->num_tokens()));
+    rows.push_back(
+        {&r, item.id, item.first, item.n_tokens, item.logits, r.spec.all_logits, item.draft_slots, {},
+         batch.size() - item.n_tokens, -1});
   }
 }
 
 // Decoding requests with draft slots in the plan get drafts after their
 // token, added to the batch after every request row.
-void StepExecutor::add_drafts() {
+void StepExecutor::add_drafts(Flight& f) {
+  Batch& batch = f.batch;
+  std::vector<Row>& rows = f.rows;
   std::vector<size_t> want_rows;
   std::vector<DraftRequest> reqs;
-  for (size_t ri = 0; ri < rows_.size(); ri++) {
-    if (rows_[ri].draft_slots <= 0) continue;
+  for (size_t ri = 0; ri < rows.size(); ri++) {
+    if (rows[ri].draft_slots <= 0) continue;
     want_rows.push_back(ri);
-    reqs.push_back({rows_[ri].r->spec.seq, &rows_[ri].r->rec->tokens, rows_[ri].draft_slots});
+    reqs.push_back({rows[ri].r->spec.seq, &rows[ri].r->rec->tokens, rows[ri].draft_slots});
   }
   if (reqs.empty()) return;
   std::vector<std::vector<int32_t>> drafts = proposer_->propose(reqs);  // MTP rows lie within the allocated slots
   for (size_t k = 0; k < want_rows.size(); k++) {
-    Row& row = rows_[want_rows[k]];
+    Row& row = rows[want_rows[k]];
     std::vector<int32_t>& d = drafts[k];
     if (static_cast<int>(d.size()) > row.draft_slots) d.resize(static_cast<size_t>(row.draft_slots));
     if (d.empty()) continue;  // the unused slots go back at update()
     const int64_t total = row.r->rec->num_tokens();
-    row.draft_first = batch_.size();
+    row.draft_first = batch.size();
     for (size_t i = 0; i < d.size(); i++)
-      batch_.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), row.r->spec.seq, true);
+      batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), row.r->spec.seq, true);
     row.draft = std::move(d);
   }
 }
 
 // The proposer keeps the states of each request's rows (its own, then its drafts).
-void StepExecutor::observe_hidden() {
+void StepExecutor::observe_hidden(const Flight& f) {
+  const Batch& batch = f.batch;
   const int64_t dim = e_.model->config().n_embd;
-  for (const Row& r : rows_) {
+  for (const Row& r : f.rows) {
     // A prompt chunk's tokens are settled; a decode row's state waits for the next draft.
-    proposer_->observe(r.r->spec.seq, batch_.positions[r.batch_first], batch_.tokens.data() + r.batch_first,
+    proposer_->observe(r.r->spec.seq, batch.positions[r.batch_first], batch.tokens.data() + r.batch_first,
                        hidden_.data() + r.batch_first * dim, r.n, r.n > 1);
     if (r.draft_first >= 0)
-      proposer_->observe(r.r->spec.seq, batch_.positions[r.draft_first], batch_.tokens.data() + r.draft_first,
+      proposer_->observe(r.r->spec.seq, batch.positions[r.draft_first], batch.tokens.data() + r.draft_first,
                          hidden_.data() + r.draft_first * dim, static_cast<int64_t>(r.draft.size()), false);
   }
 }
 
 // Logits rows come in batch order: the request rows' (all prompt rows of an
 // all_logits request, else its last), then the drafts'.
-void StepExecutor::assign_logits_rows() {
+void StepExecutor::assign_logits_rows(Flight& f) {
   int64_t next = 0;
-  for (Row& r : rows_) {
-    const int64_t n_rows = r.r->spec.all_logits ? r.n : (r.logits ? 1 : 0);
+  for (Row& r : f.rows) {
+    const int64_t n_rows = r.all_logits ? r.n : (r.logits ? 1 : 0);
     r.first_logits_row = next;
     next += n_rows;
     if (r.logits) r.logits_row = next - 1;
     r.draft_logits_row = -1;
   }
-  for (Row& r : rows_) {
+  for (Row& r : f.rows) {
     if (r.draft.empty()) continue;
     r.draft_logits_row = next;
     next += static_cast<int64_t>(r.draft.size());
@@ -156,32 +165,71 @@ void StepExecutor::assign_logits_rows() {
 
 StepReport StepExecutor::step(double now_ms, StepHooks& hooks) {
   StepReport report;
+  // Start steps while a slot is free, each over an even share of the
+  // requests not in flight (with one slot: all of them, as the budget allows).
+  while (static_cast<int>(in_flight_.size()) < depth_ && sched_.n_plannable() > 0) {
+    int slot = 0;
+    while (std::find(in_flight_.begin(), in_flight_.end(), slot) != in_flight_.end()) slot++;
+    if (!launch(now_ms, slot, hooks, report)) break;
+  }
+  if (!in_flight_.empty()) land(hooks, report);
+  return report;
+}
+
+bool StepExecutor::launch(double now_ms, int slot, StepHooks& hooks, StepReport& report) {
   set_draft_wants();
-  const StepPlan& plan = sched_.plan(now_ms);
-  report.preempted = static_cast<int>(plan.preempted.size());
-  report.queried_prefix_blocks = plan.queried_prefix_blocks;
-  report.hit_prefix_blocks = plan.hit_prefix_blocks;
-  report.wait_ms = plan.wait_ms;
-  if (plan.items.empty()) return report;
-  build_batch(plan, hooks);
-  bool decode_only = true;  // the governor times steps of decoding requests only
-  for (const Row& r : rows_) decode_only = decode_only && r.logits && r.n == 1;
-  const double step_start = seconds_now();
-  add_drafts();
+  const int free_slots = depth_ - static_cast<int>(in_flight_.size()), plannable = sched_.n_plannable();
+  const StepPlan& plan = sched_.plan(now_ms, (plannable + free_slots - 1) / free_slots);
+  report.preempted += static_cast<int>(plan.preempted.size());
+  report.queried_prefix_blocks += plan.queried_prefix_blocks;
+  report.hit_prefix_blocks += plan.hit_prefix_blocks;
+  if (plan.items.empty()) {
+    if (in_flight_.empty()) report.wait_ms = plan.wait_ms;
+    return false;
+  }
+  Flight& f = flights_[static_cast<size_t>(slot)];
+  build_batch(plan, f, hooks);
+  f.decode_only = true;
+  for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;
+  f.start_s = seconds_now();
+  add_drafts(f);
+  if (depth_ > 1) {  // (one slot: forward() at landing)
+    e_.model->start_forward(f.batch, *e_.kv, slot);
+    for (const Row& r : f.rows) r.r->rec->in_flight = true;
+    if (!in_flight_.empty()) report.pipelined++;
+  }
+  in_flight_.push_back(slot);
+  return true;
+}
+
+void StepExecutor::land(StepHooks& hooks, StepReport& report) {
+  const int slot = in_flight_.front();
+  in_flight_.erase(in_flight_.begin());
+  Flight& f = flights_[static_cast<size_t>(slot)];
   report.ran = true;
-  report.rows = static_cast<int>(rows_.size());
-  report.batch_tokens = batch_.size();
-  e_.model->forward(batch_, *e_.kv, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
-  if (!hidden_.empty()) observe_hidden();
-  assign_logits_rows();
+  report.rows = static_cast<int>(f.rows.size());
+  report.batch_tokens = f.batch.size();
+  if (depth_ == 1) {
+    e_.model->forward(f.batch, *e_.kv, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
+  } else {
+    e_.model->finish_forward(slot, logits_.data());
+    for (Row& row : f.rows) {  // requests cancelled while their step was in flight are gone
+      auto it = reqs_.find(row.id);
+      row.r = it == reqs_.end() ? nullptr : it->second.get();
+      if (row.r) row.r->rec->in_flight = false;
+    }
+  }
+  if (!hidden_.empty()) observe_hidden(f);
+  assign_logits_rows(f);
 
   const int64_t nv = e_.model->config().n_vocab;
   int64_t sampled = 0;  // tokens sampled this step, for the governor
   std::vector<StepOutcome>& outcomes = outcomes_;
   outcomes.clear();
-  for (Row& row : rows_) {
-    const int64_t id = row.r->spec.id;
-    if (row.r->spec.all_logits) {  // its prompt rows, but the one it samples from
+  for (Row& row : f.rows) {
+    if (!row.r) continue;
+    const int64_t id = row.id;
+    if (row.all_logits) {  // its prompt rows, but the one it samples from
       const int64_t n_prompt_rows = row.logits ? row.n - 1 : row.n;
       for (int64_t i = 0; i < n_prompt_rows; i++) hooks.on_prompt_logits(id, logits_.data() + (row.first_logits_row + i) * nv);
     }
@@ -190,8 +238,7 @@ StepReport StepExecutor::step(double now_ms, StepHooks& hooks) {
     outcomes.push_back({id, computed});
   }
   for (const BlockCopies& c : sched_.update(outcomes)) e_.kv->store().copy(c);
-  if (decode_only && proposer_) governor_.record(sampled, seconds_now() - step_start);
-  return report;
+  if (f.decode_only && proposer_) governor_.record(sampled, seconds_now() - f.start_s);
 }
 
 bool StepExecutor::verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t& sampled) {

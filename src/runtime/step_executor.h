@@ -82,6 +82,7 @@ struct StepReport {
   int rows = 0;         // requests in the step
   int64_t batch_tokens = 0;
   int preempted = 0;
+  int pipelined = 0;    // steps started while another was in flight
   int64_t queried_prefix_blocks = 0, hit_prefix_blocks = 0;
 };
 
@@ -110,9 +111,11 @@ class StepExecutor {
     int64_t generated() const { return rec->num_tokens() - static_cast<int64_t>(spec.prompt.size()); }
   };
   struct Row {  // one request's part of a step's batch
-    Request* r;
+    Request* r;                  // (looked up again by id when a step in flight lands: it may be gone)
+    int64_t id;
     int64_t first, n;            // positions [first, first + n)
     bool logits;                 // its last position is the sequence's last: sample from it
+    bool all_logits;             // every prompt row has logits (the request's, kept here: it may be gone at landing)
     int draft_slots;             // positions the plan allocated for drafts after it
     std::vector<int32_t> draft;  // drafted tokens after it
     int64_t batch_first;         // batch index of its first token
@@ -121,11 +124,23 @@ class StepExecutor {
     int64_t logits_row = -1, draft_logits_row = -1;
   };
 
+  // A started step: its batch and rows stay here until it lands.
+  struct Flight {
+    Batch batch;
+    std::vector<Row> rows;
+    bool decode_only = false;  // every row a decoding request's (the governor times these)
+    double start_s = 0;
+  };
+
   void set_draft_wants();
-  void build_batch(const StepPlan& plan, StepHooks& hooks);
-  void add_drafts();
-  void observe_hidden();
-  void assign_logits_rows();
+  // Plans the next step over the requests not in flight and starts it; false: nothing to run.
+  bool launch(double now_ms, int slot, StepHooks& hooks, StepReport& report);
+  // Finishes the oldest step in flight: its logits, sampling, the scheduler's update.
+  void land(StepHooks& hooks, StepReport& report);
+  void build_batch(const StepPlan& plan, Flight& f, StepHooks& hooks);
+  void add_drafts(Flight& f);
+  void observe_hidden(const Flight& f);
+  void assign_logits_rows(Flight& f);
   // Samples the row's token and each draft while the picks agree. False: the request ended.
   bool verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t& sampled);
   // Appends a sampled token; false when the request ended (and is gone).
@@ -138,8 +153,11 @@ class StepExecutor {
   Scheduler sched_;
   SpecGovernor governor_{8, 128};  // decode steps only: probes of 8 steps, then 128 in the faster mode
   std::unordered_map<int64_t, std::unique_ptr<Request>> reqs_;
-  Batch batch_;
-  std::vector<Row> rows_;
+  // Steps in flight at most: the model's (pipelining across pipeline
+  // stages), 1 with a proposer (drafts read the tokens of the step before).
+  int depth_ = 1;
+  std::vector<Flight> flights_;  // one per slot
+  std::vector<int> in_flight_;   // slots of started steps, oldest first
   std::vector<float> logits_, hidden_;
   std::vector<StepOutcome> outcomes_;  // reused: a step after warm-up allocates nothing
 };

@@ -52,6 +52,8 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
   counter("kestrel_generation_tokens_total", "Tokens generated.");
   counter("kestrel_requests_total", "Finished requests by outcome.", "outcome");
   counter("kestrel_preemptions_total", "Running requests preempted for KV blocks (recomputed later).");
+  counter("kestrel_pipelined_steps_total",
+          "Steps started while another was still in flight (pipelining across pipeline-parallel stages).");
   counter("kestrel_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache (in full blocks).");
   counter("kestrel_prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not recomputed).");
   counter("kestrel_http_errors_total",

@@ -248,6 +248,7 @@ void ServingEngine::on_end(int64_t id, EndReason reason) {
 void ServingEngine::step(double now) {
   const StepReport r = exec_.step(now, *this);
   if (r.preempted > 0) metrics_.add("kestrel_preemptions_total", static_cast<double>(r.preempted));
+  if (r.pipelined > 0) metrics_.add("kestrel_pipelined_steps_total", static_cast<double>(r.pipelined));
   // In tokens, as vLLM counts them: a hit rate is then comparable across block sizes.
   const auto block_tokens = static_cast<double>(e_.kv->block_size());
   metrics_.add("kestrel_prefix_cache_queries_total", static_cast<double>(r.queried_prefix_blocks) * block_tokens);

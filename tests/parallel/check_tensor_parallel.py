@@ -303,11 +303,11 @@ def rank_pid(job, rank):
     return None
 
 
-def serve(model, timeout_s, extra=()):
+def serve(model, timeout_s, extra=(), split="tp=2", n=2, args_after=()):
     port = free_port()
-    args = ["serve", "-m", model, "--port", str(port), "-t", "1", "--parallel", "tp=2", "--parallel-timeout",
-            str(timeout_s)]
-    proc = subprocess.Popen(["mpirun", "-np", "2", *extra, KESTREL, *args], stdout=subprocess.PIPE,
+    args = ["serve", "-m", model, "--port", str(port), "-t", "1", "--parallel", split, "--parallel-timeout",
+            str(timeout_s), *args_after]
+    proc = subprocess.Popen(["mpirun", "-np", str(n), *extra, KESTREL, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", env=ENV)
     for _ in range(300):
         try:
@@ -316,7 +316,7 @@ def serve(model, timeout_s, extra=()):
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit("the tp=2 server did not come up")
+    raise SystemExit(f"the {split} server did not come up: {proc.communicate()[0][-2000:]}")
 
 
 stories = os.path.join(SHARED, "models", "stories260K.gguf")
@@ -334,6 +334,74 @@ try:
 except subprocess.TimeoutExpired:
     proc.kill()
     check(False, "serve tp=2: SIGTERM stops every rank within 30 s")
+
+
+
+def concurrent_ids(port, jobs):
+    """Greedy completions of token-id prompts, all at once: each one's generated ids (None on an error)."""
+    import concurrent.futures
+
+    def one(job):
+        prompt, n = job
+        status, body = post(port, {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+                                   "logprobs": 0, "return_tokens_as_token_ids": True}, timeout=120)
+        if status != 200:
+            return None
+        return [int(t.split(":")[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as ex:
+        return list(ex.map(one, jobs))
+
+
+def metric(port, name):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):  # (series carry the model's label)
+            return float(line.split()[-1])
+    return None
+
+
+# 3b. Pipelining across steps (pp): rank 0 starts the next step over other requests while this one is in
+# the later stages. Six concurrent requests (both compat prompts, ending at different steps) must each
+# generate llama.cpp's ids, with steps actually started while another was in flight — and none with
+# --parallel-no-step-pipelining.
+for name, split, n, extra, after in [("llama32.F16", "pp=2", 2, [], []),
+                                     ("llama32.F16", "pp=2", 2, [], ["--parallel-no-step-pipelining"]),
+                                     ("gemma3.F16", "pp=3", 3, TCP, []),
+                                     ("qwen3.F16", "tp=2,pp=2", 4, [], [])]:
+    cell = cells[name]
+    runs = cell["runs"]
+    jobs = [(runs[i % 2]["prompt"], len(runs[i % 2]["ids"]) - (i // 2) * 5) for i in range(6)]
+    proc, port = serve(os.path.join(COMPAT, cell["file"]), 20, extra, split, n, ["-c", str(ctx), *after])
+    got = concurrent_ids(port, jobs)
+    want = [runs[i % 2]["ids"][:m] for i, (_, m) in enumerate(jobs)]
+    pipelined = metric(port, "kestrel_pipelined_steps_total")
+    label = f"serve {split} {' '.join(after)} {name}{' (TCP)' if extra else ''}"
+    check(got == want, f"{label}: 6 concurrent greedy completions equal llama.cpp's ids" +
+          ("" if got == want else f" (got {got}, want {want})"))
+    if after:
+        check(pipelined == 0, f"{label}: no step started while another was in flight ({pipelined})")
+    else:
+        check(pipelined is not None and pipelined >= 10, f"{label}: steps started while another was in flight ({pipelined})")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        check(False, f"{label}: SIGTERM stops every rank within 30 s")
+r = subprocess.run([KESTREL, "run", "-m", stories, "-p", "x", "-n", "1", "--parallel-no-step-pipelining"],
+                   capture_output=True, text=True, errors="replace", env=ENV)
+check(r.returncode != 0 and "needs --parallel with pp" in r.stderr, "--parallel-no-step-pipelining without pp: refused")
+r = mpirun(2, ["run", "-m", stories, "-p", "x", "-n", "1", "--parallel", "tp=2", "--parallel-no-step-pipelining"])
+check(r.returncode != 0 and "has no pp" in r.stderr, "--parallel-no-step-pipelining with tp only: refused")
+
+def ends_non_zero(proc, label):
+    try:
+        proc.wait(timeout=30)
+        check(proc.returncode != 0, f"{label}: the job ends non-zero ({proc.returncode})")
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        check(False, f"{label}: the job ends within 30 s")
+
 
 with tempfile.TemporaryDirectory() as tmp:
     # A model slow enough to be mid-request when the rank goes (ctx 4096; thousands of tokens).
@@ -359,15 +427,35 @@ with tempfile.TemporaryDirectory() as tmp:
         message = body.get("error", {}).get("message", "") if isinstance(body, dict) else body
         check(status == 500 and "stopped answering" in message and answered < 15,
               f"serve tp=2, rank 1 {sig.name} mid-request: an error response after {answered:.1f} s ({status}: {message[:120]})")
-        try:
-            proc.wait(timeout=30)
-            check(proc.returncode != 0, f"serve tp=2, rank 1 {sig.name}: the job ends non-zero ({proc.returncode})")
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            check(False, f"serve tp=2, rank 1 {sig.name}: the job ends within 30 s")
+        ends_non_zero(proc, f"serve tp=2, rank 1 {sig.name}")
         pid = rank_pid(job, 1)
         if pid:
             os.kill(pid, signal.SIGKILL)
+
+    # The same under pp=2 with two steps in flight: rank 0 waits for the rows of both; each request gets the error.
+    proc, port = serve(mid, 2, (), "pp=2")
+    job = f"--port\0{port}"
+
+    def stop_later():
+        time.sleep(1.0)
+        pid = rank_pid(job, 1)
+        if pid:
+            os.kill(pid, signal.SIGSTOP)
+    threading.Thread(target=stop_later).start()
+    import concurrent.futures
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        answers = list(ex.map(lambda p: post(port, {"prompt": p, "max_tokens": 3500, "temperature": 0, "ignore_eos": True}),
+                              ["hello", "world"]))
+    answered = time.time() - t0
+    messages = [b.get("error", {}).get("message", "") if isinstance(b, dict) else b for _, b in answers]
+    check(all(st == 500 for st, _ in answers) and all("stopped answering" in m for m in messages) and answered < 15,
+          f"serve pp=2, rank 1 SIGSTOP with two steps in flight: both requests get an error response after "
+          f"{answered:.1f} s ({[st for st, _ in answers]}: {messages[0][:120]})")
+    ends_non_zero(proc, "serve pp=2, rank 1 SIGSTOP")
+    pid = rank_pid(job, 1)
+    if pid:
+        os.kill(pid, signal.SIGKILL)
 
 print(f"{len(failures)} failed" if failures else "all passed")
 sys.exit(1 if failures else 0)

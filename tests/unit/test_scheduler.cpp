@@ -161,6 +161,49 @@ TEST(Scheduler, PreemptsTheRequestThatWouldRunLastWhenBlocksRunOut) {
   EXPECT_EQ(r2->num_tokens(), 5);  // prompt + the token it generated: recomputed later
 }
 
+// Pipelining across steps: a request whose step is in flight is neither
+// planned again nor preempted, even by an urgent arrival that then waits.
+TEST(Scheduler, RequestsInFlightAreNeitherPlannedNorPreempted) {
+  SchedulerConfig c;
+  c.policy = SchedulingPolicy::Priority;
+  BlockManager blocks(2, 4);
+  Scheduler s(c, blocks);
+  add(s, 1, 8, 0, 0);
+  run(s, s.plan(1));  // request 1 holds both blocks and decodes next
+  s.find(1)->in_flight = true;
+  EXPECT_EQ(s.n_plannable(), 0);
+  EXPECT_TRUE(s.plan(2).items.empty());
+  add(s, 2, 4, 3, -10);  // urgent: would preempt request 1 were it not in flight
+  EXPECT_EQ(s.n_plannable(), 1);
+  StepPlan p = s.plan(4);
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_TRUE(p.items.empty());  // waits for blocks
+  EXPECT_EQ(blocks.held_blocks(1), 2);
+  s.find(1)->in_flight = false;  // landed: now it can be preempted
+  p = s.plan(5);
+  EXPECT_EQ(p.preempted, std::vector<int64_t>{1});
+  EXPECT_EQ(tokens_of(p, 2), 4);
+}
+
+// Each step in flight takes a share of the requests: plan() caps them.
+TEST(Scheduler, PlanTakesAtMostTheRequestsAskedFor) {
+  SchedulerConfig c;
+  c.max_batch_size = 8;
+  BlockManager blocks(100, 16);
+  Scheduler s(c, blocks);
+  for (int id = 1; id <= 5; id++) add(s, id, 10, id);
+  StepPlan p = s.plan(10, 3);
+  ASSERT_EQ(p.items.size(), 3u);
+  EXPECT_EQ(p.items[0].id, 1);  // the earliest arrivals
+  EXPECT_EQ(p.items[2].id, 3);
+  for (const auto& it : p.items) s.find(it.id)->in_flight = true;
+  p = s.plan(11, 3);  // the rest, without those in flight
+  ASSERT_EQ(p.items.size(), 2u);
+  EXPECT_EQ(p.items[0].id, 4);
+  EXPECT_EQ(p.items[1].id, 5);
+  EXPECT_TRUE(s.plan(12, 0).items.empty());
+}
+
 TEST(Scheduler, AHigherPriorityArrivalPreemptsUnderThePriorityPolicyOnly) {
   for (auto policy : {SchedulingPolicy::Fcfs, SchedulingPolicy::Priority}) {
     SchedulerConfig c;
