@@ -120,36 +120,56 @@ class Deepseek2Model final : public Model {
     run(b, kv, logits, hidden);
   }
 
+  // Rank 0 of a pipeline keeps up to one step per stage in flight (each in
+  // its own activations): stage 0 of step k+1 runs while step k is further on.
+  int steps_in_flight() const override { return shard_.pipelined() && shard_.leader() ? shard_.stages : 1; }
+
+  void start_forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) override {
+    const int64_t n = b.size();
+    check_batch(n);
+    std::copy_n(place.slots[0].begin(), n, slots_.begin());
+    std::copy_n(place.tables[0].begin(), n, tables_.begin());
+    const bool decompress = use_decompressed(b);
+    in_flight_.start(shard_, slot, b, cfg_.n_embd, 1, x_, [&](int64_t, int64_t) { embed(b); },
+                 [&](int64_t, int64_t) { run_layers(b, kv, decompress); });
+  }
+
+  void finish_forward_placed(int slot, float* logits) override {
+    const auto [b, back] = in_flight_.finish(shard_, slot);
+    if (logits) head(*b, back, logits, nullptr);  // (null: a step drained at the end)
+  }
+
  private:
   // The trunk over the placed batch (slots_, tables_), then the head.
   void run(const Batch& b, KvStore& kv, float* logits, float* hidden) {
     const int64_t n = b.size();
-    const ModelConfig& c = cfg_;
     const bool decompress = use_decompressed(b);
-
-    float* x = x_.data();
-    auto embed = [&](int64_t, int64_t) {
-      be_.annotate_layer(-1);
-      be_.embed(w_.io.tok_embd, b.tokens.data(), n, x);
-    };
-    // This rank's layers (all of them in one process); its cache holds them from 0.
-    auto layers = [&](int64_t, int64_t) {
-      for (int l = first_; l < end_; l++) run_layer(w_.layers[l - first_], l, l - first_, b, kv, n, decompress);
-    };
     if (!shard_.pipelined()) {
-      embed(0, n);
-      layers(0, n);
+      embed(b);
+      run_layers(b, kv, decompress);
     } else {
       // One micro-batch: run_layer works on the whole step's rows, so the
       // stages take turns within a step (they overlap across a step's
-      // micro-batches only in the decoder families).
-      run_pipeline_stage(shard_, x, n, c.n_embd, 1, embed, layers);
+      // micro-batches only in the decoder families) — and across steps on rank 0.
+      run_pipeline_stage(shard_, x_, n, cfg_.n_embd, 1, [&](int64_t, int64_t) { embed(b); },
+                         [&](int64_t, int64_t) { run_layers(b, kv, decompress); });
       if (shard_.stage != 0) return;
     }
     if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
-    output_logits(be_, b, x, c.n_embd, w_.io.output_norm.data(), c.rms_eps, w_.io.output, xb_.data(), logits, hidden);
+    head(b, x_, logits, hidden);
   }
 
+  void embed(const Batch& b) {
+    be_.annotate_layer(-1);
+    be_.embed(w_.io.tok_embd, b.tokens.data(), b.size(), x_);
+  }
+  // This rank's layers (all of them in one process); its cache holds them from 0.
+  void run_layers(const Batch& b, KvStore& kv, bool decompress) {
+    for (int l = first_; l < end_; l++) run_layer(w_.layers[l - first_], l, l - first_, b, kv, b.size(), decompress);
+  }
+  void head(const Batch& b, float* x, float* logits, float* hidden) {
+    output_logits(be_, b, x, cfg_.n_embd, w_.io.output_norm.data(), cfg_.rms_eps, w_.io.output, xb_.data(), logits, hidden);
+  }
 
  public:
   int mtp_layers() const override { return mtp_ ? 1 : 0; }
@@ -168,17 +188,17 @@ class Deepseek2Model final : public Model {
     const bool decompress = use_decompressed(b);
     const MtpHead& m = *mtp_;
     be_.annotate_layer(c.n_layer);
-    be_.embed(m.embed, b.tokens.data(), n, x_.data());
-    be_.rmsnorm(x_.data(), m.enorm.data(), xb_.data(), n, dim, c.rms_eps);
+    be_.embed(m.embed, b.tokens.data(), n, x_);
+    be_.rmsnorm(x_, m.enorm.data(), xb_.data(), n, dim, c.rms_eps);
     be_.rmsnorm(hidden_in, m.hnorm.data(), xb2_.data(), n, dim, c.rms_eps);
     for (int64_t i = 0; i < n; i++) {
       std::memcpy(cat_.data() + i * 2 * dim, xb_.data() + i * dim, dim * sizeof(float));
       std::memcpy(cat_.data() + (i * 2 + 1) * dim, xb2_.data() + i * dim, dim * sizeof(float));
     }
-    be_.matmul(m.eh_proj, cat_.data(), n, x_.data());
+    be_.matmul(m.eh_proj, cat_.data(), n, x_);
     run_layer(m.block, c.n_layer, c.n_layer, b, kv.store(), n, decompress);
-    if (hidden_out) std::memcpy(hidden_out, x_.data(), n * dim * sizeof(float));
-    output_logits(be_, b, x_.data(), dim, m.head_norm.data(), c.rms_eps, m.head, xb_.data(), logits);
+    if (hidden_out) std::memcpy(hidden_out, x_, n * dim * sizeof(float));
+    output_logits(be_, b, x_, dim, m.head_norm.data(), c.rms_eps, m.head, xb_.data(), logits);
   }
 
  private:
@@ -210,7 +230,7 @@ class Deepseek2Model final : public Model {
                  bool decompress) {
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd;
-    float* x = x_.data();
+    float* x = x_;
     be_.annotate_layer(layer);
     be_.rmsnorm(x, L.attn_norm.data(), xb_.data(), n, dim, c.rms_eps);
     project_qkv(L, b, n);
@@ -469,7 +489,9 @@ class Deepseek2Model final : public Model {
     const MlaConfig& m = c.mla;
     const int64_t n = max_batch_, nh = nh_;
     const int64_t ff = n_ff_;
-    x_.resize(n * c.n_embd);
+    x_store_.resize(n * c.n_embd);
+    x_ = x_store_.data();
+    in_flight_.resize(steps_in_flight(), n * c.n_embd);
     if (mtp_) cat_.resize(n * 2 * c.n_embd);
     xb_.resize(n * c.n_embd);
     xb2_.resize(n * c.n_embd);
@@ -516,7 +538,9 @@ class Deepseek2Model final : public Model {
   Deepseek2Weights w_;
   std::unique_ptr<MtpHead> mtp_;  // set when the MTP block is loaded
   std::vector<float> cat_;        // MTP: [embedding | hidden] rows
-  std::vector<float> x_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
+  StepSlots in_flight_;  // rank 0's steps in flight under pp
+  float* x_ = nullptr;  // the activations being computed: x_store_, or a step in flight's
+  std::vector<float> x_store_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
   std::unique_ptr<MoeFfn> moe_;  // scratch of the MoE layers
   std::unique_ptr<ExpertCombine> combine_;  // --parallel-expert-sum all-to-all
   int first_ = 0, end_ = 0;                 // this rank's layers (pp; all of them in one process)

@@ -1,6 +1,10 @@
 #include "model/pipeline_stage.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "core/error.h"
 
 namespace kestrel {
 namespace {
@@ -65,6 +69,47 @@ void finish_first_stage(const TensorShard& shard, StageFlight& flight) {
   for (auto r : flight.returns) shard.world->wait(r);
   flight.sends.clear();
   flight.returns.clear();
+}
+
+void StepSlots::resize(int slots, int64_t floats) {
+  slots_.resize(static_cast<size_t>(slots));
+  floats_ = floats;
+}
+
+StepSlots::Slot& StepSlots::at(int slot) {
+  if (slot < 0 || slot >= size())
+    throw Error(fmt::format("step slot {} out of range (this rank keeps {} in flight)", slot, size()));
+  return slots_[static_cast<size_t>(slot)];
+}
+
+void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches,
+                      float*& x, const RowsFn& embed, const RowsFn& layers) {
+  if (!shard.pipelined() || !shard.leader()) throw Error("only rank 0 of a pipeline keeps steps in flight");
+  Slot& s = at(slot);
+  if (s.batch) throw Error(fmt::format("step slot {} is still in flight", slot));
+  if (s.x.empty()) {
+    s.x.resize(static_cast<size_t>(floats_));
+    s.back.resize(static_cast<size_t>(floats_));
+  }
+  s.batch = &b;
+  float* home = x;
+  x = s.x.data();
+  try {
+    start_first_stage(shard, x, s.back.data(), b.size(), dim, micro_batches, embed, layers, s.flight);
+  } catch (...) {
+    x = home;
+    throw;
+  }
+  x = home;
+}
+
+std::pair<const Batch*, float*> StepSlots::finish(const TensorShard& shard, int slot) {
+  Slot& s = at(slot);
+  if (!s.batch) throw Error(fmt::format("step slot {} has no step in flight", slot));
+  const Batch* b = s.batch;
+  s.batch = nullptr;  // (free again whatever happens next)
+  finish_first_stage(shard, s.flight);
+  return {b, s.back.data()};
 }
 
 }  // namespace kestrel

@@ -178,8 +178,13 @@ StepReport StepExecutor::step(double now_ms, StepHooks& hooks) {
 
 bool StepExecutor::launch(double now_ms, int slot, StepHooks& hooks, StepReport& report) {
   set_draft_wants();
+  // An even share of the requests not in flight per free slot, and no more
+  // requests in flight together than a step may hold (--max-batch-size).
   const int free_slots = depth_ - static_cast<int>(in_flight_.size()), plannable = sched_.n_plannable();
-  const StepPlan& plan = sched_.plan(now_ms, (plannable + free_slots - 1) / free_slots);
+  int held = 0;
+  for (int s : in_flight_) held += static_cast<int>(flights_[static_cast<size_t>(s)].rows.size());
+  const int share = (plannable + free_slots - 1) / free_slots;
+  const StepPlan& plan = sched_.plan(now_ms, std::min(share, c_.scheduler.max_batch_size - held));
   report.preempted += static_cast<int>(plan.preempted.size());
   report.queried_prefix_blocks += plan.queried_prefix_blocks;
   report.hit_prefix_blocks += plan.hit_prefix_blocks;

@@ -364,16 +364,29 @@ def metric(port, name):
 # the later stages. Six concurrent requests (both compat prompts, ending at different steps) must each
 # generate llama.cpp's ids, with steps actually started while another was in flight — and none with
 # --parallel-no-step-pipelining.
-for name, split, n, extra, after in [("llama32.F16", "pp=2", 2, [], []),
-                                     ("llama32.F16", "pp=2", 2, [], ["--parallel-no-step-pipelining"]),
-                                     ("gemma3.F16", "pp=3", 3, TCP, []),
-                                     ("qwen3.F16", "tp=2,pp=2", 4, [], [])]:
+def compat_case(name):
     cell = cells[name]
-    runs = cell["runs"]
-    jobs = [(runs[i % 2]["prompt"], len(runs[i % 2]["ids"]) - (i // 2) * 5) for i in range(6)]
-    proc, port = serve(os.path.join(COMPAT, cell["file"]), 20, extra, split, n, ["-c", str(ctx), *after])
+    return name, os.path.join(COMPAT, cell["file"]), [(r["prompt"], r["ids"]) for r in cell["runs"]], ["-c", str(ctx)]
+
+
+def llama_cpp_case(model):
+    ref = os.path.join(SHARED, "reference", "llama.cpp", model + ".f32")
+    meta = json.load(open(ref + ".json"))
+    return model, ref + ".gguf", [(meta["prompt_ids"], meta["greedy_ids"])], []
+
+
+for (name, path, runs, ctx_args), split, n, extra, after in [
+        (compat_case("llama32.F16"), "pp=2", 2, [], []),
+        (compat_case("llama32.F16"), "pp=2", 2, [], ["--parallel-no-step-pipelining"]),
+        (compat_case("gemma3.F16"), "pp=3", 3, TCP, []),
+        (compat_case("qwen3.F16"), "tp=2,pp=2", 4, [], []),
+        (llama_cpp_case("deepseek2-lite-tiny"), "pp=2", 2, [], []),
+        (llama_cpp_case("deepseek3-tiny"), "ep=2,pp=2", 4, [], [])]:
+    # Six requests: the prompts in turn, each pair 5 tokens shorter than the pair before (they end at different steps).
+    jobs = [(runs[i % len(runs)][0], len(runs[i % len(runs)][1]) - (i // 2) * 5) for i in range(6)]
+    want = [runs[i % len(runs)][1][:m] for i, (_, m) in enumerate(jobs)]
+    proc, port = serve(path, 20, extra, split, n, [*ctx_args, *after])
     got = concurrent_ids(port, jobs)
-    want = [runs[i % 2]["ids"][:m] for i, (_, m) in enumerate(jobs)]
     pipelined = metric(port, "kestrel_pipelined_steps_total")
     label = f"serve {split} {' '.join(after)} {name}{' (TCP)' if extra else ''}"
     check(got == want, f"{label}: 6 concurrent greedy completions equal llama.cpp's ids" +
