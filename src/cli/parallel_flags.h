@@ -52,7 +52,8 @@ inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
   }
   const ParallelSpec spec = parse_parallel_spec(p.spec);
   if (p.no_step_pipelining && spec.pp == 1)
-    throw Error(fmt::format("--parallel-no-step-pipelining needs pipeline parallelism (--parallel {} has no pp)", p.spec));
+    throw Error(
+        fmt::format("--parallel-no-step-pipelining needs pipeline parallelism (--parallel {} has no pp)", p.spec));
   if (!p.expert_sum.empty()) {
     eo.expert_sum = parse_expert_sum(p.expert_sum);
     if (spec.ep == 1)

@@ -98,7 +98,8 @@ class DecoderModel final : public Model {
   void start_forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) override {
     check_batch_size(b);
     in_flight_.start(
-        shard_, slot, b, cfg_.n_embd, micro_batches(b.size()), x_, [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
+        shard_, slot, b, cfg_.n_embd, micro_batches(b.size()), x_,
+        [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
         [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
   }
 
@@ -107,6 +108,7 @@ class DecoderModel final : public Model {
     if (logits) head(*b, back, logits, nullptr);  // (null: a step drained at the end)
   }
 
+ private:
   // Norm + output projection of x's rows that want logits.
   void head(const Batch& b, float* x, float* logits, float* hidden) {
     const ModelConfig& c = cfg_;
@@ -124,7 +126,8 @@ class DecoderModel final : public Model {
   // This pipeline stage's part of the step, in micro-batches of rows.
   void run_stage(const Batch& b, const BatchPlacement& place, KvStore& kv) {
     run_pipeline_stage(
-        shard_, x_, b.size(), cfg_.n_embd, micro_batches(b.size()), [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
+        shard_, x_, b.size(), cfg_.n_embd, micro_batches(b.size()),
+        [&](int64_t r0, int64_t rows) { embed_rows(b, r0, rows); },
         [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
   }
 
@@ -437,7 +440,7 @@ class DecoderModel final : public Model {
   std::unique_ptr<MoeFfn> moe_;
   std::unique_ptr<ExpertCombine> combine_[2];  // one per half of an overlapped step (--parallel-expert-sum all-to-all)
   std::vector<float> x_store_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;
-  float* x_ = nullptr;  // the activations of the rows being computed: x_store_, or a step in flight's
+  float* x_ = nullptr;   // the activations of the rows being computed: x_store_, or a step in flight's
   StepSlots in_flight_;  // rank 0's steps in flight under pp
 };
 

@@ -130,8 +130,9 @@ class Deepseek2Model final : public Model {
     std::copy_n(place.slots[0].begin(), n, slots_.begin());
     std::copy_n(place.tables[0].begin(), n, tables_.begin());
     const bool decompress = use_decompressed(b);
-    in_flight_.start(shard_, slot, b, cfg_.n_embd, 1, x_, [&](int64_t, int64_t) { embed(b); },
-                 [&](int64_t, int64_t) { run_layers(b, kv, decompress); });
+    in_flight_.start(
+        shard_, slot, b, cfg_.n_embd, 1, x_, [&](int64_t, int64_t) { embed(b); },
+        [&](int64_t, int64_t) { run_layers(b, kv, decompress); });
   }
 
   void finish_forward_placed(int slot, float* logits) override {
@@ -151,8 +152,9 @@ class Deepseek2Model final : public Model {
       // One micro-batch: run_layer works on the whole step's rows, so the
       // stages take turns within a step (they overlap across a step's
       // micro-batches only in the decoder families) — and across steps on rank 0.
-      run_pipeline_stage(shard_, x_, n, cfg_.n_embd, 1, [&](int64_t, int64_t) { embed(b); },
-                         [&](int64_t, int64_t) { run_layers(b, kv, decompress); });
+      run_pipeline_stage(
+          shard_, x_, n, cfg_.n_embd, 1, [&](int64_t, int64_t) { embed(b); },
+          [&](int64_t, int64_t) { run_layers(b, kv, decompress); });
       if (shard_.stage != 0) return;
     }
     if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
@@ -168,7 +170,8 @@ class Deepseek2Model final : public Model {
     for (int l = first_; l < end_; l++) run_layer(w_.layers[l - first_], l, l - first_, b, kv, b.size(), decompress);
   }
   void head(const Batch& b, float* x, float* logits, float* hidden) {
-    output_logits(be_, b, x, cfg_.n_embd, w_.io.output_norm.data(), cfg_.rms_eps, w_.io.output, xb_.data(), logits, hidden);
+    output_logits(be_, b, x, cfg_.n_embd, w_.io.output_norm.data(), cfg_.rms_eps, w_.io.output, xb_.data(), logits,
+                  hidden);
   }
 
  public:
@@ -538,9 +541,10 @@ class Deepseek2Model final : public Model {
   Deepseek2Weights w_;
   std::unique_ptr<MtpHead> mtp_;  // set when the MTP block is loaded
   std::vector<float> cat_;        // MTP: [embedding | hidden] rows
-  StepSlots in_flight_;  // rank 0's steps in flight under pp
-  float* x_ = nullptr;  // the activations being computed: x_store_, or a step in flight's
-  std::vector<float> x_store_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_, hb_, hb2_;
+  StepSlots in_flight_;           // rank 0's steps in flight under pp
+  float* x_ = nullptr;            // the activations being computed: x_store_, or a step in flight's
+  std::vector<float> x_store_, xb_, xb2_, q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_,
+      hb_, hb2_;
   std::unique_ptr<MoeFfn> moe_;  // scratch of the MoE layers
   std::unique_ptr<ExpertCombine> combine_;  // --parallel-expert-sum all-to-all
   int first_ = 0, end_ = 0;                 // this rank's layers (pp; all of them in one process)

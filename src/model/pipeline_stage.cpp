@@ -21,7 +21,8 @@ struct MicroBatches {
 void post_returns(const TensorShard& shard, float* back, const MicroBatches& mb, int64_t dim,
                   std::vector<Communicator::Request>& into) {
   for (int64_t m = 0; m < mb.count; m++)
-    into.push_back(shard.world->start_recv(back + mb.first(m) * dim, mb.rows(m) * dim, shard.rank_in_stage(shard.stages - 1)));
+    into.push_back(
+        shard.world->start_recv(back + mb.first(m) * dim, mb.rows(m) * dim, shard.rank_in_stage(shard.stages - 1)));
 }
 
 }  // namespace
@@ -82,8 +83,8 @@ StepSlots::Slot& StepSlots::at(int slot) {
   return slots_[static_cast<size_t>(slot)];
 }
 
-void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches,
-                      float*& x, const RowsFn& embed, const RowsFn& layers) {
+void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches, float*& x,
+                      const RowsFn& embed, const RowsFn& layers) {
   if (!shard.pipelined() || !shard.leader()) throw Error("only rank 0 of a pipeline keeps steps in flight");
   Slot& s = at(slot);
   if (s.batch) throw Error(fmt::format("step slot {} is still in flight", slot));

@@ -104,7 +104,8 @@ int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, StepPlan
       // Evict the running request that would run last, if r runs before it.
       SchedRequest* victim = nullptr;
       for (auto& q : reqs_)
-        if (q->running && !q->in_flight && q.get() != &r && std::find(planned_.begin(), planned_.end(), q->id) == planned_.end() &&
+        if (q->running && !q->in_flight && q.get() != &r &&
+            std::find(planned_.begin(), planned_.end(), q->id) == planned_.end() &&
             (!victim || before(*victim, *q, now_ms)))
           victim = q.get();
       if (!victim || !(r.running || before(r, *victim, now_ms))) break;

@@ -98,9 +98,16 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f, StepHooks& hooks
     for (int64_t i = item.first; i <= last; i++)
       batch.add(r.rec->tokens[i], static_cast<int32_t>(i), r.spec.seq,
                 (item.logits && i == last) || (r.spec.all_logits && i < r.rec->num_tokens()));
-    rows.push_back(
-        {&r, item.id, item.first, item.n_tokens, item.logits, r.spec.all_logits, item.draft_slots, {},
-         batch.size() - item.n_tokens, -1});
+    rows.push_back({&r,
+                    item.id,
+                    item.first,
+                    item.n_tokens,
+                    item.logits,
+                    r.spec.all_logits,
+                    item.draft_slots,
+                    {},
+                    batch.size() - item.n_tokens,
+                    -1});
   }
 }
 

@@ -82,7 +82,7 @@ struct StepReport {
   int rows = 0;         // requests in the step
   int64_t batch_tokens = 0;
   int preempted = 0;
-  int pipelined = 0;    // steps started while another was in flight
+  int pipelined = 0;  // steps started while another was in flight
   int64_t queried_prefix_blocks = 0, hit_prefix_blocks = 0;
 };
 
@@ -111,7 +111,7 @@ class StepExecutor {
     int64_t generated() const { return rec->num_tokens() - static_cast<int64_t>(spec.prompt.size()); }
   };
   struct Row {  // one request's part of a step's batch
-    Request* r;                  // (looked up again by id when a step in flight lands: it may be gone)
+    Request* r;  // (looked up again by id when a step in flight lands: it may be gone)
     int64_t id;
     int64_t first, n;            // positions [first, first + n)
     bool logits;                 // its last position is the sequence's last: sample from it
