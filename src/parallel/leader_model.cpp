@@ -91,11 +91,11 @@ class LeaderModel final : public Model {
       throw Error(fmt::format("step slot {} out of range ({} in flight at most)", slot, steps_in_flight()));
     Slot& s = slots_[static_cast<size_t>(slot)];
     if (s.started == 0) throw Error(fmt::format("step slot {} has no step in flight", slot));
+    s.started = 0;  // (free again whatever happens next: the end must not drain it twice)
     guarded([&] {
       for (auto r : s.message) comm_->wait(r);
       inner_->finish_forward_placed(slot, logits);
     });
-    s.started = 0;
   }
 
  private:
