@@ -16,12 +16,12 @@ KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, i
   if (layout.k_width % k_format_.group() != 0 || layout.v_width % v_format_.group() != 0)
     throw Error(fmt::format("KV rows of {} and {} elements do not divide into {}/{}-element groups", layout.k_width,
                             layout.v_width, k_format_.group(), v_format_.group()));
-  k_.resize(layout.n_layer);
-  v_.resize(layout.n_layer);
+  k_.reserve(layout.n_layer);
+  v_.reserve(layout.n_layer);
   for (int l = 0; l < layout.n_layer; l++) {
     const size_t slots = static_cast<size_t>(group_blocks[group_of(l)]) * static_cast<size_t>(block_size);
-    k_[l].assign(slots * static_cast<size_t>(k_row_bytes_), 0);
-    v_[l].assign(slots * static_cast<size_t>(v_row_bytes_), 0);
+    k_.emplace_back(slots * static_cast<size_t>(k_row_bytes_), fmt::format("KV cache keys of layer {}", l));
+    v_.emplace_back(slots * static_cast<size_t>(v_row_bytes_), fmt::format("KV cache values of layer {}", l));
   }
 }
 
@@ -39,14 +39,16 @@ void KvStore::copy(const BlockCopies& copies) {
     if (copy_log_) copy_log_->push_back(bc);
     for (int l = 0; l < layout_.n_layer; l++) {
       if (group_of(l) != bc.group) continue;
-      std::copy_n(k_[l].data() + bc.from * kw, kw, k_[l].data() + bc.to * kw);
-      std::copy_n(v_[l].data() + bc.from * vw, vw, v_[l].data() + bc.to * vw);
+      uint8_t* k = static_cast<uint8_t*>(k_[l].data());
+      uint8_t* v = static_cast<uint8_t*>(v_[l].data());
+      std::copy_n(k + bc.from * kw, kw, k + bc.to * kw);
+      std::copy_n(v + bc.from * vw, vw, v + bc.to * vw);
     }
   }
 }
 
 PagedKvLayerView KvStore::layer_view(int layer) const {
-  return {k_[layer].data(), v_[layer].data(), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
+  return {static_cast<const uint8_t*>(k_[layer].data()), static_cast<const uint8_t*>(v_[layer].data()), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
 }
 
 }  // namespace kestrel

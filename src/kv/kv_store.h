@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "core/huge_page_buffer.h"
 #include "kv/block_manager.h"
 #include "kv/kv_layout.h"
 
@@ -34,17 +35,21 @@ class KvStore {
   PagedKvLayerView layer_view(int layer) const;
 
  private:
-  uint8_t* k_row(int layer, int64_t slot) { return k_[layer].data() + slot * k_row_bytes_; }
-  uint8_t* v_row(int layer, int64_t slot) { return v_[layer].data() + slot * v_row_bytes_; }
-  const uint8_t* k_row(int layer, int64_t slot) const { return k_[layer].data() + slot * k_row_bytes_; }
-  const uint8_t* v_row(int layer, int64_t slot) const { return v_[layer].data() + slot * v_row_bytes_; }
+  uint8_t* k_row(int layer, int64_t slot) { return static_cast<uint8_t*>(k_[layer].data()) + slot * k_row_bytes_; }
+  uint8_t* v_row(int layer, int64_t slot) { return static_cast<uint8_t*>(v_[layer].data()) + slot * v_row_bytes_; }
+  const uint8_t* k_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(k_[layer].data()) + slot * k_row_bytes_; }
+  const uint8_t* v_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(v_[layer].data()) + slot * v_row_bytes_; }
 
   KvLayout layout_;
   KvRowFormat k_format_, v_format_;
   int64_t k_row_bytes_, v_row_bytes_;
   int block_size_;
   int n_groups_;
-  std::vector<std::vector<uint8_t>> k_, v_;  // per layer, sized by its group's pool
+  // Per layer, sized by its group's pool: anonymous memory whose pages are
+  // committed when first written, so a pool sized for the whole context
+  // (DeepSeek-V2-Lite's 163840 tokens: 10 GB of f32 latents) costs only what
+  // the sequences fill — zero-filling it up front made it all resident.
+  std::vector<HugePageBuffer> k_, v_;
   std::vector<BlockCopy>* copy_log_ = nullptr;
 };
 

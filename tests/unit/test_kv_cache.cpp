@@ -1,5 +1,8 @@
 // The paged KV cache's block accounting, without any model.
 #include <gmock/gmock.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
@@ -240,6 +243,33 @@ TEST(PagedKvCache, SharedPrefixesBringTheWindowOfTheSlidingLayers) {
   EXPECT_EQ(small.share_prefix(3, tokens.data(), 40), 0);
   EXPECT_EQ(small.n_free_blocks(), free_full);
   EXPECT_EQ(small.held_blocks(3, 0), 0);
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+int64_t resident_bytes() {  // this process's resident set (/proc/self/statm: pages)
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// A pool sized for a long context costs memory only for the blocks written:
+// 1 GiB of keys and values (2 layers x 65536 slots x 2 KiB rows each) adds
+// little to the resident set until rows are written, and reads as zeros.
+TEST(PagedKvCache, ThePoolIsCommittedWhereItIsWrittenOnly) {
+  const int64_t before = resident_bytes();
+  PagedKvCache kv({2, 512, 512}, 4096, 16);  // 4096 blocks of 16 slots, f32 rows of 512
+  ASSERT_EQ(kv.store().bytes(), int64_t{2} * 2 * 65536 * 2048);
+  EXPECT_LT(resident_bytes() - before, int64_t{64} << 20);
+  EXPECT_EQ(get_k(kv, 65535), 0.0f);
+  for (int64_t slot = 0; slot < 64; slot++) put_k(kv, slot * 1024, static_cast<float>(slot + 1));
+  for (int64_t slot = 0; slot < 64; slot++) EXPECT_EQ(get_k(kv, slot * 1024), static_cast<float>(slot + 1));
+  EXPECT_LT(resident_bytes() - before, int64_t{256} << 20);  // 64 rows touched: at most 64 huge pages
 }
 
 }  // namespace
