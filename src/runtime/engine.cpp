@@ -35,15 +35,14 @@ std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::st
   return std::make_unique<GgufFile>(GgufFile::parse(MappedFile::from_buffer(w.write_buffer(), path)));
 }
 
-// Where the backend repacks most of the weight bytes (the repacked copy
-// serves decode as well as batches), the file's copy is read once at
-// load: map it (reclaimable page cache) rather than copy it into huge pages
-// that would then sit unused beside the repacked copy.
-static bool mostly_repacked(const GgufFile& f) {
+// (The repacked copy serves decode as well as batches.)
+bool mostly_repacked(const GgufFile& f) {
   size_t packed = 0, total = 0;
   for (const auto& t : f.tensors()) {
     total += t.nbytes;
-    if (has_packed_kind(t.type) && t.ne.size() == 2 && t.name != "token_embd.weight") packed += t.nbytes;
+    // Matrices, and the experts' stacks (MoE: each expert's matrix is repacked on its own).
+    const bool matrices = t.ne.size() == 2 || (t.ne.size() == 3 && t.name.find("_exps.") != std::string::npos);
+    if (has_packed_kind(t.type) && matrices && t.name != "token_embd.weight") packed += t.nbytes;
   }
   return 2 * packed > total;
 }

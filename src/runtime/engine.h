@@ -49,6 +49,12 @@ struct EngineOptions {
   ExpertSum expert_sum = ExpertSum::Auto;  // how MoE outputs are summed under ep
 };
 
+// Whether the backend's repacked copies hold most of the file's weight bytes
+// (matrices and MoE expert stacks of packable types): Engine::load then maps
+// the file (its copy is read once, by the packer; page cache the kernel may
+// reclaim) instead of loading it into huge pages that would sit unused.
+bool mostly_repacked(const GgufFile& f);
+
 struct Engine {
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<Profiler> profiler;      // set when EngineOptions::profile
