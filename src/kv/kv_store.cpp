@@ -39,16 +39,14 @@ void KvStore::copy(const BlockCopies& copies) {
     if (copy_log_) copy_log_->push_back(bc);
     for (int l = 0; l < layout_.n_layer; l++) {
       if (group_of(l) != bc.group) continue;
-      uint8_t* k = static_cast<uint8_t*>(k_[l].data());
-      uint8_t* v = static_cast<uint8_t*>(v_[l].data());
-      std::copy_n(k + bc.from * kw, kw, k + bc.to * kw);
-      std::copy_n(v + bc.from * vw, vw, v + bc.to * vw);
+      std::copy_n(k_row(l, bc.from * block_size_), kw, k_row(l, bc.to * block_size_));
+      std::copy_n(v_row(l, bc.from * block_size_), vw, v_row(l, bc.to * block_size_));
     }
   }
 }
 
 PagedKvLayerView KvStore::layer_view(int layer) const {
-  return {static_cast<const uint8_t*>(k_[layer].data()), static_cast<const uint8_t*>(v_[layer].data()), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
+  return {k_row(layer, 0), v_row(layer, 0), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
 }
 
 }  // namespace kestrel

@@ -115,8 +115,7 @@ class Deepseek2Model final : public Model {
     const int64_t n = b.size();
     if (n == 0) return;
     check_batch(n);
-    std::copy_n(place.slots[0].begin(), n, slots_.begin());
-    std::copy_n(place.tables[0].begin(), n, tables_.begin());
+    use_placement(place, n);
     run(b, kv, logits, hidden);
   }
 
@@ -127,8 +126,7 @@ class Deepseek2Model final : public Model {
   void start_forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) override {
     const int64_t n = b.size();
     check_batch(n);
-    std::copy_n(place.slots[0].begin(), n, slots_.begin());
-    std::copy_n(place.tables[0].begin(), n, tables_.begin());
+    use_placement(place, n);
     const bool decompress = use_decompressed(b);
     in_flight_.start(
         shard_, slot, b, cfg_.n_embd, 1, x_, [&](int64_t, int64_t) { embed(b); },
@@ -159,6 +157,12 @@ class Deepseek2Model final : public Model {
     }
     if (!logits && !hidden) return;  // a tensor-parallel rank that does not sample
     head(b, x_, logits, hidden);
+  }
+
+  // A leader's placement of the step's n rows (one layer group: MLA has no sliding layers).
+  void use_placement(const BatchPlacement& place, int64_t n) {
+    std::copy_n(place.slots[0].begin(), n, slots_.begin());
+    std::copy_n(place.tables[0].begin(), n, tables_.begin());
   }
 
   void embed(const Batch& b) {

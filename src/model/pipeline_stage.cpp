@@ -92,7 +92,6 @@ void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_
     s.x.resize(static_cast<size_t>(floats_));
     s.back.resize(static_cast<size_t>(floats_));
   }
-  s.batch = &b;
   float* home = x;
   x = s.x.data();
   try {
@@ -102,6 +101,7 @@ void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_
     throw;
   }
   x = home;
+  s.batch = &b;  // in flight (only now: a step that failed to start leaves the slot free)
 }
 
 std::pair<const Batch*, float*> StepSlots::finish(const TensorShard& shard, int slot) {

@@ -45,7 +45,7 @@ class LeaderModel final : public Model {
   int64_t max_batch_tokens() const override { return inner_->max_batch_tokens(); }
 
   void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) override {
-    if (&kv != &kv_) throw Error("tensor parallelism: a forward step over a KV cache the other ranks do not hold");
+    check_cache(kv);
     if (b.size() == 0) return;
     if (b.size() > max_batch_tokens())
       throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", b.size(), max_batch_tokens()));
@@ -68,12 +68,10 @@ class LeaderModel final : public Model {
   int steps_in_flight() const override { return static_cast<int>(slots_.size()); }
 
   void start_forward(const Batch& b, PagedKvCache& kv, int slot) override {
-    if (&kv != &kv_) throw Error("tensor parallelism: a forward step over a KV cache the other ranks do not hold");
-    if (slot < 0 || slot >= steps_in_flight())
-      throw Error(fmt::format("step slot {} out of range ({} in flight at most)", slot, steps_in_flight()));
+    check_cache(kv);
+    Slot& s = slot_at(slot);
     if (b.size() == 0 || b.size() > max_batch_tokens())
       throw Error(fmt::format("batch of {} tokens: 1 to {} can be started", b.size(), max_batch_tokens()));
-    Slot& s = slots_[static_cast<size_t>(slot)];
     place_batch(b, kv, config().n_vocab, s.place);
     s.bytes = encode_step(b, s.place, kv.n_groups(), kv.block_size(), copies_);
     s.header = {static_cast<int64_t>(StepOp::Forward), static_cast<int64_t>(s.bytes.size())};
@@ -87,9 +85,7 @@ class LeaderModel final : public Model {
   }
 
   void finish_forward(int slot, float* logits) override {
-    if (slot < 0 || slot >= steps_in_flight())
-      throw Error(fmt::format("step slot {} out of range ({} in flight at most)", slot, steps_in_flight()));
-    Slot& s = slots_[static_cast<size_t>(slot)];
+    Slot& s = slot_at(slot);
     if (s.started == 0) throw Error(fmt::format("step slot {} has no step in flight", slot));
     s.started = 0;  // (free again whatever happens next: the end must not drain it twice)
     guarded([&] {
@@ -110,6 +106,10 @@ class LeaderModel final : public Model {
     }
   }
 
+  void check_cache(const PagedKvCache& kv) const {
+    if (&kv != &kv_) throw Error("tensor parallelism: a forward step over a KV cache the other ranks do not hold");
+  }
+
   struct Slot {  // a step in flight: what its message is built from, until finish
     explicit Slot(int64_t max_batch) : place(max_batch) {}
     BatchPlacement place;
@@ -118,6 +118,12 @@ class LeaderModel final : public Model {
     Communicator::Request message[2] = {0, 0};
     int64_t started = 0;  // which step it is (counting from 1); 0: free
   };
+
+  Slot& slot_at(int slot) {
+    if (slot < 0 || slot >= steps_in_flight())
+      throw Error(fmt::format("step slot {} out of range ({} in flight at most)", slot, steps_in_flight()));
+    return slots_[static_cast<size_t>(slot)];
+  }
 
   std::unique_ptr<Model> inner_;
   std::shared_ptr<Communicator> comm_;
