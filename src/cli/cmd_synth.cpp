@@ -6,7 +6,8 @@
 #include "cli/commands.h"
 #include "formats/block_formats.h"
 #include "core/error.h"
-#include "gguf/synth.h"
+#include "model/family.h"
+#include "model/synth.h"
 #include "runtime/engine.h"
 
 namespace kestrel::cli {
@@ -40,7 +41,7 @@ void register_synth(CLI::App& app) {
     synth_model(o).write_file(out);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
-    if (arch == "deepseek2")
+    if (family_of(arch).recipe.attention == LayerRecipe::Attention::Mla)
       fmt::print("wrote {} (deepseek2 {}: dim {}, {} layers + {} MTP, {} heads, kv_lora {}, {} experts ({} used, {} shared), vocab {}) in {:.1f} s\n",
                  out, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.ds.nextn, o.shape.heads, o.shape.ds.kv_lora,
                  o.shape.ds.experts, o.shape.ds.experts_used, o.shape.ds.experts_shared, n_vocab, s);

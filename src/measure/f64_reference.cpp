@@ -12,7 +12,7 @@
 namespace kestrel {
 
 F64Decoder::F64Decoder(const GgufFile& f, const ModelConfig& c, int64_t n_ctx, int n_threads)
-    : f_(f), c_(c), rope_(c.rope), rope_sliding_(c.rope_sliding), pool_(n_threads) {
+    : f_(f), c_(c), recipe_(family_of(c.arch).recipe), rope_(c.rope), rope_sliding_(c.rope_sliding), pool_(n_threads) {
   const char* name = has("rope_freqs.weight")                ? "rope_freqs.weight"
                      : !has("rope_factors_long.weight")       ? nullptr
                      : n_ctx > c.n_ctx_orig                   ? "rope_factors_long.weight"
@@ -137,8 +137,8 @@ F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int
 F64Decoder::Vec F64Decoder::gated(const std::string& p, const std::string& suffix, const Vec& x, int64_t n,
                                   int64_t width, bool gelu) {
   const std::string up_name = p + "ffn_up" + suffix + ".weight";
-  Vec g = c_.fused_gate_up ? matmul(up_name, x, n, 0, width) : matmul(p + "ffn_gate" + suffix + ".weight", x, n);
-  const Vec u = c_.fused_gate_up ? matmul(up_name, x, n, width, width) : matmul(up_name, x, n);
+  Vec g = recipe_.fused_gate_up ? matmul(up_name, x, n, 0, width) : matmul(p + "ffn_gate" + suffix + ".weight", x, n);
+  const Vec u = recipe_.fused_gate_up ? matmul(up_name, x, n, width, width) : matmul(up_name, x, n);
   for (size_t i = 0; i < g.size(); i++) {
     const double a = g[i];
     const double act = gelu ? 0.5 * a * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a)))
@@ -150,7 +150,7 @@ F64Decoder::Vec F64Decoder::gated(const std::string& p, const std::string& suffi
 
 F64Decoder::Vec F64Decoder::ffn(const std::string& p, const Vec& x, int64_t n) {
   if (c_.moe.routing.n_expert > 0) return moe(p, x, n);
-  return gated(p, "", x, n, c_.n_ff, c_.ffn_act == FfnActivation::Gelu);
+  return gated(p, "", x, n, c_.n_ff, recipe_.ffn_act == FfnActivation::Gelu);
 }
 
 // Softmax routing (the families here), each token through its chosen experts.
@@ -211,7 +211,7 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
     const std::string p = fmt::format("blk.{}.", l);
     Vec xb = rmsnorm(x, vec(p + "attn_norm.weight"), n, dim);
     Vec q, k, v;
-    if (c_.fused_qkv) {
+    if (recipe_.fused_qkv) {
       const std::string w = p + "attn_qkv.weight";
       q = matmul(w, xb, n, 0, q_dim), k = matmul(w, xb, n, q_dim, kv_dim), v = matmul(w, xb, n, q_dim + kv_dim, kv_dim);
     } else {
@@ -222,7 +222,7 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
       const Vec b = vec(p + name);
       for (size_t i = 0; i < y->size(); i++) (*y)[i] += b[i % b.size()];
     }
-    if (c_.qk_norm) {
+    if (recipe_.qk_norm) {
       q = rmsnorm(q, vec(p + "attn_q_norm.weight"), n * c_.n_head, hd);
       k = rmsnorm(k, vec(p + "attn_k_norm.weight"), n * c_.n_head_kv, hd);
     }
@@ -231,12 +231,12 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
     q_rope[l] = q;
     attention[l] = attend(q, k, v, n, l);
     Vec a = matmul(p + "attn_output.weight", attention[l], n);
-    if (c_.post_norms) a = rmsnorm(a, vec(p + "post_attention_norm.weight"), n, dim);
+    if (recipe_.post_norms) a = rmsnorm(a, vec(p + "post_attention_norm.weight"), n, dim);
     attn_branch[l] = a;
     for (size_t i = 0; i < x.size(); i++) x[i] += a[i];
     xb = rmsnorm(x, vec(p + "ffn_norm.weight"), n, dim);
     Vec f = ffn(p, xb, n);
-    if (c_.post_norms) f = rmsnorm(f, vec(p + "post_ffw_norm.weight"), n, dim);
+    if (recipe_.post_norms) f = rmsnorm(f, vec(p + "post_ffw_norm.weight"), n, dim);
     ffn_branch[l] = f;
     for (size_t i = 0; i < x.size(); i++) x[i] += f[i];
     residual[l] = x;

@@ -1,8 +1,9 @@
 #pragma once
-// A float64 forward pass of the decoder families (model/decoder_model.cpp's
-// math: biases, q/k norms, RoPE with its frequency factors and per-layer
-// bases, sliding windows, soft-caps, post norms, SwiGLU/GeGLU, experts with
-// shared ones): weights dequantized exactly (to float), everything else in
+// A float64 forward pass of the grouped-query attention families (the math
+// their LayerRecipe names, model/family.h: biases, q/k norms, RoPE with its
+// frequency factors and per-layer bases, sliding windows, soft-caps, post
+// norms, SwiGLU/GeGLU, experts with shared ones): weights dequantized
+// exactly (to float), everything else in
 // double, written independently of the kernels. precision-check compares
 // the engine against it layer by layer.
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
+#include "model/family.h"
 #include "model/model.h"
 
 namespace kestrel {
@@ -52,6 +54,7 @@ class F64Decoder {
 
   const GgufFile& f_;
   const ModelConfig& c_;
+  const LayerRecipe& recipe_;  // what the family's layer is made of (model/family.h)
   std::vector<float> factors_;  // rope_freqs / rope_factors_{short,long}, from the file
   RopeParams rope_, rope_sliding_;
   ThreadPool pool_;

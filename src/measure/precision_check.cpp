@@ -73,9 +73,14 @@ PrecisionReport precision_check(Engine& e, const std::vector<int32_t>& tokens) {
   auto* rec = dynamic_cast<ActivationRecorder*>(e.backend.get());
   if (!rec) throw Error("precision-check: the engine was not built with make_activation_recorder");
   const ModelConfig& c = e.model->config();
-  if (c.mla.kv_lora_rank > 0)
-    throw Error(fmt::format("precision-check covers the decoder families ({}), not {} (multi-head latent attention)",
-                            "llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma2, gemma3", c.arch));
+  if (family_of(c.arch).recipe.attention != LayerRecipe::Attention::Gqa) {
+    std::string gqa;
+    for (const Family* f : families())
+      if (f->recipe.attention == LayerRecipe::Attention::Gqa) gqa += (gqa.empty() ? "" : ", ") + std::string(f->name);
+    throw Error(fmt::format("precision-check covers the grouped-query attention families ({}), not {} (multi-head "
+                            "latent attention)",
+                            gqa, c.arch));
+  }
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1 || n > e.model->max_batch_tokens() || n > e.n_ctx)
     throw Error(fmt::format("precision-check: {} tokens; give 1 to {} (one batch within the context)", n,

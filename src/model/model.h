@@ -65,12 +65,8 @@ struct ModelConfig {
   // blocks (DeepSeek-V3's `nextn` layers, `{arch}.nextn_predict_layers`).
   int n_mtp = 0;
 
-  // Variations of the decoder layer (model/decoder_model.cpp) across families.
-  bool qk_norm = false;        // RMSNorm of each head of q and k before RoPE (Qwen3, Gemma 3)
-  bool post_norms = false;     // RMSNorm of each branch's output before its residual add (Gemma 2/3)
-  bool fused_qkv = false;      // one attn_qkv matrix: q rows, then k, then v (Phi-3)
-  bool fused_gate_up = false;  // ffn_up holds the gate rows, then the up rows (Phi-3)
-  FfnActivation ffn_act = FfnActivation::Silu;
+  // Numbers the families' layers read from their files (what a layer is
+  // made of is its family's LayerRecipe, model/family.h).
   float embed_scale = 1.0f;    // embeddings multiplied by this (Gemma: sqrt(n_embd))
   float attn_softcap = 0.0f;   // attention logits: cap * tanh(s / cap) (Gemma 2); 0: none
   float final_softcap = 0.0f;  // output logits likewise (Gemma 2); 0: none
@@ -156,7 +152,7 @@ struct ModelOptions {
 std::unique_ptr<Model> load_model(const GgufFile& file, Backend& backend, const ModelOptions& options);
 // The hyperparameters alone (validated; no weights read).
 ModelConfig read_model_config(const GgufFile& file, const ModelOptions& options = {});
-// "llama, qwen2, ..., deepseek2"
+// "llama, qwen2, ..., deepseek2" (model/family.h has the table)
 std::string supported_architectures();
 
 }  // namespace kestrel

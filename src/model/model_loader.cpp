@@ -1,8 +1,10 @@
+// Loading a model: its family from general.architecture (model/family.h),
+// the family's hyperparameters, then its layers.
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "model/decoder_model.h"
-#include "model/deepseek2_model.h"
+#include "model/family.h"
+#include "model/hparams_reader.h"
 #include "model/model.h"
 
 namespace kestrel {
@@ -25,11 +27,33 @@ void Model::start_forward_placed(const Batch&, const BatchPlacement&, KvStore&, 
 }
 void Model::finish_forward_placed(int, float*) { throw Error("finish_forward_placed: no step was started"); }
 
+namespace {
+
+const Family& family_of_file(const GgufFile& file) {
+  const std::string arch = file.get_string("general.architecture").value_or("");
+  if (arch.empty()) throw Error(fmt::format("{}: missing metadata key 'general.architecture'", file.path()));
+  check_not_split(file);
+  const Family* f = find_family(arch);
+  if (!f)
+    throw Error(fmt::format("{}: architecture '{}' is not supported (supported: {})", file.path(), arch,
+                            supported_architectures()));
+  return *f;
+}
+
+}  // namespace
+
+ModelConfig read_model_config(const GgufFile& file, const ModelOptions& options) {
+  const Family& f = family_of_file(file);
+  HparamReader h(file, f.name);
+  ModelConfig c = f.read(h, options);
+  h.finish();
+  return c;
+}
+
 std::unique_ptr<Model> load_model(const GgufFile& file, Backend& backend, const ModelOptions& options) {
   if (options.max_batch_tokens <= 0) throw Error("the batch size must be positive");
   ModelConfig config = read_model_config(file, options);
-  if (config.arch == "deepseek2") return make_deepseek2_model(file, backend, options, std::move(config));
-  return make_decoder_model(file, backend, options, std::move(config));
+  return family_of_file(file).make(file, backend, options, std::move(config));
 }
 
 }  // namespace kestrel

@@ -1,5 +1,7 @@
 #include "quant/awq.h"
 
+#include "model/family.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,7 +42,7 @@ bool ends_with(const std::string& s, const std::string& p) {
 
 std::optional<Fold> fold_for(const GgufFile& f, const std::string& first_weight) {
   const std::string arch = f.get_string("general.architecture").value_or("");
-  if (arch != "llama" && arch != "qwen2") return std::nullopt;
+  if (const Family* fam = find_family(arch); !fam || !fam->awq_folds) return std::nullopt;
   if (first_weight == "output.weight") return Fold{"output_norm.weight", "", "", 1, 0};
   if (!starts_with(first_weight, "blk.")) return std::nullopt;
   const std::string blk = first_weight.substr(0, first_weight.find('.', 4) + 1);  // "blk.N."

@@ -1,5 +1,7 @@
 #include "quant/quant_mix.h"
 
+#include "model/family.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -61,15 +63,15 @@ int layer_of(const std::string& name) {
   return layer;
 }
 
-struct Model {
+struct QuantModel {
   std::string arch;
   int n_layer = 0, n_head = 1, n_head_kv = 1, n_expert = 0;
   bool is_70b = false;
   int n_gqa() const { return n_head_kv > 0 ? n_head / n_head_kv : 1; }
 };
 
-Model model_of(const GgufFile& f) {
-  Model m;
+QuantModel model_of(const GgufFile& f) {
+  QuantModel m;
   m.arch = f.get_string("general.architecture").value_or("");
   const auto key = [&](const char* k) { return f.get_int(m.arch + "." + k); };
   m.n_layer = static_cast<int>(key("block_count").value_or(0));
@@ -77,12 +79,13 @@ Model model_of(const GgufFile& f) {
   m.n_head_kv = static_cast<int>(key("attention.head_count_kv").value_or(m.n_head));
   m.n_expert = static_cast<int>(key("expert_count").value_or(0));
   // llama.cpp calls an 80-layer Llama "70B" and raises its attn_v further.
-  m.is_70b = m.arch == "llama" && m.n_layer == 80;
+  const Family* fam = find_family(m.arch);
+  m.is_70b = fam && fam->quant_70b_layers > 0 && m.n_layer == fam->quant_70b_layers;
   return m;
 }
 
 struct State {
-  const Model& m;
+  const QuantModel& m;
   uint32_t ftype;
   const QuantMixOptions& o;
   bool tied = true;  // token_embd is also the output head (no output.weight)
@@ -105,7 +108,7 @@ bool one_of(uint32_t f, std::initializer_list<uint32_t> list) { return std::find
 // llama.cpp's llama_tensor_get_type_impl for the mixes, rule for rule.
 GgmlType rule_type(State& s, GgmlType t, const GgufTensorInfo& ti, Category c) {
   const uint32_t f = s.ftype;
-  const Model& m = s.m;
+  const QuantModel& m = s.m;
   const std::string& name = ti.name;
   const bool iq_low = one_of(f, {kIQ2_XXS, kIQ2_XS, kIQ1_S, kIQ2_S, kIQ2_M, kIQ1_M});
   if (c == Category::Output || (s.tied && c == Category::TokenEmbd)) {
@@ -256,7 +259,7 @@ std::map<std::string, GgmlType> plan_quant_mix(const GgufFile& in, const QuantMi
     throw Error(fmt::format("mix {} needs an importance matrix: --imatrix FILE (make one with kestrel imatrix -m MODEL "
                             "-f TEXT)",
                             mix.name));
-  const Model m = model_of(in);
+  const QuantModel m = model_of(in);
   State s{m, mix.ftype, o};
   std::vector<const GgufTensorInfo*> order;
   for (const auto& t : in.tensors()) {

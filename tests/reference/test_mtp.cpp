@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "formats/fp16.h"
 #include "gguf/gguf_writer.h"
-#include "gguf/synth.h"
+#include "model/synth.h"
 #include "runtime/generator.h"
 #include "spec/mtp_proposer.h"
 #include "runtime/sampler.h"

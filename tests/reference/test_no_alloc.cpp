@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "gguf/synth.h"
+#include "model/synth.h"
 #include "runtime/engine.h"
 #include "test_support.h"
 #include "model/batch_io.h"

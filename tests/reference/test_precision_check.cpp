@@ -7,6 +7,7 @@
 // cache first in the attention output, RoPE angles at long positions.
 #include <gtest/gtest.h>
 
+#include "model/family.h"
 #include "core/error.h"
 #include "measure/precision_check.h"
 #include "test_support.h"
@@ -63,7 +64,7 @@ TEST(PrecisionCheck, EveryDecoderFamilyAgreesWithTheFloat64Reference) {
     for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % 500));
     const PrecisionReport r = precision_check(e, tokens);
     // The fp16 GELU's difference enters at layer 0's FFN and carries on.
-    const bool gelu = e.model->config().ffn_act == FfnActivation::Gelu;
+    const bool gelu = family_of(e.model->config().arch).recipe.ffn_act == FfnActivation::Gelu;
     for (const auto& l : r.layers) {
       const double after_gelu = gelu ? 5e-3 : 2e-5, before = l.layer == 0 ? 2e-5 : after_gelu;
       EXPECT_LT(l.q_rope, before) << "layer " << l.layer;

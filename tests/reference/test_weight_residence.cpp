@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/mapped_file.h"
-#include "gguf/synth.h"
+#include "model/synth.h"
 #include "runtime/engine.h"
 
 namespace kestrel {

@@ -17,7 +17,7 @@
 #include "hw/cpu_features.h"
 #include "kernels/qdot.h"
 #include "gguf/gguf_writer.h"
-#include "gguf/synth.h"
+#include "model/synth.h"
 #include "formats/weight.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"

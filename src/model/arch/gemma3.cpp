@@ -1,17 +1,20 @@
-// Gemma 3, text (gemma_common.h for what it shares with Gemma 2): q/k head
-// norms; five sliding layers then one global (llama.cpp's pattern 6, as the
-// converter writes no pattern key); the sliding layers with their own RoPE
-// base (rope.freq_base_swa, 10000) and no scaling, the global ones with the
+// Gemma 3, text: the Gemma layer (gemma_layer.h) with q/k head norms; five
+// sliding layers then one global (llama.cpp's pattern 6, as the converter
+// writes no pattern key); the sliding layers with their own RoPE base
+// (rope.freq_base_swa, 10000) and no scaling, the global ones with the
 // file's base and scaling (linear 8 for the 4B-27B models); soft-caps only
 // when the file gives them.
-#include "model/arch/architectures.h"
-#include "model/arch/gemma_common.h"
+#include "model/arch/families.h"
+#include "model/arch/gemma_layer.h"
+#include "model/hparams_common.h"
 
 namespace kestrel {
+namespace {
 
-ModelConfig read_gemma3_arch(HparamReader& h, const ModelOptions&) {
+constexpr LayerRecipe kRecipe{.qk_norm = true, .post_norms = true, .ffn_act = FfnActivation::Gelu};
+
+ModelConfig read(HparamReader& h, const ModelOptions&) {
   ModelConfig c = read_gemma_common(h, 62);
-  c.qk_norm = true;
   c.attn_softcap = static_cast<float>(h.float_or("attn_logit_softcapping", 0.0));
   c.final_softcap = static_cast<float>(h.float_or("final_logit_softcapping", 0.0));
   if (c.attn_softcap < 0) throw h.bad("attn_logit_softcapping", "must not be negative");
@@ -22,6 +25,41 @@ ModelConfig read_gemma3_arch(HparamReader& h, const ModelOptions&) {
   c.rope_sliding.freq_scale = 1.0f;
   c.rope_sliding.ext_factor = 0.0f;
   return c;
+}
+
+std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {
+  return make_gemma_layers(f, be, o, std::move(c), kRecipe);
+}
+
+void synth(SynthFile& out) {
+  const SynthDecoder& d = out.shape().dec;
+  synth_gqa_keys(out, 1e-6f, true);
+  out.f32("rope.freq_base_swa", 10000.0f);
+  if (d.rope_factor > 0) {
+    out.str("rope.scaling.type", "linear");
+    out.f32("rope.scaling.factor", d.rope_factor);
+  }
+  if (d.window > 0) out.u32("attention.sliding_window", d.window);
+  synth_gqa_layers(out, kRecipe);
+}
+
+std::vector<SynthPreset> presets() {
+  return {
+      {"tiny", synth_shape("gemma3", 64, 6, 2, 1, 128, 512, 1024,
+                           SynthDecoder{.head_dim = 32, .tied = true, .rope_base = 1e6f, .rope_factor = 8.0f, .window = 16})},
+      {"1b", synth_shape("gemma3", 1152, 26, 4, 1, 6912, 262144, 32768,
+                         SynthDecoder{.head_dim = 256, .tied = true, .rope_base = 1e6f, .window = 512})},
+      {"4b",  // Gemma-3-4B (text)
+       synth_shape("gemma3", 2560, 34, 8, 4, 10240, 262208, 131072,
+                   SynthDecoder{.head_dim = 256, .tied = true, .rope_base = 1e6f, .rope_factor = 8.0f, .window = 1024})},
+  };
+}
+
+}  // namespace
+
+const Family& gemma3_family() {
+  static const Family f{"gemma3", "Gemma 3 (text)", kRecipe, read, make, synth, presets};
+  return f;
 }
 
 }  // namespace kestrel

@@ -1,0 +1,145 @@
+#include "model/gqa_attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+GqaHeads split_gqa_heads(const ModelConfig& c, const TensorShard& shard) {
+  GqaHeads h;
+  h.n_head = static_cast<int>(shard.share(c.n_head, "attention heads"));
+  // Fewer KV heads than ranks (GQA, MQA): each KV head is held by the ranks
+  // whose query heads read it, as vLLM does; else they split like the rest.
+  if (c.n_head_kv < shard.n && shard.n % c.n_head_kv == 0) {
+    h.n_head_kv = 1;
+    h.kv_head = shard.rank / (shard.n / c.n_head_kv);
+  } else {
+    h.n_head_kv = static_cast<int>(shard.share(c.n_head_kv, "KV heads"));
+  }
+  return h;
+}
+
+KvLayout gqa_kv_layout(const ModelConfig& c, const GqaHeads& heads, int first, int end) {
+  const int64_t kv_dim = static_cast<int64_t>(heads.n_head_kv) * c.head_dim;
+  KvLayout l{end - first, kv_dim, kv_dim, c.head_dim};
+  l.sliding_window = c.sliding_window;
+  for (int i = first; i < end && !c.sliding_layers.empty(); i++) l.sliding.push_back(c.is_sliding(i));
+  return l;
+}
+
+namespace {
+
+// This rank's rows of a k or v matrix (and of its bias): its share of the
+// KV heads, or the one it holds a copy of.
+Weight kv_rows(const Weight& w, const ModelConfig& c, const GqaHeads& heads, const TensorShard& shard) {
+  if (heads.kv_head < 0) return shard.rows(w);
+  const int64_t hd = c.head_dim;
+  return weight_rows(w, heads.kv_head * hd, hd, fmt::format("{}[KV head {}]", w.name, heads.kv_head));
+}
+
+std::vector<float> kv_part(const std::vector<float>& v, const ModelConfig& c, const GqaHeads& heads,
+                           const TensorShard& shard) {
+  if (v.empty() || heads.kv_head < 0) return shard.part(v, 0, static_cast<int64_t>(v.size()));
+  const int64_t hd = c.head_dim;
+  return {v.begin() + heads.kv_head * hd, v.begin() + (heads.kv_head + 1) * hd};
+}
+
+}  // namespace
+
+GqaWeights load_gqa(const WeightLoader& ld, Backend& be, const std::string& p, const ModelConfig& c,
+                    const GqaHeads& heads, const TensorShard& sh, const GqaOptions& o) {
+  const int64_t dim = c.n_embd, hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+  GqaWeights w;
+  // Column-parallel by heads: this rank's run of q rows and of k and v rows.
+  if (o.fused_qkv) {
+    const Weight qkv = ld.require(p + "attn_qkv.weight", {dim, q_dim + 2 * kv_dim});
+    w.wq = be.prepare_weight(sh.rows(weight_rows(qkv, 0, q_dim, qkv.name + ".q")));
+    w.wk = be.prepare_weight(kv_rows(weight_rows(qkv, q_dim, kv_dim, qkv.name + ".k"), c, heads, sh));
+    w.wv = be.prepare_weight(kv_rows(weight_rows(qkv, q_dim + kv_dim, kv_dim, qkv.name + ".v"), c, heads, sh));
+  } else {
+    w.wq = be.prepare_weight(sh.rows(ld.require(p + "attn_q.weight", {dim, q_dim})));
+    w.wk = be.prepare_weight(kv_rows(ld.require(p + "attn_k.weight", {dim, kv_dim}), c, heads, sh));
+    w.wv = be.prepare_weight(kv_rows(ld.require(p + "attn_v.weight", {dim, kv_dim}), c, heads, sh));
+    w.bq = sh.part(ld.optional_vector(p + "attn_q.bias", q_dim), 0, q_dim);
+    w.bk = kv_part(ld.optional_vector(p + "attn_k.bias", kv_dim), c, heads, sh);
+    w.bv = kv_part(ld.optional_vector(p + "attn_v.bias", kv_dim), c, heads, sh);
+  }
+  if (o.qk_norm) {
+    w.q_norm = ld.require_vector(p + "attn_q_norm.weight", hd);
+    w.k_norm = ld.require_vector(p + "attn_k_norm.weight", hd);
+  }
+  // Row-parallel: the columns that read this rank's heads.
+  w.wo = be.prepare_weight(sh.columns(ld.require(p + "attn_output.weight", {q_dim, dim})));
+  return w;
+}
+
+std::vector<float> load_rope_freqs(const WeightLoader& ld, const ModelConfig& c) {
+  return ld.optional_vector("rope_freqs.weight", c.rope.n_rot / 2);
+}
+
+std::vector<float> load_longrope_factors(const WeightLoader& ld, const ModelConfig& c, int64_t n_ctx) {
+  if (!ld.has("rope_factors_short.weight") && !ld.has("rope_factors_long.weight")) return {};
+  const bool use_long = (n_ctx > 0 ? n_ctx : c.n_ctx_train) > c.n_ctx_orig;
+  const char* use = use_long ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  std::vector<float> f = ld.require_vector(use, c.rope.n_rot / 2);
+  ld.skip(use_long ? "rope_factors_short.weight" : "rope_factors_long.weight",
+          "LongRoPE: the other context range's factors");
+  return f;
+}
+
+void use_rope_factors(ModelConfig& c, const std::vector<float>& factors) {
+  if (factors.empty()) return;
+  for (float ff : factors)
+    if (!(ff > 0.0f) || !std::isfinite(ff))
+      throw Error(fmt::format("RoPE frequency factor {} must be positive and finite", ff));
+  c.rope.freq_factors = factors.data();
+  c.rope_sliding.freq_factors = factors.data();
+}
+
+void print_gqa_fusion(int fused_qkv, int fused_ffn, int n_layer, bool qk_norm, const std::string& ffn) {
+  fmt::print(stderr,
+             "fusion: attn_q+attn_k+attn_v(+bias{})+RoPE: one activation preparation, one parallel pass in whole "
+             "heads, the rest in the epilogue: {} of {} layers\n",
+             qk_norm ? "+q/k norm" : "", fused_qkv, n_layer);
+  fmt::print(stderr, "fusion: ffn_gate+ffn_up+{}: one pass, the activation applied in the epilogue: {} of {} layers\n",
+             ffn, fused_ffn, n_layer);
+  fmt::print(stderr, "fusion: not fused: the residual adds, RMSNorm (its output is quantized once per fused pass)\n");
+}
+
+GqaAttention::GqaAttention(const ModelConfig& c, const GqaHeads& heads, int64_t n) : c_(c), heads_(heads) {
+  const int64_t q_dim = static_cast<int64_t>(heads.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(heads.n_head_kv) * c.head_dim;
+  q_.resize(static_cast<size_t>(n * q_dim));
+  k_.resize(static_cast<size_t>(n * kv_dim));
+  v_.resize(static_cast<size_t>(n * kv_dim));
+  att_.resize(static_cast<size_t>(n * q_dim));
+}
+
+void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, const float* xb, float* out) {
+  const ModelConfig& c = c_;
+  const int64_t n = r.n, kv_dim = static_cast<int64_t>(heads_.n_head_kv) * c.head_dim;
+  float *q = q_.data(), *k = k_.data(), *v = v_.data();
+  const Weight* qkv[3] = {&w.wq, &w.wk, &w.wv};
+  const float* bias[3] = {w.bq.empty() ? nullptr : w.bq.data(), w.bk.empty() ? nullptr : w.bk.data(),
+                          w.bv.empty() ? nullptr : w.bv.data()};
+  float* qkv_out[3] = {q, k, v};
+  Backend::QkvShape shape{heads_.n_head, heads_.n_head_kv, c.head_dim};
+  if (!w.q_norm.empty()) shape.q_norm = w.q_norm.data(), shape.k_norm = w.k_norm.data(), shape.norm_eps = c.rms_eps;
+  be.qkv_rope(qkv, bias, xb, n, r.positions(), c.rope_of(r.layer), shape, qkv_out);
+  const int64_t* slots = r.slots();
+  for (int64_t i = 0; i < n; i++) {
+    r.kv.write_k(r.kv_layer, slots[i], k + i * kv_dim);
+    r.kv.write_v(r.kv_layer, slots[i], v + i * kv_dim);
+  }
+  AttentionShape as{heads_.n_head, heads_.n_head_kv, c.head_dim};
+  as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  as.window = c.window(r.layer);
+  as.softcap = c.attn_softcap;
+  be.attention(r.kv.layer_view(r.kv_layer), {n, q, att_.data(), r.positions(), r.tables()}, as);
+  be.matmul(w.wo, att_.data(), n, out);
+}
+
+}  // namespace kestrel

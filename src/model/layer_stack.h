@@ -1,0 +1,128 @@
+#pragma once
+// What every model shares, whatever its layer: the token embedding and the
+// output head over the rows that asked for logits, placing a batch in the
+// paged KV cache, this rank's layers and its share of the split dimensions
+// (tensor, expert and pipeline parallelism), the strict load loop, scratch
+// allocated once, pipeline stages and rank 0's steps in flight. An
+// architecture (model/arch/<family>.cpp) derives from it and writes its
+// layer — an attention branch and a feed-forward branch — from the shared
+// blocks (gqa_attention.h, mla_attention.h, ffn_blocks.h). Per layer:
+//
+//   y = attention(rows)   summed over the ranks that split it    x = residual(x, y)
+//   y = ffn(rows)         summed (over every expert group: MoE)   x = residual(x, y)
+//
+// Under tensor or expert parallelism a step's rows go in two halves, each
+// half's sums in flight while the other half computes; under pipeline
+// parallelism in micro-batches through the stages.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/batch_io.h"
+#include "model/ffn_blocks.h"
+#include "model/layer_rows.h"
+#include "model/model.h"
+#include "model/pipeline_stage.h"
+#include "model/weight_loader.h"
+
+namespace kestrel {
+
+class LayerStack : public Model {
+ public:
+  const ModelConfig& config() const final { return cfg_; }
+  int64_t max_batch_tokens() const final { return max_batch_; }
+  void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) final;
+  void forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) final;
+  // Rank 0 of a pipeline keeps up to one step per stage in flight, each in
+  // its own activations: stage 0 of step k+1 runs while step k is further on.
+  int steps_in_flight() const final { return shard_.pipelined() && shard_.leader() ? shard_.stages : 1; }
+  void start_forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) final;
+  void finish_forward_placed(int slot, float* logits) final;
+
+  // The second half of construction, once the family's own members exist
+  // (its factory calls it once): the family's tensors (load_extra, then
+  // load_layer for each of this rank's layers, the others' skipped), a load
+  // error naming any tensor left over, then scratch for the largest batch.
+  void init(const GgufFile& f, const ModelOptions& opt);
+
+ protected:
+  enum class Branch { Attention, Ffn };
+
+  LayerStack(Backend& be, const ModelOptions& opt, ModelConfig cfg);
+
+  // ---- What a family writes ----
+  virtual void load_layer(const WeightLoader& ld, int layer) = 0;
+  // Tensors outside the layers: RoPE frequency factors, MTP blocks.
+  virtual void load_extra(const WeightLoader& /*ld*/, const ModelOptions& /*opt*/) {}
+  // The family's scratch for steps of up to max_rows rows.
+  virtual void allocate(int64_t max_rows) = 0;
+  // Once per step, before its first layer: choices made for the whole step.
+  virtual void begin_step(const Batch& /*b*/, const BatchPlacement& /*place*/) {}
+  // The layer's attention branch over the rows' activations (x(r)), into y
+  // (r.n rows of n_embd): a partial sum under tensor parallelism.
+  virtual void attention(const LayerRows& r, float* y) = 0;
+  // Its feed-forward branch likewise (this rank's FFN rows or experts).
+  virtual void ffn(const LayerRows& r, float* y) = 0;
+  // x += y after a branch (Gemma normalizes y first).
+  virtual void residual(int layer, Branch branch, float* x, float* y, int64_t n);
+  // --log-fusion: which fused operators run for this family's weights.
+  virtual void log_fusion() const {}
+
+  // ---- What the stack gives a family ----
+  float* x(const LayerRows& r) const { return x_ + r.r0 * cfg_.n_embd; }
+  // RMSNorm of the rows' activations by weight, into the normed-input scratch (returned).
+  float* norm_rows(const LayerRows& r, const std::vector<float>& weight);
+  // Whether layer's FFN is a mixture of experts (its sum then spans the expert groups).
+  bool moe_layer(int layer) const { return cfg_.moe.routing.n_expert > 0 && layer >= cfg_.moe.n_dense_lead; }
+  // The FFN of xb's n rows into y: the experts when moe is present, else the dense FFN.
+  void feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, const float* xb, int64_t n,
+                    float* y);
+  // One layer over the rows, branches and sums one after another (what the
+  // MTP block runs too).
+  void run_layer(const LayerRows& r);
+  // The batch placed in the cache (place_), checked against the vocabulary and the cache.
+  void place(const Batch& b, PagedKvCache& kv) { place_batch(b, kv, cfg_.n_vocab, place_); }
+  void check_batch_size(int64_t n) const;
+  // Rows [r0, r0 + n) of the batch embedded by table into the activations.
+  void embed_rows(const Weight& table, const Batch& b, int64_t r0, int64_t n);
+  // Norm + output projection of x's rows that want logits (and every row's
+  // normed state into hidden, when set).
+  void head(const Batch& b, float* x, const std::vector<float>& norm, const Weight& output, float* logits,
+            float* hidden);
+  // A layer's weights prefix, "blk.N.".
+  static std::string layer_prefix(int layer);
+
+  ModelConfig cfg_;
+  Backend& be_;
+  const int64_t max_batch_;
+  const TensorShard shard_;
+  int first_ = 0, end_ = 0;  // this rank's layers (all of them in one process)
+  MoeConfig local_moe_;      // the expert widths this rank runs (its share under tp)
+  int64_t local_n_ff_ = 0;   // ...and of a dense FFN's rows
+  IoWeights io_;
+  BatchPlacement place_;
+  float* x_ = nullptr;  // the activations being computed: x_store_, or a step in flight's
+
+ private:
+  void load(const GgufFile& f, const ModelOptions& opt);
+  void allocate_stack();
+  void embed(const Batch& b, int64_t r0, int64_t n) { embed_rows(io_.tok_embd, b, r0, n); }
+  // Rows [r0, r0 + n) of the batch through this rank's layers, x in place.
+  void run_layers(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n);
+  void run_layers_overlapped(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n);
+  LayerRows rows_of(const Batch& b, const BatchPlacement& place, KvStore& kv, int layer, int64_t r0, int64_t n) const {
+    return {b, place, kv, layer, layer - first_, r0, n};
+  }
+  // Transfers in flight move on only inside MPI calls: between operators.
+  void progress();
+  // The rows the last MoE layer run computed on this rank.
+  const uint8_t* touched() const { return moe_ ? moe_->touched() : nullptr; }
+  static int64_t micro_batches(int64_t n);
+
+  std::unique_ptr<MoeFfn> moe_;                // scratch of the MoE layers
+  std::unique_ptr<ExpertCombine> combine_[2];  // one per half of an overlapped step (--parallel-expert-sum all-to-all)
+  std::vector<float> x_store_, xb_, y_, hb_, hb2_;
+  StepSlots in_flight_;  // rank 0's steps in flight under pp
+};
+
+}  // namespace kestrel

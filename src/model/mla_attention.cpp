@@ -1,0 +1,272 @@
+#include "model/mla_attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "formats/block_formats.h"
+
+namespace kestrel {
+
+MlaHeads split_mla_heads(const ModelConfig& c, const TensorShard& shard) {
+  MlaHeads h;
+  h.n = static_cast<int>(shard.share(c.n_head, "attention heads"));
+  h.h0 = shard.rank * h.n;
+  return h;
+}
+
+KvLayout mla_kv_layout(const ModelConfig& c, int n_layers) {
+  const int64_t width = c.mla.kv_lora_rank + c.mla.qk_rope;
+  // Values are the first kv_lora_rank elements of each key row: groups must divide both.
+  return {n_layers, width, 0, std::gcd(width, static_cast<int64_t>(c.mla.kv_lora_rank))};
+}
+
+namespace {
+
+// [rows][cols] of w (any format) transposed into f32 [cols][rows].
+std::vector<float> transpose_f32(const Weight& w) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  std::vector<float> row(static_cast<size_t>(cols)), out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; r++) {
+    dequantize_row(w.type, w.row(r), row.data(), cols);
+    for (int64_t c = 0; c < cols; c++) out[c * rows + r] = row[c];
+  }
+  return out;
+}
+
+Weight f32_weight(const std::string& name, const std::vector<float>& data, int64_t cols, int64_t rows) {
+  return Weight{name, GgmlType::F32, {cols, rows}, data.data(), data.size() * sizeof(float), nullptr, nullptr};
+}
+
+// The per-head key/value up-projections, from the split attn_k_b + attn_v_b
+// (llama.cpp's conversions since 2025) or the older fused attn_kv_b.
+void load_kv_b(const WeightLoader& ld, Backend& be, const std::string& p, const ModelConfig& c, const MlaHeads& heads,
+               MlaWeights& w) {
+  const MlaConfig& m = c.mla;
+  const int nh = c.n_head;
+  const int64_t r = m.kv_lora_rank;
+  const Weight k_b = ld.optional(p + "attn_k_b.weight", {m.qk_nope, r, nh});
+  if (k_b.present()) {
+    // Conversions that split attn_kv_b may keep it too: the same numbers.
+    ld.skip(p + "attn_kv_b.weight", "the split attn_k_b / attn_v_b hold the same weights");
+    const Weight v_b = ld.require(p + "attn_v_b.weight", {r, m.v_head, nh});
+    for (int h = heads.h0; h < heads.h0 + heads.n; h++) {  // this rank's heads
+      const std::string tag = fmt::format(".{}", h);
+      const Weight kh = weight_slice(k_b, h, k_b.name + tag);
+      w.k_absorb.push_back(be.prepare_weight(kh));
+      w.owned.push_back(transpose_f32(kh));
+      w.k_decompress.push_back(f32_weight(k_b.name + tag + ".T", w.owned.back(), r, m.qk_nope));
+      w.v.push_back(be.prepare_weight(weight_slice(v_b, h, v_b.name + tag)));
+    }
+  } else {
+    // attn_kv_b: per head, nope key rows then v_head value rows, each kv_lora long.
+    const int64_t per_head = m.qk_nope + m.v_head;
+    const Weight kv_b = ld.require(p + "attn_kv_b.weight", {r, nh * per_head});
+    for (int h = heads.h0; h < heads.h0 + heads.n; h++) {  // this rank's heads
+      const std::string tag = fmt::format(".{}", h);
+      const Weight kh = weight_rows(kv_b, h * per_head, m.qk_nope, kv_b.name + ".k" + tag);
+      w.k_decompress.push_back(be.prepare_weight(kh));
+      w.owned.push_back(transpose_f32(kh));
+      w.k_absorb.push_back(f32_weight(kv_b.name + ".k" + tag + ".T", w.owned.back(), m.qk_nope, r));
+      w.v.push_back(be.prepare_weight(weight_rows(kv_b, h * per_head + m.qk_nope, m.v_head, kv_b.name + ".v" + tag)));
+    }
+  }
+}
+
+}  // namespace
+
+MlaWeights load_mla(const WeightLoader& ld, Backend& be, const std::string& p, const ModelConfig& c,
+                    const MlaHeads& heads, const TensorShard& shard) {
+  const MlaConfig& m = c.mla;
+  const int64_t dim = c.n_embd, nh = c.n_head, hk = m.qk_nope + m.qk_rope;
+  MlaWeights w;
+  if (m.q_lora_rank > 0) {
+    w.wq_a = be.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, m.q_lora_rank}));
+    w.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", m.q_lora_rank);
+    w.wq_b = be.prepare_weight(shard.rows(ld.require(p + "attn_q_b.weight", {m.q_lora_rank, nh * hk})));
+  } else {
+    w.wq = be.prepare_weight(shard.rows(ld.require(p + "attn_q.weight", {dim, nh * hk})));
+  }
+  w.wkv_a = be.prepare_weight(ld.require(p + "attn_kv_a_mqa.weight", {dim, m.kv_lora_rank + m.qk_rope}));
+  w.kv_a_norm = ld.require_vector(p + "attn_kv_a_norm.weight", m.kv_lora_rank);
+  load_kv_b(ld, be, p, c, heads, w);
+  w.wo = be.prepare_weight(shard.columns(ld.require(p + "attn_output.weight", {nh * m.v_head, dim})));
+  return w;
+}
+
+MlaBlock::MlaBlock(const ModelConfig& c, const MlaHeads& heads, MlaAttention mode, int64_t n)
+    : c_(c), heads_(heads), mode_(mode) {
+  const MlaConfig& m = c.mla;
+  const int64_t nh = heads.n;
+  kv_width_ = m.kv_lora_rank + m.qk_rope;
+  q_.resize(static_cast<size_t>(n * nh * head_k()));
+  q_a_.resize(static_cast<size_t>(n * std::max(1, m.q_lora_rank)));
+  q_a_norm_.resize(q_a_.size());
+  kv_a_.resize(static_cast<size_t>(n * kv_width_));
+  lat_.resize(static_cast<size_t>(n * m.kv_lora_rank));
+  lat_norm_.resize(lat_.size());
+  kv_row_.resize(static_cast<size_t>(kv_width_));
+  q_abs_.resize(static_cast<size_t>(n * nh * kv_width_));
+  att_lat_.resize(static_cast<size_t>(n * nh * m.kv_lora_rank));
+  att_.resize(static_cast<size_t>(n * nh * m.v_head));
+  seq_tokens_.reserve(static_cast<size_t>(n));
+}
+
+const char* MlaBlock::mode_name() const {
+  return mode_ == MlaAttention::Auto       ? "absorbed or decompressed per step by cost"
+         : mode_ == MlaAttention::Absorbed ? "absorbed"
+                                           : "decompressed";
+}
+
+// Multiply-adds of each way of attending this batch (per layer; weights
+// and shapes as above): absorbed reads the latent once per query head,
+// decompressed first rebuilds every position's keys and values.
+void MlaBlock::begin_step(const Batch& b, const BatchPlacement& place) {
+  if (mode_ != MlaAttention::Auto) {
+    decompress_ = mode_ == MlaAttention::Decompressed;
+    return;
+  }
+  const MlaConfig& m = c_.mla;
+  const auto& tables = place.tables[0];
+  const double nh = heads_.n, r = m.kv_lora_rank, hk = head_k();
+  double absorbed = 0, decompressed = 0;
+  for (int64_t i = 0; i < b.size(); i++) {
+    const double keys = b.positions[i] + 1;
+    absorbed += keys * nh * (2 * r + m.qk_rope) + nh * r * (m.qk_nope + m.v_head);
+    decompressed += keys * nh * (hk + m.v_head);
+    // Each sequence rebuilds its positions once: count it at its longest token.
+    bool longest = true;
+    for (int64_t j = 0; j < b.size() && longest; j++)
+      if (j != i && tables[j] == tables[i])
+        longest = b.positions[j] < b.positions[i] || (b.positions[j] == b.positions[i] && j > i);
+    if (longest) decompressed += (b.positions[i] + 1) * nh * r * (m.qk_nope + m.v_head);
+  }
+  decompress_ = decompressed < absorbed;
+}
+
+void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, const float* xb, float* out) {
+  project_qkv(be, w, r, xb);
+  write_latents(be, w, r);
+  if (decompress_)
+    attend_decompressed(be, w, r);
+  else
+    attend_absorbed(be, w, r);
+  be.matmul(w.wo, att_.data(), r.n, out);
+}
+
+// q [n][n_head][nope | rope] and kv_a [n][kv_lora | rope], RoPE applied.
+void MlaBlock::project_qkv(Backend& be, const MlaWeights& w, const LayerRows& r, const float* xb) {
+  const MlaConfig& m = c_.mla;
+  const int64_t n = r.n;
+  if (w.wq.present()) {
+    const Weight* ws[2] = {&w.wq, &w.wkv_a};
+    float* ys[2] = {q_.data(), kv_a_.data()};
+    be.matmul_many(ws, 2, xb, n, ys);
+  } else {
+    const Weight* ws[2] = {&w.wq_a, &w.wkv_a};
+    float* ys[2] = {q_a_.data(), kv_a_.data()};
+    be.matmul_many(ws, 2, xb, n, ys);
+    be.rmsnorm(q_a_.data(), w.q_a_norm.data(), q_a_norm_.data(), n, m.q_lora_rank, c_.rms_eps);
+    be.matmul(w.wq_b, q_a_norm_.data(), n, q_.data());
+  }
+  // The rotary parts sit at the end of each query head and of the kv_a row.
+  be.rope(q_.data() + m.qk_nope, r.positions(), n, heads_.n, head_k(), c_.rope);
+  be.rope(kv_a_.data() + m.kv_lora_rank, r.positions(), n, 1, static_cast<int>(kv_width_), c_.rope);
+}
+
+// kv[slot] = [rmsnorm(c) | k_pe]
+void MlaBlock::write_latents(Backend& be, const MlaWeights& w, const LayerRows& r) {
+  const int64_t lr = c_.mla.kv_lora_rank, n = r.n;
+  for (int64_t i = 0; i < n; i++) std::memcpy(lat_.data() + i * lr, kv_a_.data() + i * kv_width_, lr * sizeof(float));
+  be.rmsnorm(lat_.data(), w.kv_a_norm.data(), lat_norm_.data(), n, lr, c_.rms_eps);
+  float* row = kv_row_.data();
+  const int64_t* slots = r.slots();
+  for (int64_t i = 0; i < n; i++) {
+    std::memcpy(row, lat_norm_.data() + i * lr, lr * sizeof(float));
+    std::memcpy(row + lr, kv_a_.data() + i * kv_width_ + lr, c_.mla.qk_rope * sizeof(float));
+    r.kv.write_k(r.kv_layer, slots[i], row);
+  }
+}
+
+namespace {
+PagedKvLayerView latent_view(const KvStore& kv, int layer) {
+  PagedKvLayerView v = kv.layer_view(layer);
+  v.v = v.k;  // values: the first kv_lora floats of each key row
+  v.v_stride = v.k_stride;
+  v.v_format = v.k_format;
+  return v;
+}
+}  // namespace
+
+void MlaBlock::attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows& r) {
+  const MlaConfig& m = c_.mla;
+  const int nh = heads_.n, hk = head_k();
+  const int64_t lr = m.kv_lora_rank, kw = kv_width_, n = r.n;
+  // Query per head: [Wk_b,h . q_nope,h | q_pe,h]
+  be.matmul_heads(w.k_absorb.data(), nh, q_.data(), nh * hk, hk, n, q_abs_.data(), nh * kw, kw);
+  for (int64_t i = 0; i < n; i++)
+    for (int h = 0; h < nh; h++)
+      std::memcpy(q_abs_.data() + (i * nh + h) * kw + lr, q_.data() + (i * nh + h) * hk + m.qk_nope,
+                  m.qk_rope * sizeof(float));
+  const AttentionShape shape{nh, 1, static_cast<int>(kw), c_.attn_scale, static_cast<int>(lr)};
+  be.attention(latent_view(r.kv, r.kv_layer), {n, q_abs_.data(), att_lat_.data(), r.positions(), r.tables()}, shape);
+  // Out of the latent per head: Wv_b,h . o_h
+  be.matmul_heads(w.v.data(), nh, att_lat_.data(), nh * lr, lr, n, att_.data(), nh * m.v_head, m.v_head);
+}
+
+// Per sequence of the rows: rebuild keys and values of all its positions
+// up to its last one among them, then multi-head attention over them.
+void MlaBlock::attend_decompressed(Backend& be, const MlaWeights& w, const LayerRows& r) {
+  const MlaConfig& m = c_.mla;
+  const int nh = heads_.n, hk = head_k(), vh = m.v_head;
+  const int64_t lr = m.kv_lora_rank, n = r.n;
+  const int32_t* const* tables = r.tables();
+  const int32_t* positions = r.positions();
+  const PagedKvLayerView cache = r.kv.layer_view(r.kv_layer);
+  for (int64_t first = 0; first < n; first++) {
+    // Each sequence once, at its first token; its tokens in batch order.
+    const int32_t* table = tables[first];
+    bool seen = false;
+    for (int64_t j = 0; j < first && !seen; j++) seen = tables[j] == table;
+    if (seen) continue;
+    auto& tokens = seq_tokens_;
+    tokens.clear();
+    for (int64_t j = first; j < n; j++)
+      if (tables[j] == table) tokens.push_back(j);
+    int32_t len = 0;
+    for (int64_t i : tokens) len = std::max(len, positions[i] + 1);
+    dec_lat_.resize(static_cast<size_t>(len) * lr);
+    dec_k_.resize(static_cast<size_t>(len) * nh * hk);
+    dec_v_.resize(static_cast<size_t>(len) * nh * vh);
+    for (int32_t p = 0; p < len; p++) {
+      const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size + p % cache.block_size;
+      const float* row = cache.k_format.read(cache.k_row(slot), 0, kv_row_.data(), kv_width_);
+      std::memcpy(dec_lat_.data() + p * lr, row, lr * sizeof(float));
+      for (int h = 0; h < nh; h++)
+        std::memcpy(dec_k_.data() + (static_cast<int64_t>(p) * nh + h) * hk + m.qk_nope, row + lr,
+                    m.qk_rope * sizeof(float));
+    }
+    be.matmul_heads(w.k_decompress.data(), nh, dec_lat_.data(), lr, 0, len, dec_k_.data(), nh * hk, hk);
+    be.matmul_heads(w.v.data(), nh, dec_lat_.data(), lr, 0, len, dec_v_.data(), nh * vh, vh);
+    // This sequence's queries, contiguous, against one block holding every position.
+    const auto nt = static_cast<int64_t>(tokens.size());
+    dec_q_.resize(static_cast<size_t>(nt) * nh * hk);
+    dec_out_.resize(static_cast<size_t>(nt) * nh * vh);
+    dec_pos_.resize(static_cast<size_t>(nt));
+    for (int64_t j = 0; j < nt; j++) {
+      std::memcpy(dec_q_.data() + j * nh * hk, q_.data() + tokens[j] * nh * hk, nh * hk * sizeof(float));
+      dec_pos_[j] = positions[tokens[j]];
+    }
+    static const int32_t kOneBlock = 0;
+    dec_tables_.assign(static_cast<size_t>(nt), &kOneBlock);
+    const PagedKvLayerView view = PagedKvLayerView::f32(dec_k_.data(), dec_v_.data(), nh * hk, nh * vh, len);
+    be.attention(view, {nt, dec_q_.data(), dec_out_.data(), dec_pos_.data(), dec_tables_.data()},
+                 {nh, nh, hk, c_.attn_scale, vh});
+    for (int64_t j = 0; j < nt; j++)
+      std::memcpy(att_.data() + tokens[j] * nh * vh, dec_out_.data() + j * nh * vh, nh * vh * sizeof(float));
+  }
+}
+
+}  // namespace kestrel
