@@ -11,49 +11,43 @@
 #include "core/median.h"
 #include "hw/cpu_features.h"
 #include "kernels/gemm_bf16.h"
-#include "model/batch_io.h"
+#include "runtime/generator.h"
 
 namespace kestrel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Prefill: n_prompt tokens in batches of the model's maximum, logits for the last only.
-double time_prefill(Engine& e, int64_t n_prompt) {
-  const int64_t n_vocab = e.model->config().n_vocab;
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
-  e.kv->remove(0);
-  Batch b;
+// Both tests run one request through the step executor (runtime/generator.h),
+// whose scheduler allocates its cache as it does for `run` and `serve`.
+// Tokens per second of the positions computed.
+double tokens_per_second(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen) {
+  GenerationParams p;
+  p.max_tokens = n_gen;
+  p.ignore_eos = true;
+  p.sampling.temperature = 0.0f;  // greedy: the cheapest pick, whatever the logits
   const auto t0 = Clock::now();
-  for (int64_t start = 0; start < n_prompt; start += e.model->max_batch_tokens()) {
-    const int64_t end = std::min(n_prompt, start + e.model->max_batch_tokens());
-    b.clear();
-    // Token ids vary so no row is special; any valid id costs the same.
-    for (int64_t i = start; i < end; i++) b.add(static_cast<int32_t>((i * 7919) % n_vocab), static_cast<int32_t>(i), 0, i == n_prompt - 1);
-    allocate_kv(b, *e.kv);
-    e.model->forward(b, *e.kv, logits.data());
-  }
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  const GenerationResult r = generate(e, prompt, p);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // The last token sampled is not run.
+  const auto computed = static_cast<int64_t>(prompt.size() + r.tokens.size()) - (r.tokens.empty() ? 0 : 1);
+  return static_cast<double>(computed) / seconds;
+}
+
+// Prefill: n_prompt tokens in batches of the model's maximum, logits for the last only.
+double prefill_ts(Engine& e, int64_t n_prompt) {
+  const int64_t n_vocab = e.model->config().n_vocab;
+  std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+  // Token ids vary so no row is special; any valid id costs the same.
+  for (int64_t i = 0; i < n_prompt; i++) prompt[i] = static_cast<int32_t>((i * 7919) % n_vocab);
+  return tokens_per_second(e, prompt, 0);
 }
 
 // Decode: n_gen single-token steps from an empty context, as llama-bench's tg test.
-double time_decode(Engine& e, int64_t n_gen) {
-  const int64_t n_vocab = e.model->config().n_vocab;
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
-  e.kv->remove(0);
-  Batch b;
-  int32_t tok = e.tokenizer->vocab().bos >= 0 ? e.tokenizer->vocab().bos : 0;
-  const auto t0 = Clock::now();
-  for (int64_t i = 0; i < n_gen; i++) {
-    b.clear();
-    b.add(tok, static_cast<int32_t>(i), 0, true);
-    allocate_kv(b, *e.kv);
-    e.model->forward(b, *e.kv, logits.data());
-    tok = static_cast<int32_t>((tok + 1 + i) % n_vocab);
-  }
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+double decode_ts(Engine& e, int64_t n_gen) {
+  const int32_t bos = e.tokenizer->vocab().bos >= 0 ? e.tokenizer->vocab().bos : 0;
+  return tokens_per_second(e, {bos}, n_gen);
 }
-
 
 struct Roofline {
   double ts = 0;
@@ -136,13 +130,13 @@ BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test,
   r.flops_per_token = cost.flops_per_token(c, tokens / 2);
   const Bound bound = bound_of(prefill, cost);
 
-  auto once = [&] { return prefill ? time_prefill(e, tokens) : time_decode(e, tokens); };
+  auto once = [&] { return prefill ? prefill_ts(e, tokens) : decode_ts(e, tokens); };
   once();  // warm-up: page in weights, grow scratch buffers
   std::vector<double> fractions, limits;
   for (int i = 0; i < reps; i++) {
     // With a probe, each repetition is held to the limit measured just before it.
     if (probe) limits.push_back(probe_limit(bound, *probe));
-    r.samples_ts.push_back(static_cast<double>(tokens) / once());
+    r.samples_ts.push_back(once());
     if (probe) {
       r.samples_roofline_ts.push_back(roofline(bound, limits.back(), r).ts);
       if (r.samples_roofline_ts.back() > 0) fractions.push_back(r.samples_ts.back() / r.samples_roofline_ts.back());

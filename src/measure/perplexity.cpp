@@ -8,11 +8,54 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "model/batch_io.h"
+#include "runtime/step_executor.h"
 
 namespace kestrel {
 
 namespace {
+
+// Every position's logits of a chunk, the chunks one after another through
+// one step executor (its scheduler allocates each chunk's cache, in batches
+// of the model's maximum; nothing is shared between chunks).
+class ChunkLogits : StepHooks {
+ public:
+  explicit ChunkLogits(Engine& e) : exec_(e, config(e)), n_vocab_(e.model->config().n_vocab) {}
+  void run(const std::vector<int32_t>& prompt, float* logits) {
+    ExecRequest req;
+    req.id = ++id_;
+    req.prompt = prompt;
+    req.max_tokens = 0;  // the prompt's logits only
+    req.all_logits = true;
+    req.prefix_cache = false;
+    out_ = logits;
+    done_ = false;
+    exec_.add(req);
+    while (!done_) exec_.step(0, *this);
+  }
+
+ private:
+  static ExecConfig config(const Engine& e) {
+    ExecConfig c;
+    c.scheduler.max_batch_tokens = c.scheduler.prefill_chunk = e.model->max_batch_tokens();
+    c.scheduler.max_batch_size = 1;
+    c.all_logits = true;
+    return c;
+  }
+  void keep(const float* row) {
+    std::copy(row, row + n_vocab_, out_);
+    out_ += n_vocab_;
+  }
+  void on_prompt_logits(int64_t, const float* row) override { keep(row); }
+  void on_row(int64_t, const float* row) override { keep(row); }  // the last position's
+  bool on_token(int64_t, int32_t, bool) override { return true; }
+  void on_end(int64_t, EndReason) override { done_ = true; }
+
+  StepExecutor exec_;
+  int64_t n_vocab_;
+  int64_t id_ = 0;
+  float* out_ = nullptr;
+  bool done_ = false;
+};
 
 constexpr char kMagic[8] = {'K', 'S', 'T', 'L', 'P', 'B', '0', '1'};
 
@@ -38,7 +81,7 @@ PerplexityResult perplexity(Engine& e, const std::string& text, const Perplexity
   if (r.n_chunks == 0)
     throw Error(fmt::format("the text has {} tokens, fewer than one chunk of {} (use a longer text or a smaller --ctx)",
                             r.n_tokens, n_ctx));
-  const int64_t nv = e.model->config().n_vocab, step = e.model->max_batch_tokens();
+  const int64_t nv = e.model->config().n_vocab;
   const int64_t first = n_ctx / 2;
   std::vector<float> logits(static_cast<size_t>(n_ctx * nv));
   double nll = 0, nll2 = 0;
@@ -76,20 +119,13 @@ PerplexityResult perplexity(Engine& e, const std::string& text, const Perplexity
   std::vector<double> klds;
   int64_t agree = 0;
   double base_nll = 0;
-  Batch b;
+  ChunkLogits runner(e);
   for (int64_t c = 0; c < r.n_chunks; c++) {
     const int32_t* chunk = tokens.data() + c * n_ctx;
-    e.kv->remove(0);
-    for (int64_t s = 0; s < n_ctx; s += step) {
-      b.clear();
-      for (int64_t i = s; i < std::min(n_ctx, s + step); i++) {
-        // Each chunk starts a document: BOS in place of its first token.
-        const int32_t tok = i == 0 && vocab.add_bos && vocab.bos >= 0 ? vocab.bos : chunk[i];
-        b.add(tok, static_cast<int32_t>(i), 0, true);
-      }
-      allocate_kv(b, *e.kv);
-      e.model->forward(b, *e.kv, logits.data() + s * nv);
-    }
+    std::vector<int32_t> prompt(chunk, chunk + n_ctx);
+    // Each chunk starts a document: BOS in place of its first token.
+    if (vocab.add_bos && vocab.bos >= 0) prompt[0] = vocab.bos;
+    runner.run(prompt, logits.data());
     for (int64_t j = first; j < n_ctx - 1; j++) {
       const float* row = logits.data() + j * nv;
       const float mx = *std::max_element(row, row + nv);

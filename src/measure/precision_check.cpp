@@ -12,7 +12,7 @@
 #include "kernels/forwarding_backend.h"
 #include "model/batch.h"
 #include "measure/f64_reference.h"
-#include "model/batch_io.h"
+#include "runtime/generator.h"
 
 namespace kestrel {
 namespace {
@@ -85,13 +85,17 @@ PrecisionReport precision_check(Engine& e, const std::vector<int32_t>& tokens) {
   if (n < 1 || n > e.model->max_batch_tokens() || n > e.n_ctx)
     throw Error(fmt::format("precision-check: {} tokens; give 1 to {} (one batch within the context)", n,
                             std::min(e.model->max_batch_tokens(), e.n_ctx)));
-  Batch b;
-  for (int64_t i = 0; i < n; i++) b.add(tokens[i], static_cast<int32_t>(i), 0, true);
-  e.kv->remove(0);
-  std::vector<float> logits(static_cast<size_t>(n * c.n_vocab));
-  allocate_kv(b, *e.kv);
-  e.model->forward(b, *e.kv, logits.data());
-  e.kv->remove(0);
+  // One batch (n is within the model's): every position's logits, and the
+  // recorder keeps every layer's activations.
+  std::vector<float> logits;
+  logits.reserve(static_cast<size_t>(n * c.n_vocab));
+  GenerationParams p;
+  p.max_tokens = 0;
+  p.all_logits = true;
+  GenerationCallbacks cb;
+  cb.on_logits = [&](const float* row, int64_t nv) { logits.insert(logits.end(), row, row + nv); };
+  generate(e, tokens, p, cb);
+  e.kv->erase(0);
 
   F64Decoder ref(*e.file, c, e.n_ctx, e.backend->n_threads());
   ref.run(tokens);

@@ -8,20 +8,6 @@
 
 namespace kestrel {
 
-void allocate_kv(const Batch& b, PagedKvCache& kv) {
-  const int64_t n = b.size();
-  if (kv.n_groups() > 1)
-    for (int64_t i = 0; i < n; i++) {
-      // Each sequence's first position in the batch (rows of a sequence may come in any order).
-      bool first = true;
-      for (int64_t j = 0; j < n && first; j++)
-        first = b.seq_ids[j] != b.seq_ids[i] || b.positions[j] > b.positions[i] || (b.positions[j] == b.positions[i] && j >= i);
-      if (first) kv.slide(b.seq_ids[i], b.positions[i]);
-    }
-  for (int64_t i = 0; i < n; i++)
-    if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
-}
-
 namespace {
 
 void check_batch_rows(const Batch& b, const PagedKvCache& kv, int64_t n_vocab) {
@@ -29,7 +15,7 @@ void check_batch_rows(const Batch& b, const PagedKvCache& kv, int64_t n_vocab) {
     if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
       throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", b.tokens[i], n_vocab - 1));
     if (b.positions[i] < 0 || b.positions[i] >= kv.length(b.seq_ids[i]))
-      throw Error(fmt::format("position {} of sequence {} has no KV slot: allocate before the forward step "
+      throw Error(fmt::format("position {} of sequence {} has no KV slot: the scheduler allocates before a forward step "
                               "(the sequence holds {} positions)",
                               b.positions[i], b.seq_ids[i], kv.length(b.seq_ids[i])));
   }
@@ -37,15 +23,7 @@ void check_batch_rows(const Batch& b, const PagedKvCache& kv, int64_t n_vocab) {
 
 }  // namespace
 
-void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables) {
-  check_batch_rows(b, kv, n_vocab);
-  for (int64_t i = 0; i < b.size(); i++) {
-    slots[i] = kv.slot(b.seq_ids[i], b.positions[i]);
-    tables[i] = kv.block_table(b.seq_ids[i]);
-  }
-}
-
-void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out) {
+void place_batch(const Batch& b, const PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out) {
   check_batch_rows(b, kv, n_vocab);
   for (int g = 0; g < kv.n_groups(); g++)
     for (int64_t i = 0; i < b.size(); i++) {

@@ -1,7 +1,8 @@
 #pragma once
 // The two ends of every architecture's forward step that do not depend on
-// the architecture: placing a batch's tokens in the paged KV cache, and the
-// output head over only the rows that asked for logits.
+// the architecture: placing a batch's tokens in the paged KV cache (where
+// the scheduler allocated them), and the output head over only the rows that
+// asked for logits.
 #include <cstdint>
 #include <vector>
 
@@ -13,23 +14,11 @@
 
 namespace kestrel {
 
-// What a caller does before a forward step outside the server (whose
-// scheduler allocates from its plan): tells the cache where each
-// sequence's batch starts, so sliding-window layers release what left their
-// window, and allocates every position the batch writes. Throws Error when
-// the pool is full (those callers size it for their context). The model
-// itself never allocates.
-void allocate_kv(const Batch& b, PagedKvCache& kv);
-
 // Checks every token id against the vocabulary and every position against
-// what its sequence holds (Error naming the bad one: the caller must have
-// allocated), and fills each row's slot and its sequence's block table (of
-// the cache's first layer group).
-void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, int64_t* slots, const int32_t** tables);
-
-// The same for every layer group of the cache (full-attention and
-// sliding-window layers).
-void place_batch(const Batch& b, PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out);
+// what its sequence holds (Error naming the bad one: the scheduler must have
+// allocated it), and fills each row's slot and its sequence's block table for
+// every layer group of the cache (full-attention and sliding-window layers).
+void place_batch(const Batch& b, const PagedKvCache& kv, int64_t n_vocab, BatchPlacement& out);
 
 // The two ends' weights: the token embedding, and the output head (its norm
 // and matrix; a tied head is the embedding, given its own prepared copy so

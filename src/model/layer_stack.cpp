@@ -9,8 +9,7 @@
 namespace kestrel {
 
 LayerStack::LayerStack(Backend& be, const ModelOptions& opt, ModelConfig cfg)
-    : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), shard_(opt.shard),
-      place_(opt.max_batch_tokens) {
+    : cfg_(std::move(cfg)), be_(be), max_batch_(opt.max_batch_tokens), shard_(opt.shard) {
   // This rank's layers and widths, checked before any weight is read, so
   // that a split that cannot be made says so.
   const ModelConfig& c = cfg_;
@@ -68,15 +67,7 @@ void LayerStack::check_batch_size(int64_t n) const {
   if (n > max_batch_) throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", n, max_batch_));
 }
 
-void LayerStack::forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) {
-  if (b.size() == 0) return;
-  check_batch_size(b.size());
-  place(b, kv);
-  forward_placed(b, place_, kv.store(), logits, hidden);
-}
-
-void LayerStack::forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits,
-                                float* hidden) {
+void LayerStack::forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) {
   const int64_t n = b.size();
   if (n == 0) return;
   check_batch_size(n);
@@ -94,7 +85,7 @@ void LayerStack::forward_placed(const Batch& b, const BatchPlacement& place, KvS
   head(b, x_, io_.output_norm, io_.output, logits, hidden);
 }
 
-void LayerStack::start_forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) {
+void LayerStack::start_forward(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) {
   check_batch_size(b.size());
   begin_step(b, place);
   in_flight_.start(
@@ -102,7 +93,7 @@ void LayerStack::start_forward_placed(const Batch& b, const BatchPlacement& plac
       [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
 }
 
-void LayerStack::finish_forward_placed(int slot, float* logits) {
+void LayerStack::finish_forward(int slot, float* logits) {
   const auto [b, back] = in_flight_.finish(shard_, slot);
   if (logits) head(*b, back, io_.output_norm, io_.output, logits, nullptr);  // (null: a step drained at the end)
 }

@@ -31,13 +31,12 @@ class LayerStack : public Model {
  public:
   const ModelConfig& config() const final { return cfg_; }
   int64_t max_batch_tokens() const final { return max_batch_; }
-  void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) final;
-  void forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) final;
+  void forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) final;
   // Rank 0 of a pipeline keeps up to one step per stage in flight, each in
   // its own activations: stage 0 of step k+1 runs while step k is further on.
   int steps_in_flight() const final { return shard_.pipelined() && shard_.leader() ? shard_.stages : 1; }
-  void start_forward_placed(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) final;
-  void finish_forward_placed(int slot, float* logits) final;
+  void start_forward(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) final;
+  void finish_forward(int slot, float* logits) final;
 
   // The second half of construction, once the family's own members exist
   // (its factory calls it once): the family's tensors (load_extra, then
@@ -80,8 +79,6 @@ class LayerStack : public Model {
   // One layer over the rows, branches and sums one after another (what the
   // MTP block runs too).
   void run_layer(const LayerRows& r);
-  // The batch placed in the cache (place_), checked against the vocabulary and the cache.
-  void place(const Batch& b, PagedKvCache& kv) { place_batch(b, kv, cfg_.n_vocab, place_); }
   void check_batch_size(int64_t n) const;
   // Rows [r0, r0 + n) of the batch embedded by table into the activations.
   void embed_rows(const Weight& table, const Batch& b, int64_t r0, int64_t n);
@@ -100,7 +97,6 @@ class LayerStack : public Model {
   MoeConfig local_moe_;      // the expert widths this rank runs (its share under tp)
   int64_t local_n_ff_ = 0;   // ...and of a dense FFN's rows
   IoWeights io_;
-  BatchPlacement place_;
   float* x_ = nullptr;  // the activations being computed: x_store_, or a step in flight's
 
  private:

@@ -90,31 +90,28 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   virtual KvLayout kv_layout() const = 0;
   virtual int64_t max_batch_tokens() const = 0;
-  // Runs the batch (reserving KV positions as needed) and writes one row of
+  // Runs the batch over rows already placed in the cache (their slots and
+  // block tables: model/batch_io.h's place_batch of what the scheduler
+  // allocated, or a tensor-parallel leader's placement) and writes one row of
   // n_vocab logits per row with want_logits set, in batch order. With hidden
   // set, also every row's final hidden state (after the output norm, n_embd
-  // floats per row): what a multi-token-prediction head reads.
-  virtual void forward(const Batch& batch, PagedKvCache& kv, float* logits, float* hidden = nullptr) = 0;
-  // The same step with the rows already placed in the cache (slots and
-  // block tables): what a tensor-parallel rank runs on its leader's
-  // placement, over its own rows of the cache. logits may be null (a rank
-  // that does not sample). Not every architecture can be split.
-  virtual void forward_placed(const Batch& batch, const BatchPlacement& placement, KvStore& kv, float* logits,
-                              float* hidden = nullptr);
+  // floats per row): what a multi-token-prediction head reads. logits may be
+  // null (a tensor-parallel rank that does not sample). The model never
+  // allocates cache blocks: the scheduler alone does.
+  virtual void forward(const Batch& batch, const BatchPlacement& placement, KvStore& kv, float* logits,
+                       float* hidden = nullptr) = 0;
 
   // Pipelining across steps (rank 0 of a job split by pp): up to this many
   // steps started before the first is finished, each over requests the
   // others do not hold, so that step k+1 runs in stage 0 while step k is in
   // stage 1. 1: a step is forward() (no start/finish).
   virtual int steps_in_flight() const { return 1; }
-  // forward() in two halves: start sends the step on (batch and kv must
-  // stay until finish, which writes its logits); slot < steps_in_flight()
-  // is free again after its finish. Steps finish in the order started.
-  virtual void start_forward(const Batch& batch, PagedKvCache& kv, int slot);
+  // forward() in two halves: start sends the step on (batch, placement and
+  // kv must stay until finish, which writes its logits); slot <
+  // steps_in_flight() is free again after its finish. Steps finish in the
+  // order started.
+  virtual void start_forward(const Batch& batch, const BatchPlacement& placement, KvStore& kv, int slot);
   virtual void finish_forward(int slot, float* logits);
-  // The same below the leader: over a placement, as forward_placed.
-  virtual void start_forward_placed(const Batch& batch, const BatchPlacement& placement, KvStore& kv, int slot);
-  virtual void finish_forward_placed(int slot, float* logits);
 
   // Multi-token prediction (DeepSeek-V3 `nextn` layers, loaded with
   // ModelOptions::load_mtp): 0 when the model has none loaded.
@@ -122,10 +119,11 @@ class Model {
   // Runs the first MTP layer: row i carries token x_{p+1} at position p and
   // hidden_in row i, the target's final hidden state at p (or the previous
   // MTP step's output when chaining drafts). Its logits predict x_{p+2};
-  // hidden_out (may be null) gets each row's output state. Its keys and values go to the
-  // KV cache's layers after the trunk's, at position p.
-  virtual void forward_mtp(const Batch& batch, const float* hidden_in, PagedKvCache& kv, float* logits,
-                           float* hidden_out);
+  // hidden_out (may be null) gets each row's output state. Its keys and
+  // values go to the KV cache's layers after the trunk's, at position p (a
+  // position the scheduler allocated for the target's row there).
+  virtual void forward_mtp(const Batch& batch, const BatchPlacement& placement, KvStore& kv, const float* hidden_in,
+                           float* logits, float* hidden_out);
 };
 
 // How MLA attention runs (DeepSeek models; others ignore it).

@@ -9,23 +9,15 @@
 
 namespace kestrel {
 
-void Model::forward_mtp(const Batch&, const float*, PagedKvCache&, float*, float*) {
+void Model::forward_mtp(const Batch&, const BatchPlacement&, KvStore&, const float*, float*, float*) {
   throw Error(fmt::format("the {} model has no multi-token-prediction layers loaded (DeepSeek-V3 `nextn` blocks)",
                           config().arch));
 }
 
-void Model::forward_placed(const Batch&, const BatchPlacement&, KvStore&, float*, float*) {
-  throw Error(fmt::format("the {} model cannot run split across ranks (tensor parallelism)", config().arch));
-}
-
-void Model::start_forward(const Batch&, PagedKvCache&, int) {
+void Model::start_forward(const Batch&, const BatchPlacement&, KvStore&, int) {
   throw Error(fmt::format("the {} model keeps one step in flight (forward)", config().arch));
 }
 void Model::finish_forward(int, float*) { throw Error("finish_forward: no step was started"); }
-void Model::start_forward_placed(const Batch&, const BatchPlacement&, KvStore&, int) {
-  throw Error(fmt::format("the {} model cannot pipeline steps across pipeline stages", config().arch));
-}
-void Model::finish_forward_placed(int, float*) { throw Error("finish_forward_placed: no step was started"); }
 
 namespace {
 

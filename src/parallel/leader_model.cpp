@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "model/batch_io.h"
 #include "parallel/step_message.h"
 
 namespace kestrel {
@@ -14,10 +13,10 @@ namespace {
 class LeaderModel final : public Model {
  public:
   LeaderModel(std::unique_ptr<Model> inner, std::shared_ptr<Communicator> comm, PagedKvCache& kv, bool pipeline_steps)
-      : inner_(std::move(inner)), comm_(std::move(comm)), kv_(kv), place_(inner_->max_batch_tokens()) {
+      : inner_(std::move(inner)), comm_(std::move(comm)), kv_(kv) {
     kv_.store().set_copy_log(&copies_);
     const int slots = pipeline_steps ? inner_->steps_in_flight() : 1;
-    for (int i = 0; i < slots; i++) slots_.emplace_back(inner_->max_batch_tokens());
+    slots_.resize(static_cast<size_t>(slots));
   }
   ~LeaderModel() override {
     kv_.store().set_copy_log(nullptr);
@@ -44,21 +43,20 @@ class LeaderModel final : public Model {
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
   int64_t max_batch_tokens() const override { return inner_->max_batch_tokens(); }
 
-  void forward(const Batch& b, PagedKvCache& kv, float* logits, float* hidden) override {
+  void forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) override {
     check_cache(kv);
     if (b.size() == 0) return;
     if (b.size() > max_batch_tokens())
       throw Error(fmt::format("batch of {} tokens exceeds the planned maximum {}", b.size(), max_batch_tokens()));
-    // Checked and placed before anything is sent: a bad batch is an error
-    // here and the other ranks never see it.
-    place_batch(b, kv, config().n_vocab, place_);
-    const std::vector<uint8_t> bytes = encode_step(b, place_, kv.n_groups(), kv.block_size(), copies_);
+    // Placed (and checked) by the caller before anything is sent: a bad
+    // batch is an error there and the other ranks never see it.
+    const std::vector<uint8_t> bytes = encode_step(b, place, kv_.n_groups(), kv_.block_size(), copies_);
     guarded([&] {
       StepHeader h{static_cast<int64_t>(StepOp::Forward), static_cast<int64_t>(bytes.size())};
       comm_->broadcast(&h, sizeof h, 0);
       comm_->broadcast(const_cast<uint8_t*>(bytes.data()), bytes.size(), 0);
       copies_.clear();
-      inner_->forward_placed(b, place_, kv.store(), logits, hidden);
+      inner_->forward(b, place, kv, logits, hidden);
     });
   }
 
@@ -67,19 +65,18 @@ class LeaderModel final : public Model {
   // stage 0's part runs; finish waits for the rest and computes the logits.
   int steps_in_flight() const override { return static_cast<int>(slots_.size()); }
 
-  void start_forward(const Batch& b, PagedKvCache& kv, int slot) override {
+  void start_forward(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) override {
     check_cache(kv);
     Slot& s = slot_at(slot);
     if (b.size() == 0 || b.size() > max_batch_tokens())
       throw Error(fmt::format("batch of {} tokens: 1 to {} can be started", b.size(), max_batch_tokens()));
-    place_batch(b, kv, config().n_vocab, s.place);
-    s.bytes = encode_step(b, s.place, kv.n_groups(), kv.block_size(), copies_);
+    s.bytes = encode_step(b, place, kv_.n_groups(), kv_.block_size(), copies_);
     s.header = {static_cast<int64_t>(StepOp::Forward), static_cast<int64_t>(s.bytes.size())};
     guarded([&] {
       s.message[0] = comm_->start_broadcast(&s.header, sizeof s.header, 0);
       s.message[1] = comm_->start_broadcast(s.bytes.data(), static_cast<int64_t>(s.bytes.size()), 0);
       copies_.clear();
-      inner_->start_forward_placed(b, s.place, kv.store(), slot);
+      inner_->start_forward(b, place, kv, slot);
     });
     s.started = ++steps_started_;
   }
@@ -90,7 +87,7 @@ class LeaderModel final : public Model {
     s.started = 0;  // (free again whatever happens next: the end must not drain it twice)
     guarded([&] {
       for (auto r : s.message) comm_->wait(r);
-      inner_->finish_forward_placed(slot, logits);
+      inner_->finish_forward(slot, logits);
     });
   }
 
@@ -106,13 +103,11 @@ class LeaderModel final : public Model {
     }
   }
 
-  void check_cache(const PagedKvCache& kv) const {
-    if (&kv != &kv_) throw Error("tensor parallelism: a forward step over a KV cache the other ranks do not hold");
+  void check_cache(const KvStore& kv) const {
+    if (&kv != &kv_.store()) throw Error("tensor parallelism: a forward step over a KV cache the other ranks do not hold");
   }
 
-  struct Slot {  // a step in flight: what its message is built from, until finish
-    explicit Slot(int64_t max_batch) : place(max_batch) {}
-    BatchPlacement place;
+  struct Slot {  // a step in flight: its message, until finish
     StepHeader header;
     std::vector<uint8_t> bytes;
     Communicator::Request message[2] = {0, 0};
@@ -128,7 +123,6 @@ class LeaderModel final : public Model {
   std::unique_ptr<Model> inner_;
   std::shared_ptr<Communicator> comm_;
   PagedKvCache& kv_;
-  BatchPlacement place_;
   std::vector<Slot> slots_;
   int64_t steps_started_ = 0;
   std::vector<BlockCopy> copies_;  // the cache's copies since the last step

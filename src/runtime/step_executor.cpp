@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "model/batch_io.h"
 
 namespace kestrel {
 
@@ -33,7 +34,7 @@ StepExecutor::StepExecutor(Engine& engine, const ExecConfig& config)
   if (proposer_ && proposer_->wants_hidden())
     hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->config().n_embd));
   depth_ = proposer_ ? 1 : std::max(1, e_.model->steps_in_flight());
-  flights_.resize(static_cast<size_t>(depth_));
+  for (int i = 0; i < depth_; i++) flights_.emplace_back(e_.model->max_batch_tokens());
 }
 
 void StepExecutor::add(const ExecRequest& spec) {
@@ -205,8 +206,9 @@ bool StepExecutor::launch(double now_ms, int slot, StepHooks& hooks, StepReport&
   for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;
   f.start_s = seconds_now();
   add_drafts(f);
+  place_batch(f.batch, *e_.kv, e_.model->config().n_vocab, f.place);
   if (depth_ > 1) {  // (one slot: forward() at landing)
-    e_.model->start_forward(f.batch, *e_.kv, slot);
+    e_.model->start_forward(f.batch, f.place, e_.kv->store(), slot);
     for (const Row& r : f.rows) r.r->rec->in_flight = true;
     if (!in_flight_.empty()) report.pipelined++;
   }
@@ -222,7 +224,7 @@ void StepExecutor::land(StepHooks& hooks, StepReport& report) {
   report.rows = static_cast<int>(f.rows.size());
   report.batch_tokens = f.batch.size();
   if (depth_ == 1) {
-    e_.model->forward(f.batch, *e_.kv, logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
+    e_.model->forward(f.batch, f.place, e_.kv->store(), logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
   } else {
     e_.model->finish_forward(slot, logits_.data());
     for (Row& row : f.rows) {  // requests cancelled while their step was in flight are gone

@@ -126,7 +126,9 @@ class StepExecutor {
 
   // A started step: its batch and rows stay here until it lands.
   struct Flight {
+    explicit Flight(int64_t max_tokens) : place(max_tokens) {}
     Batch batch;
+    BatchPlacement place;  // where the plan put its rows in the cache
     std::vector<Row> rows;
     bool decode_only = false;  // every row a decoding request's (the governor times these)
     double start_s = 0;

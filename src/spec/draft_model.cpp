@@ -8,10 +8,23 @@
 #include "model/batch.h"
 #include "runtime/sampler.h"
 #include "model/batch_io.h"
+#include "runtime/scheduler.h"
 
 namespace kestrel {
 
-DraftModelProposer::DraftModelProposer(Engine& draft, int64_t target_n_vocab) : d_(draft) {
+namespace {
+
+SchedulerConfig draft_scheduler(const Engine& d) {
+  SchedulerConfig c;
+  c.max_batch_tokens = c.prefill_chunk = d.model->max_batch_tokens();
+  c.max_batch_size = 1 << 16;  // every sequence drafting at once (the cache holds what it holds)
+  return c;
+}
+
+}  // namespace
+
+DraftModelProposer::DraftModelProposer(Engine& draft, int64_t target_n_vocab)
+    : d_(draft), sched_(draft_scheduler(draft), draft.kv->blocks()), place_(draft.model->max_batch_tokens()) {
   const int64_t nv = d_.model->config().n_vocab;
   if (nv != target_n_vocab)
     throw Error(fmt::format("the draft model's vocabulary has {} tokens, the target's {}: they must share one", nv,
@@ -31,74 +44,78 @@ std::vector<int32_t> DraftModelProposer::propose(const std::vector<int32_t>& his
   return propose(std::vector<Request>{{0, &history, max}})[0];
 }
 
-void DraftModelProposer::forget(int32_t seq) {
-  d_.kv->erase(seq);
-  cached_.erase(seq);
+void DraftModelProposer::forget(int32_t seq) { sched_.remove(seq); }
+
+// Brings a sequence's record to history: what its cache shares with it stays
+// (at least the last token runs again, for its logits), the rest is rolled
+// back through the scheduler, which frees those positions' blocks.
+void DraftModelProposer::sync(int32_t seq, const std::vector<int32_t>& h) {
+  SchedRequest* rec = sched_.find(seq);
+  if (!rec) {
+    sched_.add(seq, seq, h, 0, 0);
+    sched_.find(seq)->prefix_cache = false;
+    return;
+  }
+  const auto len = static_cast<int64_t>(h.size());
+  auto common = static_cast<int64_t>(
+      std::mismatch(rec->tokens.begin(), rec->tokens.end(), h.begin(), h.end()).first - rec->tokens.begin());
+  common = std::min({common, len - 1, rec->num_computed_tokens});
+  rec->tokens = h;
+  if (common < rec->num_computed_tokens)
+    for (const BlockCopies& c : sched_.update({{seq, common}})) d_.kv->store().copy(c);
 }
 
 std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<Request>& requests) {
   const auto nr = requests.size();
-  const int64_t nv = d_.model->config().n_vocab, chunk = d_.model->max_batch_tokens();
+  const int64_t nv = d_.model->config().n_vocab;
   std::vector<std::vector<int32_t>> drafts(nr);
   std::vector<int> want(nr, 0);
-  // Catch up: each sequence keeps what its cache shares with its history;
-  // at least the last token runs again, for its logits. Rows of all the
-  // requests share forwards; a request's last row gives its first draft.
-  Batch b;
-  std::vector<size_t> owners;  // per logits row of the pending batch: its request
-  auto flush = [&] {
-    if (b.size() == 0) return;
-    // One logits row per request at most (its last row): sized by use, not by the batch.
-    if (logits_.size() < owners.size() * static_cast<size_t>(nv)) logits_.resize(owners.size() * static_cast<size_t>(nv));
-    allocate_kv(b, *d_.kv);
-    d_.model->forward(b, *d_.kv, logits_.data());
-    for (size_t row = 0; row < owners.size(); row++)
-      drafts[owners[row]].push_back(argmax(logits_.data() + static_cast<int64_t>(row) * nv, nv));
-    b.clear();
-    owners.clear();
-  };
+  std::unordered_map<int32_t, size_t> of_seq;  // the request drafting each sequence
   for (size_t r = 0; r < nr; r++) {
     const auto& h = *requests[r].history;
     const auto len = static_cast<int64_t>(h.size());
     want[r] = static_cast<int>(std::min<int64_t>(requests[r].max, d_.n_ctx - len));
     if (want[r] <= 0 || len == 0) continue;
-    auto& cached = cached_[requests[r].seq];
-    auto common =
-        static_cast<int64_t>(std::mismatch(cached.begin(), cached.end(), h.begin(), h.end()).first - cached.begin());
-    common = std::min(common, len - 1);
-    // Its own ledger: a full pool is an answer (no draft for this one this time), not an exception.
-    BlockCopies copies;
-    const bool rolled_back = d_.kv->blocks().truncate(requests[r].seq, common, copies);
-    d_.kv->store().copy(copies);
-    if (!rolled_back || !d_.kv->blocks().allocate(requests[r].seq, len + want[r] - 1)) {
-      want[r] = 0;
-      if (!rolled_back) d_.kv->erase(requests[r].seq);  // a shared block it could not copy: start over
-      cached.assign(h.begin(), h.begin() + std::min(common, d_.kv->length(requests[r].seq)));
-      continue;
-    }
-    cached.assign(h.begin(), h.end());
-    for (int64_t p = common; p < len; p++) {
-      if (b.size() == chunk) flush();
-      b.add(h[p], static_cast<int32_t>(p), requests[r].seq, p == len - 1);
-      if (p == len - 1) owners.push_back(r);
-    }
+    sync(requests[r].seq, h);
+    of_seq[requests[r].seq] = r;
   }
-  flush();
-  // Greedy steps: one row per request still drafting.
-  for (int step = 1;; step++) {
-    for (size_t r = 0; r < nr; r++) {
-      if (static_cast<int>(drafts[r].size()) != step || want[r] <= step) continue;
-      if (b.size() == chunk) flush();
-      const auto pos = static_cast<int32_t>(requests[r].history->size()) + step - 1;
-      b.add(drafts[r].back(), pos, requests[r].seq, true);
-      cached_[requests[r].seq].push_back(drafts[r].back());
-      owners.push_back(r);
+  // Steps as the draft's scheduler plans them: the sequences' catch-up rows
+  // share forwards, then each greedy step is one forward with a row per
+  // sequence still drafting. A sequence the cache has no room for waits
+  // (no draft this time) or is preempted (recomputed next time).
+  Batch b;
+  std::vector<StepOutcome> outcomes;
+  for (;;) {
+    const StepPlan& plan = sched_.plan(0);
+    if (plan.items.empty()) break;
+    b.clear();
+    for (const auto& item : plan.items) {
+      const SchedRequest& rec = *sched_.find(item.id);
+      const int64_t last = item.first + item.n_tokens - 1;
+      for (int64_t i = item.first; i <= last; i++)
+        b.add(rec.tokens[i], static_cast<int32_t>(i), item.seq, item.logits && i == last);
     }
-    if (b.size() == 0) break;
-    flush();
+    const auto rows = static_cast<size_t>(b.n_logit_rows());
+    if (logits_.size() < rows * static_cast<size_t>(nv)) logits_.resize(rows * static_cast<size_t>(nv));
+    place_batch(b, *d_.kv, nv, place_);
+    d_.model->forward(b, place_, d_.kv->store(), logits_.data());
+    outcomes.clear();
+    int64_t row = 0;
+    for (const auto& item : plan.items) {
+      outcomes.push_back({item.id, item.first + item.n_tokens});
+      if (!item.logits) continue;
+      const size_t r = of_seq.at(item.seq);
+      drafts[r].push_back(argmax(logits_.data() + row++ * nv, nv));
+      // Fed on the next step while the request wants more.
+      if (static_cast<int>(drafts[r].size()) < want[r]) sched_.find(item.id)->tokens.push_back(drafts[r].back());
+    }
+    for (const BlockCopies& c : sched_.update(outcomes)) d_.kv->store().copy(c);
   }
-  for (size_t r = 0; r < nr; r++)
-    if (static_cast<int>(drafts[r].size()) > want[r]) drafts[r].resize(static_cast<size_t>(std::max(want[r], 0)));
+  // What was not fed (a draft left when the cache ran out) is not the sequence's.
+  for (const auto& [seq, r] : of_seq) {
+    SchedRequest* rec = sched_.find(seq);
+    rec->tokens.resize(static_cast<size_t>(rec->num_computed_tokens));
+  }
   return drafts;
 }
 

@@ -3,7 +3,8 @@
 // greedily on its own engine and KV cache, one draft sequence per target
 // sequence, each kept in step with its target's history — the part both
 // agree on stays cached, anything after it (rejected drafts) is rolled back
-// before the next proposal. The server drafts for all its decoding requests
+// before the next proposal. Its cache's blocks are allocated and rolled back
+// by a scheduler of its own, as the target's are by the server's. The server drafts for all its decoding requests
 // at once: their catch-up rows share forwards, then each greedy step is one
 // forward with a row per request.
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/proposer.h"
+#include "runtime/scheduler.h"
 
 namespace kestrel {
 
@@ -34,9 +36,14 @@ class DraftModelProposer : public Proposer {
   void forget(int32_t seq) override;
 
  private:
+  void sync(int32_t seq, const std::vector<int32_t>& history);
+
   std::unique_ptr<Engine> owned_;  // set by load()
   Engine& d_;
-  std::unordered_map<int32_t, std::vector<int32_t>> cached_;  // per sequence: tokens in the draft's cache, in order
+  // One request per sequence (its id is the sequence): its tokens, the ones
+  // in the draft's cache, the blocks that hold them.
+  Scheduler sched_;
+  BatchPlacement place_;
   std::vector<float> logits_;
 };
 

@@ -11,6 +11,18 @@
 #include "model/batch_io.h"
 
 namespace kestrel {
+namespace {
+
+// The MTP block over rows whose positions the scheduler allocated already:
+// the target's own positions (catching up) and its draft slots (chained drafts).
+void forward_mtp_rows(Engine& e, const Batch& b, const float* hidden_in, float* logits, float* hidden_out) {
+  thread_local BatchPlacement place(0);
+  if (static_cast<int64_t>(place.slots[0].size()) < b.size()) place = BatchPlacement(e.model->max_batch_tokens());
+  place_batch(b, *e.kv, e.model->config().n_vocab, place);
+  e.model->forward_mtp(b, place, e.kv->store(), hidden_in, logits, hidden_out);
+}
+
+}  // namespace
 
 MtpProposer::MtpProposer(Engine& target, int32_t seq) : e_(target), seq_(seq), dim_(target.model->config().n_embd) {
   const ModelConfig& c = e_.model->config();
@@ -53,8 +65,7 @@ void MtpProposer::run_settled_rows() {
     const int64_t p1 = std::min(last + 1, p0 + chunk);
     b.clear();
     for (int64_t p = p0; p < p1; p++) b.add(tokens_[p + 1 - caught_], static_cast<int32_t>(p), seq_, false);
-    allocate_kv(b, *e_.kv);
-    m.forward_mtp(b, pending_.data() + (p0 - caught_) * dim_, *e_.kv, nullptr, nullptr);
+    forward_mtp_rows(e_, b, pending_.data() + (p0 - caught_) * dim_, nullptr, nullptr);
   }
   const int64_t done = last + 1 - caught_;
   pending_.erase(pending_.begin(), pending_.begin() + done * dim_);
@@ -80,8 +91,7 @@ std::vector<std::vector<int32_t>> MtpProposer::propose(Engine& e, const std::vec
     if (b.size() == 0) return;
     out.resize(static_cast<size_t>(b.size() * dim));
     logits.resize(static_cast<size_t>(b.n_logit_rows() * nv));
-    allocate_kv(b, *e.kv);
-    m.forward_mtp(b, in.data(), *e.kv, logits.data(), out.data());
+    forward_mtp_rows(e, b, in.data(), logits.data(), out.data());
     for (int64_t i = 0, row = 0; i < b.size(); i++) {
       if (!b.want_logits[i]) continue;
       const size_t r = owners[static_cast<size_t>(row)];
@@ -113,7 +123,7 @@ std::vector<std::vector<int32_t>> MtpProposer::propose(Engine& e, const std::vec
       if (pos == last) owners.push_back(r);
     }
   }
-  flush();  // may throw (a full KV pool): nothing below has changed a proposer yet
+  flush();  // may throw (a row the scheduler did not allocate): nothing below has changed a proposer yet
   for (size_t r = 0; r < nr; r++) {
     if (want[r] == 0) continue;
     MtpProposer& p = *requests[r].proposer;

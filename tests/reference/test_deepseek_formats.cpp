@@ -88,8 +88,7 @@ TEST(DeepseekFormats, FusedKvBFromOlderConversionsMatchesLlamaCpp) {
     Batch b;
     for (size_t i = 0; i < prompt.size(); i++) b.add(prompt[i], static_cast<int32_t>(i), 0, true);
     std::vector<float> got(prompt.size() * nv);
-    allocate_kv(b, *e.kv);
-    e.model->forward(b, *e.kv, got.data());
+    test::forward_alone(e, b, got.data());
     float worst = 0;
     for (size_t i = 0; i < got.size(); i++) worst = std::max(worst, std::fabs(got[i] - want[i]));
     EXPECT_LT(worst, 1e-4f) << "mode " << static_cast<int>(mode);

@@ -32,8 +32,7 @@ class MixedBatches : public ::testing::TestWithParam<Case> {};
 std::map<std::pair<int, int>, std::vector<float>> run(Engine& e, const Batch& b) {
   const int64_t nv = e.model->config().n_vocab;
   std::vector<float> logits(static_cast<size_t>(b.n_logit_rows() * nv));
-  allocate_kv(b, *e.kv);
-  e.model->forward(b, *e.kv, logits.data());
+  test::forward_alone(e, b, logits.data());
   std::map<std::pair<int, int>, std::vector<float>> rows;
   int64_t r = 0;
   for (int64_t i = 0; i < b.size(); i++) {
@@ -152,16 +151,18 @@ TEST(ModelForward, ARowWithoutAnAllocatedSlotIsAnErrorNamingIt) {
   std::vector<float> logits(static_cast<size_t>(e.model->config().n_vocab));
   Batch b;
   b.add(1, 0, 0, true);
+  BatchPlacement place(1);
   try {
-    e.model->forward(b, *e.kv, logits.data());
-    ADD_FAILURE() << "forward allocated position 0 itself";
+    place_batch(b, *e.kv, e.model->config().n_vocab, place);
+    ADD_FAILURE() << "placing the batch allocated position 0 itself";
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("position 0 of sequence 0 has no KV slot"), std::string::npos) << err.what();
   }
   EXPECT_EQ(e.kv->length(0), 0);
-  allocate_kv(b, *e.kv);
+  test::allocate_by_hand(b, *e.kv);  // what the scheduler does
   EXPECT_EQ(e.kv->length(0), 1);
-  e.model->forward(b, *e.kv, logits.data());  // now it runs
+  place_batch(b, *e.kv, e.model->config().n_vocab, place);
+  e.model->forward(b, place, e.kv->store(), logits.data());  // now it runs
 }
 
 }  // namespace

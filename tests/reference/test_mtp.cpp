@@ -252,20 +252,17 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
     Batch b;
     for (int64_t p = 0; p < rows; p++) b.add(h[p], static_cast<int32_t>(p), 0, false);
     std::vector<float> hidden(static_cast<size_t>(rows * dim)), out(hidden.size()), logits(static_cast<size_t>(nv));
-    allocate_kv(b, *ref.kv);
-    m.forward(b, *ref.kv, logits.data(), hidden.data());
+    test::forward_alone(m, *ref.kv, b, logits.data(), hidden.data());
     b.clear();
     for (int64_t p = 0; p < rows; p++) b.add(h[p + 1], static_cast<int32_t>(p), 0, p == rows - 1);
-    allocate_kv(b, *ref.kv);
-    m.forward_mtp(b, hidden.data(), *ref.kv, logits.data(), out.data());
+    test::forward_mtp_alone(m, *ref.kv, b, hidden.data(), logits.data(), out.data());
     std::vector<float> state(out.end() - dim, out.end());
     for (size_t i = 0; i < rec.draft.size(); i++) {
       const int32_t want = argmax(logits.data(), nv);
       EXPECT_EQ(rec.draft[i], want) << "draft token " << i << " after " << h.size() << " tokens";
       b.clear();
       b.add(want, static_cast<int32_t>(rows + i), 0, true);
-      allocate_kv(b, *ref.kv);
-      m.forward_mtp(b, state.data(), *ref.kv, logits.data(), out.data());
+      test::forward_mtp_alone(m, *ref.kv, b, state.data(), logits.data(), out.data());
       std::copy(out.begin(), out.begin() + dim, state.begin());
     }
     checked++;
@@ -296,10 +293,12 @@ TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
       Batch b;
       for (size_t p = 0; p + 1 < h.size(); p++) b.add(h[p], static_cast<int32_t>(p), s, p + 2 == h.size());
       std::vector<float> hidden(static_cast<size_t>(b.size() * dim)), logits(e.model->config().n_vocab);
-      allocate_kv(b, *e.kv);
-      e.model->forward(b, *e.kv, logits.data(), hidden.data());
+      test::forward_alone(e, b, logits.data(), hidden.data());
       ps.back()->observe(0, b.tokens.data(), hidden.data(), b.size(), false);  // caught up only when drafting
     }
+    // What the executor's plan allocates before drafting: each sequence's
+    // decode position and its draft slots, where the MTP rows are written.
+    for (int32_t s = 0; s < 3; s++) e.kv->reserve(s, static_cast<int64_t>(histories[s].size()) + 2 + s);
     std::vector<std::vector<int32_t>> out;
     if (together) {
       std::vector<MtpProposer::Request> reqs;

@@ -74,16 +74,20 @@ long allocations_during(const std::function<void()>& fn) {
 void check_engine(Engine& e) {
   std::vector<float> logits(static_cast<size_t>(8 * e.model->config().n_vocab));
   Batch prefill, decode;
+  BatchPlacement place(e.model->max_batch_tokens());
   for (int i = 0; i < 8; i++) prefill.add(5 + i, i, 0, true);
+  auto run = [&](const Batch& b) {
+    test::allocate_by_hand(b, *e.kv);
+    place_batch(b, *e.kv, e.model->config().n_vocab, place);
+    e.model->forward(b, place, e.kv->store(), logits.data());
+  };
   auto step = [&](int pos) {
     decode.clear();
     decode.add(7, pos, 0, true);
-    allocate_kv(decode, *e.kv);
-    e.model->forward(decode, *e.kv, logits.data());
+    run(decode);
   };
   // Warm-up: one prefill and a few decode steps grow every buffer once.
-  allocate_kv(prefill, *e.kv);
-  e.model->forward(prefill, *e.kv, logits.data());
+  run(prefill);
   for (int p = 8; p < 12; p++) step(p);
   EXPECT_EQ(allocations_during([&] {
               for (int p = 12; p < 40; p++) step(p);
@@ -91,8 +95,7 @@ void check_engine(Engine& e) {
             0);
   e.kv->remove(0);
   EXPECT_EQ(allocations_during([&] {
-              allocate_kv(prefill, *e.kv);  // the caller's allocation counts too
-              e.model->forward(prefill, *e.kv, logits.data());
+              run(prefill);  // the allocation and placement count too
             }),
             0);
 }

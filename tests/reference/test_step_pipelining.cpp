@@ -28,12 +28,12 @@ class TwoInFlight final : public Model {
   const ModelConfig& config() const override { return inner_.config(); }
   KvLayout kv_layout() const override { return inner_.kv_layout(); }
   int64_t max_batch_tokens() const override { return inner_.max_batch_tokens(); }
-  void forward(const Batch&, PagedKvCache&, float*, float*) override {
+  void forward(const Batch&, const BatchPlacement&, KvStore&, float*, float*) override {
     ADD_FAILURE() << "with two slots, the executor starts and finishes steps";
   }
   int steps_in_flight() const override { return 2; }
 
-  void start_forward(const Batch& b, PagedKvCache& kv, int slot) override {
+  void start_forward(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) override {
     ASSERT_TRUE(slot == 0 || slot == 1);
     Slot& s = slots_[slot];
     ASSERT_FALSE(s.busy) << "slot " << slot << " started twice";
@@ -42,7 +42,7 @@ class TwoInFlight final : public Model {
       EXPECT_FALSE(other.busy && other.seqs.count(seq)) << "sequence " << seq << " is in both steps in flight";
     s.seqs = std::set<int32_t>(b.seq_ids.begin(), b.seq_ids.end());
     s.logits.resize(static_cast<size_t>(b.n_logit_rows() * config().n_vocab));
-    inner_.forward(b, kv, s.logits.data());
+    inner_.forward(b, place, kv, s.logits.data());
     s.busy = true;
     order_.push_back(slot);
     if (other.busy) overlapped++;

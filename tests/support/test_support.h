@@ -22,6 +22,7 @@
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "runtime/proposer.h"
+#include "model/batch_io.h"
 
 namespace kestrel::test {
 
@@ -59,6 +60,41 @@ inline QuantMatrix quantized_matrix(GgmlType type, int64_t rows, int64_t cols, u
   for (int64_t r = 0; r < rows; r++) quantize_row(type, f.data() + r * cols, m.bytes.data() + r * rb, cols);
   m.w = Weight{"blk.0.test.weight", type, {cols, rows}, m.bytes.data(), m.bytes.size(), {}, {}};
   return m;
+}
+
+// Model-level tests run a model without the scheduler that allocates its
+// cache in the engine: they allocate the batch's positions here by hand (as
+// the scheduler would: each sequence's window slid to its first position in
+// the batch, every position it writes reserved), place the batch and run it.
+inline void allocate_by_hand(const Batch& b, PagedKvCache& kv) {
+  const int64_t n = b.size();
+  if (kv.n_groups() > 1)
+    for (int64_t i = 0; i < n; i++) {
+      bool first = true;
+      for (int64_t j = 0; j < n && first; j++)
+        first = b.seq_ids[j] != b.seq_ids[i] || b.positions[j] > b.positions[i] ||
+                (b.positions[j] == b.positions[i] && j >= i);
+      if (first) kv.slide(b.seq_ids[i], b.positions[i]);
+    }
+  for (int64_t i = 0; i < n; i++)
+    if (kv.length(b.seq_ids[i]) < b.positions[i] + 1) kv.reserve(b.seq_ids[i], b.positions[i] + 1);
+}
+inline void forward_alone(Model& m, PagedKvCache& kv, const Batch& b, float* logits, float* hidden = nullptr) {
+  allocate_by_hand(b, kv);
+  BatchPlacement place(std::max<int64_t>(b.size(), 1));
+  place_batch(b, kv, m.config().n_vocab, place);
+  m.forward(b, place, kv.store(), logits, hidden);
+}
+inline void forward_alone(Engine& e, const Batch& b, float* logits, float* hidden = nullptr) {
+  forward_alone(*e.model, *e.kv, b, logits, hidden);
+}
+// The MTP block likewise, over positions the trunk's rows hold already (or reserved here).
+inline void forward_mtp_alone(Model& m, PagedKvCache& kv, const Batch& b, const float* hidden_in, float* logits,
+                              float* hidden_out) {
+  allocate_by_hand(b, kv);
+  BatchPlacement place(std::max<int64_t>(b.size(), 1));
+  place_batch(b, kv, m.config().n_vocab, place);
+  m.forward_mtp(b, place, kv.store(), hidden_in, logits, hidden_out);
 }
 
 inline std::string shared_dir() {

@@ -136,14 +136,13 @@ class Deepseek2 final : public LayerStack {
   KvLayout kv_layout() const override { return mla_kv_layout(cfg_, end_ - first_ + mtp_layers()); }
   int mtp_layers() const override { return mtp_ ? 1 : 0; }
 
-  void forward_mtp(const Batch& b, const float* hidden_in, PagedKvCache& kv, float* logits,
+  void forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in, float* logits,
                    float* hidden_out) override {
-    if (!mtp_) Model::forward_mtp(b, hidden_in, kv, logits, hidden_out);
+    if (!mtp_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
     const int64_t n = b.size(), dim = cfg_.n_embd;
     if (n == 0) return;
     check_batch_size(n);
-    place(b, kv);
-    mla_->begin_step(b, place_);
+    mla_->begin_step(b, place);
     const MtpHead& m = *mtp_;
     be_.annotate_layer(cfg_.n_layer);
     be_.embed(m.embed, b.tokens.data(), n, x_);
@@ -154,7 +153,7 @@ class Deepseek2 final : public LayerStack {
       std::memcpy(cat_.data() + (i * 2 + 1) * dim, h_.data() + i * dim, dim * sizeof(float));
     }
     be_.matmul(m.eh_proj, cat_.data(), n, x_);
-    run_layer({b, place_, kv.store(), cfg_.n_layer, cfg_.n_layer, 0, n});
+    run_layer({b, place, kv, cfg_.n_layer, cfg_.n_layer, 0, n});
     if (hidden_out) std::memcpy(hidden_out, x_, n * dim * sizeof(float));
     head(b, x_, m.head_norm, m.head, logits, nullptr);
   }
