@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   clang libclang-rt-14-dev          # libFuzzer target for the GGUF reader
+  clang-tidy                        # the model layer's function-size check (tests/layering)
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libspdlog-dev libfmt-dev libhwloc-dev libxxhash-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev

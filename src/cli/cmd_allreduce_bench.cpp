@@ -10,7 +10,7 @@
 #include "hw/limits.h"
 #include "measure/allreduce_bench.h"
 #include "measure/model_cost.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 namespace {

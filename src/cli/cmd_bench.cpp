@@ -46,7 +46,7 @@ int run_spec(BenchFlags& f) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const int64_t n_gen = f.n_gen.empty() || f.n_gen[0] <= 0 ? 128 : f.n_gen[0];
   const int max_batch = *std::max_element(f.spec_batch.begin(), f.spec_batch.end());
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = f.models[0];
   o.n_threads = f.threads.empty() ? 0 : f.threads[0];
   o.kv_type_k = f.kv_type_k;
@@ -54,11 +54,11 @@ int run_spec(BenchFlags& f) {
   o.n_ctx = static_cast<int64_t>(text.size()) + n_gen + 2;  // a token covers at least one byte (+ BOS)
   o.n_seq_max = max_batch;
   o.load_mtp = f.spec == "mtp";
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const auto prompt = e.tokenizer->encode(text, true, false);
   if (static_cast<int64_t>(prompt.size()) + n_gen > e.n_ctx)
     throw Error(fmt::format("the prompt ({} tokens) plus -n {} exceed the context {}", prompt.size(), n_gen, e.n_ctx));
-  EngineOptions d = o;
+  LoadOptions d = o;
   d.model_path = f.draft_model;
   d.load_mtp = false;
   const SpecSource source(f.spec, e, d);
@@ -129,7 +129,7 @@ void print_results(const std::vector<BenchResult>& rs, const std::string& format
 int run(BenchFlags& f) {
   if (f.spec != "none" && !f.parallel.spec.empty()) throw Error("--spec and --parallel cannot be combined in bench");
   if (f.spec != "none") return run_spec(f);
-  EngineOptions parallel;
+  LoadOptions parallel;
   apply_parallel_flags(f.parallel, parallel);
   std::string format = f.json ? "json" : f.csv ? "csv" : f.output;
   if (format != "md" && format != "json" && format != "jsonl" && format != "csv")
@@ -152,7 +152,7 @@ int run(BenchFlags& f) {
                    limits.read_bandwidth_gbs, limits.f32_fma_gflops, limits.int8_dot_gops, limits.bf16_dot_gflops);
       }
       for (int64_t batch : f.batch) {
-        EngineOptions o;
+        LoadOptions o;
         o.model_path = model;
         o.n_threads = n_threads;
         o.max_batch_tokens = batch;
@@ -168,7 +168,7 @@ int run(BenchFlags& f) {
         o.kv_type_k = f.kv_type_k;
         o.kv_type_v = f.kv_type_v;
         o.comm = parallel.comm;
-        Engine e = Engine::load(o);
+        LoadedModel e = LoadedModel::load(o);
         if (e.is_follower()) {  // rank 0 measures; this rank runs its share of each step
           follow_leader(e, f.profile);
           continue;

@@ -14,7 +14,7 @@
 #include "chat/chat_template.h"
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 
 namespace kestrel::cli {
@@ -26,7 +26,7 @@ std::atomic<bool> g_interrupted{false};
 void on_sigint(int) { g_interrupted = true; }
 
 struct ChatFlags {
-  EngineOptions engine;
+  LoadOptions engine;
   std::string system, chat_template, chat_template_kwargs;
   int64_t n_predict = 1024;
   GenerationParams gen;
@@ -97,7 +97,7 @@ int chat(ChatFlags& f) {
   ChatTemplate tmpl = ChatTemplate::from_model(*tmpl_file, f.chat_template);
   if (!f.chat_template_kwargs.empty()) tmpl.set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));
   tmpl_file.reset();
-  Engine e = Engine::load(f.engine);
+  LoadedModel e = LoadedModel::load(f.engine);
   fmt::print(stderr, "[kestrel] chatting with {} (chat template {}; context {} tokens). /help for commands.\n",
              f.engine.model_path, tmpl.origin(), e.n_ctx);
 

@@ -10,7 +10,7 @@
 #include "hw/tuning.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 namespace {

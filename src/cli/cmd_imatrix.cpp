@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "quant/imatrix.h"
 #include "quant/calibration.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 
@@ -27,13 +27,13 @@ void register_info(CLI::App& app) {
     fmt::print("  {:<36} {:<6} {:>20} {:>14}\n", "total", "", "", total);
     if (!kv_memory.empty()) {
       const int64_t budget = parse_size(kv_memory, "--kv-memory");
-      EngineOptions o;  // the model's KV layout: mapped, not repacked, a tiny cache
+      LoadOptions o;  // the model's KV layout: mapped, not repacked, a tiny cache
       o.model_path = path;
       o.use_mmap = true;
       o.repack_weights = false;
       o.n_ctx = 16;
       o.n_threads = 1;
-      const Engine e = Engine::load(o);
+      const LoadedModel e = LoadedModel::load(o);
       KvLayout l = e.model->kv_layout();
       fmt::print("\nKV cache ({} layers{}, {} + {} values per token per layer), context in {}:\n", l.n_layer,
                  l.n_sliding() ? fmt::format(", {} of them over the last {} positions", l.n_sliding(), l.sliding_window) : "",

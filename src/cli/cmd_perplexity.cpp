@@ -11,7 +11,7 @@
 namespace kestrel::cli {
 
 void register_perplexity(CLI::App& app) {
-  static EngineOptions eo;
+  static LoadOptions eo;
   static std::string text_path;
   static int64_t ctx = 512, chunks = 0;
   static std::string save_path, base_path;
@@ -20,11 +20,11 @@ void register_perplexity(CLI::App& app) {
     std::ifstream in(text_path, std::ios::binary);
     if (!in) throw Error(fmt::format("{}: cannot read the text", text_path));
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EngineOptions o = eo;
+    LoadOptions o = eo;
     o.n_ctx = std::max(o.n_ctx, ctx);
     o.max_batch_tokens = std::min<int64_t>(o.max_batch_tokens, ctx);
     apply_parallel_flags(parallel, o);
-    Engine e = Engine::load(o);
+    LoadedModel e = LoadedModel::load(o);
     if (e.is_follower()) return e.follow_leader(), 0;
     fmt::print(stderr, "perplexity: {} tokens in chunks of {}, the second half of each scored\n",
                e.tokenizer->encode(text, true, false).size(), ctx);

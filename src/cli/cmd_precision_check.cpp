@@ -8,15 +8,15 @@
 namespace kestrel::cli {
 
 void register_precision_check(CLI::App& app) {
-  static EngineOptions eo;
+  static LoadOptions eo;
   static std::string prompt = "Once upon a time, there was a little girl who loved to play in the garden with her dog.";
   static double warn = 1e-2;
   auto* cmd = add_command(
       app, "precision-check", "Per-layer relative error of the model as configured against float64 arithmetic", [] {
-        Engine e = [] {
-          EngineOptions o = eo;
+        LoadedModel e = [] {
+          LoadOptions o = eo;
           o.wrap_backend = make_activation_recorder;
-          return Engine::load(o);
+          return LoadedModel::load(o);
         }();
         const auto tokens = e.tokenizer->encode(prompt, true, false);
         const PrecisionReport r = precision_check(e, tokens);

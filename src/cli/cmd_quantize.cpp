@@ -15,7 +15,7 @@
 #include "quant/quant_mix.h"
 #include "quant/requantize.h"
 #include "quant/calibration.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "quant/mixed_precision.h"
 
 namespace kestrel::cli {

@@ -12,14 +12,14 @@
 #include "cli/grammar_flags.h"
 #include "core/error.h"
 #include "spec/spec_source.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 
 namespace kestrel::cli {
 namespace {
 
 struct RunFlags {
-  EngineOptions engine;
+  LoadOptions engine;
   std::string prompt, prompt_file, prompt_ids, dump_logits, profile;
   bool prompt_given = false;
   int64_t n_predict = 128;
@@ -71,14 +71,14 @@ int run(RunFlags& f) {
   f.engine.profile = !f.profile.empty();
   f.engine.load_mtp = f.spec == "mtp";
   apply_parallel_flags(f.parallel, f.engine);
-  Engine e = Engine::load(f.engine);
+  LoadedModel e = LoadedModel::load(f.engine);
   if (e.is_follower()) return follow_leader(e, f.profile);
   std::vector<int32_t> prompt =
       f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
   if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
   std::unique_ptr<SpecSource> spec;
   if (f.spec != "none") {
-    EngineOptions d;
+    LoadOptions d;
     d.model_path = f.draft_model;
     d.n_threads = f.engine.n_threads;
     spec = std::make_unique<SpecSource>(f.spec, e, d);

@@ -20,7 +20,7 @@ namespace kestrel::cli {
 namespace {
 
 struct ServeFlags {
-  EngineOptions engine;
+  LoadOptions engine;
   std::vector<std::string> served_names;
   std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", tool_call_parser = "auto", log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
@@ -77,7 +77,7 @@ int run(ServeFlags& f) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  EngineOptions eo = f.engine;
+  LoadOptions eo = f.engine;
   eo.profile = !f.profile.empty();
   eo.max_batch_tokens = f.max_batch_tokens;
   eo.n_seq_max = f.max_batch_size;
@@ -86,11 +86,11 @@ int run(ServeFlags& f) {
   check_draft_model_flags(f.spec, f.draft_model);
   eo.load_mtp = f.spec == "mtp";
   apply_parallel_flags(f.parallel, eo);
-  Engine e = Engine::load(eo);
+  LoadedModel e = LoadedModel::load(eo);
   if (e.is_follower()) return follow_leader(e, f.profile);  // rank 0 alone listens and schedules
   std::unique_ptr<SpecSource> spec;
   if (f.spec != "none") {
-    EngineOptions d;
+    LoadOptions d;
     d.model_path = f.draft_model;
     d.n_threads = eo.n_threads;
     d.n_seq_max = f.max_batch_size;  // a draft sequence per batch slot, at full context

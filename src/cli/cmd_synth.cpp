@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "model/family.h"
 #include "model/synth.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 

@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "core/read_file.h"
 #include "jinja/json_value.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "chat/chat_template.h"
 
 namespace kestrel::cli {

@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "hw/tuning.h"
 #include "kernels/matmul.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 namespace {

@@ -2,7 +2,7 @@
 // --parallel tp=N and --parallel-timeout, for the commands that run a model
 // step by step (run, bench, perplexity, serve). Under mpirun every rank runs
 // the same command line: rank 0 does the command's work, the others load
-// their share of the model and follow rank 0's steps (Engine::follow_leader).
+// their share of the model and follow rank 0's steps (LoadedModel::follow_leader).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_spec.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 
@@ -44,7 +44,7 @@ inline void add_parallel_options(CLI::App* cmd, ParallelFlags& p) {
 
 // Joins the MPI job when --parallel is given (the engine options then carry
 // the communicator); Error when the split does not match the job.
-inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
+inline void apply_parallel_flags(const ParallelFlags& p, LoadOptions& eo) {
   if (p.spec.empty()) {
     if (!p.expert_sum.empty()) throw Error("--parallel-expert-sum needs --parallel with ep (under mpirun)");
     if (p.no_step_pipelining) throw Error("--parallel-no-step-pipelining needs --parallel with pp (under mpirun)");
@@ -73,7 +73,7 @@ inline void apply_parallel_flags(const ParallelFlags& p, EngineOptions& eo) {
 
 // A follower rank's whole command: run rank 0's steps until it stops, then
 // write this rank's profile beside rank 0's (TRACE.rankN.json) if asked.
-inline int follow_leader(Engine& e, const std::string& profile_path) {
+inline int follow_leader(LoadedModel& e, const std::string& profile_path) {
   e.follow_leader();
   if (e.profiler && !profile_path.empty()) {
     std::string path = profile_path;

@@ -40,7 +40,9 @@ class PagedKvCache {
   int64_t held_blocks(int32_t seq, int group) const { return blocks_.held_blocks(seq, group); }
   int64_t bytes() const { return store_.bytes(); }
 
-  // Makes room for positions [0, n_tokens) of seq; throws Error when the pool is exhausted.
+  // Makes room for positions [0, n_tokens) of seq; throws Error when the
+  // pool is exhausted. In the engine only a Scheduler allocates (through the
+  // ledger, blocks()); this is for model-level tests that run a model alone.
   void reserve(int32_t seq, int64_t n_tokens);
   void slide(int32_t seq, int64_t first) { blocks_.slide(seq, first); }
   // Drops positions >= n_tokens (rollback), copying a shared last block first.

@@ -14,7 +14,7 @@ struct BatchRun {
   double drafts = 0, drafted = 0, accepted = 0;
 };
 
-BatchRun run_once(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t n_gen, int draft_max,
+BatchRun run_once(LoadedModel& e, const std::vector<std::vector<int32_t>>& prompts, int64_t n_gen, int draft_max,
                   const BatchSpecSource& source) {
   ServerMetrics metrics;
   ServingConfig c;
@@ -58,7 +58,7 @@ BatchRun run_once(Engine& e, const std::vector<std::vector<int32_t>>& prompts, i
 
 }  // namespace
 
-std::vector<SpecBenchRow> run_batch_spec_bench(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<SpecBenchRow> run_batch_spec_bench(LoadedModel& e, const std::vector<std::vector<int32_t>>& prompts,
                                                int64_t n_gen, const std::vector<int>& draft_maxes, int reps,
                                                const BatchSpecSource& source) {
   run_once(e, prompts, n_gen, 0, source);  // warm-up

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/proposer.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "measure/spec_bench.h"
 
 namespace kestrel {
@@ -21,7 +21,7 @@ struct BatchSpecSource {
 // aggregate decode rate: the tokens after each request's first, over the
 // time from the last first token to the last request's end (medians over
 // reps; plain and speculative runs alternate).
-std::vector<SpecBenchRow> run_batch_spec_bench(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<SpecBenchRow> run_batch_spec_bench(LoadedModel& e, const std::vector<std::vector<int32_t>>& prompts,
                                                int64_t n_gen, const std::vector<int>& draft_maxes, int reps,
                                                const BatchSpecSource& source);
 

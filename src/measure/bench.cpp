@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 // Both tests run one request through the step executor (runtime/generator.h),
 // whose scheduler allocates its cache as it does for `run` and `serve`.
 // Tokens per second of the positions computed.
-double tokens_per_second(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen) {
+double tokens_per_second(LoadedModel& e, const std::vector<int32_t>& prompt, int64_t n_gen) {
   GenerationParams p;
   p.max_tokens = n_gen;
   p.ignore_eos = true;
@@ -35,7 +35,7 @@ double tokens_per_second(Engine& e, const std::vector<int32_t>& prompt, int64_t 
 }
 
 // Prefill: n_prompt tokens in batches of the model's maximum, logits for the last only.
-double prefill_ts(Engine& e, int64_t n_prompt) {
+double prefill_ts(LoadedModel& e, int64_t n_prompt) {
   const int64_t n_vocab = e.model->config().n_vocab;
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   // Token ids vary so no row is special; any valid id costs the same.
@@ -44,7 +44,7 @@ double prefill_ts(Engine& e, int64_t n_prompt) {
 }
 
 // Decode: n_gen single-token steps from an empty context, as llama-bench's tg test.
-double decode_ts(Engine& e, int64_t n_gen) {
+double decode_ts(LoadedModel& e, int64_t n_gen) {
   const int32_t bos = e.tokenizer->vocab().bos >= 0 ? e.tokenizer->vocab().bos : 0;
   return tokens_per_second(e, {bos}, n_gen);
 }
@@ -103,7 +103,7 @@ Roofline roofline(Bound b, double limit, const BenchResult& r) {
 
 }  // namespace
 
-BenchResult run_bench(Engine& e, const std::string& path, const BenchTest& test, int reps, const MeasuredLimits& lim,
+BenchResult run_bench(LoadedModel& e, const std::string& path, const BenchTest& test, int reps, const MeasuredLimits& lim,
                       LimitProbe* probe) {
   if (reps <= 0) throw Error(fmt::format("repetitions {} must be positive", reps));
   const bool prefill = test.n_prompt > 0;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "hw/limits.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "measure/model_cost.h"
 
 namespace kestrel {
@@ -39,7 +39,7 @@ struct BenchResult {
 // Runs one test `repetitions` times after one warm-up run, against `limits`;
 // with a probe, against the limit measured just before each repetition
 // instead (the fraction is then the median of the repetitions' fractions).
-BenchResult run_bench(Engine& engine, const std::string& model_path, const BenchTest& test, int repetitions,
+BenchResult run_bench(LoadedModel& engine, const std::string& model_path, const BenchTest& test, int repetitions,
                       const MeasuredLimits& limits, LimitProbe* probe = nullptr);
 
 }  // namespace kestrel

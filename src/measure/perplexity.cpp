@@ -19,7 +19,7 @@ namespace {
 // of the model's maximum; nothing is shared between chunks).
 class ChunkLogits : StepHooks {
  public:
-  explicit ChunkLogits(Engine& e) : exec_(e, config(e)), n_vocab_(e.model->config().n_vocab) {}
+  explicit ChunkLogits(LoadedModel& e) : exec_(e, config(e)), n_vocab_(e.model->config().n_vocab) {}
   void run(const std::vector<int32_t>& prompt, float* logits) {
     ExecRequest req;
     req.id = ++id_;
@@ -34,7 +34,7 @@ class ChunkLogits : StepHooks {
   }
 
  private:
-  static ExecConfig config(const Engine& e) {
+  static ExecConfig config(const LoadedModel& e) {
     ExecConfig c;
     c.scheduler.max_batch_tokens = c.scheduler.prefill_chunk = e.model->max_batch_tokens();
     c.scheduler.max_batch_size = 1;
@@ -66,7 +66,7 @@ struct BaseHeader {
 
 }  // namespace
 
-PerplexityResult perplexity(Engine& e, const std::string& text, const PerplexityOptions& o,
+PerplexityResult perplexity(LoadedModel& e, const std::string& text, const PerplexityOptions& o,
                             const std::function<void(int64_t, int64_t, double)>& progress) {
   const int64_t n_ctx = o.n_ctx, max_chunks = o.max_chunks;
   if (n_ctx < 4) throw Error(fmt::format("perplexity context {} is too small (at least 4)", n_ctx));

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel {
 
@@ -38,9 +38,9 @@ struct PerplexityOptions {
 // Throws Error when the text has fewer than n_ctx tokens, n_ctx exceeds the
 // engine's context, or a base file does not match (tokens, vocabulary, chunks).
 // progress(chunk index, chunks in all, running PPL) after each chunk.
-PerplexityResult perplexity(Engine& engine, const std::string& text, const PerplexityOptions& options,
+PerplexityResult perplexity(LoadedModel& engine, const std::string& text, const PerplexityOptions& options,
                             const std::function<void(int64_t, int64_t, double)>& progress = {});
-inline PerplexityResult perplexity(Engine& engine, const std::string& text, int64_t n_ctx, int64_t max_chunks = 0) {
+inline PerplexityResult perplexity(LoadedModel& engine, const std::string& text, int64_t n_ctx, int64_t max_chunks = 0) {
   PerplexityOptions o;
   o.n_ctx = n_ctx;
   o.max_chunks = max_chunks;

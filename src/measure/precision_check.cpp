@@ -69,7 +69,7 @@ std::unique_ptr<Backend> make_activation_recorder(Backend& inner) {
   return std::make_unique<ActivationRecorder>(inner);
 }
 
-PrecisionReport precision_check(Engine& e, const std::vector<int32_t>& tokens) {
+PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& tokens) {
   auto* rec = dynamic_cast<ActivationRecorder*>(e.backend.get());
   if (!rec) throw Error("precision-check: the engine was not built with make_activation_recorder");
   const ModelConfig& c = e.model->config();

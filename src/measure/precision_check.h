@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel {
 
@@ -31,12 +31,12 @@ struct PrecisionReport {
   double rope_max_error = 0;  // max |cos, sin (float32 angle) - cos, sin (float64)|
 };
 
-// Records what precision_check compares; pass it as EngineOptions::wrap_backend.
+// Records what precision_check compares; pass it as LoadOptions::wrap_backend.
 std::unique_ptr<Backend> make_activation_recorder(Backend& inner);
 
 // Runs tokens (one sequence, one batch) through the engine, whose backend
 // must be make_activation_recorder's, and through the float64 reference.
 // Throws Error for other architectures or more tokens than a batch.
-PrecisionReport precision_check(Engine& engine, const std::vector<int32_t>& tokens);
+PrecisionReport precision_check(LoadedModel& engine, const std::vector<int32_t>& tokens);
 
 }  // namespace kestrel

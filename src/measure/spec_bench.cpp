@@ -25,7 +25,7 @@ SpecBenchRow spec_bench_row(int draft_max, const std::vector<double>& plain_ts, 
   return row;
 }
 
-std::vector<SpecBenchRow> run_spec_bench(Engine& e, const std::vector<int32_t>& prompt, int64_t n_gen,
+std::vector<SpecBenchRow> run_spec_bench(LoadedModel& e, const std::vector<int32_t>& prompt, int64_t n_gen,
                                          const std::vector<int>& draft_maxes, int reps, const SpecSource& source,
                                          bool governed) {
   GenerationParams p;

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "kernels/forwarding_backend.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "measure/perplexity.h"
 
 namespace kestrel {
@@ -101,7 +101,7 @@ class RecordingBackend final : public ForwardingBackend {
 CalibrationStats collect_activation_stats(const std::string& model_path, const std::string& text,
                                           const CalibrationOptions& o) {
   CalibrationStats stats;
-  EngineOptions eo;
+  LoadOptions eo;
   eo.model_path = model_path;
   eo.n_threads = o.n_threads;
   eo.n_ctx = o.n_ctx;
@@ -109,7 +109,7 @@ CalibrationStats collect_activation_stats(const std::string& model_path, const s
   eo.wrap_backend = [&](Backend& inner) -> std::unique_ptr<Backend> {
     return std::make_unique<RecordingBackend>(inner, stats, o);
   };
-  Engine e = Engine::load(eo);
+  LoadedModel e = LoadedModel::load(eo);
   PerplexityOptions po;
   po.n_ctx = o.n_ctx;
   po.max_chunks = o.max_chunks;

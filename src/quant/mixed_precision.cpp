@@ -49,12 +49,12 @@ MixedPrecisionPlan plan_mixed_precision(const std::string& model_path, const std
   const GgufFile in = GgufFile::open(model_path);
   ScratchDir dir;
   auto run = [&](const std::string& path, PerplexityOptions po) {
-    EngineOptions eo;
+    LoadOptions eo;
     eo.model_path = path;
     eo.n_threads = o.n_threads;
     eo.n_ctx = o.n_ctx;
     eo.use_mmap = true;
-    Engine e = Engine::load(eo);
+    LoadedModel e = LoadedModel::load(eo);
     po.n_ctx = o.n_ctx;
     po.max_chunks = o.max_chunks;
     return perplexity(e, text, po);

@@ -16,7 +16,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-GenerationResult generate(Engine& e, const std::vector<int32_t>& prompt, const GenerationParams& params,
+GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, const GenerationParams& params,
                           const GenerationCallbacks& cb) {
   Model& model = *e.model;
   const int64_t n_vocab = model.config().n_vocab;

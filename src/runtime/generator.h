@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "grammar/token_constraint.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/proposer.h"
 #include "runtime/sampler.h"
 
@@ -57,7 +57,7 @@ struct GenerationCallbacks {
 
 // Runs on sequence 0 of the engine's KV cache (cleared first). Throws Error
 // when the prompt is empty or does not fit in the context.
-GenerationResult generate(Engine& engine, const std::vector<int32_t>& prompt, const GenerationParams& params,
+GenerationResult generate(LoadedModel& engine, const std::vector<int32_t>& prompt, const GenerationParams& params,
                           const GenerationCallbacks& callbacks = {});
 
 }  // namespace kestrel

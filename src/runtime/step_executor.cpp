@@ -16,7 +16,7 @@ double seconds_now() {
 }
 }  // namespace
 
-StepExecutor::StepExecutor(Engine& engine, const ExecConfig& config)
+StepExecutor::StepExecutor(LoadedModel& engine, const ExecConfig& config)
     : e_(engine), c_(config), proposer_(config.spec_draft_max > 0 ? config.proposer : nullptr),
       sched_(config.scheduler, engine.kv->blocks()) {
   if (config.scheduler.max_batch_tokens > e_.model->max_batch_tokens())

@@ -13,7 +13,7 @@
 
 #include "grammar/token_constraint.h"
 #include "runtime/draft_length.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/proposer.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
@@ -88,7 +88,7 @@ struct StepReport {
 
 class StepExecutor {
  public:
-  StepExecutor(Engine& engine, const ExecConfig& config);
+  StepExecutor(LoadedModel& engine, const ExecConfig& config);
 
   void add(const ExecRequest& r);
   // Ends a request from outside (cancelled): its blocks are freed; no hook is called.
@@ -149,7 +149,7 @@ class StepExecutor {
   bool take(Request& r, int32_t tok, bool accepted, StepHooks& hooks);
   void end(Request& r, EndReason reason, StepHooks& hooks);
 
-  Engine& e_;
+  LoadedModel& e_;
   ExecConfig c_;
   Proposer* proposer_;
   Scheduler sched_;

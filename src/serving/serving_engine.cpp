@@ -46,7 +46,7 @@ void RequestChannel::on_ready(std::function<void()> ready) {
   if (waiting && ready) ready();
 }
 
-ServingEngine::ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics)
+ServingEngine::ServingEngine(LoadedModel& engine, const ServingConfig& config, ServerMetrics& metrics)
     : e_(engine), c_(config), metrics_(metrics), exec_(engine, config.exec),
       t0_(std::chrono::steady_clock::now()) {
   metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());

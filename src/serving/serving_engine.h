@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/proposer.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
@@ -131,7 +131,7 @@ struct ServingConfig {
 
 class ServingEngine : private StepHooks {
  public:
-  ServingEngine(Engine& engine, const ServingConfig& config, ServerMetrics& metrics);
+  ServingEngine(LoadedModel& engine, const ServingConfig& config, ServerMetrics& metrics);
   ~ServingEngine();
 
   // A place in the queue, or an empty slot when --max-queue requests are
@@ -150,7 +150,7 @@ class ServingEngine : private StepHooks {
   void shutdown(int deadline_ms);
 
   int64_t n_ctx() const { return e_.n_ctx; }
-  const Engine& engine() const { return e_; }
+  const LoadedModel& engine() const { return e_; }
 
  private:
   // What the engine keeps of a request beside the executor's (its tokens,
@@ -185,7 +185,7 @@ class ServingEngine : private StepHooks {
   bool on_token(int64_t id, int32_t token, bool accepted) override;
   void on_end(int64_t id, EndReason reason) override;
 
-  Engine& e_;
+  LoadedModel& e_;
   ServingConfig c_;
   ServerMetrics& metrics_;
   StepExecutor exec_;

@@ -14,7 +14,7 @@ namespace kestrel {
 
 namespace {
 
-SchedulerConfig draft_scheduler(const Engine& d) {
+SchedulerConfig draft_scheduler(const LoadedModel& d) {
   SchedulerConfig c;
   c.max_batch_tokens = c.prefill_chunk = d.model->max_batch_tokens();
   c.max_batch_size = 1 << 16;  // every sequence drafting at once (the cache holds what it holds)
@@ -23,7 +23,7 @@ SchedulerConfig draft_scheduler(const Engine& d) {
 
 }  // namespace
 
-DraftModelProposer::DraftModelProposer(Engine& draft, int64_t target_n_vocab)
+DraftModelProposer::DraftModelProposer(LoadedModel& draft, int64_t target_n_vocab)
     : d_(draft), sched_(draft_scheduler(draft), draft.kv->blocks()), place_(draft.model->max_batch_tokens()) {
   const int64_t nv = d_.model->config().n_vocab;
   if (nv != target_n_vocab)
@@ -32,9 +32,9 @@ DraftModelProposer::DraftModelProposer(Engine& draft, int64_t target_n_vocab)
   d_.kv->remove(0);
 }
 
-std::unique_ptr<DraftModelProposer> DraftModelProposer::load(EngineOptions options, const Engine& target) {
+std::unique_ptr<DraftModelProposer> DraftModelProposer::load(LoadOptions options, const LoadedModel& target) {
   options.n_ctx = target.n_ctx;
-  auto engine = std::make_unique<Engine>(Engine::load(options));
+  auto engine = std::make_unique<LoadedModel>(LoadedModel::load(options));
   auto p = std::make_unique<DraftModelProposer>(*engine, target.model->config().n_vocab);
   p->owned_ = std::move(engine);  // the heap object d_ refers to stays where it is
   return p;

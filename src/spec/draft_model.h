@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/proposer.h"
 #include "runtime/scheduler.h"
 
@@ -23,10 +23,10 @@ class DraftModelProposer : public Proposer {
   using Request = DraftRequest;  // its seq is also the draft's sequence
 
   // Throws Error when the vocabularies differ in size.
-  DraftModelProposer(Engine& draft, int64_t target_n_vocab);
+  DraftModelProposer(LoadedModel& draft, int64_t target_n_vocab);
   // Loads the draft model (options.model_path) with the target's context and
   // owns its engine; options.n_seq_max sequences fit its cache.
-  static std::unique_ptr<DraftModelProposer> load(EngineOptions options, const Engine& target);
+  static std::unique_ptr<DraftModelProposer> load(LoadOptions options, const LoadedModel& target);
   // Up to max tokens continuing history (shorter near the draft's context end), on sequence 0.
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
   const char* name() const override { return "draft"; }
@@ -38,8 +38,8 @@ class DraftModelProposer : public Proposer {
  private:
   void sync(int32_t seq, const std::vector<int32_t>& history);
 
-  std::unique_ptr<Engine> owned_;  // set by load()
-  Engine& d_;
+  std::unique_ptr<LoadedModel> owned_;  // set by load()
+  LoadedModel& d_;
   // One request per sequence (its id is the sequence): its tokens, the ones
   // in the draft's cache, the blocks that hold them.
   Scheduler sched_;

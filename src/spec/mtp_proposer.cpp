@@ -15,7 +15,7 @@ namespace {
 
 // The MTP block over rows whose positions the scheduler allocated already:
 // the target's own positions (catching up) and its draft slots (chained drafts).
-void forward_mtp_rows(Engine& e, const Batch& b, const float* hidden_in, float* logits, float* hidden_out) {
+void forward_mtp_rows(LoadedModel& e, const Batch& b, const float* hidden_in, float* logits, float* hidden_out) {
   thread_local BatchPlacement place(0);
   if (static_cast<int64_t>(place.slots[0].size()) < b.size()) place = BatchPlacement(e.model->max_batch_tokens());
   place_batch(b, *e.kv, e.model->config().n_vocab, place);
@@ -24,14 +24,14 @@ void forward_mtp_rows(Engine& e, const Batch& b, const float* hidden_in, float* 
 
 }  // namespace
 
-MtpProposer::MtpProposer(Engine& target, int32_t seq) : e_(target), seq_(seq), dim_(target.model->config().n_embd) {
+MtpProposer::MtpProposer(LoadedModel& target, int32_t seq) : e_(target), seq_(seq), dim_(target.model->config().n_embd) {
   const ModelConfig& c = e_.model->config();
   if (e_.model->mtp_layers() == 0)
     throw Error(c.n_mtp == 0
                     ? fmt::format("the model '{}' has no multi-token-prediction layers (no `nextn` blocks): "
                                   "use --spec ngram or --spec draft",
                                   c.name)
-                    : std::string("the model's multi-token-prediction block was not loaded (EngineOptions::load_mtp)"));
+                    : std::string("the model's multi-token-prediction block was not loaded (LoadOptions::load_mtp)"));
   state_.resize(static_cast<size_t>(dim_));
 }
 
@@ -77,7 +77,7 @@ std::vector<int32_t> MtpProposer::propose(const std::vector<int32_t>& history, i
   return propose(e_, {{this, &history, max}})[0];
 }
 
-std::vector<std::vector<int32_t>> MtpProposer::propose(Engine& e, const std::vector<Request>& requests) {
+std::vector<std::vector<int32_t>> MtpProposer::propose(LoadedModel& e, const std::vector<Request>& requests) {
   Model& m = *e.model;
   const int64_t chunk = m.max_batch_tokens(), nv = m.config().n_vocab, dim = m.config().n_embd;
   const size_t nr = requests.size();
@@ -148,7 +148,7 @@ std::vector<std::vector<int32_t>> MtpProposer::propose(Engine& e, const std::vec
   return drafts;
 }
 
-MtpDrafter::MtpDrafter(Engine& target) : e_(target) { MtpProposer probe(target); }  // throws, naming why
+MtpDrafter::MtpDrafter(LoadedModel& target) : e_(target) { MtpProposer probe(target); }  // throws, naming why
 
 MtpProposer& MtpDrafter::of(int32_t seq) {
   auto& p = per_seq_[seq];

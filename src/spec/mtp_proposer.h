@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/proposer.h"
 
 namespace kestrel {
@@ -23,7 +23,7 @@ namespace kestrel {
 class MtpProposer {
  public:
   // Throws Error when the engine's model has no MTP block loaded.
-  explicit MtpProposer(Engine& target, int32_t seq = 0);
+  explicit MtpProposer(LoadedModel& target, int32_t seq = 0);
   // The target's final hidden states of n rows at positions first_pos..,
   // whose tokens were tokens[0..n). settled: those tokens are the sequence's
   // for good (a prompt; not drafts under verification), so the rows whose
@@ -43,14 +43,14 @@ class MtpProposer {
   // Drafts for several sequences at once (the server's decoding requests):
   // their catch-up rows share forwards, then each draft position is one
   // forward with a row per sequence. In order; empty where there is nothing to draft.
-  static std::vector<std::vector<int32_t>> propose(Engine& engine, const std::vector<Request>& requests);
+  static std::vector<std::vector<int32_t>> propose(LoadedModel& engine, const std::vector<Request>& requests);
 
  private:
   // Runs the rows whose next token is among the observed ones (all but the last observed).
   void run_settled_rows();
   int64_t have() const { return caught_ + static_cast<int64_t>(tokens_.size()); }
 
-  Engine& e_;
+  LoadedModel& e_;
   int32_t seq_;
   int64_t dim_;
   int64_t caught_ = 0;           // MTP rows at positions < caught_ are built on the target's own states
@@ -64,7 +64,7 @@ class MtpProposer {
 class MtpDrafter : public Proposer {
  public:
   // Throws Error when the engine's model has no MTP block loaded.
-  explicit MtpDrafter(Engine& target);
+  explicit MtpDrafter(LoadedModel& target);
   const char* name() const override { return "mtp"; }
   bool wants_hidden() const override { return true; }
   void observe(int32_t seq, int64_t first_pos, const int32_t* tokens, const float* hidden, int64_t n,
@@ -74,7 +74,7 @@ class MtpDrafter : public Proposer {
 
  private:
   MtpProposer& of(int32_t seq);
-  Engine& e_;
+  LoadedModel& e_;
   std::unordered_map<int32_t, std::unique_ptr<MtpProposer>> per_seq_;
 };
 

@@ -9,7 +9,7 @@
 
 namespace kestrel {
 
-SpecSource::SpecSource(const std::string& mode, Engine& target, const EngineOptions& draft_options) : mode_(mode) {
+SpecSource::SpecSource(const std::string& mode, LoadedModel& target, const LoadOptions& draft_options) : mode_(mode) {
   if (mode == "draft") {
     if (draft_options.model_path.empty()) throw Error("--spec draft needs --draft-model FILE");
     proposer_ = DraftModelProposer::load(draft_options, target);

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "runtime/proposer.h"
 
@@ -15,9 +15,9 @@ class SpecSource {
  public:
   // mode: ngram (prompt lookup), draft (draft_options names the draft model;
   // threads, KV types and its sequence count are taken from it) or mtp (the
-  // target must be loaded with EngineOptions::load_mtp). Throws Error for
+  // target must be loaded with LoadOptions::load_mtp). Throws Error for
   // other modes and when the proposer cannot be built.
-  SpecSource(const std::string& mode, Engine& target, const EngineOptions& draft_options);
+  SpecSource(const std::string& mode, LoadedModel& target, const LoadOptions& draft_options);
   ~SpecSource();
   // Points params.proposer at this proposer.
   void attach(GenerationParams& params) const { params.proposer = proposer_.get(); }

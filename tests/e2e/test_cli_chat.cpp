@@ -11,7 +11,7 @@
 
 #include "chat/chat_template.h"
 #include "cli_process.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "test_support.h"
 
@@ -26,11 +26,11 @@ const std::string kStories = test::shared("models/stories260K.gguf");
 
 // What the chat must answer to one user message: the built-in chatml prompt, greedy.
 std::string expected_reply(const std::string& user, int n) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = kStories;
   o.n_threads = 1;
   o.n_ctx = 512;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const ChatTemplate t("chatml", builtin_chat_template("chatml"));
   const RenderedChat rc = t.render(json::array({{{"role", "user"}, {"content", user}}}), nullptr, json::object(), true);
   GenerationParams p;

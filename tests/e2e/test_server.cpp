@@ -17,7 +17,7 @@
 #include <regex>
 #include <thread>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "kv/kv_cache.h"
 #include "raw_http.h"
@@ -93,11 +93,11 @@ std::vector<json> sse_chunks(httplib::Client& c, const std::string& path, json b
 
 std::string reference_text(const std::string& model, const std::string& prompt, int max_tokens,
                            bool ignore_eos = false) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = model;
   o.n_threads = 1;
   o.n_ctx = 256;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   GenerationParams p;
   p.max_tokens = max_tokens;
   p.sampling.temperature = 0.0f;
@@ -544,7 +544,7 @@ TEST(Server, PreemptedRequestsRecomputeToTheSameText) {
         continue;
       }
       EXPECT_TRUE(j.contains("ttft_ms") && j.contains("completion_tokens") && j.contains("priority"));
-      // Engine-side times: the first token came after arrival and no later than the end.
+      // LoadedModel-side times: the first token came after arrival and no later than the end.
       EXPECT_GT(j["ttft_ms"].get<double>(), 0.0) << line;
       EXPECT_LE(j["ttft_ms"].get<double>(), j["e2e_ms"].get<double>()) << line;
       json_lines++;
@@ -589,10 +589,10 @@ TEST(Server, ServesDeepseekModels) {
   const json r = post(c, "/v1/completions", body, &status);
   ASSERT_EQ(status, 200) << r.dump();
   // The first tokens llama.cpp chose greedily for this prompt.
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = model;
   o.n_threads = 1;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   std::string want;
   for (int i = 0; i < 8; i++) want += e.tokenizer->token_to_piece(ref["greedy_ids"][i].get<int32_t>());
   std::string got;
@@ -612,8 +612,8 @@ TEST(Server, ServesEveryDecoderFamilyAsRunDoes) {
            {"gemma2.F16", 0}, {"gemma3.F16", 1}, {"qwen3moe.F16", 1}, {"phi3.F16", 0}, {"llama32.F16", 1}}) {
     SCOPED_TRACE(cell);
     const auto ref = cells[cell]["runs"][run];
-    EngineOptions o = test::shared_engine("reference/compat/models/" + cell + ".gguf", 256);
-    Engine e = Engine::load(o);
+    LoadOptions o = test::shared_engine("reference/compat/models/" + cell + ".gguf", 256);
+    LoadedModel e = LoadedModel::load(o);
     GenerationParams p;
     p.max_tokens = 12;
     p.sampling.temperature = 0.0f;

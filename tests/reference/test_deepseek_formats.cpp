@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
 #include "quant/requantize.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "measure/perplexity.h"
 #include "test_support.h"
 #include "model/batch_io.h"
@@ -80,11 +80,11 @@ TEST(DeepseekFormats, FusedKvBFromOlderConversionsMatchesLlamaCpp) {
   const auto want = test::read_f32(base + ".logits.f32");
   const int64_t nv = ref["n_vocab"].get<int64_t>();
   for (MlaAttention mode : {MlaAttention::Absorbed, MlaAttention::Decompressed}) {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = fused;
     o.n_threads = 2;
     o.mla = mode;
-    Engine e = Engine::load(o);
+    LoadedModel e = LoadedModel::load(o);
     Batch b;
     for (size_t i = 0; i < prompt.size(); i++) b.add(prompt[i], static_cast<int32_t>(i), 0, true);
     std::vector<float> got(prompt.size() * nv);
@@ -100,11 +100,11 @@ TEST(DeepseekFormats, MissingOrBadMetadataNamesTheKey) {
   test::TempDir dir;
   const std::string bad = dir.file("bad.gguf");
   write_fused_kv_b(src, bad, {"deepseek2.attention.kv_lora_rank"});
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = bad;
   o.n_threads = 1;
   try {
-    Engine::load(o);
+    LoadedModel::load(o);
     FAIL() << "loaded a model without kv_lora_rank";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("deepseek2.attention.kv_lora_rank"));
@@ -127,22 +127,22 @@ TEST(DeepseekFormats, Q8_0CopyStaysCloseToTheF32Model) {
   EXPECT_EQ(q8.find_tensor("blk.1.attn_k_b.weight")->type, GgmlType::F16);
   const std::string text = test::read_text(test::shared("eval/stories.txt"));
   auto engine = [&](const std::string& path) {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = path;
     o.n_threads = 2;
     o.n_ctx = 64;
-    return Engine::load(o);
+    return LoadedModel::load(o);
   };
   PerplexityOptions po;
   po.n_ctx = 64;
   po.save_logprobs = dir.file("base.lp");
   {
-    Engine e = engine(f32);
+    LoadedModel e = engine(f32);
     perplexity(e, text, po);
   }
   po.save_logprobs.clear();
   po.kl_base = dir.file("base.lp");
-  Engine e = engine(dir.file("q8.gguf"));
+  LoadedModel e = engine(dir.file("q8.gguf"));
   const PerplexityResult r = perplexity(e, text, po);
   EXPECT_GT(r.kld_mean, 1e-5);
   EXPECT_LT(r.kld_mean, 0.01);

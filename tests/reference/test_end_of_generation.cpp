@@ -24,11 +24,11 @@ TEST(EndOfGeneration, TheFamiliesEndOfTurnMarkersCountAsLlamaCppCountsThem) {
 }
 
 TEST(EndOfGeneration, AGeneratedEotEndsTheReplyUnlessEosIsIgnored) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::compat_model("llama32.F16");
   o.n_threads = 2;
   o.n_ctx = 64;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   GenerationParams p;
   p.max_tokens = 8;
   p.sampling.temperature = 0;

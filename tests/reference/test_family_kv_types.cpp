@@ -17,10 +17,10 @@ namespace kestrel {
 namespace {
 
 std::vector<float> logits_with(const std::string& cell, KvType kv) {
-  EngineOptions o = test::shared_engine("reference/compat/models/" + cell + ".gguf", 128);
+  LoadOptions o = test::shared_engine("reference/compat/models/" + cell + ".gguf", 128);
   o.kv_type_k = o.kv_type_v = kv;
   o.kv_block_size = 8;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const auto ref = test::read_json(test::shared("reference/compat/expected.json"))["cells"][cell]["runs"][0];
   std::vector<int32_t> prompt = ref["prompt"].get<std::vector<int32_t>>();
   for (int32_t id : ref["ids"].get<std::vector<int32_t>>()) prompt.push_back(id);  // 36 tokens

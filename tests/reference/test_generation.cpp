@@ -15,17 +15,17 @@ using ::testing::HasSubstr;
 class Generation : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = test::shared("models/stories260K.bin");
     o.llama2c_tokenizer = test::shared("models/tok512.bin");
     o.n_threads = 2;
-    engine_ = new Engine(Engine::load(o));
+    engine_ = new LoadedModel(LoadedModel::load(o));
   }
   static void TearDownTestSuite() { delete engine_; }
   static std::vector<int32_t> prompt(const std::string& text) { return engine_->tokenizer->encode(text, true, false); }
-  static Engine* engine_;
+  static LoadedModel* engine_;
 };
-Engine* Generation::engine_ = nullptr;
+LoadedModel* Generation::engine_ = nullptr;
 
 TEST_F(Generation, StopStringEndsTheOutputBeforeIt) {
   GenerationParams p;
@@ -121,9 +121,9 @@ TEST(Utf8Stream, NeverSplitsACharacter) {
 }
 
 TEST(Tokenizers, ByteFallbackDecodesMultibyteCharactersAcrossTokens) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::shared("reference/llama.cpp/llama-tiny.f32.gguf");
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const std::string text = "caf\xC3\xA9 \xF0\x9F\xA6\x99";  // "café 🦙": the emoji needs byte tokens
   const auto ids = e.tokenizer->encode(text, false, false);
   Utf8Stream s;
@@ -142,9 +142,9 @@ TEST(Tokenizers, ByteFallbackDecodesMultibyteCharactersAcrossTokens) {
 }
 
 TEST(Tokenizers, SpecialTokensOnlyWhenAskedFor) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::shared("reference/llama.cpp/llama-tiny.f32.gguf");
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   EXPECT_EQ(e.tokenizer->encode("<s>", false, true), std::vector<int32_t>{1});
   const auto plain = e.tokenizer->encode("<s>", false, false);
   EXPECT_GT(plain.size(), 1u);

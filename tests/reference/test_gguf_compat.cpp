@@ -3,7 +3,7 @@
 // same tensor names, shapes and types, same bytes.
 #include "gguf/gguf.h"
 #include "gguf/llama2c_import.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "test_support.h"
 
@@ -59,9 +59,9 @@ TEST(GgufCompat, TiedOutputHeadUsesTheEmbedding) {
   w.write_file(dir.file("tied.gguf"));
 
   auto logits_of = [](const std::string& path) {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = path;
-    Engine e = Engine::load(o);
+    LoadedModel e = LoadedModel::load(o);
     EXPECT_EQ(e.model->config().tied_output, path.find("tied") != std::string::npos);
     return test::all_logits(e, {1, 403, 407, 261, 378}, 8);
   };

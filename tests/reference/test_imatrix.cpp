@@ -36,7 +36,7 @@ TEST(Imatrix, CollectsTheMeanSquareOfEachInputChannel) {
   EXPECT_EQ(m.entries.size(), static_cast<size_t>(7 * n_layer));  // q, k, v, output, gate, up, down per layer
 
   // Layer 0's q/k/v read rmsnorm(embedding) * attn_norm: recompute it.
-  Engine e = Engine::load(test::shared_engine("models/stories260K.gguf"));
+  LoadedModel e = LoadedModel::load(test::shared_engine("models/stories260K.gguf"));
   const std::vector<int32_t> tokens = e.tokenizer->encode(test::read_text(text), true, false);
   const auto* embd = f.find_tensor("token_embd.weight");
   const auto* norm = reinterpret_cast<const float*>(f.find_tensor("blk.0.attn_norm.weight")->data);

@@ -21,7 +21,7 @@
 #include "kernels/matmul.h"
 #include "kernels/qdot.h"
 #include "gguf/gguf.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -284,11 +284,11 @@ TEST(IqFormats, MixesFromOurImatrixRunLikeTheirWidenedWeights) {
   ASSERT_EQ(std::system((bin + " imatrix -m " + f16 + " -f " + text + " -o " + im + " -c 64 -t 2 > /dev/null 2>&1").c_str()), 0);
   const std::vector<int32_t> prompt = {1000, 17, 301, 52, 9, 640, 88, 123, 5, 71};
   auto logits = [&](const std::string& path) {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = path;
     o.n_threads = 2;
     o.n_ctx = 64;
-    Engine e = Engine::load(o);
+    LoadedModel e = LoadedModel::load(o);
     return test::all_logits(e, prompt, 4);
   };
   auto rel_rms = [](const std::vector<float>& a, const std::vector<float>& b) {

@@ -5,7 +5,7 @@
 // attention chosen per step by cost, always absorbed, always decompressed.
 #include <fmt/format.h>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "test_support.h"
 
@@ -35,13 +35,13 @@ TEST_P(LlamaCppReference, MatchesPromptLogitsAndGreedyContinuation) {
   const RefCase rc = GetParam();
   const std::string base = test::shared(std::string("reference/llama.cpp/") + rc.model);
   const auto ref = test::read_json(base + ".json");
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = base + ".gguf";
   o.n_threads = 2;
   o.repack_weights = rc.repack;
   o.mla = rc.mla;
   o.kv_type_k = o.kv_type_v = rc.kv;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
 
   const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
   EXPECT_EQ(e.tokenizer->encode(ref["prompt"].get<std::string>(), true, false), prompt);

@@ -11,7 +11,7 @@
 
 #include "model/family.h"
 #include "core/error.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "test_support.h"
 #include "model/batch_io.h"
 
@@ -29,7 +29,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " mla " << sta
 class MixedBatches : public ::testing::TestWithParam<Case> {};
 
 // Runs `batch` and returns its logits rows keyed by (sequence, position).
-std::map<std::pair<int, int>, std::vector<float>> run(Engine& e, const Batch& b) {
+std::map<std::pair<int, int>, std::vector<float>> run(LoadedModel& e, const Batch& b) {
   const int64_t nv = e.model->config().n_vocab;
   std::vector<float> logits(static_cast<size_t>(b.n_logit_rows() * nv));
   test::forward_alone(e, b, logits.data());
@@ -58,13 +58,13 @@ TEST_P(MixedBatches, EachRowMatchesItsSequenceRunAlone) {
   // which turns the float rounding of a batched kernel's other summation
   // order into 1e-3 steps; what is tested here is which rows meet which.
   test::TempDir dir;
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = c.compat ? test::widen_to_f32(test::compat_model(c.model), dir.file("f32.gguf")) : base + ".gguf";
   o.n_threads = 2;
   o.n_ctx = 64;
   o.n_seq_max = 3;
   o.mla = c.mla;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
 
   // Three sequences: prompts of 6, 11 and 18 tokens (prefixes of the
   // reference prompt, so sequences 0 and 1 share their first tokens), then
@@ -143,11 +143,11 @@ INSTANTIATE_TEST_SUITE_P(Models, MixedBatches,
 // The model never allocates: a row at a position its sequence does not
 // hold is an error naming it, not a silent reservation.
 TEST(ModelForward, ARowWithoutAnAllocatedSlotIsAnErrorNamingIt) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::shared("models/stories260K.gguf");
   o.n_threads = 1;
   o.n_ctx = 32;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   std::vector<float> logits(static_cast<size_t>(e.model->config().n_vocab));
   Batch b;
   b.add(1, 0, 0, true);

@@ -114,7 +114,7 @@ struct Recorded {
 };
 
 // Greedy generation of the reference prompt with MTP drafts, recording each proposal.
-GenerationResult generate_with_mtp(Engine& e, const std::vector<int32_t>& prompt, int64_t n, int draft_max,
+GenerationResult generate_with_mtp(LoadedModel& e, const std::vector<int32_t>& prompt, int64_t n, int draft_max,
                                    std::vector<Recorded>* log) {
   MtpProposer mtp(e);
   GenerationParams p;
@@ -142,10 +142,10 @@ TEST(Mtp, EmbeddingHalfDraftsTheHeadsBigramChainAndOutputStaysTheReference) {
   const std::string path = dir.file("mtp-embedding.gguf");
   write_oracle_mtp(path, EhPick::Embedding, false);
   const auto ref = test::read_json(test::shared(std::string(kReference) + ".json"));
-  EngineOptions o = test::shared_engine("", 256);
+  LoadOptions o = test::shared_engine("", 256);
   o.model_path = path;
   o.load_mtp = true;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   EXPECT_EQ(e.model->mtp_layers(), 1);
   EXPECT_EQ(e.model->config().n_layer, 4);
   EXPECT_EQ(e.kv->layout().n_layer, 5);  // the MTP block caches in a layer of its own
@@ -173,10 +173,10 @@ TEST(Mtp, HiddenHalfDraftsTheTargetsLastPickAgain) {
   test::TempDir dir;
   const std::string path = dir.file("mtp-hidden.gguf");
   write_oracle_mtp(path, EhPick::Hidden, true);
-  EngineOptions o = test::shared_engine("", 256);
+  LoadOptions o = test::shared_engine("", 256);
   o.model_path = path;
   o.load_mtp = true;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const auto ref = test::read_json(test::shared(std::string(kReference) + ".json"));
   const auto prompt = ids(ref["prompt_ids"]);
   GenerationParams plain_params;
@@ -203,14 +203,14 @@ TEST(Mtp, HiddenHalfDraftsTheTargetsLastPickAgain) {
 TEST(Mtp, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
   test::TempDir dir;
   const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
-  EngineOptions o = test::shared_engine("", 256);
+  LoadOptions o = test::shared_engine("", 256);
   o.model_path = path;
-  Engine plain_engine = Engine::load(o);
+  LoadedModel plain_engine = LoadedModel::load(o);
   EXPECT_EQ(plain_engine.model->mtp_layers(), 0);  // not asked for: not loaded, no cache layer
   EXPECT_EQ(plain_engine.kv->layout().n_layer, 3);
   EXPECT_THROW(MtpProposer{plain_engine}, Error);
   o.load_mtp = true;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const std::vector<int32_t> prompt = {1, 17, 230, 44, 17, 230, 44, 17, 230, 9};
   GenerationParams p;
   p.max_tokens = 40;
@@ -233,11 +233,11 @@ TEST(Mtp, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
 TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
   test::TempDir dir;
   const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
-  EngineOptions o = test::shared_engine("", 256);
+  LoadOptions o = test::shared_engine("", 256);
   o.model_path = path;
   o.load_mtp = true;
-  Engine e = Engine::load(o);
-  Engine ref = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
+  LoadedModel ref = LoadedModel::load(o);
   const std::vector<int32_t> prompt = {1, 17, 230, 44, 17, 230, 44, 17, 230, 9, 300, 12};
   std::vector<Recorded> log;
   generate_with_mtp(e, prompt, 40, 3, &log);
@@ -276,7 +276,7 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
 TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
   test::TempDir dir;
   const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
-  EngineOptions o = test::shared_engine("", 128);
+  LoadOptions o = test::shared_engine("", 128);
   o.model_path = path;
   o.load_mtp = true;
   o.n_seq_max = 3;
@@ -284,7 +284,7 @@ TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
   const std::vector<std::vector<int32_t>> histories = {
       {1, 5, 9, 5, 9, 5, 30, 31, 32, 33, 34, 35, 36, 37, 38}, {1, 200, 201}, {1, 44, 45, 46, 47, 48, 49, 50, 51}};
   auto drafts = [&](bool together) {
-    Engine e = Engine::load(o);
+    LoadedModel e = LoadedModel::load(o);
     std::vector<std::unique_ptr<MtpProposer>> ps;
     const int64_t dim = e.model->config().n_embd;
     for (int32_t s = 0; s < 3; s++) {
@@ -315,9 +315,9 @@ TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
 }
 
 TEST(Mtp, ModelsWithoutMtpLayersAndBadCountsAreRefused) {
-  EngineOptions o = test::shared_engine("models/stories260K.gguf", 64);
+  LoadOptions o = test::shared_engine("models/stories260K.gguf", 64);
   o.load_mtp = true;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   try {
     MtpProposer p(e);
     FAIL() << "expected an error";
@@ -330,10 +330,10 @@ TEST(Mtp, ModelsWithoutMtpLayersAndBadCountsAreRefused) {
   GgufWriter w = synth_model(so);
   w.set_u32("deepseek2.nextn_predict_layers", 3);  // as many as block_count
   w.write_file(dir.file("bad.gguf"));
-  EngineOptions b;
+  LoadOptions b;
   b.model_path = dir.file("bad.gguf");
   try {
-    Engine::load(b);
+    LoadedModel::load(b);
     FAIL() << "expected an error";
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("nextn_predict_layers"), std::string::npos) << err.what();

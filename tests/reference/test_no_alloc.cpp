@@ -8,7 +8,7 @@
 #include <new>
 
 #include "model/synth.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "test_support.h"
 #include "model/batch_io.h"
 #include "runtime/step_executor.h"
@@ -71,7 +71,7 @@ long allocations_during(const std::function<void()>& fn) {
   return g_allocations.load();
 }
 
-void check_engine(Engine& e) {
+void check_engine(LoadedModel& e) {
   std::vector<float> logits(static_cast<size_t>(8 * e.model->config().n_vocab));
   Batch prefill, decode;
   BatchPlacement place(e.model->max_batch_tokens());
@@ -101,11 +101,11 @@ void check_engine(Engine& e) {
 }
 
 TEST(NoAllocation, DecodeStepsAllocateNothingAfterWarmUp) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::shared("models/stories260K.bin");
   o.llama2c_tokenizer = test::shared("models/tok512.bin");
   o.n_threads = 2;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   check_engine(e);
 }
 
@@ -115,10 +115,10 @@ void check_synth(const std::string& arch, const std::string& preset) {
   s.shape = synth_preset(arch, preset);
   s.type = GgmlType::Q8_0;
   synth_model(s).write_file(dir.file("q.gguf"));
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = dir.file("q.gguf");
   o.n_threads = 2;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   check_engine(e);
 }
 
@@ -133,9 +133,9 @@ TEST(NoAllocation, DeepseekMoeModel) { check_synth("deepseek2", "tiny-v3"); }
 // allocates nothing after warm-up. (What the server then sends its clients —
 // text, events — is outside the step.)
 void check_executor_steps(const SamplingParams& sampling) {
-  EngineOptions o = test::shared_engine("models/stories260K.gguf", 256);
+  LoadOptions o = test::shared_engine("models/stories260K.gguf", 256);
   o.n_seq_max = 4;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   ExecConfig xc;
   xc.scheduler.max_batch_size = 4;
   xc.scheduler.max_batch_tokens = e.model->max_batch_tokens();

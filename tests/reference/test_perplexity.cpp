@@ -12,11 +12,11 @@ namespace kestrel {
 namespace {
 
 TEST(Perplexity, MatchesLlamaCppOnStories260K) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::shared("models/stories260K.gguf");
   o.n_threads = 2;
   o.n_ctx = 128;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const std::string text = test::read_text(test::shared("eval/stories.txt"));
   const PerplexityResult a = perplexity(e, text, 128);
   EXPECT_EQ(a.n_chunks, 20);
@@ -40,23 +40,23 @@ TEST(Perplexity, KlDivergenceOfQuantizedCopiesAgainstTheF32Base) {
   const std::string f32 = test::shared("models/stories260K.gguf");
   const std::string text = test::read_text(test::shared("eval/stories.txt"));
   auto engine = [&](const std::string& path) {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = path;
     o.n_threads = 2;
     o.n_ctx = 128;
-    return Engine::load(o);
+    return LoadedModel::load(o);
   };
   PerplexityOptions po;
   po.n_ctx = 128;
   po.save_logprobs = dir.file("base.lp");
   {
-    Engine e = engine(f32);
+    LoadedModel e = engine(f32);
     perplexity(e, text, po);
   }
   po.save_logprobs.clear();
   po.kl_base = dir.file("base.lp");
   {
-    Engine e = engine(f32);
+    LoadedModel e = engine(f32);
     const PerplexityResult self = perplexity(e, text, po);
     ASSERT_TRUE(self.has_kl);
     EXPECT_LT(self.kld_mean, 1e-6);
@@ -70,7 +70,7 @@ TEST(Perplexity, KlDivergenceOfQuantizedCopiesAgainstTheF32Base) {
     ro.type = type;
     const std::string path = dir.file(std::string(type_name(type)) + ".gguf");
     requantize(GgufFile::open(f32), ro).write_file(path);
-    Engine e = engine(path);
+    LoadedModel e = engine(path);
     const PerplexityResult q = perplexity(e, text, po);
     EXPECT_GT(q.kld_mean, 1e-5) << type_name(type);  // it did change something
     EXPECT_LT(q.kld_mean, bound) << type_name(type);
@@ -87,20 +87,20 @@ TEST(Perplexity, KlDivergenceOfQuantizedCopiesAgainstTheF32Base) {
                    {KvType::FP8, KvType::FP8, 0.02},   {KvType::Q4, KvType::Q4, 0.4},
                    {KvType::Q8_0, KvType::Q4, 0.004}};
   for (const auto& c : kv_bounds) {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = f32;
     o.n_threads = 2;
     o.n_ctx = 128;
     o.kv_type_k = c.k;
     o.kv_type_v = c.v;
-    Engine e = Engine::load(o);
+    LoadedModel e = LoadedModel::load(o);
     const PerplexityResult q = perplexity(e, text, po);
     const std::string name = e.kv->layout().type_name();
     EXPECT_GT(q.kld_mean, 1e-8) << name;
     EXPECT_LT(q.kld_mean, c.bound) << name;
   }
   // A base from another context length is refused, naming the mismatch.
-  Engine e = engine(f32);
+  LoadedModel e = engine(f32);
   po.n_ctx = 64;
   EXPECT_THROW(perplexity(e, text, po), Error);
 }

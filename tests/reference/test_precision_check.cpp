@@ -15,21 +15,21 @@
 namespace kestrel {
 namespace {
 
-Engine recorder_engine(const std::string& model, KvType kv = KvType::F32, int64_t n_ctx = 0) {
-  EngineOptions o = test::shared_engine(model, n_ctx);
+LoadedModel recorder_engine(const std::string& model, KvType kv = KvType::F32, int64_t n_ctx = 0) {
+  LoadOptions o = test::shared_engine(model, n_ctx);
   o.kv_type_k = o.kv_type_v = kv;
   o.wrap_backend = make_activation_recorder;
-  return Engine::load(o);
+  return LoadedModel::load(o);
 }
 
-std::vector<int32_t> prompt(const Engine& e) {
+std::vector<int32_t> prompt(const LoadedModel& e) {
   return e.tokenizer->encode("Once upon a time, there was a little girl who loved to play in the garden.", true, false);
 }
 
 TEST(PrecisionCheck, Float32ModelsAgreeWithTheFloat64Reference) {
   for (const char* model : {"models/stories260K.gguf", "reference/llama.cpp/llama-tiny.f32.gguf",
                             "reference/llama.cpp/qwen2-tiny.f32.gguf"}) {
-    Engine e = recorder_engine(model);
+    LoadedModel e = recorder_engine(model);
     const PrecisionReport r = precision_check(e, prompt(e));
     ASSERT_EQ(static_cast<int>(r.layers.size()), e.model->config().n_layer) << model;
     for (const auto& l : r.layers) {
@@ -54,12 +54,12 @@ TEST(PrecisionCheck, EveryDecoderFamilyAgreesWithTheFloat64Reference) {
   test::TempDir dir;
   for (const char* family : {"llama32", "qwen25", "qwen3", "mixtral", "qwen3moe", "phi3", "gemma2", "gemma3", "r1qwen"}) {
     SCOPED_TRACE(family);
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = test::widen_to_f32(test::compat_model(std::string(family) + ".F16"), dir.file("f32.gguf"));
     o.n_threads = 2;
     o.n_ctx = 512;
     o.wrap_backend = make_activation_recorder;
-    Engine e = Engine::load(o);
+    LoadedModel e = LoadedModel::load(o);
     std::vector<int32_t> tokens;
     for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % 500));
     const PrecisionReport r = precision_check(e, tokens);
@@ -78,9 +78,9 @@ TEST(PrecisionCheck, EveryDecoderFamilyAgreesWithTheFloat64Reference) {
 }
 
 TEST(PrecisionCheck, AQuantizedKvCacheShowsUpFirstInTheAttentionOutput) {
-  Engine f32 = recorder_engine("models/stories260K.gguf");
-  Engine q8 = recorder_engine("models/stories260K.gguf", KvType::Q8_0);
-  Engine q4 = recorder_engine("models/stories260K.gguf", KvType::Q4);
+  LoadedModel f32 = recorder_engine("models/stories260K.gguf");
+  LoadedModel q8 = recorder_engine("models/stories260K.gguf", KvType::Q8_0);
+  LoadedModel q4 = recorder_engine("models/stories260K.gguf", KvType::Q4);
   const PrecisionReport a = precision_check(f32, prompt(f32));
   const PrecisionReport b = precision_check(q8, prompt(q8));
   const PrecisionReport c = precision_check(q4, prompt(q4));
@@ -92,8 +92,8 @@ TEST(PrecisionCheck, AQuantizedKvCacheShowsUpFirstInTheAttentionOutput) {
 }
 
 TEST(PrecisionCheck, RopeAnglesLosePrecisionAtLongPositions) {
-  Engine short_ctx = recorder_engine("models/stories260K.gguf", KvType::F32, 128);
-  Engine long_ctx = recorder_engine("models/stories260K.gguf", KvType::F32, 32768);
+  LoadedModel short_ctx = recorder_engine("models/stories260K.gguf", KvType::F32, 128);
+  LoadedModel long_ctx = recorder_engine("models/stories260K.gguf", KvType::F32, 32768);
   const PrecisionReport a = precision_check(short_ctx, prompt(short_ctx));
   const PrecisionReport b = precision_check(long_ctx, prompt(long_ctx));
   EXPECT_EQ(b.rope_position, 32767);
@@ -102,9 +102,9 @@ TEST(PrecisionCheck, RopeAnglesLosePrecisionAtLongPositions) {
 }
 
 TEST(PrecisionCheck, OtherArchitecturesAndOversizedPromptsAreClearErrors) {
-  Engine ds = recorder_engine("reference/llama.cpp/deepseek3-tiny.f32.gguf");
+  LoadedModel ds = recorder_engine("reference/llama.cpp/deepseek3-tiny.f32.gguf");
   EXPECT_THROW(precision_check(ds, {1, 2, 3}), Error);
-  Engine e = recorder_engine("models/stories260K.gguf", KvType::F32, 16);
+  LoadedModel e = recorder_engine("models/stories260K.gguf", KvType::F32, 16);
   EXPECT_THROW(precision_check(e, std::vector<int32_t>(40, 1)), Error);
   EXPECT_THROW(precision_check(e, {}), Error);
 }

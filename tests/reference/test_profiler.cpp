@@ -2,7 +2,7 @@
 // through the Chrome format, and the report adds up.
 #include <gmock/gmock.h>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "core/error.h"
 #include "measure/profile_report.h"
@@ -12,11 +12,11 @@ namespace kestrel {
 namespace {
 
 TEST(Profiler, RecordsEachOperatorOfEachLayerAndRoundTrips) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::shared("models/stories260K.bin");
   o.llama2c_tokenizer = test::shared("models/tok512.bin");
   o.profile = true;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   ASSERT_NE(e.profiler, nullptr);
   GenerationParams p;
   p.max_tokens = 4;

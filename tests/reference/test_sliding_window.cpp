@@ -6,7 +6,7 @@
 // while the sliding layers' blocks stop growing with the context.
 #include <gmock/gmock.h>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "spec/ngram_proposer.h"
 #include "test_support.h"
@@ -22,11 +22,11 @@ struct WindowRun {
 
 // n_prompt prompt tokens, then greedy generation, every logits row kept.
 WindowRun run_model(const std::string& cell, bool release, int64_t max_batch, int spec_draft_max = 0, KvType kv = KvType::F32) {
-  EngineOptions o = test::shared_engine("reference/compat/models/" + cell + ".gguf", 256);
+  LoadOptions o = test::shared_engine("reference/compat/models/" + cell + ".gguf", 256);
   o.kv_block_size = 4;
   o.max_batch_tokens = max_batch;
   o.kv_type_k = o.kv_type_v = kv;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   if (!release) {
     // The same cache without a sliding group: every layer keeps every block.
     KvLayout l = e.kv->layout();
@@ -74,9 +74,9 @@ TEST(SlidingWindow, SlidingLayersHoldAWindowWhileFullLayersGrow) {
   EXPECT_LE(*std::max_element(r.sliding_blocks.begin(), r.sliding_blocks.end()), bound);
   EXPECT_EQ(r.full_blocks.back(), (48 + 60 - 1 + 3) / 4);  // every position, full layers
   // The cache itself: the sliding pool is sized for a window per sequence, not the context.
-  EngineOptions o = test::shared_engine("reference/compat/models/gemma3.F16.gguf", 32768);
+  LoadOptions o = test::shared_engine("reference/compat/models/gemma3.F16.gguf", 32768);
   o.kv_block_size = 16;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   EXPECT_EQ(e.kv->n_group_blocks(0), 32768 / 16);
   EXPECT_LE(e.kv->n_group_blocks(1), (8 - 1 + 512 + 15) / 16 + 1);
   const KvLayout& l = e.kv->layout();

@@ -139,8 +139,8 @@ TEST(Speculation, AcceptOrResampleKeepsTheSamplersDistribution) {
 }
 
 TEST(Speculation, SamplingWithDraftsRunsAndStaysWithinTheSettings) {
-  const EngineOptions o = test::shared_engine("models/stories260K.gguf", 256);
-  Engine e = Engine::load(o);
+  const LoadOptions o = test::shared_engine("models/stories260K.gguf", 256);
+  LoadedModel e = LoadedModel::load(o);
   const auto prompt =
       e.tokenizer->encode("Once upon a time, there was a cat. Once upon a time, there was a", true, false);
   GenerationParams p;
@@ -184,8 +184,8 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
   };
   int64_t accepted_total = 0;
   for (const auto& c : cases) {
-    const EngineOptions o = test::shared_engine(c.model, 512);
-    Engine e = Engine::load(o);
+    const LoadOptions o = test::shared_engine(c.model, 512);
+    LoadedModel e = LoadedModel::load(o);
     const auto prompt = e.tokenizer->encode(c.prompt, true, false);
     GenerationParams p;
     p.max_tokens = c.n;
@@ -233,17 +233,17 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
 // (single-token vs batched arithmetic aside); the output stays identical,
 // and the draft's cache follows the target's history through rejections.
 // Bytes of KV for about two blocks of stories260K's cache.
-int64_t tiny_pool_bytes(const EngineOptions& o) {
-  Engine probe = Engine::load(o);
+int64_t tiny_pool_bytes(const LoadOptions& o) {
+  LoadedModel probe = LoadedModel::load(o);
   return 2 * probe.kv->block_size() * probe.kv->layout().bytes_per_token();
 }
 
 TEST(Speculation, DraftModelProposals) {
   for (const char* model : {"models/stories260K.gguf", "reference/llama.cpp/llama-tiny.f32.gguf",
                             "reference/llama.cpp/qwen2-tiny.f32.gguf", "reference/llama.cpp/deepseek3-tiny.f32.gguf"}) {
-    const EngineOptions o = test::shared_engine(model, 256);
-    Engine e = Engine::load(o);
-    Engine d = Engine::load(o);
+    const LoadOptions o = test::shared_engine(model, 256);
+    LoadedModel e = LoadedModel::load(o);
+    LoadedModel d = LoadedModel::load(o);
     DraftModelProposer proposer(d, e.model->config().n_vocab);
     const auto prompt = e.tokenizer->encode("Once upon a time, there was a little dog", true, false);
     GenerationParams p;
@@ -262,16 +262,16 @@ TEST(Speculation, DraftModelProposals) {
     const auto next = proposer.propose(h, 3);
     EXPECT_EQ(next, std::vector<int32_t>(plain.tokens.begin() + 10, plain.tokens.begin() + 13)) << model;
   }
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = test::shared("models/stories260K.gguf");
-  Engine small = Engine::load(o);
+  LoadedModel small = LoadedModel::load(o);
   EXPECT_THROW(DraftModelProposer(small, 32000), Error);  // another vocabulary
 
   // A draft whose own KV pool is full drafts nothing for that request (an
   // answer from its ledger, not an exception) and still drafts for one that fits.
-  EngineOptions tiny = test::shared_engine("models/stories260K.gguf", 256);
+  LoadOptions tiny = test::shared_engine("models/stories260K.gguf", 256);
   tiny.kv_cache_bytes = tiny_pool_bytes(tiny);
-  Engine d = Engine::load(tiny);
+  LoadedModel d = LoadedModel::load(tiny);
   ASSERT_LE(d.kv->n_blocks(), 3);
   DraftModelProposer proposer(d, d.model->config().n_vocab);
   std::vector<int32_t> long_history(100, 5), short_history = {1, 403, 407};
@@ -282,8 +282,8 @@ TEST(Speculation, DraftModelProposals) {
 }
 
 TEST(Speculation, StopConditionsStillHoldAndBadSettingsAreRefused) {
-  const EngineOptions o = test::shared_engine("models/stories260K.gguf", 64);
-  Engine e = Engine::load(o);
+  const LoadOptions o = test::shared_engine("models/stories260K.gguf", 64);
+  LoadedModel e = LoadedModel::load(o);
   const auto prompt = e.tokenizer->encode("Once upon a time, Once upon a time, Once upon a time,", true, false);
   GenerationParams p;
   p.sampling.temperature = 0.0f;

@@ -12,7 +12,7 @@
 #include <set>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/step_executor.h"
 #include "test_support.h"
 
@@ -95,9 +95,9 @@ ExecRequest request(int i) {
 // Runs the requests to the end; cancel_id (if > 0) is removed after the
 // first step that leaves it in flight. Returns what each generated.
 std::map<int64_t, std::vector<int32_t>> generate(bool pipelined, int64_t cancel_id, int* overlapped = nullptr) {
-  EngineOptions o = test::shared_engine("models/stories260K.gguf", 256);
+  LoadOptions o = test::shared_engine("models/stories260K.gguf", 256);
   o.n_seq_max = kRequests;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   std::unique_ptr<Model> inner;
   TwoInFlight* two = nullptr;
   if (pipelined) {

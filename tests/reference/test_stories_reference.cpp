@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "gguf/llama2c_import.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "test_support.h"
 
@@ -19,7 +19,7 @@ struct CaseResult {
   std::vector<float> logits;  // every position's row, prompt first
 };
 
-CaseResult run_case(Engine& e, const nlohmann::json& c) {
+CaseResult run_case(LoadedModel& e, const nlohmann::json& c) {
   const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
   GenerationParams p;
   p.max_tokens = static_cast<int64_t>(c["greedy_ids_after_prompt"].size());
@@ -33,7 +33,7 @@ CaseResult run_case(Engine& e, const nlohmann::json& c) {
   return r;
 }
 
-void check_all_cases(Engine& e, const std::string& source) {
+void check_all_cases(LoadedModel& e, const std::string& source) {
   const auto ref = test::read_json(shared("reference/stories260K/stories260K_greedy.json"));
   ASSERT_GE(ref.size(), 3u);
   for (const auto& [name, c] : ref.items()) {
@@ -52,17 +52,17 @@ void check_all_cases(Engine& e, const std::string& source) {
   }
 }
 
-EngineOptions options_for(const std::string& model) {
-  EngineOptions o;
+LoadOptions options_for(const std::string& model) {
+  LoadOptions o;
   o.model_path = model;
   o.n_threads = 2;
   return o;
 }
 
 TEST(Stories260K, MatchesLlama2cFromCheckpointImportedOnTheFly) {
-  EngineOptions o = options_for(shared("models/stories260K.bin"));
+  LoadOptions o = options_for(shared("models/stories260K.bin"));
   o.llama2c_tokenizer = shared("models/tok512.bin");
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   EXPECT_EQ(e.n_ctx, 512);
   check_all_cases(e, "llama2.c checkpoint");
 }
@@ -75,17 +75,17 @@ TEST(Stories260K, MatchesLlama2cFromConvertedGguf) {
     const MappedFile tok = MappedFile::open(shared("models/tok512.bin"));
     llama2c_to_gguf(ckpt, tok, {}).write_file(out);
   }
-  Engine e = Engine::load(options_for(out));
+  LoadedModel e = LoadedModel::load(options_for(out));
   check_all_cases(e, "converted GGUF");
 }
 
 TEST(Stories260K, MatchesWithEveryThreadCountAndBatchSize) {
   // Prefill split into small batches and run on one thread must not change results.
-  EngineOptions o = options_for(shared("models/stories260K.bin"));
+  LoadOptions o = options_for(shared("models/stories260K.bin"));
   o.llama2c_tokenizer = shared("models/tok512.bin");
   o.n_threads = 1;
   o.max_batch_tokens = 3;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const auto ref = test::read_json(shared("reference/stories260K/stories260K_greedy.json"));
   const auto& c = ref["lily"];
   EXPECT_EQ(run_case(e, c).ids, c["greedy_ids_after_prompt"].get<std::vector<int32_t>>());
@@ -93,9 +93,9 @@ TEST(Stories260K, MatchesWithEveryThreadCountAndBatchSize) {
 
 TEST(Stories260K, LlamaCppConvertedGgufTellsTheSameStory) {
   // Written by llama.cpp's own converter (context_length 128 in its metadata).
-  EngineOptions o = options_for(shared("models/stories260K.gguf"));
+  LoadOptions o = options_for(shared("models/stories260K.gguf"));
   o.n_ctx = 512;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   const auto ref = test::read_json(shared("reference/stories260K/stories260K_greedy.json"));
   const auto& c = ref["once"];
   EXPECT_EQ(e.tokenizer->encode(c["prompt"].get<std::string>(), true, false), c["prompt_ids"].get<std::vector<int32_t>>());

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "test_support.h"
 
@@ -33,12 +33,12 @@ std::string rewrite(const std::string& src, const std::string& dst, const std::f
 }
 
 std::string load_error(const std::string& path) {
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = path;
   o.n_threads = 2;
   o.n_ctx = 64;
   try {
-    Engine::load(o);
+    LoadedModel::load(o);
   } catch (const Error& e) {
     return e.what();
   }
@@ -95,11 +95,11 @@ TEST(StrictLoader, BadValuesOfKnownKeysNameTheKey) {
 TEST(StrictLoader, HostileSizesNameTheKeyInsteadOfFailingAnAllocation) {
   test::TempDir dir;
   auto load_at_file_context = [](const std::string& path) -> std::string {
-    EngineOptions o;
+    LoadOptions o;
     o.model_path = path;
     o.n_threads = 1;  // n_ctx 0: the file's context_length
     try {
-      Engine::load(o);
+      LoadedModel::load(o);
     } catch (const Error& e) {
       return e.what();
     }
@@ -157,8 +157,8 @@ TEST(StrictLoader, AMissingTensorOfTheFamilyIsNamed) {
 // unused set is accepted (not an unknown tensor), and the choice shows in the logits.
 TEST(StrictLoader, PhiLongRopeFactorsFollowTheContext) {
   auto first_logits = [](int64_t n_ctx) {
-    EngineOptions o = test::shared_engine("reference/compat/models/phi3.F16.gguf", n_ctx);
-    Engine e = Engine::load(o);
+    LoadOptions o = test::shared_engine("reference/compat/models/phi3.F16.gguf", n_ctx);
+    LoadedModel e = LoadedModel::load(o);
     return test::all_logits(e, {1, 429, 416, 291, 264, 317}, 1);
   };
   const auto a = first_logits(512), b = first_logits(4096), c = first_logits(8192);

@@ -45,10 +45,10 @@ TEST(StructuredOutput, EverySchemaOfTheCorpusValidatesOverSeeds) {
   const json corpus = json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/grammar/schema_corpus.json"));
   ASSERT_GE(corpus.size(), 20u);
   test::TempDir dir;
-  EngineOptions o;
+  LoadOptions o;
   o.model_path = synth_model(dir);
   o.n_threads = 2;
-  Engine e = Engine::load(o);
+  LoadedModel e = LoadedModel::load(o);
   // Random weights spread the probability over hundreds of tokens: a string
   // would run for the whole context before drawing its closing quote. The
   // closing characters are favoured (where the grammar allows them at all),

@@ -124,7 +124,7 @@ class WeightMethods : public ::testing::Test {
       PerplexityOptions po;
       po.n_ctx = 128;
       po.save_logprobs = base_;
-      Engine e = engine(f32());
+      LoadedModel e = engine(f32());
       perplexity(e, text_, po);
     }
     const std::string path = dir_.file("q.gguf");
@@ -132,15 +132,15 @@ class WeightMethods : public ::testing::Test {
     PerplexityOptions po;
     po.n_ctx = 128;
     po.kl_base = base_;
-    Engine e = engine(path);
+    LoadedModel e = engine(path);
     return perplexity(e, text_, po).kld_mean;
   }
-  static Engine engine(const std::string& path) {
-    EngineOptions o;
+  static LoadedModel engine(const std::string& path) {
+    LoadOptions o;
     o.model_path = path;
     o.n_threads = 2;
     o.n_ctx = 128;
-    return Engine::load(o);
+    return LoadedModel::load(o);
   }
   RequantizeOptions options(GgmlType type, QuantMethod method) const {
     RequantizeOptions ro;

@@ -1,5 +1,5 @@
 // Where the weights live after loading: when the backend repacks most of a
-// file's weight bytes, Engine::load maps the file (its copy is read once by
+// file's weight bytes, LoadedModel::load maps the file (its copy is read once by
 // the packer, as reclaimable page cache) instead of copying it into huge
 // pages that would sit unused beside the repacked copy. MoE files count
 // their expert stacks: a DeepSeek-V2-Lite-shaped model loaded its 1.3 GB file
@@ -8,7 +8,7 @@
 
 #include "core/mapped_file.h"
 #include "model/synth.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel {
 namespace {

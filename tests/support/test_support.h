@@ -19,7 +19,7 @@
 #include "gguf/gguf_writer.h"
 #include "model/synth.h"
 #include "formats/weight.h"
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "runtime/proposer.h"
 #include "model/batch_io.h"
@@ -85,7 +85,7 @@ inline void forward_alone(Model& m, PagedKvCache& kv, const Batch& b, float* log
   place_batch(b, kv, m.config().n_vocab, place);
   m.forward(b, place, kv.store(), logits, hidden);
 }
-inline void forward_alone(Engine& e, const Batch& b, float* logits, float* hidden = nullptr) {
+inline void forward_alone(LoadedModel& e, const Batch& b, float* logits, float* hidden = nullptr) {
   forward_alone(*e.model, *e.kv, b, logits, hidden);
 }
 // The MTP block likewise, over positions the trunk's rows hold already (or reserved here).
@@ -137,10 +137,10 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// Engine options for a model under ../shared with 2 threads and a context
+// LoadedModel options for a model under ../shared with 2 threads and a context
 // (0: the model's own) — the setup most tests start from.
-inline EngineOptions shared_engine(const std::string& rel, int64_t n_ctx = 0) {
-  EngineOptions o;
+inline LoadOptions shared_engine(const std::string& rel, int64_t n_ctx = 0) {
+  LoadOptions o;
   o.model_path = shared(rel);
   o.n_threads = 2;
   o.n_ctx = n_ctx;
@@ -176,7 +176,7 @@ inline std::string widen_to_f32(const std::string& src, const std::string& path)
 }
 
 // Greedy generation of max_tokens after prompt, every logits row (prompt rows too) in order.
-inline std::vector<float> all_logits(Engine& e, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+inline std::vector<float> all_logits(LoadedModel& e, const std::vector<int32_t>& prompt, int64_t max_tokens) {
   GenerationParams p;
   p.max_tokens = max_tokens;
   p.sampling.temperature = 0.0f;

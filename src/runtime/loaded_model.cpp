@@ -1,4 +1,4 @@
-#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -47,12 +47,12 @@ bool mostly_repacked(const GgufFile& f) {
   return 2 * packed > total;
 }
 
-Engine Engine::load(const EngineOptions& o) {
+LoadedModel LoadedModel::load(const LoadOptions& o) {
   if (o.n_threads < 0 || o.n_threads > 1024) throw Error(fmt::format("thread count {} is out of range (1 to 1024)", o.n_threads));
   if (o.n_ctx < 0) throw Error(fmt::format("context size {} must not be negative", o.n_ctx));
   if (o.max_batch_tokens <= 0) throw Error(fmt::format("batch size {} must be positive", o.max_batch_tokens));
   if (o.kv_block_size <= 0 || o.kv_block_size > 4096) throw Error(fmt::format("KV block size {} is out of range (1 to 4096)", o.kv_block_size));
-  Engine e;
+  LoadedModel e;
   e.file = open_model_file(o.model_path, o.llama2c_tokenizer, MappedFile::Mode::Map);
   const bool repack = o.repack_weights && packed_gemm_available();
   if (!o.use_mmap && o.llama2c_tokenizer.empty() && !(repack && mostly_repacked(*e.file)))
@@ -130,7 +130,7 @@ Engine Engine::load(const EngineOptions& o) {
   return e;
 }
 
-int64_t Engine::follow_leader() {
+int64_t LoadedModel::follow_leader() {
   if (!is_follower()) throw Error("follow_leader: this process is not a tensor-parallel follower rank");
   try {
     return kestrel::follow_leader(*model, kv->store(), *comm);
@@ -142,7 +142,7 @@ int64_t Engine::follow_leader() {
   }
 }
 
-std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, const EngineOptions& o,
+std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, const LoadOptions& o,
                                             int64_t n_blocks_exactly) {
   const int64_t bs = o.kv_block_size;
   const int64_t blocks_per_seq = (n_ctx + bs - 1) / bs;

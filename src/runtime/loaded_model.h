@@ -1,7 +1,8 @@
 #pragma once
-// Everything needed to run one model on this machine: the mapped file, the
-// backend, the model, its tokenizer and a paged KV cache. Built once by
-// `run`, tests and (later) the server.
+// A model loaded to run on this machine: the mapped file, the backend, the
+// model, its tokenizer and a paged KV cache — the parts, built once by `run`,
+// `serve`, the measurements and tests. (What runs requests over it is the
+// step executor; the server's engine thread is serving/serving_engine.h.)
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,7 +18,7 @@
 
 namespace kestrel {
 
-struct EngineOptions {
+struct LoadOptions {
   std::string model_path;
   std::string llama2c_tokenizer;  // set: model_path is a llama2.c checkpoint, imported in memory
   int n_threads = 0;              // 0: all cores
@@ -27,7 +28,7 @@ struct EngineOptions {
   int n_seq_max = 1;              // sequences the KV pool must hold at full context
   int64_t kv_cache_bytes = 0;     // set: size the KV pool to this many bytes instead (the server)
   int64_t kv_cache_max_bytes = 0; // set: at most this many bytes (the server's default sizing)
-  bool profile = false;           // time every operator (Engine::profiler)
+  bool profile = false;           // time every operator (LoadedModel::profiler)
   bool use_mmap = false;          // map the file instead of loading it into huge pages
   bool log_fusion = false;        // print the fused operators at load
   bool repack_weights = true;     // repack Q8_0/Q4_0 for the int8 kernels (false: llama.cpp-identical logits)
@@ -50,14 +51,14 @@ struct EngineOptions {
 };
 
 // Whether the backend's repacked copies hold most of the file's weight bytes
-// (matrices and MoE expert stacks of packable types): Engine::load then maps
+// (matrices and MoE expert stacks of packable types): LoadedModel::load then maps
 // the file (its copy is read once, by the packer; page cache the kernel may
 // reclaim) instead of loading it into huge pages that would sit unused.
 bool mostly_repacked(const GgufFile& f);
 
-struct Engine {
+struct LoadedModel {
   std::unique_ptr<GgufFile> file;
-  std::unique_ptr<Profiler> profiler;      // set when EngineOptions::profile
+  std::unique_ptr<Profiler> profiler;      // set when LoadOptions::profile
   std::unique_ptr<Backend> base_backend;   // the kernels
   std::unique_ptr<Backend> backend;        // what the model calls: base_backend, or a profiler around it
   std::unique_ptr<Model> model;
@@ -68,7 +69,7 @@ struct Engine {
   std::shared_ptr<Communicator> tp_group;  // ...and this rank's tensor-parallel group (null: tp=1)
   std::shared_ptr<Communicator> stage_group;  // ...and its pipeline stage's ranks (with both ep and pp)
 
-  static Engine load(const EngineOptions& options);
+  static LoadedModel load(const LoadOptions& options);
   // A rank other than 0 of a tensor-parallel job: it runs no command of its
   // own, only follow_leader().
   bool is_follower() const { return comm && comm->rank() != 0; }
@@ -98,7 +99,7 @@ int default_thread_count();
 // (and a batch) per sequence.
 // n_blocks_exactly > 0 overrides the sizing (the ranks of a tensor-parallel
 // job agree on one pool).
-std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& layout, int64_t n_ctx, const EngineOptions& o,
+std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& layout, int64_t n_ctx, const LoadOptions& o,
                                             int64_t n_blocks_exactly = 0);
 
 }  // namespace kestrel
