@@ -15,6 +15,44 @@
 
 namespace kestrel {
 
+// An activation buffer a backend owns, or a view into one from a float
+// offset (`buf + rows * dim`). Model code passes these to operators and
+// never reads or writes through them: only a backend resolves one (the CPU
+// backend's are host memory; a device backend's are device memory), so the
+// model code is the same whichever backend runs it.
+class Act {
+ public:
+  Act() = default;
+  Act operator+(int64_t floats) const { return Act(base_, offset_ + floats); }
+  explicit operator bool() const { return base_ != nullptr; }
+  bool operator==(const Act&) const = default;
+
+ private:
+  friend class Backend;
+  Act(void* base, int64_t offset) : base_(base), offset_(offset) {}
+  void* base_ = nullptr;
+  int64_t offset_ = 0;
+};
+
+// Where a layer's keys and values are written: the KV store's rows (kv/),
+// which the backend fills through write_kv.
+struct KvLayerWrite {
+  void* k = nullptr;
+  void* v = nullptr;  // null: the layer keeps keys only (MLA's latent rows)
+  int64_t k_stride = 0, v_stride = 0;  // bytes between consecutive slots
+  int64_t k_width = 0, v_width = 0;    // floats per row
+  KvRowFormat k_format, v_format;
+};
+
+// The query rows of an attention call (AttentionBatch with buffers).
+struct AttentionRows {
+  int64_t n_tokens = 0;
+  Act q;    // [n_tokens][n_head * head_dim]
+  Act out;  // [n_tokens][n_head * value_dim()]
+  const int32_t* positions = nullptr;
+  const int32_t* const* block_tables = nullptr;  // per token: its sequence's table
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -29,22 +67,39 @@ class Backend {
   // rows, device memory). The default uses the weight as stored.
   virtual Weight prepare_weight(Weight w) { return w; }
 
+  // ---- Activation memory ----
+  // n floats of the backend's memory (zeroed), until release().
+  virtual Act alloc(int64_t n);
+  virtual void release(Act buffer);
+  // Caller-owned host memory as a buffer operators read or write (logits,
+  // hidden states): the memory itself on the CPU; read() then brings what
+  // operators wrote into it to the host.
+  virtual Act host_view(float* p) { return Act(p, 0); }
+  virtual Act host_view(const float* p) { return Act(const_cast<float*>(p), 0); }
+  // dst[0, n) = src's first n floats, on the host (nothing to do when src is a host_view of dst).
+  virtual void read(Act src, float* dst, int64_t n);
+  // The buffer's host memory, for transports that move host memory between
+  // ranks (MPI under --parallel); valid until the next operator. A device
+  // backend would stage it; a backend that cannot refuses.
+  virtual float* map(Act a, int64_t /*n*/) { return host(a); }
+
+  // ---- Matrix products ----
   // y[n][w.rows()] = x[n][w.cols()] . W^T
-  virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
+  virtual void matmul(const Weight& w, Act x, int64_t n, Act y) = 0;
   // Fused forms. The defaults run the plain operators one after another; a
   // backend overrides them when it can do better (see Backend::fusions()).
   // ys[i] = x . ws[i]^T for weights that share the input x.
-  virtual void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) {
+  virtual void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) {
     for (int i = 0; i < count; i++) matmul(*ws[i], x, n, ys[i]);
   }
   // out = silu(x . gate^T) * (x . up^T); scratch holds n * gate.rows() floats.
-  virtual void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) {
+  virtual void swiglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) {
     matmul(gate, x, n, out);
     matmul(up, x, n, scratch);
     silu_mul(out, scratch, n * gate.rows());
   }
   // out = gelu(x . gate^T) * (x . up^T) (Gemma's gated FFN; ops.h gelu_mul).
-  virtual void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) {
+  virtual void geglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) {
     matmul(gate, x, n, out);
     matmul(up, x, n, scratch);
     gelu_mul(out, scratch, n * gate.rows());
@@ -58,8 +113,8 @@ class Backend {
     const float* k_norm = nullptr;
     float norm_eps = 0.0f;
   };
-  virtual void qkv_rope(const Weight* const* wqkv, const float* const* biases, const float* x, int64_t n,
-                        const int32_t* positions, const RopeParams& rope, const QkvShape& shape, float* const* out) {
+  virtual void qkv_rope(const Weight* const* wqkv, const float* const* biases, Act x, int64_t n,
+                        const int32_t* positions, const RopeParams& rope, const QkvShape& shape, const Act* out) {
     matmul_many(wqkv, 3, x, n, out);
     for (int i = 0; i < 3; i++)
       if (biases[i]) add_bias(out[i], biases[i], n, wqkv[i]->rows());
@@ -73,19 +128,8 @@ class Backend {
   //   y[t * y_stride + h * y_head_stride ...] = x[t * x_stride + h * x_head_stride ...] . ws[h]^T
   // (x_head_stride 0: every head reads the same input). The default gathers
   // each head's inputs and runs matmul.
-  virtual void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride,
-                            int64_t n, float* y, int64_t y_stride, int64_t y_head_stride) {
-    thread_local std::vector<float> xs, ys;
-    for (int h = 0; h < n_heads; h++) {
-      const int64_t cols = ws[h].cols(), rows = ws[h].rows();
-      xs.resize(static_cast<size_t>(n * cols));
-      ys.resize(static_cast<size_t>(n * rows));
-      for (int64_t t = 0; t < n; t++)
-        std::copy_n(x + t * x_stride + h * x_head_stride, cols, xs.data() + t * cols);
-      matmul(ws[h], xs.data(), n, ys.data());
-      for (int64_t t = 0; t < n; t++) std::copy_n(ys.data() + t * rows, rows, y + t * y_stride + h * y_head_stride);
-    }
-  }
+  virtual void matmul_heads(const Weight* ws, int n_heads, Act x, int64_t x_stride, int64_t x_head_stride, int64_t n,
+                            Act y, int64_t y_stride, int64_t y_head_stride);
 
   // Independent SwiGLU FFNs, each with its own input (a MoE layer's active
   // experts): ys[i] = down_i . (silu(gate_i . x_i) * (up_i . x_i)), x_i of
@@ -95,39 +139,102 @@ class Backend {
     const Weight* up;
     const Weight* down;
   };
-  virtual void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) {
-    thread_local std::vector<float> h, h2;
-    for (int i = 0; i < count; i++) {
-      const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
-      if (h.size() < need) h.resize(need), h2.resize(need);
-      swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], h.data(), h2.data());
-      matmul(*ffns[i].down, h.data(), ns[i], ys[i]);
-    }
-  }
+  virtual void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys);
 
-  // DeepSeekMoE routing of n tokens' router logits (kernels/moe_route.h).
-  virtual void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
+  // DeepSeekMoE routing of n tokens' router logits (kernels/moe_route.h): the
+  // chosen experts and their weights come back to the host (the model groups
+  // the tokens by expert from them).
+  virtual void moe_route(const MoeRouting& r, Act logits, const float* bias, int64_t n, int32_t* ids,
                          float* weights) {
     thread_local std::vector<float> scratch;
     scratch.resize(2 * static_cast<size_t>(r.n_expert));
-    kestrel::moe_route(r, logits, bias, n, ids, weights, scratch.data());
+    kestrel::moe_route(r, host(logits), bias, n, ids, weights, scratch.data());
   }
 
   // Whether matmul_many/swiglu are fused for these weights (for --log-fusion).
   virtual bool fuses(const Weight& /*a*/, const Weight& /*b*/) const { return false; }
 
+  // ---- Element-wise and row operators ----
   // out[i] = row tokens[i] of the table, as float
-  virtual void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) = 0;
-  virtual void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps) = 0;
-  virtual void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,
+  virtual void embed(const Weight& table, const int32_t* tokens, int64_t n, Act out) = 0;
+  virtual void rmsnorm(Act x, const float* w, Act y, int64_t n_rows, int64_t dim, float eps) = 0;
+  virtual void rope(Act x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,
                     const RopeParams& p) = 0;
-  virtual void attention(const PagedKvLayerView& kv, const AttentionBatch& batch, const AttentionShape& shape) = 0;
-  virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;
-  virtual void gelu_mul(float* gate, const float* up, int64_t n) { kestrel::gelu_mul(gate, up, n); }
-  virtual void scale(float* x, int64_t n, float s) { scale_inplace(x, n, s); }
-  virtual void softcap(float* x, int64_t n, float cap) { softcap_inplace(x, n, cap); }
-  virtual void add(float* x, const float* y, int64_t n) = 0;
-  virtual void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim) = 0;
+  virtual void silu_mul(Act gate, Act up, int64_t n) = 0;
+  virtual void gelu_mul(Act gate, Act up, int64_t n) { kestrel::gelu_mul(host(gate), host(up), n); }
+  virtual void scale(Act x, int64_t n, float s) { scale_inplace(host(x), n, s); }
+  virtual void softcap(Act x, int64_t n, float cap) { softcap_inplace(host(x), n, cap); }
+  virtual void add(Act x, Act y, int64_t n) = 0;
+  virtual void add_bias(Act x, const float* bias, int64_t n_rows, int64_t dim) = 0;
+  // x[0, n) = value.
+  virtual void fill(Act x, int64_t n, float value);
+  // dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols
+  // (a copy of contiguous rows when both strides are cols).
+  virtual void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols);
+  // dst row i = src row rows[i] (dim floats each); dst may be src when rows[i] >= i.
+  virtual void gather_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim);
+  // dst row rows[i] = src row i.
+  virtual void scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim);
+  // dst row rows[i] += weights[i] * src row i, in i order (a MoE layer's weighted sum of its experts).
+  virtual void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim);
+  // x row t *= sigmoid(gates[t]) (Qwen2-MoE's gated shared expert).
+  virtual void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim);
+
+  // ---- Attention and the KV cache ----
+  // Rows k[i] (and v[i]) written to slots[i] of the layer, in its formats (v may be empty when view.v is null).
+  virtual void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v);
+  // dst row p = the layer's key row at position p of the sequence with this block table, as floats (k_width each).
+  virtual void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width, Act dst);
+  virtual void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& shape) = 0;
+  // The same over len positions of float keys and values in buffers (rows k_width / v_width floats apart).
+  virtual void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len,
+                               const AttentionRows& rows, const AttentionShape& shape);
+
+ protected:
+  // A buffer's memory, for backends whose buffers are host memory (the CPU
+  // backend, decorators around it) and the defaults above.
+  static float* host(Act a) { return static_cast<float*>(a.base_) + a.offset_; }
+  static Act as_act(float* p) { return Act(p, 0); }
+  static AttentionBatch host_rows(const AttentionRows& r) {
+    return {r.n_tokens, host(r.q), host(r.out), r.positions, r.block_tables};
+  }
+};
+
+// n floats of a backend's memory, released with this object. Move-only; it
+// converts to the Act that model code passes to operators.
+class ActBuffer {
+ public:
+  ActBuffer() = default;
+  ActBuffer(Backend& be, int64_t n) : be_(&be), act_(n > 0 ? be.alloc(n) : Act()), n_(n) {}
+  ActBuffer(ActBuffer&& o) noexcept : be_(o.be_), act_(o.act_), n_(o.n_) { o.act_ = Act(), o.n_ = 0; }
+  ActBuffer& operator=(ActBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_, act_ = o.act_, n_ = o.n_;
+      o.act_ = Act(), o.n_ = 0;
+    }
+    return *this;
+  }
+  ActBuffer(const ActBuffer&) = delete;
+  ActBuffer& operator=(const ActBuffer&) = delete;
+  ~ActBuffer() { reset(); }
+  operator Act() const { return act_; }  // NOLINT: a buffer is passed where its view is
+  Act operator+(int64_t floats) const { return act_ + floats; }
+  int64_t size() const { return n_; }
+  // At least n floats (a new, zeroed buffer when it was smaller; the contents go).
+  void ensure(Backend& be, int64_t n) {
+    if (n > n_) *this = ActBuffer(be, n);
+  }
+
+ private:
+  void reset() {
+    if (act_) be_->release(act_);
+    act_ = Act();
+    n_ = 0;
+  }
+  Backend* be_ = nullptr;
+  Act act_;
+  int64_t n_ = 0;
 };
 
 struct CpuBackendOptions {

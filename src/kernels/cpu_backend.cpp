@@ -29,27 +29,26 @@ class CpuBackend final : public Backend {
     return w;
   }
 
-  void matmul(const Weight& w, const float* x, int64_t n, float* y) override { matmul_.run(pool_, w, x, n, y); }
+  void matmul(const Weight& w, Act x, int64_t n, Act y) override { matmul_.run(pool_, w, host(x), n, host(y)); }
 
-  void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
+  void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
     bool shared = true;
     for (int i = 1; i < count; i++) shared = shared && Matmul::can_share_input(*ws[0], *ws[i]);
-    if (shared)
-      matmul_.run_many(pool_, ws, count, x, n, ys);
-    else
-      Backend::matmul_many(ws, count, x, n, ys);
+    if (!shared || count > kMaxMany) return Backend::matmul_many(ws, count, x, n, ys);
+    float* out[kMaxMany];
+    matmul_.run_many(pool_, ws, count, host(x), n, hosts(ys, count, out));
   }
 
-  void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+  void swiglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) override {
     if (fuses(gate, up))
-      matmul_.run_swiglu(pool_, gate, up, x, n, out, scratch);
+      matmul_.run_swiglu(pool_, gate, up, host(x), n, host(out), host(scratch));
     else
       Backend::swiglu(gate, up, x, n, out, scratch);
   }
 
-  void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+  void geglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) override {
     if (fuses(gate, up))
-      matmul_.run_swiglu(pool_, gate, up, x, n, out, scratch, Matmul::GateActivation::Gelu);
+      matmul_.run_swiglu(pool_, gate, up, host(x), n, host(out), host(scratch), Matmul::GateActivation::Gelu);
     else
       Backend::geglu(gate, up, x, n, out, scratch);
   }
@@ -59,14 +58,16 @@ class CpuBackend final : public Backend {
   // One pass over the q, k and v rows in whole heads; each thread adds the
   // biases, normalises (Qwen3, Gemma 3) and rotates the heads it just
   // computed (the RoPE epilogue).
-  void qkv_rope(const Weight* const* w, const float* const* biases, const float* x, int64_t n, const int32_t* positions,
-                const RopeParams& rope, const QkvShape& shape, float* const* out) override {
+  void qkv_rope(const Weight* const* w, const float* const* biases, Act x, int64_t n, const int32_t* positions,
+                const RopeParams& rope, const QkvShape& shape, const Act* out_acts) override {
     if (!fuses(*w[0], *w[1]) || !fuses(*w[0], *w[2])) {
-      Backend::qkv_rope(w, biases, x, n, positions, rope, shape, out);
+      Backend::qkv_rope(w, biases, x, n, positions, rope, shape, out_acts);
       return;
     }
     const int hd = shape.head_dim;
-    matmul_.run_many_then(pool_, w, 3, x, n, out, hd, [&](int i, int64_t r0, int64_t r1) {
+    float* out[3];
+    hosts(out_acts, 3, out);
+    matmul_.run_many_then(pool_, w, 3, host(x), n, out, hd, [&](int i, int64_t r0, int64_t r1) {
       const int64_t rows = w[i]->rows();
       if (biases[i])
         for (int64_t t = 0; t < n; t++) add_inplace(out[i] + t * rows + r0, biases[i] + r0, r1 - r0);
@@ -85,8 +86,10 @@ class CpuBackend final : public Backend {
   // Heads dealt out to the threads, each head's product on one thread: one
   // wake-up and barrier for all heads instead of one per head (MLA runs
   // this twice per layer over 16-128 heads).
-  void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride, int64_t n,
-                    float* y, int64_t y_stride, int64_t y_head_stride) override {
+  void matmul_heads(const Weight* ws, int n_heads, Act x_act, int64_t x_stride, int64_t x_head_stride, int64_t n,
+                    Act y_act, int64_t y_stride, int64_t y_head_stride) override {
+    const float* x = host(x_act);
+    float* y = host(y_act);
     HeadScratch* scratch = head_scratch_.data();
     pool_.run([&](int ti, int nt) {
       HeadScratch& s = scratch[ti];
@@ -107,7 +110,7 @@ class CpuBackend final : public Backend {
   // first, snaking over the threads) rather than first-come: the same batch
   // then gives every thread the same work, so its buffers never grow again
   // (no allocation after warm-up) and the results do not depend on timing.
-  void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
+  void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override {
     if (count < pool_.size()) {
       Backend::ffn_many(ffns, count, xs, ns, ys);
       return;
@@ -129,56 +132,71 @@ class CpuBackend final : public Backend {
         if (s.x.size() < need) s.x.resize(need);
         if (s.y.size() < need) s.y.resize(need);
         if (Matmul::can_share_input(*ffns[i].gate, *ffns[i].up)) {
-          s.matmul.run_swiglu(solo_, *ffns[i].gate, *ffns[i].up, xs[i], ns[i], s.x.data(), s.y.data());
+          s.matmul.run_swiglu(solo_, *ffns[i].gate, *ffns[i].up, host(xs[i]), ns[i], s.x.data(), s.y.data());
         } else {
-          s.matmul.run(solo_, *ffns[i].gate, xs[i], ns[i], s.x.data());
-          s.matmul.run(solo_, *ffns[i].up, xs[i], ns[i], s.y.data());
+          s.matmul.run(solo_, *ffns[i].gate, host(xs[i]), ns[i], s.x.data());
+          s.matmul.run(solo_, *ffns[i].up, host(xs[i]), ns[i], s.y.data());
           kestrel::silu_mul(s.x.data(), s.y.data(), static_cast<int64_t>(need));
         }
-        s.matmul.run(solo_, *ffns[i].down, s.x.data(), ns[i], ys[i]);
+        s.matmul.run(solo_, *ffns[i].down, s.x.data(), ns[i], host(ys[i]));
       }
     });
   }
 
-  void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override {
+  void embed(const Weight& table, const int32_t* tokens, int64_t n, Act out_act) override {
+    float* out = host(out_act);
     for (int64_t i = 0; i < n; i++) dequantize_weight_row(table, tokens[i], out + i * table.cols());
   }
 
-  void rmsnorm(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps) override {
+  void rmsnorm(Act x_act, const float* w, Act y_act, int64_t n_rows, int64_t dim, float eps) override {
+    const float* x = host(x_act);
+    float* y = host(y_act);
     pool_.parallel_for(n_rows,
                        [&](int64_t r0, int64_t r1) { rmsnorm_rows(x + r0 * dim, w, y + r0 * dim, r1 - r0, dim, eps); });
   }
 
-  void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,
+  void rope(Act x_act, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,
             const RopeParams& p) override {
+    float* x = host(x_act);
     pool_.parallel_for(n_rows, [&](int64_t r0, int64_t r1) {
       rope_rows(x + r0 * n_heads * head_dim, positions + r0, r1 - r0, n_heads, head_dim, p);
     });
   }
 
-  void attention(const PagedKvLayerView& kv, const AttentionBatch& batch, const AttentionShape& shape) override {
-    attention_paged(pool_, kv, batch, shape);
+  void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& shape) override {
+    attention_paged(pool_, kv, host_rows(rows), shape);
   }
 
-  void silu_mul(float* gate, const float* up, int64_t n) override {
+  void silu_mul(Act gate_act, Act up_act, int64_t n) override {
+    float* gate = host(gate_act);
+    const float* up = host(up_act);
     pool_.parallel_for(n, [&](int64_t a, int64_t b) { kestrel::silu_mul(gate + a, up + a, b - a); });
   }
 
-  void gelu_mul(float* gate, const float* up, int64_t n) override {
+  void gelu_mul(Act gate_act, Act up_act, int64_t n) override {
+    float* gate = host(gate_act);
+    const float* up = host(up_act);
     pool_.parallel_for(n, [&](int64_t a, int64_t b) { kestrel::gelu_mul(gate + a, up + a, b - a); });
   }
 
-  void softcap(float* x, int64_t n, float cap) override {
+  void softcap(Act x_act, int64_t n, float cap) override {
+    float* x = host(x_act);
     pool_.parallel_for(n, [&](int64_t a, int64_t b) { softcap_inplace(x + a, b - a, cap); });
   }
 
-  void add(float* x, const float* y, int64_t n) override { add_inplace(x, y, n); }
+  void add(Act x, Act y, int64_t n) override { add_inplace(host(x), host(y), n); }
 
-  void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim) override {
-    add_bias_rows(x, bias, n_rows, dim);
+  void add_bias(Act x, const float* bias, int64_t n_rows, int64_t dim) override {
+    add_bias_rows(host(x), bias, n_rows, dim);
   }
 
  private:
+  static constexpr int kMaxMany = 8;  // Matmul::run_many's most weights sharing an input
+  static float* const* hosts(const Act* acts, int count, float** out) {
+    for (int i = 0; i < count; i++) out[i] = host(acts[i]);
+    return out;
+  }
+
   struct HeadScratch {
     explicit HeadScratch(const DotKernels& k) : matmul(k) {}
     Matmul matmul;  // its own activation buffers: threads run different heads at once

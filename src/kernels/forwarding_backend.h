@@ -1,7 +1,8 @@
 #pragma once
 // A backend that passes every operator to another one: the base of
-// decorators (activation recorders) that override only the operators they
-// watch, so none of them re-lists the whole interface.
+// decorators (profilers, activation recorders, the tests' guarded backend)
+// that override only the operators they watch, so none of them re-lists the
+// whole interface. Buffers are the inner backend's.
 #include <string>
 #include <utility>
 
@@ -17,48 +18,83 @@ class ForwardingBackend : public Backend {
   int n_threads() const override { return in_.n_threads(); }
   void annotate_layer(int layer) override { in_.annotate_layer(layer); }
   Weight prepare_weight(Weight w) override { return in_.prepare_weight(std::move(w)); }
-  void matmul(const Weight& w, const float* x, int64_t n, float* y) override { in_.matmul(w, x, n, y); }
-  void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
+
+  Act alloc(int64_t n) override { return in_.alloc(n); }
+  void release(Act buffer) override { in_.release(buffer); }
+  Act host_view(float* p) override { return in_.host_view(p); }
+  Act host_view(const float* p) override { return in_.host_view(p); }
+  void read(Act src, float* dst, int64_t n) override { in_.read(src, dst, n); }
+  float* map(Act a, int64_t n) override { return in_.map(a, n); }
+
+  void matmul(const Weight& w, Act x, int64_t n, Act y) override { in_.matmul(w, x, n, y); }
+  void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
     in_.matmul_many(ws, count, x, n, ys);
   }
-  void swiglu(const Weight& g, const Weight& u, const float* x, int64_t n, float* out, float* scratch) override {
+  void swiglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
     in_.swiglu(g, u, x, n, out, scratch);
   }
-  void geglu(const Weight& g, const Weight& u, const float* x, int64_t n, float* out, float* scratch) override {
+  void geglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
     in_.geglu(g, u, x, n, out, scratch);
   }
-  void qkv_rope(const Weight* const* w, const float* const* b, const float* x, int64_t n, const int32_t* pos,
-                const RopeParams& rope, const QkvShape& shape, float* const* out) override {
+  void qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
+                const RopeParams& rope, const QkvShape& shape, const Act* out) override {
     in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
   }
-  void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride, int64_t n,
-                    float* y, int64_t y_stride, int64_t y_head_stride) override {
+  void matmul_heads(const Weight* ws, int n_heads, Act x, int64_t x_stride, int64_t x_head_stride, int64_t n, Act y,
+                    int64_t y_stride, int64_t y_head_stride) override {
     in_.matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride);
   }
-  void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
+  void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override {
     in_.ffn_many(ffns, count, xs, ns, ys);
   }
-  void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
+  void moe_route(const MoeRouting& r, Act logits, const float* bias, int64_t n, int32_t* ids,
                  float* weights) override {
     in_.moe_route(r, logits, bias, n, ids, weights);
   }
   bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
-  void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override { in_.embed(t, tokens, n, out); }
-  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
+
+  void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override { in_.embed(t, tokens, n, out); }
+  void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     in_.rmsnorm(x, w, y, rows, dim, eps);
   }
-  void rope(float* x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
+  void rope(Act x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
     in_.rope(x, pos, rows, heads, hd, p);
   }
-  void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
-    in_.attention(kv, b, s);
+  void silu_mul(Act g, Act u, int64_t n) override { in_.silu_mul(g, u, n); }
+  void gelu_mul(Act g, Act u, int64_t n) override { in_.gelu_mul(g, u, n); }
+  void scale(Act x, int64_t n, float s) override { in_.scale(x, n, s); }
+  void softcap(Act x, int64_t n, float cap) override { in_.softcap(x, n, cap); }
+  void add(Act x, Act y, int64_t n) override { in_.add(x, y, n); }
+  void add_bias(Act x, const float* b, int64_t rows, int64_t dim) override { in_.add_bias(x, b, rows, dim); }
+  void fill(Act x, int64_t n, float value) override { in_.fill(x, n, value); }
+  void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) override {
+    in_.copy(dst, dst_stride, src, src_stride, rows, cols);
   }
-  void silu_mul(float* g, const float* u, int64_t n) override { in_.silu_mul(g, u, n); }
-  void gelu_mul(float* g, const float* u, int64_t n) override { in_.gelu_mul(g, u, n); }
-  void scale(float* x, int64_t n, float s) override { in_.scale(x, n, s); }
-  void softcap(float* x, int64_t n, float cap) override { in_.softcap(x, n, cap); }
-  void add(float* x, const float* y, int64_t n) override { in_.add(x, y, n); }
-  void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override { in_.add_bias(x, b, rows, dim); }
+  void gather_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
+    in_.gather_rows(dst, src, rows, n, dim);
+  }
+  void scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
+    in_.scatter_rows(dst, src, rows, n, dim);
+  }
+  void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* w, int64_t n, int64_t dim) override {
+    in_.scatter_add_rows(dst, src, rows, w, n, dim);
+  }
+  void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) override { in_.scale_rows_sigmoid(x, gates, n, dim); }
+
+  void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
+    in_.write_kv(view, slots, n, k, v);
+  }
+  void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
+                    Act dst) override {
+    in_.read_kv_rows(view, table, len, k_width, dst);
+  }
+  void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
+    in_.attention(kv, rows, s);
+  }
+  void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
+                       const AttentionShape& s) override {
+    in_.attention_dense(k, v, k_width, v_width, len, rows, s);
+  }
 
  protected:
   Backend& in_;

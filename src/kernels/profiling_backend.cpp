@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <utility>
 
+#include "kernels/forwarding_backend.h"
+
 namespace kestrel {
 namespace {
 
@@ -21,25 +23,22 @@ std::pair<int, std::string> split_weight_name(const std::string& name) {
   return {-1, base};
 }
 
-class ProfilingBackend final : public Backend {
+class ProfilingBackend final : public ForwardingBackend {
  public:
-  ProfilingBackend(Backend& inner, Profiler& p) : in_(inner), p_(p) {}
+  ProfilingBackend(Backend& inner, Profiler& p) : ForwardingBackend(inner), p_(p) {}
 
   std::string describe() const override { return in_.describe() + ", profiling"; }
-  int n_threads() const override { return in_.n_threads(); }
   void annotate_layer(int layer) override {
     layer_ = layer;
     in_.annotate_layer(layer);
   }
 
-  Weight prepare_weight(Weight w) override { return in_.prepare_weight(std::move(w)); }
-
-  void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
+  void matmul(const Weight& w, Act x, int64_t n, Act y) override {
     const auto [layer, op] = split_weight_name(w.name);
     timed("matmul " + op, layer, static_cast<double>(w.nbytes) + 4.0 * n * (w.cols() + w.rows()),
           2.0 * static_cast<double>(n) * w.rows() * w.cols(), [&] { in_.matmul(w, x, n, y); });
   }
-  void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
+  void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
     std::string op = "matmul";
     int layer = -1;
     double bytes = 0, flops = 0;
@@ -53,14 +52,14 @@ class ProfilingBackend final : public Backend {
     bytes += 4.0 * n * ws[0]->cols();
     timed(op, layer, bytes, flops, [&] { in_.matmul_many(ws, count, x, n, ys); });
   }
-  void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+  void swiglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) override {
     gated(gate, up, n, "swiglu", [&] { in_.swiglu(gate, up, x, n, out, scratch); });
   }
-  void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+  void geglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) override {
     gated(gate, up, n, "geglu", [&] { in_.geglu(gate, up, x, n, out, scratch); });
   }
-  void qkv_rope(const Weight* const* w, const float* const* biases, const float* x, int64_t n, const int32_t* positions,
-                const RopeParams& rope, const QkvShape& shape, float* const* out) override {
+  void qkv_rope(const Weight* const* w, const float* const* biases, Act x, int64_t n, const int32_t* positions,
+                const RopeParams& rope, const QkvShape& shape, const Act* out) override {
     const int layer = split_weight_name(w[0]->name).first;
     double bytes = 4.0 * n * w[0]->cols(), flops = 0;
     for (int i = 0; i < 3; i++) {
@@ -70,8 +69,8 @@ class ProfilingBackend final : public Backend {
     timed("matmul attn_q+attn_k+attn_v+rope", layer, bytes, flops,
           [&] { in_.qkv_rope(w, biases, x, n, positions, rope, shape, out); });
   }
-  void matmul_heads(const Weight* ws, int n_heads, const float* x, int64_t x_stride, int64_t x_head_stride, int64_t n,
-                    float* y, int64_t y_stride, int64_t y_head_stride) override {
+  void matmul_heads(const Weight* ws, int n_heads, Act x, int64_t x_stride, int64_t x_head_stride, int64_t n, Act y,
+                    int64_t y_stride, int64_t y_head_stride) override {
     const auto [layer, op] = split_weight_name(ws[0].name);
     double bytes = 0, flops = 0;
     for (int h = 0; h < n_heads; h++) {
@@ -81,7 +80,7 @@ class ProfilingBackend final : public Backend {
     timed("matmul " + op + " (per head)", layer, bytes, flops,
           [&] { in_.matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride); });
   }
-  void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
+  void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override {
     double bytes = 0, flops = 0;
     int layer = -1;
     for (int i = 0; i < count; i++) {
@@ -94,47 +93,50 @@ class ProfilingBackend final : public Backend {
     timed("matmul ffn experts (gate+up+swiglu+down)", layer, bytes, flops,
           [&] { in_.ffn_many(ffns, count, xs, ns, ys); });
   }
-  void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids,
+  void moe_route(const MoeRouting& r, Act logits, const float* bias, int64_t n, int32_t* ids,
                  float* weights) override {
     timed("moe_route", layer_, 4.0 * n * r.n_expert, 10.0 * n * r.n_expert,
           [&] { in_.moe_route(r, logits, bias, n, ids, weights); });
     p_.record_expert_load(layer_, r.n_expert, ids, n * r.n_used);
   }
-  bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
-  void embed(const Weight& t, const int32_t* tokens, int64_t n, float* out) override {
+  void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override {
     timed("embed", -1, static_cast<double>(n) * t.row_stride(), 0, [&] { in_.embed(t, tokens, n, out); });
   }
-  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
+  void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     timed("rmsnorm", layer_, 8.0 * rows * dim, 4.0 * rows * dim, [&] { in_.rmsnorm(x, w, y, rows, dim, eps); });
   }
-  void rope(float* x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
+  void rope(Act x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
     timed("rope", layer_, 8.0 * rows * heads * hd, 3.0 * rows * heads * p.n_rot,
           [&] { in_.rope(x, pos, rows, heads, hd, p); });
   }
-  void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
+  void attention(const PagedKvLayerView& kv, const AttentionRows& b, const AttentionShape& s) override {
     double keys = 0;
     for (int64_t t = 0; t < b.n_tokens; t++) keys += b.positions[t] + 1 - s.first_position(b.positions[t]);
     const double kv_bytes = keys * static_cast<double>(kv.k_stride + kv.v_stride);
     timed("attention", layer_, kv_bytes, 4.0 * keys * s.n_head * s.head_dim, [&] { in_.attention(kv, b, s); });
   }
-  void silu_mul(float* g, const float* u, int64_t n) override {
+  void silu_mul(Act g, Act u, int64_t n) override {
     timed("silu_mul", layer_, 12.0 * n, 5.0 * n, [&] { in_.silu_mul(g, u, n); });
   }
-  void gelu_mul(float* g, const float* u, int64_t n) override {
+  void gelu_mul(Act g, Act u, int64_t n) override {
     timed("gelu_mul", layer_, 12.0 * n, 5.0 * n, [&] { in_.gelu_mul(g, u, n); });
   }
-  void scale(float* x, int64_t n, float s) override {
+  void scale(Act x, int64_t n, float s) override {
     timed("scale", layer_, 8.0 * n, static_cast<double>(n), [&] { in_.scale(x, n, s); });
   }
-  void softcap(float* x, int64_t n, float cap) override {
+  void softcap(Act x, int64_t n, float cap) override {
     timed("softcap", layer_, 8.0 * n, 5.0 * n, [&] { in_.softcap(x, n, cap); });
   }
-  void add(float* x, const float* y, int64_t n) override {
+  void add(Act x, Act y, int64_t n) override {
     timed("add", layer_, 12.0 * n, static_cast<double>(n), [&] { in_.add(x, y, n); });
   }
-  void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override {
+  void add_bias(Act x, const float* b, int64_t rows, int64_t dim) override {
     timed("add_bias", layer_, 8.0 * rows * dim, static_cast<double>(rows * dim),
           [&] { in_.add_bias(x, b, rows, dim); });
+  }
+  void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
+    timed("write_kv", layer_, 4.0 * n * (view.k_width + (view.v ? view.v_width : 0)), 0,
+          [&] { in_.write_kv(view, slots, n, k, v); });
   }
 
  private:
@@ -154,7 +156,6 @@ class ProfilingBackend final : public Backend {
     p_.record({std::move(op), layer, t0, p_.now_ns() - t0, bytes, flops});
   }
 
-  Backend& in_;
   Profiler& p_;
   int layer_ = -1;
 };

@@ -45,6 +45,21 @@ void KvStore::copy(const BlockCopies& copies) {
   }
 }
 
+KvLayerWrite KvStore::layer_write(int layer) {
+  KvLayerWrite w;
+  w.k = k_row(layer, 0);
+  w.k_stride = k_row_bytes_;
+  w.k_width = layout_.k_width;
+  w.k_format = k_format_;
+  if (layout_.v_width > 0) {
+    w.v = v_row(layer, 0);
+    w.v_stride = v_row_bytes_;
+    w.v_width = layout_.v_width;
+    w.v_format = v_format_;
+  }
+  return w;
+}
+
 PagedKvLayerView KvStore::layer_view(int layer) const {
   return {k_row(layer, 0), v_row(layer, 0), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/backend.h"
 #include "core/huge_page_buffer.h"
 #include "kv/block_manager.h"
 #include "kv/kv_layout.h"
@@ -33,6 +34,8 @@ class KvStore {
   void copy(const BlockCopies& copies);
   void set_copy_log(std::vector<BlockCopy>* log) { copy_log_ = log; }
   PagedKvLayerView layer_view(int layer) const;
+  // Where a backend writes the layer's rows (Backend::write_kv); v null when the layout keeps keys only.
+  KvLayerWrite layer_write(int layer);
 
  private:
   uint8_t* k_row(int layer, int64_t slot) { return static_cast<uint8_t*>(k_[layer].data()) + slot * k_row_bytes_; }

@@ -30,23 +30,23 @@ class ActivationRecorder final : public ForwardingBackend {
     layer_ = layer;
     in_.annotate_layer(layer);
   }
-  void qkv_rope(const Weight* const* w, const float* const* b, const float* x, int64_t n, const int32_t* pos,
-                const RopeParams& rope, const QkvShape& shape, float* const* out) override {
+  void qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
+                const RopeParams& rope, const QkvShape& shape, const Act* out) override {
     in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
-    keep(kQ, out[0], n * w[0]->rows());
+    keep(kQ, host(out[0]), n * w[0]->rows());
   }
-  void attention(const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) override {
+  void attention(const PagedKvLayerView& kv, const AttentionRows& b, const AttentionShape& s) override {
     in_.attention(kv, b, s);
-    keep(kAttention, b.out, b.n_tokens * s.n_head * s.value_dim());
+    keep(kAttention, host(b.out), b.n_tokens * s.n_head * s.value_dim());
   }
   // A layer's first residual add takes the attention branch, its last the
   // FFN branch (a MoE layer adds its shared expert in between) and leaves
   // the layer's output.
-  void add(float* x, const float* y, int64_t n) override {
+  void add(Act x, Act y, int64_t n) override {
     in_.add(x, y, n);
-    if (adds_++ == 0) keep(kAttnProj, y, n);
-    keep(kFfn, y, n);
-    keep(kResidual, x, n);
+    if (adds_++ == 0) keep(kAttnProj, host(y), n);
+    keep(kFfn, host(y), n);
+    keep(kResidual, host(x), n);
   }
 
  private:

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -46,22 +46,25 @@ IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig
   return w;
 }
 
-void output_logits(Backend& be, const Batch& b, float* x, int64_t dim, const float* norm, float eps,
-                   const Weight& output, float* scratch, float* logits, float* hidden) {
+void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps,
+                   const Weight& output, Act scratch, Act logits, float* hidden) {
   if (hidden) {
     be.annotate_layer(-1);
-    be.rmsnorm(x, norm, hidden, b.size(), dim, eps);
+    const Act h = be.host_view(hidden);
+    be.rmsnorm(x, norm, h, b.size(), dim, eps);
+    be.read(h, hidden, b.size() * dim);
   }
-  int64_t rows = 0;
-  for (int64_t i = 0; i < b.size(); i++) {
-    if (!b.want_logits[i]) continue;
-    if (rows != i) std::memcpy(x + rows * dim, x + i * dim, dim * sizeof(float));
-    rows++;
-  }
-  if (rows == 0) return;
+  if (!logits) return;
+  thread_local std::vector<int64_t> rows;  // grown once to the largest batch
+  rows.clear();
+  for (int64_t i = 0; i < b.size(); i++)
+    if (b.want_logits[i]) rows.push_back(i);
+  if (rows.empty()) return;
+  const auto n = static_cast<int64_t>(rows.size());
+  be.gather_rows(x, x, rows.data(), n, dim);  // to the front, in place
   be.annotate_layer(-1);
-  be.rmsnorm(x, norm, scratch, rows, dim, eps);
-  be.matmul(output, scratch, rows, logits);
+  be.rmsnorm(x, norm, scratch, n, dim, eps);
+  be.matmul(output, scratch, n, logits);
 }
 
 }  // namespace kestrel

@@ -33,9 +33,10 @@ IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig
                           bool with_embedding = true);
 
 // Moves the rows of x that want logits to the front, then
-// logits = rmsnorm(rows, norm) . output; scratch holds rows * dim floats.
-// With hidden set, first rmsnorm(x, norm) of every row into it.
-void output_logits(Backend& be, const Batch& b, float* x, int64_t dim, const float* norm, float eps,
-                   const Weight& output, float* scratch, float* logits, float* hidden = nullptr);
+// logits = rmsnorm(rows, norm) . output (skipped when logits is empty);
+// scratch holds rows * dim floats. With hidden set, first rmsnorm(x, norm)
+// of every row into that host memory.
+void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps,
+                   const Weight& output, Act scratch, Act logits, float* hidden = nullptr);
 
 }  // namespace kestrel

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-#include <cstring>
 
 namespace kestrel {
 
@@ -58,8 +56,7 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
   return m;
 }
 
-void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, const float* x, int64_t n, float* hb, float* hb2,
-             float* out) {
+void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, Act x, int64_t n, Act hb, Act hb2, Act out) {
   if (act == FfnActivation::Gelu)
     be.geglu(f.gate, f.up, x, n, hb, hb2);
   else
@@ -67,36 +64,38 @@ void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, const float* x
   be.matmul(f.down, hb, n, out);
 }
 
-MoeFfn::MoeFfn(int64_t dim, const MoeConfig& moe, int64_t n) : dim_(dim), cfg_(moe) {
+MoeFfn::MoeFfn(Backend& be, int64_t dim, const MoeConfig& moe, int64_t n) : dim_(dim), cfg_(moe) {
   const MoeRouting& rt = moe.routing;
-  router_logits_.resize(n * rt.n_expert);
-  expert_ids_.resize(n * rt.n_used);
-  expert_w_.resize(n * rt.n_used);
-  routed_.resize(rt.n_expert);
+  router_logits_ = ActBuffer(be, n * rt.n_expert);
+  expert_ids_.resize(static_cast<size_t>(n * rt.n_used));
+  expert_w_.resize(static_cast<size_t>(n * rt.n_used));
+  routed_.resize(static_cast<size_t>(rt.n_expert));
   touched_.reserve(static_cast<size_t>(n));
-  for (auto& v : routed_) v.reserve(n);
+  for (auto& v : routed_) v.reserve(static_cast<size_t>(n));
   // Every (token, chosen expert) pair's input and output rows.
-  xe_.resize(n * rt.n_used * dim);
-  ye_.resize(n * rt.n_used * dim);
+  xe_ = ActBuffer(be, n * rt.n_used * dim);
+  ye_ = ActBuffer(be, n * rt.n_used * dim);
+  pick_rows_.reserve(static_cast<size_t>(n * rt.n_used));
+  pick_w_.reserve(static_cast<size_t>(n * rt.n_used));
   if (moe.n_ff_shared > 0) {
-    shared_out_.resize(n * dim);
-    hb_.resize(n * moe.n_ff_shared);
-    hb2_.resize(n * moe.n_ff_shared);
+    shared_out_ = ActBuffer(be, n * dim);
+    hb_ = ActBuffer(be, n * moe.n_ff_shared);
+    hb2_ = ActBuffer(be, n * moe.n_ff_shared);
   }
-  if (moe.shared_gate) shared_gate_.resize(n);
-  ffn_refs_.reserve(rt.n_expert);
-  ffn_in_.reserve(rt.n_expert);
-  ffn_out_.reserve(rt.n_expert);
-  ffn_rows_.reserve(rt.n_expert);
+  if (moe.shared_gate) shared_gate_ = ActBuffer(be, n);
+  ffn_refs_.reserve(static_cast<size_t>(rt.n_expert));
+  ffn_in_.reserve(static_cast<size_t>(rt.n_expert));
+  ffn_out_.reserve(static_cast<size_t>(rt.n_expert));
+  ffn_rows_.reserve(static_cast<size_t>(rt.n_expert));
 }
 
-void MoeFfn::run(Backend& be, const MoeWeights& w, const float* x, int64_t n, float* out) {
+void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out) {
   const MoeRouting& rt = cfg_.routing;
   const int64_t dim = dim_;
-  be.matmul(w.router, x, n, router_logits_.data());
-  be.moe_route(rt, router_logits_.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), n,
-               expert_ids_.data(), expert_w_.data());
-  std::fill(out, out + n * dim, 0.0f);
+  be.matmul(w.router, x, n, router_logits_);
+  be.moe_route(rt, router_logits_, w.router_bias.empty() ? nullptr : w.router_bias.data(), n, expert_ids_.data(),
+               expert_w_.data());
+  be.fill(out, n * dim, 0.0f);
   // Token lists per expert, in token order; each active expert's inputs
   // gathered into its own stretch of xe_, all experts run in one call.
   for (auto& v : routed_) v.clear();
@@ -107,45 +106,38 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, const float* x, int64_t n, fl
   for (int e = 0; e < rt.n_expert; e++)
     if (!w.experts[e].present()) routed_[e].clear();
   touched_.assign(static_cast<size_t>(n), w.shared.present() ? 1 : 0);
-  for (int e = 0; e < rt.n_expert; e++)
-    for (int64_t pick : routed_[e]) touched_[static_cast<size_t>(pick / rt.n_used)] = 1;
   ffn_refs_.clear();
   ffn_in_.clear();
   ffn_out_.clear();
   ffn_rows_.clear();
-  int64_t row = 0;
+  pick_rows_.clear();
+  pick_w_.clear();
   for (int e = 0; e < rt.n_expert; e++) {
     const auto& picks = routed_[e];
     if (picks.empty()) continue;
-    for (size_t j = 0; j < picks.size(); j++)
-      std::memcpy(xe_.data() + (row + static_cast<int64_t>(j)) * dim, x + picks[j] / rt.n_used * dim,
-                  dim * sizeof(float));
-    ffn_refs_.push_back({&w.experts[e].gate, &w.experts[e].up, &w.experts[e].down});
-    ffn_in_.push_back(xe_.data() + row * dim);
-    ffn_out_.push_back(ye_.data() + row * dim);
-    ffn_rows_.push_back(static_cast<int64_t>(picks.size()));
-    row += static_cast<int64_t>(picks.size());
-  }
-  be.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
-  row = 0;
-  for (int e = 0; e < rt.n_expert; e++)
-    for (int64_t pick : routed_[e]) {
-      const float wgt = expert_w_[pick];
-      float* o = out + pick / rt.n_used * dim;
-      const float* y = ye_.data() + (row++) * dim;
-      for (int64_t d = 0; d < dim; d++) o[d] += wgt * y[d];
+    const auto row = static_cast<int64_t>(pick_rows_.size());
+    for (int64_t pick : picks) {
+      pick_rows_.push_back(pick / rt.n_used);
+      pick_w_.push_back(expert_w_[pick]);
+      touched_[static_cast<size_t>(pick / rt.n_used)] = 1;
     }
+    ffn_refs_.push_back({&w.experts[e].gate, &w.experts[e].up, &w.experts[e].down});
+    ffn_in_.push_back(xe_ + row * dim);
+    ffn_out_.push_back(ye_ + row * dim);
+    ffn_rows_.push_back(static_cast<int64_t>(picks.size()));
+  }
+  const auto rows = static_cast<int64_t>(pick_rows_.size());
+  be.gather_rows(xe_, x, pick_rows_.data(), rows, dim);
+  be.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
+  be.scatter_add_rows(out, ye_, pick_rows_.data(), pick_w_.data(), rows, dim);
   if (!w.shared.present()) return;
-  run_ffn(be, w.shared, FfnActivation::Silu, x, n, hb_.data(), hb2_.data(), shared_out_.data());
+  run_ffn(be, w.shared, FfnActivation::Silu, x, n, hb_, hb2_, shared_out_);
   if (w.shared_gate.present()) {
     // Qwen2-MoE: the shared expert's output times sigmoid(x . g), per token.
-    be.matmul(w.shared_gate, x, n, shared_gate_.data());
-    for (int64_t t = 0; t < n; t++) {
-      const float g = 1.0f / (1.0f + std::exp(-shared_gate_[t]));
-      for (int64_t d = 0; d < dim; d++) shared_out_[t * dim + d] *= g;
-    }
+    be.matmul(w.shared_gate, x, n, shared_gate_);
+    be.scale_rows_sigmoid(shared_out_, shared_gate_, n, dim);
   }
-  be.add(out, shared_out_.data(), n * dim);
+  be.add(out, shared_out_, n * dim);
 }
 
 }  // namespace kestrel

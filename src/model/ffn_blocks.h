@@ -54,16 +54,18 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& pref
                     const TensorShard& shard = {});
 
 // out[n][dim] = down . act(gate . x) * (up . x); hb, hb2 hold n * width floats.
-void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, const float* x, int64_t n, float* hb, float* hb2,
-             float* out);
+void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, Act x, int64_t n, Act hb, Act hb2, Act out);
 
-// Scratch for one MoE layer at the largest batch, allocated once.
+// Scratch for one MoE layer at the largest batch, allocated once. The
+// routing (which experts each token chose, with what weight) comes back to
+// the host, which groups the tokens by expert; the rows themselves stay in
+// the backend's buffers (gathered per expert, summed back weighted).
 class MoeFfn {
  public:
   // moe: the widths this rank runs (its share under tensor parallelism).
-  MoeFfn(int64_t dim, const MoeConfig& moe, int64_t max_tokens);
+  MoeFfn(Backend& be, int64_t dim, const MoeConfig& moe, int64_t max_tokens);
   // out[n][dim] = sum over chosen experts k of w_k * expert_k(x) (+ shared).
-  void run(Backend& be, const MoeWeights& w, const float* x, int64_t n, float* out);
+  void run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out);
   // After run: touched()[t] != 0 where this rank added anything to row t
   // (the others are zero: under expert parallelism, another rank's experts).
   const uint8_t* touched() const { return touched_.data(); }
@@ -71,13 +73,14 @@ class MoeFfn {
  private:
   int64_t dim_;
   MoeConfig cfg_;
-  std::vector<float> router_logits_, expert_w_, xe_, ye_, shared_out_, shared_gate_, hb_, hb2_;
+  ActBuffer router_logits_, xe_, ye_, shared_out_, shared_gate_, hb_, hb2_;
+  std::vector<float> expert_w_, pick_w_;
   std::vector<int32_t> expert_ids_;
   std::vector<uint8_t> touched_;
   std::vector<std::vector<int64_t>> routed_;
+  std::vector<int64_t> pick_rows_;  // per routed row, in expert order: its token
   std::vector<Backend::FfnRef> ffn_refs_;
-  std::vector<const float*> ffn_in_;
-  std::vector<float*> ffn_out_;
+  std::vector<Act> ffn_in_, ffn_out_;
   std::vector<int64_t> ffn_rows_;
 };
 

@@ -109,37 +109,33 @@ void print_gqa_fusion(int fused_qkv, int fused_ffn, int n_layer, bool qk_norm, c
   fmt::print(stderr, "fusion: not fused: the residual adds, RMSNorm (its output is quantized once per fused pass)\n");
 }
 
-GqaAttention::GqaAttention(const ModelConfig& c, const GqaHeads& heads, int64_t n) : c_(c), heads_(heads) {
+GqaAttention::GqaAttention(Backend& be, const ModelConfig& c, const GqaHeads& heads, int64_t n)
+    : c_(c), heads_(heads) {
   const int64_t q_dim = static_cast<int64_t>(heads.n_head) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(heads.n_head_kv) * c.head_dim;
-  q_.resize(static_cast<size_t>(n * q_dim));
-  k_.resize(static_cast<size_t>(n * kv_dim));
-  v_.resize(static_cast<size_t>(n * kv_dim));
-  att_.resize(static_cast<size_t>(n * q_dim));
+  q_ = ActBuffer(be, n * q_dim);
+  k_ = ActBuffer(be, n * kv_dim);
+  v_ = ActBuffer(be, n * kv_dim);
+  att_ = ActBuffer(be, n * q_dim);
 }
 
-void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, const float* xb, float* out) {
+void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb, Act out) {
   const ModelConfig& c = c_;
-  const int64_t n = r.n, kv_dim = static_cast<int64_t>(heads_.n_head_kv) * c.head_dim;
-  float *q = q_.data(), *k = k_.data(), *v = v_.data();
+  const int64_t n = r.n;
   const Weight* qkv[3] = {&w.wq, &w.wk, &w.wv};
   const float* bias[3] = {w.bq.empty() ? nullptr : w.bq.data(), w.bk.empty() ? nullptr : w.bk.data(),
                           w.bv.empty() ? nullptr : w.bv.data()};
-  float* qkv_out[3] = {q, k, v};
+  const Act qkv_out[3] = {q_, k_, v_};
   Backend::QkvShape shape{heads_.n_head, heads_.n_head_kv, c.head_dim};
   if (!w.q_norm.empty()) shape.q_norm = w.q_norm.data(), shape.k_norm = w.k_norm.data(), shape.norm_eps = c.rms_eps;
   be.qkv_rope(qkv, bias, xb, n, r.positions(), c.rope_of(r.layer), shape, qkv_out);
-  const int64_t* slots = r.slots();
-  for (int64_t i = 0; i < n; i++) {
-    r.kv.write_k(r.kv_layer, slots[i], k + i * kv_dim);
-    r.kv.write_v(r.kv_layer, slots[i], v + i * kv_dim);
-  }
+  be.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, k_, v_);
   AttentionShape as{heads_.n_head, heads_.n_head_kv, c.head_dim};
   as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   as.window = c.window(r.layer);
   as.softcap = c.attn_softcap;
-  be.attention(r.kv.layer_view(r.kv_layer), {n, q, att_.data(), r.positions(), r.tables()}, as);
-  be.matmul(w.wo, att_.data(), n, out);
+  be.attention(r.kv.layer_view(r.kv_layer), {n, q_, att_, r.positions(), r.tables()}, as);
+  be.matmul(w.wo, att_, n, out);
 }
 
 }  // namespace kestrel

@@ -61,16 +61,16 @@ void print_gqa_fusion(int fused_qkv, int fused_ffn, int n_layer, bool qk_norm, c
 // Scratch for the largest batch, and the block itself.
 class GqaAttention {
  public:
-  GqaAttention(const ModelConfig& c, const GqaHeads& heads, int64_t max_rows);
+  GqaAttention(Backend& be, const ModelConfig& c, const GqaHeads& heads, int64_t max_rows);
   // out (r.n rows of n_embd) = attention of the normed rows xb . Wo.
-  void run(Backend& be, const GqaWeights& w, const LayerRows& r, const float* xb, float* out);
+  void run(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb, Act out);
   // Whether the backend fuses this layer's q, k, v projections (--log-fusion).
   static bool fused(const Backend& be, const GqaWeights& w) { return be.fuses(w.wq, w.wk) && be.fuses(w.wq, w.wv); }
 
  private:
   const ModelConfig& c_;
   GqaHeads heads_;
-  std::vector<float> q_, k_, v_, att_;
+  ActBuffer q_, k_, v_, att_;
 };
 
 }  // namespace kestrel

@@ -49,15 +49,15 @@ void LayerStack::load(const GgufFile& f, const ModelOptions& opt) {
 
 void LayerStack::allocate_stack() {
   const int64_t n = max_batch_, dim = cfg_.n_embd;
-  x_store_.resize(static_cast<size_t>(n * dim));
-  x_ = x_store_.data();
-  in_flight_.resize(steps_in_flight(), n * dim);
-  xb_.resize(static_cast<size_t>(n * dim));
-  y_.resize(static_cast<size_t>(n * dim));
-  hb_.resize(static_cast<size_t>(n * local_n_ff_));
-  hb2_.resize(hb_.size());
+  x_store_ = ActBuffer(be_, n * dim);
+  x_ = x_store_;
+  in_flight_.resize(be_, steps_in_flight(), n * dim);
+  xb_ = ActBuffer(be_, n * dim);
+  y_ = ActBuffer(be_, n * dim);
+  hb_ = ActBuffer(be_, n * local_n_ff_);
+  hb2_ = ActBuffer(be_, n * local_n_ff_);
   if (cfg_.moe.routing.n_expert > 0) {
-    moe_ = std::make_unique<MoeFfn>(dim, local_moe_, n);
+    moe_ = std::make_unique<MoeFfn>(be_, dim, local_moe_, n);
     if (shard_.combines_experts())
       for (auto& combine : combine_) combine = std::make_unique<ExpertCombine>(*shard_.experts_comm(), dim, n);
   }
@@ -77,7 +77,8 @@ void LayerStack::forward(const Batch& b, const BatchPlacement& place, KvStore& k
     run_layers(b, place, kv, 0, n);
   } else {
     run_pipeline_stage(
-        shard_, x_, n, cfg_.n_embd, micro_batches(n), [&](int64_t r0, int64_t rows) { embed(b, r0, rows); },
+        shard_, comm(x_, n * cfg_.n_embd), n, cfg_.n_embd, micro_batches(n),
+        [&](int64_t r0, int64_t rows) { embed(b, r0, rows); },
         [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
     if (shard_.stage != 0) return;
   }
@@ -89,7 +90,8 @@ void LayerStack::start_forward(const Batch& b, const BatchPlacement& place, KvSt
   check_batch_size(b.size());
   begin_step(b, place);
   in_flight_.start(
-      shard_, slot, b, cfg_.n_embd, micro_batches(b.size()), x_, [&](int64_t r0, int64_t rows) { embed(b, r0, rows); },
+      shard_, slot, b, cfg_.n_embd, micro_batches(b.size()), x_,
+      [&](int64_t r0, int64_t rows) { embed(b, r0, rows); },
       [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
 }
 
@@ -108,45 +110,47 @@ int64_t LayerStack::micro_batches(int64_t n) {
 }
 
 void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int64_t n) {
-  float* x = x_ + r0 * cfg_.n_embd;
+  const Act x = x_ + r0 * cfg_.n_embd;
   be_.annotate_layer(-1);
   be_.embed(table, b.tokens.data() + r0, n, x);
   if (cfg_.embed_scale != 1.0f) be_.scale(x, n * cfg_.n_embd, cfg_.embed_scale);
 }
 
-void LayerStack::head(const Batch& b, float* x, const std::vector<float>& norm, const Weight& output, float* logits,
+void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,
                       float* hidden) {
   const ModelConfig& c = cfg_;
-  output_logits(be_, b, x, c.n_embd, norm.data(), c.rms_eps, output, xb_.data(), logits, hidden);
-  if (logits && c.final_softcap > 0.0f) be_.softcap(logits, b.n_logit_rows() * c.n_vocab, c.final_softcap);
+  const Act out = logits ? be_.host_view(logits) : Act();
+  output_logits(be_, b, x, c.n_embd, norm.data(), c.rms_eps, output, xb_, out, hidden);
+  if (!logits) return;
+  const int64_t n = b.n_logit_rows() * c.n_vocab;
+  if (c.final_softcap > 0.0f) be_.softcap(out, n, c.final_softcap);
+  be_.read(out, logits, n);
 }
 
-float* LayerStack::norm_rows(const LayerRows& r, const std::vector<float>& weight) {
-  be_.rmsnorm(x(r), weight.data(), xb_.data(), r.n, cfg_.n_embd, cfg_.rms_eps);
-  return xb_.data();
+Act LayerStack::norm_rows(const LayerRows& r, const std::vector<float>& weight) {
+  be_.rmsnorm(x(r), weight.data(), xb_, r.n, cfg_.n_embd, cfg_.rms_eps);
+  return xb_;
 }
 
-void LayerStack::feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, const float* xb,
-                              int64_t n, float* y) {
+void LayerStack::feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n,
+                              Act y) {
   if (moe.present())
     moe_->run(be_, moe, xb, n, y);
   else
-    run_ffn(be_, dense, act, xb, n, hb_.data(), hb2_.data(), y);
+    run_ffn(be_, dense, act, xb, n, hb_, hb2_, y);
 }
 
-void LayerStack::residual(int /*layer*/, Branch /*branch*/, float* x, float* y, int64_t n) {
-  be_.add(x, y, n * cfg_.n_embd);
-}
+void LayerStack::residual(int /*layer*/, Branch /*branch*/, Act x, Act y, int64_t n) { be_.add(x, y, n * cfg_.n_embd); }
 
 void LayerStack::run_layer(const LayerRows& r) {
   const int64_t dim = cfg_.n_embd;
-  float *x = this->x(r), *y = y_.data();
+  const Act x = this->x(r), y = y_;
   be_.annotate_layer(r.layer);
   attention(r, y);
-  shard_.sum(y, r.n * dim);
+  shard_.sum(comm(y, r.n * dim), r.n * dim);
   residual(r.layer, Branch::Attention, x, y, r.n);
   ffn(r, y);
-  shard_.sum_ffn(y, r.n, dim, moe_layer(r.layer), combine_[0].get(), touched());
+  shard_.sum_ffn(comm(y, r.n * dim), r.n, dim, moe_layer(r.layer), combine_[0].get(), touched());
   residual(r.layer, Branch::Ffn, x, y, r.n);
 }
 
@@ -164,8 +168,8 @@ void LayerStack::run_layers_overlapped(const Batch& b, const BatchPlacement& pla
                                        int64_t n) {
   const int64_t dim = cfg_.n_embd;
   const int64_t first[2] = {r0, r0 + n / 2}, rows[2] = {n / 2, n - n / 2};
-  float* x[2] = {x_ + first[0] * dim, x_ + first[1] * dim};
-  float* y[2] = {y_.data() + first[0] * dim, y_.data() + first[1] * dim};
+  const Act x[2] = {x_ + first[0] * dim, x_ + first[1] * dim};
+  const Act y[2] = {y_ + first[0] * dim, y_ + first[1] * dim};
   TensorShard::PendingSum attn[2], ffn_sum[2];
   for (int l = first_; l < end_; l++) {
     be_.annotate_layer(l);
@@ -176,14 +180,15 @@ void LayerStack::run_layers_overlapped(const Batch& b, const BatchPlacement& pla
       }
       progress();
       attention(rows_of(b, place, kv, l, first[h], rows[h]), y[h]);
-      attn[h] = shard_.start_sum(y[h], rows[h] * dim, false);
+      attn[h] = shard_.start_sum(comm(y[h], rows[h] * dim), rows[h] * dim, false);
     }
     for (int h = 0; h < 2; h++) {
       TensorShard::finish(attn[h]);
       residual(l, Branch::Attention, x[h], y[h], rows[h]);
       progress();
       ffn(rows_of(b, place, kv, l, first[h], rows[h]), y[h]);
-      ffn_sum[h] = shard_.start_ffn_sum(y[h], rows[h], dim, moe_layer(l), combine_[h].get(), touched());
+      ffn_sum[h] = shard_.start_ffn_sum(comm(y[h], rows[h] * dim), rows[h], dim, moe_layer(l), combine_[h].get(),
+                                        touched());
     }
   }
   for (int h = 0; h < 2; h++) {

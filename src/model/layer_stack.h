@@ -59,32 +59,31 @@ class LayerStack : public Model {
   virtual void begin_step(const Batch& /*b*/, const BatchPlacement& /*place*/) {}
   // The layer's attention branch over the rows' activations (x(r)), into y
   // (r.n rows of n_embd): a partial sum under tensor parallelism.
-  virtual void attention(const LayerRows& r, float* y) = 0;
+  virtual void attention(const LayerRows& r, Act y) = 0;
   // Its feed-forward branch likewise (this rank's FFN rows or experts).
-  virtual void ffn(const LayerRows& r, float* y) = 0;
+  virtual void ffn(const LayerRows& r, Act y) = 0;
   // x += y after a branch (Gemma normalizes y first).
-  virtual void residual(int layer, Branch branch, float* x, float* y, int64_t n);
+  virtual void residual(int layer, Branch branch, Act x, Act y, int64_t n);
   // --log-fusion: which fused operators run for this family's weights.
   virtual void log_fusion() const {}
 
   // ---- What the stack gives a family ----
-  float* x(const LayerRows& r) const { return x_ + r.r0 * cfg_.n_embd; }
+  Act x(const LayerRows& r) const { return x_ + r.r0 * cfg_.n_embd; }
   // RMSNorm of the rows' activations by weight, into the normed-input scratch (returned).
-  float* norm_rows(const LayerRows& r, const std::vector<float>& weight);
+  Act norm_rows(const LayerRows& r, const std::vector<float>& weight);
   // Whether layer's FFN is a mixture of experts (its sum then spans the expert groups).
   bool moe_layer(int layer) const { return cfg_.moe.routing.n_expert > 0 && layer >= cfg_.moe.n_dense_lead; }
   // The FFN of xb's n rows into y: the experts when moe is present, else the dense FFN.
-  void feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, const float* xb, int64_t n,
-                    float* y);
+  void feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n, Act y);
   // One layer over the rows, branches and sums one after another (what the
   // MTP block runs too).
   void run_layer(const LayerRows& r);
   void check_batch_size(int64_t n) const;
   // Rows [r0, r0 + n) of the batch embedded by table into the activations.
   void embed_rows(const Weight& table, const Batch& b, int64_t r0, int64_t n);
-  // Norm + output projection of x's rows that want logits (and every row's
-  // normed state into hidden, when set).
-  void head(const Batch& b, float* x, const std::vector<float>& norm, const Weight& output, float* logits,
+  // Norm + output projection of x's rows that want logits, into host logits
+  // (and every row's normed state into host hidden, when set).
+  void head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,
             float* hidden);
   // A layer's weights prefix, "blk.N.".
   static std::string layer_prefix(int layer);
@@ -97,7 +96,7 @@ class LayerStack : public Model {
   MoeConfig local_moe_;      // the expert widths this rank runs (its share under tp)
   int64_t local_n_ff_ = 0;   // ...and of a dense FFN's rows
   IoWeights io_;
-  float* x_ = nullptr;  // the activations being computed: x_store_, or a step in flight's
+  Act x_;  // the activations being computed: x_store_, or a step in flight's
 
  private:
   void load(const GgufFile& f, const ModelOptions& opt);
@@ -111,13 +110,16 @@ class LayerStack : public Model {
   }
   // Transfers in flight move on only inside MPI calls: between operators.
   void progress();
+  // A buffer's host memory for the ranks' transfers (null in one process:
+  // nothing is sent, and the backend's memory is never mapped).
+  float* comm(Act a, int64_t n) { return shard_.distributed() ? be_.map(a, n) : nullptr; }
   // The rows the last MoE layer run computed on this rank.
   const uint8_t* touched() const { return moe_ ? moe_->touched() : nullptr; }
   static int64_t micro_batches(int64_t n);
 
   std::unique_ptr<MoeFfn> moe_;                // scratch of the MoE layers
   std::unique_ptr<ExpertCombine> combine_[2];  // one per half of an overlapped step (--parallel-expert-sum all-to-all)
-  std::vector<float> x_store_, xb_, y_, hb_, hb2_;
+  ActBuffer x_store_, xb_, y_, hb_, hb2_;
   StepSlots in_flight_;  // rank 0's steps in flight under pp
 };
 

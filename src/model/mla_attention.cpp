@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "formats/block_formats.h"
@@ -96,21 +95,21 @@ MlaWeights load_mla(const WeightLoader& ld, Backend& be, const std::string& p, c
   return w;
 }
 
-MlaBlock::MlaBlock(const ModelConfig& c, const MlaHeads& heads, MlaAttention mode, int64_t n)
+MlaBlock::MlaBlock(Backend& be, const ModelConfig& c, const MlaHeads& heads, MlaAttention mode, int64_t n)
     : c_(c), heads_(heads), mode_(mode) {
   const MlaConfig& m = c.mla;
   const int64_t nh = heads.n;
   kv_width_ = m.kv_lora_rank + m.qk_rope;
-  q_.resize(static_cast<size_t>(n * nh * head_k()));
-  q_a_.resize(static_cast<size_t>(n * std::max(1, m.q_lora_rank)));
-  q_a_norm_.resize(q_a_.size());
-  kv_a_.resize(static_cast<size_t>(n * kv_width_));
-  lat_.resize(static_cast<size_t>(n * m.kv_lora_rank));
-  lat_norm_.resize(lat_.size());
-  kv_row_.resize(static_cast<size_t>(kv_width_));
-  q_abs_.resize(static_cast<size_t>(n * nh * kv_width_));
-  att_lat_.resize(static_cast<size_t>(n * nh * m.kv_lora_rank));
-  att_.resize(static_cast<size_t>(n * nh * m.v_head));
+  q_ = ActBuffer(be, n * nh * head_k());
+  q_a_ = ActBuffer(be, n * std::max(1, m.q_lora_rank));
+  q_a_norm_ = ActBuffer(be, n * std::max(1, m.q_lora_rank));
+  kv_a_ = ActBuffer(be, n * kv_width_);
+  lat_ = ActBuffer(be, n * m.kv_lora_rank);
+  lat_norm_ = ActBuffer(be, n * m.kv_lora_rank);
+  kv_rows_ = ActBuffer(be, n * kv_width_);
+  q_abs_ = ActBuffer(be, n * nh * kv_width_);
+  att_lat_ = ActBuffer(be, n * nh * m.kv_lora_rank);
+  att_ = ActBuffer(be, n * nh * m.v_head);
   seq_tokens_.reserve(static_cast<size_t>(n));
 }
 
@@ -146,48 +145,44 @@ void MlaBlock::begin_step(const Batch& b, const BatchPlacement& place) {
   decompress_ = decompressed < absorbed;
 }
 
-void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, const float* xb, float* out) {
+void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb, Act out) {
   project_qkv(be, w, r, xb);
   write_latents(be, w, r);
   if (decompress_)
     attend_decompressed(be, w, r);
   else
     attend_absorbed(be, w, r);
-  be.matmul(w.wo, att_.data(), r.n, out);
+  be.matmul(w.wo, att_, r.n, out);
 }
 
 // q [n][n_head][nope | rope] and kv_a [n][kv_lora | rope], RoPE applied.
-void MlaBlock::project_qkv(Backend& be, const MlaWeights& w, const LayerRows& r, const float* xb) {
+void MlaBlock::project_qkv(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb) {
   const MlaConfig& m = c_.mla;
   const int64_t n = r.n;
   if (w.wq.present()) {
     const Weight* ws[2] = {&w.wq, &w.wkv_a};
-    float* ys[2] = {q_.data(), kv_a_.data()};
+    const Act ys[2] = {q_, kv_a_};
     be.matmul_many(ws, 2, xb, n, ys);
   } else {
     const Weight* ws[2] = {&w.wq_a, &w.wkv_a};
-    float* ys[2] = {q_a_.data(), kv_a_.data()};
+    const Act ys[2] = {q_a_, kv_a_};
     be.matmul_many(ws, 2, xb, n, ys);
-    be.rmsnorm(q_a_.data(), w.q_a_norm.data(), q_a_norm_.data(), n, m.q_lora_rank, c_.rms_eps);
-    be.matmul(w.wq_b, q_a_norm_.data(), n, q_.data());
+    be.rmsnorm(q_a_, w.q_a_norm.data(), q_a_norm_, n, m.q_lora_rank, c_.rms_eps);
+    be.matmul(w.wq_b, q_a_norm_, n, q_);
   }
   // The rotary parts sit at the end of each query head and of the kv_a row.
-  be.rope(q_.data() + m.qk_nope, r.positions(), n, heads_.n, head_k(), c_.rope);
-  be.rope(kv_a_.data() + m.kv_lora_rank, r.positions(), n, 1, static_cast<int>(kv_width_), c_.rope);
+  be.rope(q_ + m.qk_nope, r.positions(), n, heads_.n, head_k(), c_.rope);
+  be.rope(kv_a_ + m.kv_lora_rank, r.positions(), n, 1, static_cast<int>(kv_width_), c_.rope);
 }
 
 // kv[slot] = [rmsnorm(c) | k_pe]
 void MlaBlock::write_latents(Backend& be, const MlaWeights& w, const LayerRows& r) {
-  const int64_t lr = c_.mla.kv_lora_rank, n = r.n;
-  for (int64_t i = 0; i < n; i++) std::memcpy(lat_.data() + i * lr, kv_a_.data() + i * kv_width_, lr * sizeof(float));
-  be.rmsnorm(lat_.data(), w.kv_a_norm.data(), lat_norm_.data(), n, lr, c_.rms_eps);
-  float* row = kv_row_.data();
-  const int64_t* slots = r.slots();
-  for (int64_t i = 0; i < n; i++) {
-    std::memcpy(row, lat_norm_.data() + i * lr, lr * sizeof(float));
-    std::memcpy(row + lr, kv_a_.data() + i * kv_width_ + lr, c_.mla.qk_rope * sizeof(float));
-    r.kv.write_k(r.kv_layer, slots[i], row);
-  }
+  const int64_t lr = c_.mla.kv_lora_rank, n = r.n, kw = kv_width_;
+  be.copy(lat_, lr, kv_a_, kw, n, lr);
+  be.rmsnorm(lat_, w.kv_a_norm.data(), lat_norm_, n, lr, c_.rms_eps);
+  be.copy(kv_rows_, kw, lat_norm_, lr, n, lr);
+  be.copy(kv_rows_ + lr, kw, kv_a_ + lr, kw, n, c_.mla.qk_rope);
+  be.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, kv_rows_, Act());
 }
 
 namespace {
@@ -205,68 +200,59 @@ void MlaBlock::attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows
   const int nh = heads_.n, hk = head_k();
   const int64_t lr = m.kv_lora_rank, kw = kv_width_, n = r.n;
   // Query per head: [Wk_b,h . q_nope,h | q_pe,h]
-  be.matmul_heads(w.k_absorb.data(), nh, q_.data(), nh * hk, hk, n, q_abs_.data(), nh * kw, kw);
-  for (int64_t i = 0; i < n; i++)
-    for (int h = 0; h < nh; h++)
-      std::memcpy(q_abs_.data() + (i * nh + h) * kw + lr, q_.data() + (i * nh + h) * hk + m.qk_nope,
-                  m.qk_rope * sizeof(float));
+  be.matmul_heads(w.k_absorb.data(), nh, q_, nh * hk, hk, n, q_abs_, nh * kw, kw);
+  be.copy(q_abs_ + lr, kw, q_ + m.qk_nope, hk, n * nh, m.qk_rope);
   const AttentionShape shape{nh, 1, static_cast<int>(kw), c_.attn_scale, static_cast<int>(lr)};
-  be.attention(latent_view(r.kv, r.kv_layer), {n, q_abs_.data(), att_lat_.data(), r.positions(), r.tables()}, shape);
+  be.attention(latent_view(r.kv, r.kv_layer), {n, q_abs_, att_lat_, r.positions(), r.tables()}, shape);
   // Out of the latent per head: Wv_b,h . o_h
-  be.matmul_heads(w.v.data(), nh, att_lat_.data(), nh * lr, lr, n, att_.data(), nh * m.v_head, m.v_head);
+  be.matmul_heads(w.v.data(), nh, att_lat_, nh * lr, lr, n, att_, nh * m.v_head, m.v_head);
 }
 
 // Per sequence of the rows: rebuild keys and values of all its positions
 // up to its last one among them, then multi-head attention over them.
 void MlaBlock::attend_decompressed(Backend& be, const MlaWeights& w, const LayerRows& r) {
+  const int32_t* const* tables = r.tables();
+  for (int64_t first = 0; first < r.n; first++) {
+    // Each sequence once, at its first token.
+    bool seen = false;
+    for (int64_t j = 0; j < first && !seen; j++) seen = tables[j] == tables[first];
+    if (!seen) attend_sequence(be, w, r, tables[first]);
+  }
+}
+
+void MlaBlock::attend_sequence(Backend& be, const MlaWeights& w, const LayerRows& r, const int32_t* table) {
   const MlaConfig& m = c_.mla;
   const int nh = heads_.n, hk = head_k(), vh = m.v_head;
-  const int64_t lr = m.kv_lora_rank, n = r.n;
+  const int64_t lr = m.kv_lora_rank, kw = kv_width_;
   const int32_t* const* tables = r.tables();
   const int32_t* positions = r.positions();
-  const PagedKvLayerView cache = r.kv.layer_view(r.kv_layer);
-  for (int64_t first = 0; first < n; first++) {
-    // Each sequence once, at its first token; its tokens in batch order.
-    const int32_t* table = tables[first];
-    bool seen = false;
-    for (int64_t j = 0; j < first && !seen; j++) seen = tables[j] == table;
-    if (seen) continue;
-    auto& tokens = seq_tokens_;
-    tokens.clear();
-    for (int64_t j = first; j < n; j++)
-      if (tables[j] == table) tokens.push_back(j);
-    int32_t len = 0;
-    for (int64_t i : tokens) len = std::max(len, positions[i] + 1);
-    dec_lat_.resize(static_cast<size_t>(len) * lr);
-    dec_k_.resize(static_cast<size_t>(len) * nh * hk);
-    dec_v_.resize(static_cast<size_t>(len) * nh * vh);
-    for (int32_t p = 0; p < len; p++) {
-      const int64_t slot = static_cast<int64_t>(table[p / cache.block_size]) * cache.block_size + p % cache.block_size;
-      const float* row = cache.k_format.read(cache.k_row(slot), 0, kv_row_.data(), kv_width_);
-      std::memcpy(dec_lat_.data() + p * lr, row, lr * sizeof(float));
-      for (int h = 0; h < nh; h++)
-        std::memcpy(dec_k_.data() + (static_cast<int64_t>(p) * nh + h) * hk + m.qk_nope, row + lr,
-                    m.qk_rope * sizeof(float));
-    }
-    be.matmul_heads(w.k_decompress.data(), nh, dec_lat_.data(), lr, 0, len, dec_k_.data(), nh * hk, hk);
-    be.matmul_heads(w.v.data(), nh, dec_lat_.data(), lr, 0, len, dec_v_.data(), nh * vh, vh);
-    // This sequence's queries, contiguous, against one block holding every position.
-    const auto nt = static_cast<int64_t>(tokens.size());
-    dec_q_.resize(static_cast<size_t>(nt) * nh * hk);
-    dec_out_.resize(static_cast<size_t>(nt) * nh * vh);
-    dec_pos_.resize(static_cast<size_t>(nt));
-    for (int64_t j = 0; j < nt; j++) {
-      std::memcpy(dec_q_.data() + j * nh * hk, q_.data() + tokens[j] * nh * hk, nh * hk * sizeof(float));
-      dec_pos_[j] = positions[tokens[j]];
-    }
-    static const int32_t kOneBlock = 0;
-    dec_tables_.assign(static_cast<size_t>(nt), &kOneBlock);
-    const PagedKvLayerView view = PagedKvLayerView::f32(dec_k_.data(), dec_v_.data(), nh * hk, nh * vh, len);
-    be.attention(view, {nt, dec_q_.data(), dec_out_.data(), dec_pos_.data(), dec_tables_.data()},
-                 {nh, nh, hk, c_.attn_scale, vh});
-    for (int64_t j = 0; j < nt; j++)
-      std::memcpy(att_.data() + tokens[j] * nh * vh, dec_out_.data() + j * nh * vh, nh * vh * sizeof(float));
-  }
+  // Its tokens, in batch order, and the positions they reach.
+  auto& tokens = seq_tokens_;
+  tokens.clear();
+  for (int64_t j = 0; j < r.n; j++)
+    if (tables[j] == table) tokens.push_back(j);
+  int32_t len = 0;
+  for (int64_t i : tokens) len = std::max(len, positions[i] + 1);
+  dec_rows_.ensure(be, int64_t{len} * kw);
+  dec_lat_.ensure(be, int64_t{len} * lr);
+  dec_k_.ensure(be, int64_t{len} * nh * hk);
+  dec_v_.ensure(be, int64_t{len} * nh * vh);
+  // Keys [Wk_b,h^T c | k_pe] and values Wv_b,h c of every position, from the cached latent rows.
+  be.read_kv_rows(r.kv.layer_view(r.kv_layer), table, len, kw, dec_rows_);
+  be.copy(dec_lat_, lr, dec_rows_, kw, len, lr);
+  for (int h = 0; h < nh; h++) be.copy(dec_k_ + h * hk + m.qk_nope, nh * hk, dec_rows_ + lr, kw, len, m.qk_rope);
+  be.matmul_heads(w.k_decompress.data(), nh, dec_lat_, lr, 0, len, dec_k_, nh * hk, hk);
+  be.matmul_heads(w.v.data(), nh, dec_lat_, lr, 0, len, dec_v_, nh * vh, vh);
+  // This sequence's queries, contiguous, over every position.
+  const auto nt = static_cast<int64_t>(tokens.size());
+  dec_q_.ensure(be, nt * nh * hk);
+  dec_out_.ensure(be, nt * nh * vh);
+  dec_pos_.resize(static_cast<size_t>(nt));
+  for (int64_t j = 0; j < nt; j++) dec_pos_[j] = positions[tokens[j]];
+  be.gather_rows(dec_q_, q_, tokens.data(), nt, nh * hk);
+  be.attention_dense(dec_k_, dec_v_, nh * hk, nh * vh, len, {nt, dec_q_, dec_out_, dec_pos_.data(), nullptr},
+                     {nh, nh, hk, c_.attn_scale, vh});
+  be.scatter_rows(att_, dec_out_, tokens.data(), nt, nh * vh);
 }
 
 }  // namespace kestrel

@@ -55,19 +55,20 @@ MlaWeights load_mla(const WeightLoader& ld, Backend& be, const std::string& pref
 
 class MlaBlock {
  public:
-  MlaBlock(const ModelConfig& c, const MlaHeads& heads, MlaAttention mode, int64_t max_rows);
+  MlaBlock(Backend& be, const ModelConfig& c, const MlaHeads& heads, MlaAttention mode, int64_t max_rows);
   // Chooses how this step attends (the options' mode, or the cheaper one by
   // multiply-adds under Auto); run() then uses it.
   void begin_step(const Batch& b, const BatchPlacement& place);
   // out (r.n rows of n_embd) = MLA attention of the normed rows xb . Wo.
-  void run(Backend& be, const MlaWeights& w, const LayerRows& r, const float* xb, float* out);
+  void run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb, Act out);
   const char* mode_name() const;
 
  private:
-  void project_qkv(Backend& be, const MlaWeights& w, const LayerRows& r, const float* xb);
+  void project_qkv(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb);
   void write_latents(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_decompressed(Backend& be, const MlaWeights& w, const LayerRows& r);
+  void attend_sequence(Backend& be, const MlaWeights& w, const LayerRows& r, const int32_t* table);
   int head_k() const { return c_.mla.qk_nope + c_.mla.qk_rope; }
 
   const ModelConfig& c_;
@@ -75,12 +76,11 @@ class MlaBlock {
   MlaAttention mode_;
   bool decompress_ = false;  // this step's choice
   int64_t kv_width_ = 0;
-  std::vector<float> q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_row_, q_abs_, att_lat_, att_;
+  ActBuffer q_, q_a_, q_a_norm_, kv_a_, lat_, lat_norm_, kv_rows_, q_abs_, att_lat_, att_;
   // The decompressed path's buffers grow with the context (it runs for prefill only).
   std::vector<int64_t> seq_tokens_;
-  std::vector<float> dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;
+  ActBuffer dec_rows_, dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;
   std::vector<int32_t> dec_pos_;
-  std::vector<const int32_t*> dec_tables_;
 };
 
 }  // namespace kestrel

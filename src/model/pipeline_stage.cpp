@@ -72,7 +72,8 @@ void finish_first_stage(const TensorShard& shard, StageFlight& flight) {
   flight.returns.clear();
 }
 
-void StepSlots::resize(int slots, int64_t floats) {
+void StepSlots::resize(Backend& be, int slots, int64_t floats) {
+  be_ = &be;
   slots_.resize(static_cast<size_t>(slots));
   floats_ = floats;
 }
@@ -83,19 +84,18 @@ StepSlots::Slot& StepSlots::at(int slot) {
   return slots_[static_cast<size_t>(slot)];
 }
 
-void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches, float*& x,
+void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches, Act& x,
                       const RowsFn& embed, const RowsFn& layers) {
   if (!shard.pipelined() || !shard.leader()) throw Error("only rank 0 of a pipeline keeps steps in flight");
   Slot& s = at(slot);
   if (s.batch) throw Error(fmt::format("step slot {} is still in flight", slot));
-  if (s.x.empty()) {
-    s.x.resize(static_cast<size_t>(floats_));
-    s.back.resize(static_cast<size_t>(floats_));
-  }
-  float* home = x;
-  x = s.x.data();
+  s.x.ensure(*be_, floats_);
+  s.back.ensure(*be_, floats_);
+  const Act home = x;
+  x = s.x;
   try {
-    start_first_stage(shard, x, s.back.data(), b.size(), dim, micro_batches, embed, layers, s.flight);
+    start_first_stage(shard, be_->map(s.x, floats_), be_->map(s.back, floats_), b.size(), dim, micro_batches, embed,
+                      layers, s.flight);
   } catch (...) {
     x = home;
     throw;
@@ -104,13 +104,13 @@ void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_
   s.batch = &b;  // in flight (only now: a step that failed to start leaves the slot free)
 }
 
-std::pair<const Batch*, float*> StepSlots::finish(const TensorShard& shard, int slot) {
+std::pair<const Batch*, Act> StepSlots::finish(const TensorShard& shard, int slot) {
   Slot& s = at(slot);
   if (!s.batch) throw Error(fmt::format("step slot {} has no step in flight", slot));
   const Batch* b = s.batch;
   s.batch = nullptr;  // (free again whatever happens next)
   finish_first_stage(shard, s.flight);
-  return {b, s.back.data()};
+  return {b, s.back};
 }
 
 }  // namespace kestrel

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "model/batch.h"
 #include "model/tensor_shard.h"
 
@@ -40,28 +41,29 @@ void start_first_stage(const TensorShard& shard, float* x, float* back, int64_t 
 void finish_first_stage(const TensorShard& shard, StageFlight& flight);
 
 // The steps rank 0 has in flight, one per slot, for a model whose layers
-// work on its activations through a pointer: each slot has activations of
-// its own (still being sent on while the next step computes) and a buffer
-// for the rows that come back; allocated at the slot's first step.
+// work on its activations through a buffer handle: each slot has
+// activations of its own (still being sent on while the next step computes)
+// and a buffer for the rows that come back; allocated at the slot's first step.
 class StepSlots {
  public:
-  void resize(int slots, int64_t floats);
+  void resize(Backend& be, int slots, int64_t floats);
   int size() const { return static_cast<int>(slots_.size()); }
-  // Starts b in slot: x points at the slot's activations while embed and
-  // layers run stage 0 (micro_batches of b's rows), then back where it was.
+  // Starts b in slot: x is the slot's activations while embed and layers
+  // run stage 0 (micro_batches of b's rows), then back where it was.
   // Error when the slot is out of range or still in flight.
-  void start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches, float*& x,
+  void start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches, Act& x,
              const RowsFn& embed, const RowsFn& layers);
   // Waits for the slot's step; its batch and the rows that came back (for the head). The slot is free again.
-  std::pair<const Batch*, float*> finish(const TensorShard& shard, int slot);
+  std::pair<const Batch*, Act> finish(const TensorShard& shard, int slot);
 
  private:
   struct Slot {
-    std::vector<float> x, back;
+    ActBuffer x, back;
     StageFlight flight;
     const Batch* batch = nullptr;  // null: free
   };
   Slot& at(int slot);
+  Backend* be_ = nullptr;
   std::vector<Slot> slots_;
   int64_t floats_ = 0;
 };

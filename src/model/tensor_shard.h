@@ -47,6 +47,8 @@ struct TensorShard {
   bool split() const { return n > 1; }
   bool experts_split() const { return ep > 1; }
   bool pipelined() const { return stages > 1; }
+  // Whether this rank talks to others at all (any split).
+  bool distributed() const { return split() || experts_split() || pipelined(); }
   // Rank 0 of the job: the one that holds the output head and samples.
   bool leader() const { return rank == 0 && ep_rank == 0 && stage == 0; }
   // The layers [first, end) of n_layer this stage runs: as even as they

@@ -21,31 +21,31 @@ class RecordingBackend final : public ForwardingBackend {
       : ForwardingBackend(inner), stats_(stats), o_(o) {}
 
   std::string describe() const override { return in_.describe() + ", recording activations"; }
-  void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
+  void matmul(const Weight& w, Act x, int64_t n, Act y) override {
     const Weight* ws[1] = {&w};
-    record(ws, 1, x, n);
+    record(ws, 1, host(x), n);
     in_.matmul(w, x, n, y);
   }
-  void matmul_many(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) override {
-    record(ws, count, x, n);
+  void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
+    record(ws, count, host(x), n);
     in_.matmul_many(ws, count, x, n, ys);
   }
-  void swiglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+  void swiglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) override {
     const Weight* ws[2] = {&gate, &up};
-    record(ws, 2, x, n);
+    record(ws, 2, host(x), n);
     in_.swiglu(gate, up, x, n, out, scratch);
   }
-  void geglu(const Weight& gate, const Weight& up, const float* x, int64_t n, float* out, float* scratch) override {
+  void geglu(const Weight& gate, const Weight& up, Act x, int64_t n, Act out, Act scratch) override {
     const Weight* ws[2] = {&gate, &up};
-    record(ws, 2, x, n);
+    record(ws, 2, host(x), n);
     in_.geglu(gate, up, x, n, out, scratch);
   }
-  void qkv_rope(const Weight* const* wqkv, const float* const* biases, const float* x, int64_t n,
-                const int32_t* positions, const RopeParams& rope, const QkvShape& shape, float* const* out) override {
-    record(wqkv, 3, x, n);
+  void qkv_rope(const Weight* const* wqkv, const float* const* biases, Act x, int64_t n, const int32_t* positions,
+                const RopeParams& rope, const QkvShape& shape, const Act* out) override {
+    record(wqkv, 3, host(x), n);
     in_.qkv_rope(wqkv, biases, x, n, positions, rope, shape, out);
   }
-  void ffn_many(const FfnRef* ffns, int count, const float* const* xs, const int64_t* ns, float* const* ys) override {
+  void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override {
     Backend::ffn_many(ffns, count, xs, ns, ys);
   }
 

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "model/arch/families.h"
 #include "model/hparams_common.h"
@@ -146,15 +145,17 @@ class Deepseek2 final : public LayerStack {
     const MtpHead& m = *mtp_;
     be_.annotate_layer(cfg_.n_layer);
     be_.embed(m.embed, b.tokens.data(), n, x_);
-    be_.rmsnorm(x_, m.enorm.data(), e_.data(), n, dim, cfg_.rms_eps);
-    be_.rmsnorm(hidden_in, m.hnorm.data(), h_.data(), n, dim, cfg_.rms_eps);
-    for (int64_t i = 0; i < n; i++) {
-      std::memcpy(cat_.data() + i * 2 * dim, e_.data() + i * dim, dim * sizeof(float));
-      std::memcpy(cat_.data() + (i * 2 + 1) * dim, h_.data() + i * dim, dim * sizeof(float));
-    }
-    be_.matmul(m.eh_proj, cat_.data(), n, x_);
+    be_.rmsnorm(x_, m.enorm.data(), e_, n, dim, cfg_.rms_eps);
+    be_.rmsnorm(be_.host_view(hidden_in), m.hnorm.data(), h_, n, dim, cfg_.rms_eps);
+    be_.copy(cat_, 2 * dim, e_, dim, n, dim);
+    be_.copy(cat_ + dim, 2 * dim, h_, dim, n, dim);
+    be_.matmul(m.eh_proj, cat_, n, x_);
     run_layer({b, place, kv, cfg_.n_layer, cfg_.n_layer, 0, n});
-    if (hidden_out) std::memcpy(hidden_out, x_, n * dim * sizeof(float));
+    if (hidden_out) {
+      const Act out = be_.host_view(hidden_out);
+      be_.copy(out, dim, x_, dim, n, dim);
+      be_.read(out, hidden_out, n * dim);
+    }
     head(b, x_, m.head_norm, m.head, logits, nullptr);
   }
 
@@ -215,12 +216,12 @@ class Deepseek2 final : public LayerStack {
   }
 
   void allocate(int64_t max_rows) override {
-    mla_ = std::make_unique<MlaBlock>(cfg_, heads_, mode_, max_rows);
+    mla_ = std::make_unique<MlaBlock>(be_, cfg_, heads_, mode_, max_rows);
     if (!mtp_) return;
-    const auto rows = static_cast<size_t>(max_rows * cfg_.n_embd);
-    e_.resize(rows);
-    h_.resize(rows);
-    cat_.resize(2 * rows);
+    const int64_t rows = max_rows * cfg_.n_embd;
+    e_ = ActBuffer(be_, rows);
+    h_ = ActBuffer(be_, rows);
+    cat_ = ActBuffer(be_, 2 * rows);
   }
 
   const Layer& at(int layer) const {
@@ -229,12 +230,12 @@ class Deepseek2 final : public LayerStack {
 
   void begin_step(const Batch& b, const BatchPlacement& place) override { mla_->begin_step(b, place); }
 
-  void attention(const LayerRows& r, float* y) override {
+  void attention(const LayerRows& r, Act y) override {
     const Layer& L = at(r.layer);
     mla_->run(be_, L.attn, r, norm_rows(r, L.attn_norm), y);
   }
 
-  void ffn(const LayerRows& r, float* y) override {
+  void ffn(const LayerRows& r, Act y) override {
     const Layer& L = at(r.layer);
     feed_forward(L.dense, L.moe, FfnActivation::Silu, norm_rows(r, L.ffn_norm), r.n, y);
   }
@@ -254,7 +255,7 @@ class Deepseek2 final : public LayerStack {
   std::vector<Layer> layers_;  // this rank's, from first_
   std::unique_ptr<MtpHead> mtp_;
   std::unique_ptr<MlaBlock> mla_;
-  std::vector<float> e_, h_, cat_;  // MTP: the normed embedding and hidden rows, then [embedding | hidden] rows
+  ActBuffer e_, h_, cat_;  // MTP: the normed embedding and hidden rows, then [embedding | hidden] rows
 };
 
 std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {

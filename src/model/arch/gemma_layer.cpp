@@ -44,22 +44,22 @@ class GemmaLayers final : public LayerStack {
     L.post_ffn_norm = ld.require_vector(p + "post_ffw_norm.weight", dim);
   }
 
-  void allocate(int64_t max_rows) override { gqa_ = std::make_unique<GqaAttention>(cfg_, heads_, max_rows); }
+  void allocate(int64_t max_rows) override { gqa_ = std::make_unique<GqaAttention>(be_, cfg_, heads_, max_rows); }
 
   const Layer& at(int layer) const { return layers_[static_cast<size_t>(layer - first_)]; }
 
-  void attention(const LayerRows& r, float* y) override {
+  void attention(const LayerRows& r, Act y) override {
     const Layer& L = at(r.layer);
     gqa_->run(be_, L.attn, r, norm_rows(r, L.attn_norm), y);
   }
 
-  void ffn(const LayerRows& r, float* y) override {
+  void ffn(const LayerRows& r, Act y) override {
     const Layer& L = at(r.layer);
     feed_forward(L.ffn, {}, FfnActivation::Gelu, norm_rows(r, L.ffn_norm), r.n, y);
   }
 
   // Each branch's output normed before it joins the residual stream.
-  void residual(int layer, Branch branch, float* x, float* y, int64_t n) override {
+  void residual(int layer, Branch branch, Act x, Act y, int64_t n) override {
     const Layer& L = at(layer);
     const std::vector<float>& post = branch == Branch::Attention ? L.post_attn_norm : L.post_ffn_norm;
     be_.rmsnorm(y, post.data(), y, n, cfg_.n_embd, cfg_.rms_eps);

@@ -41,16 +41,16 @@ class LlamaLayers final : public LayerStack {
       L.ffn = load_ffn(ld, be_, p, "", dim, cfg_.n_ff, recipe_.fused_gate_up, shard_);
   }
 
-  void allocate(int64_t max_rows) override { gqa_ = std::make_unique<GqaAttention>(cfg_, heads_, max_rows); }
+  void allocate(int64_t max_rows) override { gqa_ = std::make_unique<GqaAttention>(be_, cfg_, heads_, max_rows); }
 
   const Layer& at(const LayerRows& r) const { return layers_[static_cast<size_t>(r.layer - first_)]; }
 
-  void attention(const LayerRows& r, float* y) override {
+  void attention(const LayerRows& r, Act y) override {
     const Layer& L = at(r);
     gqa_->run(be_, L.attn, r, norm_rows(r, L.attn_norm), y);
   }
 
-  void ffn(const LayerRows& r, float* y) override {
+  void ffn(const LayerRows& r, Act y) override {
     const Layer& L = at(r);
     feed_forward(L.ffn, L.moe, FfnActivation::Silu, norm_rows(r, L.ffn_norm), r.n, y);
   }

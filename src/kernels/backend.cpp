@@ -1,0 +1,124 @@
+// The Backend defaults: host-memory buffers and the plain forms of the
+// operators, for backends whose buffers are host memory (a device backend
+// overrides them all).
+#include "kernels/backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+Act Backend::alloc(int64_t n) { return as_act(new float[static_cast<size_t>(n)]()); }
+
+void Backend::release(Act buffer) { delete[] host(buffer); }
+
+void Backend::read(Act src, float* dst, int64_t n) {
+  const float* p = host(src);
+  if (p != dst) std::memcpy(dst, p, static_cast<size_t>(n) * sizeof(float));
+}
+
+void Backend::matmul_heads(const Weight* ws, int n_heads, Act x, int64_t x_stride, int64_t x_head_stride, int64_t n,
+                           Act y, int64_t y_stride, int64_t y_head_stride) {
+  thread_local std::vector<float> xs, ys;
+  for (int h = 0; h < n_heads; h++) {
+    const int64_t cols = ws[h].cols(), rows = ws[h].rows();
+    xs.resize(static_cast<size_t>(n * cols));
+    ys.resize(static_cast<size_t>(n * rows));
+    copy(as_act(xs.data()), cols, x + h * x_head_stride, x_stride, n, cols);
+    matmul(ws[h], as_act(xs.data()), n, as_act(ys.data()));
+    copy(y + h * y_head_stride, y_stride, as_act(ys.data()), rows, n, rows);
+  }
+}
+
+void Backend::ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) {
+  thread_local std::vector<float> h, h2;
+  for (int i = 0; i < count; i++) {
+    const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
+    if (h.size() < need) h.resize(need), h2.resize(need);
+    swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], as_act(h.data()), as_act(h2.data()));
+    matmul(*ffns[i].down, as_act(h.data()), ns[i], ys[i]);
+  }
+}
+
+void Backend::fill(Act x, int64_t n, float value) { std::fill_n(host(x), n, value); }
+
+void Backend::copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) {
+  float* d = host(dst);
+  const float* s = host(src);
+  if (dst_stride == cols && src_stride == cols) {
+    std::memmove(d, s, static_cast<size_t>(rows * cols) * sizeof(float));
+    return;
+  }
+  for (int64_t r = 0; r < rows; r++)
+    std::memmove(d + r * dst_stride, s + r * src_stride, static_cast<size_t>(cols) * sizeof(float));
+}
+
+void Backend::gather_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) {
+  float* d = host(dst);
+  const float* s = host(src);
+  for (int64_t i = 0; i < n; i++)
+    if (d + i * dim != s + rows[i] * dim) std::memcpy(d + i * dim, s + rows[i] * dim, dim * sizeof(float));
+}
+
+void Backend::scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) {
+  float* d = host(dst);
+  const float* s = host(src);
+  for (int64_t i = 0; i < n; i++) std::memcpy(d + rows[i] * dim, s + i * dim, dim * sizeof(float));
+}
+
+void Backend::scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim) {
+  float* d = host(dst);
+  const float* s = host(src);
+  for (int64_t i = 0; i < n; i++) {
+    const float w = weights[i];
+    float* o = d + rows[i] * dim;
+    const float* y = s + i * dim;
+    for (int64_t c = 0; c < dim; c++) o[c] += w * y[c];
+  }
+}
+
+void Backend::scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) {
+  float* p = host(x);
+  const float* g = host(gates);
+  for (int64_t t = 0; t < n; t++) {
+    const float s = 1.0f / (1.0f + std::exp(-g[t]));
+    for (int64_t c = 0; c < dim; c++) p[t * dim + c] *= s;
+  }
+}
+
+void Backend::write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) {
+  const float* kp = host(k);
+  const float* vp = v ? host(v) : nullptr;
+  for (int64_t i = 0; i < n; i++) {
+    view.k_format.quantize(kp + i * view.k_width, static_cast<uint8_t*>(view.k) + slots[i] * view.k_stride,
+                           view.k_width);
+    if (view.v && vp)
+      view.v_format.quantize(vp + i * view.v_width, static_cast<uint8_t*>(view.v) + slots[i] * view.v_stride,
+                             view.v_width);
+  }
+}
+
+void Backend::read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
+                           Act dst) {
+  float* d = host(dst);
+  for (int64_t p = 0; p < len; p++) {
+    const int64_t slot = static_cast<int64_t>(table[p / view.block_size]) * view.block_size + p % view.block_size;
+    const float* row = view.k_format.read(view.k_row(slot), 0, d + p * k_width, k_width);
+    if (row != d + p * k_width) std::memcpy(d + p * k_width, row, static_cast<size_t>(k_width) * sizeof(float));
+  }
+}
+
+void Backend::attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
+                              const AttentionShape& shape) {
+  // One block holding every position, which every row's table names.
+  static const int32_t kOneBlock = 0;
+  thread_local std::vector<const int32_t*> tables;
+  tables.assign(static_cast<size_t>(rows.n_tokens), &kOneBlock);
+  AttentionRows one = rows;
+  one.block_tables = tables.data();
+  attention(PagedKvLayerView::f32(host(k), host(v), k_width, v_width, static_cast<int>(len)), one, shape);
+}
+
+}  // namespace kestrel
