@@ -16,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_kernels.h"
 #include "kernels/packed_q8.h"
 
 namespace kestrel {
@@ -49,7 +50,8 @@ void BM_Matmul(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(4));
   const bool repack = state.range(5) == 3;
   const auto isa = repack ? IsaLevel::Avx512 : static_cast<IsaLevel>(state.range(5));
-  if (static_cast<int>(isa) > static_cast<int>(selected_isa()) || (repack && !packed_gemm_available())) {
+  const MatmulKernels& kernels = matmul_kernels_for(isa);
+  if (static_cast<int>(isa) > static_cast<int>(selected_isa()) || (repack && !kernels.repacks(type))) {
     state.SkipWithError("ISA not available on this CPU");
     return;
   }
@@ -57,7 +59,7 @@ void BM_Matmul(benchmark::State& state) {
   if (repack) wb.w.packed = pack_weight(wb.w);
   std::vector<float> x(n * cols, 0.5f), y(n * rows);
   ThreadPool pool(threads);
-  Matmul mm(dot_kernels_for(isa));
+  Matmul mm(kernels);
   for (auto _ : state) {
     mm.run(pool, wb.w, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
@@ -65,7 +67,7 @@ void BM_Matmul(benchmark::State& state) {
   const double iters = static_cast<double>(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(iters * wb.bytes.size(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * rows * cols * n / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(type_name(type)) + " " + isa_name(isa) + " " + matmul_kernel_name(dot_kernels_for(isa), type, repack));
+  state.SetLabel(std::string(type_name(type)) + " " + isa_name(isa) + " " + kernels.name(type, repack));
 }
 
 void MatmulShapes(benchmark::internal::Benchmark* b) {
@@ -114,7 +116,7 @@ void BM_MatmulStream(benchmark::State& state) {
   using Clock = std::chrono::steady_clock;
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2);
-  if (!packed_gemm_available()) {
+  if (!matmul_kernels().repacks(type)) {
     state.SkipWithError("no repacked kernels on this CPU");
     return;
   }
@@ -124,7 +126,7 @@ void BM_MatmulStream(benchmark::State& state) {
   std::vector<Weight> ws(copies, wb.w);
   for (auto& w : ws) w.packed = pack_weight(wb.w, &pool);
   std::vector<float> x(cols, 0.5f), y(rows), partial(static_cast<size_t>(pool.size()));
-  Matmul mm(dot_kernels_for(IsaLevel::Avx512));
+  Matmul mm(matmul_kernels_for(IsaLevel::Avx512));
   double kernel_seconds = 0, read_seconds = 0, read_bytes = 0;
   size_t i = 0;
   for (auto _ : state) {

@@ -31,7 +31,7 @@ void register_hw(CLI::App& app) {
     const auto& f = cpu_features();
     const auto& t = topology();
     const IsaLevel isa = selected_isa();
-    const DotKernels& k = dot_kernels();  // the tables that run, as matmul uses them
+    const MatmulKernels& k = matmul_kernels();  // the table that runs, as matmul uses it
     const int n_threads = threads > 0 ? threads : default_thread_count();
     std::optional<MeasuredLimits> limits = measure ? std::optional(measure_limits(n_threads)) : load_cached_limits(n_threads);
     if (measure) store_limits(*limits);
@@ -54,7 +54,7 @@ void register_hw(CLI::App& app) {
         j["caches"].push_back({{"level", c.level}, {"kind", c.kind}, {"size_bytes", c.size_bytes},
                                {"instances", c.instances}, {"line_bytes", c.line_bytes}});
       j["kernel_isa"] = isa_name(isa);
-      for (GgmlType ty : formats) j["kernels"][std::string(type_name(ty))] = matmul_kernel_name(k, ty, true);
+      for (GgmlType ty : formats) j["kernels"][std::string(type_name(ty))] = k.name(ty, true);
       j["limits"] = limits ? nlohmann::json::parse(limits_to_json(*limits)) : nlohmann::json(nullptr);
       j["limits_cache"] = limits_cache_path();
       j["tuning"] = {{"q8_token_chunk", tuning().q8_token_chunk}, {"float_token_chunk", tuning().float_token_chunk},
@@ -73,7 +73,7 @@ void register_hw(CLI::App& app) {
       fmt::print("cache:      L{} {:<11} {:>8} x {} ({}-byte lines)\n", c.level, c.kind, human_bytes(c.size_bytes),
                  c.instances, c.line_bytes);
     fmt::print("kernels:    {} (KESTREL_ISA=scalar|avx2|avx512 to force)\n", isa_name(isa));
-    for (GgmlType ty : formats) fmt::print("  {:<6} {}\n", type_name(ty), matmul_kernel_name(k, ty, true));
+    for (GgmlType ty : formats) fmt::print("  {:<6} {}\n", type_name(ty), k.name(ty, true));
     fmt::print("tiles:      q8 token chunk {}, float token chunk {} ({}; `kestrel tune` to measure)\n",
                tuning().q8_token_chunk, tuning().float_token_chunk, tuning().source);
     if (limits) {

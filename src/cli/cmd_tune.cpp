@@ -37,7 +37,7 @@ std::vector<Candidate> sweep(GgmlType type, int threads, int64_t tokens, bool q8
   const auto bytes = make_weight(type, rows, cols);
   Weight w{"tune", type, {cols, rows}, bytes.data(), bytes.size(), {}};
   // Tune the kernel the engine will run: repacked weights where it repacks them.
-  if (packable(w) && packed_gemm_available()) w.packed = pack_weight(w);
+  if (packable(w) && matmul_kernels().repacks(type)) w.packed = pack_weight(w);
   std::vector<float> x(tokens * cols), y(tokens * rows);
   for (size_t i = 0; i < x.size(); i++) x[i] = std::cos(static_cast<float>(i)) * 0.5f;
   ThreadPool pool(threads);
@@ -45,7 +45,7 @@ std::vector<Candidate> sweep(GgmlType type, int threads, int64_t tokens, bool q8
   for (int64_t chunk = 16; chunk <= Tuning::kMaxTokenChunk; chunk *= 2) {
     Tuning t = tuning();
     (q8 ? t.q8_token_chunk : t.float_token_chunk) = chunk;
-    Matmul mm(dot_kernels(), t);
+    Matmul mm(matmul_kernels(), t);
     mm.run(pool, w, x.data(), tokens, y.data());  // warm-up
     std::vector<double> secs;
     for (int rep = 0; rep < 5; rep++) {

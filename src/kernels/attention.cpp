@@ -7,14 +7,15 @@
 
 #include "kernels/attention_tile.h"
 #include "kernels/dot.h"
+#include "kernels/isa_dispatch.h"
 
 namespace kestrel {
 
-#ifndef KESTREL_HAVE_AVX2_KERNELS
-bool attention_tile_available(int, int) { return false; }
-void attend_tile(const PagedKvLayerView&, const AttentionTile&, int, int, float, float, int32_t, int32_t, float*, float*,
-                 float*) {}
-#endif
+const AttentionTiles& avx512_attention_tiles();  // kernels/x86/attention_avx512.cpp
+
+const AttentionTiles* attention_tiles(IsaLevel isa) {
+  return single_table(IsaNeed::Avx512, isa, KESTREL_SIMD_TABLE(avx512_attention_tiles));
+}
 
 namespace {
 
@@ -121,7 +122,7 @@ void merge_splits(ThreadPool& pool, const AttentionBatch& b, int64_t rows, int64
   });
 }
 
-void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) {
+void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s, const AttentionTiles& kernel) {
   // Grown once and reused: the decode loop allocates nothing after warm-up.
   thread_local std::vector<AttentionTile> tiles;
   thread_local std::vector<float> acc, ms, ls;
@@ -153,7 +154,7 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
       const int32_t len = end - start;
       const auto p0 = start + static_cast<int32_t>(len * c / splits), p1 = start + static_cast<int32_t>(len * (c + 1) / splits);
       for (int r = 0; r < tile.rows; r++) tile.out_row[r] = tile.out_row[r] * splits + c;
-      attend_tile(kv, tile, hd, vd, s.scale, s.softcap, p0, c + 1 == splits ? end : p1, out, m, l);
+      kernel.attend(kv, tile, hd, vd, s.scale, s.softcap, p0, c + 1 == splits ? end : p1, out, m, l);
       if (splits > 1) continue;
       for (int r = 0; r < tile.rows; r++) {
         float* o = out + tile.out_row[r] * vd;
@@ -221,8 +222,9 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
 
 void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s,
                      AttentionKernel kernel) {
-  if (kernel == AttentionKernel::Best && attention_tile_available(s.head_dim, s.value_dim()))
-    attention_tiled(pool, kv, b, s);
+  static const AttentionTiles* const tiles = attention_tiles();  // chosen once (isa_dispatch.h)
+  if (kernel == AttentionKernel::Best && tiles && tiles->fits(s.head_dim, s.value_dim()))
+    attention_tiled(pool, kv, b, s, *tiles);
   else
     attention_per_row(pool, kv, b, s);
 }

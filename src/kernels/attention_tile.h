@@ -7,6 +7,7 @@
 // with no horizontal reductions; values accumulate the same way.
 #include <cstdint>
 
+#include "hw/cpu_features.h"
 #include "kernels/attention.h"
 
 namespace kestrel {
@@ -22,15 +23,19 @@ struct AttentionTile {
   int64_t out_row[kMaxRows];       // where the row's results go (caller's index)
 };
 
-// Whether attend_tile can run for these key and value sizes on this CPU and build.
-bool attention_tile_available(int head_dim, int v_dim);
-
-// Online softmax of every row over positions [max(p0, first), min(p1, limit)),
-// scores soft-capped when softcap > 0 (cap * tanh(score / cap)): writes the
-// unnormalised weighted values to out + out_row[r] * v_dim, the running
-// max to m[out_row[r]] and the sum of exponentials to l[out_row[r]]. A row
-// with no positions in range gets m = -inf, l = 0 and zeros.
-void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int head_dim, int v_dim, float scale,
+struct AttentionTiles {
+  const char* isa;
+  // Whether the tile kernel takes heads of these key and value sizes (else the per-row kernel runs).
+  bool (*fits)(int head_dim, int v_dim);
+  // Online softmax of every row over positions [max(p0, first), min(p1, limit)),
+  // scores soft-capped when softcap > 0 (cap * tanh(score / cap)): writes the
+  // unnormalised weighted values to out + out_row[r] * v_dim, the running
+  // max to m[out_row[r]] and the sum of exponentials to l[out_row[r]]. A row
+  // with no positions in range gets m = -inf, l = 0 and zeros.
+  void (*attend)(const PagedKvLayerView& kv, const AttentionTile& tile, int head_dim, int v_dim, float scale,
                  float softcap, int32_t p0, int32_t p1, float* out, float* m, float* l);
+};
+// The AVX-512 tile kernel when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
+const AttentionTiles* attention_tiles(IsaLevel isa = selected_isa());
 
 }  // namespace kestrel

@@ -13,19 +13,22 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int n_threads, const CpuBackendOptions& o) : options_(o), pool_(n_threads), matmul_(dot_kernels()) {
+  CpuBackend(int n_threads, const CpuBackendOptions& o) : options_(o), pool_(n_threads), matmul_(matmul_kernels()) {
     head_scratch_.reserve(pool_.size());
-    for (int i = 0; i < pool_.size(); i++) head_scratch_.emplace_back(dot_kernels());
+    for (int i = 0; i < pool_.size(); i++) head_scratch_.emplace_back(matmul_kernels());
   }
 
   std::string describe() const override {
-    return fmt::format("cpu ({} threads, {} kernels)", pool_.size(), isa_name(matmul_.kernels().isa));
+    return fmt::format("cpu ({} threads, {} kernels)", pool_.size(), isa_name(matmul_.kernels().dots().isa));
   }
   int n_threads() const override { return pool_.size(); }
 
+  // Repacked when the kernel table has a repacked entry for the type; a
+  // weight whose type has no kernel at all is refused here, at load.
   Weight prepare_weight(Weight w) override {
-    if (options_.repack_weights && packed_gemm_available() && packable(w))
-      w.packed = pack_weight(w, &pool_, &packed_memory_);
+    const MatmulKernels& k = matmul_.kernels();
+    if (options_.repack_weights && k.repacks(w.type) && packable(w)) w.packed = pack_weight(w, &pool_, &packed_memory_);
+    (void)k.of(w);
     return w;
   }
 
@@ -198,7 +201,7 @@ class CpuBackend final : public Backend {
   }
 
   struct HeadScratch {
-    explicit HeadScratch(const DotKernels& k) : matmul(k) {}
+    explicit HeadScratch(const MatmulKernels& k) : matmul(k) {}
     Matmul matmul;  // its own activation buffers: threads run different heads at once
     std::vector<float> x, y;
   };

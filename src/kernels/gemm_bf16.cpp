@@ -1,18 +1,13 @@
-#include "kernels/isa_dispatch.h"
 #include "kernels/gemm_bf16.h"
 
-#include "hw/cpu_features.h"
+#include "kernels/isa_dispatch.h"
 
 namespace kestrel {
 
-#ifndef KESTREL_HAVE_AVX2_KERNELS
-void convert_to_bf16(const float*, uint16_t*, int64_t) {}
-void gemm_bf16(const uint8_t*, size_t, int64_t, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t, int64_t) {}
-#endif
+const Bf16Tiles& avx512bf16_tiles();  // kernels/x86/gemm_bf16_avx512bf16.cpp
 
-bool gemm_bf16_available() {
-  static const bool runs = isa_runs(IsaNeed::Avx512Bf16);
-  return runs;
+const Bf16Tiles* bf16_tiles(IsaLevel isa) {
+  return single_table(IsaNeed::Avx512Bf16, isa, KESTREL_SIMD_TABLE(avx512bf16_tiles));
 }
 
 }  // namespace kestrel

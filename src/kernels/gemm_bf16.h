@@ -7,16 +7,20 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hw/cpu_features.h"
+
 namespace kestrel {
 
-bool gemm_bf16_available();  // compiled in and the CPU has AVX-512 BF16
-
-// dst[i] = x[i] rounded to BF16 (nearest even), n floats. Needs gemm_bf16_available().
-void convert_to_bf16(const float* x, uint16_t* dst, int64_t n);
-
-// y[t * ldy + r] for rows [r0, r1) and tokens [0, n); w: BF16 rows of `cols`
-// (row_stride bytes apart), x: [n][cols] BF16. Needs gemm_bf16_available().
-void gemm_bf16(const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1, const uint16_t* x, int64_t n,
-               float* y, int64_t ldy, int64_t token_chunk = 64);
+struct Bf16Tiles {
+  const char* isa;
+  // dst[i] = x[i] rounded to BF16 (nearest even), n floats.
+  void (*convert)(const float* x, uint16_t* dst, int64_t n);
+  // y[t * ldy + r] for rows [r0, r1) and tokens [0, n); w: BF16 rows of `cols`
+  // (row_stride bytes apart), x: [n][cols] BF16.
+  void (*gemm)(const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1, const uint16_t* x,
+               int64_t n, float* y, int64_t ldy, int64_t token_chunk);
+};
+// The table when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
+const Bf16Tiles* bf16_tiles(IsaLevel isa = selected_isa());
 
 }  // namespace kestrel

@@ -7,11 +7,17 @@
 #include <cstdint>
 
 #include "formats/ggml_types.h"
+#include "hw/cpu_features.h"
 
 namespace kestrel {
 
 // y[t * ldy + r] for rows [r0, r1), tokens [0, n); x is [n][cols].
-void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
-                       const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk = 64);
+struct FloatTiles {
+  const char* isa;
+  void (*gemm)(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
+               const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk);
+};
+// The table when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
+const FloatTiles* float_tiles(IsaLevel isa = selected_isa());
 
 }  // namespace kestrel

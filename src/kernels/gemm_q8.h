@@ -12,6 +12,7 @@
 
 #include "formats/block_formats.h"
 #include "formats/ggml_types.h"
+#include "hw/cpu_features.h"
 
 namespace kestrel {
 
@@ -21,15 +22,16 @@ struct QuantizedActivations {
   int64_t n_tokens = 0, n_blocks = 0;
 };
 
-// Fills lane_sums (n_tokens * n_blocks * 8 int32) for the activations.
-void compute_lane_sums(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane_sums);
-
-// y[t * ldy + r] for rows [r0, r1) (r1 - r0 a multiple of 4 except at the end) and all tokens.
-// Requires AVX-512 VNNI (check gemm_q8_available()).
-// token_chunk: tokens processed per pass over the rows (see hw/tuning.h), 1 to 256.
-void gemm_q8_vnni(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t r0, int64_t r1,
-                  const QuantizedActivations& x, float* y, int64_t ldy, int64_t token_chunk = 64);
-
-bool gemm_q8_available();  // compiled in and the CPU has AVX-512 VNNI
+// The AVX-512 VNNI int8 tiles (8 rows x 4 tokens) over Q8_0/Q4_0 weights in
+// the file's layout: lane_sums once per call (the sums of each 4-byte group
+// of the activations), then gemm over any row range.
+struct Int8Tiles {
+  const char* isa;
+  void (*lane_sums)(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane_sums);
+  void (*gemm)(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t r0, int64_t r1,
+               const QuantizedActivations& x, float* y, int64_t ldy, int64_t token_chunk);
+};
+// The table when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
+const Int8Tiles* int8_tiles(IsaLevel isa = selected_isa());
 
 }  // namespace kestrel

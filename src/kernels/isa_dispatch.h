@@ -40,6 +40,20 @@ inline bool isa_runs(IsaNeed need, IsaLevel isa = selected_isa()) {
   return false;
 }
 
+// A kernel with one SIMD version is a table too: KESTREL_SIMD_TABLE(accessor)
+// is the accessor's table in a build with the SIMD files (null without: the
+// accessor is then neither defined nor called), and single_table() keeps it
+// where the CPU runs `need` at this ISA level — null otherwise, never a stub.
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+#define KESTREL_SIMD_TABLE(accessor) (&(accessor)())
+#else
+#define KESTREL_SIMD_TABLE(accessor) nullptr
+#endif
+template <class Table>
+const Table* single_table(IsaNeed need, IsaLevel isa, const Table* table) {
+  return table && isa_runs(need, isa) ? table : nullptr;
+}
+
 // The best of a family's tables (null: not compiled in) for this CPU at an ISA level.
 template <class Table>
 const Table& best_table(IsaLevel isa, const Table& scalar, std::type_identity_t<const Table*> avx2,

@@ -1,5 +1,7 @@
 #include "kernels/packed_q8.h"
 
+#include "kernels/isa_dispatch.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -559,10 +561,10 @@ void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const 
   }
 }
 
-#ifndef KESTREL_HAVE_AVX2_KERNELS
-void packed_gemm_vnni(const PackedWeight&, int64_t, int64_t, const PackedActivations&, float*, int64_t, int64_t) {}
-#endif
+const PackedGemm& avx512vnni_packed_gemm();  // kernels/x86/packed_q8_avx512vnni.cpp
 
-bool packed_gemm_available() { return gemm_q8_available(); }
+const PackedGemm* packed_gemm(IsaLevel isa) {
+  return single_table(IsaNeed::Avx512Vnni, isa, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm));
+}
 
 }  // namespace kestrel

@@ -69,6 +69,7 @@
 #include "core/huge_page_buffer.h"
 #include "core/thread_pool.h"
 #include "formats/weight.h"
+#include "hw/cpu_features.h"
 
 namespace kestrel {
 
@@ -255,9 +256,13 @@ void pack_activations_q8k(PackedKind kind, const BlockQ8_K* x, int64_t n_tokens,
 // rounded up to whole token tiles.
 void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy);
-// The same results bit for bit; requires packed_gemm_available().
-void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
-                      int64_t token_chunk = 64);
-bool packed_gemm_available();  // compiled in and the CPU has AVX-512 VNNI
+// The same results bit for bit with AVX-512 VNNI: the table when compiled
+// in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
+struct PackedGemm {
+  const char* isa;
+  void (*gemm)(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
+               int64_t token_chunk);
+};
+const PackedGemm* packed_gemm(IsaLevel isa = selected_isa());
 
 }  // namespace kestrel

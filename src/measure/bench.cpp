@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/median.h"
 #include "hw/cpu_features.h"
-#include "kernels/gemm_bf16.h"
+#include "kernels/matmul_kernels.h"
 #include "runtime/generator.h"
 
 namespace kestrel {
@@ -65,7 +65,7 @@ Bound bound_of(bool prefill, const ModelCost& cost) {
   const GgmlType t = cost.dominant_type;
   const bool float_weights = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
   if (!float_weights && t != GgmlType::KESTREL_FP8_E4M3) return Bound::Int8Dot;
-  if (cost.dominant_type == GgmlType::BF16 && gemm_bf16_available()) return Bound::Bf16Dot;
+  if (const MatmulKernel* k = matmul_kernels().find(t); k && k->prep == ActPrep::Bf16) return Bound::Bf16Dot;
   return Bound::F32Fma;
 }
 

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "kernels/packed_q8.h"
+#include "kernels/matmul_kernels.h"
 #include "kernels/profiling_backend.h"
 #include "gguf/llama2c_import.h"
 #include "parallel/follower.h"
@@ -42,7 +42,7 @@ bool mostly_repacked(const GgufFile& f) {
     total += t.nbytes;
     // Matrices, and the experts' stacks (MoE: each expert's matrix is repacked on its own).
     const bool matrices = t.ne.size() == 2 || (t.ne.size() == 3 && t.name.find("_exps.") != std::string::npos);
-    if (has_packed_kind(t.type) && matrices && t.name != "token_embd.weight") packed += t.nbytes;
+    if (matmul_kernels().repacks(t.type) && matrices && t.name != "token_embd.weight") packed += t.nbytes;
   }
   return 2 * packed > total;
 }
@@ -54,8 +54,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   if (o.kv_block_size <= 0 || o.kv_block_size > 4096) throw Error(fmt::format("KV block size {} is out of range (1 to 4096)", o.kv_block_size));
   LoadedModel e;
   e.file = open_model_file(o.model_path, o.llama2c_tokenizer, MappedFile::Mode::Map);
-  const bool repack = o.repack_weights && packed_gemm_available();
-  if (!o.use_mmap && o.llama2c_tokenizer.empty() && !(repack && mostly_repacked(*e.file)))
+  if (!o.use_mmap && o.llama2c_tokenizer.empty() && !(o.repack_weights && mostly_repacked(*e.file)))
     e.file = open_model_file(o.model_path, o.llama2c_tokenizer, MappedFile::Mode::LoadHugePages);
   CpuBackendOptions bo;
   bo.repack_weights = o.repack_weights;

@@ -236,7 +236,7 @@ TEST(IqFormats, MatmulOnGgmlBlocksIsBatchInvariantAndMatchesGgml) {
   // rounding, and a batch gives each token what it gets alone.
   const GgmlReference r = read_reference();
   ThreadPool pool(2);
-  Matmul mm(dot_kernels());
+  Matmul mm;
   const int64_t n = 7;
   const auto x = test::random_floats(static_cast<size_t>(n * r.cols), 3);
   for (const GgmlCase& c : r.cases) {

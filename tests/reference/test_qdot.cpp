@@ -195,7 +195,7 @@ TEST(QDot, LlamaCppBlocks) {
 
 TEST(QDot, MatmulBatchInvariant) {
   ThreadPool pool(2);
-  Matmul mm(dot_kernels());
+  Matmul mm;
   for (GgmlType t : kTypes) {
     const int64_t cols = traits(t).block_size == 256 ? 512 : 96, rows = 37;
     const auto wf = test::random_floats(static_cast<size_t>(rows * cols), 9);

@@ -148,9 +148,11 @@ TEST(Attention, TiledKernelCoversTheModelsHeadSizes) {
   // The fast path must actually run for Llama-family head sizes on AVX-512
   // machines.
   if (selected_isa() != IsaLevel::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU/build";
-  for (int hd : {64, 128}) EXPECT_TRUE(attention_tile_available(hd, hd)) << hd;
-  EXPECT_FALSE(attention_tile_available(8, 8));  // falls back to the per-row kernel
-  EXPECT_TRUE(attention_tile_available(576, 512));  // DeepSeek's absorbed MLA
+  const AttentionTiles* tiles = attention_tiles();
+  ASSERT_NE(tiles, nullptr) << "AVX-512 selected but no tile kernel";
+  for (int hd : {64, 128}) EXPECT_TRUE(tiles->fits(hd, hd)) << hd;
+  EXPECT_FALSE(tiles->fits(8, 8));      // falls back to the per-row kernel
+  EXPECT_TRUE(tiles->fits(576, 512));  // DeepSeek's absorbed MLA
 }
 
 // MLA's absorbed attention: one shared latent "KV head" whose rows hold

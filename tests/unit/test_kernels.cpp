@@ -12,6 +12,7 @@
 #include "kernels/gemm_float.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_kernels.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -163,13 +164,13 @@ TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
     const Weight w{"w", type, {cols, rows}, bytes.data(), bytes.size(), {}};
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      Matmul mm(dot_kernels());
+      Matmul mm;
       std::vector<float> y(n * rows);
       mm.run(pool, w, x.data(), n, y.data());
       std::vector<float> wr(cols);
       // BF16 weights on the vdpbf16ps path meet activations rounded to BF16, and
       // F16 weights activations rounded to F16 (as in llama.cpp).
-      const bool bf16_acts = type == GgmlType::BF16 && selected_isa() == IsaLevel::Avx512 && gemm_bf16_available();
+      const bool bf16_acts = matmul_kernels().find(type)->prep == ActPrep::Bf16;
       const bool f16_acts = type == GgmlType::F16;
       for (int64_t r = 0; r < rows; r++) {
         dequantize_weight_row(w, r, wr.data());
@@ -197,13 +198,10 @@ TEST(Matmul, EveryFormatAgreesWithDequantizedFloatMatmul) {
 namespace kestrel {
 namespace {
 
-bool avx512_runnable() {
-  const auto& f = cpu_features();
-  return avx512_dot_kernels() && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-}
 
 TEST(GemmQ8, TilesEqualTheRowDotsBitForBit) {
-  if (!gemm_q8_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
+  const Int8Tiles* tiles = int8_tiles();
+  if (!tiles) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
   const DotKernels& ref = *avx2_dot_kernels();  // sums in ggml's order, like the tiles
   const int64_t cols = 96, nb = cols / 32;
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
@@ -216,9 +214,9 @@ TEST(GemmQ8, TilesEqualTheRowDotsBitForBit) {
         std::vector<BlockQ8_0> xq(n * nb);
         for (int64_t t = 0; t < n; t++) ref.quantize_q8_0(x.data() + t * cols, xq.data() + t * nb, cols);
         std::vector<int32_t> sums(n * nb * 8);
-        compute_lane_sums(xq.data(), n * nb, sums.data());
+        tiles->lane_sums(xq.data(), n * nb, sums.data());
         std::vector<float> y(n * rows, -1.0f);
-        gemm_q8_vnni(type, w.data(), rb, 0, rows, {xq.data(), sums.data(), n, nb}, y.data(), rows);
+        tiles->gemm(type, w.data(), rb, 0, rows, {xq.data(), sums.data(), n, nb}, y.data(), rows, 64);
         for (int64_t r = 0; r < rows; r++)
           for (int64_t t = 0; t < n; t++) {
             const float want = type == GgmlType::Q8_0
@@ -232,7 +230,8 @@ TEST(GemmQ8, TilesEqualTheRowDotsBitForBit) {
 }
 
 TEST(GemmFloat, TilesAgreeWithRowDots) {
-  if (!avx512_runnable()) GTEST_SKIP() << "no AVX-512 on this CPU/build";
+  const FloatTiles* tiles = float_tiles();
+  if (!tiles) GTEST_SKIP() << "no AVX-512 on this CPU/build";
   const DotKernels& ref = scalar_dot_kernels();
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     for (int64_t cols : {1, 15, 16, 37, 100}) {
@@ -243,7 +242,7 @@ TEST(GemmFloat, TilesAgreeWithRowDots) {
           std::vector<uint8_t> w(rb * rows);
           for (int64_t r = 0; r < rows; r++) quantize_row(type, wf.data() + r * cols, w.data() + r * rb, cols);
           std::vector<float> y(n * rows);
-          gemm_float_avx512(type, w.data(), rb, cols, 0, rows, x.data(), n, y.data(), rows);
+          tiles->gemm(type, w.data(), rb, cols, 0, rows, x.data(), n, y.data(), rows, 64);
           for (int64_t r = 0; r < rows; r++)
             for (int64_t t = 0; t < n; t++) {
               const void* wr = w.data() + r * rb;
@@ -266,17 +265,19 @@ namespace kestrel {
 namespace {
 
 TEST(GemmBf16, ConversionRoundsLikeTheScalarReference) {
-  if (!gemm_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU/build";
+  const Bf16Tiles* tiles = bf16_tiles();
+  if (!tiles) GTEST_SKIP() << "no AVX-512 BF16 on this CPU/build";
   auto x = test::random_floats(101, 21, 3.0f);
   x[5] = 1.00390625f;  // a tie: rounds to even
   x[6] = -0.0f;
   std::vector<uint16_t> got(x.size());
-  convert_to_bf16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  tiles->convert(x.data(), got.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(got[i], fp32_to_bf16(x[i])) << i;
 }
 
 TEST(GemmBf16, TilesMatchADoubleDotOnOddShapes) {
-  if (!gemm_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU/build";
+  const Bf16Tiles* tiles = bf16_tiles();
+  if (!tiles) GTEST_SKIP() << "no AVX-512 BF16 on this CPU/build";
   for (int64_t rows : {1, 5, 8}) {
     for (int64_t cols : {2, 31, 64, 77}) {
       for (int64_t n : {1, 3, 4, 9}) {
@@ -286,7 +287,7 @@ TEST(GemmBf16, TilesMatchADoubleDotOnOddShapes) {
         for (size_t i = 0; i < x.size(); i++) x[i] = fp32_to_bf16(xf[i]);
         const int64_t ldy = rows + 2;
         std::vector<float> y(n * ldy, -7.0f);
-        gemm_bf16(reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n, y.data(), ldy, 2);
+        tiles->gemm(reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n, y.data(), ldy, 2);
         for (int64_t t = 0; t < n; t++)
           for (int64_t r = 0; r < ldy; r++) {
             if (r >= rows) {

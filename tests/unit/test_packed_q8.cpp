@@ -15,6 +15,7 @@
 #include "kernels/dot.h"
 #include "kernels/kquant_dot.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_kernels.h"
 #include "kernels/packed_q8.h"
 #include "test_support.h"
 
@@ -108,7 +109,8 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
 }
 
 TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
-  if (!packed_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
+  const PackedGemm* vnni = packed_gemm();
+  if (!vnni) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
   for (GgmlType type : kCompactTypes)
     for (int64_t rows : {1, 16, 33, 70})
       for (int64_t cols : {32, 160, 2080, 768})
@@ -123,8 +125,8 @@ TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
           // A token chunk smaller than the token count and a group range split
           // in two.
           const int64_t mid = packed->n_groups / 2;
-          packed_gemm_vnni(*packed, 0, mid, a.view, got.data(), ldy, 5);
-          packed_gemm_vnni(*packed, mid, packed->n_groups, a.view, got.data(), ldy, 5);
+          vnni->gemm(*packed, 0, mid, a.view, got.data(), ldy, 5);
+          vnni->gemm(*packed, mid, packed->n_groups, a.view, got.data(), ldy, 5);
           for (size_t i = 0; i < want.size(); i++)
             ASSERT_EQ(got[i], want[i]) << type_name(type) << " " << rows << "x" << cols << " n=" << n << " at " << i;
         }
@@ -136,14 +138,16 @@ TEST(PackedQ8, MatmulWithPackedWeightsMatchesTheFileLayout) {
   // order, so equal to float rounding (Q4_1/Q5_1 meet Q8_1 activations with
   // their stored sums on both paths).
   const int64_t rows = 50, cols = 256;
+  if (!packed_gemm()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build: the kernel table has no repacked entries";
   for (GgmlType type : kCompactTypes) {
+    ASSERT_TRUE(matmul_kernels().repacks(type)) << type_name(type);
     auto m = random_matrix(type, rows, cols, 3);
     Weight packed_w = m.w;
     packed_w.packed = pack_weight(m.w);
     for (int64_t n : {1, 11}) {
       const auto x = test::random_floats(n * cols, 4);
       ThreadPool pool(2);
-      Matmul mm(dot_kernels());
+      Matmul mm;
       std::vector<float> plain(n * rows), packed(n * rows);
       mm.run(pool, m.w, x.data(), n, plain.data());
       mm.run(pool, packed_w, x.data(), n, packed.data());

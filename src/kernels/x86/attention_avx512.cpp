@@ -39,13 +39,12 @@ inline __m512 tanh16(__m512 x) {
 
 }  // namespace
 
-bool attention_tile_available(int head_dim, int v_dim) {
-  static const bool runs = isa_runs(IsaNeed::Avx512);
+static bool tile_fits(int head_dim, int v_dim) {
   auto fits = [](int d) { return d % 16 == 0 && d > 0 && d <= kMaxHeadDim; };
-  return runs && fits(head_dim) && fits(v_dim);
+  return fits(head_dim) && fits(v_dim);
 }
 
-void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, int vd, float scale, float softcap,
+static void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, int vd, float scale, float softcap,
                  int32_t p0, int32_t p1, float* out, float* m_out, float* l_out) {
   alignas(64) float qt[kMaxHeadDim][kLanes];  // scaled queries, transposed: qt[d] = dimension d of every row
   alignas(64) float ot[kMaxHeadDim][kLanes];  // the weighted values, transposed
@@ -144,6 +143,11 @@ void attend_tile(const PagedKvLayerView& kv, const AttentionTile& tile, int hd, 
     m_out[row] = ms[r];
     l_out[row] = ls[r];
   }
+}
+
+const AttentionTiles& avx512_attention_tiles() {
+  static const AttentionTiles t{"avx512", tile_fits, attend_tile};
+  return t;
 }
 
 }  // namespace kestrel

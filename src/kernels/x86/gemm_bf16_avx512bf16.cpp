@@ -58,7 +58,7 @@ void rows_all_tokens(const uint16_t* const* rows, int64_t cols, const uint16_t* 
 
 }  // namespace
 
-void convert_to_bf16(const float* x, uint16_t* dst, int64_t n) {
+static void convert_to_bf16(const float* x, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
@@ -71,7 +71,7 @@ void convert_to_bf16(const float* x, uint16_t* dst, int64_t n) {
   }
 }
 
-void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const uint16_t* x, int64_t n,
+static void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const uint16_t* x, int64_t n,
                float* y, int64_t ldy, int64_t token_chunk) {
   token_chunk = std::max<int64_t>(1, token_chunk);
   auto row = [&](int64_t r) { return reinterpret_cast<const uint16_t*>(w + r * stride); };
@@ -92,6 +92,11 @@ void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_
       rows_all_tokens<1>(rows, cols, xc, tn, yc, ldy, r);
     }
   }
+}
+
+const Bf16Tiles& avx512bf16_tiles() {
+  static const Bf16Tiles t{"avx512 bf16", convert_to_bf16, gemm_bf16};
+  return t;
 }
 
 }  // namespace kestrel

@@ -94,7 +94,7 @@ void gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1,
 
 }  // namespace
 
-void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
+static void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
                        const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) {
   token_chunk = std::max<int64_t>(1, token_chunk);
   switch (wtype) {
@@ -102,6 +102,11 @@ void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_stride, int6
     case GgmlType::F16: gemm<GgmlType::F16>(w, row_stride, cols, r0, r1, x, n, y, ldy, token_chunk); break;
     default: gemm<GgmlType::BF16>(w, row_stride, cols, r0, r1, x, n, y, ldy, token_chunk); break;
   }
+}
+
+const FloatTiles& avx512_float_tiles() {
+  static const FloatTiles t{"avx512", gemm_float_avx512};
+  return t;
 }
 
 }  // namespace kestrel

@@ -131,7 +131,7 @@ void gemm(const uint8_t* w, size_t stride, int64_t r0, int64_t r1, const Quantiz
 
 }  // namespace
 
-void compute_lane_sums(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane_sums) {
+static void compute_lane_sums(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane_sums) {
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t i = 0; i < n_blocks_total; i++) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
@@ -139,11 +139,16 @@ void compute_lane_sums(const BlockQ8_0* x, int64_t n_blocks_total, int32_t* lane
   }
 }
 
-void gemm_q8_vnni(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t r0, int64_t r1,
+static void gemm_q8_vnni(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t r0, int64_t r1,
                   const QuantizedActivations& x, float* y, int64_t ldy, int64_t token_chunk) {
   token_chunk = std::clamp<int64_t>(token_chunk, 1, 256);
   if (wtype == GgmlType::Q8_0) gemm<GgmlType::Q8_0>(w, row_stride, r0, r1, x, y, ldy, token_chunk);
   else gemm<GgmlType::Q4_0>(w, row_stride, r0, r1, x, y, ldy, token_chunk);
+}
+
+const Int8Tiles& avx512vnni_int8_tiles() {
+  static const Int8Tiles t{"avx512 vnni", compute_lane_sums, gemm_q8_vnni};
+  return t;
 }
 
 }  // namespace kestrel

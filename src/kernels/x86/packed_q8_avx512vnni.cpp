@@ -417,7 +417,7 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
 
 }  // namespace
 
-void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
+static void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
                       int64_t token_chunk) {
   token_chunk = std::clamp<int64_t>(token_chunk, 1, 256);
   switch (w.kind) {
@@ -435,6 +435,11 @@ void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, const Packe
     case PackedKind::Q5_K: gemm<PackedKind::Q5_K>(w, g0, g1, x, y, ldy, token_chunk); break;
     case PackedKind::Q6_K: gemm<PackedKind::Q6_K>(w, g0, g1, x, y, ldy, token_chunk); break;
   }
+}
+
+const PackedGemm& avx512vnni_packed_gemm() {
+  static const PackedGemm t{"avx512 vnni", packed_gemm_vnni};
+  return t;
 }
 
 }  // namespace kestrel

@@ -1,0 +1,296 @@
+#include "kernels/matmul_kernels.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+#include "core/error.h"
+#include "kernels/isa_dispatch.h"
+
+namespace kestrel {
+namespace {
+
+// ---- Quantizers ----
+
+// The dot table's own Q8_0 quantizer (the ISA's; the same bytes as ggml's run-time one).
+void quantize_q8_0_dots(const MatmulKernel& k, const float* x, void* out, int64_t n) {
+  k.dots->quantize_q8_0(x, static_cast<BlockQ8_0*>(out), n);
+}
+// The activation format ggml pairs with the weight type (qdot.h).
+void quantize_act(const MatmulKernel& k, const float* x, void* out, int64_t n) { quantize_activations(k.act, x, out, n); }
+
+// ---- Row kernels ----
+
+void rows_float_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                    int64_t ldy) {
+  const int64_t cols = w.cols();
+  for (int64_t r = r0; r < r1; r++) {
+    const void* wr = w.row(r);
+    for (int64_t t = 0; t < in.n; t++) {
+      const float* xt = in.x + t * cols;
+      float v;
+      if (w.type == GgmlType::F32) v = k.dots->dot_f32(static_cast<const float*>(wr), xt, cols);
+      else if (w.type == GgmlType::F16) v = k.dots->dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+      else v = k.dots->dot_bf16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+      y[t * ldy + r] = v;
+    }
+  }
+}
+
+void rows_float_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                      int64_t ldy) {
+  k.floats->gemm(w.type, static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
+                 in.tuning->float_token_chunk);
+}
+
+void rows_bf16_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                     int64_t ldy) {
+  k.bf16->gemm(static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.bf16, in.n, y, ldy,
+               in.tuning->float_token_chunk);
+}
+
+void rows_q8_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                 int64_t ldy) {
+  const int64_t cols = w.cols();
+  const bool q8 = w.type == GgmlType::Q8_0;
+  for (int64_t r = r0; r < r1; r++) {
+    const void* wr = w.row(r);
+    for (int64_t t = 0; t < in.n; t++) {
+      const auto* xt = reinterpret_cast<const BlockQ8_0*>(in.act + t * in.act_stride);
+      y[t * ldy + r] = q8 ? k.dots->dot_q8_0_q8_0(static_cast<const BlockQ8_0*>(wr), xt, cols)
+                          : k.dots->dot_q4_0_q8_0(static_cast<const BlockQ4_0*>(wr), xt, cols);
+    }
+  }
+}
+
+void rows_q8_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                   int64_t ldy) {
+  k.int8->gemm(w.type, static_cast<const uint8_t*>(w.data), w.row_stride(), r0, r1, in.tiles, y, ldy,
+               in.tuning->q8_token_chunk);
+}
+
+// Batches: panels of 32 rows (~40 KiB of Q4_K at 2048 columns, in L2)
+// against kd.tokens tokens at a time (their activations in L1), so neither
+// the weights nor the activations stream from further out once per token.
+void rows_kquant(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                 int64_t ldy) {
+  const KQuantDots& kd = *k.kquant;
+  const int64_t cols = w.cols(), n = in.n;
+  constexpr int64_t kPanel = 32;
+  const bool fp8 = w.type == GgmlType::KESTREL_FP8_E4M3;
+  const int nt = kd.tokens;
+  const int64_t n_many = fp8 ? 0 : n / nt * nt;
+  auto q8k = [&](int64_t t) { return reinterpret_cast<const BlockQ8_K*>(in.act + t * in.act_stride); };
+  for (int64_t p0 = r0; p0 < r1; p0 += kPanel) {
+    const int64_t p1 = std::min(r1, p0 + kPanel);
+    for (int64_t t = 0; t < n_many; t += nt) {
+      const BlockQ8_K* xs[16];
+      for (int j = 0; j < nt; j++) xs[j] = q8k(t + j);
+      for (int64_t r = p0; r < p1; r++) {
+        const void* wr = w.row(r);
+        float out[16];
+        if (w.type == GgmlType::Q4_K) kd.q4_K_xt(static_cast<const BlockQ4_K*>(wr), xs, cols, out);
+        else if (w.type == GgmlType::Q5_K) kd.q5_K_xt(static_cast<const BlockQ5_K*>(wr), xs, cols, out);
+        else kd.q6_K_xt(static_cast<const BlockQ6_K*>(wr), xs, cols, out);
+        for (int j = 0; j < nt; j++) y[(t + j) * ldy + r] = out[j];
+      }
+    }
+    for (int64_t r = p0; r < p1; r++) {
+      const void* wr = w.row(r);
+      for (int64_t t = n_many; t < n; t++) {
+        float v;
+        switch (w.type) {
+          case GgmlType::Q4_K: v = kd.q4_K(static_cast<const BlockQ4_K*>(wr), q8k(t), cols); break;
+          case GgmlType::Q5_K: v = kd.q5_K(static_cast<const BlockQ5_K*>(wr), q8k(t), cols); break;
+          case GgmlType::Q6_K: v = kd.q6_K(static_cast<const BlockQ6_K*>(wr), q8k(t), cols); break;
+          default: v = kd.fp8(static_cast<const BlockFp8*>(wr), in.x + t * cols, cols); break;
+        }
+        y[t * ldy + r] = v;
+      }
+    }
+  }
+}
+
+// As for the k-quants: panels of rows (in L2) against `tokens` tokens at a time (in L1).
+void rows_qdot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+               int64_t ldy) {
+  const int64_t cols = w.cols(), n = in.n;
+  const QTypeDots& d = *k.qdot;
+  const int nt = k.qdot_tokens;
+  const int64_t n_many = n / nt * nt;
+  constexpr int64_t kPanel = 32;
+  for (int64_t p0 = r0; p0 < r1; p0 += kPanel) {
+    const int64_t p1 = std::min(r1, p0 + kPanel);
+    for (int64_t t = 0; t < n_many; t += nt) {
+      const void* xs[16];
+      for (int j = 0; j < nt; j++) xs[j] = in.act + (t + j) * in.act_stride;
+      for (int64_t r = p0; r < p1; r++) {
+        float out[16];
+        d.many(w.row(r), xs, cols, out);
+        for (int j = 0; j < nt; j++) y[(t + j) * ldy + r] = out[j];
+      }
+    }
+    for (int64_t t = n_many; t < n; t++) {
+      const void* xs[1] = {in.act + t * in.act_stride};
+      for (int64_t r = p0; r < p1; r++) d.one(w.row(r), xs, cols, y + t * ldy + r);
+    }
+  }
+}
+
+void rows_packed(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                 int64_t ldy) {
+  constexpr int64_t G = PackedWeight::kRowsPerGroup;
+  k.packed->gemm(*w.packed, r0 / G, (r1 + G - 1) / G, in.packed, y, ldy, in.tuning->q8_token_chunk);
+}
+
+const char* float_name(GgmlType t) { return t == GgmlType::F32 ? "f32" : t == GgmlType::F16 ? "f16" : "bf16"; }
+
+}  // namespace
+
+MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(isa)) {
+  const char* dot_isa = isa_name(dots_.isa);
+  const KQuantDots& kquant =
+      best_table(isa, scalar_kquant_dots(), avx2_kquant_dots(), nullptr, avx512vnni_kquant_dots());
+  const QDotTable& qdots = best_table(isa, scalar_qdots(), avx2_qdots(), nullptr, avx512vnni_qdots());
+  const Int8Tiles* int8 = int8_tiles(isa);
+  const Bf16Tiles* bf16 = bf16_tiles(isa);
+  const FloatTiles* floats = float_tiles(isa);
+  const PackedGemm* packed = packed_gemm(isa);
+  auto entry = [&](GgmlType t) {
+    MatmulKernel k;
+    k.type = t;
+    k.dots = &dots_;
+    return k;
+  };
+
+  // Float weights: row dots for one token, 4x4 tiles for batches where the
+  // ISA has them; BF16 against bf16-rounded activations where the CPU has
+  // the bf16 dot (every batch size, as llama.cpp rounds them too).
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    MatmulKernel k = entry(t);
+    k.prep = t == GgmlType::F16 ? ActPrep::F16Rounded : ActPrep::Float;
+    k.one = k.many = rows_float_dot;
+    if (t == GgmlType::BF16 && bf16) {
+      k.prep = ActPrep::Bf16;
+      k.bf16 = bf16;
+      k.one = k.many = rows_bf16_tiles;
+      k.granule_one = k.granule_many = 4;
+      k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps, tiled 4x4 ({})", bf16->isa);
+    } else if (floats) {
+      k.floats = floats;
+      k.many = rows_float_tiles;
+      k.granule_many = 4;
+      k.name = fmt::format("{} x f32 fma: row dot for 1 token, tiled 4x4 gemm for more ({})", float_name(t), floats->isa);
+    } else {
+      k.name = fmt::format("{} x f32 fma row dot ({})", float_name(t), dot_isa);
+    }
+    entries_.push_back(k);
+  }
+
+  // Q8_0 and Q4_0 in the file's layout: row dots (bit-identical to
+  // llama.cpp), int8 8x4 tiles for batches with AVX-512 VNNI.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    MatmulKernel k = entry(t);
+    k.prep = ActPrep::Quantized;
+    k.act = ActFormat::Q8_0;
+    k.quantize = quantize_q8_0_dots;
+    k.one = k.many = rows_q8_dot;
+    const char* w = t == GgmlType::Q8_0 ? "q8_0" : "q4_0";
+    if (int8) {
+      k.int8 = int8;
+      k.lane_sums = true;
+      k.many = rows_q8_tiles;
+      k.granule_many = 8;
+      k.name = fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches ({})", w, int8->isa);
+    } else {
+      k.name = fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, dot_isa);
+    }
+    entries_.push_back(k);
+  }
+
+  // The k-quants against Q8_K activations, FP8 against float ones.
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::KESTREL_FP8_E4M3}) {
+    MatmulKernel k = entry(t);
+    k.kquant = &kquant;
+    k.one = k.many = rows_kquant;
+    if (t == GgmlType::KESTREL_FP8_E4M3) {
+      k.prep = ActPrep::Float;
+      k.name = fmt::format("fp8 e4m3 (as fp16) x f32 row dot ({})", kquant.isa);
+    } else {
+      k.prep = ActPrep::Quantized;
+      k.act = activation_format(t);
+      k.quantize = quantize_act;
+      k.name = fmt::format("{} x q8_K integer row dot ({})", type_name(t), kquant.isa);
+    }
+    entries_.push_back(k);
+  }
+
+  // The other block formats: one row dot for T tokens against the format ggml pairs with each.
+  for (const QTypeDots& d : qdots.dots) {
+    if (find(d.type)) continue;
+    MatmulKernel k = entry(d.type);
+    k.prep = ActPrep::Quantized;
+    k.act = activation_format(d.type);
+    k.quantize = quantize_act;
+    k.qdot = &d;
+    k.qdot_tokens = qdots.tokens;
+    k.one = k.many = rows_qdot;
+    k.name = fmt::format("{} x {} integer row dot, {} tokens per pass for batches ({})", type_name(d.type),
+                         activation_format_name(k.act), qdots.tokens, qdots.isa);
+    entries_.push_back(k);
+  }
+
+  // Repacked at load (packed_q8.h): 16-row groups, every batch size.
+  if (packed)
+    for (const MatmulKernel& plain : std::vector<MatmulKernel>(entries_)) {
+      if (!has_packed_kind(plain.type)) continue;
+      MatmulKernel k = entry(plain.type);
+      k.repacked = true;
+      k.prep = ActPrep::Packed;
+      k.act = activation_format(plain.type);
+      // Q8_0 and Q4_0 take the dot table's quantizer, as their unpacked rows do.
+      k.quantize = plain.type == GgmlType::Q8_0 || plain.type == GgmlType::Q4_0 ? quantize_q8_0_dots : quantize_act;
+      k.packed = packed;
+      k.one = k.many = rows_packed;
+      k.granule_one = k.granule_many = PackedWeight::kRowsPerGroup;
+      // The k-quants' kernel (integer sub-block scales) runs one row group at a time, 8 tokens a pass.
+      const bool k_quant = traits(plain.type).block_size == 256 && plain.type != GgmlType::IQ4_XS;
+      k.name = fmt::format(
+          "{} repacked in 16-row groups x {}: vpdpbusd, one block per lane; {} rows x {} tokens for batches, "
+          "16 rows x 1 token for decode ({})",
+          type_name(plain.type), activation_format_name(k.act), k_quant ? 16 : 32, k_quant ? 8 : 4, packed->isa);
+      entries_.push_back(k);
+    }
+}
+
+const MatmulKernel* MatmulKernels::find(GgmlType t, bool repacked) const {
+  for (const MatmulKernel& k : entries_)
+    if (k.type == t && k.repacked == repacked) return &k;
+  return nullptr;
+}
+
+const MatmulKernel& MatmulKernels::of(const Weight& w) const {
+  if (const MatmulKernel* k = find(w.type, w.packed != nullptr)) return *k;
+  throw Error(fmt::format("tensor '{}': no matmul kernel for type {}{} with this CPU's kernels ({})", w.name,
+                          type_name(w.type), w.packed ? " (repacked)" : "", isa_name(isa_)));
+}
+
+std::string MatmulKernels::name(GgmlType t, bool repacked) const {
+  if (const MatmulKernel* k = repacked ? find(t, true) : nullptr) return k->name;
+  if (const MatmulKernel* k = find(t)) return k->name;
+  return "none";
+}
+
+const MatmulKernels& matmul_kernels_for(IsaLevel isa) {
+  static const std::array<MatmulKernels, 3> tables = {MatmulKernels(IsaLevel::Scalar), MatmulKernels(IsaLevel::Avx2),
+                                                      MatmulKernels(IsaLevel::Avx512)};
+  return tables[static_cast<size_t>(isa)];
+}
+
+const MatmulKernels& matmul_kernels() {
+  static const MatmulKernels& k = matmul_kernels_for(selected_isa());
+  return k;
+}
+
+}  // namespace kestrel

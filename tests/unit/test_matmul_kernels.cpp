@@ -1,0 +1,70 @@
+// The one kernel table (kernels/matmul_kernels.h): every computable weight
+// type has an entry at every ISA level, each level's entries read only tables
+// that level allows, repacked entries exist exactly where the packed GEMM
+// runs, and a weight type with no kernel is refused at load, naming the
+// tensor, the type and the ISA.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "kernels/backend.h"
+#include "kernels/matmul_kernels.h"
+
+namespace kestrel {
+namespace {
+
+constexpr GgmlType kComputable[] = {
+    GgmlType::F32,   GgmlType::F16,    GgmlType::BF16,  GgmlType::Q8_0,   GgmlType::Q4_0,   GgmlType::Q4_1,
+    GgmlType::Q5_0,  GgmlType::Q5_1,   GgmlType::Q2_K,  GgmlType::Q3_K,   GgmlType::Q4_K,   GgmlType::Q5_K,
+    GgmlType::Q6_K,  GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ1_S,
+    GgmlType::KESTREL_FP8_E4M3,
+};
+
+TEST(MatmulKernels, EveryLevelHasAnEntryPerComputableTypeWithinItsIsa) {
+  for (IsaLevel isa : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(selected_isa())) continue;  // the CPU cannot run it
+    const MatmulKernels& k = matmul_kernels_for(isa);
+    EXPECT_EQ(k.isa(), isa);
+    for (GgmlType t : kComputable) {
+      const MatmulKernel* e = k.find(t);
+      ASSERT_NE(e, nullptr) << type_name(t) << " at " << isa_name(isa);
+      EXPECT_EQ(e->type, t);
+      EXPECT_FALSE(e->repacked);
+      EXPECT_NE(e->one, nullptr) << type_name(t);
+      EXPECT_NE(e->many, nullptr) << type_name(t);
+      EXPECT_GE(e->granule_one, 1);
+      EXPECT_GE(e->granule_many, 1);
+      EXPECT_FALSE(e->name.empty());
+      if (e->prep == ActPrep::Quantized || e->prep == ActPrep::Packed) EXPECT_NE(e->quantize, nullptr) << type_name(t);
+      // A scalar level reads no SIMD tile; the tiles it may read are the level's own.
+      if (isa == IsaLevel::Scalar) {
+        EXPECT_EQ(e->int8, nullptr);
+        EXPECT_EQ(e->bf16, nullptr);
+        EXPECT_EQ(e->floats, nullptr);
+        EXPECT_NE(e->name.find("scalar"), std::string::npos) << e->name;
+      }
+      if (e->int8) EXPECT_EQ(e->int8, int8_tiles(isa));
+      if (e->bf16) EXPECT_EQ(e->bf16, bf16_tiles(isa));
+      if (e->floats) EXPECT_EQ(e->floats, float_tiles(isa));
+      // Repacked entries exactly where the packed GEMM runs.
+      EXPECT_EQ(k.repacks(t), packed_gemm(isa) != nullptr && has_packed_kind(t)) << type_name(t);
+    }
+  }
+}
+
+TEST(MatmulKernels, AWeightWithoutAKernelIsRefusedAtLoadNamingTypeAndIsa) {
+  std::vector<uint8_t> bytes(4096);
+  const Weight w{"blk.0.attn_q.weight", GgmlType::TQ1_0, {256, 4}, bytes.data(), bytes.size(), {}};
+  auto be = make_cpu_backend(1);
+  try {
+    be->prepare_weight(w);
+    FAIL() << "a TQ1_0 weight was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("blk.0.attn_q.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(type_name(GgmlType::TQ1_0)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(isa_name(selected_isa())), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
