@@ -28,10 +28,10 @@ BatchRun run_once(LoadedModel& e, const std::vector<std::vector<int32_t>>& promp
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (const auto& p : prompts) {
     ServeRequest r;
-    r.prompt = p;
-    r.max_tokens = n_gen;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
+    r.params.prompt = p;
+    r.params.max_tokens = n_gen;
+    r.params.sampling.temperature = 0.0f;
+    r.params.ignore_eos = true;
     auto ch = engine.submit(std::move(r));
     if (!ch) throw Error("batch speculation bench: the serving queue refused a request");
     channels.push_back(std::move(ch));

@@ -17,20 +17,26 @@ namespace {
 // Every position's logits of a chunk, the chunks one after another through
 // one step executor (its scheduler allocates each chunk's cache, in batches
 // of the model's maximum; nothing is shared between chunks).
-class ChunkLogits : StepHooks {
+class ChunkLogits {
  public:
-  explicit ChunkLogits(LoadedModel& e) : exec_(e, config(e)), n_vocab_(e.model->config().n_vocab) {}
+  explicit ChunkLogits(LoadedModel& e) : exec_(e, config(e)) {}
   void run(const std::vector<int32_t>& prompt, float* logits) {
-    ExecRequest req;
-    req.id = ++id_;
-    req.prompt = prompt;
-    req.max_tokens = 0;  // the prompt's logits only
-    req.all_logits = true;
-    req.prefix_cache = false;
-    out_ = logits;
-    done_ = false;
-    exec_.add(req);
-    while (!done_) exec_.step(0, *this);
+    auto req = std::make_unique<Request>();
+    req->id = ++id_;
+    req->params.prompt = prompt;
+    req->params.max_tokens = 0;  // the prompt's logits only
+    req->params.all_logits = true;
+    req->params.prefix_cache = false;
+    exec_.add(std::move(req));
+    for (bool done = false; !done;) {
+      const StepReport step = exec_.step(0);
+      if (!step.ran) throw Error("the KV cache cannot hold a chunk (raise -c/--ctx-size)");
+      for (const RequestOutput& out : step) {
+        std::copy(out.logits.begin(), out.logits.end(), logits);
+        logits += out.logits.size();
+        done = done || out.finished;
+      }
+    }
   }
 
  private:
@@ -41,20 +47,9 @@ class ChunkLogits : StepHooks {
     c.all_logits = true;
     return c;
   }
-  void keep(const float* row) {
-    std::copy(row, row + n_vocab_, out_);
-    out_ += n_vocab_;
-  }
-  void on_prompt_logits(int64_t, const float* row) override { keep(row); }
-  void on_row(int64_t, const float* row) override { keep(row); }  // the last position's
-  bool on_token(int64_t, int32_t, bool) override { return true; }
-  void on_end(int64_t, EndReason) override { done_ = true; }
 
   StepExecutor exec_;
-  int64_t n_vocab_;
   int64_t id_ = 0;
-  float* out_ = nullptr;
-  bool done_ = false;
 };
 
 constexpr char kMagic[8] = {'K', 'S', 'T', 'L', 'P', 'B', '0', '1'};

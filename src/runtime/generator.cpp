@@ -43,77 +43,68 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
   xc.all_logits = params.all_logits;
   xc.keep_proposer_state = true;  // the next generation reuses what a draft model cached
   StepExecutor exec(e, xc);
-  ExecRequest req;
-  req.prompt = prompt;
-  req.sampling = params.sampling;
-  req.max_tokens = params.max_tokens;
-  req.max_total_tokens = e.n_ctx + 1;  // the last token generated needs no KV
-  req.ignore_eos = params.ignore_eos;
-  req.all_logits = params.all_logits;
-  req.prefix_cache = false;  // every prompt position is computed (its logits may be asked for)
+  auto req = std::make_unique<Request>();
+  req->params.prompt = prompt;
+  req->params.sampling = params.sampling;
+  req->params.max_tokens = params.max_tokens;
+  req->params.max_total_tokens = e.n_ctx + 1;  // the last token generated needs no KV
+  req->params.ignore_eos = params.ignore_eos;
+  req->params.all_logits = params.all_logits;
+  req->params.prefix_cache = false;  // every prompt position is computed (its logits may be asked for)
   if (params.grammar)
-    req.constraint = std::make_shared<TokenConstraint>(params.grammar, e.grammar_vocab());
-  exec.add(req);
+    req->params.constraint = std::make_shared<TokenConstraint>(params.grammar, e.grammar_vocab());
+  const std::shared_ptr<TokenConstraint> grammar = req->params.constraint;
+  exec.add(std::move(req));
 
-  struct Hooks : StepHooks {
-    const GenerationCallbacks& cb;
-    int64_t n_vocab;
-    GenerationResult& r;
-    TextStream text;
-    Clock::time_point t0 = Clock::now(), t1{};
-    bool prefilled = false, done = false, cancel = false;
-    Hooks(const GenerationCallbacks& c, int64_t nv, GenerationResult& res, TextStream t)
-        : cb(c), n_vocab(nv), r(res), text(std::move(t)) {}
-    void emit(const std::string& s) {
-      if (s.empty()) return;
-      r.text += s;
-      if (cb.on_text) cb.on_text(s);
-    }
-    void on_prompt_logits(int64_t, const float* row) override {
-      if (cb.on_logits) cb.on_logits(row, n_vocab);
-    }
-    void on_row(int64_t, const float* row) override {
-      if (!prefilled) {
+  GenerationResult r;
+  r.n_prompt = static_cast<int64_t>(prompt.size());
+  TextStream text(*e.tokenizer, params.stop, prompt.back());
+  auto emit = [&](const std::string& s) {
+    if (s.empty()) return;
+    r.text += s;
+    if (cb.on_text) cb.on_text(s);
+  };
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point t1{};
+  bool prefilled = false;
+  for (bool done = false; !done;) {
+    const StepReport step = exec.step(0);
+    if (!step.ran) throw Error("the KV cache cannot hold the prompt (raise -c/--ctx-size or --kv-cache-mem)");
+    for (const RequestOutput& out : step) {
+      if (cb.on_logits)
+        for (size_t i = 0; i < out.logits.size(); i += static_cast<size_t>(n_vocab)) cb.on_logits(out.logits.data() + i, n_vocab);
+      // The first row sampled from ends the prefill.
+      if (!prefilled && (!out.tokens.empty() || out.finished)) {
         prefilled = true;
         r.prefill_seconds = seconds_since(t0);
         t1 = Clock::now();
       }
-      if (cb.on_logits) cb.on_logits(row, n_vocab);
-    }
-    void on_drafts(int64_t, int n) override {
-      r.spec_steps++;
-      r.spec_drafted += n;
-    }
-    bool on_token(int64_t, int32_t tok, bool accepted) override {
-      r.tokens.push_back(tok);
-      r.spec_accepted += accepted;
-      bool stopped = false;
-      emit(text.push(tok, stopped));
-      if (!stopped && cb.cancelled && cb.cancelled()) cancel = true;
-      return !stopped && !cancel;
-    }
-    void on_end(int64_t, EndReason reason) override {
-      done = true;
-      r.stop_reason = reason == EndReason::Eos ? "eos" : reason == EndReason::Stop ? "stop"
-                    : reason == EndReason::Context ? "context" : "length";
-      if (reason != EndReason::Stop || cancel) {
-        bool stopped = false;
-        emit(text.finish(stopped));
-        if (stopped) r.stop_reason = "stop";
+      if (out.drafted > 0) {
+        r.spec_steps++;
+        r.spec_drafted += out.drafted;
       }
-      if (cancel) r.stop_reason = "cancelled";
+      bool stopped = false, cancel = false;
+      for (const TokenOutput& t : out.tokens) {
+        r.tokens.push_back(t.token);
+        r.spec_accepted += t.accepted;
+        emit(text.push(t.token, stopped));
+        if (!stopped && cb.cancelled && cb.cancelled()) cancel = true;
+        if (stopped || cancel) break;
+      }
+      if (!stopped && !cancel && !out.finished) continue;
+      done = true;
+      if (!out.finished) exec.remove(out.id);  // a stop string, or cancelled: the front ends it
+      const FinishReason reason = stopped || !out.finished ? FinishReason::Stop : out.finish;
+      r.stop_reason = cancel ? "cancelled" : finish_reason_name(reason);
+      if (!stopped) {
+        bool held_stop = false;
+        emit(text.finish(held_stop));
+        if (held_stop && !cancel) r.stop_reason = "stop";
+      }
       r.decode_seconds = seconds_since(t1);
     }
-  };
-  GenerationResult r;
-  r.n_prompt = static_cast<int64_t>(prompt.size());
-  Hooks hooks(cb, n_vocab, r, TextStream(*e.tokenizer, params.stop, prompt.back()));
-  while (!hooks.done) {
-    const StepReport step = exec.step(0, hooks);
-    if (!step.ran && !hooks.done)
-      throw Error("the KV cache cannot hold the prompt (raise -c/--ctx-size or --kv-cache-mem)");
   }
-  if (req.constraint) r.grammar = req.constraint->stats();
+  if (grammar) r.grammar = grammar->stats();
   return r;
 }
 

@@ -135,4 +135,19 @@ int32_t Sampler::sample_or_accept(float* logits, const std::vector<int32_t>& his
   return last >= 0 ? last : draft;  // the draft was the only candidate (and u fell on rounding)
 }
 
+void RawLogprobs::observe(const float* row, int64_t nv, int n_top) {
+  raw_.assign(row, row + nv);
+  const float m = *std::max_element(raw_.begin(), raw_.end());
+  double sum = 0;
+  for (float x : raw_) sum += std::exp(static_cast<double>(x - m));
+  lse_ = m + static_cast<float>(std::log(sum));
+  ids_.resize(static_cast<size_t>(nv));
+  for (size_t i = 0; i < ids_.size(); i++) ids_[i] = static_cast<int32_t>(i);
+  const auto n = std::min<size_t>(static_cast<size_t>(std::max(0, n_top)), ids_.size());
+  std::partial_sort(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n), ids_.end(),
+                    [&](int32_t x, int32_t y) { return raw_[x] > raw_[y]; });
+  top_.clear();
+  for (size_t i = 0; i < n; i++) top_.push_back({ids_[i], raw_[ids_[i]] - lse_});
+}
+
 }  // namespace kestrel

@@ -63,4 +63,28 @@ class Sampler {
 
 int32_t argmax(const float* logits, int64_t n);
 
+// A token and its log-probability.
+struct TokenChoice {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+// A row's log-probabilities as OpenAI reports them: the log-softmax of the
+// raw logits, before penalties and temperature. observe() keeps what is
+// needed before the sampler rewrites the row in place (buffers reused: no
+// allocation after the first rows).
+class RawLogprobs {
+ public:
+  void observe(const float* row, int64_t n_vocab, int n_top);
+  float logprob(int32_t token) const { return raw_[static_cast<size_t>(token)] - lse_; }
+  // The n_top most likely tokens, best first.
+  const std::vector<TokenChoice>& top() const { return top_; }
+
+ private:
+  std::vector<float> raw_;
+  std::vector<int32_t> ids_;
+  std::vector<TokenChoice> top_;
+  float lse_ = 0;
+};
+
 }  // namespace kestrel

@@ -21,16 +21,26 @@ Scheduler::Scheduler(const SchedulerConfig& c, BlockManager& blocks) : c_(c), bl
     throw Error("scheduler: aging must be positive and the wait window not negative");
 }
 
-void Scheduler::add(int64_t id, int32_t seq, std::vector<int32_t> prompt, int priority, double arrival_ms) {
-  if (find(id)) throw Error(fmt::format("scheduler: request {} is already queued", id));
-  if (prompt.empty()) throw Error(fmt::format("scheduler: request {} has no tokens", id));
-  auto r = std::make_unique<SchedRequest>();
+Request& Scheduler::add(std::unique_ptr<Request> r) {
+  if (find(r->id)) throw Error(fmt::format("scheduler: request {} is already queued", r->id));
+  if (r->tokens.empty()) {
+    r->tokens = std::move(r->params.prompt);
+    r->params.prompt.clear();
+    r->n_prompt = r->num_tokens();
+  }
+  if (r->tokens.empty()) throw Error(fmt::format("scheduler: request {} has no tokens", r->id));
+  reqs_.push_back(std::move(r));
+  return *reqs_.back();
+}
+
+Request& Scheduler::add(int64_t id, int32_t seq, std::vector<int32_t> prompt, int priority, double arrival_ms) {
+  auto r = std::make_unique<Request>();
   r->id = id;
   r->seq = seq;
-  r->priority = priority;
   r->arrival_ms = arrival_ms;
-  r->tokens = std::move(prompt);
-  reqs_.push_back(std::move(r));
+  r->params.priority = priority;
+  r->params.prompt = std::move(prompt);
+  return add(std::move(r));
 }
 
 void Scheduler::remove(int64_t id) {
@@ -40,7 +50,7 @@ void Scheduler::remove(int64_t id) {
   reqs_.erase(it);
 }
 
-SchedRequest* Scheduler::find(int64_t id) {
+Request* Scheduler::find(int64_t id) {
   for (auto& r : reqs_)
     if (r->id == id) return r.get();
   return nullptr;
@@ -54,12 +64,12 @@ int Scheduler::n_plannable() const {
   return static_cast<int>(std::count_if(reqs_.begin(), reqs_.end(), [](const auto& r) { return !r->in_flight; }));
 }
 
-double Scheduler::effective_priority(const SchedRequest& r, double now_ms) const {
+double Scheduler::effective_priority(const Request& r, double now_ms) const {
   if (c_.policy == SchedulingPolicy::Fcfs) return 0.0;
-  return r.priority - std::max(0.0, now_ms - r.arrival_ms) / c_.aging_ms;
+  return r.priority() - std::max(0.0, now_ms - r.arrival_ms) / c_.aging_ms;
 }
 
-bool Scheduler::before(const SchedRequest& a, const SchedRequest& b, double now_ms) const {
+bool Scheduler::before(const Request& a, const Request& b, double now_ms) const {
   const double pa = effective_priority(a, now_ms), pb = effective_priority(b, now_ms);
   if (pa != pb) return pa < pb;
   if (a.arrival_ms != b.arrival_ms) return a.arrival_ms < b.arrival_ms;
@@ -76,7 +86,7 @@ bool Scheduler::batch_window_open(double now_ms, StepPlan& p) const {
   for (const auto& r : reqs_) {
     oldest = std::min(oldest, r->arrival_ms);
     tokens += r->num_tokens();
-    urgent = urgent || r->priority < 0;
+    urgent = urgent || r->priority() < 0;
   }
   const double waited = now_ms - oldest;
   if (urgent || waited >= c_.max_wait_ms || tokens >= c_.max_batch_tokens ||
@@ -86,23 +96,23 @@ bool Scheduler::batch_window_open(double now_ms, StepPlan& p) const {
   return true;
 }
 
-void Scheduler::evict(SchedRequest& victim, StepPlan& p) {
+void Scheduler::evict(Request& victim, StepPlan& p) {
   blocks_.erase(victim.seq);
   victim.running = false;
   victim.num_computed_tokens = 0;
   p.preempted.push_back(victim.id);
 }
 
-int64_t Scheduler::admit(SchedRequest& r, int64_t n_max, double now_ms, StepPlan& p) {
+int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) {
   const bool fresh = !r.running;
   BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
-  if (fresh && r.prefix_cache) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
+  if (fresh && r.prefix_cache()) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
   const int64_t n = std::min(n_max, r.num_tokens() - r.num_computed_tokens);
   const int64_t target = r.num_computed_tokens + n;
   if (blocks_.blocks_for(target) <= blocks_.max_blocks_per_seq()) {
     while (!blocks_.can_allocate(r.seq, target)) {
       // Evict the running request that would run last, if r runs before it.
-      SchedRequest* victim = nullptr;
+      Request* victim = nullptr;
       for (auto& q : reqs_)
         if (q->running && !q->in_flight && q.get() != &r &&
             std::find(planned_.begin(), planned_.end(), q->id) == planned_.end() &&
@@ -141,16 +151,16 @@ const StepPlan& Scheduler::plan(double now_ms, int max_requests) {
   // Candidates: decodes of running requests (latency first), then running
   // prefills (chunked prompts in progress), then waiting requests; each
   // group in policy order.
-  std::vector<SchedRequest*>& order = order_;
+  std::vector<Request*>& order = order_;
   order.clear();
   for (auto& r : reqs_)
     if (!r->in_flight) order.push_back(r.get());
-  auto group = [](const SchedRequest& r) {
+  auto group = [](const Request& r) {
     if (!r.running) return 2;
     return r.num_tokens() - r.num_computed_tokens <= 1 ? 0 : 1;
   };
   // A total order (group, policy, arrival, id): std::sort needs no buffer, as stable_sort would.
-  std::sort(order.begin(), order.end(), [&](const SchedRequest* a, const SchedRequest* b) {
+  std::sort(order.begin(), order.end(), [&](const Request* a, const Request* b) {
     if (group(*a) != group(*b)) return group(*a) < group(*b);
     return before(*a, *b, now_ms);
   });
@@ -158,7 +168,7 @@ const StepPlan& Scheduler::plan(double now_ms, int max_requests) {
   planned_.clear();
   int64_t budget = c_.max_batch_tokens;
   int seqs = std::max(0, std::min(c_.max_batch_size, max_requests));
-  for (SchedRequest* r : order) {
+  for (Request* r : order) {
     if (seqs == 0 || budget == 0) break;
     if (r->num_computed_tokens >= r->num_tokens()) continue;  // nothing to feed (cannot happen for live requests)
     if (std::find(p.preempted.begin(), p.preempted.end(), r->id) != p.preempted.end()) continue;  // not back at once
@@ -179,7 +189,7 @@ const StepPlan& Scheduler::plan(double now_ms, int max_requests) {
 void Scheduler::plan_drafts(StepPlan& p, int64_t budget) {
   for (auto& item : p.items) {
     if (budget <= 0) return;
-    SchedRequest* r = find(item.id);
+    Request* r = find(item.id);
     if (!item.logits || item.n_tokens != 1 || r->draft_want <= 0) continue;
     int64_t slots = std::min<int64_t>(r->draft_want, budget);
     while (slots > 0 && !blocks_.can_allocate(item.seq, item.first + 1 + slots)) slots--;
@@ -193,7 +203,7 @@ void Scheduler::plan_drafts(StepPlan& p, int64_t budget) {
 const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>& outcomes) {
   copies_.clear();
   for (const StepOutcome& o : outcomes) {
-    SchedRequest* r = find(o.id);
+    Request* r = find(o.id);
     if (!r) continue;
     r->num_computed_tokens = o.computed;
     BlockCopies copies;
@@ -209,7 +219,7 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
     // Its next query starts at `computed` (rollbacks never go below it): the
     // sliding-window group releases the blocks that left that query's window.
     blocks_.slide(r->seq, o.computed);
-    if (r->prefix_cache) blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
+    if (r->prefix_cache()) blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
   }
   return copies_;
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The serving scheduler: pure logic, no tensors, threads or sockets. It owns
-// the request records and drives the KV ledger (BlockManager) itself, as
+// the request records (runtime/request.h) and drives the KV ledger (BlockManager) itself, as
 // vLLM v1's does: each step plan() decides which requests run how many
 // tokens — one decode token for every running request whose prompt is
 // done, prefill chunks for the rest, drafted tokens with what is left of the
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kv/block_manager.h"
+#include "runtime/request.h"
 
 namespace kestrel {
 
@@ -33,26 +34,6 @@ struct SchedulerConfig {
   // requests to arrive before it starts (0: never wait); a request with a
   // priority below zero starts at once.
   double max_wait_ms = 0.0;
-};
-
-// One request's record: the only place its progress is kept.
-struct SchedRequest {
-  int64_t id = 0;
-  int32_t seq = 0;   // its sequence in the KV ledger
-  int priority = 0;  // lower runs earlier (as vLLM)
-  double arrival_ms = 0;
-  std::vector<int32_t> tokens;      // prompt + generated so far
-  int64_t num_computed_tokens = 0;  // of those, tokens whose KV is in the cache
-  int64_t num_cached_tokens = 0;    // prompt tokens the prefix cache served at first admission
-  int draft_want = 0;               // drafted tokens the proposer could add after the next decode token
-  bool prefix_cache = true;         // may start from (and publish) named blocks of an equal prefix
-  bool running = false;             // admitted (holds KV); false: waiting
-  // In a step that has started and not finished (pipelining across steps):
-  // not planned again, not preempted, until the executor clears it.
-  bool in_flight = false;
-  bool admitted_once = false;
-  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
-  bool decoding() const { return running && num_tokens() - num_computed_tokens == 1; }
 };
 
 struct StepPlan {
@@ -84,12 +65,18 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, BlockManager& blocks);
   const SchedulerConfig& config() const { return c_; }
 
-  // A new request, waiting. Its sequence id must be unused.
-  void add(int64_t id, int32_t seq, std::vector<int32_t> prompt, int priority, double arrival_ms);
-  // Finished or cancelled: its blocks are freed.
+  // A new request's record, waiting (its params.prompt becomes its tokens).
+  // Its id must be new and its sequence id unused. Returns the record, which
+  // stays put while others come and go.
+  Request& add(std::unique_ptr<Request> r);
+  // The same from its parts (tests, and callers with nothing else to keep).
+  Request& add(int64_t id, int32_t seq, std::vector<int32_t> prompt, int priority, double arrival_ms);
+  // Finished or cancelled: its blocks are freed, the record is gone.
   void remove(int64_t id);
-  // The request's record (stable while it is queued), or null.
-  SchedRequest* find(int64_t id);
+  // The request's record, or null.
+  Request* find(int64_t id);
+  // Every record, in arrival order.
+  const std::vector<std::unique_ptr<Request>>& requests() const { return reqs_; }
   int n_running() const;
   int n_waiting() const;
 
@@ -108,23 +95,23 @@ class Scheduler {
   const std::vector<BlockCopies>& update(const std::vector<StepOutcome>& outcomes);
 
  private:
-  double effective_priority(const SchedRequest& r, double now_ms) const;
+  double effective_priority(const Request& r, double now_ms) const;
   // a runs before b
-  bool before(const SchedRequest& a, const SchedRequest& b, double now_ms) const;
+  bool before(const Request& a, const Request& b, double now_ms) const;
   bool batch_window_open(double now_ms, StepPlan& p) const;
   // Attaches r's cached prefix if it is waiting, then allocates up to n_max
   // more tokens, preempting requests that would run after it if blocks run
   // short. Returns the tokens it may run (0: it waits).
-  int64_t admit(SchedRequest& r, int64_t n_max, double now_ms, StepPlan& p);
-  void evict(SchedRequest& victim, StepPlan& p);
+  int64_t admit(Request& r, int64_t n_max, double now_ms, StepPlan& p);
+  void evict(Request& victim, StepPlan& p);
   void plan_drafts(StepPlan& p, int64_t budget);
 
   SchedulerConfig c_;
   BlockManager& blocks_;
-  std::vector<std::unique_ptr<SchedRequest>> reqs_;  // records stay put while others come and go
+  std::vector<std::unique_ptr<Request>> reqs_;  // records stay put while others come and go
   std::vector<BlockCopies> copies_;
   StepPlan plan_;                      // reused step to step
-  std::vector<SchedRequest*> order_;   // candidates of a plan, reused
+  std::vector<Request*> order_;   // candidates of a plan, reused
   std::vector<int64_t> planned_;       // ids planned so far, reused
 };
 

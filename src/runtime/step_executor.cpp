@@ -37,74 +37,89 @@ StepExecutor::StepExecutor(LoadedModel& engine, const ExecConfig& config)
   for (int i = 0; i < depth_; i++) flights_.emplace_back(e_.model->max_batch_tokens());
 }
 
-void StepExecutor::add(const ExecRequest& spec) {
-  if (spec.prompt.empty()) throw Error("a request needs at least one prompt token");
-  if (reqs_.count(spec.id)) throw Error(fmt::format("request {} is already running", spec.id));
-  auto r = std::make_unique<Request>();
-  r->spec = spec;
-  if (r->spec.max_total_tokens <= 0) r->spec.max_total_tokens = e_.n_ctx;
-  r->sampler = std::make_unique<Sampler>(spec.sampling, e_.model->config().n_vocab);
+const Request& StepExecutor::add(std::unique_ptr<Request> r) {
+  if (r->params.prompt.empty()) throw Error("a request needs at least one prompt token");
+  if (sched_.find(r->id)) throw Error(fmt::format("request {} is already running", r->id));
+  RequestParams& p = r->params;
+  if (p.max_total_tokens <= 0) p.max_total_tokens = e_.n_ctx;
+  r->sampler = std::make_unique<Sampler>(p.sampling, e_.model->config().n_vocab);
   if (proposer_)
     r->draft_length = std::make_unique<DraftLength>(
         static_cast<int>(std::min<int64_t>(c_.spec_draft_max, c_.scheduler.max_batch_tokens - 1)));
-  sched_.add(spec.id, spec.seq, spec.prompt, spec.priority, spec.arrival_ms);
-  r->rec = sched_.find(spec.id);
   // Room for every token it may reach, so that appending never reallocates.
-  r->rec->tokens.reserve(static_cast<size_t>(std::min<int64_t>(
-      static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens, r->spec.max_total_tokens)));
-  r->rec->prefix_cache = spec.prefix_cache;
-  reqs_[spec.id] = std::move(r);
+  p.prompt.reserve(static_cast<size_t>(
+      std::min<int64_t>(static_cast<int64_t>(p.prompt.size()) + p.max_tokens, p.max_total_tokens)));
+  return sched_.add(std::move(r));
 }
 
 void StepExecutor::remove(int64_t id) {
-  auto it = reqs_.find(id);
-  if (it == reqs_.end()) return;
-  if (proposer_ && !c_.keep_proposer_state) proposer_->forget(it->second->spec.seq);
-  sched_.remove(id);  // its blocks too
-  reqs_.erase(it);
+  const Request* r = sched_.find(id);
+  if (!r) return;
+  if (proposer_ && !c_.keep_proposer_state) proposer_->forget(r->seq);
+  sched_.remove(id);  // its blocks and record too
 }
 
-void StepExecutor::end(Request& r, EndReason reason, StepHooks& hooks) {
-  const int64_t id = r.spec.id;
-  hooks.on_end(id, reason);
-  remove(id);
+RequestOutput& StepExecutor::output(int64_t id) {
+  for (size_t i = 0; i < n_outputs_; i++)
+    if (outputs_[i].id == id) return outputs_[i];
+  if (n_outputs_ == outputs_.size()) outputs_.emplace_back();
+  RequestOutput& o = outputs_[n_outputs_++];
+  o.id = id;
+  o.started = o.finished = false;
+  o.drafted = 0;
+  o.tokens.clear();
+  o.logits.clear();
+  o.prompt_tokens = o.completion_tokens = o.cached_tokens = 0;
+  return o;
+}
+
+void StepExecutor::keep_logits(RequestOutput& out, const float* row) {
+  out.logits.insert(out.logits.end(), row, row + e_.model->config().n_vocab);
+}
+
+void StepExecutor::end(Request& r, RequestOutput& out, FinishReason reason) {
+  out.finished = true;
+  out.finish = reason;
+  out.prompt_tokens = r.n_prompt;
+  out.completion_tokens = r.generated();
+  out.cached_tokens = r.num_cached_tokens;
+  remove(r.id);
 }
 
 // Before planning: how many drafts each decoding request could use after its
 // token — the rest of max_tokens and of the context, as the draft length allows.
 void StepExecutor::set_draft_wants() {
   const bool drafting = proposer_ && (!c_.spec_governed || governor_.drafting());
-  for (auto& [id, r] : reqs_) {
-    SchedRequest& rec = *r->rec;
-    rec.draft_want = 0;
-    if (!drafting || !rec.decoding()) continue;
-    const int64_t room = std::min({static_cast<int64_t>(r->draft_length->next()), r->spec.max_tokens - r->generated() - 1,
-                                   e_.n_ctx - rec.num_tokens()});
-    rec.draft_want = static_cast<int>(std::max<int64_t>(0, room));
+  for (const auto& r : sched_.requests()) {
+    r->draft_want = 0;
+    if (!drafting || !r->decoding()) continue;
+    const int64_t room = std::min({static_cast<int64_t>(r->draft_length->next()), r->params.max_tokens - r->generated() - 1,
+                                   e_.n_ctx - r->num_tokens()});
+    r->draft_want = static_cast<int>(std::max<int64_t>(0, room));
   }
 }
 
-void StepExecutor::build_batch(const StepPlan& plan, Flight& f, StepHooks& hooks) {
+void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
   Batch& batch = f.batch;
   std::vector<Row>& rows = f.rows;
   batch.clear();
   rows.clear();
   for (const auto& item : plan.items) {
-    Request& r = *reqs_.at(item.id);
+    Request& r = *sched_.find(item.id);
     if (!r.scheduled) {
       r.scheduled = true;
-      hooks.on_scheduled(item.id);
+      output(item.id).started = true;
     }
     const int64_t last = item.first + item.n_tokens - 1;
     for (int64_t i = item.first; i <= last; i++)
-      batch.add(r.rec->tokens[i], static_cast<int32_t>(i), r.spec.seq,
-                (item.logits && i == last) || (r.spec.all_logits && i < r.rec->num_tokens()));
+      batch.add(r.tokens[i], static_cast<int32_t>(i), r.seq,
+                (item.logits && i == last) || (r.params.all_logits && i < r.num_tokens()));
     rows.push_back({&r,
                     item.id,
                     item.first,
                     item.n_tokens,
                     item.logits,
-                    r.spec.all_logits,
+                    r.params.all_logits,
                     item.draft_slots,
                     {},
                     batch.size() - item.n_tokens,
@@ -122,7 +137,7 @@ void StepExecutor::add_drafts(Flight& f) {
   for (size_t ri = 0; ri < rows.size(); ri++) {
     if (rows[ri].draft_slots <= 0) continue;
     want_rows.push_back(ri);
-    reqs.push_back({rows[ri].r->spec.seq, &rows[ri].r->rec->tokens, rows[ri].draft_slots});
+    reqs.push_back({rows[ri].r->seq, &rows[ri].r->tokens, rows[ri].draft_slots});
   }
   if (reqs.empty()) return;
   std::vector<std::vector<int32_t>> drafts = proposer_->propose(reqs);  // MTP rows lie within the allocated slots
@@ -131,10 +146,10 @@ void StepExecutor::add_drafts(Flight& f) {
     std::vector<int32_t>& d = drafts[k];
     if (static_cast<int>(d.size()) > row.draft_slots) d.resize(static_cast<size_t>(row.draft_slots));
     if (d.empty()) continue;  // the unused slots go back at update()
-    const int64_t total = row.r->rec->num_tokens();
+    const int64_t total = row.r->num_tokens();
     row.draft_first = batch.size();
     for (size_t i = 0; i < d.size(); i++)
-      batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), row.r->spec.seq, true);
+      batch.add(d[i], static_cast<int32_t>(total + static_cast<int64_t>(i)), row.r->seq, true);
     row.draft = std::move(d);
   }
 }
@@ -144,11 +159,12 @@ void StepExecutor::observe_hidden(const Flight& f) {
   const Batch& batch = f.batch;
   const int64_t dim = e_.model->config().n_embd;
   for (const Row& r : f.rows) {
+    if (!r.r) continue;
     // A prompt chunk's tokens are settled; a decode row's state waits for the next draft.
-    proposer_->observe(r.r->spec.seq, batch.positions[r.batch_first], batch.tokens.data() + r.batch_first,
+    proposer_->observe(r.r->seq, batch.positions[r.batch_first], batch.tokens.data() + r.batch_first,
                        hidden_.data() + r.batch_first * dim, r.n, r.n > 1);
     if (r.draft_first >= 0)
-      proposer_->observe(r.r->spec.seq, batch.positions[r.draft_first], batch.tokens.data() + r.draft_first,
+      proposer_->observe(r.r->seq, batch.positions[r.draft_first], batch.tokens.data() + r.draft_first,
                          hidden_.data() + r.draft_first * dim, static_cast<int64_t>(r.draft.size()), false);
   }
 }
@@ -171,20 +187,23 @@ void StepExecutor::assign_logits_rows(Flight& f) {
   }
 }
 
-StepReport StepExecutor::step(double now_ms, StepHooks& hooks) {
+StepReport StepExecutor::step(double now_ms) {
   StepReport report;
+  n_outputs_ = 0;
+  report.outputs = &outputs_;
   // Start steps while a slot is free, each over an even share of the
   // requests not in flight (with one slot: all of them, as the budget allows).
   while (static_cast<int>(in_flight_.size()) < depth_ && sched_.n_plannable() > 0) {
     int slot = 0;
     while (std::find(in_flight_.begin(), in_flight_.end(), slot) != in_flight_.end()) slot++;
-    if (!launch(now_ms, slot, hooks, report)) break;
+    if (!launch(now_ms, slot, report)) break;
   }
-  if (!in_flight_.empty()) land(hooks, report);
+  if (!in_flight_.empty()) land(report);
+  report.n_outputs = n_outputs_;
   return report;
 }
 
-bool StepExecutor::launch(double now_ms, int slot, StepHooks& hooks, StepReport& report) {
+bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
   set_draft_wants();
   // An even share of the requests not in flight per free slot, and no more
   // requests in flight together than a step may hold (--max-batch-size).
@@ -201,7 +220,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepHooks& hooks, StepReport&
     return false;
   }
   Flight& f = flights_[static_cast<size_t>(slot)];
-  build_batch(plan, f, hooks);
+  build_batch(plan, f);
   f.decode_only = true;
   for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;
   f.start_s = seconds_now();
@@ -209,14 +228,14 @@ bool StepExecutor::launch(double now_ms, int slot, StepHooks& hooks, StepReport&
   place_batch(f.batch, *e_.kv, e_.model->config().n_vocab, f.place);
   if (depth_ > 1) {  // (one slot: forward() at landing)
     e_.model->start_forward(f.batch, f.place, e_.kv->store(), slot);
-    for (const Row& r : f.rows) r.r->rec->in_flight = true;
+    for (const Row& r : f.rows) r.r->in_flight = true;
     if (!in_flight_.empty()) report.pipelined++;
   }
   in_flight_.push_back(slot);
   return true;
 }
 
-void StepExecutor::land(StepHooks& hooks, StepReport& report) {
+void StepExecutor::land(StepReport& report) {
   const int slot = in_flight_.front();
   in_flight_.erase(in_flight_.begin());
   Flight& f = flights_[static_cast<size_t>(slot)];
@@ -227,11 +246,10 @@ void StepExecutor::land(StepHooks& hooks, StepReport& report) {
     e_.model->forward(f.batch, f.place, e_.kv->store(), logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
   } else {
     e_.model->finish_forward(slot, logits_.data());
-    for (Row& row : f.rows) {  // requests cancelled while their step was in flight are gone
-      auto it = reqs_.find(row.id);
-      row.r = it == reqs_.end() ? nullptr : it->second.get();
-      if (row.r) row.r->rec->in_flight = false;
-    }
+  }
+  for (Row& row : f.rows) {  // requests cancelled while their step was in flight are gone
+    row.r = sched_.find(row.id);
+    if (row.r) row.r->in_flight = false;
   }
   if (!hidden_.empty()) observe_hidden(f);
   assign_logits_rows(f);
@@ -242,46 +260,48 @@ void StepExecutor::land(StepHooks& hooks, StepReport& report) {
   outcomes.clear();
   for (Row& row : f.rows) {
     if (!row.r) continue;
-    const int64_t id = row.id;
     if (row.all_logits) {  // its prompt rows, but the one it samples from
+      RequestOutput& out = output(row.id);
       const int64_t n_prompt_rows = row.logits ? row.n - 1 : row.n;
-      for (int64_t i = 0; i < n_prompt_rows; i++) hooks.on_prompt_logits(id, logits_.data() + (row.first_logits_row + i) * nv);
+      for (int64_t i = 0; i < n_prompt_rows; i++) keep_logits(out, logits_.data() + (row.first_logits_row + i) * nv);
     }
     int64_t computed = row.first + row.n;
-    if (row.logits && !verify(row, hooks, computed, sampled)) continue;  // ended: its blocks are free already
-    outcomes.push_back({id, computed});
+    if (row.logits && !sample_row(row, computed, sampled)) continue;  // ended: its blocks are free already
+    outcomes.push_back({row.id, computed});
   }
   for (const BlockCopies& c : sched_.update(outcomes)) e_.kv->store().copy(c);
   if (f.decode_only && proposer_) governor_.record(sampled, seconds_now() - f.start_s);
 }
 
-bool StepExecutor::verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t& sampled) {
+bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {
   Request& r = *row.r;
-  const int64_t id = r.spec.id, nv = e_.model->config().n_vocab;
+  RequestOutput& out = output(r.id);
+  const int64_t nv = e_.model->config().n_vocab;
   float* logits = logits_.data() + row.logits_row * nv;
-  if (r.spec.max_tokens == 0) {  // prefill only
-    hooks.on_row(id, logits);
-    end(r, EndReason::Length, hooks);
+  if (r.params.max_tokens == 0) {  // prefill only
+    if (r.params.all_logits) keep_logits(out, logits);
+    end(r, out, FinishReason::Length);
     return false;
   }
-  if (!row.draft.empty()) hooks.on_drafts(id, static_cast<int>(row.draft.size()));
+  out.drafted += static_cast<int>(row.draft.size());
   // The row's own pick, then each draft while the picks keep agreeing with it.
   int accepted = 0;
-  TokenConstraint* grammar = r.spec.constraint.get();
+  TokenConstraint* grammar = r.params.constraint.get();
   for (size_t i = 0;; i++) {
-    hooks.on_row(id, logits);
+    if (r.params.all_logits) keep_logits(out, logits);
+    if (r.params.top_logprobs >= 0) logprobs_.observe(logits, nv, r.params.top_logprobs);  // before the sampler rewrites it
     // The grammar first: a draft it does not allow gets probability 0 and is rejected.
     if (grammar && (grammar->finished() || grammar->mask(logits, nv) == 0)) {
-      end(r, EndReason::Eos, hooks);  // matched completely (or nothing can follow)
+      end(r, out, FinishReason::Eos);  // matched completely (or nothing can follow)
       return false;
     }
     const int32_t d = i < row.draft.size() ? row.draft[i] : -1;
     bool kept = false;
-    const int32_t tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.rec->tokens, d, kept)
-                               : r.sampler->sample(logits, r.rec->tokens);
+    const int32_t tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.tokens, d, kept)
+                               : r.sampler->sample(logits, r.tokens);
     sampled++;
     if (grammar) grammar->accept(tok);
-    if (!take(r, tok, kept, hooks)) return false;
+    if (!take(r, out, tok, kept)) return false;
     if (!kept) break;
     accepted++;
     computed++;  // the draft's keys and values are already in the cache
@@ -291,22 +311,26 @@ bool StepExecutor::verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t
   return true;
 }
 
-bool StepExecutor::take(Request& r, int32_t tok, bool accepted, StepHooks& hooks) {
-  if (!r.spec.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
-    end(r, EndReason::Eos, hooks);
+bool StepExecutor::take(Request& r, RequestOutput& out, int32_t tok, bool accepted) {
+  if (!r.params.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
+    end(r, out, FinishReason::Eos);
     return false;
   }
-  r.rec->tokens.push_back(tok);  // the record: one more token to feed
-  if (!hooks.on_token(r.spec.id, tok, accepted)) {
-    end(r, EndReason::Stop, hooks);
+  r.tokens.push_back(tok);  // the record: one more token to feed
+  TokenOutput& t = out.tokens.emplace_back();
+  t.token = tok;
+  t.accepted = accepted;
+  t.top.clear();
+  if (r.params.top_logprobs >= 0) {
+    t.logprob = logprobs_.logprob(tok);
+    t.top = logprobs_.top();
+  }
+  if (r.generated() >= r.params.max_tokens) {
+    end(r, out, FinishReason::Length);
     return false;
   }
-  if (r.generated() >= r.spec.max_tokens) {
-    end(r, EndReason::Length, hooks);
-    return false;
-  }
-  if (r.rec->num_tokens() >= r.spec.max_total_tokens) {
-    end(r, EndReason::Context, hooks);
+  if (r.num_tokens() >= r.params.max_total_tokens) {
+    end(r, out, FinishReason::Context);
     return false;
   }
   return true;

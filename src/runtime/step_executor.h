@@ -3,9 +3,11 @@
 // `serve` (many): plan (the scheduler picks the rows and allocates the KV
 // positions they write) -> propose (drafts into the planned slots) ->
 // forward -> sample and verify -> update (what each request computed goes
-// back to the scheduler). What a token means for the client — text, events,
-// logprobs, metrics — is the front's (generator.cpp, serving_engine.cpp),
-// told through StepHooks.
+// back to the scheduler). Each step returns what it did to each request —
+// its new tokens with their logprobs, the logits rows it asked for, how it
+// ended — and the front (generator.cpp for `run`, serving_engine.cpp) reads
+// that after the step: what a token means for the client (text, events,
+// metrics) is the front's.
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -36,43 +38,26 @@ struct ExecConfig {
   bool keep_proposer_state = false;
 };
 
-struct ExecRequest {
-  int64_t id = 0;
-  int32_t seq = 0;
-  std::vector<int32_t> prompt;  // at least one token
-  int priority = 0;
-  double arrival_ms = 0;
-  SamplingParams sampling;
-  int64_t max_tokens = 16;  // generated tokens at most (0: prefill only)
-  // The request ends when prompt + generated reach this (0: the context).
-  int64_t max_total_tokens = 0;
-  bool ignore_eos = false;
-  bool all_logits = false;    // logits of every prompt position go to StepHooks::on_prompt_logits
-  bool prefix_cache = true;   // may start from cached blocks of an equal prefix
-  // Structured output: tokens the grammar does not allow are masked before
-  // every sampling, drafts included (the request's own state, moved past each
-  // token taken). The request ends when the grammar can take nothing more.
-  std::shared_ptr<TokenConstraint> constraint;
+// A token a step gave a request.
+struct TokenOutput {
+  int32_t token = 0;
+  bool accepted = false;         // a drafted token the verification kept
+  float logprob = 0;             // with params.top_logprobs >= 0: its raw log-probability (RawLogprobs)
+  std::vector<TokenChoice> top;  // ...and the top_logprobs most likely tokens of its row
 };
 
-enum class EndReason { Eos, Stop, Length, Context };
-
-class StepHooks {
- public:
-  virtual ~StepHooks() = default;
-  // The request's first step is planned: it leaves the queue.
-  virtual void on_scheduled(int64_t id) {}
-  // The logits of a prompt position before the last (requests with all_logits).
-  virtual void on_prompt_logits(int64_t id, const float* row) {}
-  // A row about to be sampled: its raw logits (the sampler then rewrites them in place).
-  virtual void on_row(int64_t id, const float* row) {}
-  // The request's row verifies n drafted tokens this step (before any is sampled).
-  virtual void on_drafts(int64_t id, int n) {}
-  // A token was generated (appended to the request's tokens); accepted: it
-  // was the proposer's draft. False: the request stops with it (a stop string).
-  virtual bool on_token(int64_t id, int32_t token, bool accepted) = 0;
-  // The request ended; it is gone from the executor when this returns.
-  virtual void on_end(int64_t id, EndReason reason) = 0;
+// What a step did to one request, in the order it happened.
+struct RequestOutput {
+  int64_t id = 0;
+  bool started = false;  // its first step was planned (it left the queue)
+  int drafted = 0;       // drafted tokens it verified
+  std::vector<TokenOutput> tokens;
+  // With params.all_logits: the raw logits of every position this step
+  // computed for it (prompt rows, then each row it sampled from), n_vocab each.
+  std::vector<float> logits;
+  bool finished = false;  // it ended (and is gone from the executor)
+  FinishReason finish = FinishReason::Length;
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with finished
 };
 
 // What a step did, for the front's gauges and counters.
@@ -84,32 +69,34 @@ struct StepReport {
   int preempted = 0;
   int pipelined = 0;  // steps started while another was in flight
   int64_t queried_prefix_blocks = 0, hit_prefix_blocks = 0;
+  // Per request the step touched (valid until the next step).
+  const std::vector<RequestOutput>* outputs = nullptr;
+  size_t n_outputs = 0;
+  const RequestOutput* begin() const { return outputs->data(); }
+  const RequestOutput* end() const { return outputs->data() + n_outputs; }
 };
 
 class StepExecutor {
  public:
   StepExecutor(LoadedModel& engine, const ExecConfig& config);
 
-  void add(const ExecRequest& r);
-  // Ends a request from outside (cancelled): its blocks are freed; no hook is called.
+  // A new request: its record (id, seq, arrival and params set; the
+  // executor adds its sampling state), which the scheduler keeps from now on.
+  // Returns it.
+  const Request& add(std::unique_ptr<Request> r);
+  // Ends a request from outside (cancelled, or a stop string its front saw):
+  // its blocks are freed and its record is gone; no output says so.
   void remove(int64_t id);
-  const SchedRequest* record(int64_t id) { return sched_.find(id); }
+  const Request* record(int64_t id) { return sched_.find(id); }
   int n_running() const { return sched_.n_running(); }
   int n_waiting() const { return sched_.n_waiting(); }
   // Blocks a request of n tokens needs (to refuse one that could never fit).
   int64_t blocks_for(int64_t n_tokens) const { return e_.kv->blocks().blocks_for(n_tokens); }
 
-  StepReport step(double now_ms, StepHooks& hooks);
+  // Runs a step; its report's outputs say what it did to each request.
+  StepReport step(double now_ms);
 
  private:
-  struct Request {
-    ExecRequest spec;
-    SchedRequest* rec = nullptr;
-    std::unique_ptr<Sampler> sampler;
-    std::unique_ptr<DraftLength> draft_length;
-    bool scheduled = false;
-    int64_t generated() const { return rec->num_tokens() - static_cast<int64_t>(spec.prompt.size()); }
-  };
   struct Row {  // one request's part of a step's batch
     Request* r;  // (looked up again by id when a step in flight lands: it may be gone)
     int64_t id;
@@ -136,32 +123,37 @@ class StepExecutor {
 
   void set_draft_wants();
   // Plans the next step over the requests not in flight and starts it; false: nothing to run.
-  bool launch(double now_ms, int slot, StepHooks& hooks, StepReport& report);
+  bool launch(double now_ms, int slot, StepReport& report);
   // Finishes the oldest step in flight: its logits, sampling, the scheduler's update.
-  void land(StepHooks& hooks, StepReport& report);
-  void build_batch(const StepPlan& plan, Flight& f, StepHooks& hooks);
+  void land(StepReport& report);
+  void build_batch(const StepPlan& plan, Flight& f);
   void add_drafts(Flight& f);
   void observe_hidden(const Flight& f);
   void assign_logits_rows(Flight& f);
   // Samples the row's token and each draft while the picks agree. False: the request ended.
-  bool verify(Row& row, StepHooks& hooks, int64_t& computed, int64_t& sampled);
+  bool sample_row(Row& row, int64_t& computed, int64_t& sampled);
   // Appends a sampled token; false when the request ended (and is gone).
-  bool take(Request& r, int32_t tok, bool accepted, StepHooks& hooks);
-  void end(Request& r, EndReason reason, StepHooks& hooks);
+  bool take(Request& r, RequestOutput& out, int32_t tok, bool accepted);
+  void end(Request& r, RequestOutput& out, FinishReason reason);
+  // This step's output for a request (made on first use).
+  RequestOutput& output(int64_t id);
+  void keep_logits(RequestOutput& out, const float* row);
 
   LoadedModel& e_;
   ExecConfig c_;
   Proposer* proposer_;
   Scheduler sched_;
   SpecGovernor governor_{8, 128};  // decode steps only: probes of 8 steps, then 128 in the faster mode
-  std::unordered_map<int64_t, std::unique_ptr<Request>> reqs_;
   // Steps in flight at most: the model's (pipelining across pipeline
   // stages), 1 with a proposer (drafts read the tokens of the step before).
   int depth_ = 1;
   std::vector<Flight> flights_;  // one per slot
   std::vector<int> in_flight_;   // slots of started steps, oldest first
   std::vector<float> logits_, hidden_;
-  std::vector<StepOutcome> outcomes_;  // reused: a step after warm-up allocates nothing
+  std::vector<StepOutcome> outcomes_;    // reused: a step after warm-up allocates nothing
+  std::vector<RequestOutput> outputs_;   // this step's, the first n_outputs_ (reused the same way)
+  size_t n_outputs_ = 0;
+  RawLogprobs logprobs_;
 };
 
 }  // namespace kestrel

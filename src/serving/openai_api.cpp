@@ -205,31 +205,31 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     p.parallel_tool_calls = prompt.parallel_tool_calls;
     tool_grammar = prompt.tool_grammar;
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
-    r.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
+    r.params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
   } else {
     if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
     const json& pr = j["prompt"];
     if (pr.is_array() && pr.size() == 1 && pr[0].is_string()) {
       check_prompt_bytes(ctx, pr[0].get_ref<const std::string&>().size(), "prompt");
-      r.prompt = ctx.tokenizer.encode(pr[0].get<std::string>(), true, false);
+      r.params.prompt = ctx.tokenizer.encode(pr[0].get<std::string>(), true, false);
     } else if (pr.is_string()) {
       if (pr.get<std::string>().empty()) throw bad("prompt", "'prompt' is empty");
       check_prompt_bytes(ctx, pr.get_ref<const std::string&>().size(), "prompt");
-      r.prompt = ctx.tokenizer.encode(pr.get<std::string>(), true, false);
+      r.params.prompt = ctx.tokenizer.encode(pr.get<std::string>(), true, false);
     } else if (pr.is_array() && !pr.empty() && pr[0].is_number_integer()) {
       const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
       for (const auto& t : pr) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
           throw bad("prompt", fmt::format("'prompt' token ids must be integers from 0 to {}", n_vocab - 1));
-        r.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        r.params.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
       }
     } else {
       throw bad("prompt",
                 "'prompt' must be a string, a one-string array or an array of token ids (one prompt per request)");
     }
   }
-  if (r.prompt.empty()) throw bad(prompt_param, fmt::format("'{}' gives no tokens", prompt_param));
-  const auto n_prompt = static_cast<int64_t>(r.prompt.size());
+  if (r.params.prompt.empty()) throw bad(prompt_param, fmt::format("'{}' gives no tokens", prompt_param));
+  const auto n_prompt = static_cast<int64_t>(r.params.prompt.size());
   if (n_prompt >= ctx.n_ctx)
     throw ApiError{400,
                    fmt::format("the prompt has {} tokens but the context holds {} (with room for at least one more)",
@@ -239,14 +239,14 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   const char* max_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   const int64_t room = ctx.n_ctx - n_prompt;
   const bool max_given = j.contains(max_key) && !j[max_key].is_null();
-  r.max_tokens = integer(j, max_key, 1, int64_t{1} << 30, chat ? room : std::min<int64_t>(16, room));
-  if (max_given && r.max_tokens > room)
+  r.params.max_tokens = integer(j, max_key, 1, int64_t{1} << 30, chat ? room : std::min<int64_t>(16, room));
+  if (max_given && r.params.max_tokens > room)
     throw ApiError{400,
                    fmt::format("the prompt ({} tokens) plus '{}' ({}) exceed the context of {} tokens", n_prompt,
-                               max_key, r.max_tokens, ctx.n_ctx),
+                               max_key, r.params.max_tokens, ctx.n_ctx),
                    max_key, "invalid_request_error", "context_length_exceeded"};
 
-  SamplingParams& s = r.sampling;
+  SamplingParams& s = r.params.sampling;
   s.temperature = static_cast<float>(number(j, "temperature", 0.0, 2.0, 1.0));
   s.top_p = static_cast<float>(number(j, "top_p", 0.0, 1.0, 1.0));
   if (s.top_p == 0.0f) throw bad("top_p", "'top_p' must be greater than 0");
@@ -267,16 +267,16 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     throw bad("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
   s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
   r.stop = stops(j);
-  r.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
-  r.ignore_eos = boolean(j, "ignore_eos", false);
+  r.params.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
+  r.params.ignore_eos = boolean(j, "ignore_eos", false);
   r.grammar = requested_grammar(j, tool_grammar);
   if (chat) {
     if (boolean(j, "logprobs", false))
-      r.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));
+      r.params.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));
     else if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
       throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   } else {
-    r.top_logprobs = static_cast<int>(integer(j, "logprobs", 0, 20, -1));
+    r.params.top_logprobs = static_cast<int>(integer(j, "logprobs", 0, 20, -1));
     if (boolean(j, "echo", false)) throw bad("echo", "'echo' is not supported");
   }
   p.stream = boolean(j, "stream", false);

@@ -68,7 +68,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
     return rejected({400, e.what(), "", "invalid_request_error", ""});
   }
   p.serve.arrival = req.arrival;
-  const int priority = p.serve.priority;
+  const int priority = p.serve.params.priority;
   // n > 1: one request per choice, each with its own place in the queue and
   // seed; they share the prompt's KV blocks through the prefix cache.
   std::vector<QueueSlot> slots;
@@ -87,7 +87,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   try {
     for (int i = 0; i < p.n; i++) {
       ServeRequest one = p.serve;
-      one.sampling.seed = p.serve.sampling.seed + static_cast<uint64_t>(i);
+      one.params.sampling.seed = p.serve.params.sampling.seed + static_cast<uint64_t>(i);
       chs.push_back(engine_.submit(std::move(slots[static_cast<size_t>(i)]), one));
     }
   } catch (const Error& e) {
@@ -97,7 +97,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   const int64_t id = next_id_++;
   const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model,
                           p.token_ids_in_logprobs};
-  const bool want_logprobs = p.serve.top_logprobs >= 0;
+  const bool want_logprobs = p.serve.params.top_logprobs >= 0;
   auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
   HttpResponse r;
   std::optional<ReplyParser> reply;

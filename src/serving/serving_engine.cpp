@@ -76,12 +76,12 @@ std::shared_ptr<RequestChannel> ServingEngine::submit(ServeRequest r) {
 
 std::shared_ptr<RequestChannel> ServingEngine::submit(QueueSlot slot, ServeRequest r) {
   // A request must fit in the pool on its own, whole, or it could never finish.
-  const int64_t need = exec_.blocks_for(static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
+  const int64_t need = exec_.blocks_for(static_cast<int64_t>(r.params.prompt.size()) + r.params.max_tokens);
   if (need > e_.kv->n_blocks())
     throw Error(
         fmt::format("the prompt ({} tokens) plus max_tokens ({}) need {} KV blocks but the cache holds {} "
                     "(lower max_tokens or raise --kv-cache-mem)",
-                    r.prompt.size(), r.max_tokens, need, e_.kv->n_blocks()));
+                    r.params.prompt.size(), r.params.max_tokens, need, e_.kv->n_blocks()));
   auto a = std::make_unique<Active>();
   a->arrival_ms = std::chrono::duration<double, std::milli>(r.arrival - t0_).count();
   a->req = std::move(r);
@@ -118,30 +118,28 @@ void ServingEngine::admit_new() {
   }
   for (auto& a : fresh) {
     a->id = next_id_++;
-    a->seq = static_cast<int32_t>(a->id & 0x7fffffff);
-    a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, a->req.prompt.back(), a->req.shown_control_tokens);
-    metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->req.prompt.size()));
-    ExecRequest x;
-    x.id = a->id;
-    x.seq = a->seq;
-    x.prompt = a->req.prompt;
-    x.priority = a->req.priority;
-    x.arrival_ms = a->arrival_ms;
-    x.sampling = a->req.sampling;
-    x.max_tokens = a->req.max_tokens;
-    x.max_total_tokens = e_.n_ctx;
-    x.ignore_eos = a->req.ignore_eos;
+    RequestParams& p = a->req.params;
+    a->n_prompt = static_cast<int64_t>(p.prompt.size());
+    a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, p.prompt.back(), a->req.shown_control_tokens);
+    metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->n_prompt));
+    p.max_total_tokens = e_.n_ctx;
     if (a->req.grammar) {
-      x.constraint = a->constraint =
+      p.constraint = a->constraint =
           std::make_shared<TokenConstraint>(a->req.grammar, e_.grammar_vocab(), a->req.shown_control_tokens);
       metrics_.add("kestrel_grammar_requests_total", 1);
     }
-    exec_.add(x);
+    // The one record of the request from here on (the prompt moves into it).
+    auto rec = std::make_unique<Request>();
+    rec->id = a->id;
+    rec->seq = static_cast<int32_t>(a->id & 0x7fffffff);
+    rec->arrival_ms = a->arrival_ms;
+    rec->params = std::move(p);
+    exec_.add(std::move(rec));
     active_[a->id] = std::move(a);
   }
 }
 
-void ServingEngine::finish(Active& a, const std::string& reason, const std::string& error) {
+void ServingEngine::finish(Active& a, const std::string& reason, const std::string& error, int64_t cached_tokens) {
   StreamEvent end;
   if (reason != "error" && reason != "cancelled") {
     bool stopped = false;
@@ -154,11 +152,9 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
     metrics_.add("kestrel_grammar_masks_total", static_cast<double>(a.constraint->stats().masks));
     metrics_.add("kestrel_grammar_mask_seconds_total", a.constraint->stats().mask_seconds);
   }
-  end.prompt_tokens = static_cast<int64_t>(a.req.prompt.size());
-  if (const SchedRequest* rec = exec_.record(a.id)) {
-    end.completion_tokens = rec->num_tokens() - static_cast<int64_t>(a.req.prompt.size());
-    end.cached_tokens = rec->num_cached_tokens;
-  }
+  end.prompt_tokens = a.n_prompt;
+  end.completion_tokens = a.completion_tokens;
+  end.cached_tokens = cached_tokens;
   const double now = now_ms();
   end.queue_ms = a.first_step_ms >= 0 ? a.first_step_ms - a.arrival_ms : now - a.arrival_ms;
   end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
@@ -173,42 +169,6 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   active_.erase(a.id);  // a is gone after this
 }
 
-void ServingEngine::on_scheduled(int64_t id) {
-  Active& a = *active_.at(id);
-  const double now = now_ms();
-  a.first_step_ms = now;
-  metrics_.observe("kestrel_request_queue_time_seconds", (now - a.arrival_ms) / 1000);
-  a.slot.release();
-}
-
-// Log-softmax of the raw logits (before penalties and temperature), as
-// OpenAI reports them; the sampler then rewrites the row in place.
-void ServingEngine::on_row(int64_t id, const float* logits) {
-  Active& a = *active_.at(id);
-  if (a.req.top_logprobs < 0) return;
-  const int64_t nv = e_.model->config().n_vocab;
-  raw_.assign(logits, logits + nv);
-  const float m = *std::max_element(raw_.begin(), raw_.end());
-  double sum = 0;
-  for (float x : raw_) sum += std::exp(static_cast<double>(x - m));
-  a.lse = m + static_cast<float>(std::log(sum));
-  top_ids_.resize(static_cast<size_t>(nv));
-  for (size_t i = 0; i < top_ids_.size(); i++) top_ids_[i] = static_cast<int32_t>(i);
-  const auto n_top = std::min<size_t>(static_cast<size_t>(a.req.top_logprobs), top_ids_.size());
-  std::partial_sort(top_ids_.begin(), top_ids_.begin() + static_cast<std::ptrdiff_t>(n_top), top_ids_.end(),
-                    [&](int32_t x, int32_t y) { return raw_[x] > raw_[y]; });
-  a.top.clear();
-  for (size_t i = 0; i < n_top; i++)
-    a.top.push_back({top_ids_[i], e_.tokenizer->token_to_piece(top_ids_[i]), raw_[top_ids_[i]] - a.lse});
-}
-
-// Counted before the row's tokens are sampled: the request may end, and its
-// client scrape /metrics, within the step.
-void ServingEngine::on_drafts(int64_t, int n) {
-  metrics_.add("kestrel_spec_drafts_total");
-  metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(n));
-}
-
 void ServingEngine::note_token_time(Active& a) {
   const double now = now_ms();
   if (a.first_token_ms < 0) {
@@ -219,34 +179,53 @@ void ServingEngine::note_token_time(Active& a) {
   a.last_token_ms = now;
 }
 
-bool ServingEngine::on_token(int64_t id, int32_t tok, bool accepted) {
-  Active& a = *active_.at(id);
-  if (accepted) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
-  note_token_time(a);
-  metrics_.add("kestrel_generation_tokens_total");
-  StreamEvent ev;
-  bool stopped = false;
-  ev.text = a.text->push(tok, stopped);
-  ev.has_token = true;
-  ev.token.token = tok;
-  ev.token.text = e_.tokenizer->token_to_piece(tok);
-  if (a.req.top_logprobs >= 0) {
-    ev.token.logprob = raw_[tok] - a.lse;
-    ev.top = std::move(a.top);
-    a.top.clear();
+// What a step did to one request: its first step leaves the queue, each new
+// token goes to the client as an event (text, the token, its logprobs), a
+// stop string ends it here, and its end ends the stream.
+void ServingEngine::deliver(const RequestOutput& out) {
+  const auto it = active_.find(out.id);
+  if (it == active_.end()) return;
+  Active& a = *it->second;
+  if (out.started) {
+    a.first_step_ms = now_ms();
+    metrics_.observe("kestrel_request_queue_time_seconds", (a.first_step_ms - a.arrival_ms) / 1000);
+    a.slot.release();
   }
-  a.channel->push(std::move(ev));
-  return !stopped;
-}
-
-void ServingEngine::on_end(int64_t id, EndReason reason) {
-  Active& a = *active_.at(id);
-  if (reason == EndReason::Eos) note_token_time(a);  // the end of generation is a token too
-  finish(a, reason == EndReason::Length || reason == EndReason::Context ? "length" : "stop");
+  if (out.drafted > 0) {
+    metrics_.add("kestrel_spec_drafts_total");
+    metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(out.drafted));
+  }
+  for (const TokenOutput& t : out.tokens) {
+    if (t.accepted) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
+    note_token_time(a);
+    metrics_.add("kestrel_generation_tokens_total");
+    a.completion_tokens++;
+    StreamEvent ev;
+    bool stopped = false;
+    ev.text = a.text->push(t.token, stopped);
+    ev.has_token = true;
+    ev.token.token = t.token;
+    ev.token.text = e_.tokenizer->token_to_piece(t.token);
+    if (a.req.params.top_logprobs >= 0) {
+      ev.token.logprob = t.logprob;
+      for (const TokenChoice& c : t.top) ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token), c.logprob});
+    }
+    a.channel->push(std::move(ev));
+    if (stopped) {  // a stop string: the request ends with this token
+      const int64_t cached = exec_.record(a.id) ? exec_.record(a.id)->num_cached_tokens : out.cached_tokens;
+      exec_.remove(a.id);
+      finish(a, "stop", "", cached);
+      return;
+    }
+  }
+  if (!out.finished) return;
+  if (out.finish == FinishReason::Eos) note_token_time(a);  // the end of generation is a token too
+  finish(a, openai_finish_reason(out.finish), "", out.cached_tokens);
 }
 
 void ServingEngine::step(double now) {
-  const StepReport r = exec_.step(now, *this);
+  const StepReport r = exec_.step(now);
+  for (const RequestOutput& out : r) deliver(out);
   if (r.preempted > 0) metrics_.add("kestrel_preemptions_total", static_cast<double>(r.preempted));
   if (r.pipelined > 0) metrics_.add("kestrel_pipelined_steps_total", static_cast<double>(r.pipelined));
   // In tokens, as vLLM counts them: a hit rate is then comparable across block sizes.
@@ -269,7 +248,9 @@ void ServingEngine::loop() {
     for (const auto& [id, a] : active_)
       if (which(*a)) ids.push_back(id);
     for (int64_t id : ids) {
-      finish(*active_.at(id), reason, error);
+      const Request* rec = exec_.record(id);
+      Active& a = *active_.at(id);
+      finish(a, reason, error, rec ? rec->num_cached_tokens : 0);
       exec_.remove(id);
     }
   };

@@ -103,15 +103,13 @@ class QueueSlot {
   std::atomic<int>* count_ = nullptr;
 };
 
+// What the server submits: the record's parameters (runtime/request.h) and
+// what only the client side needs (stop strings, shown control tokens, the
+// grammar the request's matcher is built from).
 struct ServeRequest {
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();  // queue time counts from here
-  std::vector<int32_t> prompt;
-  int64_t max_tokens = 16;
-  SamplingParams sampling;
+  RequestParams params;
   std::vector<std::string> stop;
-  bool ignore_eos = false;
-  int priority = 0;
-  int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
   std::vector<int32_t> shown_control_tokens;  // written into the text (tool-call markers the reply parser reads)
   std::shared_ptr<const Grammar> grammar;     // structured output: only text it matches is generated
 };
@@ -129,7 +127,7 @@ struct ServingConfig {
   std::function<void(const std::string&)> on_fatal;
 };
 
-class ServingEngine : private StepHooks {
+class ServingEngine {
  public:
   ServingEngine(LoadedModel& engine, const ServingConfig& config, ServerMetrics& metrics);
   ~ServingEngine();
@@ -153,37 +151,31 @@ class ServingEngine : private StepHooks {
   const LoadedModel& engine() const { return e_; }
 
  private:
-  // What the engine keeps of a request beside the executor's (its tokens,
-  // progress and sampler): the client side.
+  // What the engine keeps of a request beside its record (whose tokens,
+  // progress and sampling state the executor keeps): the client side.
   struct Active {
     int64_t id = 0;
-    int32_t seq = 0;
-    ServeRequest req;
+    ServeRequest req;  // (its params move into the record at admission)
+    int64_t n_prompt = 0;
     std::shared_ptr<RequestChannel> channel;
     QueueSlot slot;  // held until the first step
     std::unique_ptr<TextStream> text;
-    std::shared_ptr<TokenConstraint> constraint;  // with a grammar: its matcher (the executor's too)
+    std::shared_ptr<TokenConstraint> constraint;  // with a grammar: its matcher (the record's too)
+    int64_t completion_tokens = 0;                // tokens the client has been sent
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
-    std::vector<TokenLogprob> top;  // the row being sampled: its top alternatives (with logprobs)
-    float lse = 0;                  // ...and the log-sum-exp of its raw logits
   };
 
   void loop();
   void admit_new();
   void step(double now);
+  // What a step did to one request, for its client and the metrics.
+  void deliver(const RequestOutput& out);
   // The client side of a request's end (its event, metrics); the executor
-  // frees its blocks (after on_end) or the caller does (exec_.remove).
-  void finish(Active& a, const std::string& reason, const std::string& error = "");
+  // has freed its blocks (it finished) or the caller does (exec_.remove).
+  void finish(Active& a, const std::string& reason, const std::string& error = "", int64_t cached_tokens = 0);
   void note_token_time(Active& a);
   double now_ms() const;
   void update_gauges();
-
-  // StepHooks: what a step's events mean for the client.
-  void on_scheduled(int64_t id) override;
-  void on_row(int64_t id, const float* row) override;
-  void on_drafts(int64_t id, int n) override;
-  bool on_token(int64_t id, int32_t token, bool accepted) override;
-  void on_end(int64_t id, EndReason reason) override;
 
   LoadedModel& e_;
   ServingConfig c_;
@@ -199,8 +191,6 @@ class ServingEngine : private StepHooks {
   std::atomic<int> queued_{0};  // slots held: arrived and not yet run, for the 503 check
   std::string fatal_;             // set: no step can run any more (why)
   int64_t next_id_ = 1;
-  std::vector<float> raw_;        // a row's logits before sampling (for logprobs), reused
-  std::vector<int32_t> top_ids_;  // token ids ranked for top logprobs, reused
   std::chrono::steady_clock::time_point t0_;
   std::thread thread_;
 };

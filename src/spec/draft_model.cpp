@@ -41,7 +41,7 @@ std::unique_ptr<DraftModelProposer> DraftModelProposer::load(LoadOptions options
 }
 
 std::vector<int32_t> DraftModelProposer::propose(const std::vector<int32_t>& history, int max) {
-  return propose(std::vector<Request>{{0, &history, max}})[0];
+  return propose(std::vector<DraftRequest>{{0, &history, max}})[0];
 }
 
 void DraftModelProposer::forget(int32_t seq) { sched_.remove(seq); }
@@ -50,10 +50,13 @@ void DraftModelProposer::forget(int32_t seq) { sched_.remove(seq); }
 // (at least the last token runs again, for its logits), the rest is rolled
 // back through the scheduler, which frees those positions' blocks.
 void DraftModelProposer::sync(int32_t seq, const std::vector<int32_t>& h) {
-  SchedRequest* rec = sched_.find(seq);
+  Request* rec = sched_.find(seq);
   if (!rec) {
-    sched_.add(seq, seq, h, 0, 0);
-    sched_.find(seq)->prefix_cache = false;
+    auto r = std::make_unique<Request>();
+    r->id = r->seq = seq;
+    r->params.prompt = h;
+    r->params.prefix_cache = false;
+    sched_.add(std::move(r));
     return;
   }
   const auto len = static_cast<int64_t>(h.size());
@@ -65,7 +68,7 @@ void DraftModelProposer::sync(int32_t seq, const std::vector<int32_t>& h) {
     for (const BlockCopies& c : sched_.update({{seq, common}})) d_.kv->store().copy(c);
 }
 
-std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<Request>& requests) {
+std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<DraftRequest>& requests) {
   const auto nr = requests.size();
   const int64_t nv = d_.model->config().n_vocab;
   std::vector<std::vector<int32_t>> drafts(nr);
@@ -90,7 +93,7 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<
     if (plan.items.empty()) break;
     b.clear();
     for (const auto& item : plan.items) {
-      const SchedRequest& rec = *sched_.find(item.id);
+      const Request& rec = *sched_.find(item.id);
       const int64_t last = item.first + item.n_tokens - 1;
       for (int64_t i = item.first; i <= last; i++)
         b.add(rec.tokens[i], static_cast<int32_t>(i), item.seq, item.logits && i == last);
@@ -113,7 +116,7 @@ std::vector<std::vector<int32_t>> DraftModelProposer::propose(const std::vector<
   }
   // What was not fed (a draft left when the cache ran out) is not the sequence's.
   for (const auto& [seq, r] : of_seq) {
-    SchedRequest* rec = sched_.find(seq);
+    Request* rec = sched_.find(seq);
     rec->tokens.resize(static_cast<size_t>(rec->num_computed_tokens));
   }
   return drafts;

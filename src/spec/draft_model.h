@@ -20,8 +20,6 @@ namespace kestrel {
 
 class DraftModelProposer : public Proposer {
  public:
-  using Request = DraftRequest;  // its seq is also the draft's sequence
-
   // Throws Error when the vocabularies differ in size.
   DraftModelProposer(LoadedModel& draft, int64_t target_n_vocab);
   // Loads the draft model (options.model_path) with the target's context and
@@ -31,7 +29,7 @@ class DraftModelProposer : public Proposer {
   std::vector<int32_t> propose(const std::vector<int32_t>& history, int max);
   const char* name() const override { return "draft"; }
   // Drafts for every request, in order (empty for one the draft's cache has no room for).
-  std::vector<std::vector<int32_t>> propose(const std::vector<Request>& requests) override;
+  std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& requests) override;  // each seq is also the draft's sequence
   // Frees a sequence's draft cache (its request is gone).
   void forget(int32_t seq) override;
 

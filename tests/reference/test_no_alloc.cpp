@@ -141,28 +141,32 @@ void check_executor_steps(const SamplingParams& sampling) {
   xc.scheduler.max_batch_tokens = e.model->max_batch_tokens();
   xc.scheduler.prefill_chunk = e.model->max_batch_tokens();
   StepExecutor exec(e, xc);
-  struct Quiet : StepHooks {
-    int ended = 0;
-    bool on_token(int64_t, int32_t, bool) override { return true; }
-    void on_end(int64_t, EndReason) override { ended++; }
-  } hooks;
   for (int i = 0; i < 4; i++) {
-    ExecRequest r;
-    r.id = i + 1;
-    r.seq = i + 1;
-    for (int t = 0; t < 10 + i; t++) r.prompt.push_back(1 + (t * 7 + i) % 500);
-    r.sampling = sampling;
-    r.max_tokens = 200;
-    r.ignore_eos = true;
-    exec.add(r);
+    auto r = std::make_unique<Request>();
+    r->id = i + 1;
+    r->seq = i + 1;
+    for (int t = 0; t < 10 + i; t++) r->params.prompt.push_back(1 + (t * 7 + i) % 500);
+    r->params.sampling = sampling;
+    r->params.max_tokens = 200;
+    r->params.ignore_eos = true;
+    exec.add(std::move(r));
   }
-  for (int step = 0; step < 20; step++) exec.step(step, hooks);  // warm-up: prefill and the first decodes
+  int ended = 0, tokens = 0;
+  auto step = [&](int now) {
+    for (const RequestOutput& out : exec.step(now)) {
+      ended += out.finished;
+      tokens += static_cast<int>(out.tokens.size());
+    }
+  };
+  for (int i = 0; i < 20; i++) step(i);  // warm-up: prefill and the first decodes
   const int64_t before = exec.record(1)->num_tokens();
+  tokens = 0;
   EXPECT_EQ(allocations_during([&] {
-              for (int step = 20; step < 60; step++) exec.step(step, hooks);
+              for (int i = 20; i < 60; i++) step(i);
             }),
             0);
-  EXPECT_EQ(hooks.ended, 0);
+  EXPECT_EQ(ended, 0);
+  EXPECT_EQ(tokens, 4 * 40);  // every request's token of every step came out
   EXPECT_EQ(exec.record(1)->num_tokens(), before + 40);  // forty real decode steps, across block boundaries
   EXPECT_GT(e.kv->blocks().n_cached_blocks() + e.kv->blocks().n_used_blocks(), 4 * 3);
 }

@@ -69,26 +69,28 @@ class TwoInFlight final : public Model {
   std::vector<int> order_;
 };
 
-struct Collect : StepHooks {
+// What each request generated, and which ended, from the steps' outputs.
+struct Collect {
   std::map<int64_t, std::vector<int32_t>> tokens;
   std::set<int64_t> ended;
-  bool on_token(int64_t id, int32_t t, bool) override {
-    tokens[id].push_back(t);
-    return true;
+  void read(const StepReport& rep) {
+    for (const RequestOutput& out : rep) {
+      for (const TokenOutput& t : out.tokens) tokens[out.id].push_back(t.token);
+      if (out.finished) ended.insert(out.id);
+    }
   }
-  void on_end(int64_t id, EndReason) override { ended.insert(id); }
 };
 
 constexpr int kRequests = 5;
 
-ExecRequest request(int i) {
-  ExecRequest r;
-  r.id = i + 1;
-  r.seq = i;
-  for (int t = 0; t < 6 + 3 * i; t++) r.prompt.push_back(1 + (t * 13 + i * 7) % 500);
-  r.sampling.temperature = 0.0f;
-  r.max_tokens = 12 + 5 * i;  // they end at different steps
-  r.ignore_eos = true;
+std::unique_ptr<Request> request(int i) {
+  auto r = std::make_unique<Request>();
+  r->id = i + 1;
+  r->seq = i;
+  for (int t = 0; t < 6 + 3 * i; t++) r->params.prompt.push_back(1 + (t * 13 + i * 7) % 500);
+  r->params.sampling.temperature = 0.0f;
+  r->params.max_tokens = 12 + 5 * i;  // they end at different steps
+  r->params.ignore_eos = true;
   return r;
 }
 
@@ -118,7 +120,8 @@ std::map<int64_t, std::vector<int32_t>> generate(bool pipelined, int64_t cancel_
   for (int step = 0; hooks.ended.size() + (cancelled && cancel_id > 0) < kRequests; step++) {
     EXPECT_LT(step, 500) << "the requests never end";
     if (step >= 500) break;
-    const StepReport rep = exec.step(step, hooks);
+    const StepReport rep = exec.step(step);
+    hooks.read(rep);
     EXPECT_TRUE(rep.ran);
     reported += rep.pipelined;
     if (!cancelled && exec.record(cancel_id) && exec.record(cancel_id)->in_flight && !hooks.tokens[cancel_id].empty()) {
@@ -138,7 +141,7 @@ std::map<int64_t, std::vector<int32_t>> generate(bool pipelined, int64_t cancel_
 TEST(StepPipelining, TwoStepsInFlightGenerateWhatOneAtATimeDoes) {
   const auto alone = generate(false, 0);
   ASSERT_EQ(alone.size(), static_cast<size_t>(kRequests));
-  for (int i = 0; i < kRequests; i++) ASSERT_EQ(alone.at(i + 1).size(), static_cast<size_t>(request(i).max_tokens));
+  for (int i = 0; i < kRequests; i++) ASSERT_EQ(alone.at(i + 1).size(), static_cast<size_t>(request(i)->params.max_tokens));
   int overlapped = 0;
   const auto piped = generate(true, 0, &overlapped);
   EXPECT_EQ(piped, alone);

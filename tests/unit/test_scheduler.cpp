@@ -29,7 +29,7 @@ void add(Scheduler& s, int64_t id, int64_t n, double arrival = 0, int priority =
 void run(Scheduler& s, const StepPlan& p) {
   std::vector<StepOutcome> out;
   for (const auto& it : p.items) {
-    SchedRequest* r = s.find(it.id);
+    Request* r = s.find(it.id);
     ASSERT_NE(r, nullptr);
     if (it.logits) r->tokens.push_back(7);
     out.push_back({it.id, it.first + it.n_tokens});
@@ -155,7 +155,7 @@ TEST(Scheduler, PreemptsTheRequestThatWouldRunLastWhenBlocksRunOut) {
   EXPECT_EQ(tokens_of(p, 1), 1);
   EXPECT_EQ(blocks.held_blocks(1), 2);
   EXPECT_EQ(blocks.held_blocks(2), 0);
-  const SchedRequest* r2 = s.find(2);
+  const Request* r2 = s.find(2);
   EXPECT_FALSE(r2->running);
   EXPECT_EQ(r2->num_computed_tokens, 0);
   EXPECT_EQ(r2->num_tokens(), 5);  // prompt + the token it generated: recomputed later
@@ -276,7 +276,7 @@ TEST(Scheduler, DraftsTakeWhatIsLeftOfTheBudgetAndFreeBlocksOnly) {
   EXPECT_TRUE(p.preempted.empty());  // drafts never preempt
   EXPECT_EQ(blocks.length(1), 8);
   // The step rejects request 1's drafts: their positions, and the block they took, go back.
-  SchedRequest* r1 = s.find(1);
+  Request* r1 = s.find(1);
   r1->tokens.push_back(7);
   s.find(2)->tokens.push_back(7);
   s.update({{1, 4}, {2, 4}});

@@ -1,0 +1,70 @@
+#pragma once
+// One request's record, from submission to its end: what the client asked
+// (RequestParams), its progress — the tokens so far and how many of them
+// the KV cache holds, which the scheduler plans from — and its sampling
+// state. The scheduler owns the records; the executor and the fronts (`serve`,
+// `run`) refer to them by id and read what each step did from its outputs
+// (step_executor.h), never from copies.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "grammar/token_constraint.h"
+#include "runtime/draft_length.h"
+#include "runtime/sampler.h"
+
+namespace kestrel {
+
+struct RequestParams {
+  std::vector<int32_t> prompt;  // at least one token (moved into the record's tokens at submission)
+  int priority = 0;             // lower runs earlier (as vLLM)
+  SamplingParams sampling;
+  int64_t max_tokens = 16;        // generated tokens at most (0: prefill only)
+  int64_t max_total_tokens = 0;   // the request ends when prompt + generated reach this (0: the context)
+  bool ignore_eos = false;
+  bool all_logits = false;    // every position's raw logits go to the step's outputs (perplexity-style callers)
+  bool prefix_cache = true;   // may start from (and publish) named blocks of an equal prefix
+  int top_logprobs = -1;      // -1: no logprobs; n >= 0: each token's logprob and the top n alternatives
+  // Structured output: tokens the grammar does not allow are masked before
+  // every sampling, drafts included; the request ends when the grammar can take nothing more.
+  std::shared_ptr<TokenConstraint> constraint;
+};
+
+// Why a request ended.
+enum class FinishReason { Eos, Stop, Length, Context };
+// "eos", "stop", "length", "context" (what `run` reports).
+const char* finish_reason_name(FinishReason r);
+// OpenAI's finish_reason: "stop" for Eos and Stop, "length" for Length and Context.
+const char* openai_finish_reason(FinishReason r);
+
+struct Request {
+  int64_t id = 0;
+  int32_t seq = 0;  // its sequence in the KV ledger
+  double arrival_ms = 0;
+  RequestParams params;
+
+  // Progress: the scheduler plans from these, the executor moves them on.
+  std::vector<int32_t> tokens;      // prompt + generated so far
+  int64_t n_prompt = 0;             // the first n_prompt of them are the prompt
+  int64_t num_computed_tokens = 0;  // of those, tokens whose KV is in the cache
+  int64_t num_cached_tokens = 0;    // prompt tokens the prefix cache served at first admission
+  int draft_want = 0;               // drafted tokens the proposer could add after the next decode token
+  bool running = false;             // admitted (holds KV); false: waiting
+  // In a step that has started and not finished (pipelining across steps):
+  // not planned again, not preempted, until the executor clears it.
+  bool in_flight = false;
+  bool admitted_once = false;
+  bool scheduled = false;  // its first step has been planned (it left the queue)
+
+  // Sampling state (set by the executor).
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<DraftLength> draft_length;  // with speculation
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t generated() const { return num_tokens() - n_prompt; }
+  bool decoding() const { return running && num_tokens() - num_computed_tokens == 1; }
+  int priority() const { return params.priority; }
+  bool prefix_cache() const { return params.prefix_cache; }
+};
+
+}  // namespace kestrel
