@@ -70,7 +70,9 @@ class Matmul {
   std::vector<int32_t> sums_;      // their per-lane sums, for the int8 tiles
   std::vector<uint16_t> xbf16_;    // activations rounded to BF16 for BF16 weights
   std::vector<float> xrounded_;    // activations rounded through F16 for F16 weights
-  std::vector<uint8_t> xpacked_;   // activations in the packed kernels' token tiles
+  std::vector<uint8_t> xpacked_;   // activations in the packed kernels' token tiles (from tile_start())
+  static constexpr uintptr_t kTileAlign = 4096, kTileOffset = 2048;
+  static uint8_t* tile_start(uint8_t* p);
 };
 
 
