@@ -134,6 +134,26 @@ class ProfilingBackend final : public ForwardingBackend {
     timed("add_bias", layer_, 8.0 * rows * dim, static_cast<double>(rows * dim),
           [&] { in_.add_bias(x, b, rows, dim); });
   }
+  void fill(Act x, int64_t n, float value) override {
+    timed("fill", layer_, 4.0 * n, 0, [&] { in_.fill(x, n, value); });
+  }
+  void copy(Act dst, int64_t ds, Act src, int64_t ss, int64_t rows, int64_t cols) override {
+    timed("copy", layer_, 8.0 * rows * cols, 0, [&] { in_.copy(dst, ds, src, ss, rows, cols); });
+  }
+  void gather_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
+    timed("gather_rows", layer_, 8.0 * n * dim, 0, [&] { in_.gather_rows(dst, src, rows, n, dim); });
+  }
+  void scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
+    timed("scatter_rows", layer_, 8.0 * n * dim, 0, [&] { in_.scatter_rows(dst, src, rows, n, dim); });
+  }
+  void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* w, int64_t n, int64_t dim) override {
+    timed("scatter_add_rows", layer_, 12.0 * n * dim, 2.0 * n * dim,
+          [&] { in_.scatter_add_rows(dst, src, rows, w, n, dim); });
+  }
+  void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
+                    Act dst) override {
+    timed("read_kv_rows", layer_, 8.0 * len * k_width, 0, [&] { in_.read_kv_rows(view, table, len, k_width, dst); });
+  }
   void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
     timed("write_kv", layer_, 4.0 * n * (view.k_width + (view.v ? view.v_width : 0)), 0,
           [&] { in_.write_kv(view, slots, n, k, v); });
