@@ -14,7 +14,7 @@ namespace kestrel {
 const AttentionTiles& avx512_attention_tiles();  // kernels/x86/attention_avx512.cpp
 
 const AttentionTiles* attention_tiles(IsaLevel isa) {
-  return single_table(IsaNeed::Avx512, isa, KESTREL_SIMD_TABLE(avx512_attention_tiles));
+  return single_table<AttentionTiles>(IsaNeed::Avx512, isa, KESTREL_SIMD_TABLE(avx512_attention_tiles));
 }
 
 namespace {

@@ -7,7 +7,7 @@ namespace kestrel {
 const FloatTiles& avx512_float_tiles();  // kernels/x86/gemm_float_avx512.cpp
 
 const FloatTiles* float_tiles(IsaLevel isa) {
-  return single_table(IsaNeed::Avx512, isa, KESTREL_SIMD_TABLE(avx512_float_tiles));
+  return single_table<FloatTiles>(IsaNeed::Avx512, isa, KESTREL_SIMD_TABLE(avx512_float_tiles));
 }
 
 }  // namespace kestrel

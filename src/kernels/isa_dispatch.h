@@ -44,6 +44,7 @@ inline bool isa_runs(IsaNeed need, IsaLevel isa = selected_isa()) {
 // is the accessor's table in a build with the SIMD files (null without: the
 // accessor is then neither defined nor called), and single_table() keeps it
 // where the CPU runs `need` at this ISA level — null otherwise, never a stub.
+// (Callers name the table type: a build without the SIMD files passes nullptr.)
 #ifdef KESTREL_HAVE_AVX2_KERNELS
 #define KESTREL_SIMD_TABLE(accessor) (&(accessor)())
 #else

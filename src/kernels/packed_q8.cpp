@@ -564,7 +564,7 @@ void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const 
 const PackedGemm& avx512vnni_packed_gemm();  // kernels/x86/packed_q8_avx512vnni.cpp
 
 const PackedGemm* packed_gemm(IsaLevel isa) {
-  return single_table(IsaNeed::Avx512Vnni, isa, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm));
+  return single_table<PackedGemm>(IsaNeed::Avx512Vnni, isa, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm));
 }
 
 }  // namespace kestrel
