@@ -59,9 +59,9 @@ const CpuFeatures& cpu_features() {
 }
 
 IsaLevel selected_isa() {
-  const auto& f = cpu_features();
   IsaLevel best = IsaLevel::Scalar;
 #ifdef KESTREL_HAVE_AVX2_KERNELS
+  const auto& f = cpu_features();
   if (f.avx2 && f.fma && f.f16c) best = IsaLevel::Avx2;
   if (best == IsaLevel::Avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) best = IsaLevel::Avx512;
 #endif
