@@ -96,10 +96,12 @@ nlohmann::json to_json(const BenchResult& r) {
           {"roofline_ts", r.roofline_ts}, {"roofline_fraction", r.roofline_fraction},
           {"roofline_basis", r.roofline_basis}, {"weight_bytes_per_token", r.weight_bytes_per_token},
           {"flops_per_token", r.flops_per_token}, {"kv_type", r.kv_type},
-          {"kv_bytes_per_token", r.kv_bytes_per_token}};
+          {"kv_bytes_per_token", r.kv_bytes_per_token}, {"warning", r.warning}};
 }
 
 void print_results(const std::vector<BenchResult>& rs, const std::string& format) {
+  for (const auto& r : rs)
+    if (!r.warning.empty()) fmt::print(stderr, "bench: warning: {}\n", r.warning);
   if (format == "json") {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : rs) arr.push_back(to_json(r));
@@ -123,6 +125,8 @@ void print_results(const std::vector<BenchResult>& rs, const std::string& format
                  r.stddev_ts, r.roofline_ts, 100.0 * r.roofline_fraction);
     fmt::print("\nrooflines:\n");
     for (const auto& r : rs) fmt::print("  {} {}: {}\n", r.model_type, r.test.name, r.roofline_basis);
+    for (const auto& r : rs)
+      if (!r.warning.empty()) fmt::print("\nwarning: {}\n", r.warning);
   }
 }
 

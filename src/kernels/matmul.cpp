@@ -80,7 +80,7 @@ const MatmulKernel& Matmul::prepare(ThreadPool& pool, const Weight& w, const flo
     case ActPrep::Bf16: {
       if (xbf16_.size() < static_cast<size_t>(n * cols)) xbf16_.resize(static_cast<size_t>(n * cols));
       uint16_t* xb = xbf16_.data();
-      pool.parallel_for(n, [&](int64_t t0, int64_t t1) { k.bf16->convert(x + t0 * cols, xb + t0 * cols, (t1 - t0) * cols); });
+      pool.parallel_for(n, [&](int64_t t0, int64_t t1) { k.to_bf16(x + t0 * cols, xb + t0 * cols, (t1 - t0) * cols); });
       in_.bf16 = xb;
       break;
     }

@@ -31,8 +31,7 @@ void rows_float_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t 
       const float* xt = in.x + t * cols;
       float v;
       if (w.type == GgmlType::F32) v = k.dots->dot_f32(static_cast<const float*>(wr), xt, cols);
-      else if (w.type == GgmlType::F16) v = k.dots->dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
-      else v = k.dots->dot_bf16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+      else v = k.dots->dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
       y[t * ldy + r] = v;
     }
   }
@@ -42,6 +41,15 @@ void rows_float_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_
                       int64_t ldy) {
   k.floats->gemm(w.type, static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
                  in.tuning->float_token_chunk);
+}
+
+void rows_bf16_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                   int64_t ldy) {
+  const int64_t cols = w.cols();
+  for (int64_t r = r0; r < r1; r++) {
+    const auto* wr = reinterpret_cast<const uint16_t*>(w.row(r));
+    for (int64_t t = 0; t < in.n; t++) y[t * ldy + r] = k.dots->dot_bf16_bf16(wr, in.bf16 + t * cols, cols);
+  }
 }
 
 void rows_bf16_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
@@ -165,15 +173,22 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
   };
 
   // Float weights: row dots for one token, 4x4 tiles for batches where the
-  // ISA has them; BF16 against bf16-rounded activations where the CPU has
-  // the bf16 dot (every batch size, as llama.cpp rounds them too).
+  // ISA has them; BF16 always against bf16-rounded activations, as llama.cpp
+  // rounds them on every CPU (its vec_dot_type), with the bf16 dot where the
+  // CPU has it (every batch size), else row dots of the two widened to f32.
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     MatmulKernel k = entry(t);
     k.prep = t == GgmlType::F16 ? ActPrep::F16Rounded : ActPrep::Float;
     k.one = k.many = rows_float_dot;
-    if (t == GgmlType::BF16 && bf16) {
+    if (t == GgmlType::BF16 && !bf16) {
+      k.prep = ActPrep::Bf16;
+      k.to_bf16 = dots_.round_bf16;
+      k.one = k.many = rows_bf16_dot;
+      k.name = fmt::format("bf16 x bf16 (activations rounded): fma row dot of the two widened to f32 ({})", dot_isa);
+    } else if (t == GgmlType::BF16) {
       k.prep = ActPrep::Bf16;
       k.bf16 = bf16;
+      k.to_bf16 = bf16->convert;
       k.one = k.many = rows_bf16_tiles;
       k.granule_one = k.granule_many = 4;
       k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps, tiled 4x4 ({})", bf16->isa);
@@ -254,12 +269,10 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
       k.packed = packed;
       k.one = k.many = rows_packed;
       k.granule_one = k.granule_many = PackedWeight::kRowsPerGroup;
-      // The k-quants' kernel (integer sub-block scales) runs one row group at a time, 8 tokens a pass.
+      // The k-quants' kernel (integer sub-block scales) has its own blocking.
       const bool k_quant = traits(plain.type).block_size == 256 && plain.type != GgmlType::IQ4_XS;
-      k.name = fmt::format(
-          "{} repacked in 16-row groups x {}: vpdpbusd, one block per lane; {} rows x {} tokens for batches, "
-          "16 rows x 1 token for decode ({})",
-          type_name(plain.type), activation_format_name(k.act), k_quant ? 16 : 32, k_quant ? 8 : 4, packed->isa);
+      k.name = fmt::format("{} repacked in 16-row groups x {}: {} ({})", type_name(plain.type),
+                           activation_format_name(k.act), k_quant ? packed->k_quants : packed->blocks, packed->isa);
       entries_.push_back(k);
     }
 }

@@ -60,6 +60,8 @@ struct MatmulKernel {
   std::string name;       // what runs, e.g. "q4_0 x q8_0: vpdpbusd row dot for 1 token, ..."
   ActPrep prep = ActPrep::Float;
   ActFormat act = ActFormat::Q8_0;  // Quantized / Packed: the activations' format
+  // Bf16: n activations rounded to BF16.
+  void (*to_bf16)(const float* x, uint16_t* dst, int64_t n) = nullptr;
   // Quantized / Packed: one token's row of n activations into act's format.
   void (*quantize)(const MatmulKernel& k, const float* x, void* out, int64_t n) = nullptr;
   bool lane_sums = false;  // the batch kernel reads the int8 tiles' lane sums

@@ -562,9 +562,12 @@ void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const 
 }
 
 const PackedGemm& avx512vnni_packed_gemm();  // kernels/x86/packed_q8_avx512vnni.cpp
+const PackedGemm& avx2_packed_gemm();        // kernels/x86/packed_q8_avx2.cpp
 
 const PackedGemm* packed_gemm(IsaLevel isa) {
-  return single_table<PackedGemm>(IsaNeed::Avx512Vnni, isa, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm));
+  if (const auto* t = single_table<PackedGemm>(IsaNeed::Avx512Vnni, isa, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm)))
+    return t;
+  return single_table<PackedGemm>(IsaNeed::Avx2, isa, KESTREL_SIMD_TABLE(avx2_packed_gemm));
 }
 
 }  // namespace kestrel

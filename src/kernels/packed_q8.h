@@ -256,12 +256,17 @@ void pack_activations_q8k(PackedKind kind, const BlockQ8_K* x, int64_t n_tokens,
 // rounded up to whole token tiles.
 void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy);
-// The same results bit for bit with AVX-512 VNNI: the table when compiled
-// in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
+// The same results bit for bit with SIMD: AVX-512 VNNI's vpdpbusd where the
+// CPU has it, else AVX2's vpmaddubsw/vpmaddwd (kernels/x86/packed_q8_*.cpp);
+// the best table compiled in that the CPU runs at this ISA level
+// (isa_dispatch.h), else null.
 struct PackedGemm {
   const char* isa;
   void (*gemm)(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y, int64_t ldy,
                int64_t token_chunk);
+  // What `kestrel hw` says runs, for the 32-element kinds and IQ4_XS, and for the k-quants.
+  const char* blocks;
+  const char* k_quants;
 };
 const PackedGemm* packed_gemm(IsaLevel isa = selected_isa());
 

@@ -158,6 +158,15 @@ BenchResult run_bench(LoadedModel& e, const std::string& path, const BenchTest& 
   } else if (r.roofline_ts > 0) {
     r.roofline_fraction = r.avg_ts / r.roofline_ts;
   }
+  // Faster than the machine's limit: the limit is wrong, not the speed.
+  if (r.roofline_fraction > 1.0)
+    r.warning = probe ? fmt::format("{} ran at {:.0f}% of its roofline: the limits probed before the repetitions look "
+                                    "low (the machine was busy while probing); run it again on a quiet machine",
+                                    test.name, 100 * r.roofline_fraction)
+                      : fmt::format("{} ran at {:.0f}% of its roofline: the cached limits (measured {}) look stale, "
+                                    "probably measured while the machine was busy; measure them again with "
+                                    "`kestrel hw --measure` (or bench with --measure)",
+                                    test.name, 100 * r.roofline_fraction, lim.measured_at);
   return r;
 }
 

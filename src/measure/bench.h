@@ -34,6 +34,9 @@ struct BenchResult {
   std::string kv_type;
   std::string kv_bytes;  // KvLayout::describe_bytes()
   int64_t kv_bytes_per_token = 0;
+  // Set when the test ran faster than its roofline (a fraction above 1.0): the limits it was held to look
+  // stale, and how to measure them again.
+  std::string warning;
 };
 
 // Runs one test `repetitions` times after one warm-up run, against `limits`;

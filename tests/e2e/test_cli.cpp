@@ -237,6 +237,36 @@ TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
   EXPECT_NE(run_kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
 }
 
+// A roofline fraction above 1.0 means the cached limits are wrong (measured on a busy machine): bench says so
+// and how to measure again, in the table, in JSON and on stderr; within the limits it says nothing.
+TEST_F(CliWithLimits, BenchWarnsWhenFasterThanStaleLimits) {
+  const std::string model = dir_.file("m.gguf");
+  ASSERT_EQ(run_kestrel({"synth", "--preset", "tiny", "--type", "q8_0", "-o", model}).exit_code, 0);
+  const auto fine = run_kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1"});
+  ASSERT_EQ(fine.exit_code, 0) << fine.err;
+  EXPECT_THAT(fine.out + fine.err, Not(HasSubstr("warning")));
+
+  MeasuredLimits slow;  // a machine a thousand times slower than any that runs this
+  slow.threads = 1;
+  slow.read_bandwidth_gbs = 0.001;
+  slow.f32_fma_gflops = slow.int8_dot_gops = 0.001;
+  slow.f32_isa = slow.int8_isa = "test";
+  slow.measured_at = "2026-01-02T03:04:05Z";
+  store_limits(slow);
+  const auto md = run_kestrel({"bench", "-m", model, "-p", "8", "-n", "4", "-r", "1", "-t", "1"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_THAT(md.out, HasSubstr("warning: tg4 ran at"));
+  EXPECT_THAT(md.out, HasSubstr("cached limits (measured 2026-01-02T03:04:05Z) look stale"));
+  EXPECT_THAT(md.out, HasSubstr("kestrel hw --measure"));
+  EXPECT_THAT(md.err, HasSubstr("bench: warning: pp8 ran at"));
+  const auto js = run_kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--json"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const auto rows = nlohmann::json::parse(js.out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(rows[0]["roofline_fraction"].get<double>(), 1.0);
+  EXPECT_THAT(rows[0]["warning"].get<std::string>(), HasSubstr("look stale"));
+}
+
 TEST_F(CliWithLimits, DeepseekSynthRunsBothMlaModesAndBenchCountsRoutedExperts) {
   const std::string model = dir_.file("ds.gguf");
   // f32: the two MLA modes then differ by summation order only (with Q8_0

@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iostream>
 
 #include "formats/block_formats.h"
+#include "formats/fp16.h"
 #include "core/error.h"
 #include "kernels/dot.h"
 #include "kernels/kquant_dot.h"
@@ -108,9 +111,16 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
       }
 }
 
-TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
-  const PackedGemm* vnni = packed_gemm();
-  if (!vnni) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build";
+// Every SIMD table this CPU runs (AVX2's vpmaddubsw kernels, AVX-512 VNNI's), each level forced in turn.
+std::vector<const PackedGemm*> simd_packed_gemms() {
+  std::vector<const PackedGemm*> out;
+  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
+    if (const PackedGemm* g = packed_gemm(isa); g && std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
+  return out;
+}
+
+void expect_kernel_equals_reference(const PackedGemm& simd) {
+  std::cout << "[ path     ] packed gemm: " << simd.isa << "\n";
   for (GgmlType type : kCompactTypes)
     for (int64_t rows : {1, 16, 33, 70})
       for (int64_t cols : {32, 160, 2080, 768})
@@ -125,11 +135,76 @@ TEST(PackedQ8, VnniKernelEqualsReferenceBitForBit) {
           // A token chunk smaller than the token count and a group range split
           // in two.
           const int64_t mid = packed->n_groups / 2;
-          vnni->gemm(*packed, 0, mid, a.view, got.data(), ldy, 5);
-          vnni->gemm(*packed, mid, packed->n_groups, a.view, got.data(), ldy, 5);
+          simd.gemm(*packed, 0, mid, a.view, got.data(), ldy, 5);
+          simd.gemm(*packed, mid, packed->n_groups, a.view, got.data(), ldy, 5);
           for (size_t i = 0; i < want.size(); i++)
-            ASSERT_EQ(got[i], want[i]) << type_name(type) << " " << rows << "x" << cols << " n=" << n << " at " << i;
+            ASSERT_EQ(got[i], want[i]) << simd.isa << " " << type_name(type) << " " << rows << "x" << cols
+                                       << " n=" << n << " at " << i;
         }
+}
+
+TEST(PackedQ8, SimdKernelsEqualReferenceBitForBit) {
+  const auto tables = simd_packed_gemms();
+  if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU/build: only the reference runs";
+  for (const PackedGemm* t : tables) expect_kernel_equals_reference(*t);
+}
+
+// Every quant byte and high bit of a packed matrix set to `fill` (its scales as quantized).
+void fill_packed_levels(const PackedWeight& pw, uint8_t fill) {
+  auto writable = [](const void* p) { return const_cast<uint8_t*>(static_cast<const uint8_t*>(p)); };
+  const bool high_bits = pw.kind == PackedKind::Q3_K || pw.kind == PackedKind::Q5_K || pw.kind == PackedKind::Q6_K;
+  for (int64_t g = 0; g < pw.n_groups; g++)
+    for (int64_t b = 0; b < pw.n_blocks; b++) {
+      std::memset(writable(pw.block_quants(g, b)), fill, pw.quant_bytes_per_block());
+      if (pw.has_qh_of(pw.kind)) std::memset(writable(pw.block_qh(g, b)), fill, 4 * PackedWeight::kRowsPerGroup);
+      if (high_bits)
+        std::memset(writable(pw.high_bits(g, b)), fill,
+                    4 * PackedWeight::kRowsPerGroup * (pw.kind == PackedKind::Q6_K ? 2 : 1));
+    }
+}
+
+// The extremes the int16 sums of the AVX2 kernels must hold without saturating: every weight at its
+// largest level (0xFF: 15, 31, 63, Q8_0's 127, IQ4's 113, MXFP4's -12), its smallest (0x00: Q8_0's -128,
+// IQ4's -127), MXFP4's 12 and IQ4's -10 (0x77, 0x88), against activations all +127 or all -127.
+TEST(PackedQ8, SimdKernelsHoldExtremeLevels) {
+  const auto tables = simd_packed_gemms();
+  if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU/build: only the reference runs";
+  for (GgmlType type : kCompactTypes) {
+    const int64_t rows = 16, cols = 256;
+    const auto m = random_matrix(type, rows, cols, 11);
+    for (uint8_t fill : {uint8_t{0xFF}, uint8_t{0x00}, uint8_t{0x77}, uint8_t{0x88}}) {
+      const auto packed = pack_weight(m.w);
+      fill_packed_levels(*packed, fill);
+      for (int sign : {1, -1}) {
+        const int64_t n = 5, nb = cols / kQK8_0;
+        std::vector<uint8_t> bytes(packed_activation_bytes(n, nb));
+        if (needs_per_256(type)) {
+          std::vector<BlockQ8_K> q(n * cols / 256);
+          for (auto& b : q) {
+            b = BlockQ8_K{};
+            b.d = 0.01f;
+            std::fill(std::begin(b.qs), std::end(b.qs), static_cast<int8_t>(127 * sign));
+            for (int j = 0; j < 16; j++) b.bsums[j] = static_cast<int16_t>(16 * 127 * sign);
+          }
+          pack_activations_q8k(packed->kind, q.data(), n, nb, 0, 1, bytes.data());
+        } else {
+          std::vector<BlockQ8_0> q(n * nb);
+          for (auto& b : q) {
+            b.d = fp32_to_fp16(0.01f);
+            std::fill(std::begin(b.qs), std::end(b.qs), static_cast<int8_t>(127 * sign));
+          }
+          pack_activations(packed->kind, q.data(), n, nb, 0, 1, bytes.data());
+        }
+        const PackedActivations view{bytes.data(), n, nb};
+        std::vector<float> want(n * rows), got(n * rows);
+        packed_gemm_reference(*packed, 0, packed->n_groups, view, want.data(), rows);
+        for (const PackedGemm* t : tables) {
+          t->gemm(*packed, 0, packed->n_groups, view, got.data(), rows, 8);
+          ASSERT_EQ(got, want) << t->isa << " " << type_name(type) << " quants 0x" << std::hex << int{fill};
+        }
+      }
+    }
+  }
 }
 
 TEST(PackedQ8, MatmulWithPackedWeightsMatchesTheFileLayout) {
@@ -138,7 +213,7 @@ TEST(PackedQ8, MatmulWithPackedWeightsMatchesTheFileLayout) {
   // order, so equal to float rounding (Q4_1/Q5_1 meet Q8_1 activations with
   // their stored sums on both paths).
   const int64_t rows = 50, cols = 256;
-  if (!packed_gemm()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU/build: the kernel table has no repacked entries";
+  if (!packed_gemm()) GTEST_SKIP() << "no AVX2 on this CPU/build: the kernel table has no repacked entries";
   for (GgmlType type : kCompactTypes) {
     ASSERT_TRUE(matmul_kernels().repacks(type)) << type_name(type);
     auto m = random_matrix(type, rows, cols, 3);

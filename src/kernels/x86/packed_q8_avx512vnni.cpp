@@ -438,7 +438,9 @@ static void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, cons
 }
 
 const PackedGemm& avx512vnni_packed_gemm() {
-  static const PackedGemm t{"avx512 vnni", packed_gemm_vnni};
+  static const PackedGemm t{"avx512 vnni", packed_gemm_vnni,
+                           "vpdpbusd, one block per lane; 32 rows x 4 tokens for batches, 16 rows x 1 token for decode",
+                           "vpdpbusd, one block per lane; 16 rows x 8 tokens for batches, 16 rows x 1 token for decode"};
   return t;
 }
 
