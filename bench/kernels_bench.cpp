@@ -43,13 +43,15 @@ WeightBuffer make_weight(GgmlType type, int64_t rows, int64_t cols) {
 }
 
 // args: type, rows, cols, tokens, threads, isa (0 scalar, 1 avx2, 2 avx512,
-// 3 avx512 with the weights repacked as the engine does by default)
+// 3 avx512 with the weights repacked as the engine does by default, 4 avx2 repacked)
 void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
   const int threads = static_cast<int>(state.range(4));
-  const bool repack = state.range(5) == 3;
-  const auto isa = repack ? IsaLevel::Avx512 : static_cast<IsaLevel>(state.range(5));
+  const bool repack = state.range(5) >= 3;
+  const auto isa = state.range(5) == 3 ? IsaLevel::Avx512
+                   : state.range(5) == 4 ? IsaLevel::Avx2
+                                         : static_cast<IsaLevel>(state.range(5));
   const MatmulKernels& kernels = matmul_kernels_for(isa);
   if (static_cast<int>(isa) > static_cast<int>(selected_isa()) || (repack && !kernels.repacks(type))) {
     state.SkipWithError("ISA not available on this CPU");
@@ -103,6 +105,16 @@ void MatmulShapes(benchmark::internal::Benchmark* b) {
     for (int isa : {1, 2}) b->Args({static_cast<int64_t>(type), 5632, 2048, 1, 1, isa});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The repacked kernels per core at a prefill shape (2048 x 2048, 128 tokens), AVX2 (4) against AVX-512 VNNI
+// (3): every kind, GFLOP/s counts int8 multiply-adds as 2.
+void PackedPrefillShapes(benchmark::internal::Benchmark* b) {
+  for (auto type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
+                    GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                    GgmlType::Q6_K})
+    for (int isa : {4, 3}) b->Args({static_cast<int64_t>(type), 2048, 2048, 128, 1, isa});
+}
+BENCHMARK(BM_Matmul)->Name("BM_PackedPrefill")->Apply(PackedPrefillShapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Decode as a model runs it: one token through a sequence of distinct
 // matrices (copies of one, repacked, 512 MiB in all) so that every call reads

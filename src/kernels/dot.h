@@ -14,11 +14,6 @@ struct DotKernels {
   float (*dot_f32)(const float* w, const float* x, int64_t n);
   float (*dot_f16_f32)(const uint16_t* w, const float* x, int64_t n);
   float (*dot_bf16_f32)(const uint16_t* w, const float* x, int64_t n);
-  // BF16 weights against activations already rounded to BF16 (llama.cpp's pairing where the CPU has no
-  // bf16 dot instruction: products of the two widened to f32).
-  float (*dot_bf16_bf16)(const uint16_t* w, const uint16_t* x, int64_t n);
-  // dst[i] = x[i] rounded to BF16 (nearest even, NaN kept quiet: ggml's GGML_FP32_TO_BF16), n floats.
-  void (*round_bf16)(const float* x, uint16_t* dst, int64_t n);
   // Quantized weights meet activations quantized to Q8_0 (as ggml does).
   float (*dot_q8_0_q8_0)(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n);
   float (*dot_q4_0_q8_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n);

@@ -20,21 +20,11 @@ float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
   return sum;
 }
 
+// ggml's scalar bf16 order: each product in float, the sum in double.
 float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; i++) sum += bf16_to_fp32(w[i]) * x[i];
-  return sum;
-}
-
-// ggml's scalar order: each product in float, the sum in double.
-float dot_bf16_bf16(const uint16_t* w, const uint16_t* x, int64_t n) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; i++) sum += static_cast<double>(bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]));
+  for (int64_t i = 0; i < n; i++) sum += static_cast<double>(bf16_to_fp32(w[i]) * x[i]);
   return static_cast<float>(sum);
-}
-
-void round_bf16(const float* x, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = fp32_to_bf16(x[i]);
 }
 
 float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t n) {
@@ -77,7 +67,7 @@ void quantize_activations_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
 }  // namespace
 
 const DotKernels& scalar_dot_kernels() {
-  static const DotKernels k{IsaLevel::Scalar, dot_f32, dot_f16_f32, dot_bf16_f32, dot_bf16_bf16, round_bf16,
+  static const DotKernels k{IsaLevel::Scalar, dot_f32, dot_f16_f32, dot_bf16_f32,
                             dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_activations_q8_0, axpy_f32, exp_sum_f32};
   return k;
 }

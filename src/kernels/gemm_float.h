@@ -1,8 +1,9 @@
 #pragma once
 // Tiled matrix multiply for float weight formats (F32, F16, BF16) against
-// float activations: 4 weight rows x 4 tokens per micro-kernel, 16 FMAs per
-// 8 loads, one horizontal sum per output at the end. Used when a batch has
-// several tokens; single tokens use the row dots.
+// float activations: 4 weight rows x 4 tokens per micro-kernel on AVX-512
+// (16 FMAs per 8 loads; 4 x 3 on AVX2, whose 16 registers hold 12
+// accumulators), one horizontal sum per output at the end. Used when a batch
+// has several tokens; single tokens use the row dots.
 #include <cstddef>
 #include <cstdint>
 

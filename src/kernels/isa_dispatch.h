@@ -16,6 +16,7 @@ namespace kestrel {
 // Capabilities a single-version SIMD kernel needs.
 enum class IsaNeed {
   Avx2,        // AVX2 + FMA + F16C
+  AvxVnni,     // ...and AVX-VNNI (the VEX vpdpbusd)
   Avx512,      // AVX-512 F/BW/DQ/VL
   Avx512Vnni,  // ...and VNNI
   Avx512Bf16,  // ...and BF16
@@ -30,6 +31,7 @@ inline bool isa_runs(IsaNeed need, IsaLevel isa = selected_isa()) {
   const bool avx512 = isa == IsaLevel::Avx512 && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
   switch (need) {
     case IsaNeed::Avx2: return avx2;
+    case IsaNeed::AvxVnni: return avx2 && f.avxvnni;
     case IsaNeed::Avx512: return avx512;
     case IsaNeed::Avx512Vnni: return avx512 && f.avx512vnni;
     case IsaNeed::Avx512Bf16: return avx512 && f.avx512bf16;

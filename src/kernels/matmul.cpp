@@ -65,14 +65,19 @@ const MatmulKernel& Matmul::prepare(ThreadPool& pool, const Weight& w, const flo
   in_.tuning = &tuning_;
   switch (k.prep) {
     case ActPrep::Float: break;
-    case ActPrep::F16Rounded: {
-      // ggml multiplies F16 weights with activations rounded to F16 (its
-      // vec_dot_type), accumulating in float: round them the same way.
+    case ActPrep::F16Rounded:
+    case ActPrep::Bf16Rounded: {
+      // ggml multiplies F16 (BF16) weights with activations rounded to F16
+      // (BF16), its vec_dot_type, accumulating in float: round them the same way.
       const int64_t total = n * cols;
       if (xrounded_.size() < static_cast<size_t>(total)) xrounded_.resize(static_cast<size_t>(total));
       float* xr = xrounded_.data();
+      const bool f16 = k.prep == ActPrep::F16Rounded;
       pool.parallel_for(total, [&](int64_t a, int64_t b) {
-        for (int64_t i = a; i < b; i++) xr[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+        if (f16)
+          for (int64_t i = a; i < b; i++) xr[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+        else
+          for (int64_t i = a; i < b; i++) xr[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
       });
       in_.x = xr;
       break;
@@ -80,7 +85,7 @@ const MatmulKernel& Matmul::prepare(ThreadPool& pool, const Weight& w, const flo
     case ActPrep::Bf16: {
       if (xbf16_.size() < static_cast<size_t>(n * cols)) xbf16_.resize(static_cast<size_t>(n * cols));
       uint16_t* xb = xbf16_.data();
-      pool.parallel_for(n, [&](int64_t t0, int64_t t1) { k.to_bf16(x + t0 * cols, xb + t0 * cols, (t1 - t0) * cols); });
+      pool.parallel_for(n, [&](int64_t t0, int64_t t1) { k.bf16->convert(x + t0 * cols, xb + t0 * cols, (t1 - t0) * cols); });
       in_.bf16 = xb;
       break;
     }

@@ -31,7 +31,8 @@ void rows_float_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t 
       const float* xt = in.x + t * cols;
       float v;
       if (w.type == GgmlType::F32) v = k.dots->dot_f32(static_cast<const float*>(wr), xt, cols);
-      else v = k.dots->dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+      else if (w.type == GgmlType::F16) v = k.dots->dot_f16_f32(static_cast<const uint16_t*>(wr), xt, cols);
+      else v = k.dots->dot_bf16_f32(static_cast<const uint16_t*>(wr), xt, cols);
       y[t * ldy + r] = v;
     }
   }
@@ -41,15 +42,6 @@ void rows_float_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_
                       int64_t ldy) {
   k.floats->gemm(w.type, static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
                  in.tuning->float_token_chunk);
-}
-
-void rows_bf16_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
-                   int64_t ldy) {
-  const int64_t cols = w.cols();
-  for (int64_t r = r0; r < r1; r++) {
-    const auto* wr = reinterpret_cast<const uint16_t*>(w.row(r));
-    for (int64_t t = 0; t < in.n; t++) y[t * ldy + r] = k.dots->dot_bf16_bf16(wr, in.bf16 + t * cols, cols);
-  }
 }
 
 void rows_bf16_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
@@ -172,31 +164,32 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
     return k;
   };
 
-  // Float weights: row dots for one token, 4x4 tiles for batches where the
-  // ISA has them; BF16 always against bf16-rounded activations, as llama.cpp
-  // rounds them on every CPU (its vec_dot_type), with the bf16 dot where the
-  // CPU has it (every batch size), else row dots of the two widened to f32.
+  // Float weights: row dots for one token, f32-FMA tiles for batches where
+  // the ISA has them; BF16 always against bf16-rounded activations, as
+  // llama.cpp rounds them on every CPU (its vec_dot_type): with the bf16 dot
+  // where the CPU has it (every batch size), else in f32 FMAs of the two
+  // widened (the products are exact in f32).
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     MatmulKernel k = entry(t);
     k.prep = t == GgmlType::F16 ? ActPrep::F16Rounded : ActPrep::Float;
     k.one = k.many = rows_float_dot;
-    if (t == GgmlType::BF16 && !bf16) {
-      k.prep = ActPrep::Bf16;
-      k.to_bf16 = dots_.round_bf16;
-      k.one = k.many = rows_bf16_dot;
-      k.name = fmt::format("bf16 x bf16 (activations rounded): fma row dot of the two widened to f32 ({})", dot_isa);
-    } else if (t == GgmlType::BF16) {
+    if (t == GgmlType::BF16 && bf16) {
       k.prep = ActPrep::Bf16;
       k.bf16 = bf16;
-      k.to_bf16 = bf16->convert;
       k.one = k.many = rows_bf16_tiles;
       k.granule_one = k.granule_many = 4;
       k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps, tiled 4x4 ({})", bf16->isa);
+    } else if (t == GgmlType::BF16) {
+      // Row dots in ggml's order for every batch size: with activations rounded to 8 bits of mantissa, a
+      // summation order of its own flips roundings downstream (the BF16 compat cells of Gemma 2 and
+      // Qwen3-MoE left llama.cpp's ids with the f32 tiles for batches).
+      k.prep = ActPrep::Bf16Rounded;
+      k.name = fmt::format("bf16 x f32 rounded to bf16: fma row dot in ggml's order ({})", dot_isa);
     } else if (floats) {
       k.floats = floats;
       k.many = rows_float_tiles;
       k.granule_many = 4;
-      k.name = fmt::format("{} x f32 fma: row dot for 1 token, tiled 4x4 gemm for more ({})", float_name(t), floats->isa);
+      k.name = fmt::format("{} x f32 fma: row dot for 1 token, tiled gemm for more ({})", float_name(t), floats->isa);
     } else {
       k.name = fmt::format("{} x f32 fma row dot ({})", float_name(t), dot_isa);
     }

@@ -32,6 +32,7 @@ namespace kestrel {
 enum class ActPrep : uint8_t {
   Float,       // as they are (F32 weights, FP8 rows)
   F16Rounded,  // rounded through fp16: ggml's pairing for F16 weights
+  Bf16Rounded, // rounded through bf16: ggml's pairing for BF16 weights, where the CPU has no bf16 dot
   Bf16,        // rounded to bf16, for the bf16 tiles
   Quantized,   // each token's row quantized by the entry's quantizer, in its activation format
   Packed,      // quantized, then packed into the repacked kernels' token tiles
@@ -60,8 +61,6 @@ struct MatmulKernel {
   std::string name;       // what runs, e.g. "q4_0 x q8_0: vpdpbusd row dot for 1 token, ..."
   ActPrep prep = ActPrep::Float;
   ActFormat act = ActFormat::Q8_0;  // Quantized / Packed: the activations' format
-  // Bf16: n activations rounded to BF16.
-  void (*to_bf16)(const float* x, uint16_t* dst, int64_t n) = nullptr;
   // Quantized / Packed: one token's row of n activations into act's format.
   void (*quantize)(const MatmulKernel& k, const float* x, void* out, int64_t n) = nullptr;
   bool lane_sums = false;  // the batch kernel reads the int8 tiles' lane sums

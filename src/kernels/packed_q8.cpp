@@ -562,12 +562,28 @@ void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const 
 }
 
 const PackedGemm& avx512vnni_packed_gemm();  // kernels/x86/packed_q8_avx512vnni.cpp
+const PackedGemm& avxvnni_packed_gemm();     // kernels/x86/packed_q8_avxvnni.cpp
 const PackedGemm& avx2_packed_gemm();        // kernels/x86/packed_q8_avx2.cpp
+const PackedGemm& avx512vl_vnni256_packed_gemm();  // kernels/x86/packed_q8_avx512vnni.cpp
 
 const PackedGemm* packed_gemm(IsaLevel isa) {
   if (const auto* t = single_table<PackedGemm>(IsaNeed::Avx512Vnni, isa, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm)))
     return t;
+  if (const auto* t = single_table<PackedGemm>(IsaNeed::AvxVnni, isa, KESTREL_SIMD_TABLE(avxvnni_packed_gemm)))
+    return t;
   return single_table<PackedGemm>(IsaNeed::Avx2, isa, KESTREL_SIMD_TABLE(avx2_packed_gemm));
+}
+
+std::vector<const PackedGemm*> runnable_packed_gemms() {
+  std::vector<const PackedGemm*> out;
+  auto add = [&](IsaNeed need, const PackedGemm* t) {
+    if (const auto* r = single_table<PackedGemm>(need, IsaLevel::Avx512, t)) out.push_back(r);
+  };
+  add(IsaNeed::Avx2, KESTREL_SIMD_TABLE(avx2_packed_gemm));
+  add(IsaNeed::AvxVnni, KESTREL_SIMD_TABLE(avxvnni_packed_gemm));
+  add(IsaNeed::Avx512Vnni, KESTREL_SIMD_TABLE(avx512vl_vnni256_packed_gemm));
+  add(IsaNeed::Avx512Vnni, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm));
+  return out;
 }
 
 }  // namespace kestrel

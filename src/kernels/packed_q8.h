@@ -63,6 +63,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "formats/block_formats.h"
 #include "core/huge_page_arena.h"
@@ -257,7 +258,8 @@ void pack_activations_q8k(PackedKind kind, const BlockQ8_K* x, int64_t n_tokens,
 void packed_gemm_reference(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                            int64_t ldy);
 // The same results bit for bit with SIMD: AVX-512 VNNI's vpdpbusd where the
-// CPU has it, else AVX2's vpmaddubsw/vpmaddwd (kernels/x86/packed_q8_*.cpp);
+// CPU has it, else AVX-VNNI's 256-bit one, else AVX2's vpmaddubsw/vpmaddwd
+// (kernels/x86/packed_q8_*.cpp);
 // the best table compiled in that the CPU runs at this ISA level
 // (isa_dispatch.h), else null.
 struct PackedGemm {
@@ -269,5 +271,10 @@ struct PackedGemm {
   const char* k_quants;
 };
 const PackedGemm* packed_gemm(IsaLevel isa = selected_isa());
+// Every SIMD table compiled in that this CPU runs, whatever the level picks
+// (tests and benchmarks): AVX2's, AVX-VNNI's, the AVX-VNNI code in the EVEX
+// encoding of AVX-512 VL + VNNI (so that a CPU with AVX-512 VNNI tests what
+// an AVX-VNNI CPU runs), AVX-512 VNNI's.
+std::vector<const PackedGemm*> runnable_packed_gemms();
 
 }  // namespace kestrel

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 
 #include "formats/block_formats.h"
@@ -103,28 +104,6 @@ TEST_P(DotKernelsVsScalar, FloatFormats) {
   EXPECT_NEAR(simd_->dot_f32(w.data(), x.data(), n), ref.dot_f32(w.data(), x.data(), n), tol);
   EXPECT_NEAR(simd_->dot_f16_f32(h.data(), x.data(), n), ref.dot_f16_f32(h.data(), x.data(), n), tol);
   EXPECT_NEAR(simd_->dot_bf16_f32(bf.data(), x.data(), n), ref.dot_bf16_f32(bf.data(), x.data(), n), tol);
-  std::vector<uint16_t> xb(n);
-  ref.round_bf16(x.data(), xb.data(), n);
-  EXPECT_NEAR(simd_->dot_bf16_bf16(bf.data(), xb.data(), n), ref.dot_bf16_bf16(bf.data(), xb.data(), n), tol);
-}
-
-// Rounding to BF16 is exact arithmetic: every SIMD table gives ggml's scalar bits, on random floats and on
-// the cases that decide it (ties to even both ways, the largest finite values, infinities, NaNs of both signs
-// and payloads, subnormals), at every length (the vector body and the tail).
-TEST_P(DotKernelsVsScalar, RoundsToBf16AsGgml) {
-  auto x = random_floats(GetParam().n + 40, 7, 100.0f);
-  const float specials[] = {fp32_from_bits(0x3f808000u), fp32_from_bits(0x3f818000u), fp32_from_bits(0x3f80ffffu),
-                            fp32_from_bits(0x7f7fffffu), fp32_from_bits(0xff7fffffu), fp32_from_bits(0x7f800000u),
-                            fp32_from_bits(0xff800000u), fp32_from_bits(0x7fc00001u), fp32_from_bits(0xffa00000u),
-                            fp32_from_bits(0x7f800001u), fp32_from_bits(0x00000001u), fp32_from_bits(0x80008000u),
-                            0.0f, -0.0f};
-  for (size_t i = 0; i < std::size(specials); i++) x[3 * i] = specials[i];
-  for (int64_t n : {int64_t{0}, int64_t{7}, static_cast<int64_t>(x.size())}) {
-    std::vector<uint16_t> got(x.size(), 0xABCD), want(x.size(), 0xABCD);
-    simd_->round_bf16(x.data(), got.data(), n);
-    for (int64_t i = 0; i < n; i++) want[i] = fp32_to_bf16(x[i]);
-    EXPECT_EQ(got, want) << "n " << n;
-  }
 }
 
 TEST_P(DotKernelsVsScalar, QuantizedFormats) {
@@ -251,9 +230,9 @@ TEST(GemmQ8, TilesEqualTheRowDotsBitForBit) {
   }
 }
 
-TEST(GemmFloat, TilesAgreeWithRowDots) {
-  const FloatTiles* tiles = float_tiles();
-  if (!tiles) GTEST_SKIP() << "no AVX-512 on this CPU/build";
+void expect_float_tiles_agree(const FloatTiles& t) {
+  const FloatTiles* tiles = &t;
+  std::cout << "[ path     ] float tiles: " << tiles->isa << "\n";
   const DotKernels& ref = scalar_dot_kernels();
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     for (int64_t cols : {1, 15, 16, 37, 100}) {
@@ -278,6 +257,14 @@ TEST(GemmFloat, TilesAgreeWithRowDots) {
       }
     }
   }
+}
+
+TEST(GemmFloat, TilesAgreeWithRowDots) {
+  std::vector<const FloatTiles*> levels;  // every level's tiles this CPU runs
+  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
+    if (const FloatTiles* t = float_tiles(isa)) levels.push_back(t);
+  if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU/build";
+  for (const FloatTiles* tiles : levels) expect_float_tiles_agree(*tiles);
 }
 
 }  // namespace

@@ -111,13 +111,9 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
       }
 }
 
-// Every SIMD table this CPU runs (AVX2's vpmaddubsw kernels, AVX-512 VNNI's), each level forced in turn.
-std::vector<const PackedGemm*> simd_packed_gemms() {
-  std::vector<const PackedGemm*> out;
-  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
-    if (const PackedGemm* g = packed_gemm(isa); g && std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
-  return out;
-}
+// Every SIMD table this CPU runs (AVX2's vpmaddubsw kernels, AVX-VNNI's, AVX-512 VNNI's), whichever the
+// level would pick.
+std::vector<const PackedGemm*> simd_packed_gemms() { return runnable_packed_gemms(); }
 
 void expect_kernel_equals_reference(const PackedGemm& simd) {
   std::cout << "[ path     ] packed gemm: " << simd.isa << "\n";

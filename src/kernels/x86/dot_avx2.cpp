@@ -54,52 +54,25 @@ float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
   return sum;
 }
 
-float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i wi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wi, 16)), _mm256_loadu_ps(x + i), a0);
-  }
-  float sum = hsum(a0);
-  for (; i < n; i++) sum += bf16_to_fp32(w[i]) * x[i];
-  return sum;
-}
-
 inline __m256 widen_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
-// Four accumulators of 8 lanes over 32 elements a step, summed (c1 + c3) + (c2 + c4) at the end: the
-// shape of ggml's AVX2 bf16 dot, with FMA as its tinyBLAS batches have.
-float dot_bf16_bf16(const uint16_t* w, const uint16_t* x, int64_t n) {
+// BF16 weights meet activations rounded to BF16 (Matmul's Bf16Rounded): ggml's AVX2 bf16 dot's shape,
+// four accumulators over 32 elements a step summed (c1 + c3) + (c2 + c4), with FMA.
+float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
   __m256 c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps(), c4 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    c1 = _mm256_fmadd_ps(widen_bf16(w + i), widen_bf16(x + i), c1);
-    c2 = _mm256_fmadd_ps(widen_bf16(w + i + 8), widen_bf16(x + i + 8), c2);
-    c3 = _mm256_fmadd_ps(widen_bf16(w + i + 16), widen_bf16(x + i + 16), c3);
-    c4 = _mm256_fmadd_ps(widen_bf16(w + i + 24), widen_bf16(x + i + 24), c4);
+    c1 = _mm256_fmadd_ps(widen_bf16(w + i), _mm256_loadu_ps(x + i), c1);
+    c2 = _mm256_fmadd_ps(widen_bf16(w + i + 8), _mm256_loadu_ps(x + i + 8), c2);
+    c3 = _mm256_fmadd_ps(widen_bf16(w + i + 16), _mm256_loadu_ps(x + i + 16), c3);
+    c4 = _mm256_fmadd_ps(widen_bf16(w + i + 24), _mm256_loadu_ps(x + i + 24), c4);
   }
-  for (; i + 8 <= n; i += 8) c1 = _mm256_fmadd_ps(widen_bf16(w + i), widen_bf16(x + i), c1);
+  for (; i + 8 <= n; i += 8) c1 = _mm256_fmadd_ps(widen_bf16(w + i), _mm256_loadu_ps(x + i), c1);
   float sum = hsum(_mm256_add_ps(_mm256_add_ps(c1, c3), _mm256_add_ps(c2, c4)));
-  for (; i < n; i++) sum += bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]);
+  for (; i < n; i++) sum += bf16_to_fp32(w[i]) * x[i];
   return sum;
-}
-
-// Round to nearest even, 8 at a time; NaNs as ggml's scalar conversion (quiet, sign kept).
-void round_bf16(const float* x, uint16_t* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64)), nan);
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), packed);
-  }
-  for (; i < n; i++) dst[i] = fp32_to_bf16(x[i]);
 }
 
 // Signed int8 x int8 dot of 32 lanes, as 8 float partial sums.
@@ -209,7 +182,7 @@ float exp_sum_f32(float* x, float m, int64_t n) {
 }  // namespace
 
 const DotKernels* avx2_dot_kernels() {
-  static const DotKernels k{IsaLevel::Avx2, dot_f32, dot_f16_f32, dot_bf16_f32, dot_bf16_bf16, round_bf16,
+  static const DotKernels k{IsaLevel::Avx2, dot_f32, dot_f16_f32, dot_bf16_f32,
                             dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_q8_0, axpy_f32, exp_sum_f32};
   return &k;
 }

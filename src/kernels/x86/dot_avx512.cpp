@@ -87,7 +87,7 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
 const DotKernels* avx512_dot_kernels() {
   const DotKernels* avx2 = avx2_dot_kernels();
   // The activation quantizer is memory-light; the AVX2 one serves here too.
-  static const DotKernels k{IsaLevel::Avx512, dot_f32, dot_f16_f32, dot_bf16_f32, avx2->dot_bf16_bf16, avx2->round_bf16,
+  static const DotKernels k{IsaLevel::Avx512, dot_f32, dot_f16_f32, dot_bf16_f32,
                             dot_q8_0_q8_0, dot_q4_0_q8_0, avx2->quantize_q8_0, avx2->axpy_f32, avx2->exp_sum_f32};
   return &k;
 }

@@ -437,6 +437,20 @@ static void packed_gemm_vnni(const PackedWeight& w, int64_t g0, int64_t g1, cons
   }
 }
 
+namespace {
+// The AVX-VNNI kernels (packed_q8_avxvnni.cpp) in this file's EVEX encoding: the same code, tested here.
+namespace vnni256 {
+#define KESTREL_PACKED_DPBUSD 1
+#define KESTREL_DPBUSD256 _mm256_dpbusd_epi32
+#include "kernels/x86/packed_q8_256.h"  // NOLINT(bugprone-suspicious-include): one ISA per TU
+}  // namespace vnni256
+}  // namespace
+
+const PackedGemm& avx512vl_vnni256_packed_gemm() {
+  static const PackedGemm t{"avx-vnni code, evex (avx512vl vnni)", vnni256::packed_gemm_256, "", ""};
+  return t;
+}
+
 const PackedGemm& avx512vnni_packed_gemm() {
   static const PackedGemm t{"avx512 vnni", packed_gemm_vnni,
                            "vpdpbusd, one block per lane; 32 rows x 4 tokens for batches, 16 rows x 1 token for decode",
