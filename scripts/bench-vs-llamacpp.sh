@@ -48,6 +48,8 @@ if [ ! -x "$llama/build/bin/llama-bench" ]; then
 fi
 kenv=()
 [ "$isa" = avx2 ] && kenv=(KESTREL_ISA=avx2)
+# That build's own libraries (a copied build's libllama keeps its first folder in RUNPATH).
+export LD_LIBRARY_PATH=$llama/build/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 mkdir -p "$work"
 src=$work/llama3-1b.F16.gguf
