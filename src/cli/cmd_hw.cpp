@@ -39,12 +39,20 @@ void register_hw(CLI::App& app) {
     const std::vector<std::pair<const char*, bool>> isa_flags = {
         {"sse4.2", f.sse42}, {"avx", f.avx}, {"avx2", f.avx2}, {"fma", f.fma}, {"f16c", f.f16c},
         {"avx512f", f.avx512f}, {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl}, {"avx512dq", f.avx512dq},
-        {"avx512vnni", f.avx512vnni}, {"avx512bf16", f.avx512bf16}, {"avxvnni", f.avxvnni}, {"amx", false}};
-    const GgmlType formats[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0};
+        {"avx512vnni", f.avx512vnni}, {"avx512bf16", f.avx512bf16}, {"avx512fp16", f.avx512fp16},
+        {"avxvnni", f.avxvnni}, {"amx_tile", f.amx_tile}, {"amx_int8", f.amx_int8}, {"amx_bf16", f.amx_bf16}};
+    const AmxState& amx = amx_state();
+    // No AMX kernels yet: where AMX is usable the AVX-512 VNNI kernels run, and hw says so.
+    const std::string amx_line = amx.present ? amx.detail + "; no AMX kernels yet: the AVX-512 VNNI kernels run"
+                                             : amx.detail;
+    const GgmlType formats[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,
+                                GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,   GgmlType::Q5_K,
+                                GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
     if (json) {
       nlohmann::json j;
       j["cpu"] = f.brand;
       for (const auto& [name, on] : isa_flags) j["isa"][name] = on;
+      j["amx"] = {{"present", amx.present}, {"usable", amx.usable}, {"detail", amx_line}};
       j["packages"] = t.packages;
       j["cores"] = t.cores;
       j["threads"] = t.threads;
@@ -67,6 +75,7 @@ void register_hw(CLI::App& app) {
     for (const auto& [name, on] : isa_flags)
       if (on) flags += std::string(flags.empty() ? "" : " ") + name;
     fmt::print("isa:        {}\n", flags.empty() ? "(none beyond the baseline)" : flags);
+    fmt::print("amx:        {}\n", amx_line);
     fmt::print("topology:   {} package(s), {} core(s), {} thread(s), {} NUMA node(s), {} memory\n", t.packages,
                t.cores, t.threads, t.numa_nodes, human_bytes(t.memory_bytes));
     for (const auto& c : t.caches)

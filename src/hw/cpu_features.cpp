@@ -1,8 +1,16 @@
 #include "hw/cpu_features.h"
 
+#include <fmt/format.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "core/error.h"
 
@@ -41,6 +49,18 @@ static CpuFeatures probe() {
     f.avxvnni = (a >> 4) & 1;
     f.avx512bf16 = (a >> 5) & 1;
   }
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.amx_bf16 = (d >> 22) & 1;
+    f.avx512fp16 = (d >> 23) & 1;
+    f.amx_tile = (d >> 24) & 1;
+    f.amx_int8 = (d >> 25) & 1;
+  }
+  // XGETBV(0) where the OS set CR4.OSXSAVE (cpuid 1 ecx bit 27).
+  if (__get_cpuid(1, &a, &b, &c, &d) && ((c >> 27) & 1)) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    f.xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  }
   char brand[49] = {};
   unsigned regs[12];
   if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {
@@ -56,6 +76,40 @@ static CpuFeatures probe() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = probe();
   return f;
+}
+
+AmxState amx_state_from(const CpuFeatures& f, int permission_errno) {
+  AmxState s;
+  s.present = f.amx_tile && f.amx_int8;
+  if (!s.present) {
+    s.detail = "not on this CPU";
+    return s;
+  }
+  constexpr unsigned long long kTileState = (1ull << 17) | (1ull << 18);  // XTILECFG, XTILEDATA
+  if ((f.xcr0 & kTileState) != kTileState) {
+    s.detail = fmt::format("on the CPU, but the OS does not enable the tile state (XCR0 {:#x})", f.xcr0);
+  } else if (permission_errno != 0) {
+    s.detail = fmt::format("on the CPU, but Linux refused the tile data permission ({})", std::strerror(permission_errno));
+  } else {
+    s.usable = true;
+    s.detail = "usable (tile data permission granted)";
+  }
+  return s;
+}
+
+const AmxState& amx_state() {
+  static const AmxState s = [] {
+    const CpuFeatures& f = cpu_features();
+    int err = ENOSYS;
+#if defined(__linux__) && defined(KESTREL_X86)
+    if (f.amx_tile && f.amx_int8) {
+      constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+      err = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0 ? 0 : errno;
+    }
+#endif
+    return amx_state_from(f, err);
+  }();
+  return s;
 }
 
 IsaLevel selected_isa() {

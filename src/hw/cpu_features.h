@@ -8,8 +8,22 @@ namespace kestrel {
 struct CpuFeatures {
   bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false, avx512vnni = false, avx512bf16 = false, avxvnni = false;
+  // The AMX matrix unit (cpuid leaf 7) and AVX512-FP16; xcr0: what the OS saves (bits 17-18: the tile state).
+  bool amx_tile = false, amx_int8 = false, amx_bf16 = false, avx512fp16 = false;
+  unsigned long long xcr0 = 0;
   std::string brand;
 };
+
+// Whether tile instructions may run in this process: the CPU has AMX-TILE and AMX-INT8, the OS enables the
+// tile state in XCR0, and Linux granted the tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM, asked once:
+// Linux grants it per process). `detail` says which step failed, or that it is usable.
+struct AmxState {
+  bool present = false, usable = false;
+  std::string detail;
+};
+const AmxState& amx_state();
+// The decision itself, for tests: the features, XCR0, and the permission request's result (0, or the errno).
+AmxState amx_state_from(const CpuFeatures& f, int permission_errno);
 
 enum class IsaLevel { Scalar, Avx2, Avx512 };
 const char* isa_name(IsaLevel isa);

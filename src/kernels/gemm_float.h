@@ -17,6 +17,11 @@ struct FloatTiles {
   const char* isa;
   void (*gemm)(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
                const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk);
+  // BF16 weights against activations rounded to BF16 (as floats), every output bit-identical to this ISA's
+  // row dot (dot_bf16_f32, ggml's order) but with each widened weight vector serving several tokens; null
+  // where the ISA has none (AVX2 has).
+  void (*bf16_in_dot_order)(const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
+                            const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) = nullptr;
 };
 // The table when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
 const FloatTiles* float_tiles(IsaLevel isa = selected_isa());

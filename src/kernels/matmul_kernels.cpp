@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string_view>
 
 #include "core/error.h"
 #include "kernels/isa_dispatch.h"
@@ -42,6 +43,13 @@ void rows_float_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_
                       int64_t ldy) {
   k.floats->gemm(w.type, static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
                  in.tuning->float_token_chunk);
+}
+
+// BF16 without the bf16 dot, batches: rounded activations, each output as the row dot computes it.
+void rows_bf16_in_dot_order(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in,
+                            float* y, int64_t ldy) {
+  k.floats->bf16_in_dot_order(static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y,
+                              ldy, in.tuning->float_token_chunk);
 }
 
 void rows_bf16_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
@@ -185,6 +193,13 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
       // Qwen3-MoE left llama.cpp's ids with the f32 tiles for batches).
       k.prep = ActPrep::Bf16Rounded;
       k.name = fmt::format("bf16 x f32 rounded to bf16: fma row dot in ggml's order ({})", dot_isa);
+      if (floats && floats->bf16_in_dot_order && floats->isa == std::string_view(dot_isa)) {
+        // The same outputs with a widened weight vector serving three tokens.
+        k.floats = floats;
+        k.many = rows_bf16_in_dot_order;
+        k.name = fmt::format("bf16 x f32 rounded to bf16: fma in ggml's row-dot order, 1 row x 3 tokens for batches ({})",
+                             floats->isa);
+      }
     } else if (floats) {
       k.floats = floats;
       k.many = rows_float_tiles;

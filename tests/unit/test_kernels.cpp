@@ -2,6 +2,7 @@
 // formats against hand-computed values, and fp16/bf16 conversions.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -259,6 +260,34 @@ void expect_float_tiles_agree(const FloatTiles& t) {
   }
 }
 
+// BF16 batches on CPUs without the bf16 dot: every output bit for bit the ISA's row dot (ggml's order), so
+// a row's logits do not depend on the batch it ran in, and the BF16 compat cells hold at every batch size.
+TEST(GemmFloat, Bf16TilesKeepTheRowDotsOrderBitForBit) {
+  bool ran = false;
+  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512}) {
+    const FloatTiles* tiles = float_tiles(isa);
+    if (!tiles || !tiles->bf16_in_dot_order) continue;
+    ran = true;
+    std::cout << "[ path     ] bf16 in dot order: " << tiles->isa << "\n";
+    const DotKernels& dots = dot_kernels_for(isa);
+    for (int64_t cols : {1, 15, 16, 37, 100, 256, 263})
+      for (int64_t rows : {1, 3})
+        for (int64_t n : {1, 2, 3, 5, 70}) {
+          const auto wf = random_floats(rows * cols, 31), x = random_floats(n * cols, 32);
+          std::vector<uint16_t> w(rows * cols);
+          for (size_t i = 0; i < w.size(); i++) w[i] = fp32_to_bf16(wf[i]);
+          std::vector<float> y(n * rows, -1.0f);
+          tiles->bf16_in_dot_order(reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n,
+                                   y.data(), rows, 4);
+          for (int64_t r = 0; r < rows; r++)
+            for (int64_t t = 0; t < n; t++)
+              ASSERT_EQ(y[t * rows + r], dots.dot_bf16_f32(w.data() + r * cols, x.data() + t * cols, cols))
+                  << rows << "x" << cols << " n=" << n << " at (" << r << "," << t << ")";
+        }
+  }
+  if (!ran) GTEST_SKIP() << "no AVX2 float tiles on this CPU/build";
+}
+
 TEST(GemmFloat, TilesAgreeWithRowDots) {
   std::vector<const FloatTiles*> levels;  // every level's tiles this CPU runs
   for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
@@ -313,6 +342,36 @@ TEST(GemmBf16, TilesMatchADoubleDotOnOddShapes) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// AMX is usable only when the CPU has the tiles, the OS saves the tile state (XCR0 bits 17-18) and Linux
+// granted the tile data permission; each missing step is named. And this CPU's own answer is consistent
+// with its cpuid.
+TEST(CpuFeatures, AmxNeedsTheUnitTheOsAndThePermission) {
+  CpuFeatures f;
+  EXPECT_FALSE(amx_state_from(f, 0).present);
+  EXPECT_EQ(amx_state_from(f, 0).detail, "not on this CPU");
+  f.amx_tile = f.amx_int8 = true;
+  f.xcr0 = 0xe7;  // x87, SSE, AVX, AVX-512: no tile state
+  auto s = amx_state_from(f, 0);
+  EXPECT_TRUE(s.present);
+  EXPECT_FALSE(s.usable);
+  EXPECT_NE(s.detail.find("does not enable the tile state"), std::string::npos) << s.detail;
+  f.xcr0 |= (1ull << 17) | (1ull << 18);
+  s = amx_state_from(f, EPERM);
+  EXPECT_FALSE(s.usable);
+  EXPECT_NE(s.detail.find("refused the tile data permission"), std::string::npos) << s.detail;
+  EXPECT_TRUE(amx_state_from(f, 0).usable);
+  const CpuFeatures& here = cpu_features();
+  EXPECT_EQ(amx_state().present, here.amx_tile && here.amx_int8);
+  if (!amx_state().present) EXPECT_FALSE(amx_state().usable);
+  std::cout << "[ cpu      ] amx: " << amx_state().detail << "\n";
 }
 
 }  // namespace

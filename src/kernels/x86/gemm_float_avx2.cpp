@@ -96,6 +96,72 @@ void gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1,
   }
 }
 
+inline __m256 widen_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+// Rows x T tokens in dot_avx2.cpp's dot_bf16_f32 order: per (row, token) four accumulators over 32-element
+// steps, then 8-element steps into the first, (c1 + c3) + (c2 + c4), the same horizontal sum, a scalar tail.
+// The 32-element steps run in column chunks whose activations and weights stay in L1, a row block at a time,
+// the accumulators kept in memory between chunks (the same FMAs in the same order: bit-identical).
+constexpr int64_t kBf16RowBlock = 8, kBf16ColChunk = 512;
+
+template <int T>
+void bf16_rows_tokens(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const float* const* xs,
+                      float* y, int64_t ldy, int64_t t0) {
+  alignas(32) float acc[kBf16RowBlock][T][4][8];
+  const int64_t cols32 = cols / 32 * 32;
+  for (int64_t rb = r0; rb < r1; rb += kBf16RowBlock) {
+    const int64_t nr = std::min(kBf16RowBlock, r1 - rb);
+    std::fill_n(&acc[0][0][0][0], sizeof acc / sizeof(float), 0.0f);
+    for (int64_t c0 = 0; c0 < cols32; c0 += kBf16ColChunk) {
+      const int64_t c1 = std::min(cols32, c0 + kBf16ColChunk);
+      for (int64_t r = 0; r < nr; r++) {
+        const auto* wr = reinterpret_cast<const uint16_t*>(w + (rb + r) * stride);
+        __m256 c[T][4];
+        for (int t = 0; t < T; t++)
+          for (int j = 0; j < 4; j++) c[t][j] = _mm256_load_ps(acc[r][t][j]);
+        for (int64_t i = c0; i < c1; i += 32)
+          for (int j = 0; j < 4; j++) {
+            const __m256 wv = widen_bf16(wr + i + 8 * j);
+            for (int t = 0; t < T; t++) c[t][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[t] + i + 8 * j), c[t][j]);
+          }
+        for (int t = 0; t < T; t++)
+          for (int j = 0; j < 4; j++) _mm256_store_ps(acc[r][t][j], c[t][j]);
+      }
+    }
+    for (int64_t r = 0; r < nr; r++) {
+      const auto* wr = reinterpret_cast<const uint16_t*>(w + (rb + r) * stride);
+      for (int t = 0; t < T; t++) {
+        __m256 c[4];
+        for (int j = 0; j < 4; j++) c[j] = _mm256_load_ps(acc[r][t][j]);
+        int64_t i = cols32;
+        for (; i + 8 <= cols; i += 8) c[0] = _mm256_fmadd_ps(widen_bf16(wr + i), _mm256_loadu_ps(xs[t] + i), c[0]);
+        float sum = hsum(_mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
+        for (; i < cols; i++) sum += bf16_to_fp32(wr[i]) * xs[t][i];
+        y[(t0 + t) * ldy + rb + r] = sum;
+      }
+    }
+  }
+}
+
+void bf16_in_dot_order(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                       int64_t n, float* y, int64_t ldy, int64_t token_chunk) {
+  token_chunk = std::max<int64_t>(1, token_chunk);
+  for (int64_t tc = 0; tc < n; tc += token_chunk) {
+    const int64_t tn = std::min(token_chunk, n - tc);
+    const float* xs[kTokens];
+    int64_t t = 0;
+    for (; t + kTokens <= tn; t += kTokens) {
+      for (int j = 0; j < kTokens; j++) xs[j] = x + (tc + t + j) * cols;
+      bf16_rows_tokens<kTokens>(w, stride, cols, r0, r1, xs, y, ldy, tc + t);
+    }
+    for (int j = 0; t + j < tn; j++) xs[j] = x + (tc + t + j) * cols;
+    if (tn - t == 2) bf16_rows_tokens<2>(w, stride, cols, r0, r1, xs, y, ldy, tc + t);
+    if (tn - t == 1) bf16_rows_tokens<1>(w, stride, cols, r0, r1, xs, y, ldy, tc + t);
+  }
+}
+
 void gemm_float_avx2(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
                      const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) {
   token_chunk = std::max<int64_t>(1, token_chunk);
@@ -109,7 +175,7 @@ void gemm_float_avx2(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_
 }  // namespace
 
 const FloatTiles& avx2_float_tiles() {
-  static const FloatTiles t{"avx2", gemm_float_avx2};
+  static const FloatTiles t{"avx2", gemm_float_avx2, bf16_in_dot_order};
   return t;
 }
 
