@@ -12,9 +12,12 @@
 namespace kestrel {
 
 const AttentionTiles& avx512_attention_tiles();  // kernels/x86/attention_avx512.cpp
+const AttentionTiles& avx2_attention_tiles();    // kernels/x86/attention_avx2.cpp
 
 const AttentionTiles* attention_tiles(IsaLevel isa) {
-  return single_table<AttentionTiles>(IsaNeed::Avx512, isa, KESTREL_SIMD_TABLE(avx512_attention_tiles));
+  if (const auto* t = single_table<AttentionTiles>(IsaNeed::Avx512, isa, KESTREL_SIMD_TABLE(avx512_attention_tiles)))
+    return t;
+  return single_table<AttentionTiles>(IsaNeed::Avx2, isa, KESTREL_SIMD_TABLE(avx2_attention_tiles));
 }
 
 namespace {
@@ -219,6 +222,12 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
 }
 
 }  // namespace
+
+void attention_paged_tiles(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b,
+                           const AttentionShape& s, const AttentionTiles& tiles) {
+  if (tiles.fits(s.head_dim, s.value_dim())) attention_tiled(pool, kv, b, s, tiles);
+  else attention_per_row(pool, kv, b, s);
+}
 
 void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s,
                      AttentionKernel kernel) {

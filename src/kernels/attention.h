@@ -62,7 +62,7 @@ struct AttentionShape {
 };
 
 enum class AttentionKernel {
-  Best,    // 16-row tiles on AVX-512 (attention_tile.h) where the head size allows, else per row
+  Best,    // 16-row tiles (AVX-512; AVX2: two 8-lane passes; attention_tile.h) where the head size allows, else per row
   PerRow,  // each (token, head) on its own with the dot-kernel table: the reference path
 };
 

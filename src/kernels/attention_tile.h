@@ -1,5 +1,5 @@
 #pragma once
-// The AVX-512 attention micro-kernel: up to 16 query rows that read the same
+// The attention micro-kernel (AVX-512; AVX2 in two 8-lane passes): up to 16 query rows that read the same
 // KV head of the same sequence (a token's query heads of one GQA group, and
 // neighbouring tokens), one row per vector lane. Queries are transposed once
 // per tile, so scores for 16 rows come from FMAs against broadcast key
@@ -35,7 +35,11 @@ struct AttentionTiles {
   void (*attend)(const PagedKvLayerView& kv, const AttentionTile& tile, int head_dim, int v_dim, float scale,
                  float softcap, int32_t p0, int32_t p1, float* out, float* m, float* l);
 };
-// The AVX-512 tile kernel when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
+// The tile kernel of this ISA level when compiled in and the CPU runs it (isa_dispatch.h): AVX-512's
+// (16 rows a pass), else AVX2's (two passes of 8 rows), else null.
 const AttentionTiles* attention_tiles(IsaLevel isa = selected_isa());
+// attention_paged with a given tile table (tests and benchmarks compare levels); per row where it does not fit.
+void attention_paged_tiles(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& batch,
+                           const AttentionShape& shape, const AttentionTiles& tiles);
 
 }  // namespace kestrel

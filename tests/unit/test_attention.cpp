@@ -3,7 +3,9 @@
 // scattered block tables, and batches mixing sequences and positions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <random>
 
 #include "hw/cpu_features.h"
@@ -12,6 +14,15 @@
 
 namespace kestrel {
 namespace {
+
+// Set while a test runs every tile table this CPU has (Best then means that table).
+const AttentionTiles* g_tiles = nullptr;
+
+void run_attention(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s,
+                   AttentionKernel kernel) {
+  if (g_tiles && kernel == AttentionKernel::Best) attention_paged_tiles(pool, kv, b, s, *g_tiles);
+  else attention_paged(pool, kv, b, s, kernel);
+}
 
 void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKernel kernel = AttentionKernel::Best) {
   const int block = 16;
@@ -30,7 +41,7 @@ void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKern
   const int32_t* tables[1] = {table.data()};
   ThreadPool pool(threads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  attention_paged(pool, PagedKvLayerView::f32(k.data(), v.data(), width, width, block), {1, q.data(), out.data(), &pos, tables},
+  run_attention(pool, PagedKvLayerView::f32(k.data(), v.data(), width, width, block), {1, q.data(), out.data(), &pos, tables},
                   {n_head, n_kv, hd, scale}, kernel);
   for (int h = 0; h < n_head; h++) {
     const int kvh = h / (n_head / n_kv);
@@ -109,7 +120,7 @@ void check_batch(int n_head, int n_kv, int hd, int block, AttentionKernel kernel
   for (int64_t t = 0; t < n; t++) pos[t] = tokens[t].second, tables[t] = seqs[tokens[t].first].table.data();
   ThreadPool pool(2);
   const float scale = 0.3f;
-  attention_paged(pool, PagedKvLayerView::f32(k.data(), v.data(), width, width, block), {n, q.data(), out.data(), pos.data(), tables.data()},
+  run_attention(pool, PagedKvLayerView::f32(k.data(), v.data(), width, width, block), {n, q.data(), out.data(), pos.data(), tables.data()},
                   {n_head, n_kv, hd, scale}, kernel);
   const int group = n_head / n_kv;
   for (int64_t t = 0; t < n; t++)
@@ -145,13 +156,12 @@ TEST(Attention, BatchesOfSeveralSequences) {
 }
 
 TEST(Attention, TiledKernelCoversTheModelsHeadSizes) {
-  // The fast path must actually run for Llama-family head sizes on AVX-512
-  // machines.
-  if (selected_isa() != IsaLevel::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU/build";
+  // The fast path must actually run for Llama-family head sizes on every machine with AVX2.
+  if (selected_isa() == IsaLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU/build: the per-row kernel alone";
   const AttentionTiles* tiles = attention_tiles();
-  ASSERT_NE(tiles, nullptr) << "AVX-512 selected but no tile kernel";
+  ASSERT_NE(tiles, nullptr) << isa_name(selected_isa()) << " selected but no tile kernel";
   for (int hd : {64, 128}) EXPECT_TRUE(tiles->fits(hd, hd)) << hd;
-  EXPECT_FALSE(tiles->fits(8, 8));      // falls back to the per-row kernel
+  EXPECT_FALSE(tiles->fits(4, 4));      // falls back to the per-row kernel
   EXPECT_TRUE(tiles->fits(576, 512));  // DeepSeek's absorbed MLA
 }
 
@@ -174,7 +184,7 @@ void check_latent(int n_head, int hd, int vd, int32_t len, int n_tokens, int thr
   for (int t = 0; t < n_tokens; t++) pos[t] = len - n_tokens + t;
   ThreadPool pool(threads);
   const float scale = 0.3f;
-  attention_paged(pool, PagedKvLayerView::f32(latent.data(), latent.data(), hd, hd, block),
+  run_attention(pool, PagedKvLayerView::f32(latent.data(), latent.data(), hd, hd, block),
                   {n_tokens, q.data(), out.data(), pos.data(), tables.data()}, {n_head, 1, hd, scale, vd}, kernel);
   for (int t = 0; t < n_tokens; t++)
     for (int h = 0; h < n_head; h++) {
@@ -202,6 +212,32 @@ TEST(Attention, LatentValuesReadFromTheKeyRows) {
     check_latent(4, 40, 32, 37, 5, 2, kernel);      // the tiny reference models' shape: per-row kernel
     check_latent(16, 80, 64, 150, 3, 2, kernel);    // tiles, and a value size unlike the key size
     check_latent(8, 576, 512, 300, 1, 2, kernel);   // DeepSeek-V2/V3 decode: split over positions
+  }
+}
+
+// Every tile kernel this CPU runs (AVX2's two 8-lane passes and AVX-512's 16 lanes), whichever the level
+// picks: the same checks against the double reference.
+TEST(Attention, EveryTileKernelThisCpuRuns) {
+  std::vector<const AttentionTiles*> tables;
+  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
+    if (const AttentionTiles* t = attention_tiles(isa); t && std::find(tables.begin(), tables.end(), t) == tables.end())
+      tables.push_back(t);
+  if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU/build: the per-row kernel alone";
+  for (const AttentionTiles* t : tables) {
+    std::cout << "[ path     ] attention tiles: " << t->isa << "\n";
+    g_tiles = t;
+    for (int hd : {64, 128}) EXPECT_TRUE(t->fits(hd, hd)) << t->isa << " " << hd;
+    check(8, 2, 16, 37, 2, AttentionKernel::Best);
+    check(1, 1, 32, 1000, 2, AttentionKernel::Best);
+    for (int32_t len : {1, 129, 257}) check(3, 1, 64, len, 2, AttentionKernel::Best);
+    for (int block : {16, 5}) {
+      check_batch(8, 2, 64, block, AttentionKernel::Best);
+      check_batch(32, 1, 16, block, AttentionKernel::Best);
+      check_batch(3, 3, 32, block, AttentionKernel::Best);
+    }
+    check_latent(16, 80, 64, 150, 3, 2, AttentionKernel::Best);
+    check_latent(8, 576, 512, 300, 1, 2, AttentionKernel::Best);
+    g_tiles = nullptr;
   }
 }
 
