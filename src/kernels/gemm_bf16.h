@@ -2,8 +2,12 @@
 // BF16 weights against activations rounded to BF16, with the AVX-512 BF16
 // dot instruction (vdpbf16ps: 32 products per instruction, summed into 16
 // f32 lanes): twice the f32 FMA rate. Rounding the activations to BF16 is
-// what llama.cpp does for BF16 weights too. 4 rows x 4 tokens per
-// micro-kernel, one horizontal sum per output.
+// what llama.cpp does for BF16 weights too. 4 rows x 3 tokens per
+// micro-kernel, each output in ggml's AVX512-BF16 row-dot order (two
+// accumulators over 64-element steps, each reduced and summed in double):
+// with activations at 8 bits of mantissa another order flips roundings
+// downstream (the Gemma 2 BF16 compat cell left llama.cpp's ids at step 14
+// with one accumulator per output).
 #include <cstddef>
 #include <cstdint>
 

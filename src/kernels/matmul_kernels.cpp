@@ -186,7 +186,7 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
       k.bf16 = bf16;
       k.one = k.many = rows_bf16_tiles;
       k.granule_one = k.granule_many = 4;
-      k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps, tiled 4x4 ({})", bf16->isa);
+      k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps in ggml's row-dot order, 4 rows x 3 tokens ({})", bf16->isa);
     } else if (t == GgmlType::BF16) {
       // Row dots in ggml's order for every batch size: with activations rounded to 8 bits of mantissa, a
       // summation order of its own flips roundings downstream (the BF16 compat cells of Gemma 2 and

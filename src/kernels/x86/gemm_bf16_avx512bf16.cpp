@@ -11,47 +11,55 @@ namespace {
 inline __m512bh load_bh(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 inline __m512bh load_bh(const uint16_t* p, __mmask32 m) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
 
-// R rows x T tokens; 32 elements per step, the tail masked.
+// R rows x T tokens in ggml's AVX512-BF16 row-dot order: two accumulators per output over 64-element steps
+// (the first 32 and the last 32), each reduced and summed in double, the tail in double.
 template <int R, int T>
 void tile(const uint16_t* const* rows, int64_t cols, const uint16_t* const* xs, float* y, int64_t ldy, int64_t r,
           int64_t t0) {
-  __m512 acc[R][T];
+  __m512 c1[R][T], c2[R][T];
   for (int i = 0; i < R; i++)
-    for (int t = 0; t < T; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++) c1[i][t] = c2[i][t] = _mm512_setzero_ps();
   int64_t k = 0;
-  for (; k + 32 <= cols; k += 32) {
-    __m512bh xv[T];
-    for (int t = 0; t < T; t++) xv[t] = load_bh(xs[t] + k);
-    for (int i = 0; i < R; i++) {
-      const __m512bh wv = load_bh(rows[i] + k);
-      for (int t = 0; t < T; t++) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
-    }
-  }
-  if (k < cols) {
-    const auto m = static_cast<__mmask32>((1ull << (cols - k)) - 1);
-    __m512bh xv[T];
-    for (int t = 0; t < T; t++) xv[t] = load_bh(xs[t] + k, m);
-    for (int i = 0; i < R; i++) {
-      const __m512bh wv = load_bh(rows[i] + k, m);
-      for (int t = 0; t < T; t++) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
+  for (; k + 64 <= cols; k += 64) {
+    for (int h = 0; h < 2; h++) {
+      __m512bh xv[T];
+      for (int t = 0; t < T; t++) xv[t] = load_bh(xs[t] + k + 32 * h);
+      for (int i = 0; i < R; i++) {
+        const __m512bh wv = load_bh(rows[i] + k + 32 * h);
+        for (int t = 0; t < T; t++) {
+          if (h == 0) c1[i][t] = _mm512_dpbf16_ps(c1[i][t], wv, xv[t]);
+          else c2[i][t] = _mm512_dpbf16_ps(c2[i][t], wv, xv[t]);
+        }
+      }
     }
   }
   for (int i = 0; i < R; i++)
-    for (int t = 0; t < T; t++) y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(acc[i][t]);
+    for (int t = 0; t < T; t++) {
+      double sum = 0;
+      sum += static_cast<double>(_mm512_reduce_add_ps(c1[i][t]));
+      sum += static_cast<double>(_mm512_reduce_add_ps(c2[i][t]));
+      for (int64_t j = k; j < cols; j++) {
+        uint32_t a = static_cast<uint32_t>(rows[i][j]) << 16, b = static_cast<uint32_t>(xs[t][j]) << 16;
+        float fa, fb;
+        __builtin_memcpy(&fa, &a, 4);
+        __builtin_memcpy(&fb, &b, 4);
+        sum += static_cast<double>(fa * fb);
+      }
+      y[(t0 + t) * ldy + r + i] = static_cast<float>(sum);
+    }
 }
 
 template <int R>
 void rows_all_tokens(const uint16_t* const* rows, int64_t cols, const uint16_t* x, int64_t n, float* y, int64_t ldy,
                      int64_t r) {
-  const uint16_t* xs[4];
+  const uint16_t* xs[3];
   int64_t t = 0;
-  for (; t + 4 <= n; t += 4) {
-    for (int i = 0; i < 4; i++) xs[i] = x + (t + i) * cols;
-    tile<R, 4>(rows, cols, xs, y, ldy, r, t);
+  for (; t + 3 <= n; t += 3) {
+    for (int i = 0; i < 3; i++) xs[i] = x + (t + i) * cols;
+    tile<R, 3>(rows, cols, xs, y, ldy, r, t);
   }
   const int rest = static_cast<int>(n - t);
   for (int i = 0; i < rest; i++) xs[i] = x + (t + i) * cols;
-  if (rest == 3) tile<R, 3>(rows, cols, xs, y, ldy, r, t);
   if (rest == 2) tile<R, 2>(rows, cols, xs, y, ldy, r, t);
   if (rest == 1) tile<R, 1>(rows, cols, xs, y, ldy, r, t);
 }
@@ -83,6 +91,7 @@ static void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0,
     int64_t r = r0;
     // One token streams the weights once: row after row is one linear stream
     // for the prefetcher (four rows at a time would be four short ones).
+    // Four rows x three tokens: each output keeps two accumulators (ggml's order), 24 in all.
     for (; r + 4 <= r1 && n > 1; r += 4) {
       const uint16_t* rows[4] = {row(r), row(r + 1), row(r + 2), row(r + 3)};
       rows_all_tokens<4>(rows, cols, xc, tn, yc, ldy, r);
