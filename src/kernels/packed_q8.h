@@ -63,6 +63,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "formats/block_formats.h"
@@ -76,6 +77,28 @@ namespace kestrel {
 
 // One per weight format: the layout and the kernel follow from the kind.
 enum class PackedKind { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K };
+
+// f(std::integral_constant<PackedKind, K>{}) for the kind k: the one switch from a kind known at run time to
+// the kernels each ISA file instantiates per kind (the lambdas of those files keep the instantiations their own).
+template <class F>
+void with_packed_kind(PackedKind k, F&& f) {
+  using K = PackedKind;
+  switch (k) {
+    case K::Q8_0: return f(std::integral_constant<K, K::Q8_0>{});
+    case K::Q4_0: return f(std::integral_constant<K, K::Q4_0>{});
+    case K::Q4_1: return f(std::integral_constant<K, K::Q4_1>{});
+    case K::Q5_0: return f(std::integral_constant<K, K::Q5_0>{});
+    case K::Q5_1: return f(std::integral_constant<K, K::Q5_1>{});
+    case K::IQ4_NL: return f(std::integral_constant<K, K::IQ4_NL>{});
+    case K::MXFP4: return f(std::integral_constant<K, K::MXFP4>{});
+    case K::IQ4_XS: return f(std::integral_constant<K, K::IQ4_XS>{});
+    case K::Q2_K: return f(std::integral_constant<K, K::Q2_K>{});
+    case K::Q3_K: return f(std::integral_constant<K, K::Q3_K>{});
+    case K::Q4_K: return f(std::integral_constant<K, K::Q4_K>{});
+    case K::Q5_K: return f(std::integral_constant<K, K::Q5_K>{});
+    case K::Q6_K: return f(std::integral_constant<K, K::Q6_K>{});
+  }
+}
 
 struct PackedWeight {
   static constexpr int kRowsPerGroup = 16;

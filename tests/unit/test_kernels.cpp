@@ -231,9 +231,8 @@ TEST(GemmQ8, TilesEqualTheRowDotsBitForBit) {
   }
 }
 
-void expect_float_tiles_agree(const FloatTiles& t) {
-  const FloatTiles* tiles = &t;
-  std::cout << "[ path     ] float tiles: " << tiles->isa << "\n";
+void expect_float_tiles_agree(const FloatTiles& tiles) {
+  std::cout << "[ path     ] float tiles: " << tiles.isa << "\n";
   const DotKernels& ref = scalar_dot_kernels();
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     for (int64_t cols : {1, 15, 16, 37, 100}) {
@@ -244,7 +243,7 @@ void expect_float_tiles_agree(const FloatTiles& t) {
           std::vector<uint8_t> w(rb * rows);
           for (int64_t r = 0; r < rows; r++) quantize_row(type, wf.data() + r * cols, w.data() + r * rb, cols);
           std::vector<float> y(n * rows);
-          tiles->gemm(type, w.data(), rb, cols, 0, rows, x.data(), n, y.data(), rows, 64);
+          tiles.gemm(type, w.data(), rb, cols, 0, rows, x.data(), n, y.data(), rows, 64);
           for (int64_t r = 0; r < rows; r++)
             for (int64_t t = 0; t < n; t++) {
               const void* wr = w.data() + r * rb;
@@ -370,7 +369,9 @@ TEST(CpuFeatures, AmxNeedsTheUnitTheOsAndThePermission) {
   EXPECT_TRUE(amx_state_from(f, 0).usable);
   const CpuFeatures& here = cpu_features();
   EXPECT_EQ(amx_state().present, here.amx_tile && here.amx_int8);
-  if (!amx_state().present) EXPECT_FALSE(amx_state().usable);
+  if (!amx_state().present) {
+    EXPECT_FALSE(amx_state().usable);
+  }
   std::cout << "[ cpu      ] amx: " << amx_state().detail << "\n";
 }
 

@@ -34,7 +34,9 @@ TEST(MatmulKernels, EveryLevelHasAnEntryPerComputableTypeWithinItsIsa) {
       EXPECT_GE(e->granule_one, 1);
       EXPECT_GE(e->granule_many, 1);
       EXPECT_FALSE(e->name.empty());
-      if (e->prep == ActPrep::Quantized || e->prep == ActPrep::Packed) EXPECT_NE(e->quantize, nullptr) << type_name(t);
+      if (e->prep == ActPrep::Quantized || e->prep == ActPrep::Packed) {
+        EXPECT_NE(e->quantize, nullptr) << type_name(t);
+      }
       // A scalar level reads no SIMD tile; the tiles it may read are the level's own.
       if (isa == IsaLevel::Scalar) {
         EXPECT_EQ(e->int8, nullptr);
@@ -42,9 +44,15 @@ TEST(MatmulKernels, EveryLevelHasAnEntryPerComputableTypeWithinItsIsa) {
         EXPECT_EQ(e->floats, nullptr);
         EXPECT_NE(e->name.find("scalar"), std::string::npos) << e->name;
       }
-      if (e->int8) EXPECT_EQ(e->int8, int8_tiles(isa));
-      if (e->bf16) EXPECT_EQ(e->bf16, bf16_tiles(isa));
-      if (e->floats) EXPECT_EQ(e->floats, float_tiles(isa));
+      if (e->int8) {
+        EXPECT_EQ(e->int8, int8_tiles(isa));
+      }
+      if (e->bf16) {
+        EXPECT_EQ(e->bf16, bf16_tiles(isa));
+      }
+      if (e->floats) {
+        EXPECT_EQ(e->floats, float_tiles(isa));
+      }
       // Repacked entries exactly where the packed GEMM runs.
       EXPECT_EQ(k.repacks(t), packed_gemm(isa) != nullptr && has_packed_kind(t)) << type_name(t);
     }

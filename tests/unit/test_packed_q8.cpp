@@ -111,9 +111,6 @@ TEST(PackedQ8, ReferenceAgreesWithDequantizedDoubleDot) {
       }
 }
 
-// Every SIMD table this CPU runs (AVX2's vpmaddubsw kernels, AVX-VNNI's, AVX-512 VNNI's), whichever the
-// level would pick.
-std::vector<const PackedGemm*> simd_packed_gemms() { return runnable_packed_gemms(); }
 
 void expect_kernel_equals_reference(const PackedGemm& simd) {
   std::cout << "[ path     ] packed gemm: " << simd.isa << "\n";
@@ -140,7 +137,7 @@ void expect_kernel_equals_reference(const PackedGemm& simd) {
 }
 
 TEST(PackedQ8, SimdKernelsEqualReferenceBitForBit) {
-  const auto tables = simd_packed_gemms();
+  const auto tables = runnable_packed_gemms();
   if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU/build: only the reference runs";
   for (const PackedGemm* t : tables) expect_kernel_equals_reference(*t);
 }
@@ -163,7 +160,7 @@ void fill_packed_levels(const PackedWeight& pw, uint8_t fill) {
 // largest level (0xFF: 15, 31, 63, Q8_0's 127, IQ4's 113, MXFP4's -12), its smallest (0x00: Q8_0's -128,
 // IQ4's -127), MXFP4's 12 and IQ4's -10 (0x77, 0x88), against activations all +127 or all -127.
 TEST(PackedQ8, SimdKernelsHoldExtremeLevels) {
-  const auto tables = simd_packed_gemms();
+  const auto tables = runnable_packed_gemms();
   if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU/build: only the reference runs";
   for (GgmlType type : kCompactTypes) {
     const int64_t rows = 16, cols = 256;

@@ -11,16 +11,10 @@
 namespace kestrel {
 namespace {
 
+#include "kernels/x86/avx2_helpers.h"  // NOLINT(bugprone-suspicious-include): one ISA per TU
+
 // Hardware fp16 -> fp32 (F16C); the portable bit-twiddling version is far slower.
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 float dot_f32(const float* w, const float* x, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
@@ -52,10 +46,6 @@ float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
   float sum = hsum(_mm256_add_ps(a0, a1));
   for (; i < n; i++) sum += fp16_to_fp32(w[i]) * x[i];
   return sum;
-}
-
-inline __m256 widen_bf16(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
 // BF16 weights meet activations rounded to BF16 (Matmul's Bf16Rounded): ggml's AVX2 bf16 dot's shape,

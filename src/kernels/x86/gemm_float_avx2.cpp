@@ -11,18 +11,16 @@
 
 namespace kestrel {
 namespace {
+#include "kernels/x86/avx2_helpers.h"  // NOLINT(bugprone-suspicious-include): one ISA per TU
 
 constexpr int kRows = 4, kTokens = 3;
 
 template <GgmlType W>
 inline __m256 load_w(const uint8_t* row, int64_t k) {
-  if constexpr (W == GgmlType::F32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
-  } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + k));
-    if constexpr (W == GgmlType::F16) return _mm256_cvtph_ps(h);
-    else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
+  const auto* halves = reinterpret_cast<const uint16_t*>(row) + k;
+  if constexpr (W == GgmlType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  else if constexpr (W == GgmlType::F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(halves)));
+  else return widen_bf16(halves);
 }
 
 template <GgmlType W>
@@ -30,13 +28,6 @@ inline float scalar_w(const uint8_t* row, int64_t k) {
   if constexpr (W == GgmlType::F32) return reinterpret_cast<const float*>(row)[k];
   else if constexpr (W == GgmlType::F16) return fp16_to_fp32(reinterpret_cast<const uint16_t*>(row)[k]);
   else return bf16_to_fp32(reinterpret_cast<const uint16_t*>(row)[k]);
-}
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
 }
 
 template <GgmlType W, int R, int T>
@@ -94,10 +85,6 @@ void gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1,
       rows_all_tokens<W, 1>(rows, cols, xc, tn, yc, ldy, r);
     }
   }
-}
-
-inline __m256 widen_bf16(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
 // Rows x T tokens in dot_avx2.cpp's dot_bf16_f32 order: per (row, token) four accumulators over 32-element

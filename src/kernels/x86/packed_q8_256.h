@@ -465,20 +465,6 @@ void gemm(const PackedWeight& pw, int64_t g0, int64_t g1, const PackedActivation
 void packed_gemm_256(const PackedWeight& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
                       int64_t ldy, int64_t token_chunk) {
   token_chunk = std::clamp<int64_t>(token_chunk, 1, 256);
-  switch (w.kind) {
-    case PackedKind::Q8_0: gemm<PackedKind::Q8_0>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q4_0: gemm<PackedKind::Q4_0>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q4_1: gemm<PackedKind::Q4_1>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q5_0: gemm<PackedKind::Q5_0>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q5_1: gemm<PackedKind::Q5_1>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::IQ4_NL: gemm<PackedKind::IQ4_NL>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::MXFP4: gemm<PackedKind::MXFP4>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::IQ4_XS: gemm<PackedKind::IQ4_XS>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q2_K: gemm<PackedKind::Q2_K>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q3_K: gemm<PackedKind::Q3_K>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q4_K: gemm<PackedKind::Q4_K>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q5_K: gemm<PackedKind::Q5_K>(w, g0, g1, x, y, ldy, token_chunk); break;
-    case PackedKind::Q6_K: gemm<PackedKind::Q6_K>(w, g0, g1, x, y, ldy, token_chunk); break;
-  }
+  with_packed_kind(w.kind, [&](auto kind) { gemm<decltype(kind)::value>(w, g0, g1, x, y, ldy, token_chunk); });
 }
 
