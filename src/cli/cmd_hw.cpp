@@ -42,9 +42,15 @@ void register_hw(CLI::App& app) {
         {"avx512vnni", f.avx512vnni}, {"avx512bf16", f.avx512bf16}, {"avx512fp16", f.avx512fp16},
         {"avxvnni", f.avxvnni}, {"amx_tile", f.amx_tile}, {"amx_int8", f.amx_int8}, {"amx_bf16", f.amx_bf16}};
     const AmxState& amx = amx_state();
-    // No AMX kernels yet: where AMX is usable the AVX-512 VNNI kernels run, and hw says so.
-    const std::string amx_line = amx.present ? amx.detail + "; no AMX kernels yet: the AVX-512 VNNI kernels run"
-                                             : amx.detail;
+    // Which kernels the tile unit gets: the packed int8 GEMM for batches from the crossover on (AMX-INT8);
+    // F16/BF16 weights, MoE experts and attention stay on AVX-512 (no tile kernels for them yet).
+    std::string amx_line = amx.detail;
+    if (amx.usable) {
+      amx_line += packed_tile_gemm(isa)
+                      ? fmt::format("; tdpbsud GEMM for the repacked types' batches of {}+ tokens (tile_min_tokens)",
+                                    tuning().tile_min_tokens)
+                      : fmt::format("; not used at KESTREL_ISA={} (or a build without the AMX kernels)", isa_name(isa));
+    }
     const GgmlType formats[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,
                                 GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,   GgmlType::Q5_K,
                                 GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
@@ -66,7 +72,7 @@ void register_hw(CLI::App& app) {
       j["limits"] = limits ? nlohmann::json::parse(limits_to_json(*limits)) : nlohmann::json(nullptr);
       j["limits_cache"] = limits_cache_path();
       j["tuning"] = {{"q8_token_chunk", tuning().q8_token_chunk}, {"float_token_chunk", tuning().float_token_chunk},
-                     {"source", tuning().source}};
+                     {"tile_min_tokens", tuning().tile_min_tokens}, {"source", tuning().source}};
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
@@ -81,10 +87,11 @@ void register_hw(CLI::App& app) {
     for (const auto& c : t.caches)
       fmt::print("cache:      L{} {:<11} {:>8} x {} ({}-byte lines)\n", c.level, c.kind, human_bytes(c.size_bytes),
                  c.instances, c.line_bytes);
-    fmt::print("kernels:    {} (KESTREL_ISA=scalar|avx2|avx512 to force)\n", isa_name(isa));
+    fmt::print("kernels:    {} (KESTREL_ISA=scalar|avx2|avx512|amx to force)\n", isa_name(isa));
     for (GgmlType ty : formats) fmt::print("  {:<6} {}\n", type_name(ty), k.name(ty, true));
-    fmt::print("tiles:      q8 token chunk {}, float token chunk {} ({}; `kestrel tune` to measure)\n",
-               tuning().q8_token_chunk, tuning().float_token_chunk, tuning().source);
+    fmt::print("tiles:      q8 token chunk {}, float token chunk {}, tile crossover {} tokens ({}; `kestrel tune` to "
+               "measure)\n",
+               tuning().q8_token_chunk, tuning().float_token_chunk, tuning().tile_min_tokens, tuning().source);
     if (limits) {
       fmt::print("limits:     measured {} with {} thread(s){}\n", limits->measured_at, limits->threads,
                  measure ? "" : " (cached; --measure to measure again)");
@@ -93,6 +100,12 @@ void register_hw(CLI::App& app) {
       fmt::print("  int8 dot peak   {:8.1f} GOP/s    ({})\n", limits->int8_dot_gops, limits->int8_isa);
       if (limits->bf16_dot_gflops > 0)
         fmt::print("  bf16 dot peak   {:8.1f} GFLOP/s  ({})\n", limits->bf16_dot_gflops, limits->bf16_isa);
+      if (limits->amx_int8_gops > 0) {
+        fmt::print("  amx int8 peak   {:8.1f} GOP/s    (tdpbssd)\n", limits->amx_int8_gops);
+        fmt::print("  amx bf16 peak   {:8.1f} GFLOP/s  (tdpbf16ps)\n", limits->amx_bf16_gflops);
+      } else {
+        fmt::print("  amx peaks       unmeasured ({})\n", amx_state().usable ? "a build without the AMX kernels" : amx_state().detail);
+      }
       fmt::print("  cached in       {}\n", limits_cache_path());
     } else {
       fmt::print("limits:     not measured yet for {} thread(s): run `kestrel hw --measure`\n", n_threads);

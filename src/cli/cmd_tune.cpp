@@ -10,6 +10,7 @@
 #include "formats/block_formats.h"
 #include "core/error.h"
 #include "hw/tuning.h"
+#include "hw/cpu_features.h"
 #include "kernels/matmul.h"
 #include "runtime/loaded_model.h"
 
@@ -59,6 +60,38 @@ std::vector<Candidate> sweep(GgmlType type, int threads, int64_t tokens, bool q8
   return out;
 }
 
+// The streaming kernels against the tile unit's on the same repacked weight at growing batches (median of 5
+// each, interleaved), for Tuning::tile_min_tokens.
+std::vector<CrossoverPoint> crossover_sweep(GgmlType type, int threads) {
+  const int64_t rows = 5632, cols = 2048;
+  const auto bytes = make_weight(type, rows, cols);
+  Weight w{"tune", type, {cols, rows}, bytes.data(), bytes.size(), {}};
+  w.packed = pack_weight(w);
+  ThreadPool pool(threads);
+  std::vector<CrossoverPoint> out;
+  for (int64_t tokens = 1; tokens <= 128; tokens *= 2) {
+    std::vector<float> x(tokens * cols), y(tokens * rows);
+    for (size_t i = 0; i < x.size(); i++) x[i] = std::cos(static_cast<float>(i)) * 0.5f;
+    Tuning streaming = tuning(), tiles = tuning();
+    streaming.tile_min_tokens = tokens + 1;
+    tiles.tile_min_tokens = 1;
+    Matmul ms(matmul_kernels(), streaming), mt(matmul_kernels(), tiles);
+    ms.run(pool, w, x.data(), tokens, y.data());
+    mt.run(pool, w, x.data(), tokens, y.data());
+    std::vector<double> s_secs, t_secs;
+    for (int rep = 0; rep < 5; rep++)
+      for (auto [mm, secs] : {std::pair{&ms, &s_secs}, std::pair{&mt, &t_secs}}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        mm->run(pool, w, x.data(), tokens, y.data());
+        secs->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    std::sort(s_secs.begin(), s_secs.end());
+    std::sort(t_secs.begin(), t_secs.end());
+    out.push_back({tokens, s_secs[2], t_secs[2]});
+  }
+  return out;
+}
+
 int64_t best_of(const std::vector<Candidate>& cs) {
   return std::max_element(cs.begin(), cs.end(), [](auto& a, auto& b) { return a.gflops < b.gflops; })->chunk;
 }
@@ -73,8 +106,8 @@ void register_tune(CLI::App& app) {
     if (tokens < 2 || tokens > 4096) throw Error(fmt::format("--tokens {} is out of range (2 to 4096)", tokens));
     const int n = threads > 0 ? threads : default_thread_count();
     fmt::print("tuning with {} thread(s), {}-token batches of a 5632x2048 weight (median of 5)\n", n, tokens);
-    fmt::print("current: q8 token chunk {}, float token chunk {} ({})\n\n", tuning().q8_token_chunk,
-               tuning().float_token_chunk, tuning().source);
+    fmt::print("current: q8 token chunk {}, float token chunk {}, tile crossover {} tokens ({})\n\n",
+               tuning().q8_token_chunk, tuning().float_token_chunk, tuning().tile_min_tokens, tuning().source);
     Tuning t = tuning();
     const auto q8 = sweep(GgmlType::Q8_0, n, tokens, true);
     const auto fl = sweep(GgmlType::F16, n, tokens, false);
@@ -83,6 +116,19 @@ void register_tune(CLI::App& app) {
     t.q8_token_chunk = best_of(q8);
     t.float_token_chunk = best_of(fl);
     fmt::print("\nbest: q8 token chunk {}, float token chunk {}\n", t.q8_token_chunk, t.float_token_chunk);
+    if (const PackedGemm* tiles = packed_tile_gemm(); tiles && matmul_kernels().repacks(GgmlType::Q4_0)) {
+      const auto points = crossover_sweep(GgmlType::Q4_0, n);
+      fmt::print("\n{:>8} {:>16} {:>16}   Q4_0, ms per batch: streaming ({}) vs tiles ({})\n", "tokens",
+                 "streaming", "tiles", packed_gemm()->isa, tiles->isa);
+      for (const auto& p : points)
+        fmt::print("{:>8} {:>16.3f} {:>16.3f}\n", p.tokens, 1e3 * p.streaming_s, 1e3 * p.tiles_s);
+      t.tile_min_tokens = tile_crossover(points);
+      fmt::print("tile crossover: batches of {} tokens or more run on the tiles\n", t.tile_min_tokens);
+    } else {
+      fmt::print("tile crossover: nothing to measure: no tile kernels at this level (amx: {}); the streaming "
+                 "kernels take every batch\n",
+                 amx_state().detail);
+    }
     if (dry_run) {
       fmt::print("(dry run: nothing written)\n");
       return 0;

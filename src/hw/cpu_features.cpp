@@ -26,6 +26,7 @@ const char* isa_name(IsaLevel isa) {
     case IsaLevel::Scalar: return "scalar";
     case IsaLevel::Avx2: return "avx2";
     case IsaLevel::Avx512: return "avx512";
+    case IsaLevel::Amx: return "amx";
   }
   return "?";
 }
@@ -118,6 +119,9 @@ IsaLevel selected_isa() {
   const auto& f = cpu_features();
   if (f.avx2 && f.fma && f.f16c) best = IsaLevel::Avx2;
   if (best == IsaLevel::Avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) best = IsaLevel::Avx512;
+  // The tile kernels read the same packed weights as the AVX-512 VNNI ones and fall back to them for small
+  // batches: AMX-INT8 with the OS's and Linux's consent, on top of AVX-512 VNNI.
+  if (best == IsaLevel::Avx512 && f.avx512vnni && amx_state().usable) best = IsaLevel::Amx;
 #endif
   const char* env = std::getenv("KESTREL_ISA");
   if (!env || !*env) return best;
@@ -126,9 +130,13 @@ IsaLevel selected_isa() {
   if (want == "scalar") forced = IsaLevel::Scalar;
   else if (want == "avx2") forced = IsaLevel::Avx2;
   else if (want == "avx512") forced = IsaLevel::Avx512;
-  else throw Error("KESTREL_ISA='" + want + "' is not one of scalar, avx2, avx512");
-  if (static_cast<int>(forced) > static_cast<int>(best))
-    throw Error("KESTREL_ISA=" + want + " requested, but this CPU/build supports at most " + isa_name(best));
+  else if (want == "amx") forced = IsaLevel::Amx;
+  else throw Error("KESTREL_ISA='" + want + "' is not one of scalar, avx2, avx512, amx");
+  if (static_cast<int>(forced) > static_cast<int>(best)) {
+    std::string why;
+    if (forced == IsaLevel::Amx) why = " (AMX " + amx_state().detail + ")";
+    throw Error("KESTREL_ISA=" + want + " requested, but this CPU/build supports at most " + isa_name(best) + why);
+  }
   return forced;
 }
 

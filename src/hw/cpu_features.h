@@ -1,6 +1,6 @@
 #pragma once
 // What the CPU can do, probed once, and which kernel family Kestrel will use.
-// KESTREL_ISA=scalar|avx2|avx512 forces a family (never one the CPU lacks).
+// KESTREL_ISA=scalar|avx2|avx512|amx forces a family (never one the CPU lacks).
 #include <string>
 
 namespace kestrel {
@@ -25,7 +25,8 @@ const AmxState& amx_state();
 // The decision itself, for tests: the features, XCR0, and the permission request's result (0, or the errno).
 AmxState amx_state_from(const CpuFeatures& f, int permission_errno);
 
-enum class IsaLevel { Scalar, Avx2, Avx512 };
+// Amx: the AVX-512 level plus the tile unit's kernels (AMX-TILE/INT8 usable: amx_state()).
+enum class IsaLevel { Scalar, Avx2, Avx512, Amx };
 const char* isa_name(IsaLevel isa);
 
 const CpuFeatures& cpu_features();

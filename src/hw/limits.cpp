@@ -129,6 +129,27 @@ double LimitProbe::bf16_dot_gflops(int runs) {
   return 0;
 }
 
+// The tile peaks: with 1/64 of the iterations (a tile product is 64x a vector dot's work).
+double LimitProbe::amx_int8_gops(int runs) {
+#ifdef KESTREL_HAVE_AMX_KERNELS
+  volatile int32_t sink = 0;
+  if (amx_state().usable)
+    return parallel_peak(*pool_, runs, peak::kInt8OpsAmx / 64, [&](int64_t it) { sink = peak::int8_dot_amx(it / 64); }) / 1e9;
+#endif
+  (void)runs;
+  return 0;
+}
+
+double LimitProbe::amx_bf16_gflops(int runs) {
+#ifdef KESTREL_HAVE_AMX_KERNELS
+  volatile float sink = 0;
+  if (amx_state().usable && cpu_features().amx_bf16)
+    return parallel_peak(*pool_, runs, peak::kBf16OpsAmx / 64, [&](int64_t it) { sink = peak::bf16_dot_amx(it / 64); }) / 1e9;
+#endif
+  (void)runs;
+  return 0;
+}
+
 MeasuredLimits measure_limits(int n_threads) {
   LimitProbe probe(n_threads);
   return measure_limits(probe);
@@ -144,6 +165,8 @@ MeasuredLimits measure_limits(LimitProbe& probe) {
   l.f32_fma_gflops = probe.f32_fma_gflops();
   l.int8_dot_gops = probe.int8_dot_gops();
   l.bf16_dot_gflops = probe.bf16_dot_gflops();
+  l.amx_int8_gops = probe.amx_int8_gops();
+  l.amx_bf16_gflops = probe.amx_bf16_gflops();
   if (l.f32_fma_gflops > 0) l.f32_isa = f.avx512f ? "avx512 fma" : "avx2 fma";
   if (l.int8_dot_gops > 0) l.int8_isa = f.avx512vnni && f.avx512bw ? "avx512 vnni (vpdpbusd)" : "avx2 (vpmaddubsw+vpmaddwd)";
   if (l.bf16_dot_gflops > 0) l.bf16_isa = "avx512 bf16 (vdpbf16ps)";
@@ -173,6 +196,8 @@ std::string limits_to_json(const MeasuredLimits& l) {
                       {"int8_isa", l.int8_isa},
                       {"bf16_dot_gflops", l.bf16_dot_gflops},
                       {"bf16_isa", l.bf16_isa},
+                      {"amx_int8_gops", l.amx_int8_gops},
+                      {"amx_bf16_gflops", l.amx_bf16_gflops},
                       {"measured_at", l.measured_at}};
   return j.dump(2);
 }
@@ -193,6 +218,13 @@ std::optional<MeasuredLimits> load_cached_limits(int n_threads) {
     l.bf16_dot_gflops = j.at("bf16_dot_gflops");
     l.bf16_isa = j.at("bf16_isa");
     l.measured_at = j.at("measured_at");
+    // A cache from before the tile peaks: re-measured where the tiles are usable, zero (no tiles) elsewhere.
+    if (!j.contains("amx_int8_gops")) {
+      if (amx_state().usable) return std::nullopt;
+    } else {
+      l.amx_int8_gops = j.at("amx_int8_gops");
+      l.amx_bf16_gflops = j.at("amx_bf16_gflops");
+    }
     return l;
   } catch (const std::exception&) {
     return std::nullopt;  // a damaged cache is re-measured, never trusted

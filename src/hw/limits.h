@@ -18,6 +18,8 @@ struct MeasuredLimits {
   double f32_fma_gflops = 0;      // GFLOP/s, all threads
   double int8_dot_gops = 0;       // GOP/s (multiply + add = 2 ops), all threads
   double bf16_dot_gflops = 0;     // 0 when the CPU has no bf16 dot instruction
+  // The tile unit's (tdpbssd, tdpbf16ps): 0 where AMX is absent or not usable.
+  double amx_int8_gops = 0, amx_bf16_gflops = 0;
   std::string f32_isa, int8_isa, bf16_isa;  // instructions the peaks were measured with
   std::string cpu;
   std::string measured_at;  // ISO 8601, UTC
@@ -40,6 +42,8 @@ class LimitProbe {
   double f32_fma_gflops(int runs = 3);
   double int8_dot_gops(int runs = 3);
   double bf16_dot_gflops(int runs = 3);
+  double amx_int8_gops(int runs = 3);
+  double amx_bf16_gflops(int runs = 3);
 
  private:
   std::unique_ptr<ThreadPool> pool_;

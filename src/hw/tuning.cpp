@@ -23,6 +23,12 @@ int64_t clamp_pow2(int64_t v) {
 
 }  // namespace
 
+int64_t tile_crossover(const std::vector<CrossoverPoint>& points) {
+  int64_t from = points.empty() ? Tuning{}.tile_min_tokens : points.back().tokens + 1;
+  for (auto it = points.rbegin(); it != points.rend() && it->tiles_s < it->streaming_s; ++it) from = it->tokens;
+  return from;
+}
+
 Tuning derived_tuning() {
   Tuning t;
   const int64_t l2 = topology().l2_bytes() > 0 ? topology().l2_bytes() : (512 << 10);
@@ -44,6 +50,9 @@ std::optional<Tuning> load_tuning_file() {
     Tuning t;
     t.q8_token_chunk = std::clamp<int64_t>(j.at("q8_token_chunk").get<int64_t>(), 1, Tuning::kMaxTokenChunk);
     t.float_token_chunk = std::clamp<int64_t>(j.at("float_token_chunk").get<int64_t>(), 1, Tuning::kMaxTokenChunk);
+    // Files from before the crossover was measured keep the default.
+    if (j.contains("tile_min_tokens"))
+      t.tile_min_tokens = std::clamp<int64_t>(j.at("tile_min_tokens").get<int64_t>(), 1, 1 << 20);
     t.source = tuning_file_path();
     return t;
   } catch (const std::exception&) {
@@ -56,7 +65,11 @@ void store_tuning_file(const Tuning& t) {
   std::filesystem::create_directories(limits_cache_path(), ec);
   std::ofstream out(tuning_file_path());
   if (!out) throw Error(fmt::format("{}: cannot write the tuning file", tuning_file_path()));
-  out << nlohmann::json{{"q8_token_chunk", t.q8_token_chunk}, {"float_token_chunk", t.float_token_chunk}}.dump(2) << "\n";
+  out << nlohmann::json{{"q8_token_chunk", t.q8_token_chunk},
+                        {"float_token_chunk", t.float_token_chunk},
+                        {"tile_min_tokens", t.tile_min_tokens}}
+             .dump(2)
+      << "\n";
 }
 
 const Tuning& tuning() {

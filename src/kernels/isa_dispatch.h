@@ -20,6 +20,7 @@ enum class IsaNeed {
   Avx512,      // AVX-512 F/BW/DQ/VL
   Avx512Vnni,  // ...and VNNI
   Avx512Bf16,  // ...and BF16
+  Amx,         // AVX-512 VNNI and the tile unit (AMX-TILE/INT8, usable: amx_state())
 };
 
 // Whether the ISA level (the selected one unless given: benchmarks compare
@@ -28,13 +29,14 @@ inline bool isa_runs(IsaNeed need, IsaLevel isa = selected_isa()) {
 #ifdef KESTREL_HAVE_AVX2_KERNELS
   const auto& f = cpu_features();
   const bool avx2 = isa != IsaLevel::Scalar && f.avx2 && f.fma && f.f16c;
-  const bool avx512 = isa == IsaLevel::Avx512 && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
+  const bool avx512 = isa >= IsaLevel::Avx512 && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
   switch (need) {
     case IsaNeed::Avx2: return avx2;
     case IsaNeed::AvxVnni: return avx2 && f.avxvnni;
     case IsaNeed::Avx512: return avx512;
     case IsaNeed::Avx512Vnni: return avx512 && f.avx512vnni;
     case IsaNeed::Avx512Bf16: return avx512 && f.avx512bf16;
+    case IsaNeed::Amx: return isa == IsaLevel::Amx && avx512 && f.avx512vnni && amx_state().usable;
   }
 #endif
   (void)need;

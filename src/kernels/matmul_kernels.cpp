@@ -149,7 +149,9 @@ void rows_qdot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, c
 void rows_packed(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
                  int64_t ldy) {
   constexpr int64_t G = PackedWeight::kRowsPerGroup;
-  k.packed->gemm(*w.packed, r0 / G, (r1 + G - 1) / G, in.packed, y, ldy, in.tuning->q8_token_chunk);
+  // The tile unit's kernel from the measured crossover on (it reads the same packed weights).
+  const PackedGemm* g = k.packed_tiles && in.n >= in.tuning->tile_min_tokens ? k.packed_tiles : k.packed;
+  g->gemm(*w.packed, r0 / G, (r1 + G - 1) / G, in.packed, y, ldy, in.tuning->q8_token_chunk);
 }
 
 const char* float_name(GgmlType t) { return t == GgmlType::F32 ? "f32" : t == GgmlType::F16 ? "f16" : "bf16"; }
@@ -165,6 +167,7 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
   const Bf16Tiles* bf16 = bf16_tiles(isa);
   const FloatTiles* floats = float_tiles(isa);
   const PackedGemm* packed = packed_gemm(isa);
+  const PackedGemm* packed_tiles = packed_tile_gemm(isa);
   auto entry = [&](GgmlType t) {
     MatmulKernel k;
     k.type = t;
@@ -275,12 +278,16 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
       // Q8_0 and Q4_0 take the dot table's quantizer, as their unpacked rows do.
       k.quantize = plain.type == GgmlType::Q8_0 || plain.type == GgmlType::Q4_0 ? quantize_q8_0_dots : quantize_act;
       k.packed = packed;
+      k.packed_tiles = packed_tiles;
       k.one = k.many = rows_packed;
       k.granule_one = k.granule_many = PackedWeight::kRowsPerGroup;
       // The k-quants' kernel (integer sub-block scales) has its own blocking.
       const bool k_quant = traits(plain.type).block_size == 256 && plain.type != GgmlType::IQ4_XS;
       k.name = fmt::format("{} repacked in 16-row groups x {}: {} ({})", type_name(plain.type),
                            activation_format_name(k.act), k_quant ? packed->k_quants : packed->blocks, packed->isa);
+      if (packed_tiles)
+        k.name += fmt::format("; from tuning's tile_min_tokens on: {} ({})",
+                              k_quant ? packed_tiles->k_quants : packed_tiles->blocks, packed_tiles->isa);
       entries_.push_back(k);
     }
 }
@@ -297,6 +304,13 @@ const MatmulKernel& MatmulKernels::of(const Weight& w) const {
                           type_name(w.type), w.packed ? " (repacked)" : "", isa_name(isa_)));
 }
 
+MatmulKernels MatmulKernels::with_tile_gemm(const PackedGemm* tiles) const {
+  MatmulKernels copy = *this;
+  for (MatmulKernel& k : copy.entries_)
+    if (k.repacked) k.packed_tiles = tiles;
+  return copy;
+}
+
 std::string MatmulKernels::name(GgmlType t, bool repacked) const {
   if (const MatmulKernel* k = repacked ? find(t, true) : nullptr) return k->name;
   if (const MatmulKernel* k = find(t)) return k->name;
@@ -304,8 +318,8 @@ std::string MatmulKernels::name(GgmlType t, bool repacked) const {
 }
 
 const MatmulKernels& matmul_kernels_for(IsaLevel isa) {
-  static const std::array<MatmulKernels, 3> tables = {MatmulKernels(IsaLevel::Scalar), MatmulKernels(IsaLevel::Avx2),
-                                                      MatmulKernels(IsaLevel::Avx512)};
+  static const std::array<MatmulKernels, 4> tables = {MatmulKernels(IsaLevel::Scalar), MatmulKernels(IsaLevel::Avx2),
+                                                      MatmulKernels(IsaLevel::Avx512), MatmulKernels(IsaLevel::Amx)};
   return tables[static_cast<size_t>(isa)];
 }
 

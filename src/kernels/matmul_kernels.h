@@ -76,6 +76,7 @@ struct MatmulKernel {
   const Bf16Tiles* bf16 = nullptr;
   const FloatTiles* floats = nullptr;
   const PackedGemm* packed = nullptr;
+  const PackedGemm* packed_tiles = nullptr;  // the tile unit's (AMX), for batches of Tuning::tile_min_tokens on
 };
 
 class MatmulKernels {
@@ -92,6 +93,9 @@ class MatmulKernels {
   bool repacks(GgmlType t) const { return find(t, true) != nullptr; }
   // What runs for a type, preferring its repacked form when there is one and `repacked` asks; "none" without.
   std::string name(GgmlType t, bool repacked = false) const;
+  // A copy whose repacked entries take `tiles` for batches from the crossover on (tests: the tile model's
+  // table where the CPU has no tile unit; benchmarks).
+  MatmulKernels with_tile_gemm(const PackedGemm* tiles) const;
 
  private:
   IsaLevel isa_;

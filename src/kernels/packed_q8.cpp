@@ -565,6 +565,13 @@ const PackedGemm& avx512vnni_packed_gemm();  // kernels/x86/packed_q8_avx512vnni
 const PackedGemm& avxvnni_packed_gemm();     // kernels/x86/packed_q8_avxvnni.cpp
 const PackedGemm& avx2_packed_gemm();        // kernels/x86/packed_q8_avx2.cpp
 const PackedGemm& avx512vl_vnni256_packed_gemm();  // kernels/x86/packed_q8_avx512vnni.cpp
+const PackedGemm& amx_packed_gemm();               // kernels/x86/packed_q8_amx.cpp
+const PackedGemm& amx_model_packed_gemm();         // kernels/x86/packed_q8_amx_model_avx512vnni.cpp
+#ifdef KESTREL_HAVE_AMX_KERNELS
+#define KESTREL_AMX_TABLE(accessor) (&(accessor)())
+#else
+#define KESTREL_AMX_TABLE(accessor) nullptr
+#endif
 
 const PackedGemm* packed_gemm(IsaLevel isa) {
   if (const auto* t = single_table<PackedGemm>(IsaNeed::Avx512Vnni, isa, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm)))
@@ -572,6 +579,14 @@ const PackedGemm* packed_gemm(IsaLevel isa) {
   if (const auto* t = single_table<PackedGemm>(IsaNeed::AvxVnni, isa, KESTREL_SIMD_TABLE(avxvnni_packed_gemm)))
     return t;
   return single_table<PackedGemm>(IsaNeed::Avx2, isa, KESTREL_SIMD_TABLE(avx2_packed_gemm));
+}
+
+const PackedGemm* packed_tile_gemm(IsaLevel isa) {
+  return single_table<PackedGemm>(IsaNeed::Amx, isa, KESTREL_AMX_TABLE(amx_packed_gemm));
+}
+
+const PackedGemm* packed_tile_model_gemm() {
+  return single_table<PackedGemm>(IsaNeed::Avx512Vnni, IsaLevel::Avx512, KESTREL_SIMD_TABLE(amx_model_packed_gemm));
 }
 
 std::vector<const PackedGemm*> runnable_packed_gemms() {
@@ -583,6 +598,8 @@ std::vector<const PackedGemm*> runnable_packed_gemms() {
   add(IsaNeed::AvxVnni, KESTREL_SIMD_TABLE(avxvnni_packed_gemm));
   add(IsaNeed::Avx512Vnni, KESTREL_SIMD_TABLE(avx512vl_vnni256_packed_gemm));
   add(IsaNeed::Avx512Vnni, KESTREL_SIMD_TABLE(avx512vnni_packed_gemm));
+  if (const auto* amx = packed_tile_gemm(IsaLevel::Amx)) out.push_back(amx);
+  if (const auto* model = packed_tile_model_gemm()) out.push_back(model);
   return out;
 }
 

@@ -294,10 +294,18 @@ struct PackedGemm {
   const char* k_quants;
 };
 const PackedGemm* packed_gemm(IsaLevel isa = selected_isa());
+// The tile kernels for batches (AMX: kernels/x86/packed_q8_amx.h) where the level is amx and the CPU's
+// tiles are usable, else null: they read the same packed weights, and packed_gemm's table keeps the batches
+// below the crossover (Tuning::tile_min_tokens) and single tokens.
+const PackedGemm* packed_tile_gemm(IsaLevel isa = selected_isa());
+// The AMX kernel body on the scalar model of the tile instructions (amx_tiles.h), where the CPU has
+// AVX-512 VNNI (the body's unpacking and scaling): tests, never served.
+const PackedGemm* packed_tile_model_gemm();
 // Every SIMD table compiled in that this CPU runs, whatever the level picks
 // (tests and benchmarks): AVX2's, AVX-VNNI's, the AVX-VNNI code in the EVEX
 // encoding of AVX-512 VL + VNNI (so that a CPU with AVX-512 VNNI tests what
-// an AVX-VNNI CPU runs), AVX-512 VNNI's.
+// an AVX-VNNI CPU runs), AVX-512 VNNI's, AMX's where the tiles are usable, and
+// the AMX body on the tile model.
 std::vector<const PackedGemm*> runnable_packed_gemms();
 
 }  // namespace kestrel

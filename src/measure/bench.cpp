@@ -58,13 +58,15 @@ struct Roofline {
 // read bandwidth, prefill against the peak of the instruction its kernels
 // run (int8 dots for every quantized type but FP8, BF16 dots for BF16 where
 // the CPU has them, else f32 FMAs).
-enum class Bound { ReadBandwidth, Int8Dot, Bf16Dot, F32Fma };
+// Prefill on the tile unit (AMX) is bound by its int8 peak instead.
+enum class Bound { ReadBandwidth, Int8Dot, AmxInt8, Bf16Dot, F32Fma };
 
 Bound bound_of(bool prefill, const ModelCost& cost) {
   if (!prefill) return Bound::ReadBandwidth;
   const GgmlType t = cost.dominant_type;
   const bool float_weights = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
-  if (!float_weights && t != GgmlType::KESTREL_FP8_E4M3) return Bound::Int8Dot;
+  if (!float_weights && t != GgmlType::KESTREL_FP8_E4M3)
+    return packed_tile_gemm() && matmul_kernels().repacks(t) ? Bound::AmxInt8 : Bound::Int8Dot;
   if (const MatmulKernel* k = matmul_kernels().find(t); k && k->prep == ActPrep::Bf16) return Bound::Bf16Dot;
   return Bound::F32Fma;
 }
@@ -73,6 +75,7 @@ double limit_of(Bound b, const MeasuredLimits& l) {
   switch (b) {
     case Bound::ReadBandwidth: return l.read_bandwidth_gbs;
     case Bound::Int8Dot: return l.int8_dot_gops;
+    case Bound::AmxInt8: return l.amx_int8_gops > 0 ? l.amx_int8_gops : l.int8_dot_gops;
     case Bound::Bf16Dot: return l.bf16_dot_gflops > 0 ? l.bf16_dot_gflops : l.f32_fma_gflops;
     case Bound::F32Fma: return l.f32_fma_gflops;
   }
@@ -83,6 +86,7 @@ double probe_limit(Bound b, LimitProbe& p) {
   switch (b) {
     case Bound::ReadBandwidth: return p.read_bandwidth_gbs();
     case Bound::Int8Dot: return p.int8_dot_gops();
+    case Bound::AmxInt8: return p.amx_int8_gops();
     case Bound::Bf16Dot: return p.bf16_dot_gflops();
     case Bound::F32Fma: return p.f32_fma_gflops();
   }
@@ -96,7 +100,10 @@ Roofline roofline(Bound b, double limit, const BenchResult& r) {
     return {limit * 1e9 / static_cast<double>(r.weight_bytes_per_token),
             fmt::format("read bandwidth {:.1f} GB/s / {:.3f} GB per token", limit,
                         static_cast<double>(r.weight_bytes_per_token) / 1e9)};
-  const char* name = b == Bound::Int8Dot ? "int8 dot" : b == Bound::Bf16Dot ? "bf16 dot" : "f32 FMA";
+  const char* name = b == Bound::Int8Dot   ? "int8 dot"
+                     : b == Bound::AmxInt8 ? "amx int8"
+                     : b == Bound::Bf16Dot ? "bf16 dot"
+                                           : "f32 FMA";
   return {limit * 1e9 / r.flops_per_token,
           fmt::format("{} peak {:.0f} G/s / {:.2f} GFLOP per token", name, limit, r.flops_per_token / 1e9)};
 }

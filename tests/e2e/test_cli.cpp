@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "hw/cpu_features.h"
 #include "hw/limits.h"
+#include "hw/tuning.h"
 #include "gguf/gguf.h"
 #include "cli_process.h"
 #include "test_support.h"
@@ -193,6 +195,24 @@ TEST_F(CliWithLimits, HwReportsFeaturesKernelsAndCachedLimits) {
   const auto text = run_kestrel({"hw", "-t", "1"});
   EXPECT_THAT(text.out, HasSubstr("read bandwidth"));
   EXPECT_THAT(text.out, HasSubstr("kernels:"));
+}
+
+// KESTREL_ISA=amx runs the tile kernels where the tiles are usable (hw says which), and is refused by name
+// with the reason where they are not.
+TEST_F(CliWithLimits, IsaAmxRunsTheTilesOrSaysWhyNot) {
+  setenv("KESTREL_ISA", "amx", 1);
+  const auto r = run_kestrel({"hw", "-t", "1"});
+  unsetenv("KESTREL_ISA");
+  std::cout << "[ cpu      ] amx: " << amx_state().detail << "\n";
+  if (amx_state().usable && cpu_features().avx512vnni) {
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("kernels:    amx"));
+    EXPECT_THAT(r.out, HasSubstr("tdpbsud"));
+  } else {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("KESTREL_ISA=amx requested, but this CPU/build supports at most"));
+    EXPECT_THAT(r.err, HasSubstr(amx_state().detail));
+  }
 }
 
 TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
@@ -467,7 +487,11 @@ TEST_F(CliWithLimits, TuneStoresTheWinnersThatHwThenReports) {
   const auto r = run_kestrel({"tune", "--tokens", "8", "-t", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("best: q8 token chunk"));
+  // The tile crossover: measured where the tiles run, else said why not (and the default kept).
+  const bool tiles = amx_state().usable && selected_isa() == IsaLevel::Amx;
+  EXPECT_THAT(r.out, HasSubstr(tiles ? "tile crossover: batches of" : "tile crossover: nothing to measure"));
   const auto j = nlohmann::json::parse(run_kestrel({"hw", "--json"}).out);
+  if (!tiles) EXPECT_EQ(j["tuning"]["tile_min_tokens"].get<int64_t>(), Tuning{}.tile_min_tokens);
   EXPECT_THAT(j["tuning"]["source"].get<std::string>(), HasSubstr(dir_.file("cache")));
   const int64_t chunk = j["tuning"]["q8_token_chunk"];
   EXPECT_TRUE(chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128 || chunk == 256) << chunk;
