@@ -24,6 +24,10 @@ struct Weight {
   // Set when `data` is not the file's: a matrix cut out of one (a rank's
   // columns, weight_columns) keeps its bytes alive here.
   std::shared_ptr<const void> owner;
+  // A routed expert's matrix (a slice of ffn_*_exps): llama.cpp multiplies those with ggml_mul_mat_id, which
+  // takes its row dots at every batch size, where a plain matrix's batches go to its GEMM (llamafile's
+  // tinyBLAS) with its own summation order; the kernels that follow llama.cpp's order tell them apart.
+  bool routed_expert = false;
 
   bool present() const { return data != nullptr; }
   int64_t cols() const { return ne.empty() ? 0 : ne[0]; }

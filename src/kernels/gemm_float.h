@@ -22,6 +22,12 @@ struct FloatTiles {
   // where the ISA has none (AVX2 has).
   void (*bf16_in_dot_order)(const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
                             const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) = nullptr;
+  // BF16 batches as llama.cpp computes them (llamafile's tinyBLAS: one accumulator per output over the
+  // vector width, a horizontal sum at the end), for weights whose rows are a multiple of 4 and columns of
+  // the vector width (ggml's conditions; else it takes the row dots); null where the ISA has none.
+  void (*bf16_ggml_batches)(const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
+                            const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) = nullptr;
+  int64_t bf16_ggml_width = 0;  // the vector width those columns must be a multiple of
 };
 // The table when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
 const FloatTiles* float_tiles(IsaLevel isa = selected_isa());

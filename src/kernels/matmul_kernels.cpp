@@ -45,15 +45,28 @@ void rows_float_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_
                  in.tuning->float_token_chunk);
 }
 
-// BF16 without the bf16 dot, batches: rounded activations, each output as the row dot computes it.
-void rows_bf16_in_dot_order(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in,
-                            float* y, int64_t ldy) {
-  k.floats->bf16_in_dot_order(static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y,
-                              ldy, in.tuning->float_token_chunk);
+// Whether llama.cpp multiplies a batch of this BF16 matrix with its GEMM (llamafile's tinyBLAS, for plain
+// matrices whose rows are a multiple of 4 and columns of the vector width; ggml_mul_mat_id's routed experts
+// and other shapes take the row dots), so that each output is summed in its order.
+bool ggml_batches_in_gemm_order(const Weight& w, int64_t width) {
+  return width > 0 && !w.routed_expert && w.rows() % 4 == 0 && w.cols() % width == 0;
+}
+
+// BF16 without the bf16 dot, batches: rounded activations, each output in llama.cpp's order for the call.
+void rows_bf16_batches(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in,
+                       float* y, int64_t ldy) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  if (k.floats->bf16_ggml_batches && ggml_batches_in_gemm_order(w, k.floats->bf16_ggml_width))
+    return k.floats->bf16_ggml_batches(data, w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
+                                       in.tuning->float_token_chunk);
+  k.floats->bf16_in_dot_order(data, w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy, in.tuning->float_token_chunk);
 }
 
 void rows_bf16_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
                      int64_t ldy) {
+  if (in.n > 1 && ggml_batches_in_gemm_order(w, k.bf16->gemm_width))
+    return k.bf16->gemm_ggml_order(static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.bf16,
+                                   in.n, y, ldy, in.tuning->float_token_chunk);
   k.bf16->gemm(static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.bf16, in.n, y, ldy,
                in.tuning->float_token_chunk);
 }
@@ -189,18 +202,22 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
       k.bf16 = bf16;
       k.one = k.many = rows_bf16_tiles;
       k.granule_one = k.granule_many = 4;
-      k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps in ggml's row-dot order, 4 rows x 3 tokens ({})", bf16->isa);
+      k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps, 1 token and routed experts in ggml's "
+                           "row-dot order (4 rows x 3 tokens), other batches in its gemm's (4 rows x 6 tokens) ({})",
+                           bf16->isa);
     } else if (t == GgmlType::BF16) {
-      // Row dots in ggml's order for every batch size: with activations rounded to 8 bits of mantissa, a
-      // summation order of its own flips roundings downstream (the BF16 compat cells of Gemma 2 and
-      // Qwen3-MoE left llama.cpp's ids with the f32 tiles for batches).
+      // llama.cpp's orders: with activations rounded to 8 bits of mantissa, a summation order of its own
+      // flips roundings downstream (the BF16 compat cells of Gemma 2 and Qwen3-MoE left llama.cpp's ids with
+      // the f32 tiles for batches). The scalar level keeps the row dot for everything (ggml's GEMM needs SIMD).
       k.prep = ActPrep::Bf16Rounded;
       k.name = fmt::format("bf16 x f32 rounded to bf16: fma row dot in ggml's order ({})", dot_isa);
       if (floats && floats->bf16_in_dot_order && floats->isa == std::string_view(dot_isa)) {
-        // The same outputs with a widened weight vector serving three tokens.
+        // Batches: the row dot's outputs with a widened weight vector serving three tokens, or the GEMM's.
         k.floats = floats;
-        k.many = rows_bf16_in_dot_order;
-        k.name = fmt::format("bf16 x f32 rounded to bf16: fma in ggml's row-dot order, 1 row x 3 tokens for batches ({})",
+        k.many = rows_bf16_batches;
+        k.granule_many = 4;
+        k.name = fmt::format("bf16 x f32 rounded to bf16: fma, 1 token and routed experts in ggml's row-dot order, "
+                             "other batches in its gemm's (4 rows x 3 tokens) ({})",
                              floats->isa);
       }
     } else if (floats) {

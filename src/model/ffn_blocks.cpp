@@ -42,9 +42,13 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
       m.experts.emplace_back();
       continue;
     }
-    m.experts.push_back({be.prepare_weight(shard.rows(weight_slice(gate, x, gate.name + tag))),
-                         be.prepare_weight(shard.rows(weight_slice(up, x, up.name + tag))),
-                         be.prepare_weight(shard.columns(weight_slice(down, x, down.name + tag)))});
+    auto expert = [&](Weight w) {
+      w.routed_expert = true;
+      return be.prepare_weight(std::move(w));
+    };
+    m.experts.push_back({expert(shard.rows(weight_slice(gate, x, gate.name + tag))),
+                         expert(shard.rows(weight_slice(up, x, up.name + tag))),
+                         expert(shard.columns(weight_slice(down, x, down.name + tag)))});
   }
   if (!shard.holds_shared_expert()) {
     for (const char* t : {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight"})

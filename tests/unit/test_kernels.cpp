@@ -287,6 +287,39 @@ TEST(GemmFloat, Bf16TilesKeepTheRowDotsOrderBitForBit) {
   if (!ran) GTEST_SKIP() << "no AVX2 float tiles on this CPU/build";
 }
 
+// llama.cpp's GEMM order for batches of plain BF16 matrices on AVX2 (llamafile's tinyBLAS<8, __m256>), as a
+// scalar model: per output 8 lanes, lane j += w[k + j] * x[k + j] fused over 8-element steps, then the
+// horizontal sum ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) of its hsum(__m256).
+float tinyblas8_bf16(const uint16_t* w, const float* x, int64_t cols) {
+  float lane[8] = {};
+  for (int64_t k = 0; k < cols; k += 8)
+    for (int j = 0; j < 8; j++) lane[j] = std::fma(bf16_to_fp32(w[k + j]), x[k + j], lane[j]);
+  float v[4];
+  for (int j = 0; j < 4; j++) v[j] = lane[j + 4] + lane[j];
+  return (v[0] + v[2]) + (v[1] + v[3]);
+}
+
+TEST(GemmFloat, Bf16BatchesInLlamaCppsGemmOrderBitForBit) {
+  const FloatTiles* tiles = float_tiles(IsaLevel::Avx2);
+  if (!tiles || !tiles->bf16_ggml_batches) GTEST_SKIP() << "no AVX2 float tiles on this CPU/build";
+  std::cout << "[ path     ] bf16 in llama.cpp's gemm order: " << tiles->isa << "\n";
+  ASSERT_EQ(tiles->bf16_ggml_width, 8);
+  for (int64_t cols : {8, 64, 264})
+    for (int64_t rows : {4, 8, 5})
+      for (int64_t n : {2, 3, 7}) {
+        const auto wf = random_floats(rows * cols, 41), x = random_floats(n * cols, 42);
+        std::vector<uint16_t> w(rows * cols);
+        for (size_t i = 0; i < w.size(); i++) w[i] = fp32_to_bf16(wf[i]);
+        std::vector<float> y(n * rows, -1.0f);
+        tiles->bf16_ggml_batches(reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n,
+                                 y.data(), rows, 4);
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t t = 0; t < n; t++)
+            ASSERT_EQ(y[t * rows + r], tinyblas8_bf16(w.data() + r * cols, x.data() + t * cols, cols))
+                << rows << "x" << cols << " n=" << n << " at (" << r << "," << t << ")";
+      }
+}
+
 TEST(GemmFloat, TilesAgreeWithRowDots) {
   std::vector<const FloatTiles*> levels;  // every level's tiles this CPU runs
   for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512})
@@ -310,6 +343,48 @@ TEST(GemmBf16, ConversionRoundsLikeTheScalarReference) {
   std::vector<uint16_t> got(x.size());
   tiles->convert(x.data(), got.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(got[i], fp32_to_bf16(x[i])) << i;
+}
+
+// llama.cpp's GEMM order for BF16 batches with AVX-512 BF16 (tinyBLAS<32, __m512, __m512bh>), as a scalar
+// model: 16 lanes, each vdpbf16ps step adding its lane's odd product, then its even one (Intel's order;
+// bf16 products are exact in fp32, each addition rounds), then GCC's _mm512_reduce_add_ps tree (256-bit
+// halves, 128-bit halves, lanes {2,3,0,1}, then the last two). Checks the kernel and the instruction's
+// semantics at once: the model has no SIMD in it.
+float tinyblas32_bf16(const uint16_t* w, const uint16_t* x, int64_t cols) {
+  float lane[16] = {};
+  for (int64_t k = 0; k < cols; k += 32)
+    for (int i = 0; i < 16; i++) {
+      for (int e : {1, 0}) {
+        volatile float p = bf16_to_fp32(w[k + 2 * i + e]) * bf16_to_fp32(x[k + 2 * i + e]);
+        lane[i] = lane[i] + p;
+      }
+    }
+  float a[8], b[4];
+  for (int j = 0; j < 8; j++) a[j] = lane[j + 8] + lane[j];
+  for (int j = 0; j < 4; j++) b[j] = a[j + 4] + a[j];
+  const float c0 = b[0] + b[2], c1 = b[1] + b[3];
+  return c0 + c1;
+}
+
+TEST(GemmBf16, BatchesInLlamaCppsGemmOrderBitForBit) {
+  const Bf16Tiles* tiles = bf16_tiles();
+  if (!tiles) GTEST_SKIP() << "no AVX-512 BF16 on this CPU/build";
+  ASSERT_EQ(tiles->gemm_width, 32);
+  for (int64_t cols : {32, 96, 2048})
+    for (int64_t rows : {4, 8, 6})
+      for (int64_t n : {2, 6, 13}) {
+        const auto wf = test::random_floats(rows * cols, 9), xf = test::random_floats(n * cols, 10);
+        std::vector<uint16_t> w(rows * cols), x(n * cols);
+        for (size_t i = 0; i < w.size(); i++) w[i] = fp32_to_bf16(wf[i]);
+        for (size_t i = 0; i < x.size(); i++) x[i] = fp32_to_bf16(xf[i]);
+        std::vector<float> y(n * rows, -7.0f);
+        tiles->gemm_ggml_order(reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n,
+                               y.data(), rows, 4);
+        for (int64_t t = 0; t < n; t++)
+          for (int64_t r = 0; r < rows; r++)
+            ASSERT_EQ(y[t * rows + r], tinyblas32_bf16(w.data() + r * cols, x.data() + t * cols, cols))
+                << rows << "x" << cols << " n=" << n << " at (" << r << "," << t << ")";
+      }
 }
 
 TEST(GemmBf16, TilesMatchADoubleDotOnOddShapes) {

@@ -5,9 +5,16 @@
 // tensor, the type and the ISA.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <iostream>
+
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "formats/fp16.h"
 #include "kernels/backend.h"
+#include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
+#include "test_support.h"
 
 namespace kestrel {
 namespace {
@@ -20,7 +27,7 @@ constexpr GgmlType kComputable[] = {
 };
 
 TEST(MatmulKernels, EveryLevelHasAnEntryPerComputableTypeWithinItsIsa) {
-  for (IsaLevel isa : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512}) {
+  for (IsaLevel isa : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512, IsaLevel::Amx}) {
     if (static_cast<int>(isa) > static_cast<int>(selected_isa())) continue;  // the CPU cannot run it
     const MatmulKernels& k = matmul_kernels_for(isa);
     EXPECT_EQ(k.isa(), isa);
@@ -72,6 +79,44 @@ TEST(MatmulKernels, AWeightWithoutAKernelIsRefusedAtLoadNamingTypeAndIsa) {
     EXPECT_NE(msg.find(type_name(GgmlType::TQ1_0)), std::string::npos) << msg;
     EXPECT_NE(msg.find(isa_name(selected_isa())), std::string::npos) << msg;
   }
+}
+
+
+// BF16 batches follow llama.cpp's call: a plain matrix whose rows are a multiple of 4 and columns of the
+// vector width goes through its GEMM's order (no longer the row dot's), a routed expert's (ggml_mul_mat_id)
+// and any other shape keep the row dot's, as do single tokens; activations rounded to BF16 in each case.
+TEST(MatmulKernels, Bf16BatchesTakeLlamaCppsOrderForTheCall) {
+  bool ran = false;
+  for (IsaLevel isa : {IsaLevel::Avx2, IsaLevel::Avx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(selected_isa())) continue;
+    const MatmulKernels& k = matmul_kernels_for(isa);
+    const MatmulKernel* e = k.find(GgmlType::BF16);
+    ASSERT_NE(e, nullptr);
+    if (!e->bf16 && !(e->floats && e->floats->bf16_ggml_batches)) continue;
+    ran = true;
+    std::cout << "[ path     ] bf16 batches: " << e->name << "\n";
+    ThreadPool pool(2);
+    Matmul mm(k);
+    for (int64_t rows : {8, 6})
+      for (bool expert : {false, true}) {
+        const int64_t cols = 256, n = 5;
+        auto m = test::quantized_matrix(GgmlType::BF16, rows, cols, 3);
+        m.w.routed_expert = expert;
+        const auto x = test::random_floats(static_cast<size_t>(n * cols), 4);
+        std::vector<float> batch(n * rows), one(rows);
+        mm.run(pool, m.w, x.data(), n, batch.data());
+        const bool gemm_order = !expert && rows % 4 == 0;
+        int same_as_single = 0;
+        for (int64_t t = 0; t < n; t++) {
+          mm.run(pool, m.w, x.data() + t * cols, 1, one.data());
+          for (int64_t r = 0; r < rows; r++) same_as_single += batch[t * rows + r] == one[r];
+        }
+        // The row dot's order gives each token what it gets alone; the GEMM's differs in some outputs.
+        if (gemm_order) EXPECT_LT(same_as_single, n * rows) << isa_name(isa) << " " << rows << " rows";
+        else EXPECT_EQ(same_as_single, n * rows) << isa_name(isa) << " " << rows << " rows, expert " << expert;
+      }
+  }
+  if (!ran) GTEST_SKIP() << "no BF16 batch kernels on this CPU/build";
 }
 
 }  // namespace

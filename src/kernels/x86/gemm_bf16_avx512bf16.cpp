@@ -64,7 +64,63 @@ void rows_all_tokens(const uint16_t* const* rows, int64_t cols, const uint16_t* 
   if (rest == 1) tile<R, 1>(rows, cols, xs, y, ldy, r, t);
 }
 
+// R rows x T tokens in llama.cpp's GEMM order for BF16 batches (llamafile's tinyBLAS<32, __m512, __m512bh>):
+// one accumulator per output, vdpbf16ps over 32-element steps, _mm512_reduce_add_ps at the end. cols is a
+// multiple of 32 (the caller checks ggml's conditions).
+template <int R, int T>
+void gemm_order_tile(const uint16_t* const* rows, int64_t cols, const uint16_t* const* xs, float* y, int64_t ldy,
+                     int64_t r, int64_t t0) {
+  __m512 c[R][T];
+  for (int i = 0; i < R; i++)
+    for (int t = 0; t < T; t++) c[i][t] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < cols; k += 32) {
+    __m512bh xv[T];
+    for (int t = 0; t < T; t++) xv[t] = load_bh(xs[t] + k);
+    for (int i = 0; i < R; i++) {
+      const __m512bh wv = load_bh(rows[i] + k);
+      for (int t = 0; t < T; t++) c[i][t] = _mm512_dpbf16_ps(c[i][t], wv, xv[t]);
+    }
+  }
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < R; i++) y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(c[i][t]);
+}
+
+// Tokens [t, t + n) of a row group in tiles of at most 6 (4 x 6: 24 accumulators, 6 activation vectors and a
+// weight vector of the 32 registers, tinyBLAS's shape too).
+template <int R, int T = 6>
+void gemm_order_tokens(const uint16_t* const* rows, int64_t cols, const uint16_t* x, int64_t t, int64_t n, float* y,
+                       int64_t ldy, int64_t r) {
+  if constexpr (T > 0) {
+    const uint16_t* xs[T];
+    for (; n >= T; n -= T, t += T) {
+      for (int i = 0; i < T; i++) xs[i] = x + (t + i) * cols;
+      gemm_order_tile<R, T>(rows, cols, xs, y, ldy, r, t);
+    }
+    if (n > 0) gemm_order_tokens<R, T - 1>(rows, cols, x, t, n, y, ldy, r);
+  }
+}
+
 }  // namespace
+
+static void gemm_bf16_ggml_order(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1,
+                                 const uint16_t* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) {
+  token_chunk = std::max<int64_t>(1, token_chunk);
+  auto row = [&](int64_t r) { return reinterpret_cast<const uint16_t*>(w + r * stride); };
+  for (int64_t tc = 0; tc < n; tc += token_chunk) {
+    const int64_t tn = std::min(token_chunk, n - tc);
+    const uint16_t* xc = x + tc * cols;
+    float* yc = y + tc * ldy;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+      const uint16_t* rows[4] = {row(r), row(r + 1), row(r + 2), row(r + 3)};
+      gemm_order_tokens<4>(rows, cols, xc, 0, tn, yc, ldy, r);
+    }
+    for (; r < r1; r++) {
+      const uint16_t* rows[1] = {row(r)};
+      gemm_order_tokens<1>(rows, cols, xc, 0, tn, yc, ldy, r);
+    }
+  }
+}
 
 static void convert_to_bf16(const float* x, uint16_t* dst, int64_t n) {
   int64_t i = 0;
@@ -104,7 +160,7 @@ static void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0,
 }
 
 const Bf16Tiles& avx512bf16_tiles() {
-  static const Bf16Tiles t{"avx512 bf16", convert_to_bf16, gemm_bf16};
+  static const Bf16Tiles t{"avx512 bf16", convert_to_bf16, gemm_bf16, gemm_bf16_ggml_order, 32};
   return t;
 }
 
