@@ -18,8 +18,13 @@ class CpuBackend final : public Backend {
     for (int i = 0; i < pool_.size(); i++) head_scratch_.emplace_back(matmul_kernels());
   }
 
+  // The level's name, and why the tile unit is idle where the CPU has one (refused permission, an OS without
+  // the tile state, KESTREL_ISA): said in every run's and server's first line.
   std::string describe() const override {
-    return fmt::format("cpu ({} threads, {} kernels)", pool_.size(), isa_name(matmul_.kernels().dots().isa));
+    std::string amx;
+    if (amx_state().present && matmul_.kernels().isa() != IsaLevel::Amx)
+      amx = fmt::format("; AMX not used: {}", amx_state().usable ? "KESTREL_ISA lowers the level" : amx_state().detail);
+    return fmt::format("cpu ({} threads, {} kernels{})", pool_.size(), isa_name(matmul_.kernels().isa()), amx);
   }
   int n_threads() const override { return pool_.size(); }
 
