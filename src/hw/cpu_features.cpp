@@ -113,7 +113,7 @@ const AmxState& amx_state() {
   return s;
 }
 
-IsaLevel selected_isa() {
+IsaLevel best_isa() {
   IsaLevel best = IsaLevel::Scalar;
 #ifdef KESTREL_HAVE_AVX2_KERNELS
   const auto& f = cpu_features();
@@ -123,6 +123,11 @@ IsaLevel selected_isa() {
   // batches: AMX-INT8 with the OS's and Linux's consent, on top of AVX-512 VNNI.
   if (best == IsaLevel::Avx512 && f.avx512vnni && amx_state().usable) best = IsaLevel::Amx;
 #endif
+  return best;
+}
+
+IsaLevel selected_isa() {
+  const IsaLevel best = best_isa();
   const char* env = std::getenv("KESTREL_ISA");
   if (!env || !*env) return best;
   const std::string want = env;

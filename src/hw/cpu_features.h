@@ -30,6 +30,8 @@ enum class IsaLevel { Scalar, Avx2, Avx512, Amx };
 const char* isa_name(IsaLevel isa);
 
 const CpuFeatures& cpu_features();
+// The best level this CPU (and build) supports.
+IsaLevel best_isa();
 // The best level this CPU supports, lowered by KESTREL_ISA when set.
 // Throws if KESTREL_ISA names an unknown level or one the CPU cannot run.
 IsaLevel selected_isa();

@@ -43,8 +43,11 @@ std::string now_utc() {
   return buf;
 }
 
+// One file per thread count, and per level where KESTREL_ISA lowers it (the peaks are the level's).
 std::string cache_file(int n_threads) {
-  return per_machine_cache_file("limits", "-t" + std::to_string(n_threads) + ".json");
+  const IsaLevel isa = selected_isa();
+  const std::string level = isa == best_isa() ? "" : std::string("-") + isa_name(isa);
+  return per_machine_cache_file("limits", "-t" + std::to_string(n_threads) + level + ".json");
 }
 
 }  // namespace
@@ -102,8 +105,9 @@ double LimitProbe::f32_fma_gflops(int runs) {
 #ifdef KESTREL_HAVE_AVX2_KERNELS
   const auto& f = cpu_features();
   volatile float sink = 0;
-  if (f.avx512f) return parallel_peak(*pool_, runs, peak::kF32FmaOpsAvx512, [&](int64_t it) { sink = peak::f32_fma_avx512(it); }) / 1e9;
-  if (f.avx2 && f.fma) return parallel_peak(*pool_, runs, peak::kF32FmaOpsAvx2, [&](int64_t it) { sink = peak::f32_fma_avx2(it); }) / 1e9;
+  const IsaLevel isa = selected_isa();
+  if (f.avx512f && isa >= IsaLevel::Avx512) return parallel_peak(*pool_, runs, peak::kF32FmaOpsAvx512, [&](int64_t it) { sink = peak::f32_fma_avx512(it); }) / 1e9;
+  if (f.avx2 && f.fma && isa >= IsaLevel::Avx2) return parallel_peak(*pool_, runs, peak::kF32FmaOpsAvx2, [&](int64_t it) { sink = peak::f32_fma_avx2(it); }) / 1e9;
 #endif
   (void)runs;
   return 0;
@@ -113,8 +117,9 @@ double LimitProbe::int8_dot_gops(int runs) {
 #ifdef KESTREL_HAVE_AVX2_KERNELS
   const auto& f = cpu_features();
   volatile int32_t sink = 0;
-  if (f.avx512vnni && f.avx512bw) return parallel_peak(*pool_, runs, peak::kInt8OpsVnni512, [&](int64_t it) { sink = peak::int8_dot_vnni512(it); }) / 1e9;
-  if (f.avx2) return parallel_peak(*pool_, runs, peak::kInt8OpsAvx2, [&](int64_t it) { sink = peak::int8_dot_avx2(it); }) / 1e9;
+  const IsaLevel isa = selected_isa();
+  if (f.avx512vnni && f.avx512bw && isa >= IsaLevel::Avx512) return parallel_peak(*pool_, runs, peak::kInt8OpsVnni512, [&](int64_t it) { sink = peak::int8_dot_vnni512(it); }) / 1e9;
+  if (f.avx2 && isa >= IsaLevel::Avx2) return parallel_peak(*pool_, runs, peak::kInt8OpsAvx2, [&](int64_t it) { sink = peak::int8_dot_avx2(it); }) / 1e9;
 #endif
   (void)runs;
   return 0;
@@ -123,7 +128,7 @@ double LimitProbe::int8_dot_gops(int runs) {
 double LimitProbe::bf16_dot_gflops(int runs) {
 #ifdef KESTREL_HAVE_AVX2_KERNELS
   volatile float sink = 0;
-  if (cpu_features().avx512bf16) return parallel_peak(*pool_, runs, peak::kBf16OpsAvx512, [&](int64_t it) { sink = peak::bf16_dot_avx512(it); }) / 1e9;
+  if (cpu_features().avx512bf16 && selected_isa() >= IsaLevel::Avx512) return parallel_peak(*pool_, runs, peak::kBf16OpsAvx512, [&](int64_t it) { sink = peak::bf16_dot_avx512(it); }) / 1e9;
 #endif
   (void)runs;
   return 0;
@@ -133,7 +138,7 @@ double LimitProbe::bf16_dot_gflops(int runs) {
 double LimitProbe::amx_int8_gops(int runs) {
 #ifdef KESTREL_HAVE_AMX_KERNELS
   volatile int32_t sink = 0;
-  if (amx_state().usable)
+  if (amx_state().usable && selected_isa() == IsaLevel::Amx)
     return parallel_peak(*pool_, runs, peak::kInt8OpsAmx / 64, [&](int64_t it) { sink = peak::int8_dot_amx(it / 64); }) / 1e9;
 #endif
   (void)runs;
@@ -143,7 +148,7 @@ double LimitProbe::amx_int8_gops(int runs) {
 double LimitProbe::amx_bf16_gflops(int runs) {
 #ifdef KESTREL_HAVE_AMX_KERNELS
   volatile float sink = 0;
-  if (amx_state().usable && cpu_features().amx_bf16)
+  if (amx_state().usable && cpu_features().amx_bf16 && selected_isa() == IsaLevel::Amx)
     return parallel_peak(*pool_, runs, peak::kBf16OpsAmx / 64, [&](int64_t it) { sink = peak::bf16_dot_amx(it / 64); }) / 1e9;
 #endif
   (void)runs;
@@ -167,8 +172,10 @@ MeasuredLimits measure_limits(LimitProbe& probe) {
   l.bf16_dot_gflops = probe.bf16_dot_gflops();
   l.amx_int8_gops = probe.amx_int8_gops();
   l.amx_bf16_gflops = probe.amx_bf16_gflops();
-  if (l.f32_fma_gflops > 0) l.f32_isa = f.avx512f ? "avx512 fma" : "avx2 fma";
-  if (l.int8_dot_gops > 0) l.int8_isa = f.avx512vnni && f.avx512bw ? "avx512 vnni (vpdpbusd)" : "avx2 (vpmaddubsw+vpmaddwd)";
+  const bool avx512 = selected_isa() >= IsaLevel::Avx512;
+  if (l.f32_fma_gflops > 0) l.f32_isa = f.avx512f && avx512 ? "avx512 fma" : "avx2 fma";
+  if (l.int8_dot_gops > 0)
+    l.int8_isa = f.avx512vnni && f.avx512bw && avx512 ? "avx512 vnni (vpdpbusd)" : "avx2 (vpmaddubsw+vpmaddwd)";
   if (l.bf16_dot_gflops > 0) l.bf16_isa = "avx512 bf16 (vdpbf16ps)";
   return l;
 }

@@ -49,7 +49,8 @@ class LimitProbe {
   std::unique_ptr<ThreadPool> pool_;
   HugePageBuffer buffer_;
 };
-std::string limits_cache_path();  // $KESTREL_CACHE_DIR or ~/.cache/kestrel, one file per CPU and thread count
+std::string limits_cache_path();  // $KESTREL_CACHE_DIR or ~/.cache/kestrel, one file per CPU, thread count and
+                                  // ISA level (a level KESTREL_ISA lowers keeps its own: its peaks differ)
 // limits_cache_path()/<prefix>-<CPU brand as a file name><suffix>: one file per kind of machine.
 std::string per_machine_cache_file(const std::string& prefix, const std::string& suffix);
 std::optional<MeasuredLimits> load_cached_limits(int n_threads);

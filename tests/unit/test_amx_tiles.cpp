@@ -5,8 +5,8 @@
 // hit on the hardware, tdpbf16ps's order, rounding and denormals. The kernel
 // body that runs on this model (bit for bit against the packed reference) is
 // tested with the other packed kernels (test_packed_q8.cpp); here, Matmul
-// routing batches to the tile kernel from the crossover on, and the crossover
-// itself.
+// routing batches to the tile kernel from the crossover on, the crossover
+// itself, and the measured limits kept per ISA level.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "hw/limits.h"
 #include "hw/tuning.h"
 #include "hw/amx_tiles.h"
 #include "kernels/matmul.h"
@@ -199,6 +200,40 @@ TEST(Tuning, TileCrossoverIsWhereTheTilesStayFaster) {
   // Never faster: past the largest batch measured.
   EXPECT_EQ(tile_crossover({P{1, 1.0, 2.0}, P{128, 1.0, 1.5}}), 129);
   EXPECT_EQ(tile_crossover({}), Tuning{}.tile_min_tokens);
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// The cached limits are the level's: a run at a lower KESTREL_ISA keeps its own file (its peaks are other
+// instructions'), and the CPU's own level never reads them.
+TEST(Limits, ALoweredLevelCachesItsOwnLimits) {
+  test::TempDir dir;
+  setenv("KESTREL_CACHE_DIR", dir.file("cache").c_str(), 1);
+  unsetenv("KESTREL_ISA");
+  MeasuredLimits native;
+  native.threads = 1;
+  native.read_bandwidth_gbs = 11.0;
+  native.int8_isa = "native";
+  store_limits(native);
+  setenv("KESTREL_ISA", "scalar", 1);
+  const bool lowered = best_isa() != IsaLevel::Scalar;
+  if (lowered) {
+    EXPECT_FALSE(load_cached_limits(1).has_value()) << "the scalar level read the native level's limits";
+    MeasuredLimits scalar = native;
+    scalar.read_bandwidth_gbs = 22.0;
+    store_limits(scalar);
+    ASSERT_TRUE(load_cached_limits(1).has_value());
+    EXPECT_EQ(load_cached_limits(1)->read_bandwidth_gbs, 22.0);
+  }
+  unsetenv("KESTREL_ISA");
+  ASSERT_TRUE(load_cached_limits(1).has_value());
+  EXPECT_EQ(load_cached_limits(1)->read_bandwidth_gbs, 11.0);
+  unsetenv("KESTREL_CACHE_DIR");
+  if (!lowered) GTEST_SKIP() << "this CPU/build's best level is scalar: nothing lower to keep apart";
 }
 
 }  // namespace
