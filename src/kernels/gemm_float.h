@@ -2,8 +2,9 @@
 // Tiled matrix multiply for float weight formats (F32, F16, BF16) against
 // float activations: 4 weight rows x 4 tokens per micro-kernel on AVX-512
 // (16 FMAs per 8 loads; 4 x 3 on AVX2, whose 16 registers hold 12
-// accumulators), one horizontal sum per output at the end. Used when a batch
-// has several tokens; single tokens use the row dots.
+// accumulators), one horizontal sum per output at the end: llama.cpp's GEMM
+// order for batches. Used for batches of matrices llama.cpp hands to that
+// GEMM; single tokens, routed experts and other shapes use the row dots.
 #include <cstddef>
 #include <cstdint>
 
@@ -22,12 +23,10 @@ struct FloatTiles {
   // where the ISA has none (AVX2 has).
   void (*bf16_in_dot_order)(const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
                             const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) = nullptr;
-  // BF16 batches as llama.cpp computes them (llamafile's tinyBLAS: one accumulator per output over the
-  // vector width, a horizontal sum at the end), for weights whose rows are a multiple of 4 and columns of
-  // the vector width (ggml's conditions; else it takes the row dots); null where the ISA has none.
-  void (*bf16_ggml_batches)(const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
-                            const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) = nullptr;
-  int64_t bf16_ggml_width = 0;  // the vector width those columns must be a multiple of
+  // The vector width whose steps `gemm` sums in: each output is then what llama.cpp's GEMM for batches
+  // (llamafile's tinyBLAS, one accumulator per output, a horizontal sum at the end) gives for a matrix whose
+  // rows are a multiple of 4 and columns of this width (ggml's conditions for it).
+  int64_t ggml_width = 0;
 };
 // The table when compiled in and the CPU runs it at this ISA level (isa_dispatch.h), else null.
 const FloatTiles* float_tiles(IsaLevel isa = selected_isa());

@@ -39,26 +39,29 @@ void rows_float_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t 
   }
 }
 
-void rows_float_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
-                      int64_t ldy) {
-  k.floats->gemm(w.type, static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
-                 in.tuning->float_token_chunk);
-}
-
-// Whether llama.cpp multiplies a batch of this BF16 matrix with its GEMM (llamafile's tinyBLAS, for plain
+// Whether llama.cpp multiplies a batch of this float matrix with its GEMM (llamafile's tinyBLAS, for plain
 // matrices whose rows are a multiple of 4 and columns of the vector width; ggml_mul_mat_id's routed experts
 // and other shapes take the row dots), so that each output is summed in its order.
 bool ggml_batches_in_gemm_order(const Weight& w, int64_t width) {
   return width > 0 && !w.routed_expert && w.rows() % 4 == 0 && w.cols() % width == 0;
 }
 
-// BF16 without the bf16 dot, batches: rounded activations, each output in llama.cpp's order for the call.
+// F32/F16 batches: the tiles where llama.cpp's GEMM takes the matrix, else the row dots (its vec_dot).
+void rows_float_tiles(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
+                      int64_t ldy) {
+  if (!ggml_batches_in_gemm_order(w, k.floats->ggml_width)) return rows_float_dot(k, w, r0, r1, in, y, ldy);
+  k.floats->gemm(w.type, static_cast<const uint8_t*>(w.data), w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
+                 in.tuning->float_token_chunk);
+}
+
+// BF16 without the bf16 dot, batches: rounded activations, each output in llama.cpp's order for the call (the
+// tiles' where its GEMM takes the matrix, else the row dot's, with a widened weight vector serving 3 tokens).
 void rows_bf16_batches(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in,
                        float* y, int64_t ldy) {
   const auto* data = static_cast<const uint8_t*>(w.data);
-  if (k.floats->bf16_ggml_batches && ggml_batches_in_gemm_order(w, k.floats->bf16_ggml_width))
-    return k.floats->bf16_ggml_batches(data, w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
-                                       in.tuning->float_token_chunk);
+  if (ggml_batches_in_gemm_order(w, k.floats->ggml_width))
+    return k.floats->gemm(GgmlType::BF16, data, w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy,
+                          in.tuning->float_token_chunk);
   k.floats->bf16_in_dot_order(data, w.row_stride(), w.cols(), r0, r1, in.x, in.n, y, ldy, in.tuning->float_token_chunk);
 }
 
@@ -224,7 +227,9 @@ MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(is
       k.floats = floats;
       k.many = rows_float_tiles;
       k.granule_many = 4;
-      k.name = fmt::format("{} x f32 fma: row dot for 1 token, tiled gemm for more ({})", float_name(t), floats->isa);
+      k.name = fmt::format("{} x f32 fma: row dot for 1 token, routed experts and odd shapes, tiled gemm in ggml's "
+                           "order for other batches ({})",
+                           float_name(t), floats->isa);
     } else {
       k.name = fmt::format("{} x f32 fma row dot ({})", float_name(t), dot_isa);
     }

@@ -13,6 +13,7 @@
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
 #include "kernels/gemm_q8.h"
+#include "kernels/isa_dispatch.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
 #include "test_support.h"
@@ -287,6 +288,45 @@ TEST(GemmFloat, Bf16TilesKeepTheRowDotsOrderBitForBit) {
   if (!ran) GTEST_SKIP() << "no AVX2 float tiles on this CPU/build";
 }
 
+// ggml's AVX2 f32 and f16 row dots (ggml_vec_dot_f32/_f16) as a scalar model: 4 accumulators of 8 lanes over
+// 32-element steps (lane j of accumulator a: fused products of elements 32s + 8a + j), GGML_F32x8_REDUCE
+// ((a0 + a2) + (a1 + a3), 128-bit halves, then (v0 + v1) + (v2 + v3) by two hadds), then the leftovers one at
+// a time (f32: in float; f16: in double).
+template <class W>
+float ggml_avx2_row_dot(const W* w, const float* x, int64_t n, float (*widen)(W), bool double_tail) {
+  float acc[4][8] = {};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int a = 0; a < 4; a++)
+      for (int j = 0; j < 8; j++) acc[a][j] = std::fma(widen(w[i + 8 * a + j]), x[i + 8 * a + j], acc[a][j]);
+  float v[8], h[4];
+  for (int j = 0; j < 8; j++) v[j] = (acc[0][j] + acc[2][j]) + (acc[1][j] + acc[3][j]);
+  for (int j = 0; j < 4; j++) h[j] = v[j] + v[j + 4];
+  const float reduced = (h[0] + h[1]) + (h[2] + h[3]);
+  if (double_tail) {
+    double sum = reduced;
+    for (; i < n; i++) sum += static_cast<double>(widen(w[i]) * x[i]);
+    return static_cast<float>(sum);
+  }
+  float sum = reduced;
+  for (; i < n; i++) sum += widen(w[i]) * x[i];
+  return sum;
+}
+
+TEST(DotKernels, Avx2FloatRowDotsInGgmlsOrderBitForBit) {
+  const DotKernels* avx2 = avx2_dot_kernels();
+  if (!avx2 || !isa_runs(IsaNeed::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU/build";
+  for (int64_t n : {32, 64, 256, 288, 40}) {
+    const auto wf = random_floats(n, 51), x = random_floats(n, 52);
+    std::vector<uint16_t> wh(n);
+    for (int64_t i = 0; i < n; i++) wh[i] = fp32_to_fp16(wf[i]);
+    const float f32 = ggml_avx2_row_dot<float>(wf.data(), x.data(), n, [](float v) { return v; }, false);
+    const float f16 = ggml_avx2_row_dot<uint16_t>(wh.data(), x.data(), n, [](uint16_t v) { return fp16_to_fp32(v); }, true);
+    EXPECT_EQ(avx2->dot_f32(wf.data(), x.data(), n), f32) << n;
+    EXPECT_EQ(avx2->dot_f16_f32(wh.data(), x.data(), n), f16) << n;
+  }
+}
+
 // llama.cpp's GEMM order for batches of plain BF16 matrices on AVX2 (llamafile's tinyBLAS<8, __m256>), as a
 // scalar model: per output 8 lanes, lane j += w[k + j] * x[k + j] fused over 8-element steps, then the
 // horizontal sum ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) of its hsum(__m256).
@@ -301,9 +341,9 @@ float tinyblas8_bf16(const uint16_t* w, const float* x, int64_t cols) {
 
 TEST(GemmFloat, Bf16BatchesInLlamaCppsGemmOrderBitForBit) {
   const FloatTiles* tiles = float_tiles(IsaLevel::Avx2);
-  if (!tiles || !tiles->bf16_ggml_batches) GTEST_SKIP() << "no AVX2 float tiles on this CPU/build";
+  if (!tiles) GTEST_SKIP() << "no AVX2 float tiles on this CPU/build";
   std::cout << "[ path     ] bf16 in llama.cpp's gemm order: " << tiles->isa << "\n";
-  ASSERT_EQ(tiles->bf16_ggml_width, 8);
+  ASSERT_EQ(tiles->ggml_width, 8);
   for (int64_t cols : {8, 64, 264})
     for (int64_t rows : {4, 8, 5})
       for (int64_t n : {2, 3, 7}) {
@@ -311,8 +351,8 @@ TEST(GemmFloat, Bf16BatchesInLlamaCppsGemmOrderBitForBit) {
         std::vector<uint16_t> w(rows * cols);
         for (size_t i = 0; i < w.size(); i++) w[i] = fp32_to_bf16(wf[i]);
         std::vector<float> y(n * rows, -1.0f);
-        tiles->bf16_ggml_batches(reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n,
-                                 y.data(), rows, 4);
+        tiles->gemm(GgmlType::BF16, reinterpret_cast<const uint8_t*>(w.data()), cols * 2, cols, 0, rows, x.data(), n,
+                    y.data(), rows, 4);
         for (int64_t r = 0; r < rows; r++)
           for (int64_t t = 0; t < n; t++)
             ASSERT_EQ(y[t * rows + r], tinyblas8_bf16(w.data() + r * cols, x.data() + t * cols, cols))

@@ -92,7 +92,7 @@ TEST(MatmulKernels, Bf16BatchesTakeLlamaCppsOrderForTheCall) {
     const MatmulKernels& k = matmul_kernels_for(isa);
     const MatmulKernel* e = k.find(GgmlType::BF16);
     ASSERT_NE(e, nullptr);
-    if (!e->bf16 && !(e->floats && e->floats->bf16_ggml_batches)) continue;
+    if (!e->bf16 && !(e->floats && e->floats->ggml_width)) continue;
     ran = true;
     std::cout << "[ path     ] bf16 batches: " << e->name << "\n";
     ThreadPool pool(2);

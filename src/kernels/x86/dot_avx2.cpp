@@ -16,6 +16,8 @@ namespace {
 // Hardware fp16 -> fp32 (F16C); the portable bit-twiddling version is far slower.
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
+// ggml's AVX2 f32 and f16 row dots (ggml_vec_dot_f32/_f16): four accumulators over 32-element steps, its
+// reduction, the rest one product at a time (f32: in float; f16: in double, as its ggml_float sum).
 float dot_f32(const float* w, const float* x, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -25,27 +27,24 @@ float dot_f32(const float* w, const float* x, int64_t n) {
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-  float sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  float sum = ggml_reduce4(a0, a1, a2, a3);
   for (; i < n; i++) sum += w[i] * x[i];
   return sum;
 }
 
 float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  auto widen = [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))),
-                         _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8))),
-                         _mm256_loadu_ps(x + i + 8), a1);
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(widen(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(widen(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(widen(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(widen(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8)
-    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))),
-                         _mm256_loadu_ps(x + i), a0);
-  float sum = hsum(_mm256_add_ps(a0, a1));
-  for (; i < n; i++) sum += fp16_to_fp32(w[i]) * x[i];
-  return sum;
+  double sum = ggml_reduce4(a0, a1, a2, a3);
+  for (; i < n; i++) sum += static_cast<double>(fp16_to_fp32(w[i]) * x[i]);
+  return static_cast<float>(sum);
 }
 
 // BF16 weights meet activations rounded to BF16 (Matmul's Bf16Rounded): ggml's AVX2 bf16 dot's shape,

@@ -152,14 +152,6 @@ void bf16_in_dot_order(const uint8_t* w, size_t stride, int64_t cols, int64_t r0
   }
 }
 
-// BF16 batches in llama.cpp's order for them (llamafile's tinyBLAS<8, __m256>, which ggml runs for BF16
-// weights with 2+ tokens when the rows are a multiple of 4 and the columns of 8): exactly the float tiles'
-// order (one 8-lane accumulator per output over 8-element steps, the same horizontal sum).
-void bf16_ggml_gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const float* x, int64_t n,
-                    float* y, int64_t ldy, int64_t token_chunk) {
-  gemm<GgmlType::BF16>(w, stride, cols, r0, r1, x, n, y, ldy, std::max<int64_t>(1, token_chunk));
-}
-
 void gemm_float_avx2(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_t cols, int64_t r0, int64_t r1,
                      const float* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) {
   token_chunk = std::max<int64_t>(1, token_chunk);
@@ -173,7 +165,7 @@ void gemm_float_avx2(GgmlType wtype, const uint8_t* w, size_t row_stride, int64_
 }  // namespace
 
 const FloatTiles& avx2_float_tiles() {
-  static const FloatTiles t{"avx2", gemm_float_avx2, bf16_in_dot_order, bf16_ggml_gemm, 8};
+  static const FloatTiles t{"avx2", gemm_float_avx2, bf16_in_dot_order, 8};
   return t;
 }
 

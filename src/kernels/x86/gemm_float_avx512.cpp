@@ -105,7 +105,7 @@ static void gemm_float_avx512(GgmlType wtype, const uint8_t* w, size_t row_strid
 }
 
 const FloatTiles& avx512_float_tiles() {
-  static const FloatTiles t{"avx512", gemm_float_avx512};
+  static const FloatTiles t{"avx512", gemm_float_avx512, nullptr, 16};
   return t;
 }
 
