@@ -327,6 +327,47 @@ TEST(DotKernels, Avx2FloatRowDotsInGgmlsOrderBitForBit) {
   }
 }
 
+// The same for ggml's AVX-512 row dots (no AVX512-FP16): 4 accumulators of 16 lanes over 64-element steps,
+// (a0 + a2) + (a1 + a3), then GCC's _mm512_reduce_add_ps tree (256-bit halves, 128-bit halves, lanes
+// {2,3,0,1}, the last two).
+template <class W>
+float ggml_avx512_row_dot(const W* w, const float* x, int64_t n, float (*widen)(W), bool double_tail) {
+  float acc[4][16] = {};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int a = 0; a < 4; a++)
+      for (int j = 0; j < 16; j++) acc[a][j] = std::fma(widen(w[i + 16 * a + j]), x[i + 16 * a + j], acc[a][j]);
+  float v[16], h8[8], h4[4];
+  for (int j = 0; j < 16; j++) v[j] = (acc[0][j] + acc[2][j]) + (acc[1][j] + acc[3][j]);
+  for (int j = 0; j < 8; j++) h8[j] = v[j + 8] + v[j];
+  for (int j = 0; j < 4; j++) h4[j] = h8[j + 4] + h8[j];
+  const float reduced = (h4[0] + h4[2]) + (h4[1] + h4[3]);
+  if (double_tail) {
+    double sum = reduced;
+    for (; i < n; i++) sum += static_cast<double>(widen(w[i]) * x[i]);
+    return static_cast<float>(sum);
+  }
+  float sum = reduced;
+  for (; i < n; i++) sum += widen(w[i]) * x[i];
+  return sum;
+}
+
+TEST(DotKernels, Avx512FloatRowDotsInGgmlsOrderBitForBit) {
+  if (!isa_runs(IsaNeed::Avx512)) GTEST_SKIP() << "no AVX-512 on this CPU/build";
+  const DotKernels& dots = dot_kernels_for(IsaLevel::Avx512);
+  for (int64_t n : {64, 128, 256, 320, 40}) {
+    const auto wf = random_floats(n, 53), x = random_floats(n, 54);
+    std::vector<uint16_t> wh(n);
+    for (int64_t i = 0; i < n; i++) wh[i] = fp32_to_fp16(wf[i]);
+    EXPECT_EQ(dots.dot_f32(wf.data(), x.data(), n),
+              ggml_avx512_row_dot<float>(wf.data(), x.data(), n, [](float v) { return v; }, false))
+        << n;
+    EXPECT_EQ(dots.dot_f16_f32(wh.data(), x.data(), n),
+              ggml_avx512_row_dot<uint16_t>(wh.data(), x.data(), n, [](uint16_t v) { return fp16_to_fp32(v); }, true))
+        << n;
+  }
+}
+
 // llama.cpp's GEMM order for batches of plain BF16 matrices on AVX2 (llamafile's tinyBLAS<8, __m256>), as a
 // scalar model: per output 8 lanes, lane j += w[k + j] * x[k + j] fused over 8-element steps, then the
 // horizontal sum ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) of its hsum(__m256).

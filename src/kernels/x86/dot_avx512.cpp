@@ -14,38 +14,33 @@ using namespace avx512;
 
 inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
+// ggml's AVX-512 f32 and f16 row dots (ggml_vec_dot_f32/_f16 without AVX512-FP16): four accumulators over
+// 64-element steps, GGML_F32x16_REDUCE ((x0 + x2) + (x1 + x3), then _mm512_reduce_add_ps), the leftovers one
+// at a time (f32: in float; f16: in double, its ggml_float sum).
+inline float ggml_reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+}
+
 float dot_f32(const float* w, const float* x, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-  }
-  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  for (; i + 64 <= n; i += 64)
+    for (int j = 0; j < 4; j++) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16 * j), _mm512_loadu_ps(x + i + 16 * j), a[j]);
+  float sum = ggml_reduce4(a[0], a[1], a[2], a[3]);
+  for (; i < n; i++) sum += w[i] * x[i];
+  return sum;
 }
 
 float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))),
-                         _mm512_loadu_ps(x + i), a0);
-    a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16))),
-                         _mm512_loadu_ps(x + i + 16), a1);
-  }
-  for (; i + 16 <= n; i += 16)
-    a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))),
-                         _mm512_loadu_ps(x + i), a0);
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i)), _mm512_maskz_loadu_ps(m, x + i), a1);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  for (; i + 64 <= n; i += 64)
+    for (int j = 0; j < 4; j++)
+      a[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16 * j))),
+                             _mm512_loadu_ps(x + i + 16 * j), a[j]);
+  double sum = ggml_reduce4(a[0], a[1], a[2], a[3]);
+  for (; i < n; i++) sum += static_cast<double>(fp16_to_fp32(w[i]) * x[i]);
+  return static_cast<float>(sum);
 }
 
 float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
