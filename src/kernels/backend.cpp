@@ -68,13 +68,15 @@ void Backend::scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int
   for (int64_t i = 0; i < n; i++) std::memcpy(d + rows[i] * dim, s + i * dim, dim * sizeof(float));
 }
 
-void Backend::scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim) {
+void Backend::scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim,
+                               const int64_t* src_rows) {
   float* d = host(dst);
   const float* s = host(src);
   for (int64_t i = 0; i < n; i++) {
     const float w = weights[i];
     float* o = d + rows[i] * dim;
-    const float* y = s + i * dim;
+    const float* y = s + (src_rows ? src_rows[i] : i) * dim;
+    // The product rounds on its own, as ggml_mul's (this file is built with -ffp-contract=off: no FMA).
     for (int64_t c = 0; c < dim; c++) o[c] += w * y[c];
   }
 }

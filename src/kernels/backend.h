@@ -175,8 +175,11 @@ class Backend {
   virtual void gather_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim);
   // dst row rows[i] = src row i.
   virtual void scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim);
-  // dst row rows[i] += weights[i] * src row i, in i order (a MoE layer's weighted sum of its experts).
-  virtual void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim);
+  // dst row rows[i] += weights[i] * src row (src_rows ? src_rows[i] : i), in i order, the product rounded
+  // before the sum (a MoE layer's weighted sum of its experts, in llama.cpp's order: ggml_mul, then ggml_add
+  // rank after rank).
+  virtual void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim,
+                                const int64_t* src_rows = nullptr);
   // x row t *= sigmoid(gates[t]) (Qwen2-MoE's gated shared expert).
   virtual void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim);
 

@@ -76,8 +76,9 @@ class ForwardingBackend : public Backend {
   void scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
     in_.scatter_rows(dst, src, rows, n, dim);
   }
-  void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* w, int64_t n, int64_t dim) override {
-    in_.scatter_add_rows(dst, src, rows, w, n, dim);
+  void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* w, int64_t n, int64_t dim,
+                        const int64_t* src_rows = nullptr) override {
+    in_.scatter_add_rows(dst, src, rows, w, n, dim, src_rows);
   }
   void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) override { in_.scale_rows_sigmoid(x, gates, n, dim); }
 

@@ -146,9 +146,10 @@ class ProfilingBackend final : public ForwardingBackend {
   void scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
     timed("scatter_rows", layer_, 8.0 * n * dim, 0, [&] { in_.scatter_rows(dst, src, rows, n, dim); });
   }
-  void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* w, int64_t n, int64_t dim) override {
+  void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* w, int64_t n, int64_t dim,
+                        const int64_t* src_rows = nullptr) override {
     timed("scatter_add_rows", layer_, 12.0 * n * dim, 2.0 * n * dim,
-          [&] { in_.scatter_add_rows(dst, src, rows, w, n, dim); });
+          [&] { in_.scatter_add_rows(dst, src, rows, w, n, dim, src_rows); });
   }
   void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
                     Act dst) override {

@@ -80,7 +80,10 @@ MoeFfn::MoeFfn(Backend& be, int64_t dim, const MoeConfig& moe, int64_t n) : dim_
   xe_ = ActBuffer(be, n * rt.n_used * dim);
   ye_ = ActBuffer(be, n * rt.n_used * dim);
   pick_rows_.reserve(static_cast<size_t>(n * rt.n_used));
-  pick_w_.reserve(static_cast<size_t>(n * rt.n_used));
+  row_of_pick_.reserve(static_cast<size_t>(n * rt.n_used));
+  sum_rows_.reserve(static_cast<size_t>(n * rt.n_used));
+  sum_src_.reserve(static_cast<size_t>(n * rt.n_used));
+  sum_w_.reserve(static_cast<size_t>(n * rt.n_used));
   if (moe.n_ff_shared > 0) {
     shared_out_ = ActBuffer(be, n * dim);
     hb_ = ActBuffer(be, n * moe.n_ff_shared);
@@ -115,14 +118,14 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out) {
   ffn_out_.clear();
   ffn_rows_.clear();
   pick_rows_.clear();
-  pick_w_.clear();
+  row_of_pick_.assign(static_cast<size_t>(n * rt.n_used), -1);
   for (int e = 0; e < rt.n_expert; e++) {
     const auto& picks = routed_[e];
     if (picks.empty()) continue;
     const auto row = static_cast<int64_t>(pick_rows_.size());
     for (int64_t pick : picks) {
+      row_of_pick_[static_cast<size_t>(pick)] = static_cast<int64_t>(pick_rows_.size());
       pick_rows_.push_back(pick / rt.n_used);
-      pick_w_.push_back(expert_w_[pick]);
       touched_[static_cast<size_t>(pick / rt.n_used)] = 1;
     }
     ffn_refs_.push_back({&w.experts[e].gate, &w.experts[e].up, &w.experts[e].down});
@@ -133,7 +136,20 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out) {
   const auto rows = static_cast<int64_t>(pick_rows_.size());
   be.gather_rows(xe_, x, pick_rows_.data(), rows, dim);
   be.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
-  be.scatter_add_rows(out, ye_, pick_rows_.data(), pick_w_.data(), rows, dim);
+  // Each token's experts summed best first (llama.cpp's build_moe_ffn: the rank views of the experts'
+  // weighted outputs added in turn), not in the order the experts ran.
+  sum_rows_.clear();
+  sum_src_.clear();
+  sum_w_.clear();
+  for (int64_t p = 0; p < n * rt.n_used; p++) {
+    const int64_t r = row_of_pick_[static_cast<size_t>(p)];
+    if (r < 0) continue;
+    sum_rows_.push_back(p / rt.n_used);
+    sum_src_.push_back(r);
+    sum_w_.push_back(expert_w_[static_cast<size_t>(p)]);
+  }
+  be.scatter_add_rows(out, ye_, sum_rows_.data(), sum_w_.data(), static_cast<int64_t>(sum_rows_.size()), dim,
+                      sum_src_.data());
   if (!w.shared.present()) return;
   run_ffn(be, w.shared, FfnActivation::Silu, x, n, hb_, hb2_, shared_out_);
   if (w.shared_gate.present()) {

@@ -74,11 +74,15 @@ class MoeFfn {
   int64_t dim_;
   MoeConfig cfg_;
   ActBuffer router_logits_, xe_, ye_, shared_out_, shared_gate_, hb_, hb2_;
-  std::vector<float> expert_w_, pick_w_;
+  std::vector<float> expert_w_;
   std::vector<int32_t> expert_ids_;
   std::vector<uint8_t> touched_;
   std::vector<std::vector<int64_t>> routed_;
   std::vector<int64_t> pick_rows_;  // per routed row, in expert order: its token
+  // The weighted sum in llama.cpp's order, token by token, rank by rank: each pick's row of ye_ (-1: another
+  // rank's expert), then the (token, row, weight) triples in that order.
+  std::vector<int64_t> row_of_pick_, sum_rows_, sum_src_;
+  std::vector<float> sum_w_;
   std::vector<Backend::FfnRef> ffn_refs_;
   std::vector<Act> ffn_in_, ffn_out_;
   std::vector<int64_t> ffn_rows_;

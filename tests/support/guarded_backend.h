@@ -102,8 +102,9 @@ class GuardedBackend final : public ForwardingBackend {
   KESTREL_GUARDED(copy(Act d, int64_t ds, Act s, int64_t ss, int64_t r, int64_t c), copy(d, ds, s, ss, r, c))
   KESTREL_GUARDED(gather_rows(Act d, Act s, const int64_t* r, int64_t n, int64_t dim), gather_rows(d, s, r, n, dim))
   KESTREL_GUARDED(scatter_rows(Act d, Act s, const int64_t* r, int64_t n, int64_t dim), scatter_rows(d, s, r, n, dim))
-  KESTREL_GUARDED(scatter_add_rows(Act d, Act s, const int64_t* r, const float* w, int64_t n, int64_t dim),
-                  scatter_add_rows(d, s, r, w, n, dim))
+  KESTREL_GUARDED(scatter_add_rows(Act d, Act s, const int64_t* r, const float* w, int64_t n, int64_t dim,
+                                   const int64_t* src_rows),
+                  scatter_add_rows(d, s, r, w, n, dim, src_rows))
   KESTREL_GUARDED(scale_rows_sigmoid(Act x, Act g, int64_t n, int64_t d), scale_rows_sigmoid(x, g, n, d))
   KESTREL_GUARDED(write_kv(const KvLayerWrite& v, const int64_t* s, int64_t n, Act k, Act vv), write_kv(v, s, n, k, vv))
   KESTREL_GUARDED(read_kv_rows(const PagedKvLayerView& v, const int32_t* t, int64_t l, int64_t w, Act d),

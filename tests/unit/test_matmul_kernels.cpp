@@ -119,5 +119,28 @@ TEST(MatmulKernels, Bf16BatchesTakeLlamaCppsOrderForTheCall) {
   if (!ran) GTEST_SKIP() << "no BF16 batch kernels on this CPU/build";
 }
 
+
+// A MoE layer's weighted sum (Backend::scatter_add_rows) adds in the order given, each product rounded before
+// the sum (ggml_mul, then ggml_add rank after rank), reading source rows through src_rows: with values where
+// the order of the additions and an FMA both change the float result.
+TEST(BackendOps, WeightedRowSumsAddInTheGivenOrderWithRoundedProducts) {
+  auto be = make_cpu_backend(1);
+  const float big = 16777216.0f;  // 2^24: adding 1 to it is lost, adding 2 is not
+  std::vector<float> src = {1.0f, big, -big, 1.0f / 3.0f};  // four one-wide rows
+  std::vector<float> dst(2, 0.0f);
+  const int64_t rows[] = {0, 0, 0, 1};
+  const int64_t order[] = {1, 0, 2, 3};  // row 0: big, then 1 (lost), then -big: 0; row 1: 3 x (1/3)
+  const float w[] = {1.0f, 1.0f, 1.0f, 3.0f};
+  auto* raw = be.get();
+  raw->scatter_add_rows(raw->host_view(dst.data()), raw->host_view(src.data()), rows, w, 4, 1, order);
+  EXPECT_EQ(dst[0], 0.0f);  // in src row order (1, big, -big) it would be 1
+  // 3 x fl(1/3) is 1 + 2^-25, which rounds to 1: added to -1 it gives 0; fused with the sum, 2^-25.
+  std::vector<float> acc = {-1.0f};
+  const int64_t one[] = {0};
+  const int64_t src_third[] = {3};
+  raw->scatter_add_rows(raw->host_view(acc.data()), raw->host_view(src.data()), one, w + 3, 1, 1, src_third);
+  EXPECT_EQ(acc[0], 0.0f) << "the product was fused with the sum";
+}
+
 }  // namespace
 }  // namespace kestrel
