@@ -288,21 +288,21 @@ TEST(GemmFloat, Bf16TilesKeepTheRowDotsOrderBitForBit) {
   if (!ran) GTEST_SKIP() << "no AVX2 float tiles on this CPU/build";
 }
 
-// ggml's AVX2 f32 and f16 row dots (ggml_vec_dot_f32/_f16) as a scalar model: 4 accumulators of 8 lanes over
-// 32-element steps (lane j of accumulator a: fused products of elements 32s + 8a + j), GGML_F32x8_REDUCE
-// ((a0 + a2) + (a1 + a3), 128-bit halves, then (v0 + v1) + (v2 + v3) by two hadds), then the leftovers one at
-// a time (f32: in float; f16: in double).
-template <class W>
-float ggml_avx2_row_dot(const W* w, const float* x, int64_t n, float (*widen)(W), bool double_tail) {
-  float acc[4][8] = {};
+// ggml's f32 and f16 row dots (ggml_vec_dot_f32/_f16) as a scalar model, for a vector of L lanes (AVX2: 8,
+// AVX-512 without AVX512-FP16: 16): 4 accumulators over 4L-element steps (lane j of accumulator a: fused
+// products of elements 4Ls + La + j), GGML_F32xL_REDUCE's (a0 + a2) + (a1 + a3), the vector's horizontal
+// sum (`reduce_lanes`), then the leftovers one at a time (f32: in float; f16: in double).
+template <int L, class W>
+float ggml_row_dot(const W* w, const float* x, int64_t n, float (*widen)(W), bool double_tail,
+                   float (*reduce_lanes)(const float*)) {
+  float acc[4][L] = {};
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
+  for (; i + 4 * L <= n; i += 4 * L)
     for (int a = 0; a < 4; a++)
-      for (int j = 0; j < 8; j++) acc[a][j] = std::fma(widen(w[i + 8 * a + j]), x[i + 8 * a + j], acc[a][j]);
-  float v[8], h[4];
-  for (int j = 0; j < 8; j++) v[j] = (acc[0][j] + acc[2][j]) + (acc[1][j] + acc[3][j]);
-  for (int j = 0; j < 4; j++) h[j] = v[j] + v[j + 4];
-  const float reduced = (h[0] + h[1]) + (h[2] + h[3]);
+      for (int j = 0; j < L; j++) acc[a][j] = std::fma(widen(w[i + L * a + j]), x[i + L * a + j], acc[a][j]);
+  float v[L];
+  for (int j = 0; j < L; j++) v[j] = (acc[0][j] + acc[2][j]) + (acc[1][j] + acc[3][j]);
+  const float reduced = reduce_lanes(v);
   if (double_tail) {
     double sum = reduced;
     for (; i < n; i++) sum += static_cast<double>(widen(w[i]) * x[i]);
@@ -311,61 +311,47 @@ float ggml_avx2_row_dot(const W* w, const float* x, int64_t n, float (*widen)(W)
   float sum = reduced;
   for (; i < n; i++) sum += widen(w[i]) * x[i];
   return sum;
+}
+
+// GGML_F32x8_REDUCE's end: the 128-bit halves added, then two hadds: (v0 + v1) + (v2 + v3).
+float ggml_hadd_reduce8(const float* v) {
+  float h[4];
+  for (int j = 0; j < 4; j++) h[j] = v[j] + v[j + 4];
+  return (h[0] + h[1]) + (h[2] + h[3]);
+}
+
+// GCC's _mm512_reduce_add_ps: 256-bit halves, 128-bit halves, lanes {2,3,0,1}, the last two.
+float gcc_reduce_add16(const float* v) {
+  float h8[8], h4[4];
+  for (int j = 0; j < 8; j++) h8[j] = v[j + 8] + v[j];
+  for (int j = 0; j < 4; j++) h4[j] = h8[j + 4] + h8[j];
+  return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
+
+// The level's f32 and f16 row dots against the model, on lengths with and without leftovers.
+template <int L>
+void expect_row_dots_in_ggmls_order(const DotKernels& dots, float (*reduce_lanes)(const float*), uint32_t seed) {
+  for (int64_t n : {4 * L, 8 * L, 256, 4 * L + 256, 40}) {
+    const auto wf = random_floats(n, seed), x = random_floats(n, seed + 1);
+    std::vector<uint16_t> wh(n);
+    for (int64_t i = 0; i < n; i++) wh[i] = fp32_to_fp16(wf[i]);
+    const float f32 = ggml_row_dot<L, float>(wf.data(), x.data(), n, [](float v) { return v; }, false, reduce_lanes);
+    const float f16 = ggml_row_dot<L, uint16_t>(wh.data(), x.data(), n, [](uint16_t v) { return fp16_to_fp32(v); },
+                                                true, reduce_lanes);
+    EXPECT_EQ(dots.dot_f32(wf.data(), x.data(), n), f32) << n;
+    EXPECT_EQ(dots.dot_f16_f32(wh.data(), x.data(), n), f16) << n;
+  }
 }
 
 TEST(DotKernels, Avx2FloatRowDotsInGgmlsOrderBitForBit) {
   const DotKernels* avx2 = avx2_dot_kernels();
   if (!avx2 || !isa_runs(IsaNeed::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU/build";
-  for (int64_t n : {32, 64, 256, 288, 40}) {
-    const auto wf = random_floats(n, 51), x = random_floats(n, 52);
-    std::vector<uint16_t> wh(n);
-    for (int64_t i = 0; i < n; i++) wh[i] = fp32_to_fp16(wf[i]);
-    const float f32 = ggml_avx2_row_dot<float>(wf.data(), x.data(), n, [](float v) { return v; }, false);
-    const float f16 = ggml_avx2_row_dot<uint16_t>(wh.data(), x.data(), n, [](uint16_t v) { return fp16_to_fp32(v); }, true);
-    EXPECT_EQ(avx2->dot_f32(wf.data(), x.data(), n), f32) << n;
-    EXPECT_EQ(avx2->dot_f16_f32(wh.data(), x.data(), n), f16) << n;
-  }
-}
-
-// The same for ggml's AVX-512 row dots (no AVX512-FP16): 4 accumulators of 16 lanes over 64-element steps,
-// (a0 + a2) + (a1 + a3), then GCC's _mm512_reduce_add_ps tree (256-bit halves, 128-bit halves, lanes
-// {2,3,0,1}, the last two).
-template <class W>
-float ggml_avx512_row_dot(const W* w, const float* x, int64_t n, float (*widen)(W), bool double_tail) {
-  float acc[4][16] = {};
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64)
-    for (int a = 0; a < 4; a++)
-      for (int j = 0; j < 16; j++) acc[a][j] = std::fma(widen(w[i + 16 * a + j]), x[i + 16 * a + j], acc[a][j]);
-  float v[16], h8[8], h4[4];
-  for (int j = 0; j < 16; j++) v[j] = (acc[0][j] + acc[2][j]) + (acc[1][j] + acc[3][j]);
-  for (int j = 0; j < 8; j++) h8[j] = v[j + 8] + v[j];
-  for (int j = 0; j < 4; j++) h4[j] = h8[j + 4] + h8[j];
-  const float reduced = (h4[0] + h4[2]) + (h4[1] + h4[3]);
-  if (double_tail) {
-    double sum = reduced;
-    for (; i < n; i++) sum += static_cast<double>(widen(w[i]) * x[i]);
-    return static_cast<float>(sum);
-  }
-  float sum = reduced;
-  for (; i < n; i++) sum += widen(w[i]) * x[i];
-  return sum;
+  expect_row_dots_in_ggmls_order<8>(*avx2, ggml_hadd_reduce8, 51);
 }
 
 TEST(DotKernels, Avx512FloatRowDotsInGgmlsOrderBitForBit) {
   if (!isa_runs(IsaNeed::Avx512)) GTEST_SKIP() << "no AVX-512 on this CPU/build";
-  const DotKernels& dots = dot_kernels_for(IsaLevel::Avx512);
-  for (int64_t n : {64, 128, 256, 320, 40}) {
-    const auto wf = random_floats(n, 53), x = random_floats(n, 54);
-    std::vector<uint16_t> wh(n);
-    for (int64_t i = 0; i < n; i++) wh[i] = fp32_to_fp16(wf[i]);
-    EXPECT_EQ(dots.dot_f32(wf.data(), x.data(), n),
-              ggml_avx512_row_dot<float>(wf.data(), x.data(), n, [](float v) { return v; }, false))
-        << n;
-    EXPECT_EQ(dots.dot_f16_f32(wh.data(), x.data(), n),
-              ggml_avx512_row_dot<uint16_t>(wh.data(), x.data(), n, [](uint16_t v) { return fp16_to_fp32(v); }, true))
-        << n;
-  }
+  expect_row_dots_in_ggmls_order<16>(dot_kernels_for(IsaLevel::Avx512), gcc_reduce_add16, 53);
 }
 
 // llama.cpp's GEMM order for batches of plain BF16 matrices on AVX2 (llamafile's tinyBLAS<8, __m256>), as a
@@ -440,11 +426,7 @@ float tinyblas32_bf16(const uint16_t* w, const uint16_t* x, int64_t cols) {
         lane[i] = lane[i] + p;
       }
     }
-  float a[8], b[4];
-  for (int j = 0; j < 8; j++) a[j] = lane[j + 8] + lane[j];
-  for (int j = 0; j < 4; j++) b[j] = a[j + 4] + a[j];
-  const float c0 = b[0] + b[2], c1 = b[1] + b[3];
-  return c0 + c1;
+  return gcc_reduce_add16(lane);
 }
 
 TEST(GemmBf16, BatchesInLlamaCppsGemmOrderBitForBit) {

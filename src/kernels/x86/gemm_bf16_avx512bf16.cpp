@@ -100,27 +100,6 @@ void gemm_order_tokens(const uint16_t* const* rows, int64_t cols, const uint16_t
   }
 }
 
-}  // namespace
-
-static void gemm_bf16_ggml_order(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1,
-                                 const uint16_t* x, int64_t n, float* y, int64_t ldy, int64_t token_chunk) {
-  token_chunk = std::max<int64_t>(1, token_chunk);
-  auto row = [&](int64_t r) { return reinterpret_cast<const uint16_t*>(w + r * stride); };
-  for (int64_t tc = 0; tc < n; tc += token_chunk) {
-    const int64_t tn = std::min(token_chunk, n - tc);
-    const uint16_t* xc = x + tc * cols;
-    float* yc = y + tc * ldy;
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-      const uint16_t* rows[4] = {row(r), row(r + 1), row(r + 2), row(r + 3)};
-      gemm_order_tokens<4>(rows, cols, xc, 0, tn, yc, ldy, r);
-    }
-    for (; r < r1; r++) {
-      const uint16_t* rows[1] = {row(r)};
-      gemm_order_tokens<1>(rows, cols, xc, 0, tn, yc, ldy, r);
-    }
-  }
-}
 
 static void convert_to_bf16(const float* x, uint16_t* dst, int64_t n) {
   int64_t i = 0;
@@ -135,10 +114,18 @@ static void convert_to_bf16(const float* x, uint16_t* dst, int64_t n) {
   }
 }
 
-static void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const uint16_t* x, int64_t n,
+// Rows [r0, r1) x all tokens, in the row dot's order (kGemmOrder false) or llama.cpp's GEMM's.
+template <bool kGemmOrder>
+void gemm_rows(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const uint16_t* x, int64_t n,
                float* y, int64_t ldy, int64_t token_chunk) {
   token_chunk = std::max<int64_t>(1, token_chunk);
   auto row = [&](int64_t r) { return reinterpret_cast<const uint16_t*>(w + r * stride); };
+  auto group = [&](auto rows_in_group, const uint16_t* const* rows, const uint16_t* xc, int64_t tn, float* yc,
+                   int64_t r) {
+    constexpr int R = decltype(rows_in_group)::value;
+    if constexpr (kGemmOrder) gemm_order_tokens<R>(rows, cols, xc, 0, tn, yc, ldy, r);
+    else rows_all_tokens<R>(rows, cols, xc, tn, yc, ldy, r);
+  };
   // Activations of a chunk of tokens stay in L2 while the rows stream past.
   for (int64_t tc = 0; tc < n; tc += token_chunk) {
     const int64_t tn = std::min(token_chunk, n - tc);
@@ -147,20 +134,22 @@ static void gemm_bf16(const uint8_t* w, size_t stride, int64_t cols, int64_t r0,
     int64_t r = r0;
     // One token streams the weights once: row after row is one linear stream
     // for the prefetcher (four rows at a time would be four short ones).
-    // Four rows x three tokens: each output keeps two accumulators (ggml's order), 24 in all.
-    for (; r + 4 <= r1 && n > 1; r += 4) {
+    // Row-dot order: four rows x three tokens, two accumulators an output (24); GEMM order: 4 x 6, one each.
+    for (; r + 4 <= r1 && (kGemmOrder || n > 1); r += 4) {
       const uint16_t* rows[4] = {row(r), row(r + 1), row(r + 2), row(r + 3)};
-      rows_all_tokens<4>(rows, cols, xc, tn, yc, ldy, r);
+      group(std::integral_constant<int, 4>{}, rows, xc, tn, yc, r);
     }
     for (; r < r1; r++) {
       const uint16_t* rows[1] = {row(r)};
-      rows_all_tokens<1>(rows, cols, xc, tn, yc, ldy, r);
+      group(std::integral_constant<int, 1>{}, rows, xc, tn, yc, r);
     }
   }
 }
 
+}  // namespace
+
 const Bf16Tiles& avx512bf16_tiles() {
-  static const Bf16Tiles t{"avx512 bf16", convert_to_bf16, gemm_bf16, gemm_bf16_ggml_order, 32};
+  static const Bf16Tiles t{"avx512 bf16", convert_to_bf16, gemm_rows<false>, gemm_rows<true>, 32};
   return t;
 }
 
