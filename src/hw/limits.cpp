@@ -175,7 +175,7 @@ MeasuredLimits measure_limits(LimitProbe& probe) {
   const bool avx512 = selected_isa() >= IsaLevel::Avx512;
   if (l.f32_fma_gflops > 0) l.f32_isa = f.avx512f && avx512 ? "avx512 fma" : "avx2 fma";
   if (l.int8_dot_gops > 0)
-    l.int8_isa = f.avx512vnni && f.avx512bw && avx512 ? "avx512 vnni (vpdpbusd)" : "avx2 (vpmaddubsw+vpmaddwd)";
+    l.int8_isa = f.avx512vnni && f.avx512bw && avx512 ? "avx512 vnni (vpdpbusd)" : "avx2 (vpmaddubsw)";
   if (l.bf16_dot_gflops > 0) l.bf16_isa = "avx512 bf16 (vdpbf16ps)";
   return l;
 }

@@ -15,14 +15,20 @@ float f32_fma_avx2(int64_t iterations) {
   return _mm256_cvtss_f32(s);
 }
 
+// vpmaddubsw, the AVX2 int8 multiply (32 products a register). Each accumulator
+// feeds its own next multiply (its int16 sums read as the next unsigned bytes),
+// so no product can be hoisted out of the loop: a constant pair of operands,
+// as this loop once had, let the compiler compute the products once and left
+// only the vpaddd adds to time (a "peak" of 1242 GOP/s on 2 Zen 4 cores).
+// Twelve chains cover the instruction's latency (3-5 cycles) at two a cycle.
 int32_t int8_dot_avx2(int64_t iterations) {
-  __m256i a[6];
-  for (int i = 0; i < 6; i++) a[i] = _mm256_set1_epi32(i);
-  const __m256i u = _mm256_set1_epi8(3), s8 = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  __m256i a[12];
+  for (int i = 0; i < 12; i++) a[i] = _mm256_set1_epi32(0x01020304 + i);
+  const __m256i s8 = _mm256_set1_epi8(-3);
   for (int64_t it = 0; it < iterations; it++)
-    for (int i = 0; i < 6; i++) a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s8), ones));
+    for (int i = 0; i < 12; i++) a[i] = _mm256_maddubs_epi16(a[i], s8);
   __m256i s = a[0];
-  for (int i = 1; i < 6; i++) s = _mm256_add_epi32(s, a[i]);
+  for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, a[i]);
   return _mm256_extract_epi32(s, 0);
 }
 

@@ -10,7 +10,7 @@ namespace kestrel::peak {
 constexpr double kF32FmaOpsAvx512 = 12.0 * 16 * 2;
 constexpr double kF32FmaOpsAvx2 = 12.0 * 8 * 2;
 constexpr double kInt8OpsVnni512 = 12.0 * 64 * 2;
-constexpr double kInt8OpsAvx2 = 6.0 * 32 * 2;
+constexpr double kInt8OpsAvx2 = 12.0 * 32 * 2;
 constexpr double kBf16OpsAvx512 = 12.0 * 32 * 2;
 // AMX: 4 tile products of 16 x 16 outputs, each over 64 int8 (32 bf16 pairs: 64 products) per iteration.
 constexpr double kInt8OpsAmx = 4.0 * 16 * 16 * 64 * 2;

@@ -9,6 +9,7 @@
 // itself, and the measured limits kept per ISA level.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstring>
@@ -238,3 +239,40 @@ TEST(Limits, ALoweredLevelCachesItsOwnLimits) {
 
 }  // namespace
 }  // namespace kestrel
+
+#ifdef KESTREL_HAVE_AVX2_KERNELS
+#include "hw/cpu_features.h"
+#include "hw/peak_kernels.h"
+
+namespace kestrel {
+namespace {
+
+// vpmaddubsw on one 16-bit lane: two unsigned bytes times two signed ones, summed and saturated.
+int16_t maddubs_lane(uint16_t u, int8_t s) {
+  const int32_t sum = static_cast<int32_t>(u & 0xFF) * s + static_cast<int32_t>(u >> 8) * s;
+  return static_cast<int16_t>(std::clamp(sum, -32768, 32767));
+}
+
+// The AVX2 int8 peak probe multiplies every iteration: its result is the scalar model's of that many chained
+// multiplies (a probe whose products were loop-invariant once timed only its adds, and reported twice the
+// multiplier's throughput).
+TEST(Limits, Avx2Int8ProbeMultipliesEveryIteration) {
+  if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2 on this CPU: the probe is never called";
+  for (int64_t iterations : {0, 1, 2, 3, 10}) {
+    uint32_t sum = 0;
+    for (int i = 0; i < 12; i++) {
+      const uint32_t word = 0x01020304u + static_cast<uint32_t>(i);
+      uint16_t lo = static_cast<uint16_t>(word), hi = static_cast<uint16_t>(word >> 16);
+      for (int64_t it = 0; it < iterations; it++) {
+        lo = static_cast<uint16_t>(maddubs_lane(lo, -3));
+        hi = static_cast<uint16_t>(maddubs_lane(hi, -3));
+      }
+      sum += static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+    }
+    EXPECT_EQ(peak::int8_dot_avx2(iterations), static_cast<int32_t>(sum)) << iterations << " iterations";
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
+#endif
