@@ -12,8 +12,9 @@ namespace kestrel {
 
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
 #ifdef KESTREL_HAVE_AVX2_KERNELS
-  static const bool avx512 = isa_runs(IsaNeed::Avx512Vnni);
+  static const bool avx512 = isa_runs(IsaNeed::Avx512Vnni), avx2 = isa_runs(IsaNeed::Avx2);
   if (avx512) return quantize_row_q8_K_avx512(x, y, n);
+  if (avx2) return quantize_row_q8_K_avx2(x, y, n);
 #endif
   quantize_row_q8_K_scalar(x, y, n);
 }

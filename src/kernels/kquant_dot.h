@@ -28,6 +28,7 @@ static_assert(sizeof(BlockQ8_K) == 292);
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n);
 void quantize_row_q8_K_scalar(const float* x, BlockQ8_K* y, int64_t n);
 void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t n);  // requires AVX-512 BW
+void quantize_row_q8_K_avx2(const float* x, BlockQ8_K* y, int64_t n);    // requires AVX2
 
 struct KQuantDots {
   const char* isa;

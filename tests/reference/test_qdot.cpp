@@ -225,19 +225,26 @@ TEST(QDot, MatmulBatchInvariant) {
 namespace kestrel {
 namespace {
 
+#ifdef KESTREL_HAVE_AVX2_KERNELS
 TEST(QDot, Q8KQuantizerSimdEqualsScalar) {
-  if (!cpu_features().avx512vnni) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const auto& f = cpu_features();
+  if (!f.avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   for (uint32_t seed = 0; seed < 20; seed++) {
     auto x = test::random_floats(1024, seed, seed % 2 ? 1.0f : 1e-3f);
     if (seed == 3) x[5] = -9.0f, x[17] = 9.0f;  // ties of magnitude: the first one's sign decides
     if (seed == 4) std::fill(x.begin(), x.begin() + 256, 0.0f);  // an all-zero block
     if (seed == 5) for (size_t i = 0; i < x.size(); i++) x[i] = (static_cast<float>(i % 7) - 3) * 0.5f;  // exact halves
-    std::vector<BlockQ8_K> a(4), b(4);
+    if (seed == 6) x[300] = 127.5f / 127.0f * 4.0f, x[301] = -4.0f;  // a product that rounds at a half
+    std::vector<BlockQ8_K> a(4), b(4), c(4);
     quantize_row_q8_K_scalar(x.data(), a.data(), 1024);
+    quantize_row_q8_K_avx2(x.data(), c.data(), 1024);
+    ASSERT_EQ(std::memcmp(a.data(), c.data(), sizeof(BlockQ8_K) * 4), 0) << "avx2, seed " << seed;
+    if (!f.avx512bw) continue;
     quantize_row_q8_K_avx512(x.data(), b.data(), 1024);
-    ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(BlockQ8_K) * 4), 0) << "seed " << seed;
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(BlockQ8_K) * 4), 0) << "avx512, seed " << seed;
   }
 }
+#endif
 
 // The loops above test every SIMD table this CPU can run; one it cannot run
 // is reported as skipped, with the reason, instead of passing unseen.
