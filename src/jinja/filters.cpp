@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "jinja/builtins.h"
+#include "jinja/json_value.h"
 
 namespace kestrel::jinja {
 namespace {
@@ -30,6 +31,20 @@ CallArgs rest_args(const CallArgs& a, size_t skip) {
   for (size_t i = skip; i < a.positional.size(); i++) r.positional.push_back(a.positional[i]);
   r.keyword = a.keyword;
   return r;
+}
+
+// transformers' from_json: Python's json.loads of a string (tool-call arguments sent as JSON text); its
+// strings keep the input's taint.
+Value f_from_json(const Value& v, const CallArgs&) {
+  if (!v.is_string())
+    throw TemplateError(fmt::format("from_json: the JSON object must be str, bytes or bytearray, not {}", type_name(v)));
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(v.as_string());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw TemplateError(fmt::format("from_json: not JSON: {}", e.what()));
+  }
+  return from_json(j, v.has_input());
 }
 
 Value f_tojson(const Value& v, const CallArgs& a) {
@@ -374,7 +389,7 @@ struct NamedFilter {
   FilterFunction fn;
 };
 constexpr NamedFilter kFilters[] = {
-    {"tojson", f_tojson},     {"length", f_length},       {"count", f_length},      {"string", f_string},
+    {"tojson", f_tojson},     {"from_json", f_from_json}, {"length", f_length},       {"count", f_length},      {"string", f_string},
     {"trim", f_trim},         {"items", f_items},         {"list", f_list},         {"join", f_join},
     {"select", f_select},     {"reject", f_reject},       {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr},
     {"map", f_map},           {"indent", f_indent},       {"replace", f_replace},   {"unique", f_unique},

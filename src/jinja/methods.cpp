@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 
 #include "jinja/builtins.h"
@@ -103,6 +104,174 @@ bool affix_matches(const std::string& t, const Value& affix, bool start) {
                                   type_name(affix)));
 }
 
+// Python's format(value, spec) for the standard mini-language ([[fill]align][sign][0][width][,][.precision]
+// [type]); what it does not implement (the '#' and '_' options, 'g'/'n' and precision-only general floats,
+// nested fields) is refused by name rather than formatted another way.
+TaintedString format_value(const Value& v, std::string_view spec) {
+  if (spec.empty()) return to_str(v);
+  size_t i = 0;
+  char fill = ' ', align = 0, sign = '-';
+  const auto is_align = [](char c) { return c == '<' || c == '>' || c == '^' || c == '='; };
+  if (spec.size() >= 2 && is_align(spec[1])) fill = spec[0], align = spec[1], i = 2;
+  else if (is_align(spec[0])) align = spec[0], i = 1;
+  if (i < spec.size() && (spec[i] == '+' || spec[i] == '-' || spec[i] == ' ')) sign = spec[i++];
+  if (i < spec.size() && (spec[i] == '#' || spec[i] == '_'))
+    throw TemplateError(fmt::format("str.format: the '{}' option is not implemented", spec[i]));
+  if (i < spec.size() && spec[i] == '0' && !align) fill = '0', align = '=', i++;
+  size_t width = 0;
+  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = width * 10 + static_cast<size_t>(spec[i++] - '0');
+  const bool grouping = i < spec.size() && spec[i] == ',';
+  if (grouping) i++;
+  int precision = -1;
+  if (i < spec.size() && spec[i] == '.') {
+    precision = 0;
+    if (++i == spec.size() || !std::isdigit(static_cast<unsigned char>(spec[i]))) throw TemplateError("Format specifier missing precision");
+    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) precision = precision * 10 + (spec[i++] - '0');
+  }
+  const char type = i < spec.size() ? spec[i++] : 0;
+  if (i != spec.size()) throw TemplateError("Invalid format specifier");
+  std::string body, prefix;
+  bool numeric = false;
+  if (v.is_string() && (type == 0 || type == 's')) {
+    if (sign != '-' ) throw TemplateError("Sign not allowed in string format specifier");
+    if (align == '=') throw TemplateError("'=' alignment not allowed in string format specifier");
+    body = v.as_string();
+    if (precision >= 0) {  // code points, not bytes
+      size_t cut = 0;
+      for (int n = 0; cut < body.size() && n < precision; n++)
+        do cut++; while (cut < body.size() && (static_cast<unsigned char>(body[cut]) & 0xC0) == 0x80);
+      body.resize(cut);
+    }
+  } else if ((v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool) && (type == 0 || type == 'd' || type == 'x' || type == 'X' || type == 'o' || type == 'b')) {
+    if (precision >= 0) throw TemplateError("Precision not allowed in integer format specifier");
+    // A bool formats as its int under any non-empty spec (format(True, '>4') is '   1').
+    const int64_t n = v.kind() == Value::Kind::Bool ? (v.truthy() ? 1 : 0) : v.as_int();
+    const uint64_t mag = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+    body = type == 'x' ? fmt::format("{:x}", mag) : type == 'X' ? fmt::format("{:X}", mag) : type == 'o' ? fmt::format("{:o}", mag)
+         : type == 'b' ? fmt::format("{:b}", mag) : fmt::format("{}", mag);
+    if (grouping && (type == 0 || type == 'd'))
+      for (int p = static_cast<int>(body.size()) - 3; p > 0; p -= 3) body.insert(static_cast<size_t>(p), ",");
+    prefix = n < 0 ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
+    numeric = true;
+  } else if ((v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Float) && (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == '%')) {
+    double x = v.as_number();
+    if (type == '%') x *= 100;
+    const int p = precision < 0 ? 6 : precision;
+    const double mag = std::fabs(x);
+    body = type == 'e' ? fmt::format("{:.{}e}", mag, p) : type == 'E' ? fmt::format("{:.{}E}", mag, p) : fmt::format("{:.{}f}", mag, p);
+    if (std::isinf(x) || std::isnan(x)) body = std::isnan(x) ? "nan" : "inf";
+    if (type == 'F' || type == 'E') std::transform(body.begin(), body.end(), body.begin(), [](char c) { return static_cast<char>(std::toupper(static_cast<unsigned char>(c))); });
+    if (grouping) {
+      const size_t dot = std::min(body.find('.'), body.find_first_of("eE"));
+      for (int q = static_cast<int>(std::min(dot, body.size())) - 3; q > 0; q -= 3) body.insert(static_cast<size_t>(q), ",");
+    }
+    if (type == '%') body += '%';
+    prefix = std::signbit(x) && !std::isnan(x) ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
+    numeric = true;
+  } else {
+    throw TemplateError(fmt::format("str.format: format spec '{}' for a {} value is not implemented", spec, type_name(v)));
+  }
+  if (!align) align = numeric ? '>' : '<';
+  const size_t len = [](const std::string& t) { size_t n = 0; for (char c : t) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80; return n; }(prefix + body);
+  std::string out;
+  if (len >= width) {
+    out = prefix + body;
+  } else {
+    const size_t pad = width - len;
+    const std::string fill_s(1, fill);
+    auto rep = [&](size_t n) { std::string r; for (size_t k = 0; k < n; k++) r += fill_s; return r; };
+    if (align == '<') out = prefix + body + rep(pad);
+    else if (align == '>') out = rep(pad) + prefix + body;
+    else if (align == '^') out = rep(pad / 2) + prefix + body + rep(pad - pad / 2);
+    else out = prefix + rep(pad) + body;  // '='
+  }
+  return derived(std::move(out), v.has_input());
+}
+
+// Python str.format: {}, {0}, {name}, {name.attr} / {name[key]}, !s / !r, and a format spec; {{ and }} are braces.
+Value str_format(const TaintedString& s, const CallArgs& a) {
+  const std::string& t = s.text;
+  TaintedString out;
+  size_t literal = 0;
+  int auto_index = 0;
+  bool manual = false, automatic = false;
+  for (size_t i = 0; i < t.size(); i++) {
+    if (t[i] == '}') {
+      if (i + 1 < t.size() && t[i + 1] == '}') {
+        tainted_append(out, tainted_substr(s, literal, i + 1));
+        literal = ++i + 1;
+        continue;
+      }
+      throw TemplateError("Single '}' encountered in format string");
+    }
+    if (t[i] != '{') continue;
+    if (i + 1 < t.size() && t[i + 1] == '{') {
+      tainted_append(out, tainted_substr(s, literal, i + 1));
+      literal = ++i + 1;
+      continue;
+    }
+    tainted_append(out, tainted_substr(s, literal, i));
+    const size_t close = t.find('}', i + 1);
+    if (close == std::string::npos) throw TemplateError("Single '{' encountered in format string");
+    std::string field = t.substr(i + 1, close - i - 1);
+    if (field.find('{') != std::string::npos) throw TemplateError("str.format: nested replacement fields are not implemented");
+    std::string spec;
+    char conversion = 0;
+    if (const size_t colon = field.find(':'); colon != std::string::npos) spec = field.substr(colon + 1), field.resize(colon);
+    if (const size_t bang = field.find('!'); bang != std::string::npos) {
+      if (bang + 2 != field.size() || (field[bang + 1] != 's' && field[bang + 1] != 'r'))
+        throw TemplateError("Unknown conversion specifier in format string");
+      conversion = field[bang + 1];
+      field.resize(bang);
+    }
+    const size_t end_name = std::min(field.find('.'), field.find('['));
+    const std::string head = field.substr(0, end_name);
+    Value v;
+    if (head.empty() || std::all_of(head.begin(), head.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+      size_t index;
+      if (head.empty()) {
+        if (manual) throw TemplateError("cannot switch from manual field specification to automatic field numbering");
+        automatic = true;
+        index = static_cast<size_t>(auto_index++);
+      } else {
+        if (automatic) throw TemplateError("cannot switch from automatic field numbering to manual field specification");
+        manual = true;
+        index = std::stoul(head);
+      }
+      if (index >= a.positional.size())
+        throw TemplateError(fmt::format("Replacement index {} out of range for positional args tuple", index));
+      v = a.positional[index];
+    } else {
+      const Value* k = nullptr;
+      for (const auto& [name, x] : a.keyword)
+        if (name == head) k = &x;
+      if (!k) throw TemplateError(fmt::format("'{}'", head));  // Python's KeyError
+      v = *k;
+    }
+    for (size_t p = std::min(end_name, field.size()); p < field.size();) {
+      if (field[p] == '.') {
+        const size_t q = std::min(field.find('.', p + 1), field.find('[', p + 1));
+        v = get_attribute_path(v, field.substr(p + 1, q - p - 1));
+        p = std::min(q, field.size());
+      } else {
+        const size_t q = field.find(']', p);
+        if (q == std::string::npos) throw TemplateError("Missing ']' in format string");
+        const std::string key = field.substr(p + 1, q - p - 1);
+        v = get_attribute_path(v, key);
+        p = q + 1;
+      }
+      if (v.is_undefined()) throw TemplateError(fmt::format("'{}' has no such field", field));
+    }
+    if (conversion == 'r') v = Value(derived(repr(v), v.has_input()));
+    else if (conversion == 's') v = Value(to_str(v));
+    tainted_append(out, format_value(v, spec));
+    literal = close + 1;
+    i = close;
+  }
+  tainted_append(out, tainted_substr(s, literal, t.size()));
+  return Value(std::move(out));
+}
+
 std::optional<Value> string_method(const Value& obj, std::string_view name, const CallArgs& a) {
   const TaintedString& s = obj.as_tainted();
   const bool input = !s.input.empty();
@@ -110,6 +279,7 @@ std::optional<Value> string_method(const Value& obj, std::string_view name, cons
     return Value(python_strip(s, optional_chars(a, name == "strip" ? "strip" : name == "lstrip" ? "lstrip" : "rstrip"),
                               name != "rstrip", name != "lstrip"));
   if (name == "split") return split(s, a, false);
+  if (name == "format") return str_format(s, a);
   if (name == "rsplit") return split(s, a, true);
   if (name == "startswith" || name == "endswith") {
     const Value* affix = a.get(0, "prefix");

@@ -234,7 +234,7 @@ class Renderer {
 
   Value apply_filter(const std::string& name, const Value& input, const CallSyntax& args, const ScopePtr& scope) {
     const FilterFunction f = find_filter(name);
-    if (!f) throw TemplateError(fmt::format("No filter named '{}'.", name));
+    if (!f) throw TemplateError(fmt::format("No filter named '{}' found.", name));
     return f(input, eval_args(args, scope));
   }
 
@@ -258,7 +258,7 @@ class Renderer {
         return apply_filter(e.name, eval(*e.children[0], scope), e.args, scope);
       case Expr::Kind::Test: {
         const TestFunction t = find_test(e.name);
-        if (!t) throw TemplateError(fmt::format("No test named '{}'.", e.name));
+        if (!t) throw TemplateError(fmt::format("line {}: No test named '{}' found.", e.line, e.name));
         return Value(t(eval(*e.children[0], scope), eval_args(e.args, scope)) != e.negated);
       }
       case Expr::Kind::Unary:
@@ -572,25 +572,32 @@ class Renderer {
   int depth_ = 0;
 };
 
-// Unknown filters and tests are reported when the template is loaded, as jinja2 does.
-void check_names(const Expr* e) {
+// Unknown filters and tests are reported when the template is loaded, as jinja2 does, except inside an `if`
+// (its conditions and branches) or a conditional expression: there jinja2 reports them only when evaluated
+// (its compiler's "soft" frames). A for loop's body, a macro's and a filter block's start hard again.
+void check_names(const Expr* e, bool soft) {
   if (!e) return;
-  if (e->kind == Expr::Kind::Filter && !find_filter(e->name))
+  soft = soft || e->kind == Expr::Kind::Conditional;
+  if (!soft && e->kind == Expr::Kind::Filter && !find_filter(e->name))
     throw TemplateError(fmt::format("line {}: no filter named '{}'", e->line, e->name));
-  if (e->kind == Expr::Kind::Test && !find_test(e->name))
+  if (!soft && e->kind == Expr::Kind::Test && !find_test(e->name))
     throw TemplateError(fmt::format("line {}: no test named '{}'", e->line, e->name));
-  for (const auto& c : e->children) check_names(c.get());
-  for (const auto& c : e->args.positional) check_names(c.get());
-  for (const auto& [k, c] : e->args.keyword) check_names(c.get());
+  for (const auto& c : e->children) check_names(c.get(), soft);
+  for (const auto& c : e->args.positional) check_names(c.get(), soft);
+  for (const auto& [k, c] : e->args.keyword) check_names(c.get(), soft);
 }
 
-void check_names(const Body& body) {
+void check_names(const Body& body, bool soft) {
   for (const auto& s : body) {
     if (s->kind == Stmt::Kind::FilterBlock && !find_filter(s->text))
       throw TemplateError(fmt::format("line {}: no filter named '{}'", s->line, s->text));
-    for (const auto& e : s->exprs) check_names(e.get());
-    for (const auto& p : s->params) check_names(p.default_value.get());
-    for (const auto& b : s->bodies) check_names(b);
+    const bool soft_here = soft || s->kind == Stmt::Kind::If;
+    const bool inner = s->kind == Stmt::Kind::For || s->kind == Stmt::Kind::Macro || s->kind == Stmt::Kind::FilterBlock;
+    for (const auto& e : s->exprs) check_names(e.get(), soft_here);
+    for (const auto& p : s->params) check_names(p.default_value.get(), false);
+    for (const auto& a : s->args.positional) check_names(a.get(), false);
+    for (const auto& [k, a] : s->args.keyword) check_names(a.get(), false);
+    for (const auto& b : s->bodies) check_names(b, inner ? false : soft_here);
   }
 }
 
@@ -598,7 +605,7 @@ void check_names(const Body& body) {
 
 Template::Template(std::string_view source) {
   auto body = std::make_shared<Body>(parse(tokenize(source)));
-  check_names(*body);
+  check_names(*body, false);
   body_ = std::move(body);
 }
 

@@ -51,6 +51,7 @@ def environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[AssistantTracker, loopcontrols])
     env.filters["tojson"] = tojson
+    env.filters["from_json"] = json.loads  # transformers' chat environment (DeepSeek-V3.2/V4 templates use it)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env

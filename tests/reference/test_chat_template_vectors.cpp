@@ -1,6 +1,8 @@
-// Every case of ../shared/templates (20 real chat templates, 232
-// conversations, rendered by Python's jinja2 as transformers sets it up)
-// rendered byte for byte — through the library and through `kestrel template`.
+// Every case of ../shared/templates (24 real chat templates, 284
+// conversations, rendered by Python's jinja2 as transformers sets it up:
+// cases.json for the first 20, cases-2026.json for DeepSeek-V3.2, DeepSeek-V4,
+// Qwen3.5 and Gemma 4) rendered byte for byte — through the library and
+// through `kestrel template`.
 #include <gtest/gtest.h>
 
 #include "cli_process.h"
@@ -20,23 +22,27 @@ struct Case {
 };
 
 std::vector<Case> load_cases(std::string& fixed_now) {
-  const json doc = json::parse(test::read_text(test::shared("templates/cases.json")));
-  fixed_now = doc["fixed_now"].get<std::string>();
   std::vector<Case> cases;
-  for (const auto& t : doc["templates"])
-    for (const auto& c : t["cases"]) {
-      Case x{t["name"], test::shared("templates/" + t["file"].get<std::string>()), c["name"], c["vars"], {}, {}};
-      if (c.contains("expected")) x.expected = c["expected"].get<std::string>();
-      if (c.contains("expected_error")) x.expected_error = c["expected_error"].get<std::string>();
-      cases.push_back(std::move(x));
-    }
+  for (const char* file : {"templates/cases.json", "templates/cases-2026.json"}) {
+    const json doc = json::parse(test::read_text(test::shared(file)));
+    const std::string now = doc["fixed_now"].get<std::string>();
+    EXPECT_TRUE(fixed_now.empty() || fixed_now == now) << file << " renders at another time";
+    fixed_now = now;
+    for (const auto& t : doc["templates"])
+      for (const auto& c : t["cases"]) {
+        Case x{t["name"], test::shared("templates/" + t["file"].get<std::string>()), c["name"], c["vars"], {}, {}};
+        if (c.contains("expected")) x.expected = c["expected"].get<std::string>();
+        if (c.contains("expected_error")) x.expected_error = c["expected_error"].get<std::string>();
+        cases.push_back(std::move(x));
+      }
+  }
   return cases;
 }
 
 TEST(ChatTemplateVectors, EveryCaseMatchesThroughTheLibrary) {
   std::string now;
   const auto cases = load_cases(now);
-  ASSERT_EQ(cases.size(), 232u);
+  ASSERT_EQ(cases.size(), 284u);
   jinja::RenderOptions options;
   options.now = jinja::parse_wall_time(now);
   std::map<std::string, std::unique_ptr<ChatTemplate>> templates;
@@ -57,7 +63,7 @@ TEST(ChatTemplateVectors, EveryCaseMatchesThroughTheLibrary) {
       matched += e.what() == *c.expected_error;
     }
   }
-  EXPECT_EQ(matched, 232);
+  EXPECT_EQ(matched, 284);
 }
 
 TEST(ChatTemplateVectors, EveryCaseMatchesThroughKestrelTemplate) {
@@ -79,7 +85,7 @@ TEST(ChatTemplateVectors, EveryCaseMatchesThroughKestrelTemplate) {
       matched += r.exit_code != 0 && r.err == "error: " + *c.expected_error + "\n";
     }
   }
-  EXPECT_EQ(matched, 232);
+  EXPECT_EQ(matched, 284);
 }
 
 }  // namespace
