@@ -11,6 +11,8 @@ using json = nlohmann::ordered_json;
 
 std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None) throw Error("no tool-call format to constrain the reply to");
+  if (format == ToolCallFormat::Dsml)
+    throw Error("tool_choice 'required' or a named function is not implemented for DeepSeek's DSML tool calls (use 'auto')");
   std::string rules;
   std::vector<std::string> json_calls, deepseek_calls;
   // Llama 3's JSON calls carry "parameters"; the others "arguments".
@@ -59,6 +61,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
              " ) \"<｜tool▁call▁end｜>\"\n";
       break;
     case ToolCallFormat::None:
+    case ToolCallFormat::Dsml:
       break;
   }
   return root + "call ::= " + alternatives(json_calls) + "\n" + rules + json_grammar_primitives();

@@ -16,6 +16,10 @@ constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCa
                            kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>",
                            kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]", kMistralArgs = "[ARGS]";
+constexpr std::string_view kDsml = "｜DSML｜", kDsmlFunctionCalls = "<｜DSML｜function_calls>",
+                           kDsmlToolCalls = "<｜DSML｜tool_calls>", kDsmlInvoke = "<｜DSML｜invoke name=\"",
+                           kDsmlInvokeEnd = "</｜DSML｜invoke>", kDsmlParameter = "<｜DSML｜parameter name=\"",
+                           kDsmlParameterEnd = "</｜DSML｜parameter>";
 
 std::string_view trim(std::string_view s) {
   const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
@@ -196,6 +200,72 @@ ToolCallReply mistral(std::string_view text) {
   return r;
 }
 
+// DeepSeek-V3.2/V4's DSML block: the calls of one <｜DSML｜function_calls> or <｜DSML｜tool_calls> element.
+ToolCallReply dsml(std::string_view text) {
+  size_t begin = std::min(text.find(kDsmlFunctionCalls), text.find(kDsmlToolCalls));
+  if (begin == std::string_view::npos) return {std::string(text), {}};
+  const bool v4 = text.substr(begin, kDsmlToolCalls.size()) == kDsmlToolCalls;
+  const std::string_view open = v4 ? kDsmlToolCalls : kDsmlFunctionCalls;
+  const std::string close = "</" + std::string(open.substr(1));
+  const size_t body = begin + open.size();
+  const size_t end = text.find(close, body);
+  const std::string_view block = text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body);
+  const auto fail = [&] { return ToolCallReply{std::string(text), {}}; };
+  ToolCallReply r;
+  size_t at = 0;
+  for (;;) {
+    const size_t inv = block.find(kDsmlInvoke, at);
+    if (inv == std::string_view::npos) {
+      if (!trim(block.substr(at)).empty()) return fail();  // stray text inside the block
+      break;
+    }
+    if (!trim(block.substr(at, inv - at)).empty()) return fail();
+    const size_t name_at = inv + kDsmlInvoke.size(), name_end = block.find("\">", name_at);
+    if (name_end == std::string_view::npos) return fail();
+    const std::string_view name = block.substr(name_at, name_end - name_at);
+    const size_t inv_end = block.find(kDsmlInvokeEnd, name_end);
+    if (name.empty() || inv_end == std::string_view::npos) return fail();
+    const std::string_view params = block.substr(name_end + 2, inv_end - name_end - 2);
+    json args = json::object();
+    size_t p = 0;
+    for (;;) {
+      const size_t par = params.find(kDsmlParameter, p);
+      if (par == std::string_view::npos) {
+        if (!trim(params.substr(p)).empty()) return fail();
+        break;
+      }
+      if (!trim(params.substr(p, par - p)).empty()) return fail();
+      const size_t key_at = par + kDsmlParameter.size(), key_end = params.find('"', key_at);
+      if (key_end == std::string_view::npos) return fail();
+      const std::string key(params.substr(key_at, key_end - key_at));
+      const size_t tag_end = params.find('>', key_end);
+      if (tag_end == std::string_view::npos) return fail();
+      const std::string_view attrs = trim(params.substr(key_end + 1, tag_end - key_end - 1));
+      const size_t value_end = params.find(kDsmlParameterEnd, tag_end);
+      if (value_end == std::string_view::npos || key.empty()) return fail();
+      const std::string_view value = params.substr(tag_end + 1, value_end - tag_end - 1);
+      if (attrs == "string=\"true\"") {
+        args[key] = std::string(value);
+      } else if (attrs == "string=\"false\"" || attrs.empty()) {
+        const auto j = parse_json(trim(value));
+        if (j) args[key] = *j;
+        else if (attrs.empty()) args[key] = std::string(value);  // untyped: JSON when it reads as JSON
+        else return fail();
+      } else {
+        return fail();
+      }
+      p = value_end + kDsmlParameterEnd.size();
+    }
+    r.calls.push_back({new_call_id(ToolCallFormat::Dsml), std::string(name), args.dump()});
+    at = inv_end + kDsmlInvokeEnd.size();
+  }
+  if (r.calls.empty()) return fail();
+  std::string rest(text.substr(0, begin));
+  if (end != std::string_view::npos) rest += text.substr(end + close.size());
+  r.content = outside(std::move(rest));
+  return r;
+}
+
 // Where a call may begin, per format.
 std::vector<std::string_view> start_markers(ToolCallFormat f) {
   switch (f) {
@@ -203,6 +273,7 @@ std::vector<std::string_view> start_markers(ToolCallFormat f) {
     case ToolCallFormat::Llama3Json: return {kPythonTag};
     case ToolCallFormat::DeepSeek: return {kDsCallsBegin};
     case ToolCallFormat::Mistral: return {kMistralCalls};
+    case ToolCallFormat::Dsml: return {kDsmlFunctionCalls, kDsmlToolCalls};
     case ToolCallFormat::None: return {};
   }
   return {};
@@ -216,6 +287,7 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::Llama3Json: return {kPythonTag};
     case ToolCallFormat::DeepSeek: return {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
     case ToolCallFormat::Mistral: return {kMistralCalls, kMistralArgs};
+    case ToolCallFormat::Dsml: return {kDsmlFunctionCalls, kDsmlToolCalls, kDsmlInvokeEnd, kDsmlParameterEnd};
     case ToolCallFormat::None: return {};
   }
   return {};
@@ -226,6 +298,7 @@ std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name
   if (name == "llama3_json") return ToolCallFormat::Llama3Json;
   if (name == "deepseek") return ToolCallFormat::DeepSeek;
   if (name == "mistral") return ToolCallFormat::Mistral;
+  if (name == "dsml") return ToolCallFormat::Dsml;
   if (name == "none") return ToolCallFormat::None;
   return std::nullopt;
 }
@@ -236,15 +309,17 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::Llama3Json: return "llama3_json";
     case ToolCallFormat::DeepSeek: return "deepseek";
     case ToolCallFormat::Mistral: return "mistral";
+    case ToolCallFormat::Dsml: return "dsml";
     case ToolCallFormat::None: return "none";
   }
   return "?";
 }
 
-const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, none"; }
+const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, none"; }
 
 ToolCallFormat detect_tool_call_format(std::string_view src) {
   const auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
+  if (has(kDsml)) return ToolCallFormat::Dsml;
   if (has(kDsCallBegin) || has(kDsCallsBegin)) return ToolCallFormat::DeepSeek;
   if (has(kMistralCalls)) return ToolCallFormat::Mistral;
   if (has(kHermesOpen)) return ToolCallFormat::Hermes;
@@ -258,6 +333,7 @@ ToolCallReply parse_tool_calls(ToolCallFormat format, std::string_view text) {
     case ToolCallFormat::Llama3Json: return llama3_json(text);
     case ToolCallFormat::DeepSeek: return deepseek(text);
     case ToolCallFormat::Mistral: return mistral(text);
+    case ToolCallFormat::Dsml: return dsml(text);
     case ToolCallFormat::None: break;
   }
   return {std::string(text), {}};

@@ -7,6 +7,9 @@
 //   deepseek     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
 //                <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>  (V3, R1; V3.1: NAME<｜tool▁sep｜>{...})
 //   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]  or  [TOOL_CALLS]NAME[ARGS]{...}
+//   dsml         <｜DSML｜function_calls> (V3.2) or <｜DSML｜tool_calls> (V4) holding
+//                <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>
+//                ...</｜DSML｜invoke>: string="true" values as written, the others JSON
 // A reply whose calls do not parse stays content, whole: nothing is dropped.
 #include <optional>
 #include <string>
@@ -15,7 +18,7 @@
 
 namespace kestrel {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml };
 
 // "hermes", ... ; nullopt for an unknown name. "none" is None.
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name);

@@ -180,7 +180,7 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
   out.tools_offered = !tools.is_null() && !tools.empty();
   if (out.tools_offered && ctx.tool_format == ToolCallFormat::None)
     throw bad_request("tools", "this model's chat template shows no tool-call format Kestrel can read; start the "
-                               "server with --tool-call-parser (hermes, llama3_json, deepseek, mistral)");
+                               "server with --tool-call-parser (hermes, llama3_json, deepseek, mistral, dsml)");
   if (choice == "required") {
     // Every reply must be calls: decoding is held to the grammar of the format's calls.
     try {

@@ -9,6 +9,7 @@
 #include "jinja/json_value.h"
 #include "test_support.h"
 #include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 
 namespace kestrel {
 namespace {
@@ -104,6 +105,8 @@ TEST(ChatTemplateVectors, ToolCallFormatOfEachRealTemplate) {
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", ToolCallFormat::DeepSeek},
       {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", ToolCallFormat::DeepSeek},
       {"deepseek-ai-DeepSeek-V3.1", ToolCallFormat::DeepSeek},
+      {"deepseek-ai-DeepSeek-V3.2", ToolCallFormat::Dsml},
+      {"deepseek-ai-DeepSeek-V4", ToolCallFormat::Dsml},
       {"meta-llama-Llama-3.1-8B-Instruct", ToolCallFormat::Llama3Json},
       {"meta-llama-Llama-3.2-3B-Instruct", ToolCallFormat::Llama3Json},
       {"mistralai-Mistral-Nemo-Instruct-2407", ToolCallFormat::Mistral},
@@ -122,6 +125,36 @@ TEST(ChatTemplateVectors, ToolCallFormatOfEachRealTemplate) {
 
 namespace kestrel {
 namespace {
+
+// DeepSeek-V3.2's and V4's own templates write an assistant turn's calls in DSML; the parser reads back the
+// same names and arguments (strings as written, everything else through JSON) — with the arguments given as
+// a dict and as a JSON string (the template's from_json).
+TEST(ChatTemplateVectors, DsmlCallsRenderedByTheTemplatesReadBack) {
+  const json args = {{"city", "São \"Paulo\"\n<b>"}, {"days", 3}, {"ratio", 0.25}, {"hourly", false},
+                     {"units", {"C", nullptr}}, {"where", {{"lat", -23.5}, {"tags", json::array()}}}};
+  for (const char* name : {"deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4"})
+    for (bool as_string : {false, true}) {
+      const ChatTemplate t(name, test::read_text(test::shared(std::string("templates/") + name + ".jinja")));
+      ASSERT_EQ(t.tool_format(), ToolCallFormat::Dsml) << name;
+      json calls = json::array();
+      calls.push_back({{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", as_string ? json(args.dump()) : args}}}});
+      calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", as_string ? json("{}") : json::object()}}}});
+      const json vars = {{"messages", json::array({{{"role", "user"}, {"content", "Weather?"}},
+                                                   {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
+                         {"bos_token", "<｜begin▁of▁sentence｜>"}, {"add_generation_prompt", false}};
+      const std::string text = t.render_vars(vars, {}).text;
+      const size_t reply = text.find("Checking."), end = text.find("<｜end▁of▁sentence｜>", reply);
+      ASSERT_NE(reply, std::string::npos) << name << ": " << text;
+      ASSERT_NE(end, std::string::npos) << name << ": " << text;
+      const ToolCallReply r = parse_tool_calls(ToolCallFormat::Dsml, text.substr(reply, end - reply));
+      ASSERT_EQ(r.calls.size(), 2u) << name << ": " << text;
+      EXPECT_EQ(r.content, "Checking.") << name;
+      EXPECT_EQ(r.calls[0].name, "get_weather");
+      EXPECT_EQ(json::parse(r.calls[0].arguments), args) << name << " as_string=" << as_string;
+      EXPECT_EQ(r.calls[1].name, "get_time");
+      EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << name;
+    }
+}
 
 TEST(ChatTemplateVectors, KestrelTemplateNamesWhatIsWrong) {
   test::TempDir dir;

@@ -104,8 +104,34 @@ TEST(ToolCalls, Mistral) {
   expect_reply(f, "Sure [TOOL_CALL] is not a call", {"Sure [TOOL_CALL] is not a call", {}});
 }
 
+// DeepSeek-V3.2 (<｜DSML｜function_calls>) and V4 (<｜DSML｜tool_calls>): string="true" values as written
+// (no escaping: quotes, newlines and JSON-looking text stay strings), the others read as JSON.
+TEST(ToolCalls, Dsml) {
+  const auto f = ToolCallFormat::Dsml;
+  expect_reply(f,
+               "Let me check.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+               "<｜DSML｜parameter name=\"city\" string=\"true\">São \"Paulo\"\n{x}</｜DSML｜parameter>\n"
+               "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
+               "<｜DSML｜parameter name=\"opts\" string=\"false\">{\"units\": [\"C\", null], \"hourly\": true}</｜DSML｜parameter>\n"
+               "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"get_time\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+               {"Let me check.",
+                {{"get_weather", {{"city", "São \"Paulo\"\n{x}"}, {"days", 3}, {"opts", {{"units", {"C", nullptr}}, {"hourly", true}}}}},
+                 {"get_time", json::object()}}});
+  expect_reply(f,
+               "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"search\">\n<｜DSML｜parameter name=\"q\" string=\"true\">42</｜DSML｜parameter>\n"
+               "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+               {std::nullopt, {{"search", {{"q", "42"}}}}});
+  // Not calls: they stay content, whole.
+  for (const char* text : {"No tools needed.",
+                           "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"a\">\n<｜DSML｜parameter name=\"n\" string=\"false\">not json"
+                           "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+                           "<｜DSML｜tool_calls>\nprose inside\n</｜DSML｜tool_calls>",
+                           "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"a\">\n"})
+    expect_reply(f, text, {std::string(text), {}});
+}
+
 TEST(ToolCalls, FormatNamesRoundTrip) {
-  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "none"})
+  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "none"})
     EXPECT_STREQ(tool_call_format_name(*tool_call_format_from_name(n)), n);
   EXPECT_FALSE(tool_call_format_from_name("xml"));
 }
