@@ -287,6 +287,21 @@ TEST_F(CliWithLimits, BenchWarnsWhenFasterThanStaleLimits) {
   EXPECT_THAT(rows[0]["warning"].get<std::string>(), HasSubstr("look stale"));
 }
 
+// The V2-Lite form (no query bottleneck) still carries attention.q_lora_rank, 0: llama.cpp's loader requires
+// the key unless the layer count is a Lite model's (checked 2026-12-03: llama.cpp de3ff81 loads the tiny file
+// and its greedy ids for "3 17 42 99" equal ours, 458 89 439 260 492 47 6 433).
+TEST(Cli, DeepseekLiteSynthWritesQLoraRankZero) {
+  test::TempDir dir;
+  const std::string model = dir.file("lite.gguf");
+  auto r = run_kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny", "--type", "f32", "-o", model});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const GgufFile f = GgufFile::open(model);
+  ASSERT_NE(f.find("deepseek2.attention.q_lora_rank"), nullptr) << "llama.cpp refuses a non-Lite layer count without it";
+  EXPECT_EQ(f.get_int("deepseek2.attention.q_lora_rank"), 0);
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q_a.weight"), nullptr);
+  EXPECT_NE(f.find_tensor("blk.0.attn_q.weight"), nullptr);
+}
+
 TEST_F(CliWithLimits, DeepseekSynthRunsBothMlaModesAndBenchCountsRoutedExperts) {
   const std::string model = dir_.file("ds.gguf");
   // f32: the two MLA modes then differ by summation order only (with Q8_0

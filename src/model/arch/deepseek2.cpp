@@ -314,7 +314,9 @@ void synth(SynthFile& out) {
   // MLA: one latent "head" of KV.
   synth_sizes(out, s.layers + d.nextn, 1, d.qk_rope, 10000.0f, 1e-6f);
   out.u32("leading_dense_block_count", d.dense_lead);
-  if (d.q_lora > 0) out.u32("attention.q_lora_rank", d.q_lora);
+  // Always, 0 without a query bottleneck (the V2-Lite form), as llama.cpp's own model saver writes it: its
+  // loader requires the key unless the layer count is one of the Lite models' (26, 27).
+  out.u32("attention.q_lora_rank", d.q_lora);
   out.u32("attention.kv_lora_rank", d.kv_lora);
   out.u32("attention.key_length", d.kv_lora + d.qk_rope);  // the latent cache's sizes
   out.u32("attention.value_length", d.kv_lora);
