@@ -74,7 +74,7 @@ Value f_items(const Value& v, const CallArgs&) {
   if (v.is_undefined()) return Value::list({});
   if (!v.is_dict()) throw TemplateError(fmt::format("Can only get item pairs from a mapping, not {}", type_name(v)));
   ValueList out;
-  for (const auto& [k, x] : v.as_dict()) out.push_back(Value::tuple({Value(k), x}));
+  for (const auto& [k, x] : v.as_dict()) out.push_back(Value::tuple({k.value(), x}));
   return Value::list(std::move(out));
 }
 
@@ -366,7 +366,7 @@ Value f_wordcount(const Value& v, const CallArgs&) {
 
 Value f_attr(const Value& v, const CallArgs& a) {
   const auto name = arg_opt_string(a, 0, "name");
-  return v.is_dict() && name ? v.get(*name) : Value::undefined(name.value_or("attribute"));
+  return v.is_dict() && name ? v.get(std::string_view(*name)) : Value::undefined(name.value_or("attribute"));
 }
 
 Value f_dictsort(const Value& v, const CallArgs& a) {

@@ -87,19 +87,32 @@ void dump(std::string& out, const Value& v, const JsonStyle& st, int level) {
       return;
     }
     case Value::Kind::Dict: {
-      std::vector<const std::pair<std::string, Value>*> items;
+      std::vector<const std::pair<DictKey, Value>*> items;
       for (const auto& kv : v.as_dict()) items.push_back(&kv);
       if (items.empty()) {
         out += "{}";
         return;
       }
-      if (st.sort_keys)
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      if (st.sort_keys)  // Python sorts the keys themselves: str with int is its TypeError
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) {
+          if (a->first.is_string() && b->first.is_string()) return a->first.text < b->first.text;
+          if (a->first.is_string() != b->first.is_string())
+            throw TemplateError("'<' not supported between instances of 'str' and another key type");
+          return less_than(a->first.value(), b->first.value());
+        });
       out += '{';
       for (size_t i = 0; i < items.size(); i++) {
         if (i) out += st.item_separator;
         if (st.pretty) newline(level + 1);
-        dump_string(out, items[i]->first, st.ensure_ascii);
+        const DictKey& k = items[i]->first;
+        if (k.is_string()) {
+          dump_string(out, k.text, st.ensure_ascii);
+        } else {  // json.dumps writes int, float, bool and None keys as strings
+          const Value& x = *k.other;
+          if (x.is_tuple()) throw TemplateError("keys must be str, int, float, bool or None, not tuple");
+          std::string text = x.is_none() ? "null" : x.kind() == Value::Kind::Bool ? (x.as_bool() ? "true" : "false") : json_dumps(x, {});
+          dump_string(out, text, st.ensure_ascii);
+        }
         out += st.key_separator;
         dump(out, items[i]->second, st, level + 1);
       }

@@ -393,9 +393,9 @@ std::optional<Value> dict_method(const Value& obj, std::string_view name, const 
     ValueList out;
     for (const auto& [k, v] : obj.as_dict()) {
       if (name == "items")
-        out.push_back(Value::tuple({Value(k), v}));
+        out.push_back(Value::tuple({k.value(), v}));
       else
-        out.push_back(name == "keys" ? Value(k) : v);
+        out.push_back(name == "keys" ? k.value() : v);
     }
     return Value::list(std::move(out));
   }
@@ -403,9 +403,8 @@ std::optional<Value> dict_method(const Value& obj, std::string_view name, const 
     const Value* key = a.get(0, "key");
     if (!key) throw TemplateError("get expected at least 1 argument, got 0");
     const Value* fallback = a.get(1, "default");
-    if (key->is_string())
-      for (const auto& [k, v] : obj.as_dict())
-        if (k == key->as_string()) return v;
+    for (const auto& [k, v] : obj.as_dict())
+      if (k.matches(*key)) return v;
     return fallback ? *fallback : Value::none();
   }
   if (name == "copy") return Value::dict(obj.as_dict());
@@ -456,7 +455,7 @@ ValueList iterate(const Value& v) {
       return v.as_list();
     case Value::Kind::Dict: {
       ValueList keys;
-      for (const auto& [k, x] : v.as_dict()) keys.emplace_back(k);
+      for (const auto& [k, x] : v.as_dict()) keys.push_back(k.value());
       return keys;
     }
     case Value::Kind::String: {

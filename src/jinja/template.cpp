@@ -57,7 +57,10 @@ class Renderer {
  public:
   Renderer(const RenderOptions& o, const ValueDict& vars) : opt_(o), root_(std::make_shared<Scope>()) {
     install_globals();
-    for (const auto& [k, v] : vars) root_->set(k, v);
+    for (const auto& [k, v] : vars) {
+      if (!k.is_string()) throw TemplateError("template variables are named by strings");
+      root_->set(k.text, v);
+    }
   }
 
   TaintedString run(const Body& body) {
@@ -291,13 +294,13 @@ class Renderer {
         ValueDict items;
         for (size_t i = 0; i + 1 < e.children.size(); i += 2) {
           const Value k = eval(*e.children[i], scope);
-          if (!k.is_string()) throw TemplateError("dict keys must be strings in Kestrel's templates");
+          DictKey key = DictKey::from(k);
           Value v = eval(*e.children[i + 1], scope);
-          auto it = std::find_if(items.begin(), items.end(), [&](const auto& kv) { return kv.first == k.as_string(); });
+          auto it = std::find_if(items.begin(), items.end(), [&](const auto& kv) { return kv.first.matches(k); });
           if (it != items.end())
-            it->second = std::move(v);
+            it->second = std::move(v);  // Python keeps the first key and its place, with the last value
           else
-            items.emplace_back(k.as_string(), std::move(v));
+            items.emplace_back(std::move(key), std::move(v));
         }
         return Value::dict(std::move(items));
       }
@@ -317,6 +320,10 @@ class Renderer {
   static Value get_item(const Value& obj, const Value& key) {
     if (obj.is_undefined()) fail_undefined(obj);
     if (obj.is_dict() && key.is_string()) return get_attr(obj, key.as_string());
+    if (obj.is_dict()) {  // jinja2's getitem: an unhashable key is a miss too
+      Value v = obj.get(key);
+      return v.is_undefined() ? Value::undefined(fmt::format("dict object has no element {}", repr(key))) : v;
+    }
     if ((obj.is_list() || obj.is_string()) && (key.kind() == Value::Kind::Int || key.kind() == Value::Kind::Bool)) {
       const int64_t n = python_len(obj);
       int64_t i = key.as_int();
@@ -479,7 +486,10 @@ class Renderer {
       if (!x.is_string()) throw TemplateError(fmt::format("'in <string>' requires string as left operand, not {}", type_name(x)));
       return seq.as_string().find(x.as_string()) != std::string::npos;
     }
-    if (seq.is_dict()) return x.is_string() && !seq.get(x.as_string()).is_undefined();
+    if (seq.is_dict()) {
+      DictKey::from(x);  // unhashable: TypeError
+      return !seq.get(x).is_undefined();
+    }
     if (seq.is_list()) {
       for (const auto& v : seq.as_list())
         if (equals(v, x)) return true;

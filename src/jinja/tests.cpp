@@ -46,7 +46,7 @@ bool t_sameas(const Value& v, const CallArgs& a) {
 bool t_in(const Value& v, const CallArgs& a) {
   const Value& seq = operand(a, "in");
   if (seq.is_string()) return v.is_string() && seq.as_string().find(v.as_string()) != std::string::npos;
-  if (seq.is_dict()) return v.is_string() && !seq.get(v.as_string()).is_undefined();
+  if (seq.is_dict()) return !seq.get(v).is_undefined();
   for (const auto& x : iterate(seq))
     if (equals(x, v)) return true;
   return false;

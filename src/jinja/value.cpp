@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 
@@ -83,6 +85,33 @@ Value Value::get(std::string_view key) const {
     for (const auto& [k, v] : *dict_)
       if (k == key) return v;
   return undefined(std::string(key));
+}
+
+Value Value::get(const Value& key) const {
+  if (key.is_string()) return get(std::string_view(key.as_string()));
+  if (kind_ == Kind::Dict)
+    for (const auto& [k, v] : *dict_)
+      if (k.matches(key)) return v;
+  return undefined(repr(key));
+}
+
+DictKey DictKey::from(const Value& v) {
+  if (v.is_string()) return DictKey(v.as_string());
+  const bool hashable = v.is_none() || v.is_number() || v.kind() == Value::Kind::Bool ||
+                        (v.is_tuple() && std::all_of(v.as_list().begin(), v.as_list().end(), [](const Value& x) {
+                           return x.is_string() || x.is_none() || x.is_number() || x.kind() == Value::Kind::Bool;
+                         }));
+  if (!hashable) throw TemplateError(fmt::format("unhashable type: '{}'", type_name(v)));
+  DictKey k("");
+  k.other = std::make_shared<const Value>(v);
+  return k;
+}
+
+Value DictKey::value() const { return other ? *other : Value(text); }
+
+bool DictKey::matches(const Value& v) const {
+  if (v.is_string()) return is_string() && text == v.as_string();
+  return other && equals(*other, v);
 }
 
 bool Value::has_input() const {
@@ -197,7 +226,7 @@ std::string repr(const Value& v) {
       std::string out = v.is_namespace() ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, x] : v.as_dict()) {
-        out += (first ? "" : ", ") + repr_string(k) + ": " + repr(x);
+        out += (first ? "" : ", ") + (k.is_string() ? repr_string(k.text) : repr(*k.other)) + ": " + repr(x);
         first = false;
       }
       return out + (v.is_namespace() ? "}>" : "}");
@@ -252,7 +281,7 @@ bool equals(const Value& a, const Value& b) {
       const auto &x = a.as_dict(), &y = b.as_dict();
       if (x.size() != y.size()) return false;
       for (const auto& [k, v] : x)
-        if (!equals(v, b.get(k))) return false;
+        if (!equals(v, b.get(k.value()))) return false;
       return true;
     }
     default:

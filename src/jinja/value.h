@@ -2,7 +2,8 @@
 // The values a Jinja template computes with, with Python's semantics (what
 // Hugging Face's reference renderer, jinja2, gives templates): undefined,
 // none, bool, int, float, str (UTF-8, indexed by code point), list, and dict
-// (insertion-ordered, string keys), plus callables (macros, globals, loop.cycle).
+// (insertion-ordered; string keys, or Python's other hashable ones), plus callables (macros, globals,
+// loop.cycle).
 //
 // A string also records which of its bytes came from the caller's data (chat
 // messages, tools) rather than from the template: the renderer returns those
@@ -30,7 +31,24 @@ struct TemplateError : Error {
 
 class Value;
 using ValueList = std::vector<Value>;
-using ValueDict = std::vector<std::pair<std::string, Value>>;
+
+// A dict key as Python has it: a string (JSON's only kind, and nearly every template's), or another hashable
+// value (int, float, bool, None, or a tuple of them) kept as itself: {1: 'a'}, {none: 0}; 1, 1.0 and true are
+// one key, as in Python.
+struct DictKey {
+  std::string text;                    // a string key
+  std::shared_ptr<const Value> other;  // a key that is not a string (text is then empty)
+  DictKey(std::string s) : text(std::move(s)) {}  // NOLINT: string keys are the common case (brace lists)
+  DictKey(const char* s) : text(s) {}             // NOLINT
+  // The key a value makes; a TemplateError for an unhashable one (a list, a dict).
+  static DictKey from(const Value& v);
+  bool is_string() const { return !other; }
+  Value value() const;
+  // Python's key equality with a value.
+  bool matches(const Value& v) const;
+};
+inline bool operator==(const DictKey& k, std::string_view s) { return k.is_string() && std::string_view(k.text) == s; }
+using ValueDict = std::vector<std::pair<DictKey, Value>>;
 
 struct CallArgs {
   std::vector<Value> positional;
@@ -99,6 +117,9 @@ class Value {
   bool truthy() const;
   // The dict's value for `key`, or undefined.
   Value get(std::string_view key) const;
+  Value get(const std::string& key) const { return get(std::string_view(key)); }
+  Value get(const char* key) const { return get(std::string_view(key)); }
+  Value get(const Value& key) const;
   // Whether any string inside came from the caller's input.
   bool has_input() const;
 
