@@ -50,6 +50,8 @@ class ChatTemplate {
   // The format the template writes tool calls in (None: it shows none).
   ToolCallFormat tool_format() const { return tool_format_; }
 
+  // Whether the template reads this variable (e.g. reasoning_effort: gpt-oss, DeepSeek-V4).
+  bool reads(std::string_view variable) const { return template_->reads(variable); }
   // Variables every render gets unless the request sets them (--chat-template-kwargs).
   void set_default_kwargs(const nlohmann::ordered_json& kwargs);
 

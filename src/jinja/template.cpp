@@ -619,6 +619,38 @@ Template::Template(std::string_view source) {
   body_ = std::move(body);
 }
 
+namespace {
+
+bool reads_name(const Expr* e, std::string_view name) {
+  if (!e) return false;
+  if (e->kind == Expr::Kind::Name && e->name == name) return true;
+  for (const auto& c : e->children)
+    if (reads_name(c.get(), name)) return true;
+  for (const auto& c : e->args.positional)
+    if (reads_name(c.get(), name)) return true;
+  for (const auto& [k, c] : e->args.keyword)
+    if (reads_name(c.get(), name)) return true;
+  return false;
+}
+
+bool reads_name(const Body& body, std::string_view name) {
+  for (const auto& s : body) {
+    for (const auto& e : s->exprs)
+      if (reads_name(e.get(), name)) return true;
+    for (const auto& p : s->params)
+      if (reads_name(p.default_value.get(), name)) return true;
+    for (const auto& a : s->args.positional)
+      if (reads_name(a.get(), name)) return true;
+    for (const auto& b : s->bodies)
+      if (reads_name(b, name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Template::reads(std::string_view name) const { return reads_name(*body_, name); }
+
 TaintedString Template::render(const ValueDict& vars, const RenderOptions& options) const {
   return Renderer(options, vars).run(*body_);
 }

@@ -36,6 +36,9 @@ class Template {
   // `vars` are the template's top-level variables. Throws TemplateError; for
   // raise_exception(msg), what() is msg and raised is true.
   TaintedString render(const ValueDict& vars, const RenderOptions& options = {}) const;
+  // Whether the template reads a variable of this name anywhere (a Name expression: `reasoning_effort`,
+  // `x is defined`), whatever the branch.
+  bool reads(std::string_view name) const;
 
  private:
   std::shared_ptr<const std::vector<std::unique_ptr<Stmt>>> body_;

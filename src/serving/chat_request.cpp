@@ -143,7 +143,17 @@ json checked_kwargs(const json& body) {
 
 ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
   const json messages = checked_messages(body);
-  const json kwargs = checked_kwargs(body);
+  json kwargs = checked_kwargs(body);
+  if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
+    // OpenAI's field, as the templates that read it take it (gpt-oss's "Reasoning: high", DeepSeek-V4's 'max').
+    const json& effort = body["reasoning_effort"];
+    if (!effort.is_string()) throw bad_request("reasoning_effort", "'reasoning_effort' must be a string");
+    if (!ctx.chat_template->reads("reasoning_effort"))
+      throw bad_request("reasoning_effort", "this model's chat template does not read 'reasoning_effort': it would change nothing");
+    if (kwargs.contains("reasoning_effort") && kwargs["reasoning_effort"] != effort)
+      throw bad_request("reasoning_effort", "'reasoning_effort' and 'chat_template_kwargs.reasoning_effort' differ");
+    kwargs["reasoning_effort"] = effort;
+  }
   json tools = checked_tools(body);
   ChatPrompt out;
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {

@@ -113,7 +113,7 @@ void check_request_fields(const json& j, bool chat) {
       "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids", "response_format", "grammar"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "chat_template_kwargs", "tools", "tool_choice",
-                                                  "parallel_tool_calls"};
+                                                  "parallel_tool_calls", "reasoning_effort"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "best_of"};
   static const std::set<std::string> openai_unimplemented = {
       "functions", "function_call", "suffix", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};

@@ -112,6 +112,41 @@ TEST(ServerChatTemplate, RendersTheTemplateFileWithToolTurnsRolesAndKwargs) {
   EXPECT_EQ(r.body["error"]["param"], "temprature");  // a chat body's fields are accepted, unknown ones named
 }
 
+// OpenAI's reasoning_effort reaches a template that reads it (DeepSeek-V4's real template writes its "max"
+// effort preamble when thinking), and is a 400 where the template would ignore it. DeepSeek-V4's DSML calls
+// have no grammar yet: tool_choice "required" is refused by name.
+TEST(ServerChatTemplate, ReasoningEffortReachesTemplatesThatReadIt) {
+  test::TempDir dir;
+  test::write_bytes(dir.file("t.jinja"), kTemplate);
+  const std::string v4 = test::shared("templates/deepseek-ai-DeepSeek-V4.jinja");
+  test::ServerProcess server({"-m", kStories, "--chat-template", v4});
+  auto c = server.client();
+  const std::string user = R"("messages": [{"role": "user", "content": "Prove it."}], "chat_template_kwargs": {"thinking": true})";
+  Reply r = post(c, "/apply-template", "{" + user + R"(, "reasoning_effort": "max"})");
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_THAT(r.body["prompt"].get<std::string>(), HasSubstr("Reasoning Effort: Absolute maximum"));
+  r = post(c, "/apply-template", "{" + user + "}");
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_THAT(r.body["prompt"].get<std::string>(), ::testing::Not(HasSubstr("Reasoning Effort")));
+  r = post(c, "/v1/chat/completions", "{" + user + R"(, "reasoning_effort": 3})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "reasoning_effort");
+  r = post(c, "/v1/chat/completions", "{" + user + R"(, "tools": )" + std::string(R"([{"type": "function", "function":
+      {"name": "f", "parameters": {"type": "object"}}}])") + R"(, "tool_choice": "required"})");
+  EXPECT_EQ(r.status, 400) << r.body.dump();
+  EXPECT_THAT(r.body["error"]["message"].get<std::string>(), HasSubstr("DSML"));
+  r = post(c, "/v1/completions", R"({"prompt": "x", "reasoning_effort": "low"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "reasoning_effort");
+
+  test::ServerProcess plain({"-m", kStories, "--chat-template", dir.file("t.jinja")});
+  auto p = plain.client();
+  r = post(p, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "reasoning_effort");
+  EXPECT_THAT(r.body["error"]["message"].get<std::string>(), HasSubstr("does not read"));
+}
+
 const char* kTools = R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
 
