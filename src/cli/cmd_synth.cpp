@@ -42,8 +42,8 @@ void register_synth(CLI::App& app) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
     if (family_of(arch).recipe.attention == LayerRecipe::Attention::Mla)
-      fmt::print("wrote {} (deepseek2 {}: dim {}, {} layers + {} MTP, {} heads, kv_lora {}, {} experts ({} used, {} shared), vocab {}) in {:.1f} s\n",
-                 out, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.ds.nextn, o.shape.heads, o.shape.ds.kv_lora,
+      fmt::print("wrote {} ({} {}: dim {}, {} layers + {} MTP, {} heads, kv_lora {}, {} experts ({} used, {} shared), vocab {}) in {:.1f} s\n",
+                 out, arch, type_name(o.type), o.shape.dim, o.shape.layers, o.shape.ds.nextn, o.shape.heads, o.shape.ds.kv_lora,
                  o.shape.ds.experts, o.shape.ds.experts_used, o.shape.ds.experts_shared, n_vocab, s);
     else if (o.shape.dec.experts > 0)
       fmt::print("wrote {} ({} {}: dim {}, {} layers, {} heads, {} KV heads, {} experts ({} used, FFN {}), vocab {}) in {:.1f} s\n",

@@ -31,6 +31,9 @@ struct MlaHeads {
 };
 MlaHeads split_mla_heads(const ModelConfig& c, const TensorShard& shard);
 
+// The query temperature of position p (MlaConfig::temp_scale; 1 at positions below temp_length).
+float mla_query_temperature(const MlaConfig& m, int32_t p);
+
 // The latent cache of n_layers layers: per token [rmsnorm(c) | k_pe]; values
 // are the first kv_lora floats of the same row, so there is no separate V.
 KvLayout mla_kv_layout(const ModelConfig& c, int n_layers);
@@ -69,6 +72,7 @@ class MlaBlock {
   void attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_decompressed(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_sequence(Backend& be, const MlaWeights& w, const LayerRows& r, const int32_t* table);
+  void apply_temperature(Backend& be, const LayerRows& r, Act q, int64_t stride, int64_t width);
   int head_k() const { return c_.mla.qk_nope + c_.mla.qk_rope; }
 
   const ModelConfig& c_;

@@ -26,6 +26,10 @@ struct MlaConfig {
   int qk_nope = 0;       // per-head query/key dims without RoPE
   int qk_rope = 0;       // per-head (query) and shared (key) rotary dims
   int v_head = 0;        // per-head value dims
+  // Query temperature by position (Llama 4's, in Mistral Large 3 and Small 4 files): the queries of position
+  // p times log(floor(p / temp_length) + 1) * temp_scale + 1. temp_scale 0: none.
+  float temp_scale = 0;
+  int temp_length = 0;
 };
 
 // Mixture of experts (DeepSeekMoE, Mixtral, Qwen2/3-MoE): routed experts (see

@@ -26,6 +26,8 @@ struct SynthDeepseek {
   int64_t yarn_orig_ctx = 0;
   float yarn_log_mul = 0.1f;
   int64_t nextn = 0;  // multi-token-prediction blocks after the trunk (DeepSeek-V3 has 1)
+  float temp_scale = 0;  // the query temperature by position (0: none), MlaConfig::temp_scale
+  int64_t temp_length = 0;
 };
 
 // The GQA families' extras; what each architecture's tensors look like

@@ -52,6 +52,13 @@ void read_mla(HparamReader& h, ModelConfig& c) {
                 fmt::format("= {} must be even and less than the key size {}", m.qk_rope, head_k));
   c.head_dim = head_k;
   c.n_head_kv = c.n_head;  // as a multi-head model once decompressed
+  m.temp_scale = static_cast<float>(h.float_or("attention.temperature_scale", 0.0));
+  if (m.temp_scale != 0) {
+    m.temp_length = static_cast<int>(h.need_int("attention.temperature_length"));
+    if (m.temp_length <= 0) throw h.bad("attention.temperature_length", "must be positive");
+  } else if (h.has("attention.temperature_length")) {
+    h.need_int("attention.temperature_length");  // read: without a scale it changes nothing
+  }
 }
 
 // DeepSeekMoE: softmax (V2) or sigmoid (V3) gating, a selection bias, the
@@ -334,6 +341,10 @@ void synth(SynthFile& out) {
     out.u32("expert_group_used_count", d.groups_used);
   }
   if (d.nextn > 0) out.u32("nextn_predict_layers", d.nextn);
+  if (d.temp_scale != 0) {
+    out.f32("attention.temperature_scale", d.temp_scale);
+    out.u32("attention.temperature_length", d.temp_length);
+  }
   if (d.yarn_factor > 0) {
     out.str("rope.scaling.type", "yarn");
     out.f32("rope.scaling.factor", d.yarn_factor);

@@ -14,5 +14,6 @@ const Family& phi3_family();
 const Family& gemma2_family();
 const Family& gemma3_family();
 const Family& deepseek2_family();
+const Family& mistral4_family();
 
 }  // namespace kestrel
