@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <set>
+
 #include "core/error.h"
 #include "grammar/json_schema_grammar.h"
 
@@ -9,12 +12,55 @@ namespace kestrel {
 
 using json = nlohmann::ordered_json;
 
+namespace {
+
+// One DSML invoke of tool i: its parameters in the schema's order (the required ones always, the others
+// optional), a plain or enumerated string written as is (string="true", text without '<'), everything else
+// as JSON valid against the property's schema (string="false").
+std::string dsml_invoke(size_t i, const std::string& name, const json& params, std::string& rules) {
+  if (params.value("type", "object") != "object")
+    throw Error(fmt::format("tools[{}].function.parameters: DSML calls take an object of parameters", i));
+  std::set<std::string> required;
+  if (params.contains("required"))
+    for (const auto& r : params["required"]) required.insert(r.get<std::string>());
+  std::string body = gbnf_literal("<｜DSML｜invoke name=\"" + name + "\">\n");
+  if (params.contains("properties")) {
+    int k = 0;
+    for (const auto& [key, schema] : params["properties"].items()) {
+      const std::string open = "<｜DSML｜parameter name=\"" + key + "\" string=";
+      std::string value;
+      const bool plain_string = schema.is_object() && schema.value("type", "") == "string" &&
+                                std::all_of(schema.items().begin(), schema.items().end(), [](const auto& kv) {
+                                  return kv.key() == "type" || kv.key() == "description" || kv.key() == "title" ||
+                                         kv.key() == "enum" || kv.key() == "examples" || kv.key() == "default";
+                                });
+      if (plain_string && schema.contains("enum")) {
+        std::string alts;
+        for (const auto& e : schema["enum"]) {
+          if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
+          alts += (alts.empty() ? "" : " | ") + gbnf_literal(e.get<std::string>());
+        }
+        value = gbnf_literal(open + "\"true\">") + " ( " + alts + " )";
+      } else if (plain_string) {
+        value = gbnf_literal(open + "\"true\">") + " [^<]*";
+      } else {
+        value = gbnf_literal(open + "\"false\">") + " " +
+                json_schema_rules(schema, fmt::format("t{}-p{}-", i, k), rules);
+      }
+      const std::string param = value + " " + gbnf_literal("</｜DSML｜parameter>\n");
+      body += required.count(key) ? " " + param : " ( " + param + " )?";
+      k++;
+    }
+  }
+  return body + " " + gbnf_literal("</｜DSML｜invoke>\n");
+}
+
+}  // namespace
+
 std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None) throw Error("no tool-call format to constrain the reply to");
-  if (format == ToolCallFormat::Dsml)
-    throw Error("tool_choice 'required' or a named function is not implemented for DeepSeek's DSML tool calls (use 'auto')");
   std::string rules;
-  std::vector<std::string> json_calls, deepseek_calls;
+  std::vector<std::string> json_calls, deepseek_calls, dsml_calls;
   // Llama 3's JSON calls carry "parameters"; the others "arguments".
   const std::string key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   for (size_t i = 0; i < tools.size(); i++) {
@@ -32,6 +78,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
                                      gbnf_literal("\"name\""), gbnf_literal(json(name).dump()),
                                      gbnf_literal(json(key).dump()), args));
     deepseek_calls.push_back(fmt::format("{} \"\\n```json\\n\" {} \"\\n```\"", gbnf_literal(name), args));
+    if (format == ToolCallFormat::Dsml) dsml_calls.push_back(dsml_invoke(i, name, params, rules));
   }
   if (json_calls.empty()) throw Error(fmt::format("no tool is named '{}'", only));
   auto alternatives = [](const std::vector<std::string>& v) {
@@ -60,8 +107,14 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
              "ds-call ::= \"<｜tool▁call▁begin｜>function<｜tool▁sep｜>\" ( " + alternatives(deepseek_calls) +
              " ) \"<｜tool▁call▁end｜>\"\n";
       break;
-    case ToolCallFormat::None:
     case ToolCallFormat::Dsml:
+      // V3.2 writes <｜DSML｜function_calls>, V4 <｜DSML｜tool_calls>: either block, the model's own.
+      root = "root ::= ( \"<｜DSML｜function_calls>\\n\" dsml-calls \"</｜DSML｜function_calls>\" | "
+             "\"<｜DSML｜tool_calls>\\n\" dsml-calls \"</｜DSML｜tool_calls>\" )\n" +
+             std::string("dsml-calls ::= dsml-call") + (parallel ? "+" : "") + "\n" +
+             "dsml-call ::= " + alternatives(dsml_calls) + "\n";
+      break;
+    case ToolCallFormat::None:
       break;
   }
   return root + "call ::= " + alternatives(json_calls) + "\n" + rules + json_grammar_primitives();

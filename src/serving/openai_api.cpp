@@ -204,6 +204,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     }
     p.parallel_tool_calls = prompt.parallel_tool_calls;
     tool_grammar = prompt.tool_grammar;
+    p.tool_grammar_held = !tool_grammar.empty();
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
     r.params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
   } else {

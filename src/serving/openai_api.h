@@ -64,6 +64,7 @@ struct ParsedRequest {
   bool chat = false;
   bool include_usage_chunk = false;  // stream_options.include_usage
   bool reasoning_opened = false;
+  bool tool_grammar_held = false;  // tool_choice "required" or named: the reply is held to calls
   bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids
   ToolCallFormat tool_format = ToolCallFormat::None;  // tools offered (and tool_choice not "none"): read calls so
   bool parallel_tool_calls = true;

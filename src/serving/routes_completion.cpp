@@ -67,6 +67,13 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   } catch (const std::exception& e) {
     return rejected({400, e.what(), "", "invalid_request_error", ""});
   }
+  if (chat && c_.split_reasoning && p.reasoning_opened && p.tool_grammar_held)
+    // The prompt leaves <think> open (DeepSeek-V3.2/V4 and R1 with thinking on): the reply is reasoning
+    // until </think>, but the calls' grammar holds it to calls from its first token.
+    return rejected({400,
+                     "tool_choice \"required\" or a named function with a prompt that opens reasoning (thinking on) is "
+                     "not supported: turn thinking off for this request or use tool_choice \"auto\"",
+                     "tool_choice", "invalid_request_error", ""});
   p.serve.arrival = req.arrival;
   const int priority = p.serve.params.priority;
   // n > 1: one request per choice, each with its own place in the queue and

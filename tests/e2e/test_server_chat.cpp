@@ -113,13 +113,13 @@ TEST(ServerChatTemplate, RendersTheTemplateFileWithToolTurnsRolesAndKwargs) {
 }
 
 // OpenAI's reasoning_effort reaches a template that reads it (DeepSeek-V4's real template writes its "max"
-// effort preamble when thinking), and is a 400 where the template would ignore it. DeepSeek-V4's DSML calls
-// have no grammar yet: tool_choice "required" is refused by name.
+// effort preamble when thinking), and is a 400 where the template would ignore it. With V4's template,
+// tool_choice "required" holds the reply to DSML calls.
 TEST(ServerChatTemplate, ReasoningEffortReachesTemplatesThatReadIt) {
   test::TempDir dir;
   test::write_bytes(dir.file("t.jinja"), kTemplate);
   const std::string v4 = test::shared("templates/deepseek-ai-DeepSeek-V4.jinja");
-  test::ServerProcess server({"-m", kStories, "--chat-template", v4});
+  test::ServerProcess server({"-m", kStories, "-c", "4096", "--chat-template", v4});
   auto c = server.client();
   const std::string user = R"("messages": [{"role": "user", "content": "Prove it."}], "chat_template_kwargs": {"thinking": true})";
   Reply r = post(c, "/apply-template", "{" + user + R"(, "reasoning_effort": "max"})");
@@ -131,10 +131,23 @@ TEST(ServerChatTemplate, ReasoningEffortReachesTemplatesThatReadIt) {
   r = post(c, "/v1/chat/completions", "{" + user + R"(, "reasoning_effort": 3})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "reasoning_effort");
-  r = post(c, "/v1/chat/completions", "{" + user + R"(, "tools": )" + std::string(R"([{"type": "function", "function":
-      {"name": "f", "parameters": {"type": "object"}}}])") + R"(, "tool_choice": "required"})");
+  // tool_choice "required": the reply is held to DSML calls, read back as tool_calls.
+  // With thinking on the prompt leaves <think> open, and a reply held to calls cannot reason first: a 400.
+  r = post(c, "/v1/chat/completions", "{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": "required"})");
   EXPECT_EQ(r.status, 400) << r.body.dump();
-  EXPECT_THAT(r.body["error"]["message"].get<std::string>(), HasSubstr("DSML"));
+  EXPECT_EQ(r.body["error"]["param"], "tool_choice");
+  // (Thinking off: the grammar holds the whole reply to calls, with no reasoning before them.)
+  const std::string plain_user = R"("messages": [{"role": "user", "content": "Count."}])";
+  r = post(c, "/v1/chat/completions", "{" + plain_user + R"(, "max_tokens": 600, "tools": )" + std::string(R"([{"type": "function", "function":
+      {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}])") +
+      R"(, "tool_choice": "required", "parallel_tool_calls": false})");
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "tool_calls") << r.body.dump();
+  ASSERT_EQ(r.body["choices"][0]["message"]["tool_calls"].size(), 1u) << r.body.dump();
+  EXPECT_EQ(r.body["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_TRUE(json::parse(r.body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>())["n"]
+                  .is_number_integer()) << r.body.dump();
   r = post(c, "/v1/completions", R"({"prompt": "x", "reasoning_effort": "low"})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "reasoning_effort");

@@ -245,12 +245,15 @@ TEST(ToolCallGrammar, EveryFormatsCallsParseBackWithSchemaArguments) {
   auto vocab = std::make_shared<GrammarVocab>(*tok);
   const auto tools = nlohmann::ordered_json::parse(R"([
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
-      "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}}, "required": ["unit", "days"],
+      "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}, "note": {"type": "string"}},
+      "required": ["unit", "days"],
       "additionalProperties": false}}},
     {"type": "function", "function": {"name": "ping"}}])");
   std::mt19937 rng(11);
   for (ToolCallFormat format :
-       {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::DeepSeek, ToolCallFormat::Mistral}) {
+       {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::DeepSeek, ToolCallFormat::Mistral,
+        ToolCallFormat::Dsml}) {
+    int read_back = 0;  // walks that ended, every one read back as calls
     for (const char* only : {"", "get_weather"}) {
       for (bool parallel : {false, true}) {
         const auto grammar = compile_gbnf(tool_call_gbnf(format, tools, only, parallel), "tools");
@@ -276,6 +279,7 @@ TEST(ToolCallGrammar, EveryFormatsCallsParseBackWithSchemaArguments) {
             text += vocab->bytes(t);
           }
           if (!ended) continue;  // a long number or string: not this walk
+          read_back++;
           const ToolCallReply reply = parse_tool_calls(format, text);
           const std::string what = std::string(tool_call_format_name(format)) + ": " + text;
           ASSERT_FALSE(reply.calls.empty()) << what;
@@ -287,6 +291,7 @@ TEST(ToolCallGrammar, EveryFormatsCallsParseBackWithSchemaArguments) {
             if (call.name == "get_weather") {
               EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << what;
               EXPECT_TRUE(args["days"].is_number_integer()) << what;
+              if (args.contains("note")) EXPECT_TRUE(args["note"].is_string()) << what;
             } else {
               EXPECT_EQ(call.name, "ping") << what;
               EXPECT_TRUE(args.is_object()) << what;
@@ -295,6 +300,7 @@ TEST(ToolCallGrammar, EveryFormatsCallsParseBackWithSchemaArguments) {
         }
       }
     }
+    EXPECT_GT(read_back, 8) << tool_call_format_name(format);
   }
 }
 
