@@ -37,6 +37,7 @@ struct RuleSet {
   std::vector<std::string> patterns;
   bool ignore_merges = false;  // a word that is itself a token is emitted whole
   bool add_bos = false;        // BOS unless tokenizer.ggml.add_bos_token says otherwise
+  bool never_bos = false;      // no BOS whatever the file says (llama.cpp drops GLM-4's: its template writes one)
 };
 
 // The rule sets as the models' tokenizer.json files define them, under every
@@ -57,7 +58,12 @@ const std::map<std::string, RuleSet>& rule_sets() {
     add({"falcon"}, {{R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"}});
     add({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"},
         {{kLlama3}, true, true});
-    add({"dbrx", "smaug-bpe"}, {{kLlama3}});  // (not chatglm-bpe: llama.cpp also drops its BOS there)
+    add({"dbrx", "smaug-bpe"}, {{kLlama3}});
+    // GLM-4/4.5/5 (llama.cpp's CHATGLM4 regex: Llama 3's with the contractions' cases spelled out); llama.cpp
+    // sets no BOS for these whatever add_bos_token says ([gMASK]<sop> come from the chat template).
+    add({"glm4", "chatglm-bpe"},
+        {{R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+         false, false, true});
     add({"qwen2", "deepseek-r1-qwen", "megrez", "kormo", "stablelm2", "hunyuan", "grok-2"}, {{kQwen2}});
     add({"qwen35"}, {{kQwen35}});
     add({"gpt-4o", "llama4", "minimax-m2"}, {{kGpt4o}});
@@ -136,6 +142,11 @@ PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 bool PreTokenizer::adds_bos_by_default(const std::string& pre) {
   auto it = rule_sets().find(pre);
   return it != rule_sets().end() && it->second.add_bos;
+}
+
+bool PreTokenizer::never_adds_bos(const std::string& pre) {
+  auto it = rule_sets().find(pre);
+  return it != rule_sets().end() && it->second.never_bos;
 }
 
 std::vector<std::string> PreTokenizer::known_names() {

@@ -25,6 +25,8 @@ class PreTokenizer {
   // Whether models with this rule set add BOS when the file does not say
   // (Llama 3, Tekken; llama.cpp's defaults). False for unknown names.
   static bool adds_bos_by_default(const std::string& pre);
+  // Whether llama.cpp never adds BOS for this rule set, whatever tokenizer.ggml.add_bos_token says (GLM-4).
+  static bool never_adds_bos(const std::string& pre);
 
   static std::vector<std::string> known_names();
 

@@ -73,6 +73,7 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   v.end_of_generation.erase(std::unique(v.end_of_generation.begin(), v.end_of_generation.end()),
                             v.end_of_generation.end());
   v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || PreTokenizer::adds_bos_by_default(v.pre));
+  if (PreTokenizer::never_adds_bos(v.pre)) v.add_bos = false;
   v.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (v.add_bos && v.bos < 0) throw Error(fmt::format("{}: the tokenizer asks for BOS but has no BOS token", f.path()));

@@ -46,7 +46,8 @@ const std::vector<std::string>& texts() {
 TEST(PreTokenizerOracle, EveryRuleSetSplitsAsThePublicRegexesDo) {
   const std::vector<std::string> names = {"gpt-2",     "starcoder", "refact", "command-r",        "smollm",
                                           "falcon",    "llama-bpe", "llama3", "qwen2",            "deepseek-r1-qwen",
-                                          "qwen35",    "gpt-4o",    "tekken", "deepseek-v3",      "deepseek-coder"};
+                                          "qwen35",    "gpt-4o",    "tekken", "deepseek-v3",      "deepseek-coder",
+                                          "glm4",      "chatglm-bpe"};
   test::TempDir dir;
   nlohmann::json in;
   for (const auto& n : names) in[n] = texts();
@@ -70,6 +71,8 @@ TEST(PreTokenizerOracle, UnknownNamesStayAClearError) {
   EXPECT_TRUE(PreTokenizer::adds_bos_by_default("llama-bpe"));
   EXPECT_TRUE(PreTokenizer::adds_bos_by_default("tekken"));
   EXPECT_FALSE(PreTokenizer::adds_bos_by_default("qwen2"));
+  EXPECT_TRUE(PreTokenizer::never_adds_bos("glm4"));  // llama.cpp: no BOS whatever add_bos_token says
+  EXPECT_FALSE(PreTokenizer::never_adds_bos("llama-bpe"));
 }
 
 }  // namespace

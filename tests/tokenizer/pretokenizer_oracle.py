@@ -39,6 +39,9 @@ DEEPSEEK_V3 = [r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+",
 # deepseek-ai/deepseek-coder tokenizer.json
 DEEPSEEK_CODER = [r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"]
 
+# GLM-4 (tokenizer.ggml.pre "glm4" / "chatglm-bpe"): llama.cpp's CHATGLM4 regex, as its llama-vocab.cpp has it
+GLM4 = r"""(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
 RULES = {
     "gpt-2": [GPT2],
     "starcoder": [r"\p{N}", GPT2],    # bigcode/starcoder: Digits(individual) then ByteLevel
@@ -55,6 +58,8 @@ RULES = {
     "tekken": [TEKKEN],
     "deepseek-v3": DEEPSEEK_V3,
     "deepseek-coder": DEEPSEEK_CODER,
+    "glm4": [GLM4],
+    "chatglm-bpe": [GLM4],
 }
 
 
