@@ -184,10 +184,11 @@ float mla_query_temperature(const MlaConfig& m, int32_t p) {
   return static_cast<float>(std::log(static_cast<double>(blocks) + 1.0) * static_cast<double>(m.temp_scale) + 1.0);
 }
 
-// Each token's query rows (width floats from q, stride apart) times its position's temperature.
-void MlaBlock::apply_temperature(Backend& be, const LayerRows& r, Act q, int64_t stride, int64_t width) {
+// n tokens' query rows (width floats from q, stride apart) times their positions' temperatures.
+void MlaBlock::apply_temperature(Backend& be, const int32_t* positions, int64_t n, Act q, int64_t stride,
+                                 int64_t width) {
   if (c_.mla.temp_scale == 0) return;
-  for (int64_t i = 0; i < r.n; i++) be.scale(q + i * stride, width, mla_query_temperature(c_.mla, r.positions()[i]));
+  for (int64_t i = 0; i < n; i++) be.scale(q + i * stride, width, mla_query_temperature(c_.mla, positions[i]));
 }
 
 // kv[slot] = [rmsnorm(c) | k_pe]
@@ -217,7 +218,7 @@ void MlaBlock::attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows
   // Query per head: [Wk_b,h . q_nope,h | q_pe,h]
   be.matmul_heads(w.k_absorb.data(), nh, q_, nh * hk, hk, n, q_abs_, nh * kw, kw);
   be.copy(q_abs_ + lr, kw, q_ + m.qk_nope, hk, n * nh, m.qk_rope);
-  apply_temperature(be, r, q_abs_, nh * kw, nh * kw);  // where llama.cpp scales: the absorbed query
+  apply_temperature(be, r.positions(), n, q_abs_, nh * kw, nh * kw);  // where llama.cpp scales: the absorbed query
   const AttentionShape shape{nh, 1, static_cast<int>(kw), c_.attn_scale, static_cast<int>(lr)};
   be.attention(latent_view(r.kv, r.kv_layer), {n, q_abs_, att_lat_, r.positions(), r.tables()}, shape);
   // Out of the latent per head: Wv_b,h . o_h
@@ -266,8 +267,7 @@ void MlaBlock::attend_sequence(Backend& be, const MlaWeights& w, const LayerRows
   dec_pos_.resize(static_cast<size_t>(nt));
   for (int64_t j = 0; j < nt; j++) dec_pos_[j] = positions[tokens[j]];
   be.gather_rows(dec_q_, q_, tokens.data(), nt, nh * hk);
-  if (c_.mla.temp_scale != 0)
-    for (int64_t j = 0; j < nt; j++) be.scale(dec_q_ + j * nh * hk, nh * hk, mla_query_temperature(c_.mla, dec_pos_[j]));
+  apply_temperature(be, dec_pos_.data(), nt, dec_q_, nh * hk, nh * hk);
   be.attention_dense(dec_k_, dec_v_, nh * hk, nh * vh, len, {nt, dec_q_, dec_out_, dec_pos_.data(), nullptr},
                      {nh, nh, hk, c_.attn_scale, vh});
   be.scatter_rows(att_, dec_out_, tokens.data(), nt, nh * vh);

@@ -72,7 +72,7 @@ class MlaBlock {
   void attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_decompressed(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_sequence(Backend& be, const MlaWeights& w, const LayerRows& r, const int32_t* table);
-  void apply_temperature(Backend& be, const LayerRows& r, Act q, int64_t stride, int64_t width);
+  void apply_temperature(Backend& be, const int32_t* positions, int64_t n, Act q, int64_t stride, int64_t width);
   int head_k() const { return c_.mla.qk_nope + c_.mla.qk_rope; }
 
   const ModelConfig& c_;

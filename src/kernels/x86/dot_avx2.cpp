@@ -18,31 +18,29 @@ inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 // ggml's AVX2 f32 and f16 row dots (ggml_vec_dot_f32/_f16): four accumulators over 32-element steps, its
 // reduction, the rest one product at a time (f32: in float; f16: in double, as its ggml_float sum).
+// ggml's four accumulators: c[k] += widen(w + i + 8k) * x[i + 8k] over whole 32-element steps; i is left at
+// the first element not taken.
+template <class T, class Widen>
+inline void fma4_steps(const T* w, const float* x, int64_t n, int64_t& i, Widen widen, __m256 (&c)[4]) {
+  for (int k = 0; k < 4; k++) c[k] = _mm256_setzero_ps();
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; k++) c[k] = _mm256_fmadd_ps(widen(w + i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), c[k]);
+}
+
 float dot_f32(const float* w, const float* x, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  __m256 a[4];
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-  }
-  float sum = ggml_reduce4(a0, a1, a2, a3);
+  fma4_steps(w, x, n, i, [](const float* p) { return _mm256_loadu_ps(p); }, a);
+  float sum = ggml_reduce4(a[0], a[1], a[2], a[3]);
   for (; i < n; i++) sum += w[i] * x[i];
   return sum;
 }
 
 float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
-  auto widen = [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  __m256 a[4];
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_fmadd_ps(widen(w + i), _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(widen(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    a2 = _mm256_fmadd_ps(widen(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-    a3 = _mm256_fmadd_ps(widen(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-  }
-  double sum = ggml_reduce4(a0, a1, a2, a3);
+  fma4_steps(w, x, n, i, [](const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }, a);
+  double sum = ggml_reduce4(a[0], a[1], a[2], a[3]);
   for (; i < n; i++) sum += static_cast<double>(fp16_to_fp32(w[i]) * x[i]);
   return static_cast<float>(sum);
 }
@@ -50,16 +48,11 @@ float dot_f16_f32(const uint16_t* w, const float* x, int64_t n) {
 // BF16 weights meet activations rounded to BF16 (Matmul's Bf16Rounded): ggml's AVX2 bf16 dot's shape,
 // four accumulators over 32 elements a step summed (c1 + c3) + (c2 + c4), with FMA.
 float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
-  __m256 c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps(), c4 = _mm256_setzero_ps();
+  __m256 c[4];
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    c1 = _mm256_fmadd_ps(widen_bf16(w + i), _mm256_loadu_ps(x + i), c1);
-    c2 = _mm256_fmadd_ps(widen_bf16(w + i + 8), _mm256_loadu_ps(x + i + 8), c2);
-    c3 = _mm256_fmadd_ps(widen_bf16(w + i + 16), _mm256_loadu_ps(x + i + 16), c3);
-    c4 = _mm256_fmadd_ps(widen_bf16(w + i + 24), _mm256_loadu_ps(x + i + 24), c4);
-  }
-  for (; i + 8 <= n; i += 8) c1 = _mm256_fmadd_ps(widen_bf16(w + i), _mm256_loadu_ps(x + i), c1);
-  float sum = hsum(_mm256_add_ps(_mm256_add_ps(c1, c3), _mm256_add_ps(c2, c4)));
+  fma4_steps(w, x, n, i, [](const uint16_t* p) { return widen_bf16(p); }, c);
+  for (; i + 8 <= n; i += 8) c[0] = _mm256_fmadd_ps(widen_bf16(w + i), _mm256_loadu_ps(x + i), c[0]);
+  float sum = hsum(_mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3])));
   for (; i < n; i++) sum += bf16_to_fp32(w[i]) * x[i];
   return sum;
 }
