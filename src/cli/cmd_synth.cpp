@@ -14,7 +14,7 @@ namespace kestrel::cli {
 
 void register_synth(CLI::App& app) {
   static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from;
-  static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = 0;
+  static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = -1, top_k = 0;
   static uint64_t seed = 1;
   static int threads = 0;
   auto* cmd = add_command(app, "synth", "Write a random-weight GGUF of a chosen architecture and shape", [] {
@@ -26,7 +26,11 @@ void register_synth(CLI::App& app) {
                                {&o.shape.ctx, ctx}})
       if (value != 0) *flag = value;
     if (heads != 0 && kv_heads == 0) o.shape.kv_heads = std::min(o.shape.kv_heads, heads);
-    o.shape.ds.nextn = mtp;
+    if (mtp >= 0) o.shape.ds.nextn = mtp;
+    if (top_k > 0) {
+      if (o.shape.ds.idx_heads == 0) throw Error(fmt::format("--top-k: {} has no sparse-attention indexer", arch));
+      o.shape.ds.idx_top_k = top_k;
+    }
     const auto type = type_from_name(type_str);
     if (!type || !can_quantize_to(*type)) throw Error(fmt::format("--type '{}' is not one of {}", type_str, kWritableTypes));
     o.type = *type;
@@ -67,7 +71,8 @@ void register_synth(CLI::App& app) {
                       ". llama: 1b = TinyLlama, 7b = Llama-2-7B, llama3-1b/8b = Llama-3.2-1B / 3.1-8B (rope_freqs), "
                       "mixtral = Mixtral-8x7B; qwen2: 0.5b/7b = Qwen2.5, r1-1.5b = DeepSeek-R1-Distill-Qwen-1.5B; "
                       "qwen2moe: a2.7b = Qwen1.5-MoE; qwen3moe: 30b-a3b; phi3: mini = Phi-3.5-mini; "
-                      "deepseek2: tiny (V2-Lite-like), lite (DeepSeek-V2-Lite), v3 (DeepSeek-V3)")
+                      "deepseek2: tiny (V2-Lite-like), lite (DeepSeek-V2-Lite), v3 (DeepSeek-V3); deepseek32: tiny "
+                      "(top-k 4, an MTP block), attn-bench (V3.2's attention widths, 2 dense layers), v32 (DeepSeek-V3.2)")
       ->capture_default_str();
   cmd->add_option("--type", type_str, std::string("Weight type: ") + kWritableTypes)->capture_default_str();
   cmd->add_option("-o,--output", out, "GGUF file to write")->required();
@@ -78,7 +83,10 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--ffn", ffn, "Override: FFN width");
   cmd->add_option("--vocab", vocab, "Override: vocabulary size (synthetic tokenizer)");
   cmd->add_option("--ctx", ctx, "Override: context length");
-  cmd->add_option("--mtp", mtp, "deepseek2: multi-token-prediction (nextn) blocks after the layers (V3 has 1)");
+  cmd->add_option("--mtp", mtp,
+                  "MLA families: multi-token-prediction (nextn) blocks after the layers (default: the preset's; "
+                  "deepseek32 tiny and v32 have 1)");
+  cmd->add_option("--top-k", top_k, "deepseek32: the sparse-attention indexer's top-k (default: the preset's)");
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
   cmd->add_option("--vocab-from", vocab_from, "Copy the tokenizer of this GGUF (sets the vocabulary size)");
   cmd->add_option("-t,--threads", threads, "Threads (0: all cores)");

@@ -112,6 +112,17 @@ void Backend::read_kv_rows(const PagedKvLayerView& view, const int32_t* table, i
   }
 }
 
+void Backend::gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions,
+                             int64_t count, int64_t k_width, Act dst) {
+  float* d = host(dst);
+  for (int64_t i = 0; i < count; i++) {
+    const int32_t p = positions[i];
+    const int64_t slot = static_cast<int64_t>(table[p / view.block_size]) * view.block_size + p % view.block_size;
+    const float* row = view.k_format.read(view.k_row(slot), 0, d + i * k_width, k_width);
+    if (row != d + i * k_width) std::memcpy(d + i * k_width, row, static_cast<size_t>(k_width) * sizeof(float));
+  }
+}
+
 void Backend::attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
                               const AttentionShape& shape) {
   // One block holding every position, which every row's table names.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/lightning_indexer.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
 #include "formats/weight.h"
@@ -158,6 +159,10 @@ class Backend {
   // out[i] = row tokens[i] of the table, as float
   virtual void embed(const Weight& table, const int32_t* tokens, int64_t n, Act out) = 0;
   virtual void rmsnorm(Act x, const float* w, Act y, int64_t n_rows, int64_t dim, float eps) = 0;
+  // LayerNorm with weight and bias (ops.h layernorm_rows; b may be null).
+  virtual void layernorm(Act x, const float* w, const float* b, Act y, int64_t n_rows, int64_t dim, float eps) {
+    layernorm_rows(host(x), w, b, host(y), n_rows, dim, eps);
+  }
   virtual void rope(Act x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim,
                     const RopeParams& p) = 0;
   virtual void silu_mul(Act gate, Act up, int64_t n) = 0;
@@ -188,7 +193,17 @@ class Backend {
   virtual void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v);
   // dst row p = the layer's key row at position p of the sequence with this block table, as floats (k_width each).
   virtual void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width, Act dst);
+  // dst row i = the layer's key row at positions[i] of the sequence with this block table, as floats.
+  virtual void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions,
+                              int64_t count, int64_t k_width, Act dst);
   virtual void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& shape) = 0;
+  // DeepSeek sparse attention's lightning indexer (kernels/lightning_indexer.h) over the key rows of `keys`:
+  // rows.q the indexer queries, w their head weights; the selections come back to the host.
+  virtual void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
+                             int32_t* selected, int32_t* counts) {
+    lightning_indexer_top_k(nullptr, keys, {rows.n_tokens, host(rows.q), host(w), rows.positions, rows.block_tables},
+                            s, selected, counts);
+  }
   // The same over len positions of float keys and values in buffers (rows k_width / v_width floats apart).
   virtual void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len,
                                const AttentionRows& rows, const AttentionShape& shape);

@@ -175,6 +175,12 @@ class CpuBackend final : public Backend {
     attention_paged(pool_, kv, host_rows(rows), shape);
   }
 
+  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
+                     int32_t* selected, int32_t* counts) override {
+    lightning_indexer_top_k(&pool_, keys, {rows.n_tokens, host(rows.q), host(w), rows.positions, rows.block_tables},
+                            s, selected, counts);
+  }
+
   void silu_mul(Act gate_act, Act up_act, int64_t n) override {
     float* gate = host(gate_act);
     const float* up = host(up_act);

@@ -57,6 +57,9 @@ class ForwardingBackend : public Backend {
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     in_.rmsnorm(x, w, y, rows, dim, eps);
   }
+  void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
+    in_.layernorm(x, w, b, y, rows, dim, eps);
+  }
   void rope(Act x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
     in_.rope(x, pos, rows, heads, hd, p);
   }
@@ -89,8 +92,16 @@ class ForwardingBackend : public Backend {
                     Act dst) override {
     in_.read_kv_rows(view, table, len, k_width, dst);
   }
+  void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,
+                      int64_t k_width, Act dst) override {
+    in_.gather_kv_rows(view, table, positions, count, k_width, dst);
+  }
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
     in_.attention(kv, rows, s);
+  }
+  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
+                     int32_t* selected, int32_t* counts) override {
+    in_.indexer_top_k(keys, rows, w, s, selected, counts);
   }
   void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
                        const AttentionShape& s) override {

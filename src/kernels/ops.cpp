@@ -19,6 +19,24 @@ void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int6
   }
 }
 
+void layernorm_rows(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t dim,
+                    float eps) {
+  for (int64_t r = 0; r < n_rows; r++) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; i++) sum += xr[i];
+    const auto mean = static_cast<float>(sum / static_cast<double>(dim));
+    double var = 0.0;
+    for (int64_t i = 0; i < dim; i++) {
+      yr[i] = xr[i] - mean;
+      var += static_cast<double>(yr[i]) * yr[i];
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(var / static_cast<double>(dim)) + eps);
+    for (int64_t i = 0; i < dim; i++) yr[i] = yr[i] * scale * w[i] + (b ? b[i] : 0.0f);
+  }
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const float g = gate[i];

@@ -7,6 +7,8 @@ namespace kestrel {
 
 // y = x / rms(x) * w for each of n_rows rows of length dim.
 void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps);
+// y = (x - mean) / sqrt(var + eps) * w + b per row (ggml_norm, then the weight and the bias; b may be null).
+void layernorm_rows(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t dim, float eps);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 // gate[i] = gelu(gate[i]) * up[i], GELU in its tanh form evaluated as ggml's

@@ -105,6 +105,9 @@ class ProfilingBackend final : public ForwardingBackend {
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     timed("rmsnorm", layer_, 8.0 * rows * dim, 4.0 * rows * dim, [&] { in_.rmsnorm(x, w, y, rows, dim, eps); });
   }
+  void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
+    timed("layernorm", layer_, 8.0 * rows * dim, 7.0 * rows * dim, [&] { in_.layernorm(x, w, b, y, rows, dim, eps); });
+  }
   void rope(Act x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
     timed("rope", layer_, 8.0 * rows * heads * hd, 3.0 * rows * heads * p.n_rot,
           [&] { in_.rope(x, pos, rows, heads, hd, p); });
@@ -114,6 +117,14 @@ class ProfilingBackend final : public ForwardingBackend {
     for (int64_t t = 0; t < b.n_tokens; t++) keys += b.positions[t] + 1 - s.first_position(b.positions[t]);
     const double kv_bytes = keys * static_cast<double>(kv.k_stride + kv.v_stride);
     timed("attention", layer_, kv_bytes, 4.0 * keys * s.n_head * s.head_dim, [&] { in_.attention(kv, b, s); });
+  }
+  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& b, Act w, const IndexerShape& s,
+                     int32_t* selected, int32_t* counts) override {
+    double scored = 0;
+    for (int64_t t = 0; t < b.n_tokens; t++)
+      if (b.positions[t] + 1 > s.top_k) scored += b.positions[t] + 1;
+    timed("indexer_top_k", layer_, scored * static_cast<double>(keys.k_stride),
+          2.0 * scored * s.n_head * s.head_dim, [&] { in_.indexer_top_k(keys, b, w, s, selected, counts); });
   }
   void silu_mul(Act g, Act u, int64_t n) override {
     timed("silu_mul", layer_, 12.0 * n, 5.0 * n, [&] { in_.silu_mul(g, u, n); });
@@ -154,6 +165,11 @@ class ProfilingBackend final : public ForwardingBackend {
   void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
                     Act dst) override {
     timed("read_kv_rows", layer_, 8.0 * len * k_width, 0, [&] { in_.read_kv_rows(view, table, len, k_width, dst); });
+  }
+  void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,
+                      int64_t k_width, Act dst) override {
+    timed("gather_kv_rows", layer_, 8.0 * count * k_width, 0,
+          [&] { in_.gather_kv_rows(view, table, positions, count, k_width, dst); });
   }
   void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
     timed("write_kv", layer_, 4.0 * n * (view.k_width + (view.v ? view.v_width : 0)), 0,

@@ -20,8 +20,19 @@ MlaHeads split_mla_heads(const ModelConfig& c, const TensorShard& shard) {
 
 KvLayout mla_kv_layout(const ModelConfig& c, int n_layers) {
   const int64_t width = c.mla.kv_lora_rank + c.mla.qk_rope;
-  // Values are the first kv_lora_rank elements of each key row: groups must divide both.
-  return {n_layers, width, 0, std::gcd(width, static_cast<int64_t>(c.mla.kv_lora_rank))};
+  // Values are the first kv_lora_rank elements of each key row: groups must divide both (and the
+  // indexer key, the V row, when there is one).
+  const int64_t idx = c.mla.indexer.n_head > 0 ? c.mla.indexer.head_dim : 0;
+  int64_t granule = std::gcd(width, static_cast<int64_t>(c.mla.kv_lora_rank));
+  if (idx > 0) granule = std::gcd(granule, idx);
+  return {n_layers, width, idx, granule};
+}
+
+int indexer_rotation_size(int head_dim) {
+  if (head_dim <= 0 || head_dim % 64 != 0) return 0;
+  int n = 64;
+  while (head_dim % (2 * n) == 0) n *= 2;
+  return n;
 }
 
 namespace {
@@ -79,7 +90,7 @@ void load_kv_b(const WeightLoader& ld, Backend& be, const std::string& p, const 
 }  // namespace
 
 MlaWeights load_mla(const WeightLoader& ld, Backend& be, const std::string& p, const ModelConfig& c,
-                    const MlaHeads& heads, const TensorShard& shard) {
+                    const MlaHeads& heads, const TensorShard& shard, bool indexer) {
   const MlaConfig& m = c.mla;
   const int64_t dim = c.n_embd, nh = c.n_head, hk = m.qk_nope + m.qk_rope;
   MlaWeights w;
@@ -94,6 +105,17 @@ MlaWeights load_mla(const WeightLoader& ld, Backend& be, const std::string& p, c
   w.kv_a_norm = ld.require_vector(p + "attn_kv_a_norm.weight", m.kv_lora_rank);
   load_kv_b(ld, be, p, c, heads, w);
   w.wo = be.prepare_weight(shard.columns(ld.require(p + "attn_output.weight", {nh * m.v_head, dim})));
+  const MlaConfig::Indexer& ix = m.indexer;
+  if (ix.n_head > 0 && !indexer) {
+    ld.skip_prefix(p + "indexer.", "this block attends densely (as llama.cpp's multi-token-prediction graph)");
+  } else if (ix.n_head > 0) {
+    // Every rank scores with the whole indexer: the selection is per token, not per head.
+    w.idx_q_b = be.prepare_weight(ld.require(p + "indexer.attn_q_b.weight", {m.q_lora_rank, ix.n_head * ix.head_dim}));
+    w.idx_k = be.prepare_weight(ld.require(p + "indexer.attn_k.weight", {dim, ix.head_dim}));
+    w.idx_proj = be.prepare_weight(ld.require(p + "indexer.proj.weight", {dim, ix.n_head}));
+    w.idx_k_norm = ld.require_vector(p + "indexer.k_norm.weight", ix.head_dim);
+    w.idx_k_norm_b = ld.require_vector(p + "indexer.k_norm.bias", ix.head_dim);
+  }
   return w;
 }
 
@@ -113,6 +135,34 @@ MlaBlock::MlaBlock(Backend& be, const ModelConfig& c, const MlaHeads& heads, Mla
   att_lat_ = ActBuffer(be, n * nh * m.kv_lora_rank);
   att_ = ActBuffer(be, n * nh * m.v_head);
   seq_tokens_.reserve(static_cast<size_t>(n));
+  const MlaConfig::Indexer& ix = m.indexer;
+  if (ix.n_head > 0) {
+    const int64_t qw = int64_t{ix.n_head} * ix.head_dim;
+    iq_ = ActBuffer(be, n * qw);
+    iq_rot_ = ActBuffer(be, n * qw);
+    ik_ = ActBuffer(be, n * ix.head_dim);
+    ik_rot_ = ActBuffer(be, n * ix.head_dim);
+    iw_ = ActBuffer(be, n * ix.n_head);
+    // llama.cpp's orthonormal Walsh-Hadamard matrix (Sylvester order), applied to each block of the
+    // indexer's query heads and key: q.k is unchanged in exact arithmetic, the rounding is llama.cpp's.
+    const int nr = indexer_rotation_size(ix.head_dim);
+    hadamard_.assign(static_cast<size_t>(nr) * nr, 0.0f);
+    hadamard_[0] = 1.0f / std::sqrt(static_cast<float>(nr));
+    for (int sz = 1; sz < nr; sz *= 2)
+      for (int i = 0; i < sz; i++)
+        for (int j = 0; j < sz; j++) {
+          const float v = hadamard_[static_cast<size_t>(i) * nr + j];
+          hadamard_[static_cast<size_t>(i + sz) * nr + j] = v;
+          hadamard_[static_cast<size_t>(i) * nr + j + sz] = v;
+          hadamard_[static_cast<size_t>(i + sz) * nr + j + sz] = -v;
+        }
+    hadamard_w_ = be.prepare_weight(f32_weight("indexer.hadamard", hadamard_, nr, nr));
+    idx_rope_ = c.rope;
+    idx_rope_.style = RopeStyle::NeoX;  // the indexer's heads are [rope | rest], NeoX pairs (llama.cpp)
+    selected_.resize(static_cast<size_t>(n) * ix.top_k);
+    counts_.resize(static_cast<size_t>(n));
+    sel_rows_ = ActBuffer(be, int64_t{ix.top_k} * kv_width_);
+  }
 }
 
 const char* MlaBlock::mode_name() const {
@@ -125,6 +175,12 @@ const char* MlaBlock::mode_name() const {
 // and shapes as above): absorbed reads the latent once per query head,
 // decompressed first rebuilds every position's keys and values.
 void MlaBlock::begin_step(const Batch& b, const BatchPlacement& place) {
+  // Rows past the indexer's top_k attend to their selection, absorbed; so does the rest of their step.
+  const int top_k = c_.mla.indexer.n_head > 0 ? c_.mla.indexer.top_k : 0;
+  if (top_k > 0 && std::any_of(b.positions.begin(), b.positions.end(), [&](int32_t p) { return p + 1 > top_k; })) {
+    decompress_ = false;
+    return;
+  }
   if (mode_ != MlaAttention::Auto) {
     decompress_ = mode_ == MlaAttention::Decompressed;
     return;
@@ -149,12 +205,43 @@ void MlaBlock::begin_step(const Batch& b, const BatchPlacement& place) {
 
 void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb, Act out) {
   project_qkv(be, w, r, xb);
-  write_latents(be, w, r);
+  if (w.indexed()) index_keys(be, w, r, xb);
+  write_latents(be, w, r, w.indexed() ? Act(ik_rot_) : Act());
+  sparse_rows_.clear();
+  if (w.indexed()) select_positions(be, r);
   if (decompress_)
     attend_decompressed(be, w, r);
   else
     attend_absorbed(be, w, r);
   be.matmul(w.wo, att_, r.n, out);
+}
+
+// The indexer's query heads, key and head weights of the rows (the key written beside the latent next).
+void MlaBlock::index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb) {
+  const MlaConfig::Indexer& ix = c_.mla.indexer;
+  const int64_t n = r.n, qw = int64_t{ix.n_head} * ix.head_dim, nr = hadamard_w_.rows();
+  be.matmul(w.idx_q_b, q_a_norm_, n, iq_);
+  const Weight* ws[2] = {&w.idx_k, &w.idx_proj};
+  const Act ys[2] = {ik_, iw_};
+  be.matmul_many(ws, 2, xb, n, ys);
+  be.layernorm(ik_, w.idx_k_norm.data(), w.idx_k_norm_b.data(), ik_, n, ix.head_dim, 1e-6f);  // llama.cpp's f_norm_eps
+  be.rope(iq_, r.positions(), n, ix.n_head, ix.head_dim, idx_rope_);
+  be.rope(ik_, r.positions(), n, 1, ix.head_dim, idx_rope_);
+  be.matmul(hadamard_w_, iq_, n * qw / nr, iq_rot_);
+  be.matmul(hadamard_w_, ik_, n * ix.head_dim / nr, ik_rot_);
+  be.scale(iw_, n * ix.n_head, 1.0f / std::sqrt(static_cast<float>(ix.head_dim * ix.n_head)));
+}
+
+// Each row's positions: all of them below top_k, else the indexer's top_k (with this step's keys cached).
+void MlaBlock::select_positions(Backend& be, const LayerRows& r) {
+  const MlaConfig::Indexer& ix = c_.mla.indexer;
+  PagedKvLayerView keys = r.kv.layer_view(r.kv_layer);
+  keys.k = keys.v, keys.k_stride = keys.v_stride, keys.k_format = keys.v_format;
+  // Kept by the rows' places in the batch (a layer may run on part of the batch at a time).
+  be.indexer_top_k(keys, {r.n, iq_rot_, Act(), r.positions(), r.tables()}, iw_, {ix.n_head, ix.head_dim, ix.top_k},
+                   selected_.data() + r.r0 * ix.top_k, counts_.data() + r.r0);
+  dense_rows_.clear();
+  for (int64_t t = 0; t < r.n; t++) (r.positions()[t] + 1 > ix.top_k ? sparse_rows_ : dense_rows_).push_back(t);
 }
 
 // q [n][n_head][nope | rope] and kv_a [n][kv_lora | rope], RoPE applied.
@@ -191,14 +278,14 @@ void MlaBlock::apply_temperature(Backend& be, const int32_t* positions, int64_t 
   for (int64_t i = 0; i < n; i++) be.scale(q + i * stride, width, mla_query_temperature(c_.mla, positions[i]));
 }
 
-// kv[slot] = [rmsnorm(c) | k_pe]
-void MlaBlock::write_latents(Backend& be, const MlaWeights& w, const LayerRows& r) {
+// kv[slot] = [rmsnorm(c) | k_pe] (and the indexer key, when given, in the slot's V row)
+void MlaBlock::write_latents(Backend& be, const MlaWeights& w, const LayerRows& r, Act idx_keys) {
   const int64_t lr = c_.mla.kv_lora_rank, n = r.n, kw = kv_width_;
   be.copy(lat_, lr, kv_a_, kw, n, lr);
   be.rmsnorm(lat_, w.kv_a_norm.data(), lat_norm_, n, lr, c_.rms_eps);
   be.copy(kv_rows_, kw, lat_norm_, lr, n, lr);
   be.copy(kv_rows_ + lr, kw, kv_a_ + lr, kw, n, c_.mla.qk_rope);
-  be.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, kv_rows_, Act());
+  be.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, kv_rows_, idx_keys);
 }
 
 namespace {
@@ -211,18 +298,58 @@ PagedKvLayerView latent_view(const KvStore& kv, int layer) {
 }
 }  // namespace
 
-void MlaBlock::attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows& r) {
+// Query per head: [Wk_b,h . q_nope,h | q_pe,h]
+void MlaBlock::absorb_queries(Backend& be, const MlaWeights& w, const LayerRows& r) {
   const MlaConfig& m = c_.mla;
   const int nh = heads_.n, hk = head_k();
   const int64_t lr = m.kv_lora_rank, kw = kv_width_, n = r.n;
-  // Query per head: [Wk_b,h . q_nope,h | q_pe,h]
   be.matmul_heads(w.k_absorb.data(), nh, q_, nh * hk, hk, n, q_abs_, nh * kw, kw);
   be.copy(q_abs_ + lr, kw, q_ + m.qk_nope, hk, n * nh, m.qk_rope);
   apply_temperature(be, r.positions(), n, q_abs_, nh * kw, nh * kw);  // where llama.cpp scales: the absorbed query
+}
+
+void MlaBlock::attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows& r) {
+  const MlaConfig& m = c_.mla;
+  const int nh = heads_.n;
+  const int64_t lr = m.kv_lora_rank, kw = kv_width_, n = r.n;
+  absorb_queries(be, w, r);
   const AttentionShape shape{nh, 1, static_cast<int>(kw), c_.attn_scale, static_cast<int>(lr)};
-  be.attention(latent_view(r.kv, r.kv_layer), {n, q_abs_, att_lat_, r.positions(), r.tables()}, shape);
+  if (sparse_rows_.empty()) {
+    be.attention(latent_view(r.kv, r.kv_layer), {n, q_abs_, att_lat_, r.positions(), r.tables()}, shape);
+  } else if (!dense_rows_.empty()) {
+    // The rows that see every earlier position, gathered, attend as usual.
+    const auto nd = static_cast<int64_t>(dense_rows_.size());
+    sub_q_.ensure(be, nd * nh * kw);
+    sub_out_.ensure(be, nd * nh * lr);
+    sub_pos_.resize(static_cast<size_t>(nd));
+    sub_tables_.resize(static_cast<size_t>(nd));
+    for (int64_t i = 0; i < nd; i++) {
+      sub_pos_[i] = r.positions()[dense_rows_[i]];
+      sub_tables_[i] = r.tables()[dense_rows_[i]];
+    }
+    be.gather_rows(sub_q_, q_abs_, dense_rows_.data(), nd, nh * kw);
+    be.attention(latent_view(r.kv, r.kv_layer), {nd, sub_q_, sub_out_, sub_pos_.data(), sub_tables_.data()}, shape);
+    be.scatter_rows(att_lat_, sub_out_, dense_rows_.data(), nd, nh * lr);
+  }
+  if (!sparse_rows_.empty()) attend_sparse(be, r);
   // Out of the latent per head: Wv_b,h . o_h
   be.matmul_heads(w.v.data(), nh, att_lat_, nh * lr, lr, n, att_, nh * m.v_head, m.v_head);
+}
+
+// Each row past top_k over its selected positions only: their latent rows gathered, then attention over
+// them all (the selection holds only positions at or before the row's own).
+void MlaBlock::attend_sparse(Backend& be, const LayerRows& r) {
+  const int nh = heads_.n, top_k = c_.mla.indexer.top_k;
+  const int64_t lr = c_.mla.kv_lora_rank, kw = kv_width_;
+  const AttentionShape shape{nh, 1, static_cast<int>(kw), c_.attn_scale, static_cast<int>(lr)};
+  const PagedKvLayerView view = latent_view(r.kv, r.kv_layer);
+  for (const int64_t t : sparse_rows_) {
+    const int64_t row = r.r0 + t;
+    const int32_t count = counts_[row], last = count - 1;
+    be.gather_kv_rows(view, r.tables()[t], selected_.data() + row * top_k, count, kw, sel_rows_);
+    be.attention_dense(sel_rows_, sel_rows_, kw, kw, count,
+                       {1, q_abs_ + t * nh * kw, att_lat_ + t * nh * lr, &last, nullptr}, shape);
+  }
 }
 
 // Per sequence of the rows: rebuild keys and values of all its positions

@@ -12,6 +12,13 @@
 //   decompressed: k_j,h = [Wk_b,h^T c_j | k_pe,j], v_j,h = Wv_b,h c_j, then
 //                 plain multi-head attention (fewer FLOPs for long prompts)
 // Both give the same result up to rounding; a cost model picks per step.
+// DeepSeek Sparse Attention (V3.2, c.mla.indexer): a lightning indexer per layer,
+//   iq = rope_neox(rmsnorm(h.Wq_a) . Wiq_b)  per indexer head [rope | rest], then Hadamard-rotated
+//   ik = rope_neox(layernorm(h.Wik))        one head, Hadamard-rotated, cached beside the latent
+//   iw = h.Wiproj / sqrt(head_dim * n_head)
+// scores every earlier position (kernels/lightning_indexer.h) and each query attends (absorbed) only to
+// its top_k positions. The indexer keys are the cache's second row per token (KvLayout v_width), in the
+// same blocks and the same --kv-type as the latents; rows below top_k positions attend to all, unscored.
 // Under tensor parallelism each rank holds its share of the query heads; the
 // latent cache, shared by all heads, is whole on every rank.
 #include <cstdint>
@@ -36,6 +43,7 @@ float mla_query_temperature(const MlaConfig& m, int32_t p);
 
 // The latent cache of n_layers layers: per token [rmsnorm(c) | k_pe]; values
 // are the first kv_lora floats of the same row, so there is no separate V.
+// With an indexer the V row holds the indexer key.
 KvLayout mla_kv_layout(const ModelConfig& c, int n_layers);
 
 struct MlaWeights {
@@ -48,13 +56,24 @@ struct MlaWeights {
   std::vector<Weight> k_absorb, k_decompress, v;
   std::vector<std::vector<float>> owned;  // f32 transposes behind some of those
   Weight wo;
+  // The lightning indexer (c.mla.indexer; absent in dense-attention blocks such as V3.2's MTP block):
+  // idx_q_b [n_head * head_dim rows] from the normed compressed query, idx_k [head_dim rows] and idx_proj
+  // [n_head rows] from the layer's input, idx_k's LayerNorm weight and bias.
+  Weight idx_q_b, idx_k, idx_proj;
+  std::vector<float> idx_k_norm, idx_k_norm_b;
+  bool indexed() const { return idx_q_b.present(); }
 };
 
 // `{prefix}attn_*`: queries (compressed or not), the latent projection, the
 // per-head key/value up-projections (split attn_k_b + attn_v_b, or the older
-// fused attn_kv_b), the output; this rank's heads of them.
+// fused attn_kv_b), the output; this rank's heads of them. With c.mla.indexer,
+// `{prefix}indexer.*` too (whole on every rank), or, when !indexer, skipped as unused.
 MlaWeights load_mla(const WeightLoader& ld, Backend& be, const std::string& prefix, const ModelConfig& c,
-                    const MlaHeads& heads, const TensorShard& shard);
+                    const MlaHeads& heads, const TensorShard& shard, bool indexer = true);
+
+// llama.cpp's Hadamard block size for the indexer's head size: the largest power of two >= 64 that
+// divides it (0: none, the head size is not a multiple of 64).
+int indexer_rotation_size(int head_dim);
 
 class MlaBlock {
  public:
@@ -68,11 +87,15 @@ class MlaBlock {
 
  private:
   void project_qkv(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb);
-  void write_latents(Backend& be, const MlaWeights& w, const LayerRows& r);
+  void write_latents(Backend& be, const MlaWeights& w, const LayerRows& r, Act idx_keys);
   void attend_absorbed(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_decompressed(Backend& be, const MlaWeights& w, const LayerRows& r);
   void attend_sequence(Backend& be, const MlaWeights& w, const LayerRows& r, const int32_t* table);
   void apply_temperature(Backend& be, const int32_t* positions, int64_t n, Act q, int64_t stride, int64_t width);
+  void absorb_queries(Backend& be, const MlaWeights& w, const LayerRows& r);
+  void index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb);
+  void select_positions(Backend& be, const LayerRows& r);
+  void attend_sparse(Backend& be, const LayerRows& r);
   int head_k() const { return c_.mla.qk_nope + c_.mla.qk_rope; }
 
   const ModelConfig& c_;
@@ -85,6 +108,16 @@ class MlaBlock {
   std::vector<int64_t> seq_tokens_;
   ActBuffer dec_rows_, dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;
   std::vector<int32_t> dec_pos_;
+  // The indexer's rows (iq, its rotation, ik, its rotation, head weights) and this step's selections.
+  ActBuffer iq_, iq_rot_, ik_, ik_rot_, iw_;
+  std::vector<float> hadamard_;
+  Weight hadamard_w_;
+  RopeParams idx_rope_;
+  std::vector<int32_t> selected_, counts_;
+  std::vector<int64_t> dense_rows_, sparse_rows_;
+  std::vector<int32_t> sub_pos_;
+  std::vector<const int32_t*> sub_tables_;
+  ActBuffer sel_rows_, sub_q_, sub_out_;  // a sparse row's gathered latents; a subset's queries and outputs
 };
 
 }  // namespace kestrel

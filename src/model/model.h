@@ -30,6 +30,13 @@ struct MlaConfig {
   // p times log(floor(p / temp_length) + 1) * temp_scale + 1. temp_scale 0: none.
   float temp_scale = 0;
   int temp_length = 0;
+  // DeepSeek Sparse Attention (V3.2, `deepseek32`): a lightning indexer scores every earlier position
+  // and each query attends only to its top_k (kernels/lightning_indexer.h). n_head 0: dense MLA.
+  struct Indexer {
+    int n_head = 0;
+    int head_dim = 0;  // per head [rope (qk_rope dims, NeoX pairs) | rest]; the cached key is one such head
+    int top_k = 0;
+  } indexer;
 };
 
 // Mixture of experts (DeepSeekMoE, Mixtral, Qwen2/3-MoE): routed experts (see

@@ -28,6 +28,8 @@ struct SynthDeepseek {
   int64_t nextn = 0;  // multi-token-prediction blocks after the trunk (DeepSeek-V3 has 1)
   float temp_scale = 0;  // the query temperature by position (0: none), MlaConfig::temp_scale
   int64_t temp_length = 0;
+  // DeepSeek-V3.2's lightning indexer (deepseek32): heads, head size, top-k; 0 heads: none.
+  int64_t idx_heads = 0, idx_dim = 0, idx_top_k = 0;
 };
 
 // The GQA families' extras; what each architecture's tensors look like
@@ -48,7 +50,7 @@ struct SynthDecoder {
 struct SynthShape {
   std::string arch = "llama";  // llama | qwen2 | qwen2moe | qwen3 | qwen3moe | phi3 | gemma2 | gemma3 | deepseek2
   int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
-  SynthDeepseek ds;  // deepseek2 only
+  SynthDeepseek ds;  // the MLA families (deepseek2, deepseek32, mistral4)
   SynthDecoder dec;  // the others
 };
 

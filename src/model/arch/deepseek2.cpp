@@ -187,7 +187,7 @@ class Deepseek2 final : public LayerStack {
     const int64_t dim = cfg_.n_embd;
     Layer L;
     L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-    L.attn = load_mla(ld, be_, p, cfg_, heads_, shard_);
+    L.attn = load_mla(ld, be_, p, cfg_, heads_, shard_, l < cfg_.n_layer);  // MTP blocks attend densely
     L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
     if (moe_layer(l))
       L.moe = load_moe(ld, be_, p, dim, cfg_.moe, shard_);

@@ -15,5 +15,6 @@ const Family& gemma2_family();
 const Family& gemma3_family();
 const Family& deepseek2_family();
 const Family& mistral4_family();
+const Family& deepseek32_family();
 
 }  // namespace kestrel

@@ -1,0 +1,102 @@
+#include "kernels/lightning_indexer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "kernels/dot.h"
+
+namespace kestrel {
+
+namespace {
+
+double score_with(const DotKernels& dk, const float* q, const float* w, const float* k, const IndexerShape& s) {
+  double acc = 0.0;
+  for (int h = 0; h < s.n_head; h++) {
+    const float d = dk.dot_f32(q + int64_t{h} * s.head_dim, k, s.head_dim);
+    if (d > 0.0f) acc += static_cast<double>(d * w[h]);  // relu, then the weight, rounded as ggml_mul does
+  }
+  return acc;
+}
+
+// Scores of positions [j0, j1) of one row's sequence.
+void score_range(const DotKernels& dk, const PagedKvLayerView& keys, const int32_t* table, const float* q,
+                 const float* w, const IndexerShape& s, int32_t j0, int32_t j1, float* scores) {
+  thread_local std::vector<float> kbuf;
+  kbuf.resize(static_cast<size_t>(s.head_dim));
+  for (int32_t j = j0; j < j1; j++) {
+    const int64_t slot = static_cast<int64_t>(table[j / keys.block_size]) * keys.block_size + j % keys.block_size;
+    const float* k = keys.k_format.read(keys.k_row(slot), 0, kbuf.data(), s.head_dim);
+    scores[j] = static_cast<float>(score_with(dk, q, w, k, s));
+  }
+}
+
+// The top_k positions of scores[0, len), ascending.
+void select_top_k(const float* scores, int32_t len, int top_k, std::vector<int32_t>& idx, int32_t* out) {
+  idx.resize(static_cast<size_t>(len));
+  std::iota(idx.begin(), idx.end(), 0);
+  const auto better = [scores](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); };
+  std::nth_element(idx.begin(), idx.begin() + top_k, idx.end(), better);
+  std::sort(idx.begin(), idx.begin() + top_k);
+  std::copy(idx.begin(), idx.begin() + top_k, out);
+}
+
+}  // namespace
+
+double lightning_indexer_score(const float* q, const float* w, const float* k, const IndexerShape& s) {
+  return score_with(dot_kernels(), q, w, k, s);
+}
+
+void lightning_indexer_top_k(ThreadPool* pool, const PagedKvLayerView& keys, const IndexerBatch& b,
+                             const IndexerShape& s, int32_t* selected, int32_t* counts) {
+  const DotKernels& dk = dot_kernels();
+  const int64_t qw = int64_t{s.n_head} * s.head_dim;
+  std::vector<int64_t> scored;  // rows past top_k positions
+  for (int64_t t = 0; t < b.n_tokens; t++) {
+    const int32_t len = b.positions[t] + 1;
+    int32_t* out = selected + t * s.top_k;
+    if (len <= s.top_k) {
+      std::iota(out, out + len, 0);
+      counts[t] = len;
+    } else {
+      counts[t] = s.top_k;
+      scored.push_back(t);
+    }
+  }
+  if (scored.empty()) return;
+  const int threads = pool ? pool->size() : 1;
+  const auto n_scored = static_cast<int64_t>(scored.size());
+  if (n_scored >= threads || !pool) {
+    // Enough rows for every thread (prefill): a row per thread at a time.
+    const auto rows = [&](int64_t r0, int64_t r1) {
+      std::vector<float> scores;
+      std::vector<int32_t> idx;
+      for (int64_t r = r0; r < r1; r++) {
+        const int64_t t = scored[r];
+        const int32_t len = b.positions[t] + 1;
+        scores.resize(static_cast<size_t>(len));
+        score_range(dk, keys, b.block_tables[t], b.q + t * qw, b.w + t * s.n_head, s, 0, len, scores.data());
+        select_top_k(scores.data(), len, s.top_k, idx, selected + t * s.top_k);
+      }
+    };
+    if (pool)
+      pool->parallel_for(n_scored, rows);
+    else
+      rows(0, n_scored);
+    return;
+  }
+  // Few rows (decode): each row's positions split across the threads.
+  std::vector<float> scores;
+  std::vector<int32_t> idx;
+  for (const int64_t t : scored) {
+    const int32_t len = b.positions[t] + 1;
+    scores.resize(static_cast<size_t>(len));
+    pool->parallel_for(len, [&](int64_t j0, int64_t j1) {
+      score_range(dk, keys, b.block_tables[t], b.q + t * qw, b.w + t * s.n_head, s, static_cast<int32_t>(j0),
+                  static_cast<int32_t>(j1), scores.data());
+    });
+    select_top_k(scores.data(), len, s.top_k, idx, selected + t * s.top_k);
+  }
+}
+
+}  // namespace kestrel
