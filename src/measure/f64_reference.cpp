@@ -85,14 +85,28 @@ double F64Decoder::rope_mscale(const RopeParams& p) {
   return p.ext_factor != 0.0f ? p.attn_factor * (1.0 + 0.1 * std::log(1.0 / p.freq_scale)) : p.attn_factor;
 }
 
-void F64Decoder::rope(Vec& x, int64_t n, int heads, const RopeParams& p) const {
-  const int hd = c_.head_dim, half = p.n_rot / 2;
+F64Decoder::Vec F64Decoder::layernorm(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t dim,
+                                      double eps) const {
+  Vec y(x.size());
+  for (int64_t t = 0; t < rows; t++) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < dim; i++) mean += x[t * dim + i];
+    mean /= static_cast<double>(dim);
+    for (int64_t i = 0; i < dim; i++) var += (x[t * dim + i] - mean) * (x[t * dim + i] - mean);
+    const double inv = 1.0 / std::sqrt(var / static_cast<double>(dim) + eps);
+    for (int64_t i = 0; i < dim; i++) y[t * dim + i] = (x[t * dim + i] - mean) * inv * w[i] + b[i];
+  }
+  return y;
+}
+
+void F64Decoder::rope_at(Vec& x, int64_t n, int heads, int64_t stride, int64_t offset, const RopeParams& p) const {
+  const int half = p.n_rot / 2;
   for (int64_t t = 0; t < n; t++)
     for (int i = 0; i < half; i++) {
       const double angle = rope_angle(p, t, i), m = rope_mscale(p);
       const double co = std::cos(angle) * m, si = std::sin(angle) * m;
       for (int h = 0; h < heads; h++) {
-        double* v = x.data() + (t * heads + h) * hd;
+        double* v = x.data() + (t * heads + h) * stride + offset;
         const int i0 = p.style == RopeStyle::Adjacent ? 2 * i : i;
         const int i1 = p.style == RopeStyle::Adjacent ? 2 * i + 1 : i + half;
         const double a = v[i0], b = v[i1];
@@ -149,29 +163,49 @@ F64Decoder::Vec F64Decoder::gated(const std::string& p, const std::string& suffi
 }
 
 F64Decoder::Vec F64Decoder::ffn(const std::string& p, const Vec& x, int64_t n) {
-  if (c_.moe.routing.n_expert > 0) return moe(p, x, n);
+  if (has(p + "ffn_gate_inp.weight")) return moe(p, x, n);  // DeepSeek's leading layers are dense
   return gated(p, "", x, n, c_.n_ff, recipe_.ffn_act == FfnActivation::Gelu);
 }
 
-// Softmax routing (the families here), each token through its chosen experts.
+// DeepSeekMoE's routing (kernels/moe_route.h's definition; softmax without groups or bias for the other
+// families): scores by softmax or sigmoid, selection by score + bias within the best groups (a group by
+// its two best), the chosen scores optionally renormalised, then scaled; each token through its experts.
 F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
   const MoeConfig& e = c_.moe;
   const MoeRouting& r = e.routing;
   const int64_t dim = c_.n_embd, ff = e.n_ff_expert;
-  if (r.gating != ExpertGating::Softmax || r.n_group > 1)
-    throw Error("precision-check: only softmax routing without expert groups has a float64 reference");
   const Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
+  const Vec bias = has(p + "exp_probs_b.bias") ? vec(p + "exp_probs_b.bias") : Vec(static_cast<size_t>(r.n_expert), 0.0);
+  const int per_group = r.n_expert / r.n_group;
   Vec out(static_cast<size_t>(n * dim), 0.0);
   for (int64_t t = 0; t < n; t++) {
     const double* lt = logits.data() + t * r.n_expert;
-    const double m = *std::max_element(lt, lt + r.n_expert);
-    std::vector<double> prob(static_cast<size_t>(r.n_expert));
-    double sum = 0;
-    for (int i = 0; i < r.n_expert; i++) sum += (prob[i] = std::exp(lt[i] - m));
-    for (auto& pr : prob) pr /= sum;
+    std::vector<double> prob(static_cast<size_t>(r.n_expert)), sel(prob.size());
+    if (r.gating == ExpertGating::Sigmoid) {
+      for (int i = 0; i < r.n_expert; i++) prob[i] = 1.0 / (1.0 + std::exp(-lt[i]));
+    } else {
+      const double m = *std::max_element(lt, lt + r.n_expert);
+      double sum = 0;
+      for (int i = 0; i < r.n_expert; i++) sum += (prob[i] = std::exp(lt[i] - m));
+      for (auto& pr : prob) pr /= sum;
+    }
+    for (int i = 0; i < r.n_expert; i++) sel[i] = prob[i] + bias[i];
+    if (r.n_group > 1) {
+      std::vector<double> group_score(static_cast<size_t>(r.n_group));
+      for (int g = 0; g < r.n_group; g++) {
+        std::vector<double> in(sel.begin() + g * per_group, sel.begin() + (g + 1) * per_group);
+        std::sort(in.rbegin(), in.rend());
+        group_score[g] = in[0] + (per_group > 1 ? in[1] : 0.0);
+      }
+      std::vector<int> groups(static_cast<size_t>(r.n_group));
+      std::iota(groups.begin(), groups.end(), 0);
+      std::stable_sort(groups.begin(), groups.end(), [&](int a, int b) { return group_score[a] > group_score[b]; });
+      for (int k = r.n_group_used; k < r.n_group; k++)
+        for (int i = 0; i < per_group; i++) sel[groups[k] * per_group + i] = -INFINITY;
+    }
     std::vector<int> order(static_cast<size_t>(r.n_expert));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sel[a] > sel[b]; });
     double chosen = 0;
     for (int k = 0; k < r.n_used; k++) chosen += prob[order[k]];
     const Vec xt(x.begin() + t * dim, x.begin() + (t + 1) * dim);
@@ -196,9 +230,124 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
   return out;
 }
 
+// V3.2's lightning indexer: each token's positions (all below top_k; else the top_k by
+// sum_h relu(iq_h . ik_j) iw_h, ties to the earlier one), ascending.
+std::vector<std::vector<int32_t>> F64Decoder::indexer_select(const std::string& p, const Vec& xb, const Vec& q_a,
+                                                             int64_t n) {
+  const MlaConfig::Indexer& ix = c_.mla.indexer;
+  const int nh = ix.n_head;
+  const int64_t hd = ix.head_dim;
+  Vec iq = matmul(p + "indexer.attn_q_b.weight", q_a, n);
+  Vec ik = layernorm(matmul(p + "indexer.attn_k.weight", xb, n), vec(p + "indexer.k_norm.weight"),
+                     vec(p + "indexer.k_norm.bias"), n, hd, 1e-6);
+  RopeParams neox = c_.rope;
+  neox.style = RopeStyle::NeoX;
+  rope_at(iq, n, nh, hd, 0, neox);
+  rope_at(ik, n, 1, hd, 0, neox);
+  const Vec iw = matmul(p + "indexer.proj.weight", xb, n);
+  const double w_scale = 1.0 / std::sqrt(static_cast<double>(hd * nh));
+  std::vector<std::vector<int32_t>> sel(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; t++) {
+    std::vector<int32_t>& s = sel[t];
+    s.resize(static_cast<size_t>(t + 1));
+    std::iota(s.begin(), s.end(), 0);
+    if (t + 1 <= ix.top_k) continue;
+    std::vector<double> score(static_cast<size_t>(t + 1), 0.0);
+    for (int64_t j = 0; j <= t; j++)
+      for (int h = 0; h < nh; h++) {
+        double d = 0;
+        for (int64_t i = 0; i < hd; i++) d += iq[(t * nh + h) * hd + i] * ik[j * hd + i];
+        score[j] += std::max(0.0, d) * iw[t * nh + h] * w_scale;
+      }
+    std::stable_sort(s.begin(), s.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+    s.resize(static_cast<size_t>(ix.top_k));
+    std::sort(s.begin(), s.end());
+  }
+  return sel;
+}
+
+// Multi-head latent attention of layer l, per head with keys and values rebuilt from the latent.
+F64Decoder::Vec F64Decoder::mla_attend(int l, const Vec& xb, int64_t n) {
+  const MlaConfig& m = c_.mla;
+  const std::string p = fmt::format("blk.{}.", l);
+  const int nh = c_.n_head;
+  const int64_t nope = m.qk_nope, rp = m.qk_rope, hk = nope + rp, lr = m.kv_lora_rank, vh = m.v_head;
+  Vec q_a, q;
+  if (m.q_lora_rank > 0) {
+    q_a = rmsnorm(matmul(p + "attn_q_a.weight", xb, n), vec(p + "attn_q_a_norm.weight"), n, m.q_lora_rank);
+    q = matmul(p + "attn_q_b.weight", q_a, n);
+  } else {
+    q = matmul(p + "attn_q.weight", xb, n);
+  }
+  const Vec kva = matmul(p + "attn_kv_a_mqa.weight", xb, n);
+  Vec lat(static_cast<size_t>(n * lr)), kpe(static_cast<size_t>(n * rp));
+  for (int64_t t = 0; t < n; t++) {
+    std::copy_n(kva.begin() + t * (lr + rp), lr, lat.begin() + t * lr);
+    std::copy_n(kva.begin() + t * (lr + rp) + lr, rp, kpe.begin() + t * rp);
+  }
+  lat = rmsnorm(lat, vec(p + "attn_kv_a_norm.weight"), n, lr);
+  rope_at(q, n, nh, hk, nope, c_.rope);
+  rope_at(kpe, n, 1, rp, 0, c_.rope);
+  if (m.temp_scale != 0)
+    for (int64_t t = 0; t < n; t++) {
+      const double temp = std::log(std::floor(static_cast<double>(t) / m.temp_length) + 1.0) * m.temp_scale + 1.0;
+      for (int64_t i = 0; i < nh * hk; i++) q[t * nh * hk + i] *= temp;
+    }
+  q_rope[l] = q;
+  // Per-head up-projections: the split attn_k_b [head][latent][nope] + attn_v_b [head][value][latent], or
+  // the fused attn_kv_b [head][nope + value rows][latent].
+  const bool split = has(p + "attn_k_b.weight");
+  const Vec kb = split ? vec(p + "attn_k_b.weight") : vec(p + "attn_kv_b.weight");
+  const Vec vb = split ? vec(p + "attn_v_b.weight") : Vec();
+  const auto wk = [&](int h, int64_t r, int64_t d) {
+    return split ? kb[(h * lr + r) * nope + d] : kb[(h * (nope + vh) + d) * lr + r];
+  };
+  const auto wv = [&](int h, int64_t e, int64_t r) {
+    return split ? vb[(h * vh + e) * lr + r] : kb[(h * (nope + vh) + nope + e) * lr + r];
+  };
+  const auto sel = m.indexer.n_head > 0 ? indexer_select(p, xb, q_a, n) : std::vector<std::vector<int32_t>>();
+  if (!sel.empty()) selected[l] = sel;
+  Vec att(static_cast<size_t>(n * nh * vh), 0.0);
+  pool_.parallel_for(nh, [&](int64_t h0, int64_t h1) {
+    for (auto h = static_cast<int>(h0); h < h1; h++) {
+      Vec k(static_cast<size_t>(n * nope), 0.0), v(static_cast<size_t>(n * vh), 0.0);
+      for (int64_t j = 0; j < n; j++)
+        for (int64_t r = 0; r < lr; r++) {
+          const double c = lat[j * lr + r];
+          for (int64_t d = 0; d < nope; d++) k[j * nope + d] += wk(h, r, d) * c;
+          for (int64_t e = 0; e < vh; e++) v[j * vh + e] += wv(h, e, r) * c;
+        }
+      for (int64_t t = 0; t < n; t++) {
+        const double* qh = q.data() + (t * nh + h) * hk;
+        std::vector<int32_t> all;
+        if (sel.empty()) {
+          all.resize(static_cast<size_t>(t + 1));
+          std::iota(all.begin(), all.end(), 0);
+        }
+        const std::vector<int32_t>& js = sel.empty() ? all : sel[t];
+        std::vector<double> s(js.size());
+        double mx = -INFINITY;
+        for (size_t i = 0; i < js.size(); i++) {
+          const int64_t j = js[i];
+          double d = 0;
+          for (int64_t e = 0; e < nope; e++) d += qh[e] * k[j * nope + e];
+          for (int64_t e = 0; e < rp; e++) d += qh[nope + e] * kpe[j * rp + e];
+          s[i] = d * c_.attn_scale;
+          mx = std::max(mx, s[i]);
+        }
+        double sum = 0;
+        for (auto& e : s) sum += (e = std::exp(e - mx));
+        double* o = att.data() + (t * nh + h) * vh;
+        for (size_t i = 0; i < js.size(); i++)
+          for (int64_t e = 0; e < vh; e++) o[e] += s[i] / sum * v[js[i] * vh + e];
+      }
+    }
+  });
+  return att;
+}
+
 void F64Decoder::run(const std::vector<int32_t>& tokens) {
-  const int64_t n = static_cast<int64_t>(tokens.size()), dim = c_.n_embd, hd = c_.head_dim;
-  const int64_t q_dim = c_.n_head * hd, kv_dim = c_.n_head_kv * hd;
+  const int64_t n = static_cast<int64_t>(tokens.size()), dim = c_.n_embd;
   Vec x(static_cast<size_t>(n * dim), 0.0);
   std::vector<float> row(static_cast<size_t>(dim));
   const GgufTensorInfo* emb = tensor("token_embd.weight");
@@ -207,29 +356,14 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
     for (int64_t i = 0; i < dim; i++) x[t * dim + i] = row[i] * static_cast<double>(c_.embed_scale);
   }
   for (auto* v : {&q_rope, &attention, &attn_branch, &ffn_branch, &residual}) v->assign(c_.n_layer, {});
+  selected.assign(c_.n_layer, {});
   for (int l = 0; l < c_.n_layer; l++) {
     const std::string p = fmt::format("blk.{}.", l);
     Vec xb = rmsnorm(x, vec(p + "attn_norm.weight"), n, dim);
-    Vec q, k, v;
-    if (recipe_.fused_qkv) {
-      const std::string w = p + "attn_qkv.weight";
-      q = matmul(w, xb, n, 0, q_dim), k = matmul(w, xb, n, q_dim, kv_dim), v = matmul(w, xb, n, q_dim + kv_dim, kv_dim);
-    } else {
-      q = matmul(p + "attn_q.weight", xb, n), k = matmul(p + "attn_k.weight", xb, n), v = matmul(p + "attn_v.weight", xb, n);
-    }
-    for (auto [y, name] : {std::pair{&q, "attn_q.bias"}, {&k, "attn_k.bias"}, {&v, "attn_v.bias"}}) {
-      if (!has(p + name)) continue;
-      const Vec b = vec(p + name);
-      for (size_t i = 0; i < y->size(); i++) (*y)[i] += b[i % b.size()];
-    }
-    if (recipe_.qk_norm) {
-      q = rmsnorm(q, vec(p + "attn_q_norm.weight"), n * c_.n_head, hd);
-      k = rmsnorm(k, vec(p + "attn_k_norm.weight"), n * c_.n_head_kv, hd);
-    }
-    const RopeParams& rp = c_.is_sliding(l) ? rope_sliding_ : rope_;
-    rope(q, n, c_.n_head, rp), rope(k, n, c_.n_head_kv, rp);
-    q_rope[l] = q;
-    attention[l] = attend(q, k, v, n, l);
+    if (recipe_.attention == LayerRecipe::Attention::Mla)
+      attention[l] = mla_attend(l, xb, n);
+    else
+      attention[l] = gqa_attend(l, xb, n);
     Vec a = matmul(p + "attn_output.weight", attention[l], n);
     if (recipe_.post_norms) a = rmsnorm(a, vec(p + "post_attention_norm.weight"), n, dim);
     attn_branch[l] = a;
@@ -245,6 +379,32 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
   logits = matmul(has("output.weight") ? "output.weight" : "token_embd.weight", xn, n);
   if (c_.final_softcap > 0)
     for (auto& z : logits) z = c_.final_softcap * std::tanh(z / c_.final_softcap);
+}
+
+// Grouped-query attention of layer l (before Wo).
+F64Decoder::Vec F64Decoder::gqa_attend(int l, const Vec& xb, int64_t n) {
+  const std::string p = fmt::format("blk.{}.", l);
+  const int64_t hd = c_.head_dim, q_dim = c_.n_head * hd, kv_dim = c_.n_head_kv * hd;
+  Vec q, k, v;
+  if (recipe_.fused_qkv) {
+    const std::string w = p + "attn_qkv.weight";
+    q = matmul(w, xb, n, 0, q_dim), k = matmul(w, xb, n, q_dim, kv_dim), v = matmul(w, xb, n, q_dim + kv_dim, kv_dim);
+  } else {
+    q = matmul(p + "attn_q.weight", xb, n), k = matmul(p + "attn_k.weight", xb, n), v = matmul(p + "attn_v.weight", xb, n);
+  }
+  for (auto [y, name] : {std::pair{&q, "attn_q.bias"}, {&k, "attn_k.bias"}, {&v, "attn_v.bias"}}) {
+    if (!has(p + name)) continue;
+    const Vec b = vec(p + name);
+    for (size_t i = 0; i < y->size(); i++) (*y)[i] += b[i % b.size()];
+  }
+  if (recipe_.qk_norm) {
+    q = rmsnorm(q, vec(p + "attn_q_norm.weight"), n * c_.n_head, hd);
+    k = rmsnorm(k, vec(p + "attn_k_norm.weight"), n * c_.n_head_kv, hd);
+  }
+  const RopeParams& rp = c_.is_sliding(l) ? rope_sliding_ : rope_;
+  rope(q, n, c_.n_head, rp), rope(k, n, c_.n_head_kv, rp);
+  q_rope[l] = q;
+  return attend(q, k, v, n, l);
 }
 
 }  // namespace kestrel

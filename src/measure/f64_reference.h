@@ -2,7 +2,12 @@
 // A float64 forward pass of the grouped-query attention families (the math
 // their LayerRecipe names, model/family.h: biases, q/k norms, RoPE with its
 // frequency factors and per-layer bases, sliding windows, soft-caps, post
-// norms, SwiGLU/GeGLU, experts with shared ones): weights dequantized
+// norms, SwiGLU/GeGLU, experts with shared ones) and of the MLA families
+// (DeepSeek-V2/V3, Mistral Small 4, DeepSeek-V3.2: multi-head latent
+// attention written out per head — keys and values rebuilt from the latent,
+// no absorption —, the query temperature, DeepSeekMoE routing with groups and
+// the selection bias, and V3.2's lightning indexer and top-k selection, without
+// its Hadamard rotation, which leaves q.k unchanged): weights dequantized
 // exactly (to float), everything else in
 // double, written independently of the kernels. precision-check compares
 // the engine against it layer by layer.
@@ -33,6 +38,9 @@ class F64Decoder {
   std::vector<std::vector<double>> ffn_branch;   // what the FFN adds
   std::vector<std::vector<double>> residual;     // the residual stream after the layer
   std::vector<double> logits;
+  // DeepSeek-V3.2: per layer, per token, the positions its query attends to (ascending; every earlier
+  // one below the indexer's top_k). Empty for models without an indexer.
+  std::vector<std::vector<std::vector<int32_t>>> selected;
 
   // ops.cpp's rotation angle of pair i at pos and the cos/sin magnitude, in double.
   static double rope_angle(const RopeParams& p, int64_t pos, int i);
@@ -46,7 +54,14 @@ class F64Decoder {
   // y[n][rows] = x[n][cols] . W^T for rows [r0, r0 + count) of a tensor (all: count -1).
   Vec matmul(const std::string& name, const Vec& x, int64_t n, int64_t r0 = 0, int64_t count = -1);
   Vec rmsnorm(const Vec& x, const Vec& w, int64_t rows, int64_t dim) const;
-  void rope(Vec& x, int64_t n, int heads, const RopeParams& p) const;
+  void rope(Vec& x, int64_t n, int heads, const RopeParams& p) const { rope_at(x, n, heads, c_.head_dim, 0, p); }
+  // Rotates dims [offset, offset + n_rot) of each head, heads `stride` apart.
+  void rope_at(Vec& x, int64_t n, int heads, int64_t stride, int64_t offset, const RopeParams& p) const;
+  // MLA attention of layer l (before Wo); records the indexer's selections.
+  Vec mla_attend(int l, const Vec& xb, int64_t n);
+  Vec gqa_attend(int l, const Vec& xb, int64_t n);
+  std::vector<std::vector<int32_t>> indexer_select(const std::string& p, const Vec& xb, const Vec& q_a, int64_t n);
+  Vec layernorm(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t dim, double eps) const;
   Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer) const;
   Vec ffn(const std::string& p, const Vec& x, int64_t n);
   Vec moe(const std::string& p, const Vec& x, int64_t n);

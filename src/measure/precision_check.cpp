@@ -39,6 +39,15 @@ class ActivationRecorder final : public ForwardingBackend {
     in_.attention(kv, b, s);
     keep(kAttention, host(b.out), b.n_tokens * s.n_head * s.value_dim());
   }
+  // The indexer's choices of the layer: per row, its positions.
+  std::map<int, std::vector<std::vector<int32_t>>> selections;
+  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& b, Act w, const IndexerShape& s,
+                     int32_t* selected, int32_t* counts) override {
+    in_.indexer_top_k(keys, b, w, s, selected, counts);
+    auto& rows = selections[layer_];
+    rows.clear();
+    for (int64_t t = 0; t < b.n_tokens; t++) rows.emplace_back(selected + t * s.top_k, selected + t * s.top_k + counts[t]);
+  }
   // A layer's first residual add takes the attention branch, its last the
   // FFN branch (a MoE layer adds its shared expert in between) and leaves
   // the layer's output.
@@ -73,14 +82,7 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
   auto* rec = dynamic_cast<ActivationRecorder*>(e.backend.get());
   if (!rec) throw Error("precision-check: the engine was not built with make_activation_recorder");
   const ModelConfig& c = e.model->config();
-  if (family_of(c.arch).recipe.attention != LayerRecipe::Attention::Gqa) {
-    std::string gqa;
-    for (const Family* f : families())
-      if (f->recipe.attention == LayerRecipe::Attention::Gqa) gqa += (gqa.empty() ? "" : ", ") + std::string(f->name);
-    throw Error(fmt::format("precision-check covers the grouped-query attention families ({}), not {} (multi-head "
-                            "latent attention)",
-                            gqa, c.arch));
-  }
+  const bool mla = family_of(c.arch).recipe.attention == LayerRecipe::Attention::Mla;
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1 || n > e.model->max_batch_tokens() || n > e.n_ctx)
     throw Error(fmt::format("precision-check: {} tokens; give 1 to {} (one batch within the context)", n,
@@ -104,8 +106,19 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
   for (int l = 0; l < c.n_layer; l++) {
     LayerPrecision lp;
     lp.layer = l;
-    lp.q_rope = relative_error(rec->got[kQ][l], ref.q_rope[l]);
-    lp.attention = relative_error(rec->got[kAttention][l], ref.attention[l]);
+    lp.q_rope = mla ? NAN : relative_error(rec->got[kQ][l], ref.q_rope[l]);
+    lp.attention = mla ? NAN : relative_error(rec->got[kAttention][l], ref.attention[l]);
+    if (!ref.selected[l].empty()) {
+      const auto& got = rec->selections[l];
+      if (got.size() != ref.selected[l].size())
+        throw Error(fmt::format("precision-check: layer {}: the indexer chose for {} rows, the reference for {}", l,
+                                got.size(), ref.selected[l].size()));
+      for (size_t t = 0; t < got.size(); t++) {
+        if (static_cast<int>(t) + 1 <= c.mla.indexer.top_k) continue;
+        lp.selected_rows++;
+        lp.selected_same += got[t] == ref.selected[l][t];
+      }
+    }
     lp.attn_proj = relative_error(rec->got[kAttnProj][l], ref.attn_branch[l]);
     lp.ffn = relative_error(rec->got[kFfn][l], ref.ffn_branch[l]);
     lp.residual = relative_error(rec->got[kResidual][l], ref.residual[l]);

@@ -8,7 +8,11 @@
 // after each layer, and of the logits. A layer where the error jumps points
 // at the operator losing precision. Also the error of the RoPE rotation
 // (cos/sin from float32 angles) at the last position of the context.
-// The decoder families (measure/f64_reference.h); not DeepSeek's MLA.
+// The decoder families and the MLA families (measure/f64_reference.h); for
+// MLA the queries and the attention output are not compared (the engine
+// attends over the latent, absorbed, the reference per head), the branches,
+// the residual and the logits are, and with DeepSeek-V3.2's indexer each
+// layer's top-k selections: how many rows chose the same positions.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -20,7 +24,8 @@ namespace kestrel {
 
 struct LayerPrecision {
   int layer = 0;
-  double q_rope = 0, attention = 0, attn_proj = 0, ffn = 0, residual = 0;
+  double q_rope = 0, attention = 0, attn_proj = 0, ffn = 0, residual = 0;  // NaN: not compared
+  int64_t selected_rows = 0, selected_same = 0;  // indexer rows past top_k, and those equal to float64's
 };
 
 struct PrecisionReport {
