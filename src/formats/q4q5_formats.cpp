@@ -85,7 +85,9 @@ void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n, const float* imp
       d = fit_scale_symmetric(x, w, kQK32, 16);
     }
     y[i].d = fp32_to_fp16(d);
-    d = fp16_to_fp32(y[i].d);
+    // Levels against the scale as stored with an importance row; without one as ggml's reference
+    // (quantize_row_q5_0_ref) does, against the scale as computed: the bytes llama-quantize writes.
+    if (imp) d = fp16_to_fp32(y[i].d);
     const float id = d ? 1 / d : 0;
     uint32_t high = 0;
     for (int j = 0; j < kQK32 / 2; j++) {

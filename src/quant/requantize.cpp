@@ -75,6 +75,7 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
   const auto progress = o.on_progress;
   for (const auto& [k, v] : in.metadata()) w.set(k, v);
   w.set_u32("general.file_type", o.file_type ? o.file_type : llama_file_type(o.type));
+  w.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, as llama-quantize writes it
   for (const auto& t : in.tensors()) {
     if (!traits(t.type).computable)
       throw Error(fmt::format("{}: tensor '{}' has type {}, which Kestrel cannot read yet", in.path(), t.name,
