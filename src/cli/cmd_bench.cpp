@@ -20,7 +20,7 @@ namespace {
 
 struct BenchFlags {
   std::vector<std::string> models;
-  std::vector<int64_t> n_prompt{512}, n_gen{128}, batch{512};
+  std::vector<int64_t> n_prompt{512}, n_gen{128}, batch{512}, depth{0};
   std::vector<int> threads{0};
   int reps = 5;
   std::string output = "md", profile;
@@ -90,7 +90,7 @@ std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double
 nlohmann::json to_json(const BenchResult& r) {
   return {{"model_filename", r.model_filename}, {"model_type", r.model_type}, {"model_size", r.model_size},
           {"model_n_params", r.model_n_params}, {"n_threads", r.n_threads}, {"n_batch", r.n_batch},
-          {"n_prompt", r.test.n_prompt}, {"n_gen", r.test.n_gen}, {"test", r.test.name},
+          {"n_prompt", r.test.n_prompt}, {"n_gen", r.test.n_gen}, {"n_depth", r.test.depth}, {"test", r.test.name},
           {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts}, {"samples_roofline_ts", r.samples_roofline_ts},
           {"backends", "CPU"}, {"kernel_isa", r.kernel_isa},
           {"roofline_ts", r.roofline_ts}, {"roofline_fraction", r.roofline_fraction},
@@ -162,7 +162,8 @@ int run(BenchFlags& f) {
         o.max_batch_tokens = batch;
         int64_t need = 1;
         for (auto p : f.n_prompt) need = std::max(need, p);
-        for (auto n : f.n_gen) need = std::max(need, n);
+        for (auto n : f.n_gen)
+          for (auto d : f.depth) need = std::max(need, n + d + 1);
         o.n_ctx = need;
         o.profile = !f.profile.empty();
         o.use_mmap = f.use_mmap;
@@ -179,8 +180,11 @@ int run(BenchFlags& f) {
         }
         for (auto p : f.n_prompt)
           if (p > 0) results.push_back(run_bench(e, model, {fmt::format("pp{}", p), p, 0}, f.reps, limits, probe.get()));
-        for (auto n : f.n_gen)
-          if (n > 0) results.push_back(run_bench(e, model, {fmt::format("tg{}", n), 0, n}, f.reps, limits, probe.get()));
+        for (auto d : f.depth)
+          for (auto n : f.n_gen)
+            if (n > 0)
+              results.push_back(run_bench(e, model, {d > 0 ? fmt::format("tg{}@d{}", n, d) : fmt::format("tg{}", n), 0, n, d},
+                                          f.reps, limits, probe.get()));
         fmt::print(stderr, "bench: {} t={} b={} done\n", model, n_threads, batch);
         if (e.profiler) {
           // One trace per run; with a grid, later configurations overwrite earlier ones.
@@ -204,6 +208,12 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-p,--n-prompt", f.n_prompt, "Prompt lengths for prefill tests (0: none)")->delimiter(',')->capture_default_str();
   cmd->add_option("-n,--n-gen", f.n_gen, "Generation lengths for decode tests (0: none)")->delimiter(',')->capture_default_str();
   cmd->add_option("-t,--threads", f.threads, "Thread counts (0: all cores)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-d,--depth", f.depth,
+                  "Decode tests after this many tokens already in the context (their prefill not timed), as "
+                  "llama-bench's -d")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("-b,--batch-size", f.batch, "Prompt tokens per forward step")->delimiter(',')->capture_default_str();
   cmd->add_option("-r,--repetitions", f.reps, "Repetitions of each test")->capture_default_str();
   cmd->add_option("-o,--output", f.output, "Output format: md, json, jsonl, csv")->capture_default_str();

@@ -168,6 +168,10 @@ class Backend {
   virtual void silu_mul(Act gate, Act up, int64_t n) = 0;
   virtual void gelu_mul(Act gate, Act up, int64_t n) { kestrel::gelu_mul(host(gate), host(up), n); }
   virtual void scale(Act x, int64_t n, float s) { scale_inplace(host(x), n, s); }
+  // In place: every block of `block` floats (a power of two) of n floats, Walsh-Hadamard rotated (ops.h).
+  virtual void hadamard(Act x, int64_t n, int block) {
+    for (int64_t i = 0; i < n; i += block) walsh_hadamard(host(x) + i, block);
+  }
   virtual void softcap(Act x, int64_t n, float cap) { softcap_inplace(host(x), n, cap); }
   virtual void add(Act x, Act y, int64_t n) = 0;
   virtual void add_bias(Act x, const float* bias, int64_t n_rows, int64_t dim) = 0;

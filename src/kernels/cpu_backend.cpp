@@ -175,6 +175,26 @@ class CpuBackend final : public Backend {
     attention_paged(pool_, kv, host_rows(rows), shape);
   }
 
+  void hadamard(Act x_act, int64_t n, int block) override {
+    float* x = host(x_act);
+    pool_.parallel_for(n / block, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; b++) walsh_hadamard(x + b * block, block);
+    });
+  }
+
+  void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,
+                      int64_t k_width, Act dst_act) override {
+    float* dst = host(dst_act);
+    pool_.parallel_for(count, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; i++) {
+        const int32_t p = positions[i];
+        const int64_t slot = static_cast<int64_t>(table[p / view.block_size]) * view.block_size + p % view.block_size;
+        const float* row = view.k_format.read(view.k_row(slot), 0, dst + i * k_width, k_width);
+        if (row != dst + i * k_width) std::memcpy(dst + i * k_width, row, static_cast<size_t>(k_width) * sizeof(float));
+      }
+    });
+  }
+
   void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
                      int32_t* selected, int32_t* counts) override {
     lightning_indexer_top_k(&pool_, keys, {rows.n_tokens, host(rows.q), host(w), rows.positions, rows.block_tables},

@@ -57,6 +57,7 @@ class ForwardingBackend : public Backend {
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     in_.rmsnorm(x, w, y, rows, dim, eps);
   }
+  void hadamard(Act x, int64_t n, int block) override { in_.hadamard(x, n, block); }
   void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
     in_.layernorm(x, w, b, y, rows, dim, eps);
   }

@@ -1,6 +1,8 @@
 #include "kernels/isa_dispatch.h"
 #include "kernels/kv_format.h"
 
+#include "kernels/ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,20 +40,6 @@ size_t group_bytes_for(KvType t, int g) {
       return 4 + static_cast<size_t>(g) / 2;
   }
   return 4;
-}
-
-// In-place orthonormal Walsh-Hadamard transform of n (a power of two)
-// values; it is its own inverse.
-void hadamard(float* x, int n) {
-  for (int h = 1; h < n; h *= 2)
-    for (int i = 0; i < n; i += 2 * h)
-      for (int j = i; j < i + h; j++) {
-        const float a = x[j], b = x[j + h];
-        x[j] = a + b;
-        x[j + h] = a - b;
-      }
-  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
-  for (int i = 0; i < n; i++) x[i] *= norm;
 }
 
 inline uint16_t load_u16(const uint8_t* p) {
@@ -131,7 +119,7 @@ void KvRowFormat::quantize(const float* x, void* dst, int64_t n) const {
   float rot[kMaxGroup];
   for (int64_t b = 0; b < n / g; b++, x += g, out += group_bytes_) {
     std::copy_n(x, g, rot);
-    if (rotated()) hadamard(rot, g);
+    if (rotated()) walsh_hadamard(rot, g);
     float lo = rot[0], hi = rot[0], amax = 0;
     for (int i = 0; i < g; i++) {
       lo = std::min(lo, rot[i]);
@@ -185,7 +173,7 @@ void dequant_q8_0(const uint8_t* in, float* y, int64_t n, int g, size_t gb) {
   for (int64_t b = 0; b < n / g; b++, y += g, in += gb) {
     const float d = fp16_to_fp32(load_u16(in));
     for (int i = 0; i < g; i++) y[i] = d * static_cast<float>(static_cast<int8_t>(in[2 + i]));
-    hadamard(y, g);
+    walsh_hadamard(y, g);
   }
 }
 void dequant_fp8(const uint8_t* in, float* y, int64_t n, int g, size_t gb) {
@@ -203,7 +191,7 @@ void dequant_q4(const uint8_t* in, float* y, int64_t n, int g, size_t gb) {
       y[i] = lo + m;
       y[i + 1] = hi + m;
     }
-    hadamard(y, g);
+    walsh_hadamard(y, g);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/dot.h"
+#include "kernels/gemm_float.h"
 
 namespace kestrel {
 
@@ -14,20 +15,51 @@ double score_with(const DotKernels& dk, const float* q, const float* w, const fl
   double acc = 0.0;
   for (int h = 0; h < s.n_head; h++) {
     const float d = dk.dot_f32(q + int64_t{h} * s.head_dim, k, s.head_dim);
-    if (d > 0.0f) acc += static_cast<double>(d * w[h]);  // relu, then the weight, rounded as ggml_mul does
+    acc += static_cast<double>(std::max(d, 0.0f) * w[h]);  // relu, then the weight, rounded as ggml_mul does
   }
   return acc;
 }
 
-// Scores of positions [j0, j1) of one row's sequence.
+// Scores of positions [j0, j1) of one row's sequence: the keys of a chunk of positions gathered as floats,
+// every head's q.k of them in one small GEMM (the float tiles: heads x positions; row dots where the ISA
+// has no tiles), then relu, the head weights, the sum.
 void score_range(const DotKernels& dk, const PagedKvLayerView& keys, const int32_t* table, const float* q,
                  const float* w, const IndexerShape& s, int32_t j0, int32_t j1, float* scores) {
-  thread_local std::vector<float> kbuf;
-  kbuf.resize(static_cast<size_t>(s.head_dim));
-  for (int32_t j = j0; j < j1; j++) {
-    const int64_t slot = static_cast<int64_t>(table[j / keys.block_size]) * keys.block_size + j % keys.block_size;
-    const float* k = keys.k_format.read(keys.k_row(slot), 0, kbuf.data(), s.head_dim);
-    scores[j] = static_cast<float>(score_with(dk, q, w, k, s));
+  constexpr int32_t kChunk = 64;
+  const int64_t hd = s.head_dim;
+  thread_local std::vector<float> kbuf, dots;
+  kbuf.resize(static_cast<size_t>(kChunk * hd));
+  dots.resize(static_cast<size_t>(kChunk) * s.n_head);
+  const FloatTiles* tiles = float_tiles();
+  const bool in_place = keys.k_format.type() == KvType::F32;  // float rows read where they lie
+  for (int32_t j = j0, c = 0; j < j1; j += c) {
+    // Up to kChunk positions of one KV block (consecutive slots).
+    c = std::min({kChunk, j1 - j, keys.block_size - j % keys.block_size});
+    const int64_t slot0 = static_cast<int64_t>(table[j / keys.block_size]) * keys.block_size + j % keys.block_size;
+    const float* kp = kbuf.data();
+    size_t stride = static_cast<size_t>(hd) * 4;
+    if (in_place) {
+      kp = reinterpret_cast<const float*>(keys.k_row(slot0));
+      stride = static_cast<size_t>(keys.k_stride);
+    } else {
+      for (int32_t i = 0; i < c; i++) keys.k_format.dequantize(keys.k_row(slot0 + i), 0, kbuf.data() + i * hd, hd);
+    }
+    if (tiles) {
+      tiles->gemm(GgmlType::F32, reinterpret_cast<const uint8_t*>(kp), stride, hd, 0, c, q, s.n_head, dots.data(), c,
+                  s.n_head);
+    } else {
+      for (int h = 0; h < s.n_head; h++)
+        for (int32_t i = 0; i < c; i++)
+          dots[h * c + i] = dk.dot_f32(q + h * hd, reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(kp) + i * stride), hd);
+    }
+    // relu, weight, sum over the heads in head order (branch-free: half the dots are negative).
+    double acc[kChunk] = {};
+    for (int h = 0; h < s.n_head; h++) {
+      const float* dh = dots.data() + h * c;
+      const float wh = w[h];
+      for (int32_t i = 0; i < c; i++) acc[i] += static_cast<double>(std::max(dh[i], 0.0f) * wh);
+    }
+    for (int32_t i = 0; i < c; i++) scores[j + i] = static_cast<float>(acc[i]);
   }
 }
 

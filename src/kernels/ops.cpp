@@ -19,6 +19,18 @@ void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int6
   }
 }
 
+void walsh_hadamard(float* x, int n) {
+  for (int h = 1; h < n; h *= 2)
+    for (int i = 0; i < n; i += 2 * h)
+      for (int j = i; j < i + h; j++) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int i = 0; i < n; i++) x[i] *= norm;
+}
+
 void layernorm_rows(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t dim,
                     float eps) {
   for (int64_t r = 0; r < n_rows; r++) {

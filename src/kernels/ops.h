@@ -7,6 +7,9 @@ namespace kestrel {
 
 // y = x / rms(x) * w for each of n_rows rows of length dim.
 void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t dim, float eps);
+// In place, the orthonormal Walsh-Hadamard transform of n values (n a power of two; Sylvester's order, the
+// matrix llama.cpp builds for its attention rotations); its own inverse.
+void walsh_hadamard(float* x, int n);
 // y = (x - mean) / sqrt(var + eps) * w + b per row (ggml_norm, then the weight and the bias; b may be null).
 void layernorm_rows(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t dim, float eps);
 // gate[i] = silu(gate[i]) * up[i]

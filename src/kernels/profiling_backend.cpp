@@ -105,6 +105,9 @@ class ProfilingBackend final : public ForwardingBackend {
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     timed("rmsnorm", layer_, 8.0 * rows * dim, 4.0 * rows * dim, [&] { in_.rmsnorm(x, w, y, rows, dim, eps); });
   }
+  void hadamard(Act x, int64_t n, int block) override {
+    timed("hadamard", layer_, 8.0 * n, static_cast<double>(n) * std::log2(block), [&] { in_.hadamard(x, n, block); });
+  }
   void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
     timed("layernorm", layer_, 8.0 * rows * dim, 7.0 * rows * dim, [&] { in_.layernorm(x, w, b, y, rows, dim, eps); });
   }
@@ -125,6 +128,13 @@ class ProfilingBackend final : public ForwardingBackend {
       if (b.positions[t] + 1 > s.top_k) scored += b.positions[t] + 1;
     timed("indexer_top_k", layer_, scored * static_cast<double>(keys.k_stride),
           2.0 * scored * s.n_head * s.head_dim, [&] { in_.indexer_top_k(keys, b, w, s, selected, counts); });
+  }
+  void attention_dense(Act k, Act v, int64_t kw, int64_t vw, int64_t len, const AttentionRows& b,
+                       const AttentionShape& s) override {
+    double keys = 0;
+    for (int64_t t = 0; t < b.n_tokens; t++) keys += std::min<int64_t>(len, b.positions[t] + 1);
+    timed("attention_dense", layer_, keys * 4.0 * static_cast<double>(kw + vw), 4.0 * keys * s.n_head * s.head_dim,
+          [&] { in_.attention_dense(k, v, kw, vw, len, b, s); });
   }
   void silu_mul(Act g, Act u, int64_t n) override {
     timed("silu_mul", layer_, 12.0 * n, 5.0 * n, [&] { in_.silu_mul(g, u, n); });

@@ -43,10 +43,21 @@ double prefill_ts(LoadedModel& e, int64_t n_prompt) {
   return tokens_per_second(e, prompt, 0);
 }
 
-// Decode: n_gen single-token steps from an empty context, as llama-bench's tg test.
-double decode_ts(LoadedModel& e, int64_t n_gen) {
+// Decode: n_gen single-token steps from an empty context, as llama-bench's tg test; with a depth, after a
+// prompt of depth tokens, its prefill not timed (computed once: later runs start from its cached blocks).
+double decode_ts(LoadedModel& e, int64_t n_gen, int64_t depth) {
   const int32_t bos = e.tokenizer->vocab().bos >= 0 ? e.tokenizer->vocab().bos : 0;
-  return tokens_per_second(e, {bos}, n_gen);
+  if (depth == 0) return tokens_per_second(e, {bos}, n_gen);
+  const int64_t n_vocab = e.model->config().n_vocab;
+  std::vector<int32_t> prompt(static_cast<size_t>(depth));
+  for (int64_t i = 0; i < depth; i++) prompt[i] = static_cast<int32_t>((i * 7919) % n_vocab);
+  GenerationParams p;
+  p.max_tokens = n_gen + 1;  // n_gen steps after the first sampled token
+  p.ignore_eos = true;
+  p.prefix_cache = true;  // the warm-up computes the prompt once; the repetitions start from its blocks
+  p.sampling.temperature = 0.0f;
+  const GenerationResult r = generate(e, prompt, p);
+  return static_cast<double>(r.tokens.size() - 1) / r.decode_seconds;
 }
 
 struct Roofline {
@@ -116,7 +127,9 @@ BenchResult run_bench(LoadedModel& e, const std::string& path, const BenchTest& 
   const bool prefill = test.n_prompt > 0;
   const int64_t tokens = prefill ? test.n_prompt : test.n_gen;
   if (tokens <= 0) throw Error("a bench test needs a positive prompt or generation length");
-  if (tokens > e.n_ctx) throw Error(fmt::format("{}: {} tokens do not fit the context of {} (raise -c)", test.name, tokens, e.n_ctx));
+  if (tokens + test.depth + 1 > e.n_ctx)
+    throw Error(fmt::format("{}: {} tokens do not fit the context of {} (raise -c)", test.name,
+                            tokens + test.depth + 1, e.n_ctx));
 
   const ModelConfig& c = e.model->config();
   const ModelCost cost = model_cost(*e.file, c);
@@ -134,10 +147,10 @@ BenchResult run_bench(LoadedModel& e, const std::string& path, const BenchTest& 
   r.kv_bytes_per_token = e.kv->layout().bytes_per_token();
   r.kv_bytes = e.kv->layout().describe_bytes();
   // Average context seen by a token of this test (for attention FLOPs).
-  r.flops_per_token = cost.flops_per_token(c, tokens / 2);
+  r.flops_per_token = cost.flops_per_token(c, test.depth + tokens / 2);
   const Bound bound = bound_of(prefill, cost);
 
-  auto once = [&] { return prefill ? prefill_ts(e, tokens) : decode_ts(e, tokens); };
+  auto once = [&] { return prefill ? prefill_ts(e, tokens) : decode_ts(e, tokens, test.depth); };
   once();  // warm-up: page in weights, grow scratch buffers
   std::vector<double> fractions, limits;
   for (int i = 0; i < reps; i++) {

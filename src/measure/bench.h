@@ -12,8 +12,9 @@
 namespace kestrel {
 
 struct BenchTest {
-  std::string name;  // "pp512" or "tg128"
+  std::string name;  // "pp512", "tg128" or "tg128@d16384"
   int64_t n_prompt = 0, n_gen = 0;
+  int64_t depth = 0;  // decode: tokens already in the context before the timed steps (llama-bench's -d)
 };
 
 struct BenchResult {

@@ -240,10 +240,10 @@ std::vector<std::vector<int32_t>> F64Decoder::indexer_select(const std::string& 
   Vec iq = matmul(p + "indexer.attn_q_b.weight", q_a, n);
   Vec ik = layernorm(matmul(p + "indexer.attn_k.weight", xb, n), vec(p + "indexer.k_norm.weight"),
                      vec(p + "indexer.k_norm.bias"), n, hd, 1e-6);
-  RopeParams neox = c_.rope;
-  neox.style = RopeStyle::NeoX;
-  rope_at(iq, n, nh, hd, 0, neox);
-  rope_at(ik, n, 1, hd, 0, neox);
+  RopeParams rp = c_.rope;
+  rp.style = ix.rope_style;  // V3.2 NeoX halves, GLM-5 adjacent pairs
+  rope_at(iq, n, nh, hd, 0, rp);
+  rope_at(ik, n, 1, hd, 0, rp);
   const Vec iw = matmul(p + "indexer.proj.weight", xb, n);
   const double w_scale = 1.0 / std::sqrt(static_cast<double>(hd * nh));
   std::vector<std::vector<int32_t>> sel(static_cast<size_t>(n));
@@ -305,8 +305,15 @@ F64Decoder::Vec F64Decoder::mla_attend(int l, const Vec& xb, int64_t n) {
   const auto wv = [&](int h, int64_t e, int64_t r) {
     return split ? vb[(h * vh + e) * lr + r] : kb[(h * (nope + vh) + nope + e) * lr + r];
   };
-  const auto sel = m.indexer.n_head > 0 ? indexer_select(p, xb, q_a, n) : std::vector<std::vector<int32_t>>();
-  if (!sel.empty()) selected[l] = sel;
+  // A shared-indexer layer (GLM-5) attends to the positions the last full layer chose.
+  std::vector<std::vector<int32_t>> sel;
+  if (m.indexer.n_head > 0 && !m.indexer.shares(l)) {
+    sel = indexer_select(p, xb, q_a, n);
+    selected[l] = sel;
+    last_selection_ = sel;
+  } else if (m.indexer.n_head > 0) {
+    sel = last_selection_;
+  }
   Vec att(static_cast<size_t>(n * nh * vh), 0.0);
   pool_.parallel_for(nh, [&](int64_t h0, int64_t h1) {
     for (auto h = static_cast<int>(h0); h < h1; h++) {

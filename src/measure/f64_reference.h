@@ -38,8 +38,8 @@ class F64Decoder {
   std::vector<std::vector<double>> ffn_branch;   // what the FFN adds
   std::vector<std::vector<double>> residual;     // the residual stream after the layer
   std::vector<double> logits;
-  // DeepSeek-V3.2: per layer, per token, the positions its query attends to (ascending; every earlier
-  // one below the indexer's top_k). Empty for models without an indexer.
+  // DeepSeek-V3.2 / GLM-5: per layer with an indexer of its own, per token, the positions its query
+  // attends to (ascending; every earlier one below the indexer's top_k). Empty for the other layers.
   std::vector<std::vector<std::vector<int32_t>>> selected;
 
   // ops.cpp's rotation angle of pair i at pos and the cos/sin magnitude, in double.
@@ -70,6 +70,7 @@ class F64Decoder {
   const GgufFile& f_;
   const ModelConfig& c_;
   const LayerRecipe& recipe_;  // what the family's layer is made of (model/family.h)
+  std::vector<std::vector<int32_t>> last_selection_;  // the last full indexer layer's
   std::vector<float> factors_;  // rope_freqs / rope_factors_{short,long}, from the file
   RopeParams rope_, rope_sliding_;
   ThreadPool pool_;

@@ -108,7 +108,7 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
     lp.layer = l;
     lp.q_rope = mla ? NAN : relative_error(rec->got[kQ][l], ref.q_rope[l]);
     lp.attention = mla ? NAN : relative_error(rec->got[kAttention][l], ref.attention[l]);
-    if (!ref.selected[l].empty()) {
+    if (!ref.selected[l].empty()) {  // the layers with an indexer of their own
       const auto& got = rec->selections[l];
       if (got.size() != ref.selected[l].size())
         throw Error(fmt::format("precision-check: layer {}: the indexer chose for {} rows, the reference for {}", l,

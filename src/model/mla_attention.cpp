@@ -107,7 +107,8 @@ MlaWeights load_mla(const WeightLoader& ld, Backend& be, const std::string& p, c
   w.wo = be.prepare_weight(shard.columns(ld.require(p + "attn_output.weight", {nh * m.v_head, dim})));
   const MlaConfig::Indexer& ix = m.indexer;
   if (ix.n_head > 0 && !indexer) {
-    ld.skip_prefix(p + "indexer.", "this block attends densely (as llama.cpp's multi-token-prediction graph)");
+    ld.skip_prefix(p + "indexer.", "this block has no indexer of its own (an MTP block attends densely, a shared-"
+                                   "indexer layer reuses the previous selection), as in llama.cpp's graphs");
   } else if (ix.n_head > 0) {
     // Every rank scores with the whole indexer: the selection is per token, not per head.
     w.idx_q_b = be.prepare_weight(ld.require(p + "indexer.attn_q_b.weight", {m.q_lora_rank, ix.n_head * ix.head_dim}));
@@ -139,26 +140,11 @@ MlaBlock::MlaBlock(Backend& be, const ModelConfig& c, const MlaHeads& heads, Mla
   if (ix.n_head > 0) {
     const int64_t qw = int64_t{ix.n_head} * ix.head_dim;
     iq_ = ActBuffer(be, n * qw);
-    iq_rot_ = ActBuffer(be, n * qw);
     ik_ = ActBuffer(be, n * ix.head_dim);
-    ik_rot_ = ActBuffer(be, n * ix.head_dim);
     iw_ = ActBuffer(be, n * ix.n_head);
-    // llama.cpp's orthonormal Walsh-Hadamard matrix (Sylvester order), applied to each block of the
-    // indexer's query heads and key: q.k is unchanged in exact arithmetic, the rounding is llama.cpp's.
-    const int nr = indexer_rotation_size(ix.head_dim);
-    hadamard_.assign(static_cast<size_t>(nr) * nr, 0.0f);
-    hadamard_[0] = 1.0f / std::sqrt(static_cast<float>(nr));
-    for (int sz = 1; sz < nr; sz *= 2)
-      for (int i = 0; i < sz; i++)
-        for (int j = 0; j < sz; j++) {
-          const float v = hadamard_[static_cast<size_t>(i) * nr + j];
-          hadamard_[static_cast<size_t>(i + sz) * nr + j] = v;
-          hadamard_[static_cast<size_t>(i) * nr + j + sz] = v;
-          hadamard_[static_cast<size_t>(i + sz) * nr + j + sz] = -v;
-        }
-    hadamard_w_ = be.prepare_weight(f32_weight("indexer.hadamard", hadamard_, nr, nr));
+    hadamard_block_ = indexer_rotation_size(ix.head_dim);
     idx_rope_ = c.rope;
-    idx_rope_.style = RopeStyle::NeoX;  // the indexer's heads are [rope | rest], NeoX pairs (llama.cpp)
+    idx_rope_.style = ix.rope_style;  // on the first qk_rope dims of [rope | rest] heads
     selected_.resize(static_cast<size_t>(n) * ix.top_k);
     counts_.resize(static_cast<size_t>(n));
     sel_rows_ = ActBuffer(be, int64_t{ix.top_k} * kv_width_);
@@ -206,9 +192,16 @@ void MlaBlock::begin_step(const Batch& b, const BatchPlacement& place) {
 void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb, Act out) {
   project_qkv(be, w, r, xb);
   if (w.indexed()) index_keys(be, w, r, xb);
-  write_latents(be, w, r, w.indexed() ? Act(ik_rot_) : Act());
+  write_latents(be, w, r, w.indexed() ? Act(ik_) : Act());
   sparse_rows_.clear();
-  if (w.indexed()) select_positions(be, r);
+  if (w.indexed()) {
+    select_positions(be, r);
+  } else if (r.layer < c_.n_layer && c_.mla.indexer.shares(r.layer)) {
+    // The rows keep the positions the previous full layer chose for them.
+    dense_rows_.clear();
+    for (int64_t t = 0; t < r.n; t++)
+      (r.positions()[t] + 1 > c_.mla.indexer.top_k ? sparse_rows_ : dense_rows_).push_back(t);
+  }
   if (decompress_)
     attend_decompressed(be, w, r);
   else
@@ -219,7 +212,7 @@ void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb,
 // The indexer's query heads, key and head weights of the rows (the key written beside the latent next).
 void MlaBlock::index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb) {
   const MlaConfig::Indexer& ix = c_.mla.indexer;
-  const int64_t n = r.n, qw = int64_t{ix.n_head} * ix.head_dim, nr = hadamard_w_.rows();
+  const int64_t n = r.n, qw = int64_t{ix.n_head} * ix.head_dim;
   be.matmul(w.idx_q_b, q_a_norm_, n, iq_);
   const Weight* ws[2] = {&w.idx_k, &w.idx_proj};
   const Act ys[2] = {ik_, iw_};
@@ -227,8 +220,10 @@ void MlaBlock::index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, 
   be.layernorm(ik_, w.idx_k_norm.data(), w.idx_k_norm_b.data(), ik_, n, ix.head_dim, 1e-6f);  // llama.cpp's f_norm_eps
   be.rope(iq_, r.positions(), n, ix.n_head, ix.head_dim, idx_rope_);
   be.rope(ik_, r.positions(), n, 1, ix.head_dim, idx_rope_);
-  be.matmul(hadamard_w_, iq_, n * qw / nr, iq_rot_);
-  be.matmul(hadamard_w_, ik_, n * ix.head_dim / nr, ik_rot_);
+  // llama.cpp's orthonormal Walsh-Hadamard rotation of each block of the heads: q.k unchanged in exact
+  // arithmetic, the rounding (and a quantized cache's scales) as llama.cpp's.
+  be.hadamard(iq_, n * qw, hadamard_block_);
+  be.hadamard(ik_, n * ix.head_dim, hadamard_block_);
   be.scale(iw_, n * ix.n_head, 1.0f / std::sqrt(static_cast<float>(ix.head_dim * ix.n_head)));
 }
 
@@ -238,7 +233,7 @@ void MlaBlock::select_positions(Backend& be, const LayerRows& r) {
   PagedKvLayerView keys = r.kv.layer_view(r.kv_layer);
   keys.k = keys.v, keys.k_stride = keys.v_stride, keys.k_format = keys.v_format;
   // Kept by the rows' places in the batch (a layer may run on part of the batch at a time).
-  be.indexer_top_k(keys, {r.n, iq_rot_, Act(), r.positions(), r.tables()}, iw_, {ix.n_head, ix.head_dim, ix.top_k},
+  be.indexer_top_k(keys, {r.n, iq_, Act(), r.positions(), r.tables()}, iw_, {ix.n_head, ix.head_dim, ix.top_k},
                    selected_.data() + r.r0 * ix.top_k, counts_.data() + r.r0);
   dense_rows_.clear();
   for (int64_t t = 0; t < r.n; t++) (r.positions()[t] + 1 > ix.top_k ? sparse_rows_ : dense_rows_).push_back(t);

@@ -108,10 +108,9 @@ class MlaBlock {
   std::vector<int64_t> seq_tokens_;
   ActBuffer dec_rows_, dec_lat_, dec_k_, dec_v_, dec_q_, dec_out_;
   std::vector<int32_t> dec_pos_;
-  // The indexer's rows (iq, its rotation, ik, its rotation, head weights) and this step's selections.
-  ActBuffer iq_, iq_rot_, ik_, ik_rot_, iw_;
-  std::vector<float> hadamard_;
-  Weight hadamard_w_;
+  // The indexer's rows (query heads, key, head weights) and this step's selections.
+  ActBuffer iq_, ik_, iw_;
+  int hadamard_block_ = 0;
   RopeParams idx_rope_;
   std::vector<int32_t> selected_, counts_;
   std::vector<int64_t> dense_rows_, sparse_rows_;

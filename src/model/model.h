@@ -34,8 +34,12 @@ struct MlaConfig {
   // and each query attends only to its top_k (kernels/lightning_indexer.h). n_head 0: dense MLA.
   struct Indexer {
     int n_head = 0;
-    int head_dim = 0;  // per head [rope (qk_rope dims, NeoX pairs) | rest]; the cached key is one such head
+    int head_dim = 0;  // per head [rope (qk_rope dims) | rest]; the cached key is one such head
     int top_k = 0;
+    RopeStyle rope_style = RopeStyle::NeoX;  // V3.2's; GLM-5 rotates adjacent pairs
+    // Per trunk layer, 1: no indexer of its own, the previous full layer's selection reused (GLM-5.2).
+    std::vector<uint8_t> shared;
+    bool shares(int layer) const { return layer < static_cast<int>(shared.size()) && shared[layer]; }
   } indexer;
 };
 

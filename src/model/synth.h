@@ -30,6 +30,7 @@ struct SynthDeepseek {
   int64_t temp_length = 0;
   // DeepSeek-V3.2's lightning indexer (deepseek32): heads, head size, top-k; 0 heads: none.
   int64_t idx_heads = 0, idx_dim = 0, idx_top_k = 0;
+  std::vector<uint8_t> idx_shared;  // glm-dsa: per layer, 1 reuses the previous full layer's selection
 };
 
 // The GQA families' extras; what each architecture's tensors look like

@@ -50,7 +50,7 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
   req->params.max_total_tokens = e.n_ctx + 1;  // the last token generated needs no KV
   req->params.ignore_eos = params.ignore_eos;
   req->params.all_logits = params.all_logits;
-  req->params.prefix_cache = false;  // every prompt position is computed (its logits may be asked for)
+  req->params.prefix_cache = params.prefix_cache && !params.all_logits;  // else every position is computed
   if (params.grammar)
     req->params.constraint = std::make_shared<TokenConstraint>(params.grammar, e.grammar_vocab());
   const std::shared_ptr<TokenConstraint> grammar = req->params.constraint;

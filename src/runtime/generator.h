@@ -20,6 +20,9 @@ struct GenerationParams {
   std::vector<std::string> stop;   // stop strings: generation ends before them
   bool ignore_eos = false;
   bool all_logits = false;         // compute logits for every prompt position too
+  // Start from (and publish) the cache's blocks of an equal prefix, as serve's requests do (off: every
+  // prompt position is computed). bench's decode at depth reuses its prompt this way.
+  bool prefix_cache = false;
   // Speculative decoding: up to this many drafted tokens, from `proposer`,
   // verified per forward step (0: off). Greedy: the same tokens as without;
   // sampling: the same distribution (the draws differ).

@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXPECTED = os.path.join(HERE, "..", "reference", "synth_cells.json")
 # name, synth arguments, prompt ids, tokens to generate[, llama-quantize mix]
 DS32 = ["--arch", "deepseek32", "--preset", "tiny", "--type", "f32"]
+GLM5 = ["--arch", "glm-dsa", "--preset", "tiny", "--type", "f32"]
 CELLS = [
     ("mistral4-tiny.f32", ["--arch", "mistral4", "--preset", "tiny", "--type", "f32", "--seed", "1"],
      [3, 17, 42, 99, 7, 64, 120, 5, 11, 200], 12),
@@ -35,6 +36,10 @@ CELLS = [
     ("deepseek32-tiny-seed2.f32", DS32 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45], 10),
     ("deepseek32-tiny-topk6.f32", DS32 + ["--seed", "3", "--top-k", "6"], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 12),
     ("deepseek32-tiny.q8_0", DS32 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12, "Q8_0"),
+    # GLM-5: layers 1 and 3 reuse the selection of layers 0 and 2; the indexer rotates adjacent pairs.
+    ("glm-dsa-tiny.f32", GLM5 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12),
+    ("glm-dsa-tiny-seed2.f32", GLM5 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45], 10),
+    ("glm-dsa-tiny.q8_0", GLM5 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12, "Q8_0"),
     # No Q4_K_M cell: its Q5_0 fallbacks (these widths are not multiples of 256) leave llama.cpp's logits by
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.

@@ -409,6 +409,42 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
   EXPECT_EQ(seen["wrong_key"]["code"], "invalid_api_key");
 }
 
+// DeepSeek-V3.2 (`deepseek32`: its sparse attention selects from the fifth position on, top-k 4) with a
+// DeepSeek tokenizer and V3.2's real template, through the official OpenAI client: a chat, a streamed
+// chat, and a tool-call round trip in DSML (tool_choice "required": the reply held to the template's
+// <｜DSML｜function_calls> form, read back as tool_calls, whole and as streamed deltas, then the tool's answer).
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInDsmlWithDeepseekV32) {
+  const std::string client_dir = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
+  ASSERT_TRUE(std::filesystem::exists(client_dir + "/node_modules/openai/package.json"))
+      << "the openai npm package is missing: run scripts/setup.sh";
+  test::TempDir dir;
+  const std::string model = dir.file("v32.gguf");
+  const auto made = test::run_kestrel({"synth", "--arch", "deepseek32", "--preset", "tiny", "--type", "f32",
+                                       "--vocab-from", test::shared("vocab/ggml-vocab-deepseek-llm.gguf"), "-o", model});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  test::ServerProcess s({"-m", model, "-c", "4096", "--chat-template",
+                         test::shared("templates/deepseek-ai-DeepSeek-V3.2.jinja")});
+  EXPECT_THAT(s.log(), HasSubstr("tool calls read as dsml"));
+  int st = 0;
+  const std::string out = shell("cd " + client_dir + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
+                                    "/v1 node dsml.mjs",
+                                &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind('{', out.find("\"chat\""))));
+  EXPECT_GE(seen["chat"]["tokens"], 1);
+  EXPECT_GE(seen["stream"]["chunks"], 2);
+  EXPECT_EQ(seen["call"]["finish"], "tool_calls") << seen;
+  EXPECT_EQ(seen["call"]["n"], 1) << seen;
+  EXPECT_EQ(seen["call"]["name"], "get_weather");
+  ASSERT_TRUE(seen["call"]["args"].is_object()) << seen;
+  EXPECT_TRUE(seen["call"]["args"]["city"] == "Paris" || seen["call"]["args"]["city"] == "Lyon") << seen;
+  EXPECT_TRUE(seen["call"]["args"]["metric"].is_boolean()) << seen;
+  EXPECT_EQ(seen["stream_call"]["finish"], "tool_calls") << seen;
+  EXPECT_EQ(seen["stream_call"]["name"], "get_weather");
+  EXPECT_EQ(seen["stream_call"]["args"], seen["call"]["args"]);  // greedy: the same call, in deltas
+  EXPECT_GE(seen["answer"]["tokens"], 1);
+}
+
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {
   test::ServerProcess first({"-m", kStories, "-c", "128"});
   const test::CliResult busy = test::run_kestrel({"serve", "-m", kStories, "-c", "128", "--port", std::to_string(first.port())});

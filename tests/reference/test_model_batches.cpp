@@ -12,6 +12,7 @@
 #include "model/family.h"
 #include "core/error.h"
 #include "runtime/loaded_model.h"
+#include "cli_process.h"
 #include "test_support.h"
 #include "model/batch_io.h"
 
@@ -22,6 +23,7 @@ struct Case {
   const char* model;
   MlaAttention mla;
   bool compat = false;  // ../shared/reference/compat/models/<model>.gguf, widened to F32
+  const char* synth = nullptr;  // or `kestrel synth --arch <synth> --preset tiny` (prompt ids of our own)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " mla " << static_cast<int>(c.mla); }
@@ -47,7 +49,9 @@ TEST_P(MixedBatches, EachRowMatchesItsSequenceRunAlone) {
   const Case c = GetParam();
   const std::string base = test::shared(std::string("reference/llama.cpp/") + c.model);
   std::vector<int32_t> prompt;
-  if (c.compat) {  // the set's first prompt and llama.cpp's continuation of it
+  if (c.synth) {
+    for (int i = 0; i < 18; i++) prompt.push_back(static_cast<int32_t>((i * 37 + 11) % 500));
+  } else if (c.compat) {  // the set's first prompt and llama.cpp's continuation of it
     const auto run = test::read_json(test::shared("reference/compat/expected.json"))["cells"][c.model]["runs"][0];
     prompt = run["prompt"].get<std::vector<int32_t>>();
     for (int32_t id : run["ids"].get<std::vector<int32_t>>()) prompt.push_back(id);
@@ -60,6 +64,11 @@ TEST_P(MixedBatches, EachRowMatchesItsSequenceRunAlone) {
   test::TempDir dir;
   LoadOptions o;
   o.model_path = c.compat ? test::widen_to_f32(test::compat_model(c.model), dir.file("f32.gguf")) : base + ".gguf";
+  if (c.synth) {
+    o.model_path = dir.file("synth.gguf");
+    ASSERT_EQ(test::run_kestrel({"synth", "--arch", c.synth, "--preset", "tiny", "--type", "f32", "-o", o.model_path})
+                  .exit_code, 0);
+  }
   o.n_threads = 2;
   o.n_ctx = 64;
   o.n_seq_max = 3;
@@ -126,6 +135,10 @@ INSTANTIATE_TEST_SUITE_P(Models, MixedBatches,
                                            Case{"deepseek2-lite-tiny.f32", MlaAttention::Absorbed},
                                            Case{"deepseek3-tiny.f32", MlaAttention::Absorbed},
                                            Case{"deepseek3-tiny.f32", MlaAttention::Decompressed},
+                                           // DeepSeek-V3.2 and GLM-5 (top-k 4): rows past 4 positions
+                                           // attend to their indexer's choice, chunks and sequences mixed.
+                                           Case{"deepseek32-tiny", MlaAttention::Auto, false, "deepseek32"},
+                                           Case{"glm-dsa-tiny", MlaAttention::Auto, false, "glm-dsa"},
                                            Case{"llama32.F16", MlaAttention::Auto, true},
                                            Case{"qwen3moe.F16", MlaAttention::Auto, true},
                                            Case{"mixtral.F16", MlaAttention::Auto, true},

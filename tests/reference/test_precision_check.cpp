@@ -106,18 +106,20 @@ TEST(PrecisionCheck, RopeAnglesLosePrecisionAtLongPositions) {
 
 // The MLA families: llama.cpp's own DeepSeek-V2-Lite and V3 files (softmax and sigmoid routing, expert
 // groups, the selection bias, YaRN), and synth's V3.2 (the lightning indexer with a top-k of 4 under a
-// 40-token prompt: the reference selects in double, per head, without the Hadamard rotation) and Mistral
-// Small 4 (the query temperature) — the engine attends absorbed or decompressed, the reference per head
+// 40-token prompt: the reference selects in double, per head, without the Hadamard rotation), GLM-5
+// (shared-indexer layers, adjacent-pair RoPE in the indexer) and Mistral Small 4 (the query temperature) — the engine attends absorbed or decompressed, the reference per head
 // with rebuilt keys; and every indexer row picks the positions float64 picks.
 TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
   test::TempDir dir;
-  const std::string ds32 = dir.file("ds32.gguf"), m4 = dir.file("m4.gguf");
+  const std::string ds32 = dir.file("ds32.gguf"), m4 = dir.file("m4.gguf"), glm = dir.file("glm.gguf");
   ASSERT_EQ(test::run_kestrel({"synth", "--arch", "deepseek32", "--preset", "tiny", "--type", "f32", "-o", ds32})
                 .exit_code, 0);
   ASSERT_EQ(test::run_kestrel({"synth", "--arch", "mistral4", "--preset", "tiny", "--type", "f32", "-o", m4})
                 .exit_code, 0);
+  ASSERT_EQ(test::run_kestrel({"synth", "--arch", "glm-dsa", "--preset", "tiny", "--type", "f32", "-o", glm})
+                .exit_code, 0);
   for (const std::string model : {test::shared("reference/llama.cpp/deepseek2-lite-tiny.f32.gguf"),
-                                  test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf"), ds32, m4}) {
+                                  test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf"), ds32, m4, glm}) {
     for (const char* mode : {"absorbed", "decompressed"}) {
       SCOPED_TRACE(model + " " + mode);
       LoadOptions o;
@@ -130,14 +132,15 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
       std::vector<int32_t> tokens;
       for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
       const PrecisionReport r = precision_check(e, tokens);
-      const bool indexed = e.model->config().mla.indexer.n_head > 0;
+      const auto& ix = e.model->config().mla.indexer;
       for (const auto& l : r.layers) {
+        const bool indexed = ix.n_head > 0 && !ix.shares(l.layer);  // GLM-5's layers 1 and 3 reuse a choice
         EXPECT_TRUE(std::isnan(l.q_rope) && std::isnan(l.attention)) << "not compared for MLA";
         EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
         EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;
         EXPECT_LT(l.residual, 2e-5) << "layer " << l.layer;
         EXPECT_GT(l.residual, 0.0) << "float32 cannot be exact";
-        EXPECT_EQ(l.selected_rows, indexed ? 40 - e.model->config().mla.indexer.top_k : 0) << "layer " << l.layer;
+        EXPECT_EQ(l.selected_rows, indexed ? 40 - ix.top_k : 0) << "layer " << l.layer;
         EXPECT_EQ(l.selected_same, l.selected_rows) << "layer " << l.layer;
       }
       EXPECT_LT(r.logits, 2e-5);

@@ -187,7 +187,8 @@ class Deepseek2 final : public LayerStack {
     const int64_t dim = cfg_.n_embd;
     Layer L;
     L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-    L.attn = load_mla(ld, be_, p, cfg_, heads_, shard_, l < cfg_.n_layer);  // MTP blocks attend densely
+    // MTP blocks attend densely; GLM-5's shared-indexer layers reuse the previous layer's selection.
+    L.attn = load_mla(ld, be_, p, cfg_, heads_, shard_, l < cfg_.n_layer && !cfg_.mla.indexer.shares(l));
     L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
     if (moe_layer(l))
       L.moe = load_moe(ld, be_, p, dim, cfg_.moe, shard_);
@@ -367,6 +368,14 @@ SynthShape preset_shape(const std::string& preset) {
       d.sigmoid = d.selection_bias = d.norm_weights = true, d.weights_scale = 2.5f;
       d.yarn_factor = 4.0f, d.yarn_orig_ctx = 1024;
     }
+  } else if (preset == "attn-bench") {
+    // V3's attention at its real widths in two dense layers with a narrow FFN: deepseek32's attn-bench
+    // without the indexer (docs/benchmarks.md compares the two).
+    s.dim = 7168, s.layers = 2, s.heads = 128, s.ffn = 2048, s.vocab = 32000, s.ctx = 163840;
+    d.q_lora = 1536, d.kv_lora = 512, d.qk_nope = 128, d.qk_rope = 64, d.v_head = 128;
+    d.dense_lead = 2, d.experts = 8, d.experts_used = 2, d.experts_shared = 1, d.ffn_expert = 256;  // all dense
+    d.sigmoid = d.selection_bias = d.norm_weights = true, d.weights_scale = 2.5f;
+    d.yarn_factor = 40.0f, d.yarn_orig_ctx = 4096, d.yarn_log_mul = 0.1f;
   } else if (preset == "lite") {  // DeepSeek-V2-Lite
     s.dim = 2048, s.layers = 27, s.heads = 16, s.ffn = 10944, s.vocab = 102400, s.ctx = 163840;
     d.kv_lora = 512, d.qk_nope = 128, d.qk_rope = 64, d.v_head = 128;
@@ -388,7 +397,7 @@ SynthShape preset_shape(const std::string& preset) {
 
 std::vector<SynthPreset> presets() {
   std::vector<SynthPreset> p;
-  for (const char* name : {"tiny", "tiny-v3", "lite", "v3-small", "v3"}) p.push_back({name, preset_shape(name)});
+  for (const char* name : {"tiny", "tiny-v3", "lite", "v3-small", "v3", "attn-bench"}) p.push_back({name, preset_shape(name)});
   return p;
 }
 

@@ -17,42 +17,16 @@ namespace {
 
 ModelConfig read(HparamReader& h, const ModelOptions& o) {
   ModelConfig c = deepseek2_family().read(h, o);
-  h.need_int("expert_gating_func");       // llama.cpp requires it here (V2's files predate it)
-  h.need_int("attention.q_lora_rank");    // and the query bottleneck
-  MlaConfig::Indexer& ix = c.mla.indexer;
-  ix.n_head = static_cast<int>(h.need_int("attention.indexer.head_count"));
-  ix.head_dim = static_cast<int>(h.need_int("attention.indexer.key_length"));
-  ix.top_k = static_cast<int>(h.need_int("attention.indexer.top_k"));
-  if (ix.n_head <= 0) throw h.bad("attention.indexer.head_count", fmt::format("= {} must be positive", ix.n_head));
-  if (indexer_rotation_size(ix.head_dim) == 0)
-    throw h.bad("attention.indexer.key_length",
-                fmt::format("= {}: the indexer's Hadamard rotation needs a multiple of 64", ix.head_dim));
-  if (ix.head_dim < c.mla.qk_rope)
-    throw h.bad("attention.indexer.key_length",
-                fmt::format("= {} is below the rotary dims ({})", ix.head_dim, c.mla.qk_rope));
-  if (ix.top_k <= 0) throw h.bad("attention.indexer.top_k", fmt::format("= {} must be positive", ix.top_k));
-  if (c.mla.q_lora_rank <= 0) throw h.bad("attention.q_lora_rank", "the indexer's queries need the query bottleneck");
+  h.need_int("expert_gating_func");  // llama.cpp requires it here (V2's files predate it)
+  read_dsa_indexer(h, c);
   return c;
 }
 
-// deepseek2's keys and tensors, then the indexer's: keys, and per block (MTP blocks too, as llama.cpp's
-// loader requires them there) indexer.{attn_q_b, attn_k, k_norm (weight, bias), proj}.
+// deepseek2's keys and tensors, then the indexer's (MTP blocks too, as llama.cpp's loader requires them
+// there).
 void synth(SynthFile& out) {
   deepseek2_family().synth(out);
-  const SynthShape& s = out.shape();
-  const SynthDeepseek& d = s.ds;
-  if (d.idx_heads <= 0 || d.q_lora <= 0) throw Error("deepseek32: the indexer needs heads and a query bottleneck");
-  out.u32("attention.indexer.head_count", d.idx_heads);
-  out.u32("attention.indexer.key_length", d.idx_dim);
-  out.u32("attention.indexer.top_k", d.idx_top_k);
-  for (int64_t l = 0; l < s.layers + d.nextn; l++) {
-    const std::string p = fmt::format("blk.{}.indexer.", l);
-    out.random(p + "attn_q_b.weight", {d.q_lora, d.idx_heads * d.idx_dim}, SynthFile::fan_in(d.q_lora));
-    out.random(p + "attn_k.weight", {s.dim, d.idx_dim}, SynthFile::fan_in(s.dim));
-    out.random(p + "k_norm.weight", {d.idx_dim}, 0.1f, 1.0f);
-    out.random(p + "k_norm.bias", {d.idx_dim}, 0.1f);
-    out.random(p + "proj.weight", {s.dim, d.idx_heads}, SynthFile::fan_in(s.dim));
-  }
+  synth_dsa_indexer(out, std::vector<uint8_t>(static_cast<size_t>(out.shape().layers + out.shape().ds.nextn), 1));
 }
 
 SynthShape preset_shape(const std::string& preset) {
@@ -99,6 +73,39 @@ std::vector<SynthPreset> presets() {
 }
 
 }  // namespace
+
+void read_dsa_indexer(HparamReader& h, ModelConfig& c) {
+  h.need_int("attention.q_lora_rank");  // the indexer's queries come from the query bottleneck
+  MlaConfig::Indexer& ix = c.mla.indexer;
+  ix.n_head = static_cast<int>(h.need_int("attention.indexer.head_count"));
+  ix.head_dim = static_cast<int>(h.need_int("attention.indexer.key_length"));
+  ix.top_k = static_cast<int>(h.need_int("attention.indexer.top_k"));
+  if (indexer_rotation_size(ix.head_dim) == 0)
+    throw h.bad("attention.indexer.key_length",
+                fmt::format("= {}: the indexer's Hadamard rotation needs a multiple of 64", ix.head_dim));
+  if (ix.head_dim < c.mla.qk_rope)
+    throw h.bad("attention.indexer.key_length",
+                fmt::format("= {} is below the rotary dims ({})", ix.head_dim, c.mla.qk_rope));
+  if (c.mla.q_lora_rank <= 0) throw h.bad("attention.q_lora_rank", "the indexer's queries need the query bottleneck");
+}
+
+void synth_dsa_indexer(SynthFile& out, const std::vector<uint8_t>& layers) {
+  const SynthShape& s = out.shape();
+  const SynthDeepseek& d = s.ds;
+  if (d.idx_heads <= 0 || d.q_lora <= 0) throw Error(s.arch + ": the indexer needs heads and a query bottleneck");
+  out.u32("attention.indexer.head_count", d.idx_heads);
+  out.u32("attention.indexer.key_length", d.idx_dim);
+  out.u32("attention.indexer.top_k", d.idx_top_k);
+  for (size_t l = 0; l < layers.size(); l++) {
+    if (!layers[l]) continue;
+    const std::string p = fmt::format("blk.{}.indexer.", l);
+    out.random(p + "attn_q_b.weight", {d.q_lora, d.idx_heads * d.idx_dim}, SynthFile::fan_in(d.q_lora));
+    out.random(p + "attn_k.weight", {s.dim, d.idx_dim}, SynthFile::fan_in(s.dim));
+    out.random(p + "k_norm.weight", {d.idx_dim}, 0.1f, 1.0f);
+    out.random(p + "k_norm.bias", {d.idx_dim}, 0.1f);
+    out.random(p + "proj.weight", {s.dim, d.idx_heads}, SynthFile::fan_in(s.dim));
+  }
+}
 
 const Family& deepseek32_family() {
   static const Family f = [] {

@@ -16,5 +16,12 @@ const Family& gemma3_family();
 const Family& deepseek2_family();
 const Family& mistral4_family();
 const Family& deepseek32_family();
+const Family& glm_dsa_family();
+
+// DeepSeek Sparse Attention's parts (deepseek32.cpp), shared with glm-dsa: the three
+// attention.indexer.* keys (and the query bottleneck they need) into c.mla.indexer; and in synth those
+// keys plus the indexer tensors of the blocks marked in `layers` (trunk, then MTP).
+void read_dsa_indexer(HparamReader& h, ModelConfig& c);
+void synth_dsa_indexer(SynthFile& out, const std::vector<uint8_t>& layers);
 
 }  // namespace kestrel
