@@ -163,7 +163,7 @@ int run(BenchFlags& f) {
         int64_t need = 1;
         for (auto p : f.n_prompt) need = std::max(need, p);
         for (auto n : f.n_gen)
-          for (auto d : f.depth) need = std::max(need, n + d + 1);
+          for (auto d : f.depth) need = std::max(need, n + d);
         o.n_ctx = need;
         o.profile = !f.profile.empty();
         o.use_mmap = f.use_mmap;

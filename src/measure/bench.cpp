@@ -127,9 +127,10 @@ BenchResult run_bench(LoadedModel& e, const std::string& path, const BenchTest& 
   const bool prefill = test.n_prompt > 0;
   const int64_t tokens = prefill ? test.n_prompt : test.n_gen;
   if (tokens <= 0) throw Error("a bench test needs a positive prompt or generation length");
-  if (tokens + test.depth + 1 > e.n_ctx)
-    throw Error(fmt::format("{}: {} tokens do not fit the context of {} (raise -c)", test.name,
-                            tokens + test.depth + 1, e.n_ctx));
+  // Positions cached: the prompt, or the depth and the decoded tokens (the last one sampled is not run).
+  const int64_t positions = prefill ? tokens : test.depth + tokens;
+  if (positions > e.n_ctx)
+    throw Error(fmt::format("{}: {} tokens do not fit the context of {} (raise -c)", test.name, positions, e.n_ctx));
 
   const ModelConfig& c = e.model->config();
   const ModelCost cost = model_cost(*e.file, c);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 
 #include <regex>
+#include <sstream>
 
 #include <algorithm>
 #include <cstdlib>
@@ -255,6 +256,19 @@ TEST_F(CliWithLimits, BenchReportsLlamaBenchFieldsAndTheRoofline) {
   const auto csv = run_kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "--csv"});
   EXPECT_THAT(csv.out, HasSubstr("model_filename,model_type"));
   EXPECT_NE(run_kestrel({"bench", "-m", model, "-o", "xml"}).exit_code, 0);
+  // -d: decode after a cached prompt of that many tokens (llama-bench's depth), one row per depth.
+  const auto deep = run_kestrel({"bench", "-m", model, "-p", "0", "-n", "4", "-d", "0,24", "-r", "2", "-t", "1", "-o", "jsonl"});
+  ASSERT_EQ(deep.exit_code, 0) << deep.err;
+  std::vector<nlohmann::json> tg;
+  std::istringstream lines(deep.out);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') tg.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(tg.size(), 2u) << deep.out;
+  EXPECT_EQ(tg[0]["test"], "tg4");
+  EXPECT_EQ(tg[0]["n_depth"], 0);
+  EXPECT_EQ(tg[1]["test"], "tg4@d24");
+  EXPECT_EQ(tg[1]["n_depth"], 24);
+  EXPECT_GT(tg[1]["avg_ts"].get<double>(), 0.0);
 }
 
 // A roofline fraction above 1.0 means the cached limits are wrong (measured on a busy machine): bench says so

@@ -138,6 +138,25 @@ for model in ["deepseek2-lite-tiny", "deepseek3-tiny"]:
         r = mpirun(4, args + ["--parallel", "pp=4"])
         check(r.returncode != 0 and "the model has only 3 layers" in r.stderr, "pp=4 deepseek2 (3 layers): refused, by name")
 
+# 2b''. DeepSeek-V3.2 and GLM-5 (sparse attention: every rank scores with the whole indexer and picks the
+# same positions; the query heads split) on the files synth writes, against llama.cpp's ids recorded in
+# tests/reference/synth_cells.json.
+synth_cells = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "synth_cells.json")))
+with tempfile.TemporaryDirectory() as tmp:
+    for cell in [c for c in synth_cells["cells"] if c["name"] in ("deepseek32-tiny.f32", "glm-dsa-tiny.f32")]:
+        path = os.path.join(tmp, cell["name"] + ".gguf")
+        subprocess.run([KESTREL, "synth", *cell["synth"], "-o", path], check=True, capture_output=True, env=ENV)
+        args = ["run", "-m", path, "--prompt-ids", " ".join(map(str, cell["prompt"])), "-n", str(len(cell["ids"])),
+                "--temp", "0", "--print-ids", "--ignore-eos", "-t", "1"]
+        for split, n in [("tp=2", 2), ("ep=2", 2), ("pp=2", 2), ("tp=2,ep=2", 4)]:
+            r = mpirun(n, args + ["--parallel", split])
+            check(r.returncode == 0 and ids_of(r.stdout) == cell["ids"],
+                  f"{split} {cell['name']}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
+        if cell["name"].startswith("glm-dsa"):  # layers 1 and 3 reuse layers 0 and 2's selection
+            r = mpirun(4, args + ["--parallel", "pp=4"])
+            check(r.returncode != 0 and "cannot start at layer 1" in r.stderr,
+                  "pp=4 glm-dsa: a stage starting at a shared-indexer layer is refused, by name")
+
 # 2c. Pipeline parallelism: layer ranges per rank, micro-batches sent on point to point. It splits
 # what tp cannot (Qwen2.5's 5 heads, k-quant blocks).
 for name in ["llama32.F16", "llama32.Q4_K_M", "qwen25.F16", "qwen25.Q5_1", "gemma3.F16", "phi3.F16", "qwen3moe.F16"]:

@@ -135,6 +135,11 @@ class Deepseek2 final : public LayerStack {
       : LayerStack(be, o, std::move(c)), mode_(o.mla), heads_(split_mla_heads(cfg_, shard_)) {
     if ((shard_.split() || shard_.experts_split() || shard_.pipelined()) && o.load_mtp)
       throw Error("the multi-token-prediction block cannot run split across ranks yet: drop --spec mtp or --parallel");
+    // A shared-indexer layer (GLM-5) attends to what the previous full layer chose: that layer must run here.
+    if (first_ > 0 && cfg_.mla.indexer.shares(first_))
+      throw Error(fmt::format("a pipeline stage cannot start at layer {}: it reuses layer {}'s sparse-attention "
+                              "selection, which another rank makes (choose another pp)",
+                              first_, first_ - 1));
   }
 
   // The latent cache of this stage's layers; the MTP block, when loaded,
