@@ -204,10 +204,7 @@ class Backend {
   // DeepSeek sparse attention's lightning indexer (kernels/lightning_indexer.h) over the key rows of `keys`:
   // rows.q the indexer queries, w their head weights; the selections come back to the host.
   virtual void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
-                             int32_t* selected, int32_t* counts) {
-    lightning_indexer_top_k(nullptr, keys, {rows.n_tokens, host(rows.q), host(w), rows.positions, rows.block_tables},
-                            s, selected, counts);
-  }
+                             int32_t* selected, int32_t* counts) = 0;
   // The same over len positions of float keys and values in buffers (rows k_width / v_width floats apart).
   virtual void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len,
                                const AttentionRows& rows, const AttentionShape& shape);
