@@ -197,10 +197,7 @@ void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb,
   if (w.indexed()) {
     select_positions(be, r);
   } else if (r.layer < c_.n_layer && c_.mla.indexer.shares(r.layer)) {
-    // The rows keep the positions the previous full layer chose for them.
-    dense_rows_.clear();
-    for (int64_t t = 0; t < r.n; t++)
-      (r.positions()[t] + 1 > c_.mla.indexer.top_k ? sparse_rows_ : dense_rows_).push_back(t);
+    split_rows(r);  // the rows keep the positions the previous full layer chose for them
   }
   if (decompress_)
     attend_decompressed(be, w, r);
@@ -235,8 +232,15 @@ void MlaBlock::select_positions(Backend& be, const LayerRows& r) {
   // Kept by the rows' places in the batch (a layer may run on part of the batch at a time).
   be.indexer_top_k(keys, {r.n, iq_, Act(), r.positions(), r.tables()}, iw_, {ix.n_head, ix.head_dim, ix.top_k},
                    selected_.data() + r.r0 * ix.top_k, counts_.data() + r.r0);
+  split_rows(r);
+}
+
+// The rows past top_k positions (attending to a selection) apart from the rest.
+void MlaBlock::split_rows(const LayerRows& r) {
   dense_rows_.clear();
-  for (int64_t t = 0; t < r.n; t++) (r.positions()[t] + 1 > ix.top_k ? sparse_rows_ : dense_rows_).push_back(t);
+  sparse_rows_.clear();
+  for (int64_t t = 0; t < r.n; t++)
+    (r.positions()[t] + 1 > c_.mla.indexer.top_k ? sparse_rows_ : dense_rows_).push_back(t);
 }
 
 // q [n][n_head][nope | rope] and kv_a [n][kv_lora | rope], RoPE applied.

@@ -95,6 +95,7 @@ class MlaBlock {
   void absorb_queries(Backend& be, const MlaWeights& w, const LayerRows& r);
   void index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb);
   void select_positions(Backend& be, const LayerRows& r);
+  void split_rows(const LayerRows& r);
   void attend_sparse(Backend& be, const LayerRows& r);
   int head_k() const { return c_.mla.qk_nope + c_.mla.qk_rope; }
 
