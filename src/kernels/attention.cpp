@@ -45,7 +45,7 @@ Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int3
     // Positions [p, end) share one KV block (and at most kMaxBlock of them).
     const int32_t in_block = kv.block_size - p % kv.block_size;
     const int32_t end = std::min({p1, p + in_block, p + kMaxBlock});
-    const int64_t slot0 = static_cast<int64_t>(table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
+    const int64_t slot0 = kv.slot(table, p);
     float block_max = -std::numeric_limits<float>::infinity();
     for (int32_t j = 0; j < end - p; j++) {
       scores[j] = k.dot_f32(q, kv.k_format.read(kv.k_row(slot0 + j), int64_t{kvh} * hd, kbuf.data(), hd), hd) * scale;

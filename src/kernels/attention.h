@@ -30,6 +30,10 @@ struct PagedKvLayerView {
   static PagedKvLayerView f32(const float* k, const float* v, int64_t k_floats, int64_t v_floats, int block_size) {
     return {k, v, k_floats * 4, v_floats * 4, block_size, KvRowFormat(), KvRowFormat()};
   }
+  // The slot of position p of the sequence with this block table.
+  int64_t slot(const int32_t* table, int32_t p) const {
+    return static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+  }
   const uint8_t* k_row(int64_t slot) const { return static_cast<const uint8_t*>(k) + slot * k_stride; }
   const uint8_t* v_row(int64_t slot) const { return static_cast<const uint8_t*>(v) + slot * v_stride; }
 };

@@ -102,25 +102,24 @@ void Backend::write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n
   }
 }
 
+void Backend::copy_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t i0,
+                           int64_t i1, int64_t k_width, float* dst) {
+  for (int64_t i = i0; i < i1; i++) {
+    const int64_t slot = view.slot(table, positions ? positions[i] : static_cast<int32_t>(i));
+    float* d = dst + i * k_width;
+    const float* row = view.k_format.read(view.k_row(slot), 0, d, k_width);
+    if (row != d) std::memcpy(d, row, static_cast<size_t>(k_width) * sizeof(float));
+  }
+}
+
 void Backend::read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
                            Act dst) {
-  float* d = host(dst);
-  for (int64_t p = 0; p < len; p++) {
-    const int64_t slot = static_cast<int64_t>(table[p / view.block_size]) * view.block_size + p % view.block_size;
-    const float* row = view.k_format.read(view.k_row(slot), 0, d + p * k_width, k_width);
-    if (row != d + p * k_width) std::memcpy(d + p * k_width, row, static_cast<size_t>(k_width) * sizeof(float));
-  }
+  copy_kv_rows(view, table, nullptr, 0, len, k_width, host(dst));
 }
 
 void Backend::gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions,
                              int64_t count, int64_t k_width, Act dst) {
-  float* d = host(dst);
-  for (int64_t i = 0; i < count; i++) {
-    const int32_t p = positions[i];
-    const int64_t slot = static_cast<int64_t>(table[p / view.block_size]) * view.block_size + p % view.block_size;
-    const float* row = view.k_format.read(view.k_row(slot), 0, d + i * k_width, k_width);
-    if (row != d + i * k_width) std::memcpy(d + i * k_width, row, static_cast<size_t>(k_width) * sizeof(float));
-  }
+  copy_kv_rows(view, table, positions, 0, count, k_width, host(dst));
 }
 
 void Backend::attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,

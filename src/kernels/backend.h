@@ -214,6 +214,9 @@ class Backend {
   // backend, decorators around it) and the defaults above.
   static float* host(Act a) { return static_cast<float*>(a.base_) + a.offset_; }
   static Act as_act(float* p) { return Act(p, 0); }
+  // dst row i = the key row at positions[i] (null: at i) of the sequence with this table, for i in [i0, i1).
+  static void copy_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t i0,
+                           int64_t i1, int64_t k_width, float* dst);
   static AttentionBatch host_rows(const AttentionRows& r) {
     return {r.n_tokens, host(r.q), host(r.out), r.positions, r.block_tables};
   }

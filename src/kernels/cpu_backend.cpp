@@ -185,14 +185,7 @@ class CpuBackend final : public Backend {
   void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,
                       int64_t k_width, Act dst_act) override {
     float* dst = host(dst_act);
-    pool_.parallel_for(count, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; i++) {
-        const int32_t p = positions[i];
-        const int64_t slot = static_cast<int64_t>(table[p / view.block_size]) * view.block_size + p % view.block_size;
-        const float* row = view.k_format.read(view.k_row(slot), 0, dst + i * k_width, k_width);
-        if (row != dst + i * k_width) std::memcpy(dst + i * k_width, row, static_cast<size_t>(k_width) * sizeof(float));
-      }
-    });
+    pool_.parallel_for(count, [&](int64_t i0, int64_t i1) { copy_kv_rows(view, table, positions, i0, i1, k_width, dst); });
   }
 
   void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,

@@ -35,7 +35,7 @@ void score_range(const DotKernels& dk, const PagedKvLayerView& keys, const int32
   for (int32_t j = j0, c = 0; j < j1; j += c) {
     // Up to kChunk positions of one KV block (consecutive slots).
     c = std::min({kChunk, j1 - j, keys.block_size - j % keys.block_size});
-    const int64_t slot0 = static_cast<int64_t>(table[j / keys.block_size]) * keys.block_size + j % keys.block_size;
+    const int64_t slot0 = keys.slot(table, j);
     const float* kp = kbuf.data();
     size_t stride = static_cast<size_t>(hd) * 4;
     if (in_place) {
@@ -98,7 +98,7 @@ void lightning_indexer_top_k(ThreadPool* pool, const PagedKvLayerView& keys, con
   if (scored.empty()) return;
   const int threads = pool ? pool->size() : 1;
   const auto n_scored = static_cast<int64_t>(scored.size());
-  if (n_scored >= threads || !pool) {
+  if (n_scored >= threads) {
     // Enough rows for every thread (prefill): a row per thread at a time.
     const auto rows = [&](int64_t r0, int64_t r1) {
       std::vector<float> scores;

@@ -18,16 +18,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Greedy and to the end (EOS ignored): the cheapest pick, whatever the logits.
+GenerationParams bench_params(int64_t max_tokens) {
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.sampling.temperature = 0.0f;
+  return p;
+}
+
+// n token ids that vary so no row is special; any valid id costs the same.
+std::vector<int32_t> varied_prompt(const LoadedModel& e, int64_t n) {
+  const int64_t n_vocab = e.model->config().n_vocab;
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) prompt[i] = static_cast<int32_t>((i * 7919) % n_vocab);
+  return prompt;
+}
+
 // Both tests run one request through the step executor (runtime/generator.h),
 // whose scheduler allocates its cache as it does for `run` and `serve`.
 // Tokens per second of the positions computed.
 double tokens_per_second(LoadedModel& e, const std::vector<int32_t>& prompt, int64_t n_gen) {
-  GenerationParams p;
-  p.max_tokens = n_gen;
-  p.ignore_eos = true;
-  p.sampling.temperature = 0.0f;  // greedy: the cheapest pick, whatever the logits
   const auto t0 = Clock::now();
-  const GenerationResult r = generate(e, prompt, p);
+  const GenerationResult r = generate(e, prompt, bench_params(n_gen));
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   // The last token sampled is not run.
   const auto computed = static_cast<int64_t>(prompt.size() + r.tokens.size()) - (r.tokens.empty() ? 0 : 1);
@@ -35,28 +48,16 @@ double tokens_per_second(LoadedModel& e, const std::vector<int32_t>& prompt, int
 }
 
 // Prefill: n_prompt tokens in batches of the model's maximum, logits for the last only.
-double prefill_ts(LoadedModel& e, int64_t n_prompt) {
-  const int64_t n_vocab = e.model->config().n_vocab;
-  std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-  // Token ids vary so no row is special; any valid id costs the same.
-  for (int64_t i = 0; i < n_prompt; i++) prompt[i] = static_cast<int32_t>((i * 7919) % n_vocab);
-  return tokens_per_second(e, prompt, 0);
-}
+double prefill_ts(LoadedModel& e, int64_t n_prompt) { return tokens_per_second(e, varied_prompt(e, n_prompt), 0); }
 
 // Decode: n_gen single-token steps from an empty context, as llama-bench's tg test; with a depth, after a
 // prompt of depth tokens, its prefill not timed (computed once: later runs start from its cached blocks).
 double decode_ts(LoadedModel& e, int64_t n_gen, int64_t depth) {
   const int32_t bos = e.tokenizer->vocab().bos >= 0 ? e.tokenizer->vocab().bos : 0;
   if (depth == 0) return tokens_per_second(e, {bos}, n_gen);
-  const int64_t n_vocab = e.model->config().n_vocab;
-  std::vector<int32_t> prompt(static_cast<size_t>(depth));
-  for (int64_t i = 0; i < depth; i++) prompt[i] = static_cast<int32_t>((i * 7919) % n_vocab);
-  GenerationParams p;
-  p.max_tokens = n_gen + 1;  // n_gen steps after the first sampled token
-  p.ignore_eos = true;
-  p.prefix_cache = true;  // the warm-up computes the prompt once; the repetitions start from its blocks
-  p.sampling.temperature = 0.0f;
-  const GenerationResult r = generate(e, prompt, p);
+  GenerationParams p = bench_params(n_gen + 1);  // n_gen steps after the first sampled token
+  p.prefix_cache = true;
+  const GenerationResult r = generate(e, varied_prompt(e, depth), p);
   return static_cast<double>(r.tokens.size() - 1) / r.decode_seconds;
 }
 
