@@ -39,7 +39,8 @@ void register_info(CLI::App& app) {
                  l.n_sliding() ? fmt::format(", {} of them over the last {} positions", l.n_sliding(), l.sliding_window) : "",
                  l.k_width, l.v_width, kv_memory);
       for (const KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::FP8, KvType::Q4}) {
-        l.k_type = l.v_type = t;
+        l.k_type = t;
+        l.v_type = l.v_f32_only ? KvType::F32 : t;
         const int64_t fit = l.tokens_in(budget);
         fmt::print("  {:<5} {:>5.2f} bits/value {:>10.1f} KiB/token {:>12} tokens\n", kv_type_name(t),
                    l.k_format().bits_per_value(), static_cast<double>(l.bytes_per_token()) / 1024,

@@ -67,6 +67,12 @@ Partial attend_range(const DotKernels& k, const PagedKvLayerView& kv, const int3
   return s;
 }
 
+// The softmax denominator of a row whose scores' max is m and sum of exp(score - m) is l, with the head's
+// sink logit (if any) joining it.
+float denominator(const AttentionShape& s, int head, float m, float l) {
+  return s.sinks ? l + std::exp(s.sinks[head] - m) : l;
+}
+
 // Minimum positions per split, so that splitting pays for its merge.
 constexpr int32_t kMinSplitLength = 128;
 
@@ -102,8 +108,8 @@ void build_tiles(const AttentionBatch& b, const AttentionShape& s, std::vector<A
 }
 
 // Combines the partial softmaxes of every row's splits into b.out.
-void merge_splits(ThreadPool& pool, const AttentionBatch& b, int64_t rows, int64_t splits, int vd, const float* acc,
-                  const float* ms, const float* ls) {
+void merge_splits(ThreadPool& pool, const AttentionBatch& b, const AttentionShape& s, int64_t rows, int64_t splits,
+                  int vd, const float* acc, const float* ms, const float* ls) {
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; row++) {
       float m = -std::numeric_limits<float>::infinity();
@@ -119,7 +125,7 @@ void merge_splits(ThreadPool& pool, const AttentionBatch& b, int64_t rows, int64
         const float* a = acc + i * vd;
         for (int d = 0; d < vd; d++) out[d] += w * a[d];
       }
-      const float inv = 1.0f / l;
+      const float inv = 1.0f / denominator(s, static_cast<int>(row % s.n_head), m, l);
       for (int d = 0; d < vd; d++) out[d] *= inv;
     }
   });
@@ -161,12 +167,13 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
       if (splits > 1) continue;
       for (int r = 0; r < tile.rows; r++) {
         float* o = out + tile.out_row[r] * vd;
-        const float inv = 1.0f / l[tile.out_row[r]];
+        const int64_t row = tile.out_row[r];
+        const float inv = 1.0f / denominator(s, static_cast<int>(row % s.n_head), m[row], l[row]);
         for (int d = 0; d < vd; d++) o[d] *= inv;
       }
     }
   });
-  if (splits > 1) merge_splits(pool, b, rows, splits, vd, acc.data(), m, l);
+  if (splits > 1) merge_splits(pool, b, s, rows, splits, vd, acc.data(), m, l);
 }
 
 void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s) {
@@ -191,7 +198,7 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
         float* out = b.out + (t * s.n_head + h) * vd;
         const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, vd,
                                        s.scale, s.softcap, s.first_position(b.positions[t]), b.positions[t] + 1, out);
-        const float inv = 1.0f / p.l;
+        const float inv = 1.0f / denominator(s, h, p.m, p.l);
         for (int d = 0; d < vd; d++) out[d] *= inv;
       }
     });
@@ -218,7 +225,7 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
       l[w] = p.l;
     }
   });
-  merge_splits(pool, b, rows, splits, vd, acc_data, m, l);
+  merge_splits(pool, b, s, rows, splits, vd, acc_data, m, l);
 }
 
 }  // namespace

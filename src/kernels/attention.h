@@ -60,6 +60,9 @@ struct AttentionShape {
   // Attention logit soft-cap (Gemma 2): score = softcap * tanh(score / softcap),
   // after the scale; 0: none.
   float softcap = 0.0f;
+  // Attention sinks (gpt-oss, DeepSeek-V4): one logit per head that joins the softmax's denominator and
+  // attends to nothing (ggml_soft_max_ext's sinks); null: none.
+  const float* sinks = nullptr;
   int value_dim() const { return v_dim > 0 ? v_dim : head_dim; }
   // The first position the query at `pos` attends to.
   int32_t first_position(int32_t pos) const { return window > 0 && pos + 1 > window ? pos + 1 - window : 0; }

@@ -37,9 +37,39 @@ void Backend::ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64
   for (int i = 0; i < count; i++) {
     const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
     if (h.size() < need) h.resize(need), h2.resize(need);
-    swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], as_act(h.data()), as_act(h2.data()));
+    if (ffns[i].clamp > 0.0f) {
+      matmul(*ffns[i].gate, xs[i], ns[i], as_act(h.data()));
+      matmul(*ffns[i].up, xs[i], ns[i], as_act(h2.data()));
+      swiglu_clamp(as_act(h.data()), as_act(h2.data()), static_cast<int64_t>(need), ffns[i].clamp);
+    } else {
+      swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], as_act(h.data()), as_act(h2.data()));
+    }
     matmul(*ffns[i].down, as_act(h.data()), ns[i], ys[i]);
   }
+}
+
+void Backend::hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
+                        int iters, Act pre, Act post, Act comb) {
+  for (int64_t r = 0; r < n; r++)
+    kestrel::hyper_mix(host(mixes) + r * width, hc, scale, base, eps, iters, host(pre) + r * hc,
+                       post ? host(post) + r * hc : nullptr, comb ? host(comb) + r * hc * hc : nullptr);
+}
+
+void Backend::hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) {
+  for (int64_t r = 0; r < n; r++) kestrel::hyper_collapse(host(x) + r * hc * dim, host(pre) + r * hc, hc, dim, host(y) + r * dim);
+}
+
+void Backend::hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) {
+  for (int64_t r = 0; r < n; r++)
+    kestrel::hyper_expand(host(x) + r * hc * dim, host(y) + r * dim, host(post) + r * hc, host(comb) + r * hc * hc, hc,
+                          dim, host(out) + r * hc * dim);
+}
+
+void Backend::compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split, const int32_t* absent,
+                              int64_t kv_off, int64_t score_off, int64_t width, Act out) {
+  for (int64_t b = 0; b < n_blocks; b++)
+    compress_block(host(rows) + b * entries * stride, stride, entries, split, absent[b], kv_off, score_off, width,
+                   host(out) + b * width);
 }
 
 void Backend::fill(Act x, int64_t n, float value) { std::fill_n(host(x), n, value); }
@@ -131,6 +161,17 @@ void Backend::attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, in
   AttentionRows one = rows;
   one.block_tables = tables.data();
   attention(PagedKvLayerView::f32(host(k), host(v), k_width, v_width, static_cast<int>(len)), one, shape);
+}
+
+void Backend::indexer_top_k_dense(Act keys, int64_t len, const AttentionRows& rows, Act w, const IndexerShape& s,
+                                  int32_t* selected, int32_t* counts) {
+  static const int32_t kOneBlock = 0;
+  thread_local std::vector<const int32_t*> tables;
+  tables.assign(static_cast<size_t>(rows.n_tokens), &kOneBlock);
+  AttentionRows one = rows;
+  one.block_tables = tables.data();
+  indexer_top_k(PagedKvLayerView::f32(host(keys), nullptr, s.head_dim, 0, static_cast<int>(len)), one, w, s, selected,
+                counts);
 }
 
 }  // namespace kestrel

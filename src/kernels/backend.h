@@ -139,6 +139,7 @@ class Backend {
     const Weight* gate;
     const Weight* up;
     const Weight* down;
+    float clamp = 0.0f;  // > 0: the clamped SwiGLU (swiglu_clamp) at this limit
   };
   virtual void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys);
 
@@ -173,6 +174,22 @@ class Backend {
     for (int64_t i = 0; i < n; i += block) walsh_hadamard(host(x) + i, block);
   }
   virtual void softcap(Act x, int64_t n, float cap) { softcap_inplace(host(x), n, cap); }
+  // DeepSeek-V4's clamped SwiGLU over n floats, in place in gate (ops.h swiglu_clamp).
+  virtual void swiglu_clamp(Act gate, Act up, int64_t n, float limit) {
+    kestrel::swiglu_clamp(host(gate), host(up), n, limit);
+  }
+  // DeepSeek-V4's hyper-connections (ops.h), n rows: each row's mix logits (width floats apart) into its
+  // pre [hc], post [hc] and comb [hc * hc] weights (post and comb empty: the output head's pre alone).
+  virtual void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base,
+                         float eps, int iters, Act pre, Act post, Act comb);
+  // y row = the row's hc streams (hc * dim floats) folded by its pre weights.
+  virtual void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y);
+  // out row = y row spread over the streams by post, plus x's streams mixed by comb (out must not alias x).
+  virtual void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out);
+  // DeepSeek-V4's compressor over n_blocks blocks of `entries` gathered rows (block b's at rows + b *
+  // entries * stride; ops.h compress_block), block b's first absent[b] entries absent: out row b (width).
+  virtual void compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split,
+                               const int32_t* absent, int64_t kv_off, int64_t score_off, int64_t width, Act out);
   virtual void add(Act x, Act y, int64_t n) = 0;
   virtual void add_bias(Act x, const float* bias, int64_t n_rows, int64_t dim) = 0;
   // x[0, n) = value.
@@ -205,6 +222,10 @@ class Backend {
   // rows.q the indexer queries, w their head weights; the selections come back to the host.
   virtual void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
                              int32_t* selected, int32_t* counts) = 0;
+  // The indexer over len float key rows in a buffer (head_dim floats apart), every row attending to all of
+  // them (rows.positions[t] = len - 1).
+  virtual void indexer_top_k_dense(Act keys, int64_t len, const AttentionRows& rows, Act w, const IndexerShape& s,
+                                   int32_t* selected, int32_t* counts);
   // The same over len positions of float keys and values in buffers (rows k_width / v_width floats apart).
   virtual void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len,
                                const AttentionRows& rows, const AttentionShape& shape);

@@ -139,7 +139,11 @@ class CpuBackend final : public Backend {
         const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
         if (s.x.size() < need) s.x.resize(need);
         if (s.y.size() < need) s.y.resize(need);
-        if (Matmul::can_share_input(*ffns[i].gate, *ffns[i].up)) {
+        if (ffns[i].clamp > 0.0f) {
+          s.matmul.run(solo_, *ffns[i].gate, host(xs[i]), ns[i], s.x.data());
+          s.matmul.run(solo_, *ffns[i].up, host(xs[i]), ns[i], s.y.data());
+          kestrel::swiglu_clamp(s.x.data(), s.y.data(), static_cast<int64_t>(need), ffns[i].clamp);
+        } else if (Matmul::can_share_input(*ffns[i].gate, *ffns[i].up)) {
           s.matmul.run_swiglu(solo_, *ffns[i].gate, *ffns[i].up, host(xs[i]), ns[i], s.x.data(), s.y.data());
         } else {
           s.matmul.run(solo_, *ffns[i].gate, host(xs[i]), ns[i], s.x.data());

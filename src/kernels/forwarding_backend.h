@@ -58,6 +58,25 @@ class ForwardingBackend : public Backend {
     in_.rmsnorm(x, w, y, rows, dim, eps);
   }
   void hadamard(Act x, int64_t n, int block) override { in_.hadamard(x, n, block); }
+  void indexer_top_k_dense(Act keys, int64_t len, const AttentionRows& rows, Act w, const IndexerShape& s,
+                           int32_t* selected, int32_t* counts) override {
+    in_.indexer_top_k_dense(keys, len, rows, w, s, selected, counts);
+  }
+  void swiglu_clamp(Act gate, Act up, int64_t n, float limit) override { in_.swiglu_clamp(gate, up, n, limit); }
+  void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
+                 int iters, Act pre, Act post, Act comb) override {
+    in_.hyper_mix(mixes, n, width, hc, scale, base, eps, iters, pre, post, comb);
+  }
+  void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) override {
+    in_.hyper_collapse(x, pre, n, hc, dim, y);
+  }
+  void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
+    in_.hyper_expand(x, y, post, comb, n, hc, dim, out);
+  }
+  void compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split, const int32_t* absent,
+                       int64_t kv_off, int64_t score_off, int64_t width, Act out) override {
+    in_.compress_blocks(rows, n_blocks, stride, entries, split, absent, kv_off, score_off, width, out);
+  }
   void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
     in_.layernorm(x, w, b, y, rows, dim, eps);
   }

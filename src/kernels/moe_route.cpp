@@ -6,6 +6,20 @@
 
 namespace kestrel {
 
+namespace {
+// The chosen weights renormalised (their sum held at least fp16's smallest normal, as llama.cpp clamps it)
+// and scaled.
+void finish_weights(const MoeRouting& r, float* w) {
+  if (r.normalize) {
+    float sum = 0.0f;
+    for (int k = 0; k < r.n_used; k++) sum += w[k];
+    sum = std::max(sum, 6.103515625e-5f);
+    for (int k = 0; k < r.n_used; k++) w[k] /= sum;
+  }
+  for (int k = 0; k < r.n_used; k++) w[k] *= r.scale;
+}
+}  // namespace
+
 void moe_route(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* ids, float* weights,
                float* scratch) {
   const int ne = r.n_expert;
@@ -20,8 +34,20 @@ void moe_route(const MoeRouting& r, const float* logits, const float* bias, int6
       float sum = 0.0f;
       for (int e = 0; e < ne; e++) sum += scores[e] = std::exp(x[e] - m);
       for (int e = 0; e < ne; e++) scores[e] /= sum;
-    } else {
+    } else if (r.gating == ExpertGating::Sigmoid) {
       for (int e = 0; e < ne; e++) scores[e] = 1.0f / (1.0f + std::exp(-x[e]));
+    } else {  // ggml_softplus, then ggml_sqrt
+      for (int e = 0; e < ne; e++) scores[e] = std::sqrt(x[e] > 20.0f ? x[e] : std::log(1.0f + std::exp(x[e])));
+    }
+    int32_t* id = ids + t * r.n_used;
+    float* w = weights + t * r.n_used;
+    if (r.forced) {
+      for (int k = 0; k < r.n_used; k++) {
+        id[k] = r.forced[t * r.n_used + k];
+        w[k] = scores[id[k]];
+      }
+      finish_weights(r, w);
+      continue;
     }
     for (int e = 0; e < ne; e++) select[e] = scores[e] + (bias ? bias[e] : 0.0f);
 
@@ -50,8 +76,6 @@ void moe_route(const MoeRouting& r, const float* logits, const float* bias, int6
     }
 
     // Top n_used by selection score (ties: the lower id first).
-    int32_t* id = ids + t * r.n_used;
-    float* w = weights + t * r.n_used;
     for (int k = 0; k < r.n_used; k++) {
       int best = -1;
       for (int e = 0; e < ne; e++)
@@ -60,12 +84,7 @@ void moe_route(const MoeRouting& r, const float* logits, const float* bias, int6
       w[k] = scores[best];
       select[best] = kExcluded;
     }
-    if (r.normalize) {
-      float sum = 0.0f;
-      for (int k = 0; k < r.n_used; k++) sum += w[k];
-      for (int k = 0; k < r.n_used; k++) w[k] /= sum;
-    }
-    for (int k = 0; k < r.n_used; k++) w[k] *= r.scale;
+    finish_weights(r, w);
   }
 }
 

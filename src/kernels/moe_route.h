@@ -2,7 +2,7 @@
 // DeepSeekMoE routing: which experts each token goes to, and with what
 // weight. Pure arithmetic on the router's logits (one row of n_expert per
 // token), as DeepSeek-V2/V3 and llama.cpp's build_moe_ffn do it:
-//   scores    = softmax(logits) or sigmoid(logits)
+//   scores    = softmax(logits), sigmoid(logits) or sqrt(softplus(logits)) (DeepSeek-V4)
 //   selection = scores + bias            (V3's correction bias: selection only)
 //   groups    = the n_group_used groups with the largest sum of their two
 //               best selection scores; experts outside them are not eligible
@@ -13,7 +13,7 @@
 
 namespace kestrel {
 
-enum class ExpertGating { Softmax = 1, Sigmoid = 2 };  // GGUF expert_gating_func values
+enum class ExpertGating { Softmax = 1, Sigmoid = 2, SqrtSoftplus = 4 };  // GGUF expert_gating_func values
 
 struct MoeRouting {
   int n_expert = 0;
@@ -23,6 +23,9 @@ struct MoeRouting {
   int n_group_used = 1;    // groups a token may choose from (== n_group: no limit)
   bool normalize = false;  // divide the chosen weights by their sum
   float scale = 1.0f;      // routed scaling factor
+  // Per call, or null: the chosen experts given (ids[t * n_used + k]: DeepSeek-V4's hash-routed layers, where
+  // the token picks them), the weights still the scores of those.
+  const int32_t* forced = nullptr;
 };
 
 // For n tokens: ids[t * n_used + k] and weights[...] of the k-th chosen

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "formats/fp16.h"
 
@@ -53,6 +54,90 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void swiglu_clamp(float* gate, const float* up, int64_t n, float limit) {
+  for (int64_t i = 0; i < n; i++) {
+    const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+    gate[i] = g / (1.0f + std::exp(-g)) * u;
+  }
+}
+
+namespace {
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+}  // namespace
+
+void hyper_mix(const float* m, int hc, const float* scale, const float* base, float eps, int iters, float* pre,
+               float* post, float* comb) {
+  for (int i = 0; i < hc; i++) pre[i] = sigmoid(m[i] * scale[0] + base[i]) + eps;
+  if (!post) return;
+  for (int i = 0; i < hc; i++) post[i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
+  const float* mc = m + 2 * hc;
+  const float* bc = base + 2 * hc;
+  for (int src = 0; src < hc; src++) {
+    float* c = comb + src * hc;
+    float mx = -INFINITY;
+    for (int dst = 0; dst < hc; dst++) mx = std::max(mx, c[dst] = mc[src * hc + dst] * scale[2] + bc[src * hc + dst]);
+    double sum = 0.0;
+    for (int dst = 0; dst < hc; dst++) sum += c[dst] = std::exp(c[dst] - mx);
+    const auto inv = static_cast<float>(1.0 / sum);
+    for (int dst = 0; dst < hc; dst++) c[dst] = c[dst] * inv + eps;
+  }
+  auto norm_cols = [&] {  // for each dst, the sum over src
+    for (int dst = 0; dst < hc; dst++) {
+      double sum = 0.0;
+      for (int src = 0; src < hc; src++) sum += comb[dst + src * hc];
+      const float d = static_cast<float>(sum) + eps;
+      for (int src = 0; src < hc; src++) comb[dst + src * hc] /= d;
+    }
+  };
+  auto norm_rows = [&] {  // for each src, the sum over dst
+    for (int src = 0; src < hc; src++) {
+      double sum = 0.0;
+      for (int dst = 0; dst < hc; dst++) sum += comb[dst + src * hc];
+      const float d = static_cast<float>(sum) + eps;
+      for (int dst = 0; dst < hc; dst++) comb[dst + src * hc] /= d;
+    }
+  };
+  norm_cols();
+  for (int i = 1; i < iters; i++) norm_rows(), norm_cols();
+}
+
+void hyper_collapse(const float* x, const float* pre, int hc, int64_t dim, float* y) {
+  for (int64_t j = 0; j < dim; j++) y[j] = x[j] * pre[0];
+  for (int i = 1; i < hc; i++)
+    for (int64_t j = 0; j < dim; j++) y[j] += x[i * dim + j] * pre[i];
+}
+
+void hyper_expand(const float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
+                  float* out) {
+  for (int dst = 0; dst < hc; dst++) {
+    float* o = out + dst * dim;
+    for (int64_t j = 0; j < dim; j++) o[j] = y[j] * post[dst];
+    for (int src = 0; src < hc; src++) {
+      const float w = comb[dst + src * hc];
+      const float* xs = x + src * dim;
+      for (int64_t j = 0; j < dim; j++) o[j] += xs[j] * w;
+    }
+  }
+}
+
+void compress_block(const float* rows, int64_t stride, int entries, int split, int absent, int64_t kv_off,
+                    int64_t score_off, int64_t width, float* out) {
+  thread_local std::vector<float> e;
+  e.resize(static_cast<size_t>(entries));
+  for (int64_t j = 0; j < width; j++) {
+    float mx = -INFINITY;
+    for (int i = absent; i < entries; i++)
+      mx = std::max(mx, rows[i * stride + score_off + (i >= split ? width : 0) + j]);
+    double sum = 0.0;
+    for (int i = absent; i < entries; i++)
+      sum += e[i] = std::exp(rows[i * stride + score_off + (i >= split ? width : 0) + j] - mx);
+    const auto inv = static_cast<float>(1.0 / sum);
+    double acc = 0.0;
+    for (int i = absent; i < entries; i++) acc += rows[i * stride + kv_off + (i >= split ? width : 0) + j] * (e[i] * inv);
+    out[j] = static_cast<float>(acc);
   }
 }
 
@@ -116,7 +201,7 @@ void rope_heads(float* x, int64_t row_stride, const int32_t* positions, int64_t 
         const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
         angle = angle * (1.0f - mix) + extrapolated * mix;
       }
-      const float c = std::cos(angle) * mscale, s = std::sin(angle) * mscale;
+      const float c = std::cos(angle) * mscale, s = (p.inverse ? -std::sin(angle) : std::sin(angle)) * mscale;
       for (int h = h0; h < h1; h++) {
         float* v = x + r * row_stride + static_cast<int64_t>(h) * head_dim;
         const int i0 = p.style == RopeStyle::Adjacent ? 2 * i : i;

@@ -108,6 +108,27 @@ class ProfilingBackend final : public ForwardingBackend {
   void hadamard(Act x, int64_t n, int block) override {
     timed("hadamard", layer_, 8.0 * n, static_cast<double>(n) * std::log2(block), [&] { in_.hadamard(x, n, block); });
   }
+  void swiglu_clamp(Act gate, Act up, int64_t n, float limit) override {
+    timed("swiglu_clamp", layer_, 12.0 * n, 8.0 * n, [&] { in_.swiglu_clamp(gate, up, n, limit); });
+  }
+  void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
+                 int iters, Act pre, Act post, Act comb) override {
+    timed("hyper_mix", layer_, 8.0 * n * width, 4.0 * n * hc * hc * iters,
+          [&] { in_.hyper_mix(mixes, n, width, hc, scale, base, eps, iters, pre, post, comb); });
+  }
+  void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) override {
+    timed("hyper_collapse", layer_, 4.0 * n * (hc + 1) * dim, 2.0 * n * hc * dim,
+          [&] { in_.hyper_collapse(x, pre, n, hc, dim, y); });
+  }
+  void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
+    timed("hyper_expand", layer_, 4.0 * n * (2 * hc + 1) * dim, 2.0 * n * hc * (hc + 1) * dim,
+          [&] { in_.hyper_expand(x, y, post, comb, n, hc, dim, out); });
+  }
+  void compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split, const int32_t* absent,
+                       int64_t kv_off, int64_t score_off, int64_t width, Act out) override {
+    timed("compress_blocks", layer_, 8.0 * n_blocks * entries * width, 5.0 * n_blocks * entries * width,
+          [&] { in_.compress_blocks(rows, n_blocks, stride, entries, split, absent, kv_off, score_off, width, out); });
+  }
   void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
     timed("layernorm", layer_, 8.0 * rows * dim, 7.0 * rows * dim, [&] { in_.layernorm(x, w, b, y, rows, dim, eps); });
   }

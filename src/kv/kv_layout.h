@@ -16,6 +16,9 @@ struct KvLayout {
   int64_t v_width = 0;
   int64_t granule = 1;  // attention reads rows in pieces at multiples of this (the head size)
   KvType k_type = KvType::F32, v_type = KvType::F32;
+  // The V rows hold state kept in float32 whatever --kv-type asks (DeepSeek-V4's compressed keys and its
+  // compressors' per-token state): only k_type follows the choice.
+  bool v_f32_only = false;
   // Sliding-window layers (sliding[l] set) attend over the last
   // sliding_window positions; empty or window 0: none.
   int32_t sliding_window = 0;

@@ -83,6 +83,9 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
   if (!rec) throw Error("precision-check: the engine was not built with make_activation_recorder");
   const ModelConfig& c = e.model->config();
   const bool mla = family_of(c.arch).recipe.attention == LayerRecipe::Attention::Mla;
+  if (family_of(c.arch).recipe.attention == LayerRecipe::Attention::Compressed)
+    throw Error(fmt::format("precision-check: {} (hyper-connections, compressed attention) has no float64 reference yet",
+                            c.arch));
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1 || n > e.model->max_batch_tokens() || n > e.n_ctx)
     throw Error(fmt::format("precision-check: {} tokens; give 1 to {} (one batch within the context)", n,

@@ -61,7 +61,11 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
 }
 
 void run_ffn(Backend& be, const FfnWeights& f, FfnActivation act, Act x, int64_t n, Act hb, Act hb2, Act out) {
-  if (act == FfnActivation::Gelu)
+  if (f.clamp > 0.0f) {
+    be.matmul(f.gate, x, n, hb);
+    be.matmul(f.up, x, n, hb2);
+    be.swiglu_clamp(hb, hb2, n * f.gate.rows(), f.clamp);
+  } else if (act == FfnActivation::Gelu)
     be.geglu(f.gate, f.up, x, n, hb, hb2);
   else
     be.swiglu(f.gate, f.up, x, n, hb, hb2);
@@ -96,9 +100,17 @@ MoeFfn::MoeFfn(Backend& be, int64_t dim, const MoeConfig& moe, int64_t n) : dim_
   ffn_rows_.reserve(static_cast<size_t>(rt.n_expert));
 }
 
-void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out) {
-  const MoeRouting& rt = cfg_.routing;
+void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, const int32_t* tokens) {
+  MoeRouting rt = cfg_.routing;
   const int64_t dim = dim_;
+  if (!w.token_experts.empty()) {
+    if (!tokens) throw Error("a hash-routed MoE layer needs the rows' token ids");
+    forced_ids_.resize(static_cast<size_t>(n * rt.n_used));
+    for (int64_t t = 0; t < n; t++)
+      for (int k = 0; k < rt.n_used; k++)
+        forced_ids_[t * rt.n_used + k] = w.token_experts[static_cast<size_t>(tokens[t]) * rt.n_used + k];
+    rt.forced = forced_ids_.data();
+  }
   be.matmul(w.router, x, n, router_logits_);
   be.moe_route(rt, router_logits_, w.router_bias.empty() ? nullptr : w.router_bias.data(), n, expert_ids_.data(),
                expert_w_.data());
@@ -128,7 +140,7 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out) {
       pick_rows_.push_back(pick / rt.n_used);
       touched_[static_cast<size_t>(pick / rt.n_used)] = 1;
     }
-    ffn_refs_.push_back({&w.experts[e].gate, &w.experts[e].up, &w.experts[e].down});
+    ffn_refs_.push_back({&w.experts[e].gate, &w.experts[e].up, &w.experts[e].down, w.experts[e].clamp});
     ffn_in_.push_back(xe_ + row * dim);
     ffn_out_.push_back(ye_ + row * dim);
     ffn_rows_.push_back(static_cast<int64_t>(picks.size()));

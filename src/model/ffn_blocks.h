@@ -15,6 +15,7 @@ namespace kestrel {
 
 struct FfnWeights {
   Weight gate, up, down;
+  float clamp = 0.0f;  // > 0: SwiGLU clamped at this limit (DeepSeek-V4, ops.h swiglu_clamp)
   bool present() const { return gate.present(); }
 };
 
@@ -24,6 +25,9 @@ struct MoeWeights {
   std::vector<FfnWeights> experts;
   FfnWeights shared;               // ffn_*_shexp; absent when the model has no shared expert
   Weight shared_gate;              // ffn_gate_inp_shexp (Qwen2-MoE): one row
+  // DeepSeek-V4's hash-routed layers (ffn_gate_tid2eid): each token's n_used experts, per vocabulary id;
+  // empty: routed by score.
+  std::vector<int32_t> token_experts;
   bool present() const { return !experts.empty(); }
   // The first expert this rank holds (all are held without expert parallelism).
   const FfnWeights* first_held() const {
@@ -64,8 +68,9 @@ class MoeFfn {
  public:
   // moe: the widths this rank runs (its share under tensor parallelism).
   MoeFfn(Backend& be, int64_t dim, const MoeConfig& moe, int64_t max_tokens);
-  // out[n][dim] = sum over chosen experts k of w_k * expert_k(x) (+ shared).
-  void run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out);
+  // out[n][dim] = sum over chosen experts k of w_k * expert_k(x) (+ shared). tokens: the rows' token ids,
+  // which hash-routed layers (w.token_experts) route by.
+  void run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, const int32_t* tokens = nullptr);
   // After run: touched()[t] != 0 where this rank added anything to row t
   // (the others are zero: under expert parallelism, another rank's experts).
   const uint8_t* touched() const { return touched_.data(); }
@@ -75,7 +80,7 @@ class MoeFfn {
   MoeConfig cfg_;
   ActBuffer router_logits_, xe_, ye_, shared_out_, shared_gate_, hb_, hb2_;
   std::vector<float> expert_w_;
-  std::vector<int32_t> expert_ids_;
+  std::vector<int32_t> expert_ids_, forced_ids_;
   std::vector<uint8_t> touched_;
   std::vector<std::vector<int64_t>> routed_;
   std::vector<int64_t> pick_rows_;  // per routed row, in expert order: its token

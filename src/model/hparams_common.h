@@ -16,6 +16,8 @@ struct CommonDefaults {
   // The family may carry multi-token-prediction blocks after its trunk
   // (nextn_predict_layers, counted in block_count: DeepSeek-V3).
   bool mtp_blocks = false;
+  // feed_forward_length may be absent (0): every layer has experts and the key describes no tensor.
+  bool ffn_optional = false;
 };
 
 // What every family has: the embedding width, its blocks, attention heads,

@@ -8,7 +8,7 @@ namespace kestrel {
 // reference (measure/f64_reference.cpp) computes the math it names — one
 // description instead of three copies.
 struct LayerRecipe {
-  enum class Attention { Gqa, Mla };
+  enum class Attention { Gqa, Mla, Compressed };  // Compressed: DeepSeek-V4's
   Attention attention = Attention::Gqa;
   bool qkv_bias = false;       // q/k/v biases (Qwen2; optional in Llama files, never written by synth there)
   bool qk_norm = false;        // RMSNorm of each query and key head before RoPE (Qwen3, Gemma 3)

@@ -49,9 +49,9 @@ void LayerStack::load(const GgufFile& f, const ModelOptions& opt) {
 
 void LayerStack::allocate_stack() {
   const int64_t n = max_batch_, dim = cfg_.n_embd;
-  x_store_ = ActBuffer(be_, n * dim);
+  x_store_ = ActBuffer(be_, n * state_dim());
   x_ = x_store_;
-  in_flight_.resize(be_, steps_in_flight(), n * dim);
+  in_flight_.resize(be_, steps_in_flight(), n * state_dim());
   xb_ = ActBuffer(be_, n * dim);
   y_ = ActBuffer(be_, n * dim);
   hb_ = ActBuffer(be_, n * local_n_ff_);
@@ -77,7 +77,7 @@ void LayerStack::forward(const Batch& b, const BatchPlacement& place, KvStore& k
     run_layers(b, place, kv, 0, n);
   } else {
     run_pipeline_stage(
-        shard_, comm(x_, n * cfg_.n_embd), n, cfg_.n_embd, micro_batches(n),
+        shard_, comm(x_, n * state_dim()), n, state_dim(), micro_batches(n),
         [&](int64_t r0, int64_t rows) { embed(b, r0, rows); },
         [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
     if (shard_.stage != 0) return;
@@ -90,7 +90,7 @@ void LayerStack::start_forward(const Batch& b, const BatchPlacement& place, KvSt
   check_batch_size(b.size());
   begin_step(b, place);
   in_flight_.start(
-      shard_, slot, b, cfg_.n_embd, micro_batches(b.size()), x_,
+      shard_, slot, b, state_dim(), micro_batches(b.size()), x_,
       [&](int64_t r0, int64_t rows) { embed(b, r0, rows); },
       [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
 }
@@ -110,17 +110,24 @@ int64_t LayerStack::micro_batches(int64_t n) {
 }
 
 void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int64_t n) {
-  const Act x = x_ + r0 * cfg_.n_embd;
+  const int64_t dim = cfg_.n_embd;
+  const Act x = x_ + r0 * state_dim();
   be_.annotate_layer(-1);
+  if (streams_ > 1) {
+    // Every stream starts as the embedding.
+    be_.embed(table, b.tokens.data() + r0, n, xb_);
+    for (int s = 0; s < streams_; s++) be_.copy(x + s * dim, state_dim(), xb_, dim, n, dim);
+    return;
+  }
   be_.embed(table, b.tokens.data() + r0, n, x);
-  if (cfg_.embed_scale != 1.0f) be_.scale(x, n * cfg_.n_embd, cfg_.embed_scale);
+  if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
 }
 
 void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,
                       float* hidden) {
   const ModelConfig& c = cfg_;
   const Act out = logits ? be_.host_view(logits) : Act();
-  output_logits(be_, b, x, c.n_embd, norm.data(), c.rms_eps, output, xb_, out, hidden);
+  output_logits(be_, b, head_input(x, b.size()), c.n_embd, norm.data(), c.rms_eps, output, xb_, out, hidden);
   if (!logits) return;
   const int64_t n = b.n_logit_rows() * c.n_vocab;
   if (c.final_softcap > 0.0f) be_.softcap(out, n, c.final_softcap);
@@ -133,14 +140,16 @@ Act LayerStack::norm_rows(const LayerRows& r, const std::vector<float>& weight) 
 }
 
 void LayerStack::feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n,
-                              Act y) {
+                              Act y, const int32_t* tokens) {
   if (moe.present())
-    moe_->run(be_, moe, xb, n, y);
+    moe_->run(be_, moe, xb, n, y, tokens);
   else
     run_ffn(be_, dense, act, xb, n, hb_, hb2_, y);
 }
 
-void LayerStack::residual(int /*layer*/, Branch /*branch*/, Act x, Act y, int64_t n) { be_.add(x, y, n * cfg_.n_embd); }
+void LayerStack::residual(int /*layer*/, Branch /*branch*/, Act x, Act y, int64_t /*r0*/, int64_t n) {
+  be_.add(x, y, n * cfg_.n_embd);
+}
 
 void LayerStack::run_layer(const LayerRows& r) {
   const int64_t dim = cfg_.n_embd;
@@ -148,10 +157,10 @@ void LayerStack::run_layer(const LayerRows& r) {
   be_.annotate_layer(r.layer);
   attention(r, y);
   shard_.sum(comm(y, r.n * dim), r.n * dim);
-  residual(r.layer, Branch::Attention, x, y, r.n);
+  residual(r.layer, Branch::Attention, x, y, r.r0, r.n);
   ffn(r, y);
   shard_.sum_ffn(comm(y, r.n * dim), r.n, dim, moe_layer(r.layer), combine_[0].get(), touched());
-  residual(r.layer, Branch::Ffn, x, y, r.n);
+  residual(r.layer, Branch::Ffn, x, y, r.r0, r.n);
 }
 
 void LayerStack::run_layers(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n) {
@@ -168,7 +177,7 @@ void LayerStack::run_layers_overlapped(const Batch& b, const BatchPlacement& pla
                                        int64_t n) {
   const int64_t dim = cfg_.n_embd;
   const int64_t first[2] = {r0, r0 + n / 2}, rows[2] = {n / 2, n - n / 2};
-  const Act x[2] = {x_ + first[0] * dim, x_ + first[1] * dim};
+  const Act x[2] = {x_ + first[0] * state_dim(), x_ + first[1] * state_dim()};
   const Act y[2] = {y_ + first[0] * dim, y_ + first[1] * dim};
   TensorShard::PendingSum attn[2], ffn_sum[2];
   for (int l = first_; l < end_; l++) {
@@ -176,7 +185,7 @@ void LayerStack::run_layers_overlapped(const Batch& b, const BatchPlacement& pla
     for (int h = 0; h < 2; h++) {
       if (l > first_) {
         TensorShard::finish(ffn_sum[h]);
-        residual(l - 1, Branch::Ffn, x[h], y[h], rows[h]);
+        residual(l - 1, Branch::Ffn, x[h], y[h], first[h], rows[h]);
       }
       progress();
       attention(rows_of(b, place, kv, l, first[h], rows[h]), y[h]);
@@ -184,7 +193,7 @@ void LayerStack::run_layers_overlapped(const Batch& b, const BatchPlacement& pla
     }
     for (int h = 0; h < 2; h++) {
       TensorShard::finish(attn[h]);
-      residual(l, Branch::Attention, x[h], y[h], rows[h]);
+      residual(l, Branch::Attention, x[h], y[h], first[h], rows[h]);
       progress();
       ffn(rows_of(b, place, kv, l, first[h], rows[h]), y[h]);
       ffn_sum[h] = shard_.start_ffn_sum(comm(y[h], rows[h] * dim), rows[h], dim, moe_layer(l), combine_[h].get(),
@@ -193,7 +202,7 @@ void LayerStack::run_layers_overlapped(const Batch& b, const BatchPlacement& pla
   }
   for (int h = 0; h < 2; h++) {
     TensorShard::finish(ffn_sum[h]);
-    residual(end_ - 1, Branch::Ffn, x[h], y[h], rows[h]);
+    residual(end_ - 1, Branch::Ffn, x[h], y[h], first[h], rows[h]);
   }
 }
 

@@ -62,19 +62,27 @@ class LayerStack : public Model {
   virtual void attention(const LayerRows& r, Act y) = 0;
   // Its feed-forward branch likewise (this rank's FFN rows or experts).
   virtual void ffn(const LayerRows& r, Act y) = 0;
-  // x += y after a branch (Gemma normalizes y first).
-  virtual void residual(int layer, Branch branch, Act x, Act y, int64_t n);
+  // x += y after a branch (Gemma normalizes y first; DeepSeek-V4 spreads y over its streams): the rows
+  // [r0, r0 + n) of the batch.
+  virtual void residual(int layer, Branch branch, Act x, Act y, int64_t r0, int64_t n);
+  // The rows' states folded into the n_embd rows the output head reads (DeepSeek-V4's hyper-connection
+  // head; others: the states themselves), n rows of x.
+  virtual Act head_input(Act x, int64_t /*n*/) { return x; }
   // --log-fusion: which fused operators run for this family's weights.
   virtual void log_fusion() const {}
 
   // ---- What the stack gives a family ----
-  Act x(const LayerRows& r) const { return x_ + r.r0 * cfg_.n_embd; }
+  Act x(const LayerRows& r) const { return x_ + r.r0 * state_dim(); }
+  // Floats of one row's state between layers: n_embd, times the residual streams (DeepSeek-V4's
+  // hyper-connections keep several; a family sets streams_ in its constructor).
+  int64_t state_dim() const { return cfg_.n_embd * streams_; }
   // RMSNorm of the rows' activations by weight, into the normed-input scratch (returned).
   Act norm_rows(const LayerRows& r, const std::vector<float>& weight);
   // Whether layer's FFN is a mixture of experts (its sum then spans the expert groups).
   bool moe_layer(int layer) const { return cfg_.moe.routing.n_expert > 0 && layer >= cfg_.moe.n_dense_lead; }
   // The FFN of xb's n rows into y: the experts when moe is present, else the dense FFN.
-  void feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n, Act y);
+  void feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n, Act y,
+                    const int32_t* tokens = nullptr);
   // One layer over the rows, branches and sums one after another (what the
   // MTP block runs too).
   void run_layer(const LayerRows& r);
@@ -93,6 +101,7 @@ class LayerStack : public Model {
   const int64_t max_batch_;
   const TensorShard shard_;
   int first_ = 0, end_ = 0;  // this rank's layers (all of them in one process)
+  int streams_ = 1;          // residual streams per row (state_dim)
   MoeConfig local_moe_;      // the expert widths this rank runs (its share under tp)
   int64_t local_n_ff_ = 0;   // ...and of a dense FFN's rows
   IoWeights io_;

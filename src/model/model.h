@@ -53,6 +53,21 @@ struct MoeConfig {
   bool shared_gate = false;  // Qwen2-MoE: sigmoid(x . ffn_gate_inp_shexp) scales the shared expert
 };
 
+// DeepSeek-V4 (`deepseek4`, model/arch/deepseek4.cpp): hyper-connections and compressed attention.
+struct Dsv4Config {
+  int hc = 0;  // residual streams per token (hyper_connection.count); 0: not V4
+  int sinkhorn_iters = 0;
+  float hc_eps = 0;
+  int q_lora = 0;                 // the queries' bottleneck
+  int window = 0;                 // raw keys each query sees (attention.sliding_window)
+  int o_groups = 0, o_lora = 0;   // grouped low-rank output projection
+  std::vector<int> ratios;        // per trunk layer: 0 (window only), 4 (indexed blocks) or 128 (every block)
+  RopeParams rope_compress;       // the compressing layers' RoPE (and their indexer's)
+  int idx_heads = 0, idx_dim = 0, idx_top_k = 0;  // the lightning indexer of the ratio-4 layers
+  int hash_layers = 0;            // leading layers whose experts the token id picks
+  std::vector<float> clamp_exp, clamp_shexp;  // per layer SwiGLU limits of routed / shared experts
+};
+
 enum class FfnActivation {
   Silu,  // SwiGLU: silu(gate) * up
   Gelu,  // GeGLU (Gemma): gelu_tanh(gate) * up
@@ -75,6 +90,7 @@ struct ModelConfig {
   bool tied_output = false;
   MlaConfig mla;
   MoeConfig moe;
+  Dsv4Config dsv4;
   float attn_scale = 0.0f;  // softmax scale of q.k; 0: 1/sqrt(head_dim)
   // Multi-token prediction blocks the file carries after the n_layer trunk
   // blocks (DeepSeek-V3's `nextn` layers, `{arch}.nextn_predict_layers`).

@@ -33,6 +33,14 @@ struct SynthDeepseek {
   std::vector<uint8_t> idx_shared;  // glm-dsa: per layer, 1 reuses the previous full layer's selection
 };
 
+// DeepSeek-V4's extras (deepseek4); the experts, YaRN and q_lora come from SynthDeepseek.
+struct SynthDsv4 {
+  int64_t head_dim = 0, rope_dims = 0, window = 0, o_groups = 0, o_lora = 0;
+  int64_t hc = 4, sinkhorn = 20, hash_layers = 0;
+  float hc_eps = 1e-6f, swiglu_limit = 10.0f, compress_base = 160000.0f;
+  std::vector<int64_t> ratios;  // per layer: 0, 4 or 128
+};
+
 // The GQA families' extras; what each architecture's tensors look like
 // follows from `arch` (its family's synth part, model/arch/).
 struct SynthDecoder {
@@ -53,6 +61,7 @@ struct SynthShape {
   int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
   SynthDeepseek ds;  // the MLA families (deepseek2, deepseek32, mistral4)
   SynthDecoder dec;  // the others
+  SynthDsv4 v4;      // deepseek4, beside ds
 };
 
 // A named shape of a family (model/arch/<family>.cpp lists its own).

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "formats/block_formats.h"
 #include "core/error.h"
 
@@ -24,6 +26,22 @@ Weight WeightLoader::require(const std::string& name, const std::vector<int64_t>
   const GgufTensorInfo* t = file_.find_tensor(name);
   if (!t) throw Error(fmt::format("{}: missing tensor '{}'", file_.path(), name));
   return from_info(*t, ne);
+}
+
+std::vector<int32_t> WeightLoader::require_i32(const std::string& name, const std::vector<int64_t>& ne) const {
+  const GgufTensorInfo* t = file_.find_tensor(name);
+  if (!t) throw Error(fmt::format("{}: missing tensor '{}'", file_.path(), name));
+  if (t->type != GgmlType::I32)
+    throw Error(fmt::format("{}: tensor '{}' has type {}, expected I32", file_.path(), name, type_name(t->type)));
+  std::vector<int64_t> have = t->ne;
+  while (have.size() > ne.size() && have.back() == 1) have.pop_back();
+  if (have != ne)
+    throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {}", file_.path(), name, t->shape_string(),
+                            shape_string(ne)));
+  used_.insert(name);
+  std::vector<int32_t> out(t->nbytes / sizeof(int32_t));
+  std::memcpy(out.data(), t->data, out.size() * sizeof(int32_t));
+  return out;
 }
 
 Weight WeightLoader::optional(const std::string& name, const std::vector<int64_t>& ne) const {

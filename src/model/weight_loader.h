@@ -23,6 +23,8 @@ class WeightLoader {
   // A 1-D tensor dequantized to float (norm weights, biases).
   std::vector<float> require_vector(const std::string& name, int64_t n) const;
   std::vector<float> optional_vector(const std::string& name, int64_t n) const;
+  // An I32 tensor of this shape, its values (DeepSeek-V4's per-token expert table).
+  std::vector<int32_t> require_i32(const std::string& name, const std::vector<int64_t>& ne) const;
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
   // Marks a tensor present in the file as deliberately unused (e.g. an MTP
   // block that was not asked for, or the long LongRoPE factors at a short

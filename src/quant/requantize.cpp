@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <vector>
 
@@ -51,8 +53,11 @@ std::vector<double> scaled_hessian(const std::vector<double>& xtx, int64_t n, co
 GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
   if (!can_quantize_to(o.type))
     throw Error(fmt::format("--type {} cannot be written (only {})", type_name(o.type), kWritableTypes));
+  const auto integer = [](GgmlType t) {
+    return t == GgmlType::I8 || t == GgmlType::I16 || t == GgmlType::I32 || t == GgmlType::I64;
+  };
   for (const auto& [name, type] : o.tensor_types)
-    if (!can_quantize_to(type)) throw Error(fmt::format("tensor '{}': type {} cannot be written", name, type_name(type)));
+    if (!can_quantize_to(type) && !integer(type)) throw Error(fmt::format("tensor '{}': type {} cannot be written", name, type_name(type)));
   if (o.method != QuantMethod::Rtn && !o.calib)
     throw Error(fmt::format("--method {} needs calibration text (--calib FILE)", quant_method_name(o.method)));
   if (uses_gptq(o.method))
@@ -77,6 +82,14 @@ GgufWriter requantize(const GgufFile& in, const RequantizeOptions& o) {
   w.set_u32("general.file_type", o.file_type ? o.file_type : llama_file_type(o.type));
   w.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, as llama-quantize writes it
   for (const auto& t : in.tensors()) {
+    if (integer(t.type)) {  // a table, not a weight (DeepSeek-V4's tid2eid): copied, as llama-quantize does
+      const GgufTensorInfo* src = &t;
+      w.add_tensor(t.name, t.type, t.ne, [src, done, total, progress](uint8_t* dst, size_t bytes) {
+        std::memcpy(dst, src->data, bytes);
+        if (progress) progress(++*done, total, src->name);
+      });
+      continue;
+    }
     if (!traits(t.type).computable)
       throw Error(fmt::format("{}: tensor '{}' has type {}, which Kestrel cannot read yet", in.path(), t.name,
                               type_name(t.type)));

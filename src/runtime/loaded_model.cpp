@@ -115,7 +115,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
   KvLayout l = e.model->kv_layout();
   l.k_type = o.kv_type_k;
-  l.v_type = o.kv_type_v;
+  l.v_type = l.v_f32_only ? KvType::F32 : o.kv_type_v;
   // A window that covers the whole context keeps nothing apart (the
   // attention mask still applies it).
   if (l.sliding_window >= e.n_ctx) l.sliding.clear();

@@ -59,11 +59,11 @@ class GemmaLayers final : public LayerStack {
   }
 
   // Each branch's output normed before it joins the residual stream.
-  void residual(int layer, Branch branch, Act x, Act y, int64_t n) override {
+  void residual(int layer, Branch branch, Act x, Act y, int64_t r0, int64_t n) override {
     const Layer& L = at(layer);
     const std::vector<float>& post = branch == Branch::Attention ? L.post_attn_norm : L.post_ffn_norm;
     be_.rmsnorm(y, post.data(), y, n, cfg_.n_embd, cfg_.rms_eps);
-    LayerStack::residual(layer, branch, x, y, n);
+    LayerStack::residual(layer, branch, x, y, r0, n);
   }
 
   void log_fusion() const override {

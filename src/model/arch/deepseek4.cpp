@@ -1,0 +1,723 @@
+// DeepSeek-V4 (GGUF architecture `deepseek4`), as llama.cpp's llama_model_deepseek4 computes it. Each
+// token's residual is hc (4) streams of n_embd, the "hyper-connections":
+//   streams = embed(token), in every stream
+//   for each layer, for each branch (attention, then the FFN):
+//     m = fn . rmsnorm(streams)          pre, post, comb = hyper_mix(m)   (kernels/ops.h; comb by Sinkhorn)
+//     y = branch(rmsnorm(sum_i pre_i * stream_i))
+//     streams[dst] = post_dst * y + sum_src comb[dst, src] * streams[src]
+//   logits = output . rmsnorm(sum_i pre_i * stream_i)      (the head's own pre weights)
+// Attention: one KV head of head_dim that is both key and value, sinks per head.
+//   q  = per-head rmsnorm (no weight) of wq_b . rmsnorm(wq_a . x);  kv = rmsnorm(wkv . x)
+//   RoPE (adjacent pairs) on the last n_rot dims of each; each query sees the raw kv of its last `window`
+//   positions and, by the layer's compress ratio:
+//     0    nothing else
+//     128  every completed block of 128 positions, compressed into one key
+//     4    the top_k completed blocks of 4 its lightning indexer scores highest (each block compressed over
+//          an overlapping window of 8 positions)
+//   out = the attention output with its RoPE turned back at the query's position, then the grouped low-rank
+//   projection: per group of heads wo_a[g], then wo_b over the groups side by side.
+// The compressing layers' RoPE (keys, queries, indexer) has its own base and the file's YaRN; the others
+// plain RoPE at rope.freq_base. A compressed key of block b (positions [b*r, (b+1)*r)) exists once
+// position (b+1)*r - 1 is in: per dim, a softmax over the block's positions of (wgate . x_p + ape[p % r])
+// weights (wkv . x_p) (ratio 4: the previous block's positions too, through the first half of a state
+// twice as wide), then rmsnorm, then RoPE at position b*r. The indexer keys are compressed alike by their
+// own compressor and Hadamard-rotated like the indexer queries; a block's score is
+// sum_h relu(q_h . k) * w_h (w = proj . x / sqrt(dim * heads)).
+// FFN: DeepSeekMoE with sqrt(softplus) scores and a selection bias; the first hash_layer_count layers take
+// their experts from the token id (ffn_gate_tid2eid); SwiGLU clamped in routed and shared experts.
+//
+// The cache: one row pair per position per layer. K = the raw kv (in --kv-type); V (float32, like
+// llama.cpp's compressor state) = [compressed key | indexer key | compressor kv | compressor score |
+// indexer kv | indexer score], the first two filled at the row that completes a block. Everything lives in
+// the paged blocks, so prefix caching, preemption and chunked prefill need nothing more; the price is
+// memory: the compressor state is kept for every position, not for the last 2 blocks only.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "core/error.h"
+#include "formats/block_formats.h"
+#include "model/arch/families.h"
+#include "model/hparams_common.h"
+#include "model/layer_stack.h"
+#include "model/mla_attention.h"
+
+namespace kestrel {
+namespace {
+
+constexpr LayerRecipe kRecipe{.attention = LayerRecipe::Attention::Compressed};
+constexpr int kIndexedRatio = 4, kHeavyRatio = 128;
+
+// Per-layer float arrays that a file may give as one value for all layers.
+std::vector<float> per_layer_floats(HparamReader& h, const std::string& key, int n_layer) {
+  const GgufValue* v = h.file().find(h.arch() + "." + key);
+  if (!v) throw h.bad(key, "is required for deepseek4");
+  h.accept(key);
+  std::vector<float> out(static_cast<size_t>(n_layer));
+  if (v->type == GgufValueType::ARRAY) {
+    const GgufArray& a = v->as_array();
+    if (static_cast<int>(a.items.size()) < n_layer)
+      throw h.bad(key, fmt::format("has {} entries for {} layers", a.items.size(), n_layer));
+    for (int l = 0; l < n_layer; l++) out[l] = static_cast<float>(a.items[l].as_double());
+  } else {
+    std::fill(out.begin(), out.end(), static_cast<float>(v->as_double()));
+  }
+  for (int l = 0; l < n_layer; l++)
+    if (!(out[l] >= 0.0f)) throw h.bad(key, fmt::format("= {} at layer {}: a SwiGLU limit is not negative", out[l], l));
+  return out;
+}
+
+ModelConfig read(HparamReader& h, const ModelOptions&) {
+  ModelConfig c = read_common(h, {.rms_eps = 1e-6, .n_ctx = 4096, .mtp_blocks = true, .ffn_optional = true});
+  Dsv4Config& v = c.dsv4;
+  // Attention: one KV head of key_length dims.
+  if (const auto kv = h.opt_int("attention.head_count_kv"); kv && *kv != 1)
+    throw h.bad("attention.head_count_kv", fmt::format("= {}: DeepSeek-V4 attends with one KV head", *kv));
+  c.n_head_kv = 1;
+  c.head_dim = static_cast<int>(h.need_int("attention.key_length"));
+  if (const auto vl = h.opt_int("attention.value_length"); vl && *vl != c.head_dim)
+    throw h.bad("attention.value_length", fmt::format("= {}: keys and values are the same {} dims", *vl, c.head_dim));
+  if (const auto out = h.opt_int("embedding_length_out"); out && *out != 0 && *out != c.n_embd * h.need_int("hyper_connection.count"))
+    throw h.bad("embedding_length_out", fmt::format("= {}, expected embedding_length x hyper_connection.count", *out));
+  v.q_lora = static_cast<int>(h.need_int("attention.q_lora_rank"));
+  v.window = static_cast<int>(h.need_int("attention.sliding_window"));
+  if (v.window <= 0) throw h.bad("attention.sliding_window", "must be positive (the raw keys each query sees)");
+  v.o_groups = static_cast<int>(h.need_int("attention.output_group_count"));
+  v.o_lora = static_cast<int>(h.need_int("attention.output_lora_rank"));
+  if (v.o_groups <= 0 || c.n_head % v.o_groups != 0)
+    throw h.bad("attention.output_group_count", fmt::format("= {} must divide the {} heads", v.o_groups, c.n_head));
+  v.hc = static_cast<int>(h.need_int("hyper_connection.count"));
+  if (v.hc < 1 || v.hc > 16) throw h.bad("hyper_connection.count", fmt::format("= {} is not 1 to 16", v.hc));
+  v.sinkhorn_iters = static_cast<int>(h.need_int("hyper_connection.sinkhorn_iterations"));
+  if (v.sinkhorn_iters < 1) throw h.bad("hyper_connection.sinkhorn_iterations", "must be at least 1");
+  v.hc_eps = static_cast<float>(h.opt_float("hyper_connection.epsilon").value_or(1e-6));
+  v.hash_layers = static_cast<int>(h.int_or("hash_layer_count", 0));
+  if (v.hash_layers < 0 || v.hash_layers > c.n_layer)
+    throw h.bad("hash_layer_count", fmt::format("= {} is not within the {} layers", v.hash_layers, c.n_layer));
+  // Compress ratios, one per block (MTP blocks included).
+  const std::string rkey = "attention.compress_ratios";
+  const GgufValue* rv = h.file().find(h.arch() + "." + rkey);
+  if (!rv || rv->type != GgufValueType::ARRAY) throw h.bad(rkey, "is required (one ratio per layer)");
+  h.accept(rkey);
+  const GgufArray& ra = rv->as_array();
+  if (static_cast<int>(ra.items.size()) < c.n_layer + c.n_mtp)
+    throw h.bad(rkey, fmt::format("has {} entries for {} layers", ra.items.size(), c.n_layer + c.n_mtp));
+  bool indexed = false;
+  for (int l = 0; l < c.n_layer; l++) {
+    const int64_t r = ra.items[l].as_int();
+    if (r != 0 && r != kIndexedRatio && r != kHeavyRatio)
+      throw h.bad(rkey, fmt::format("= {} at layer {}: DeepSeek-V4 compresses by 0, 4 or 128", r, l));
+    v.ratios.push_back(static_cast<int>(r));
+    indexed = indexed || r == kIndexedRatio;
+  }
+  v.idx_heads = static_cast<int>(h.need_int("attention.indexer.head_count"));
+  v.idx_dim = static_cast<int>(h.need_int("attention.indexer.key_length"));
+  v.idx_top_k = static_cast<int>(h.need_int("attention.indexer.top_k"));
+  if (indexed && indexer_rotation_size(v.idx_dim) == 0)
+    throw h.bad("attention.indexer.key_length",
+                fmt::format("= {}: the indexer's Hadamard rotation needs a multiple of 64", v.idx_dim));
+  if (v.idx_top_k <= 0) throw h.bad("attention.indexer.top_k", "must be positive");
+
+  // RoPE: adjacent pairs on the last rope.dimension_count dims; the compressing layers' base and YaRN.
+  RopeParams& r = c.rope;
+  r.style = RopeStyle::Adjacent;
+  r.n_rot = static_cast<int>(h.need_int("rope.dimension_count"));
+  if (r.n_rot <= 0 || r.n_rot % 2 || r.n_rot > c.head_dim || (indexed && r.n_rot > v.idx_dim))
+    throw h.bad("rope.dimension_count", fmt::format("= {} must be even and fit the heads", r.n_rot));
+  r.freq_base = static_cast<float>(h.float_or("rope.freq_base", 10000.0));
+  RopeParams& rc = v.rope_compress;
+  rc = r;
+  rc.freq_base = static_cast<float>(h.float_or("attention.compress_rope_freq_base", r.freq_base));
+  const std::string scaling = h.opt_string("rope.scaling.type").value_or("none");
+  if (scaling == "yarn") {
+    const double factor = h.float_or("rope.scaling.factor", 1.0);
+    if (!(factor >= 1.0)) throw h.bad("rope.scaling.factor", fmt::format("= {} must be at least 1 for YaRN", factor));
+    rc.freq_scale = static_cast<float>(1.0 / factor);
+    read_yarn(h, c, rc);
+    // ggml scales cos/sin by 1 + 0.1 ln(factor); llama.cpp's deepseek4 passes attn_factor to cancel it
+    // (its softmax scale stays 1/sqrt(head_dim): the YaRN log multiplier changes nothing there).
+    rc.attn_factor = 1.0f / (1.0f + 0.1f * std::log(static_cast<float>(factor)));
+    h.opt_float("rope.scaling.yarn_log_multiplier");
+  } else if (scaling != "none") {
+    throw h.bad("rope.scaling.type", fmt::format("= '{}' is not supported for deepseek4 (none or yarn)", scaling));
+  }
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  // DeepSeekMoE: every layer routed, sqrt(softplus) scores.
+  MoeConfig& e = c.moe;
+  MoeRouting& rt = e.routing;
+  if (const auto dense = h.opt_int("leading_dense_block_count"); dense && *dense != 0)
+    throw h.bad("leading_dense_block_count", "is not supported for deepseek4 (every layer has experts)");
+  read_expert_counts(h, c);
+  e.n_ff_expert = h.need_int("expert_feed_forward_length");
+  e.n_ff_shared = h.int_or("expert_shared_count", 0) * e.n_ff_expert;
+  const int64_t gating = h.need_int("expert_gating_func");
+  if (gating != static_cast<int>(ExpertGating::SqrtSoftplus))
+    throw h.bad("expert_gating_func", fmt::format("= {}: DeepSeek-V4 scores experts by sqrt(softplus) (4)", gating));
+  rt.gating = ExpertGating::SqrtSoftplus;
+  const double scale = h.float_or("expert_weights_scale", 1.0);
+  rt.scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  rt.normalize = h.opt_bool("expert_weights_norm").value_or(false);
+  for (const char* key : {"expert_group_count", "expert_group_used_count"})
+    if (const auto g = h.opt_int(key); g && *g > 1)
+      throw h.bad(key, fmt::format("= {}: expert groups are not part of deepseek4", *g));
+  v.clamp_exp = per_layer_floats(h, "swiglu_clamp_exp", c.n_layer + c.n_mtp);
+  v.clamp_shexp = h.has("swiglu_clamp_shexp") ? per_layer_floats(h, "swiglu_clamp_shexp", c.n_layer + c.n_mtp)
+                                               : v.clamp_exp;
+  return c;
+}
+
+// The V row's parts (floats from the row's start), for head_dim d and indexer key di.
+struct VRow {
+  int64_t comp, idx, state_kv, state_score, idx_kv, idx_score, width;
+  VRow(int64_t d, int64_t di)
+      : comp(0), idx(d), state_kv(d + di), state_score(3 * d + di), idx_kv(5 * d + di), idx_score(5 * d + 3 * di),
+        width(5 * d + 5 * di) {}
+};
+
+struct Hyper {
+  Weight fn;
+  std::vector<float> base, scale;
+};
+
+struct Attn {
+  int ratio = 0;
+  Weight wq_a, wq_b, wkv, wo_b;
+  std::vector<Weight> wo_a;  // per group of heads
+  std::vector<float> q_a_norm, kv_norm, sinks;
+  // The compressor (ratio > 0) and the indexer with its own (ratio 4).
+  Weight c_kv, c_gate;
+  std::vector<float> c_ape, c_norm;
+  Weight i_q_b, i_proj, i_kv, i_gate;
+  std::vector<float> i_ape, i_norm;
+};
+
+class Deepseek4 final : public LayerStack {
+ public:
+  Deepseek4(Backend& be, const ModelOptions& o, ModelConfig c)
+      : LayerStack(be, o, std::move(c)), v_(cfg_.dsv4), row_(cfg_.head_dim, v_.idx_dim) {
+    streams_ = v_.hc;
+    if (shard_.split() || shard_.experts_split() || shard_.pipelined())
+      throw Error("deepseek4 cannot run split across ranks yet: drop --parallel");
+    if (o.load_mtp)
+      throw Error("deepseek4: multi-token prediction is not supported yet (its MTP block ships in a file of its "
+                  "own): drop --spec mtp");
+    rope_plain_ = cfg_.rope;
+    idx_rot_ = indexer_rotation_size(v_.idx_dim);
+  }
+
+  // Every layer keeps a raw key row (--kv-type) and a float32 state row (see the top of this file).
+  KvLayout kv_layout() const override {
+    KvLayout l;
+    l.n_layer = cfg_.n_layer;
+    l.k_width = cfg_.head_dim;
+    l.v_width = row_.width;
+    l.granule = std::gcd(static_cast<int64_t>(cfg_.head_dim), row_.width);
+    if (v_.idx_dim > 0) l.granule = std::gcd(l.granule, static_cast<int64_t>(v_.idx_dim));
+    l.v_f32_only = true;
+    return l;
+  }
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm;
+    Hyper hc_attn, hc_ffn;
+    Attn attn;
+    MoeWeights moe;
+  };
+
+  Hyper load_hyper(const WeightLoader& ld, const std::string& p, int64_t mixes, int64_t scales) {
+    Hyper h;
+    h.fn = be_.prepare_weight(ld.require(p + "_fn.weight", {v_.hc * cfg_.n_embd, mixes}));
+    h.base = ld.require_vector(p + "_base.weight", mixes);
+    h.scale = ld.require_vector(p + "_scale.weight", scales);
+    return h;
+  }
+
+  std::vector<float> load_ape(const WeightLoader& ld, const std::string& name, int64_t width, int ratio) {
+    const Weight w = ld.require(name, {width, ratio});
+    std::vector<float> out(static_cast<size_t>(width * ratio));
+    for (int r = 0; r < ratio; r++) dequantize_row(w.type, w.row(r), out.data() + r * width, width);
+    return out;
+  }
+
+  void load_layer(const WeightLoader& ld, int l) override {
+    const ModelConfig& c = cfg_;
+    const std::string p = layer_prefix(l);
+    const int64_t dim = c.n_embd, d = c.head_dim, hd = int64_t{c.n_head} * d;
+    const int64_t mixes = (2 + v_.hc) * v_.hc;
+    Layer L;
+    L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
+    L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
+    L.hc_attn = load_hyper(ld, p + "hc_attn", mixes, 3);
+    L.hc_ffn = load_hyper(ld, p + "hc_ffn", mixes, 3);
+    Attn& A = L.attn;
+    A.ratio = v_.ratios[l];
+    A.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, v_.q_lora}));
+    A.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", v_.q_lora);
+    A.wq_b = be_.prepare_weight(ld.require(p + "attn_q_b.weight", {v_.q_lora, hd}));
+    A.wkv = be_.prepare_weight(ld.require(p + "attn_kv.weight", {dim, d}));
+    A.kv_norm = ld.require_vector(p + "attn_kv_a_norm.weight", d);
+    A.sinks = ld.require_vector(p + "attn_sinks.weight", c.n_head);
+    const int64_t group_in = hd / v_.o_groups;
+    const Weight wo_a = ld.require(p + "attn_output_a.weight", {group_in, v_.o_lora * v_.o_groups});
+    for (int g = 0; g < v_.o_groups; g++)
+      A.wo_a.push_back(be_.prepare_weight(weight_rows(wo_a, g * v_.o_lora, v_.o_lora, fmt::format("{}.{}", wo_a.name, g))));
+    A.wo_b = be_.prepare_weight(ld.require(p + "attn_output_b.weight", {v_.o_groups * v_.o_lora, dim}));
+    if (A.ratio > 0) {
+      const int64_t width = (A.ratio == kIndexedRatio ? 2 : 1) * d;
+      A.c_kv = be_.prepare_weight(ld.require(p + "attn_compressor_kv.weight", {dim, width}));
+      A.c_gate = be_.prepare_weight(ld.require(p + "attn_compressor_gate.weight", {dim, width}));
+      A.c_ape = load_ape(ld, p + "attn_compressor_ape.weight", width, A.ratio);
+      A.c_norm = ld.require_vector(p + "attn_compressor_norm.weight", d);
+    }
+    if (A.ratio == kIndexedRatio) {
+      const int64_t di = v_.idx_dim;
+      A.i_q_b = be_.prepare_weight(ld.require(p + "indexer.attn_q_b.weight", {v_.q_lora, int64_t{v_.idx_heads} * di}));
+      A.i_proj = be_.prepare_weight(ld.require(p + "indexer.proj.weight", {dim, v_.idx_heads}));
+      A.i_kv = be_.prepare_weight(ld.require(p + "indexer_compressor_kv.weight", {dim, 2 * di}));
+      A.i_gate = be_.prepare_weight(ld.require(p + "indexer_compressor_gate.weight", {dim, 2 * di}));
+      A.i_ape = load_ape(ld, p + "indexer_compressor_ape.weight", 2 * di, kIndexedRatio);
+      A.i_norm = ld.require_vector(p + "indexer_compressor_norm.weight", di);
+    }
+    // The experts: score-routed with a selection bias, or (hash layers) by the token's row of tid2eid.
+    const bool hashed = l < v_.hash_layers;
+    if (hashed && ld.has(p + "exp_probs_b.bias"))
+      throw Error(fmt::format("tensor '{}exp_probs_b.bias': layer {} routes by token id (hash_layer_count {}), "
+                              "where llama.cpp applies no selection bias",
+                              p, l, v_.hash_layers));
+    L.moe = load_moe(ld, be_, p, dim, c.moe, shard_);
+    if (!hashed && L.moe.router_bias.empty())
+      throw Error(fmt::format("missing tensor '{}exp_probs_b.bias' (DeepSeek-V4's score-routed layers have one)", p));
+    if (hashed) {
+      const int nu = c.moe.routing.n_used;
+      L.moe.token_experts = ld.require_i32(p + "ffn_gate_tid2eid.weight", {nu, c.n_vocab});
+      for (const int32_t id : L.moe.token_experts)
+        if (id < 0 || id >= c.moe.routing.n_expert)
+          throw Error(fmt::format("tensor '{}ffn_gate_tid2eid.weight' names expert {} of {}", p, id,
+                                  c.moe.routing.n_expert));
+    }
+    // Image tokens' routing bias (the vision variant): text never uses it.
+    if (ld.has(p + "exp_probs_b_vl.bias")) ld.skip(p + "exp_probs_b_vl.bias", "the image tokens' routing bias");
+    for (auto& x : L.moe.experts) x.clamp = v_.clamp_exp[l];
+    L.moe.shared.clamp = v_.clamp_shexp[l];
+    layers_.push_back(std::move(L));
+  }
+
+  void load_extra(const WeightLoader& ld, const ModelOptions&) override {
+    head_hc_ = load_hyper(ld, "output_hc", v_.hc, 1);
+    for (int l = cfg_.n_layer; l < cfg_.n_layer + cfg_.n_mtp; l++)
+      ld.skip_prefix(layer_prefix(l), "multi-token-prediction block not loaded");
+  }
+
+  void allocate(int64_t n) override {
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd, hc = v_.hc, d = c.head_dim, hd = int64_t{c.n_head} * d, di = v_.idx_dim;
+    ones_.assign(static_cast<size_t>(std::max<int64_t>(hc * dim, d)), 1.0f);
+    flat_ = ActBuffer(be_, n * hc * dim);
+    state_ = ActBuffer(be_, n * hc * dim);
+    mixes_ = ActBuffer(be_, n * (2 + hc) * hc);
+    pre_ = ActBuffer(be_, n * hc);
+    post_ = ActBuffer(be_, n * hc);
+    comb_ = ActBuffer(be_, n * hc * hc);
+    hin_ = ActBuffer(be_, n * dim);
+    xn_ = ActBuffer(be_, n * dim);
+    qa_ = ActBuffer(be_, n * v_.q_lora);
+    qr_ = ActBuffer(be_, n * v_.q_lora);
+    q_ = ActBuffer(be_, n * hd);
+    att_ = ActBuffer(be_, n * hd);
+    kv_ = ActBuffer(be_, n * d);
+    vrow_ = ActBuffer(be_, n * row_.width);
+    skv_ = ActBuffer(be_, n * 2 * std::max(d, di));
+    ssc_ = ActBuffer(be_, n * 2 * std::max(d, di));
+    cbuf_ = ActBuffer(be_, n * std::max(d, di));
+    grp_in_ = ActBuffer(be_, n * hd / v_.o_groups);
+    grp_out_ = ActBuffer(be_, n * v_.o_lora);
+    oa_ = ActBuffer(be_, n * v_.o_groups * v_.o_lora);
+    if (di > 0) {
+      iq_ = ActBuffer(be_, n * v_.idx_heads * di);
+      iw_ = ActBuffer(be_, n * v_.idx_heads);
+    }
+  }
+
+  // ---- Hyper-connections ----
+  // The branch's input: its rows' streams folded by this layer's pre weights, then normed (post and comb
+  // kept by batch row for residual()).
+  Act branch_input(const LayerRows& r, const Hyper& h, const std::vector<float>& norm) {
+    const int64_t dim = cfg_.n_embd, hc = v_.hc, n = r.n;
+    be_.rmsnorm(x(r), ones_.data(), flat_, n, hc * dim, cfg_.rms_eps);
+    be_.matmul(h.fn, flat_, n, mixes_);
+    be_.hyper_mix(mixes_, n, (2 + hc) * hc, static_cast<int>(hc), h.scale.data(), h.base.data(), v_.hc_eps,
+                  v_.sinkhorn_iters, pre_, post_ + r.r0 * hc, comb_ + r.r0 * hc * hc);
+    be_.hyper_collapse(x(r), pre_, n, static_cast<int>(hc), dim, hin_);
+    be_.rmsnorm(hin_, norm.data(), xn_, n, dim, cfg_.rms_eps);
+    return xn_;
+  }
+
+  void residual(int /*layer*/, Branch /*branch*/, Act x, Act y, int64_t r0, int64_t n) override {
+    const int64_t hc = v_.hc, dim = cfg_.n_embd;
+    be_.hyper_expand(x, y, post_ + r0 * hc, comb_ + r0 * hc * hc, n, static_cast<int>(hc), dim, state_);
+    be_.copy(x, hc * dim, state_, hc * dim, n, hc * dim);
+  }
+
+  Act head_input(Act x, int64_t n) override {
+    const int64_t dim = cfg_.n_embd, hc = v_.hc;
+    be_.annotate_layer(-1);
+    be_.rmsnorm(x, ones_.data(), flat_, n, hc * dim, cfg_.rms_eps);
+    be_.matmul(head_hc_.fn, flat_, n, mixes_);
+    be_.hyper_mix(mixes_, n, hc, static_cast<int>(hc), head_hc_.scale.data(), head_hc_.base.data(), v_.hc_eps, 0,
+                  pre_, Act(), Act());
+    be_.hyper_collapse(x, pre_, n, static_cast<int>(hc), dim, hin_);
+    return hin_;
+  }
+
+  // ---- Attention ----
+  // RoPE on the last n_rot dims of each of `heads` heads of `width` per row.
+  void rope_tail(Act x, const int32_t* pos, int64_t n, int heads, int64_t width, const RopeParams& p) {
+    be_.rope(x + (width - p.n_rot), pos, n, heads, static_cast<int>(width), p);
+  }
+
+  void attention(const LayerRows& r, Act y) override {
+    const Layer& L = layers_[static_cast<size_t>(r.layer - first_)];
+    const Attn& A = L.attn;
+    const ModelConfig& c = cfg_;
+    const Act xn = branch_input(r, L.hc_attn, L.attn_norm);
+    const int64_t n = r.n, d = c.head_dim, di = v_.idx_dim, vw = row_.width;
+    const int nh = c.n_head;
+    const int32_t* pos = r.positions();
+    const RopeParams& rope = A.ratio > 0 ? v_.rope_compress : rope_plain_;
+
+    // Queries (and the indexer's from the same bottleneck) and the raw kv.
+    be_.matmul(A.wq_a, xn, n, qa_);
+    be_.rmsnorm(qa_, A.q_a_norm.data(), qr_, n, v_.q_lora, c.rms_eps);
+    be_.matmul(A.wq_b, qr_, n, q_);
+    be_.rmsnorm(q_, ones_.data(), q_, n * nh, d, c.rms_eps);
+    rope_tail(q_, pos, n, nh, d, rope);
+    be_.matmul(A.wkv, xn, n, kv_);
+    be_.rmsnorm(kv_, A.kv_norm.data(), kv_, n, d, c.rms_eps);
+    rope_tail(kv_, pos, n, 1, d, rope);
+
+    // The V rows: this position's compressor state (the compressed keys come below).
+    be_.fill(vrow_, n * vw, 0.0f);
+    if (A.ratio > 0) {
+      const int64_t w = (A.ratio == kIndexedRatio ? 2 : 1) * d;
+      compressor_state(A.c_kv, A.c_gate, A.c_ape, A.ratio, w, xn, pos, n, row_.state_kv, row_.state_score);
+      if (A.ratio == kIndexedRatio)
+        compressor_state(A.i_kv, A.i_gate, A.i_ape, A.ratio, 2 * di, xn, pos, n, row_.idx_kv, row_.idx_score);
+    }
+    const KvLayerWrite wr = r.kv.layer_write(r.kv_layer);
+    be_.write_kv(wr, r.slots(), n, kv_, vrow_);
+    if (A.ratio > 0 && complete_blocks(A, r)) be_.write_kv(wr, r.slots(), n, kv_, vrow_);
+
+    if (A.ratio == kIndexedRatio) {
+      be_.matmul(A.i_q_b, qr_, n, iq_);
+      rope_tail(iq_, pos, n, v_.idx_heads, di, v_.rope_compress);
+      be_.hadamard(iq_, n * v_.idx_heads * di, idx_rot_);
+      be_.matmul(A.i_proj, xn, n, iw_);
+      be_.scale(iw_, n * v_.idx_heads, 1.0f / std::sqrt(static_cast<float>(di * v_.idx_heads)));
+    }
+    attend(A, r);
+
+    // The rotation taken back out at each query's position, then the grouped output.
+    RopeParams back = rope;
+    back.inverse = true;
+    rope_tail(att_, pos, n, nh, d, back);
+    const int64_t gi = int64_t{nh} * d / v_.o_groups, lo = v_.o_lora;
+    for (int g = 0; g < v_.o_groups; g++) {
+      be_.copy(grp_in_, gi, att_ + g * gi, int64_t{nh} * d, n, gi);
+      be_.matmul(A.wo_a[g], grp_in_, n, grp_out_);
+      be_.copy(oa_ + g * lo, v_.o_groups * lo, grp_out_, lo, n, lo);
+    }
+    be_.matmul(A.wo_b, oa_, n, y);
+  }
+
+  // A compressor's per-position state into the V rows: kv = wkv . x, score = wgate . x + ape[pos % ratio].
+  void compressor_state(const Weight& wkv, const Weight& wgate, const std::vector<float>& ape, int ratio, int64_t w,
+                        Act xn, const int32_t* pos, int64_t n, int64_t kv_off, int64_t score_off) {
+    const int64_t vw = row_.width;
+    be_.matmul(wkv, xn, n, skv_);
+    be_.matmul(wgate, xn, n, ssc_);
+    for (int64_t t = 0; t < n; t++) be_.add_bias(ssc_ + t * w, ape.data() + (pos[t] % ratio) * w, 1, w);
+    be_.copy(vrow_ + kv_off, vw, skv_, w, n, w);
+    be_.copy(vrow_ + score_off, vw, ssc_, w, n, w);
+  }
+
+  // The blocks the rows complete: compressed (and their indexer keys) into those rows' V rows. False when
+  // no row completes one.
+  bool complete_blocks(const Attn& A, const LayerRows& r) {
+    const int ratio = A.ratio;
+    const bool overlap = ratio == kIndexedRatio;
+    const int entries = overlap ? 2 * ratio : ratio;
+    const int64_t d = cfg_.head_dim, di = v_.idx_dim, vw = row_.width;
+    const int32_t* pos = r.positions();
+    done_rows_.clear();
+    for (int64_t t = 0; t < r.n; t++)
+      if ((pos[t] + 1) % ratio == 0) done_rows_.push_back(t);
+    const auto nb = static_cast<int64_t>(done_rows_.size());
+    if (nb == 0) return false;
+    gathered_.ensure(be_, nb * entries * vw);
+    block_pos_.clear();
+    absent_.clear();
+    const PagedKvLayerView v = state_view(r);
+    for (int64_t b = 0; b < nb; b++) {
+      const int64_t t = done_rows_[b];
+      const int32_t start = pos[t] + 1 - ratio, first = overlap ? start - ratio : start;
+      const int absent = first < 0 ? -first : 0;
+      gather_pos_.clear();
+      for (int i = 0; i < entries; i++) gather_pos_.push_back(std::max(0, first + i));
+      be_.gather_kv_rows(v, r.tables()[t], gather_pos_.data(), entries, vw, gathered_ + b * entries * vw);
+      block_pos_.push_back(start);
+      absent_.push_back(absent);
+    }
+    const int split = overlap ? ratio : entries;
+    be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), row_.state_kv, row_.state_score, d, cbuf_);
+    be_.rmsnorm(cbuf_, A.c_norm.data(), cbuf_, nb, d, cfg_.rms_eps);
+    rope_tail(cbuf_, block_pos_.data(), nb, 1, d, v_.rope_compress);
+    for (int64_t b = 0; b < nb; b++) be_.copy(vrow_ + done_rows_[b] * vw + row_.comp, vw, cbuf_ + b * d, d, 1, d);
+    if (overlap) {
+      be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), row_.idx_kv, row_.idx_score, di, cbuf_);
+      be_.rmsnorm(cbuf_, A.i_norm.data(), cbuf_, nb, di, cfg_.rms_eps);
+      rope_tail(cbuf_, block_pos_.data(), nb, 1, di, v_.rope_compress);
+      be_.hadamard(cbuf_, nb * di, idx_rot_);
+      for (int64_t b = 0; b < nb; b++) be_.copy(vrow_ + done_rows_[b] * vw + row_.idx, vw, cbuf_ + b * di, di, 1, di);
+    }
+    return true;
+  }
+
+  // The layer's V rows read as keys from `offset` (they are float32: an offset is a byte offset).
+  PagedKvLayerView state_view(const LayerRows& r, int64_t offset = 0) const {
+    PagedKvLayerView v = r.kv.layer_view(r.kv_layer);
+    v.k = static_cast<const uint8_t*>(v.v) + offset * static_cast<int64_t>(sizeof(float));
+    v.k_stride = v.v_stride;
+    v.k_format = v.v_format;
+    return v;
+  }
+
+  // Each row over its window of raw keys and the compressed keys its layer shows it.
+  void attend(const Attn& A, const LayerRows& r) {
+    const ModelConfig& c = cfg_;
+    const int64_t d = c.head_dim, di = v_.idx_dim;
+    const int nh = c.n_head;
+    const int32_t* pos = r.positions();
+    const PagedKvLayerView raw = r.kv.layer_view(r.kv_layer);
+    const PagedKvLayerView comp = state_view(r, row_.comp), idx = state_view(r, row_.idx);
+    AttentionShape shape{nh, 1, static_cast<int>(d), c.attn_scale};
+    shape.sinks = A.sinks.data();
+    for (int64_t t = 0; t < r.n; t++) {
+      const int32_t p = pos[t];
+      const int32_t first = std::max(0, p + 1 - v_.window);
+      const int32_t blocks = A.ratio > 0 ? (p + 1) / A.ratio : 0;
+      key_pos_.clear();
+      for (int32_t j = first; j <= p; j++) key_pos_.push_back(j);
+      const auto n_raw = static_cast<int64_t>(key_pos_.size());
+      comp_pos_.clear();
+      if (A.ratio == kHeavyRatio) {
+        for (int32_t b = 0; b < blocks; b++) comp_pos_.push_back((b + 1) * A.ratio - 1);
+      } else if (A.ratio == kIndexedRatio && blocks > 0) {
+        // The indexer over the completed blocks' keys; its pick, ascending.
+        for (int32_t b = 0; b < blocks; b++) comp_pos_.push_back((b + 1) * A.ratio - 1);
+        keys_.ensure(be_, static_cast<int64_t>(blocks) * std::max(d, di));
+        be_.gather_kv_rows(idx, r.tables()[t], comp_pos_.data(), blocks, di, keys_);
+        selected_.resize(static_cast<size_t>(v_.idx_top_k));
+        int32_t count = 0;
+        const int32_t last = blocks - 1;
+        be_.indexer_top_k_dense(keys_, blocks, {1, iq_ + t * v_.idx_heads * di, Act(), &last, nullptr}, iw_ + t * v_.idx_heads,
+                                {v_.idx_heads, static_cast<int>(di), v_.idx_top_k}, selected_.data(), &count);
+        comp_pos_.clear();
+        for (int32_t k = 0; k < count; k++) comp_pos_.push_back((selected_[k] + 1) * A.ratio - 1);
+      }
+      const auto n_comp = static_cast<int64_t>(comp_pos_.size());
+      keys_.ensure(be_, (n_raw + n_comp) * d);
+      be_.gather_kv_rows(raw, r.tables()[t], key_pos_.data(), n_raw, d, keys_);
+      if (n_comp > 0) be_.gather_kv_rows(comp, r.tables()[t], comp_pos_.data(), n_comp, d, keys_ + n_raw * d);
+      const auto last = static_cast<int32_t>(n_raw + n_comp - 1);
+      be_.attention_dense(keys_, keys_, d, d, n_raw + n_comp, {1, q_ + t * nh * d, att_ + t * nh * d, &last, nullptr},
+                          shape);
+    }
+  }
+
+  // ---- FFN ----
+  void ffn(const LayerRows& r, Act y) override {
+    const Layer& L = layers_[static_cast<size_t>(r.layer - first_)];
+    const Act xn = branch_input(r, L.hc_ffn, L.ffn_norm);
+    feed_forward(FfnWeights{}, L.moe, FfnActivation::Silu, xn, r.n, y, r.batch.tokens.data() + r.r0);
+  }
+
+  const Dsv4Config& v_;
+  const VRow row_;
+  RopeParams rope_plain_;
+  int idx_rot_ = 0;
+  std::vector<Layer> layers_;
+  Hyper head_hc_;
+  std::vector<float> ones_;
+  ActBuffer flat_, state_, mixes_, pre_, post_, comb_, hin_, xn_;
+  ActBuffer qa_, qr_, q_, att_, kv_, vrow_, skv_, ssc_, cbuf_, grp_in_, grp_out_, oa_, iq_, iw_;
+  ActBuffer gathered_, keys_;
+  std::vector<int64_t> done_rows_;
+  std::vector<int32_t> block_pos_, absent_, gather_pos_, key_pos_, comp_pos_, selected_;
+};
+
+std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {
+  auto m = std::make_unique<Deepseek4>(be, o, std::move(c));
+  m->init(f, o);
+  return m;
+}
+
+// ---- synth: the keys and tensors llama.cpp's converter writes ----
+void synth(SynthFile& out) {
+  const SynthShape& s = out.shape();
+  const SynthDeepseek& ds = s.ds;
+  const SynthDsv4& v = s.v4;
+  if (static_cast<int64_t>(v.ratios.size()) != s.layers)
+    throw Error(fmt::format("deepseek4: {} compress ratios for {} layers", v.ratios.size(), s.layers));
+  if (s.heads % v.o_groups != 0) throw Error("deepseek4: the output groups must divide the heads");
+  if (v.hash_layers > s.layers || ds.experts_used > ds.experts) throw Error("deepseek4: bad expert or hash-layer counts");
+  const std::string a = s.arch + ".";
+  synth_sizes(out, s.layers, 1, v.rope_dims, 10000.0f, 1e-6f);
+  out.u32("attention.key_length", v.head_dim);
+  out.u32("attention.value_length", v.head_dim);
+  out.u32("attention.q_lora_rank", ds.q_lora);
+  out.u32("attention.sliding_window", v.window);
+  out.u32("expert_count", ds.experts);
+  out.u32("expert_used_count", ds.experts_used);
+  out.u32("expert_feed_forward_length", ds.ffn_expert);
+  out.u32("expert_shared_count", ds.experts_shared);
+  out.f32("expert_weights_scale", ds.weights_scale);
+  out.boolean("expert_weights_norm", ds.norm_weights);
+  out.u32("expert_gating_func", static_cast<int64_t>(ExpertGating::SqrtSoftplus));
+  std::vector<GgufValue> clamps, ratios;
+  for (int64_t l = 0; l < s.layers; l++) {
+    clamps.push_back(GgufValue::f32(v.swiglu_limit));
+    ratios.push_back(GgufValue::u32(static_cast<uint32_t>(v.ratios[l])));
+  }
+  out.writer().set(a + "swiglu_clamp_exp", GgufValue::array(GgufValueType::FLOAT32, clamps));
+  out.writer().set(a + "swiglu_clamp_shexp", GgufValue::array(GgufValueType::FLOAT32, clamps));
+  out.u32("attention.indexer.head_count", ds.idx_heads);
+  out.u32("attention.indexer.key_length", ds.idx_dim);
+  out.u32("attention.indexer.top_k", ds.idx_top_k);
+  out.u32("attention.output_group_count", v.o_groups);
+  out.u32("attention.output_lora_rank", v.o_lora);
+  out.writer().set(a + "attention.compress_ratios", GgufValue::array(GgufValueType::UINT32, ratios));
+  out.f32("attention.compress_rope_freq_base", v.compress_base);
+  out.u32("hyper_connection.count", v.hc);
+  out.u32("hyper_connection.sinkhorn_iterations", v.sinkhorn);
+  out.f32("hyper_connection.epsilon", v.hc_eps);
+  out.u32("hash_layer_count", v.hash_layers);
+  out.u32("embedding_length_out", s.dim * v.hc);
+  if (ds.yarn_factor > 0) {
+    out.str("rope.scaling.type", "yarn");
+    out.f32("rope.scaling.factor", ds.yarn_factor);
+    out.u32("rope.scaling.original_context_length", ds.yarn_orig_ctx);
+  }
+
+  const float in_std = SynthFile::fan_in(s.dim);
+  const int64_t d = v.head_dim, hd = s.heads * d, hc = v.hc, mixes = (2 + hc) * hc;
+  // The hyper-connection mixes: small projections and biases near llama.cpp's init (base ~ 0), scale ~ 1.
+  auto hyper = [&](const std::string& p, int64_t n_mix, int64_t n_scale) {
+    out.random(p + "_fn.weight", {hc * s.dim, n_mix}, SynthFile::fan_in(hc * s.dim));
+    out.random(p + "_base.weight", {n_mix}, 0.5f);
+    out.random(p + "_scale.weight", {n_scale}, 0.3f, 0.0f);
+  };
+  hyper("output_hc", hc, 1);
+  for (int64_t l = 0; l < s.layers; l++) {
+    const std::string p = fmt::format("blk.{}.", l);
+    out.norm(p + "attn_norm.weight", s.dim);
+    out.random(p + "attn_q_a.weight", {s.dim, ds.q_lora}, in_std);
+    out.norm(p + "attn_q_a_norm.weight", ds.q_lora);
+    out.random(p + "attn_q_b.weight", {ds.q_lora, hd}, SynthFile::fan_in(ds.q_lora));
+    out.random(p + "attn_kv.weight", {s.dim, d}, in_std);
+    out.norm(p + "attn_kv_a_norm.weight", d);
+    out.random(p + "attn_sinks.weight", {s.heads}, 1.0f);
+    out.random(p + "attn_output_a.weight", {hd / v.o_groups, v.o_lora * v.o_groups}, SynthFile::fan_in(hd / v.o_groups));
+    out.random(p + "attn_output_b.weight", {v.o_groups * v.o_lora, s.dim}, out.residual_std(v.o_groups * v.o_lora));
+    hyper(p + "hc_attn", mixes, 3);
+    hyper(p + "hc_ffn", mixes, 3);
+    const int64_t ratio = v.ratios[l];
+    if (ratio > 0) {
+      const int64_t w = (ratio == kIndexedRatio ? 2 : 1) * d;
+      out.random(p + "attn_compressor_kv.weight", {s.dim, w}, in_std);
+      out.random(p + "attn_compressor_gate.weight", {s.dim, w}, in_std);
+      out.random(p + "attn_compressor_ape.weight", {w, ratio}, 0.5f);
+      out.norm(p + "attn_compressor_norm.weight", d);
+    }
+    if (ratio == kIndexedRatio) {
+      const int64_t di = ds.idx_dim;
+      out.random(p + "indexer_compressor_kv.weight", {s.dim, 2 * di}, in_std);
+      out.random(p + "indexer_compressor_gate.weight", {s.dim, 2 * di}, in_std);
+      out.random(p + "indexer_compressor_ape.weight", {2 * di, ratio}, 0.5f);
+      out.norm(p + "indexer_compressor_norm.weight", di);
+      out.random(p + "indexer.proj.weight", {s.dim, ds.idx_heads}, in_std);
+      out.random(p + "indexer.attn_q_b.weight", {ds.q_lora, ds.idx_heads * di}, SynthFile::fan_in(ds.q_lora));
+    }
+    out.norm(p + "ffn_norm.weight", s.dim);
+    out.random(p + "ffn_gate_inp.weight", {s.dim, ds.experts}, in_std);
+    if (l < v.hash_layers) {
+      // Each token's experts: distinct, from a fixed pseudo-random permutation per token.
+      std::vector<int32_t> ids(static_cast<size_t>(ds.experts_used * s.vocab));
+      uint64_t state = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(l);
+      std::vector<int32_t> perm(static_cast<size_t>(ds.experts));
+      for (int64_t t = 0; t < s.vocab; t++) {
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int64_t k = 0; k < ds.experts_used; k++) {
+          state = state * 6364136223846793005ull + 1442695040888963407ull;
+          const int64_t j = k + static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(ds.experts - k));
+          std::swap(perm[k], perm[j]);
+          ids[t * ds.experts_used + k] = perm[k];
+        }
+      }
+      out.writer().add_tensor(p + "ffn_gate_tid2eid.weight", GgmlType::I32, {ds.experts_used, s.vocab},
+                              [ids](uint8_t* dst, size_t bytes) { std::memcpy(dst, ids.data(), bytes); });
+    } else {
+      out.random(p + "exp_probs_b.bias", {ds.experts}, 0.05f);
+    }
+    out.gated_ffn(p, "_exps", ds.ffn_expert, {ds.experts});
+    out.gated_ffn(p, "_shexp", ds.ffn_expert * ds.experts_shared);
+  }
+}
+
+SynthShape preset_shape(const std::string& preset) {
+  SynthShape s;
+  s.arch = "deepseek4";
+  SynthDeepseek& d = s.ds;
+  SynthDsv4& v = s.v4;
+  d.norm_weights = true, d.weights_scale = 1.5f;
+  if (preset == "tiny") {
+    // Every feature at test width: a raw window of 8, ratio-4 layers whose indexer keeps 3 blocks (prompts
+    // past 12 tokens select), a ratio-128 layer (prompts past 128 tokens compress), a window-only layer, a
+    // hash-routed first layer, 4 streams, SwiGLU clamped at 1 (it bites at these scales), YaRN.
+    s.dim = 64, s.layers = 4, s.heads = 4, s.ffn = 128, s.vocab = 512, s.ctx = 4096;
+    v.head_dim = 64, v.rope_dims = 16, v.window = 8, v.o_groups = 2, v.o_lora = 16, v.hash_layers = 1;
+    v.swiglu_limit = 1.0f, v.ratios = {4, 0, 128, 4};
+    d.q_lora = 32, d.experts = 8, d.experts_used = 2, d.experts_shared = 1, d.ffn_expert = 32;
+    d.idx_heads = 8, d.idx_dim = 64, d.idx_top_k = 3;
+    d.yarn_factor = 4.0f, d.yarn_orig_ctx = 1024;
+  } else {  // flash: DeepSeek-V4-Flash (284B, 13B active)
+    s.dim = 4096, s.layers = 43, s.heads = 64, s.ffn = 2048, s.vocab = 129280, s.ctx = 1048576;
+    v.head_dim = 512, v.rope_dims = 64, v.window = 128, v.o_groups = 8, v.o_lora = 1024, v.hash_layers = 3;
+    v.ratios.assign(43, 4);
+    for (int64_t l = 0; l < 43; l++) v.ratios[l] = l < 2 ? 0 : (l % 2 == 0 ? 4 : 128);
+    d.q_lora = 1024, d.experts = 256, d.experts_used = 6, d.experts_shared = 1, d.ffn_expert = 2048;
+    d.idx_heads = 64, d.idx_dim = 128, d.idx_top_k = 512;
+    d.yarn_factor = 16.0f, d.yarn_orig_ctx = 65536;
+  }
+  s.kv_heads = 1;
+  return s;
+}
+
+std::vector<SynthPreset> presets() {
+  std::vector<SynthPreset> p;
+  for (const char* name : {"tiny", "flash"}) p.push_back({name, preset_shape(name)});
+  return p;
+}
+
+}  // namespace
+
+const Family& deepseek4_family() {
+  static const Family f{"deepseek4", "DeepSeek-V4-Flash, V4-Pro", kRecipe, read, make, synth, presets};
+  return f;
+}
+
+}  // namespace kestrel
