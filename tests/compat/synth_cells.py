@@ -26,6 +26,9 @@ EXPECTED = os.path.join(HERE, "..", "reference", "synth_cells.json")
 # name, synth arguments, prompt ids, tokens to generate[, llama-quantize mix]
 DS32 = ["--arch", "deepseek32", "--preset", "tiny", "--type", "f32"]
 GLM5 = ["--arch", "glm-dsa", "--preset", "tiny", "--type", "f32"]
+DSV4 = ["--arch", "deepseek4", "--preset", "tiny", "--type", "f32"]
+# 150 ids: past the first block of 128 (the ratio-128 layer's first compressed key) and 37 blocks of 4.
+LONG = [(i * 37 + 11) % 512 for i in range(150)]
 CELLS = [
     ("mistral4-tiny.f32", ["--arch", "mistral4", "--preset", "tiny", "--type", "f32", "--seed", "1"],
      [3, 17, 42, 99, 7, 64, 120, 5, 11, 200], 12),
@@ -40,6 +43,12 @@ CELLS = [
     ("glm-dsa-tiny.f32", GLM5 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12),
     ("glm-dsa-tiny-seed2.f32", GLM5 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45], 10),
     ("glm-dsa-tiny.q8_0", GLM5 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12, "Q8_0"),
+    # DeepSeek-V4: a window of 8 raw keys, top-3 of the blocks of 4, every block of 128, one hash-routed layer.
+    # The top-k-all cell (every block selected) gives other ids from step 3 on the same weights and prompt.
+    ("deepseek4-tiny.f32", DSV4 + ["--seed", "1"], LONG, 16),
+    ("deepseek4-tiny-seed2.f32", DSV4 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("deepseek4-tiny-topk-all.f32", DSV4 + ["--seed", "1", "--top-k", "1000"], LONG, 16),
+    ("deepseek4-tiny.q8_0", DSV4 + ["--seed", "1"], LONG, 16, "Q8_0"),
     # No Q4_K_M cell: its Q5_0 fallbacks (these widths are not multiples of 256) leave llama.cpp's logits by
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.

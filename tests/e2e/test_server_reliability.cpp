@@ -409,21 +409,21 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
   EXPECT_EQ(seen["wrong_key"]["code"], "invalid_api_key");
 }
 
-// DeepSeek-V3.2 (`deepseek32`: its sparse attention selects from the fifth position on, top-k 4) with a
-// DeepSeek tokenizer and V3.2's real template, through the official OpenAI client: a chat, a streamed
-// chat, and a tool-call round trip in DSML (tool_choice "required": the reply held to the template's
-// <｜DSML｜function_calls> form, read back as tool_calls, whole and as streamed deltas, then the tool's answer).
-TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInDsmlWithDeepseekV32) {
+// A tiny model of `arch` with a DeepSeek tokenizer and the family's real template, through the official
+// OpenAI client: a chat, a streamed chat, and a tool-call round trip in DSML (tool_choice "required": the
+// reply held to the template's <｜DSML｜...> form, read back as tool_calls, whole and as streamed deltas, then
+// the tool's answer).
+void dsml_round_trip(const std::string& arch, const std::string& chat_template) {
   const std::string client_dir = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
   ASSERT_TRUE(std::filesystem::exists(client_dir + "/node_modules/openai/package.json"))
       << "the openai npm package is missing: run scripts/setup.sh";
   test::TempDir dir;
-  const std::string model = dir.file("v32.gguf");
-  const auto made = test::run_kestrel({"synth", "--arch", "deepseek32", "--preset", "tiny", "--type", "f32",
+  const std::string model = dir.file(arch + ".gguf");
+  const auto made = test::run_kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32",
                                        "--vocab-from", test::shared("vocab/ggml-vocab-deepseek-llm.gguf"), "-o", model});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   test::ServerProcess s({"-m", model, "-c", "4096", "--chat-template",
-                         test::shared("templates/deepseek-ai-DeepSeek-V3.2.jinja")});
+                         test::shared("templates/" + chat_template)});
   EXPECT_THAT(s.log(), HasSubstr("tool calls read as dsml"));
   int st = 0;
   const std::string out = shell("cd " + client_dir + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
@@ -443,6 +443,16 @@ TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInDsmlWithDeepseekV32) {
   EXPECT_EQ(seen["stream_call"]["name"], "get_weather");
   EXPECT_EQ(seen["stream_call"]["args"], seen["call"]["args"]);  // greedy: the same call, in deltas
   EXPECT_GE(seen["answer"]["tokens"], 1);
+}
+
+// DeepSeek-V3.2 (`deepseek32`): its sparse attention selects from the fifth position on (top-k 4).
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInDsmlWithDeepseekV32) {
+  dsml_round_trip("deepseek32", "deepseek-ai-DeepSeek-V3.2.jinja");
+}
+
+// DeepSeek-V4 (`deepseek4`): hyper-connections, a window of 8 raw keys and top-3 compressed blocks.
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInDsmlWithDeepseekV4) {
+  dsml_round_trip("deepseek4", "deepseek-ai-DeepSeek-V4.jinja");
 }
 
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {

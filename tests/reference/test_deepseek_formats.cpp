@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
@@ -14,6 +15,7 @@
 #include "measure/perplexity.h"
 #include "test_support.h"
 #include "model/batch_io.h"
+#include "model/synth.h"
 
 namespace kestrel {
 namespace {
@@ -108,6 +110,55 @@ TEST(DeepseekFormats, MissingOrBadMetadataNamesTheKey) {
     FAIL() << "loaded a model without kv_lora_rank";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("deepseek2.attention.kv_lora_rank"));
+  }
+}
+
+// DeepSeek-V4: what the architecture does not compute is refused by name, not run with other math.
+TEST(DeepseekFormats, DeepSeekV4RefusesWhatItDoesNotComputeByName) {
+  test::TempDir dir;
+  struct Case {
+    const char* what;
+    std::function<void(GgufWriter&)> edit;
+    const char* named;
+  };
+  const std::vector<Case> cases = {
+      {"a compress ratio llama.cpp does not have",
+       [](GgufWriter& w) {
+         std::vector<GgufValue> r;
+         for (uint32_t x : {4u, 8u, 128u, 4u}) r.push_back(GgufValue::u32(x));
+         w.set("deepseek4.attention.compress_ratios", GgufValue::array(GgufValueType::UINT32, r));
+       },
+       "deepseek4.attention.compress_ratios"},
+      {"sigmoid routing", [](GgufWriter& w) { w.set_u32("deepseek4.expert_gating_func", 2); },
+       "deepseek4.expert_gating_func"},
+      {"two KV heads", [](GgufWriter& w) { w.set_u32("deepseek4.attention.head_count_kv", 2); },
+       "deepseek4.attention.head_count_kv"},
+      {"a selection bias in a hash-routed layer",
+       [](GgufWriter& w) {
+         w.add_tensor("blk.0.exp_probs_b.bias", GgmlType::F32, {8},
+                      [](uint8_t* d, size_t n) { std::memset(d, 0, n); });
+       },
+       "blk.0.exp_probs_b.bias"},
+      {"an unknown key", [](GgufWriter& w) { w.set_f32("deepseek4.attention.scale", 0.5f); },
+       "deepseek4.attention.scale"},
+  };
+  for (const Case& c : cases) {
+    SynthOptions so;
+    so.shape = synth_preset("deepseek4", "tiny");
+    so.type = GgmlType::F32;
+    GgufWriter w = synth_model(so);
+    c.edit(w);
+    const std::string path = dir.file("bad.gguf");
+    w.write_file(path);
+    LoadOptions o;
+    o.model_path = path;
+    o.n_threads = 1;
+    try {
+      LoadedModel::load(o);
+      ADD_FAILURE() << "loaded a deepseek4 file with " << c.what;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.named)) << c.what;
+    }
   }
 }
 

@@ -139,6 +139,9 @@ INSTANTIATE_TEST_SUITE_P(Models, MixedBatches,
                                            // attend to their indexer's choice, chunks and sequences mixed.
                                            Case{"deepseek32-tiny", MlaAttention::Auto, false, "deepseek32"},
                                            Case{"glm-dsa-tiny", MlaAttention::Auto, false, "glm-dsa"},
+                                           // DeepSeek-V4: blocks of 4 completed across the chunks (their
+                                           // compressor state read back from the cache), top-k 3 of them.
+                                           Case{"deepseek4-tiny", MlaAttention::Auto, false, "deepseek4"},
                                            Case{"llama32.F16", MlaAttention::Auto, true},
                                            Case{"qwen3moe.F16", MlaAttention::Auto, true},
                                            Case{"mixtral.F16", MlaAttention::Auto, true},

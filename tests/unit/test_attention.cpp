@@ -24,7 +24,8 @@ void run_attention(ThreadPool& pool, const PagedKvLayerView& kv, const Attention
   else attention_paged(pool, kv, b, s, kernel);
 }
 
-void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKernel kernel = AttentionKernel::Best) {
+void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKernel kernel = AttentionKernel::Best,
+           bool sinks = false) {
   const int block = 16;
   const int64_t blocks = (len + block - 1) / block;
   std::mt19937 rng(len + n_head);
@@ -41,8 +42,13 @@ void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKern
   const int32_t* tables[1] = {table.data()};
   ThreadPool pool(threads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Sinks around the scores' scale, some far above them (they then take most of the weight).
+  std::vector<float> sink(static_cast<size_t>(n_head));
+  for (int h = 0; h < n_head; h++) sink[h] = h % 3 == 2 ? 6.0f : dist(rng);
+  AttentionShape shape{n_head, n_kv, hd, scale};
+  if (sinks) shape.sinks = sink.data();
   run_attention(pool, PagedKvLayerView::f32(k.data(), v.data(), width, width, block), {1, q.data(), out.data(), &pos, tables},
-                  {n_head, n_kv, hd, scale}, kernel);
+                shape, kernel);
   for (int h = 0; h < n_head; h++) {
     const int kvh = h / (n_head / n_kv);
     std::vector<double> scores(len);
@@ -56,6 +62,7 @@ void check(int n_head, int n_kv, int hd, int32_t len, int threads, AttentionKern
     }
     double sum = 0;
     for (auto& sc : scores) sum += (sc = std::exp(sc - mx));
+    if (sinks) sum += std::exp(static_cast<double>(sink[h]) - mx);  // in the denominator only
     for (int d = 0; d < hd; d++) {
       double want = 0;
       for (int32_t p = 0; p < len; p++) {
@@ -71,6 +78,15 @@ const AttentionKernel kKernels[] = {AttentionKernel::Best, AttentionKernel::PerR
 
 TEST(Attention, ManyHeadsPerHeadPath) {
   for (auto kernel : kKernels) check(8, 2, 16, 37, 2, kernel);
+}
+// gpt-oss's and DeepSeek-V4's sinks: one logit per head in the softmax's denominator, on every path
+// (16-row tiles, per row, positions split over threads and merged).
+TEST(Attention, SinksJoinTheSoftmaxDenominator) {
+  for (auto kernel : kKernels)
+    for (int32_t len : {1, 7, 300, 1000}) {
+      check(4, 1, 64, len, 2, kernel, true);
+      check(8, 2, 16, len, 1, kernel, true);
+    }
 }
 TEST(Attention, OneHeadLongContextSplitsAcrossThreads) {
   for (auto kernel : kKernels) check(1, 1, 32, 1000, 2, kernel);
