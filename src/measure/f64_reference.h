@@ -42,6 +42,9 @@ class F64Decoder {
   // attends to (ascending; every earlier one below the indexer's top_k). Empty for the other layers.
   std::vector<std::vector<std::vector<int32_t>>> selected;
 
+  // DeepSeek-V4: residual is every stream of the row (hc * n_embd per token); selected holds, per ratio-4
+  // layer, each token with a completed block of 4 its chosen blocks (block indices, ascending).
+
   // ops.cpp's rotation angle of pair i at pos and the cos/sin magnitude, in double.
   static double rope_angle(const RopeParams& p, int64_t pos, int i);
   static double rope_mscale(const RopeParams& p);
@@ -63,6 +66,14 @@ class F64Decoder {
   std::vector<std::vector<int32_t>> indexer_select(const std::string& p, const Vec& xb, const Vec& q_a, int64_t n);
   Vec layernorm(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t dim, double eps) const;
   Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer) const;
+  // DeepSeek-V4 (model/arch/deepseek4.cpp has the math): its whole pass, its attention, its experts.
+  void run_dsv4(const std::vector<int32_t>& tokens);
+  Vec dsv4_attend(int l, const Vec& xn, int64_t n);
+  Vec dsv4_moe(int l, const Vec& x, const std::vector<int32_t>& tokens, int64_t n);
+  // Rotates (or with inverse, turns back) the last n_rot dims of each of `heads` heads of width `stride`,
+  // row t at pos[t].
+  static void rope_tail(Vec& x, const std::vector<int64_t>& pos, int heads, int64_t stride, const RopeParams& p,
+                        bool inverse = false);
   Vec ffn(const std::string& p, const Vec& x, int64_t n);
   Vec moe(const std::string& p, const Vec& x, int64_t n);
   Vec gated(const std::string& p, const std::string& suffix, const Vec& x, int64_t n, int64_t width, bool gelu);

@@ -148,6 +148,36 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
   }
 }
 
+// DeepSeek-V4: 140 tokens, past the first block of 128 (the ratio-128 layer attends to it) and 35 blocks of 4
+// (the indexed layers choose 3 from the 16th token on): the streams, the compressed keys, the chosen blocks.
+TEST(PrecisionCheck, DeepSeekV4AgreesWithTheFloat64Reference) {
+  test::TempDir dir;
+  const std::string v4 = dir.file("v4.gguf");
+  ASSERT_EQ(test::run_kestrel({"synth", "--arch", "deepseek4", "--preset", "tiny", "--type", "f32", "-o", v4}).exit_code,
+            0);
+  LoadOptions o;
+  o.model_path = v4;
+  o.n_threads = 2;
+  o.n_ctx = 256;
+  o.wrap_backend = make_activation_recorder;
+  LoadedModel e = LoadedModel::load(o);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 140; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
+  const PrecisionReport r = precision_check(e, tokens);
+  const Dsv4Config& v = e.model->config().dsv4;
+  for (const auto& l : r.layers) {
+    EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
+    EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;
+    EXPECT_LT(l.residual, 2e-5) << "layer " << l.layer;
+    EXPECT_GT(l.residual, 0.0) << "float32 cannot be exact";
+    // Rows with more than top_k completed blocks: from position 4 * (top_k + 1) - 1 on.
+    const int64_t choosing = v.ratios[l.layer] == 4 ? 140 - (4 * (v.idx_top_k + 1) - 1) : 0;
+    EXPECT_EQ(l.selected_rows, choosing) << "layer " << l.layer;
+    EXPECT_EQ(l.selected_same, l.selected_rows) << "layer " << l.layer;
+  }
+  EXPECT_LT(r.logits, 2e-5);
+}
+
 TEST(PrecisionCheck, OversizedPromptsAreClearErrors) {
   LoadedModel e = recorder_engine("models/stories260K.gguf", KvType::F32, 16);
   EXPECT_THROW(precision_check(e, std::vector<int32_t>(40, 1)), Error);
