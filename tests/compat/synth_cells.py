@@ -49,6 +49,8 @@ CELLS = [
     ("deepseek4-tiny-seed2.f32", DSV4 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
     ("deepseek4-tiny-topk-all.f32", DSV4 + ["--seed", "1", "--top-k", "1000"], LONG, 16),
     ("deepseek4-tiny.q8_0", DSV4 + ["--seed", "1"], LONG, 16, "Q8_0"),
+    # The published files' form: routed experts MXFP4, the rest Q8_0.
+    ("deepseek4-tiny.mxfp4_moe", DSV4 + ["--seed", "1"], LONG, 16, "MXFP4_MOE"),
     # No Q4_K_M cell: its Q5_0 fallbacks (these widths are not multiples of 256) leave llama.cpp's logits by
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.

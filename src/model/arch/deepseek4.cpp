@@ -200,8 +200,14 @@ class Deepseek4 final : public LayerStack {
   Deepseek4(Backend& be, const ModelOptions& o, ModelConfig c)
       : LayerStack(be, o, std::move(c)), v_(cfg_.dsv4), row_(cfg_.head_dim, v_.idx_dim) {
     streams_ = v_.hc;
-    if (shard_.split() || shard_.experts_split() || shard_.pipelined())
-      throw Error("deepseek4 cannot run split across ranks yet: drop --parallel");
+    // Tensor parallelism splits the query heads and with them the output groups (each rank its groups'
+    // heads, wo_b's matching columns: a partial sum); the raw kv, the compressors, the indexer and the
+    // streams' mixes are computed whole on every rank (one KV head: nothing to split).
+    nh_ = static_cast<int>(shard_.share(cfg_.n_head, "attention heads"));
+    groups_ = static_cast<int>(shard_.share(v_.o_groups, "attention output groups"));
+    if (shard_.split() && nh_ * v_.o_groups != groups_ * cfg_.n_head)
+      throw Error(fmt::format("tensor parallelism over {} ranks: {} heads in {} output groups do not split alike",
+                              shard_.n, cfg_.n_head, v_.o_groups));
     if (o.load_mtp)
       throw Error("deepseek4: multi-token prediction is not supported yet (its MTP block ships in a file of its "
                   "own): drop --spec mtp");
@@ -212,7 +218,7 @@ class Deepseek4 final : public LayerStack {
   // Every layer keeps a raw key row (--kv-type) and a float32 state row (see the top of this file).
   KvLayout kv_layout() const override {
     KvLayout l;
-    l.n_layer = cfg_.n_layer;
+    l.n_layer = end_ - first_;
     l.k_width = cfg_.head_dim;
     l.v_width = row_.width;
     l.granule = std::gcd(static_cast<int64_t>(cfg_.head_dim), row_.width);
@@ -258,15 +264,15 @@ class Deepseek4 final : public LayerStack {
     A.ratio = v_.ratios[l];
     A.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, v_.q_lora}));
     A.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", v_.q_lora);
-    A.wq_b = be_.prepare_weight(ld.require(p + "attn_q_b.weight", {v_.q_lora, hd}));
+    A.wq_b = be_.prepare_weight(shard_.rows(ld.require(p + "attn_q_b.weight", {v_.q_lora, hd})));  // whole heads
     A.wkv = be_.prepare_weight(ld.require(p + "attn_kv.weight", {dim, d}));
     A.kv_norm = ld.require_vector(p + "attn_kv_a_norm.weight", d);
-    A.sinks = ld.require_vector(p + "attn_sinks.weight", c.n_head);
+    A.sinks = shard_.part(ld.require_vector(p + "attn_sinks.weight", c.n_head), 0, c.n_head);
     const int64_t group_in = hd / v_.o_groups;
     const Weight wo_a = ld.require(p + "attn_output_a.weight", {group_in, v_.o_lora * v_.o_groups});
-    for (int g = 0; g < v_.o_groups; g++)
+    for (int g = shard_.rank * groups_; g < (shard_.rank + 1) * groups_; g++)
       A.wo_a.push_back(be_.prepare_weight(weight_rows(wo_a, g * v_.o_lora, v_.o_lora, fmt::format("{}.{}", wo_a.name, g))));
-    A.wo_b = be_.prepare_weight(ld.require(p + "attn_output_b.weight", {v_.o_groups * v_.o_lora, dim}));
+    A.wo_b = be_.prepare_weight(shard_.columns(ld.require(p + "attn_output_b.weight", {v_.o_groups * v_.o_lora, dim})));
     if (A.ratio > 0) {
       const int64_t width = (A.ratio == kIndexedRatio ? 2 : 1) * d;
       A.c_kv = be_.prepare_weight(ld.require(p + "attn_compressor_kv.weight", {dim, width}));
@@ -315,7 +321,7 @@ class Deepseek4 final : public LayerStack {
 
   void allocate(int64_t n) override {
     const ModelConfig& c = cfg_;
-    const int64_t dim = c.n_embd, hc = v_.hc, d = c.head_dim, hd = int64_t{c.n_head} * d, di = v_.idx_dim;
+    const int64_t dim = c.n_embd, hc = v_.hc, d = c.head_dim, hd = int64_t{nh_} * d, di = v_.idx_dim;
     ones_.assign(static_cast<size_t>(std::max<int64_t>(hc * dim, d)), 1.0f);
     flat_ = ActBuffer(be_, n * hc * dim);
     state_ = ActBuffer(be_, n * hc * dim);
@@ -334,9 +340,9 @@ class Deepseek4 final : public LayerStack {
     skv_ = ActBuffer(be_, n * 2 * std::max(d, di));
     ssc_ = ActBuffer(be_, n * 2 * std::max(d, di));
     cbuf_ = ActBuffer(be_, n * std::max(d, di));
-    grp_in_ = ActBuffer(be_, n * hd / v_.o_groups);
+    grp_in_ = ActBuffer(be_, n * hd / groups_);
     grp_out_ = ActBuffer(be_, n * v_.o_lora);
-    oa_ = ActBuffer(be_, n * v_.o_groups * v_.o_lora);
+    oa_ = ActBuffer(be_, n * groups_ * v_.o_lora);
     if (di > 0) {
       iq_ = ActBuffer(be_, n * v_.idx_heads * di);
       iw_ = ActBuffer(be_, n * v_.idx_heads);
@@ -386,7 +392,7 @@ class Deepseek4 final : public LayerStack {
     const ModelConfig& c = cfg_;
     const Act xn = branch_input(r, L.hc_attn, L.attn_norm);
     const int64_t n = r.n, d = c.head_dim, di = v_.idx_dim, vw = row_.width;
-    const int nh = c.n_head;
+    const int nh = nh_;
     const int32_t* pos = r.positions();
     const RopeParams& rope = A.ratio > 0 ? v_.rope_compress : rope_plain_;
 
@@ -425,11 +431,11 @@ class Deepseek4 final : public LayerStack {
     RopeParams back = rope;
     back.inverse = true;
     rope_tail(att_, pos, n, nh, d, back);
-    const int64_t gi = int64_t{nh} * d / v_.o_groups, lo = v_.o_lora;
-    for (int g = 0; g < v_.o_groups; g++) {
+    const int64_t gi = int64_t{nh} * d / groups_, lo = v_.o_lora;
+    for (int g = 0; g < groups_; g++) {
       be_.copy(grp_in_, gi, att_ + g * gi, int64_t{nh} * d, n, gi);
       be_.matmul(A.wo_a[g], grp_in_, n, grp_out_);
-      be_.copy(oa_ + g * lo, v_.o_groups * lo, grp_out_, lo, n, lo);
+      be_.copy(oa_ + g * lo, groups_ * lo, grp_out_, lo, n, lo);
     }
     be_.matmul(A.wo_b, oa_, n, y);
   }
@@ -500,7 +506,7 @@ class Deepseek4 final : public LayerStack {
   void attend(const Attn& A, const LayerRows& r) {
     const ModelConfig& c = cfg_;
     const int64_t d = c.head_dim, di = v_.idx_dim;
-    const int nh = c.n_head;
+    const int nh = nh_;
     const int32_t* pos = r.positions();
     const PagedKvLayerView raw = r.kv.layer_view(r.kv_layer);
     const PagedKvLayerView comp = state_view(r, row_.comp), idx = state_view(r, row_.idx);
@@ -548,6 +554,7 @@ class Deepseek4 final : public LayerStack {
 
   const Dsv4Config& v_;
   const VRow row_;
+  int nh_ = 0, groups_ = 0;  // this rank's query heads and output groups
   RopeParams rope_plain_;
   int idx_rot_ = 0;
   std::vector<Layer> layers_;
