@@ -701,6 +701,16 @@ SynthShape preset_shape(const std::string& preset) {
     d.q_lora = 32, d.experts = 8, d.experts_used = 2, d.experts_shared = 1, d.ffn_expert = 32;
     d.idx_heads = 8, d.idx_dim = 64, d.idx_top_k = 3;
     d.yarn_factor = 4.0f, d.yarn_orig_ctx = 1024;
+  } else if (preset == "attn-bench") {
+    // V4-Flash's attention at its real widths (64 heads of 512, window 128, indexer 64 x 128 top-k 512, 8
+    // output groups of rank 1024, 4 streams) in two layers, one indexed (ratio 4) and one of ratio 128, with
+    // 8 narrow experts: what a token spends outside the experts.
+    s.dim = 4096, s.layers = 2, s.heads = 64, s.ffn = 256, s.vocab = 32000, s.ctx = 1048576;
+    v.head_dim = 512, v.rope_dims = 64, v.window = 128, v.o_groups = 8, v.o_lora = 1024, v.hash_layers = 0;
+    v.ratios = {4, 128};
+    d.q_lora = 1024, d.experts = 8, d.experts_used = 2, d.experts_shared = 1, d.ffn_expert = 256;
+    d.idx_heads = 64, d.idx_dim = 128, d.idx_top_k = 512;
+    d.yarn_factor = 16.0f, d.yarn_orig_ctx = 65536;
   } else {  // flash: DeepSeek-V4-Flash (284B, 13B active)
     s.dim = 4096, s.layers = 43, s.heads = 64, s.ffn = 2048, s.vocab = 129280, s.ctx = 1048576;
     v.head_dim = 512, v.rope_dims = 64, v.window = 128, v.o_groups = 8, v.o_lora = 1024, v.hash_layers = 3;
@@ -716,7 +726,7 @@ SynthShape preset_shape(const std::string& preset) {
 
 std::vector<SynthPreset> presets() {
   std::vector<SynthPreset> p;
-  for (const char* name : {"tiny", "flash"}) p.push_back({name, preset_shape(name)});
+  for (const char* name : {"tiny", "attn-bench", "flash"}) p.push_back({name, preset_shape(name)});
   return p;
 }
 
