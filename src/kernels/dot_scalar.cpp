@@ -60,8 +60,19 @@ float exp_sum_f32(float* x, float m, int64_t n) {
   return sum;
 }
 
+// ggml's x86 activation quantizer (what llama.cpp's CPU builds run): the scale stored is amax / 127, the
+// values multiplied by 127 / amax (not by 1 / d: the two differ in the last bit, and activations that are
+// small multiples of one step, as a Q4_0/Q5_0 embedding's are, land on exact halves where that bit decides)
+// and rounded half to even.
 void quantize_activations_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
-  quantize_row_q8_0_ref(x, y, n, Rounding::HalfToEven);
+  for (int64_t b = 0; b < n / kQK8_0; b++) {
+    const float* p = x + b * kQK8_0;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK8_0; j++) amax = std::max(amax, std::fabs(p[j]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    y[b].d = fp32_to_fp16(amax / 127.0f);
+    for (int j = 0; j < kQK8_0; j++) y[b].qs[j] = static_cast<int8_t>(std::nearbyint(p[j] * id));
+  }
 }
 
 }  // namespace

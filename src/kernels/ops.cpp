@@ -13,9 +13,12 @@ void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int6
   for (int64_t r = 0; r < n_rows; r++) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
+    // As ggml's rms_norm: float squares summed in double, the mean and the scale in float (the last bit of
+    // the scale decides exact halves when the rows are then quantized to 8 bits).
     double ss = 0.0;
-    for (int64_t i = 0; i < dim; i++) ss += static_cast<double>(xr[i]) * xr[i];
-    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+    for (int64_t i = 0; i < dim; i++) ss += static_cast<double>(xr[i] * xr[i]);
+    const auto mean = static_cast<float>(ss / static_cast<double>(dim));
+    const float scale = 1.0f / std::sqrt(mean + eps);
     for (int64_t i = 0; i < dim; i++) yr[i] = w[i] * (xr[i] * scale);
   }
 }

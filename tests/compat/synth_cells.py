@@ -33,6 +33,8 @@ LONG = [(i * 37 + 11) % 512 for i in range(150)]
 CELLS = [
     ("mistral4-tiny.f32", ["--arch", "mistral4", "--preset", "tiny", "--type", "f32", "--seed", "1"],
      [3, 17, 42, 99, 7, 64, 120, 5, 11, 200], 12),
+    ("mistral4-tiny.q4_k_m", ["--arch", "mistral4", "--preset", "tiny", "--type", "f32", "--seed", "1"],
+     [3, 17, 42, 99, 7, 64, 120, 5, 11, 200], 12, "Q4_K_M"),
     ("deepseek2-lite-form-tiny.f32", ["--arch", "deepseek2", "--preset", "tiny", "--type", "f32", "--seed", "1"],
      [3, 17, 42, 99], 8),
     # DeepSeek-V3.2: top-k 4, so from the fifth prompt token on every query attends to a selection.
@@ -40,10 +42,12 @@ CELLS = [
     ("deepseek32-tiny-seed2.f32", DS32 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45], 10),
     ("deepseek32-tiny-topk6.f32", DS32 + ["--seed", "3", "--top-k", "6"], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 12),
     ("deepseek32-tiny.q8_0", DS32 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12, "Q8_0"),
+    ("deepseek32-tiny.q4_k_m", DS32 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12, "Q4_K_M"),
     # GLM-5: layers 1 and 3 reuse the selection of layers 0 and 2; the indexer rotates adjacent pairs.
     ("glm-dsa-tiny.f32", GLM5 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12),
     ("glm-dsa-tiny-seed2.f32", GLM5 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45], 10),
     ("glm-dsa-tiny.q8_0", GLM5 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12, "Q8_0"),
+    ("glm-dsa-tiny.q4_k_m", GLM5 + ["--seed", "1"], [3, 17, 42, 99, 7, 64, 120, 5, 11, 200, 301, 77], 12, "Q4_K_M"),
     # DeepSeek-V4: a window of 8 raw keys, top-3 of the blocks of 4, every block of 128, one hash-routed layer.
     # The top-k-all cell (every block selected) gives other ids from step 3 on the same weights and prompt.
     ("deepseek4-tiny.f32", DSV4 + ["--seed", "1"], LONG, 16),

@@ -108,9 +108,10 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
     const float d = amax / 127.0f;
-    const float id = d ? 1.0f / d : 0.0f;
+    // As ggml's x86 quantizer: times 127 / amax (not 1 / d: the last bit differs, and decides exact halves,
+    // which activations made of a Q4_0/Q5_0 embedding's steps hit), rounded half to even.
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     y[b].d = fp32_to_fp16(d);
-    // Round half to even, as ggml's SIMD activation quantizer does.
     const __m256 mul = _mm256_set1_ps(id);
     __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[0], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[1], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
