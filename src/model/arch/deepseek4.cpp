@@ -70,8 +70,8 @@ std::vector<float> per_layer_floats(HparamReader& h, const std::string& key, int
   return out;
 }
 
-ModelConfig read(HparamReader& h, const ModelOptions&) {
-  ModelConfig c = read_common(h, {.rms_eps = 1e-6, .n_ctx = 4096, .mtp_blocks = true, .ffn_optional = true});
+// The attention's keys: one KV head, the bottleneck, window, output groups, streams, ratios, indexer.
+void read_attention(HparamReader& h, ModelConfig& c) {
   Dsv4Config& v = c.dsv4;
   // Attention: one KV head of key_length dims.
   if (const auto kv = h.opt_int("attention.head_count_kv"); kv && *kv != 1)
@@ -121,7 +121,12 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
                 fmt::format("= {}: the indexer's Hadamard rotation needs a multiple of 64", v.idx_dim));
   if (v.idx_top_k <= 0) throw h.bad("attention.indexer.top_k", "must be positive");
 
-  // RoPE: adjacent pairs on the last rope.dimension_count dims; the compressing layers' base and YaRN.
+}
+
+// RoPE: adjacent pairs on the last rope.dimension_count dims; the compressing layers' base and YaRN.
+void read_rope(HparamReader& h, ModelConfig& c) {
+  Dsv4Config& v = c.dsv4;
+  const bool indexed = std::count(v.ratios.begin(), v.ratios.end(), kIndexedRatio) > 0;
   RopeParams& r = c.rope;
   r.style = RopeStyle::Adjacent;
   r.n_rot = static_cast<int>(h.need_int("rope.dimension_count"));
@@ -146,7 +151,11 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   }
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
-  // DeepSeekMoE: every layer routed, sqrt(softplus) scores.
+}
+
+// DeepSeekMoE: every layer routed, sqrt(softplus) scores, clamped SwiGLU.
+void read_experts(HparamReader& h, ModelConfig& c) {
+  Dsv4Config& v = c.dsv4;
   MoeConfig& e = c.moe;
   MoeRouting& rt = e.routing;
   if (const auto dense = h.opt_int("leading_dense_block_count"); dense && *dense != 0)
@@ -167,6 +176,13 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   v.clamp_exp = per_layer_floats(h, "swiglu_clamp_exp", c.n_layer + c.n_mtp);
   v.clamp_shexp = h.has("swiglu_clamp_shexp") ? per_layer_floats(h, "swiglu_clamp_shexp", c.n_layer + c.n_mtp)
                                                : v.clamp_exp;
+}
+
+ModelConfig read(HparamReader& h, const ModelOptions&) {
+  ModelConfig c = read_common(h, {.rms_eps = 1e-6, .n_ctx = 4096, .mtp_blocks = true, .ffn_optional = true});
+  read_attention(h, c);
+  read_rope(h, c);
+  read_experts(h, c);
   return c;
 }
 
@@ -380,6 +396,12 @@ class Deepseek4 final : public LayerStack {
     return hin_;
   }
 
+  // A scratch buffer of at least n floats, grown by doubling: the keys a row gathers grow with the context
+  // (every completed block's), and decode should not allocate at every step.
+  void grow(ActBuffer& b, int64_t n) {
+    if (n > b.size()) b.ensure(be_, std::max(n, 2 * b.size()));
+  }
+
   // ---- Attention ----
   // RoPE on the last n_rot dims of each of `heads` heads of `width` per row.
   void rope_tail(Act x, const int32_t* pos, int64_t n, int heads, int64_t width, const RopeParams& p) {
@@ -464,7 +486,7 @@ class Deepseek4 final : public LayerStack {
       if ((pos[t] + 1) % ratio == 0) done_rows_.push_back(t);
     const auto nb = static_cast<int64_t>(done_rows_.size());
     if (nb == 0) return false;
-    gathered_.ensure(be_, nb * entries * vw);
+    grow(gathered_, nb * entries * vw);
     block_pos_.clear();
     absent_.clear();
     const PagedKvLayerView v = state_view(r);
@@ -525,7 +547,7 @@ class Deepseek4 final : public LayerStack {
       } else if (A.ratio == kIndexedRatio && blocks > 0) {
         // The indexer over the completed blocks' keys; its pick, ascending.
         for (int32_t b = 0; b < blocks; b++) comp_pos_.push_back((b + 1) * A.ratio - 1);
-        keys_.ensure(be_, static_cast<int64_t>(blocks) * std::max(d, di));
+        grow(keys_, static_cast<int64_t>(blocks) * std::max(d, di));
         be_.gather_kv_rows(idx, r.tables()[t], comp_pos_.data(), blocks, di, keys_);
         selected_.resize(static_cast<size_t>(v_.idx_top_k));
         int32_t count = 0;
@@ -536,7 +558,7 @@ class Deepseek4 final : public LayerStack {
         for (int32_t k = 0; k < count; k++) comp_pos_.push_back((selected_[k] + 1) * A.ratio - 1);
       }
       const auto n_comp = static_cast<int64_t>(comp_pos_.size());
-      keys_.ensure(be_, (n_raw + n_comp) * d);
+      grow(keys_, (n_raw + n_comp) * d);
       be_.gather_kv_rows(raw, r.tables()[t], key_pos_.data(), n_raw, d, keys_);
       if (n_comp > 0) be_.gather_kv_rows(comp, r.tables()[t], comp_pos_.data(), n_comp, d, keys_ + n_raw * d);
       const auto last = static_cast<int32_t>(n_raw + n_comp - 1);
@@ -574,7 +596,8 @@ std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& 
 }
 
 // ---- synth: the keys and tensors llama.cpp's converter writes ----
-void synth(SynthFile& out) {
+// The keys llama.cpp's converter writes.
+void synth_keys(SynthFile& out) {
   const SynthShape& s = out.shape();
   const SynthDeepseek& ds = s.ds;
   const SynthDsv4& v = s.v4;
@@ -619,70 +642,82 @@ void synth(SynthFile& out) {
     out.f32("rope.scaling.factor", ds.yarn_factor);
     out.u32("rope.scaling.original_context_length", ds.yarn_orig_ctx);
   }
+}
 
+// A hyper-connection mix: a small projection, biases near llama.cpp's init (base ~ 0), scale ~ 1.
+void synth_hyper(SynthFile& out, const std::string& p, int64_t n_mix, int64_t n_scale) {
+  const SynthShape& s = out.shape();
+  const int64_t hc = s.v4.hc;
+  out.random(p + "_fn.weight", {hc * s.dim, n_mix}, SynthFile::fan_in(hc * s.dim));
+  out.random(p + "_base.weight", {n_mix}, 0.5f);
+  out.random(p + "_scale.weight", {n_scale}, 0.3f, 0.0f);
+}
+
+// Layer l's tensors.
+void synth_layer(SynthFile& out, int64_t l) {
+  const SynthShape& s = out.shape();
+  const SynthDeepseek& ds = s.ds;
+  const SynthDsv4& v = s.v4;
   const float in_std = SynthFile::fan_in(s.dim);
   const int64_t d = v.head_dim, hd = s.heads * d, hc = v.hc, mixes = (2 + hc) * hc;
-  // The hyper-connection mixes: small projections and biases near llama.cpp's init (base ~ 0), scale ~ 1.
-  auto hyper = [&](const std::string& p, int64_t n_mix, int64_t n_scale) {
-    out.random(p + "_fn.weight", {hc * s.dim, n_mix}, SynthFile::fan_in(hc * s.dim));
-    out.random(p + "_base.weight", {n_mix}, 0.5f);
-    out.random(p + "_scale.weight", {n_scale}, 0.3f, 0.0f);
-  };
-  hyper("output_hc", hc, 1);
-  for (int64_t l = 0; l < s.layers; l++) {
-    const std::string p = fmt::format("blk.{}.", l);
-    out.norm(p + "attn_norm.weight", s.dim);
-    out.random(p + "attn_q_a.weight", {s.dim, ds.q_lora}, in_std);
-    out.norm(p + "attn_q_a_norm.weight", ds.q_lora);
-    out.random(p + "attn_q_b.weight", {ds.q_lora, hd}, SynthFile::fan_in(ds.q_lora));
-    out.random(p + "attn_kv.weight", {s.dim, d}, in_std);
-    out.norm(p + "attn_kv_a_norm.weight", d);
-    out.random(p + "attn_sinks.weight", {s.heads}, 1.0f);
-    out.random(p + "attn_output_a.weight", {hd / v.o_groups, v.o_lora * v.o_groups}, SynthFile::fan_in(hd / v.o_groups));
-    out.random(p + "attn_output_b.weight", {v.o_groups * v.o_lora, s.dim}, out.residual_std(v.o_groups * v.o_lora));
-    hyper(p + "hc_attn", mixes, 3);
-    hyper(p + "hc_ffn", mixes, 3);
-    const int64_t ratio = v.ratios[l];
-    if (ratio > 0) {
-      const int64_t w = (ratio == kIndexedRatio ? 2 : 1) * d;
-      out.random(p + "attn_compressor_kv.weight", {s.dim, w}, in_std);
-      out.random(p + "attn_compressor_gate.weight", {s.dim, w}, in_std);
-      out.random(p + "attn_compressor_ape.weight", {w, ratio}, 0.5f);
-      out.norm(p + "attn_compressor_norm.weight", d);
-    }
-    if (ratio == kIndexedRatio) {
-      const int64_t di = ds.idx_dim;
-      out.random(p + "indexer_compressor_kv.weight", {s.dim, 2 * di}, in_std);
-      out.random(p + "indexer_compressor_gate.weight", {s.dim, 2 * di}, in_std);
-      out.random(p + "indexer_compressor_ape.weight", {2 * di, ratio}, 0.5f);
-      out.norm(p + "indexer_compressor_norm.weight", di);
-      out.random(p + "indexer.proj.weight", {s.dim, ds.idx_heads}, in_std);
-      out.random(p + "indexer.attn_q_b.weight", {ds.q_lora, ds.idx_heads * di}, SynthFile::fan_in(ds.q_lora));
-    }
-    out.norm(p + "ffn_norm.weight", s.dim);
-    out.random(p + "ffn_gate_inp.weight", {s.dim, ds.experts}, in_std);
-    if (l < v.hash_layers) {
-      // Each token's experts: distinct, from a fixed pseudo-random permutation per token.
-      std::vector<int32_t> ids(static_cast<size_t>(ds.experts_used * s.vocab));
-      uint64_t state = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(l);
-      std::vector<int32_t> perm(static_cast<size_t>(ds.experts));
-      for (int64_t t = 0; t < s.vocab; t++) {
-        std::iota(perm.begin(), perm.end(), 0);
-        for (int64_t k = 0; k < ds.experts_used; k++) {
-          state = state * 6364136223846793005ull + 1442695040888963407ull;
-          const int64_t j = k + static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(ds.experts - k));
-          std::swap(perm[k], perm[j]);
-          ids[t * ds.experts_used + k] = perm[k];
-        }
-      }
-      out.writer().add_tensor(p + "ffn_gate_tid2eid.weight", GgmlType::I32, {ds.experts_used, s.vocab},
-                              [ids](uint8_t* dst, size_t bytes) { std::memcpy(dst, ids.data(), bytes); });
-    } else {
-      out.random(p + "exp_probs_b.bias", {ds.experts}, 0.05f);
-    }
-    out.gated_ffn(p, "_exps", ds.ffn_expert, {ds.experts});
-    out.gated_ffn(p, "_shexp", ds.ffn_expert * ds.experts_shared);
+  const std::string p = fmt::format("blk.{}.", l);
+  out.norm(p + "attn_norm.weight", s.dim);
+  out.random(p + "attn_q_a.weight", {s.dim, ds.q_lora}, in_std);
+  out.norm(p + "attn_q_a_norm.weight", ds.q_lora);
+  out.random(p + "attn_q_b.weight", {ds.q_lora, hd}, SynthFile::fan_in(ds.q_lora));
+  out.random(p + "attn_kv.weight", {s.dim, d}, in_std);
+  out.norm(p + "attn_kv_a_norm.weight", d);
+  out.random(p + "attn_sinks.weight", {s.heads}, 1.0f);
+  out.random(p + "attn_output_a.weight", {hd / v.o_groups, v.o_lora * v.o_groups}, SynthFile::fan_in(hd / v.o_groups));
+  out.random(p + "attn_output_b.weight", {v.o_groups * v.o_lora, s.dim}, out.residual_std(v.o_groups * v.o_lora));
+  synth_hyper(out, p + "hc_attn", mixes, 3);
+  synth_hyper(out, p + "hc_ffn", mixes, 3);
+  const int64_t ratio = v.ratios[l];
+  if (ratio > 0) {
+    const int64_t w = (ratio == kIndexedRatio ? 2 : 1) * d;
+    out.random(p + "attn_compressor_kv.weight", {s.dim, w}, in_std);
+    out.random(p + "attn_compressor_gate.weight", {s.dim, w}, in_std);
+    out.random(p + "attn_compressor_ape.weight", {w, ratio}, 0.5f);
+    out.norm(p + "attn_compressor_norm.weight", d);
   }
+  if (ratio == kIndexedRatio) {
+    const int64_t di = ds.idx_dim;
+    out.random(p + "indexer_compressor_kv.weight", {s.dim, 2 * di}, in_std);
+    out.random(p + "indexer_compressor_gate.weight", {s.dim, 2 * di}, in_std);
+    out.random(p + "indexer_compressor_ape.weight", {2 * di, ratio}, 0.5f);
+    out.norm(p + "indexer_compressor_norm.weight", di);
+    out.random(p + "indexer.proj.weight", {s.dim, ds.idx_heads}, in_std);
+    out.random(p + "indexer.attn_q_b.weight", {ds.q_lora, ds.idx_heads * di}, SynthFile::fan_in(ds.q_lora));
+  }
+  out.norm(p + "ffn_norm.weight", s.dim);
+  out.random(p + "ffn_gate_inp.weight", {s.dim, ds.experts}, in_std);
+  if (l < v.hash_layers) {
+    // Each token's experts: distinct, from a fixed pseudo-random permutation per token.
+    std::vector<int32_t> ids(static_cast<size_t>(ds.experts_used * s.vocab));
+    uint64_t state = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(l);
+    std::vector<int32_t> perm(static_cast<size_t>(ds.experts));
+    for (int64_t t = 0; t < s.vocab; t++) {
+      std::iota(perm.begin(), perm.end(), 0);
+      for (int64_t k = 0; k < ds.experts_used; k++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const int64_t j = k + static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(ds.experts - k));
+        std::swap(perm[k], perm[j]);
+        ids[t * ds.experts_used + k] = perm[k];
+      }
+    }
+    out.writer().add_tensor(p + "ffn_gate_tid2eid.weight", GgmlType::I32, {ds.experts_used, s.vocab},
+                            [ids](uint8_t* dst, size_t bytes) { std::memcpy(dst, ids.data(), bytes); });
+  } else {
+    out.random(p + "exp_probs_b.bias", {ds.experts}, 0.05f);
+  }
+  out.gated_ffn(p, "_exps", ds.ffn_expert, {ds.experts});
+  out.gated_ffn(p, "_shexp", ds.ffn_expert * ds.experts_shared);
+}
+
+void synth(SynthFile& out) {
+  synth_keys(out);
+  synth_hyper(out, "output_hc", out.shape().v4.hc, 1);
+  for (int64_t l = 0; l < out.shape().layers; l++) synth_layer(out, l);
 }
 
 SynthShape preset_shape(const std::string& preset) {
