@@ -163,15 +163,4 @@ void Backend::attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, in
   attention(PagedKvLayerView::f32(host(k), host(v), k_width, v_width, static_cast<int>(len)), one, shape);
 }
 
-void Backend::indexer_top_k_dense(Act keys, int64_t len, const AttentionRows& rows, Act w, const IndexerShape& s,
-                                  int32_t* selected, int32_t* counts) {
-  static const int32_t kOneBlock = 0;
-  thread_local std::vector<const int32_t*> tables;
-  tables.assign(static_cast<size_t>(rows.n_tokens), &kOneBlock);
-  AttentionRows one = rows;
-  one.block_tables = tables.data();
-  indexer_top_k(PagedKvLayerView::f32(host(keys), nullptr, s.head_dim, 0, static_cast<int>(len)), one, w, s, selected,
-                counts);
-}
-
 }  // namespace kestrel

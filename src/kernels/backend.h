@@ -222,10 +222,6 @@ class Backend {
   // rows.q the indexer queries, w their head weights; the selections come back to the host.
   virtual void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
                              int32_t* selected, int32_t* counts) = 0;
-  // The indexer over len float key rows in a buffer (head_dim floats apart), every row attending to all of
-  // them (rows.positions[t] = len - 1).
-  virtual void indexer_top_k_dense(Act keys, int64_t len, const AttentionRows& rows, Act w, const IndexerShape& s,
-                                   int32_t* selected, int32_t* counts);
   // The same over len positions of float keys and values in buffers (rows k_width / v_width floats apart).
   virtual void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len,
                                const AttentionRows& rows, const AttentionShape& shape);

@@ -58,10 +58,6 @@ class ForwardingBackend : public Backend {
     in_.rmsnorm(x, w, y, rows, dim, eps);
   }
   void hadamard(Act x, int64_t n, int block) override { in_.hadamard(x, n, block); }
-  void indexer_top_k_dense(Act keys, int64_t len, const AttentionRows& rows, Act w, const IndexerShape& s,
-                           int32_t* selected, int32_t* counts) override {
-    in_.indexer_top_k_dense(keys, len, rows, w, s, selected, counts);
-  }
   void swiglu_clamp(Act gate, Act up, int64_t n, float limit) override { in_.swiglu_clamp(gate, up, n, limit); }
   void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
                  int iters, Act pre, Act post, Act comb) override {

@@ -505,7 +505,10 @@ F64Decoder::Vec F64Decoder::dsv4_attend(int l, const Vec& xn, int64_t n) {
     const double w_scale = 1.0 / std::sqrt(static_cast<double>(di * v.idx_heads));
     for (int64_t t = 0; t < n; t++) {
       const int64_t vis = (t + 1) / ratio;
-      if (vis == 0) continue;
+      if (vis == 0) {
+        selected[l].emplace_back();
+        continue;
+      }
       std::vector<double> score(static_cast<size_t>(vis), 0.0);
       for (int64_t b = 0; b < vis; b++)
         for (int h = 0; h < v.idx_heads; h++) {

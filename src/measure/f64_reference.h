@@ -43,7 +43,7 @@ class F64Decoder {
   std::vector<std::vector<std::vector<int32_t>>> selected;
 
   // DeepSeek-V4: residual is every stream of the row (hc * n_embd per token); selected holds, per ratio-4
-  // layer, each token with a completed block of 4 its chosen blocks (block indices, ascending).
+  // layer, every token's chosen blocks (block indices, ascending; none before its first completed block).
 
   // ops.cpp's rotation angle of pair i at pos and the cos/sin magnitude, in double.
   static double rope_angle(const RopeParams& p, int64_t pos, int i);

@@ -26,7 +26,7 @@ class ActivationRecorder final : public ForwardingBackend {
   std::map<int, std::vector<float>> got[kProbes];  // per probe, per layer (-1: outside the layers)
 
   void annotate_layer(int layer) override {
-    if (layer != layer_) adds_ = 0, block_selections[layer].clear();
+    if (layer != layer_) adds_ = 0;
     layer_ = layer;
     in_.annotate_layer(layer);
   }
@@ -47,14 +47,6 @@ class ActivationRecorder final : public ForwardingBackend {
     auto& rows = selections[layer_];
     rows.clear();
     for (int64_t t = 0; t < b.n_tokens; t++) rows.emplace_back(selected + t * s.top_k, selected + t * s.top_k + counts[t]);
-  }
-  // DeepSeek-V4's indexer, one row per call: the blocks each row chose, in row order.
-  std::map<int, std::vector<std::vector<int32_t>>> block_selections;
-  void indexer_top_k_dense(Act keys, int64_t len, const AttentionRows& b, Act w, const IndexerShape& s,
-                           int32_t* selected, int32_t* counts) override {
-    in_.indexer_top_k_dense(keys, len, b, w, s, selected, counts);
-    for (int64_t t = 0; t < b.n_tokens; t++)
-      block_selections[layer_].emplace_back(selected + t * s.top_k, selected + t * s.top_k + counts[t]);
   }
   // DeepSeek-V4's residual: each branch's output spread over the streams (attention first, then the FFN).
   void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
@@ -124,14 +116,13 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
     lp.layer = l;
     lp.q_rope = mla ? NAN : relative_error(rec->got[kQ][l], ref.q_rope[l]);
     lp.attention = mla ? NAN : relative_error(rec->got[kAttention][l], ref.attention[l]);
-    if (dsv4 && !ref.selected[l].empty()) {  // DeepSeek-V4's ratio-4 layers: blocks chosen per row
-      const auto& got = rec->block_selections[l];
+    if (dsv4 && !ref.selected[l].empty()) {  // DeepSeek-V4's ratio-4 layers: the blocks each row chose
+      const auto& got = rec->selections[l];
       if (got.size() != ref.selected[l].size())
         throw Error(fmt::format("precision-check: layer {}: the indexer chose for {} rows, the reference for {}", l,
                                 got.size(), ref.selected[l].size()));
       for (size_t t = 0; t < got.size(); t++) {
-        // Row t is position t + 3 (the first with a completed block of 4); up to top_k blocks, all are chosen.
-        if ((static_cast<int64_t>(t) + 4) / 4 <= c.dsv4.idx_top_k) continue;
+        if ((static_cast<int64_t>(t) + 1) / 4 <= c.dsv4.idx_top_k) continue;  // up to top_k blocks: all chosen
         lp.selected_rows++;
         lp.selected_same += got[t] == ref.selected[l][t];
       }

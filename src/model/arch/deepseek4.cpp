@@ -534,6 +534,17 @@ class Deepseek4 final : public LayerStack {
     const PagedKvLayerView comp = state_view(r, row_.comp), idx = state_view(r, row_.idx);
     AttentionShape shape{nh, 1, static_cast<int>(d), c.attn_scale};
     shape.sinks = A.sinks.data();
+    // The ratio-4 layers' choices for every row at once, scored where the keys lie (candidate b: the block
+    // key in the row of position 4b + 3); rows without a completed block choose nothing.
+    const int top_k = v_.idx_top_k;
+    if (A.ratio == kIndexedRatio) {
+      cand_last_.resize(static_cast<size_t>(r.n));
+      for (int64_t t = 0; t < r.n; t++) cand_last_[t] = (pos[t] + 1) / A.ratio - 1;
+      selected_.resize(static_cast<size_t>(r.n * top_k));
+      counts_.resize(static_cast<size_t>(r.n));
+      be_.indexer_top_k(idx, {r.n, iq_, Act(), cand_last_.data(), r.tables()}, iw_,
+                        {v_.idx_heads, static_cast<int>(di), top_k, A.ratio}, selected_.data(), counts_.data());
+    }
     for (int64_t t = 0; t < r.n; t++) {
       const int32_t p = pos[t];
       const int32_t first = std::max(0, p + 1 - v_.window);
@@ -544,18 +555,8 @@ class Deepseek4 final : public LayerStack {
       comp_pos_.clear();
       if (A.ratio == kHeavyRatio) {
         for (int32_t b = 0; b < blocks; b++) comp_pos_.push_back((b + 1) * A.ratio - 1);
-      } else if (A.ratio == kIndexedRatio && blocks > 0) {
-        // The indexer over the completed blocks' keys; its pick, ascending.
-        for (int32_t b = 0; b < blocks; b++) comp_pos_.push_back((b + 1) * A.ratio - 1);
-        grow(keys_, static_cast<int64_t>(blocks) * std::max(d, di));
-        be_.gather_kv_rows(idx, r.tables()[t], comp_pos_.data(), blocks, di, keys_);
-        selected_.resize(static_cast<size_t>(v_.idx_top_k));
-        int32_t count = 0;
-        const int32_t last = blocks - 1;
-        be_.indexer_top_k_dense(keys_, blocks, {1, iq_ + t * v_.idx_heads * di, Act(), &last, nullptr}, iw_ + t * v_.idx_heads,
-                                {v_.idx_heads, static_cast<int>(di), v_.idx_top_k}, selected_.data(), &count);
-        comp_pos_.clear();
-        for (int32_t k = 0; k < count; k++) comp_pos_.push_back((selected_[k] + 1) * A.ratio - 1);
+      } else if (A.ratio == kIndexedRatio) {
+        for (int32_t k = 0; k < counts_[t]; k++) comp_pos_.push_back((selected_[t * top_k + k] + 1) * A.ratio - 1);
       }
       const auto n_comp = static_cast<int64_t>(comp_pos_.size());
       grow(keys_, (n_raw + n_comp) * d);
@@ -586,7 +587,7 @@ class Deepseek4 final : public LayerStack {
   ActBuffer qa_, qr_, q_, att_, kv_, vrow_, skv_, ssc_, cbuf_, grp_in_, grp_out_, oa_, iq_, iw_;
   ActBuffer gathered_, keys_;
   std::vector<int64_t> done_rows_;
-  std::vector<int32_t> block_pos_, absent_, gather_pos_, key_pos_, comp_pos_, selected_;
+  std::vector<int32_t> block_pos_, absent_, gather_pos_, key_pos_, comp_pos_, selected_, counts_, cand_last_;
 };
 
 std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {
