@@ -186,12 +186,25 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   return c;
 }
 
-// The V row's parts (floats from the row's start), for head_dim d and indexer key di.
+// The V row's parts (floats from the row's start), for head_dim d and indexer key di: per compressor (the
+// attention's, the indexer's) its compressed key and its per-position state kv and score.
 struct VRow {
-  int64_t comp, idx, state_kv, state_score, idx_kv, idx_score, width;
+  struct Part {
+    int64_t key, kv, score;
+  };
+  Part attn, index;
+  int64_t width;
   VRow(int64_t d, int64_t di)
-      : comp(0), idx(d), state_kv(d + di), state_score(3 * d + di), idx_kv(5 * d + di), idx_score(5 * d + 3 * di),
-        width(5 * d + 5 * di) {}
+      : attn{0, d + di, 3 * d + di}, index{d, 5 * d + di, 5 * d + 3 * di}, width(5 * d + 5 * di) {}
+};
+
+// A KV compressor (`{name}_kv/_gate/_ape/_norm`): per position kv = kv . x and score = gate . x +
+// ape[pos % ratio], `state` wide (twice the key's `dim` where blocks overlap); a block's key is their
+// per-dimension softmax fold, RMS-normed by norm.
+struct Compressor {
+  Weight kv, gate;
+  std::vector<float> ape, norm;
+  int64_t dim = 0, state = 0;
 };
 
 struct Hyper {
@@ -205,10 +218,8 @@ struct Attn {
   std::vector<Weight> wo_a;  // per group of heads
   std::vector<float> q_a_norm, kv_norm, sinks;
   // The compressor (ratio > 0) and the indexer with its own (ratio 4).
-  Weight c_kv, c_gate;
-  std::vector<float> c_ape, c_norm;
-  Weight i_q_b, i_proj, i_kv, i_gate;
-  std::vector<float> i_ape, i_norm;
+  Compressor comp, idx;
+  Weight i_q_b, i_proj;
 };
 
 class Deepseek4 final : public LayerStack {
@@ -259,11 +270,17 @@ class Deepseek4 final : public LayerStack {
     return h;
   }
 
-  std::vector<float> load_ape(const WeightLoader& ld, const std::string& name, int64_t width, int ratio) {
-    const Weight w = ld.require(name, {width, ratio});
-    std::vector<float> out(static_cast<size_t>(width * ratio));
-    for (int r = 0; r < ratio; r++) dequantize_row(w.type, w.row(r), out.data() + r * width, width);
-    return out;
+  Compressor load_compressor(const WeightLoader& ld, const std::string& name, int64_t dim, int ratio) {
+    Compressor c;
+    c.dim = dim;
+    c.state = (ratio == kIndexedRatio ? 2 : 1) * dim;
+    c.kv = be_.prepare_weight(ld.require(name + "_kv.weight", {cfg_.n_embd, c.state}));
+    c.gate = be_.prepare_weight(ld.require(name + "_gate.weight", {cfg_.n_embd, c.state}));
+    const Weight ape = ld.require(name + "_ape.weight", {c.state, ratio});
+    c.ape.resize(static_cast<size_t>(c.state * ratio));
+    for (int r = 0; r < ratio; r++) dequantize_row(ape.type, ape.row(r), c.ape.data() + r * c.state, c.state);
+    c.norm = ld.require_vector(name + "_norm.weight", dim);
+    return c;
   }
 
   void load_layer(const WeightLoader& ld, int l) override {
@@ -289,21 +306,12 @@ class Deepseek4 final : public LayerStack {
     for (int g = shard_.rank * groups_; g < (shard_.rank + 1) * groups_; g++)
       A.wo_a.push_back(be_.prepare_weight(weight_rows(wo_a, g * v_.o_lora, v_.o_lora, fmt::format("{}.{}", wo_a.name, g))));
     A.wo_b = be_.prepare_weight(shard_.columns(ld.require(p + "attn_output_b.weight", {v_.o_groups * v_.o_lora, dim})));
-    if (A.ratio > 0) {
-      const int64_t width = (A.ratio == kIndexedRatio ? 2 : 1) * d;
-      A.c_kv = be_.prepare_weight(ld.require(p + "attn_compressor_kv.weight", {dim, width}));
-      A.c_gate = be_.prepare_weight(ld.require(p + "attn_compressor_gate.weight", {dim, width}));
-      A.c_ape = load_ape(ld, p + "attn_compressor_ape.weight", width, A.ratio);
-      A.c_norm = ld.require_vector(p + "attn_compressor_norm.weight", d);
-    }
+    if (A.ratio > 0) A.comp = load_compressor(ld, p + "attn_compressor", d, A.ratio);
     if (A.ratio == kIndexedRatio) {
       const int64_t di = v_.idx_dim;
       A.i_q_b = be_.prepare_weight(ld.require(p + "indexer.attn_q_b.weight", {v_.q_lora, int64_t{v_.idx_heads} * di}));
       A.i_proj = be_.prepare_weight(ld.require(p + "indexer.proj.weight", {dim, v_.idx_heads}));
-      A.i_kv = be_.prepare_weight(ld.require(p + "indexer_compressor_kv.weight", {dim, 2 * di}));
-      A.i_gate = be_.prepare_weight(ld.require(p + "indexer_compressor_gate.weight", {dim, 2 * di}));
-      A.i_ape = load_ape(ld, p + "indexer_compressor_ape.weight", 2 * di, kIndexedRatio);
-      A.i_norm = ld.require_vector(p + "indexer_compressor_norm.weight", di);
+      A.idx = load_compressor(ld, p + "indexer_compressor", di, A.ratio);
     }
     // The experts: score-routed with a selection bias, or (hash layers) by the token's row of tid2eid.
     const bool hashed = l < v_.hash_layers;
@@ -430,12 +438,8 @@ class Deepseek4 final : public LayerStack {
 
     // The V rows: this position's compressor state (the compressed keys come below).
     be_.fill(vrow_, n * vw, 0.0f);
-    if (A.ratio > 0) {
-      const int64_t w = (A.ratio == kIndexedRatio ? 2 : 1) * d;
-      compressor_state(A.c_kv, A.c_gate, A.c_ape, A.ratio, w, xn, pos, n, row_.state_kv, row_.state_score);
-      if (A.ratio == kIndexedRatio)
-        compressor_state(A.i_kv, A.i_gate, A.i_ape, A.ratio, 2 * di, xn, pos, n, row_.idx_kv, row_.idx_score);
-    }
+    if (A.ratio > 0) compressor_state(A.comp, A.ratio, xn, pos, n, row_.attn);
+    if (A.ratio == kIndexedRatio) compressor_state(A.idx, A.ratio, xn, pos, n, row_.index);
     const KvLayerWrite wr = r.kv.layer_write(r.kv_layer);
     be_.write_kv(wr, r.slots(), n, kv_, vrow_);
     if (A.ratio > 0 && complete_blocks(A, r)) be_.write_kv(wr, r.slots(), n, kv_, vrow_);
@@ -462,15 +466,25 @@ class Deepseek4 final : public LayerStack {
     be_.matmul(A.wo_b, oa_, n, y);
   }
 
-  // A compressor's per-position state into the V rows: kv = wkv . x, score = wgate . x + ape[pos % ratio].
-  void compressor_state(const Weight& wkv, const Weight& wgate, const std::vector<float>& ape, int ratio, int64_t w,
-                        Act xn, const int32_t* pos, int64_t n, int64_t kv_off, int64_t score_off) {
-    const int64_t vw = row_.width;
-    be_.matmul(wkv, xn, n, skv_);
-    be_.matmul(wgate, xn, n, ssc_);
-    for (int64_t t = 0; t < n; t++) be_.add_bias(ssc_ + t * w, ape.data() + (pos[t] % ratio) * w, 1, w);
-    be_.copy(vrow_ + kv_off, vw, skv_, w, n, w);
-    be_.copy(vrow_ + score_off, vw, ssc_, w, n, w);
+  // A compressor's per-position state into its part of the V rows.
+  void compressor_state(const Compressor& c, int ratio, Act xn, const int32_t* pos, int64_t n, const VRow::Part& part) {
+    const int64_t vw = row_.width, w = c.state;
+    be_.matmul(c.kv, xn, n, skv_);
+    be_.matmul(c.gate, xn, n, ssc_);
+    for (int64_t t = 0; t < n; t++) be_.add_bias(ssc_ + t * w, c.ape.data() + (pos[t] % ratio) * w, 1, w);
+    be_.copy(vrow_ + part.kv, vw, skv_, w, n, w);
+    be_.copy(vrow_ + part.score, vw, ssc_, w, n, w);
+  }
+
+  // The gathered blocks (entries rows each) folded by one compressor into keys, normed, rotated at the
+  // blocks' first positions (and Hadamard-rotated: the indexer's), into the completing rows' V rows.
+  void fold_blocks(const Compressor& c, const VRow::Part& part, int64_t nb, int entries, int split, bool hadamard) {
+    const int64_t vw = row_.width, w = c.dim;
+    be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), part.kv, part.score, w, cbuf_);
+    be_.rmsnorm(cbuf_, c.norm.data(), cbuf_, nb, w, cfg_.rms_eps);
+    rope_tail(cbuf_, block_pos_.data(), nb, 1, w, v_.rope_compress);
+    if (hadamard) be_.hadamard(cbuf_, nb * w, idx_rot_);
+    for (int64_t b = 0; b < nb; b++) be_.copy(vrow_ + done_rows_[b] * vw + part.key, vw, cbuf_ + b * w, w, 1, w);
   }
 
   // The blocks the rows complete: compressed (and their indexer keys) into those rows' V rows. False when
@@ -479,7 +493,7 @@ class Deepseek4 final : public LayerStack {
     const int ratio = A.ratio;
     const bool overlap = ratio == kIndexedRatio;
     const int entries = overlap ? 2 * ratio : ratio;
-    const int64_t d = cfg_.head_dim, di = v_.idx_dim, vw = row_.width;
+    const int64_t vw = row_.width;
     const int32_t* pos = r.positions();
     done_rows_.clear();
     for (int64_t t = 0; t < r.n; t++)
@@ -501,17 +515,8 @@ class Deepseek4 final : public LayerStack {
       absent_.push_back(absent);
     }
     const int split = overlap ? ratio : entries;
-    be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), row_.state_kv, row_.state_score, d, cbuf_);
-    be_.rmsnorm(cbuf_, A.c_norm.data(), cbuf_, nb, d, cfg_.rms_eps);
-    rope_tail(cbuf_, block_pos_.data(), nb, 1, d, v_.rope_compress);
-    for (int64_t b = 0; b < nb; b++) be_.copy(vrow_ + done_rows_[b] * vw + row_.comp, vw, cbuf_ + b * d, d, 1, d);
-    if (overlap) {
-      be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), row_.idx_kv, row_.idx_score, di, cbuf_);
-      be_.rmsnorm(cbuf_, A.i_norm.data(), cbuf_, nb, di, cfg_.rms_eps);
-      rope_tail(cbuf_, block_pos_.data(), nb, 1, di, v_.rope_compress);
-      be_.hadamard(cbuf_, nb * di, idx_rot_);
-      for (int64_t b = 0; b < nb; b++) be_.copy(vrow_ + done_rows_[b] * vw + row_.idx, vw, cbuf_ + b * di, di, 1, di);
-    }
+    fold_blocks(A.comp, row_.attn, nb, entries, split, false);
+    if (overlap) fold_blocks(A.idx, row_.index, nb, entries, split, true);
     return true;
   }
 
@@ -531,7 +536,7 @@ class Deepseek4 final : public LayerStack {
     const int nh = nh_;
     const int32_t* pos = r.positions();
     const PagedKvLayerView raw = r.kv.layer_view(r.kv_layer);
-    const PagedKvLayerView comp = state_view(r, row_.comp), idx = state_view(r, row_.idx);
+    const PagedKvLayerView comp = state_view(r, row_.attn.key), idx = state_view(r, row_.index.key);
     AttentionShape shape{nh, 1, static_cast<int>(d), c.attn_scale};
     shape.sinks = A.sinks.data();
     // The ratio-4 layers' choices for every row at once, scored where the keys lie (candidate b: the block
@@ -597,7 +602,6 @@ std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& 
 }
 
 // ---- synth: the keys and tensors llama.cpp's converter writes ----
-// The keys llama.cpp's converter writes.
 void synth_keys(SynthFile& out) {
   const SynthShape& s = out.shape();
   const SynthDeepseek& ds = s.ds;
@@ -654,6 +658,15 @@ void synth_hyper(SynthFile& out, const std::string& p, int64_t n_mix, int64_t n_
   out.random(p + "_scale.weight", {n_scale}, 0.3f, 0.0f);
 }
 
+// A compressor's tensors (Compressor) for keys of dim.
+void synth_compressor(SynthFile& out, const std::string& name, int64_t dim, int64_t ratio) {
+  const int64_t dim_in = out.shape().dim, state = (ratio == kIndexedRatio ? 2 : 1) * dim;
+  out.random(name + "_kv.weight", {dim_in, state}, SynthFile::fan_in(dim_in));
+  out.random(name + "_gate.weight", {dim_in, state}, SynthFile::fan_in(dim_in));
+  out.random(name + "_ape.weight", {state, ratio}, 0.5f);
+  out.norm(name + "_norm.weight", dim);
+}
+
 // Layer l's tensors.
 void synth_layer(SynthFile& out, int64_t l) {
   const SynthShape& s = out.shape();
@@ -674,19 +687,10 @@ void synth_layer(SynthFile& out, int64_t l) {
   synth_hyper(out, p + "hc_attn", mixes, 3);
   synth_hyper(out, p + "hc_ffn", mixes, 3);
   const int64_t ratio = v.ratios[l];
-  if (ratio > 0) {
-    const int64_t w = (ratio == kIndexedRatio ? 2 : 1) * d;
-    out.random(p + "attn_compressor_kv.weight", {s.dim, w}, in_std);
-    out.random(p + "attn_compressor_gate.weight", {s.dim, w}, in_std);
-    out.random(p + "attn_compressor_ape.weight", {w, ratio}, 0.5f);
-    out.norm(p + "attn_compressor_norm.weight", d);
-  }
+  if (ratio > 0) synth_compressor(out, p + "attn_compressor", d, ratio);
   if (ratio == kIndexedRatio) {
     const int64_t di = ds.idx_dim;
-    out.random(p + "indexer_compressor_kv.weight", {s.dim, 2 * di}, in_std);
-    out.random(p + "indexer_compressor_gate.weight", {s.dim, 2 * di}, in_std);
-    out.random(p + "indexer_compressor_ape.weight", {2 * di, ratio}, 0.5f);
-    out.norm(p + "indexer_compressor_norm.weight", di);
+    synth_compressor(out, p + "indexer_compressor", di, ratio);
     out.random(p + "indexer.proj.weight", {s.dim, ds.idx_heads}, in_std);
     out.random(p + "indexer.attn_q_b.weight", {ds.q_lora, ds.idx_heads * di}, SynthFile::fan_in(ds.q_lora));
   }
