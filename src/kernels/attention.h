@@ -35,6 +35,15 @@ struct PagedKvLayerView {
     return static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
   }
   const uint8_t* k_row(int64_t slot) const { return static_cast<const uint8_t*>(k) + slot * k_stride; }
+  // The value rows read as key rows (a layer whose V row holds other keys: V3.2's indexer keys, V4's
+  // compressed keys and state), from `floats` into each row — an offset only float32 rows may take.
+  PagedKvLayerView values_as_keys(int64_t floats = 0) const {
+    PagedKvLayerView r = *this;
+    r.k = static_cast<const uint8_t*>(v) + floats * static_cast<int64_t>(sizeof(float));
+    r.k_stride = v_stride;
+    r.k_format = v_format;
+    return r;
+  }
   const uint8_t* v_row(int64_t slot) const { return static_cast<const uint8_t*>(v) + slot * v_stride; }
 };
 

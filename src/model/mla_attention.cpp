@@ -227,8 +227,7 @@ void MlaBlock::index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, 
 // Each row's positions: all of them below top_k, else the indexer's top_k (with this step's keys cached).
 void MlaBlock::select_positions(Backend& be, const LayerRows& r) {
   const MlaConfig::Indexer& ix = c_.mla.indexer;
-  PagedKvLayerView keys = r.kv.layer_view(r.kv_layer);
-  keys.k = keys.v, keys.k_stride = keys.v_stride, keys.k_format = keys.v_format;
+  const PagedKvLayerView keys = r.kv.layer_view(r.kv_layer).values_as_keys();
   // Kept by the rows' places in the batch (a layer may run on part of the batch at a time).
   be.indexer_top_k(keys, {r.n, iq_, Act(), r.positions(), r.tables()}, iw_, {ix.n_head, ix.head_dim, ix.top_k},
                    selected_.data() + r.r0 * ix.top_k, counts_.data() + r.r0);

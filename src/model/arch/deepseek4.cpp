@@ -520,13 +520,9 @@ class Deepseek4 final : public LayerStack {
     return true;
   }
 
-  // The layer's V rows read as keys from `offset` (they are float32: an offset is a byte offset).
-  PagedKvLayerView state_view(const LayerRows& r, int64_t offset = 0) const {
-    PagedKvLayerView v = r.kv.layer_view(r.kv_layer);
-    v.k = static_cast<const uint8_t*>(v.v) + offset * static_cast<int64_t>(sizeof(float));
-    v.k_stride = v.v_stride;
-    v.k_format = v.v_format;
-    return v;
+  // The layer's V rows read as keys, from `floats` into each (they are float32).
+  static PagedKvLayerView state_view(const LayerRows& r, int64_t floats = 0) {
+    return r.kv.layer_view(r.kv_layer).values_as_keys(floats);
   }
 
   // Each row over its window of raw keys and the compressed keys its layer shows it.
