@@ -87,22 +87,18 @@ void hyper_mix(const float* m, int hc, const float* scale, const float* base, fl
     const auto inv = static_cast<float>(1.0 / sum);
     for (int dst = 0; dst < hc; dst++) c[dst] = c[dst] * inv + eps;
   }
-  auto norm_cols = [&] {  // for each dst, the sum over src
-    for (int dst = 0; dst < hc; dst++) {
+  // Each of the hc lines (line a's entries `along` apart, lines `across` apart) divided by its sum + eps.
+  const auto normalise = [&](int across, int along) {
+    for (int a = 0; a < hc; a++) {
+      float* line = comb + a * across;
       double sum = 0.0;
-      for (int src = 0; src < hc; src++) sum += comb[dst + src * hc];
+      for (int b = 0; b < hc; b++) sum += line[b * along];
       const float d = static_cast<float>(sum) + eps;
-      for (int src = 0; src < hc; src++) comb[dst + src * hc] /= d;
+      for (int b = 0; b < hc; b++) line[b * along] /= d;
     }
   };
-  auto norm_rows = [&] {  // for each src, the sum over dst
-    for (int src = 0; src < hc; src++) {
-      double sum = 0.0;
-      for (int dst = 0; dst < hc; dst++) sum += comb[dst + src * hc];
-      const float d = static_cast<float>(sum) + eps;
-      for (int dst = 0; dst < hc; dst++) comb[dst + src * hc] /= d;
-    }
-  };
+  const auto norm_cols = [&] { normalise(1, hc); };  // for each dst, the sum over src
+  const auto norm_rows = [&] { normalise(hc, 1); };  // for each src, the sum over dst
   norm_cols();
   for (int i = 1; i < iters; i++) norm_rows(), norm_cols();
 }

@@ -423,18 +423,17 @@ void dsv4_mix(const double* m, int hc, const std::vector<double>& scale, const s
       sum += comb[dst + src * hc] = std::exp(m[2 * hc + dst + src * hc] * scale[2] + base[2 * hc + dst + src * hc] - mx);
     for (int dst = 0; dst < hc; dst++) comb[dst + src * hc] = comb[dst + src * hc] / sum + eps;
   }
-  for (int it = 0; it < iters; it++) {
-    if (it > 0)
-      for (int src = 0; src < hc; src++) {
-        double sum = eps;
-        for (int dst = 0; dst < hc; dst++) sum += comb[dst + src * hc];
-        for (int dst = 0; dst < hc; dst++) comb[dst + src * hc] /= sum;
-      }
-    for (int dst = 0; dst < hc; dst++) {
+  // Line a of comb (entries `along` apart, lines `across` apart) divided by its sum + eps.
+  const auto normalise = [&](int across, int along) {
+    for (int a = 0; a < hc; a++) {
       double sum = eps;
-      for (int src = 0; src < hc; src++) sum += comb[dst + src * hc];
-      for (int src = 0; src < hc; src++) comb[dst + src * hc] /= sum;
+      for (int b = 0; b < hc; b++) sum += comb[a * across + b * along];
+      for (int b = 0; b < hc; b++) comb[a * across + b * along] /= sum;
     }
+  };
+  for (int it = 0; it < iters; it++) {
+    if (it > 0) normalise(hc, 1);  // each src's weights over dst
+    normalise(1, hc);              // each dst's weights over src
   }
 }
 
