@@ -61,6 +61,31 @@ void read_mla(HparamReader& h, ModelConfig& c) {
   }
 }
 
+}  // namespace
+
+void read_deepseek_experts(HparamReader& h, ModelConfig& c) {
+  MoeConfig& e = c.moe;
+  read_expert_counts(h, c);
+  e.n_ff_expert = h.need_int("expert_feed_forward_length");
+  e.n_ff_shared = h.int_or("expert_shared_count", 0) * e.n_ff_expert;
+  const double scale = h.float_or("expert_weights_scale", 1.0);
+  e.routing.scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);  // llama.cpp: 0 means "do not scale"
+  e.routing.normalize = h.opt_bool("expert_weights_norm").value_or(false);
+}
+
+void synth_deepseek_experts(SynthFile& out, ExpertGating gating) {
+  const SynthDeepseek& d = out.shape().ds;
+  out.u32("expert_feed_forward_length", d.ffn_expert);
+  out.u32("expert_count", d.experts);
+  out.u32("expert_used_count", d.experts_used);
+  out.u32("expert_shared_count", d.experts_shared);
+  out.f32("expert_weights_scale", d.weights_scale);
+  out.boolean("expert_weights_norm", d.norm_weights);
+  out.u32("expert_gating_func", static_cast<int64_t>(gating));
+}
+
+namespace {
+
 // DeepSeekMoE: softmax (V2) or sigmoid (V3) gating, a selection bias, the
 // chosen weights optionally renormalised and scaled, expert groups, shared
 // experts as wide as expert_shared_count routed ones, dense leading layers.
@@ -70,16 +95,11 @@ void read_deepseek_moe(HparamReader& h, ModelConfig& c) {
   r.n_expert = static_cast<int>(h.int_or("expert_count", 0));
   e.n_dense_lead = static_cast<int>(h.int_or("leading_dense_block_count", r.n_expert ? 0 : c.n_layer));
   if (r.n_expert == 0) return;
-  read_expert_counts(h, c);
-  e.n_ff_expert = h.need_int("expert_feed_forward_length");
-  e.n_ff_shared = h.int_or("expert_shared_count", 0) * e.n_ff_expert;
+  read_deepseek_experts(h, c);
   const int64_t gating = h.int_or("expert_gating_func", 1);  // V2 files predate the key: softmax
   if (gating != 1 && gating != 2)
     throw h.bad("expert_gating_func", fmt::format("= {}: not 1 (softmax) or 2 (sigmoid)", gating));
   r.gating = static_cast<ExpertGating>(gating);
-  const double scale = h.float_or("expert_weights_scale", 1.0);
-  r.scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);  // llama.cpp: 0 means "do not scale"
-  r.normalize = h.opt_bool("expert_weights_norm").value_or(false);
   r.n_group = static_cast<int>(std::max<int64_t>(1, h.int_or("expert_group_count", 1)));
   r.n_group_used = static_cast<int>(std::max<int64_t>(1, h.int_or("expert_group_used_count", r.n_group)));
   if (r.n_group > 64 || r.n_expert % r.n_group != 0)
@@ -335,13 +355,7 @@ void synth(SynthFile& out) {
   out.u32("attention.value_length", d.kv_lora);
   out.u32("attention.key_length_mla", d.qk_nope + d.qk_rope);  // per head
   out.u32("attention.value_length_mla", d.v_head);
-  out.u32("expert_feed_forward_length", d.ffn_expert);
-  out.u32("expert_count", d.experts);
-  out.u32("expert_used_count", d.experts_used);
-  out.u32("expert_shared_count", d.experts_shared);
-  out.f32("expert_weights_scale", d.weights_scale);
-  out.boolean("expert_weights_norm", d.norm_weights);
-  out.u32("expert_gating_func", d.sigmoid ? 2 : 1);
+  synth_deepseek_experts(out, d.sigmoid ? ExpertGating::Sigmoid : ExpertGating::Softmax);
   if (d.groups > 1) {
     out.u32("expert_group_count", d.groups);
     out.u32("expert_group_used_count", d.groups_used);

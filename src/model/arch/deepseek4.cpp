@@ -160,16 +160,11 @@ void read_experts(HparamReader& h, ModelConfig& c) {
   MoeRouting& rt = e.routing;
   if (const auto dense = h.opt_int("leading_dense_block_count"); dense && *dense != 0)
     throw h.bad("leading_dense_block_count", "is not supported for deepseek4 (every layer has experts)");
-  read_expert_counts(h, c);
-  e.n_ff_expert = h.need_int("expert_feed_forward_length");
-  e.n_ff_shared = h.int_or("expert_shared_count", 0) * e.n_ff_expert;
+  read_deepseek_experts(h, c);
   const int64_t gating = h.need_int("expert_gating_func");
   if (gating != static_cast<int>(ExpertGating::SqrtSoftplus))
     throw h.bad("expert_gating_func", fmt::format("= {}: DeepSeek-V4 scores experts by sqrt(softplus) (4)", gating));
   rt.gating = ExpertGating::SqrtSoftplus;
-  const double scale = h.float_or("expert_weights_scale", 1.0);
-  rt.scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
-  rt.normalize = h.opt_bool("expert_weights_norm").value_or(false);
   for (const char* key : {"expert_group_count", "expert_group_used_count"})
     if (const auto g = h.opt_int(key); g && *g > 1)
       throw h.bad(key, fmt::format("= {}: expert groups are not part of deepseek4", *g));
@@ -612,13 +607,7 @@ void synth_keys(SynthFile& out) {
   out.u32("attention.value_length", v.head_dim);
   out.u32("attention.q_lora_rank", ds.q_lora);
   out.u32("attention.sliding_window", v.window);
-  out.u32("expert_count", ds.experts);
-  out.u32("expert_used_count", ds.experts_used);
-  out.u32("expert_feed_forward_length", ds.ffn_expert);
-  out.u32("expert_shared_count", ds.experts_shared);
-  out.f32("expert_weights_scale", ds.weights_scale);
-  out.boolean("expert_weights_norm", ds.norm_weights);
-  out.u32("expert_gating_func", static_cast<int64_t>(ExpertGating::SqrtSoftplus));
+  synth_deepseek_experts(out, ExpertGating::SqrtSoftplus);
   std::vector<GgufValue> clamps, ratios;
   for (int64_t l = 0; l < s.layers; l++) {
     clamps.push_back(GgufValue::f32(v.swiglu_limit));

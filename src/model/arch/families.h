@@ -25,4 +25,9 @@ const Family& deepseek4_family();
 void read_dsa_indexer(HparamReader& h, ModelConfig& c);
 void synth_dsa_indexer(SynthFile& out, const std::vector<uint8_t>& layers);
 
+// DeepSeekMoE's keys (deepseek2.cpp), shared with deepseek4: the expert counts and widths (routed and
+// shared), the weights' scale (0: none) and renormalisation; in synth those keys and the gating function.
+void read_deepseek_experts(HparamReader& h, ModelConfig& c);
+void synth_deepseek_experts(SynthFile& out, ExpertGating gating);
+
 }  // namespace kestrel
