@@ -48,17 +48,37 @@ inline uint32_t utf8_next(std::string_view s, size_t& pos) {
   return cp;
 }
 
+// Whether byte c may follow lead at position k (1..3) of its sequence (Unicode's table 3-7 of
+// well-formed UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF).
+inline bool utf8_may_follow(unsigned char lead, size_t k, unsigned char c) {
+  if (k == 1) {
+    if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;
+    if (lead == 0xED) return c >= 0x80 && c <= 0x9F;
+    if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;
+    if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;
+  }
+  return (c & 0xC0) == 0x80;
+}
+
 // Accumulates streamed bytes and releases only complete UTF-8 characters, so a
 // multi-byte character split across two tokens is never printed in halves.
+// Ill-formed bytes are released as soon as they are known to be: a
+// sequence cut short ends its piece and the byte that cut it starts the
+// next, so a receiver that replaces each ill-formed part (JSON with
+// replacement) sees the same parts whatever the pieces were.
 class Utf8Stream {
  public:
   std::string push(std::string_view bytes) {
     pending_ += bytes;
     size_t complete = 0, i = 0;
     while (i < pending_.size()) {
-      const size_t n = utf8_len(static_cast<unsigned char>(pending_[i]));
-      if (i + n > pending_.size()) break;
-      i += n;
+      const auto lead = static_cast<unsigned char>(pending_[i]);
+      const size_t n = lead >= 0xC2 && lead <= 0xF4 ? utf8_len(lead) : 1;  // others stand alone
+      size_t k = 1;
+      while (k < n && i + k < pending_.size() && utf8_may_follow(lead, k, static_cast<unsigned char>(pending_[i + k])))
+        k++;
+      if (k < n && i + k == pending_.size()) break;  // well-formed so far: wait for the rest
+      i += k;  // a whole character, or an ill-formed prefix cut before the byte that breaks it
       complete = i;
     }
     std::string out = pending_.substr(0, complete);

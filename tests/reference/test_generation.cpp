@@ -120,6 +120,31 @@ TEST(Utf8Stream, NeverSplitsACharacter) {
   EXPECT_EQ(s.flush(), "\xE2");  // an unfinished character is flushed at the end
 }
 
+// A random model's bytes: JSON-replacing each streamed piece gives the whole text's replacement, whatever
+// the pieces (nlohmann's replacement restarts at the byte that broke a sequence, as the stream cuts there).
+TEST(Utf8Stream, IllFormedBytesAreCutWhereAWholeStringDecoderCutsThem) {
+  const std::string text = "Iooj\xD0\xF1\xAC 'a\xE0\x80\xBF b\xED\xA0\x80 \xC0\xAF\xF5\x80 \xF4\x90 \xE2\x82\xAC \xF0\x9F";
+  auto replaced = [](const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  const std::string whole = replaced(text);
+  for (size_t step : {1, 2, 3, 5}) {
+    Utf8Stream s;
+    std::string out;
+    for (size_t i = 0; i < text.size(); i += step) {
+      const std::string piece = s.push(text.substr(i, step));
+      out += replaced(piece).substr(1, replaced(piece).size() - 2);  // without the quotes
+    }
+    const std::string rest = s.flush();
+    out += replaced(rest).substr(1, replaced(rest).size() - 2);
+    EXPECT_EQ("\"" + out + "\"", whole) << "pieces of " << step;
+  }
+  Utf8Stream s;
+  EXPECT_EQ(s.push("\xD0"), "");          // may still be a character
+  EXPECT_EQ(s.push("\xF1"), "\xD0");      // no longer: cut before the byte that broke it
+  EXPECT_EQ(s.push("\x80\x80\x80"), "\xF1\x80\x80\x80");
+}
+
 TEST(Tokenizers, ByteFallbackDecodesMultibyteCharactersAcrossTokens) {
   LoadOptions o;
   o.model_path = test::shared("reference/llama.cpp/llama-tiny.f32.gguf");
