@@ -54,6 +54,7 @@ int run_spec(BenchFlags& f) {
   o.n_ctx = static_cast<int64_t>(text.size()) + n_gen + 2;  // a token covers at least one byte (+ BOS)
   o.n_seq_max = max_batch;
   o.load_mtp = f.spec == "mtp";
+  o.mtp_model = mtp_model_of(f.spec, f.draft_model);
   LoadedModel e = LoadedModel::load(o);
   const auto prompt = e.tokenizer->encode(text, true, false);
   if (static_cast<int64_t>(prompt.size()) + n_gen > e.n_ctx)
@@ -61,6 +62,7 @@ int run_spec(BenchFlags& f) {
   LoadOptions d = o;
   d.model_path = f.draft_model;
   d.load_mtp = false;
+  d.mtp_model.clear();
   const SpecSource source(f.spec, e, d);
   fmt::print("{} ({} tokens of prompt, {} generated, greedy, median of {}), speculation: {}{}\n", f.models[0],
              prompt.size(), n_gen, f.reps, f.spec, f.spec == "draft" ? " with " + f.draft_model : "");
@@ -226,7 +228,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--spec", f.spec, "Measure speculative against plain decoding instead: ngram, draft or mtp")
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}));
   cmd->add_option("--spec-prompt", f.spec_prompt, "With --spec: the text to continue (a repetitive one suits ngram)");
-  cmd->add_option("--draft-model", f.draft_model, "With --spec draft: the draft model");
+  cmd->add_option("--draft-model", f.draft_model, "With --spec draft: the draft model; with --spec mtp: the MTP block's "
+                  "own file (DeepSeek-V4's mtp-*.gguf)");
   cmd->add_flag("--spec-governed", f.spec_governed,
                 "With --spec: let the governor stop drafting while it measures slower, as run/serve "
                 "--spec-governed do (default: draft as the adaptive length allows: the raw curve)");

@@ -70,6 +70,7 @@ int run(RunFlags& f) {
 
   f.engine.profile = !f.profile.empty();
   f.engine.load_mtp = f.spec == "mtp";
+  f.engine.mtp_model = mtp_model_of(f.spec, f.draft_model);
   apply_parallel_flags(f.parallel, f.engine);
   LoadedModel e = LoadedModel::load(f.engine);
   if (e.is_follower()) return follow_leader(e, f.profile);
@@ -184,10 +185,12 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
   cmd->add_option("--spec", f.spec,
                   "Speculative decoding: none, ngram (prompt lookup), draft (--draft-model), mtp (the model's own "
-                  "multi-token-prediction block, DeepSeek-V3)")
+                  "multi-token-prediction block: DeepSeek-V3, V3.2, V4, GLM-5)")
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}))
       ->capture_default_str();
-  cmd->add_option("--draft-model", f.draft_model, "With --spec draft: a smaller GGUF model sharing the vocabulary");
+  cmd->add_option("--draft-model", f.draft_model,
+                  "With --spec draft: a smaller GGUF model sharing the vocabulary; with --spec mtp: the file the MTP "
+                  "block ships in when not in the model's (DeepSeek-V4's mtp-*.gguf)");
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per step with --spec")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_flag("--spec-governed", f.spec_governed,
                 "With --spec: stop drafting for a while when it measures slower than plain decoding");

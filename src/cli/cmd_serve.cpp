@@ -85,6 +85,7 @@ int run(ServeFlags& f) {
   else eo.kv_cache_max_bytes = available_memory() / 5;  // every batch slot at full context, if that fits
   check_draft_model_flags(f.spec, f.draft_model);
   eo.load_mtp = f.spec == "mtp";
+  eo.mtp_model = mtp_model_of(f.spec, f.draft_model);
   apply_parallel_flags(f.parallel, eo);
   LoadedModel e = LoadedModel::load(eo);
   if (e.is_follower()) return follow_leader(e, f.profile);  // rank 0 alone listens and schedules
@@ -222,7 +223,9 @@ void register_serve(CLI::App& app) {
                   "mtp (the model's multi-token-prediction block)")
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}))
       ->capture_default_str();
-  cmd->add_option("--draft-model", f.draft_model, "With --spec draft: a smaller GGUF model sharing the vocabulary");
+  cmd->add_option("--draft-model", f.draft_model,
+                  "With --spec draft: a smaller GGUF model sharing the vocabulary; with --spec mtp: the file the MTP "
+                  "block ships in when not in the model's (DeepSeek-V4's mtp-*.gguf)");
   cmd->add_flag("--spec-governed", f.spec_governed,
                 "With --spec: stop drafting for a while when decode steps measure slower with it");
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per request per step with --spec")

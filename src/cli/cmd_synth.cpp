@@ -13,7 +13,7 @@
 namespace kestrel::cli {
 
 void register_synth(CLI::App& app) {
-  static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from;
+  static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from, mtp_file;
   static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = -1, top_k = 0;
   static uint64_t seed = 1;
   static int threads = 0;
@@ -43,6 +43,7 @@ void register_synth(CLI::App& app) {
       o.vocab_from = vf.get();
     }
     synth_model(o).write_file(out);
+    if (!mtp_file.empty()) split_mtp_file(out, mtp_file);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
     if (family_of(arch).recipe.attention == LayerRecipe::Attention::Mla)
@@ -85,8 +86,11 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--vocab", vocab, "Override: vocabulary size (synthetic tokenizer)");
   cmd->add_option("--ctx", ctx, "Override: context length");
   cmd->add_option("--mtp", mtp,
-                  "MLA families: multi-token-prediction (nextn) blocks after the layers (default: the preset's; "
-                  "deepseek32 tiny and v32 have 1)");
+                  "DeepSeek families: multi-token-prediction (nextn) blocks after the layers (default: the preset's; "
+                  "deepseek32 tiny and v32, deepseek4 tiny and flash have 1)");
+  cmd->add_option("--mtp-file", mtp_file,
+                  "deepseek4: write the MTP block to this file apart, as llama.cpp's converter publishes V4 "
+                  "(mtp-*.gguf; the trunk stays in -o)");
   cmd->add_option("--top-k", top_k, "deepseek32: the sparse-attention indexer's top-k (default: the preset's)");
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
   cmd->add_option("--vocab-from", vocab_from, "Copy the tokenizer of this GGUF (sets the vocabulary size)");

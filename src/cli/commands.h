@@ -100,9 +100,15 @@ inline int64_t parse_size(const std::string& s, const char* flag) {
   return static_cast<int64_t>(v * mult);
 }
 
-// --spec draft needs --draft-model FILE, and a draft model needs --spec draft (run, serve, bench).
+// --spec draft needs --draft-model FILE; --spec mtp may name the file its MTP block ships in (DeepSeek-V4's
+// mtp-*.gguf); other modes take none (run, serve, bench).
 inline void check_draft_model_flags(const std::string& spec, const std::string& draft_model) {
-  if ((spec == "draft") != !draft_model.empty()) throw kestrel::Error("--spec draft and --draft-model FILE go together");
+  if (spec == "draft" ? draft_model.empty() : (spec != "mtp" && !draft_model.empty()))
+    throw kestrel::Error("--spec draft and --draft-model FILE go together (or --spec mtp with the MTP block's file)");
+}
+// The MTP block's own file, when --spec mtp names one.
+inline std::string mtp_model_of(const std::string& spec, const std::string& draft_model) {
+  return spec == "mtp" ? draft_model : std::string();
 }
 
 // --kv-type T (keys and values), --kv-type-k T, --kv-type-v T (one of them;

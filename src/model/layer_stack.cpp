@@ -36,6 +36,9 @@ void LayerStack::init(const GgufFile& f, const ModelOptions& opt) {
 std::string LayerStack::layer_prefix(int layer) { return fmt::format("blk.{}.", layer); }
 
 void LayerStack::load(const GgufFile& f, const ModelOptions& opt) {
+  if (opt.mtp_file && !reads_mtp_file())
+    throw Error(fmt::format("a separate MTP file (--spec mtp --draft-model): {} models carry their multi-token-prediction block in the model file",
+                            cfg_.arch));
   WeightLoader ld(f);
   io_ = load_io_weights(ld, be_, cfg_, shard_.leader(), shard_.stage == 0);
   load_extra(ld, opt);
@@ -127,6 +130,13 @@ void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, con
                       float* hidden) {
   const ModelConfig& c = cfg_;
   const Act out = logits ? be_.host_view(logits) : Act();
+  if (hidden && streams_ > 1) {
+    const int64_t n = b.size() * state_dim();
+    const Act h = be_.host_view(hidden);
+    be_.copy(h, n, x, n, 1, n);
+    be_.read(h, hidden, n);
+    hidden = nullptr;
+  }
   output_logits(be_, b, head_input(x, b.size()), c.n_embd, norm.data(), c.rms_eps, output, xb_, out, hidden);
   if (!logits) return;
   const int64_t n = b.n_logit_rows() * c.n_vocab;

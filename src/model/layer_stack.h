@@ -32,6 +32,8 @@ class LayerStack : public Model {
   const ModelConfig& config() const final { return cfg_; }
   int64_t max_batch_tokens() const final { return max_batch_; }
   void forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) final;
+  // Several residual streams (DeepSeek-V4) hand over the streams themselves, as llama.cpp's h_nextn.
+  int64_t hidden_dim() const final { return streams_ > 1 ? state_dim() : cfg_.n_embd; }
   // Rank 0 of a pipeline keeps up to one step per stage in flight, each in
   // its own activations: stage 0 of step k+1 runs while step k is further on.
   int steps_in_flight() const final { return shard_.pipelined() && shard_.leader() ? shard_.stages : 1; }
@@ -53,6 +55,8 @@ class LayerStack : public Model {
   virtual void load_layer(const WeightLoader& ld, int layer) = 0;
   // Tensors outside the layers: RoPE frequency factors, MTP blocks.
   virtual void load_extra(const WeightLoader& /*ld*/, const ModelOptions& /*opt*/) {}
+  // Whether load_extra takes the MTP block from ModelOptions::mtp_file (DeepSeek-V4); others refuse one.
+  virtual bool reads_mtp_file() const { return false; }
   // The family's scratch for steps of up to max_rows rows.
   virtual void allocate(int64_t max_rows) = 0;
   // Once per step, before its first layer: choices made for the whole step.
@@ -90,7 +94,7 @@ class LayerStack : public Model {
   // Rows [r0, r0 + n) of the batch embedded by table into the activations.
   void embed_rows(const Weight& table, const Batch& b, int64_t r0, int64_t n);
   // Norm + output projection of x's rows that want logits, into host logits
-  // (and every row's normed state into host hidden, when set).
+  // (and every row's state of hidden_dim() into host hidden, when set: normed, or the streams).
   void head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,
             float* hidden);
   // A layer's weights prefix, "blk.N.".

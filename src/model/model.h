@@ -125,8 +125,8 @@ class Model {
   // block tables: model/batch_io.h's place_batch of what the scheduler
   // allocated, or a tensor-parallel leader's placement) and writes one row of
   // n_vocab logits per row with want_logits set, in batch order. With hidden
-  // set, also every row's final hidden state (after the output norm, n_embd
-  // floats per row): what a multi-token-prediction head reads. logits may be
+  // set, also every row's final hidden state, hidden_dim() floats per row:
+  // what a multi-token-prediction head reads. logits may be
   // null (a tensor-parallel rank that does not sample). The model never
   // allocates cache blocks: the scheduler alone does.
   virtual void forward(const Batch& batch, const BatchPlacement& placement, KvStore& kv, float* logits,
@@ -147,6 +147,10 @@ class Model {
   // Multi-token prediction (DeepSeek-V3 `nextn` layers, loaded with
   // ModelOptions::load_mtp): 0 when the model has none loaded.
   virtual int mtp_layers() const { return 0; }
+  // The floats of one row of forward()'s hidden and forward_mtp()'s states: the state after the output
+  // norm (n_embd), or DeepSeek-V4's residual streams before its head (n_embd per stream), as llama.cpp's
+  // h_nextn.
+  virtual int64_t hidden_dim() const { return config().n_embd; }
   // Runs the first MTP layer: row i carries token x_{p+1} at position p and
   // hidden_in row i, the target's final hidden state at p (or the previous
   // MTP step's output when chaining drafts). Its logits predict x_{p+2};
@@ -172,6 +176,9 @@ struct ModelOptions {
   bool log_fusion = false;  // print which fused operators are used, at load
   MlaAttention mla = MlaAttention::Auto;
   bool load_mtp = false;  // load the file's multi-token-prediction layers (and cache for them)
+  // Set (with load_mtp): the MTP block comes from this file instead, as llama.cpp's converter writes
+  // DeepSeek-V4's (`mtp-*.gguf`: the block, the embedding, the head). Must outlive the model.
+  const GgufFile* mtp_file = nullptr;
   TensorShard shard;      // this rank's share under tensor parallelism (default: everything)
 };
 

@@ -10,7 +10,7 @@
 namespace kestrel {
 
 void Model::forward_mtp(const Batch&, const BatchPlacement&, KvStore&, const float*, float*, float*) {
-  throw Error(fmt::format("the {} model has no multi-token-prediction layers loaded (DeepSeek-V3 `nextn` blocks)",
+  throw Error(fmt::format("the {} model has no multi-token-prediction layers loaded (DeepSeek `nextn` blocks)",
                           config().arch));
 }
 

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "formats/block_formats.h"
@@ -190,8 +192,12 @@ GgufWriter synth_model(const SynthOptions& o) {
   positive("--ffn", s.ffn, 1 << 18);
   positive("--vocab", s.vocab, 1 << 22);
   positive("--ctx", s.ctx, 1 << 24);
-  if (s.ds.nextn < 0 || s.ds.nextn > 4 || (family.recipe.attention != LayerRecipe::Attention::Mla && s.ds.nextn > 0))
-    throw Error(fmt::format("--mtp {}: deepseek2 models carry 0 to 4 multi-token-prediction blocks", s.ds.nextn));
+  const LayerRecipe::Attention att = family.recipe.attention;
+  const int max_mtp = att == LayerRecipe::Attention::Mla ? 4 : att == LayerRecipe::Attention::Compressed ? 1 : 0;
+  if (s.ds.nextn < 0 || s.ds.nextn > max_mtp)
+    throw Error(fmt::format("--mtp {}: deepseek2 models carry 0 to 4 multi-token-prediction blocks, deepseek4 0 or 1 "
+                            "(llama.cpp runs one), others none",
+                            s.ds.nextn));
   if (!can_quantize_to(o.type)) throw Error(fmt::format("--type {} cannot be written yet", type_name(o.type)));
 
   GgufWriter w;
@@ -243,6 +249,55 @@ GgufWriter synth_model(const SynthOptions& o) {
     add_synthetic_vocab(w, s.vocab);
   }
   return w;
+}
+
+void split_mtp_file(const std::string& path, const std::string& mtp_path) {
+  const GgufFile f = GgufFile::open(path);
+  const std::string arch = f.get_string("general.architecture").value_or("");
+  if (arch != "deepseek4")
+    throw Error(fmt::format("--mtp-file: {} models keep their MTP block in the model file (deepseek4 only)", arch));
+  const auto blocks = f.get_int(arch + ".block_count"), nextn = f.get_int(arch + ".nextn_predict_layers");
+  if (!blocks || !nextn || *nextn < 1) throw Error("--mtp-file: the model has no MTP block (use --mtp 1)");
+  const int64_t n = *blocks - *nextn;
+  auto mtp_block = [n](const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return false;
+    return std::stoll(name.substr(4, name.find('.', 4) - 4)) >= n;
+  };
+  GgufWriter trunk, mtp;
+  for (const auto& [k, v] : f.metadata()) {
+    mtp.set(k, v);
+    if (k == arch + ".nextn_predict_layers") continue;
+    if (k == arch + ".block_count") {
+      trunk.set(k, GgufValue::u32(static_cast<uint32_t>(n)));
+    } else if (k.rfind(arch + ".swiglu_clamp_", 0) == 0 && v.type == GgufValueType::ARRAY) {
+      // Written per block of the file (the converter's [limit] * block_count); the ratios keep the MTP block's.
+      GgufArray a = v.as_array();
+      a.items.resize(static_cast<size_t>(n));
+      trunk.set(k, GgufValue::array(a.elem_type, a.items));
+    } else {
+      trunk.set(k, v);
+    }
+  }
+  std::vector<float> reversed;  // alive until written
+  for (const auto& t : f.tensors()) {
+    if (mtp_block(t.name)) {
+      mtp.add_tensor_bytes(t.name, t.type, t.ne, t.data);
+      continue;
+    }
+    trunk.add_tensor_bytes(t.name, t.type, t.ne, t.data);
+    if (t.name == "output_hc_fn.weight" && t.type == GgmlType::F32) {
+      reversed.resize(static_cast<size_t>(t.n_elements()));
+      std::memcpy(reversed.data(), t.data, t.nbytes);
+      std::reverse(reversed.begin(), reversed.end());
+      mtp.add_tensor_bytes(t.name, t.type, t.ne, reversed.data());
+    } else if (t.name.rfind("blk.", 0) != 0) {
+      mtp.add_tensor_bytes(t.name, t.type, t.ne, t.data);  // embedding, head, head norm, hc head
+    }
+  }
+  mtp.write_file(mtp_path);
+  const std::string tmp = path + ".trunk";
+  trunk.write_file(tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(fmt::format("{}: cannot replace it with {}", path, tmp));
 }
 
 }  // namespace kestrel

@@ -92,6 +92,12 @@ struct SynthOptions {
 // written (deterministic for a seed, whatever the thread count).
 GgufWriter synth_model(const SynthOptions& options);
 
+// Splits a DeepSeek-V4 file with an MTP block as llama.cpp's converter publishes V4: `path` keeps the trunk
+// (block_count without the block, no nextn_predict_layers), `mtp_path` gets every key and the block with
+// the embedding, the head and the hyper-connection head (the converter's --mtp file). The MTP file's
+// hyper-connection head is the trunk's reversed (float32), so a reader that takes the trunk's instead shows.
+void split_mtp_file(const std::string& path, const std::string& mtp_path);
+
 // What a family's synth part (Family::synth) writes into: its own metadata
 // keys and its layers' tensors, in llama.cpp's names and layouts. synth_model
 // writes what every family has (general keys, sizes, vocabulary, embedding,

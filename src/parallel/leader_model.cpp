@@ -42,6 +42,7 @@ class LeaderModel final : public Model {
   const ModelConfig& config() const override { return inner_->config(); }
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
   int64_t max_batch_tokens() const override { return inner_->max_batch_tokens(); }
+  int64_t hidden_dim() const override { return inner_->hidden_dim(); }
 
   void forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) override {
     check_cache(kv);

@@ -73,7 +73,11 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   mo.n_ctx = o.n_ctx;
   mo.log_fusion = o.log_fusion;
   mo.mla = o.mla;
-  mo.load_mtp = o.load_mtp;
+  mo.load_mtp = o.load_mtp || !o.mtp_model.empty();
+  if (!o.mtp_model.empty()) {
+    e.mtp_file = open_model_file(o.mtp_model, "", o.use_mmap ? MappedFile::Mode::Map : MappedFile::Mode::LoadHugePages);
+    mo.mtp_file = e.mtp_file.get();
+  }
   if (o.comm && o.comm->size() > 1) {
     // rank = (stage * ep + expert group) * tp + (rank within its
     // tensor-parallel group).

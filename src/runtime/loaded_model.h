@@ -33,7 +33,8 @@ struct LoadOptions {
   bool log_fusion = false;        // print the fused operators at load
   bool repack_weights = true;     // repack Q8_0/Q4_0 for the int8 kernels (false: llama.cpp-identical logits)
   MlaAttention mla = MlaAttention::Auto;  // DeepSeek models: how MLA attention runs
-  bool load_mtp = false;                  // DeepSeek-V3: load the multi-token-prediction block (--spec mtp)
+  bool load_mtp = false;                  // DeepSeek: load the multi-token-prediction block (--spec mtp)
+  std::string mtp_model;                  // set: that block from this file (DeepSeek-V4's mtp-*.gguf); implies load_mtp
   // Set: the model calls the backend this returns, built around the CPU
   // backend (calibration records activations this way).
   std::function<std::unique_ptr<Backend>(Backend& inner)> wrap_backend;
@@ -58,6 +59,7 @@ bool mostly_repacked(const GgufFile& f);
 
 struct LoadedModel {
   std::unique_ptr<GgufFile> file;
+  std::unique_ptr<GgufFile> mtp_file;      // LoadOptions::mtp_model's
   std::unique_ptr<Profiler> profiler;      // set when LoadOptions::profile
   std::unique_ptr<Backend> base_backend;   // the kernels
   std::unique_ptr<Backend> backend;        // what the model calls: base_backend, or a profiler around it

@@ -32,7 +32,7 @@ StepExecutor::StepExecutor(LoadedModel& engine, const ExecConfig& config)
                                                          int64_t{c_.scheduler.max_batch_size} * (1 + c_.spec_draft_max));
   logits_.resize(static_cast<size_t>(rows * e_.model->config().n_vocab));
   if (proposer_ && proposer_->wants_hidden())
-    hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->config().n_embd));
+    hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->hidden_dim()));
   depth_ = proposer_ ? 1 : std::max(1, e_.model->steps_in_flight());
   for (int i = 0; i < depth_; i++) flights_.emplace_back(e_.model->max_batch_tokens());
 }
@@ -157,7 +157,7 @@ void StepExecutor::add_drafts(Flight& f) {
 // The proposer keeps the states of each request's rows (its own, then its drafts).
 void StepExecutor::observe_hidden(const Flight& f) {
   const Batch& batch = f.batch;
-  const int64_t dim = e_.model->config().n_embd;
+  const int64_t dim = e_.model->hidden_dim();
   for (const Row& r : f.rows) {
     if (!r.r) continue;
     // A prompt chunk's tokens are settled; a decode row's state waits for the next draft.

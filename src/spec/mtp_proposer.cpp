@@ -24,12 +24,13 @@ void forward_mtp_rows(LoadedModel& e, const Batch& b, const float* hidden_in, fl
 
 }  // namespace
 
-MtpProposer::MtpProposer(LoadedModel& target, int32_t seq) : e_(target), seq_(seq), dim_(target.model->config().n_embd) {
+MtpProposer::MtpProposer(LoadedModel& target, int32_t seq) : e_(target), seq_(seq), dim_(target.model->hidden_dim()) {
   const ModelConfig& c = e_.model->config();
   if (e_.model->mtp_layers() == 0)
     throw Error(c.n_mtp == 0
-                    ? fmt::format("the model '{}' has no multi-token-prediction layers (no `nextn` blocks): "
-                                  "use --spec ngram or --spec draft",
+                    ? fmt::format("the model '{}' has no multi-token-prediction layers (no `nextn` blocks; "
+                                  "where the block ships in a file of its own, name it: --spec mtp --draft-model "
+                                  "mtp-*.gguf): use --spec ngram or --spec draft",
                                   c.name)
                     : std::string("the model's multi-token-prediction block was not loaded (LoadOptions::load_mtp)"));
   state_.resize(static_cast<size_t>(dim_));
@@ -79,7 +80,7 @@ std::vector<int32_t> MtpProposer::propose(const std::vector<int32_t>& history, i
 
 std::vector<std::vector<int32_t>> MtpProposer::propose(LoadedModel& e, const std::vector<Request>& requests) {
   Model& m = *e.model;
-  const int64_t chunk = m.max_batch_tokens(), nv = m.config().n_vocab, dim = m.config().n_embd;
+  const int64_t chunk = m.max_batch_tokens(), nv = m.config().n_vocab, dim = m.hidden_dim();
   const size_t nr = requests.size();
   std::vector<std::vector<int32_t>> drafts(nr);
   std::vector<int> want(nr, 0);

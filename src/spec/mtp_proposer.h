@@ -1,6 +1,6 @@
 #pragma once
 // Drafts from the target model's own multi-token-prediction block
-// (DeepSeek-V3 `nextn` layer): no second model, but it needs the target's
+// (DeepSeek-V3/V3.2/V4 and GLM-5 `nextn` layer): no second model, but it needs the target's
 // final hidden states, which the generator hands over after each step.
 //
 // The MTP row at position p reads token x_{p+1} and the target's hidden

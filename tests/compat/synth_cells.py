@@ -13,6 +13,10 @@ records llama.cpp's ids on kestrel's file. Its ids are compared by the compat se
 difference is excused only at a step whose llama.cpp top-2 gap is below tie_gap (0.1 for quantized files,
 whose activations llama.cpp rounds to 8 bits in another order; 1e-3 for F32).
 
+For the cells of MTP_CELLS (files with a multi-token-prediction block) recording also builds mtp_oracle.cpp
+against DEST and keeps llama.cpp's MTP prediction for every prompt row (row p: token p+1 and the trunk's
+h_nextn at p), compared row by row by the same rule.
+
 tests/reference/test_synth_cells.cpp regenerates each file, checks the sha256 and compares kestrel's ids.
 """
 import hashlib
@@ -53,6 +57,8 @@ CELLS = [
     ("deepseek4-tiny.f32", DSV4 + ["--seed", "1"], LONG, 16),
     ("deepseek4-tiny-seed2.f32", DSV4 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
     ("deepseek4-tiny-topk-all.f32", DSV4 + ["--seed", "1", "--top-k", "1000"], LONG, 16),
+    # The MTP block in a file of its own, as llama.cpp's converter publishes V4 (synth --mtp-file).
+    ("deepseek4-tiny-mtp-file.f32", DSV4 + ["--seed", "1"], LONG, 16),
     ("deepseek4-tiny.q8_0", DSV4 + ["--seed", "1"], LONG, 16, "Q8_0"),
     # The published files' form: routed experts MXFP4, the rest Q8_0.
     ("deepseek4-tiny.mxfp4_moe", DSV4 + ["--seed", "1"], LONG, 16, "MXFP4_MOE"),
@@ -62,6 +68,22 @@ CELLS = [
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.
 ]
+
+
+# The F32 cells whose MTP block's row predictions are recorded too (mtp_oracle.cpp).
+MTP_CELLS = ("deepseek32-tiny.f32", "deepseek32-tiny-seed2.f32", "glm-dsa-tiny.f32", "deepseek4-tiny.f32",
+             "deepseek4-tiny-seed2.f32", "deepseek4-tiny-mtp-file.f32")
+# ...of which these split it into a file of its own (`synth --mtp-file`), which llama.cpp loads as a second model.
+MTP_FILE_CELLS = ("deepseek4-tiny-mtp-file.f32",)
+
+
+def build_mtp_oracle(dest, tmp):
+    exe, bin_dir = os.path.join(tmp, "mtp_oracle"), os.path.join(dest, "build", "bin")
+    subprocess.run([os.environ.get("CXX", "c++"), "-std=c++17", "-O2", os.path.join(HERE, "mtp_oracle.cpp"),
+                    "-I" + os.path.join(dest, "include"), "-I" + os.path.join(dest, "ggml", "include"),
+                    "-I" + os.path.join(dest, "src"), "-L" + bin_dir, "-lllama", "-lggml", "-lggml-base",
+                    "-Wl,-rpath," + bin_dir, "-o", exe], check=True)
+    return exe
 
 
 # Mixes with k-quant tensors: the types must equal llama-quantize's, the bytes may not (see same_content).
@@ -96,9 +118,12 @@ def record(kestrel, dest):
     oracle = os.path.join(HERE, "..", "..", "..", "shared", "tools", "llamacpp-oracle", "oracle.py")
     out = {"note": "llama.cpp's greedy ids on files kestrel synth writes; see synth_cells.py", "cells": []}
     with tempfile.TemporaryDirectory() as tmp:
+        mtp_oracle = build_mtp_oracle(dest, tmp)
         for name, args, prompt, n, *mix in CELLS:
             path = os.path.join(tmp, name + ".gguf")
-            subprocess.run([kestrel, "synth", *args, "-o", path], check=True, capture_output=True)
+            mtp_file = path + ".mtp.gguf" if name in MTP_FILE_CELLS else None
+            subprocess.run([kestrel, "synth", *args, "-o", path] + (["--mtp-file", mtp_file] if mtp_file else []),
+                           check=True, capture_output=True)
             env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(dest, "build", "bin"))
             if mix:
                 theirs, ours = path + ".llama.gguf", path + ".kestrel.gguf"
@@ -119,6 +144,15 @@ def record(kestrel, dest):
                     "llama_cpp": res["llama_cpp"]["commit"]}
             if mix:
                 cell.update({"quantize": ["--mix", mix[0]], "tie_gap": 0.1, "ggml_cpu": res["llama_cpp"]["ggml_cpu"]})
+            if name in MTP_CELLS:
+                mtp = json.loads(subprocess.run([mtp_oracle] + (["--mtp-model", mtp_file] if mtp_file else []) +
+                                                [path, " ".join(map(str, prompt))], check=True,
+                                                capture_output=True, text=True, env=env).stdout)
+                if "error" in mtp:
+                    sys.exit(f"{name}: llama.cpp's MTP: {mtp['error']}")
+                cell["mtp"] = {"ids": mtp["ids"], "gaps": [round(g, 5) for g in mtp["gap"]]}
+                if mtp_file:
+                    cell["mtp"]["file_sha256"] = sha256(mtp_file)
             out["cells"].append(cell)
     os.makedirs(os.path.dirname(EXPECTED), exist_ok=True)
     with open(EXPECTED, "w") as f:

@@ -483,6 +483,30 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(std::regex_search(r.err, rate, std::regex(R"(speculation \(mtp\): (\d+) drafts)"))) << r.err;
   EXPECT_GT(std::stoi(rate[1]), 0);
+  EXPECT_THAT(run_kestrel({"run", "-m", ds, "-p", "Once", "--spec", "mtp", "--draft-model", ds}).err,
+              HasSubstr("deepseek2 models carry their multi-token-prediction block in the model file"));
+  EXPECT_THAT(run_kestrel({"run", "-m", m, "-p", "Once", "--spec", "ngram", "--draft-model", m}).err,
+              HasSubstr("--spec draft and --draft-model FILE go together"));
+  // DeepSeek-V4 as llama.cpp's converter publishes it: the MTP block in a file of its own, named by
+  // --draft-model with --spec mtp (the ids against llama.cpp's: SynthCells); a file of another model is refused.
+  const std::string v4 = dir.file("v4.gguf"), v4_mtp = dir.file("mtp-v4.gguf"), other = dir.file("v4-wide.gguf");
+  ASSERT_EQ(run_kestrel({"synth", "--arch", "deepseek4", "--type", "f32", "-o", v4, "--mtp-file", v4_mtp}).exit_code, 0);
+  r = run_kestrel({"run", "-m", v4, "--prompt-ids", "1 5 9 5 9 5", "-n", "24", "--temp", "0", "--spec", "mtp",
+                   "--draft-max", "3", "--ignore-eos"});
+  EXPECT_THAT(r.err, HasSubstr("no multi-token-prediction layers (no `nextn` blocks; where the block ships in a "
+                               "file of its own, name it: --spec mtp --draft-model")) << "the trunk file has none";
+  r = run_kestrel({"run", "-m", v4, "--prompt-ids", "1 5 9 5 9 5", "-n", "24", "--temp", "0", "--spec", "mtp",
+                   "--draft-model", v4_mtp, "--draft-max", "3", "--ignore-eos"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(std::regex_search(r.err, rate, std::regex(R"(speculation \(mtp\): (\d+) drafts)"))) << r.err;
+  EXPECT_GT(std::stoi(rate[1]), 0);
+  ASSERT_EQ(run_kestrel({"synth", "--arch", "deepseek4", "--type", "f32", "--dim", "128", "-o", other, "--mtp-file",
+                         other + ".mtp"}).exit_code, 0);
+  EXPECT_THAT(run_kestrel({"run", "-m", v4, "-p", "Once", "--spec", "mtp", "--draft-model", other + ".mtp"}).err,
+              HasSubstr("embedding_length is 128 where the model's is 64 (not this model's MTP file)"));
+  EXPECT_THAT(run_kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--mtp", "1", "-o", other,
+                           "--mtp-file", other + ".mtp"}).err,
+              HasSubstr("deepseek4 only"));
 }
 
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {

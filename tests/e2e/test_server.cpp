@@ -190,6 +190,8 @@ TEST(Server, SpeculativeDecodingKeepsGreedyTextAndCountsDrafts) {
   // A random MTP block drafts poorly, but every step drafts, verifies and rolls back.
   test::TempDir dir;
   check_speculative_server(test::write_synth_mtp_model(dir.file("mtp.gguf")), {"--spec", "mtp"});
+  // DeepSeek-V4's MTP block reads and hands on 4 residual streams per row.
+  check_speculative_server(test::write_synth_v4_model(dir.file("v4.gguf")), {"--spec", "mtp"});
 }
 
 TEST(Server, StreamingChatAndCompletionFormats) {

@@ -200,17 +200,35 @@ TEST(Mtp, HiddenHalfDraftsTheTargetsLastPickAgain) {
   EXPECT_GE(checked, 5);
 }
 
-TEST(Mtp, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
+// The random-weight models with an MTP block the tests below run on: DeepSeek-V3's form (synth tiny-v3
+// plus one block) and DeepSeek-V4's tiny (its MTP block hands over and reads 4 residual streams).
+struct MtpModel {
+  const char* name;
+  std::string (*write)(const std::string& path);
+};
+
+class MtpModels : public ::testing::TestWithParam<MtpModel> {
+ protected:
+  std::string write(const test::TempDir& dir) const { return GetParam().write(dir.file("synth-mtp.gguf")); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Families, MtpModels,
+                         ::testing::Values(MtpModel{"deepseek3", test::write_synth_mtp_model},
+                                           MtpModel{"deepseek4", test::write_synth_v4_model}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST_P(MtpModels, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
   test::TempDir dir;
-  const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
+  const std::string path = write(dir);
   LoadOptions o = test::shared_engine("", 256);
   o.model_path = path;
   LoadedModel plain_engine = LoadedModel::load(o);
   EXPECT_EQ(plain_engine.model->mtp_layers(), 0);  // not asked for: not loaded, no cache layer
-  EXPECT_EQ(plain_engine.kv->layout().n_layer, 3);
+  EXPECT_EQ(plain_engine.kv->layout().n_layer, plain_engine.model->config().n_layer);
   EXPECT_THROW(MtpProposer{plain_engine}, Error);
   o.load_mtp = true;
   LoadedModel e = LoadedModel::load(o);
+  EXPECT_EQ(e.kv->layout().n_layer, e.model->config().n_layer + 1);
   const std::vector<int32_t> prompt = {1, 17, 230, 44, 17, 230, 44, 17, 230, 9};
   GenerationParams p;
   p.max_tokens = 40;
@@ -230,9 +248,9 @@ TEST(Mtp, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {
 // x_{p+1}, state at p) on a fresh sequence, then greedy chaining. The
 // proposer's rows were built piecemeal — prompt rows during prefill, the
 // rest before each draft, provisional rows overwritten — and must agree.
-TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
+TEST_P(MtpModels, IncrementalDraftsEqualDraftsBuiltInOnePass) {
   test::TempDir dir;
-  const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
+  const std::string path = write(dir);
   LoadOptions o = test::shared_engine("", 256);
   o.model_path = path;
   o.load_mtp = true;
@@ -242,7 +260,7 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
   std::vector<Recorded> log;
   generate_with_mtp(e, prompt, 40, 3, &log);
   Model& m = *ref.model;
-  const int64_t dim = m.config().n_embd, nv = m.config().n_vocab;
+  const int64_t dim = m.hidden_dim(), nv = m.config().n_vocab;
   int checked = 0;
   for (const auto& rec : log) {
     if (rec.draft.empty()) continue;
@@ -273,9 +291,9 @@ TEST(Mtp, IncrementalDraftsEqualDraftsBuiltInOnePass) {
 // The server drafts for all its decoding requests at once: three sequences
 // of different lengths, one catch-up forward and shared chain steps, give
 // each the draft it gets alone.
-TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
+TEST_P(MtpModels, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
   test::TempDir dir;
-  const std::string path = test::write_synth_mtp_model(dir.file("synth-mtp.gguf"));
+  const std::string path = write(dir);
   LoadOptions o = test::shared_engine("", 128);
   o.model_path = path;
   o.load_mtp = true;
@@ -286,7 +304,7 @@ TEST(Mtp, DraftsForSeveralSequencesAtOnceEqualEachAlone) {
   auto drafts = [&](bool together) {
     LoadedModel e = LoadedModel::load(o);
     std::vector<std::unique_ptr<MtpProposer>> ps;
-    const int64_t dim = e.model->config().n_embd;
+    const int64_t dim = e.model->hidden_dim();
     for (int32_t s = 0; s < 3; s++) {
       ps.push_back(std::make_unique<MtpProposer>(e, s));
       const auto& h = histories[s];

@@ -9,7 +9,9 @@
 //   deepseek2-lite-form-tiny.f32: the V2-Lite form (no query bottleneck) with attention.q_lora_rank 0,
 //     which llama.cpp's loader requires at that layer count;
 //   deepseek32-tiny*: DeepSeek-V3.2's sparse attention with a top-k of 4 (6) below the prompt's length,
-//     three seeds and prompts, Q8_0 and Q4_K_M.
+//     three seeds and prompts, Q8_0 and Q4_K_M;
+//   deepseek4-tiny*, glm-dsa-tiny*: likewise (docs/models.md).
+// The cells of files with an MTP block also hold llama.cpp's MTP prediction at every prompt row.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -17,6 +19,9 @@
 #include <sstream>
 
 #include "cli_process.h"
+#include "model/batch.h"
+#include "runtime/loaded_model.h"
+#include "runtime/sampler.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -31,6 +36,16 @@ std::string sha256_of(const std::string& path) {
   const size_t n = fread(buf, 1, 64, p);
   pclose(p);
   return std::string(buf, n);
+}
+
+// `kestrel synth` writing the cell's file to path (and its MTP block apart, for a cell of a split file).
+void synth_cell(const json& cell, const std::string& path) {
+  std::vector<std::string> synth = {"synth"};
+  for (const auto& a : cell["synth"]) synth.push_back(a);
+  synth.insert(synth.end(), {"-o", path});
+  if (cell.contains("mtp") && cell["mtp"].contains("file_sha256")) synth.insert(synth.end(), {"--mtp-file", path + ".mtp"});
+  const auto made = test::run_kestrel(synth);
+  ASSERT_EQ(made.exit_code, 0) << cell["name"] << ": " << made.err;
 }
 
 std::vector<int> ids_of(const std::string& out) {
@@ -48,11 +63,7 @@ TEST(SynthCells, KestrelGivesLlamaCppsIdsOnTheRecordedFiles) {
   test::TempDir dir;
   for (const auto& cell : doc["cells"]) {
     const std::string name = cell["name"], path = dir.file(name + ".gguf");
-    std::vector<std::string> synth = {"synth"};
-    for (const auto& a : cell["synth"]) synth.push_back(a);
-    synth.insert(synth.end(), {"-o", path});
-    const auto made = test::run_kestrel(synth);
-    ASSERT_EQ(made.exit_code, 0) << name << ": " << made.err;
+    synth_cell(cell, path);
     std::string model = path;
     if (cell.contains("quantize")) {
       model = dir.file(name + ".q.gguf");
@@ -81,6 +92,57 @@ TEST(SynthCells, KestrelGivesLlamaCppsIdsOnTheRecordedFiles) {
                                     << " where llama.cpp chose " << want[k] << " by a gap of " << gaps[k];
     }
   }
+}
+
+// The cells with an MTP block (recorded by tests/compat/mtp_oracle.cpp): row p of the block reads token p+1
+// and the trunk's hidden state at p (DeepSeek-V4: its streams); its argmax must be llama.cpp's at every row,
+// or differ only where llama.cpp's top-2 gap is below the tie gap. Every row is an independent check.
+TEST(SynthCells, TheMtpBlockPredictsWhatLlamaCppsDoesAtEveryPromptRow) {
+  const json doc = json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/reference/synth_cells.json"));
+  test::TempDir dir;
+  int cells = 0, files = 0;
+  for (const auto& cell : doc["cells"]) {
+    if (!cell.contains("mtp")) continue;
+    cells++;
+    const std::string name = cell["name"], path = dir.file(name + ".gguf");
+    synth_cell(cell, path);
+    ASSERT_EQ(sha256_of(path), cell["sha256"].get<std::string>()) << name;
+    LoadOptions o;
+    o.model_path = path;
+    if (cell["mtp"].contains("file_sha256")) {  // the block from its own file, with that file's head
+      o.mtp_model = path + ".mtp";
+      ASSERT_EQ(sha256_of(o.mtp_model), cell["mtp"]["file_sha256"].get<std::string>()) << name;
+      files++;
+    }
+    o.n_threads = 2;
+    o.n_ctx = 512;
+    o.load_mtp = true;
+    LoadedModel e = LoadedModel::load(o);
+    ASSERT_EQ(e.model->mtp_layers(), 1) << name;
+    const auto prompt = cell["prompt"].get<std::vector<int32_t>>();
+    const auto n = static_cast<int64_t>(prompt.size());
+    const int64_t nv = e.model->config().n_vocab, width = e.model->hidden_dim();
+    Batch trunk, rows;
+    for (int64_t p = 0; p < n; p++) trunk.add(prompt[p], static_cast<int32_t>(p), 0, false);
+    for (int64_t p = 0; p + 1 < n; p++) rows.add(prompt[p + 1], static_cast<int32_t>(p), 0, true);
+    std::vector<float> hidden(static_cast<size_t>(n * width)), logits(static_cast<size_t>((n - 1) * nv));
+    test::forward_alone(e, trunk, nullptr, hidden.data());
+    test::forward_mtp_alone(*e.model, *e.kv, rows, hidden.data(), logits.data(), nullptr);
+    const auto want = cell["mtp"]["ids"].get<std::vector<int>>();
+    const auto gaps = cell["mtp"]["gaps"].get<std::vector<double>>();
+    ASSERT_EQ(static_cast<int64_t>(want.size()), n - 1) << name;
+    int differ = 0;
+    for (int64_t p = 0; p + 1 < n; p++) {
+      const int got = argmax(logits.data() + p * nv, nv);
+      if (got == want[p]) continue;
+      differ++;
+      EXPECT_LT(gaps[p], cell.value("tie_gap", 1e-3))
+          << name << ": MTP row " << p << " predicts " << got << " where llama.cpp's predicts " << want[p];
+    }
+    EXPECT_LE(differ, 2) << name << ": rows at near-ties differ";
+  }
+  EXPECT_GE(cells, 4);
+  EXPECT_GE(files, 1);
 }
 
 }  // namespace

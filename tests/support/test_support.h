@@ -149,6 +149,17 @@ inline LoadOptions shared_engine(const std::string& rel, int64_t n_ctx = 0) {
 
 // A random-weight DeepSeek-V3-shaped model (synth preset tiny-v3, float32)
 // with one multi-token-prediction block, written to path; returns path.
+// A synth preset as it is (float32), written to path; returns path.
+inline std::string write_synth_preset(const std::string& path, const std::string& arch, const std::string& preset) {
+  SynthOptions so;
+  so.shape = synth_preset(arch, preset);
+  so.type = GgmlType::F32;
+  synth_model(so).write_file(path);
+  return path;
+}
+// DeepSeek-V4's tiny preset (with its MTP block), float32.
+inline std::string write_synth_v4_model(const std::string& path) { return write_synth_preset(path, "deepseek4", "tiny"); }
+
 inline std::string write_synth_mtp_model(const std::string& path) {
   SynthOptions so;
   so.shape = synth_preset("deepseek2", "tiny-v3");

@@ -106,7 +106,7 @@ void read_attention(HparamReader& h, ModelConfig& c) {
   if (static_cast<int>(ra.items.size()) < c.n_layer + c.n_mtp)
     throw h.bad(rkey, fmt::format("has {} entries for {} layers", ra.items.size(), c.n_layer + c.n_mtp));
   bool indexed = false;
-  for (int l = 0; l < c.n_layer; l++) {
+  for (int l = 0; l < c.n_layer + c.n_mtp; l++) {
     const int64_t r = ra.items[l].as_int();
     if (r != 0 && r != kIndexedRatio && r != kHeavyRatio)
       throw h.bad(rkey, fmt::format("= {} at layer {}: DeepSeek-V4 compresses by 0, 4 or 128", r, l));
@@ -230,9 +230,8 @@ class Deepseek4 final : public LayerStack {
     if (shard_.split() && nh_ * v_.o_groups != groups_ * cfg_.n_head)
       throw Error(fmt::format("tensor parallelism over {} ranks: {} heads in {} output groups do not split alike",
                               shard_.n, cfg_.n_head, v_.o_groups));
-    if (o.load_mtp)
-      throw Error("deepseek4: multi-token prediction is not supported yet (its MTP block ships in a file of its "
-                  "own): drop --spec mtp");
+    if ((shard_.split() || shard_.experts_split() || shard_.pipelined()) && o.load_mtp)
+      throw Error("the multi-token-prediction block cannot run split across ranks yet: drop --spec mtp or --parallel");
     rope_plain_ = cfg_.rope;
     idx_rot_ = indexer_rotation_size(v_.idx_dim);
   }
@@ -240,13 +239,49 @@ class Deepseek4 final : public LayerStack {
   // Every layer keeps a raw key row (--kv-type) and a float32 state row (see the top of this file).
   KvLayout kv_layout() const override {
     KvLayout l;
-    l.n_layer = end_ - first_;
+    l.n_layer = end_ - first_ + mtp_layers();  // the MTP block, when loaded, caches in one more layer
     l.k_width = cfg_.head_dim;
     l.v_width = row_.width;
     l.granule = std::gcd(static_cast<int64_t>(cfg_.head_dim), row_.width);
     if (v_.idx_dim > 0) l.granule = std::gcd(l.granule, static_cast<int64_t>(v_.idx_dim));
     l.v_f32_only = true;
     return l;
+  }
+
+  int mtp_layers() const override { return mtp_ ? 1 : 0; }
+
+  // The MTP block (llama.cpp's deepseek4 graph_mtp): each of the target's streams at p, hnorm-ed, beside
+  // enorm(embed(x_{p+1})), through eh_proj into that stream of the block's input; then a V4 layer (its
+  // own compress ratio and cache layer), the trunk's hyper-connection head, and the block's head norm and
+  // head (or the trunk's). Its output streams are what the next draft step reads.
+  void forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in, float* logits,
+                   float* hidden_out) override {
+    if (!mtp_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
+    const int64_t n = b.size(), dim = cfg_.n_embd, hc = v_.hc;
+    if (n == 0) return;
+    check_batch_size(n);
+    const MtpHead& m = *mtp_;
+    be_.annotate_layer(cfg_.n_layer);
+    be_.embed(m.embed, b.tokens.data(), n, e_);
+    be_.rmsnorm(e_, m.enorm.data(), e_, n, dim, cfg_.rms_eps);
+    be_.rmsnorm(be_.host_view(hidden_in), m.hnorm.data(), h_, n * hc, dim, cfg_.rms_eps);
+    for (int64_t s = 0; s < hc; s++) be_.copy(cat_ + s * 2 * dim, hc * 2 * dim, e_, dim, n, dim);
+    be_.copy(cat_ + dim, 2 * dim, h_, dim, n * hc, dim);
+    be_.matmul(m.eh_proj, cat_, n * hc, x_);
+    run_layer({b, place, kv, cfg_.n_layer, cfg_.n_layer - first_, 0, n});
+    if (hidden_out) {
+      const Act out = be_.host_view(hidden_out);
+      be_.copy(out, hc * dim, x_, hc * dim, n, hc * dim);
+      be_.read(out, hidden_out, n * hc * dim);
+    }
+    head_hc_now_ = &m.head_hc;
+    try {
+      head(b, x_, m.head_norm, m.head, logits, nullptr);
+    } catch (...) {
+      head_hc_now_ = &head_hc_;
+      throw;
+    }
+    head_hc_now_ = &head_hc_;
   }
 
  private:
@@ -256,6 +291,18 @@ class Deepseek4 final : public LayerStack {
     Attn attn;
     MoeWeights moe;
   };
+  // The multi-token-prediction block: a layer and its `nextn` tensors (embedding and head the trunk's
+  // unless the file has the block's own).
+  struct MtpHead {
+    Layer block;
+    Weight eh_proj, embed, head;
+    std::vector<float> enorm, hnorm, head_norm;
+    Hyper head_hc;  // the trunk's, or the MTP file's own
+  };
+
+  const Layer& at(int layer) const {
+    return layer == cfg_.n_layer ? mtp_->block : layers_[static_cast<size_t>(layer - first_)];
+  }
 
   Hyper load_hyper(const WeightLoader& ld, const std::string& p, int64_t mixes, int64_t scales) {
     Hyper h;
@@ -278,42 +325,45 @@ class Deepseek4 final : public LayerStack {
     return c;
   }
 
-  void load_layer(const WeightLoader& ld, int l) override {
+  void load_layer(const WeightLoader& ld, int l) override { layers_.push_back(load_block(ld, l, v_)); }
+
+  // Block l's tensors, by the hyperparameters v (the model file's, or the MTP file's for its block).
+  Layer load_block(const WeightLoader& ld, int l, const Dsv4Config& v) {
     const ModelConfig& c = cfg_;
     const std::string p = layer_prefix(l);
     const int64_t dim = c.n_embd, d = c.head_dim, hd = int64_t{c.n_head} * d;
-    const int64_t mixes = (2 + v_.hc) * v_.hc;
+    const int64_t mixes = (2 + v.hc) * v.hc;
     Layer L;
     L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
     L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
     L.hc_attn = load_hyper(ld, p + "hc_attn", mixes, 3);
     L.hc_ffn = load_hyper(ld, p + "hc_ffn", mixes, 3);
     Attn& A = L.attn;
-    A.ratio = v_.ratios[l];
-    A.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, v_.q_lora}));
-    A.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", v_.q_lora);
-    A.wq_b = be_.prepare_weight(shard_.rows(ld.require(p + "attn_q_b.weight", {v_.q_lora, hd})));  // whole heads
+    A.ratio = v.ratios[l];
+    A.wq_a = be_.prepare_weight(ld.require(p + "attn_q_a.weight", {dim, v.q_lora}));
+    A.q_a_norm = ld.require_vector(p + "attn_q_a_norm.weight", v.q_lora);
+    A.wq_b = be_.prepare_weight(shard_.rows(ld.require(p + "attn_q_b.weight", {v.q_lora, hd})));  // whole heads
     A.wkv = be_.prepare_weight(ld.require(p + "attn_kv.weight", {dim, d}));
     A.kv_norm = ld.require_vector(p + "attn_kv_a_norm.weight", d);
     A.sinks = shard_.part(ld.require_vector(p + "attn_sinks.weight", c.n_head), 0, c.n_head);
-    const int64_t group_in = hd / v_.o_groups;
-    const Weight wo_a = ld.require(p + "attn_output_a.weight", {group_in, v_.o_lora * v_.o_groups});
+    const int64_t group_in = hd / v.o_groups;
+    const Weight wo_a = ld.require(p + "attn_output_a.weight", {group_in, v.o_lora * v.o_groups});
     for (int g = shard_.rank * groups_; g < (shard_.rank + 1) * groups_; g++)
-      A.wo_a.push_back(be_.prepare_weight(weight_rows(wo_a, g * v_.o_lora, v_.o_lora, fmt::format("{}.{}", wo_a.name, g))));
-    A.wo_b = be_.prepare_weight(shard_.columns(ld.require(p + "attn_output_b.weight", {v_.o_groups * v_.o_lora, dim})));
+      A.wo_a.push_back(be_.prepare_weight(weight_rows(wo_a, g * v.o_lora, v.o_lora, fmt::format("{}.{}", wo_a.name, g))));
+    A.wo_b = be_.prepare_weight(shard_.columns(ld.require(p + "attn_output_b.weight", {v.o_groups * v.o_lora, dim})));
     if (A.ratio > 0) A.comp = load_compressor(ld, p + "attn_compressor", d, A.ratio);
     if (A.ratio == kIndexedRatio) {
-      const int64_t di = v_.idx_dim;
-      A.i_q_b = be_.prepare_weight(ld.require(p + "indexer.attn_q_b.weight", {v_.q_lora, int64_t{v_.idx_heads} * di}));
-      A.i_proj = be_.prepare_weight(ld.require(p + "indexer.proj.weight", {dim, v_.idx_heads}));
+      const int64_t di = v.idx_dim;
+      A.i_q_b = be_.prepare_weight(ld.require(p + "indexer.attn_q_b.weight", {v.q_lora, int64_t{v.idx_heads} * di}));
+      A.i_proj = be_.prepare_weight(ld.require(p + "indexer.proj.weight", {dim, v.idx_heads}));
       A.idx = load_compressor(ld, p + "indexer_compressor", di, A.ratio);
     }
     // The experts: score-routed with a selection bias, or (hash layers) by the token's row of tid2eid.
-    const bool hashed = l < v_.hash_layers;
+    const bool hashed = l < v.hash_layers;
     if (hashed && ld.has(p + "exp_probs_b.bias"))
       throw Error(fmt::format("tensor '{}exp_probs_b.bias': layer {} routes by token id (hash_layer_count {}), "
                               "where llama.cpp applies no selection bias",
-                              p, l, v_.hash_layers));
+                              p, l, v.hash_layers));
     L.moe = load_moe(ld, be_, p, dim, c.moe, shard_);
     if (!hashed && L.moe.router_bias.empty())
       throw Error(fmt::format("missing tensor '{}exp_probs_b.bias' (DeepSeek-V4's score-routed layers have one)", p));
@@ -327,15 +377,92 @@ class Deepseek4 final : public LayerStack {
     }
     // Image tokens' routing bias (the vision variant): text never uses it.
     if (ld.has(p + "exp_probs_b_vl.bias")) ld.skip(p + "exp_probs_b_vl.bias", "the image tokens' routing bias");
-    for (auto& x : L.moe.experts) x.clamp = v_.clamp_exp[l];
-    L.moe.shared.clamp = v_.clamp_shexp[l];
-    layers_.push_back(std::move(L));
+    for (auto& x : L.moe.experts) x.clamp = v.clamp_exp[l];
+    L.moe.shared.clamp = v.clamp_shexp[l];
+    return L;
   }
 
-  void load_extra(const WeightLoader& ld, const ModelOptions&) override {
+  bool reads_mtp_file() const override { return true; }
+
+  void load_extra(const WeightLoader& ld, const ModelOptions& o) override {
+    const ModelConfig& c = cfg_;
     head_hc_ = load_hyper(ld, "output_hc", v_.hc, 1);
-    for (int l = cfg_.n_layer; l < cfg_.n_layer + cfg_.n_mtp; l++)
-      ld.skip_prefix(layer_prefix(l), "multi-token-prediction block not loaded");
+    if (o.load_mtp && o.mtp_file) {
+      // The block from a file of its own (llama.cpp's converter writes V4's so): by that file's
+      // hyperparameters (its ratio and SwiGLU limits for the block), with that file's embedding, head and
+      // hyper-connection head; every tensor of it used.
+      const ModelConfig mc = check_mtp_file(*o.mtp_file);
+      WeightLoader mld(*o.mtp_file);
+      const IoWeights io = load_io_weights(mld, be_, mc, true, true);
+      mtp_ = load_mtp(mld, mc.dsv4, io, load_hyper(mld, "output_hc", v_.hc, 1));
+      for (int l = mc.n_layer + 1; l < mc.n_layer + mc.n_mtp; l++)
+        mld.skip_prefix(layer_prefix(l), "llama.cpp runs the first MTP block only");
+      mld.finish(c.arch + " MTP file");
+    } else if (o.load_mtp && c.n_mtp > 0) {
+      mtp_ = load_mtp(ld, v_, io_, head_hc_);
+    }
+    for (int l = c.n_layer + (o.mtp_file ? 0 : mtp_layers()); l < c.n_layer + c.n_mtp; l++)
+      ld.skip_prefix(layer_prefix(l), o.mtp_file ? "the MTP block comes from --mtp-model" : "MTP block not loaded");
+  }
+
+  // The first MTP block (blk.{n_layer}): its layer and `nextn` tensors; the embedding and head its own
+  // when it has them, else io's (the file's); hc: the hyper-connection head its logits go through.
+  std::unique_ptr<MtpHead> load_mtp(const WeightLoader& ld, const Dsv4Config& v, const IoWeights& io, Hyper hc) {
+    const ModelConfig& c = cfg_;
+    const int64_t dim = c.n_embd;
+    const std::string p = fmt::format("blk.{}.nextn.", c.n_layer);
+    auto m = std::make_unique<MtpHead>();
+    m->block = load_block(ld, c.n_layer, v);
+    m->eh_proj = be_.prepare_weight(ld.require(p + "eh_proj.weight", {2 * dim, dim}));
+    m->enorm = ld.require_vector(p + "enorm.weight", dim);
+    m->hnorm = ld.require_vector(p + "hnorm.weight", dim);
+    m->head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
+    if (m->head_norm.empty()) m->head_norm = io.output_norm;
+    m->embed = ld.optional(p + "embed_tokens.weight", {dim, c.n_vocab});
+    if (!m->embed.present()) m->embed = io.tok_embd;
+    const Weight head = ld.optional(p + "shared_head_head.weight", {dim, c.n_vocab});
+    m->head = head.present() ? be_.prepare_weight(head) : io.output;
+    m->head_hc = std::move(hc);
+    return m;
+  }
+
+  // The MTP file's hyperparameters, which must be the model's (its block after the same layers).
+  ModelConfig check_mtp_file(const GgufFile& f) const {
+    const ModelConfig m = read_model_config(f, ModelOptions{});
+    const ModelConfig& c = cfg_;
+    const Dsv4Config& a = v_;
+    const Dsv4Config& b = m.dsv4;
+    if (m.arch != c.arch) throw Error(fmt::format("{}: an MTP file of {}, not {}", f.path(), m.arch, c.arch));
+    if (m.n_mtp < 1) throw Error(fmt::format("{}: has no multi-token-prediction block (nextn_predict_layers)", f.path()));
+    const std::pair<const char*, std::pair<double, double>> same[] = {
+        {"embedding_length", {c.n_embd, m.n_embd}},
+        {"block_count - nextn_predict_layers", {c.n_layer, m.n_layer}},
+        {"vocabulary size", {c.n_vocab, m.n_vocab}},
+        {"attention.head_count", {c.n_head, m.n_head}},
+        {"attention.key_length", {c.head_dim, m.head_dim}},
+        {"attention.q_lora_rank", {a.q_lora, b.q_lora}},
+        {"attention.sliding_window", {a.window, b.window}},
+        {"attention.output_group_count", {a.o_groups, b.o_groups}},
+        {"attention.output_lora_rank", {a.o_lora, b.o_lora}},
+        {"attention.indexer.head_count", {a.idx_heads, b.idx_heads}},
+        {"attention.indexer.key_length", {a.idx_dim, b.idx_dim}},
+        {"attention.indexer.top_k", {a.idx_top_k, b.idx_top_k}},
+        {"hyper_connection.count", {a.hc, b.hc}},
+        {"hyper_connection.sinkhorn_iterations", {a.sinkhorn_iters, b.sinkhorn_iters}},
+        {"hyper_connection.epsilon", {a.hc_eps, b.hc_eps}},
+        {"rope.dimension_count", {c.rope.n_rot, m.rope.n_rot}},
+        {"rope.freq_base", {c.rope.freq_base, m.rope.freq_base}},
+        {"attention.compress_rope_freq_base", {a.rope_compress.freq_base, b.rope_compress.freq_base}},
+        {"rope.scaling.factor", {a.rope_compress.freq_scale, b.rope_compress.freq_scale}},
+        {"attention.layer_norm_rms_epsilon", {c.rms_eps, m.rms_eps}},
+        {"expert_count", {c.moe.routing.n_expert, m.moe.routing.n_expert}},
+        {"expert_used_count", {c.moe.routing.n_used, m.moe.routing.n_used}},
+    };
+    for (const auto& [key, v] : same)
+      if (v.first != v.second)
+        throw Error(fmt::format("{}: {} is {} where the model's is {} (not this model's MTP file)", f.path(), key,
+                                v.second, v.first));
+    return m;
   }
 
   void allocate(int64_t n) override {
@@ -366,6 +493,11 @@ class Deepseek4 final : public LayerStack {
       iq_ = ActBuffer(be_, n * v_.idx_heads * di);
       iw_ = ActBuffer(be_, n * v_.idx_heads);
     }
+    if (mtp_) {
+      e_ = ActBuffer(be_, n * dim);
+      h_ = ActBuffer(be_, n * hc * dim);
+      cat_ = ActBuffer(be_, n * hc * 2 * dim);
+    }
   }
 
   // ---- Hyper-connections ----
@@ -391,10 +523,11 @@ class Deepseek4 final : public LayerStack {
   Act head_input(Act x, int64_t n) override {
     const int64_t dim = cfg_.n_embd, hc = v_.hc;
     be_.annotate_layer(-1);
+    const Hyper& h = *head_hc_now_;
     be_.rmsnorm(x, ones_.data(), flat_, n, hc * dim, cfg_.rms_eps);
-    be_.matmul(head_hc_.fn, flat_, n, mixes_);
-    be_.hyper_mix(mixes_, n, hc, static_cast<int>(hc), head_hc_.scale.data(), head_hc_.base.data(), v_.hc_eps, 0,
-                  pre_, Act(), Act());
+    be_.matmul(h.fn, flat_, n, mixes_);
+    be_.hyper_mix(mixes_, n, hc, static_cast<int>(hc), h.scale.data(), h.base.data(), v_.hc_eps, 0, pre_, Act(),
+                  Act());
     be_.hyper_collapse(x, pre_, n, static_cast<int>(hc), dim, hin_);
     return hin_;
   }
@@ -412,7 +545,7 @@ class Deepseek4 final : public LayerStack {
   }
 
   void attention(const LayerRows& r, Act y) override {
-    const Layer& L = layers_[static_cast<size_t>(r.layer - first_)];
+    const Layer& L = at(r.layer);
     const Attn& A = L.attn;
     const ModelConfig& c = cfg_;
     const Act xn = branch_input(r, L.hc_attn, L.attn_norm);
@@ -566,7 +699,7 @@ class Deepseek4 final : public LayerStack {
 
   // ---- FFN ----
   void ffn(const LayerRows& r, Act y) override {
-    const Layer& L = layers_[static_cast<size_t>(r.layer - first_)];
+    const Layer& L = at(r.layer);
     const Act xn = branch_input(r, L.hc_ffn, L.ffn_norm);
     feed_forward(FfnWeights{}, L.moe, FfnActivation::Silu, xn, r.n, y, r.batch.tokens.data() + r.r0);
   }
@@ -576,12 +709,15 @@ class Deepseek4 final : public LayerStack {
   int nh_ = 0, groups_ = 0;  // this rank's query heads and output groups
   RopeParams rope_plain_;
   int idx_rot_ = 0;
-  std::vector<Layer> layers_;
+  std::vector<Layer> layers_;  // this rank's, from first_
+  std::unique_ptr<MtpHead> mtp_;
   Hyper head_hc_;
+  const Hyper* head_hc_now_ = &head_hc_;  // the head's: the trunk's, or during forward_mtp the MTP block's
   std::vector<float> ones_;
   ActBuffer flat_, state_, mixes_, pre_, post_, comb_, hin_, xn_;
   ActBuffer qa_, qr_, q_, att_, kv_, vrow_, skv_, ssc_, cbuf_, grp_in_, grp_out_, oa_, iq_, iw_;
   ActBuffer gathered_, keys_;
+  ActBuffer e_, h_, cat_;  // MTP: the normed embedding, the normed target streams, [embedding | stream] rows
   std::vector<int64_t> done_rows_;
   std::vector<int32_t> block_pos_, absent_, gather_pos_, key_pos_, comp_pos_, selected_, counts_, cand_last_;
 };
@@ -593,25 +729,32 @@ std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& 
 }
 
 // ---- synth: the keys and tensors llama.cpp's converter writes ----
+// Block l's compress ratio: the preset's, 0 (window only) for an MTP block it does not list.
+int block_ratio(const SynthShape& s, int64_t l) {
+  return l < static_cast<int64_t>(s.v4.ratios.size()) ? s.v4.ratios[static_cast<size_t>(l)] : 0;
+}
+
 void synth_keys(SynthFile& out) {
   const SynthShape& s = out.shape();
   const SynthDeepseek& ds = s.ds;
   const SynthDsv4& v = s.v4;
-  if (static_cast<int64_t>(v.ratios.size()) != s.layers)
+  const int64_t blocks = s.layers + ds.nextn;  // the MTP blocks after the trunk's
+  if (static_cast<int64_t>(v.ratios.size()) < s.layers)
     throw Error(fmt::format("deepseek4: {} compress ratios for {} layers", v.ratios.size(), s.layers));
   if (s.heads % v.o_groups != 0) throw Error("deepseek4: the output groups must divide the heads");
   if (v.hash_layers > s.layers || ds.experts_used > ds.experts) throw Error("deepseek4: bad expert or hash-layer counts");
   const std::string a = s.arch + ".";
-  synth_sizes(out, s.layers, 1, v.rope_dims, 10000.0f, 1e-6f);
+  synth_sizes(out, blocks, 1, v.rope_dims, 10000.0f, 1e-6f);
+  if (ds.nextn > 0) out.u32("nextn_predict_layers", ds.nextn);
   out.u32("attention.key_length", v.head_dim);
   out.u32("attention.value_length", v.head_dim);
   out.u32("attention.q_lora_rank", ds.q_lora);
   out.u32("attention.sliding_window", v.window);
   synth_deepseek_experts(out, ExpertGating::SqrtSoftplus);
   std::vector<GgufValue> clamps, ratios;
-  for (int64_t l = 0; l < s.layers; l++) {
+  for (int64_t l = 0; l < blocks; l++) {
     clamps.push_back(GgufValue::f32(v.swiglu_limit));
-    ratios.push_back(GgufValue::u32(static_cast<uint32_t>(v.ratios[l])));
+    ratios.push_back(GgufValue::u32(static_cast<uint32_t>(block_ratio(s, l))));
   }
   out.writer().set(a + "swiglu_clamp_exp", GgufValue::array(GgufValueType::FLOAT32, clamps));
   out.writer().set(a + "swiglu_clamp_shexp", GgufValue::array(GgufValueType::FLOAT32, clamps));
@@ -671,7 +814,7 @@ void synth_layer(SynthFile& out, int64_t l) {
   out.random(p + "attn_output_b.weight", {v.o_groups * v.o_lora, s.dim}, out.residual_std(v.o_groups * v.o_lora));
   synth_hyper(out, p + "hc_attn", mixes, 3);
   synth_hyper(out, p + "hc_ffn", mixes, 3);
-  const int64_t ratio = v.ratios[l];
+  const int64_t ratio = block_ratio(s, l);
   if (ratio > 0) synth_compressor(out, p + "attn_compressor", d, ratio);
   if (ratio == kIndexedRatio) {
     const int64_t di = ds.idx_dim;
@@ -704,10 +847,21 @@ void synth_layer(SynthFile& out, int64_t l) {
   out.gated_ffn(p, "_shexp", ds.ffn_expert * ds.experts_shared);
 }
 
+// The trunk's layers, then the MTP blocks: a layer plus its `nextn` tensors (embedding, head and the
+// hyper-connection head shared with the trunk, as in a file llama.cpp loads with its trunk).
 void synth(SynthFile& out) {
+  const SynthShape& s = out.shape();
   synth_keys(out);
-  synth_hyper(out, "output_hc", out.shape().v4.hc, 1);
-  for (int64_t l = 0; l < out.shape().layers; l++) synth_layer(out, l);
+  synth_hyper(out, "output_hc", s.v4.hc, 1);
+  for (int64_t l = 0; l < s.layers + s.ds.nextn; l++) {
+    synth_layer(out, l);
+    if (l < s.layers) continue;
+    const std::string p = fmt::format("blk.{}.nextn.", l);
+    out.random(p + "eh_proj.weight", {2 * s.dim, s.dim}, SynthFile::fan_in(2 * s.dim));
+    out.norm(p + "enorm.weight", s.dim);
+    out.norm(p + "hnorm.weight", s.dim);
+    out.norm(p + "shared_head_norm.weight", s.dim);
+  }
 }
 
 SynthShape preset_shape(const std::string& preset) {
@@ -719,10 +873,11 @@ SynthShape preset_shape(const std::string& preset) {
   if (preset == "tiny") {
     // Every feature at test width: a raw window of 8, ratio-4 layers whose indexer keeps 3 blocks (prompts
     // past 12 tokens select), a ratio-128 layer (prompts past 128 tokens compress), a window-only layer, a
-    // hash-routed first layer, 4 streams, SwiGLU clamped at 1 (it bites at these scales), YaRN.
+    // hash-routed first layer, 4 streams, SwiGLU clamped at 1 (it bites at these scales), YaRN, an MTP block.
     s.dim = 64, s.layers = 4, s.heads = 4, s.ffn = 128, s.vocab = 512, s.ctx = 4096;
-    v.head_dim = 64, v.rope_dims = 16, v.window = 8, v.o_groups = 2, v.o_lora = 16, v.hash_layers = 1;
-    v.swiglu_limit = 1.0f, v.ratios = {4, 0, 128, 4};
+    v.head_dim = 128, v.rope_dims = 16, v.window = 8, v.o_groups = 2, v.o_lora = 16, v.hash_layers = 1;
+    v.swiglu_limit = 1.0f, v.ratios = {4, 0, 128, 4, 0};  // the last: the MTP block's, window only
+    d.nextn = 1;
     d.q_lora = 32, d.experts = 8, d.experts_used = 2, d.experts_shared = 1, d.ffn_expert = 32;
     d.idx_heads = 8, d.idx_dim = 64, d.idx_top_k = 3;
     d.yarn_factor = 4.0f, d.yarn_orig_ctx = 1024;
@@ -739,8 +894,9 @@ SynthShape preset_shape(const std::string& preset) {
   } else {  // flash: DeepSeek-V4-Flash (284B, 13B active)
     s.dim = 4096, s.layers = 43, s.heads = 64, s.ffn = 2048, s.vocab = 129280, s.ctx = 1048576;
     v.head_dim = 512, v.rope_dims = 64, v.window = 128, v.o_groups = 8, v.o_lora = 1024, v.hash_layers = 3;
-    v.ratios.assign(43, 4);
-    for (int64_t l = 0; l < 43; l++) v.ratios[l] = l < 2 ? 0 : (l % 2 == 0 ? 4 : 128);
+    v.ratios.assign(44, 0);  // and the MTP block's (window only)
+    for (int64_t l = 2; l < 43; l++) v.ratios[l] = l % 2 == 0 ? 4 : 128;
+    d.nextn = 1;
     d.q_lora = 1024, d.experts = 256, d.experts_used = 6, d.experts_shared = 1, d.ffn_expert = 2048;
     d.idx_heads = 64, d.idx_dim = 128, d.idx_top_k = 512;
     d.yarn_factor = 16.0f, d.yarn_orig_ctx = 65536;
