@@ -8,11 +8,11 @@ std::string KvLayout::describe_bytes() const {
   const double full = static_cast<double>(full_bytes_per_token()) / 1024;
   if (n_sliding() == 0) return fmt::format("{:.1f} KiB/token", full);
   return fmt::format("{:.1f} KiB/token + {:.1f} KiB/token over the last {}", full,
-                     static_cast<double>(n_sliding() * bytes_per_layer_token()) / 1024, sliding_window);
+                     static_cast<double>(sliding_bytes_per_token()) / 1024, sliding_window);
 }
 
 int64_t KvLayout::tokens_in(int64_t bytes) const {
-  const int64_t window_bytes = static_cast<int64_t>(sliding_window) * n_sliding() * bytes_per_layer_token();
+  const int64_t window_bytes = static_cast<int64_t>(sliding_window) * sliding_bytes_per_token();
   if (full_bytes_per_token() == 0) return -1;
   if (bytes <= window_bytes) return bytes / bytes_per_token();
   return (bytes - window_bytes) / full_bytes_per_token() + (n_sliding() ? sliding_window : 0);

@@ -23,6 +23,9 @@ struct KvLayout {
   // sliding_window positions; empty or window 0: none.
   int32_t sliding_window = 0;
   std::vector<uint8_t> sliding = {};
+  // The sliding group's rows when they differ from the full group's (-1: the same). DeepSeek-V4 keeps its
+  // raw keys and compressors' state in the sliding group, its compressed keys in the full one.
+  int64_t sliding_k_width = -1, sliding_v_width = -1;
 
   KvRowFormat k_format() const { return KvRowFormat(k_type, granule); }
   KvRowFormat v_format() const { return KvRowFormat(v_type, granule); }
@@ -34,14 +37,20 @@ struct KvLayout {
     for (int l = 0; l < n_layer; l++) n += is_sliding(l);
     return n;
   }
-  // Bytes of K and V one token takes in one layer.
-  int64_t bytes_per_layer_token() const {
-    return static_cast<int64_t>(k_format().bytes(k_width) + v_format().bytes(v_width));
+  bool widths_differ() const { return sliding_k_width >= 0 || sliding_v_width >= 0; }
+  // A layer group's row widths (0: full attention, 1: sliding window).
+  int64_t k_width_in(int group) const { return group == 1 && sliding_k_width >= 0 ? sliding_k_width : k_width; }
+  int64_t v_width_in(int group) const { return group == 1 && sliding_v_width >= 0 ? sliding_v_width : v_width; }
+  // Bytes of K and V one token takes in one layer of a group.
+  int64_t bytes_per_layer_token(int group = 0) const {
+    return static_cast<int64_t>(k_format().bytes(k_width_in(group)) + v_format().bytes(v_width_in(group)));
   }
+  // ... in all the sliding layers (what only a window holds).
+  int64_t sliding_bytes_per_token() const { return n_sliding() * bytes_per_layer_token(1); }
   // Bytes of K and V one token takes over all layers (sliding ones included).
-  int64_t bytes_per_token() const { return n_layer * bytes_per_layer_token(); }
+  int64_t bytes_per_token() const { return full_bytes_per_token() + sliding_bytes_per_token(); }
   // ... over the full-attention layers only: what grows with the context.
-  int64_t full_bytes_per_token() const { return (n_layer - n_sliding()) * bytes_per_layer_token(); }
+  int64_t full_bytes_per_token() const { return (n_layer - n_sliding()) * bytes_per_layer_token(0); }
   // "64.0 KiB/token", or with sliding layers what grows with the context
   // and what only a window holds: "16.0 KiB/token + 48.0 KiB/token over the last 4096".
   std::string describe_bytes() const;

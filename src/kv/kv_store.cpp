@@ -9,19 +9,22 @@
 namespace kestrel {
 
 KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size)
-    : layout_(layout), k_format_(layout.k_format()), v_format_(layout.v_format()),
-      k_row_bytes_(static_cast<int64_t>(k_format_.bytes(layout.k_width))),
-      v_row_bytes_(static_cast<int64_t>(v_format_.bytes(layout.v_width))), block_size_(block_size),
+    : layout_(layout), k_format_(layout.k_format()), v_format_(layout.v_format()), block_size_(block_size),
       n_groups_(static_cast<int>(group_blocks.size())) {
-  if (layout.k_width % k_format_.group() != 0 || layout.v_width % v_format_.group() != 0)
-    throw Error(fmt::format("KV rows of {} and {} elements do not divide into {}/{}-element groups", layout.k_width,
-                            layout.v_width, k_format_.group(), v_format_.group()));
+  for (int g = 0; g < 2; g++) {
+    const int64_t kw = layout.k_width_in(g), vw = layout.v_width_in(g);
+    if (kw % k_format_.group() != 0 || vw % v_format_.group() != 0)
+      throw Error(fmt::format("KV rows of {} and {} elements do not divide into {}/{}-element groups", kw, vw,
+                              k_format_.group(), v_format_.group()));
+    k_row_bytes_[g] = static_cast<int64_t>(k_format_.bytes(kw));
+    v_row_bytes_[g] = static_cast<int64_t>(v_format_.bytes(vw));
+  }
   k_.reserve(layout.n_layer);
   v_.reserve(layout.n_layer);
   for (int l = 0; l < layout.n_layer; l++) {
     const size_t slots = static_cast<size_t>(group_blocks[group_of(l)]) * static_cast<size_t>(block_size);
-    k_.emplace_back(slots * static_cast<size_t>(k_row_bytes_), fmt::format("KV cache keys of layer {}", l));
-    v_.emplace_back(slots * static_cast<size_t>(v_row_bytes_), fmt::format("KV cache values of layer {}", l));
+    k_.emplace_back(slots * static_cast<size_t>(k_bytes(l)), fmt::format("KV cache keys of layer {}", l));
+    v_.emplace_back(slots * static_cast<size_t>(v_bytes(l)), fmt::format("KV cache values of layer {}", l));
   }
 }
 
@@ -32,13 +35,13 @@ int64_t KvStore::bytes() const {
 }
 
 void KvStore::copy(const BlockCopies& copies) {
-  const size_t kw = static_cast<size_t>(k_row_bytes_) * static_cast<size_t>(block_size_);
-  const size_t vw = static_cast<size_t>(v_row_bytes_) * static_cast<size_t>(block_size_);
   for (int c = 0; c < copies.n; c++) {
     const BlockCopy& bc = copies.at[static_cast<size_t>(c)];
     if (copy_log_) copy_log_->push_back(bc);
     for (int l = 0; l < layout_.n_layer; l++) {
       if (group_of(l) != bc.group) continue;
+      const size_t kw = static_cast<size_t>(k_bytes(l)) * static_cast<size_t>(block_size_);
+      const size_t vw = static_cast<size_t>(v_bytes(l)) * static_cast<size_t>(block_size_);
       std::copy_n(k_row(l, bc.from * block_size_), kw, k_row(l, bc.to * block_size_));
       std::copy_n(v_row(l, bc.from * block_size_), vw, v_row(l, bc.to * block_size_));
     }
@@ -48,20 +51,20 @@ void KvStore::copy(const BlockCopies& copies) {
 KvLayerWrite KvStore::layer_write(int layer) {
   KvLayerWrite w;
   w.k = k_row(layer, 0);
-  w.k_stride = k_row_bytes_;
-  w.k_width = layout_.k_width;
+  w.k_stride = k_bytes(layer);
+  w.k_width = k_width(layer);
   w.k_format = k_format_;
-  if (layout_.v_width > 0) {
+  if (v_width(layer) > 0) {
     w.v = v_row(layer, 0);
-    w.v_stride = v_row_bytes_;
-    w.v_width = layout_.v_width;
+    w.v_stride = v_bytes(layer);
+    w.v_width = v_width(layer);
     w.v_format = v_format_;
   }
   return w;
 }
 
 PagedKvLayerView KvStore::layer_view(int layer) const {
-  return {k_row(layer, 0), v_row(layer, 0), k_row_bytes_, v_row_bytes_, block_size_, k_format_, v_format_};
+  return {k_row(layer, 0), v_row(layer, 0), k_bytes(layer), v_bytes(layer), block_size_, k_format_, v_format_};
 }
 
 }  // namespace kestrel

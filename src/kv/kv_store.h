@@ -25,10 +25,12 @@ class KvStore {
   int group_of(int layer) const { return n_groups_ > 1 && layout_.is_sliding(layer) ? 1 : 0; }
   int64_t bytes() const;  // every group, every layer
 
-  void write_k(int layer, int64_t slot, const float* x) { k_format_.quantize(x, k_row(layer, slot), layout_.k_width); }
-  void write_v(int layer, int64_t slot, const float* x) { v_format_.quantize(x, v_row(layer, slot), layout_.v_width); }
-  void read_k(int layer, int64_t slot, float* y) const { k_format_.dequantize(k_row(layer, slot), 0, y, layout_.k_width); }
-  void read_v(int layer, int64_t slot, float* y) const { v_format_.dequantize(v_row(layer, slot), 0, y, layout_.v_width); }
+  int64_t k_width(int layer) const { return layout_.k_width_in(group_of(layer)); }
+  int64_t v_width(int layer) const { return layout_.v_width_in(group_of(layer)); }
+  void write_k(int layer, int64_t slot, const float* x) { k_format_.quantize(x, k_row(layer, slot), k_width(layer)); }
+  void write_v(int layer, int64_t slot, const float* x) { v_format_.quantize(x, v_row(layer, slot), v_width(layer)); }
+  void read_k(int layer, int64_t slot, float* y) const { k_format_.dequantize(k_row(layer, slot), 0, y, k_width(layer)); }
+  void read_v(int layer, int64_t slot, float* y) const { v_format_.dequantize(v_row(layer, slot), 0, y, v_width(layer)); }
   // Carries out the ledger's copy-on-write (and lists it in the copy log, if
   // one is set: a tensor-parallel leader replays it on the other ranks' stores).
   void copy(const BlockCopies& copies);
@@ -38,14 +40,16 @@ class KvStore {
   KvLayerWrite layer_write(int layer);
 
  private:
-  uint8_t* k_row(int layer, int64_t slot) { return static_cast<uint8_t*>(k_[layer].data()) + slot * k_row_bytes_; }
-  uint8_t* v_row(int layer, int64_t slot) { return static_cast<uint8_t*>(v_[layer].data()) + slot * v_row_bytes_; }
-  const uint8_t* k_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(k_[layer].data()) + slot * k_row_bytes_; }
-  const uint8_t* v_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(v_[layer].data()) + slot * v_row_bytes_; }
+  int64_t k_bytes(int layer) const { return k_row_bytes_[static_cast<size_t>(group_of(layer))]; }
+  int64_t v_bytes(int layer) const { return v_row_bytes_[static_cast<size_t>(group_of(layer))]; }
+  uint8_t* k_row(int layer, int64_t slot) { return static_cast<uint8_t*>(k_[layer].data()) + slot * k_bytes(layer); }
+  uint8_t* v_row(int layer, int64_t slot) { return static_cast<uint8_t*>(v_[layer].data()) + slot * v_bytes(layer); }
+  const uint8_t* k_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(k_[layer].data()) + slot * k_bytes(layer); }
+  const uint8_t* v_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(v_[layer].data()) + slot * v_bytes(layer); }
 
   KvLayout layout_;
   KvRowFormat k_format_, v_format_;
-  int64_t k_row_bytes_, v_row_bytes_;
+  int64_t k_row_bytes_[2], v_row_bytes_[2];  // per layer group (full, sliding)
   int block_size_;
   int n_groups_;
   // Per layer, sized by its group's pool: anonymous memory whose pages are

@@ -122,7 +122,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   l.v_type = l.v_f32_only ? KvType::F32 : o.kv_type_v;
   // A window that covers the whole context keeps nothing apart (the
   // attention mask still applies it).
-  if (l.sliding_window >= e.n_ctx) l.sliding.clear();
+  if (l.sliding_window >= e.n_ctx && !l.widths_differ()) l.sliding.clear();
   e.kv = make_kv_cache(l, e.n_ctx, o);
   if (e.comm) {
     // Every rank must hold the same blocks: the fewest any rank's memory allows.
@@ -154,7 +154,7 @@ std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, co
       l.n_sliding() > 0 ? std::min(blocks_per_seq, (l.sliding_window - 1 + o.max_batch_tokens + bs - 1) / bs + 1) : 0;
   const int64_t sliding_cap = sliding_per_seq * o.n_seq_max;
   const int64_t full_block_bytes = bs * l.full_bytes_per_token();
-  const int64_t sliding_block_bytes = bs * l.n_sliding() * l.bytes_per_layer_token();
+  const int64_t sliding_block_bytes = bs * l.sliding_bytes_per_token();
   // Bytes of a cache with n full-layer blocks.
   auto bytes_for = [&](int64_t n) { return n * full_block_bytes + std::min(n, sliding_cap) * sliding_block_bytes; };
   // The most full-layer blocks that fit in `budget` bytes.

@@ -6,6 +6,9 @@
 // while the sliding layers' blocks stop growing with the context.
 #include <gmock/gmock.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "spec/ngram_proposer.h"
@@ -91,6 +94,49 @@ TEST(SlidingWindow, SpeculativeRollbackAndQuantizedCachesKeepTheResult) {
   const WindowRun kept = run_model("gemma2.F16", false, 512, 0, KvType::Q8_0);
   const WindowRun released = run_model("gemma2.F16", true, 512, 0, KvType::Q8_0);
   EXPECT_EQ(released.logits, kept.logits);
+}
+
+// DeepSeek-V4's cache (deepseek4 tiny: window 8, ratios 4, 0, 128, 4): every layer's raw keys and
+// compressors' state live in the sliding group for the last 128 positions (the ratio-128 compressor's
+// block), the compressed and indexer keys in the full group, one row per position. The 150-id prompt of the
+// recorded cell in chunks of 16, then 16 greedy steps, give llama.cpp's ids while the window rows stay
+// bounded and only the compressed keys grow.
+TEST(SlidingWindow, DeepSeekV4KeepsRawKeysAndCompressorStateForAWindowOnly) {
+  test::TempDir dir;
+  LoadOptions o;
+  o.model_path = test::write_synth_v4_model(dir.file("v4.gguf"));
+  o.n_threads = 2;
+  o.n_ctx = 512;
+  o.kv_block_size = 4;
+  o.max_batch_tokens = 16;
+  LoadedModel e = LoadedModel::load(o);
+  const KvLayout& l = e.kv->layout();
+  EXPECT_EQ(l.n_layer, 4 + 3);  // a window layer each, a full layer per compressing layer
+  EXPECT_EQ(l.n_sliding(), 4);
+  EXPECT_EQ(l.sliding_window, 128);
+  EXPECT_EQ(l.full_bytes_per_token(), 3 * (128 + 64) * 4);  // compressed key (f32 here) + indexer key
+  EXPECT_EQ(l.sliding_bytes_per_token(), 4 * (128 + 4 * 128 + 4 * 64) * 4);  // raw key + compressors' state
+  const nlohmann::json doc = test::read_json(std::string(KESTREL_SOURCE_DIR) + "/tests/reference/synth_cells.json");
+  nlohmann::json cell;
+  for (const auto& c : doc["cells"])
+    if (c["name"] == "deepseek4-tiny.f32") cell = c;
+  ASSERT_FALSE(cell.is_null());
+  GenerationParams p;
+  p.max_tokens = 16;
+  p.sampling.temperature = 0.0f;
+  p.ignore_eos = true;
+  p.all_logits = true;  // (each prompt chunk's rows too: the blocks held after every step)
+  std::vector<int64_t> sliding, full;
+  GenerationCallbacks cb;
+  cb.on_logits = [&](const float*, int64_t) {
+    sliding.push_back(e.kv->held_blocks(0, 1));
+    full.push_back(e.kv->held_blocks(0, 0));
+  };
+  const auto prompt = cell["prompt"].get<std::vector<int32_t>>();
+  EXPECT_EQ(generate(e, prompt, p, cb).tokens, cell["ids"].get<std::vector<int32_t>>());
+  ASSERT_FALSE(sliding.empty());
+  EXPECT_LE(*std::max_element(sliding.begin(), sliding.end()), (128 - 1 + 16 + 3) / 4 + 1);
+  EXPECT_GT(*std::max_element(full.begin(), full.end()), (150 + 3) / 4);  // every position, growing
 }
 
 }  // namespace

@@ -26,11 +26,14 @@
 // FFN: DeepSeekMoE with sqrt(softplus) scores and a selection bias; the first hash_layer_count layers take
 // their experts from the token id (ffn_gate_tid2eid); SwiGLU clamped in routed and shared experts.
 //
-// The cache: one row pair per position per layer. K = the raw kv (in --kv-type); V (float32, like
-// llama.cpp's compressor state) = [compressed key | indexer key | compressor kv | compressor score |
-// indexer kv | indexer score], the first two filled at the row that completes a block. Everything lives in
-// the paged blocks, so prefix caching, preemption and chunked prefill need nothing more; the price is
-// memory: the compressor state is kept for every position, not for the last 2 blocks only.
+// The cache, all in the paged blocks (so prefix caching, preemption and chunked prefill need nothing more):
+//   sliding group, every layer: per position K = the raw kv (--kv-type), V = the compressors' state (float32,
+//     as llama.cpp keeps it) [compressor kv | score | indexer kv | score]; released once behind every
+//     query's reach (window_rows(): the raw window, and the 128 positions a ratio-128 block compresses);
+//   full group, compressing layers: K = the compressed key (--kv-type, as llama.cpp's block caches), V = the
+//     indexer key (float32), written in the row of the position that completes a block.
+// The full group's rows between block ends stay unwritten: its memory is a row per position where
+// llama.cpp keeps a row per block (4x, 128x the bytes; a cache group at block granularity would close that).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -181,16 +184,15 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   return c;
 }
 
-// The V row's parts (floats from the row's start), for head_dim d and indexer key di: per compressor (the
-// attention's, the indexer's) its compressed key and its per-position state kv and score.
+// The window rows' V parts (floats from the row's start), for head_dim d and indexer key di: per compressor
+// (the attention's, the indexer's) its per-position state kv and score, each twice the key wide.
 struct VRow {
   struct Part {
-    int64_t key, kv, score;
+    int64_t kv, score;
   };
   Part attn, index;
   int64_t width;
-  VRow(int64_t d, int64_t di)
-      : attn{0, d + di, 3 * d + di}, index{d, 5 * d + di, 5 * d + 3 * di}, width(5 * d + 5 * di) {}
+  VRow(int64_t d, int64_t di) : attn{0, 2 * d}, index{4 * d, 4 * d + 2 * di}, width(4 * d + 4 * di) {}
 };
 
 // A KV compressor (`{name}_kv/_gate/_ape/_norm`): per position kv = kv . x and score = gate . x +
@@ -236,12 +238,21 @@ class Deepseek4 final : public LayerStack {
     idx_rot_ = indexer_rotation_size(v_.idx_dim);
   }
 
-  // Every layer keeps a raw key row (--kv-type) and a float32 state row (see the top of this file).
+  // Two cache layers per compressing layer, one per window-only layer (see the top of this file): in the
+  // sliding group, every layer's raw key (--kv-type) and compressors' state (float32) per position, kept
+  // for the last window_rows() positions; in the full group, a compressing layer's compressed key
+  // (--kv-type) and indexer key (float32) in the row of the position that completes a block.
   KvLayout kv_layout() const override {
     KvLayout l;
-    l.n_layer = end_ - first_ + mtp_layers();  // the MTP block, when loaded, caches in one more layer
+    const int n_window = end_ - first_ + mtp_layers();  // the MTP block, when loaded, caches after the trunk
+    l.n_layer = n_window + n_full_layers();
+    l.sliding.assign(static_cast<size_t>(l.n_layer), 0);
+    std::fill(l.sliding.begin(), l.sliding.begin() + n_window, 1);
+    l.sliding_window = window_rows();
     l.k_width = cfg_.head_dim;
-    l.v_width = row_.width;
+    l.v_width = v_.idx_dim;
+    l.sliding_k_width = cfg_.head_dim;
+    l.sliding_v_width = row_.width;
     l.granule = std::gcd(static_cast<int64_t>(cfg_.head_dim), row_.width);
     if (v_.idx_dim > 0) l.granule = std::gcd(l.granule, static_cast<int64_t>(v_.idx_dim));
     l.v_f32_only = true;
@@ -249,6 +260,34 @@ class Deepseek4 final : public LayerStack {
   }
 
   int mtp_layers() const override { return mtp_ ? 1 : 0; }
+
+  // Positions a sequence's window rows must reach back: the raw keys' window, and the compressors' state
+  // of the blocks not yet complete (128 positions; 8 where blocks of 4 overlap).
+  int32_t window_rows() const {
+    int32_t w = v_.window;
+    for (int k = 0; k < end_ - first_ + mtp_layers(); k++) {
+      const int r = ratio_of(k);
+      w = std::max(w, r == kIndexedRatio ? 2 * r : r);
+    }
+    return w;
+  }
+  // The model layer of a window cache layer (this rank's layers, then the MTP block's).
+  int layer_of(int kv_layer) const { return kv_layer < end_ - first_ ? first_ + kv_layer : cfg_.n_layer; }
+  int ratio_of(int kv_layer) const {
+    const int l = layer_of(kv_layer);
+    return l == cfg_.n_layer && mtp_ ? mtp_->block.attn.ratio : v_.ratios[static_cast<size_t>(l)];
+  }
+  int n_full_layers() const {
+    int n = 0;
+    for (int k = 0; k < end_ - first_ + mtp_layers(); k++) n += ratio_of(k) > 0;
+    return n;
+  }
+  // The full-group cache layer holding the compressed keys of a compressing layer's window cache layer.
+  int full_layer(int kv_layer) const {
+    int j = end_ - first_ + mtp_layers();
+    for (int k = 0; k < kv_layer; k++) j += ratio_of(k) > 0;
+    return j;
+  }
 
   // The MTP block (llama.cpp's deepseek4 graph_mtp): each of the target's streams at p, hnorm-ed, beside
   // enorm(embed(x_{p+1})), through eh_proj into that stream of the block's input; then a V4 layer (its
@@ -485,7 +524,8 @@ class Deepseek4 final : public LayerStack {
     vrow_ = ActBuffer(be_, n * row_.width);
     skv_ = ActBuffer(be_, n * 2 * std::max(d, di));
     ssc_ = ActBuffer(be_, n * 2 * std::max(d, di));
-    cbuf_ = ActBuffer(be_, n * std::max(d, di));
+    ckey_ = ActBuffer(be_, n * d);
+    ikey_ = ActBuffer(be_, n * std::max<int64_t>(di, 1));
     grp_in_ = ActBuffer(be_, n * hd / groups_);
     grp_out_ = ActBuffer(be_, n * v_.o_lora);
     oa_ = ActBuffer(be_, n * groups_ * v_.o_lora);
@@ -568,9 +608,8 @@ class Deepseek4 final : public LayerStack {
     be_.fill(vrow_, n * vw, 0.0f);
     if (A.ratio > 0) compressor_state(A.comp, A.ratio, xn, pos, n, row_.attn);
     if (A.ratio == kIndexedRatio) compressor_state(A.idx, A.ratio, xn, pos, n, row_.index);
-    const KvLayerWrite wr = r.kv.layer_write(r.kv_layer);
-    be_.write_kv(wr, r.slots(), n, kv_, vrow_);
-    if (A.ratio > 0 && complete_blocks(A, r)) be_.write_kv(wr, r.slots(), n, kv_, vrow_);
+    be_.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, kv_, vrow_);
+    if (A.ratio > 0) complete_blocks(A, r);
 
     if (A.ratio == kIndexedRatio) {
       be_.matmul(A.i_q_b, qr_, n, iq_);
@@ -604,20 +643,20 @@ class Deepseek4 final : public LayerStack {
     be_.copy(vrow_ + part.score, vw, ssc_, w, n, w);
   }
 
-  // The gathered blocks (entries rows each) folded by one compressor into keys, normed, rotated at the
-  // blocks' first positions (and Hadamard-rotated: the indexer's), into the completing rows' V rows.
-  void fold_blocks(const Compressor& c, const VRow::Part& part, int64_t nb, int entries, int split, bool hadamard) {
+  // The gathered blocks (entries rows each) folded by one compressor into keys (nb rows into out), normed,
+  // rotated at the blocks' first positions (and Hadamard-rotated: the indexer's).
+  void fold_blocks(const Compressor& c, const VRow::Part& part, int64_t nb, int entries, int split, bool hadamard,
+                   Act out) {
     const int64_t vw = row_.width, w = c.dim;
-    be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), part.kv, part.score, w, cbuf_);
-    be_.rmsnorm(cbuf_, c.norm.data(), cbuf_, nb, w, cfg_.rms_eps);
-    rope_tail(cbuf_, block_pos_.data(), nb, 1, w, v_.rope_compress);
-    if (hadamard) be_.hadamard(cbuf_, nb * w, idx_rot_);
-    for (int64_t b = 0; b < nb; b++) be_.copy(vrow_ + done_rows_[b] * vw + part.key, vw, cbuf_ + b * w, w, 1, w);
+    be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), part.kv, part.score, w, out);
+    be_.rmsnorm(out, c.norm.data(), out, nb, w, cfg_.rms_eps);
+    rope_tail(out, block_pos_.data(), nb, 1, w, v_.rope_compress);
+    if (hadamard) be_.hadamard(out, nb * w, idx_rot_);
   }
 
-  // The blocks the rows complete: compressed (and their indexer keys) into those rows' V rows. False when
-  // no row completes one.
-  bool complete_blocks(const Attn& A, const LayerRows& r) {
+  // The blocks the rows complete, compressed from the window rows' state into the full-group rows of the
+  // completing positions: the key (K) and the indexer's key (V; zero for ratio 128, which has none).
+  void complete_blocks(const Attn& A, const LayerRows& r) {
     const int ratio = A.ratio;
     const bool overlap = ratio == kIndexedRatio;
     const int entries = overlap ? 2 * ratio : ratio;
@@ -627,7 +666,7 @@ class Deepseek4 final : public LayerStack {
     for (int64_t t = 0; t < r.n; t++)
       if ((pos[t] + 1) % ratio == 0) done_rows_.push_back(t);
     const auto nb = static_cast<int64_t>(done_rows_.size());
-    if (nb == 0) return false;
+    if (nb == 0) return;
     grow(gathered_, nb * entries * vw);
     block_pos_.clear();
     absent_.clear();
@@ -643,15 +682,22 @@ class Deepseek4 final : public LayerStack {
       absent_.push_back(absent);
     }
     const int split = overlap ? ratio : entries;
-    fold_blocks(A.comp, row_.attn, nb, entries, split, false);
-    if (overlap) fold_blocks(A.idx, row_.index, nb, entries, split, true);
-    return true;
+    fold_blocks(A.comp, row_.attn, nb, entries, split, false, ckey_);
+    if (overlap)
+      fold_blocks(A.idx, row_.index, nb, entries, split, true, ikey_);
+    else if (v_.idx_dim > 0)
+      be_.fill(ikey_, nb * v_.idx_dim, 0.0f);
+    done_slots_.clear();
+    const int64_t* slots = full_slots(r);
+    for (const int64_t t : done_rows_) done_slots_.push_back(slots[t]);
+    be_.write_kv(r.kv.layer_write(full_layer(r.kv_layer)), done_slots_.data(), nb, ckey_, ikey_);
   }
 
-  // The layer's V rows read as keys, from `floats` into each (they are float32).
-  static PagedKvLayerView state_view(const LayerRows& r, int64_t floats = 0) {
-    return r.kv.layer_view(r.kv_layer).values_as_keys(floats);
-  }
+  // The window rows' state read as keys (they are float32).
+  static PagedKvLayerView state_view(const LayerRows& r) { return r.kv.layer_view(r.kv_layer).values_as_keys(0); }
+  // The full group's slots and block tables of the rows (r.slots()/tables() are the window group's).
+  static const int64_t* full_slots(const LayerRows& r) { return r.place.slots[0].data() + r.r0; }
+  static const int32_t* const* full_tables(const LayerRows& r) { return r.place.tables[0].data() + r.r0; }
 
   // Each row over its window of raw keys and the compressed keys its layer shows it.
   void attend(const Attn& A, const LayerRows& r) {
@@ -660,7 +706,12 @@ class Deepseek4 final : public LayerStack {
     const int nh = nh_;
     const int32_t* pos = r.positions();
     const PagedKvLayerView raw = r.kv.layer_view(r.kv_layer);
-    const PagedKvLayerView comp = state_view(r, row_.attn.key), idx = state_view(r, row_.index.key);
+    PagedKvLayerView comp = raw, idx = raw;
+    if (A.ratio > 0) {
+      comp = r.kv.layer_view(full_layer(r.kv_layer));
+      idx = comp.values_as_keys(0);
+    }
+    const int32_t* const* ftables = full_tables(r);
     AttentionShape shape{nh, 1, static_cast<int>(d), c.attn_scale};
     shape.sinks = A.sinks.data();
     // The ratio-4 layers' choices for every row at once, scored where the keys lie (candidate b: the block
@@ -671,7 +722,7 @@ class Deepseek4 final : public LayerStack {
       for (int64_t t = 0; t < r.n; t++) cand_last_[t] = (pos[t] + 1) / A.ratio - 1;
       selected_.resize(static_cast<size_t>(r.n * top_k));
       counts_.resize(static_cast<size_t>(r.n));
-      be_.indexer_top_k(idx, {r.n, iq_, Act(), cand_last_.data(), r.tables()}, iw_,
+      be_.indexer_top_k(idx, {r.n, iq_, Act(), cand_last_.data(), ftables}, iw_,
                         {v_.idx_heads, static_cast<int>(di), top_k, A.ratio}, selected_.data(), counts_.data());
     }
     for (int64_t t = 0; t < r.n; t++) {
@@ -690,7 +741,7 @@ class Deepseek4 final : public LayerStack {
       const auto n_comp = static_cast<int64_t>(comp_pos_.size());
       grow(keys_, (n_raw + n_comp) * d);
       be_.gather_kv_rows(raw, r.tables()[t], key_pos_.data(), n_raw, d, keys_);
-      if (n_comp > 0) be_.gather_kv_rows(comp, r.tables()[t], comp_pos_.data(), n_comp, d, keys_ + n_raw * d);
+      if (n_comp > 0) be_.gather_kv_rows(comp, ftables[t], comp_pos_.data(), n_comp, d, keys_ + n_raw * d);
       const auto last = static_cast<int32_t>(n_raw + n_comp - 1);
       be_.attention_dense(keys_, keys_, d, d, n_raw + n_comp, {1, q_ + t * nh * d, att_ + t * nh * d, &last, nullptr},
                           shape);
@@ -715,10 +766,10 @@ class Deepseek4 final : public LayerStack {
   const Hyper* head_hc_now_ = &head_hc_;  // the head's: the trunk's, or during forward_mtp the MTP block's
   std::vector<float> ones_;
   ActBuffer flat_, state_, mixes_, pre_, post_, comb_, hin_, xn_;
-  ActBuffer qa_, qr_, q_, att_, kv_, vrow_, skv_, ssc_, cbuf_, grp_in_, grp_out_, oa_, iq_, iw_;
+  ActBuffer qa_, qr_, q_, att_, kv_, vrow_, skv_, ssc_, ckey_, ikey_, grp_in_, grp_out_, oa_, iq_, iw_;
   ActBuffer gathered_, keys_;
   ActBuffer e_, h_, cat_;  // MTP: the normed embedding, the normed target streams, [embedding | stream] rows
-  std::vector<int64_t> done_rows_;
+  std::vector<int64_t> done_rows_, done_slots_;
   std::vector<int32_t> block_pos_, absent_, gather_pos_, key_pos_, comp_pos_, selected_, counts_, cand_last_;
 };
 
