@@ -191,11 +191,17 @@ void MlaBlock::begin_step(const Batch& b, const BatchPlacement& place) {
 
 void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb, Act out) {
   project_qkv(be, w, r, xb);
-  if (w.indexed()) index_keys(be, w, r, xb);
+  // Rows within the first top_k positions attend to all of them: only a row past it selects, and only
+  // then are the indexer's queries and its scan wanted (a prefill of the first top_k tokens skips both).
+  const int top_k = c_.mla.indexer.top_k;
+  const bool selects = w.indexed() && std::any_of(r.positions(), r.positions() + r.n, [&](int32_t p) { return p + 1 > top_k; });
+  if (w.indexed()) index_keys(be, w, r, xb, selects);
   write_latents(be, w, r, w.indexed() ? Act(ik_) : Act());
   sparse_rows_.clear();
-  if (w.indexed()) {
+  if (selects) {
     select_positions(be, r);
+  } else if (w.indexed()) {
+    split_rows(r);  // every row dense
   } else if (r.layer < c_.n_layer && c_.mla.indexer.shares(r.layer)) {
     split_rows(r);  // the rows keep the positions the previous full layer chose for them
   }
@@ -207,20 +213,25 @@ void MlaBlock::run(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb,
 }
 
 // The indexer's query heads, key and head weights of the rows (the key written beside the latent next).
-void MlaBlock::index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb) {
+void MlaBlock::index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb, bool queries) {
   const MlaConfig::Indexer& ix = c_.mla.indexer;
   const int64_t n = r.n, qw = int64_t{ix.n_head} * ix.head_dim;
-  be.matmul(w.idx_q_b, q_a_norm_, n, iq_);
-  const Weight* ws[2] = {&w.idx_k, &w.idx_proj};
-  const Act ys[2] = {ik_, iw_};
-  be.matmul_many(ws, 2, xb, n, ys);
+  if (queries) {
+    be.matmul(w.idx_q_b, q_a_norm_, n, iq_);
+    const Weight* ws[2] = {&w.idx_k, &w.idx_proj};
+    const Act ys[2] = {ik_, iw_};
+    be.matmul_many(ws, 2, xb, n, ys);
+  } else {
+    be.matmul(w.idx_k, xb, n, ik_);
+  }
   be.layernorm(ik_, w.idx_k_norm.data(), w.idx_k_norm_b.data(), ik_, n, ix.head_dim, 1e-6f);  // llama.cpp's f_norm_eps
-  be.rope(iq_, r.positions(), n, ix.n_head, ix.head_dim, idx_rope_);
   be.rope(ik_, r.positions(), n, 1, ix.head_dim, idx_rope_);
   // llama.cpp's orthonormal Walsh-Hadamard rotation of each block of the heads: q.k unchanged in exact
   // arithmetic, the rounding (and a quantized cache's scales) as llama.cpp's.
-  be.hadamard(iq_, n * qw, hadamard_block_);
   be.hadamard(ik_, n * ix.head_dim, hadamard_block_);
+  if (!queries) return;
+  be.rope(iq_, r.positions(), n, ix.n_head, ix.head_dim, idx_rope_);
+  be.hadamard(iq_, n * qw, hadamard_block_);
   be.scale(iw_, n * ix.n_head, 1.0f / std::sqrt(static_cast<float>(ix.head_dim * ix.n_head)));
 }
 

@@ -93,7 +93,9 @@ class MlaBlock {
   void attend_sequence(Backend& be, const MlaWeights& w, const LayerRows& r, const int32_t* table);
   void apply_temperature(Backend& be, const int32_t* positions, int64_t n, Act q, int64_t stride, int64_t width);
   void absorb_queries(Backend& be, const MlaWeights& w, const LayerRows& r);
-  void index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb);
+  // The indexer's keys of the rows (cached beside the latents); with queries, also its query heads and head
+  // weights (needed only when a row is past top_k and selects).
+  void index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, Act xb, bool queries);
   void select_positions(Backend& be, const LayerRows& r);
   void split_rows(const LayerRows& r);
   void attend_sparse(Backend& be, const LayerRows& r);

@@ -77,9 +77,16 @@ TEST(SynthCells, KestrelGivesLlamaCppsIdsOnTheRecordedFiles) {
     std::string prompt;
     for (const auto& id : cell["prompt"]) prompt += (prompt.empty() ? "" : " ") + std::to_string(id.get<int>());
     const auto want = cell["ids"].get<std::vector<int>>();
-    for (const char* mla : {"absorbed", "decompressed"}) {
-      const auto r = test::run_kestrel({"run", "-m", model, "--prompt-ids", prompt, "-n", std::to_string(want.size()),
-                                        "--temp", "0", "--print-ids", "--mla", mla});
+    // Both MLA modes, and the prompt in chunks of 3 (a first chunk within the indexer's top-k computes only
+    // its keys; a chunk finishing a V4 block reads earlier chunks' compressor state from the cache).
+    for (const char* mla : {"absorbed", "decompressed", "chunked"}) {
+      std::vector<std::string> args = {"run", "-m", model, "--prompt-ids", prompt, "-n", std::to_string(want.size()),
+                                       "--temp", "0", "--print-ids"};
+      if (std::string(mla) == "chunked")
+        args.insert(args.end(), {"-b", "3"});
+      else
+        args.insert(args.end(), {"--mla", mla});
+      const auto r = test::run_kestrel(args);
       ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
       const auto got = ids_of(r.out + r.err);
       ASSERT_EQ(got.size(), want.size()) << name << " (--mla " << mla << "): " << r.out << r.err;
