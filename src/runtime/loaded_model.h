@@ -63,9 +63,11 @@ struct LoadedModel {
   std::unique_ptr<Profiler> profiler;      // set when LoadOptions::profile
   std::unique_ptr<Backend> base_backend;   // the kernels
   std::unique_ptr<Backend> backend;        // what the model calls: base_backend, or a profiler around it
+  // Before the model, so destroyed after it: a tensor-parallel leader's model finishes its steps and
+  // detaches from the cache as it goes.
+  std::unique_ptr<PagedKvCache> kv;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<PagedKvCache> kv;
   int64_t n_ctx = 0;
   std::shared_ptr<Communicator> comm;      // set under tensor parallelism: every rank
   std::shared_ptr<Communicator> tp_group;  // ...and this rank's tensor-parallel group (null: tp=1)
