@@ -26,6 +26,9 @@ struct KvLayout {
   // The sliding group's rows when they differ from the full group's (-1: the same). DeepSeek-V4 keeps its
   // raw keys and compressors' state in the sliding group, its compressed keys in the full one.
   int64_t sliding_k_width = -1, sliding_v_width = -1;
+  // Positions per row of the full group (DeepSeek-V4: a compressed key per block of 4, so a row per 4
+  // positions: the row of position p is p / full_row_stride). Must divide the KV block size.
+  int32_t full_row_stride = 1;
 
   KvRowFormat k_format() const { return KvRowFormat(k_type, granule); }
   KvRowFormat v_format() const { return KvRowFormat(v_type, granule); }
@@ -37,7 +40,7 @@ struct KvLayout {
     for (int l = 0; l < n_layer; l++) n += is_sliding(l);
     return n;
   }
-  bool widths_differ() const { return sliding_k_width >= 0 || sliding_v_width >= 0; }
+  bool widths_differ() const { return sliding_k_width >= 0 || sliding_v_width >= 0 || full_row_stride > 1; }
   // A layer group's row widths (0: full attention, 1: sliding window).
   int64_t k_width_in(int group) const { return group == 1 && sliding_k_width >= 0 ? sliding_k_width : k_width; }
   int64_t v_width_in(int group) const { return group == 1 && sliding_v_width >= 0 ? sliding_v_width : v_width; }
@@ -50,7 +53,7 @@ struct KvLayout {
   // Bytes of K and V one token takes over all layers (sliding ones included).
   int64_t bytes_per_token() const { return full_bytes_per_token() + sliding_bytes_per_token(); }
   // ... over the full-attention layers only: what grows with the context.
-  int64_t full_bytes_per_token() const { return (n_layer - n_sliding()) * bytes_per_layer_token(0); }
+  int64_t full_bytes_per_token() const { return (n_layer - n_sliding()) * bytes_per_layer_token(0) / full_row_stride; }
   // "64.0 KiB/token", or with sliding layers what grows with the context
   // and what only a window holds: "16.0 KiB/token + 48.0 KiB/token over the last 4096".
   std::string describe_bytes() const;

@@ -19,10 +19,14 @@ KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, i
     k_row_bytes_[g] = static_cast<int64_t>(k_format_.bytes(kw));
     v_row_bytes_[g] = static_cast<int64_t>(v_format_.bytes(vw));
   }
+  if (layout.full_row_stride < 1 || block_size % layout.full_row_stride != 0)
+    throw Error(fmt::format("a KV block of {} positions does not hold whole rows of {} positions (use a block size "
+                            "that is a multiple of {})",
+                            block_size, layout.full_row_stride, layout.full_row_stride));
   k_.reserve(layout.n_layer);
   v_.reserve(layout.n_layer);
   for (int l = 0; l < layout.n_layer; l++) {
-    const size_t slots = static_cast<size_t>(group_blocks[group_of(l)]) * static_cast<size_t>(block_size);
+    const size_t slots = static_cast<size_t>(group_blocks[group_of(l)]) * static_cast<size_t>(rows_per_block(l));
     k_.emplace_back(slots * static_cast<size_t>(k_bytes(l)), fmt::format("KV cache keys of layer {}", l));
     v_.emplace_back(slots * static_cast<size_t>(v_bytes(l)), fmt::format("KV cache values of layer {}", l));
   }
@@ -40,10 +44,11 @@ void KvStore::copy(const BlockCopies& copies) {
     if (copy_log_) copy_log_->push_back(bc);
     for (int l = 0; l < layout_.n_layer; l++) {
       if (group_of(l) != bc.group) continue;
-      const size_t kw = static_cast<size_t>(k_bytes(l)) * static_cast<size_t>(block_size_);
-      const size_t vw = static_cast<size_t>(v_bytes(l)) * static_cast<size_t>(block_size_);
-      std::copy_n(k_row(l, bc.from * block_size_), kw, k_row(l, bc.to * block_size_));
-      std::copy_n(v_row(l, bc.from * block_size_), vw, v_row(l, bc.to * block_size_));
+      const auto rows = static_cast<size_t>(rows_per_block(l));
+      const size_t kw = static_cast<size_t>(k_bytes(l)) * rows;
+      const size_t vw = static_cast<size_t>(v_bytes(l)) * rows;
+      std::copy_n(k_row(l, bc.from * rows_per_block(l)), kw, k_row(l, bc.to * rows_per_block(l)));
+      std::copy_n(v_row(l, bc.from * rows_per_block(l)), vw, v_row(l, bc.to * rows_per_block(l)));
     }
   }
 }
@@ -64,7 +69,7 @@ KvLayerWrite KvStore::layer_write(int layer) {
 }
 
 PagedKvLayerView KvStore::layer_view(int layer) const {
-  return {k_row(layer, 0), v_row(layer, 0), k_bytes(layer), v_bytes(layer), block_size_, k_format_, v_format_};
+  return {k_row(layer, 0), v_row(layer, 0), k_bytes(layer), v_bytes(layer), rows_per_block(layer), k_format_, v_format_};
 }
 
 }  // namespace kestrel

@@ -25,6 +25,10 @@ class KvStore {
   int group_of(int layer) const { return n_groups_ > 1 && layout_.is_sliding(layer) ? 1 : 0; }
   int64_t bytes() const;  // every group, every layer
 
+  int block_size() const { return block_size_; }
+  // Rows of a block in a layer's group: block_size, or fewer where a row stands for several positions
+  // (KvLayout::full_row_stride); a slot there is block * rows + offset / stride.
+  int rows_per_block(int layer) const { return group_of(layer) == 0 ? block_size_ / layout_.full_row_stride : block_size_; }
   int64_t k_width(int layer) const { return layout_.k_width_in(group_of(layer)); }
   int64_t v_width(int layer) const { return layout_.v_width_in(group_of(layer)); }
   void write_k(int layer, int64_t slot, const float* x) { k_format_.quantize(x, k_row(layer, slot), k_width(layer)); }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "runtime/loaded_model.h"
 #include "runtime/generator.h"
 #include "spec/ngram_proposer.h"
@@ -114,7 +115,8 @@ TEST(SlidingWindow, DeepSeekV4KeepsRawKeysAndCompressorStateForAWindowOnly) {
   EXPECT_EQ(l.n_layer, 4 + 3);  // a window layer each, a full layer per compressing layer
   EXPECT_EQ(l.n_sliding(), 4);
   EXPECT_EQ(l.sliding_window, 128);
-  EXPECT_EQ(l.full_bytes_per_token(), 3 * (128 + 64) * 4);  // compressed key (f32 here) + indexer key
+  EXPECT_EQ(l.full_row_stride, 4);
+  EXPECT_EQ(l.full_bytes_per_token(), 3 * (128 + 64) * 4 / 4);  // compressed key (f32 here) + indexer key, a row per 4
   EXPECT_EQ(l.sliding_bytes_per_token(), 4 * (128 + 4 * 128 + 4 * 64) * 4);  // raw key + compressors' state
   const nlohmann::json doc = test::read_json(std::string(KESTREL_SOURCE_DIR) + "/tests/reference/synth_cells.json");
   nlohmann::json cell;
@@ -137,6 +139,13 @@ TEST(SlidingWindow, DeepSeekV4KeepsRawKeysAndCompressorStateForAWindowOnly) {
   ASSERT_FALSE(sliding.empty());
   EXPECT_LE(*std::max_element(sliding.begin(), sliding.end()), (128 - 1 + 16 + 3) / 4 + 1);
   EXPECT_GT(*std::max_element(full.begin(), full.end()), (150 + 3) / 4);  // every position, growing
+  o.kv_block_size = 6;  // a block must hold whole rows of the full group
+  try {
+    LoadedModel::load(o);
+    ADD_FAILURE() << "a block of 6 positions was accepted";
+  } catch (const Error& err) {
+    EXPECT_THAT(err.what(), ::testing::HasSubstr("multiple of 4")) << err.what();
+  }
 }
 
 }  // namespace

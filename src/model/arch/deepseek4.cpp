@@ -31,9 +31,9 @@
 //     as llama.cpp keeps it) [compressor kv | score | indexer kv | score]; released once behind every
 //     query's reach (window_rows(): the raw window, and the 128 positions a ratio-128 block compresses);
 //   full group, compressing layers: K = the compressed key (--kv-type, as llama.cpp's block caches), V = the
-//     indexer key (float32), written in the row of the position that completes a block.
-// The full group's rows between block ends stay unwritten: its memory is a row per position where
-// llama.cpp keeps a row per block (4x, 128x the bytes; a cache group at block granularity would close that).
+//     indexer key (float32), a row per 4 positions (KvLayout::full_row_stride): block b of 4 in row b, a
+//     block of 128 in the row of its last 4 positions. A ratio-128 layer uses 1 of its 32 rows per block
+//     (llama.cpp keeps a row per block: 32x the bytes there, the same for ratio 4).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -53,6 +53,8 @@ namespace {
 
 constexpr LayerRecipe kRecipe{.attention = LayerRecipe::Attention::Compressed};
 constexpr int kIndexedRatio = 4, kHeavyRatio = 128;
+// The full group's rows: one per 4 positions (every block end, of either ratio, is a position 4b + 3).
+constexpr int kRowStride = 4;
 
 // Per-layer float arrays that a file may give as one value for all layers.
 std::vector<float> per_layer_floats(HparamReader& h, const std::string& key, int n_layer) {
@@ -256,6 +258,7 @@ class Deepseek4 final : public LayerStack {
     l.granule = std::gcd(static_cast<int64_t>(cfg_.head_dim), row_.width);
     if (v_.idx_dim > 0) l.granule = std::gcd(l.granule, static_cast<int64_t>(v_.idx_dim));
     l.v_f32_only = true;
+    l.full_row_stride = kRowStride;
     return l;
   }
 
@@ -689,7 +692,8 @@ class Deepseek4 final : public LayerStack {
       be_.fill(ikey_, nb * v_.idx_dim, 0.0f);
     done_slots_.clear();
     const int64_t* slots = full_slots(r);
-    for (const int64_t t : done_rows_) done_slots_.push_back(slots[t]);
+    const int64_t bs = r.kv.block_size();
+    for (const int64_t t : done_rows_) done_slots_.push_back(slots[t] / bs * (bs / kRowStride) + slots[t] % bs / kRowStride);
     be_.write_kv(r.kv.layer_write(full_layer(r.kv_layer)), done_slots_.data(), nb, ckey_, ikey_);
   }
 
@@ -714,8 +718,8 @@ class Deepseek4 final : public LayerStack {
     const int32_t* const* ftables = full_tables(r);
     AttentionShape shape{nh, 1, static_cast<int>(d), c.attn_scale};
     shape.sinks = A.sinks.data();
-    // The ratio-4 layers' choices for every row at once, scored where the keys lie (candidate b: the block
-    // key in the row of position 4b + 3); rows without a completed block choose nothing.
+    // The ratio-4 layers' choices for every row at once, scored where the keys lie (candidate b: block b's
+    // key, full-group row b); rows without a completed block choose nothing.
     const int top_k = v_.idx_top_k;
     if (A.ratio == kIndexedRatio) {
       cand_last_.resize(static_cast<size_t>(r.n));
@@ -723,7 +727,7 @@ class Deepseek4 final : public LayerStack {
       selected_.resize(static_cast<size_t>(r.n * top_k));
       counts_.resize(static_cast<size_t>(r.n));
       be_.indexer_top_k(idx, {r.n, iq_, Act(), cand_last_.data(), ftables}, iw_,
-                        {v_.idx_heads, static_cast<int>(di), top_k, A.ratio}, selected_.data(), counts_.data());
+                        {v_.idx_heads, static_cast<int>(di), top_k}, selected_.data(), counts_.data());
     }
     for (int64_t t = 0; t < r.n; t++) {
       const int32_t p = pos[t];
@@ -733,10 +737,11 @@ class Deepseek4 final : public LayerStack {
       for (int32_t j = first; j <= p; j++) key_pos_.push_back(j);
       const auto n_raw = static_cast<int64_t>(key_pos_.size());
       comp_pos_.clear();
+      // (Rows of the full group: position / kRowStride.)
       if (A.ratio == kHeavyRatio) {
-        for (int32_t b = 0; b < blocks; b++) comp_pos_.push_back((b + 1) * A.ratio - 1);
+        for (int32_t b = 0; b < blocks; b++) comp_pos_.push_back(((b + 1) * A.ratio - 1) / kRowStride);
       } else if (A.ratio == kIndexedRatio) {
-        for (int32_t k = 0; k < counts_[t]; k++) comp_pos_.push_back((selected_[t * top_k + k] + 1) * A.ratio - 1);
+        for (int32_t k = 0; k < counts_[t]; k++) comp_pos_.push_back(selected_[t * top_k + k]);
       }
       const auto n_comp = static_cast<int64_t>(comp_pos_.size());
       grow(keys_, (n_raw + n_comp) * d);
