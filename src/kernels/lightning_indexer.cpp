@@ -32,20 +32,17 @@ void score_range(const DotKernels& dk, const PagedKvLayerView& keys, const int32
   dots.resize(static_cast<size_t>(kChunk) * s.n_head);
   const FloatTiles* tiles = float_tiles();
   const bool in_place = keys.k_format.type() == KvType::F32;  // float rows read where they lie
-  const int32_t every = s.stride;
   for (int32_t j = j0, c = 0; j < j1; j += c) {
-    // Up to kChunk candidates of one KV block (slots `every` apart).
-    const int32_t p = j * every + every - 1, left = keys.block_size - p % keys.block_size;
-    c = std::min({kChunk, j1 - j, (left + every - 1) / every});
-    const int64_t slot0 = keys.slot(table, p);
+    // Up to kChunk positions of one KV block.
+    c = std::min({kChunk, j1 - j, keys.block_size - j % keys.block_size});
+    const int64_t slot0 = keys.slot(table, j);
     const float* kp = kbuf.data();
     size_t stride = static_cast<size_t>(hd) * 4;
     if (in_place) {
       kp = reinterpret_cast<const float*>(keys.k_row(slot0));
-      stride = static_cast<size_t>(keys.k_stride) * every;
+      stride = static_cast<size_t>(keys.k_stride);
     } else {
-      for (int32_t i = 0; i < c; i++)
-        keys.k_format.dequantize(keys.k_row(slot0 + int64_t{i} * every), 0, kbuf.data() + i * hd, hd);
+      for (int32_t i = 0; i < c; i++) keys.k_format.dequantize(keys.k_row(slot0 + i), 0, kbuf.data() + i * hd, hd);
     }
     if (tiles) {
       tiles->gemm(GgmlType::F32, reinterpret_cast<const uint8_t*>(kp), stride, hd, 0, c, q, s.n_head, dots.data(), c,

@@ -24,9 +24,6 @@ struct IndexerBatch {
 
 struct IndexerShape {
   int n_head = 0, head_dim = 0, top_k = 0;
-  // Candidate j is the key at position j * stride + stride - 1 (DeepSeek-V4: one compressed key per block of
-  // `stride` positions, kept in the row of the block's last position); rows' positions then count candidates.
-  int stride = 1;
 };
 
 // selected[t * top_k ...]: row t's positions, ascending; counts[t] = min(top_k, positions[t] + 1) of them.

@@ -71,23 +71,17 @@ std::vector<int32_t> expected_top_k(const float* q, const float* w, const std::v
   return all;
 }
 
-// stride > 1: DeepSeek-V4's candidates, one key per block of `stride` positions in the row of its last
-// position (the rows between hold other things): the kernel must score those rows only, where they lie.
-void check(KvType type, int threads, int n_rows, int stride = 1) {
+void check(KvType type, int threads, int n_rows) {
   IndexerShape s{4, 32, 6};
-  s.stride = stride;
   const int64_t len = 53;  // candidates
-  std::mt19937 rng(7 + n_rows + stride);
+  std::mt19937 rng(7 + n_rows);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> k(static_cast<size_t>(len * stride * s.head_dim));
+  std::vector<float> k(static_cast<size_t>(len * s.head_dim));
   for (auto& x : k) x = dist(rng);
-  const Keys keys = make_keys(k, len * stride, s.head_dim, type);
-  const std::vector<float> stored = stored_keys(keys, len * stride);
-  std::vector<float> cand(static_cast<size_t>(len * s.head_dim));
-  for (int64_t c = 0; c < len; c++)
-    std::copy_n(stored.begin() + (c * stride + stride - 1) * s.head_dim, s.head_dim, cand.begin() + c * s.head_dim);
-  // Rows at (last candidate) positions spread over the sequence, the first few below top_k; strided, one
-  // row with no completed block yet (-1).
+  const Keys keys = make_keys(k, len, s.head_dim, type);
+  const std::vector<float> cand = stored_keys(keys, len);
+  // Rows at (last candidate) positions spread over the sequence, the first few below top_k; with several
+  // rows, one with no candidate yet (-1: a DeepSeek-V4 row before its first completed block).
   std::vector<float> q(static_cast<size_t>(n_rows * s.n_head * s.head_dim)), w(static_cast<size_t>(n_rows * s.n_head));
   for (auto& x : q) x = dist(rng);
   for (auto& x : w) x = dist(rng);
@@ -95,7 +89,7 @@ void check(KvType type, int threads, int n_rows, int stride = 1) {
   std::vector<const int32_t*> tables(static_cast<size_t>(n_rows), keys.table.data());
   for (int r = 0; r < n_rows; r++) pos[r] = static_cast<int32_t>((len - 1) - r * 7 % len);
   pos[0] = 2;  // below top_k
-  if (stride > 1) pos[1] = -1;
+  if (n_rows > 2) pos[1] = -1;
   std::vector<int32_t> sel(static_cast<size_t>(n_rows * s.top_k), -1), counts(static_cast<size_t>(n_rows), -1);
   ThreadPool pool(threads);
   lightning_indexer_top_k(threads > 1 ? &pool : nullptr, keys.view(),
@@ -105,14 +99,8 @@ void check(KvType type, int threads, int n_rows, int stride = 1) {
     ASSERT_EQ(counts[r], static_cast<int32_t>(want.size())) << "row " << r;
     const std::vector<int32_t> got(sel.begin() + r * s.top_k, sel.begin() + r * s.top_k + counts[r]);
     EXPECT_EQ(got, want) << "row " << r << " at position " << pos[r] << " (" << kv_type_name(type) << ", " << threads
-                         << " threads, stride " << stride << ")";
+                         << " threads)";
   }
-}
-
-TEST(LightningIndexer, StridedCandidatesAreTheRowsOfEachBlocksLastPosition) {
-  check(KvType::F32, 2, 6, 4);
-  check(KvType::F32, 2, 2, 4);
-  check(KvType::Q8_0, 1, 5, 4);
 }
 
 TEST(LightningIndexer, SelectsTheTopKOfTheDefinitionOneRowPerThread) { check(KvType::F32, 2, 6); }
