@@ -42,6 +42,15 @@ static int fail(const std::string& what) {
   return 1;
 }
 
+// Row i of batch b: token at position pos, sequence 0, its logits wanted.
+static void set_row(llama_batch& b, int i, llama_token token, int pos) {
+  b.token[i] = token;
+  b.pos[i] = pos;
+  b.n_seq_id[i] = 1;
+  b.seq_id[i][0] = 0;
+  b.logits[i] = 1;
+}
+
 static llama_context_params context_params(int n_ctx, int threads) {
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = n_ctx;
@@ -98,13 +107,7 @@ int main(int argc, char** argv) {
   if (!tgt) return fail("no target context");
   llama_set_embeddings_nextn(tgt, true, /*masked=*/false);
   llama_batch b = llama_batch_init(n, 0, 1);
-  for (int i = 0; i < n; i++) {
-    b.token[i] = prompt[i];
-    b.pos[i] = i;
-    b.n_seq_id[i] = 1;
-    b.seq_id[i][0] = 0;
-    b.logits[i] = 1;
-  }
+  for (int i = 0; i < n; i++) set_row(b, i, prompt[i], i);
   b.n_tokens = n;
   if (llama_decode(tgt, b) != 0) return fail("llama_decode (target) failed");
   llama_batch_free(b);
@@ -127,13 +130,9 @@ int main(int argc, char** argv) {
   std::vector<llama_token> tokens(static_cast<size_t>(rows));
   m.token = tokens.data();
   for (int p = 0; p < rows; p++) {
-    m.token[p] = prompt[p + 1];
+    set_row(m, p, prompt[p + 1], p);
     std::memcpy(m.embd + static_cast<size_t>(p) * width, h.data() + static_cast<size_t>(p) * width,
                 sizeof(float) * width);
-    m.pos[p] = p;
-    m.n_seq_id[p] = 1;
-    m.seq_id[p][0] = 0;
-    m.logits[p] = 1;
   }
   m.n_tokens = rows;
   if (llama_decode(mtp, m) != 0) return fail("llama_decode (MTP) failed");

@@ -73,6 +73,22 @@ void read_deepseek_experts(HparamReader& h, ModelConfig& c) {
   e.routing.normalize = h.opt_bool("expert_weights_norm").value_or(false);
 }
 
+MtpTensors load_mtp_tensors(const WeightLoader& ld, Backend& be, int layer, int64_t dim, int64_t n_vocab,
+                            const IoWeights& io) {
+  const std::string p = fmt::format("blk.{}.nextn.", layer);
+  MtpTensors m;
+  m.eh_proj = be.prepare_weight(ld.require(p + "eh_proj.weight", {2 * dim, dim}));
+  m.enorm = ld.require_vector(p + "enorm.weight", dim);
+  m.hnorm = ld.require_vector(p + "hnorm.weight", dim);
+  m.head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
+  if (m.head_norm.empty()) m.head_norm = io.output_norm;
+  m.embed = ld.optional(p + "embed_tokens.weight", {dim, n_vocab});
+  if (!m.embed.present()) m.embed = io.tok_embd;
+  const Weight head = ld.optional(p + "shared_head_head.weight", {dim, n_vocab});
+  m.head = head.present() ? be.prepare_weight(head) : io.output;
+  return m;
+}
+
 void synth_deepseek_experts(SynthFile& out, ExpertGating gating) {
   const SynthDeepseek& d = out.shape().ds;
   out.u32("expert_feed_forward_length", d.ffn_expert);
@@ -201,10 +217,8 @@ class Deepseek2 final : public LayerStack {
   // A multi-token-prediction block: a decoder block fed by eh_proj over
   // [enorm(embed(token)) | hnorm(hidden)], with its own head norm; embed and
   // head are the block's own when the file has them, else the trunk's.
-  struct MtpHead {
+  struct MtpHead : MtpTensors {
     Layer block;
-    Weight eh_proj, embed, head;
-    std::vector<float> enorm, hnorm, head_norm;
   };
 
   Layer load_block(const WeightLoader& ld, int l) {
@@ -230,18 +244,9 @@ class Deepseek2 final : public LayerStack {
     const ModelConfig& c = cfg_;
     const int64_t dim = c.n_embd;
     if (o.load_mtp && c.n_mtp > 0) {
-      const std::string p = fmt::format("blk.{}.nextn.", c.n_layer);
       auto m = std::make_unique<MtpHead>();
       m->block = load_block(ld, c.n_layer);
-      m->eh_proj = be_.prepare_weight(ld.require(p + "eh_proj.weight", {2 * dim, dim}));
-      m->enorm = ld.require_vector(p + "enorm.weight", dim);
-      m->hnorm = ld.require_vector(p + "hnorm.weight", dim);
-      m->head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
-      if (m->head_norm.empty()) m->head_norm = io_.output_norm;
-      m->embed = ld.optional(p + "embed_tokens.weight", {dim, c.n_vocab});
-      if (!m->embed.present()) m->embed = io_.tok_embd;
-      const Weight head = ld.optional(p + "shared_head_head.weight", {dim, c.n_vocab});
-      m->head = head.present() ? be_.prepare_weight(head) : io_.output;
+      static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, dim, c.n_vocab, io_);
       mtp_ = std::move(m);
     }
     for (int l = c.n_layer + mtp_layers(); l < c.n_layer + c.n_mtp; l++)

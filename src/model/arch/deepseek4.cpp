@@ -335,10 +335,8 @@ class Deepseek4 final : public LayerStack {
   };
   // The multi-token-prediction block: a layer and its `nextn` tensors (embedding and head the trunk's
   // unless the file has the block's own).
-  struct MtpHead {
+  struct MtpHead : MtpTensors {
     Layer block;
-    Weight eh_proj, embed, head;
-    std::vector<float> enorm, hnorm, head_norm;
     Hyper head_hc;  // the trunk's, or the MTP file's own
   };
 
@@ -451,19 +449,9 @@ class Deepseek4 final : public LayerStack {
   // when it has them, else io's (the file's); hc: the hyper-connection head its logits go through.
   std::unique_ptr<MtpHead> load_mtp(const WeightLoader& ld, const Dsv4Config& v, const IoWeights& io, Hyper hc) {
     const ModelConfig& c = cfg_;
-    const int64_t dim = c.n_embd;
-    const std::string p = fmt::format("blk.{}.nextn.", c.n_layer);
     auto m = std::make_unique<MtpHead>();
     m->block = load_block(ld, c.n_layer, v);
-    m->eh_proj = be_.prepare_weight(ld.require(p + "eh_proj.weight", {2 * dim, dim}));
-    m->enorm = ld.require_vector(p + "enorm.weight", dim);
-    m->hnorm = ld.require_vector(p + "hnorm.weight", dim);
-    m->head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
-    if (m->head_norm.empty()) m->head_norm = io.output_norm;
-    m->embed = ld.optional(p + "embed_tokens.weight", {dim, c.n_vocab});
-    if (!m->embed.present()) m->embed = io.tok_embd;
-    const Weight head = ld.optional(p + "shared_head_head.weight", {dim, c.n_vocab});
-    m->head = head.present() ? be_.prepare_weight(head) : io.output;
+    static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, c.n_embd, c.n_vocab, io);
     m->head_hc = std::move(hc);
     return m;
   }

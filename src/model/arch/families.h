@@ -1,7 +1,9 @@
 #pragma once
 // Each architecture's entry, defined in its own file here; model/families.cpp
 // lists them in one table.
+#include "model/batch_io.h"
 #include "model/family.h"
+#include "model/weight_loader.h"
 
 namespace kestrel {
 
@@ -29,5 +31,15 @@ void synth_dsa_indexer(SynthFile& out, const std::vector<uint8_t>& layers);
 // shared), the weights' scale (0: none) and renormalisation; in synth those keys and the gating function.
 void read_deepseek_experts(HparamReader& h, ModelConfig& c);
 void synth_deepseek_experts(SynthFile& out, ExpertGating gating);
+
+// A DeepSeek multi-token-prediction block's `nextn` tensors (deepseek2.cpp, shared with deepseek4): eh_proj
+// over [enorm(embedding) | hnorm(hidden)], and the block's own embedding, head norm and head where the file
+// has them (embed_tokens, shared_head_norm, shared_head_head), else io's.
+struct MtpTensors {
+  Weight eh_proj, embed, head;
+  std::vector<float> enorm, hnorm, head_norm;
+};
+MtpTensors load_mtp_tensors(const WeightLoader& ld, Backend& be, int layer, int64_t dim, int64_t n_vocab,
+                            const IoWeights& io);
 
 }  // namespace kestrel
