@@ -40,7 +40,9 @@ struct KvLayout {
     for (int l = 0; l < n_layer; l++) n += is_sliding(l);
     return n;
   }
-  bool widths_differ() const { return sliding_k_width >= 0 || sliding_v_width >= 0 || full_row_stride > 1; }
+  // Whether the groups' rows differ (widths or positions per row): then the sliding layers cannot join the
+  // full group, even where the window covers the whole context.
+  bool groups_differ() const { return sliding_k_width >= 0 || sliding_v_width >= 0 || full_row_stride > 1; }
   // A layer group's row widths (0: full attention, 1: sliding window).
   int64_t k_width_in(int group) const { return group == 1 && sliding_k_width >= 0 ? sliding_k_width : k_width; }
   int64_t v_width_in(int group) const { return group == 1 && sliding_v_width >= 0 ? sliding_v_width : v_width; }

@@ -128,8 +128,6 @@ void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int
 
 void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,
                       float* hidden) {
-  const ModelConfig& c = cfg_;
-  const Act out = logits ? be_.host_view(logits) : Act();
   if (hidden && streams_ > 1) {
     const int64_t n = b.size() * state_dim();
     const Act h = be_.host_view(hidden);
@@ -137,7 +135,14 @@ void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, con
     be_.read(h, hidden, n);
     hidden = nullptr;
   }
-  output_logits(be_, b, head_input(x, b.size()), c.n_embd, norm.data(), c.rms_eps, output, xb_, out, hidden);
+  head_rows(b, head_input(x, b.size()), norm, output, logits, hidden);
+}
+
+void LayerStack::head_rows(const Batch& b, Act rows, const std::vector<float>& norm, const Weight& output,
+                           float* logits, float* hidden) {
+  const ModelConfig& c = cfg_;
+  const Act out = logits ? be_.host_view(logits) : Act();
+  output_logits(be_, b, rows, c.n_embd, norm.data(), c.rms_eps, output, xb_, out, hidden);
   if (!logits) return;
   const int64_t n = b.n_logit_rows() * c.n_vocab;
   if (c.final_softcap > 0.0f) be_.softcap(out, n, c.final_softcap);

@@ -97,6 +97,10 @@ class LayerStack : public Model {
   // (and every row's state of hidden_dim() into host hidden, when set: normed, or the streams).
   void head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,
             float* hidden);
+  // The same over rows already folded into n_embd (what head_input gives; DeepSeek-V4's MTP block folds its
+  // streams by its own hyper-connection head), their normed state into hidden when set.
+  void head_rows(const Batch& b, Act rows, const std::vector<float>& norm, const Weight& output, float* logits,
+                 float* hidden);
   // A layer's weights prefix, "blk.N.".
   static std::string layer_prefix(int layer);
 

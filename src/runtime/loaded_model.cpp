@@ -122,7 +122,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   l.v_type = l.v_f32_only ? KvType::F32 : o.kv_type_v;
   // A window that covers the whole context keeps nothing apart (the
   // attention mask still applies it).
-  if (l.sliding_window >= e.n_ctx && !l.widths_differ()) l.sliding.clear();
+  if (l.sliding_window >= e.n_ctx && !l.groups_differ()) l.sliding.clear();
   e.kv = make_kv_cache(l, e.n_ctx, o);
   if (e.comm) {
     // Every rank must hold the same blocks: the fewest any rank's memory allows.

@@ -243,7 +243,7 @@ class Deepseek4 final : public LayerStack {
   // Two cache layers per compressing layer, one per window-only layer (see the top of this file): in the
   // sliding group, every layer's raw key (--kv-type) and compressors' state (float32) per position, kept
   // for the last window_rows() positions; in the full group, a compressing layer's compressed key
-  // (--kv-type) and indexer key (float32) in the row of the position that completes a block.
+  // (--kv-type) and indexer key (float32), a row per kRowStride positions.
   KvLayout kv_layout() const override {
     KvLayout l;
     const int n_window = end_ - first_ + mtp_layers();  // the MTP block, when loaded, caches after the trunk
@@ -316,14 +316,7 @@ class Deepseek4 final : public LayerStack {
       be_.copy(out, hc * dim, x_, hc * dim, n, hc * dim);
       be_.read(out, hidden_out, n * hc * dim);
     }
-    head_hc_now_ = &m.head_hc;
-    try {
-      head(b, x_, m.head_norm, m.head, logits, nullptr);
-    } catch (...) {
-      head_hc_now_ = &head_hc_;
-      throw;
-    }
-    head_hc_now_ = &head_hc_;
+    head_rows(b, fold_streams(m.head_hc, x_, n), m.head_norm, m.head, logits, nullptr);
   }
 
  private:
@@ -442,7 +435,7 @@ class Deepseek4 final : public LayerStack {
       mtp_ = load_mtp(ld, v_, io_, head_hc_);
     }
     for (int l = c.n_layer + (o.mtp_file ? 0 : mtp_layers()); l < c.n_layer + c.n_mtp; l++)
-      ld.skip_prefix(layer_prefix(l), o.mtp_file ? "the MTP block comes from --mtp-model" : "MTP block not loaded");
+      ld.skip_prefix(layer_prefix(l), o.mtp_file ? "the MTP block comes from its own file" : "MTP block not loaded");
   }
 
   // The first MTP block (blk.{n_layer}): its layer and `nextn` tensors; the embedding and head its own
@@ -551,10 +544,12 @@ class Deepseek4 final : public LayerStack {
     be_.copy(x, hc * dim, state_, hc * dim, n, hc * dim);
   }
 
-  Act head_input(Act x, int64_t n) override {
+  Act head_input(Act x, int64_t n) override { return fold_streams(head_hc_, x, n); }
+
+  // The n rows' streams folded by a hyper-connection head's pre weights into n_embd rows (returned).
+  Act fold_streams(const Hyper& h, Act x, int64_t n) {
     const int64_t dim = cfg_.n_embd, hc = v_.hc;
     be_.annotate_layer(-1);
-    const Hyper& h = *head_hc_now_;
     be_.rmsnorm(x, ones_.data(), flat_, n, hc * dim, cfg_.rms_eps);
     be_.matmul(h.fn, flat_, n, mixes_);
     be_.hyper_mix(mixes_, n, hc, static_cast<int>(hc), h.scale.data(), h.base.data(), v_.hc_eps, 0, pre_, Act(),
@@ -756,7 +751,6 @@ class Deepseek4 final : public LayerStack {
   std::vector<Layer> layers_;  // this rank's, from first_
   std::unique_ptr<MtpHead> mtp_;
   Hyper head_hc_;
-  const Hyper* head_hc_now_ = &head_hc_;  // the head's: the trunk's, or during forward_mtp the MTP block's
   std::vector<float> ones_;
   ActBuffer flat_, state_, mixes_, pre_, post_, comb_, hin_, xn_;
   ActBuffer qa_, qr_, q_, att_, kv_, vrow_, skv_, ssc_, ckey_, ikey_, grp_in_, grp_out_, oa_, iq_, iw_;
