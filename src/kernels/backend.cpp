@@ -37,15 +37,38 @@ void Backend::ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64
   for (int i = 0; i < count; i++) {
     const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
     if (h.size() < need) h.resize(need), h2.resize(need);
-    if (ffns[i].clamp > 0.0f) {
+    if (!ffns[i].plain()) {
       matmul(*ffns[i].gate, xs[i], ns[i], as_act(h.data()));
       matmul(*ffns[i].up, xs[i], ns[i], as_act(h2.data()));
-      swiglu_clamp(as_act(h.data()), as_act(h2.data()), static_cast<int64_t>(need), ffns[i].clamp);
+      ffns[i].activate(h.data(), h2.data(), ns[i]);
     } else {
       swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], as_act(h.data()), as_act(h2.data()));
     }
     matmul(*ffns[i].down, as_act(h.data()), ns[i], ys[i]);
+    ffns[i].finish(host(ys[i]), ns[i]);
   }
+}
+
+void Backend::FfnRef::activate(float* g, float* u, int64_t rows) const {
+  const int64_t width = gate->rows(), n = rows * width;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < width; i++) {
+      if (gate_b) g[r * width + i] += gate_b[i];
+      if (up_b) u[r * width + i] += up_b[i];
+    }
+  if (alpha > 0.0f)
+    kestrel::swiglu_oai(g, u, n, alpha, clamp);
+  else if (clamp > 0.0f)
+    kestrel::swiglu_clamp(g, u, n, clamp);
+  else
+    kestrel::silu_mul(g, u, n);
+}
+
+void Backend::FfnRef::finish(float* y, int64_t rows) const {
+  if (!down_b) return;
+  const int64_t dim = down->rows();
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < dim; i++) y[r * dim + i] += down_b[i];
 }
 
 void Backend::hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,

@@ -140,6 +140,19 @@ class Backend {
     const Weight* up;
     const Weight* down;
     float clamp = 0.0f;  // > 0: the clamped SwiGLU (swiglu_clamp) at this limit
+    // gpt-oss's experts: biases after each projection (null: none) and, alpha > 0, its SwiGLU (swiglu_oai at
+    // limit clamp).
+    const float* gate_b = nullptr;
+    const float* up_b = nullptr;
+    const float* down_b = nullptr;
+    float alpha = 0.0f;
+    // Plain SwiGLU, no bias: what the fused gate/up kernels run.
+    bool plain() const { return clamp <= 0.0f && !gate_b && !up_b && alpha <= 0.0f; }
+    // After the gate and up projections of `rows` rows (host floats): their biases, then the activation,
+    // into gate.
+    void activate(float* gate, float* up, int64_t rows) const;
+    // After the down projection: its bias.
+    void finish(float* y, int64_t rows) const;
   };
   virtual void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys);
 

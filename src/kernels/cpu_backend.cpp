@@ -139,10 +139,10 @@ class CpuBackend final : public Backend {
         const auto need = static_cast<size_t>(ns[i] * ffns[i].gate->rows());
         if (s.x.size() < need) s.x.resize(need);
         if (s.y.size() < need) s.y.resize(need);
-        if (ffns[i].clamp > 0.0f) {
+        if (!ffns[i].plain()) {
           s.matmul.run(solo_, *ffns[i].gate, host(xs[i]), ns[i], s.x.data());
           s.matmul.run(solo_, *ffns[i].up, host(xs[i]), ns[i], s.y.data());
-          kestrel::swiglu_clamp(s.x.data(), s.y.data(), static_cast<int64_t>(need), ffns[i].clamp);
+          ffns[i].activate(s.x.data(), s.y.data(), ns[i]);
         } else if (Matmul::can_share_input(*ffns[i].gate, *ffns[i].up)) {
           s.matmul.run_swiglu(solo_, *ffns[i].gate, *ffns[i].up, host(xs[i]), ns[i], s.x.data(), s.y.data());
         } else {
@@ -151,6 +151,7 @@ class CpuBackend final : public Backend {
           kestrel::silu_mul(s.x.data(), s.y.data(), static_cast<int64_t>(need));
         }
         s.matmul.run(solo_, *ffns[i].down, s.x.data(), ns[i], host(ys[i]));
+        ffns[i].finish(host(ys[i]), ns[i]);
       }
     });
   }

@@ -10,6 +10,12 @@ namespace {
 // The chosen weights renormalised (their sum held at least fp16's smallest normal, as llama.cpp clamps it)
 // and scaled.
 void finish_weights(const MoeRouting& r, float* w) {
+  if (r.gating == ExpertGating::SoftmaxWeight) {  // ggml_soft_max over the chosen logits
+    const float m = *std::max_element(w, w + r.n_used);
+    float sum = 0.0f;
+    for (int k = 0; k < r.n_used; k++) sum += w[k] = std::exp(w[k] - m);
+    for (int k = 0; k < r.n_used; k++) w[k] /= sum;
+  }
   if (r.normalize) {
     float sum = 0.0f;
     for (int k = 0; k < r.n_used; k++) sum += w[k];
@@ -36,6 +42,8 @@ void moe_route(const MoeRouting& r, const float* logits, const float* bias, int6
       for (int e = 0; e < ne; e++) scores[e] /= sum;
     } else if (r.gating == ExpertGating::Sigmoid) {
       for (int e = 0; e < ne; e++) scores[e] = 1.0f / (1.0f + std::exp(-x[e]));
+    } else if (r.gating == ExpertGating::SoftmaxWeight) {
+      std::copy(x, x + ne, scores);
     } else {  // ggml_softplus, then ggml_sqrt
       for (int e = 0; e < ne; e++) scores[e] = std::sqrt(x[e] > 20.0f ? x[e] : std::log(1.0f + std::exp(x[e])));
     }

@@ -2,18 +2,19 @@
 // DeepSeekMoE routing: which experts each token goes to, and with what
 // weight. Pure arithmetic on the router's logits (one row of n_expert per
 // token), as DeepSeek-V2/V3 and llama.cpp's build_moe_ffn do it:
-//   scores    = softmax(logits), sigmoid(logits) or sqrt(softplus(logits)) (DeepSeek-V4)
+//   scores    = softmax(logits), sigmoid(logits), sqrt(softplus(logits)) (DeepSeek-V4) or the logits
+//               themselves (gpt-oss: softmax-weight, the softmax taken over the chosen ones alone)
 //   selection = scores + bias            (V3's correction bias: selection only)
 //   groups    = the n_group_used groups with the largest sum of their two
 //               best selection scores; experts outside them are not eligible
 //   chosen    = the n_used eligible experts with the largest selection score
-//   weights   = scores of the chosen (unbiased), optionally divided by their
-//               sum, then times scale
+//   weights   = scores of the chosen (unbiased) [softmax-weight: their softmax],
+//               optionally divided by their sum, then times scale
 #include <cstdint>
 
 namespace kestrel {
 
-enum class ExpertGating { Softmax = 1, Sigmoid = 2, SqrtSoftplus = 4 };  // GGUF expert_gating_func values
+enum class ExpertGating { Softmax = 1, Sigmoid = 2, SoftmaxWeight = 3, SqrtSoftplus = 4 };  // GGUF expert_gating_func values
 
 struct MoeRouting {
   int n_expert = 0;

@@ -67,6 +67,13 @@ void swiglu_clamp(float* gate, const float* up, int64_t n, float limit) {
   }
 }
 
+void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; i++) {
+    const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+    gate[i] = g / (1.0f + std::exp(alpha * -g)) * (u + 1.0f);
+  }
+}
+
 namespace {
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 }  // namespace

@@ -17,6 +17,9 @@ void silu_mul(float* gate, const float* up, int64_t n);
 // gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit): the clamped SwiGLU of DeepSeek-V4's
 // experts (ggml_swiglu_clamp).
 void swiglu_clamp(float* gate, const float* up, int64_t n, float limit);
+// gpt-oss's SwiGLU (ggml_swiglu_oai): with g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+// gate[i] = g * sigmoid(alpha * g) * (u + 1).
+void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit);
 // gate[i] = gelu(gate[i]) * up[i], GELU in its tanh form evaluated as ggml's
 // CPU backend does (the input rounded to fp16, the result read from an fp16
 // table; inputs beyond +-10 taken as 0 or x), so Gemma matches llama.cpp.

@@ -31,6 +31,18 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
   MoeWeights m;
   m.router = be.prepare_weight(ld.require(p + "ffn_gate_inp.weight", {dim, ne}));
   m.router_bias = ld.optional_vector(p + "exp_probs_b.bias", ne);
+  m.logit_bias = ld.optional_vector(p + "ffn_gate_inp.bias", ne);
+  // Per-expert biases (gpt-oss), [n_expert][width]: gate and up split like their rows, down's added once
+  // (by tensor rank 0: its output is summed over the ranks).
+  auto expert_bias = [&](const char* name, int64_t width) {
+    return ld.optional_floats(p + name, {width, ne});
+  };
+  const std::vector<float> gate_b = expert_bias("ffn_gate_exps.bias", e.n_ff_expert),
+                           up_b = expert_bias("ffn_up_exps.bias", e.n_ff_expert),
+                           down_b = expert_bias("ffn_down_exps.bias", dim);
+  auto slice = [](const std::vector<float>& v, int x, int64_t width) {
+    return v.empty() ? v : std::vector<float>(v.begin() + x * width, v.begin() + (x + 1) * width);
+  };
   const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
   const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
   const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
@@ -46,9 +58,14 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
       w.routed_expert = true;
       return be.prepare_weight(std::move(w));
     };
-    m.experts.push_back({expert(shard.rows(weight_slice(gate, x, gate.name + tag))),
-                         expert(shard.rows(weight_slice(up, x, up.name + tag))),
-                         expert(shard.columns(weight_slice(down, x, down.name + tag)))});
+    FfnWeights& f = m.experts.emplace_back();
+    f.gate = expert(shard.rows(weight_slice(gate, x, gate.name + tag)));
+    f.up = expert(shard.rows(weight_slice(up, x, up.name + tag)));
+    f.down = expert(shard.columns(weight_slice(down, x, down.name + tag)));
+    if (!gate_b.empty()) f.gate_b = shard.part(slice(gate_b, x, e.n_ff_expert), 0, e.n_ff_expert);
+    if (!up_b.empty()) f.up_b = shard.part(slice(up_b, x, e.n_ff_expert), 0, e.n_ff_expert);
+    if (shard.rank == 0) f.down_b = slice(down_b, x, dim);
+    if (e.oai_alpha > 0.0f) f.alpha = e.oai_alpha, f.clamp = e.oai_limit;
   }
   if (!shard.holds_shared_expert()) {
     for (const char* t : {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight"})
@@ -112,6 +129,7 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
     rt.forced = forced_ids_.data();
   }
   be.matmul(w.router, x, n, router_logits_);
+  if (!w.logit_bias.empty()) be.add_bias(router_logits_, w.logit_bias.data(), n, rt.n_expert);
   be.moe_route(rt, router_logits_, w.router_bias.empty() ? nullptr : w.router_bias.data(), n, expert_ids_.data(),
                expert_w_.data());
   be.fill(out, n * dim, 0.0f);
@@ -140,7 +158,7 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
       pick_rows_.push_back(pick / rt.n_used);
       touched_[static_cast<size_t>(pick / rt.n_used)] = 1;
     }
-    ffn_refs_.push_back({&w.experts[e].gate, &w.experts[e].up, &w.experts[e].down, w.experts[e].clamp});
+    ffn_refs_.push_back(w.experts[e].ref());
     ffn_in_.push_back(xe_ + row * dim);
     ffn_out_.push_back(ye_ + row * dim);
     ffn_rows_.push_back(static_cast<int64_t>(picks.size()));

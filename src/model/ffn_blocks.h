@@ -16,12 +16,19 @@ namespace kestrel {
 struct FfnWeights {
   Weight gate, up, down;
   float clamp = 0.0f;  // > 0: SwiGLU clamped at this limit (DeepSeek-V4, ops.h swiglu_clamp)
+  float alpha = 0.0f;  // > 0: gpt-oss's SwiGLU (ops.h swiglu_oai) at limit clamp
+  std::vector<float> gate_b, up_b, down_b;  // gpt-oss's experts' biases; empty: none
   bool present() const { return gate.present(); }
+  Backend::FfnRef ref() const {
+    auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+    return {&gate, &up, &down, clamp, p(gate_b), p(up_b), p(down_b), alpha};
+  }
 };
 
 struct MoeWeights {
   Weight router;                   // ffn_gate_inp: [n_expert rows]
   std::vector<float> router_bias;  // exp_probs_b (DeepSeek-V3): selection only; may be empty
+  std::vector<float> logit_bias;   // ffn_gate_inp.bias (gpt-oss): added to the router's logits; may be empty
   std::vector<FfnWeights> experts;
   FfnWeights shared;               // ffn_*_shexp; absent when the model has no shared expert
   Weight shared_gate;              // ffn_gate_inp_shexp (Qwen2-MoE): one row
@@ -49,7 +56,7 @@ FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& pref
 MoeConfig split_moe_widths(const MoeConfig& moe, const TensorShard& shard);
 
 // Router, experts (3-D ffn_*_exps sliced per expert), the selection bias
-// when the file has one, and the shared expert(s) the config asks for. moe
+// when the file has one (and the router's and experts' biases: gpt-oss), and the shared expert(s) the config asks for. moe
 // gives the file's widths; under tensor parallelism every expert keeps this
 // rank's share of its width (the router is whole on every rank); under expert
 // parallelism only this rank's group's experts are loaded (the others are

@@ -71,8 +71,11 @@ GqaWeights load_gqa(const WeightLoader& ld, Backend& be, const std::string& p, c
     w.q_norm = ld.require_vector(p + "attn_q_norm.weight", hd);
     w.k_norm = ld.require_vector(p + "attn_k_norm.weight", hd);
   }
-  // Row-parallel: the columns that read this rank's heads.
+  if (o.sinks) w.sinks = sh.part(ld.require_vector(p + "attn_sinks.weight", c.n_head), 0, c.n_head);
+  // Row-parallel: the columns that read this rank's heads; the bias once, in rank 0's partial sum.
   w.wo = be.prepare_weight(sh.columns(ld.require(p + "attn_output.weight", {q_dim, dim})));
+  w.bo = ld.optional_vector(p + "attn_output.bias", dim);
+  if (sh.rank != 0) w.bo.clear();
   return w;
 }
 
@@ -134,8 +137,10 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
   as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   as.window = c.window(r.layer);
   as.softcap = c.attn_softcap;
+  if (!w.sinks.empty()) as.sinks = w.sinks.data();
   be.attention(r.kv.layer_view(r.kv_layer), {n, q_, att_, r.positions(), r.tables()}, as);
   be.matmul(w.wo, att_, n, out);
+  if (!w.bo.empty()) be.add_bias(out, w.bo.data(), n, c.n_embd);
 }
 
 }  // namespace kestrel

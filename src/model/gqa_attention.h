@@ -24,6 +24,7 @@ namespace kestrel {
 struct GqaOptions {
   bool qk_norm = false;    // attn_q_norm / attn_k_norm over each head (Qwen3, Gemma 3)
   bool fused_qkv = false;  // one attn_qkv: q rows, then k, then v (Phi-3); no biases
+  bool sinks = false;      // attn_sinks: one logit per head in the softmax's denominator (gpt-oss)
 };
 
 // The heads this rank runs (all of them in one process).
@@ -40,9 +41,12 @@ struct GqaWeights {
   Weight wq, wk, wv, wo;
   std::vector<float> bq, bk, bv;      // empty: no bias
   std::vector<float> q_norm, k_norm;  // per head (qk_norm)
+  std::vector<float> bo;              // attn_output.bias (added by tensor rank 0 alone); empty: none
+  std::vector<float> sinks;           // this rank's heads' sink logits (GqaOptions::sinks)
 };
 
-// `{prefix}attn_{q,k,v,output}` (or attn_qkv), this rank's heads of them.
+// `{prefix}attn_{q,k,v,output}` (or attn_qkv), this rank's heads of them; the biases where the file has
+// them.
 GqaWeights load_gqa(const WeightLoader& ld, Backend& be, const std::string& prefix, const ModelConfig& c,
                     const GqaHeads& heads, const TensorShard& shard, const GqaOptions& o);
 

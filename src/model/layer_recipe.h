@@ -15,6 +15,10 @@ struct LayerRecipe {
   bool fused_qkv = false;      // one attn_qkv matrix: q rows, then k, then v (Phi-3)
   bool fused_gate_up = false;  // ffn_up holds the gate rows, then the up rows (Phi-3)
   bool post_norms = false;     // RMSNorm of each branch's output before its residual add (Gemma 2/3)
+  bool attn_sinks = false;     // attn_sinks: a logit per head in the softmax's denominator; attn_output.bias (gpt-oss)
+  // The pre-FFN norm's tensor: ffn_norm, or post_attention_norm (gpt-oss names it so).
+  enum class FfnNorm { Ffn, PostAttention };
+  FfnNorm ffn_norm = FfnNorm::Ffn;
   FfnActivation ffn_act = FfnActivation::Silu;  // SwiGLU, or GeGLU (Gemma)
 };
 

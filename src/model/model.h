@@ -51,6 +51,8 @@ struct MoeConfig {
   int64_t n_ff_expert = 0;
   int64_t n_ff_shared = 0;   // the shared experts, run as one FFN this wide (0: none)
   bool shared_gate = false;  // Qwen2-MoE: sigmoid(x . ffn_gate_inp_shexp) scales the shared expert
+  // gpt-oss: each routed expert's SwiGLU is ops.h's swiglu_oai (alpha, limit); 0: plain SwiGLU.
+  float oai_alpha = 0.0f, oai_limit = 0.0f;
 };
 
 // DeepSeek-V4 (`deepseek4`, model/arch/deepseek4.cpp): hyper-connections and compressed attention.

@@ -211,7 +211,9 @@ GgufWriter synth_model(const SynthOptions& o) {
   // Routers (ffn_gate_inp) stay F32, as llama-quantize keeps them.
   uint64_t tensor_id = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> ne, float stddev, float constant) {
-    const GgmlType type = is_moe_router(name) ? GgmlType::F32 : storage_type_for(o.type, ne);
+    // Biases stay F32 too, whatever their shape (gpt-oss's per-expert ones are 2-D), as the converters write them.
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const GgmlType type = is_moe_router(name) || bias ? GgmlType::F32 : storage_type_for(o.type, ne);
     const uint64_t id = tensor_id++;
     const uint64_t seed = o.seed;
     const int threads = o.n_threads;

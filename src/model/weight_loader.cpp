@@ -61,6 +61,16 @@ std::vector<float> WeightLoader::optional_vector(const std::string& name, int64_
   return require_vector(name, n);
 }
 
+std::vector<float> WeightLoader::optional_floats(const std::string& name, const std::vector<int64_t>& ne) const {
+  if (!file_.find_tensor(name)) return {};
+  const Weight w = require(name, ne);
+  int64_t n = 1;
+  for (int64_t d : ne) n *= d;
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(w.type, w.data, out.data(), n);
+  return out;
+}
+
 }  // namespace kestrel
 
 namespace kestrel {

@@ -23,6 +23,8 @@ class WeightLoader {
   // A 1-D tensor dequantized to float (norm weights, biases).
   std::vector<float> require_vector(const std::string& name, int64_t n) const;
   std::vector<float> optional_vector(const std::string& name, int64_t n) const;
+  // The same for a tensor of any shape (gpt-oss's per-expert biases, [n_expert][width]), its floats in order.
+  std::vector<float> optional_floats(const std::string& name, const std::vector<int64_t>& ne) const;
   // An I32 tensor of this shape, its values (DeepSeek-V4's per-token expert table).
   std::vector<int32_t> require_i32(const std::string& name, const std::vector<int64_t>& ne) const;
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }

@@ -2,8 +2,10 @@
 """Reference cells for architectures written by `kestrel synth` (no public file of them is at hand):
 the file's synth arguments and sha256, and llama.cpp's greedy ids for a fixed prompt.
 
-  synth_cells.py record KESTREL DEST     synthesise each cell's file, run llama.cpp (get-llama.sh's DEST)
-                                         through ../shared/tools/llamacpp-oracle/oracle.py, write tests/reference/synth_cells.json
+  synth_cells.py record KESTREL DEST [PREFIX...]
+      synthesise each cell's file, run llama.cpp (get-llama.sh's DEST) through
+      ../shared/tools/llamacpp-oracle/oracle.py, write tests/reference/synth_cells.json; with prefixes, only
+      the cells whose names start with one are recorded again (the others kept as they are in the file)
 
 A quantized cell is the F32 file put through `kestrel quantize --mix` (the test makes it without llama.cpp);
 recording also runs llama.cpp's own llama-quantize with the same mix and requires the same tensors (names,
@@ -31,6 +33,7 @@ EXPECTED = os.path.join(HERE, "..", "reference", "synth_cells.json")
 # name, synth arguments, prompt ids, tokens to generate[, llama-quantize mix]
 DS32 = ["--arch", "deepseek32", "--preset", "tiny", "--type", "f32"]
 GLM5 = ["--arch", "glm-dsa", "--preset", "tiny", "--type", "f32"]
+GPT_OSS = ["--arch", "gpt-oss", "--preset", "tiny", "--type", "f32"]
 DSV4 = ["--arch", "deepseek4", "--preset", "tiny", "--type", "f32"]
 # 150 ids: past the first block of 128 (the ratio-128 layer's first compressed key) and 37 blocks of 4.
 LONG = [(i * 37 + 11) % 512 for i in range(150)]
@@ -64,6 +67,14 @@ CELLS = [
     ("deepseek4-tiny.mxfp4_moe", DSV4 + ["--seed", "1"], LONG, 16, "MXFP4_MOE"),
     # Q4_K_M: the hyper-connection mixes (256 wide) in Q4_K, the rest (64 wide) in its Q5_0/Q8_0 fallbacks.
     ("deepseek4-tiny.q4_k_m", DSV4 + ["--seed", "1"], LONG, 16, "Q4_K_M"),
+    # gpt-oss: windows of 8 on layers 0 and 2, sinks, YaRN over an original context of 64 (the long prompt
+    # runs past it), top-4 of 8 biased experts.
+    ("gpt-oss-tiny.f32", GPT_OSS + ["--seed", "1"], LONG, 16),
+    ("gpt-oss-tiny-seed2.f32", GPT_OSS + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    # The published files' form: experts MXFP4, the rest Q8_0.
+    ("gpt-oss-tiny.mxfp4_moe", GPT_OSS + ["--seed", "1"], LONG, 16, "MXFP4_MOE"),
+    ("gpt-oss-tiny.q8_0", GPT_OSS + ["--seed", "1"], LONG, 16, "Q8_0"),
+    ("gpt-oss-tiny.q4_k_m", GPT_OSS + ["--seed", "1"], LONG, 16, "Q4_K_M"),
     # No Q4_K_M cell: its Q5_0 fallbacks (these widths are not multiples of 256) leave llama.cpp's logits by
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.
@@ -114,12 +125,21 @@ def same_content(dest, a, b, types_only=False):
     return ""
 
 
-def record(kestrel, dest):
+def record(kestrel, dest, prefixes=()):
+    kept = {}
+    if prefixes:
+        with open(EXPECTED) as f:
+            kept = {c["name"]: c for c in json.load(f)["cells"]}
     oracle = os.path.join(HERE, "..", "..", "..", "shared", "tools", "llamacpp-oracle", "oracle.py")
     out = {"note": "llama.cpp's greedy ids on files kestrel synth writes; see synth_cells.py", "cells": []}
     with tempfile.TemporaryDirectory() as tmp:
         mtp_oracle = build_mtp_oracle(dest, tmp)
         for name, args, prompt, n, *mix in CELLS:
+            if prefixes and not name.startswith(tuple(prefixes)):
+                if name not in kept:
+                    sys.exit(f"{name}: not recorded yet (record it too)")
+                out["cells"].append(kept[name])
+                continue
             path = os.path.join(tmp, name + ".gguf")
             mtp_file = path + ".mtp.gguf" if name in MTP_FILE_CELLS else None
             subprocess.run([kestrel, "synth", *args, "-o", path] + (["--mtp-file", mtp_file] if mtp_file else []),
@@ -161,6 +181,6 @@ def record(kestrel, dest):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "record":
+    if len(sys.argv) < 4 or sys.argv[1] != "record":
         sys.exit(__doc__)
-    record(sys.argv[2], sys.argv[3])
+    record(sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -20,6 +20,7 @@ const Family& mistral4_family();
 const Family& deepseek32_family();
 const Family& glm_dsa_family();
 const Family& deepseek4_family();
+const Family& gpt_oss_family();
 
 // DeepSeek Sparse Attention's parts (deepseek32.cpp), shared with glm-dsa: the three
 // attention.indexer.* keys (and the query bottleneck they need) into c.mla.indexer; and in synth those
