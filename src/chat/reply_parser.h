@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/harmony.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 
@@ -22,7 +23,8 @@ class ReplyParser {
  public:
   // reasoning: nullopt leaves <think> text in the content; else whether the
   // prompt opened a <think>. tools: the format calls are read in (None: no
-  // tools offered). parallel: false keeps only the first call.
+  // tools offered; harmony: the reply's channels, tools or not, its analysis
+  // the reasoning — or content, with reasoning nullopt). parallel: false keeps only the first call.
   ReplyParser(std::optional<bool> reasoning, ToolCallFormat tools, bool parallel);
   ReplyPart push(std::string_view text);
   // The last piece of text (may be empty) and the end: everything held back, and the calls.
@@ -31,6 +33,8 @@ class ReplyParser {
  private:
   std::optional<ReasoningSplitter> reasoning_;
   std::optional<ToolCallStream> tools_;
+  std::optional<HarmonyStream> harmony_;
+  bool split_ = false;  // harmony: analysis as reasoning
   bool parallel_;
 };
 

@@ -60,7 +60,7 @@ std::string dsml_invoke(size_t i, const std::string& name, const json& params, s
 std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None) throw Error("no tool-call format to constrain the reply to");
   std::string rules;
-  std::vector<std::string> json_calls, deepseek_calls, dsml_calls;
+  std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls;
   // Llama 3's JSON calls carry "parameters"; the others "arguments".
   const std::string key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   for (size_t i = 0; i < tools.size(); i++) {
@@ -79,6 +79,9 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
                                      gbnf_literal(json(key).dump()), args));
     deepseek_calls.push_back(fmt::format("{} \"\\n```json\\n\" {} \"\\n```\"", gbnf_literal(name), args));
     if (format == ToolCallFormat::Dsml) dsml_calls.push_back(dsml_invoke(i, name, params, rules));
+    // Harmony: the recipient, the channel and the arguments as gpt-oss's template writes a call.
+    harmony_calls.push_back(fmt::format("{} {} {}", gbnf_literal(name),
+                                        gbnf_literal("<|channel|>commentary json<|message|>"), args));
   }
   if (json_calls.empty()) throw Error(fmt::format("no tool is named '{}'", only));
   auto alternatives = [](const std::vector<std::string>& v) {
@@ -113,6 +116,10 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
              "\"<｜DSML｜tool_calls>\\n\" dsml-calls \"</｜DSML｜tool_calls>\" )\n" +
              std::string("dsml-calls ::= dsml-call") + (parallel ? "+" : "") + "\n" +
              "dsml-call ::= " + alternatives(dsml_calls) + "\n";
+      break;
+    case ToolCallFormat::Harmony:
+      // After the prompt's "<|start|>assistant"; one call per message (<|call|> ends the reply).
+      root = "root ::= \" to=functions.\" ( " + alternatives(harmony_calls) + " )\n";
       break;
     case ToolCallFormat::None:
       break;

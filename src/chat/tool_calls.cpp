@@ -1,5 +1,7 @@
 #include "chat/tool_calls.h"
 
+#include "chat/harmony.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -28,6 +30,8 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+}  // namespace
+
 std::string new_call_id(ToolCallFormat f) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -35,6 +39,8 @@ std::string new_call_id(ToolCallFormat f) {
   for (int i = 0; i < (f == ToolCallFormat::Mistral ? 9 : 24); i++) id += alnum[rng() % (sizeof alnum - 1)];
   return id;
 }
+
+namespace {
 
 // {"name": ..., "arguments"|"parameters": {...} or "..."} as a call, or nullopt.
 std::optional<ToolCall> call_from_object(const json& j, ToolCallFormat f) {
@@ -288,6 +294,8 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::DeepSeek: return {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
     case ToolCallFormat::Mistral: return {kMistralCalls, kMistralArgs};
     case ToolCallFormat::Dsml: return {kDsmlFunctionCalls, kDsmlToolCalls, kDsmlInvokeEnd, kDsmlParameterEnd};
+    // Every marker of the reply's structure (its channels are parsed whether or not tools were offered).
+    case ToolCallFormat::Harmony: return {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
     case ToolCallFormat::None: return {};
   }
   return {};
@@ -299,6 +307,7 @@ std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name
   if (name == "deepseek") return ToolCallFormat::DeepSeek;
   if (name == "mistral") return ToolCallFormat::Mistral;
   if (name == "dsml") return ToolCallFormat::Dsml;
+  if (name == "harmony") return ToolCallFormat::Harmony;
   if (name == "none") return ToolCallFormat::None;
   return std::nullopt;
 }
@@ -310,16 +319,18 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::DeepSeek: return "deepseek";
     case ToolCallFormat::Mistral: return "mistral";
     case ToolCallFormat::Dsml: return "dsml";
+    case ToolCallFormat::Harmony: return "harmony";
     case ToolCallFormat::None: return "none";
   }
   return "?";
 }
 
-const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, none"; }
+const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, harmony, none"; }
 
 ToolCallFormat detect_tool_call_format(std::string_view src) {
   const auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has(kDsml)) return ToolCallFormat::Dsml;
+  if (has("<|channel|>")) return ToolCallFormat::Harmony;
   if (has(kDsCallBegin) || has(kDsCallsBegin)) return ToolCallFormat::DeepSeek;
   if (has(kMistralCalls)) return ToolCallFormat::Mistral;
   if (has(kHermesOpen)) return ToolCallFormat::Hermes;
@@ -334,6 +345,12 @@ ToolCallReply parse_tool_calls(ToolCallFormat format, std::string_view text) {
     case ToolCallFormat::DeepSeek: return deepseek(text);
     case ToolCallFormat::Mistral: return mistral(text);
     case ToolCallFormat::Dsml: return dsml(text);
+    case ToolCallFormat::Harmony: {
+      HarmonyStream h;
+      HarmonyPart a = h.push(text), b = h.finish();
+      std::string content = a.content + b.content;
+      return {content.empty() ? std::nullopt : std::optional<std::string>(std::move(content)), std::move(b.calls)};
+    }
     case ToolCallFormat::None: break;
   }
   return {std::string(text), {}};

@@ -10,6 +10,8 @@
 //   dsml         <｜DSML｜function_calls> (V3.2) or <｜DSML｜tool_calls> (V4) holding
 //                <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>
 //                ...</｜DSML｜invoke>: string="true" values as written, the others JSON
+//   harmony      (gpt-oss) a message to functions.NAME: [ to=functions.NAME]<|channel|>commentary[ to=functions.NAME]
+//                [<|constrain|>]json<|message|>{...}<|call|>; the reply's channels split by chat/harmony.h
 // A reply whose calls do not parse stays content, whole: nothing is dropped.
 #include <optional>
 #include <string>
@@ -18,7 +20,7 @@
 
 namespace kestrel {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml, Harmony };
 
 // "hermes", ... ; nullopt for an unknown name. "none" is None.
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name);
@@ -37,6 +39,9 @@ struct ToolCallReply {
   std::optional<std::string> content;  // the text around the calls; nullopt when there is none
   std::vector<ToolCall> calls;
 };
+
+// A fresh id for a call: "call_" and 24 letters and digits (Mistral: 9 letters and digits, as its template requires).
+std::string new_call_id(ToolCallFormat f);
 
 // The marker texts a format's calls are written with (the reply parser must see
 // them: where a vocabulary has them as control tokens, they are rendered).

@@ -121,6 +121,8 @@ F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int
   const double scale = c_.attn_scale > 0 ? c_.attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
   const int group = c_.n_head / c_.n_head_kv;
   const int64_t window = c_.window(layer);
+  const std::string sinks_name = fmt::format("blk.{}.attn_sinks.weight", layer);
+  const Vec sinks = recipe_.attn_sinks ? vec(sinks_name) : Vec();
   Vec att(static_cast<size_t>(n * q_dim), 0.0), s(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; t++)
     for (int h = 0; h < c_.n_head; h++) {
@@ -135,7 +137,9 @@ F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int
         if (c_.attn_softcap > 0) s[j] = c_.attn_softcap * std::tanh(s[j] / c_.attn_softcap);
         m = std::max(m, s[j]);
       }
-      double sum = 0;
+      // A sink joins the denominator (gpt-oss): exp(sink - m), m the largest of the scores and the sink.
+      if (!sinks.empty()) m = std::max(m, sinks[h]);
+      double sum = sinks.empty() ? 0.0 : std::exp(sinks[h] - m);
       for (int64_t j = first; j <= t; j++) sum += (s[j] = std::exp(s[j] - m));
       double* o = att.data() + t * q_dim + h * hd;
       for (int64_t j = first; j <= t; j++) {
@@ -174,7 +178,15 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
   const MoeConfig& e = c_.moe;
   const MoeRouting& r = e.routing;
   const int64_t dim = c_.n_embd, ff = e.n_ff_expert;
-  const Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
+  Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
+  if (has(p + "ffn_gate_inp.bias")) {  // gpt-oss: on the logits, before everything
+    const Vec b = vec(p + "ffn_gate_inp.bias");
+    for (size_t i = 0; i < logits.size(); i++) logits[i] += b[i % b.size()];
+  }
+  // gpt-oss's experts' biases ([n_expert][width]) and SwiGLU.
+  auto expert_bias = [&](const std::string& name) { return has(p + name) ? vec(p + name) : Vec(); };
+  const Vec gate_b = expert_bias("ffn_gate_exps.bias"), up_b = expert_bias("ffn_up_exps.bias"),
+            down_b = expert_bias("ffn_down_exps.bias");
   const Vec bias = has(p + "exp_probs_b.bias") ? vec(p + "exp_probs_b.bias") : Vec(static_cast<size_t>(r.n_expert), 0.0);
   const int per_group = r.n_expert / r.n_group;
   Vec out(static_cast<size_t>(n * dim), 0.0);
@@ -183,6 +195,8 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
     std::vector<double> prob(static_cast<size_t>(r.n_expert)), sel(prob.size());
     if (r.gating == ExpertGating::Sigmoid) {
       for (int i = 0; i < r.n_expert; i++) prob[i] = 1.0 / (1.0 + std::exp(-lt[i]));
+    } else if (r.gating == ExpertGating::SoftmaxWeight) {
+      for (int i = 0; i < r.n_expert; i++) prob[i] = lt[i];  // the softmax comes over the chosen
     } else {
       const double m = *std::max_element(lt, lt + r.n_expert);
       double sum = 0;
@@ -206,6 +220,14 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
     std::vector<int> order(static_cast<size_t>(r.n_expert));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sel[a] > sel[b]; });
+    if (r.gating == ExpertGating::SoftmaxWeight) {
+      double m = -INFINITY, sum = 0;
+      for (int k = 0; k < r.n_used; k++) m = std::max(m, prob[order[k]]);
+      for (int k = 0; k < r.n_used; k++) sum += std::exp(prob[order[k]] - m);
+      std::vector<double> soft(prob.size());
+      for (int k = 0; k < r.n_used; k++) soft[order[k]] = std::exp(prob[order[k]] - m) / sum;
+      prob = soft;
+    }
     double chosen = 0;
     for (int k = 0; k < r.n_used; k++) chosen += prob[order[k]];
     const Vec xt(x.begin() + t * dim, x.begin() + (t + 1) * dim);
@@ -213,9 +235,20 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
       const int ex = order[k];
       const double w = prob[ex] / (r.normalize ? chosen : 1.0) * r.scale;
       Vec g = matmul(p + "ffn_gate_exps.weight", xt, 1, ex * ff, ff);
-      const Vec u = matmul(p + "ffn_up_exps.weight", xt, 1, ex * ff, ff);
-      for (int64_t i = 0; i < ff; i++) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const Vec y = matmul(p + "ffn_down_exps.weight", g, 1, ex * dim, dim);
+      Vec u = matmul(p + "ffn_up_exps.weight", xt, 1, ex * ff, ff);
+      for (int64_t i = 0; i < ff; i++) {
+        if (!gate_b.empty()) g[i] += gate_b[ex * ff + i];
+        if (!up_b.empty()) u[i] += up_b[ex * ff + i];
+        if (e.oai_alpha > 0) {  // gpt-oss: g * sigmoid(alpha g) * (u + 1), both clamped
+          const double lim = e.oai_limit, gi = std::min<double>(g[i], lim), ui = std::clamp<double>(u[i], -lim, lim);
+          g[i] = gi / (1.0 + std::exp(-e.oai_alpha * gi)) * (ui + 1.0);
+        } else {
+          g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+        }
+      }
+      Vec y = matmul(p + "ffn_down_exps.weight", g, 1, ex * dim, dim);
+      if (!down_b.empty())
+        for (int64_t d = 0; d < dim; d++) y[d] += down_b[ex * dim + d];
       for (int64_t d = 0; d < dim; d++) out[t * dim + d] += w * y[d];
     }
   }
@@ -373,10 +406,16 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
     else
       attention[l] = gqa_attend(l, xb, n);
     Vec a = matmul(p + "attn_output.weight", attention[l], n);
+    if (has(p + "attn_output.bias")) {
+      const Vec b = vec(p + "attn_output.bias");
+      for (size_t i = 0; i < a.size(); i++) a[i] += b[i % b.size()];
+    }
     if (recipe_.post_norms) a = rmsnorm(a, vec(p + "post_attention_norm.weight"), n, dim);
     attn_branch[l] = a;
     for (size_t i = 0; i < x.size(); i++) x[i] += a[i];
-    xb = rmsnorm(x, vec(p + "ffn_norm.weight"), n, dim);
+    xb = rmsnorm(x, vec(p + (recipe_.ffn_norm == LayerRecipe::FfnNorm::PostAttention ? "post_attention_norm.weight"
+                                                                                       : "ffn_norm.weight")),
+                 n, dim);
     Vec f = ffn(p, xb, n);
     if (recipe_.post_norms) f = rmsnorm(f, vec(p + "post_ffw_norm.weight"), n, dim);
     ffn_branch[l] = f;
@@ -573,7 +612,15 @@ F64Decoder::Vec F64Decoder::dsv4_moe(int l, const Vec& x, const std::vector<int3
   const MoeRouting& r = c_.moe.routing;
   const std::string p = fmt::format("blk.{}.", l);
   const int64_t dim = c_.n_embd, ff = c_.moe.n_ff_expert;
-  const Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
+  Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
+  if (has(p + "ffn_gate_inp.bias")) {  // gpt-oss: on the logits, before everything
+    const Vec b = vec(p + "ffn_gate_inp.bias");
+    for (size_t i = 0; i < logits.size(); i++) logits[i] += b[i % b.size()];
+  }
+  // gpt-oss's experts' biases ([n_expert][width]) and SwiGLU.
+  auto expert_bias = [&](const std::string& name) { return has(p + name) ? vec(p + name) : Vec(); };
+  const Vec gate_b = expert_bias("ffn_gate_exps.bias"), up_b = expert_bias("ffn_up_exps.bias"),
+            down_b = expert_bias("ffn_down_exps.bias");
   const bool hashed = l < v.hash_layers;
   const Vec bias = hashed ? Vec() : vec(p + "exp_probs_b.bias");
   const int32_t* table = hashed ? reinterpret_cast<const int32_t*>(tensor(p + "ffn_gate_tid2eid.weight")->data) : nullptr;

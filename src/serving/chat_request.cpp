@@ -142,7 +142,15 @@ json checked_kwargs(const json& body) {
 }  // namespace
 
 ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
-  const json messages = checked_messages(body);
+  json messages = checked_messages(body);
+  if (ctx.tool_format == ToolCallFormat::Harmony)
+    // gpt-oss's template reads an assistant turn's reasoning as `thinking`, and tests `... in message.content`
+    // wherever the key exists: a call's null content goes (llama.cpp adjusts the messages alike).
+    for (json& m : messages) {
+      if (m["role"] != "assistant") continue;
+      if (m.contains("reasoning_content")) m["thinking"] = m["reasoning_content"];
+      if (m.contains("tool_calls") && m["content"].is_null()) m.erase("content");
+    }
   json kwargs = checked_kwargs(body);
   if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
     // OpenAI's field, as the templates that read it take it (gpt-oss's "Reasoning: high", DeepSeek-V4's 'max').
@@ -190,7 +198,7 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
   out.tools_offered = !tools.is_null() && !tools.empty();
   if (out.tools_offered && ctx.tool_format == ToolCallFormat::None)
     throw bad_request("tools", "this model's chat template shows no tool-call format Kestrel can read; start the "
-                               "server with --tool-call-parser (hermes, llama3_json, deepseek, mistral, dsml)");
+                               "server with --tool-call-parser (hermes, llama3_json, deepseek, mistral, dsml, harmony)");
   if (choice == "required") {
     // Every reply must be calls: decoding is held to the grammar of the format's calls.
     try {

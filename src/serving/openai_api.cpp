@@ -195,7 +195,8 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     const ChatPrompt prompt = render_chat_request(ctx, j);
     const RenderedChat& chat_text = prompt.rendered;
     p.reasoning_opened = prompt_opens_reasoning(chat_text.text);
-    if (prompt.tools_offered) {
+    // Harmony (gpt-oss) replies are structured by channels whether or not tools were offered.
+    if (prompt.tools_offered || ctx.tool_format == ToolCallFormat::Harmony) {
       p.tool_format = ctx.tool_format;
       // Markers that are control tokens of this vocabulary (Llama's <|python_tag|>, Mistral's
       // [TOOL_CALLS]) are written into the reply, or the parser could never see them.

@@ -69,6 +69,10 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
     if (id >= 0) v.end_of_generation.push_back(id);
   for (const char* marker : kEndMarkers)
     if (const int32_t id = v.find(marker); id >= 0) v.end_of_generation.push_back(id);
+  // o200k_harmony (gpt-oss): <|end|> closes a message the reply goes on after (its analysis); <|return|>
+  // and <|call|> end the reply. Where all three are present, <|end|> does not end generation (llama.cpp's rule).
+  if (const int32_t end = v.find("<|end|>"); end >= 0 && v.find("<|return|>") >= 0 && v.find("<|call|>") >= 0)
+    std::erase(v.end_of_generation, end);
   std::sort(v.end_of_generation.begin(), v.end_of_generation.end());
   v.end_of_generation.erase(std::unique(v.end_of_generation.begin(), v.end_of_generation.end()),
                             v.end_of_generation.end());

@@ -410,10 +410,10 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
 }
 
 // A tiny model of `arch` with a DeepSeek tokenizer and the family's real template, through the official
-// OpenAI client: a chat, a streamed chat, and a tool-call round trip in DSML (tool_choice "required": the
-// reply held to the template's <｜DSML｜...> form, read back as tool_calls, whole and as streamed deltas, then
-// the tool's answer).
-void dsml_round_trip(const std::string& arch, const std::string& chat_template) {
+// OpenAI client: a chat, a streamed chat, and a tool-call round trip in the template's format (tool_choice
+// "required": the reply held to its form of a call — DSML's <｜DSML｜...>, harmony's to=functions.NAME — read
+// back as tool_calls, whole and as streamed deltas, then the tool's answer).
+void tool_round_trip(const std::string& arch, const std::string& chat_template, const std::string& format) {
   const std::string client_dir = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
   ASSERT_TRUE(std::filesystem::exists(client_dir + "/node_modules/openai/package.json"))
       << "the openai npm package is missing: run scripts/setup.sh";
@@ -424,14 +424,15 @@ void dsml_round_trip(const std::string& arch, const std::string& chat_template) 
   ASSERT_EQ(made.exit_code, 0) << made.err;
   test::ServerProcess s({"-m", model, "-c", "4096", "--chat-template",
                          test::shared("templates/" + chat_template)});
-  EXPECT_THAT(s.log(), HasSubstr("tool calls read as dsml"));
+  EXPECT_THAT(s.log(), HasSubstr("tool calls read as " + format));
   int st = 0;
   const std::string out = shell("cd " + client_dir + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
-                                    "/v1 node dsml.mjs",
+                                    "/v1 node tool_round_trip.mjs",
                                 &st);
   ASSERT_EQ(st, 0) << out;
   const json seen = json::parse(out.substr(out.rfind('{', out.find("\"chat\""))));
   EXPECT_GE(seen["chat"]["tokens"], 1);
+  EXPECT_THAT(seen["chat"]["text"].get<std::string>(), ::testing::Not(HasSubstr("<|channel|>")));  // harmony's structure read
   EXPECT_GE(seen["stream"]["chunks"], 2);
   EXPECT_EQ(seen["call"]["finish"], "tool_calls") << seen;
   EXPECT_EQ(seen["call"]["n"], 1) << seen;
@@ -447,12 +448,18 @@ void dsml_round_trip(const std::string& arch, const std::string& chat_template) 
 
 // DeepSeek-V3.2 (`deepseek32`): its sparse attention selects from the fifth position on (top-k 4).
 TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInDsmlWithDeepseekV32) {
-  dsml_round_trip("deepseek32", "deepseek-ai-DeepSeek-V3.2.jinja");
+  tool_round_trip("deepseek32", "deepseek-ai-DeepSeek-V3.2.jinja", "dsml");
 }
 
 // DeepSeek-V4 (`deepseek4`): hyper-connections, a window of 8 raw keys and top-3 compressed blocks.
 TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInDsmlWithDeepseekV4) {
-  dsml_round_trip("deepseek4", "deepseek-ai-DeepSeek-V4.jinja");
+  tool_round_trip("deepseek4", "deepseek-ai-DeepSeek-V4.jinja", "dsml");
+}
+
+// gpt-oss (`gpt-oss`): sinks, windows of 8, biased experts; harmony channels, the call as its template writes
+// one (" to=functions.NAME<|channel|>commentary json<|message|>{...}").
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInHarmonyWithGptOss) {
+  tool_round_trip("gpt-oss", "openai-gpt-oss-120b.jinja", "harmony");
 }
 
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {

@@ -139,13 +139,14 @@ for model in ["deepseek2-lite-tiny", "deepseek3-tiny"]:
         check(r.returncode != 0 and "the model has only 3 layers" in r.stderr, "pp=4 deepseek2 (3 layers): refused, by name")
 
 # 2b''. DeepSeek-V3.2 and GLM-5 (sparse attention: every rank scores with the whole indexer and picks the
-# same positions; the query heads split) and DeepSeek-V4 (its streams and compressors whole on every rank,
-# the heads and output groups split; pipeline stages pass all 4 streams) on the files synth writes, against
+# same positions; the query heads split), DeepSeek-V4 (its streams and compressors whole on every rank,
+# the heads and output groups split; pipeline stages pass all 4 streams) and gpt-oss (sinks split with the
+# heads, the output and down biases added by one rank) on the files synth writes, against
 # llama.cpp's ids recorded in tests/reference/synth_cells.json.
 synth_cells = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "synth_cells.json")))
 with tempfile.TemporaryDirectory() as tmp:
     for cell in [c for c in synth_cells["cells"]
-                 if c["name"] in ("deepseek32-tiny.f32", "glm-dsa-tiny.f32", "deepseek4-tiny.f32")]:
+                 if c["name"] in ("deepseek32-tiny.f32", "glm-dsa-tiny.f32", "deepseek4-tiny.f32", "gpt-oss-tiny.f32")]:
         path = os.path.join(tmp, cell["name"] + ".gguf")
         subprocess.run([KESTREL, "synth", *cell["synth"], "-o", path], check=True, capture_output=True, env=ENV)
         args = ["run", "-m", path, "--prompt-ids", " ".join(map(str, cell["prompt"])), "-n", str(len(cell["ids"])),
@@ -161,6 +162,11 @@ with tempfile.TemporaryDirectory() as tmp:
             r = mpirun(4, args + ["--parallel", "tp=4"])
             check(r.returncode != 0 and "2 attention output groups do not split evenly" in r.stderr,
                   "tp=4 deepseek4-tiny (2 output groups): refused, by name")
+        if cell["name"].startswith("gpt-oss"):  # 2 KV heads copied over 4 ranks (sinks split, biases added once)
+            for split in ("tp=4", "pp=4"):
+                r = mpirun(4, args + ["--parallel", split])
+                check(r.returncode == 0 and ids_of(r.stdout) == cell["ids"],
+                      f"{split} gpt-oss-tiny: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
         if cell["name"].startswith("glm-dsa"):  # layers 1 and 3 reuse layers 0 and 2's selection
             r = mpirun(4, args + ["--parallel", "pp=4"])
             check(r.returncode != 0 and "cannot start at layer 1" in r.stderr,

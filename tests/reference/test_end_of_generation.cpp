@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "gguf/gguf_writer.h"
 #include "runtime/generator.h"
 #include "test_support.h"
 
@@ -21,6 +22,26 @@ TEST(EndOfGeneration, TheFamiliesEndOfTurnMarkersCountAsLlamaCppCountsThem) {
   EXPECT_THAT(eog_of("qwen25.F16"), ::testing::ElementsAre(1000, 1002));   // <|endoftext|>, <|im_end|>
   EXPECT_THAT(eog_of("phi3.F16"), ::testing::ElementsAre(512, 519));       // <|endoftext|>, <|end|>
   EXPECT_THAT(eog_of("gemma2.F16"), ::testing::Contains(2));
+}
+
+// o200k_harmony (gpt-oss): <|return|> and <|call|> end the reply; <|end|> only closes a message (the analysis
+// before the answer), as llama.cpp drops it when all three are there. Without them <|end|> ends (Phi-3).
+TEST(EndOfGeneration, HarmonysEndClosesAMessageNotTheReply) {
+  test::TempDir dir;
+  auto eog = [&](const std::vector<std::string>& specials) {
+    std::vector<std::string> tokens = {"a", "b"};
+    tokens.insert(tokens.end(), specials.begin(), specials.end());
+    GgufWriter w;
+    w.set_str("general.architecture", "gpt-oss");
+    w.set_str("tokenizer.ggml.model", "gpt2");
+    w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens));
+    w.set("tokenizer.ggml.merges", GgufValue::strings({"a b"}));
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.write_file(dir.file("v.gguf"));
+    return Vocab::from_gguf(GgufFile::open(dir.file("v.gguf"))).end_of_generation;
+  };
+  EXPECT_THAT(eog({"<|return|>", "<|call|>", "<|end|>"}), ::testing::ElementsAre(2, 3));
+  EXPECT_THAT(eog({"<|return|>", "<|end|>"}), ::testing::ElementsAre(2, 3));
 }
 
 TEST(EndOfGeneration, AGeneratedEotEndsTheReplyUnlessEosIsIgnored) {

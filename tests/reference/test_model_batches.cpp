@@ -142,6 +142,8 @@ INSTANTIATE_TEST_SUITE_P(Models, MixedBatches,
                                            // DeepSeek-V4: blocks of 4 completed across the chunks (their
                                            // compressor state read back from the cache), top-k 3 of them.
                                            Case{"deepseek4-tiny", MlaAttention::Auto, false, "deepseek4"},
+                                           // gpt-oss: windows of 8 (sinks) moving across chunks and sequences.
+                                           Case{"gpt-oss-tiny", MlaAttention::Auto, false, "gpt-oss"},
                                            Case{"llama32.F16", MlaAttention::Auto, true},
                                            Case{"qwen3moe.F16", MlaAttention::Auto, true},
                                            Case{"mixtral.F16", MlaAttention::Auto, true},

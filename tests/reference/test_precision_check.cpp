@@ -148,6 +148,36 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
   }
 }
 
+// The GQA families synth writes (no public file of theirs at hand), their tiny presets at 40 tokens: gpt-oss's
+// sinks, biases, windows of 8, YaRN, softmax over the chosen experts' logits and clamped SwiGLU.
+TEST(PrecisionCheck, SynthGqaFamiliesAgreeWithTheFloat64Reference) {
+  test::TempDir dir;
+  for (const std::string arch : {"gpt-oss"}) {
+    SCOPED_TRACE(arch);
+    const std::string model = dir.file(arch + ".gguf");
+    ASSERT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32", "-o", model}).exit_code, 0);
+    LoadOptions o;
+    o.model_path = model;
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.wrap_backend = make_activation_recorder;
+    LoadedModel e = LoadedModel::load(o);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
+    const PrecisionReport r = precision_check(e, tokens);
+    ASSERT_EQ(r.layers.size(), static_cast<size_t>(e.model->config().n_layer));
+    for (const auto& l : r.layers) {
+      EXPECT_LT(l.q_rope, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.attention, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.residual, 2e-5) << "layer " << l.layer;
+      EXPECT_GT(l.residual, 0.0) << "float32 cannot be exact";
+    }
+    EXPECT_LT(r.logits, 2e-5);
+  }
+}
+
 // DeepSeek-V4: 140 tokens, past the first block of 128 (the ratio-128 layer attends to it) and 35 blocks of 4
 // (the indexed layers choose 3 from the 16th token on): the streams, the compressed keys, the chosen blocks.
 TEST(PrecisionCheck, DeepSeekV4AgreesWithTheFloat64Reference) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "chat/reply_parser.h"
 #include "chat/tool_calls.h"
 
 namespace kestrel {
@@ -130,8 +131,66 @@ TEST(ToolCalls, Dsml) {
     expect_reply(f, text, {std::string(text), {}});
 }
 
+// gpt-oss's harmony replies through the chat reply parser (the server's path), whole and in random pieces:
+// analysis is reasoning, final (and commentary to no one) content, a message to functions.NAME a call — in
+// either place the model writes its recipient.
+struct HarmonyWant {
+  std::string reasoning, content;
+  std::vector<std::pair<std::string, json>> calls;
+};
+
+void expect_harmony(const std::string& text, const HarmonyWant& want, bool split = true) {
+  for (uint32_t seed = 0; seed < 30; seed++) {
+    std::mt19937 rng(seed);
+    ReplyParser p(split ? std::optional<bool>(false) : std::nullopt, ToolCallFormat::Harmony, true);
+    ReplyPart all;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = seed == 0 ? text.size() : std::min<size_t>(text.size() - at, 1 + rng() % 6);
+      ReplyPart part = p.push(std::string_view(text).substr(at, n));
+      all.reasoning += part.reasoning, all.content += part.content;
+      at += n;
+    }
+    ReplyPart end = p.finish();
+    all.reasoning += end.reasoning, all.content += end.content;
+    EXPECT_EQ(all.reasoning, want.reasoning) << "seed " << seed << ": " << text;
+    EXPECT_EQ(all.content, want.content) << "seed " << seed << ": " << text;
+    ASSERT_EQ(end.calls.size(), want.calls.size()) << text;
+    for (size_t i = 0; i < end.calls.size(); i++) {
+      EXPECT_EQ(end.calls[i].name, want.calls[i].first);
+      EXPECT_EQ(json::parse(end.calls[i].arguments), want.calls[i].second);
+      EXPECT_EQ(end.calls[i].id.rfind("call_", 0), 0u);
+    }
+  }
+}
+
+TEST(ToolCalls, Harmony) {
+  expect_harmony("<|channel|>analysis<|message|>User asks 2+2. Easy.<|end|><|start|>assistant<|channel|>final"
+                 "<|message|>2 + 2 = 4.",
+                 {"User asks 2+2. Easy.", "2 + 2 = 4.", {}});
+  // The recipient after the channel (what the model writes) or before it (what gpt-oss's template writes).
+  expect_harmony("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+                 "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"São Paulo\"}<|call|>",
+                 {"Need weather.", "", {{"get_weather", {{"city", "São Paulo"}}}}});
+  expect_harmony(" to=functions.get_time<|channel|>commentary json<|message|>{}",
+                 {"", "", {{"get_time", json::object()}}});
+  // A preamble (commentary to no one) is content; two calls in one reply.
+  expect_harmony("<|channel|>commentary<|message|>Checking both.<|end|><|start|>assistant to=functions.a"
+                 "<|channel|>commentary json<|message|>{\"n\": 1}<|call|><|start|>assistant to=functions.b"
+                 "<|channel|>commentary json<|message|>{\"n\": [2]}<|call|>",
+                 {"", "Checking both.", {{"a", {{"n", 1}}}, {"b", {{"n", {2}}}}}});
+  // Not harmony at all, or a call whose arguments are not an object: content, nothing lost.
+  expect_harmony("Just text, with a < and a |.", {"", "Just text, with a < and a |.", {}});
+  expect_harmony("<|channel|>commentary to=functions.f json<|message|>not json<|call|>", {"", "not json", {}});
+  // A header never finished is content as written.
+  expect_harmony("<|channel|>analy", {"", "<|channel|>analy", {}});
+  // Reasoning not split (--reasoning-format none): the analysis joins the content.
+  expect_harmony("<|channel|>analysis<|message|>Hmm.<|end|><|start|>assistant<|channel|>final<|message|>Yes.",
+                 {"", "Hmm.Yes.", {}}, false);
+  EXPECT_EQ(detect_tool_call_format("{{- '<|start|>assistant<|channel|>final<|message|>' }}"), ToolCallFormat::Harmony);
+}
+
 TEST(ToolCalls, FormatNamesRoundTrip) {
-  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "none"})
+  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "harmony", "none"})
     EXPECT_STREQ(tool_call_format_name(*tool_call_format_from_name(n)), n);
   EXPECT_FALSE(tool_call_format_from_name("xml"));
 }

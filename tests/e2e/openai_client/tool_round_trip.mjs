@@ -1,7 +1,8 @@
-// The official OpenAI client (npm `openai`) against a Kestrel server running a DeepSeek-V3.2/V4 model with
-// its real chat template: a chat, a streamed chat, and a tool-call round trip (tool_choice "required": the
-// reply is held to the template's DSML calls, read back as tool_calls, streamed as deltas; then the tool's
-// answer goes back). Prints one JSON line of what it saw. Environment: KESTREL_URL (…/v1).
+// The official OpenAI client (npm `openai`) against a Kestrel server running a tiny model with its family's
+// real chat template (DeepSeek-V3.2/V4's DSML, gpt-oss's harmony, ...): a chat, a streamed chat, and a
+// tool-call round trip (tool_choice "required": the reply is held to the template's form of a call, read back
+// as tool_calls, streamed as deltas; then the tool's answer goes back). Prints one JSON line of what it saw.
+// Environment: KESTREL_URL (…/v1).
 import OpenAI from "openai";
 
 const client = new OpenAI({ baseURL: process.env.KESTREL_URL, apiKey: "none", maxRetries: 0 });
@@ -11,7 +12,8 @@ const seen = {};
 const chat = await client.chat.completions.create({
   model, messages: [{ role: "user", content: "Hello" }], max_tokens: 4, temperature: 0,
 });
-seen.chat = { finish: chat.choices[0].finish_reason, tokens: chat.usage.completion_tokens };
+seen.chat = { finish: chat.choices[0].finish_reason, tokens: chat.usage.completion_tokens,
+              text: (chat.choices[0].message.content ?? "") + (chat.choices[0].message.reasoning_content ?? "") };
 
 let chunks = 0;
 for await (const chunk of await client.chat.completions.create({
