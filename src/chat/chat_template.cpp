@@ -103,7 +103,9 @@ ChatTemplate::ChatTemplate(std::string origin, std::string_view source, std::str
       bos_(std::move(bos_token)),
       eos_(std::move(eos_token)),
       reasons_(source.find("<think>") != std::string_view::npos || source.find("</think>") != std::string_view::npos ||
-               source.find("<|channel|>analysis") != std::string_view::npos),  // harmony's reasoning channel
+               source.find("<|channel|>analysis") != std::string_view::npos ||  // harmony's reasoning channel
+               source.find("[THINK]") != std::string_view::npos),
+      reasoning_tags_(reasoning_tags_of(source)),
       tool_format_(detect_tool_call_format(source)) {
   try {
     template_ = std::make_shared<const jinja::Template>(source);

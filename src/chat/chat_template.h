@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "gguf/gguf.h"
 #include "jinja/template.h"
@@ -47,6 +48,8 @@ class ChatTemplate {
   std::vector<int32_t> tokenize(const Tokenizer& tokenizer, const RenderedChat& rendered, bool special_in_content) const;
   // The template writes or strips <think> blocks (DeepSeek-R1 and its distills, QwQ, Qwen3).
   bool reasons() const { return reasons_; }
+  // The tags it writes reasoning between (<think>, or Mistral's [THINK]).
+  ReasoningTags reasoning_tags() const { return reasoning_tags_; }
   // The format the template writes tool calls in (None: it shows none).
   ToolCallFormat tool_format() const { return tool_format_; }
 
@@ -72,6 +75,7 @@ class ChatTemplate {
   nlohmann::ordered_json default_kwargs_ = nlohmann::ordered_json::object();
   bool fallback_ = false;
   bool reasons_ = false;
+  ReasoningTags reasoning_tags_;
   ToolCallFormat tool_format_ = ToolCallFormat::None;
 };
 

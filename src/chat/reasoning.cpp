@@ -5,8 +5,6 @@
 namespace kestrel {
 namespace {
 
-constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 // Length of the longest suffix of s that is a proper prefix of tag.
@@ -24,8 +22,12 @@ size_t leading_space(std::string_view s) {
 
 }  // namespace
 
-ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning)
-    : state_(starts_in_reasoning ? State::Reasoning : State::Start) {}
+ReasoningTags reasoning_tags_of(std::string_view src) {
+  return src.find(kMistralThinkTags.open) != std::string_view::npos ? kMistralThinkTags : kThinkTags;
+}
+
+ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning, ReasoningTags tags)
+    : state_(starts_in_reasoning ? State::Reasoning : State::Start), tags_(tags) {}
 
 SplitText ReasoningSplitter::push(std::string_view text) {
   pending_ += text;
@@ -35,6 +37,7 @@ SplitText ReasoningSplitter::push(std::string_view text) {
 }
 
 void ReasoningSplitter::run(SplitText& out) {
+  const std::string_view kOpen = tags_.open, kClose = tags_.close;
   for (;;) {
     if (state_ == State::Start) {
       const size_t ws = leading_space(pending_);
@@ -106,7 +109,8 @@ SplitText ReasoningSplitter::finish() {
   return out;
 }
 
-bool prompt_opens_reasoning(std::string_view prompt) {
+bool prompt_opens_reasoning(std::string_view prompt, ReasoningTags tags) {
+  const std::string_view kOpen = tags.open;
   while (!prompt.empty() && is_space(prompt.back())) prompt.remove_suffix(1);
   return prompt.size() >= kOpen.size() && prompt.substr(prompt.size() - kOpen.size()) == kOpen;
 }

@@ -2,13 +2,14 @@
 
 namespace kestrel {
 
-ReplyParser::ReplyParser(std::optional<bool> reasoning, ToolCallFormat tools, bool parallel) : parallel_(parallel) {
+ReplyParser::ReplyParser(std::optional<bool> reasoning, ToolCallFormat tools, bool parallel, ReasoningTags tags)
+    : parallel_(parallel) {
   if (tools == ToolCallFormat::Harmony) {
     harmony_.emplace();
     split_ = reasoning.has_value();
     return;
   }
-  if (reasoning) reasoning_.emplace(*reasoning);
+  if (reasoning) reasoning_.emplace(*reasoning, tags);
   if (tools != ToolCallFormat::None) tools_.emplace(tools);
 }
 

@@ -25,7 +25,7 @@ class ReplyParser {
   // prompt opened a <think>. tools: the format calls are read in (None: no
   // tools offered; harmony: the reply's channels, tools or not, its analysis
   // the reasoning — or content, with reasoning nullopt). parallel: false keeps only the first call.
-  ReplyParser(std::optional<bool> reasoning, ToolCallFormat tools, bool parallel);
+  ReplyParser(std::optional<bool> reasoning, ToolCallFormat tools, bool parallel, ReasoningTags tags = kThinkTags);
   ReplyPart push(std::string_view text);
   // The last piece of text (may be empty) and the end: everything held back, and the calls.
   ReplyPart finish(std::string_view last_text = {});

@@ -55,12 +55,49 @@ std::string dsml_invoke(size_t i, const std::string& name, const json& params, s
   return body + " " + gbnf_literal("</｜DSML｜invoke>\n");
 }
 
+// One GLM call of tool i (GLM-4.6's layout): the name, then each parameter as an <arg_key>/<arg_value> pair in
+// the schema's order (the required ones always, the others optional), a plain or enumerated string written as
+// is (text without '<'), everything else as JSON valid against the property's schema.
+std::string glm_call(size_t i, const std::string& name, const json& params, std::string& rules) {
+  if (params.value("type", "object") != "object")
+    throw Error(fmt::format("tools[{}].function.parameters: GLM calls take an object of parameters", i));
+  std::set<std::string> required;
+  if (params.contains("required"))
+    for (const auto& r : params["required"]) required.insert(r.get<std::string>());
+  std::string body = gbnf_literal("<tool_call>" + name);
+  if (params.contains("properties")) {
+    int k = 0;
+    for (const auto& [key, schema] : params["properties"].items()) {
+      const std::string open = "\n<arg_key>" + key + "</arg_key>\n<arg_value>";
+      std::string value;
+      const bool plain_string = schema.is_object() && schema.value("type", "") == "string" && !schema.contains("pattern") &&
+                                !schema.contains("format") && !schema.contains("minLength") && !schema.contains("maxLength");
+      if (plain_string && schema.contains("enum")) {
+        std::string alts;
+        for (const auto& e : schema["enum"]) {
+          if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
+          alts += (alts.empty() ? "" : " | ") + gbnf_literal(e.get<std::string>());
+        }
+        value = "( " + alts + " )";
+      } else if (plain_string) {
+        value = "[^<]*";
+      } else {
+        value = json_schema_rules(schema, fmt::format("t{}-g{}-", i, k), rules);
+      }
+      const std::string param = gbnf_literal(open) + " " + value + " " + gbnf_literal("</arg_value>");
+      body += required.count(key) ? " " + param : " ( " + param + " )?";
+      k++;
+    }
+  }
+  return body + " " + gbnf_literal("\n</tool_call>");
+}
+
 }  // namespace
 
 std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None) throw Error("no tool-call format to constrain the reply to");
   std::string rules;
-  std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls;
+  std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls, args_calls, glm_calls;
   // Llama 3's JSON calls carry "parameters"; the others "arguments".
   const std::string key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   for (size_t i = 0; i < tools.size(); i++) {
@@ -79,6 +116,9 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
                                      gbnf_literal(json(key).dump()), args));
     deepseek_calls.push_back(fmt::format("{} \"\\n```json\\n\" {} \"\\n```\"", gbnf_literal(name), args));
     if (format == ToolCallFormat::Dsml) dsml_calls.push_back(dsml_invoke(i, name, params, rules));
+    if (format == ToolCallFormat::Glm) glm_calls.push_back(glm_call(i, name, params, rules));
+    // Mistral's newer form (Ministral 3, Magistral, Devstral templates): [TOOL_CALLS]NAME[ARGS]{...}.
+    args_calls.push_back(fmt::format("{} \"[ARGS]\" {}", gbnf_literal(name), args));
     // Harmony: the recipient, the channel and the arguments as gpt-oss's template writes a call.
     harmony_calls.push_back(fmt::format("{} {} {}", gbnf_literal(name),
                                         gbnf_literal("<|channel|>commentary json<|message|>"), args));
@@ -103,7 +143,10 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
       root = "root ::= call" + more("\"; \"", "call") + "\n";
       break;
     case ToolCallFormat::Mistral:
-      root = "root ::= \"[TOOL_CALLS][\" call" + more("\", \"", "call") + " \"]\"\n";
+      // Either of the forms the templates write: a JSON array of calls (Mistral Small 3.x, Nemo), or each
+      // call as NAME[ARGS]{...} after its own [TOOL_CALLS] (Ministral 3, Magistral, Devstral).
+      root = "root ::= \"[TOOL_CALLS][\" call" + more("\", \"", "call") + " \"]\" | args-call" +
+             more("\"\"", "args-call") + "\n" + "args-call ::= \"[TOOL_CALLS]\" ( " + alternatives(args_calls) + " )\n";
       break;
     case ToolCallFormat::DeepSeek:
       root = "root ::= \"<｜tool▁calls▁begin｜>\" ds-call" + std::string(parallel ? "+" : "") + " \"<｜tool▁calls▁end｜>\"\n" +
@@ -116,6 +159,9 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
              "\"<｜DSML｜tool_calls>\\n\" dsml-calls \"</｜DSML｜tool_calls>\" )\n" +
              std::string("dsml-calls ::= dsml-call") + (parallel ? "+" : "") + "\n" +
              "dsml-call ::= " + alternatives(dsml_calls) + "\n";
+      break;
+    case ToolCallFormat::Glm:
+      root = "root ::= glm-call" + more("\"\\n\"", "glm-call") + "\n" + "glm-call ::= " + alternatives(glm_calls) + "\n";
       break;
     case ToolCallFormat::Harmony:
       // After the prompt's "<|start|>assistant"; one call per message (<|call|> ends the reply).

@@ -18,6 +18,8 @@ constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCa
                            kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>",
                            kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]", kMistralArgs = "[ARGS]";
+constexpr std::string_view kGlmKey = "<arg_key>", kGlmKeyEnd = "</arg_key>", kGlmValue = "<arg_value>",
+                           kGlmValueEnd = "</arg_value>";
 constexpr std::string_view kDsml = "｜DSML｜", kDsmlFunctionCalls = "<｜DSML｜function_calls>",
                            kDsmlToolCalls = "<｜DSML｜tool_calls>", kDsmlInvoke = "<｜DSML｜invoke name=\"",
                            kDsmlInvokeEnd = "</｜DSML｜invoke>", kDsmlParameter = "<｜DSML｜parameter name=\"",
@@ -95,6 +97,52 @@ ToolCallReply hermes(std::string_view text) {
   }
   rest += text.substr(std::min(at, text.size()));
   if (r.calls.empty()) return {std::string(text), {}};
+  r.content = outside(std::move(rest));
+  return r;
+}
+
+// GLM-4.5's calls: <tool_call>NAME then <arg_key>/<arg_value> pairs, then </tool_call>.
+ToolCallReply glm(std::string_view text) {
+  ToolCallReply r;
+  std::string rest;
+  size_t at = 0;
+  const auto fail = [&] { return ToolCallReply{std::string(text), {}}; };
+  for (;;) {
+    const size_t open = text.find(kHermesOpen, at);
+    if (open == std::string_view::npos) break;
+    rest += text.substr(at, open - at);
+    const size_t body = open + kHermesOpen.size(), close = text.find(kHermesClose, body);
+    const std::string_view call = text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body);
+    const size_t first_key = call.find(kGlmKey);
+    const std::string_view name = trim(call.substr(0, first_key));
+    if (name.empty() || name.find_first_of("<>{}\n") != std::string_view::npos) return fail();
+    json args = json::object();
+    size_t p = first_key == std::string_view::npos ? call.size() : first_key;
+    while (p < call.size()) {
+      if (call.substr(p, kGlmKey.size()) != kGlmKey) return fail();
+      const size_t key_end = call.find(kGlmKeyEnd, p);
+      if (key_end == std::string_view::npos) return fail();
+      const std::string key(trim(call.substr(p + kGlmKey.size(), key_end - p - kGlmKey.size())));
+      const size_t v = call.find(kGlmValue, key_end);
+      if (v == std::string_view::npos || !trim(call.substr(key_end + kGlmKeyEnd.size(), v - key_end - kGlmKeyEnd.size())).empty())
+        return fail();
+      const size_t v_end = call.find(kGlmValueEnd, v);
+      if (v_end == std::string_view::npos || key.empty()) return fail();
+      const std::string_view value = call.substr(v + kGlmValue.size(), v_end - v - kGlmValue.size());
+      const auto j = parse_json(value);
+      args[key] = j ? *j : json(std::string(value));
+      p = v_end + kGlmValueEnd.size();
+      while (p < call.size() && (call[p] == '\n' || call[p] == ' ')) p++;
+    }
+    r.calls.push_back({new_call_id(ToolCallFormat::Glm), std::string(name), args.dump()});
+    if (close == std::string_view::npos) {
+      at = text.size();
+      break;
+    }
+    at = close + kHermesClose.size();
+  }
+  rest += text.substr(std::min(at, text.size()));
+  if (r.calls.empty()) return fail();
   r.content = outside(std::move(rest));
   return r;
 }
@@ -280,6 +328,8 @@ std::vector<std::string_view> start_markers(ToolCallFormat f) {
     case ToolCallFormat::DeepSeek: return {kDsCallsBegin};
     case ToolCallFormat::Mistral: return {kMistralCalls};
     case ToolCallFormat::Dsml: return {kDsmlFunctionCalls, kDsmlToolCalls};
+    case ToolCallFormat::Glm: return {kHermesOpen};
+    case ToolCallFormat::Harmony:  // read by chat/harmony.h, not through ToolCallStream
     case ToolCallFormat::None: return {};
   }
   return {};
@@ -296,6 +346,7 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::Dsml: return {kDsmlFunctionCalls, kDsmlToolCalls, kDsmlInvokeEnd, kDsmlParameterEnd};
     // Every marker of the reply's structure (its channels are parsed whether or not tools were offered).
     case ToolCallFormat::Harmony: return {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
+    case ToolCallFormat::Glm: return {kHermesOpen, kHermesClose, kGlmKey, kGlmKeyEnd, kGlmValue, kGlmValueEnd};
     case ToolCallFormat::None: return {};
   }
   return {};
@@ -308,6 +359,7 @@ std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name
   if (name == "mistral") return ToolCallFormat::Mistral;
   if (name == "dsml") return ToolCallFormat::Dsml;
   if (name == "harmony") return ToolCallFormat::Harmony;
+  if (name == "glm") return ToolCallFormat::Glm;
   if (name == "none") return ToolCallFormat::None;
   return std::nullopt;
 }
@@ -320,17 +372,19 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::Mistral: return "mistral";
     case ToolCallFormat::Dsml: return "dsml";
     case ToolCallFormat::Harmony: return "harmony";
+    case ToolCallFormat::Glm: return "glm";
     case ToolCallFormat::None: return "none";
   }
   return "?";
 }
 
-const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, harmony, none"; }
+const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, harmony, glm, none"; }
 
 ToolCallFormat detect_tool_call_format(std::string_view src) {
   const auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has(kDsml)) return ToolCallFormat::Dsml;
   if (has("<|channel|>")) return ToolCallFormat::Harmony;
+  if (has(kGlmKey)) return ToolCallFormat::Glm;  // before hermes: GLM's calls open with <tool_call> too
   if (has(kDsCallBegin) || has(kDsCallsBegin)) return ToolCallFormat::DeepSeek;
   if (has(kMistralCalls)) return ToolCallFormat::Mistral;
   if (has(kHermesOpen)) return ToolCallFormat::Hermes;
@@ -345,6 +399,7 @@ ToolCallReply parse_tool_calls(ToolCallFormat format, std::string_view text) {
     case ToolCallFormat::DeepSeek: return deepseek(text);
     case ToolCallFormat::Mistral: return mistral(text);
     case ToolCallFormat::Dsml: return dsml(text);
+    case ToolCallFormat::Glm: return glm(text);
     case ToolCallFormat::Harmony: {
       HarmonyStream h;
       HarmonyPart a = h.push(text), b = h.finish();

@@ -10,6 +10,8 @@
 //   dsml         <｜DSML｜function_calls> (V3.2) or <｜DSML｜tool_calls> (V4) holding
 //                <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>
 //                ...</｜DSML｜invoke>: string="true" values as written, the others JSON
+//   glm          <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call> (GLM-4.5/4.6/4.7, with
+//                or without newlines between): values that read as JSON taken as JSON, the others as strings
 //   harmony      (gpt-oss) a message to functions.NAME: [ to=functions.NAME]<|channel|>commentary[ to=functions.NAME]
 //                [<|constrain|>]json<|message|>{...}<|call|>; the reply's channels split by chat/harmony.h
 // A reply whose calls do not parse stays content, whole: nothing is dropped.
@@ -20,7 +22,7 @@
 
 namespace kestrel {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml, Harmony };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml, Harmony, Glm };
 
 // "hermes", ... ; nullopt for an unknown name. "none" is None.
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name);

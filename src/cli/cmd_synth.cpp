@@ -74,7 +74,8 @@ void register_synth(CLI::App& app) {
                       "qwen2moe: a2.7b = Qwen1.5-MoE; qwen3moe: 30b-a3b; phi3: mini = Phi-3.5-mini; "
                       "deepseek2: tiny (V2-Lite-like), lite (DeepSeek-V2-Lite), v3 (DeepSeek-V3); deepseek32: tiny "
                       "(top-k 4, an MTP block), attn-bench (V3.2's attention widths, 2 dense layers), v32 (DeepSeek-V3.2); "
-                      "deepseek4: tiny (ratios 4/0/128/4, top-k 3), flash (DeepSeek-V4-Flash)")
+                      "deepseek4: tiny (ratios 4/0/128/4, top-k 3), flash (DeepSeek-V4-Flash); gpt-oss: tiny (windows of 8, "
+                      "top-4 of 8 experts, YaRN over 64), 20b/120b = gpt-oss-20b/120b")
       ->capture_default_str();
   cmd->add_option("--type", type_str, std::string("Weight type: ") + kWritableTypes)->capture_default_str();
   cmd->add_option("-o,--output", out, "GGUF file to write")->required();

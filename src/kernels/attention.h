@@ -72,9 +72,14 @@ struct AttentionShape {
   // Attention sinks (gpt-oss, DeepSeek-V4): one logit per head that joins the softmax's denominator and
   // attends to nothing (ggml_soft_max_ext's sinks); null: none.
   const float* sinks = nullptr;
+  // Chunked attention (Llama 4): the query at p sees only the keys of its own chunk, p - p % chunk .. p; 0: none.
+  int32_t chunk = 0;
   int value_dim() const { return v_dim > 0 ? v_dim : head_dim; }
   // The first position the query at `pos` attends to.
-  int32_t first_position(int32_t pos) const { return window > 0 && pos + 1 > window ? pos + 1 - window : 0; }
+  int32_t first_position(int32_t pos) const {
+    if (chunk > 0) return pos - pos % chunk;
+    return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+  }
 };
 
 enum class AttentionKernel {

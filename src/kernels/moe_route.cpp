@@ -57,7 +57,7 @@ void moe_route(const MoeRouting& r, const float* logits, const float* bias, int6
       finish_weights(r, w);
       continue;
     }
-    for (int e = 0; e < ne; e++) select[e] = scores[e] + (bias ? bias[e] : 0.0f);
+    for (int e = 0; e < ne; e++) select[e] = r.select_by_logit ? x[e] : scores[e] + (bias ? bias[e] : 0.0f);
 
     if (r.n_group > 1 && r.n_group_used < r.n_group) {
       // Rank groups by the sum of their two best selection scores; exclude

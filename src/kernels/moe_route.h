@@ -24,6 +24,7 @@ struct MoeRouting {
   int n_group_used = 1;    // groups a token may choose from (== n_group: no limit)
   bool normalize = false;  // divide the chosen weights by their sum
   float scale = 1.0f;      // routed scaling factor
+  bool select_by_logit = false;  // Llama 4: chosen by the raw logits (no bias), weighted by their scores
   // Per call, or null: the chosen experts given (ids[t * n_used + k]: DeepSeek-V4's hash-routed layers, where
   // the token picks them), the weights still the scores of those.
   const int32_t* forced = nullptr;

@@ -116,6 +116,16 @@ void F64Decoder::rope_at(Vec& x, int64_t n, int heads, int64_t stride, int64_t o
     }
 }
 
+// The query temperature by position (ModelConfig::query_temp), in double.
+void F64Decoder::temper(Vec& q, int64_t n, int64_t width) const {
+  const QueryTemperature& qt = c_.query_temp;
+  if (!qt.on()) return;
+  for (int64_t t = 0; t < n; t++) {
+    const double temp = std::log(std::floor((static_cast<double>(t) + qt.offset) / qt.length) + 1.0) * qt.scale + 1.0;
+    for (int64_t i = 0; i < width; i++) q[t * width + i] *= temp;
+  }
+}
+
 F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer) const {
   const int64_t hd = c_.head_dim, q_dim = c_.n_head * hd, kv_dim = c_.n_head_kv * hd;
   const double scale = c_.attn_scale > 0 ? c_.attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
@@ -127,7 +137,8 @@ F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int
   for (int64_t t = 0; t < n; t++)
     for (int h = 0; h < c_.n_head; h++) {
       const double* qh = q.data() + t * q_dim + h * hd;
-      const int64_t first = window > 0 ? std::max<int64_t>(0, t + 1 - window) : 0;
+      const int64_t chunk = c_.chunk(layer);
+      const int64_t first = chunk > 0 ? t - t % chunk : window > 0 ? std::max<int64_t>(0, t + 1 - window) : 0;
       double m = -INFINITY;
       for (int64_t j = first; j <= t; j++) {
         const double* kj = k.data() + j * kv_dim + (h / group) * hd;
@@ -203,7 +214,7 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
       for (int i = 0; i < r.n_expert; i++) sum += (prob[i] = std::exp(lt[i] - m));
       for (auto& pr : prob) pr /= sum;
     }
-    for (int i = 0; i < r.n_expert; i++) sel[i] = prob[i] + bias[i];
+    for (int i = 0; i < r.n_expert; i++) sel[i] = r.select_by_logit ? lt[i] : prob[i] + bias[i];
     if (r.n_group > 1) {
       std::vector<double> group_score(static_cast<size_t>(r.n_group));
       for (int g = 0; g < r.n_group; g++) {
@@ -233,9 +244,14 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
     const Vec xt(x.begin() + t * dim, x.begin() + (t + 1) * dim);
     for (int k = 0; k < r.n_used; k++) {
       const int ex = order[k];
-      const double w = prob[ex] / (r.normalize ? chosen : 1.0) * r.scale;
-      Vec g = matmul(p + "ffn_gate_exps.weight", xt, 1, ex * ff, ff);
-      Vec u = matmul(p + "ffn_up_exps.weight", xt, 1, ex * ff, ff);
+      double w = prob[ex] / (r.normalize ? chosen : 1.0) * r.scale;
+      Vec xe = xt;
+      if (e.weight_input) {  // Llama 4: the weight on the expert's input
+        for (auto& v : xe) v *= w;
+        w = 1.0;
+      }
+      Vec g = matmul(p + "ffn_gate_exps.weight", xe, 1, ex * ff, ff);
+      Vec u = matmul(p + "ffn_up_exps.weight", xe, 1, ex * ff, ff);
       for (int64_t i = 0; i < ff; i++) {
         if (!gate_b.empty()) g[i] += gate_b[ex * ff + i];
         if (!up_b.empty()) u[i] += up_b[ex * ff + i];
@@ -321,11 +337,7 @@ F64Decoder::Vec F64Decoder::mla_attend(int l, const Vec& xb, int64_t n) {
   lat = rmsnorm(lat, vec(p + "attn_kv_a_norm.weight"), n, lr);
   rope_at(q, n, nh, hk, nope, c_.rope);
   rope_at(kpe, n, 1, rp, 0, c_.rope);
-  if (m.temp_scale != 0)
-    for (int64_t t = 0; t < n; t++) {
-      const double temp = std::log(std::floor(static_cast<double>(t) / m.temp_length) + 1.0) * m.temp_scale + 1.0;
-      for (int64_t i = 0; i < nh * hk; i++) q[t * nh * hk + i] *= temp;
-    }
+  temper(q, n, nh * hk);
   q_rope[l] = q;
   // Per-head up-projections: the split attn_k_b [head][latent][nope] + attn_v_b [head][value][latent], or
   // the fused attn_kv_b [head][nope + value rows][latent].
@@ -744,12 +756,18 @@ F64Decoder::Vec F64Decoder::gqa_attend(int l, const Vec& xb, int64_t n) {
     const Vec b = vec(p + name);
     for (size_t i = 0; i < y->size(); i++) (*y)[i] += b[i % b.size()];
   }
-  if (recipe_.qk_norm) {
+  if (recipe_.qk_norm || has(p + "attn_q_norm.weight")) {  // glm4moe: where the file has them
     q = rmsnorm(q, vec(p + "attn_q_norm.weight"), n * c_.n_head, hd);
     k = rmsnorm(k, vec(p + "attn_k_norm.weight"), n * c_.n_head_kv, hd);
   }
   const RopeParams& rp = c_.is_sliding(l) ? rope_sliding_ : rope_;
   rope(q, n, c_.n_head, rp), rope(k, n, c_.n_head_kv, rp);
+  if (c_.query_temp.on_layer(rp)) temper(q, n, c_.n_head * hd);
+  if (c_.rope_qk_norm && rp.n_rot > 0) {  // Llama 4: weightless, after RoPE
+    const Vec ones(static_cast<size_t>(hd), 1.0);
+    q = rmsnorm(q, ones, n * c_.n_head, hd);
+    k = rmsnorm(k, ones, n * c_.n_head_kv, hd);
+  }
   q_rope[l] = q;
   return attend(q, k, v, n, l);
 }

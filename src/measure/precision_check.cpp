@@ -37,6 +37,9 @@ class ActivationRecorder final : public ForwardingBackend {
   }
   void attention(const PagedKvLayerView& kv, const AttentionRows& b, const AttentionShape& s) override {
     in_.attention(kv, b, s);
+    // The queries as attention reads them: after RoPE and what follows it (Mistral 3's temperature, Llama 4's
+    // norms); MLA's are not compared.
+    keep(kQ, host(b.q), b.n_tokens * s.n_head * s.head_dim);
     keep(kAttention, host(b.out), b.n_tokens * s.n_head * s.value_dim());
   }
   // The indexer's choices of the layer: per row, its positions.

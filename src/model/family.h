@@ -35,6 +35,9 @@ struct Family {
   // llama-quantize's mixes raise further (0: none of this family).
   bool awq_folds = false;
   int quant_70b_layers = 0;
+  // The most multi-token-prediction blocks synth writes for a GQA family (glm4moe: 1; the MLA and DeepSeek-V4
+  // families' limits follow from their attention).
+  int max_mtp = 0;
 };
 
 // Every family, in the order `kestrel info` lists them.

@@ -165,6 +165,10 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
   }
   const auto rows = static_cast<int64_t>(pick_rows_.size());
   be.gather_rows(xe_, x, pick_rows_.data(), rows, dim);
+  if (cfg_.weight_input)  // Llama 4: each expert's input row times its weight, the outputs summed as they are
+    for (int64_t p = 0; p < n * rt.n_used; p++)
+      if (const int64_t r = row_of_pick_[static_cast<size_t>(p)]; r >= 0)
+        be.scale(xe_ + r * dim, dim, expert_w_[static_cast<size_t>(p)]);
   be.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
   // Each token's experts summed best first (llama.cpp's build_moe_ffn: the rank views of the experts'
   // weighted outputs added in turn), not in the order the experts ran.
@@ -176,7 +180,7 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
     if (r < 0) continue;
     sum_rows_.push_back(p / rt.n_used);
     sum_src_.push_back(r);
-    sum_w_.push_back(expert_w_[static_cast<size_t>(p)]);
+    sum_w_.push_back(cfg_.weight_input ? 1.0f : expert_w_[static_cast<size_t>(p)]);
   }
   be.scatter_add_rows(out, ye_, sum_rows_.data(), sum_w_.data(), static_cast<int64_t>(sum_rows_.size()), dim,
                       sum_src_.data());

@@ -120,6 +120,7 @@ GqaAttention::GqaAttention(Backend& be, const ModelConfig& c, const GqaHeads& he
   k_ = ActBuffer(be, n * kv_dim);
   v_ = ActBuffer(be, n * kv_dim);
   att_ = ActBuffer(be, n * q_dim);
+  ones_.assign(static_cast<size_t>(c.head_dim), 1.0f);
 }
 
 void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb, Act out) {
@@ -131,11 +132,20 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
   const Act qkv_out[3] = {q_, k_, v_};
   Backend::QkvShape shape{heads_.n_head, heads_.n_head_kv, c.head_dim};
   if (!w.q_norm.empty()) shape.q_norm = w.q_norm.data(), shape.k_norm = w.k_norm.data(), shape.norm_eps = c.rms_eps;
-  be.qkv_rope(qkv, bias, xb, n, r.positions(), c.rope_of(r.layer), shape, qkv_out);
+  const RopeParams& rope = c.rope_of(r.layer);
+  be.qkv_rope(qkv, bias, xb, n, r.positions(), rope, shape, qkv_out);
+  const int64_t q_dim = static_cast<int64_t>(heads_.n_head) * c.head_dim;
+  if (c.query_temp.on_layer(rope))  // by position (Mistral 3; Llama 4's layers without RoPE)
+    for (int64_t i = 0; i < n; i++) be.scale(q_ + i * q_dim, q_dim, c.query_temp.at(r.positions()[i]));
+  if (c.rope_qk_norm && rope.n_rot > 0) {  // Llama 4 Scout: weightless, after RoPE, on the RoPE layers
+    be.rmsnorm(q_, ones_.data(), q_, n * heads_.n_head, c.head_dim, c.rms_eps);
+    be.rmsnorm(k_, ones_.data(), k_, n * heads_.n_head_kv, c.head_dim, c.rms_eps);
+  }
   be.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, k_, v_);
   AttentionShape as{heads_.n_head, heads_.n_head_kv, c.head_dim};
   as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   as.window = c.window(r.layer);
+  as.chunk = c.chunk(r.layer);
   as.softcap = c.attn_softcap;
   if (!w.sinks.empty()) as.sinks = w.sinks.data();
   be.attention(r.kv.layer_view(r.kv_layer), {n, q_, att_, r.positions(), r.tables()}, as);

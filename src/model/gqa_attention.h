@@ -75,6 +75,7 @@ class GqaAttention {
   const ModelConfig& c_;
   GqaHeads heads_;
   ActBuffer q_, k_, v_, att_;
+  std::vector<float> ones_;  // a weightless norm's weights
 };
 
 }  // namespace kestrel

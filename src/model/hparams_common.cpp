@@ -84,6 +84,13 @@ void read_rope(HparamReader& h, ModelConfig& c, RopeStyle style) {
   // Multiplies cos and sin (ggml's attn_factor; Phi-3's LongRoPE scaling).
   r.attn_factor = static_cast<float>(h.float_or("rope.scaling.attn_factor", 1.0));
   if (!(r.attn_factor > 0.0f)) throw h.bad("rope.scaling.attn_factor", "must be positive");
+  if (type == "yarn") {
+    // llama.cpp's context: with yarn_log_multiplier m (HF's mscale_all_dim) the rotated dims are scaled by
+    // (1 + 0.1 ln f) / (1 + 0.1 m ln f) instead of 1 + 0.1 ln f (RopeParams applies the latter itself).
+    const double log_mul = h.float_or("rope.scaling.yarn_log_multiplier", 0.0);
+    if (log_mul < 0) throw h.bad("rope.scaling.yarn_log_multiplier", "must not be negative");
+    if (r.freq_scale < 1.0f) r.attn_factor /= static_cast<float>(1.0 + 0.1 * log_mul * std::log(1.0 / r.freq_scale));
+  }
   c.rope_sliding = r;
 }
 

@@ -23,7 +23,9 @@ LayerStack::LayerStack(Backend& be, const ModelOptions& opt, ModelConfig cfg)
                             shard_.ep, c.arch));
   local_moe_ = split_moe_widths(c.moe, shard_);
   // A file's feed_forward_length describes no tensor when every layer has experts (Qwen3-MoE).
-  if (c.moe.routing.n_expert == 0 || c.moe.n_dense_lead > 0) local_n_ff_ = shard_.share(c.n_ff, "FFN rows");
+  // A dense FFN somewhere: no experts, dense lead layers, or experts only every layer_step-th layer (Llama 4).
+  if (c.moe.routing.n_expert == 0 || c.moe.n_dense_lead > 0 || c.moe.layer_step > 1)
+    local_n_ff_ = shard_.share(c.n_ff, "FFN rows");
 }
 
 void LayerStack::init(const GgufFile& f, const ModelOptions& opt) {
@@ -124,6 +126,25 @@ void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int
   }
   be_.embed(table, b.tokens.data() + r0, n, x);
   if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
+}
+
+void LayerStack::run_nextn_block(const Batch& b, const BatchPlacement& place, KvStore& kv, const MtpTensors& m,
+                                 const float* hidden_in, Act e, Act h, Act cat, float* logits, float* hidden_out) {
+  const int64_t n = b.size(), dim = cfg_.n_embd;
+  be_.annotate_layer(cfg_.n_layer);
+  be_.embed(m.embed, b.tokens.data(), n, x_);
+  be_.rmsnorm(x_, m.enorm.data(), e, n, dim, cfg_.rms_eps);
+  be_.rmsnorm(be_.host_view(hidden_in), m.hnorm.data(), h, n, dim, cfg_.rms_eps);
+  be_.copy(cat, 2 * dim, e, dim, n, dim);
+  be_.copy(cat + dim, 2 * dim, h, dim, n, dim);
+  be_.matmul(m.eh_proj, cat, n, x_);
+  run_layer({b, place, kv, cfg_.n_layer, cfg_.n_layer, 0, n});
+  if (hidden_out) {
+    const Act out = be_.host_view(hidden_out);
+    be_.copy(out, dim, x_, dim, n, dim);
+    be_.read(out, hidden_out, n * dim);
+  }
+  head(b, x_, m.head_norm, m.head, logits, nullptr);
 }
 
 void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,

@@ -27,6 +27,13 @@
 
 namespace kestrel {
 
+// A DeepSeek-style multi-token-prediction block's own tensors (`nextn`): eh_proj over [enorm(embedding) |
+// hnorm(hidden)], the embedding, head norm and head it reads (its own or the trunk's).
+struct MtpTensors {
+  Weight eh_proj, embed, head;
+  std::vector<float> enorm, hnorm, head_norm;
+};
+
 class LayerStack : public Model {
  public:
   const ModelConfig& config() const final { return cfg_; }
@@ -83,7 +90,9 @@ class LayerStack : public Model {
   // RMSNorm of the rows' activations by weight, into the normed-input scratch (returned).
   Act norm_rows(const LayerRows& r, const std::vector<float>& weight);
   // Whether layer's FFN is a mixture of experts (its sum then spans the expert groups).
-  bool moe_layer(int layer) const { return cfg_.moe.routing.n_expert > 0 && layer >= cfg_.moe.n_dense_lead; }
+  bool moe_layer(int layer) const {
+    return cfg_.moe.routing.n_expert > 0 && layer >= cfg_.moe.n_dense_lead && (layer + 1) % cfg_.moe.layer_step == 0;
+  }
   // The FFN of xb's n rows into y: the experts when moe is present, else the dense FFN.
   void feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n, Act y,
                     const int32_t* tokens = nullptr);
@@ -103,6 +112,12 @@ class LayerStack : public Model {
                  float* hidden);
   // A layer's weights prefix, "blk.N.".
   static std::string layer_prefix(int layer);
+  // One step of a DeepSeek-style MTP block (deepseek2, glm4moe; see Model::forward_mtp): each row's token
+  // embedded by m.embed beside its hidden_in row, [enorm(e) | hnorm(h)] through eh_proj, the block (layer
+  // n_layer, the family's own layer code) run, its output into hidden_out (when set), logits by m's head
+  // norm and head. e, h: scratch of the largest batch's rows; cat twice that.
+  void run_nextn_block(const Batch& b, const BatchPlacement& place, KvStore& kv, const MtpTensors& m,
+                       const float* hidden_in, Act e, Act h, Act cat, float* logits, float* hidden_out);
 
   ModelConfig cfg_;
   Backend& be_;

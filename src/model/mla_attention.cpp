@@ -273,18 +273,11 @@ void MlaBlock::project_qkv(Backend& be, const MlaWeights& w, const LayerRows& r,
   be.rope(kv_a_ + m.kv_lora_rank, r.positions(), n, 1, static_cast<int>(kv_width_), c_.rope);
 }
 
-// The query temperature of position p (MlaConfig::temp_scale), as llama.cpp computes it: in double, rounded
-// to float once.
-float mla_query_temperature(const MlaConfig& m, int32_t p) {
-  const float blocks = std::floor(static_cast<float>(p) / static_cast<float>(m.temp_length));
-  return static_cast<float>(std::log(static_cast<double>(blocks) + 1.0) * static_cast<double>(m.temp_scale) + 1.0);
-}
-
 // n tokens' query rows (width floats from q, stride apart) times their positions' temperatures.
 void MlaBlock::apply_temperature(Backend& be, const int32_t* positions, int64_t n, Act q, int64_t stride,
                                  int64_t width) {
-  if (c_.mla.temp_scale == 0) return;
-  for (int64_t i = 0; i < n; i++) be.scale(q + i * stride, width, mla_query_temperature(c_.mla, positions[i]));
+  if (!c_.query_temp.on()) return;
+  for (int64_t i = 0; i < n; i++) be.scale(q + i * stride, width, c_.query_temp.at(positions[i]));
 }
 
 // kv[slot] = [rmsnorm(c) | k_pe] (and the indexer key, when given, in the slot's V row)

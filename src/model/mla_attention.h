@@ -38,8 +38,6 @@ struct MlaHeads {
 };
 MlaHeads split_mla_heads(const ModelConfig& c, const TensorShard& shard);
 
-// The query temperature of position p (MlaConfig::temp_scale; 1 at positions below temp_length).
-float mla_query_temperature(const MlaConfig& m, int32_t p);
 
 // The latent cache of n_layers layers: per token [rmsnorm(c) | k_pe]; values
 // are the first kv_lora floats of the same row, so there is no separate V.

@@ -2,6 +2,7 @@
 // The boundary between the runtime and an architecture: a Model runs one
 // batched forward step over a paged KV cache and returns logits for the rows
 // the batch asked for. Everything else (tokens, sampling, scheduling) is outside.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,10 +27,6 @@ struct MlaConfig {
   int qk_nope = 0;       // per-head query/key dims without RoPE
   int qk_rope = 0;       // per-head (query) and shared (key) rotary dims
   int v_head = 0;        // per-head value dims
-  // Query temperature by position (Llama 4's, in Mistral Large 3 and Small 4 files): the queries of position
-  // p times log(floor(p / temp_length) + 1) * temp_scale + 1. temp_scale 0: none.
-  float temp_scale = 0;
-  int temp_length = 0;
   // DeepSeek Sparse Attention (V3.2, `deepseek32`): a lightning indexer scores every earlier position
   // and each query attends only to its top_k (kernels/lightning_indexer.h). n_head 0: dense MLA.
   struct Indexer {
@@ -53,6 +50,10 @@ struct MoeConfig {
   bool shared_gate = false;  // Qwen2-MoE: sigmoid(x . ffn_gate_inp_shexp) scales the shared expert
   // gpt-oss: each routed expert's SwiGLU is ops.h's swiglu_oai (alpha, limit); 0: plain SwiGLU.
   float oai_alpha = 0.0f, oai_limit = 0.0f;
+  // Llama 4: the experts on layers l with (l + 1) % layer_step == 0 only (interleave_moe_layer_step; 1: all
+  // past n_dense_lead), and each chosen weight applied to the expert's input instead of its output.
+  int layer_step = 1;
+  bool weight_input = false;
 };
 
 // DeepSeek-V4 (`deepseek4`, model/arch/deepseek4.cpp): hyper-connections and compressed attention.
@@ -68,6 +69,22 @@ struct Dsv4Config {
   int idx_heads = 0, idx_dim = 0, idx_top_k = 0;  // the lightning indexer of the ratio-4 layers
   int hash_layers = 0;            // leading layers whose experts the token id picks
   std::vector<float> clamp_exp, clamp_shexp;  // per layer SwiGLU limits of routed / shared experts
+};
+
+// Query temperature by position (Llama 4's; Mistral 3 / Large 3 / Small 4 files): the queries of position p
+// times log(floor((p + offset) / length) + 1) * scale + 1, as llama.cpp computes it (in double, rounded to
+// float once). scale 0: none.
+struct QueryTemperature {
+  float scale = 0;
+  int length = 0;
+  float offset = 0;
+  bool nope_only = false;  // Llama 4: only on the layers without RoPE
+  bool on() const { return scale != 0; }
+  bool on_layer(const RopeParams& layer_rope) const { return on() && (!nope_only || layer_rope.n_rot == 0); }
+  float at(int32_t p) const {
+    const float blocks = std::floor((static_cast<float>(p) + offset) / static_cast<float>(length));
+    return static_cast<float>(std::log(static_cast<double>(blocks) + 1.0) * static_cast<double>(scale) + 1.0);
+  }
 };
 
 enum class FfnActivation {
@@ -94,6 +111,8 @@ struct ModelConfig {
   MoeConfig moe;
   Dsv4Config dsv4;
   float attn_scale = 0.0f;  // softmax scale of q.k; 0: 1/sqrt(head_dim)
+  QueryTemperature query_temp;
+  bool rope_qk_norm = false;  // Llama 4 Scout: a weightless RMSNorm of each q and k head after RoPE (RoPE layers)
   // Multi-token prediction blocks the file carries after the n_layer trunk
   // blocks (DeepSeek-V3's `nextn` layers, `{arch}.nextn_predict_layers`).
   int n_mtp = 0;
@@ -113,7 +132,11 @@ struct ModelConfig {
   bool is_sliding(int layer) const {
     return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) && sliding_layers[layer];
   }
-  int32_t window(int layer) const { return is_sliding(layer) ? sliding_window : 0; }
+  // Llama 4: the sliding layers' window is a chunk instead — a query sees the keys of its own chunk of
+  // sliding_window positions (the cache keeps the same window's blocks).
+  bool window_chunked = false;
+  int32_t window(int layer) const { return is_sliding(layer) && !window_chunked ? sliding_window : 0; }
+  int32_t chunk(int layer) const { return is_sliding(layer) && window_chunked ? sliding_window : 0; }
   const RopeParams& rope_of(int layer) const { return is_sliding(layer) ? rope_sliding : rope; }
 };
 

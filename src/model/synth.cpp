@@ -193,10 +193,10 @@ GgufWriter synth_model(const SynthOptions& o) {
   positive("--vocab", s.vocab, 1 << 22);
   positive("--ctx", s.ctx, 1 << 24);
   const LayerRecipe::Attention att = family.recipe.attention;
-  const int max_mtp = att == LayerRecipe::Attention::Mla ? 4 : att == LayerRecipe::Attention::Compressed ? 1 : 0;
+  const int max_mtp = att == LayerRecipe::Attention::Mla ? 4 : att == LayerRecipe::Attention::Compressed ? 1 : family.max_mtp;
   if (s.ds.nextn < 0 || s.ds.nextn > max_mtp)
-    throw Error(fmt::format("--mtp {}: deepseek2 models carry 0 to 4 multi-token-prediction blocks, deepseek4 0 or 1 "
-                            "(llama.cpp runs one), others none",
+    throw Error(fmt::format("--mtp {}: deepseek2 models carry 0 to 4 multi-token-prediction blocks, deepseek4 and "
+                            "glm4moe 0 or 1 (llama.cpp runs one), others none",
                             s.ds.nextn));
   if (!can_quantize_to(o.type)) throw Error(fmt::format("--type {} cannot be written yet", type_name(o.type)));
 

@@ -51,9 +51,13 @@ struct SynthDecoder {
   // low 1, high 4, original context); Gemma 3's global layers: linear scaling.
   float rope_factor = 0;
   int64_t rope_orig_ctx = 0;
-  int64_t window = 0;       // sliding window (Gemma 2/3, Phi-3)
+  float yarn_log_mul = 0;   // Mistral 3's YaRN log multiplier (its rope_factor is YaRN's)
+  float query_temp = 0;     // Mistral 3's query temperature scale (0: none)
+  int64_t window = 0;       // sliding window (Gemma 2/3, Phi-3, gpt-oss)
   // Experts: Mixtral (llama), Qwen2-MoE (with a gated shared expert), Qwen3-MoE.
   int64_t experts = 0, experts_used = 0, ffn_expert = 0, ffn_shared = 0;
+  bool qk_norm = false;     // glm4moe: q/k head norms (GLM-4.5 355B)
+  int64_t moe_step = 1;     // llama4: experts on every moe_step-th layer
 };
 
 struct SynthShape {

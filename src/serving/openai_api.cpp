@@ -194,7 +194,12 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   if (chat) {
     const ChatPrompt prompt = render_chat_request(ctx, j);
     const RenderedChat& chat_text = prompt.rendered;
-    p.reasoning_opened = prompt_opens_reasoning(chat_text.text);
+    const ReasoningTags tags = ctx.chat_template->reasoning_tags();
+    p.reasoning_opened = prompt_opens_reasoning(chat_text.text, tags);
+    // Reasoning tags that are control tokens (tekken's [THINK]) are written into the reply for the splitter.
+    for (const std::string_view tag : {tags.open, tags.close})
+      if (const int32_t id = ctx.tokenizer.vocab().find(std::string(tag)); id >= 0 && ctx.chat_template->reasons())
+        r.shown_control_tokens.push_back(id);
     // Harmony (gpt-oss) replies are structured by channels whether or not tools were offered.
     if (prompt.tools_offered || ctx.tool_format == ToolCallFormat::Harmony) {
       p.tool_format = ctx.tool_format;

@@ -110,7 +110,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   std::optional<ReplyParser> reply;
   if (chat && (c_.split_reasoning || p.tool_format != ToolCallFormat::None))
     reply.emplace(c_.split_reasoning ? std::optional<bool>(p.reasoning_opened) : std::nullopt, p.tool_format,
-                  p.parallel_tool_calls);
+                  p.parallel_tool_calls, c_.chat_template->reasoning_tags());
   if (p.stream) {
     r.content_type = "text/event-stream";
     r.headers.emplace_back("Cache-Control", "no-cache");

@@ -34,6 +34,11 @@ EXPECTED = os.path.join(HERE, "..", "reference", "synth_cells.json")
 DS32 = ["--arch", "deepseek32", "--preset", "tiny", "--type", "f32"]
 GLM5 = ["--arch", "glm-dsa", "--preset", "tiny", "--type", "f32"]
 GPT_OSS = ["--arch", "gpt-oss", "--preset", "tiny", "--type", "f32"]
+MISTRAL3 = ["--arch", "mistral3", "--preset", "tiny", "--type", "f32"]
+GLM4MOE = ["--arch", "glm4moe", "--preset", "tiny", "--type", "f32"]
+LLAMA4 = ["--arch", "llama4", "--preset", "tiny", "--type", "f32"]
+# 8250 ids: past Llama 4's first chunk of 8192 positions and the temperature's first step (p + 1 = 8192).
+PAST_8K = [(i * 37 + 11) % 512 for i in range(8250)]
 DSV4 = ["--arch", "deepseek4", "--preset", "tiny", "--type", "f32"]
 # 150 ids: past the first block of 128 (the ratio-128 layer's first compressed key) and 37 blocks of 4.
 LONG = [(i * 37 + 11) % 512 for i in range(150)]
@@ -75,6 +80,23 @@ CELLS = [
     ("gpt-oss-tiny.mxfp4_moe", GPT_OSS + ["--seed", "1"], LONG, 16, "MXFP4_MOE"),
     ("gpt-oss-tiny.q8_0", GPT_OSS + ["--seed", "1"], LONG, 16, "Q8_0"),
     ("gpt-oss-tiny.q4_k_m", GPT_OSS + ["--seed", "1"], LONG, 16, "Q4_K_M"),
+    # Mistral 3: YaRN x4 over 16 positions with a log multiplier, a query temperature from position 16 on.
+    ("mistral3-tiny.f32", MISTRAL3 + ["--seed", "1"], LONG, 16),
+    ("mistral3-tiny-seed2.f32", MISTRAL3 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("mistral3-tiny.q8_0", MISTRAL3 + ["--seed", "1"], LONG, 16, "Q8_0"),
+    ("mistral3-tiny.q4_k_m", MISTRAL3 + ["--seed", "1"], LONG, 16, "Q4_K_M"),
+    # GLM-4.5 MoE: q/k norms (tiny) or none (tiny-air), half the head rotated, a dense first layer, sigmoid
+    # routing with the selection bias + a shared expert; the MTP block (recorded row by row).
+    ("glm4moe-tiny.f32", GLM4MOE + ["--seed", "1"], LONG, 16),
+    ("glm4moe-tiny-seed2.f32", GLM4MOE + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("glm4moe-tiny-air.f32", ["--arch", "glm4moe", "--preset", "tiny-air", "--type", "f32", "--seed", "1"], LONG, 16),
+    ("glm4moe-tiny.q8_0", GLM4MOE + ["--seed", "1"], LONG, 16, "Q8_0"),
+    ("glm4moe-tiny.q4_k_m", GLM4MOE + ["--seed", "1"], LONG, 16, "Q4_K_M"),
+    # Llama 4: chunks of 8192 on layers 0-2, layer 3 without RoPE and with the query temperature, top-1 experts
+    # weighting their input on layers 1 and 3, Scout's q/k norms; the long prompt crosses 8192.
+    ("llama4-tiny.f32", LLAMA4 + ["--seed", "1"], PAST_8K, 8),
+    ("llama4-tiny-seed2.f32", LLAMA4 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("llama4-tiny.q8_0", LLAMA4 + ["--seed", "1"], PAST_8K, 8, "Q8_0"),
     # No Q4_K_M cell: its Q5_0 fallbacks (these widths are not multiples of 256) leave llama.cpp's logits by
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.
@@ -83,7 +105,7 @@ CELLS = [
 
 # The F32 cells whose MTP block's row predictions are recorded too (mtp_oracle.cpp).
 MTP_CELLS = ("deepseek32-tiny.f32", "deepseek32-tiny-seed2.f32", "glm-dsa-tiny.f32", "deepseek4-tiny.f32",
-             "deepseek4-tiny-seed2.f32", "deepseek4-tiny-mtp-file.f32")
+             "deepseek4-tiny-seed2.f32", "deepseek4-tiny-mtp-file.f32", "glm4moe-tiny.f32", "glm4moe-tiny-seed2.f32")
 # ...of which these split it into a file of its own (`synth --mtp-file`), which llama.cpp loads as a second model.
 MTP_FILE_CELLS = ("deepseek4-tiny-mtp-file.f32",)
 
@@ -155,7 +177,7 @@ def record(kestrel, dest, prefixes=()):
                     sys.exit(f"{name}: kestrel quantize --mix {mix[0]} differs from llama-quantize's: {differs}")
                 path = ours
             res = json.loads(subprocess.run([sys.executable, oracle, dest, path, "-p", " ".join(map(str, prompt)),
-                                             "-n", str(n)], check=True, capture_output=True, text=True, env=env).stdout)
+                                             "-n", str(n), "--ctx", str(max(512, len(prompt) + n))], check=True, capture_output=True, text=True, env=env).stdout)
             if "error" in res:
                 sys.exit(f"{name}: llama.cpp: {res['error']}")
             run = res["runs"][0]

@@ -149,10 +149,13 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
 }
 
 // The GQA families synth writes (no public file of theirs at hand), their tiny presets at 40 tokens: gpt-oss's
-// sinks, biases, windows of 8, YaRN, softmax over the chosen experts' logits and clamped SwiGLU.
+// sinks, biases, windows of 8, YaRN, softmax over the chosen experts' logits and clamped SwiGLU; Mistral 3's
+// YaRN log multiplier and query temperature (from position 16); GLM-4.5's q/k norms, partial RoPE, sigmoid
+// routing with the selection bias and shared expert; Llama 4's RoPE-free fourth layer, q/k norms after RoPE,
+// top-1 experts weighting their input on every second layer.
 TEST(PrecisionCheck, SynthGqaFamiliesAgreeWithTheFloat64Reference) {
   test::TempDir dir;
-  for (const std::string arch : {"gpt-oss"}) {
+  for (const std::string arch : {"gpt-oss", "mistral3", "glm4moe", "llama4"}) {
     SCOPED_TRACE(arch);
     const std::string model = dir.file(arch + ".gguf");
     ASSERT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32", "-o", model}).exit_code, 0);

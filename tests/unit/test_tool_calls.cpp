@@ -189,8 +189,27 @@ TEST(ToolCalls, Harmony) {
   EXPECT_EQ(detect_tool_call_format("{{- '<|start|>assistant<|channel|>final<|message|>' }}"), ToolCallFormat::Harmony);
 }
 
+// GLM-4.5/4.6/4.7: <arg_key>/<arg_value> pairs, with newlines (4.6) or without (4.7); a value that reads as
+// JSON is JSON, else the string as written.
+TEST(ToolCalls, Glm) {
+  const auto f = ToolCallFormat::Glm;
+  expect_reply(f,
+               "Let me look.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>São \"Paulo\"</arg_value>\n"
+               "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+               {"Let me look.", {{"get_weather", {{"city", "São \"Paulo\""}, {"days", 3}}}}});
+  expect_reply(f,
+               "<tool_call>a<arg_key>x</arg_key><arg_value>{\"k\": [1, null]}</arg_value></tool_call>"
+               "<tool_call>ping</tool_call>",
+               {std::nullopt, {{"a", {{"x", {{"k", {1, nullptr}}}}}}, {"ping", json::object()}}});
+  // Not calls: they stay content, whole.
+  for (const char* text : {"No tools.", "<tool_call>{\"name\": \"x\"}</tool_call>",
+                           "<tool_call>a<arg_key>x</arg_key>oops</tool_call>", "<tool_call>a<arg_key>x</arg_key>"})
+    expect_reply(f, text, {std::string(text), {}});
+  EXPECT_EQ(detect_tool_call_format("<tool_call>{{ tc.name }}<arg_key>{{ k }}</arg_key>"), ToolCallFormat::Glm);
+}
+
 TEST(ToolCalls, FormatNamesRoundTrip) {
-  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "harmony", "none"})
+  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "harmony", "glm", "none"})
     EXPECT_STREQ(tool_call_format_name(*tool_call_format_from_name(n)), n);
   EXPECT_FALSE(tool_call_format_from_name("xml"));
 }

@@ -52,10 +52,10 @@ void read_mla(HparamReader& h, ModelConfig& c) {
                 fmt::format("= {} must be even and less than the key size {}", m.qk_rope, head_k));
   c.head_dim = head_k;
   c.n_head_kv = c.n_head;  // as a multi-head model once decompressed
-  m.temp_scale = static_cast<float>(h.float_or("attention.temperature_scale", 0.0));
-  if (m.temp_scale != 0) {
-    m.temp_length = static_cast<int>(h.need_int("attention.temperature_length"));
-    if (m.temp_length <= 0) throw h.bad("attention.temperature_length", "must be positive");
+  c.query_temp.scale = static_cast<float>(h.float_or("attention.temperature_scale", 0.0));
+  if (c.query_temp.on()) {
+    c.query_temp.length = static_cast<int>(h.need_int("attention.temperature_length"));
+    if (c.query_temp.length <= 0) throw h.bad("attention.temperature_length", "must be positive");
   } else if (h.has("attention.temperature_length")) {
     h.need_int("attention.temperature_length");  // read: without a scale it changes nothing
   }
@@ -186,25 +186,10 @@ class Deepseek2 final : public LayerStack {
   void forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in, float* logits,
                    float* hidden_out) override {
     if (!mtp_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
-    const int64_t n = b.size(), dim = cfg_.n_embd;
-    if (n == 0) return;
-    check_batch_size(n);
+    if (b.size() == 0) return;
+    check_batch_size(b.size());
     mla_->begin_step(b, place);
-    const MtpHead& m = *mtp_;
-    be_.annotate_layer(cfg_.n_layer);
-    be_.embed(m.embed, b.tokens.data(), n, x_);
-    be_.rmsnorm(x_, m.enorm.data(), e_, n, dim, cfg_.rms_eps);
-    be_.rmsnorm(be_.host_view(hidden_in), m.hnorm.data(), h_, n, dim, cfg_.rms_eps);
-    be_.copy(cat_, 2 * dim, e_, dim, n, dim);
-    be_.copy(cat_ + dim, 2 * dim, h_, dim, n, dim);
-    be_.matmul(m.eh_proj, cat_, n, x_);
-    run_layer({b, place, kv, cfg_.n_layer, cfg_.n_layer, 0, n});
-    if (hidden_out) {
-      const Act out = be_.host_view(hidden_out);
-      be_.copy(out, dim, x_, dim, n, dim);
-      be_.read(out, hidden_out, n * dim);
-    }
-    head(b, x_, m.head_norm, m.head, logits, nullptr);
+    run_nextn_block(b, place, kv, *mtp_, hidden_in, e_, h_, cat_, logits, hidden_out);
   }
 
  private:

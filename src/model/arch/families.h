@@ -3,6 +3,7 @@
 // lists them in one table.
 #include "model/batch_io.h"
 #include "model/family.h"
+#include "model/layer_stack.h"
 #include "model/weight_loader.h"
 
 namespace kestrel {
@@ -21,6 +22,9 @@ const Family& deepseek32_family();
 const Family& glm_dsa_family();
 const Family& deepseek4_family();
 const Family& gpt_oss_family();
+const Family& mistral3_family();
+const Family& glm4moe_family();
+const Family& llama4_family();
 
 // DeepSeek Sparse Attention's parts (deepseek32.cpp), shared with glm-dsa: the three
 // attention.indexer.* keys (and the query bottleneck they need) into c.mla.indexer; and in synth those
@@ -33,13 +37,9 @@ void synth_dsa_indexer(SynthFile& out, const std::vector<uint8_t>& layers);
 void read_deepseek_experts(HparamReader& h, ModelConfig& c);
 void synth_deepseek_experts(SynthFile& out, ExpertGating gating);
 
-// A DeepSeek multi-token-prediction block's `nextn` tensors (deepseek2.cpp, shared with deepseek4): eh_proj
-// over [enorm(embedding) | hnorm(hidden)], and the block's own embedding, head norm and head where the file
-// has them (embed_tokens, shared_head_norm, shared_head_head), else io's.
-struct MtpTensors {
-  Weight eh_proj, embed, head;
-  std::vector<float> enorm, hnorm, head_norm;
-};
+// A DeepSeek multi-token-prediction block's `nextn` tensors (layer_stack.h's MtpTensors; deepseek2.cpp,
+// shared with deepseek4 and glm4moe): the block's own embedding, head norm and head where the file has them
+// (embed_tokens, shared_head_norm, shared_head_head), else io's.
 MtpTensors load_mtp_tensors(const WeightLoader& ld, Backend& be, int layer, int64_t dim, int64_t n_vocab,
                             const IoWeights& io);
 
