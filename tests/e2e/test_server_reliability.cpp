@@ -462,6 +462,16 @@ TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInHarmonyWithGptOss) {
   tool_round_trip("gpt-oss", "openai-gpt-oss-120b.jinja", "harmony");
 }
 
+// GLM-4.5 MoE (`glm4moe`) with GLM-4.6's template: <tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value>.
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInGlmXmlWithGlm45) {
+  tool_round_trip("glm4moe", "GLM-4.6.jinja", "glm");
+}
+
+// Mistral 3 (`mistral3`) with Mistral Small 3.2's template: [TOOL_CALLS] calls.
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInMistralFormWithMistral3) {
+  tool_round_trip("mistral3", "Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral");
+}
+
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {
   test::ServerProcess first({"-m", kStories, "-c", "128"});
   const test::CliResult busy = test::run_kestrel({"serve", "-m", kStories, "-c", "128", "--port", std::to_string(first.port())});

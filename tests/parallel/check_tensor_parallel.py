@@ -140,18 +140,21 @@ for model in ["deepseek2-lite-tiny", "deepseek3-tiny"]:
 
 # 2b''. DeepSeek-V3.2 and GLM-5 (sparse attention: every rank scores with the whole indexer and picks the
 # same positions; the query heads split), DeepSeek-V4 (its streams and compressors whole on every rank,
-# the heads and output groups split; pipeline stages pass all 4 streams) and gpt-oss (sinks split with the
-# heads, the output and down biases added by one rank) on the files synth writes, against
+# the heads and output groups split; pipeline stages pass all 4 streams), gpt-oss (sinks split with the
+# heads, the output and down biases added by one rank), Mistral 3, GLM-4.5 MoE and Llama 4 on the files synth
+# writes, against
 # llama.cpp's ids recorded in tests/reference/synth_cells.json.
 synth_cells = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "synth_cells.json")))
 with tempfile.TemporaryDirectory() as tmp:
     for cell in [c for c in synth_cells["cells"]
-                 if c["name"] in ("deepseek32-tiny.f32", "glm-dsa-tiny.f32", "deepseek4-tiny.f32", "gpt-oss-tiny.f32")]:
+                 if c["name"] in ("deepseek32-tiny.f32", "glm-dsa-tiny.f32", "deepseek4-tiny.f32", "gpt-oss-tiny.f32",
+                                  "mistral3-tiny.f32", "glm4moe-tiny.f32", "llama4-tiny-seed2.f32")]:
         path = os.path.join(tmp, cell["name"] + ".gguf")
         subprocess.run([KESTREL, "synth", *cell["synth"], "-o", path], check=True, capture_output=True, env=ENV)
         args = ["run", "-m", path, "--prompt-ids", " ".join(map(str, cell["prompt"])), "-n", str(len(cell["ids"])),
                 "--temp", "0", "--print-ids", "--ignore-eos", "-t", "1"]
-        for split, n in [("tp=2", 2), ("ep=2", 2), ("pp=2", 2), ("tp=2,ep=2", 4)]:
+        dense = cell["name"].startswith("mistral3")  # no experts: ep is refused
+        for split, n in [("tp=2", 2), ("pp=2", 2)] + ([] if dense else [("ep=2", 2), ("tp=2,ep=2", 4)]):
             r = mpirun(n, args + ["--parallel", split])
             check(r.returncode == 0 and ids_of(r.stdout) == cell["ids"],
                   f"{split} {cell['name']}: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
@@ -162,6 +165,10 @@ with tempfile.TemporaryDirectory() as tmp:
             r = mpirun(4, args + ["--parallel", "tp=4"])
             check(r.returncode != 0 and "2 attention output groups do not split evenly" in r.stderr,
                   "tp=4 deepseek4-tiny (2 output groups): refused, by name")
+        if cell["name"].startswith("llama4"):  # 4 layers: chunked x3 and the RoPE-free one, each a stage
+            r = mpirun(4, args + ["--parallel", "pp=4"])
+            check(r.returncode == 0 and ids_of(r.stdout) == cell["ids"],
+                  "pp=4 llama4-tiny: greedy ids equal llama.cpp's" + ("" if r.returncode == 0 else r.stderr[-300:]))
         if cell["name"].startswith("gpt-oss"):  # 2 KV heads copied over 4 ranks (sinks split, biases added once)
             for split in ("tp=4", "pp=4"):
                 r = mpirun(4, args + ["--parallel", split])

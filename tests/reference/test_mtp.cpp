@@ -214,7 +214,8 @@ class MtpModels : public ::testing::TestWithParam<MtpModel> {
 
 INSTANTIATE_TEST_SUITE_P(Families, MtpModels,
                          ::testing::Values(MtpModel{"deepseek3", test::write_synth_mtp_model},
-                                           MtpModel{"deepseek4", test::write_synth_v4_model}),
+                                           MtpModel{"deepseek4", test::write_synth_v4_model},
+                                           MtpModel{"glm4moe", test::write_synth_glm4moe_model}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST_P(MtpModels, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {

@@ -159,6 +159,7 @@ inline std::string write_synth_preset(const std::string& path, const std::string
 }
 // DeepSeek-V4's tiny preset (with its MTP block), float32.
 inline std::string write_synth_v4_model(const std::string& path) { return write_synth_preset(path, "deepseek4", "tiny"); }
+inline std::string write_synth_glm4moe_model(const std::string& path) { return write_synth_preset(path, "glm4moe", "tiny"); }
 
 inline std::string write_synth_mtp_model(const std::string& path) {
   SynthOptions so;
