@@ -242,8 +242,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tool-call-parser", f.tool_call_parser,
                   "How replies are read for tool calls when a request offers tools: hermes (<tool_call>), llama3_json, "
-                  "deepseek, mistral, dsml (DeepSeek-V3.2/V4), none; auto: the format the chat template writes calls in")
-      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "deepseek", "mistral", "dsml", "none"}))
+                  "deepseek, mistral, dsml (DeepSeek-V3.2/V4), glm (GLM-4.5-4.7's XML), harmony (gpt-oss: the reply's "
+                  "channels too), none; auto: the format the chat template writes calls in")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "deepseek", "mistral", "dsml", "glm", "harmony", "none"}))
       ->capture_default_str();
   cmd->add_option("--served-model-name", f.served_names,
                   "Model ids in the API, one or more (repeatable): requests may name any; the first is the one "

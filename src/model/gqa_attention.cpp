@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -80,7 +81,8 @@ GqaWeights load_gqa(const WeightLoader& ld, Backend& be, const std::string& p, c
 }
 
 std::vector<float> load_rope_freqs(const WeightLoader& ld, const ModelConfig& c) {
-  return ld.optional_vector("rope_freqs.weight", c.rope.n_rot / 2);
+  // The rotated layers' count (Llama 4's full layers rotate nothing: its sliding ones say).
+  return ld.optional_vector("rope_freqs.weight", std::max(c.rope.n_rot, c.rope_sliding.n_rot) / 2);
 }
 
 std::vector<float> load_longrope_factors(const WeightLoader& ld, const ModelConfig& c, int64_t n_ctx) {

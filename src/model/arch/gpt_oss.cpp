@@ -6,13 +6,13 @@
 //                                     top-k of the biased router logits; each expert biased, with the clamped
 //                                     SwiGLU g * sigmoid(1.702 g) * (u + 1) at limit 7; no shared expert
 //
-// The sliding layers keep only their window's blocks of the cache. feed_forward_length describes no tensor.
+// The Llama layer (llama_layer.h) runs it with this recipe and config. The sliding layers keep only their
+// window's blocks of the cache. feed_forward_length describes no tensor.
 #include <fmt/format.h>
 
 #include "model/arch/families.h"
-#include "model/gqa_attention.h"
+#include "model/arch/llama_layer.h"
 #include "model/hparams_common.h"
-#include "model/layer_stack.h"
 
 namespace kestrel {
 namespace {
@@ -36,63 +36,6 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   set_sliding_layers(c, static_cast<int32_t>(window), static_cast<int>(h.int_or("attention.sliding_window_pattern", 2)));
   c.rope_sliding.freq_base = static_cast<float>(h.float_or("rope.freq_base_swa", c.rope.freq_base));
   return c;
-}
-
-class GptOssLayers final : public LayerStack {
- public:
-  GptOssLayers(Backend& be, const ModelOptions& o, ModelConfig c)
-      : LayerStack(be, o, std::move(c)), heads_(split_gqa_heads(cfg_, shard_)) {}
-
-  KvLayout kv_layout() const override { return gqa_kv_layout(cfg_, heads_, first_, end_); }
-
- private:
-  struct Layer {
-    std::vector<float> attn_norm, ffn_norm;
-    GqaWeights attn;
-    MoeWeights moe;
-  };
-
-  void load_layer(const WeightLoader& ld, int l) override {
-    const std::string p = layer_prefix(l);
-    const int64_t dim = cfg_.n_embd;
-    Layer& L = layers_.emplace_back();
-    L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-    L.attn = load_gqa(ld, be_, p, cfg_, heads_, shard_, {.sinks = true});
-    for (const auto* b : {&L.attn.bq, &L.attn.bk, &L.attn.bv})
-      if (b->empty()) throw Error(fmt::format("{}: gpt-oss's q, k and v projections have biases", p + "attn_*.bias"));
-    L.ffn_norm = ld.require_vector(p + "post_attention_norm.weight", dim);
-    L.moe = load_moe(ld, be_, p, dim, cfg_.moe, shard_);
-  }
-
-  void allocate(int64_t max_rows) override { gqa_ = std::make_unique<GqaAttention>(be_, cfg_, heads_, max_rows); }
-
-  const Layer& at(const LayerRows& r) const { return layers_[static_cast<size_t>(r.layer - first_)]; }
-
-  void attention(const LayerRows& r, Act y) override {
-    const Layer& L = at(r);
-    gqa_->run(be_, L.attn, r, norm_rows(r, L.attn_norm), y);
-  }
-
-  void ffn(const LayerRows& r, Act y) override {
-    const Layer& L = at(r);
-    feed_forward({}, L.moe, FfnActivation::Silu, norm_rows(r, L.ffn_norm), r.n, y);
-  }
-
-  void log_fusion() const override {
-    int qkv = 0;
-    for (const auto& L : layers_) qkv += GqaAttention::fused(be_, L.attn);
-    print_gqa_fusion(qkv, 0, cfg_.n_layer, false, "biased clamped SwiGLU (experts: gate, up, bias and activation apart)");
-  }
-
-  const GqaHeads heads_;
-  std::vector<Layer> layers_;  // this rank's, from first_
-  std::unique_ptr<GqaAttention> gqa_;
-};
-
-std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {
-  auto m = std::make_unique<GptOssLayers>(be, o, std::move(c));
-  m->init(f, o);
-  return m;
 }
 
 // llama.cpp's converter's keys and tensors (conversion/gpt_oss.py): biases and sinks in F32.
@@ -152,7 +95,7 @@ std::vector<SynthPreset> presets() {
 }  // namespace
 
 const Family& gpt_oss_family() {
-  static const Family f{"gpt-oss", "gpt-oss-20b, gpt-oss-120b", kRecipe, read, make, synth, presets};
+  static const Family f{"gpt-oss", "gpt-oss-20b, gpt-oss-120b", kRecipe, read, make_llama<kRecipe>, synth, presets};
   return f;
 }
 

@@ -9,14 +9,14 @@
 //                                     top-k by router logit, sigmoid of the chosen logit applied to the expert's
 //                                     input, plus the shared expert
 //
-// The chunk size, the temperature's floor and scale are llama.cpp's constants (not in the file); a file with
+// The Llama layer (llama_layer.h) runs it with this config. The chunk size, the temperature's floor and scale
+// are llama.cpp's constants (not in the file); a file with
 // attention.sliding_window = 0 (MobileLLM-style) has no chunks, RoPE everywhere and no temperature.
 #include <fmt/format.h>
 
 #include "model/arch/families.h"
-#include "model/gqa_attention.h"
+#include "model/arch/llama_layer.h"
 #include "model/hparams_common.h"
-#include "model/layer_stack.h"
 
 namespace kestrel {
 namespace {
@@ -49,77 +49,6 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   c.query_temp = {.scale = 0.1f, .length = 8192, .offset = 1.0f, .nope_only = true};
   c.rope_qk_norm = e.routing.n_expert != 128;  // llama.cpp: all but the 128-expert model (Maverick)
   return c;
-}
-
-class Llama4 final : public LayerStack {
- public:
-  Llama4(Backend& be, const ModelOptions& o, ModelConfig c)
-      : LayerStack(be, o, std::move(c)), heads_(split_gqa_heads(cfg_, shard_)) {}
-
-  KvLayout kv_layout() const override { return gqa_kv_layout(cfg_, heads_, first_, end_); }
-
- private:
-  struct Layer {
-    std::vector<float> attn_norm, ffn_norm;
-    GqaWeights attn;
-    FfnWeights dense;
-    MoeWeights moe;
-  };
-
-  // rope_freqs: the RoPE layers' frequency divisors (Llama 3's rule, from the converter).
-  void load_extra(const WeightLoader& ld, const ModelOptions&) override {
-    const RopeParams& roped = cfg_.rope.n_rot > 0 ? cfg_.rope : cfg_.rope_sliding;
-    rope_factors_ = ld.optional_vector("rope_freqs.weight", roped.n_rot / 2);
-    use_rope_factors(cfg_, rope_factors_);
-  }
-
-  void load_layer(const WeightLoader& ld, int l) override {
-    const std::string p = layer_prefix(l);
-    const int64_t dim = cfg_.n_embd;
-    Layer& L = layers_.emplace_back();
-    L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-    L.attn = load_gqa(ld, be_, p, cfg_, heads_, shard_, {});
-    L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
-    if (moe_layer(l))
-      L.moe = load_moe(ld, be_, p, dim, cfg_.moe, shard_);
-    else
-      L.dense = load_ffn(ld, be_, p, "", dim, cfg_.n_ff, false, shard_);
-  }
-
-  void allocate(int64_t max_rows) override { gqa_ = std::make_unique<GqaAttention>(be_, cfg_, heads_, max_rows); }
-
-  const Layer& at(const LayerRows& r) const { return layers_[static_cast<size_t>(r.layer - first_)]; }
-
-  void attention(const LayerRows& r, Act y) override {
-    const Layer& L = at(r);
-    gqa_->run(be_, L.attn, r, norm_rows(r, L.attn_norm), y);
-  }
-
-  void ffn(const LayerRows& r, Act y) override {
-    const Layer& L = at(r);
-    feed_forward(L.dense, L.moe, FfnActivation::Silu, norm_rows(r, L.ffn_norm), r.n, y);
-  }
-
-  void log_fusion() const override {
-    int qkv = 0, ffn = 0;
-    for (const auto& L : layers_) {
-      qkv += GqaAttention::fused(be_, L.attn);
-      const FfnWeights* f = L.moe.present() ? L.moe.first_held() : &L.dense;
-      ffn += f && be_.fuses(f->gate, f->up);
-    }
-    print_gqa_fusion(qkv, ffn, cfg_.n_layer, false, "SwiGLU (dense, shared and routed experts)");
-  }
-
-  const GqaHeads heads_;
-  std::vector<float> rope_factors_;
-  std::vector<Layer> layers_;  // this rank's, from first_
-  std::unique_ptr<GqaAttention> gqa_;
-};
-
-std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {
-  auto m = std::make_unique<Llama4>(be, o, std::move(c));
-  m->init(f, o);
-  return m;
 }
 
 // llama.cpp's converter's keys and tensors (conversion/llama.py's Llama4Model).
@@ -168,8 +97,8 @@ std::vector<SynthPreset> presets() {
 }  // namespace
 
 const Family& llama4_family() {
-  static const Family f{"llama4", "Llama 4 Scout (17B-16E), Maverick (17B-128E), text", kRecipe, read, make, synth,
-                        presets};
+  static const Family f{"llama4", "Llama 4 Scout (17B-16E), Maverick (17B-128E), text", kRecipe, read,
+                        make_llama<kRecipe, RopeFactors::Llama3>, synth, presets};
   return f;
 }
 

@@ -33,8 +33,9 @@ class LlamaLayers final : public LayerStack {
     const int64_t dim = cfg_.n_embd;
     Layer& L = layers_.emplace_back();
     L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-    L.attn = load_gqa(ld, be_, p, cfg_, heads_, shard_, {recipe_.qk_norm, recipe_.fused_qkv});
-    L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
+    L.attn = load_gqa(ld, be_, p, cfg_, heads_, shard_, {recipe_.qk_norm, recipe_.fused_qkv, recipe_.attn_sinks});
+    const bool post = recipe_.ffn_norm == LayerRecipe::FfnNorm::PostAttention;  // gpt-oss's name for it
+    L.ffn_norm = ld.require_vector(p + (post ? "post_attention_norm.weight" : "ffn_norm.weight"), dim);
     if (moe_layer(l))
       L.moe = load_moe(ld, be_, p, dim, cfg_.moe, shard_);
     else

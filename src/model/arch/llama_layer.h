@@ -1,10 +1,13 @@
 #pragma once
 // The Llama layer, which the Llama-derived families' files (llama, qwen2,
-// qwen2moe, qwen3, qwen3moe, phi3) run with their own recipes, as
-// llama.cpp's do with its llama graph:
+// qwen2moe, qwen3, qwen3moe, phi3, mistral3, llama4, gpt-oss) run with their
+// own recipes and configs, as llama.cpp's do with its llama graph:
 //
-//   x += GQA attention(rmsnorm(x))   [q/k/v biases] [q/k head norms] [fused attn_qkv]
+//   x += GQA attention(rmsnorm(x))   [q/k/v/o biases] [q/k head norms] [fused attn_qkv] [sinks]
 //   x += SwiGLU FFN(rmsnorm(x))      [fused gate/up]  or the routed experts [+ shared expert]
+//
+// What the config says on top (model.h): sliding or chunked windows, RoPE-free layers, the query
+// temperature, experts every layer_step-th layer weighting their input, biased experts with gpt-oss's SwiGLU.
 //
 // with RoPE frequency factors when the family's files carry them.
 #include <memory>
