@@ -10,15 +10,15 @@
 namespace kestrel {
 namespace {
 
-SplitText all_at_once(bool open, const std::string& text) {
-  ReasoningSplitter s(open);
+SplitText all_at_once(bool open, const std::string& text, ReasoningTags tags = kThinkTags) {
+  ReasoningSplitter s(open, tags);
   SplitText a = s.push(text), b = s.finish();
   return {a.reasoning + b.reasoning, a.content + b.content};
 }
 
-SplitText in_pieces(bool open, const std::string& text, uint32_t seed) {
+SplitText in_pieces(bool open, const std::string& text, uint32_t seed, ReasoningTags tags = kThinkTags) {
   std::mt19937 rng(seed);
-  ReasoningSplitter s(open);
+  ReasoningSplitter s(open, tags);
   SplitText out;
   for (size_t at = 0; at < text.size();) {
     const size_t n = std::min<size_t>(text.size() - at, 1 + rng() % 4);
@@ -31,12 +31,13 @@ SplitText in_pieces(bool open, const std::string& text, uint32_t seed) {
   return {out.reasoning + end.reasoning, out.content + end.content};
 }
 
-void expect_split(bool open, const std::string& text, const std::string& reasoning, const std::string& content) {
-  const SplitText whole = all_at_once(open, text);
+void expect_split(bool open, const std::string& text, const std::string& reasoning, const std::string& content,
+                  ReasoningTags tags = kThinkTags) {
+  const SplitText whole = all_at_once(open, text, tags);
   EXPECT_EQ(whole.reasoning, reasoning) << text;
   EXPECT_EQ(whole.content, content) << text;
   for (uint32_t seed = 0; seed < 50; seed++) {
-    const SplitText cut = in_pieces(open, text, seed);
+    const SplitText cut = in_pieces(open, text, seed, tags);
     ASSERT_EQ(cut.reasoning, reasoning) << text << " (pieces, seed " << seed << ")";
     ASSERT_EQ(cut.content, content) << text << " (pieces, seed " << seed << ")";
   }
@@ -61,6 +62,16 @@ TEST(Reasoning, ARepliesWithoutThinkingStayContentExactly) {
   expect_split(false, "\n\nIndented answer", "", "\n\nIndented answer");
   expect_split(false, "<thi", "", "<thi");
   expect_split(false, "<", "", "<");
+}
+
+// Mistral's reasoning models (Magistral, Ministral 3 Reasoning) think in [THINK]...[/THINK]; the tags come
+// from the template, which shows them.
+TEST(Reasoning, MistralThinksBetweenItsOwnTags) {
+  expect_split(false, "[THINK]2 and 2 [make] 4.[/THINK]It is 4.", "2 and 2 [make] 4.", "It is 4.", kMistralThinkTags);
+  expect_split(false, "No thinking, <think> is text", "", "No thinking, <think> is text", kMistralThinkTags);
+  expect_split(false, "[THINK]cut short", "cut short", "", kMistralThinkTags);
+  EXPECT_EQ(reasoning_tags_of("{{- '[THINK]' + block['thinking'] + '[/THINK]' }}").open, "[THINK]");
+  EXPECT_EQ(reasoning_tags_of("{{ '<think>' }}").close, "</think>");
 }
 
 TEST(Reasoning, PromptOpensReasoning) {

@@ -10,8 +10,8 @@
 //                                     input, plus the shared expert
 //
 // The Llama layer (llama_layer.h) runs it with this config. The chunk size, the temperature's floor and scale
-// are llama.cpp's constants (not in the file); a file with
-// attention.sliding_window = 0 (MobileLLM-style) has no chunks, RoPE everywhere and no temperature.
+// are llama.cpp's constants (not in the file, whose attention.sliding_window value llama.cpp ignores too); a
+// file with attention.sliding_window = 0 (MobileLLM-style) is refused.
 #include <fmt/format.h>
 
 #include "model/arch/families.h"
@@ -38,9 +38,11 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   e.weight_input = true;
   e.layer_step = static_cast<int>(h.need_int("interleave_moe_layer_step"));
   if (e.layer_step <= 0) throw h.bad("interleave_moe_layer_step", "must be positive");
-  const auto window = h.opt_int("attention.sliding_window");
-  if (window && *window == 0) return c;  // no chunks: RoPE on every layer
   // llama.cpp: chunks of 8192 on three layers of four (whatever a window key says), the fourth without RoPE.
+  // Its window-0 form (MobileLLM-style files) drops RoPE on the last layer and then asserts on a temperature of
+  // 0: refused rather than guessed.
+  if (const auto window = h.opt_int("attention.sliding_window"); window && *window == 0)
+    throw h.bad("attention.sliding_window", "= 0 (no chunked attention) is not supported for llama4");
   set_sliding_layers(c, kChunk, static_cast<int>(h.int_or("attention.sliding_window_pattern", 4)));
   c.window_chunked = true;
   c.rope_sliding = c.rope;

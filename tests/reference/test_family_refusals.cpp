@@ -1,0 +1,71 @@
+// The families added for issue 39 (gpt-oss, mistral3, glm4moe, llama4): what an architecture does not compute
+// is refused by name at load, not run with other math.
+#include <gmock/gmock.h>
+
+#include <functional>
+
+#include "core/error.h"
+#include "model/synth.h"
+#include "runtime/loaded_model.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(FamilyRefusals, TheNewFamiliesRefuseWhatTheyDoNotComputeByName) {
+  test::TempDir dir;
+  struct Case {
+    const char* arch;
+    const char* what;
+    std::function<void(GgufWriter&)> edit;
+    const char* named;
+  };
+  const std::vector<Case> cases = {
+      {"gpt-oss", "softmax routing", [](GgufWriter& w) { w.set_u32("gpt-oss.expert_gating_func", 1); },
+       "gpt-oss.expert_gating_func"},
+      {"gpt-oss", "an unknown key", [](GgufWriter& w) { w.set_f32("gpt-oss.attention.scale", 0.5f); },
+       "gpt-oss.attention.scale"},
+      {"mistral3", "a negative YaRN log multiplier",
+       [](GgufWriter& w) { w.set_f32("mistral3.rope.scaling.yarn_log_multiplier", -1.0f); },
+       "mistral3.rope.scaling.yarn_log_multiplier"},
+      {"glm4moe", "sqrt-softplus routing", [](GgufWriter& w) { w.set_u32("glm4moe.expert_gating_func", 4); },
+       "glm4moe.expert_gating_func"},
+      {"glm4moe", "GLM-4.5V's M-RoPE sections",
+       [](GgufWriter& w) {
+         std::vector<GgufValue> v;
+         for (uint32_t x : {8u, 4u, 4u, 0u}) v.push_back(GgufValue::u32(x));
+         w.set("glm4moe.rope.dimension_sections", GgufValue::array(GgufValueType::UINT32, v));
+       },
+       "glm4moe.rope.dimension_sections"},
+      {"llama4", "no chunked attention", [](GgufWriter& w) { w.set_u32("llama4.attention.sliding_window", 0); },
+       "llama4.attention.sliding_window"},
+      {"llama4", "attention sinks (gpt-oss's, not Llama 4's)",
+       [](GgufWriter& w) {
+         w.add_tensor("blk.0.attn_sinks.weight", GgmlType::F32, {4}, [](uint8_t* d, size_t n) { std::memset(d, 0, n); });
+       },
+       "blk.0.attn_sinks.weight"},
+  };
+  for (const Case& c : cases) {
+    SynthOptions so;
+    so.shape = synth_preset(c.arch, "tiny");
+    so.type = GgmlType::F32;
+    GgufWriter w = synth_model(so);
+    c.edit(w);
+    const std::string path = dir.file("bad.gguf");
+    w.write_file(path);
+    LoadOptions o;
+    o.model_path = path;
+    o.n_threads = 1;
+    try {
+      LoadedModel::load(o);
+      ADD_FAILURE() << "loaded a " << c.arch << " file with " << c.what;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.named)) << c.arch << ": " << c.what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
