@@ -185,7 +185,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
   cmd->add_option("--spec", f.spec,
                   "Speculative decoding: none, ngram (prompt lookup), draft (--draft-model), mtp (the model's own "
-                  "multi-token-prediction block: DeepSeek-V3, V3.2, V4, GLM-5)")
+                  "multi-token-prediction block: DeepSeek-V3, V3.2, V4, GLM-5, GLM-4.5)")
       ->check(CLI::IsMember({"none", "ngram", "draft", "mtp"}))
       ->capture_default_str();
   cmd->add_option("--draft-model", f.draft_model,
