@@ -221,7 +221,7 @@ class ProfilingBackend final : public ForwardingBackend {
   void timed(std::string op, int layer, double bytes, double flops, Fn&& fn) {
     const int64_t t0 = p_.now_ns();
     fn();
-    p_.record({std::move(op), layer, t0, p_.now_ns() - t0, bytes, flops});
+    p_.record({std::move(op), layer, t0, p_.now_ns() - t0, bytes, flops, {}});
   }
 
   Profiler& p_;

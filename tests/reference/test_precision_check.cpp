@@ -155,7 +155,7 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
 // top-1 experts weighting their input on every second layer.
 TEST(PrecisionCheck, SynthGqaFamiliesAgreeWithTheFloat64Reference) {
   test::TempDir dir;
-  for (const std::string arch : {"gpt-oss", "mistral3", "glm4moe", "llama4"}) {
+  for (const std::string& arch : std::vector<std::string>{"gpt-oss", "mistral3", "glm4moe", "llama4"}) {
     SCOPED_TRACE(arch);
     const std::string model = dir.file(arch + ".gguf");
     ASSERT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32", "-o", model}).exit_code, 0);
