@@ -118,7 +118,7 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
                 .exit_code, 0);
   ASSERT_EQ(test::run_kestrel({"synth", "--arch", "glm-dsa", "--preset", "tiny", "--type", "f32", "-o", glm})
                 .exit_code, 0);
-  for (const std::string model : {test::shared("reference/llama.cpp/deepseek2-lite-tiny.f32.gguf"),
+  for (const std::string& model : {test::shared("reference/llama.cpp/deepseek2-lite-tiny.f32.gguf"),
                                   test::shared("reference/llama.cpp/deepseek3-tiny.f32.gguf"), ds32, m4, glm}) {
     for (const char* mode : {"absorbed", "decompressed"}) {
       SCOPED_TRACE(model + " " + mode);
