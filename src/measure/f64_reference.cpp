@@ -116,6 +116,13 @@ void F64Decoder::rope_at(Vec& x, int64_t n, int heads, int64_t stride, int64_t o
     }
 }
 
+// y's rows += the bias `name` (one row of it), when the file has it.
+void F64Decoder::add_bias(Vec& y, const std::string& name) const {
+  if (!has(name)) return;
+  const Vec b = vec(name);
+  for (size_t i = 0; i < y.size(); i++) y[i] += b[i % b.size()];
+}
+
 // The query temperature by position (ModelConfig::query_temp), in double.
 void F64Decoder::temper(Vec& q, int64_t n, int64_t width) const {
   const QueryTemperature& qt = c_.query_temp;
@@ -131,13 +138,12 @@ F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int
   const double scale = c_.attn_scale > 0 ? c_.attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
   const int group = c_.n_head / c_.n_head_kv;
   const int64_t window = c_.window(layer);
-  const std::string sinks_name = fmt::format("blk.{}.attn_sinks.weight", layer);
-  const Vec sinks = recipe_.attn_sinks ? vec(sinks_name) : Vec();
+  const int64_t chunk = c_.chunk(layer);
+  const Vec sinks = recipe_.attn_sinks ? vec(fmt::format("blk.{}.attn_sinks.weight", layer)) : Vec();
   Vec att(static_cast<size_t>(n * q_dim), 0.0), s(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; t++)
     for (int h = 0; h < c_.n_head; h++) {
       const double* qh = q.data() + t * q_dim + h * hd;
-      const int64_t chunk = c_.chunk(layer);
       const int64_t first = chunk > 0 ? t - t % chunk : window > 0 ? std::max<int64_t>(0, t + 1 - window) : 0;
       double m = -INFINITY;
       for (int64_t j = first; j <= t; j++) {
@@ -190,10 +196,7 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
   const MoeRouting& r = e.routing;
   const int64_t dim = c_.n_embd, ff = e.n_ff_expert;
   Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
-  if (has(p + "ffn_gate_inp.bias")) {  // gpt-oss: on the logits, before everything
-    const Vec b = vec(p + "ffn_gate_inp.bias");
-    for (size_t i = 0; i < logits.size(); i++) logits[i] += b[i % b.size()];
-  }
+  add_bias(logits, p + "ffn_gate_inp.bias");  // gpt-oss: on the logits, before everything
   // gpt-oss's experts' biases ([n_expert][width]) and SwiGLU.
   auto expert_bias = [&](const std::string& name) { return has(p + name) ? vec(p + name) : Vec(); };
   const Vec gate_b = expert_bias("ffn_gate_exps.bias"), up_b = expert_bias("ffn_up_exps.bias"),
@@ -418,10 +421,7 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
     else
       attention[l] = gqa_attend(l, xb, n);
     Vec a = matmul(p + "attn_output.weight", attention[l], n);
-    if (has(p + "attn_output.bias")) {
-      const Vec b = vec(p + "attn_output.bias");
-      for (size_t i = 0; i < a.size(); i++) a[i] += b[i % b.size()];
-    }
+    add_bias(a, p + "attn_output.bias");
     if (recipe_.post_norms) a = rmsnorm(a, vec(p + "post_attention_norm.weight"), n, dim);
     attn_branch[l] = a;
     for (size_t i = 0; i < x.size(); i++) x[i] += a[i];
@@ -624,15 +624,7 @@ F64Decoder::Vec F64Decoder::dsv4_moe(int l, const Vec& x, const std::vector<int3
   const MoeRouting& r = c_.moe.routing;
   const std::string p = fmt::format("blk.{}.", l);
   const int64_t dim = c_.n_embd, ff = c_.moe.n_ff_expert;
-  Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
-  if (has(p + "ffn_gate_inp.bias")) {  // gpt-oss: on the logits, before everything
-    const Vec b = vec(p + "ffn_gate_inp.bias");
-    for (size_t i = 0; i < logits.size(); i++) logits[i] += b[i % b.size()];
-  }
-  // gpt-oss's experts' biases ([n_expert][width]) and SwiGLU.
-  auto expert_bias = [&](const std::string& name) { return has(p + name) ? vec(p + name) : Vec(); };
-  const Vec gate_b = expert_bias("ffn_gate_exps.bias"), up_b = expert_bias("ffn_up_exps.bias"),
-            down_b = expert_bias("ffn_down_exps.bias");
+  const Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
   const bool hashed = l < v.hash_layers;
   const Vec bias = hashed ? Vec() : vec(p + "exp_probs_b.bias");
   const int32_t* table = hashed ? reinterpret_cast<const int32_t*>(tensor(p + "ffn_gate_tid2eid.weight")->data) : nullptr;
@@ -751,11 +743,7 @@ F64Decoder::Vec F64Decoder::gqa_attend(int l, const Vec& xb, int64_t n) {
   } else {
     q = matmul(p + "attn_q.weight", xb, n), k = matmul(p + "attn_k.weight", xb, n), v = matmul(p + "attn_v.weight", xb, n);
   }
-  for (auto [y, name] : {std::pair{&q, "attn_q.bias"}, {&k, "attn_k.bias"}, {&v, "attn_v.bias"}}) {
-    if (!has(p + name)) continue;
-    const Vec b = vec(p + name);
-    for (size_t i = 0; i < y->size(); i++) (*y)[i] += b[i % b.size()];
-  }
+  for (auto [y, name] : {std::pair{&q, "attn_q.bias"}, {&k, "attn_k.bias"}, {&v, "attn_v.bias"}}) add_bias(*y, p + name);
   if (recipe_.qk_norm || has(p + "attn_q_norm.weight")) {  // glm4moe: where the file has them
     q = rmsnorm(q, vec(p + "attn_q_norm.weight"), n * c_.n_head, hd);
     k = rmsnorm(k, vec(p + "attn_k_norm.weight"), n * c_.n_head_kv, hd);

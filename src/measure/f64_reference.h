@@ -67,6 +67,7 @@ class F64Decoder {
   Vec layernorm(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t dim, double eps) const;
   Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer) const;
   void temper(Vec& q, int64_t n, int64_t width) const;
+  void add_bias(Vec& y, const std::string& name) const;
   // DeepSeek-V4 (model/arch/deepseek4.cpp has the math): its whole pass, its attention, its experts.
   void run_dsv4(const std::vector<int32_t>& tokens);
   Vec dsv4_attend(int l, const Vec& xn, int64_t n);
