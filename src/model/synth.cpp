@@ -93,6 +93,17 @@ void SynthFile::gated_ffn(const std::string& p, const std::string& suffix, int64
   random(p + "ffn_down" + suffix + ".weight", out, residual_std(width));
 }
 
+void SynthFile::qkv(const std::string& p, int64_t q_dim, int64_t kv_dim, float bias_std) {
+  const float in_std = fan_in(s_.dim);
+  random(p + "attn_q.weight", {s_.dim, q_dim}, in_std);
+  random(p + "attn_k.weight", {s_.dim, kv_dim}, in_std);
+  random(p + "attn_v.weight", {s_.dim, kv_dim}, in_std);
+  if (bias_std <= 0.0f) return;
+  random(p + "attn_q.bias", {q_dim}, bias_std);
+  random(p + "attn_k.bias", {kv_dim}, bias_std);
+  random(p + "attn_v.bias", {kv_dim}, bias_std);
+}
+
 void synth_sizes(SynthFile& out, int64_t blocks, int64_t head_count_kv, int64_t rope_dims, float freq_base,
                  float rms_eps) {
   const SynthShape& s = out.shape();
@@ -140,18 +151,10 @@ void synth_gqa_layers(SynthFile& out, const LayerRecipe& r) {
   for (int64_t l = 0; l < s.layers; l++) {
     const std::string p = fmt::format("blk.{}.", l);
     out.norm(p + "attn_norm.weight", s.dim);
-    if (r.fused_qkv) {
+    if (r.fused_qkv)  // no biases: the fused form has none (load_gqa)
       out.random(p + "attn_qkv.weight", {s.dim, q_dim + 2 * kv_dim}, in_std);
-    } else {
-      out.random(p + "attn_q.weight", {s.dim, q_dim}, in_std);
-      out.random(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
-      out.random(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
-    }
-    if (r.qkv_bias) {
-      out.random(p + "attn_q.bias", {q_dim}, 0.02f);
-      out.random(p + "attn_k.bias", {kv_dim}, 0.02f);
-      out.random(p + "attn_v.bias", {kv_dim}, 0.02f);
-    }
+    else
+      out.qkv(p, q_dim, kv_dim, r.qkv_bias ? 0.02f : 0.0f);
     if (r.qk_norm) {
       out.norm(p + "attn_q_norm.weight", head);
       out.norm(p + "attn_k_norm.weight", head);

@@ -129,6 +129,9 @@ class SynthFile {
   // dimensions appended (3-D experts); down shrunk by residual_scale().
   void gated_ffn(const std::string& prefix, const std::string& suffix, int64_t width,
                  const std::vector<int64_t>& extra = {});
+  // A GQA layer's `{prefix}attn_{q,k,v}.weight` (q_dim and kv_dim rows over the embedding), then their
+  // biases of this standard deviation when it is above 0.
+  void qkv(const std::string& prefix, int64_t q_dim, int64_t kv_dim, float bias_std = 0.0f);
   // The standard deviation that keeps a projection's output near unit scale.
   static float fan_in(int64_t n) { return 1.0f / std::sqrt(static_cast<float>(n)); }
   // The two projections that write into the residual stream are shrunk by

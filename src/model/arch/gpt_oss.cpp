@@ -55,12 +55,7 @@ void synth(SynthFile& out) {
   for (int64_t l = 0; l < s.layers; l++) {
     const std::string p = fmt::format("blk.{}.", l);
     out.norm(p + "attn_norm.weight", s.dim);
-    out.random(p + "attn_q.weight", {s.dim, q_dim}, in_std);
-    out.random(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
-    out.random(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
-    out.random(p + "attn_q.bias", {q_dim}, 0.1f);
-    out.random(p + "attn_k.bias", {kv_dim}, 0.1f);
-    out.random(p + "attn_v.bias", {kv_dim}, 0.1f);
+    out.qkv(p, q_dim, kv_dim, 0.1f);
     out.random(p + "attn_output.weight", {q_dim, s.dim}, out.residual_std(q_dim));
     out.random(p + "attn_output.bias", {s.dim}, 0.02f);
     out.random(p + "attn_sinks.weight", {s.heads}, 1.0f);
