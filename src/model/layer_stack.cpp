@@ -128,9 +128,22 @@ void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int
   if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
 }
 
+void LayerStack::allocate_nextn(int64_t max_rows) {
+  const int64_t rows = max_rows * cfg_.n_embd;
+  nextn_e_ = ActBuffer(be_, rows);
+  nextn_h_ = ActBuffer(be_, rows);
+  nextn_cat_ = ActBuffer(be_, 2 * rows);
+}
+
+void LayerStack::skip_unloaded_mtp(const WeightLoader& ld) const {
+  for (int l = cfg_.n_layer + mtp_layers(); l < cfg_.n_layer + cfg_.n_mtp; l++)
+    ld.skip_prefix(layer_prefix(l), "multi-token-prediction block not loaded");
+}
+
 void LayerStack::run_nextn_block(const Batch& b, const BatchPlacement& place, KvStore& kv, const MtpTensors& m,
-                                 const float* hidden_in, Act e, Act h, Act cat, float* logits, float* hidden_out) {
+                                 const float* hidden_in, float* logits, float* hidden_out) {
   const int64_t n = b.size(), dim = cfg_.n_embd;
+  const Act e = nextn_e_, h = nextn_h_, cat = nextn_cat_;
   be_.annotate_layer(cfg_.n_layer);
   be_.embed(m.embed, b.tokens.data(), n, x_);
   be_.rmsnorm(x_, m.enorm.data(), e, n, dim, cfg_.rms_eps);

@@ -112,12 +112,15 @@ class LayerStack : public Model {
                  float* hidden);
   // A layer's weights prefix, "blk.N.".
   static std::string layer_prefix(int layer);
-  // One step of a DeepSeek-style MTP block (deepseek2, glm4moe; see Model::forward_mtp): each row's token
+  // A DeepSeek-style MTP block (deepseek2, glm4moe; see Model::forward_mtp). Its step: each row's token
   // embedded by m.embed beside its hidden_in row, [enorm(e) | hnorm(h)] through eh_proj, the block (layer
   // n_layer, the family's own layer code) run, its output into hidden_out (when set), logits by m's head
-  // norm and head. e, h: scratch of the largest batch's rows; cat twice that.
+  // norm and head; in scratch a family allocates (allocate_nextn, from its allocate()) when it loaded one.
   void run_nextn_block(const Batch& b, const BatchPlacement& place, KvStore& kv, const MtpTensors& m,
-                       const float* hidden_in, Act e, Act h, Act cat, float* logits, float* hidden_out);
+                       const float* hidden_in, float* logits, float* hidden_out);
+  void allocate_nextn(int64_t max_rows);
+  // The file's MTP blocks past those this model loaded (mtp_layers()), skipped by name.
+  void skip_unloaded_mtp(const WeightLoader& ld) const;
 
   ModelConfig cfg_;
   Backend& be_;
@@ -152,6 +155,7 @@ class LayerStack : public Model {
   std::unique_ptr<MoeFfn> moe_;                // scratch of the MoE layers
   std::unique_ptr<ExpertCombine> combine_[2];  // one per half of an overlapped step (--parallel-expert-sum all-to-all)
   ActBuffer x_store_, xb_, y_, hb_, hb2_;
+  ActBuffer nextn_e_, nextn_h_, nextn_cat_;  // run_nextn_block: the normed embedding and hidden rows, [e | h]
   StepSlots in_flight_;  // rank 0's steps in flight under pp
 };
 

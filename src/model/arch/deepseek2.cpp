@@ -189,7 +189,7 @@ class Deepseek2 final : public LayerStack {
     if (b.size() == 0) return;
     check_batch_size(b.size());
     mla_->begin_step(b, place);
-    run_nextn_block(b, place, kv, *mtp_, hidden_in, e_, h_, cat_, logits, hidden_out);
+    run_nextn_block(b, place, kv, *mtp_, hidden_in, logits, hidden_out);
   }
 
  private:
@@ -234,17 +234,12 @@ class Deepseek2 final : public LayerStack {
       static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, dim, c.n_vocab, io_);
       mtp_ = std::move(m);
     }
-    for (int l = c.n_layer + mtp_layers(); l < c.n_layer + c.n_mtp; l++)
-      ld.skip_prefix(layer_prefix(l), "multi-token-prediction block not loaded");
+    skip_unloaded_mtp(ld);
   }
 
   void allocate(int64_t max_rows) override {
     mla_ = std::make_unique<MlaBlock>(be_, cfg_, heads_, mode_, max_rows);
-    if (!mtp_) return;
-    const int64_t rows = max_rows * cfg_.n_embd;
-    e_ = ActBuffer(be_, rows);
-    h_ = ActBuffer(be_, rows);
-    cat_ = ActBuffer(be_, 2 * rows);
+    if (mtp_) allocate_nextn(max_rows);
   }
 
   const Layer& at(int layer) const {
@@ -278,7 +273,6 @@ class Deepseek2 final : public LayerStack {
   std::vector<Layer> layers_;  // this rank's, from first_
   std::unique_ptr<MtpHead> mtp_;
   std::unique_ptr<MlaBlock> mla_;
-  ActBuffer e_, h_, cat_;  // MTP: the normed embedding and hidden rows, then [embedding | hidden] rows
 };
 
 std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {

@@ -56,7 +56,7 @@ class Glm4Moe final : public LayerStack {
     if (!mtp_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
     if (b.size() == 0) return;
     check_batch_size(b.size());
-    run_nextn_block(b, place, kv, *mtp_, hidden_in, e_, h_, cat_, logits, hidden_out);
+    run_nextn_block(b, place, kv, *mtp_, hidden_in, logits, hidden_out);
   }
 
  private:
@@ -95,17 +95,12 @@ class Glm4Moe final : public LayerStack {
       static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, c.n_embd, c.n_vocab, io_);
       mtp_ = std::move(m);
     }
-    for (int l = c.n_layer + mtp_layers(); l < c.n_layer + c.n_mtp; l++)
-      ld.skip_prefix(layer_prefix(l), "multi-token-prediction block not loaded");
+    skip_unloaded_mtp(ld);
   }
 
   void allocate(int64_t max_rows) override {
     gqa_ = std::make_unique<GqaAttention>(be_, cfg_, heads_, max_rows);
-    if (!mtp_) return;
-    const int64_t rows = max_rows * cfg_.n_embd;
-    e_ = ActBuffer(be_, rows);
-    h_ = ActBuffer(be_, rows);
-    cat_ = ActBuffer(be_, 2 * rows);
+    if (mtp_) allocate_nextn(max_rows);
   }
 
   const Layer& at(int layer) const {
@@ -137,7 +132,6 @@ class Glm4Moe final : public LayerStack {
   std::vector<Layer> layers_;  // this rank's, from first_
   std::unique_ptr<MtpHead> mtp_;
   std::unique_ptr<GqaAttention> gqa_;
-  ActBuffer e_, h_, cat_;  // MTP scratch
 };
 
 std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& o, ModelConfig c) {
@@ -164,12 +158,7 @@ void synth(SynthFile& out) {
   for (int64_t l = 0; l < blocks; l++) {
     const std::string p = fmt::format("blk.{}.", l);
     out.norm(p + "attn_norm.weight", s.dim);
-    out.random(p + "attn_q.weight", {s.dim, q_dim}, in_std);
-    out.random(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
-    out.random(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
-    out.random(p + "attn_q.bias", {q_dim}, 0.1f);
-    out.random(p + "attn_k.bias", {kv_dim}, 0.1f);
-    out.random(p + "attn_v.bias", {kv_dim}, 0.1f);
+    out.qkv(p, q_dim, kv_dim, 0.1f);
     if (qk_norm) {
       out.random(p + "attn_q_norm.weight", {head}, 0.1f, 1.0f);
       out.random(p + "attn_k_norm.weight", {head}, 0.1f, 1.0f);
