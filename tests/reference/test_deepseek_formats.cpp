@@ -142,24 +142,9 @@ TEST(DeepseekFormats, DeepSeekV4RefusesWhatItDoesNotComputeByName) {
       {"an unknown key", [](GgufWriter& w) { w.set_f32("deepseek4.attention.scale", 0.5f); },
        "deepseek4.attention.scale"},
   };
-  for (const Case& c : cases) {
-    SynthOptions so;
-    so.shape = synth_preset("deepseek4", "tiny");
-    so.type = GgmlType::F32;
-    GgufWriter w = synth_model(so);
-    c.edit(w);
-    const std::string path = dir.file("bad.gguf");
-    w.write_file(path);
-    LoadOptions o;
-    o.model_path = path;
-    o.n_threads = 1;
-    try {
-      LoadedModel::load(o);
-      ADD_FAILURE() << "loaded a deepseek4 file with " << c.what;
-    } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr(c.named)) << c.what;
-    }
-  }
+  for (const Case& c : cases)
+    EXPECT_THAT(test::load_error_of_edited_synth("deepseek4", c.edit, dir.file("bad.gguf")), HasSubstr(c.named))
+        << c.what;
 }
 
 // `kestrel quantize` on a DeepSeek model (3-D expert tensors, per-head

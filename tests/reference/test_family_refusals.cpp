@@ -4,9 +4,8 @@
 
 #include <functional>
 
-#include "core/error.h"
-#include "model/synth.h"
-#include "runtime/loaded_model.h"
+#include <cstring>
+
 #include "test_support.h"
 
 namespace kestrel {
@@ -47,24 +46,9 @@ TEST(FamilyRefusals, TheNewFamiliesRefuseWhatTheyDoNotComputeByName) {
        },
        "blk.0.attn_sinks.weight"},
   };
-  for (const Case& c : cases) {
-    SynthOptions so;
-    so.shape = synth_preset(c.arch, "tiny");
-    so.type = GgmlType::F32;
-    GgufWriter w = synth_model(so);
-    c.edit(w);
-    const std::string path = dir.file("bad.gguf");
-    w.write_file(path);
-    LoadOptions o;
-    o.model_path = path;
-    o.n_threads = 1;
-    try {
-      LoadedModel::load(o);
-      ADD_FAILURE() << "loaded a " << c.arch << " file with " << c.what;
-    } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr(c.named)) << c.arch << ": " << c.what;
-    }
-  }
+  for (const Case& c : cases)
+    EXPECT_THAT(test::load_error_of_edited_synth(c.arch, c.edit, dir.file("bad.gguf")), HasSubstr(c.named))
+        << c.arch << ": " << c.what;
 }
 
 }  // namespace

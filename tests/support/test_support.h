@@ -159,6 +159,27 @@ inline std::string write_synth_preset(const std::string& path, const std::string
 }
 // DeepSeek-V4's tiny preset (with its MTP block), float32.
 inline std::string write_synth_v4_model(const std::string& path) { return write_synth_preset(path, "deepseek4", "tiny"); }
+
+// The error loading arch's tiny F32 synth file fails with once `edit` changed it (written to path), or
+// "(loaded without an error)".
+inline std::string load_error_of_edited_synth(const std::string& arch, const std::function<void(GgufWriter&)>& edit,
+                                              const std::string& path) {
+  SynthOptions so;
+  so.shape = synth_preset(arch, "tiny");
+  so.type = GgmlType::F32;
+  GgufWriter w = synth_model(so);
+  edit(w);
+  w.write_file(path);
+  LoadOptions o;
+  o.model_path = path;
+  o.n_threads = 1;
+  try {
+    LoadedModel::load(o);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(loaded without an error)";
+}
 inline std::string write_synth_glm4moe_model(const std::string& path) { return write_synth_preset(path, "glm4moe", "tiny"); }
 
 inline std::string write_synth_mtp_model(const std::string& path) {
