@@ -56,7 +56,9 @@ void Backend::FfnRef::activate(float* g, float* u, int64_t rows) const {
       if (gate_b) g[r * width + i] += gate_b[i];
       if (up_b) u[r * width + i] += up_b[i];
     }
-  if (alpha > 0.0f)
+  if (gelu)
+    kestrel::gelu_mul(g, u, n);
+  else if (alpha > 0.0f)
     kestrel::swiglu_oai(g, u, n, alpha, clamp);
   else if (clamp > 0.0f)
     kestrel::swiglu_clamp(g, u, n, clamp);

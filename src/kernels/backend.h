@@ -146,8 +146,9 @@ class Backend {
     const float* up_b = nullptr;
     const float* down_b = nullptr;
     float alpha = 0.0f;
+    bool gelu = false;  // GeGLU instead of SwiGLU (Gemma 4's experts: ops.h gelu_mul)
     // Plain SwiGLU, no bias: what the fused gate/up kernels run.
-    bool plain() const { return clamp <= 0.0f && !gate_b && !up_b && alpha <= 0.0f; }
+    bool plain() const { return clamp <= 0.0f && !gate_b && !up_b && alpha <= 0.0f && !gelu; }
     // After the gate and up projections of `rows` rows (host floats): their biases, then the activation,
     // into gate.
     void activate(float* gate, float* up, int64_t rows) const;

@@ -43,8 +43,11 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
   auto slice = [](const std::vector<float>& v, int x, int64_t width) {
     return v.empty() ? v : std::vector<float>(v.begin() + x * width, v.begin() + (x + 1) * width);
   };
-  const Weight gate = ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
-  const Weight up = ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
+  m.expert_scale = ld.optional_vector(p + "ffn_down_exps.scale", ne);
+  const bool fused = ld.has(p + "ffn_gate_up_exps.weight");
+  const Weight gate_up = fused ? ld.require(p + "ffn_gate_up_exps.weight", {dim, 2 * e.n_ff_expert, ne}) : Weight{};
+  const Weight gate = fused ? Weight{} : ld.require(p + "ffn_gate_exps.weight", {dim, e.n_ff_expert, ne});
+  const Weight up = fused ? Weight{} : ld.require(p + "ffn_up_exps.weight", {dim, e.n_ff_expert, ne});
   const Weight down = ld.require(p + "ffn_down_exps.weight", {e.n_ff_expert, dim, ne});
   if (ne % shard.ep != 0)
     throw Error(fmt::format("expert parallelism over {} groups: {} experts do not split evenly", shard.ep, ne));
@@ -59,8 +62,15 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
       return be.prepare_weight(std::move(w));
     };
     FfnWeights& f = m.experts.emplace_back();
-    f.gate = expert(shard.rows(weight_slice(gate, x, gate.name + tag)));
-    f.up = expert(shard.rows(weight_slice(up, x, up.name + tag)));
+    if (fused) {
+      const Weight both = weight_slice(gate_up, x, gate_up.name + tag);
+      f.gate = expert(shard.rows(weight_rows(both, 0, e.n_ff_expert, both.name + ".gate")));
+      f.up = expert(shard.rows(weight_rows(both, e.n_ff_expert, e.n_ff_expert, both.name + ".up")));
+    } else {
+      f.gate = expert(shard.rows(weight_slice(gate, x, gate.name + tag)));
+      f.up = expert(shard.rows(weight_slice(up, x, up.name + tag)));
+    }
+    f.gelu = e.expert_act == FfnActivation::Gelu;
     f.down = expert(shard.columns(weight_slice(down, x, down.name + tag)));
     if (!gate_b.empty()) f.gate_b = shard.part(slice(gate_b, x, e.n_ff_expert), 0, e.n_ff_expert);
     if (!up_b.empty()) f.up_b = shard.part(slice(up_b, x, e.n_ff_expert), 0, e.n_ff_expert);
@@ -117,7 +127,8 @@ MoeFfn::MoeFfn(Backend& be, int64_t dim, const MoeConfig& moe, int64_t n) : dim_
   ffn_rows_.reserve(static_cast<size_t>(rt.n_expert));
 }
 
-void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, const int32_t* tokens) {
+void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, const int32_t* tokens,
+                 Act router_in) {
   MoeRouting rt = cfg_.routing;
   const int64_t dim = dim_;
   if (!w.token_experts.empty()) {
@@ -128,7 +139,7 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
         forced_ids_[t * rt.n_used + k] = w.token_experts[static_cast<size_t>(tokens[t]) * rt.n_used + k];
     rt.forced = forced_ids_.data();
   }
-  be.matmul(w.router, x, n, router_logits_);
+  be.matmul(w.router, router_in ? router_in : x, n, router_logits_);
   if (!w.logit_bias.empty()) be.add_bias(router_logits_, w.logit_bias.data(), n, rt.n_expert);
   be.moe_route(rt, router_logits_, w.router_bias.empty() ? nullptr : w.router_bias.data(), n, expert_ids_.data(),
                expert_w_.data());
@@ -180,7 +191,8 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
     if (r < 0) continue;
     sum_rows_.push_back(p / rt.n_used);
     sum_src_.push_back(r);
-    sum_w_.push_back(cfg_.weight_input ? 1.0f : expert_w_[static_cast<size_t>(p)]);
+    const float scale = w.expert_scale.empty() ? 1.0f : w.expert_scale[expert_ids_[static_cast<size_t>(p)]];
+    sum_w_.push_back((cfg_.weight_input ? 1.0f : expert_w_[static_cast<size_t>(p)]) * scale);
   }
   be.scatter_add_rows(out, ye_, sum_rows_.data(), sum_w_.data(), static_cast<int64_t>(sum_rows_.size()), dim,
                       sum_src_.data());

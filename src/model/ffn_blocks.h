@@ -18,10 +18,11 @@ struct FfnWeights {
   float clamp = 0.0f;  // > 0: SwiGLU clamped at this limit (DeepSeek-V4, ops.h swiglu_clamp)
   float alpha = 0.0f;  // > 0: gpt-oss's SwiGLU (ops.h swiglu_oai) at limit clamp
   std::vector<float> gate_b, up_b, down_b;  // gpt-oss's experts' biases; empty: none
+  bool gelu = false;  // a routed expert's GeGLU (Gemma 4; a dense FFN's activation is its caller's)
   bool present() const { return gate.present(); }
   Backend::FfnRef ref() const {
     auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-    return {&gate, &up, &down, clamp, p(gate_b), p(up_b), p(down_b), alpha};
+    return {&gate, &up, &down, clamp, p(gate_b), p(up_b), p(down_b), alpha, gelu};
   }
 };
 
@@ -29,6 +30,7 @@ struct MoeWeights {
   Weight router;                   // ffn_gate_inp: [n_expert rows]
   std::vector<float> router_bias;  // exp_probs_b (DeepSeek-V3): selection only; may be empty
   std::vector<float> logit_bias;   // ffn_gate_inp.bias (gpt-oss): added to the router's logits; may be empty
+  std::vector<float> expert_scale;  // ffn_down_exps.scale (Gemma 4): each expert's output times its own; may be empty
   std::vector<FfnWeights> experts;
   FfnWeights shared;               // ffn_*_shexp; absent when the model has no shared expert
   Weight shared_gate;              // ffn_gate_inp_shexp (Qwen2-MoE): one row
@@ -55,7 +57,8 @@ FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& pref
 // expert's and the shared expert's FFN rows split over the group).
 MoeConfig split_moe_widths(const MoeConfig& moe, const TensorShard& shard);
 
-// Router, experts (3-D ffn_*_exps sliced per expert), the selection bias
+// Router, experts (3-D ffn_*_exps sliced per expert; gate and up as the halves of one ffn_gate_up_exps where
+// the file fuses them, Gemma 4), the per-expert output scales (ffn_down_exps.scale), the selection bias
 // when the file has one (and the router's and experts' biases: gpt-oss), and the shared expert(s) the config asks for. moe
 // gives the file's widths; under tensor parallelism every expert keeps this
 // rank's share of its width (the router is whole on every rank); under expert
@@ -76,8 +79,10 @@ class MoeFfn {
   // moe: the widths this rank runs (its share under tensor parallelism).
   MoeFfn(Backend& be, int64_t dim, const MoeConfig& moe, int64_t max_tokens);
   // out[n][dim] = sum over chosen experts k of w_k * expert_k(x) (+ shared). tokens: the rows' token ids,
-  // which hash-routed layers (w.token_experts) route by.
-  void run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, const int32_t* tokens = nullptr);
+  // which hash-routed layers (w.token_experts) route by. router_in: the rows the router reads when they are
+  // not x (Gemma 4 routes on its own norm of the residual stream); empty: x.
+  void run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, const int32_t* tokens = nullptr,
+           Act router_in = {});
   // After run: touched()[t] != 0 where this rank added anything to row t
   // (the others are zero: under expert parallelism, another rank's experts).
   const uint8_t* touched() const { return touched_.data(); }

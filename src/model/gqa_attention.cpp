@@ -60,18 +60,26 @@ GqaWeights load_gqa(const WeightLoader& ld, Backend& be, const std::string& p, c
     w.wq = be.prepare_weight(sh.rows(weight_rows(qkv, 0, q_dim, qkv.name + ".q")));
     w.wk = be.prepare_weight(kv_rows(weight_rows(qkv, q_dim, kv_dim, qkv.name + ".k"), c, heads, sh));
     w.wv = be.prepare_weight(kv_rows(weight_rows(qkv, q_dim + kv_dim, kv_dim, qkv.name + ".v"), c, heads, sh));
+  } else if (o.no_kv) {
+    w.wq = be.prepare_weight(sh.rows(ld.require(p + "attn_q.weight", {dim, q_dim})));
+    for (const char* t : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"})
+      if (ld.has(p + t)) ld.skip(p + t, "a layer that reads an earlier layer's KV cache computes no keys or values");
   } else {
     w.wq = be.prepare_weight(sh.rows(ld.require(p + "attn_q.weight", {dim, q_dim})));
     w.wk = be.prepare_weight(kv_rows(ld.require(p + "attn_k.weight", {dim, kv_dim}), c, heads, sh));
-    w.wv = be.prepare_weight(kv_rows(ld.require(p + "attn_v.weight", {dim, kv_dim}), c, heads, sh));
+    if (o.v_from_k && !ld.has(p + "attn_v.weight"))
+      w.wv = w.wk;
+    else
+      w.wv = be.prepare_weight(kv_rows(ld.require(p + "attn_v.weight", {dim, kv_dim}), c, heads, sh));
     w.bq = sh.part(ld.optional_vector(p + "attn_q.bias", q_dim), 0, q_dim);
     w.bk = kv_part(ld.optional_vector(p + "attn_k.bias", kv_dim), c, heads, sh);
     w.bv = kv_part(ld.optional_vector(p + "attn_v.bias", kv_dim), c, heads, sh);
   }
   if (o.qk_norm) {
     w.q_norm = ld.require_vector(p + "attn_q_norm.weight", hd);
-    w.k_norm = ld.require_vector(p + "attn_k_norm.weight", hd);
+    if (!o.no_kv) w.k_norm = ld.require_vector(p + "attn_k_norm.weight", hd);
   }
+  w.v_norm = o.v_norm;
   if (o.sinks) w.sinks = sh.part(ld.require_vector(p + "attn_sinks.weight", c.n_head), 0, c.n_head);
   // Row-parallel: the columns that read this rank's heads; the bias once, in rank 0's partial sum.
   w.wo = be.prepare_weight(sh.columns(ld.require(p + "attn_output.weight", {q_dim, dim})));
@@ -132,10 +140,17 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
   const float* bias[3] = {w.bq.empty() ? nullptr : w.bq.data(), w.bk.empty() ? nullptr : w.bk.data(),
                           w.bv.empty() ? nullptr : w.bv.data()};
   const Act qkv_out[3] = {q_, k_, v_};
-  Backend::QkvShape shape{heads_.n_head, heads_.n_head_kv, c.head_dim};
-  if (!w.q_norm.empty()) shape.q_norm = w.q_norm.data(), shape.k_norm = w.k_norm.data(), shape.norm_eps = c.rms_eps;
   const RopeParams& rope = c.rope_of(r.layer);
-  be.qkv_rope(qkv, bias, xb, n, r.positions(), rope, shape, qkv_out);
+  if (w.reads_only()) {  // queries only: the keys and values are the cache layer's
+    be.matmul(w.wq, xb, n, q_);
+    if (!w.q_norm.empty()) be.rmsnorm(q_, w.q_norm.data(), q_, n * heads_.n_head, c.head_dim, c.rms_eps);
+    be.rope(q_, r.positions(), n, heads_.n_head, c.head_dim, rope);
+  } else {
+    Backend::QkvShape shape{heads_.n_head, heads_.n_head_kv, c.head_dim};
+    if (!w.q_norm.empty()) shape.q_norm = w.q_norm.data(), shape.k_norm = w.k_norm.data(), shape.norm_eps = c.rms_eps;
+    be.qkv_rope(qkv, bias, xb, n, r.positions(), rope, shape, qkv_out);
+    if (w.v_norm) be.rmsnorm(v_, ones_.data(), v_, n * heads_.n_head_kv, c.head_dim, c.rms_eps);
+  }
   const int64_t q_dim = static_cast<int64_t>(heads_.n_head) * c.head_dim;
   if (c.query_temp.on_layer(rope))  // by position (Mistral 3; Llama 4's layers without RoPE)
     for (int64_t i = 0; i < n; i++) be.scale(q_ + i * q_dim, q_dim, c.query_temp.at(r.positions()[i]));
@@ -143,7 +158,7 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
     be.rmsnorm(q_, ones_.data(), q_, n * heads_.n_head, c.head_dim, c.rms_eps);
     be.rmsnorm(k_, ones_.data(), k_, n * heads_.n_head_kv, c.head_dim, c.rms_eps);
   }
-  be.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, k_, v_);
+  if (!w.reads_only()) be.write_kv(r.kv.layer_write(r.kv_layer), r.slots(), n, k_, v_);
   AttentionShape as{heads_.n_head, heads_.n_head_kv, c.head_dim};
   as.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   as.window = c.window(r.layer);

@@ -25,6 +25,12 @@ struct GqaOptions {
   bool qk_norm = false;    // attn_q_norm / attn_k_norm over each head (Qwen3, Gemma 3)
   bool fused_qkv = false;  // one attn_qkv: q rows, then k, then v (Phi-3); no biases
   bool sinks = false;      // attn_sinks: one logit per head in the softmax's denominator (gpt-oss)
+  // Gemma 4: a weightless RMSNorm of each value head; the keys' projection taken for the values where the
+  // file has no attn_v (attention_k_eq_v); a layer without keys and values of its own (it reads an earlier
+  // layer's cache: q, its norm and RoPE only — any k/v tensors the file still has skipped by name).
+  bool v_norm = false;
+  bool v_from_k = false;
+  bool no_kv = false;
 };
 
 // The heads this rank runs (all of them in one process).
@@ -43,6 +49,9 @@ struct GqaWeights {
   std::vector<float> q_norm, k_norm;  // per head (qk_norm)
   std::vector<float> bo;              // attn_output.bias (added by tensor rank 0 alone); empty: none
   std::vector<float> sinks;           // this rank's heads' sink logits (GqaOptions::sinks)
+  bool v_norm = false;                // GqaOptions::v_norm
+  // No wk (GqaOptions::no_kv): the layer writes nothing and attends over the cache layer its LayerRows name.
+  bool reads_only() const { return !wk.present(); }
 };
 
 // `{prefix}attn_{q,k,v,output}` (or attn_qkv), this rank's heads of them; the biases where the file has
@@ -66,7 +75,8 @@ void print_gqa_fusion(int fused_qkv, int fused_ffn, int n_layer, bool qk_norm, c
 class GqaAttention {
  public:
   GqaAttention(Backend& be, const ModelConfig& c, const GqaHeads& heads, int64_t max_rows);
-  // out (r.n rows of n_embd) = attention of the normed rows xb . Wo.
+  // out (r.n rows of n_embd) = attention of the normed rows xb . Wo, over the cache layer r.kv_layer (the
+  // layer's own, or the one it reads: GqaWeights::reads_only).
   void run(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb, Act out);
   // Whether the backend fuses this layer's q, k, v projections (--log-fusion).
   static bool fused(const Backend& be, const GqaWeights& w) { return be.fuses(w.wq, w.wk) && be.fuses(w.wq, w.wv); }

@@ -24,7 +24,11 @@ ModelConfig read_common(HparamReader& h, const CommonDefaults& d) {
     c.n_layer -= c.n_mtp;
   }
   c.n_head = static_cast<int>(h.need_int("attention.head_count"));
-  c.n_ff = d.ffn_optional ? h.int_or("feed_forward_length", 0) : h.need_int("feed_forward_length");
+  if (const GgufValue* ff = f.find(h.arch() + ".feed_forward_length");
+      d.ffn_per_layer && ff && ff->type == GgufValueType::ARRAY && !ff->as_array().items.empty())
+    c.n_ff = ff->as_array().items[0].as_int();
+  else
+    c.n_ff = d.ffn_optional ? h.int_or("feed_forward_length", 0) : h.need_int("feed_forward_length");
   c.n_ctx_train = h.int_or("context_length", d.n_ctx);
   c.rms_eps = static_cast<float>(h.float_or("attention.layer_norm_rms_epsilon", d.rms_eps));
   if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f)

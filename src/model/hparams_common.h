@@ -18,6 +18,8 @@ struct CommonDefaults {
   bool mtp_blocks = false;
   // feed_forward_length may be absent (0): every layer has experts and the key describes no tensor.
   bool ffn_optional = false;
+  // feed_forward_length may be one per layer (an array, Gemma 4): n_ff is then blk.0's, the family reads the rest.
+  bool ffn_per_layer = false;
 };
 
 // What every family has: the embedding width, its blocks, attention heads,

@@ -24,7 +24,7 @@ LayerStack::LayerStack(Backend& be, const ModelOptions& opt, ModelConfig cfg)
   local_moe_ = split_moe_widths(c.moe, shard_);
   // A file's feed_forward_length describes no tensor when every layer has experts (Qwen3-MoE).
   // A dense FFN somewhere: no experts, dense lead layers, or experts only every layer_step-th layer (Llama 4).
-  if (c.moe.routing.n_expert == 0 || c.moe.n_dense_lead > 0 || c.moe.layer_step > 1)
+  if (c.moe.routing.n_expert == 0 || c.moe.n_dense_lead > 0 || c.moe.layer_step > 1 || c.moe.dense_beside)
     local_n_ff_ = shard_.share(c.n_ff, "FFN rows");
 }
 
@@ -189,9 +189,9 @@ Act LayerStack::norm_rows(const LayerRows& r, const std::vector<float>& weight) 
 }
 
 void LayerStack::feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n,
-                              Act y, const int32_t* tokens) {
+                              Act y, const int32_t* tokens, Act router_in) {
   if (moe.present())
-    moe_->run(be_, moe, xb, n, y, tokens);
+    moe_->run(be_, moe, xb, n, y, tokens, router_in);
   else
     run_ffn(be_, dense, act, xb, n, hb_, hb2_, y);
 }

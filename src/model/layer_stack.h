@@ -95,7 +95,7 @@ class LayerStack : public Model {
   }
   // The FFN of xb's n rows into y: the experts when moe is present, else the dense FFN.
   void feed_forward(const FfnWeights& dense, const MoeWeights& moe, FfnActivation act, Act xb, int64_t n, Act y,
-                    const int32_t* tokens = nullptr);
+                    const int32_t* tokens = nullptr, Act router_in = {});
   // One layer over the rows, branches and sums one after another (what the
   // MTP block runs too).
   void run_layer(const LayerRows& r);

@@ -40,6 +40,11 @@ struct MlaConfig {
   } indexer;
 };
 
+enum class FfnActivation {
+  Silu,  // SwiGLU: silu(gate) * up
+  Gelu,  // GeGLU (Gemma): gelu_tanh(gate) * up
+};
+
 // Mixture of experts (DeepSeekMoE, Mixtral, Qwen2/3-MoE): routed experts (see
 // kernels/moe_route.h) plus optional always-on shared ones.
 struct MoeConfig {
@@ -54,6 +59,9 @@ struct MoeConfig {
   // past n_dense_lead), and each chosen weight applied to the expert's input instead of its output.
   int layer_step = 1;
   bool weight_input = false;
+  FfnActivation expert_act = FfnActivation::Silu;  // the routed experts' (Gemma 4: GeGLU)
+  // Gemma 4: every MoE layer runs a dense FFN (feed_forward_length wide) beside its experts.
+  bool dense_beside = false;
 };
 
 // DeepSeek-V4 (`deepseek4`, model/arch/deepseek4.cpp): hyper-connections and compressed attention.
@@ -71,6 +79,22 @@ struct Dsv4Config {
   std::vector<float> clamp_exp, clamp_shexp;  // per layer SwiGLU limits of routed / shared experts
 };
 
+// Gemma 4 (`gemma4`, model/arch/gemma4.cpp): layers of two shapes, caches shared by the last layers,
+// per-layer embeddings. ModelConfig's head_dim and n_head_kv are the full-attention layers'.
+struct Gemma4Config {
+  int head_dim_sliding = 0, n_head_kv_sliding = 0;  // the sliding-window layers' (0: not Gemma 4)
+  std::vector<int64_t> n_ff;  // each layer's FFN width (twice the others' on E2B's KV-sharing layers)
+  // Layers [0, n_kv_layers) keep a cache; each later one reads the cache of the last of those of its own kind
+  // (sliding or full): llama.cpp's n_layer_kv_from_start.
+  int n_kv_layers = 0;
+  int64_t per_layer = 0;  // per-layer embedding width (0: none)
+  bool on() const { return head_dim_sliding > 0; }
+  bool keeps_kv(int layer) const { return layer < n_kv_layers; }
+  int kv_source(int layer, bool sliding) const {
+    return keeps_kv(layer) ? layer : n_kv_layers - (sliding ? 2 : 1);
+  }
+};
+
 // Query temperature by position (Llama 4's; Mistral 3 / Large 3 / Small 4 files): the queries of position p
 // times log(floor((p + offset) / length) + 1) * scale + 1, as llama.cpp computes it (in double, rounded to
 // float once). scale 0: none.
@@ -85,11 +109,6 @@ struct QueryTemperature {
     const float blocks = std::floor((static_cast<float>(p) + offset) / static_cast<float>(length));
     return static_cast<float>(std::log(static_cast<double>(blocks) + 1.0) * static_cast<double>(scale) + 1.0);
   }
-};
-
-enum class FfnActivation {
-  Silu,  // SwiGLU: silu(gate) * up
-  Gelu,  // GeGLU (Gemma): gelu_tanh(gate) * up
 };
 
 struct ModelConfig {
@@ -110,6 +129,7 @@ struct ModelConfig {
   MlaConfig mla;
   MoeConfig moe;
   Dsv4Config dsv4;
+  Gemma4Config g4;
   float attn_scale = 0.0f;  // softmax scale of q.k; 0: 1/sqrt(head_dim)
   QueryTemperature query_temp;
   bool rope_qk_norm = false;  // Llama 4 Scout: a weightless RMSNorm of each q and k head after RoPE (RoPE layers)

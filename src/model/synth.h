@@ -60,12 +60,24 @@ struct SynthDecoder {
   int64_t moe_step = 1;     // llama4: experts on every moe_step-th layer
 };
 
+// Gemma 4's extras (gemma4): the shape's head_dim and kv_heads are the sliding layers'.
+struct SynthGemma4 {
+  int64_t head_dim_full = 0, kv_heads_full = 0;  // the full-attention layers'
+  int64_t period = 6;                  // every period-th layer full (the last of each run of period)
+  int64_t shared_kv = 0;               // the last layers, reading earlier layers' caches
+  int64_t per_layer = 0;               // per-layer embedding width (0: none)
+  float rope_partial_full = 0.25f;     // the full layers' rotated share (rope_freqs)
+  bool k_eq_v = false;                 // full layers without attn_v (the keys' projection is the values')
+  bool double_wide = false;            // the shared-KV layers' FFN twice feed_forward_length (E2B)
+};
+
 struct SynthShape {
   std::string arch = "llama";  // llama | qwen2 | qwen2moe | qwen3 | qwen3moe | phi3 | gemma2 | gemma3 | deepseek2
   int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
   SynthDeepseek ds;  // the MLA families (deepseek2, deepseek32, mistral4)
   SynthDecoder dec;  // the others
   SynthDsv4 v4;      // deepseek4, beside ds
+  SynthGemma4 g4;    // gemma4, beside dec
 };
 
 // A named shape of a family (model/arch/<family>.cpp lists its own).

@@ -76,7 +76,12 @@ QuantModel model_of(const GgufFile& f) {
   const auto key = [&](const char* k) { return f.get_int(m.arch + "." + k); };
   m.n_layer = static_cast<int>(key("block_count").value_or(0));
   m.n_head = static_cast<int>(key("attention.head_count").value_or(1));
-  m.n_head_kv = static_cast<int>(key("attention.head_count_kv").value_or(m.n_head));
+  // A per-layer array (Gemma 4): layer 0's, as llama-quantize's n_gqa() reads it.
+  const GgufValue* kv = f.find(m.arch + ".attention.head_count_kv");
+  if (kv && kv->type == GgufValueType::ARRAY)
+    m.n_head_kv = kv->as_array().items.empty() ? m.n_head : static_cast<int>(kv->as_array().items[0].as_int());
+  else
+    m.n_head_kv = static_cast<int>(key("attention.head_count_kv").value_or(m.n_head));
   m.n_expert = static_cast<int>(key("expert_count").value_or(0));
   // llama.cpp calls an 80-layer Llama "70B" and raises its attn_v further.
   const Family* fam = find_family(m.arch);

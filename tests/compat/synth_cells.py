@@ -37,6 +37,8 @@ GPT_OSS = ["--arch", "gpt-oss", "--preset", "tiny", "--type", "f32"]
 MISTRAL3 = ["--arch", "mistral3", "--preset", "tiny", "--type", "f32"]
 GLM4MOE = ["--arch", "glm4moe", "--preset", "tiny", "--type", "f32"]
 LLAMA4 = ["--arch", "llama4", "--preset", "tiny", "--type", "f32"]
+GEMMA4 = ["--arch", "gemma4", "--preset", "tiny", "--type", "f32"]
+GEMMA4_MOE = ["--arch", "gemma4", "--preset", "tiny-moe", "--type", "f32"]
 # 8250 ids: past Llama 4's first chunk of 8192 positions and the temperature's first step (p + 1 = 8192).
 PAST_8K = [(i * 37 + 11) % 512 for i in range(8250)]
 DSV4 = ["--arch", "deepseek4", "--preset", "tiny", "--type", "f32"]
@@ -97,6 +99,17 @@ CELLS = [
     ("llama4-tiny.f32", LLAMA4 + ["--seed", "1"], PAST_8K, 8),
     ("llama4-tiny-seed2.f32", LLAMA4 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
     ("llama4-tiny.q8_0", LLAMA4 + ["--seed", "1"], PAST_8K, 8, "Q8_0"),
+    # Gemma 4: windows of 8 on two layers of three, 16-dim sliding heads (2 KV heads) and 32-dim full ones (1 KV
+    # head, a quarter rotated by rope_freqs); layers 6-8 read layers 4 and 5's caches; per-layer embeddings;
+    # double-wide FFNs on those layers; norm weights varied (not 1). tiny-moe: top-2 of 8 GeGLU experts beside
+    # every dense FFN, v from k on the full layers.
+    ("gemma4-tiny.f32", GEMMA4 + ["--seed", "1"], LONG, 16),
+    ("gemma4-tiny-seed2.f32", GEMMA4 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("gemma4-tiny.q8_0", GEMMA4 + ["--seed", "1"], LONG, 16, "Q8_0"),
+    ("gemma4-tiny.q4_k_m", GEMMA4 + ["--seed", "1"], LONG, 16, "Q4_K_M"),
+    ("gemma4-tiny-moe.f32", GEMMA4_MOE + ["--seed", "1"], LONG, 16),
+    ("gemma4-tiny-moe-seed2.f32", GEMMA4_MOE + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("gemma4-tiny-moe.q8_0", GEMMA4_MOE + ["--seed", "1"], LONG, 16, "Q8_0"),
     # No Q4_K_M cell: its Q5_0 fallbacks (these widths are not multiples of 256) leave llama.cpp's logits by
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.

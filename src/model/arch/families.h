@@ -25,6 +25,7 @@ const Family& gpt_oss_family();
 const Family& mistral3_family();
 const Family& glm4moe_family();
 const Family& llama4_family();
+const Family& gemma4_family();
 
 // DeepSeek Sparse Attention's parts (deepseek32.cpp), shared with glm-dsa: the three
 // attention.indexer.* keys (and the query bottleneck they need) into c.mla.indexer; and in synth those
