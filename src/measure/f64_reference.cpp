@@ -13,6 +13,9 @@ namespace kestrel {
 
 F64Decoder::F64Decoder(const GgufFile& f, const ModelConfig& c, int64_t n_ctx, int n_threads)
     : f_(f), c_(c), recipe_(family_of(c.arch).recipe), rope_(c.rope), rope_sliding_(c.rope_sliding), pool_(n_threads) {
+  // Gemma 4's layers of two shapes, shared caches, per-layer embeddings and experts beside the dense FFN are not
+  // in this reference yet: refused by name rather than computed with one head size.
+  if (c.g4.on()) throw Error(fmt::format("precision-check: {} is not covered by the float64 reference yet", c.arch));
   const char* name = has("rope_freqs.weight")                ? "rope_freqs.weight"
                      : !has("rope_factors_long.weight")       ? nullptr
                      : n_ctx > c.n_ctx_orig                   ? "rope_factors_long.weight"

@@ -100,7 +100,7 @@ CELLS = [
     ("llama4-tiny-seed2.f32", LLAMA4 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
     ("llama4-tiny.q8_0", LLAMA4 + ["--seed", "1"], PAST_8K, 8, "Q8_0"),
     # Gemma 4: windows of 8 on two layers of three, 16-dim sliding heads (2 KV heads) and 32-dim full ones (1 KV
-    # head, a quarter rotated by rope_freqs); layers 6-8 read layers 4 and 5's caches; per-layer embeddings;
+    # head, a quarter rotated by rope_freqs); layers 9-11 read layers 7 and 8's caches; per-layer embeddings;
     # double-wide FFNs on those layers; norm weights varied (not 1). tiny-moe: top-2 of 8 GeGLU experts beside
     # every dense FFN, v from k on the full layers.
     ("gemma4-tiny.f32", GEMMA4 + ["--seed", "1"], LONG, 16),

@@ -1,4 +1,4 @@
-// The families added for issue 39 (gpt-oss, mistral3, glm4moe, llama4): what an architecture does not compute
+// The families added for issue 39 (gpt-oss, mistral3, glm4moe, llama4, gemma4): what an architecture does not compute
 // is refused by name at load, not run with other math.
 #include <gmock/gmock.h>
 
@@ -45,6 +45,20 @@ TEST(FamilyRefusals, TheNewFamiliesRefuseWhatTheyDoNotComputeByName) {
          w.add_tensor("blk.0.attn_sinks.weight", GgmlType::F32, {4}, [](uint8_t* d, size_t n) { std::memset(d, 0, n); });
        },
        "blk.0.attn_sinks.weight"},
+      {"gemma4", "KV heads differing among the sliding layers",
+       [](GgufWriter& w) {
+         std::vector<GgufValue> v;
+         for (int l = 0; l < 12; l++) v.push_back(GgufValue::u32(l == 0 ? 1 : l % 3 == 2 ? 1 : 2));
+         w.set("gemma4.attention.head_count_kv", GgufValue::array(GgufValueType::UINT32, v));
+       },
+       "gemma4.attention.head_count_kv"},
+      {"gemma4", "shared layers whose source would be a layer of the other kind",
+       [](GgufWriter& w) { w.set_u32("gemma4.attention.shared_kv_layers", 2); }, "gemma4.attention.shared_kv_layers"},
+      {"gemma4", "Gemma 3's period instead of one flag per layer",
+       [](GgufWriter& w) { w.set_u32("gemma4.attention.sliding_window_pattern", 3); },
+       "gemma4.attention.sliding_window_pattern"},
+      {"gemma4", "an unknown key", [](GgufWriter& w) { w.set_f32("gemma4.attention.scale", 0.5f); },
+       "gemma4.attention.scale"},
   };
   for (const Case& c : cases)
     EXPECT_THAT(test::load_error_of_edited_synth(c.arch, c.edit, dir.file("bad.gguf")), HasSubstr(c.named))

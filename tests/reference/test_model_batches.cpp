@@ -147,6 +147,9 @@ INSTANTIATE_TEST_SUITE_P(Models, MixedBatches,
                                            Case{"mistral3-tiny", MlaAttention::Auto, false, "mistral3"},
                                            Case{"glm4moe-tiny", MlaAttention::Auto, false, "glm4moe"},
                                            Case{"llama4-tiny", MlaAttention::Auto, false, "llama4"},
+                                           // Gemma 4: layers 9-11 read layers 7 and 8's caches (written by
+                                           // the same step's earlier layers), per-layer embeddings by row.
+                                           Case{"gemma4-tiny", MlaAttention::Auto, false, "gemma4"},
                                            Case{"llama32.F16", MlaAttention::Auto, true},
                                            Case{"qwen3moe.F16", MlaAttention::Auto, true},
                                            Case{"mixtral.F16", MlaAttention::Auto, true},

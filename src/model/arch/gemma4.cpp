@@ -364,10 +364,11 @@ std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& 
 
 bool synth_sliding(const SynthShape& s, int64_t l) { return l % s.g4.period != s.g4.period - 1; }
 
-// A norm's weights near 1, varied per element and tensor, so that a norm applied with the wrong weights shows.
-void varied_norm(SynthFile& out, const std::string& name, int64_t n, int salt) {
+// A norm's weights near `scale`, varied per element and tensor, so that a norm applied with the wrong weights
+// shows.
+void varied_norm(SynthFile& out, const std::string& name, int64_t n, int salt, float scale = 1.0f) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; i++) v[i] = 1.0f + 0.25f * std::sin(0.7f * static_cast<float>(i) + 1.3f * salt);
+  for (int64_t i = 0; i < n; i++) v[i] = scale * (1.0f + 0.25f * std::sin(0.7f * static_cast<float>(i) + 1.3f * salt));
   out.values(name, v);
 }
 
@@ -433,17 +434,21 @@ void synth(SynthFile& out) {
     const std::string p = fmt::format("blk.{}.", l);
     const bool sliding = synth_sliding(s, l);
     const int64_t head = sliding ? hs : hf, q_dim = s.heads * head, kv_dim = (sliding ? s.kv_heads : kvf) * head;
+    // Scores are not scaled (1.0): the q and k norms' weights carry head^-1/4 each, as trained ones come to, so
+    // that q.k stays near unit size (unit-weight norms give scores of head size: a near-argmax softmax whose
+    // rounding-level differences between any two summation orders reach 1e-2 in the logits).
+    const float qk = std::pow(static_cast<float>(head), -0.25f);
     varied_norm(out, p + "attn_norm.weight", s.dim, salt++);
     out.random(p + "attn_q.weight", {s.dim, q_dim}, in_std);
     if (l < n_kv) {
       out.random(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
       if (!(g.k_eq_v && !sliding)) out.random(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
-      varied_norm(out, p + "attn_k_norm.weight", head, salt++);
+      varied_norm(out, p + "attn_k_norm.weight", head, salt++, qk);
     }
-    varied_norm(out, p + "attn_q_norm.weight", head, salt++);
+    varied_norm(out, p + "attn_q_norm.weight", head, salt++, qk);
     out.random(p + "attn_output.weight", {q_dim, s.dim}, out.residual_std(q_dim));
     varied_norm(out, p + "post_attention_norm.weight", s.dim, salt++);
-    out.values(p + "layer_output_scale.weight", {0.6f + 0.05f * static_cast<float>(l % 7)});
+    out.values(p + "layer_output_scale.weight", {0.8f + 0.1f * static_cast<float>(l % 5)});
     varied_norm(out, p + "ffn_norm.weight", s.dim, salt++);
     out.random(p + "ffn_gate.weight", {s.dim, width[l]}, in_std);
     out.random(p + "ffn_up.weight", {s.dim, width[l]}, in_std);
@@ -476,9 +481,10 @@ std::vector<SynthPreset> presets() {
   };
   return {
       // tiny: sliding layers (window 8, 16-dim heads, 2 KV heads) and full ones (32-dim heads, 1 KV head,
-      // a quarter rotated) every third; the last three layers read layer 4's (sliding) and 5's (full)
-      // caches; per-layer embeddings; double-wide FFNs on the sharing layers.
-      {"tiny", shape(64, 9, 4, 2, 96, 512, 4096, SynthDecoder{.head_dim = 16, .tied = true, .rope_base = 1e6f, .window = 8},
+      // a quarter rotated) every third; the last three layers read layer 7's (sliding) and 8's (full)
+      // caches (12 layers: a pipeline of two stages keeps them together); per-layer embeddings; double-wide
+      // FFNs on the sharing layers.
+      {"tiny", shape(64, 12, 4, 2, 96, 512, 4096, SynthDecoder{.head_dim = 16, .tied = true, .rope_base = 1e6f, .window = 8},
                      SynthGemma4{.head_dim_full = 32, .kv_heads_full = 1, .period = 3, .shared_kv = 3, .per_layer = 8,
                                  .double_wide = true})},
       // tiny-moe: the 26B-A4B form — experts (8, top 2) beside every dense FFN, v from k on full layers.
