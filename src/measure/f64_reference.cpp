@@ -13,9 +13,6 @@ namespace kestrel {
 
 F64Decoder::F64Decoder(const GgufFile& f, const ModelConfig& c, int64_t n_ctx, int n_threads)
     : f_(f), c_(c), recipe_(family_of(c.arch).recipe), rope_(c.rope), rope_sliding_(c.rope_sliding), pool_(n_threads) {
-  // Gemma 4's layers of two shapes, shared caches, per-layer embeddings and experts beside the dense FFN are not
-  // in this reference yet: refused by name rather than computed with one head size.
-  if (c.g4.on()) throw Error(fmt::format("precision-check: {} is not covered by the float64 reference yet", c.arch));
   const char* name = has("rope_freqs.weight")                ? "rope_freqs.weight"
                      : !has("rope_factors_long.weight")       ? nullptr
                      : n_ctx > c.n_ctx_orig                   ? "rope_factors_long.weight"
@@ -25,6 +22,7 @@ F64Decoder::F64Decoder(const GgufFile& f, const ModelConfig& c, int64_t n_ctx, i
     factors_.assign(v.begin(), v.end());
   }
   rope_.freq_factors = rope_sliding_.freq_factors = name ? factors_.data() : nullptr;
+  if (c.g4.on()) rope_sliding_.freq_factors = nullptr;  // Gemma 4: rope_freqs are the full layers' alone
 }
 
 const GgufTensorInfo* F64Decoder::tensor(const std::string& name) const {
@@ -136,10 +134,13 @@ void F64Decoder::temper(Vec& q, int64_t n, int64_t width) const {
   }
 }
 
-F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer) const {
-  const int64_t hd = c_.head_dim, q_dim = c_.n_head * hd, kv_dim = c_.n_head_kv * hd;
+F64Decoder::Vec F64Decoder::attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer, int head_dim,
+                                   int n_head_kv) const {
+  const int64_t hd = head_dim > 0 ? head_dim : c_.head_dim;
+  const int nkv = n_head_kv > 0 ? n_head_kv : c_.n_head_kv;
+  const int64_t q_dim = c_.n_head * hd, kv_dim = nkv * hd;
   const double scale = c_.attn_scale > 0 ? c_.attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
-  const int group = c_.n_head / c_.n_head_kv;
+  const int group = c_.n_head / nkv;
   const int64_t window = c_.window(layer);
   const int64_t chunk = c_.chunk(layer);
   const Vec sinks = recipe_.attn_sinks ? vec(fmt::format("blk.{}.attn_sinks.weight", layer)) : Vec();
@@ -179,8 +180,7 @@ F64Decoder::Vec F64Decoder::gated(const std::string& p, const std::string& suffi
   const Vec u = recipe_.fused_gate_up ? matmul(up_name, x, n, width, width) : matmul(up_name, x, n);
   for (size_t i = 0; i < g.size(); i++) {
     const double a = g[i];
-    const double act = gelu ? 0.5 * a * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a)))
-                            : a / (1.0 + std::exp(-a));
+    const double act = gelu ? F64Decoder::gelu(a) : a / (1.0 + std::exp(-a));
     g[i] = act * u[i];
   }
   return matmul(p + "ffn_down" + suffix + ".weight", g, n);
@@ -194,11 +194,15 @@ F64Decoder::Vec F64Decoder::ffn(const std::string& p, const Vec& x, int64_t n) {
 // DeepSeekMoE's routing (kernels/moe_route.h's definition; softmax without groups or bias for the other
 // families): scores by softmax or sigmoid, selection by score + bias within the best groups (a group by
 // its two best), the chosen scores optionally renormalised, then scaled; each token through its experts.
-F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
+F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n, const Vec* router_in) {
   const MoeConfig& e = c_.moe;
   const MoeRouting& r = e.routing;
   const int64_t dim = c_.n_embd, ff = e.n_ff_expert;
-  Vec logits = matmul(p + "ffn_gate_inp.weight", x, n);
+  Vec logits = matmul(p + "ffn_gate_inp.weight", router_in ? *router_in : x, n);
+  // Gemma 4: gate and up as the halves of each expert's ffn_gate_up_exps rows, each expert's output times its
+  // ffn_down_exps.scale.
+  const bool fused = has(p + "ffn_gate_up_exps.weight");
+  const Vec expert_scale = has(p + "ffn_down_exps.scale") ? vec(p + "ffn_down_exps.scale") : Vec();
   add_bias(logits, p + "ffn_gate_inp.bias");  // gpt-oss: on the logits, before everything
   // gpt-oss's experts' biases ([n_expert][width]) and SwiGLU.
   auto expert_bias = [&](const std::string& name) { return has(p + name) ? vec(p + name) : Vec(); };
@@ -256,14 +260,18 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
         for (auto& v : xe) v *= w;
         w = 1.0;
       }
-      Vec g = matmul(p + "ffn_gate_exps.weight", xe, 1, ex * ff, ff);
-      Vec u = matmul(p + "ffn_up_exps.weight", xe, 1, ex * ff, ff);
+      Vec g = fused ? matmul(p + "ffn_gate_up_exps.weight", xe, 1, ex * 2 * ff, ff)
+                    : matmul(p + "ffn_gate_exps.weight", xe, 1, ex * ff, ff);
+      Vec u = fused ? matmul(p + "ffn_gate_up_exps.weight", xe, 1, ex * 2 * ff + ff, ff)
+                    : matmul(p + "ffn_up_exps.weight", xe, 1, ex * ff, ff);
       for (int64_t i = 0; i < ff; i++) {
         if (!gate_b.empty()) g[i] += gate_b[ex * ff + i];
         if (!up_b.empty()) u[i] += up_b[ex * ff + i];
         if (e.oai_alpha > 0) {  // gpt-oss: g * sigmoid(alpha g) * (u + 1), both clamped
           const double lim = e.oai_limit, gi = std::min<double>(g[i], lim), ui = std::clamp<double>(u[i], -lim, lim);
           g[i] = gi / (1.0 + std::exp(-e.oai_alpha * gi)) * (ui + 1.0);
+        } else if (e.expert_act == FfnActivation::Gelu) {
+          g[i] = gelu(g[i]) * u[i];
         } else {
           g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
         }
@@ -271,6 +279,7 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n) {
       Vec y = matmul(p + "ffn_down_exps.weight", g, 1, ex * dim, dim);
       if (!down_b.empty())
         for (int64_t d = 0; d < dim; d++) y[d] += down_b[ex * dim + d];
+      if (!expert_scale.empty()) w *= expert_scale[ex];
       for (int64_t d = 0; d < dim; d++) out[t * dim + d] += w * y[d];
     }
   }
@@ -406,6 +415,7 @@ F64Decoder::Vec F64Decoder::mla_attend(int l, const Vec& xb, int64_t n) {
 
 void F64Decoder::run(const std::vector<int32_t>& tokens) {
   if (recipe_.attention == LayerRecipe::Attention::Compressed) return run_dsv4(tokens);
+  if (c_.g4.on()) return run_gemma4(tokens);
   const int64_t n = static_cast<int64_t>(tokens.size()), dim = c_.n_embd;
   Vec x(static_cast<size_t>(n * dim), 0.0);
   std::vector<float> row(static_cast<size_t>(dim));
@@ -761,6 +771,92 @@ F64Decoder::Vec F64Decoder::gqa_attend(int l, const Vec& xb, int64_t n) {
   }
   q_rope[l] = q;
   return attend(q, k, v, n, l);
+}
+
+}  // namespace kestrel
+
+namespace kestrel {
+
+// Gemma 4 (model/arch/gemma4.cpp has the math).
+void F64Decoder::run_gemma4(const std::vector<int32_t>& tokens) {
+  const Gemma4Config& g = c_.g4;
+  const int64_t n = static_cast<int64_t>(tokens.size()), dim = c_.n_embd, npl = g.per_layer, width = c_.n_layer * npl;
+  Vec x(static_cast<size_t>(n * dim));
+  std::vector<float> row(static_cast<size_t>(std::max(dim, width)));
+  const GgufTensorInfo* emb = tensor("token_embd.weight");
+  for (int64_t t = 0; t < n; t++) {
+    dequantize_row(emb->type, emb->data + tokens[t] * row_bytes(emb->type, dim), row.data(), dim);
+    for (int64_t i = 0; i < dim; i++) x[t * dim + i] = row[i] * std::sqrt(static_cast<double>(dim));
+  }
+  // Per-layer inputs P, [token][layer][npl].
+  Vec P;
+  if (npl > 0) {
+    P = matmul("per_layer_model_proj.weight", x, n);
+    for (auto& z : P) z /= std::sqrt(static_cast<double>(dim));
+    P = rmsnorm(P, vec("per_layer_proj_norm.weight"), n * c_.n_layer, npl);
+    const GgufTensorInfo* pe = tensor("per_layer_token_embd.weight");
+    for (int64_t t = 0; t < n; t++) {
+      dequantize_row(pe->type, pe->data + tokens[t] * row_bytes(pe->type, width), row.data(), width);
+      for (int64_t i = 0; i < width; i++)
+        P[t * width + i] = (P[t * width + i] + row[i] * std::sqrt(static_cast<double>(npl))) / std::sqrt(2.0);
+    }
+  }
+  for (auto* v : {&q_rope, &attention, &attn_branch, &ffn_branch, &residual}) v->assign(c_.n_layer, {});
+  selected.assign(c_.n_layer, {});
+  std::vector<Vec> keys(static_cast<size_t>(c_.n_layer)), values(keys.size());
+  const int nh = c_.n_head;
+  for (int l = 0; l < c_.n_layer; l++) {
+    const std::string p = fmt::format("blk.{}.", l);
+    const bool sliding = c_.is_sliding(l);
+    const int hd = sliding ? g.head_dim_sliding : c_.head_dim, nkv = sliding ? g.n_head_kv_sliding : c_.n_head_kv;
+    const RopeParams& rp = sliding ? rope_sliding_ : rope_;
+    const Vec xb = rmsnorm(x, vec(p + "attn_norm.weight"), n, dim);
+    Vec q = rmsnorm(matmul(p + "attn_q.weight", xb, n), vec(p + "attn_q_norm.weight"), n * nh, hd);
+    rope_at(q, n, nh, hd, 0, rp);
+    if (g.keeps_kv(l)) {
+      Vec k = matmul(p + "attn_k.weight", xb, n);
+      const Vec v = has(p + "attn_v.weight") ? matmul(p + "attn_v.weight", xb, n) : k;  // v from k's projection
+      values[l] = rmsnorm(v, Vec(static_cast<size_t>(hd), 1.0), n * nkv, hd);      // weightless
+      keys[l] = rmsnorm(k, vec(p + "attn_k_norm.weight"), n * nkv, hd);
+      rope_at(keys[l], n, nkv, hd, 0, rp);
+    }
+    const int src = g.kv_source(l, sliding);
+    q_rope[l] = q;
+    attention[l] = attend(q, keys[src], values[src], n, l, hd, nkv);
+    const Vec a = rmsnorm(matmul(p + "attn_output.weight", attention[l], n), vec(p + "post_attention_norm.weight"), n, dim);
+    attn_branch[l] = a;
+    for (size_t i = 0; i < x.size(); i++) x[i] += a[i];
+    Vec f = gated(p, "", rmsnorm(x, vec(p + "ffn_norm.weight"), n, dim), n, g.n_ff[l], true);
+    if (has(p + "ffn_gate_inp.weight")) {  // experts beside the dense FFN, each half normed
+      f = rmsnorm(f, vec(p + "post_ffw_norm_1.weight"), n, dim);
+      Vec router_in = rmsnorm(x, Vec(static_cast<size_t>(dim), 1.0), n, dim);
+      const Vec scale = vec(p + "ffn_gate_inp.scale");
+      for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < dim; i++) router_in[t * dim + i] *= scale[i] / std::sqrt(static_cast<double>(dim));
+      const Vec m = rmsnorm(moe(p, rmsnorm(x, vec(p + "pre_ffw_norm_2.weight"), n, dim), n, &router_in),
+                            vec(p + "post_ffw_norm_2.weight"), n, dim);
+      for (size_t i = 0; i < f.size(); i++) f[i] += m[i];
+    }
+    f = rmsnorm(f, vec(p + "post_ffw_norm.weight"), n, dim);
+    ffn_branch[l] = f;
+    for (size_t i = 0; i < x.size(); i++) x[i] += f[i];
+    if (npl > 0) {
+      Vec gate = matmul(p + "inp_gate.weight", x, n);
+      for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < npl; i++) gate[t * npl + i] = gelu(gate[t * npl + i]) * P[t * width + l * npl + i];
+      const Vec pr = rmsnorm(matmul(p + "proj.weight", gate, n), vec(p + "post_norm.weight"), n, dim);
+      for (size_t i = 0; i < x.size(); i++) x[i] += pr[i];
+    }
+    if (has(p + "layer_output_scale.weight")) {
+      const double s = vec(p + "layer_output_scale.weight")[0];
+      for (auto& z : x) z *= s;
+    }
+    residual[l] = x;
+  }
+  const Vec xn = rmsnorm(x, vec("output_norm.weight"), n, dim);
+  logits = matmul(has("output.weight") ? "output.weight" : "token_embd.weight", xn, n);
+  if (c_.final_softcap > 0)
+    for (auto& z : logits) z = c_.final_softcap * std::tanh(z / c_.final_softcap);
 }
 
 }  // namespace kestrel

@@ -11,6 +11,7 @@
 // exactly (to float), everything else in
 // double, written independently of the kernels. precision-check compares
 // the engine against it layer by layer.
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -65,7 +66,12 @@ class F64Decoder {
   Vec gqa_attend(int l, const Vec& xb, int64_t n);
   std::vector<std::vector<int32_t>> indexer_select(const std::string& p, const Vec& xb, const Vec& q_a, int64_t n);
   Vec layernorm(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t dim, double eps) const;
-  Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer) const;
+  // head_dim / n_head_kv 0: the config's (Gemma 4's sliding layers give theirs).
+  Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer, int head_dim = 0, int n_head_kv = 0) const;
+  // Gemma 4 (model/arch/gemma4.cpp has the math): its whole pass.
+  void run_gemma4(const std::vector<int32_t>& tokens);
+  // GELU (tanh form) in double.
+  static double gelu(double a) { return 0.5 * a * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a))); }
   void temper(Vec& q, int64_t n, int64_t width) const;
   void add_bias(Vec& y, const std::string& name) const;
   // DeepSeek-V4 (model/arch/deepseek4.cpp has the math): its whole pass, its attention, its experts.
@@ -77,7 +83,8 @@ class F64Decoder {
   static void rope_tail(Vec& x, const std::vector<int64_t>& pos, int heads, int64_t stride, const RopeParams& p,
                         bool inverse = false);
   Vec ffn(const std::string& p, const Vec& x, int64_t n);
-  Vec moe(const std::string& p, const Vec& x, int64_t n);
+  // router_in: the rows the router reads when they are not x (Gemma 4).
+  Vec moe(const std::string& p, const Vec& x, int64_t n, const Vec* router_in = nullptr);
   Vec gated(const std::string& p, const std::string& suffix, const Vec& x, int64_t n, int64_t width, bool gelu);
 
   const GgufFile& f_;

@@ -58,20 +58,29 @@ class ActivationRecorder final : public ForwardingBackend {
     keep(kFfn, host(y), n * dim);
     keep(kResidual, host(out), n * hc * dim);
   }
-  // A layer's first residual add takes the attention branch, its last the
-  // FFN branch (a MoE layer adds its shared expert in between) and leaves
-  // the layer's output.
+  // A layer's first residual add takes the attention branch, its second (into the same stream) the FFN branch,
+  // its last leaves the layer's output (Gemma 4 adds its per-layer embedding third, then scales the stream);
+  // adds within a branch (a MoE layer's shared expert, Gemma 4's dense FFN beside its experts) are not the
+  // stream's.
   void add(Act x, Act y, int64_t n) override {
     in_.add(x, y, n);
-    if (adds_++ == 0) keep(kAttnProj, host(y), n);
-    keep(kFfn, host(y), n);
+    if (adds_ == 0)
+      stream_ = x, keep(kAttnProj, host(y), n);
+    else if (!(x == stream_))
+      return;
+    if (adds_++ < 2) keep(kFfn, host(y), n);
     keep(kResidual, host(x), n);
+  }
+  void scale(Act x, int64_t n, float s) override {
+    in_.scale(x, n, s);
+    if (adds_ > 0 && x == stream_) keep(kResidual, host(x), n);
   }
 
  private:
   void keep(Probe p, const float* v, int64_t n) { got[p][layer_].assign(v, v + n); }
   int layer_ = -1;
   int adds_ = 0;
+  Act stream_;  // the residual stream the layer's first add wrote
 };
 
 double relative_error(const std::vector<float>& got, const std::vector<double>& want) {

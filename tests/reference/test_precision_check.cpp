@@ -181,6 +181,42 @@ TEST(PrecisionCheck, SynthGqaFamiliesAgreeWithTheFloat64Reference) {
   }
 }
 
+// Gemma 4, both tiny presets at 40 tokens: sliding layers of 16-dim heads (2 KV heads, window 8) and full ones of
+// 32 (1 KV head, a quarter rotated by rope_freqs), unscaled scores, the weightless v norm; layers 9-11 reading
+// layers 7 and 8's caches; per-layer embeddings; double-wide FFNs; the output scales; tiny-moe's experts beside
+// the dense FFN with their router norm, GeGLU and per-expert scales, v from k on its full layers. Layer 0's
+// attention to 2e-5; GELU's fp16 table (llama.cpp's; the reference's GELU is exact) from its FFN on, as for
+// Gemma 2/3.
+TEST(PrecisionCheck, Gemma4AgreesWithTheFloat64Reference) {
+  test::TempDir dir;
+  for (const std::string& preset : {"tiny", "tiny-moe"}) {
+    SCOPED_TRACE(preset);
+    const std::string model = dir.file(preset + ".gguf");
+    ASSERT_EQ(
+        test::run_kestrel({"synth", "--arch", "gemma4", "--preset", preset, "--type", "f32", "-o", model}).exit_code, 0);
+    LoadOptions o;
+    o.model_path = model;
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.wrap_backend = make_activation_recorder;
+    LoadedModel e = LoadedModel::load(o);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
+    const PrecisionReport r = precision_check(e, tokens);
+    ASSERT_EQ(r.layers.size(), static_cast<size_t>(e.model->config().n_layer));
+    for (const auto& l : r.layers) {
+      const double before = l.layer == 0 ? 2e-5 : 2e-3;
+      EXPECT_LT(l.q_rope, before) << "layer " << l.layer;
+      EXPECT_LT(l.attention, before) << "layer " << l.layer;
+      EXPECT_LT(l.attn_proj, before) << "layer " << l.layer;
+      EXPECT_LT(l.ffn, 2e-3) << "layer " << l.layer;
+      EXPECT_LT(l.residual, 2e-3) << "layer " << l.layer;
+      EXPECT_GT(l.residual, 0.0) << "float32 cannot be exact";
+    }
+    EXPECT_LT(r.logits, 2e-3);
+  }
+}
+
 // DeepSeek-V4: 140 tokens, past the first block of 128 (the ratio-128 layer attends to it) and 35 blocks of 4
 // (the indexed layers choose 3 from the 16th token on): the streams, the compressed keys, the chosen blocks.
 TEST(PrecisionCheck, DeepSeekV4AgreesWithTheFloat64Reference) {
