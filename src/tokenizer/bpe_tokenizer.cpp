@@ -1,6 +1,9 @@
 #include "tokenizer/bpe_tokenizer.h"
 
+#include <fmt/format.h>
 
+
+#include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/symbol_merge.h"
 
 namespace kestrel {
@@ -17,10 +20,30 @@ BpeTokenizer::BpeTokenizer(Vocab v) : Tokenizer(std::move(v)), pre_(vocab_.pre) 
   }
 }
 
-void BpeTokenizer::encode_text(std::string_view text, bool, std::vector<int32_t>& out) const {
+namespace {
+
+const char* const kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+
+}  // namespace
+
+void BpeTokenizer::encode_text(std::string_view raw, bool, std::vector<int32_t>& out) const {
+  std::string escaped;
+  if (vocab_.spm_style_bpe)
+    for (char c : raw) c == ' ' ? escaped += kSpace : escaped += c;
+  const std::string_view text = vocab_.spm_style_bpe ? std::string_view(escaped) : raw;
   for (std::string_view word_bytes : pre_.split(text)) {
     std::string word;
-    for (unsigned char c : word_bytes) word += byte_char_[c];
+    if (vocab_.spm_style_bpe)
+      word = word_bytes;
+    else
+      for (unsigned char c : word_bytes) word += byte_char_[c];
+    // Gemma 4: a run of newlines that is a token is taken whole (llama.cpp's rule).
+    if (vocab_.spm_style_bpe && word.find_first_not_of('\n') == std::string::npos) {
+      if (const int32_t id = vocab_.find(word); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
     if (pre_.ignore_merges()) {
       if (const int32_t id = vocab_.find(word); id >= 0) {
         out.push_back(id);
@@ -42,7 +65,12 @@ void BpeTokenizer::encode_text(std::string_view text, bool, std::vector<int32_t>
         out.push_back(id);
         return;
       }
-      // No token for this symbol: emit its characters one by one.
+      // No token for this symbol: its bytes as <0xXX> tokens (Gemma 4), or its characters one by one.
+      if (vocab_.spm_style_bpe) {
+        for (unsigned char c : s)
+          if (const int32_t id = vocab_.find(fmt::format("<0x{:02X}>", c)); id >= 0) out.push_back(id);
+        return;
+      }
       for (size_t p = 0; p < s.size();) {
         const size_t n = utf8_len(static_cast<unsigned char>(s[p]));
         const int32_t id = vocab_.find(s.substr(p, n));
@@ -57,6 +85,7 @@ void BpeTokenizer::encode_text(std::string_view text, bool, std::vector<int32_t>
 std::string BpeTokenizer::piece_bytes(int32_t id) const {
   const std::string& t = vocab_.tokens[id];
   std::string out;
+  if (vocab_.spm_style_bpe) return sentencepiece_bytes(vocab_, id);
   for (size_t pos = 0; pos < t.size();) {
     const size_t start = pos;
     const uint32_t cp = utf8_next(t, pos);

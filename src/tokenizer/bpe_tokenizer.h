@@ -6,7 +6,8 @@ namespace kestrel {
 
 // Byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"): pre-tokenize, map
 // each byte to its printable stand-in (GPT-2's bytes_to_unicode), then apply
-// merges in rank order.
+// merges in rank order. Gemma 4's ("gemma4", Vocab::spm_style_bpe): spaces as U+2581, the raw UTF-8 merged,
+// a run of newlines that is a token taken whole, bytes without a token as <0xXX>.
 class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(Vocab v);

@@ -68,6 +68,8 @@ const std::map<std::string, RuleSet>& rule_sets() {
     add({"qwen35"}, {{kQwen35}});
     add({"gpt-4o", "llama4", "minimax-m2"}, {{kGpt4o}});
     add({"tekken"}, {{kTekken}, true, true});
+    // Gemma 4 (SentencePiece-style BPE over the whole text): runs of newlines apart from the rest, nothing else.
+    add({"gemma4"}, {{"[^\n]+|[\n]+"}, false, true});
     add({"seed-coder"}, {{kSeedCoder}});
     add({"bailingmoe", "bailingmoe2", "llada-moe"}, {{kBailing}});
     add({"poro-chat", "bloom", "gpt3-finnish"}, {{kBloom}});

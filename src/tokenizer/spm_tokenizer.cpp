@@ -42,9 +42,11 @@ void SpmTokenizer::encode_text(std::string_view raw, bool after_special, std::ve
   });
 }
 
-std::string SpmTokenizer::piece_bytes(int32_t id) const {
-  const std::string& t = vocab_.tokens[id];
-  if (vocab_.types[id] == TokenType::Byte && t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+std::string SpmTokenizer::piece_bytes(int32_t id) const { return sentencepiece_bytes(vocab_, id); }
+
+std::string sentencepiece_bytes(const Vocab& v, int32_t id) {
+  const std::string& t = v.tokens[id];
+  if (v.types[id] == TokenType::Byte && t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
       std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
     return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
   }

@@ -16,4 +16,8 @@ class SpmTokenizer final : public Tokenizer {
   std::string piece_bytes(int32_t id) const override;
 };
 
+// A SentencePiece-style piece's bytes: a <0xXX> byte token's byte, else its text with U+2581 as spaces (also
+// Gemma 4's BPE pieces).
+std::string sentencepiece_bytes(const Vocab& v, int32_t id);
+
 }  // namespace kestrel

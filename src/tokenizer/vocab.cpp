@@ -14,9 +14,11 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   const std::string model = f.get_string("tokenizer.ggml.model").value_or("");
   if (model == "llama") v.kind = Kind::Spm;
   else if (model == "gpt2") v.kind = Kind::Bpe;
+  else if (model == "gemma4") v.kind = Kind::Bpe, v.spm_style_bpe = true;
   else if (model.empty()) throw Error(fmt::format("{}: no tokenizer (missing 'tokenizer.ggml.model')", f.path()));
-  else throw Error(fmt::format("{}: tokenizer model '{}' is not supported (supported: llama, gpt2)", f.path(), model));
-  v.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
+  else throw Error(fmt::format("{}: tokenizer model '{}' is not supported (supported: llama, gpt2, gemma4)", f.path(), model));
+  // Gemma 4's rules whatever tokenizer.ggml.pre says (llama.cpp sets them from the model).
+  v.pre = v.spm_style_bpe ? "gemma4" : f.get_string("tokenizer.ggml.pre").value_or("default");
 
   const GgufValue& toks = f.get("tokenizer.ggml.tokens");
   const auto& items = toks.as_array().items;
@@ -64,7 +66,8 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   // <|im_end|> is often not the file's EOT).
   static const char* const kEndMarkers[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                                             "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<|return|>",
-                                            "<|call|>", "<end_of_utterance>"};
+                                            "<|call|>", "<end_of_utterance>", "<eos>", "<turn|>",
+                                            "<|tool_response>"};
   for (int32_t id : {v.eos, v.eot, id_key("tokenizer.ggml.eom_token_id", -1)})
     if (id >= 0) v.end_of_generation.push_back(id);
   for (const char* marker : kEndMarkers)
@@ -78,6 +81,7 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
                             v.end_of_generation.end());
   v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || PreTokenizer::adds_bos_by_default(v.pre));
   if (PreTokenizer::never_adds_bos(v.pre)) v.add_bos = false;
+  if (v.spm_style_bpe) v.add_bos = true;  // llama.cpp: Gemma 4 always starts with BOS, whatever add_bos_token says
   v.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (v.add_bos && v.bos < 0) throw Error(fmt::format("{}: the tokenizer asks for BOS but has no BOS token", f.path()));

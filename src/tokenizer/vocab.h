@@ -24,6 +24,9 @@ struct Vocab {
   std::unordered_map<std::string, int32_t> merge_rank;  // "left right" -> rank (BPE)
   int32_t bos = -1, eos = -1, unk = -1, eot = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = true;
+  // tokenizer.ggml.model "gemma4": BPE on raw UTF-8 (no GPT-2 byte stand-ins) with spaces written as U+2581 and
+  // bytes without a token as <0xXX> byte tokens, SentencePiece-style.
+  bool spm_style_bpe = false;
 
   static Vocab from_gguf(const GgufFile& file);
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }

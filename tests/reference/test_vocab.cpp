@@ -1,6 +1,9 @@
 // Tokenizers against llama.cpp's tokenizer test vectors (Hugging Face
 // reference output, no BOS, special-token text parsed as plain text).
+#include <nlohmann/json.hpp>
+
 #include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,6 +70,46 @@ INSTANTIATE_TEST_SUITE_P(Families, VocabFamily,
                            for (auto& ch : n) if (ch == '-') ch = '_';
                            return n;
                          });
+
+// Gemma 4's tokenizer model ("gemma4": BPE on raw UTF-8, spaces as U+2581, runs of newlines apart and whole
+// where they are a token, <0xXX> bytes, BOS always) on llama.cpp's Gemma 4 vectors (Hugging Face's ids), with
+// the vocabulary reduced to what they use (tests/compat/gemma4_vocab.py says why the ids stay the same).
+TEST(VocabGemma4, LlamaCppsVectorsGiveHuggingFacesIds) {
+  const auto doc = nlohmann::json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/reference/gemma4_vocab.json"));
+  GgufWriter w;
+  w.set_str("general.architecture", "gemma4");
+  w.set_str("tokenizer.ggml.model", "gemma4");
+  w.set("tokenizer.ggml.tokens", GgufValue::strings(doc["tokens"].get<std::vector<std::string>>()));
+  w.set("tokenizer.ggml.token_type", GgufValue::int32s(doc["types"].get<std::vector<int32_t>>()));
+  w.set("tokenizer.ggml.merges", GgufValue::strings(doc["merges"].get<std::vector<std::string>>()));
+  w.set_u32("tokenizer.ggml.bos_token_id", doc["bos"].get<uint32_t>());
+  w.set_u32("tokenizer.ggml.eos_token_id", doc["eos"].get<uint32_t>());
+  w.set_bool("tokenizer.ggml.add_bos_token", false);  // (llama.cpp adds it for Gemma 4 all the same)
+  test::TempDir dir;
+  const std::string path = dir.file("gemma4-vocab.gguf");
+  w.write_file(path);
+  const GgufFile f = GgufFile::open(path);
+  const auto tok = Tokenizer::from_gguf(f);
+  ASSERT_GT(doc["cases"].size(), 40u);
+  for (const auto& c : doc["cases"]) {
+    const std::string text = c["text"];
+    const auto want = c["ids"].get<std::vector<int32_t>>();
+    const auto got = tok->encode(text, false, false);
+    EXPECT_EQ(got, want) << "'" << text << "'";
+    EXPECT_EQ(tok->decode(got), text) << "round trip";
+  }
+  // BOS whatever add_bos_token says; a byte without a token of its own as <0xXX> (U+00E9 has none here).
+  const auto with_bos = tok->encode("Hello", true, false);
+  ASSERT_FALSE(with_bos.empty());
+  EXPECT_EQ(with_bos[0], doc["bos"].get<int32_t>());
+  const auto bytes = tok->encode("\xc3\xa9", false, false);
+  ASSERT_EQ(bytes.size(), 2u);
+  EXPECT_EQ(tok->vocab().tokens[bytes[0]], "<0xC3>");
+  EXPECT_EQ(tok->vocab().tokens[bytes[1]], "<0xA9>");
+  // Gemma 4 ends a turn with <turn|> and a tool call with <|tool_response>: both end generation.
+  for (const char* marker : {"<turn|>", "<|tool_response>"})
+    if (const int32_t id = tok->vocab().find(marker); id >= 0) EXPECT_TRUE(tok->vocab().is_end_of_generation(id)) << marker;
+}
 
 }  // namespace
 }  // namespace kestrel
