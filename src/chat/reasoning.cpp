@@ -23,7 +23,9 @@ size_t leading_space(std::string_view s) {
 }  // namespace
 
 ReasoningTags reasoning_tags_of(std::string_view src) {
-  return src.find(kMistralThinkTags.open) != std::string_view::npos ? kMistralThinkTags : kThinkTags;
+  if (src.find(kMistralThinkTags.open) != std::string_view::npos) return kMistralThinkTags;
+  if (src.find(kGemma4ThinkTags.open) != std::string_view::npos) return kGemma4ThinkTags;
+  return kThinkTags;
 }
 
 ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning, ReasoningTags tags)

@@ -22,7 +22,8 @@ struct ReasoningTags {
 };
 inline constexpr ReasoningTags kThinkTags{};
 inline constexpr ReasoningTags kMistralThinkTags{"[THINK]", "[/THINK]"};  // Magistral, Ministral 3 Reasoning
-// The tags a chat template writes reasoning with ([THINK] where it shows them, else <think>).
+inline constexpr ReasoningTags kGemma4ThinkTags{"<|channel>thought", "<channel|>"};  // Gemma 4's thought channel
+// The tags a chat template writes reasoning with ([THINK] or Gemma 4's channel where it shows them, else <think>).
 ReasoningTags reasoning_tags_of(std::string_view template_source);
 
 class ReasoningSplitter {

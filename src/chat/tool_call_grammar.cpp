@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -92,12 +93,78 @@ std::string glm_call(size_t i, const std::string& name, const json& params, std:
   return body + " " + gbnf_literal("\n</tool_call>");
 }
 
+// Gemma 4's values in its own syntax (bare keys, strings between <|"|>), not held to a schema: what a nested
+// object or array parameter is written with.
+constexpr const char* kGemma4Values = R"(g4-value ::= g4-string | g4-dict | g4-array | json-number | json-boolean | json-null
+g4-string ::= "<|\"|>" [^<]* "<|\"|>"
+g4-dict ::= "{" ( g4-kv ( "," g4-kv )* )? "}"
+g4-kv ::= [^:{}\[\],<]+ ":" g4-value
+g4-array ::= "[" ( g4-value ( "," g4-value )* )? "]"
+)";
+
+// One Gemma 4 call of tool i as its template writes it: <|tool_call>call:NAME{...}<tool_call|> with the
+// parameters in key order (the template sorts them), the required ones always and the others optional, commas
+// between those present; a plain or enumerated string between <|"|> (text without '<'), a number, integer or
+// boolean as JSON against its schema, anything else a Gemma 4 value (nested values are not held to the schema).
+std::string gemma4_call(size_t i, const std::string& name, const json& params, std::string& rules) {
+  if (params.value("type", "object") != "object")
+    throw Error(fmt::format("tools[{}].function.parameters: Gemma 4 calls take an object of parameters", i));
+  std::set<std::string> required;
+  if (params.contains("required"))
+    for (const auto& r : params["required"]) required.insert(r.get<std::string>());
+  std::map<std::string, json> props;  // sorted, as the template's dictsort
+  if (params.contains("properties"))
+    for (const auto& [key, schema] : params["properties"].items()) props.emplace(key, schema);
+  std::vector<std::pair<std::string, bool>> items;  // expression, required
+  int k = 0;
+  for (const auto& [key, schema] : props) {
+    const std::string type = schema.is_object() ? schema.value("type", "") : "";
+    const bool string_enum = schema.is_object() && schema.contains("enum") && (type.empty() || type == "string") &&
+                             std::all_of(schema["enum"].begin(), schema["enum"].end(), [](const json& e) { return e.is_string(); });
+    std::string value;
+    if (string_enum) {
+      std::string alts;
+      for (const auto& e : schema["enum"]) {
+        if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
+        alts += (alts.empty() ? "" : " | ") + gbnf_literal(e.get<std::string>());
+      }
+      value = gbnf_literal("<|\"|>") + " ( " + alts + " ) " + gbnf_literal("<|\"|>");
+    } else if (type == "string") {
+      value = "g4-string";
+    } else if (type == "number" || type == "integer" || type == "boolean") {
+      value = json_schema_rules(schema, fmt::format("t{}-g{}-", i, k), rules);
+    } else {
+      value = "g4-value";
+    }
+    items.emplace_back(gbnf_literal(key + ":") + " " + value, required.count(key) > 0);
+    k++;
+  }
+  // S(j): the items from j on, the first present without a comma; T(j): the same, each after a comma.
+  const std::string prefix = fmt::format("t{}-g4", i);
+  const size_t n = items.size();
+  for (size_t j = n; j-- > 0;) {
+    const std::string t_next = j + 1 < n ? fmt::format(" {}-t{}", prefix, j + 1) : "";
+    const std::string s_next = j + 1 < n ? fmt::format("{}-s{}", prefix, j + 1) : "";
+    const auto& [item, req] = items[j];
+    rules += fmt::format("{}-t{} ::= {}{}\n", prefix, j,
+                         req ? "\",\" " + item : "( \",\" " + item + " )?", t_next);
+    if (req)
+      rules += fmt::format("{}-s{} ::= {}{}\n", prefix, j, item, t_next);
+    else if (s_next.empty())
+      rules += fmt::format("{}-s{} ::= ( {} )?\n", prefix, j, item);
+    else
+      rules += fmt::format("{}-s{} ::= {}{} | {}\n", prefix, j, item, t_next, s_next);
+  }
+  return gbnf_literal("<|tool_call>call:" + name + "{") + (n > 0 ? " " + prefix + "-s0" : "") + " " +
+         gbnf_literal("}<tool_call|>");
+}
+
 }  // namespace
 
 std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None) throw Error("no tool-call format to constrain the reply to");
   std::string rules;
-  std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls, args_calls, glm_calls;
+  std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls, args_calls, glm_calls, gemma4_calls;
   // Llama 3's JSON calls carry "parameters"; the others "arguments".
   const std::string key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   for (size_t i = 0; i < tools.size(); i++) {
@@ -117,6 +184,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
     deepseek_calls.push_back(fmt::format("{} \"\\n```json\\n\" {} \"\\n```\"", gbnf_literal(name), args));
     if (format == ToolCallFormat::Dsml) dsml_calls.push_back(dsml_invoke(i, name, params, rules));
     if (format == ToolCallFormat::Glm) glm_calls.push_back(glm_call(i, name, params, rules));
+    if (format == ToolCallFormat::Gemma4) gemma4_calls.push_back(gemma4_call(i, name, params, rules));
     // Mistral's newer form (Ministral 3, Magistral, Devstral templates): [TOOL_CALLS]NAME[ARGS]{...}.
     args_calls.push_back(fmt::format("{} \"[ARGS]\" {}", gbnf_literal(name), args));
     // Harmony: the recipient, the channel and the arguments as gpt-oss's template writes a call.
@@ -162,6 +230,10 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
       break;
     case ToolCallFormat::Glm:
       root = "root ::= glm-call" + more("\"\\n\"", "glm-call") + "\n" + "glm-call ::= " + alternatives(glm_calls) + "\n";
+      break;
+    case ToolCallFormat::Gemma4:
+      root = "root ::= g4-call" + more("\"\"", "g4-call") + "\n" + "g4-call ::= " + alternatives(gemma4_calls) + "\n" +
+             kGemma4Values;
       break;
     case ToolCallFormat::Harmony:
       // After the prompt's "<|start|>assistant"; one call per message (<|call|> ends the reply).

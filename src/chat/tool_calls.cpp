@@ -20,6 +20,7 @@ constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCa
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]", kMistralArgs = "[ARGS]";
 constexpr std::string_view kGlmKey = "<arg_key>", kGlmKeyEnd = "</arg_key>", kGlmValue = "<arg_value>",
                            kGlmValueEnd = "</arg_value>";
+constexpr std::string_view kGemmaCall = "<|tool_call>", kGemmaCallEnd = "<tool_call|>", kGemmaQuote = "<|\"|>";
 constexpr std::string_view kDsml = "｜DSML｜", kDsmlFunctionCalls = "<｜DSML｜function_calls>",
                            kDsmlToolCalls = "<｜DSML｜tool_calls>", kDsmlInvoke = "<｜DSML｜invoke name=\"",
                            kDsmlInvokeEnd = "</｜DSML｜invoke>", kDsmlParameter = "<｜DSML｜parameter name=\"",
@@ -140,6 +141,99 @@ ToolCallReply glm(std::string_view text) {
       break;
     }
     at = close + kHermesClose.size();
+  }
+  rest += text.substr(std::min(at, text.size()));
+  if (r.calls.empty()) return fail();
+  r.content = outside(std::move(rest));
+  return r;
+}
+
+// One Gemma 4 value at t[p] (string between <|"|>, number, true/false/null, [...] or {key:value,...} with bare
+// keys) into JSON; p moves past it. nullopt: not such a value.
+std::optional<json> gemma4_value(std::string_view t, size_t& p) {
+  const auto skip_space = [&] {
+    while (p < t.size() && (t[p] == ' ' || t[p] == '\n' || t[p] == '\t' || t[p] == '\r')) p++;
+  };
+  skip_space();
+  if (p >= t.size()) return std::nullopt;
+  if (t.substr(p, kGemmaQuote.size()) == kGemmaQuote) {
+    const size_t end = t.find(kGemmaQuote, p + kGemmaQuote.size());
+    if (end == std::string_view::npos) return std::nullopt;
+    json s = std::string(t.substr(p + kGemmaQuote.size(), end - p - kGemmaQuote.size()));
+    p = end + kGemmaQuote.size();
+    return s;
+  }
+  if (t[p] == '{' || t[p] == '[') {
+    const bool object = t[p] == '{';
+    const char close = object ? '}' : ']';
+    json out = object ? json::object() : json::array();
+    p++;
+    skip_space();
+    if (p < t.size() && t[p] == close) {
+      p++;
+      return out;
+    }
+    for (;;) {
+      if (object) {
+        const size_t colon = t.find(':', p);
+        if (colon == std::string_view::npos) return std::nullopt;
+        const std::string_view key = trim(t.substr(p, colon - p));
+        if (key.empty() || key.find_first_of("{}[],") != std::string_view::npos) return std::nullopt;
+        p = colon + 1;
+        auto v = gemma4_value(t, p);
+        if (!v) return std::nullopt;
+        out[std::string(key)] = std::move(*v);
+      } else {
+        auto v = gemma4_value(t, p);
+        if (!v) return std::nullopt;
+        out.push_back(std::move(*v));
+      }
+      skip_space();
+      if (p < t.size() && t[p] == ',') {
+        p++;
+        skip_space();
+        continue;
+      }
+      if (p < t.size() && t[p] == close) {
+        p++;
+        return out;
+      }
+      return std::nullopt;
+    }
+  }
+  // A number or a literal: up to the next delimiter, read as JSON.
+  size_t end = p;
+  while (end < t.size() && t[end] != ',' && t[end] != '}' && t[end] != ']') end++;
+  const auto j = parse_json(trim(t.substr(p, end - p)));
+  if (!j || j->is_object() || j->is_array() || j->is_string()) return std::nullopt;
+  p = end;
+  return j;
+}
+
+// Gemma 4's calls: <|tool_call>call:NAME{...}<tool_call|>, one after another.
+ToolCallReply gemma4(std::string_view text) {
+  ToolCallReply r;
+  std::string rest;
+  size_t at = 0;
+  const auto fail = [&] { return ToolCallReply{std::string(text), {}}; };
+  for (;;) {
+    const size_t open = text.find(kGemmaCall, at);
+    if (open == std::string_view::npos) break;
+    rest += text.substr(at, open - at);
+    size_t p = open + kGemmaCall.size();
+    if (text.substr(p, 5) != "call:") return fail();
+    p += 5;
+    const size_t brace = text.find('{', p);
+    if (brace == std::string_view::npos) return fail();
+    const std::string_view name = trim(text.substr(p, brace - p));
+    if (name.empty() || name.find_first_of("<>{}:\n ") != std::string_view::npos) return fail();
+    p = brace;
+    const auto args = gemma4_value(text, p);
+    if (!args || !args->is_object()) return fail();
+    r.calls.push_back({new_call_id(ToolCallFormat::Gemma4), std::string(name), args->dump()});
+    if (text.substr(p, kGemmaCallEnd.size()) == kGemmaCallEnd) p += kGemmaCallEnd.size();
+    else if (p < text.size()) return fail();  // (a reply cut short after the arguments keeps its call)
+    at = p;
   }
   rest += text.substr(std::min(at, text.size()));
   if (r.calls.empty()) return fail();
@@ -329,6 +423,7 @@ std::vector<std::string_view> start_markers(ToolCallFormat f) {
     case ToolCallFormat::Mistral: return {kMistralCalls};
     case ToolCallFormat::Dsml: return {kDsmlFunctionCalls, kDsmlToolCalls};
     case ToolCallFormat::Glm: return {kHermesOpen};
+    case ToolCallFormat::Gemma4: return {kGemmaCall};
     case ToolCallFormat::Harmony:  // read by chat/harmony.h, not through ToolCallStream
     case ToolCallFormat::None: return {};
   }
@@ -347,6 +442,7 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     // Every marker of the reply's structure (its channels are parsed whether or not tools were offered).
     case ToolCallFormat::Harmony: return {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
     case ToolCallFormat::Glm: return {kHermesOpen, kHermesClose, kGlmKey, kGlmKeyEnd, kGlmValue, kGlmValueEnd};
+    case ToolCallFormat::Gemma4: return {kGemmaCall, kGemmaCallEnd, kGemmaQuote};
     case ToolCallFormat::None: return {};
   }
   return {};
@@ -360,6 +456,7 @@ std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name
   if (name == "dsml") return ToolCallFormat::Dsml;
   if (name == "harmony") return ToolCallFormat::Harmony;
   if (name == "glm") return ToolCallFormat::Glm;
+  if (name == "gemma4") return ToolCallFormat::Gemma4;
   if (name == "none") return ToolCallFormat::None;
   return std::nullopt;
 }
@@ -373,18 +470,20 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::Dsml: return "dsml";
     case ToolCallFormat::Harmony: return "harmony";
     case ToolCallFormat::Glm: return "glm";
+    case ToolCallFormat::Gemma4: return "gemma4";
     case ToolCallFormat::None: return "none";
   }
   return "?";
 }
 
-const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, harmony, glm, none"; }
+const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, harmony, glm, gemma4, none"; }
 
 ToolCallFormat detect_tool_call_format(std::string_view src) {
   const auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has(kDsml)) return ToolCallFormat::Dsml;
   if (has("<|channel|>")) return ToolCallFormat::Harmony;
   if (has(kGlmKey)) return ToolCallFormat::Glm;  // before hermes: GLM's calls open with <tool_call> too
+  if (has(kGemmaCall)) return ToolCallFormat::Gemma4;
   if (has(kDsCallBegin) || has(kDsCallsBegin)) return ToolCallFormat::DeepSeek;
   if (has(kMistralCalls)) return ToolCallFormat::Mistral;
   if (has(kHermesOpen)) return ToolCallFormat::Hermes;
@@ -400,6 +499,7 @@ ToolCallReply parse_tool_calls(ToolCallFormat format, std::string_view text) {
     case ToolCallFormat::Mistral: return mistral(text);
     case ToolCallFormat::Dsml: return dsml(text);
     case ToolCallFormat::Glm: return glm(text);
+    case ToolCallFormat::Gemma4: return gemma4(text);
     case ToolCallFormat::Harmony: {
       HarmonyStream h;
       HarmonyPart a = h.push(text), b = h.finish();

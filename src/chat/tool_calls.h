@@ -14,6 +14,8 @@
 //                or without newlines between): values that read as JSON taken as JSON, the others as strings
 //   harmony      (gpt-oss) a message to functions.NAME: [ to=functions.NAME]<|channel|>commentary[ to=functions.NAME]
 //                [<|constrain|>]json<|message|>{...}<|call|>; the reply's channels split by chat/harmony.h
+//   gemma4       <|tool_call>call:NAME{key:value,...}<tool_call|> (Gemma 4): keys bare, strings between <|"|>,
+//                numbers, true/false/null, [...] and {...} of the same; read into JSON
 // A reply whose calls do not parse stays content, whole: nothing is dropped.
 #include <optional>
 #include <string>
@@ -22,7 +24,7 @@
 
 namespace kestrel {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml, Harmony, Glm };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml, Harmony, Glm, Gemma4 };
 
 // "hermes", ... ; nullopt for an unknown name. "none" is None.
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name);

@@ -472,6 +472,12 @@ TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInMistralFormWithMistral3) {
   tool_round_trip("mistral3", "Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral");
 }
 
+// Gemma 4 (`gemma4`) with Gemma-4-31B-it's template: <|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>,
+// the tool's answer back as its <|tool_response> block.
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInGemma4FormWithGemma4) {
+  tool_round_trip("gemma4", "google-gemma-4-31B-it.jinja", "gemma4");
+}
+
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {
   test::ServerProcess first({"-m", kStories, "-c", "128"});
   const test::CliResult busy = test::run_kestrel({"serve", "-m", kStories, "-c", "128", "--port", std::to_string(first.port())});

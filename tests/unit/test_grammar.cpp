@@ -252,7 +252,7 @@ TEST(ToolCallGrammar, EveryFormatsCallsParseBackWithSchemaArguments) {
   std::mt19937 rng(11);
   for (ToolCallFormat format :
        {ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::DeepSeek, ToolCallFormat::Mistral,
-        ToolCallFormat::Dsml, ToolCallFormat::Harmony, ToolCallFormat::Glm}) {
+        ToolCallFormat::Dsml, ToolCallFormat::Harmony, ToolCallFormat::Glm, ToolCallFormat::Gemma4}) {
     int read_back = 0;  // walks that ended, every one read back as calls
     for (const char* only : {"", "get_weather"}) {
       for (bool parallel : {false, true}) {

@@ -74,6 +74,16 @@ TEST(Reasoning, MistralThinksBetweenItsOwnTags) {
   EXPECT_EQ(reasoning_tags_of("{{ '<think>' }}").close, "</think>");
 }
 
+// Gemma 4 thinks in its thought channel: <|channel>thought ... <channel|>; its template shows the tags.
+TEST(Reasoning, Gemma4ThinksInItsThoughtChannel) {
+  expect_split(false, "<|channel>thought\nLet me add: 2+2=4.\n<channel|>It is 4.", "Let me add: 2+2=4.", "It is 4.",
+               kGemma4ThinkTags);
+  expect_split(false, "It is 4.", "", "It is 4.", kGemma4ThinkTags);
+  EXPECT_EQ(reasoning_tags_of("{{- '<|channel>thought\n' + thinking_text + '\n<channel|>' -}}").close, "<channel|>");
+  // Thinking off: the generation prompt closes an empty thought, the reply starts as content.
+  EXPECT_FALSE(prompt_opens_reasoning("<|turn>model\n<|channel>thought\n<channel|>", kGemma4ThinkTags));
+}
+
 TEST(Reasoning, PromptOpensReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<｜User｜>hi<｜Assistant｜><think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));  // Qwen3 thinking off

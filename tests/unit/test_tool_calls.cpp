@@ -208,8 +208,28 @@ TEST(ToolCalls, Glm) {
   EXPECT_EQ(detect_tool_call_format("<tool_call>{{ tc.name }}<arg_key>{{ k }}</arg_key>"), ToolCallFormat::Glm);
 }
 
+// Gemma 4: <|tool_call>call:NAME{...}<tool_call|>, bare keys, strings between <|"|> (quotes and commas inside
+// kept), numbers, booleans, null, nested objects and arrays; calls back to back.
+TEST(ToolCalls, Gemma4) {
+  const auto f = ToolCallFormat::Gemma4;
+  expect_reply(f,
+               "Let me look.<|tool_call>call:get_weather{city:<|\"|>São \"Paulo\", SP<|\"|>,days:3,metric:true,"
+               "extra:{tags:[<|\"|>a<|\"|>,1.5,null],n:{}}}<tool_call|>",
+               {"Let me look.",
+                {{"get_weather",
+                  {{"city", "São \"Paulo\", SP"}, {"days", 3}, {"metric", true},
+                   {"extra", {{"tags", {"a", 1.5, nullptr}}, {"n", json::object()}}}}}}});
+  expect_reply(f, "<|tool_call>call:a{x:-2}<tool_call|><|tool_call>call:ping{}<tool_call|>",
+               {std::nullopt, {{"a", {{"x", -2}}}, {"ping", json::object()}}});
+  // Not calls: they stay content, whole.
+  for (const char* text : {"No tools.", "<|tool_call>get_weather{}<tool_call|>", "<|tool_call>call:a{x:<tool_call|>",
+                           "<|tool_call>call:a{x:<|\"|>open}<tool_call|>", "<|tool_call>call:a{x:word}<tool_call|>"})
+    expect_reply(f, text, {std::string(text), {}});
+  EXPECT_EQ(detect_tool_call_format("{{- '<|tool_call>call:' + function['name'] + '{' -}}"), ToolCallFormat::Gemma4);
+}
+
 TEST(ToolCalls, FormatNamesRoundTrip) {
-  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "harmony", "glm", "none"})
+  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "harmony", "glm", "gemma4", "none"})
     EXPECT_STREQ(tool_call_format_name(*tool_call_format_from_name(n)), n);
   EXPECT_FALSE(tool_call_format_from_name("xml"));
 }
