@@ -104,7 +104,8 @@ ChatTemplate::ChatTemplate(std::string origin, std::string_view source, std::str
       eos_(std::move(eos_token)),
       reasons_(source.find("<think>") != std::string_view::npos || source.find("</think>") != std::string_view::npos ||
                source.find("<|channel|>analysis") != std::string_view::npos ||  // harmony's reasoning channel
-               source.find("[THINK]") != std::string_view::npos),
+               source.find("[THINK]") != std::string_view::npos ||
+               source.find("<|channel>thought") != std::string_view::npos),  // Gemma 4's thought channel
       reasoning_tags_(reasoning_tags_of(source)),
       tool_format_(detect_tool_call_format(source)) {
   try {

@@ -14,7 +14,8 @@ namespace kestrel::cli {
 
 void register_synth(CLI::App& app) {
   static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from, mtp_file;
-  static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = -1, top_k = 0;
+  static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = -1, top_k = 0,
+                 shared_kv = -1;
   static uint64_t seed = 1;
   static int threads = 0;
   auto* cmd = add_command(app, "synth", "Write a random-weight GGUF of a chosen architecture and shape", [] {
@@ -27,6 +28,10 @@ void register_synth(CLI::App& app) {
       if (value != 0) *flag = value;
     if (heads != 0 && kv_heads == 0) o.shape.kv_heads = std::min(o.shape.kv_heads, heads);
     if (mtp >= 0) o.shape.ds.nextn = mtp;
+    if (shared_kv >= 0) {
+      if (o.shape.g4.head_dim_full == 0) throw Error(fmt::format("--shared-kv: {} layers do not share caches", arch));
+      o.shape.g4.shared_kv = shared_kv;
+    }
     if (top_k > 0) {
       if (o.shape.ds.idx_heads == 0) throw Error(fmt::format("--top-k: {} has no sparse-attention indexer", arch));
       o.shape.ds.idx_top_k = top_k;
@@ -93,6 +98,9 @@ void register_synth(CLI::App& app) {
                   "deepseek4: write the MTP block to this file apart, as llama.cpp's converter publishes V4 "
                   "(mtp-*.gguf; the trunk stays in -o)");
   cmd->add_option("--top-k", top_k, "deepseek32: the sparse-attention indexer's top-k (default: the preset's)");
+  cmd->add_option("--shared-kv", shared_kv,
+                  "gemma4: the last layers that read earlier layers' caches (default: the preset's; with --layers, "
+                  "the last two layers with a cache must be a sliding one, then a full one)");
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
   cmd->add_option("--vocab-from", vocab_from, "Copy the tokenizer of this GGUF (sets the vocabulary size)");
   cmd->add_option("-t,--threads", threads, "Threads (0: all cores)");

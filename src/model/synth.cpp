@@ -241,7 +241,7 @@ GgufWriter synth_model(const SynthOptions& o) {
     });
   };
   // What every family has, then the family's own keys and layer tensors.
-  add("token_embd.weight", {s.dim, s.vocab}, 1.0f, 0.0f);
+  add("token_embd.weight", {s.dim, s.vocab}, s.dec.embed_std > 0 ? s.dec.embed_std : 1.0f, 0.0f);
   add("output_norm.weight", {s.dim}, 0.0f, 1.0f);
   if (!s.dec.tied) add("output.weight", {s.dim, s.vocab}, SynthFile::fan_in(s.dim), 0.0f);
   SynthFile out(w, s, add);

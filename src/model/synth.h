@@ -58,6 +58,9 @@ struct SynthDecoder {
   int64_t experts = 0, experts_used = 0, ffn_expert = 0, ffn_shared = 0;
   bool qk_norm = false;     // glm4moe: q/k head norms (GLM-4.5 355B)
   int64_t moe_step = 1;     // llama4: experts on every moe_step-th layer
+  // The token embedding's standard deviation (0: 1). Gemma 4's tiny presets: 1/sqrt(dim), so that the embedding
+  // times sqrt(dim) is of the branches' size rather than drowning them.
+  float embed_std = 0;
 };
 
 // Gemma 4's extras (gemma4): the shape's head_dim and kv_heads are the sliding layers'.

@@ -112,6 +112,7 @@ TEST(ChatTemplateVectors, ToolCallFormatOfEachRealTemplate) {
       {"mistralai-Mistral-Nemo-Instruct-2407", ToolCallFormat::Mistral},
       {"Mistral-Small-3.2-24B-Instruct-2506", ToolCallFormat::Mistral},
       {"google-gemma-2-2b-it", ToolCallFormat::None},
+      {"google-gemma-4-31B-it", ToolCallFormat::Gemma4},
       {"microsoft-Phi-3.5-mini-instruct", ToolCallFormat::None},
   };
   for (const auto& [name, format] : expected) {
@@ -154,6 +155,32 @@ TEST(ChatTemplateVectors, DsmlCallsRenderedByTheTemplatesReadBack) {
       EXPECT_EQ(r.calls[1].name, "get_time");
       EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << name;
     }
+}
+
+// Gemma 4's own template writes an assistant turn's calls in its syntax (bare keys in sorted order, strings
+// between <|"|>, nested values); the parser reads back the same names and arguments.
+TEST(ChatTemplateVectors, Gemma4CallsRenderedByTheTemplateReadBack) {
+  const json args = {{"city", "São \"Paulo\", SP\n<b>"}, {"days", 3}, {"ratio", 0.25}, {"hourly", false},
+                     {"units", {"C", "F"}}, {"where", {{"lat", -23.5}, {"tags", json::array()}}}};
+  for (const char* name : {"google-gemma-4-31B-it"}) {
+    const ChatTemplate t(name, test::read_text(test::shared(std::string("templates/") + name + ".jinja")));
+    ASSERT_EQ(t.tool_format(), ToolCallFormat::Gemma4) << name;
+    json calls = json::array();
+    calls.push_back({{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", args}}}});
+    calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", json::object()}}}});
+    const json vars = {{"messages", json::array({{{"role", "user"}, {"content", "Weather?"}},
+                                                 {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
+                       {"bos_token", "<bos>"}, {"add_generation_prompt", false}};
+    const std::string text = t.render_vars(vars, {}).text;
+    const size_t reply = text.find("<|turn>model\n");
+    ASSERT_NE(reply, std::string::npos) << name << ": " << text;
+    const ToolCallReply r = parse_tool_calls(ToolCallFormat::Gemma4, text.substr(reply + 13));
+    ASSERT_EQ(r.calls.size(), 2u) << name << ": " << text;
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(r.calls[0].arguments), nlohmann::json(args)) << name << ": " << text;
+    EXPECT_EQ(r.calls[1].name, "get_time");
+    EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << name;
+  }
 }
 
 TEST(ChatTemplateVectors, KestrelTemplateNamesWhatIsWrong) {

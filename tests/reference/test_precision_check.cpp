@@ -185,8 +185,8 @@ TEST(PrecisionCheck, SynthGqaFamiliesAgreeWithTheFloat64Reference) {
 // 32 (1 KV head, a quarter rotated by rope_freqs), unscaled scores, the weightless v norm; layers 9-11 reading
 // layers 7 and 8's caches; per-layer embeddings; double-wide FFNs; the output scales; tiny-moe's experts beside
 // the dense FFN with their router norm, GeGLU and per-expert scales, v from k on its full layers. Layer 0's
-// attention to 2e-5; GELU's fp16 table (llama.cpp's; the reference's GELU is exact) from its FFN on, as for
-// Gemma 2/3.
+// attention to 2e-5; GELU's fp16 table (llama.cpp's; the reference's GELU is exact) from its FFN on, within
+// Gemma 2/3's bound (5e-3; measured 1.8e-3 at most).
 TEST(PrecisionCheck, Gemma4AgreesWithTheFloat64Reference) {
   test::TempDir dir;
   for (const std::string& preset : {"tiny", "tiny-moe"}) {
@@ -205,15 +205,15 @@ TEST(PrecisionCheck, Gemma4AgreesWithTheFloat64Reference) {
     const PrecisionReport r = precision_check(e, tokens);
     ASSERT_EQ(r.layers.size(), static_cast<size_t>(e.model->config().n_layer));
     for (const auto& l : r.layers) {
-      const double before = l.layer == 0 ? 2e-5 : 2e-3;
+      const double before = l.layer == 0 ? 2e-5 : 5e-3;
       EXPECT_LT(l.q_rope, before) << "layer " << l.layer;
       EXPECT_LT(l.attention, before) << "layer " << l.layer;
       EXPECT_LT(l.attn_proj, before) << "layer " << l.layer;
-      EXPECT_LT(l.ffn, 2e-3) << "layer " << l.layer;
-      EXPECT_LT(l.residual, 2e-3) << "layer " << l.layer;
+      EXPECT_LT(l.ffn, 5e-3) << "layer " << l.layer;
+      EXPECT_LT(l.residual, 5e-3) << "layer " << l.layer;
       EXPECT_GT(l.residual, 0.0) << "float32 cannot be exact";
     }
-    EXPECT_LT(r.logits, 2e-3);
+    EXPECT_LT(r.logits, 5e-3);
   }
 }
 

@@ -382,6 +382,10 @@ void synth(SynthFile& out) {
   const int64_t n_kv = s.layers - g.shared_kv;
   if (g.period < 1 || n_kv < 2 || s.heads % s.kv_heads || s.heads % kvf)
     throw Error("gemma4: period >= 1, at least 2 layers with a cache and KV heads that divide the heads");
+  if (g.shared_kv > 0 && (!synth_sliding(s, n_kv - 2) || synth_sliding(s, n_kv - 1)))
+    throw Error(fmt::format("gemma4: {} shared layers of {}: the last two layers with a cache ({} and {}) must be a "
+                            "sliding one, then a full one (every {}th layer is full)",
+                            g.shared_kv, s.layers, n_kv - 2, n_kv - 1, g.period));
   std::vector<GgufValue> ffn, kv, pattern;
   std::vector<int64_t> width;
   for (int64_t l = 0; l < s.layers; l++) {
@@ -435,8 +439,8 @@ void synth(SynthFile& out) {
     const bool sliding = synth_sliding(s, l);
     const int64_t head = sliding ? hs : hf, q_dim = s.heads * head, kv_dim = (sliding ? s.kv_heads : kvf) * head;
     // Scores are not scaled (1.0): the q and k norms' weights carry head^-1/4 each, as trained ones come to, so
-    // that q.k stays near unit size (unit-weight norms give scores of head size: a near-argmax softmax whose
-    // rounding-level differences between any two summation orders reach 1e-2 in the logits).
+    // that q.k stays near unit size (with unit weights the scores are of head size, attention near an argmax,
+    // and float32 rounding — GELU's fp16 table above all — moves the tiny model's logits by 1e-2).
     const float qk = std::pow(static_cast<float>(head), -0.25f);
     varied_norm(out, p + "attn_norm.weight", s.dim, salt++);
     out.random(p + "attn_q.weight", {s.dim, q_dim}, in_std);
@@ -483,15 +487,17 @@ std::vector<SynthPreset> presets() {
       // tiny: sliding layers (window 8, 16-dim heads, 2 KV heads) and full ones (32-dim heads, 1 KV head,
       // a quarter rotated) every third; the last three layers read layer 7's (sliding) and 8's (full)
       // caches (12 layers: a pipeline of two stages keeps them together); per-layer embeddings; double-wide
-      // FFNs on the sharing layers.
-      {"tiny", shape(64, 12, 4, 2, 96, 512, 4096, SynthDecoder{.head_dim = 16, .tied = true, .rope_base = 1e6f, .window = 8},
+      // FFNs on the sharing layers. The tiny presets' embedding has a standard deviation of 1/sqrt(dim): times
+      // sqrt(dim) it is of the branches' size (of 1 it drowns them, and the model repeats its last token).
+      {"tiny", shape(64, 12, 4, 2, 96, 512, 4096,
+                     SynthDecoder{.head_dim = 16, .tied = true, .rope_base = 1e6f, .window = 8, .embed_std = 0.125f},
                      SynthGemma4{.head_dim_full = 32, .kv_heads_full = 1, .period = 3, .shared_kv = 3, .per_layer = 8,
                                  .double_wide = true})},
       // tiny-moe: the 26B-A4B form — experts (8, top 2) beside every dense FFN, v from k on full layers.
       {"tiny-moe",
        shape(64, 6, 4, 2, 64, 512, 4096,
              SynthDecoder{.head_dim = 16, .tied = true, .rope_base = 1e6f, .window = 8, .experts = 8, .experts_used = 2,
-                          .ffn_expert = 32},
+                          .ffn_expert = 32, .embed_std = 0.125f},
              SynthGemma4{.head_dim_full = 32, .kv_heads_full = 1, .period = 3, .k_eq_v = true})},
       {"e2b", shape(1536, 35, 8, 1, 6144, 262144, 131072,
                     SynthDecoder{.head_dim = 256, .tied = true, .rope_base = 1e6f, .window = 512},
