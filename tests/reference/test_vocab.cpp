@@ -71,6 +71,39 @@ INSTANTIATE_TEST_SUITE_P(Families, VocabFamily,
                            return n;
                          });
 
+// This year's families' pre-tokenizers (gpt-4o / llama4, tekken, glm4, qwen35) against llama.cpp's own regex
+// engine: GPT-2's vocabulary with its tokenizer.ggml.pre replaced by each (no vocabulary of theirs is at hand;
+// GPT-2's merges cross word, digit and space boundaries, so the splits decide the ids), on GPT-2's test inputs
+// and extra texts (cases, digits, contractions, whitespace, scripts, emoji, code). tests/compat/pretok_cells.py
+// records llama.cpp's ids.
+TEST(VocabPreTokenizers, ThisYearsRuleSetsSplitAsLlamaCppsOnGpt2sVocabulary) {
+  const auto doc = nlohmann::json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/reference/pretok_cells.json"));
+  const std::string base = test::shared(doc["vocab"].get<std::string>());
+  const GgufFile gpt2 = GgufFile::open(base);
+  std::vector<std::string> texts = split_inputs(test::read_text(base + ".inp"));
+  for (const auto& t : doc["extra"]) texts.push_back(t.get<std::string>());
+  test::TempDir dir;
+  int differing = 0;  // texts whose ids differ from GPT-2's own rules' (the cells test something)
+  const auto gpt2_tok = Tokenizer::from_gguf(gpt2);
+  for (const auto& [pre, ids] : doc["ids"].items()) {
+    GgufWriter w;
+    for (const auto& [key, value] : gpt2.metadata()) w.set(key, value);
+    w.set_str("tokenizer.ggml.pre", pre);
+    const std::string path = dir.file(pre + ".gguf");
+    w.write_file(path);
+    const GgufFile f = GgufFile::open(path);
+    const auto tok = Tokenizer::from_gguf(f);
+    ASSERT_EQ(ids.size(), texts.size()) << pre;
+    for (size_t i = 0; i < texts.size(); i++) {
+      const auto want = ids[i].get<std::vector<int32_t>>();
+      const auto got = tok->encode(texts[i], false, false);
+      EXPECT_EQ(got, want) << pre << ": '" << texts[i] << "'";
+      differing += want != gpt2_tok->encode(texts[i], false, false);
+    }
+  }
+  EXPECT_GT(differing, 30);
+}
+
 // Gemma 4's tokenizer model ("gemma4": BPE on raw UTF-8, spaces as U+2581, runs of newlines apart and whole
 // where they are a token, <0xXX> bytes, BOS always) on llama.cpp's Gemma 4 vectors (Hugging Face's ids), with
 // the vocabulary reduced to what they use (tests/compat/gemma4_vocab.py says why the ids stay the same).
