@@ -149,8 +149,11 @@ ToolCallReply glm(std::string_view text) {
 }
 
 // One Gemma 4 value at t[p] (string between <|"|>, number, true/false/null, [...] or {key:value,...} with bare
-// keys) into JSON; p moves past it. nullopt: not such a value.
-std::optional<json> gemma4_value(std::string_view t, size_t& p) {
+// keys) into JSON; p moves past it. nullopt: not such a value, or nested deeper than any tool's arguments are
+// (a reply of a thousand '[' must not exhaust the stack).
+std::optional<json> gemma4_value(std::string_view t, size_t& p, int depth = 0) {
+  constexpr int kMaxDepth = 64;
+  if (depth > kMaxDepth) return std::nullopt;
   const auto skip_space = [&] {
     while (p < t.size() && (t[p] == ' ' || t[p] == '\n' || t[p] == '\t' || t[p] == '\r')) p++;
   };
@@ -180,11 +183,11 @@ std::optional<json> gemma4_value(std::string_view t, size_t& p) {
         const std::string_view key = trim(t.substr(p, colon - p));
         if (key.empty() || key.find_first_of("{}[],") != std::string_view::npos) return std::nullopt;
         p = colon + 1;
-        auto v = gemma4_value(t, p);
+        auto v = gemma4_value(t, p, depth + 1);
         if (!v) return std::nullopt;
         out[std::string(key)] = std::move(*v);
       } else {
-        auto v = gemma4_value(t, p);
+        auto v = gemma4_value(t, p, depth + 1);
         if (!v) return std::nullopt;
         out.push_back(std::move(*v));
       }

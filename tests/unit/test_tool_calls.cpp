@@ -225,6 +225,9 @@ TEST(ToolCalls, Gemma4) {
   for (const char* text : {"No tools.", "<|tool_call>get_weather{}<tool_call|>", "<|tool_call>call:a{x:<tool_call|>",
                            "<|tool_call>call:a{x:<|\"|>open}<tool_call|>", "<|tool_call>call:a{x:word}<tool_call|>"})
     expect_reply(f, text, {std::string(text), {}});
+  // Nesting deeper than any arguments (here 100000 levels) is not a call, and does not exhaust the stack.
+  const std::string deep = "<|tool_call>call:a{x:" + std::string(100000, '[') + std::string(100000, ']') + "}<tool_call|>";
+  expect_reply(f, deep, {deep, {}});
   EXPECT_EQ(detect_tool_call_format("{{- '<|tool_call>call:' + function['name'] + '{' -}}"), ToolCallFormat::Gemma4);
 }
 

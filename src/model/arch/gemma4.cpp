@@ -372,26 +372,38 @@ void varied_norm(SynthFile& out, const std::string& name, int64_t n, int salt, f
   out.values(name, v);
 }
 
-void synth(SynthFile& out) {
+// A shape's derived sizes: head sizes and full layers' KV heads, the layers with a cache, each layer's FFN width.
+struct SynthDims {
+  int64_t hs = 0, hf = 0, kvf = 0, n_kv = 0;
+  std::vector<int64_t> width;
+};
+
+SynthDims synth_dims(const SynthShape& s) {
+  const SynthGemma4& g = s.g4;
+  SynthDims d;
+  d.hs = synth_head_dim(s);
+  d.hf = g.head_dim_full > 0 ? g.head_dim_full : d.hs;
+  d.kvf = g.kv_heads_full > 0 ? g.kv_heads_full : s.kv_heads;
+  d.n_kv = s.layers - g.shared_kv;
+  if (g.period < 1 || d.n_kv < 2 || s.heads % s.kv_heads || s.heads % d.kvf)
+    throw Error("gemma4: period >= 1, at least 2 layers with a cache and KV heads that divide the heads");
+  if (g.shared_kv > 0 && (!synth_sliding(s, d.n_kv - 2) || synth_sliding(s, d.n_kv - 1)))
+    throw Error(fmt::format("gemma4: {} shared layers of {}: the last two layers with a cache ({} and {}) must be a "
+                            "sliding one, then a full one (every {}th layer is full)",
+                            g.shared_kv, s.layers, d.n_kv - 2, d.n_kv - 1, g.period));
+  for (int64_t l = 0; l < s.layers; l++) d.width.push_back(g.double_wide && l >= d.n_kv ? 2 * s.ffn : s.ffn);
+  return d;
+}
+
+void synth_keys(SynthFile& out, const SynthDims& dims) {
   const SynthShape& s = out.shape();
   const SynthDecoder& d = s.dec;
   const SynthGemma4& g = s.g4;
   const std::string a = s.arch + ".";
-  const int64_t hs = synth_head_dim(s), hf = g.head_dim_full > 0 ? g.head_dim_full : hs;
-  const int64_t kvf = g.kv_heads_full > 0 ? g.kv_heads_full : s.kv_heads;
-  const int64_t n_kv = s.layers - g.shared_kv;
-  if (g.period < 1 || n_kv < 2 || s.heads % s.kv_heads || s.heads % kvf)
-    throw Error("gemma4: period >= 1, at least 2 layers with a cache and KV heads that divide the heads");
-  if (g.shared_kv > 0 && (!synth_sliding(s, n_kv - 2) || synth_sliding(s, n_kv - 1)))
-    throw Error(fmt::format("gemma4: {} shared layers of {}: the last two layers with a cache ({} and {}) must be a "
-                            "sliding one, then a full one (every {}th layer is full)",
-                            g.shared_kv, s.layers, n_kv - 2, n_kv - 1, g.period));
   std::vector<GgufValue> ffn, kv, pattern;
-  std::vector<int64_t> width;
   for (int64_t l = 0; l < s.layers; l++) {
-    width.push_back(g.double_wide && l >= n_kv ? 2 * s.ffn : s.ffn);
-    ffn.push_back(GgufValue::u32(static_cast<uint32_t>(width.back())));
-    kv.push_back(GgufValue::u32(static_cast<uint32_t>(synth_sliding(s, l) ? s.kv_heads : kvf)));
+    ffn.push_back(GgufValue::u32(static_cast<uint32_t>(dims.width[l])));
+    kv.push_back(GgufValue::u32(static_cast<uint32_t>(synth_sliding(s, l) ? s.kv_heads : dims.kvf)));
     pattern.push_back(GgufValue::boolean(synth_sliding(s, l)));
   }
   out.u32("context_length", s.ctx);
@@ -406,12 +418,12 @@ void synth(SynthFile& out) {
   out.f32("rope.freq_base", d.rope_base);
   out.f32("rope.freq_base_swa", 10000.0f);
   out.f32("attention.layer_norm_rms_epsilon", 1e-6f);
-  out.u32("attention.key_length", hf);
-  out.u32("attention.value_length", hf);
-  out.u32("attention.key_length_swa", hs);
-  out.u32("attention.value_length_swa", hs);
-  out.u32("rope.dimension_count", hf);
-  out.u32("rope.dimension_count_swa", hs);
+  out.u32("attention.key_length", dims.hf);
+  out.u32("attention.value_length", dims.hf);
+  out.u32("attention.key_length_swa", dims.hs);
+  out.u32("attention.value_length_swa", dims.hs);
+  out.u32("rope.dimension_count", dims.hf);
+  out.u32("rope.dimension_count_swa", dims.hs);
   out.u32("attention.sliding_window", d.window);
   out.writer().set(a + "attention.sliding_window_pattern", GgufValue::array(GgufValueType::BOOL, pattern));
   out.u32("attention.shared_kv_layers", g.shared_kv);
@@ -422,58 +434,72 @@ void synth(SynthFile& out) {
     out.u32("expert_used_count", d.experts_used);
     out.u32("expert_feed_forward_length", d.ffn_expert);
   }
+}
+
+// Layer l's tensors; salt numbers the varied norms.
+void synth_layer(SynthFile& out, const SynthDims& dims, int64_t l, int& salt) {
+  const SynthShape& s = out.shape();
+  const SynthDecoder& d = s.dec;
+  const SynthGemma4& g = s.g4;
+  const float in_std = SynthFile::fan_in(s.dim);
+  const std::string p = fmt::format("blk.{}.", l);
+  const bool sliding = synth_sliding(s, l);
+  const int64_t head = sliding ? dims.hs : dims.hf, q_dim = s.heads * head;
+  const int64_t kv_dim = (sliding ? s.kv_heads : dims.kvf) * head, width = dims.width[l];
+  // Scores are not scaled (1.0): the q and k norms' weights carry head^-1/4 each, as trained ones come to, so
+  // that q.k stays near unit size (with unit weights the scores are of head size, attention near an argmax,
+  // and float32 rounding — GELU's fp16 table above all — moves the tiny model's logits by 1e-2).
+  const float qk = std::pow(static_cast<float>(head), -0.25f);
+  varied_norm(out, p + "attn_norm.weight", s.dim, salt++);
+  out.random(p + "attn_q.weight", {s.dim, q_dim}, in_std);
+  if (l < dims.n_kv) {
+    out.random(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
+    if (!(g.k_eq_v && !sliding)) out.random(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
+    varied_norm(out, p + "attn_k_norm.weight", head, salt++, qk);
+  }
+  varied_norm(out, p + "attn_q_norm.weight", head, salt++, qk);
+  out.random(p + "attn_output.weight", {q_dim, s.dim}, out.residual_std(q_dim));
+  varied_norm(out, p + "post_attention_norm.weight", s.dim, salt++);
+  out.values(p + "layer_output_scale.weight", {0.8f + 0.1f * static_cast<float>(l % 5)});
+  varied_norm(out, p + "ffn_norm.weight", s.dim, salt++);
+  out.random(p + "ffn_gate.weight", {s.dim, width}, in_std);
+  out.random(p + "ffn_up.weight", {s.dim, width}, in_std);
+  out.random(p + "ffn_down.weight", {width, s.dim}, out.residual_std(width));
+  varied_norm(out, p + "post_ffw_norm.weight", s.dim, salt++);
+  if (d.experts > 0) {
+    out.random(p + "ffn_gate_inp.weight", {s.dim, d.experts}, in_std);
+    varied_norm(out, p + "ffn_gate_inp.scale", s.dim, salt++);
+    varied_norm(out, p + "pre_ffw_norm_2.weight", s.dim, salt++);
+    varied_norm(out, p + "post_ffw_norm_1.weight", s.dim, salt++);
+    varied_norm(out, p + "post_ffw_norm_2.weight", s.dim, salt++);
+    out.random(p + "ffn_gate_up_exps.weight", {s.dim, 2 * d.ffn_expert, d.experts}, in_std);
+    out.random(p + "ffn_down_exps.weight", {d.ffn_expert, s.dim, d.experts}, out.residual_std(d.ffn_expert));
+    varied_norm(out, p + "ffn_down_exps.scale", d.experts, salt++);
+  }
+  if (g.per_layer > 0) {
+    out.random(p + "inp_gate.weight", {s.dim, g.per_layer}, in_std);
+    out.random(p + "proj.weight", {g.per_layer, s.dim}, out.residual_std(g.per_layer));
+    varied_norm(out, p + "post_norm.weight", s.dim, salt++);
+  }
+}
+
+void synth(SynthFile& out) {
+  const SynthShape& s = out.shape();
+  const SynthGemma4& g = s.g4;
+  const SynthDims dims = synth_dims(s);
+  synth_keys(out, dims);
   // The full layers' "proportional" RoPE: a quarter of the pairs rotate, the rest get 1e30.
-  const auto rotated = static_cast<int64_t>(static_cast<float>(hf) * g.rope_partial_full / 2.0f);
-  std::vector<float> factors(static_cast<size_t>(hf / 2), 1e30f);
+  const auto rotated = static_cast<int64_t>(static_cast<float>(dims.hf) * g.rope_partial_full / 2.0f);
+  std::vector<float> factors(static_cast<size_t>(dims.hf / 2), 1e30f);
   std::fill(factors.begin(), factors.begin() + rotated, 1.0f);
   out.values("rope_freqs.weight", factors);
-  const float in_std = SynthFile::fan_in(s.dim);
   if (g.per_layer > 0) {
     out.random("per_layer_token_embd.weight", {g.per_layer * s.layers, s.vocab}, 1.0f);
-    out.random("per_layer_model_proj.weight", {s.dim, g.per_layer * s.layers}, in_std);
+    out.random("per_layer_model_proj.weight", {s.dim, g.per_layer * s.layers}, SynthFile::fan_in(s.dim));
     varied_norm(out, "per_layer_proj_norm.weight", g.per_layer, 0);
   }
   int salt = 1;
-  for (int64_t l = 0; l < s.layers; l++) {
-    const std::string p = fmt::format("blk.{}.", l);
-    const bool sliding = synth_sliding(s, l);
-    const int64_t head = sliding ? hs : hf, q_dim = s.heads * head, kv_dim = (sliding ? s.kv_heads : kvf) * head;
-    // Scores are not scaled (1.0): the q and k norms' weights carry head^-1/4 each, as trained ones come to, so
-    // that q.k stays near unit size (with unit weights the scores are of head size, attention near an argmax,
-    // and float32 rounding — GELU's fp16 table above all — moves the tiny model's logits by 1e-2).
-    const float qk = std::pow(static_cast<float>(head), -0.25f);
-    varied_norm(out, p + "attn_norm.weight", s.dim, salt++);
-    out.random(p + "attn_q.weight", {s.dim, q_dim}, in_std);
-    if (l < n_kv) {
-      out.random(p + "attn_k.weight", {s.dim, kv_dim}, in_std);
-      if (!(g.k_eq_v && !sliding)) out.random(p + "attn_v.weight", {s.dim, kv_dim}, in_std);
-      varied_norm(out, p + "attn_k_norm.weight", head, salt++, qk);
-    }
-    varied_norm(out, p + "attn_q_norm.weight", head, salt++, qk);
-    out.random(p + "attn_output.weight", {q_dim, s.dim}, out.residual_std(q_dim));
-    varied_norm(out, p + "post_attention_norm.weight", s.dim, salt++);
-    out.values(p + "layer_output_scale.weight", {0.8f + 0.1f * static_cast<float>(l % 5)});
-    varied_norm(out, p + "ffn_norm.weight", s.dim, salt++);
-    out.random(p + "ffn_gate.weight", {s.dim, width[l]}, in_std);
-    out.random(p + "ffn_up.weight", {s.dim, width[l]}, in_std);
-    out.random(p + "ffn_down.weight", {width[l], s.dim}, out.residual_std(width[l]));
-    varied_norm(out, p + "post_ffw_norm.weight", s.dim, salt++);
-    if (d.experts > 0) {
-      out.random(p + "ffn_gate_inp.weight", {s.dim, d.experts}, in_std);
-      varied_norm(out, p + "ffn_gate_inp.scale", s.dim, salt++);
-      varied_norm(out, p + "pre_ffw_norm_2.weight", s.dim, salt++);
-      varied_norm(out, p + "post_ffw_norm_1.weight", s.dim, salt++);
-      varied_norm(out, p + "post_ffw_norm_2.weight", s.dim, salt++);
-      out.random(p + "ffn_gate_up_exps.weight", {s.dim, 2 * d.ffn_expert, d.experts}, in_std);
-      out.random(p + "ffn_down_exps.weight", {d.ffn_expert, s.dim, d.experts}, out.residual_std(d.ffn_expert));
-      varied_norm(out, p + "ffn_down_exps.scale", d.experts, salt++);
-    }
-    if (g.per_layer > 0) {
-      out.random(p + "inp_gate.weight", {s.dim, g.per_layer}, in_std);
-      out.random(p + "proj.weight", {g.per_layer, s.dim}, out.residual_std(g.per_layer));
-      varied_norm(out, p + "post_norm.weight", s.dim, salt++);
-    }
-  }
+  for (int64_t l = 0; l < s.layers; l++) synth_layer(out, dims, l, salt);
 }
 
 std::vector<SynthPreset> presets() {
