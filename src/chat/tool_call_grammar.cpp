@@ -15,15 +15,31 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
+// A call's parameters object (what every format but JSON writes key by key) and its required keys.
+std::set<std::string> required_keys(size_t i, const json& params, const char* format) {
+  if (params.value("type", "object") != "object")
+    throw Error(fmt::format("tools[{}].function.parameters: {} calls take an object of parameters", i, format));
+  std::set<std::string> required;
+  if (params.contains("required"))
+    for (const auto& r : params["required"]) required.insert(r.get<std::string>());
+  return required;
+}
+
+// A string enum's values as GBNF alternatives "a" | "b" (a value that is not a string: an Error naming it).
+std::string enum_alternatives(size_t i, const std::string& key, const json& schema) {
+  std::string alts;
+  for (const auto& e : schema["enum"]) {
+    if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
+    alts += (alts.empty() ? "" : " | ") + gbnf_literal(e.get<std::string>());
+  }
+  return alts;
+}
+
 // One DSML invoke of tool i: its parameters in the schema's order (the required ones always, the others
 // optional), a plain or enumerated string written as is (string="true", text without '<'), everything else
 // as JSON valid against the property's schema (string="false").
 std::string dsml_invoke(size_t i, const std::string& name, const json& params, std::string& rules) {
-  if (params.value("type", "object") != "object")
-    throw Error(fmt::format("tools[{}].function.parameters: DSML calls take an object of parameters", i));
-  std::set<std::string> required;
-  if (params.contains("required"))
-    for (const auto& r : params["required"]) required.insert(r.get<std::string>());
+  const std::set<std::string> required = required_keys(i, params, "DSML");
   std::string body = gbnf_literal("<｜DSML｜invoke name=\"" + name + "\">\n");
   if (params.contains("properties")) {
     int k = 0;
@@ -36,12 +52,7 @@ std::string dsml_invoke(size_t i, const std::string& name, const json& params, s
                                          kv.key() == "enum" || kv.key() == "examples" || kv.key() == "default";
                                 });
       if (plain_string && schema.contains("enum")) {
-        std::string alts;
-        for (const auto& e : schema["enum"]) {
-          if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
-          alts += (alts.empty() ? "" : " | ") + gbnf_literal(e.get<std::string>());
-        }
-        value = gbnf_literal(open + "\"true\">") + " ( " + alts + " )";
+        value = gbnf_literal(open + "\"true\">") + " ( " + enum_alternatives(i, key, schema) + " )";
       } else if (plain_string) {
         value = gbnf_literal(open + "\"true\">") + " [^<]*";
       } else {
@@ -60,11 +71,7 @@ std::string dsml_invoke(size_t i, const std::string& name, const json& params, s
 // the schema's order (the required ones always, the others optional), a plain or enumerated string written as
 // is (text without '<'), everything else as JSON valid against the property's schema.
 std::string glm_call(size_t i, const std::string& name, const json& params, std::string& rules) {
-  if (params.value("type", "object") != "object")
-    throw Error(fmt::format("tools[{}].function.parameters: GLM calls take an object of parameters", i));
-  std::set<std::string> required;
-  if (params.contains("required"))
-    for (const auto& r : params["required"]) required.insert(r.get<std::string>());
+  const std::set<std::string> required = required_keys(i, params, "GLM");
   std::string body = gbnf_literal("<tool_call>" + name);
   if (params.contains("properties")) {
     int k = 0;
@@ -74,12 +81,7 @@ std::string glm_call(size_t i, const std::string& name, const json& params, std:
       const bool plain_string = schema.is_object() && schema.value("type", "") == "string" && !schema.contains("pattern") &&
                                 !schema.contains("format") && !schema.contains("minLength") && !schema.contains("maxLength");
       if (plain_string && schema.contains("enum")) {
-        std::string alts;
-        for (const auto& e : schema["enum"]) {
-          if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
-          alts += (alts.empty() ? "" : " | ") + gbnf_literal(e.get<std::string>());
-        }
-        value = "( " + alts + " )";
+        value = "( " + enum_alternatives(i, key, schema) + " )";
       } else if (plain_string) {
         value = "[^<]*";
       } else {
@@ -107,11 +109,7 @@ g4-array ::= "[" ( g4-value ( "," g4-value )* )? "]"
 // between those present; a plain or enumerated string between <|"|> (text without '<'), a number, integer or
 // boolean as JSON against its schema, anything else a Gemma 4 value (nested values are not held to the schema).
 std::string gemma4_call(size_t i, const std::string& name, const json& params, std::string& rules) {
-  if (params.value("type", "object") != "object")
-    throw Error(fmt::format("tools[{}].function.parameters: Gemma 4 calls take an object of parameters", i));
-  std::set<std::string> required;
-  if (params.contains("required"))
-    for (const auto& r : params["required"]) required.insert(r.get<std::string>());
+  const std::set<std::string> required = required_keys(i, params, "Gemma 4");
   std::map<std::string, json> props;  // sorted, as the template's dictsort
   if (params.contains("properties"))
     for (const auto& [key, schema] : params["properties"].items()) props.emplace(key, schema);
@@ -123,12 +121,7 @@ std::string gemma4_call(size_t i, const std::string& name, const json& params, s
                              std::all_of(schema["enum"].begin(), schema["enum"].end(), [](const json& e) { return e.is_string(); });
     std::string value;
     if (string_enum) {
-      std::string alts;
-      for (const auto& e : schema["enum"]) {
-        if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
-        alts += (alts.empty() ? "" : " | ") + gbnf_literal(e.get<std::string>());
-      }
-      value = gbnf_literal("<|\"|>") + " ( " + alts + " ) " + gbnf_literal("<|\"|>");
+      value = gbnf_literal("<|\"|>") + " ( " + enum_alternatives(i, key, schema) + " ) " + gbnf_literal("<|\"|>");
     } else if (type == "string") {
       value = "g4-string";
     } else if (type == "number" || type == "integer" || type == "boolean") {
