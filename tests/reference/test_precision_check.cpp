@@ -148,6 +148,23 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
   }
 }
 
+// A synth preset (float32) through precision-check at 40 tokens; n_layer gets its layer count. (A synth that
+// fails leaves no file, and the load throws.)
+PrecisionReport synth_precision(test::TempDir& dir, const std::string& arch, const std::string& preset, int& n_layer) {
+  const std::string model = dir.file(arch + "-" + preset + ".gguf");
+  EXPECT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", preset, "--type", "f32", "-o", model}).exit_code, 0);
+  LoadOptions o;
+  o.model_path = model;
+  o.n_threads = 2;
+  o.n_ctx = 256;
+  o.wrap_backend = make_activation_recorder;
+  LoadedModel e = LoadedModel::load(o);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
+  n_layer = e.model->config().n_layer;
+  return precision_check(e, tokens);
+}
+
 // The GQA families synth writes (no public file of theirs at hand), their tiny presets at 40 tokens: gpt-oss's
 // sinks, biases, windows of 8, YaRN, softmax over the chosen experts' logits and clamped SwiGLU; Mistral 3's
 // YaRN log multiplier and query temperature (from position 16); GLM-4.5's q/k norms, partial RoPE, sigmoid
@@ -157,18 +174,9 @@ TEST(PrecisionCheck, SynthGqaFamiliesAgreeWithTheFloat64Reference) {
   test::TempDir dir;
   for (const std::string& arch : std::vector<std::string>{"gpt-oss", "mistral3", "glm4moe", "llama4"}) {
     SCOPED_TRACE(arch);
-    const std::string model = dir.file(arch + ".gguf");
-    ASSERT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", "tiny", "--type", "f32", "-o", model}).exit_code, 0);
-    LoadOptions o;
-    o.model_path = model;
-    o.n_threads = 2;
-    o.n_ctx = 256;
-    o.wrap_backend = make_activation_recorder;
-    LoadedModel e = LoadedModel::load(o);
-    std::vector<int32_t> tokens;
-    for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
-    const PrecisionReport r = precision_check(e, tokens);
-    ASSERT_EQ(r.layers.size(), static_cast<size_t>(e.model->config().n_layer));
+    int n_layer = 0;
+    const PrecisionReport r = synth_precision(dir, arch, "tiny", n_layer);
+    ASSERT_EQ(r.layers.size(), static_cast<size_t>(n_layer));
     for (const auto& l : r.layers) {
       EXPECT_LT(l.q_rope, 2e-5) << "layer " << l.layer;
       EXPECT_LT(l.attention, 2e-5) << "layer " << l.layer;
@@ -191,19 +199,9 @@ TEST(PrecisionCheck, Gemma4AgreesWithTheFloat64Reference) {
   test::TempDir dir;
   for (const std::string& preset : {"tiny", "tiny-moe"}) {
     SCOPED_TRACE(preset);
-    const std::string model = dir.file(preset + ".gguf");
-    ASSERT_EQ(
-        test::run_kestrel({"synth", "--arch", "gemma4", "--preset", preset, "--type", "f32", "-o", model}).exit_code, 0);
-    LoadOptions o;
-    o.model_path = model;
-    o.n_threads = 2;
-    o.n_ctx = 256;
-    o.wrap_backend = make_activation_recorder;
-    LoadedModel e = LoadedModel::load(o);
-    std::vector<int32_t> tokens;
-    for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
-    const PrecisionReport r = precision_check(e, tokens);
-    ASSERT_EQ(r.layers.size(), static_cast<size_t>(e.model->config().n_layer));
+    int n_layer = 0;
+    const PrecisionReport r = synth_precision(dir, "gemma4", preset, n_layer);
+    ASSERT_EQ(r.layers.size(), static_cast<size_t>(n_layer));
     for (const auto& l : r.layers) {
       const double before = l.layer == 0 ? 2e-5 : 5e-3;
       EXPECT_LT(l.q_rope, before) << "layer " << l.layer;
