@@ -406,23 +406,15 @@ void synth_keys(SynthFile& out, const SynthDims& dims) {
     kv.push_back(GgufValue::u32(static_cast<uint32_t>(synth_sliding(s, l) ? s.kv_heads : dims.kvf)));
     pattern.push_back(GgufValue::boolean(synth_sliding(s, l)));
   }
-  out.u32("context_length", s.ctx);
-  out.u32("embedding_length", s.dim);
-  if (g.double_wide)
-    out.writer().set(a + "feed_forward_length", GgufValue::array(GgufValueType::UINT32, ffn));
-  else
-    out.u32("feed_forward_length", s.ffn);
-  out.u32("block_count", s.layers);
-  out.u32("attention.head_count", s.heads);
+  // The sizes every family writes, then the two Gemma 4 gives per layer in their place.
+  synth_sizes(out, s.layers, s.kv_heads, dims.hf, d.rope_base, 1e-6f);
+  if (g.double_wide) out.writer().set(a + "feed_forward_length", GgufValue::array(GgufValueType::UINT32, ffn));
   out.writer().set(a + "attention.head_count_kv", GgufValue::array(GgufValueType::UINT32, kv));
-  out.f32("rope.freq_base", d.rope_base);
   out.f32("rope.freq_base_swa", 10000.0f);
-  out.f32("attention.layer_norm_rms_epsilon", 1e-6f);
   out.u32("attention.key_length", dims.hf);
   out.u32("attention.value_length", dims.hf);
   out.u32("attention.key_length_swa", dims.hs);
   out.u32("attention.value_length_swa", dims.hs);
-  out.u32("rope.dimension_count", dims.hf);
   out.u32("rope.dimension_count_swa", dims.hs);
   out.u32("attention.sliding_window", d.window);
   out.writer().set(a + "attention.sliding_window_pattern", GgufValue::array(GgufValueType::BOOL, pattern));
