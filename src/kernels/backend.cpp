@@ -97,6 +97,20 @@ void Backend::compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int en
                    host(out) + b * width);
 }
 
+void Backend::gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta,
+                              const GdnSequence* seqs, int n_seqs, Act out) {
+  const int64_t ch = s.channels();
+  for (int i = 0; i < n_seqs; i++) {
+    const GdnSequence& q = seqs[i];
+    float* rows = host(qkv) + q.r0 * ch;
+    gdn_conv(s, p, rows, q.n, q.state, 0, ch);
+    gdn_gates(s, p, host(qkv), host(alpha), host(beta), q.r0, q.r0 + q.n);
+    for (int h = 0; h < s.n_v_heads; h++)
+      gdn_recur(s, rows, host(alpha) + q.r0 * s.n_v_heads, host(beta) + q.r0 * s.n_v_heads, q.n,
+                q.state + s.conv_state(), h, host(out) + q.r0 * s.value_dim());
+  }
+}
+
 void Backend::fill(Act x, int64_t n, float value) { std::fill_n(host(x), n, value); }
 
 void Backend::copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) {
@@ -134,6 +148,12 @@ void Backend::scatter_add_rows(Act dst, Act src, const int64_t* rows, const floa
     // The product rounds on its own, as ggml_mul's (this file is built with -ffp-contract=off: no FMA).
     for (int64_t c = 0; c < dim; c++) o[c] += w * y[c];
   }
+}
+
+void Backend::sigmoid_mul(Act x, Act gates, int64_t n) {
+  float* p = host(x);
+  const float* g = host(gates);
+  for (int64_t i = 0; i < n; i++) p[i] *= 1.0f / (1.0f + std::exp(-g[i]));
 }
 
 void Backend::scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) {

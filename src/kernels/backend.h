@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/gated_delta_net.h"
 #include "kernels/lightning_indexer.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
@@ -220,8 +221,18 @@ class Backend {
   // rank after rank).
   virtual void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim,
                                 const int64_t* src_rows = nullptr);
+  // x[i] *= sigmoid(gates[i]) for i < n (Qwen3.5's gated attention output).
+  virtual void sigmoid_mul(Act x, Act gates, int64_t n);
   // x row t *= sigmoid(gates[t]) (Qwen2-MoE's gated shared expert).
   virtual void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim);
+
+  // ---- Linear attention (kernels/gated_delta_net.h) ----
+  // One Gated DeltaNet layer's core over a step's sequences (each its own rows, in order, and its state,
+  // which the call advances): qkv rows (channels() floats: the projections before the convolution) become
+  // silu(conv1d) with q and k L2-normalised, alpha rows the log-decays and beta rows the gates, in place;
+  // out rows (value_dim() floats) the recurrence's outputs. The default runs the stages one after another.
+  virtual void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta,
+                               const GdnSequence* seqs, int n_seqs, Act out);
 
   // ---- Attention and the KV cache ----
   // Rows k[i] (and v[i]) written to slots[i] of the layer, in its formats (v may be empty when view.v is null).

@@ -100,6 +100,11 @@ class ForwardingBackend : public Backend {
     in_.scatter_add_rows(dst, src, rows, w, n, dim, src_rows);
   }
   void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) override { in_.scale_rows_sigmoid(x, gates, n, dim); }
+  void sigmoid_mul(Act x, Act gates, int64_t n) override { in_.sigmoid_mul(x, gates, n); }
+  void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
+                       int n_seqs, Act out) override {
+    in_.gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out);
+  }
 
   void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
     in_.write_kv(view, slots, n, k, v);

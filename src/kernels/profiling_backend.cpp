@@ -116,6 +116,15 @@ class ProfilingBackend final : public ForwardingBackend {
     timed("hyper_mix", layer_, 8.0 * n * width, 4.0 * n * hc * hc * iters,
           [&] { in_.hyper_mix(mixes, n, width, hc, scale, base, eps, iters, pre, post, comb); });
   }
+  void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
+                       int n_seqs, Act out) override {
+    int64_t rows = 0;
+    for (int i = 0; i < n_seqs; i++) rows += seqs[i].n;
+    const double state = 8.0 * static_cast<double>(n_seqs) * static_cast<double>(s.state_floats());
+    timed("gated_delta_net", layer_, 8.0 * static_cast<double>(rows) * static_cast<double>(s.channels()) + state,
+          6.0 * static_cast<double>(rows) * static_cast<double>(s.ssm_state()),
+          [&] { in_.gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out); });
+  }
   void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) override {
     timed("hyper_collapse", layer_, 4.0 * n * (hc + 1) * dim, 2.0 * n * hc * dim,
           [&] { in_.hyper_collapse(x, pre, n, hc, dim, y); });

@@ -18,7 +18,7 @@ uint64_t block_name(uint64_t parent, const int32_t* tokens, int block_size) {
 }  // namespace
 
 BlockManager::BlockManager(int n_blocks, int block_size, int max_blocks_per_seq, int32_t sliding_window,
-                           int sliding_blocks)
+                           int sliding_blocks, int state_slots)
     : block_size_(block_size),
       max_blocks_per_seq_(max_blocks_per_seq > 0 ? std::min(max_blocks_per_seq, n_blocks) : n_blocks),
       sliding_window_(sliding_window) {
@@ -32,6 +32,9 @@ BlockManager::BlockManager(int n_blocks, int block_size, int max_blocks_per_seq,
     g.state.resize(static_cast<size_t>(g.n_blocks));
     g.by_name = BlockNameIndex(g.n_blocks);
   }
+  if (state_slots < 0) throw Error("KV cache: a negative count of recurrent-state slots");
+  n_state_slots_ = state_slots;
+  for (int i = state_slots - 1; i >= 0; i--) free_states_.push_back(i);
 }
 
 int32_t BlockManager::take_block(int gi) {
@@ -93,6 +96,7 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   Sequence& s = new_or_existing(seq);
   if (s.length != 0 || !s.blocks[0].empty()) throw Error(fmt::format("KV cache: sequence {} is not empty", seq));
   s.names.clear();
+  if (n_state_slots_ > 0) return 0;
   // The longest run of cached full blocks, never covering the last token (its logits must be computed).
   std::vector<uint64_t>& names = s.names;
   uint64_t parent = 0;
@@ -153,6 +157,7 @@ bool BlockManager::can_allocate(int32_t seq, int64_t n_tokens) const {
   const int64_t need_blocks = blocks_for(n_tokens);
   if (need_blocks > max_blocks_per_seq_) return false;
   auto it = seqs_.find(seq);
+  if (n_state_slots_ > 0 && (it == seqs_.end() || it->second.state < 0) && free_states_.empty()) return false;
   const int64_t extra = need_blocks - (it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.blocks[0].size()));
   for (const Group& g : groups_)
     if (extra > g.n_free()) return false;
@@ -162,6 +167,10 @@ bool BlockManager::can_allocate(int32_t seq, int64_t n_tokens) const {
 bool BlockManager::allocate(int32_t seq, int64_t n_tokens) {
   if (!can_allocate(seq, n_tokens)) return false;
   Sequence& s = new_or_existing(seq);
+  if (n_state_slots_ > 0 && s.state < 0) {
+    s.state = free_states_.back();
+    free_states_.pop_back();
+  }
   const int64_t extra = blocks_for(n_tokens) - static_cast<int64_t>(s.blocks[0].size());
   for (int gi = 0; gi < n_groups(); gi++)
     for (int64_t i = 0; i < extra; i++) s.blocks[gi].push_back(take_block(gi));
@@ -227,6 +236,8 @@ bool BlockManager::truncate(int32_t seq, int64_t n_tokens, BlockCopies& copies) 
 void BlockManager::erase(int32_t seq) {
   BlockCopies none;
   truncate(seq, 0, none);  // to 0 tokens: nothing is kept, nothing copied
+  auto it = seqs_.find(seq);
+  if (it != seqs_.end() && it->second.state >= 0) free_states_.push_back(it->second.state);
   seqs_.erase(seq);
 }
 
@@ -246,6 +257,11 @@ const BlockManager::Sequence& BlockManager::seq_or_throw(int32_t seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) throw Error(fmt::format("KV cache: unknown sequence {}", seq));
   return it->second;
+}
+
+int32_t BlockManager::state_slot(int32_t seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? -1 : it->second.state;
 }
 
 const int32_t* BlockManager::block_table(int32_t seq, int group) const { return seq_or_throw(seq).blocks[group].data(); }

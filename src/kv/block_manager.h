@@ -49,8 +49,11 @@ class BlockManager {
   // sliding_window > 0 adds the sliding group of sliding_blocks blocks (0:
   // n_blocks). max_blocks_per_seq (0: n_blocks) sizes each block table once,
   // so that growing a sequence never allocates.
+  // state_slots > 0: the model has recurrent layers (linear attention), whose per-sequence state does not
+  // grow with the context: each sequence holding anything also holds one of these slots, taken by its first
+  // allocate() and freed by erase() (a full pool of slots is a full pool: allocate() says no).
   BlockManager(int n_blocks, int block_size, int max_blocks_per_seq = 0, int32_t sliding_window = 0,
-               int sliding_blocks = 0);
+               int sliding_blocks = 0, int state_slots = 0);
 
   int block_size() const { return block_size_; }
   // Counts of the full-attention group's pool (what limits the context).
@@ -63,6 +66,10 @@ class BlockManager {
   int n_group_blocks(int group) const { return groups_[group].n_blocks; }
   int n_group_free_blocks(int group) const { return groups_[group].n_free(); }
   int max_blocks_per_seq() const { return max_blocks_per_seq_; }
+  int n_state_slots() const { return n_state_slots_; }
+  int n_free_state_slots() const { return static_cast<int>(free_states_.size()); }
+  // The recurrent-state slot seq holds (-1: none, or a model without recurrent layers).
+  int32_t state_slot(int32_t seq) const;
   // Blocks needed to hold n tokens.
   int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
   // Blocks seq holds in a group (released sliding blocks not counted).
@@ -88,6 +95,7 @@ class BlockManager {
   // For an empty sequence about to run tokens[0, n): attaches the longest
   // run of cached full blocks matching its prefix, leaving at least the last
   // token to compute (its logits are needed). Returns the tokens covered.
+  // With recurrent-state slots nothing is shared (a prefix would need the state at its end too): 0.
   int64_t share_prefix(int32_t seq, const int32_t* tokens, int64_t n);
   // Names seq's full blocks within its first n_computed tokens (whose KV is
   // written) so that later sequences can share them.
@@ -123,6 +131,7 @@ class BlockManager {
     int64_t length = 0;
     int64_t released = 0;         // sliding blocks [0, released) are -1
     std::vector<uint64_t> names;  // names of the leading blocks known so far (shared or published)
+    int32_t state = -1;           // its recurrent-state slot
   };
   const Sequence& seq_or_throw(int32_t seq) const;
   Sequence& new_or_existing(int32_t seq);
@@ -138,6 +147,8 @@ class BlockManager {
   int32_t sliding_window_;
   std::vector<Group> groups_;
   std::map<int32_t, Sequence> seqs_;
+  int n_state_slots_ = 0;
+  std::vector<int32_t> free_states_;
   PrefixStats stats_;
 };
 

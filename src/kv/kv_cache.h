@@ -19,8 +19,9 @@ class PagedKvCache {
   // max_blocks_per_seq (0: n_blocks) sizes each block table once, so that
   // growing a sequence never allocates. sliding_blocks sizes the sliding
   // layers' pool (0: n_blocks; ignored without sliding layers).
+  // state_slots: sequences whose recurrent state fits (a model with recurrent layers; else ignored).
   PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq = 0,
-               int sliding_blocks = 0);
+               int sliding_blocks = 0, int state_slots = 1);
 
   BlockManager& blocks() { return blocks_; }
   const BlockManager& blocks() const { return blocks_; }

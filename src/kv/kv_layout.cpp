@@ -6,9 +6,13 @@ namespace kestrel {
 
 std::string KvLayout::describe_bytes() const {
   const double full = static_cast<double>(full_bytes_per_token()) / 1024;
-  if (n_sliding() == 0) return fmt::format("{:.1f} KiB/token", full);
-  return fmt::format("{:.1f} KiB/token + {:.1f} KiB/token over the last {}", full,
-                     static_cast<double>(sliding_bytes_per_token()) / 1024, sliding_window);
+  std::string s = n_sliding() == 0 ? fmt::format("{:.1f} KiB/token", full)
+                                   : fmt::format("{:.1f} KiB/token + {:.1f} KiB/token over the last {}", full,
+                                                 static_cast<double>(sliding_bytes_per_token()) / 1024, sliding_window);
+  if (n_recurrent > 0)
+    s += fmt::format(" + {:.1f} MiB/sequence of recurrent state ({} layers, with its checkpoint)",
+                     static_cast<double>(state_bytes_per_seq()) / (1024 * 1024), n_recurrent);
+  return s;
 }
 
 int64_t KvLayout::tokens_in(int64_t bytes) const {

@@ -29,6 +29,13 @@ struct KvLayout {
   // Positions per row of the full group (DeepSeek-V4: a compressed key per block of 4, so a row per 4
   // positions: the row of position p is p / full_row_stride). Must divide the KV block size.
   int32_t full_row_stride = 1;
+  // Recurrent layers (linear attention: Qwen3.5's Gated DeltaNet) beside the n_layer attention layers above:
+  // each keeps per sequence a state of state_floats float32 that does not grow with the context, in the
+  // sequence's state slot (BlockManager), and a checkpoint of it (StateMark) for rollbacks.
+  int n_recurrent = 0;
+  int64_t state_floats = 0;
+  // Bytes of one sequence's recurrent state over all recurrent layers, checkpoint included.
+  int64_t state_bytes_per_seq() const { return 2 * static_cast<int64_t>(n_recurrent) * state_floats * 4; }
 
   KvRowFormat k_format() const { return KvRowFormat(k_type, granule); }
   KvRowFormat v_format() const { return KvRowFormat(v_type, granule); }
@@ -57,7 +64,8 @@ struct KvLayout {
   // ... over the full-attention layers only: what grows with the context.
   int64_t full_bytes_per_token() const { return (n_layer - n_sliding()) * bytes_per_layer_token(0) / full_row_stride; }
   // "64.0 KiB/token", or with sliding layers what grows with the context
-  // and what only a window holds: "16.0 KiB/token + 48.0 KiB/token over the last 4096".
+  // and what only a window holds: "16.0 KiB/token + 48.0 KiB/token over the last 4096"; with recurrent
+  // layers "+ 12.5 MiB/sequence of recurrent state".
   std::string describe_bytes() const;
   // Tokens of context whose KV fits in `bytes` (one sequence; sliding layers
   // hold at most their window); -1: unbounded (every layer slides).

@@ -8,9 +8,15 @@
 
 namespace kestrel {
 
-KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size)
+KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size, int state_slots)
     : layout_(layout), k_format_(layout.k_format()), v_format_(layout.v_format()), block_size_(block_size),
-      n_groups_(static_cast<int>(group_blocks.size())) {
+      n_groups_(static_cast<int>(group_blocks.size())), n_state_slots_(layout.n_recurrent > 0 ? state_slots : 0) {
+  if (layout.n_recurrent > 0 && state_slots < 1)
+    throw Error("KV cache: a model with recurrent layers needs at least one state slot");
+  for (int r = 0; r < layout.n_recurrent; r++)
+    states_.emplace_back(static_cast<size_t>(2 * n_state_slots_ * layout.state_floats) * sizeof(float),
+                         fmt::format("recurrent state of layer {}", r));
+  marks_.resize(static_cast<size_t>(n_state_slots_));
   for (int g = 0; g < 2; g++) {
     const int64_t kw = layout.k_width_in(g), vw = layout.v_width_in(g);
     if (kw % k_format_.group() != 0 || vw % v_format_.group() != 0)
@@ -32,8 +38,28 @@ KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, i
   }
 }
 
+void KvStore::reset_state(int slot) {
+  for (int r = 0; r < layout_.n_recurrent; r++) std::fill_n(state(r, slot), layout_.state_floats, 0.0f);
+  mark(slot) = {};
+}
+
+void KvStore::checkpoint_state(int slot) {
+  for (int r = 0; r < layout_.n_recurrent; r++)
+    std::copy_n(state_row(r, slot, 0), layout_.state_floats, state_row(r, slot, 1));
+  mark(slot).checkpoint = mark(slot).pos;
+}
+
+void KvStore::restore_state(int slot) {
+  StateMark& m = mark(slot);
+  if (m.checkpoint < 0) throw Error(fmt::format("recurrent state slot {} has no checkpoint to restore", slot));
+  for (int r = 0; r < layout_.n_recurrent; r++)
+    std::copy_n(state_row(r, slot, 1), layout_.state_floats, state_row(r, slot, 0));
+  m.pos = m.checkpoint;
+}
+
 int64_t KvStore::bytes() const {
   int64_t total = 0;
+  for (const auto& s : states_) total += static_cast<int64_t>(s.size());
   for (int l = 0; l < layout_.n_layer; l++) total += static_cast<int64_t>(k_[l].size() + v_[l].size());
   return total;
 }

@@ -18,7 +18,8 @@ class KvStore {
  public:
   // group_blocks: the pool size of each group (the full-attention group
   // first, then the sliding one if the layout has sliding layers).
-  KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size);
+  // state_slots: sequences whose recurrent state the store holds (layout.n_recurrent > 0).
+  KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size, int state_slots = 0);
 
   const KvLayout& layout() const { return layout_; }
   // The group a layer's blocks come from: 1 for sliding layers, else 0.
@@ -40,6 +41,23 @@ class KvStore {
   void copy(const BlockCopies& copies);
   void set_copy_log(std::vector<BlockCopy>* log) { copy_log_ = log; }
   PagedKvLayerView layer_view(int layer) const;
+
+  // ---- Recurrent state (KvLayout::n_recurrent layers) ----
+  // What a slot's live state has consumed: positions [0, pos); and its checkpoint's (-1: none).
+  struct StateMark {
+    int64_t pos = 0;
+    int64_t checkpoint = -1;
+  };
+  int n_state_slots() const { return n_state_slots_; }
+  // The live state of recurrent layer `rec` (0 .. n_recurrent - 1) in a slot: layout.state_floats floats.
+  float* state(int rec, int slot) { return state_row(rec, slot, 0); }
+  StateMark& mark(int slot) { return marks_.at(static_cast<size_t>(slot)); }
+  const StateMark& mark(int slot) const { return marks_.at(static_cast<size_t>(slot)); }
+  // The slot's live state in every recurrent layer set to zeros (a sequence starting at position 0).
+  void reset_state(int slot);
+  // Its live state copied to its checkpoint (mark.checkpoint = mark.pos), and back (mark.pos = checkpoint).
+  void checkpoint_state(int slot);
+  void restore_state(int slot);
   // Where a backend writes the layer's rows (Backend::write_kv); v null when the layout keeps keys only.
   KvLayerWrite layer_write(int layer);
 
@@ -62,6 +80,14 @@ class KvStore {
   // the sequences fill — zero-filling it up front made it all resident.
   std::vector<HugePageBuffer> k_, v_;
   std::vector<BlockCopy>* copy_log_ = nullptr;
+  // Per recurrent layer: each slot's live state, then its checkpoint.
+  float* state_row(int rec, int slot, int copy) {
+    return static_cast<float*>(states_[static_cast<size_t>(rec)].data()) +
+           (2 * static_cast<int64_t>(slot) + copy) * layout_.state_floats;
+  }
+  int n_state_slots_ = 0;
+  std::vector<HugePageBuffer> states_;
+  std::vector<StateMark> marks_;
 };
 
 }  // namespace kestrel

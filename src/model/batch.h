@@ -34,7 +34,8 @@ struct Batch {
 struct BatchPlacement {
   std::vector<int64_t> slots[2];
   std::vector<const int32_t*> tables[2];
-  explicit BatchPlacement(int64_t max_tokens) {
+  std::vector<int32_t> state_slots;  // each row's sequence's recurrent-state slot (-1: the model has none)
+  explicit BatchPlacement(int64_t max_tokens) : state_slots(static_cast<size_t>(max_tokens), -1) {
     for (int g = 0; g < 2; g++) slots[g].resize(max_tokens), tables[g].resize(max_tokens);
   }
 };

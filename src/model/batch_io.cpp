@@ -30,6 +30,8 @@ void place_batch(const Batch& b, const PagedKvCache& kv, int64_t n_vocab, BatchP
       out.slots[g][i] = kv.slot(b.seq_ids[i], b.positions[i], g);
       out.tables[g][i] = kv.block_table(b.seq_ids[i], g);
     }
+  if (kv.blocks().n_state_slots() > 0)
+    for (int64_t i = 0; i < b.size(); i++) out.state_slots[i] = kv.blocks().state_slot(b.seq_ids[i]);
 }
 
 IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head,

@@ -11,7 +11,8 @@ const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
       &llama_family(), &qwen2_family(),  &qwen2moe_family(), &qwen3_family(),     &qwen3moe_family(),
       &phi3_family(),  &gemma2_family(), &gemma3_family(),   &deepseek2_family(), &mistral4_family(), &deepseek32_family(), &glm_dsa_family(), &deepseek4_family(),
-      &gpt_oss_family(), &mistral3_family(), &glm4moe_family(), &llama4_family(), &gemma4_family(),
+      &gpt_oss_family(), &mistral3_family(), &glm4moe_family(), &llama4_family(), &gemma4_family(), &qwen3next_family(), &qwen35_family(),
+      &qwen35moe_family(),
   };
   return all;
 }

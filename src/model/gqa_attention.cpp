@@ -65,7 +65,9 @@ GqaWeights load_gqa(const WeightLoader& ld, Backend& be, const std::string& p, c
     for (const char* t : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"})
       if (ld.has(p + t)) ld.skip(p + t, "a layer that reads an earlier layer's KV cache computes no keys or values");
   } else {
-    w.wq = be.prepare_weight(sh.rows(ld.require(p + "attn_q.weight", {dim, q_dim})));
+    if (o.q_gate && sh.split()) throw Error("gated attention (attn_q with a gate per head) cannot run split across ranks yet");
+    w.wq = be.prepare_weight(sh.rows(ld.require(p + "attn_q.weight", {dim, o.q_gate ? 2 * q_dim : q_dim})));
+    w.q_gate = o.q_gate;
     w.wk = be.prepare_weight(kv_rows(ld.require(p + "attn_k.weight", {dim, kv_dim}), c, heads, sh));
     if (o.v_from_k && !ld.has(p + "attn_v.weight"))
       w.wv = w.wk;
@@ -131,6 +133,26 @@ GqaAttention::GqaAttention(Backend& be, const ModelConfig& c, const GqaHeads& he
   v_ = ActBuffer(be, n * kv_dim);
   att_ = ActBuffer(be, n * q_dim);
   ones_.assign(static_cast<size_t>(c.head_dim), 1.0f);
+  max_rows_ = n;
+}
+
+// q and gate from one projection (each head's query rows, then its gate rows), then k and v; the head norms
+// and RoPE as the fused path applies them.
+void GqaAttention::project_gated(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb) {
+  const ModelConfig& c = c_;
+  const int64_t n = r.n, hd = c.head_dim, heads = heads_.n_head;
+  qg_.ensure(be, max_rows_ * 2 * heads * hd);
+  gate_.ensure(be, max_rows_ * heads * hd);
+  be.matmul(w.wq, xb, n, qg_);
+  be.copy(q_, hd, qg_, 2 * hd, n * heads, hd);
+  be.copy(gate_, hd, qg_ + hd, 2 * hd, n * heads, hd);
+  be.matmul(w.wk, xb, n, k_);
+  be.matmul(w.wv, xb, n, v_);
+  if (!w.q_norm.empty()) be.rmsnorm(q_, w.q_norm.data(), q_, n * heads, hd, c.rms_eps);
+  if (!w.k_norm.empty()) be.rmsnorm(k_, w.k_norm.data(), k_, n * heads_.n_head_kv, hd, c.rms_eps);
+  const RopeParams& rope = c.rope_of(r.layer);
+  be.rope(q_, r.positions(), n, heads, static_cast<int>(hd), rope);
+  be.rope(k_, r.positions(), n, heads_.n_head_kv, static_cast<int>(hd), rope);
 }
 
 void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb, Act out) {
@@ -141,7 +163,9 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
                           w.bv.empty() ? nullptr : w.bv.data()};
   const Act qkv_out[3] = {q_, k_, v_};
   const RopeParams& rope = c.rope_of(r.layer);
-  if (w.reads_only()) {  // queries only: the keys and values are the cache layer's
+  if (w.q_gate) {
+    project_gated(be, w, r, xb);
+  } else if (w.reads_only()) {  // queries only: the keys and values are the cache layer's
     be.matmul(w.wq, xb, n, q_);
     if (!w.q_norm.empty()) be.rmsnorm(q_, w.q_norm.data(), q_, n * heads_.n_head, c.head_dim, c.rms_eps);
     be.rope(q_, r.positions(), n, heads_.n_head, c.head_dim, rope);
@@ -166,6 +190,7 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
   as.softcap = c.attn_softcap;
   if (!w.sinks.empty()) as.sinks = w.sinks.data();
   be.attention(r.kv.layer_view(r.kv_layer), {n, q_, att_, r.positions(), r.tables()}, as);
+  if (w.q_gate) be.sigmoid_mul(att_, gate_, n * q_dim);
   be.matmul(w.wo, att_, n, out);
   if (!w.bo.empty()) be.add_bias(out, w.bo.data(), n, c.n_embd);
 }

@@ -31,6 +31,9 @@ struct GqaOptions {
   bool v_norm = false;
   bool v_from_k = false;
   bool no_kv = false;
+  // Qwen3-Next / Qwen3.5: attn_q gives each head's query and then its gate (2 * head_dim rows per head); the
+  // attention's output is multiplied by sigmoid(gate). One process only (the rows interleave by head).
+  bool q_gate = false;
 };
 
 // The heads this rank runs (all of them in one process).
@@ -50,6 +53,7 @@ struct GqaWeights {
   std::vector<float> bo;              // attn_output.bias (added by tensor rank 0 alone); empty: none
   std::vector<float> sinks;           // this rank's heads' sink logits (GqaOptions::sinks)
   bool v_norm = false;                // GqaOptions::v_norm
+  bool q_gate = false;                // GqaOptions::q_gate: wq holds [query | gate] per head
   // No wk (GqaOptions::no_kv): the layer writes nothing and attends over the cache layer its LayerRows name.
   bool reads_only() const { return !wk.present(); }
 };
@@ -85,6 +89,9 @@ class GqaAttention {
   const ModelConfig& c_;
   GqaHeads heads_;
   ActBuffer q_, k_, v_, att_;
+  ActBuffer qg_, gate_;  // q_gate layers: the projection's [query | gate] rows, and the gates (made on first use)
+  int64_t max_rows_ = 0;
+  void project_gated(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb);
   std::vector<float> ones_;  // a weightless norm's weights
 };
 

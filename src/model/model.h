@@ -95,6 +95,17 @@ struct Gemma4Config {
   }
 };
 
+// Linear-attention hybrids (`qwen3next`, `qwen35`, `qwen35moe`: model/arch/qwen35_layer.cpp): Gated DeltaNet
+// layers (kernels/gated_delta_net.h) with a recurrent state per sequence beside gated full-attention layers.
+struct HybridConfig {
+  GdnShape gdn;                    // d_conv 0: not a hybrid
+  std::vector<uint8_t> recurrent;  // per block (trunk, then MTP): 1 for a Gated DeltaNet layer
+  bool on() const { return gdn.d_conv > 0; }
+  bool is_recurrent(int layer) const {
+    return layer < static_cast<int>(recurrent.size()) && recurrent[static_cast<size_t>(layer)];
+  }
+};
+
 // Query temperature by position (Llama 4's; Mistral 3 / Large 3 / Small 4 files): the queries of position p
 // times log(floor((p + offset) / length) + 1) * scale + 1, as llama.cpp computes it (in double, rounded to
 // float once). scale 0: none.
@@ -130,6 +141,7 @@ struct ModelConfig {
   MoeConfig moe;
   Dsv4Config dsv4;
   Gemma4Config g4;
+  HybridConfig hybrid;
   float attn_scale = 0.0f;  // softmax scale of q.k; 0: 1/sqrt(head_dim)
   QueryTemperature query_temp;
   bool rope_qk_norm = false;  // Llama 4 Scout: a weightless RMSNorm of each q and k head after RoPE (RoPE layers)

@@ -77,9 +77,9 @@ void SynthFile::f32(const std::string& key, float v) { w_.set_f32(s_.arch + "." 
 void SynthFile::str(const std::string& key, const std::string& v) { w_.set_str(s_.arch + "." + key, v); }
 void SynthFile::boolean(const std::string& key, bool v) { w_.set_bool(s_.arch + "." + key, v); }
 
-void SynthFile::values(const std::string& name, const std::vector<float>& v) {
-  const auto n = static_cast<int64_t>(v.size());
-  w_.add_tensor(name, GgmlType::F32, {n}, [v](uint8_t* dst, size_t bytes) { std::memcpy(dst, v.data(), bytes); });
+void SynthFile::values(const std::string& name, const std::vector<float>& v, std::vector<int64_t> ne) {
+  if (ne.empty()) ne = {static_cast<int64_t>(v.size())};
+  w_.add_tensor(name, GgmlType::F32, ne, [v](uint8_t* dst, size_t bytes) { std::memcpy(dst, v.data(), bytes); });
 }
 
 void SynthFile::gated_ffn(const std::string& p, const std::string& suffix, int64_t width,

@@ -74,6 +74,12 @@ struct SynthGemma4 {
   bool double_wide = false;            // the shared-KV layers' FFN twice feed_forward_length (E2B)
 };
 
+// The linear-attention hybrids' extras (qwen3next, qwen35, qwen35moe): the Gated DeltaNet layers' key and
+// value heads and head size, the convolution's taps, every interval-th block full attention; nextn MTP blocks.
+struct SynthHybrid {
+  int64_t k_heads = 0, v_heads = 0, state = 0, d_conv = 4, interval = 4, nextn = 0;
+};
+
 struct SynthShape {
   std::string arch = "llama";  // llama | qwen2 | qwen2moe | qwen3 | qwen3moe | phi3 | gemma2 | gemma3 | deepseek2
   int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
@@ -81,6 +87,7 @@ struct SynthShape {
   SynthDecoder dec;  // the others
   SynthDsv4 v4;      // deepseek4, beside ds
   SynthGemma4 g4;    // gemma4, beside dec
+  SynthHybrid hy;    // qwen3next, qwen35, qwen35moe, beside dec
 };
 
 // A named shape of a family (model/arch/<family>.cpp lists its own).
@@ -138,8 +145,8 @@ class SynthFile {
     add_(name, std::move(ne), stddev, constant);
   }
   void norm(const std::string& name, int64_t n) { random(name, {n}, 0.0f, 1.0f); }
-  // An F32 tensor of exactly these values (RoPE factors).
-  void values(const std::string& name, const std::vector<float>& v);
+  // An F32 tensor of exactly these values (RoPE factors), 1-D unless ne says its shape.
+  void values(const std::string& name, const std::vector<float>& v, std::vector<int64_t> ne = {});
   // A gated FFN's three tensors `{prefix}ffn_{gate,up,down}{suffix}`, `extra`
   // dimensions appended (3-D experts); down shrunk by residual_scale().
   void gated_ffn(const std::string& prefix, const std::string& suffix, int64_t width,

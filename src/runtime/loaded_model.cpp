@@ -153,6 +153,9 @@ std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, co
   const int64_t sliding_per_seq =
       l.n_sliding() > 0 ? std::min(blocks_per_seq, (l.sliding_window - 1 + o.max_batch_tokens + bs - 1) / bs + 1) : 0;
   const int64_t sliding_cap = sliding_per_seq * o.n_seq_max;
+  // Recurrent layers: a state slot per sequence, whatever the context, taken from the budget first.
+  const int64_t state_slots = std::max(1, o.n_seq_max);
+  const int64_t state_bytes = l.state_bytes_per_seq() * state_slots;
   const int64_t full_block_bytes = bs * l.full_bytes_per_token();
   const int64_t sliding_block_bytes = bs * l.sliding_bytes_per_token();
   // Bytes of a cache with n full-layer blocks.
@@ -165,9 +168,13 @@ std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, co
     return sliding_cap + (budget - bytes_for(sliding_cap)) / full_block_bytes;
   };
   int64_t n_blocks = blocks_per_seq * o.n_seq_max;
-  if (o.kv_cache_max_bytes > 0) n_blocks = std::max<int64_t>(1, std::min(n_blocks, blocks_within(o.kv_cache_max_bytes)));
+  if (o.kv_cache_max_bytes > 0)
+    n_blocks = std::max<int64_t>(1, std::min(n_blocks, blocks_within(o.kv_cache_max_bytes - state_bytes)));
   if (o.kv_cache_bytes > 0) {
-    n_blocks = blocks_within(o.kv_cache_bytes);
+    if (o.kv_cache_bytes <= state_bytes)
+      throw Error(fmt::format("KV cache of {} bytes does not hold the recurrent state of {} sequences ({} bytes)",
+                              o.kv_cache_bytes, state_slots, state_bytes));
+    n_blocks = blocks_within(o.kv_cache_bytes - state_bytes);
     if (n_blocks < 1 || n_blocks > (int64_t{1} << 30))
       throw Error(fmt::format("KV cache of {} bytes holds {} blocks of {} bytes: out of range", o.kv_cache_bytes,
                               n_blocks, full_block_bytes + sliding_block_bytes));
@@ -175,7 +182,8 @@ std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, co
   if (n_blocks_exactly > 0) n_blocks = n_blocks_exactly;
   const int64_t sliding_blocks = std::max<int64_t>(1, std::min(n_blocks, sliding_cap));
   return std::make_unique<PagedKvCache>(l, static_cast<int>(n_blocks), o.kv_block_size,
-                                        static_cast<int>(blocks_per_seq), static_cast<int>(sliding_blocks));
+                                        static_cast<int>(blocks_per_seq), static_cast<int>(sliding_blocks),
+                                        static_cast<int>(state_slots));
 }
 
 }  // namespace kestrel

@@ -26,6 +26,9 @@ const Family& mistral3_family();
 const Family& glm4moe_family();
 const Family& llama4_family();
 const Family& gemma4_family();
+const Family& qwen3next_family();
+const Family& qwen35_family();
+const Family& qwen35moe_family();
 
 // DeepSeek Sparse Attention's parts (deepseek32.cpp), shared with glm-dsa: the three
 // attention.indexer.* keys (and the query bottleneck they need) into c.mla.indexer; and in synth those
