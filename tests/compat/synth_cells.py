@@ -39,6 +39,9 @@ GLM4MOE = ["--arch", "glm4moe", "--preset", "tiny", "--type", "f32"]
 LLAMA4 = ["--arch", "llama4", "--preset", "tiny", "--type", "f32"]
 GEMMA4 = ["--arch", "gemma4", "--preset", "tiny", "--type", "f32"]
 GEMMA4_MOE = ["--arch", "gemma4", "--preset", "tiny-moe", "--type", "f32"]
+QWEN35 = ["--arch", "qwen35", "--preset", "tiny", "--type", "f32"]
+QWEN35MOE = ["--arch", "qwen35moe", "--preset", "tiny", "--type", "f32"]
+QWEN3NEXT = ["--arch", "qwen3next", "--preset", "tiny", "--type", "f32"]
 # 8250 ids: past Llama 4's first chunk of 8192 positions and the temperature's first step (p + 1 = 8192).
 PAST_8K = [(i * 37 + 11) % 512 for i in range(8250)]
 DSV4 = ["--arch", "deepseek4", "--preset", "tiny", "--type", "f32"]
@@ -110,6 +113,18 @@ CELLS = [
     ("gemma4-tiny-moe.f32", GEMMA4_MOE + ["--seed", "1"], LONG, 16),
     ("gemma4-tiny-moe-seed2.f32", GEMMA4_MOE + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
     ("gemma4-tiny-moe.q8_0", GEMMA4_MOE + ["--seed", "1"], LONG, 16, "Q8_0"),
+    # Linear-attention hybrids: 150 ids (above the Gated DeltaNet's chunk of 64 rows) over 6 linear and 2 gated
+    # attention blocks; 4 value heads over 2 key heads (tiled for qwen35/qwen35moe, repeat-interleaved for
+    # qwen3next); the MTP block after the trunk.
+    ("qwen35-tiny.f32", QWEN35 + ["--seed", "1"], LONG, 16),
+    ("qwen35-tiny-seed2.f32", QWEN35 + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("qwen35-tiny.q8_0", QWEN35 + ["--seed", "1"], LONG, 16, "Q8_0"),
+    ("qwen35-tiny.q4_k_m", QWEN35 + ["--seed", "1"], LONG, 16, "Q4_K_M"),
+    ("qwen35moe-tiny.f32", QWEN35MOE + ["--seed", "1"], LONG, 16),
+    ("qwen35moe-tiny.q8_0", QWEN35MOE + ["--seed", "1"], LONG, 16, "Q8_0"),
+    ("qwen3next-tiny.f32", QWEN3NEXT + ["--seed", "1"], LONG, 16),
+    ("qwen3next-tiny-seed2.f32", QWEN3NEXT + ["--seed", "2"], [500, 2, 260, 31, 31, 9, 444, 128, 64, 1, 8, 19, 300, 45, 77, 6, 90], 12),
+    ("qwen3next-tiny.q8_0", QWEN3NEXT + ["--seed", "1"], LONG, 16, "Q8_0"),
     # No Q4_K_M cell: its Q5_0 fallbacks (these widths are not multiples of 256) leave llama.cpp's logits by
     # 0.03-0.4 from the second position on (as Q4_0/Q5_0 do on a synth llama: docs/models.md), and its ids
     # at step 7 by a gap of 0.116, above the rule's 0.1. Q8_0's logits are bit-identical.
@@ -118,7 +133,8 @@ CELLS = [
 
 # The F32 cells whose MTP block's row predictions are recorded too (mtp_oracle.cpp).
 MTP_CELLS = ("deepseek32-tiny.f32", "deepseek32-tiny-seed2.f32", "glm-dsa-tiny.f32", "deepseek4-tiny.f32",
-             "deepseek4-tiny-seed2.f32", "deepseek4-tiny-mtp-file.f32", "glm4moe-tiny.f32", "glm4moe-tiny-seed2.f32")
+             "deepseek4-tiny-seed2.f32", "deepseek4-tiny-mtp-file.f32", "glm4moe-tiny.f32", "glm4moe-tiny-seed2.f32",
+             "qwen35-tiny.f32", "qwen35moe-tiny.f32", "qwen3next-tiny.f32")
 # ...of which these split it into a file of its own (`synth --mtp-file`), which llama.cpp loads as a second model.
 MTP_FILE_CELLS = ("deepseek4-tiny-mtp-file.f32",)
 
