@@ -267,10 +267,25 @@ void StepExecutor::land(StepReport& report) {
     }
     int64_t computed = row.first + row.n;
     if (row.logits && !sample_row(row, computed, sampled)) continue;  // ended: its blocks are free already
-    outcomes.push_back({row.id, computed});
+    outcomes.push_back({row.id, rollback_state(row, computed)});
   }
   for (const BlockCopies& c : sched_.update(outcomes)) e_.kv->store().copy(c);
   if (f.decode_only && proposer_) governor_.record(sampled, seconds_now() - f.start_s);
+}
+
+// A recurrent state (linear-attention layers) cannot drop rejected drafts: it goes back to the checkpoint the
+// model took at the step's first position (a step feeding more than one row takes one), and the request feeds
+// its accepted tokens again in its next step — the attention layers' KV of them is rewritten the same.
+int64_t StepExecutor::rollback_state(const Row& row, int64_t computed) {
+  KvStore& store = e_.kv->store();
+  const int64_t fed = row.first + row.n + static_cast<int64_t>(row.draft.size());
+  if (store.n_state_slots() == 0 || computed >= fed) return computed;
+  const int32_t slot = e_.kv->blocks().state_slot(row.r->seq);
+  if (slot < 0 || store.mark(slot).checkpoint != row.first)
+    throw Error(fmt::format("sequence {}: no recurrent-state checkpoint at position {} to roll rejected drafts back to",
+                            row.r->seq, row.first));
+  store.restore_state(slot);
+  return row.first;
 }
 
 bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {

@@ -132,6 +132,8 @@ class StepExecutor {
   void assign_logits_rows(Flight& f);
   // Samples the row's token and each draft while the picks agree. False: the request ended.
   bool sample_row(Row& row, int64_t& computed, int64_t& sampled);
+  // The tokens whose effect stays in the cache: computed, or where a recurrent state had to go back to.
+  int64_t rollback_state(const Row& row, int64_t computed);
   // Appends a sampled token; false when the request ended (and is gone).
   bool take(Request& r, RequestOutput& out, int32_t tok, bool accepted);
   void end(Request& r, RequestOutput& out, FinishReason reason);

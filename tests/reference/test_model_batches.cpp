@@ -150,6 +150,10 @@ INSTANTIATE_TEST_SUITE_P(Models, MixedBatches,
                                            // Gemma 4: layers 9-11 read layers 7 and 8's caches (written by
                                            // the same step's earlier layers), per-layer embeddings by row.
                                            Case{"gemma4-tiny", MlaAttention::Auto, false, "gemma4"},
+                                           // Linear attention: rows of three sequences interleaved (sorted
+                                           // by sequence for the recurrence), states carried across steps.
+                                           Case{"qwen35-tiny", MlaAttention::Auto, false, "qwen35"},
+                                           Case{"qwen3next-tiny", MlaAttention::Auto, false, "qwen3next"},
                                            Case{"llama32.F16", MlaAttention::Auto, true},
                                            Case{"qwen3moe.F16", MlaAttention::Auto, true},
                                            Case{"mixtral.F16", MlaAttention::Auto, true},

@@ -215,7 +215,13 @@ class MtpModels : public ::testing::TestWithParam<MtpModel> {
 INSTANTIATE_TEST_SUITE_P(Families, MtpModels,
                          ::testing::Values(MtpModel{"deepseek3", test::write_synth_mtp_model},
                                            MtpModel{"deepseek4", test::write_synth_v4_model},
-                                           MtpModel{"glm4moe", test::write_synth_glm4moe_model}),
+                                           MtpModel{"glm4moe", test::write_synth_glm4moe_model},
+                                           MtpModel{"qwen35", [](const std::string& path) {
+                                             return test::write_synth_preset(path, "qwen35", "tiny");
+                                           }},
+                                           MtpModel{"qwen35moe", [](const std::string& path) {
+                                             return test::write_synth_preset(path, "qwen35moe", "tiny");
+                                           }}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST_P(MtpModels, RandomMtpBlockKeepsGreedyOutputOnEveryDraftLength) {

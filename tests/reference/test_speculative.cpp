@@ -185,6 +185,10 @@ TEST(Speculation, GreedyOutputIsIdenticalToPlainDecoding) {
       {"reference/compat/models/phi3.F16.gguf", "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
       // Gemma 4: rejected drafts rolled back in caches that later layers read (layers 9-11 read 7 and 8's).
       {"synth:gemma4", "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
+      // Linear attention: rejected drafts send the recurrent state back to its checkpoint (tiled and
+      // repeat-interleaved value heads, dense and experts).
+      {"synth:qwen35", "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
+      {"synth:qwen3next", "The quick brown fox jumps over the lazy dog. The quick brown fox", 40},
   };
   int64_t accepted_total = 0;
   test::TempDir dir;

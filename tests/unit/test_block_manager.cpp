@@ -87,3 +87,37 @@ TEST(BlockManager, NoBlockForTheCopyIsAnAnswerToo) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Recurrent-state slots (linear-attention models): one per sequence holding anything, whatever its length;
+// the pool of slots runs out like the pool of blocks (an answer, nothing changed); a prefix is never shared
+// (its state at the prefix's end is not kept).
+TEST(BlockManager, RecurrentStateSlotsAreHeldPerSequence) {
+  BlockManager m(100, 4, 0, 0, 0, /*state_slots=*/2);
+  EXPECT_EQ(m.n_state_slots(), 2);
+  EXPECT_EQ(m.state_slot(1), -1);
+  ASSERT_TRUE(m.allocate(1, 3));
+  ASSERT_TRUE(m.allocate(2, 50));
+  EXPECT_NE(m.state_slot(1), m.state_slot(2));
+  EXPECT_EQ(m.n_free_state_slots(), 0);
+  ASSERT_TRUE(m.allocate(1, 40));  // growing keeps its slot
+  EXPECT_FALSE(m.can_allocate(3, 1));
+  EXPECT_FALSE(m.allocate(3, 1));  // blocks are free, slots are not
+  EXPECT_EQ(m.length(3), 0);
+  EXPECT_EQ(m.n_free_blocks(), 100 - 10 - 13);
+  const int32_t freed = m.state_slot(1);
+  m.erase(1);
+  EXPECT_EQ(m.n_free_state_slots(), 1);
+  ASSERT_TRUE(m.allocate(3, 1));
+  EXPECT_EQ(m.state_slot(3), freed);
+  // Prefix sharing stays off: the blocks 2 published would give no state.
+  const std::vector<int32_t> toks(60, 5);
+  m.publish_prefix(2, toks.data(), 48);
+  m.erase(3);
+  EXPECT_EQ(m.share_prefix(4, toks.data(), 60), 0);
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -320,3 +320,44 @@ TEST(Scheduler, EveryRunningRequestDecodesEachStep) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// A linear-attention model: every running request holds a recurrent-state slot. With the slots taken a new
+// request waits though blocks are free; a preempted request gives its slot back with its blocks (and
+// recomputes from position 0 later).
+TEST(Scheduler, RecurrentStateSlotsLimitTheRunningRequests) {
+  {
+    SchedulerConfig c;
+    BlockManager blocks(1000, 16, 0, 0, 0, /*state_slots=*/2);
+    Scheduler s(c, blocks);
+    add(s, 1, 8, 0);
+    add(s, 2, 8, 1);
+    add(s, 3, 4, 2);
+    const StepPlan& p = s.plan(3);
+    EXPECT_EQ(tokens_of(p, 1), 8);
+    EXPECT_EQ(tokens_of(p, 2), 8);
+    EXPECT_EQ(tokens_of(p, 3), 0);  // no slot
+    run(s, p);
+    s.remove(1);
+    EXPECT_EQ(tokens_of(s.plan(4), 3), 4);  // 1's slot
+  }
+  {
+    SchedulerConfig c;
+    c.policy = SchedulingPolicy::Priority;
+    BlockManager blocks(2, 4, 0, 0, 0, /*state_slots=*/1);
+    Scheduler s(c, blocks);
+    add(s, 1, 8, 0, 0);
+    run(s, s.plan(1));     // request 1 holds both blocks and the slot
+    add(s, 2, 4, 2, -10);  // urgent
+    const StepPlan p = s.plan(3);
+    EXPECT_EQ(p.preempted, std::vector<int64_t>{1});
+    EXPECT_EQ(tokens_of(p, 2), 4);
+    EXPECT_EQ(blocks.state_slot(1), -1);
+    EXPECT_EQ(blocks.state_slot(2), 0);
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
