@@ -95,6 +95,34 @@ std::string glm_call(size_t i, const std::string& name, const json& params, std:
   return body + " " + gbnf_literal("\n</tool_call>");
 }
 
+// One Qwen3-Coder / Qwen3.5 call of tool i as the template writes it: <tool_call>\n<function=NAME>\n, each
+// parameter as <parameter=KEY>\nVALUE\n</parameter>\n in the schema's order (the required ones always, the
+// others optional), a plain or enumerated string as is (text without '<'), everything else as JSON valid
+// against the property's schema; then </function>\n</tool_call>.
+std::string qwen_call(size_t i, const std::string& name, const json& params, std::string& rules) {
+  const std::set<std::string> required = required_keys(i, params, "Qwen3-Coder");
+  std::string body = gbnf_literal("<tool_call>\n<function=" + name + ">\n");
+  if (params.contains("properties")) {
+    int k = 0;
+    for (const auto& [key, schema] : params["properties"].items()) {
+      std::string value;
+      const bool plain_string = schema.is_object() && schema.value("type", "") == "string" && !schema.contains("pattern") &&
+                                !schema.contains("format") && !schema.contains("minLength") && !schema.contains("maxLength");
+      if (plain_string && schema.contains("enum"))
+        value = "( " + enum_alternatives(i, key, schema) + " )";
+      else if (plain_string)
+        value = "[^<]*";
+      else
+        value = json_schema_rules(schema, fmt::format("t{}-q{}-", i, k), rules);
+      const std::string param = gbnf_literal("<parameter=" + key + ">\n") + " " + value + " " +
+                                gbnf_literal("\n</parameter>\n");
+      body += required.count(key) ? " " + param : " ( " + param + " )?";
+      k++;
+    }
+  }
+  return body + " " + gbnf_literal("</function>\n</tool_call>");
+}
+
 // Gemma 4's values in its own syntax (bare keys, strings between <|"|>), not held to a schema: what a nested
 // object or array parameter is written with.
 constexpr const char* kGemma4Values = R"(g4-value ::= g4-string | g4-dict | g4-array | json-number | json-boolean | json-null
@@ -157,7 +185,8 @@ std::string gemma4_call(size_t i, const std::string& name, const json& params, s
 std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None) throw Error("no tool-call format to constrain the reply to");
   std::string rules;
-  std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls, args_calls, glm_calls, gemma4_calls;
+  std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls, args_calls, glm_calls, gemma4_calls,
+      qwen_calls;
   // Llama 3's JSON calls carry "parameters"; the others "arguments".
   const std::string key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   for (size_t i = 0; i < tools.size(); i++) {
@@ -178,6 +207,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
     if (format == ToolCallFormat::Dsml) dsml_calls.push_back(dsml_invoke(i, name, params, rules));
     if (format == ToolCallFormat::Glm) glm_calls.push_back(glm_call(i, name, params, rules));
     if (format == ToolCallFormat::Gemma4) gemma4_calls.push_back(gemma4_call(i, name, params, rules));
+    if (format == ToolCallFormat::QwenXml) qwen_calls.push_back(qwen_call(i, name, params, rules));
     // Mistral's newer form (Ministral 3, Magistral, Devstral templates): [TOOL_CALLS]NAME[ARGS]{...}.
     args_calls.push_back(fmt::format("{} \"[ARGS]\" {}", gbnf_literal(name), args));
     // Harmony: the recipient, the channel and the arguments as gpt-oss's template writes a call.
@@ -227,6 +257,9 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
     case ToolCallFormat::Gemma4:
       root = "root ::= g4-call" + more("\"\"", "g4-call") + "\n" + "g4-call ::= " + alternatives(gemma4_calls) + "\n" +
              kGemma4Values;
+      break;
+    case ToolCallFormat::QwenXml:
+      root = "root ::= qwen-call" + more("\"\\n\"", "qwen-call") + "\n" + "qwen-call ::= " + alternatives(qwen_calls) + "\n";
       break;
     case ToolCallFormat::Harmony:
       // After the prompt's "<|start|>assistant"; one call per message (<|call|> ends the reply).

@@ -20,6 +20,8 @@ constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCa
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]", kMistralArgs = "[ARGS]";
 constexpr std::string_view kGlmKey = "<arg_key>", kGlmKeyEnd = "</arg_key>", kGlmValue = "<arg_value>",
                            kGlmValueEnd = "</arg_value>";
+constexpr std::string_view kQwenFunction = "<function=", kQwenFunctionEnd = "</function>",
+                           kQwenParameter = "<parameter=", kQwenParameterEnd = "</parameter>";
 constexpr std::string_view kGemmaCall = "<|tool_call>", kGemmaCallEnd = "<tool_call|>", kGemmaQuote = "<|\"|>";
 constexpr std::string_view kDsml = "｜DSML｜", kDsmlFunctionCalls = "<｜DSML｜function_calls>",
                            kDsmlToolCalls = "<｜DSML｜tool_calls>", kDsmlInvoke = "<｜DSML｜invoke name=\"",
@@ -88,6 +90,74 @@ ToolCallReply hermes(std::string_view text) {
     const size_t close = text.find(kHermesClose, body);
     const auto j = parse_json(trim(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body)));
     const auto call = j ? call_from_object(*j, ToolCallFormat::Hermes) : std::nullopt;
+    if (!call) return {std::string(text), {}};
+    r.calls.push_back(*call);
+    if (close == std::string_view::npos) {
+      at = text.size();
+      break;
+    }
+    at = close + kHermesClose.size();
+  }
+  rest += text.substr(std::min(at, text.size()));
+  if (r.calls.empty()) return {std::string(text), {}};
+  r.content = outside(std::move(rest));
+  return r;
+}
+
+// One value between a Qwen <parameter=...> tag and its end: the template writes a newline on each side of it,
+// objects and arrays as JSON, everything else through Jinja's `string` (booleans and null as Python writes
+// them: True, False, None). Read back through JSON where it reads as JSON, those three words as what they
+// stand for, anything else as the string.
+json qwen_value(std::string_view v) {
+  if (!v.empty() && v.front() == '\n') v.remove_prefix(1);
+  if (!v.empty() && v.back() == '\n') v.remove_suffix(1);
+  if (v == "True" || v == "False") return v == "True";
+  if (v == "None") return nullptr;
+  const auto j = parse_json(v);
+  return j ? *j : json(std::string(v));
+}
+
+// The inside of one Qwen3-Coder / Qwen3.5 call: <function=NAME> then <parameter=KEY>VALUE</parameter> items,
+// then </function>; nullopt when it is not one.
+std::optional<ToolCall> qwen_call(std::string_view call) {
+  const size_t f = call.find(kQwenFunction);
+  if (f == std::string_view::npos || !trim(call.substr(0, f)).empty()) return std::nullopt;
+  const size_t name_end = call.find('>', f);
+  if (name_end == std::string_view::npos) return std::nullopt;
+  const std::string_view name = call.substr(f + kQwenFunction.size(), name_end - f - kQwenFunction.size());
+  if (name.empty() || name.find_first_of("<>{}\n ") != std::string_view::npos) return std::nullopt;
+  json args = json::object();
+  size_t p = name_end + 1;
+  for (;;) {
+    while (p < call.size() && (call[p] == '\n' || call[p] == ' ')) p++;
+    if (call.substr(p, kQwenFunctionEnd.size()) == kQwenFunctionEnd) {
+      p += kQwenFunctionEnd.size();
+      break;
+    }
+    if (call.substr(p, kQwenParameter.size()) != kQwenParameter) return std::nullopt;
+    const size_t key_end = call.find('>', p);
+    if (key_end == std::string_view::npos) return std::nullopt;
+    const std::string key(trim(call.substr(p + kQwenParameter.size(), key_end - p - kQwenParameter.size())));
+    const size_t v_end = call.find(kQwenParameterEnd, key_end);
+    if (key.empty() || v_end == std::string_view::npos) return std::nullopt;
+    args[key] = qwen_value(call.substr(key_end + 1, v_end - key_end - 1));
+    p = v_end + kQwenParameterEnd.size();
+  }
+  if (!trim(call.substr(std::min(p, call.size()))).empty()) return std::nullopt;
+  return ToolCall{new_call_id(ToolCallFormat::QwenXml), std::string(name), args.dump()};
+}
+
+// Qwen3-Coder's and Qwen3.5's calls: <tool_call>, the call (qwen_call), </tool_call>.
+ToolCallReply qwen_xml(std::string_view text) {
+  ToolCallReply r;
+  std::string rest;
+  size_t at = 0;
+  for (;;) {
+    const size_t open = text.find(kHermesOpen, at);
+    if (open == std::string_view::npos) break;
+    rest += text.substr(at, open - at);
+    const size_t body = open + kHermesOpen.size(), close = text.find(kHermesClose, body);
+    const auto call = qwen_call(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
     if (!call) return {std::string(text), {}};
     r.calls.push_back(*call);
     if (close == std::string_view::npos) {
@@ -427,6 +497,7 @@ std::vector<std::string_view> start_markers(ToolCallFormat f) {
     case ToolCallFormat::Dsml: return {kDsmlFunctionCalls, kDsmlToolCalls};
     case ToolCallFormat::Glm: return {kHermesOpen};
     case ToolCallFormat::Gemma4: return {kGemmaCall};
+    case ToolCallFormat::QwenXml: return {kHermesOpen};
     case ToolCallFormat::Harmony:  // read by chat/harmony.h, not through ToolCallStream
     case ToolCallFormat::None: return {};
   }
@@ -446,6 +517,8 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::Harmony: return {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
     case ToolCallFormat::Glm: return {kHermesOpen, kHermesClose, kGlmKey, kGlmKeyEnd, kGlmValue, kGlmValueEnd};
     case ToolCallFormat::Gemma4: return {kGemmaCall, kGemmaCallEnd, kGemmaQuote};
+    case ToolCallFormat::QwenXml:
+      return {kHermesOpen, kHermesClose, kQwenFunction, kQwenFunctionEnd, kQwenParameter, kQwenParameterEnd};
     case ToolCallFormat::None: return {};
   }
   return {};
@@ -460,6 +533,7 @@ std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name
   if (name == "harmony") return ToolCallFormat::Harmony;
   if (name == "glm") return ToolCallFormat::Glm;
   if (name == "gemma4") return ToolCallFormat::Gemma4;
+  if (name == "qwen3_coder") return ToolCallFormat::QwenXml;
   if (name == "none") return ToolCallFormat::None;
   return std::nullopt;
 }
@@ -474,12 +548,15 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::Harmony: return "harmony";
     case ToolCallFormat::Glm: return "glm";
     case ToolCallFormat::Gemma4: return "gemma4";
+    case ToolCallFormat::QwenXml: return "qwen3_coder";
     case ToolCallFormat::None: return "none";
   }
   return "?";
 }
 
-const char* tool_call_format_names() { return "hermes, llama3_json, deepseek, mistral, dsml, harmony, glm, gemma4, none"; }
+const char* tool_call_format_names() {
+  return "hermes, llama3_json, deepseek, mistral, dsml, harmony, glm, gemma4, qwen3_coder, none";
+}
 
 ToolCallFormat detect_tool_call_format(std::string_view src) {
   const auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
@@ -487,6 +564,7 @@ ToolCallFormat detect_tool_call_format(std::string_view src) {
   if (has("<|channel|>")) return ToolCallFormat::Harmony;
   if (has(kGlmKey)) return ToolCallFormat::Glm;  // before hermes: GLM's calls open with <tool_call> too
   if (has(kGemmaCall)) return ToolCallFormat::Gemma4;
+  if (has(kQwenFunction) && has(kQwenParameter)) return ToolCallFormat::QwenXml;  // before hermes: <tool_call> too
   if (has(kDsCallBegin) || has(kDsCallsBegin)) return ToolCallFormat::DeepSeek;
   if (has(kMistralCalls)) return ToolCallFormat::Mistral;
   if (has(kHermesOpen)) return ToolCallFormat::Hermes;
@@ -503,6 +581,7 @@ ToolCallReply parse_tool_calls(ToolCallFormat format, std::string_view text) {
     case ToolCallFormat::Dsml: return dsml(text);
     case ToolCallFormat::Glm: return glm(text);
     case ToolCallFormat::Gemma4: return gemma4(text);
+    case ToolCallFormat::QwenXml: return qwen_xml(text);
     case ToolCallFormat::Harmony: {
       HarmonyStream h;
       HarmonyPart a = h.push(text), b = h.finish();

@@ -24,7 +24,7 @@
 
 namespace kestrel {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml, Harmony, Glm, Gemma4 };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeek, Mistral, Dsml, Harmony, Glm, Gemma4, QwenXml };
 
 // "hermes", ... ; nullopt for an unknown name. "none" is None.
 std::optional<ToolCallFormat> tool_call_format_from_name(const std::string& name);

@@ -413,7 +413,8 @@ TEST(Security, TheOpenAiClientWorksWithAKeyOverTls) {
 // OpenAI client: a chat, a streamed chat, and a tool-call round trip in the template's format (tool_choice
 // "required": the reply held to its form of a call — DSML's <｜DSML｜...>, harmony's to=functions.NAME — read
 // back as tool_calls, whole and as streamed deltas, then the tool's answer).
-void tool_round_trip(const std::string& arch, const std::string& chat_template, const std::string& format) {
+void tool_round_trip(const std::string& arch, const std::string& chat_template, const std::string& format,
+                     const std::string& call_body = "") {
   const std::string client_dir = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
   ASSERT_TRUE(std::filesystem::exists(client_dir + "/node_modules/openai/package.json"))
       << "the openai npm package is missing: run scripts/setup.sh";
@@ -426,8 +427,9 @@ void tool_round_trip(const std::string& arch, const std::string& chat_template, 
                          test::shared("templates/" + chat_template)});
   EXPECT_THAT(s.log(), HasSubstr("tool calls read as " + format));
   int st = 0;
-  const std::string out = shell("cd " + client_dir + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
-                                    "/v1 node tool_round_trip.mjs",
+  const std::string body = call_body.empty() ? "" : "KESTREL_CALL_BODY='" + call_body + "' ";
+  const std::string out = shell("cd " + client_dir + " && " + body + "KESTREL_URL=http://127.0.0.1:" +
+                                    std::to_string(s.port()) + "/v1 node tool_round_trip.mjs",
                                 &st);
   ASSERT_EQ(st, 0) << out;
   const json seen = json::parse(out.substr(out.rfind('{', out.find("\"chat\""))));
@@ -476,6 +478,13 @@ TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInMistralFormWithMistral3) {
 // the tool's answer back as its <|tool_response> block.
 TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInGemma4FormWithGemma4) {
   tool_round_trip("gemma4", "google-gemma-4-31B-it.jinja", "gemma4");
+}
+
+// Qwen3.5 (`qwen35`: Gated DeltaNet layers with their recurrent state per request) with Qwen3.5's template:
+// <tool_call><function=NAME><parameter=KEY>…</parameter></function></tool_call>. The template opens thinking in
+// the prompt by default, where a forced call cannot start: the forced calls turn it off (enable_thinking).
+TEST(StockClients, TheOpenAiClientChatsAndCallsToolsInQwenXmlWithQwen35) {
+  tool_round_trip("qwen35", "Qwen3.5-4B.jinja", "qwen3_coder", R"({"chat_template_kwargs":{"enable_thinking":false}})");
 }
 
 TEST(Security, APortInUseIsAnErrorAndABadCertificateIsNamed) {

@@ -113,6 +113,7 @@ TEST(ChatTemplateVectors, ToolCallFormatOfEachRealTemplate) {
       {"Mistral-Small-3.2-24B-Instruct-2506", ToolCallFormat::Mistral},
       {"google-gemma-2-2b-it", ToolCallFormat::None},
       {"google-gemma-4-31B-it", ToolCallFormat::Gemma4},
+      {"Qwen3.5-4B", ToolCallFormat::QwenXml},
       {"microsoft-Phi-3.5-mini-instruct", ToolCallFormat::None},
   };
   for (const auto& [name, format] : expected) {
@@ -181,6 +182,33 @@ TEST(ChatTemplateVectors, Gemma4CallsRenderedByTheTemplateReadBack) {
     EXPECT_EQ(r.calls[1].name, "get_time");
     EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << name;
   }
+}
+
+// Qwen3.5's own template writes an assistant turn's calls as <tool_call><function=NAME><parameter=KEY>...
+// (strings as they are, everything else as JSON); the parser reads back the same names and arguments.
+TEST(ChatTemplateVectors, QwenXmlCallsRenderedByTheTemplateReadBack) {
+  const json args = {{"city", "São \"Paulo\", SP\nline two"}, {"days", 3}, {"ratio", 0.25}, {"hourly", false},
+                     {"units", {"C", "F"}}, {"where", {{"lat", -23.5}, {"tags", json::array()}}}};
+  const ChatTemplate t("Qwen3.5-4B", test::read_text(test::shared("templates/Qwen3.5-4B.jinja")));
+  ASSERT_EQ(t.tool_format(), ToolCallFormat::QwenXml);
+  json calls = json::array();
+  calls.push_back({{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", args}}}});
+  calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", json::object()}}}});
+  const json vars = {{"messages", json::array({{{"role", "user"}, {"content", "Weather?"}},
+                                               {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
+                     {"add_generation_prompt", false}};
+  const std::string text = t.render_vars(vars, {}).text;
+  const size_t reply = text.rfind("<|im_start|>assistant\n"), end = text.find("<|im_end|>", reply);
+  ASSERT_NE(reply, std::string::npos) << text;
+  ASSERT_NE(end, std::string::npos) << text;
+  const std::string turn = text.substr(reply + 22, end - reply - 22);
+  const ToolCallReply r = parse_tool_calls(ToolCallFormat::QwenXml, turn.substr(turn.find("Checking.")));
+  ASSERT_EQ(r.calls.size(), 2u) << text;
+  EXPECT_EQ(r.content, "Checking.");
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(r.calls[0].arguments), args) << text;
+  EXPECT_EQ(r.calls[1].name, "get_time");
+  EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << text;
 }
 
 TEST(ChatTemplateVectors, KestrelTemplateNamesWhatIsWrong) {

@@ -231,8 +231,35 @@ TEST(ToolCalls, Gemma4) {
   EXPECT_EQ(detect_tool_call_format("{{- '<|tool_call>call:' + function['name'] + '{' -}}"), ToolCallFormat::Gemma4);
 }
 
+// Qwen3-Coder / Qwen3.5: <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...</function>\n</tool_call>,
+// values as the template writes them (strings as is, objects and arrays as JSON, Python's True/False/None).
+TEST(ToolCalls, QwenXml) {
+  const auto f = ToolCallFormat::QwenXml;
+  expect_reply(f,
+               "Let me look.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSão \"Paulo\"\nline 2\n</parameter>\n"
+               "<parameter=days>\n3\n</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=extra>\n"
+               "{\"tags\": [\"a\", 1.5, null]}\n</parameter>\n<parameter=note>\nNone\n</parameter>\n</function>\n</tool_call>",
+               {"Let me look.",
+                {{"get_weather",
+                  {{"city", "São \"Paulo\"\nline 2"}, {"days", 3}, {"metric", true}, {"extra", {{"tags", {"a", 1.5, nullptr}}}},
+                   {"note", nullptr}}}}});
+  expect_reply(f,
+               "<tool_call>\n<function=a>\n<parameter=x>\n-2\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+               "<function=ping>\n</function>\n</tool_call>",
+               {std::nullopt, {{"a", {{"x", -2}}}, {"ping", json::object()}}});
+  // Not calls: they stay content, whole.
+  for (const char* text : {"No tools.", "<tool_call>\n{\"name\": \"a\"}\n</tool_call>",
+                           "<tool_call>\n<function=a>\n<parameter=x>\n1\n</function>\n</tool_call>",
+                           "<tool_call>\n<function=a b>\n</function>\n</tool_call>",
+                           "<tool_call>\n<function=a>\n</function>\ntrailing\n</tool_call>"})
+    expect_reply(f, text, {std::string(text), {}});
+  EXPECT_EQ(detect_tool_call_format("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' }}"),
+            ToolCallFormat::QwenXml);
+}
+
 TEST(ToolCalls, FormatNamesRoundTrip) {
-  for (const char* n : {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "harmony", "glm", "gemma4", "none"})
+  for (const char* n :
+       {"hermes", "llama3_json", "deepseek", "mistral", "dsml", "harmony", "glm", "gemma4", "qwen3_coder", "none"})
     EXPECT_STREQ(tool_call_format_name(*tool_call_format_from_name(n)), n);
   EXPECT_FALSE(tool_call_format_from_name("xml"));
 }

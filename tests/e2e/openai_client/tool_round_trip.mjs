@@ -2,7 +2,8 @@
 // real chat template (DeepSeek-V3.2/V4's DSML, gpt-oss's harmony, ...): a chat, a streamed chat, and a
 // tool-call round trip (tool_choice "required": the reply is held to the template's form of a call, read back
 // as tool_calls, streamed as deltas; then the tool's answer goes back). Prints one JSON line of what it saw.
-// Environment: KESTREL_URL (…/v1).
+// Environment: KESTREL_URL (…/v1); KESTREL_CALL_BODY (optional JSON) adds fields to the forced-call requests
+// (a template that opens reasoning by default: {"chat_template_kwargs": {"enable_thinking": false}}).
 import OpenAI from "openai";
 
 const client = new OpenAI({ baseURL: process.env.KESTREL_URL, apiKey: "none", maxRetries: 0 });
@@ -33,8 +34,9 @@ const tools = [{
   },
 }];
 const ask = [{ role: "user", content: "Weather in Paris for 2 days?" }];
+const extra = process.env.KESTREL_CALL_BODY ? JSON.parse(process.env.KESTREL_CALL_BODY) : {};
 const call = await client.chat.completions.create({
-  model, messages: ask, tools, tool_choice: "required", parallel_tool_calls: false, max_tokens: 600, temperature: 0,
+  model, messages: ask, tools, tool_choice: "required", parallel_tool_calls: false, max_tokens: 600, temperature: 0, ...extra,
 });
 const tc = call.choices[0].message.tool_calls ?? [];
 seen.call = { finish: call.choices[0].finish_reason, n: tc.length, name: tc[0]?.function.name,
@@ -44,7 +46,7 @@ seen.call = { finish: call.choices[0].finish_reason, n: tc.length, name: tc[0]?.
 let name = "", args = "", finish = null;
 for await (const chunk of await client.chat.completions.create({
   model, messages: ask, tools, tool_choice: "required", parallel_tool_calls: false, max_tokens: 600, temperature: 0,
-  stream: true,
+  stream: true, ...extra,
 })) {
   for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
     name += d.function?.name ?? "";
