@@ -35,6 +35,8 @@ BlockManager::BlockManager(int n_blocks, int block_size, int max_blocks_per_seq,
   if (state_slots < 0) throw Error("KV cache: a negative count of recurrent-state slots");
   n_state_slots_ = state_slots;
   for (int i = state_slots - 1; i >= 0; i--) free_states_.push_back(i);
+  snap_name_.assign(static_cast<size_t>(state_slots), 0);
+  snap_used_.assign(static_cast<size_t>(state_slots), 0);
 }
 
 int32_t BlockManager::take_block(int gi) {
@@ -96,7 +98,7 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   Sequence& s = new_or_existing(seq);
   if (s.length != 0 || !s.blocks[0].empty()) throw Error(fmt::format("KV cache: sequence {} is not empty", seq));
   s.names.clear();
-  if (n_state_slots_ > 0) return 0;
+  s.restore = -1;
   // The longest run of cached full blocks, never covering the last token (its logits must be computed).
   std::vector<uint64_t>& names = s.names;
   uint64_t parent = 0;
@@ -119,6 +121,14 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   int64_t k = static_cast<int64_t>(names.size());
   if (n_groups() > 1)
     while (k > 0 && !sliding_cached(k)) k--;
+  if (n_state_slots_ > 0) {  // the state at the run's end must be kept too
+    while (k > 0 && snapshot_of(names[static_cast<size_t>(k - 1)]) < 0) k--;
+    if (k > 0) {
+      s.restore = snapshot_of(names[static_cast<size_t>(k - 1)]);
+      s.restore_pos = k * block_size_;
+      snap_used_[static_cast<size_t>(s.restore)] = ++snap_clock_;
+    }
+  }
   names.resize(static_cast<size_t>(k));
   stats_.hit_blocks += k;
   for (int gi = 0; gi < n_groups(); gi++) {
@@ -257,6 +267,36 @@ const BlockManager::Sequence& BlockManager::seq_or_throw(int32_t seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) throw Error(fmt::format("KV cache: unknown sequence {}", seq));
   return it->second;
+}
+
+int32_t BlockManager::snapshot_of(uint64_t name) const {
+  for (size_t i = 0; i < snap_name_.size(); i++)
+    if (snap_used_[i] > 0 && snap_name_[i] == name) return static_cast<int32_t>(i);
+  return -1;
+}
+
+std::optional<StateCopy> BlockManager::save_snapshot(int32_t seq, int64_t n_computed) {
+  auto it = seqs_.find(seq);
+  if (n_state_slots_ == 0 || it == seqs_.end() || it->second.state < 0 || n_computed <= 0 ||
+      n_computed % block_size_ != 0 || static_cast<int64_t>(it->second.names.size()) != n_computed / block_size_)
+    return std::nullopt;
+  const uint64_t name = it->second.names.back();
+  if (const int32_t have = snapshot_of(name); have >= 0) {
+    snap_used_[static_cast<size_t>(have)] = ++snap_clock_;
+    return std::nullopt;
+  }
+  const auto oldest = std::min_element(snap_used_.begin(), snap_used_.end()) - snap_used_.begin();
+  snap_name_[static_cast<size_t>(oldest)] = name;
+  snap_used_[static_cast<size_t>(oldest)] = ++snap_clock_;
+  return StateCopy{true, it->second.state, static_cast<int32_t>(oldest), n_computed};
+}
+
+std::optional<StateCopy> BlockManager::take_state_restore(int32_t seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || it->second.restore < 0 || it->second.state < 0) return std::nullopt;
+  const StateCopy c{false, it->second.state, it->second.restore, it->second.restore_pos};
+  it->second.restore = -1;
+  return c;
 }
 
 int32_t BlockManager::state_slot(int32_t seq) const {

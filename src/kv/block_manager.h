@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "kv/block_name_index.h"
@@ -39,9 +40,19 @@ struct BlockCopy {
   int group = 0;
   int32_t from = 0, to = 0;
 };
+// A recurrent state a KvStore must copy (linear-attention models' prefix caching): a sequence's live state
+// (in its state slot) saved as a prefix snapshot, or a snapshot restored into a sequence's live state; `pos`
+// the positions the state has consumed.
+struct StateCopy {
+  bool save = true;
+  int32_t slot = -1, snapshot = -1;
+  int64_t pos = 0;
+};
 struct BlockCopies {
   std::array<BlockCopy, 2> at{};  // at most one per group
   int n = 0;
+  bool has_state = false;  // and a state copy
+  StateCopy state;
 };
 
 class BlockManager {
@@ -95,11 +106,18 @@ class BlockManager {
   // For an empty sequence about to run tokens[0, n): attaches the longest
   // run of cached full blocks matching its prefix, leaving at least the last
   // token to compute (its logits are needed). Returns the tokens covered.
-  // With recurrent-state slots nothing is shared (a prefix would need the state at its end too): 0.
+  // With recurrent-state slots the run must also end at a block whose state snapshot is kept (save_snapshot);
+  // the sequence's first allocate() then takes its slot, and take_state_restore() says what to copy into it.
   int64_t share_prefix(int32_t seq, const int32_t* tokens, int64_t n);
   // Names seq's full blocks within its first n_computed tokens (whose KV is
   // written) so that later sequences can share them.
   void publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed);
+  // Recurrent state: once seq's published blocks end exactly at n_computed (its state is there), a snapshot of
+  // it under the last block's name (the least recently used snapshot's place; nothing when that name has one).
+  std::optional<StateCopy> save_snapshot(int32_t seq, int64_t n_computed);
+  // The snapshot copy a prefix hit of share_prefix needs, once seq holds its state slot (then forgotten).
+  std::optional<StateCopy> take_state_restore(int32_t seq);
+  int n_snapshots() const { return static_cast<int>(snap_name_.size()); }
   struct PrefixStats {
     int64_t queried_blocks = 0, hit_blocks = 0;  // full prompt blocks that could have been found / were
   };
@@ -132,6 +150,8 @@ class BlockManager {
     int64_t released = 0;         // sliding blocks [0, released) are -1
     std::vector<uint64_t> names;  // names of the leading blocks known so far (shared or published)
     int32_t state = -1;           // its recurrent-state slot
+    int32_t restore = -1;         // a prefix hit's snapshot to restore into it
+    int64_t restore_pos = 0;      // ...and the positions it holds
   };
   const Sequence& seq_or_throw(int32_t seq) const;
   Sequence& new_or_existing(int32_t seq);
@@ -149,6 +169,11 @@ class BlockManager {
   std::map<int32_t, Sequence> seqs_;
   int n_state_slots_ = 0;
   std::vector<int32_t> free_states_;
+  // Prefix snapshots of recurrent state (as many as state slots): each one's block name and last use.
+  std::vector<uint64_t> snap_name_;
+  std::vector<int64_t> snap_used_;  // 0: empty
+  int64_t snap_clock_ = 0;
+  int32_t snapshot_of(uint64_t name) const;
   PrefixStats stats_;
 };
 

@@ -10,7 +10,7 @@ std::string KvLayout::describe_bytes() const {
                                    : fmt::format("{:.1f} KiB/token + {:.1f} KiB/token over the last {}", full,
                                                  static_cast<double>(sliding_bytes_per_token()) / 1024, sliding_window);
   if (n_recurrent > 0)
-    s += fmt::format(" + {:.1f} MiB/sequence of recurrent state ({} layers, with its checkpoint)",
+    s += fmt::format(" + {:.1f} MiB/sequence of recurrent state ({} layers, with its checkpoint and a prefix snapshot)",
                      static_cast<double>(state_bytes_per_seq()) / (1024 * 1024), n_recurrent);
   return s;
 }

@@ -34,8 +34,9 @@ struct KvLayout {
   // sequence's state slot (BlockManager), and a checkpoint of it (StateMark) for rollbacks.
   int n_recurrent = 0;
   int64_t state_floats = 0;
-  // Bytes of one sequence's recurrent state over all recurrent layers, checkpoint included.
-  int64_t state_bytes_per_seq() const { return 2 * static_cast<int64_t>(n_recurrent) * state_floats * 4; }
+  // Bytes of one sequence's recurrent state over all recurrent layers, its checkpoint and a prefix snapshot
+  // (as many snapshots as sequences) included.
+  int64_t state_bytes_per_seq() const { return 3 * static_cast<int64_t>(n_recurrent) * state_floats * 4; }
 
   KvRowFormat k_format() const { return KvRowFormat(k_type, granule); }
   KvRowFormat v_format() const { return KvRowFormat(v_type, granule); }

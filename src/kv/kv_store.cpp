@@ -14,7 +14,7 @@ KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, i
   if (layout.n_recurrent > 0 && state_slots < 1)
     throw Error("KV cache: a model with recurrent layers needs at least one state slot");
   for (int r = 0; r < layout.n_recurrent; r++)
-    states_.emplace_back(static_cast<size_t>(2 * n_state_slots_ * layout.state_floats) * sizeof(float),
+    states_.emplace_back(static_cast<size_t>(3 * n_state_slots_ * layout.state_floats) * sizeof(float),
                          fmt::format("recurrent state of layer {}", r));
   marks_.resize(static_cast<size_t>(n_state_slots_));
   for (int g = 0; g < 2; g++) {
@@ -64,7 +64,25 @@ int64_t KvStore::bytes() const {
   return total;
 }
 
+void KvStore::copy_state(const StateCopy& c) {
+  if (c.slot < 0 || c.slot >= n_state_slots_ || c.snapshot < 0 || c.snapshot >= n_state_slots_)
+    throw Error(fmt::format("recurrent state copy between slot {} and snapshot {}: out of range", c.slot, c.snapshot));
+  if (c.save && mark(c.slot).pos != c.pos)
+    throw Error(fmt::format("recurrent state slot {} holds {} positions, not the {} its snapshot would say", c.slot,
+                            mark(c.slot).pos, c.pos));
+  for (int r = 0; r < layout_.n_recurrent; r++) {
+    float* live = state(r, c.slot);
+    float* snap = snapshot_row(r, c.snapshot);
+    if (c.save)
+      std::copy_n(live, layout_.state_floats, snap);
+    else
+      std::copy_n(snap, layout_.state_floats, live);
+  }
+  if (!c.save) mark(c.slot) = {c.pos, -1};
+}
+
 void KvStore::copy(const BlockCopies& copies) {
+  if (copies.has_state) copy_state(copies.state);
   for (int c = 0; c < copies.n; c++) {
     const BlockCopy& bc = copies.at[static_cast<size_t>(c)];
     if (copy_log_) copy_log_->push_back(bc);

@@ -80,11 +80,14 @@ class KvStore {
   // the sequences fill — zero-filling it up front made it all resident.
   std::vector<HugePageBuffer> k_, v_;
   std::vector<BlockCopy>* copy_log_ = nullptr;
-  // Per recurrent layer: each slot's live state, then its checkpoint.
+  // Per recurrent layer: each slot's live state, then its checkpoint; after all slots, the prefix snapshots
+  // (as many as slots).
   float* state_row(int rec, int slot, int copy) {
     return static_cast<float*>(states_[static_cast<size_t>(rec)].data()) +
            (2 * static_cast<int64_t>(slot) + copy) * layout_.state_floats;
   }
+  float* snapshot_row(int rec, int snapshot) { return state_row(rec, n_state_slots_, 0) + snapshot * layout_.state_floats; }
+  void copy_state(const StateCopy& c);
   int n_state_slots_ = 0;
   std::vector<HugePageBuffer> states_;
   std::vector<StateMark> marks_;

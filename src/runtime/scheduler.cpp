@@ -107,7 +107,13 @@ int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) 
   const bool fresh = !r.running;
   BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
   if (fresh && r.prefix_cache()) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
-  const int64_t n = std::min(n_max, r.num_tokens() - r.num_computed_tokens);
+  int64_t n = std::min(n_max, r.num_tokens() - r.num_computed_tokens);
+  if (blocks_.n_state_slots() > 0 && r.prefix_cache() && n > 1) {
+    // Recurrent state is kept for prefixes only where a step ends on a block boundary: a prefill ends once at
+    // the last boundary a later prompt could share (before its last token), then goes on.
+    const int64_t bs = blocks_.block_size(), boundary = (r.num_tokens() - 1) / bs * bs;
+    if (r.num_computed_tokens < boundary && r.num_computed_tokens + n > boundary) n = boundary - r.num_computed_tokens;
+  }
   const int64_t target = r.num_computed_tokens + n;
   if (blocks_.blocks_for(target) <= blocks_.max_blocks_per_seq()) {
     while (!blocks_.can_allocate(r.seq, target)) {
@@ -130,6 +136,12 @@ int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) 
     return 0;
   }
   if (fresh) {
+    if (auto restore = blocks_.take_state_restore(r.seq)) {
+      BlockCopies c;
+      c.has_state = true;
+      c.state = *restore;
+      p.state_copies.push_back(c);
+    }
     const auto& after = blocks_.prefix_stats();
     p.queried_prefix_blocks += after.queried_blocks - before_lookup.queried_blocks;
     p.hit_prefix_blocks += after.hit_blocks - before_lookup.hit_blocks;
@@ -144,6 +156,7 @@ const StepPlan& Scheduler::plan(double now_ms, int max_requests) {
   StepPlan& p = plan_;
   p.items.clear();
   p.preempted.clear();
+  p.state_copies.clear();
   p.wait_ms = 0;
   p.queried_prefix_blocks = p.hit_prefix_blocks = 0;
   if (reqs_.empty() || batch_window_open(now_ms, p)) return p;
@@ -219,7 +232,18 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
     // Its next query starts at `computed` (rollbacks never go below it): the
     // sliding-window group releases the blocks that left that query's window.
     blocks_.slide(r->seq, o.computed);
-    if (r->prefix_cache()) blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
+    if (r->prefix_cache()) {
+      blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
+      // Recurrent state at a block's end, within the part of the prompt a later prompt could share (decode
+      // steps would cycle the few snapshots every block).
+      const int64_t shareable = (r->n_prompt - 1) / blocks_.block_size() * blocks_.block_size();
+      if (auto save = o.computed <= shareable ? blocks_.save_snapshot(r->seq, o.computed) : std::nullopt) {
+        BlockCopies c;
+        c.has_state = true;
+        c.state = *save;
+        copies_.push_back(c);
+      }
+    }
   }
   return copies_;
 }

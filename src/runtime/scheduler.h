@@ -47,6 +47,9 @@ struct StepPlan {
   };
   std::vector<Item> items;
   std::vector<int64_t> preempted;  // running requests evicted (their KV freed, requeued for recompute)
+  // Recurrent state restored from prefix snapshots for this step's prefix hits: the KvStore copies them before
+  // the step runs.
+  std::vector<BlockCopies> state_copies;
   double wait_ms = 0;              // nothing planned because the batch window is open: look again after this
   int64_t queried_prefix_blocks = 0, hit_prefix_blocks = 0;  // prefix-cache lookups of this step's admissions
   int64_t n_tokens() const;        // request tokens (drafts not counted)

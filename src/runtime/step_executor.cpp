@@ -220,6 +220,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
     return false;
   }
   Flight& f = flights_[static_cast<size_t>(slot)];
+  for (const BlockCopies& c : plan.state_copies) e_.kv->store().copy(c);  // prefix hits' recurrent state
   build_batch(plan, f);
   f.decode_only = true;
   for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;

@@ -29,6 +29,10 @@ DraftModelProposer::DraftModelProposer(LoadedModel& draft, int64_t target_n_voca
   if (nv != target_n_vocab)
     throw Error(fmt::format("the draft model's vocabulary has {} tokens, the target's {}: they must share one", nv,
                             target_n_vocab));
+  if (d_.kv->layout().n_recurrent > 0)
+    throw Error(fmt::format("a draft model with linear-attention layers ({}) cannot roll its recurrent state back to "
+                            "what the target accepted yet: draft with a model without them, or with --spec mtp",
+                            d_.model->config().arch));
   d_.kv->remove(0);
 }
 

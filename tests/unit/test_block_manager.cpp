@@ -92,8 +92,8 @@ namespace kestrel {
 namespace {
 
 // Recurrent-state slots (linear-attention models): one per sequence holding anything, whatever its length;
-// the pool of slots runs out like the pool of blocks (an answer, nothing changed); a prefix is never shared
-// (its state at the prefix's end is not kept).
+// the pool of slots runs out like the pool of blocks (an answer, nothing changed); a prefix is shared only up
+// to a block whose state snapshot is kept.
 TEST(BlockManager, RecurrentStateSlotsAreHeldPerSequence) {
   BlockManager m(100, 4, 0, 0, 0, /*state_slots=*/2);
   EXPECT_EQ(m.n_state_slots(), 2);
@@ -112,11 +112,35 @@ TEST(BlockManager, RecurrentStateSlotsAreHeldPerSequence) {
   EXPECT_EQ(m.n_free_state_slots(), 1);
   ASSERT_TRUE(m.allocate(3, 1));
   EXPECT_EQ(m.state_slot(3), freed);
-  // Prefix sharing stays off: the blocks 2 published would give no state.
-  const std::vector<int32_t> toks(60, 5);
+  // Published blocks without a snapshot give no state: nothing is shared.
+  std::vector<int32_t> toks(60);
+  std::iota(toks.begin(), toks.end(), 5);
   m.publish_prefix(2, toks.data(), 48);
   m.erase(3);
   EXPECT_EQ(m.share_prefix(4, toks.data(), 60), 0);
+  m.erase(4);
+  // A snapshot at 32 (the state sits at a block's end): a later prompt shares 32 positions and is told to
+  // restore that snapshot into its own slot once it holds one. A position off a block's end takes none.
+  EXPECT_FALSE(m.save_snapshot(2, 30));  // off a block's end
+  EXPECT_FALSE(m.save_snapshot(2, 32));  // its published blocks end at 48, not there
+  BlockCopies none;
+  ASSERT_TRUE(m.truncate(2, 32, none));
+  const auto at32 = m.save_snapshot(2, 32);
+  ASSERT_TRUE(at32);
+  EXPECT_TRUE(at32->save);
+  EXPECT_EQ(at32->slot, m.state_slot(2));
+  EXPECT_EQ(at32->pos, 32);
+  EXPECT_FALSE(m.save_snapshot(2, 32));  // kept already
+  EXPECT_EQ(m.share_prefix(5, toks.data(), 60), 32);
+  EXPECT_FALSE(m.take_state_restore(5));  // no slot yet
+  ASSERT_TRUE(m.allocate(5, 60));
+  const auto restore = m.take_state_restore(5);
+  ASSERT_TRUE(restore);
+  EXPECT_FALSE(restore->save);
+  EXPECT_EQ(restore->snapshot, at32->snapshot);
+  EXPECT_EQ(restore->slot, m.state_slot(5));
+  EXPECT_EQ(restore->pos, 32);
+  EXPECT_FALSE(m.take_state_restore(5));  // once
 }
 
 }  // namespace

@@ -327,14 +327,26 @@ namespace {
 // A linear-attention model: every running request holds a recurrent-state slot. With the slots taken a new
 // request waits though blocks are free; a preempted request gives its slot back with its blocks (and
 // recomputes from position 0 later).
+// (Prefix caching off here: with it a prefill also stops at the prompt's last block boundary, for its snapshot.)
+void add_uncached(Scheduler& s, int64_t id, int64_t n, double arrival, int priority = 0) {
+  auto r = std::make_unique<Request>();
+  r->id = id;
+  r->seq = static_cast<int32_t>(id);
+  r->arrival_ms = arrival;
+  r->params.priority = priority;
+  r->params.prefix_cache = false;
+  r->params.prompt = prompt(id, n);
+  s.add(std::move(r));
+}
+
 TEST(Scheduler, RecurrentStateSlotsLimitTheRunningRequests) {
   {
     SchedulerConfig c;
     BlockManager blocks(1000, 16, 0, 0, 0, /*state_slots=*/2);
     Scheduler s(c, blocks);
-    add(s, 1, 8, 0);
-    add(s, 2, 8, 1);
-    add(s, 3, 4, 2);
+    add_uncached(s, 1, 8, 0);
+    add_uncached(s, 2, 8, 1);
+    add_uncached(s, 3, 4, 2);
     const StepPlan& p = s.plan(3);
     EXPECT_EQ(tokens_of(p, 1), 8);
     EXPECT_EQ(tokens_of(p, 2), 8);
@@ -348,15 +360,38 @@ TEST(Scheduler, RecurrentStateSlotsLimitTheRunningRequests) {
     c.policy = SchedulingPolicy::Priority;
     BlockManager blocks(2, 4, 0, 0, 0, /*state_slots=*/1);
     Scheduler s(c, blocks);
-    add(s, 1, 8, 0, 0);
-    run(s, s.plan(1));     // request 1 holds both blocks and the slot
-    add(s, 2, 4, 2, -10);  // urgent
+    add_uncached(s, 1, 8, 0);
+    run(s, s.plan(1));              // request 1 holds both blocks and the slot
+    add_uncached(s, 2, 4, 2, -10);  // urgent
     const StepPlan p = s.plan(3);
     EXPECT_EQ(p.preempted, std::vector<int64_t>{1});
     EXPECT_EQ(tokens_of(p, 2), 4);
     EXPECT_EQ(blocks.state_slot(1), -1);
     EXPECT_EQ(blocks.state_slot(2), 0);
   }
+}
+
+// With prefix caching a linear-attention prefill stops once at the prompt's last block boundary (15 of a
+// 20-token prompt: 16); the step that ends there snapshots the state, and a later equal prompt starts from it.
+TEST(Scheduler, RecurrentPrefillsStopAtTheLastSharedBoundaryForTheirSnapshot) {
+  SchedulerConfig c;
+  BlockManager blocks(1000, 8, 0, 0, 0, /*state_slots=*/2);
+  Scheduler s(c, blocks);
+  add(s, 1, 20, 0, 0, /*same=*/5);
+  const StepPlan& p1 = s.plan(1);
+  EXPECT_EQ(tokens_of(p1, 1), 16);
+  std::vector<StepOutcome> out = {{1, 16}};
+  const auto& copies = s.update(out);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_TRUE(copies[0].has_state && copies[0].state.save);
+  EXPECT_EQ(copies[0].state.pos, 16);
+  EXPECT_EQ(tokens_of(s.plan(2), 1), 4);
+  add(s, 2, 20, 3, 0, /*same=*/5);
+  const StepPlan& p3 = s.plan(4);
+  ASSERT_EQ(p3.state_copies.size(), 1u);
+  EXPECT_FALSE(p3.state_copies[0].state.save);
+  EXPECT_EQ(p3.state_copies[0].state.pos, 16);
+  EXPECT_EQ(s.find(2)->num_cached_tokens, 16);
 }
 
 }  // namespace
