@@ -70,6 +70,11 @@ class F64Decoder {
   Vec attend(const Vec& q, const Vec& k, const Vec& v, int64_t n, int layer, int head_dim = 0, int n_head_kv = 0) const;
   // Gemma 4 (model/arch/gemma4.cpp has the math): its whole pass.
   void run_gemma4(const std::vector<int32_t>& tokens);
+  // The linear-attention hybrids (model/arch/qwen35_layer.h has the math): their pass; a gated attention
+  // block's and a Gated DeltaNet block's branch (recording q and the attention / recurrence output).
+  void run_hybrid(const std::vector<int32_t>& tokens);
+  Vec gated_attend(int l, const Vec& xb, int64_t n);
+  Vec delta_net(int l, const Vec& xb, int64_t n);
   // GELU (tanh form) in double.
   static double gelu(double a) { return 0.5 * a * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a))); }
   void temper(Vec& q, int64_t n, int64_t width) const;

@@ -35,6 +35,14 @@ class ActivationRecorder final : public ForwardingBackend {
     in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
     keep(kQ, host(out[0]), n * w[0]->rows());
   }
+  // A Gated DeltaNet block's "attention": the recurrence's output, before its gated norm.
+  void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
+                       int n_seqs, Act out) override {
+    in_.gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out);
+    int64_t rows = 0;
+    for (int i = 0; i < n_seqs; i++) rows += seqs[i].n;
+    keep(kAttention, host(out), rows * s.value_dim());
+  }
   void attention(const PagedKvLayerView& kv, const AttentionRows& b, const AttentionShape& s) override {
     in_.attention(kv, b, s);
     // The queries as attention reads them: after RoPE and what follows it (Mistral 3's temperature, Llama 4's
@@ -126,7 +134,8 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
   for (int l = 0; l < c.n_layer; l++) {
     LayerPrecision lp;
     lp.layer = l;
-    lp.q_rope = mla ? NAN : relative_error(rec->got[kQ][l], ref.q_rope[l]);
+    // (A Gated DeltaNet block has no rotated queries: "-".)
+    lp.q_rope = mla || c.hybrid.is_recurrent(l) ? NAN : relative_error(rec->got[kQ][l], ref.q_rope[l]);
     lp.attention = mla ? NAN : relative_error(rec->got[kAttention][l], ref.attention[l]);
     if (dsv4 && !ref.selected[l].empty()) {  // DeepSeek-V4's ratio-4 layers: the blocks each row chose
       const auto& got = rec->selections[l];

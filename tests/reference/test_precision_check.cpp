@@ -148,9 +148,10 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
   }
 }
 
-// A synth preset (float32) through precision-check at 40 tokens; n_layer gets its layer count. (A synth that
-// fails leaves no file, and the load throws.)
-PrecisionReport synth_precision(test::TempDir& dir, const std::string& arch, const std::string& preset, int& n_layer) {
+// A synth preset (float32) through precision-check at n_tokens tokens (40); n_layer gets its layer count. (A synth
+// that fails leaves no file, and the load throws.)
+PrecisionReport synth_precision(test::TempDir& dir, const std::string& arch, const std::string& preset, int& n_layer,
+                                int n_tokens = 40) {
   const std::string model = dir.file(arch + "-" + preset + ".gguf");
   EXPECT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", preset, "--type", "f32", "-o", model}).exit_code, 0);
   LoadOptions o;
@@ -160,7 +161,7 @@ PrecisionReport synth_precision(test::TempDir& dir, const std::string& arch, con
   o.wrap_backend = make_activation_recorder;
   LoadedModel e = LoadedModel::load(o);
   std::vector<int32_t> tokens;
-  for (int i = 0; i < 40; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
+  for (int i = 0; i < n_tokens; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
   n_layer = e.model->config().n_layer;
   return precision_check(e, tokens);
 }
@@ -179,6 +180,30 @@ TEST(PrecisionCheck, SynthGqaFamiliesAgreeWithTheFloat64Reference) {
     ASSERT_EQ(r.layers.size(), static_cast<size_t>(n_layer));
     for (const auto& l : r.layers) {
       EXPECT_LT(l.q_rope, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.attention, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;
+      EXPECT_LT(l.residual, 2e-5) << "layer " << l.layer;
+      EXPECT_GT(l.residual, 0.0) << "float32 cannot be exact";
+    }
+    EXPECT_LT(r.logits, 2e-5);
+  }
+}
+
+// The linear-attention hybrids' tiny presets at 150 tokens (the Gated DeltaNet's chunked form: chunks of 64,
+// 64, 22): the recurrence's output ("attention") of every Gated DeltaNet block and the gated attention blocks'
+// queries and outputs against the float64 definition (measured 2e-7 .. 7e-7).
+TEST(PrecisionCheck, LinearAttentionHybridsAgreeWithTheFloat64Reference) {
+  test::TempDir dir;
+  for (const std::string& arch : std::vector<std::string>{"qwen35", "qwen35moe", "qwen3next"}) {
+    SCOPED_TRACE(arch);
+    int n_layer = 0;
+    const PrecisionReport r = synth_precision(dir, arch, "tiny", n_layer, 150);
+    ASSERT_EQ(r.layers.size(), static_cast<size_t>(n_layer));
+    for (const auto& l : r.layers) {
+      const bool linear = std::isnan(l.q_rope);
+      EXPECT_EQ(linear, (l.layer + 1) % 4 != 0) << "layer " << l.layer;
+      if (!linear) EXPECT_LT(l.q_rope, 2e-5) << "layer " << l.layer;
       EXPECT_LT(l.attention, 2e-5) << "layer " << l.layer;
       EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
       EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;
