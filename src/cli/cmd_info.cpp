@@ -35,13 +35,18 @@ void register_info(CLI::App& app) {
       o.n_threads = 1;
       const LoadedModel e = LoadedModel::load(o);
       KvLayout l = e.model->kv_layout();
-      fmt::print("\nKV cache ({} layers{}, {} + {} values per token per layer), context in {}:\n", l.n_layer,
+      fmt::print("\nKV cache ({} {}layers{}, {} + {} values per token per layer), context in {}:\n", l.n_layer,
+                 l.n_recurrent > 0 ? "attention " : "",
                  l.n_sliding() ? fmt::format(", {} of them over the last {} positions", l.n_sliding(), l.sliding_window) : "",
                  l.k_width, l.v_width, kv_memory);
+      if (l.n_recurrent > 0)
+        fmt::print("recurrent state ({} linear-attention layers of {} float32 each, whatever the KV type): {:.2f} MiB "
+                   "per sequence with its checkpoint and a prefix snapshot, taken from the memory first\n",
+                   l.n_recurrent, l.state_floats, static_cast<double>(l.state_bytes_per_seq()) / (1 << 20));
       for (const KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::FP8, KvType::Q4}) {
         l.k_type = t;
         l.v_type = l.v_f32_only ? KvType::F32 : t;
-        const int64_t fit = l.tokens_in(budget);
+        const int64_t fit = budget > l.state_bytes_per_seq() ? l.tokens_in(budget - l.state_bytes_per_seq()) : 0;
         fmt::print("  {:<5} {:>5.2f} bits/value {:>10.1f} KiB/token {:>12} tokens\n", kv_type_name(t),
                    l.k_format().bits_per_value(), static_cast<double>(l.bytes_per_token()) / 1024,
                    fit < 0 ? std::string("any number of") : std::to_string(fit));

@@ -73,6 +73,9 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
   gauge("kestrel_http_requests_in_progress", "Requests read and not yet answered.");
   gauge("kestrel_kv_blocks_used", "KV cache blocks held by requests.");
   gauge("kestrel_kv_blocks_total", "KV cache blocks in the pool.");
+  gauge("kestrel_recurrent_state_slots_used", "Recurrent-state slots held by requests (linear-attention models).");
+  gauge("kestrel_recurrent_state_slots_total", "Recurrent-state slots in the pool (linear-attention models; 0: none).");
+  gauge("kestrel_recurrent_state_bytes", "Bytes of recurrent state: every slot's, its checkpoint and the prefix snapshots.");
   gauge("kestrel_batch_size", "Requests in the last step.");
   gauge("kestrel_batch_tokens", "Tokens in the last step.");
 }

@@ -50,6 +50,9 @@ ServingEngine::ServingEngine(LoadedModel& engine, const ServingConfig& config, S
     : e_(engine), c_(config), metrics_(metrics), exec_(engine, config.exec),
       t0_(std::chrono::steady_clock::now()) {
   metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
+  const int slots = e_.kv->blocks().n_state_slots();
+  metrics_.set("kestrel_recurrent_state_slots_total", slots);
+  metrics_.set("kestrel_recurrent_state_bytes", static_cast<double>(e_.kv->layout().state_bytes_per_seq()) * slots);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -108,6 +111,8 @@ void ServingEngine::shutdown(int deadline_ms) {
 void ServingEngine::update_gauges() {
   metrics_.set("kestrel_requests_running", exec_.n_running());
   metrics_.set("kestrel_kv_blocks_used", e_.kv->blocks().n_used_blocks());
+  const BlockManager& b = e_.kv->blocks();
+  metrics_.set("kestrel_recurrent_state_slots_used", b.n_state_slots() - b.n_free_state_slots());
 }
 
 void ServingEngine::admit_new() {
