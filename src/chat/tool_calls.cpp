@@ -78,7 +78,10 @@ std::optional<std::string> outside(std::string text) {
   return std::string(t);
 }
 
-ToolCallReply hermes(std::string_view text) {
+// Calls each between <tool_call> and </tool_call> (the last may be unclosed), read by `read` from what lies
+// between; the text outside them is the content. A body `read` refuses leaves the whole reply content.
+template <typename Read>
+ToolCallReply tagged_calls(std::string_view text, Read read) {
   ToolCallReply r;
   std::string rest;
   size_t at = 0;
@@ -86,10 +89,9 @@ ToolCallReply hermes(std::string_view text) {
     const size_t open = text.find(kHermesOpen, at);
     if (open == std::string_view::npos) break;
     rest += text.substr(at, open - at);
-    const size_t body = open + kHermesOpen.size();
-    const size_t close = text.find(kHermesClose, body);
-    const auto j = parse_json(trim(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body)));
-    const auto call = j ? call_from_object(*j, ToolCallFormat::Hermes) : std::nullopt;
+    const size_t body = open + kHermesOpen.size(), close = text.find(kHermesClose, body);
+    const std::optional<ToolCall> call =
+        read(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
     if (!call) return {std::string(text), {}};
     r.calls.push_back(*call);
     if (close == std::string_view::npos) {
@@ -102,6 +104,14 @@ ToolCallReply hermes(std::string_view text) {
   if (r.calls.empty()) return {std::string(text), {}};
   r.content = outside(std::move(rest));
   return r;
+}
+
+// Hermes / Qwen2.5 / Qwen3: a JSON object {"name", "arguments"} in each <tool_call>.
+ToolCallReply hermes(std::string_view text) {
+  return tagged_calls(text, [](std::string_view body) -> std::optional<ToolCall> {
+    const auto j = parse_json(trim(body));
+    return j ? call_from_object(*j, ToolCallFormat::Hermes) : std::nullopt;
+  });
 }
 
 // One value between a Qwen <parameter=...> tag and its end: the template writes a newline on each side of it,
@@ -148,29 +158,7 @@ std::optional<ToolCall> qwen_call(std::string_view call) {
 }
 
 // Qwen3-Coder's and Qwen3.5's calls: <tool_call>, the call (qwen_call), </tool_call>.
-ToolCallReply qwen_xml(std::string_view text) {
-  ToolCallReply r;
-  std::string rest;
-  size_t at = 0;
-  for (;;) {
-    const size_t open = text.find(kHermesOpen, at);
-    if (open == std::string_view::npos) break;
-    rest += text.substr(at, open - at);
-    const size_t body = open + kHermesOpen.size(), close = text.find(kHermesClose, body);
-    const auto call = qwen_call(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
-    if (!call) return {std::string(text), {}};
-    r.calls.push_back(*call);
-    if (close == std::string_view::npos) {
-      at = text.size();
-      break;
-    }
-    at = close + kHermesClose.size();
-  }
-  rest += text.substr(std::min(at, text.size()));
-  if (r.calls.empty()) return {std::string(text), {}};
-  r.content = outside(std::move(rest));
-  return r;
-}
+ToolCallReply qwen_xml(std::string_view text) { return tagged_calls(text, qwen_call); }
 
 // GLM-4.5's calls: <tool_call>NAME then <arg_key>/<arg_value> pairs, then </tool_call>.
 ToolCallReply glm(std::string_view text) {

@@ -23,13 +23,19 @@ nlohmann::json cell(const std::string& name) {
   return {};
 }
 
+// The qwen35 tiny file of the cell (seed 1, F32), blocks of 16, a context of 512.
+LoadOptions tiny_qwen35(const test::TempDir& dir) {
+  LoadOptions o = test::shared_engine("", 512);
+  o.model_path = test::write_synth_preset(dir.file("qwen35.gguf"), "qwen35", "tiny");
+  o.kv_block_size = 16;
+  return o;
+}
+
 TEST(LinearAttention, APrefixHitRestoresTheStateSnapshotAndGivesLlamaCppsIds) {
   test::TempDir dir;
   const nlohmann::json c = cell("qwen35-tiny.f32");
   ASSERT_FALSE(c.is_null());
-  LoadOptions o = test::shared_engine("", 512);
-  o.model_path = test::write_synth_preset(dir.file("qwen35.gguf"), "qwen35", "tiny");
-  o.kv_block_size = 16;
+  LoadOptions o = tiny_qwen35(dir);
   LoadedModel e = LoadedModel::load(o);
   ASSERT_GT(e.kv->layout().n_recurrent, 0);
   const auto prompt = c["prompt"].get<std::vector<int32_t>>();
@@ -61,9 +67,7 @@ TEST(LinearAttention, PreemptedRequestsRecomputeToLlamaCppsIds) {
   test::TempDir dir;
   const nlohmann::json c = cell("qwen35-tiny.f32");
   ASSERT_FALSE(c.is_null());
-  LoadOptions o = test::shared_engine("", 512);
-  o.model_path = test::write_synth_preset(dir.file("qwen35.gguf"), "qwen35", "tiny");
-  o.kv_block_size = 16;
+  LoadOptions o = tiny_qwen35(dir);
   o.n_seq_max = 2;
   KvLayout l;
   {
