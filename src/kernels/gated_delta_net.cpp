@@ -4,13 +4,20 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/dot.h"
+
 namespace kestrel {
 namespace {
 
+// The process's SIMD dot and axpy (kernels/dot.h): a plain loop's float sum does not vectorise (its order is
+// fixed), and this file is built for the baseline ISA.
 float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-  return s;
+  static const auto kernel = dot_kernels().dot_f32;
+  return kernel(a, b, n);
+}
+void axpy(float* y, float a, const float* x, int64_t n) {  // y += a x
+  static const auto kernel = dot_kernels().axpy_f32;
+  kernel(y, a, x, n);
 }
 
 // llama.cpp's build_gdn_l2_norm: rms_norm(x, eps / n) / sqrt(n), the sum in double as ggml_rms_norm takes it.
@@ -79,11 +86,7 @@ void gdn_recur(const GdnShape& s, const float* qkv, const float* g, const float*
     const float b = beta[t * s.n_v_heads + h];
     for (int64_t i = 0; i < hd * hd; i++) m[i] *= decay;
     for (int64_t j = 0; j < hd; j++) delta[j] = (v[j] - dot(m + j * hd, k, hd)) * b;
-    for (int64_t j = 0; j < hd; j++) {
-      float* mj = m + j * hd;
-      const float d = delta[j];
-      for (int64_t i = 0; i < hd; i++) mj[i] += k[i] * d;
-    }
+    for (int64_t j = 0; j < hd; j++) axpy(m + j * hd, delta[j], k, hd);
     float* o = out + t * s.value_dim() + h * hd;
     for (int64_t j = 0; j < hd; j++) o[j] = dot(m + j * hd, q, hd) * scale;
   }
@@ -136,22 +139,14 @@ void gdn_recur_chunked(const GdnShape& s, const float* qkv, const float* g, cons
       const float* vt = v(t);
       const float bb = bt(t), be = bt(t) * eg[t];
       for (int64_t j = 0; j < hd; j++) ut[j] = bb * vt[j] - be * dot(m + j * hd, kt, hd);
-      for (int64_t i = 0; i < t; i++) {
-        const float a = kk[t * C + i];
-        const float* ui = u + i * hd;
-        for (int64_t j = 0; j < hd; j++) ut[j] -= a * ui[j];
-      }
+      for (int64_t i = 0; i < t; i++) axpy(ut, -kk[t * C + i], u + i * hd, hd);
     }
     // o_t = e^gamma_t (M q_t) + sum_{i<=t} QK[t][i] u_i
     for (int64_t t = 0; t < c; t++) {
       float* o = out + (c0 + t) * s.value_dim() + h * hd;
       const float* qt = q(t);
       for (int64_t j = 0; j < hd; j++) w[j] = eg[t] * dot(m + j * hd, qt, hd);
-      for (int64_t i = 0; i <= t; i++) {
-        const float a = qk[t * C + i];
-        const float* ui = u + i * hd;
-        for (int64_t j = 0; j < hd; j++) w[j] += a * ui[j];
-      }
+      for (int64_t i = 0; i <= t; i++) axpy(w, qk[t * C + i], u + i * hd, hd);
       for (int64_t j = 0; j < hd; j++) o[j] = w[j] * scale;
     }
     // M = e^gamma_C M + sum_t e^(gamma_C - gamma_t) u_t k_t^T
@@ -161,11 +156,7 @@ void gdn_recur_chunked(const GdnShape& s, const float* qkv, const float* g, cons
       const float d = std::exp(last - gam[t]);
       const float* kt = k(t);
       const float* ut = u + t * hd;
-      for (int64_t j = 0; j < hd; j++) {
-        const float f = ut[j] * d;
-        float* mj = m + j * hd;
-        for (int64_t i = 0; i < hd; i++) mj[i] += f * kt[i];
-      }
+      for (int64_t j = 0; j < hd; j++) axpy(m + j * hd, ut[j] * d, kt, hd);
     }
   }
 }
