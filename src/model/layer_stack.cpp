@@ -140,6 +140,15 @@ void LayerStack::skip_unloaded_mtp(const WeightLoader& ld) const {
     ld.skip_prefix(layer_prefix(l), "multi-token-prediction block not loaded");
 }
 
+void LayerStack::forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in,
+                             float* logits, float* hidden_out) {
+  if (!nextn_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
+  if (b.size() == 0) return;
+  check_batch_size(b.size());
+  begin_step(b, place);
+  run_nextn_block(b, place, kv, *nextn_, hidden_in, logits, hidden_out);
+}
+
 void LayerStack::run_nextn_block(const Batch& b, const BatchPlacement& place, KvStore& kv, const MtpTensors& m,
                                  const float* hidden_in, float* logits, float* hidden_out) {
   const int64_t n = b.size(), dim = cfg_.n_embd;

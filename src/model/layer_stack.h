@@ -46,6 +46,11 @@ class LayerStack : public Model {
   int steps_in_flight() const final { return shard_.pipelined() && shard_.leader() ? shard_.stages : 1; }
   void start_forward(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) final;
   void finish_forward(int slot, float* logits) final;
+  // A DeepSeek-style MTP block, when the family loaded one (nextn_, set by its load_extra): one cache layer after
+  // the trunk's, and run_nextn_block as the MTP step, after the family's begin_step. (DeepSeek-V4 has its own.)
+  int mtp_layers() const override { return nextn_ ? 1 : 0; }
+  void forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in, float* logits,
+                   float* hidden_out) override;
 
   // The second half of construction, once the family's own members exist
   // (its factory calls it once): the family's tensors (load_extra, then
@@ -112,7 +117,7 @@ class LayerStack : public Model {
                  float* hidden);
   // A layer's weights prefix, "blk.N.".
   static std::string layer_prefix(int layer);
-  // A DeepSeek-style MTP block (deepseek2, glm4moe; see Model::forward_mtp). Its step: each row's token
+  // A DeepSeek-style MTP block (deepseek2, glm4moe, the Qwen hybrids; see Model::forward_mtp). Its step: each row's token
   // embedded by m.embed beside its hidden_in row, [enorm(e) | hnorm(h)] through eh_proj, the block (layer
   // n_layer, the family's own layer code) run, its output into hidden_out (when set), logits by m's head
   // norm and head; in scratch a family allocates (allocate_nextn, from its allocate()) when it loaded one.
@@ -131,6 +136,7 @@ class LayerStack : public Model {
   MoeConfig local_moe_;      // the expert widths this rank runs (its share under tp)
   int64_t local_n_ff_ = 0;   // ...and of a dense FFN's rows
   IoWeights io_;
+  const MtpTensors* nextn_ = nullptr;  // the MTP block the family loaded for forward_mtp (null: none)
   Act x_;  // the activations being computed: x_store_, or a step in flight's
 
  private:

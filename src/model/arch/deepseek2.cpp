@@ -181,16 +181,6 @@ class Deepseek2 final : public LayerStack {
   // The latent cache of this stage's layers; the MTP block, when loaded,
   // caches in one more layer after the trunk's.
   KvLayout kv_layout() const override { return mla_kv_layout(cfg_, end_ - first_ + mtp_layers()); }
-  int mtp_layers() const override { return mtp_ ? 1 : 0; }
-
-  void forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in, float* logits,
-                   float* hidden_out) override {
-    if (!mtp_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
-    if (b.size() == 0) return;
-    check_batch_size(b.size());
-    mla_->begin_step(b, place);
-    run_nextn_block(b, place, kv, *mtp_, hidden_in, logits, hidden_out);
-  }
 
  private:
   struct Layer {
@@ -233,6 +223,7 @@ class Deepseek2 final : public LayerStack {
       m->block = load_block(ld, c.n_layer);
       static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, dim, c.n_vocab, io_);
       mtp_ = std::move(m);
+      nextn_ = mtp_.get();
     }
     skip_unloaded_mtp(ld);
   }

@@ -49,15 +49,6 @@ class Glm4Moe final : public LayerStack {
 
   // This stage's layers, and the MTP block's after them when it is loaded.
   KvLayout kv_layout() const override { return gqa_kv_layout(cfg_, heads_, first_, end_ + mtp_layers()); }
-  int mtp_layers() const override { return mtp_ ? 1 : 0; }
-
-  void forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in, float* logits,
-                   float* hidden_out) override {
-    if (!mtp_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
-    if (b.size() == 0) return;
-    check_batch_size(b.size());
-    run_nextn_block(b, place, kv, *mtp_, hidden_in, logits, hidden_out);
-  }
 
  private:
   struct Layer {
@@ -94,6 +85,7 @@ class Glm4Moe final : public LayerStack {
       m->block = load_block(ld, c.n_layer);
       static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, c.n_embd, c.n_vocab, io_);
       mtp_ = std::move(m);
+      nextn_ = mtp_.get();
     }
     skip_unloaded_mtp(ld);
   }

@@ -93,6 +93,8 @@ GdnShape read_gdn(HparamReader& h, const ModelConfig& c, bool interleaved) {
 ModelConfig read_qwen_hybrid(HparamReader& h, QwenHybrid kind) {
   const bool moe = kind != QwenHybrid::Qwen35;
   ModelConfig c = read_common(h, {.rms_eps = 1e-6, .mtp_blocks = true, .ffn_optional = moe});
+  // The heads as read_gqa_heads reads them, without its check of blk.0's attn_q rows: a gated attn_q has twice
+  // n_head * head_dim (and blk.0 is usually a Gated DeltaNet block).
   c.n_head_kv = static_cast<int>(h.int_or("attention.head_count_kv", c.n_head));
   if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
     throw h.bad("attention.head_count_kv", fmt::format("= {}: {} heads cannot be grouped over it", c.n_head_kv, c.n_head));
@@ -136,15 +138,6 @@ class HybridLayers final : public LayerStack {
     l.n_recurrent = n_rec_;
     l.state_floats = cfg_.hybrid.gdn.state_floats();
     return l;
-  }
-  int mtp_layers() const override { return mtp_ ? 1 : 0; }
-
-  void forward_mtp(const Batch& b, const BatchPlacement& place, KvStore& kv, const float* hidden_in, float* logits,
-                   float* hidden_out) override {
-    if (!mtp_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
-    if (b.size() == 0) return;
-    check_batch_size(b.size());
-    run_nextn_block(b, place, kv, *mtp_, hidden_in, logits, hidden_out);
   }
 
  private:
@@ -214,6 +207,7 @@ class HybridLayers final : public LayerStack {
       m->block = load_block(ld, cfg_.n_layer);
       static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, cfg_.n_layer, cfg_.n_embd, cfg_.n_vocab, io_);
       mtp_ = std::move(m);
+      nextn_ = mtp_.get();
     }
     skip_unloaded_mtp(ld);
   }
