@@ -103,6 +103,13 @@ void Scheduler::evict(Request& victim, StepPlan& p) {
   p.preempted.push_back(victim.id);
 }
 
+// The last block boundary before a request's last prompt token: the most of its prompt a later prompt can share
+// (share_prefix leaves the last token to compute), where a linear-attention model keeps its state's snapshot.
+int64_t Scheduler::shareable_prompt(const Request& r) const {
+  const int64_t bs = blocks_.block_size();
+  return (r.n_prompt - 1) / bs * bs;
+}
+
 int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) {
   const bool fresh = !r.running;
   BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
@@ -110,8 +117,8 @@ int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) 
   int64_t n = std::min(n_max, r.num_tokens() - r.num_computed_tokens);
   if (blocks_.n_state_slots() > 0 && r.prefix_cache() && n > 1) {
     // Recurrent state is kept for prefixes only where a step ends on a block boundary: a prefill ends once at
-    // the last boundary a later prompt could share (before its last token), then goes on.
-    const int64_t bs = blocks_.block_size(), boundary = (r.num_tokens() - 1) / bs * bs;
+    // the last boundary a later prompt could share, then goes on.
+    const int64_t boundary = shareable_prompt(r);
     if (r.num_computed_tokens < boundary && r.num_computed_tokens + n > boundary) n = boundary - r.num_computed_tokens;
   }
   const int64_t target = r.num_computed_tokens + n;
@@ -236,8 +243,7 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
       blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
       // Recurrent state at a block's end, within the part of the prompt a later prompt could share (decode
       // steps would cycle the few snapshots every block).
-      const int64_t shareable = (r->n_prompt - 1) / blocks_.block_size() * blocks_.block_size();
-      if (auto save = o.computed <= shareable ? blocks_.save_snapshot(r->seq, o.computed) : std::nullopt) {
+      if (auto save = o.computed <= shareable_prompt(*r) ? blocks_.save_snapshot(r->seq, o.computed) : std::nullopt) {
         BlockCopies c;
         c.has_state = true;
         c.state = *save;

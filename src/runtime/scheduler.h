@@ -106,6 +106,7 @@ class Scheduler {
   // more tokens, preempting requests that would run after it if blocks run
   // short. Returns the tokens it may run (0: it waits).
   int64_t admit(Request& r, int64_t n_max, double now_ms, StepPlan& p);
+  int64_t shareable_prompt(const Request& r) const;
   void evict(Request& victim, StepPlan& p);
   void plan_drafts(StepPlan& p, int64_t budget);
 

@@ -148,10 +148,10 @@ TEST(PrecisionCheck, TheMlaFamiliesAgreeWithTheFloat64Reference) {
   }
 }
 
-// A synth preset (float32) through precision-check at n_tokens tokens (40); n_layer gets its layer count. (A synth
-// that fails leaves no file, and the load throws.)
+// A synth preset (float32) through precision-check at n_tokens tokens (40); n_layer gets its layer count, config
+// (when given) its configuration. (A synth that fails leaves no file, and the load throws.)
 PrecisionReport synth_precision(test::TempDir& dir, const std::string& arch, const std::string& preset, int& n_layer,
-                                int n_tokens = 40) {
+                                int n_tokens = 40, ModelConfig* config = nullptr) {
   const std::string model = dir.file(arch + "-" + preset + ".gguf");
   EXPECT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", preset, "--type", "f32", "-o", model}).exit_code, 0);
   LoadOptions o;
@@ -163,6 +163,7 @@ PrecisionReport synth_precision(test::TempDir& dir, const std::string& arch, con
   std::vector<int32_t> tokens;
   for (int i = 0; i < n_tokens; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
   n_layer = e.model->config().n_layer;
+  if (config) *config = e.model->config();
   return precision_check(e, tokens);
 }
 
@@ -244,19 +245,11 @@ TEST(PrecisionCheck, Gemma4AgreesWithTheFloat64Reference) {
 // (the indexed layers choose 3 from the 16th token on): the streams, the compressed keys, the chosen blocks.
 TEST(PrecisionCheck, DeepSeekV4AgreesWithTheFloat64Reference) {
   test::TempDir dir;
-  const std::string v4 = dir.file("v4.gguf");
-  ASSERT_EQ(test::run_kestrel({"synth", "--arch", "deepseek4", "--preset", "tiny", "--type", "f32", "-o", v4}).exit_code,
-            0);
-  LoadOptions o;
-  o.model_path = v4;
-  o.n_threads = 2;
-  o.n_ctx = 256;
-  o.wrap_backend = make_activation_recorder;
-  LoadedModel e = LoadedModel::load(o);
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 140; i++) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % e.model->config().n_vocab));
-  const PrecisionReport r = precision_check(e, tokens);
-  const Dsv4Config& v = e.model->config().dsv4;
+  int n_layer = 0;
+  ModelConfig c;
+  const PrecisionReport r = synth_precision(dir, "deepseek4", "tiny", n_layer, 140, &c);
+  ASSERT_EQ(r.layers.size(), static_cast<size_t>(n_layer));
+  const Dsv4Config& v = c.dsv4;
   for (const auto& l : r.layers) {
     EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
     EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;
