@@ -30,7 +30,8 @@ StepExecutor::StepExecutor(LoadedModel& engine, const ExecConfig& config)
   const int64_t rows = c_.all_logits ? c_.scheduler.max_batch_tokens
                                      : std::min<int64_t>(c_.scheduler.max_batch_tokens,
                                                          int64_t{c_.scheduler.max_batch_size} * (1 + c_.spec_draft_max));
-  logits_.resize(static_cast<size_t>(rows * e_.model->config().n_vocab));
+  base_logits_ = static_cast<size_t>(rows * e_.model->config().n_vocab);
+  logits_.resize(base_logits_);
   if (proposer_ && proposer_->wants_hidden())
     hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->hidden_dim()));
   depth_ = proposer_ ? 1 : std::max(1, e_.model->steps_in_flight());
@@ -69,11 +70,13 @@ RequestOutput& StepExecutor::output(int64_t id) {
   o.drafted = 0;
   o.tokens.clear();
   o.logits.clear();
+  o.logits_first = -1;
   o.prompt_tokens = o.completion_tokens = o.cached_tokens = 0;
   return o;
 }
 
-void StepExecutor::keep_logits(RequestOutput& out, const float* row) {
+void StepExecutor::keep_logits(RequestOutput& out, const float* row, int64_t position) {
+  if (out.logits.empty()) out.logits_first = position;
   out.logits.insert(out.logits.end(), row, row + e_.model->config().n_vocab);
 }
 
@@ -243,6 +246,15 @@ void StepExecutor::land(StepReport& report) {
   report.ran = true;
   report.rows = static_cast<int>(f.rows.size());
   report.batch_tokens = f.batch.size();
+  // A step with more logits rows than the buffer holds (a request asking for every prompt row's logits, in a
+  // server sized for one row per request) grows it; a much larger buffer than usual goes back after.
+  const int64_t need = f.batch.n_logit_rows() * e_.model->config().n_vocab;
+  if (static_cast<int64_t>(logits_.size()) < need) {
+    logits_.resize(static_cast<size_t>(need));
+  } else if (logits_.size() > 4 * base_logits_ && static_cast<int64_t>(base_logits_) >= need) {
+    logits_.resize(base_logits_);
+    logits_.shrink_to_fit();
+  }
   if (depth_ == 1) {
     e_.model->forward(f.batch, f.place, e_.kv->store(), logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
   } else {
@@ -264,7 +276,7 @@ void StepExecutor::land(StepReport& report) {
     if (row.all_logits) {  // its prompt rows, but the one it samples from
       RequestOutput& out = output(row.id);
       const int64_t n_prompt_rows = row.logits ? row.n - 1 : row.n;
-      for (int64_t i = 0; i < n_prompt_rows; i++) keep_logits(out, logits_.data() + (row.first_logits_row + i) * nv);
+      for (int64_t i = 0; i < n_prompt_rows; i++) keep_logits(out, logits_.data() + (row.first_logits_row + i) * nv, row.first + i);
     }
     int64_t computed = row.first + row.n;
     if (row.logits && !sample_row(row, computed, sampled)) continue;  // ended: its blocks are free already
@@ -294,8 +306,9 @@ bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {
   RequestOutput& out = output(r.id);
   const int64_t nv = e_.model->config().n_vocab;
   float* logits = logits_.data() + row.logits_row * nv;
+  const int64_t row_pos = row.first + row.n - 1;  // the position the sampled row's logits follow
   if (r.params.max_tokens == 0) {  // prefill only
-    if (r.params.all_logits) keep_logits(out, logits);
+    if (r.params.all_logits) keep_logits(out, logits, row_pos);
     end(r, out, FinishReason::Length);
     return false;
   }
@@ -304,7 +317,7 @@ bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {
   int accepted = 0;
   TokenConstraint* grammar = r.params.constraint.get();
   for (size_t i = 0;; i++) {
-    if (r.params.all_logits) keep_logits(out, logits);
+    if (r.params.all_logits) keep_logits(out, logits, row_pos + static_cast<int64_t>(i));
     if (r.params.top_logprobs >= 0) logprobs_.observe(logits, nv, r.params.top_logprobs);  // before the sampler rewrites it
     // The grammar first: a draft it does not allow gets probability 0 and is rejected.
     if (grammar && (grammar->finished() || grammar->mask(logits, nv) == 0)) {

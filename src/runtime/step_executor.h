@@ -31,7 +31,8 @@ struct ExecConfig {
   Proposer* proposer = nullptr;
   bool spec_governed = false;  // stop drafting while decode steps measure slower (spec_governor.h)
   // Requests may ask for the logits of every prompt position (`run --all-logits`, perplexity-style
-  // callers): logits buffers are then sized for a whole batch.
+  // callers, a server's echoed prompt logprobs): with this the logits buffer is sized for a whole batch
+  // from the start; without it, it grows for a step that needs more rows (and goes back after).
   bool all_logits = false;
   // Keep the proposer's state of a finished request's sequence (`run`: the
   // next generation on sequence 0 reuses what a draft model cached).
@@ -55,6 +56,7 @@ struct RequestOutput {
   // With params.all_logits: the raw logits of every position this step
   // computed for it (prompt rows, then each row it sampled from), n_vocab each.
   std::vector<float> logits;
+  int64_t logits_first = -1;  // the position whose logits come first there (the rows are consecutive positions)
   bool finished = false;  // it ended (and is gone from the executor)
   FinishReason finish = FinishReason::Length;
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with finished
@@ -139,7 +141,7 @@ class StepExecutor {
   void end(Request& r, RequestOutput& out, FinishReason reason);
   // This step's output for a request (made on first use).
   RequestOutput& output(int64_t id);
-  void keep_logits(RequestOutput& out, const float* row);
+  void keep_logits(RequestOutput& out, const float* row, int64_t position);
 
   LoadedModel& e_;
   ExecConfig c_;
@@ -152,6 +154,7 @@ class StepExecutor {
   std::vector<Flight> flights_;  // one per slot
   std::vector<int> in_flight_;   // slots of started steps, oldest first
   std::vector<float> logits_, hidden_;
+  size_t base_logits_ = 0;  // the logits buffer's usual size (rows for a step without all_logits requests)
   std::vector<StepOutcome> outcomes_;    // reused: a step after warm-up allocates nothing
   std::vector<RequestOutput> outputs_;   // this step's, the first n_outputs_ (reused the same way)
   size_t n_outputs_ = 0;

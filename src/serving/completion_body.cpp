@@ -1,5 +1,7 @@
 #include "serving/completion_body.h"
 
+#include <algorithm>
+
 #include "serving/openai_api.h"
 
 namespace kestrel {
@@ -19,15 +21,17 @@ json completion_envelope(const CompletionIds& ids, bool chunk, json choices) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}, {"choices", std::move(choices)}};
 }
 
-json usage_json(const std::vector<StreamEvent>& ends) {
-  // The prompt is counted once (n > 1 choices share it), completions summed.
-  int64_t completion = 0;
-  for (const auto& e : ends) completion += e.completion_tokens;
-  const StreamEvent& first = ends.front();
-  json u = {{"prompt_tokens", first.prompt_tokens},
-            {"completion_tokens", completion},
-            {"total_tokens", first.prompt_tokens + completion}};
-  u["prompt_tokens_details"] = {{"cached_tokens", first.cached_tokens}};
+json usage_json(const std::vector<StreamEvent>& ends, int n) {
+  // Each prompt is counted once (its n choices share it), completions summed.
+  int64_t completion = 0, prompt = 0, cached = 0;
+  for (size_t i = 0; i < ends.size(); i++) {
+    completion += ends[i].completion_tokens;
+    if (i % static_cast<size_t>(std::max(n, 1)) != 0) continue;
+    prompt += ends[i].prompt_tokens;
+    cached += ends[i].cached_tokens;
+  }
+  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  u["prompt_tokens_details"] = {{"cached_tokens", cached}};
   return u;
 }
 
@@ -37,19 +41,38 @@ std::string Logprobs::name(const TokenLogprob& t) const {
   return token_ids_ ? "token_id:" + std::to_string(t.token) : t.text;
 }
 
+namespace {
+json utf8_bytes(const std::string& s) {
+  json out = json::array();
+  for (const char c : s) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+}  // namespace
+
 void Logprobs::add(const StreamEvent& e) {
-  if (!e.has_token) return;
+  if (!e.has_token) {
+    offset_ += code_points(e.text);  // an echoed prompt's text without logprobs
+    return;
+  }
   if (chat_) {
     json alts = json::array();
-    for (const auto& t : e.top) alts.push_back({{"token", name(t)}, {"logprob", t.logprob}});
-    chat_content_.push_back({{"token", name(e.token)}, {"logprob", e.token.logprob}, {"top_logprobs", alts}});
+    for (const auto& t : e.top) alts.push_back({{"token", name(t)}, {"logprob", t.logprob}, {"bytes", utf8_bytes(t.text)}});
+    chat_content_.push_back({{"token", name(e.token)},
+                             {"logprob", e.token.logprob},
+                             {"bytes", utf8_bytes(e.token.text)},
+                             {"top_logprobs", alts}});
     return;
   }
   tokens_.push_back(name(e.token));
-  token_logprobs_.push_back(e.token.logprob);
-  json alts = json::object();
-  for (const auto& t : e.top) alts[name(t)] = t.logprob;
-  top_.push_back(alts);
+  if (e.null_logprob) {
+    token_logprobs_.push_back(nullptr);
+    top_.push_back(nullptr);
+  } else {
+    token_logprobs_.push_back(e.token.logprob);
+    json alts = json::object();
+    for (const auto& t : e.top) alts[name(t)] = t.logprob;
+    top_.push_back(alts);
+  }
   offsets_.push_back(offset_);
   offset_ += code_points(e.text);  // OpenAI's text_offset counts characters
 }
@@ -96,7 +119,7 @@ json whole_chat_choice(size_t index, const ReplyPart& reply, const json& logprob
 
 std::string whole_completion_body(const CompletionIds& ids, json choices, const std::vector<StreamEvent>& ends) {
   json body = completion_envelope(ids, false, std::move(choices));
-  body["usage"] = usage_json(ends);
+  body["usage"] = usage_json(ends, ids.n);
   return json_text(body);
 }
 

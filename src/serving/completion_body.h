@@ -21,16 +21,19 @@ struct CompletionIds {
   int64_t created = 0;  // unix seconds
   std::string model;
   bool token_ids = false;  // vLLM's return_tokens_as_token_ids: "token_id:42" for a token's text
+  int n = 1;               // choices per prompt: usage counts each prompt once
 };
 
 // {"id", "object", "created", "model", "choices"}; object per kind and shape.
 nlohmann::json completion_envelope(const CompletionIds& ids, bool chunk, nlohmann::json choices);
-// Usage over a request's choices: the prompt counted once, completions summed.
-nlohmann::json usage_json(const std::vector<StreamEvent>& ends);
+// Usage over a request's choices (n per prompt, in prompt order): each prompt counted once, completions summed.
+nlohmann::json usage_json(const std::vector<StreamEvent>& ends, int n = 1);
 // Ours are "stop", "length", "cancelled", "error"; none yet: null.
 nlohmann::json finish_json(const std::string& reason);
 
-// Logprobs of a run of token events, in the completions or the chat shape.
+// Logprobs of a run of token events, in the completions or the chat shape. An echoed prompt's tokens come
+// first (completions), the first with a null logprob and null alternatives. Chat entries carry each token's
+// UTF-8 `bytes` (a token may hold part of a character); the completions shape has no entries to put them on.
 class Logprobs {
  public:
   // start_offset: characters of the completion before these events (a stream's earlier chunks).

@@ -105,7 +105,7 @@ StreamStep CompletionStream::finish(std::string& out) {
     std::vector<StreamEvent> ends;
     for (const auto& c : choices_) ends.push_back(c.end);
     json usage_only = completion_envelope(ids_, true, json::array());
-    usage_only["usage"] = usage_json(ends);
+    usage_only["usage"] = usage_json(ends, ids_.n);
     out += sse_event(usage_only);
   }
   out += "data: [DONE]\n\n";

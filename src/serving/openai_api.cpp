@@ -43,19 +43,22 @@ bool boolean(const json& j, const char* key, bool dflt) {
   return j[key].get<bool>();
 }
 
+// OpenAI takes 4; evaluation harnesses send more (every task's `until` plus the end-of-text string).
+constexpr size_t kMaxStops = 16;
+
 std::vector<std::string> stops(const json& j) {
   if (!j.contains("stop") || j["stop"].is_null()) return {};
   const json& s = j["stop"];
   std::vector<std::string> out;
   if (s.is_string())
     out.push_back(s.get<std::string>());
-  else if (s.is_array() && s.size() <= 4) {
+  else if (s.is_array() && s.size() <= kMaxStops) {
     for (const auto& x : s) {
-      if (!x.is_string()) throw bad("stop", "'stop' must be a string or an array of up to 4 strings");
+      if (!x.is_string()) throw bad("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
       out.push_back(x.get<std::string>());
     }
   } else {
-    throw bad("stop", "'stop' must be a string or an array of up to 4 strings");
+    throw bad("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
   }
   for (const auto& x : out)
     if (x.empty()) throw bad("stop", "'stop' strings must not be empty");
@@ -99,6 +102,48 @@ void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& 
                                "more than {} bytes), but the context holds {}",
                                bytes, at_least, per_token, ctx.n_ctx),
                    param, "invalid_request_error", "context_length_exceeded"};
+}
+
+// A completions `prompt`: a string, a list of strings, a list of token ids, or a list of such lists — one
+// prompt each (at most kMaxPrompts).
+constexpr size_t kMaxPrompts = 1024;
+
+std::vector<ParsedRequest::Prompt> completion_prompts(const ApiContext& ctx, const json& j) {
+  if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
+  const json& pr = j["prompt"];
+  const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
+  const char* shape =
+      "'prompt' must be a string, an array of strings, an array of token ids or an array of arrays of token ids";
+  auto text = [&](const json& t, const std::string& param) {
+    if (t.get_ref<const std::string&>().empty()) throw bad(param, fmt::format("'{}' is empty", param));
+    check_prompt_bytes(ctx, t.get_ref<const std::string&>().size(), param);
+    return ParsedRequest::Prompt{ctx.tokenizer.encode(t.get<std::string>(), true, false), 0};
+  };
+  auto ids = [&](const json& a, const std::string& param) {
+    ParsedRequest::Prompt out;
+    for (const auto& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+        throw bad(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
+      out.tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return out;
+  };
+  if (pr.is_string()) return {text(pr, "prompt")};
+  if (!pr.is_array() || pr.empty()) throw bad("prompt", shape);
+  if (pr[0].is_number()) return {ids(pr, "prompt")};
+  if (pr.size() > kMaxPrompts)
+    throw bad("prompt", fmt::format("'prompt' holds {} prompts; at most {} in one request", pr.size(), kMaxPrompts));
+  std::vector<ParsedRequest::Prompt> out;
+  for (size_t i = 0; i < pr.size(); i++) {
+    const std::string param = pr.size() > 1 ? fmt::format("prompt[{}]", i) : "prompt";
+    if (pr[i].is_string())
+      out.push_back(text(pr[i], param));
+    else if (pr[i].is_array() && !pr[i].empty())
+      out.push_back(ids(pr[i], param));
+    else
+      throw bad(param, shape);
+  }
+  return out;
 }
 
 }  // namespace
@@ -214,44 +259,34 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
     r.params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
   } else {
-    if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
-    const json& pr = j["prompt"];
-    if (pr.is_array() && pr.size() == 1 && pr[0].is_string()) {
-      check_prompt_bytes(ctx, pr[0].get_ref<const std::string&>().size(), "prompt");
-      r.params.prompt = ctx.tokenizer.encode(pr[0].get<std::string>(), true, false);
-    } else if (pr.is_string()) {
-      if (pr.get<std::string>().empty()) throw bad("prompt", "'prompt' is empty");
-      check_prompt_bytes(ctx, pr.get_ref<const std::string&>().size(), "prompt");
-      r.params.prompt = ctx.tokenizer.encode(pr.get<std::string>(), true, false);
-    } else if (pr.is_array() && !pr.empty() && pr[0].is_number_integer()) {
-      const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
-      for (const auto& t : pr) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-          throw bad("prompt", fmt::format("'prompt' token ids must be integers from 0 to {}", n_vocab - 1));
-        r.params.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
-      }
-    } else {
-      throw bad("prompt",
-                "'prompt' must be a string, a one-string array or an array of token ids (one prompt per request)");
-    }
+    p.prompts = completion_prompts(ctx, j);
+    r.params.prompt = p.prompts.front().tokens;
   }
-  if (r.params.prompt.empty()) throw bad(prompt_param, fmt::format("'{}' gives no tokens", prompt_param));
-  const auto n_prompt = static_cast<int64_t>(r.params.prompt.size());
-  if (n_prompt >= ctx.n_ctx)
-    throw ApiError{400,
-                   fmt::format("the prompt has {} tokens but the context holds {} (with room for at least one more)",
-                               n_prompt, ctx.n_ctx),
-                   prompt_param, "invalid_request_error", "context_length_exceeded"};
-
+  if (chat) p.prompts.push_back({r.params.prompt, 0});
   const char* max_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  const int64_t room = ctx.n_ctx - n_prompt;
   const bool max_given = j.contains(max_key) && !j[max_key].is_null();
-  r.params.max_tokens = integer(j, max_key, 1, int64_t{1} << 30, chat ? room : std::min<int64_t>(16, room));
-  if (max_given && r.params.max_tokens > room)
-    throw ApiError{400,
-                   fmt::format("the prompt ({} tokens) plus '{}' ({}) exceed the context of {} tokens", n_prompt,
-                               max_key, r.params.max_tokens, ctx.n_ctx),
-                   max_key, "invalid_request_error", "context_length_exceeded"};
+  // 0 (completions): no generation, the prompt scored (echo with logprobs) as evaluation harnesses do.
+  const int64_t max_tokens = integer(j, max_key, chat ? 1 : 0, int64_t{1} << 30, 0);
+  for (size_t i = 0; i < p.prompts.size(); i++) {
+    ParsedRequest::Prompt& one = p.prompts[i];
+    const std::string param = p.prompts.size() > 1 ? fmt::format("{}[{}]", prompt_param, i) : prompt_param;
+    if (one.tokens.empty()) throw bad(param, fmt::format("'{}' gives no tokens", param));
+    const auto n_prompt = static_cast<int64_t>(one.tokens.size());
+    if (n_prompt >= ctx.n_ctx)
+      throw ApiError{400,
+                     fmt::format("the prompt has {} tokens but the context holds {} (with room for at least one more)",
+                                 n_prompt, ctx.n_ctx),
+                     param, "invalid_request_error", "context_length_exceeded"};
+    const int64_t room = ctx.n_ctx - n_prompt;
+    one.max_tokens = max_given ? max_tokens : chat ? room : std::min<int64_t>(16, room);
+    if (max_given && max_tokens > room)
+      throw ApiError{400,
+                     fmt::format("the prompt{} ({} tokens) plus '{}' ({}) exceed the context of {} tokens",
+                                 p.prompts.size() > 1 ? fmt::format(" {}", i) : "", n_prompt, max_key, max_tokens,
+                                 ctx.n_ctx),
+                     max_key, "invalid_request_error", "context_length_exceeded"};
+  }
+  r.params.max_tokens = p.prompts.front().max_tokens;
 
   SamplingParams& s = r.params.sampling;
   s.temperature = static_cast<float>(number(j, "temperature", 0.0, 2.0, 1.0));
@@ -284,7 +319,8 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
       throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   } else {
     r.params.top_logprobs = static_cast<int>(integer(j, "logprobs", 0, 20, -1));
-    if (boolean(j, "echo", false)) throw bad("echo", "'echo' is not supported");
+    r.echo = boolean(j, "echo", false);
+    if (r.echo) r.prompt_logprobs = r.params.top_logprobs;
   }
   p.stream = boolean(j, "stream", false);
   p.token_ids_in_logprobs = boolean(j, "return_tokens_as_token_ids", false);

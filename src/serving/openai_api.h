@@ -58,7 +58,14 @@ struct ApiContext {
 };
 
 struct ParsedRequest {
+  // What every choice asks; its prompt (and max_tokens) is the first prompt's. A completions body may give a
+  // list of prompts: `prompts` holds each with its max_tokens (choice index = prompt index * n + choice).
   ServeRequest serve;
+  struct Prompt {
+    std::vector<int32_t> tokens;
+    int64_t max_tokens = 0;
+  };
+  std::vector<Prompt> prompts;
   std::string model;  // the name the request used, echoed in the answer
   bool stream = false;
   bool chat = false;

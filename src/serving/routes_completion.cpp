@@ -76,15 +76,20 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
                      "tool_choice", "invalid_request_error", ""});
   p.serve.arrival = req.arrival;
   const int priority = p.serve.params.priority;
-  // n > 1: one request per choice, each with its own place in the queue and
-  // seed; they share the prompt's KV blocks through the prefix cache.
+  // One request per prompt and choice (index = prompt * n + choice), each with its own place in the queue
+  // and seed; a prompt's n choices share its KV blocks through the prefix cache.
+  const size_t total = p.prompts.size() * static_cast<size_t>(p.n);
+  if (total > static_cast<size_t>(engine_.max_queue()))
+    return rejected(bad_request("prompt", fmt::format("{} prompts x {} choices are more requests than the queue holds "
+                                                      "({}, --max-queue)",
+                                                      p.prompts.size(), p.n, engine_.max_queue())));
   std::vector<QueueSlot> slots;
   slots.push_back(std::move(slot));
-  while (static_cast<int>(slots.size()) < p.n) {
+  while (slots.size() < total) {
     QueueSlot more = engine_.enter_queue();
     if (!more) {
-      HttpResponse r = rejected({503, fmt::format("the request queue has no room for {} choices; retry shortly", p.n),
-                                 "n", "server_error", "queue_full"});
+      HttpResponse r = rejected({503, fmt::format("the request queue has no room for {} requests; retry shortly", total),
+                                 "", "server_error", "queue_full"});
       r.headers.emplace_back("Retry-After", "1");
       return r;
     }
@@ -92,10 +97,13 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   }
   std::vector<std::shared_ptr<RequestChannel>> chs;
   try {
-    for (int i = 0; i < p.n; i++) {
+    for (size_t k = 0; k < total; k++) {
+      const ParsedRequest::Prompt& prompt = p.prompts[k / static_cast<size_t>(p.n)];
       ServeRequest one = p.serve;
-      one.params.sampling.seed = p.serve.params.sampling.seed + static_cast<uint64_t>(i);
-      chs.push_back(engine_.submit(std::move(slots[static_cast<size_t>(i)]), one));
+      one.params.prompt = prompt.tokens;
+      one.params.max_tokens = prompt.max_tokens;
+      one.params.sampling.seed = p.serve.params.sampling.seed + static_cast<uint64_t>(k % static_cast<size_t>(p.n));
+      chs.push_back(engine_.submit(std::move(slots[k]), one));
     }
   } catch (const Error& e) {
     for (auto& c : chs) c->cancel();
@@ -103,7 +111,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   }
   const int64_t id = next_id_++;
   const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model,
-                          p.token_ids_in_logprobs};
+                          p.token_ids_in_logprobs, p.n};
   const bool want_logprobs = p.serve.params.top_logprobs >= 0;
   auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
   HttpResponse r;

@@ -126,6 +126,22 @@ void ServingEngine::admit_new() {
     RequestParams& p = a->req.params;
     a->n_prompt = static_cast<int64_t>(p.prompt.size());
     a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, p.prompt.back(), a->req.shown_control_tokens);
+    if (a->req.echo) {
+      a->echo_text = std::make_unique<TextStream>(*e_.tokenizer, std::vector<std::string>{}, -1);
+      if (a->req.prompt_logprobs >= 0) {
+        // Every prompt row's logits, computed here: rows a shared prefix would skip have none.
+        p.all_logits = true;
+        p.prefix_cache = false;
+        a->echo_prompt = p.prompt;
+      } else {  // the text alone, at once
+        StreamEvent ev;
+        ev.prompt = true;
+        bool stopped = false;
+        for (const int32_t t : p.prompt) ev.text += a->echo_text->push(t, stopped);
+        ev.text += a->echo_text->finish(stopped);
+        a->channel->push(std::move(ev));
+      }
+    }
     metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->n_prompt));
     p.max_total_tokens = e_.n_ctx;
     if (a->req.grammar) {
@@ -196,6 +212,7 @@ void ServingEngine::deliver(const RequestOutput& out) {
     metrics_.observe("kestrel_request_queue_time_seconds", (a.first_step_ms - a.arrival_ms) / 1000);
     a.slot.release();
   }
+  if (!a.echo_prompt.empty()) echo_prompt(a, out);
   if (out.drafted > 0) {
     metrics_.add("kestrel_spec_drafts_total");
     metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(out.drafted));
@@ -226,6 +243,39 @@ void ServingEngine::deliver(const RequestOutput& out) {
   if (!out.finished) return;
   if (out.finish == FinishReason::Eos) note_token_time(a);  // the end of generation is a token too
   finish(a, openai_finish_reason(out.finish), "", out.cached_tokens);
+}
+
+void ServingEngine::echo_prompt(Active& a, const RequestOutput& out) {
+  const auto n_prompt = static_cast<int64_t>(a.echo_prompt.size());
+  const int64_t nv = e_.model->config().n_vocab;
+  auto send = [&](int64_t pos, const float* row) {
+    const int32_t tok = a.echo_prompt[static_cast<size_t>(pos)];
+    StreamEvent ev;
+    ev.prompt = true;
+    ev.has_token = true;
+    bool stopped = false;
+    ev.text = a.echo_text->push(tok, stopped);
+    if (pos + 1 == n_prompt) ev.text += a.echo_text->finish(stopped);
+    ev.token = {tok, e_.tokenizer->token_to_piece(tok, true), 0.0f};
+    if (row) {
+      prompt_logprobs_.observe(row, nv, a.req.prompt_logprobs);
+      ev.token.logprob = prompt_logprobs_.logprob(tok);
+      for (const TokenChoice& c : prompt_logprobs_.top())
+        ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token, true), c.logprob});
+    } else {
+      ev.null_logprob = true;
+    }
+    a.channel->push(std::move(ev));
+    a.echo_next = pos + 1;
+  };
+  if (a.echo_next == 0) send(0, nullptr);
+  if (out.logits_first < 0) return;
+  // Row i holds the logits after position logits_first + i: the next prompt token's distribution. A recomputed
+  // prefix (after a preemption) brings rows already sent; rows past the prompt are the generation's.
+  const auto rows = static_cast<int64_t>(out.logits.size()) / nv;
+  for (int64_t i = 0; i < rows && a.echo_next < n_prompt; i++)
+    if (out.logits_first + i + 1 == a.echo_next) send(a.echo_next, out.logits.data() + i * nv);
+  if (a.echo_next == n_prompt) a.echo_prompt = {};  // all sent
 }
 
 void ServingEngine::step(double now) {

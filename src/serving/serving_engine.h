@@ -38,6 +38,8 @@ struct TokenLogprob {
 struct StreamEvent {
   std::string text;  // new final text (may be empty with a token)
   bool has_token = false;
+  bool prompt = false;        // an echoed prompt token (or the prompt's text): comes before any generated one
+  bool null_logprob = false;  // the prompt's first token: nothing before it, so no logprob
   TokenLogprob token;             // the token and its logprob (with logprobs)
   std::vector<TokenLogprob> top;  // the top-n alternatives (with logprobs)
   bool done = false;
@@ -112,6 +114,11 @@ struct ServeRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> shown_control_tokens;  // written into the text (tool-call markers the reply parser reads)
   std::shared_ptr<const Grammar> grammar;     // structured output: only text it matches is generated
+  // The prompt sent back before the generation (completions' echo): its text, and with prompt_logprobs >= 0
+  // each prompt token's logprob under the model (from the prefill's rows: the request's prefill then computes
+  // every row's logits and does not share cached prefix blocks) with that many alternatives.
+  bool echo = false;
+  int prompt_logprobs = -1;
 };
 
 struct ServingConfig {
@@ -143,6 +150,7 @@ class ServingEngine {
   std::shared_ptr<RequestChannel> submit(ServeRequest r);
   // Requests waiting: arrived (even if not parsed yet) and not yet run.
   int queued() const { return queued_.load(); }
+  int max_queue() const { return c_.max_queue; }
   // Stops taking requests; in-flight ones finish until the deadline, then
   // are cancelled. Joins the engine thread.
   void shutdown(int deadline_ms);
@@ -160,6 +168,9 @@ class ServingEngine {
     std::shared_ptr<RequestChannel> channel;
     QueueSlot slot;  // held until the first step
     std::unique_ptr<TextStream> text;
+    std::unique_ptr<TextStream> echo_text;  // echo: the prompt's text, token by token
+    std::vector<int32_t> echo_prompt;       // echo with prompt logprobs: the prompt (the record holds the other copy)
+    int64_t echo_next = 0;                  // the next prompt position to send
     std::shared_ptr<TokenConstraint> constraint;  // with a grammar: its matcher (the record's too)
     int64_t completion_tokens = 0;                // tokens the client has been sent
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
@@ -170,6 +181,8 @@ class ServingEngine {
   void step(double now);
   // What a step did to one request, for its client and the metrics.
   void deliver(const RequestOutput& out);
+  // Echo: the prompt's tokens with their logprobs, as the prefill's rows give them.
+  void echo_prompt(Active& a, const RequestOutput& out);
   // The client side of a request's end (its event, metrics); the executor
   // has freed its blocks (it finished) or the caller does (exec_.remove).
   void finish(Active& a, const std::string& reason, const std::string& error = "", int64_t cached_tokens = 0);
@@ -191,6 +204,7 @@ class ServingEngine {
   std::atomic<int> queued_{0};  // slots held: arrived and not yet run, for the 503 check
   std::string fatal_;             // set: no step can run any more (why)
   int64_t next_id_ = 1;
+  RawLogprobs prompt_logprobs_;  // echo: one prompt row at a time
   std::chrono::steady_clock::time_point t0_;
   std::thread thread_;
 };

@@ -290,7 +290,8 @@ TEST(Server, BadRequestsGetErrorsNamingTheFieldAndTheServerKeepsServing) {
       {"/v1/completions", R"({"prompt": 42})", 400, "prompt"},
       {"/v1/completions", R"({"prompt": [1, 99999]})", 400, "prompt"},
       {"/v1/completions", R"({"prompt": "hi", "max_tokens": "ten"})", 400, "max_tokens"},
-      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 0})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": -1})", 400, "max_tokens"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", 400, "max_tokens"},
       {"/v1/completions", R"({"prompt": "hi", "max_tokens": 500})", 400, "max_tokens"},
       {"/v1/completions", R"({"prompt": "hi", "temperature": 3})", 400, "temperature"},
       {"/v1/completions", R"({"prompt": "hi", "temperature": "hot"})", 400, "temperature"},
@@ -381,7 +382,7 @@ TEST(Server, RandomBodiesNeverCrashIt) {
   auto c = s.client();
   std::mt19937 rng(7);
   const std::vector<std::string> keys = {"prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "stop",
-                                         "seed",   "stream",   "logprobs",   "priority",    "n",     "min_p", "model"};
+                                         "seed",   "stream",   "logprobs",   "priority",    "n",     "min_p", "model", "echo"};
   auto value = [&](int depth) -> json {
     switch (rng() % 8) {
       case 0:
