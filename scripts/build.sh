@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds Kestrel (Release) in build/. Extra arguments go to cmake.
+# KESTREL_TARGETS: build only these targets (scripts/run.sh: the binary alone,
+# not the tests and benchmarks a build dir configured for them would build too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 generator=()
@@ -9,4 +11,6 @@ if [ ! -f build/CMakeCache.txt ]; then
 else
   cmake -S . -B build "$@" >/dev/null
 fi
-cmake --build build --parallel "$(nproc)"
+targets=()
+for t in ${KESTREL_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build build --parallel "$(nproc)" "${targets[@]}"

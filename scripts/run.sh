@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=${KESTREL_SHARED_DIR:-../shared}
 scripts/setup.sh
-scripts/build.sh
+KESTREL_TARGETS=kestrel scripts/build.sh  # the binary only; scripts/test.sh builds the tests and benchmarks
 mkdir -p models
 if [ ! -f models/stories260K.gguf ]; then
   build/kestrel convert --llama2c "$shared/models/stories260K.bin" --tokenizer "$shared/models/tok512.bin" \
