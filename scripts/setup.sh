@@ -35,12 +35,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The official `openai` npm package at the version package-lock.json pins,
-# for tests/e2e (the registry is reached only when it is not there yet).
+# The stock clients the e2e tests drive — `openai`, `@anthropic-ai/sdk`, `ollama`
+# — at the versions package-lock.json pins (the registry is reached only when
+# one is not there yet).
 client=tests/e2e/openai_client
-if [ ! -d "$(dirname "$0")/../$client/node_modules/openai" ]; then
-  echo "setup: installing the openai npm client into $client"
+missing=0
+for pkg in openai @anthropic-ai/sdk ollama; do
+  [ -d "$(dirname "$0")/../$client/node_modules/$pkg" ] || missing=1
+done
+if [ "$missing" = 1 ]; then
+  echo "setup: installing the npm clients (openai, @anthropic-ai/sdk, ollama) into $client"
   (cd "$(dirname "$0")/../$client" && npm ci --no-audit --no-fund --loglevel=error) ||
-    echo "setup: the openai npm client could not be installed (the registry unreachable?); the e2e test" \
-         "Security.TheOpenAiClientWorksWithAKeyOverTls will fail until it is" >&2
+    echo "setup: the npm clients could not be installed (the registry unreachable?); the e2e tests that run" \
+         "them (StockClients, AnthropicMessages, Ollama) will fail until they are" >&2
 fi

@@ -35,6 +35,7 @@ std::string TextStream::filter(const std::string& text, bool& stopped) {
     const size_t at = pending_.find(s);
     if (at != std::string::npos) {
       stopped = true;
+      matched_ = s;
       std::string out = pending_.substr(0, at);
       pending_.clear();
       return out;

@@ -25,6 +25,8 @@ class TextStream {
   std::string push(int32_t token, bool& stopped);
   // At the end of generation: whatever was held back (unless it completes a stop string).
   std::string finish(bool& stopped);
+  // The stop string that ended the text ("" while none has).
+  const std::string& matched_stop() const { return matched_; }
 
  private:
   std::string filter(const std::string& text, bool& stopped);
@@ -36,6 +38,7 @@ class TextStream {
   bool strip_leading_space_;
   Utf8Stream utf8_;
   std::string pending_;
+  std::string matched_;
 };
 
 }  // namespace kestrel

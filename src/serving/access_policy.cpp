@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "serving/anthropic_api.h"
 #include "serving/openai_api.h"
 
 namespace kestrel {
@@ -46,11 +47,15 @@ bool AccessPolicy::origin_allowed(std::string_view origin) const {
   return false;
 }
 
-bool AccessPolicy::key_valid(std::string_view authorization) const {
+bool AccessPolicy::key_valid(std::string_view authorization, std::string_view x_api_key) const {
   constexpr std::string_view scheme = "Bearer ";
-  if (authorization.size() <= scheme.size() || !iequals_ascii(authorization.substr(0, scheme.size()), scheme))
+  std::string_view key;
+  if (authorization.size() > scheme.size() && iequals_ascii(authorization.substr(0, scheme.size()), scheme))
+    key = trim(authorization.substr(scheme.size()));
+  else if (!x_api_key.empty())  // Anthropic's clients send the key as x-api-key
+    key = trim(x_api_key);
+  else
     return false;
-  const std::string_view key = trim(authorization.substr(scheme.size()));
   bool ok = false;
   for (const auto& k : c_.api_keys) ok |= same_secret(key, k);  // no early exit either
   return ok;
@@ -71,18 +76,19 @@ std::optional<HttpResponse> AccessPolicy::check(const HttpRequest& req) const {
     r.content_type.clear();
     r.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     const std::string_view asked = req.header("access-control-request-headers");
-    r.headers.emplace_back("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+    r.headers.emplace_back("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, x-api-key" : asked);
     r.headers.emplace_back("Access-Control-Max-Age", "600");
     decorate(req, r);
     return r;
   }
   const bool open = req.path == "/health" || (req.path == "/metrics" && !c_.protect_metrics);
-  if (!c_.api_keys.empty() && !open && !key_valid(req.header("authorization"))) {
-    HttpResponse r = error_response({401,
-                                     req.header("authorization").empty()
-                                         ? "an API key is required: send 'Authorization: Bearer <key>'"
-                                         : "the API key is not valid",
-                                     "", "invalid_request_error", "invalid_api_key"});
+  if (!c_.api_keys.empty() && !open && !key_valid(req.header("authorization"), req.header("x-api-key"))) {
+    const ApiError e{401,
+                     req.header("authorization").empty() && req.header("x-api-key").empty()
+                         ? "an API key is required: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')"
+                         : "the API key is not valid",
+                     "", "invalid_request_error", "invalid_api_key"};
+    HttpResponse r = req.path.rfind("/v1/messages", 0) == 0 ? anthropic_error_response(e) : error_response(e);
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
     decorate(req, r);
     return r;

@@ -1,6 +1,6 @@
 #pragma once
 // Who may call the server, apart from the transport: API keys (Bearer, as
-// OpenAI's clients send them), a Host allow-list (against DNS rebinding),
+// OpenAI's clients send them, or x-api-key, as Anthropic's do), a Host allow-list (against DNS rebinding),
 // and CORS for browsers (preflights answered, allowed origins echoed).
 // /health is always open (load balancers probe it without keys); /metrics
 // is open unless protect_metrics.
@@ -32,7 +32,7 @@ class AccessPolicy {
  private:
   bool host_allowed(std::string_view host) const;
   bool origin_allowed(std::string_view origin) const;
-  bool key_valid(std::string_view authorization) const;
+  bool key_valid(std::string_view authorization, std::string_view x_api_key) const;
 
   AccessConfig c_;
 };

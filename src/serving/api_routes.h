@@ -4,6 +4,8 @@
 //   POST /tokenize, /detokenize, /apply-template (routes_tokenize.cpp)
 //   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;
 //        "stream": true as server-sent events, completion_stream.h)
+//   POST /v1/messages (Anthropic, anthropic_api.h), /v1/messages/count_tokens,
+//        /v1/chat/completions/input_tokens
 // Requests are admitted on the transport's thread, parsed, validated and
 // tokenized through the Offload it gives (set_offload); the generation runs
 // on the ServingEngine's thread. No route waits for the engine.
@@ -54,11 +56,17 @@ class ApiRoutes {
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
-  HttpResponse completion(const HttpRequest& req, bool chat);
-  HttpResponse start_completion(const HttpRequest& req, bool chat, QueueSlot slot);
+  // The APIs a generation is asked through: each is put in the OpenAI shape, runs the same, and is answered in its own.
+  enum class Api { Completions, Chat, Messages };
+  HttpResponse completion(const HttpRequest& req, Api api);
+  HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot);
+  ParsedRequest parse(const HttpRequest& req, Api api) const;
+  ApiContext api_context() const;
+  // /v1/messages/count_tokens and /v1/chat/completions/input_tokens: the rendered prompt's tokens.
+  HttpResponse count_tokens(const HttpRequest& req, Api api) const;
   // A route whose whole work runs offloaded.
   RouteHandler offloaded(RouteHandler handler);
-  HttpResponse rejected(const ApiError& e);
+  HttpResponse rejected(const ApiError& e, Api api);
   void log_request(int64_t id, int priority, const StreamEvent& end);
   static int64_t unix_seconds();  // "created" fields
 

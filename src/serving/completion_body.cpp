@@ -95,6 +95,7 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
 json whole_choice(const CompletionIds& ids, size_t index, const std::string& text, const json& logprobs,
                   const StreamEvent& end) {
   json choice = {{"index", index}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
+  if (!end.stop_string.empty()) choice["stop_reason"] = end.stop_string;
   if (ids.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
@@ -104,6 +105,7 @@ json whole_choice(const CompletionIds& ids, size_t index, const std::string& tex
 
 json whole_chat_choice(size_t index, const ReplyPart& reply, const json& logprobs, const StreamEvent& end) {
   json choice = {{"index", index}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
+  if (!end.stop_string.empty()) choice["stop_reason"] = end.stop_string;
   json message = {{"role", "assistant"}, {"content", reply.content}};
   if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
   if (!reply.calls.empty()) {

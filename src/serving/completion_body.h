@@ -53,7 +53,8 @@ class Logprobs {
   size_t offset_ = 0;
 };
 
-// One choice of a non-streamed answer: text (completions) or a message.
+// One choice of a non-streamed answer: text (completions) or a message. A stop string that ended it is named
+// in `stop_reason` (vLLM's field; other APIs' answers are made from these).
 nlohmann::json whole_choice(const CompletionIds& ids, size_t index, const std::string& text,
                             const nlohmann::json& logprobs, const StreamEvent& end);
 // A parsed chat reply: reasoning_content (left out when empty), content

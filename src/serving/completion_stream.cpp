@@ -74,9 +74,11 @@ StreamStep CompletionStream::poll(std::string& out) {
           if (on_end_) on_end_(e);
           if (e.finish_reason == "error") return fail(out, e);
           // The choice's last chunk: its finish reason (and what the end released: held-back text).
-          add_chunk(out, text_choice(ch, i, e.text,
-                                     want_logprobs_ ? Logprobs(ids_.chat, ch.text_offset, ids_.token_ids).result() : json(nullptr),
-                                     finish_json(e.finish_reason)));
+          json last = text_choice(ch, i, e.text,
+                                  want_logprobs_ ? Logprobs(ids_.chat, ch.text_offset, ids_.token_ids).result() : json(nullptr),
+                                  finish_json(e.finish_reason));
+          if (!e.stop_string.empty()) last["stop_reason"] = e.stop_string;  // vLLM's field: which stop string
+          add_chunk(out, last);
           break;
         }
         Logprobs lp(ids_.chat, ch.text_offset, ids_.token_ids);

@@ -51,6 +51,7 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
   counter("kestrel_prompt_tokens_total", "Prompt tokens received.");
   counter("kestrel_generation_tokens_total", "Tokens generated.");
   counter("kestrel_requests_total", "Finished requests by outcome.", "outcome");
+  counter("kestrel_api_requests_total", "Generation requests received, by endpoint (the API they speak).", "endpoint");
   counter("kestrel_preemptions_total", "Running requests preempted for KV blocks (recomputed later).");
   counter("kestrel_pipelined_steps_total",
           "Steps started while another was still in flight (pipelining across pipeline-parallel stages).");

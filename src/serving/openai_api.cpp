@@ -226,7 +226,10 @@ nlohmann::ordered_json parse_body(const std::string& body) {
 constexpr int64_t kMaxChoices = 16;
 
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
-  const json j = parse_body(body);
+  return parse_completion_request(ctx, parse_body(body), chat);
+}
+
+ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, bool chat) {
   if (!j.is_object()) throw bad("", "the body must be a JSON object");
   check_request_fields(j, chat);
   ParsedRequest p;

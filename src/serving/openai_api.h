@@ -98,5 +98,7 @@ std::string model_not_found_message(const std::string& name, const std::vector<s
 
 // Throws ApiError. body: the raw request body.
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat);
+// The same over a parsed body (another API's request put in the OpenAI shape).
+ParsedRequest parse_completion_request(const ApiContext& ctx, const nlohmann::ordered_json& body, bool chat);
 
 }  // namespace kestrel

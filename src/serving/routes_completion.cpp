@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "serving/anthropic_api.h"
 #include "serving/api_routes.h"
 #include "serving/completion_body.h"
 #include "serving/completion_stream.h"
@@ -18,8 +19,8 @@ namespace kestrel {
 
 using json = nlohmann::json;
 
-// A request refused before it ran: counted, and logged with the reason the client was given.
-HttpResponse ApiRoutes::rejected(const ApiError& e) {
+// A request refused before it ran: counted, and logged with the reason the client was given (in its API's shape).
+HttpResponse ApiRoutes::rejected(const ApiError& e, Api api) {
   metrics_.add("kestrel_requests_total", 1, "rejected");
   {
     std::lock_guard lock(log_mutex_);
@@ -30,15 +31,16 @@ HttpResponse ApiRoutes::rejected(const ApiError& e) {
       fmt::print(stderr, "[kestrel] request rejected ({}{}{}): {}\n", e.status, e.param.empty() ? "" : ", ", e.param,
                  e.message);
   }
-  return error_response(e);
+  return api == Api::Messages ? anthropic_error_response(e) : error_response(e);
 }
 
 // On the transport's thread: only what is instant (draining, a place in
 // the queue, a small body's parsing); a larger body is parsed and tokenized
 // offloaded.
-HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
+HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
+  metrics_.add("kestrel_api_requests_total", 1, req.path);
   if (draining_) {
-    HttpResponse r = rejected({503, "the server is shutting down", "", "server_error", "unavailable"});
+    HttpResponse r = rejected({503, "the server is shutting down", "", "server_error", "unavailable"}, api);
     r.headers.emplace_back("Retry-After", "5");
     return r;
   }
@@ -46,26 +48,42 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, bool chat) {
   if (!slot) {
     HttpResponse r = rejected({503, fmt::format("the request queue is full ({} waiting); retry shortly",
                                                 engine_.queued()),
-                               "", "server_error", "queue_full"});
+                               "", "server_error", "queue_full"},
+                               api);
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }
-  if (req.body.size() <= kInlineBodyBytes) return start_completion(req, chat, std::move(slot));
+  if (req.body.size() <= kInlineBodyBytes) return start_completion(req, api, std::move(slot));
   // (std::function wants a copyable job: the slot rides in a shared_ptr.)
   auto held = std::make_shared<QueueSlot>(std::move(slot));
-  return OffloadedResponse::start(offload_, [this, req, chat, held] { return start_completion(req, chat, std::move(*held)); });
+  return OffloadedResponse::start(offload_, [this, req, api, held] { return start_completion(req, api, std::move(*held)); });
 }
 
-HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, QueueSlot slot) {
+ApiContext ApiRoutes::api_context() const {
+  return {*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
+          c_.allow_special_in_content, c_.tool_format};
+}
+
+// The body in the OpenAI shape every API is served through.
+ParsedRequest ApiRoutes::parse(const HttpRequest& req, Api api) const {
+  const ApiContext ctx = api_context();
+  switch (api) {
+    case Api::Completions: return parse_completion_request(ctx, req.body, false);
+    case Api::Chat: return parse_completion_request(ctx, req.body, true);
+    case Api::Messages: return parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true);
+  }
+  throw Error("unknown API");
+}
+
+HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueSlot slot) {
+  const bool chat = api != Api::Completions;
   ParsedRequest p;
   try {
-    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
-                         c_.allow_special_in_content, c_.tool_format};
-    p = parse_completion_request(ctx, req.body, chat);
+    p = parse(req, api);
   } catch (const ApiError& e) {
-    return rejected(e);
+    return rejected(e, api);
   } catch (const std::exception& e) {
-    return rejected({400, e.what(), "", "invalid_request_error", ""});
+    return rejected({400, e.what(), "", "invalid_request_error", ""}, api);
   }
   if (chat && c_.split_reasoning && p.reasoning_opened && p.tool_grammar_held)
     // The prompt leaves <think> open (DeepSeek-V3.2/V4 and R1 with thinking on): the reply is reasoning
@@ -73,7 +91,8 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
     return rejected({400,
                      "tool_choice \"required\" or a named function with a prompt that opens reasoning (thinking on) is "
                      "not supported: turn thinking off for this request or use tool_choice \"auto\"",
-                     "tool_choice", "invalid_request_error", ""});
+                     "tool_choice", "invalid_request_error", ""},
+                    api);
   p.serve.arrival = req.arrival;
   const int priority = p.serve.params.priority;
   // One request per prompt and choice (index = prompt * n + choice), each with its own place in the queue
@@ -82,14 +101,16 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   if (total > static_cast<size_t>(engine_.max_queue()))
     return rejected(bad_request("prompt", fmt::format("{} prompts x {} choices are more requests than the queue holds "
                                                       "({}, --max-queue)",
-                                                      p.prompts.size(), p.n, engine_.max_queue())));
+                                                      p.prompts.size(), p.n, engine_.max_queue())),
+                    api);
   std::vector<QueueSlot> slots;
   slots.push_back(std::move(slot));
   while (slots.size() < total) {
     QueueSlot more = engine_.enter_queue();
     if (!more) {
       HttpResponse r = rejected({503, fmt::format("the request queue has no room for {} requests; retry shortly", total),
-                                 "", "server_error", "queue_full"});
+                                 "", "server_error", "queue_full"},
+                                api);
       r.headers.emplace_back("Retry-After", "1");
       return r;
     }
@@ -107,7 +128,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
     }
   } catch (const Error& e) {
     for (auto& c : chs) c->cancel();
-    return rejected({400, e.what(), "max_tokens", "invalid_request_error", "context_length_exceeded"});
+    return rejected({400, e.what(), "max_tokens", "invalid_request_error", "context_length_exceeded"}, api);
   }
   const int64_t id = next_id_++;
   const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model,
@@ -116,15 +137,22 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, bool chat, Queu
   auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
   HttpResponse r;
   std::optional<ReplyParser> reply;
-  if (chat && (c_.split_reasoning || p.tool_format != ToolCallFormat::None))
-    reply.emplace(c_.split_reasoning ? std::optional<bool>(p.reasoning_opened) : std::nullopt, p.tool_format,
-                  p.parallel_tool_calls, c_.chat_template->reasoning_tags());
+  // The other APIs have reasoning of their own in their answers (thinking blocks): always split there.
+  const bool split = c_.split_reasoning || (api != Api::Chat && chat && c_.chat_template->reasons());
+  if (chat && (split || p.tool_format != ToolCallFormat::None))
+    reply.emplace(split ? std::optional<bool>(p.reasoning_opened) : std::nullopt, p.tool_format, p.parallel_tool_calls,
+                  c_.chat_template->reasoning_tags());
   if (p.stream) {
     r.content_type = "text/event-stream";
     r.headers.emplace_back("Cache-Control", "no-cache");
     r.stream = std::make_shared<CompletionStream>(chs, ids, want_logprobs, p.include_usage_chunk, on_end, reply);
   } else {
     r.later = std::make_shared<WholeCompletion>(chs, ids, want_logprobs, on_end, reply);
+  }
+  if (api == Api::Messages) {
+    const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size())};
+    if (r.stream) r.stream = std::make_shared<AnthropicStream>(r.stream, aids);
+    if (r.later) r.later = std::make_shared<AnthropicWhole>(r.later, aids);
   }
   return r;
 }

@@ -22,8 +22,12 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/tokenize", offloaded([this](const HttpRequest& r) { return tokenize(r); }));
   router.add("POST", "/detokenize", offloaded([this](const HttpRequest& r) { return detokenize(r); }));
   router.add("POST", "/apply-template", offloaded([this](const HttpRequest& r) { return apply_template(r); }));
-  router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, false); });
-  router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, true); });
+  router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, Api::Completions); });
+  router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, Api::Chat); });
+  router.add("POST", "/v1/messages", [this](const HttpRequest& r) { return completion(r, Api::Messages); });
+  router.add("POST", "/v1/messages/count_tokens", offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Messages); }));
+  router.add("POST", "/v1/chat/completions/input_tokens",
+             offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Chat); }));
 }
 
 RouteHandler ApiRoutes::offloaded(RouteHandler handler) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serving/anthropic_api.h"
 #include "serving/api_routes.h"
 #include "serving/openai_api.h"
 
@@ -33,12 +34,32 @@ HttpResponse ApiRoutes::apply_template(const HttpRequest& req) const {
     const auto j = parse_body(req.body);
     if (!j.is_object()) return error_response(bad_request("", "the body must be a JSON object"));
     check_request_fields(j, true);  // a chat completion's body: what only shapes the generation is not used here
-    const ApiContext ctx{*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
-                         c_.allow_special_in_content, c_.tool_format};
+    const ApiContext ctx = api_context();
     checked_model_name(ctx, j);
     return json_response(json_text({{"prompt", render_chat_request(ctx, j).rendered.text}}));
   } catch (const ApiError& e) {
     return error_response(e);
+  }
+}
+
+// What a conversation costs before it is sent: the tokens its rendered prompt holds (tools and system included),
+// so a client can budget the context.
+HttpResponse ApiRoutes::count_tokens(const HttpRequest& req, Api api) const {
+  try {
+    const ApiContext ctx = api_context();
+    auto j = parse_body(req.body);
+    if (api == Api::Messages) {
+      j = anthropic_to_chat(j, *c_.chat_template, true);
+    } else {
+      if (!j.is_object()) throw bad_request("", "the body must be a JSON object");
+      check_request_fields(j, true);
+    }
+    checked_model_name(ctx, j);
+    const RenderedChat chat = render_chat_request(ctx, j).rendered;
+    const size_t n = ctx.chat_template->tokenize(ctx.tokenizer, chat, ctx.allow_special_in_content).size();
+    return json_response(json_text({{"input_tokens", n}}));
+  } catch (const ApiError& e) {
+    return api == Api::Messages ? anthropic_error_response(e) : error_response(e);
   }
 }
 

@@ -165,6 +165,7 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   if (reason != "error" && reason != "cancelled") {
     bool stopped = false;
     end.text = a.text->finish(stopped);
+    end.stop_string = a.text->matched_stop();
   }
   end.done = true;
   end.finish_reason = reason;

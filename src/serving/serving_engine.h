@@ -45,6 +45,7 @@ struct StreamEvent {
   bool done = false;
   std::string finish_reason;                                            // "stop", "length", "cancelled", "error"
   std::string error;                                                    // with finish_reason "error"
+  std::string stop_string;  // with finish_reason "stop": the stop string that ended it ("" for end of generation)
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with done
   double queue_ms = 0, ttft_ms = 0, e2e_ms = 0;  // with done: waited, first token, last event (from arrival)
 };

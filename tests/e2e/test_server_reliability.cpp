@@ -311,17 +311,7 @@ TEST(Reliability, ConnectionsBeyondTheCapGet503AndSlowHeadsAreDropped) {
 }
 
 // stdout of a shell command, and its exit status.
-std::string shell(const std::string& cmd, int* status = nullptr) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
+using test::shell;
 
 TEST(Security, ApiKeyAndTlsThroughCurl) {
   test::TempDir dir;

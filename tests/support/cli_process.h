@@ -3,6 +3,7 @@
 // status, stdout and stderr (arguments shell-quoted; stdin is empty).
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -15,6 +16,19 @@ struct CliResult {
   int exit_code;
   std::string out, err;
 };
+
+// A shell command's output (stdout and stderr together) and, if asked, its exit status.
+inline std::string shell(const std::string& cmd, int* status = nullptr) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
 
 inline std::string shell_quote(const std::string& s) {
   std::string q = "'";

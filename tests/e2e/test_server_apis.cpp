@@ -1,0 +1,203 @@
+// The other APIs a generation is asked through, with their stock clients: Anthropic's Messages
+// (@anthropic-ai/sdk), and their wire formats checked directly (event order, error shapes, token counting,
+// the endpoint label on the metrics). The model: a tiny Qwen3.5 (a reasoning template with a tool-call format,
+// tests/compat) with the real Qwen3.5 chat template.
+#include <gmock/gmock.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_process.h"
+#include "http_json.h"
+#include "serve_process.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+const std::string kClients = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
+
+// A tiny qwen35 with a DeepSeek vocabulary (its template's markers are text there), written once.
+const std::string& tiny_qwen35() {
+  static const std::string path = [] {
+    const std::string p = std::filesystem::temp_directory_path() / ("kestrel-apis-qwen35-" + std::to_string(getpid()) + ".gguf");
+    const auto made = test::run_kestrel({"synth", "--arch", "qwen35", "--preset", "tiny", "--type", "f32", "--vocab-from",
+                                         test::shared("vocab/ggml-vocab-deepseek-llm.gguf"), "-o", p});
+    EXPECT_EQ(made.exit_code, 0) << made.err;
+    std::atexit([] { std::filesystem::remove(std::filesystem::temp_directory_path() /
+                                             ("kestrel-apis-qwen35-" + std::to_string(getpid()) + ".gguf")); });
+    return p;
+  }();
+  return path;
+}
+
+std::vector<std::string> server_args(std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"-m", tiny_qwen35(), "-c", "4096", "--chat-template",
+                                test::shared("templates/Qwen3.5-4B.jinja"), "--served-model-name", "tiny"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// Server-sent events as (event, data) pairs.
+std::vector<std::pair<std::string, json>> sse_events(const std::string& body) {
+  std::vector<std::pair<std::string, json>> out;
+  size_t at = 0;
+  for (size_t end; (end = body.find("\n\n", at)) != std::string::npos; at = end + 2) {
+    const std::string ev = body.substr(at, end - at);
+    const size_t nl = ev.find('\n');
+    if (ev.rfind("event: ", 0) != 0 || nl == std::string::npos) continue;
+    out.emplace_back(ev.substr(7, nl - 7), json::parse(ev.substr(nl + 1 + 6)));
+  }
+  return out;
+}
+
+TEST(AnthropicMessages, TheOfficialClientWholeStreamedToolUseAndThinking) {
+  ASSERT_TRUE(std::filesystem::exists(kClients + "/node_modules/@anthropic-ai/sdk/package.json"))
+      << "the @anthropic-ai/sdk npm package is missing: run scripts/setup.sh";
+  test::ServerProcess s(server_args({"--api-key", "secret"}));
+  int st = 0;
+  const std::string out = test::shell("cd " + kClients + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
+                                          " KESTREL_KEY=secret node anthropic.mjs",
+                                      &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+  EXPECT_EQ(seen["message"]["type"], "message");
+  EXPECT_EQ(seen["message"]["role"], "assistant");
+  EXPECT_EQ(seen["message"]["stop"], "max_tokens");
+  EXPECT_EQ(seen["message"]["blocks"], json::array({"text"}));
+  EXPECT_EQ(seen["message"]["usage"]["output_tokens"], 6);
+  // count_tokens says what the message's prompt held.
+  EXPECT_EQ(seen["count"]["input_tokens"], seen["message"]["usage"]["input_tokens"]);
+  EXPECT_GT(seen["count"]["input_tokens"].get<int>(), 5);
+  // Streamed: the same text (greedy), in Anthropic's event order.
+  EXPECT_EQ(seen["stream"]["text"], seen["message"]["text"]);
+  EXPECT_EQ(seen["stream"]["output_tokens"], 6);
+  const json& ev = seen["stream"]["events"];
+  ASSERT_GE(ev.size(), 6u) << ev;
+  EXPECT_EQ(ev[0], "message_start");
+  EXPECT_EQ(ev[1], "content_block_start");
+  EXPECT_EQ(ev[2], "content_block_delta:text_delta");
+  EXPECT_EQ(ev[ev.size() - 3], "content_block_stop");
+  EXPECT_EQ(ev[ev.size() - 2], "message_delta");
+  EXPECT_EQ(ev[ev.size() - 1], "message_stop");
+  // Tool use: forced (any), read back as a tool_use block with its input, whole and streamed.
+  EXPECT_EQ(seen["call"]["stop"], "tool_use") << seen;
+  EXPECT_EQ(seen["call"]["name"], "get_weather");
+  ASSERT_TRUE(seen["call"]["input"].is_object()) << seen;
+  EXPECT_TRUE(seen["call"]["input"]["city"] == "Paris" || seen["call"]["input"]["city"] == "Lyon") << seen;
+  EXPECT_TRUE(seen["call"]["input"]["metric"].is_boolean()) << seen;
+  EXPECT_EQ(seen["stream_call"]["stop"], "tool_use");
+  EXPECT_EQ(seen["stream_call"]["input"], seen["call"]["input"]);
+  EXPECT_GE(seen["stream_call"]["deltas"], 1);
+  EXPECT_GE(seen["answer"]["tokens"], 1);  // the tool result went back through the template
+  // Thinking on: Qwen3.5's template opens <think>; the reply is a thinking block, streamed as thinking_delta.
+  EXPECT_EQ(seen["thinking"]["blocks"][0], "thinking") << seen["thinking"];
+  EXPECT_GT(seen["thinking"]["chars"], 0);
+  EXPECT_GT(seen["thinking"]["deltas"], 0);
+  // Errors: Anthropic's shape, the SDK's typed errors; the key is checked as x-api-key.
+  EXPECT_EQ(seen["image"]["status"], 400);
+  EXPECT_EQ(seen["image"]["type"], "invalid_request_error");
+  EXPECT_THAT(seen["image"]["message"].get<std::string>(), HasSubstr("image"));
+  EXPECT_THAT(seen["unknown"]["message"].get<std::string>(), HasSubstr("mcp_servers"));
+  EXPECT_THAT(seen["no_max"]["message"].get<std::string>(), HasSubstr("max_tokens"));
+  EXPECT_EQ(seen["wrong_key"]["status"], 401);
+  EXPECT_EQ(seen["wrong_key"]["name"], "AuthenticationError");
+  EXPECT_EQ(seen["wrong_key"]["type"], "authentication_error");
+}
+
+TEST(AnthropicMessages, WireFormatStopSequencesToolResultsAndMetrics) {
+  test::ServerProcess s(server_args());
+  auto c = s.client();
+  // The raw stream: message_start with the prompt's size, a ping, blocks, message_delta with usage, message_stop.
+  const json body = {{"model", "tiny"}, {"max_tokens", 5}, {"stream", true}, {"thinking", {{"type", "disabled"}}},
+                     {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  auto r = c.Post("/v1/messages", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const auto events = sse_events(r->body);
+  ASSERT_GE(events.size(), 6u) << r->body;
+  EXPECT_EQ(events[0].first, "message_start");
+  EXPECT_GT(events[0].second["message"]["usage"]["input_tokens"].get<int>(), 3);
+  EXPECT_EQ(events[1].first, "ping");
+  for (const auto& [name, data] : events) EXPECT_EQ(data["type"], name);  // each event names its data's type
+  EXPECT_EQ(events[events.size() - 2].second["delta"]["stop_reason"], "max_tokens");
+  EXPECT_EQ(events[events.size() - 2].second["usage"]["output_tokens"], 5);
+
+  // A stop sequence: stop_reason "stop_sequence" naming it. The whole text of a longer reply gives one that occurs.
+  const json longer = test::post_ok(c, "/v1/messages", {{"max_tokens", 12}, {"thinking", {{"type", "disabled"}}}, {"temperature", 0},
+                                                        {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  const std::string text = longer["content"][0]["text"];
+  size_t at = text.size() / 3;  // two ASCII letters past the start
+  while (at + 1 < text.size() && !(std::isalpha(static_cast<unsigned char>(text[at])) &&
+                                   std::isalpha(static_cast<unsigned char>(text[at + 1]))))
+    at++;
+  ASSERT_LT(at + 1, text.size()) << text;
+  const std::string stop = text.substr(at, 2);
+  const json stopped = test::post_ok(c, "/v1/messages", {{"max_tokens", 12}, {"thinking", {{"type", "disabled"}}}, {"temperature", 0},
+                                                         {"stop_sequences", {stop}},
+                                                         {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(stopped["stop_reason"], "stop_sequence") << stopped;
+  EXPECT_EQ(stopped["stop_sequence"], stop);
+  EXPECT_EQ(stopped["content"][0]["text"], text.substr(0, text.find(stop)));
+
+  // A conversation with tool_use / tool_result blocks renders as the template renders OpenAI's tool turns:
+  // the same prompt size through both APIs.
+  const json anthropic_turns = {
+      {"system", {{{"type", "text"}, {"text", "Be brief."}}}},
+      {"tools", {{{"name", "get_weather"}, {"description", "Weather"}, {"input_schema", {{"type", "object"}}}}}},
+      {"thinking", {{"type", "disabled"}}},
+      {"messages",
+       {{{"role", "user"}, {"content", "Weather?"}},
+        {{"role", "assistant"},
+         {"content", {{{"type", "tool_use"}, {"id", "t1"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}}}},
+        {{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", "t1"}, {"content", "18 C"}}}}}}}};
+  const json openai_turns = {
+      {"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"description", "Weather"},
+                                                      {"parameters", {{"type", "object"}}}}}}}},
+      {"chat_template_kwargs", {{"enable_thinking", false}}},
+      {"messages",
+       {{{"role", "system"}, {"content", "Be brief."}},
+        {{"role", "user"}, {"content", "Weather?"}},
+        {{"role", "assistant"}, {"content", nullptr},
+         {"tool_calls", {{{"id", "t1"}, {"type", "function"},
+                          {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", "t1"}, {"content", "18 C"}}}}};
+  const json a = test::post_ok(c, "/v1/messages/count_tokens", anthropic_turns);
+  const json o = test::post_ok(c, "/v1/chat/completions/input_tokens", openai_turns);
+  EXPECT_EQ(a["input_tokens"], o["input_tokens"]);
+  EXPECT_GT(a["input_tokens"].get<int>(), 20);
+
+  // Errors name the Anthropic field, in Anthropic's shape.
+  r = c.Post("/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "temperature": 1.5})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  const json err = json::parse(r->body);
+  EXPECT_EQ(err["type"], "error");
+  EXPECT_EQ(err["error"]["type"], "invalid_request_error");
+  EXPECT_THAT(err["error"]["message"].get<std::string>(), HasSubstr("temperature"));
+  r = c.Post("/v1/messages",
+             R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("tools[0].type"));
+  r = c.Post("/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 10}})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("budget_tokens"));
+
+  // Each API counted under its endpoint.
+  r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_THAT(r->body, HasSubstr("kestrel_api_requests_total{model_name="));
+  EXPECT_THAT(r->body, HasSubstr("endpoint=\"/v1/messages\"} 6"));
+}
+
+}  // namespace
+}  // namespace kestrel
