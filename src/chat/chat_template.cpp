@@ -100,6 +100,7 @@ const char* builtin_chat_template_names() { return "chatml, llama3, deepseek2, d
 
 ChatTemplate::ChatTemplate(std::string origin, std::string_view source, std::string bos_token, std::string eos_token)
     : origin_(std::move(origin)),
+      source_(source),
       bos_(std::move(bos_token)),
       eos_(std::move(eos_token)),
       reasons_(source.find("<think>") != std::string_view::npos || source.find("</think>") != std::string_view::npos ||

@@ -42,6 +42,8 @@ class ChatTemplate {
   // Where the source came from, for the start-up log ("tokenizer.chat_template").
   const std::string& origin() const { return origin_; }
   bool used_fallback() const { return fallback_; }
+  // The Jinja source (Ollama's /api/show lists it).
+  const std::string& source() const { return source_; }
   // The rendering's token ids: control tokens recognised only outside the
   // caller's text (everywhere with special_in_content), and no second BOS
   // when the template writes the BOS text itself (Llama 3, DeepSeek).
@@ -70,6 +72,7 @@ class ChatTemplate {
 
  private:
   std::string origin_;
+  std::string source_;
   std::shared_ptr<const jinja::Template> template_;
   std::string bos_, eos_;
   nlohmann::ordered_json default_kwargs_ = nlohmann::ordered_json::object();

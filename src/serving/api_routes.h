@@ -6,6 +6,8 @@
 //        "stream": true as server-sent events, completion_stream.h)
 //   POST /v1/messages (Anthropic, anthropic_api.h), /v1/messages/count_tokens,
 //        /v1/chat/completions/input_tokens
+//   POST /api/chat, /api/generate; GET /api/tags, /api/ps, /api/version;
+//        POST /api/show (Ollama, ollama_api.h; routes_ollama.cpp)
 // Requests are admitted on the transport's thread, parsed, validated and
 // tokenized through the Offload it gives (set_offload); the generation runs
 // on the ServingEngine's thread. No route waits for the engine.
@@ -57,13 +59,19 @@ class ApiRoutes {
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
   // The APIs a generation is asked through: each is put in the OpenAI shape, runs the same, and is answered in its own.
-  enum class Api { Completions, Chat, Messages };
+  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate };
   HttpResponse completion(const HttpRequest& req, Api api);
   HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot);
   ParsedRequest parse(const HttpRequest& req, Api api) const;
   ApiContext api_context() const;
   // /v1/messages/count_tokens and /v1/chat/completions/input_tokens: the rendered prompt's tokens.
   HttpResponse count_tokens(const HttpRequest& req, Api api) const;
+  // Ollama's listings: the served model under each name, with its file's details.
+  HttpResponse ollama_tags(bool running) const;
+  HttpResponse ollama_show(const HttpRequest& req) const;
+  nlohmann::json ollama_details() const;
+  // A refusal in the shape of the API the request speaks.
+  static HttpResponse error_for(const ApiError& e, Api api);
   // A route whose whole work runs offloaded.
   RouteHandler offloaded(RouteHandler handler);
   HttpResponse rejected(const ApiError& e, Api api);

@@ -12,6 +12,7 @@
 #include "serving/completion_body.h"
 #include "serving/completion_stream.h"
 #include "serving/completion_whole.h"
+#include "serving/ollama_api.h"
 #include "serving/offload.h"
 #include "serving/openai_api.h"
 
@@ -31,7 +32,16 @@ HttpResponse ApiRoutes::rejected(const ApiError& e, Api api) {
       fmt::print(stderr, "[kestrel] request rejected ({}{}{}): {}\n", e.status, e.param.empty() ? "" : ", ", e.param,
                  e.message);
   }
-  return api == Api::Messages ? anthropic_error_response(e) : error_response(e);
+  return error_for(e, api);
+}
+
+HttpResponse ApiRoutes::error_for(const ApiError& e, Api api) {
+  switch (api) {
+    case Api::Messages: return anthropic_error_response(e);
+    case Api::OllamaChat:
+    case Api::OllamaGenerate: return ollama_error_response(e);
+    default: return error_response(e);
+  }
 }
 
 // On the transport's thread: only what is instant (draining, a place in
@@ -71,12 +81,35 @@ ParsedRequest ApiRoutes::parse(const HttpRequest& req, Api api) const {
     case Api::Completions: return parse_completion_request(ctx, req.body, false);
     case Api::Chat: return parse_completion_request(ctx, req.body, true);
     case Api::Messages: return parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true);
+    case Api::OllamaChat:
+    case Api::OllamaGenerate: {
+      OllamaRequest o = ollama_to_openai(parse_body(req.body), c_.chat_template.get(), api == Api::OllamaGenerate);
+      const std::string asked = o.openai["model"];
+      const std::string served = ollama_model_name(asked, c_.model_names);
+      if (served.empty()) throw ApiError{404, fmt::format("model '{}' not found", asked), "model", "", ""};
+      o.openai["model"] = served;
+      const bool max_given = o.openai.contains("max_tokens");
+      ParsedRequest p = parse_completion_request(ctx, o.openai, o.chat);
+      p.model = asked;
+      p.answer_stream = o.stream;
+      for (auto& one : p.prompts) {
+        const auto n_prompt = static_cast<int64_t>(one.tokens.size());
+        if (!max_given) one.max_tokens = ctx.n_ctx - n_prompt;  // num_predict -1: until the end or the context
+        if (o.num_ctx > 0) {  // the context the client asked for: the prompt and the generation within it
+          if (n_prompt >= o.num_ctx)
+            throw bad_request("options.num_ctx", fmt::format("the prompt has {} tokens, more than 'options.num_ctx' ({})",
+                                                             n_prompt, o.num_ctx));
+          one.max_tokens = std::min(one.max_tokens, o.num_ctx - n_prompt);
+        }
+      }
+      p.serve.params.max_tokens = p.prompts.front().max_tokens;
+      return p;
+    }
   }
   throw Error("unknown API");
 }
 
 HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueSlot slot) {
-  const bool chat = api != Api::Completions;
   ParsedRequest p;
   try {
     p = parse(req, api);
@@ -85,6 +118,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
   } catch (const std::exception& e) {
     return rejected({400, e.what(), "", "invalid_request_error", ""}, api);
   }
+  const bool chat = p.chat;  // (Ollama's raw generate is a completion)
   if (chat && c_.split_reasoning && p.reasoning_opened && p.tool_grammar_held)
     // The prompt leaves <think> open (DeepSeek-V3.2/V4 and R1 with thinking on): the reply is reasoning
     // until </think>, but the calls' grammar holds it to calls from its first token.
@@ -148,6 +182,18 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
     r.stream = std::make_shared<CompletionStream>(chs, ids, want_logprobs, p.include_usage_chunk, on_end, reply);
   } else {
     r.later = std::make_shared<WholeCompletion>(chs, ids, want_logprobs, on_end, reply);
+  }
+  if (api == Api::OllamaChat || api == Api::OllamaGenerate) {
+    auto answer = std::make_shared<OllamaAnswer>(r.stream, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival},
+                                                 p.answer_stream);
+    r.stream = nullptr;
+    if (p.answer_stream) {
+      r.content_type = "application/x-ndjson";
+      r.stream = answer;
+    } else {
+      r.headers.clear();
+      r.later = answer;
+    }
   }
   if (api == Api::Messages) {
     const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size())};

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serving/api_routes.h"
+#include "serving/ollama_api.h"
 #include "serving/openai_api.h"
 
 namespace kestrel {
@@ -26,6 +27,14 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, Api::Chat); });
   router.add("POST", "/v1/messages", [this](const HttpRequest& r) { return completion(r, Api::Messages); });
   router.add("POST", "/v1/messages/count_tokens", offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Messages); }));
+  router.add("POST", "/api/chat", [this](const HttpRequest& r) { return completion(r, Api::OllamaChat); });
+  router.add("POST", "/api/generate", [this](const HttpRequest& r) { return completion(r, Api::OllamaGenerate); });
+  router.add("GET", "/api/tags", [this](const HttpRequest&) { return ollama_tags(false); });
+  router.add("GET", "/api/ps", [this](const HttpRequest&) { return ollama_tags(true); });
+  router.add("GET", "/api/version", [](const HttpRequest&) {
+    return json_response(json_text({{"version", kOllamaApiVersion}}));
+  });
+  router.add("POST", "/api/show", offloaded([this](const HttpRequest& r) { return ollama_show(r); }));
   router.add("POST", "/v1/chat/completions/input_tokens",
              offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Chat); }));
 }

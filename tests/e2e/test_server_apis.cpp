@@ -1,5 +1,5 @@
 // The other APIs a generation is asked through, with their stock clients: Anthropic's Messages
-// (@anthropic-ai/sdk), and their wire formats checked directly (event order, error shapes, token counting,
+// (@anthropic-ai/sdk) and Ollama's API (ollama), and their wire formats checked directly (event order, error shapes, token counting,
 // the endpoint label on the metrics). The model: a tiny Qwen3.5 (a reasoning template with a tool-call format,
 // tests/compat) with the real Qwen3.5 chat template.
 #include <gmock/gmock.h>
@@ -197,6 +197,104 @@ TEST(AnthropicMessages, WireFormatStopSequencesToolResultsAndMetrics) {
   ASSERT_TRUE(r);
   EXPECT_THAT(r->body, HasSubstr("kestrel_api_requests_total{model_name="));
   EXPECT_THAT(r->body, HasSubstr("endpoint=\"/v1/messages\"} 6"));
+}
+
+TEST(Ollama, TheOfficialClientListingsChatGenerateFormatToolsAndThinking) {
+  ASSERT_TRUE(std::filesystem::exists(kClients + "/node_modules/ollama/package.json"))
+      << "the ollama npm package is missing: run scripts/setup.sh";
+  test::ServerProcess s(server_args());
+  int st = 0;
+  const std::string out =
+      test::shell("cd " + kClients + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) + " node ollama.mjs", &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+  // The listings clients probe: the served name with Ollama's tag, the file's family, the template's abilities.
+  EXPECT_FALSE(seen["version"]["version"].get<std::string>().empty());
+  ASSERT_EQ(seen["list"].size(), 1u);
+  EXPECT_EQ(seen["list"][0]["name"], "tiny:latest");
+  EXPECT_EQ(seen["list"][0]["family"], "qwen35");
+  EXPECT_EQ(seen["list"][0]["size"], std::filesystem::file_size(tiny_qwen35()));
+  EXPECT_EQ(seen["ps"], json::array({"tiny:latest"}));
+  EXPECT_EQ(seen["show"]["capabilities"], json::array({"completion", "tools", "thinking"}));
+  EXPECT_GT(seen["show"]["template"], 1000);
+  // Chat, whole and streamed (NDJSON): the same greedy text, num_predict tokens, done with the counts.
+  EXPECT_EQ(seen["chat"]["role"], "assistant");
+  EXPECT_TRUE(seen["chat"]["done"]);
+  EXPECT_EQ(seen["chat"]["reason"], "length");
+  EXPECT_EQ(seen["chat"]["eval_count"], 6);
+  EXPECT_GT(seen["chat"]["prompt_eval_count"], 5);
+  EXPECT_TRUE(seen["chat"]["durations"]);
+  EXPECT_EQ(seen["stream"]["content"], seen["chat"]["content"]);
+  EXPECT_GE(seen["stream"]["parts"], 2);
+  EXPECT_TRUE(seen["stream"]["done"]);
+  EXPECT_EQ(seen["stream"]["eval_count"], 6);
+  // generate: through the template (the same prompt as the chat, a system turn aside) and raw.
+  EXPECT_EQ(seen["generate"]["eval_count"], 6);
+  EXPECT_EQ(seen["raw"]["eval_count"], 6);
+  EXPECT_LE(seen["raw"]["prompt_eval_count"], 6);  // "Once upon a time" as it is, no template around it
+  // format: a schema held by the grammar.
+  EXPECT_TRUE(seen["format"]["raining"].is_boolean()) << seen["format"];
+  EXPECT_TRUE(seen["format"]["city"] == "Paris" || seen["format"]["city"] == "Lyon") << seen["format"];
+  // Tools offered (no tool_choice in Ollama's API: a random model need not call) and a call's answer rendered.
+  EXPECT_TRUE(seen["tools"]["calls"].is_array());
+  EXPECT_EQ(seen["answered"]["eval_count"], 6);
+  // think: true — Qwen3.5's template opens the reasoning: the reply is thinking.
+  EXPECT_GT(seen["think"]["thinking"], 0);
+  // logprobs with alternatives, one per token.
+  ASSERT_EQ(seen["logprobs"].size(), 6u);
+  for (const auto& l : seen["logprobs"]) {
+    EXPECT_LE(l["logprob"].get<double>(), 0.0);
+    EXPECT_EQ(l["top"], 2);
+  }
+  // Errors in Ollama's shape, as the client's ResponseError.
+  EXPECT_EQ(seen["unknown_model"]["status"], 404);
+  EXPECT_THAT(seen["unknown_model"]["message"].get<std::string>(), HasSubstr("llama9"));
+  EXPECT_EQ(seen["bad_option"]["status"], 400);
+  EXPECT_THAT(seen["bad_option"]["message"].get<std::string>(), HasSubstr("options.mirostat"));
+  EXPECT_THAT(seen["image"]["message"].get<std::string>(), HasSubstr("images"));
+}
+
+TEST(Ollama, OptionsMapToSamplingAndNumCtxBoundsTheRequest) {
+  test::ServerProcess s(server_args());
+  auto c = s.client();
+  auto chat = [&](const json& options, int* status = nullptr) {
+    const json body = {{"model", "tiny"}, {"stream", false}, {"think", false}, {"options", options},
+                       {"messages", {{{"role", "user"}, {"content", "Hello"}}}}};
+    auto r = c.Post("/api/chat", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (status) *status = r->status;
+    return json::parse(r->body);
+  };
+  // The same seed and sampling: the same text; another seed: (almost surely) another.
+  const json sampled = {{"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0}, {"seed", 7}, {"num_predict", 12}};
+  const json a = chat(sampled), b = chat(sampled);
+  EXPECT_EQ(a["message"]["content"], b["message"]["content"]);
+  json other = sampled;
+  other["seed"] = 8;
+  EXPECT_NE(chat(other)["message"]["content"], a["message"]["content"]);
+  // stop ends the reply before the string.
+  const std::string text = chat({{"temperature", 0}, {"num_predict", 12}})["message"]["content"];
+  size_t at = text.size() / 3;
+  while (at + 1 < text.size() && !(std::isalpha(static_cast<unsigned char>(text[at])) &&
+                                   std::isalpha(static_cast<unsigned char>(text[at + 1]))))
+    at++;
+  ASSERT_LT(at + 1, text.size()) << text;
+  const json stopped = chat({{"temperature", 0}, {"num_predict", 12}, {"stop", {text.substr(at, 2)}}});
+  EXPECT_EQ(stopped["message"]["content"], text.substr(0, text.find(text.substr(at, 2))));
+  EXPECT_EQ(stopped["done_reason"], "stop");
+  // num_ctx: the generation stops where the asked context ends; a prompt beyond it is refused by name.
+  const int64_t n_prompt = chat({{"num_predict", 1}})["prompt_eval_count"];
+  const json bounded = chat({{"temperature", 0}, {"num_ctx", n_prompt + 3}});
+  EXPECT_EQ(bounded["eval_count"], 3);
+  EXPECT_EQ(bounded["done_reason"], "length");
+  int status = 0;
+  const json refused = chat({{"num_ctx", 4}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_THAT(refused["error"].get<std::string>(), HasSubstr("options.num_ctx"));
+  // Options that only place the model are accepted; unknown ones are not.
+  EXPECT_EQ(chat({{"num_predict", 2}, {"num_gpu", 99}, {"num_thread", 2}, {"use_mmap", true}})["eval_count"], 2);
+  chat({{"flash", 1}}, &status);
+  EXPECT_EQ(status, 400);
 }
 
 }  // namespace
