@@ -24,6 +24,7 @@ struct ServeFlags {
   std::vector<std::string> served_names;
   std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", tool_call_parser = "auto", log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
+  size_t responses_store = 1000;
   HttpLimits limits;
   int http_threads = 2, http_workers = 2;
   std::vector<std::string> api_keys, cors_origins, allowed_hosts;
@@ -153,6 +154,7 @@ int run(ServeFlags& f) {
   hc.tls_cert_file = f.ssl_cert_file;
   hc.tls_key_file = f.ssl_key_file;
   hc.api.log_json = f.log_format == "json";
+  hc.api.responses_kept = f.responses_store;
   hc.api.allow_special_in_content = f.allow_special_in_content;
   HttpServer http(engine, metrics, hc);
   const int port = http.bind();
@@ -232,6 +234,9 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
+      ->capture_default_str();
+  cmd->add_option("--responses-store", f.responses_store,
+                  "Responses (/v1/responses) kept in memory for previous_response_id, the oldest evicted first (0: none)")
       ->capture_default_str();
   add_chat_template_options(cmd, f.chat_template, f.chat_template_kwargs);
   cmd->add_option("--reasoning-format", f.reasoning_format,

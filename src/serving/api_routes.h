@@ -8,6 +8,7 @@
 //        /v1/chat/completions/input_tokens
 //   POST /api/chat, /api/generate; GET /api/tags, /api/ps, /api/version;
 //        POST /api/show (Ollama, ollama_api.h; routes_ollama.cpp)
+//   POST /v1/responses, GET /v1/responses/{id} (OpenAI Responses, responses_api.h)
 // Requests are admitted on the transport's thread, parsed, validated and
 // tokenized through the Offload it gives (set_offload); the generation runs
 // on the ServingEngine's thread. No route waits for the engine.
@@ -20,6 +21,7 @@
 #include "serving/metrics.h"
 #include "serving/offload.h"
 #include "serving/openai_api.h"
+#include "serving/responses_api.h"
 #include "serving/router.h"
 #include "serving/serving_engine.h"
 #include "chat/chat_template.h"
@@ -33,6 +35,7 @@ struct ApiConfig {
   bool allow_special_in_content = false;  // see ApiContext
   bool split_reasoning = false;
   ToolCallFormat tool_format = ToolCallFormat::None;  // how replies are read for calls when a request offers tools  // --reasoning-format deepseek: <think> text as reasoning_content
+  size_t responses_kept = 1000;  // --responses-store: responses kept for previous_response_id (0: none)
 };
 
 class ApiRoutes {
@@ -59,10 +62,16 @@ class ApiRoutes {
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
   // The APIs a generation is asked through: each is put in the OpenAI shape, runs the same, and is answered in its own.
-  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate };
+  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses };
+  // A request in the OpenAI shape, and what its own API's answer needs beside it.
+  struct Prepared {
+    ParsedRequest p;
+    ResponsesRequest responses;  // Api::Responses
+  };
   HttpResponse completion(const HttpRequest& req, Api api);
   HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot);
-  ParsedRequest parse(const HttpRequest& req, Api api) const;
+  Prepared parse(const HttpRequest& req, Api api) const;
+  HttpResponse stored_response(const HttpRequest& req) const;  // GET /v1/responses/{id}
   ApiContext api_context() const;
   // /v1/messages/count_tokens and /v1/chat/completions/input_tokens: the rendered prompt's tokens.
   HttpResponse count_tokens(const HttpRequest& req, Api api) const;
@@ -86,6 +95,7 @@ class ApiRoutes {
   int64_t started_ = unix_seconds();  // the model cards' "created"
   std::mutex log_mutex_;
   Offload offload_;
+  ResponseStore responses_{c_.responses_kept};
 };
 
 }  // namespace kestrel

@@ -75,12 +75,18 @@ ApiContext ApiRoutes::api_context() const {
 }
 
 // The body in the OpenAI shape every API is served through.
-ParsedRequest ApiRoutes::parse(const HttpRequest& req, Api api) const {
+ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
   const ApiContext ctx = api_context();
   switch (api) {
-    case Api::Completions: return parse_completion_request(ctx, req.body, false);
-    case Api::Chat: return parse_completion_request(ctx, req.body, true);
-    case Api::Messages: return parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true);
+    case Api::Completions: return {parse_completion_request(ctx, req.body, false), {}};
+    case Api::Chat: return {parse_completion_request(ctx, req.body, true), {}};
+    case Api::Messages:
+      return {parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true), {}};
+    case Api::Responses: {
+      ResponsesRequest rr = responses_to_chat(parse_body(req.body), responses_, *c_.chat_template);
+      ParsedRequest p = parse_completion_request(ctx, rr.chat, true);
+      return {std::move(p), std::move(rr)};
+    }
     case Api::OllamaChat:
     case Api::OllamaGenerate: {
       OllamaRequest o = ollama_to_openai(parse_body(req.body), c_.chat_template.get(), api == Api::OllamaGenerate);
@@ -103,16 +109,17 @@ ParsedRequest ApiRoutes::parse(const HttpRequest& req, Api api) const {
         }
       }
       p.serve.params.max_tokens = p.prompts.front().max_tokens;
-      return p;
+      return {std::move(p), {}};
     }
   }
   throw Error("unknown API");
 }
 
 HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueSlot slot) {
-  ParsedRequest p;
+  Prepared prepared;
+  ParsedRequest& p = prepared.p;
   try {
-    p = parse(req, api);
+    prepared = parse(req, api);
   } catch (const ApiError& e) {
     return rejected(e, api);
   } catch (const std::exception& e) {
@@ -189,6 +196,20 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
     r.stream = nullptr;
     if (p.answer_stream) {
       r.content_type = "application/x-ndjson";
+      r.stream = answer;
+    } else {
+      r.headers.clear();
+      r.later = answer;
+    }
+  }
+  if (api == Api::Responses) {
+    const ResponsesRequest& rr = prepared.responses;
+    const Tokenizer* tok = engine_.engine().tokenizer.get();
+    ResponsesIds rids{fmt::format("resp_{}", id), p.model, unix_seconds(), rr.echo, rr.conversation, rr.store, rr.logprobs,
+                      [tok](const std::string& text) { return static_cast<int64_t>(tok->encode(text, false, false).size()); }};
+    auto answer = std::make_shared<ResponsesAnswer>(r.stream, std::move(rids), rr.stream, responses_);
+    r.stream = nullptr;
+    if (rr.stream) {
       r.stream = answer;
     } else {
       r.headers.clear();

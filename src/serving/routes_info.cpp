@@ -1,4 +1,6 @@
 // GET /health, /metrics, /v1/models, and the table of every route.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +29,8 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, Api::Chat); });
   router.add("POST", "/v1/messages", [this](const HttpRequest& r) { return completion(r, Api::Messages); });
   router.add("POST", "/v1/messages/count_tokens", offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Messages); }));
+  router.add("POST", "/v1/responses", [this](const HttpRequest& r) { return completion(r, Api::Responses); });
+  router.add("GET", "/v1/responses/*", [this](const HttpRequest& r) { return stored_response(r); });
   router.add("POST", "/api/chat", [this](const HttpRequest& r) { return completion(r, Api::OllamaChat); });
   router.add("POST", "/api/generate", [this](const HttpRequest& r) { return completion(r, Api::OllamaGenerate); });
   router.add("GET", "/api/tags", [this](const HttpRequest&) { return ollama_tags(false); });
@@ -68,6 +72,16 @@ json ApiRoutes::model_card(const std::string& name) const {
           {"owned_by", "kestrel"},
           {"root", c_.model_names.front()},
           {"max_model_len", engine_.n_ctx()}};
+}
+
+HttpResponse ApiRoutes::stored_response(const HttpRequest& req) const {
+  const std::string id = req.path.substr(std::string("/v1/responses/").size());
+  const auto entry = responses_.get(id);
+  if (!entry)
+    return error_response({404, fmt::format("no response '{}' is kept here (the last {} stored are kept)", id,
+                                            responses_.capacity()),
+                           "response_id", "invalid_request_error", "not_found"});
+  return json_response(json_text(entry->response));
 }
 
 HttpResponse ApiRoutes::models() const {

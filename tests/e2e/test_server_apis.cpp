@@ -1,5 +1,5 @@
 // The other APIs a generation is asked through, with their stock clients: Anthropic's Messages
-// (@anthropic-ai/sdk) and Ollama's API (ollama), and their wire formats checked directly (event order, error shapes, token counting,
+// (@anthropic-ai/sdk), OpenAI's Responses (openai) and Ollama's API (ollama), and their wire formats checked directly (event order, error shapes, token counting,
 // the endpoint label on the metrics). The model: a tiny Qwen3.5 (a reasoning template with a tool-call format,
 // tests/compat) with the real Qwen3.5 chat template.
 #include <gmock/gmock.h>
@@ -197,6 +197,118 @@ TEST(AnthropicMessages, WireFormatStopSequencesToolResultsAndMetrics) {
   ASSERT_TRUE(r);
   EXPECT_THAT(r->body, HasSubstr("kestrel_api_requests_total{model_name="));
   EXPECT_THAT(r->body, HasSubstr("endpoint=\"/v1/messages\"} 6"));
+}
+
+TEST(OpenAiResponses, TheOfficialClientWholeStreamedToolsStoreAndStructured) {
+  ASSERT_TRUE(std::filesystem::exists(kClients + "/node_modules/openai/package.json"))
+      << "the openai npm package is missing: run scripts/setup.sh";
+  test::ServerProcess s(server_args({"--responses-store", "4"}));
+  int st = 0;
+  const std::string out = test::shell(
+      "cd " + kClients + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) + "/v1 node responses.mjs", &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+  // Qwen3.5 thinks by default: the reply is a reasoning item, cut by max_output_tokens (incomplete).
+  EXPECT_EQ(seen["first"]["object"], "response");
+  EXPECT_EQ(seen["first"]["status"], "incomplete");
+  EXPECT_EQ(seen["first"]["incomplete"]["reason"], "max_output_tokens");
+  EXPECT_EQ(seen["first"]["types"], json::array({"reasoning"}));
+  EXPECT_EQ(seen["first"]["usage"]["output_tokens"], 6);
+  EXPECT_EQ(seen["first"]["usage"]["output_tokens_details"]["reasoning_tokens"], 6);
+  // Streamed: the same reasoning, in the Responses event order.
+  EXPECT_EQ(seen["stream"]["reasoning"], seen["first"]["reasoning"]);
+  const json& ev = seen["stream"]["events"];
+  ASSERT_GE(ev.size(), 8u) << ev;
+  EXPECT_EQ(ev[0], "response.created");
+  EXPECT_EQ(ev[2], "response.output_item.added");
+  EXPECT_EQ(ev[4], "response.reasoning_text.delta");
+  EXPECT_EQ(ev[ev.size() - 2], "response.output_item.done");
+  EXPECT_EQ(ev[ev.size() - 1], "response.incomplete");
+  // previous_response_id: the earlier turn (and its answer) come first, from the prefix cache.
+  EXPECT_GT(seen["continued"]["input_tokens"].get<int>(), seen["continued"]["first_input_tokens"].get<int>());
+  EXPECT_GE(seen["continued"]["cached"].get<int>(), 16);
+  EXPECT_EQ(seen["retrieved"], seen["continued"]["previous"]);
+  // A forced call as a function_call item, whole and streamed; its output continues the conversation.
+  EXPECT_EQ(seen["call"]["status"], "completed") << seen;
+  EXPECT_EQ(seen["call"]["metadata"]["test"], "tools");
+  EXPECT_EQ(seen["call"]["name"], "get_weather");
+  EXPECT_TRUE(seen["call"]["args"]["city"] == "Paris" || seen["call"]["args"]["city"] == "Lyon") << seen;
+  EXPECT_EQ(seen["stream_call"]["args"], seen["call"]["args"]);
+  EXPECT_TRUE(seen["stream_call"]["added"]);
+  EXPECT_TRUE(seen["stream_call"]["done"]);
+  EXPECT_EQ(seen["answer"]["output_tokens"], 4);
+  // text.format json_schema: the output text parses to the schema.
+  const json structured = json::parse(seen["structured"]["text"].get<std::string>());
+  EXPECT_TRUE(structured["raining"].is_boolean()) << structured;
+  // store: false keeps nothing (a 404 naming the id); built-in tools are refused by name.
+  EXPECT_EQ(seen["unstored"]["status"], 404);
+  EXPECT_THAT(seen["unstored"]["message"].get<std::string>(), HasSubstr("resp_"));
+  EXPECT_EQ(seen["builtin"]["status"], 400);
+  EXPECT_EQ(seen["builtin"]["param"], "tools[0].type");
+}
+
+TEST(OpenAiResponses, TheStoreIsBoundedAndInputItemsRenderAsChatTurns) {
+  test::ServerProcess s(server_args({"--responses-store", "2"}));
+  auto c = s.client();
+  auto create = [&](const json& body, int* status = nullptr) {
+    auto r = c.Post("/v1/responses", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (status) *status = r->status;
+    return json::parse(r->body);
+  };
+  const json off = {{"effort", "none"}};
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; i++)
+    ids.push_back(create({{"input", "Hi"}, {"max_output_tokens", 2}, {"reasoning", off}})["id"]);
+  int status = 0;
+  const json evicted = create({{"input", "Again"}, {"previous_response_id", ids[0]}, {"max_output_tokens", 2}}, &status);
+  EXPECT_EQ(status, 404);
+  EXPECT_THAT(evicted["error"]["message"].get<std::string>(), HasSubstr(ids[0]));
+  EXPECT_THAT(evicted["error"]["message"].get<std::string>(), HasSubstr("last 2"));
+  create({{"input", "Again"}, {"previous_response_id", ids[2]}, {"max_output_tokens", 2}, {"reasoning", off}}, &status);
+  EXPECT_EQ(status, 200);
+  // (that answer was stored too: the store of 2 now holds ids[2] and it)
+  auto got = c.Get("/v1/responses/" + ids[2]);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(json::parse(got->body)["id"], ids[2]);
+  got = c.Get("/v1/responses/" + ids[1]);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 404);
+
+  // Items (a call, its output, an assistant message) render as the chat API's turns: the same prompt size.
+  const json items = {
+      {"instructions", "Be brief."},
+      {"reasoning", off},
+      {"max_output_tokens", 1},
+      {"input",
+       {{{"role", "user"}, {"content", "Weather?"}},
+        {{"type", "function_call"}, {"call_id", "c1"}, {"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}},
+        {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "18 C"}},
+        {{"role", "assistant"}, {"content", {{{"type", "output_text"}, {"text", "Sunny."}}}}},
+        {{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "Thanks"}}}}}}},
+      {"tools", {{{"type", "function"}, {"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}};
+  const json turns = {
+      {"chat_template_kwargs", {{"enable_thinking", false}}},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}}},
+      {"messages",
+       {{{"role", "system"}, {"content", "Be brief."}},
+        {{"role", "user"}, {"content", "Weather?"}},
+        {{"role", "assistant"}, {"content", nullptr},
+         {"tool_calls", {{{"id", "c1"}, {"type", "function"},
+                          {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "18 C"}},
+        {{"role", "assistant"}, {"content", "Sunny."}},
+        {{"role", "user"}, {"content", "Thanks"}}}}};
+  EXPECT_EQ(create(items)["usage"]["input_tokens"], test::post_ok(c, "/v1/chat/completions/input_tokens", turns)["input_tokens"]);
+  // Unknown fields and unsupported choices are refused by name.
+  const json unknown = create({{"input", "x"}, {"background", true}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(unknown["error"]["param"], "background");
+  create({{"input", "x"}, {"truncation", "auto"}}, &status);
+  EXPECT_EQ(status, 400);
+  create({{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}, {"image_url", "x"}}}}}}}}, &status);
+  EXPECT_EQ(status, 400);
 }
 
 TEST(Ollama, TheOfficialClientListingsChatGenerateFormatToolsAndThinking) {
