@@ -339,11 +339,12 @@ void AnthropicStream::close_block(std::string& out) {
   open_.clear();
 }
 
-void AnthropicStream::chunk(const json& c, std::string& out) {
+void AnthropicStream::on_chunk(const json& c, std::string& out) {
   if (c.contains("error")) {
     const json& e = c["error"];
     out += sse("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", e.value("message", "")}}}});
-    ended_ = true;
+    failed_ = true;
+    stop_reading();
     return;
   }
   if (c.contains("usage") && c["usage"].is_object()) output_tokens_ = c["usage"].value("completion_tokens", int64_t{0});
@@ -373,14 +374,14 @@ void AnthropicStream::chunk(const json& c, std::string& out) {
   }
 }
 
-void AnthropicStream::end(std::string& out) {
+void AnthropicStream::on_done(std::string& out) {
+  if (failed_) return;  // the error event was the end
   close_block(out);
   out += sse("message_delta", {{"type", "message_delta"},
                                {"delta", {{"stop_reason", stop_reason_},
                                           {"stop_sequence", stop_sequence_.empty() ? json(nullptr) : json(stop_sequence_)}}},
                                {"usage", {{"output_tokens", output_tokens_}}}});
   out += sse("message_stop", {{"type", "message_stop"}});
-  ended_ = true;
 }
 
 StreamStep AnthropicStream::poll(std::string& out) {
@@ -393,28 +394,7 @@ StreamStep AnthropicStream::poll(std::string& out) {
     out += sse("message_start", {{"type", "message_start"}, {"message", message}});
     out += sse("ping", {{"type", "ping"}});
   }
-  if (ended_) return StreamStep::Done;
-  std::string chat_out;
-  const StreamStep step = chat_->poll(chat_out);
-  pending_ += chat_out;
-  for (size_t at; !ended_ && (at = pending_.find("\n\n")) != std::string::npos;) {
-    const std::string event = pending_.substr(0, at);
-    pending_.erase(0, at + 2);
-    if (event.rfind("data: ", 0) != 0) continue;
-    const std::string data = event.substr(6);
-    if (data == "[DONE]") {
-      end(out);
-      break;
-    }
-    const json c = json::parse(data, nullptr, false);
-    if (!c.is_discarded()) chunk(c, out);
-  }
-  if (ended_) return StreamStep::Done;
-  if (step == StreamStep::Done) {  // (the chat stream always ends with [DONE]; in case it did not)
-    end(out);
-    return StreamStep::Done;
-  }
-  return step;
+  return read(out);
 }
 
 }  // namespace kestrel

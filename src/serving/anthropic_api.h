@@ -14,6 +14,7 @@
 
 #include "serving/http_types.h"
 #include "serving/openai_api.h"
+#include "serving/stream_transcoder.h"
 
 namespace kestrel {
 
@@ -53,23 +54,21 @@ class AnthropicWhole : public DeferredResponse {
 // The streamed answer: the chat completion's server-sent chunks read as they
 // come and said again as Anthropic's events, one content block at a time
 // (thinking, text, each tool_use with its input as one input_json_delta).
-class AnthropicStream : public BodyStream {
+class AnthropicStream : public BodyStream, StreamTranscoder {
  public:
-  AnthropicStream(std::shared_ptr<BodyStream> chat, AnthropicIds ids) : chat_(std::move(chat)), ids_(std::move(ids)) {}
+  AnthropicStream(std::shared_ptr<BodyStream> chat, AnthropicIds ids) : StreamTranscoder(std::move(chat)), ids_(std::move(ids)) {}
   void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
   StreamStep poll(std::string& out) override;
   void close(bool completed) override { chat_->close(completed); }
 
  private:
-  void chunk(const nlohmann::json& c, std::string& out);
+  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_done(std::string& out) override;
   void open_block(const char* type, std::string& out, const nlohmann::json& extra = nlohmann::json::object());
   void close_block(std::string& out);
-  void end(std::string& out);
 
-  std::shared_ptr<BodyStream> chat_;
   AnthropicIds ids_;
-  std::string pending_;  // the chat stream's text not yet a whole event
-  bool started_ = false, ended_ = false;
+  bool started_ = false, failed_ = false;
   int index_ = -1;          // the open block's index (-1: none yet)
   std::string open_;        // the open block's type ("" when none is open)
   std::string stop_reason_ = "end_turn", stop_sequence_;

@@ -273,11 +273,11 @@ json OllamaAnswer::final_line() const {
   return l;
 }
 
-void OllamaAnswer::chunk(const json& c, std::string& out) {
+void OllamaAnswer::on_chunk(const json& c, std::string& out) {
   if (c.contains("error")) {
     error_ = c["error"].value("message", "generation failed");
     if (stream_) out += json_text({{"error", error_}}) + "\n";
-    ended_ = true;
+    stop_reading();
     return;
   }
   if (c.contains("usage") && c["usage"].is_object()) {
@@ -320,38 +320,15 @@ void OllamaAnswer::chunk(const json& c, std::string& out) {
   for (auto& e : logprobs) logprobs_.push_back(e);
 }
 
-StreamStep OllamaAnswer::step(std::string& out) {
-  if (ended_) return StreamStep::Done;
-  std::string chat_out;
-  const StreamStep s = chat_->poll(chat_out);
-  pending_ += chat_out;
-  for (size_t at; !ended_ && (at = pending_.find("\n\n")) != std::string::npos;) {
-    const std::string event = pending_.substr(0, at);
-    pending_.erase(0, at + 2);
-    if (event.rfind("data: ", 0) != 0) continue;
-    const std::string data = event.substr(6);
-    if (data == "[DONE]") {
-      if (stream_) out += json_text(final_line()) + "\n";
-      ended_ = true;
-      break;
-    }
-    const json c = json::parse(data, nullptr, false);
-    if (!c.is_discarded()) chunk(c, out);
-  }
-  if (ended_) return StreamStep::Done;
-  if (s == StreamStep::Done) {
-    if (stream_) out += json_text(final_line()) + "\n";
-    ended_ = true;
-    return StreamStep::Done;
-  }
-  return s;
+void OllamaAnswer::on_done(std::string& out) {
+  if (stream_ && error_.empty()) out += json_text(final_line()) + "\n";
 }
 
-StreamStep OllamaAnswer::poll(std::string& out) { return step(out); }
+StreamStep OllamaAnswer::poll(std::string& out) { return read(out); }
 
 std::optional<HttpResponse> OllamaAnswer::poll() {
   std::string unused;
-  const StreamStep s = step(unused);
+  const StreamStep s = read(unused);
   if (s == StreamStep::More) return std::nullopt;
   if (s == StreamStep::Abort) return ollama_error_response({500, "the request ended early", "", "", ""});
   if (!error_.empty()) return ollama_error_response({500, "generation failed: " + error_, "", "", ""});

@@ -17,6 +17,7 @@
 
 #include "serving/http_types.h"
 #include "serving/openai_api.h"
+#include "serving/stream_transcoder.h"
 
 namespace kestrel {
 
@@ -52,28 +53,25 @@ struct OllamaIds {
 // The answer over the chat (or completions) stream: one NDJSON line per
 // chunk of text, thinking or tool calls, then the final line with the
 // counts and durations; whole, the same folded into one object.
-class OllamaAnswer : public BodyStream, public DeferredResponse {
+class OllamaAnswer : public BodyStream, public DeferredResponse, StreamTranscoder {
  public:
   OllamaAnswer(std::shared_ptr<BodyStream> chat, OllamaIds ids, bool stream)
-      : chat_(std::move(chat)), ids_(std::move(ids)), stream_(stream) {}
+      : StreamTranscoder(std::move(chat)), ids_(std::move(ids)), stream_(stream) {}
   void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
   StreamStep poll(std::string& out) override;  // stream: true
   std::optional<HttpResponse> poll() override;  // stream: false
   void close(bool completed) override { chat_->close(completed); }
 
  private:
-  // Reads what the chat stream has; appends NDJSON lines (stream) or folds into whole_.
-  StreamStep step(std::string& out);
-  void chunk(const nlohmann::json& c, std::string& out);
+  // Appends NDJSON lines (stream) or folds the chunk into the whole answer.
+  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_done(std::string& out) override;
   nlohmann::json line(const std::string& content, const std::string& thinking, const nlohmann::json& calls,
                       const nlohmann::json& logprobs) const;
   nlohmann::json final_line() const;
 
-  std::shared_ptr<BodyStream> chat_;
   OllamaIds ids_;
   bool stream_;
-  std::string pending_;
-  bool ended_ = false;
   std::string error_;
   std::string content_, thinking_, done_reason_ = "stop";  // whole: the answer so far
   nlohmann::json calls_ = nlohmann::json::array(), logprobs_ = nlohmann::json::array();

@@ -389,9 +389,10 @@ void ResponsesAnswer::close_item(std::string& out) {
   text_.clear();
 }
 
-void ResponsesAnswer::chunk(const json& c, std::string& out) {
+void ResponsesAnswer::on_chunk(const json& c, std::string& out) {
   if (c.contains("error")) {
     error_ = c["error"].value("message", "generation failed");
+    stop_reading();
     return;
   }
   if (c.contains("usage") && c["usage"].is_object()) {
@@ -441,9 +442,8 @@ void ResponsesAnswer::chunk(const json& c, std::string& out) {
   if (!choice.value("finish_reason", json()).is_null()) finish_reason_ = choice["finish_reason"];
 }
 
-void ResponsesAnswer::finish(std::string& out) {
+void ResponsesAnswer::on_done(std::string& out) {
   close_item(out);
-  ended_ = true;
   const char* status = !error_.empty() ? "failed" : finish_reason_ == "length" ? "incomplete" : "completed";
   const json r = response(status);
   event(error_.empty() ? (finish_reason_ == "length" ? "response.incomplete" : "response.completed") : "response.failed",
@@ -469,33 +469,12 @@ void ResponsesAnswer::finish(std::string& out) {
 }
 
 StreamStep ResponsesAnswer::step(std::string& out) {
-  if (ended_) return StreamStep::Done;
   if (!started_) {
     started_ = true;
     event("response.created", {{"response", response("in_progress")}}, out);
     event("response.in_progress", {{"response", response("in_progress")}}, out);
   }
-  std::string chat_out;
-  const StreamStep s = chat_->poll(chat_out);
-  pending_ += chat_out;
-  for (size_t at; !ended_ && (at = pending_.find("\n\n")) != std::string::npos;) {
-    const std::string ev = pending_.substr(0, at);
-    pending_.erase(0, at + 2);
-    if (ev.rfind("data: ", 0) != 0) continue;
-    const std::string data = ev.substr(6);
-    if (data == "[DONE]") {
-      finish(out);
-      break;
-    }
-    const json c = json::parse(data, nullptr, false);
-    if (!c.is_discarded()) chunk(c, out);
-  }
-  if (ended_) return StreamStep::Done;
-  if (s == StreamStep::Done) {
-    finish(out);
-    return StreamStep::Done;
-  }
-  return s;
+  return read(out);
 }
 
 StreamStep ResponsesAnswer::poll(std::string& out) { return step(out); }

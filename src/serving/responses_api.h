@@ -23,6 +23,7 @@
 
 #include "serving/http_types.h"
 #include "serving/openai_api.h"
+#include "serving/stream_transcoder.h"
 
 namespace kestrel {
 
@@ -70,10 +71,10 @@ struct ResponsesIds {
 
 // The answer over the chat stream: the event stream (stream: true) or the
 // response object once it is complete; either way stored when asked.
-class ResponsesAnswer : public BodyStream, public DeferredResponse {
+class ResponsesAnswer : public BodyStream, public DeferredResponse, StreamTranscoder {
  public:
   ResponsesAnswer(std::shared_ptr<BodyStream> chat, ResponsesIds ids, bool stream, ResponseStore& store)
-      : chat_(std::move(chat)), ids_(std::move(ids)), stream_(stream), store_(store) {}
+      : StreamTranscoder(std::move(chat)), ids_(std::move(ids)), stream_(stream), store_(store) {}
   void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
   StreamStep poll(std::string& out) override;
   std::optional<HttpResponse> poll() override;
@@ -81,21 +82,19 @@ class ResponsesAnswer : public BodyStream, public DeferredResponse {
 
  private:
   StreamStep step(std::string& out);
-  void chunk(const nlohmann::json& c, std::string& out);
+  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_done(std::string& out) override;
   void event(const char* type, nlohmann::json data, std::string& out);
   // Output items: the one being written, opened and closed as the kind of text changes.
   void open_item(const std::string& kind, std::string& out, const nlohmann::json& call = nullptr);
   void close_item(std::string& out);
   nlohmann::json response(const char* status) const;
-  void finish(std::string& out);
 
-  std::shared_ptr<BodyStream> chat_;
   ResponsesIds ids_;
   bool stream_;
   ResponseStore& store_;
-  std::string pending_;
   std::string pending_ws_;  // whitespace content not yet part of a message (the template's layout around calls)
-  bool started_ = false, ended_ = false;
+  bool started_ = false;
   int64_t sequence_ = 0;
   nlohmann::json output_ = nlohmann::json::array();  // finished items
   nlohmann::json item_;                              // the open item (null: none)

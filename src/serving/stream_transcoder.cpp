@@ -1,0 +1,32 @@
+#include "serving/stream_transcoder.h"
+
+namespace kestrel {
+
+StreamStep StreamTranscoder::read(std::string& out) {
+  if (done_) return StreamStep::Done;
+  std::string chat_out;
+  const StreamStep s = chat_->poll(chat_out);
+  pending_ += chat_out;
+  bool end = false;
+  for (size_t at; !end && !stopped_ && (at = pending_.find("\n\n")) != std::string::npos;) {
+    const std::string event = pending_.substr(0, at);
+    pending_.erase(0, at + 2);
+    if (event.rfind("data: ", 0) != 0) continue;
+    const std::string data = event.substr(6);
+    if (data == "[DONE]") {
+      end = true;
+      break;
+    }
+    const nlohmann::json c = nlohmann::json::parse(data, nullptr, false);
+    if (!c.is_discarded()) on_chunk(c, out);
+  }
+  if (end || stopped_ || s != StreamStep::More) {
+    if (s == StreamStep::Abort && !end && !stopped_) return StreamStep::Abort;
+    done_ = true;
+    on_done(out);
+    return StreamStep::Done;
+  }
+  return StreamStep::More;
+}
+
+}  // namespace kestrel
