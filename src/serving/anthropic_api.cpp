@@ -17,11 +17,7 @@ ApiError bad(const std::string& param, const std::string& message) { return bad_
 // Fields of an object other than `known` (and prompt-caching hints, which cannot change the answer: the prefix
 // cache shares what it can on its own) are a 400 naming them.
 void only_fields(const ojson& o, const std::string& where, const std::set<std::string>& known) {
-  for (const auto& [key, value] : o.items()) {
-    if (known.count(key) || key == "cache_control") continue;
-    const std::string param = where.empty() ? key : where + "." + key;
-    throw bad(param, fmt::format("unknown field '{}'", param));
-  }
+  check_known_fields(o, where, known, {"cache_control"});
 }
 
 std::string text_of(const ojson& v, const std::string& param) {

@@ -14,14 +14,6 @@ using json = nlohmann::json;
 
 ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
 
-void only_fields(const ojson& o, const std::string& where, const std::set<std::string>& known) {
-  for (const auto& [key, value] : o.items()) {
-    if (known.count(key) || value.is_null()) continue;
-    const std::string param = where.empty() ? key : where + "." + key;
-    throw bad(param, fmt::format("unknown field '{}'", param));
-  }
-}
-
 void no_images(const ojson& o, const std::string& where) {
   if (o.contains("images") && !o["images"].is_null() && !(o["images"].is_array() && o["images"].empty()))
     throw bad(where + "images", fmt::format("'{}images': this server serves text models (no images)", where));
@@ -113,7 +105,7 @@ ojson messages_of(const ojson& msgs) {
     const ojson& m = msgs[i];
     const std::string mp = fmt::format("messages[{}]", i);
     if (!m.is_object()) throw bad(mp, fmt::format("'{}' must be an object", mp));
-    only_fields(m, mp, {"role", "content", "thinking", "images", "tool_calls", "tool_name"});
+    check_known_fields(m, mp, {"role", "content", "thinking", "images", "tool_calls", "tool_name"});
     no_images(m, mp + ".");
     if (!m.contains("role") || !m["role"].is_string()) throw bad(mp + ".role", fmt::format("'{}.role' must be a string", mp));
     ojson n = {{"role", m["role"]}, {"content", m.value("content", std::string())}};
@@ -167,7 +159,7 @@ OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool
     known.insert({"prompt", "system", "raw", "images", "suffix", "template", "context"});
   else
     known.insert({"messages", "tools"});
-  only_fields(body, "", known);
+  check_known_fields(body, "", known);
   OllamaRequest r;
   ojson& out = r.openai;
   if (!body.contains("model") || !body["model"].is_string()) throw bad("model", "'model' is required");

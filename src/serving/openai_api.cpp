@@ -174,6 +174,15 @@ void check_request_fields(const json& j, bool chat) {
       if (key != "include_usage") throw bad("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
 }
 
+void check_known_fields(const json& o, const std::string& where, const std::set<std::string>& known,
+                        const std::set<std::string>& ignored) {
+  for (const auto& [key, value] : o.items()) {
+    if (known.count(key) || ignored.count(key) || value.is_null()) continue;
+    const std::string param = where.empty() ? key : where + "." + key;
+    throw bad(param, fmt::format("unknown field '{}'", param));
+  }
+}
+
 std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body) {
   if (!body.contains("model") || body["model"].is_null()) return ctx.model_names.front();
   if (!body["model"].is_string()) throw bad("model", "'model' must be a string");

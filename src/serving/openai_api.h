@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "serving/http_types.h"
@@ -89,6 +90,11 @@ struct ChatPrompt {
   std::string tool_grammar;    // tool_choice "required" or named: the GBNF every reply is held to
 };
 ChatPrompt render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body);
+
+// Every field of `o` (an object at `where`, "" for the body) is in `known` or null, or a 400 naming it
+// ("unknown field 'where.key'"); `ignored` names fields that cannot change the answer, accepted too.
+void check_known_fields(const nlohmann::ordered_json& o, const std::string& where, const std::set<std::string>& known,
+                        const std::set<std::string>& ignored = {});
 
 // Every field of a completion (chat: true) body is one the server implements, or a 400 naming it.
 void check_request_fields(const nlohmann::ordered_json& body, bool chat);

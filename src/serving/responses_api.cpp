@@ -161,8 +161,7 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
       "max_output_tokens", "temperature", "top_p",  "stream",  "store",       "previous_response_id", "metadata",
       "parallel_tool_calls", "truncation", "user", "include", "top_logprobs", "prompt_cache_key", "service_tier",
       "safety_identifier", "stream_options"};
-  for (const auto& [key, value] : body.items())
-    if (!known.count(key) && !value.is_null()) throw bad(key, fmt::format("unknown field '{}'", key));
+  check_known_fields(body, "", known);
   ResponsesRequest r;
   ojson& chat = r.chat;
   if (body.contains("model")) chat["model"] = body["model"];
