@@ -9,6 +9,7 @@
 //   POST /api/chat, /api/generate; GET /api/tags, /api/ps, /api/version;
 //        POST /api/show (Ollama, ollama_api.h; routes_ollama.cpp)
 //   POST /v1/responses, GET /v1/responses/{id} (OpenAI Responses, responses_api.h)
+//   POST /infill (llama-server's fill-in-the-middle, infill_api.h)
 // Requests are admitted on the transport's thread, parsed, validated and
 // tokenized through the Offload it gives (set_offload); the generation runs
 // on the ServingEngine's thread. No route waits for the engine.
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "serving/http_types.h"
+#include "serving/infill_api.h"
 #include "serving/metrics.h"
 #include "serving/offload.h"
 #include "serving/openai_api.h"
@@ -62,11 +64,12 @@ class ApiRoutes {
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
   // The APIs a generation is asked through: each is put in the OpenAI shape, runs the same, and is answered in its own.
-  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses };
+  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill };
   // A request in the OpenAI shape, and what its own API's answer needs beside it.
   struct Prepared {
     ParsedRequest p;
     ResponsesRequest responses;  // Api::Responses
+    InfillRequest infill;        // Api::Infill
   };
   HttpResponse completion(const HttpRequest& req, Api api);
   HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot);

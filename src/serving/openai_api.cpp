@@ -155,7 +155,8 @@ void check_request_fields(const json& j, bool chat) {
   static const std::set<std::string> common = {
       "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
-      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids", "response_format", "grammar"};
+      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids", "response_format", "grammar",
+      "repeat_last_n"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "chat_template_kwargs", "tools", "tool_choice",
                                                   "parallel_tool_calls", "reasoning_effort"};
@@ -310,6 +311,9 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
   s.presence_penalty = static_cast<float>(number(j, "presence_penalty", -2.0, 2.0, 0.0));
   s.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", -2.0, 2.0, 0.0));
   s.repeat_penalty = static_cast<float>(number(j, "repetition_penalty", 0.01, 10.0, 1.0));
+  // llama.cpp's window of the penalties: -1 the whole context, 0 none.
+  const int64_t last_n = integer(j, "repeat_last_n", -1, ctx.n_ctx, s.repeat_last_n);
+  s.repeat_last_n = static_cast<int>(last_n < 0 ? ctx.n_ctx : last_n);
   if (j.contains("seed") && !j["seed"].is_null()) {
     s.seed = static_cast<uint64_t>(integer(j, "seed", INT64_MIN, INT64_MAX, 0));
   } else {

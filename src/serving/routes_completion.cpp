@@ -20,6 +20,24 @@ namespace kestrel {
 
 using json = nlohmann::json;
 
+namespace {
+// An answer another API makes from the OpenAI stream: streamed as it comes, or whole once it ends.
+template <class Answer>
+void answer_with(HttpResponse& r, std::shared_ptr<Answer> answer, bool stream,
+                 const char* content_type = "text/event-stream") {
+  r.stream = nullptr;
+  r.later = nullptr;
+  if (stream) {
+    r.content_type = content_type;
+    r.stream = std::move(answer);
+  } else {
+    r.content_type = "application/json";
+    r.headers.clear();  // (the event stream's Cache-Control)
+    r.later = std::move(answer);
+  }
+}
+}  // namespace
+
 // A request refused before it ran: counted, and logged with the reason the client was given (in its API's shape).
 HttpResponse ApiRoutes::rejected(const ApiError& e, Api api) {
   metrics_.add("kestrel_requests_total", 1, "rejected");
@@ -78,14 +96,20 @@ ApiContext ApiRoutes::api_context() const {
 ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
   const ApiContext ctx = api_context();
   switch (api) {
-    case Api::Completions: return {parse_completion_request(ctx, req.body, false), {}};
-    case Api::Chat: return {parse_completion_request(ctx, req.body, true), {}};
+    case Api::Completions: return {parse_completion_request(ctx, req.body, false), {}, {}};
+    case Api::Chat: return {parse_completion_request(ctx, req.body, true), {}, {}};
     case Api::Messages:
-      return {parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true), {}};
+      return {parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true), {},
+              {}};
+    case Api::Infill: {
+      InfillRequest ir = infill_to_completion(parse_body(req.body), ctx);
+      ParsedRequest p = parse_completion_request(ctx, ir.completion, false);
+      return {std::move(p), {}, std::move(ir)};
+    }
     case Api::Responses: {
       ResponsesRequest rr = responses_to_chat(parse_body(req.body), responses_, *c_.chat_template);
       ParsedRequest p = parse_completion_request(ctx, rr.chat, true);
-      return {std::move(p), std::move(rr)};
+      return {std::move(p), std::move(rr), {}};
     }
     case Api::OllamaChat:
     case Api::OllamaGenerate: {
@@ -109,7 +133,7 @@ ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
         }
       }
       p.serve.params.max_tokens = p.prompts.front().max_tokens;
-      return {std::move(p), {}};
+      return {std::move(p), {}, {}};
     }
   }
   throw Error("unknown API");
@@ -191,30 +215,22 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
     r.later = std::make_shared<WholeCompletion>(chs, ids, want_logprobs, on_end, reply);
   }
   if (api == Api::OllamaChat || api == Api::OllamaGenerate) {
-    auto answer = std::make_shared<OllamaAnswer>(r.stream, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival},
-                                                 p.answer_stream);
-    r.stream = nullptr;
-    if (p.answer_stream) {
-      r.content_type = "application/x-ndjson";
-      r.stream = answer;
-    } else {
-      r.headers.clear();
-      r.later = answer;
-    }
+    answer_with(r,
+                std::make_shared<OllamaAnswer>(r.stream, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival},
+                                               p.answer_stream),
+                p.answer_stream, "application/x-ndjson");
+  }
+  if (api == Api::Infill) {
+    const InfillRequest& ir = prepared.infill;
+    answer_with(r, std::make_shared<InfillAnswer>(r.stream, InfillIds{p.model, ir.extra_dropped, ir.prompt_text}, ir.stream),
+                ir.stream);
   }
   if (api == Api::Responses) {
     const ResponsesRequest& rr = prepared.responses;
     const Tokenizer* tok = engine_.engine().tokenizer.get();
     ResponsesIds rids{fmt::format("resp_{}", id), p.model, unix_seconds(), rr.echo, rr.conversation, rr.store, rr.logprobs,
                       [tok](const std::string& text) { return static_cast<int64_t>(tok->encode(text, false, false).size()); }};
-    auto answer = std::make_shared<ResponsesAnswer>(r.stream, std::move(rids), rr.stream, responses_);
-    r.stream = nullptr;
-    if (rr.stream) {
-      r.stream = answer;
-    } else {
-      r.headers.clear();
-      r.later = answer;
-    }
+    answer_with(r, std::make_shared<ResponsesAnswer>(r.stream, std::move(rids), rr.stream, responses_), rr.stream);
   }
   if (api == Api::Messages) {
     const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size())};

@@ -60,6 +60,27 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   v.eos = id_key("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
   v.unk = id_key("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
   v.eot = id_key("tokenizer.ggml.eot_token_id", -1);
+  // Fill-in-the-middle tokens: the file's, else the first of the texts the families spell them with.
+  auto fim = [&](const char* key, const char* old_key, std::initializer_list<const char*> texts) {
+    int32_t id = id_key(key, -1);
+    if (id < 0 && old_key) id = id_key(old_key, -1);
+    for (const char* t : texts)
+      if (id < 0) id = v.find(t);
+    return id;
+  };
+  v.fim_pre = fim("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id",
+                  {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                   "<|code_prefix|>", "<|prefix|>"});
+  v.fim_suf = fim("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id",
+                  {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                   "<|code_suffix|>", "<|suffix|>"});
+  v.fim_mid = fim("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id",
+                  {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                   "<|code_middle|>", "<|middle|>"});
+  v.fim_pad = fim("tokenizer.ggml.fim_pad_token_id", nullptr, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"});
+  v.fim_rep = fim("tokenizer.ggml.fim_rep_token_id", nullptr,
+                  {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"});
+  v.fim_sep = fim("tokenizer.ggml.fim_sep_token_id", nullptr, {"<|file_sep|>"});
   // What ends a generation, as llama.cpp decides it: EOS, EOT, EOM, and any
   // token spelt as one of the families' end-of-turn markers, whether or not
   // the file names it (Llama 3.1 ends a tool call with <|eom_id|>; Qwen's
@@ -68,7 +89,8 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
                                             "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<|return|>",
                                             "<|call|>", "<end_of_utterance>", "<eos>", "<turn|>",
                                             "<|tool_response>"};
-  for (int32_t id : {v.eos, v.eot, id_key("tokenizer.ggml.eom_token_id", -1)})
+  // (llama.cpp ends a generation at the FIM pad, repo and file-separator tokens too.)
+  for (int32_t id : {v.eos, v.eot, id_key("tokenizer.ggml.eom_token_id", -1), v.fim_pad, v.fim_rep, v.fim_sep})
     if (id >= 0) v.end_of_generation.push_back(id);
   for (const char* marker : kEndMarkers)
     if (const int32_t id = v.find(marker); id >= 0) v.end_of_generation.push_back(id);

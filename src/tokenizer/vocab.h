@@ -23,6 +23,9 @@ struct Vocab {
   std::unordered_map<std::string, int32_t> token_to_id;
   std::unordered_map<std::string, int32_t> merge_rank;  // "left right" -> rank (BPE)
   int32_t bos = -1, eos = -1, unk = -1, eot = -1;
+  // Fill-in-the-middle: tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id, or found by their text
+  // (<|fim_prefix|>, <｜fim▁begin｜>, <PRE>, ...) as llama.cpp finds them; -1 when the model has none.
+  int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_pad = -1, fim_rep = -1, fim_sep = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = true;
   // tokenizer.ggml.model "gemma4": BPE on raw UTF-8 (no GPT-2 byte stand-ins) with spaces written as U+2581 and
   // bytes without a token as <0xXX> byte tokens, SentencePiece-style.

@@ -1,5 +1,6 @@
 // The other APIs a generation is asked through, with their stock clients: Anthropic's Messages
-// (@anthropic-ai/sdk), OpenAI's Responses (openai) and Ollama's API (ollama), and their wire formats checked directly (event order, error shapes, token counting,
+// (@anthropic-ai/sdk), OpenAI's Responses (openai) and Ollama's API (ollama), and their wire formats, and
+// llama-server's /infill checked directly (event order, error shapes, token counting,
 // the endpoint label on the metrics). The model: a tiny Qwen3.5 (a reasoning template with a tool-call format,
 // tests/compat) with the real Qwen3.5 chat template.
 #include <gmock/gmock.h>
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 #include "http_json.h"
 #include "serve_process.h"
 #include "test_support.h"
@@ -407,6 +410,93 @@ TEST(Ollama, OptionsMapToSamplingAndNumCtxBoundsTheRequest) {
   EXPECT_EQ(chat({{"num_predict", 2}, {"num_gpu", 99}, {"num_thread", 2}, {"use_mmap", true}})["eval_count"], 2);
   chat({{"flash", 1}}, &status);
   EXPECT_EQ(status, 400);
+}
+
+// /infill on a tiny model with DeepSeek-Coder's vocabulary (its FIM tokens by their text, as llama.cpp finds
+// them): the prompt laid out as llama.cpp lays it out, generated as the same token ids through /v1/completions.
+TEST(Infill, FillInTheMiddleLayoutStreamingAndLimits) {
+  test::TempDir dir;
+  const std::string model = dir.file("coder.gguf");
+  const auto made = test::run_kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--type", "f32", "--vocab-from",
+                                       test::shared("vocab/ggml-vocab-deepseek-coder.gguf"), "-o", model});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const GgufFile file = GgufFile::open(model);
+  const auto tokenizer = Tokenizer::from_gguf(file);
+  const Tokenizer& tok = *tokenizer;
+  const Vocab& v = tok.vocab();
+  ASSERT_EQ(v.fim_pre, v.find("<｜fim▁begin｜>"));
+  ASSERT_EQ(v.fim_suf, v.find("<｜fim▁hole｜>"));
+  ASSERT_EQ(v.fim_mid, v.find("<｜fim▁end｜>"));
+  ASSERT_GE(v.fim_pre, 0);
+  test::ServerProcess s({"-m", model, "-c", "256"});
+  auto c = s.client();
+  const std::string prefix = "def add(a, b):\n    ", suffix = "\n\nprint(add(1, 2))\n";
+  const json infill = test::post_ok(c, "/infill", {{"input_prefix", prefix}, {"input_suffix", suffix}, {"prompt", "return"},
+                                                   {"n_predict", 6}, {"temperature", 0}});
+  // [BOS]<PRE>prefix prompt<SUF>suffix<MID>, built here from the vocabulary.
+  std::vector<int32_t> ids = {v.bos, v.fim_pre};
+  for (const auto& part : {prefix, std::string("return")})
+    for (int32_t t : tok.encode(part, false, false)) ids.push_back(t);
+  ids.push_back(v.fim_suf);
+  for (int32_t t : tok.encode(suffix, false, false)) ids.push_back(t);
+  ids.push_back(v.fim_mid);
+  const json plain = test::post_ok(c, "/v1/completions", {{"prompt", ids}, {"max_tokens", 6}, {"temperature", 0}});
+  EXPECT_EQ(infill["content"], plain["choices"][0]["text"]);
+  EXPECT_EQ(infill["tokens_evaluated"], ids.size());
+  EXPECT_EQ(infill["tokens_predicted"], 6);
+  EXPECT_EQ(infill["stop"], true);
+  EXPECT_EQ(infill["stop_type"], "limit");
+  EXPECT_EQ(infill["prompt"], "<｜begin▁of▁sentence｜><｜fim▁begin｜>" + prefix + "return<｜fim▁hole｜>" + suffix + "<｜fim▁end｜>");
+
+  // Extra files come first (no <|file_sep|> in this vocabulary: llama.cpp's snippet separator).
+  const json with_extra = test::post_ok(c, "/infill", {{"input_prefix", prefix}, {"input_suffix", suffix}, {"n_predict", 2},
+                                                       {"input_extra", {{{"filename", "util.py"}, {"text", "import os\n"}}}}});
+  EXPECT_EQ(with_extra["prompt"].get<std::string>().rfind("\n\n--- snippet ---\n\nimport os\n<｜begin▁of▁sentence｜>", 0), 0u)
+      << with_extra["prompt"];
+  EXPECT_EQ(with_extra["input_extra_tokens_dropped"], 0);
+  // More extra context than the context holds: the oldest dropped, and said.
+  std::string big;
+  for (int i = 0; i < 60; i++) big += "value_" + std::to_string(i) + " = compute(" + std::to_string(i) + ")\n";
+  const json crowded = test::post_ok(c, "/infill", {{"input_prefix", prefix}, {"input_suffix", suffix}, {"n_predict", 8},
+                                                    {"input_extra", {{{"filename", "big.py"}, {"text", big}}}}});
+  EXPECT_GT(crowded["input_extra_tokens_dropped"].get<int>(), 0);
+  EXPECT_LE(crowded["tokens_evaluated"].get<int>() + 8, 256);
+  EXPECT_EQ(crowded["tokens_predicted"], 8);
+
+  // Streamed: content pieces that add up, then the final object.
+  auto r = c.Post("/infill", json{{"input_prefix", prefix}, {"input_suffix", suffix}, {"prompt", "return"}, {"n_predict", 6},
+                                  {"temperature", 0}, {"stream", true}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  std::string streamed;
+  json last;
+  for (const auto& line : test::sse_data_lines(r->body)) {
+    last = json::parse(line);
+    streamed += last["content"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, infill["content"]);
+  EXPECT_EQ(last["stop"], true);
+  EXPECT_EQ(last["tokens_predicted"], 6);
+
+  // A prefix longer than the context is refused, not cut.
+  r = c.Post("/infill", json{{"input_prefix", big + big}, {"input_suffix", ""}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("context"));
+  r = c.Post("/infill", json{{"input_prefix", "x"}, {"input_suffix", "y"}, {"samplers", {"infill"}}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("samplers"));
+}
+
+TEST(Infill, AModelWithoutFimTokensIsRefusedByName) {
+  test::ServerProcess s({"-m", test::shared("models/stories260K.gguf")});
+  auto c = s.client();
+  auto r = c.Post("/infill", R"({"input_prefix": "Once", "input_suffix": "end"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("fill-in-the-middle"));
+  EXPECT_THAT(r->body, HasSubstr("prefix suffix middle"));
 }
 
 }  // namespace
