@@ -25,6 +25,8 @@ struct ServeFlags {
   std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", tool_call_parser = "auto", log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
   size_t responses_store = 1000;
+  std::string pooling;
+  bool matryoshka = false;
   HttpLimits limits;
   int http_threads = 2, http_workers = 2;
   std::vector<std::string> api_keys, cors_origins, allowed_hosts;
@@ -155,6 +157,8 @@ int run(ServeFlags& f) {
   hc.tls_key_file = f.ssl_key_file;
   hc.api.log_json = f.log_format == "json";
   hc.api.responses_kept = f.responses_store;
+  hc.api.pooling = f.pooling.empty() ? -1 : f.pooling == "mean" ? 1 : f.pooling == "cls" ? 2 : 3;
+  hc.api.matryoshka = f.matryoshka;
   hc.api.allow_special_in_content = f.allow_special_in_content;
   HttpServer http(engine, metrics, hc);
   const int port = http.bind();
@@ -235,6 +239,12 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
       ->capture_default_str();
+  cmd->add_option("--pooling", f.pooling,
+                  "Embeddings (/v1/embeddings, /api/embed) pool a sequence's rows this way instead of as the file's "
+                  "{arch}.pooling_type says (needed for a file that declares none)")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
+  cmd->add_flag("--matryoshka", f.matryoshka,
+                "The model was trained for truncated embeddings: requests may ask for fewer 'dimensions'");
   cmd->add_option("--responses-store", f.responses_store,
                   "Responses (/v1/responses) kept in memory for previous_response_id, the oldest evicted first (0: none)")
       ->capture_default_str();

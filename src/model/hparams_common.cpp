@@ -14,6 +14,11 @@ ModelConfig read_common(HparamReader& h, const CommonDefaults& d) {
   c.arch = h.arch();
   c.name = f.get_string("general.name").value_or("");
   c.n_embd = h.need_int("embedding_length");
+  // An embedding model's pooling (the server's /v1/embeddings reads it; generation does not).
+  if (const auto p = h.opt_int("pooling_type")) {
+    if (*p < 0 || *p > 4) throw h.bad("pooling_type", fmt::format("= {} is not one of 0 (none) to 4 (rank)", *p));
+    c.pooling_type = static_cast<int>(*p);
+  }
   c.n_layer = static_cast<int>(h.need_int("block_count"));
   if (d.mtp_blocks) {
     // The multi-token-prediction blocks are counted in block_count and come last.

@@ -82,7 +82,6 @@ void HparamReader::finish() const {
       "vocab_size",              // the embedding's rows are what counts
       "tensor_data_layout",      // old llama conversions: "Meta AI original pth"
       "rope.scaling.finetuned",  // whether the scaling was trained on
-      "pooling_type",            // embedding models' sentence pooling: not used in generation
   };
   const std::string prefix = arch_ + ".";
   for (const auto& [key, value] : f_.metadata()) {

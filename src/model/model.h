@@ -148,6 +148,9 @@ struct ModelConfig {
   // Multi-token prediction blocks the file carries after the n_layer trunk
   // blocks (DeepSeek-V3's `nextn` layers, `{arch}.nextn_predict_layers`).
   int n_mtp = 0;
+  // `{arch}.pooling_type` (embedding and reranking models): how a sequence's rows become one vector —
+  // 0 none, 1 mean, 2 cls (the first row), 3 last, 4 rank; -1: the file says nothing.
+  int pooling_type = -1;
 
   // Numbers the families' layers read from their files (what a layer is
   // made of is its family's LayerRecipe, model/family.h).

@@ -25,6 +25,7 @@ struct RequestParams {
   bool all_logits = false;    // every position's raw logits go to the step's outputs (perplexity-style callers)
   bool prefix_cache = true;   // may start from (and publish) named blocks of an equal prefix
   int top_logprobs = -1;      // -1: no logprobs; n >= 0: each token's logprob and the top n alternatives
+  bool want_hidden = false;   // every row's final hidden state goes to the step's outputs (embeddings)
   // Structured output: tokens the grammar does not allow are masked before
   // every sampling, drafts included; the request ends when the grammar can take nothing more.
   std::shared_ptr<TokenConstraint> constraint;

@@ -71,6 +71,8 @@ RequestOutput& StepExecutor::output(int64_t id) {
   o.tokens.clear();
   o.logits.clear();
   o.logits_first = -1;
+  o.hidden.clear();
+  o.hidden_first = -1;
   o.prompt_tokens = o.completion_tokens = o.cached_tokens = 0;
   return o;
 }
@@ -127,6 +129,7 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
                     {},
                     batch.size() - item.n_tokens,
                     -1});
+    rows.back().want_hidden = r.params.want_hidden;
   }
 }
 
@@ -255,16 +258,24 @@ void StepExecutor::land(StepReport& report) {
     logits_.resize(base_logits_);
     logits_.shrink_to_fit();
   }
+  // Rows whose hidden states a request wants (embeddings) get the buffer the proposer may have made already.
+  const bool proposer_hidden = proposer_ && proposer_->wants_hidden();
+  bool keep_hidden = false;
+  for (const Row& r : f.rows) keep_hidden = keep_hidden || r.want_hidden;
+  if (keep_hidden && hidden_.empty())
+    hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->hidden_dim()));
   if (depth_ == 1) {
-    e_.model->forward(f.batch, f.place, e_.kv->store(), logits_.data(), hidden_.empty() ? nullptr : hidden_.data());
+    e_.model->forward(f.batch, f.place, e_.kv->store(), logits_.data(),
+                      proposer_hidden || keep_hidden ? hidden_.data() : nullptr);
   } else {
+    if (keep_hidden) throw Error("hidden states (embeddings) are not kept across pipelined steps (pp > 1)");
     e_.model->finish_forward(slot, logits_.data());
   }
   for (Row& row : f.rows) {  // requests cancelled while their step was in flight are gone
     row.r = sched_.find(row.id);
     if (row.r) row.r->in_flight = false;
   }
-  if (!hidden_.empty()) observe_hidden(f);
+  if (proposer_hidden) observe_hidden(f);
   assign_logits_rows(f);
 
   const int64_t nv = e_.model->config().n_vocab;
@@ -273,6 +284,13 @@ void StepExecutor::land(StepReport& report) {
   outcomes.clear();
   for (Row& row : f.rows) {
     if (!row.r) continue;
+    if (row.want_hidden) {
+      RequestOutput& out = output(row.id);
+      const int64_t dim = e_.model->hidden_dim();
+      if (out.hidden.empty()) out.hidden_first = row.first;
+      const float* h = hidden_.data() + row.batch_first * dim;
+      out.hidden.insert(out.hidden.end(), h, h + row.n * dim);
+    }
     if (row.all_logits) {  // its prompt rows, but the one it samples from
       RequestOutput& out = output(row.id);
       const int64_t n_prompt_rows = row.logits ? row.n - 1 : row.n;

@@ -57,6 +57,10 @@ struct RequestOutput {
   // computed for it (prompt rows, then each row it sampled from), n_vocab each.
   std::vector<float> logits;
   int64_t logits_first = -1;  // the position whose logits come first there (the rows are consecutive positions)
+  // With params.want_hidden: every row's final (normed) hidden state this step computed for it, hidden_dim each,
+  // from position hidden_first on.
+  std::vector<float> hidden;
+  int64_t hidden_first = -1;
   bool finished = false;  // it ended (and is gone from the executor)
   FinishReason finish = FinishReason::Length;
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with finished
@@ -111,6 +115,7 @@ class StepExecutor {
     int64_t draft_first;         // ...and of its first draft (-1: none)
     int64_t first_logits_row = 0;  // its rows' logits: all prompt rows (all_logits) or the last
     int64_t logits_row = -1, draft_logits_row = -1;
+    bool want_hidden = false;  // its rows' final hidden states go to its output (the request's, kept here)
   };
 
   // A started step: its batch and rows stay here until it lands.

@@ -10,6 +10,7 @@
 //        POST /api/show (Ollama, ollama_api.h; routes_ollama.cpp)
 //   POST /v1/responses, GET /v1/responses/{id} (OpenAI Responses, responses_api.h)
 //   POST /infill (llama-server's fill-in-the-middle, infill_api.h)
+//   POST /v1/embeddings, /api/embed (embeddings_api.h)
 // Requests are admitted on the transport's thread, parsed, validated and
 // tokenized through the Offload it gives (set_offload); the generation runs
 // on the ServingEngine's thread. No route waits for the engine.
@@ -38,6 +39,8 @@ struct ApiConfig {
   bool split_reasoning = false;
   ToolCallFormat tool_format = ToolCallFormat::None;  // how replies are read for calls when a request offers tools  // --reasoning-format deepseek: <think> text as reasoning_content
   size_t responses_kept = 1000;  // --responses-store: responses kept for previous_response_id (0: none)
+  int pooling = -1;              // --pooling: embeddings pool this way (1 mean, 2 cls, 3 last); -1: as the file says
+  bool matryoshka = false;       // --matryoshka: the model was trained for truncated embeddings (dimensions < full)
 };
 
 class ApiRoutes {
@@ -64,7 +67,7 @@ class ApiRoutes {
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
   // The APIs a generation is asked through: each is put in the OpenAI shape, runs the same, and is answered in its own.
-  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill };
+  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill, Embeddings, OllamaEmbed };
   // A request in the OpenAI shape, and what its own API's answer needs beside it.
   struct Prepared {
     ParsedRequest p;
@@ -74,6 +77,9 @@ class ApiRoutes {
   HttpResponse completion(const HttpRequest& req, Api api);
   HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot);
   Prepared parse(const HttpRequest& req, Api api) const;
+  HttpResponse start_embeddings(const HttpRequest& req, Api api, QueueSlot slot);
+  // Places in the queue for `total` requests (the first given): a 503 when there are not that many.
+  std::optional<HttpResponse> more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api);
   HttpResponse stored_response(const HttpRequest& req) const;  // GET /v1/responses/{id}
   ApiContext api_context() const;
   // /v1/messages/count_tokens and /v1/chat/completions/input_tokens: the rendered prompt's tokens.

@@ -12,6 +12,7 @@
 #include "serving/completion_body.h"
 #include "serving/completion_stream.h"
 #include "serving/completion_whole.h"
+#include "serving/embeddings_api.h"
 #include "serving/ollama_api.h"
 #include "serving/offload.h"
 #include "serving/openai_api.h"
@@ -57,9 +58,26 @@ HttpResponse ApiRoutes::error_for(const ApiError& e, Api api) {
   switch (api) {
     case Api::Messages: return anthropic_error_response(e);
     case Api::OllamaChat:
-    case Api::OllamaGenerate: return ollama_error_response(e);
+    case Api::OllamaGenerate:
+    case Api::OllamaEmbed: return ollama_error_response(e);
     default: return error_response(e);
   }
+}
+
+std::optional<HttpResponse> ApiRoutes::more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api) {
+  slots.push_back(std::move(first));
+  while (slots.size() < total) {
+    QueueSlot more = engine_.enter_queue();
+    if (!more) {
+      HttpResponse r = rejected({503, fmt::format("the request queue has no room for {} requests; retry shortly", total),
+                                 "", "server_error", "queue_full"},
+                                api);
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+    slots.push_back(std::move(more));
+  }
+  return std::nullopt;
 }
 
 // On the transport's thread: only what is instant (draining, a place in
@@ -81,10 +99,60 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }
-  if (req.body.size() <= kInlineBodyBytes) return start_completion(req, api, std::move(slot));
+  const bool embed = api == Api::Embeddings || api == Api::OllamaEmbed;
+  if (req.body.size() <= kInlineBodyBytes)
+    return embed ? start_embeddings(req, api, std::move(slot)) : start_completion(req, api, std::move(slot));
   // (std::function wants a copyable job: the slot rides in a shared_ptr.)
   auto held = std::make_shared<QueueSlot>(std::move(slot));
-  return OffloadedResponse::start(offload_, [this, req, api, held] { return start_completion(req, api, std::move(*held)); });
+  return OffloadedResponse::start(offload_, [this, req, api, embed, held] {
+    return embed ? start_embeddings(req, api, std::move(*held)) : start_completion(req, api, std::move(*held));
+  });
+}
+
+// Each input one request that runs its prefill and sends its pooled vector.
+HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueSlot slot) {
+  const bool ollama = api == Api::OllamaEmbed;
+  const ModelConfig& mc = engine_.engine().model->config();
+  const int pooling = c_.pooling >= 0 ? c_.pooling : mc.pooling_type;
+  if (pooling <= 0 || pooling == 4)
+    return rejected(bad_request("model", pooling == 4 ? fmt::format("this is a reranking model ({}.pooling_type rank): it "
+                                                                     "scores pairs, it does not embed",
+                                                                     mc.arch)
+                                                      : fmt::format("this model declares no pooling ({}.pooling_type {}): "
+                                                                    "start the server with --pooling mean|cls|last to "
+                                                                    "embed with it",
+                                                                    mc.arch, pooling < 0 ? "absent" : "none")),
+                    api);
+  EmbeddingRequest er;
+  try {
+    er = parse_embedding_request(api_context(), parse_body(req.body), ollama, engine_.engine().model->hidden_dim(),
+                                 c_.matryoshka);
+  } catch (const ApiError& e) {
+    return rejected(e, api);
+  }
+  std::vector<QueueSlot> slots;
+  if (er.inputs.size() > static_cast<size_t>(engine_.max_queue()))
+    return rejected(bad_request("input", fmt::format("{} inputs are more requests than the queue holds ({}, --max-queue)",
+                                                     er.inputs.size(), engine_.max_queue())),
+                    api);
+  if (auto full = more_slots(std::move(slot), er.inputs.size(), slots, api)) return *full;
+  std::vector<std::shared_ptr<RequestChannel>> chs;
+  try {
+    for (size_t i = 0; i < er.inputs.size(); i++) {
+      ServeRequest one;
+      one.arrival = req.arrival;
+      one.params.prompt = er.inputs[i];
+      one.params.max_tokens = 0;
+      one.pooling = pooling;
+      chs.push_back(engine_.submit(std::move(slots[i]), std::move(one)));
+    }
+  } catch (const Error& e) {
+    for (auto& c : chs) c->cancel();
+    return rejected({400, e.what(), "input", "invalid_request_error", "context_length_exceeded"}, api);
+  }
+  HttpResponse r;
+  r.later = std::make_shared<EmbeddingsAnswer>(std::move(chs), std::move(er), req.arrival);
+  return r;
 }
 
 ApiContext ApiRoutes::api_context() const {
@@ -169,18 +237,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
                                                       p.prompts.size(), p.n, engine_.max_queue())),
                     api);
   std::vector<QueueSlot> slots;
-  slots.push_back(std::move(slot));
-  while (slots.size() < total) {
-    QueueSlot more = engine_.enter_queue();
-    if (!more) {
-      HttpResponse r = rejected({503, fmt::format("the request queue has no room for {} requests; retry shortly", total),
-                                 "", "server_error", "queue_full"},
-                                api);
-      r.headers.emplace_back("Retry-After", "1");
-      return r;
-    }
-    slots.push_back(std::move(more));
-  }
+  if (auto full = more_slots(std::move(slot), total, slots, api)) return *full;
   std::vector<std::shared_ptr<RequestChannel>> chs;
   try {
     for (size_t k = 0; k < total; k++) {

@@ -29,6 +29,8 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, Api::Chat); });
   router.add("POST", "/v1/messages", [this](const HttpRequest& r) { return completion(r, Api::Messages); });
   router.add("POST", "/v1/messages/count_tokens", offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Messages); }));
+  router.add("POST", "/v1/embeddings", [this](const HttpRequest& r) { return completion(r, Api::Embeddings); });
+  router.add("POST", "/api/embed", [this](const HttpRequest& r) { return completion(r, Api::OllamaEmbed); });
   router.add("POST", "/infill", [this](const HttpRequest& r) { return completion(r, Api::Infill); });
   router.add("POST", "/v1/responses", [this](const HttpRequest& r) { return completion(r, Api::Responses); });
   router.add("GET", "/v1/responses/*", [this](const HttpRequest& r) { return stored_response(r); });

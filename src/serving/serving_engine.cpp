@@ -126,6 +126,11 @@ void ServingEngine::admit_new() {
     RequestParams& p = a->req.params;
     a->n_prompt = static_cast<int64_t>(p.prompt.size());
     a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, p.prompt.back(), a->req.shown_control_tokens);
+    if (a->req.pooling >= 0) {  // every prompt row's hidden state, computed here (no shared prefix)
+      p.want_hidden = true;
+      p.prefix_cache = false;
+      p.max_tokens = 0;
+    }
     if (a->req.echo) {
       a->echo_text = std::make_unique<TextStream>(*e_.tokenizer, std::vector<std::string>{}, -1);
       if (a->req.prompt_logprobs >= 0) {
@@ -214,6 +219,7 @@ void ServingEngine::deliver(const RequestOutput& out) {
     a.slot.release();
   }
   if (!a.echo_prompt.empty()) echo_prompt(a, out);
+  if (a.req.pooling >= 0) pool_rows(a, out);
   if (out.drafted > 0) {
     metrics_.add("kestrel_spec_drafts_total");
     metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(out.drafted));
@@ -277,6 +283,27 @@ void ServingEngine::echo_prompt(Active& a, const RequestOutput& out) {
   for (int64_t i = 0; i < rows && a.echo_next < n_prompt; i++)
     if (out.logits_first + i + 1 == a.echo_next) send(a.echo_next, out.logits.data() + i * nv);
   if (a.echo_next == n_prompt) a.echo_prompt = {};  // all sent
+}
+
+void ServingEngine::pool_rows(Active& a, const RequestOutput& out) {
+  const int64_t dim = e_.model->hidden_dim();
+  if (a.pooled.empty()) a.pooled.assign(static_cast<size_t>(dim), 0.0);
+  const auto rows = static_cast<int64_t>(out.hidden.size()) / dim;
+  for (int64_t i = 0; i < rows && a.pool_next < a.n_prompt; i++) {
+    const int64_t pos = out.hidden_first + i;
+    if (pos != a.pool_next) continue;  // (rows a preemption's recompute brings again)
+    const float* h = out.hidden.data() + i * dim;
+    const bool take = a.req.pooling == 1 || (a.req.pooling == 2 && pos == 0) || (a.req.pooling == 3 && pos == a.n_prompt - 1);
+    if (take)
+      for (int64_t d = 0; d < dim; d++) a.pooled[static_cast<size_t>(d)] += h[d];
+    a.pool_next++;
+  }
+  if (!out.finished || a.pool_next < a.n_prompt) return;
+  StreamEvent ev;
+  ev.embedding.resize(static_cast<size_t>(dim));
+  const double scale = a.req.pooling == 1 ? 1.0 / static_cast<double>(a.n_prompt) : 1.0;
+  for (int64_t d = 0; d < dim; d++) ev.embedding[static_cast<size_t>(d)] = static_cast<float>(a.pooled[static_cast<size_t>(d)] * scale);
+  a.channel->push(std::move(ev));
 }
 
 void ServingEngine::step(double now) {

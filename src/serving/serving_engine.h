@@ -40,6 +40,7 @@ struct StreamEvent {
   bool has_token = false;
   bool prompt = false;        // an echoed prompt token (or the prompt's text): comes before any generated one
   bool null_logprob = false;  // the prompt's first token: nothing before it, so no logprob
+  std::vector<float> embedding;  // a pooling request's vector (before the end event), not normalised
   TokenLogprob token;             // the token and its logprob (with logprobs)
   std::vector<TokenLogprob> top;  // the top-n alternatives (with logprobs)
   bool done = false;
@@ -120,6 +121,9 @@ struct ServeRequest {
   // every row's logits and does not share cached prefix blocks) with that many alternatives.
   bool echo = false;
   int prompt_logprobs = -1;
+  // An embedding: the prompt's final hidden states pooled (1 mean, 2 the first row, 3 the last; -1: not an
+  // embedding request) and sent as one event; nothing is generated (max_tokens 0).
+  int pooling = -1;
 };
 
 struct ServingConfig {
@@ -172,6 +176,8 @@ class ServingEngine {
     std::unique_ptr<TextStream> echo_text;  // echo: the prompt's text, token by token
     std::vector<int32_t> echo_prompt;       // echo with prompt logprobs: the prompt (the record holds the other copy)
     int64_t echo_next = 0;                  // the next prompt position to send
+    std::vector<double> pooled;             // an embedding: the rows pooled so far
+    int64_t pool_next = 0;                  // ...and the next prompt position to take
     std::shared_ptr<TokenConstraint> constraint;  // with a grammar: its matcher (the record's too)
     int64_t completion_tokens = 0;                // tokens the client has been sent
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
@@ -184,6 +190,8 @@ class ServingEngine {
   void deliver(const RequestOutput& out);
   // Echo: the prompt's tokens with their logprobs, as the prefill's rows give them.
   void echo_prompt(Active& a, const RequestOutput& out);
+  // An embedding request: its prompt rows' hidden states pooled; the vector sent once the prefill ends.
+  void pool_rows(Active& a, const RequestOutput& out);
   // The client side of a request's end (its event, metrics); the executor
   // has freed its blocks (it finished) or the caller does (exec_.remove).
   void finish(Active& a, const std::string& reason, const std::string& error = "", int64_t cached_tokens = 0);

@@ -317,7 +317,7 @@ TEST(OpenAiResponses, TheStoreIsBoundedAndInputItemsRenderAsChatTurns) {
 TEST(Ollama, TheOfficialClientListingsChatGenerateFormatToolsAndThinking) {
   ASSERT_TRUE(std::filesystem::exists(kClients + "/node_modules/ollama/package.json"))
       << "the ollama npm package is missing: run scripts/setup.sh";
-  test::ServerProcess s(server_args());
+  test::ServerProcess s(server_args({"--pooling", "last"}));
   int st = 0;
   const std::string out =
       test::shell("cd " + kClients + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) + " node ollama.mjs", &st);
@@ -361,6 +361,11 @@ TEST(Ollama, TheOfficialClientListingsChatGenerateFormatToolsAndThinking) {
     EXPECT_LE(l["logprob"].get<double>(), 0.0);
     EXPECT_EQ(l["top"], 2);
   }
+  // /api/embed: a unit vector per input.
+  EXPECT_EQ(seen["embed"]["count"], 2);
+  EXPECT_EQ(seen["embed"]["dim"], 64);
+  EXPECT_NEAR(seen["embed"]["norm"].get<double>(), 1.0, 1e-5);
+  EXPECT_GT(seen["embed"]["prompt_eval_count"], 4);
   // Errors in Ollama's shape, as the client's ResponseError.
   EXPECT_EQ(seen["unknown_model"]["status"], 404);
   EXPECT_THAT(seen["unknown_model"]["message"].get<std::string>(), HasSubstr("llama9"));

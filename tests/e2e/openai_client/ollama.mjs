@@ -61,6 +61,11 @@ const withLogprobs = await ollama.chat({ model, messages: [{ role: "user", conte
                                          options: greedy, logprobs: true, top_logprobs: 2 });
 seen.logprobs = (withLogprobs.logprobs ?? []).map((l) => ({ token: l.token, logprob: l.logprob, top: l.top_logprobs?.length }));
 
+// Embeddings (the server pools the last row: --pooling last), one vector per input, unit length.
+const embedded = await ollama.embed({ model, input: ["Hello", "Weather in Paris?"] });
+seen.embed = { count: embedded.embeddings.length, dim: embedded.embeddings[0].length,
+               norm: Math.hypot(...embedded.embeddings[0]), prompt_eval_count: embedded.prompt_eval_count };
+
 async function failure(call) {
   try {
     await call();

@@ -1,0 +1,167 @@
+#include "serving/embeddings_api.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/base64.h"
+#include "serving/ollama_api.h"
+
+namespace kestrel {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
+
+constexpr size_t kMaxInputs = 2048;
+
+}  // namespace
+
+EmbeddingRequest parse_embedding_request(const ApiContext& ctx, const ojson& body, bool ollama, int64_t full_dim,
+                                         bool matryoshka) {
+  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  if (ollama)
+    // truncate (Ollama's default true cuts an input to the context): an input too long is refused here instead.
+    check_known_fields(body, "", {"model", "input", "dimensions", "truncate", "options"}, {"keep_alive"});
+  else
+    check_known_fields(body, "", {"model", "input", "encoding_format", "dimensions"}, {"user"});
+  EmbeddingRequest r;
+  r.ollama = ollama;
+  if (ollama) {
+    if (!body.contains("model") || !body["model"].is_string()) throw bad("model", "'model' is required");
+    r.model = body["model"];
+    if (ollama_model_name(r.model, ctx.model_names).empty())
+      throw ApiError{404, fmt::format("model '{}' not found", r.model), "model", "", ""};
+    if (body.contains("options") && !body["options"].is_null() && !(body["options"].is_object() && body["options"].empty()))
+      throw bad("options", "'options' do not change an embedding here (no sampling): leave them out");
+  } else {
+    r.model = checked_model_name(ctx, body);
+  }
+  if (!body.contains("input") || body["input"].is_null()) throw bad("input", "'input' is missing");
+  const ojson& in = body["input"];
+  const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
+  auto text = [&](const ojson& t, const std::string& param) {
+    if (t.get_ref<const std::string&>().empty()) throw bad(param, fmt::format("'{}' is empty", param));
+    return ctx.tokenizer.encode(t.get<std::string>(), true, false);
+  };
+  auto ids = [&](const ojson& a, const std::string& param) {
+    std::vector<int32_t> out;
+    for (const auto& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+        throw bad(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
+      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    if (out.empty()) throw bad(param, fmt::format("'{}' is empty", param));
+    return out;
+  };
+  const char* shape = "'input' must be a string, an array of strings, an array of token ids or an array of them";
+  if (in.is_string()) {
+    r.inputs.push_back(text(in, "input"));
+  } else if (in.is_array() && !in.empty() && in[0].is_number()) {
+    r.inputs.push_back(ids(in, "input"));
+  } else if (in.is_array() && !in.empty()) {
+    if (in.size() > kMaxInputs) throw bad("input", fmt::format("'input' holds {} inputs; at most {}", in.size(), kMaxInputs));
+    for (size_t i = 0; i < in.size(); i++) {
+      const std::string param = fmt::format("input[{}]", i);
+      if (in[i].is_string())
+        r.inputs.push_back(text(in[i], param));
+      else if (in[i].is_array())
+        r.inputs.push_back(ids(in[i], param));
+      else
+        throw bad(param, shape);
+    }
+  } else {
+    throw bad("input", shape);
+  }
+  for (size_t i = 0; i < r.inputs.size(); i++)
+    if (static_cast<int64_t>(r.inputs[i].size()) > ctx.n_ctx)
+      throw ApiError{400,
+                     fmt::format("input {} has {} tokens but the context holds {}", i, r.inputs[i].size(), ctx.n_ctx),
+                     r.inputs.size() > 1 ? fmt::format("input[{}]", i) : "input", "invalid_request_error",
+                     "context_length_exceeded"};
+  if (body.contains("encoding_format") && !body["encoding_format"].is_null()) {
+    const ojson& f = body["encoding_format"];
+    if (f != "float" && f != "base64") throw bad("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    r.base64 = f == "base64";
+  }
+  if (body.contains("dimensions") && !body["dimensions"].is_null()) {
+    const ojson& d = body["dimensions"];
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > full_dim)
+      throw bad("dimensions", fmt::format("'dimensions' must be an integer from 1 to {} (the model's)", full_dim));
+    if (d.get<int64_t>() < full_dim && !matryoshka)
+      throw bad("dimensions", fmt::format("'dimensions' {} is less than the model's {}: truncation is only meaningful for "
+                                          "a model trained for it (Matryoshka); start the server with --matryoshka if it was",
+                                          d.get<int64_t>(), full_dim));
+    r.dimensions = d;
+  }
+  return r;
+}
+
+std::vector<float> finish_embedding(const std::vector<float>& pooled, int64_t dimensions) {
+  std::vector<float> v(pooled.begin(), dimensions > 0 ? pooled.begin() + dimensions : pooled.end());
+  double norm = 0;
+  for (const float x : v) norm += static_cast<double>(x) * x;
+  norm = std::sqrt(norm);
+  if (norm > 0)
+    for (float& x : v) x = static_cast<float>(x / norm);
+  return v;
+}
+
+void EmbeddingsAnswer::on_ready(std::function<void()> ready) {
+  for (auto& c : channels_) c->on_ready(ready);
+}
+
+HttpResponse EmbeddingsAnswer::failure(const std::string& message) const {
+  const ApiError e{500, "embedding failed: " + message, "", "server_error", ""};
+  return req_.ollama ? ollama_error_response(e) : error_response(e);
+}
+
+std::optional<HttpResponse> EmbeddingsAnswer::poll() {
+  if (answered_) return std::nullopt;
+  for (size_t i = 0; i < channels_.size(); i++) {
+    if (done_[i]) continue;
+    for (auto& e : channels_[i]->take()) {
+      if (!e.embedding.empty()) vectors_[i] = finish_embedding(e.embedding, req_.dimensions);
+      if (!e.done) continue;
+      done_[i] = true;
+      prompt_tokens_ += e.prompt_tokens;
+      if (e.finish_reason == "error" || e.finish_reason == "cancelled" || vectors_[i].empty()) {
+        answered_ = true;
+        close(false);
+        return failure(e.error.empty() ? "the request ended without a vector (" + e.finish_reason + ")" : e.error);
+      }
+    }
+  }
+  for (const bool d : done_)
+    if (!d) return std::nullopt;
+  answered_ = true;
+  if (req_.ollama) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrival_).count();
+    return json_response(json_text({{"model", req_.model}, {"embeddings", vectors_}, {"total_duration", ns},
+                                    {"load_duration", 0}, {"prompt_eval_count", prompt_tokens_}}));
+  }
+  json data = json::array();
+  for (size_t i = 0; i < vectors_.size(); i++) {
+    json item = {{"object", "embedding"}, {"index", i}};
+    if (req_.base64)
+      item["embedding"] = base64_encode(std::string_view(reinterpret_cast<const char*>(vectors_[i].data()),
+                                                         vectors_[i].size() * sizeof(float)));
+    else
+      item["embedding"] = vectors_[i];
+    data.push_back(std::move(item));
+  }
+  return json_response(json_text({{"object", "list"},
+                                  {"data", data},
+                                  {"model", req_.model},
+                                  {"usage", {{"prompt_tokens", prompt_tokens_}, {"total_tokens", prompt_tokens_}}}}));
+}
+
+void EmbeddingsAnswer::close(bool) {
+  for (size_t i = 0; i < channels_.size(); i++)
+    if (!done_[i]) channels_[i]->cancel();
+}
+
+}  // namespace kestrel
