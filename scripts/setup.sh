@@ -16,6 +16,7 @@ packages=(
   python3-jsonschema                # validates structured output against its schema (tests)
   curl openssl                      # the TLS and API-key tests (a certificate, an HTTPS client)
   libopenmpi-dev openmpi-bin        # --parallel: tensor parallelism across ranks (mpirun)
+  chromium                          # the web chat page's test: a real browser (driven by puppeteer-core)
 )
 
 # Node.js runs the stock OpenAI client in the e2e tests; the machine's own
@@ -35,17 +36,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The stock clients the e2e tests drive — `openai`, `@anthropic-ai/sdk`, `ollama`
-# — at the versions package-lock.json pins (the registry is reached only when
-# one is not there yet).
+# The stock clients the e2e tests drive — `openai`, `@anthropic-ai/sdk`, `ollama`,
+# and `puppeteer-core` for Debian's chromium — at the versions package-lock.json
+# pins (the registry is reached only when one is not there yet).
 client=tests/e2e/openai_client
 missing=0
-for pkg in openai @anthropic-ai/sdk ollama; do
+for pkg in openai @anthropic-ai/sdk ollama puppeteer-core; do
   [ -d "$(dirname "$0")/../$client/node_modules/$pkg" ] || missing=1
 done
 if [ "$missing" = 1 ]; then
-  echo "setup: installing the npm clients (openai, @anthropic-ai/sdk, ollama) into $client"
+  echo "setup: installing the npm clients (openai, @anthropic-ai/sdk, ollama, puppeteer-core) into $client"
   (cd "$(dirname "$0")/../$client" && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "setup: the npm clients could not be installed (the registry unreachable?); the e2e tests that run" \
-         "them (StockClients, AnthropicMessages, Ollama) will fail until they are" >&2
+         "them (StockClients, AnthropicMessages, OpenAiResponses, Ollama, WebChat) will fail until they are" >&2
 fi

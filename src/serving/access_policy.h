@@ -2,7 +2,8 @@
 // Who may call the server, apart from the transport: API keys (Bearer, as
 // OpenAI's clients send them, or x-api-key, as Anthropic's do), a Host allow-list (against DNS rebinding),
 // and CORS for browsers (preflights answered, allowed origins echoed).
-// /health is always open (load balancers probe it without keys); /metrics
+// /health and the chat page (GET /) are always open (load balancers probe the
+// first without keys; the page asks for the key itself); /metrics
 // is open unless protect_metrics.
 #include <optional>
 #include <string>

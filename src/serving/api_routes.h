@@ -1,5 +1,6 @@
 #pragma once
 // The server's endpoints as a routing table, apart from the HTTP library:
+//   GET  / (the web chat page, chat_page.h)
 //   GET  /health, /metrics, /v1/models, /v1/models/{id} (routes_info.cpp)
 //   POST /tokenize, /detokenize, /apply-template (routes_tokenize.cpp)
 //   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;

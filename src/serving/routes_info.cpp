@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serving/api_routes.h"
+#include "serving/chat_page.h"
 #include "serving/ollama_api.h"
 #include "serving/openai_api.h"
 
@@ -18,6 +19,15 @@ ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig co
 }
 
 void ApiRoutes::install(Router& router) {
+  router.add("GET", "/", [](const HttpRequest&) {
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(chat_page_html());
+    // Everything the page needs is in it; it talks to this server only.
+    r.headers.emplace_back("Content-Security-Policy",
+                           "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'");
+    return r;
+  });
   router.add("GET", "/health", [this](const HttpRequest&) { return health(); });
   router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });
   router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });

@@ -417,6 +417,55 @@ TEST(Ollama, OptionsMapToSamplingAndNumCtxBoundsTheRequest) {
   EXPECT_EQ(status, 400);
 }
 
+// The web chat page in Debian's chromium (puppeteer-core), served over TLS behind an API key: a streamed reply
+// with its reasoning apart, the key asked for, a reply stopped, regenerated, the conversation found after a
+// reload, markdown rendered; nothing fetched from anywhere but the server. The screenshot is left in the
+// test's working directory (webchat.png).
+TEST(WebChat, InARealBrowserOverTlsWithAKey) {
+  ASSERT_TRUE(std::filesystem::exists(kClients + "/node_modules/puppeteer-core/package.json"))
+      << "the puppeteer-core npm package is missing: run scripts/setup.sh";
+  ASSERT_TRUE(std::filesystem::exists("/usr/bin/chromium")) << "Debian's chromium is missing: run scripts/setup.sh";
+  test::TempDir dir;
+  const std::string cert = dir.file("cert.pem"), key = dir.file("key.pem");
+  int st = 0;
+  const std::string made = test::shell("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+                                       "subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert, &st);
+  ASSERT_EQ(st, 0) << made;
+  test::ServerProcess s(server_args({"--api-key", "secret", "--ssl-cert-file", cert, "--ssl-key-file", key}));
+  const std::string shot = (std::filesystem::current_path() / "webchat.png").string();
+  std::filesystem::remove(shot);
+  const std::string out = test::shell("cd " + kClients + " && KESTREL_URL=https://127.0.0.1:" + std::to_string(s.port()) +
+                                          "/ KESTREL_KEY=secret KESTREL_SCREENSHOT=" + shot + " node webchat.mjs",
+                                      &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+  EXPECT_EQ(seen["title"], "Kestrel");
+  ASSERT_EQ(seen["dialogs"].size(), 1u) << seen;  // the key asked for once, then kept
+  EXPECT_THAT(seen["dialogs"][0].get<std::string>(), HasSubstr("API key"));
+  // The first reply: Qwen3.5 thinks first, so the text is reasoning, shown apart (collapsible) and streamed.
+  EXPECT_EQ(seen["first"]["cls"], "msg assistant") << seen["first"];
+  EXPECT_FALSE(seen["first"]["reasoning"].get<std::string>().empty());
+  EXPECT_TRUE(seen["first"]["collapsible"]);
+  EXPECT_GE(seen["updates"], 5);
+  EXPECT_EQ(seen["count_after_first"], 2);
+  // Stopped: at once, a short reply, the page ready again.
+  EXPECT_EQ(seen["stop"]["status"], "stopped");
+  EXPECT_LT(seen["stop"]["ms"], 5000);
+  EXPECT_LT(seen["stop"]["last"]["reasoning"].get<std::string>().size(), 3000u);
+  EXPECT_EQ(seen["regenerate"]["before"], seen["regenerate"]["after"]);
+  // Reloaded: the conversation is still there.
+  EXPECT_EQ(seen["reload"]["titles"], json::array({"Tell me a story"}));
+  EXPECT_EQ(seen["reload"]["messages"], 4);
+  EXPECT_EQ(seen["reload"]["first_user"], "Tell me a story");
+  // Markdown: a fenced block as code (escaped, not HTML), bold, a list.
+  EXPECT_EQ(seen["markdown"]["code"], "print('<hi>')");
+  EXPECT_EQ(seen["markdown"]["bold"], "bold");
+  EXPECT_EQ(seen["markdown"]["items"], 2);
+  EXPECT_EQ(seen["hosts"], json::array({"127.0.0.1:" + std::to_string(s.port())}));
+  EXPECT_TRUE(std::filesystem::exists(shot));
+  EXPECT_GT(std::filesystem::file_size(shot), 10000u);
+}
+
 // /infill on a tiny model with DeepSeek-Coder's vocabulary (its FIM tokens by their text, as llama.cpp finds
 // them): the prompt laid out as llama.cpp lays it out, generated as the same token ids through /v1/completions.
 TEST(Infill, FillInTheMiddleLayoutStreamingAndLimits) {
