@@ -19,6 +19,11 @@ ModelConfig read_common(HparamReader& h, const CommonDefaults& d) {
     if (*p < 0 || *p > 4) throw h.bad("pooling_type", fmt::format("= {} is not one of 0 (none) to 4 (rank)", *p));
     c.pooling_type = static_cast<int>(*p);
   }
+  const std::string labels_key = c.arch + ".classifier.output_labels";
+  if (f.find(labels_key)) {
+    h.accept("classifier.output_labels");
+    for (const auto& v : f.get(labels_key).as_array().items) c.classifier_labels.push_back(v.as_string());
+  }
   c.n_layer = static_cast<int>(h.need_int("block_count"));
   if (d.mtp_blocks) {
     // The multi-token-prediction blocks are counted in block_count and come last.

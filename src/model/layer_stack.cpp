@@ -43,6 +43,16 @@ void LayerStack::load(const GgufFile& f, const ModelOptions& opt) {
                             cfg_.arch));
   WeightLoader ld(f);
   io_ = load_io_weights(ld, be_, cfg_, shard_.leader(), shard_.stage == 0);
+  // A reranker's head (llama.cpp's cls.output: Qwen3-Reranker's "yes"/"no" rows of its output matrix).
+  if (cfg_.pooling_type == 4 && ld.has("cls.output.weight")) {
+    if (cfg_.arch != "qwen3")
+      throw Error(fmt::format("{}: a reranking head (cls.output) is implemented for qwen3's rerankers, not for {}",
+                              f.path(), cfg_.arch));
+    if (cfg_.classifier_labels.empty())
+      throw Error(fmt::format("{}: cls.output.weight without {}.classifier.output_labels", f.path(), cfg_.arch));
+    classifier_ = ld.optional_floats("cls.output.weight",
+                                     {cfg_.n_embd, static_cast<int64_t>(cfg_.classifier_labels.size())});
+  }
   load_extra(ld, opt);
   for (int l = 0; l < cfg_.n_layer; l++)
     if (l >= first_ && l < end_)
@@ -50,6 +60,22 @@ void LayerStack::load(const GgufFile& f, const ModelOptions& opt) {
     else
       ld.skip_prefix(layer_prefix(l), "pipeline parallelism: another stage's layer");
   ld.finish(cfg_.arch);
+}
+
+std::vector<float> LayerStack::classify(const float* pooled) const {
+  if (classifier_.empty()) return {};
+  const int64_t dim = cfg_.n_embd;
+  const size_t n = cfg_.classifier_labels.size();
+  std::vector<double> z(n);
+  for (size_t k = 0; k < n; k++)
+    for (int64_t d = 0; d < dim; d++) z[k] += static_cast<double>(classifier_[k * dim + d]) * pooled[d];
+  // (softmax: llama.cpp's head for Qwen3's rerankers; a head of other families would say otherwise)
+  const double m = *std::max_element(z.begin(), z.end());
+  double sum = 0;
+  for (double& v : z) sum += (v = std::exp(v - m));
+  std::vector<float> out(n);
+  for (size_t k = 0; k < n; k++) out[k] = static_cast<float>(z[k] / sum);
+  return out;
 }
 
 void LayerStack::allocate_stack() {

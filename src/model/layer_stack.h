@@ -39,6 +39,7 @@ class LayerStack : public Model {
   const ModelConfig& config() const final { return cfg_; }
   int64_t max_batch_tokens() const final { return max_batch_; }
   void forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) final;
+  std::vector<float> classify(const float* pooled) const override;
   // Several residual streams (DeepSeek-V4) hand over the streams themselves, as llama.cpp's h_nextn.
   int64_t hidden_dim() const final { return streams_ > 1 ? state_dim() : cfg_.n_embd; }
   // Rank 0 of a pipeline keeps up to one step per stage in flight, each in
@@ -136,6 +137,7 @@ class LayerStack : public Model {
   MoeConfig local_moe_;      // the expert widths this rank runs (its share under tp)
   int64_t local_n_ff_ = 0;   // ...and of a dense FFN's rows
   IoWeights io_;
+  std::vector<float> classifier_;  // a reranker's cls.output, [labels][n_embd] (pooling rank)
   const MtpTensors* nextn_ = nullptr;  // the MTP block the family loaded for forward_mtp (null: none)
   Act x_;  // the activations being computed: x_store_, or a step in flight's
 

@@ -151,6 +151,8 @@ struct ModelConfig {
   // `{arch}.pooling_type` (embedding and reranking models): how a sequence's rows become one vector —
   // 0 none, 1 mean, 2 cls (the first row), 3 last, 4 rank; -1: the file says nothing.
   int pooling_type = -1;
+  // A reranker's classification head: its labels (`{arch}.classifier.output_labels`, Qwen3-Reranker: yes, no).
+  std::vector<std::string> classifier_labels;
 
   // Numbers the families' layers read from their files (what a layer is
   // made of is its family's LayerRecipe, model/family.h).
@@ -211,6 +213,9 @@ class Model {
   // norm (n_embd), or DeepSeek-V4's residual streams before its head (n_embd per stream), as llama.cpp's
   // h_nextn.
   virtual int64_t hidden_dim() const { return config().n_embd; }
+  // A reranking model (pooling rank): its classification head over a pooled final state (hidden_dim floats),
+  // one score per label, softmaxed as llama.cpp does for Qwen3's rerankers. Empty when the model has none.
+  virtual std::vector<float> classify(const float* /*pooled*/) const { return {}; }
   // Runs the first MTP layer: row i carries token x_{p+1} at position p and
   // hidden_in row i, the target's final hidden state at p (or the previous
   // MTP step's output when chaining drafts). Its logits predict x_{p+2};

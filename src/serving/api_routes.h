@@ -11,7 +11,7 @@
 //        POST /api/show (Ollama, ollama_api.h; routes_ollama.cpp)
 //   POST /v1/responses, GET /v1/responses/{id} (OpenAI Responses, responses_api.h)
 //   POST /infill (llama-server's fill-in-the-middle, infill_api.h)
-//   POST /v1/embeddings, /api/embed (embeddings_api.h)
+//   POST /v1/embeddings, /api/embed, /v1/rerank (and /rerank) (embeddings_api.h)
 // Requests are admitted on the transport's thread, parsed, validated and
 // tokenized through the Offload it gives (set_offload); the generation runs
 // on the ServingEngine's thread. No route waits for the engine.
@@ -68,7 +68,7 @@ class ApiRoutes {
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
   // The APIs a generation is asked through: each is put in the OpenAI shape, runs the same, and is answered in its own.
-  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill, Embeddings, OllamaEmbed };
+  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill, Embeddings, OllamaEmbed, Rerank };
   // A request in the OpenAI shape, and what its own API's answer needs beside it.
   struct Prepared {
     ParsedRequest p;

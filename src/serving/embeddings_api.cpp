@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include "core/base64.h"
@@ -100,6 +101,55 @@ EmbeddingRequest parse_embedding_request(const ApiContext& ctx, const ojson& bod
   return r;
 }
 
+EmbeddingRequest parse_rerank_request(const ApiContext& ctx, const ojson& body, const std::string& rerank_template) {
+  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  check_known_fields(body, "", {"model", "query", "documents", "top_n", "return_documents"});
+  EmbeddingRequest r;
+  r.rerank = true;
+  r.model = checked_model_name(ctx, body);
+  if (!body.contains("query") || !body["query"].is_string()) throw bad("query", "'query' must be a string");
+  const std::string query = body["query"];
+  if (!body.contains("documents") || !body["documents"].is_array() || body["documents"].empty())
+    throw bad("documents", "'documents' must be a non-empty array of strings");
+  if (body["documents"].size() > kMaxInputs)
+    throw bad("documents", fmt::format("'documents' holds {}; at most {}", body["documents"].size(), kMaxInputs));
+  if (rerank_template.empty())
+    throw bad("model", "this model has no rerank template (tokenizer.chat_template.rerank) to put the query and a "
+                       "document in");
+  for (size_t i = 0; i < body["documents"].size(); i++) {
+    const ojson& d = body["documents"][i];
+    const std::string param = fmt::format("documents[{}]", i);
+    std::string text;
+    if (d.is_string())
+      text = d;
+    else if (d.is_object() && d.contains("text") && d["text"].is_string())
+      text = d["text"];
+    else
+      throw bad(param, fmt::format("'{}' must be a string or {{\"text\": ...}}", param));
+    std::string prompt = rerank_template;
+    for (const auto& [key, value] : {std::pair<std::string, const std::string*>{"{query}", &query}, {"{document}", &text}})
+      for (size_t at = 0; (at = prompt.find(key, at)) != std::string::npos; at += value->size())
+        prompt.replace(at, key.size(), *value);
+    r.inputs.push_back(ctx.tokenizer.encode(prompt, false, true));
+    if (static_cast<int64_t>(r.inputs.back().size()) > ctx.n_ctx)
+      throw ApiError{400, fmt::format("document {} with the query takes {} tokens but the context holds {}", i,
+                                      r.inputs.back().size(), ctx.n_ctx),
+                     param, "invalid_request_error", "context_length_exceeded"};
+    r.documents.push_back(std::move(text));
+  }
+  r.top_n = r.documents.size();
+  if (body.contains("top_n") && !body["top_n"].is_null()) {
+    if (!body["top_n"].is_number_integer() || body["top_n"].get<int64_t>() < 1)
+      throw bad("top_n", "'top_n' must be a positive integer");
+    r.top_n = std::min<size_t>(r.top_n, body["top_n"].get<size_t>());
+  }
+  if (body.contains("return_documents") && !body["return_documents"].is_null()) {
+    if (!body["return_documents"].is_boolean()) throw bad("return_documents", "'return_documents' must be true or false");
+    r.return_documents = body["return_documents"];
+  }
+  return r;
+}
+
 std::vector<float> finish_embedding(const std::vector<float>& pooled, int64_t dimensions) {
   std::vector<float> v(pooled.begin(), dimensions > 0 ? pooled.begin() + dimensions : pooled.end());
   double norm = 0;
@@ -124,7 +174,7 @@ std::optional<HttpResponse> EmbeddingsAnswer::poll() {
   for (size_t i = 0; i < channels_.size(); i++) {
     if (done_[i]) continue;
     for (auto& e : channels_[i]->take()) {
-      if (!e.embedding.empty()) vectors_[i] = finish_embedding(e.embedding, req_.dimensions);
+      if (!e.embedding.empty()) vectors_[i] = req_.rerank ? e.embedding : finish_embedding(e.embedding, req_.dimensions);
       if (!e.done) continue;
       done_[i] = true;
       prompt_tokens_ += e.prompt_tokens;
@@ -138,6 +188,19 @@ std::optional<HttpResponse> EmbeddingsAnswer::poll() {
   for (const bool d : done_)
     if (!d) return std::nullopt;
   answered_ = true;
+  if (req_.rerank) {  // the first label's probability (Qwen3-Reranker: "yes"), best first
+    std::vector<size_t> order(vectors_.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return vectors_[a][0] > vectors_[b][0]; });
+    json results = json::array();
+    for (size_t k = 0; k < req_.top_n; k++) {
+      json item = {{"index", order[k]}, {"relevance_score", vectors_[order[k]][0]}};
+      if (req_.return_documents) item["document"] = {{"text", req_.documents[order[k]]}};
+      results.push_back(std::move(item));
+    }
+    return json_response(json_text({{"model", req_.model}, {"object", "list"}, {"results", results},
+                                    {"usage", {{"prompt_tokens", prompt_tokens_}, {"total_tokens", prompt_tokens_}}}}));
+  }
   if (req_.ollama) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrival_).count();
     return json_response(json_text({{"model", req_.model}, {"embeddings", vectors_}, {"total_duration", ns},

@@ -1,5 +1,5 @@
 #pragma once
-// Embeddings: OpenAI's /v1/embeddings and Ollama's /api/embed. Each input
+// Embeddings: OpenAI's /v1/embeddings and Ollama's /api/embed (and /v1/rerank, a reranker's scores). Each input
 // (a string, or token ids) is one request through the scheduler that only
 // runs its prefill and keeps every row's final hidden state; the rows are
 // pooled as the model file says ({arch}.pooling_type: mean, cls — the
@@ -22,6 +22,11 @@ namespace kestrel {
 struct EmbeddingRequest {
   std::string model;  // as the request named it
   std::vector<std::vector<int32_t>> inputs;
+  // /v1/rerank: each input a (query, document) prompt; scored, sorted, the best top_n answered.
+  bool rerank = false;
+  std::vector<std::string> documents;
+  size_t top_n = 0;
+  bool return_documents = true;
   bool base64 = false;      // encoding_format "base64": little-endian float32s, base64
   int64_t dimensions = 0;   // 0: the model's
   bool ollama = false;      // /api/embed: Ollama's answer
@@ -30,6 +35,12 @@ struct EmbeddingRequest {
 // Throws ApiError naming the field. full_dim: the model's hidden size; matryoshka: smaller dimensions allowed.
 EmbeddingRequest parse_embedding_request(const ApiContext& ctx, const nlohmann::ordered_json& body, bool ollama,
                                          int64_t full_dim, bool matryoshka);
+
+// A /v1/rerank body (query, documents, top_n, return_documents; the shape llama-server and vLLM share):
+// each document with the query through the model's rerank template (tokenizer.chat_template.rerank, its
+// {query} and {document} replaced, as llama.cpp does). Throws ApiError.
+EmbeddingRequest parse_rerank_request(const ApiContext& ctx, const nlohmann::ordered_json& body,
+                                      const std::string& rerank_template);
 
 // The vector as sent: the first `dimensions` values, L2-normalised.
 std::vector<float> finish_embedding(const std::vector<float>& pooled, int64_t dimensions);

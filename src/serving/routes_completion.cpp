@@ -13,6 +13,7 @@
 #include "serving/completion_stream.h"
 #include "serving/completion_whole.h"
 #include "serving/embeddings_api.h"
+#include "gguf/gguf.h"
 #include "serving/ollama_api.h"
 #include "serving/offload.h"
 #include "serving/openai_api.h"
@@ -99,7 +100,7 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }
-  const bool embed = api == Api::Embeddings || api == Api::OllamaEmbed;
+  const bool embed = api == Api::Embeddings || api == Api::OllamaEmbed || api == Api::Rerank;
   if (req.body.size() <= kInlineBodyBytes)
     return embed ? start_embeddings(req, api, std::move(slot)) : start_completion(req, api, std::move(slot));
   // (std::function wants a copyable job: the slot rides in a shared_ptr.)
@@ -114,7 +115,13 @@ HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueS
   const bool ollama = api == Api::OllamaEmbed;
   const ModelConfig& mc = engine_.engine().model->config();
   const int pooling = c_.pooling >= 0 ? c_.pooling : mc.pooling_type;
-  if (pooling <= 0 || pooling == 4)
+  if (api == Api::Rerank && (pooling != 4 || mc.classifier_labels.empty()))
+    return rejected(bad_request("model", pooling != 4 ? fmt::format("this model is not a reranker ({}.pooling_type is not "
+                                                                    "rank)",
+                                                                    mc.arch)
+                                                      : "this reranker has no classification head (cls.output.weight)"),
+                    api);
+  if (api != Api::Rerank && (pooling <= 0 || pooling == 4))
     return rejected(bad_request("model", pooling == 4 ? fmt::format("this is a reranking model ({}.pooling_type rank): it "
                                                                      "scores pairs, it does not embed",
                                                                      mc.arch)
@@ -125,8 +132,13 @@ HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueS
                     api);
   EmbeddingRequest er;
   try {
-    er = parse_embedding_request(api_context(), parse_body(req.body), ollama, engine_.engine().model->hidden_dim(),
-                                 c_.matryoshka);
+    if (api == Api::Rerank) {
+      const auto tmpl = engine_.engine().file ? engine_.engine().file->get_string("tokenizer.chat_template.rerank") : std::nullopt;
+      er = parse_rerank_request(api_context(), parse_body(req.body), tmpl.value_or(""));
+    } else {
+      er = parse_embedding_request(api_context(), parse_body(req.body), ollama, engine_.engine().model->hidden_dim(),
+                                   c_.matryoshka);
+    }
   } catch (const ApiError& e) {
     return rejected(e, api);
   }

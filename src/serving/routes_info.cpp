@@ -40,6 +40,8 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/v1/messages", [this](const HttpRequest& r) { return completion(r, Api::Messages); });
   router.add("POST", "/v1/messages/count_tokens", offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Messages); }));
   router.add("POST", "/v1/embeddings", [this](const HttpRequest& r) { return completion(r, Api::Embeddings); });
+  router.add("POST", "/v1/rerank", [this](const HttpRequest& r) { return completion(r, Api::Rerank); });
+  router.add("POST", "/rerank", [this](const HttpRequest& r) { return completion(r, Api::Rerank); });
   router.add("POST", "/api/embed", [this](const HttpRequest& r) { return completion(r, Api::OllamaEmbed); });
   router.add("POST", "/infill", [this](const HttpRequest& r) { return completion(r, Api::Infill); });
   router.add("POST", "/v1/responses", [this](const HttpRequest& r) { return completion(r, Api::Responses); });

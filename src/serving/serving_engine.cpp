@@ -293,7 +293,8 @@ void ServingEngine::pool_rows(Active& a, const RequestOutput& out) {
     const int64_t pos = out.hidden_first + i;
     if (pos != a.pool_next) continue;  // (rows a preemption's recompute brings again)
     const float* h = out.hidden.data() + i * dim;
-    const bool take = a.req.pooling == 1 || (a.req.pooling == 2 && pos == 0) || (a.req.pooling == 3 && pos == a.n_prompt - 1);
+    const bool last = pos == a.n_prompt - 1;
+    const bool take = a.req.pooling == 1 || (a.req.pooling == 2 && pos == 0) || ((a.req.pooling == 3 || a.req.pooling == 4) && last);
     if (take)
       for (int64_t d = 0; d < dim; d++) a.pooled[static_cast<size_t>(d)] += h[d];
     a.pool_next++;
@@ -303,6 +304,7 @@ void ServingEngine::pool_rows(Active& a, const RequestOutput& out) {
   ev.embedding.resize(static_cast<size_t>(dim));
   const double scale = a.req.pooling == 1 ? 1.0 / static_cast<double>(a.n_prompt) : 1.0;
   for (int64_t d = 0; d < dim; d++) ev.embedding[static_cast<size_t>(d)] = static_cast<float>(a.pooled[static_cast<size_t>(d)] * scale);
+  if (a.req.pooling == 4) ev.embedding = e_.model->classify(ev.embedding.data());  // a reranker: its scores
   a.channel->push(std::move(ev));
 }
 

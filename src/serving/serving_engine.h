@@ -40,7 +40,7 @@ struct StreamEvent {
   bool has_token = false;
   bool prompt = false;        // an echoed prompt token (or the prompt's text): comes before any generated one
   bool null_logprob = false;  // the prompt's first token: nothing before it, so no logprob
-  std::vector<float> embedding;  // a pooling request's vector (before the end event), not normalised
+  std::vector<float> embedding;  // a pooling request's vector (before the end event), not normalised; a reranker's scores
   TokenLogprob token;             // the token and its logprob (with logprobs)
   std::vector<TokenLogprob> top;  // the top-n alternatives (with logprobs)
   bool done = false;
@@ -121,8 +121,9 @@ struct ServeRequest {
   // every row's logits and does not share cached prefix blocks) with that many alternatives.
   bool echo = false;
   int prompt_logprobs = -1;
-  // An embedding: the prompt's final hidden states pooled (1 mean, 2 the first row, 3 the last; -1: not an
-  // embedding request) and sent as one event; nothing is generated (max_tokens 0).
+  // An embedding: the prompt's final hidden states pooled (1 mean, 2 the first row, 3 the last; 4: the last
+  // through the model's classification head, a reranker's scores; -1: not an embedding request) and sent as
+  // one event; nothing is generated (max_tokens 0).
   int pooling = -1;
 };
 

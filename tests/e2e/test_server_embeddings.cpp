@@ -2,7 +2,7 @@
 // pooled, L2-normalised final hidden states against a float64 forward pass
 // written apart from the kernels (measure/f64_reference.h), the same vector
 // alone or in a batch, the pooling a file declares ({arch}.pooling_type) or
-// --pooling chooses, base64, Matryoshka dimensions, and the refusals.
+// --pooling chooses, base64, Matryoshka dimensions, and the refusals; /v1/rerank on a Qwen3-Reranker-shaped file.
 #include <gmock/gmock.h>
 #include <httplib.h>
 
@@ -173,6 +173,78 @@ TEST(Embeddings, TheFilesPoolingTypeIsUsed) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("reranking"));
+}
+
+// A Qwen3-Reranker-shaped file (pooling rank, cls.output over the labels yes/no, a rerank template), written
+// here: each document's score is softmax(cls . the last row's normed state)[yes], checked against the float64
+// forward pass; the answer sorted best first, cut to top_n.
+TEST(Rerank, ScoresAreTheHeadsProbabilityOverTheFloat64LastStateBestFirst) {
+  test::TempDir dir;
+  const std::string path = dir.file("rerank.gguf");
+  SynthOptions so;
+  so.shape = synth_preset("qwen3", "tiny");
+  so.type = GgmlType::F32;
+  GgufWriter w = synth_model(so);
+  w.set_u32("qwen3.pooling_type", 4);
+  w.set("qwen3.classifier.output_labels", GgufValue::strings({"yes", "no"}));
+  w.set_str("tokenizer.chat_template.rerank", "Judge.\n<Query>: {query}\n<Document>: {document}\nAnswer:");
+  const int64_t dim = so.shape.dim;
+  const std::vector<float> head = test::random_floats(static_cast<size_t>(2 * dim), 11, 0.5f);
+  w.add_tensor_bytes("cls.output.weight", GgmlType::F32, {dim, 2}, head.data());
+  w.write_file(path);
+
+  LoadOptions o;
+  o.model_path = path;
+  o.n_threads = 2;
+  o.n_ctx = 256;
+  LoadedModel e = LoadedModel::load(o);
+  const std::vector<std::string> docs = {"the cat sat", "a dog ran home", "fish swim", "birds sing loudly"};
+  test::ServerProcess s({"-m", path, "-c", "256"});
+  auto c = s.client();
+  const json r = test::post_ok(c, "/v1/rerank", {{"query", "where is the cat"}, {"documents", docs}, {"top_n", 3}});
+  ASSERT_EQ(r["results"].size(), 3u);
+  std::vector<double> want(docs.size());
+  for (size_t i = 0; i < docs.size(); i++) {
+    const std::string prompt = "Judge.\n<Query>: where is the cat\n<Document>: " + docs[i] + "\nAnswer:";
+    const auto ids = e.tokenizer->encode(prompt, false, true);
+    // The last row's normed state (reference_embedding normalises; the head reads it unnormalised: undo).
+    F64Decoder ref(*e.file, e.model->config(), e.n_ctx, 2);
+    ref.run(ids);
+    const std::vector<double>& x = ref.residual.back();
+    const auto* wf = reinterpret_cast<const float*>(e.file->find_tensor("output_norm.weight")->data);
+    const int64_t t = static_cast<int64_t>(ids.size()) - 1;
+    double ss = 0;
+    for (int64_t d = 0; d < dim; d++) ss += x[t * dim + d] * x[t * dim + d];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + e.model->config().rms_eps);
+    double z[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+      for (int64_t d = 0; d < dim; d++) z[k] += head[k * dim + d] * x[t * dim + d] * inv * wf[d];
+    want[i] = 1.0 / (1.0 + std::exp(z[1] - z[0]));
+  }
+  double prev = 2;
+  for (const auto& item : r["results"]) {
+    const size_t i = item["index"];
+    EXPECT_NEAR(item["relevance_score"].get<double>(), want[i], 2e-5) << i;
+    EXPECT_LE(item["relevance_score"].get<double>(), prev);  // best first
+    prev = item["relevance_score"];
+    EXPECT_EQ(item["document"]["text"], docs[i]);
+  }
+  // The one left out is the worst.
+  const double worst = *std::min_element(want.begin(), want.end());
+  for (const auto& item : r["results"]) EXPECT_GE(item["relevance_score"].get<double>(), worst);
+  const json bare = test::post_ok(c, "/rerank", {{"query", "x"}, {"documents", {"a", "b"}}, {"return_documents", false}});
+  EXPECT_FALSE(bare["results"][0].contains("document"));
+  EXPECT_GT(bare["usage"]["prompt_tokens"].get<int>(), 4);
+  // Not an embedding model; and an embedding model is not a reranker.
+  auto refused = c.Post("/v1/embeddings", json{{"input", "x"}}.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  test::ServerProcess stories({"-m", test::shared("models/stories260K.gguf"), "--pooling", "mean"});
+  auto sc = stories.client();
+  refused = sc.Post("/v1/rerank", json{{"query", "x"}, {"documents", {"a"}}}.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_THAT(refused->body, HasSubstr("not a reranker"));
 }
 
 }  // namespace
