@@ -335,16 +335,11 @@ void AnthropicStream::close_block(std::string& out) {
   open_.clear();
 }
 
+void AnthropicStream::on_error(std::string& out) {
+  out += sse("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", error_}}}});
+}
+
 void AnthropicStream::on_chunk(const json& c, std::string& out) {
-  if (c.contains("error")) {
-    const json& e = c["error"];
-    out += sse("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", e.value("message", "")}}}});
-    failed_ = true;
-    stop_reading();
-    return;
-  }
-  if (c.contains("usage") && c["usage"].is_object()) output_tokens_ = c["usage"].value("completion_tokens", int64_t{0});
-  if (!c.contains("choices") || c["choices"].empty()) return;
   const json& choice = c["choices"][0];
   const json delta = choice.value("delta", json::object());
   auto add = [&](const char* type, const char* delta_type, const char* field, const std::string& text) {
@@ -371,12 +366,12 @@ void AnthropicStream::on_chunk(const json& c, std::string& out) {
 }
 
 void AnthropicStream::on_done(std::string& out) {
-  if (failed_) return;  // the error event was the end
+  if (!error_.empty()) return;  // the error event was the end
   close_block(out);
   out += sse("message_delta", {{"type", "message_delta"},
                                {"delta", {{"stop_reason", stop_reason_},
                                           {"stop_sequence", stop_sequence_.empty() ? json(nullptr) : json(stop_sequence_)}}},
-                               {"usage", {{"output_tokens", output_tokens_}}}});
+                               {"usage", {{"output_tokens", usage_.completion}}}});
   out += sse("message_stop", {{"type", "message_stop"}});
 }
 

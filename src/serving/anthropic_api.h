@@ -63,16 +63,16 @@ class AnthropicStream : public BodyStream, StreamTranscoder {
 
  private:
   void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_error(std::string& out) override;
   void on_done(std::string& out) override;
   void open_block(const char* type, std::string& out, const nlohmann::json& extra = nlohmann::json::object());
   void close_block(std::string& out);
 
   AnthropicIds ids_;
-  bool started_ = false, failed_ = false;
+  bool started_ = false;
   int index_ = -1;          // the open block's index (-1: none yet)
   std::string open_;        // the open block's type ("" when none is open)
   std::string stop_reason_ = "end_turn", stop_sequence_;
-  int64_t output_tokens_ = 0;
 };
 
 }  // namespace kestrel

@@ -140,9 +140,9 @@ json InfillAnswer::final_object() const {
           {"stop", true},
           {"model", ids_.model},
           {"prompt", ids_.prompt_text},
-          {"tokens_predicted", output_tokens_},
-          {"tokens_evaluated", prompt_tokens_},
-          {"tokens_cached", cached_tokens_},
+          {"tokens_predicted", usage_.completion},
+          {"tokens_evaluated", usage_.prompt},
+          {"tokens_cached", usage_.cached},
           {"stop_type", stop_type},
           {"stopping_word", stop_word_},
           {"truncated", false},
@@ -150,20 +150,11 @@ json InfillAnswer::final_object() const {
           {"input_extra_tokens_dropped", ids_.extra_dropped}};
 }
 
+void InfillAnswer::on_error(std::string& out) {
+  if (stream_) out += "data: " + json_text({{"error", {{"code", 500}, {"message", error_}, {"type", "server_error"}}}}) + "\n\n";
+}
+
 void InfillAnswer::on_chunk(const json& c, std::string& out) {
-  if (c.contains("error")) {
-    error_ = c["error"].value("message", "generation failed");
-    if (stream_) out += "data: " + json_text({{"error", {{"code", 500}, {"message", error_}, {"type", "server_error"}}}}) + "\n\n";
-    stop_reading();
-    return;
-  }
-  if (c.contains("usage") && c["usage"].is_object()) {
-    prompt_tokens_ = c["usage"].value("prompt_tokens", int64_t{0});
-    output_tokens_ = c["usage"].value("completion_tokens", int64_t{0});
-    if (c["usage"].contains("prompt_tokens_details"))
-      cached_tokens_ = c["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{0});
-  }
-  if (!c.contains("choices") || c["choices"].empty()) return;
   const json& choice = c["choices"][0];
   const std::string text = choice.value("text", std::string());
   if (!choice.value("finish_reason", json()).is_null()) finish_ = choice["finish_reason"];

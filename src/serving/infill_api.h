@@ -48,13 +48,13 @@ class InfillAnswer : public BodyStream, public DeferredResponse, StreamTranscode
 
  private:
   void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_error(std::string& out) override;
   void on_done(std::string& out) override;
   nlohmann::json final_object() const;
 
   InfillIds ids_;
   bool stream_;
-  std::string content_, error_, finish_ = "stop", stop_word_;
-  int64_t prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;
+  std::string content_, finish_ = "stop", stop_word_;
 };
 
 }  // namespace kestrel

@@ -257,26 +257,19 @@ json OllamaAnswer::final_line() const {
   l["done_reason"] = done_reason_;
   l["total_duration"] = std::chrono::duration_cast<ns>(now - ids_.arrival).count();
   l["load_duration"] = 0;  // loaded at start
-  l["prompt_eval_count"] = prompt_tokens_;
+  l["prompt_eval_count"] = usage_.prompt;
   l["prompt_eval_duration"] = std::chrono::duration_cast<ns>(first - ids_.arrival).count();
-  l["eval_count"] = output_tokens_;
+  l["eval_count"] = usage_.completion;
   l["eval_duration"] = std::chrono::duration_cast<ns>(now - first).count();
   if (ids_.generate) l["context"] = json::array();  // (the deprecated token context: not kept)
   return l;
 }
 
+void OllamaAnswer::on_error(std::string& out) {
+  if (stream_) out += json_text({{"error", error_}}) + "\n";
+}
+
 void OllamaAnswer::on_chunk(const json& c, std::string& out) {
-  if (c.contains("error")) {
-    error_ = c["error"].value("message", "generation failed");
-    if (stream_) out += json_text({{"error", error_}}) + "\n";
-    stop_reading();
-    return;
-  }
-  if (c.contains("usage") && c["usage"].is_object()) {
-    prompt_tokens_ = c["usage"].value("prompt_tokens", int64_t{0});
-    output_tokens_ = c["usage"].value("completion_tokens", int64_t{0});
-  }
-  if (!c.contains("choices") || c["choices"].empty()) return;
   const json& choice = c["choices"][0];
   std::string content, thinking;
   json calls = json::array(), logprobs = json::array();

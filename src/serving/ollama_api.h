@@ -65,6 +65,7 @@ class OllamaAnswer : public BodyStream, public DeferredResponse, StreamTranscode
  private:
   // Appends NDJSON lines (stream) or folds the chunk into the whole answer.
   void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_error(std::string& out) override;
   void on_done(std::string& out) override;
   nlohmann::json line(const std::string& content, const std::string& thinking, const nlohmann::json& calls,
                       const nlohmann::json& logprobs) const;
@@ -72,10 +73,8 @@ class OllamaAnswer : public BodyStream, public DeferredResponse, StreamTranscode
 
   OllamaIds ids_;
   bool stream_;
-  std::string error_;
   std::string content_, thinking_, done_reason_ = "stop";  // whole: the answer so far
   nlohmann::json calls_ = nlohmann::json::array(), logprobs_ = nlohmann::json::array();
-  int64_t prompt_tokens_ = 0, output_tokens_ = 0;
   std::chrono::steady_clock::time_point first_token_{};
 };
 

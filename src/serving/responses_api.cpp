@@ -317,11 +317,11 @@ json ResponsesAnswer::response(const char* status) const {
   if (std::string(status) == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   if (!error_.empty()) r["error"] = {{"code", "server_error"}, {"message", error_}};
   if (std::string(status) != "in_progress")
-    r["usage"] = {{"input_tokens", prompt_tokens_},
-                  {"input_tokens_details", {{"cached_tokens", cached_tokens_}}},
-                  {"output_tokens", output_tokens_},
+    r["usage"] = {{"input_tokens", usage_.prompt},
+                  {"input_tokens_details", {{"cached_tokens", usage_.cached}}},
+                  {"output_tokens", usage_.completion},
                   {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens_}}},
-                  {"total_tokens", prompt_tokens_ + output_tokens_}};
+                  {"total_tokens", usage_.prompt + usage_.completion}};
   return r;
 }
 
@@ -389,18 +389,6 @@ void ResponsesAnswer::close_item(std::string& out) {
 }
 
 void ResponsesAnswer::on_chunk(const json& c, std::string& out) {
-  if (c.contains("error")) {
-    error_ = c["error"].value("message", "generation failed");
-    stop_reading();
-    return;
-  }
-  if (c.contains("usage") && c["usage"].is_object()) {
-    prompt_tokens_ = c["usage"].value("prompt_tokens", int64_t{0});
-    output_tokens_ = c["usage"].value("completion_tokens", int64_t{0});
-    if (c["usage"].contains("prompt_tokens_details"))
-      cached_tokens_ = c["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{0});
-  }
-  if (!c.contains("choices") || c["choices"].empty()) return;
   const json& choice = c["choices"][0];
   const json delta = choice.value("delta", json::object());
   auto index = [&] { return output_.size(); };

@@ -101,8 +101,8 @@ class ResponsesAnswer : public BodyStream, public DeferredResponse, StreamTransc
   std::string item_kind_;                            // "reasoning", "message", "function_call"
   std::string text_;                                 // the open item's text so far
   nlohmann::json logprobs_ = nlohmann::json::array();
-  std::string finish_reason_ = "stop", error_;
-  int64_t prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0, reasoning_tokens_ = 0;
+  std::string finish_reason_ = "stop";
+  int64_t reasoning_tokens_ = 0;
   int items_ = 0;
 };
 

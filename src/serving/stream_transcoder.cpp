@@ -18,7 +18,20 @@ StreamStep StreamTranscoder::read(std::string& out) {
       break;
     }
     const nlohmann::json c = nlohmann::json::parse(data, nullptr, false);
-    if (!c.is_discarded()) on_chunk(c, out);
+    if (c.is_discarded()) continue;
+    if (c.contains("error")) {
+      error_ = c["error"].is_object() ? c["error"].value("message", "generation failed") : "generation failed";
+      on_error(out);
+      stopped_ = true;
+      continue;
+    }
+    if (c.contains("usage") && c["usage"].is_object()) {
+      const nlohmann::json& u = c["usage"];
+      usage_.prompt = u.value("prompt_tokens", int64_t{0});
+      usage_.completion = u.value("completion_tokens", int64_t{0});
+      if (u.contains("prompt_tokens_details")) usage_.cached = u["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+    }
+    if (c.contains("choices") && !c["choices"].empty()) on_chunk(c, out);
   }
   if (end || stopped_ || s != StreamStep::More) {
     if (s == StreamStep::Abort && !end && !stopped_) return StreamStep::Abort;

@@ -17,16 +17,21 @@ class StreamTranscoder {
   virtual ~StreamTranscoder() = default;
 
  protected:
-  // Polls the chat stream: on_chunk for each chunk, on_done once at its end ([DONE], or the stream ending
-  // without one). Returns Done once on_done has run.
+  // Polls the chat stream: on_chunk for each chunk with choices, on_error for a failure (then nothing more is
+  // read), on_done once at its end ([DONE], or the stream ending without one). Usage chunks fill usage_.
+  // Returns Done once on_done has run.
   StreamStep read(std::string& out);
   virtual void on_chunk(const nlohmann::json& chunk, std::string& out) = 0;
+  virtual void on_error(std::string& /*out*/) {}
   virtual void on_done(std::string& out) = 0;
   bool done() const { return done_; }
-  // on_chunk may end the answer early (an error chunk): on_done still runs, and nothing more is read.
-  void stop_reading() { stopped_ = true; }
 
+  struct Usage {
+    int64_t prompt = 0, completion = 0, cached = 0;
+  };
   std::shared_ptr<BodyStream> chat_;
+  Usage usage_;
+  std::string error_;  // the generation's failure ("" while none)
 
  private:
   std::string pending_;
