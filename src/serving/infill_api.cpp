@@ -169,11 +169,7 @@ void InfillAnswer::on_done(std::string& out) {
 
 std::optional<HttpResponse> InfillAnswer::poll() {
   std::string unused;
-  const StreamStep s = read(unused);
-  if (s == StreamStep::More) return std::nullopt;
-  if (s == StreamStep::Abort) return error_response({500, "the request ended early", "", "server_error", ""});
-  if (!error_.empty()) return error_response({500, "generation failed: " + error_, "", "server_error", ""});
-  return json_response(json_text(final_object()));
+  return whole(read(unused), [&] { return json_text(final_object()); }, error_response);
 }
 
 }  // namespace kestrel

@@ -313,11 +313,7 @@ StreamStep OllamaAnswer::poll(std::string& out) { return read(out); }
 
 std::optional<HttpResponse> OllamaAnswer::poll() {
   std::string unused;
-  const StreamStep s = read(unused);
-  if (s == StreamStep::More) return std::nullopt;
-  if (s == StreamStep::Abort) return ollama_error_response({500, "the request ended early", "", "", ""});
-  if (!error_.empty()) return ollama_error_response({500, "generation failed: " + error_, "", "", ""});
-  return json_response(json_text(final_line()));
+  return whole(read(unused), [&] { return json_text(final_line()); }, ollama_error_response);
 }
 
 }  // namespace kestrel

@@ -468,12 +468,8 @@ StreamStep ResponsesAnswer::poll(std::string& out) { return step(out); }
 
 std::optional<HttpResponse> ResponsesAnswer::poll() {
   std::string unused;
-  const StreamStep s = step(unused);
-  if (s == StreamStep::More) return std::nullopt;
-  if (s == StreamStep::Abort) return error_response({500, "the request ended early", "", "server_error", ""});
-  if (!error_.empty()) return error_response({500, "generation failed: " + error_, "", "server_error", ""});
-  const char* status = finish_reason_ == "length" ? "incomplete" : "completed";
-  return json_response(json_text(response(status)));
+  return whole(step(unused), [&] { return json_text(response(finish_reason_ == "length" ? "incomplete" : "completed")); },
+               error_response);
 }
 
 }  // namespace kestrel

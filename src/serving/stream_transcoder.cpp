@@ -42,4 +42,12 @@ StreamStep StreamTranscoder::read(std::string& out) {
   return StreamStep::More;
 }
 
+std::optional<HttpResponse> StreamTranscoder::whole(StreamStep s, const std::function<std::string()>& answer,
+                                                    HttpResponse (*failure)(const ApiError&)) const {
+  if (s == StreamStep::More) return std::nullopt;
+  if (s == StreamStep::Abort) return failure({500, "the request ended early", "", "server_error", ""});
+  if (!error_.empty()) return failure({500, "generation failed: " + error_, "", "server_error", ""});
+  return json_response(answer());
+}
+
 }  // namespace kestrel

@@ -3,11 +3,14 @@
 // server-sent chunks are read as they come and handed over parsed, so an
 // API's answer (Anthropic's events, Ollama's lines, a Responses object, an
 // infill) is only how it says each chunk again.
+#include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "serving/http_types.h"
+#include "serving/openai_api.h"
 
 namespace kestrel {
 
@@ -25,6 +28,10 @@ class StreamTranscoder {
   virtual void on_error(std::string& /*out*/) {}
   virtual void on_done(std::string& out) = 0;
   bool done() const { return done_; }
+  // A whole answer from a step of the stream (`s`: read's, or a caller's own first step): nothing until it
+  // ends, then the body `answer` gives, or the error in the API's shape (`failure`) if it failed.
+  std::optional<HttpResponse> whole(StreamStep s, const std::function<std::string()>& answer,
+                                    HttpResponse (*failure)(const ApiError&)) const;
 
   struct Usage {
     int64_t prompt = 0, completion = 0, cached = 0;
