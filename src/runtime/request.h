@@ -26,6 +26,12 @@ struct RequestParams {
   bool prefix_cache = true;   // may start from (and publish) named blocks of an equal prefix
   int top_logprobs = -1;      // -1: no logprobs; n >= 0: each token's logprob and the top n alternatives
   bool want_hidden = false;   // every row's final hidden state goes to the step's outputs (embeddings)
+  // A reasoning budget (Anthropic's thinking.budget_tokens): once this many tokens were generated inside the
+  // reasoning — after reasoning_open's tokens, or from the start with reasoning_opened (the prompt opened
+  // it) — reasoning_close's tokens are generated in place of what would be sampled. -1: no budget.
+  int64_t reasoning_budget = -1;
+  std::vector<int32_t> reasoning_open, reasoning_close;
+  bool reasoning_opened = false;
   // Structured output: tokens the grammar does not allow are masked before
   // every sampling, drafts included; the request ends when the grammar can take nothing more.
   std::shared_ptr<TokenConstraint> constraint;
@@ -56,6 +62,11 @@ struct Request {
   bool in_flight = false;
   bool admitted_once = false;
   bool scheduled = false;  // its first step has been planned (it left the queue)
+
+  // Where the reply is against params.reasoning_budget: 0 before the reasoning, 1 inside, 2 after it.
+  int reasoning_phase = 0;
+  int64_t reasoning_tokens = 0;  // generated inside the reasoning so far
+  size_t closing = 0;            // close-tag tokens forced so far (the budget ran out)
 
   // Sampling state (set by the executor).
   std::unique_ptr<Sampler> sampler;

@@ -344,9 +344,9 @@ bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {
     }
     const int32_t d = i < row.draft.size() ? row.draft[i] : -1;
     bool kept = false;
-    const int32_t tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.tokens, d, kept)
-                               : r.sampler->sample(logits, r.tokens);
+    int32_t tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.tokens, d, kept) : r.sampler->sample(logits, r.tokens);
     sampled++;
+    if (r.params.reasoning_budget >= 0) tok = reasoning_budget(r, tok, d, kept);
     if (grammar) grammar->accept(tok);
     if (!take(r, out, tok, kept)) return false;
     if (!kept) break;
@@ -356,6 +356,31 @@ bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {
   }
   if (!row.draft.empty()) r.draft_length->update(static_cast<int>(row.draft.size()), accepted);
   return true;
+}
+
+namespace {
+// Whether the tokens so far, then tok, end with tag.
+bool ends_with(const std::vector<int32_t>& tokens, int32_t tok, const std::vector<int32_t>& tag) {
+  if (tag.empty() || tag.back() != tok || tokens.size() + 1 < tag.size()) return false;
+  return std::equal(tag.begin(), tag.end() - 1, tokens.end() - static_cast<std::ptrdiff_t>(tag.size() - 1));
+}
+}  // namespace
+
+int32_t StepExecutor::reasoning_budget(Request& r, int32_t tok, int32_t draft, bool& kept) {
+  const RequestParams& p = r.params;
+  if (r.tokens.size() == static_cast<size_t>(r.n_prompt) && r.reasoning_tokens == 0 && r.closing == 0)
+    r.reasoning_phase = p.reasoning_opened ? 1 : 0;  // (the first generated token)
+  if (r.reasoning_phase == 1 && (r.closing > 0 || r.reasoning_tokens >= p.reasoning_budget)) {
+    tok = p.reasoning_close[r.closing++];  // the budget is spent: the reasoning is closed
+    kept = draft >= 0 && tok == draft;
+  }
+  if (r.reasoning_phase == 0 && ends_with(r.tokens, tok, p.reasoning_open)) {
+    r.reasoning_phase = 1;
+  } else if (r.reasoning_phase == 1) {
+    r.reasoning_tokens++;
+    if (ends_with(r.tokens, tok, p.reasoning_close)) r.reasoning_phase = 2;
+  }
+  return tok;
 }
 
 bool StepExecutor::take(Request& r, RequestOutput& out, int32_t tok, bool accepted) {

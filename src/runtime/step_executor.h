@@ -143,6 +143,9 @@ class StepExecutor {
   int64_t rollback_state(const Row& row, int64_t computed);
   // Appends a sampled token; false when the request ended (and is gone).
   bool take(Request& r, RequestOutput& out, int32_t tok, bool accepted);
+  // params.reasoning_budget: the token to take instead of tok (the close tag's next once the budget is spent),
+  // the request's place in its reasoning moved on; kept follows whether a draft still matches.
+  int32_t reasoning_budget(Request& r, int32_t tok, int32_t draft, bool& kept);
   void end(Request& r, RequestOutput& out, FinishReason reason);
   // This step's output for a request (made on first use).
   RequestOutput& output(int64_t id);

@@ -166,6 +166,7 @@ void thinking_of(const ojson& t, const ChatTemplate& tmpl, int64_t max_tokens, o
       throw bad("thinking.budget_tokens", "'thinking.budget_tokens' must be an integer of at least 1024");
     if (max_tokens > 0 && t["budget_tokens"].get<int64_t>() >= max_tokens)
       throw bad("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
+    if (max_tokens > 0) chat["reasoning_budget"] = t["budget_tokens"];  // the reasoning is closed there
   }
   if (!tmpl.reasons()) {
     if (on) throw bad("thinking", "this model does not reason (its chat template writes no reasoning)");

@@ -159,7 +159,7 @@ void check_request_fields(const json& j, bool chat) {
       "repeat_last_n"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "chat_template_kwargs", "tools", "tool_choice",
-                                                  "parallel_tool_calls", "reasoning_effort"};
+                                                  "parallel_tool_calls", "reasoning_effort", "reasoning_budget"};
   static const std::set<std::string> completion_only = {"prompt", "echo", "best_of"};
   static const std::set<std::string> openai_unimplemented = {
       "functions", "function_call", "suffix", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
@@ -328,6 +328,21 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
   r.params.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
   r.params.ignore_eos = boolean(j, "ignore_eos", false);
   r.grammar = requested_grammar(j, tool_grammar);
+  if (chat && j.contains("reasoning_budget") && !j["reasoning_budget"].is_null()) {
+    // At most this many tokens of reasoning: then the template's close tag is generated and the answer follows.
+    r.params.reasoning_budget = integer(j, "reasoning_budget", 0, int64_t{1} << 30, -1);
+    if (!ctx.chat_template->reasons())
+      throw bad("reasoning_budget", "this model's chat template writes no reasoning: 'reasoning_budget' would change nothing");
+    if (r.grammar)
+      throw bad("reasoning_budget", "'reasoning_budget' with a grammar (response_format, grammar, a required tool call) "
+                                    "is not supported: the closing tag could break the grammar");
+    const ReasoningTags tags = ctx.chat_template->reasoning_tags();
+    r.params.reasoning_open = ctx.tokenizer.encode(std::string(tags.open), false, true);
+    r.params.reasoning_close = ctx.tokenizer.encode(std::string(tags.close), false, true);
+    r.params.reasoning_opened = p.reasoning_opened;
+    if (r.params.reasoning_close.empty() || r.params.reasoning_open.empty())
+      throw bad("reasoning_budget", "the reasoning tags of this template give no tokens");
+  }
   if (chat) {
     if (boolean(j, "logprobs", false))
       r.params.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));

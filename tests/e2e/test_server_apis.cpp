@@ -97,8 +97,9 @@ TEST(AnthropicMessages, TheOfficialClientWholeStreamedToolUseAndThinking) {
   EXPECT_EQ(seen["stream_call"]["input"], seen["call"]["input"]);
   EXPECT_GE(seen["stream_call"]["deltas"], 1);
   EXPECT_GE(seen["answer"]["tokens"], 1);  // the tool result went back through the template
-  // Thinking on: Qwen3.5's template opens <think>; the reply is a thinking block, streamed as thinking_delta.
-  EXPECT_EQ(seen["thinking"]["blocks"][0], "thinking") << seen["thinking"];
+  // Thinking on: Qwen3.5's template opens <think>; the reply is a thinking block, streamed as thinking_delta,
+  // closed at budget_tokens (1024 of max_tokens 1100: a random model does not close it itself), then text.
+  EXPECT_EQ(seen["thinking"]["blocks"], json::array({"thinking", "text"})) << seen["thinking"];
   EXPECT_GT(seen["thinking"]["chars"], 0);
   EXPECT_GT(seen["thinking"]["deltas"], 0);
   // Errors: Anthropic's shape, the SDK's typed errors; the key is checked as x-api-key.
@@ -110,6 +111,45 @@ TEST(AnthropicMessages, TheOfficialClientWholeStreamedToolUseAndThinking) {
   EXPECT_EQ(seen["wrong_key"]["status"], 401);
   EXPECT_EQ(seen["wrong_key"]["name"], "AuthenticationError");
   EXPECT_EQ(seen["wrong_key"]["type"], "authentication_error");
+}
+
+// reasoning_budget (chat; Anthropic's thinking.budget_tokens maps to it): after that many reasoning tokens the
+// template's close tag is generated in place of the sampled tokens, and the answer follows.
+TEST(ReasoningBudget, TheCloseTagComesAfterTheBudget) {
+  test::ServerProcess s(server_args());
+  auto c = s.client();
+  const json ask = {{"messages", {{{"role", "user"}, {"content", "Think"}}}}, {"max_tokens", 24}, {"temperature", 0},
+                    {"logprobs", true}, {"return_tokens_as_token_ids", true}, {"ignore_eos", true}};
+  const json free_run = test::post_ok(c, "/v1/chat/completions", ask);
+  json budget = ask;
+  budget["reasoning_budget"] = 6;
+  const json cut = test::post_ok(c, "/v1/chat/completions", budget);
+  auto ids = [](const json& r) {
+    std::vector<int> out;
+    for (const auto& t : r["choices"][0]["logprobs"]["content"]) out.push_back(std::stoi(t["token"].get<std::string>().substr(9)));
+    return out;
+  };
+  const std::vector<int> a = ids(free_run), b = ids(cut);
+  ASSERT_EQ(a.size(), 24u);
+  ASSERT_EQ(b.size(), 24u);
+  // The first 6 tokens as without a budget; then "</think>"'s tokens (a random model had not closed it).
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 6, b.begin()));
+  const json close = test::post_ok(c, "/tokenize", {{"content", "</think>"}, {"add_special", false}});
+  const auto tag = close["tokens"].get<std::vector<int>>();
+  ASSERT_FALSE(tag.empty());
+  EXPECT_TRUE(std::equal(tag.begin(), tag.end(), b.begin() + 6)) << cut;
+  EXPECT_FALSE(free_run["choices"][0]["message"].contains("content") &&
+               free_run["choices"][0]["message"]["content"].is_string() &&
+               !free_run["choices"][0]["message"]["content"].get<std::string>().empty());
+  EXPECT_FALSE(cut["choices"][0]["message"]["reasoning_content"].get<std::string>().empty());
+  EXPECT_FALSE(cut["choices"][0]["message"]["content"].get<std::string>().empty()) << cut;  // the answer after it
+  // Refused where it would change nothing or break a grammar.
+  json with_grammar = budget;
+  with_grammar["response_format"] = {{"type", "json_object"}};
+  auto r = c.Post("/v1/chat/completions", with_grammar.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("reasoning_budget"));
 }
 
 TEST(AnthropicMessages, WireFormatStopSequencesToolResultsAndMetrics) {
