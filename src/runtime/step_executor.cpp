@@ -44,6 +44,7 @@ const Request& StepExecutor::add(std::unique_ptr<Request> r) {
   RequestParams& p = r->params;
   if (p.max_total_tokens <= 0) p.max_total_tokens = e_.n_ctx;
   r->sampler = std::make_unique<Sampler>(p.sampling, e_.model->config().n_vocab);
+  r->reasoning_phase = p.reasoning_opened ? 1 : 0;  // (a prompt that opened the reasoning starts inside it)
   if (proposer_)
     r->draft_length = std::make_unique<DraftLength>(
         static_cast<int>(std::min<int64_t>(c_.spec_draft_max, c_.scheduler.max_batch_tokens - 1)));
@@ -368,8 +369,6 @@ bool ends_with(const std::vector<int32_t>& tokens, int32_t tok, const std::vecto
 
 int32_t StepExecutor::reasoning_budget(Request& r, int32_t tok, int32_t draft, bool& kept) {
   const RequestParams& p = r.params;
-  if (r.tokens.size() == static_cast<size_t>(r.n_prompt) && r.reasoning_tokens == 0 && r.closing == 0)
-    r.reasoning_phase = p.reasoning_opened ? 1 : 0;  // (the first generated token)
   if (r.reasoning_phase == 1 && (r.closing > 0 || r.reasoning_tokens >= p.reasoning_budget)) {
     tok = p.reasoning_close[r.closing++];  // the budget is spent: the reasoning is closed
     kept = draft >= 0 && tok == draft;

@@ -79,8 +79,10 @@ class ApiRoutes {
   HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot);
   Prepared parse(const HttpRequest& req, Api api) const;
   HttpResponse start_embeddings(const HttpRequest& req, Api api, QueueSlot slot);
-  // Places in the queue for `total` requests (the first given): a 503 when there are not that many.
-  std::optional<HttpResponse> more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api);
+  // Places in the queue for `total` requests (the first given): a 400 naming `param` when the queue could never
+  // hold that many (`what`: how the request counts them), a 503 when it has no room for them now.
+  std::optional<HttpResponse> more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api,
+                                         const std::string& param, const std::string& what);
   HttpResponse stored_response(const HttpRequest& req) const;  // GET /v1/responses/{id}
   ApiContext api_context() const;
   // /v1/messages/count_tokens and /v1/chat/completions/input_tokens: the rendered prompt's tokens.

@@ -41,42 +41,7 @@ EmbeddingRequest parse_embedding_request(const ApiContext& ctx, const ojson& bod
   } else {
     r.model = checked_model_name(ctx, body);
   }
-  if (!body.contains("input") || body["input"].is_null()) throw bad("input", "'input' is missing");
-  const ojson& in = body["input"];
-  const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
-  auto text = [&](const ojson& t, const std::string& param) {
-    if (t.get_ref<const std::string&>().empty()) throw bad(param, fmt::format("'{}' is empty", param));
-    return ctx.tokenizer.encode(t.get<std::string>(), true, false);
-  };
-  auto ids = [&](const ojson& a, const std::string& param) {
-    std::vector<int32_t> out;
-    for (const auto& t : a) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-        throw bad(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
-      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
-    }
-    if (out.empty()) throw bad(param, fmt::format("'{}' is empty", param));
-    return out;
-  };
-  const char* shape = "'input' must be a string, an array of strings, an array of token ids or an array of them";
-  if (in.is_string()) {
-    r.inputs.push_back(text(in, "input"));
-  } else if (in.is_array() && !in.empty() && in[0].is_number()) {
-    r.inputs.push_back(ids(in, "input"));
-  } else if (in.is_array() && !in.empty()) {
-    if (in.size() > kMaxInputs) throw bad("input", fmt::format("'input' holds {} inputs; at most {}", in.size(), kMaxInputs));
-    for (size_t i = 0; i < in.size(); i++) {
-      const std::string param = fmt::format("input[{}]", i);
-      if (in[i].is_string())
-        r.inputs.push_back(text(in[i], param));
-      else if (in[i].is_array())
-        r.inputs.push_back(ids(in[i], param));
-      else
-        throw bad(param, shape);
-    }
-  } else {
-    throw bad("input", shape);
-  }
+  r.inputs = token_prompts(ctx, body, "input", kMaxInputs, false);
   for (size_t i = 0; i < r.inputs.size(); i++)
     if (static_cast<int64_t>(r.inputs[i].size()) > ctx.n_ctx)
       throw ApiError{400,

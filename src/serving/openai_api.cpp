@@ -104,47 +104,8 @@ void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& 
                    param, "invalid_request_error", "context_length_exceeded"};
 }
 
-// A completions `prompt`: a string, a list of strings, a list of token ids, or a list of such lists — one
-// prompt each (at most kMaxPrompts).
+// A completions `prompt` holds at most this many prompts.
 constexpr size_t kMaxPrompts = 1024;
-
-std::vector<ParsedRequest::Prompt> completion_prompts(const ApiContext& ctx, const json& j) {
-  if (!j.contains("prompt") || j["prompt"].is_null()) throw bad("prompt", "'prompt' is missing");
-  const json& pr = j["prompt"];
-  const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
-  const char* shape =
-      "'prompt' must be a string, an array of strings, an array of token ids or an array of arrays of token ids";
-  auto text = [&](const json& t, const std::string& param) {
-    if (t.get_ref<const std::string&>().empty()) throw bad(param, fmt::format("'{}' is empty", param));
-    check_prompt_bytes(ctx, t.get_ref<const std::string&>().size(), param);
-    return ParsedRequest::Prompt{ctx.tokenizer.encode(t.get<std::string>(), true, false), 0};
-  };
-  auto ids = [&](const json& a, const std::string& param) {
-    ParsedRequest::Prompt out;
-    for (const auto& t : a) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-        throw bad(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
-      out.tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
-    }
-    return out;
-  };
-  if (pr.is_string()) return {text(pr, "prompt")};
-  if (!pr.is_array() || pr.empty()) throw bad("prompt", shape);
-  if (pr[0].is_number()) return {ids(pr, "prompt")};
-  if (pr.size() > kMaxPrompts)
-    throw bad("prompt", fmt::format("'prompt' holds {} prompts; at most {} in one request", pr.size(), kMaxPrompts));
-  std::vector<ParsedRequest::Prompt> out;
-  for (size_t i = 0; i < pr.size(); i++) {
-    const std::string param = pr.size() > 1 ? fmt::format("prompt[{}]", i) : "prompt";
-    if (pr[i].is_string())
-      out.push_back(text(pr[i], param));
-    else if (pr[i].is_array() && !pr[i].empty())
-      out.push_back(ids(pr[i], param));
-    else
-      throw bad(param, shape);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -182,6 +143,46 @@ void check_known_fields(const json& o, const std::string& where, const std::set<
     const std::string param = where.empty() ? key : where + "." + key;
     throw bad(param, fmt::format("unknown field '{}'", param));
   }
+}
+
+std::vector<std::vector<int32_t>> token_prompts(const ApiContext& ctx, const json& j, const std::string& key,
+                                                size_t max_items, bool check_bytes) {
+  if (!j.contains(key) || j[key].is_null()) throw bad(key, fmt::format("'{}' is missing", key));
+  const json& pr = j[key];
+  const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
+  const std::string shape = fmt::format(
+      "'{}' must be a string, an array of strings, an array of token ids or an array of arrays of token ids", key);
+  auto text = [&](const json& t, const std::string& param) {
+    if (t.get_ref<const std::string&>().empty()) throw bad(param, fmt::format("'{}' is empty", param));
+    if (check_bytes) check_prompt_bytes(ctx, t.get_ref<const std::string&>().size(), param);
+    return ctx.tokenizer.encode(t.get<std::string>(), true, false);
+  };
+  auto ids = [&](const json& a, const std::string& param) {
+    std::vector<int32_t> out;
+    for (const auto& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+        throw bad(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
+      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    if (out.empty()) throw bad(param, fmt::format("'{}' is empty", param));
+    return out;
+  };
+  if (pr.is_string()) return {text(pr, key)};
+  if (!pr.is_array() || pr.empty()) throw bad(key, shape);
+  if (pr[0].is_number()) return {ids(pr, key)};
+  if (pr.size() > max_items)
+    throw bad(key, fmt::format("'{}' holds {} items; at most {} in one request", key, pr.size(), max_items));
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < pr.size(); i++) {
+    const std::string param = pr.size() > 1 ? fmt::format("{}[{}]", key, i) : key;
+    if (pr[i].is_string())
+      out.push_back(text(pr[i], param));
+    else if (pr[i].is_array())
+      out.push_back(ids(pr[i], param));
+    else
+      throw bad(param, shape);
+  }
+  return out;
 }
 
 std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body) {
@@ -272,7 +273,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
     check_prompt_bytes(ctx, chat_text.text.size(), "messages");
     r.params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
   } else {
-    p.prompts = completion_prompts(ctx, j);
+    for (auto& tokens : token_prompts(ctx, j, "prompt", kMaxPrompts, true)) p.prompts.push_back({std::move(tokens), 0});
     r.params.prompt = p.prompts.front().tokens;
   }
   if (chat) p.prompts.push_back({r.params.prompt, 0});

@@ -96,6 +96,13 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const nlohmann::ordered_js
 void check_known_fields(const nlohmann::ordered_json& o, const std::string& where, const std::set<std::string>& known,
                         const std::set<std::string>& ignored = {});
 
+// A field holding one prompt or several — a string, an array of strings, an array of token ids, or an array of
+// them — as token lists (text tokenized with the BOS the vocabulary adds). At most max_items; an empty one is a
+// 400 naming it (`key[i]` in a list). check_bytes: a text whose byte length alone proves it cannot fit the
+// context is refused before it is tokenized.
+std::vector<std::vector<int32_t>> token_prompts(const ApiContext& ctx, const nlohmann::ordered_json& j,
+                                                const std::string& key, size_t max_items, bool check_bytes);
+
 // Every field of a completion (chat: true) body is one the server implements, or a 400 naming it.
 void check_request_fields(const nlohmann::ordered_json& body, bool chat);
 

@@ -65,7 +65,12 @@ HttpResponse ApiRoutes::error_for(const ApiError& e, Api api) {
   }
 }
 
-std::optional<HttpResponse> ApiRoutes::more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api) {
+std::optional<HttpResponse> ApiRoutes::more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api,
+                                                  const std::string& param, const std::string& what) {
+  if (total > static_cast<size_t>(engine_.max_queue()))
+    return rejected(bad_request(param, fmt::format("{} are more requests than the queue holds ({}, --max-queue)", what,
+                                                   engine_.max_queue())),
+                    api);
   slots.push_back(std::move(first));
   while (slots.size() < total) {
     QueueSlot more = engine_.enter_queue();
@@ -143,11 +148,9 @@ HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueS
     return rejected(e, api);
   }
   std::vector<QueueSlot> slots;
-  if (er.inputs.size() > static_cast<size_t>(engine_.max_queue()))
-    return rejected(bad_request("input", fmt::format("{} inputs are more requests than the queue holds ({}, --max-queue)",
-                                                     er.inputs.size(), engine_.max_queue())),
-                    api);
-  if (auto full = more_slots(std::move(slot), er.inputs.size(), slots, api)) return *full;
+  if (auto refused = more_slots(std::move(slot), er.inputs.size(), slots, api, er.rerank ? "documents" : "input",
+                                fmt::format("{} inputs", er.inputs.size())))
+    return *refused;
   std::vector<std::shared_ptr<RequestChannel>> chs;
   try {
     for (size_t i = 0; i < er.inputs.size(); i++) {
@@ -243,13 +246,10 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
   // One request per prompt and choice (index = prompt * n + choice), each with its own place in the queue
   // and seed; a prompt's n choices share its KV blocks through the prefix cache.
   const size_t total = p.prompts.size() * static_cast<size_t>(p.n);
-  if (total > static_cast<size_t>(engine_.max_queue()))
-    return rejected(bad_request("prompt", fmt::format("{} prompts x {} choices are more requests than the queue holds "
-                                                      "({}, --max-queue)",
-                                                      p.prompts.size(), p.n, engine_.max_queue())),
-                    api);
   std::vector<QueueSlot> slots;
-  if (auto full = more_slots(std::move(slot), total, slots, api)) return *full;
+  if (auto refused = more_slots(std::move(slot), total, slots, api, "prompt",
+                                fmt::format("{} prompts x {} choices", p.prompts.size(), p.n)))
+    return *refused;
   std::vector<std::shared_ptr<RequestChannel>> chs;
   try {
     for (size_t k = 0; k < total; k++) {
