@@ -11,12 +11,12 @@
 
 namespace kestrel {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 namespace {
 
 // A call's parameters object (what every format but JSON writes key by key) and its required keys.
-std::set<std::string> required_keys(size_t i, const json& params, const char* format) {
+std::set<std::string> required_keys(size_t i, const ojson& params, const char* format) {
   if (params.value("type", "object") != "object")
     throw Error(fmt::format("tools[{}].function.parameters: {} calls take an object of parameters", i, format));
   std::set<std::string> required;
@@ -26,7 +26,7 @@ std::set<std::string> required_keys(size_t i, const json& params, const char* fo
 }
 
 // A string enum's values as GBNF alternatives "a" | "b" (a value that is not a string: an Error naming it).
-std::string enum_alternatives(size_t i, const std::string& key, const json& schema) {
+std::string enum_alternatives(size_t i, const std::string& key, const ojson& schema) {
   std::string alts;
   for (const auto& e : schema["enum"]) {
     if (!e.is_string()) throw Error(fmt::format("tools[{}].function.parameters.properties.{}.enum: not a string", i, key));
@@ -38,7 +38,7 @@ std::string enum_alternatives(size_t i, const std::string& key, const json& sche
 // One DSML invoke of tool i: its parameters in the schema's order (the required ones always, the others
 // optional), a plain or enumerated string written as is (string="true", text without '<'), everything else
 // as JSON valid against the property's schema (string="false").
-std::string dsml_invoke(size_t i, const std::string& name, const json& params, std::string& rules) {
+std::string dsml_invoke(size_t i, const std::string& name, const ojson& params, std::string& rules) {
   const std::set<std::string> required = required_keys(i, params, "DSML");
   std::string body = gbnf_literal("<｜DSML｜invoke name=\"" + name + "\">\n");
   if (params.contains("properties")) {
@@ -70,7 +70,7 @@ std::string dsml_invoke(size_t i, const std::string& name, const json& params, s
 // One GLM call of tool i (GLM-4.6's layout): the name, then each parameter as an <arg_key>/<arg_value> pair in
 // the schema's order (the required ones always, the others optional), a plain or enumerated string written as
 // is (text without '<'), everything else as JSON valid against the property's schema.
-std::string glm_call(size_t i, const std::string& name, const json& params, std::string& rules) {
+std::string glm_call(size_t i, const std::string& name, const ojson& params, std::string& rules) {
   const std::set<std::string> required = required_keys(i, params, "GLM");
   std::string body = gbnf_literal("<tool_call>" + name);
   if (params.contains("properties")) {
@@ -99,7 +99,7 @@ std::string glm_call(size_t i, const std::string& name, const json& params, std:
 // parameter as <parameter=KEY>\nVALUE\n</parameter>\n in the schema's order (the required ones always, the
 // others optional), a plain or enumerated string as is (text without '<'), everything else as JSON valid
 // against the property's schema; then </function>\n</tool_call>.
-std::string qwen_call(size_t i, const std::string& name, const json& params, std::string& rules) {
+std::string qwen_call_rule(size_t i, const std::string& name, const ojson& params, std::string& rules) {
   const std::set<std::string> required = required_keys(i, params, "Qwen3-Coder");
   std::string body = gbnf_literal("<tool_call>\n<function=" + name + ">\n");
   if (params.contains("properties")) {
@@ -136,17 +136,18 @@ g4-array ::= "[" ( g4-value ( "," g4-value )* )? "]"
 // parameters in key order (the template sorts them), the required ones always and the others optional, commas
 // between those present; a plain or enumerated string between <|"|> (text without '<'), a number, integer or
 // boolean as JSON against its schema, anything else a Gemma 4 value (nested values are not held to the schema).
-std::string gemma4_call(size_t i, const std::string& name, const json& params, std::string& rules) {
+std::string gemma4_call(size_t i, const std::string& name, const ojson& params, std::string& rules) {
   const std::set<std::string> required = required_keys(i, params, "Gemma 4");
-  std::map<std::string, json> props;  // sorted, as the template's dictsort
+  std::map<std::string, ojson> props;  // sorted, as the template's dictsort
   if (params.contains("properties"))
     for (const auto& [key, schema] : params["properties"].items()) props.emplace(key, schema);
   std::vector<std::pair<std::string, bool>> items;  // expression, required
   int k = 0;
   for (const auto& [key, schema] : props) {
     const std::string type = schema.is_object() ? schema.value("type", "") : "";
-    const bool string_enum = schema.is_object() && schema.contains("enum") && (type.empty() || type == "string") &&
-                             std::all_of(schema["enum"].begin(), schema["enum"].end(), [](const json& e) { return e.is_string(); });
+    const bool string_enum =
+        schema.is_object() && schema.contains("enum") && (type.empty() || type == "string") &&
+        std::all_of(schema["enum"].begin(), schema["enum"].end(), [](const ojson& e) { return e.is_string(); });
     std::string value;
     if (string_enum) {
       value = gbnf_literal("<|\"|>") + " ( " + enum_alternatives(i, key, schema) + " ) " + gbnf_literal("<|\"|>");
@@ -182,7 +183,7 @@ std::string gemma4_call(size_t i, const std::string& name, const json& params, s
 
 }  // namespace
 
-std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::string& only, bool parallel) {
+std::string tool_call_gbnf(ToolCallFormat format, const ojson& tools, const std::string& only, bool parallel) {
   if (format == ToolCallFormat::None) throw Error("no tool-call format to constrain the reply to");
   std::string rules;
   std::vector<std::string> json_calls, deepseek_calls, dsml_calls, harmony_calls, args_calls, glm_calls, gemma4_calls,
@@ -190,10 +191,10 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
   // Llama 3's JSON calls carry "parameters"; the others "arguments".
   const std::string key = format == ToolCallFormat::Llama3Json ? "parameters" : "arguments";
   for (size_t i = 0; i < tools.size(); i++) {
-    const json& f = tools[i]["function"];
+    const ojson& f = tools[i]["function"];
     const std::string name = f["name"].get<std::string>();
     if (!only.empty() && name != only) continue;
-    const json params = f.contains("parameters") ? f["parameters"] : json{{"type", "object"}};
+    const ojson params = f.contains("parameters") ? f["parameters"] : ojson{{"type", "object"}};
     std::string args;
     try {
       args = json_schema_rules(params, fmt::format("t{}-", i), rules);
@@ -201,13 +202,13 @@ std::string tool_call_gbnf(ToolCallFormat format, const json& tools, const std::
       throw Error(fmt::format("tools[{}].function.parameters: {}", i, e.what()));
     }
     json_calls.push_back(fmt::format("\"{{\" ws {} ws \":\" ws {} ws \",\" ws {} ws \":\" ws {} ws \"}}\"",
-                                     gbnf_literal("\"name\""), gbnf_literal(json(name).dump()),
-                                     gbnf_literal(json(key).dump()), args));
+                                     gbnf_literal("\"name\""), gbnf_literal(ojson(name).dump()),
+                                     gbnf_literal(ojson(key).dump()), args));
     deepseek_calls.push_back(fmt::format("{} \"\\n```json\\n\" {} \"\\n```\"", gbnf_literal(name), args));
     if (format == ToolCallFormat::Dsml) dsml_calls.push_back(dsml_invoke(i, name, params, rules));
     if (format == ToolCallFormat::Glm) glm_calls.push_back(glm_call(i, name, params, rules));
     if (format == ToolCallFormat::Gemma4) gemma4_calls.push_back(gemma4_call(i, name, params, rules));
-    if (format == ToolCallFormat::QwenXml) qwen_calls.push_back(qwen_call(i, name, params, rules));
+    if (format == ToolCallFormat::QwenXml) qwen_calls.push_back(qwen_call_rule(i, name, params, rules));
     // Mistral's newer form (Ministral 3, Magistral, Devstral templates): [TOOL_CALLS]NAME[ARGS]{...}.
     args_calls.push_back(fmt::format("{} \"[ARGS]\" {}", gbnf_literal(name), args));
     // Harmony: the recipient, the channel and the arguments as gpt-oss's template writes a call.

@@ -8,9 +8,10 @@
 #include <random>
 
 namespace kestrel {
-namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
 
 constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
@@ -48,16 +49,16 @@ std::string new_call_id(ToolCallFormat f) {
 namespace {
 
 // {"name": ..., "arguments"|"parameters": {...} or "..."} as a call, or nullopt.
-std::optional<ToolCall> call_from_object(const json& j, ToolCallFormat f) {
+std::optional<ToolCall> call_from_object(const ojson& j, ToolCallFormat f) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
   const char* key = j.contains("arguments") ? "arguments" : j.contains("parameters") ? "parameters" : nullptr;
   std::string args = "{}";
   if (key) {
-    const json& a = j[key];
+    const ojson& a = j[key];
     if (a.is_string()) {
       args = a.get<std::string>();
     } else if (a.is_object()) {
-      args = a.dump(-1, ' ', false, json::error_handler_t::replace);
+      args = a.dump(-1, ' ', false, ojson::error_handler_t::replace);
     } else {
       return std::nullopt;
     }
@@ -65,8 +66,8 @@ std::optional<ToolCall> call_from_object(const json& j, ToolCallFormat f) {
   return ToolCall{new_call_id(f), j["name"].get<std::string>(), std::move(args)};
 }
 
-std::optional<json> parse_json(std::string_view text) {
-  json j = json::parse(text, nullptr, false);
+std::optional<ojson> parse_json(std::string_view text) {
+  ojson j = ojson::parse(text, nullptr, false);
   if (j.is_discarded()) return std::nullopt;
   return j;
 }
@@ -118,13 +119,13 @@ ToolCallReply hermes(std::string_view text) {
 // objects and arrays as JSON, everything else through Jinja's `string` (booleans and null as Python writes
 // them: True, False, None). Read back through JSON where it reads as JSON, those three words as what they
 // stand for, anything else as the string.
-json qwen_value(std::string_view v) {
+ojson qwen_value(std::string_view v) {
   if (!v.empty() && v.front() == '\n') v.remove_prefix(1);
   if (!v.empty() && v.back() == '\n') v.remove_suffix(1);
   if (v == "True" || v == "False") return v == "True";
   if (v == "None") return nullptr;
   const auto j = parse_json(v);
-  return j ? *j : json(std::string(v));
+  return j ? *j : ojson(std::string(v));
 }
 
 // The inside of one Qwen3-Coder / Qwen3.5 call: <function=NAME> then <parameter=KEY>VALUE</parameter> items,
@@ -136,7 +137,7 @@ std::optional<ToolCall> qwen_call(std::string_view call) {
   if (name_end == std::string_view::npos) return std::nullopt;
   const std::string_view name = call.substr(f + kQwenFunction.size(), name_end - f - kQwenFunction.size());
   if (name.empty() || name.find_first_of("<>{}\n ") != std::string_view::npos) return std::nullopt;
-  json args = json::object();
+  ojson args = ojson::object();
   size_t p = name_end + 1;
   for (;;) {
     while (p < call.size() && (call[p] == '\n' || call[p] == ' ')) p++;
@@ -175,7 +176,7 @@ ToolCallReply glm(std::string_view text) {
     const size_t first_key = call.find(kGlmKey);
     const std::string_view name = trim(call.substr(0, first_key));
     if (name.empty() || name.find_first_of("<>{}\n") != std::string_view::npos) return fail();
-    json args = json::object();
+    ojson args = ojson::object();
     size_t p = first_key == std::string_view::npos ? call.size() : first_key;
     while (p < call.size()) {
       if (call.substr(p, kGlmKey.size()) != kGlmKey) return fail();
@@ -189,7 +190,7 @@ ToolCallReply glm(std::string_view text) {
       if (v_end == std::string_view::npos || key.empty()) return fail();
       const std::string_view value = call.substr(v + kGlmValue.size(), v_end - v - kGlmValue.size());
       const auto j = parse_json(value);
-      args[key] = j ? *j : json(std::string(value));
+      args[key] = j ? *j : ojson(std::string(value));
       p = v_end + kGlmValueEnd.size();
       while (p < call.size() && (call[p] == '\n' || call[p] == ' ')) p++;
     }
@@ -209,7 +210,7 @@ ToolCallReply glm(std::string_view text) {
 // One Gemma 4 value at t[p] (string between <|"|>, number, true/false/null, [...] or {key:value,...} with bare
 // keys) into JSON; p moves past it. nullopt: not such a value, or nested deeper than any tool's arguments are
 // (a reply of a thousand '[' must not exhaust the stack).
-std::optional<json> gemma4_value(std::string_view t, size_t& p, int depth = 0) {
+std::optional<ojson> gemma4_value(std::string_view t, size_t& p, int depth = 0) {
   constexpr int kMaxDepth = 64;
   if (depth > kMaxDepth) return std::nullopt;
   const auto skip_space = [&] {
@@ -220,14 +221,14 @@ std::optional<json> gemma4_value(std::string_view t, size_t& p, int depth = 0) {
   if (t.substr(p, kGemmaQuote.size()) == kGemmaQuote) {
     const size_t end = t.find(kGemmaQuote, p + kGemmaQuote.size());
     if (end == std::string_view::npos) return std::nullopt;
-    json s = std::string(t.substr(p + kGemmaQuote.size(), end - p - kGemmaQuote.size()));
+    ojson s = std::string(t.substr(p + kGemmaQuote.size(), end - p - kGemmaQuote.size()));
     p = end + kGemmaQuote.size();
     return s;
   }
   if (t[p] == '{' || t[p] == '[') {
     const bool object = t[p] == '{';
     const char close = object ? '}' : ']';
-    json out = object ? json::object() : json::array();
+    ojson out = object ? ojson::object() : ojson::array();
     p++;
     skip_space();
     if (p < t.size() && t[p] == close) {
@@ -435,7 +436,7 @@ ToolCallReply dsml(std::string_view text) {
     const size_t inv_end = block.find(kDsmlInvokeEnd, name_end);
     if (name.empty() || inv_end == std::string_view::npos) return fail();
     const std::string_view params = block.substr(name_end + 2, inv_end - name_end - 2);
-    json args = json::object();
+    ojson args = ojson::object();
     size_t p = 0;
     for (;;) {
       const size_t par = params.find(kDsmlParameter, p);

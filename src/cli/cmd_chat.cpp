@@ -18,12 +18,13 @@
 #include "runtime/generator.h"
 
 namespace kestrel::cli {
+
+using ojson = nlohmann::ordered_json;
+
 namespace {
 
-using json = nlohmann::ordered_json;
-
 std::atomic<bool> g_interrupted{false};
-void on_sigint(int) { g_interrupted = true; }
+void on_chat_sigint(int) { g_interrupted = true; }
 
 struct ChatFlags {
   LoadOptions engine;
@@ -102,11 +103,11 @@ int chat(ChatFlags& f) {
              f.engine.model_path, tmpl.origin(), e.n_ctx);
 
   struct sigaction sa {};
-  sa.sa_handler = on_sigint;  // no SA_RESTART: a read at the prompt returns EINTR
+  sa.sa_handler = on_chat_sigint;  // no SA_RESTART: a read at the prompt returns EINTR
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
 
-  json messages = json::array();
+  ojson messages = ojson::array();
   if (!f.system.empty()) messages.push_back({{"role", "system"}, {"content", f.system}});
   const size_t kept = messages.size();
   for (std::string text;;) {
@@ -146,7 +147,7 @@ int chat(ChatFlags& f) {
     messages.push_back({{"role", "user"}, {"content", text}});
     std::vector<int32_t> prompt;
     try {
-      const RenderedChat rc = tmpl.render(messages, nullptr, json::object(), true);
+      const RenderedChat rc = tmpl.render(messages, nullptr, ojson::object(), true);
       prompt = tmpl.tokenize(*e.tokenizer, rc, false);
       if (static_cast<int64_t>(prompt.size()) >= e.n_ctx)
         throw Error(fmt::format("the conversation has {} tokens, the context {}: /clear to start again", prompt.size(),

@@ -13,12 +13,13 @@
 #include "loadtest/load_runner.h"
 
 namespace kestrel::cli {
-namespace {
 
 using json = nlohmann::json;
 
+namespace {
+
 std::atomic<bool> g_stop{false};
-extern "C" void on_sigint(int) { g_stop = true; }
+extern "C" void on_loadtest_sigint(int) { g_stop = true; }
 
 struct LoadFlags {
   std::string url = "http://127.0.0.1:8080", api = "completions", model, api_key, prompts_file, priority_mix, slo,
@@ -156,7 +157,7 @@ int run(LoadFlags& f) {
                     ro});
   }
 
-  signal(SIGINT, on_sigint);
+  signal(SIGINT, on_loadtest_sigint);
   const ProcUsage before = f.server_pid ? proc_usage(f.server_pid) : ProcUsage{};
   std::vector<SweepPoint> points;
   json doc = {{"url", f.url}, {"api", f.api}, {"workload", note}, {"points", json::array()}};

@@ -10,7 +10,7 @@
 
 namespace kestrel {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 namespace {
 
@@ -37,7 +37,7 @@ const std::set<std::string> kAnnotations = {"title", "description", "$schema", "
 class SchemaConverter {
  public:
   // prefix: the rule names' (several schemas may share one grammar).
-  SchemaConverter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
+  SchemaConverter(const ojson& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
   // The expression for the whole schema; its rules are appended to rules.
   std::string convert(std::string& rules) {
@@ -57,10 +57,10 @@ class SchemaConverter {
     by_body_[body] = name;
     return name;
   }
-  static std::string literal_of(const json& value) { return gbnf_literal(value.dump()); }
+  static std::string literal_of(const ojson& value) { return gbnf_literal(value.dump()); }
 
   // A GBNF expression (usually a rule name) for the values the schema allows.
-  std::string visit(const json& s, const std::string& path) {
+  std::string visit(const ojson& s, const std::string& path) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) refuse(path, "the schema 'false' allows no value");
       return "json-value";
@@ -82,13 +82,13 @@ class SchemaConverter {
       used.insert("type");
       if (!s["enum"].is_array() || s["enum"].empty()) refuse(path + "/enum", "must be a non-empty array");
       std::string alts;
-      for (const json& v : s["enum"]) alts += (alts.empty() ? "" : " | ") + literal_of(v);
+      for (const ojson& v : s["enum"]) alts += (alts.empty() ? "" : " | ") + literal_of(v);
       expr = add_rule(alts);
     } else if (has("anyOf") || has("oneOf")) {
       // oneOf is read as anyOf: the branches of the schemas people write for
       // tools and answers (object kinds, a value or null) do not overlap.
       const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
-      const json& branches = s[key];
+      const ojson& branches = s[key];
       if (!branches.is_array() || branches.empty()) refuse(path + "/" + key, "must be a non-empty array");
       std::string alts;
       for (size_t i = 0; i < branches.size(); i++)
@@ -104,14 +104,14 @@ class SchemaConverter {
     return expr;
   }
 
-  std::string ref(const json& r, const std::string& path) {
+  std::string ref(const ojson& r, const std::string& path) {
     if (!r.is_string()) refuse(path + "/$ref", "must be a string");
     const std::string target = r.get<std::string>();
     if (auto it = refs_.find(target); it != refs_.end()) return it->second;
     if (target.rfind("#", 0) != 0) refuse(path + "/$ref", fmt::format("'{}': only references inside the schema (#/...)", target));
-    json::json_pointer ptr;
+    ojson::json_pointer ptr;
     try {
-      ptr = json::json_pointer(target.substr(1));
+      ptr = ojson::json_pointer(target.substr(1));
     } catch (const std::exception&) {
       refuse(path + "/$ref", fmt::format("'{}' is not a JSON pointer", target));
     }
@@ -123,14 +123,14 @@ class SchemaConverter {
     return name;
   }
 
-  std::string typed(const json& s, const std::string& path, std::set<std::string>& used) {
+  std::string typed(const ojson& s, const std::string& path, std::set<std::string>& used) {
     std::vector<std::string> types;
     if (s.contains("type")) {
       used.insert("type");
-      const json& t = s["type"];
+      const ojson& t = s["type"];
       if (t.is_string()) types.push_back(t.get<std::string>());
       else if (t.is_array())
-        for (const json& x : t) {
+        for (const ojson& x : t) {
           if (!x.is_string()) refuse(path + "/type", "must be a string or an array of strings");
           types.push_back(x.get<std::string>());
         }
@@ -158,13 +158,13 @@ class SchemaConverter {
     return types.size() == 1 ? alts : add_rule(alts);
   }
 
-  std::string object(const json& s, const std::string& path, std::set<std::string>& used) {
+  std::string object(const ojson& s, const std::string& path, std::set<std::string>& used) {
     std::vector<std::pair<std::string, std::string>> props;  // name, value expression
     std::set<std::string> required;
     if (s.contains("required")) {
       used.insert("required");
       if (!s["required"].is_array()) refuse(path + "/required", "must be an array of names");
-      for (const json& r : s["required"]) {
+      for (const ojson& r : s["required"]) {
         if (!r.is_string()) refuse(path + "/required", "must be an array of names");
         required.insert(r.get<std::string>());
       }
@@ -178,7 +178,7 @@ class SchemaConverter {
     std::string extra = "json-value";  // what a required name missing from properties may hold
     if (s.contains("additionalProperties")) {
       used.insert("additionalProperties");
-      const json& a = s["additionalProperties"];
+      const ojson& a = s["additionalProperties"];
       if (a.is_object()) extra = visit(a, path + "/additionalProperties");
       else if (!a.is_boolean()) refuse(path + "/additionalProperties", "must be a boolean or a schema");
     }
@@ -202,8 +202,8 @@ class SchemaConverter {
     std::function<std::string(size_t, bool)> body = [&](size_t i, bool first) -> std::string {
       if (i == n) return "";
       if (auto it = memo.find({i, first}); it != memo.end()) return it->second;
-      const std::string kv = (first ? "" : "\",\" ws ") + gbnf_literal(json(props[i].first).dump()) +
-                             " ws \":\" ws " + props[i].second + " ws";
+      const std::string kv = (first ? "" : "\",\" ws ") + gbnf_literal(ojson(props[i].first).dump()) + " ws \":\" ws " +
+                             props[i].second + " ws";
       const std::string rest = body(i + 1, false);
       std::string b;
       if (required.count(props[i].first)) {
@@ -219,14 +219,14 @@ class SchemaConverter {
   }
 
   // A minimum and a maximum count (0 and -1 when absent), each 0..limit, min <= max.
-  static std::pair<int64_t, int64_t> bounds(const json& s, const std::string& path, std::set<std::string>& used,
+  static std::pair<int64_t, int64_t> bounds(const ojson& s, const std::string& path, std::set<std::string>& used,
                                             const char* min_key, const char* max_key, int64_t limit) {
     int64_t v[2] = {0, -1};
     const char* keys[2] = {min_key, max_key};
     for (int i = 0; i < 2; i++) {
       if (!s.contains(keys[i])) continue;
       used.insert(keys[i]);
-      const json& x = s[keys[i]];
+      const ojson& x = s[keys[i]];
       if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > limit)
         refuse(path + "/" + keys[i], fmt::format("must be an integer from 0 to {}", limit));
       v[i] = x.get<int64_t>();
@@ -235,7 +235,7 @@ class SchemaConverter {
     return {v[0], v[1]};
   }
 
-  std::string array(const json& s, const std::string& path, std::set<std::string>& used) {
+  std::string array(const ojson& s, const std::string& path, std::set<std::string>& used) {
     std::vector<std::string> prefix;
     if (s.contains("prefixItems")) {
       used.insert("prefixItems");
@@ -246,7 +246,7 @@ class SchemaConverter {
     std::string item;  // "" : no item after the prefix
     if (s.contains("items")) {
       used.insert("items");
-      const json& it = s["items"];
+      const ojson& it = s["items"];
       if (!(it.is_boolean() && !it.get<bool>())) item = visit(it, path + "/items");
     } else if (prefix.empty()) {
       item = "json-value";
@@ -271,14 +271,14 @@ class SchemaConverter {
     return add_rule("\"[\" ws " + items + " \"]\"");
   }
 
-  std::string string(const json& s, const std::string& path, std::set<std::string>& used) {
+  std::string string(const ojson& s, const std::string& path, std::set<std::string>& used) {
     const auto [min, max] = bounds(s, path, used, "minLength", "maxLength", 4096);
     if (min == 0 && max < 0) return "json-string";
     return add_rule(max < 0 ? fmt::format("\"\\\"\" json-char{{{},}} \"\\\"\"", min)
                             : fmt::format("\"\\\"\" json-char{{{},{}}} \"\\\"\"", min, max));
   }
 
-  const json& root_;
+  const ojson& root_;
   std::string prefix_;
   std::map<std::string, std::string> rules_;    // name -> body
   std::map<std::string, std::string> by_body_;  // body -> name (one rule per distinct body)
@@ -308,13 +308,13 @@ std::string gbnf_literal(const std::string& text) {
   return out + "\"";
 }
 
-std::string json_schema_rules(const json& schema, const std::string& prefix, std::string& rules) {
+std::string json_schema_rules(const ojson& schema, const std::string& prefix, std::string& rules) {
   return SchemaConverter(schema, prefix).convert(rules);
 }
 
 std::string json_grammar_primitives() { return kPrimitives; }
 
-std::string json_schema_to_gbnf(const json& schema) {
+std::string json_schema_to_gbnf(const ojson& schema) {
   std::string rules;
   const std::string top = json_schema_rules(schema, "", rules);
   return "root ::= " + top + "\n" + rules + kPrimitives;

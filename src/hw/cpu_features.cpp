@@ -31,7 +31,7 @@ const char* isa_name(IsaLevel isa) {
   return "?";
 }
 
-static CpuFeatures probe() {
+static CpuFeatures probe_cpu() {
   CpuFeatures f;
 #ifdef KESTREL_X86
   __builtin_cpu_init();
@@ -75,7 +75,7 @@ static CpuFeatures probe() {
 }
 
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = probe();
+  static const CpuFeatures f = probe_cpu();
   return f;
 }
 

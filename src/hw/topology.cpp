@@ -6,7 +6,7 @@
 namespace kestrel {
 namespace {
 
-Topology probe() {
+Topology probe_topology() {
   Topology t;
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0) return t;
@@ -54,7 +54,7 @@ int64_t Topology::l2_bytes() const { return cache_size(*this, 2, true); }
 int64_t Topology::l3_bytes() const { return cache_size(*this, 3, true); }
 
 const Topology& topology() {
-  static const Topology t = probe();
+  static const Topology t = probe_topology();
   return t;
 }
 

@@ -6,9 +6,10 @@
 #include <cmath>
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 
 json pct_json(const Percentiles& p) {
   return {{"n", p.n},     {"mean", p.mean}, {"median", p.median}, {"p90", p.p90},

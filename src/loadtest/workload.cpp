@@ -10,9 +10,10 @@
 #include "core/error.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 
 const char* const kWords[] = {
     "the",   "little", "cat",   "sat",    "on",    "mat",    "and",     "dog",  "ran",    "to",     "park",

@@ -1,20 +1,34 @@
 #include "runtime/loaded_model.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "core/error.h"
+#include "gguf/llama2c_import.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/profiling_backend.h"
-#include "gguf/llama2c_import.h"
 #include "parallel/follower.h"
 #include "parallel/leader_model.h"
 
 namespace kestrel {
 
 int default_thread_count() {
+  // KESTREL_THREADS sets the default (-t still wins): e.g. 1 where several processes share the cores, as the
+  // test suite's parallel jobs do (a fork-join pool with more threads than free cores waits at every barrier).
+  if (const char* env = std::getenv("KESTREL_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1024)
+      throw Error(fmt::format("KESTREL_THREADS='{}' is not a thread count (1 to 1024)", env));
+    return static_cast<int>(n);
+  }
+  // The CPUs this process may run on (taskset, a container's cpuset), not every CPU the machine has.
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
 }

@@ -95,6 +95,7 @@ struct LoadedModel {
 std::unique_ptr<GgufFile> open_model_file(const std::string& path, const std::string& llama2c_tokenizer,
                                           MappedFile::Mode mode = MappedFile::Mode::Map);
 
+// Threads when none are asked for: KESTREL_THREADS if set, else the CPUs this process may run on.
 int default_thread_count();
 
 // The paged KV cache for a model's layout at n_ctx: n_seq_max sequences at

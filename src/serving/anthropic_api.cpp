@@ -7,12 +7,11 @@
 #include "serving/completion_body.h"
 
 namespace kestrel {
-namespace {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
+namespace {
 
 // Fields of an object other than `known` (and prompt-caching hints, which cannot change the answer: the prefix
 // cache shares what it can on its own) are a 400 naming them.
@@ -21,23 +20,23 @@ void only_fields(const ojson& o, const std::string& where, const std::set<std::s
 }
 
 std::string text_of(const ojson& v, const std::string& param) {
-  if (!v.is_string()) throw bad(param, fmt::format("'{}' must be a string", param));
+  if (!v.is_string()) throw bad_request(param, fmt::format("'{}' must be a string", param));
   return v.get<std::string>();
 }
 
 // A string, or text blocks joined (system prompts, tool results).
 std::string text_blocks(const ojson& v, const std::string& param) {
   if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) throw bad(param, fmt::format("'{}' must be a string or an array of text blocks", param));
+  if (!v.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of text blocks", param));
   std::string out;
   for (size_t k = 0; k < v.size(); k++) {
     const std::string bp = fmt::format("{}[{}]", param, k);
     const ojson& b = v[k];
-    if (!b.is_object() || !b.contains("type")) throw bad(bp, fmt::format("'{}' must be a content block", bp));
+    if (!b.is_object() || !b.contains("type")) throw bad_request(bp, fmt::format("'{}' must be a content block", bp));
     if (b["type"] == "image" || b["type"] == "document")
-      throw bad(bp, fmt::format("'{}' is {}: this server serves text models (text blocks only)", bp,
-                                b["type"] == "image" ? "an image" : "a document"));
-    if (b["type"] != "text") throw bad(bp + ".type", fmt::format("'{}.type' must be \"text\" here", bp));
+      throw bad_request(bp, fmt::format("'{}' is {}: this server serves text models (text blocks only)", bp,
+                                        b["type"] == "image" ? "an image" : "a document"));
+    if (b["type"] != "text") throw bad_request(bp + ".type", fmt::format("'{}.type' must be \"text\" here", bp));
     only_fields(b, bp, {"type", "text", "citations"});
     out += text_of(b.value("text", ojson()), bp + ".text");
   }
@@ -47,45 +46,46 @@ std::string text_blocks(const ojson& v, const std::string& param) {
 // One Anthropic message as OpenAI chat messages (a user turn's tool results become tool messages before its text).
 void add_message(const ojson& m, size_t i, ojson& out) {
   const std::string mp = fmt::format("messages[{}]", i);
-  if (!m.is_object()) throw bad(mp, fmt::format("'{}' must be an object", mp));
+  if (!m.is_object()) throw bad_request(mp, fmt::format("'{}' must be an object", mp));
   only_fields(m, mp, {"role", "content"});
   if (!m.contains("role") || (m["role"] != "user" && m["role"] != "assistant"))
-    throw bad(mp + ".role", fmt::format("'{}.role' must be \"user\" or \"assistant\"", mp));
+    throw bad_request(mp + ".role", fmt::format("'{}.role' must be \"user\" or \"assistant\"", mp));
   const bool user = m["role"] == "user";
-  if (!m.contains("content")) throw bad(mp + ".content", fmt::format("'{}.content' is missing", mp));
+  if (!m.contains("content")) throw bad_request(mp + ".content", fmt::format("'{}.content' is missing", mp));
   const ojson& c = m["content"];
   if (c.is_string()) {
     out.push_back({{"role", m["role"]}, {"content", c}});
     return;
   }
   const std::string cp = mp + ".content";
-  if (!c.is_array()) throw bad(cp, fmt::format("'{}' must be a string or an array of content blocks", cp));
+  if (!c.is_array()) throw bad_request(cp, fmt::format("'{}' must be a string or an array of content blocks", cp));
   std::string text, thinking;
   ojson calls = ojson::array();
   for (size_t k = 0; k < c.size(); k++) {
     const ojson& b = c[k];
     const std::string bp = fmt::format("{}[{}]", cp, k);
     if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
-      throw bad(bp, fmt::format("'{}' must be a content block with a type", bp));
+      throw bad_request(bp, fmt::format("'{}' must be a content block with a type", bp));
     const std::string type = b["type"];
     if (type == "text") {
       only_fields(b, bp, {"type", "text", "citations"});
       text += text_of(b.value("text", ojson()), bp + ".text");
     } else if (type == "image" || type == "document") {
-      throw bad(bp, fmt::format("'{}' is {}: this server serves text models (text blocks only)", bp,
-                                type == "image" ? "an image" : "a document"));
+      throw bad_request(bp, fmt::format("'{}' is {}: this server serves text models (text blocks only)", bp,
+                                        type == "image" ? "an image" : "a document"));
     } else if (type == "tool_use" && !user) {
       only_fields(b, bp, {"type", "id", "name", "input"});
       const std::string id = text_of(b.value("id", ojson()), bp + ".id");
       const std::string name = text_of(b.value("name", ojson()), bp + ".name");
-      if (!b.contains("input") || !b["input"].is_object()) throw bad(bp + ".input", fmt::format("'{}.input' must be an object", bp));
+      if (!b.contains("input") || !b["input"].is_object())
+        throw bad_request(bp + ".input", fmt::format("'{}.input' must be an object", bp));
       calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", b["input"].dump()}}}});
     } else if (type == "tool_result" && user) {
       only_fields(b, bp, {"type", "tool_use_id", "content", "is_error"});
       const std::string id = text_of(b.value("tool_use_id", ojson()), bp + ".tool_use_id");
       std::string result = b.contains("content") ? text_blocks(b["content"], bp + ".content") : "";
       if (b.contains("is_error") && !b["is_error"].is_boolean())
-        throw bad(bp + ".is_error", fmt::format("'{}.is_error' must be true or false", bp));
+        throw bad_request(bp + ".is_error", fmt::format("'{}.is_error' must be true or false", bp));
       // The templates have no notion of a failed call: the result says so in words.
       if (b.value("is_error", false)) result = "Error: " + result;
       out.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", result}});
@@ -93,10 +93,11 @@ void add_message(const ojson& m, size_t i, ojson& out) {
       only_fields(b, bp, {"type", "thinking", "signature"});
       thinking += text_of(b.value("thinking", ojson()), bp + ".thinking");
     } else if (type == "redacted_thinking") {
-      throw bad(bp, fmt::format("'{}' is redacted thinking, which this server never writes and cannot read", bp));
+      throw bad_request(bp,
+                        fmt::format("'{}' is redacted thinking, which this server never writes and cannot read", bp));
     } else {
-      throw bad(bp + ".type", fmt::format("'{}.type' \"{}\" is not a block a{} {} message takes here", bp, type,
-                                          user ? "" : "n", user ? "user" : "assistant"));
+      throw bad_request(bp + ".type", fmt::format("'{}.type' \"{}\" is not a block a{} {} message takes here", bp, type,
+                                                  user ? "" : "n", user ? "user" : "assistant"));
     }
   }
   if (user) {
@@ -110,21 +111,23 @@ void add_message(const ojson& m, size_t i, ojson& out) {
 }
 
 ojson tools_of(const ojson& tools) {
-  if (!tools.is_array()) throw bad("tools", "'tools' must be an array of {\"name\", \"description\", \"input_schema\"}");
+  if (!tools.is_array())
+    throw bad_request("tools", "'tools' must be an array of {\"name\", \"description\", \"input_schema\"}");
   ojson out = ojson::array();
   for (size_t i = 0; i < tools.size(); i++) {
     const ojson& t = tools[i];
     const std::string tp = fmt::format("tools[{}]", i);
-    if (!t.is_object()) throw bad(tp, fmt::format("'{}' must be an object", tp));
+    if (!t.is_object()) throw bad_request(tp, fmt::format("'{}' must be an object", tp));
     if (t.contains("type") && t["type"] != "custom")
-      throw bad(tp + ".type", fmt::format("'{}.type' {} is a server tool Anthropic runs; only custom tools (name, "
-                                          "description, input_schema) are served here",
-                                          tp, t["type"].dump()));
+      throw bad_request(tp + ".type",
+                        fmt::format("'{}.type' {} is a server tool Anthropic runs; only custom tools (name, "
+                                    "description, input_schema) are served here",
+                                    tp, t["type"].dump()));
     only_fields(t, tp, {"type", "name", "description", "input_schema"});
     ojson fn = {{"name", text_of(t.value("name", ojson()), tp + ".name")}};
     if (t.contains("description")) fn["description"] = text_of(t["description"], tp + ".description");
     if (!t.contains("input_schema") || !t["input_schema"].is_object())
-      throw bad(tp + ".input_schema", fmt::format("'{}.input_schema' must be a JSON schema object", tp));
+      throw bad_request(tp + ".input_schema", fmt::format("'{}.input_schema' must be a JSON schema object", tp));
     fn["parameters"] = t["input_schema"];
     out.push_back({{"type", "function"}, {"function", fn}});
   }
@@ -134,7 +137,7 @@ ojson tools_of(const ojson& tools) {
 // tool_choice: auto, any (a call is required), tool (that one), none; disable_parallel_tool_use.
 void tool_choice_of(const ojson& c, ojson& chat) {
   if (!c.is_object() || !c.contains("type") || !c["type"].is_string())
-    throw bad("tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+    throw bad_request("tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
   const std::string type = c["type"];
   only_fields(c, "tool_choice", {"type", "name", "disable_parallel_tool_use"});
   if (type == "auto") {
@@ -146,11 +149,13 @@ void tool_choice_of(const ojson& c, ojson& chat) {
   } else if (type == "tool") {
     chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", text_of(c.value("name", ojson()), "tool_choice.name")}}}};
   } else {
-    throw bad("tool_choice.type", fmt::format("'tool_choice.type' \"{}\" is not auto, any, tool or none", type));
+    throw bad_request("tool_choice.type",
+                      fmt::format("'tool_choice.type' \"{}\" is not auto, any, tool or none", type));
   }
   if (c.contains("disable_parallel_tool_use")) {
     if (!c["disable_parallel_tool_use"].is_boolean())
-      throw bad("tool_choice.disable_parallel_tool_use", "'tool_choice.disable_parallel_tool_use' must be true or false");
+      throw bad_request("tool_choice.disable_parallel_tool_use",
+                        "'tool_choice.disable_parallel_tool_use' must be true or false");
     chat["parallel_tool_calls"] = !c["disable_parallel_tool_use"].get<bool>();
   }
 }
@@ -158,18 +163,19 @@ void tool_choice_of(const ojson& c, ojson& chat) {
 // thinking: {"type": "enabled", "budget_tokens"} or {"type": "disabled"}, through the template's switch.
 void thinking_of(const ojson& t, const ChatTemplate& tmpl, int64_t max_tokens, ojson& chat) {
   if (!t.is_object() || !t.contains("type") || (t["type"] != "enabled" && t["type"] != "disabled"))
-    throw bad("thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+    throw bad_request("thinking",
+                      "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
   const bool on = t["type"] == "enabled";
   only_fields(t, "thinking", on ? std::set<std::string>{"type", "budget_tokens"} : std::set<std::string>{"type"});
   if (on) {
     if (!t.contains("budget_tokens") || !t["budget_tokens"].is_number_integer() || t["budget_tokens"].get<int64_t>() < 1024)
-      throw bad("thinking.budget_tokens", "'thinking.budget_tokens' must be an integer of at least 1024");
+      throw bad_request("thinking.budget_tokens", "'thinking.budget_tokens' must be an integer of at least 1024");
     if (max_tokens > 0 && t["budget_tokens"].get<int64_t>() >= max_tokens)
-      throw bad("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
+      throw bad_request("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
     if (max_tokens > 0) chat["reasoning_budget"] = t["budget_tokens"];  // the reasoning is closed there
   }
   if (!tmpl.reasons()) {
-    if (on) throw bad("thinking", "this model does not reason (its chat template writes no reasoning)");
+    if (on) throw bad_request("thinking", "this model does not reason (its chat template writes no reasoning)");
     return;  // off is what it does anyway
   }
   // The switches chat templates read: Qwen3's and GLM's enable_thinking, DeepSeek-V3.1's thinking.
@@ -178,7 +184,8 @@ void thinking_of(const ojson& t, const ChatTemplate& tmpl, int64_t max_tokens, o
       chat["chat_template_kwargs"][name] = on;
       return;
     }
-  if (!on) throw bad("thinking", "this model always reasons: its chat template has no switch to turn thinking off");
+  if (!on)
+    throw bad_request("thinking", "this model always reasons: its chat template has no switch to turn thinking off");
 }
 
 const char* error_type(int status) {
@@ -215,7 +222,7 @@ json tool_input(const std::string& arguments) {
 }  // namespace
 
 ojson anthropic_to_chat(const ojson& body, const ChatTemplate& tmpl, bool count_only) {
-  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   std::set<std::string> known = {"model", "messages", "system", "tools", "tool_choice", "thinking"};
   if (!count_only)
     known.insert({"max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "metadata"});
@@ -224,16 +231,17 @@ ojson anthropic_to_chat(const ojson& body, const ChatTemplate& tmpl, bool count_
   if (body.contains("model")) chat["model"] = body["model"];
   int64_t max_tokens = 0;
   if (!count_only) {
-    if (!body.contains("max_tokens")) throw bad("max_tokens", "'max_tokens' is missing (Anthropic's API requires it)");
+    if (!body.contains("max_tokens"))
+      throw bad_request("max_tokens", "'max_tokens' is missing (Anthropic's API requires it)");
     if (!body["max_tokens"].is_number_integer() || body["max_tokens"].get<int64_t>() < 1)
-      throw bad("max_tokens", "'max_tokens' must be a positive integer");
+      throw bad_request("max_tokens", "'max_tokens' must be a positive integer");
     max_tokens = body["max_tokens"].get<int64_t>();
     chat["max_tokens"] = max_tokens;
   }
   ojson messages = ojson::array();
   if (body.contains("system")) messages.push_back({{"role", "system"}, {"content", text_blocks(body["system"], "system")}});
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-    throw bad("messages", "'messages' must be a non-empty array of {\"role\", \"content\"}");
+    throw bad_request("messages", "'messages' must be a non-empty array of {\"role\", \"content\"}");
   for (size_t i = 0; i < body["messages"].size(); i++) add_message(body["messages"][i], i, messages);
   chat["messages"] = std::move(messages);
   if (body.contains("tools")) chat["tools"] = tools_of(body["tools"]);
@@ -242,23 +250,23 @@ ojson anthropic_to_chat(const ojson& body, const ChatTemplate& tmpl, bool count_
   if (count_only) return chat;
   if (body.contains("stop_sequences")) {
     const ojson& s = body["stop_sequences"];
-    if (!s.is_array()) throw bad("stop_sequences", "'stop_sequences' must be an array of strings");
+    if (!s.is_array()) throw bad_request("stop_sequences", "'stop_sequences' must be an array of strings");
     if (!s.empty()) chat["stop"] = s;
   }
   if (body.contains("temperature")) {
     // Anthropic's range is 0 to 1.
     if (!body["temperature"].is_number() || body["temperature"].get<double>() < 0 || body["temperature"].get<double>() > 1)
-      throw bad("temperature", "'temperature' must be a number from 0 to 1");
+      throw bad_request("temperature", "'temperature' must be a number from 0 to 1");
     chat["temperature"] = body["temperature"];
   }
   for (const char* key : {"top_p", "top_k"})
     if (body.contains(key)) chat[key] = body[key];
   if (body.contains("metadata")) {  // who asked (metadata.user_id): nothing the answer depends on
-    if (!body["metadata"].is_object()) throw bad("metadata", "'metadata' must be an object");
+    if (!body["metadata"].is_object()) throw bad_request("metadata", "'metadata' must be an object");
     only_fields(body["metadata"], "metadata", {"user_id"});
   }
   if (body.contains("stream")) {
-    if (!body["stream"].is_boolean()) throw bad("stream", "'stream' must be true or false");
+    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
     if (body["stream"].get<bool>()) {
       chat["stream"] = true;
       chat["stream_options"] = {{"include_usage", true}};

@@ -8,19 +8,20 @@
 #include "serving/openai_api.h"
 
 namespace kestrel {
-namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
 
 // The content as one string (text parts joined), or null where the role may
 // leave it out (an assistant turn that only calls tools).
-json message_content(const json& m, size_t i, bool may_be_null) {
+ojson message_content(const ojson& m, size_t i, bool may_be_null) {
   const std::string param = fmt::format("messages[{}].content", i);
   if (!m.contains("content") || m["content"].is_null()) {
     if (may_be_null) return nullptr;
     throw bad_request(param, fmt::format("'{}' is missing", param));
   }
-  const json& c = m["content"];
+  const ojson& c = m["content"];
   if (c.is_string()) return c.get<std::string>();
   if (!c.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of text parts", param));
   std::string text;
@@ -35,12 +36,12 @@ json message_content(const json& m, size_t i, bool may_be_null) {
 
 // An assistant's earlier tool calls; arguments (a JSON string in the OpenAI
 // API) become an object, as vLLM and llama.cpp hand them to templates.
-json tool_calls(const json& calls, size_t i) {
+ojson tool_calls(const ojson& calls, size_t i) {
   const std::string param = fmt::format("messages[{}].tool_calls", i);
   if (!calls.is_array()) throw bad_request(param, fmt::format("'{}' must be an array", param));
-  json out = json::array();
+  ojson out = ojson::array();
   for (size_t k = 0; k < calls.size(); k++) {
-    const json& c = calls[k];
+    const ojson& c = calls[k];
     const std::string cp = fmt::format("{}[{}]", param, k);
     if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
         !c["function"].contains("name") || !c["function"]["name"].is_string())
@@ -49,26 +50,26 @@ json tool_calls(const json& calls, size_t i) {
                                         cp));
     if (c.contains("type") && c["type"] != "function")
       throw bad_request(cp + ".type", fmt::format("'{}.type' must be \"function\"", cp));
-    json call = c;
-    json& fn = call["function"];
+    ojson call = c;
+    ojson& fn = call["function"];
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
-      json parsed = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      ojson parsed = ojson::parse(fn["arguments"].get<std::string>(), nullptr, false);
       if (parsed.is_object()) fn["arguments"] = std::move(parsed);
     } else if (!fn.contains("arguments")) {
-      fn["arguments"] = json::object();
+      fn["arguments"] = ojson::object();
     }
     out.push_back(std::move(call));
   }
   return out;
 }
 
-json checked_messages(const json& body) {
+ojson checked_messages(const ojson& body) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
     throw bad_request("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
-  json out = json::array();
-  const json& msgs = body["messages"];
+  ojson out = ojson::array();
+  const ojson& msgs = body["messages"];
   for (size_t i = 0; i < msgs.size(); i++) {
-    const json& m = msgs[i];
+    const ojson& m = msgs[i];
     const std::string rp = fmt::format("messages[{}].role", i);
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw bad_request(rp, fmt::format("'{}' must be a string", rp));
@@ -85,7 +86,7 @@ json checked_messages(const json& body) {
                           fmt::format("'messages[{}].{}' is not supported for a {} message", i, key, role));
     }
     const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
-    json n = {{"role", role}, {"content", message_content(m, i, calls)}};
+    ojson n = {{"role", role}, {"content", message_content(m, i, calls)}};
     for (const char* key : {"name", "tool_call_id", "reasoning_content"})
       if (m.contains(key) && !m[key].is_null()) {
         if (!m[key].is_string())
@@ -99,18 +100,18 @@ json checked_messages(const json& body) {
 }
 
 // OpenAI's function tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}].
-json checked_tools(const json& body) {
+ojson checked_tools(const ojson& body) {
   if (!body.contains("tools") || body["tools"].is_null()) return nullptr;
-  const json& tools = body["tools"];
+  const ojson& tools = body["tools"];
   if (!tools.is_array()) throw bad_request("tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
   for (size_t i = 0; i < tools.size(); i++) {
-    const json& t = tools[i];
+    const ojson& t = tools[i];
     const std::string param = fmt::format("tools[{}]", i);
     if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
       throw bad_request(param, fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{...}}}}", param));
     for (const auto& [key, value] : t.items())
       if (key != "type" && key != "function") throw bad_request(param + "." + key, fmt::format("unknown field '{}.{}'", param, key));
-    const json& f = t["function"];
+    const ojson& f = t["function"];
     const std::string fp = param + ".function";
     if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty() ||
         f["name"].get<std::string>().size() > 64 ||
@@ -128,9 +129,9 @@ json checked_tools(const json& body) {
   return tools;
 }
 
-json checked_kwargs(const json& body) {
-  if (!body.contains("chat_template_kwargs") || body["chat_template_kwargs"].is_null()) return json::object();
-  const json& k = body["chat_template_kwargs"];
+ojson checked_kwargs(const ojson& body) {
+  if (!body.contains("chat_template_kwargs") || body["chat_template_kwargs"].is_null()) return ojson::object();
+  const ojson& k = body["chat_template_kwargs"];
   if (!k.is_object()) throw bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
     if (k.contains(reserved))
@@ -141,20 +142,20 @@ json checked_kwargs(const json& body) {
 
 }  // namespace
 
-ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
-  json messages = checked_messages(body);
+ChatPrompt render_chat_request(const ApiContext& ctx, const ojson& body) {
+  ojson messages = checked_messages(body);
   if (ctx.tool_format == ToolCallFormat::Harmony)
     // gpt-oss's template reads an assistant turn's reasoning as `thinking`, and tests `... in message.content`
     // wherever the key exists: a call's null content goes (llama.cpp adjusts the messages alike).
-    for (json& m : messages) {
+    for (ojson& m : messages) {
       if (m["role"] != "assistant") continue;
       if (m.contains("reasoning_content")) m["thinking"] = m["reasoning_content"];
       if (m.contains("tool_calls") && m["content"].is_null()) m.erase("content");
     }
-  json kwargs = checked_kwargs(body);
+  ojson kwargs = checked_kwargs(body);
   if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
     // OpenAI's field, as the templates that read it take it (gpt-oss's "Reasoning: high", DeepSeek-V4's 'max').
-    const json& effort = body["reasoning_effort"];
+    const ojson& effort = body["reasoning_effort"];
     if (!effort.is_string()) throw bad_request("reasoning_effort", "'reasoning_effort' must be a string");
     if (!ctx.chat_template->reads("reasoning_effort"))
       throw bad_request("reasoning_effort", "this model's chat template does not read 'reasoning_effort': it would change nothing");
@@ -162,7 +163,7 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
       throw bad_request("reasoning_effort", "'reasoning_effort' and 'chat_template_kwargs.reasoning_effort' differ");
     kwargs["reasoning_effort"] = effort;
   }
-  json tools = checked_tools(body);
+  ojson tools = checked_tools(body);
   ChatPrompt out;
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
     if (!body["parallel_tool_calls"].is_boolean())
@@ -172,7 +173,7 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const json& body) {
   std::string choice = tools.is_null() ? "none" : "auto";
   std::string named;  // tool_choice naming one function
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
-    const json& c = body["tool_choice"];
+    const ojson& c = body["tool_choice"];
     if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
       choice = c.get<std::string>();
     } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") && c["function"].is_object() &&

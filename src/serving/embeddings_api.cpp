@@ -10,12 +10,11 @@
 #include "serving/ollama_api.h"
 
 namespace kestrel {
-namespace {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
+namespace {
 
 constexpr size_t kMaxInputs = 2048;
 
@@ -23,7 +22,7 @@ constexpr size_t kMaxInputs = 2048;
 
 EmbeddingRequest parse_embedding_request(const ApiContext& ctx, const ojson& body, bool ollama, int64_t full_dim,
                                          bool matryoshka) {
-  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   if (ollama)
     // truncate (Ollama's default true cuts an input to the context): an input too long is refused here instead.
     check_known_fields(body, "", {"model", "input", "dimensions", "truncate", "options"}, {"keep_alive"});
@@ -32,12 +31,12 @@ EmbeddingRequest parse_embedding_request(const ApiContext& ctx, const ojson& bod
   EmbeddingRequest r;
   r.ollama = ollama;
   if (ollama) {
-    if (!body.contains("model") || !body["model"].is_string()) throw bad("model", "'model' is required");
+    if (!body.contains("model") || !body["model"].is_string()) throw bad_request("model", "'model' is required");
     r.model = body["model"];
     if (ollama_model_name(r.model, ctx.model_names).empty())
       throw ApiError{404, fmt::format("model '{}' not found", r.model), "model", "", ""};
     if (body.contains("options") && !body["options"].is_null() && !(body["options"].is_object() && body["options"].empty()))
-      throw bad("options", "'options' do not change an embedding here (no sampling): leave them out");
+      throw bad_request("options", "'options' do not change an embedding here (no sampling): leave them out");
   } else {
     r.model = checked_model_name(ctx, body);
   }
@@ -50,37 +49,42 @@ EmbeddingRequest parse_embedding_request(const ApiContext& ctx, const ojson& bod
                      "context_length_exceeded"};
   if (body.contains("encoding_format") && !body["encoding_format"].is_null()) {
     const ojson& f = body["encoding_format"];
-    if (f != "float" && f != "base64") throw bad("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    if (f != "float" && f != "base64")
+      throw bad_request("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
     r.base64 = f == "base64";
   }
   if (body.contains("dimensions") && !body["dimensions"].is_null()) {
     const ojson& d = body["dimensions"];
     if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > full_dim)
-      throw bad("dimensions", fmt::format("'dimensions' must be an integer from 1 to {} (the model's)", full_dim));
+      throw bad_request("dimensions",
+                        fmt::format("'dimensions' must be an integer from 1 to {} (the model's)", full_dim));
     if (d.get<int64_t>() < full_dim && !matryoshka)
-      throw bad("dimensions", fmt::format("'dimensions' {} is less than the model's {}: truncation is only meaningful for "
-                                          "a model trained for it (Matryoshka); start the server with --matryoshka if it was",
-                                          d.get<int64_t>(), full_dim));
+      throw bad_request("dimensions",
+                        fmt::format("'dimensions' {} is less than the model's {}: truncation is only meaningful for "
+                                    "a model trained for it (Matryoshka); start the server with --matryoshka if it was",
+                                    d.get<int64_t>(), full_dim));
     r.dimensions = d;
   }
   return r;
 }
 
 EmbeddingRequest parse_rerank_request(const ApiContext& ctx, const ojson& body, const std::string& rerank_template) {
-  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   check_known_fields(body, "", {"model", "query", "documents", "top_n", "return_documents"});
   EmbeddingRequest r;
   r.rerank = true;
   r.model = checked_model_name(ctx, body);
-  if (!body.contains("query") || !body["query"].is_string()) throw bad("query", "'query' must be a string");
+  if (!body.contains("query") || !body["query"].is_string()) throw bad_request("query", "'query' must be a string");
   const std::string query = body["query"];
   if (!body.contains("documents") || !body["documents"].is_array() || body["documents"].empty())
-    throw bad("documents", "'documents' must be a non-empty array of strings");
+    throw bad_request("documents", "'documents' must be a non-empty array of strings");
   if (body["documents"].size() > kMaxInputs)
-    throw bad("documents", fmt::format("'documents' holds {}; at most {}", body["documents"].size(), kMaxInputs));
+    throw bad_request("documents",
+                      fmt::format("'documents' holds {}; at most {}", body["documents"].size(), kMaxInputs));
   if (rerank_template.empty())
-    throw bad("model", "this model has no rerank template (tokenizer.chat_template.rerank) to put the query and a "
-                       "document in");
+    throw bad_request("model",
+                      "this model has no rerank template (tokenizer.chat_template.rerank) to put the query and a "
+                      "document in");
   for (size_t i = 0; i < body["documents"].size(); i++) {
     const ojson& d = body["documents"][i];
     const std::string param = fmt::format("documents[{}]", i);
@@ -90,7 +94,7 @@ EmbeddingRequest parse_rerank_request(const ApiContext& ctx, const ojson& body, 
     else if (d.is_object() && d.contains("text") && d["text"].is_string())
       text = d["text"];
     else
-      throw bad(param, fmt::format("'{}' must be a string or {{\"text\": ...}}", param));
+      throw bad_request(param, fmt::format("'{}' must be a string or {{\"text\": ...}}", param));
     std::string prompt = rerank_template;
     for (const auto& [key, value] : {std::pair<std::string, const std::string*>{"{query}", &query}, {"{document}", &text}})
       for (size_t at = 0; (at = prompt.find(key, at)) != std::string::npos; at += value->size())
@@ -105,11 +109,12 @@ EmbeddingRequest parse_rerank_request(const ApiContext& ctx, const ojson& body, 
   r.top_n = r.documents.size();
   if (body.contains("top_n") && !body["top_n"].is_null()) {
     if (!body["top_n"].is_number_integer() || body["top_n"].get<int64_t>() < 1)
-      throw bad("top_n", "'top_n' must be a positive integer");
+      throw bad_request("top_n", "'top_n' must be a positive integer");
     r.top_n = std::min<size_t>(r.top_n, body["top_n"].get<size_t>());
   }
   if (body.contains("return_documents") && !body["return_documents"].is_null()) {
-    if (!body["return_documents"].is_boolean()) throw bad("return_documents", "'return_documents' must be true or false");
+    if (!body["return_documents"].is_boolean())
+      throw bad_request("return_documents", "'return_documents' must be true or false");
     r.return_documents = body["return_documents"];
   }
   return r;

@@ -5,26 +5,25 @@
 #include <set>
 
 namespace kestrel {
-namespace {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
+namespace {
 
 std::string string_field(const ojson& body, const char* key, bool required) {
   if (!body.contains(key) || body[key].is_null()) {
-    if (required) throw bad(key, fmt::format("'{}' is required", key));
+    if (required) throw bad_request(key, fmt::format("'{}' is required", key));
     return "";
   }
-  if (!body[key].is_string()) throw bad(key, fmt::format("'{}' must be a string", key));
+  if (!body[key].is_string()) throw bad_request(key, fmt::format("'{}' must be a string", key));
   return body[key];
 }
 
 }  // namespace
 
 InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
-  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   // cache_prompt: the prefix cache is always on (the answer is the same either way).
   check_known_fields(body, "",
                      {"model", "input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "max_tokens",
@@ -37,9 +36,10 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
   if (v.fim_suf < 0) missing += " suffix";
   if (v.fim_mid < 0) missing += " middle";
   if (!missing.empty())
-    throw bad("", fmt::format("this model has no fill-in-the-middle tokens (missing:{}; tokenizer.ggml.fim_pre/suf/"
-                              "mid_token_id or their usual spellings): /infill needs a code model made for it",
-                              missing));
+    throw bad_request("",
+                      fmt::format("this model has no fill-in-the-middle tokens (missing:{}; tokenizer.ggml.fim_pre/suf/"
+                                  "mid_token_id or their usual spellings): /infill needs a code model made for it",
+                                  missing));
   const Tokenizer& tok = ctx.tokenizer;
   auto encode = [&](const std::string& s) { return tok.encode(s, false, false); };
   const std::string prefix = string_field(body, "input_prefix", true), suffix = string_field(body, "input_suffix", true);
@@ -53,15 +53,17 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
   }
   if (body.contains("input_extra") && !body["input_extra"].is_null()) {
     const ojson& chunks = body["input_extra"];
-    if (!chunks.is_array()) throw bad("input_extra", "'input_extra' must be an array of {\"filename\", \"text\"}");
+    if (!chunks.is_array())
+      throw bad_request("input_extra", "'input_extra' must be an array of {\"filename\", \"text\"}");
     for (size_t i = 0; i < chunks.size(); i++) {
       const std::string cp = fmt::format("input_extra[{}]", i);
       const ojson& c = chunks[i];
-      if (!c.is_object()) throw bad(cp, fmt::format("'{}' must be an object", cp));
+      if (!c.is_object()) throw bad_request(cp, fmt::format("'{}' must be an object", cp));
       check_known_fields(c, cp, {"filename", "text"});
-      if (!c.contains("text") || !c["text"].is_string()) throw bad(cp + ".text", fmt::format("'{}.text' must be a string", cp));
+      if (!c.contains("text") || !c["text"].is_string())
+        throw bad_request(cp + ".text", fmt::format("'{}.text' must be a string", cp));
       if (c.contains("filename") && !c["filename"].is_string())
-        throw bad(cp + ".filename", fmt::format("'{}.filename' must be a string", cp));
+        throw bad_request(cp + ".filename", fmt::format("'{}.filename' must be a string", cp));
       std::vector<int32_t> head;
       if (v.fim_sep >= 0) {
         head.push_back(v.fim_sep);
@@ -96,7 +98,7 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
   for (const char* key : {"n_predict", "max_tokens"})
     if (body.contains(key) && !body[key].is_null()) {
       if (!body[key].is_number_integer() || body[key].get<int64_t>() < -1)
-        throw bad(key, fmt::format("'{}' must be -1 or a count of tokens", key));
+        throw bad_request(key, fmt::format("'{}' must be -1 or a count of tokens", key));
       max_tokens = body[key];
     }
   const auto n_core = static_cast<int64_t>(core.size());
@@ -124,7 +126,7 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
     if (body.contains(key) && !body[key].is_null()) c[key] = body[key];
   if (body.contains("repeat_penalty") && !body["repeat_penalty"].is_null()) c["repetition_penalty"] = body["repeat_penalty"];
   if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) throw bad("stream", "'stream' must be true or false");
+    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
     r.stream = body["stream"];
   }
   c["stream"] = true;

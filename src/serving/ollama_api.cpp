@@ -7,21 +7,20 @@
 #include <set>
 
 namespace kestrel {
-namespace {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
+namespace {
 
 void no_images(const ojson& o, const std::string& where) {
   if (o.contains("images") && !o["images"].is_null() && !(o["images"].is_array() && o["images"].empty()))
-    throw bad(where + "images", fmt::format("'{}images': this server serves text models (no images)", where));
+    throw bad_request(where + "images", fmt::format("'{}images': this server serves text models (no images)", where));
 }
 
 // Ollama's options as the OpenAI body's sampling fields.
 void options_of(const ojson& o, ojson& out, int64_t& num_ctx) {
-  if (!o.is_object()) throw bad("options", "'options' must be an object");
+  if (!o.is_object()) throw bad_request("options", "'options' must be an object");
   // Where the model runs, not what it computes.
   static const std::set<std::string> placement = {"numa",     "num_batch", "num_gpu",    "main_gpu", "low_vram",
                                                   "f16_kv",   "use_mmap",  "use_mlock",  "num_thread", "vocab_only",
@@ -32,7 +31,7 @@ void options_of(const ojson& o, ojson& out, int64_t& num_ctx) {
     const std::string param = "options." + key;
     if (v.is_null() || placement.count(key)) continue;
     auto number = [&] {
-      if (!v.is_number()) throw bad(param, fmt::format("'{}' must be a number", param));
+      if (!v.is_number()) throw bad_request(param, fmt::format("'{}' must be a number", param));
       return v;
     };
     if (key == "temperature" || key == "top_p" || key == "top_k" || key == "min_p" || key == "seed" ||
@@ -41,24 +40,25 @@ void options_of(const ojson& o, ojson& out, int64_t& num_ctx) {
     } else if (key == "repeat_penalty") {
       out["repetition_penalty"] = number();
     } else if (key == "num_predict") {
-      if (!v.is_number_integer()) throw bad(param, "'options.num_predict' must be an integer");
+      if (!v.is_number_integer()) throw bad_request(param, "'options.num_predict' must be an integer");
       // -1: no limit, -2: fill the context — both up to the context here.
       if (v.get<int64_t>() >= 0) out["max_tokens"] = v;
-      if (v.get<int64_t>() < -2) throw bad(param, "'options.num_predict' must be -2, -1 or a count of tokens");
+      if (v.get<int64_t>() < -2) throw bad_request(param, "'options.num_predict' must be -2, -1 or a count of tokens");
     } else if (key == "num_ctx") {
-      if (!v.is_number_integer() || v.get<int64_t>() < 1) throw bad(param, "'options.num_ctx' must be a positive integer");
+      if (!v.is_number_integer() || v.get<int64_t>() < 1)
+        throw bad_request(param, "'options.num_ctx' must be a positive integer");
       num_ctx = v.get<int64_t>();
     } else if (key == "stop") {
-      if (!v.is_array()) throw bad(param, "'options.stop' must be an array of strings");
+      if (!v.is_array()) throw bad_request(param, "'options.stop' must be an array of strings");
       if (!v.empty()) out["stop"] = v;
     } else if (neutral.count(key)) {
       if (!v.is_number() || v.get<double>() != neutral.at(key))
-        throw bad(param, fmt::format("'{}' is not supported by this server (only {}, which leaves it out)", param,
-                                     neutral.at(key)));
+        throw bad_request(param, fmt::format("'{}' is not supported by this server (only {}, which leaves it out)",
+                                             param, neutral.at(key)));
     } else if (key == "mirostat_tau" || key == "mirostat_eta" || key == "penalize_newline") {
       continue;  // read by mirostat / a newline penalty only, which are refused above when asked for
     } else {
-      throw bad(param, fmt::format("unknown option '{}'", key));
+      throw bad_request(param, fmt::format("unknown option '{}'", key));
     }
   }
 }
@@ -69,7 +69,7 @@ void format_of(const ojson& f, ojson& out) {
   } else if (f.is_object()) {
     out["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "format"}, {"schema", f}}}};
   } else if (!(f.is_string() && f.get<std::string>().empty())) {
-    throw bad("format", "'format' must be \"json\" or a JSON schema object");
+    throw bad_request("format", "'format' must be \"json\" or a JSON schema object");
   }
 }
 
@@ -78,14 +78,14 @@ void think_of(const ojson& t, const ChatTemplate& tmpl, ojson& out) {
   if (t.is_string()) {
     const std::string effort = t;
     if (effort != "low" && effort != "medium" && effort != "high")
-      throw bad("think", "'think' must be true, false, \"low\", \"medium\" or \"high\"");
+      throw bad_request("think", "'think' must be true, false, \"low\", \"medium\" or \"high\"");
     out["reasoning_effort"] = effort;  // checked against the template by the chat parser
     return;
   }
-  if (!t.is_boolean()) throw bad("think", "'think' must be true, false, \"low\", \"medium\" or \"high\"");
+  if (!t.is_boolean()) throw bad_request("think", "'think' must be true, false, \"low\", \"medium\" or \"high\"");
   const bool on = t;
   if (!tmpl.reasons()) {
-    if (on) throw bad("think", "this model does not think (its chat template writes no reasoning)");
+    if (on) throw bad_request("think", "this model does not think (its chat template writes no reasoning)");
     return;
   }
   for (const char* name : {"enable_thinking", "thinking"})
@@ -93,21 +93,22 @@ void think_of(const ojson& t, const ChatTemplate& tmpl, ojson& out) {
       out["chat_template_kwargs"][name] = on;
       return;
     }
-  if (!on) throw bad("think", "this model always thinks: its chat template has no switch to turn thinking off");
+  if (!on) throw bad_request("think", "this model always thinks: its chat template has no switch to turn thinking off");
 }
 
 ojson messages_of(const ojson& msgs) {
-  if (!msgs.is_array() || msgs.empty()) throw bad("messages", "'messages' must be a non-empty array");
+  if (!msgs.is_array() || msgs.empty()) throw bad_request("messages", "'messages' must be a non-empty array");
   ojson out = ojson::array();
   int call_no = 0;
   std::vector<std::string> open_calls;  // ids of the last assistant turn's calls, for the tool turns after it
   for (size_t i = 0; i < msgs.size(); i++) {
     const ojson& m = msgs[i];
     const std::string mp = fmt::format("messages[{}]", i);
-    if (!m.is_object()) throw bad(mp, fmt::format("'{}' must be an object", mp));
+    if (!m.is_object()) throw bad_request(mp, fmt::format("'{}' must be an object", mp));
     check_known_fields(m, mp, {"role", "content", "thinking", "images", "tool_calls", "tool_name"});
     no_images(m, mp + ".");
-    if (!m.contains("role") || !m["role"].is_string()) throw bad(mp + ".role", fmt::format("'{}.role' must be a string", mp));
+    if (!m.contains("role") || !m["role"].is_string())
+      throw bad_request(mp + ".role", fmt::format("'{}.role' must be a string", mp));
     ojson n = {{"role", m["role"]}, {"content", m.value("content", std::string())}};
     if (m.contains("thinking") && m["thinking"].is_string() && !m["thinking"].get<std::string>().empty())
       n["reasoning_content"] = m["thinking"];
@@ -118,7 +119,7 @@ ojson messages_of(const ojson& msgs) {
         const ojson& c = m["tool_calls"][k];
         const std::string cp = fmt::format("{}.tool_calls[{}]", mp, k);
         if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name"))
-          throw bad(cp, fmt::format("'{}' must be {{\"function\": {{\"name\", \"arguments\"}}}}", cp));
+          throw bad_request(cp, fmt::format("'{}' must be {{\"function\": {{\"name\", \"arguments\"}}}}", cp));
         const ojson& fn = c["function"];
         const std::string id = fmt::format("call_{}", call_no++);
         open_calls.push_back(id);
@@ -139,7 +140,8 @@ ojson messages_of(const ojson& msgs) {
 }
 
 ojson tools_of(const ojson& tools) {
-  if (!tools.is_array()) throw bad("tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+  if (!tools.is_array())
+    throw bad_request("tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
   ojson out = ojson::array();
   for (const auto& t : tools) {
     ojson c = t;
@@ -153,7 +155,7 @@ ojson tools_of(const ojson& tools) {
 }  // namespace
 
 OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool generate) {
-  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   std::set<std::string> known = {"model", "stream", "format", "options", "keep_alive", "think", "logprobs", "top_logprobs"};
   if (generate)
     known.insert({"prompt", "system", "raw", "images", "suffix", "template", "context"});
@@ -162,21 +164,23 @@ OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool
   check_known_fields(body, "", known);
   OllamaRequest r;
   ojson& out = r.openai;
-  if (!body.contains("model") || !body["model"].is_string()) throw bad("model", "'model' is required");
+  if (!body.contains("model") || !body["model"].is_string()) throw bad_request("model", "'model' is required");
   out["model"] = body["model"];
   if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) throw bad("stream", "'stream' must be true or false");
+    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
     r.stream = body["stream"];
   }
   if (generate) {
     no_images(body, "");
     if (body.contains("suffix") && body["suffix"].is_string() && !body["suffix"].get<std::string>().empty())
-      throw bad("suffix", "'suffix' (fill-in-the-middle) is served by POST /infill, not /api/generate");
+      throw bad_request("suffix", "'suffix' (fill-in-the-middle) is served by POST /infill, not /api/generate");
     if (body.contains("template") && body["template"].is_string() && !body["template"].get<std::string>().empty())
-      throw bad("template", "'template' (a Go template) is not supported: the model's own chat template renders");
+      throw bad_request("template",
+                        "'template' (a Go template) is not supported: the model's own chat template renders");
     if (body.contains("context") && body["context"].is_array() && !body["context"].empty())
-      throw bad("context", "'context' (the deprecated token context of an earlier answer) is not supported");
-    if (!body.contains("prompt") || !body["prompt"].is_string()) throw bad("prompt", "'prompt' must be a string");
+      throw bad_request("context", "'context' (the deprecated token context of an earlier answer) is not supported");
+    if (!body.contains("prompt") || !body["prompt"].is_string())
+      throw bad_request("prompt", "'prompt' must be a string");
     r.chat = !body.value("raw", false);
     if (r.chat) {
       ojson messages = ojson::array();
@@ -185,11 +189,11 @@ OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool
       out["messages"] = messages;
     } else {
       if (body.contains("system") && body["system"].is_string() && !body["system"].get<std::string>().empty())
-        throw bad("system", "'system' needs the template (raw: false): a raw prompt is sent as it is");
+        throw bad_request("system", "'system' needs the template (raw: false): a raw prompt is sent as it is");
       out["prompt"] = body["prompt"];
     }
   } else {
-    if (!body.contains("messages")) throw bad("messages", "'messages' is required");
+    if (!body.contains("messages")) throw bad_request("messages", "'messages' is required");
     out["messages"] = messages_of(body["messages"]);
     if (body.contains("tools") && !body["tools"].is_null()) out["tools"] = tools_of(body["tools"]);
   }
@@ -200,7 +204,7 @@ OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool
   if (body.contains("options") && !body["options"].is_null()) options_of(body["options"], out, r.num_ctx);
   if (body.contains("format") && !body["format"].is_null()) format_of(body["format"], out);
   if (body.contains("think") && !body["think"].is_null()) {
-    if (!r.chat) throw bad("think", "'think' needs the template (raw: false)");
+    if (!r.chat) throw bad_request("think", "'think' needs the template (raw: false)");
     think_of(body["think"], *tmpl, out);
   }
   if (body.value("logprobs", false)) {

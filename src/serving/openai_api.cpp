@@ -13,65 +13,66 @@
 #include "serving/structured_output.h"
 
 namespace kestrel {
+
+using ojson = nlohmann::ordered_json;
+
 namespace {
 
 // Ordered: the order of keys a client sent (tool parameters, message fields)
 // is the order a chat template renders them in, as transformers does.
-using json = nlohmann::ordered_json;
 
-ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
-
-double number(const json& j, const char* key, double lo, double hi, double dflt) {
+double number(const ojson& j, const char* key, double lo, double hi, double dflt) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (!j[key].is_number()) throw bad(key, fmt::format("'{}' must be a number", key));
+  if (!j[key].is_number()) throw bad_request(key, fmt::format("'{}' must be a number", key));
   const double v = j[key].get<double>();
-  if (!(v >= lo && v <= hi)) throw bad(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
+  if (!(v >= lo && v <= hi))
+    throw bad_request(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
   return v;
 }
 
-int64_t integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
+int64_t integer(const ojson& j, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (!j[key].is_number_integer()) throw bad(key, fmt::format("'{}' must be an integer", key));
+  if (!j[key].is_number_integer()) throw bad_request(key, fmt::format("'{}' must be an integer", key));
   const auto v = j[key].get<int64_t>();
-  if (v < lo || v > hi) throw bad(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
+  if (v < lo || v > hi) throw bad_request(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
   return v;
 }
 
-bool boolean(const json& j, const char* key, bool dflt) {
+bool boolean(const ojson& j, const char* key, bool dflt) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (!j[key].is_boolean()) throw bad(key, fmt::format("'{}' must be true or false", key));
+  if (!j[key].is_boolean()) throw bad_request(key, fmt::format("'{}' must be true or false", key));
   return j[key].get<bool>();
 }
 
 // OpenAI takes 4; evaluation harnesses send more (every task's `until` plus the end-of-text string).
 constexpr size_t kMaxStops = 16;
 
-std::vector<std::string> stops(const json& j) {
+std::vector<std::string> stops(const ojson& j) {
   if (!j.contains("stop") || j["stop"].is_null()) return {};
-  const json& s = j["stop"];
+  const ojson& s = j["stop"];
   std::vector<std::string> out;
   if (s.is_string())
     out.push_back(s.get<std::string>());
   else if (s.is_array() && s.size() <= kMaxStops) {
     for (const auto& x : s) {
-      if (!x.is_string()) throw bad("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
+      if (!x.is_string())
+        throw bad_request("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
       out.push_back(x.get<std::string>());
     }
   } else {
-    throw bad("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
+    throw bad_request("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
   }
   for (const auto& x : out)
-    if (x.empty()) throw bad("stop", "'stop' strings must not be empty");
+    if (x.empty()) throw bad_request("stop", "'stop' strings must not be empty");
   return out;
 }
 
-
 // {"token id": bias}: ids of this vocabulary, biases -100 to 100, at most 1024 entries.
-std::vector<std::pair<int32_t, float>> logit_bias(const json& j, int64_t n_vocab) {
+std::vector<std::pair<int32_t, float>> logit_bias(const ojson& j, int64_t n_vocab) {
   if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return {};
-  const json& b = j["logit_bias"];
-  if (!b.is_object()) throw bad("logit_bias", "'logit_bias' must be an object of {\"token id\": bias}");
-  if (b.size() > 1024) throw bad("logit_bias", "'logit_bias' holds more than 1024 tokens");
+  const ojson& b = j["logit_bias"];
+  if (!b.is_object()) throw bad_request("logit_bias", "'logit_bias' must be an object of {\"token id\": bias}");
+  if (b.size() > 1024) throw bad_request("logit_bias", "'logit_bias' holds more than 1024 tokens");
   std::vector<std::pair<int32_t, float>> out;
   for (const auto& [key, value] : b.items()) {
     const std::string param = "logit_bias." + key;
@@ -83,9 +84,10 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& j, int64_t n_vocab
       used = 0;
     }
     if (used == 0 || used != key.size() || id < 0 || id >= n_vocab)
-      throw bad(param, fmt::format("'logit_bias' key '{}' is not a token id of this model (0 to {})", key, n_vocab - 1));
+      throw bad_request(
+          param, fmt::format("'logit_bias' key '{}' is not a token id of this model (0 to {})", key, n_vocab - 1));
     if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100)
-      throw bad(param, fmt::format("'{}' must be a number from -100 to 100", param));
+      throw bad_request(param, fmt::format("'{}' must be a number from -100 to 100", param));
     out.emplace_back(static_cast<int32_t>(id), value.get<float>());
   }
   return out;
@@ -112,7 +114,7 @@ constexpr size_t kMaxPrompts = 1024;
 // Every field of a body is one we implement, or one that cannot change the
 // output (`user`); anything else is a 400 naming it rather than an answer
 // computed without it. OpenAI fields we know but do not implement say so.
-void check_request_fields(const json& j, bool chat) {
+void check_request_fields(const ojson& j, bool chat) {
   static const std::set<std::string> common = {
       "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
@@ -128,50 +130,51 @@ void check_request_fields(const json& j, bool chat) {
     if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
     if (value.is_null()) continue;  // an explicit null asks for the default
     if (openai_unimplemented.count(key))
-      throw bad(key, fmt::format("'{}' is not supported by this server", key));
-    throw bad(key, fmt::format("unknown field '{}'", key));
+      throw bad_request(key, fmt::format("'{}' is not supported by this server", key));
+    throw bad_request(key, fmt::format("unknown field '{}'", key));
   }
   if (const auto it = j.find("stream_options"); it != j.end() && it->is_object())
     for (const auto& [key, value] : it->items())
-      if (key != "include_usage") throw bad("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
+      if (key != "include_usage")
+        throw bad_request("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
 }
 
-void check_known_fields(const json& o, const std::string& where, const std::set<std::string>& known,
+void check_known_fields(const ojson& o, const std::string& where, const std::set<std::string>& known,
                         const std::set<std::string>& ignored) {
   for (const auto& [key, value] : o.items()) {
     if (known.count(key) || ignored.count(key) || value.is_null()) continue;
     const std::string param = where.empty() ? key : where + "." + key;
-    throw bad(param, fmt::format("unknown field '{}'", param));
+    throw bad_request(param, fmt::format("unknown field '{}'", param));
   }
 }
 
-std::vector<std::vector<int32_t>> token_prompts(const ApiContext& ctx, const json& j, const std::string& key,
+std::vector<std::vector<int32_t>> token_prompts(const ApiContext& ctx, const ojson& j, const std::string& key,
                                                 size_t max_items, bool check_bytes) {
-  if (!j.contains(key) || j[key].is_null()) throw bad(key, fmt::format("'{}' is missing", key));
-  const json& pr = j[key];
+  if (!j.contains(key) || j[key].is_null()) throw bad_request(key, fmt::format("'{}' is missing", key));
+  const ojson& pr = j[key];
   const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
   const std::string shape = fmt::format(
       "'{}' must be a string, an array of strings, an array of token ids or an array of arrays of token ids", key);
-  auto text = [&](const json& t, const std::string& param) {
-    if (t.get_ref<const std::string&>().empty()) throw bad(param, fmt::format("'{}' is empty", param));
+  auto text = [&](const ojson& t, const std::string& param) {
+    if (t.get_ref<const std::string&>().empty()) throw bad_request(param, fmt::format("'{}' is empty", param));
     if (check_bytes) check_prompt_bytes(ctx, t.get_ref<const std::string&>().size(), param);
     return ctx.tokenizer.encode(t.get<std::string>(), true, false);
   };
-  auto ids = [&](const json& a, const std::string& param) {
+  auto ids = [&](const ojson& a, const std::string& param) {
     std::vector<int32_t> out;
     for (const auto& t : a) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-        throw bad(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
+        throw bad_request(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
       out.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
-    if (out.empty()) throw bad(param, fmt::format("'{}' is empty", param));
+    if (out.empty()) throw bad_request(param, fmt::format("'{}' is empty", param));
     return out;
   };
   if (pr.is_string()) return {text(pr, key)};
-  if (!pr.is_array() || pr.empty()) throw bad(key, shape);
+  if (!pr.is_array() || pr.empty()) throw bad_request(key, shape);
   if (pr[0].is_number()) return {ids(pr, key)};
   if (pr.size() > max_items)
-    throw bad(key, fmt::format("'{}' holds {} items; at most {} in one request", key, pr.size(), max_items));
+    throw bad_request(key, fmt::format("'{}' holds {} items; at most {} in one request", key, pr.size(), max_items));
   std::vector<std::vector<int32_t>> out;
   for (size_t i = 0; i < pr.size(); i++) {
     const std::string param = pr.size() > 1 ? fmt::format("{}[{}]", key, i) : key;
@@ -180,14 +183,14 @@ std::vector<std::vector<int32_t>> token_prompts(const ApiContext& ctx, const jso
     else if (pr[i].is_array())
       out.push_back(ids(pr[i], param));
     else
-      throw bad(param, shape);
+      throw bad_request(param, shape);
   }
   return out;
 }
 
 std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body) {
   if (!body.contains("model") || body["model"].is_null()) return ctx.model_names.front();
-  if (!body["model"].is_string()) throw bad("model", "'model' must be a string");
+  if (!body["model"].is_string()) throw bad_request("model", "'model' must be a string");
   const std::string name = body["model"].get<std::string>();
   if (std::find(ctx.model_names.begin(), ctx.model_names.end(), name) == ctx.model_names.end())
     throw ApiError{404, model_not_found_message(name, ctx.model_names), "model", "invalid_request_error", "model_not_found"};
@@ -199,10 +202,10 @@ std::string model_not_found_message(const std::string& name, const std::vector<s
 }
 
 std::string api_error_body(const ApiError& e) {
-  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  ojson err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
-  return json_text(json{{"error", err}});
+  return json_text(ojson{{"error", err}});
 }
 
 HttpResponse error_response(const ApiError& e) { return json_response(api_error_body(e), e.status); }
@@ -215,21 +218,21 @@ std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, n
 
 nlohmann::ordered_json parse_body(const std::string& body) {
   int64_t values = 0;
-  const json::parser_callback_t bounds = [&](int depth, json::parse_event_t event, json&) {
+  const ojson::parser_callback_t bounds = [&](int depth, ojson::parse_event_t event, ojson&) {
     if (depth >= kMaxJsonDepth)  // depth counts from 0: the outermost value is level 1
-      throw bad("", fmt::format("the body nests JSON deeper than {} levels", kMaxJsonDepth));
-    if ((event == json::parse_event_t::value || event == json::parse_event_t::object_start ||
-         event == json::parse_event_t::array_start) &&
+      throw bad_request("", fmt::format("the body nests JSON deeper than {} levels", kMaxJsonDepth));
+    if ((event == ojson::parse_event_t::value || event == ojson::parse_event_t::object_start ||
+         event == ojson::parse_event_t::array_start) &&
         ++values > kMaxJsonValues)
-      throw bad("", fmt::format("the body holds more than {} JSON values", kMaxJsonValues));
+      throw bad_request("", fmt::format("the body holds more than {} JSON values", kMaxJsonValues));
     return true;
   };
   try {
-    return json::parse(body, bounds);
+    return ojson::parse(body, bounds);
   } catch (const ApiError&) {
     throw;
   } catch (const std::exception& e) {
-    throw bad("", fmt::format("the body is not valid JSON: {}", e.what()));
+    throw bad_request("", fmt::format("the body is not valid JSON: {}", e.what()));
   }
 }
 
@@ -240,8 +243,8 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   return parse_completion_request(ctx, parse_body(body), chat);
 }
 
-ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, bool chat) {
-  if (!j.is_object()) throw bad("", "the body must be a JSON object");
+ParsedRequest parse_completion_request(const ApiContext& ctx, const ojson& j, bool chat) {
+  if (!j.is_object()) throw bad_request("", "the body must be a JSON object");
   check_request_fields(j, chat);
   ParsedRequest p;
   p.chat = chat;
@@ -284,7 +287,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
   for (size_t i = 0; i < p.prompts.size(); i++) {
     ParsedRequest::Prompt& one = p.prompts[i];
     const std::string param = p.prompts.size() > 1 ? fmt::format("{}[{}]", prompt_param, i) : prompt_param;
-    if (one.tokens.empty()) throw bad(param, fmt::format("'{}' gives no tokens", param));
+    if (one.tokens.empty()) throw bad_request(param, fmt::format("'{}' gives no tokens", param));
     const auto n_prompt = static_cast<int64_t>(one.tokens.size());
     if (n_prompt >= ctx.n_ctx)
       throw ApiError{400,
@@ -305,7 +308,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
   SamplingParams& s = r.params.sampling;
   s.temperature = static_cast<float>(number(j, "temperature", 0.0, 2.0, 1.0));
   s.top_p = static_cast<float>(number(j, "top_p", 0.0, 1.0, 1.0));
-  if (s.top_p == 0.0f) throw bad("top_p", "'top_p' must be greater than 0");
+  if (s.top_p == 0.0f) throw bad_request("top_p", "'top_p' must be greater than 0");
   s.top_k = static_cast<int>(integer(j, "top_k", -1, 1 << 20, 0));
   if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
   s.min_p = static_cast<float>(number(j, "min_p", 0.0, 1.0, 0.0));
@@ -323,7 +326,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
   p.n = static_cast<int>(integer(j, "n", 1, kMaxChoices, 1));
   // best_of candidates, of which the n best are returned: only best_of = n (every one returned) is honest here.
   if (!chat && integer(j, "best_of", 1, 1 << 10, p.n) != p.n)
-    throw bad("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
+    throw bad_request("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
   s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
   r.stop = stops(j);
   r.params.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
@@ -333,22 +336,24 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
     // At most this many tokens of reasoning: then the template's close tag is generated and the answer follows.
     r.params.reasoning_budget = integer(j, "reasoning_budget", 0, int64_t{1} << 30, -1);
     if (!ctx.chat_template->reasons())
-      throw bad("reasoning_budget", "this model's chat template writes no reasoning: 'reasoning_budget' would change nothing");
+      throw bad_request("reasoning_budget",
+                        "this model's chat template writes no reasoning: 'reasoning_budget' would change nothing");
     if (r.grammar)
-      throw bad("reasoning_budget", "'reasoning_budget' with a grammar (response_format, grammar, a required tool call) "
-                                    "is not supported: the closing tag could break the grammar");
+      throw bad_request("reasoning_budget",
+                        "'reasoning_budget' with a grammar (response_format, grammar, a required tool call) "
+                        "is not supported: the closing tag could break the grammar");
     const ReasoningTags tags = ctx.chat_template->reasoning_tags();
     r.params.reasoning_open = ctx.tokenizer.encode(std::string(tags.open), false, true);
     r.params.reasoning_close = ctx.tokenizer.encode(std::string(tags.close), false, true);
     r.params.reasoning_opened = p.reasoning_opened;
     if (r.params.reasoning_close.empty() || r.params.reasoning_open.empty())
-      throw bad("reasoning_budget", "the reasoning tags of this template give no tokens");
+      throw bad_request("reasoning_budget", "the reasoning tags of this template give no tokens");
   }
   if (chat) {
     if (boolean(j, "logprobs", false))
       r.params.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));
     else if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
-      throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      throw bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   } else {
     r.params.top_logprobs = static_cast<int>(integer(j, "logprobs", 0, 20, -1));
     r.echo = boolean(j, "echo", false);
@@ -357,13 +362,13 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const json& j, boo
   p.stream = boolean(j, "stream", false);
   p.token_ids_in_logprobs = boolean(j, "return_tokens_as_token_ids", false);
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
-    if (!j["stream_options"].is_object()) throw bad("stream_options", "'stream_options' must be an object");
+    if (!j["stream_options"].is_object()) throw bad_request("stream_options", "'stream_options' must be an object");
     p.include_usage_chunk = boolean(j["stream_options"], "include_usage", false);
   }
   try {
     s.validate();
   } catch (const Error& e) {
-    throw bad("", e.what());
+    throw bad_request("", e.what());
   }
   return p;
 }

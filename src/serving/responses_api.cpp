@@ -7,22 +7,21 @@
 #include "core/base64.h"
 
 namespace kestrel {
-namespace {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
+namespace {
 
 std::string text_of(const ojson& v, const std::string& param) {
-  if (!v.is_string()) throw bad(param, fmt::format("'{}' must be a string", param));
+  if (!v.is_string()) throw bad_request(param, fmt::format("'{}' must be a string", param));
   return v.get<std::string>();
 }
 
 // A message's content: a string or parts of text (input_text, output_text).
 std::string content_text(const ojson& c, const std::string& param) {
   if (c.is_string()) return c;
-  if (!c.is_array()) throw bad(param, fmt::format("'{}' must be a string or an array of content parts", param));
+  if (!c.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of content parts", param));
   std::string out;
   for (size_t k = 0; k < c.size(); k++) {
     const std::string pp = fmt::format("{}[{}]", param, k);
@@ -31,11 +30,11 @@ std::string content_text(const ojson& c, const std::string& param) {
     if (type == "input_text" || type == "output_text" || type == "text" || type == "summary_text" || type == "reasoning_text") {
       out += text_of(part.value("text", ojson()), pp + ".text");
     } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      throw bad(pp, fmt::format("'{}' is {}: this server serves text models (text parts only)", pp, type));
+      throw bad_request(pp, fmt::format("'{}' is {}: this server serves text models (text parts only)", pp, type));
     } else if (type == "refusal") {
       out += text_of(part.value("refusal", ojson()), pp + ".refusal");
     } else {
-      throw bad(pp + ".type", fmt::format("'{}.type' must be input_text or output_text", pp));
+      throw bad_request(pp + ".type", fmt::format("'{}.type' must be input_text or output_text", pp));
     }
   }
   return out;
@@ -48,7 +47,8 @@ ojson input_messages(const ojson& input) {
     out.push_back({{"role", "user"}, {"content", input}});
     return out;
   }
-  if (!input.is_array() || input.empty()) throw bad("input", "'input' must be a string or a non-empty array of items");
+  if (!input.is_array() || input.empty())
+    throw bad_request("input", "'input' must be a string or a non-empty array of items");
   std::string reasoning;  // a reasoning item waits for the assistant turn it belongs to
   auto assistant = [&]() -> ojson& {
     if (out.empty() || out.back()["role"] != "assistant") {
@@ -64,12 +64,12 @@ ojson input_messages(const ojson& input) {
   for (size_t i = 0; i < input.size(); i++) {
     const ojson& it = input[i];
     const std::string ip = fmt::format("input[{}]", i);
-    if (!it.is_object()) throw bad(ip, fmt::format("'{}' must be an object", ip));
+    if (!it.is_object()) throw bad_request(ip, fmt::format("'{}' must be an object", ip));
     const std::string type = it.value("type", it.contains("role") ? "message" : "");
     if (type == "message") {
       const std::string role = text_of(it.value("role", ojson()), ip + ".role");
       if (role != "user" && role != "system" && role != "developer" && role != "assistant")
-        throw bad(ip + ".role", fmt::format("'{}.role' must be user, system, developer or assistant", ip));
+        throw bad_request(ip + ".role", fmt::format("'{}.role' must be user, system, developer or assistant", ip));
       const std::string text = content_text(it.value("content", ojson()), ip + ".content");
       if (role == "assistant") {
         ojson& a = assistant();
@@ -96,33 +96,36 @@ ojson input_messages(const ojson& input) {
         reasoning += content_text(it["content"], ip + ".content");
       } else if (it.contains("encrypted_content") && it["encrypted_content"].is_string()) {
         const auto text = base64_decode(it["encrypted_content"].get<std::string>());
-        if (!text) throw bad(ip + ".encrypted_content", fmt::format("'{}.encrypted_content' is not one this server wrote", ip));
+        if (!text)
+          throw bad_request(ip + ".encrypted_content",
+                            fmt::format("'{}.encrypted_content' is not one this server wrote", ip));
         reasoning += *text;
       }
     } else {
-      throw bad(ip + ".type", fmt::format("'{}.type' \"{}\" is not an input item this server reads (message, "
-                                          "function_call, function_call_output, reasoning)",
-                                          ip, type));
+      throw bad_request(ip + ".type", fmt::format("'{}.type' \"{}\" is not an input item this server reads (message, "
+                                                  "function_call, function_call_output, reasoning)",
+                                                  ip, type));
     }
   }
   return out;
 }
 
-ojson tools_of(const ojson& tools) {
-  if (!tools.is_array()) throw bad("tools", "'tools' must be an array of function tools");
+ojson responses_tools_of(const ojson& tools) {
+  if (!tools.is_array()) throw bad_request("tools", "'tools' must be an array of function tools");
   ojson out = ojson::array();
   for (size_t i = 0; i < tools.size(); i++) {
     const ojson& t = tools[i];
     const std::string tp = fmt::format("tools[{}]", i);
     if (!t.is_object() || t.value("type", "") != "function")
-      throw bad(tp + ".type", fmt::format("'{}.type' must be \"function\" (built-in tools such as web_search run at "
-                                          "OpenAI, not here)",
-                                          tp));
+      throw bad_request(tp + ".type",
+                        fmt::format("'{}.type' must be \"function\" (built-in tools such as web_search run at "
+                                    "OpenAI, not here)",
+                                    tp));
     ojson fn = ojson::object();
     for (const auto& [key, value] : t.items()) {
       if (key == "type") continue;
       if (key != "name" && key != "description" && key != "parameters" && key != "strict")
-        throw bad(tp + "." + key, fmt::format("unknown field '{}.{}'", tp, key));
+        throw bad_request(tp + "." + key, fmt::format("unknown field '{}.{}'", tp, key));
       if (!value.is_null()) fn[key] = value;
     }
     out.push_back({{"type", "function"}, {"function", fn}});
@@ -155,7 +158,7 @@ std::optional<ResponseStore::Entry> ResponseStore::get(const std::string& id) co
 }
 
 ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store, const ChatTemplate& tmpl) {
-  if (!body.is_object()) throw bad("", "the body must be a JSON object");
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   static const std::set<std::string> known = {
       "model",      "input",       "instructions", "tools",    "tool_choice", "text",         "reasoning",
       "max_output_tokens", "temperature", "top_p",  "stream",  "store",       "previous_response_id", "metadata",
@@ -165,7 +168,7 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
   ResponsesRequest r;
   ojson& chat = r.chat;
   if (body.contains("model")) chat["model"] = body["model"];
-  if (!body.contains("input")) throw bad("input", "'input' is missing");
+  if (!body.contains("input")) throw bad_request("input", "'input' is missing");
   ojson conversation = ojson::array();
   if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
     const std::string prev = text_of(body["previous_response_id"], "previous_response_id");
@@ -185,7 +188,7 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
     messages.push_back({{"role", "system"}, {"content", text_of(body["instructions"], "instructions")}});
   for (const auto& m : conversation) messages.push_back(m);
   chat["messages"] = std::move(messages);
-  if (body.contains("tools") && !body["tools"].is_null()) chat["tools"] = tools_of(body["tools"]);
+  if (body.contains("tools") && !body["tools"].is_null()) chat["tools"] = responses_tools_of(body["tools"]);
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];
     if (c.is_object() && c.value("type", "") == "function" && c.contains("name"))
@@ -196,11 +199,13 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
   if (body.contains("parallel_tool_calls")) chat["parallel_tool_calls"] = body["parallel_tool_calls"];
   if (body.contains("text") && !body["text"].is_null()) {
     const ojson& t = body["text"];
-    if (!t.is_object()) throw bad("text", "'text' must be an object");
+    if (!t.is_object()) throw bad_request("text", "'text' must be an object");
     for (const auto& [key, value] : t.items())
-      if (key != "format" && key != "verbosity") throw bad("text." + key, fmt::format("unknown field 'text.{}'", key));
+      if (key != "format" && key != "verbosity")
+        throw bad_request("text." + key, fmt::format("unknown field 'text.{}'", key));
     if (t.contains("verbosity") && !t["verbosity"].is_null() && t["verbosity"] != "medium")
-      throw bad("text.verbosity", "'text.verbosity' other than \"medium\" is not supported (no model here reads it)");
+      throw bad_request("text.verbosity",
+                        "'text.verbosity' other than \"medium\" is not supported (no model here reads it)");
     if (t.contains("format") && t["format"].is_object()) {
       const ojson& f = t["format"];
       const std::string type = f.value("type", "");
@@ -212,14 +217,14 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
       } else if (type == "json_object") {
         chat["response_format"] = {{"type", "json_object"}};
       } else if (type != "text") {
-        throw bad("text.format.type", "'text.format.type' must be text, json_object or json_schema");
+        throw bad_request("text.format.type", "'text.format.type' must be text, json_object or json_schema");
       }
     }
   }
   if (body.contains("reasoning") && !body["reasoning"].is_null()) {
     const ojson& re = body["reasoning"];
     std::string effort;
-    if (!re.is_object()) throw bad("reasoning", "'reasoning' must be an object");
+    if (!re.is_object()) throw bad_request("reasoning", "'reasoning' must be an object");
     for (const auto& [key, value] : re.items()) {
       if (value.is_null()) continue;
       if (key == "effort") {
@@ -227,11 +232,12 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
       } else if (key == "summary" || key == "generate_summary") {
         // "auto" lets the server choose: reasoning comes whole (its content), with an empty summary.
         if (value != "auto")
-          throw bad("reasoning." + key, fmt::format("'reasoning.{}' {} is not supported: reasoning is returned whole, not "
-                                                    "summarised (\"auto\" accepted)",
-                                                    key, value.dump()));
+          throw bad_request("reasoning." + key,
+                            fmt::format("'reasoning.{}' {} is not supported: reasoning is returned whole, not "
+                                        "summarised (\"auto\" accepted)",
+                                        key, value.dump()));
       } else {
-        throw bad("reasoning." + key, fmt::format("unknown field 'reasoning.{}'", key));
+        throw bad_request("reasoning." + key, fmt::format("unknown field 'reasoning.{}'", key));
       }
     }
     // A template that reads an effort gets it; one with only a thinking switch has it off for "none" or
@@ -242,7 +248,8 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
       } else if (const char* sw = tmpl.reads("enable_thinking") ? "enable_thinking" : tmpl.reads("thinking") ? "thinking" : nullptr) {
         chat["chat_template_kwargs"][sw] = effort != "none" && effort != "minimal";
       } else {
-        throw bad("reasoning.effort", "this model's chat template reads no reasoning effort and has no thinking switch");
+        throw bad_request("reasoning.effort",
+                          "this model's chat template reads no reasoning effort and has no thinking switch");
       }
     }
   }
@@ -251,28 +258,29 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
   for (const char* key : {"temperature", "top_p", "user"})
     if (body.contains(key) && !body[key].is_null()) chat[key] = body[key];
   if (body.contains("truncation") && !body["truncation"].is_null() && body["truncation"] != "disabled")
-    throw bad("truncation", "'truncation' \"auto\" is not supported: a conversation longer than the context is refused");
+    throw bad_request("truncation",
+                      "'truncation' \"auto\" is not supported: a conversation longer than the context is refused");
   if (body.contains("include") && !body["include"].is_null()) {
-    if (!body["include"].is_array()) throw bad("include", "'include' must be an array");
+    if (!body["include"].is_array()) throw bad_request("include", "'include' must be an array");
     for (const auto& inc : body["include"]) {
       if (inc == "message.output_text.logprobs")
         r.logprobs = true;
       else if (inc != "reasoning.encrypted_content")  // always written
-        throw bad("include", fmt::format("'include' {} is not supported", inc.dump()));
+        throw bad_request("include", fmt::format("'include' {} is not supported", inc.dump()));
     }
   }
   if (r.logprobs) {
     chat["logprobs"] = true;
     if (body.contains("top_logprobs")) chat["top_logprobs"] = body["top_logprobs"];
   } else if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
-    throw bad("top_logprobs", "'top_logprobs' needs include: [\"message.output_text.logprobs\"]");
+    throw bad_request("top_logprobs", "'top_logprobs' needs include: [\"message.output_text.logprobs\"]");
   }
   if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) throw bad("stream", "'stream' must be true or false");
+    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
     r.stream = body["stream"];
   }
   if (body.contains("store") && !body["store"].is_null()) {
-    if (!body["store"].is_boolean()) throw bad("store", "'store' must be true or false");
+    if (!body["store"].is_boolean()) throw bad_request("store", "'store' must be true or false");
     r.store = body["store"];
   }
   chat["stream"] = true;  // the answer is the stream re-spoken, whole or not

@@ -12,7 +12,7 @@
 
 namespace kestrel {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 namespace {
 
@@ -24,12 +24,12 @@ std::shared_ptr<const Grammar> compiled(const std::string& param, const std::fun
   }
 }
 
-std::shared_ptr<const Grammar> from_response_format(const json& rf) {
+std::shared_ptr<const Grammar> from_response_format(const ojson& rf) {
   if (!rf.is_object()) throw bad_request("response_format", "'response_format' must be an object");
   if (!rf.contains("type") || !rf["type"].is_string())
     throw bad_request("response_format.type", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
   const std::string type = rf["type"].get<std::string>();
-  auto only = [&](std::initializer_list<const char*> keys, const json& obj, const std::string& where) {
+  auto only = [&](std::initializer_list<const char*> keys, const ojson& obj, const std::string& where) {
     for (const auto& [k, v] : obj.items())
       if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; }))
         throw bad_request(where + "." + k, fmt::format("unknown field '{}.{}'", where, k));
@@ -49,7 +49,7 @@ std::shared_ptr<const Grammar> from_response_format(const json& rf) {
     only({"type", "json_schema"}, rf, "response_format");
     if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
       throw bad_request("response_format.json_schema", "'response_format.json_schema' must be an object");
-    const json& js = rf["json_schema"];
+    const ojson& js = rf["json_schema"];
     only({"name", "description", "schema", "strict"}, js, "response_format.json_schema");
     if (js.contains("name") && !js["name"].is_string())
       throw bad_request("response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
@@ -67,7 +67,7 @@ std::shared_ptr<const Grammar> from_response_format(const json& rf) {
 
 }  // namespace
 
-std::shared_ptr<const Grammar> requested_grammar(const json& body, const std::string& tool_grammar) {
+std::shared_ptr<const Grammar> requested_grammar(const ojson& body, const std::string& tool_grammar) {
   const bool has_format = body.contains("response_format") && !body["response_format"].is_null();
   const bool has_grammar = body.contains("grammar") && !body["grammar"].is_null();
   if (has_format && has_grammar)

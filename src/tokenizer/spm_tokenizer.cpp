@@ -9,15 +9,16 @@
 namespace kestrel {
 namespace {
 
-const std::string kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's word marker
+const std::string kWordMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's word marker
 
 }  // namespace
 
 void SpmTokenizer::encode_text(std::string_view raw, bool after_special, std::vector<int32_t>& out) const {
   std::string text;
-  if (vocab_.add_space_prefix && after_special) text = kSpace;
+  if (vocab_.add_space_prefix && after_special) text = kWordMarker;
   for (char c : raw) {
-    if (c == ' ') text += kSpace;
+    if (c == ' ')
+      text += kWordMarker;
     else text += c;
   }
   if (text.empty()) return;
@@ -52,8 +53,11 @@ std::string sentencepiece_bytes(const Vocab& v, int32_t id) {
   }
   std::string s;
   for (size_t i = 0; i < t.size();) {
-    if (t.compare(i, kSpace.size(), kSpace) == 0) { s += ' '; i += kSpace.size(); }
-    else s += t[i++];
+    if (t.compare(i, kWordMarker.size(), kWordMarker) == 0) {
+      s += ' ';
+      i += kWordMarker.size();
+    } else
+      s += t[i++];
   }
   return s;
 }

@@ -25,7 +25,7 @@ using ::testing::Not;
 using test::CliResult;
 using test::run_kestrel;
 
-const std::string kStories = test::shared("models/stories260K.bin");
+const std::string kStoriesBin = test::shared("models/stories260K.bin");
 const std::string kTok = test::shared("models/tok512.bin");
 
 TEST(Cli, HelpListsEverySubcommand) {
@@ -38,8 +38,8 @@ TEST(Cli, HelpListsEverySubcommand) {
 }
 
 TEST(Cli, RunFromLlama2cCheckpointStreamsTextAndSummary) {
-  const auto r = run_kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once upon a time", "-n", "30", "--temp", "0",
-                          "--print-ids", "-t", "1"});
+  const auto r = run_kestrel({"run", "-m", kStoriesBin, "--tokenizer", kTok, "-p", "Once upon a time", "-n", "30",
+                              "--temp", "0", "--print-ids", "-t", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Once upon a time, there was a little girl named Lily."));
   EXPECT_THAT(r.out, HasSubstr("ids: 432 383 286 261 376"));
@@ -51,7 +51,7 @@ TEST(Cli, RunFromLlama2cCheckpointStreamsTextAndSummary) {
 TEST(Cli, ConvertThenInfoTokenizeAndDumpLogits) {
   test::TempDir dir;
   const std::string gguf = dir.file("s.gguf");
-  auto r = run_kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "-o", gguf});
+  auto r = run_kestrel({"convert", "--llama2c", kStoriesBin, "--tokenizer", kTok, "-o", gguf});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = run_kestrel({"info", gguf});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -79,7 +79,8 @@ TEST(Cli, ConvertThenInfoTokenizeAndDumpLogits) {
 
 TEST(Cli, ConvertQuantizedFallsBackForOddRowsAndSaysSo) {
   test::TempDir dir;
-  const auto r = run_kestrel({"convert", "--llama2c", kStories, "--tokenizer", kTok, "--type", "q8_0", "-o", dir.file("q.gguf")});
+  const auto r = run_kestrel(
+      {"convert", "--llama2c", kStoriesBin, "--tokenizer", kTok, "--type", "q8_0", "-o", dir.file("q.gguf")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("blk.0.ffn_down.weight rows do not divide into 32-element blocks; stored as F16"));
   const GgufFile f = GgufFile::open(dir.file("q.gguf"));
@@ -551,8 +552,8 @@ TEST_F(CliWithLimits, TuneStoresTheWinnersThatHwThenReports) {
   const int64_t chunk = j["tuning"]["q8_token_chunk"];
   EXPECT_TRUE(chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128 || chunk == 256) << chunk;
   // A run with the tuned file gives the same tokens as the reference.
-  const auto run = run_kestrel({"run", "-m", kStories, "--tokenizer", kTok, "--prompt-ids", "1 403 407 261 378", "-n", "5",
-                            "--temp", "0", "--print-ids"});
+  const auto run = run_kestrel({"run", "-m", kStoriesBin, "--tokenizer", kTok, "--prompt-ids", "1 403 407 261 378",
+                                "-n", "5", "--temp", "0", "--print-ids"});
   EXPECT_THAT(run.out, HasSubstr("ids: 432 383 286 261 376"));
   EXPECT_NE(run_kestrel({"tune", "--tokens", "1"}).exit_code, 0);
 }
@@ -560,7 +561,7 @@ TEST_F(CliWithLimits, TuneStoresTheWinnersThatHwThenReports) {
 TEST(Cli, ProfileThenReport) {
   test::TempDir dir;
   const std::string trace = dir.file("p.json");
-  auto r = run_kestrel({"run", "-m", kStories, "--tokenizer", kTok, "-p", "Once", "-n", "5", "--profile", trace});
+  auto r = run_kestrel({"run", "-m", kStoriesBin, "--tokenizer", kTok, "-p", "Once", "-n", "5", "--profile", trace});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = run_kestrel({"profile-report", trace, "--svg", dir.file("h.svg")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -584,11 +585,12 @@ TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
       {{"run", "-m", "/nonexistent.gguf", "-p", "x"}, "/nonexistent.gguf: model file does not exist"},
       {{"run", "-m", dir.file("junk.gguf"), "-p", "x"}, "invalid GGUF"},
       {{"run", "-m", dir.file("notgguf.bin"), "-p", "x"}, "not a GGUF file"},
-      {{"run", "-m", kStories, "--tokenizer", dir.file("notgguf.bin"), "-p", "x"}, "llama2.c tokenizer ends inside"},
+      {{"run", "-m", kStoriesBin, "--tokenizer", dir.file("notgguf.bin"), "-p", "x"}, "llama2.c tokenizer ends inside"},
       {{"run", "-m", dir.file("notgguf.bin"), "--tokenizer", kTok, "-p", "x"}, "not a llama2.c checkpoint"},
       {{"run", "-m", gguf}, "no prompt"},
       {{"run", "-m", gguf, "-p", "", "--no-bos"}, "prompt is empty"},
-      {{"run", "-m", gguf, "-c", "8", "-p", "Once upon a time there was a girl named Lily who liked cats"}, "context holds 8"},
+      {{"run", "-m", gguf, "-c", "8", "-p", "Once upon a time there was a girl named Lily who liked cats"},
+       "context holds 8"},
       {{"run", "-m", gguf, "-p", "x", "--temp", "-1"}, "temperature = -1 is out of range"},
       {{"run", "-m", gguf, "-p", "x", "--top-p", "1.5"}, "top_p = 1.5 is out of range"},
       {{"run", "-m", gguf, "-p", "x", "--min-p", "-0.1"}, "min_p"},
@@ -600,7 +602,8 @@ TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
       {{"run", "-m", gguf, "-p", "x", "--temp", "abc"}, "temp"},
       {{"info", "/nonexistent.gguf"}, "/nonexistent.gguf: cannot open"},
       {{"tokenize", "-m", dir.file("junk.gguf"), "x"}, "invalid GGUF"},
-      {{"convert", "--llama2c", kStories, "--tokenizer", kTok, "--type", "q9", "-o", dir.file("x.gguf")}, "--type 'q9'"},
+      {{"convert", "--llama2c", kStoriesBin, "--tokenizer", kTok, "--type", "q9", "-o", dir.file("x.gguf")},
+       "--type 'q9'"},
       {{"synth", "--preset", "huge", "-o", dir.file("x.gguf")}, "--preset 'huge' is not one of tiny, 1b, 7b"},
       {{"synth", "--arch", "gpt5", "-o", dir.file("x.gguf")}, "--arch 'gpt5' is not supported"},
       {{"synth", "--heads", "5", "-o", dir.file("x.gguf")}, "--dim 64 is not divisible by --heads 5"},

@@ -16,13 +16,15 @@
 #include "test_support.h"
 
 namespace kestrel {
+
+using ojson = nlohmann::ordered_json;
+
 namespace {
 
 using ::testing::HasSubstr;
-using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-const std::string kStories = test::shared("models/stories260K.gguf");
+using test::kStories;
 
 // What the chat must answer to one user message: the built-in chatml prompt, greedy.
 std::string expected_reply(const std::string& user, int n) {
@@ -32,7 +34,8 @@ std::string expected_reply(const std::string& user, int n) {
   o.n_ctx = 512;
   LoadedModel e = LoadedModel::load(o);
   const ChatTemplate t("chatml", builtin_chat_template("chatml"));
-  const RenderedChat rc = t.render(json::array({{{"role", "user"}, {"content", user}}}), nullptr, json::object(), true);
+  const RenderedChat rc =
+      t.render(ojson::array({{{"role", "user"}, {"content", user}}}), nullptr, ojson::object(), true);
   GenerationParams p;
   p.max_tokens = n;
   p.sampling.temperature = 0;
@@ -57,7 +60,7 @@ TEST(CliChat, PipedConversationSaveClearAndMultiLine) {
   EXPECT_THAT(out, HasSubstr("(saved 2 messages to " + saved + ")"));
   EXPECT_THAT(out, HasSubstr("(conversation cleared)"));
   EXPECT_THAT(out, HasSubstr("(unknown command /nope; /help lists them)"));
-  const json conv = json::parse(test::read_text(saved));
+  const ojson conv = ojson::parse(test::read_text(saved));
   ASSERT_EQ(conv.size(), 2u);
   EXPECT_EQ(conv[0]["content"], "Hello there");
   EXPECT_EQ(conv[1]["role"], "assistant");

@@ -23,9 +23,10 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 using ::testing::HasSubstr;
 
 TEST(LoadStats, PercentilesInterpolateBetweenClosestRanks) {

@@ -26,12 +26,13 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 using ::testing::HasSubstr;
 
-const std::string kStories = test::shared("models/stories260K.gguf");
+using test::kStories;
 
 json post(const httplib::Client& c_in, const std::string& path, const json& body, int* status = nullptr) {
   auto& c = const_cast<httplib::Client&>(c_in);

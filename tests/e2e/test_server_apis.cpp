@@ -17,9 +17,10 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 using ::testing::HasSubstr;
 
 const std::string kClients = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";

@@ -17,12 +17,13 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
 using ::testing::HasSubstr;
 
-const std::string kStories = test::shared("models/stories260K.gguf");
+using test::kStories;
 
 // A small template in the shape of real ones: it refuses a system turn when
 // told to, prints tool calls with tojson, and reads enable_thinking.
@@ -39,7 +40,7 @@ constexpr const char* kTemplate = R"({%- if no_system is defined and no_system a
 
 struct Reply {
   int status = 0;
-  json body;
+  ojson body;
 };
 
 Reply post(httplib::Client& c, const std::string& path, const std::string& body) {
@@ -48,7 +49,7 @@ Reply post(httplib::Client& c, const std::string& path, const std::string& body)
     ADD_FAILURE() << "no response for " << body;
     return {};
   }
-  return {r->status, json::parse(r->body, nullptr, false)};
+  return {r->status, ojson::parse(r->body, nullptr, false)};
 }
 
 TEST(ServerChatTemplate, RendersTheTemplateFileWithToolTurnsRolesAndKwargs) {
@@ -74,14 +75,14 @@ TEST(ServerChatTemplate, RendersTheTemplateFileWithToolTurnsRolesAndKwargs) {
                               "[call get_weather {\"city\": \"Paris\", \"days\": 2}]<tool>{\"temp\": 21}[for call_1]"
                               "<assistant><no_think>");
   // The request's kwargs win over the server's.
-  json with_kwargs = json::parse(convo);
+  ojson with_kwargs = ojson::parse(convo);
   with_kwargs["chat_template_kwargs"] = {{"enable_thinking", true}};
   r = post(c, "/apply-template", with_kwargs.dump());
   ASSERT_EQ(r.status, 200) << r.body.dump();
   EXPECT_THAT(r.body["prompt"].get<std::string>(), ::testing::EndsWith("[for call_1]<assistant>"));
 
   // The same conversation generates.
-  json completion = json::parse(convo);
+  ojson completion = ojson::parse(convo);
   completion["max_tokens"] = 4;
   r = post(c, "/v1/chat/completions", completion.dump());
   EXPECT_EQ(r.status, 200) << r.body.dump();
@@ -146,8 +147,10 @@ TEST(ServerChatTemplate, ReasoningEffortReachesTemplatesThatReadIt) {
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "tool_calls") << r.body.dump();
   ASSERT_EQ(r.body["choices"][0]["message"]["tool_calls"].size(), 1u) << r.body.dump();
   EXPECT_EQ(r.body["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "f");
-  EXPECT_TRUE(json::parse(r.body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>())["n"]
-                  .is_number_integer()) << r.body.dump();
+  EXPECT_TRUE(
+      ojson::parse(r.body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>())["n"]
+          .is_number_integer())
+      << r.body.dump();
   r = post(c, "/v1/completions", R"({"prompt": "x", "reasoning_effort": "low"})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "reasoning_effort");
@@ -225,34 +228,33 @@ TEST(ServerChatTemplate, ATemplateThatDoesNotParseStopsStartUpWithItsLine) {
   EXPECT_THAT(bad_kwargs.err, HasSubstr("--chat-template-kwargs must be a JSON object"));
 }
 
+const ojson kChat = {
+    {"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}}, {"max_tokens", 24}, {"temperature", 0}};
 
-
-const json kChat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}}, {"max_tokens", 24}, {"temperature", 0}};
-
-json chat(test::ServerProcess& s, json body) {
+ojson chat(test::ServerProcess& s, ojson body) {
   auto c = s.client();
   auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
   EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
-  return r ? json::parse(r->body) : json();
+  return r ? ojson::parse(r->body) : ojson();
 }
 
 TEST(ServerReasoning, AnOpenThinkMakesTheReplyReasoningContentWholeAndStreamed) {
   test::ServerProcess plain({"-m", kStories, "-c", "256", "--chat-template", "deepseek-r1", "--reasoning-format", "none"});
   test::ServerProcess split({"-m", kStories, "-c", "256", "--chat-template", "deepseek-r1"});  // auto: the template thinks
   EXPECT_THAT(split.log(), ::testing::HasSubstr("reasoning split from content"));
-  const json as_content = chat(plain, kChat)["choices"][0]["message"];
+  const ojson as_content = chat(plain, kChat)["choices"][0]["message"];
   const std::string text = as_content["content"];
   ASSERT_FALSE(text.empty());
   EXPECT_FALSE(as_content.contains("reasoning_content"));
 
-  const json as_reasoning = chat(split, kChat)["choices"][0]["message"];
+  const ojson as_reasoning = chat(split, kChat)["choices"][0]["message"];
   // the same text, the whitespace around it trimmed as around a <think> block
   const size_t b = text.find_first_not_of(" \n"), e = text.find_last_not_of(" \n");
   EXPECT_EQ(as_reasoning["reasoning_content"], text.substr(b, e + 1 - b));
   EXPECT_EQ(as_reasoning["content"], "");
 
   // Streamed: reasoning deltas joined give the same text; no content delta carries text.
-  json body = kChat;
+  ojson body = kChat;
   body["stream"] = true;
   auto c = split.client();
   auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
@@ -264,7 +266,7 @@ TEST(ServerReasoning, AnOpenThinkMakesTheReplyReasoningContentWholeAndStreamed) 
     const std::string data = r->body.substr(at + 6, end - at - 6);
     at = end;
     if (data == "[DONE]") break;
-    const json delta = json::parse(data)["choices"][0]["delta"];
+    const ojson delta = ojson::parse(data)["choices"][0]["delta"];
     if (delta.contains("reasoning_content")) {
       reasoning += delta["reasoning_content"].get<std::string>();
       reasoning_chunks++;
@@ -279,7 +281,7 @@ TEST(ServerReasoning, AnOpenThinkMakesTheReplyReasoningContentWholeAndStreamed) 
 TEST(ServerReasoning, NoOpenThinkAndNoThinkTagLeavesTheReplyAsContent) {
   test::ServerProcess plain({"-m", kStories, "-c", "256", "--reasoning-format", "none"});
   test::ServerProcess split({"-m", kStories, "-c", "256", "--reasoning-format", "deepseek"});
-  const json a = chat(plain, kChat)["choices"][0]["message"], b = chat(split, kChat)["choices"][0]["message"];
+  const ojson a = chat(plain, kChat)["choices"][0]["message"], b = chat(split, kChat)["choices"][0]["message"];
   EXPECT_EQ(a["content"], b["content"]);
   EXPECT_FALSE(b.contains("reasoning_content"));
 }

@@ -19,9 +19,10 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 using ::testing::HasSubstr;
 
 std::vector<double> as_doubles(const json& v) { return v.get<std::vector<double>>(); }

@@ -19,9 +19,10 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 
 json post(httplib::Client& c, const std::string& path, const json& body) { return test::post_ok(c, path, body); }
 

@@ -17,12 +17,12 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
 
-json post(httplib::Client& c, const std::string& path, const json& body) { return test::post_ok(c, path, body); }
+namespace {
 
+json post(httplib::Client& c, const std::string& path, const json& body) { return test::post_ok(c, path, body); }
 
 TEST(ServerModels, AliasesAreListedServedAndEchoed) {
   test::ServerProcess server({"-m", test::shared("models/stories260K.gguf"), "--served-model-name", "stories",
@@ -62,9 +62,6 @@ TEST(ServerModels, AliasesAreListedServedAndEchoed) {
   EXPECT_EQ(r->status, 404);
 }
 
-
-
-
 TEST(ServerLogitBias, BannedTokensNeverComeAndFavouredOnesAlwaysDo) {
   test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256"});
   auto c = s.client();
@@ -103,9 +100,6 @@ TEST(ServerLogitBias, BannedTokensNeverComeAndFavouredOnesAlwaysDo) {
   if (visible != std::string::npos)
     EXPECT_THAT(r["choices"][0]["message"]["content"].get<std::string>(), ::testing::HasSubstr(piece.substr(visible)));
 }
-
-
-
 
 const std::string kPrompt =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.";

@@ -22,13 +22,14 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
-const std::string kStories = test::shared("models/stories260K.gguf");
+using test::kStories;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 

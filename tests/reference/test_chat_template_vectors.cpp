@@ -12,20 +12,21 @@
 #include "chat/tool_calls.h"
 
 namespace kestrel {
-namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
 
 struct Case {
   std::string template_name, template_file, case_name;
-  json vars;
+  ojson vars;
   std::optional<std::string> expected, expected_error;
 };
 
 std::vector<Case> load_cases(std::string& fixed_now) {
   std::vector<Case> cases;
   for (const char* file : {"templates/cases.json", "templates/cases-2026.json"}) {
-    const json doc = json::parse(test::read_text(test::shared(file)));
+    const ojson doc = ojson::parse(test::read_text(test::shared(file)));
     const std::string now = doc["fixed_now"].get<std::string>();
     EXPECT_TRUE(fixed_now.empty() || fixed_now == now) << file << " renders at another time";
     fixed_now = now;
@@ -132,18 +133,26 @@ namespace {
 // same names and arguments (strings as written, everything else through JSON) — with the arguments given as
 // a dict and as a JSON string (the template's from_json).
 TEST(ChatTemplateVectors, DsmlCallsRenderedByTheTemplatesReadBack) {
-  const json args = {{"city", "São \"Paulo\"\n<b>"}, {"days", 3}, {"ratio", 0.25}, {"hourly", false},
-                     {"units", {"C", nullptr}}, {"where", {{"lat", -23.5}, {"tags", json::array()}}}};
+  const ojson args = {{"city", "São \"Paulo\"\n<b>"},
+                      {"days", 3},
+                      {"ratio", 0.25},
+                      {"hourly", false},
+                      {"units", {"C", nullptr}},
+                      {"where", {{"lat", -23.5}, {"tags", ojson::array()}}}};
   for (const char* name : {"deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4"})
     for (bool as_string : {false, true}) {
       const ChatTemplate t(name, test::read_text(test::shared(std::string("templates/") + name + ".jinja")));
       ASSERT_EQ(t.tool_format(), ToolCallFormat::Dsml) << name;
-      json calls = json::array();
-      calls.push_back({{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", as_string ? json(args.dump()) : args}}}});
-      calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", as_string ? json("{}") : json::object()}}}});
-      const json vars = {{"messages", json::array({{{"role", "user"}, {"content", "Weather?"}},
-                                                   {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
-                         {"bos_token", "<｜begin▁of▁sentence｜>"}, {"add_generation_prompt", false}};
+      ojson calls = ojson::array();
+      calls.push_back({{"type", "function"},
+                       {"function", {{"name", "get_weather"}, {"arguments", as_string ? ojson(args.dump()) : args}}}});
+      calls.push_back({{"type", "function"},
+                       {"function", {{"name", "get_time"}, {"arguments", as_string ? ojson("{}") : ojson::object()}}}});
+      const ojson vars = {
+          {"messages", ojson::array({{{"role", "user"}, {"content", "Weather?"}},
+                                     {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
+          {"bos_token", "<｜begin▁of▁sentence｜>"},
+          {"add_generation_prompt", false}};
       const std::string text = t.render_vars(vars, {}).text;
       const size_t reply = text.find("Checking."), end = text.find("<｜end▁of▁sentence｜>", reply);
       ASSERT_NE(reply, std::string::npos) << name << ": " << text;
@@ -152,26 +161,32 @@ TEST(ChatTemplateVectors, DsmlCallsRenderedByTheTemplatesReadBack) {
       ASSERT_EQ(r.calls.size(), 2u) << name << ": " << text;
       EXPECT_EQ(r.content, "Checking.") << name;
       EXPECT_EQ(r.calls[0].name, "get_weather");
-      EXPECT_EQ(json::parse(r.calls[0].arguments), args) << name << " as_string=" << as_string;
+      EXPECT_EQ(ojson::parse(r.calls[0].arguments), args) << name << " as_string=" << as_string;
       EXPECT_EQ(r.calls[1].name, "get_time");
-      EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << name;
+      EXPECT_EQ(ojson::parse(r.calls[1].arguments), ojson::object()) << name;
     }
 }
 
 // Gemma 4's own template writes an assistant turn's calls in its syntax (bare keys in sorted order, strings
 // between <|"|>, nested values); the parser reads back the same names and arguments.
 TEST(ChatTemplateVectors, Gemma4CallsRenderedByTheTemplateReadBack) {
-  const json args = {{"city", "São \"Paulo\", SP\n<b>"}, {"days", 3}, {"ratio", 0.25}, {"hourly", false},
-                     {"units", {"C", "F"}}, {"where", {{"lat", -23.5}, {"tags", json::array()}}}};
+  const ojson args = {{"city", "São \"Paulo\", SP\n<b>"},
+                      {"days", 3},
+                      {"ratio", 0.25},
+                      {"hourly", false},
+                      {"units", {"C", "F"}},
+                      {"where", {{"lat", -23.5}, {"tags", ojson::array()}}}};
   for (const char* name : {"google-gemma-4-31B-it"}) {
     const ChatTemplate t(name, test::read_text(test::shared(std::string("templates/") + name + ".jinja")));
     ASSERT_EQ(t.tool_format(), ToolCallFormat::Gemma4) << name;
-    json calls = json::array();
+    ojson calls = ojson::array();
     calls.push_back({{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", args}}}});
-    calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", json::object()}}}});
-    const json vars = {{"messages", json::array({{{"role", "user"}, {"content", "Weather?"}},
-                                                 {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
-                       {"bos_token", "<bos>"}, {"add_generation_prompt", false}};
+    calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", ojson::object()}}}});
+    const ojson vars = {
+        {"messages", ojson::array({{{"role", "user"}, {"content", "Weather?"}},
+                                   {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
+        {"bos_token", "<bos>"},
+        {"add_generation_prompt", false}};
     const std::string text = t.render_vars(vars, {}).text;
     const size_t reply = text.find("<|turn>model\n");
     ASSERT_NE(reply, std::string::npos) << name << ": " << text;
@@ -180,23 +195,28 @@ TEST(ChatTemplateVectors, Gemma4CallsRenderedByTheTemplateReadBack) {
     EXPECT_EQ(r.calls[0].name, "get_weather");
     EXPECT_EQ(nlohmann::json::parse(r.calls[0].arguments), nlohmann::json(args)) << name << ": " << text;
     EXPECT_EQ(r.calls[1].name, "get_time");
-    EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << name;
+    EXPECT_EQ(ojson::parse(r.calls[1].arguments), ojson::object()) << name;
   }
 }
 
 // Qwen3.5's own template writes an assistant turn's calls as <tool_call><function=NAME><parameter=KEY>...
 // (strings as they are, everything else as JSON); the parser reads back the same names and arguments.
 TEST(ChatTemplateVectors, QwenXmlCallsRenderedByTheTemplateReadBack) {
-  const json args = {{"city", "São \"Paulo\", SP\nline two"}, {"days", 3}, {"ratio", 0.25}, {"hourly", false},
-                     {"units", {"C", "F"}}, {"where", {{"lat", -23.5}, {"tags", json::array()}}}};
+  const ojson args = {{"city", "São \"Paulo\", SP\nline two"},
+                      {"days", 3},
+                      {"ratio", 0.25},
+                      {"hourly", false},
+                      {"units", {"C", "F"}},
+                      {"where", {{"lat", -23.5}, {"tags", ojson::array()}}}};
   const ChatTemplate t("Qwen3.5-4B", test::read_text(test::shared("templates/Qwen3.5-4B.jinja")));
   ASSERT_EQ(t.tool_format(), ToolCallFormat::QwenXml);
-  json calls = json::array();
+  ojson calls = ojson::array();
   calls.push_back({{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", args}}}});
-  calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", json::object()}}}});
-  const json vars = {{"messages", json::array({{{"role", "user"}, {"content", "Weather?"}},
-                                               {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
-                     {"add_generation_prompt", false}};
+  calls.push_back({{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", ojson::object()}}}});
+  const ojson vars = {
+      {"messages", ojson::array({{{"role", "user"}, {"content", "Weather?"}},
+                                 {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}}})},
+      {"add_generation_prompt", false}};
   const std::string text = t.render_vars(vars, {}).text;
   const size_t reply = text.rfind("<|im_start|>assistant\n"), end = text.find("<|im_end|>", reply);
   ASSERT_NE(reply, std::string::npos) << text;
@@ -206,9 +226,9 @@ TEST(ChatTemplateVectors, QwenXmlCallsRenderedByTheTemplateReadBack) {
   ASSERT_EQ(r.calls.size(), 2u) << text;
   EXPECT_EQ(r.content, "Checking.");
   EXPECT_EQ(r.calls[0].name, "get_weather");
-  EXPECT_EQ(json::parse(r.calls[0].arguments), args) << text;
+  EXPECT_EQ(ojson::parse(r.calls[0].arguments), args) << text;
   EXPECT_EQ(r.calls[1].name, "get_time");
-  EXPECT_EQ(json::parse(r.calls[1].arguments), json::object()) << text;
+  EXPECT_EQ(ojson::parse(r.calls[1].arguments), ojson::object()) << text;
 }
 
 TEST(ChatTemplateVectors, KestrelTemplateNamesWhatIsWrong) {

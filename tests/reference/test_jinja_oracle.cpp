@@ -11,9 +11,10 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
 
 TEST(JinjaOracle, EverySnippetRendersAsPythonsJinja2RendersIt) {
   test::TempDir dir;
@@ -21,8 +22,8 @@ TEST(JinjaOracle, EverySnippetRendersAsPythonsJinja2RendersIt) {
   const std::string cmd = std::string(KESTREL_PYTHON3) + " " + KESTREL_SOURCE_DIR + "/tests/jinja/jinja_oracle.py " +
                           corpus + " " + dir.file("out.json");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "the oracle failed (is python3-jinja2 installed? scripts/setup.sh)";
-  const json cases = json::parse(test::read_text(corpus));
-  const json expected = json::parse(test::read_text(dir.file("out.json")));
+  const ojson cases = ojson::parse(test::read_text(corpus));
+  const ojson expected = ojson::parse(test::read_text(dir.file("out.json")));
   ASSERT_EQ(cases.size(), expected.size());
   ASSERT_GE(cases.size(), 80u);
   jinja::RenderOptions options;

@@ -16,9 +16,10 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
 using ::testing::HasSubstr;
 
 struct Validation {
@@ -26,7 +27,7 @@ struct Validation {
   std::string report;
 };
 
-Validation validate(const json& cases, const std::string& path) {
+Validation validate(const ojson& cases, const std::string& path) {
   test::write_bytes(path, cases.dump());
   const std::string cmd = std::string(KESTREL_PYTHON3) + " " + KESTREL_SOURCE_DIR +
                           "/tests/grammar/validate_outputs.py " + test::shell_quote(path) + " 2>&1";
@@ -42,7 +43,8 @@ Validation validate(const json& cases, const std::string& path) {
 std::string synth_model(const test::TempDir& dir) { return test::write_synth_stories_model(dir.file("synth.gguf")); }
 
 TEST(StructuredOutput, EverySchemaOfTheCorpusValidatesOverSeeds) {
-  const json corpus = json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/grammar/schema_corpus.json"));
+  const ojson corpus =
+      ojson::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/grammar/schema_corpus.json"));
   ASSERT_GE(corpus.size(), 20u);
   test::TempDir dir;
   LoadOptions o;
@@ -62,9 +64,9 @@ TEST(StructuredOutput, EverySchemaOfTheCorpusValidatesOverSeeds) {
   ASSERT_FALSE(bias.empty());
   const std::vector<int32_t> prompt = e.tokenizer->encode("Answer in JSON:", true, false);
 
-  json outputs = json::array(), invalid = json::array();
+  ojson outputs = ojson::array(), invalid = ojson::array();
   int ended_by_grammar = 0;
-  for (const json& c : corpus) {
+  for (const ojson& c : corpus) {
     const std::string name = c["name"].get<std::string>();
     GenerationParams p;
     p.grammar = compile_json_schema(c["schema"], name);

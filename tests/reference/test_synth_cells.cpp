@@ -25,9 +25,10 @@
 #include "test_support.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 
 std::string sha256_of(const std::string& path) {
   FILE* p = popen(("sha256sum '" + path + "'").c_str(), "r");

@@ -102,6 +102,8 @@ inline std::string shared_dir() {
   return KESTREL_SHARED_DIR;
 }
 inline std::string shared(const std::string& rel) { return shared_dir() + "/" + rel; }
+// The model most tests load (../shared/models/stories260K.gguf).
+inline const std::string kStories = shared("models/stories260K.gguf");
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -10,10 +10,12 @@
 #include "test_support.h"
 
 namespace kestrel {
+
+using json = nlohmann::json;
+
 namespace {
 
 using ::testing::HasSubstr;
-using json = nlohmann::json;
 
 HttpRequest request(std::string method, std::string path, Headers headers) {
   HttpRequest r;

@@ -9,16 +9,19 @@
 #include "chat/chat_template.h"
 
 namespace kestrel {
+
+using ojson = nlohmann::ordered_json;
+
 namespace {
 
-using json = nlohmann::ordered_json;
-
-const json kChat = json::parse(R"([
+const ojson kChat = ojson::parse(R"([
   {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
   {"role": "assistant", "content": "<think>hmm</think>Hello!"}, {"role": "user", "content": "Bye"}])");
 
 std::string builtin(const std::string& name, const std::string& bos = "", const std::string& eos = "") {
-  return ChatTemplate("built-in " + name, builtin_chat_template(name), bos, eos).render(kChat, nullptr, json::object(), true).text;
+  return ChatTemplate("built-in " + name, builtin_chat_template(name), bos, eos)
+      .render(kChat, nullptr, ojson::object(), true)
+      .text;
 }
 
 TEST(ChatTemplate, EachBuiltinRendersItsFamilysFormat) {
@@ -42,13 +45,15 @@ TEST(ChatTemplate, EachBuiltinRendersItsFamilysFormat) {
 }
 
 TEST(ChatTemplate, BuiltinsRenderToolTurns) {
-  const json convo = json::parse(R"([
+  const ojson convo = ojson::parse(R"([
     {"role": "user", "content": "Rain?"},
     {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
       "function": {"name": "rain", "arguments": {"city": "Paris"}}}]},
     {"role": "tool", "tool_call_id": "c1", "content": "no"}])");
   const auto render = [&](const char* name) {
-    return ChatTemplate(name, builtin_chat_template(name), "", "</s>").render(convo, nullptr, json::object(), true).text;
+    return ChatTemplate(name, builtin_chat_template(name), "", "</s>")
+        .render(convo, nullptr, ojson::object(), true)
+        .text;
   };
   EXPECT_EQ(render("chatml"),
             "<|im_start|>user\nRain?<|im_end|>\n<|im_start|>assistant\n\n<tool_call>\n"
@@ -67,13 +72,15 @@ TEST(ChatTemplate, BuiltinsRenderToolTurns) {
 }
 
 TEST(ChatTemplate, MessageTextIsMarkedAsContentAndTemplateTextIsNot) {
-  const RenderedChat r = ChatTemplate("t", builtin_chat_template("chatml")).render(kChat, nullptr, json::object(), true);
+  const RenderedChat r =
+      ChatTemplate("t", builtin_chat_template("chatml")).render(kChat, nullptr, ojson::object(), true);
   std::string marked;
   for (const auto& s : r.content) marked += r.text.substr(s.begin, s.end - s.begin) + "|";
   // role names come from the request too, so they are marked; the markers are not
   EXPECT_EQ(marked, "system|Be brief.|user|Hi|assistant|<think>hmm</think>Hello!|user|Bye|");
   // Splitting a message (R1 drops reasoning) keeps the kept part marked.
-  const RenderedChat r1 = ChatTemplate("t", builtin_chat_template("deepseek-r1")).render(kChat, nullptr, json::object(), true);
+  const RenderedChat r1 =
+      ChatTemplate("t", builtin_chat_template("deepseek-r1")).render(kChat, nullptr, ojson::object(), true);
   std::string marked_r1;
   for (const auto& s : r1.content) marked_r1 += r1.text.substr(s.begin, s.end - s.begin) + "|";
   EXPECT_EQ(marked_r1, "Be brief.|Hi|Hello!|Bye|");
@@ -81,11 +88,11 @@ TEST(ChatTemplate, MessageTextIsMarkedAsContentAndTemplateTextIsNot) {
 
 TEST(ChatTemplate, KwargsReachTheTemplateRequestOverDefault) {
   ChatTemplate t("t", "{{ 'on' if enable_thinking else 'off' }}|{{ extra | default('none') }}");
-  EXPECT_EQ(t.render(kChat, nullptr, json::object(), true).text, "off|none");
-  t.set_default_kwargs(json{{"enable_thinking", true}});
-  EXPECT_EQ(t.render(kChat, nullptr, json::object(), true).text, "on|none");
-  EXPECT_EQ(t.render(kChat, nullptr, json{{"enable_thinking", false}, {"extra", 3}}, true).text, "off|3");
-  EXPECT_THROW(t.set_default_kwargs(json::array()), Error);
+  EXPECT_EQ(t.render(kChat, nullptr, ojson::object(), true).text, "off|none");
+  t.set_default_kwargs(ojson{{"enable_thinking", true}});
+  EXPECT_EQ(t.render(kChat, nullptr, ojson::object(), true).text, "on|none");
+  EXPECT_EQ(t.render(kChat, nullptr, ojson{{"enable_thinking", false}, {"extra", 3}}, true).text, "off|3");
+  EXPECT_THROW(t.set_default_kwargs(ojson::array()), Error);
 }
 
 TEST(ChatTemplate, ChosenFromTheFileANamedAlternateABuiltinOrAPath) {
@@ -102,8 +109,8 @@ TEST(ChatTemplate, ChosenFromTheFileANamedAlternateABuiltinOrAPath) {
     w.write_file(dir.file("t.gguf"));
     return GgufFile::open(dir.file("t.gguf"));
   };
-  const json one = json::parse(R"([{"role": "user", "content": "x"}])");
-  const auto render = [&](const ChatTemplate& t) { return t.render(one, nullptr, json::object(), false).text; };
+  const ojson one = ojson::parse(R"([{"role": "user", "content": "x"}])");
+  const auto render = [&](const ChatTemplate& t) { return t.render(one, nullptr, ojson::object(), false).text; };
 
   const GgufFile plain = model("");
   const ChatTemplate fallback = ChatTemplate::from_model(plain, "");

@@ -15,9 +15,10 @@
 #include "serving/router.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 using ::testing::HasSubstr;
 
 HttpResponse text(const std::string& s) { return json_response(s); }

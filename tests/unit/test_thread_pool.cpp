@@ -1,13 +1,18 @@
 // ThreadPool's splits: every index exactly once, and parallel_for_balanced's
-// stealing (a thread done with its range takes the rest of a slow one's).
+// stealing (a thread done with its range takes the rest of a slow one's); waits
+// that block rather than spin; the default thread count.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "runtime/loaded_model.h"
 
 namespace kestrel {
 namespace {
@@ -70,6 +75,51 @@ TEST(ThreadPool, BalancedSplitLetsAFreeThreadTakeASlowOnesChunks) {
   // The caller's range is [0, 32): the worker took all of it but the stalled first chunk.
   EXPECT_LT(stalled.load(), n / 2);
   EXPECT_EQ(taken_from_caller.load(), n / 2 - stalled.load());
+}
+
+double cpu_seconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// A caller whose workers are late (descheduled on a busy machine; here: asleep in their job) blocks rather
+// than spinning: spinning held the core the late thread needed, and two 2-thread processes on 2 cores ran
+// 30x slower than one. Both waits are timed in CPU, not wall time: 300 ms of waiting may cost a few ms.
+TEST(ThreadPool, ThreadsWaitingForALateOneDoNotSpin) {
+  ThreadPool pool(3);
+  const double caller0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID), process0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+  const auto wall0 = std::chrono::steady_clock::now();
+  pool.run([&](int ti, int) {
+    if (ti == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const double caller = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - caller0;
+  const double process = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process0;
+  EXPECT_GE(wall, 0.3);
+  EXPECT_LT(caller, 0.05) << "the caller spun while a worker was late";
+  EXPECT_LT(process, 0.1) << "the caller and the idle worker used " << process << " s of CPU in " << wall << " s";
+}
+
+// The default thread count: KESTREL_THREADS when set (a bad value named), else the CPUs this process may run on.
+TEST(ThreadCount, FromTheEnvironmentOrTheCpusThisProcessMayUse) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  unsetenv("KESTREL_THREADS");
+  EXPECT_EQ(default_thread_count(), CPU_COUNT(&set));
+  setenv("KESTREL_THREADS", "3", 1);
+  EXPECT_EQ(default_thread_count(), 3);
+  for (const char* bad : {"0", "-2", "two", "4x", "5000"}) {
+    setenv("KESTREL_THREADS", bad, 1);
+    try {
+      default_thread_count();
+      ADD_FAILURE() << "KESTREL_THREADS=" << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("KESTREL_THREADS='") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  unsetenv("KESTREL_THREADS");
 }
 
 }  // namespace

@@ -10,9 +10,10 @@
 #include "chat/tool_calls.h"
 
 namespace kestrel {
-namespace {
 
 using json = nlohmann::json;
+
+namespace {
 
 struct Expected {
   std::optional<std::string> content;
