@@ -4,7 +4,6 @@
 
 namespace kestrel {
 namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kAlign = 64;  // a cache line: the kernels use aligned loads
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }

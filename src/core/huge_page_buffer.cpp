@@ -13,10 +13,6 @@
 
 namespace kestrel {
 
-namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
-}
-
 void* map_huge_pages(size_t bytes, const std::string& what) {
   // Linux (since 6.12) aligns an anonymous mapping to 2 MiB only when its
   // length is a multiple of 2 MiB; a weight of 2.4 MiB at a 4 KiB-aligned

@@ -7,6 +7,9 @@
 
 namespace kestrel {
 
+// A transparent huge page on x86-64 (2 MiB): what buffers are aligned to and arenas' chunks round up to.
+inline constexpr size_t kHugePage = size_t{2} << 20;
+
 // mmap'd anonymous, zero-filled, page-aligned (so 64-byte aligned) and
 // advised MADV_HUGEPAGE. Throws Error naming `what` when it cannot allocate.
 void* map_huge_pages(size_t bytes, const std::string& what);
