@@ -17,6 +17,8 @@ packages=(
   curl openssl                      # the TLS and API-key tests (a certificate, an HTTPS client)
   libopenmpi-dev openmpi-bin        # --parallel: tensor parallelism across ranks (mpirun)
   chromium                          # the web chat page's test: a real browser (driven by puppeteer-core)
+  libvulkan-dev mesa-vulkan-drivers # Vulkan: the loader and lavapipe (Vulkan compute on the CPU) for `kestrel hw`'s list
+  vulkan-tools                      # vulkaninfo: the independent reference that list is tested against
 )
 
 # Node.js runs the stock OpenAI client in the e2e tests; the machine's own

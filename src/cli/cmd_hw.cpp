@@ -8,6 +8,7 @@
 #include "hw/limits.h"
 #include "hw/topology.h"
 #include "hw/tuning.h"
+#include "hw/vulkan_devices.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
 #include "runtime/loaded_model.h"
@@ -33,6 +34,7 @@ void register_hw(CLI::App& app) {
     const IsaLevel isa = selected_isa();
     const MatmulKernels& k = matmul_kernels();  // the table that runs, as matmul uses it
     const int n_threads = threads > 0 ? threads : default_thread_count();
+    const VulkanProbe vk = probe_vulkan_devices();
     std::optional<MeasuredLimits> limits = measure ? std::optional(measure_limits(n_threads)) : load_cached_limits(n_threads);
     if (measure) store_limits(*limits);
 
@@ -73,6 +75,23 @@ void register_hw(CLI::App& app) {
       j["limits_cache"] = limits_cache_path();
       j["tuning"] = {{"q8_token_chunk", tuning().q8_token_chunk}, {"float_token_chunk", tuning().float_token_chunk},
                      {"tile_min_tokens", tuning().tile_min_tokens}, {"source", tuning().source}};
+      for (const VulkanDevice& d : vk.devices)
+        j["vulkan"]["devices"].push_back({{"name", d.name},
+                                          {"type", d.type},
+                                          {"api_version", d.api_version},
+                                          {"driver", d.driver},
+                                          {"device_local_bytes", d.device_local_bytes},
+                                          {"subgroup_size", d.subgroup_size},
+                                          {"max_shared_memory", d.max_shared_memory},
+                                          {"max_storage_buffer", d.max_storage_buffer},
+                                          {"cooperative_matrix", d.cooperative_matrix},
+                                          {"storage_16bit", d.storage_16bit},
+                                          {"storage_8bit", d.storage_8bit},
+                                          {"float16", d.float16},
+                                          {"int8", d.int8},
+                                          {"integer_dot", d.integer_dot}});
+      if (vk.devices.empty()) j["vulkan"]["devices"] = nlohmann::json::array();
+      j["vulkan"]["unavailable"] = vk.unavailable;
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
@@ -92,6 +111,23 @@ void register_hw(CLI::App& app) {
     fmt::print("tiles:      q8 token chunk {}, float token chunk {}, tile crossover {} tokens ({}; `kestrel tune` to "
                "measure)\n",
                tuning().q8_token_chunk, tuning().float_token_chunk, tuning().tile_min_tokens, tuning().source);
+    if (vk.devices.empty()) fmt::print("vulkan:     {}\n", vk.unavailable);
+    for (size_t i = 0; i < vk.devices.size(); i++) {
+      const VulkanDevice& d = vk.devices[i];
+      std::string has;
+      for (const auto& [name, on] :
+           std::initializer_list<std::pair<const char*, bool>>{{"coopmat", d.cooperative_matrix},
+                                                               {"storage16", d.storage_16bit},
+                                                               {"storage8", d.storage_8bit},
+                                                               {"fp16", d.float16},
+                                                               {"int8", d.int8},
+                                                               {"int-dot", d.integer_dot}})
+        has += fmt::format(" {}{}", on ? "+" : "-", name);
+      fmt::print(
+          "vulkan:     [{}] {} ({}, Vulkan {}, {}): {} device-local, subgroup {}, shared {}, binding up to {};{}\n", i,
+          d.name, d.type, d.api_version, d.driver, human_bytes(d.device_local_bytes), d.subgroup_size,
+          human_bytes(d.max_shared_memory), human_bytes(static_cast<int64_t>(d.max_storage_buffer)), has);
+    }
     if (limits) {
       fmt::print("limits:     measured {} with {} thread(s){}\n", limits->measured_at, limits->threads,
                  measure ? "" : " (cached; --measure to measure again)");

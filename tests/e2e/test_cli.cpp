@@ -2,18 +2,18 @@
 // bad-input cases, which must exit non-zero with a message naming the problem.
 #include <gmock/gmock.h>
 
-#include <regex>
-#include <sstream>
-
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <vector>
 
+#include "cli_process.h"
+#include "gguf/gguf.h"
 #include "hw/cpu_features.h"
 #include "hw/limits.h"
 #include "hw/tuning.h"
-#include "gguf/gguf.h"
-#include "cli_process.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -197,6 +197,48 @@ TEST_F(CliWithLimits, HwReportsFeaturesKernelsAndCachedLimits) {
   const auto text = run_kestrel({"hw", "-t", "1"});
   EXPECT_THAT(text.out, HasSubstr("read bandwidth"));
   EXPECT_THAT(text.out, HasSubstr("kernels:"));
+}
+
+// `hw` lists the Vulkan devices the loader reports, as vulkaninfo (vulkan-tools, the independent reader)
+// lists them: the same names in order and, per device, the same subgroup size, compute shared memory,
+// storage-buffer range and cooperative-matrix extension. In CI that is lavapipe (scripts/setup.sh).
+TEST(CliVulkan, HwListsTheDevicesVulkaninfoReports) {
+  int status = 0;
+  const std::string info = test::shell("vulkaninfo 2>/dev/null", &status);
+  ASSERT_EQ(status, 0) << "vulkaninfo failed (scripts/setup.sh installs vulkan-tools and mesa-vulkan-drivers)";
+  // vulkaninfo's per-device blocks start at "GPUn:"; the first value of each field in a block is that device's.
+  std::vector<std::map<std::string, std::string>> want;
+  std::istringstream lines(info);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("GPU", 0) == 0 && !line.empty() && line.back() == ':') {
+      want.emplace_back();
+      continue;
+    }
+    if (want.empty()) continue;
+    if (line.find("VK_KHR_cooperative_matrix ") != std::string::npos) want.back()["coopmat"] = "true";
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq);
+    key.erase(0, key.find_first_not_of(" \t"));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    want.back().emplace(key, line.substr(eq + 3));  // the first value kept
+  }
+  ASSERT_FALSE(want.empty()) << "vulkaninfo listed no device:\n" << info.substr(0, 2000);
+  const auto r = run_kestrel({"hw", "--json", "-t", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto devices = nlohmann::json::parse(r.out)["vulkan"]["devices"];
+  ASSERT_EQ(devices.size(), want.size()) << r.out;
+  for (size_t i = 0; i < want.size(); i++) {
+    const auto& d = devices[i];
+    std::cout << "[ vulkan   ] " << d["name"].get<std::string>() << ", subgroup " << d["subgroup_size"] << "\n";
+    EXPECT_EQ(d["name"].get<std::string>(), want[i]["deviceName"]);
+    EXPECT_EQ(std::to_string(d["subgroup_size"].get<uint32_t>()), want[i]["subgroupSize"]);
+    EXPECT_EQ(std::to_string(d["max_shared_memory"].get<uint32_t>()), want[i]["maxComputeSharedMemorySize"]);
+    EXPECT_EQ(std::to_string(d["max_storage_buffer"].get<uint64_t>()), want[i]["maxStorageBufferRange"]);
+    EXPECT_EQ(d["cooperative_matrix"].get<bool>(), want[i].count("coopmat") > 0);
+  }
+  const auto text = run_kestrel({"hw", "-t", "1"});
+  EXPECT_THAT(text.out, HasSubstr("vulkan:     [0] " + want[0]["deviceName"]));
 }
 
 // KESTREL_ISA=amx runs the tile kernels where the tiles are usable (hw says which), and is refused by name
