@@ -75,6 +75,7 @@ void register_hw(CLI::App& app) {
       j["limits_cache"] = limits_cache_path();
       j["tuning"] = {{"q8_token_chunk", tuning().q8_token_chunk}, {"float_token_chunk", tuning().float_token_chunk},
                      {"tile_min_tokens", tuning().tile_min_tokens}, {"source", tuning().source}};
+      j["vulkan"]["devices"] = nlohmann::json::array();
       for (const VulkanDevice& d : vk.devices)
         j["vulkan"]["devices"].push_back({{"name", d.name},
                                           {"type", d.type},
@@ -90,7 +91,6 @@ void register_hw(CLI::App& app) {
                                           {"float16", d.float16},
                                           {"int8", d.int8},
                                           {"integer_dot", d.integer_dot}});
-      if (vk.devices.empty()) j["vulkan"]["devices"] = nlohmann::json::array();
       j["vulkan"]["unavailable"] = vk.unavailable;
       fmt::print("{}\n", j.dump(2));
       return 0;

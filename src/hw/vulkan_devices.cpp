@@ -29,16 +29,18 @@ std::string device_type(VkPhysicalDeviceType t) {
   }
 }
 
-bool has_extension(VkPhysicalDevice dev, const char* name) {
-  uint32_t n = 0;
-  vkEnumerateDeviceExtensionProperties(dev, nullptr, &n, nullptr);
-  std::vector<VkExtensionProperties> ext(n);
-  vkEnumerateDeviceExtensionProperties(dev, nullptr, &n, ext.data());
-  return std::any_of(ext.begin(), ext.end(),
-                     [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+// What every device reports, whatever its API version.
+VulkanDevice basics(const VkPhysicalDeviceProperties& p) {
+  VulkanDevice d;
+  d.name = p.deviceName;
+  d.type = device_type(p.deviceType);
+  d.api_version = fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
+                              VK_API_VERSION_PATCH(p.apiVersion));
+  return d;
 }
 
-VulkanDevice describe(VkPhysicalDevice dev) {
+// The rest, through the 1.1/1.2 property and feature structs (a 1.2 device).
+VulkanDevice describe(VkPhysicalDevice dev, VulkanDevice d) {
   VkPhysicalDeviceSubgroupProperties subgroup{};
   subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
   VkPhysicalDeviceDriverProperties driver{};
@@ -50,7 +52,6 @@ VulkanDevice describe(VkPhysicalDevice dev) {
   vkGetPhysicalDeviceProperties2(dev, &props);
 
   VkPhysicalDeviceVulkan12Features f12{};
-
   f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
   VkPhysicalDeviceVulkan11Features f11{};
   f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
@@ -63,12 +64,16 @@ VulkanDevice describe(VkPhysicalDevice dev) {
   VkPhysicalDeviceMemoryProperties mem{};
   vkGetPhysicalDeviceMemoryProperties(dev, &mem);
 
+  uint32_t n_ext = 0;
+  vkEnumerateDeviceExtensionProperties(dev, nullptr, &n_ext, nullptr);
+  std::vector<VkExtensionProperties> ext(n_ext);
+  vkEnumerateDeviceExtensionProperties(dev, nullptr, &n_ext, ext.data());
+  auto has_extension = [&](const char* name) {
+    return std::any_of(ext.begin(), ext.end(),
+                       [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+  };
+
   const VkPhysicalDeviceProperties& p = props.properties;
-  VulkanDevice d;
-  d.name = p.deviceName;
-  d.type = device_type(p.deviceType);
-  d.api_version = fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
-                              VK_API_VERSION_PATCH(p.apiVersion));
   d.driver = driver.driverName;
   for (uint32_t i = 0; i < mem.memoryHeapCount; i++)
     if (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
@@ -76,8 +81,8 @@ VulkanDevice describe(VkPhysicalDevice dev) {
   d.subgroup_size = subgroup.subgroupSize;
   d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   d.max_storage_buffer = p.limits.maxStorageBufferRange;
-  d.cooperative_matrix = has_extension(dev, "VK_KHR_cooperative_matrix");
-  d.integer_dot = has_extension(dev, "VK_KHR_shader_integer_dot_product");
+  d.cooperative_matrix = has_extension("VK_KHR_cooperative_matrix");
+  d.integer_dot = has_extension("VK_KHR_shader_integer_dot_product");
   d.storage_16bit = f11.storageBuffer16BitAccess == VK_TRUE;
   d.storage_8bit = f12.storageBuffer8BitAccess == VK_TRUE;
   d.float16 = f12.shaderFloat16 == VK_TRUE;
@@ -112,15 +117,7 @@ VulkanProbe probe_vulkan_devices() {
     VkPhysicalDeviceProperties p{};
     vkGetPhysicalDeviceProperties(dev, &p);
     // Compute needs 1.2 here (the 1.1/1.2 feature structs); an older device is listed by name only.
-    if (p.apiVersion < VK_API_VERSION_1_2) {
-      VulkanDevice d;
-      d.name = p.deviceName;
-      d.type = device_type(p.deviceType);
-      d.api_version = fmt::format("{}.{}", VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion));
-      out.devices.push_back(d);
-      continue;
-    }
-    out.devices.push_back(describe(dev));
+    out.devices.push_back(p.apiVersion < VK_API_VERSION_1_2 ? basics(p) : describe(dev, basics(p)));
   }
   vkDestroyInstance(instance, nullptr);
   if (out.devices.empty()) out.unavailable = "the Vulkan loader found no device";
