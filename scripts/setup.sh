@@ -19,6 +19,7 @@ packages=(
   chromium                          # the web chat page's test: a real browser (driven by puppeteer-core)
   libvulkan-dev mesa-vulkan-drivers # Vulkan: the loader and lavapipe (Vulkan compute on the CPU) for `kestrel hw`'s list
   vulkan-tools                      # vulkaninfo: the independent reference that list is tested against
+  glslc spirv-tools                 # --device vulkan: the GLSL compute shaders compiled to SPIR-V at build time, validated
 )
 
 # Node.js runs the stock OpenAI client in the e2e tests; the machine's own

@@ -26,6 +26,7 @@ struct BenchFlags {
   std::string output = "md", profile;
   bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false, measure = false;
   MlaAttention mla = MlaAttention::Auto;
+  std::string device = "cpu";
   KvType kv_type_k = KvType::F32, kv_type_v = KvType::F32;
   std::string spec = "none", spec_prompt, draft_model;
   std::vector<int> draft_max = {1, 2, 4, 8};
@@ -49,6 +50,7 @@ int run_spec(BenchFlags& f) {
   LoadOptions o;
   o.model_path = f.models[0];
   o.n_threads = f.threads.empty() ? 0 : f.threads[0];
+  o.device = f.device;
   o.kv_type_k = f.kv_type_k;
   o.kv_type_v = f.kv_type_v;
   o.n_ctx = static_cast<int64_t>(text.size()) + n_gen + 2;  // a token covers at least one byte (+ BOS)
@@ -90,15 +92,30 @@ int run_spec(BenchFlags& f) {
 std::string mib(int64_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
 
 nlohmann::json to_json(const BenchResult& r) {
-  return {{"model_filename", r.model_filename}, {"model_type", r.model_type}, {"model_size", r.model_size},
-          {"model_n_params", r.model_n_params}, {"n_threads", r.n_threads}, {"n_batch", r.n_batch},
-          {"n_prompt", r.test.n_prompt}, {"n_gen", r.test.n_gen}, {"n_depth", r.test.depth}, {"test", r.test.name},
-          {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts}, {"samples_roofline_ts", r.samples_roofline_ts},
-          {"backends", "CPU"}, {"kernel_isa", r.kernel_isa},
-          {"roofline_ts", r.roofline_ts}, {"roofline_fraction", r.roofline_fraction},
-          {"roofline_basis", r.roofline_basis}, {"weight_bytes_per_token", r.weight_bytes_per_token},
-          {"flops_per_token", r.flops_per_token}, {"kv_type", r.kv_type},
-          {"kv_bytes_per_token", r.kv_bytes_per_token}, {"warning", r.warning}};
+  return {{"model_filename", r.model_filename},
+          {"model_type", r.model_type},
+          {"model_size", r.model_size},
+          {"model_n_params", r.model_n_params},
+          {"n_threads", r.n_threads},
+          {"n_batch", r.n_batch},
+          {"n_prompt", r.test.n_prompt},
+          {"n_gen", r.test.n_gen},
+          {"n_depth", r.test.depth},
+          {"test", r.test.name},
+          {"avg_ts", r.avg_ts},
+          {"stddev_ts", r.stddev_ts},
+          {"samples_ts", r.samples_ts},
+          {"samples_roofline_ts", r.samples_roofline_ts},
+          {"backends", r.backend},
+          {"kernel_isa", r.kernel_isa},
+          {"roofline_ts", r.roofline_ts},
+          {"roofline_fraction", r.roofline_fraction},
+          {"roofline_basis", r.roofline_basis},
+          {"weight_bytes_per_token", r.weight_bytes_per_token},
+          {"flops_per_token", r.flops_per_token},
+          {"kv_type", r.kv_type},
+          {"kv_bytes_per_token", r.kv_bytes_per_token},
+          {"warning", r.warning}};
 }
 
 void print_results(const std::vector<BenchResult>& rs, const std::string& format) {
@@ -161,6 +178,7 @@ int run(BenchFlags& f) {
         LoadOptions o;
         o.model_path = model;
         o.n_threads = n_threads;
+        o.device = f.device;
         o.max_batch_tokens = batch;
         int64_t need = 1;
         for (auto p : f.n_prompt) need = std::max(need, p);
@@ -222,6 +240,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
+  add_device_option(cmd, f.device);
   add_mla_option(cmd, f.mla);
   add_kv_type_options(cmd, f.kv_type_k, f.kv_type_v);
   add_parallel_options(cmd, f.parallel);

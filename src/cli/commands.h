@@ -1,13 +1,15 @@
 #pragma once
 // Each subcommand registers its flags and an action; main() runs the one chosen.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <map>
 #include <string>
 
 #include "core/error.h"
 #include "kernels/kv_format.h"
+#include "kernels/vulkan_backend.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
 
@@ -83,6 +85,23 @@ inline CLI::Option* add_mla_option(CLI::App* cmd, MlaAttention& target) {
                    "(per-head keys and values rebuilt)")
       ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case))
       ->default_str("auto");
+}
+
+// --device cpu|vulkan[:N] on the commands that compute (run, serve, bench, perplexity, chat): checked here so
+// a bad value is a usage error before the model loads.
+inline void add_device_option(CLI::App* cmd, std::string& device) {
+  cmd->add_option("--device", device,
+                  "Where the model runs: cpu, or vulkan[:N] (the GPU backend on Vulkan device N of `kestrel hw`; "
+                  "docs/gpu.md)")
+      ->check([](const std::string& v) {
+        try {
+          kestrel::parse_device(v);
+        } catch (const kestrel::Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      })
+      ->capture_default_str();
 }
 
 // "300M", "1.5G", "4096" (bytes): binary multiples; flag names the option in errors.

@@ -17,119 +17,128 @@ class ForwardingBackend : public Backend {
   std::string describe() const override { return in_.describe(); }
   int n_threads() const override { return in_.n_threads(); }
   void annotate_layer(int layer) override { in_.annotate_layer(layer); }
-  Weight prepare_weight(Weight w) override { return in_.prepare_weight(std::move(w)); }
+  Weight prepare_weight(Weight w) override { return fwd().prepare_weight(std::move(w)); }
 
-  Act alloc(int64_t n) override { return in_.alloc(n); }
-  void release(Act buffer) override { in_.release(buffer); }
-  Act host_view(float* p) override { return in_.host_view(p); }
-  Act host_view(const float* p) override { return in_.host_view(p); }
-  void read(Act src, float* dst, int64_t n) override { in_.read(src, dst, n); }
-  float* map(Act a, int64_t n) override { return in_.map(a, n); }
+  Act alloc(int64_t n) override { return fwd().alloc(n); }
+  void release(Act buffer) override { fwd().release(buffer); }
+  Act host_view(float* p) override { return fwd().host_view(p); }
+  Act host_view(const float* p) override { return fwd().host_view(p); }
+  void read(Act src, float* dst, int64_t n) override { fwd().read(src, dst, n); }
+  float* map(Act a, int64_t n) override { return fwd().map(a, n); }
 
-  void matmul(const Weight& w, Act x, int64_t n, Act y) override { in_.matmul(w, x, n, y); }
+  void matmul(const Weight& w, Act x, int64_t n, Act y) override { fwd().matmul(w, x, n, y); }
   void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
-    in_.matmul_many(ws, count, x, n, ys);
+    fwd().matmul_many(ws, count, x, n, ys);
   }
   void swiglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
-    in_.swiglu(g, u, x, n, out, scratch);
+    fwd().swiglu(g, u, x, n, out, scratch);
   }
   void geglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
-    in_.geglu(g, u, x, n, out, scratch);
+    fwd().geglu(g, u, x, n, out, scratch);
   }
   void qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
                 const RopeParams& rope, const QkvShape& shape, const Act* out) override {
-    in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
+    fwd().qkv_rope(w, b, x, n, pos, rope, shape, out);
   }
   void matmul_heads(const Weight* ws, int n_heads, Act x, int64_t x_stride, int64_t x_head_stride, int64_t n, Act y,
                     int64_t y_stride, int64_t y_head_stride) override {
-    in_.matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride);
+    fwd().matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride);
   }
   void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override {
-    in_.ffn_many(ffns, count, xs, ns, ys);
+    fwd().ffn_many(ffns, count, xs, ns, ys);
   }
   void moe_route(const MoeRouting& r, Act logits, const float* bias, int64_t n, int32_t* ids,
                  float* weights) override {
-    in_.moe_route(r, logits, bias, n, ids, weights);
+    fwd().moe_route(r, logits, bias, n, ids, weights);
   }
   bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
 
-  void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override { in_.embed(t, tokens, n, out); }
+  void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override { fwd().embed(t, tokens, n, out); }
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
-    in_.rmsnorm(x, w, y, rows, dim, eps);
+    fwd().rmsnorm(x, w, y, rows, dim, eps);
   }
-  void hadamard(Act x, int64_t n, int block) override { in_.hadamard(x, n, block); }
-  void swiglu_clamp(Act gate, Act up, int64_t n, float limit) override { in_.swiglu_clamp(gate, up, n, limit); }
+  void hadamard(Act x, int64_t n, int block) override { fwd().hadamard(x, n, block); }
+  void swiglu_clamp(Act gate, Act up, int64_t n, float limit) override { fwd().swiglu_clamp(gate, up, n, limit); }
   void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
                  int iters, Act pre, Act post, Act comb) override {
-    in_.hyper_mix(mixes, n, width, hc, scale, base, eps, iters, pre, post, comb);
+    fwd().hyper_mix(mixes, n, width, hc, scale, base, eps, iters, pre, post, comb);
   }
   void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) override {
-    in_.hyper_collapse(x, pre, n, hc, dim, y);
+    fwd().hyper_collapse(x, pre, n, hc, dim, y);
   }
   void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
-    in_.hyper_expand(x, y, post, comb, n, hc, dim, out);
+    fwd().hyper_expand(x, y, post, comb, n, hc, dim, out);
   }
   void compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split, const int32_t* absent,
                        int64_t kv_off, int64_t score_off, int64_t width, Act out) override {
-    in_.compress_blocks(rows, n_blocks, stride, entries, split, absent, kv_off, score_off, width, out);
+    fwd().compress_blocks(rows, n_blocks, stride, entries, split, absent, kv_off, score_off, width, out);
   }
   void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
-    in_.layernorm(x, w, b, y, rows, dim, eps);
+    fwd().layernorm(x, w, b, y, rows, dim, eps);
   }
   void rope(Act x, const int32_t* pos, int64_t rows, int heads, int hd, const RopeParams& p) override {
-    in_.rope(x, pos, rows, heads, hd, p);
+    fwd().rope(x, pos, rows, heads, hd, p);
   }
-  void silu_mul(Act g, Act u, int64_t n) override { in_.silu_mul(g, u, n); }
-  void gelu_mul(Act g, Act u, int64_t n) override { in_.gelu_mul(g, u, n); }
-  void scale(Act x, int64_t n, float s) override { in_.scale(x, n, s); }
-  void softcap(Act x, int64_t n, float cap) override { in_.softcap(x, n, cap); }
-  void add(Act x, Act y, int64_t n) override { in_.add(x, y, n); }
-  void add_bias(Act x, const float* b, int64_t rows, int64_t dim) override { in_.add_bias(x, b, rows, dim); }
-  void fill(Act x, int64_t n, float value) override { in_.fill(x, n, value); }
+  void silu_mul(Act g, Act u, int64_t n) override { fwd().silu_mul(g, u, n); }
+  void gelu_mul(Act g, Act u, int64_t n) override { fwd().gelu_mul(g, u, n); }
+  void scale(Act x, int64_t n, float s) override { fwd().scale(x, n, s); }
+  void softcap(Act x, int64_t n, float cap) override { fwd().softcap(x, n, cap); }
+  void add(Act x, Act y, int64_t n) override { fwd().add(x, y, n); }
+  void add_bias(Act x, const float* b, int64_t rows, int64_t dim) override { fwd().add_bias(x, b, rows, dim); }
+  void fill(Act x, int64_t n, float value) override { fwd().fill(x, n, value); }
   void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) override {
-    in_.copy(dst, dst_stride, src, src_stride, rows, cols);
+    fwd().copy(dst, dst_stride, src, src_stride, rows, cols);
   }
   void gather_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
-    in_.gather_rows(dst, src, rows, n, dim);
+    fwd().gather_rows(dst, src, rows, n, dim);
   }
   void scatter_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
-    in_.scatter_rows(dst, src, rows, n, dim);
+    fwd().scatter_rows(dst, src, rows, n, dim);
   }
   void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* w, int64_t n, int64_t dim,
                         const int64_t* src_rows = nullptr) override {
-    in_.scatter_add_rows(dst, src, rows, w, n, dim, src_rows);
+    fwd().scatter_add_rows(dst, src, rows, w, n, dim, src_rows);
   }
-  void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) override { in_.scale_rows_sigmoid(x, gates, n, dim); }
-  void sigmoid_mul(Act x, Act gates, int64_t n) override { in_.sigmoid_mul(x, gates, n); }
+  void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) override {
+    fwd().scale_rows_sigmoid(x, gates, n, dim);
+  }
+  void sigmoid_mul(Act x, Act gates, int64_t n) override { fwd().sigmoid_mul(x, gates, n); }
   void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
                        int n_seqs, Act out) override {
-    in_.gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out);
+    fwd().gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out);
   }
 
   void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
-    in_.write_kv(view, slots, n, k, v);
+    fwd().write_kv(view, slots, n, k, v);
   }
   void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
                     Act dst) override {
-    in_.read_kv_rows(view, table, len, k_width, dst);
+    fwd().read_kv_rows(view, table, len, k_width, dst);
   }
   void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,
                       int64_t k_width, Act dst) override {
-    in_.gather_kv_rows(view, table, positions, count, k_width, dst);
+    fwd().gather_kv_rows(view, table, positions, count, k_width, dst);
   }
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
-    in_.attention(kv, rows, s);
+    fwd().attention(kv, rows, s);
   }
   void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
                      int32_t* selected, int32_t* counts) override {
-    in_.indexer_top_k(keys, rows, w, s, selected, counts);
+    fwd().indexer_top_k(keys, rows, w, s, selected, counts);
   }
   void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
                        const AttentionShape& s) override {
-    in_.attention_dense(k, v, k_width, v_width, len, rows, s);
+    fwd().attention_dense(k, v, k_width, v_width, len, rows, s);
   }
 
  protected:
+  // Every forwarded operator goes through here: a backend whose own work must be finished before the inner
+  // one runs (a device backend falling back to the CPU for an operator) overrides before_forward.
+  virtual void before_forward() {}
+  Backend& fwd() {
+    before_forward();
+    return in_;
+  }
   Backend& in_;
 };
 

@@ -24,6 +24,8 @@ void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limi
 // CPU backend does (the input rounded to fp16, the result read from an fp16
 // table; inputs beyond +-10 taken as 0 or x), so Gemma matches llama.cpp.
 void gelu_mul(float* gate, const float* up, int64_t n);
+// That table: gelu(x) of every fp16 bit pattern x, as fp16 (65536 entries; a device backend uploads it).
+const uint16_t* gelu_fp16_table();
 // DeepSeek-V4's hyper-connections (manifold-constrained: its hc_mult residual streams per token), as
 // llama.cpp's deepseek4 graph computes them. From one token's mix logits m (the stream-mix projection of the
 // RMS-normed streams, (2 + hc) * hc floats), scale[3] and base (as many floats as m):
@@ -83,6 +85,9 @@ struct RopeParams {
 // more than beta_slow times over the original context) and ext_factor 1.
 void set_yarn(RopeParams& p, int64_t n_ctx_orig, float beta_fast = 32.0f, float beta_slow = 1.0f);
 
+// The rotation of pair i at position pos: its cosine and sine, scaled (YaRN's mscale, attn_factor) and
+// negated for an inverse rotation, as rope_heads applies them (a device backend's RoPE takes these from the host).
+void rope_cos_sin(const RopeParams& p, float pos, int i, float* c, float* s);
 // Rotates the first n_rot dims of each head, in place, for row r at positions[r].
 void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p);
 // The same for heads [h0, h1) only, rows row_stride floats apart.

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 
@@ -11,6 +11,7 @@
 #include "core/median.h"
 #include "hw/cpu_features.h"
 #include "kernels/matmul_kernels.h"
+#include "kernels/vulkan_backend.h"
 #include "runtime/generator.h"
 
 namespace kestrel {
@@ -144,6 +145,8 @@ BenchResult run_bench(LoadedModel& e, const std::string& path, const BenchTest& 
   r.n_batch = e.model->max_batch_tokens();
   r.test = test;
   r.kernel_isa = isa_name(selected_isa());
+  const DeviceCounters* device = device_counters(*e.backend);
+  if (device) r.backend = r.kernel_isa = device->device;
   r.weight_bytes_per_token = cost.weight_bytes_per_token;
   r.kv_type = e.kv->layout().type_name();
   r.kv_bytes_per_token = e.kv->layout().bytes_per_token();
@@ -171,6 +174,11 @@ BenchResult run_bench(LoadedModel& e, const std::string& path, const BenchTest& 
   for (double s : r.samples_ts) var += (s - r.avg_ts) * (s - r.avg_ts);
   r.stddev_ts = reps > 1 ? std::sqrt(var / (reps - 1)) : 0.0;
 
+  if (device) {  // the limits above are the CPU's
+    r.roofline_basis = "none: a Vulkan device's bandwidth and matrix peak are not measured yet (docs/gpu.md)";
+    r.samples_roofline_ts.clear();
+    return r;
+  }
   const Roofline roof = roofline(bound, probe ? median(limits) : limit_of(bound, lim), r);
   r.roofline_ts = roof.ts;
   r.roofline_basis = roof.basis;

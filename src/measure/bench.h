@@ -32,6 +32,7 @@ struct BenchResult {
   int64_t weight_bytes_per_token = 0;
   double flops_per_token = 0;
   std::string kernel_isa;
+  std::string backend = "CPU";  // or the Vulkan device ("Vulkan 0: NVIDIA H200")
   std::string kv_type;
   std::string kv_bytes;  // KvLayout::describe_bytes()
   int64_t kv_bytes_per_token = 0;

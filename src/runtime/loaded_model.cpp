@@ -11,6 +11,7 @@
 #include "gguf/llama2c_import.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/profiling_backend.h"
+#include "kernels/vulkan_backend.h"
 #include "parallel/follower.h"
 #include "parallel/leader_model.h"
 
@@ -73,6 +74,10 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   CpuBackendOptions bo;
   bo.repack_weights = o.repack_weights;
   e.base_backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count(), bo);
+  if (const int device = parse_device(o.device); device >= 0) {
+    if (o.comm && o.comm->size() > 1) throw Error("--device vulkan does not run under --parallel yet (docs/gpu.md)");
+    e.base_backend = make_vulkan_backend(device, std::move(e.base_backend));
+  }
   if (o.profile) {
     e.profiler = std::make_unique<Profiler>();
     e.backend = make_profiling_backend(*e.base_backend, *e.profiler);

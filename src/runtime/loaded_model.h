@@ -22,6 +22,7 @@ struct LoadOptions {
   std::string model_path;
   std::string llama2c_tokenizer;  // set: model_path is a llama2.c checkpoint, imported in memory
   int n_threads = 0;              // 0: all cores
+  std::string device = "cpu";     // --device: cpu, vulkan or vulkan:N (kernels/vulkan_backend.h)
   int64_t n_ctx = 0;              // 0: the model's training context
   int64_t max_batch_tokens = 512;
   int kv_block_size = 16;

@@ -14,7 +14,8 @@ accepts, per cell:
     tensor-types issue), the clear "cannot compute with" error naming it.
 Anything else fails: a wrong id in an F16 file, a crash, another error.
 
-usage: check_compat.py KESTREL COMPAT_DIR
+usage: check_compat.py KESTREL COMPAT_DIR [KESTREL_RUN_FLAGS]
+  (e.g. "--device vulkan": every cell through the GPU backend, by the same rule)
 """
 import json
 import os
@@ -23,7 +24,12 @@ import sys
 import tempfile
 
 
+EXTRA = sys.argv[3] if len(sys.argv) > 3 else ""
+
+
 def run_check(kestrel, compat, args):
+    if EXTRA:
+        args = args + ["--extra-args=" + EXTRA]
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         proc = subprocess.run([sys.executable, os.path.join(compat, "check.py"), kestrel, "--json-out", out.name] + args,
                               capture_output=True, text=True)

@@ -1,0 +1,344 @@
+// The Vulkan mechanics (vk_context.h).
+#include "kernels/vulkan/vk_context.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/vulkan/vk_shaders.h"
+
+namespace kestrel::vk {
+namespace {
+
+void check(VkResult r, const char* what) {
+  if (r == VK_SUCCESS) return;
+  if (r == VK_ERROR_DEVICE_LOST)
+    throw Error(fmt::format("the Vulkan device was lost ({}: VK_ERROR_DEVICE_LOST); its work is gone", what));
+  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+    throw Error(fmt::format("{}: out of {} memory", what, r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host"));
+  throw Error(fmt::format("{}: Vulkan error {}", what, static_cast<int>(r)));
+}
+
+std::string mib(VkDeviceSize bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+}  // namespace
+
+Context::Context(int index) : index_(index) {
+  VkApplicationInfo app{};
+  app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
+  app.pApplicationName = "kestrel";
+  app.apiVersion = VK_API_VERSION_1_1;
+  VkInstanceCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
+  info.pApplicationInfo = &app;
+  if (const VkResult r = vkCreateInstance(&info, nullptr, &instance_); r != VK_SUCCESS)
+    throw Error(
+        r == VK_ERROR_INCOMPATIBLE_DRIVER
+            ? "--device vulkan: no Vulkan driver is installed (VK_ERROR_INCOMPATIBLE_DRIVER; mesa-vulkan-drivers "
+              "has lavapipe, a GPU's vendor package its own)"
+            : fmt::format("--device vulkan: no Vulkan driver answered (vkCreateInstance: error {})",
+                          static_cast<int>(r)));
+  try {
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(instance_, &n, nullptr);
+    std::vector<VkPhysicalDevice> devices(n);
+    vkEnumeratePhysicalDevices(instance_, &n, devices.data());
+    if (n == 0) throw Error("--device vulkan: the Vulkan loader found no device (`kestrel hw` lists them)");
+    if (index < 0 || static_cast<uint32_t>(index) >= n)
+      throw Error(fmt::format("--device vulkan:{}: there are {} Vulkan devices (0 to {}; `kestrel hw` lists them)",
+                              index, n, n - 1));
+    physical_ = devices[static_cast<size_t>(index)];
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(physical_, &props);
+    name_ = props.deviceName;
+    max_range_ = props.limits.maxStorageBufferRange;
+    align_ = std::max<VkDeviceSize>(props.limits.minStorageBufferOffsetAlignment, 4);
+    vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+
+    uint32_t ext_count = 0;
+    vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ext_count, nullptr);
+    std::vector<VkExtensionProperties> exts(ext_count);
+    vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ext_count, exts.data());
+    const bool push = std::any_of(exts.begin(), exts.end(), [](const VkExtensionProperties& e) {
+      return std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
+    });
+    if (!push)
+      throw Error(
+          fmt::format("--device vulkan:{}: {} lacks VK_KHR_push_descriptor, which the backend binds its "
+                      "buffers with",
+                      index, name_));
+
+    uint32_t qn = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(physical_, &qn, nullptr);
+    std::vector<VkQueueFamilyProperties> families(qn);
+    vkGetPhysicalDeviceQueueFamilyProperties(physical_, &qn, families.data());
+    queue_family_ = qn;
+    for (uint32_t i = 0; i < qn; i++)
+      if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        queue_family_ = i;
+        break;
+      }
+    if (queue_family_ == qn) throw Error(fmt::format("--device vulkan:{}: {} has no compute queue", index, name_));
+
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo q{};
+    q.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+    q.queueFamilyIndex = queue_family_;
+    q.queueCount = 1;
+    q.pQueuePriorities = &priority;
+    const char* enabled[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    VkDeviceCreateInfo d{};
+    d.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+    d.queueCreateInfoCount = 1;
+    d.pQueueCreateInfos = &q;
+    d.enabledExtensionCount = 1;
+    d.ppEnabledExtensionNames = enabled;
+    check(vkCreateDevice(physical_, &d, nullptr, &device_), "vkCreateDevice");
+    vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+    push_descriptors_ =
+        reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(device_, "vkCmdPushDescriptorSetKHR"));
+    if (!push_descriptors_) throw Error("--device vulkan: vkCmdPushDescriptorSetKHR is not there");
+
+    VkCommandPoolCreateInfo pool{};
+    pool.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+    pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pool.queueFamilyIndex = queue_family_;
+    check(vkCreateCommandPool(device_, &pool, nullptr, &pool_), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo alloc{};
+    alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    alloc.commandPool = pool_;
+    alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    alloc.commandBufferCount = 1;
+    check(vkAllocateCommandBuffers(device_, &alloc, &cmd_), "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fence{};
+    fence.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+    check(vkCreateFence(device_, &fence, nullptr, &fence_), "vkCreateFence");
+  } catch (...) {
+    if (device_) vkDestroyDevice(device_, nullptr);
+    vkDestroyInstance(instance_, nullptr);
+    throw;
+  }
+}
+
+Context::~Context() {
+  if (recording_) {
+    vkEndCommandBuffer(cmd_);
+    recording_ = false;
+  }
+  vkDeviceWaitIdle(device_);
+  for (auto& [name, p] : pipelines_) {
+    vkDestroyPipeline(device_, p.pipeline, nullptr);
+    vkDestroyPipelineLayout(device_, p.layout, nullptr);
+    vkDestroyDescriptorSetLayout(device_, p.set_layout, nullptr);
+    vkDestroyShaderModule(device_, p.module, nullptr);
+  }
+  vkDestroyFence(device_, fence_, nullptr);
+  vkDestroyCommandPool(device_, pool_, nullptr);
+  vkDestroyDevice(device_, nullptr);
+  vkDestroyInstance(instance_, nullptr);
+}
+
+uint32_t Context::memory_type(uint32_t allowed, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) const {
+  uint32_t found = UINT32_MAX;
+  for (uint32_t i = 0; i < memory_.memoryTypeCount; i++) {
+    if (!(allowed & (1u << i))) continue;
+    const VkMemoryPropertyFlags f = memory_.memoryTypes[i].propertyFlags;
+    if ((f & want) != want) continue;
+    if ((f & prefer) == prefer) return i;
+    if (found == UINT32_MAX) found = i;
+  }
+  return found;
+}
+
+std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::string& what) {
+  auto b = std::make_unique<Buffer>();
+  b->bytes = bytes;
+  VkBufferCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  info.size = std::max<size_t>(bytes, 16);
+  info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  check(vkCreateBuffer(device_, &info, nullptr, &b->buffer), "vkCreateBuffer");
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(device_, b->buffer, &req);
+  constexpr VkMemoryPropertyFlags kHost = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  uint32_t type = UINT32_MAX;
+  if (memory == Memory::Weights) {
+    type = memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+                       VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+    if (type == UINT32_MAX) type = memory_type(req.memoryTypeBits, 0, 0);
+  } else {
+    type = memory_type(req.memoryTypeBits, kHost,
+                       memory == Memory::Activations ? kHost | VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT : kHost);
+  }
+  if (type == UINT32_MAX) {
+    vkDestroyBuffer(device_, b->buffer, nullptr);
+    throw Error(fmt::format("Vulkan device {} has no memory type for {}", name_, what));
+  }
+  VkMemoryAllocateInfo alloc{};
+  alloc.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+  alloc.allocationSize = req.size;
+  alloc.memoryTypeIndex = type;
+  if (const VkResult r = vkAllocateMemory(device_, &alloc, nullptr, &b->memory); r != VK_SUCCESS) {
+    vkDestroyBuffer(device_, b->buffer, nullptr);
+    const uint32_t heap = memory_.memoryTypes[type].heapIndex;
+    throw Error(fmt::format("out of Vulkan device memory: {} needs {} of {} (heap {} of {} has {} in all){}", what,
+                            mib(req.size), name_, heap, memory_.memoryHeapCount, mib(memory_.memoryHeaps[heap].size),
+                            r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                                ? ""
+                                : fmt::format(" (vkAllocateMemory: error {})", static_cast<int>(r))));
+  }
+  check(vkBindBufferMemory(device_, b->buffer, b->memory, 0), "vkBindBufferMemory");
+  if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+    check(vkMapMemory(device_, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped), "vkMapMemory");
+    if (memory != Memory::Weights) std::memset(b->mapped, 0, bytes);
+  }
+  return b;
+}
+
+void Context::destroy(Buffer& b) {
+  if (b.mapped) vkUnmapMemory(device_, b.memory);
+  vkDestroyBuffer(device_, b.buffer, nullptr);
+  vkFreeMemory(device_, b.memory, nullptr);
+  b = Buffer{};
+}
+
+void Context::upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) {
+  if (dst.mapped) {
+    std::memcpy(static_cast<char*>(dst.mapped) + offset, src, bytes);
+    return;
+  }
+  // Not host-visible (a discrete GPU's VRAM without a mappable window): through a staging buffer, in pieces.
+  flush();
+  constexpr size_t kPiece = size_t{64} << 20;
+  auto staging = create(std::min(bytes, kPiece), Memory::Staging, "a weight upload's staging buffer");
+  for (size_t done = 0; done < bytes; done += kPiece) {
+    const size_t n = std::min(kPiece, bytes - done);
+    std::memcpy(staging->mapped, static_cast<const char*>(src) + done, n);
+    begin();
+    VkBufferCopy region{0, offset + done, n};
+    vkCmdCopyBuffer(cmd_, staging->buffer, dst.buffer, 1, &region);
+    flush();
+  }
+  destroy(*staging);
+}
+
+Binding Context::bind(const Buffer& b, size_t byte_offset, size_t bytes) const {
+  Binding r;
+  r.buffer = b.buffer;
+  r.offset = byte_offset / align_ * align_;
+  r.range = std::min<VkDeviceSize>(max_range_, std::max<size_t>(b.bytes, 16) - r.offset);
+  r.range = r.range / 4 * 4;
+  if (byte_offset + bytes > r.offset + r.range)
+    throw Error(
+        fmt::format("a Vulkan binding of {} at byte {} of a {} buffer is beyond what one binding may span on {} "
+                    "(maxStorageBufferRange {})",
+                    mib(bytes), byte_offset, mib(b.bytes), name_, mib(max_range_)));
+  r.word = static_cast<uint32_t>((byte_offset - r.offset) / 4);
+  return r;
+}
+
+Context::Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
+  if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+  const SpirvModule* code = find_shader(name);
+  if (!code) throw Error(fmt::format("no Vulkan shader named {} is built in", name));
+  Pipeline p;
+  p.bindings = bindings;
+  VkShaderModuleCreateInfo m{};
+  m.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+  m.codeSize = code->bytes;
+  m.pCode = reinterpret_cast<const uint32_t*>(code->code);
+  check(vkCreateShaderModule(device_, &m, nullptr, &p.module), "vkCreateShaderModule");
+  std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+  for (uint32_t i = 0; i < bindings; i++) {
+    b[i].binding = i;
+    b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    b[i].descriptorCount = 1;
+    b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  VkDescriptorSetLayoutCreateInfo set{};
+  set.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+  set.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  set.bindingCount = bindings;
+  set.pBindings = b.data();
+  check(vkCreateDescriptorSetLayout(device_, &set, nullptr, &p.set_layout), "vkCreateDescriptorSetLayout");
+  VkPushConstantRange push{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
+  VkPipelineLayoutCreateInfo layout{};
+  layout.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+  layout.setLayoutCount = 1;
+  layout.pSetLayouts = &p.set_layout;
+  layout.pushConstantRangeCount = 1;
+  layout.pPushConstantRanges = &push;
+  check(vkCreatePipelineLayout(device_, &layout, nullptr, &p.layout), "vkCreatePipelineLayout");
+  VkComputePipelineCreateInfo c{};
+  c.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+  c.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  c.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  c.stage.module = p.module;
+  c.stage.pName = "main";
+  c.layout = p.layout;
+  check(vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &c, nullptr, &p.pipeline), "vkCreateComputePipelines");
+  return pipelines_.emplace(name, p).first->second;
+}
+
+void Context::begin() {
+  if (recording_) return;
+  VkCommandBufferBeginInfo b{};
+  b.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  b.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(vkBeginCommandBuffer(cmd_, &b), "vkBeginCommandBuffer");
+  recording_ = true;
+}
+
+void Context::dispatch(const std::string& name, const std::vector<Binding>& bindings, const void* push,
+                       uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
+  Pipeline& p = pipeline(name, static_cast<uint32_t>(bindings.size()));
+  begin();
+  vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  std::vector<VkDescriptorBufferInfo> infos(bindings.size());
+  std::vector<VkWriteDescriptorSet> writes(bindings.size());
+  for (size_t i = 0; i < bindings.size(); i++) {
+    infos[i] = {bindings[i].buffer, bindings[i].offset, bindings[i].range};
+    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    writes[i].dstBinding = static_cast<uint32_t>(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  push_descriptors_(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, static_cast<uint32_t>(writes.size()),
+                    writes.data());
+  vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+  vkCmdDispatch(cmd_, gx, gy, gz);
+  VkMemoryBarrier barrier{};
+  barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &barrier,
+                       0, nullptr, 0, nullptr);
+}
+
+void Context::flush() {
+  if (!recording_) return;
+  // The host reads what the shaders wrote once the fence is signalled.
+  VkMemoryBarrier barrier{};
+  barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+  recording_ = false;
+  check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  VkSubmitInfo s{};
+  s.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+  s.commandBufferCount = 1;
+  s.pCommandBuffers = &cmd_;
+  check(vkQueueSubmit(queue_, 1, &s, fence_), "vkQueueSubmit");
+  submissions_++;
+  check(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  check(vkResetFences(device_, 1, &fence_), "vkResetFences");
+  check(vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+}
+
+}  // namespace kestrel::vk

@@ -1,0 +1,103 @@
+#pragma once
+// The Vulkan mechanics under the GPU backend (vulkan_backend.cpp): one device and its compute queue, buffers
+// in the memory each use wants, the embedded shaders' pipelines, and a command buffer that collects dispatches
+// until flush() submits them and waits. Only this file pair and the backend see vulkan.h.
+#include <vulkan/vulkan.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kestrel::vk {
+
+enum class Memory {
+  Activations,  // host-visible and coherent (device-local too where the device has such memory): mapped
+  Weights,      // device-local (host-visible where that is offered too: written in place)
+  Staging,      // host-visible, coherent: inputs copied in, outputs copied out
+};
+
+struct Buffer {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  void* mapped = nullptr;  // null: not host-visible
+  size_t bytes = 0;
+};
+
+// What one shader binding sees: a buffer window (offset aligned as the device asks, at most its largest
+// binding) and the element offset of the data inside it, in 4-byte words.
+struct Binding {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceSize offset = 0, range = 0;
+  uint32_t word = 0;
+};
+
+class Context {
+ public:
+  // Device `index` of the loader's list; throws Error naming why there is none.
+  explicit Context(int index);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const std::string& name() const { return name_; }
+  int index() const { return index_; }
+  VkDeviceSize max_binding() const { return max_range_; }
+  // Holds bindings to at most this many bytes (below the device's own limit; tests).
+  void limit_binding(VkDeviceSize bytes) {
+    max_range_ = std::min(max_range_, std::max<VkDeviceSize>(bytes / align_ * align_, align_));
+  }
+  VkDeviceSize offset_alignment() const { return align_; }
+
+  // A buffer of `bytes` in that kind of memory (zeroed when mapped); Error naming `what` and the free memory
+  // when the device has no room.
+  std::unique_ptr<Buffer> create(size_t bytes, Memory memory, const std::string& what);
+  void destroy(Buffer& b);
+  // dst[offset, offset + bytes) = src, now (through a staging copy when dst is not host-visible).
+  void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes);
+  // The window of b that holds bytes [byte_offset, byte_offset + bytes): Error when one binding cannot span it.
+  Binding bind(const Buffer& b, size_t byte_offset, size_t bytes) const;
+
+  // Records shader `name` (vk_shaders.h) over these bindings and push constants, then a barrier so the next
+  // dispatch sees its writes.
+  void dispatch(const std::string& name, const std::vector<Binding>& bindings, const void* push, uint32_t push_bytes,
+                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
+  bool pending() const { return recording_; }
+  // Submits what was recorded and waits for it (a lost device is an Error).
+  void flush();
+  uint64_t submissions() const { return submissions_; }
+
+ private:
+  struct Pipeline {
+    VkShaderModule module = VK_NULL_HANDLE;
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    uint32_t bindings = 0;
+  };
+  Pipeline& pipeline(const std::string& name, uint32_t bindings);
+  uint32_t memory_type(uint32_t allowed, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) const;
+  void begin();
+
+  int index_ = 0;
+  std::string name_;
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  PFN_vkCmdPushDescriptorSetKHR push_descriptors_ = nullptr;
+  VkPhysicalDeviceMemoryProperties memory_{};
+  VkDeviceSize max_range_ = 0, align_ = 16;
+  std::map<std::string, Pipeline> pipelines_;
+  bool recording_ = false;
+  uint64_t submissions_ = 0;
+};
+
+}  // namespace kestrel::vk

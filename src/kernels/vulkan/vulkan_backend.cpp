@@ -1,0 +1,475 @@
+// The Vulkan backend (kernels/vulkan_backend.h, docs/gpu.md).
+#include "kernels/vulkan_backend.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "core/error.h"
+
+#if KESTREL_HAVE_VULKAN
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/forwarding_backend.h"
+#include "kernels/qdot.h"
+#include "kernels/vulkan/vk_context.h"
+#endif
+
+namespace kestrel {
+
+int parse_device(const std::string& value) {
+  if (value == "cpu") return -1;
+  if (value == "vulkan") return 0;
+  if (value.rfind("vulkan:", 0) == 0) {
+    const std::string n = value.substr(7);
+    if (!n.empty() && n.size() < 4 && n.find_first_not_of("0123456789") == std::string::npos) return std::stoi(n);
+  }
+  throw Error(fmt::format("--device {}: expected cpu, vulkan or vulkan:N (N a device index from `kestrel hw`)", value));
+}
+
+#if !KESTREL_HAVE_VULKAN
+
+std::unique_ptr<Backend> make_vulkan_backend(int, std::unique_ptr<Backend>, size_t) {
+  throw Error(
+      "--device vulkan: this build has no Vulkan (libvulkan-dev and glslc were not found when it was configured; "
+      "scripts/setup.sh installs them)");
+}
+
+const DeviceCounters* device_counters(const Backend&) { return nullptr; }
+
+#else
+
+namespace {
+
+// The matrix product shader for a weight type, or null: that type's products run on the CPU.
+const char* matmul_shader(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return "matmul_F32";
+    case GgmlType::F16:
+      return "matmul_F16";
+    case GgmlType::BF16:
+      return "matmul_BF16";
+    case GgmlType::Q8_0:
+      return "matmul_Q8_0";
+    case GgmlType::Q4_0:
+      return "matmul_Q4_0";
+    case GgmlType::Q4_1:
+      return "matmul_Q4_1";
+    case GgmlType::Q5_0:
+      return "matmul_Q5_0";
+    case GgmlType::Q5_1:
+      return "matmul_Q5_1";
+    case GgmlType::Q2_K:
+      return "matmul_Q2_K";
+    case GgmlType::Q3_K:
+      return "matmul_Q3_K";
+    case GgmlType::Q4_K:
+      return "matmul_Q4_K";
+    case GgmlType::Q5_K:
+      return "matmul_Q5_K";
+    case GgmlType::Q6_K:
+      return "matmul_Q6_K";
+    case GgmlType::IQ4_NL:
+      return "matmul_IQ4_NL";
+    case GgmlType::IQ4_XS:
+      return "matmul_IQ4_XS";
+    case GgmlType::MXFP4:
+      return "matmul_MXFP4";
+    default:
+      return nullptr;
+  }
+}
+
+// The element-wise shader's operators (shaders/eltwise.comp).
+enum class Elt : uint32_t { Add, SiluMul, GeluMul, Scale, Softcap, AddBias, Fill, CopyRows };
+
+struct EltPush {
+  uint32_t op, n, x_off, y_off, dim, x_stride, y_stride;
+  float a;
+};
+
+// A 1-D launch of `count` invocations in workgroups of 64, spread over y when x would pass the limit.
+void grid(int64_t count, uint32_t* gx, uint32_t* gy) {
+  const int64_t groups = (count + 63) / 64;
+  *gx = static_cast<uint32_t>(std::min<int64_t>(groups, 65535));
+  *gy = static_cast<uint32_t>((groups + *gx - 1) / *gx);
+}
+
+uint32_t u32(int64_t v) {
+  if (v < 0 || v > UINT32_MAX) throw Error(fmt::format("a Vulkan operator's size {} does not fit 32 bits", v));
+  return static_cast<uint32_t>(v);
+}
+
+class VulkanBackend final : public ForwardingBackend {
+ public:
+  VulkanBackend(int index, std::unique_ptr<Backend> host)
+      : ForwardingBackend(*host), host_(std::move(host)), ctx_(index) {}
+
+  ~VulkanBackend() override {
+    try {
+      ctx_.flush();
+    } catch (const Error&) {  // a lost device: nothing left to wait for
+    }
+    for (auto& [p, b] : acts_) ctx_.destroy(*b);
+    for (auto& b : weight_chunks_) ctx_.destroy(*b);
+    for (auto& [p, v] : vectors_) ctx_.destroy(*v.buffer);
+    for (auto& b : retired_) ctx_.destroy(*b);
+    for (auto& b : staging_) ctx_.destroy(*b);
+    if (gelu_) ctx_.destroy(*gelu_);
+    if (xq_) ctx_.destroy(*xq_);
+  }
+
+  std::string describe() const override {
+    return fmt::format(
+        "Vulkan device {} ({}): matrix products, norms, RoPE and element-wise operators on the "
+        "device; attention, embeddings and MoE experts on the host: {}",
+        ctx_.index(), ctx_.name(), in_.describe());
+  }
+
+  void limit_binding(size_t bytes) { ctx_.limit_binding(bytes); }
+
+  const DeviceCounters& counters() {
+    counters_.device = fmt::format("Vulkan {}: {}", ctx_.index(), ctx_.name());
+    counters_.submissions = ctx_.submissions();
+    return counters_;
+  }
+
+  Weight prepare_weight(Weight w) override {
+    if (matmul_shader(w.type) && w.ne.size() >= 2 && w.present()) {
+      device_weight(w);
+      return w;
+    }
+    return in_.prepare_weight(std::move(w));
+  }
+
+  // ---- Buffers ----
+  Act alloc(int64_t n) override {
+    auto b = ctx_.create(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float), vk::Memory::Activations,
+                         fmt::format("an activation buffer of {} floats", n));
+    if (!b->mapped) throw Error("Vulkan activation memory is not host-visible");
+    auto* p = static_cast<float*>(b->mapped);
+    acts_.emplace(reinterpret_cast<uintptr_t>(p), std::move(b));
+    return as_act(p);
+  }
+  void release(Act a) override {
+    const auto it = acts_.find(reinterpret_cast<uintptr_t>(host(a)));
+    if (it == acts_.end()) return;
+    sync();
+    ctx_.destroy(*it->second);
+    acts_.erase(it);
+  }
+  Act host_view(float* p) override { return as_act(p); }
+  Act host_view(const float* p) override { return as_act(const_cast<float*>(p)); }
+  void read(Act src, float* dst, int64_t n) override {
+    sync();
+    if (host(src) != dst) std::memcpy(dst, host(src), static_cast<size_t>(n) * sizeof(float));
+  }
+  float* map(Act a, int64_t) override {
+    sync();
+    return host(a);
+  }
+
+  // ---- Matrix products ----
+  void matmul(const Weight& w, Act x, int64_t n, Act y) override {
+    const char* shader = matmul_shader(w.type);
+    if (!shader || !w.present()) return fwd().matmul(w, x, n, y);
+    if (n <= 0) return;
+    const DeviceWeight& dw = device_weight(w);
+    vk::Binding bx = bind(x, n * w.cols(), Use::In), bs{};
+    if (w.type != GgmlType::F32 && w.type != GgmlType::F16 && w.type != GgmlType::BF16)
+      bx = quantized_activations(bx, w.type, n, w.cols(), &bs);
+    const vk::Binding by = bind(y, n * w.rows(), Use::Out);
+    for (const auto& part : dw.parts) {
+      struct {
+        uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off;
+      } push{u32(part.rows),
+             u32(w.cols()),
+             u32(n),
+             bx.word,
+             by.word + u32(part.row0),
+             u32(w.rows()),
+             u32(static_cast<int64_t>(w.row_stride())),
+             0,
+             bs.word};
+      push.groups_x = std::min<uint32_t>(push.rows, 32768);
+      const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
+      std::vector<vk::Binding> bindings{bw, bx, by};
+      if (bs.buffer) bindings.push_back(bs);
+      dispatch(shader, bindings, &push, sizeof push, push.groups_x, (push.rows + push.groups_x - 1) / push.groups_x,
+               u32((n + 7) / 8));
+    }
+  }
+  void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
+    for (int i = 0; i < count; i++) matmul(*ws[i], x, n, ys[i]);
+  }
+  void swiglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
+    Backend::swiglu(g, u, x, n, out, scratch);
+  }
+  void geglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
+    Backend::geglu(g, u, x, n, out, scratch);
+  }
+  void qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
+                const RopeParams& rope, const QkvShape& shape, const Act* out) override {
+    Backend::qkv_rope(w, b, x, n, pos, rope, shape, out);
+  }
+
+  // ---- Row and element-wise operators ----
+  void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
+    if (rows <= 0) return;
+    const vk::Binding bw = vector(w, dim), bx = bind(x, rows * dim, Use::In), by = bind(y, rows * dim, Use::Out);
+    struct {
+      uint32_t rows, dim, x_off, y_off, w_off, groups_x;
+      float eps;
+    } push{u32(rows), u32(dim), bx.word, by.word, bw.word, std::min<uint32_t>(u32(rows), 32768), eps};
+    dispatch("rmsnorm", {bx, bw, by}, &push, sizeof push, push.groups_x,
+             (push.rows + push.groups_x - 1) / push.groups_x);
+  }
+  void rope(Act x, const int32_t* positions, int64_t rows, int heads, int head_dim, const RopeParams& p) override {
+    const int half = p.n_rot / 2;
+    if (rows <= 0 || half <= 0) return;
+    const vk::Binding bx = bind(x, rows * heads * head_dim, Use::InOut);
+    auto [table, bt] = stage(static_cast<size_t>(rows * half) * 2 * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+      for (int i = 0; i < half; i++)
+        rope_cos_sin(p, static_cast<float>(positions[r]), i, &table[2 * (r * half + i)],
+                     &table[2 * (r * half + i) + 1]);
+    struct {
+      uint32_t rows, heads, head_dim, half_rot, neox, x_off, row_stride, cs_off;
+    } push{u32(rows),
+           u32(heads),
+           u32(head_dim),
+           u32(half),
+           p.style == RopeStyle::NeoX ? 1u : 0u,
+           bx.word,
+           u32(int64_t{heads} * head_dim),
+           bt.word / 2};
+    uint32_t gx, gy;
+    grid(rows * heads * half, &gx, &gy);
+    dispatch("rope", {bx, bt}, &push, sizeof push, gx, gy);
+  }
+  void silu_mul(Act g, Act u, int64_t n) override { binary(Elt::SiluMul, g, u, n); }
+  void gelu_mul(Act g, Act u, int64_t n) override { binary(Elt::GeluMul, g, u, n); }
+  void add(Act x, Act y, int64_t n) override { binary(Elt::Add, x, y, n); }
+  void scale(Act x, int64_t n, float s) override { unary(Elt::Scale, x, n, s, Use::InOut); }
+  void softcap(Act x, int64_t n, float cap) override { unary(Elt::Softcap, x, n, cap, Use::InOut); }
+  void fill(Act x, int64_t n, float value) override { unary(Elt::Fill, x, n, value, Use::Out); }
+  void add_bias(Act x, const float* bias, int64_t rows, int64_t dim) override {
+    if (rows <= 0) return;
+    const vk::Binding bb = vector(bias, dim), bx = bind(x, rows * dim, Use::InOut);
+    elt(Elt::AddBias, bx, bb, rows * dim, dim, 0, 0, 0.0f);
+  }
+  void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    const vk::Binding bs = bind(src, (rows - 1) * src_stride + cols, Use::In);
+    const vk::Binding bd = bind(dst, (rows - 1) * dst_stride + cols, Use::InOut);
+    elt(Elt::CopyRows, bd, bs, rows * cols, cols, dst_stride, src_stride, 0.0f);
+  }
+
+ protected:
+  // An operator with no shader: the recorded work finishes first, then the CPU backend runs on the same memory.
+  void before_forward() override {
+    counters_.host_ops++;
+    sync();
+  }
+
+ private:
+  enum class Use { In, Out, InOut };
+  struct DeviceWeight {
+    GgmlType type;
+    size_t nbytes;
+    struct Part {
+      vk::Buffer* buffer;
+      size_t offset;
+      int64_t row0, rows;
+    };
+    std::vector<Part> parts;
+  };
+  struct DeviceVector {
+    std::unique_ptr<vk::Buffer> buffer;
+    std::vector<float> copy;  // what was uploaded: a pointer whose floats changed is uploaded again
+  };
+  struct CopyBack {
+    const void* from;
+    void* to;
+    size_t bytes;
+  };
+
+  void dispatch(const char* shader, const std::vector<vk::Binding>& b, const void* push, uint32_t bytes, uint32_t gx,
+                uint32_t gy = 1, uint32_t gz = 1) {
+    ctx_.dispatch(shader, b, push, bytes, gx, gy, gz);
+    counters_.dispatches++;
+  }
+
+  // Submits what was recorded, waits, and hands the host the outputs that were staged for host memory.
+  // keep_staged: an operator is binding its buffers (what it staged already stays where it is).
+  void sync(bool keep_staged = false) {
+    ctx_.flush();
+    for (const CopyBack& c : copy_back_) std::memcpy(c.to, c.from, c.bytes);
+    copy_back_.clear();
+    if (!keep_staged) stage_chunk_ = 0, stage_at_ = 0;
+    for (auto& b : retired_) ctx_.destroy(*b);
+    retired_.clear();
+  }
+
+  // `bytes` of staging memory for this submission: its host address and binding.
+  std::pair<float*, vk::Binding> stage(size_t bytes) {
+    const size_t align = ctx_.offset_alignment();
+    for (; stage_chunk_ < staging_.size(); stage_chunk_++, stage_at_ = 0) {
+      const size_t at = (stage_at_ + align - 1) / align * align;
+      if (at + bytes <= staging_[stage_chunk_]->bytes) {
+        stage_at_ = at + bytes;
+        return {reinterpret_cast<float*>(static_cast<char*>(staging_[stage_chunk_]->mapped) + at),
+                ctx_.bind(*staging_[stage_chunk_], at, bytes)};
+      }
+    }
+    staging_.push_back(ctx_.create(std::max<size_t>(bytes, size_t{4} << 20), vk::Memory::Staging, "staging memory"));
+    stage_at_ = bytes;
+    return {static_cast<float*>(staging_.back()->mapped), ctx_.bind(*staging_.back(), 0, bytes)};
+  }
+
+  // The device view of `floats` floats at a: its buffer, or (host memory) a staged copy, copied back at sync.
+  // Every operator binds its inputs before its outputs, so the outputs of earlier operators that such a flush
+  // copies back are never this one's.
+  vk::Binding bind(Act a, int64_t floats, Use use) {
+    float* p = host(a);
+    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    if (auto it = acts_.upper_bound(addr); it != acts_.begin()) {
+      --it;
+      if (addr < it->first + it->second->bytes) return ctx_.bind(*it->second, addr - it->first, bytes);
+    }
+    if (use != Use::Out && !copy_back_.empty()) sync(true);  // the host memory may be waiting for an output
+    auto [staged, b] = stage(bytes);
+    if (use != Use::Out) std::memcpy(staged, p, bytes);
+    if (use != Use::In) copy_back_.push_back({staged, p, bytes});
+    return b;
+  }
+
+  // A vector of the model's (a norm's weights, a bias): uploaded on first use, again if its floats changed.
+  vk::Binding vector(const float* p, int64_t n) {
+    DeviceVector& v = vectors_[p];
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (!v.buffer || v.copy.size() != static_cast<size_t>(n) || std::memcmp(v.copy.data(), p, bytes) != 0) {
+      if (v.buffer) retired_.push_back(std::move(v.buffer));  // pending work may still read the old one
+      v.buffer = ctx_.create(bytes, vk::Memory::Activations, "a norm or bias vector");
+      std::memcpy(v.buffer->mapped, p, bytes);
+      v.copy.assign(p, p + n);
+    }
+    return ctx_.bind(*v.buffer, 0, bytes);
+  }
+
+  const DeviceWeight& device_weight(const Weight& w) {
+    // By address and size: a matrix's first rows (an expert's slice) start where the whole matrix does.
+    const auto key = std::make_pair(w.data, w.nbytes);
+    auto it = weights_.find(key);
+    if (it != weights_.end() && it->second.type == w.type) return it->second;
+    DeviceWeight dw{w.type, w.nbytes, {}};
+    const size_t stride = w.row_stride();
+    const auto max_rows = static_cast<int64_t>(ctx_.max_binding() / stride);
+    if (max_rows < 1)
+      throw Error(fmt::format("{}: one row ({} bytes) is larger than a Vulkan binding may be on {}", w.name, stride,
+                              ctx_.name()));
+    for (int64_t r0 = 0; r0 < w.rows(); r0 += max_rows) {
+      const int64_t rows = std::min(max_rows, w.rows() - r0);
+      const size_t bytes = static_cast<size_t>(rows) * stride;
+      const size_t align = ctx_.offset_alignment();
+      size_t at = (chunk_used_ + align - 1) / align * align;
+      if (weight_chunks_.empty() || at + bytes > weight_chunks_.back()->bytes) {
+        weight_chunks_.push_back(ctx_.create(
+            std::max<size_t>(bytes, size_t{64} << 20), vk::Memory::Weights,
+            fmt::format("weight {} ({:.1f} MiB; {:.1f} MiB uploaded before it)", w.name,
+                        static_cast<double>(bytes) / (1 << 20), static_cast<double>(uploaded_) / (1 << 20))));
+        at = 0;
+      }
+      ctx_.upload(*weight_chunks_.back(), at, w.row(r0), bytes);
+      dw.parts.push_back({weight_chunks_.back().get(), at, r0, rows});
+      chunk_used_ = at + bytes;
+      uploaded_ += bytes;
+    }
+    return weights_[key] = std::move(dw);
+  }
+
+  // x's n rows of `cols` rounded as the CPU rounds them for a product with this weight type (its activation
+  // format: Q8_0, Q8_1 or Q8_K), in the backend's scratch buffer; for Q8_1 *sums = the blocks' scaled sums.
+  vk::Binding quantized_activations(const vk::Binding& x, GgmlType type, int64_t n, int64_t cols, vk::Binding* sums) {
+    const ActFormat f = activation_format(type);
+    const int64_t floats = n * cols, blocks = floats / (f == ActFormat::Q8_K ? 256 : 32);
+    const auto bytes = static_cast<size_t>(floats + blocks) * sizeof(float);
+    if (!xq_ || xq_->bytes < bytes) {
+      if (xq_) retired_.push_back(std::move(xq_));
+      xq_ = ctx_.create(bytes, vk::Memory::Activations, "the quantized activations' scratch buffer");
+    }
+    const vk::Binding out = ctx_.bind(*xq_, 0, bytes);
+    if (f == ActFormat::Q8_1) *sums = out;
+    struct {
+      uint32_t mode, blocks, x_off, y_off, s_off;
+    } push{f == ActFormat::Q8_K   ? 1u
+           : f == ActFormat::Q8_1 ? 2u
+                                  : 0u,
+           u32(blocks), x.word, out.word, out.word + u32(floats)};
+    uint32_t gx, gy;
+    grid(blocks, &gx, &gy);
+    dispatch("quantize_act", {x, out}, &push, sizeof push, gx, gy);
+    if (f == ActFormat::Q8_1) sums->word = push.s_off;
+    return out;
+  }
+
+  void elt(Elt op, const vk::Binding& x, const vk::Binding& y, int64_t n, int64_t dim, int64_t xs, int64_t ys,
+           float a) {
+    if (!gelu_) {
+      gelu_ = ctx_.create(65536 * sizeof(uint16_t), vk::Memory::Activations, "the GELU table");
+      std::memcpy(gelu_->mapped, gelu_fp16_table(), 65536 * sizeof(uint16_t));
+    }
+    const EltPush push{static_cast<uint32_t>(op), u32(n), x.word, y.word, u32(dim), u32(xs), u32(ys), a};
+    uint32_t gx, gy;
+    grid(n, &gx, &gy);
+    // The table is bound whole only where it is read.
+    const size_t table = op == Elt::GeluMul ? 65536 * sizeof(uint16_t) : sizeof(uint32_t);
+    dispatch("eltwise", {x, y, ctx_.bind(*gelu_, 0, table)}, &push, sizeof push, gx, gy);
+  }
+  void binary(Elt op, Act x, Act y, int64_t n) {
+    if (n <= 0) return;
+    const vk::Binding by = bind(y, n, Use::In), bx = bind(x, n, Use::InOut);
+    elt(op, bx, by, n, 1, 0, 0, 0.0f);
+  }
+  void unary(Elt op, Act x, int64_t n, float a, Use use) {
+    if (n <= 0) return;
+    const vk::Binding bx = bind(x, n, use);
+    elt(op, bx, bx, n, 1, 0, 0, a);
+  }
+
+  std::unique_ptr<Backend> host_;
+  vk::Context ctx_;
+  std::map<uintptr_t, std::unique_ptr<vk::Buffer> > acts_;  // by mapped address
+  std::map<std::pair<const void*, size_t>, DeviceWeight> weights_;
+  std::vector<std::unique_ptr<vk::Buffer> > weight_chunks_;
+  size_t chunk_used_ = 0, uploaded_ = 0;
+  std::unordered_map<const float*, DeviceVector> vectors_;
+  std::vector<std::unique_ptr<vk::Buffer> > retired_;
+  std::vector<std::unique_ptr<vk::Buffer> > staging_;
+  size_t stage_chunk_ = 0, stage_at_ = 0;
+  std::vector<CopyBack> copy_back_;
+  std::unique_ptr<vk::Buffer> gelu_, xq_;
+  DeviceCounters counters_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_vulkan_backend(int index, std::unique_ptr<Backend> host, size_t max_binding_bytes) {
+  auto b = std::make_unique<VulkanBackend>(index, std::move(host));
+  if (max_binding_bytes > 0) b->limit_binding(max_binding_bytes);
+  return b;
+}
+
+const DeviceCounters* device_counters(const Backend& backend) {
+  auto* v = dynamic_cast<const VulkanBackend*>(&backend);
+  return v ? &const_cast<VulkanBackend*>(v)->counters() : nullptr;
+}
+
+#endif
+
+}  // namespace kestrel

@@ -1,0 +1,127 @@
+// `kestrel run` and `kestrel serve` on the Vulkan device (lavapipe in CI): the same answers as the CPU
+// backend's, streamed chat, 8 concurrent requests, a cancelled stream, and the errors for a bad --device.
+#include <gmock/gmock.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli_process.h"
+#include "prometheus_text.h"
+#include "raw_http.h"
+#include "serve_process.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+using test::kStories;
+using ::testing::HasSubstr;
+
+// The answer's text: a streamed one's deltas joined, or the whole one's.
+std::string answer(httplib::Client& c, const std::string& path, json body, bool stream) {
+  body["stream"] = stream;
+  auto r = c.Post(path, body.dump(), "application/json");
+  if (!r || r->status != 200) {
+    ADD_FAILURE() << path << ": " << (r ? r->body : "no response");
+    return {};
+  }
+  if (!stream) {
+    const json j = json::parse(r->body)["choices"][0];
+    return j.contains("message") ? j["message"]["content"].get<std::string>() : j["text"].get<std::string>();
+  }
+  std::string text;
+  bool done = false;
+  for (size_t at = 0; (at = r->body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = r->body.find("\n\n", at);
+    const std::string data = r->body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const json chunk = json::parse(data);
+    if (chunk["choices"].empty()) continue;
+    const json& ch = chunk["choices"][0];
+    if (ch.contains("text")) text += ch["text"].get<std::string>();
+    if (ch.contains("delta") && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+  }
+  EXPECT_TRUE(done) << path << " stream did not end with [DONE]";
+  return text;
+}
+
+TEST(VulkanServe, AnswersAsTheCpuBackendDoesConcurrentlyAndStreamedAndCancels) {
+  const std::vector<json> requests = {
+      {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}},
+      {{"prompt", "Lily and Tom"}, {"max_tokens", 40}, {"temperature", 0}},
+      {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 24}, {"temperature", 0}},
+      {{"prompt", "The cat sat"}, {"max_tokens", 40}, {"temperature", 0}}};
+  auto path = [](const json& r) { return r.contains("messages") ? "/v1/chat/completions" : "/v1/completions"; };
+  std::vector<std::string> want;
+  {
+    test::ServerProcess cpu({"-m", kStories, "-c", "256"});
+    auto c = cpu.client();
+    for (const auto& r : requests) want.push_back(answer(c, path(r), r, false));
+  }
+  test::ServerProcess s({"-m", kStories, "-c", "1024", "--max-batch-size", "8", "--device", "vulkan"});
+  EXPECT_THAT(s.log(), HasSubstr("Vulkan device 0"));
+  // 8 clients at once, half streaming (the chat among them): each gets the CPU backend's text.
+  std::vector<std::string> got(8);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; i++)
+    clients.emplace_back([&, i] {
+      auto cl = s.client();
+      got[i] = answer(cl, path(requests[i % 4]), requests[i % 4], i % 2 == 1 || i % 4 == 2);
+    });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 8; i++) EXPECT_EQ(got[i], want[i % 4]) << "client " << i << " on " << s.log();
+
+  // A stream dropped after its first bytes is cancelled, and the server goes on serving.
+  const int fd = test::connect_local(s.port());
+  ASSERT_GE(fd, 0);
+  const std::string body =
+      json{{"prompt", "Once"}, {"max_tokens", 900}, {"temperature", 0.8}, {"stream", true}, {"ignore_eos", true}}
+          .dump();
+  ASSERT_TRUE(test::send_all(fd,
+                             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             "Content-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body));
+  char buf[256];
+  ASSERT_GT(read(fd, buf, sizeof buf), 0);
+  close(fd);
+  auto c = s.client();
+  bool cancelled = false;
+  for (int i = 0; i < 100 && !cancelled; i++) {
+    cancelled =
+        test::parse_prometheus(c.Get("/metrics")->body).get("kestrel_requests_total{outcome=\"cancelled\"}") == 1;
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(cancelled) << c.Get("/metrics")->body;
+  EXPECT_EQ(answer(c, path(requests[0]), requests[0], false), want[0]);
+}
+
+TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
+  const std::vector<std::string> args = {"run", "-m", kStories, "-p", "Once upon a time", "-n", "30", "--temp", "0"};
+  const test::CliResult cpu = test::run_kestrel(args);
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  auto on = [&](const std::string& device) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--device", device});
+    return test::run_kestrel(a);
+  };
+  const test::CliResult gpu = on("vulkan");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_EQ(gpu.out, cpu.out);
+  EXPECT_THAT(gpu.err, HasSubstr("Vulkan device 0"));
+  const test::CliResult bad = on("cuda");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--device cuda: expected cpu, vulkan or vulkan:N"));
+  const test::CliResult missing = on("vulkan:9");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.err, HasSubstr("--device vulkan:9: there are"));
+}
+
+}  // namespace
+}  // namespace kestrel

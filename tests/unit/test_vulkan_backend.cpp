@@ -1,0 +1,281 @@
+// The Vulkan backend's operators against the CPU backend on random inputs (CI runs them on lavapipe, Mesa's
+// Vulkan on the CPU). Each test says which device ran and checks the operator ran there (the backend's
+// counters), not on the CPU it falls back to. Tolerances, per operator:
+//  - matrix products: both backends multiply the same rounded activations (fp16 / bf16 / 8-bit blocks as the
+//    weight type asks) by the same weights; only the float summation order differs: |gpu - cpu| <= 1e-4 of
+//    the row's sum of |terms| (the scale of what rounding in another order can move);
+//  - norms, RoPE, element-wise: 1e-5 relative (exp, tanh, sqrt of another library).
+// A machine without a Vulkan device fails these tests (scripts/setup.sh installs lavapipe), it does not skip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "formats/block_formats.h"
+#include "kernels/backend.h"
+#include "kernels/vulkan_backend.h"
+
+namespace kestrel {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+class VulkanOps : public ::testing::Test {
+ protected:
+  void SetUp() override { make(); }
+  void make(size_t max_binding = 0) {
+    CpuBackendOptions o;
+    o.repack_weights = false;
+    cpu_ = make_cpu_backend(1, o);
+    gpu_ = make_vulkan_backend(0, make_cpu_backend(1, o), max_binding);
+    const DeviceCounters* c = device_counters(*gpu_);
+    ASSERT_NE(c, nullptr);
+    device_ = c->device;
+  }
+  // Runs f on the device, checks it dispatched and fell back to the CPU for nothing.
+  template <typename F>
+  void on_device(F f) {
+    const DeviceCounters before = *device_counters(*gpu_);
+    f();
+    const DeviceCounters& after = *device_counters(*gpu_);
+    EXPECT_GT(after.dispatches, before.dispatches) << "nothing ran on " << device_;
+    EXPECT_EQ(after.host_ops, before.host_ops) << "an operator ran on the CPU instead of " << device_;
+  }
+  // A device buffer holding v; read back with out().
+  Act upload(Backend& be, const std::vector<float>& v) {
+    Act a = be.alloc(static_cast<int64_t>(v.size()));
+    be.copy(a, 0, be.host_view(v.data()), 0, 1, static_cast<int64_t>(v.size()));
+    return a;
+  }
+  std::vector<float> out(Backend& be, Act a, size_t n) {
+    std::vector<float> v(n);
+    be.read(a, v.data(), static_cast<int64_t>(n));
+    return v;
+  }
+  std::unique_ptr<Backend> cpu_, gpu_;
+  std::string device_;
+};
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; i++)
+    if (!(std::fabs(got[i] - want[i]) <= rel * std::max(1.0f, std::fabs(want[i]))))
+      ADD_FAILURE() << what << " [" << i << "]: device " << got[i] << ", cpu " << want[i] << " (" << ++bad << ")";
+}
+
+struct MatmulCase {
+  GgmlType type;
+  int64_t cols, rows;
+};
+
+class VulkanMatmul : public VulkanOps, public ::testing::WithParamInterface<GgmlType> {};
+
+// y = x . W^T for 1, 3 and 11 tokens (a partial and a full-plus-partial tile of 8) against the CPU backend.
+TEST_P(VulkanMatmul, EqualsTheCpuBackend) {
+  const GgmlType type = GetParam();
+  const int64_t cols = traits(type).block_size >= 256
+                           ? 512
+                           : (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 ? 100 : 96),
+                rows = 37;
+  const auto wf = random_floats(static_cast<size_t>(rows * cols), 1, 0.5f);
+  std::vector<uint8_t> bytes(row_bytes(type, cols) * rows);
+  for (int64_t r = 0; r < rows; r++)
+    quantize_row(type, wf.data() + r * cols, bytes.data() + r * row_bytes(type, cols), cols);
+  const Weight w{"w", type, {cols, rows}, bytes.data(), bytes.size()};
+  for (int64_t n : {1, 3, 11}) {
+    const auto x = random_floats(static_cast<size_t>(n * cols), 2 + static_cast<uint32_t>(n));
+    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+    cpu_->matmul(w, cpu_->host_view(x.data()), n, cpu_->host_view(want.data()));
+    const Weight gw = gpu_->prepare_weight(w);
+    on_device([&] {
+      Act gx = upload(*gpu_, x), gy = gpu_->alloc(n * rows);
+      gpu_->matmul(gw, gx, n, gy);
+      got = out(*gpu_, gy, want.size());
+      gpu_->release(gx);
+      gpu_->release(gy);
+    });
+    // The scale rounding in another order can move: the row's sum of |w| * |x|.
+    std::vector<float> deq(static_cast<size_t>(cols));
+    for (int64_t t = 0; t < n; t++)
+      for (int64_t r = 0; r < rows; r++) {
+        dequantize_row(type, bytes.data() + r * row_bytes(type, cols), deq.data(), cols);
+        double scale = 0;
+        for (int64_t c = 0; c < cols; c++) scale += std::fabs(deq[c] * x[t * cols + c]);
+        const size_t i = static_cast<size_t>(t * rows + r);
+        EXPECT_NEAR(got[i], want[i], 1e-4 * scale + 1e-6)
+            << type_name(type) << " n=" << n << " token " << t << " row " << r << " on " << device_;
+      }
+    // Host memory in and out (a logits buffer): staged and copied back.
+    std::vector<float> host_out(want.size());
+    on_device([&] { gpu_->matmul(gw, gpu_->host_view(x.data()), n, gpu_->host_view(host_out.data())); });
+    gpu_->read(gpu_->host_view(host_out.data()), host_out.data(), static_cast<int64_t>(host_out.size()));
+    EXPECT_EQ(host_out, got) << type_name(type) << ": the same product into host memory";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryDeviceType, VulkanMatmul,
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K,
+                                           GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                           GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
+// A matrix larger than one binding may span is uploaded in parts of whole rows, each its own dispatch, and
+// activations are bound through windows: the same products.
+TEST_F(VulkanOps, AMatrixLargerThanOneBindingRunsInParts) {
+  make(4096);  // bytes per binding: 18 rows of 56 floats... a 40-row F32 matrix needs 3 parts
+  const int64_t cols = 56, rows = 40, n = 5;
+  const auto wf = random_floats(static_cast<size_t>(rows * cols), 3);
+  const Weight w{"big", GgmlType::F32, {cols, rows}, wf.data(), wf.size() * 4};
+  const auto x = random_floats(static_cast<size_t>(n * cols), 4);
+  std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+  cpu_->matmul(w, cpu_->host_view(x.data()), n, cpu_->host_view(want.data()));
+  const DeviceCounters before = *device_counters(*gpu_);
+  on_device([&] {
+    Act gx = upload(*gpu_, x), gy = gpu_->alloc(n * rows);
+    gpu_->matmul(gpu_->prepare_weight(w), gx, n, gy);
+    got = out(*gpu_, gy, want.size());
+  });
+  EXPECT_GE(device_counters(*gpu_)->dispatches - before.dispatches, 1u + 3u);  // the copy in, three parts
+  expect_close(got, want, 1e-5f, "F32 product in parts");
+}
+
+TEST_F(VulkanOps, RmsNormInPlaceAndPerHead) {
+  const int64_t rows = 7, dim = 96;
+  const auto x = random_floats(static_cast<size_t>(rows * dim), 5, 3.0f), w = random_floats(dim, 6);
+  std::vector<float> want(x.size());
+  rmsnorm_rows(x.data(), w.data(), want.data(), rows, dim, 1e-6f);
+  std::vector<float> got;
+  on_device([&] {
+    Act a = upload(*gpu_, x);
+    gpu_->rmsnorm(a, w.data(), a, rows, dim, 1e-6f);
+    got = out(*gpu_, a, x.size());
+  });
+  expect_close(got, want, 1e-5f, "rmsnorm");
+  // Per head (Qwen3's q/k norms): rows of 16 back to back.
+  rmsnorm_rows(x.data(), w.data(), want.data(), rows * 6, 16, 1e-5f);
+  on_device([&] {
+    Act a = upload(*gpu_, x), b = gpu_->alloc(rows * dim);
+    gpu_->rmsnorm(a, w.data(), b, rows * 6, 16, 1e-5f);
+    got = out(*gpu_, b, x.size());
+  });
+  expect_close(got, want, 1e-5f, "per-head rmsnorm");
+}
+
+TEST_F(VulkanOps, RopeEveryStyleAndScaling) {
+  const int heads = 3, head_dim = 16;
+  const std::vector<int32_t> pos = {0, 5, 17, 4000};
+  const auto rows = static_cast<int64_t>(pos.size());
+  const std::vector<float> factors = {1, 1, 2, 4, 8, 8};
+  std::vector<RopeParams> params;
+  params.push_back({RopeStyle::Adjacent, 16, 10000.0f, 1.0f});
+  params.push_back({RopeStyle::NeoX, 12, 500000.0f, 1.0f});  // partial rotation: the rest untouched
+  RopeParams yarn{RopeStyle::NeoX, 16, 10000.0f, 0.25f};
+  set_yarn(yarn, 4096);
+  params.push_back(yarn);
+  RopeParams longrope{RopeStyle::NeoX, 12, 10000.0f, 1.0f};
+  longrope.freq_factors = factors.data();
+  longrope.attn_factor = 1.19f;
+  params.push_back(longrope);
+  RopeParams inverse{RopeStyle::Adjacent, 16, 10000.0f, 1.0f};
+  inverse.inverse = true;
+  params.push_back(inverse);
+  for (size_t k = 0; k < params.size(); k++) {
+    const auto x = random_floats(static_cast<size_t>(rows * heads * head_dim), 7 + static_cast<uint32_t>(k));
+    std::vector<float> want = x, got;
+    rope_rows(want.data(), pos.data(), rows, heads, head_dim, params[k]);
+    on_device([&] {
+      Act a = upload(*gpu_, x);
+      gpu_->rope(a, pos.data(), rows, heads, head_dim, params[k]);
+      got = out(*gpu_, a, x.size());
+    });
+    expect_close(got, want, 1e-5f, "rope case " + std::to_string(k));
+  }
+}
+
+TEST_F(VulkanOps, ElementWiseOperators) {
+  const int64_t n = 5000;  // more than one row of workgroups
+  const auto a = random_floats(n, 8, 4.0f), b = random_floats(n, 9);
+  auto run = [&](const char* what, auto cpu_op, auto gpu_op) {
+    std::vector<float> want = a, got;
+    cpu_op(want.data());
+    on_device([&] {
+      Act x = upload(*gpu_, a), y = upload(*gpu_, b);
+      gpu_op(x, y);
+      got = out(*gpu_, x, a.size());
+    });
+    expect_close(got, want, 1e-5f, what);
+  };
+  run(
+      "add", [&](float* x) { add_inplace(x, b.data(), n); }, [&](Act x, Act y) { gpu_->add(x, y, n); });
+  run(
+      "silu_mul", [&](float* x) { silu_mul(x, b.data(), n); }, [&](Act x, Act y) { gpu_->silu_mul(x, y, n); });
+  run(
+      "gelu_mul", [&](float* x) { gelu_mul(x, b.data(), n); }, [&](Act x, Act y) { gpu_->gelu_mul(x, y, n); });
+  run(
+      "scale", [&](float* x) { scale_inplace(x, n, 0.37f); }, [&](Act x, Act) { gpu_->scale(x, n, 0.37f); });
+  run(
+      "softcap", [&](float* x) { softcap_inplace(x, n, 3.0f); }, [&](Act x, Act) { gpu_->softcap(x, n, 3.0f); });
+  run(
+      "add_bias", [&](float* x) { add_bias_rows(x, b.data(), 50, 100); },
+      [&](Act x, Act) { gpu_->add_bias(x, b.data(), 50, 100); });
+  run(
+      "fill", [&](float* x) { std::fill(x, x + n, -2.5f); }, [&](Act x, Act) { gpu_->fill(x, n, -2.5f); });
+  run(
+      "copy rows",
+      [&](float* x) {
+        for (int r = 0; r < 10; r++)
+          for (int c = 0; c < 30; c++) x[r * 100 + c] = b[r * 40 + c];
+      },
+      [&](Act x, Act y) { gpu_->copy(x, 100, y, 40, 10, 30); });
+}
+
+// An operator with no shader (the embedding lookup) runs on the CPU after the recorded work finishes, on the
+// same buffers: the counters say so and the result is the CPU's.
+TEST_F(VulkanOps, OperatorsWithoutAShaderRunOnTheCpuAfterTheRecordedWork) {
+  const int64_t dim = 32, vocab = 10;
+  const auto table = random_floats(static_cast<size_t>(vocab * dim), 10);
+  const Weight t{"token_embd.weight", GgmlType::F32, {dim, vocab}, table.data(), table.size() * 4};
+  const std::vector<int32_t> tokens = {3, 7};
+  Act x = gpu_->alloc(2 * dim);
+  gpu_->fill(x, 2 * dim, 1.0f);  // recorded, then the embedding must land after it
+  const uint64_t host_ops = device_counters(*gpu_)->host_ops;
+  gpu_->embed(t, tokens.data(), 2, x);
+  gpu_->scale(x, 2 * dim, 2.0f);
+  EXPECT_EQ(device_counters(*gpu_)->host_ops, host_ops + 1);
+  const auto got = out(*gpu_, x, 2 * dim);
+  for (int i = 0; i < 2; i++)
+    for (int c = 0; c < dim; c++) ASSERT_EQ(got[i * dim + c], 2.0f * table[tokens[i] * dim + c]);
+}
+
+TEST(VulkanDevice, BadDeviceValuesAndIndicesAreNamed) {
+  EXPECT_EQ(parse_device("cpu"), -1);
+  EXPECT_EQ(parse_device("vulkan"), 0);
+  EXPECT_EQ(parse_device("vulkan:2"), 2);
+  for (const char* bad : {"gpu", "vulkan:", "vulkan:x", "vulkan:-1", "cuda"}) {
+    try {
+      parse_device(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  try {
+    make_vulkan_backend(99, make_cpu_backend(1));
+    ADD_FAILURE() << "device 99 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vulkan:99"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
