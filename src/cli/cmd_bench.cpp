@@ -26,7 +26,7 @@ struct BenchFlags {
   std::string output = "md", profile;
   bool json = false, csv = false, use_mmap = false, log_fusion = false, no_repack = false, measure = false;
   MlaAttention mla = MlaAttention::Auto;
-  std::string device = "cpu";
+  LoadOptions placement;  // --device, --gpu-layers, --cpu-moe, --gpu-memory
   KvType kv_type_k = KvType::F32, kv_type_v = KvType::F32;
   std::string spec = "none", spec_prompt, draft_model;
   std::vector<int> draft_max = {1, 2, 4, 8};
@@ -50,7 +50,7 @@ int run_spec(BenchFlags& f) {
   LoadOptions o;
   o.model_path = f.models[0];
   o.n_threads = f.threads.empty() ? 0 : f.threads[0];
-  o.device = f.device;
+  set_placement(o, f.placement);
   o.kv_type_k = f.kv_type_k;
   o.kv_type_v = f.kv_type_v;
   o.n_ctx = static_cast<int64_t>(text.size()) + n_gen + 2;  // a token covers at least one byte (+ BOS)
@@ -178,7 +178,7 @@ int run(BenchFlags& f) {
         LoadOptions o;
         o.model_path = model;
         o.n_threads = n_threads;
-        o.device = f.device;
+        set_placement(o, f.placement);
         o.max_batch_tokens = batch;
         int64_t need = 1;
         for (auto p : f.n_prompt) need = std::max(need, p);
@@ -240,7 +240,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", f.json, "Same as -o json");
   cmd->add_flag("--csv", f.csv, "Same as -o csv");
   cmd->add_flag("--log-fusion", f.log_fusion, "Print which fused operators are applied");
-  add_device_option(cmd, f.device);
+  add_device_option(cmd, f.placement);
   add_mla_option(cmd, f.mla);
   add_kv_type_options(cmd, f.kv_type_k, f.kv_type_v);
   add_parallel_options(cmd, f.parallel);

@@ -181,7 +181,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-n,--n-predict", f.n_predict, "Most tokens per reply")->capture_default_str();
   cmd->add_option("-t,--threads", f.engine.n_threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("-c,--ctx-size", f.engine.n_ctx, "Context length (0: the model's own)")->capture_default_str();
-  add_device_option(cmd, f.engine.device);
+  add_device_option(cmd, f.engine);
   add_sampling_options(cmd, f.gen.sampling);
   cmd->add_option("-s,--seed", f.seed, "Random seed (-1: random)")->capture_default_str();
   cmd->add_flag("--ignore-eos", f.gen.ignore_eos, "Keep generating past end-of-sequence (until -n)");

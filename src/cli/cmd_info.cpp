@@ -1,5 +1,6 @@
 // kestrel info MODEL.gguf [--kv-memory 1G]: metadata, a tensor table, and
-// what each KV-cache type costs per token and how much context fits.
+// what each KV-cache type costs per token and how much context fits; with --device vulkan, where the model's
+// layers would run (--gpu-layers, --cpu-moe) and the weight bytes the device holds.
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -12,6 +13,7 @@ void register_info(CLI::App& app) {
   static std::string path;
   static size_t max_items = 8;
   static std::string kv_memory;
+  static LoadOptions placement;
   auto* cmd = add_command(app, "info", "Print a GGUF file's metadata and tensor table", [] {
     const GgufFile f = GgufFile::open(path);
     fmt::print("file: {}\nGGUF version {}, {} metadata keys, {} tensors, alignment {}, {} bytes\n\n", f.path(),
@@ -25,6 +27,18 @@ void register_info(CLI::App& app) {
       total += t.nbytes;
     }
     fmt::print("  {:<36} {:<6} {:>20} {:>14}\n", "total", "", "", total);
+    if (placement.device != "cpu") {
+      // Where each part would run: the model loaded onto the device (its weights uploaded), as run would.
+      LoadOptions o = placement;
+      o.model_path = path;
+      o.use_mmap = true;
+      o.n_ctx = 16;
+      o.n_threads = 1;
+      const LoadedModel e = LoadedModel::load(o);
+      if (const DeviceCounters* d = device_counters(*e.backend))
+        fmt::print("\ndevice: {}\n  {}\n  weights on the device: {:.1f} MiB of {:.1f} MiB\n", d->device, d->placement(),
+                   static_cast<double>(d->weight_bytes) / (1 << 20), static_cast<double>(total) / (1 << 20));
+    }
     if (!kv_memory.empty()) {
       const int64_t budget = parse_size(kv_memory, "--kv-memory");
       LoadOptions o;  // the model's KV layout: mapped, not repacked, a tiny cache
@@ -57,6 +71,7 @@ void register_info(CLI::App& app) {
   cmd->add_option("model", path, "GGUF file")->required();
   cmd->add_option("--kv-memory", kv_memory, "Also list each KV-cache type's bytes per token and the tokens that fit in this much memory (e.g. 1G)");
   cmd->add_option("--max-items", max_items, "Array items to show per metadata value")->capture_default_str();
+  add_device_option(cmd, placement);
 }
 
 }  // namespace kestrel::cli

@@ -58,7 +58,7 @@ void register_perplexity(CLI::App& app) {
                   "Compare with log-probabilities saved from another model (same text and -c)");
   cmd->add_flag(
       "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
-  add_device_option(cmd, eo.device);
+  add_device_option(cmd, eo);
   add_mla_option(cmd, eo.mla);
   add_kv_type_options(cmd, eo.kv_type_k, eo.kv_type_v);
   add_parallel_options(cmd, parallel);

@@ -194,7 +194,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--draft-max", f.draft_max, "Most drafted tokens per step with --spec")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_flag("--spec-governed", f.spec_governed,
                 "With --spec: stop drafting for a while when it measures slower than plain decoding");
-  add_device_option(cmd, f.engine.device);
+  add_device_option(cmd, f.engine);
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   add_parallel_options(cmd, f.parallel);

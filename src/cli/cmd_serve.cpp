@@ -307,7 +307,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--profile", f.profile,
                   "Record every operator's time per layer; the Chrome trace is written at shutdown");
-  add_device_option(cmd, f.engine.device);
+  add_device_option(cmd, f.engine);
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   add_parallel_options(cmd, f.parallel);

@@ -11,6 +11,7 @@
 #include "kernels/kv_format.h"
 #include "kernels/vulkan_backend.h"
 #include "model/model.h"
+#include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 
 namespace kestrel::cli {
@@ -87,9 +88,30 @@ inline CLI::Option* add_mla_option(CLI::App* cmd, MlaAttention& target) {
       ->default_str("auto");
 }
 
-// --device cpu|vulkan[:N] on the commands that compute (run, serve, bench, perplexity, chat): checked here so
-// a bad value is a usage error before the model loads.
-inline void add_device_option(CLI::App* cmd, std::string& device) {
+// "300M", "1.5G", "4096" (bytes): binary multiples; flag names the option in errors.
+inline int64_t parse_size(const std::string& s, const char* flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = s.substr(used);
+  const double mult = unit.empty()  ? 1
+                      : unit == "K" ? 1024.0
+                      : unit == "M" ? 1048576.0
+                      : unit == "G" ? 1073741824.0
+                                    : -1;
+  if (used == 0 || mult < 0 || v <= 0)
+    throw CLI::ValidationError(fmt::format("{} '{}' is not a size (e.g. 300M, 1.5G)", flag, s));
+  return static_cast<int64_t>(v * mult);
+}
+
+// --device cpu|vulkan[:N], with --gpu-layers, --cpu-moe and --gpu-memory, on the commands that compute (run,
+// serve, bench, perplexity, chat): a bad --device value is a usage error before the model loads.
+inline void add_device_option(CLI::App* cmd, kestrel::LoadOptions& o) {
+  std::string& device = o.device;
   cmd->add_option("--device", device,
                   "Where the model runs: cpu, or vulkan[:N] (the GPU backend on Vulkan device N of `kestrel hw`; "
                   "docs/gpu.md)")
@@ -102,21 +124,24 @@ inline void add_device_option(CLI::App* cmd, std::string& device) {
         return std::string();
       })
       ->capture_default_str();
+  cmd->add_option("--gpu-layers", o.gpu_layers,
+                  "With --device vulkan: run layers 0 to N-1 on the device and the rest (with the embedding and "
+                  "output head) on the CPU; default: all on the device")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--cpu-moe", o.cpu_moe,
+                "With --device vulkan: keep the routed experts' weights in host memory and run them on the CPU");
+  cmd->add_option_function<std::string>(
+      "--gpu-memory", [&o](const std::string& s) { o.gpu_memory = parse_size(s, "--gpu-memory"); },
+      "With --device vulkan: the most device memory the weights may take (e.g. 6G); a load that needs more "
+      "names the weight that did not fit");
 }
 
-// "300M", "1.5G", "4096" (bytes): binary multiples; flag names the option in errors.
-inline int64_t parse_size(const std::string& s, const char* flag) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = s.substr(used);
-  const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
-  if (used == 0 || mult < 0 || v <= 0) throw CLI::ValidationError(fmt::format("{} '{}' is not a size (e.g. 300M, 1.5G)", flag, s));
-  return static_cast<int64_t>(v * mult);
+// The device placement add_device_option read, copied into the options a command loads with.
+inline void set_placement(kestrel::LoadOptions& o, const kestrel::LoadOptions& from) {
+  o.device = from.device;
+  o.gpu_layers = from.gpu_layers;
+  o.cpu_moe = from.cpu_moe;
+  o.gpu_memory = from.gpu_memory;
 }
 
 // --spec draft needs --draft-model FILE; --spec mtp may name the file its MTP block ships in (DeepSeek-V4's

@@ -15,11 +15,25 @@ namespace kestrel {
 // Parses a --device value: "cpu" (-1) or "vulkan" / "vulkan:N" (N, default 0); Error naming the value if not.
 int parse_device(const std::string& value);
 
-// The backend on Vulkan device `index` (the order `kestrel hw` lists), falling back to `host` for the
-// operators it has no shader for. Error naming why when there is no such device or the build has no Vulkan.
-// max_binding_bytes > 0 holds every buffer binding to that many bytes (tests: the path a matrix larger than
-// the device's maxStorageBufferRange takes, in parts).
-std::unique_ptr<Backend> make_vulkan_backend(int index, std::unique_ptr<Backend> host, size_t max_binding_bytes = 0);
+struct VulkanOptions {
+  int device = 0;  // the index `kestrel hw` lists
+  // --gpu-layers: layers [0, N) on the device, the later ones (their weights and operators) on the CPU, and
+  // the embedding and output head on the device only when every layer is; -1: all of it on the device.
+  int gpu_layers = -1;
+  int n_layer = 0;  // the model's layer count (block_count), to tell where the output head goes
+  // --cpu-moe: the routed experts' weights stay in host memory and their products run on the CPU.
+  bool cpu_moe = false;
+  // --gpu-memory: > 0: the weights may take at most this many bytes of device memory (a load that needs more
+  // fails naming the weight that did not fit; fewer --gpu-layers then fit).
+  int64_t memory_limit = 0;
+  // > 0 holds every buffer binding to that many bytes (tests: the path a matrix larger than the device's
+  // maxStorageBufferRange takes, in parts).
+  size_t max_binding_bytes = 0;
+};
+
+// The backend on a Vulkan device, falling back to `host` for the operators it has no shader for (and the
+// layers --gpu-layers leaves out). Error naming why when there is no such device or the build has no Vulkan.
+std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options, std::unique_ptr<Backend> host);
 
 // What a Vulkan backend did so far (tests and --log: which operators ran where); null for other backends.
 struct DeviceCounters {
@@ -27,6 +41,11 @@ struct DeviceCounters {
   uint64_t dispatches = 0;   // shader dispatches recorded
   uint64_t submissions = 0;  // command buffers submitted
   uint64_t host_ops = 0;     // operators run on the CPU backend instead
+  int64_t weight_bytes = 0;  // weights uploaded to the device
+  int gpu_layers = -1, n_layer = 0;  // VulkanOptions'
+  bool cpu_moe = false;
+  // "layers 0-9 and the output head on the device, layers 10-31 on the CPU; routed experts on the CPU"
+  std::string placement() const;
 };
 const DeviceCounters* device_counters(const Backend& backend);
 

@@ -76,7 +76,16 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   e.base_backend = make_cpu_backend(o.n_threads > 0 ? o.n_threads : default_thread_count(), bo);
   if (const int device = parse_device(o.device); device >= 0) {
     if (o.comm && o.comm->size() > 1) throw Error("--device vulkan does not run under --parallel yet (docs/gpu.md)");
-    e.base_backend = make_vulkan_backend(device, std::move(e.base_backend));
+    VulkanOptions vo;
+    vo.device = device;
+    vo.gpu_layers = o.gpu_layers;
+    vo.cpu_moe = o.cpu_moe;
+    vo.memory_limit = o.gpu_memory;
+    const auto arch = e.file->get_string("general.architecture");
+    vo.n_layer = arch ? static_cast<int>(e.file->get_int(*arch + ".block_count").value_or(0)) : 0;
+    e.base_backend = make_vulkan_backend(vo, std::move(e.base_backend));
+  } else if (o.gpu_layers >= 0 || o.cpu_moe || o.gpu_memory > 0) {
+    throw Error("--gpu-layers, --cpu-moe and --gpu-memory place work on a GPU: they need --device vulkan");
   }
   if (o.profile) {
     e.profiler = std::make_unique<Profiler>();

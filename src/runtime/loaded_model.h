@@ -23,6 +23,9 @@ struct LoadOptions {
   std::string llama2c_tokenizer;  // set: model_path is a llama2.c checkpoint, imported in memory
   int n_threads = 0;              // 0: all cores
   std::string device = "cpu";     // --device: cpu, vulkan or vulkan:N (kernels/vulkan_backend.h)
+  int gpu_layers = -1;            // --gpu-layers: layers [0, N) on the device, the rest on the CPU (-1: all)
+  bool cpu_moe = false;           // --cpu-moe: routed experts on the CPU
+  int64_t gpu_memory = 0;         // --gpu-memory: bytes the weights may take on the device (0: what it has)
   int64_t n_ctx = 0;              // 0: the model's training context
   int64_t max_batch_tokens = 512;
   int kv_block_size = 16;

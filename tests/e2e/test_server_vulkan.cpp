@@ -123,5 +123,54 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   EXPECT_THAT(missing.err, HasSubstr("--device vulkan:9: there are"));
 }
 
+// A model larger than the device memory it may use: the load fails naming the weight that did not fit; with
+// --gpu-layers the first layers run on the device, the rest on the CPU, and the text is the CPU backend's
+// (whose ids on this file are llama.cpp's: compat_reference_set). `info` reports the split.
+TEST(VulkanRun, GpuLayersSplitAModelTooBigForTheDeviceAndGiveTheSameText) {
+  const std::string model = test::shared("reference/compat/models/llama32.F16.gguf");
+  const std::vector<std::string> args = {"run", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0"};
+  auto with = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), more.begin(), more.end());
+    return test::run_kestrel(a);
+  };
+  const test::CliResult cpu = with({});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  const test::CliResult all = with({"--device", "vulkan", "--gpu-memory", "2M"});
+  EXPECT_NE(all.exit_code, 0);
+  EXPECT_THAT(all.err, HasSubstr("out of Vulkan device memory: --gpu-memory 2.0 MiB is used up: weight blk."));
+  EXPECT_THAT(all.err, HasSubstr("fewer --gpu-layers"));
+  for (const std::string layers : {"0", "1"}) {
+    const test::CliResult split = with({"--device", "vulkan", "--gpu-memory", "2M", "--gpu-layers", layers});
+    ASSERT_EQ(split.exit_code, 0) << split.err;
+    EXPECT_EQ(split.out, cpu.out) << "--gpu-layers " << layers;
+  }
+  const test::CliResult info = test::run_kestrel({"info", model, "--device", "vulkan", "--gpu-layers", "1"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out,
+              HasSubstr("layers 0-0 on the device; layers 1-2, the embedding and the output head on the CPU"));
+  EXPECT_THAT(info.out, HasSubstr("weights on the device: 1.1 MiB of 3.7 MiB"));
+  const test::CliResult cpu_only = with({"--gpu-layers", "1"});
+  EXPECT_NE(cpu_only.exit_code, 0);
+  EXPECT_THAT(cpu_only.err, HasSubstr("need --device vulkan"));
+}
+
+// A MoE model's experts on the device (each expert's tokens as one matrix) and under --cpu-moe on the CPU:
+// both give the CPU backend's text.
+TEST(VulkanRun, MoeExpertsOnTheDeviceOrTheCpuGiveTheSameText) {
+  const std::string model = test::shared("reference/compat/models/qwen3moe.F16.gguf");
+  const std::vector<std::string> args = {"run", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0"};
+  const test::CliResult cpu = test::run_kestrel(args);
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  for (const std::vector<std::string>& more :
+       {std::vector<std::string>{"--device", "vulkan"}, std::vector<std::string>{"--device", "vulkan", "--cpu-moe"}}) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), more.begin(), more.end());
+    const test::CliResult gpu = test::run_kestrel(a);
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    EXPECT_EQ(gpu.out, cpu.out) << more.back();
+  }
+}
+
 }  // namespace
 }  // namespace kestrel

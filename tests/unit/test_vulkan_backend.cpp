@@ -35,7 +35,9 @@ class VulkanOps : public ::testing::Test {
     CpuBackendOptions o;
     o.repack_weights = false;
     cpu_ = make_cpu_backend(1, o);
-    gpu_ = make_vulkan_backend(0, make_cpu_backend(1, o), max_binding);
+    VulkanOptions vo;
+    vo.max_binding_bytes = max_binding;
+    gpu_ = make_vulkan_backend(vo, make_cpu_backend(1, o));
     const DeviceCounters* c = device_counters(*gpu_);
     ASSERT_NE(c, nullptr);
     device_ = c->device;
@@ -257,6 +259,41 @@ TEST_F(VulkanOps, OperatorsWithoutAShaderRunOnTheCpuAfterTheRecordedWork) {
     for (int c = 0; c < dim; c++) ASSERT_EQ(got[i * dim + c], 2.0f * table[tokens[i] * dim + c]);
 }
 
+// A MoE layer's experts (ffn_many): on the device, each expert's rows one product; under --cpu-moe on the CPU.
+TEST_F(VulkanOps, MoeExpertsRunOnTheDeviceOrUnderCpuMoeOnTheCpu) {
+  const int64_t dim = 64, width = 96;
+  std::vector<std::vector<float>> mats;
+  std::vector<Weight> ws;
+  for (int i = 0; i < 6; i++) mats.push_back(random_floats(static_cast<size_t>(dim * width), 20 + i, 0.3f));
+  for (int e = 0; e < 2; e++) {
+    ws.push_back({"gate", GgmlType::F32, {dim, width}, mats[3 * e].data(), mats[3 * e].size() * 4});
+    ws.push_back({"up", GgmlType::F32, {dim, width}, mats[3 * e + 1].data(), mats[3 * e + 1].size() * 4});
+    ws.push_back({"down", GgmlType::F32, {width, dim}, mats[3 * e + 2].data(), mats[3 * e + 2].size() * 4});
+  }
+  for (auto& w : ws) w.routed_expert = true;
+  const Backend::FfnRef ffns[2] = {{&ws[0], &ws[1], &ws[2]}, {&ws[3], &ws[4], &ws[5]}};
+  const int64_t ns[2] = {3, 1};
+  const auto x0 = random_floats(3 * dim, 30), x1 = random_floats(dim, 31);
+  std::vector<float> w0(3 * dim), w1(dim);
+  const Act cx[2] = {cpu_->host_view(x0.data()), cpu_->host_view(x1.data())};
+  const Act cy[2] = {cpu_->host_view(w0.data()), cpu_->host_view(w1.data())};
+  cpu_->ffn_many(ffns, 2, cx, ns, cy);
+  for (const bool cpu_moe : {false, true}) {
+    CpuBackendOptions o;
+    o.repack_weights = false;
+    VulkanOptions vo;
+    vo.cpu_moe = cpu_moe;
+    gpu_ = make_vulkan_backend(vo, make_cpu_backend(1, o));
+    const Act gx[2] = {upload(*gpu_, x0), upload(*gpu_, x1)};
+    const Act gy[2] = {gpu_->alloc(3 * dim), gpu_->alloc(dim)};
+    const uint64_t host_ops = device_counters(*gpu_)->host_ops;
+    gpu_->ffn_many(ffns, 2, gx, ns, gy);
+    EXPECT_EQ(device_counters(*gpu_)->host_ops, host_ops + (cpu_moe ? 1 : 0)) << "cpu_moe " << cpu_moe;
+    expect_close(out(*gpu_, gy[0], w0.size()), w0, 1e-4f, "expert 0");
+    expect_close(out(*gpu_, gy[1], w1.size()), w1, 1e-4f, "expert 1");
+  }
+}
+
 TEST(VulkanDevice, BadDeviceValuesAndIndicesAreNamed) {
   EXPECT_EQ(parse_device("cpu"), -1);
   EXPECT_EQ(parse_device("vulkan"), 0);
@@ -270,7 +307,9 @@ TEST(VulkanDevice, BadDeviceValuesAndIndicesAreNamed) {
     }
   }
   try {
-    make_vulkan_backend(99, make_cpu_backend(1));
+    VulkanOptions vo;
+    vo.device = 99;
+    make_vulkan_backend(vo, make_cpu_backend(1));
     ADD_FAILURE() << "device 99 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("vulkan:99"), std::string::npos) << e.what();

@@ -30,9 +30,21 @@ int parse_device(const std::string& value) {
   throw Error(fmt::format("--device {}: expected cpu, vulkan or vulkan:N (N a device index from `kestrel hw`)", value));
 }
 
+std::string DeviceCounters::placement() const {
+  std::string s;
+  if (gpu_layers < 0 || gpu_layers >= n_layer)
+    s = "every layer, the embedding and the output head on the device";
+  else if (gpu_layers == 0)
+    s = fmt::format("layers 0-{}, the embedding and the output head on the CPU", n_layer - 1);
+  else
+    s = fmt::format("layers 0-{} on the device; layers {}-{}, the embedding and the output head on the CPU",
+                    gpu_layers - 1, gpu_layers, n_layer - 1);
+  return s + (cpu_moe ? "; routed experts on the CPU (--cpu-moe)" : "");
+}
+
 #if !KESTREL_HAVE_VULKAN
 
-std::unique_ptr<Backend> make_vulkan_backend(int, std::unique_ptr<Backend>, size_t) {
+std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions&, std::unique_ptr<Backend>) {
   throw Error(
       "--device vulkan: this build has no Vulkan (libvulkan-dev and glslc were not found when it was configured; "
       "scripts/setup.sh installs them)");
@@ -106,10 +118,16 @@ uint32_t u32(int64_t v) {
 
 class VulkanBackend final : public ForwardingBackend {
  public:
-  VulkanBackend(int index, std::unique_ptr<Backend> host)
-      : ForwardingBackend(*host), host_(std::move(host)), ctx_(index) {}
+  VulkanBackend(const VulkanOptions& o, std::unique_ptr<Backend> host)
+      : ForwardingBackend(*host), host_(std::move(host)), ctx_(o.device), o_(o) {
+    if (o.max_binding_bytes > 0) ctx_.limit_binding(o.max_binding_bytes);
+    if (o.gpu_layers < -1) throw Error(fmt::format("--gpu-layers {} must be 0 or more", o.gpu_layers));
+    if (o.memory_limit < 0) throw Error(fmt::format("--gpu-memory {} must be positive", o.memory_limit));
+  }
 
   ~VulkanBackend() override {
+    ffn_h_ = ActBuffer();  // its own buffers first, through release()
+    ffn_h2_ = ActBuffer();
     try {
       ctx_.flush();
     } catch (const Error&) {  // a lost device: nothing left to wait for
@@ -124,22 +142,28 @@ class VulkanBackend final : public ForwardingBackend {
   }
 
   std::string describe() const override {
+    DeviceCounters c = counters_;
+    fill(c);
     return fmt::format(
-        "Vulkan device {} ({}): matrix products, norms, RoPE and element-wise operators on the "
-        "device; attention, embeddings and MoE experts on the host: {}",
-        ctx_.index(), ctx_.name(), in_.describe());
+        "Vulkan device {} ({}; {}): matrix products, norms, RoPE and element-wise operators on the "
+        "device; attention, embeddings and MoE routing on the host: {}",
+        ctx_.index(), ctx_.name(), c.placement(), in_.describe());
   }
 
-  void limit_binding(size_t bytes) { ctx_.limit_binding(bytes); }
+  // The model's layer annotations place the operators: a layer --gpu-layers leaves out runs on the CPU.
+  void annotate_layer(int layer) override {
+    on_cpu_ = !on_device(layer);
+    in_.annotate_layer(layer);
+  }
 
   const DeviceCounters& counters() {
-    counters_.device = fmt::format("Vulkan {}: {}", ctx_.index(), ctx_.name());
-    counters_.submissions = ctx_.submissions();
+    fill(counters_);
     return counters_;
   }
 
   Weight prepare_weight(Weight w) override {
-    if (matmul_shader(w.type) && w.ne.size() >= 2 && w.present()) {
+    if (matmul_shader(w.type) && w.ne.size() >= 2 && w.present() && !(w.routed_expert && o_.cpu_moe) &&
+        on_device(layer_of(w.name))) {
       device_weight(w);
       return w;
     }
@@ -176,7 +200,7 @@ class VulkanBackend final : public ForwardingBackend {
   // ---- Matrix products ----
   void matmul(const Weight& w, Act x, int64_t n, Act y) override {
     const char* shader = matmul_shader(w.type);
-    if (!shader || !w.present()) return fwd().matmul(w, x, n, y);
+    if (!shader || !w.present() || on_cpu_ || (w.routed_expert && o_.cpu_moe)) return fwd().matmul(w, x, n, y);
     if (n <= 0) return;
     const DeviceWeight& dw = device_weight(w);
     vk::Binding bx = bind(x, n * w.cols(), Use::In), bs{};
@@ -204,21 +228,47 @@ class VulkanBackend final : public ForwardingBackend {
     }
   }
   void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
+    if (on_cpu_) return fwd().matmul_many(ws, count, x, n, ys);
     for (int i = 0; i < count; i++) matmul(*ws[i], x, n, ys[i]);
   }
   void swiglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
+    if (on_cpu_) return fwd().swiglu(g, u, x, n, out, scratch);
     Backend::swiglu(g, u, x, n, out, scratch);
   }
   void geglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) override {
+    if (on_cpu_) return fwd().geglu(g, u, x, n, out, scratch);
     Backend::geglu(g, u, x, n, out, scratch);
   }
   void qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
                 const RopeParams& rope, const QkvShape& shape, const Act* out) override {
+    if (on_cpu_) return fwd().qkv_rope(w, b, x, n, pos, rope, shape, out);
     Backend::qkv_rope(w, b, x, n, pos, rope, shape, out);
+  }
+
+  // A MoE layer's experts, each over the tokens routed to it as one matrix: the plain SwiGLU ones on the
+  // device (gate, up, silu * up, down), the others (biases, clamps, GeGLU: gpt-oss, DeepSeek-V4, Gemma 4) and
+  // all of them under --cpu-moe on the CPU.
+  void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override {
+    bool device = !on_cpu_ && !o_.cpu_moe;
+    int64_t most = 0;
+    for (int i = 0; i < count && device; i++) {
+      device = ffns[i].plain() && matmul_shader(ffns[i].gate->type) && matmul_shader(ffns[i].up->type) &&
+               matmul_shader(ffns[i].down->type);
+      most = std::max(most, ns[i] * ffns[i].gate->rows());
+    }
+    if (!device) return fwd().ffn_many(ffns, count, xs, ns, ys);
+    ffn_h_.ensure(*this, most);
+    ffn_h2_.ensure(*this, most);
+    for (int i = 0; i < count; i++) {
+      if (ns[i] == 0) continue;
+      swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], ffn_h_, ffn_h2_);
+      matmul(*ffns[i].down, ffn_h_, ns[i], ys[i]);
+    }
   }
 
   // ---- Row and element-wise operators ----
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
+    if (on_cpu_) return fwd().rmsnorm(x, w, y, rows, dim, eps);
     if (rows <= 0) return;
     const vk::Binding bw = vector(w, dim), bx = bind(x, rows * dim, Use::In), by = bind(y, rows * dim, Use::Out);
     struct {
@@ -229,6 +279,7 @@ class VulkanBackend final : public ForwardingBackend {
              (push.rows + push.groups_x - 1) / push.groups_x);
   }
   void rope(Act x, const int32_t* positions, int64_t rows, int heads, int head_dim, const RopeParams& p) override {
+    if (on_cpu_) return fwd().rope(x, positions, rows, heads, head_dim, p);
     const int half = p.n_rot / 2;
     if (rows <= 0 || half <= 0) return;
     const vk::Binding bx = bind(x, rows * heads * head_dim, Use::InOut);
@@ -251,18 +302,38 @@ class VulkanBackend final : public ForwardingBackend {
     grid(rows * heads * half, &gx, &gy);
     dispatch("rope", {bx, bt}, &push, sizeof push, gx, gy);
   }
-  void silu_mul(Act g, Act u, int64_t n) override { binary(Elt::SiluMul, g, u, n); }
-  void gelu_mul(Act g, Act u, int64_t n) override { binary(Elt::GeluMul, g, u, n); }
-  void add(Act x, Act y, int64_t n) override { binary(Elt::Add, x, y, n); }
-  void scale(Act x, int64_t n, float s) override { unary(Elt::Scale, x, n, s, Use::InOut); }
-  void softcap(Act x, int64_t n, float cap) override { unary(Elt::Softcap, x, n, cap, Use::InOut); }
-  void fill(Act x, int64_t n, float value) override { unary(Elt::Fill, x, n, value, Use::Out); }
+  void silu_mul(Act g, Act u, int64_t n) override {
+    if (on_cpu_) return fwd().silu_mul(g, u, n);
+    binary(Elt::SiluMul, g, u, n);
+  }
+  void gelu_mul(Act g, Act u, int64_t n) override {
+    if (on_cpu_) return fwd().gelu_mul(g, u, n);
+    binary(Elt::GeluMul, g, u, n);
+  }
+  void add(Act x, Act y, int64_t n) override {
+    if (on_cpu_) return fwd().add(x, y, n);
+    binary(Elt::Add, x, y, n);
+  }
+  void scale(Act x, int64_t n, float s) override {
+    if (on_cpu_) return fwd().scale(x, n, s);
+    unary(Elt::Scale, x, n, s, Use::InOut);
+  }
+  void softcap(Act x, int64_t n, float cap) override {
+    if (on_cpu_) return fwd().softcap(x, n, cap);
+    unary(Elt::Softcap, x, n, cap, Use::InOut);
+  }
+  void fill(Act x, int64_t n, float value) override {
+    if (on_cpu_) return fwd().fill(x, n, value);
+    unary(Elt::Fill, x, n, value, Use::Out);
+  }
   void add_bias(Act x, const float* bias, int64_t rows, int64_t dim) override {
+    if (on_cpu_) return fwd().add_bias(x, bias, rows, dim);
     if (rows <= 0) return;
     const vk::Binding bb = vector(bias, dim), bx = bind(x, rows * dim, Use::InOut);
     elt(Elt::AddBias, bx, bb, rows * dim, dim, 0, 0, 0.0f);
   }
   void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) override {
+    if (on_cpu_) return fwd().copy(dst, dst_stride, src, src_stride, rows, cols);
     if (rows <= 0 || cols <= 0) return;
     const vk::Binding bs = bind(src, (rows - 1) * src_stride + cols, Use::In);
     const vk::Binding bd = bind(dst, (rows - 1) * dst_stride + cols, Use::InOut);
@@ -297,6 +368,25 @@ class VulkanBackend final : public ForwardingBackend {
     void* to;
     size_t bytes;
   };
+
+  // Whether layer `layer` (-1: the embedding and output head) runs on the device under --gpu-layers.
+  bool on_device(int layer) const {
+    if (o_.gpu_layers < 0 || o_.gpu_layers >= o_.n_layer) return true;
+    return layer >= 0 && layer < o_.gpu_layers;
+  }
+  // The layer a weight belongs to: N of "blk.N.", else -1 (the embedding, the output head).
+  static int layer_of(const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return -1;
+    return std::atoi(name.c_str() + 4);
+  }
+  void fill(DeviceCounters& c) const {
+    c.device = fmt::format("Vulkan {}: {}", ctx_.index(), ctx_.name());
+    c.submissions = ctx_.submissions();
+    c.weight_bytes = static_cast<int64_t>(uploaded_);
+    c.gpu_layers = o_.gpu_layers;
+    c.n_layer = o_.n_layer;
+    c.cpu_moe = o_.cpu_moe;
+  }
 
   void dispatch(const char* shader, const std::vector<vk::Binding>& b, const void* push, uint32_t bytes, uint32_t gx,
                 uint32_t gy = 1, uint32_t gz = 1) {
@@ -379,10 +469,20 @@ class VulkanBackend final : public ForwardingBackend {
       const size_t align = ctx_.offset_alignment();
       size_t at = (chunk_used_ + align - 1) / align * align;
       if (weight_chunks_.empty() || at + bytes > weight_chunks_.back()->bytes) {
-        weight_chunks_.push_back(ctx_.create(
-            std::max<size_t>(bytes, size_t{64} << 20), vk::Memory::Weights,
-            fmt::format("weight {} ({:.1f} MiB; {:.1f} MiB uploaded before it)", w.name,
-                        static_cast<double>(bytes) / (1 << 20), static_cast<double>(uploaded_) / (1 << 20))));
+        const auto what = fmt::format(
+            "weight {} ({:.1f} MiB; {:.1f} MiB of weights uploaded before it; fewer "
+            "--gpu-layers or --cpu-moe keep more on the CPU)",
+            w.name, static_cast<double>(bytes) / (1 << 20), static_cast<double>(uploaded_) / (1 << 20));
+        size_t chunk = std::max<size_t>(bytes, size_t{64} << 20);
+        if (o_.memory_limit > 0) {
+          const auto limit = static_cast<size_t>(o_.memory_limit);
+          if (reserved_ + bytes > limit)
+            throw Error(fmt::format("out of Vulkan device memory: --gpu-memory {:.1f} MiB is used up: {}",
+                                    static_cast<double>(limit) / (1 << 20), what));
+          chunk = std::min(chunk, limit - reserved_);
+        }
+        weight_chunks_.push_back(ctx_.create(chunk, vk::Memory::Weights, what));
+        reserved_ += chunk;
         at = 0;
       }
       ctx_.upload(*weight_chunks_.back(), at, w.row(r0), bytes);
@@ -447,7 +547,10 @@ class VulkanBackend final : public ForwardingBackend {
   std::map<uintptr_t, std::unique_ptr<vk::Buffer> > acts_;  // by mapped address
   std::map<std::pair<const void*, size_t>, DeviceWeight> weights_;
   std::vector<std::unique_ptr<vk::Buffer> > weight_chunks_;
-  size_t chunk_used_ = 0, uploaded_ = 0;
+  size_t chunk_used_ = 0, uploaded_ = 0, reserved_ = 0;  // reserved_: the weight chunks' bytes
+  VulkanOptions o_;
+  bool on_cpu_ = false;       // the current layer runs on the CPU (--gpu-layers)
+  ActBuffer ffn_h_, ffn_h2_;  // ffn_many's scratch (released first in the destructor)
   std::unordered_map<const float*, DeviceVector> vectors_;
   std::vector<std::unique_ptr<vk::Buffer> > retired_;
   std::vector<std::unique_ptr<vk::Buffer> > staging_;
@@ -459,10 +562,8 @@ class VulkanBackend final : public ForwardingBackend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_vulkan_backend(int index, std::unique_ptr<Backend> host, size_t max_binding_bytes) {
-  auto b = std::make_unique<VulkanBackend>(index, std::move(host));
-  if (max_binding_bytes > 0) b->limit_binding(max_binding_bytes);
-  return b;
+std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options, std::unique_ptr<Backend> host) {
+  return std::make_unique<VulkanBackend>(options, std::move(host));
 }
 
 const DeviceCounters* device_counters(const Backend& backend) {
