@@ -204,12 +204,17 @@ class VulkanBackend final : public ForwardingBackend {
     if (n <= 0) return;
     const DeviceWeight& dw = device_weight(w);
     vk::Binding bx = bind(x, n * w.cols(), Use::In), bs{};
-    if (w.type != GgmlType::F32 && w.type != GgmlType::F16 && w.type != GgmlType::BF16)
-      bx = quantized_activations(bx, w.type, n, w.cols(), &bs);
+    if (w.type != GgmlType::F32) bx = quantized_activations(bx, w.type, n, w.cols(), &bs);
     const vk::Binding by = bind(y, n * w.rows(), Use::Out);
     for (const auto& part : dw.parts) {
+      // Invocations per row: enough for the row's 32-element units (at least 8, the token tile's width for
+      // the reduction's last step), at most the workgroup's 64; the rest of the workgroup takes more rows.
+      const int64_t units = (w.cols() + 31) / 32;
+      uint32_t tpr = 8;
+      while (tpr < 64 && tpr < units) tpr *= 2;
+      const uint32_t groups = (u32(part.rows) + 64 / tpr - 1) / (64 / tpr);
       struct {
-        uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off;
+        uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr;
       } push{u32(part.rows),
              u32(w.cols()),
              u32(n),
@@ -217,13 +222,13 @@ class VulkanBackend final : public ForwardingBackend {
              by.word + u32(part.row0),
              u32(w.rows()),
              u32(static_cast<int64_t>(w.row_stride())),
-             0,
-             bs.word};
-      push.groups_x = std::min<uint32_t>(push.rows, 32768);
+             std::min<uint32_t>(groups, 32768),
+             bs.word,
+             tpr};
       const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
       std::vector<vk::Binding> bindings{bw, bx, by};
       if (bs.buffer) bindings.push_back(bs);
-      dispatch(shader, bindings, &push, sizeof push, push.groups_x, (push.rows + push.groups_x - 1) / push.groups_x,
+      dispatch(shader, bindings, &push, sizeof push, push.groups_x, (groups + push.groups_x - 1) / push.groups_x,
                u32((n + 7) / 8));
     }
   }
@@ -496,25 +501,26 @@ class VulkanBackend final : public ForwardingBackend {
   // x's n rows of `cols` rounded as the CPU rounds them for a product with this weight type (its activation
   // format: Q8_0, Q8_1 or Q8_K), in the backend's scratch buffer; for Q8_1 *sums = the blocks' scaled sums.
   vk::Binding quantized_activations(const vk::Binding& x, GgmlType type, int64_t n, int64_t cols, vk::Binding* sums) {
-    const ActFormat f = activation_format(type);
-    const int64_t floats = n * cols, blocks = floats / (f == ActFormat::Q8_K ? 256 : 32);
-    const auto bytes = static_cast<size_t>(floats + blocks) * sizeof(float);
+    enum Mode : uint32_t { kQ8_0, kQ8_K, kQ8_1, kF16, kBF16 };
+    const Mode mode = type == GgmlType::F16                        ? kF16
+                      : type == GgmlType::BF16                     ? kBF16
+                      : activation_format(type) == ActFormat::Q8_K ? kQ8_K
+                      : activation_format(type) == ActFormat::Q8_1 ? kQ8_1
+                                                                   : kQ8_0;
+    const int64_t floats = n * cols, blocks = floats / (mode == kQ8_K ? 256 : mode >= kF16 ? 1 : 32);
+    const auto bytes = static_cast<size_t>(floats + (mode == kQ8_1 ? blocks : 0)) * sizeof(float);
     if (!xq_ || xq_->bytes < bytes) {
       if (xq_) retired_.push_back(std::move(xq_));
-      xq_ = ctx_.create(bytes, vk::Memory::Activations, "the quantized activations' scratch buffer");
+      xq_ = ctx_.create(bytes, vk::Memory::Activations, "the rounded activations' scratch buffer");
     }
     const vk::Binding out = ctx_.bind(*xq_, 0, bytes);
-    if (f == ActFormat::Q8_1) *sums = out;
     struct {
       uint32_t mode, blocks, x_off, y_off, s_off;
-    } push{f == ActFormat::Q8_K   ? 1u
-           : f == ActFormat::Q8_1 ? 2u
-                                  : 0u,
-           u32(blocks), x.word, out.word, out.word + u32(floats)};
+    } push{mode, u32(blocks), x.word, out.word, out.word + u32(floats)};
     uint32_t gx, gy;
     grid(blocks, &gx, &gy);
     dispatch("quantize_act", {x, out}, &push, sizeof push, gx, gy);
-    if (f == ActFormat::Q8_1) sums->word = push.s_off;
+    if (mode == kQ8_1) *sums = out, sums->word = push.s_off;
     return out;
   }
 

@@ -4,6 +4,7 @@
 // 8-bit values the CPU's integer dots do. One invocation per block of x:
 //   mode 0, Q8_0/Q8_1 (32 elements): d = amax / 127 stored as fp16, q = roundEven(x * 127 / amax)
 //   mode 2, Q8_1: as Q8_0, and the block's fp16(amax / 127 * sum q) at s_off + block (the minimum's term)
+//   mode 3, F16 weights: each element rounded to fp16; mode 4, BF16: to bf16 (round to nearest even)
 //   mode 1, Q8_K (256 elements): iscale = -127 / (the element of largest magnitude, signed),
 //           q = min(127, roundEven(iscale * x)), d = 1 / iscale (fp32)
 layout(local_size_x = 64) in;
@@ -16,6 +17,19 @@ layout(push_constant) uniform Params {
 void main() {
   const uint b = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u;
   if (b >= p.blocks) return;
+  if (p.mode == 3u) {
+    y[p.y_off + b] = unpackHalf2x16(packHalf2x16(vec2(x[p.x_off + b], 0.0))).x;
+    return;
+  }
+  if (p.mode == 4u) {
+    uint v = floatBitsToUint(x[p.x_off + b]);
+    if ((v & 0x7fffffffu) > 0x7f800000u)
+      v = (v | 0x00400000u) & 0xffff0000u;  // NaN stays NaN
+    else
+      v = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+    y[p.y_off + b] = uintBitsToFloat(v);
+    return;
+  }
   if (p.mode != 1u) {
     const uint xo = p.x_off + 32u * b, yo = p.y_off + 32u * b;
     float amax = 0.0;

@@ -82,7 +82,8 @@ void unit32(uint base, uint u, uint cols, out float v[32]) {
 #if defined(TYPE_F32)
     v[i] = uintBitsToFloat(wq[(base >> 2) + e]);
 #elif defined(TYPE_F16)
-    v[i] = f16(base + 2u * e);
+    const uint a = base + 2u * e;  // 2-aligned: the low or the high half of its word
+    v[i] = unpackHalf2x16(wq[a >> 2] >> ((a & 2u) * 8u)).x;
 #else
     v[i] = uintBitsToFloat(u16(base + 2u * e) << 16);
 #endif
