@@ -69,6 +69,13 @@ class Backend {
   // rows, device memory). The default uses the weight as stored.
   virtual Weight prepare_weight(Weight w) { return w; }
 
+  // Memory for one layer's KV rows (`bytes`, contents undefined), which this backend's write_kv and attention
+  // then use where they run (a device's memory the host can also address). Null, the default: the KV store
+  // allocates host memory itself.
+  virtual std::shared_ptr<void> kv_memory(int /*layer*/, size_t /*bytes*/, const std::string& /*what*/) {
+    return nullptr;
+  }
+
   // ---- Activation memory ----
   // n floats of the backend's memory (zeroed), until release().
   virtual Act alloc(int64_t n);

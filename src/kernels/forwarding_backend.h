@@ -19,6 +19,9 @@ class ForwardingBackend : public Backend {
   void annotate_layer(int layer) override { in_.annotate_layer(layer); }
   Weight prepare_weight(Weight w) override { return fwd().prepare_weight(std::move(w)); }
 
+  std::shared_ptr<void> kv_memory(int layer, size_t bytes, const std::string& what) override {
+    return in_.kv_memory(layer, bytes, what);
+  }
   Act alloc(int64_t n) override { return fwd().alloc(n); }
   void release(Act buffer) override { fwd().release(buffer); }
   Act host_view(float* p) override { return fwd().host_view(p); }

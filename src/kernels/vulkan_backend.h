@@ -42,6 +42,7 @@ struct DeviceCounters {
   uint64_t submissions = 0;  // command buffers submitted
   uint64_t host_ops = 0;     // operators run on the CPU backend instead
   int64_t weight_bytes = 0;  // weights uploaded to the device
+  int64_t kv_bytes = 0;      // KV pools in device memory (Backend::kv_memory)
   int gpu_layers = -1, n_layer = 0;  // VulkanOptions'
   bool cpu_moe = false;
   // "layers 0-9 and the output head on the device, layers 10-31 on the CPU; routed experts on the CPU"

@@ -11,12 +11,13 @@ int32_t sliding_window_of(const KvLayout& layout) { return layout.n_sliding() > 
 }  // namespace
 
 PagedKvCache::PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq,
-                           int sliding_blocks, int state_slots)
+                           int sliding_blocks, int state_slots, Backend* memory)
     : blocks_(n_blocks, block_size, max_blocks_per_seq, sliding_window_of(layout), sliding_blocks,
               layout.n_recurrent > 0 ? state_slots : 0),
-      store_(layout, blocks_.n_groups() > 1 ? std::vector<int>{blocks_.n_group_blocks(0), blocks_.n_group_blocks(1)}
-                                            : std::vector<int>{blocks_.n_group_blocks(0)},
-             block_size, blocks_.n_state_slots()) {}
+      store_(layout,
+             blocks_.n_groups() > 1 ? std::vector<int>{blocks_.n_group_blocks(0), blocks_.n_group_blocks(1)}
+                                    : std::vector<int>{blocks_.n_group_blocks(0)},
+             block_size, blocks_.n_state_slots(), memory) {}
 
 void PagedKvCache::reserve(int32_t seq, int64_t n_tokens) {
   if (blocks_.allocate(seq, n_tokens)) return;

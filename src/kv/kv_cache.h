@@ -20,8 +20,9 @@ class PagedKvCache {
   // growing a sequence never allocates. sliding_blocks sizes the sliding
   // layers' pool (0: n_blocks; ignored without sliding layers).
   // state_slots: sequences whose recurrent state fits (a model with recurrent layers; else ignored).
-  PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq = 0,
-               int sliding_blocks = 0, int state_slots = 1);
+  // memory: where the rows may live (Backend::kv_memory), else host memory.
+  PagedKvCache(const KvLayout& layout, int n_blocks, int block_size, int max_blocks_per_seq = 0, int sliding_blocks = 0,
+               int state_slots = 1, Backend* memory = nullptr);
 
   BlockManager& blocks() { return blocks_; }
   const BlockManager& blocks() const { return blocks_; }

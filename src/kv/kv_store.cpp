@@ -8,9 +8,14 @@
 
 namespace kestrel {
 
-KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size, int state_slots)
-    : layout_(layout), k_format_(layout.k_format()), v_format_(layout.v_format()), block_size_(block_size),
-      n_groups_(static_cast<int>(group_blocks.size())), n_state_slots_(layout.n_recurrent > 0 ? state_slots : 0) {
+KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size, int state_slots,
+                 Backend* memory)
+    : layout_(layout),
+      k_format_(layout.k_format()),
+      v_format_(layout.v_format()),
+      block_size_(block_size),
+      n_groups_(static_cast<int>(group_blocks.size())),
+      n_state_slots_(layout.n_recurrent > 0 ? state_slots : 0) {
   if (layout.n_recurrent > 0 && state_slots < 1)
     throw Error("KV cache: a model with recurrent layers needs at least one state slot");
   for (int r = 0; r < layout.n_recurrent; r++)
@@ -33,8 +38,18 @@ KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, i
   v_.reserve(layout.n_layer);
   for (int l = 0; l < layout.n_layer; l++) {
     const size_t slots = static_cast<size_t>(group_blocks[group_of(l)]) * static_cast<size_t>(rows_per_block(l));
-    k_.emplace_back(slots * static_cast<size_t>(k_bytes(l)), fmt::format("KV cache keys of layer {}", l));
-    v_.emplace_back(slots * static_cast<size_t>(v_bytes(l)), fmt::format("KV cache values of layer {}", l));
+    const size_t kb = slots * static_cast<size_t>(k_bytes(l)), vb = slots * static_cast<size_t>(v_bytes(l));
+    const std::string kw = fmt::format("KV cache keys of layer {}", l),
+                      vw = fmt::format("KV cache values of layer {}", l);
+    k_device_.push_back(memory && kb > 0 ? memory->kv_memory(l, kb, kw) : nullptr);
+    v_device_.push_back(memory && vb > 0 && k_device_.back() ? memory->kv_memory(l, vb, vw) : nullptr);
+    if (k_device_.back() && !v_device_.back() && vb > 0) k_device_.back() = nullptr;  // both or neither
+    k_.emplace_back(k_device_.back() ? 0 : kb, kw);
+    v_.emplace_back(v_device_.back() ? 0 : vb, vw);
+    k_data_.push_back(k_device_.back() ? k_device_.back().get() : k_.back().data());
+    v_data_.push_back(v_device_.back() ? v_device_.back().get() : v_.back().data());
+    k_size_.push_back(kb);
+    v_size_.push_back(vb);
   }
 }
 
@@ -60,7 +75,7 @@ void KvStore::restore_state(int slot) {
 int64_t KvStore::bytes() const {
   int64_t total = 0;
   for (const auto& s : states_) total += static_cast<int64_t>(s.size());
-  for (int l = 0; l < layout_.n_layer; l++) total += static_cast<int64_t>(k_[l].size() + v_[l].size());
+  for (int l = 0; l < layout_.n_layer; l++) total += static_cast<int64_t>(k_size_[l] + v_size_[l]);
   return total;
 }
 

@@ -4,11 +4,12 @@
 // out the blocks), stored in the layout's types — quantized on write, read
 // back as floats.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "kernels/attention.h"
 #include "kernels/backend.h"
-#include "core/huge_page_buffer.h"
 #include "kv/block_manager.h"
 #include "kv/kv_layout.h"
 
@@ -19,7 +20,9 @@ class KvStore {
   // group_blocks: the pool size of each group (the full-attention group
   // first, then the sliding one if the layout has sliding layers).
   // state_slots: sequences whose recurrent state the store holds (layout.n_recurrent > 0).
-  KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size, int state_slots = 0);
+  // memory: where the rows may live (Backend::kv_memory: a device backend's memory), else host memory.
+  KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, int block_size, int state_slots = 0,
+          Backend* memory = nullptr);
 
   const KvLayout& layout() const { return layout_; }
   // The group a layer's blocks come from: 1 for sliding layers, else 0.
@@ -64,10 +67,14 @@ class KvStore {
  private:
   int64_t k_bytes(int layer) const { return k_row_bytes_[static_cast<size_t>(group_of(layer))]; }
   int64_t v_bytes(int layer) const { return v_row_bytes_[static_cast<size_t>(group_of(layer))]; }
-  uint8_t* k_row(int layer, int64_t slot) { return static_cast<uint8_t*>(k_[layer].data()) + slot * k_bytes(layer); }
-  uint8_t* v_row(int layer, int64_t slot) { return static_cast<uint8_t*>(v_[layer].data()) + slot * v_bytes(layer); }
-  const uint8_t* k_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(k_[layer].data()) + slot * k_bytes(layer); }
-  const uint8_t* v_row(int layer, int64_t slot) const { return static_cast<const uint8_t*>(v_[layer].data()) + slot * v_bytes(layer); }
+  uint8_t* k_row(int layer, int64_t slot) { return static_cast<uint8_t*>(k_data_[layer]) + slot * k_bytes(layer); }
+  uint8_t* v_row(int layer, int64_t slot) { return static_cast<uint8_t*>(v_data_[layer]) + slot * v_bytes(layer); }
+  const uint8_t* k_row(int layer, int64_t slot) const {
+    return static_cast<const uint8_t*>(k_data_[layer]) + slot * k_bytes(layer);
+  }
+  const uint8_t* v_row(int layer, int64_t slot) const {
+    return static_cast<const uint8_t*>(v_data_[layer]) + slot * v_bytes(layer);
+  }
 
   KvLayout layout_;
   KvRowFormat k_format_, v_format_;
@@ -79,6 +86,9 @@ class KvStore {
   // (DeepSeek-V2-Lite's 163840 tokens: 10 GB of f32 latents) costs only what
   // the sequences fill — zero-filling it up front made it all resident.
   std::vector<HugePageBuffer> k_, v_;
+  std::vector<std::shared_ptr<void>> k_device_, v_device_;  // a backend's memory instead (Backend::kv_memory)
+  std::vector<void*> k_data_, v_data_;                      // each layer's rows, wherever they are
+  std::vector<size_t> k_size_, v_size_;
   std::vector<BlockCopy>* copy_log_ = nullptr;
   // Per recurrent layer: each slot's live state, then its checkpoint; after all slots, the prefix snapshots
   // (as many as slots).

@@ -151,7 +151,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   // A window that covers the whole context keeps nothing apart (the
   // attention mask still applies it).
   if (l.sliding_window >= e.n_ctx && !l.groups_differ()) l.sliding.clear();
-  e.kv = make_kv_cache(l, e.n_ctx, o);
+  e.kv = make_kv_cache(l, e.n_ctx, o, 0, e.backend.get());
   if (e.comm) {
     // Every rank must hold the same blocks: the fewest any rank's memory allows.
     const int64_t agreed = e.comm->all_reduce_min(e.kv->n_blocks());
@@ -174,7 +174,7 @@ int64_t LoadedModel::follow_leader() {
 }
 
 std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, const LoadOptions& o,
-                                            int64_t n_blocks_exactly) {
+                                            int64_t n_blocks_exactly, Backend* memory) {
   const int64_t bs = o.kv_block_size;
   const int64_t blocks_per_seq = (n_ctx + bs - 1) / bs;
   // Sliding-window layers hold at most a window and a batch per sequence.
@@ -211,7 +211,7 @@ std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& l, int64_t n_ctx, co
   const int64_t sliding_blocks = std::max<int64_t>(1, std::min(n_blocks, sliding_cap));
   return std::make_unique<PagedKvCache>(l, static_cast<int>(n_blocks), o.kv_block_size,
                                         static_cast<int>(blocks_per_seq), static_cast<int>(sliding_blocks),
-                                        static_cast<int>(state_slots));
+                                        static_cast<int>(state_slots), memory);
 }
 
 }  // namespace kestrel

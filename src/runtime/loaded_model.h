@@ -108,7 +108,8 @@ int default_thread_count();
 // (and a batch) per sequence.
 // n_blocks_exactly > 0 overrides the sizing (the ranks of a tensor-parallel
 // job agree on one pool).
+// memory: the backend whose memory the rows may live in (Backend::kv_memory; null: host memory).
 std::unique_ptr<PagedKvCache> make_kv_cache(const KvLayout& layout, int64_t n_ctx, const LoadOptions& o,
-                                            int64_t n_blocks_exactly = 0);
+                                            int64_t n_blocks_exactly = 0, Backend* memory = nullptr);
 
 }  // namespace kestrel

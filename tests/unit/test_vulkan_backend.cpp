@@ -294,6 +294,60 @@ TEST_F(VulkanOps, MoeExpertsRunOnTheDeviceOrUnderCpuMoeOnTheCpu) {
   }
 }
 
+// Attention over a paged KV cache in device memory (Backend::kv_memory) against the CPU backend's over host
+// rows written the same way: two sequences with their own block tables, GQA, prefill rows and a decode row
+// past two 64-position chunks, F32 and F16 rows, with a sliding window, a soft-cap and sinks.
+TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
+  const int n_head = 4, n_kv = 2, hd = 32, block = 4, n_blocks = 64;
+  const int64_t width = n_kv * hd, slots = int64_t{n_blocks} * block;
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  for (const KvType type : {KvType::F32, KvType::F16}) {
+    const KvRowFormat f(type, hd);
+    const auto stride = static_cast<int64_t>(f.bytes(width));
+    std::vector<uint8_t> hk(static_cast<size_t>(slots * stride)), hv(hk.size());
+    const std::shared_ptr<void> dk = gpu_->kv_memory(0, hk.size(), "keys"),
+                                dv = gpu_->kv_memory(0, hv.size(), "values");
+    ASSERT_TRUE(dk && dv) << "no KV memory on " << device_;
+    // Sequence 0 holds 150 positions in blocks 0..37 reversed; sequence 1 holds 9 in blocks 40.. in order.
+    std::vector<int32_t> table0(38), table1(3);
+    for (int b = 0; b < 38; b++) table0[b] = 37 - b;
+    for (int b = 0; b < 3; b++) table1[b] = 40 + b;
+    std::vector<int64_t> slot_list;
+    for (int pos = 0; pos < 150; pos++) slot_list.push_back(int64_t{table0[pos / block]} * block + pos % block);
+    for (int pos = 0; pos < 9; pos++) slot_list.push_back(int64_t{table1[pos / block]} * block + pos % block);
+    const auto n_rows = static_cast<int64_t>(slot_list.size());
+    const auto k = random_floats(static_cast<size_t>(n_rows * width), 40), v = random_floats(k.size(), 41);
+    KvLayerWrite hw{hk.data(), hv.data(), stride, stride, width, width, f, f};
+    KvLayerWrite dw{dk.get(), dv.get(), stride, stride, width, width, f, f};
+    cpu_->write_kv(hw, slot_list.data(), n_rows, cpu_->host_view(k.data()), cpu_->host_view(v.data()));
+    on_device([&] {
+      Act gk = upload(*gpu_, k), gv = upload(*gpu_, v);
+      gpu_->write_kv(dw, slot_list.data(), n_rows, gk, gv);
+      gpu_->release(gk);
+      gpu_->release(gv);
+    });
+    // Queries: sequence 0 at positions 147..149 (prefill rows) and sequence 1 at 8 (decode).
+    const std::vector<int32_t> pos = {147, 148, 149, 8};
+    const int32_t* tables[4] = {table0.data(), table0.data(), table0.data(), table1.data()};
+    const auto q = random_floats(4 * n_head * hd, 42);
+    for (int variant = 0; variant < 3; variant++) {
+      AttentionShape s{n_head, n_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+      if (variant == 1) s.window = 70, s.softcap = 5.0f;
+      if (variant == 2) s.sinks = sinks.data();
+      std::vector<float> want(4 * n_head * hd), got;
+      const PagedKvLayerView hv_view{hk.data(), hv.data(), stride, stride, block, f, f};
+      const PagedKvLayerView dv_view{dk.get(), dv.get(), stride, stride, block, f, f};
+      cpu_->attention(hv_view, {4, cpu_->host_view(q.data()), cpu_->host_view(want.data()), pos.data(), tables}, s);
+      on_device([&] {
+        Act gq = upload(*gpu_, q), go = gpu_->alloc(static_cast<int64_t>(want.size()));
+        gpu_->attention(dv_view, {4, gq, go, pos.data(), tables}, s);
+        got = out(*gpu_, go, want.size());
+      });
+      expect_close(got, want, 2e-5f, std::string(kv_type_name(type)) + " variant " + std::to_string(variant));
+    }
+  }
+}
+
 TEST(VulkanDevice, BadDeviceValuesAndIndicesAreNamed) {
   EXPECT_EQ(parse_device("cpu"), -1);
   EXPECT_EQ(parse_device("vulkan"), 0);

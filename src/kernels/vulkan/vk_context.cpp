@@ -152,7 +152,7 @@ uint32_t Context::memory_type(uint32_t allowed, VkMemoryPropertyFlags want, VkMe
   return found;
 }
 
-std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::string& what) {
+std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::string& what, bool zero) {
   auto b = std::make_unique<Buffer>();
   b->bytes = bytes;
   VkBufferCreateInfo info{};
@@ -193,7 +193,7 @@ std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::
   check(vkBindBufferMemory(device_, b->buffer, b->memory, 0), "vkBindBufferMemory");
   if (memory_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
     check(vkMapMemory(device_, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped), "vkMapMemory");
-    if (memory != Memory::Weights) std::memset(b->mapped, 0, bytes);
+    if (memory != Memory::Weights && zero) std::memset(b->mapped, 0, bytes);
   }
   return b;
 }

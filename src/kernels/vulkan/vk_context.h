@@ -54,7 +54,7 @@ class Context {
 
   // A buffer of `bytes` in that kind of memory (zeroed when mapped); Error naming `what` and the free memory
   // when the device has no room.
-  std::unique_ptr<Buffer> create(size_t bytes, Memory memory, const std::string& what);
+  std::unique_ptr<Buffer> create(size_t bytes, Memory memory, const std::string& what, bool zero = true);
   void destroy(Buffer& b);
   // dst[offset, offset + bytes) = src, now (through a staging copy when dst is not host-visible).
   void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes);

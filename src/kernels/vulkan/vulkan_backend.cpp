@@ -145,9 +145,13 @@ class VulkanBackend final : public ForwardingBackend {
     DeviceCounters c = counters_;
     fill(c);
     return fmt::format(
-        "Vulkan device {} ({}; {}): matrix products, norms, RoPE and element-wise operators on the "
-        "device; attention, embeddings and MoE routing on the host: {}",
-        ctx_.index(), ctx_.name(), c.placement(), in_.describe());
+        "Vulkan device {} ({}; {}): matrix products, {}norms, RoPE and element-wise operators on the device; "
+        "{}embeddings and MoE routing on the host: {}",
+        ctx_.index(), ctx_.name(), c.placement(),
+        kv_bytes_ > 0 ? fmt::format("attention over the KV cache ({:.1f} MiB on the device), ",
+                                    static_cast<double>(kv_bytes_) / (1 << 20))
+                      : "",
+        kv_bytes_ > 0 ? "" : "attention, ", in_.describe());
   }
 
   // The model's layer annotations place the operators: a layer --gpu-layers leaves out runs on the CPU.
@@ -168,6 +172,111 @@ class VulkanBackend final : public ForwardingBackend {
       return w;
     }
     return in_.prepare_weight(std::move(w));
+  }
+
+  // ---- The KV cache ----
+  // A layer's KV rows in device memory the host can map (the CPU's attention still reads them when an
+  // operator falls back), for the layers on the device and pools one binding can span; else host memory.
+  std::shared_ptr<void> kv_memory(int layer, size_t bytes, const std::string& what) override {
+    if (!on_device(layer) || bytes > ctx_.max_binding()) return nullptr;
+    auto b = ctx_.create(bytes, vk::Memory::Activations, what, false);
+    if (!b->mapped) return nullptr;
+    void* p = b->mapped;
+    kv_bytes_ += bytes;
+    acts_.emplace(reinterpret_cast<uintptr_t>(p), std::move(b));
+    return std::shared_ptr<void>(p, [this](void* q) { release(as_act(static_cast<float*>(q))); });
+  }
+
+  void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
+    const bool f16k = view.k_format.type() == KvType::F16, f16v = view.v_format.type() == KvType::F16;
+    const bool device = !on_cpu_ && device_memory(view.k) && (!view.v || device_memory(view.v)) &&
+                        (f16k || view.k_format.type() == KvType::F32) &&
+                        (!view.v || f16v || view.v_format.type() == KvType::F32) && view.k_width % 2 == 0 &&
+                        view.v_width % 2 == 0;
+    if (!device) return fwd().write_kv(view, slots, n, k, v);
+    if (n <= 0) return;
+    auto [s, bs] = stage(static_cast<size_t>(n) * sizeof(int32_t));
+    auto* s32 = reinterpret_cast<int32_t*>(s);
+    for (int64_t i = 0; i < n; i++) s32[i] = static_cast<int32_t>(slots[i]);
+    auto one = [&](void* rows, int64_t stride, int64_t width, bool f16, Act x) {
+      const vk::Binding bx = bind(x, n * width, Use::In), bkv = bind_memory(rows);
+      struct {
+        uint32_t n, width, x_off, kv_off, stride, f16, slots_off;
+      } push{u32(n), u32(width), bx.word, bkv.word, u32(stride), f16 ? 1u : 0u, bs.word};
+      uint32_t gx, gy;
+      grid(n * (f16 ? width / 2 : width), &gx, &gy);
+      dispatch("kv_write", {bx, bkv, bs}, &push, sizeof push, gx, gy);
+    };
+    one(view.k, view.k_stride, view.k_width, f16k, k);
+    if (view.v) one(view.v, view.v_stride, view.v_width, f16v, v);
+  }
+
+  void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
+    auto plain = [](const KvRowFormat& f) { return f.type() == KvType::F32 || f.type() == KvType::F16; };
+    const bool device = !on_cpu_ && kv.v && device_memory(kv.k) && device_memory(kv.v) && plain(kv.k_format) &&
+                        plain(kv.v_format) && s.head_dim <= 512 && s.value_dim() <= 512 && s.n_kv_head > 0 &&
+                        s.n_head % s.n_kv_head == 0;
+    if (!device) return fwd().attention(kv, rows, s);
+    const int64_t n = rows.n_tokens;
+    if (n <= 0) return;
+    // meta: per token its position and table start, then each distinct table (as long as its tokens need),
+    // then the sinks.
+    std::vector<std::pair<const int32_t*, int64_t> > tables;  // a table and the entries its tokens read
+    std::vector<size_t> which(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; t++) {
+      const int32_t* table = rows.block_tables[t];
+      const int64_t need = rows.positions[t] / kv.block_size + 1;
+      size_t i = 0;
+      while (i < tables.size() && tables[i].first != table) i++;
+      if (i == tables.size()) tables.emplace_back(table, 0);
+      tables[i].second = std::max(tables[i].second, need);
+      which[static_cast<size_t>(t)] = i;
+    }
+    int64_t words = 2 * n + (s.sinks ? s.n_head : 0);
+    for (const auto& tb : tables) words += tb.second;
+    const vk::Binding bq = bind(rows.q, n * s.n_head * s.head_dim, Use::In);
+    auto [m, bm] = stage(static_cast<size_t>(words) * sizeof(int32_t));
+    auto* meta = reinterpret_cast<int32_t*>(m);
+    std::vector<int64_t> start(tables.size());
+    int64_t at = 2 * n;
+    for (size_t i = 0; i < tables.size(); i++) {
+      start[i] = at;
+      std::memcpy(meta + at, tables[i].first, static_cast<size_t>(tables[i].second) * sizeof(int32_t));
+      at += tables[i].second;
+    }
+    for (int64_t t = 0; t < n; t++) {
+      meta[2 * t] = rows.positions[t];
+      meta[2 * t + 1] = static_cast<int32_t>(bm.word + start[which[static_cast<size_t>(t)]]);
+    }
+    if (s.sinks) std::memcpy(meta + at, s.sinks, static_cast<size_t>(s.n_head) * sizeof(float));
+    const vk::Binding bk = bind_memory(kv.k), bv = bind_memory(kv.v);
+    const vk::Binding bo = bind(rows.out, n * s.n_head * s.value_dim(), Use::Out);
+    struct {
+      uint32_t n_head, n_kv_head, hd, vd, q_off, o_off, k_off, v_off, k_stride, v_stride, block_size, meta_off;
+      int32_t window, chunk, sinks_off;
+      uint32_t k_f16, v_f16;
+      float scale, softcap;
+    } push{u32(s.n_head),
+           u32(s.n_kv_head),
+           u32(s.head_dim),
+           u32(s.value_dim()),
+           bq.word,
+           bo.word,
+           bk.word,
+           bv.word,
+           u32(kv.k_stride),
+           u32(kv.v_stride),
+           u32(kv.block_size),
+           bm.word,
+           s.window,
+           s.chunk,
+           s.sinks ? static_cast<int32_t>(bm.word + at) : -1,
+           kv.k_format.type() == KvType::F16 ? 1u : 0u,
+           kv.v_format.type() == KvType::F16 ? 1u : 0u,
+           s.scale,
+           s.softcap};
+    if (n > 65535) throw Error(fmt::format("Vulkan attention: {} query tokens in one call (at most 65535)", n));
+    dispatch("attention", {bq, bk, bv, bo, bm}, &push, sizeof push, u32(s.n_head), u32(n));
   }
 
   // ---- Buffers ----
@@ -391,6 +500,7 @@ class VulkanBackend final : public ForwardingBackend {
     c.gpu_layers = o_.gpu_layers;
     c.n_layer = o_.n_layer;
     c.cpu_moe = o_.cpu_moe;
+    c.kv_bytes = static_cast<int64_t>(kv_bytes_);
   }
 
   void dispatch(const char* shader, const std::vector<vk::Binding>& b, const void* push, uint32_t bytes, uint32_t gx,
@@ -442,6 +552,22 @@ class VulkanBackend final : public ForwardingBackend {
     if (use != Use::Out) std::memcpy(staged, p, bytes);
     if (use != Use::In) copy_back_.push_back({staged, p, bytes});
     return b;
+  }
+
+  // Whether p lies in one of this backend's buffers (a KV pool from kv_memory among them).
+  bool device_memory(const void* p) const {
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    auto it = acts_.upper_bound(addr);
+    if (it == acts_.begin()) return false;
+    --it;
+    return addr < it->first + it->second->bytes;
+  }
+  // The rest of the buffer p lies in, from p (a KV pool).
+  vk::Binding bind_memory(const void* p) {
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    auto it = --acts_.upper_bound(addr);
+    const size_t at = addr - it->first;
+    return ctx_.bind(*it->second, at, it->second->bytes - at);
   }
 
   // A vector of the model's (a norm's weights, a bias): uploaded on first use, again if its floats changed.
@@ -553,7 +679,7 @@ class VulkanBackend final : public ForwardingBackend {
   std::map<uintptr_t, std::unique_ptr<vk::Buffer> > acts_;  // by mapped address
   std::map<std::pair<const void*, size_t>, DeviceWeight> weights_;
   std::vector<std::unique_ptr<vk::Buffer> > weight_chunks_;
-  size_t chunk_used_ = 0, uploaded_ = 0, reserved_ = 0;  // reserved_: the weight chunks' bytes
+  size_t chunk_used_ = 0, uploaded_ = 0, reserved_ = 0, kv_bytes_ = 0;  // reserved_: the weight chunks' bytes
   VulkanOptions o_;
   bool on_cpu_ = false;       // the current layer runs on the CPU (--gpu-layers)
   ActBuffer ffn_h_, ffn_h2_;  // ffn_many's scratch (released first in the destructor)
