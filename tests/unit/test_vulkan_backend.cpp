@@ -296,12 +296,12 @@ TEST_F(VulkanOps, MoeExpertsRunOnTheDeviceOrUnderCpuMoeOnTheCpu) {
 
 // Attention over a paged KV cache in device memory (Backend::kv_memory) against the CPU backend's over host
 // rows written the same way: two sequences with their own block tables, GQA, prefill rows and a decode row
-// past two 64-position chunks, F32 and F16 rows, with a sliding window, a soft-cap and sinks.
+// past two 64-position chunks, F32, F16 and BF16 rows, with a sliding window, a soft-cap and sinks.
 TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
   const int n_head = 4, n_kv = 2, hd = 32, block = 4, n_blocks = 64;
   const int64_t width = n_kv * hd, slots = int64_t{n_blocks} * block;
   const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
-  for (const KvType type : {KvType::F32, KvType::F16}) {
+  for (const KvType type : {KvType::F32, KvType::F16, KvType::BF16}) {
     const KvRowFormat f(type, hd);
     const auto stride = static_cast<int64_t>(f.bytes(width));
     std::vector<uint8_t> hk(static_cast<size_t>(slots * stride)), hv(hk.size());

@@ -188,33 +188,31 @@ class VulkanBackend final : public ForwardingBackend {
   }
 
   void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
-    const bool f16k = view.k_format.type() == KvType::F16, f16v = view.v_format.type() == KvType::F16;
     const bool device = !on_cpu_ && device_memory(view.k) && (!view.v || device_memory(view.v)) &&
-                        (f16k || view.k_format.type() == KvType::F32) &&
-                        (!view.v || f16v || view.v_format.type() == KvType::F32) && view.k_width % 2 == 0 &&
-                        view.v_width % 2 == 0;
+                        row_type(view.k_format) >= 0 && (!view.v || row_type(view.v_format) >= 0) &&
+                        view.k_width % 2 == 0 && view.v_width % 2 == 0;
     if (!device) return fwd().write_kv(view, slots, n, k, v);
     if (n <= 0) return;
     auto [s, bs] = stage(static_cast<size_t>(n) * sizeof(int32_t));
     auto* s32 = reinterpret_cast<int32_t*>(s);
     for (int64_t i = 0; i < n; i++) s32[i] = static_cast<int32_t>(slots[i]);
-    auto one = [&](void* rows, int64_t stride, int64_t width, bool f16, Act x) {
+    auto one = [&](void* rows, int64_t stride, int64_t width, const KvRowFormat& f, Act x) {
       const vk::Binding bx = bind(x, n * width, Use::In), bkv = bind_memory(rows);
+      const auto type = static_cast<uint32_t>(row_type(f));
       struct {
-        uint32_t n, width, x_off, kv_off, stride, f16, slots_off;
-      } push{u32(n), u32(width), bx.word, bkv.word, u32(stride), f16 ? 1u : 0u, bs.word};
+        uint32_t n, width, x_off, kv_off, stride, half_type, slots_off;
+      } push{u32(n), u32(width), bx.word, bkv.word, u32(stride), type, bs.word};
       uint32_t gx, gy;
-      grid(n * (f16 ? width / 2 : width), &gx, &gy);
+      grid(n * (type != 0 ? width / 2 : width), &gx, &gy);
       dispatch("kv_write", {bx, bkv, bs}, &push, sizeof push, gx, gy);
     };
-    one(view.k, view.k_stride, view.k_width, f16k, k);
-    if (view.v) one(view.v, view.v_stride, view.v_width, f16v, v);
+    one(view.k, view.k_stride, view.k_width, view.k_format, k);
+    if (view.v) one(view.v, view.v_stride, view.v_width, view.v_format, v);
   }
 
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
-    auto plain = [](const KvRowFormat& f) { return f.type() == KvType::F32 || f.type() == KvType::F16; };
-    const bool device = !on_cpu_ && kv.v && device_memory(kv.k) && device_memory(kv.v) && plain(kv.k_format) &&
-                        plain(kv.v_format) && s.head_dim <= 512 && s.value_dim() <= 512 && s.n_kv_head > 0 &&
+    const bool device = !on_cpu_ && kv.v && device_memory(kv.k) && device_memory(kv.v) && row_type(kv.k_format) >= 0 &&
+                        row_type(kv.v_format) >= 0 && s.head_dim <= 512 && s.value_dim() <= 512 && s.n_kv_head > 0 &&
                         s.n_head % s.n_kv_head == 0;
     if (!device) return fwd().attention(kv, rows, s);
     const int64_t n = rows.n_tokens;
@@ -254,7 +252,7 @@ class VulkanBackend final : public ForwardingBackend {
     struct {
       uint32_t n_head, n_kv_head, hd, vd, q_off, o_off, k_off, v_off, k_stride, v_stride, block_size, meta_off;
       int32_t window, chunk, sinks_off;
-      uint32_t k_f16, v_f16;
+      uint32_t k_type, v_type;
       float scale, softcap;
     } push{u32(s.n_head),
            u32(s.n_kv_head),
@@ -271,8 +269,8 @@ class VulkanBackend final : public ForwardingBackend {
            s.window,
            s.chunk,
            s.sinks ? static_cast<int32_t>(bm.word + at) : -1,
-           kv.k_format.type() == KvType::F16 ? 1u : 0u,
-           kv.v_format.type() == KvType::F16 ? 1u : 0u,
+           static_cast<uint32_t>(row_type(kv.k_format)),
+           static_cast<uint32_t>(row_type(kv.v_format)),
            s.scale,
            s.softcap};
     if (n > 65535) throw Error(fmt::format("Vulkan attention: {} query tokens in one call (at most 65535)", n));
@@ -552,6 +550,21 @@ class VulkanBackend final : public ForwardingBackend {
     if (use != Use::Out) std::memcpy(staged, p, bytes);
     if (use != Use::In) copy_back_.push_back({staged, p, bytes});
     return b;
+  }
+
+  // The shaders' code for a KV row format: 0 F32, 1 F16, 2 BF16; -1: the rows are read and written on the CPU
+  // (Q8_0, FP8 and 4-bit rows).
+  static int row_type(const KvRowFormat& f) {
+    switch (f.type()) {
+      case KvType::F32:
+        return 0;
+      case KvType::F16:
+        return 1;
+      case KvType::BF16:
+        return 2;
+      default:
+        return -1;
+    }
   }
 
   // Whether p lies in one of this backend's buffers (a KV pool from kv_memory among them).

@@ -3,7 +3,7 @@
 // (token, query head). It streams the token's positions 64 at a time: each invocation scores one position
 // (q . k * scale, the soft-cap), the workgroup takes the chunk's maximum and rescales what it accumulated
 // (online softmax in fp32), then each invocation adds its value dimensions' weighted sum over the chunk.
-// Keys and values are F32 or F16 rows; a position's slot comes from its sequence's block table. GQA: query
+// Keys and values are F32, F16 or BF16 rows; a position's slot comes from its sequence's block table. GQA: query
 // head h reads KV head h / (n_head / n_kv_head). Sliding windows and chunks narrow the first position;
 // a head's sink logit joins the denominator.
 layout(local_size_x = 64) in;
@@ -18,7 +18,7 @@ layout(push_constant) uniform Params {
   uint n_head, n_kv_head, hd, vd, q_off, o_off, k_off, v_off;  // offsets in words
   uint k_stride, v_stride, block_size, meta_off;               // strides in bytes
   int window, chunk, sinks_off;                                // sinks_off < 0: none
-  uint k_f16, v_f16;
+  uint k_type, v_type;  // 0 F32, 1 F16, 2 BF16
   float scale, softcap;
 } p;
 
@@ -30,15 +30,17 @@ shared uint slot_of[64];
 
 float key(uint slot, uint e) {
   const uint kvh = gl_WorkGroupID.x / (p.n_head / p.n_kv_head);
-  if (p.k_f16 == 0u) return uintBitsToFloat(kw[p.k_off + slot * (p.k_stride / 4u) + kvh * p.hd + e]);
+  if (p.k_type == 0u) return uintBitsToFloat(kw[p.k_off + slot * (p.k_stride / 4u) + kvh * p.hd + e]);
   const uint b = slot * p.k_stride + 2u * (kvh * p.hd + e);
-  return unpackHalf2x16(kw[p.k_off + (b >> 2)] >> ((b & 2u) * 8u)).x;
+  const uint h = (kw[p.k_off + (b >> 2)] >> ((b & 2u) * 8u)) & 0xffffu;
+  return p.k_type == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16);
 }
 float value(uint slot, uint e) {
   const uint kvh = gl_WorkGroupID.x / (p.n_head / p.n_kv_head);
-  if (p.v_f16 == 0u) return uintBitsToFloat(vw[p.v_off + slot * (p.v_stride / 4u) + kvh * p.vd + e]);
+  if (p.v_type == 0u) return uintBitsToFloat(vw[p.v_off + slot * (p.v_stride / 4u) + kvh * p.vd + e]);
   const uint b = slot * p.v_stride + 2u * (kvh * p.vd + e);
-  return unpackHalf2x16(vw[p.v_off + (b >> 2)] >> ((b & 2u) * 8u)).x;
+  const uint h = (vw[p.v_off + (b >> 2)] >> ((b & 2u) * 8u)) & 0xffffu;
+  return p.v_type == 1u ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16);
 }
 
 void main() {
