@@ -40,6 +40,7 @@ struct DeviceCounters {
   std::string device;        // "Vulkan 0: llvmpipe (LLVM 15.0.6, 256 bits)"
   uint64_t dispatches = 0;   // shader dispatches recorded
   uint64_t submissions = 0;  // command buffers submitted
+  uint64_t reused = 0;       // ...of which recorded before (a step of a shape seen before)
   uint64_t host_ops = 0;     // operators run on the CPU backend instead
   int64_t weight_bytes = 0;  // weights uploaded to the device
   int64_t kv_bytes = 0;      // KV pools in device memory (Backend::kv_memory)

@@ -131,6 +131,30 @@ INSTANTIATE_TEST_SUITE_P(EveryDeviceType, VulkanMatmul,
                                            GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
+// A second step of the same shape (the same dispatches over the same buffers, its inputs staged in the same
+// places) submits the command buffer recorded for the first: the counters say so, and its result is its own.
+TEST_F(VulkanOps, AStepOfAShapeSeenBeforeReusesItsRecordedCommands) {
+  const int64_t cols = 64, rows = 16, n = 2;
+  const auto wf = random_floats(static_cast<size_t>(rows * cols), 50);
+  const Weight w{"w", GgmlType::F32, {cols, rows}, wf.data(), wf.size() * 4};
+  const Weight gw = gpu_->prepare_weight(w);
+  Act h = gpu_->alloc(n * rows);
+  for (int step = 0; step < 3; step++) {
+    const auto x = random_floats(static_cast<size_t>(n * cols), 51 + static_cast<uint32_t>(step));
+    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+    cpu_->matmul(w, cpu_->host_view(x.data()), n, cpu_->host_view(want.data()));
+    cpu_->scale(cpu_->host_view(want.data()), n * rows, 0.5f);
+    const DeviceCounters before = *device_counters(*gpu_);
+    gpu_->matmul(gw, gpu_->host_view(x.data()), n, h);
+    gpu_->scale(h, n * rows, 0.5f);
+    gpu_->read(h, got.data(), n * rows);
+    const DeviceCounters& after = *device_counters(*gpu_);
+    EXPECT_EQ(after.submissions, before.submissions + 1);
+    EXPECT_EQ(after.reused, before.reused + (step > 0 ? 1 : 0)) << "step " << step;
+    expect_close(got, want, 1e-5f, "step " + std::to_string(step));
+  }
+}
+
 // A matrix larger than one binding may span is uploaded in parts of whole rows, each its own dispatch, and
 // activations are bound through windows: the same products.
 TEST_F(VulkanOps, AMatrixLargerThanOneBindingRunsInParts) {
@@ -239,6 +263,32 @@ TEST_F(VulkanOps, ElementWiseOperators) {
           for (int c = 0; c < 30; c++) x[r * 100 + c] = b[r * 40 + c];
       },
       [&](Act x, Act y) { gpu_->copy(x, 100, y, 40, 10, 30); });
+}
+
+// gather_rows in place (the output head's rows to the front) and into another buffer; the identity is free.
+TEST_F(VulkanOps, GatherRowsInPlaceAndApart) {
+  const int64_t dim = 40, n_rows = 12;
+  const auto a = random_floats(static_cast<size_t>(n_rows * dim), 60);
+  const std::vector<int64_t> rows = {3, 5, 9, 11};
+  for (const bool in_place : {true, false}) {
+    std::vector<float> want = a, other(a.size()), got;
+    float* dst = in_place ? want.data() : other.data();
+    cpu_->gather_rows(cpu_->host_view(dst), cpu_->host_view(want.data()), rows.data(), 4, dim);
+    on_device([&] {
+      Act x = upload(*gpu_, a), y = in_place ? x : gpu_->alloc(n_rows * dim);
+      gpu_->gather_rows(y, x, rows.data(), 4, dim);
+      got = out(*gpu_, y, a.size());
+    });
+    std::vector<float> w(in_place ? want : other);
+    w.resize(static_cast<size_t>(4 * dim));
+    got.resize(w.size());
+    EXPECT_EQ(got, w) << (in_place ? "in place" : "apart");
+  }
+  const std::vector<int64_t> identity = {0, 1, 2};
+  const uint64_t dispatches = device_counters(*gpu_)->dispatches;
+  Act x = upload(*gpu_, a);
+  gpu_->gather_rows(x, x, identity.data(), 3, dim);
+  EXPECT_EQ(device_counters(*gpu_)->dispatches, dispatches + 1);  // the upload's copy only
 }
 
 // An operator with no shader (the embedding lookup) runs on the CPU after the recorded work finishes, on the

@@ -2,6 +2,7 @@
 #include "kernels/vulkan/vk_context.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -123,10 +124,6 @@ Context::Context(int index) : index_(index) {
 }
 
 Context::~Context() {
-  if (recording_) {
-    vkEndCommandBuffer(cmd_);
-    recording_ = false;
-  }
   vkDeviceWaitIdle(device_);
   for (auto& [name, p] : pipelines_) {
     vkDestroyPipeline(device_, p.pipeline, nullptr);
@@ -199,6 +196,8 @@ std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::
 }
 
 void Context::destroy(Buffer& b) {
+  // A recorded command buffer that bound this buffer is invalid from now on (and a new buffer may get its handle).
+  forget_recorded();
   if (b.mapped) vkUnmapMemory(device_, b.memory);
   vkDestroyBuffer(device_, b.buffer, nullptr);
   vkFreeMemory(device_, b.memory, nullptr);
@@ -217,10 +216,12 @@ void Context::upload(const Buffer& dst, size_t offset, const void* src, size_t b
   for (size_t done = 0; done < bytes; done += kPiece) {
     const size_t n = std::min(kPiece, bytes - done);
     std::memcpy(staging->mapped, static_cast<const char*>(src) + done, n);
-    begin();
+    check(vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+    begin(cmd_);
     VkBufferCopy region{0, offset + done, n};
     vkCmdCopyBuffer(cmd_, staging->buffer, dst.buffer, 1, &region);
-    flush();
+    check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    submit(cmd_);
   }
   destroy(*staging);
 }
@@ -283,62 +284,129 @@ Context::Pipeline& Context::pipeline(const std::string& name, uint32_t bindings)
   return pipelines_.emplace(name, p).first->second;
 }
 
-void Context::begin() {
-  if (recording_) return;
+void Context::begin(VkCommandBuffer cmd) const {
   VkCommandBufferBeginInfo b{};
   b.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-  b.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  check(vkBeginCommandBuffer(cmd_, &b), "vkBeginCommandBuffer");
-  recording_ = true;
+  check(vkBeginCommandBuffer(cmd, &b), "vkBeginCommandBuffer");
 }
 
 void Context::dispatch(const std::string& name, const std::vector<Binding>& bindings, const void* push,
                        uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
   Pipeline& p = pipeline(name, static_cast<uint32_t>(bindings.size()));
-  begin();
-  vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-  std::vector<VkDescriptorBufferInfo> infos(bindings.size());
-  std::vector<VkWriteDescriptorSet> writes(bindings.size());
-  for (size_t i = 0; i < bindings.size(); i++) {
-    infos[i] = {bindings[i].buffer, bindings[i].offset, bindings[i].range};
-    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-    writes[i].dstBinding = static_cast<uint32_t>(i);
-    writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
+  if (bindings.size() > Dispatch::kMaxBindings || push_bytes > sizeof(Dispatch::push))
+    throw Error(
+        fmt::format("Vulkan shader {}: {} bindings, {} bytes of push constants", name, bindings.size(), push_bytes));
+  Dispatch d;
+  d.pipeline = &p;
+  d.n_bindings = static_cast<uint32_t>(bindings.size());
+  std::copy(bindings.begin(), bindings.end(), d.bindings.begin());
+  std::memcpy(d.push.data(), push, push_bytes);
+  d.push_bytes = push_bytes;
+  d.groups = {gx, gy, gz};
+  pending_.push_back(d);
+  // The list's key: every field that goes into the command buffer, so equal keys record equal buffers.
+  key_.push_back(reinterpret_cast<uintptr_t>(&p));
+  key_.push_back(uint64_t{d.n_bindings} | uint64_t{push_bytes} << 8 | uint64_t{gx} << 16);
+  key_.push_back(uint64_t{gy} | uint64_t{gz} << 32);
+  for (const Binding& b : bindings) {
+    key_.push_back(reinterpret_cast<uint64_t>(b.buffer));
+    key_.push_back(b.offset);
+    key_.push_back(b.range);
   }
-  push_descriptors_(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, static_cast<uint32_t>(writes.size()),
-                    writes.data());
-  vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
-  vkCmdDispatch(cmd_, gx, gy, gz);
+  for (uint32_t i = 0; i < push_bytes; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, d.push.data() + i, std::min<uint32_t>(8, push_bytes - i));
+    key_.push_back(w);
+  }
+}
+
+void Context::encode(VkCommandBuffer cmd) const {
+  begin(cmd);
   VkMemoryBarrier barrier{};
   barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
   barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
   barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-  vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &barrier,
-                       0, nullptr, 0, nullptr);
+  for (const Dispatch& d : pending_) {
+    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->pipeline);
+    VkDescriptorBufferInfo infos[Dispatch::kMaxBindings];
+    VkWriteDescriptorSet writes[Dispatch::kMaxBindings] = {};
+    for (uint32_t i = 0; i < d.n_bindings; i++) {
+      infos[i] = {d.bindings[i].buffer, d.bindings[i].offset, d.bindings[i].range};
+      writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+      writes[i].dstBinding = i;
+      writes[i].descriptorCount = 1;
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[i].pBufferInfo = &infos[i];
+    }
+    push_descriptors_(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 0, d.n_bindings, writes);
+    vkCmdPushConstants(cmd, d.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, d.push_bytes, d.push.data());
+    vkCmdDispatch(cmd, d.groups[0], d.groups[1], d.groups[2]);
+    // The next dispatch sees this one's writes (and waits for its reads before overwriting).
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                         &barrier, 0, nullptr, 0, nullptr);
+  }
+  // The host reads what the shaders wrote once the fence is signalled.
+  VkMemoryBarrier host{};
+  host.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &host, 0, nullptr,
+                       0, nullptr);
+  check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
 }
 
-void Context::flush() {
-  if (!recording_) return;
-  // The host reads what the shaders wrote once the fence is signalled.
-  VkMemoryBarrier barrier{};
-  barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-  vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                       VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
-  recording_ = false;
-  check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+void Context::submit(VkCommandBuffer cmd) {
   VkSubmitInfo s{};
   s.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
   s.commandBufferCount = 1;
-  s.pCommandBuffers = &cmd_;
+  s.pCommandBuffers = &cmd;
   check(vkQueueSubmit(queue_, 1, &s, fence_), "vkQueueSubmit");
   submissions_++;
   check(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   check(vkResetFences(device_, 1, &fence_), "vkResetFences");
-  check(vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+}
+
+void Context::flush() {
+  if (pending_.empty()) return;
+
+  // A list recorded before (a decode step of a shape seen before: the same dispatches over the same buffers,
+  // the per-step data in the same staging places) is submitted again as it was recorded.
+  const uint64_t hash = XXH3_64bits(key_.data(), key_.size() * sizeof(uint64_t));
+  Recorded* slot = nullptr;
+  for (Recorded& r : recorded_)
+    if (r.hash == hash && r.key == key_) slot = &r;
+  if (slot) {
+    reused_++;
+  } else {
+    // The least recently used of the kept buffers (or a new one while there are fewer than kKeep).
+    if (recorded_.size() < kKeep) {
+      Recorded r;
+      VkCommandBufferAllocateInfo alloc{};
+      alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+      alloc.commandPool = pool_;
+      alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+      alloc.commandBufferCount = 1;
+      check(vkAllocateCommandBuffers(device_, &alloc, &r.cmd), "vkAllocateCommandBuffers");
+      recorded_.push_back(std::move(r));
+      slot = &recorded_.back();
+    } else {
+      slot = &*std::min_element(recorded_.begin(), recorded_.end(),
+                                [](const Recorded& a, const Recorded& b) { return a.used < b.used; });
+      check(vkResetCommandBuffer(slot->cmd, 0), "vkResetCommandBuffer");
+    }
+    slot->hash = 0;  // not valid until encoded
+    encode(slot->cmd);
+    slot->hash = hash;
+    slot->key = key_;
+  }
+  slot->used = ++uses_;
+  pending_.clear();
+  key_.clear();
+  submit(slot->cmd);
+}
+
+void Context::forget_recorded() {
+  for (Recorded& r : recorded_) r.hash = 0, r.key.clear();
 }
 
 }  // namespace kestrel::vk

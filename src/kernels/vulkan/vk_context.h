@@ -5,6 +5,7 @@
 #include <vulkan/vulkan.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -61,14 +62,17 @@ class Context {
   // The window of b that holds bytes [byte_offset, byte_offset + bytes): Error when one binding cannot span it.
   Binding bind(const Buffer& b, size_t byte_offset, size_t bytes) const;
 
-  // Records shader `name` (vk_shaders.h) over these bindings and push constants, then a barrier so the next
-  // dispatch sees its writes.
+  // Adds shader `name` (vk_shaders.h) over these bindings and push constants to the list the next flush
+  // submits, each dispatch followed by a barrier so the next one sees its writes.
   void dispatch(const std::string& name, const std::vector<Binding>& bindings, const void* push, uint32_t push_bytes,
                 uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
-  bool pending() const { return recording_; }
-  // Submits what was recorded and waits for it (a lost device is an Error).
+  bool pending() const { return !pending_.empty(); }
+  // Submits the list and waits for it (a lost device is an Error). A list equal to one recorded before (the
+  // same dispatches, bindings and push constants: a step of a shape seen before, its per-step data written
+  // to the same places) reuses that command buffer instead of recording a new one; the last kKeep are kept.
   void flush();
   uint64_t submissions() const { return submissions_; }
+  uint64_t reused() const { return reused_; }  // submissions of a command buffer recorded before
 
  private:
   struct Pipeline {
@@ -78,9 +82,27 @@ class Context {
     VkPipeline pipeline = VK_NULL_HANDLE;
     uint32_t bindings = 0;
   };
+  struct Dispatch {
+    static constexpr size_t kMaxBindings = 6;
+    const Pipeline* pipeline = nullptr;
+    std::array<Binding, kMaxBindings> bindings{};
+    uint32_t n_bindings = 0;
+    std::array<uint8_t, 128> push{};
+    uint32_t push_bytes = 0;
+    std::array<uint32_t, 3> groups{};
+  };
+  struct Recorded {
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    uint64_t hash = 0, used = 0;
+    std::vector<uint64_t> key;
+  };
+  static constexpr size_t kKeep = 8;
   Pipeline& pipeline(const std::string& name, uint32_t bindings);
   uint32_t memory_type(uint32_t allowed, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) const;
-  void begin();
+  void begin(VkCommandBuffer cmd) const;
+  void encode(VkCommandBuffer cmd) const;  // the pending list into cmd
+  void submit(VkCommandBuffer cmd);        // and wait
+  void forget_recorded();
 
   int index_ = 0;
   std::string name_;
@@ -96,8 +118,10 @@ class Context {
   VkPhysicalDeviceMemoryProperties memory_{};
   VkDeviceSize max_range_ = 0, align_ = 16;
   std::map<std::string, Pipeline> pipelines_;
-  bool recording_ = false;
-  uint64_t submissions_ = 0;
+  std::vector<Dispatch> pending_;
+  std::vector<uint64_t> key_;  // pending_'s fields, as flush compares them
+  std::vector<Recorded> recorded_;
+  uint64_t submissions_ = 0, reused_ = 0, uses_ = 0;
 };
 
 }  // namespace kestrel::vk

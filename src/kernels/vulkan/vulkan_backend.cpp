@@ -97,7 +97,7 @@ const char* matmul_shader(GgmlType t) {
 }
 
 // The element-wise shader's operators (shaders/eltwise.comp).
-enum class Elt : uint32_t { Add, SiluMul, GeluMul, Scale, Softcap, AddBias, Fill, CopyRows };
+enum class Elt : uint32_t { Add, SiluMul, GeluMul, Scale, Softcap, AddBias, Fill, CopyRows, Gather };
 
 struct EltPush {
   uint32_t op, n, x_off, y_off, dim, x_stride, y_stride;
@@ -128,6 +128,7 @@ class VulkanBackend final : public ForwardingBackend {
   ~VulkanBackend() override {
     ffn_h_ = ActBuffer();  // its own buffers first, through release()
     ffn_h2_ = ActBuffer();
+    gather_ = ActBuffer();
     try {
       ctx_.flush();
     } catch (const Error&) {  // a lost device: nothing left to wait for
@@ -146,12 +147,15 @@ class VulkanBackend final : public ForwardingBackend {
     fill(c);
     return fmt::format(
         "Vulkan device {} ({}; {}): matrix products, {}norms, RoPE and element-wise operators on the device; "
-        "{}embeddings and MoE routing on the host: {}",
+        "{}embeddings and MoE routing on the host: {}{}",
         ctx_.index(), ctx_.name(), c.placement(),
         kv_bytes_ > 0 ? fmt::format("attention over the KV cache ({:.1f} MiB on the device), ",
                                     static_cast<double>(kv_bytes_) / (1 << 20))
                       : "",
-        kv_bytes_ > 0 ? "" : "attention, ", in_.describe());
+        kv_bytes_ > 0 ? "" : "attention, ", in_.describe(),
+        c.submissions > 0
+            ? fmt::format("; {} submissions, {} of them recorded command buffers replayed", c.submissions, c.reused)
+            : "");
   }
 
   // The model's layer annotations place the operators: a layer --gpu-layers leaves out runs on the CPU.
@@ -444,6 +448,26 @@ class VulkanBackend final : public ForwardingBackend {
     const vk::Binding bb = vector(bias, dim), bx = bind(x, rows * dim, Use::InOut);
     elt(Elt::AddBias, bx, bb, rows * dim, dim, 0, 0, 0.0f);
   }
+  // dst row i = src row rows[i] (dst may be src: gathered into scratch first, then copied back).
+  void gather_rows(Act dst, Act src, const int64_t* rows, int64_t n, int64_t dim) override {
+    if (on_cpu_) return fwd().gather_rows(dst, src, rows, n, dim);
+    bool identity = dst == src;
+    for (int64_t i = 0; i < n && identity; i++) identity = rows[i] == i;
+    if (identity || n <= 0) return;
+    int64_t last = 0;
+    for (int64_t i = 0; i < n; i++) last = std::max(last, rows[i]);
+    auto [idx, bidx] = stage(static_cast<size_t>(n) * sizeof(uint32_t));
+    for (int64_t i = 0; i < n; i++) reinterpret_cast<uint32_t*>(idx)[i] = u32(rows[i]);
+    const vk::Binding bs = bind(src, (last + 1) * dim, Use::In);
+    gather_.ensure(*this, n * dim);
+    const vk::Binding bg = bind(gather_, n * dim, Use::Out);
+    const EltPush push{
+        static_cast<uint32_t>(Elt::Gather), u32(n * dim), bg.word, bs.word, u32(dim), bidx.word, 0, 0.0f};
+    uint32_t gx, gy;
+    grid(n * dim, &gx, &gy);
+    dispatch("eltwise", {bg, bs, bidx}, &push, sizeof push, gx, gy);
+    copy(dst, dim, gather_, dim, n, dim);
+  }
   void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) override {
     if (on_cpu_) return fwd().copy(dst, dst_stride, src, src_stride, rows, cols);
     if (rows <= 0 || cols <= 0) return;
@@ -494,6 +518,7 @@ class VulkanBackend final : public ForwardingBackend {
   void fill(DeviceCounters& c) const {
     c.device = fmt::format("Vulkan {}: {}", ctx_.index(), ctx_.name());
     c.submissions = ctx_.submissions();
+    c.reused = ctx_.reused();
     c.weight_bytes = static_cast<int64_t>(uploaded_);
     c.gpu_layers = o_.gpu_layers;
     c.n_layer = o_.n_layer;
@@ -695,7 +720,7 @@ class VulkanBackend final : public ForwardingBackend {
   size_t chunk_used_ = 0, uploaded_ = 0, reserved_ = 0, kv_bytes_ = 0;  // reserved_: the weight chunks' bytes
   VulkanOptions o_;
   bool on_cpu_ = false;       // the current layer runs on the CPU (--gpu-layers)
-  ActBuffer ffn_h_, ffn_h2_;  // ffn_many's scratch (released first in the destructor)
+  ActBuffer ffn_h_, ffn_h2_, gather_;  // ffn_many's and gather_rows' scratch (released first in the destructor)
   std::unordered_map<const float*, DeviceVector> vectors_;
   std::vector<std::unique_ptr<vk::Buffer> > retired_;
   std::vector<std::unique_ptr<vk::Buffer> > staging_;

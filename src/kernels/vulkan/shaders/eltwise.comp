@@ -8,6 +8,7 @@
 //   5 add_bias:  x[i] += y[i % dim]
 //   6 fill:      x[i] = a
 //   7 copy rows: x[(i / dim) * x_stride + i % dim] = y[(i / dim) * y_stride + i % dim]
+//   8 gather:    x[i] = y[rows[i / dim] * dim + i % dim], rows the words of binding 2 from x_stride on
 layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Y { float y[]; };
@@ -42,5 +43,6 @@ void main() {
     case 5u: x[xi] += y[p.y_off + i % p.dim]; break;
     case 6u: x[xi] = p.a; break;
     case 7u: x[p.x_off + (i / p.dim) * p.x_stride + i % p.dim] = y[p.y_off + (i / p.dim) * p.y_stride + i % p.dim]; break;
+    case 8u: x[xi] = y[p.y_off + gelu_table[p.x_stride + i / p.dim] * p.dim + i % p.dim]; break;
   }
 }
