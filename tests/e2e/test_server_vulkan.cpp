@@ -155,6 +155,27 @@ TEST(VulkanRun, GpuLayersSplitAModelTooBigForTheDeviceAndGiveTheSameText) {
   EXPECT_THAT(cpu_only.err, HasSubstr("need --device vulkan"));
 }
 
+// DeepSeek's MLA on the device (the absorbed form: per-head products, attention over the latent rows whose
+// values are their first kv_lora floats) and decompressed: the CPU backend's text.
+TEST(VulkanRun, DeepseekMlaGivesTheCpuText) {
+  test::TempDir dir;
+  const std::string model = dir.file("ds.gguf");
+  ASSERT_EQ(
+      test::run_kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny", "--type", "f16", "-o", model}).exit_code,
+      0);
+  for (const std::string mla : {"absorbed", "decompressed"}) {
+    const std::vector<std::string> args = {"run", "-m",  model,   "-p", "Once upon a time", "-n", "20", "--temp", "0",
+                                           "-c",  "512", "--mla", mla};
+    const test::CliResult cpu = test::run_kestrel(args);
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--device", "vulkan"});
+    const test::CliResult gpu = test::run_kestrel(a);
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    EXPECT_EQ(gpu.out, cpu.out) << mla;
+  }
+}
+
 // A MoE model's experts on the device (each expert's tokens as one matrix) and under --cpu-moe on the CPU:
 // both give the CPU backend's text.
 TEST(VulkanRun, MoeExpertsOnTheDeviceOrTheCpuGiveTheSameText) {

@@ -131,6 +131,36 @@ INSTANTIATE_TEST_SUITE_P(EveryDeviceType, VulkanMatmul,
                                            GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
+// Per-head products over strided rows (MLA's absorbed keys and values), F16 and Q8_0 weights (the Q8_0
+// activations rounded from the strided rows).
+TEST_F(VulkanOps, PerHeadProductsOverStridedRows) {
+  const int heads = 3;
+  const int64_t cols = 64, rows = 24, n = 5, x_stride = heads * cols + 7, y_stride = heads * rows + 3;
+  for (const GgmlType type : {GgmlType::F16, GgmlType::Q8_0}) {
+    std::vector<std::vector<uint8_t>> bytes(heads);
+    std::vector<Weight> ws;
+    for (int h = 0; h < heads; h++) {
+      const auto wf = random_floats(static_cast<size_t>(rows * cols), 70 + h);
+      bytes[h].resize(row_bytes(type, cols) * rows);
+      for (int64_t r = 0; r < rows; r++)
+        quantize_row(type, wf.data() + r * cols, bytes[h].data() + r * row_bytes(type, cols), cols);
+      ws.push_back({"head", type, {cols, rows}, bytes[h].data(), bytes[h].size()});
+    }
+    const auto x = random_floats(static_cast<size_t>(n * x_stride), 80);
+    std::vector<float> want(static_cast<size_t>(n * y_stride)), got;
+    cpu_->matmul_heads(ws.data(), heads, cpu_->host_view(x.data()), x_stride, cols, n, cpu_->host_view(want.data()),
+                       y_stride, rows);
+    on_device([&] {
+      Act gx = upload(*gpu_, x), gy = gpu_->alloc(n * y_stride);
+      gpu_->matmul_heads(ws.data(), heads, gx, x_stride, cols, n, gy, y_stride, rows);
+      got = out(*gpu_, gy, want.size());
+    });
+    for (int64_t t = 0; t < n; t++)
+      for (int64_t i = heads * rows; i < y_stride; i++) got[t * y_stride + i] = want[t * y_stride + i];  // gaps
+    expect_close(got, want, 1e-4f, std::string(type_name(type)) + " heads");
+  }
+}
+
 // A second step of the same shape (the same dispatches over the same buffers, its inputs staged in the same
 // places) submits the command buffer recorded for the first: the counters say so, and its result is its own.
 TEST_F(VulkanOps, AStepOfAShapeSeenBeforeReusesItsRecordedCommands) {

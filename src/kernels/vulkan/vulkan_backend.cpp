@@ -216,7 +216,7 @@ class VulkanBackend final : public ForwardingBackend {
 
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
     const bool device = !on_cpu_ && kv.v && device_memory(kv.k) && device_memory(kv.v) && row_type(kv.k_format) >= 0 &&
-                        row_type(kv.v_format) >= 0 && s.head_dim <= 512 && s.value_dim() <= 512 && s.n_kv_head > 0 &&
+                        row_type(kv.v_format) >= 0 && s.head_dim <= 1024 && s.value_dim() <= 1024 && s.n_kv_head > 0 &&
                         s.n_head % s.n_kv_head == 0;
     if (!device) return fwd().attention(kv, rows, s);
     const int64_t n = rows.n_tokens;
@@ -310,38 +310,17 @@ class VulkanBackend final : public ForwardingBackend {
 
   // ---- Matrix products ----
   void matmul(const Weight& w, Act x, int64_t n, Act y) override {
-    const char* shader = matmul_shader(w.type);
-    if (!shader || !w.present() || on_cpu_ || (w.routed_expert && o_.cpu_moe)) return fwd().matmul(w, x, n, y);
-    if (n <= 0) return;
-    const DeviceWeight& dw = device_weight(w);
-    vk::Binding bx = bind(x, n * w.cols(), Use::In), bs{};
-    if (w.type != GgmlType::F32) bx = quantized_activations(bx, w.type, n, w.cols(), &bs);
-    const vk::Binding by = bind(y, n * w.rows(), Use::Out);
-    for (const auto& part : dw.parts) {
-      // Invocations per row: enough for the row's 32-element units (at least 8, the token tile's width for
-      // the reduction's last step), at most the workgroup's 64; the rest of the workgroup takes more rows.
-      const int64_t units = (w.cols() + 31) / 32;
-      uint32_t tpr = 8;
-      while (tpr < 64 && tpr < units) tpr *= 2;
-      const uint32_t groups = (u32(part.rows) + 64 / tpr - 1) / (64 / tpr);
-      struct {
-        uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr;
-      } push{u32(part.rows),
-             u32(w.cols()),
-             u32(n),
-             bx.word,
-             by.word + u32(part.row0),
-             u32(w.rows()),
-             u32(static_cast<int64_t>(w.row_stride())),
-             std::min<uint32_t>(groups, 32768),
-             bs.word,
-             tpr};
-      const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
-      std::vector<vk::Binding> bindings{bw, bx, by};
-      if (bs.buffer) bindings.push_back(bs);
-      dispatch(shader, bindings, &push, sizeof push, push.groups_x, (groups + push.groups_x - 1) / push.groups_x,
-               u32((n + 7) / 8));
-    }
+    if (!on_device(w)) return fwd().matmul(w, x, n, y);
+    matmul_rows(w, x, w.cols(), n, y, w.rows());
+  }
+  // Per-head products (MLA's absorbed keys and values): each head one strided product on the device.
+  void matmul_heads(const Weight* ws, int n_heads, Act x, int64_t x_stride, int64_t x_head_stride, int64_t n, Act y,
+                    int64_t y_stride, int64_t y_head_stride) override {
+    bool device = true;
+    for (int h = 0; h < n_heads && device; h++) device = on_device(ws[h]);
+    if (!device) return fwd().matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride);
+    for (int h = 0; h < n_heads; h++)
+      matmul_rows(ws[h], x + h * x_head_stride, x_stride, n, y + h * y_head_stride, y_stride);
   }
   void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override {
     if (on_cpu_) return fwd().matmul_many(ws, count, x, n, ys);
@@ -662,9 +641,55 @@ class VulkanBackend final : public ForwardingBackend {
     return weights_[key] = std::move(dw);
   }
 
+  // Whether a product with w runs here: a type with a shader, a layer on the device, not a --cpu-moe expert.
+  bool on_device(const Weight& w) const {
+    return matmul_shader(w.type) && w.present() && !on_cpu_ && !(w.routed_expert && o_.cpu_moe);
+  }
+
+  // y[t * y_stride + r] = x[t * x_stride ..] . W row r for n tokens.
+  void matmul_rows(const Weight& w, Act x, int64_t x_stride, int64_t n, Act y, int64_t y_stride) {
+    if (n <= 0) return;
+    const char* shader = matmul_shader(w.type);
+    const DeviceWeight& dw = device_weight(w);
+    vk::Binding bx = bind(x, (n - 1) * x_stride + w.cols(), Use::In), bs{};
+    int64_t stride = x_stride;
+    if (w.type != GgmlType::F32) {
+      bx = quantized_activations(bx, x_stride, w.type, n, w.cols(), &bs);
+      stride = w.cols();
+    }
+    const vk::Binding by = bind(y, (n - 1) * y_stride + w.rows(), Use::Out);
+    for (const auto& part : dw.parts) {
+      // Invocations per row: enough for the row's 32-element units (at least 8, the token tile's width for
+      // the reduction's last step), at most the workgroup's 64; the rest of the workgroup takes more rows.
+      const int64_t units = (w.cols() + 31) / 32;
+      uint32_t tpr = 8;
+      while (tpr < 64 && tpr < units) tpr *= 2;
+      const uint32_t groups = (u32(part.rows) + 64 / tpr - 1) / (64 / tpr);
+      struct {
+        uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr, x_stride;
+      } push{u32(part.rows),
+             u32(w.cols()),
+             u32(n),
+             bx.word,
+             by.word + u32(part.row0),
+             u32(y_stride),
+             u32(static_cast<int64_t>(w.row_stride())),
+             std::min<uint32_t>(groups, 32768),
+             bs.word,
+             tpr,
+             u32(stride)};
+      const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
+      std::vector<vk::Binding> bindings{bw, bx, by};
+      if (bs.buffer) bindings.push_back(bs);
+      dispatch(shader, bindings, &push, sizeof push, push.groups_x, (groups + push.groups_x - 1) / push.groups_x,
+               u32((n + 7) / 8));
+    }
+  }
+
   // x's n rows of `cols` rounded as the CPU rounds them for a product with this weight type (its activation
   // format: Q8_0, Q8_1 or Q8_K), in the backend's scratch buffer; for Q8_1 *sums = the blocks' scaled sums.
-  vk::Binding quantized_activations(const vk::Binding& x, GgmlType type, int64_t n, int64_t cols, vk::Binding* sums) {
+  vk::Binding quantized_activations(const vk::Binding& x, int64_t x_stride, GgmlType type, int64_t n, int64_t cols,
+                                    vk::Binding* sums) {
     enum Mode : uint32_t { kQ8_0, kQ8_K, kQ8_1, kF16, kBF16 };
     const Mode mode = type == GgmlType::F16                        ? kF16
                       : type == GgmlType::BF16                     ? kBF16
@@ -679,8 +704,8 @@ class VulkanBackend final : public ForwardingBackend {
     }
     const vk::Binding out = ctx_.bind(*xq_, 0, bytes);
     struct {
-      uint32_t mode, blocks, x_off, y_off, s_off;
-    } push{mode, u32(blocks), x.word, out.word, out.word + u32(floats)};
+      uint32_t mode, blocks, x_off, y_off, s_off, cols, x_stride;
+    } push{mode, u32(blocks), x.word, out.word, out.word + u32(floats), u32(cols), u32(x_stride)};
     uint32_t gx, gy;
     grid(blocks, &gx, &gy);
     dispatch("quantize_act", {x, out}, &push, sizeof push, gx, gy);

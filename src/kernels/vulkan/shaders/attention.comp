@@ -5,7 +5,7 @@
 // (online softmax in fp32), then each invocation adds its value dimensions' weighted sum over the chunk.
 // Keys and values are F32, F16 or BF16 rows; a position's slot comes from its sequence's block table. GQA: query
 // head h reads KV head h / (n_head / n_kv_head). Sliding windows and chunks narrow the first position;
-// a head's sink logit joins the denominator.
+// a head's sink logit joins the denominator. Head and value sizes up to 1024 (MLA's latent: 576 and 512).
 layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
@@ -22,7 +22,7 @@ layout(push_constant) uniform Params {
   float scale, softcap;
 } p;
 
-const uint kMaxDim = 512u, kPerLane = kMaxDim / 64u;
+const uint kMaxDim = 1024u, kPerLane = kMaxDim / 64u;
 shared float qs[kMaxDim];
 shared float red[64];
 shared float weight[64];

@@ -27,6 +27,7 @@ layout(push_constant) uniform Params {
   uint groups_x;   // workgroups along x (row group = group.y * groups_x + group.x)
   uint s_off;      // Q4_1/Q5_1: where token 0's block sums start in xs
   uint tpr;        // invocations per row
+  uint x_stride;   // floats between tokens' input rows
 } p;
 
 const uint kTile = 8u;
@@ -47,7 +48,7 @@ void main() {
       unit32(base, u, p.cols, v);
       const uint c0 = 32u * u, width = min(32u, p.cols - c0);
       for (uint t = 0u; t < nt; t++) {
-        const uint xo = p.x_off + (t0 + t) * p.cols + c0;
+        const uint xo = p.x_off + (t0 + t) * p.x_stride + c0;
         float s = 0.0;
         if (width == 32u)
           for (uint i = 0u; i < 32u; i++) s += v[i] * x[xo + i];

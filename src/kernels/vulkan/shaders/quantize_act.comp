@@ -12,17 +12,21 @@ layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) buffer Y { float y[]; };
 layout(push_constant) uniform Params {
   uint mode, blocks, x_off, y_off, s_off;
+  uint cols, x_stride;  // the input's rows: cols floats, x_stride apart (the output's are back to back)
 } p;
+
+// Where flattened element i of the input is.
+uint at(uint i) { return p.x_off + (i / p.cols) * p.x_stride + i % p.cols; }
 
 void main() {
   const uint b = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u;
   if (b >= p.blocks) return;
   if (p.mode == 3u) {
-    y[p.y_off + b] = unpackHalf2x16(packHalf2x16(vec2(x[p.x_off + b], 0.0))).x;
+    y[p.y_off + b] = unpackHalf2x16(packHalf2x16(vec2(x[at(b)], 0.0))).x;
     return;
   }
   if (p.mode == 4u) {
-    uint v = floatBitsToUint(x[p.x_off + b]);
+    uint v = floatBitsToUint(x[at(b)]);
     if ((v & 0x7fffffffu) > 0x7f800000u)
       v = (v | 0x00400000u) & 0xffff0000u;  // NaN stays NaN
     else
@@ -31,7 +35,7 @@ void main() {
     return;
   }
   if (p.mode != 1u) {
-    const uint xo = p.x_off + 32u * b, yo = p.y_off + 32u * b;
+    const uint xo = at(32u * b), yo = p.y_off + 32u * b;
     float amax = 0.0;
     for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(x[xo + i]));
     const float d32 = amax / 127.0, d = unpackHalf2x16(packHalf2x16(vec2(d32, 0.0))).x;
@@ -44,7 +48,7 @@ void main() {
     }
     if (p.mode == 2u) y[p.s_off + b] = unpackHalf2x16(packHalf2x16(vec2(d32 * sum, 0.0))).x;
   } else {
-    const uint xo = p.x_off + 256u * b, yo = p.y_off + 256u * b;
+    const uint xo = at(256u * b), yo = p.y_off + 256u * b;
     float amax = 0.0, mx = 0.0;
     for (uint i = 0u; i < 256u; i++)
       if (abs(x[xo + i]) > amax) {
