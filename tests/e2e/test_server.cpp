@@ -17,12 +17,13 @@
 #include <regex>
 #include <thread>
 
-#include "runtime/loaded_model.h"
-#include "runtime/generator.h"
 #include "kv/kv_cache.h"
-#include "raw_http.h"
 #include "prometheus_text.h"
+#include "raw_http.h"
+#include "runtime/generator.h"
+#include "runtime/loaded_model.h"
 #include "serve_process.h"
+#include "sse_text.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -54,26 +55,7 @@ std::string stream_text(httplib::Client& c, const std::string& path, json body, 
   EXPECT_TRUE(r);
   if (!r) return {};
   raw = r->body;
-  std::string text;
-  size_t at = 0;
-  bool saw_done = false;
-  while ((at = raw.find("data: ", at)) != std::string::npos) {
-    const size_t end = raw.find("\n\n", at);
-    const std::string data = raw.substr(at + 6, end - at - 6);
-    at = end;
-    if (data == "[DONE]") {
-      saw_done = true;
-      continue;
-    }
-    const json chunk = json::parse(data);
-    if (chunk["choices"].empty()) continue;
-    const json& ch = chunk["choices"][0];
-    if (ch.contains("text")) text += ch["text"].get<std::string>();
-    if (ch.contains("delta") && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
-    if (last) *last = chunk;
-  }
-  if (done) *done = saw_done;
-  return text;
+  return test::sse_text(raw, done, last);
 }
 
 // Every JSON chunk of a streamed answer, in order ([DONE] left out).

@@ -11,6 +11,7 @@
 #include "prometheus_text.h"
 #include "raw_http.h"
 #include "serve_process.h"
+#include "sse_text.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -32,22 +33,8 @@ std::string answer(httplib::Client& c, const std::string& path, json body, bool 
     const json j = json::parse(r->body)["choices"][0];
     return j.contains("message") ? j["message"]["content"].get<std::string>() : j["text"].get<std::string>();
   }
-  std::string text;
   bool done = false;
-  for (size_t at = 0; (at = r->body.find("data: ", at)) != std::string::npos;) {
-    const size_t end = r->body.find("\n\n", at);
-    const std::string data = r->body.substr(at + 6, end - at - 6);
-    at = end;
-    if (data == "[DONE]") {
-      done = true;
-      continue;
-    }
-    const json chunk = json::parse(data);
-    if (chunk["choices"].empty()) continue;
-    const json& ch = chunk["choices"][0];
-    if (ch.contains("text")) text += ch["text"].get<std::string>();
-    if (ch.contains("delta") && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
-  }
+  const std::string text = test::sse_text(r->body, &done);
   EXPECT_TRUE(done) << path << " stream did not end with [DONE]";
   return text;
 }

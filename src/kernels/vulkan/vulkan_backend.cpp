@@ -435,10 +435,10 @@ class VulkanBackend final : public ForwardingBackend {
     if (identity || n <= 0) return;
     int64_t last = 0;
     for (int64_t i = 0; i < n; i++) last = std::max(last, rows[i]);
+    gather_.ensure(*this, n * dim);  // first: growing it submits what is recorded (and resets the staging)
     auto [idx, bidx] = stage(static_cast<size_t>(n) * sizeof(uint32_t));
     for (int64_t i = 0; i < n; i++) reinterpret_cast<uint32_t*>(idx)[i] = u32(rows[i]);
     const vk::Binding bs = bind(src, (last + 1) * dim, Use::In);
-    gather_.ensure(*this, n * dim);
     const vk::Binding bg = bind(gather_, n * dim, Use::Out);
     const EltPush push{
         static_cast<uint32_t>(Elt::Gather), u32(n * dim), bg.word, bs.word, u32(dim), bidx.word, 0, 0.0f};
