@@ -204,10 +204,10 @@ class VulkanBackend final : public ForwardingBackend {
       const vk::Binding bx = bind(x, n * width, Use::In), bkv = bind_memory(rows);
       const auto type = static_cast<uint32_t>(row_type(f));
       struct {
-        uint32_t n, width, x_off, kv_off, stride, half_type, slots_off;
-      } push{u32(n), u32(width), bx.word, bkv.word, u32(stride), type, bs.word};
+        uint32_t n, width, x_off, kv_off, stride, half_type, slots_off, group;
+      } push{u32(n), u32(width), bx.word, bkv.word, u32(stride), type, bs.word, static_cast<uint32_t>(f.group())};
       uint32_t gx, gy;
-      grid(n * (type != 0 ? width / 2 : width), &gx, &gy);
+      grid(n * (type == 3 ? width / f.group() : type != 0 ? width / 2 : width), &gx, &gy);
       dispatch("kv_write", {bx, bkv, bs}, &push, sizeof push, gx, gy);
     };
     one(view.k, view.k_stride, view.k_width, view.k_format, k);
@@ -258,6 +258,7 @@ class VulkanBackend final : public ForwardingBackend {
       int32_t window, chunk, sinks_off;
       uint32_t k_type, v_type;
       float scale, softcap;
+      uint32_t k_group, v_group;
     } push{u32(s.n_head),
            u32(s.n_kv_head),
            u32(s.head_dim),
@@ -276,7 +277,9 @@ class VulkanBackend final : public ForwardingBackend {
            static_cast<uint32_t>(row_type(kv.k_format)),
            static_cast<uint32_t>(row_type(kv.v_format)),
            s.scale,
-           s.softcap};
+           s.softcap,
+           static_cast<uint32_t>(kv.k_format.group()),
+           static_cast<uint32_t>(kv.v_format.group())};
     if (n > 65535) throw Error(fmt::format("Vulkan attention: {} query tokens in one call (at most 65535)", n));
     dispatch("attention", {bq, bk, bv, bo, bm}, &push, sizeof push, u32(s.n_head), u32(n));
   }
@@ -556,8 +559,8 @@ class VulkanBackend final : public ForwardingBackend {
     return b;
   }
 
-  // The shaders' code for a KV row format: 0 F32, 1 F16, 2 BF16; -1: the rows are read and written on the CPU
-  // (Q8_0, FP8 and 4-bit rows).
+  // The shaders' code for a KV row format: 0 F32, 1 F16, 2 BF16, 3 Q8_0 (rotated groups); -1: the rows are
+  // read and written on the CPU (FP8 and 4-bit rows).
   static int row_type(const KvRowFormat& f) {
     switch (f.type()) {
       case KvType::F32:
@@ -566,6 +569,8 @@ class VulkanBackend final : public ForwardingBackend {
         return 1;
       case KvType::BF16:
         return 2;
+      case KvType::Q8_0:
+        return 3;
       default:
         return -1;
     }

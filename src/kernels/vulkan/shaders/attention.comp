@@ -3,7 +3,8 @@
 // (token, query head). It streams the token's positions 64 at a time: each invocation scores one position
 // (q . k * scale, the soft-cap), the workgroup takes the chunk's maximum and rescales what it accumulated
 // (online softmax in fp32), then each invocation adds its value dimensions' weighted sum over the chunk.
-// Keys and values are F32, F16 or BF16 rows; a position's slot comes from its sequence's block table. GQA: query
+// Keys and values are F32, F16, BF16 or Q8_0 rows (the last Walsh-Hadamard rotated per group: the query is
+// rotated to meet the keys, and the values' weighted sum rotated back at the end); a position's slot comes from its sequence's block table. GQA: query
 // head h reads KV head h / (n_head / n_kv_head). Sliding windows and chunks narrow the first position;
 // a head's sink logit joins the denominator. Head and value sizes up to 1024 (MLA's latent: 576 and 512).
 layout(local_size_x = 64) in;
@@ -18,9 +19,10 @@ layout(push_constant) uniform Params {
   uint n_head, n_kv_head, hd, vd, q_off, o_off, k_off, v_off;  // offsets in words
   uint k_stride, v_stride, block_size, meta_off;               // strides in bytes
   int window, chunk, sinks_off;                                // sinks_off < 0: none
-  uint k_type, v_type;  // 0 F32, 1 F16, 2 BF16
+  uint k_type, v_type;  // 0 F32, 1 F16, 2 BF16, 3 Q8_0
   float scale, softcap;
-} p;
+  uint k_group, v_group;  // Q8_0 groups
+  } p;
 
 const uint kMaxDim = 1024u, kPerLane = kMaxDim / 64u;
 shared float qs[kMaxDim];
@@ -28,8 +30,28 @@ shared float red[64];
 shared float weight[64];
 shared uint slot_of[64];
 
+uint kbyte(uint b) { return (kw[p.k_off + (b >> 2)] >> ((b & 3u) * 8u)) & 0xffu; }
+uint vbyte(uint b) { return (vw[p.v_off + (b >> 2)] >> ((b & 3u) * 8u)) & 0xffu; }
+
+// In place, the orthonormal Walsh-Hadamard transform of qs[at, at + n) (ops.h walsh_hadamard).
+void rotate(uint at, uint n) {
+  for (uint h = 1u; h < n; h *= 2u)
+    for (uint a = at; a < at + n; a += 2u * h)
+      for (uint j = a; j < a + h; j++) {
+        const float s = qs[j], t = qs[j + h];
+        qs[j] = s + t;
+        qs[j + h] = s - t;
+      }
+  const float norm = 1.0 / sqrt(float(n));
+  for (uint j = at; j < at + n; j++) qs[j] *= norm;
+}
+
 float key(uint slot, uint e) {
   const uint kvh = gl_WorkGroupID.x / (p.n_head / p.n_kv_head);
+  if (p.k_type == 3u) {
+    const uint ea = kvh * p.hd + e, b = slot * p.k_stride + (ea / p.k_group) * (2u + p.k_group);
+    return unpackHalf2x16(kbyte(b) | (kbyte(b + 1u) << 8)).x * float(int(kbyte(b + 2u + ea % p.k_group) << 24) >> 24);
+  }
   if (p.k_type == 0u) return uintBitsToFloat(kw[p.k_off + slot * (p.k_stride / 4u) + kvh * p.hd + e]);
   const uint b = slot * p.k_stride + 2u * (kvh * p.hd + e);
   const uint h = (kw[p.k_off + (b >> 2)] >> ((b & 2u) * 8u)) & 0xffffu;
@@ -37,6 +59,10 @@ float key(uint slot, uint e) {
 }
 float value(uint slot, uint e) {
   const uint kvh = gl_WorkGroupID.x / (p.n_head / p.n_kv_head);
+  if (p.v_type == 3u) {
+    const uint ea = kvh * p.vd + e, b = slot * p.v_stride + (ea / p.v_group) * (2u + p.v_group);
+    return unpackHalf2x16(vbyte(b) | (vbyte(b + 1u) << 8)).x * float(int(vbyte(b + 2u + ea % p.v_group) << 24) >> 24);
+  }
   if (p.v_type == 0u) return uintBitsToFloat(vw[p.v_off + slot * (p.v_stride / 4u) + kvh * p.vd + e]);
   const uint b = slot * p.v_stride + 2u * (kvh * p.vd + e);
   const uint h = (vw[p.v_off + (b >> 2)] >> ((b & 2u) * 8u)) & 0xffffu;
@@ -52,6 +78,10 @@ void main() {
   const uint qo = p.q_off + (t * p.n_head + h) * p.hd;
   for (uint e = lane; e < p.hd; e += 64u) qs[e] = q[qo + e];
   barrier();
+  if (p.k_type == 3u) {
+    for (uint g = lane; g < p.hd / p.k_group; g += 64u) rotate(g * p.k_group, p.k_group);
+    barrier();
+  }
   float m = -1.0 / 0.0, l = 0.0;
   float acc[kPerLane];
   for (uint k = 0u; k < kPerLane; k++) acc[k] = 0.0;
@@ -97,6 +127,15 @@ void main() {
     barrier();
   }
   if (p.sinks_off >= 0) l += exp(intBitsToFloat(meta[p.sinks_off + int(h)]) - m);
+  if (p.v_type == 3u) {  // the sum of rotated values, rotated back (qs is free now)
+    for (uint k = 0u; k < kPerLane; k++)
+      if (lane + 64u * k < p.vd) qs[lane + 64u * k] = acc[k];
+    barrier();
+    for (uint g = lane; g < p.vd / p.v_group; g += 64u) rotate(g * p.v_group, p.v_group);
+    barrier();
+    for (uint k = 0u; k < kPerLane; k++)
+      if (lane + 64u * k < p.vd) acc[k] = qs[lane + 64u * k];
+  }
   const uint oo = p.o_off + (t * p.n_head + h) * p.vd;
   for (uint k = 0u; k < kPerLane; k++) {
     const uint e = lane + 64u * k;
