@@ -137,16 +137,16 @@ Context::~Context() {
   vkDestroyInstance(instance_, nullptr);
 }
 
-uint32_t Context::memory_type(uint32_t allowed, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) const {
-  uint32_t found = UINT32_MAX;
-  for (uint32_t i = 0; i < memory_.memoryTypeCount; i++) {
-    if (!(allowed & (1u << i))) continue;
-    const VkMemoryPropertyFlags f = memory_.memoryTypes[i].propertyFlags;
-    if ((f & want) != want) continue;
-    if ((f & prefer) == prefer) return i;
-    if (found == UINT32_MAX) found = i;
-  }
-  return found;
+std::vector<uint32_t> Context::memory_types(uint32_t allowed, VkDeviceSize bytes,
+                                            std::initializer_list<VkMemoryPropertyFlags> wants) const {
+  std::vector<uint32_t> order;
+  for (const VkMemoryPropertyFlags want : wants)
+    for (uint32_t i = 0; i < memory_.memoryTypeCount; i++)
+      if ((allowed & (1u << i)) && (memory_.memoryTypes[i].propertyFlags & want) == want &&
+          memory_.memoryHeaps[memory_.memoryTypes[i].heapIndex].size >= bytes &&
+          std::find(order.begin(), order.end(), i) == order.end())
+        order.push_back(i);
+  return order;
 }
 
 std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::string& what, bool zero) {
@@ -160,25 +160,32 @@ std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::
   check(vkCreateBuffer(device_, &info, nullptr, &b->buffer), "vkCreateBuffer");
   VkMemoryRequirements req;
   vkGetBufferMemoryRequirements(device_, b->buffer, &req);
+  // The memory types to try, best first: a type whose heap is full (a discrete GPU's 256 MiB mappable window
+  // without a resizable BAR) gives way to the next (host memory the device reads over the bus).
   constexpr VkMemoryPropertyFlags kHost = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-  uint32_t type = UINT32_MAX;
-  if (memory == Memory::Weights) {
-    type = memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
-                       VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
-    if (type == UINT32_MAX) type = memory_type(req.memoryTypeBits, 0, 0);
-  } else {
-    type = memory_type(req.memoryTypeBits, kHost,
-                       memory == Memory::Activations ? kHost | VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT : kHost);
-  }
-  if (type == UINT32_MAX) {
+  constexpr VkMemoryPropertyFlags kLocal = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  const std::vector<uint32_t> types =
+      memory == Memory::Weights
+          ? memory_types(req.memoryTypeBits, req.size, {kLocal | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT, kLocal, 0})
+      : memory == Memory::Activations ? memory_types(req.memoryTypeBits, req.size, {kHost | kLocal, kHost})
+                                      : memory_types(req.memoryTypeBits, req.size, {kHost});
+  if (types.empty()) {
     vkDestroyBuffer(device_, b->buffer, nullptr);
-    throw Error(fmt::format("Vulkan device {} has no memory type for {}", name_, what));
+    throw Error(
+        fmt::format("Vulkan device {} has no memory type (with a heap of {}) for {}", name_, mib(req.size), what));
   }
-  VkMemoryAllocateInfo alloc{};
-  alloc.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
-  alloc.allocationSize = req.size;
-  alloc.memoryTypeIndex = type;
-  if (const VkResult r = vkAllocateMemory(device_, &alloc, nullptr, &b->memory); r != VK_SUCCESS) {
+  VkResult r = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+  uint32_t type = types[0];
+  for (const uint32_t t : types) {
+    VkMemoryAllocateInfo alloc{};
+    alloc.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+    alloc.allocationSize = req.size;
+    alloc.memoryTypeIndex = t;
+    r = vkAllocateMemory(device_, &alloc, nullptr, &b->memory);
+    type = t;
+    if (r == VK_SUCCESS || (r != VK_ERROR_OUT_OF_DEVICE_MEMORY && r != VK_ERROR_OUT_OF_HOST_MEMORY)) break;
+  }
+  if (r != VK_SUCCESS) {
     vkDestroyBuffer(device_, b->buffer, nullptr);
     const uint32_t heap = memory_.memoryTypes[type].heapIndex;
     throw Error(fmt::format("out of Vulkan device memory: {} needs {} of {} (heap {} of {} has {} in all){}", what,

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -98,7 +99,10 @@ class Context {
   };
   static constexpr size_t kKeep = 8;
   Pipeline& pipeline(const std::string& name, uint32_t bindings);
-  uint32_t memory_type(uint32_t allowed, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) const;
+  // The memory types allowed that have each wanted set of properties, in the order of `wants` (each once),
+  // on heaps of at least `bytes`.
+  std::vector<uint32_t> memory_types(uint32_t allowed, VkDeviceSize bytes,
+                                     std::initializer_list<VkMemoryPropertyFlags> wants) const;
   void begin(VkCommandBuffer cmd) const;
   void encode(VkCommandBuffer cmd) const;  // the pending list into cmd
   void submit(VkCommandBuffer cmd);        // and wait
