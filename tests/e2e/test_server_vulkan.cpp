@@ -110,6 +110,26 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   EXPECT_THAT(missing.err, HasSubstr("--device vulkan:9: there are"));
 }
 
+// Perplexity over every position's logits (the output head over whole chunks, into host memory) on the device:
+// the CPU's figure.
+TEST(VulkanRun, PerplexityEqualsTheCpuBackends) {
+  const std::vector<std::string> args = {"perplexity", "-m", kStories, "-f", test::shared("eval/stories.txt"),
+                                         "-c",         "128"};
+  auto ppl = [](const test::CliResult& r) {  // "Final estimate: PPL = 5.1171 +/- ..."
+    const std::string s = r.out + r.err;
+    const size_t at = s.find("PPL = ");
+    return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 6));
+  };
+  const test::CliResult cpu = test::run_kestrel(args);
+  std::vector<std::string> a = args;
+  a.insert(a.end(), {"--device", "vulkan"});
+  const test::CliResult gpu = test::run_kestrel(a);
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  ASSERT_GT(ppl(cpu), 1.0) << cpu.out << cpu.err;
+  EXPECT_NEAR(ppl(gpu), ppl(cpu), 1e-3 * ppl(cpu));
+}
+
 // A model larger than the device memory it may use: the load fails naming the weight that did not fit; with
 // --gpu-layers the first layers run on the device, the rest on the CPU, and the text is the CPU backend's
 // (whose ids on this file are llama.cpp's: compat_reference_set). `info` reports the split.
