@@ -92,6 +92,13 @@ VulkanDevice describe(VkPhysicalDevice dev, VulkanDevice d) {
 
 }  // namespace
 
+std::string vulkan_instance_failure(int vk_result) {
+  return vk_result == VK_ERROR_INCOMPATIBLE_DRIVER
+             ? "no Vulkan driver is installed (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER; mesa-vulkan-drivers "
+               "has lavapipe, a GPU's vendor package its own)"
+             : fmt::format("no Vulkan driver answered (vkCreateInstance: error {})", vk_result);
+}
+
 VulkanProbe probe_vulkan_devices() {
   VulkanProbe out;
   VkApplicationInfo app{};
@@ -103,10 +110,7 @@ VulkanProbe probe_vulkan_devices() {
   info.pApplicationInfo = &app;
   VkInstance instance = VK_NULL_HANDLE;
   if (const VkResult r = vkCreateInstance(&info, nullptr, &instance); r != VK_SUCCESS) {
-    out.unavailable = r == VK_ERROR_INCOMPATIBLE_DRIVER
-                          ? "no Vulkan driver is installed (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER; "
-                            "mesa-vulkan-drivers has lavapipe, a GPU's vendor package its own)"
-                          : fmt::format("no Vulkan driver answered (vkCreateInstance: error {})", static_cast<int>(r));
+    out.unavailable = vulkan_instance_failure(r);
     return out;
   }
   uint32_t n = 0;

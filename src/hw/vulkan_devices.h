@@ -31,4 +31,8 @@ struct VulkanProbe {
 // Asks the Vulkan loader once per call (instance created and destroyed).
 VulkanProbe probe_vulkan_devices();
 
+// Why vkCreateInstance failed with this VkResult ("no Vulkan driver is installed ..."), for the probe and the
+// Vulkan backend alike (a build with Vulkan only).
+std::string vulkan_instance_failure(int vk_result);
+
 }  // namespace kestrel

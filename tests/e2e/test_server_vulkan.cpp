@@ -39,6 +39,12 @@ std::string answer(httplib::Client& c, const std::string& path, json body, bool 
   return text;
 }
 
+// The command with more flags after its own (--device vulkan, ...).
+test::CliResult run_with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return test::run_kestrel(args);
+}
+
 TEST(VulkanServe, AnswersAsTheCpuBackendDoesConcurrentlyAndStreamedAndCancels) {
   const std::vector<json> requests = {
       {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}},
@@ -93,11 +99,7 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   const std::vector<std::string> args = {"run", "-m", kStories, "-p", "Once upon a time", "-n", "30", "--temp", "0"};
   const test::CliResult cpu = test::run_kestrel(args);
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-  auto on = [&](const std::string& device) {
-    std::vector<std::string> a = args;
-    a.insert(a.end(), {"--device", device});
-    return test::run_kestrel(a);
-  };
+  auto on = [&](const std::string& device) { return run_with(args, {"--device", device}); };
   const test::CliResult gpu = on("vulkan");
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   EXPECT_EQ(gpu.out, cpu.out);
@@ -120,10 +122,7 @@ TEST(VulkanRun, PerplexityEqualsTheCpuBackends) {
     const size_t at = s.find("PPL = ");
     return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 6));
   };
-  const test::CliResult cpu = test::run_kestrel(args);
-  std::vector<std::string> a = args;
-  a.insert(a.end(), {"--device", "vulkan"});
-  const test::CliResult gpu = test::run_kestrel(a);
+  const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   ASSERT_GT(ppl(cpu), 1.0) << cpu.out << cpu.err;
@@ -136,11 +135,7 @@ TEST(VulkanRun, PerplexityEqualsTheCpuBackends) {
 TEST(VulkanRun, GpuLayersSplitAModelTooBigForTheDeviceAndGiveTheSameText) {
   const std::string model = test::shared("reference/compat/models/llama32.F16.gguf");
   const std::vector<std::string> args = {"run", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0"};
-  auto with = [&](const std::vector<std::string>& more) {
-    std::vector<std::string> a = args;
-    a.insert(a.end(), more.begin(), more.end());
-    return test::run_kestrel(a);
-  };
+  auto with = [&](const std::vector<std::string>& more) { return run_with(args, more); };
   const test::CliResult cpu = with({});
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   const test::CliResult all = with({"--device", "vulkan", "--gpu-memory", "2M"});
@@ -173,10 +168,7 @@ TEST(VulkanRun, DeepseekMlaGivesTheCpuText) {
   for (const std::string mla : {"absorbed", "decompressed"}) {
     const std::vector<std::string> args = {"run", "-m",  model,   "-p", "Once upon a time", "-n", "20", "--temp", "0",
                                            "-c",  "512", "--mla", mla};
-    const test::CliResult cpu = test::run_kestrel(args);
-    std::vector<std::string> a = args;
-    a.insert(a.end(), {"--device", "vulkan"});
-    const test::CliResult gpu = test::run_kestrel(a);
+    const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
     ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
     ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
     EXPECT_EQ(gpu.out, cpu.out) << mla;
@@ -192,9 +184,7 @@ TEST(VulkanRun, MoeExpertsOnTheDeviceOrTheCpuGiveTheSameText) {
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   for (const std::vector<std::string>& more :
        {std::vector<std::string>{"--device", "vulkan"}, std::vector<std::string>{"--device", "vulkan", "--cpu-moe"}}) {
-    std::vector<std::string> a = args;
-    a.insert(a.end(), more.begin(), more.end());
-    const test::CliResult gpu = test::run_kestrel(a);
+    const test::CliResult gpu = run_with(args, more);
     ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
     EXPECT_EQ(gpu.out, cpu.out) << more.back();
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "hw/vulkan_devices.h"
 #include "kernels/vulkan/vk_shaders.h"
 
 namespace kestrel::vk {
@@ -35,12 +36,7 @@ Context::Context(int index) : index_(index) {
   info.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
   info.pApplicationInfo = &app;
   if (const VkResult r = vkCreateInstance(&info, nullptr, &instance_); r != VK_SUCCESS)
-    throw Error(
-        r == VK_ERROR_INCOMPATIBLE_DRIVER
-            ? "--device vulkan: no Vulkan driver is installed (VK_ERROR_INCOMPATIBLE_DRIVER; mesa-vulkan-drivers "
-              "has lavapipe, a GPU's vendor package its own)"
-            : fmt::format("--device vulkan: no Vulkan driver answered (vkCreateInstance: error {})",
-                          static_cast<int>(r)));
+    throw Error("--device vulkan: " + vulkan_instance_failure(r));
   try {
     uint32_t n = 0;
     vkEnumeratePhysicalDevices(instance_, &n, nullptr);
@@ -297,7 +293,7 @@ void Context::begin(VkCommandBuffer cmd) const {
   check(vkBeginCommandBuffer(cmd, &b), "vkBeginCommandBuffer");
 }
 
-void Context::dispatch(const std::string& name, const std::vector<Binding>& bindings, const void* push,
+void Context::dispatch(const std::string& name, std::initializer_list<Binding> bindings, const void* push,
                        uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
   Pipeline& p = pipeline(name, static_cast<uint32_t>(bindings.size()));
   if (bindings.size() > Dispatch::kMaxBindings || push_bytes > sizeof(Dispatch::push))

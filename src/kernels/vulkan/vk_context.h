@@ -65,7 +65,7 @@ class Context {
 
   // Adds shader `name` (vk_shaders.h) over these bindings and push constants to the list the next flush
   // submits, each dispatch followed by a barrier so the next one sees its writes.
-  void dispatch(const std::string& name, const std::vector<Binding>& bindings, const void* push, uint32_t push_bytes,
+  void dispatch(const std::string& name, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
                 uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
   bool pending() const { return !pending_.empty(); }
   // Submits the list and waits for it (a lost device is an Error). A list equal to one recorded before (the

@@ -170,8 +170,7 @@ class VulkanBackend final : public ForwardingBackend {
   }
 
   Weight prepare_weight(Weight w) override {
-    if (matmul_shader(w.type) && w.ne.size() >= 2 && w.present() && !(w.routed_expert && o_.cpu_moe) &&
-        on_device(layer_of(w.name))) {
+    if (computes(w) && w.ne.size() >= 2 && on_device(layer_of(w.name))) {
       device_weight(w);
       return w;
     }
@@ -223,8 +222,10 @@ class VulkanBackend final : public ForwardingBackend {
     if (n <= 0) return;
     // meta: per token its position and table start, then each distinct table (as long as its tokens need),
     // then the sinks.
-    std::vector<std::pair<const int32_t*, int64_t> > tables;  // a table and the entries its tokens read
-    std::vector<size_t> which(static_cast<size_t>(n));
+    auto& tables = attn_tables_;  // a table and the entries its tokens read (members: no allocation per call)
+    auto& which = attn_which_;
+    tables.clear();
+    which.resize(static_cast<size_t>(n));
     for (int64_t t = 0; t < n; t++) {
       const int32_t* table = rows.block_tables[t];
       const int64_t need = rows.positions[t] / kv.block_size + 1;
@@ -239,7 +240,8 @@ class VulkanBackend final : public ForwardingBackend {
     const vk::Binding bq = bind(rows.q, n * s.n_head * s.head_dim, Use::In);
     auto [m, bm] = stage(static_cast<size_t>(words) * sizeof(int32_t));
     auto* meta = reinterpret_cast<int32_t*>(m);
-    std::vector<int64_t> start(tables.size());
+    auto& start = attn_start_;
+    start.resize(tables.size());
     int64_t at = 2 * n;
     for (size_t i = 0; i < tables.size(); i++) {
       start[i] = at;
@@ -313,14 +315,14 @@ class VulkanBackend final : public ForwardingBackend {
 
   // ---- Matrix products ----
   void matmul(const Weight& w, Act x, int64_t n, Act y) override {
-    if (!on_device(w)) return fwd().matmul(w, x, n, y);
+    if (on_cpu_ || !computes(w)) return fwd().matmul(w, x, n, y);
     matmul_rows(w, x, w.cols(), n, y, w.rows());
   }
   // Per-head products (MLA's absorbed keys and values): each head one strided product on the device.
   void matmul_heads(const Weight* ws, int n_heads, Act x, int64_t x_stride, int64_t x_head_stride, int64_t n, Act y,
                     int64_t y_stride, int64_t y_head_stride) override {
-    bool device = true;
-    for (int h = 0; h < n_heads && device; h++) device = on_device(ws[h]);
+    bool device = !on_cpu_;
+    for (int h = 0; h < n_heads && device; h++) device = computes(ws[h]);
     if (!device) return fwd().matmul_heads(ws, n_heads, x, x_stride, x_head_stride, n, y, y_stride, y_head_stride);
     for (int h = 0; h < n_heads; h++)
       matmul_rows(ws[h], x + h * x_head_stride, x_stride, n, y + h * y_head_stride, y_stride);
@@ -350,8 +352,7 @@ class VulkanBackend final : public ForwardingBackend {
     bool device = !on_cpu_ && !o_.cpu_moe;
     int64_t most = 0;
     for (int i = 0; i < count && device; i++) {
-      device = ffns[i].plain() && matmul_shader(ffns[i].gate->type) && matmul_shader(ffns[i].up->type) &&
-               matmul_shader(ffns[i].down->type);
+      device = ffns[i].plain() && computes(*ffns[i].gate) && computes(*ffns[i].up) && computes(*ffns[i].down);
       most = std::max(most, ns[i] * ffns[i].gate->rows());
     }
     if (!device) return fwd().ffn_many(ffns, count, xs, ns, ys);
@@ -508,7 +509,8 @@ class VulkanBackend final : public ForwardingBackend {
     c.kv_bytes = static_cast<int64_t>(kv_bytes_);
   }
 
-  void dispatch(const char* shader, const std::vector<vk::Binding>& b, const void* push, uint32_t bytes, uint32_t gx,
+  // (Bindings as a braced list: no allocation per dispatch.)
+  void dispatch(const char* shader, std::initializer_list<vk::Binding> b, const void* push, uint32_t bytes, uint32_t gx,
                 uint32_t gy = 1, uint32_t gz = 1) {
     ctx_.dispatch(shader, b, push, bytes, gx, gy, gz);
     counters_.dispatches++;
@@ -547,11 +549,7 @@ class VulkanBackend final : public ForwardingBackend {
   vk::Binding bind(Act a, int64_t floats, Use use) {
     float* p = host(a);
     const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-    const auto addr = reinterpret_cast<uintptr_t>(p);
-    if (auto it = acts_.upper_bound(addr); it != acts_.begin()) {
-      --it;
-      if (addr < it->first + it->second->bytes) return ctx_.bind(*it->second, addr - it->first, bytes);
-    }
+    if (const auto* b = buffer_of(p)) return ctx_.bind(*b->second, reinterpret_cast<uintptr_t>(p) - b->first, bytes);
     if (use != Use::Out && !copy_back_.empty()) sync(true);  // the host memory may be waiting for an output
     auto [staged, b] = stage(bytes);
     if (use != Use::Out) std::memcpy(staged, p, bytes);
@@ -576,20 +574,21 @@ class VulkanBackend final : public ForwardingBackend {
     }
   }
 
-  // Whether p lies in one of this backend's buffers (a KV pool from kv_memory among them).
-  bool device_memory(const void* p) const {
+  // The buffer of this backend's (its mapped address and the buffer; a KV pool from kv_memory among them)
+  // that p lies in, or null: host memory.
+  const std::pair<const uintptr_t, std::unique_ptr<vk::Buffer> >* buffer_of(const void* p) const {
     const auto addr = reinterpret_cast<uintptr_t>(p);
     auto it = acts_.upper_bound(addr);
-    if (it == acts_.begin()) return false;
+    if (it == acts_.begin()) return nullptr;
     --it;
-    return addr < it->first + it->second->bytes;
+    return addr < it->first + it->second->bytes ? &*it : nullptr;
   }
+  bool device_memory(const void* p) const { return buffer_of(p) != nullptr; }
   // The rest of the buffer p lies in, from p (a KV pool).
   vk::Binding bind_memory(const void* p) {
-    const auto addr = reinterpret_cast<uintptr_t>(p);
-    auto it = --acts_.upper_bound(addr);
-    const size_t at = addr - it->first;
-    return ctx_.bind(*it->second, at, it->second->bytes - at);
+    const auto* b = buffer_of(p);
+    const size_t at = reinterpret_cast<uintptr_t>(p) - b->first;
+    return ctx_.bind(*b->second, at, b->second->bytes - at);
   }
 
   // A vector of the model's (a norm's weights, a bias): uploaded on first use, again if its floats changed.
@@ -646,9 +645,9 @@ class VulkanBackend final : public ForwardingBackend {
     return weights_[key] = std::move(dw);
   }
 
-  // Whether a product with w runs here: a type with a shader, a layer on the device, not a --cpu-moe expert.
-  bool on_device(const Weight& w) const {
-    return matmul_shader(w.type) && w.present() && !on_cpu_ && !(w.routed_expert && o_.cpu_moe);
+  // Whether products with w run here, in a layer on the device: a type with a shader, not a --cpu-moe expert.
+  bool computes(const Weight& w) const {
+    return matmul_shader(w.type) && w.present() && !(w.routed_expert && o_.cpu_moe);
   }
 
   // y[t * y_stride + r] = x[t * x_stride ..] . W row r for n tokens.
@@ -684,10 +683,11 @@ class VulkanBackend final : public ForwardingBackend {
              tpr,
              u32(stride)};
       const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
-      std::vector<vk::Binding> bindings{bw, bx, by};
-      if (bs.buffer) bindings.push_back(bs);
-      dispatch(shader, bindings, &push, sizeof push, push.groups_x, (groups + push.groups_x - 1) / push.groups_x,
-               u32((n + 7) / 8));
+      const uint32_t gy = (groups + push.groups_x - 1) / push.groups_x, gz = u32((n + 7) / 8);
+      if (bs.buffer)  // Q4_1/Q5_1: the activations' block sums too
+        dispatch(shader, {bw, bx, by, bs}, &push, sizeof push, push.groups_x, gy, gz);
+      else
+        dispatch(shader, {bw, bx, by}, &push, sizeof push, push.groups_x, gy, gz);
     }
   }
 
@@ -758,6 +758,9 @@ class VulkanBackend final : public ForwardingBackend {
   std::vector<CopyBack> copy_back_;
   std::unique_ptr<vk::Buffer> gelu_, xq_;
   DeviceCounters counters_;
+  std::vector<std::pair<const int32_t*, int64_t> > attn_tables_;  // attention()'s per-call lists, kept
+  std::vector<size_t> attn_which_;
+  std::vector<int64_t> attn_start_;
 };
 
 }  // namespace
