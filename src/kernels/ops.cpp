@@ -192,9 +192,12 @@ void add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t dim) {
   for (int64_t r = 0; r < n_rows; r++) add_inplace(x + r * dim, bias, dim);
 }
 
-void rope_cos_sin(const RopeParams& p, float pos, int i, float* c, float* s) {
+float rope_mscale(const RopeParams& p) {
+  return p.ext_factor != 0.0f ? p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.attn_factor;
+}
+
+void rope_cos_sin(const RopeParams& p, float mscale, float pos, int i, float* c, float* s) {
   const bool yarn = p.ext_factor != 0.0f;
-  const float mscale = yarn ? p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.attn_factor;
   // theta_i = pos * base^(-2i/n_rot), interpolated by freq_scale
   const float freq = std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_rot));
   const float extrapolated = p.freq_factors ? pos * freq / p.freq_factors[i] : pos * freq;
@@ -211,11 +214,12 @@ void rope_cos_sin(const RopeParams& p, float pos, int i, float* c, float* s) {
 void rope_heads(float* x, int64_t row_stride, const int32_t* positions, int64_t n_rows, int h0, int h1, int head_dim,
                 const RopeParams& p) {
   const int half = p.n_rot / 2;
+  const float mscale = rope_mscale(p);
   for (int64_t r = 0; r < n_rows; r++) {
     const auto pos = static_cast<float>(positions[r]);
     for (int i = 0; i < half; i++) {
       float c, s;
-      rope_cos_sin(p, pos, i, &c, &s);
+      rope_cos_sin(p, mscale, pos, i, &c, &s);
       for (int h = h0; h < h1; h++) {
         float* v = x + r * row_stride + static_cast<int64_t>(h) * head_dim;
         const int i0 = p.style == RopeStyle::Adjacent ? 2 * i : i;

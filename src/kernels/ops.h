@@ -87,7 +87,9 @@ void set_yarn(RopeParams& p, int64_t n_ctx_orig, float beta_fast = 32.0f, float 
 
 // The rotation of pair i at position pos: its cosine and sine, scaled (YaRN's mscale, attn_factor) and
 // negated for an inverse rotation, as rope_heads applies them (a device backend's RoPE takes these from the host).
-void rope_cos_sin(const RopeParams& p, float pos, int i, float* c, float* s);
+// mscale: rope_mscale(p), the scale of cos and sin (attn_factor, and YaRN's), worked out once per call.
+float rope_mscale(const RopeParams& p);
+void rope_cos_sin(const RopeParams& p, float mscale, float pos, int i, float* c, float* s);
 // Rotates the first n_rot dims of each head, in place, for row r at positions[r].
 void rope_rows(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, const RopeParams& p);
 // The same for heads [h0, h1) only, rows row_stride floats apart.

@@ -383,9 +383,10 @@ class VulkanBackend final : public ForwardingBackend {
     if (rows <= 0 || half <= 0) return;
     const vk::Binding bx = bind(x, rows * heads * head_dim, Use::InOut);
     auto [table, bt] = stage(static_cast<size_t>(rows * half) * 2 * sizeof(float));
+    const float mscale = rope_mscale(p);
     for (int64_t r = 0; r < rows; r++)
       for (int i = 0; i < half; i++)
-        rope_cos_sin(p, static_cast<float>(positions[r]), i, &table[2 * (r * half + i)],
+        rope_cos_sin(p, mscale, static_cast<float>(positions[r]), i, &table[2 * (r * half + i)],
                      &table[2 * (r * half + i) + 1]);
     struct {
       uint32_t rows, heads, head_dim, half_rot, neox, x_off, row_stride, cs_off;
