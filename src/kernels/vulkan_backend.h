@@ -36,9 +36,14 @@ struct VulkanOptions {
 std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options, std::unique_ptr<Backend> host);
 
 // What a Vulkan backend did so far (tests and --log: which operators ran where); null for other backends.
+// Products of at least this many tokens (prefill) run on the tiled kernel (64 rows by 32 tokens a workgroup,
+// through shared memory); fewer (decode) on the row-parallel one.
+constexpr int64_t kVulkanTiledTokens = 16;
+
 struct DeviceCounters {
   std::string device;        // "Vulkan 0: llvmpipe (LLVM 15.0.6, 256 bits)"
   uint64_t dispatches = 0;   // shader dispatches recorded
+  uint64_t tiled = 0;        // ...of which tiled matrix products (kVulkanTiledTokens tokens or more)
   uint64_t submissions = 0;  // command buffers submitted
   uint64_t reused = 0;       // ...of which recorded before (a step of a shape seen before)
   uint64_t host_ops = 0;     // operators run on the CPU backend instead

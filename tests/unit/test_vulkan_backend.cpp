@@ -82,20 +82,23 @@ struct MatmulCase {
 
 class VulkanMatmul : public VulkanOps, public ::testing::WithParamInterface<GgmlType> {};
 
-// y = x . W^T for 1, 3 and 11 tokens (a partial and a full-plus-partial tile of 8) against the CPU backend.
+// y = x . W^T against the CPU backend: 1, 3 and 11 tokens on decode's row-parallel kernel (a partial and a
+// full-plus-partial tile of 8), 16, 40 and 70 on prefill's tiled one (64 rows by 32 tokens: 70 rows are a
+// full and a partial row tile, 70 tokens two full token tiles and a partial one).
 TEST_P(VulkanMatmul, EqualsTheCpuBackend) {
   const GgmlType type = GetParam();
   const int64_t cols = traits(type).block_size >= 256
                            ? 512
                            : (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 ? 100 : 96),
-                rows = 37;
+                rows = 70;
   const auto wf = random_floats(static_cast<size_t>(rows * cols), 1, 0.5f);
   std::vector<uint8_t> bytes(row_bytes(type, cols) * rows);
   for (int64_t r = 0; r < rows; r++)
     quantize_row(type, wf.data() + r * cols, bytes.data() + r * row_bytes(type, cols), cols);
   const Weight w{"w", type, {cols, rows}, bytes.data(), bytes.size()};
-  for (int64_t n : {1, 3, 11}) {
+  for (int64_t n : {1, 3, 11, 16, 40, 70}) {
     const auto x = random_floats(static_cast<size_t>(n * cols), 2 + static_cast<uint32_t>(n));
+    const uint64_t tiled = device_counters(*gpu_)->tiled;
     std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
     cpu_->matmul(w, cpu_->host_view(x.data()), n, cpu_->host_view(want.data()));
     const Weight gw = gpu_->prepare_weight(w);
@@ -106,6 +109,8 @@ TEST_P(VulkanMatmul, EqualsTheCpuBackend) {
       gpu_->release(gx);
       gpu_->release(gy);
     });
+    EXPECT_EQ(device_counters(*gpu_)->tiled - tiled, n >= kVulkanTiledTokens ? 1u : 0u)
+        << "n=" << n << ": the tiled kernel runs from " << kVulkanTiledTokens << " tokens";
     // The scale rounding in another order can move: the row's sum of |w| * |x|.
     std::vector<float> deq(static_cast<size_t>(cols));
     for (int64_t t = 0; t < n; t++)

@@ -244,8 +244,13 @@ Binding Context::bind(const Buffer& b, size_t byte_offset, size_t bytes) const {
   return r;
 }
 
-Context::Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
-  if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+Context::Pipeline& Context::pipeline(std::string_view name, uint32_t bindings) {
+  if (auto it = pipelines_.find(name); it != pipelines_.end()) {
+    if (it->second.bindings != bindings)
+      throw Error(
+          fmt::format("Vulkan shader {}: {} bindings given, its pipeline has {}", name, bindings, it->second.bindings));
+    return it->second;
+  }
   const SpirvModule* code = find_shader(name);
   if (!code) throw Error(fmt::format("no Vulkan shader named {} is built in", name));
   Pipeline p;
@@ -293,7 +298,7 @@ void Context::begin(VkCommandBuffer cmd) const {
   check(vkBeginCommandBuffer(cmd, &b), "vkBeginCommandBuffer");
 }
 
-void Context::dispatch(const std::string& name, std::initializer_list<Binding> bindings, const void* push,
+void Context::dispatch(std::string_view name, std::initializer_list<Binding> bindings, const void* push,
                        uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
   Pipeline& p = pipeline(name, static_cast<uint32_t>(bindings.size()));
   if (bindings.size() > Dispatch::kMaxBindings || push_bytes > sizeof(Dispatch::push))

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kestrel::vk {
@@ -65,8 +66,11 @@ class Context {
 
   // Adds shader `name` (vk_shaders.h) over these bindings and push constants to the list the next flush
   // submits, each dispatch followed by a barrier so the next one sees its writes.
-  void dispatch(const std::string& name, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
+  void dispatch(std::string_view name, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
                 uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
+  // Creates shader `name`'s pipeline (for `bindings` bindings) now rather than at its first dispatch: the
+  // backend makes those a model will use at load, so no step waits for a shader compiler.
+  void prepare(std::string_view name, uint32_t bindings) { pipeline(name, bindings); }
   bool pending() const { return !pending_.empty(); }
   // Submits the list and waits for it (a lost device is an Error). A list equal to one recorded before (the
   // same dispatches, bindings and push constants: a step of a shape seen before, its per-step data written
@@ -98,7 +102,7 @@ class Context {
     std::vector<uint64_t> key;
   };
   static constexpr size_t kKeep = 8;
-  Pipeline& pipeline(const std::string& name, uint32_t bindings);
+  Pipeline& pipeline(std::string_view name, uint32_t bindings);
   // The memory types allowed that have each wanted set of properties, in the order of `wants` (each once),
   // on heaps of at least `bytes`.
   std::vector<uint32_t> memory_types(uint32_t allowed, VkDeviceSize bytes,
@@ -121,7 +125,7 @@ class Context {
   PFN_vkCmdPushDescriptorSetKHR push_descriptors_ = nullptr;
   VkPhysicalDeviceMemoryProperties memory_{};
   VkDeviceSize max_range_ = 0, align_ = 16;
-  std::map<std::string, Pipeline> pipelines_;
+  std::map<std::string, Pipeline, std::less<> > pipelines_;
   std::vector<Dispatch> pending_;
   std::vector<uint64_t> key_;  // pending_'s fields, as flush compares them
   std::vector<Recorded> recorded_;

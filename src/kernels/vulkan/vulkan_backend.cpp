@@ -56,45 +56,32 @@ const DeviceCounters* device_counters(const Backend&) { return nullptr; }
 
 namespace {
 
-// The matrix product shader for a weight type, or null: that type's products run on the CPU.
-const char* matmul_shader(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-      return "matmul_F32";
-    case GgmlType::F16:
-      return "matmul_F16";
-    case GgmlType::BF16:
-      return "matmul_BF16";
-    case GgmlType::Q8_0:
-      return "matmul_Q8_0";
-    case GgmlType::Q4_0:
-      return "matmul_Q4_0";
-    case GgmlType::Q4_1:
-      return "matmul_Q4_1";
-    case GgmlType::Q5_0:
-      return "matmul_Q5_0";
-    case GgmlType::Q5_1:
-      return "matmul_Q5_1";
-    case GgmlType::Q2_K:
-      return "matmul_Q2_K";
-    case GgmlType::Q3_K:
-      return "matmul_Q3_K";
-    case GgmlType::Q4_K:
-      return "matmul_Q4_K";
-    case GgmlType::Q5_K:
-      return "matmul_Q5_K";
-    case GgmlType::Q6_K:
-      return "matmul_Q6_K";
-    case GgmlType::IQ4_NL:
-      return "matmul_IQ4_NL";
-    case GgmlType::IQ4_XS:
-      return "matmul_IQ4_XS";
-    case GgmlType::MXFP4:
-      return "matmul_MXFP4";
-    default:
-      return nullptr;
-  }
+// The matrix product shaders for a weight type (decode's row-parallel one and prefill's tiled one), or null:
+// that type's products run on the CPU.
+struct MatmulShaders {
+  GgmlType type;
+  const char* rows;
+  const char* tiled;
+};
+#define KESTREL_MATMUL(T) \
+  { GgmlType::T, "matmul_" #T, "matmul_tiled_" #T }
+constexpr MatmulShaders kMatmulShaders[] = {
+    KESTREL_MATMUL(F32),  KESTREL_MATMUL(F16),    KESTREL_MATMUL(BF16),   KESTREL_MATMUL(Q8_0),
+    KESTREL_MATMUL(Q4_0), KESTREL_MATMUL(Q4_1),   KESTREL_MATMUL(Q5_0),   KESTREL_MATMUL(Q5_1),
+    KESTREL_MATMUL(Q2_K), KESTREL_MATMUL(Q3_K),   KESTREL_MATMUL(Q4_K),   KESTREL_MATMUL(Q5_K),
+    KESTREL_MATMUL(Q6_K), KESTREL_MATMUL(IQ4_NL), KESTREL_MATMUL(IQ4_XS), KESTREL_MATMUL(MXFP4)};
+#undef KESTREL_MATMUL
+const MatmulShaders* matmul_shaders(GgmlType t) {
+  for (const MatmulShaders& m : kMatmulShaders)
+    if (m.type == t) return &m;
+  return nullptr;
 }
+// Their bindings: the weights, x, y, and for Q4_1/Q5_1 the activations' block sums.
+uint32_t matmul_bindings(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 4 : 3; }
+
+// The shaders besides the products and their bindings: their pipelines are made with the backend.
+constexpr std::pair<const char*, uint32_t> kShaders[] = {{"quantize_act", 2}, {"rmsnorm", 3},  {"rope", 2},
+                                                         {"eltwise", 3},      {"kv_write", 3}, {"attention", 5}};
 
 // The element-wise shader's operators (shaders/eltwise.comp).
 enum class Elt : uint32_t { Add, SiluMul, GeluMul, Scale, Softcap, AddBias, Fill, CopyRows, Gather };
@@ -123,6 +110,7 @@ class VulkanBackend final : public ForwardingBackend {
     if (o.max_binding_bytes > 0) ctx_.limit_binding(o.max_binding_bytes);
     if (o.gpu_layers < -1) throw Error(fmt::format("--gpu-layers {} must be 0 or more", o.gpu_layers));
     if (o.memory_limit < 0) throw Error(fmt::format("--gpu-memory {} must be positive", o.memory_limit));
+    for (const auto& [name, bindings] : kShaders) ctx_.prepare(name, bindings);
   }
 
   ~VulkanBackend() override {
@@ -172,6 +160,9 @@ class VulkanBackend final : public ForwardingBackend {
   Weight prepare_weight(Weight w) override {
     if (computes(w) && w.ne.size() >= 2 && on_device(layer_of(w.name))) {
       device_weight(w);
+      const MatmulShaders& m = *matmul_shaders(w.type);  // its products' pipelines, now
+      ctx_.prepare(m.rows, matmul_bindings(w.type));
+      ctx_.prepare(m.tiled, matmul_bindings(w.type));
       return w;
     }
     return in_.prepare_weight(std::move(w));
@@ -648,13 +639,13 @@ class VulkanBackend final : public ForwardingBackend {
 
   // Whether products with w run here, in a layer on the device: a type with a shader, not a --cpu-moe expert.
   bool computes(const Weight& w) const {
-    return matmul_shader(w.type) && w.present() && !(w.routed_expert && o_.cpu_moe);
+    return matmul_shaders(w.type) && w.present() && !(w.routed_expert && o_.cpu_moe);
   }
 
   // y[t * y_stride + r] = x[t * x_stride ..] . W row r for n tokens.
   void matmul_rows(const Weight& w, Act x, int64_t x_stride, int64_t n, Act y, int64_t y_stride) {
     if (n <= 0) return;
-    const char* shader = matmul_shader(w.type);
+    const MatmulShaders& shaders = *matmul_shaders(w.type);
     const DeviceWeight& dw = device_weight(w);
     vk::Binding bx = bind(x, (n - 1) * x_stride + w.cols(), Use::In), bs{};
     int64_t stride = x_stride;
@@ -664,6 +655,28 @@ class VulkanBackend final : public ForwardingBackend {
     }
     const vk::Binding by = bind(y, (n - 1) * y_stride + w.rows(), Use::Out);
     for (const auto& part : dw.parts) {
+      const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
+      if (n >= kVulkanTiledTokens) {
+        struct {
+          uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, s_off, x_stride;
+        } push{u32(part.rows),
+               u32(w.cols()),
+               u32(n),
+               bx.word,
+               by.word + u32(part.row0),
+               u32(y_stride),
+               u32(static_cast<int64_t>(w.row_stride())),
+               bs.word,
+               u32(stride)};
+        const uint32_t gx = u32((part.rows + 63) / 64), gy = u32((n + 31) / 32);
+        if (gx > 65535 || gy > 65535) throw Error(fmt::format("{}: a product of {} tokens is too large", w.name, n));
+        if (bs.buffer)
+          dispatch(shaders.tiled, {bw, bx, by, bs}, &push, sizeof push, gx, gy);
+        else
+          dispatch(shaders.tiled, {bw, bx, by}, &push, sizeof push, gx, gy);
+        counters_.tiled++;
+        continue;
+      }
       // Invocations per row: enough for the row's 32-element units (at least 8, the token tile's width for
       // the reduction's last step), at most the workgroup's 64; the rest of the workgroup takes more rows.
       const int64_t units = (w.cols() + 31) / 32;
@@ -683,12 +696,11 @@ class VulkanBackend final : public ForwardingBackend {
              bs.word,
              tpr,
              u32(stride)};
-      const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
       const uint32_t gy = (groups + push.groups_x - 1) / push.groups_x, gz = u32((n + 7) / 8);
       if (bs.buffer)  // Q4_1/Q5_1: the activations' block sums too
-        dispatch(shader, {bw, bx, by, bs}, &push, sizeof push, push.groups_x, gy, gz);
+        dispatch(shaders.rows, {bw, bx, by, bs}, &push, sizeof push, push.groups_x, gy, gz);
       else
-        dispatch(shader, {bw, bx, by}, &push, sizeof push, push.groups_x, gy, gz);
+        dispatch(shaders.rows, {bw, bx, by}, &push, sizeof push, push.groups_x, gy, gz);
     }
   }
 
