@@ -113,6 +113,11 @@ void Backend::gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Ac
 
 void Backend::fill(Act x, int64_t n, float value) { std::fill_n(host(x), n, value); }
 
+void Backend::argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) {
+  const float* p = map(x, rows * n);
+  for (int64_t r = 0; r < rows; r++) ids[r] = argmax(p + r * n, n);
+}
+
 void Backend::copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) {
   float* d = host(dst);
   const float* s = host(src);

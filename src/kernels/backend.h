@@ -175,6 +175,12 @@ class Backend {
     kestrel::moe_route(r, host(logits), bias, n, ids, weights, scratch.data());
   }
 
+  // Greedy sampling where the logits are: ids[i] = argmax (kernels/ops.h's rule: the first of equals) of row i
+  // of `rows` rows of n floats. The default reads the rows to the host; a device backend scans them in place
+  // (argmax_on_device), so a greedy step downloads ids instead of rows of n_vocab floats.
+  virtual void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids);
+  virtual bool argmax_on_device() const { return false; }
+
   // Whether matmul_many/swiglu are fused for these weights (for --log-fusion).
   virtual bool fuses(const Weight& /*a*/, const Weight& /*b*/) const { return false; }
 

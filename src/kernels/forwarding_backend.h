@@ -54,6 +54,8 @@ class ForwardingBackend : public Backend {
                  float* weights) override {
     fwd().moe_route(r, logits, bias, n, ids, weights);
   }
+  void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) override { fwd().argmax_rows(x, rows, n, ids); }
+  bool argmax_on_device() const override { return in_.argmax_on_device(); }
   bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
 
   void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override { fwd().embed(t, tokens, n, out); }

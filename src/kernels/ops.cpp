@@ -175,6 +175,13 @@ void gelu_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
+int32_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
 void softcap_inplace(float* x, int64_t n, float cap) {
   const float inv = 1.0f / cap;
   for (int64_t i = 0; i < n; i++) x[i] = cap * std::tanh(x[i] * inv);

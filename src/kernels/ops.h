@@ -51,6 +51,8 @@ void compress_block(const float* rows, int64_t stride, int entries, int split, i
                     int64_t score_off, int64_t width, float* out);
 // x[i] = cap * tanh(x[i] / cap): Gemma 2's final logit soft-cap.
 void softcap_inplace(float* x, int64_t n, float cap);
+// The index of the largest of x[0, n): the first of equal ones (a NaN is never larger; x[0] a NaN: 0).
+int32_t argmax(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float s);
 void add_inplace(float* x, const float* y, int64_t n);
 void add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t dim);

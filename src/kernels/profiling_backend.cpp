@@ -99,6 +99,9 @@ class ProfilingBackend final : public ForwardingBackend {
           [&] { in_.moe_route(r, logits, bias, n, ids, weights); });
     p_.record_expert_load(layer_, r.n_expert, ids, n * r.n_used);
   }
+  void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) override {
+    timed("argmax", -1, 4.0 * rows * n, 1.0 * rows * n, [&] { in_.argmax_rows(x, rows, n, ids); });
+  }
   void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override {
     timed("embed", -1, static_cast<double>(n) * t.row_stride(), 0, [&] { in_.embed(t, tokens, n, out); });
   }

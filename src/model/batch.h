@@ -11,6 +11,10 @@ struct Batch {
   std::vector<int32_t> positions;
   std::vector<int32_t> seq_ids;
   std::vector<uint8_t> want_logits;
+  // Every logits row is wanted only for its argmax (greedy sampling with nothing that reads the row: set only
+  // where Model::argmax_on_device()): forward() then writes, over the front of its logits buffer, one int32
+  // per logits row — the row's argmax (kernels/ops.h's rule) — and the rows themselves stay on the backend.
+  bool argmax_only = false;
 
   void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -18,7 +22,13 @@ struct Batch {
     seq_ids.push_back(seq);
     want_logits.push_back(logits ? 1 : 0);
   }
-  void clear() { tokens.clear(); positions.clear(); seq_ids.clear(); want_logits.clear(); }
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    seq_ids.clear();
+    want_logits.clear();
+    argmax_only = false;
+  }
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_logit_rows() const {
     int64_t n = 0;

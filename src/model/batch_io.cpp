@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -48,15 +49,15 @@ IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig
   return w;
 }
 
-void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps,
-                   const Weight& output, Act scratch, Act logits, float* hidden) {
+void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps, const Weight& output,
+                   Act scratch, Act logits, float* hidden, const ArgmaxOut* greedy) {
   if (hidden) {
     be.annotate_layer(-1);
     const Act h = be.host_view(hidden);
     be.rmsnorm(x, norm, h, b.size(), dim, eps);
     be.read(h, hidden, b.size() * dim);
   }
-  if (!logits) return;
+  if (!logits && !greedy) return;
   thread_local std::vector<int64_t> rows;  // grown once to the largest batch
   rows.clear();
   for (int64_t i = 0; i < b.size(); i++)
@@ -66,7 +67,13 @@ void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float*
   be.gather_rows(x, x, rows.data(), n, dim);  // to the front, in place
   be.annotate_layer(-1);
   be.rmsnorm(x, norm, scratch, n, dim, eps);
-  be.matmul(output, scratch, n, logits);
+  if (!greedy) return be.matmul(output, scratch, n, logits);
+  for (int64_t r0 = 0; r0 < n; r0 += greedy->chunk) {
+    const int64_t k = std::min(greedy->chunk, n - r0);
+    be.matmul(output, scratch + r0 * dim, k, greedy->rows);
+    if (greedy->softcap > 0.0f) be.softcap(greedy->rows, k * output.rows(), greedy->softcap);
+    be.argmax_rows(greedy->rows, k, output.rows(), greedy->ids + r0);
+  }
 }
 
 }  // namespace kestrel

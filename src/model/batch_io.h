@@ -32,11 +32,21 @@ struct IoWeights {
 IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head = true,
                           bool with_embedding = true);
 
+// Greedy steps (Batch::argmax_only): the head's rows go `chunk` at a time into `rows` (chunk * n_vocab floats
+// on the backend), are soft-capped there (softcap > 0) and only their argmax comes back, to ids.
+struct ArgmaxOut {
+  Act rows;
+  int64_t chunk;
+  float softcap;
+  int32_t* ids;
+};
+
 // Moves the rows of x that want logits to the front, then
-// logits = rmsnorm(rows, norm) . output (skipped when logits is empty);
-// scratch holds rows * dim floats. With hidden set, first rmsnorm(x, norm)
-// of every row into that host memory.
-void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps,
-                   const Weight& output, Act scratch, Act logits, float* hidden = nullptr);
+// logits = rmsnorm(rows, norm) . output (skipped when logits is empty and
+// there is no greedy); scratch holds rows * dim floats. With hidden set, first
+// rmsnorm(x, norm) of every row into that host memory. With greedy, the
+// rows' argmax instead of logits (ArgmaxOut).
+void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps, const Weight& output,
+                   Act scratch, Act logits, float* hidden = nullptr, const ArgmaxOut* greedy = nullptr);
 
 }  // namespace kestrel

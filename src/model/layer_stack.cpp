@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -210,6 +211,15 @@ void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, con
 void LayerStack::head_rows(const Batch& b, Act rows, const std::vector<float>& norm, const Weight& output,
                            float* logits, float* hidden) {
   const ModelConfig& c = cfg_;
+  if (logits && b.argmax_only) {  // greedy: the rows stay on the backend, their argmax comes back
+    const int64_t n = b.n_logit_rows(), chunk = std::min<int64_t>(n, kArgmaxChunk);
+    argmax_rows_.ensure(be_, chunk * c.n_vocab);
+    argmax_ids_.resize(static_cast<size_t>(n));
+    const ArgmaxOut greedy{argmax_rows_, chunk, c.final_softcap, argmax_ids_.data()};
+    output_logits(be_, b, rows, c.n_embd, norm.data(), c.rms_eps, output, xb_, Act(), hidden, &greedy);
+    std::memcpy(logits, argmax_ids_.data(), static_cast<size_t>(n) * sizeof(int32_t));
+    return;
+  }
   const Act out = logits ? be_.host_view(logits) : Act();
   output_logits(be_, b, rows, c.n_embd, norm.data(), c.rms_eps, output, xb_, out, hidden);
   if (!logits) return;

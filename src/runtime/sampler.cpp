@@ -25,13 +25,6 @@ void SamplingParams::validate() const {
     if (!(bias >= -100.0f && bias <= 100.0f)) bad("logit_bias", bias, "-100 to 100");
 }
 
-int32_t argmax(const float* logits, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; i++)
-    if (logits[i] > logits[best]) best = i;
-  return static_cast<int32_t>(best);
-}
-
 Sampler::Sampler(const SamplingParams& params, int64_t n_vocab) : p_(params), n_vocab_(n_vocab), rng_(params.seed) {
   p_.validate();
   cand_.reserve(static_cast<size_t>(n_vocab));

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/ops.h"  // argmax
+
 namespace kestrel {
 
 struct SamplingParams {
@@ -41,6 +43,11 @@ class Sampler {
   int32_t sample_or_accept(float* logits, const std::vector<int32_t>& history, int32_t draft, bool& accepted);
 
   const SamplingParams& params() const { return p_; }
+  // Greedy with nothing that changes the logits first (penalties, biases): sample() is the row's argmax.
+  bool plain_greedy() const {
+    return p_.temperature <= 0.0f && p_.logit_bias.empty() && p_.repeat_penalty == 1.0f &&
+           p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f;
+  }
 
  private:
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
@@ -60,8 +67,6 @@ class Sampler {
   std::vector<Candidate> cand_;
   std::vector<int32_t> counts_;
 };
-
-int32_t argmax(const float* logits, int64_t n);
 
 // A token and its log-probability.
 struct TokenChoice {

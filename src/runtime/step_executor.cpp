@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "core/error.h"
 #include "model/batch_io.h"
@@ -233,6 +234,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
   for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;
   f.start_s = seconds_now();
   add_drafts(f);
+  f.batch.argmax_only = ids_only(f);
   place_batch(f.batch, *e_.kv, e_.model->config().n_vocab, f.place);
   if (depth_ > 1) {  // (one slot: forward() at landing)
     e_.model->start_forward(f.batch, f.place, e_.kv->store(), slot);
@@ -298,7 +300,8 @@ void StepExecutor::land(StepReport& report) {
       for (int64_t i = 0; i < n_prompt_rows; i++) keep_logits(out, logits_.data() + (row.first_logits_row + i) * nv, row.first + i);
     }
     int64_t computed = row.first + row.n;
-    if (row.logits && !sample_row(row, computed, sampled)) continue;  // ended: its blocks are free already
+    if (row.logits && !sample_row(row, computed, sampled, f.batch.argmax_only))
+      continue;  // ended: its blocks are free already
     outcomes.push_back({row.id, rollback_state(row, computed)});
   }
   for (const BlockCopies& c : sched_.update(outcomes)) e_.kv->store().copy(c);
@@ -320,7 +323,23 @@ int64_t StepExecutor::rollback_state(const Row& row, int64_t computed) {
   return row.first;
 }
 
-bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {
+// Whether the step's logits rows are wanted only for their argmax (Batch::argmax_only: a GPU then downloads ids,
+// not rows): the model can, and every row that samples is plain greedy with nothing else reading its logits.
+bool StepExecutor::ids_only(const Flight& f) const {
+  if (!e_.model->argmax_on_device() || proposer_ || depth_ > 1) return false;
+  bool any = false;
+  for (const Row& row : f.rows) {
+    if (!row.logits && !row.all_logits) continue;
+    const Request& r = *row.r;
+    if (row.all_logits || !row.draft.empty() || !r.sampler->plain_greedy() || r.params.top_logprobs >= 0 ||
+        r.params.constraint)
+      return false;
+    any = true;
+  }
+  return any;
+}
+
+bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled, bool ids) {
   Request& r = *row.r;
   RequestOutput& out = output(r.id);
   const int64_t nv = e_.model->config().n_vocab;
@@ -345,7 +364,11 @@ bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled) {
     }
     const int32_t d = i < row.draft.size() ? row.draft[i] : -1;
     bool kept = false;
-    int32_t tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.tokens, d, kept) : r.sampler->sample(logits, r.tokens);
+    int32_t tok = 0;
+    if (ids)  // Batch::argmax_only: the model wrote the rows' argmax, an int32 each, where the rows would be
+      std::memcpy(&tok, logits_.data() + row.logits_row, sizeof tok);
+    else
+      tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.tokens, d, kept) : r.sampler->sample(logits, r.tokens);
     sampled++;
     if (r.params.reasoning_budget >= 0) tok = reasoning_budget(r, tok, d, kept);
     if (grammar) grammar->accept(tok);

@@ -138,7 +138,9 @@ class StepExecutor {
   void observe_hidden(const Flight& f);
   void assign_logits_rows(Flight& f);
   // Samples the row's token and each draft while the picks agree. False: the request ended.
-  bool sample_row(Row& row, int64_t& computed, int64_t& sampled);
+  // ids: the step ran with Batch::argmax_only (the logits buffer holds the rows' argmax).
+  bool sample_row(Row& row, int64_t& computed, int64_t& sampled, bool ids);
+  bool ids_only(const Flight& f) const;
   // The tokens whose effect stays in the cache: computed, or where a recurrent state had to go back to.
   int64_t rollback_state(const Row& row, int64_t computed);
   // Appends a sampled token; false when the request ended (and is gone).

@@ -20,6 +20,7 @@ namespace {
 using json = nlohmann::json;
 using test::kStories;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The answer's text: a streamed one's deltas joined, or the whole one's.
 std::string answer(httplib::Client& c, const std::string& path, json body, bool stream) {
@@ -104,6 +105,16 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   EXPECT_EQ(gpu.out, cpu.out);
   EXPECT_THAT(gpu.err, HasSubstr("Vulkan device 0"));
+  // Greedy: each step's argmax taken on the device, only the ids downloaded (30 rows: the prompt's last, then
+  // 29 decode steps). A penalty rewrites the logits first: those rows come down and the host samples.
+  EXPECT_THAT(gpu.err, HasSubstr("greedy ids of 30 logits rows taken on the device"));
+  std::vector<std::string> penalised = args;
+  penalised.insert(penalised.end(), {"--repeat-penalty", "1.3"});
+  const test::CliResult cpu_pen = test::run_kestrel(penalised), gpu_pen = run_with(penalised, {"--device", "vulkan"});
+  ASSERT_EQ(gpu_pen.exit_code, 0) << gpu_pen.err;
+  EXPECT_EQ(gpu_pen.out, cpu_pen.out);
+  EXPECT_NE(gpu_pen.out, cpu.out) << "the penalty changed nothing: a weak check";
+  EXPECT_THAT(gpu_pen.err, Not(HasSubstr("greedy ids of")));
   const test::CliResult bad = on("cuda");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("--device cuda: expected cpu, vulkan or vulkan:N"));

@@ -8,6 +8,7 @@
 // A machine without a Vulkan device fails these tests (scripts/setup.sh installs lavapipe), it does not skip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "formats/block_formats.h"
 #include "kernels/backend.h"
+#include "kernels/ops.h"
 #include "kernels/vulkan_backend.h"
 
 namespace kestrel {
@@ -438,6 +440,41 @@ TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
       });
       expect_close(got, want, 2e-5f, std::string(kv_type_name(type)) + " variant " + std::to_string(variant));
     }
+  }
+}
+
+// Greedy sampling on the device: each row's argmax equals kernels/ops.h's (the first of equal maxima; NaNs never
+// win; x[0] a NaN gives 0), over a vocabulary-sized row, a short one, ties across the workgroup's stripes,
+// all -inf and a row of NaNs; the ids land in host memory.
+TEST_F(VulkanOps, ArgmaxOfEachRowEqualsTheHostsRule) {
+  ASSERT_TRUE(gpu_->argmax_on_device());
+  ASSERT_FALSE(cpu_->argmax_on_device());
+  for (int64_t n : {151936, 7, 1000}) {
+    const int64_t rows = 6;
+    auto x = random_floats(static_cast<size_t>(rows * n), 40 + static_cast<uint32_t>(n));
+    float* r1 = x.data() + n;  // ties: the same maximum in several stripes (the first must win)
+    const float top = 100.0f;
+    for (int64_t i : {n - 1, n / 2, int64_t{3}}) r1[std::min(i, n - 1)] = top;
+    float* r2 = x.data() + 2 * n;
+    std::fill(r2, r2 + n, -INFINITY);
+    float* r3 = x.data() + 3 * n;
+    std::fill(r3, r3 + n, NAN);
+    float* r4 = x.data() + 4 * n;  // NaNs beside the maximum
+    r4[0] = NAN;
+    if (n > 2) r4[n - 1] = 1e9f, r4[n - 2] = NAN;
+    float* r5 = x.data() + 5 * n;  // a NaN before the maximum, not first
+    r5[n - 1] = 1e9f;
+    r5[n / 2] = NAN;
+    std::vector<int32_t> want(rows), got(rows, -1);
+    for (int64_t r = 0; r < rows; r++) want[static_cast<size_t>(r)] = argmax(x.data() + r * n, n);
+    const uint64_t before = device_counters(*gpu_)->argmax_rows;
+    on_device([&] {
+      Act gx = upload(*gpu_, x);
+      gpu_->argmax_rows(gx, rows, n, got.data());
+      gpu_->release(gx);
+    });
+    EXPECT_EQ(got, want) << "n=" << n << " on " << device_;
+    EXPECT_EQ(device_counters(*gpu_)->argmax_rows - before, static_cast<uint64_t>(rows));
   }
 }
 

@@ -80,8 +80,8 @@ const MatmulShaders* matmul_shaders(GgmlType t) {
 uint32_t matmul_bindings(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 4 : 3; }
 
 // The shaders besides the products and their bindings: their pipelines are made with the backend.
-constexpr std::pair<const char*, uint32_t> kShaders[] = {{"quantize_act", 2}, {"rmsnorm", 3},  {"rope", 2},
-                                                         {"eltwise", 3},      {"kv_write", 3}, {"attention", 5}};
+constexpr std::pair<const char*, uint32_t> kShaders[] = {
+    {"quantize_act", 2}, {"rmsnorm", 3}, {"rope", 2}, {"eltwise", 3}, {"kv_write", 3}, {"attention", 5}, {"argmax", 2}};
 
 // The element-wise shader's operators (shaders/eltwise.comp).
 enum class Elt : uint32_t { Add, SiluMul, GeluMul, Scale, Softcap, AddBias, Fill, CopyRows, Gather };
@@ -135,7 +135,7 @@ class VulkanBackend final : public ForwardingBackend {
     fill(c);
     return fmt::format(
         "Vulkan device {} ({}; {}): matrix products, {}norms, RoPE and element-wise operators on the device; "
-        "{}embeddings and MoE routing on the host: {}{}",
+        "{}embeddings and MoE routing on the host: {}{}{}",
         ctx_.index(), ctx_.name(), c.placement(),
         kv_bytes_ > 0 ? fmt::format("attention over the KV cache ({:.1f} MiB on the device), ",
                                     static_cast<double>(kv_bytes_) / (1 << 20))
@@ -143,7 +143,8 @@ class VulkanBackend final : public ForwardingBackend {
         kv_bytes_ > 0 ? "" : "attention, ", in_.describe(),
         c.submissions > 0
             ? fmt::format("; {} submissions, {} of them recorded command buffers replayed", c.submissions, c.reused)
-            : "");
+            : "",
+        c.argmax_rows > 0 ? fmt::format("; greedy ids of {} logits rows taken on the device", c.argmax_rows) : "");
   }
 
   // The model's layer annotations place the operators: a layer --gpu-layers leaves out runs on the CPU.
@@ -275,6 +276,23 @@ class VulkanBackend final : public ForwardingBackend {
            static_cast<uint32_t>(kv.v_format.group())};
     if (n > 65535) throw Error(fmt::format("Vulkan attention: {} query tokens in one call (at most 65535)", n));
     dispatch("attention", {bq, bk, bv, bo, bm}, &push, sizeof push, u32(s.n_head), u32(n));
+  }
+
+  // ---- Greedy sampling ----
+  // Where the output head runs on the device: the rows' argmax there, and only the ids come back.
+  bool argmax_on_device() const override { return on_device(-1); }
+  void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) override {
+    if (on_cpu_ || !device_memory(host(x))) return fwd().argmax_rows(x, rows, n, ids);
+    if (rows <= 0) return;
+    if (rows > 65535) throw Error(fmt::format("Vulkan argmax: {} rows in one call (at most 65535)", rows));
+    const vk::Binding bx = bind(x, rows * n, Use::In);
+    const vk::Binding bi = bind(host_view(reinterpret_cast<float*>(ids)), rows, Use::Out);  // ints, copied back
+    struct {
+      uint32_t n, x_off, ids_off;
+    } push{u32(n), bx.word, bi.word};
+    dispatch("argmax", {bx, bi}, &push, sizeof push, u32(rows));
+    counters_.argmax_rows += static_cast<uint64_t>(rows);
+    sync();
   }
 
   // ---- Buffers ----
