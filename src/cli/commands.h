@@ -132,8 +132,9 @@ inline void add_device_option(CLI::App* cmd, kestrel::LoadOptions& o) {
                 "With --device vulkan: keep the routed experts' weights in host memory and run them on the CPU");
   cmd->add_option_function<std::string>(
       "--gpu-memory", [&o](const std::string& s) { o.gpu_memory = parse_size(s, "--gpu-memory"); },
-      "With --device vulkan: the most device memory the weights may take (e.g. 6G); a load that needs more "
-      "names the weight that did not fit");
+      "With --device vulkan: the most device memory the backend may take for weights, KV cache, activations "
+      "and staging (e.g. 6G); a load that needs more names the weight or KV pool that did not fit, a request "
+      "that needs more fails alone");
 }
 
 // The device placement add_device_option read, copied into the options a command loads with.

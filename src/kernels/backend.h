@@ -175,6 +175,10 @@ class Backend {
     kestrel::moe_route(r, host(logits), bias, n, ids, weights, scratch.data());
   }
 
+  // A forward step failed midway (an exception: its requests fail): work a device backend queued for it is
+  // dropped, never run with a later step (it would write cache rows the failed requests no longer own).
+  virtual void abandon() {}
+
   // Greedy sampling where the logits are: ids[i] = argmax (kernels/ops.h's rule: the first of equals) of row i
   // of `rows` rows of n floats. The default reads the rows to the host; a device backend scans them in place
   // (argmax_on_device), so a greedy step downloads ids instead of rows of n_vocab floats.

@@ -55,6 +55,7 @@ class ForwardingBackend : public Backend {
     fwd().moe_route(r, logits, bias, n, ids, weights);
   }
   void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) override { fwd().argmax_rows(x, rows, n, ids); }
+  void abandon() override { in_.abandon(); }
   bool argmax_on_device() const override { return in_.argmax_on_device(); }
   bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
 

@@ -23,8 +23,9 @@ struct VulkanOptions {
   int n_layer = 0;  // the model's layer count (block_count), to tell where the output head goes
   // --cpu-moe: the routed experts' weights stay in host memory and their products run on the CPU.
   bool cpu_moe = false;
-  // --gpu-memory: > 0: the weights may take at most this many bytes of device memory (a load that needs more
-  // fails naming the weight that did not fit; fewer --gpu-layers then fit).
+  // --gpu-memory: > 0: the backend's buffers (weights, KV pools, activations, staging) may take at most this many
+  // bytes of device memory: a load that needs more fails naming the weight or pool that did not fit (fewer
+  // --gpu-layers, a smaller context then fit); a request that needs more fails, the server goes on.
   int64_t memory_limit = 0;
   // > 0 holds every buffer binding to that many bytes (tests: the path a matrix larger than the device's
   // maxStorageBufferRange takes, in parts).

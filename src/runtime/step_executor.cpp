@@ -267,12 +267,17 @@ void StepExecutor::land(StepReport& report) {
   for (const Row& r : f.rows) keep_hidden = keep_hidden || r.want_hidden;
   if (keep_hidden && hidden_.empty())
     hidden_.resize(static_cast<size_t>(e_.model->max_batch_tokens() * e_.model->hidden_dim()));
-  if (depth_ == 1) {
-    e_.model->forward(f.batch, f.place, e_.kv->store(), logits_.data(),
-                      proposer_hidden || keep_hidden ? hidden_.data() : nullptr);
-  } else {
-    if (keep_hidden) throw Error("hidden states (embeddings) are not kept across pipelined steps (pp > 1)");
-    e_.model->finish_forward(slot, logits_.data());
+  try {
+    if (depth_ == 1) {
+      e_.model->forward(f.batch, f.place, e_.kv->store(), logits_.data(),
+                        proposer_hidden || keep_hidden ? hidden_.data() : nullptr);
+    } else {
+      if (keep_hidden) throw Error("hidden states (embeddings) are not kept across pipelined steps (pp > 1)");
+      e_.model->finish_forward(slot, logits_.data());
+    }
+  } catch (...) {
+    e_.backend->abandon();  // what a device queued for the failed step never runs with a later one
+    throw;
   }
   for (Row& row : f.rows) {  // requests cancelled while their step was in flight are gone
     row.r = sched_.find(row.id);

@@ -4,7 +4,10 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <iomanip>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "cli_process.h"
@@ -96,6 +99,46 @@ TEST(VulkanServe, AnswersAsTheCpuBackendDoesConcurrentlyAndStreamedAndCancels) {
   EXPECT_EQ(answer(c, path(requests[0]), requests[0], false), want[0]);
 }
 
+// --gpu-memory bounds everything the backend allocates. A request that needs more device memory than is left
+// (every row of a 300-token prompt's logits, echoed with logprobs, staged for the host) fails alone with an error
+// naming the limit; the server goes on answering the others as a server without the limit does.
+TEST(VulkanServe, ARequestPastTheDeviceMemoryLimitFailsAloneAndTheServerGoesOn) {
+  const std::string model = test::shared("reference/llama.cpp/llama-tiny.f32.gguf");
+  auto with = [&](const std::string& limit) {
+    return std::vector<std::string>{"-m", model, "-c", "1024", "--device", "vulkan", "--gpu-memory", limit};
+  };
+  const json short_req = {{"prompt", "Hello"}, {"max_tokens", 4}, {"temperature", 0}};
+  double in_use = 0;
+  std::string want;
+  {
+    test::ServerProcess s(with("1G"));
+    const std::string log = s.log();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("([0-9.]+) MiB of device memory in use of --gpu-memory"))) << log;
+    in_use = std::stod(m[1]);
+    auto c = s.client();
+    want = answer(c, "/v1/completions", short_req, false);
+    ASSERT_FALSE(want.empty());
+  }
+  // Room for a short request's staging and scratch (12 MiB), not for 256 rows of 32000 logits (31 MiB).
+  std::ostringstream limit;
+  limit << std::fixed << std::setprecision(1) << in_use + 12 << "M";
+  test::ServerProcess s(with(limit.str()));
+  auto c = s.client();
+  EXPECT_EQ(answer(c, "/v1/completions", short_req, false), want);
+  std::string prompt;
+  for (int i = 0; i < 150; i++) prompt += "hello world ";
+  const json echo = {{"prompt", prompt}, {"max_tokens", 1}, {"echo", true}, {"logprobs", 1}, {"temperature", 0}};
+  const auto r = c.Post("/v1/completions", echo.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  EXPECT_THAT(r->body, HasSubstr("out of Vulkan device memory: --gpu-memory " +
+                                 limit.str().substr(0, limit.str().size() - 1) + " MiB is used up"));
+  EXPECT_THAT(r->body, HasSubstr("staging memory"));
+  EXPECT_EQ(answer(c, "/v1/completions", short_req, true), want);
+  EXPECT_EQ(answer(c, "/v1/completions", short_req, false), want);
+}
+
 TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   const std::vector<std::string> args = {"run", "-m", kStories, "-p", "Once upon a time", "-n", "30", "--temp", "0"};
   const test::CliResult cpu = test::run_kestrel(args);
@@ -151,13 +194,21 @@ TEST(VulkanRun, GpuLayersSplitAModelTooBigForTheDeviceAndGiveTheSameText) {
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   const test::CliResult all = with({"--device", "vulkan", "--gpu-memory", "2M"});
   EXPECT_NE(all.exit_code, 0);
-  EXPECT_THAT(all.err, HasSubstr("out of Vulkan device memory: --gpu-memory 2.0 MiB is used up: weight blk."));
+  EXPECT_THAT(all.err, HasSubstr("out of Vulkan device memory: --gpu-memory 2.0 MiB is used up ("));
+  EXPECT_THAT(all.err, HasSubstr("): weight blk."));
   EXPECT_THAT(all.err, HasSubstr("fewer --gpu-layers"));
+  // --gpu-memory counts the KV cache and activations too (the whole model needs 13.3 MiB at -c 512, its first
+  // layer 10.2 MiB).
   for (const std::string layers : {"0", "1"}) {
-    const test::CliResult split = with({"--device", "vulkan", "--gpu-memory", "2M", "--gpu-layers", layers});
+    const test::CliResult split =
+        with({"--device", "vulkan", "-c", "512", "--gpu-memory", "12M", "--gpu-layers", layers});
     ASSERT_EQ(split.exit_code, 0) << split.err;
     EXPECT_EQ(split.out, cpu.out) << "--gpu-layers " << layers;
   }
+  // At the model's own context (131072) a layer's KV pool is 32 MiB: the load names it.
+  const test::CliResult kv = with({"--device", "vulkan", "--gpu-memory", "12M", "--gpu-layers", "1"});
+  EXPECT_NE(kv.exit_code, 0);
+  EXPECT_THAT(kv.err, HasSubstr("KV cache keys of layer 0 (a smaller context, -c, or fewer --gpu-layers need less)"));
   const test::CliResult info = test::run_kestrel({"info", model, "--device", "vulkan", "--gpu-layers", "1"});
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_THAT(info.out,

@@ -478,6 +478,27 @@ TEST_F(VulkanOps, ArgmaxOfEachRowEqualsTheHostsRule) {
   }
 }
 
+// A step that fails midway (an exception; its requests fail): what it queued is dropped, not run with the next
+// step's work (it would write into cache rows the failed requests gave back), and the host memory it staged an
+// output for is never written. The backend goes on working.
+TEST_F(VulkanOps, AFailedStepsQueuedWorkIsDroppedNotRunLater) {
+  const int64_t n = 100;
+  const auto a = random_floats(n, 70), b = random_floats(n, 71);
+  Act ga = upload(*gpu_, a), gb = upload(*gpu_, b);
+  ASSERT_EQ(out(*gpu_, ga, n), a);
+  std::vector<float> host(n, -7.0f);
+  gpu_->add(ga, gb, n);                                      // queued: ga += gb
+  gpu_->copy(gpu_->host_view(host.data()), n, gb, n, 1, n);  // queued: into host memory, through staging
+  gpu_->abandon();
+  EXPECT_EQ(out(*gpu_, ga, n), a) << "the failed step's add ran later";
+  EXPECT_EQ(host, std::vector<float>(n, -7.0f)) << "the failed step's staged output was copied back";
+  on_device([&] { gpu_->add(ga, gb, n); });
+  const auto sum = out(*gpu_, ga, n);
+  for (int64_t i = 0; i < n; i++) ASSERT_EQ(sum[i], a[i] + b[i]);
+  gpu_->release(ga);
+  gpu_->release(gb);
+}
+
 TEST(VulkanDevice, BadDeviceValuesAndIndicesAreNamed) {
   EXPECT_EQ(parse_device("cpu"), -1);
   EXPECT_EQ(parse_device("vulkan"), 0);

@@ -146,6 +146,9 @@ std::vector<uint32_t> Context::memory_types(uint32_t allowed, VkDeviceSize bytes
 }
 
 std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::string& what, bool zero) {
+  if (budget_ > 0 && allocated_ + bytes > budget_)
+    throw Error(fmt::format("out of Vulkan device memory: --gpu-memory {} is used up ({} in use, {} more needed): {}",
+                            mib(budget_), mib(allocated_), mib(bytes), what));
   auto b = std::make_unique<Buffer>();
   b->bytes = bytes;
   VkBufferCreateInfo info{};
@@ -195,6 +198,7 @@ std::unique_ptr<Buffer> Context::create(size_t bytes, Memory memory, const std::
     check(vkMapMemory(device_, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped), "vkMapMemory");
     if (memory != Memory::Weights && zero) std::memset(b->mapped, 0, bytes);
   }
+  allocated_ += bytes;
   return b;
 }
 
@@ -202,6 +206,7 @@ void Context::destroy(Buffer& b) {
   // A recorded command buffer that bound this buffer is invalid from now on (and a new buffer may get its handle).
   forget_recorded();
   if (b.mapped) vkUnmapMemory(device_, b.memory);
+  allocated_ -= b.buffer ? b.bytes : 0;
   vkDestroyBuffer(device_, b.buffer, nullptr);
   vkFreeMemory(device_, b.memory, nullptr);
   b = Buffer{};

@@ -54,6 +54,11 @@ class Context {
     max_range_ = std::min(max_range_, std::max<VkDeviceSize>(bytes / align_ * align_, align_));
   }
   VkDeviceSize offset_alignment() const { return align_; }
+  // At most this many bytes of buffers at once (--gpu-memory; 0: what the device has): create() past it is an
+  // Error naming what did not fit and what is in use.
+  void limit_memory(size_t bytes) { budget_ = bytes; }
+  size_t budget() const { return budget_; }
+  size_t allocated() const { return allocated_; }  // the buffers' bytes now
 
   // A buffer of `bytes` in that kind of memory (zeroed when mapped); Error naming `what` and the free memory
   // when the device has no room.
@@ -72,6 +77,11 @@ class Context {
   // backend makes those a model will use at load, so no step waits for a shader compiler.
   void prepare(std::string_view name, uint32_t bindings) { pipeline(name, bindings); }
   bool pending() const { return !pending_.empty(); }
+  // Drops the list without submitting it (a step that failed midway).
+  void discard() {
+    pending_.clear();
+    key_.clear();
+  }
   // Submits the list and waits for it (a lost device is an Error). A list equal to one recorded before (the
   // same dispatches, bindings and push constants: a step of a shape seen before, its per-step data written
   // to the same places) reuses that command buffer instead of recording a new one; the last kKeep are kept.
@@ -130,6 +140,7 @@ class Context {
   std::vector<uint64_t> key_;  // pending_'s fields, as flush compares them
   std::vector<Recorded> recorded_;
   uint64_t submissions_ = 0, reused_ = 0, uses_ = 0;
+  size_t budget_ = 0, allocated_ = 0;
 };
 
 }  // namespace kestrel::vk

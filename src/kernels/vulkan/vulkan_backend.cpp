@@ -110,6 +110,7 @@ class VulkanBackend final : public ForwardingBackend {
     if (o.max_binding_bytes > 0) ctx_.limit_binding(o.max_binding_bytes);
     if (o.gpu_layers < -1) throw Error(fmt::format("--gpu-layers {} must be 0 or more", o.gpu_layers));
     if (o.memory_limit < 0) throw Error(fmt::format("--gpu-memory {} must be positive", o.memory_limit));
+    ctx_.limit_memory(static_cast<size_t>(o.memory_limit));
     for (const auto& [name, bindings] : kShaders) ctx_.prepare(name, bindings);
   }
 
@@ -134,9 +135,12 @@ class VulkanBackend final : public ForwardingBackend {
     DeviceCounters c = counters_;
     fill(c);
     return fmt::format(
-        "Vulkan device {} ({}; {}): matrix products, {}norms, RoPE and element-wise operators on the device; "
+        "Vulkan device {} ({}; {}; {:.1f} MiB of device memory in use{}): matrix products, {}norms, RoPE and "
+        "element-wise operators on the device; "
         "{}embeddings and MoE routing on the host: {}{}{}",
-        ctx_.index(), ctx_.name(), c.placement(),
+        ctx_.index(), ctx_.name(), c.placement(), static_cast<double>(ctx_.allocated()) / (1 << 20),
+        ctx_.budget() > 0 ? fmt::format(" of --gpu-memory {:.1f} MiB", static_cast<double>(ctx_.budget()) / (1 << 20))
+                          : "",
         kv_bytes_ > 0 ? fmt::format("attention over the KV cache ({:.1f} MiB on the device), ",
                                     static_cast<double>(kv_bytes_) / (1 << 20))
                       : "",
@@ -174,7 +178,8 @@ class VulkanBackend final : public ForwardingBackend {
   // operator falls back), for the layers on the device and pools one binding can span; else host memory.
   std::shared_ptr<void> kv_memory(int layer, size_t bytes, const std::string& what) override {
     if (!on_device(layer) || bytes > ctx_.max_binding()) return nullptr;
-    auto b = ctx_.create(bytes, vk::Memory::Activations, what, false);
+    auto b = ctx_.create(bytes, vk::Memory::Activations,
+                         what + " (a smaller context, -c, or fewer --gpu-layers need less)", false);
     if (!b->mapped) return nullptr;
     void* p = b->mapped;
     kv_bytes_ += bytes;
@@ -276,6 +281,14 @@ class VulkanBackend final : public ForwardingBackend {
            static_cast<uint32_t>(kv.v_format.group())};
     if (n > 65535) throw Error(fmt::format("Vulkan attention: {} query tokens in one call (at most 65535)", n));
     dispatch("attention", {bq, bk, bv, bo, bm}, &push, sizeof push, u32(s.n_head), u32(n));
+  }
+
+  // A failed step's recorded work is dropped, and the host outputs it staged are never copied back.
+  void abandon() override {
+    ctx_.discard();
+    copy_back_.clear();
+    sync();
+    in_.abandon();
   }
 
   // ---- Greedy sampling ----
@@ -635,16 +648,10 @@ class VulkanBackend final : public ForwardingBackend {
             "weight {} ({:.1f} MiB; {:.1f} MiB of weights uploaded before it; fewer "
             "--gpu-layers or --cpu-moe keep more on the CPU)",
             w.name, static_cast<double>(bytes) / (1 << 20), static_cast<double>(uploaded_) / (1 << 20));
-        size_t chunk = std::max<size_t>(bytes, size_t{64} << 20);
-        if (o_.memory_limit > 0) {
-          const auto limit = static_cast<size_t>(o_.memory_limit);
-          if (reserved_ + bytes > limit)
-            throw Error(fmt::format("out of Vulkan device memory: --gpu-memory {:.1f} MiB is used up: {}",
-                                    static_cast<double>(limit) / (1 << 20), what));
-          chunk = std::min(chunk, limit - reserved_);
-        }
+        // Under --gpu-memory each weight gets just its bytes: a chunk's spare room would count against the KV
+        // cache and activations.
+        const size_t chunk = ctx_.budget() > 0 ? bytes : std::max<size_t>(bytes, size_t{64} << 20);
         weight_chunks_.push_back(ctx_.create(chunk, vk::Memory::Weights, what));
-        reserved_ += chunk;
         at = 0;
       }
       ctx_.upload(*weight_chunks_.back(), at, w.row(r0), bytes);
@@ -778,7 +785,7 @@ class VulkanBackend final : public ForwardingBackend {
   std::map<uintptr_t, std::unique_ptr<vk::Buffer> > acts_;  // by mapped address
   std::map<std::pair<const void*, size_t>, DeviceWeight> weights_;
   std::vector<std::unique_ptr<vk::Buffer> > weight_chunks_;
-  size_t chunk_used_ = 0, uploaded_ = 0, reserved_ = 0, kv_bytes_ = 0;  // reserved_: the weight chunks' bytes
+  size_t chunk_used_ = 0, uploaded_ = 0, kv_bytes_ = 0;
   VulkanOptions o_;
   bool on_cpu_ = false;       // the current layer runs on the CPU (--gpu-layers)
   ActBuffer ffn_h_, ffn_h2_, gather_;  // ffn_many's and gather_rows' scratch (released first in the destructor)
