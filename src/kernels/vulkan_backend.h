@@ -45,6 +45,7 @@ struct DeviceCounters {
   std::string device;        // "Vulkan 0: llvmpipe (LLVM 15.0.6, 256 bits)"
   uint64_t dispatches = 0;   // shader dispatches recorded
   uint64_t tiled = 0;        // ...of which tiled matrix products (kVulkanTiledTokens tokens or more)
+  uint64_t routed = 0;       // tokens MoE-routed on the device
   uint64_t argmax_rows = 0;  // logits rows whose argmax the device took (greedy steps download ids)
   uint64_t submissions = 0;  // command buffers submitted
   uint64_t reused = 0;       // ...of which recorded before (a step of a shape seen before)

@@ -249,6 +249,7 @@ TEST(VulkanRun, MoeExpertsOnTheDeviceOrTheCpuGiveTheSameText) {
     const test::CliResult gpu = run_with(args, more);
     ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
     EXPECT_EQ(gpu.out, cpu.out) << more.back();
+    EXPECT_THAT(gpu.err, HasSubstr("token-layers MoE-routed on the device")) << more.back();
   }
 }
 

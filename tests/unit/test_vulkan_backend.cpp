@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "formats/block_formats.h"
 #include "kernels/backend.h"
+#include "kernels/moe_route.h"
 #include "kernels/ops.h"
 #include "kernels/vulkan_backend.h"
 
@@ -475,6 +476,56 @@ TEST_F(VulkanOps, ArgmaxOfEachRowEqualsTheHostsRule) {
     });
     EXPECT_EQ(got, want) << "n=" << n << " on " << device_;
     EXPECT_EQ(device_counters(*gpu_)->argmax_rows - before, static_cast<uint64_t>(rows));
+  }
+}
+
+// MoE routing on the device against kernels/moe_route.cpp, each family's rule: softmax top-k (Mixtral, Qwen),
+// DeepSeek-V3's sigmoid with a selection bias, 8 groups of which 4 are eligible, renormalised and scaled,
+// gpt-oss's softmax over the chosen logits, Llama 4's choice by the raw logit, DeepSeek-V4's sqrt(softplus)
+// with experts forced by the token. The chosen ids are equal; the weights within 1e-5 (exp of another library).
+TEST_F(VulkanOps, MoeRoutingEqualsTheCpuRulesForEveryGating) {
+  struct Case {
+    const char* name;
+    MoeRouting r;
+    bool bias;
+  };
+  std::vector<Case> cases(5);
+  cases[0] = {"softmax top-2 of 8", {}, false};
+  cases[0].r.n_expert = 8, cases[0].r.n_used = 2;
+  cases[1] = {"sigmoid + bias, groups", {}, true};
+  cases[1].r.n_expert = 256, cases[1].r.n_used = 8, cases[1].r.gating = ExpertGating::Sigmoid;
+  cases[1].r.n_group = 8, cases[1].r.n_group_used = 4, cases[1].r.normalize = true, cases[1].r.scale = 2.5f;
+  cases[2] = {"softmax weight", {}, false};
+  cases[2].r.n_expert = 32, cases[2].r.n_used = 4, cases[2].r.gating = ExpertGating::SoftmaxWeight;
+  cases[3] = {"by logit", {}, false};
+  cases[3].r.n_expert = 16, cases[3].r.n_used = 1, cases[3].r.gating = ExpertGating::Sigmoid;
+  cases[3].r.select_by_logit = true;
+  cases[4] = {"sqrt softplus, forced", {}, false};
+  cases[4].r.n_expert = 64, cases[4].r.n_used = 6, cases[4].r.gating = ExpertGating::SqrtSoftplus;
+  cases[4].r.normalize = true, cases[4].r.scale = 1.5f;
+  const int64_t n = 37;
+  for (Case& c : cases) {
+    const MoeRouting& r = c.r;
+    auto logits = random_floats(static_cast<size_t>(n * r.n_expert), 90 + r.n_expert, 3.0f);
+    logits[5] = 25.0f;  // softplus's linear branch
+    const auto bias = random_floats(static_cast<size_t>(r.n_expert), 91, 0.1f);
+    std::vector<int32_t> forced(static_cast<size_t>(n * r.n_used));
+    for (size_t i = 0; i < forced.size(); i++) forced[i] = static_cast<int32_t>((i * 7 + i / 3) % r.n_expert);
+    if (r.gating == ExpertGating::SqrtSoftplus) c.r.forced = forced.data();
+    const size_t picks = static_cast<size_t>(n * r.n_used);
+    std::vector<int32_t> want_ids(picks), got_ids(picks, -1);
+    std::vector<float> want_w(picks), got_w(picks), scratch(2 * static_cast<size_t>(r.n_expert));
+    moe_route(r, logits.data(), c.bias ? bias.data() : nullptr, n, want_ids.data(), want_w.data(), scratch.data());
+    const uint64_t before = device_counters(*gpu_)->routed;
+    on_device([&] {
+      Act gl = upload(*gpu_, logits);
+      gpu_->moe_route(r, gl, c.bias ? bias.data() : nullptr, n, got_ids.data(), got_w.data());
+      gpu_->release(gl);
+    });
+    EXPECT_EQ(device_counters(*gpu_)->routed - before, static_cast<uint64_t>(n)) << c.name;
+    EXPECT_EQ(got_ids, want_ids) << c.name << " on " << device_;
+    for (size_t i = 0; i < picks; i++)
+      EXPECT_NEAR(got_w[i], want_w[i], 1e-5f * std::max(1.0f, std::fabs(want_w[i]))) << c.name << " pick " << i;
   }
 }
 

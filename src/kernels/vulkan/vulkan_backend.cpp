@@ -80,8 +80,9 @@ const MatmulShaders* matmul_shaders(GgmlType t) {
 uint32_t matmul_bindings(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 4 : 3; }
 
 // The shaders besides the products and their bindings: their pipelines are made with the backend.
-constexpr std::pair<const char*, uint32_t> kShaders[] = {
-    {"quantize_act", 2}, {"rmsnorm", 3}, {"rope", 2}, {"eltwise", 3}, {"kv_write", 3}, {"attention", 5}, {"argmax", 2}};
+constexpr std::pair<const char*, uint32_t> kShaders[] = {{"quantize_act", 2}, {"rmsnorm", 3},  {"rope", 2},
+                                                         {"eltwise", 3},      {"kv_write", 3}, {"attention", 5},
+                                                         {"argmax", 2},       {"moe_route", 5}};
 
 // The element-wise shader's operators (shaders/eltwise.comp).
 enum class Elt : uint32_t { Add, SiluMul, GeluMul, Scale, Softcap, AddBias, Fill, CopyRows, Gather };
@@ -118,6 +119,7 @@ class VulkanBackend final : public ForwardingBackend {
     ffn_h_ = ActBuffer();  // its own buffers first, through release()
     ffn_h2_ = ActBuffer();
     gather_ = ActBuffer();
+    route_ = ActBuffer();
     try {
       ctx_.flush();
     } catch (const Error&) {  // a lost device: nothing left to wait for
@@ -135,9 +137,9 @@ class VulkanBackend final : public ForwardingBackend {
     DeviceCounters c = counters_;
     fill(c);
     return fmt::format(
-        "Vulkan device {} ({}; {}; {:.1f} MiB of device memory in use{}): matrix products, {}norms, RoPE and "
-        "element-wise operators on the device; "
-        "{}embeddings and MoE routing on the host: {}{}{}",
+        "Vulkan device {} ({}; {}; {:.1f} MiB of device memory in use{}): matrix products, {}norms, RoPE, "
+        "element-wise operators, MoE routing and greedy argmax on the device; "
+        "{}embeddings on the host: {}{}{}{}",
         ctx_.index(), ctx_.name(), c.placement(), static_cast<double>(ctx_.allocated()) / (1 << 20),
         ctx_.budget() > 0 ? fmt::format(" of --gpu-memory {:.1f} MiB", static_cast<double>(ctx_.budget()) / (1 << 20))
                           : "",
@@ -148,7 +150,8 @@ class VulkanBackend final : public ForwardingBackend {
         c.submissions > 0
             ? fmt::format("; {} submissions, {} of them recorded command buffers replayed", c.submissions, c.reused)
             : "",
-        c.argmax_rows > 0 ? fmt::format("; greedy ids of {} logits rows taken on the device", c.argmax_rows) : "");
+        c.argmax_rows > 0 ? fmt::format("; greedy ids of {} logits rows taken on the device", c.argmax_rows) : "",
+        c.routed > 0 ? fmt::format("; {} token-layers MoE-routed on the device", c.routed) : "");
   }
 
   // The model's layer annotations place the operators: a layer --gpu-layers leaves out runs on the CPU.
@@ -281,6 +284,45 @@ class VulkanBackend final : public ForwardingBackend {
            static_cast<uint32_t>(kv.v_format.group())};
     if (n > 65535) throw Error(fmt::format("Vulkan attention: {} query tokens in one call (at most 65535)", n));
     dispatch("attention", {bq, bk, bv, bo, bm}, &push, sizeof push, u32(s.n_head), u32(n));
+  }
+
+  // MoE routing (kernels/moe_route.h) where the router's logits are: only the chosen experts and their weights
+  // come back (the model groups the tokens by expert from them).
+  void moe_route(const MoeRouting& r, Act logits, const float* bias, int64_t n, int32_t* ids, float* weights) override {
+    if (on_cpu_ || !device_memory(host(logits)) || r.n_group > 64)
+      return fwd().moe_route(r, logits, bias, n, ids, weights);
+    if (n <= 0) return;
+    const int64_t picks = n * r.n_used;
+    if (r.forced) std::memcpy(ids, r.forced, static_cast<size_t>(picks) * sizeof(int32_t));
+    route_.ensure(*this, 2 * n * r.n_expert);  // first: growing it submits what is recorded
+    const vk::Binding bl = bind(logits, n * r.n_expert, Use::In);
+    const vk::Binding bb = bias ? vector(bias, r.n_expert) : bl;  // (not read without a bias)
+    const vk::Binding bs = bind(route_, 2 * n * r.n_expert, Use::Out);
+    const vk::Binding bi = bind(host_view(reinterpret_cast<float*>(ids)), picks, r.forced ? Use::InOut : Use::Out);
+    const vk::Binding bw = bind(host_view(weights), picks, Use::Out);
+    uint32_t gx, gy;
+    grid(n, &gx, &gy);
+    struct {
+      uint32_t n, n_expert, n_used, gating, n_group, n_group_used, flags;
+      float scale;
+      uint32_t logits_off, bias_off, scratch_off, ids_off, w_off, groups_x;
+    } push{u32(n),
+           u32(r.n_expert),
+           u32(r.n_used),
+           static_cast<uint32_t>(r.gating),
+           u32(r.n_group),
+           u32(r.n_group_used),
+           (r.normalize ? 1u : 0u) | (r.select_by_logit ? 2u : 0u) | (bias ? 4u : 0u) | (r.forced ? 8u : 0u),
+           r.scale,
+           bl.word,
+           bb.word,
+           bs.word,
+           bi.word,
+           bw.word,
+           gx};
+    dispatch("moe_route", {bl, bb, bs, bi, bw}, &push, sizeof push, gx, gy);
+    counters_.routed += static_cast<uint64_t>(n);
+    sync();
   }
 
   // A failed step's recorded work is dropped, and the host outputs it staged are never copied back.
@@ -788,7 +830,7 @@ class VulkanBackend final : public ForwardingBackend {
   size_t chunk_used_ = 0, uploaded_ = 0, kv_bytes_ = 0;
   VulkanOptions o_;
   bool on_cpu_ = false;       // the current layer runs on the CPU (--gpu-layers)
-  ActBuffer ffn_h_, ffn_h2_, gather_;  // ffn_many's and gather_rows' scratch (released first in the destructor)
+  ActBuffer ffn_h_, ffn_h2_, gather_, route_;  // ffn_many's, gather_rows' and moe_route's scratch (released first)
   std::unordered_map<const float*, DeviceVector> vectors_;
   std::vector<std::unique_ptr<vk::Buffer> > retired_;
   std::vector<std::unique_ptr<vk::Buffer> > staging_;
