@@ -99,6 +99,45 @@ TEST(VulkanServe, AnswersAsTheCpuBackendDoesConcurrentlyAndStreamedAndCancels) {
   EXPECT_EQ(answer(c, path(requests[0]), requests[0], false), want[0]);
 }
 
+// What sits above the backend runs the same on the device: speculative decoding verified in the batch (a draft
+// model: several rows per request per step), chunked prefill (8 prompt tokens per request per step), prefix
+// caching (a prompt seen before reuses its cached blocks) and priorities, three clients at once: each answer is
+// the CPU server's (which runs none of them).
+TEST(VulkanServe, SpeculationChunkedPrefillPrefixCacheAndPrioritiesAnswerAsTheCpu) {
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside. One day, Lily";
+  const std::vector<json> requests = {
+      {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}},
+      {{"prompt", prompt + " saw a"}, {"max_tokens", 30}, {"temperature", 0}, {"priority", 5}},
+      {{"prompt", "The cat sat"}, {"max_tokens", 30}, {"temperature", 0}, {"priority", -1}}};
+  std::vector<std::string> want;
+  {
+    test::ServerProcess cpu({"-m", kStories, "-c", "256"});
+    auto c = cpu.client();
+    for (const auto& r : requests) want.push_back(answer(c, "/v1/completions", r, false));
+  }
+  test::ServerProcess s({"-m", kStories, "-c", "512", "--device", "vulkan", "--spec", "draft", "--draft-model",
+                         kStories, "--prefill-chunk", "8"});
+  std::vector<std::string> got(requests.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < requests.size(); i++)
+    clients.emplace_back([&, i] {
+      auto cl = s.client();
+      got[i] = answer(cl, "/v1/completions", requests[i], i == 1);
+    });
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < requests.size(); i++) EXPECT_EQ(got[i], want[i]) << "request " << i << " on " << s.log();
+  auto c = s.client();
+  const auto again = c.Post("/v1/completions", requests[0].dump(), "application/json");
+  ASSERT_TRUE(again && again->status == 200);
+  const json j = json::parse(again->body);
+  EXPECT_EQ(j["choices"][0]["text"], want[0]);
+  EXPECT_GE(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 16) << again->body;
+  const auto m = test::parse_prometheus(c.Get("/metrics")->body);
+  EXPECT_GT(m.get("kestrel_spec_accepted_tokens_total"), 40) << "the draft model's tokens were verified on the device";
+  EXPECT_GT(m.get("kestrel_prefix_cache_hits_total"), 0);
+}
+
 // --gpu-memory bounds everything the backend allocates. A request that needs more device memory than is left
 // (every row of a 300-token prompt's logits, echoed with logprobs, staged for the host) fails alone with an error
 // naming the limit; the server goes on answering the others as a server without the limit does.
