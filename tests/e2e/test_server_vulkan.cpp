@@ -260,6 +260,25 @@ TEST(VulkanRun, GpuLayersSplitAModelTooBigForTheDeviceAndGiveTheSameText) {
 
 // DeepSeek's MLA on the device (the absorbed form: per-head products, attention over the latent rows whose
 // values are their first kv_lora floats) and decompressed: the CPU backend's text.
+// The experts that are not plain SwiGLU run on the device: gpt-oss's biased, clamped SwiGLU (MXFP4 experts,
+// softmax over the chosen), Gemma 4's GeGLU experts, DeepSeek-V4's clamped SwiGLU with hash-routed layers
+// (synth's files, whose ids llama.cpp gives: synth_cells). Greedy ids equal the CPU backend's.
+TEST(VulkanRun, BiasedClampedAndGegluExpertFamiliesGiveTheCpuIds) {
+  test::TempDir dir;
+  for (const auto& [arch, preset] : std::vector<std::pair<std::string, std::string>>{
+           {"gpt-oss", "tiny"}, {"gemma4", "tiny-moe"}, {"deepseek4", "tiny"}}) {
+    const std::string model = dir.file(arch + ".gguf");
+    ASSERT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", preset, "-o", model}).exit_code, 0) << arch;
+    const std::vector<std::string> args = {"run", "-m",     model, "-p",          "Hello there", "-n",
+                                           "16",  "--temp", "0",   "--print-ids", "-c",          "256"};
+    const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    EXPECT_EQ(gpu.out, cpu.out) << arch;
+    EXPECT_THAT(gpu.err, HasSubstr("token-layers MoE-routed on the device")) << arch;
+  }
+}
+
 TEST(VulkanRun, DeepseekMlaGivesTheCpuText) {
   test::TempDir dir;
   const std::string model = dir.file("ds.gguf");

@@ -383,6 +383,40 @@ TEST_F(VulkanOps, MoeExpertsRunOnTheDeviceOrUnderCpuMoeOnTheCpu) {
   }
 }
 
+// The experts that are not plain SwiGLU, on the device too: gpt-oss's (a bias after each projection, its
+// clamped SwiGLU with alpha), DeepSeek-V4's clamped SwiGLU, Gemma 4's GeGLU; each against the CPU backend.
+TEST_F(VulkanOps, BiasedClampedAndGegluExpertsRunOnTheDevice) {
+  const int64_t dim = 64, width = 96;
+  std::vector<std::vector<float>> mats;
+  for (int i = 0; i < 3; i++) mats.push_back(random_floats(static_cast<size_t>(dim * width), 50 + i, 0.5f));
+  const std::vector<Weight> ws = {{"gate", GgmlType::F32, {dim, width}, mats[0].data(), mats[0].size() * 4},
+                                  {"up", GgmlType::F32, {dim, width}, mats[1].data(), mats[1].size() * 4},
+                                  {"down", GgmlType::F32, {width, dim}, mats[2].data(), mats[2].size() * 4}};
+  const auto gate_b = random_floats(width, 53), up_b = random_floats(width, 54), down_b = random_floats(dim, 55);
+  const int64_t n = 5;
+  const auto x = random_floats(n * dim, 56, 2.0f);  // large enough that the clamps bite
+  for (int kind = 0; kind < 3; kind++) {
+    Backend::FfnRef f{&ws[0], &ws[1], &ws[2]};
+    const char* name = kind == 0 ? "gpt-oss" : kind == 1 ? "clamped" : "geglu";
+    if (kind == 0)
+      f.gate_b = gate_b.data(), f.up_b = up_b.data(), f.down_b = down_b.data(), f.alpha = 1.702f, f.clamp = 3.0f;
+    if (kind == 1) f.clamp = 2.0f;
+    if (kind == 2) f.gelu = true;
+    std::vector<float> want(n * dim);
+    const Act cx = cpu_->host_view(x.data()), cy = cpu_->host_view(want.data());
+    cpu_->ffn_many(&f, 1, &cx, &n, &cy);
+    std::vector<float> got;
+    on_device([&] {
+      const Act gx = upload(*gpu_, x), gy = gpu_->alloc(n * dim);
+      gpu_->ffn_many(&f, 1, &gx, &n, &gy);
+      got = out(*gpu_, gy, want.size());
+      gpu_->release(gx);
+      gpu_->release(gy);
+    });
+    expect_close(got, want, 1e-4f, name);
+  }
+}
+
 // Attention over a paged KV cache in device memory (Backend::kv_memory) against the CPU backend's over host
 // rows written the same way: two sequences with their own block tables, GQA, prefill rows and a decode row
 // past two 64-position chunks, F32, F16, BF16 and Q8_0 rows (the device's rows byte for byte the CPU's), with

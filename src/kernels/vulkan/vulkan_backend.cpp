@@ -85,11 +85,23 @@ constexpr std::pair<const char*, uint32_t> kShaders[] = {{"quantize_act", 2}, {"
                                                          {"argmax", 2},       {"moe_route", 5}};
 
 // The element-wise shader's operators (shaders/eltwise.comp).
-enum class Elt : uint32_t { Add, SiluMul, GeluMul, Scale, Softcap, AddBias, Fill, CopyRows, Gather };
+enum class Elt : uint32_t {
+  Add,
+  SiluMul,
+  GeluMul,
+  Scale,
+  Softcap,
+  AddBias,
+  Fill,
+  CopyRows,
+  Gather,
+  SwigluClamp,
+  SwigluOai
+};
 
 struct EltPush {
   uint32_t op, n, x_off, y_off, dim, x_stride, y_stride;
-  float a;
+  float a, b;
 };
 
 // A 1-D launch of `count` invocations in workgroups of 64, spread over y when x would pass the limit.
@@ -409,14 +421,14 @@ class VulkanBackend final : public ForwardingBackend {
     Backend::qkv_rope(w, b, x, n, pos, rope, shape, out);
   }
 
-  // A MoE layer's experts, each over the tokens routed to it as one matrix: the plain SwiGLU ones on the
-  // device (gate, up, silu * up, down), the others (biases, clamps, GeGLU: gpt-oss, DeepSeek-V4, Gemma 4) and
-  // all of them under --cpu-moe on the CPU.
+  // A MoE layer's experts, each over the tokens routed to it as one matrix, on the device (gate, up, their
+  // biases and activation, down and its bias: plain SwiGLU, gpt-oss's biased and clamped SwiGLU, DeepSeek-V4's
+  // clamped one, Gemma 4's GeGLU); under --cpu-moe on the CPU.
   void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override {
     bool device = !on_cpu_ && !o_.cpu_moe;
     int64_t most = 0;
     for (int i = 0; i < count && device; i++) {
-      device = ffns[i].plain() && computes(*ffns[i].gate) && computes(*ffns[i].up) && computes(*ffns[i].down);
+      device = computes(*ffns[i].gate) && computes(*ffns[i].up) && computes(*ffns[i].down);
       most = std::max(most, ns[i] * ffns[i].gate->rows());
     }
     if (!device) return fwd().ffn_many(ffns, count, xs, ns, ys);
@@ -424,8 +436,26 @@ class VulkanBackend final : public ForwardingBackend {
     ffn_h2_.ensure(*this, most);
     for (int i = 0; i < count; i++) {
       if (ns[i] == 0) continue;
-      swiglu(*ffns[i].gate, *ffns[i].up, xs[i], ns[i], ffn_h_, ffn_h2_);
-      matmul(*ffns[i].down, ffn_h_, ns[i], ys[i]);
+      const FfnRef& f = ffns[i];
+      if (f.plain()) {
+        swiglu(*f.gate, *f.up, xs[i], ns[i], ffn_h_, ffn_h2_);
+      } else {  // FfnRef::activate's steps
+        const int64_t width = f.gate->rows(), m = ns[i] * width;
+        matmul(*f.gate, xs[i], ns[i], ffn_h_);
+        matmul(*f.up, xs[i], ns[i], ffn_h2_);
+        if (f.gate_b) add_bias(ffn_h_, f.gate_b, ns[i], width);
+        if (f.up_b) add_bias(ffn_h2_, f.up_b, ns[i], width);
+        if (f.gelu)
+          gelu_mul(ffn_h_, ffn_h2_, m);
+        else if (f.alpha > 0.0f)
+          binary(Elt::SwigluOai, ffn_h_, ffn_h2_, m, f.clamp, f.alpha);
+        else if (f.clamp > 0.0f)
+          swiglu_clamp(ffn_h_, ffn_h2_, m, f.clamp);
+        else
+          silu_mul(ffn_h_, ffn_h2_, m);
+      }
+      matmul(*f.down, ffn_h_, ns[i], ys[i]);
+      if (f.down_b) add_bias(ys[i], f.down_b, ns[i], f.down->rows());
     }
   }
 
@@ -473,6 +503,10 @@ class VulkanBackend final : public ForwardingBackend {
   void gelu_mul(Act g, Act u, int64_t n) override {
     if (on_cpu_) return fwd().gelu_mul(g, u, n);
     binary(Elt::GeluMul, g, u, n);
+  }
+  void swiglu_clamp(Act g, Act u, int64_t n, float limit) override {
+    if (on_cpu_) return fwd().swiglu_clamp(g, u, n, limit);
+    binary(Elt::SwigluClamp, g, u, n, limit);
   }
   void add(Act x, Act y, int64_t n) override {
     if (on_cpu_) return fwd().add(x, y, n);
@@ -798,23 +832,23 @@ class VulkanBackend final : public ForwardingBackend {
     return out;
   }
 
-  void elt(Elt op, const vk::Binding& x, const vk::Binding& y, int64_t n, int64_t dim, int64_t xs, int64_t ys,
-           float a) {
+  void elt(Elt op, const vk::Binding& x, const vk::Binding& y, int64_t n, int64_t dim, int64_t xs, int64_t ys, float a,
+           float b = 0.0f) {
     if (!gelu_) {
       gelu_ = ctx_.create(65536 * sizeof(uint16_t), vk::Memory::Activations, "the GELU table");
       std::memcpy(gelu_->mapped, gelu_fp16_table(), 65536 * sizeof(uint16_t));
     }
-    const EltPush push{static_cast<uint32_t>(op), u32(n), x.word, y.word, u32(dim), u32(xs), u32(ys), a};
+    const EltPush push{static_cast<uint32_t>(op), u32(n), x.word, y.word, u32(dim), u32(xs), u32(ys), a, b};
     uint32_t gx, gy;
     grid(n, &gx, &gy);
     // The table is bound whole only where it is read.
     const size_t table = op == Elt::GeluMul ? 65536 * sizeof(uint16_t) : sizeof(uint32_t);
     dispatch("eltwise", {x, y, ctx_.bind(*gelu_, 0, table)}, &push, sizeof push, gx, gy);
   }
-  void binary(Elt op, Act x, Act y, int64_t n) {
+  void binary(Elt op, Act x, Act y, int64_t n, float a = 0.0f, float b = 0.0f) {
     if (n <= 0) return;
     const vk::Binding by = bind(y, n, Use::In), bx = bind(x, n, Use::InOut);
-    elt(op, bx, by, n, 1, 0, 0, 0.0f);
+    elt(op, bx, by, n, 1, 0, 0, a, b);
   }
   void unary(Elt op, Act x, int64_t n, float a, Use use) {
     if (n <= 0) return;

@@ -9,13 +9,15 @@
 //   6 fill:      x[i] = a
 //   7 copy rows: x[(i / dim) * x_stride + i % dim] = y[(i / dim) * y_stride + i % dim]
 //   8 gather:    x[i] = y[rows[i / dim] * dim + i % dim], rows the words of binding 2 from x_stride on
+//   9 swiglu_clamp: g = min(x[i], a), u = clamp(y[i], -a, a); x[i] = silu(g) * u (ops.h swiglu_clamp)
+//  10 swiglu_oai:   g = min(x[i], a), u = clamp(y[i], -a, a); x[i] = g * sigmoid(b * g) * (u + 1) (gpt-oss)
 layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Y { float y[]; };
 layout(std430, set = 0, binding = 2) readonly buffer T { uint gelu_table[]; };
 layout(push_constant) uniform Params {
   uint op, n, x_off, y_off, dim, x_stride, y_stride;
-  float a;
+  float a, b;
 } p;
 
 float half_rounded(float v) { return unpackHalf2x16(packHalf2x16(vec2(v, 0.0))).x; }
@@ -44,5 +46,15 @@ void main() {
     case 6u: x[xi] = p.a; break;
     case 7u: x[p.x_off + (i / p.dim) * p.x_stride + i % p.dim] = y[p.y_off + (i / p.dim) * p.y_stride + i % p.dim]; break;
     case 8u: x[xi] = y[p.y_off + gelu_table[p.x_stride + i / p.dim] * p.dim + i % p.dim]; break;
+    case 9u: {
+      const float g = min(x[xi], p.a), u = clamp(y[yi], -p.a, p.a);
+      x[xi] = g / (1.0 + exp(-g)) * u;
+      break;
+    }
+    case 10u: {
+      const float g = min(x[xi], p.a), u = clamp(y[yi], -p.a, p.a);
+      x[xi] = g / (1.0 + exp(p.b * -g)) * (u + 1.0);
+      break;
+    }
   }
 }
