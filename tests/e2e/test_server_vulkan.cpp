@@ -197,6 +197,14 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   EXPECT_EQ(gpu_pen.out, cpu_pen.out);
   EXPECT_NE(gpu_pen.out, cpu.out) << "the penalty changed nothing: a weak check";
   EXPECT_THAT(gpu_pen.err, Not(HasSubstr("greedy ids of")));
+  // The KV cache's quantized rows written and read on the device: the CPU backend's text.
+  for (const std::string kv : {"fp8", "q4"}) {
+    std::vector<std::string> quantized = args;
+    quantized.insert(quantized.end(), {"--kv-type", kv});
+    const test::CliResult c = test::run_kestrel(quantized), g = run_with(quantized, {"--device", "vulkan"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_EQ(g.out, c.out) << kv;
+  }
   const test::CliResult bad = on("cuda");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("--device cuda: expected cpu, vulkan or vulkan:N"));

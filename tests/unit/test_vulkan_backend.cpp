@@ -419,13 +419,14 @@ TEST_F(VulkanOps, BiasedClampedAndGegluExpertsRunOnTheDevice) {
 
 // Attention over a paged KV cache in device memory (Backend::kv_memory) against the CPU backend's over host
 // rows written the same way: two sequences with their own block tables, GQA, prefill rows and a decode row
-// past two 64-position chunks, F32, F16, BF16 and Q8_0 rows (the device's rows byte for byte the CPU's), with
+// past two 64-position chunks, F32, F16, BF16, Q8_0, FP8 and Q4 rows (the device's rows byte for byte the
+// CPU's), with
 // a sliding window, a soft-cap and sinks.
 TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
   const int n_head = 4, n_kv = 2, hd = 32, block = 4, n_blocks = 64;
   const int64_t width = n_kv * hd, slots = int64_t{n_blocks} * block;
   const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
-  for (const KvType type : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0}) {
+  for (const KvType type : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::FP8, KvType::Q4}) {
     const KvRowFormat f(type, hd);
     const auto stride = static_cast<int64_t>(f.bytes(width));
     std::vector<uint8_t> hk(static_cast<size_t>(slots * stride)), hv(hk.size());
@@ -451,11 +452,15 @@ TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
       gpu_->release(gv);
     });
     gpu_->read(gpu_->host_view(static_cast<float*>(nullptr)), nullptr, 0);  // the recorded writes done
-    int differ = 0;
-    for (const int64_t slot : slot_list)
+    int differ = 0, differ_v = 0;
+    for (const int64_t slot : slot_list) {
       differ += std::memcmp(hk.data() + slot * stride, static_cast<const uint8_t*>(dk.get()) + slot * stride,
                             static_cast<size_t>(stride)) != 0;
+      differ_v += std::memcmp(hv.data() + slot * stride, static_cast<const uint8_t*>(dv.get()) + slot * stride,
+                              static_cast<size_t>(stride)) != 0;
+    }
     EXPECT_EQ(differ, 0) << kv_type_name(type) << ": key rows the device wrote unlike the CPU's";
+    EXPECT_EQ(differ_v, 0) << kv_type_name(type) << ": value rows the device wrote unlike the CPU's";
     // Queries: sequence 0 at positions 147..149 (prefill rows) and sequence 1 at 8 (decode).
     const std::vector<int32_t> pos = {147, 148, 149, 8};
     const int32_t* tables[4] = {table0.data(), table0.data(), table0.data(), table1.data()};

@@ -218,7 +218,7 @@ class VulkanBackend final : public ForwardingBackend {
         uint32_t n, width, x_off, kv_off, stride, half_type, slots_off, group;
       } push{u32(n), u32(width), bx.word, bkv.word, u32(stride), type, bs.word, static_cast<uint32_t>(f.group())};
       uint32_t gx, gy;
-      grid(n * (type == 3 ? width / f.group() : type != 0 ? width / 2 : width), &gx, &gy);
+      grid(n * (type >= 3 ? width / f.group() : type != 0 ? width / 2 : width), &gx, &gy);
       dispatch("kv_write", {bx, bkv, bs}, &push, sizeof push, gx, gy);
     };
     one(view.k, view.k_stride, view.k_width, view.k_format, k);
@@ -656,8 +656,8 @@ class VulkanBackend final : public ForwardingBackend {
     return b;
   }
 
-  // The shaders' code for a KV row format: 0 F32, 1 F16, 2 BF16, 3 Q8_0 (rotated groups); -1: the rows are
-  // read and written on the CPU (FP8 and 4-bit rows).
+  // The shaders' code for a KV row format: 0 F32, 1 F16, 2 BF16, 3 Q8_0, 4 FP8, 5 Q4 (Q8_0 and Q4 in rotated
+  // groups); -1: a format the shaders do not know (read and written on the CPU).
   static int row_type(const KvRowFormat& f) {
     switch (f.type()) {
       case KvType::F32:
@@ -668,9 +668,12 @@ class VulkanBackend final : public ForwardingBackend {
         return 2;
       case KvType::Q8_0:
         return 3;
-      default:
-        return -1;
+      case KvType::FP8:
+        return 4;
+      case KvType::Q4:
+        return 5;
     }
+    return -1;
   }
 
   // The buffer of this backend's (its mapped address and the buffer; a KV pool from kv_memory among them)
