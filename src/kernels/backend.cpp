@@ -118,6 +118,11 @@ void Backend::argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) {
   for (int64_t r = 0; r < rows; r++) ids[r] = argmax(p + r * n, n);
 }
 
+void Backend::top_k_rows(Act x, int64_t rows, int64_t n, int k, int32_t* ids, float* vals) {
+  const float* p = map(x, rows * n);
+  for (int64_t r = 0; r < rows; r++) top_k(p + r * n, n, k, ids + r * k, vals + r * k);
+}
+
 void Backend::copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) {
   float* d = host(dst);
   const float* s = host(src);

@@ -179,11 +179,13 @@ class Backend {
   // dropped, never run with a later step (it would write cache rows the failed requests no longer own).
   virtual void abandon() {}
 
-  // Greedy sampling where the logits are: ids[i] = argmax (kernels/ops.h's rule: the first of equals) of row i
-  // of `rows` rows of n floats. The default reads the rows to the host; a device backend scans them in place
-  // (argmax_on_device), so a greedy step downloads ids instead of rows of n_vocab floats.
+  // Sampling where the logits are. argmax_rows: ids[i] = argmax (kernels/ops.h's rule: the first of equals) of
+  // row i of `rows` rows of n floats; top_k_rows: row i's k best (ops.h top_k) at ids/vals + i * k. The
+  // defaults read the rows to the host; a device backend scans them in place (best_on_device), so a step
+  // downloads ids (and the top-k's logits) instead of rows of n_vocab floats.
   virtual void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids);
-  virtual bool argmax_on_device() const { return false; }
+  virtual void top_k_rows(Act x, int64_t rows, int64_t n, int k, int32_t* ids, float* vals);
+  virtual bool best_on_device() const { return false; }
 
   // Whether matmul_many/swiglu are fused for these weights (for --log-fusion).
   virtual bool fuses(const Weight& /*a*/, const Weight& /*b*/) const { return false; }

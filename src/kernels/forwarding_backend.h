@@ -56,7 +56,10 @@ class ForwardingBackend : public Backend {
   }
   void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) override { fwd().argmax_rows(x, rows, n, ids); }
   void abandon() override { in_.abandon(); }
-  bool argmax_on_device() const override { return in_.argmax_on_device(); }
+  void top_k_rows(Act x, int64_t rows, int64_t n, int k, int32_t* ids, float* vals) override {
+    fwd().top_k_rows(x, rows, n, k, ids, vals);
+  }
+  bool best_on_device() const override { return in_.best_on_device(); }
   bool fuses(const Weight& a, const Weight& b) const override { return in_.fuses(a, b); }
 
   void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override { fwd().embed(t, tokens, n, out); }

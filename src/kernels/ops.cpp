@@ -182,6 +182,18 @@ int32_t argmax(const float* x, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
+void top_k(const float* x, int64_t n, int k, int32_t* ids, float* vals) {
+  thread_local std::vector<int32_t> order;
+  order.clear();
+  for (int64_t i = 0; i < n; i++)
+    if (!std::isnan(x[i])) order.push_back(static_cast<int32_t>(i));
+  const auto m = std::min<size_t>(static_cast<size_t>(k), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(m), order.end(),
+                    [x](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+  for (size_t i = 0; i < m; i++) ids[i] = order[i], vals[i] = x[order[i]];
+  for (auto i = static_cast<int>(m); i < k; i++) ids[i] = -1, vals[i] = 0.0f;
+}
+
 void softcap_inplace(float* x, int64_t n, float cap) {
   const float inv = 1.0f / cap;
   for (int64_t i = 0; i < n; i++) x[i] = cap * std::tanh(x[i] * inv);

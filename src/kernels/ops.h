@@ -53,6 +53,9 @@ void compress_block(const float* rows, int64_t stride, int entries, int split, i
 void softcap_inplace(float* x, int64_t n, float cap);
 // The index of the largest of x[0, n): the first of equal ones (a NaN is never larger; x[0] a NaN: 0).
 int32_t argmax(const float* x, int64_t n);
+// The k largest of x[0, n) (k <= n), ordered by value descending, ties by index ascending (NaNs left out):
+// their indices and values, best first.
+void top_k(const float* x, int64_t n, int k, int32_t* ids, float* vals);
 void scale_inplace(float* x, int64_t n, float s);
 void add_inplace(float* x, const float* y, int64_t n);
 void add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t dim);

@@ -102,6 +102,9 @@ class ProfilingBackend final : public ForwardingBackend {
   void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) override {
     timed("argmax", -1, 4.0 * rows * n, 1.0 * rows * n, [&] { in_.argmax_rows(x, rows, n, ids); });
   }
+  void top_k_rows(Act x, int64_t rows, int64_t n, int k, int32_t* ids, float* vals) override {
+    timed("top_k", -1, 4.0 * rows * n, 1.0 * rows * n, [&] { in_.top_k_rows(x, rows, n, k, ids, vals); });
+  }
   void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override {
     timed("embed", -1, static_cast<double>(n) * t.row_stride(), 0, [&] { in_.embed(t, tokens, n, out); });
   }

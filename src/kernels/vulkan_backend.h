@@ -47,6 +47,7 @@ struct DeviceCounters {
   uint64_t tiled = 0;        // ...of which tiled matrix products (kVulkanTiledTokens tokens or more)
   uint64_t routed = 0;       // tokens MoE-routed on the device
   uint64_t argmax_rows = 0;  // logits rows whose argmax the device took (greedy steps download ids)
+  uint64_t top_k_rows = 0;   // ...and whose top-k (sampled steps download k ids and logits)
   uint64_t submissions = 0;  // command buffers submitted
   uint64_t reused = 0;       // ...of which recorded before (a step of a shape seen before)
   uint64_t host_ops = 0;     // operators run on the CPU backend instead

@@ -11,10 +11,11 @@ struct Batch {
   std::vector<int32_t> positions;
   std::vector<int32_t> seq_ids;
   std::vector<uint8_t> want_logits;
-  // Every logits row is wanted only for its argmax (greedy sampling with nothing that reads the row: set only
-  // where Model::argmax_on_device()): forward() then writes, over the front of its logits buffer, one int32
-  // per logits row — the row's argmax (kernels/ops.h's rule) — and the rows themselves stay on the backend.
-  bool argmax_only = false;
+  // > 0: every logits row is wanted only for its `best` best candidates (sampling with nothing else reading the
+  // row; set only where Model::best_on_device()). forward() then writes, where logits row r would start (r *
+  // n_vocab floats in), `best` int32 ids and, best > 1, their logits: 1, the row's argmax (kernels/ops.h's
+  // rule); more, its top-k (ops.h top_k's order). The rows themselves stay on the backend.
+  int32_t best = 0;
 
   void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -27,7 +28,7 @@ struct Batch {
     positions.clear();
     seq_ids.clear();
     want_logits.clear();
-    argmax_only = false;
+    best = 0;
   }
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_logit_rows() const {

@@ -50,14 +50,14 @@ IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig
 }
 
 void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps, const Weight& output,
-                   Act scratch, Act logits, float* hidden, const ArgmaxOut* greedy) {
+                   Act scratch, Act logits, float* hidden, const BestOut* best) {
   if (hidden) {
     be.annotate_layer(-1);
     const Act h = be.host_view(hidden);
     be.rmsnorm(x, norm, h, b.size(), dim, eps);
     be.read(h, hidden, b.size() * dim);
   }
-  if (!logits && !greedy) return;
+  if (!logits && !best) return;
   thread_local std::vector<int64_t> rows;  // grown once to the largest batch
   rows.clear();
   for (int64_t i = 0; i < b.size(); i++)
@@ -67,12 +67,15 @@ void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float*
   be.gather_rows(x, x, rows.data(), n, dim);  // to the front, in place
   be.annotate_layer(-1);
   be.rmsnorm(x, norm, scratch, n, dim, eps);
-  if (!greedy) return be.matmul(output, scratch, n, logits);
-  for (int64_t r0 = 0; r0 < n; r0 += greedy->chunk) {
-    const int64_t k = std::min(greedy->chunk, n - r0);
-    be.matmul(output, scratch + r0 * dim, k, greedy->rows);
-    if (greedy->softcap > 0.0f) be.softcap(greedy->rows, k * output.rows(), greedy->softcap);
-    be.argmax_rows(greedy->rows, k, output.rows(), greedy->ids + r0);
+  if (!best) return be.matmul(output, scratch, n, logits);
+  for (int64_t r0 = 0; r0 < n; r0 += best->chunk) {
+    const int64_t m = std::min(best->chunk, n - r0);
+    be.matmul(output, scratch + r0 * dim, m, best->rows);
+    if (best->softcap > 0.0f) be.softcap(best->rows, m * output.rows(), best->softcap);
+    if (best->k == 1)
+      be.argmax_rows(best->rows, m, output.rows(), best->ids + r0);
+    else
+      be.top_k_rows(best->rows, m, output.rows(), best->k, best->ids + r0 * best->k, best->vals + r0 * best->k);
   }
 }
 

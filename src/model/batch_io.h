@@ -32,21 +32,24 @@ struct IoWeights {
 IoWeights load_io_weights(const WeightLoader& ld, Backend& be, const ModelConfig& c, bool with_head = true,
                           bool with_embedding = true);
 
-// Greedy steps (Batch::argmax_only): the head's rows go `chunk` at a time into `rows` (chunk * n_vocab floats
-// on the backend), are soft-capped there (softcap > 0) and only their argmax comes back, to ids.
-struct ArgmaxOut {
+// Steps that sample from the best candidates (Batch::best): the head's rows go `chunk` at a time into `rows`
+// (chunk * n_vocab floats on the backend), are soft-capped there (softcap > 0) and only their best k come back
+// (k 1: the argmax, to ids; more: the top-k, k ids and k logits per row).
+struct BestOut {
   Act rows;
   int64_t chunk;
   float softcap;
+  int k;
   int32_t* ids;
+  float* vals;
 };
 
 // Moves the rows of x that want logits to the front, then
 // logits = rmsnorm(rows, norm) . output (skipped when logits is empty and
-// there is no greedy); scratch holds rows * dim floats. With hidden set, first
-// rmsnorm(x, norm) of every row into that host memory. With greedy, the
-// rows' argmax instead of logits (ArgmaxOut).
+// there is no best); scratch holds rows * dim floats. With hidden set, first
+// rmsnorm(x, norm) of every row into that host memory. With best, the
+// rows' best candidates instead of logits (BestOut).
 void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float* norm, float eps, const Weight& output,
-                   Act scratch, Act logits, float* hidden = nullptr, const ArgmaxOut* greedy = nullptr);
+                   Act scratch, Act logits, float* hidden = nullptr, const BestOut* best = nullptr);
 
 }  // namespace kestrel

@@ -211,13 +211,19 @@ void LayerStack::head(const Batch& b, Act x, const std::vector<float>& norm, con
 void LayerStack::head_rows(const Batch& b, Act rows, const std::vector<float>& norm, const Weight& output,
                            float* logits, float* hidden) {
   const ModelConfig& c = cfg_;
-  if (logits && b.argmax_only) {  // greedy: the rows stay on the backend, their argmax comes back
-    const int64_t n = b.n_logit_rows(), chunk = std::min<int64_t>(n, kArgmaxChunk);
-    argmax_rows_.ensure(be_, chunk * c.n_vocab);
-    argmax_ids_.resize(static_cast<size_t>(n));
-    const ArgmaxOut greedy{argmax_rows_, chunk, c.final_softcap, argmax_ids_.data()};
-    output_logits(be_, b, rows, c.n_embd, norm.data(), c.rms_eps, output, xb_, Act(), hidden, &greedy);
-    std::memcpy(logits, argmax_ids_.data(), static_cast<size_t>(n) * sizeof(int32_t));
+  if (logits && b.best > 0) {  // the rows stay on the backend, their best candidates come back
+    const int64_t n = b.n_logit_rows(), chunk = std::min<int64_t>(n, kBestChunk), k = b.best;
+    if (2 * k > c.n_vocab) throw Error(fmt::format("the best {} of {} logits asked for", k, c.n_vocab));
+    best_rows_.ensure(be_, chunk * c.n_vocab);
+    best_ids_.resize(static_cast<size_t>(n * k));
+    best_vals_.resize(static_cast<size_t>(n * k));
+    const BestOut best{best_rows_, chunk, c.final_softcap, b.best, best_ids_.data(), best_vals_.data()};
+    output_logits(be_, b, rows, c.n_embd, norm.data(), c.rms_eps, output, xb_, Act(), hidden, &best);
+    for (int64_t r = 0; r < n; r++) {
+      float* at = logits + r * c.n_vocab;
+      std::memcpy(at, best_ids_.data() + r * k, static_cast<size_t>(k) * sizeof(int32_t));
+      if (k > 1) std::memcpy(at + k, best_vals_.data() + r * k, static_cast<size_t>(k) * sizeof(float));
+    }
     return;
   }
   const Act out = logits ? be_.host_view(logits) : Act();

@@ -39,7 +39,7 @@ class LayerStack : public Model {
   const ModelConfig& config() const final { return cfg_; }
   int64_t max_batch_tokens() const final { return max_batch_; }
   void forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) final;
-  bool argmax_on_device() const override { return be_.argmax_on_device(); }
+  bool best_on_device() const override { return be_.best_on_device(); }
   std::vector<float> classify(const float* pooled) const override;
   // Several residual streams (DeepSeek-V4) hand over the streams themselves, as llama.cpp's h_nextn.
   int64_t hidden_dim() const final { return streams_ > 1 ? state_dim() : cfg_.n_embd; }
@@ -164,10 +164,11 @@ class LayerStack : public Model {
   std::unique_ptr<MoeFfn> moe_;                // scratch of the MoE layers
   std::unique_ptr<ExpertCombine> combine_[2];  // one per half of an overlapped step (--parallel-expert-sum all-to-all)
   ActBuffer x_store_, xb_, y_, hb_, hb2_;
-  // Greedy steps' logits rows (kArgmaxChunk at a time, on the backend) and their argmax (Batch::argmax_only).
-  static constexpr int64_t kArgmaxChunk = 32;
-  ActBuffer argmax_rows_;
-  std::vector<int32_t> argmax_ids_;
+  // Best-candidate steps' logits rows (kBestChunk at a time, on the backend) and their best (Batch::best).
+  static constexpr int64_t kBestChunk = 32;
+  ActBuffer best_rows_;
+  std::vector<int32_t> best_ids_;
+  std::vector<float> best_vals_;
   ActBuffer nextn_e_, nextn_h_, nextn_cat_;  // run_nextn_block: the normed embedding and hidden rows, [e | h]
   StepSlots in_flight_;  // rank 0's steps in flight under pp
 };

@@ -193,9 +193,9 @@ class Model {
   // allocates cache blocks: the scheduler alone does.
   virtual void forward(const Batch& batch, const BatchPlacement& placement, KvStore& kv, float* logits,
                        float* hidden = nullptr) = 0;
-  // Whether forward() honours Batch::argmax_only (ids instead of logits rows): where the backend's argmax
-  // saves downloading the rows (a GPU's).
-  virtual bool argmax_on_device() const { return false; }
+  // Whether forward() honours Batch::best (the best candidates instead of logits rows): where the backend's
+  // argmax and top-k save downloading the rows (a GPU's).
+  virtual bool best_on_device() const { return false; }
 
   // Pipelining across steps (rank 0 of a job split by pp): up to this many
   // steps started before the first is finished, each over requests the

@@ -63,6 +63,10 @@ void Sampler::distribution(float* logits, const std::vector<int32_t>& history) {
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
+  shape();
+}
+
+void Sampler::shape() {
   auto softmax = [&](float temp) {
     const float mx = cand_.front().logit;
     double sum = 0.0;
@@ -94,6 +98,10 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
     return argmax(logits, n_vocab_);
   }
   distribution(logits, history);
+  return draw();
+}
+
+int32_t Sampler::draw() {
   const double u = uniform();
   double cum = 0.0;
   for (const auto& c : cand_) {
@@ -101,6 +109,24 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
     if (u < cum) return c.id;
   }
   return cand_.back().id;
+}
+
+int Sampler::best_needed() const {
+  const bool plain =
+      p_.logit_bias.empty() && p_.repeat_penalty == 1.0f && p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f;
+  if (!plain) return -1;
+  if (p_.temperature <= 0.0f) return 1;
+  return p_.top_k > 0 && p_.top_k < n_vocab_ ? p_.top_k : -1;
+}
+
+int32_t Sampler::sample_best(const int32_t* ids, const float* logits, int n) {
+  const int k = best_needed();
+  if (k < 1 || k > n) throw Error(fmt::format("the sampler needs the {} best candidates, {} came", k, n));
+  if (p_.temperature <= 0.0f) return ids[0];
+  cand_.clear();
+  for (int i = 0; i < k; i++) cand_.push_back({ids[i], logits[i], 0.0f});
+  shape();
+  return draw();
 }
 
 int32_t Sampler::sample_or_accept(float* logits, const std::vector<int32_t>& history, int32_t draft, bool& accepted) {

@@ -44,16 +44,21 @@ class Sampler {
 
   const SamplingParams& params() const { return p_; }
   // Greedy with nothing that changes the logits first (penalties, biases): sample() is the row's argmax.
-  bool plain_greedy() const {
-    return p_.temperature <= 0.0f && p_.logit_bias.empty() && p_.repeat_penalty == 1.0f &&
-           p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f;
-  }
+  bool plain_greedy() const { return best_needed() == 1 && p_.temperature <= 0.0f; }
+  // How many of a row's best candidates sample() depends on alone (nothing rewrites the logits first: no
+  // penalties or biases): 1 greedy, top_k when it is on; -1: the whole row.
+  int best_needed() const;
+  // sample() from the row's n >= best_needed() best candidates, in distribution()'s order (logit descending,
+  // ties by id): ids and their logits, as a device's top-k gives them. The same token, the same draws.
+  int32_t sample_best(const int32_t* ids, const float* logits, int n);
 
  private:
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
   // Penalties, top-k, top-p, min-p and temperature: the candidates and their
   // probabilities in cand_ (temperature > 0 only).
   void distribution(float* logits, const std::vector<int32_t>& history);
+  void shape();      // cand_ (ranked) -> their probabilities: softmax, top-p, min-p, temperature
+  int32_t draw();    // one token from cand_
   double uniform();  // [0, 1), identical across standard libraries
 
   SamplingParams p_;

@@ -234,7 +234,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
   for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;
   f.start_s = seconds_now();
   add_drafts(f);
-  f.batch.argmax_only = ids_only(f);
+  f.batch.best = best_needed(f);
   place_batch(f.batch, *e_.kv, e_.model->config().n_vocab, f.place);
   if (depth_ > 1) {  // (one slot: forward() at landing)
     e_.model->start_forward(f.batch, f.place, e_.kv->store(), slot);
@@ -305,7 +305,7 @@ void StepExecutor::land(StepReport& report) {
       for (int64_t i = 0; i < n_prompt_rows; i++) keep_logits(out, logits_.data() + (row.first_logits_row + i) * nv, row.first + i);
     }
     int64_t computed = row.first + row.n;
-    if (row.logits && !sample_row(row, computed, sampled, f.batch.argmax_only))
+    if (row.logits && !sample_row(row, computed, sampled, f.batch.best))
       continue;  // ended: its blocks are free already
     outcomes.push_back({row.id, rollback_state(row, computed)});
   }
@@ -328,23 +328,29 @@ int64_t StepExecutor::rollback_state(const Row& row, int64_t computed) {
   return row.first;
 }
 
-// Whether the step's logits rows are wanted only for their argmax (Batch::argmax_only: a GPU then downloads ids,
-// not rows): the model can, and every row that samples is plain greedy with nothing else reading its logits.
-bool StepExecutor::ids_only(const Flight& f) const {
-  if (!e_.model->argmax_on_device() || proposer_ || depth_ > 1) return false;
-  bool any = false;
+// How many of each logits row's best candidates the step's sampling needs, when that is all it needs
+// (Batch::best: a GPU then downloads those, not rows): the model can, and every row that samples does so
+// from its best candidates alone (Sampler::best_needed: greedy, or top-k with no penalties or biases), with
+// nothing else reading its logits (logprobs, a grammar, drafts, all_logits). 1: every row greedy (the argmax);
+// 0: whole rows.
+int32_t StepExecutor::best_needed(const Flight& f) const {
+  if (!e_.model->best_on_device() || proposer_ || depth_ > 1) return 0;
+  int best = 0;
+  bool sampled = false;
   for (const Row& row : f.rows) {
     if (!row.logits && !row.all_logits) continue;
     const Request& r = *row.r;
-    if (row.all_logits || !row.draft.empty() || !r.sampler->plain_greedy() || r.params.top_logprobs >= 0 ||
+    const int need = r.sampler->best_needed();
+    if (row.all_logits || !row.draft.empty() || need < 1 || need > kMaxBest || r.params.top_logprobs >= 0 ||
         r.params.constraint)
-      return false;
-    any = true;
+      return 0;
+    best = std::max(best, need);
+    sampled = sampled || !r.sampler->plain_greedy();
   }
-  return any;
+  return sampled ? std::max(best, 2) : best;  // (a sampled row reads the logits too: best > 1)
 }
 
-bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled, bool ids) {
+bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled, int32_t best) {
   Request& r = *row.r;
   RequestOutput& out = output(r.id);
   const int64_t nv = e_.model->config().n_vocab;
@@ -370,10 +376,13 @@ bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled, boo
     const int32_t d = i < row.draft.size() ? row.draft[i] : -1;
     bool kept = false;
     int32_t tok = 0;
-    if (ids)  // Batch::argmax_only: the model wrote the rows' argmax, an int32 each, where the rows would be
-      std::memcpy(&tok, logits_.data() + row.logits_row, sizeof tok);
-    else
+    if (best > 0) {  // Batch::best: the row's best ids (and, best > 1, their logits) where the row would be
+      best_ids_.resize(static_cast<size_t>(best));
+      std::memcpy(best_ids_.data(), logits, static_cast<size_t>(best) * sizeof(int32_t));
+      tok = best == 1 ? best_ids_[0] : r.sampler->sample_best(best_ids_.data(), logits + best, best);
+    } else {
       tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.tokens, d, kept) : r.sampler->sample(logits, r.tokens);
+    }
     sampled++;
     if (r.params.reasoning_budget >= 0) tok = reasoning_budget(r, tok, d, kept);
     if (grammar) grammar->accept(tok);

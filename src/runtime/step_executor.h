@@ -138,9 +138,10 @@ class StepExecutor {
   void observe_hidden(const Flight& f);
   void assign_logits_rows(Flight& f);
   // Samples the row's token and each draft while the picks agree. False: the request ended.
-  // ids: the step ran with Batch::argmax_only (the logits buffer holds the rows' argmax).
-  bool sample_row(Row& row, int64_t& computed, int64_t& sampled, bool ids);
-  bool ids_only(const Flight& f) const;
+  // best > 0: the step ran with Batch::best (the logits buffer holds each row's best candidates).
+  bool sample_row(Row& row, int64_t& computed, int64_t& sampled, int32_t best);
+  static constexpr int kMaxBest = 64;  // the most best candidates a step asks the device for (top_k above: rows)
+  int32_t best_needed(const Flight& f) const;
   // The tokens whose effect stays in the cache: computed, or where a recurrent state had to go back to.
   int64_t rollback_state(const Row& row, int64_t computed);
   // Appends a sampled token; false when the request ended (and is gone).
@@ -164,6 +165,7 @@ class StepExecutor {
   std::vector<Flight> flights_;  // one per slot
   std::vector<int> in_flight_;   // slots of started steps, oldest first
   std::vector<float> logits_, hidden_;
+  std::vector<int32_t> best_ids_;
   size_t base_logits_ = 0;  // the logits buffer's usual size (rows for a step without all_logits requests)
   std::vector<StepOutcome> outcomes_;    // reused: a step after warm-up allocates nothing
   std::vector<RequestOutput> outputs_;   // this step's, the first n_outputs_ (reused the same way)

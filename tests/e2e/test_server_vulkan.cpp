@@ -138,6 +138,27 @@ TEST(VulkanServe, SpeculationChunkedPrefillPrefixCacheAndPrioritiesAnswerAsTheCp
   EXPECT_GT(m.get("kestrel_prefix_cache_hits_total"), 0);
 }
 
+// Sampling from the device's top-k draws what the host draws from whole rows: on one Vulkan server, a sampled
+// request (top-k 40, top-p, a seed) answers as the same request asking for logprobs, whose rows come down whole
+// (the logprobs read them) and which the host samples from the full row.
+TEST(VulkanServe, SamplingFromTheDevicesTopKDrawsWhatWholeRowsDraw) {
+  test::ServerProcess s({"-m", kStories, "-c", "512", "--device", "vulkan"});
+  auto c = s.client();
+  for (const int seed : {7, 8, 9}) {
+    json r = {{"prompt", "Once upon a time"},
+              {"max_tokens", 40},
+              {"temperature", 0.9},
+              {"top_k", 40},
+              {"top_p", 0.95},
+              {"seed", seed}};
+    const std::string top_k = answer(c, "/v1/completions", r, false);
+    r["logprobs"] = 1;
+    const std::string whole = answer(c, "/v1/completions", r, false);
+    EXPECT_EQ(top_k, whole) << "seed " << seed;
+    EXPECT_FALSE(top_k.empty());
+  }
+}
+
 // --gpu-memory bounds everything the backend allocates. A request that needs more device memory than is left
 // (every row of a 300-token prompt's logits, echoed with logprobs, staged for the host) fails alone with an error
 // naming the limit; the server goes on answering the others as a server without the limit does.
@@ -197,6 +218,13 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   EXPECT_EQ(gpu_pen.out, cpu_pen.out);
   EXPECT_NE(gpu_pen.out, cpu.out) << "the penalty changed nothing: a weak check";
   EXPECT_THAT(gpu_pen.err, Not(HasSubstr("greedy ids of")));
+  // Sampled: each step's top-k taken on the device, the host drawing from those 40 candidates.
+  std::vector<std::string> sampled = args;
+  sampled.back() = "0.8";  // --temp
+  sampled.insert(sampled.end(), {"--seed", "7", "--top-k", "40"});
+  const test::CliResult gpu_sampled = run_with(sampled, {"--device", "vulkan"});
+  ASSERT_EQ(gpu_sampled.exit_code, 0) << gpu_sampled.err;
+  EXPECT_THAT(gpu_sampled.err, HasSubstr("the top-k of 30 logits rows taken on the device"));
   // The KV cache's quantized rows written and read on the device: the CPU backend's text.
   for (const std::string kv : {"fp8", "q4"}) {
     std::vector<std::string> quantized = args;

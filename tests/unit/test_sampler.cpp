@@ -156,6 +156,43 @@ TEST(Sampler, PenaltiesLowerRepeatedTokens) {
   EXPECT_FLOAT_EQ(m[2], -1.0f - 0.5f - 0.25f);
 }
 
+// From a row's best candidates alone (a device's top-k: kernels/ops.h top_k's order), the sampler draws the
+// same tokens, seed for seed, as from the whole row — with ties among the logits, top-p, min-p and a
+// temperature — and says how many candidates it needs: 1 greedy, top_k, or -1 (the whole row: top_k off, a
+// penalty, a bias).
+TEST(Sampler, TheBestCandidatesAloneGiveTheSameDraws) {
+  SamplingParams p;
+  p.temperature = 0.9f, p.top_k = 12, p.top_p = 0.9f, p.min_p = 0.02f, p.seed = 11;
+  Sampler whole(p, 200), best(p, 200);
+  EXPECT_EQ(best.best_needed(), 12);
+  std::vector<int32_t> history;
+  for (int step = 0; step < 50; step++) {
+    auto l = ramp_logits(200);
+    for (int i = 0; i < 200; i++) l[i] += 0.05f * static_cast<float>((i * 31 + step * 7) % 11);
+    l[150] = l[151] = l[3];  // ties: the lower id ranks first
+    std::vector<int32_t> ids(16);
+    std::vector<float> vals(16);
+    top_k(l.data(), 200, 16, ids.data(), vals.data());
+    auto row = l;
+    const int32_t want = whole.sample(row.data(), history);
+    EXPECT_EQ(best.sample_best(ids.data(), vals.data(), 16), want) << "step " << step;
+    history.push_back(want);
+  }
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(Sampler(greedy, 200).best_needed(), 1);
+  for (auto change : {+[](SamplingParams& q) { q.top_k = 0; }, +[](SamplingParams& q) { q.repeat_penalty = 1.1f; },
+                      +[](SamplingParams& q) { q.presence_penalty = 0.5f; },
+                      +[](SamplingParams& q) {
+                        q.logit_bias = {{3, 1.0f}};
+                      }}) {
+    SamplingParams q = p;
+    change(q);
+    EXPECT_EQ(Sampler(q, 200).best_needed(), -1);
+  }
+  EXPECT_THROW(best.sample_best(std::vector<int32_t>(4).data(), std::vector<float>(4).data(), 4), Error);
+}
+
 TEST(Sampler, OutOfRangeParametersAreNamed) {
   auto error_for = [](auto mutate) -> std::string {
     SamplingParams p;

@@ -487,8 +487,8 @@ TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
 // win; x[0] a NaN gives 0), over a vocabulary-sized row, a short one, ties across the workgroup's stripes,
 // all -inf and a row of NaNs; the ids land in host memory.
 TEST_F(VulkanOps, ArgmaxOfEachRowEqualsTheHostsRule) {
-  ASSERT_TRUE(gpu_->argmax_on_device());
-  ASSERT_FALSE(cpu_->argmax_on_device());
+  ASSERT_TRUE(gpu_->best_on_device());
+  ASSERT_FALSE(cpu_->best_on_device());
   for (int64_t n : {151936, 7, 1000}) {
     const int64_t rows = 6;
     auto x = random_floats(static_cast<size_t>(rows * n), 40 + static_cast<uint32_t>(n));
@@ -565,6 +565,33 @@ TEST_F(VulkanOps, MoeRoutingEqualsTheCpuRulesForEveryGating) {
     EXPECT_EQ(got_ids, want_ids) << c.name << " on " << device_;
     for (size_t i = 0; i < picks; i++)
       EXPECT_NEAR(got_w[i], want_w[i], 1e-5f * std::max(1.0f, std::fabs(want_w[i]))) << c.name << " pick " << i;
+  }
+}
+
+// Sampling's top-k on the device: each row's k best equal kernels/ops.h top_k's (value descending, ties by
+// the lower index, NaNs left out), over a vocabulary-sized row and a short one, for k from 1 to 64.
+TEST_F(VulkanOps, TopKOfEachRowEqualsTheHostsOrder) {
+  for (int64_t n : {151936, 100}) {
+    const int64_t rows = 3;
+    auto x = random_floats(static_cast<size_t>(rows * n), 60 + static_cast<uint32_t>(n));
+    float* r1 = x.data() + n;  // ties among the best, NaNs among them
+    for (int64_t i : {n - 1, n / 2, int64_t{7}, int64_t{3}}) r1[i] = 50.0f;
+    r1[n / 3] = NAN, r1[0] = NAN;
+    for (int k : {1, 5, 40, 64}) {
+      std::vector<int32_t> want_ids(static_cast<size_t>(rows * k)), got_ids(want_ids.size(), -2);
+      std::vector<float> want_vals(want_ids.size()), got_vals(want_ids.size());
+      for (int64_t r = 0; r < rows; r++)
+        top_k(x.data() + r * n, n, k, want_ids.data() + r * k, want_vals.data() + r * k);
+      const uint64_t before = device_counters(*gpu_)->top_k_rows;
+      on_device([&] {
+        Act gx = upload(*gpu_, x);
+        gpu_->top_k_rows(gx, rows, n, k, got_ids.data(), got_vals.data());
+        gpu_->release(gx);
+      });
+      EXPECT_EQ(got_ids, want_ids) << "n=" << n << " k=" << k << " on " << device_;
+      EXPECT_EQ(got_vals, want_vals) << "n=" << n << " k=" << k;
+      EXPECT_EQ(device_counters(*gpu_)->top_k_rows - before, static_cast<uint64_t>(rows));
+    }
   }
 }
 

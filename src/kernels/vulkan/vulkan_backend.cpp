@@ -82,7 +82,7 @@ uint32_t matmul_bindings(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlTy
 // The shaders besides the products and their bindings: their pipelines are made with the backend.
 constexpr std::pair<const char*, uint32_t> kShaders[] = {{"quantize_act", 2}, {"rmsnorm", 3},  {"rope", 2},
                                                          {"eltwise", 3},      {"kv_write", 3}, {"attention", 5},
-                                                         {"argmax", 2},       {"moe_route", 5}};
+                                                         {"argmax", 2},       {"top_k", 3},    {"moe_route", 5}};
 
 // The element-wise shader's operators (shaders/eltwise.comp).
 enum class Elt : uint32_t {
@@ -150,8 +150,8 @@ class VulkanBackend final : public ForwardingBackend {
     fill(c);
     return fmt::format(
         "Vulkan device {} ({}; {}; {:.1f} MiB of device memory in use{}): matrix products, {}norms, RoPE, "
-        "element-wise operators, MoE routing and greedy argmax on the device; "
-        "{}embeddings on the host: {}{}{}{}",
+        "element-wise operators, MoE routing and sampling's argmax and top-k on the device; "
+        "{}embeddings on the host: {}{}{}{}{}",
         ctx_.index(), ctx_.name(), c.placement(), static_cast<double>(ctx_.allocated()) / (1 << 20),
         ctx_.budget() > 0 ? fmt::format(" of --gpu-memory {:.1f} MiB", static_cast<double>(ctx_.budget()) / (1 << 20))
                           : "",
@@ -163,6 +163,7 @@ class VulkanBackend final : public ForwardingBackend {
             ? fmt::format("; {} submissions, {} of them recorded command buffers replayed", c.submissions, c.reused)
             : "",
         c.argmax_rows > 0 ? fmt::format("; greedy ids of {} logits rows taken on the device", c.argmax_rows) : "",
+        c.top_k_rows > 0 ? fmt::format("; the top-k of {} logits rows taken on the device", c.top_k_rows) : "",
         c.routed > 0 ? fmt::format("; {} token-layers MoE-routed on the device", c.routed) : "");
   }
 
@@ -345,9 +346,24 @@ class VulkanBackend final : public ForwardingBackend {
     in_.abandon();
   }
 
-  // ---- Greedy sampling ----
-  // Where the output head runs on the device: the rows' argmax there, and only the ids come back.
-  bool argmax_on_device() const override { return on_device(-1); }
+  // ---- Sampling's candidates ----
+  // Where the output head runs on the device: the rows' argmax or top-k there, and only those come back.
+  bool best_on_device() const override { return on_device(-1); }
+  void top_k_rows(Act x, int64_t rows, int64_t n, int k, int32_t* ids, float* vals) override {
+    if (on_cpu_ || !device_memory(host(x))) return fwd().top_k_rows(x, rows, n, k, ids, vals);
+    if (rows <= 0) return;
+    if (rows > 65535 || k < 1 || k > 64)
+      throw Error(fmt::format("Vulkan top-k: {} rows, k {} (at most 65535 rows, k 1 to 64)", rows, k));
+    const vk::Binding bx = bind(x, rows * n, Use::In);
+    const vk::Binding bi = bind(host_view(reinterpret_cast<float*>(ids)), rows * k, Use::Out);  // ints
+    const vk::Binding bv = bind(host_view(vals), rows * k, Use::Out);
+    struct {
+      uint32_t n, k, x_off, ids_off, vals_off;
+    } push{u32(n), u32(k), bx.word, bi.word, bv.word};
+    dispatch("top_k", {bx, bi, bv}, &push, sizeof push, u32(rows));
+    counters_.top_k_rows += static_cast<uint64_t>(rows);
+    sync();
+  }
   void argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) override {
     if (on_cpu_ || !device_memory(host(x))) return fwd().argmax_rows(x, rows, n, ids);
     if (rows <= 0) return;
