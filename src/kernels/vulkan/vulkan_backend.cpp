@@ -776,29 +776,11 @@ class VulkanBackend final : public ForwardingBackend {
     const vk::Binding by = bind(y, (n - 1) * y_stride + w.rows(), Use::Out);
     for (const auto& part : dw.parts) {
       const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
-      if (n >= kVulkanTiledTokens) {
-        struct {
-          uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, s_off, x_stride;
-        } push{u32(part.rows),
-               u32(w.cols()),
-               u32(n),
-               bx.word,
-               by.word + u32(part.row0),
-               u32(y_stride),
-               u32(static_cast<int64_t>(w.row_stride())),
-               bs.word,
-               u32(stride)};
-        const uint32_t gx = u32((part.rows + 63) / 64), gy = u32((n + 31) / 32);
-        if (gx > 65535 || gy > 65535) throw Error(fmt::format("{}: a product of {} tokens is too large", w.name, n));
-        if (bs.buffer)
-          dispatch(shaders.tiled, {bw, bx, by, bs}, &push, sizeof push, gx, gy);
-        else
-          dispatch(shaders.tiled, {bw, bx, by}, &push, sizeof push, gx, gy);
-        counters_.tiled++;
-        continue;
-      }
-      // Invocations per row: enough for the row's 32-element units (at least 8, the token tile's width for
-      // the reduction's last step), at most the workgroup's 64; the rest of the workgroup takes more rows.
+      // Decode's kernel: invocations per row enough for the row's 32-element units (at least 8, the token
+      // tile's width for the reduction's last step), at most the workgroup's 64; the rest of the workgroup
+      // takes more rows. Prefill's tiled kernel (the same push constants, groups_x and tpr unused): a
+      // workgroup per 64 rows by 32 tokens.
+      const bool tiled = n >= kVulkanTiledTokens;
       const int64_t units = (w.cols() + 31) / 32;
       uint32_t tpr = 8;
       while (tpr < 64 && tpr < units) tpr *= 2;
@@ -816,11 +798,17 @@ class VulkanBackend final : public ForwardingBackend {
              bs.word,
              tpr,
              u32(stride)};
-      const uint32_t gy = (groups + push.groups_x - 1) / push.groups_x, gz = u32((n + 7) / 8);
+      uint32_t gx = push.groups_x, gy = (groups + push.groups_x - 1) / push.groups_x, gz = u32((n + 7) / 8);
+      if (tiled) {
+        gx = u32((part.rows + 63) / 64), gy = u32((n + 31) / 32), gz = 1;
+        if (gx > 65535 || gy > 65535) throw Error(fmt::format("{}: a product of {} tokens is too large", w.name, n));
+        counters_.tiled++;
+      }
+      const char* shader = tiled ? shaders.tiled : shaders.rows;
       if (bs.buffer)  // Q4_1/Q5_1: the activations' block sums too
-        dispatch(shaders.rows, {bw, bx, by, bs}, &push, sizeof push, push.groups_x, gy, gz);
+        dispatch(shader, {bw, bx, by, bs}, &push, sizeof push, gx, gy, gz);
       else
-        dispatch(shaders.rows, {bw, bx, by}, &push, sizeof push, push.groups_x, gy, gz);
+        dispatch(shader, {bw, bx, by}, &push, sizeof push, gx, gy, gz);
     }
   }
 

@@ -16,7 +16,7 @@ layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
 #ifdef BLOCK_MIN
 layout(std430, set = 0, binding = 3) readonly buffer S { float xs[]; };
 #endif
-layout(push_constant) uniform Params {
+layout(push_constant) uniform Params {  // matmul.comp's
   uint rows;      // rows of this weight chunk
   uint cols;
   uint n;         // tokens
@@ -24,7 +24,9 @@ layout(push_constant) uniform Params {
   uint y_off;     // floats: where row 0 of token 0 goes
   uint y_stride;  // floats between tokens' output rows
   uint row_bytes;
+  uint groups_x;  // (matmul.comp's)
   uint s_off;     // Q4_1/Q5_1: where token 0's block sums start in xs
+  uint tpr;       // (matmul.comp's)
   uint x_stride;  // floats between tokens' input rows
 } p;
 
