@@ -33,7 +33,7 @@ class ActivationRecorder final : public ForwardingBackend {
   void qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
                 const RopeParams& rope, const QkvShape& shape, const Act* out) override {
     in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
-    keep(kQ, host(out[0]), n * w[0]->rows());
+    keep(kQ, out[0], n * w[0]->rows());
   }
   // A Gated DeltaNet block's "attention": the recurrence's output, before its gated norm.
   void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
@@ -41,14 +41,14 @@ class ActivationRecorder final : public ForwardingBackend {
     in_.gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out);
     int64_t rows = 0;
     for (int i = 0; i < n_seqs; i++) rows += seqs[i].n;
-    keep(kAttention, host(out), rows * s.value_dim());
+    keep(kAttention, out, rows * s.value_dim());
   }
   void attention(const PagedKvLayerView& kv, const AttentionRows& b, const AttentionShape& s) override {
     in_.attention(kv, b, s);
     // The queries as attention reads them: after RoPE and what follows it (Mistral 3's temperature, Llama 4's
     // norms); MLA's are not compared.
-    keep(kQ, host(b.q), b.n_tokens * s.n_head * s.head_dim);
-    keep(kAttention, host(b.out), b.n_tokens * s.n_head * s.value_dim());
+    keep(kQ, b.q, b.n_tokens * s.n_head * s.head_dim);
+    keep(kAttention, b.out, b.n_tokens * s.n_head * s.value_dim());
   }
   // The indexer's choices of the layer: per row, its positions.
   std::map<int, std::vector<std::vector<int32_t>>> selections;
@@ -62,9 +62,9 @@ class ActivationRecorder final : public ForwardingBackend {
   // DeepSeek-V4's residual: each branch's output spread over the streams (attention first, then the FFN).
   void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
     in_.hyper_expand(x, y, post, comb, n, hc, dim, out);
-    if (adds_++ == 0) keep(kAttnProj, host(y), n * dim);
-    keep(kFfn, host(y), n * dim);
-    keep(kResidual, host(out), n * hc * dim);
+    if (adds_++ == 0) keep(kAttnProj, y, n * dim);
+    keep(kFfn, y, n * dim);
+    keep(kResidual, out, n * hc * dim);
   }
   // A layer's first residual add takes the attention branch, its second (into the same stream) the FFN branch,
   // its last leaves the layer's output (Gemma 4 adds its per-layer embedding third, then scales the stream);
@@ -73,19 +73,23 @@ class ActivationRecorder final : public ForwardingBackend {
   void add(Act x, Act y, int64_t n) override {
     in_.add(x, y, n);
     if (adds_ == 0)
-      stream_ = x, keep(kAttnProj, host(y), n);
+      stream_ = x, keep(kAttnProj, y, n);
     else if (!(x == stream_))
       return;
-    if (adds_++ < 2) keep(kFfn, host(y), n);
-    keep(kResidual, host(x), n);
+    if (adds_++ < 2) keep(kFfn, y, n);
+    keep(kResidual, x, n);
   }
   void scale(Act x, int64_t n, float s) override {
     in_.scale(x, n, s);
-    if (adds_ > 0 && x == stream_) keep(kResidual, host(x), n);
+    if (adds_ > 0 && x == stream_) keep(kResidual, x, n);
   }
 
  private:
-  void keep(Probe p, const float* v, int64_t n) { got[p][layer_].assign(v, v + n); }
+  // (Through map: a device backend finishes its recorded work first.)
+  void keep(Probe p, Act a, int64_t n) {
+    const float* v = in_.map(a, n);
+    got[p][layer_].assign(v, v + n);
+  }
   int layer_ = -1;
   int adds_ = 0;
   Act stream_;  // the residual stream the layer's first add wrote

@@ -258,6 +258,39 @@ TEST(VulkanRun, PerplexityEqualsTheCpuBackends) {
   EXPECT_NEAR(ppl(gpu), ppl(cpu), 1e-3 * ppl(cpu));
 }
 
+// The device's arithmetic is as precise as the CPU backend's against float64 (precision-check's independent
+// float64 decoder): each layer's relative error on the residual stream and the logits' stay within 1.25x the
+// CPU's (+1e-4), on an F16 dense model, a Q4_K_M one and an F16 MoE one.
+TEST(VulkanRun, PrecisionAgainstFloat64MatchesTheCpuBackends) {
+  // The figures of a precision-check table: each layer's last column (the residual stream), then the logits'.
+  auto errors = [](const std::string& out) {
+    std::vector<double> e;
+    std::istringstream in(out);
+    std::smatch m;
+    for (std::string line; std::getline(in, line);) {
+      if (std::regex_match(line, m, std::regex(R"(\| \d+ \|.* ([0-9.e+-]+) \|)"))) e.push_back(std::stod(m[1]));
+      if (std::regex_match(line, m, std::regex(R"(logits: ([0-9.e+-]+))"))) e.push_back(std::stod(m[1]));
+    }
+    return e;
+  };
+  for (const std::string name : {"llama32.F16", "llama32.Q4_K_M", "qwen3moe.F16"}) {
+    const std::vector<std::string> args = {"precision-check", "-m",
+                                           test::shared("reference/compat/models/" + name + ".gguf"), "-c", "512"};
+    const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    EXPECT_THAT(gpu.out, HasSubstr("Vulkan device 0"));
+    const auto want = errors(cpu.out), got = errors(gpu.out);
+    ASSERT_GE(want.size(), 3u) << cpu.out;
+    ASSERT_EQ(got.size(), want.size()) << gpu.out;
+    for (size_t i = 0; i < got.size(); i++)
+      EXPECT_LE(got[i], 1.25 * want[i] + 1e-4)
+          << name << (i + 1 == got.size() ? " logits" : " layer " + std::to_string(i)) << "\n"
+          << gpu.out << "\n"
+          << cpu.out;
+  }
+}
+
 // A model larger than the device memory it may use: the load fails naming the weight that did not fit; with
 // --gpu-layers the first layers run on the device, the rest on the CPU, and the text is the CPU backend's
 // (whose ids on this file are llama.cpp's: compat_reference_set). `info` reports the split.
