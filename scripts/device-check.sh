@@ -81,6 +81,8 @@ run)
     rm -f "$work/f16.gguf"
   fi
   echo "   ($(($(date +%s) - start)) s so far)"
+  echo "== where the backend runs what (prefill on cooperative matrices, or why not)"
+  k run -m "$work/q8_0.gguf" -p "Once upon a time" -n 4 --temp 0 --device "$device" 2>&1 >/dev/null | tail -1
 
   for f in q4_k_m q8_0; do
     echo "== bench --device $device: $f"

@@ -86,6 +86,7 @@ void register_hw(CLI::App& app) {
                                           {"max_shared_memory", d.max_shared_memory},
                                           {"max_storage_buffer", d.max_storage_buffer},
                                           {"cooperative_matrix", d.cooperative_matrix},
+                                          {"cooperative_matrix_nv", d.cooperative_matrix_nv},
                                           {"storage_16bit", d.storage_16bit},
                                           {"storage_8bit", d.storage_8bit},
                                           {"float16", d.float16},
@@ -117,6 +118,7 @@ void register_hw(CLI::App& app) {
       std::string has;
       for (const auto& [name, on] :
            std::initializer_list<std::pair<const char*, bool>>{{"coopmat", d.cooperative_matrix},
+                                                               {"coopmat-nv", d.cooperative_matrix_nv},
                                                                {"storage16", d.storage_16bit},
                                                                {"storage8", d.storage_8bit},
                                                                {"fp16", d.float16},

@@ -82,6 +82,7 @@ VulkanDevice describe(VkPhysicalDevice dev, VulkanDevice d) {
   d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   d.max_storage_buffer = p.limits.maxStorageBufferRange;
   d.cooperative_matrix = has_extension("VK_KHR_cooperative_matrix");
+  d.cooperative_matrix_nv = has_extension("VK_NV_cooperative_matrix");
   d.integer_dot = has_extension("VK_KHR_shader_integer_dot_product");
   d.storage_16bit = f11.storageBuffer16BitAccess == VK_TRUE;
   d.storage_8bit = f12.storageBuffer8BitAccess == VK_TRUE;

@@ -18,6 +18,7 @@ struct VulkanDevice {
   uint32_t max_shared_memory = 0;                    // maxComputeSharedMemorySize
   uint64_t max_storage_buffer = 0;                   // maxStorageBufferRange: the most one binding may span
   bool cooperative_matrix = false;                   // VK_KHR_cooperative_matrix (the matrix units)
+  bool cooperative_matrix_nv = false;                // VK_NV_cooperative_matrix (what the backend's prefill uses)
   bool storage_16bit = false, storage_8bit = false;  // 16-/8-bit values in storage buffers
   bool float16 = false, int8 = false;                // 16-bit float / 8-bit integer arithmetic in shaders
   bool integer_dot = false;                          // VK_KHR_shader_integer_dot_product

@@ -27,6 +27,9 @@ struct VulkanOptions {
   // bytes of device memory: a load that needs more fails naming the weight or pool that did not fit (fewer
   // --gpu-layers, a smaller context then fit); a request that needs more fails, the server goes on.
   int64_t memory_limit = 0;
+  // Prefill on matrix units (VK_NV_cooperative_matrix, docs/gpu.md): where the device has them and they pass
+  // a self-check at load (Auto), never (Off), or their plain-GLSL model on any device (Emulated: tests).
+  enum class Coop { Auto, Off, Emulated } coop = Coop::Auto;
   // > 0 holds every buffer binding to that many bytes (tests: the path a matrix larger than the device's
   // maxStorageBufferRange takes, in parts).
   size_t max_binding_bytes = 0;
@@ -45,6 +48,7 @@ struct DeviceCounters {
   std::string device;        // "Vulkan 0: llvmpipe (LLVM 15.0.6, 256 bits)"
   uint64_t dispatches = 0;   // shader dispatches recorded
   uint64_t tiled = 0;        // ...of which tiled matrix products (kVulkanTiledTokens tokens or more)
+  uint64_t coop = 0;         // ...of which on matrix units (cooperative matrices, or their model)
   uint64_t routed = 0;       // tokens MoE-routed on the device
   uint64_t argmax_rows = 0;  // logits rows whose argmax the device took (greedy steps download ids)
   uint64_t top_k_rows = 0;   // ...and whose top-k (sampled steps download k ids and logits)

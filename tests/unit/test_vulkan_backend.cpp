@@ -131,6 +131,37 @@ TEST_P(VulkanMatmul, EqualsTheCpuBackend) {
     gpu_->read(gpu_->host_view(host_out.data()), host_out.data(), static_cast<int64_t>(host_out.size()));
     EXPECT_EQ(host_out, got) << type_name(type) << ": the same product into host memory";
   }
+  // Prefill on the matrix units' tiles, through their plain-GLSL model (lavapipe has no cooperative matrices):
+  // weights and activations rounded to fp16 (2^-11 each), so each term within 2^-10 of the CPU's, the sum
+  // within 1.1e-3 of its sum of |terms|. Types without the path (F32, BF16, Q4_1, Q5_1) stay on the tiled kernel.
+  CpuBackendOptions o;
+  o.repack_weights = false;
+  VulkanOptions vo;
+  vo.coop = VulkanOptions::Coop::Emulated;
+  const auto emu = make_vulkan_backend(vo, make_cpu_backend(1, o));
+  EXPECT_THAT(emu->describe(), ::testing::HasSubstr("prefill on the cooperative-matrix model"));
+  const bool has_coop =
+      type != GgmlType::F32 && type != GgmlType::BF16 && type != GgmlType::Q4_1 && type != GgmlType::Q5_1;
+  const Weight ew = emu->prepare_weight(w);
+  for (int64_t n : {16, 40, 70}) {
+    const auto x = random_floats(static_cast<size_t>(n * cols), 2 + static_cast<uint32_t>(n));
+    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+    cpu_->matmul(w, cpu_->host_view(x.data()), n, cpu_->host_view(want.data()));
+    const uint64_t coop = device_counters(*emu)->coop;
+    emu->matmul(ew, emu->host_view(x.data()), n, emu->host_view(got.data()));
+    emu->read(emu->host_view(got.data()), got.data(), static_cast<int64_t>(got.size()));
+    EXPECT_EQ(device_counters(*emu)->coop - coop, has_coop ? 1u : 0u) << type_name(type) << " n=" << n;
+    std::vector<float> deq(static_cast<size_t>(cols));
+    for (int64_t t = 0; t < n; t++)
+      for (int64_t r = 0; r < rows; r++) {
+        dequantize_row(type, bytes.data() + r * row_bytes(type, cols), deq.data(), cols);
+        double scale = 0;
+        for (int64_t c = 0; c < cols; c++) scale += std::fabs(deq[c] * x[t * cols + c]);
+        const size_t i = static_cast<size_t>(t * rows + r);
+        EXPECT_NEAR(got[i], want[i], (has_coop ? 1.1e-3 : 1e-4) * scale + 1e-5)
+            << type_name(type) << " on the cooperative-matrix model, n=" << n << " token " << t << " row " << r;
+      }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryDeviceType, VulkanMatmul,

@@ -79,20 +79,92 @@ Context::Context(int index) : index_(index) {
       }
     if (queue_family_ == qn) throw Error(fmt::format("--device vulkan:{}: {} has no compute queue", index, name_));
 
+    // Matrix units: VK_NV_cooperative_matrix with what matmul_coop.comp's SPIR-V declares (Float16,
+    // VulkanMemoryModel, CooperativeMatrixNV, subgroups of 32), enabled only when every piece is there.
+    const auto has = [&](const char* name) {
+      return std::any_of(exts.begin(), exts.end(),
+                         [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+    };
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm{};
+    cm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+    VkPhysicalDeviceVulkanMemoryModelFeaturesKHR mm{};
+    mm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR;
+    VkPhysicalDeviceShaderFloat16Int8FeaturesKHR f16{};
+    f16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES_KHR;
+    const char* coop_exts[] = {VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_KHR_VULKAN_MEMORY_MODEL_EXTENSION_NAME,
+                               VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME};
+    coop_ = has(coop_exts[0]) && has(coop_exts[1]) && has(coop_exts[2]);
+    if (!coop_) coop_absent_ = "no VK_NV_cooperative_matrix (with the memory model and fp16 extensions)";
+    if (coop_) {
+      cm.pNext = &mm;
+      mm.pNext = &f16;
+      VkPhysicalDeviceFeatures2 features{};
+      features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+      features.pNext = &cm;
+      vkGetPhysicalDeviceFeatures2(physical_, &features);
+      VkPhysicalDeviceSubgroupProperties subgroup{};
+      subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+      VkPhysicalDeviceProperties2 props2{};
+      props2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+      props2.pNext = &subgroup;
+      vkGetPhysicalDeviceProperties2(physical_, &props2);
+      bool tile = false;
+      auto list = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+          vkGetInstanceProcAddr(instance_, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+      if (list) {
+        uint32_t count = 0;
+        list(physical_, &count, nullptr);
+        std::vector<VkCooperativeMatrixPropertiesNV> shapes(count);
+        for (auto& s : shapes) s.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+        list(physical_, &count, shapes.data());
+        for (const auto& s : shapes)
+          tile = tile || (s.MSize == 16 && s.NSize == 16 && s.KSize == 16 && s.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                          s.BType == VK_COMPONENT_TYPE_FLOAT16_NV && s.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                          s.DType == VK_COMPONENT_TYPE_FLOAT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV);
+      }
+      if (!cm.cooperativeMatrix || !mm.vulkanMemoryModel || !f16.shaderFloat16)
+        coop_absent_ = "cooperative matrices, the memory model or fp16 arithmetic not enabled by the driver";
+      else if (subgroup.subgroupSize != 32 || !(subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT))
+        coop_absent_ = fmt::format("subgroups of {}, not 32", subgroup.subgroupSize);
+      else if (!tile)
+        coop_absent_ = "no 16x16x16 fp16 cooperative matrix with fp32 sums";
+      coop_ = coop_absent_.empty();
+      // Only what the shaders use.
+      cm = {};
+      cm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+      cm.cooperativeMatrix = VK_TRUE;
+      cm.pNext = &mm;
+      mm = {};
+      mm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR;
+      mm.vulkanMemoryModel = VK_TRUE;
+      mm.pNext = &f16;
+      f16 = {};
+      f16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES_KHR;
+      f16.shaderFloat16 = VK_TRUE;
+    }
+
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo q{};
     q.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
     q.queueFamilyIndex = queue_family_;
     q.queueCount = 1;
     q.pQueuePriorities = &priority;
-    const char* enabled[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    const char* enabled[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME, coop_exts[0], coop_exts[1], coop_exts[2]};
     VkDeviceCreateInfo d{};
     d.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
     d.queueCreateInfoCount = 1;
     d.pQueueCreateInfos = &q;
-    d.enabledExtensionCount = 1;
+    d.enabledExtensionCount = coop_ ? 4 : 1;
     d.ppEnabledExtensionNames = enabled;
-    check(vkCreateDevice(physical_, &d, nullptr, &device_), "vkCreateDevice");
+    d.pNext = coop_ ? &cm : nullptr;
+    if (coop_ && vkCreateDevice(physical_, &d, nullptr, &device_) != VK_SUCCESS) {
+      coop_ = false;  // the device without matrix units rather than no device
+      coop_absent_ = "vkCreateDevice refused the cooperative-matrix features";
+      device_ = VK_NULL_HANDLE;
+      d.enabledExtensionCount = 1;
+      d.pNext = nullptr;
+    }
+    if (!device_) check(vkCreateDevice(physical_, &d, nullptr, &device_), "vkCreateDevice");
     vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
     push_descriptors_ =
         reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(device_, "vkCmdPushDescriptorSetKHR"));

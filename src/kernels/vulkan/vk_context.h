@@ -54,6 +54,10 @@ class Context {
     max_range_ = std::min(max_range_, std::max<VkDeviceSize>(bytes / align_ * align_, align_));
   }
   VkDeviceSize offset_alignment() const { return align_; }
+  // VK_NV_cooperative_matrix is there and enabled, with 16x16x16 fp16 x fp16 + fp32 subgroup tiles, 32-wide
+  // subgroups, fp16 arithmetic and the Vulkan memory model (what matmul_coop.comp needs); else why not.
+  bool coop() const { return coop_; }
+  const std::string& coop_absent() const { return coop_absent_; }
   // At most this many bytes of buffers at once (--gpu-memory; 0: what the device has): create() past it is an
   // Error naming what did not fit and what is in use.
   void limit_memory(size_t bytes) { budget_ = bytes; }
@@ -141,6 +145,8 @@ class Context {
   std::vector<Recorded> recorded_;
   uint64_t submissions_ = 0, reused_ = 0, uses_ = 0;
   size_t budget_ = 0, allocated_ = 0;
+  bool coop_ = false;
+  std::string coop_absent_;
 };
 
 }  // namespace kestrel::vk

@@ -10,9 +10,11 @@
 #if KESTREL_HAVE_VULKAN
 #include <algorithm>
 #include <map>
+#include <random>
 #include <unordered_map>
 #include <vector>
 
+#include "formats/fp16.h"
 #include "kernels/forwarding_backend.h"
 #include "kernels/qdot.h"
 #include "kernels/vulkan/vk_context.h"
@@ -62,14 +64,19 @@ struct MatmulShaders {
   GgmlType type;
   const char* rows;
   const char* tiled;
+  const char* coop;      // on matrix units, or null (F32, BF16: fp16's range; Q4_1, Q5_1: their block minimum)
+  const char* coop_emu;  // the same tiles in plain GLSL (tests)
 };
 #define KESTREL_MATMUL(T) \
-  { GgmlType::T, "matmul_" #T, "matmul_tiled_" #T }
+  { GgmlType::T, "matmul_" #T, "matmul_tiled_" #T, nullptr, nullptr }
+#define KESTREL_MATMUL_COOP(T) \
+  { GgmlType::T, "matmul_" #T, "matmul_tiled_" #T, "matmul_coop_" #T, "matmul_coopemu_" #T }
 constexpr MatmulShaders kMatmulShaders[] = {
-    KESTREL_MATMUL(F32),  KESTREL_MATMUL(F16),    KESTREL_MATMUL(BF16),   KESTREL_MATMUL(Q8_0),
-    KESTREL_MATMUL(Q4_0), KESTREL_MATMUL(Q4_1),   KESTREL_MATMUL(Q5_0),   KESTREL_MATMUL(Q5_1),
-    KESTREL_MATMUL(Q2_K), KESTREL_MATMUL(Q3_K),   KESTREL_MATMUL(Q4_K),   KESTREL_MATMUL(Q5_K),
-    KESTREL_MATMUL(Q6_K), KESTREL_MATMUL(IQ4_NL), KESTREL_MATMUL(IQ4_XS), KESTREL_MATMUL(MXFP4)};
+    KESTREL_MATMUL(F32),       KESTREL_MATMUL_COOP(F16),    KESTREL_MATMUL(BF16),        KESTREL_MATMUL_COOP(Q8_0),
+    KESTREL_MATMUL_COOP(Q4_0), KESTREL_MATMUL(Q4_1),        KESTREL_MATMUL_COOP(Q5_0),   KESTREL_MATMUL(Q5_1),
+    KESTREL_MATMUL_COOP(Q2_K), KESTREL_MATMUL_COOP(Q3_K),   KESTREL_MATMUL_COOP(Q4_K),   KESTREL_MATMUL_COOP(Q5_K),
+    KESTREL_MATMUL_COOP(Q6_K), KESTREL_MATMUL_COOP(IQ4_NL), KESTREL_MATMUL_COOP(IQ4_XS), KESTREL_MATMUL_COOP(MXFP4)};
+#undef KESTREL_MATMUL_COOP
 #undef KESTREL_MATMUL
 const MatmulShaders* matmul_shaders(GgmlType t) {
   for (const MatmulShaders& m : kMatmulShaders)
@@ -125,6 +132,14 @@ class VulkanBackend final : public ForwardingBackend {
     if (o.memory_limit < 0) throw Error(fmt::format("--gpu-memory {} must be positive", o.memory_limit));
     ctx_.limit_memory(static_cast<size_t>(o.memory_limit));
     for (const auto& [name, bindings] : kShaders) ctx_.prepare(name, bindings);
+    if (o.coop == VulkanOptions::Coop::Emulated)
+      coop_on_ = coop_emulated_ = true;
+    else if (o.coop == VulkanOptions::Coop::Off)
+      coop_note_ = "off";
+    else if (!ctx_.coop())
+      coop_note_ = ctx_.coop_absent();
+    else
+      coop_self_check();
   }
 
   ~VulkanBackend() override {
@@ -149,12 +164,14 @@ class VulkanBackend final : public ForwardingBackend {
     DeviceCounters c = counters_;
     fill(c);
     return fmt::format(
-        "Vulkan device {} ({}; {}; {:.1f} MiB of device memory in use{}): matrix products, {}norms, RoPE, "
+        "Vulkan device {} ({}; {}; {:.1f} MiB of device memory in use{}): matrix products ({}), {}norms, RoPE, "
         "element-wise operators, MoE routing and sampling's argmax and top-k on the device; "
         "{}embeddings on the host: {}{}{}{}{}",
         ctx_.index(), ctx_.name(), c.placement(), static_cast<double>(ctx_.allocated()) / (1 << 20),
         ctx_.budget() > 0 ? fmt::format(" of --gpu-memory {:.1f} MiB", static_cast<double>(ctx_.budget()) / (1 << 20))
                           : "",
+        coop_on_ ? (coop_emulated_ ? "prefill on the cooperative-matrix model" : "prefill on cooperative matrices")
+                 : "prefill tiled; no matrix units: " + coop_note_,
         kv_bytes_ > 0 ? fmt::format("attention over the KV cache ({:.1f} MiB on the device), ",
                                     static_cast<double>(kv_bytes_) / (1 << 20))
                       : "",
@@ -184,6 +201,7 @@ class VulkanBackend final : public ForwardingBackend {
       const MatmulShaders& m = *matmul_shaders(w.type);  // its products' pipelines, now
       ctx_.prepare(m.rows, matmul_bindings(w.type));
       ctx_.prepare(m.tiled, matmul_bindings(w.type));
+      if (const char* coop = coop_shader(m)) ctx_.prepare(coop, 3);
       return w;
     }
     return in_.prepare_weight(std::move(w));
@@ -799,17 +817,72 @@ class VulkanBackend final : public ForwardingBackend {
              tpr,
              u32(stride)};
       uint32_t gx = push.groups_x, gy = (groups + push.groups_x - 1) / push.groups_x, gz = u32((n + 7) / 8);
+      const char* shader = tiled ? shaders.tiled : shaders.rows;
       if (tiled) {
         gx = u32((part.rows + 63) / 64), gy = u32((n + 31) / 32), gz = 1;
         if (gx > 65535 || gy > 65535) throw Error(fmt::format("{}: a product of {} tokens is too large", w.name, n));
         counters_.tiled++;
+        if (const char* coop = coop_shader(shaders)) shader = coop, counters_.coop++;  // the same tile and grid
       }
-      const char* shader = tiled ? shaders.tiled : shaders.rows;
       if (bs.buffer)  // Q4_1/Q5_1: the activations' block sums too
         dispatch(shader, {bw, bx, by, bs}, &push, sizeof push, gx, gy, gz);
       else
         dispatch(shader, {bw, bx, by}, &push, sizeof push, gx, gy, gz);
     }
+  }
+
+  // Prefill's product on matrix units for this type, or null: the tiled kernel.
+  const char* coop_shader(const MatmulShaders& m) const {
+    return !coop_on_ ? nullptr : coop_emulated_ ? m.coop_emu : m.coop;
+  }
+
+  // The matrix units against the tiled kernel on one F16 product of 80 rows by 40 tokens (fp16 weights and
+  // activations, so only the order of the fp32 sums differs) before any model uses them: a device whose
+  // cooperative matrices disagree keeps the tiled kernel, and the summary line says why.
+  void coop_self_check() {
+    const int64_t rows = 80, cols = 96, n = 40;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> w(static_cast<size_t>(rows * cols));
+    std::vector<float> x(static_cast<size_t>(n * cols));
+    for (auto& v : w) v = fp32_to_fp16(dist(rng));
+    for (auto& v : x) v = fp16_to_fp32(fp32_to_fp16(dist(rng)));
+    const size_t wb = w.size() * 2, xb = x.size() * 4, yb = static_cast<size_t>(2 * n * rows) * 4;
+    auto bw = ctx_.create(wb, vk::Memory::Weights, "the matrix-unit self-check's weights");
+    auto bx = ctx_.create(xb, vk::Memory::Activations, "the matrix-unit self-check's activations");
+    auto by = ctx_.create(yb, vk::Memory::Activations, "the matrix-unit self-check's products");
+    ctx_.upload(*bw, 0, w.data(), wb);
+    std::memcpy(bx->mapped, x.data(), xb);
+    struct {
+      uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr, x_stride;
+    } push{u32(rows), u32(cols), u32(n), 0, 0, u32(rows), u32(cols * 2), 0, 0, 0, u32(cols)};
+    const vk::Binding lw = ctx_.bind(*bw, 0, wb), lx = ctx_.bind(*bx, 0, xb), ly = ctx_.bind(*by, 0, yb);
+    const uint32_t gx = u32((rows + 63) / 64), gy = u32((n + 31) / 32);
+    std::string failure;
+    try {
+      ctx_.dispatch("matmul_tiled_F16", {lw, lx, ly}, &push, sizeof push, gx, gy);
+      push.y_off = u32(n * rows);
+      ctx_.dispatch("matmul_coop_F16", {lw, lx, ly}, &push, sizeof push, gx, gy);
+      ctx_.flush();
+      const auto* y = static_cast<const float*>(by->mapped);
+      for (int64_t t = 0; t < n && failure.empty(); t++)
+        for (int64_t r = 0; r < rows && failure.empty(); r++) {
+          double scale = 0;
+          for (int64_t c = 0; c < cols; c++) scale += std::fabs(fp16_to_fp32(w[r * cols + c]) * x[t * cols + c]);
+          const float a = y[t * rows + r], b = y[n * rows + t * rows + r];
+          if (!(std::fabs(a - b) <= 1e-4 * scale + 1e-6))
+            failure = fmt::format("the self-check's product differs (row {}, token {}: {} on the tiled kernel, {})", r,
+                                  t, a, b);
+        }
+    } catch (const Error& e) {
+      ctx_.discard();
+      failure = fmt::format("the self-check failed: {}", e.what());
+    }
+    ctx_.destroy(*bw);
+    ctx_.destroy(*bx);
+    ctx_.destroy(*by);
+    coop_on_ = failure.empty();
+    coop_note_ = failure;
   }
 
   // x's n rows of `cols` rounded as the CPU rounds them for a product with this weight type (its activation
@@ -871,6 +944,8 @@ class VulkanBackend final : public ForwardingBackend {
   size_t chunk_used_ = 0, uploaded_ = 0, kv_bytes_ = 0;
   VulkanOptions o_;
   bool on_cpu_ = false;       // the current layer runs on the CPU (--gpu-layers)
+  bool coop_on_ = false, coop_emulated_ = false;  // prefill on matrix units (or their model: tests)
+  std::string coop_note_;                         // why not
   ActBuffer ffn_h_, ffn_h2_, gather_, route_;  // ffn_many's, gather_rows' and moe_route's scratch (released first)
   std::unordered_map<const float*, DeviceVector> vectors_;
   std::vector<std::unique_ptr<vk::Buffer> > retired_;
