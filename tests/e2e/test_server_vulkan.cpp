@@ -362,6 +362,17 @@ TEST(VulkanRun, DeepseekMlaGivesTheCpuText) {
     ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
     EXPECT_EQ(gpu.out, cpu.out) << mla;
   }
+  // DeepSeek-V3.2's sparse attention (the indexer on the CPU; the picked latent rows gathered and attended on
+  // the device): a prompt longer than the tiny preset's top-k of 4.
+  const std::string sparse = dir.file("ds32.gguf");
+  ASSERT_EQ(test::run_kestrel({"synth", "--arch", "deepseek32", "--preset", "tiny", "-o", sparse}).exit_code, 0);
+  const std::vector<std::string> args = {"run", "-m", sparse,   "-p", "Hello there, how are you today my friend",
+                                         "-n",  "16", "--temp", "0",  "--print-ids",
+                                         "-c",  "256"};
+  const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_EQ(gpu.out, cpu.out) << "deepseek32";
 }
 
 // A MoE model's experts on the device (each expert's tokens as one matrix) and under --cpu-moe on the CPU:

@@ -514,6 +514,52 @@ TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
   }
 }
 
+// MLA's dense paths on the device: key rows read from the paged cache by position (all of a sequence's, or
+// the ones an indexer picked) and attention over dense float rows (one block of every position), each against
+// the CPU backend.
+TEST_F(VulkanOps, DenseAttentionAndKvRowReadsRunOnTheDevice) {
+  const int hd = 48, block = 4, n_blocks = 16, n_head = 2;
+  const int64_t width = hd, slots = int64_t{n_blocks} * block;
+  const KvRowFormat f(KvType::F32, hd);
+  const auto stride = static_cast<int64_t>(f.bytes(width));
+  const auto rows = random_floats(static_cast<size_t>(slots * width), 80);
+  const std::shared_ptr<void> dk = gpu_->kv_memory(0, static_cast<size_t>(slots * stride), "keys");
+  ASSERT_TRUE(dk);
+  std::memcpy(dk.get(), rows.data(), static_cast<size_t>(slots * stride));
+  std::vector<int32_t> table(n_blocks);
+  for (int b = 0; b < n_blocks; b++) table[b] = n_blocks - 1 - b;
+  const PagedKvLayerView hv{const_cast<float*>(rows.data()), nullptr, stride, 0, block, f, f};
+  const PagedKvLayerView dv{dk.get(), nullptr, stride, 0, block, f, f};
+  const int64_t len = 37;
+  const std::vector<int32_t> picked = {36, 0, 17, 5, 30};
+  std::vector<float> want(static_cast<size_t>(len * width)), want_p(picked.size() * width), got, got_p;
+  cpu_->read_kv_rows(hv, table.data(), len, width, cpu_->host_view(want.data()));
+  cpu_->gather_kv_rows(hv, table.data(), picked.data(), static_cast<int64_t>(picked.size()), width,
+                       cpu_->host_view(want_p.data()));
+  on_device([&] {
+    Act a = gpu_->alloc(len * width), b = gpu_->alloc(static_cast<int64_t>(want_p.size()));
+    gpu_->read_kv_rows(dv, table.data(), len, width, a);
+    gpu_->gather_kv_rows(dv, table.data(), picked.data(), static_cast<int64_t>(picked.size()), width, b);
+    got = out(*gpu_, a, want.size());
+    got_p = out(*gpu_, b, want_p.size());
+  });
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_p, want_p);
+  // Attention over the read rows as keys and values, queries at three positions.
+  const std::vector<int32_t> pos = {36, 20, 3};
+  const auto q = random_floats(pos.size() * n_head * hd, 81);
+  const AttentionShape s{n_head, 1, hd, 0.2f};
+  std::vector<float> want_o(pos.size() * n_head * hd), got_o;
+  cpu_->attention_dense(cpu_->host_view(want.data()), cpu_->host_view(want.data()), width, width, len,
+                        {3, cpu_->host_view(q.data()), cpu_->host_view(want_o.data()), pos.data(), nullptr}, s);
+  on_device([&] {
+    Act kv = upload(*gpu_, want), gq = upload(*gpu_, q), go = gpu_->alloc(static_cast<int64_t>(want_o.size()));
+    gpu_->attention_dense(kv, kv, width, width, len, {3, gq, go, pos.data(), nullptr}, s);
+    got_o = out(*gpu_, go, want_o.size());
+  });
+  expect_close(got_o, want_o, 2e-5f, "dense attention");
+}
+
 // Greedy sampling on the device: each row's argmax equals kernels/ops.h's (the first of equal maxima; NaNs never
 // win; x[0] a NaN gives 0), over a vocabulary-sized row, a short one, ties across the workgroup's stripes,
 // all -inf and a row of NaNs; the ids land in host memory.

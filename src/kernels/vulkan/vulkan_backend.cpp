@@ -396,6 +396,25 @@ class VulkanBackend final : public ForwardingBackend {
     sync();
   }
 
+  // Attention over dense float rows (MLA's rebuilt keys under --mla decompressed, the sparse rows DeepSeek-V3.2's
+  // indexer picked): one block of every position, through the same shader.
+  void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
+                       const AttentionShape& s) override {
+    if (on_cpu_) return fwd().attention_dense(k, v, k_width, v_width, len, rows, s);
+    Backend::attention_dense(k, v, k_width, v_width, len, rows, s);
+  }
+  // dst row i = the key row at position i (read_kv_rows) or positions[i] (gather_kv_rows) of the sequence with
+  // this block table: gathered by slot on the device for F32 rows as wide as their stride, else on the CPU.
+  void read_kv_rows(const PagedKvLayerView& view, const int32_t* table, int64_t len, int64_t k_width,
+                    Act dst) override {
+    if (!kv_gather(view, table, nullptr, len, k_width, dst)) fwd().read_kv_rows(view, table, len, k_width, dst);
+  }
+  void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,
+                      int64_t k_width, Act dst) override {
+    if (!kv_gather(view, table, positions, count, k_width, dst))
+      fwd().gather_kv_rows(view, table, positions, count, k_width, dst);
+  }
+
   // ---- Buffers ----
   Act alloc(int64_t n) override {
     auto b = ctx_.create(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float), vk::Memory::Activations,
@@ -829,6 +848,26 @@ class VulkanBackend final : public ForwardingBackend {
       else
         dispatch(shader, {bw, bx, by}, &push, sizeof push, gx, gy, gz);
     }
+  }
+
+  bool kv_gather(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t n, int64_t width,
+                 Act dst) {
+    if (on_cpu_ || view.k_format.type() != KvType::F32 || view.k_stride != width * 4 || !device_memory(view.k))
+      return false;
+    if (n <= 0) return true;
+    auto [idx, bidx] = stage(static_cast<size_t>(n) * sizeof(uint32_t));
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t pos = positions ? positions[i] : i;
+      reinterpret_cast<uint32_t*>(idx)[i] =
+          u32(int64_t{table[pos / view.block_size]} * view.block_size + pos % view.block_size);
+    }
+    const vk::Binding bk = bind_memory(view.k), bd = bind(dst, n * width, Use::Out);
+    const EltPush push{
+        static_cast<uint32_t>(Elt::Gather), u32(n * width), bd.word, bk.word, u32(width), bidx.word, 0, 0.0f};
+    uint32_t gx, gy;
+    grid(n * width, &gx, &gy);
+    dispatch("eltwise", {bd, bk, bidx}, &push, sizeof push, gx, gy);
+    return true;
   }
 
   // Prefill's product on matrix units for this type, or null: the tiled kernel.
