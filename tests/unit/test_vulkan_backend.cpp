@@ -99,6 +99,20 @@ TEST_P(VulkanMatmul, EqualsTheCpuBackend) {
   for (int64_t r = 0; r < rows; r++)
     quantize_row(type, wf.data() + r * cols, bytes.data() + r * row_bytes(type, cols), cols);
   const Weight w{"w", type, {cols, rows}, bytes.data(), bytes.size()};
+  // |got - want| within rel of what rounding in another order can move — the row's sum of |w| * |x| — plus abs.
+  auto expect_near_scale = [&](const std::vector<float>& got, const std::vector<float>& want,
+                               const std::vector<float>& x, int64_t n, double rel, double abs, const char* what) {
+    std::vector<float> deq(static_cast<size_t>(cols));
+    for (int64_t t = 0; t < n; t++)
+      for (int64_t r = 0; r < rows; r++) {
+        dequantize_row(type, bytes.data() + r * row_bytes(type, cols), deq.data(), cols);
+        double scale = 0;
+        for (int64_t c = 0; c < cols; c++) scale += std::fabs(deq[c] * x[t * cols + c]);
+        const size_t i = static_cast<size_t>(t * rows + r);
+        EXPECT_NEAR(got[i], want[i], rel * scale + abs) << type_name(type) << ", " << what << " product, n=" << n
+                                                        << " token " << t << " row " << r << " on " << device_;
+      }
+  };
   for (int64_t n : {1, 3, 11, 16, 40, 70}) {
     const auto x = random_floats(static_cast<size_t>(n * cols), 2 + static_cast<uint32_t>(n));
     const uint64_t tiled = device_counters(*gpu_)->tiled;
@@ -114,17 +128,7 @@ TEST_P(VulkanMatmul, EqualsTheCpuBackend) {
     });
     EXPECT_EQ(device_counters(*gpu_)->tiled - tiled, n >= kVulkanTiledTokens ? 1u : 0u)
         << "n=" << n << ": the tiled kernel runs from " << kVulkanTiledTokens << " tokens";
-    // The scale rounding in another order can move: the row's sum of |w| * |x|.
-    std::vector<float> deq(static_cast<size_t>(cols));
-    for (int64_t t = 0; t < n; t++)
-      for (int64_t r = 0; r < rows; r++) {
-        dequantize_row(type, bytes.data() + r * row_bytes(type, cols), deq.data(), cols);
-        double scale = 0;
-        for (int64_t c = 0; c < cols; c++) scale += std::fabs(deq[c] * x[t * cols + c]);
-        const size_t i = static_cast<size_t>(t * rows + r);
-        EXPECT_NEAR(got[i], want[i], 1e-4 * scale + 1e-6)
-            << type_name(type) << " n=" << n << " token " << t << " row " << r << " on " << device_;
-      }
+    expect_near_scale(got, want, x, n, 1e-4, 1e-6, "the device's");
     // Host memory in and out (a logits buffer): staged and copied back.
     std::vector<float> host_out(want.size());
     on_device([&] { gpu_->matmul(gw, gpu_->host_view(x.data()), n, gpu_->host_view(host_out.data())); });
@@ -151,16 +155,7 @@ TEST_P(VulkanMatmul, EqualsTheCpuBackend) {
     emu->matmul(ew, emu->host_view(x.data()), n, emu->host_view(got.data()));
     emu->read(emu->host_view(got.data()), got.data(), static_cast<int64_t>(got.size()));
     EXPECT_EQ(device_counters(*emu)->coop - coop, has_coop ? 1u : 0u) << type_name(type) << " n=" << n;
-    std::vector<float> deq(static_cast<size_t>(cols));
-    for (int64_t t = 0; t < n; t++)
-      for (int64_t r = 0; r < rows; r++) {
-        dequantize_row(type, bytes.data() + r * row_bytes(type, cols), deq.data(), cols);
-        double scale = 0;
-        for (int64_t c = 0; c < cols; c++) scale += std::fabs(deq[c] * x[t * cols + c]);
-        const size_t i = static_cast<size_t>(t * rows + r);
-        EXPECT_NEAR(got[i], want[i], (has_coop ? 1.1e-3 : 1e-4) * scale + 1e-5)
-            << type_name(type) << " on the cooperative-matrix model, n=" << n << " token " << t << " row " << r;
-      }
+    expect_near_scale(got, want, x, n, has_coop ? 1.1e-3 : 1e-4, 1e-5, "the cooperative-matrix model's");
   }
 }
 
