@@ -193,12 +193,13 @@ Context::Context(int index) : index_(index) {
 
 Context::~Context() {
   vkDeviceWaitIdle(device_);
-  for (auto& [name, p] : pipelines_) {
-    vkDestroyPipeline(device_, p.pipeline, nullptr);
-    vkDestroyPipelineLayout(device_, p.layout, nullptr);
-    vkDestroyDescriptorSetLayout(device_, p.set_layout, nullptr);
-    vkDestroyShaderModule(device_, p.module, nullptr);
-  }
+  for (auto& [name, variants] : pipelines_)
+    for (auto& p : variants) {
+      vkDestroyPipeline(device_, p->pipeline, nullptr);
+      vkDestroyPipelineLayout(device_, p->layout, nullptr);
+      vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
+      vkDestroyShaderModule(device_, p->module, nullptr);
+    }
   vkDestroyFence(device_, fence_, nullptr);
   vkDestroyCommandPool(device_, pool_, nullptr);
   vkDestroyDevice(device_, nullptr);
@@ -321,17 +322,21 @@ Binding Context::bind(const Buffer& b, size_t byte_offset, size_t bytes) const {
   return r;
 }
 
-Context::Pipeline& Context::pipeline(std::string_view name, uint32_t bindings) {
-  if (auto it = pipelines_.find(name); it != pipelines_.end()) {
-    if (it->second.bindings != bindings)
-      throw Error(
-          fmt::format("Vulkan shader {}: {} bindings given, its pipeline has {}", name, bindings, it->second.bindings));
-    return it->second;
-  }
+Context::Pipeline& Context::pipeline(std::string_view name, uint32_t bindings, uint32_t spec) {
+  auto it = pipelines_.find(name);
+  if (it != pipelines_.end())
+    for (auto& v : it->second)
+      if (v->spec == spec) {
+        if (v->bindings != bindings)
+          throw Error(
+              fmt::format("Vulkan shader {}: {} bindings given, its pipeline has {}", name, bindings, v->bindings));
+        return *v;
+      }
   const SpirvModule* code = find_shader(name);
   if (!code) throw Error(fmt::format("no Vulkan shader named {} is built in", name));
   Pipeline p;
   p.bindings = bindings;
+  p.spec = spec;
   VkShaderModuleCreateInfo m{};
   m.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   m.codeSize = code->bytes;
@@ -365,8 +370,14 @@ Context::Pipeline& Context::pipeline(std::string_view name, uint32_t bindings) {
   c.stage.module = p.module;
   c.stage.pName = "main";
   c.layout = p.layout;
+  const VkSpecializationMapEntry entry{0, 0, sizeof(uint32_t)};
+  const VkSpecializationInfo specialise{1, &entry, sizeof(uint32_t), &p.spec};
+  if (spec > 0) c.stage.pSpecializationInfo = &specialise;
   check(vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &c, nullptr, &p.pipeline), "vkCreateComputePipelines");
-  return pipelines_.emplace(name, p).first->second;
+  if (it == pipelines_.end())
+    it = pipelines_.emplace(std::string(name), std::vector<std::unique_ptr<Pipeline> >()).first;
+  it->second.push_back(std::make_unique<Pipeline>(p));
+  return *it->second.back();
 }
 
 void Context::begin(VkCommandBuffer cmd) const {
@@ -376,8 +387,8 @@ void Context::begin(VkCommandBuffer cmd) const {
 }
 
 void Context::dispatch(std::string_view name, std::initializer_list<Binding> bindings, const void* push,
-                       uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
-  Pipeline& p = pipeline(name, static_cast<uint32_t>(bindings.size()));
+                       uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t spec) {
+  Pipeline& p = pipeline(name, static_cast<uint32_t>(bindings.size()), spec);
   if (bindings.size() > Dispatch::kMaxBindings || push_bytes > sizeof(Dispatch::push))
     throw Error(
         fmt::format("Vulkan shader {}: {} bindings, {} bytes of push constants", name, bindings.size(), push_bytes));

@@ -75,11 +75,13 @@ class Context {
 
   // Adds shader `name` (vk_shaders.h) over these bindings and push constants to the list the next flush
   // submits, each dispatch followed by a barrier so the next one sees its writes.
+  // spec > 0: the pipeline with the shader's specialisation constant 0 set to it (a shape class: the
+  // decode product's invocations per row), one pipeline each.
   void dispatch(std::string_view name, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
-                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1);
+                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, uint32_t spec = 0);
   // Creates shader `name`'s pipeline (for `bindings` bindings) now rather than at its first dispatch: the
   // backend makes those a model will use at load, so no step waits for a shader compiler.
-  void prepare(std::string_view name, uint32_t bindings) { pipeline(name, bindings); }
+  void prepare(std::string_view name, uint32_t bindings, uint32_t spec = 0) { pipeline(name, bindings, spec); }
   bool pending() const { return !pending_.empty(); }
   // Drops the list without submitting it (a step that failed midway).
   void discard() {
@@ -100,6 +102,7 @@ class Context {
     VkPipelineLayout layout = VK_NULL_HANDLE;
     VkPipeline pipeline = VK_NULL_HANDLE;
     uint32_t bindings = 0;
+    uint32_t spec = 0;  // specialisation constant 0 (0: the shader's default)
   };
   struct Dispatch {
     static constexpr size_t kMaxBindings = 6;
@@ -116,7 +119,7 @@ class Context {
     std::vector<uint64_t> key;
   };
   static constexpr size_t kKeep = 8;
-  Pipeline& pipeline(std::string_view name, uint32_t bindings);
+  Pipeline& pipeline(std::string_view name, uint32_t bindings, uint32_t spec);
   // The memory types allowed that have each wanted set of properties, in the order of `wants` (each once),
   // on heaps of at least `bytes`.
   std::vector<uint32_t> memory_types(uint32_t allowed, VkDeviceSize bytes,
@@ -139,7 +142,7 @@ class Context {
   PFN_vkCmdPushDescriptorSetKHR push_descriptors_ = nullptr;
   VkPhysicalDeviceMemoryProperties memory_{};
   VkDeviceSize max_range_ = 0, align_ = 16;
-  std::map<std::string, Pipeline, std::less<> > pipelines_;
+  std::map<std::string, std::vector<std::unique_ptr<Pipeline> >, std::less<> > pipelines_;  // by name, then spec
   std::vector<Dispatch> pending_;
   std::vector<uint64_t> key_;  // pending_'s fields, as flush compares them
   std::vector<Recorded> recorded_;

@@ -83,6 +83,15 @@ const MatmulShaders* matmul_shaders(GgmlType t) {
     if (m.type == t) return &m;
   return nullptr;
 }
+// Decode's product kernel's invocations per row for rows of `cols`: enough for the row's 32-element units (at
+// least 8, the token tile's width for the reduction's last step), at most the workgroup's 64 — the shape
+// class its pipeline is specialised for (matmul.comp's kTpr).
+uint32_t tpr_for(int64_t cols) {
+  const int64_t units = (cols + 31) / 32;
+  uint32_t tpr = 8;
+  while (tpr < 64 && tpr < units) tpr *= 2;
+  return tpr;
+}
 // Their bindings: the weights, x, y, and for Q4_1/Q5_1 the activations' block sums.
 uint32_t matmul_bindings(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 4 : 3; }
 
@@ -199,7 +208,7 @@ class VulkanBackend final : public ForwardingBackend {
     if (computes(w) && w.ne.size() >= 2 && on_device(layer_of(w.name))) {
       device_weight(w);
       const MatmulShaders& m = *matmul_shaders(w.type);  // its products' pipelines, now
-      ctx_.prepare(m.rows, matmul_bindings(w.type));
+      ctx_.prepare(m.rows, matmul_bindings(w.type), tpr_for(w.cols()));  // its shape class
       ctx_.prepare(m.tiled, matmul_bindings(w.type));
       if (const char* coop = coop_shader(m)) ctx_.prepare(coop, 3);
       return w;
@@ -663,8 +672,8 @@ class VulkanBackend final : public ForwardingBackend {
 
   // (Bindings as a braced list: no allocation per dispatch.)
   void dispatch(const char* shader, std::initializer_list<vk::Binding> b, const void* push, uint32_t bytes, uint32_t gx,
-                uint32_t gy = 1, uint32_t gz = 1) {
-    ctx_.dispatch(shader, b, push, bytes, gx, gy, gz);
+                uint32_t gy = 1, uint32_t gz = 1, uint32_t spec = 0) {
+    ctx_.dispatch(shader, b, push, bytes, gx, gy, gz, spec);
     counters_.dispatches++;
   }
 
@@ -813,14 +822,11 @@ class VulkanBackend final : public ForwardingBackend {
     const vk::Binding by = bind(y, (n - 1) * y_stride + w.rows(), Use::Out);
     for (const auto& part : dw.parts) {
       const vk::Binding bw = ctx_.bind(*part.buffer, part.offset, static_cast<size_t>(part.rows) * w.row_stride());
-      // Decode's kernel: invocations per row enough for the row's 32-element units (at least 8, the token
-      // tile's width for the reduction's last step), at most the workgroup's 64; the rest of the workgroup
-      // takes more rows. Prefill's tiled kernel (the same push constants, groups_x and tpr unused): a
-      // workgroup per 64 rows by 32 tokens.
+      // Decode's kernel: tpr_for's invocations per row (its pipeline specialised for them), the rest of the
+      // workgroup takes more rows. Prefill's tiled kernel (the same push constants, groups_x and tpr unused):
+      // a workgroup per 64 rows by 32 tokens.
       const bool tiled = n >= kVulkanTiledTokens;
-      const int64_t units = (w.cols() + 31) / 32;
-      uint32_t tpr = 8;
-      while (tpr < 64 && tpr < units) tpr *= 2;
+      const uint32_t tpr = tpr_for(w.cols());
       const uint32_t groups = (u32(part.rows) + 64 / tpr - 1) / (64 / tpr);
       struct {
         uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr, x_stride;
@@ -843,10 +849,11 @@ class VulkanBackend final : public ForwardingBackend {
         counters_.tiled++;
         if (const char* coop = coop_shader(shaders)) shader = coop, counters_.coop++;  // the same tile and grid
       }
+      const uint32_t spec = tiled ? 0 : tpr;  // decode's pipeline per shape class
       if (bs.buffer)  // Q4_1/Q5_1: the activations' block sums too
-        dispatch(shader, {bw, bx, by, bs}, &push, sizeof push, gx, gy, gz);
+        dispatch(shader, {bw, bx, by, bs}, &push, sizeof push, gx, gy, gz, spec);
       else
-        dispatch(shader, {bw, bx, by}, &push, sizeof push, gx, gy, gz);
+        dispatch(shader, {bw, bx, by}, &push, sizeof push, gx, gy, gz, spec);
     }
   }
 

@@ -31,11 +31,14 @@ layout(push_constant) uniform Params {
 } p;
 
 const uint kTile = 8u;
+// Invocations per row: a specialisation constant (the pipeline per shape class the backend makes at load), so
+// the reduction's loop is unrolled for it; p.tpr carries the same value.
+layout(constant_id = 0) const uint kTpr = 8u;
 shared float partial[kTile][64];
 
 void main() {
-  const uint lane = gl_LocalInvocationID.x % p.tpr, slot = gl_LocalInvocationID.x / p.tpr;
-  const uint r = (gl_WorkGroupID.y * p.groups_x + gl_WorkGroupID.x) * (64u / p.tpr) + slot;
+  const uint lane = gl_LocalInvocationID.x % kTpr, slot = gl_LocalInvocationID.x / kTpr;
+  const uint r = (gl_WorkGroupID.y * p.groups_x + gl_WorkGroupID.x) * (64u / kTpr) + slot;
   const uint t0 = gl_WorkGroupID.z * kTile;
   const uint nt = min(kTile, p.n - t0);
   const uint units = (p.cols + 31u) / 32u;
@@ -44,7 +47,7 @@ void main() {
   for (uint t = 0u; t < kTile; t++) acc[t] = 0.0;
   float v[32];
   if (r < p.rows) {
-    for (uint u = lane; u < units; u += p.tpr) {
+    for (uint u = lane; u < units; u += kTpr) {
       unit32(base, u, p.cols, v);
       const uint c0 = 32u * u, width = min(32u, p.cols - c0);
       for (uint t = 0u; t < nt; t++) {
@@ -63,10 +66,10 @@ void main() {
   }
   for (uint t = 0u; t < kTile; t++) partial[t][gl_LocalInvocationID.x] = acc[t];
   barrier();
-  for (uint stride = p.tpr / 2u; stride > 0u; stride >>= 1) {
+  for (uint stride = kTpr / 2u; stride > 0u; stride >>= 1) {
     if (lane < stride)
       for (uint t = 0u; t < nt; t++) partial[t][gl_LocalInvocationID.x] += partial[t][gl_LocalInvocationID.x + stride];
     barrier();
   }
-  if (r < p.rows && lane < nt) y[p.y_off + (t0 + lane) * p.y_stride + r] = partial[lane][slot * p.tpr];
+  if (r < p.rows && lane < nt) y[p.y_off + (t0 + lane) * p.y_stride + r] = partial[lane][slot * kTpr];
 }
