@@ -115,6 +115,12 @@ enum class Elt : uint32_t {
   SwigluOai
 };
 
+// The product shaders' push constants (matmul.comp's block; matmul_tiled.comp and matmul_coop.comp read the
+// same one and ignore groups_x and tpr).
+struct MatmulPush {
+  uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr, x_stride;
+};
+
 struct EltPush {
   uint32_t op, n, x_off, y_off, dim, x_stride, y_stride;
   float a, b;
@@ -604,12 +610,7 @@ class VulkanBackend final : public ForwardingBackend {
     auto [idx, bidx] = stage(static_cast<size_t>(n) * sizeof(uint32_t));
     for (int64_t i = 0; i < n; i++) reinterpret_cast<uint32_t*>(idx)[i] = u32(rows[i]);
     const vk::Binding bs = bind(src, (last + 1) * dim, Use::In);
-    const vk::Binding bg = bind(gather_, n * dim, Use::Out);
-    const EltPush push{
-        static_cast<uint32_t>(Elt::Gather), u32(n * dim), bg.word, bs.word, u32(dim), bidx.word, 0, 0.0f};
-    uint32_t gx, gy;
-    grid(n * dim, &gx, &gy);
-    dispatch("eltwise", {bg, bs, bidx}, &push, sizeof push, gx, gy);
+    gather(bind(gather_, n * dim, Use::Out), bs, bidx, n, dim);
     copy(dst, dim, gather_, dim, n, dim);
   }
   void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) override {
@@ -828,19 +829,17 @@ class VulkanBackend final : public ForwardingBackend {
       const bool tiled = n >= kVulkanTiledTokens;
       const uint32_t tpr = tpr_for(w.cols());
       const uint32_t groups = (u32(part.rows) + 64 / tpr - 1) / (64 / tpr);
-      struct {
-        uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr, x_stride;
-      } push{u32(part.rows),
-             u32(w.cols()),
-             u32(n),
-             bx.word,
-             by.word + u32(part.row0),
-             u32(y_stride),
-             u32(static_cast<int64_t>(w.row_stride())),
-             std::min<uint32_t>(groups, 32768),
-             bs.word,
-             tpr,
-             u32(stride)};
+      const MatmulPush push{u32(part.rows),
+                            u32(w.cols()),
+                            u32(n),
+                            bx.word,
+                            by.word + u32(part.row0),
+                            u32(y_stride),
+                            u32(static_cast<int64_t>(w.row_stride())),
+                            std::min<uint32_t>(groups, 32768),
+                            bs.word,
+                            tpr,
+                            u32(stride)};
       uint32_t gx = push.groups_x, gy = (groups + push.groups_x - 1) / push.groups_x, gz = u32((n + 7) / 8);
       const char* shader = tiled ? shaders.tiled : shaders.rows;
       if (tiled) {
@@ -868,13 +867,18 @@ class VulkanBackend final : public ForwardingBackend {
       reinterpret_cast<uint32_t*>(idx)[i] =
           u32(int64_t{table[pos / view.block_size]} * view.block_size + pos % view.block_size);
     }
-    const vk::Binding bk = bind_memory(view.k), bd = bind(dst, n * width, Use::Out);
-    const EltPush push{
-        static_cast<uint32_t>(Elt::Gather), u32(n * width), bd.word, bk.word, u32(width), bidx.word, 0, 0.0f};
-    uint32_t gx, gy;
-    grid(n * width, &gx, &gy);
-    dispatch("eltwise", {bd, bk, bidx}, &push, sizeof push, gx, gy);
+    const vk::Binding bk = bind_memory(view.k);
+    gather(bind(dst, n * width, Use::Out), bk, bidx, n, width);
     return true;
+  }
+
+  // dst row i = src row idx[i] (rows of dim floats; idx the staged uint32 row numbers): eltwise.comp's gather.
+  void gather(const vk::Binding& dst, const vk::Binding& src, const vk::Binding& idx, int64_t n, int64_t dim) {
+    const EltPush push{
+        static_cast<uint32_t>(Elt::Gather), u32(n * dim), dst.word, src.word, u32(dim), idx.word, 0, 0.0f};
+    uint32_t gx, gy;
+    grid(n * dim, &gx, &gy);
+    dispatch("eltwise", {dst, src, idx}, &push, sizeof push, gx, gy);
   }
 
   // Prefill's product on matrix units for this type, or null: the tiled kernel.
@@ -899,9 +903,7 @@ class VulkanBackend final : public ForwardingBackend {
     auto by = ctx_.create(yb, vk::Memory::Activations, "the matrix-unit self-check's products");
     ctx_.upload(*bw, 0, w.data(), wb);
     std::memcpy(bx->mapped, x.data(), xb);
-    struct {
-      uint32_t rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr, x_stride;
-    } push{u32(rows), u32(cols), u32(n), 0, 0, u32(rows), u32(cols * 2), 0, 0, 0, u32(cols)};
+    MatmulPush push{u32(rows), u32(cols), u32(n), 0, 0, u32(rows), u32(cols * 2), 0, 0, 0, u32(cols)};
     const vk::Binding lw = ctx_.bind(*bw, 0, wb), lx = ctx_.bind(*bx, 0, xb), ly = ctx_.bind(*by, 0, yb);
     const uint32_t gx = u32((rows + 63) / 64), gy = u32((n + 31) / 32);
     std::string failure;
