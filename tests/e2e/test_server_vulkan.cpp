@@ -49,6 +49,17 @@ test::CliResult run_with(std::vector<std::string> args, const std::vector<std::s
   return test::run_kestrel(args);
 }
 
+// The command on the CPU backend and on Vulkan device 0, both succeeding (callers: ASSERT_NO_FATAL_FAILURE).
+struct CpuAndDevice {
+  test::CliResult cpu, gpu;
+};
+void on_cpu_and_device(const std::vector<std::string>& args, CpuAndDevice* r) {
+  r->cpu = test::run_kestrel(args);
+  r->gpu = run_with(args, {"--device", "vulkan"});
+  ASSERT_EQ(r->cpu.exit_code, 0) << r->cpu.err;
+  ASSERT_EQ(r->gpu.exit_code, 0) << r->gpu.err;
+}
+
 TEST(VulkanServe, AnswersAsTheCpuBackendDoesConcurrentlyAndStreamedAndCancels) {
   const std::vector<json> requests = {
       {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}},
@@ -213,11 +224,11 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   EXPECT_THAT(gpu.err, HasSubstr("greedy ids of 30 logits rows taken on the device"));
   std::vector<std::string> penalised = args;
   penalised.insert(penalised.end(), {"--repeat-penalty", "1.3"});
-  const test::CliResult cpu_pen = test::run_kestrel(penalised), gpu_pen = run_with(penalised, {"--device", "vulkan"});
-  ASSERT_EQ(gpu_pen.exit_code, 0) << gpu_pen.err;
-  EXPECT_EQ(gpu_pen.out, cpu_pen.out);
-  EXPECT_NE(gpu_pen.out, cpu.out) << "the penalty changed nothing: a weak check";
-  EXPECT_THAT(gpu_pen.err, Not(HasSubstr("greedy ids of")));
+  CpuAndDevice pen;
+  ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(penalised, &pen));
+  EXPECT_EQ(pen.gpu.out, pen.cpu.out);
+  EXPECT_NE(pen.gpu.out, cpu.out) << "the penalty changed nothing: a weak check";
+  EXPECT_THAT(pen.gpu.err, Not(HasSubstr("greedy ids of")));
   // Sampled: each step's top-k taken on the device, the host drawing from those 40 candidates.
   std::vector<std::string> sampled = args;
   sampled.back() = "0.8";  // --temp
@@ -229,9 +240,9 @@ TEST(VulkanRun, GreedyTextEqualsTheCpuBackendsAndBadDevicesAreNamed) {
   for (const std::string kv : {"fp8", "q4"}) {
     std::vector<std::string> quantized = args;
     quantized.insert(quantized.end(), {"--kv-type", kv});
-    const test::CliResult c = test::run_kestrel(quantized), g = run_with(quantized, {"--device", "vulkan"});
-    ASSERT_EQ(g.exit_code, 0) << g.err;
-    EXPECT_EQ(g.out, c.out) << kv;
+    CpuAndDevice q;
+    ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(quantized, &q));
+    EXPECT_EQ(q.gpu.out, q.cpu.out) << kv;
   }
   const test::CliResult bad = on("cuda");
   EXPECT_NE(bad.exit_code, 0);
@@ -251,9 +262,9 @@ TEST(VulkanRun, PerplexityEqualsTheCpuBackends) {
     const size_t at = s.find("PPL = ");
     return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 6));
   };
-  const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  CpuAndDevice r;
+  ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(args, &r));
+  const test::CliResult &cpu = r.cpu, &gpu = r.gpu;
   ASSERT_GT(ppl(cpu), 1.0) << cpu.out << cpu.err;
   EXPECT_NEAR(ppl(gpu), ppl(cpu), 1e-3 * ppl(cpu));
 }
@@ -276,9 +287,9 @@ TEST(VulkanRun, PrecisionAgainstFloat64MatchesTheCpuBackends) {
   for (const std::string name : {"llama32.F16", "llama32.Q4_K_M", "qwen3moe.F16"}) {
     const std::vector<std::string> args = {"precision-check", "-m",
                                            test::shared("reference/compat/models/" + name + ".gguf"), "-c", "512"};
-    const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
-    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    CpuAndDevice r;
+    ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(args, &r));
+    const test::CliResult &cpu = r.cpu, &gpu = r.gpu;
     EXPECT_THAT(gpu.out, HasSubstr("Vulkan device 0"));
     const auto want = errors(cpu.out), got = errors(gpu.out);
     ASSERT_GE(want.size(), 3u) << cpu.out;
@@ -340,9 +351,9 @@ TEST(VulkanRun, BiasedClampedAndGegluExpertFamiliesGiveTheCpuIds) {
     ASSERT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", preset, "-o", model}).exit_code, 0) << arch;
     const std::vector<std::string> args = {"run", "-m",     model, "-p",          "Hello there", "-n",
                                            "16",  "--temp", "0",   "--print-ids", "-c",          "256"};
-    const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
-    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    CpuAndDevice r;
+    ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(args, &r));
+    const test::CliResult &cpu = r.cpu, &gpu = r.gpu;
     EXPECT_EQ(gpu.out, cpu.out) << arch;
     EXPECT_THAT(gpu.err, HasSubstr("token-layers MoE-routed on the device")) << arch;
   }
@@ -357,9 +368,9 @@ TEST(VulkanRun, DeepseekMlaGivesTheCpuText) {
   for (const std::string mla : {"absorbed", "decompressed"}) {
     const std::vector<std::string> args = {"run", "-m",  model,   "-p", "Once upon a time", "-n", "20", "--temp", "0",
                                            "-c",  "512", "--mla", mla};
-    const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
-    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    CpuAndDevice r;
+    ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(args, &r));
+    const test::CliResult &cpu = r.cpu, &gpu = r.gpu;
     EXPECT_EQ(gpu.out, cpu.out) << mla;
   }
   // DeepSeek-V3.2's sparse attention (the indexer on the CPU; the picked latent rows gathered and attended on
@@ -369,9 +380,9 @@ TEST(VulkanRun, DeepseekMlaGivesTheCpuText) {
   const std::vector<std::string> args = {"run", "-m", sparse,   "-p", "Hello there, how are you today my friend",
                                          "-n",  "16", "--temp", "0",  "--print-ids",
                                          "-c",  "256"};
-  const test::CliResult cpu = test::run_kestrel(args), gpu = run_with(args, {"--device", "vulkan"});
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  CpuAndDevice r;
+  ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(args, &r));
+  const test::CliResult &cpu = r.cpu, &gpu = r.gpu;
   EXPECT_EQ(gpu.out, cpu.out) << "deepseek32";
 }
 
