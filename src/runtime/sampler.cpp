@@ -36,7 +36,7 @@ double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53
 void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history) {
   for (const auto& [t, bias] : p_.logit_bias)
     if (t >= 0 && t < n_vocab_) logits[t] = bias <= -100.0f ? -INFINITY : logits[t] + bias;
-  if (p_.repeat_penalty == 1.0f && p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f) return;
+  if (!penalised()) return;
   const size_t n = std::min(history.size(), static_cast<size_t>(p_.repeat_last_n));
   const size_t first = history.size() - n;
   for (size_t i = first; i < history.size(); i++)
@@ -112,9 +112,7 @@ int32_t Sampler::draw() {
 }
 
 int Sampler::best_needed() const {
-  const bool plain =
-      p_.logit_bias.empty() && p_.repeat_penalty == 1.0f && p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f;
-  if (!plain) return -1;
+  if (!p_.logit_bias.empty() || penalised()) return -1;
   if (p_.temperature <= 0.0f) return 1;
   return p_.top_k > 0 && p_.top_k < n_vocab_ ? p_.top_k : -1;
 }

@@ -54,6 +54,9 @@ class Sampler {
 
  private:
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
+  bool penalised() const {  // a repetition, frequency or presence penalty is on
+    return p_.repeat_penalty != 1.0f || p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f;
+  }
   // Penalties, top-k, top-p, min-p and temperature: the candidates and their
   // probabilities in cand_ (temperature > 0 only).
   void distribution(float* logits, const std::vector<int32_t>& history);
