@@ -8,27 +8,7 @@
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
 
-#include "weights.glsl"
-
-layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
-#ifdef BLOCK_MIN
-// Q4_1/Q5_1: the activations' Q8_1 block sums, fp16(d * sum q) (quantize_act.comp), one per 32 elements.
-layout(std430, set = 0, binding = 3) readonly buffer S { float xs[]; };
-#endif
-layout(push_constant) uniform Params {
-  uint rows;       // rows of this weight chunk
-  uint cols;
-  uint n;          // tokens
-  uint x_off;      // floats
-  uint y_off;      // floats: where row 0 of token 0 goes
-  uint y_stride;   // floats between tokens' output rows
-  uint row_bytes;
-  uint groups_x;   // workgroups along x (row group = group.y * groups_x + group.x)
-  uint s_off;      // Q4_1/Q5_1: where token 0's block sums start in xs
-  uint tpr;        // invocations per row
-  uint x_stride;   // floats between tokens' input rows
-} p;
+#include "product.glsl"
 
 const uint kTile = 8u;
 // Invocations per row: a specialisation constant (the pipeline per shape class the backend makes at load), so

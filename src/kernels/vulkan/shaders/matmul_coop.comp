@@ -16,14 +16,6 @@
 #endif
 layout(local_size_x = 128) in;
 
-#include "weights.glsl"
-
-layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
-layout(push_constant) uniform Params {  // matmul.comp's
-  uint rows, cols, n, x_off, y_off, y_stride, row_bytes, groups_x, s_off, tpr, x_stride;
-} p;
-
 const uint kRows = 64u, kTokens = 32u;
 const uint kLd = 40u;  // a shared row's stride in elements (80 bytes: the 16-byte multiple the loads want)
 const uint kCd = 68u;  // the result tile's stride in floats ([token][row])
@@ -37,6 +29,9 @@ float16_t to_half(float v) { return float16_t(v); }
 shared HALF ws[kRows * kLd];
 shared HALF xt[kTokens * kLd];
 shared float cs[kTokens * kCd];
+#define PUT_W(r, i, v) ws[(r) * kLd + (i)] = to_half(v)
+#define PUT_X(t, i, v) xt[(t) * kLd + (i)] = to_half(v)
+#include "product.glsl"
 
 void main() {
   const uint id = gl_LocalInvocationID.x;
@@ -52,23 +47,8 @@ void main() {
   fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc0 = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
   fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc1 = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
 #endif
-  float v[32];
   for (uint u = 0u; u < units; u++) {
-    if (id < kRows) {
-      const uint r = r0 + id;
-      if (r < p.rows) {
-        unit32(r * p.row_bytes, u, p.cols, v);
-        for (uint i = 0u; i < 32u; i++) ws[id * kLd + i] = to_half(v[i]);
-      } else {
-        for (uint i = 0u; i < 32u; i++) ws[id * kLd + i] = to_half(0.0);
-      }
-    } else {
-      const uint k = id - kRows, t = k / 2u, part = k % 2u, token = t0 + t, c0 = 32u * u + 16u * part;
-      for (uint i = 0u; i < 16u; i++) {
-        const uint c = c0 + i;
-        xt[t * kLd + 16u * part + i] = to_half(token < p.n && c < p.cols ? x[p.x_off + token * p.x_stride + c] : 0.0);
-      }
-    }
+    load_unit(id, u, r0, t0, units);
     barrier();
 #ifdef COOP_EMULATED
     for (uint j = 0u; j < 16u; j++) {

@@ -9,26 +9,7 @@
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 128) in;
 
-#include "weights.glsl"
-
-layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 2) buffer Y { float y[]; };
-#ifdef BLOCK_MIN
-layout(std430, set = 0, binding = 3) readonly buffer S { float xs[]; };
-#endif
-layout(push_constant) uniform Params {  // matmul.comp's
-  uint rows;      // rows of this weight chunk
-  uint cols;
-  uint n;         // tokens
-  uint x_off;     // floats
-  uint y_off;     // floats: where row 0 of token 0 goes
-  uint y_stride;  // floats between tokens' output rows
-  uint row_bytes;
-  uint groups_x;  // (matmul.comp's)
-  uint s_off;     // Q4_1/Q5_1: where token 0's block sums start in xs
-  uint tpr;       // (matmul.comp's)
-  uint x_stride;  // floats between tokens' input rows
-} p;
+#include "weights.glsl"  // (first: it says whether the type has a block minimum, BLOCK_MIN)
 
 const uint kRows = 64u, kTokens = 32u;
 shared float ws[kRows][33];  // one unit of the tile's rows, dequantized (33: no bank conflicts down a column)
@@ -37,6 +18,11 @@ shared float xt[kTokens][33];
 shared float wmin[kRows];
 shared float xsum[kTokens];
 #endif
+#define PUT_W(r, i, v) ws[r][i] = (v)
+#define PUT_X(t, i, v) xt[t][i] = (v)
+#define PUT_MIN(r, v) wmin[r] = (v)
+#define PUT_SUM(t, v) xsum[t] = (v)
+#include "product.glsl"
 
 void main() {
   const uint id = gl_LocalInvocationID.x;
@@ -46,33 +32,8 @@ void main() {
   float acc[4][4];
   for (uint i = 0u; i < 4u; i++)
     for (uint j = 0u; j < 4u; j++) acc[i][j] = 0.0;
-  float v[32];
   for (uint u = 0u; u < units; u++) {
-    if (id < kRows) {
-      const uint r = r0 + id;
-      if (r < p.rows) {
-        unit32(r * p.row_bytes, u, p.cols, v);
-        for (uint i = 0u; i < 32u; i++) ws[id][i] = v[i];
-#ifdef BLOCK_MIN
-        wmin[id] = unit_min(r * p.row_bytes, u);
-#endif
-      } else {
-        for (uint i = 0u; i < 32u; i++) ws[id][i] = 0.0;
-#ifdef BLOCK_MIN
-        wmin[id] = 0.0;
-#endif
-      }
-    } else {
-      // Half a token's unit per invocation; past the last token or column: zeros.
-      const uint k = id - kRows, t = k / 2u, part = k % 2u, token = t0 + t, c0 = 32u * u + 16u * part;
-      for (uint i = 0u; i < 16u; i++) {
-        const uint c = c0 + i;
-        xt[t][16u * part + i] = token < p.n && c < p.cols ? x[p.x_off + token * p.x_stride + c] : 0.0;
-      }
-#ifdef BLOCK_MIN
-      if (part == 0u) xsum[t] = token < p.n ? xs[p.s_off + token * units + u] : 0.0;
-#endif
-    }
+    load_unit(id, u, r0, t0, units);
     barrier();
     for (uint i = 0u; i < 4u; i++)
       for (uint j = 0u; j < 4u; j++) {

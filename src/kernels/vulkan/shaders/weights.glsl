@@ -4,6 +4,8 @@
 // `base` into v, as formats/ dequantizes them (the CPU backend's reference). TYPE_* picks the format. Q4_1 and
 // Q5_1 leave out their block minimum (unit_min): the product adds it times the activations' block sum, as
 // ggml's Q8_1 dot does.
+#ifndef WEIGHTS_GLSL
+#define WEIGHTS_GLSL
 layout(std430, set = 0, binding = 0) readonly buffer Weights { uint wq[]; };
 
 uint b8(uint off) { return (wq[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
@@ -198,3 +200,4 @@ void unit32(uint base, uint u, uint cols, out float v[32]) {
 #endif
 #endif
 }
+#endif
