@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/operator.h"
 #include "cli/commands.h"
 #include "hw/cpu_features.h"
 #include "hw/limits.h"
@@ -93,6 +94,12 @@ void register_hw(CLI::App& app) {
                                           {"int8", d.int8},
                                           {"integer_dot", d.integer_dot}});
       j["vulkan"]["unavailable"] = vk.unavailable;
+      j["operators"] = nlohmann::json::array();
+      for (const Operator* op : operators()) {
+        nlohmann::json kernels = {"host"};
+        for (const char* kind : op->device_kinds()) kernels.push_back(kind);
+        j["operators"].push_back({{"name", op->name()}, {"kernels", kernels}});
+      }
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
@@ -112,6 +119,9 @@ void register_hw(CLI::App& app) {
     fmt::print("tiles:      q8 token chunk {}, float token chunk {}, tile crossover {} tokens ({}; `kestrel tune` to "
                "measure)\n",
                tuning().q8_token_chunk, tuning().float_token_chunk, tuning().tile_min_tokens, tuning().source);
+    // The named operators beyond the backends' core (kernels/operator.h): host: the CPU's kernel, which every
+    // backend without one of its own runs; vulkan: a device kernel.
+    fmt::print("operators:  {}\n", operator_list());
     if (vk.devices.empty()) fmt::print("vulkan:     {}\n", vk.unavailable);
     for (size_t i = 0; i < vk.devices.size(); i++) {
       const VulkanDevice& d = vk.devices[i];

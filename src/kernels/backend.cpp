@@ -73,44 +73,6 @@ void Backend::FfnRef::finish(float* y, int64_t rows) const {
     for (int64_t i = 0; i < dim; i++) y[r * dim + i] += down_b[i];
 }
 
-void Backend::hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
-                        int iters, Act pre, Act post, Act comb) {
-  for (int64_t r = 0; r < n; r++)
-    kestrel::hyper_mix(host(mixes) + r * width, hc, scale, base, eps, iters, host(pre) + r * hc,
-                       post ? host(post) + r * hc : nullptr, comb ? host(comb) + r * hc * hc : nullptr);
-}
-
-void Backend::hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) {
-  for (int64_t r = 0; r < n; r++) kestrel::hyper_collapse(host(x) + r * hc * dim, host(pre) + r * hc, hc, dim, host(y) + r * dim);
-}
-
-void Backend::hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) {
-  for (int64_t r = 0; r < n; r++)
-    kestrel::hyper_expand(host(x) + r * hc * dim, host(y) + r * dim, host(post) + r * hc, host(comb) + r * hc * hc, hc,
-                          dim, host(out) + r * hc * dim);
-}
-
-void Backend::compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split, const int32_t* absent,
-                              int64_t kv_off, int64_t score_off, int64_t width, Act out) {
-  for (int64_t b = 0; b < n_blocks; b++)
-    compress_block(host(rows) + b * entries * stride, stride, entries, split, absent[b], kv_off, score_off, width,
-                   host(out) + b * width);
-}
-
-void Backend::gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta,
-                              const GdnSequence* seqs, int n_seqs, Act out) {
-  const int64_t ch = s.channels();
-  for (int i = 0; i < n_seqs; i++) {
-    const GdnSequence& q = seqs[i];
-    float* rows = host(qkv) + q.r0 * ch;
-    gdn_conv(s, p, rows, q.n, q.state, 0, ch);
-    gdn_gates(s, p, host(qkv), host(alpha), host(beta), q.r0, q.r0 + q.n);
-    for (int h = 0; h < s.n_v_heads; h++)
-      gdn_recur(s, rows, host(alpha) + q.r0 * s.n_v_heads, host(beta) + q.r0 * s.n_v_heads, q.n,
-                q.state + s.conv_state(), h, host(out) + q.r0 * s.value_dim());
-  }
-}
-
 void Backend::fill(Act x, int64_t n, float value) { std::fill_n(host(x), n, value); }
 
 void Backend::argmax_rows(Act x, int64_t rows, int64_t n, int32_t* ids) {
@@ -157,21 +119,6 @@ void Backend::scatter_add_rows(Act dst, Act src, const int64_t* rows, const floa
     const float* y = s + (src_rows ? src_rows[i] : i) * dim;
     // The product rounds on its own, as ggml_mul's (this file is built with -ffp-contract=off: no FMA).
     for (int64_t c = 0; c < dim; c++) o[c] += w * y[c];
-  }
-}
-
-void Backend::sigmoid_mul(Act x, Act gates, int64_t n) {
-  float* p = host(x);
-  const float* g = host(gates);
-  for (int64_t i = 0; i < n; i++) p[i] *= 1.0f / (1.0f + std::exp(-g[i]));
-}
-
-void Backend::scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) {
-  float* p = host(x);
-  const float* g = host(gates);
-  for (int64_t t = 0; t < n; t++) {
-    const float s = 1.0f / (1.0f + std::exp(-g[t]));
-    for (int64_t c = 0; c < dim; c++) p[t * dim + c] *= s;
   }
 }
 

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/gated_delta_net.h"
-#include "kernels/lightning_indexer.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
 #include "formats/weight.h"
 
 namespace kestrel {
+
+class Operator;
 
 // An activation buffer a backend owns, or a view into one from a float
 // offset (`buf + rows * dim`). Model code passes these to operators and
@@ -31,6 +31,7 @@ class Act {
 
  private:
   friend class Backend;
+  friend class OpContext;  // a named operator's host kernel (kernels/operator.h)
   Act(void* base, int64_t offset) : base_(base), offset_(offset) {}
   void* base_ = nullptr;
   int64_t offset_ = 0;
@@ -203,27 +204,11 @@ class Backend {
   virtual void silu_mul(Act gate, Act up, int64_t n) = 0;
   virtual void gelu_mul(Act gate, Act up, int64_t n) { kestrel::gelu_mul(host(gate), host(up), n); }
   virtual void scale(Act x, int64_t n, float s) { scale_inplace(host(x), n, s); }
-  // In place: every block of `block` floats (a power of two) of n floats, Walsh-Hadamard rotated (ops.h).
-  virtual void hadamard(Act x, int64_t n, int block) {
-    for (int64_t i = 0; i < n; i += block) walsh_hadamard(host(x) + i, block);
-  }
   virtual void softcap(Act x, int64_t n, float cap) { softcap_inplace(host(x), n, cap); }
   // DeepSeek-V4's clamped SwiGLU over n floats, in place in gate (ops.h swiglu_clamp).
   virtual void swiglu_clamp(Act gate, Act up, int64_t n, float limit) {
     kestrel::swiglu_clamp(host(gate), host(up), n, limit);
   }
-  // DeepSeek-V4's hyper-connections (ops.h), n rows: each row's mix logits (width floats apart) into its
-  // pre [hc], post [hc] and comb [hc * hc] weights (post and comb empty: the output head's pre alone).
-  virtual void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base,
-                         float eps, int iters, Act pre, Act post, Act comb);
-  // y row = the row's hc streams (hc * dim floats) folded by its pre weights.
-  virtual void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y);
-  // out row = y row spread over the streams by post, plus x's streams mixed by comb (out must not alias x).
-  virtual void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out);
-  // DeepSeek-V4's compressor over n_blocks blocks of `entries` gathered rows (block b's at rows + b *
-  // entries * stride; ops.h compress_block), block b's first absent[b] entries absent: out row b (width).
-  virtual void compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split,
-                               const int32_t* absent, int64_t kv_off, int64_t score_off, int64_t width, Act out);
   virtual void add(Act x, Act y, int64_t n) = 0;
   virtual void add_bias(Act x, const float* bias, int64_t n_rows, int64_t dim) = 0;
   // x[0, n) = value.
@@ -240,18 +225,13 @@ class Backend {
   // rank after rank).
   virtual void scatter_add_rows(Act dst, Act src, const int64_t* rows, const float* weights, int64_t n, int64_t dim,
                                 const int64_t* src_rows = nullptr);
-  // x[i] *= sigmoid(gates[i]) for i < n (Qwen3.5's gated attention output).
-  virtual void sigmoid_mul(Act x, Act gates, int64_t n);
-  // x row t *= sigmoid(gates[t]) (Qwen2-MoE's gated shared expert).
-  virtual void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim);
 
-  // ---- Linear attention (kernels/gated_delta_net.h) ----
-  // One Gated DeltaNet layer's core over a step's sequences (each its own rows, in order, and its state,
-  // which the call advances): qkv rows (channels() floats: the projections before the convolution) become
-  // silu(conv1d) with q and k L2-normalised, alpha rows the log-decays and beta rows the gates, in place;
-  // out rows (value_dim() floats) the recurrence's outputs. The default runs the stages one after another.
-  virtual void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta,
-                               const GdnSequence* seqs, int n_seqs, Act out);
+  // ---- Named operators (kernels/operator.h) ----
+  // Every operator beyond this core — a family's own (Gated DeltaNet, hyper-connections, the lightning
+  // indexer, ...) — comes through here with its arguments: the default runs its host kernel inline on host
+  // buffers; the CPU backend on its threads; a device backend its own kernel where the operator registered
+  // one. Wrappers (profiling, forwarding, guarded) wrap this one method for every operator.
+  virtual void run(const Operator& op, const void* args);
 
   // ---- Attention and the KV cache ----
   // Rows k[i] (and v[i]) written to slots[i] of the layer, in its formats (v may be empty when view.v is null).
@@ -262,10 +242,6 @@ class Backend {
   virtual void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions,
                               int64_t count, int64_t k_width, Act dst);
   virtual void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& shape) = 0;
-  // DeepSeek sparse attention's lightning indexer (kernels/lightning_indexer.h) over the key rows of `keys`:
-  // rows.q the indexer queries, w their head weights; the selections come back to the host.
-  virtual void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
-                             int32_t* selected, int32_t* counts) = 0;
   // The same over len positions of float keys and values in buffers (rows k_width / v_width floats apart).
   virtual void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len,
                                const AttentionRows& rows, const AttentionShape& shape);

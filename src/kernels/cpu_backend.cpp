@@ -7,6 +7,7 @@
 #include "core/thread_pool.h"
 #include "kernels/backend.h"
 #include "kernels/matmul.h"
+#include "kernels/operator.h"
 
 namespace kestrel {
 namespace {
@@ -180,60 +181,14 @@ class CpuBackend final : public Backend {
     attention_paged(pool_, kv, host_rows(rows), shape);
   }
 
-  void hadamard(Act x_act, int64_t n, int block) override {
-    float* x = host(x_act);
-    pool_.parallel_for(n / block, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; b++) walsh_hadamard(x + b * block, block);
-    });
-  }
-
-  // The convolution over channels, the gates over rows, the recurrence over (sequence, value head) pairs;
-  // a sequence of at least kGdnChunkRows rows (prefill) runs the chunked form.
-  void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv_act, Act alpha_act, Act beta_act,
-                       const GdnSequence* seqs, int n_seqs, Act out_act) override {
-    float* qkv = host(qkv_act);
-    float* alpha = host(alpha_act);
-    float* beta = host(beta_act);
-    float* out = host(out_act);
-    const int64_t ch = s.channels();
-    for (int i = 0; i < n_seqs; i++) {
-      const GdnSequence& q = seqs[i];
-      pool_.parallel_for(ch, [&](int64_t c0, int64_t c1) { gdn_conv(s, p, qkv + q.r0 * ch, q.n, q.state, c0, c1); });
-      pool_.parallel_for(q.n, [&](int64_t r0, int64_t r1) { gdn_gates(s, p, qkv, alpha, beta, q.r0 + r0, q.r0 + r1); });
-    }
-    const int64_t scratch = gdn_chunk_scratch(s, kGdnChunk);
-    if (gdn_scratch_.size() < static_cast<size_t>(pool_.size())) gdn_scratch_.resize(static_cast<size_t>(pool_.size()));
-    std::vector<float>* per_thread = gdn_scratch_.data();
-    pool_.run([&](int ti, int nt) {
-      for (int64_t w = ti; w < static_cast<int64_t>(n_seqs) * s.n_v_heads; w += nt) {
-        const GdnSequence& q = seqs[w / s.n_v_heads];
-        const int h = static_cast<int>(w % s.n_v_heads);
-        const float* rows = qkv + q.r0 * ch;
-        const float* g = alpha + q.r0 * s.n_v_heads;
-        const float* b = beta + q.r0 * s.n_v_heads;
-        float* o = out + q.r0 * s.value_dim();
-        if (q.n >= kGdnChunkRows) {
-          std::vector<float>& buf = per_thread[ti];
-          if (buf.size() < static_cast<size_t>(scratch)) buf.resize(static_cast<size_t>(scratch));
-          gdn_recur_chunked(s, rows, g, b, q.n, q.state + s.conv_state(), h, o, kGdnChunk, buf.data());
-        } else {
-          gdn_recur(s, rows, g, b, q.n, q.state + s.conv_state(), h, o);
-        }
-      }
-    });
-  }
-
   void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,
                       int64_t k_width, Act dst_act) override {
     float* dst = host(dst_act);
     pool_.parallel_for(count, [&](int64_t i0, int64_t i1) { copy_kv_rows(view, table, positions, i0, i1, k_width, dst); });
   }
 
-  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
-                     int32_t* selected, int32_t* counts) override {
-    lightning_indexer_top_k(&pool_, keys, {rows.n_tokens, host(rows.q), host(w), rows.positions, rows.block_tables},
-                            s, selected, counts);
-  }
+  // A named operator's host kernel on this backend's threads.
+  void run(const Operator& op, const void* args) override { op.run_host(OpContext(pool_), args); }
 
   void silu_mul(Act gate_act, Act up_act, int64_t n) override {
     float* gate = host(gate_act);
@@ -276,10 +231,6 @@ class CpuBackend final : public Backend {
   ThreadPool solo_{1};  // runs a job inline on the calling thread (no state: shared by all)
   Matmul matmul_;
   std::vector<HeadScratch> head_scratch_;
-  // gated_delta_net: tokens per chunk of the chunked form, and the fewest rows a sequence runs it for.
-  static constexpr int kGdnChunk = 64;
-  static constexpr int64_t kGdnChunkRows = 64;
-  std::vector<std::vector<float>> gdn_scratch_;  // per thread
   std::vector<int> ffn_order_;
   HugePageArena packed_memory_;  // repacked weights end to end in huge pages
 };

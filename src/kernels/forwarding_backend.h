@@ -66,22 +66,7 @@ class ForwardingBackend : public Backend {
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     fwd().rmsnorm(x, w, y, rows, dim, eps);
   }
-  void hadamard(Act x, int64_t n, int block) override { fwd().hadamard(x, n, block); }
   void swiglu_clamp(Act gate, Act up, int64_t n, float limit) override { fwd().swiglu_clamp(gate, up, n, limit); }
-  void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
-                 int iters, Act pre, Act post, Act comb) override {
-    fwd().hyper_mix(mixes, n, width, hc, scale, base, eps, iters, pre, post, comb);
-  }
-  void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) override {
-    fwd().hyper_collapse(x, pre, n, hc, dim, y);
-  }
-  void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
-    fwd().hyper_expand(x, y, post, comb, n, hc, dim, out);
-  }
-  void compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split, const int32_t* absent,
-                       int64_t kv_off, int64_t score_off, int64_t width, Act out) override {
-    fwd().compress_blocks(rows, n_blocks, stride, entries, split, absent, kv_off, score_off, width, out);
-  }
   void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
     fwd().layernorm(x, w, b, y, rows, dim, eps);
   }
@@ -108,14 +93,8 @@ class ForwardingBackend : public Backend {
                         const int64_t* src_rows = nullptr) override {
     fwd().scatter_add_rows(dst, src, rows, w, n, dim, src_rows);
   }
-  void scale_rows_sigmoid(Act x, Act gates, int64_t n, int64_t dim) override {
-    fwd().scale_rows_sigmoid(x, gates, n, dim);
-  }
-  void sigmoid_mul(Act x, Act gates, int64_t n) override { fwd().sigmoid_mul(x, gates, n); }
-  void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
-                       int n_seqs, Act out) override {
-    fwd().gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out);
-  }
+
+  void run(const Operator& op, const void* args) override { fwd().run(op, args); }
 
   void write_kv(const KvLayerWrite& view, const int64_t* slots, int64_t n, Act k, Act v) override {
     fwd().write_kv(view, slots, n, k, v);
@@ -130,10 +109,6 @@ class ForwardingBackend : public Backend {
   }
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
     fwd().attention(kv, rows, s);
-  }
-  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& rows, Act w, const IndexerShape& s,
-                     int32_t* selected, int32_t* counts) override {
-    fwd().indexer_top_k(keys, rows, w, s, selected, counts);
   }
   void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
                        const AttentionShape& s) override {

@@ -26,29 +26,6 @@ void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limi
 void gelu_mul(float* gate, const float* up, int64_t n);
 // That table: gelu(x) of every fp16 bit pattern x, as fp16 (65536 entries; a device backend uploads it).
 const uint16_t* gelu_fp16_table();
-// DeepSeek-V4's hyper-connections (manifold-constrained: its hc_mult residual streams per token), as
-// llama.cpp's deepseek4 graph computes them. From one token's mix logits m (the stream-mix projection of the
-// RMS-normed streams, (2 + hc) * hc floats), scale[3] and base (as many floats as m):
-//   pre[i]  = sigmoid(m[i] * scale[0] + base[i]) + eps                    (i < hc)
-//   post[i] = 2 * sigmoid(m[hc + i] * scale[1] + base[hc + i])            (null: the output head's mix)
-//   comb[dst + src * hc] = Sinkhorn(m[2hc + ..] * scale[2] + base[2hc + ..]): a softmax over dst for each
-//       src, plus eps, then column sums (over src) and row sums (over dst) divided out in turn, each sum
-//       plus eps, `iters` normalisations in all, columns first and last.
-void hyper_mix(const float* m, int hc, const float* scale, const float* base, float eps, int iters, float* pre,
-               float* post, float* comb);
-// y = sum_i pre[i] * x[i * dim ..]: the streams (hc rows of dim) folded into one by the token's pre weights.
-void hyper_collapse(const float* x, const float* pre, int hc, int64_t dim, float* y);
-// out[dst] = y * post[dst] + sum_src comb[dst + src * hc] * x[src], stream by stream (the branch's output
-// spread over the streams and the old streams mixed; out must not alias x).
-void hyper_expand(const float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
-                  float* out);
-// DeepSeek-V4's KV compressor, one block: out[j] = sum_i softmax_i(score_i[j]) * kv_i[j] over `entries` rows
-// (row i at rows + i * stride; kv at kv_off, score at score_off, plus width when i >= split: the overlapped
-// compressor reads the previous block's rows through the first half of its 2 * width state and the block's
-// own through the second). The first `absent` entries count as kv 0 and score -inf (the first block's missing
-// predecessor).
-void compress_block(const float* rows, int64_t stride, int entries, int split, int absent, int64_t kv_off,
-                    int64_t score_off, int64_t width, float* out);
 // x[i] = cap * tanh(x[i] / cap): Gemma 2's final logit soft-cap.
 void softcap_inplace(float* x, int64_t n, float cap);
 // The index of the largest of x[0, n): the first of equal ones (a NaN is never larger; x[0] a NaN: 0).

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/forwarding_backend.h"
+#include "kernels/operator.h"
 
 namespace kestrel {
 namespace {
@@ -111,38 +112,12 @@ class ProfilingBackend final : public ForwardingBackend {
   void rmsnorm(Act x, const float* w, Act y, int64_t rows, int64_t dim, float eps) override {
     timed("rmsnorm", layer_, 8.0 * rows * dim, 4.0 * rows * dim, [&] { in_.rmsnorm(x, w, y, rows, dim, eps); });
   }
-  void hadamard(Act x, int64_t n, int block) override {
-    timed("hadamard", layer_, 8.0 * n, static_cast<double>(n) * std::log2(block), [&] { in_.hadamard(x, n, block); });
-  }
   void swiglu_clamp(Act gate, Act up, int64_t n, float limit) override {
     timed("swiglu_clamp", layer_, 12.0 * n, 8.0 * n, [&] { in_.swiglu_clamp(gate, up, n, limit); });
   }
-  void hyper_mix(Act mixes, int64_t n, int64_t width, int hc, const float* scale, const float* base, float eps,
-                 int iters, Act pre, Act post, Act comb) override {
-    timed("hyper_mix", layer_, 8.0 * n * width, 4.0 * n * hc * hc * iters,
-          [&] { in_.hyper_mix(mixes, n, width, hc, scale, base, eps, iters, pre, post, comb); });
-  }
-  void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
-                       int n_seqs, Act out) override {
-    int64_t rows = 0;
-    for (int i = 0; i < n_seqs; i++) rows += seqs[i].n;
-    const double state = 8.0 * static_cast<double>(n_seqs) * static_cast<double>(s.state_floats());
-    timed("gated_delta_net", layer_, 8.0 * static_cast<double>(rows) * static_cast<double>(s.channels()) + state,
-          6.0 * static_cast<double>(rows) * static_cast<double>(s.ssm_state()),
-          [&] { in_.gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out); });
-  }
-  void hyper_collapse(Act x, Act pre, int64_t n, int hc, int64_t dim, Act y) override {
-    timed("hyper_collapse", layer_, 4.0 * n * (hc + 1) * dim, 2.0 * n * hc * dim,
-          [&] { in_.hyper_collapse(x, pre, n, hc, dim, y); });
-  }
-  void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
-    timed("hyper_expand", layer_, 4.0 * n * (2 * hc + 1) * dim, 2.0 * n * hc * (hc + 1) * dim,
-          [&] { in_.hyper_expand(x, y, post, comb, n, hc, dim, out); });
-  }
-  void compress_blocks(Act rows, int64_t n_blocks, int64_t stride, int entries, int split, const int32_t* absent,
-                       int64_t kv_off, int64_t score_off, int64_t width, Act out) override {
-    timed("compress_blocks", layer_, 8.0 * n_blocks * entries * width, 5.0 * n_blocks * entries * width,
-          [&] { in_.compress_blocks(rows, n_blocks, stride, entries, split, absent, kv_off, score_off, width, out); });
+  void run(const Operator& op, const void* args) override {
+    const OpCost c = op.cost(args);
+    timed(op.name(), layer_, c.bytes, c.flops, [&] { in_.run(op, args); });
   }
   void layernorm(Act x, const float* w, const float* b, Act y, int64_t rows, int64_t dim, float eps) override {
     timed("layernorm", layer_, 8.0 * rows * dim, 7.0 * rows * dim, [&] { in_.layernorm(x, w, b, y, rows, dim, eps); });
@@ -156,14 +131,6 @@ class ProfilingBackend final : public ForwardingBackend {
     for (int64_t t = 0; t < b.n_tokens; t++) keys += b.positions[t] + 1 - s.first_position(b.positions[t]);
     const double kv_bytes = keys * static_cast<double>(kv.k_stride + kv.v_stride);
     timed("attention", layer_, kv_bytes, 4.0 * keys * s.n_head * s.head_dim, [&] { in_.attention(kv, b, s); });
-  }
-  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& b, Act w, const IndexerShape& s,
-                     int32_t* selected, int32_t* counts) override {
-    double scored = 0;
-    for (int64_t t = 0; t < b.n_tokens; t++)
-      if (b.positions[t] + 1 > s.top_k) scored += b.positions[t] + 1;
-    timed("indexer_top_k", layer_, scored * static_cast<double>(keys.k_stride),
-          2.0 * scored * s.n_head * s.head_dim, [&] { in_.indexer_top_k(keys, b, w, s, selected, counts); });
   }
   void attention_dense(Act k, Act v, int64_t kw, int64_t vw, int64_t len, const AttentionRows& b,
                        const AttentionShape& s) override {

@@ -5,6 +5,7 @@
 // after the recorded work is submitted and finished, on the same buffers (so every model runs, and the
 // split is written down in describe() and docs/gpu.md).
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,27 @@ struct VulkanOptions {
 // The backend on a Vulkan device, falling back to `host` for the operators it has no shader for (and the
 // layers --gpu-layers leaves out). Error naming why when there is no such device or the build has no Vulkan.
 std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options, std::unique_ptr<Backend> host);
+
+// A named operator's Vulkan kernel (kernels/operator.h; its own file under src/ops/, beside its shader
+// src/ops/<shader>.comp, which the build compiles and embeds) records through this, given as the device context
+// of the kernel kind kVulkanKernel. The backend binds the buffers (its device memory, or host memory it stages).
+inline constexpr const char* kVulkanKernel = "vulkan";
+struct VulkanBuffer {
+  enum class Use { In, Out, InOut };
+  Act act;
+  int64_t floats = 0;
+  Use use = Use::In;
+};
+class VulkanOpContext {
+ public:
+  virtual ~VulkanOpContext() = default;
+  // Records `shader` over `invocations` invocations in workgroups of 64 (spread over y past the dispatch limit:
+  // invocation i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64), buffers bound
+  // 0, 1, ... in order; its push constants: each buffer's float offset in its binding (uint, in binding order),
+  // then `push`.
+  virtual void dispatch(const char* shader, std::initializer_list<VulkanBuffer> buffers, const void* push,
+                        uint32_t push_bytes, int64_t invocations) = 0;
+};
 
 // What a Vulkan backend did so far (tests and --log: which operators ran where); null for other backends.
 // Products of at least this many tokens (prefill) run on the tiled kernel (64 rows by 32 tokens a workgroup,

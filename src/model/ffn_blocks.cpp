@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "ops/sigmoid_gate.h"
+
 
 namespace kestrel {
 
@@ -10,11 +12,13 @@ FfnWeights load_ffn(const WeightLoader& ld, Backend& be, const std::string& p, c
   const Weight down = be.prepare_weight(shard.columns(ld.require(p + "ffn_down" + suffix + ".weight", {width, dim})));
   if (fused_gate_up) {
     const Weight up = ld.require(p + "ffn_up" + suffix + ".weight", {dim, 2 * width});
-    return {be.prepare_weight(shard.rows(weight_rows(up, 0, width, up.name + ".gate"))),
-            be.prepare_weight(shard.rows(weight_rows(up, width, width, up.name + ".up"))), down};
+    return {.gate = be.prepare_weight(shard.rows(weight_rows(up, 0, width, up.name + ".gate"))),
+            .up = be.prepare_weight(shard.rows(weight_rows(up, width, width, up.name + ".up"))),
+            .down = down};
   }
-  return {be.prepare_weight(shard.rows(ld.require(p + "ffn_gate" + suffix + ".weight", {dim, width}))),
-          be.prepare_weight(shard.rows(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width}))), down};
+  return {.gate = be.prepare_weight(shard.rows(ld.require(p + "ffn_gate" + suffix + ".weight", {dim, width}))),
+          .up = be.prepare_weight(shard.rows(ld.require(p + "ffn_up" + suffix + ".weight", {dim, width}))),
+          .down = down};
 }
 
 MoeConfig split_moe_widths(const MoeConfig& moe, const TensorShard& shard) {
@@ -201,7 +205,7 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
   if (w.shared_gate.present()) {
     // Qwen2-MoE: the shared expert's output times sigmoid(x . g), per token.
     be.matmul(w.shared_gate, x, n, shared_gate_);
-    be.scale_rows_sigmoid(shared_out_, shared_gate_, n, dim);
+    ops::sigmoid_gate(be, {shared_out_, shared_gate_, n * dim, dim});
   }
   be.add(out, shared_out_, n * dim);
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/sigmoid_gate.h"
 
 namespace kestrel {
 
@@ -190,7 +191,7 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
   as.softcap = c.attn_softcap;
   if (!w.sinks.empty()) as.sinks = w.sinks.data();
   be.attention(r.kv.layer_view(r.kv_layer), {n, q_, att_, r.positions(), r.tables()}, as);
-  if (w.q_gate) be.sigmoid_mul(att_, gate_, n * q_dim);
+  if (w.q_gate) ops::sigmoid_gate(be, {att_, gate_, n * q_dim, 1});
   be.matmul(w.wo, att_, n, out);
   if (!w.bo.empty()) be.add_bias(out, w.bo.data(), n, c.n_embd);
 }

@@ -8,6 +8,8 @@
 #include <numeric>
 
 #include "formats/block_formats.h"
+#include "ops/hadamard.h"
+#include "ops/lightning_indexer.h"
 
 namespace kestrel {
 
@@ -228,10 +230,10 @@ void MlaBlock::index_keys(Backend& be, const MlaWeights& w, const LayerRows& r, 
   be.rope(ik_, r.positions(), n, 1, ix.head_dim, idx_rope_);
   // llama.cpp's orthonormal Walsh-Hadamard rotation of each block of the heads: q.k unchanged in exact
   // arithmetic, the rounding (and a quantized cache's scales) as llama.cpp's.
-  be.hadamard(ik_, n * ix.head_dim, hadamard_block_);
+  ops::hadamard(be, {ik_, n * ix.head_dim, hadamard_block_});
   if (!queries) return;
   be.rope(iq_, r.positions(), n, ix.n_head, ix.head_dim, idx_rope_);
-  be.hadamard(iq_, n * qw, hadamard_block_);
+  ops::hadamard(be, {iq_, n * qw, hadamard_block_});
   be.scale(iw_, n * ix.n_head, 1.0f / std::sqrt(static_cast<float>(ix.head_dim * ix.n_head)));
 }
 
@@ -240,8 +242,8 @@ void MlaBlock::select_positions(Backend& be, const LayerRows& r) {
   const MlaConfig::Indexer& ix = c_.mla.indexer;
   const PagedKvLayerView keys = r.kv.layer_view(r.kv_layer).values_as_keys();
   // Kept by the rows' places in the batch (a layer may run on part of the batch at a time).
-  be.indexer_top_k(keys, {r.n, iq_, Act(), r.positions(), r.tables()}, iw_, {ix.n_head, ix.head_dim, ix.top_k},
-                   selected_.data() + r.r0 * ix.top_k, counts_.data() + r.r0);
+  ops::indexer_top_k(be, {keys, {r.n, iq_, Act(), r.positions(), r.tables()}, iw_, {ix.n_head, ix.head_dim, ix.top_k},
+                          selected_.data() + r.r0 * ix.top_k, counts_.data() + r.r0});
   split_rows(r);
 }
 

@@ -16,7 +16,7 @@
 //   iq = rope_neox(rmsnorm(h.Wq_a) . Wiq_b)  per indexer head [rope | rest], then Hadamard-rotated
 //   ik = rope_neox(layernorm(h.Wik))        one head, Hadamard-rotated, cached beside the latent
 //   iw = h.Wiproj / sqrt(head_dim * n_head)
-// scores every earlier position (kernels/lightning_indexer.h) and each query attends (absorbed) only to
+// scores every earlier position (ops/lightning_indexer.h) and each query attends (absorbed) only to
 // its top_k positions. The indexer keys are the cache's second row per token (KvLayout v_width), in the
 // same blocks and the same --kv-type as the latents; rows below top_k positions attend to all, unscored.
 // Under tensor parallelism each rank holds its share of the query heads; the

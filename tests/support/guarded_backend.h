@@ -97,15 +97,6 @@ class GuardedBackend final : public ForwardingBackend {
   KESTREL_GUARDED(scale(Act x, int64_t n, float s), scale(x, n, s))
   KESTREL_GUARDED(softcap(Act x, int64_t n, float c), softcap(x, n, c))
   KESTREL_GUARDED(swiglu_clamp(Act g, Act u, int64_t n, float l), swiglu_clamp(g, u, n, l))
-  KESTREL_GUARDED(hyper_mix(Act m, int64_t n, int64_t w, int hc, const float* s, const float* b, float e, int it,
-                            Act pre, Act post, Act comb),
-                  hyper_mix(m, n, w, hc, s, b, e, it, pre, post, comb))
-  KESTREL_GUARDED(hyper_collapse(Act x, Act p, int64_t n, int hc, int64_t d, Act y), hyper_collapse(x, p, n, hc, d, y))
-  KESTREL_GUARDED(hyper_expand(Act x, Act y, Act p, Act c, int64_t n, int hc, int64_t d, Act o),
-                  hyper_expand(x, y, p, c, n, hc, d, o))
-  KESTREL_GUARDED(compress_blocks(Act r, int64_t nb, int64_t st, int e, int sp, const int32_t* a, int64_t ko,
-                                  int64_t so, int64_t w, Act o),
-                  compress_blocks(r, nb, st, e, sp, a, ko, so, w, o))
   KESTREL_GUARDED(add(Act x, Act y, int64_t n), add(x, y, n))
   KESTREL_GUARDED(add_bias(Act x, const float* b, int64_t r, int64_t d), add_bias(x, b, r, d))
   KESTREL_GUARDED(fill(Act x, int64_t n, float v), fill(x, n, v))
@@ -115,7 +106,7 @@ class GuardedBackend final : public ForwardingBackend {
   KESTREL_GUARDED(scatter_add_rows(Act d, Act s, const int64_t* r, const float* w, int64_t n, int64_t dim,
                                    const int64_t* src_rows),
                   scatter_add_rows(d, s, r, w, n, dim, src_rows))
-  KESTREL_GUARDED(scale_rows_sigmoid(Act x, Act g, int64_t n, int64_t d), scale_rows_sigmoid(x, g, n, d))
+  KESTREL_GUARDED(run(const Operator& op, const void* args), run(op, args))  // every named operator
   KESTREL_GUARDED(write_kv(const KvLayerWrite& v, const int64_t* s, int64_t n, Act k, Act vv), write_kv(v, s, n, k, vv))
   KESTREL_GUARDED(read_kv_rows(const PagedKvLayerView& v, const int32_t* t, int64_t l, int64_t w, Act d),
                   read_kv_rows(v, t, l, w, d))

@@ -11,6 +11,8 @@
 
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
+#include "ops/compress_blocks.h"
+#include "ops/hyper_connection.h"
 
 namespace kestrel {
 namespace {

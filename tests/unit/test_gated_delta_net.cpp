@@ -1,4 +1,4 @@
-// Gated DeltaNet (kernels/gated_delta_net.h) against a float64 model written here from the recurrence's
+// Gated DeltaNet (ops/gated_delta_net.h) against a float64 model written here from the recurrence's
 // definition (S not transposed, the delta rule as the Gated DeltaNet paper states it), and its two forms (one
 // token at a time, chunks of 64 as matrix products) against each other; the convolution against a direct
 // float64 convolution; a sequence split over calls against the same sequence in one.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "kernels/gated_delta_net.h"
+#include "ops/gated_delta_net.h"
 
 namespace kestrel {
 namespace {
@@ -157,8 +157,9 @@ TEST(GatedDeltaNet, BackendRunsSequencesApartAndCarriesState) {
   auto run = [&](std::vector<float> qkv, std::vector<float> alpha, std::vector<float> beta,
                  const std::vector<GdnSequence>& seqs, int64_t rows) {
     std::vector<float> out(static_cast<size_t>(rows * s.value_dim()));
-    be->gated_delta_net(s, p, be->host_view(qkv.data()), be->host_view(alpha.data()), be->host_view(beta.data()),
-                        seqs.data(), static_cast<int>(seqs.size()), be->host_view(out.data()));
+    ops::gated_delta_net(*be, {s, p, be->host_view(qkv.data()), be->host_view(alpha.data()),
+                               be->host_view(beta.data()), seqs.data(), static_cast<int>(seqs.size()),
+                               be->host_view(out.data())});
     return out;
   };
   auto cat = [](std::vector<float> x, const std::vector<float>& y) {

@@ -1,4 +1,4 @@
-// DeepSeek sparse attention's lightning indexer (kernels/lightning_indexer.h) against the definition
+// DeepSeek sparse attention's lightning indexer (ops/lightning_indexer.h) against the definition
 // computed directly in double: score(j) = sum_h relu(q_h . k_j) w_h, the top_k positions (ties to the
 // earlier one) listed ascending; over scattered block tables, f32 and q8_0 keys, one thread and two (both
 // of the kernel's ways of splitting the work), rows below top_k, and a tie at the boundary.
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <random>
 
-#include "kernels/lightning_indexer.h"
+#include "ops/lightning_indexer.h"
 #include "kernels/ops.h"
 
 namespace kestrel {

@@ -386,16 +386,15 @@ void Context::begin(VkCommandBuffer cmd) const {
   check(vkBeginCommandBuffer(cmd, &b), "vkBeginCommandBuffer");
 }
 
-void Context::dispatch(std::string_view name, std::initializer_list<Binding> bindings, const void* push,
+void Context::dispatch(std::string_view name, const Binding* bindings, size_t n_bindings, const void* push,
                        uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t spec) {
-  Pipeline& p = pipeline(name, static_cast<uint32_t>(bindings.size()), spec);
-  if (bindings.size() > Dispatch::kMaxBindings || push_bytes > sizeof(Dispatch::push))
-    throw Error(
-        fmt::format("Vulkan shader {}: {} bindings, {} bytes of push constants", name, bindings.size(), push_bytes));
+  Pipeline& p = pipeline(name, static_cast<uint32_t>(n_bindings), spec);
+  if (n_bindings > Dispatch::kMaxBindings || push_bytes > sizeof(Dispatch::push))
+    throw Error(fmt::format("Vulkan shader {}: {} bindings, {} bytes of push constants", name, n_bindings, push_bytes));
   Dispatch d;
   d.pipeline = &p;
-  d.n_bindings = static_cast<uint32_t>(bindings.size());
-  std::copy(bindings.begin(), bindings.end(), d.bindings.begin());
+  d.n_bindings = static_cast<uint32_t>(n_bindings);
+  std::copy(bindings, bindings + n_bindings, d.bindings.begin());
   std::memcpy(d.push.data(), push, push_bytes);
   d.push_bytes = push_bytes;
   d.groups = {gx, gy, gz};
@@ -404,7 +403,8 @@ void Context::dispatch(std::string_view name, std::initializer_list<Binding> bin
   key_.push_back(reinterpret_cast<uintptr_t>(&p));
   key_.push_back(uint64_t{d.n_bindings} | uint64_t{push_bytes} << 8 | uint64_t{gx} << 16);
   key_.push_back(uint64_t{gy} | uint64_t{gz} << 32);
-  for (const Binding& b : bindings) {
+  for (size_t i = 0; i < n_bindings; i++) {
+    const Binding& b = bindings[i];
     key_.push_back(reinterpret_cast<uint64_t>(b.buffer));
     key_.push_back(b.offset);
     key_.push_back(b.range);

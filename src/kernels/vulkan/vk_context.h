@@ -78,7 +78,11 @@ class Context {
   // spec > 0: the pipeline with the shader's specialisation constant 0 set to it (a shape class: the
   // decode product's invocations per row), one pipeline each.
   void dispatch(std::string_view name, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
-                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, uint32_t spec = 0);
+                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, uint32_t spec = 0) {
+    dispatch(name, bindings.begin(), bindings.size(), push, push_bytes, gx, gy, gz, spec);
+  }
+  void dispatch(std::string_view name, const Binding* bindings, size_t n_bindings, const void* push,
+                uint32_t push_bytes, uint32_t gx, uint32_t gy = 1, uint32_t gz = 1, uint32_t spec = 0);
   // Creates shader `name`'s pipeline (for `bindings` bindings) now rather than at its first dispatch: the
   // backend makes those a model will use at load, so no step waits for a shader compiler.
   void prepare(std::string_view name, uint32_t bindings, uint32_t spec = 0) { pipeline(name, bindings, spec); }

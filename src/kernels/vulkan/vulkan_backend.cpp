@@ -16,6 +16,7 @@
 
 #include "formats/fp16.h"
 #include "kernels/forwarding_backend.h"
+#include "kernels/operator.h"
 #include "kernels/qdot.h"
 #include "kernels/vulkan/vk_context.h"
 #endif
@@ -138,7 +139,7 @@ uint32_t u32(int64_t v) {
   return static_cast<uint32_t>(v);
 }
 
-class VulkanBackend final : public ForwardingBackend {
+class VulkanBackend final : public ForwardingBackend, private VulkanOpContext {
  public:
   VulkanBackend(const VulkanOptions& o, std::unique_ptr<Backend> host)
       : ForwardingBackend(*host), host_(std::move(host)), ctx_(o.device), o_(o) {
@@ -613,6 +614,38 @@ class VulkanBackend final : public ForwardingBackend {
     gather(bind(gather_, n * dim, Use::Out), bs, bidx, n, dim);
     copy(dst, dim, gather_, dim, n, dim);
   }
+  // A named operator: its Vulkan kernel where its file gives one (recording through dispatch below), else its
+  // host kernel on the CPU backend once the recorded work is done.
+  void run(const Operator& op, const void* args) override {
+    if (!on_cpu_)
+      if (const auto kernel = op.device_kernel(kVulkanKernel)) {
+        kernel(static_cast<VulkanOpContext*>(this), args);
+        return;
+      }
+    ForwardingBackend::run(op, args);
+  }
+  void dispatch(const char* shader, std::initializer_list<VulkanBuffer> buffers, const void* push, uint32_t push_bytes,
+                int64_t invocations) override {
+    constexpr size_t kMax = 6;
+    if (buffers.size() > kMax || push_bytes + 4 * buffers.size() > 128)
+      throw Error(fmt::format("Vulkan operator {}: {} buffers and {} bytes of push constants", shader, buffers.size(),
+                              push_bytes));
+    if (invocations <= 0) return;
+    vk::Binding b[kMax];
+    uint8_t block[128];
+    size_t i = 0;
+    for (const VulkanBuffer& x : buffers) {
+      const Use use = x.use == VulkanBuffer::Use::In ? Use::In : x.use == VulkanBuffer::Use::Out ? Use::Out : Use::InOut;
+      b[i] = bind(x.act, x.floats, use);
+      std::memcpy(block + 4 * i, &b[i].word, 4);
+      i++;
+    }
+    std::memcpy(block + 4 * i, push, push_bytes);
+    uint32_t gx, gy;
+    grid(invocations, &gx, &gy);
+    ctx_.dispatch(shader, b, i, block, static_cast<uint32_t>(4 * i + push_bytes), gx, gy);
+    counters_.dispatches++;
+  }
   void copy(Act dst, int64_t dst_stride, Act src, int64_t src_stride, int64_t rows, int64_t cols) override {
     if (on_cpu_) return fwd().copy(dst, dst_stride, src, src_stride, rows, cols);
     if (rows <= 0 || cols <= 0) return;
@@ -875,7 +908,7 @@ class VulkanBackend final : public ForwardingBackend {
   // dst row i = src row idx[i] (rows of dim floats; idx the staged uint32 row numbers): eltwise.comp's gather.
   void gather(const vk::Binding& dst, const vk::Binding& src, const vk::Binding& idx, int64_t n, int64_t dim) {
     const EltPush push{
-        static_cast<uint32_t>(Elt::Gather), u32(n * dim), dst.word, src.word, u32(dim), idx.word, 0, 0.0f};
+        static_cast<uint32_t>(Elt::Gather), u32(n * dim), dst.word, src.word, u32(dim), idx.word, 0, 0.0f, 0.0f};
     uint32_t gx, gy;
     grid(n * dim, &gx, &gy);
     dispatch("eltwise", {dst, src, idx}, &push, sizeof push, gx, gy);

@@ -1,7 +1,7 @@
 // DeepSeek-V3.2 (`deepseek32`): DeepSeek-V3's layers (MLA, DeepSeekMoE, the MTP block), run by the
 // deepseek2 family's parts, plus DeepSeek Sparse Attention in every trunk layer: a lightning indexer
 // scores each earlier position and each query attends only to its top_k (model/mla_attention.h has the
-// math; kernels/lightning_indexer.h the selection). As llama.cpp's llama_model_deepseek32: the indexer's
+// math; ops/lightning_indexer.h the selection). As llama.cpp's llama_model_deepseek32: the indexer's
 // keys cached per position beside the latent (the cache's V row), NeoX RoPE on the indexer heads' leading
 // rope dims, a Hadamard rotation of its queries and keys, LayerNorm (eps 1e-6) of its key; the MTP block
 // attends densely.
@@ -38,7 +38,7 @@ SynthShape preset_shape(const std::string& preset) {
     // V3.2's features at test width: a top-k of 4 (prompts past 4 tokens select), 16 indexer heads of 64,
     // YaRN, expert groups, one MTP block. A score is exactly 0 when every head's relu is: with 8 heads that
     // happened at a top-k boundary in a 14-token prompt, where llama.cpp's ggml_top_k orders ties its own
-    // way (kernels/lightning_indexer.h); with 16 a zero score is 256 times rarer.
+    // way (ops/lightning_indexer.h); with 16 a zero score is 256 times rarer.
     s.dim = 64, s.layers = 3, s.heads = 4, s.ffn = 128, s.vocab = 512, s.ctx = 4096;
     d.q_lora = 48, d.kv_lora = 32, d.qk_nope = 16, d.qk_rope = 8, d.v_head = 16;
     d.experts = 16, d.experts_used = 4, d.experts_shared = 1, d.ffn_expert = 32, d.groups = 4, d.groups_used = 2;

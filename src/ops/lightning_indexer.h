@@ -11,6 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/operator.h"
 
 namespace kestrel {
 
@@ -34,5 +35,19 @@ void lightning_indexer_top_k(ThreadPool* pool, const PagedKvLayerView& keys, con
 // The score of one position (the definition above, summed over heads in double): what the tests check the
 // selection against, and what the kernel computes per position.
 double lightning_indexer_score(const float* q, const float* w, const float* k, const IndexerShape& s);
+
+namespace ops {
+// The indexer as a named operator (kernels/operator.h) over the key rows of `keys`: rows.q the indexer
+// queries, w their head weights; the selections come back to the host.
+struct IndexerTopKArgs {
+  PagedKvLayerView keys;
+  AttentionRows rows;
+  Act w;
+  IndexerShape shape;
+  int32_t* selected = nullptr;
+  int32_t* counts = nullptr;
+};
+extern const Op<IndexerTopKArgs> indexer_top_k;
+}  // namespace ops
 
 }  // namespace kestrel

@@ -1,4 +1,4 @@
-#include "kernels/gated_delta_net.h"
+#include "ops/gated_delta_net.h"
 
 #include <algorithm>
 #include <cmath>
@@ -161,4 +161,57 @@ void gdn_recur_chunked(const GdnShape& s, const float* qkv, const float* g, cons
   }
 }
 
+namespace ops {
+namespace {
+
+// Tokens per chunk of the chunked form, and the fewest rows a sequence runs it for.
+constexpr int kChunk = 64;
+constexpr int64_t kChunkRows = 64;
+
+void run_host(const OpContext& c, const GatedDeltaNetArgs& a) {
+  const GdnShape& s = a.shape;
+  float* qkv = OpContext::host(a.qkv);
+  float* alpha = OpContext::host(a.alpha);
+  float* beta = OpContext::host(a.beta);
+  float* out = OpContext::host(a.out);
+  const int64_t ch = s.channels();
+  ThreadPool& pool = c.pool();
+  for (int i = 0; i < a.n_seqs; i++) {
+    const GdnSequence& q = a.seqs[i];
+    pool.parallel_for(ch, [&](int64_t c0, int64_t c1) { gdn_conv(s, a.params, qkv + q.r0 * ch, q.n, q.state, c0, c1); });
+    pool.parallel_for(q.n, [&](int64_t r0, int64_t r1) { gdn_gates(s, a.params, qkv, alpha, beta, q.r0 + r0, q.r0 + r1); });
+  }
+  const int64_t scratch = gdn_chunk_scratch(s, kChunk);
+  pool.run([&](int ti, int nt) {
+    thread_local std::vector<float> buf;  // the chunked form's scratch, per thread
+    for (int64_t w = ti; w < static_cast<int64_t>(a.n_seqs) * s.n_v_heads; w += nt) {
+      const GdnSequence& q = a.seqs[w / s.n_v_heads];
+      const int h = static_cast<int>(w % s.n_v_heads);
+      const float* rows = qkv + q.r0 * ch;
+      const float* g = alpha + q.r0 * s.n_v_heads;
+      const float* b = beta + q.r0 * s.n_v_heads;
+      float* o = out + q.r0 * s.value_dim();
+      if (q.n >= kChunkRows) {
+        if (buf.size() < static_cast<size_t>(scratch)) buf.resize(static_cast<size_t>(scratch));
+        gdn_recur_chunked(s, rows, g, b, q.n, q.state + s.conv_state(), h, o, kChunk, buf.data());
+      } else {
+        gdn_recur(s, rows, g, b, q.n, q.state + s.conv_state(), h, o);
+      }
+    }
+  });
+}
+
+OpCost cost(const GatedDeltaNetArgs& a) {
+  int64_t rows = 0;
+  for (int i = 0; i < a.n_seqs; i++) rows += a.seqs[i].n;
+  const double state = 8.0 * static_cast<double>(a.n_seqs) * static_cast<double>(a.shape.state_floats());
+  return {8.0 * static_cast<double>(rows) * static_cast<double>(a.shape.channels()) + state,
+          6.0 * static_cast<double>(rows) * static_cast<double>(a.shape.ssm_state())};
+}
+
+}  // namespace
+
+const Op<GatedDeltaNetArgs> gated_delta_net("gated_delta_net", run_host, cost);
+
+}  // namespace ops
 }  // namespace kestrel

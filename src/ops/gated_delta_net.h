@@ -17,7 +17,13 @@
 // The same recurrence in chunks (gated_delta_net_chunked): a chunk of C tokens as matrix products — the
 // in-chunk triangular solve (I + strict_tril(b k k^T . decay))^-1, then one state update per chunk — the
 // form prefill takes on matrix units. Both give the same result up to rounding (tests/unit/test_gated_delta_net).
+//
+// The operator (ops::gated_delta_net, a named operator: kernels/operator.h) runs one layer's core over a
+// step's sequences: the convolution over channels, the gates over rows, the recurrence over (sequence, value
+// head) pairs on the backend's threads; a sequence of at least 64 rows (prefill) takes the chunked form.
 #include <cstdint>
+
+#include "kernels/operator.h"
 
 namespace kestrel {
 
@@ -68,5 +74,21 @@ void gdn_recur(const GdnShape& s, const float* qkv, const float* g, const float*
 void gdn_recur_chunked(const GdnShape& s, const float* qkv, const float* g, const float* beta, int64_t n,
                        float* ssm_state, int h, float* out, int chunk, float* scratch);
 int64_t gdn_chunk_scratch(const GdnShape& s, int chunk);
+
+namespace ops {
+// One Gated DeltaNet layer's core over a step's sequences (each its own rows, in order, and its state, which
+// the call advances): qkv rows (channels() floats: the projections before the convolution) become
+// silu(conv1d) with q and k L2-normalised, alpha rows the log-decays and beta rows the gates, in place; out
+// rows (value_dim() floats) the recurrence's outputs.
+struct GatedDeltaNetArgs {
+  GdnShape shape;
+  GdnParams params;
+  Act qkv, alpha, beta;
+  const GdnSequence* seqs = nullptr;
+  int n_seqs = 0;
+  Act out;
+};
+extern const Op<GatedDeltaNetArgs> gated_delta_net;
+}  // namespace ops
 
 }  // namespace kestrel

@@ -1,4 +1,4 @@
-#include "kernels/lightning_indexer.h"
+#include "ops/lightning_indexer.h"
 
 #include <algorithm>
 #include <numeric>
@@ -131,4 +131,24 @@ void lightning_indexer_top_k(ThreadPool* pool, const PagedKvLayerView& keys, con
   }
 }
 
+namespace ops {
+namespace {
+void run_host(const OpContext& c, const IndexerTopKArgs& a) {
+  const AttentionRows& r = a.rows;
+  lightning_indexer_top_k(&c.pool(), a.keys,
+                          {r.n_tokens, OpContext::host(r.q), OpContext::host(a.w), r.positions, r.block_tables},
+                          a.shape, a.selected, a.counts);
+}
+// Rows past top_k score every earlier position.
+OpCost cost(const IndexerTopKArgs& a) {
+  double scored = 0;
+  for (int64_t t = 0; t < a.rows.n_tokens; t++)
+    if (a.rows.positions[t] + 1 > a.shape.top_k) scored += a.rows.positions[t] + 1;
+  return {scored * static_cast<double>(a.keys.k_stride), 2.0 * scored * a.shape.n_head * a.shape.head_dim};
+}
+}  // namespace
+
+const Op<IndexerTopKArgs> indexer_top_k("indexer_top_k", run_host, cost);
+
+}  // namespace ops
 }  // namespace kestrel

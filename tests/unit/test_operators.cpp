@@ -1,0 +1,149 @@
+// The named operators (kernels/operator.h): the table lists each once, a call reaches the backend through
+// Backend::run (so a wrapper watching run() sees every one), the CPU backend computes what the operator's
+// reference says, and on the Vulkan backend (lavapipe in CI) an operator with a Vulkan kernel runs on the device
+// while one without runs its host kernel after the recorded work — with the same numbers either way.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/forwarding_backend.h"
+#include "kernels/operator.h"
+#include "kernels/vulkan_backend.h"
+#include "ops/gated_delta_net.h"
+#include "ops/hadamard.h"
+#include "ops/hyper_connection.h"
+#include "ops/sigmoid_gate.h"
+
+namespace kestrel {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(Operators, TheTableListsEachOperatorOnceWithItsKernels) {
+  std::set<std::string> names;
+  for (const Operator* op : operators()) EXPECT_TRUE(names.insert(op->name()).second) << op->name() << " twice";
+  for (const char* name : {"gated_delta_net", "hyper_mix", "hyper_collapse", "hyper_expand", "compress_blocks",
+                           "hadamard", "indexer_top_k", "sigmoid_gate"})
+    EXPECT_TRUE(names.count(name)) << name << " missing from operators()";
+  EXPECT_NE(ops::sigmoid_gate.device_kernel(kVulkanKernel), nullptr);
+  EXPECT_EQ(ops::gated_delta_net.device_kernel(kVulkanKernel), nullptr);
+  const std::string list = operator_list();
+  EXPECT_NE(list.find("sigmoid_gate (host, vulkan)"), std::string::npos) << list;
+  EXPECT_NE(list.find("gated_delta_net (host)"), std::string::npos) << list;
+}
+
+// A wrapper that overrides only run(): it sees every named operator, with its own arguments.
+class Watcher final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::vector<std::string> seen;
+  int64_t gated_n = -1;
+  void run(const Operator& op, const void* args) override {
+    seen.emplace_back(op.name());
+    if (const auto* a = ops::sigmoid_gate.args_if(op, args)) gated_n = a->n;
+    ForwardingBackend::run(op, args);
+  }
+};
+
+TEST(Operators, AWrapperOfRunSeesEveryCallWithItsArguments) {
+  auto cpu = make_cpu_backend(2);
+  Watcher w(*cpu);
+  std::vector<float> x = random_floats(64, 1), g = random_floats(8, 2), y(16), pre = random_floats(8, 3);
+  ops::sigmoid_gate(w, {w.host_view(x.data()), w.host_view(g.data()), 64, 8});
+  ops::hadamard(w, {w.host_view(x.data()), 64, 16});
+  ops::hyper_collapse(w, {w.host_view(x.data()), w.host_view(pre.data()), 2, 4, 8, w.host_view(y.data())});
+  EXPECT_EQ(w.seen, (std::vector<std::string>{"sigmoid_gate", "hadamard", "hyper_collapse"}));
+  EXPECT_EQ(w.gated_n, 64);
+}
+
+// x[i] * sigmoid(g[i / per_gate]) in double: the operator's definition, not its code.
+std::vector<double> gated_in_double(const std::vector<float>& x, const std::vector<float>& g, int64_t per_gate) {
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = x[i] / (1.0 + std::exp(-static_cast<double>(g[i / per_gate])));
+  return out;
+}
+
+TEST(Operators, SigmoidGateOnTheCpuIsItsDefinition) {
+  auto cpu = make_cpu_backend(2);
+  for (const int64_t per_gate : {int64_t{1}, int64_t{7}, int64_t{64}}) {
+    const int64_t n = 7 * 64;
+    std::vector<float> x = random_floats(n, 4, 3.0f), g = random_floats((n + per_gate - 1) / per_gate, 5, 4.0f);
+    const std::vector<double> want = gated_in_double(x, g, per_gate);
+    ops::sigmoid_gate(*cpu, {cpu->host_view(x.data()), cpu->host_view(g.data()), n, per_gate});
+    for (int64_t i = 0; i < n; i++)
+      ASSERT_NEAR(x[i], want[i], 2e-6 * std::max(1.0, std::fabs(want[i]))) << "per_gate " << per_gate << " [" << i << "]";
+  }
+}
+
+class VulkanOperators : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cpu_ = make_cpu_backend(1);
+    gpu_ = make_vulkan_backend(VulkanOptions{}, make_cpu_backend(1));
+    ASSERT_NE(device_counters(*gpu_), nullptr);
+  }
+  Act upload(const std::vector<float>& v) {
+    Act a = gpu_->alloc(static_cast<int64_t>(v.size()));
+    gpu_->copy(a, 0, gpu_->host_view(v.data()), 0, 1, static_cast<int64_t>(v.size()));
+    return a;
+  }
+  std::vector<float> download(Act a, size_t n) {
+    std::vector<float> v(n);
+    gpu_->read(a, v.data(), static_cast<int64_t>(n));
+    return v;
+  }
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+// sigmoid_gate has a Vulkan kernel: it runs on the device (a dispatch, no CPU fallback) and gives the CPU's numbers
+// within exp()'s rounding; per_gate 1 (Qwen3.5's gated attention) and a row's width (Qwen2-MoE's shared expert).
+TEST_F(VulkanOperators, AnOperatorWithAVulkanKernelRunsOnTheDevice) {
+  const std::string device = device_counters(*gpu_)->device;
+  for (const int64_t per_gate : {int64_t{1}, int64_t{96}}) {
+    const int64_t n = 5 * 96 + 17;  // not a multiple of the workgroup
+    const std::vector<float> x = random_floats(n, 6, 3.0f), g = random_floats((n + per_gate - 1) / per_gate, 7, 4.0f);
+    std::vector<float> want = x;
+    ops::sigmoid_gate(*cpu_, {cpu_->host_view(want.data()), cpu_->host_view(g.data()), n, per_gate});
+    const Act dx = upload(x), dg = upload(g);
+    const DeviceCounters before = *device_counters(*gpu_);
+    ops::sigmoid_gate(*gpu_, {dx, dg, n, per_gate});
+    const std::vector<float> got = download(dx, static_cast<size_t>(n));
+    const DeviceCounters& after = *device_counters(*gpu_);
+    EXPECT_GT(after.dispatches, before.dispatches) << "nothing ran on " << device;
+    EXPECT_EQ(after.host_ops, before.host_ops) << "sigmoid_gate ran on the CPU instead of " << device;
+    for (int64_t i = 0; i < n; i++)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * std::max(1.0f, std::fabs(want[i]))) << "per_gate " << per_gate << " [" << i << "]";
+    gpu_->release(dx);
+    gpu_->release(dg);
+  }
+}
+
+// hadamard has none: the device finishes what it recorded, then the CPU backend runs the host kernel on the same
+// buffers (counted as a host operator) — the result is the host kernel's exactly.
+TEST_F(VulkanOperators, AnOperatorWithoutOneRunsItsHostKernelOnTheSameBuffers) {
+  const int64_t n = 4 * 64;
+  const std::vector<float> x = random_floats(n, 8);
+  std::vector<float> want = x;
+  ops::hadamard(*cpu_, {cpu_->host_view(want.data()), n, 64});
+  const Act dx = upload(x);
+  gpu_->scale(dx, n, 1.0f);  // recorded device work the fallback must finish first
+  const uint64_t host_before = device_counters(*gpu_)->host_ops;
+  ops::hadamard(*gpu_, {dx, n, 64});
+  EXPECT_EQ(device_counters(*gpu_)->host_ops, host_before + 1);
+  EXPECT_EQ(download(dx, static_cast<size_t>(n)), want);
+  gpu_->release(dx);
+}
+
+}  // namespace
+}  // namespace kestrel
