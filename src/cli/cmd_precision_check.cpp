@@ -23,7 +23,7 @@ void register_precision_check(CLI::App& app) {
         const auto tokens = e.tokenizer->encode(prompt, true, false);
         const PrecisionReport r = precision_check(e, tokens);
         fmt::print("{} tokens, KV {}, {}\n\n", r.n_tokens, e.kv->layout().type_name(), e.backend->describe());
-        const bool indexer = e.model->config().mla.indexer.n_head > 0 || e.model->config().dsv4.idx_heads > 0;
+        const bool indexer = r.indexer;
         fmt::print("| layer | q after RoPE | attention | attn proj | FFN | residual |{}\n",
                    indexer ? " top-k as float64 |" : "");
         fmt::print("| ---: | ---: | ---: | ---: | ---: | ---: |{}\n", indexer ? " ---: |" : "");

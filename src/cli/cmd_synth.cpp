@@ -29,8 +29,9 @@ void register_synth(CLI::App& app) {
     if (heads != 0 && kv_heads == 0) o.shape.kv_heads = std::min(o.shape.kv_heads, heads);
     if (mtp >= 0) o.shape.ds.nextn = mtp;
     if (shared_kv >= 0) {
-      if (o.shape.g4.head_dim_full == 0) throw Error(fmt::format("--shared-kv: {} layers do not share caches", arch));
-      o.shape.g4.shared_kv = shared_kv;
+      const Family& fam = family_of(arch);
+      if (!fam.synth_option || !fam.synth_option(o.shape, "shared_kv", shared_kv))
+        throw Error(fmt::format("--shared-kv: {} layers do not share caches", arch));
     }
     if (top_k > 0) {
       if (o.shape.ds.idx_heads == 0) throw Error(fmt::format("--top-k: {} has no sparse-attention indexer", arch));
@@ -48,7 +49,11 @@ void register_synth(CLI::App& app) {
       o.vocab_from = vf.get();
     }
     synth_model(o).write_file(out);
-    if (!mtp_file.empty()) split_mtp_file(out, mtp_file);
+    if (!mtp_file.empty()) {
+      const Family& fam = family_of(arch);
+      if (!fam.split_mtp) throw Error(fmt::format("--mtp-file: {} models keep their MTP block in the model file", arch));
+      fam.split_mtp(out, mtp_file);
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
     if (family_of(arch).recipe.attention == LayerRecipe::Attention::Mla)

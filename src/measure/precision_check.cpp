@@ -10,8 +10,13 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/forwarding_backend.h"
+#include "ops/gated_delta_net.h"
+#include "ops/hyper_connection.h"
+#include "ops/lightning_indexer.h"
 #include "model/batch.h"
 #include "measure/f64_reference.h"
+#include "model/arch/deepseek4.h"
+#include "model/arch/qwen35_layer.h"
 #include "runtime/generator.h"
 
 namespace kestrel {
@@ -35,14 +40,6 @@ class ActivationRecorder final : public ForwardingBackend {
     in_.qkv_rope(w, b, x, n, pos, rope, shape, out);
     keep(kQ, out[0], n * w[0]->rows());
   }
-  // A Gated DeltaNet block's "attention": the recurrence's output, before its gated norm.
-  void gated_delta_net(const GdnShape& s, const GdnParams& p, Act qkv, Act alpha, Act beta, const GdnSequence* seqs,
-                       int n_seqs, Act out) override {
-    in_.gated_delta_net(s, p, qkv, alpha, beta, seqs, n_seqs, out);
-    int64_t rows = 0;
-    for (int i = 0; i < n_seqs; i++) rows += seqs[i].n;
-    keep(kAttention, out, rows * s.value_dim());
-  }
   void attention(const PagedKvLayerView& kv, const AttentionRows& b, const AttentionShape& s) override {
     in_.attention(kv, b, s);
     // The queries as attention reads them: after RoPE and what follows it (Mistral 3's temperature, Llama 4's
@@ -52,19 +49,24 @@ class ActivationRecorder final : public ForwardingBackend {
   }
   // The indexer's choices of the layer: per row, its positions.
   std::map<int, std::vector<std::vector<int32_t>>> selections;
-  void indexer_top_k(const PagedKvLayerView& keys, const AttentionRows& b, Act w, const IndexerShape& s,
-                     int32_t* selected, int32_t* counts) override {
-    in_.indexer_top_k(keys, b, w, s, selected, counts);
-    auto& rows = selections[layer_];
-    rows.clear();
-    for (int64_t t = 0; t < b.n_tokens; t++) rows.emplace_back(selected + t * s.top_k, selected + t * s.top_k + counts[t]);
-  }
-  // DeepSeek-V4's residual: each branch's output spread over the streams (attention first, then the FFN).
-  void hyper_expand(Act x, Act y, Act post, Act comb, int64_t n, int hc, int64_t dim, Act out) override {
-    in_.hyper_expand(x, y, post, comb, n, hc, dim, out);
-    if (adds_++ == 0) keep(kAttnProj, y, n * dim);
-    keep(kFfn, y, n * dim);
-    keep(kResidual, out, n * hc * dim);
+  void run(const Operator& op, const void* args) override {
+    in_.run(op, args);
+    if (const auto* a = ops::gated_delta_net.args_if(op, args)) {
+      // A Gated DeltaNet block's "attention": the recurrence's output, before its gated norm.
+      int64_t rows = 0;
+      for (int i = 0; i < a->n_seqs; i++) rows += a->seqs[i].n;
+      keep(kAttention, a->out, rows * a->shape.value_dim());
+    } else if (const auto* ix = ops::indexer_top_k.args_if(op, args)) {
+      auto& rows = selections[layer_];
+      rows.clear();
+      for (int64_t t = 0; t < ix->rows.n_tokens; t++)
+        rows.emplace_back(ix->selected + t * ix->shape.top_k, ix->selected + t * ix->shape.top_k + ix->counts[t]);
+    } else if (const auto* hx = ops::hyper_expand.args_if(op, args)) {
+      // DeepSeek-V4's residual: each branch's output spread over the streams (attention first, then the FFN).
+      if (adds_++ == 0) keep(kAttnProj, hx->y, hx->n * hx->dim);
+      keep(kFfn, hx->y, hx->n * hx->dim);
+      keep(kResidual, hx->out, hx->n * hx->hc * hx->dim);
+    }
   }
   // A layer's first residual add takes the attention branch, its second (into the same stream) the FFN branch,
   // its last leaves the layer's output (Gemma 4 adds its per-layer embedding third, then scales the stream);
@@ -114,6 +116,7 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
   if (!rec) throw Error("precision-check: the engine was not built with make_activation_recorder");
   const ModelConfig& c = e.model->config();
   const bool dsv4 = family_of(c.arch).recipe.attention == LayerRecipe::Attention::Compressed;
+  const HybridConfig* hybrid = family_part_if<HybridConfig>(c.family);  // its Gated DeltaNet blocks have no q
   const bool mla = dsv4 || family_of(c.arch).recipe.attention == LayerRecipe::Attention::Mla;  // q, attention: "-" 
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1 || n > e.model->max_batch_tokens() || n > e.n_ctx)
@@ -139,15 +142,16 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
     LayerPrecision lp;
     lp.layer = l;
     // (A Gated DeltaNet block has no rotated queries: "-".)
-    lp.q_rope = mla || c.hybrid.is_recurrent(l) ? NAN : relative_error(rec->got[kQ][l], ref.q_rope[l]);
+    lp.q_rope = mla || (hybrid && hybrid->is_recurrent(l)) ? NAN : relative_error(rec->got[kQ][l], ref.q_rope[l]);
     lp.attention = mla ? NAN : relative_error(rec->got[kAttention][l], ref.attention[l]);
+    r.indexer = r.indexer || !ref.selected[l].empty();
     if (dsv4 && !ref.selected[l].empty()) {  // DeepSeek-V4's ratio-4 layers: the blocks each row chose
       const auto& got = rec->selections[l];
       if (got.size() != ref.selected[l].size())
         throw Error(fmt::format("precision-check: layer {}: the indexer chose for {} rows, the reference for {}", l,
                                 got.size(), ref.selected[l].size()));
       for (size_t t = 0; t < got.size(); t++) {
-        if ((static_cast<int64_t>(t) + 1) / 4 <= c.dsv4.idx_top_k) continue;  // up to top_k blocks: all chosen
+        if ((static_cast<int64_t>(t) + 1) / 4 <= dsv4_config(c).idx_top_k) continue;  // up to top_k blocks: all chosen
         lp.selected_rows++;
         lp.selected_same += got[t] == ref.selected[l][t];
       }

@@ -34,6 +34,7 @@ struct PrecisionReport {
   int64_t n_tokens = 0;
   int64_t rope_position = 0;  // where the RoPE table error was measured
   double rope_max_error = 0;  // max |cos, sin (float32 angle) - cos, sin (float64)|
+  bool indexer = false;       // some layer's attention chooses its positions (a sparse-attention indexer)
 };
 
 // Records what precision_check compares; pass it as LoadOptions::wrap_backend.

@@ -38,6 +38,14 @@ struct Family {
   // The most multi-token-prediction blocks synth writes for a GQA family (glm4moe: 1; the MLA and DeepSeek-V4
   // families' limits follow from their attention).
   int max_mtp = 0;
+  // Splits a synthetic file's MTP block into a file of its own, as the family's converter publishes it
+  // (DeepSeek-V4's `mtp-*.gguf`; synth --mtp-file); null: the family keeps the block in the model file.
+  void (*split_mtp)(const std::string& path, const std::string& mtp_path) = nullptr;
+  // Sets one of the family's own synth options (synth's --shared-kv: "shared_kv") in a shape of its own;
+  // false when it has no option of that name. Null: none.
+  bool (*synth_option)(SynthShape& s, const std::string& option, int64_t value) = nullptr;
+  // Whether a reranker of the family may carry a classification head (cls.output: Qwen3-Reranker's).
+  bool classifier_head = false;
 };
 
 // Every family, in the order `kestrel info` lists them.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/family.h"
 
 namespace kestrel {
 
@@ -46,7 +47,7 @@ void LayerStack::load(const GgufFile& f, const ModelOptions& opt) {
   io_ = load_io_weights(ld, be_, cfg_, shard_.leader(), shard_.stage == 0);
   // A reranker's head (llama.cpp's cls.output: Qwen3-Reranker's "yes"/"no" rows of its output matrix).
   if (cfg_.pooling_type == 4 && ld.has("cls.output.weight")) {
-    if (cfg_.arch != "qwen3")
+    if (!family_of(cfg_.arch).classifier_head)
       throw Error(fmt::format("{}: a reranking head (cls.output) is implemented for qwen3's rerankers, not for {}",
                               f.path(), cfg_.arch));
     if (cfg_.classifier_labels.empty())
@@ -160,6 +161,22 @@ void LayerStack::allocate_nextn(int64_t max_rows) {
   nextn_e_ = ActBuffer(be_, rows);
   nextn_h_ = ActBuffer(be_, rows);
   nextn_cat_ = ActBuffer(be_, 2 * rows);
+}
+
+MtpTensors load_mtp_tensors(const WeightLoader& ld, Backend& be, int layer, int64_t dim, int64_t n_vocab,
+                            const IoWeights& io) {
+  const std::string p = fmt::format("blk.{}.nextn.", layer);
+  MtpTensors m;
+  m.eh_proj = be.prepare_weight(ld.require(p + "eh_proj.weight", {2 * dim, dim}));
+  m.enorm = ld.require_vector(p + "enorm.weight", dim);
+  m.hnorm = ld.require_vector(p + "hnorm.weight", dim);
+  m.head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
+  if (m.head_norm.empty()) m.head_norm = io.output_norm;
+  m.embed = ld.optional(p + "embed_tokens.weight", {dim, n_vocab});
+  if (!m.embed.present()) m.embed = io.tok_embd;
+  const Weight head = ld.optional(p + "shared_head_head.weight", {dim, n_vocab});
+  m.head = head.present() ? be.prepare_weight(head) : io.output;
+  return m;
 }
 
 void LayerStack::skip_unloaded_mtp(const WeightLoader& ld) const {

@@ -33,6 +33,15 @@ struct MtpTensors {
   Weight eh_proj, embed, head;
   std::vector<float> enorm, hnorm, head_norm;
 };
+// ...beside the block's own layer (the family's layer type).
+template <class Layer>
+struct MtpBlock : MtpTensors {
+  Layer block;
+};
+// The `nextn` tensors of MTP block `layer`: the block's own embedding, head norm and head where the file has
+// them (embed_tokens, shared_head_norm, shared_head_head), else io's.
+MtpTensors load_mtp_tensors(const WeightLoader& ld, Backend& be, int layer, int64_t dim, int64_t n_vocab,
+                            const IoWeights& io);
 
 class LayerStack : public Model {
  public:
@@ -128,6 +137,22 @@ class LayerStack : public Model {
   void allocate_nextn(int64_t max_rows);
   // The file's MTP blocks past those this model loaded (mtp_layers()), skipped by name.
   void skip_unloaded_mtp(const WeightLoader& ld) const;
+  // The first MTP block (blk.{n_layer}) when the options ask for one: its layer (load_block(layer), the
+  // family's) and its `nextn` tensors, then the blocks not loaded skipped by name. The block returned is the
+  // one forward_mtp runs (null: none loaded).
+  template <class Layer, class LoadBlock>
+  std::unique_ptr<MtpBlock<Layer>> load_nextn_block(const WeightLoader& ld, const ModelOptions& o,
+                                                    LoadBlock&& load_block) {
+    std::unique_ptr<MtpBlock<Layer>> m;
+    if (o.load_mtp && cfg_.n_mtp > 0) {
+      m = std::make_unique<MtpBlock<Layer>>();
+      m->block = load_block(cfg_.n_layer);
+      static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, cfg_.n_layer, cfg_.n_embd, cfg_.n_vocab, io_);
+      nextn_ = m.get();
+    }
+    skip_unloaded_mtp(ld);
+    return m;
+  }
 
   ModelConfig cfg_;
   Backend& be_;

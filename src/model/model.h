@@ -2,6 +2,7 @@
 // The boundary between the runtime and an architecture: a Model runs one
 // batched forward step over a paged KV cache and returns logits for the rows
 // the batch asked for. Everything else (tokens, sampling, scheduling) is outside.
+#include <any>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -28,7 +29,7 @@ struct MlaConfig {
   int qk_rope = 0;       // per-head (query) and shared (key) rotary dims
   int v_head = 0;        // per-head value dims
   // DeepSeek Sparse Attention (V3.2, `deepseek32`): a lightning indexer scores every earlier position
-  // and each query attends only to its top_k (kernels/lightning_indexer.h). n_head 0: dense MLA.
+  // and each query attends only to its top_k (ops/lightning_indexer.h). n_head 0: dense MLA.
   struct Indexer {
     int n_head = 0;
     int head_dim = 0;  // per head [rope (qk_rope dims) | rest]; the cached key is one such head
@@ -64,48 +65,6 @@ struct MoeConfig {
   bool dense_beside = false;
 };
 
-// DeepSeek-V4 (`deepseek4`, model/arch/deepseek4.cpp): hyper-connections and compressed attention.
-struct Dsv4Config {
-  int hc = 0;  // residual streams per token (hyper_connection.count); 0: not V4
-  int sinkhorn_iters = 0;
-  float hc_eps = 0;
-  int q_lora = 0;                 // the queries' bottleneck
-  int window = 0;                 // raw keys each query sees (attention.sliding_window)
-  int o_groups = 0, o_lora = 0;   // grouped low-rank output projection
-  std::vector<int> ratios;        // per trunk layer: 0 (window only), 4 (indexed blocks) or 128 (every block)
-  RopeParams rope_compress;       // the compressing layers' RoPE (and their indexer's)
-  int idx_heads = 0, idx_dim = 0, idx_top_k = 0;  // the lightning indexer of the ratio-4 layers
-  int hash_layers = 0;            // leading layers whose experts the token id picks
-  std::vector<float> clamp_exp, clamp_shexp;  // per layer SwiGLU limits of routed / shared experts
-};
-
-// Gemma 4 (`gemma4`, model/arch/gemma4.cpp): layers of two shapes, caches shared by the last layers,
-// per-layer embeddings. ModelConfig's head_dim and n_head_kv are the full-attention layers'.
-struct Gemma4Config {
-  int head_dim_sliding = 0, n_head_kv_sliding = 0;  // the sliding-window layers' (0: not Gemma 4)
-  std::vector<int64_t> n_ff;  // each layer's FFN width (twice the others' on E2B's KV-sharing layers)
-  // Layers [0, n_kv_layers) keep a cache; each later one reads the cache of the last of those of its own kind
-  // (sliding or full): llama.cpp's n_layer_kv_from_start.
-  int n_kv_layers = 0;
-  int64_t per_layer = 0;  // per-layer embedding width (0: none)
-  bool on() const { return head_dim_sliding > 0; }
-  bool keeps_kv(int layer) const { return layer < n_kv_layers; }
-  int kv_source(int layer, bool sliding) const {
-    return keeps_kv(layer) ? layer : n_kv_layers - (sliding ? 2 : 1);
-  }
-};
-
-// Linear-attention hybrids (`qwen3next`, `qwen35`, `qwen35moe`: model/arch/qwen35_layer.cpp): Gated DeltaNet
-// layers (kernels/gated_delta_net.h) with a recurrent state per sequence beside gated full-attention layers.
-struct HybridConfig {
-  GdnShape gdn;                    // d_conv 0: not a hybrid
-  std::vector<uint8_t> recurrent;  // per block (trunk, then MTP): 1 for a Gated DeltaNet layer
-  bool on() const { return gdn.d_conv > 0; }
-  bool is_recurrent(int layer) const {
-    return layer < static_cast<int>(recurrent.size()) && recurrent[static_cast<size_t>(layer)];
-  }
-};
-
 // Query temperature by position (Llama 4's; Mistral 3 / Large 3 / Small 4 files): the queries of position p
 // times log(floor((p + offset) / length) + 1) * scale + 1, as llama.cpp computes it (in double, rounded to
 // float once). scale 0: none.
@@ -139,9 +98,6 @@ struct ModelConfig {
   bool tied_output = false;
   MlaConfig mla;
   MoeConfig moe;
-  Dsv4Config dsv4;
-  Gemma4Config g4;
-  HybridConfig hybrid;
   float attn_scale = 0.0f;  // softmax scale of q.k; 0: 1/sqrt(head_dim)
   QueryTemperature query_temp;
   bool rope_qk_norm = false;  // Llama 4 Scout: a weightless RMSNorm of each q and k head after RoPE (RoPE layers)
@@ -153,6 +109,9 @@ struct ModelConfig {
   int pooling_type = -1;
   // A reranker's classification head: its labels (`{arch}.classifier.output_labels`, Qwen3-Reranker: yes, no).
   std::vector<std::string> classifier_labels;
+  // The family's own hyperparameters (model/arch/<family>.h, e.g. deepseek4.h's Dsv4Config), through
+  // model/family_part.h's family_part<T>.
+  std::any family;
 
   // Numbers the families' layers read from their files (what a layer is
   // made of is its family's LayerRecipe, model/family.h).

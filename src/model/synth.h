@@ -1,6 +1,7 @@
 #pragma once
 // Random-weight models of a chosen architecture and shape, for tests and
 // benchmarks when real weights are not at hand.
+#include <any>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -33,14 +34,6 @@ struct SynthDeepseek {
   std::vector<uint8_t> idx_shared;  // glm-dsa: per layer, 1 reuses the previous full layer's selection
 };
 
-// DeepSeek-V4's extras (deepseek4); the experts, YaRN and q_lora come from SynthDeepseek.
-struct SynthDsv4 {
-  int64_t head_dim = 0, rope_dims = 0, window = 0, o_groups = 0, o_lora = 0;
-  int64_t hc = 4, sinkhorn = 20, hash_layers = 0;
-  float hc_eps = 1e-6f, swiglu_limit = 10.0f, compress_base = 160000.0f;
-  std::vector<int64_t> ratios;  // per layer: 0, 4 or 128
-};
-
 // The GQA families' extras; what each architecture's tensors look like
 // follows from `arch` (its family's synth part, model/arch/).
 struct SynthDecoder {
@@ -63,31 +56,13 @@ struct SynthDecoder {
   float embed_std = 0;
 };
 
-// Gemma 4's extras (gemma4): the shape's head_dim and kv_heads are the sliding layers'.
-struct SynthGemma4 {
-  int64_t head_dim_full = 0, kv_heads_full = 0;  // the full-attention layers'
-  int64_t period = 6;                  // every period-th layer full (the last of each run of period)
-  int64_t shared_kv = 0;               // the last layers, reading earlier layers' caches
-  int64_t per_layer = 0;               // per-layer embedding width (0: none)
-  float rope_partial_full = 0.25f;     // the full layers' rotated share (rope_freqs)
-  bool k_eq_v = false;                 // full layers without attn_v (the keys' projection is the values')
-  bool double_wide = false;            // the shared-KV layers' FFN twice feed_forward_length (E2B)
-};
-
-// The linear-attention hybrids' extras (qwen3next, qwen35, qwen35moe): the Gated DeltaNet layers' key and
-// value heads and head size, the convolution's taps, every interval-th block full attention; nextn MTP blocks.
-struct SynthHybrid {
-  int64_t k_heads = 0, v_heads = 0, state = 0, d_conv = 4, interval = 4, nextn = 0;
-};
-
 struct SynthShape {
   std::string arch = "llama";  // llama | qwen2 | qwen2moe | qwen3 | qwen3moe | phi3 | gemma2 | gemma3 | deepseek2
   int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
   SynthDeepseek ds;  // the MLA families (deepseek2, deepseek32, mistral4)
   SynthDecoder dec;  // the others
-  SynthDsv4 v4;      // deepseek4, beside ds
-  SynthGemma4 g4;    // gemma4, beside dec
-  SynthHybrid hy;    // qwen3next, qwen35, qwen35moe, beside dec
+  // A family's own extras (model/arch/<family>.h, e.g. deepseek4.h's SynthDsv4), through model/family_part.h.
+  std::any family;
 };
 
 // A named shape of a family (model/arch/<family>.cpp lists its own).
@@ -118,11 +93,6 @@ struct SynthOptions {
 // written (deterministic for a seed, whatever the thread count).
 GgufWriter synth_model(const SynthOptions& options);
 
-// Splits a DeepSeek-V4 file with an MTP block as llama.cpp's converter publishes V4: `path` keeps the trunk
-// (block_count without the block, no nextn_predict_layers), `mtp_path` gets every key and the block with
-// the embedding, the head and the hyper-connection head (the converter's --mtp file). The MTP file's
-// hyper-connection head is the trunk's reversed (float32), so a reader that takes the trunk's instead shows.
-void split_mtp_file(const std::string& path, const std::string& mtp_path);
 
 // What a family's synth part (Family::synth) writes into: its own metadata
 // keys and its layers' tensors, in llama.cpp's names and layouts. synth_model

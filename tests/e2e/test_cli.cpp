@@ -194,9 +194,18 @@ TEST_F(CliWithLimits, HwReportsFeaturesKernelsAndCachedLimits) {
   EXPECT_GE(j["threads"].get<int>(), 1);
   EXPECT_TRUE(j["kernels"].contains("Q4_0"));
   EXPECT_EQ(j["limits"]["read_bandwidth_gbs"].get<double>(), kCachedBandwidthGbs);
+  // The named operators and where each has a kernel: every family's own operator is listed (the binary links them
+  // all), sigmoid_gate with its Vulkan kernel, gated_delta_net with the host kernel alone.
+  std::map<std::string, std::vector<std::string>> ops;
+  for (const auto& op : j["operators"]) ops[op["name"]] = op["kernels"].get<std::vector<std::string>>();
+  EXPECT_EQ(ops["sigmoid_gate"], (std::vector<std::string>{"host", "vulkan"}));
+  EXPECT_EQ(ops["gated_delta_net"], (std::vector<std::string>{"host"}));
+  for (const char* name : {"hyper_mix", "hyper_collapse", "hyper_expand", "compress_blocks", "hadamard", "indexer_top_k"})
+    EXPECT_TRUE(ops.count(name)) << name;
   const auto text = run_kestrel({"hw", "-t", "1"});
   EXPECT_THAT(text.out, HasSubstr("read bandwidth"));
   EXPECT_THAT(text.out, HasSubstr("kernels:"));
+  EXPECT_THAT(text.out, HasSubstr("sigmoid_gate (host, vulkan)"));
 }
 
 // `hw` lists the Vulkan devices the loader reports, as vulkaninfo (vulkan-tools, the independent reader)
@@ -549,7 +558,7 @@ TEST(Cli, BenchSpecComparesSpeculativeWithPlainDecodingPerDraftLength) {
               HasSubstr("embedding_length is 128 where the model's is 64 (not this model's MTP file)"));
   EXPECT_THAT(run_kestrel({"synth", "--arch", "deepseek2", "--preset", "tiny-v3", "--mtp", "1", "-o", other,
                            "--mtp-file", other + ".mtp"}).err,
-              HasSubstr("deepseek4 only"));
+              HasSubstr("deepseek2 models keep their MTP block in the model file"));
 }
 
 TEST_F(CliWithLimits, BenchMeasureProbesTheLimitsAgain) {
@@ -589,7 +598,9 @@ TEST_F(CliWithLimits, TuneStoresTheWinnersThatHwThenReports) {
   const bool tiles = amx_state().usable && selected_isa() == IsaLevel::Amx;
   EXPECT_THAT(r.out, HasSubstr(tiles ? "tile crossover: batches of" : "tile crossover: nothing to measure"));
   const auto j = nlohmann::json::parse(run_kestrel({"hw", "--json"}).out);
-  if (!tiles) EXPECT_EQ(j["tuning"]["tile_min_tokens"].get<int64_t>(), Tuning{}.tile_min_tokens);
+  if (!tiles) {
+    EXPECT_EQ(j["tuning"]["tile_min_tokens"].get<int64_t>(), Tuning{}.tile_min_tokens);
+  }
   EXPECT_THAT(j["tuning"]["source"].get<std::string>(), HasSubstr(dir_.file("cache")));
   const int64_t chunk = j["tuning"]["q8_token_chunk"];
   EXPECT_TRUE(chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128 || chunk == 256) << chunk;

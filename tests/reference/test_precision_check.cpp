@@ -12,6 +12,7 @@
 #include "model/family.h"
 #include "core/error.h"
 #include "measure/precision_check.h"
+#include "model/arch/deepseek4.h"
 #include "cli_process.h"
 #include "test_support.h"
 
@@ -204,7 +205,9 @@ TEST(PrecisionCheck, LinearAttentionHybridsAgreeWithTheFloat64Reference) {
     for (const auto& l : r.layers) {
       const bool linear = std::isnan(l.q_rope);
       EXPECT_EQ(linear, (l.layer + 1) % 4 != 0) << "layer " << l.layer;
-      if (!linear) EXPECT_LT(l.q_rope, 2e-5) << "layer " << l.layer;
+      if (!linear) {
+        EXPECT_LT(l.q_rope, 2e-5) << "layer " << l.layer;
+      }
       EXPECT_LT(l.attention, 2e-5) << "layer " << l.layer;
       EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
       EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;
@@ -223,7 +226,7 @@ TEST(PrecisionCheck, LinearAttentionHybridsAgreeWithTheFloat64Reference) {
 // Gemma 2/3's bound (5e-3; measured 1.8e-3 at most).
 TEST(PrecisionCheck, Gemma4AgreesWithTheFloat64Reference) {
   test::TempDir dir;
-  for (const std::string& preset : {"tiny", "tiny-moe"}) {
+  for (const std::string preset : {"tiny", "tiny-moe"}) {
     SCOPED_TRACE(preset);
     int n_layer = 0;
     const PrecisionReport r = synth_precision(dir, "gemma4", preset, n_layer);
@@ -249,7 +252,7 @@ TEST(PrecisionCheck, DeepSeekV4AgreesWithTheFloat64Reference) {
   ModelConfig c;
   const PrecisionReport r = synth_precision(dir, "deepseek4", "tiny", n_layer, 140, &c);
   ASSERT_EQ(r.layers.size(), static_cast<size_t>(n_layer));
-  const Dsv4Config& v = c.dsv4;
+  const Dsv4Config& v = dsv4_config(c);
   for (const auto& l : r.layers) {
     EXPECT_LT(l.attn_proj, 2e-5) << "layer " << l.layer;
     EXPECT_LT(l.ffn, 2e-5) << "layer " << l.layer;

@@ -73,22 +73,6 @@ void read_deepseek_experts(HparamReader& h, ModelConfig& c) {
   e.routing.normalize = h.opt_bool("expert_weights_norm").value_or(false);
 }
 
-MtpTensors load_mtp_tensors(const WeightLoader& ld, Backend& be, int layer, int64_t dim, int64_t n_vocab,
-                            const IoWeights& io) {
-  const std::string p = fmt::format("blk.{}.nextn.", layer);
-  MtpTensors m;
-  m.eh_proj = be.prepare_weight(ld.require(p + "eh_proj.weight", {2 * dim, dim}));
-  m.enorm = ld.require_vector(p + "enorm.weight", dim);
-  m.hnorm = ld.require_vector(p + "hnorm.weight", dim);
-  m.head_norm = ld.optional_vector(p + "shared_head_norm.weight", dim);
-  if (m.head_norm.empty()) m.head_norm = io.output_norm;
-  m.embed = ld.optional(p + "embed_tokens.weight", {dim, n_vocab});
-  if (!m.embed.present()) m.embed = io.tok_embd;
-  const Weight head = ld.optional(p + "shared_head_head.weight", {dim, n_vocab});
-  m.head = head.present() ? be.prepare_weight(head) : io.output;
-  return m;
-}
-
 void synth_deepseek_experts(SynthFile& out, ExpertGating gating) {
   const SynthDeepseek& d = out.shape().ds;
   out.u32("expert_feed_forward_length", d.ffn_expert);
@@ -189,12 +173,6 @@ class Deepseek2 final : public LayerStack {
     FfnWeights dense;  // the leading layers
     MoeWeights moe;    // or router + experts + shared experts
   };
-  // A multi-token-prediction block: a decoder block fed by eh_proj over
-  // [enorm(embed(token)) | hnorm(hidden)], with its own head norm; embed and
-  // head are the block's own when the file has them, else the trunk's.
-  struct MtpHead : MtpTensors {
-    Layer block;
-  };
 
   Layer load_block(const WeightLoader& ld, int l) {
     const std::string p = layer_prefix(l);
@@ -216,16 +194,7 @@ class Deepseek2 final : public LayerStack {
   // The first MTP block (blk.{n_layer}) when asked for, with llama.cpp's
   // `nextn` tensor names; the blocks not loaded take no part in the trunk's math.
   void load_extra(const WeightLoader& ld, const ModelOptions& o) override {
-    const ModelConfig& c = cfg_;
-    const int64_t dim = c.n_embd;
-    if (o.load_mtp && c.n_mtp > 0) {
-      auto m = std::make_unique<MtpHead>();
-      m->block = load_block(ld, c.n_layer);
-      static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, dim, c.n_vocab, io_);
-      mtp_ = std::move(m);
-      nextn_ = mtp_.get();
-    }
-    skip_unloaded_mtp(ld);
+    mtp_ = load_nextn_block<Layer>(ld, o, [&](int l) { return load_block(ld, l); });
   }
 
   void allocate(int64_t max_rows) override {
@@ -262,7 +231,7 @@ class Deepseek2 final : public LayerStack {
   const MlaAttention mode_;
   const MlaHeads heads_;
   std::vector<Layer> layers_;  // this rank's, from first_
-  std::unique_ptr<MtpHead> mtp_;
+  std::unique_ptr<MtpBlock<Layer>> mtp_;
   std::unique_ptr<MlaBlock> mla_;
 };
 

@@ -43,10 +43,15 @@
 
 #include "core/error.h"
 #include "formats/block_formats.h"
+#include "model/arch/deepseek4.h"
 #include "model/arch/families.h"
 #include "model/hparams_common.h"
 #include "model/layer_stack.h"
 #include "model/mla_attention.h"
+#include "ops/compress_blocks.h"
+#include "ops/hadamard.h"
+#include "ops/hyper_connection.h"
+#include "ops/lightning_indexer.h"
 
 namespace kestrel {
 namespace {
@@ -77,7 +82,7 @@ std::vector<float> per_layer_floats(HparamReader& h, const std::string& key, int
 
 // The attention's keys: one KV head, the bottleneck, window, output groups, streams, ratios, indexer.
 void read_attention(HparamReader& h, ModelConfig& c) {
-  Dsv4Config& v = c.dsv4;
+  Dsv4Config& v = family_part<Dsv4Config>(c.family);
   // Attention: one KV head of key_length dims.
   if (const auto kv = h.opt_int("attention.head_count_kv"); kv && *kv != 1)
     throw h.bad("attention.head_count_kv", fmt::format("= {}: DeepSeek-V4 attends with one KV head", *kv));
@@ -130,7 +135,7 @@ void read_attention(HparamReader& h, ModelConfig& c) {
 
 // RoPE: adjacent pairs on the last rope.dimension_count dims; the compressing layers' base and YaRN.
 void read_rope(HparamReader& h, ModelConfig& c) {
-  Dsv4Config& v = c.dsv4;
+  Dsv4Config& v = family_part<Dsv4Config>(c.family);
   const bool indexed = std::count(v.ratios.begin(), v.ratios.end(), kIndexedRatio) > 0;
   RopeParams& r = c.rope;
   r.style = RopeStyle::Adjacent;
@@ -160,7 +165,7 @@ void read_rope(HparamReader& h, ModelConfig& c) {
 
 // DeepSeekMoE: every layer routed, sqrt(softplus) scores, clamped SwiGLU.
 void read_experts(HparamReader& h, ModelConfig& c) {
-  Dsv4Config& v = c.dsv4;
+  Dsv4Config& v = family_part<Dsv4Config>(c.family);
   MoeConfig& e = c.moe;
   MoeRouting& rt = e.routing;
   if (const auto dense = h.opt_int("leading_dense_block_count"); dense && *dense != 0)
@@ -224,7 +229,7 @@ struct Attn {
 class Deepseek4 final : public LayerStack {
  public:
   Deepseek4(Backend& be, const ModelOptions& o, ModelConfig c)
-      : LayerStack(be, o, std::move(c)), v_(cfg_.dsv4), row_(cfg_.head_dim, v_.idx_dim) {
+      : LayerStack(be, o, std::move(c)), v_(dsv4_config(cfg_)), row_(cfg_.head_dim, v_.idx_dim) {
     streams_ = v_.hc;
     // Tensor parallelism splits the query heads and with them the output groups (each rank its groups'
     // heads, wo_b's matching columns: a partial sum); the raw kv, the compressors, the indexer and the
@@ -427,7 +432,7 @@ class Deepseek4 final : public LayerStack {
       const ModelConfig mc = check_mtp_file(*o.mtp_file);
       WeightLoader mld(*o.mtp_file);
       const IoWeights io = load_io_weights(mld, be_, mc, true, true);
-      mtp_ = load_mtp(mld, mc.dsv4, io, load_hyper(mld, "output_hc", v_.hc, 1));
+      mtp_ = load_mtp(mld, dsv4_config(mc), io, load_hyper(mld, "output_hc", v_.hc, 1));
       for (int l = mc.n_layer + 1; l < mc.n_layer + mc.n_mtp; l++)
         mld.skip_prefix(layer_prefix(l), "llama.cpp runs the first MTP block only");
       mld.finish(c.arch + " MTP file");
@@ -454,7 +459,7 @@ class Deepseek4 final : public LayerStack {
     const ModelConfig m = read_model_config(f, ModelOptions{});
     const ModelConfig& c = cfg_;
     const Dsv4Config& a = v_;
-    const Dsv4Config& b = m.dsv4;
+    const Dsv4Config& b = dsv4_config(m);
     if (m.arch != c.arch) throw Error(fmt::format("{}: an MTP file of {}, not {}", f.path(), m.arch, c.arch));
     if (m.n_mtp < 1) throw Error(fmt::format("{}: has no multi-token-prediction block (nextn_predict_layers)", f.path()));
     const std::pair<const char*, std::pair<double, double>> same[] = {
@@ -531,16 +536,16 @@ class Deepseek4 final : public LayerStack {
     const int64_t dim = cfg_.n_embd, hc = v_.hc, n = r.n;
     be_.rmsnorm(x(r), ones_.data(), flat_, n, hc * dim, cfg_.rms_eps);
     be_.matmul(h.fn, flat_, n, mixes_);
-    be_.hyper_mix(mixes_, n, (2 + hc) * hc, static_cast<int>(hc), h.scale.data(), h.base.data(), v_.hc_eps,
-                  v_.sinkhorn_iters, pre_, post_ + r.r0 * hc, comb_ + r.r0 * hc * hc);
-    be_.hyper_collapse(x(r), pre_, n, static_cast<int>(hc), dim, hin_);
+    ops::hyper_mix(be_, {mixes_, n, (2 + hc) * hc, static_cast<int>(hc), h.scale.data(), h.base.data(), v_.hc_eps,
+                         v_.sinkhorn_iters, pre_, post_ + r.r0 * hc, comb_ + r.r0 * hc * hc});
+    ops::hyper_collapse(be_, {x(r), pre_, n, static_cast<int>(hc), dim, hin_});
     be_.rmsnorm(hin_, norm.data(), xn_, n, dim, cfg_.rms_eps);
     return xn_;
   }
 
   void residual(int /*layer*/, Branch /*branch*/, Act x, Act y, int64_t r0, int64_t n) override {
     const int64_t hc = v_.hc, dim = cfg_.n_embd;
-    be_.hyper_expand(x, y, post_ + r0 * hc, comb_ + r0 * hc * hc, n, static_cast<int>(hc), dim, state_);
+    ops::hyper_expand(be_, {x, y, post_ + r0 * hc, comb_ + r0 * hc * hc, n, static_cast<int>(hc), dim, state_});
     be_.copy(x, hc * dim, state_, hc * dim, n, hc * dim);
   }
 
@@ -552,9 +557,9 @@ class Deepseek4 final : public LayerStack {
     be_.annotate_layer(-1);
     be_.rmsnorm(x, ones_.data(), flat_, n, hc * dim, cfg_.rms_eps);
     be_.matmul(h.fn, flat_, n, mixes_);
-    be_.hyper_mix(mixes_, n, hc, static_cast<int>(hc), h.scale.data(), h.base.data(), v_.hc_eps, 0, pre_, Act(),
-                  Act());
-    be_.hyper_collapse(x, pre_, n, static_cast<int>(hc), dim, hin_);
+    ops::hyper_mix(be_, {mixes_, n, hc, static_cast<int>(hc), h.scale.data(), h.base.data(), v_.hc_eps, 0, pre_, Act(),
+                         Act()});
+    ops::hyper_collapse(be_, {x, pre_, n, static_cast<int>(hc), dim, hin_});
     return hin_;
   }
 
@@ -600,7 +605,7 @@ class Deepseek4 final : public LayerStack {
     if (A.ratio == kIndexedRatio) {
       be_.matmul(A.i_q_b, qr_, n, iq_);
       rope_tail(iq_, pos, n, v_.idx_heads, di, v_.rope_compress);
-      be_.hadamard(iq_, n * v_.idx_heads * di, idx_rot_);
+      ops::hadamard(be_, {iq_, n * v_.idx_heads * di, idx_rot_});
       be_.matmul(A.i_proj, xn, n, iw_);
       be_.scale(iw_, n * v_.idx_heads, 1.0f / std::sqrt(static_cast<float>(di * v_.idx_heads)));
     }
@@ -634,10 +639,10 @@ class Deepseek4 final : public LayerStack {
   void fold_blocks(const Compressor& c, const VRow::Part& part, int64_t nb, int entries, int split, bool hadamard,
                    Act out) {
     const int64_t vw = row_.width, w = c.dim;
-    be_.compress_blocks(gathered_, nb, vw, entries, split, absent_.data(), part.kv, part.score, w, out);
+    ops::compress_blocks(be_, {gathered_, nb, vw, entries, split, absent_.data(), part.kv, part.score, w, out});
     be_.rmsnorm(out, c.norm.data(), out, nb, w, cfg_.rms_eps);
     rope_tail(out, block_pos_.data(), nb, 1, w, v_.rope_compress);
-    if (hadamard) be_.hadamard(out, nb * w, idx_rot_);
+    if (hadamard) ops::hadamard(be_, {out, nb * w, idx_rot_});
   }
 
   // The blocks the rows complete, compressed from the window rows' state into the full-group rows of the
@@ -709,8 +714,8 @@ class Deepseek4 final : public LayerStack {
       for (int64_t t = 0; t < r.n; t++) cand_last_[t] = (pos[t] + 1) / A.ratio - 1;
       selected_.resize(static_cast<size_t>(r.n * top_k));
       counts_.resize(static_cast<size_t>(r.n));
-      be_.indexer_top_k(idx, {r.n, iq_, Act(), cand_last_.data(), ftables}, iw_,
-                        {v_.idx_heads, static_cast<int>(di), top_k}, selected_.data(), counts_.data());
+      ops::indexer_top_k(be_, {idx, {r.n, iq_, Act(), cand_last_.data(), ftables}, iw_,
+                               {v_.idx_heads, static_cast<int>(di), top_k}, selected_.data(), counts_.data()});
     }
     for (int64_t t = 0; t < r.n; t++) {
       const int32_t p = pos[t];
@@ -769,13 +774,13 @@ std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& 
 // ---- synth: the keys and tensors llama.cpp's converter writes ----
 // Block l's compress ratio: the preset's, 0 (window only) for an MTP block it does not list.
 int block_ratio(const SynthShape& s, int64_t l) {
-  return l < static_cast<int64_t>(s.v4.ratios.size()) ? s.v4.ratios[static_cast<size_t>(l)] : 0;
+  return l < static_cast<int64_t>(synth_dsv4(s).ratios.size()) ? synth_dsv4(s).ratios[static_cast<size_t>(l)] : 0;
 }
 
 void synth_keys(SynthFile& out) {
   const SynthShape& s = out.shape();
   const SynthDeepseek& ds = s.ds;
-  const SynthDsv4& v = s.v4;
+  const SynthDsv4& v = synth_dsv4(s);
   const int64_t blocks = s.layers + ds.nextn;  // the MTP blocks after the trunk's
   if (static_cast<int64_t>(v.ratios.size()) < s.layers)
     throw Error(fmt::format("deepseek4: {} compress ratios for {} layers", v.ratios.size(), s.layers));
@@ -818,7 +823,7 @@ void synth_keys(SynthFile& out) {
 // A hyper-connection mix: a small projection, biases near llama.cpp's init (base ~ 0), scale ~ 1.
 void synth_hyper(SynthFile& out, const std::string& p, int64_t n_mix, int64_t n_scale) {
   const SynthShape& s = out.shape();
-  const int64_t hc = s.v4.hc;
+  const int64_t hc = synth_dsv4(s).hc;
   out.random(p + "_fn.weight", {hc * s.dim, n_mix}, SynthFile::fan_in(hc * s.dim));
   out.random(p + "_base.weight", {n_mix}, 0.5f);
   out.random(p + "_scale.weight", {n_scale}, 0.3f, 0.0f);
@@ -837,7 +842,7 @@ void synth_compressor(SynthFile& out, const std::string& name, int64_t dim, int6
 void synth_layer(SynthFile& out, int64_t l) {
   const SynthShape& s = out.shape();
   const SynthDeepseek& ds = s.ds;
-  const SynthDsv4& v = s.v4;
+  const SynthDsv4& v = synth_dsv4(s);
   const float in_std = SynthFile::fan_in(s.dim);
   const int64_t d = v.head_dim, hd = s.heads * d, hc = v.hc, mixes = (2 + hc) * hc;
   const std::string p = fmt::format("blk.{}.", l);
@@ -890,7 +895,7 @@ void synth_layer(SynthFile& out, int64_t l) {
 void synth(SynthFile& out) {
   const SynthShape& s = out.shape();
   synth_keys(out);
-  synth_hyper(out, "output_hc", s.v4.hc, 1);
+  synth_hyper(out, "output_hc", synth_dsv4(s).hc, 1);
   for (int64_t l = 0; l < s.layers + s.ds.nextn; l++) {
     synth_layer(out, l);
     if (l < s.layers) continue;
@@ -906,7 +911,7 @@ SynthShape preset_shape(const std::string& preset) {
   SynthShape s;
   s.arch = "deepseek4";
   SynthDeepseek& d = s.ds;
-  SynthDsv4& v = s.v4;
+  SynthDsv4& v = family_part<SynthDsv4>(s.family);
   d.norm_weights = true, d.weights_scale = 1.5f;
   if (preset == "tiny") {
     // Every feature at test width: a raw window of 8, ratio-4 layers whose indexer keeps 3 blocks (prompts
@@ -949,10 +954,66 @@ std::vector<SynthPreset> presets() {
   return p;
 }
 
+// Splits a file with an MTP block as llama.cpp's converter publishes V4: `path` keeps the trunk (block_count
+// without the block, no nextn_predict_layers), `mtp_path` gets every key and the block with the embedding,
+// the head and the hyper-connection head (the converter's --mtp file). The MTP file's hyper-connection head is
+// the trunk's reversed (float32), so a reader that takes the trunk's instead shows.
+void split_mtp(const std::string& path, const std::string& mtp_path) {
+  const GgufFile f = GgufFile::open(path);
+  const std::string arch = f.get_string("general.architecture").value_or("");
+  const auto blocks = f.get_int(arch + ".block_count"), nextn = f.get_int(arch + ".nextn_predict_layers");
+  if (!blocks || !nextn || *nextn < 1) throw Error("--mtp-file: the model has no MTP block (use --mtp 1)");
+  const int64_t n = *blocks - *nextn;
+  auto mtp_block = [n](const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return false;
+    return std::stoll(name.substr(4, name.find('.', 4) - 4)) >= n;
+  };
+  GgufWriter trunk, mtp;
+  for (const auto& [k, v] : f.metadata()) {
+    mtp.set(k, v);
+    if (k == arch + ".nextn_predict_layers") continue;
+    if (k == arch + ".block_count") {
+      trunk.set(k, GgufValue::u32(static_cast<uint32_t>(n)));
+    } else if (k.rfind(arch + ".swiglu_clamp_", 0) == 0 && v.type == GgufValueType::ARRAY) {
+      // Written per block of the file (the converter's [limit] * block_count); the ratios keep the MTP block's.
+      GgufArray a = v.as_array();
+      a.items.resize(static_cast<size_t>(n));
+      trunk.set(k, GgufValue::array(a.elem_type, a.items));
+    } else {
+      trunk.set(k, v);
+    }
+  }
+  std::vector<float> reversed;  // alive until written
+  for (const auto& t : f.tensors()) {
+    if (mtp_block(t.name)) {
+      mtp.add_tensor_bytes(t.name, t.type, t.ne, t.data);
+      continue;
+    }
+    trunk.add_tensor_bytes(t.name, t.type, t.ne, t.data);
+    if (t.name == "output_hc_fn.weight" && t.type == GgmlType::F32) {
+      reversed.resize(static_cast<size_t>(t.n_elements()));
+      std::memcpy(reversed.data(), t.data, t.nbytes);
+      std::reverse(reversed.begin(), reversed.end());
+      mtp.add_tensor_bytes(t.name, t.type, t.ne, reversed.data());
+    } else if (t.name.rfind("blk.", 0) != 0) {
+      mtp.add_tensor_bytes(t.name, t.type, t.ne, t.data);  // embedding, head, head norm, hc head
+    }
+  }
+  mtp.write_file(mtp_path);
+  const std::string tmp = path + ".trunk";
+  trunk.write_file(tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(fmt::format("{}: cannot replace it with {}", path, tmp));
+}
+
+
 }  // namespace
 
 const Family& deepseek4_family() {
-  static const Family f{"deepseek4", "DeepSeek-V4-Flash, V4-Pro", kRecipe, read, make, synth, presets};
+  static const Family f = [] {
+    Family f{"deepseek4", "DeepSeek-V4-Flash, V4-Pro", kRecipe, read, make, synth, presets};
+    f.split_mtp = split_mtp;
+    return f;
+  }();
   return f;
 }
 

@@ -41,10 +41,4 @@ void synth_dsa_indexer(SynthFile& out, const std::vector<uint8_t>& layers);
 void read_deepseek_experts(HparamReader& h, ModelConfig& c);
 void synth_deepseek_experts(SynthFile& out, ExpertGating gating);
 
-// A DeepSeek multi-token-prediction block's `nextn` tensors (layer_stack.h's MtpTensors; deepseek2.cpp,
-// shared with deepseek4 and glm4moe): the block's own embedding, head norm and head where the file has them
-// (embed_tokens, shared_head_norm, shared_head_head), else io's.
-MtpTensors load_mtp_tensors(const WeightLoader& ld, Backend& be, int layer, int64_t dim, int64_t n_vocab,
-                            const IoWeights& io);
-
 }  // namespace kestrel

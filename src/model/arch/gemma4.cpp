@@ -31,6 +31,7 @@
 
 #include "core/error.h"
 #include "model/arch/families.h"
+#include "model/arch/gemma4.h"
 #include "model/gqa_attention.h"
 #include "model/hparams_common.h"
 
@@ -86,7 +87,7 @@ void check_heads(HparamReader& h, const ModelConfig& c, const char* key, int kv,
 
 ModelConfig read(HparamReader& h, const ModelOptions&) {
   ModelConfig c = read_common(h, {.rms_eps = 1e-6, .ffn_per_layer = true});
-  Gemma4Config& g = c.g4;
+  Gemma4Config& g = family_part<Gemma4Config>(c.family);
   g.n_ff = per_layer_ints(h, "feed_forward_length", c.n_layer, std::nullopt);
   c.n_ff = *std::max_element(g.n_ff.begin(), g.n_ff.end());
 
@@ -156,8 +157,8 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
 // The sliding layers' attention config: the model's with their head size and KV heads.
 ModelConfig sliding_config(const ModelConfig& c) {
   ModelConfig s = c;
-  s.head_dim = c.g4.head_dim_sliding;
-  s.n_head_kv = c.g4.n_head_kv_sliding;
+  s.head_dim = gemma4_config(c).head_dim_sliding;
+  s.n_head_kv = gemma4_config(c).n_head_kv_sliding;
   return s;
 }
 
@@ -176,7 +177,7 @@ class Gemma4Layers final : public LayerStack {
   }
 
   KvLayout kv_layout() const override {
-    const int end = std::min(end_, cfg_.g4.n_kv_layers);
+    const int end = std::min(end_, gemma4_config(cfg_).n_kv_layers);
     const int64_t full = int64_t{heads_.n_head_kv} * cfg_.head_dim;
     const int64_t sliding = int64_t{sliding_heads_.n_head_kv} * sliding_cfg_.head_dim;
     KvLayout l{std::max(0, end - first_), full, full, std::gcd(cfg_.head_dim, sliding_cfg_.head_dim)};
@@ -197,8 +198,8 @@ class Gemma4Layers final : public LayerStack {
     std::vector<float> ple_norm;
   };
 
-  int kv_source(int layer) const { return cfg_.g4.kv_source(layer, cfg_.is_sliding(layer)); }
-  int64_t per_layer_width() const { return int64_t{cfg_.n_layer} * cfg_.g4.per_layer; }
+  int kv_source(int layer) const { return gemma4_config(cfg_).kv_source(layer, cfg_.is_sliding(layer)); }
+  int64_t per_layer_width() const { return int64_t{cfg_.n_layer} * gemma4_config(cfg_).per_layer; }
 
   void load_extra(const WeightLoader& ld, const ModelOptions&) override {
     const ModelConfig& c = cfg_;
@@ -210,11 +211,11 @@ class Gemma4Layers final : public LayerStack {
       use_rope_factors(cfg_, rope_factors_);
       cfg_.rope_sliding.freq_factors = nullptr;  // the sliding layers' RoPE has none
     }
-    if (c.g4.per_layer == 0) return;
+    if (gemma4_config(c).per_layer == 0) return;
     ple_embd_ = ld.require("token_embd.weight", {c.n_embd, c.n_vocab});  // (also on later pipeline stages)
     ple_tok_ = ld.require("per_layer_token_embd.weight", {per_layer_width(), c.n_vocab});
     ple_proj_ = be_.prepare_weight(ld.require("per_layer_model_proj.weight", {c.n_embd, per_layer_width()}));
-    ple_norm_ = ld.require_vector("per_layer_proj_norm.weight", c.g4.per_layer);
+    ple_norm_ = ld.require_vector("per_layer_proj_norm.weight", gemma4_config(c).per_layer);
   }
 
   void load_layer(const WeightLoader& ld, int l) override {
@@ -224,12 +225,12 @@ class Gemma4Layers final : public LayerStack {
     Layer& L = layers_.emplace_back();
     L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
     L.attn = load_gqa(ld, be_, p, sliding ? sliding_cfg_ : cfg_, sliding ? sliding_heads_ : heads_, shard_,
-                      {.qk_norm = true, .v_norm = true, .v_from_k = true, .no_kv = !cfg_.g4.keeps_kv(l)});
+                      {.qk_norm = true, .v_norm = true, .v_from_k = true, .no_kv = !gemma4_config(cfg_).keeps_kv(l)});
     L.post_attn_norm = ld.require_vector(p + "post_attention_norm.weight", dim);
     L.out_scale = ld.optional_vector(p + "layer_output_scale.weight", 1);
     L.ffn_norm = ld.require_vector(p + "ffn_norm.weight", dim);
     L.post_ffn_norm = ld.require_vector(p + "post_ffw_norm.weight", dim);
-    const int64_t width = cfg_.g4.n_ff[static_cast<size_t>(l)];
+    const int64_t width = gemma4_config(cfg_).n_ff[static_cast<size_t>(l)];
     if (moe_layer(l)) {
       L.ffn = load_ffn(ld, be_, p, "", dim, width);  // whole: it runs after the experts' sum
       L.moe = load_moe(ld, be_, p, dim, cfg_.moe, shard_);
@@ -243,9 +244,9 @@ class Gemma4Layers final : public LayerStack {
     } else {
       L.ffn = load_ffn(ld, be_, p, "", dim, width, false, shard_);
     }
-    if (cfg_.g4.per_layer > 0) {
-      L.ple_gate = be_.prepare_weight(ld.require(p + "inp_gate.weight", {dim, cfg_.g4.per_layer}));
-      L.ple_proj = be_.prepare_weight(ld.require(p + "proj.weight", {cfg_.g4.per_layer, dim}));
+    if (gemma4_config(cfg_).per_layer > 0) {
+      L.ple_gate = be_.prepare_weight(ld.require(p + "inp_gate.weight", {dim, gemma4_config(cfg_).per_layer}));
+      L.ple_proj = be_.prepare_weight(ld.require(p + "proj.weight", {gemma4_config(cfg_).per_layer, dim}));
       L.ple_norm = ld.require_vector(p + "post_norm.weight", dim);
     }
   }
@@ -261,19 +262,19 @@ class Gemma4Layers final : public LayerStack {
       dense_hb_ = ActBuffer(be_, n * cfg_.n_ff);
       dense_hb2_ = ActBuffer(be_, n * cfg_.n_ff);
     }
-    if (cfg_.g4.per_layer > 0) {
+    if (gemma4_config(cfg_).per_layer > 0) {
       ple_ = ActBuffer(be_, n * per_layer_width());
       ple_tok_rows_ = ActBuffer(be_, n * per_layer_width());
       ple_x_ = ActBuffer(be_, n * dim);
-      ple_gate_ = ActBuffer(be_, n * cfg_.g4.per_layer);
-      ple_in_ = ActBuffer(be_, n * cfg_.g4.per_layer);
+      ple_gate_ = ActBuffer(be_, n * gemma4_config(cfg_).per_layer);
+      ple_in_ = ActBuffer(be_, n * gemma4_config(cfg_).per_layer);
     }
   }
 
   // The per-layer inputs P of every row of the step, [row][layer][n_pl].
   void begin_step(const Batch& b, const BatchPlacement&) override {
-    if (cfg_.g4.per_layer == 0) return;
-    const int64_t n = b.size(), dim = cfg_.n_embd, w = n * per_layer_width(), n_pl = cfg_.g4.per_layer;
+    if (gemma4_config(cfg_).per_layer == 0) return;
+    const int64_t n = b.size(), dim = cfg_.n_embd, w = n * per_layer_width(), n_pl = gemma4_config(cfg_).per_layer;
     be_.annotate_layer(-1);
     be_.embed(ple_embd_, b.tokens.data(), n, ple_x_);
     be_.scale(ple_x_, n * dim, cfg_.embed_scale);
@@ -322,8 +323,8 @@ class Gemma4Layers final : public LayerStack {
     }
     be_.rmsnorm(y, L.post_ffn_norm.data(), y, n, dim, eps);
     LayerStack::residual(layer, branch, x, y, r0, n);
-    if (cfg_.g4.per_layer > 0) {
-      const int64_t n_pl = cfg_.g4.per_layer;
+    if (gemma4_config(cfg_).per_layer > 0) {
+      const int64_t n_pl = gemma4_config(cfg_).per_layer;
       be_.matmul(L.ple_gate, x, n, ple_gate_);
       be_.copy(ple_in_, n_pl, ple_ + r0 * per_layer_width() + layer * n_pl, per_layer_width(), n, n_pl);
       be_.gelu_mul(ple_gate_, ple_in_, n * n_pl);
@@ -362,7 +363,7 @@ std::unique_ptr<Model> make(const GgufFile& f, Backend& be, const ModelOptions& 
 
 // ---- synth: llama.cpp's converter's keys and tensors (conversion/gemma.py's Gemma4Model) ----
 
-bool synth_sliding(const SynthShape& s, int64_t l) { return l % s.g4.period != s.g4.period - 1; }
+bool synth_sliding(const SynthShape& s, int64_t l) { return l % synth_gemma4(s).period != synth_gemma4(s).period - 1; }
 
 // A norm's weights near `scale`, varied per element and tensor, so that a norm applied with the wrong weights
 // shows.
@@ -379,7 +380,7 @@ struct SynthDims {
 };
 
 SynthDims synth_dims(const SynthShape& s) {
-  const SynthGemma4& g = s.g4;
+  const SynthGemma4& g = synth_gemma4(s);
   SynthDims d;
   d.hs = synth_head_dim(s);
   d.hf = g.head_dim_full > 0 ? g.head_dim_full : d.hs;
@@ -398,7 +399,7 @@ SynthDims synth_dims(const SynthShape& s) {
 void synth_keys(SynthFile& out, const SynthDims& dims) {
   const SynthShape& s = out.shape();
   const SynthDecoder& d = s.dec;
-  const SynthGemma4& g = s.g4;
+  const SynthGemma4& g = synth_gemma4(s);
   const std::string a = s.arch + ".";
   std::vector<GgufValue> ffn, kv, pattern;
   for (int64_t l = 0; l < s.layers; l++) {
@@ -432,7 +433,7 @@ void synth_keys(SynthFile& out, const SynthDims& dims) {
 void synth_layer(SynthFile& out, const SynthDims& dims, int64_t l, int& salt) {
   const SynthShape& s = out.shape();
   const SynthDecoder& d = s.dec;
-  const SynthGemma4& g = s.g4;
+  const SynthGemma4& g = synth_gemma4(s);
   const float in_std = SynthFile::fan_in(s.dim);
   const std::string p = fmt::format("blk.{}.", l);
   const bool sliding = synth_sliding(s, l);
@@ -477,7 +478,7 @@ void synth_layer(SynthFile& out, const SynthDims& dims, int64_t l, int& salt) {
 
 void synth(SynthFile& out) {
   const SynthShape& s = out.shape();
-  const SynthGemma4& g = s.g4;
+  const SynthGemma4& g = synth_gemma4(s);
   const SynthDims dims = synth_dims(s);
   synth_keys(out, dims);
   // The full layers' "proportional" RoPE: a quarter of the pairs rotate, the rest get 1e30.
@@ -498,7 +499,7 @@ std::vector<SynthPreset> presets() {
   auto shape = [](int64_t dim, int64_t layers, int64_t heads, int64_t kv, int64_t ffn, int64_t vocab, int64_t ctx,
                   SynthDecoder dec, SynthGemma4 g4) {
     SynthShape s = synth_shape("gemma4", dim, layers, heads, kv, ffn, vocab, ctx, dec);
-    s.g4 = g4;
+    s.family = g4;
     return s;
   };
   return {
@@ -535,10 +536,21 @@ std::vector<SynthPreset> presets() {
   };
 }
 
+// synth --shared-kv N: the last N layers read earlier layers' caches.
+bool synth_option(SynthShape& s, const std::string& option, int64_t value) {
+  if (option != "shared_kv") return false;
+  family_part<SynthGemma4>(s.family).shared_kv = value;
+  return true;
+}
+
 }  // namespace
 
 const Family& gemma4_family() {
-  static const Family f{"gemma4", "Gemma 4 E2B, E4B, 26B-A4B, 31B (text)", kRecipe, read, make, synth, presets};
+  static const Family f = [] {
+    Family f{"gemma4", "Gemma 4 E2B, E4B, 26B-A4B, 31B (text)", kRecipe, read, make, synth, presets};
+    f.synth_option = synth_option;
+    return f;
+  }();
   return f;
 }
 

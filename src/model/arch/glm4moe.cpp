@@ -57,9 +57,6 @@ class Glm4Moe final : public LayerStack {
     FfnWeights dense;  // the leading layers
     MoeWeights moe;    // or router + experts + shared experts
   };
-  struct MtpHead : MtpTensors {
-    Layer block;
-  };
 
   Layer load_block(const WeightLoader& ld, int l) {
     const std::string p = layer_prefix(l);
@@ -79,15 +76,7 @@ class Glm4Moe final : public LayerStack {
   void load_layer(const WeightLoader& ld, int l) override { layers_.push_back(load_block(ld, l)); }
 
   void load_extra(const WeightLoader& ld, const ModelOptions& o) override {
-    const ModelConfig& c = cfg_;
-    if (o.load_mtp && c.n_mtp > 0) {
-      auto m = std::make_unique<MtpHead>();
-      m->block = load_block(ld, c.n_layer);
-      static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, c.n_layer, c.n_embd, c.n_vocab, io_);
-      mtp_ = std::move(m);
-      nextn_ = mtp_.get();
-    }
-    skip_unloaded_mtp(ld);
+    mtp_ = load_nextn_block<Layer>(ld, o, [&](int l) { return load_block(ld, l); });
   }
 
   void allocate(int64_t max_rows) override {
@@ -122,7 +111,7 @@ class Glm4Moe final : public LayerStack {
 
   const GqaHeads heads_;
   std::vector<Layer> layers_;  // this rank's, from first_
-  std::unique_ptr<MtpHead> mtp_;
+  std::unique_ptr<MtpBlock<Layer>> mtp_;
   std::unique_ptr<GqaAttention> gqa_;
 };
 

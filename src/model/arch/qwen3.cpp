@@ -26,7 +26,11 @@ std::vector<SynthPreset> presets() {
 }  // namespace
 
 const Family& qwen3_family() {
-  static const Family f{"qwen3", "Qwen3 (dense)", kRecipe, read, make_llama<kRecipe>, synth_qwen<kRecipe>, presets};
+  static const Family f = [] {
+    Family f{"qwen3", "Qwen3 (dense)", kRecipe, read, make_llama<kRecipe>, synth_qwen<kRecipe>, presets};
+    f.classifier_head = true;
+    return f;
+  }();
   return f;
 }
 

@@ -12,6 +12,7 @@
 #include "model/gqa_attention.h"
 #include "model/hparams_common.h"
 #include "model/layer_stack.h"
+#include "ops/gated_delta_net.h"
 
 namespace kestrel {
 namespace {
@@ -104,8 +105,9 @@ ModelConfig read_qwen_hybrid(HparamReader& h, QwenHybrid kind) {
     throw h.bad("attention.value_length", "must equal attention.key_length");
   read_rope(h, c, RopeStyle::NeoX);
   if (kind != QwenHybrid::Qwen3Next) check_rope_sections(h, c);
-  c.hybrid.gdn = read_gdn(h, c, kind == QwenHybrid::Qwen3Next);
-  c.hybrid.recurrent = read_recurrent_layers(h, c);
+  HybridConfig& hy = family_part<HybridConfig>(c.family);
+  hy.gdn = read_gdn(h, c, kind == QwenHybrid::Qwen3Next);
+  hy.recurrent = read_recurrent_layers(h, c);
   if (moe) {
     read_qwen_experts(h, c, /*normalize=*/true);
     c.moe.n_ff_shared = h.int_or("expert_shared_feed_forward_length", c.n_ff);
@@ -126,7 +128,7 @@ class HybridLayers final : public LayerStack {
     // Each block's place in the cache: attention blocks their KV layer, Gated DeltaNet blocks their state layer.
     int attn = 0, rec = 0;
     for (int l = 0; l < cfg_.n_layer + cfg_.n_mtp; l++)
-      cache_index_.push_back(cfg_.hybrid.is_recurrent(l) ? rec++ : attn++);
+      cache_index_.push_back(hybrid_config(cfg_).is_recurrent(l) ? rec++ : attn++);
     n_attn_ = attn;
     n_rec_ = rec;
   }
@@ -136,7 +138,7 @@ class HybridLayers final : public LayerStack {
     // The trunk's attention blocks, then the MTP block's when it is loaded (the last attention block).
     KvLayout l{n_attn_ - (mtp_ ? 0 : cfg_.n_mtp), kv_dim, kv_dim, cfg_.head_dim};
     l.n_recurrent = n_rec_;
-    l.state_floats = cfg_.hybrid.gdn.state_floats();
+    l.state_floats = hybrid_config(cfg_).gdn.state_floats();
     return l;
   }
 
@@ -152,12 +154,9 @@ class HybridLayers final : public LayerStack {
     FfnWeights dense;
     MoeWeights moe;
   };
-  struct MtpHead : MtpTensors {
-    Layer block;
-  };
 
   Linear load_linear(const WeightLoader& ld, const std::string& p) const {
-    const GdnShape& g = cfg_.hybrid.gdn;
+    const GdnShape& g = hybrid_config(cfg_).gdn;
     const int64_t dim = cfg_.n_embd;
     Linear L;
     if (ld.has(p + "ssm_in.weight"))
@@ -186,7 +185,7 @@ class HybridLayers final : public LayerStack {
     const int64_t dim = cfg_.n_embd;
     Layer L;
     L.attn_norm = ld.require_vector(p + "attn_norm.weight", dim);
-    if (cfg_.hybrid.is_recurrent(l))
+    if (hybrid_config(cfg_).is_recurrent(l))
       L.lin = load_linear(ld, p);
     else
       L.attn = load_gqa(ld, be_, p, cfg_, heads_, shard_, {.qk_norm = true, .q_gate = true});
@@ -201,19 +200,13 @@ class HybridLayers final : public LayerStack {
   void load_layer(const WeightLoader& ld, int l) override { layers_.push_back(load_block(ld, l)); }
 
   void load_extra(const WeightLoader& ld, const ModelOptions& o) override {
-    if (o.load_mtp && cfg_.n_mtp > 0) {
-      if (cfg_.n_mtp > 1) throw Error(fmt::format("{}: only one multi-token-prediction block is run", cfg_.arch));
-      auto m = std::make_unique<MtpHead>();
-      m->block = load_block(ld, cfg_.n_layer);
-      static_cast<MtpTensors&>(*m) = load_mtp_tensors(ld, be_, cfg_.n_layer, cfg_.n_embd, cfg_.n_vocab, io_);
-      mtp_ = std::move(m);
-      nextn_ = mtp_.get();
-    }
-    skip_unloaded_mtp(ld);
+    if (o.load_mtp && cfg_.n_mtp > 1)
+      throw Error(fmt::format("{}: only one multi-token-prediction block is run", cfg_.arch));
+    mtp_ = load_nextn_block<Layer>(ld, o, [&](int l) { return load_block(ld, l); });
   }
 
   void allocate(int64_t n) override {
-    const GdnShape& g = cfg_.hybrid.gdn;
+    const GdnShape& g = hybrid_config(cfg_).gdn;
     gqa_ = std::make_unique<GqaAttention>(be_, cfg_, heads_, n);
     qkv_ = ActBuffer(be_, n * g.channels());
     z_ = ActBuffer(be_, n * g.value_dim());
@@ -234,7 +227,7 @@ class HybridLayers final : public LayerStack {
   void attention(const LayerRows& r, Act y) override {
     const Layer& L = at(r.layer);
     const Act xb = norm_rows(r, L.attn_norm);
-    if (!cfg_.hybrid.is_recurrent(r.layer)) {
+    if (!hybrid_config(cfg_).is_recurrent(r.layer)) {
       const LayerRows rows{r.batch, r.place, r.kv, r.layer, cache_index_[static_cast<size_t>(r.layer)], r.r0, r.n};
       gqa_->run(be_, L.attn, rows, xb, y);
       return;
@@ -264,7 +257,7 @@ class HybridLayers final : public LayerStack {
   std::vector<int> cache_index_;  // per block: its KV layer (attention) or state layer (Gated DeltaNet)
   int n_attn_ = 0, n_rec_ = 0;
   std::vector<Layer> layers_;
-  std::unique_ptr<MtpHead> mtp_;
+  std::unique_ptr<MtpBlock<Layer>> mtp_;
   std::unique_ptr<GqaAttention> gqa_;
   ActBuffer qkv_, z_, core_, alpha_, beta_, ba_, sorted_;
   // This step's rows by sequence: order_[i] is the batch row (from r.r0) at sorted place i; runs_ each
@@ -327,7 +320,7 @@ void HybridLayers::prepare_states(const LayerRows& r) {
 }
 
 void HybridLayers::linear_attention(const LayerRows& r, const Linear& L, Act xb, Act y) {
-  const GdnShape& g = cfg_.hybrid.gdn;
+  const GdnShape& g = hybrid_config(cfg_).gdn;
   const int64_t n = r.n, dim = cfg_.n_embd, hv = g.n_v_heads;
   Act x = xb;
   if (!in_order_) {  // the step's rows in sequence order (drafts come after every request's rows)
@@ -349,8 +342,14 @@ void HybridLayers::linear_attention(const LayerRows& r, const Linear& L, Act xb,
   const int rec = cache_index_[static_cast<size_t>(r.layer)];
   seqs_.clear();
   for (const Run& run : runs_) seqs_.push_back({run.first, run.n, r.kv.state(rec, run.slot)});
-  be_.gated_delta_net(g, {L.conv_w.data(), L.dt_bias.data(), L.a.data()}, qkv_, alpha_, beta_, seqs_.data(),
-                      static_cast<int>(seqs_.size()), core_);
+  ops::gated_delta_net(be_, {.shape = g,
+                             .params = {L.conv_w.data(), L.dt_bias.data(), L.a.data()},
+                             .qkv = qkv_,
+                             .alpha = alpha_,
+                             .beta = beta_,
+                             .seqs = seqs_.data(),
+                             .n_seqs = static_cast<int>(seqs_.size()),
+                             .out = core_});
   // The gated norm: rmsnorm(o) per value head times silu(z), then the output projection.
   be_.rmsnorm(core_, L.norm.data(), core_, n * hv, g.head_dim, cfg_.rms_eps);
   be_.silu_mul(z_, core_, n * g.value_dim());
@@ -389,7 +388,7 @@ std::vector<float> around(int64_t n, float center, float spread, int64_t salt) {
 
 void synth_hybrid_keys(SynthFile& out, int64_t blocks, int64_t rope_dims) {
   const SynthShape& s = out.shape();
-  const SynthHybrid& y = s.hy;
+  const SynthHybrid& y = synth_hybrid(s);
   const bool moe = s.dec.experts > 0;
   synth_sizes(out, blocks, s.kv_heads, rope_dims, s.dec.rope_base, 1e-6f);
   out.u32("attention.key_length", s.dec.head_dim);
@@ -419,7 +418,7 @@ void synth_hybrid_keys(SynthFile& out, int64_t blocks, int64_t rope_dims) {
 
 void synth_linear_block(SynthFile& out, const std::string& p, int64_t l) {
   const SynthShape& s = out.shape();
-  const SynthHybrid& y = s.hy;
+  const SynthHybrid& y = synth_hybrid(s);
   const int64_t key = y.k_heads * y.state, value = y.v_heads * y.state, channels = 2 * key + value;
   const float in_std = SynthFile::fan_in(s.dim);
   out.random(p + "attn_qkv.weight", {s.dim, channels}, in_std);
@@ -456,7 +455,7 @@ void synth_attention_block(SynthFile& out, const std::string& p, int64_t l) {
 void synth_qwen_hybrid(SynthFile& out) {
   const SynthShape& s = out.shape();
   const SynthDecoder& d = s.dec;
-  const SynthHybrid& y = s.hy;
+  const SynthHybrid& y = synth_hybrid(s);
   if (d.head_dim <= 0 || y.state <= 0 || y.k_heads <= 0 || y.v_heads % y.k_heads != 0 || s.heads % s.kv_heads != 0)
     throw Error(fmt::format("{}: a hybrid shape needs a head size, a state size, and value heads grouping over key "
                             "heads",
@@ -494,7 +493,7 @@ SynthShape qwen_hybrid_shape(const char* arch, const QwenHybridShape& h) {
                              SynthDecoder{.head_dim = h.head_dim, .rope_base = 1e7f, .experts = h.experts,
                                           .experts_used = h.used, .ffn_expert = h.ffn_expert,
                                           .ffn_shared = h.ffn_shared});
-  s.hy = SynthHybrid{.k_heads = h.k_heads, .v_heads = h.v_heads, .state = h.state, .nextn = h.nextn};
+  s.family = SynthHybrid{.k_heads = h.k_heads, .v_heads = h.v_heads, .state = h.state, .nextn = h.nextn};
   return s;
 }
 

@@ -3,7 +3,7 @@
 // (each family's file says what it is): per block, as llama.cpp's llama_model_qwen35 / qwen3next graphs,
 //
 //   x += Gated DeltaNet(rmsnorm(x))    three blocks of four (attention.recurrent_layers, or every block but each
-//        or gated attention(...)       full_attention_interval-th): kernels/gated_delta_net.h over the
+//        or gated attention(...)       full_attention_interval-th): ops/gated_delta_net.h over the
 //                                      sequence's recurrent state, its output RMSNormed per head (ssm_norm),
 //                                      times silu(z), through ssm_out; else attention whose attn_q gives each
 //                                      head's query and gate, q/k head norms, partial NeoX RoPE, output times
@@ -19,8 +19,30 @@
 #include <vector>
 
 #include "model/family.h"
+#include "model/family_part.h"
+#include "ops/gated_delta_net.h"
 
 namespace kestrel {
+
+// Linear-attention hybrids (`qwen3next`, `qwen35`, `qwen35moe`: model/arch/qwen35_layer.cpp): Gated DeltaNet
+// layers (ops/gated_delta_net.h) with a recurrent state per sequence beside gated full-attention layers.
+struct HybridConfig {
+  GdnShape gdn;                    // d_conv 0: not a hybrid
+  std::vector<uint8_t> recurrent;  // per block (trunk, then MTP): 1 for a Gated DeltaNet layer
+  bool on() const { return gdn.d_conv > 0; }
+  bool is_recurrent(int layer) const {
+    return layer < static_cast<int>(recurrent.size()) && recurrent[static_cast<size_t>(layer)];
+  }
+};
+
+// The linear-attention hybrids' extras (qwen3next, qwen35, qwen35moe): the Gated DeltaNet layers' key and
+// value heads and head size, the convolution's taps, every interval-th block full attention; nextn MTP blocks.
+struct SynthHybrid {
+  int64_t k_heads = 0, v_heads = 0, state = 0, d_conv = 4, interval = 4, nextn = 0;
+};
+
+inline const HybridConfig& hybrid_config(const ModelConfig& c) { return family_part<HybridConfig>(c.family); }
+inline const SynthHybrid& synth_hybrid(const SynthShape& s) { return family_part<SynthHybrid>(s.family); }
 
 enum class QwenHybrid { Qwen3Next, Qwen35, Qwen35Moe };
 
