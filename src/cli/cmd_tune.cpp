@@ -36,7 +36,7 @@ std::vector<uint8_t> make_weight(GgmlType type, int64_t rows, int64_t cols) {
 std::vector<Candidate> sweep(GgmlType type, int threads, int64_t tokens, bool q8) {
   const int64_t rows = 5632, cols = 2048;
   const auto bytes = make_weight(type, rows, cols);
-  Weight w{"tune", type, {cols, rows}, bytes.data(), bytes.size(), {}};
+  Weight w{.name = "tune", .type = type, .ne = {cols, rows}, .data = bytes.data(), .nbytes = bytes.size()};
   // Tune the kernel the engine will run: repacked weights where it repacks them.
   if (packable(w) && matmul_kernels().repacks(type)) w.packed = pack_weight(w);
   std::vector<float> x(tokens * cols), y(tokens * rows);
@@ -65,7 +65,7 @@ std::vector<Candidate> sweep(GgmlType type, int threads, int64_t tokens, bool q8
 std::vector<CrossoverPoint> crossover_sweep(GgmlType type, int threads) {
   const int64_t rows = 5632, cols = 2048;
   const auto bytes = make_weight(type, rows, cols);
-  Weight w{"tune", type, {cols, rows}, bytes.data(), bytes.size(), {}};
+  Weight w{.name = "tune", .type = type, .ne = {cols, rows}, .data = bytes.data(), .nbytes = bytes.size()};
   w.packed = pack_weight(w);
   ThreadPool pool(threads);
   std::vector<CrossoverPoint> out;

@@ -20,10 +20,10 @@ struct Weight {
   size_t nbytes = 0;
   // The same matrix repacked by the backend at load into the layout its
   // kernels prefer (null: the kernels read `data` as stored in the file).
-  std::shared_ptr<const PackedWeight> packed;
+  std::shared_ptr<const PackedWeight> packed{};
   // Set when `data` is not the file's: a matrix cut out of one (a rank's
   // columns, weight_columns) keeps its bytes alive here.
-  std::shared_ptr<const void> owner;
+  std::shared_ptr<const void> owner{};
   // A routed expert's matrix (a slice of ffn_*_exps): llama.cpp multiplies those with ggml_mul_mat_id, which
   // takes its row dots at every batch size, where a plain matrix's batches go to its GEMM (llamafile's
   // tinyBLAS) with its own summation order; the kernels that follow llama.cpp's order tell them apart.

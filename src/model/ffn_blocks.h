@@ -17,7 +17,7 @@ struct FfnWeights {
   Weight gate, up, down;
   float clamp = 0.0f;  // > 0: SwiGLU clamped at this limit (DeepSeek-V4, ops.h swiglu_clamp)
   float alpha = 0.0f;  // > 0: gpt-oss's SwiGLU (ops.h swiglu_oai) at limit clamp
-  std::vector<float> gate_b, up_b, down_b;  // gpt-oss's experts' biases; empty: none
+  std::vector<float> gate_b{}, up_b{}, down_b{};  // gpt-oss's experts' biases; empty: none
   bool gelu = false;  // a routed expert's GeGLU (Gemma 4; a dense FFN's activation is its caller's)
   bool present() const { return gate.present(); }
   Backend::FfnRef ref() const {

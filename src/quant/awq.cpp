@@ -36,9 +36,6 @@ struct Fold {
 };
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
 
 std::optional<Fold> fold_for(const GgufFile& f, const std::string& first_weight) {
   const std::string arch = f.get_string("general.architecture").value_or("");
@@ -47,12 +44,12 @@ std::optional<Fold> fold_for(const GgufFile& f, const std::string& first_weight)
   if (!starts_with(first_weight, "blk.")) return std::nullopt;
   const std::string blk = first_weight.substr(0, first_weight.find('.', 4) + 1);  // "blk.N."
   auto has = [&](const std::string& n) { return f.find_tensor(n) != nullptr; };
-  if (ends_with(first_weight, ".attn_q.weight")) return Fold{blk + "attn_norm.weight", "", "", 1, 0};
-  if (ends_with(first_weight, ".ffn_gate.weight") || ends_with(first_weight, ".ffn_up.weight"))
+  if (first_weight.ends_with(".attn_q.weight")) return Fold{blk + "attn_norm.weight", "", "", 1, 0};
+  if (first_weight.ends_with(".ffn_gate.weight") || first_weight.ends_with(".ffn_up.weight"))
     return Fold{blk + "ffn_norm.weight", "", "", 1, 0};
-  if (ends_with(first_weight, ".ffn_down.weight") && has(blk + "ffn_up.weight"))
+  if (first_weight.ends_with(".ffn_down.weight") && has(blk + "ffn_up.weight"))
     return Fold{"", blk + "ffn_up.weight", "", 1, 0};
-  if (ends_with(first_weight, ".attn_output.weight") && has(blk + "attn_v.weight")) {
+  if (first_weight.ends_with(".attn_output.weight") && has(blk + "attn_v.weight")) {
     const int64_t heads = f.get_int(arch + ".attention.head_count").value_or(0);
     const int64_t kv = f.get_int(arch + ".attention.head_count_kv").value_or(heads);
     const GgufTensorInfo* wo = f.find_tensor(first_weight);

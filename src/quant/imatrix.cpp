@@ -15,10 +15,6 @@ namespace {
 constexpr const char* kIn = ".in_sum2";
 constexpr const char* kCounts = ".counts";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // "blk.0.ffn_up_exps.weight.7" -> ("blk.0.ffn_up_exps.weight", 7); a plain name -> (name, -1).
 std::pair<std::string, int64_t> split_slice(const std::string& name) {
   const auto dot = name.rfind('.');
@@ -50,7 +46,7 @@ ImportanceMatrix importance_from_calibration(const CalibrationStats& stats, cons
   for (const auto& site : stats.sites)
     for (const auto& w : site.weights) {
       const auto [base, slice] = split_slice(w);
-      if (!ends_with(base, ".weight") || (base == "output.weight" && !with_output)) continue;
+      if (!base.ends_with(".weight") || (base == "output.weight" && !with_output)) continue;
       ImportanceEntry& e = m.entries[base];
       e.n_per_row = site.cols;
       e.n_mat = std::max(e.n_mat, slice + 1);
@@ -100,8 +96,8 @@ ImportanceMatrix read_imatrix(const std::string& path) {
   std::map<std::string, const GgufTensorInfo*> sums, counts;
   for (const auto& t : f.tensors()) {
     if (t.type != GgmlType::F32) throw Error(fmt::format("{}: tensor '{}' is {}, not F32", path, t.name, type_name(t.type)));
-    if (ends_with(t.name, kIn)) sums[t.name.substr(0, t.name.size() - 8)] = &t;
-    else if (ends_with(t.name, kCounts)) counts[t.name.substr(0, t.name.size() - 7)] = &t;
+    if (t.name.ends_with(kIn)) sums[t.name.substr(0, t.name.size() - 8)] = &t;
+    else if (t.name.ends_with(kCounts)) counts[t.name.substr(0, t.name.size() - 7)] = &t;
     // .in_sum (means, for statistics) and anything else: not needed to quantize
   }
   for (const auto& [name, s] : sums) {

@@ -12,7 +12,7 @@ CompletionStream::CompletionStream(std::vector<std::shared_ptr<RequestChannel>> 
                                    bool want_logprobs, bool include_usage,
                                    std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply)
     : ids_(std::move(ids)), want_logprobs_(want_logprobs), include_usage_(include_usage), on_end_(std::move(on_end)) {
-  for (auto& ch : channels) choices_.push_back({std::move(ch), reply});
+  for (auto& ch : channels) choices_.push_back({.channel = std::move(ch), .reply = reply});
 }
 
 CompletionStream::CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,

@@ -41,7 +41,7 @@ class CompletionStream : public BodyStream {
     std::optional<ReplyParser> reply;
     size_t text_offset = 0;  // characters streamed so far: where the next chunk's text_offset starts
     bool finished = false;
-    StreamEvent end;
+    StreamEvent end{};
   };
   void add_chunk(std::string& out, const nlohmann::json& choice) const;
   nlohmann::json text_choice(Choice& ch, size_t index, const std::string& text, const nlohmann::json& logprobs,

@@ -10,7 +10,7 @@ WholeCompletion::WholeCompletion(std::vector<std::shared_ptr<RequestChannel>> ch
                                  bool want_logprobs, std::function<void(const StreamEvent&)> on_end,
                                  std::optional<ReplyParser> reply)
     : ids_(std::move(ids)), want_logprobs_(want_logprobs), on_end_(std::move(on_end)) {
-  for (auto& ch : channels) choices_.push_back({std::move(ch), reply, Logprobs(ids_.chat, 0, ids_.token_ids)});
+  for (auto& ch : channels) choices_.push_back({.channel = std::move(ch), .reply = reply, .logprobs = Logprobs(ids_.chat, 0, ids_.token_ids)});
 }
 
 WholeCompletion::WholeCompletion(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,

@@ -34,9 +34,9 @@ class WholeCompletion : public DeferredResponse {
     std::shared_ptr<RequestChannel> channel;
     std::optional<ReplyParser> reply;
     Logprobs logprobs;
-    std::string text;
+    std::string text{};
     bool finished = false;
-    StreamEvent end;
+    StreamEvent end{};
   };
   std::vector<Choice> choices_;
   CompletionIds ids_;

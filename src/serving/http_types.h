@@ -26,7 +26,7 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string path;    // without the query string
   std::string body;
-  Headers headers;
+  Headers headers{};
   // When the transport accepted the request (its first byte): queue times
   // are measured from here.
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();

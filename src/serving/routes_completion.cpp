@@ -218,6 +218,10 @@ ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
       p.serve.params.max_tokens = p.prompts.front().max_tokens;
       return {std::move(p), {}, {}};
     }
+    case Api::Embeddings:
+    case Api::OllamaEmbed:
+    case Api::Rerank:
+      break;  // not generation: their own routes parse them
   }
   throw Error("unknown API");
 }

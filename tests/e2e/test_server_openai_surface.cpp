@@ -97,8 +97,9 @@ TEST(ServerLogitBias, BannedTokensNeverComeAndFavouredOnesAlwaysDo) {
   ASSERT_EQ(r["choices"][0]["logprobs"]["content"].size(), 6u);
   for (const auto& t : r["choices"][0]["logprobs"]["content"]) EXPECT_EQ(t["token"], most->first);
   const size_t visible = piece.find_first_not_of(' ');
-  if (visible != std::string::npos)
+  if (visible != std::string::npos) {
     EXPECT_THAT(r["choices"][0]["message"]["content"].get<std::string>(), ::testing::HasSubstr(piece.substr(visible)));
+  }
 }
 
 const std::string kPrompt =

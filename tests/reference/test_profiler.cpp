@@ -57,7 +57,9 @@ TEST(Profiler, RecordsEachOperatorOfEachLayerAndRoundTrips) {
   for (const auto& j : doc["traceEvents"]) {
     ASSERT_TRUE(j["ph"] == "X" || j["ph"] == "M") << j.dump();
     complete += j["ph"] == "X";
-    if (j["ph"] == "M" && j["name"] == "process_name") EXPECT_EQ(j["args"]["name"], "rank 0");
+    if (j["ph"] == "M" && j["name"] == "process_name") {
+      EXPECT_EQ(j["args"]["name"], "rank 0");
+    }
   }
   EXPECT_EQ(complete, ev.size());
 

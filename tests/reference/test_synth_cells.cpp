@@ -95,9 +95,10 @@ TEST(SynthCells, KestrelGivesLlamaCppsIdsOnTheRecordedFiles) {
       const auto gaps = cell["gaps"].get<std::vector<double>>();
       size_t k = 0;
       while (k < want.size() && got[k] == want[k]) k++;
-      if (k < want.size())
+      if (k < want.size()) {
         EXPECT_LT(gaps[k], tie_gap) << name << " (--mla " << mla << "): id " << got[k] << " at step " << k
                                     << " where llama.cpp chose " << want[k] << " by a gap of " << gaps[k];
+      }
     }
   }
 }

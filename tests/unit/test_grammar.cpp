@@ -284,14 +284,20 @@ TEST(ToolCallGrammar, EveryFormatsCallsParseBackWithSchemaArguments) {
           const std::string what = std::string(tool_call_format_name(format)) + ": " + text;
           ASSERT_FALSE(reply.calls.empty()) << what;
           EXPECT_FALSE(reply.content.has_value()) << what;
-          if (!parallel) EXPECT_EQ(reply.calls.size(), 1u) << what;
+          if (!parallel) {
+            EXPECT_EQ(reply.calls.size(), 1u) << what;
+          }
           for (const ToolCall& call : reply.calls) {
-            if (*only) EXPECT_EQ(call.name, only) << what;
+            if (*only) {
+              EXPECT_EQ(call.name, only) << what;
+            }
             const auto args = nlohmann::json::parse(call.arguments);
             if (call.name == "get_weather") {
               EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << what;
               EXPECT_TRUE(args["days"].is_number_integer()) << what;
-              if (args.contains("note")) EXPECT_TRUE(args["note"].is_string()) << what;
+              if (args.contains("note")) {
+                EXPECT_TRUE(args["note"].is_string()) << what;
+              }
             } else {
               EXPECT_EQ(call.name, "ping") << what;
               EXPECT_TRUE(args.is_object()) << what;

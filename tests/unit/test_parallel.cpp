@@ -177,7 +177,7 @@ TEST(AllReduceBench, FitRecoversALineAndTheRingModelCountsHopsAndBytes) {
 TEST(ExpertCombine, PackedRowsSummedByTheirOwnersEqualTheWholeSum) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (const auto [ranks, n] : {std::pair{2, 7}, std::pair{3, 10}, std::pair{4, 2}, std::pair{3, 1}}) {
+  for (const auto& [ranks, n] : {std::pair{2, 7}, std::pair{3, 10}, std::pair{4, 2}, std::pair{3, 1}}) {
     const int64_t dim = 5;
     std::vector<std::vector<float>> x(ranks, std::vector<float>(n * dim, 0.0f));
     std::vector<std::vector<uint8_t>> touched(ranks, std::vector<uint8_t>(n, 0));
