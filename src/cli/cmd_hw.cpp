@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/operator.h"
+#include "backend/operator.h"
 #include "cli/commands.h"
 #include "hw/cpu_features.h"
 #include "hw/limits.h"
@@ -119,7 +119,7 @@ void register_hw(CLI::App& app) {
     fmt::print("tiles:      q8 token chunk {}, float token chunk {}, tile crossover {} tokens ({}; `kestrel tune` to "
                "measure)\n",
                tuning().q8_token_chunk, tuning().float_token_chunk, tuning().tile_min_tokens, tuning().source);
-    // The named operators beyond the backends' core (kernels/operator.h): host: the CPU's kernel, which every
+    // The named operators beyond the backends' core (backend/operator.h): host: the CPU's kernel, which every
     // backend without one of its own runs; vulkan: a device kernel.
     fmt::print("operators:  {}\n", operator_list());
     if (vk.devices.empty()) fmt::print("vulkan:     {}\n", vk.unavailable);

@@ -13,7 +13,7 @@
 #include "cli/commands.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
-#include "serving/http_server.h"
+#include "serving/http/http_server.h"
 #include "spec/spec_source.h"
 
 namespace kestrel::cli {

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/kv_format.h"
-#include "kernels/vulkan_backend.h"
+#include "backend/vulkan/vulkan_backend.h"
 #include "model/model.h"
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"

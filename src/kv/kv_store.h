@@ -9,7 +9,7 @@
 
 #include "core/huge_page_buffer.h"
 #include "kernels/attention.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "kv/block_manager.h"
 #include "kv/kv_layout.h"
 

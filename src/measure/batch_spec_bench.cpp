@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "serving/metrics.h"
-#include "serving/serving_engine.h"
+#include "serving/engine/metrics.h"
+#include "serving/engine/serving_engine.h"
 
 namespace kestrel {
 namespace {

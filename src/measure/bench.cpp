@@ -11,7 +11,7 @@
 #include "core/median.h"
 #include "hw/cpu_features.h"
 #include "kernels/matmul_kernels.h"
-#include "kernels/vulkan_backend.h"
+#include "backend/vulkan/vulkan_backend.h"
 #include "runtime/generator.h"
 
 namespace kestrel {

@@ -9,7 +9,7 @@
 #include "formats/block_formats.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "kernels/forwarding_backend.h"
+#include "backend/forwarding_backend.h"
 #include "ops/gated_delta_net.h"
 #include "ops/hyper_connection.h"
 #include "ops/lightning_indexer.h"

@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "runtime/loaded_model.h"
 
 namespace kestrel {

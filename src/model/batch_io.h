@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
 #include "model/batch.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "model/hparams_reader.h"
 #include "model/layer_recipe.h"
 #include "model/model.h"

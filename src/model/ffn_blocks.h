@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
 

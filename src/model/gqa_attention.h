@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "model/layer_rows.h"
 #include "model/model.h"
 #include "model/weight_loader.h"

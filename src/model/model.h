@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
 #include "gguf/gguf.h"

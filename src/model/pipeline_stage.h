@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "model/batch.h"
 #include "model/tensor_shard.h"
 

@@ -1,9 +1,9 @@
 #pragma once
-// DeepSeek-V4's KV compressor (model/arch/deepseek4.cpp) as a named operator (kernels/operator.h), with the
+// DeepSeek-V4's KV compressor (model/arch/deepseek4.cpp) as a named operator (backend/operator.h), with the
 // one-block reference it runs.
 #include <cstdint>
 
-#include "kernels/operator.h"
+#include "backend/operator.h"
 
 namespace kestrel {
 

@@ -18,12 +18,12 @@
 // in-chunk triangular solve (I + strict_tril(b k k^T . decay))^-1, then one state update per chunk — the
 // form prefill takes on matrix units. Both give the same result up to rounding (tests/unit/test_gated_delta_net).
 //
-// The operator (ops::gated_delta_net, a named operator: kernels/operator.h) runs one layer's core over a
+// The operator (ops::gated_delta_net, a named operator: backend/operator.h) runs one layer's core over a
 // step's sequences: the convolution over channels, the gates over rows, the recurrence over (sequence, value
 // head) pairs on the backend's threads; a sequence of at least 64 rows (prefill) takes the chunked form.
 #include <cstdint>
 
-#include "kernels/operator.h"
+#include "backend/operator.h"
 
 namespace kestrel {
 

@@ -1,10 +1,10 @@
 #pragma once
 // The Walsh-Hadamard rotation of DeepSeek sparse attention's indexer queries and keys (model/mla_attention.cpp,
-// model/arch/deepseek4.cpp) as a named operator (kernels/operator.h); the transform is kernels/ops.h's
+// model/arch/deepseek4.cpp) as a named operator (backend/operator.h); the transform is kernels/ops.h's
 // walsh_hadamard (which the KV cache's rotated 4-bit rows also use).
 #include <cstdint>
 
-#include "kernels/operator.h"
+#include "backend/operator.h"
 
 namespace kestrel::ops {
 

@@ -1,9 +1,9 @@
 #pragma once
-// DeepSeek-V4's hyper-connections (model/arch/deepseek4.cpp): three named operators (kernels/operator.h) over
+// DeepSeek-V4's hyper-connections (model/arch/deepseek4.cpp): three named operators (backend/operator.h) over
 // n rows, with the per-row references they are built from.
 #include <cstdint>
 
-#include "kernels/operator.h"
+#include "backend/operator.h"
 
 namespace kestrel {
 

@@ -11,7 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
-#include "kernels/operator.h"
+#include "backend/operator.h"
 
 namespace kestrel {
 
@@ -37,7 +37,7 @@ void lightning_indexer_top_k(ThreadPool* pool, const PagedKvLayerView& keys, con
 double lightning_indexer_score(const float* q, const float* w, const float* k, const IndexerShape& s);
 
 namespace ops {
-// The indexer as a named operator (kernels/operator.h) over the key rows of `keys`: rows.q the indexer
+// The indexer as a named operator (backend/operator.h) over the key rows of `keys`: rows.q the indexer
 // queries, w their head weights; the selections come back to the host.
 struct IndexerTopKArgs {
   PagedKvLayerView keys;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/vulkan_backend.h"
+#include "backend/vulkan/vulkan_backend.h"
 
 namespace kestrel {
 

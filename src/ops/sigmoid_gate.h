@@ -1,11 +1,11 @@
 #pragma once
-// A sigmoid gate as a named operator (kernels/operator.h): x[i] *= sigmoid(gates[i / per_gate]) for i < n.
+// A sigmoid gate as a named operator (backend/operator.h): x[i] *= sigmoid(gates[i / per_gate]) for i < n.
 // Qwen3.5's and Qwen3-Next's gated attention (per_gate 1: a gate per output value, model/gqa_attention.cpp)
 // and Qwen2-MoE's gated shared expert (per_gate = the row's width: one gate per row, model/ffn_blocks.cpp).
 // Its host kernel, its Vulkan kernel (sigmoid_gate.comp beside it) and the reference are in sigmoid_gate.cpp.
 #include <cstdint>
 
-#include "kernels/operator.h"
+#include "backend/operator.h"
 
 namespace kestrel {
 

@@ -5,7 +5,7 @@
 #include <random>
 #include <utility>
 
-#include "kernels/forwarding_backend.h"
+#include "backend/forwarding_backend.h"
 #include "runtime/loaded_model.h"
 #include "measure/perplexity.h"
 

@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "gguf/llama2c_import.h"
 #include "kernels/matmul_kernels.h"
-#include "kernels/profiling_backend.h"
-#include "kernels/vulkan_backend.h"
+#include "backend/profiling_backend.h"
+#include "backend/vulkan/vulkan_backend.h"
 #include "parallel/follower.h"
 #include "parallel/leader_model.h"
 

@@ -2,12 +2,12 @@
 // A model loaded to run on this machine: the mapped file, the backend, the
 // model, its tokenizer and a paged KV cache — the parts, built once by `run`,
 // `serve`, the measurements and tests. (What runs requests over it is the
-// step executor; the server's engine thread is serving/serving_engine.h.)
+// step executor; the server's engine thread is serving/engine/serving_engine.h.)
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "kv/kv_cache.h"
@@ -22,7 +22,7 @@ struct LoadOptions {
   std::string model_path;
   std::string llama2c_tokenizer;  // set: model_path is a llama2.c checkpoint, imported in memory
   int n_threads = 0;              // 0: all cores
-  std::string device = "cpu";     // --device: cpu, vulkan or vulkan:N (kernels/vulkan_backend.h)
+  std::string device = "cpu";     // --device: cpu, vulkan or vulkan:N (backend/vulkan/vulkan_backend.h)
   int gpu_layers = -1;            // --gpu-layers: layers [0, N) on the device, the rest on the CPU (-1: all)
   bool cpu_moe = false;           // --cpu-moe: routed experts on the CPU
   int64_t gpu_memory = 0;         // --gpu-memory: bytes the weights may take on the device (0: what it has)

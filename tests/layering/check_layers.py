@@ -14,7 +14,7 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["core", "hw", "formats", "gguf", "kernels", "ops", "kv", "model", "parallel", "tokenizer", "grammar", "jinja", "chat", "runtime", "spec", "serving", "measure",
+LAYERS = ["core", "hw", "formats", "gguf", "kernels", "backend", "ops", "kv", "model", "parallel", "tokenizer", "grammar", "jinja", "chat", "runtime", "spec", "serving", "measure",
           "quant", "loadtest", "cli"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"', re.M)
 

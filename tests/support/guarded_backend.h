@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "kernels/forwarding_backend.h"
+#include "backend/forwarding_backend.h"
 
 namespace kestrel::test {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "serving/access_policy.h"
+#include "serving/http/access_policy.h"
 #include "test_support.h"
 
 namespace kestrel {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "ops/gated_delta_net.h"
 
 namespace kestrel {

@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "serving/http_framing.h"
+#include "serving/http/http_framing.h"
 
 namespace kestrel {
 namespace {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "serving/completion_stream.h"
-#include "serving/completion_whole.h"
-#include "serving/offload.h"
-#include "serving/router.h"
+#include "serving/api/completion_stream.h"
+#include "serving/api/completion_whole.h"
+#include "serving/http/offload.h"
+#include "serving/http/router.h"
 
 namespace kestrel {
 

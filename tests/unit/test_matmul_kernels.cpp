@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/fp16.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
 #include "test_support.h"

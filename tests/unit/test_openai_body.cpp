@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "serving/openai_api.h"
+#include "serving/api/openai_api.h"
 
 namespace kestrel {
 namespace {

@@ -1,4 +1,4 @@
-// The named operators (kernels/operator.h): the table lists each once, a call reaches the backend through
+// The named operators (backend/operator.h): the table lists each once, a call reaches the backend through
 // Backend::run (so a wrapper watching run() sees every one), the CPU backend computes what the operator's
 // reference says, and on the Vulkan backend (lavapipe in CI) an operator with a Vulkan kernel runs on the device
 // while one without runs its host kernel after the recorded work — with the same numbers either way.
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/forwarding_backend.h"
-#include "kernels/operator.h"
-#include "kernels/vulkan_backend.h"
+#include "backend/forwarding_backend.h"
+#include "backend/operator.h"
+#include "backend/vulkan/vulkan_backend.h"
 #include "ops/gated_delta_net.h"
 #include "ops/hadamard.h"
 #include "ops/hyper_connection.h"

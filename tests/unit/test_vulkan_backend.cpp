@@ -16,10 +16,10 @@
 
 #include "core/error.h"
 #include "formats/block_formats.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops.h"
-#include "kernels/vulkan_backend.h"
+#include "backend/vulkan/vulkan_backend.h"
 
 namespace kestrel {
 namespace {

@@ -1,0 +1,400 @@
+#include "serving/api/anthropic_api.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "serving/api/completion_body.h"
+
+namespace kestrel {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+namespace {
+
+// Fields of an object other than `known` (and prompt-caching hints, which cannot change the answer: the prefix
+// cache shares what it can on its own) are a 400 naming them.
+void only_fields(const ojson& o, const std::string& where, const std::set<std::string>& known) {
+  check_known_fields(o, where, known, {"cache_control"});
+}
+
+std::string text_of(const ojson& v, const std::string& param) {
+  if (!v.is_string()) throw bad_request(param, fmt::format("'{}' must be a string", param));
+  return v.get<std::string>();
+}
+
+// A string, or text blocks joined (system prompts, tool results).
+std::string text_blocks(const ojson& v, const std::string& param) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of text blocks", param));
+  std::string out;
+  for (size_t k = 0; k < v.size(); k++) {
+    const std::string bp = fmt::format("{}[{}]", param, k);
+    const ojson& b = v[k];
+    if (!b.is_object() || !b.contains("type")) throw bad_request(bp, fmt::format("'{}' must be a content block", bp));
+    if (b["type"] == "image" || b["type"] == "document")
+      throw bad_request(bp, fmt::format("'{}' is {}: this server serves text models (text blocks only)", bp,
+                                        b["type"] == "image" ? "an image" : "a document"));
+    if (b["type"] != "text") throw bad_request(bp + ".type", fmt::format("'{}.type' must be \"text\" here", bp));
+    only_fields(b, bp, {"type", "text", "citations"});
+    out += text_of(b.value("text", ojson()), bp + ".text");
+  }
+  return out;
+}
+
+// One Anthropic message as OpenAI chat messages (a user turn's tool results become tool messages before its text).
+void add_message(const ojson& m, size_t i, ojson& out) {
+  const std::string mp = fmt::format("messages[{}]", i);
+  if (!m.is_object()) throw bad_request(mp, fmt::format("'{}' must be an object", mp));
+  only_fields(m, mp, {"role", "content"});
+  if (!m.contains("role") || (m["role"] != "user" && m["role"] != "assistant"))
+    throw bad_request(mp + ".role", fmt::format("'{}.role' must be \"user\" or \"assistant\"", mp));
+  const bool user = m["role"] == "user";
+  if (!m.contains("content")) throw bad_request(mp + ".content", fmt::format("'{}.content' is missing", mp));
+  const ojson& c = m["content"];
+  if (c.is_string()) {
+    out.push_back({{"role", m["role"]}, {"content", c}});
+    return;
+  }
+  const std::string cp = mp + ".content";
+  if (!c.is_array()) throw bad_request(cp, fmt::format("'{}' must be a string or an array of content blocks", cp));
+  std::string text, thinking;
+  ojson calls = ojson::array();
+  for (size_t k = 0; k < c.size(); k++) {
+    const ojson& b = c[k];
+    const std::string bp = fmt::format("{}[{}]", cp, k);
+    if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
+      throw bad_request(bp, fmt::format("'{}' must be a content block with a type", bp));
+    const std::string type = b["type"];
+    if (type == "text") {
+      only_fields(b, bp, {"type", "text", "citations"});
+      text += text_of(b.value("text", ojson()), bp + ".text");
+    } else if (type == "image" || type == "document") {
+      throw bad_request(bp, fmt::format("'{}' is {}: this server serves text models (text blocks only)", bp,
+                                        type == "image" ? "an image" : "a document"));
+    } else if (type == "tool_use" && !user) {
+      only_fields(b, bp, {"type", "id", "name", "input"});
+      const std::string id = text_of(b.value("id", ojson()), bp + ".id");
+      const std::string name = text_of(b.value("name", ojson()), bp + ".name");
+      if (!b.contains("input") || !b["input"].is_object())
+        throw bad_request(bp + ".input", fmt::format("'{}.input' must be an object", bp));
+      calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", b["input"].dump()}}}});
+    } else if (type == "tool_result" && user) {
+      only_fields(b, bp, {"type", "tool_use_id", "content", "is_error"});
+      const std::string id = text_of(b.value("tool_use_id", ojson()), bp + ".tool_use_id");
+      std::string result = b.contains("content") ? text_blocks(b["content"], bp + ".content") : "";
+      if (b.contains("is_error") && !b["is_error"].is_boolean())
+        throw bad_request(bp + ".is_error", fmt::format("'{}.is_error' must be true or false", bp));
+      // The templates have no notion of a failed call: the result says so in words.
+      if (b.value("is_error", false)) result = "Error: " + result;
+      out.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", result}});
+    } else if (type == "thinking" && !user) {
+      only_fields(b, bp, {"type", "thinking", "signature"});
+      thinking += text_of(b.value("thinking", ojson()), bp + ".thinking");
+    } else if (type == "redacted_thinking") {
+      throw bad_request(bp,
+                        fmt::format("'{}' is redacted thinking, which this server never writes and cannot read", bp));
+    } else {
+      throw bad_request(bp + ".type", fmt::format("'{}.type' \"{}\" is not a block a{} {} message takes here", bp, type,
+                                                  user ? "" : "n", user ? "user" : "assistant"));
+    }
+  }
+  if (user) {
+    if (!text.empty() || out.empty() || out.back()["role"] != "tool") out.push_back({{"role", "user"}, {"content", text}});
+    return;
+  }
+  ojson a = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? ojson(text) : ojson(nullptr)}};
+  if (!thinking.empty()) a["reasoning_content"] = thinking;
+  if (!calls.empty()) a["tool_calls"] = calls;
+  out.push_back(std::move(a));
+}
+
+ojson tools_of(const ojson& tools) {
+  if (!tools.is_array())
+    throw bad_request("tools", "'tools' must be an array of {\"name\", \"description\", \"input_schema\"}");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < tools.size(); i++) {
+    const ojson& t = tools[i];
+    const std::string tp = fmt::format("tools[{}]", i);
+    if (!t.is_object()) throw bad_request(tp, fmt::format("'{}' must be an object", tp));
+    if (t.contains("type") && t["type"] != "custom")
+      throw bad_request(tp + ".type",
+                        fmt::format("'{}.type' {} is a server tool Anthropic runs; only custom tools (name, "
+                                    "description, input_schema) are served here",
+                                    tp, t["type"].dump()));
+    only_fields(t, tp, {"type", "name", "description", "input_schema"});
+    ojson fn = {{"name", text_of(t.value("name", ojson()), tp + ".name")}};
+    if (t.contains("description")) fn["description"] = text_of(t["description"], tp + ".description");
+    if (!t.contains("input_schema") || !t["input_schema"].is_object())
+      throw bad_request(tp + ".input_schema", fmt::format("'{}.input_schema' must be a JSON schema object", tp));
+    fn["parameters"] = t["input_schema"];
+    out.push_back({{"type", "function"}, {"function", fn}});
+  }
+  return out;
+}
+
+// tool_choice: auto, any (a call is required), tool (that one), none; disable_parallel_tool_use.
+void tool_choice_of(const ojson& c, ojson& chat) {
+  if (!c.is_object() || !c.contains("type") || !c["type"].is_string())
+    throw bad_request("tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+  const std::string type = c["type"];
+  only_fields(c, "tool_choice", {"type", "name", "disable_parallel_tool_use"});
+  if (type == "auto") {
+    chat["tool_choice"] = "auto";
+  } else if (type == "any") {
+    chat["tool_choice"] = "required";
+  } else if (type == "none") {
+    chat["tool_choice"] = "none";
+  } else if (type == "tool") {
+    chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", text_of(c.value("name", ojson()), "tool_choice.name")}}}};
+  } else {
+    throw bad_request("tool_choice.type",
+                      fmt::format("'tool_choice.type' \"{}\" is not auto, any, tool or none", type));
+  }
+  if (c.contains("disable_parallel_tool_use")) {
+    if (!c["disable_parallel_tool_use"].is_boolean())
+      throw bad_request("tool_choice.disable_parallel_tool_use",
+                        "'tool_choice.disable_parallel_tool_use' must be true or false");
+    chat["parallel_tool_calls"] = !c["disable_parallel_tool_use"].get<bool>();
+  }
+}
+
+// thinking: {"type": "enabled", "budget_tokens"} or {"type": "disabled"}, through the template's switch.
+void thinking_of(const ojson& t, const ChatTemplate& tmpl, int64_t max_tokens, ojson& chat) {
+  if (!t.is_object() || !t.contains("type") || (t["type"] != "enabled" && t["type"] != "disabled"))
+    throw bad_request("thinking",
+                      "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+  const bool on = t["type"] == "enabled";
+  only_fields(t, "thinking", on ? std::set<std::string>{"type", "budget_tokens"} : std::set<std::string>{"type"});
+  if (on) {
+    if (!t.contains("budget_tokens") || !t["budget_tokens"].is_number_integer() || t["budget_tokens"].get<int64_t>() < 1024)
+      throw bad_request("thinking.budget_tokens", "'thinking.budget_tokens' must be an integer of at least 1024");
+    if (max_tokens > 0 && t["budget_tokens"].get<int64_t>() >= max_tokens)
+      throw bad_request("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
+    if (max_tokens > 0) chat["reasoning_budget"] = t["budget_tokens"];  // the reasoning is closed there
+  }
+  if (!tmpl.reasons()) {
+    if (on) throw bad_request("thinking", "this model does not reason (its chat template writes no reasoning)");
+    return;  // off is what it does anyway
+  }
+  // The switches chat templates read: Qwen3's and GLM's enable_thinking, DeepSeek-V3.1's thinking.
+  for (const char* name : {"enable_thinking", "thinking"})
+    if (tmpl.reads(name)) {
+      chat["chat_template_kwargs"][name] = on;
+      return;
+    }
+  if (!on)
+    throw bad_request("thinking", "this model always reasons: its chat template has no switch to turn thinking off");
+}
+
+const char* error_type(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503:
+    case 529: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+std::string stop_reason_of(const json& choice) {
+  const std::string finish = choice.value("finish_reason", std::string());
+  if (finish == "tool_calls") return "tool_use";
+  if (finish == "length") return "max_tokens";
+  if (choice.contains("stop_reason") && choice["stop_reason"].is_string()) return "stop_sequence";
+  return "end_turn";
+}
+
+std::string sse(const char* event, const json& data) {
+  return fmt::format("event: {}\ndata: {}\n\n", event, json_text(data));
+}
+
+json tool_input(const std::string& arguments) {
+  json input = json::parse(arguments, nullptr, false);
+  return input.is_object() ? input : json::object();
+}
+
+}  // namespace
+
+ojson anthropic_to_chat(const ojson& body, const ChatTemplate& tmpl, bool count_only) {
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
+  std::set<std::string> known = {"model", "messages", "system", "tools", "tool_choice", "thinking"};
+  if (!count_only)
+    known.insert({"max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "metadata"});
+  only_fields(body, "", known);
+  ojson chat = ojson::object();
+  if (body.contains("model")) chat["model"] = body["model"];
+  int64_t max_tokens = 0;
+  if (!count_only) {
+    if (!body.contains("max_tokens"))
+      throw bad_request("max_tokens", "'max_tokens' is missing (Anthropic's API requires it)");
+    if (!body["max_tokens"].is_number_integer() || body["max_tokens"].get<int64_t>() < 1)
+      throw bad_request("max_tokens", "'max_tokens' must be a positive integer");
+    max_tokens = body["max_tokens"].get<int64_t>();
+    chat["max_tokens"] = max_tokens;
+  }
+  ojson messages = ojson::array();
+  if (body.contains("system")) messages.push_back({{"role", "system"}, {"content", text_blocks(body["system"], "system")}});
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    throw bad_request("messages", "'messages' must be a non-empty array of {\"role\", \"content\"}");
+  for (size_t i = 0; i < body["messages"].size(); i++) add_message(body["messages"][i], i, messages);
+  chat["messages"] = std::move(messages);
+  if (body.contains("tools")) chat["tools"] = tools_of(body["tools"]);
+  if (body.contains("tool_choice")) tool_choice_of(body["tool_choice"], chat);
+  if (body.contains("thinking")) thinking_of(body["thinking"], tmpl, max_tokens, chat);
+  if (count_only) return chat;
+  if (body.contains("stop_sequences")) {
+    const ojson& s = body["stop_sequences"];
+    if (!s.is_array()) throw bad_request("stop_sequences", "'stop_sequences' must be an array of strings");
+    if (!s.empty()) chat["stop"] = s;
+  }
+  if (body.contains("temperature")) {
+    // Anthropic's range is 0 to 1.
+    if (!body["temperature"].is_number() || body["temperature"].get<double>() < 0 || body["temperature"].get<double>() > 1)
+      throw bad_request("temperature", "'temperature' must be a number from 0 to 1");
+    chat["temperature"] = body["temperature"];
+  }
+  for (const char* key : {"top_p", "top_k"})
+    if (body.contains(key)) chat[key] = body[key];
+  if (body.contains("metadata")) {  // who asked (metadata.user_id): nothing the answer depends on
+    if (!body["metadata"].is_object()) throw bad_request("metadata", "'metadata' must be an object");
+    only_fields(body["metadata"], "metadata", {"user_id"});
+  }
+  if (body.contains("stream")) {
+    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
+    if (body["stream"].get<bool>()) {
+      chat["stream"] = true;
+      chat["stream_options"] = {{"include_usage", true}};
+    }
+  }
+  return chat;
+}
+
+std::string anthropic_error_body(const ApiError& e) {
+  std::string message = e.message;
+  if (!e.param.empty() && message.find(e.param) == std::string::npos) message = e.param + ": " + message;
+  return json_text({{"type", "error"}, {"error", {{"type", error_type(e.status)}, {"message", message}}}});
+}
+
+HttpResponse anthropic_error_response(const ApiError& e) { return json_response(anthropic_error_body(e), e.status); }
+
+json anthropic_message(const json& chat, const AnthropicIds& ids) {
+  const json& choice = chat["choices"][0];
+  const json& m = choice["message"];
+  json content = json::array();
+  if (m.contains("reasoning_content") && m["reasoning_content"].is_string())
+    content.push_back({{"type", "thinking"}, {"thinking", m["reasoning_content"]}, {"signature", ""}});
+  if (m["content"].is_string() && !m["content"].get<std::string>().empty())
+    content.push_back({{"type", "text"}, {"text", m["content"]}});
+  if (m.contains("tool_calls"))
+    for (const auto& c : m["tool_calls"])
+      content.push_back({{"type", "tool_use"},
+                         {"id", c["id"]},
+                         {"name", c["function"]["name"]},
+                         {"input", tool_input(c["function"]["arguments"].get<std::string>())}});
+  const json& u = chat["usage"];
+  const int64_t cached = u["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+  return {{"id", ids.id},
+          {"type", "message"},
+          {"role", "assistant"},
+          {"model", ids.model},
+          {"content", content},
+          {"stop_reason", stop_reason_of(choice)},
+          {"stop_sequence", choice.contains("stop_reason") ? choice["stop_reason"] : json(nullptr)},
+          {"usage",
+           {{"input_tokens", u["prompt_tokens"].get<int64_t>() - cached},
+            {"cache_read_input_tokens", cached},
+            {"cache_creation_input_tokens", 0},
+            {"output_tokens", u["completion_tokens"]}}}};
+}
+
+std::optional<HttpResponse> AnthropicWhole::poll() {
+  std::optional<HttpResponse> r = chat_->poll();
+  if (!r) return r;
+  const json body = json::parse(r->body, nullptr, false);
+  if (r->status != 200 || body.is_discarded() || !body.contains("choices")) {
+    const std::string message =
+        body.is_object() && body.contains("error") ? body["error"].value("message", r->body) : r->body;
+    return anthropic_error_response({r->status == 200 ? 500 : r->status, message, "", "", ""});
+  }
+  return json_response(json_text(anthropic_message(body, ids_)));
+}
+
+void AnthropicStream::open_block(const char* type, std::string& out, const json& extra) {
+  if (open_ == type && std::string(type) != "tool_use") return;
+  close_block(out);
+  json block = extra;
+  block["type"] = type;
+  open_ = type;
+  index_++;
+  out += sse("content_block_start", {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
+}
+
+void AnthropicStream::close_block(std::string& out) {
+  if (open_.empty()) return;
+  if (open_ == "thinking")  // the SDKs expect a signature to close a thinking block; ours are not signed
+    out += sse("content_block_delta",
+               {{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
+  out += sse("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
+  open_.clear();
+}
+
+void AnthropicStream::on_error(std::string& out) {
+  out += sse("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", error_}}}});
+}
+
+void AnthropicStream::on_chunk(const json& c, std::string& out) {
+  const json& choice = c["choices"][0];
+  const json delta = choice.value("delta", json::object());
+  auto add = [&](const char* type, const char* delta_type, const char* field, const std::string& text) {
+    if (text.empty()) return;
+    open_block(type, out, {{field, ""}});
+    out += sse("content_block_delta",
+               {{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", delta_type}, {field, text}}}});
+  };
+  if (delta.contains("reasoning_content") && delta["reasoning_content"].is_string())
+    add("thinking", "thinking_delta", "thinking", delta["reasoning_content"]);
+  if (delta.contains("content") && delta["content"].is_string()) add("text", "text_delta", "text", delta["content"]);
+  if (delta.contains("tool_calls"))
+    for (const auto& call : delta["tool_calls"]) {
+      open_block("tool_use", out, {{"id", call["id"]}, {"name", call["function"]["name"]}, {"input", json::object()}});
+      out += sse("content_block_delta", {{"type", "content_block_delta"},
+                                         {"index", index_},
+                                         {"delta", {{"type", "input_json_delta"},
+                                                    {"partial_json", tool_input(call["function"]["arguments"]).dump()}}}});
+    }
+  if (!choice.value("finish_reason", json()).is_null()) {
+    stop_reason_ = stop_reason_of(choice);
+    if (choice.contains("stop_reason") && choice["stop_reason"].is_string()) stop_sequence_ = choice["stop_reason"];
+  }
+}
+
+void AnthropicStream::on_done(std::string& out) {
+  if (!error_.empty()) return;  // the error event was the end
+  close_block(out);
+  out += sse("message_delta", {{"type", "message_delta"},
+                               {"delta", {{"stop_reason", stop_reason_},
+                                          {"stop_sequence", stop_sequence_.empty() ? json(nullptr) : json(stop_sequence_)}}},
+                               {"usage", {{"output_tokens", usage_.completion}}}});
+  out += sse("message_stop", {{"type", "message_stop"}});
+}
+
+StreamStep AnthropicStream::poll(std::string& out) {
+  if (!started_) {
+    started_ = true;
+    const json message = {{"id", ids_.id},          {"type", "message"},          {"role", "assistant"},
+                          {"model", ids_.model},    {"content", json::array()},   {"stop_reason", nullptr},
+                          {"stop_sequence", nullptr},
+                          {"usage", {{"input_tokens", ids_.input_tokens}, {"output_tokens", 0}}}};
+    out += sse("message_start", {{"type", "message_start"}, {"message", message}});
+    out += sse("ping", {{"type", "ping"}});
+  }
+  return read(out);
+}
+
+}  // namespace kestrel

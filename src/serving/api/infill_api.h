@@ -1,0 +1,60 @@
+#pragma once
+// llama-server's /infill, as editor plugins (llama.vim, llama.vscode) call
+// it: code completion by fill-in-the-middle with the model's FIM tokens. The
+// prompt is laid out as llama.cpp lays it out (the repo-level pattern where
+// the vocabulary has <|fim_repo|>/<|file_sep|>):
+//   [input_extra chunks][BOS]<FIM_PRE>input_prefix prompt<FIM_SUF>input_suffix<FIM_MID>
+// and generated as a completion; the answer is llama-server's: `content`,
+// `stop`, the token counts and why it stopped, streamed as server-sent
+// events of such objects. Nothing of the prefix or suffix is cut (llama.cpp
+// trims them to a batch): a prompt too long for the context is a 400. The
+// input_extra chunks are context as much as fits: the oldest are dropped
+// first, and the answer says how many tokens were (input_extra_tokens_dropped).
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serving/http/http_types.h"
+#include "serving/api/openai_api.h"
+#include "serving/api/stream_transcoder.h"
+
+namespace kestrel {
+
+struct InfillRequest {
+  nlohmann::ordered_json completion;  // a /v1/completions body over the laid-out token ids
+  bool stream = false;
+  int64_t extra_dropped = 0;
+  std::string prompt_text;  // the laid-out prompt as text (llama-server's `prompt` field)
+};
+
+// Throws ApiError naming the field; a model without FIM tokens is a 400 naming the missing ones.
+InfillRequest infill_to_completion(const nlohmann::ordered_json& body, const ApiContext& ctx);
+
+struct InfillIds {
+  std::string model;
+  int64_t extra_dropped = 0;
+  std::string prompt_text;
+};
+
+class InfillAnswer : public BodyStream, public DeferredResponse, StreamTranscoder {
+ public:
+  InfillAnswer(std::shared_ptr<BodyStream> chat, InfillIds ids, bool stream)
+      : StreamTranscoder(std::move(chat)), ids_(std::move(ids)), stream_(stream) {}
+  void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
+  StreamStep poll(std::string& out) override { return read(out); }
+  std::optional<HttpResponse> poll() override;
+  void close(bool completed) override { chat_->close(completed); }
+
+ private:
+  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_error(std::string& out) override;
+  void on_done(std::string& out) override;
+  nlohmann::json final_object() const;
+
+  InfillIds ids_;
+  bool stream_;
+  std::string content_, finish_ = "stop", stop_word_;
+};
+
+}  // namespace kestrel

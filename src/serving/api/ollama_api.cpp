@@ -1,0 +1,323 @@
+#include "serving/api/ollama_api.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+namespace kestrel {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+namespace {
+
+void no_images(const ojson& o, const std::string& where) {
+  if (o.contains("images") && !o["images"].is_null() && !(o["images"].is_array() && o["images"].empty()))
+    throw bad_request(where + "images", fmt::format("'{}images': this server serves text models (no images)", where));
+}
+
+// Ollama's options as the OpenAI body's sampling fields.
+void options_of(const ojson& o, ojson& out, int64_t& num_ctx) {
+  if (!o.is_object()) throw bad_request("options", "'options' must be an object");
+  // Where the model runs, not what it computes.
+  static const std::set<std::string> placement = {"numa",     "num_batch", "num_gpu",    "main_gpu", "low_vram",
+                                                  "f16_kv",   "use_mmap",  "use_mlock",  "num_thread", "vocab_only",
+                                                  "num_keep", "logits_all", "embedding_only"};
+  // Sampling Kestrel does not implement, with the value that leaves it out.
+  static const std::map<std::string, double> neutral = {{"tfs_z", 1.0}, {"typical_p", 1.0}, {"mirostat", 0.0}};
+  for (const auto& [key, v] : o.items()) {
+    const std::string param = "options." + key;
+    if (v.is_null() || placement.count(key)) continue;
+    auto number = [&] {
+      if (!v.is_number()) throw bad_request(param, fmt::format("'{}' must be a number", param));
+      return v;
+    };
+    if (key == "temperature" || key == "top_p" || key == "top_k" || key == "min_p" || key == "seed" ||
+        key == "presence_penalty" || key == "frequency_penalty" || key == "repeat_last_n") {
+      out[key] = number();
+    } else if (key == "repeat_penalty") {
+      out["repetition_penalty"] = number();
+    } else if (key == "num_predict") {
+      if (!v.is_number_integer()) throw bad_request(param, "'options.num_predict' must be an integer");
+      // -1: no limit, -2: fill the context — both up to the context here.
+      if (v.get<int64_t>() >= 0) out["max_tokens"] = v;
+      if (v.get<int64_t>() < -2) throw bad_request(param, "'options.num_predict' must be -2, -1 or a count of tokens");
+    } else if (key == "num_ctx") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1)
+        throw bad_request(param, "'options.num_ctx' must be a positive integer");
+      num_ctx = v.get<int64_t>();
+    } else if (key == "stop") {
+      if (!v.is_array()) throw bad_request(param, "'options.stop' must be an array of strings");
+      if (!v.empty()) out["stop"] = v;
+    } else if (neutral.count(key)) {
+      if (!v.is_number() || v.get<double>() != neutral.at(key))
+        throw bad_request(param, fmt::format("'{}' is not supported by this server (only {}, which leaves it out)",
+                                             param, neutral.at(key)));
+    } else if (key == "mirostat_tau" || key == "mirostat_eta" || key == "penalize_newline") {
+      continue;  // read by mirostat / a newline penalty only, which are refused above when asked for
+    } else {
+      throw bad_request(param, fmt::format("unknown option '{}'", key));
+    }
+  }
+}
+
+void format_of(const ojson& f, ojson& out) {
+  if (f.is_string() && f == "json") {
+    out["response_format"] = {{"type", "json_object"}};
+  } else if (f.is_object()) {
+    out["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "format"}, {"schema", f}}}};
+  } else if (!(f.is_string() && f.get<std::string>().empty())) {
+    throw bad_request("format", "'format' must be \"json\" or a JSON schema object");
+  }
+}
+
+// think: true/false through the template's switch; "low"/"medium"/"high" as reasoning_effort.
+void think_of(const ojson& t, const ChatTemplate& tmpl, ojson& out) {
+  if (t.is_string()) {
+    const std::string effort = t;
+    if (effort != "low" && effort != "medium" && effort != "high")
+      throw bad_request("think", "'think' must be true, false, \"low\", \"medium\" or \"high\"");
+    out["reasoning_effort"] = effort;  // checked against the template by the chat parser
+    return;
+  }
+  if (!t.is_boolean()) throw bad_request("think", "'think' must be true, false, \"low\", \"medium\" or \"high\"");
+  const bool on = t;
+  if (!tmpl.reasons()) {
+    if (on) throw bad_request("think", "this model does not think (its chat template writes no reasoning)");
+    return;
+  }
+  for (const char* name : {"enable_thinking", "thinking"})
+    if (tmpl.reads(name)) {
+      out["chat_template_kwargs"][name] = on;
+      return;
+    }
+  if (!on) throw bad_request("think", "this model always thinks: its chat template has no switch to turn thinking off");
+}
+
+ojson messages_of(const ojson& msgs) {
+  if (!msgs.is_array() || msgs.empty()) throw bad_request("messages", "'messages' must be a non-empty array");
+  ojson out = ojson::array();
+  int call_no = 0;
+  std::vector<std::string> open_calls;  // ids of the last assistant turn's calls, for the tool turns after it
+  for (size_t i = 0; i < msgs.size(); i++) {
+    const ojson& m = msgs[i];
+    const std::string mp = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw bad_request(mp, fmt::format("'{}' must be an object", mp));
+    check_known_fields(m, mp, {"role", "content", "thinking", "images", "tool_calls", "tool_name"});
+    no_images(m, mp + ".");
+    if (!m.contains("role") || !m["role"].is_string())
+      throw bad_request(mp + ".role", fmt::format("'{}.role' must be a string", mp));
+    ojson n = {{"role", m["role"]}, {"content", m.value("content", std::string())}};
+    if (m.contains("thinking") && m["thinking"].is_string() && !m["thinking"].get<std::string>().empty())
+      n["reasoning_content"] = m["thinking"];
+    if (m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty()) {
+      ojson calls = ojson::array();
+      open_calls.clear();
+      for (size_t k = 0; k < m["tool_calls"].size(); k++) {
+        const ojson& c = m["tool_calls"][k];
+        const std::string cp = fmt::format("{}.tool_calls[{}]", mp, k);
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name"))
+          throw bad_request(cp, fmt::format("'{}' must be {{\"function\": {{\"name\", \"arguments\"}}}}", cp));
+        const ojson& fn = c["function"];
+        const std::string id = fmt::format("call_{}", call_no++);
+        open_calls.push_back(id);
+        calls.push_back({{"id", id},
+                         {"type", "function"},
+                         {"function", {{"name", fn["name"]}, {"arguments", fn.value("arguments", ojson::object()).dump()}}}});
+      }
+      n["tool_calls"] = calls;
+      if (n["content"] == "") n["content"] = nullptr;
+    }
+    if (n["role"] == "tool" && !open_calls.empty()) {  // answers the earlier calls in order
+      n["tool_call_id"] = open_calls.front();
+      open_calls.erase(open_calls.begin());
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+ojson tools_of(const ojson& tools) {
+  if (!tools.is_array())
+    throw bad_request("tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+  ojson out = ojson::array();
+  for (const auto& t : tools) {
+    ojson c = t;
+    // Ollama's tools are OpenAI's; a function's own "type" key (some clients send one) is not.
+    if (c.contains("function") && c["function"].is_object()) c["function"].erase("type");
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool generate) {
+  if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
+  std::set<std::string> known = {"model", "stream", "format", "options", "keep_alive", "think", "logprobs", "top_logprobs"};
+  if (generate)
+    known.insert({"prompt", "system", "raw", "images", "suffix", "template", "context"});
+  else
+    known.insert({"messages", "tools"});
+  check_known_fields(body, "", known);
+  OllamaRequest r;
+  ojson& out = r.openai;
+  if (!body.contains("model") || !body["model"].is_string()) throw bad_request("model", "'model' is required");
+  out["model"] = body["model"];
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
+    r.stream = body["stream"];
+  }
+  if (generate) {
+    no_images(body, "");
+    if (body.contains("suffix") && body["suffix"].is_string() && !body["suffix"].get<std::string>().empty())
+      throw bad_request("suffix", "'suffix' (fill-in-the-middle) is served by POST /infill, not /api/generate");
+    if (body.contains("template") && body["template"].is_string() && !body["template"].get<std::string>().empty())
+      throw bad_request("template",
+                        "'template' (a Go template) is not supported: the model's own chat template renders");
+    if (body.contains("context") && body["context"].is_array() && !body["context"].empty())
+      throw bad_request("context", "'context' (the deprecated token context of an earlier answer) is not supported");
+    if (!body.contains("prompt") || !body["prompt"].is_string())
+      throw bad_request("prompt", "'prompt' must be a string");
+    r.chat = !body.value("raw", false);
+    if (r.chat) {
+      ojson messages = ojson::array();
+      if (body.contains("system") && body["system"].is_string()) messages.push_back({{"role", "system"}, {"content", body["system"]}});
+      messages.push_back({{"role", "user"}, {"content", body["prompt"]}});
+      out["messages"] = messages;
+    } else {
+      if (body.contains("system") && body["system"].is_string() && !body["system"].get<std::string>().empty())
+        throw bad_request("system", "'system' needs the template (raw: false): a raw prompt is sent as it is");
+      out["prompt"] = body["prompt"];
+    }
+  } else {
+    if (!body.contains("messages")) throw bad_request("messages", "'messages' is required");
+    out["messages"] = messages_of(body["messages"]);
+    if (body.contains("tools") && !body["tools"].is_null()) out["tools"] = tools_of(body["tools"]);
+  }
+  // Ollama's defaults where a model file sets none.
+  out["temperature"] = 0.8;
+  out["top_k"] = 40;
+  out["top_p"] = 0.9;
+  if (body.contains("options") && !body["options"].is_null()) options_of(body["options"], out, r.num_ctx);
+  if (body.contains("format") && !body["format"].is_null()) format_of(body["format"], out);
+  if (body.contains("think") && !body["think"].is_null()) {
+    if (!r.chat) throw bad_request("think", "'think' needs the template (raw: false)");
+    think_of(body["think"], *tmpl, out);
+  }
+  if (body.value("logprobs", false)) {
+    out["logprobs"] = r.chat ? ojson(true) : ojson(body.value("top_logprobs", 0));
+    if (r.chat && body.contains("top_logprobs")) out["top_logprobs"] = body["top_logprobs"];
+  }
+  out["stream"] = true;  // whole answers are the stream folded
+  out["stream_options"] = {{"include_usage", true}};
+  return r;
+}
+
+std::string ollama_model_name(const std::string& requested, const std::vector<std::string>& served) {
+  for (const auto& s : served)
+    if (requested == s || requested == s + ":latest") return s;
+  return "";
+}
+
+HttpResponse ollama_error_response(const ApiError& e) {
+  std::string message = e.message;
+  if (!e.param.empty() && message.find(e.param) == std::string::npos) message = e.param + ": " + message;
+  return json_response(json_text({{"error", message}}), e.status);
+}
+
+std::string ollama_time(std::chrono::system_clock::time_point t) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(ns / 1000000000);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:09d}Z", fmt::gmtime(secs), ns % 1000000000);
+}
+
+json OllamaAnswer::line(const std::string& content, const std::string& thinking, const json& calls,
+                        const json& logprobs) const {
+  json l = {{"model", ids_.model}, {"created_at", ollama_time(std::chrono::system_clock::now())}};
+  if (ids_.generate) {
+    l["response"] = content;
+    if (!thinking.empty()) l["thinking"] = thinking;
+  } else {
+    json m = {{"role", "assistant"}, {"content", content}};
+    if (!thinking.empty()) m["thinking"] = thinking;
+    if (!calls.empty()) m["tool_calls"] = calls;
+    l["message"] = m;
+  }
+  if (!logprobs.empty()) l["logprobs"] = logprobs;
+  l["done"] = false;
+  return l;
+}
+
+json OllamaAnswer::final_line() const {
+  using ns = std::chrono::nanoseconds;
+  const auto now = std::chrono::steady_clock::now();
+  const auto first = first_token_ == std::chrono::steady_clock::time_point{} ? now : first_token_;
+  json l = stream_ ? line("", "", json::array(), json::array())
+                   : line(content_, thinking_, calls_, logprobs_);
+  l["done"] = true;
+  l["done_reason"] = done_reason_;
+  l["total_duration"] = std::chrono::duration_cast<ns>(now - ids_.arrival).count();
+  l["load_duration"] = 0;  // loaded at start
+  l["prompt_eval_count"] = usage_.prompt;
+  l["prompt_eval_duration"] = std::chrono::duration_cast<ns>(first - ids_.arrival).count();
+  l["eval_count"] = usage_.completion;
+  l["eval_duration"] = std::chrono::duration_cast<ns>(now - first).count();
+  if (ids_.generate) l["context"] = json::array();  // (the deprecated token context: not kept)
+  return l;
+}
+
+void OllamaAnswer::on_error(std::string& out) {
+  if (stream_) out += json_text({{"error", error_}}) + "\n";
+}
+
+void OllamaAnswer::on_chunk(const json& c, std::string& out) {
+  const json& choice = c["choices"][0];
+  std::string content, thinking;
+  json calls = json::array(), logprobs = json::array();
+  if (choice.contains("text")) content = choice["text"];  // raw generate: the completions stream
+  if (choice.contains("delta")) {
+    const json& d = choice["delta"];
+    if (d.contains("content") && d["content"].is_string()) content = d["content"];
+    if (d.contains("reasoning_content") && d["reasoning_content"].is_string()) thinking = d["reasoning_content"];
+    if (d.contains("tool_calls"))
+      for (const auto& call : d["tool_calls"]) {
+        json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+        calls.push_back({{"function", {{"name", call["function"]["name"]}, {"arguments", args.is_object() ? args : json::object()}}}});
+      }
+  }
+  if (choice.contains("logprobs") && choice["logprobs"].is_object()) {
+    const json& lp = choice["logprobs"];
+    if (lp.contains("content"))
+      for (const auto& e : lp["content"]) logprobs.push_back(e);
+    else if (lp.contains("tokens"))  // the completions shape
+      for (size_t k = 0; k < lp["tokens"].size(); k++)
+        logprobs.push_back({{"token", lp["tokens"][k]}, {"logprob", lp["token_logprobs"][k]}});
+  }
+  if (!choice.value("finish_reason", json()).is_null()) done_reason_ = choice["finish_reason"] == "length" ? "length" : "stop";
+  if (content.empty() && thinking.empty() && calls.empty()) return;
+  if (first_token_ == std::chrono::steady_clock::time_point{}) first_token_ = std::chrono::steady_clock::now();
+  if (stream_) {
+    out += json_text(line(content, thinking, calls, logprobs)) + "\n";
+    return;
+  }
+  content_ += content;
+  thinking_ += thinking;
+  for (auto& call : calls) calls_.push_back(call);
+  for (auto& e : logprobs) logprobs_.push_back(e);
+}
+
+void OllamaAnswer::on_done(std::string& out) {
+  if (stream_ && error_.empty()) out += json_text(final_line()) + "\n";
+}
+
+StreamStep OllamaAnswer::poll(std::string& out) { return read(out); }
+
+std::optional<HttpResponse> OllamaAnswer::poll() {
+  std::string unused;
+  return whole(read(unused), [&] { return json_text(final_line()); }, ollama_error_response);
+}
+
+}  // namespace kestrel

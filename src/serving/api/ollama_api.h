@@ -1,0 +1,81 @@
+#pragma once
+// Ollama's API (/api/chat, /api/generate and the model listings clients
+// probe) over the chat and completions routes. A body is checked field by
+// field and put in the OpenAI shape: `options` as sampling fields
+// (num_predict as max_tokens, repeat_penalty, stop, seed, ...; options that
+// only place the model — num_gpu, num_thread, use_mmap — are accepted, and
+// sampling options Kestrel does not implement are a 400 unless they ask for
+// their neutral value), `format` (json or a schema) as response_format,
+// `think` as the template's switch or reasoning effort. The answer is the
+// chat completion re-spoken as Ollama's NDJSON lines (stream: true, its
+// default) or one object, ending with done, done_reason and the counts and
+// durations Ollama reports (nanoseconds). Errors: {"error": "..."}.
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serving/http/http_types.h"
+#include "serving/api/openai_api.h"
+#include "serving/api/stream_transcoder.h"
+
+namespace kestrel {
+
+// The API version Kestrel's answers follow (Ollama's release numbering, which clients compare), for /api/version.
+constexpr const char* kOllamaApiVersion = "0.12.0";
+
+struct OllamaRequest {
+  nlohmann::ordered_json openai;  // the body in the OpenAI shape
+  bool chat = true;               // false: /api/generate with raw: the prompt as it is (completions)
+  bool stream = true;
+  int64_t num_ctx = 0;            // options.num_ctx (0: not given): the prompt and generation must fit in it
+};
+
+// generate: an /api/generate body (prompt, system, raw), else /api/chat's (messages, tools).
+// Throws ApiError naming the field.
+OllamaRequest ollama_to_openai(const nlohmann::ordered_json& body, const ChatTemplate* tmpl, bool generate);
+
+// A model name as Ollama clients send it ("name" or "name:tag"): the served name it means, or "".
+std::string ollama_model_name(const std::string& requested, const std::vector<std::string>& served);
+
+// {"error": message} with the status.
+HttpResponse ollama_error_response(const ApiError& e);
+
+// An RFC 3339 time with nanoseconds, as Ollama writes created_at.
+std::string ollama_time(std::chrono::system_clock::time_point t);
+
+struct OllamaIds {
+  std::string model;
+  bool generate = false;  // answers carry `response` (and `thinking`) rather than `message`
+  std::chrono::steady_clock::time_point arrival;
+};
+
+// The answer over the chat (or completions) stream: one NDJSON line per
+// chunk of text, thinking or tool calls, then the final line with the
+// counts and durations; whole, the same folded into one object.
+class OllamaAnswer : public BodyStream, public DeferredResponse, StreamTranscoder {
+ public:
+  OllamaAnswer(std::shared_ptr<BodyStream> chat, OllamaIds ids, bool stream)
+      : StreamTranscoder(std::move(chat)), ids_(std::move(ids)), stream_(stream) {}
+  void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
+  StreamStep poll(std::string& out) override;  // stream: true
+  std::optional<HttpResponse> poll() override;  // stream: false
+  void close(bool completed) override { chat_->close(completed); }
+
+ private:
+  // Appends NDJSON lines (stream) or folds the chunk into the whole answer.
+  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_error(std::string& out) override;
+  void on_done(std::string& out) override;
+  nlohmann::json line(const std::string& content, const std::string& thinking, const nlohmann::json& calls,
+                      const nlohmann::json& logprobs) const;
+  nlohmann::json final_line() const;
+
+  OllamaIds ids_;
+  bool stream_;
+  std::string content_, thinking_, done_reason_ = "stop";  // whole: the answer so far
+  nlohmann::json calls_ = nlohmann::json::array(), logprobs_ = nlohmann::json::array();
+  std::chrono::steady_clock::time_point first_token_{};
+};
+
+}  // namespace kestrel

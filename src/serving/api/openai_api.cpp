@@ -1,0 +1,376 @@
+#include "serving/api/openai_api.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include <random>
+#include <set>
+
+#include "chat/reasoning.h"
+#include "core/error.h"
+#include "serving/api/structured_output.h"
+
+namespace kestrel {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// Ordered: the order of keys a client sent (tool parameters, message fields)
+// is the order a chat template renders them in, as transformers does.
+
+double number(const ojson& j, const char* key, double lo, double hi, double dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_number()) throw bad_request(key, fmt::format("'{}' must be a number", key));
+  const double v = j[key].get<double>();
+  if (!(v >= lo && v <= hi))
+    throw bad_request(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
+  return v;
+}
+
+int64_t integer(const ojson& j, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_number_integer()) throw bad_request(key, fmt::format("'{}' must be an integer", key));
+  const auto v = j[key].get<int64_t>();
+  if (v < lo || v > hi) throw bad_request(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
+  return v;
+}
+
+bool boolean(const ojson& j, const char* key, bool dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_boolean()) throw bad_request(key, fmt::format("'{}' must be true or false", key));
+  return j[key].get<bool>();
+}
+
+// OpenAI takes 4; evaluation harnesses send more (every task's `until` plus the end-of-text string).
+constexpr size_t kMaxStops = 16;
+
+std::vector<std::string> stops(const ojson& j) {
+  if (!j.contains("stop") || j["stop"].is_null()) return {};
+  const ojson& s = j["stop"];
+  std::vector<std::string> out;
+  if (s.is_string())
+    out.push_back(s.get<std::string>());
+  else if (s.is_array() && s.size() <= kMaxStops) {
+    for (const auto& x : s) {
+      if (!x.is_string())
+        throw bad_request("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
+      out.push_back(x.get<std::string>());
+    }
+  } else {
+    throw bad_request("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
+  }
+  for (const auto& x : out)
+    if (x.empty()) throw bad_request("stop", "'stop' strings must not be empty");
+  return out;
+}
+
+// {"token id": bias}: ids of this vocabulary, biases -100 to 100, at most 1024 entries.
+std::vector<std::pair<int32_t, float>> logit_bias(const ojson& j, int64_t n_vocab) {
+  if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return {};
+  const ojson& b = j["logit_bias"];
+  if (!b.is_object()) throw bad_request("logit_bias", "'logit_bias' must be an object of {\"token id\": bias}");
+  if (b.size() > 1024) throw bad_request("logit_bias", "'logit_bias' holds more than 1024 tokens");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : b.items()) {
+    const std::string param = "logit_bias." + key;
+    size_t used = 0;
+    int64_t id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != key.size() || id < 0 || id >= n_vocab)
+      throw bad_request(
+          param, fmt::format("'logit_bias' key '{}' is not a token id of this model (0 to {})", key, n_vocab - 1));
+    if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100)
+      throw bad_request(param, fmt::format("'{}' must be a number from -100 to 100", param));
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return out;
+}
+
+// A text too long for the context is refused before it is tokenized (a
+// 4 MiB prompt took 1.5 s of CPU to tokenize only to be refused).
+void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& param) {
+  const size_t per_token = ctx.tokenizer.max_token_text_bytes();
+  const auto at_least = static_cast<int64_t>((bytes + per_token - 1) / per_token);
+  if (at_least >= ctx.n_ctx)
+    throw ApiError{400,
+                   fmt::format("the prompt has {} bytes, so at least {} tokens (no token of this vocabulary stands for "
+                               "more than {} bytes), but the context holds {}",
+                               bytes, at_least, per_token, ctx.n_ctx),
+                   param, "invalid_request_error", "context_length_exceeded"};
+}
+
+// A completions `prompt` holds at most this many prompts.
+constexpr size_t kMaxPrompts = 1024;
+
+}  // namespace
+
+// Every field of a body is one we implement, or one that cannot change the
+// output (`user`); anything else is a 400 naming it rather than an answer
+// computed without it. OpenAI fields we know but do not implement say so.
+void check_request_fields(const ojson& j, bool chat) {
+  static const std::set<std::string> common = {
+      "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
+      "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids", "response_format", "grammar",
+      "repeat_last_n"};
+  static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
+                                                  "chat_template_kwargs", "tools", "tool_choice",
+                                                  "parallel_tool_calls", "reasoning_effort", "reasoning_budget"};
+  static const std::set<std::string> completion_only = {"prompt", "echo", "best_of"};
+  static const std::set<std::string> openai_unimplemented = {
+      "functions", "function_call", "suffix", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
+  for (const auto& [key, value] : j.items()) {
+    if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
+    if (value.is_null()) continue;  // an explicit null asks for the default
+    if (openai_unimplemented.count(key))
+      throw bad_request(key, fmt::format("'{}' is not supported by this server", key));
+    throw bad_request(key, fmt::format("unknown field '{}'", key));
+  }
+  if (const auto it = j.find("stream_options"); it != j.end() && it->is_object())
+    for (const auto& [key, value] : it->items())
+      if (key != "include_usage")
+        throw bad_request("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
+}
+
+void check_known_fields(const ojson& o, const std::string& where, const std::set<std::string>& known,
+                        const std::set<std::string>& ignored) {
+  for (const auto& [key, value] : o.items()) {
+    if (known.count(key) || ignored.count(key) || value.is_null()) continue;
+    const std::string param = where.empty() ? key : where + "." + key;
+    throw bad_request(param, fmt::format("unknown field '{}'", param));
+  }
+}
+
+std::vector<std::vector<int32_t>> token_prompts(const ApiContext& ctx, const ojson& j, const std::string& key,
+                                                size_t max_items, bool check_bytes) {
+  if (!j.contains(key) || j[key].is_null()) throw bad_request(key, fmt::format("'{}' is missing", key));
+  const ojson& pr = j[key];
+  const auto n_vocab = static_cast<int64_t>(ctx.tokenizer.vocab().size());
+  const std::string shape = fmt::format(
+      "'{}' must be a string, an array of strings, an array of token ids or an array of arrays of token ids", key);
+  auto text = [&](const ojson& t, const std::string& param) {
+    if (t.get_ref<const std::string&>().empty()) throw bad_request(param, fmt::format("'{}' is empty", param));
+    if (check_bytes) check_prompt_bytes(ctx, t.get_ref<const std::string&>().size(), param);
+    return ctx.tokenizer.encode(t.get<std::string>(), true, false);
+  };
+  auto ids = [&](const ojson& a, const std::string& param) {
+    std::vector<int32_t> out;
+    for (const auto& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+        throw bad_request(param, fmt::format("'{}' token ids must be integers from 0 to {}", param, n_vocab - 1));
+      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    if (out.empty()) throw bad_request(param, fmt::format("'{}' is empty", param));
+    return out;
+  };
+  if (pr.is_string()) return {text(pr, key)};
+  if (!pr.is_array() || pr.empty()) throw bad_request(key, shape);
+  if (pr[0].is_number()) return {ids(pr, key)};
+  if (pr.size() > max_items)
+    throw bad_request(key, fmt::format("'{}' holds {} items; at most {} in one request", key, pr.size(), max_items));
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < pr.size(); i++) {
+    const std::string param = pr.size() > 1 ? fmt::format("{}[{}]", key, i) : key;
+    if (pr[i].is_string())
+      out.push_back(text(pr[i], param));
+    else if (pr[i].is_array())
+      out.push_back(ids(pr[i], param));
+    else
+      throw bad_request(param, shape);
+  }
+  return out;
+}
+
+std::string checked_model_name(const ApiContext& ctx, const nlohmann::ordered_json& body) {
+  if (!body.contains("model") || body["model"].is_null()) return ctx.model_names.front();
+  if (!body["model"].is_string()) throw bad_request("model", "'model' must be a string");
+  const std::string name = body["model"].get<std::string>();
+  if (std::find(ctx.model_names.begin(), ctx.model_names.end(), name) == ctx.model_names.end())
+    throw ApiError{404, model_not_found_message(name, ctx.model_names), "model", "invalid_request_error", "model_not_found"};
+  return name;
+}
+
+std::string model_not_found_message(const std::string& name, const std::vector<std::string>& served) {
+  return fmt::format("the model '{}' does not exist (this server serves '{}')", name, fmt::join(served, "', '"));
+}
+
+std::string api_error_body(const ApiError& e) {
+  ojson err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json_text(ojson{{"error", err}});
+}
+
+HttpResponse error_response(const ApiError& e) { return json_response(api_error_body(e), e.status); }
+
+HttpResponse internal_error_response(const std::exception& e) {
+  return error_response({500, std::string("internal error: ") + e.what(), "", "server_error", ""});
+}
+
+std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+nlohmann::ordered_json parse_body(const std::string& body) {
+  int64_t values = 0;
+  const ojson::parser_callback_t bounds = [&](int depth, ojson::parse_event_t event, ojson&) {
+    if (depth >= kMaxJsonDepth)  // depth counts from 0: the outermost value is level 1
+      throw bad_request("", fmt::format("the body nests JSON deeper than {} levels", kMaxJsonDepth));
+    if ((event == ojson::parse_event_t::value || event == ojson::parse_event_t::object_start ||
+         event == ojson::parse_event_t::array_start) &&
+        ++values > kMaxJsonValues)
+      throw bad_request("", fmt::format("the body holds more than {} JSON values", kMaxJsonValues));
+    return true;
+  };
+  try {
+    return ojson::parse(body, bounds);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw bad_request("", fmt::format("the body is not valid JSON: {}", e.what()));
+  }
+}
+
+// More choices than a step's batch would hold gain nothing; 16 is the default --max-batch-size.
+constexpr int64_t kMaxChoices = 16;
+
+ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
+  return parse_completion_request(ctx, parse_body(body), chat);
+}
+
+ParsedRequest parse_completion_request(const ApiContext& ctx, const ojson& j, bool chat) {
+  if (!j.is_object()) throw bad_request("", "the body must be a JSON object");
+  check_request_fields(j, chat);
+  ParsedRequest p;
+  p.chat = chat;
+  ServeRequest& r = p.serve;
+
+  p.model = checked_model_name(ctx, j);
+  const std::string prompt_param = chat ? "messages" : "prompt";
+  std::string tool_grammar;
+  if (chat) {
+    const ChatPrompt prompt = render_chat_request(ctx, j);
+    const RenderedChat& chat_text = prompt.rendered;
+    const ReasoningTags tags = ctx.chat_template->reasoning_tags();
+    p.reasoning_opened = prompt_opens_reasoning(chat_text.text, tags);
+    // Reasoning tags that are control tokens (tekken's [THINK]) are written into the reply for the splitter.
+    for (const std::string_view tag : {tags.open, tags.close})
+      if (const int32_t id = ctx.tokenizer.vocab().find(std::string(tag)); id >= 0 && ctx.chat_template->reasons())
+        r.shown_control_tokens.push_back(id);
+    // Harmony (gpt-oss) replies are structured by channels whether or not tools were offered.
+    if (prompt.tools_offered || ctx.tool_format == ToolCallFormat::Harmony) {
+      p.tool_format = ctx.tool_format;
+      // Markers that are control tokens of this vocabulary (Llama's <|python_tag|>, Mistral's
+      // [TOOL_CALLS]) are written into the reply, or the parser could never see them.
+      for (const auto marker : tool_call_markers(p.tool_format))
+        if (const int32_t id = ctx.tokenizer.vocab().find(std::string(marker)); id >= 0) r.shown_control_tokens.push_back(id);
+    }
+    p.parallel_tool_calls = prompt.parallel_tool_calls;
+    tool_grammar = prompt.tool_grammar;
+    p.tool_grammar_held = !tool_grammar.empty();
+    check_prompt_bytes(ctx, chat_text.text.size(), "messages");
+    r.params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
+  } else {
+    for (auto& tokens : token_prompts(ctx, j, "prompt", kMaxPrompts, true)) p.prompts.push_back({std::move(tokens), 0});
+    r.params.prompt = p.prompts.front().tokens;
+  }
+  if (chat) p.prompts.push_back({r.params.prompt, 0});
+  const char* max_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const bool max_given = j.contains(max_key) && !j[max_key].is_null();
+  // 0 (completions): no generation, the prompt scored (echo with logprobs) as evaluation harnesses do.
+  const int64_t max_tokens = integer(j, max_key, chat ? 1 : 0, int64_t{1} << 30, 0);
+  for (size_t i = 0; i < p.prompts.size(); i++) {
+    ParsedRequest::Prompt& one = p.prompts[i];
+    const std::string param = p.prompts.size() > 1 ? fmt::format("{}[{}]", prompt_param, i) : prompt_param;
+    if (one.tokens.empty()) throw bad_request(param, fmt::format("'{}' gives no tokens", param));
+    const auto n_prompt = static_cast<int64_t>(one.tokens.size());
+    if (n_prompt >= ctx.n_ctx)
+      throw ApiError{400,
+                     fmt::format("the prompt has {} tokens but the context holds {} (with room for at least one more)",
+                                 n_prompt, ctx.n_ctx),
+                     param, "invalid_request_error", "context_length_exceeded"};
+    const int64_t room = ctx.n_ctx - n_prompt;
+    one.max_tokens = max_given ? max_tokens : chat ? room : std::min<int64_t>(16, room);
+    if (max_given && max_tokens > room)
+      throw ApiError{400,
+                     fmt::format("the prompt{} ({} tokens) plus '{}' ({}) exceed the context of {} tokens",
+                                 p.prompts.size() > 1 ? fmt::format(" {}", i) : "", n_prompt, max_key, max_tokens,
+                                 ctx.n_ctx),
+                     max_key, "invalid_request_error", "context_length_exceeded"};
+  }
+  r.params.max_tokens = p.prompts.front().max_tokens;
+
+  SamplingParams& s = r.params.sampling;
+  s.temperature = static_cast<float>(number(j, "temperature", 0.0, 2.0, 1.0));
+  s.top_p = static_cast<float>(number(j, "top_p", 0.0, 1.0, 1.0));
+  if (s.top_p == 0.0f) throw bad_request("top_p", "'top_p' must be greater than 0");
+  s.top_k = static_cast<int>(integer(j, "top_k", -1, 1 << 20, 0));
+  if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
+  s.min_p = static_cast<float>(number(j, "min_p", 0.0, 1.0, 0.0));
+  s.presence_penalty = static_cast<float>(number(j, "presence_penalty", -2.0, 2.0, 0.0));
+  s.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", -2.0, 2.0, 0.0));
+  s.repeat_penalty = static_cast<float>(number(j, "repetition_penalty", 0.01, 10.0, 1.0));
+  // llama.cpp's window of the penalties: -1 the whole context, 0 none.
+  const int64_t last_n = integer(j, "repeat_last_n", -1, ctx.n_ctx, s.repeat_last_n);
+  s.repeat_last_n = static_cast<int>(last_n < 0 ? ctx.n_ctx : last_n);
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    s.seed = static_cast<uint64_t>(integer(j, "seed", INT64_MIN, INT64_MAX, 0));
+  } else {
+    s.seed = std::random_device{}();
+  }
+  p.n = static_cast<int>(integer(j, "n", 1, kMaxChoices, 1));
+  // best_of candidates, of which the n best are returned: only best_of = n (every one returned) is honest here.
+  if (!chat && integer(j, "best_of", 1, 1 << 10, p.n) != p.n)
+    throw bad_request("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
+  s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
+  r.stop = stops(j);
+  r.params.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
+  r.params.ignore_eos = boolean(j, "ignore_eos", false);
+  r.grammar = requested_grammar(j, tool_grammar);
+  if (chat && j.contains("reasoning_budget") && !j["reasoning_budget"].is_null()) {
+    // At most this many tokens of reasoning: then the template's close tag is generated and the answer follows.
+    r.params.reasoning_budget = integer(j, "reasoning_budget", 0, int64_t{1} << 30, -1);
+    if (!ctx.chat_template->reasons())
+      throw bad_request("reasoning_budget",
+                        "this model's chat template writes no reasoning: 'reasoning_budget' would change nothing");
+    if (r.grammar)
+      throw bad_request("reasoning_budget",
+                        "'reasoning_budget' with a grammar (response_format, grammar, a required tool call) "
+                        "is not supported: the closing tag could break the grammar");
+    const ReasoningTags tags = ctx.chat_template->reasoning_tags();
+    r.params.reasoning_open = ctx.tokenizer.encode(std::string(tags.open), false, true);
+    r.params.reasoning_close = ctx.tokenizer.encode(std::string(tags.close), false, true);
+    r.params.reasoning_opened = p.reasoning_opened;
+    if (r.params.reasoning_close.empty() || r.params.reasoning_open.empty())
+      throw bad_request("reasoning_budget", "the reasoning tags of this template give no tokens");
+  }
+  if (chat) {
+    if (boolean(j, "logprobs", false))
+      r.params.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));
+    else if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
+      throw bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  } else {
+    r.params.top_logprobs = static_cast<int>(integer(j, "logprobs", 0, 20, -1));
+    r.echo = boolean(j, "echo", false);
+    if (r.echo) r.prompt_logprobs = r.params.top_logprobs;
+  }
+  p.stream = boolean(j, "stream", false);
+  p.token_ids_in_logprobs = boolean(j, "return_tokens_as_token_ids", false);
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    if (!j["stream_options"].is_object()) throw bad_request("stream_options", "'stream_options' must be an object");
+    p.include_usage_chunk = boolean(j["stream_options"], "include_usage", false);
+  }
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw bad_request("", e.what());
+  }
+  return p;
+}
+
+}  // namespace kestrel

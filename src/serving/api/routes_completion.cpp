@@ -1,0 +1,338 @@
+// POST /v1/completions and /v1/chat/completions: admission (draining, a
+// full queue) at once, then, offloaded, parsing and submission to the
+// engine, then the whole answer or a stream of server-sent events.
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "serving/api/anthropic_api.h"
+#include "serving/api/api_routes.h"
+#include "serving/api/completion_body.h"
+#include "serving/api/completion_stream.h"
+#include "serving/api/completion_whole.h"
+#include "serving/api/embeddings_api.h"
+#include "gguf/gguf.h"
+#include "serving/api/ollama_api.h"
+#include "serving/http/offload.h"
+#include "serving/api/openai_api.h"
+
+namespace kestrel {
+
+using json = nlohmann::json;
+
+namespace {
+// An answer another API makes from the OpenAI stream: streamed as it comes, or whole once it ends.
+template <class Answer>
+void answer_with(HttpResponse& r, std::shared_ptr<Answer> answer, bool stream,
+                 const char* content_type = "text/event-stream") {
+  r.stream = nullptr;
+  r.later = nullptr;
+  if (stream) {
+    r.content_type = content_type;
+    r.stream = std::move(answer);
+  } else {
+    r.content_type = "application/json";
+    r.headers.clear();  // (the event stream's Cache-Control)
+    r.later = std::move(answer);
+  }
+}
+}  // namespace
+
+// A request refused before it ran: counted, and logged with the reason the client was given (in its API's shape).
+HttpResponse ApiRoutes::rejected(const ApiError& e, Api api) {
+  metrics_.add("kestrel_requests_total", 1, "rejected");
+  {
+    std::lock_guard lock(log_mutex_);
+    if (c_.log_json)
+      fmt::print(stderr, "{}\n",
+                 json_text({{"rejected", true}, {"status", e.status}, {"param", e.param}, {"code", e.code}, {"message", e.message}}));
+    else
+      fmt::print(stderr, "[kestrel] request rejected ({}{}{}): {}\n", e.status, e.param.empty() ? "" : ", ", e.param,
+                 e.message);
+  }
+  return error_for(e, api);
+}
+
+HttpResponse ApiRoutes::error_for(const ApiError& e, Api api) {
+  switch (api) {
+    case Api::Messages: return anthropic_error_response(e);
+    case Api::OllamaChat:
+    case Api::OllamaGenerate:
+    case Api::OllamaEmbed: return ollama_error_response(e);
+    default: return error_response(e);
+  }
+}
+
+std::optional<HttpResponse> ApiRoutes::more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api,
+                                                  const std::string& param, const std::string& what) {
+  if (total > static_cast<size_t>(engine_.max_queue()))
+    return rejected(bad_request(param, fmt::format("{} are more requests than the queue holds ({}, --max-queue)", what,
+                                                   engine_.max_queue())),
+                    api);
+  slots.push_back(std::move(first));
+  while (slots.size() < total) {
+    QueueSlot more = engine_.enter_queue();
+    if (!more) {
+      HttpResponse r = rejected({503, fmt::format("the request queue has no room for {} requests; retry shortly", total),
+                                 "", "server_error", "queue_full"},
+                                api);
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+    slots.push_back(std::move(more));
+  }
+  return std::nullopt;
+}
+
+// On the transport's thread: only what is instant (draining, a place in
+// the queue, a small body's parsing); a larger body is parsed and tokenized
+// offloaded.
+HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
+  metrics_.add("kestrel_api_requests_total", 1, req.path);
+  if (draining_) {
+    HttpResponse r = rejected({503, "the server is shutting down", "", "server_error", "unavailable"}, api);
+    r.headers.emplace_back("Retry-After", "5");
+    return r;
+  }
+  QueueSlot slot = engine_.enter_queue();
+  if (!slot) {
+    HttpResponse r = rejected({503, fmt::format("the request queue is full ({} waiting); retry shortly",
+                                                engine_.queued()),
+                               "", "server_error", "queue_full"},
+                               api);
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  const bool embed = api == Api::Embeddings || api == Api::OllamaEmbed || api == Api::Rerank;
+  if (req.body.size() <= kInlineBodyBytes)
+    return embed ? start_embeddings(req, api, std::move(slot)) : start_completion(req, api, std::move(slot));
+  // (std::function wants a copyable job: the slot rides in a shared_ptr.)
+  auto held = std::make_shared<QueueSlot>(std::move(slot));
+  return OffloadedResponse::start(offload_, [this, req, api, embed, held] {
+    return embed ? start_embeddings(req, api, std::move(*held)) : start_completion(req, api, std::move(*held));
+  });
+}
+
+// Each input one request that runs its prefill and sends its pooled vector.
+HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueSlot slot) {
+  const bool ollama = api == Api::OllamaEmbed;
+  const ModelConfig& mc = engine_.engine().model->config();
+  const int pooling = c_.pooling >= 0 ? c_.pooling : mc.pooling_type;
+  if (api == Api::Rerank && (pooling != 4 || mc.classifier_labels.empty()))
+    return rejected(bad_request("model", pooling != 4 ? fmt::format("this model is not a reranker ({}.pooling_type is not "
+                                                                    "rank)",
+                                                                    mc.arch)
+                                                      : "this reranker has no classification head (cls.output.weight)"),
+                    api);
+  if (api != Api::Rerank && (pooling <= 0 || pooling == 4))
+    return rejected(bad_request("model", pooling == 4 ? fmt::format("this is a reranking model ({}.pooling_type rank): it "
+                                                                     "scores pairs, it does not embed",
+                                                                     mc.arch)
+                                                      : fmt::format("this model declares no pooling ({}.pooling_type {}): "
+                                                                    "start the server with --pooling mean|cls|last to "
+                                                                    "embed with it",
+                                                                    mc.arch, pooling < 0 ? "absent" : "none")),
+                    api);
+  EmbeddingRequest er;
+  try {
+    if (api == Api::Rerank) {
+      const auto tmpl = engine_.engine().file ? engine_.engine().file->get_string("tokenizer.chat_template.rerank") : std::nullopt;
+      er = parse_rerank_request(api_context(), parse_body(req.body), tmpl.value_or(""));
+    } else {
+      er = parse_embedding_request(api_context(), parse_body(req.body), ollama, engine_.engine().model->hidden_dim(),
+                                   c_.matryoshka);
+    }
+  } catch (const ApiError& e) {
+    return rejected(e, api);
+  }
+  std::vector<QueueSlot> slots;
+  if (auto refused = more_slots(std::move(slot), er.inputs.size(), slots, api, er.rerank ? "documents" : "input",
+                                fmt::format("{} inputs", er.inputs.size())))
+    return *refused;
+  std::vector<std::shared_ptr<RequestChannel>> chs;
+  try {
+    for (size_t i = 0; i < er.inputs.size(); i++) {
+      ServeRequest one;
+      one.arrival = req.arrival;
+      one.params.prompt = er.inputs[i];
+      one.params.max_tokens = 0;
+      one.pooling = pooling;
+      chs.push_back(engine_.submit(std::move(slots[i]), std::move(one)));
+    }
+  } catch (const Error& e) {
+    for (auto& c : chs) c->cancel();
+    return rejected({400, e.what(), "input", "invalid_request_error", "context_length_exceeded"}, api);
+  }
+  HttpResponse r;
+  r.later = std::make_shared<EmbeddingsAnswer>(std::move(chs), std::move(er), req.arrival);
+  return r;
+}
+
+ApiContext ApiRoutes::api_context() const {
+  return {*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
+          c_.allow_special_in_content, c_.tool_format};
+}
+
+// The body in the OpenAI shape every API is served through.
+ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
+  const ApiContext ctx = api_context();
+  switch (api) {
+    case Api::Completions: return {parse_completion_request(ctx, req.body, false), {}, {}};
+    case Api::Chat: return {parse_completion_request(ctx, req.body, true), {}, {}};
+    case Api::Messages:
+      return {parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true), {},
+              {}};
+    case Api::Infill: {
+      InfillRequest ir = infill_to_completion(parse_body(req.body), ctx);
+      ParsedRequest p = parse_completion_request(ctx, ir.completion, false);
+      return {std::move(p), {}, std::move(ir)};
+    }
+    case Api::Responses: {
+      ResponsesRequest rr = responses_to_chat(parse_body(req.body), responses_, *c_.chat_template);
+      ParsedRequest p = parse_completion_request(ctx, rr.chat, true);
+      return {std::move(p), std::move(rr), {}};
+    }
+    case Api::OllamaChat:
+    case Api::OllamaGenerate: {
+      OllamaRequest o = ollama_to_openai(parse_body(req.body), c_.chat_template.get(), api == Api::OllamaGenerate);
+      const std::string asked = o.openai["model"];
+      const std::string served = ollama_model_name(asked, c_.model_names);
+      if (served.empty()) throw ApiError{404, fmt::format("model '{}' not found", asked), "model", "", ""};
+      o.openai["model"] = served;
+      const bool max_given = o.openai.contains("max_tokens");
+      ParsedRequest p = parse_completion_request(ctx, o.openai, o.chat);
+      p.model = asked;
+      p.answer_stream = o.stream;
+      for (auto& one : p.prompts) {
+        const auto n_prompt = static_cast<int64_t>(one.tokens.size());
+        if (!max_given) one.max_tokens = ctx.n_ctx - n_prompt;  // num_predict -1: until the end or the context
+        if (o.num_ctx > 0) {  // the context the client asked for: the prompt and the generation within it
+          if (n_prompt >= o.num_ctx)
+            throw bad_request("options.num_ctx", fmt::format("the prompt has {} tokens, more than 'options.num_ctx' ({})",
+                                                             n_prompt, o.num_ctx));
+          one.max_tokens = std::min(one.max_tokens, o.num_ctx - n_prompt);
+        }
+      }
+      p.serve.params.max_tokens = p.prompts.front().max_tokens;
+      return {std::move(p), {}, {}};
+    }
+    case Api::Embeddings:
+    case Api::OllamaEmbed:
+    case Api::Rerank:
+      break;  // not generation: their own routes parse them
+  }
+  throw Error("unknown API");
+}
+
+HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueSlot slot) {
+  Prepared prepared;
+  ParsedRequest& p = prepared.p;
+  try {
+    prepared = parse(req, api);
+  } catch (const ApiError& e) {
+    return rejected(e, api);
+  } catch (const std::exception& e) {
+    return rejected({400, e.what(), "", "invalid_request_error", ""}, api);
+  }
+  const bool chat = p.chat;  // (Ollama's raw generate is a completion)
+  if (chat && c_.split_reasoning && p.reasoning_opened && p.tool_grammar_held)
+    // The prompt leaves <think> open (DeepSeek-V3.2/V4 and R1 with thinking on): the reply is reasoning
+    // until </think>, but the calls' grammar holds it to calls from its first token.
+    return rejected({400,
+                     "tool_choice \"required\" or a named function with a prompt that opens reasoning (thinking on) is "
+                     "not supported: turn thinking off for this request or use tool_choice \"auto\"",
+                     "tool_choice", "invalid_request_error", ""},
+                    api);
+  p.serve.arrival = req.arrival;
+  const int priority = p.serve.params.priority;
+  // One request per prompt and choice (index = prompt * n + choice), each with its own place in the queue
+  // and seed; a prompt's n choices share its KV blocks through the prefix cache.
+  const size_t total = p.prompts.size() * static_cast<size_t>(p.n);
+  std::vector<QueueSlot> slots;
+  if (auto refused = more_slots(std::move(slot), total, slots, api, "prompt",
+                                fmt::format("{} prompts x {} choices", p.prompts.size(), p.n)))
+    return *refused;
+  std::vector<std::shared_ptr<RequestChannel>> chs;
+  try {
+    for (size_t k = 0; k < total; k++) {
+      const ParsedRequest::Prompt& prompt = p.prompts[k / static_cast<size_t>(p.n)];
+      ServeRequest one = p.serve;
+      one.params.prompt = prompt.tokens;
+      one.params.max_tokens = prompt.max_tokens;
+      one.params.sampling.seed = p.serve.params.sampling.seed + static_cast<uint64_t>(k % static_cast<size_t>(p.n));
+      chs.push_back(engine_.submit(std::move(slots[k]), one));
+    }
+  } catch (const Error& e) {
+    for (auto& c : chs) c->cancel();
+    return rejected({400, e.what(), "max_tokens", "invalid_request_error", "context_length_exceeded"}, api);
+  }
+  const int64_t id = next_id_++;
+  const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model,
+                          p.token_ids_in_logprobs, p.n};
+  const bool want_logprobs = p.serve.params.top_logprobs >= 0;
+  auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
+  HttpResponse r;
+  std::optional<ReplyParser> reply;
+  // The other APIs have reasoning of their own in their answers (thinking blocks): always split there.
+  const bool split = c_.split_reasoning || (api != Api::Chat && chat && c_.chat_template->reasons());
+  if (chat && (split || p.tool_format != ToolCallFormat::None))
+    reply.emplace(split ? std::optional<bool>(p.reasoning_opened) : std::nullopt, p.tool_format, p.parallel_tool_calls,
+                  c_.chat_template->reasoning_tags());
+  if (p.stream) {
+    r.content_type = "text/event-stream";
+    r.headers.emplace_back("Cache-Control", "no-cache");
+    r.stream = std::make_shared<CompletionStream>(chs, ids, want_logprobs, p.include_usage_chunk, on_end, reply);
+  } else {
+    r.later = std::make_shared<WholeCompletion>(chs, ids, want_logprobs, on_end, reply);
+  }
+  if (api == Api::OllamaChat || api == Api::OllamaGenerate) {
+    answer_with(r,
+                std::make_shared<OllamaAnswer>(r.stream, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival},
+                                               p.answer_stream),
+                p.answer_stream, "application/x-ndjson");
+  }
+  if (api == Api::Infill) {
+    const InfillRequest& ir = prepared.infill;
+    answer_with(r, std::make_shared<InfillAnswer>(r.stream, InfillIds{p.model, ir.extra_dropped, ir.prompt_text}, ir.stream),
+                ir.stream);
+  }
+  if (api == Api::Responses) {
+    const ResponsesRequest& rr = prepared.responses;
+    const Tokenizer* tok = engine_.engine().tokenizer.get();
+    ResponsesIds rids{fmt::format("resp_{}", id), p.model, unix_seconds(), rr.echo, rr.conversation, rr.store, rr.logprobs,
+                      [tok](const std::string& text) { return static_cast<int64_t>(tok->encode(text, false, false).size()); }};
+    answer_with(r, std::make_shared<ResponsesAnswer>(r.stream, std::move(rids), rr.stream, responses_), rr.stream);
+  }
+  if (api == Api::Messages) {
+    const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size())};
+    if (r.stream) r.stream = std::make_shared<AnthropicStream>(r.stream, aids);
+    if (r.later) r.later = std::make_shared<AnthropicWhole>(r.later, aids);
+  }
+  return r;
+}
+
+void ApiRoutes::log_request(int64_t id, int priority, const StreamEvent& end) {
+  std::lock_guard lock(log_mutex_);
+  if (c_.log_json) {
+    const json line = {{"id", id},
+                       {"priority", priority},
+                       {"prompt_tokens", end.prompt_tokens},
+                       {"cached_tokens", end.cached_tokens},
+                       {"completion_tokens", end.completion_tokens},
+                       {"finish_reason", end.finish_reason},
+                       {"queue_ms", end.queue_ms},
+                       {"ttft_ms", end.ttft_ms},
+                       {"e2e_ms", end.e2e_ms}};
+    fmt::print(stderr, "{}\n", json_text(line));
+  } else {
+    fmt::print(stderr,
+               "[kestrel] request {} priority {}: {} prompt ({} cached) + {} generated tokens, {} (queue {:.1f} ms, "
+               "first token {:.1f} ms, total {:.1f} ms)\n",
+               id, priority, end.prompt_tokens, end.cached_tokens, end.completion_tokens, end.finish_reason,
+               end.queue_ms, end.ttft_ms, end.e2e_ms);
+  }
+}
+
+}  // namespace kestrel

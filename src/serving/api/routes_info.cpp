@@ -1,0 +1,116 @@
+// GET /health, /metrics, /v1/models, and the table of every route.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "serving/api/api_routes.h"
+#include "serving/api/chat_page.h"
+#include "serving/api/ollama_api.h"
+#include "serving/api/openai_api.h"
+
+namespace kestrel {
+
+using json = nlohmann::json;
+
+ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config)
+    : engine_(engine), metrics_(metrics), c_(std::move(config)) {
+  if (c_.model_names.empty()) throw Error("the server needs at least one model name");
+}
+
+void ApiRoutes::install(Router& router) {
+  router.add("GET", "/", [](const HttpRequest&) {
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(chat_page_html());
+    // Everything the page needs is in it; it talks to this server only.
+    r.headers.emplace_back("Content-Security-Policy",
+                           "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'");
+    return r;
+  });
+  router.add("GET", "/health", [this](const HttpRequest&) { return health(); });
+  router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });
+  router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });
+  router.add("GET", "/v1/models/*", [this](const HttpRequest& r) { return model(r); });
+  router.add("POST", "/tokenize", offloaded([this](const HttpRequest& r) { return tokenize(r); }));
+  router.add("POST", "/detokenize", offloaded([this](const HttpRequest& r) { return detokenize(r); }));
+  router.add("POST", "/apply-template", offloaded([this](const HttpRequest& r) { return apply_template(r); }));
+  router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, Api::Completions); });
+  router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, Api::Chat); });
+  router.add("POST", "/v1/messages", [this](const HttpRequest& r) { return completion(r, Api::Messages); });
+  router.add("POST", "/v1/messages/count_tokens", offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Messages); }));
+  router.add("POST", "/v1/embeddings", [this](const HttpRequest& r) { return completion(r, Api::Embeddings); });
+  router.add("POST", "/v1/rerank", [this](const HttpRequest& r) { return completion(r, Api::Rerank); });
+  router.add("POST", "/rerank", [this](const HttpRequest& r) { return completion(r, Api::Rerank); });
+  router.add("POST", "/api/embed", [this](const HttpRequest& r) { return completion(r, Api::OllamaEmbed); });
+  router.add("POST", "/infill", [this](const HttpRequest& r) { return completion(r, Api::Infill); });
+  router.add("POST", "/v1/responses", [this](const HttpRequest& r) { return completion(r, Api::Responses); });
+  router.add("GET", "/v1/responses/*", [this](const HttpRequest& r) { return stored_response(r); });
+  router.add("POST", "/api/chat", [this](const HttpRequest& r) { return completion(r, Api::OllamaChat); });
+  router.add("POST", "/api/generate", [this](const HttpRequest& r) { return completion(r, Api::OllamaGenerate); });
+  router.add("GET", "/api/tags", [this](const HttpRequest&) { return ollama_tags(false); });
+  router.add("GET", "/api/ps", [this](const HttpRequest&) { return ollama_tags(true); });
+  router.add("GET", "/api/version", [](const HttpRequest&) {
+    return json_response(json_text({{"version", kOllamaApiVersion}}));
+  });
+  router.add("POST", "/api/show", offloaded([this](const HttpRequest& r) { return ollama_show(r); }));
+  router.add("POST", "/v1/chat/completions/input_tokens",
+             offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Chat); }));
+}
+
+RouteHandler ApiRoutes::offloaded(RouteHandler handler) {
+  return [this, handler = std::move(handler)](const HttpRequest& req) {
+    if (req.body.size() <= kInlineBodyBytes) return handler(req);
+    return OffloadedResponse::start(offload_, [handler, req] { return handler(req); });
+  };
+}
+
+int64_t ApiRoutes::unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+HttpResponse ApiRoutes::health() const {
+  return json_response(json_text({{"status", draining_ ? "shutting down" : "ok"}}), draining_ ? 503 : 200);
+}
+
+HttpResponse ApiRoutes::metrics() const {
+  metrics_.set("kestrel_requests_waiting", engine_.queued());  // as of this scrape, the engine idle or not
+  HttpResponse r = json_response(metrics_.render());
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
+}
+
+json ApiRoutes::model_card(const std::string& name) const {
+  return {{"id", name},
+          {"object", "model"},
+          {"created", started_},
+          {"owned_by", "kestrel"},
+          {"root", c_.model_names.front()},
+          {"max_model_len", engine_.n_ctx()}};
+}
+
+HttpResponse ApiRoutes::stored_response(const HttpRequest& req) const {
+  const std::string id = req.path.substr(std::string("/v1/responses/").size());
+  const auto entry = responses_.get(id);
+  if (!entry)
+    return error_response({404, fmt::format("no response '{}' is kept here (the last {} stored are kept)", id,
+                                            responses_.capacity()),
+                           "response_id", "invalid_request_error", "not_found"});
+  return json_response(json_text(entry->response));
+}
+
+HttpResponse ApiRoutes::models() const {
+  json data = json::array();
+  for (const auto& name : c_.model_names) data.push_back(model_card(name));
+  return json_response(json_text({{"object", "list"}, {"data", data}}));
+}
+
+// GET /v1/models/{id}: one card, or a 404 naming the id.
+HttpResponse ApiRoutes::model(const HttpRequest& req) const {
+  const std::string id = req.path.substr(std::string("/v1/models/").size());
+  for (const auto& name : c_.model_names)
+    if (name == id) return json_response(json_text(model_card(name)));
+  return error_response({404, model_not_found_message(id, c_.model_names), "model", "invalid_request_error", "model_not_found"});
+}
+
+}  // namespace kestrel

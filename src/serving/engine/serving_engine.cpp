@@ -1,0 +1,374 @@
+#include "serving/engine/serving_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+void RequestChannel::push(StreamEvent e) {
+  std::function<void()> ready;
+  {
+    std::lock_guard lock(mutex_);
+    if (!e.done && events_.size() >= kMaxPending) {
+      overflowed_ = true;  // the end event still comes (the engine sees the cancel at its next step)
+      cancelled_ = true;
+      return;
+    }
+    events_.push_back(std::move(e));
+    ready = ready_;
+  }
+  cv_.notify_all();
+  if (ready) ready();
+}
+
+std::vector<StreamEvent> RequestChannel::pop(int timeout_ms) {
+  std::unique_lock lock(mutex_);
+  if (timeout_ms > 0)
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); });
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+void RequestChannel::on_ready(std::function<void()> ready) {
+  bool waiting = false;
+  {
+    std::lock_guard lock(mutex_);
+    ready_ = ready;
+    waiting = !events_.empty();
+  }
+  if (waiting && ready) ready();
+}
+
+ServingEngine::ServingEngine(LoadedModel& engine, const ServingConfig& config, ServerMetrics& metrics)
+    : e_(engine), c_(config), metrics_(metrics), exec_(engine, config.exec),
+      t0_(std::chrono::steady_clock::now()) {
+  metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
+  const int slots = e_.kv->blocks().n_state_slots();
+  metrics_.set("kestrel_recurrent_state_slots_total", slots);
+  metrics_.set("kestrel_recurrent_state_bytes", static_cast<double>(e_.kv->layout().state_bytes_per_seq()) * slots);
+  thread_ = std::thread([this] { loop(); });
+}
+
+ServingEngine::~ServingEngine() { shutdown(0); }
+
+double ServingEngine::now_ms() const {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+QueueSlot ServingEngine::enter_queue() {
+  if (!accepting_) return {};
+  int q = queued_.load();
+  do {
+    if (q >= c_.max_queue) return {};
+  } while (!queued_.compare_exchange_weak(q, q + 1));
+  return QueueSlot(&queued_);
+}
+
+std::shared_ptr<RequestChannel> ServingEngine::submit(ServeRequest r) {
+  QueueSlot slot = enter_queue();
+  if (!slot) return nullptr;
+  return submit(std::move(slot), std::move(r));
+}
+
+std::shared_ptr<RequestChannel> ServingEngine::submit(QueueSlot slot, ServeRequest r) {
+  // A request must fit in the pool on its own, whole, or it could never finish.
+  const int64_t need = exec_.blocks_for(static_cast<int64_t>(r.params.prompt.size()) + r.params.max_tokens);
+  if (need > e_.kv->n_blocks())
+    throw Error(
+        fmt::format("the prompt ({} tokens) plus max_tokens ({}) need {} KV blocks but the cache holds {} "
+                    "(lower max_tokens or raise --kv-cache-mem)",
+                    r.params.prompt.size(), r.params.max_tokens, need, e_.kv->n_blocks()));
+  auto a = std::make_unique<Active>();
+  a->arrival_ms = std::chrono::duration<double, std::milli>(r.arrival - t0_).count();
+  a->req = std::move(r);
+  a->channel = std::make_shared<RequestChannel>();
+  a->slot = std::move(slot);
+  auto ch = a->channel;
+  {
+    std::lock_guard lock(mutex_);
+    inbox_.push_back(std::move(a));
+  }
+  wake_.notify_all();
+  return ch;
+}
+
+void ServingEngine::shutdown(int deadline_ms) {
+  accepting_ = false;
+  if (!thread_.joinable()) return;
+  deadline_ms_ = static_cast<int64_t>(now_ms()) + deadline_ms;
+  stop_ = true;
+  wake_.notify_all();
+  thread_.join();
+}
+
+void ServingEngine::update_gauges() {
+  metrics_.set("kestrel_requests_running", exec_.n_running());
+  metrics_.set("kestrel_kv_blocks_used", e_.kv->blocks().n_used_blocks());
+  const BlockManager& b = e_.kv->blocks();
+  metrics_.set("kestrel_recurrent_state_slots_used", b.n_state_slots() - b.n_free_state_slots());
+}
+
+void ServingEngine::admit_new() {
+  std::vector<std::unique_ptr<Active>> fresh;
+  {
+    std::lock_guard lock(mutex_);
+    fresh.swap(inbox_);
+  }
+  for (auto& a : fresh) {
+    a->id = next_id_++;
+    RequestParams& p = a->req.params;
+    a->n_prompt = static_cast<int64_t>(p.prompt.size());
+    a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, p.prompt.back(), a->req.shown_control_tokens);
+    if (a->req.pooling >= 0) {  // every prompt row's hidden state, computed here (no shared prefix)
+      p.want_hidden = true;
+      p.prefix_cache = false;
+      p.max_tokens = 0;
+    }
+    if (a->req.echo) {
+      a->echo_text = std::make_unique<TextStream>(*e_.tokenizer, std::vector<std::string>{}, -1);
+      if (a->req.prompt_logprobs >= 0) {
+        // Every prompt row's logits, computed here: rows a shared prefix would skip have none.
+        p.all_logits = true;
+        p.prefix_cache = false;
+        a->echo_prompt = p.prompt;
+      } else {  // the text alone, at once
+        StreamEvent ev;
+        ev.prompt = true;
+        bool stopped = false;
+        for (const int32_t t : p.prompt) ev.text += a->echo_text->push(t, stopped);
+        ev.text += a->echo_text->finish(stopped);
+        a->channel->push(std::move(ev));
+      }
+    }
+    metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->n_prompt));
+    p.max_total_tokens = e_.n_ctx;
+    if (a->req.grammar) {
+      p.constraint = a->constraint =
+          std::make_shared<TokenConstraint>(a->req.grammar, e_.grammar_vocab(), a->req.shown_control_tokens);
+      metrics_.add("kestrel_grammar_requests_total", 1);
+    }
+    // The one record of the request from here on (the prompt moves into it).
+    auto rec = std::make_unique<Request>();
+    rec->id = a->id;
+    rec->seq = static_cast<int32_t>(a->id & 0x7fffffff);
+    rec->arrival_ms = a->arrival_ms;
+    rec->params = std::move(p);
+    exec_.add(std::move(rec));
+    active_[a->id] = std::move(a);
+  }
+}
+
+void ServingEngine::finish(Active& a, const std::string& reason, const std::string& error, int64_t cached_tokens) {
+  StreamEvent end;
+  if (reason != "error" && reason != "cancelled") {
+    bool stopped = false;
+    end.text = a.text->finish(stopped);
+    end.stop_string = a.text->matched_stop();
+  }
+  end.done = true;
+  end.finish_reason = reason;
+  end.error = error;
+  if (a.constraint) {
+    metrics_.add("kestrel_grammar_masks_total", static_cast<double>(a.constraint->stats().masks));
+    metrics_.add("kestrel_grammar_mask_seconds_total", a.constraint->stats().mask_seconds);
+  }
+  end.prompt_tokens = a.n_prompt;
+  end.completion_tokens = a.completion_tokens;
+  end.cached_tokens = cached_tokens;
+  const double now = now_ms();
+  end.queue_ms = a.first_step_ms >= 0 ? a.first_step_ms - a.arrival_ms : now - a.arrival_ms;
+  end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
+  end.e2e_ms = now - a.arrival_ms;
+  // Counted before the client can see the end: a /metrics scrape right after
+  // a response must include it.
+  metrics_.add("kestrel_requests_total", 1, reason);
+  if (reason != "error" && reason != "cancelled")
+    metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
+  a.slot.release();
+  a.channel->push(std::move(end));
+  active_.erase(a.id);  // a is gone after this
+}
+
+void ServingEngine::note_token_time(Active& a) {
+  const double now = now_ms();
+  if (a.first_token_ms < 0) {
+    a.first_token_ms = now;
+    metrics_.observe("kestrel_time_to_first_token_seconds", (now - a.arrival_ms) / 1000);
+  }
+  if (a.last_token_ms >= 0) metrics_.observe("kestrel_inter_token_latency_seconds", (now - a.last_token_ms) / 1000);
+  a.last_token_ms = now;
+}
+
+// What a step did to one request: its first step leaves the queue, each new
+// token goes to the client as an event (text, the token, its logprobs), a
+// stop string ends it here, and its end ends the stream.
+void ServingEngine::deliver(const RequestOutput& out) {
+  const auto it = active_.find(out.id);
+  if (it == active_.end()) return;
+  Active& a = *it->second;
+  if (out.started) {
+    a.first_step_ms = now_ms();
+    metrics_.observe("kestrel_request_queue_time_seconds", (a.first_step_ms - a.arrival_ms) / 1000);
+    a.slot.release();
+  }
+  if (!a.echo_prompt.empty()) echo_prompt(a, out);
+  if (a.req.pooling >= 0) pool_rows(a, out);
+  if (out.drafted > 0) {
+    metrics_.add("kestrel_spec_drafts_total");
+    metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(out.drafted));
+  }
+  for (const TokenOutput& t : out.tokens) {
+    if (t.accepted) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
+    note_token_time(a);
+    metrics_.add("kestrel_generation_tokens_total");
+    a.completion_tokens++;
+    StreamEvent ev;
+    bool stopped = false;
+    ev.text = a.text->push(t.token, stopped);
+    ev.has_token = true;
+    ev.token.token = t.token;
+    ev.token.text = e_.tokenizer->token_to_piece(t.token);
+    if (a.req.params.top_logprobs >= 0) {
+      ev.token.logprob = t.logprob;
+      for (const TokenChoice& c : t.top) ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token), c.logprob});
+    }
+    a.channel->push(std::move(ev));
+    if (stopped) {  // a stop string: the request ends with this token
+      const int64_t cached = exec_.record(a.id) ? exec_.record(a.id)->num_cached_tokens : out.cached_tokens;
+      exec_.remove(a.id);
+      finish(a, "stop", "", cached);
+      return;
+    }
+  }
+  if (!out.finished) return;
+  if (out.finish == FinishReason::Eos) note_token_time(a);  // the end of generation is a token too
+  finish(a, openai_finish_reason(out.finish), "", out.cached_tokens);
+}
+
+void ServingEngine::echo_prompt(Active& a, const RequestOutput& out) {
+  const auto n_prompt = static_cast<int64_t>(a.echo_prompt.size());
+  const int64_t nv = e_.model->config().n_vocab;
+  auto send = [&](int64_t pos, const float* row) {
+    const int32_t tok = a.echo_prompt[static_cast<size_t>(pos)];
+    StreamEvent ev;
+    ev.prompt = true;
+    ev.has_token = true;
+    bool stopped = false;
+    ev.text = a.echo_text->push(tok, stopped);
+    if (pos + 1 == n_prompt) ev.text += a.echo_text->finish(stopped);
+    ev.token = {tok, e_.tokenizer->token_to_piece(tok, true), 0.0f};
+    if (row) {
+      prompt_logprobs_.observe(row, nv, a.req.prompt_logprobs);
+      ev.token.logprob = prompt_logprobs_.logprob(tok);
+      for (const TokenChoice& c : prompt_logprobs_.top())
+        ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token, true), c.logprob});
+    } else {
+      ev.null_logprob = true;
+    }
+    a.channel->push(std::move(ev));
+    a.echo_next = pos + 1;
+  };
+  if (a.echo_next == 0) send(0, nullptr);
+  if (out.logits_first < 0) return;
+  // Row i holds the logits after position logits_first + i: the next prompt token's distribution. A recomputed
+  // prefix (after a preemption) brings rows already sent; rows past the prompt are the generation's.
+  const auto rows = static_cast<int64_t>(out.logits.size()) / nv;
+  for (int64_t i = 0; i < rows && a.echo_next < n_prompt; i++)
+    if (out.logits_first + i + 1 == a.echo_next) send(a.echo_next, out.logits.data() + i * nv);
+  if (a.echo_next == n_prompt) a.echo_prompt = {};  // all sent
+}
+
+void ServingEngine::pool_rows(Active& a, const RequestOutput& out) {
+  const int64_t dim = e_.model->hidden_dim();
+  if (a.pooled.empty()) a.pooled.assign(static_cast<size_t>(dim), 0.0);
+  const auto rows = static_cast<int64_t>(out.hidden.size()) / dim;
+  for (int64_t i = 0; i < rows && a.pool_next < a.n_prompt; i++) {
+    const int64_t pos = out.hidden_first + i;
+    if (pos != a.pool_next) continue;  // (rows a preemption's recompute brings again)
+    const float* h = out.hidden.data() + i * dim;
+    const bool last = pos == a.n_prompt - 1;
+    const bool take = a.req.pooling == 1 || (a.req.pooling == 2 && pos == 0) || ((a.req.pooling == 3 || a.req.pooling == 4) && last);
+    if (take)
+      for (int64_t d = 0; d < dim; d++) a.pooled[static_cast<size_t>(d)] += h[d];
+    a.pool_next++;
+  }
+  if (!out.finished || a.pool_next < a.n_prompt) return;
+  StreamEvent ev;
+  ev.embedding.resize(static_cast<size_t>(dim));
+  const double scale = a.req.pooling == 1 ? 1.0 / static_cast<double>(a.n_prompt) : 1.0;
+  for (int64_t d = 0; d < dim; d++) ev.embedding[static_cast<size_t>(d)] = static_cast<float>(a.pooled[static_cast<size_t>(d)] * scale);
+  if (a.req.pooling == 4) ev.embedding = e_.model->classify(ev.embedding.data());  // a reranker: its scores
+  a.channel->push(std::move(ev));
+}
+
+void ServingEngine::step(double now) {
+  const StepReport r = exec_.step(now);
+  for (const RequestOutput& out : r) deliver(out);
+  if (r.preempted > 0) metrics_.add("kestrel_preemptions_total", static_cast<double>(r.preempted));
+  if (r.pipelined > 0) metrics_.add("kestrel_pipelined_steps_total", static_cast<double>(r.pipelined));
+  // In tokens, as vLLM counts them: a hit rate is then comparable across block sizes.
+  const auto block_tokens = static_cast<double>(e_.kv->block_size());
+  metrics_.add("kestrel_prefix_cache_queries_total", static_cast<double>(r.queried_prefix_blocks) * block_tokens);
+  metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(r.hit_prefix_blocks) * block_tokens);
+  if (r.ran) {
+    metrics_.set("kestrel_batch_size", static_cast<double>(r.rows));
+    metrics_.set("kestrel_batch_tokens", static_cast<double>(r.batch_tokens));
+  } else if (r.wait_ms > 0) {
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, std::chrono::duration<double, std::milli>(r.wait_ms), [&] { return !inbox_.empty() || stop_; });
+  }
+}
+
+void ServingEngine::loop() {
+  // Ends the active requests `which` picks, as `reason` (with `error`).
+  auto end_requests = [&](auto which, const std::string& reason, const std::string& error) {
+    std::vector<int64_t> ids;
+    for (const auto& [id, a] : active_)
+      if (which(*a)) ids.push_back(id);
+    for (int64_t id : ids) {
+      const Request* rec = exec_.record(id);
+      Active& a = *active_.at(id);
+      finish(a, reason, error, rec ? rec->num_cached_tokens : 0);
+      exec_.remove(id);
+    }
+  };
+  auto every = [](const Active&) { return true; };
+  for (;;) {
+    const double now = now_ms();
+    admit_new();
+    // Cancelled requests (client gone) and, past the shutdown deadline, everyone.
+    const bool past_deadline = stop_ && now >= static_cast<double>(deadline_ms_.load());
+    end_requests([&](const Active& a) { return a.channel->cancelled() || past_deadline; }, "cancelled", "");
+    update_gauges();
+    if (active_.empty()) {
+      if (stop_) return;
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !inbox_.empty() || stop_; });
+      continue;
+    }
+    if (!fatal_.empty()) {  // nothing can run: every request ends with the reason
+      end_requests(every, "error", fatal_);
+      continue;
+    }
+    try {
+      step(now);
+    } catch (const CommunicatorFailure& ex) {
+      // The ranks of a tensor-parallel job can no longer meet.
+      accepting_ = false;
+      fatal_ = fmt::format("the model's ranks stopped answering: {}", ex.what());
+      if (c_.on_fatal) c_.on_fatal(fatal_);
+    } catch (const std::exception& ex) {
+      // A failed step fails its requests, never the server.
+      end_requests(every, "error", ex.what());
+    }
+  }
+}
+
+}  // namespace kestrel

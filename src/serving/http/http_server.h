@@ -1,0 +1,63 @@
+#pragma once
+// The HTTP transport: Boost.Beast over Asio, asynchronous (a connection
+// costs memory, not a thread), optionally TLS (OpenSSL through Asio). It
+// owns sockets, deadlines, limits and strict framing (http_framing.h),
+// checks access (access_policy.h), and hands each request to the routing
+// table (router.h, api_routes.h), which holds every endpoint. Beast is
+// known only to http_server.cpp and http_connection.cpp.
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "serving/http/access_policy.h"
+#include "serving/api/api_routes.h"
+#include "serving/http/router.h"
+
+namespace kestrel {
+
+// Every bound a client can press against (docs/serving.md, "Limits").
+struct HttpLimits {
+  size_t max_body_bytes = 4 << 20;      // chunked bodies too
+  size_t max_header_bytes = 16 << 10;   // request line and all fields
+  int max_header_fields = 100;
+  int max_connections = 4096;           // beyond: 503 and close (held below the open-file limit)
+  double header_timeout_s = 10;         // from a request's first byte to the end of its head
+  double idle_timeout_s = 30;           // a kept-alive connection between requests
+  double body_timeout_s = 60;           // from the end of the head to the end of the body
+  double write_timeout_s = 30;          // each write to a client (one not reading is dropped)
+};
+
+struct HttpServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (see bind())
+  ApiConfig api;
+  AccessConfig access;
+  HttpLimits limits;
+  int io_threads = 2;       // network threads (any number of connections)
+  int worker_threads = 2;   // parsing and tokenizing requests
+  std::string tls_cert_file, tls_key_file;  // both set: HTTPS only
+};
+
+class HttpServer {
+ public:
+  // Throws Error for an unreadable TLS certificate or key.
+  HttpServer(ServingEngine& engine, ServerMetrics& metrics, const HttpServerConfig& config);
+  ~HttpServer();
+
+  int bind();   // binds the socket; returns the port (useful with port 0). Throws Error on failure.
+  void run();   // serves until stop()
+  void stop();  // from any thread: stops accepting, lets responses under way finish (a few seconds), ends run()
+  void set_draining() { api_.set_draining(); }  // /health says so and new requests get 503
+
+  struct Impl;
+
+ private:
+  HttpServerConfig c_;
+  ApiRoutes api_;
+  Router router_;
+  AccessPolicy access_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kestrel
