@@ -12,10 +12,13 @@ struct Batch {
   std::vector<int32_t> seq_ids;
   std::vector<uint8_t> want_logits;
   // > 0: every logits row is wanted only for its `best` best candidates (sampling with nothing else reading the
-  // row; set only where Model::best_on_device()). forward() then writes, where logits row r would start (r *
-  // n_vocab floats in), `best` int32 ids and, best > 1, their logits: 1, the row's argmax (kernels/ops.h's
-  // rule); more, its top-k (ops.h top_k's order). The rows themselves stay on the backend.
+  // row; set only where Model::best_on_device()). forward() then writes no logits rows (they stay on the
+  // backend) but, for logits row r, `best` ids at best_ids + r * best and, best > 1, their logits at best_vals +
+  // r * best (buffers of the caller's, each n_logit_rows() * best long): 1, the row's argmax (kernels/ops.h's
+  // rule); more, its top-k (ops.h top_k's order).
   int32_t best = 0;
+  int32_t* best_ids = nullptr;
+  float* best_vals = nullptr;
 
   void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -29,6 +32,8 @@ struct Batch {
     seq_ids.clear();
     want_logits.clear();
     best = 0;
+    best_ids = nullptr;
+    best_vals = nullptr;
   }
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_logit_rows() const {

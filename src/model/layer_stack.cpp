@@ -231,16 +231,10 @@ void LayerStack::head_rows(const Batch& b, Act rows, const std::vector<float>& n
   if (logits && b.best > 0) {  // the rows stay on the backend, their best candidates come back
     const int64_t n = b.n_logit_rows(), chunk = std::min<int64_t>(n, kBestChunk), k = b.best;
     if (2 * k > c.n_vocab) throw Error(fmt::format("the best {} of {} logits asked for", k, c.n_vocab));
+    if (!b.best_ids || (k > 1 && !b.best_vals)) throw Error("Batch::best without the buffers its candidates go to");
     best_rows_.ensure(be_, chunk * c.n_vocab);
-    best_ids_.resize(static_cast<size_t>(n * k));
-    best_vals_.resize(static_cast<size_t>(n * k));
-    const BestOut best{best_rows_, chunk, c.final_softcap, b.best, best_ids_.data(), best_vals_.data()};
+    const BestOut best{best_rows_, chunk, c.final_softcap, b.best, b.best_ids, b.best_vals};
     output_logits(be_, b, rows, c.n_embd, norm.data(), c.rms_eps, output, xb_, Act(), hidden, &best);
-    for (int64_t r = 0; r < n; r++) {
-      float* at = logits + r * c.n_vocab;
-      std::memcpy(at, best_ids_.data() + r * k, static_cast<size_t>(k) * sizeof(int32_t));
-      if (k > 1) std::memcpy(at + k, best_vals_.data() + r * k, static_cast<size_t>(k) * sizeof(float));
-    }
     return;
   }
   const Act out = logits ? be_.host_view(logits) : Act();

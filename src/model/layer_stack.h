@@ -192,8 +192,6 @@ class LayerStack : public Model {
   // Best-candidate steps' logits rows (kBestChunk at a time, on the backend) and their best (Batch::best).
   static constexpr int64_t kBestChunk = 32;
   ActBuffer best_rows_;
-  std::vector<int32_t> best_ids_;
-  std::vector<float> best_vals_;
   ActBuffer nextn_e_, nextn_h_, nextn_cat_;  // run_nextn_block: the normed embedding and hidden rows, [e | h]
   StepSlots in_flight_;  // rank 0's steps in flight under pp
 };

@@ -51,6 +51,8 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
   req->params.ignore_eos = params.ignore_eos;
   req->params.all_logits = params.all_logits;
   req->params.prefix_cache = params.prefix_cache && !params.all_logits;  // else every position is computed
+  req->params.text = true;  // the executor detokenizes the reply and ends it at a stop string
+  req->params.stop = params.stop;
   if (params.grammar)
     req->params.constraint = std::make_shared<TokenConstraint>(params.grammar, e.grammar_vocab());
   const std::shared_ptr<TokenConstraint> grammar = req->params.constraint;
@@ -58,7 +60,6 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
 
   GenerationResult r;
   r.n_prompt = static_cast<int64_t>(prompt.size());
-  TextStream text(*e.tokenizer, params.stop, prompt.back());
   auto emit = [&](const std::string& s) {
     if (s.empty()) return;
     r.text += s;
@@ -83,23 +84,24 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
         r.spec_steps++;
         r.spec_drafted += out.drafted;
       }
-      bool stopped = false, cancel = false;
+      bool cancel = false;
       for (const TokenOutput& t : out.tokens) {
         r.tokens.push_back(t.token);
         r.spec_accepted += t.accepted;
-        emit(text.push(t.token, stopped));
-        if (!stopped && cb.cancelled && cb.cancelled()) cancel = true;
-        if (stopped || cancel) break;
+        emit(t.text);
+        if (!out.finished && cb.cancelled && cb.cancelled()) {
+          cancel = true;
+          break;
+        }
       }
-      if (!stopped && !cancel && !out.finished) continue;
+      if (!cancel && !out.finished) continue;
       done = true;
-      if (!out.finished) exec.remove(out.id);  // a stop string, or cancelled: the front ends it
-      const FinishReason reason = stopped || !out.finished ? FinishReason::Stop : out.finish;
-      r.stop_reason = cancel ? "cancelled" : finish_reason_name(reason);
-      if (!stopped) {
-        bool held_stop = false;
-        emit(text.finish(held_stop));
-        if (held_stop && !cancel) r.stop_reason = "stop";
+      if (cancel) {  // the front ends it: the text held back so far is shown
+        emit(exec.remove(out.id));
+        r.stop_reason = "cancelled";
+      } else {  // the executor ended it: EOS, a stop string, a limit
+        emit(out.end_text);
+        r.stop_reason = finish_reason_name(out.finish);
       }
       r.decode_seconds = seconds_since(t1);
     }

@@ -7,11 +7,13 @@
 // (step_executor.h), never from copies.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "grammar/token_constraint.h"
 #include "runtime/draft_length.h"
 #include "runtime/sampler.h"
+#include "runtime/text_stream.h"
 
 namespace kestrel {
 
@@ -35,6 +37,13 @@ struct RequestParams {
   // Structured output: tokens the grammar does not allow are masked before
   // every sampling, drafts included; the request ends when the grammar can take nothing more.
   std::shared_ptr<TokenConstraint> constraint;
+  // The reply as text (runtime/text_stream.h), for a front that sends text: the executor detokenizes each
+  // generated token (TokenOutput::text, never splitting a UTF-8 character) and ends the request at the first
+  // stop string the text completes (FinishReason::Stop; the text ends before it). shown_control: control
+  // tokens written into the text as their spelling (tool-call markers a reply parser reads).
+  bool text = false;
+  std::vector<std::string> stop;
+  std::vector<int32_t> shown_control;
 };
 
 // Why a request ended.
@@ -70,6 +79,7 @@ struct Request {
 
   // Sampling state (set by the executor).
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextStream> text;  // params.text: the reply's text so far
   std::unique_ptr<DraftLength> draft_length;  // with speculation
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

@@ -46,6 +46,7 @@ const Request& StepExecutor::add(std::unique_ptr<Request> r) {
   if (p.max_total_tokens <= 0) p.max_total_tokens = e_.n_ctx;
   r->sampler = std::make_unique<Sampler>(p.sampling, e_.model->config().n_vocab);
   r->reasoning_phase = p.reasoning_opened ? 1 : 0;  // (a prompt that opened the reasoning starts inside it)
+  if (p.text) r->text = std::make_unique<TextStream>(*e_.tokenizer, p.stop, p.prompt.back(), p.shown_control);
   if (proposer_)
     r->draft_length = std::make_unique<DraftLength>(
         static_cast<int>(std::min<int64_t>(c_.spec_draft_max, c_.scheduler.max_batch_tokens - 1)));
@@ -55,11 +56,17 @@ const Request& StepExecutor::add(std::unique_ptr<Request> r) {
   return sched_.add(std::move(r));
 }
 
-void StepExecutor::remove(int64_t id) {
-  const Request* r = sched_.find(id);
-  if (!r) return;
+std::string StepExecutor::remove(int64_t id) {
+  Request* r = sched_.find(id);
+  if (!r) return {};
+  std::string held;
+  if (r->text) {
+    bool stopped = false;
+    held = r->text->finish(stopped);
+  }
   if (proposer_ && !c_.keep_proposer_state) proposer_->forget(r->seq);
   sched_.remove(id);  // its blocks and record too
+  return held;
 }
 
 RequestOutput& StepExecutor::output(int64_t id) {
@@ -76,6 +83,8 @@ RequestOutput& StepExecutor::output(int64_t id) {
   o.hidden.clear();
   o.hidden_first = -1;
   o.prompt_tokens = o.completion_tokens = o.cached_tokens = 0;
+  o.end_text.clear();
+  o.stop_string.clear();
   return o;
 }
 
@@ -87,6 +96,14 @@ void StepExecutor::keep_logits(RequestOutput& out, const float* row, int64_t pos
 void StepExecutor::end(Request& r, RequestOutput& out, FinishReason reason) {
   out.finished = true;
   out.finish = reason;
+  if (r.text) {
+    if (reason != FinishReason::Stop) {  // what was held back as a possible stop string's start is final now
+      bool stopped = false;
+      out.end_text = r.text->finish(stopped);
+      if (stopped) out.finish = FinishReason::Stop;
+    }
+    out.stop_string = r.text->matched_stop();
+  }
   out.prompt_tokens = r.n_prompt;
   out.completion_tokens = r.generated();
   out.cached_tokens = r.num_cached_tokens;
@@ -235,6 +252,12 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
   f.start_s = seconds_now();
   add_drafts(f);
   f.batch.best = best_needed(f);
+  if (f.batch.best > 0) {  // the rows' best candidates come back in buffers of their own (grown, then reused)
+    const auto n = static_cast<size_t>(f.batch.n_logit_rows() * f.batch.best);
+    if (f.best_ids.size() < n) f.best_ids.resize(n), f.best_vals.resize(n);
+    f.batch.best_ids = f.best_ids.data();
+    f.batch.best_vals = f.best_vals.data();
+  }
   place_batch(f.batch, *e_.kv, e_.model->config().n_vocab, f.place);
   if (depth_ > 1) {  // (one slot: forward() at landing)
     e_.model->start_forward(f.batch, f.place, e_.kv->store(), slot);
@@ -305,7 +328,7 @@ void StepExecutor::land(StepReport& report) {
       for (int64_t i = 0; i < n_prompt_rows; i++) keep_logits(out, logits_.data() + (row.first_logits_row + i) * nv, row.first + i);
     }
     int64_t computed = row.first + row.n;
-    if (row.logits && !sample_row(row, computed, sampled, f.batch.best))
+    if (row.logits && !sample_row(row, computed, sampled, f.batch))
       continue;  // ended: its blocks are free already
     outcomes.push_back({row.id, rollback_state(row, computed)});
   }
@@ -350,7 +373,8 @@ int32_t StepExecutor::best_needed(const Flight& f) const {
   return sampled ? std::max(best, 2) : best;  // (a sampled row reads the logits too: best > 1)
 }
 
-bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled, int32_t best) {
+bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled, const Batch& batch) {
+  const int32_t best = batch.best;
   Request& r = *row.r;
   RequestOutput& out = output(r.id);
   const int64_t nv = e_.model->config().n_vocab;
@@ -376,10 +400,9 @@ bool StepExecutor::sample_row(Row& row, int64_t& computed, int64_t& sampled, int
     const int32_t d = i < row.draft.size() ? row.draft[i] : -1;
     bool kept = false;
     int32_t tok = 0;
-    if (best > 0) {  // Batch::best: the row's best ids (and, best > 1, their logits) where the row would be
-      best_ids_.resize(static_cast<size_t>(best));
-      std::memcpy(best_ids_.data(), logits, static_cast<size_t>(best) * sizeof(int32_t));
-      tok = best == 1 ? best_ids_[0] : r.sampler->sample_best(best_ids_.data(), logits + best, best);
+    if (best > 0) {  // Batch::best: the row's best ids (and, best > 1, their logits) instead of the row
+      const int32_t* ids = batch.best_ids + row.logits_row * best;
+      tok = best == 1 ? ids[0] : r.sampler->sample_best(ids, batch.best_vals + row.logits_row * best, best);
     } else {
       tok = d >= 0 ? r.sampler->sample_or_accept(logits, r.tokens, d, kept) : r.sampler->sample(logits, r.tokens);
     }
@@ -432,6 +455,15 @@ bool StepExecutor::take(Request& r, RequestOutput& out, int32_t tok, bool accept
   if (r.params.top_logprobs >= 0) {
     t.logprob = logprobs_.logprob(tok);
     t.top = logprobs_.top();
+  }
+  t.text.clear();
+  if (r.text) {
+    bool stopped = false;
+    t.text = r.text->push(tok, stopped);
+    if (stopped) {  // the text completed a stop string: it ends before it, and nothing more is generated
+      end(r, out, FinishReason::Stop);
+      return false;
+    }
   }
   if (r.generated() >= r.params.max_tokens) {
     end(r, out, FinishReason::Length);

@@ -6,7 +6,10 @@
 // back to the scheduler). Each step returns what it did to each request —
 // its new tokens with their logprobs, the logits rows it asked for, how it
 // ended — and the front (generator.cpp for `run`, serving_engine.cpp) reads
-// that after the step: what a token means for the client (text, events,
+// that after the step. The executor alone decides when a request ends: EOS,
+// the length and context limits, the grammar's end and stop strings (it
+// detokenizes the reply for that: TokenOutput::text), each with its
+// FinishReason; what the text means for the client (events, API formats,
 // metrics) is the front's.
 #include <cstdint>
 #include <memory>
@@ -45,6 +48,7 @@ struct TokenOutput {
   bool accepted = false;         // a drafted token the verification kept
   float logprob = 0;             // with params.top_logprobs >= 0: its raw log-probability (RawLogprobs)
   std::vector<TokenChoice> top;  // ...and the top_logprobs most likely tokens of its row
+  std::string text;              // with params.text: the text this token made final (may be empty)
 };
 
 // What a step did to one request, in the order it happened.
@@ -63,6 +67,9 @@ struct RequestOutput {
   int64_t hidden_first = -1;
   bool finished = false;  // it ended (and is gone from the executor)
   FinishReason finish = FinishReason::Length;
+  // With params.text and finished: the text held back until the end (after the last token's), and the stop
+  // string that ended it (FinishReason::Stop).
+  std::string end_text, stop_string;
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with finished
 };
 
@@ -90,9 +97,9 @@ class StepExecutor {
   // executor adds its sampling state), which the scheduler keeps from now on.
   // Returns it.
   const Request& add(std::unique_ptr<Request> r);
-  // Ends a request from outside (cancelled, or a stop string its front saw):
-  // its blocks are freed and its record is gone; no output says so.
-  void remove(int64_t id);
+  // Ends a request from outside (cancelled, a client gone): its blocks are freed and its record is gone; no
+  // output says so. Returns its text held back so far (params.text), for a front that shows it.
+  std::string remove(int64_t id);
   const Request* record(int64_t id) { return sched_.find(id); }
   int n_running() const { return sched_.n_running(); }
   int n_waiting() const { return sched_.n_waiting(); }
@@ -125,6 +132,8 @@ class StepExecutor {
     BatchPlacement place;  // where the plan put its rows in the cache
     std::vector<Row> rows;
     bool decode_only = false;  // every row a decoding request's (the governor times these)
+    std::vector<int32_t> best_ids;  // Batch::best: the rows' best candidates
+    std::vector<float> best_vals;
     double start_s = 0;
   };
 
@@ -139,7 +148,7 @@ class StepExecutor {
   void assign_logits_rows(Flight& f);
   // Samples the row's token and each draft while the picks agree. False: the request ended.
   // best > 0: the step ran with Batch::best (the logits buffer holds each row's best candidates).
-  bool sample_row(Row& row, int64_t& computed, int64_t& sampled, int32_t best);
+  bool sample_row(Row& row, int64_t& computed, int64_t& sampled, const Batch& batch);
   static constexpr int kMaxBest = 64;  // the most best candidates a step asks the device for (top_k above: rows)
   int32_t best_needed(const Flight& f) const;
   // The tokens whose effect stays in the cache: computed, or where a recurrent state had to go back to.
@@ -165,7 +174,6 @@ class StepExecutor {
   std::vector<Flight> flights_;  // one per slot
   std::vector<int> in_flight_;   // slots of started steps, oldest first
   std::vector<float> logits_, hidden_;
-  std::vector<int32_t> best_ids_;
   size_t base_logits_ = 0;  // the logits buffer's usual size (rows for a step without all_logits requests)
   std::vector<StepOutcome> outcomes_;    // reused: a step after warm-up allocates nothing
   std::vector<RequestOutput> outputs_;   // this step's, the first n_outputs_ (reused the same way)

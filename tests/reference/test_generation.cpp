@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "runtime/generator.h"
+#include "runtime/step_executor.h"
 #include "test_support.h"
 #include "tokenizer/utf8.h"
 
@@ -41,6 +42,49 @@ TEST_F(Generation, StopStringEndsTheOutputBeforeIt) {
   EXPECT_EQ(r.stop_reason, "stop");
   EXPECT_EQ(r.text, full.text.substr(0, full.text.find("Lily")));
   EXPECT_EQ(streamed, r.text);  // nothing of the stop string was streamed
+}
+
+// The runtime decides the end, not the front: a request through the step executor alone (no generator, no
+// server) with a stop string ends there with FinishReason::Stop, its text cut before the stop string, the
+// stop string named, no token after the one that completed it, and its record gone.
+TEST_F(Generation, TheExecutorEndsARequestAtItsStopString) {
+  GenerationParams g;
+  g.sampling.temperature = 0.0f;
+  g.max_tokens = 100;
+  const auto full = generate(*engine_, prompt("Once upon a time"), g);
+  ASSERT_THAT(full.text, HasSubstr(" Lily."));
+  engine_->kv->erase(0);
+  ExecConfig xc;
+  xc.scheduler.max_batch_tokens = engine_->model->max_batch_tokens();
+  xc.scheduler.prefill_chunk = engine_->model->max_batch_tokens();
+  StepExecutor exec(*engine_, xc);
+  auto req = std::make_unique<Request>();
+  req->id = 7;
+  req->params.prompt = prompt("Once upon a time");
+  req->params.sampling.temperature = 0.0f;
+  req->params.max_tokens = 100;
+  req->params.text = true;
+  req->params.stop = {"Lily"};
+  exec.add(std::move(req));
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool finished = false;
+  for (int step = 0; step < 200 && !finished; step++)
+    for (const RequestOutput& out : exec.step(0)) {
+      for (const TokenOutput& t : out.tokens) text += t.text, tokens.push_back(t.token);
+      if (!out.finished) continue;
+      finished = true;
+      EXPECT_EQ(out.finish, FinishReason::Stop);
+      EXPECT_EQ(out.stop_string, "Lily");
+      text += out.end_text;
+    }
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(text, full.text.substr(0, full.text.find("Lily")));
+  ASSERT_LE(tokens.size(), full.tokens.size());
+  EXPECT_EQ(tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + static_cast<std::ptrdiff_t>(tokens.size())));
+  const std::string upto = engine_->tokenizer->decode(tokens);
+  EXPECT_THAT(upto, HasSubstr("Lily")) << "the last token completed the stop string";
+  EXPECT_EQ(exec.record(7), nullptr);
 }
 
 TEST_F(Generation, SameSeedSameTextAcrossRuns) {

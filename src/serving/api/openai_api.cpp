@@ -261,14 +261,14 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const ojson& j, bo
     // Reasoning tags that are control tokens (tekken's [THINK]) are written into the reply for the splitter.
     for (const std::string_view tag : {tags.open, tags.close})
       if (const int32_t id = ctx.tokenizer.vocab().find(std::string(tag)); id >= 0 && ctx.chat_template->reasons())
-        r.shown_control_tokens.push_back(id);
+        r.params.shown_control.push_back(id);
     // Harmony (gpt-oss) replies are structured by channels whether or not tools were offered.
     if (prompt.tools_offered || ctx.tool_format == ToolCallFormat::Harmony) {
       p.tool_format = ctx.tool_format;
       // Markers that are control tokens of this vocabulary (Llama's <|python_tag|>, Mistral's
       // [TOOL_CALLS]) are written into the reply, or the parser could never see them.
       for (const auto marker : tool_call_markers(p.tool_format))
-        if (const int32_t id = ctx.tokenizer.vocab().find(std::string(marker)); id >= 0) r.shown_control_tokens.push_back(id);
+        if (const int32_t id = ctx.tokenizer.vocab().find(std::string(marker)); id >= 0) r.params.shown_control.push_back(id);
     }
     p.parallel_tool_calls = prompt.parallel_tool_calls;
     tool_grammar = prompt.tool_grammar;
@@ -328,7 +328,7 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const ojson& j, bo
   if (!chat && integer(j, "best_of", 1, 1 << 10, p.n) != p.n)
     throw bad_request("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
   s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
-  r.stop = stops(j);
+  r.params.stop = stops(j);
   r.params.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
   r.params.ignore_eos = boolean(j, "ignore_eos", false);
   r.grammar = requested_grammar(j, tool_grammar);

@@ -125,7 +125,7 @@ void ServingEngine::admit_new() {
     a->id = next_id_++;
     RequestParams& p = a->req.params;
     a->n_prompt = static_cast<int64_t>(p.prompt.size());
-    a->text = std::make_unique<TextStream>(*e_.tokenizer, a->req.stop, p.prompt.back(), a->req.shown_control_tokens);
+    p.text = a->req.pooling < 0;  // the executor detokenizes the reply and ends it at a stop string
     if (a->req.pooling >= 0) {  // every prompt row's hidden state, computed here (no shared prefix)
       p.want_hidden = true;
       p.prefix_cache = false;
@@ -151,7 +151,7 @@ void ServingEngine::admit_new() {
     p.max_total_tokens = e_.n_ctx;
     if (a->req.grammar) {
       p.constraint = a->constraint =
-          std::make_shared<TokenConstraint>(a->req.grammar, e_.grammar_vocab(), a->req.shown_control_tokens);
+          std::make_shared<TokenConstraint>(a->req.grammar, e_.grammar_vocab(), p.shown_control);
       metrics_.add("kestrel_grammar_requests_total", 1);
     }
     // The one record of the request from here on (the prompt moves into it).
@@ -165,12 +165,12 @@ void ServingEngine::admit_new() {
   }
 }
 
-void ServingEngine::finish(Active& a, const std::string& reason, const std::string& error, int64_t cached_tokens) {
+void ServingEngine::finish(Active& a, const std::string& reason, const std::string& error, int64_t cached_tokens,
+                           const RequestOutput* out) {
   StreamEvent end;
-  if (reason != "error" && reason != "cancelled") {
-    bool stopped = false;
-    end.text = a.text->finish(stopped);
-    end.stop_string = a.text->matched_stop();
+  if (out) {  // the text the executor held back until the end, and the stop string that ended it
+    end.text = out->end_text;
+    end.stop_string = out->stop_string;
   }
   end.done = true;
   end.finish_reason = reason;
@@ -207,8 +207,8 @@ void ServingEngine::note_token_time(Active& a) {
 }
 
 // What a step did to one request: its first step leaves the queue, each new
-// token goes to the client as an event (text, the token, its logprobs), a
-// stop string ends it here, and its end ends the stream.
+// token goes to the client as an event (its text, the token, its logprobs),
+// and its end (the executor's decision: EOS, a stop string, a limit) ends the stream.
 void ServingEngine::deliver(const RequestOutput& out) {
   const auto it = active_.find(out.id);
   if (it == active_.end()) return;
@@ -230,8 +230,7 @@ void ServingEngine::deliver(const RequestOutput& out) {
     metrics_.add("kestrel_generation_tokens_total");
     a.completion_tokens++;
     StreamEvent ev;
-    bool stopped = false;
-    ev.text = a.text->push(t.token, stopped);
+    ev.text = t.text;
     ev.has_token = true;
     ev.token.token = t.token;
     ev.token.text = e_.tokenizer->token_to_piece(t.token);
@@ -240,16 +239,10 @@ void ServingEngine::deliver(const RequestOutput& out) {
       for (const TokenChoice& c : t.top) ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token), c.logprob});
     }
     a.channel->push(std::move(ev));
-    if (stopped) {  // a stop string: the request ends with this token
-      const int64_t cached = exec_.record(a.id) ? exec_.record(a.id)->num_cached_tokens : out.cached_tokens;
-      exec_.remove(a.id);
-      finish(a, "stop", "", cached);
-      return;
-    }
   }
   if (!out.finished) return;
   if (out.finish == FinishReason::Eos) note_token_time(a);  // the end of generation is a token too
-  finish(a, openai_finish_reason(out.finish), "", out.cached_tokens);
+  finish(a, openai_finish_reason(out.finish), "", out.cached_tokens, &out);
 }
 
 void ServingEngine::echo_prompt(Active& a, const RequestOutput& out) {

@@ -107,14 +107,11 @@ class QueueSlot {
   std::atomic<int>* count_ = nullptr;
 };
 
-// What the server submits: the record's parameters (runtime/request.h) and
-// what only the client side needs (stop strings, shown control tokens, the
-// grammar the request's matcher is built from).
+// What the server submits: the record's parameters (runtime/request.h: stop strings and shown control tokens
+// there too) and what only the client side needs (the grammar the request's matcher is built from).
 struct ServeRequest {
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();  // queue time counts from here
   RequestParams params;
-  std::vector<std::string> stop;
-  std::vector<int32_t> shown_control_tokens;  // written into the text (tool-call markers the reply parser reads)
   std::shared_ptr<const Grammar> grammar;     // structured output: only text it matches is generated
   // The prompt sent back before the generation (completions' echo): its text, and with prompt_logprobs >= 0
   // each prompt token's logprob under the model (from the prefill's rows: the request's prefill then computes
@@ -173,7 +170,6 @@ class ServingEngine {
     int64_t n_prompt = 0;
     std::shared_ptr<RequestChannel> channel;
     QueueSlot slot;  // held until the first step
-    std::unique_ptr<TextStream> text;
     std::unique_ptr<TextStream> echo_text;  // echo: the prompt's text, token by token
     std::vector<int32_t> echo_prompt;       // echo with prompt logprobs: the prompt (the record holds the other copy)
     int64_t echo_next = 0;                  // the next prompt position to send
@@ -195,7 +191,9 @@ class ServingEngine {
   void pool_rows(Active& a, const RequestOutput& out);
   // The client side of a request's end (its event, metrics); the executor
   // has freed its blocks (it finished) or the caller does (exec_.remove).
-  void finish(Active& a, const std::string& reason, const std::string& error = "", int64_t cached_tokens = 0);
+  // out: the executor's output that ended it (its held-back text and stop string); null: ended from outside.
+  void finish(Active& a, const std::string& reason, const std::string& error = "", int64_t cached_tokens = 0,
+              const RequestOutput* out = nullptr);
   void note_token_time(Active& a);
   double now_ms() const;
   void update_gauges();
