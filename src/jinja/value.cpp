@@ -172,17 +172,18 @@ std::string python_float_repr(double f) {
   const int decpt = exponent + 1;  // digits d1d2... = 0.d1d2... × 10^decpt
   std::string out = negative ? "-" : "";
   if (decpt > -4 && decpt <= 16) {
+    // (Appended piece by piece: GCC 12 misreads a temporary string's operator+ here as overlapping copies.)
     if (decpt <= 0) {
-      out += "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
+      out.append("0.").append(static_cast<size_t>(-decpt), '0').append(digits);
     } else if (static_cast<size_t>(decpt) >= digits.size()) {
-      out += digits + std::string(static_cast<size_t>(decpt) - digits.size(), '0') + ".0";
+      out.append(digits).append(static_cast<size_t>(decpt) - digits.size(), '0').append(".0");
     } else {
-      out += digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
+      out.append(digits, 0, static_cast<size_t>(decpt)).append(".").append(digits, static_cast<size_t>(decpt));
     }
     return out;
   }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  out.append(digits, 0, 1);
+  if (digits.size() > 1) out.append(".").append(digits, 1);
   return out + fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
 }
 

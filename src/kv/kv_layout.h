@@ -16,18 +16,18 @@ struct KvLayout {
   int64_t v_width = 0;
   int64_t granule = 1;  // attention reads rows in pieces at multiples of this (the head size)
   KvType k_type = KvType::F32, v_type = KvType::F32;
-  // The V rows hold state kept in float32 whatever --kv-type asks (DeepSeek-V4's compressed keys and its
-  // compressors' per-token state): only k_type follows the choice.
+  // The V rows hold state kept in float32 whatever --kv-type asks (a layout whose V rows are not values: e.g.
+  // DeepSeek-V4's compressors' per-token state): only k_type follows the choice.
   bool v_f32_only = false;
   // Sliding-window layers (sliding[l] set) attend over the last
   // sliding_window positions; empty or window 0: none.
   int32_t sliding_window = 0;
   std::vector<uint8_t> sliding = {};
-  // The sliding group's rows when they differ from the full group's (-1: the same). DeepSeek-V4 keeps its
-  // raw keys and compressors' state in the sliding group, its compressed keys in the full one.
+  // The store's two groups may hold rows of their own shapes: the sliding group's widths when they differ
+  // from the full group's (-1: the same), and the full group's positions per row (the row of position p is
+  // p / full_row_stride; it must divide the KV block size). (DeepSeek-V4 uses both: raw keys and compressor
+  // state in the sliding group, a compressed key per 4 positions in the full one.)
   int64_t sliding_k_width = -1, sliding_v_width = -1;
-  // Positions per row of the full group (DeepSeek-V4: a compressed key per block of 4, so a row per 4
-  // positions: the row of position p is p / full_row_stride). Must divide the KV block size.
   int32_t full_row_stride = 1;
   // Recurrent layers (linear attention: Qwen3.5's Gated DeltaNet) beside the n_layer attention layers above:
   // each keeps per sequence a state of state_floats float32 that does not grow with the context, in the
