@@ -126,8 +126,12 @@ const KQuantDots* avx2_kquant_dots() { return nullptr; }
 const KQuantDots* avx512vnni_kquant_dots() { return nullptr; }
 #endif
 
+const KQuantDots& kquant_dots_for(IsaLevel isa) {
+  return best_table(isa, scalar_kquant_dots(), avx2_kquant_dots(), nullptr, avx512vnni_kquant_dots());
+}
+
 const KQuantDots& kquant_dots() {
-  static const KQuantDots& k = best_table(selected_isa(), scalar_kquant_dots(), avx2_kquant_dots(), nullptr, avx512vnni_kquant_dots());
+  static const KQuantDots& k = kquant_dots_for(selected_isa());
   return k;
 }
 

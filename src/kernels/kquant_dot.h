@@ -12,6 +12,7 @@
 
 #include "formats/block_formats.h"
 #include "formats/kquant_formats.h"
+#include "hw/cpu_features.h"
 
 namespace kestrel {
 
@@ -56,7 +57,9 @@ float one_token(const Block* w, const BlockQ8_K* x, int64_t n) {
 const KQuantDots& scalar_kquant_dots();
 const KQuantDots* avx2_kquant_dots();        // nullptr when not compiled in
 const KQuantDots* avx512vnni_kquant_dots();  // nullptr when not compiled in
-// The best table for selected_isa() on this CPU.
+// The best table an ISA level allows on this CPU (the one selection rule: matmul_kernels' table takes it too),
+// and the one for selected_isa().
+const KQuantDots& kquant_dots_for(IsaLevel isa);
 const KQuantDots& kquant_dots();
 
 }  // namespace kestrel

@@ -176,9 +176,8 @@ const char* float_name(GgmlType t) { return t == GgmlType::F32 ? "f32" : t == Gg
 
 MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(isa)) {
   const char* dot_isa = isa_name(dots_.isa);
-  const KQuantDots& kquant =
-      best_table(isa, scalar_kquant_dots(), avx2_kquant_dots(), nullptr, avx512vnni_kquant_dots());
-  const QDotTable& qdots = best_table(isa, scalar_qdots(), avx2_qdots(), nullptr, avx512vnni_qdots());
+  const KQuantDots& kquant = kquant_dots_for(isa);
+  const QDotTable& qdots = qdots_for(isa);
   const Int8Tiles* int8 = int8_tiles(isa);
   const Bf16Tiles* bf16 = bf16_tiles(isa);
   const FloatTiles* floats = float_tiles(isa);

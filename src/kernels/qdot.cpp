@@ -182,8 +182,12 @@ const QDotTable* avx2_qdots() { return nullptr; }
 const QDotTable* avx512vnni_qdots() { return nullptr; }
 #endif
 
+const QDotTable& qdots_for(IsaLevel isa) {
+  return best_table(isa, scalar_qdots(), avx2_qdots(), nullptr, avx512vnni_qdots());
+}
+
 const QDotTable& qdots() {
-  static const QDotTable& t = best_table(selected_isa(), scalar_qdots(), avx2_qdots(), nullptr, avx512vnni_qdots());
+  static const QDotTable& t = qdots_for(selected_isa());
   return t;
 }
 

@@ -17,6 +17,7 @@
 #include <span>
 
 #include "formats/ggml_types.h"
+#include "hw/cpu_features.h"
 
 namespace kestrel {
 
@@ -47,7 +48,9 @@ struct QDotTable {
 const QDotTable& scalar_qdots();
 const QDotTable* avx2_qdots();        // nullptr when not compiled in
 const QDotTable* avx512vnni_qdots();  // nullptr when not compiled in
-// The best table for selected_isa() on this CPU.
+// The best table an ISA level allows on this CPU (the one selection rule: matmul_kernels' table takes it too),
+// and the one for selected_isa().
+const QDotTable& qdots_for(IsaLevel isa);
 const QDotTable& qdots();
 
 // The activation format ggml pairs with a quantized weight type: Q8_K for
