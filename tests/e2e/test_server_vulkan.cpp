@@ -359,6 +359,23 @@ TEST(VulkanRun, BiasedClampedAndGegluExpertFamiliesGiveTheCpuIds) {
   }
 }
 
+// The families whose sigmoid gate (ops/sigmoid_gate.h) runs by its Vulkan kernel: Qwen3.5's gated attention
+// (beside its Gated DeltaNet blocks, whose operator has no Vulkan kernel and runs on the CPU) and Qwen2-MoE's
+// shared-expert gate give the CPU's ids with the gate on the device.
+TEST(VulkanRun, SigmoidGatedFamiliesGiveTheCpuIdsWithTheGateOnTheDevice) {
+  test::TempDir dir;
+  for (const std::string arch : {"qwen35", "qwen2moe"}) {
+    const std::string model = dir.file(arch + ".gguf");
+    ASSERT_EQ(test::run_kestrel({"synth", "--arch", arch, "--preset", "tiny", "-o", model}).exit_code, 0) << arch;
+    const std::vector<std::string> args = {"run", "-m",     model, "-p",          "Hello there", "-n",
+                                           "16",  "--temp", "0",   "--print-ids", "-c",          "256"};
+    CpuAndDevice r;
+    ASSERT_NO_FATAL_FAILURE(on_cpu_and_device(args, &r));
+    EXPECT_EQ(r.gpu.out, r.cpu.out) << arch;
+    EXPECT_THAT(r.gpu.err, HasSubstr("named operators run by their Vulkan kernels")) << arch;
+  }
+}
+
 TEST(VulkanRun, DeepseekMlaGivesTheCpuText) {
   test::TempDir dir;
   const std::string model = dir.file("ds.gguf");

@@ -182,7 +182,7 @@ class VulkanBackend final : public ForwardingBackend, private VulkanOpContext {
     return fmt::format(
         "Vulkan device {} ({}; {}; {:.1f} MiB of device memory in use{}): matrix products ({}), {}norms, RoPE, "
         "element-wise operators, MoE routing and sampling's argmax and top-k on the device; "
-        "{}embeddings on the host: {}{}{}{}{}",
+        "{}embeddings on the host: {}{}{}{}{}{}",
         ctx_.index(), ctx_.name(), c.placement(), static_cast<double>(ctx_.allocated()) / (1 << 20),
         ctx_.budget() > 0 ? fmt::format(" of --gpu-memory {:.1f} MiB", static_cast<double>(ctx_.budget()) / (1 << 20))
                           : "",
@@ -197,7 +197,8 @@ class VulkanBackend final : public ForwardingBackend, private VulkanOpContext {
             : "",
         c.argmax_rows > 0 ? fmt::format("; greedy ids of {} logits rows taken on the device", c.argmax_rows) : "",
         c.top_k_rows > 0 ? fmt::format("; the top-k of {} logits rows taken on the device", c.top_k_rows) : "",
-        c.routed > 0 ? fmt::format("; {} token-layers MoE-routed on the device", c.routed) : "");
+        c.routed > 0 ? fmt::format("; {} token-layers MoE-routed on the device", c.routed) : "",
+        c.device_ops > 0 ? fmt::format("; {} named operators run by their Vulkan kernels", c.device_ops) : "");
   }
 
   // The model's layer annotations place the operators: a layer --gpu-layers leaves out runs on the CPU.
@@ -620,6 +621,7 @@ class VulkanBackend final : public ForwardingBackend, private VulkanOpContext {
     if (!on_cpu_)
       if (const auto kernel = op.device_kernel(kVulkanKernel)) {
         kernel(static_cast<VulkanOpContext*>(this), args);
+        counters_.device_ops++;
         return;
       }
     ForwardingBackend::run(op, args);

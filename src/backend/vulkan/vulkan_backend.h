@@ -77,6 +77,7 @@ struct DeviceCounters {
   uint64_t submissions = 0;  // command buffers submitted
   uint64_t reused = 0;       // ...of which recorded before (a step of a shape seen before)
   uint64_t host_ops = 0;     // operators run on the CPU backend instead
+  uint64_t device_ops = 0;   // named operators (backend/operator.h) run by their Vulkan kernels
   int64_t weight_bytes = 0;  // weights uploaded to the device
   int64_t kv_bytes = 0;      // KV pools in device memory (Backend::kv_memory)
   int gpu_layers = -1, n_layer = 0;  // VulkanOptions'
