@@ -202,11 +202,10 @@ const char* error_type(int status) {
   }
 }
 
-std::string stop_reason_of(const json& choice) {
-  const std::string finish = choice.value("finish_reason", std::string());
-  if (finish == "tool_calls") return "tool_use";
-  if (finish == "length") return "max_tokens";
-  if (choice.contains("stop_reason") && choice["stop_reason"].is_string()) return "stop_sequence";
+std::string stop_reason_of(const StreamEvent& end, bool called) {
+  if (end.finish_reason == "stop" && called) return "tool_use";
+  if (end.finish_reason == "length") return "max_tokens";
+  if (!end.stop_string.empty()) return "stop_sequence";
   return "end_turn";
 }
 
@@ -283,49 +282,36 @@ std::string anthropic_error_body(const ApiError& e) {
 
 HttpResponse anthropic_error_response(const ApiError& e) { return json_response(anthropic_error_body(e), e.status); }
 
-json anthropic_message(const json& chat, const AnthropicIds& ids) {
-  const json& choice = chat["choices"][0];
-  const json& m = choice["message"];
+json AnthropicAnswer::message() const {
+  const ReplyPart& reply = whole_.part;
   json content = json::array();
-  if (m.contains("reasoning_content") && m["reasoning_content"].is_string())
-    content.push_back({{"type", "thinking"}, {"thinking", m["reasoning_content"]}, {"signature", ""}});
-  if (m["content"].is_string() && !m["content"].get<std::string>().empty())
-    content.push_back({{"type", "text"}, {"text", m["content"]}});
-  if (m.contains("tool_calls"))
-    for (const auto& c : m["tool_calls"])
-      content.push_back({{"type", "tool_use"},
-                         {"id", c["id"]},
-                         {"name", c["function"]["name"]},
-                         {"input", tool_input(c["function"]["arguments"].get<std::string>())}});
-  const json& u = chat["usage"];
-  const int64_t cached = u["prompt_tokens_details"].value("cached_tokens", int64_t{0});
-  return {{"id", ids.id},
+  if (!reply.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
+  const std::optional<std::string> text = whole_.content_beside_calls();
+  if (text && !text->empty()) content.push_back({{"type", "text"}, {"text", *text}});
+  for (const auto& c : reply.calls)
+    content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", tool_input(c.arguments)}});
+  const StreamEvent& end = whole_.end;
+  const ReplyUsage u = usage();
+  return {{"id", ids_.id},
           {"type", "message"},
           {"role", "assistant"},
-          {"model", ids.model},
+          {"model", ids_.model},
           {"content", content},
-          {"stop_reason", stop_reason_of(choice)},
-          {"stop_sequence", choice.contains("stop_reason") ? choice["stop_reason"] : json(nullptr)},
+          {"stop_reason", stop_reason_of(end, !reply.calls.empty())},
+          {"stop_sequence", end.stop_string.empty() ? json(nullptr) : json(end.stop_string)},
           {"usage",
-           {{"input_tokens", u["prompt_tokens"].get<int64_t>() - cached},
-            {"cache_read_input_tokens", cached},
+           {{"input_tokens", u.prompt - u.cached},
+            {"cache_read_input_tokens", u.cached},
             {"cache_creation_input_tokens", 0},
-            {"output_tokens", u["completion_tokens"]}}}};
+            {"output_tokens", u.completion}}}};
 }
 
-std::optional<HttpResponse> AnthropicWhole::poll() {
-  std::optional<HttpResponse> r = chat_->poll();
-  if (!r) return r;
-  const json body = json::parse(r->body, nullptr, false);
-  if (r->status != 200 || body.is_discarded() || !body.contains("choices")) {
-    const std::string message =
-        body.is_object() && body.contains("error") ? body["error"].value("message", r->body) : r->body;
-    return anthropic_error_response({r->status == 200 ? 500 : r->status, message, "", "", ""});
-  }
-  return json_response(json_text(anthropic_message(body, ids_)));
+std::optional<HttpResponse> AnthropicAnswer::poll() {
+  std::string unused;
+  return whole(read(unused), [&] { return json_text(message()); }, anthropic_error_response);
 }
 
-void AnthropicStream::open_block(const char* type, std::string& out, const json& extra) {
+void AnthropicAnswer::open_block(const char* type, std::string& out, const json& extra) {
   if (open_ == type && std::string(type) != "tool_use") return;
   close_block(out);
   json block = extra;
@@ -335,7 +321,7 @@ void AnthropicStream::open_block(const char* type, std::string& out, const json&
   out += sse("content_block_start", {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
 }
 
-void AnthropicStream::close_block(std::string& out) {
+void AnthropicAnswer::close_block(std::string& out) {
   if (open_.empty()) return;
   if (open_ == "thinking")  // the SDKs expect a signature to close a thinking block; ours are not signed
     out += sse("content_block_delta",
@@ -344,47 +330,43 @@ void AnthropicStream::close_block(std::string& out) {
   open_.clear();
 }
 
-void AnthropicStream::on_error(std::string& out) {
-  out += sse("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", error_}}}});
+void AnthropicAnswer::on_error(std::string& out) {
+  if (stream_) out += sse("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", error_}}}});
 }
 
-void AnthropicStream::on_chunk(const json& c, std::string& out) {
-  const json& choice = c["choices"][0];
-  const json delta = choice.value("delta", json::object());
+void AnthropicAnswer::on_event(const ReplyEvent& e, std::string& out) {
+  whole_.add(e);
+  if (!stream_) return;
   auto add = [&](const char* type, const char* delta_type, const char* field, const std::string& text) {
     if (text.empty()) return;
     open_block(type, out, {{field, ""}});
     out += sse("content_block_delta",
                {{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", delta_type}, {field, text}}}});
   };
-  if (delta.contains("reasoning_content") && delta["reasoning_content"].is_string())
-    add("thinking", "thinking_delta", "thinking", delta["reasoning_content"]);
-  if (delta.contains("content") && delta["content"].is_string()) add("text", "text_delta", "text", delta["content"]);
-  if (delta.contains("tool_calls"))
-    for (const auto& call : delta["tool_calls"]) {
-      open_block("tool_use", out, {{"id", call["id"]}, {"name", call["function"]["name"]}, {"input", json::object()}});
-      out += sse("content_block_delta", {{"type", "content_block_delta"},
-                                         {"index", index_},
-                                         {"delta", {{"type", "input_json_delta"},
-                                                    {"partial_json", tool_input(call["function"]["arguments"]).dump()}}}});
-    }
-  if (!choice.value("finish_reason", json()).is_null()) {
-    stop_reason_ = stop_reason_of(choice);
-    if (choice.contains("stop_reason") && choice["stop_reason"].is_string()) stop_sequence_ = choice["stop_reason"];
+  add("thinking", "thinking_delta", "thinking", e.part.reasoning);
+  add("text", "text_delta", "text", e.part.content);
+  for (const auto& call : e.part.calls) {
+    open_block("tool_use", out, {{"id", call.id}, {"name", call.name}, {"input", json::object()}});
+    out += sse("content_block_delta",
+               {{"type", "content_block_delta"},
+                {"index", index_},
+                {"delta", {{"type", "input_json_delta"}, {"partial_json", tool_input(call.arguments).dump()}}}});
   }
 }
 
-void AnthropicStream::on_done(std::string& out) {
-  if (!error_.empty()) return;  // the error event was the end
+void AnthropicAnswer::on_done(std::string& out) {
+  if (!stream_ || !error_.empty()) return;  // (streamed: the error event was the end)
   close_block(out);
-  out += sse("message_delta", {{"type", "message_delta"},
-                               {"delta", {{"stop_reason", stop_reason_},
-                                          {"stop_sequence", stop_sequence_.empty() ? json(nullptr) : json(stop_sequence_)}}},
-                               {"usage", {{"output_tokens", usage_.completion}}}});
+  const StreamEvent& end = whole_.end;
+  out += sse("message_delta",
+             {{"type", "message_delta"},
+              {"delta", {{"stop_reason", stop_reason_of(end, !whole_.part.calls.empty())},
+                         {"stop_sequence", end.stop_string.empty() ? json(nullptr) : json(end.stop_string)}}},
+              {"usage", {{"output_tokens", usage().completion}}}});
   out += sse("message_stop", {{"type", "message_stop"}});
 }
 
-StreamStep AnthropicStream::poll(std::string& out) {
+StreamStep AnthropicAnswer::poll(std::string& out) {
   if (!started_) {
     started_ = true;
     const json message = {{"id", ids_.id},          {"type", "message"},          {"role", "assistant"},

@@ -14,7 +14,7 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
-#include "serving/api/stream_transcoder.h"
+#include "serving/api/reply_events.h"
 
 namespace kestrel {
 
@@ -35,44 +35,32 @@ struct AnthropicIds {
   int64_t input_tokens = 0;
 };
 
-// A whole chat completion's body (OpenAI shape) as an Anthropic message.
-nlohmann::json anthropic_message(const nlohmann::json& chat_completion, const AnthropicIds& ids);
-
-// The non-streamed answer: the chat completion's, converted when it is ready.
-class AnthropicWhole : public DeferredResponse {
+// The answer, from the reply's events: whole, a message of content blocks (thinking, text, tool_use); streamed,
+// Anthropic's events, one content block at a time (thinking, text, each tool_use with its input as one
+// input_json_delta). Usage: input_tokens without the cached prefix, which is cache_read_input_tokens.
+class AnthropicAnswer : public BodyStream, public DeferredResponse, ReplyReader {
  public:
-  AnthropicWhole(std::shared_ptr<DeferredResponse> chat, AnthropicIds ids) : chat_(std::move(chat)), ids_(std::move(ids)) {}
-  void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
-  std::optional<HttpResponse> poll() override;
-  void close(bool completed) override { chat_->close(completed); }
+  AnthropicAnswer(std::shared_ptr<ReplyEvents> events, AnthropicIds ids, bool stream)
+      : ReplyReader(std::move(events)), ids_(std::move(ids)), stream_(stream) {}
+  void on_ready(std::function<void()> ready) override { events_->on_ready(std::move(ready)); }
+  StreamStep poll(std::string& out) override;   // stream: true
+  std::optional<HttpResponse> poll() override;  // stream: false
+  void close(bool) override { events_->close(); }
 
  private:
-  std::shared_ptr<DeferredResponse> chat_;
-  AnthropicIds ids_;
-};
-
-// The streamed answer: the chat completion's server-sent chunks read as they
-// come and said again as Anthropic's events, one content block at a time
-// (thinking, text, each tool_use with its input as one input_json_delta).
-class AnthropicStream : public BodyStream, StreamTranscoder {
- public:
-  AnthropicStream(std::shared_ptr<BodyStream> chat, AnthropicIds ids) : StreamTranscoder(std::move(chat)), ids_(std::move(ids)) {}
-  void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
-  StreamStep poll(std::string& out) override;
-  void close(bool completed) override { chat_->close(completed); }
-
- private:
-  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_event(const ReplyEvent& e, std::string& out) override;
   void on_error(std::string& out) override;
   void on_done(std::string& out) override;
   void open_block(const char* type, std::string& out, const nlohmann::json& extra = nlohmann::json::object());
   void close_block(std::string& out);
+  nlohmann::json message() const;
 
   AnthropicIds ids_;
+  bool stream_;
+  ReplyWhole whole_;  // the reply so far
   bool started_ = false;
-  int index_ = -1;          // the open block's index (-1: none yet)
-  std::string open_;        // the open block's type ("" when none is open)
-  std::string stop_reason_ = "end_turn", stop_sequence_;
+  int index_ = -1;    // the open block's index (-1: none yet)
+  std::string open_;  // the open block's type ("" when none is open)
 };
 
 }  // namespace kestrel

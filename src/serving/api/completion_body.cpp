@@ -21,18 +21,11 @@ json completion_envelope(const CompletionIds& ids, bool chunk, json choices) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}, {"choices", std::move(choices)}};
 }
 
-json usage_json(const std::vector<StreamEvent>& ends, int n) {
-  // Each prompt is counted once (its n choices share it), completions summed.
-  int64_t completion = 0, prompt = 0, cached = 0;
-  for (size_t i = 0; i < ends.size(); i++) {
-    completion += ends[i].completion_tokens;
-    if (i % static_cast<size_t>(std::max(n, 1)) != 0) continue;
-    prompt += ends[i].prompt_tokens;
-    cached += ends[i].cached_tokens;
-  }
-  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
-  u["prompt_tokens_details"] = {{"cached_tokens", cached}};
-  return u;
+json usage_json(const ReplyUsage& u) {
+  return {{"prompt_tokens", u.prompt},
+          {"completion_tokens", u.completion},
+          {"total_tokens", u.prompt + u.completion},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached}}}};
 }
 
 json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
@@ -92,36 +85,34 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) {
   return out;
 }
 
-json whole_choice(const CompletionIds& ids, size_t index, const std::string& text, const json& logprobs,
-                  const StreamEvent& end) {
+json whole_choice(const CompletionIds& ids, size_t index, const ReplyWhole& reply, bool parsed, const json& logprobs) {
+  const StreamEvent& end = reply.end;
   json choice = {{"index", index}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
   if (!end.stop_string.empty()) choice["stop_reason"] = end.stop_string;
-  if (ids.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
-  return choice;
-}
-
-json whole_chat_choice(size_t index, const ReplyPart& reply, const json& logprobs, const StreamEvent& end) {
-  json choice = {{"index", index}, {"finish_reason", finish_json(end.finish_reason)}, {"logprobs", logprobs}};
-  if (!end.stop_string.empty()) choice["stop_reason"] = end.stop_string;
-  json message = {{"role", "assistant"}, {"content", reply.content}};
-  if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
-  if (!reply.calls.empty()) {
+  if (!ids.chat) {
+    choice["text"] = reply.text;
+    return choice;
+  }
+  if (!parsed) {
+    choice["message"] = {{"role", "assistant"}, {"content", reply.text}};
+    return choice;
+  }
+  json message = {{"role", "assistant"}, {"content", reply.part.content}};
+  if (!reply.part.reasoning.empty()) message["reasoning_content"] = reply.part.reasoning;
+  if (!reply.part.calls.empty()) {
     // Only calls: no content; text around them is kept, trimmed.
-    const size_t b = reply.content.find_first_not_of(" \n\r\t"), e = reply.content.find_last_not_of(" \n\r\t");
-    message["content"] = b == std::string::npos ? json(nullptr) : json(reply.content.substr(b, e + 1 - b));
-    message["tool_calls"] = tool_calls_json(reply.calls, false);
+    const std::optional<std::string> content = reply.content_beside_calls();
+    message["content"] = content ? json(*content) : json(nullptr);
+    message["tool_calls"] = tool_calls_json(reply.part.calls, false);
     if (end.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
   }
   choice["message"] = std::move(message);
   return choice;
 }
 
-std::string whole_completion_body(const CompletionIds& ids, json choices, const std::vector<StreamEvent>& ends) {
+std::string whole_completion_body(const CompletionIds& ids, json choices, const ReplyUsage& usage) {
   json body = completion_envelope(ids, false, std::move(choices));
-  body["usage"] = usage_json(ends, ids.n);
+  body["usage"] = usage_json(usage);
   return json_text(body);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "chat/reply_parser.h"
+#include "serving/api/reply_events.h"
 #include "serving/engine/serving_engine.h"
 
 namespace kestrel {
@@ -26,8 +27,8 @@ struct CompletionIds {
 
 // {"id", "object", "created", "model", "choices"}; object per kind and shape.
 nlohmann::json completion_envelope(const CompletionIds& ids, bool chunk, nlohmann::json choices);
-// Usage over a request's choices (n per prompt, in prompt order): each prompt counted once, completions summed.
-nlohmann::json usage_json(const std::vector<StreamEvent>& ends, int n = 1);
+// OpenAI's usage object (prompt_tokens_details.cached_tokens among it).
+nlohmann::json usage_json(const ReplyUsage& u);
 // Ours are "stop", "length", "cancelled", "error"; none yet: null.
 nlohmann::json finish_json(const std::string& reason);
 
@@ -54,16 +55,13 @@ class Logprobs {
 };
 
 // One choice of a non-streamed answer: text (completions) or a message. A stop string that ended it is named
-// in `stop_reason` (vLLM's field; other APIs' answers are made from these).
-nlohmann::json whole_choice(const CompletionIds& ids, size_t index, const std::string& text,
-                            const nlohmann::json& logprobs, const StreamEvent& end);
-// A parsed chat reply: reasoning_content (left out when empty), content
-// (null when the reply is only tool calls), tool_calls, finish_reason
-// "tool_calls" when the model stopped after calling.
-nlohmann::json whole_chat_choice(size_t index, const ReplyPart& reply, const nlohmann::json& logprobs,
-                                 const StreamEvent& end);
-// The whole answer: the choices and usage over their ends.
-std::string whole_completion_body(const CompletionIds& ids, nlohmann::json choices, const std::vector<StreamEvent>& ends);
+// in `stop_reason` (vLLM's field). Parsed (a chat with reasoning or tools): reasoning_content (left out when
+// empty), content (null when the reply is only tool calls), tool_calls, finish_reason "tool_calls" when the
+// model stopped after calling.
+nlohmann::json whole_choice(const CompletionIds& ids, size_t index, const ReplyWhole& reply, bool parsed,
+                            const nlohmann::json& logprobs);
+// The whole answer: the choices and the usage.
+std::string whole_completion_body(const CompletionIds& ids, nlohmann::json choices, const ReplyUsage& usage);
 // OpenAI's tool_calls array; in a stream each call also carries its index.
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool stream);
 

@@ -13,6 +13,7 @@
 
 #include "chat/reply_parser.h"
 #include "serving/api/completion_body.h"
+#include "serving/api/reply_events.h"
 #include "serving/http/http_types.h"
 #include "serving/engine/serving_engine.h"
 
@@ -20,39 +21,26 @@ namespace kestrel {
 
 class CompletionStream : public BodyStream {
  public:
-  // One request per choice (n > 1: choice i is channels[i], chunks carry its
-  // index); reply: chat text split into reasoning_content, content and
-  // tool_calls deltas, a parser per choice. on_end: called once per choice
-  // with its end event (for the request log).
-  CompletionStream(std::vector<std::shared_ptr<RequestChannel>> channels, CompletionIds ids, bool want_logprobs,
-                   bool include_usage, std::function<void(const StreamEvent&)> on_end,
-                   std::optional<ReplyParser> reply = std::nullopt);
+  // The reply's events (n > 1: chunks carry the choice's index); with a parser, chat text comes as
+  // reasoning_content, content and tool_calls deltas.
+  CompletionStream(std::shared_ptr<ReplyEvents> events, CompletionIds ids, bool want_logprobs, bool include_usage);
+  // One request: its channel, the end callback (request log) and parser as ReplyEvents takes them.
   CompletionStream(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs, bool include_usage,
                    std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
-  void on_ready(std::function<void()> ready) override;
+  void on_ready(std::function<void()> ready) override { events_->on_ready(std::move(ready)); }
   // Appends the events for what the engine has produced so far.
   StreamStep poll(std::string& out) override;
   // The response is over: requests that did not finish are cancelled.
-  void close(bool completed) override;
+  void close(bool) override { events_->close(); }
 
  private:
-  struct Choice {
-    std::shared_ptr<RequestChannel> channel;
-    std::optional<ReplyParser> reply;
-    size_t text_offset = 0;  // characters streamed so far: where the next chunk's text_offset starts
-    bool finished = false;
-    StreamEvent end{};
-  };
   void add_chunk(std::string& out, const nlohmann::json& choice) const;
-  nlohmann::json text_choice(Choice& ch, size_t index, const std::string& text, const nlohmann::json& logprobs,
-                             const nlohmann::json& finish) const;
-  StreamStep finish(std::string& out);
-  StreamStep fail(std::string& out, const StreamEvent& end);
+  nlohmann::json text_choice(const ReplyEvent& e, const nlohmann::json& logprobs) const;
 
-  std::vector<Choice> choices_;
+  std::shared_ptr<ReplyEvents> events_;
+  std::vector<size_t> text_offsets_;  // per choice: characters streamed so far (where a chunk's text_offset starts)
   CompletionIds ids_;
   bool want_logprobs_, include_usage_;
-  std::function<void(const StreamEvent&)> on_end_;
   bool started_ = false, finished_ = false;
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// A completion answered in one body ("stream": false): the engine's events
+// A completion answered in one body ("stream": false): the reply's events
 // are gathered as they come (on the transport's thread, when told they are
 // ready), and the response exists once the request ends. Closing it before
 // then (the client left) cancels the request.
@@ -11,6 +11,7 @@
 
 #include "chat/reply_parser.h"
 #include "serving/api/completion_body.h"
+#include "serving/api/reply_events.h"
 #include "serving/http/http_types.h"
 #include "serving/engine/serving_engine.h"
 
@@ -18,30 +19,25 @@ namespace kestrel {
 
 class WholeCompletion : public DeferredResponse {
  public:
-  // One request per choice (n > 1: choice i is channels[i]); reply: the chat
-  // answer split into reasoning_content, content and tool_calls, a parser per
-  // choice. on_end: called once per choice with its end event (request log).
-  WholeCompletion(std::vector<std::shared_ptr<RequestChannel>> channels, CompletionIds ids, bool want_logprobs,
-                  std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
+  // The reply's events (n > 1: one choice each); with a parser, the chat answer comes split into
+  // reasoning_content, content and tool_calls.
+  WholeCompletion(std::shared_ptr<ReplyEvents> events, CompletionIds ids, bool want_logprobs);
+  // One request: its channel, the end callback (request log) and parser as ReplyEvents takes them.
   WholeCompletion(std::shared_ptr<RequestChannel> channel, CompletionIds ids, bool want_logprobs,
                   std::function<void(const StreamEvent&)> on_end, std::optional<ReplyParser> reply = std::nullopt);
-  void on_ready(std::function<void()> ready) override;
+  void on_ready(std::function<void()> ready) override { events_->on_ready(std::move(ready)); }
   std::optional<HttpResponse> poll() override;
-  void close(bool completed) override;
+  void close(bool) override { events_->close(); }
 
  private:
   struct Choice {
-    std::shared_ptr<RequestChannel> channel;
-    std::optional<ReplyParser> reply;
+    ReplyWhole reply;
     Logprobs logprobs;
-    std::string text{};
-    bool finished = false;
-    StreamEvent end{};
   };
+  std::shared_ptr<ReplyEvents> events_;
   std::vector<Choice> choices_;
   CompletionIds ids_;
   bool want_logprobs_;
-  std::function<void(const StreamEvent&)> on_end_;
   bool finished_ = false;
 };
 

@@ -138,13 +138,14 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
 json InfillAnswer::final_object() const {
   // Why it stopped, as llama-server says: eos (the model ended), word (a stop string), limit (n_predict).
   const std::string stop_type = finish_ == "length" ? "limit" : stop_word_.empty() ? "eos" : "word";
+  const ReplyUsage u = usage();
   return {{"content", stream_ ? "" : content_},
           {"stop", true},
           {"model", ids_.model},
           {"prompt", ids_.prompt_text},
-          {"tokens_predicted", usage_.completion},
-          {"tokens_evaluated", usage_.prompt},
-          {"tokens_cached", usage_.cached},
+          {"tokens_predicted", u.completion},
+          {"tokens_evaluated", u.prompt},
+          {"tokens_cached", u.cached},
           {"stop_type", stop_type},
           {"stopping_word", stop_word_},
           {"truncated", false},
@@ -156,11 +157,12 @@ void InfillAnswer::on_error(std::string& out) {
   if (stream_) out += "data: " + json_text({{"error", {{"code", 500}, {"message", error_}, {"type", "server_error"}}}}) + "\n\n";
 }
 
-void InfillAnswer::on_chunk(const json& c, std::string& out) {
-  const json& choice = c["choices"][0];
-  const std::string text = choice.value("text", std::string());
-  if (!choice.value("finish_reason", json()).is_null()) finish_ = choice["finish_reason"];
-  if (choice.contains("stop_reason") && choice["stop_reason"].is_string()) stop_word_ = choice["stop_reason"];
+void InfillAnswer::on_event(const ReplyEvent& e, std::string& out) {
+  const std::string& text = e.part.content;
+  if (e.end()) {
+    finish_ = e.engine.finish_reason;
+    stop_word_ = e.engine.stop_string;
+  }
   content_ += text;
   if (stream_ && !text.empty()) out += "data: " + json_text({{"content", text}, {"stop", false}}) + "\n\n";
 }

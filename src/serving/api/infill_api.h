@@ -17,7 +17,7 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
-#include "serving/api/stream_transcoder.h"
+#include "serving/api/reply_events.h"
 
 namespace kestrel {
 
@@ -37,17 +37,19 @@ struct InfillIds {
   std::string prompt_text;
 };
 
-class InfillAnswer : public BodyStream, public DeferredResponse, StreamTranscoder {
+// The answer from the reply's events: llama-server's objects, streamed (a piece of content each, then the final
+// one) or whole.
+class InfillAnswer : public BodyStream, public DeferredResponse, ReplyReader {
  public:
-  InfillAnswer(std::shared_ptr<BodyStream> chat, InfillIds ids, bool stream)
-      : StreamTranscoder(std::move(chat)), ids_(std::move(ids)), stream_(stream) {}
-  void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
+  InfillAnswer(std::shared_ptr<ReplyEvents> events, InfillIds ids, bool stream)
+      : ReplyReader(std::move(events)), ids_(std::move(ids)), stream_(stream) {}
+  void on_ready(std::function<void()> ready) override { events_->on_ready(std::move(ready)); }
   StreamStep poll(std::string& out) override { return read(out); }
   std::optional<HttpResponse> poll() override;
-  void close(bool completed) override { chat_->close(completed); }
+  void close(bool) override { events_->close(); }
 
  private:
-  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_event(const ReplyEvent& e, std::string& out) override;
   void on_error(std::string& out) override;
   void on_done(std::string& out) override;
   nlohmann::json final_object() const;

@@ -5,6 +5,9 @@
 
 #include <map>
 #include <set>
+#include <utility>
+
+#include "serving/api/completion_body.h"
 
 namespace kestrel {
 
@@ -251,19 +254,21 @@ json OllamaAnswer::line(const std::string& content, const std::string& thinking,
   return l;
 }
 
-json OllamaAnswer::final_line() const {
+json OllamaAnswer::final_line() {
   using ns = std::chrono::nanoseconds;
   const auto now = std::chrono::steady_clock::now();
   const auto first = first_token_ == std::chrono::steady_clock::time_point{} ? now : first_token_;
-  json l = stream_ ? line("", "", json::array(), json::array())
+  // Streamed, the last line carries only what no earlier line did (logprobs of tokens held back to the end).
+  json l = stream_ ? line("", "", json::array(), std::exchange(logprobs_, json::array()))
                    : line(content_, thinking_, calls_, logprobs_);
+  const ReplyUsage u = usage();
   l["done"] = true;
   l["done_reason"] = done_reason_;
   l["total_duration"] = std::chrono::duration_cast<ns>(now - ids_.arrival).count();
   l["load_duration"] = 0;  // loaded at start
-  l["prompt_eval_count"] = usage_.prompt;
+  l["prompt_eval_count"] = u.prompt;
   l["prompt_eval_duration"] = std::chrono::duration_cast<ns>(first - ids_.arrival).count();
-  l["eval_count"] = usage_.completion;
+  l["eval_count"] = u.completion;
   l["eval_duration"] = std::chrono::duration_cast<ns>(now - first).count();
   if (ids_.generate) l["context"] = json::array();  // (the deprecated token context: not kept)
   return l;
@@ -273,47 +278,35 @@ void OllamaAnswer::on_error(std::string& out) {
   if (stream_) out += json_text({{"error", error_}}) + "\n";
 }
 
-void OllamaAnswer::on_chunk(const json& c, std::string& out) {
-  const json& choice = c["choices"][0];
-  std::string content, thinking;
-  json calls = json::array(), logprobs = json::array();
-  if (choice.contains("text")) content = choice["text"];  // raw generate: the completions stream
-  if (choice.contains("delta")) {
-    const json& d = choice["delta"];
-    if (d.contains("content") && d["content"].is_string()) content = d["content"];
-    if (d.contains("reasoning_content") && d["reasoning_content"].is_string()) thinking = d["reasoning_content"];
-    if (d.contains("tool_calls"))
-      for (const auto& call : d["tool_calls"]) {
-        json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
-        calls.push_back({{"function", {{"name", call["function"]["name"]}, {"arguments", args.is_object() ? args : json::object()}}}});
-      }
+void OllamaAnswer::on_event(const ReplyEvent& e, std::string& out) {
+  const std::string& content = e.part.content;
+  const std::string& thinking = e.part.reasoning;
+  json calls = json::array();
+  for (const auto& call : e.part.calls) {
+    json args = json::parse(call.arguments, nullptr, false);
+    calls.push_back({{"function", {{"name", call.name}, {"arguments", args.is_object() ? args : json::object()}}}});
   }
-  if (choice.contains("logprobs") && choice["logprobs"].is_object()) {
-    const json& lp = choice["logprobs"];
-    if (lp.contains("content"))
-      for (const auto& e : lp["content"]) logprobs.push_back(e);
-    else if (lp.contains("tokens"))  // the completions shape
-      for (size_t k = 0; k < lp["tokens"].size(); k++)
-        logprobs.push_back({{"token", lp["tokens"][k]}, {"logprob", lp["token_logprobs"][k]}});
+  if (ids_.logprobs && e.engine.has_token) {  // Ollama's entries are the chat shape: token, logprob, bytes, top_logprobs
+    Logprobs lp(true);
+    lp.add(e.engine);
+    json entries = lp.result();
+    for (auto& entry : entries["content"]) logprobs_.push_back(std::move(entry));
   }
-  if (!choice.value("finish_reason", json()).is_null()) done_reason_ = choice["finish_reason"] == "length" ? "length" : "stop";
-  if (content.empty() && thinking.empty() && calls.empty()) return;
+  if (e.end()) done_reason_ = e.engine.finish_reason == "length" ? "length" : "stop";
+  if (content.empty() && thinking.empty() && calls.empty()) return;  // (its logprobs go with the next line)
   if (first_token_ == std::chrono::steady_clock::time_point{}) first_token_ = std::chrono::steady_clock::now();
   if (stream_) {
-    out += json_text(line(content, thinking, calls, logprobs)) + "\n";
+    out += json_text(line(content, thinking, calls, std::exchange(logprobs_, json::array()))) + "\n";
     return;
   }
   content_ += content;
   thinking_ += thinking;
   for (auto& call : calls) calls_.push_back(call);
-  for (auto& e : logprobs) logprobs_.push_back(e);
 }
 
 void OllamaAnswer::on_done(std::string& out) {
   if (stream_ && error_.empty()) out += json_text(final_line()) + "\n";
 }
-
-StreamStep OllamaAnswer::poll(std::string& out) { return read(out); }
 
 std::optional<HttpResponse> OllamaAnswer::poll() {
   std::string unused;

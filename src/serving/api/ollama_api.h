@@ -7,7 +7,7 @@
 // sampling options Kestrel does not implement are a 400 unless they ask for
 // their neutral value), `format` (json or a schema) as response_format,
 // `think` as the template's switch or reasoning effort. The answer is the
-// chat completion re-spoken as Ollama's NDJSON lines (stream: true, its
+// reply's events said as Ollama's NDJSON lines (stream: true, its
 // default) or one object, ending with done, done_reason and the counts and
 // durations Ollama reports (nanoseconds). Errors: {"error": "..."}.
 #include <chrono>
@@ -17,7 +17,7 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
-#include "serving/api/stream_transcoder.h"
+#include "serving/api/reply_events.h"
 
 namespace kestrel {
 
@@ -48,33 +48,35 @@ struct OllamaIds {
   std::string model;
   bool generate = false;  // answers carry `response` (and `thinking`) rather than `message`
   std::chrono::steady_clock::time_point arrival;
+  bool logprobs = false;  // each token's logprob (and alternatives) on the line that carries it
 };
 
-// The answer over the chat (or completions) stream: one NDJSON line per
-// chunk of text, thinking or tool calls, then the final line with the
-// counts and durations; whole, the same folded into one object.
-class OllamaAnswer : public BodyStream, public DeferredResponse, StreamTranscoder {
+// The answer from the reply's events: one NDJSON line per piece of text,
+// thinking or tool calls, then the final line with the counts and
+// durations; whole, the same folded into one object.
+class OllamaAnswer : public BodyStream, public DeferredResponse, ReplyReader {
  public:
-  OllamaAnswer(std::shared_ptr<BodyStream> chat, OllamaIds ids, bool stream)
-      : StreamTranscoder(std::move(chat)), ids_(std::move(ids)), stream_(stream) {}
-  void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
-  StreamStep poll(std::string& out) override;  // stream: true
-  std::optional<HttpResponse> poll() override;  // stream: false
-  void close(bool completed) override { chat_->close(completed); }
+  OllamaAnswer(std::shared_ptr<ReplyEvents> events, OllamaIds ids, bool stream)
+      : ReplyReader(std::move(events)), ids_(std::move(ids)), stream_(stream) {}
+  void on_ready(std::function<void()> ready) override { events_->on_ready(std::move(ready)); }
+  StreamStep poll(std::string& out) override { return read(out); }  // stream: true
+  std::optional<HttpResponse> poll() override;                        // stream: false
+  void close(bool) override { events_->close(); }
 
  private:
-  // Appends NDJSON lines (stream) or folds the chunk into the whole answer.
-  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  // Appends an NDJSON line (stream) or folds the event into the whole answer.
+  void on_event(const ReplyEvent& e, std::string& out) override;
   void on_error(std::string& out) override;
   void on_done(std::string& out) override;
   nlohmann::json line(const std::string& content, const std::string& thinking, const nlohmann::json& calls,
                       const nlohmann::json& logprobs) const;
-  nlohmann::json final_line() const;
+  nlohmann::json final_line();
 
   OllamaIds ids_;
   bool stream_;
   std::string content_, thinking_, done_reason_ = "stop";  // whole: the answer so far
-  nlohmann::json calls_ = nlohmann::json::array(), logprobs_ = nlohmann::json::array();
+  nlohmann::json calls_ = nlohmann::json::array();
+  nlohmann::json logprobs_ = nlohmann::json::array();  // not yet sent (stream), or all of them (whole)
   std::chrono::steady_clock::time_point first_token_{};
 };
 

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <set>
+#include <utility>
 
 #include "core/base64.h"
+#include "serving/api/completion_body.h"
 
 namespace kestrel {
 
@@ -324,12 +326,14 @@ json ResponsesAnswer::response(const char* status) const {
     if (key != "model") r[key] = value;
   if (std::string(status) == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   if (!error_.empty()) r["error"] = {{"code", "server_error"}, {"message", error_}};
-  if (std::string(status) != "in_progress")
-    r["usage"] = {{"input_tokens", usage_.prompt},
-                  {"input_tokens_details", {{"cached_tokens", usage_.cached}}},
-                  {"output_tokens", usage_.completion},
+  if (std::string(status) != "in_progress") {
+    const ReplyUsage u = usage();
+    r["usage"] = {{"input_tokens", u.prompt},
+                  {"input_tokens_details", {{"cached_tokens", u.cached}}},
+                  {"output_tokens", u.completion},
                   {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens_}}},
-                  {"total_tokens", usage_.prompt + usage_.completion}};
+                  {"total_tokens", u.prompt + u.completion}};
+  }
   return r;
 }
 
@@ -383,6 +387,7 @@ void ResponsesAnswer::close_item(std::string& out) {
     event("response.content_part.done", {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}}, out);
     item_["content"] = json::array({part});
     item_["status"] = "completed";
+    logprobs_ = json::array();
   } else {
     event("response.function_call_arguments.done",
           {{"item_id", id}, {"output_index", index}, {"name", item_["name"]}, {"arguments", text_}}, out);
@@ -396,48 +401,49 @@ void ResponsesAnswer::close_item(std::string& out) {
   text_.clear();
 }
 
-void ResponsesAnswer::on_chunk(const json& c, std::string& out) {
-  const json& choice = c["choices"][0];
-  const json delta = choice.value("delta", json::object());
+void ResponsesAnswer::on_event(const ReplyEvent& e, std::string& out) {
   auto index = [&] { return output_.size(); };
-  if (delta.contains("reasoning_content") && delta["reasoning_content"].is_string() &&
-      !delta["reasoning_content"].get<std::string>().empty()) {
+  if (ids_.logprobs && e.engine.has_token) {  // entries in the chat shape, as output_text.logprobs carries them
+    Logprobs lp(true);
+    lp.add(e.engine);
+    json entries = lp.result();
+    for (auto& entry : entries["content"]) pending_logprobs_.push_back(std::move(entry));
+  }
+  if (!e.part.reasoning.empty()) {
+    if (e.part.content.empty()) pending_logprobs_ = json::array();  // the reasoning's tokens, not the message's
     open_item("reasoning", out);
-    const std::string d = delta["reasoning_content"];
+    text_ += e.part.reasoning;
+    event("response.reasoning_text.delta",
+          {{"item_id", item_["id"]}, {"output_index", index()}, {"content_index", 0}, {"delta", e.part.reasoning}}, out);
+  }
+  std::string d = e.part.content;
+  // Whitespace alone does not start a message (around a call it is the template's layout); it waits.
+  if (item_kind_ != "message" && d.find_first_not_of(" \n\r\t") == std::string::npos) {
+    pending_ws_ += d;
+    d.clear();
+  }
+  if (!d.empty()) {
+    open_item("message", out);
+    d = std::exchange(pending_ws_, {}) + d;
     text_ += d;
-    event("response.reasoning_text.delta", {{"item_id", item_["id"]}, {"output_index", index()}, {"content_index", 0}, {"delta", d}}, out);
+    const json lp = std::exchange(pending_logprobs_, json::array());
+    for (const auto& entry : lp) logprobs_.push_back(entry);
+    event("response.output_text.delta",
+          {{"item_id", item_["id"]}, {"output_index", index()}, {"content_index", 0}, {"delta", d}, {"logprobs", lp}}, out);
   }
-  if (delta.contains("content") && delta["content"].is_string()) {
-    std::string d = delta["content"];
-    // Whitespace alone does not start a message (around a call it is the template's layout); it waits.
-    if (item_kind_ != "message" && d.find_first_not_of(" \n\r\t") == std::string::npos) {
-      pending_ws_ += d;
-      d.clear();
-    }
-    if (!d.empty()) {
-      open_item("message", out);
-      d = std::exchange(pending_ws_, {}) + d;
-      text_ += d;
-      json lp = json::array();
-      if (ids_.logprobs && choice.contains("logprobs") && choice["logprobs"].is_object())
-        for (const auto& e : choice["logprobs"]["content"]) {
-          lp.push_back(e);
-          logprobs_.push_back(e);
-        }
-      event("response.output_text.delta",
-            {{"item_id", item_["id"]}, {"output_index", index()}, {"content_index", 0}, {"delta", d}, {"logprobs", lp}}, out);
-    }
+  for (const auto& call : e.part.calls) {
+    pending_logprobs_ = json::array();
+    open_item("function_call", out,
+              {{"id", call.id}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    text_ = call.arguments;
+    event("response.function_call_arguments.delta", {{"item_id", item_["id"]}, {"output_index", index()}, {"delta", text_}}, out);
   }
-  if (delta.contains("tool_calls"))
-    for (const auto& call : delta["tool_calls"]) {
-      open_item("function_call", out, call);
-      text_ = call["function"]["arguments"];
-      event("response.function_call_arguments.delta", {{"item_id", item_["id"]}, {"output_index", index()}, {"delta", text_}}, out);
-    }
-  if (!choice.value("finish_reason", json()).is_null()) finish_reason_ = choice["finish_reason"];
+  if (e.end()) finish_reason_ = e.engine.finish_reason;
 }
 
 void ResponsesAnswer::on_done(std::string& out) {
+  if (item_kind_ == "message")  // tokens held back to the end belong to the message they ended
+    for (auto& entry : std::exchange(pending_logprobs_, json::array())) logprobs_.push_back(std::move(entry));
   close_item(out);
   const char* status = !error_.empty() ? "failed" : finish_reason_ == "length" ? "incomplete" : "completed";
   const json r = response(status);

@@ -5,7 +5,7 @@
 // its flat function `tools` the chat's, `text.format` a response_format,
 // `reasoning.effort` the template's effort (or, for a template with only a
 // thinking switch, off for "none"/"minimal"), `max_output_tokens` max_tokens.
-// The answer is the chat stream re-spoken as a response object of output
+// The answer is the reply's events said as a response object of output
 // items (reasoning, message, function_call) or its event stream
 // (response.created ... response.completed). A response is kept (unless
 // `store: false`) in a bounded in-memory store, so a later request's
@@ -23,7 +23,7 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
-#include "serving/api/stream_transcoder.h"
+#include "serving/api/reply_events.h"
 
 namespace kestrel {
 
@@ -69,20 +69,20 @@ struct ResponsesIds {
   std::function<int64_t(const std::string&)> count_tokens;  // the reasoning's tokens, for usage
 };
 
-// The answer over the chat stream: the event stream (stream: true) or the
-// response object once it is complete; either way stored when asked.
-class ResponsesAnswer : public BodyStream, public DeferredResponse, StreamTranscoder {
+// The answer from the reply's events: the event stream (stream: true) or
+// the response object once it is complete; either way stored when asked.
+class ResponsesAnswer : public BodyStream, public DeferredResponse, ReplyReader {
  public:
-  ResponsesAnswer(std::shared_ptr<BodyStream> chat, ResponsesIds ids, bool stream, ResponseStore& store)
-      : StreamTranscoder(std::move(chat)), ids_(std::move(ids)), stream_(stream), store_(store) {}
-  void on_ready(std::function<void()> ready) override { chat_->on_ready(std::move(ready)); }
+  ResponsesAnswer(std::shared_ptr<ReplyEvents> events, ResponsesIds ids, bool stream, ResponseStore& store)
+      : ReplyReader(std::move(events)), ids_(std::move(ids)), stream_(stream), store_(store) {}
+  void on_ready(std::function<void()> ready) override { events_->on_ready(std::move(ready)); }
   StreamStep poll(std::string& out) override;
   std::optional<HttpResponse> poll() override;
-  void close(bool completed) override { chat_->close(completed); }
+  void close(bool) override { events_->close(); }
 
  private:
   StreamStep step(std::string& out);
-  void on_chunk(const nlohmann::json& c, std::string& out) override;
+  void on_event(const ReplyEvent& e, std::string& out) override;
   void on_done(std::string& out) override;
   void event(const char* type, nlohmann::json data, std::string& out);
   // Output items: the one being written, opened and closed as the kind of text changes.
@@ -100,7 +100,8 @@ class ResponsesAnswer : public BodyStream, public DeferredResponse, StreamTransc
   nlohmann::json item_;                              // the open item (null: none)
   std::string item_kind_;                            // "reasoning", "message", "function_call"
   std::string text_;                                 // the open item's text so far
-  nlohmann::json logprobs_ = nlohmann::json::array();
+  nlohmann::json logprobs_ = nlohmann::json::array();          // the open message item's
+  nlohmann::json pending_logprobs_ = nlohmann::json::array();  // tokens whose text is not yet out (held back, whitespace)
   std::string finish_reason_ = "stop";
   int64_t reasoning_tokens_ = 0;
   int items_ = 0;

@@ -23,18 +23,16 @@ namespace kestrel {
 using json = nlohmann::json;
 
 namespace {
-// An answer another API makes from the OpenAI stream: streamed as it comes, or whole once it ends.
+// An answer streamed as it comes, or whole once it ends.
 template <class Answer>
 void answer_with(HttpResponse& r, std::shared_ptr<Answer> answer, bool stream,
                  const char* content_type = "text/event-stream") {
-  r.stream = nullptr;
-  r.later = nullptr;
   if (stream) {
     r.content_type = content_type;
+    r.headers.emplace_back("Cache-Control", "no-cache");
     r.stream = std::move(answer);
   } else {
     r.content_type = "application/json";
-    r.headers.clear();  // (the event stream's Cache-Control)
     r.later = std::move(answer);
   }
 }
@@ -280,35 +278,43 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
   if (chat && (split || p.tool_format != ToolCallFormat::None))
     reply.emplace(split ? std::optional<bool>(p.reasoning_opened) : std::nullopt, p.tool_format, p.parallel_tool_calls,
                   c_.chat_template->reasoning_tags());
-  if (p.stream) {
-    r.content_type = "text/event-stream";
-    r.headers.emplace_back("Cache-Control", "no-cache");
-    r.stream = std::make_shared<CompletionStream>(chs, ids, want_logprobs, p.include_usage_chunk, on_end, reply);
-  } else {
-    r.later = std::make_shared<WholeCompletion>(chs, ids, want_logprobs, on_end, reply);
-  }
-  if (api == Api::OllamaChat || api == Api::OllamaGenerate) {
-    answer_with(r,
-                std::make_shared<OllamaAnswer>(r.stream, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival},
-                                               p.answer_stream),
-                p.answer_stream, "application/x-ndjson");
-  }
-  if (api == Api::Infill) {
-    const InfillRequest& ir = prepared.infill;
-    answer_with(r, std::make_shared<InfillAnswer>(r.stream, InfillIds{p.model, ir.extra_dropped, ir.prompt_text}, ir.stream),
-                ir.stream);
-  }
-  if (api == Api::Responses) {
-    const ResponsesRequest& rr = prepared.responses;
-    const Tokenizer* tok = engine_.engine().tokenizer.get();
-    ResponsesIds rids{fmt::format("resp_{}", id), p.model, unix_seconds(), rr.echo, rr.conversation, rr.store, rr.logprobs,
-                      [tok](const std::string& text) { return static_cast<int64_t>(tok->encode(text, false, false).size()); }};
-    answer_with(r, std::make_shared<ResponsesAnswer>(r.stream, std::move(rids), rr.stream, responses_), rr.stream);
-  }
-  if (api == Api::Messages) {
-    const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size())};
-    if (r.stream) r.stream = std::make_shared<AnthropicStream>(r.stream, aids);
-    if (r.later) r.later = std::make_shared<AnthropicWhole>(r.later, aids);
+  // One reply, as typed events, whichever API asked: each front only says them in its own shape.
+  auto events = std::make_shared<ReplyEvents>(std::move(chs), std::move(reply), on_end);
+  switch (api) {
+    case Api::OllamaChat:
+    case Api::OllamaGenerate:
+      answer_with(r,
+                  std::make_shared<OllamaAnswer>(
+                      events, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival, want_logprobs}, p.answer_stream),
+                  p.answer_stream, "application/x-ndjson");
+      break;
+    case Api::Infill: {
+      const InfillRequest& ir = prepared.infill;
+      answer_with(r, std::make_shared<InfillAnswer>(events, InfillIds{p.model, ir.extra_dropped, ir.prompt_text}, ir.stream),
+                  ir.stream);
+      break;
+    }
+    case Api::Responses: {
+      const ResponsesRequest& rr = prepared.responses;
+      const Tokenizer* tok = engine_.engine().tokenizer.get();
+      ResponsesIds rids{fmt::format("resp_{}", id), p.model, unix_seconds(), rr.echo, rr.conversation, rr.store, rr.logprobs,
+                        [tok](const std::string& text) { return static_cast<int64_t>(tok->encode(text, false, false).size()); }};
+      answer_with(r, std::make_shared<ResponsesAnswer>(events, std::move(rids), rr.stream, responses_), rr.stream);
+      break;
+    }
+    case Api::Messages: {
+      const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size())};
+      answer_with(r, std::make_shared<AnthropicAnswer>(events, aids, p.stream), p.stream);
+      break;
+    }
+    default:  // OpenAI's completions and chat
+      if (p.stream) {
+        r.content_type = "text/event-stream";
+        r.headers.emplace_back("Cache-Control", "no-cache");
+        r.stream = std::make_shared<CompletionStream>(events, ids, want_logprobs, p.include_usage_chunk);
+      } else {
+        r.later = std::make_shared<WholeCompletion>(events, ids, want_logprobs);
+      }
   }
   return r;
 }
