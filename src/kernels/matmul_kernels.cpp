@@ -172,145 +172,221 @@ void rows_packed(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1,
 
 const char* float_name(GgmlType t) { return t == GgmlType::F32 ? "f32" : t == GgmlType::F16 ? "f16" : "bf16"; }
 
+// ---- Kernel kinds ----
+//
+// One row per kind of kernel: the weight types it multiplies and how it fills a type's entry from an ISA level's
+// kernel families — or declines, where the level lacks the unit it needs. For each type the first row that fills
+// an entry is the one that runs, so a faster kind comes before the one it replaces. A new kernel kind is a row
+// here (and its files); nothing else decides which kernel a type gets.
+
+// An ISA level's kernel families (null: the level has none of that kind).
+struct Families {
+  const DotKernels& dots;
+  const char* dot_isa;
+  const KQuantDots& kquant;
+  const QDotTable& qdots;
+  const Int8Tiles* int8;
+  const Bf16Tiles* bf16;
+  const FloatTiles* floats;
+  const PackedGemm* packed;
+  const PackedGemm* packed_tiles;
+};
+
+struct KernelKind {
+  bool repacked;  // for weights the backend repacked at load
+  // The types the kind multiplies on this level (`plain`: the entries made so far for weights as they are).
+  std::vector<GgmlType> (*types)(const Families& f, const std::vector<MatmulKernel>& plain);
+  // Fills k (type and dots set) for type t; false where this level lacks the kind.
+  bool (*fill)(MatmulKernel& k, const Families& f);
+};
+
+std::vector<GgmlType> float_types(const Families&, const std::vector<MatmulKernel>&) {
+  return {GgmlType::F32, GgmlType::F16};
+}
+std::vector<GgmlType> bf16_type(const Families&, const std::vector<MatmulKernel>&) { return {GgmlType::BF16}; }
+std::vector<GgmlType> q8_types(const Families&, const std::vector<MatmulKernel>&) {
+  return {GgmlType::Q8_0, GgmlType::Q4_0};
+}
+std::vector<GgmlType> kquant_types(const Families&, const std::vector<MatmulKernel>&) {
+  return {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::KESTREL_FP8_E4M3};
+}
+std::vector<GgmlType> qdot_types(const Families& f, const std::vector<MatmulKernel>&) {
+  std::vector<GgmlType> out;
+  for (const QTypeDots& d : f.qdots.dots) out.push_back(d.type);
+  return out;
+}
+// Every type with a plain entry whose blocks packed_q8.h can repack.
+std::vector<GgmlType> packable_types(const Families&, const std::vector<MatmulKernel>& plain) {
+  std::vector<GgmlType> out;
+  for (const MatmulKernel& k : plain)
+    if (has_packed_kind(k.type)) out.push_back(k.type);
+  return out;
+}
+
+// BF16 against bf16-rounded activations, as llama.cpp rounds them on every CPU (its vec_dot_type): the bf16 tiles
+// where the CPU has the bf16 dot (every batch size)...
+bool fill_bf16_tiles(MatmulKernel& k, const Families& f) {
+  if (!f.bf16) return false;
+  k.prep = ActPrep::Bf16;
+  k.bf16 = f.bf16;
+  k.one = k.many = rows_bf16_tiles;
+  k.granule_one = k.granule_many = 4;
+  k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps, 1 token and routed experts in ggml's "
+                       "row-dot order (4 rows x 3 tokens), other batches in its gemm's (4 rows x 6 tokens) ({})",
+                       f.bf16->isa);
+  return true;
+}
+
+// ...else in f32 FMAs of the two widened (the products are exact in f32), in llama.cpp's orders: with
+// activations rounded to 8 bits of mantissa, a summation order of its own flips roundings downstream (the BF16
+// compat cells of Gemma 2 and Qwen3-MoE left llama.cpp's ids with the f32 tiles for batches). The scalar level
+// keeps the row dot for everything (ggml's GEMM needs SIMD).
+bool fill_bf16_rounded(MatmulKernel& k, const Families& f) {
+  k.prep = ActPrep::Bf16Rounded;
+  k.one = k.many = rows_float_dot;
+  k.name = fmt::format("bf16 x f32 rounded to bf16: fma row dot in ggml's order ({})", f.dot_isa);
+  if (f.floats && f.floats->bf16_in_dot_order && f.floats->isa == std::string_view(f.dot_isa)) {
+    // Batches: the row dot's outputs with a widened weight vector serving three tokens, or the GEMM's.
+    k.floats = f.floats;
+    k.many = rows_bf16_batches;
+    k.granule_many = 4;
+    k.name = fmt::format("bf16 x f32 rounded to bf16: fma, 1 token and routed experts in ggml's row-dot order, "
+                         "other batches in its gemm's (4 rows x 3 tokens) ({})",
+                         f.floats->isa);
+  }
+  return true;
+}
+
+// F32 and F16 (activations rounded through fp16, ggml's pairing): row dots for one token, f32-FMA tiles for
+// batches where the level has them...
+bool fill_float_tiles(MatmulKernel& k, const Families& f) {
+  if (!f.floats) return false;
+  k.prep = k.type == GgmlType::F16 ? ActPrep::F16Rounded : ActPrep::Float;
+  k.one = rows_float_dot;
+  k.floats = f.floats;
+  k.many = rows_float_tiles;
+  k.granule_many = 4;
+  k.name = fmt::format("{} x f32 fma: row dot for 1 token, routed experts and odd shapes, tiled gemm in ggml's "
+                       "order for other batches ({})",
+                       float_name(k.type), f.floats->isa);
+  return true;
+}
+
+// ...else the row dot for every batch.
+bool fill_float_dot(MatmulKernel& k, const Families& f) {
+  k.prep = k.type == GgmlType::F16 ? ActPrep::F16Rounded : ActPrep::Float;
+  k.one = k.many = rows_float_dot;
+  k.name = fmt::format("{} x f32 fma row dot ({})", float_name(k.type), f.dot_isa);
+  return true;
+}
+
+const char* q8_weight_name(GgmlType t) { return t == GgmlType::Q8_0 ? "q8_0" : "q4_0"; }
+
+// Q8_0 and Q4_0 in the file's layout: row dots (bit-identical to llama.cpp) for one token, int8 8x4 tiles for
+// batches with AVX-512 VNNI...
+bool fill_q8_tiles(MatmulKernel& k, const Families& f) {
+  if (!f.int8) return false;
+  k.prep = ActPrep::Quantized;
+  k.act = ActFormat::Q8_0;
+  k.quantize = quantize_q8_0_dots;
+  k.one = rows_q8_dot;
+  k.int8 = f.int8;
+  k.lane_sums = true;
+  k.many = rows_q8_tiles;
+  k.granule_many = 8;
+  k.name = fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches ({})",
+                       q8_weight_name(k.type), f.int8->isa);
+  return true;
+}
+
+// ...else the row dot for every batch.
+bool fill_q8_dot(MatmulKernel& k, const Families& f) {
+  k.prep = ActPrep::Quantized;
+  k.act = ActFormat::Q8_0;
+  k.quantize = quantize_q8_0_dots;
+  k.one = k.many = rows_q8_dot;
+  k.name = fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", q8_weight_name(k.type), f.dot_isa);
+  return true;
+}
+
+// The k-quants against Q8_K activations, FP8 against float ones.
+bool fill_kquant(MatmulKernel& k, const Families& f) {
+  k.kquant = &f.kquant;
+  k.one = k.many = rows_kquant;
+  if (k.type == GgmlType::KESTREL_FP8_E4M3) {
+    k.prep = ActPrep::Float;
+    k.name = fmt::format("fp8 e4m3 (as fp16) x f32 row dot ({})", f.kquant.isa);
+    return true;
+  }
+  k.prep = ActPrep::Quantized;
+  k.act = activation_format(k.type);
+  k.quantize = quantize_act;
+  k.name = fmt::format("{} x q8_K integer row dot ({})", type_name(k.type), f.kquant.isa);
+  return true;
+}
+
+// The other block formats: one row dot for T tokens against the format ggml pairs with each.
+bool fill_qdot(MatmulKernel& k, const Families& f) {
+  const QTypeDots* d = nullptr;
+  for (const QTypeDots& q : f.qdots.dots)
+    if (q.type == k.type) d = &q;
+  if (!d) return false;
+  k.prep = ActPrep::Quantized;
+  k.act = activation_format(k.type);
+  k.quantize = quantize_act;
+  k.qdot = d;
+  k.qdot_tokens = f.qdots.tokens;
+  k.one = k.many = rows_qdot;
+  k.name = fmt::format("{} x {} integer row dot, {} tokens per pass for batches ({})", type_name(k.type),
+                       activation_format_name(k.act), f.qdots.tokens, f.qdots.isa);
+  return true;
+}
+
+// Repacked at load (packed_q8.h): 16-row groups, every batch size; the tile unit's kernel (AMX) from the
+// measured crossover on.
+bool fill_packed(MatmulKernel& k, const Families& f) {
+  if (!f.packed) return false;
+  k.prep = ActPrep::Packed;
+  k.act = activation_format(k.type);
+  // Q8_0 and Q4_0 take the dot table's quantizer, as their unpacked rows do.
+  k.quantize = k.type == GgmlType::Q8_0 || k.type == GgmlType::Q4_0 ? quantize_q8_0_dots : quantize_act;
+  k.packed = f.packed;
+  k.packed_tiles = f.packed_tiles;
+  k.one = k.many = rows_packed;
+  k.granule_one = k.granule_many = PackedWeight::kRowsPerGroup;
+  // The k-quants' kernel (integer sub-block scales) has its own blocking.
+  const bool k_quant = traits(k.type).block_size == 256 && k.type != GgmlType::IQ4_XS;
+  k.name = fmt::format("{} repacked in 16-row groups x {}: {} ({})", type_name(k.type), activation_format_name(k.act),
+                       k_quant ? f.packed->k_quants : f.packed->blocks, f.packed->isa);
+  if (f.packed_tiles)
+    k.name += fmt::format("; from tuning's tile_min_tokens on: {} ({})",
+                          k_quant ? f.packed_tiles->k_quants : f.packed_tiles->blocks, f.packed_tiles->isa);
+  return true;
+}
+
+// In order of preference per type (the repacked row last: it reads the plain entries).
+constexpr KernelKind kKinds[] = {
+    {false, bf16_type, fill_bf16_tiles},   {false, bf16_type, fill_bf16_rounded}, {false, float_types, fill_float_tiles},
+    {false, float_types, fill_float_dot},  {false, q8_types, fill_q8_tiles},      {false, q8_types, fill_q8_dot},
+    {false, kquant_types, fill_kquant},    {false, qdot_types, fill_qdot},        {true, packable_types, fill_packed},
+};
+
 }  // namespace
 
 MatmulKernels::MatmulKernels(IsaLevel isa) : isa_(isa), dots_(dot_kernels_for(isa)) {
-  const char* dot_isa = isa_name(dots_.isa);
-  const KQuantDots& kquant = kquant_dots_for(isa);
-  const QDotTable& qdots = qdots_for(isa);
-  const Int8Tiles* int8 = int8_tiles(isa);
-  const Bf16Tiles* bf16 = bf16_tiles(isa);
-  const FloatTiles* floats = float_tiles(isa);
-  const PackedGemm* packed = packed_gemm(isa);
-  const PackedGemm* packed_tiles = packed_tile_gemm(isa);
-  auto entry = [&](GgmlType t) {
-    MatmulKernel k;
-    k.type = t;
-    k.dots = &dots_;
-    return k;
-  };
-
-  // Float weights: row dots for one token, f32-FMA tiles for batches where
-  // the ISA has them; BF16 always against bf16-rounded activations, as
-  // llama.cpp rounds them on every CPU (its vec_dot_type): with the bf16 dot
-  // where the CPU has it (every batch size), else in f32 FMAs of the two
-  // widened (the products are exact in f32).
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
-    MatmulKernel k = entry(t);
-    k.prep = t == GgmlType::F16 ? ActPrep::F16Rounded : ActPrep::Float;
-    k.one = k.many = rows_float_dot;
-    if (t == GgmlType::BF16 && bf16) {
-      k.prep = ActPrep::Bf16;
-      k.bf16 = bf16;
-      k.one = k.many = rows_bf16_tiles;
-      k.granule_one = k.granule_many = 4;
-      k.name = fmt::format("bf16 x bf16 (activations rounded): vdpbf16ps, 1 token and routed experts in ggml's "
-                           "row-dot order (4 rows x 3 tokens), other batches in its gemm's (4 rows x 6 tokens) ({})",
-                           bf16->isa);
-    } else if (t == GgmlType::BF16) {
-      // llama.cpp's orders: with activations rounded to 8 bits of mantissa, a summation order of its own
-      // flips roundings downstream (the BF16 compat cells of Gemma 2 and Qwen3-MoE left llama.cpp's ids with
-      // the f32 tiles for batches). The scalar level keeps the row dot for everything (ggml's GEMM needs SIMD).
-      k.prep = ActPrep::Bf16Rounded;
-      k.name = fmt::format("bf16 x f32 rounded to bf16: fma row dot in ggml's order ({})", dot_isa);
-      if (floats && floats->bf16_in_dot_order && floats->isa == std::string_view(dot_isa)) {
-        // Batches: the row dot's outputs with a widened weight vector serving three tokens, or the GEMM's.
-        k.floats = floats;
-        k.many = rows_bf16_batches;
-        k.granule_many = 4;
-        k.name = fmt::format("bf16 x f32 rounded to bf16: fma, 1 token and routed experts in ggml's row-dot order, "
-                             "other batches in its gemm's (4 rows x 3 tokens) ({})",
-                             floats->isa);
-      }
-    } else if (floats) {
-      k.floats = floats;
-      k.many = rows_float_tiles;
-      k.granule_many = 4;
-      k.name = fmt::format("{} x f32 fma: row dot for 1 token, routed experts and odd shapes, tiled gemm in ggml's "
-                           "order for other batches ({})",
-                           float_name(t), floats->isa);
-    } else {
-      k.name = fmt::format("{} x f32 fma row dot ({})", float_name(t), dot_isa);
+  const Families f{dots_,           isa_name(dots_.isa), kquant_dots_for(isa), qdots_for(isa),          int8_tiles(isa),
+                   bf16_tiles(isa), float_tiles(isa),    packed_gemm(isa),     packed_tile_gemm(isa)};
+  for (const KernelKind& kind : kKinds) {
+    const std::vector<MatmulKernel> plain = entries_;
+    for (GgmlType t : kind.types(f, plain)) {
+      if (find(t, kind.repacked)) continue;  // an earlier row's kernel runs it
+      MatmulKernel k;
+      k.type = t;
+      k.repacked = kind.repacked;
+      k.dots = &dots_;
+      if (kind.fill(k, f)) entries_.push_back(std::move(k));
     }
-    entries_.push_back(k);
   }
-
-  // Q8_0 and Q4_0 in the file's layout: row dots (bit-identical to
-  // llama.cpp), int8 8x4 tiles for batches with AVX-512 VNNI.
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
-    MatmulKernel k = entry(t);
-    k.prep = ActPrep::Quantized;
-    k.act = ActFormat::Q8_0;
-    k.quantize = quantize_q8_0_dots;
-    k.one = k.many = rows_q8_dot;
-    const char* w = t == GgmlType::Q8_0 ? "q8_0" : "q4_0";
-    if (int8) {
-      k.int8 = int8;
-      k.lane_sums = true;
-      k.many = rows_q8_tiles;
-      k.granule_many = 8;
-      k.name = fmt::format("{} x q8_0: vpdpbusd row dot for 1 token, tiled 8x4 int8 gemm for batches ({})", w, int8->isa);
-    } else {
-      k.name = fmt::format("{} x q8_0 int8 row dot, activations quantized per row ({})", w, dot_isa);
-    }
-    entries_.push_back(k);
-  }
-
-  // The k-quants against Q8_K activations, FP8 against float ones.
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::KESTREL_FP8_E4M3}) {
-    MatmulKernel k = entry(t);
-    k.kquant = &kquant;
-    k.one = k.many = rows_kquant;
-    if (t == GgmlType::KESTREL_FP8_E4M3) {
-      k.prep = ActPrep::Float;
-      k.name = fmt::format("fp8 e4m3 (as fp16) x f32 row dot ({})", kquant.isa);
-    } else {
-      k.prep = ActPrep::Quantized;
-      k.act = activation_format(t);
-      k.quantize = quantize_act;
-      k.name = fmt::format("{} x q8_K integer row dot ({})", type_name(t), kquant.isa);
-    }
-    entries_.push_back(k);
-  }
-
-  // The other block formats: one row dot for T tokens against the format ggml pairs with each.
-  for (const QTypeDots& d : qdots.dots) {
-    if (find(d.type)) continue;
-    MatmulKernel k = entry(d.type);
-    k.prep = ActPrep::Quantized;
-    k.act = activation_format(d.type);
-    k.quantize = quantize_act;
-    k.qdot = &d;
-    k.qdot_tokens = qdots.tokens;
-    k.one = k.many = rows_qdot;
-    k.name = fmt::format("{} x {} integer row dot, {} tokens per pass for batches ({})", type_name(d.type),
-                         activation_format_name(k.act), qdots.tokens, qdots.isa);
-    entries_.push_back(k);
-  }
-
-  // Repacked at load (packed_q8.h): 16-row groups, every batch size.
-  if (packed)
-    for (const MatmulKernel& plain : std::vector<MatmulKernel>(entries_)) {
-      if (!has_packed_kind(plain.type)) continue;
-      MatmulKernel k = entry(plain.type);
-      k.repacked = true;
-      k.prep = ActPrep::Packed;
-      k.act = activation_format(plain.type);
-      // Q8_0 and Q4_0 take the dot table's quantizer, as their unpacked rows do.
-      k.quantize = plain.type == GgmlType::Q8_0 || plain.type == GgmlType::Q4_0 ? quantize_q8_0_dots : quantize_act;
-      k.packed = packed;
-      k.packed_tiles = packed_tiles;
-      k.one = k.many = rows_packed;
-      k.granule_one = k.granule_many = PackedWeight::kRowsPerGroup;
-      // The k-quants' kernel (integer sub-block scales) has its own blocking.
-      const bool k_quant = traits(plain.type).block_size == 256 && plain.type != GgmlType::IQ4_XS;
-      k.name = fmt::format("{} repacked in 16-row groups x {}: {} ({})", type_name(plain.type),
-                           activation_format_name(k.act), k_quant ? packed->k_quants : packed->blocks, packed->isa);
-      if (packed_tiles)
-        k.name += fmt::format("; from tuning's tile_min_tokens on: {} ({})",
-                              k_quant ? packed_tiles->k_quants : packed_tiles->blocks, packed_tiles->isa);
-      entries_.push_back(k);
-    }
 }
 
 const MatmulKernel* MatmulKernels::find(GgmlType t, bool repacked) const {

@@ -5,10 +5,13 @@
 // one for a batch, their work-unit heights, and the name `kestrel hw` prints.
 // The table is built once per ISA level from the kernel families' own
 // tables (isa_dispatch.h: dot.h, kquant_dot.h, qdot.h, the AVX-512 tiles of
-// gemm_q8.h, gemm_bf16.h, gemm_float.h, packed_q8.h), so Matmul asks it and
-// checks no ISA itself. A type without an entry has no kernel on this CPU:
-// the backend refuses such a weight at load, naming it, the type and the ISA.
-// A new kernel kind (AVX2 or AMX GEMMs) is a new entry and its files.
+// gemm_q8.h, gemm_bf16.h, gemm_float.h, packed_q8.h) by the rows of one
+// list of kernel kinds (matmul_kernels.cpp: the types a kind multiplies and
+// how it fills their entry, in order of preference; the first a level has
+// runs), so Matmul asks it and checks no ISA itself. A type without an entry
+// has no kernel on this CPU: the backend refuses such a weight at load,
+// naming it, the type and the ISA. A new kernel kind (AVX2 or AMX GEMMs) is
+// a new row and its files.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -66,6 +66,38 @@ TEST(MatmulKernels, EveryLevelHasAnEntryPerComputableTypeWithinItsIsa) {
   }
 }
 
+// The kernel kinds are rows in order of preference: a type gets the fastest kind its level has, and the one it
+// replaces only where the level lacks that unit.
+TEST(MatmulKernels, ATypeRunsTheFirstKernelKindItsLevelHas) {
+  for (IsaLevel isa : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512, IsaLevel::Amx}) {
+    if (static_cast<int>(isa) > static_cast<int>(selected_isa())) continue;
+    const MatmulKernels& k = matmul_kernels_for(isa);
+    const MatmulKernel& bf16 = *k.find(GgmlType::BF16);
+    EXPECT_EQ(bf16.prep, bf16_tiles(isa) ? ActPrep::Bf16 : ActPrep::Bf16Rounded) << isa_name(isa);
+    EXPECT_EQ(bf16.bf16, bf16_tiles(isa)) << isa_name(isa);
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
+      EXPECT_EQ(k.find(t)->floats, float_tiles(isa)) << type_name(t) << " at " << isa_name(isa);
+      EXPECT_EQ(k.find(t)->granule_many, float_tiles(isa) ? 4 : 1) << type_name(t) << " at " << isa_name(isa);
+    }
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+      EXPECT_EQ(k.find(t)->int8, int8_tiles(isa)) << type_name(t) << " at " << isa_name(isa);
+      EXPECT_EQ(k.find(t)->lane_sums, int8_tiles(isa) != nullptr) << type_name(t) << " at " << isa_name(isa);
+    }
+    // Q4_K, Q5_K and Q6_K take the k-quant kernels, not the general block-format row.
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+      EXPECT_NE(k.find(t)->kquant, nullptr) << type_name(t) << " at " << isa_name(isa);
+      EXPECT_EQ(k.find(t)->qdot, nullptr) << type_name(t) << " at " << isa_name(isa);
+    }
+    // A repacked entry for every plain one whose blocks can be packed, where the level packs.
+    for (GgmlType t : kComputable)
+      if (const MatmulKernel* r = k.find(t, true)) {
+        EXPECT_EQ(r->prep, ActPrep::Packed);
+        EXPECT_EQ(r->packed, packed_gemm(isa));
+        EXPECT_EQ(r->packed_tiles, packed_tile_gemm(isa));
+      }
+  }
+}
+
 TEST(MatmulKernels, AWeightWithoutAKernelIsRefusedAtLoadNamingTypeAndIsa) {
   std::vector<uint8_t> bytes(4096);
   const Weight w{"blk.0.attn_q.weight", GgmlType::TQ1_0, {256, 4}, bytes.data(), bytes.size(), {}};
