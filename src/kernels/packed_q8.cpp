@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "core/error.h"
@@ -19,25 +20,7 @@
 
 namespace kestrel {
 
-// The packed kind of a weight format, if it has one.
-static std::optional<PackedKind> packed_kind_of(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q8_0: return PackedKind::Q8_0;
-    case GgmlType::Q4_0: return PackedKind::Q4_0;
-    case GgmlType::Q4_1: return PackedKind::Q4_1;
-    case GgmlType::Q5_0: return PackedKind::Q5_0;
-    case GgmlType::Q5_1: return PackedKind::Q5_1;
-    case GgmlType::IQ4_NL: return PackedKind::IQ4_NL;
-    case GgmlType::MXFP4: return PackedKind::MXFP4;
-    case GgmlType::IQ4_XS: return PackedKind::IQ4_XS;
-    case GgmlType::Q2_K: return PackedKind::Q2_K;
-    case GgmlType::Q3_K: return PackedKind::Q3_K;
-    case GgmlType::Q4_K: return PackedKind::Q4_K;
-    case GgmlType::Q5_K: return PackedKind::Q5_K;
-    case GgmlType::Q6_K: return PackedKind::Q6_K;
-    default: return std::nullopt;
-  }
-}
+static std::optional<PackedKind> packed_kind_of(GgmlType t);
 
 static bool is_matrix_of_blocks(const Weight& w) {
   return w.ne.size() == 2 && w.cols() % traits(w.type).block_size == 0 && w.cols() % kQK8_0 == 0 && w.rows() > 0 &&
@@ -124,160 +107,222 @@ static uint32_t reorder_fifth_bits(uint32_t qh) {
   return out;
 }
 
-// Block b of a row into lane i of its packed group g.
-static void pack_block(const PackedWeight& p, const uint8_t* row, int64_t g, int64_t b, int i) {
-  constexpr int G = PackedWeight::kRowsPerGroup;
-  uint8_t* dst = const_cast<uint8_t*>(p.block_quants(g, b)) + i * 4;
-  auto* hdr = const_cast<uint8_t*>(p.block_header(g, b));
-  auto* scales = reinterpret_cast<uint16_t*>(hdr);
-  auto* mins = reinterpret_cast<uint16_t*>(hdr + PackedWeight::kMinsOffset);
-  auto nibbles = [&](const uint8_t* qs) {
+namespace {
+
+// Where block b of a row goes: lane i of packed group g, and the pieces of that group's block every kind writes.
+struct PackTarget {
+  const PackedWeight& p;
+  const uint8_t* row;
+  int64_t g, b;
+  int i;
+  uint8_t* dst;  // the block's quants, lane i's first 4 bytes
+  uint8_t* hdr;  // the block's header
+  uint16_t* scales;
+  uint16_t* mins;
+
+  PackTarget(const PackedWeight& pw, const uint8_t* r, int64_t group, int64_t block, int lane)
+      : p(pw), row(r), g(group), b(block), i(lane),
+        dst(const_cast<uint8_t*>(pw.block_quants(group, block)) + lane * 4),
+        hdr(const_cast<uint8_t*>(pw.block_header(group, block))),
+        scales(reinterpret_cast<uint16_t*>(hdr)),
+        mins(reinterpret_cast<uint16_t*>(hdr + PackedWeight::kMinsOffset)) {}
+  template <class Block>
+  const Block& block(int64_t index) const {
+    return reinterpret_cast<const Block*>(row)[index];
+  }
+  // 4-bit quants as they are stored (two elements a byte), 4 bytes per vector.
+  void nibbles(const uint8_t* qs) const {
     for (int k = 0; k < 4; k++) std::memcpy(dst + k * 64, qs + 4 * k, 4);
-  };
-  auto fifth_bits = [&](const uint8_t* qh4) {
+  }
+  // Q5's fifth bits, reordered.
+  void fifth_bits(const uint8_t* qh4) const {
     uint32_t qh;
     std::memcpy(&qh, qh4, 4);
     const_cast<uint32_t*>(p.block_qh(g, b))[i] = reorder_fifth_bits(qh);
-  };
-  // The k-quants' levels from the format's own unpacking (checked against its dequantizer).
-  uint8_t L[32];
-  auto levels = [&] {
+  }
+  // The k-quants' levels of this 32-element sub-block, from the format's own unpacking (checked against its
+  // dequantizer).
+  void levels(uint8_t* L) const {
     float unused_scale[2], unused_offset[2];
     unpack_block32(p.type, row, b, L, unused_scale, unused_offset);
-  };
+  }
   // Levels' low 4 bits packed as Q4_0's nibbles.
-  auto level_nibbles = [&] {
+  void level_nibbles(const uint8_t* L) const {
     for (int k = 0; k < 4; k++)
       for (int e = 0; e < 4; e++)
         dst[k * 64 + e] = static_cast<uint8_t>((L[4 * k + e] & 0xF) | ((L[16 + 4 * k + e] & 0xF) << 4));
-  };
-  switch (p.kind) {
-    case PackedKind::Q8_0: {
-      const auto& x = reinterpret_cast<const BlockQ8_0*>(row)[b];
-      scales[i] = x.d;
-      for (int k = 0; k < 8; k++)
-        for (int j = 0; j < 4; j++) dst[k * 64 + j] = static_cast<uint8_t>(x.qs[4 * k + j]) ^ 0x80;
-      return;
-    }
-    case PackedKind::Q4_0: {
-      const auto& x = reinterpret_cast<const BlockQ4_0*>(row)[b];
-      scales[i] = x.d, nibbles(x.qs);
-      return;
-    }
-    case PackedKind::IQ4_NL: {
-      const auto& x = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
-      scales[i] = x.d, nibbles(x.qs);
-      return;
-    }
-    case PackedKind::Q4_1: {
-      const auto& x = reinterpret_cast<const BlockQ4_1*>(row)[b];
-      scales[i] = x.d, mins[i] = x.m, nibbles(x.qs);
-      return;
-    }
-    case PackedKind::Q5_0: {
-      const auto& x = reinterpret_cast<const BlockQ5_0*>(row)[b];
-      scales[i] = x.d, fifth_bits(x.qh), nibbles(x.qs);
-      return;
-    }
-    case PackedKind::Q5_1: {
-      const auto& x = reinterpret_cast<const BlockQ5_1*>(row)[b];
-      scales[i] = x.d, mins[i] = x.m, fifth_bits(x.qh), nibbles(x.qs);
-      return;
-    }
-    case PackedKind::MXFP4: {
-      const auto& x = reinterpret_cast<const BlockMXFP4*>(row)[b];
-      hdr[i] = x.e, nibbles(x.qs);
-      return;
-    }
-    case PackedKind::IQ4_XS: {
-      const auto& x = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
-      if (b % 8 == 0) {  // the super-block's fields, once
-        scales[i] = x.d;
-        std::memcpy(hdr + PackedWeight::kIq4xsScalesHOffset + 2 * i, &x.scales_h, 2);
-        std::memcpy(hdr + PackedWeight::kIq4xsScalesLOffset + 4 * i, x.scales_l, 4);
-      }
-      nibbles(x.qs + 16 * (b % 8));
-      return;
-    }
-    case PackedKind::Q4_K:
-    case PackedKind::Q5_K: {
-      if (b % 8 == 0) {  // the super-block's fields, once
-        auto fields = [&](const auto& x) {
-          scales[i] = x.d, mins[i] = x.dmin;
-          uint8_t* sc = const_cast<uint8_t*>(p.kq_scales(g, b));
-          for (int j = 0; j < 8; j++) {
-            int s, m;
-            unpack_scale_min_k4(x.scales, j, s, m);
-            sc[j * G + i] = static_cast<uint8_t>(s);
-            const_cast<uint8_t&>(p.q4k_min(g, b + j, i)) = static_cast<uint8_t>(m);
-          }
-        };
-        if (p.kind == PackedKind::Q4_K) fields(reinterpret_cast<const BlockQ4_K*>(row)[b / 8]);
-        else fields(reinterpret_cast<const BlockQ5_K*>(row)[b / 8]);
-      }
-      levels();
-      level_nibbles();
-      if (p.kind == PackedKind::Q5_K) {
-        uint32_t qh = 0;
-        for (int e = 0; e < 32; e++) qh |= static_cast<uint32_t>(L[e] >> 4) << e;
-        const_cast<uint32_t*>(p.high_bits(g, b))[i] = reorder_fifth_bits(qh);
-      }
-      return;
-    }
-    case PackedKind::Q6_K: {
-      if (b % 8 == 0) {  // the super-block's fields, once
-        const auto& x = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
-        scales[i] = x.d;
-        uint8_t* sub = const_cast<uint8_t*>(p.kq_scales(g, b));
-        for (int k = 0; k < 16; k++) sub[k * G + i] = static_cast<uint8_t>(x.scales[k]);
-      }
-      levels();
-      level_nibbles();
-      // Bits 4-5 of element 16hf + 4k + e at bits 8e + 2k of half hf's word.
-      auto* high = const_cast<uint32_t*>(p.high_bits(g, b));
-      for (int hf = 0; hf < 2; hf++) {
-        uint32_t word = 0;
-        for (int k = 0; k < 4; k++)
-          for (int e = 0; e < 4; e++) word |= static_cast<uint32_t>(L[16 * hf + 4 * k + e] >> 4) << (8 * e + 2 * k);
-        high[hf * G + i] = word;
-      }
-      return;
-    }
-    case PackedKind::Q2_K:
-    case PackedKind::Q3_K: {
-      const bool three = p.kind == PackedKind::Q3_K;
-      if (b % 8 == 0) {  // the super-block's fields, once
-        uint8_t* sub = const_cast<uint8_t*>(p.kq_scales(g, b));
-        if (three) {
-          const auto& x = reinterpret_cast<const BlockQ3_K*>(row)[b / 8];
-          int8_t sc[16];
-          unpack_scales_q3_K(x.scales, sc);
-          scales[i] = x.d;
-          for (int k = 0; k < 16; k++) sub[k * G + i] = static_cast<uint8_t>(sc[k] - 32);
-        } else {
-          const auto& x = reinterpret_cast<const BlockQ2_K*>(row)[b / 8];
-          scales[i] = x.d, mins[i] = x.dmin;
-          for (int k = 0; k < 16; k++) sub[k * G + i] = x.scales[k];
-        }
-      }
-      // 2-bit planes per sub-block, Q3_K's third bits beside.
-      levels();
-      uint32_t high = 0;
-      for (int hf = 0; hf < 2; hf++)
-        for (int e = 0; e < 4; e++) {
-          uint8_t byte = 0;
-          for (int sh = 0; sh < 4; sh++) {
-            const uint8_t level = L[16 * hf + 4 * sh + e];
-            byte |= static_cast<uint8_t>((level & 3) << (2 * sh));
-            high |= static_cast<uint32_t>(level >> 2) << (8 * e + 4 * hf + sh);
-          }
-          dst[hf * 64 + e] = byte;
-        }
-      if (three) const_cast<uint32_t*>(p.high_bits(g, b))[i] = high;
-      return;
-    }
-    default: throw Error("pack_block: unknown packed kind");
   }
+  uint8_t* kq_scales() const { return const_cast<uint8_t*>(p.kq_scales(g, b)); }
+  uint32_t* high_bits() const { return const_cast<uint32_t*>(p.high_bits(g, b)); }
+};
+
+void pack_q8_0(const PackTarget& t) {
+  const auto& x = t.block<BlockQ8_0>(t.b);
+  t.scales[t.i] = x.d;
+  for (int k = 0; k < 8; k++)
+    for (int j = 0; j < 4; j++) t.dst[k * 64 + j] = static_cast<uint8_t>(x.qs[4 * k + j]) ^ 0x80;
+}
+
+// Q4_0 and IQ4_NL: a scale and nibbles.
+template <class Block>
+void pack_scale_nibbles(const PackTarget& t) {
+  const auto& x = t.block<Block>(t.b);
+  t.scales[t.i] = x.d;
+  t.nibbles(x.qs);
+}
+
+void pack_q4_1(const PackTarget& t) {
+  const auto& x = t.block<BlockQ4_1>(t.b);
+  t.scales[t.i] = x.d, t.mins[t.i] = x.m;
+  t.nibbles(x.qs);
+}
+
+void pack_q5_0(const PackTarget& t) {
+  const auto& x = t.block<BlockQ5_0>(t.b);
+  t.scales[t.i] = x.d;
+  t.fifth_bits(x.qh);
+  t.nibbles(x.qs);
+}
+
+void pack_q5_1(const PackTarget& t) {
+  const auto& x = t.block<BlockQ5_1>(t.b);
+  t.scales[t.i] = x.d, t.mins[t.i] = x.m;
+  t.fifth_bits(x.qh);
+  t.nibbles(x.qs);
+}
+
+void pack_mxfp4(const PackTarget& t) {
+  const auto& x = t.block<BlockMXFP4>(t.b);
+  t.hdr[t.i] = x.e;
+  t.nibbles(x.qs);
+}
+
+void pack_iq4_xs(const PackTarget& t) {
+  const auto& x = t.block<BlockIQ4_XS>(t.b / 8);
+  if (t.b % 8 == 0) {  // the super-block's fields, once
+    t.scales[t.i] = x.d;
+    std::memcpy(t.hdr + PackedWeight::kIq4xsScalesHOffset + 2 * t.i, &x.scales_h, 2);
+    std::memcpy(t.hdr + PackedWeight::kIq4xsScalesLOffset + 4 * t.i, x.scales_l, 4);
+  }
+  t.nibbles(x.qs + 16 * (t.b % 8));
+}
+
+// Q4_K and Q5_K: the super-block's scale, min and 6-bit sub-block scales and mins; the levels' low nibbles; Q5_K's
+// fifth bits reordered as Q5_0's.
+template <class Block>
+void pack_q4_q5_k(const PackTarget& t) {
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  if (t.b % 8 == 0) {  // the super-block's fields, once
+    const auto& x = t.block<Block>(t.b / 8);
+    t.scales[t.i] = x.d, t.mins[t.i] = x.dmin;
+    uint8_t* sc = t.kq_scales();
+    for (int j = 0; j < 8; j++) {
+      int s, m;
+      unpack_scale_min_k4(x.scales, j, s, m);
+      sc[j * G + t.i] = static_cast<uint8_t>(s);
+      const_cast<uint8_t&>(t.p.q4k_min(t.g, t.b + j, t.i)) = static_cast<uint8_t>(m);
+    }
+  }
+  uint8_t L[32];
+  t.levels(L);
+  t.level_nibbles(L);
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+    uint32_t qh = 0;
+    for (int e = 0; e < 32; e++) qh |= static_cast<uint32_t>(L[e] >> 4) << e;
+    t.high_bits()[t.i] = reorder_fifth_bits(qh);
+  }
+}
+
+void pack_q6_k(const PackTarget& t) {
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  if (t.b % 8 == 0) {  // the super-block's fields, once
+    const auto& x = t.block<BlockQ6_K>(t.b / 8);
+    t.scales[t.i] = x.d;
+    uint8_t* sub = t.kq_scales();
+    for (int k = 0; k < 16; k++) sub[k * G + t.i] = static_cast<uint8_t>(x.scales[k]);
+  }
+  uint8_t L[32];
+  t.levels(L);
+  t.level_nibbles(L);
+  // Bits 4-5 of element 16hf + 4k + e at bits 8e + 2k of half hf's word.
+  uint32_t* high = t.high_bits();
+  for (int hf = 0; hf < 2; hf++) {
+    uint32_t word = 0;
+    for (int k = 0; k < 4; k++)
+      for (int e = 0; e < 4; e++) word |= static_cast<uint32_t>(L[16 * hf + 4 * k + e] >> 4) << (8 * e + 2 * k);
+    high[hf * G + t.i] = word;
+  }
+}
+
+// Q2_K and Q3_K: 2-bit planes per sub-block, Q3_K's third bits beside.
+template <bool kThree>
+void pack_q2_q3_k(const PackTarget& t) {
+  constexpr int G = PackedWeight::kRowsPerGroup;
+  if (t.b % 8 == 0) {  // the super-block's fields, once
+    uint8_t* sub = t.kq_scales();
+    if constexpr (kThree) {
+      const auto& x = t.block<BlockQ3_K>(t.b / 8);
+      int8_t sc[16];
+      unpack_scales_q3_K(x.scales, sc);
+      t.scales[t.i] = x.d;
+      for (int k = 0; k < 16; k++) sub[k * G + t.i] = static_cast<uint8_t>(sc[k] - 32);
+    } else {
+      const auto& x = t.block<BlockQ2_K>(t.b / 8);
+      t.scales[t.i] = x.d, t.mins[t.i] = x.dmin;
+      for (int k = 0; k < 16; k++) sub[k * G + t.i] = x.scales[k];
+    }
+  }
+  uint8_t L[32];
+  t.levels(L);
+  uint32_t high = 0;
+  for (int hf = 0; hf < 2; hf++)
+    for (int e = 0; e < 4; e++) {
+      uint8_t byte = 0;
+      for (int sh = 0; sh < 4; sh++) {
+        const uint8_t level = L[16 * hf + 4 * sh + e];
+        byte |= static_cast<uint8_t>((level & 3) << (2 * sh));
+        high |= static_cast<uint32_t>(level >> 2) << (8 * e + 4 * hf + sh);
+      }
+      t.dst[hf * 64 + e] = byte;
+    }
+  if constexpr (kThree) t.high_bits()[t.i] = high;
+}
+
+// One row per weight format the packed kernels read: its packed kind and how one of its blocks is packed. A
+// format without a row is not repacked (its plain row kernels run it).
+struct PackedRow {
+  GgmlType type;
+  PackedKind kind;
+  void (*pack)(const PackTarget& t);
+};
+constexpr PackedRow kPackedRows[] = {
+    {GgmlType::Q8_0, PackedKind::Q8_0, pack_q8_0},
+    {GgmlType::Q4_0, PackedKind::Q4_0, pack_scale_nibbles<BlockQ4_0>},
+    {GgmlType::Q4_1, PackedKind::Q4_1, pack_q4_1},
+    {GgmlType::Q5_0, PackedKind::Q5_0, pack_q5_0},
+    {GgmlType::Q5_1, PackedKind::Q5_1, pack_q5_1},
+    {GgmlType::IQ4_NL, PackedKind::IQ4_NL, pack_scale_nibbles<BlockIQ4_NL>},
+    {GgmlType::MXFP4, PackedKind::MXFP4, pack_mxfp4},
+    {GgmlType::IQ4_XS, PackedKind::IQ4_XS, pack_iq4_xs},
+    {GgmlType::Q2_K, PackedKind::Q2_K, pack_q2_q3_k<false>},
+    {GgmlType::Q3_K, PackedKind::Q3_K, pack_q2_q3_k<true>},
+    {GgmlType::Q4_K, PackedKind::Q4_K, pack_q4_q5_k<BlockQ4_K>},
+    {GgmlType::Q5_K, PackedKind::Q5_K, pack_q4_q5_k<BlockQ5_K>},
+    {GgmlType::Q6_K, PackedKind::Q6_K, pack_q6_k},
+};
+
+const PackedRow* packed_row(GgmlType t) {
+  for (const PackedRow& r : kPackedRows)
+    if (r.type == t) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+// The packed kind of a weight format, if it has one.
+static std::optional<PackedKind> packed_kind_of(GgmlType t) {
+  if (const PackedRow* r = packed_row(t)) return r->kind;
+  return std::nullopt;
 }
 
 std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* pool, HugePageArena* arena) {
@@ -301,12 +346,13 @@ std::shared_ptr<const PackedWeight> pack_weight(const Weight& w, ThreadPool* poo
     p->data = static_cast<const uint8_t*>(own->data());
     p->memory = std::move(own);
   }
+  const auto pack = packed_row(w.type)->pack;
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     // Padding rows and an odd last block's partner stay zero.
     std::memset(const_cast<uint8_t*>(p->data) + g0 * p->group_bytes(), 0, static_cast<size_t>(g1 - g0) * p->group_bytes());
     for (int64_t g = g0; g < g1; g++)
       for (int i = 0; i < G && g * G + i < p->rows; i++)
-        for (int64_t b = 0; b < nb; b++) pack_block(*p, w.row(g * G + i), g, b, i);
+        for (int64_t b = 0; b < nb; b++) pack(PackTarget(*p, w.row(g * G + i), g, b, i));
   };
   if (pool)
     pool->parallel_for(p->n_groups, pack_groups);
