@@ -266,10 +266,7 @@ ojson anthropic_to_chat(const ojson& body, const ChatTemplate& tmpl, bool count_
   }
   if (body.contains("stream")) {
     if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
-    if (body["stream"].get<bool>()) {
-      chat["stream"] = true;
-      chat["stream_options"] = {{"include_usage", true}};
-    }
+    chat["stream"] = body["stream"];
   }
   return chat;
 }

@@ -18,7 +18,7 @@
 
 namespace kestrel {
 
-// The /v1/messages body as an OpenAI chat body (stream: with include_usage).
+// The /v1/messages body as an OpenAI chat body.
 // count_only: /v1/messages/count_tokens (no max_tokens, no sampling fields).
 // Throws ApiError naming the Anthropic field at fault.
 nlohmann::ordered_json anthropic_to_chat(const nlohmann::ordered_json& body, const ChatTemplate& tmpl, bool count_only);

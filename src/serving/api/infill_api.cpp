@@ -129,8 +129,7 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
     if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
     r.stream = body["stream"];
   }
-  c["stream"] = true;
-  c["stream_options"] = {{"include_usage", true}};
+  c["stream"] = r.stream;
   r.prompt_text = tok.decode(prompt, true);
   return r;
 }

@@ -214,8 +214,7 @@ OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool
     out["logprobs"] = r.chat ? ojson(true) : ojson(body.value("top_logprobs", 0));
     if (r.chat && body.contains("top_logprobs")) out["top_logprobs"] = body["top_logprobs"];
   }
-  out["stream"] = true;  // whole answers are the stream folded
-  out["stream_options"] = {{"include_usage", true}};
+  out["stream"] = r.stream;
   return r;
 }
 

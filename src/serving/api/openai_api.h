@@ -77,7 +77,6 @@ struct ParsedRequest {
   ToolCallFormat tool_format = ToolCallFormat::None;  // tools offered (and tool_choice not "none"): read calls so
   bool parallel_tool_calls = true;
   int n = 1;  // choices: one request each, sharing the prompt's KV through the prefix cache
-  bool answer_stream = false;  // another API's own stream flag (Ollama's): the OpenAI stream is its source either way     // the rendered prompt left a <think> open (DeepSeek-R1)
 };
 
 // The chat request's messages (and chat_template_kwargs) through the model's

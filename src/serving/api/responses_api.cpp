@@ -285,8 +285,7 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
     if (!body["store"].is_boolean()) throw bad_request("store", "'store' must be true or false");
     r.store = body["store"];
   }
-  chat["stream"] = true;  // the answer is the stream re-spoken, whole or not
-  chat["stream_options"] = {{"include_usage", true}};
+  chat["stream"] = r.stream;
   r.echo = json::object();
   for (const auto& [key, value] : body.items())
     if (kEchoed.count(key)) r.echo[key] = json::parse(value.dump());

@@ -202,7 +202,6 @@ ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
       const bool max_given = o.openai.contains("max_tokens");
       ParsedRequest p = parse_completion_request(ctx, o.openai, o.chat);
       p.model = asked;
-      p.answer_stream = o.stream;
       for (auto& one : p.prompts) {
         const auto n_prompt = static_cast<int64_t>(one.tokens.size());
         if (!max_given) one.max_tokens = ctx.n_ctx - n_prompt;  // num_predict -1: until the end or the context
@@ -285,8 +284,8 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
     case Api::OllamaGenerate:
       answer_with(r,
                   std::make_shared<OllamaAnswer>(
-                      events, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival, want_logprobs}, p.answer_stream),
-                  p.answer_stream, "application/x-ndjson");
+                      events, OllamaIds{p.model, api == Api::OllamaGenerate, req.arrival, want_logprobs}, p.stream),
+                  p.stream, "application/x-ndjson");
       break;
     case Api::Infill: {
       const InfillRequest& ir = prepared.infill;
