@@ -10,7 +10,7 @@
 
 #include "chat/reasoning.h"
 #include "core/error.h"
-#include "serving/api/structured_output.h"
+#include "serving/api/completion_ask.h"
 
 namespace kestrel {
 
@@ -21,51 +21,8 @@ namespace {
 // Ordered: the order of keys a client sent (tool parameters, message fields)
 // is the order a chat template renders them in, as transformers does.
 
-double number(const ojson& j, const char* key, double lo, double hi, double dflt) {
-  if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (!j[key].is_number()) throw bad_request(key, fmt::format("'{}' must be a number", key));
-  const double v = j[key].get<double>();
-  if (!(v >= lo && v <= hi))
-    throw bad_request(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
-  return v;
-}
-
-int64_t integer(const ojson& j, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
-  if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (!j[key].is_number_integer()) throw bad_request(key, fmt::format("'{}' must be an integer", key));
-  const auto v = j[key].get<int64_t>();
-  if (v < lo || v > hi) throw bad_request(key, fmt::format("'{}' = {} is out of range ({} to {})", key, v, lo, hi));
-  return v;
-}
-
-bool boolean(const ojson& j, const char* key, bool dflt) {
-  if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (!j[key].is_boolean()) throw bad_request(key, fmt::format("'{}' must be true or false", key));
-  return j[key].get<bool>();
-}
-
 // OpenAI takes 4; evaluation harnesses send more (every task's `until` plus the end-of-text string).
 constexpr size_t kMaxStops = 16;
-
-std::vector<std::string> stops(const ojson& j) {
-  if (!j.contains("stop") || j["stop"].is_null()) return {};
-  const ojson& s = j["stop"];
-  std::vector<std::string> out;
-  if (s.is_string())
-    out.push_back(s.get<std::string>());
-  else if (s.is_array() && s.size() <= kMaxStops) {
-    for (const auto& x : s) {
-      if (!x.is_string())
-        throw bad_request("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
-      out.push_back(x.get<std::string>());
-    }
-  } else {
-    throw bad_request("stop", fmt::format("'stop' must be a string or an array of up to {} strings", kMaxStops));
-  }
-  for (const auto& x : out)
-    if (x.empty()) throw bad_request("stop", "'stop' strings must not be empty");
-  return out;
-}
 
 // {"token id": bias}: ids of this vocabulary, biases -100 to 100, at most 1024 entries.
 std::vector<std::pair<int32_t, float>> logit_bias(const ojson& j, int64_t n_vocab) {
@@ -93,6 +50,11 @@ std::vector<std::pair<int32_t, float>> logit_bias(const ojson& j, int64_t n_voca
   return out;
 }
 
+// A completions `prompt` holds at most this many prompts.
+constexpr size_t kMaxPrompts = 1024;
+
+}  // namespace
+
 // A text too long for the context is refused before it is tokenized (a
 // 4 MiB prompt took 1.5 s of CPU to tokenize only to be refused).
 void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& param) {
@@ -105,11 +67,6 @@ void check_prompt_bytes(const ApiContext& ctx, size_t bytes, const std::string& 
                                bytes, at_least, per_token, ctx.n_ctx),
                    param, "invalid_request_error", "context_length_exceeded"};
 }
-
-// A completions `prompt` holds at most this many prompts.
-constexpr size_t kMaxPrompts = 1024;
-
-}  // namespace
 
 // Every field of a body is one we implement, or one that cannot change the
 // output (`user`); anything else is a 400 naming it rather than an answer
@@ -243,134 +200,69 @@ ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string&
   return parse_completion_request(ctx, parse_body(body), chat);
 }
 
-ParsedRequest parse_completion_request(const ApiContext& ctx, const ojson& j, bool chat) {
+CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
   if (!j.is_object()) throw bad_request("", "the body must be a JSON object");
   check_request_fields(j, chat);
-  ParsedRequest p;
-  p.chat = chat;
-  ServeRequest& r = p.serve;
-
-  p.model = checked_model_name(ctx, j);
-  const std::string prompt_param = chat ? "messages" : "prompt";
-  std::string tool_grammar;
+  const Fields f(j);
+  CompletionAsk ask;
+  ask.chat = chat;
+  ask.model = checked_model_name(ctx, j);
   if (chat) {
-    const ChatPrompt prompt = render_chat_request(ctx, j);
-    const RenderedChat& chat_text = prompt.rendered;
-    const ReasoningTags tags = ctx.chat_template->reasoning_tags();
-    p.reasoning_opened = prompt_opens_reasoning(chat_text.text, tags);
-    // Reasoning tags that are control tokens (tekken's [THINK]) are written into the reply for the splitter.
-    for (const std::string_view tag : {tags.open, tags.close})
-      if (const int32_t id = ctx.tokenizer.vocab().find(std::string(tag)); id >= 0 && ctx.chat_template->reasons())
-        r.params.shown_control.push_back(id);
-    // Harmony (gpt-oss) replies are structured by channels whether or not tools were offered.
-    if (prompt.tools_offered || ctx.tool_format == ToolCallFormat::Harmony) {
-      p.tool_format = ctx.tool_format;
-      // Markers that are control tokens of this vocabulary (Llama's <|python_tag|>, Mistral's
-      // [TOOL_CALLS]) are written into the reply, or the parser could never see them.
-      for (const auto marker : tool_call_markers(p.tool_format))
-        if (const int32_t id = ctx.tokenizer.vocab().find(std::string(marker)); id >= 0) r.params.shown_control.push_back(id);
-    }
-    p.parallel_tool_calls = prompt.parallel_tool_calls;
-    tool_grammar = prompt.tool_grammar;
-    p.tool_grammar_held = !tool_grammar.empty();
-    check_prompt_bytes(ctx, chat_text.text.size(), "messages");
-    r.params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
+    for (const char* key : {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+                            "reasoning_effort"})
+      if (j.contains(key)) ask.chat_input[key] = j[key];
   } else {
-    for (auto& tokens : token_prompts(ctx, j, "prompt", kMaxPrompts, true)) p.prompts.push_back({std::move(tokens), 0});
-    r.params.prompt = p.prompts.front().tokens;
+    ask.prompts = token_prompts(ctx, j, "prompt", kMaxPrompts, true);
   }
-  if (chat) p.prompts.push_back({r.params.prompt, 0});
-  const char* max_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  const bool max_given = j.contains(max_key) && !j[max_key].is_null();
+  ask.names.max_tokens = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   // 0 (completions): no generation, the prompt scored (echo with logprobs) as evaluation harnesses do.
-  const int64_t max_tokens = integer(j, max_key, chat ? 1 : 0, int64_t{1} << 30, 0);
-  for (size_t i = 0; i < p.prompts.size(); i++) {
-    ParsedRequest::Prompt& one = p.prompts[i];
-    const std::string param = p.prompts.size() > 1 ? fmt::format("{}[{}]", prompt_param, i) : prompt_param;
-    if (one.tokens.empty()) throw bad_request(param, fmt::format("'{}' gives no tokens", param));
-    const auto n_prompt = static_cast<int64_t>(one.tokens.size());
-    if (n_prompt >= ctx.n_ctx)
-      throw ApiError{400,
-                     fmt::format("the prompt has {} tokens but the context holds {} (with room for at least one more)",
-                                 n_prompt, ctx.n_ctx),
-                     param, "invalid_request_error", "context_length_exceeded"};
-    const int64_t room = ctx.n_ctx - n_prompt;
-    one.max_tokens = max_given ? max_tokens : chat ? room : std::min<int64_t>(16, room);
-    if (max_given && max_tokens > room)
-      throw ApiError{400,
-                     fmt::format("the prompt{} ({} tokens) plus '{}' ({}) exceed the context of {} tokens",
-                                 p.prompts.size() > 1 ? fmt::format(" {}", i) : "", n_prompt, max_key, max_tokens,
-                                 ctx.n_ctx),
-                     max_key, "invalid_request_error", "context_length_exceeded"};
-  }
-  r.params.max_tokens = p.prompts.front().max_tokens;
+  ask.max_tokens = f.integer(ask.names.max_tokens.c_str(), chat ? 1 : 0, int64_t{1} << 30);
 
-  SamplingParams& s = r.params.sampling;
-  s.temperature = static_cast<float>(number(j, "temperature", 0.0, 2.0, 1.0));
-  s.top_p = static_cast<float>(number(j, "top_p", 0.0, 1.0, 1.0));
+  SamplingParams& s = ask.sampling;
+  s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0, 1.0));
+  s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, 1.0));
   if (s.top_p == 0.0f) throw bad_request("top_p", "'top_p' must be greater than 0");
-  s.top_k = static_cast<int>(integer(j, "top_k", -1, 1 << 20, 0));
+  s.top_k = static_cast<int>(f.integer("top_k", -1, 1 << 20, 0));
   if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
-  s.min_p = static_cast<float>(number(j, "min_p", 0.0, 1.0, 0.0));
-  s.presence_penalty = static_cast<float>(number(j, "presence_penalty", -2.0, 2.0, 0.0));
-  s.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", -2.0, 2.0, 0.0));
-  s.repeat_penalty = static_cast<float>(number(j, "repetition_penalty", 0.01, 10.0, 1.0));
+  s.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0, 0.0));
+  s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0, 0.0));
+  s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0, 0.0));
+  s.repeat_penalty = static_cast<float>(f.number("repetition_penalty", 0.01, 10.0, 1.0));
   // llama.cpp's window of the penalties: -1 the whole context, 0 none.
-  const int64_t last_n = integer(j, "repeat_last_n", -1, ctx.n_ctx, s.repeat_last_n);
+  const int64_t last_n = f.integer("repeat_last_n", -1, ctx.n_ctx, s.repeat_last_n);
   s.repeat_last_n = static_cast<int>(last_n < 0 ? ctx.n_ctx : last_n);
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    s.seed = static_cast<uint64_t>(integer(j, "seed", INT64_MIN, INT64_MAX, 0));
-  } else {
-    s.seed = std::random_device{}();
-  }
-  p.n = static_cast<int>(integer(j, "n", 1, kMaxChoices, 1));
+  if (const auto seed = f.integer("seed", INT64_MIN, INT64_MAX)) ask.seed = static_cast<uint64_t>(*seed);
+  ask.n = static_cast<int>(f.integer("n", 1, kMaxChoices, 1));
   // best_of candidates, of which the n best are returned: only best_of = n (every one returned) is honest here.
-  if (!chat && integer(j, "best_of", 1, 1 << 10, p.n) != p.n)
+  if (!chat && f.integer("best_of", 1, 1 << 10, ask.n) != ask.n)
     throw bad_request("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
   s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
-  r.params.stop = stops(j);
-  r.params.priority = static_cast<int>(integer(j, "priority", -1000000, 1000000, 0));
-  r.params.ignore_eos = boolean(j, "ignore_eos", false);
-  r.grammar = requested_grammar(j, tool_grammar);
-  if (chat && j.contains("reasoning_budget") && !j["reasoning_budget"].is_null()) {
-    // At most this many tokens of reasoning: then the template's close tag is generated and the answer follows.
-    r.params.reasoning_budget = integer(j, "reasoning_budget", 0, int64_t{1} << 30, -1);
-    if (!ctx.chat_template->reasons())
-      throw bad_request("reasoning_budget",
-                        "this model's chat template writes no reasoning: 'reasoning_budget' would change nothing");
-    if (r.grammar)
-      throw bad_request("reasoning_budget",
-                        "'reasoning_budget' with a grammar (response_format, grammar, a required tool call) "
-                        "is not supported: the closing tag could break the grammar");
-    const ReasoningTags tags = ctx.chat_template->reasoning_tags();
-    r.params.reasoning_open = ctx.tokenizer.encode(std::string(tags.open), false, true);
-    r.params.reasoning_close = ctx.tokenizer.encode(std::string(tags.close), false, true);
-    r.params.reasoning_opened = p.reasoning_opened;
-    if (r.params.reasoning_close.empty() || r.params.reasoning_open.empty())
-      throw bad_request("reasoning_budget", "the reasoning tags of this template give no tokens");
-  }
+  ask.stop = f.strings("stop", kMaxStops);
+  ask.priority = static_cast<int>(f.integer("priority", -1000000, 1000000, 0));
+  ask.ignore_eos = f.boolean("ignore_eos", false);
+  for (const char* key : {"response_format", "grammar"})
+    if (j.contains(key)) ask.structured[key] = j[key];
+  if (chat) ask.reasoning_budget = f.integer("reasoning_budget", 0, int64_t{1} << 30);
   if (chat) {
-    if (boolean(j, "logprobs", false))
-      r.params.top_logprobs = static_cast<int>(integer(j, "top_logprobs", 0, 20, 0));
-    else if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
+    if (f.boolean("logprobs", false))
+      ask.top_logprobs = static_cast<int>(f.integer("top_logprobs", 0, 20, 0));
+    else if (f.has("top_logprobs"))
       throw bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   } else {
-    r.params.top_logprobs = static_cast<int>(integer(j, "logprobs", 0, 20, -1));
-    r.echo = boolean(j, "echo", false);
-    if (r.echo) r.prompt_logprobs = r.params.top_logprobs;
+    ask.top_logprobs = static_cast<int>(f.integer("logprobs", 0, 20, -1));
+    ask.echo = f.boolean("echo", false);
   }
-  p.stream = boolean(j, "stream", false);
-  p.token_ids_in_logprobs = boolean(j, "return_tokens_as_token_ids", false);
-  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+  ask.stream = f.boolean("stream", false);
+  ask.token_ids_in_logprobs = f.boolean("return_tokens_as_token_ids", false);
+  if (f.has("stream_options")) {
     if (!j["stream_options"].is_object()) throw bad_request("stream_options", "'stream_options' must be an object");
-    p.include_usage_chunk = boolean(j["stream_options"], "include_usage", false);
+    ask.include_usage_chunk = Fields(j["stream_options"], "stream_options.").boolean("include_usage", false);
   }
-  try {
-    s.validate();
-  } catch (const Error& e) {
-    throw bad_request("", e.what());
-  }
-  return p;
+  return ask;
+}
+
+ParsedRequest parse_completion_request(const ApiContext& ctx, const ojson& j, bool chat) {
+  return prepare_completion(ctx, openai_ask(ctx, j, chat));
 }
 
 }  // namespace kestrel

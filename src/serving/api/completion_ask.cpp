@@ -1,0 +1,183 @@
+#include "serving/api/completion_ask.h"
+
+#include <fmt/format.h>
+
+#include <random>
+#include <string_view>
+#include <utility>
+
+#include "chat/reasoning.h"
+#include "core/error.h"
+#include "serving/api/structured_output.h"
+
+namespace kestrel {
+
+using ojson = nlohmann::ordered_json;
+
+SamplingParams CompletionAsk::neutral_sampling() {
+  SamplingParams s;
+  s.temperature = 1.0f;
+  s.top_k = 0;
+  s.top_p = 1.0f;
+  s.min_p = 0.0f;
+  return s;
+}
+
+std::optional<double> Fields::number(const char* key, double lo, double hi) const {
+  if (!has(key)) return std::nullopt;
+  const std::string param = name(key);
+  if (!o_[key].is_number()) throw bad_request(param, fmt::format("'{}' must be a number", param));
+  const double v = o_[key].get<double>();
+  if (!(v >= lo && v <= hi)) throw bad_request(param, fmt::format("'{}' = {} is out of range ({} to {})", param, v, lo, hi));
+  return v;
+}
+
+std::optional<int64_t> Fields::integer(const char* key, int64_t lo, int64_t hi) const {
+  if (!has(key)) return std::nullopt;
+  const std::string param = name(key);
+  if (!o_[key].is_number_integer()) throw bad_request(param, fmt::format("'{}' must be an integer", param));
+  const auto v = o_[key].get<int64_t>();
+  if (v < lo || v > hi) throw bad_request(param, fmt::format("'{}' = {} is out of range ({} to {})", param, v, lo, hi));
+  return v;
+}
+
+std::optional<bool> Fields::boolean(const char* key) const {
+  if (!has(key)) return std::nullopt;
+  const std::string param = name(key);
+  if (!o_[key].is_boolean()) throw bad_request(param, fmt::format("'{}' must be true or false", param));
+  return o_[key].get<bool>();
+}
+
+std::vector<std::string> Fields::strings(const char* key, size_t max) const {
+  if (!has(key)) return {};
+  const std::string param = name(key);
+  const ojson& s = o_[key];
+  const std::string shape = fmt::format("'{}' must be a string or an array of up to {} strings", param, max);
+  std::vector<std::string> out;
+  if (s.is_string()) {
+    out.push_back(s.get<std::string>());
+  } else if (s.is_array() && s.size() <= max) {
+    for (const auto& x : s) {
+      if (!x.is_string()) throw bad_request(param, shape);
+      out.push_back(x.get<std::string>());
+    }
+  } else {
+    throw bad_request(param, shape);
+  }
+  for (const auto& x : out)
+    if (x.empty()) throw bad_request(param, fmt::format("'{}' strings must not be empty", param));
+  return out;
+}
+
+namespace {
+
+// The chat through the template: the prompt's tokens, and what the reply will be read for (reasoning, calls).
+std::string render_chat(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest& p) {
+  RequestParams& params = p.serve.params;
+  const ChatPrompt prompt = render_chat_request(ctx, ask.chat_input);
+  const RenderedChat& chat_text = prompt.rendered;
+  const ReasoningTags tags = ctx.chat_template->reasoning_tags();
+  p.reasoning_opened = prompt_opens_reasoning(chat_text.text, tags);
+  // Reasoning tags that are control tokens (tekken's [THINK]) are written into the reply for the splitter.
+  for (const std::string_view tag : {tags.open, tags.close})
+    if (const int32_t id = ctx.tokenizer.vocab().find(std::string(tag)); id >= 0 && ctx.chat_template->reasons())
+      params.shown_control.push_back(id);
+  // Harmony (gpt-oss) replies are structured by channels whether or not tools were offered.
+  if (prompt.tools_offered || ctx.tool_format == ToolCallFormat::Harmony) {
+    p.tool_format = ctx.tool_format;
+    // Markers that are control tokens of this vocabulary (Llama's <|python_tag|>, Mistral's
+    // [TOOL_CALLS]) are written into the reply, or the parser could never see them.
+    for (const auto marker : tool_call_markers(p.tool_format))
+      if (const int32_t id = ctx.tokenizer.vocab().find(std::string(marker)); id >= 0) params.shown_control.push_back(id);
+  }
+  p.parallel_tool_calls = prompt.parallel_tool_calls;
+  p.tool_grammar_held = !prompt.tool_grammar.empty();
+  check_prompt_bytes(ctx, chat_text.text.size(), ask.names.prompt);
+  params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
+  return prompt.tool_grammar;
+}
+
+// Each prompt and its generation within the context.
+void fit_context(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest& p) {
+  for (size_t i = 0; i < p.prompts.size(); i++) {
+    ParsedRequest::Prompt& one = p.prompts[i];
+    const std::string param = p.prompts.size() > 1 ? fmt::format("{}[{}]", ask.names.prompt, i) : ask.names.prompt;
+    if (one.tokens.empty()) throw bad_request(param, fmt::format("'{}' gives no tokens", param));
+    const auto n_prompt = static_cast<int64_t>(one.tokens.size());
+    if (n_prompt >= ctx.n_ctx)
+      throw ApiError{400,
+                     fmt::format("the prompt has {} tokens but the context holds {} (with room for at least one more)",
+                                 n_prompt, ctx.n_ctx),
+                     param, "invalid_request_error", "context_length_exceeded"};
+    const int64_t room = ctx.n_ctx - n_prompt;
+    one.max_tokens = ask.max_tokens ? *ask.max_tokens : ask.chat ? room : std::min<int64_t>(16, room);
+    if (ask.max_tokens && *ask.max_tokens > room)
+      throw ApiError{400,
+                     fmt::format("the prompt{} ({} tokens) plus '{}' ({}) exceed the context of {} tokens",
+                                 p.prompts.size() > 1 ? fmt::format(" {}", i) : "", n_prompt, ask.names.max_tokens,
+                                 *ask.max_tokens, ctx.n_ctx),
+                     ask.names.max_tokens, "invalid_request_error", "context_length_exceeded"};
+  }
+}
+
+// At most this many tokens of reasoning: then the template's close tag is generated and the answer follows.
+void reasoning_budget(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest& p) {
+  RequestParams& params = p.serve.params;
+  const std::string& param = ask.names.reasoning_budget;
+  params.reasoning_budget = *ask.reasoning_budget;
+  if (!ctx.chat_template->reasons())
+    throw bad_request(param, fmt::format("this model's chat template writes no reasoning: '{}' would change nothing", param));
+  if (p.serve.grammar)
+    throw bad_request(param, fmt::format("'{}' with a grammar (response_format, grammar, a required tool call) is not "
+                                         "supported: the closing tag could break the grammar",
+                                         param));
+  const ReasoningTags tags = ctx.chat_template->reasoning_tags();
+  params.reasoning_open = ctx.tokenizer.encode(std::string(tags.open), false, true);
+  params.reasoning_close = ctx.tokenizer.encode(std::string(tags.close), false, true);
+  params.reasoning_opened = p.reasoning_opened;
+  if (params.reasoning_close.empty() || params.reasoning_open.empty())
+    throw bad_request(param, "the reasoning tags of this template give no tokens");
+}
+
+}  // namespace
+
+ParsedRequest prepare_completion(const ApiContext& ctx, CompletionAsk ask) {
+  if (ask.names.prompt.empty()) ask.names.prompt = ask.chat ? "messages" : "prompt";
+  ParsedRequest p;
+  p.chat = ask.chat;
+  p.model = ask.model;
+  ServeRequest& r = p.serve;
+  std::string tool_grammar;
+  if (ask.chat) {
+    tool_grammar = render_chat(ctx, ask, p);
+    p.prompts.push_back({r.params.prompt, 0});
+  } else {
+    if (ask.prompts.empty()) throw bad_request(ask.names.prompt, fmt::format("'{}' is missing", ask.names.prompt));
+    for (auto& tokens : ask.prompts) p.prompts.push_back({std::move(tokens), 0});
+    r.params.prompt = p.prompts.front().tokens;
+  }
+  fit_context(ctx, ask, p);
+  r.params.max_tokens = p.prompts.front().max_tokens;
+  r.params.sampling = std::move(ask.sampling);
+  r.params.sampling.seed = ask.seed ? *ask.seed : std::random_device{}();
+  p.n = ask.n;
+  r.params.stop = std::move(ask.stop);
+  r.params.priority = ask.priority;
+  r.params.ignore_eos = ask.ignore_eos;
+  r.grammar = requested_grammar(ask.structured, tool_grammar);
+  if (ask.chat && ask.reasoning_budget) reasoning_budget(ctx, ask, p);
+  r.params.top_logprobs = ask.top_logprobs;
+  r.echo = ask.echo;
+  if (r.echo) r.prompt_logprobs = r.params.top_logprobs;
+  p.stream = ask.stream;
+  p.include_usage_chunk = ask.include_usage_chunk;
+  p.token_ids_in_logprobs = ask.token_ids_in_logprobs;
+  try {
+    r.params.sampling.validate();
+  } catch (const Error& e) {
+    throw bad_request("", e.what());
+  }
+  return p;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,85 @@
+#pragma once
+// What a completion asks, whichever API it came in by. Each front reads its
+// own body into a CompletionAsk — OpenAI's parser, Anthropic's, Ollama's, the
+// Responses API's, /infill's — checking and naming its own fields (Fields
+// reads optional ones with the request's own names); prepare_completion then
+// renders a chat through the template, tokenizes, fits the prompt and the
+// generation in the context and builds what is submitted. No front writes
+// another API's JSON for a parser to read back.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "serving/api/openai_api.h"
+
+namespace kestrel {
+
+struct CompletionAsk {
+  bool chat = false;
+  std::string model;  // the name the request used, echoed in the answer
+  // Chat: the chat template's inputs, in the shape chat templates read (OpenAI's chat messages): messages, and
+  // where given tools, tool_choice, parallel_tool_calls, chat_template_kwargs, reasoning_effort. Checked by
+  // render_chat_request.
+  nlohmann::ordered_json chat_input = nlohmann::ordered_json::object();
+  // Completions: the prompts, tokenized (a list: one request per prompt and choice).
+  std::vector<std::vector<int32_t>> prompts;
+  std::optional<int64_t> max_tokens;  // none: to the end of the context (chat), 16 (completions)
+  // Sampling with the neutral defaults (temperature 1, no top-k/top-p/min-p, no penalties); seed: none draws one.
+  SamplingParams sampling = neutral_sampling();
+  std::optional<uint64_t> seed;
+  int n = 1;  // choices per prompt
+  std::vector<std::string> stop;
+  int priority = 0;
+  bool ignore_eos = false;
+  // Structured output: response_format or grammar, as requested_grammar reads them (an empty object: none).
+  nlohmann::ordered_json structured = nlohmann::ordered_json::object();
+  std::optional<int64_t> reasoning_budget;  // chat: at most this many tokens of reasoning
+  int top_logprobs = -1;                    // -1: no logprobs; else the alternatives per token
+  bool echo = false;                        // completions: the prompt sent back first (with its logprobs)
+  bool stream = false;
+  bool include_usage_chunk = false;    // OpenAI's stream_options.include_usage
+  bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids
+  // The request's own names for what prepare_completion may refuse.
+  struct Names {
+    std::string prompt;  // "" : "messages" for a chat, "prompt" else
+    std::string max_tokens = "max_tokens";
+    std::string reasoning_budget = "reasoning_budget";
+  } names;
+
+  static SamplingParams neutral_sampling();
+};
+
+// Throws ApiError naming the request's own field.
+ParsedRequest prepare_completion(const ApiContext& ctx, CompletionAsk ask);
+
+// OpenAI's reader: a /v1/completions (chat: /v1/chat/completions) body as an ask; every field checked, an
+// unknown or unimplemented one a 400 naming it.
+CompletionAsk openai_ask(const ApiContext& ctx, const nlohmann::ordered_json& body, bool chat);
+
+// Optional fields of an object (absent or null: the default), each named `where + key` in the 400 it is refused
+// with ("options.temperature").
+class Fields {
+ public:
+  Fields(const nlohmann::ordered_json& o, std::string where = "") : o_(o), where_(std::move(where)) {}
+  bool has(const char* key) const { return o_.contains(key) && !o_[key].is_null(); }
+  std::string name(const char* key) const { return where_ + key; }
+  std::optional<double> number(const char* key, double lo, double hi) const;
+  double number(const char* key, double lo, double hi, double dflt) const { return number(key, lo, hi).value_or(dflt); }
+  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const;
+  int64_t integer(const char* key, int64_t lo, int64_t hi, int64_t dflt) const {
+    return integer(key, lo, hi).value_or(dflt);
+  }
+  std::optional<bool> boolean(const char* key) const;
+  bool boolean(const char* key, bool dflt) const { return boolean(key).value_or(dflt); }
+  // A string or an array of at most `max` non-empty strings.
+  std::vector<std::string> strings(const char* key, size_t max) const;
+
+ private:
+  const nlohmann::ordered_json& o_;
+  std::string where_;
+};
+
+}  // namespace kestrel
