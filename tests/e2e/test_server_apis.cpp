@@ -458,6 +458,40 @@ TEST(Ollama, OptionsMapToSamplingAndNumCtxBoundsTheRequest) {
   EXPECT_EQ(status, 400);
 }
 
+// Each API reads its own body (no rewrite into OpenAI's): a field out of range, or a limit past the context, is
+// refused under the name the client sent, in its API's error shape.
+TEST(ServerApis, EachApiRefusesAFieldUnderItsOwnName) {
+  test::ServerProcess s(server_args());
+  auto c = s.client();
+  auto refused = [&](const std::string& path, const json& body) {
+    auto r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path << " " << body << ": " << r->body;
+    return json::parse(r->body);
+  };
+  const json hello = {{{"role", "user"}, {"content", "Hello"}}};
+  // Ollama: options.temperature out of range, options.num_predict past the context (4096).
+  json o = refused("/api/chat", {{"model", "tiny"}, {"stream", false}, {"messages", hello}, {"options", {{"temperature", 5}}}});
+  EXPECT_THAT(o["error"].get<std::string>(), HasSubstr("options.temperature")) << o;
+  o = refused("/api/chat", {{"model", "tiny"}, {"stream", false}, {"messages", hello}, {"options", {{"num_predict", 100000}}}});
+  EXPECT_THAT(o["error"].get<std::string>(), HasSubstr("options.num_predict")) << o;
+  o = refused("/api/generate", {{"model", "tiny"}, {"stream", false}, {"prompt", "Hi"}, {"options", {{"repeat_penalty", 0}}}});
+  EXPECT_THAT(o["error"].get<std::string>(), HasSubstr("options.repeat_penalty")) << o;
+  // Anthropic: max_tokens past the context, top_p 0.
+  json a = refused("/v1/messages", {{"model", "tiny"}, {"max_tokens", 100000}, {"messages", hello}});
+  EXPECT_EQ(a["type"], "error");
+  EXPECT_THAT(a["error"]["message"].get<std::string>(), HasSubstr("max_tokens")) << a;
+  a = refused("/v1/messages", {{"model", "tiny"}, {"max_tokens", 8}, {"top_p", 0}, {"messages", hello}});
+  EXPECT_THAT(a["error"]["message"].get<std::string>(), HasSubstr("top_p")) << a;
+  // Responses: max_output_tokens, not max_completion_tokens; top_logprobs out of range.
+  json r = refused("/v1/responses", {{"input", "Hi"}, {"max_output_tokens", 100000}});
+  EXPECT_EQ(r["error"]["param"], "max_output_tokens") << r;
+  r = refused("/v1/responses", {{"input", "Hi"}, {"include", {"message.output_text.logprobs"}}, {"top_logprobs", 50}});
+  EXPECT_EQ(r["error"]["param"], "top_logprobs") << r;
+  r = refused("/v1/responses", {{"input", "Hi"}, {"temperature", 3}});
+  EXPECT_EQ(r["error"]["param"], "temperature") << r;
+}
+
 // The web chat page in Debian's chromium (puppeteer-core), served over TLS behind an API key: a streamed reply
 // with its reasoning apart, the key asked for, a reply stopped, regenerated, the conversation found after a
 // reload, markdown rendered; nothing fetched from anywhere but the server. The screenshot is left in the

@@ -161,7 +161,9 @@ void tool_choice_of(const ojson& c, ojson& chat) {
 }
 
 // thinking: {"type": "enabled", "budget_tokens"} or {"type": "disabled"}, through the template's switch.
-void thinking_of(const ojson& t, const ChatTemplate& tmpl, int64_t max_tokens, ojson& chat) {
+void thinking_of(const ojson& t, const ChatTemplate& tmpl, CompletionAsk& ask) {
+  const int64_t max_tokens = ask.max_tokens.value_or(0);
+  ojson& chat = ask.chat_input;
   if (!t.is_object() || !t.contains("type") || (t["type"] != "enabled" && t["type"] != "disabled"))
     throw bad_request("thinking",
                       "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
@@ -172,7 +174,10 @@ void thinking_of(const ojson& t, const ChatTemplate& tmpl, int64_t max_tokens, o
       throw bad_request("thinking.budget_tokens", "'thinking.budget_tokens' must be an integer of at least 1024");
     if (max_tokens > 0 && t["budget_tokens"].get<int64_t>() >= max_tokens)
       throw bad_request("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
-    if (max_tokens > 0) chat["reasoning_budget"] = t["budget_tokens"];  // the reasoning is closed there
+    if (max_tokens > 0) {  // the reasoning is closed there
+      ask.reasoning_budget = t["budget_tokens"].get<int64_t>();
+      ask.names.reasoning_budget = "thinking.budget_tokens";
+    }
   }
   if (!tmpl.reasons()) {
     if (on) throw bad_request("thinking", "this model does not reason (its chat template writes no reasoning)");
@@ -220,23 +225,23 @@ json tool_input(const std::string& arguments) {
 
 }  // namespace
 
-ojson anthropic_to_chat(const ojson& body, const ChatTemplate& tmpl, bool count_only) {
+CompletionAsk anthropic_ask(const ojson& body, const ApiContext& ctx, bool count_only) {
   if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   std::set<std::string> known = {"model", "messages", "system", "tools", "tool_choice", "thinking"};
   if (!count_only)
     known.insert({"max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "metadata"});
   only_fields(body, "", known);
-  ojson chat = ojson::object();
-  if (body.contains("model")) chat["model"] = body["model"];
-  int64_t max_tokens = 0;
+  CompletionAsk ask;
+  ask.chat = true;
+  ask.model = checked_model_name(ctx, body);
   if (!count_only) {
     if (!body.contains("max_tokens"))
       throw bad_request("max_tokens", "'max_tokens' is missing (Anthropic's API requires it)");
     if (!body["max_tokens"].is_number_integer() || body["max_tokens"].get<int64_t>() < 1)
       throw bad_request("max_tokens", "'max_tokens' must be a positive integer");
-    max_tokens = body["max_tokens"].get<int64_t>();
-    chat["max_tokens"] = max_tokens;
+    ask.max_tokens = body["max_tokens"].get<int64_t>();
   }
+  ojson& chat = ask.chat_input;
   ojson messages = ojson::array();
   if (body.contains("system")) messages.push_back({{"role", "system"}, {"content", text_blocks(body["system"], "system")}});
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
@@ -245,30 +250,23 @@ ojson anthropic_to_chat(const ojson& body, const ChatTemplate& tmpl, bool count_
   chat["messages"] = std::move(messages);
   if (body.contains("tools")) chat["tools"] = tools_of(body["tools"]);
   if (body.contains("tool_choice")) tool_choice_of(body["tool_choice"], chat);
-  if (body.contains("thinking")) thinking_of(body["thinking"], tmpl, max_tokens, chat);
-  if (count_only) return chat;
+  if (body.contains("thinking")) thinking_of(body["thinking"], *ctx.chat_template, ask);
+  if (count_only) return ask;
   if (body.contains("stop_sequences")) {
-    const ojson& s = body["stop_sequences"];
-    if (!s.is_array()) throw bad_request("stop_sequences", "'stop_sequences' must be an array of strings");
-    if (!s.empty()) chat["stop"] = s;
+    if (!body["stop_sequences"].is_array()) throw bad_request("stop_sequences", "'stop_sequences' must be an array of strings");
+    ask.stop = Fields(body).strings("stop_sequences", kMaxStops);
   }
-  if (body.contains("temperature")) {
-    // Anthropic's range is 0 to 1.
-    if (!body["temperature"].is_number() || body["temperature"].get<double>() < 0 || body["temperature"].get<double>() > 1)
-      throw bad_request("temperature", "'temperature' must be a number from 0 to 1");
-    chat["temperature"] = body["temperature"];
-  }
-  for (const char* key : {"top_p", "top_k"})
-    if (body.contains(key)) chat[key] = body[key];
+  // Anthropic's range is 0 to 1.
+  if (body.contains("temperature") &&
+      (!body["temperature"].is_number() || body["temperature"].get<double>() < 0 || body["temperature"].get<double>() > 1))
+    throw bad_request("temperature", "'temperature' must be a number from 0 to 1");
+  read_sampling(Fields(body), ctx, "repetition_penalty", ask);  // temperature, top_p, top_k: the others are not fields here
   if (body.contains("metadata")) {  // who asked (metadata.user_id): nothing the answer depends on
     if (!body["metadata"].is_object()) throw bad_request("metadata", "'metadata' must be an object");
     only_fields(body["metadata"], "metadata", {"user_id"});
   }
-  if (body.contains("stream")) {
-    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
-    chat["stream"] = body["stream"];
-  }
-  return chat;
+  ask.stream = Fields(body).boolean("stream", false);
+  return ask;
 }
 
 std::string anthropic_error_body(const ApiError& e) {

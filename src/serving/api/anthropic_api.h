@@ -1,27 +1,27 @@
 #pragma once
-// Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens) over
-// the chat route. A body is checked field by field (an unknown one is a 400
-// naming it) and put in the OpenAI chat shape the rest of the server reads:
-// `system` first, tool_result blocks as tool messages, tool_use blocks as an
+// Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens). A
+// body is checked field by field (an unknown one is a 400 naming it) into a
+// chat ask, its conversation in the shape chat templates read: `system`
+// first, tool_result blocks as tool messages, tool_use blocks as an
 // assistant's tool_calls, thinking blocks as its reasoning_content, `tools`
-// as functions, `thinking` as the template's switch. The answer is the chat
-// completion re-spoken: a message of content blocks, or Anthropic's event
-// stream (message_start, content_block_start/delta/stop, message_delta,
-// message_stop, ping), errors in Anthropic's error shape.
+// as functions, `thinking` as the template's switch and budget. The answer
+// is said from the reply's events: a message of content blocks, or
+// Anthropic's event stream (message_start, content_block_start/delta/stop,
+// message_delta, message_stop, ping), errors in Anthropic's error shape.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
+#include "serving/api/completion_ask.h"
 #include "serving/api/reply_events.h"
 
 namespace kestrel {
 
-// The /v1/messages body as an OpenAI chat body.
-// count_only: /v1/messages/count_tokens (no max_tokens, no sampling fields).
+// The /v1/messages body as a chat ask. count_only: /v1/messages/count_tokens (no max_tokens, no sampling fields).
 // Throws ApiError naming the Anthropic field at fault.
-nlohmann::ordered_json anthropic_to_chat(const nlohmann::ordered_json& body, const ChatTemplate& tmpl, bool count_only);
+CompletionAsk anthropic_ask(const nlohmann::ordered_json& body, const ApiContext& ctx, bool count_only);
 
 // {"type": "error", "error": {"type", "message"}}, the type by status.
 std::string anthropic_error_body(const ApiError& e);

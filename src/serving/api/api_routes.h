@@ -67,9 +67,10 @@ class ApiRoutes {
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse apply_template(const HttpRequest& req) const;
-  // The APIs a generation is asked through: each is put in the OpenAI shape, runs the same, and is answered in its own.
+  // The APIs a generation is asked through: each is read into a CompletionAsk by its own reader, runs the same, and
+  // is answered in its own shape from the reply's events.
   enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill, Embeddings, OllamaEmbed, Rerank };
-  // A request in the OpenAI shape, and what its own API's answer needs beside it.
+  // A request prepared, and what its own API's answer needs beside it.
   struct Prepared {
     ParsedRequest p;
     ResponsesRequest responses;  // Api::Responses

@@ -69,6 +69,23 @@ std::vector<std::string> Fields::strings(const char* key, size_t max) const {
   return out;
 }
 
+void read_sampling(const Fields& f, const ApiContext& ctx, const char* repeat_penalty_key, CompletionAsk& ask) {
+  SamplingParams& s = ask.sampling;
+  s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0, s.temperature));
+  s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, s.top_p));
+  if (s.top_p == 0.0f) throw bad_request(f.name("top_p"), fmt::format("'{}' must be greater than 0", f.name("top_p")));
+  s.top_k = static_cast<int>(f.integer("top_k", -1, 1 << 20, s.top_k));
+  if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
+  s.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0, s.min_p));
+  s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0, s.presence_penalty));
+  s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0, s.frequency_penalty));
+  s.repeat_penalty = static_cast<float>(f.number(repeat_penalty_key, 0.01, 10.0, s.repeat_penalty));
+  // llama.cpp's window of the penalties: -1 the whole context, 0 none.
+  const int64_t last_n = f.integer("repeat_last_n", -1, ctx.n_ctx, s.repeat_last_n);
+  s.repeat_last_n = static_cast<int>(last_n < 0 ? ctx.n_ctx : last_n);
+  if (const auto seed = f.integer("seed", INT64_MIN, INT64_MAX)) ask.seed = static_cast<uint64_t>(*seed);
+}
+
 namespace {
 
 // The chat through the template: the prompt's tokens, and what the reply will be read for (reasoning, calls).

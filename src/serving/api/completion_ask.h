@@ -17,6 +17,10 @@
 
 namespace kestrel {
 
+// Stop strings a request may give: OpenAI takes 4; evaluation harnesses send more (every task's `until` plus the
+// end-of-text string).
+constexpr size_t kMaxStops = 16;
+
 struct CompletionAsk {
   bool chat = false;
   std::string model;  // the name the request used, echoed in the answer
@@ -54,6 +58,13 @@ struct CompletionAsk {
 
 // Throws ApiError naming the request's own field.
 ParsedRequest prepare_completion(const ApiContext& ctx, CompletionAsk ask);
+
+// The sampling fields OpenAI's API, llama-server's and Ollama's options share, where present (each with OpenAI's
+// range; the ask's values are the defaults): temperature, top_p, top_k (-1: none), min_p, presence_penalty,
+// frequency_penalty, the repeat penalty under its key (OpenAI/vLLM's repetition_penalty, llama.cpp's
+// repeat_penalty), repeat_last_n (-1: the context), seed.
+class Fields;
+void read_sampling(const Fields& f, const ApiContext& ctx, const char* repeat_penalty_key, CompletionAsk& ask);
 
 // OpenAI's reader: a /v1/completions (chat: /v1/chat/completions) body as an ask; every field checked, an
 // unknown or unimplemented one a 400 naming it.

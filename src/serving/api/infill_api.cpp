@@ -22,7 +22,7 @@ std::string string_field(const ojson& body, const char* key, bool required) {
 
 }  // namespace
 
-InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
+InfillRequest infill_ask(const ojson& body, const ApiContext& ctx) {
   if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   // cache_prompt: the prefix cache is always on (the answer is the same either way).
   check_known_fields(body, "",
@@ -91,8 +91,8 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
   core.push_back(v.fim_mid);
 
   InfillRequest r;
-  ojson& c = r.completion;
-  if (body.contains("model")) c["model"] = body["model"];
+  CompletionAsk& a = r.ask;
+  a.model = checked_model_name(ctx, body);
   // n_predict: -1 (the default) until the end or the context.
   int64_t max_tokens = -1;
   for (const char* key : {"n_predict", "max_tokens"})
@@ -100,6 +100,7 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
       if (!body[key].is_number_integer() || body[key].get<int64_t>() < -1)
         throw bad_request(key, fmt::format("'{}' must be -1 or a count of tokens", key));
       max_tokens = body[key];
+      a.names.max_tokens = key;
     }
   const auto n_core = static_cast<int64_t>(core.size());
   if (n_core >= ctx.n_ctx)
@@ -108,9 +109,9 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
                    "input_prefix", "invalid_request_error", "context_length_exceeded"};
   const int64_t room = ctx.n_ctx - n_core;
   if (max_tokens > room)
-    throw ApiError{400, fmt::format("the prompt ({} tokens) plus 'n_predict' ({}) exceed the context of {} tokens", n_core,
-                                    max_tokens, ctx.n_ctx),
-                   "n_predict", "invalid_request_error", "context_length_exceeded"};
+    throw ApiError{400, fmt::format("the prompt ({} tokens) plus '{}' ({}) exceed the context of {} tokens", n_core,
+                                    a.names.max_tokens, max_tokens, ctx.n_ctx),
+                   a.names.max_tokens, "invalid_request_error", "context_length_exceeded"};
   // The extra context fills what the generation leaves (its newest tokens kept).
   const int64_t gen = max_tokens < 0 ? std::min<int64_t>(room - 1, 256) : max_tokens;
   const int64_t extra_room = std::max<int64_t>(0, room - gen - 1);
@@ -118,18 +119,14 @@ InfillRequest infill_to_completion(const ojson& body, const ApiContext& ctx) {
   r.extra_dropped = std::max<int64_t>(0, n_extra - extra_room);
   std::vector<int32_t> prompt(extra.begin() + r.extra_dropped, extra.end());
   prompt.insert(prompt.end(), core.begin(), core.end());
-  c["prompt"] = prompt;
-  c["max_tokens"] = max_tokens < 0 ? ctx.n_ctx - static_cast<int64_t>(prompt.size()) : max_tokens;
-  if (max_tokens == 0) c["max_tokens"] = 0;
-  for (const char* key : {"temperature", "top_k", "top_p", "min_p", "seed", "stop", "presence_penalty",
-                          "frequency_penalty", "repeat_last_n", "priority"})
-    if (body.contains(key) && !body[key].is_null()) c[key] = body[key];
-  if (body.contains("repeat_penalty") && !body["repeat_penalty"].is_null()) c["repetition_penalty"] = body["repeat_penalty"];
-  if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
-    r.stream = body["stream"];
-  }
-  c["stream"] = r.stream;
+  a.prompts = {prompt};
+  a.names.prompt = "input_prefix";
+  a.max_tokens = max_tokens < 0 ? ctx.n_ctx - static_cast<int64_t>(prompt.size()) : max_tokens;
+  const Fields f(body);
+  read_sampling(f, ctx, "repeat_penalty", a);
+  a.stop = f.strings("stop", kMaxStops);
+  a.priority = static_cast<int>(f.integer("priority", -1000000, 1000000, 0));
+  r.stream = a.stream = f.boolean("stream", false);
   r.prompt_text = tok.decode(prompt, true);
   return r;
 }

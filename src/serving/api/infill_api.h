@@ -17,19 +17,20 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
+#include "serving/api/completion_ask.h"
 #include "serving/api/reply_events.h"
 
 namespace kestrel {
 
 struct InfillRequest {
-  nlohmann::ordered_json completion;  // a /v1/completions body over the laid-out token ids
+  CompletionAsk ask;  // a completion of the laid-out token ids
   bool stream = false;
   int64_t extra_dropped = 0;
   std::string prompt_text;  // the laid-out prompt as text (llama-server's `prompt` field)
 };
 
 // Throws ApiError naming the field; a model without FIM tokens is a 400 naming the missing ones.
-InfillRequest infill_to_completion(const nlohmann::ordered_json& body, const ApiContext& ctx);
+InfillRequest infill_ask(const nlohmann::ordered_json& body, const ApiContext& ctx);
 
 struct InfillIds {
   std::string model;

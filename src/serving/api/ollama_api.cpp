@@ -21,39 +21,35 @@ void no_images(const ojson& o, const std::string& where) {
     throw bad_request(where + "images", fmt::format("'{}images': this server serves text models (no images)", where));
 }
 
-// Ollama's options as the OpenAI body's sampling fields.
-void options_of(const ojson& o, ojson& out, int64_t& num_ctx) {
+// Ollama's options: sampling (with OpenAI's ranges, named options.*), num_predict, num_ctx, stop.
+void options_of(const ojson& o, const ApiContext& ctx, CompletionAsk& ask, int64_t& num_ctx) {
   if (!o.is_object()) throw bad_request("options", "'options' must be an object");
   // Where the model runs, not what it computes.
   static const std::set<std::string> placement = {"numa",     "num_batch", "num_gpu",    "main_gpu", "low_vram",
                                                   "f16_kv",   "use_mmap",  "use_mlock",  "num_thread", "vocab_only",
                                                   "num_keep", "logits_all", "embedding_only"};
+  static const std::set<std::string> sampling = {"temperature",      "top_p",             "top_k",
+                                                 "min_p",            "seed",              "presence_penalty",
+                                                 "frequency_penalty", "repeat_last_n",    "repeat_penalty"};
   // Sampling Kestrel does not implement, with the value that leaves it out.
   static const std::map<std::string, double> neutral = {{"tfs_z", 1.0}, {"typical_p", 1.0}, {"mirostat", 0.0}};
+  const Fields f(o, "options.");
   for (const auto& [key, v] : o.items()) {
     const std::string param = "options." + key;
-    if (v.is_null() || placement.count(key)) continue;
-    auto number = [&] {
-      if (!v.is_number()) throw bad_request(param, fmt::format("'{}' must be a number", param));
-      return v;
-    };
-    if (key == "temperature" || key == "top_p" || key == "top_k" || key == "min_p" || key == "seed" ||
-        key == "presence_penalty" || key == "frequency_penalty" || key == "repeat_last_n") {
-      out[key] = number();
-    } else if (key == "repeat_penalty") {
-      out["repetition_penalty"] = number();
-    } else if (key == "num_predict") {
+    if (v.is_null() || placement.count(key) || sampling.count(key)) continue;
+    if (key == "num_predict") {
       if (!v.is_number_integer()) throw bad_request(param, "'options.num_predict' must be an integer");
-      // -1: no limit, -2: fill the context — both up to the context here.
-      if (v.get<int64_t>() >= 0) out["max_tokens"] = v;
       if (v.get<int64_t>() < -2) throw bad_request(param, "'options.num_predict' must be -2, -1 or a count of tokens");
+      // -1: no limit, -2: fill the context — both up to the context here.
+      if (v.get<int64_t>() >= 0) ask.max_tokens = v.get<int64_t>();
+      ask.names.max_tokens = param;
     } else if (key == "num_ctx") {
       if (!v.is_number_integer() || v.get<int64_t>() < 1)
         throw bad_request(param, "'options.num_ctx' must be a positive integer");
       num_ctx = v.get<int64_t>();
     } else if (key == "stop") {
       if (!v.is_array()) throw bad_request(param, "'options.stop' must be an array of strings");
-      if (!v.empty()) out["stop"] = v;
+      ask.stop = f.strings("stop", kMaxStops);
     } else if (neutral.count(key)) {
       if (!v.is_number() || v.get<double>() != neutral.at(key))
         throw bad_request(param, fmt::format("'{}' is not supported by this server (only {}, which leaves it out)",
@@ -64,19 +60,21 @@ void options_of(const ojson& o, ojson& out, int64_t& num_ctx) {
       throw bad_request(param, fmt::format("unknown option '{}'", key));
     }
   }
+  read_sampling(f, ctx, "repeat_penalty", ask);
 }
 
-void format_of(const ojson& f, ojson& out) {
+// format: "json" or a schema, held by the grammar (as OpenAI's response_format, which the grammar is made from).
+void format_of(const ojson& f, ojson& structured) {
   if (f.is_string() && f == "json") {
-    out["response_format"] = {{"type", "json_object"}};
+    structured["response_format"] = {{"type", "json_object"}};
   } else if (f.is_object()) {
-    out["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "format"}, {"schema", f}}}};
+    structured["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "format"}, {"schema", f}}}};
   } else if (!(f.is_string() && f.get<std::string>().empty())) {
     throw bad_request("format", "'format' must be \"json\" or a JSON schema object");
   }
 }
 
-// think: true/false through the template's switch; "low"/"medium"/"high" as reasoning_effort.
+// think: true/false through the template's switch; "low"/"medium"/"high" as reasoning_effort (template inputs).
 void think_of(const ojson& t, const ChatTemplate& tmpl, ojson& out) {
   if (t.is_string()) {
     const std::string effort = t;
@@ -157,7 +155,7 @@ ojson tools_of(const ojson& tools) {
 
 }  // namespace
 
-OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool generate) {
+OllamaRequest ollama_ask(const ojson& body, const ApiContext& ctx, bool generate) {
   if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   std::set<std::string> known = {"model", "stream", "format", "options", "keep_alive", "think", "logprobs", "top_logprobs"};
   if (generate)
@@ -166,13 +164,11 @@ OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool
     known.insert({"messages", "tools"});
   check_known_fields(body, "", known);
   OllamaRequest r;
-  ojson& out = r.openai;
+  CompletionAsk& a = r.ask;
   if (!body.contains("model") || !body["model"].is_string()) throw bad_request("model", "'model' is required");
-  out["model"] = body["model"];
-  if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
-    r.stream = body["stream"];
-  }
+  a.model = body["model"];
+  const Fields f(body);
+  r.stream = a.stream = f.boolean("stream", true);
   if (generate) {
     no_images(body, "");
     if (body.contains("suffix") && body["suffix"].is_string() && !body["suffix"].get<std::string>().empty())
@@ -184,37 +180,35 @@ OllamaRequest ollama_to_openai(const ojson& body, const ChatTemplate* tmpl, bool
       throw bad_request("context", "'context' (the deprecated token context of an earlier answer) is not supported");
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw bad_request("prompt", "'prompt' must be a string");
-    r.chat = !body.value("raw", false);
-    if (r.chat) {
+    a.chat = !f.boolean("raw", false);
+    if (a.chat) {
       ojson messages = ojson::array();
       if (body.contains("system") && body["system"].is_string()) messages.push_back({{"role", "system"}, {"content", body["system"]}});
       messages.push_back({{"role", "user"}, {"content", body["prompt"]}});
-      out["messages"] = messages;
+      a.chat_input["messages"] = messages;
+      a.names.prompt = "prompt";
     } else {
       if (body.contains("system") && body["system"].is_string() && !body["system"].get<std::string>().empty())
         throw bad_request("system", "'system' needs the template (raw: false): a raw prompt is sent as it is");
-      out["prompt"] = body["prompt"];
+      a.prompts = token_prompts(ctx, body, "prompt", 1, true);
     }
   } else {
+    a.chat = true;
     if (!body.contains("messages")) throw bad_request("messages", "'messages' is required");
-    out["messages"] = messages_of(body["messages"]);
-    if (body.contains("tools") && !body["tools"].is_null()) out["tools"] = tools_of(body["tools"]);
+    a.chat_input["messages"] = messages_of(body["messages"]);
+    if (body.contains("tools") && !body["tools"].is_null()) a.chat_input["tools"] = tools_of(body["tools"]);
   }
   // Ollama's defaults where a model file sets none.
-  out["temperature"] = 0.8;
-  out["top_k"] = 40;
-  out["top_p"] = 0.9;
-  if (body.contains("options") && !body["options"].is_null()) options_of(body["options"], out, r.num_ctx);
-  if (body.contains("format") && !body["format"].is_null()) format_of(body["format"], out);
+  a.sampling.temperature = 0.8f;
+  a.sampling.top_k = 40;
+  a.sampling.top_p = 0.9f;
+  if (body.contains("options") && !body["options"].is_null()) options_of(body["options"], ctx, a, r.num_ctx);
+  if (body.contains("format") && !body["format"].is_null()) format_of(body["format"], a.structured);
   if (body.contains("think") && !body["think"].is_null()) {
-    if (!r.chat) throw bad_request("think", "'think' needs the template (raw: false)");
-    think_of(body["think"], *tmpl, out);
+    if (!a.chat) throw bad_request("think", "'think' needs the template (raw: false)");
+    think_of(body["think"], *ctx.chat_template, a.chat_input);
   }
-  if (body.value("logprobs", false)) {
-    out["logprobs"] = r.chat ? ojson(true) : ojson(body.value("top_logprobs", 0));
-    if (r.chat && body.contains("top_logprobs")) out["top_logprobs"] = body["top_logprobs"];
-  }
-  out["stream"] = r.stream;
+  if (f.boolean("logprobs", false)) a.top_logprobs = static_cast<int>(f.integer("top_logprobs", 0, 20, 0));
   return r;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Ollama's API (/api/chat, /api/generate and the model listings clients
 // probe) over the chat and completions routes. A body is checked field by
-// field and put in the OpenAI shape: `options` as sampling fields
+// field into a completion ask: `options` as sampling fields
 // (num_predict as max_tokens, repeat_penalty, stop, seed, ...; options that
 // only place the model — num_gpu, num_thread, use_mmap — are accepted, and
 // sampling options Kestrel does not implement are a 400 unless they ask for
@@ -17,6 +17,7 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
+#include "serving/api/completion_ask.h"
 #include "serving/api/reply_events.h"
 
 namespace kestrel {
@@ -25,15 +26,14 @@ namespace kestrel {
 constexpr const char* kOllamaApiVersion = "0.12.0";
 
 struct OllamaRequest {
-  nlohmann::ordered_json openai;  // the body in the OpenAI shape
-  bool chat = true;               // false: /api/generate with raw: the prompt as it is (completions)
+  CompletionAsk ask;  // a chat, or (/api/generate with raw) a completion of the prompt as it is; model: as asked
   bool stream = true;
-  int64_t num_ctx = 0;            // options.num_ctx (0: not given): the prompt and generation must fit in it
+  int64_t num_ctx = 0;  // options.num_ctx (0: not given): the prompt and generation must fit in it
 };
 
 // generate: an /api/generate body (prompt, system, raw), else /api/chat's (messages, tools).
 // Throws ApiError naming the field.
-OllamaRequest ollama_to_openai(const nlohmann::ordered_json& body, const ChatTemplate* tmpl, bool generate);
+OllamaRequest ollama_ask(const nlohmann::ordered_json& body, const ApiContext& ctx, bool generate);
 
 // A model name as Ollama clients send it ("name" or "name:tag"): the served name it means, or "".
 std::string ollama_model_name(const std::string& requested, const std::vector<std::string>& served);

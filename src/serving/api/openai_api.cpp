@@ -21,9 +21,6 @@ namespace {
 // Ordered: the order of keys a client sent (tool parameters, message fields)
 // is the order a chat template renders them in, as transformers does.
 
-// OpenAI takes 4; evaluation harnesses send more (every task's `until` plus the end-of-text string).
-constexpr size_t kMaxStops = 16;
-
 // {"token id": bias}: ids of this vocabulary, biases -100 to 100, at most 1024 entries.
 std::vector<std::pair<int32_t, float>> logit_bias(const ojson& j, int64_t n_vocab) {
   if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return {};
@@ -218,25 +215,12 @@ CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
   // 0 (completions): no generation, the prompt scored (echo with logprobs) as evaluation harnesses do.
   ask.max_tokens = f.integer(ask.names.max_tokens.c_str(), chat ? 1 : 0, int64_t{1} << 30);
 
-  SamplingParams& s = ask.sampling;
-  s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0, 1.0));
-  s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, 1.0));
-  if (s.top_p == 0.0f) throw bad_request("top_p", "'top_p' must be greater than 0");
-  s.top_k = static_cast<int>(f.integer("top_k", -1, 1 << 20, 0));
-  if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
-  s.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0, 0.0));
-  s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0, 0.0));
-  s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0, 0.0));
-  s.repeat_penalty = static_cast<float>(f.number("repetition_penalty", 0.01, 10.0, 1.0));
-  // llama.cpp's window of the penalties: -1 the whole context, 0 none.
-  const int64_t last_n = f.integer("repeat_last_n", -1, ctx.n_ctx, s.repeat_last_n);
-  s.repeat_last_n = static_cast<int>(last_n < 0 ? ctx.n_ctx : last_n);
-  if (const auto seed = f.integer("seed", INT64_MIN, INT64_MAX)) ask.seed = static_cast<uint64_t>(*seed);
+  read_sampling(f, ctx, "repetition_penalty", ask);
   ask.n = static_cast<int>(f.integer("n", 1, kMaxChoices, 1));
   // best_of candidates, of which the n best are returned: only best_of = n (every one returned) is honest here.
   if (!chat && f.integer("best_of", 1, 1 << 10, ask.n) != ask.n)
     throw bad_request("best_of", "'best_of' greater than 'n' is not supported (each generated sequence is returned)");
-  s.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
+  ask.sampling.logit_bias = logit_bias(j, static_cast<int64_t>(ctx.tokenizer.vocab().size()));
   ask.stop = f.strings("stop", kMaxStops);
   ask.priority = static_cast<int>(f.integer("priority", -1000000, 1000000, 0));
   ask.ignore_eos = f.boolean("ignore_eos", false);

@@ -159,7 +159,7 @@ std::optional<ResponseStore::Entry> ResponseStore::get(const std::string& id) co
   return it->second;
 }
 
-ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store, const ChatTemplate& tmpl) {
+ResponsesRequest responses_ask(const ojson& body, const ResponseStore& store, const ApiContext& ctx) {
   if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
   static const std::set<std::string> known = {
       "model",      "input",       "instructions", "tools",    "tool_choice", "text",         "reasoning",
@@ -167,9 +167,12 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
       "parallel_tool_calls", "truncation", "user", "include", "top_logprobs", "prompt_cache_key", "service_tier",
       "safety_identifier", "stream_options"};
   check_known_fields(body, "", known);
+  const ChatTemplate& tmpl = *ctx.chat_template;
   ResponsesRequest r;
-  ojson& chat = r.chat;
-  if (body.contains("model")) chat["model"] = body["model"];
+  CompletionAsk& a = r.ask;
+  a.chat = true;
+  a.model = checked_model_name(ctx, body);
+  ojson& chat = a.chat_input;
   if (!body.contains("input")) throw bad_request("input", "'input' is missing");
   ojson conversation = ojson::array();
   if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
@@ -215,9 +218,9 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
         ojson js = {{"name", f.value("name", "response")}};
         if (f.contains("schema")) js["schema"] = f["schema"];
         if (f.contains("strict")) js["strict"] = f["strict"];
-        chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
+        a.structured["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
       } else if (type == "json_object") {
-        chat["response_format"] = {{"type", "json_object"}};
+        a.structured["response_format"] = {{"type", "json_object"}};
       } else if (type != "text") {
         throw bad_request("text.format.type", "'text.format.type' must be text, json_object or json_schema");
       }
@@ -255,10 +258,11 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
       }
     }
   }
-  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null())
-    chat["max_completion_tokens"] = body["max_output_tokens"];
-  for (const char* key : {"temperature", "top_p", "user"})
-    if (body.contains(key) && !body[key].is_null()) chat[key] = body[key];
+  const Fields f(body);
+  a.max_tokens = f.integer("max_output_tokens", 1, int64_t{1} << 30);
+  a.names.max_tokens = "max_output_tokens";
+  a.names.prompt = "input";
+  read_sampling(f, ctx, "repetition_penalty", a);  // temperature and top_p: the others are not fields here
   if (body.contains("truncation") && !body["truncation"].is_null() && body["truncation"] != "disabled")
     throw bad_request("truncation",
                       "'truncation' \"auto\" is not supported: a conversation longer than the context is refused");
@@ -272,8 +276,7 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
     }
   }
   if (r.logprobs) {
-    chat["logprobs"] = true;
-    if (body.contains("top_logprobs")) chat["top_logprobs"] = body["top_logprobs"];
+    a.top_logprobs = static_cast<int>(f.integer("top_logprobs", 0, 20, 0));
   } else if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
     throw bad_request("top_logprobs", "'top_logprobs' needs include: [\"message.output_text.logprobs\"]");
   }
@@ -285,7 +288,7 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
     if (!body["store"].is_boolean()) throw bad_request("store", "'store' must be true or false");
     r.store = body["store"];
   }
-  chat["stream"] = r.stream;
+  a.stream = r.stream;
   r.echo = json::object();
   for (const auto& [key, value] : body.items())
     if (kEchoed.count(key)) r.echo[key] = json::parse(value.dump());

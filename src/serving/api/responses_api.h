@@ -1,10 +1,10 @@
 #pragma once
-// OpenAI's Responses API (/v1/responses) over the chat route. A body's
+// OpenAI's Responses API (/v1/responses), read into a chat ask. A body's
 // `input` (a string, or items: messages, function_call,
 // function_call_output, reasoning) and `instructions` become chat messages,
 // its flat function `tools` the chat's, `text.format` a response_format,
 // `reasoning.effort` the template's effort (or, for a template with only a
-// thinking switch, off for "none"/"minimal"), `max_output_tokens` max_tokens.
+// thinking switch, off for "none"/"minimal"), `max_output_tokens` the limit.
 // The answer is the reply's events said as a response object of output
 // items (reasoning, message, function_call) or its event stream
 // (response.created ... response.completed). A response is kept (unless
@@ -23,6 +23,7 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/openai_api.h"
+#include "serving/api/completion_ask.h"
 #include "serving/api/reply_events.h"
 
 namespace kestrel {
@@ -47,7 +48,7 @@ class ResponseStore {
 };
 
 struct ResponsesRequest {
-  nlohmann::ordered_json chat;          // the body in the OpenAI chat shape
+  CompletionAsk ask;                    // the chat it asks for
   nlohmann::ordered_json conversation;  // its messages without the instructions (what a later request continues)
   nlohmann::json echo;                  // the request's fields a response object repeats (model, tools, ...)
   bool stream = false;
@@ -56,7 +57,7 @@ struct ResponsesRequest {
 };
 
 // Throws ApiError naming the field (404 for an unknown previous_response_id).
-ResponsesRequest responses_to_chat(const nlohmann::ordered_json& body, const ResponseStore& store, const ChatTemplate& tmpl);
+ResponsesRequest responses_ask(const nlohmann::ordered_json& body, const ResponseStore& store, const ApiContext& ctx);
 
 struct ResponsesIds {
   std::string id;  // "resp_7"

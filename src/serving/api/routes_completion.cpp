@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "serving/api/anthropic_api.h"
 #include "serving/api/api_routes.h"
+#include "serving/api/completion_ask.h"
 #include "serving/api/completion_body.h"
 #include "serving/api/completion_stream.h"
 #include "serving/api/completion_whole.h"
@@ -173,35 +174,32 @@ ApiContext ApiRoutes::api_context() const {
           c_.allow_special_in_content, c_.tool_format};
 }
 
-// The body in the OpenAI shape every API is served through.
+// The body as a completion ask, read by its own API's reader, and prepared.
 ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
   const ApiContext ctx = api_context();
   switch (api) {
     case Api::Completions: return {parse_completion_request(ctx, req.body, false), {}, {}};
     case Api::Chat: return {parse_completion_request(ctx, req.body, true), {}, {}};
     case Api::Messages:
-      return {parse_completion_request(ctx, anthropic_to_chat(parse_body(req.body), *c_.chat_template, false), true), {},
-              {}};
+      return {prepare_completion(ctx, anthropic_ask(parse_body(req.body), ctx, false)), {}, {}};
     case Api::Infill: {
-      InfillRequest ir = infill_to_completion(parse_body(req.body), ctx);
-      ParsedRequest p = parse_completion_request(ctx, ir.completion, false);
+      InfillRequest ir = infill_ask(parse_body(req.body), ctx);
+      ParsedRequest p = prepare_completion(ctx, std::move(ir.ask));
       return {std::move(p), {}, std::move(ir)};
     }
     case Api::Responses: {
-      ResponsesRequest rr = responses_to_chat(parse_body(req.body), responses_, *c_.chat_template);
-      ParsedRequest p = parse_completion_request(ctx, rr.chat, true);
+      ResponsesRequest rr = responses_ask(parse_body(req.body), responses_, ctx);
+      ParsedRequest p = prepare_completion(ctx, std::move(rr.ask));
       return {std::move(p), std::move(rr), {}};
     }
     case Api::OllamaChat:
     case Api::OllamaGenerate: {
-      OllamaRequest o = ollama_to_openai(parse_body(req.body), c_.chat_template.get(), api == Api::OllamaGenerate);
-      const std::string asked = o.openai["model"];
-      const std::string served = ollama_model_name(asked, c_.model_names);
-      if (served.empty()) throw ApiError{404, fmt::format("model '{}' not found", asked), "model", "", ""};
-      o.openai["model"] = served;
-      const bool max_given = o.openai.contains("max_tokens");
-      ParsedRequest p = parse_completion_request(ctx, o.openai, o.chat);
-      p.model = asked;
+      OllamaRequest o = ollama_ask(parse_body(req.body), ctx, api == Api::OllamaGenerate);
+      const std::string asked = o.ask.model;
+      if (ollama_model_name(asked, c_.model_names).empty())
+        throw ApiError{404, fmt::format("model '{}' not found", asked), "model", "", ""};
+      const bool max_given = o.ask.max_tokens.has_value();
+      ParsedRequest p = prepare_completion(ctx, std::move(o.ask));
       for (auto& one : p.prompts) {
         const auto n_prompt = static_cast<int64_t>(one.tokens.size());
         if (!max_given) one.max_tokens = ctx.n_ctx - n_prompt;  // num_predict -1: until the end or the context

@@ -47,15 +47,17 @@ HttpResponse ApiRoutes::apply_template(const HttpRequest& req) const {
 HttpResponse ApiRoutes::count_tokens(const HttpRequest& req, Api api) const {
   try {
     const ApiContext ctx = api_context();
-    auto j = parse_body(req.body);
+    const auto j = parse_body(req.body);
+    nlohmann::ordered_json chat_input;
     if (api == Api::Messages) {
-      j = anthropic_to_chat(j, *c_.chat_template, true);
+      chat_input = anthropic_ask(j, ctx, true).chat_input;
     } else {
       if (!j.is_object()) throw bad_request("", "the body must be a JSON object");
       check_request_fields(j, true);
+      checked_model_name(ctx, j);
+      chat_input = j;
     }
-    checked_model_name(ctx, j);
-    const RenderedChat chat = render_chat_request(ctx, j).rendered;
+    const RenderedChat chat = render_chat_request(ctx, chat_input).rendered;
     const size_t n = ctx.chat_template->tokenize(ctx.tokenizer, chat, ctx.allow_special_in_content).size();
     return json_response(json_text({{"input_tokens", n}}));
   } catch (const ApiError& e) {
