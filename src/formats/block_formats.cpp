@@ -88,48 +88,6 @@ void dequantize_row_fp8(const BlockFp8* x, float* y, int64_t n) {
   }
 }
 
-void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
-  if (is_iq_grid_type(type)) return dequantize_row_iq(type, src, dst, n);
-  switch (type) {
-    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case GgmlType::F16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(s[i]);
-      return;
-    }
-    case GgmlType::BF16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
-      return;
-    }
-    case GgmlType::Q8_0: dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n); return;
-    case GgmlType::Q4_0: dequantize_row_q4_0(static_cast<const BlockQ4_0*>(src), dst, n); return;
-    case GgmlType::Q4_K: dequantize_row_q4_K(static_cast<const BlockQ4_K*>(src), dst, n); return;
-    case GgmlType::Q5_K: dequantize_row_q5_K(static_cast<const BlockQ5_K*>(src), dst, n); return;
-    case GgmlType::Q6_K: dequantize_row_q6_K(static_cast<const BlockQ6_K*>(src), dst, n); return;
-    case GgmlType::KESTREL_FP8_E4M3: dequantize_row_fp8(static_cast<const BlockFp8*>(src), dst, n); return;
-    case GgmlType::Q4_1: dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n); return;
-    case GgmlType::Q5_0: dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n); return;
-    case GgmlType::Q5_1: dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n); return;
-    case GgmlType::Q2_K: dequantize_row_q2_K(static_cast<const BlockQ2_K*>(src), dst, n); return;
-    case GgmlType::Q3_K: dequantize_row_q3_K(static_cast<const BlockQ3_K*>(src), dst, n); return;
-    case GgmlType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n); return;
-    case GgmlType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n); return;
-    case GgmlType::MXFP4: dequantize_row_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n); return;
-    default: throw Error(std::string("dequantize: tensor type ") + std::string(type_name(type)) + " is not supported yet");
-  }
-}
-
-bool can_quantize_to(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
-    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::KESTREL_FP8_E4M3:
-    case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K: case GgmlType::Q3_K:
-    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: case GgmlType::MXFP4: return true;
-    default: return is_iq_grid_type(type);
-  }
-}
-
 // Q4_0 with an importance row: the weighted least-squares scale per block.
 static void quantize_row_q4_0_weighted(const float* x, BlockQ4_0* y, int64_t n, const float* imp) {
   float w[kQK4_0];
@@ -145,15 +103,106 @@ static void quantize_row_q4_0_weighted(const float* x, BlockQ4_0* y, int64_t n, 
   }
 }
 
-bool uses_importance(GgmlType type) {
-  switch (type) {
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K:
-    case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: return true;
-    default: return is_iq_grid_type(type);
-  }
+namespace {
+
+// One row per format quantize_row writes and dequantize_row reads (the IQ grid formats have their own table,
+// iq_formats.h): its two row functions, and whether the fit weighs an importance row.
+struct FormatRow {
+  GgmlType type;
+  void (*dequantize)(const void* src, float* dst, int64_t n);
+  void (*quantize)(const float* src, void* dst, int64_t n, const float* imp);
+  bool importance;  // the fit weighs an importance row (else one rounding: nothing to weigh)
+};
+
+// A format's row functions over its block type, with or without an importance row.
+template <class Block, void (*Dequantize)(const Block*, float*, int64_t)>
+void dequantize_as(const void* src, float* dst, int64_t n) {
+  Dequantize(static_cast<const Block*>(src), dst, n);
+}
+template <class Block, void (*Quantize)(const float*, Block*, int64_t, const float*)>
+void quantize_as(const float* src, void* dst, int64_t n, const float* imp) {
+  Quantize(src, static_cast<Block*>(dst), n, imp);
 }
 
+void dequantize_f32(const void* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+void quantize_f32(const float* src, void* dst, int64_t n, const float*) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+void dequantize_f16(const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(s[i]);
+}
+void quantize_f16(const float* src, void* dst, int64_t n, const float*) {
+  auto* d = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
+}
+void dequantize_bf16(const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
+}
+void quantize_bf16(const float* src, void* dst, int64_t n, const float*) {
+  auto* d = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; i++) d[i] = fp32_to_bf16(src[i]);
+}
+void quantize_q8_0(const float* src, void* dst, int64_t n, const float*) {
+  quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n);
+}
+// Q4_0: ggml's reference rounding, or with an importance row the weighted least-squares scale.
+void quantize_q4_0(const float* src, void* dst, int64_t n, const float* imp) {
+  if (imp) return quantize_row_q4_0_weighted(src, static_cast<BlockQ4_0*>(dst), n, imp);
+  quantize_row_q4_0_ref(src, static_cast<BlockQ4_0*>(dst), n);
+}
+void quantize_fp8(const float* src, void* dst, int64_t n, const float*) {
+  quantize_row_fp8(src, static_cast<BlockFp8*>(dst), n);
+}
+void quantize_mxfp4(const float* src, void* dst, int64_t n, const float*) {
+  quantize_row_mxfp4(src, static_cast<BlockMXFP4*>(dst), n);
+}
+
+constexpr FormatRow kFormats[] = {
+    {GgmlType::F32, dequantize_f32, quantize_f32, false},
+    {GgmlType::F16, dequantize_f16, quantize_f16, false},
+    {GgmlType::BF16, dequantize_bf16, quantize_bf16, false},
+    {GgmlType::Q8_0, dequantize_as<BlockQ8_0, dequantize_row_q8_0>, quantize_q8_0, false},
+    {GgmlType::Q4_0, dequantize_as<BlockQ4_0, dequantize_row_q4_0>, quantize_q4_0, true},
+    {GgmlType::Q4_1, dequantize_as<BlockQ4_1, dequantize_row_q4_1>, quantize_as<BlockQ4_1, quantize_row_q4_1>, true},
+    {GgmlType::Q5_0, dequantize_as<BlockQ5_0, dequantize_row_q5_0>, quantize_as<BlockQ5_0, quantize_row_q5_0>, true},
+    {GgmlType::Q5_1, dequantize_as<BlockQ5_1, dequantize_row_q5_1>, quantize_as<BlockQ5_1, quantize_row_q5_1>, true},
+    {GgmlType::Q2_K, dequantize_as<BlockQ2_K, dequantize_row_q2_K>, quantize_as<BlockQ2_K, quantize_row_q2_K>, true},
+    {GgmlType::Q3_K, dequantize_as<BlockQ3_K, dequantize_row_q3_K>, quantize_as<BlockQ3_K, quantize_row_q3_K>, true},
+    {GgmlType::Q4_K, dequantize_as<BlockQ4_K, dequantize_row_q4_K>, quantize_as<BlockQ4_K, quantize_row_q4_K>, true},
+    {GgmlType::Q5_K, dequantize_as<BlockQ5_K, dequantize_row_q5_K>, quantize_as<BlockQ5_K, quantize_row_q5_K>, true},
+    {GgmlType::Q6_K, dequantize_as<BlockQ6_K, dequantize_row_q6_K>, quantize_as<BlockQ6_K, quantize_row_q6_K>, true},
+    {GgmlType::IQ4_NL, dequantize_as<BlockIQ4_NL, dequantize_row_iq4_nl>,
+     quantize_as<BlockIQ4_NL, quantize_row_iq4_nl>, true},
+    {GgmlType::IQ4_XS, dequantize_as<BlockIQ4_XS, dequantize_row_iq4_xs>,
+     quantize_as<BlockIQ4_XS, quantize_row_iq4_xs>, true},
+    {GgmlType::MXFP4, dequantize_as<BlockMXFP4, dequantize_row_mxfp4>, quantize_mxfp4, false},
+    {GgmlType::KESTREL_FP8_E4M3, dequantize_as<BlockFp8, dequantize_row_fp8>, quantize_fp8, false},
+};
+
+const FormatRow* format_row(GgmlType t) {
+  for (const FormatRow& r : kFormats)
+    if (r.type == t) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  if (is_iq_grid_type(type)) return dequantize_row_iq(type, src, dst, n);
+  const FormatRow* r = format_row(type);
+  if (!r) throw Error(std::string("dequantize: tensor type ") + std::string(type_name(type)) + " is not supported yet");
+  r->dequantize(src, dst, n);
+}
+
+bool can_quantize_to(GgmlType type) { return is_iq_grid_type(type) || format_row(type) != nullptr; }
+
+bool uses_importance(GgmlType type) {
+  if (is_iq_grid_type(type)) return true;
+  const FormatRow* r = format_row(type);
+  return r && r->importance;
+}
+
+// The IQ grid formats whose fit cannot do without one (llama.cpp refuses them without an imatrix).
 bool requires_importance(GgmlType type) {
   switch (type) {
     case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
@@ -164,36 +213,10 @@ bool requires_importance(GgmlType type) {
 
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const float* imp) {
   if (imp && !uses_importance(type)) imp = nullptr;  // Q8_0, MXFP4, FP8, floats: one rounding, nothing to weigh
-  if (imp && type == GgmlType::Q4_0) return quantize_row_q4_0_weighted(src, static_cast<BlockQ4_0*>(dst), n, imp);
   if (is_iq_grid_type(type)) return quantize_row_iq(type, src, dst, n, imp);
-  switch (type) {
-    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case GgmlType::F16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
-      return;
-    }
-    case GgmlType::BF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_bf16(src[i]);
-      return;
-    }
-    case GgmlType::Q8_0: quantize_row_q8_0_ref(src, static_cast<BlockQ8_0*>(dst), n); return;
-    case GgmlType::Q4_0: quantize_row_q4_0_ref(src, static_cast<BlockQ4_0*>(dst), n); return;
-    case GgmlType::Q4_K: quantize_row_q4_K(src, static_cast<BlockQ4_K*>(dst), n, imp); return;
-    case GgmlType::Q5_K: quantize_row_q5_K(src, static_cast<BlockQ5_K*>(dst), n, imp); return;
-    case GgmlType::Q6_K: quantize_row_q6_K(src, static_cast<BlockQ6_K*>(dst), n, imp); return;
-    case GgmlType::KESTREL_FP8_E4M3: quantize_row_fp8(src, static_cast<BlockFp8*>(dst), n); return;
-    case GgmlType::Q4_1: quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n, imp); return;
-    case GgmlType::Q5_0: quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n, imp); return;
-    case GgmlType::Q5_1: quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n, imp); return;
-    case GgmlType::Q2_K: quantize_row_q2_K(src, static_cast<BlockQ2_K*>(dst), n, imp); return;
-    case GgmlType::Q3_K: quantize_row_q3_K(src, static_cast<BlockQ3_K*>(dst), n, imp); return;
-    case GgmlType::IQ4_NL: quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n, imp); return;
-    case GgmlType::IQ4_XS: quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n, imp); return;
-    case GgmlType::MXFP4: quantize_row_mxfp4(src, static_cast<BlockMXFP4*>(dst), n); return;
-    default: throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
-  }
+  const FormatRow* r = format_row(type);
+  if (!r) throw Error(std::string("quantize: tensor type ") + std::string(type_name(type)) + " cannot be written yet");
+  r->quantize(src, dst, n, imp);
 }
 
 }  // namespace kestrel

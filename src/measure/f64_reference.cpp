@@ -274,9 +274,9 @@ F64Decoder::Vec F64Decoder::moe(const std::string& p, const Vec& x, int64_t n, c
       for (int64_t i = 0; i < ff; i++) {
         if (!gate_b.empty()) g[i] += gate_b[ex * ff + i];
         if (!up_b.empty()) u[i] += up_b[ex * ff + i];
-        if (e.oai_alpha > 0) {  // gpt-oss: g * sigmoid(alpha g) * (u + 1), both clamped
-          const double lim = e.oai_limit, gi = std::min<double>(g[i], lim), ui = std::clamp<double>(u[i], -lim, lim);
-          g[i] = gi / (1.0 + std::exp(-e.oai_alpha * gi)) * (ui + 1.0);
+        if (e.swiglu_alpha > 0) {  // gpt-oss: g * sigmoid(alpha g) * (u + 1), both clamped
+          const double lim = e.swiglu_limit, gi = std::min<double>(g[i], lim), ui = std::clamp<double>(u[i], -lim, lim);
+          g[i] = gi / (1.0 + std::exp(-e.swiglu_alpha * gi)) * (ui + 1.0);
         } else if (e.expert_act == FfnActivation::Gelu) {
           g[i] = gelu(g[i]) * u[i];
         } else {

@@ -79,7 +79,7 @@ MoeWeights load_moe(const WeightLoader& ld, Backend& be, const std::string& p, i
     if (!gate_b.empty()) f.gate_b = shard.part(slice(gate_b, x, e.n_ff_expert), 0, e.n_ff_expert);
     if (!up_b.empty()) f.up_b = shard.part(slice(up_b, x, e.n_ff_expert), 0, e.n_ff_expert);
     if (shard.rank == 0) f.down_b = slice(down_b, x, dim);
-    if (e.oai_alpha > 0.0f) f.alpha = e.oai_alpha, f.clamp = e.oai_limit;
+    if (e.swiglu_alpha > 0.0f) f.alpha = e.swiglu_alpha, f.clamp = e.swiglu_limit;
   }
   if (!shard.holds_shared_expert()) {
     for (const char* t : {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight"})

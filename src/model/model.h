@@ -54,8 +54,9 @@ struct MoeConfig {
   int64_t n_ff_expert = 0;
   int64_t n_ff_shared = 0;   // the shared experts, run as one FFN this wide (0: none)
   bool shared_gate = false;  // Qwen2-MoE: sigmoid(x . ffn_gate_inp_shexp) scales the shared expert
-  // gpt-oss: each routed expert's SwiGLU is ops.h's swiglu_oai (alpha, limit); 0: plain SwiGLU.
-  float oai_alpha = 0.0f, oai_limit = 0.0f;
+  // A clamped SwiGLU in the routed experts (ops.h swiglu_oai, ggml_swiglu_oai: gpt-oss) at swiglu_alpha > 0,
+  // its inputs clamped at swiglu_limit; 0: plain SwiGLU.
+  float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
   // Llama 4: the experts on layers l with (l + 1) % layer_step == 0 only (interleave_moe_layer_step; 1: all
   // past n_dense_lead), and each chosen weight applied to the expert's input instead of its output.
   int layer_step = 1;

@@ -29,8 +29,8 @@ ModelConfig read(HparamReader& h, const ModelOptions&) {
   c.moe.routing.gating = ExpertGating::SoftmaxWeight;
   c.moe.n_ff_expert = h.need_int("expert_feed_forward_length");
   if (c.moe.n_ff_expert <= 0) throw h.bad("expert_feed_forward_length", "must be positive");
-  c.moe.oai_alpha = kSwigluAlpha;
-  c.moe.oai_limit = kSwigluLimit;
+  c.moe.swiglu_alpha = kSwigluAlpha;
+  c.moe.swiglu_limit = kSwigluLimit;
   const auto window = h.need_int("attention.sliding_window");
   if (window <= 0) throw h.bad("attention.sliding_window", "must be positive");
   set_sliding_layers(c, static_cast<int32_t>(window), static_cast<int>(h.int_or("attention.sliding_window_pattern", 2)));
