@@ -87,13 +87,12 @@ std::shared_ptr<RequestChannel> ServingEngine::submit(QueueSlot slot, ServeReque
                     r.params.prompt.size(), r.params.max_tokens, need, e_.kv->n_blocks()));
   auto a = std::make_unique<Active>();
   a->arrival_ms = std::chrono::duration<double, std::milli>(r.arrival - t0_).count();
-  a->req = std::move(r);
   a->channel = std::make_shared<RequestChannel>();
   a->slot = std::move(slot);
   auto ch = a->channel;
   {
     std::lock_guard lock(mutex_);
-    inbox_.push_back(std::move(a));
+    inbox_.push_back({std::move(r), std::move(a)});
   }
   wake_.notify_all();
   return ch;
@@ -116,24 +115,27 @@ void ServingEngine::update_gauges() {
 }
 
 void ServingEngine::admit_new() {
-  std::vector<std::unique_ptr<Active>> fresh;
+  std::vector<Arrival> fresh;
   {
     std::lock_guard lock(mutex_);
     fresh.swap(inbox_);
   }
-  for (auto& a : fresh) {
+  for (auto& [req, a] : fresh) {
     a->id = next_id_++;
-    RequestParams& p = a->req.params;
+    RequestParams& p = req.params;
     a->n_prompt = static_cast<int64_t>(p.prompt.size());
-    p.text = a->req.pooling < 0;  // the executor detokenizes the reply and ends it at a stop string
-    if (a->req.pooling >= 0) {  // every prompt row's hidden state, computed here (no shared prefix)
+    a->pooling = req.pooling;
+    a->prompt_logprobs = req.prompt_logprobs;
+    a->logprobs = p.top_logprobs >= 0;
+    p.text = req.pooling < 0;  // the executor detokenizes the reply and ends it at a stop string
+    if (req.pooling >= 0) {  // every prompt row's hidden state, computed here (no shared prefix)
       p.want_hidden = true;
       p.prefix_cache = false;
       p.max_tokens = 0;
     }
-    if (a->req.echo) {
+    if (req.echo) {
       a->echo_text = std::make_unique<TextStream>(*e_.tokenizer, std::vector<std::string>{}, -1);
-      if (a->req.prompt_logprobs >= 0) {
+      if (req.prompt_logprobs >= 0) {
         // Every prompt row's logits, computed here: rows a shared prefix would skip have none.
         p.all_logits = true;
         p.prefix_cache = false;
@@ -149,9 +151,8 @@ void ServingEngine::admit_new() {
     }
     metrics_.add("kestrel_prompt_tokens_total", static_cast<double>(a->n_prompt));
     p.max_total_tokens = e_.n_ctx;
-    if (a->req.grammar) {
-      p.constraint = a->constraint =
-          std::make_shared<TokenConstraint>(a->req.grammar, e_.grammar_vocab(), p.shown_control);
+    if (req.grammar) {
+      p.constraint = a->constraint = std::make_shared<TokenConstraint>(req.grammar, e_.grammar_vocab(), p.shown_control);
       metrics_.add("kestrel_grammar_requests_total", 1);
     }
     // The one record of the request from here on (the prompt moves into it).
@@ -219,7 +220,7 @@ void ServingEngine::deliver(const RequestOutput& out) {
     a.slot.release();
   }
   if (!a.echo_prompt.empty()) echo_prompt(a, out);
-  if (a.req.pooling >= 0) pool_rows(a, out);
+  if (a.pooling >= 0) pool_rows(a, out);
   if (out.drafted > 0) {
     metrics_.add("kestrel_spec_drafts_total");
     metrics_.add("kestrel_spec_drafted_tokens_total", static_cast<double>(out.drafted));
@@ -234,7 +235,7 @@ void ServingEngine::deliver(const RequestOutput& out) {
     ev.has_token = true;
     ev.token.token = t.token;
     ev.token.text = e_.tokenizer->token_to_piece(t.token);
-    if (a.req.params.top_logprobs >= 0) {
+    if (a.logprobs) {
       ev.token.logprob = t.logprob;
       for (const TokenChoice& c : t.top) ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token), c.logprob});
     }
@@ -258,7 +259,7 @@ void ServingEngine::echo_prompt(Active& a, const RequestOutput& out) {
     if (pos + 1 == n_prompt) ev.text += a.echo_text->finish(stopped);
     ev.token = {tok, e_.tokenizer->token_to_piece(tok, true), 0.0f};
     if (row) {
-      prompt_logprobs_.observe(row, nv, a.req.prompt_logprobs);
+      prompt_logprobs_.observe(row, nv, a.prompt_logprobs);
       ev.token.logprob = prompt_logprobs_.logprob(tok);
       for (const TokenChoice& c : prompt_logprobs_.top())
         ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token, true), c.logprob});
@@ -287,7 +288,7 @@ void ServingEngine::pool_rows(Active& a, const RequestOutput& out) {
     if (pos != a.pool_next) continue;  // (rows a preemption's recompute brings again)
     const float* h = out.hidden.data() + i * dim;
     const bool last = pos == a.n_prompt - 1;
-    const bool take = a.req.pooling == 1 || (a.req.pooling == 2 && pos == 0) || ((a.req.pooling == 3 || a.req.pooling == 4) && last);
+    const bool take = a.pooling == 1 || (a.pooling == 2 && pos == 0) || ((a.pooling == 3 || a.pooling == 4) && last);
     if (take)
       for (int64_t d = 0; d < dim; d++) a.pooled[static_cast<size_t>(d)] += h[d];
     a.pool_next++;
@@ -295,9 +296,9 @@ void ServingEngine::pool_rows(Active& a, const RequestOutput& out) {
   if (!out.finished || a.pool_next < a.n_prompt) return;
   StreamEvent ev;
   ev.embedding.resize(static_cast<size_t>(dim));
-  const double scale = a.req.pooling == 1 ? 1.0 / static_cast<double>(a.n_prompt) : 1.0;
+  const double scale = a.pooling == 1 ? 1.0 / static_cast<double>(a.n_prompt) : 1.0;
   for (int64_t d = 0; d < dim; d++) ev.embedding[static_cast<size_t>(d)] = static_cast<float>(a.pooled[static_cast<size_t>(d)] * scale);
-  if (a.req.pooling == 4) ev.embedding = e_.model->classify(ev.embedding.data());  // a reranker: its scores
+  if (a.pooling == 4) ev.embedding = e_.model->classify(ev.embedding.data());  // a reranker: its scores
   a.channel->push(std::move(ev));
 }
 

@@ -162,12 +162,17 @@ class ServingEngine {
   const LoadedModel& engine() const { return e_; }
 
  private:
-  // What the engine keeps of a request beside its record (whose tokens,
-  // progress and sampling state the executor keeps): the client side.
+  // A request's client side: what the server owes its client (its channel, its place in the queue, the echo or
+  // pooling it asked for, the counts and times its end reports). The request itself — its parameters, progress,
+  // sampler and grammar state — is the executor's record (runtime/request.h Request), which the runtime layer
+  // keeps and frees; this outlives it by the end event, and holds what a runtime record cannot (a serving
+  // channel: the layering rule). The few values both need are copied at admission.
   struct Active {
     int64_t id = 0;
-    ServeRequest req;  // (its params move into the record at admission)
     int64_t n_prompt = 0;
+    int pooling = -1;          // ServeRequest::pooling
+    int prompt_logprobs = -1;  // ServeRequest::prompt_logprobs (echo)
+    bool logprobs = false;     // each token's logprob and alternatives in its event
     std::shared_ptr<RequestChannel> channel;
     QueueSlot slot;  // held until the first step
     std::unique_ptr<TextStream> echo_text;  // echo: the prompt's text, token by token
@@ -203,7 +208,11 @@ class ServingEngine {
   ServerMetrics& metrics_;
   StepExecutor exec_;
   std::unordered_map<int64_t, std::unique_ptr<Active>> active_;
-  std::vector<std::unique_ptr<Active>> inbox_;  // guarded by mutex_
+  struct Arrival {  // a submitted request and its client side, until the engine thread admits it
+    ServeRequest req;
+    std::unique_ptr<Active> client;
+  };
+  std::vector<Arrival> inbox_;  // guarded by mutex_
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::atomic<bool> accepting_{true};
