@@ -195,12 +195,14 @@ TEST_F(CliWithLimits, HwReportsFeaturesKernelsAndCachedLimits) {
   EXPECT_TRUE(j["kernels"].contains("Q4_0"));
   EXPECT_EQ(j["limits"]["read_bandwidth_gbs"].get<double>(), kCachedBandwidthGbs);
   // The named operators and where each has a kernel: every family's own operator is listed (the binary links them
-  // all), sigmoid_gate with its Vulkan kernel, gated_delta_net with the host kernel alone.
+  // all), sigmoid_gate and the hyper-connection fold and spread with their Vulkan kernels, gated_delta_net with
+  // the host kernel alone.
   std::map<std::string, std::vector<std::string>> ops;
   for (const auto& op : j["operators"]) ops[op["name"]] = op["kernels"].get<std::vector<std::string>>();
-  EXPECT_EQ(ops["sigmoid_gate"], (std::vector<std::string>{"host", "vulkan"}));
+  for (const char* name : {"sigmoid_gate", "hyper_collapse", "hyper_expand"})
+    EXPECT_EQ(ops[name], (std::vector<std::string>{"host", "vulkan"})) << name;
   EXPECT_EQ(ops["gated_delta_net"], (std::vector<std::string>{"host"}));
-  for (const char* name : {"hyper_mix", "hyper_collapse", "hyper_expand", "compress_blocks", "hadamard", "indexer_top_k"})
+  for (const char* name : {"hyper_mix", "compress_blocks", "hadamard", "indexer_top_k"})
     EXPECT_TRUE(ops.count(name)) << name;
   const auto text = run_kestrel({"hw", "-t", "1"});
   EXPECT_THAT(text.out, HasSubstr("read bandwidth"));

@@ -36,10 +36,13 @@ TEST(Operators, TheTableListsEachOperatorOnceWithItsKernels) {
   for (const char* name : {"gated_delta_net", "hyper_mix", "hyper_collapse", "hyper_expand", "compress_blocks",
                            "hadamard", "indexer_top_k", "sigmoid_gate"})
     EXPECT_TRUE(names.count(name)) << name << " missing from operators()";
-  EXPECT_NE(ops::sigmoid_gate.device_kernel(kVulkanKernel), nullptr);
+  for (const Operator* op : {static_cast<const Operator*>(&ops::sigmoid_gate), static_cast<const Operator*>(&ops::hyper_collapse),
+                             static_cast<const Operator*>(&ops::hyper_expand)})
+    EXPECT_NE(op->device_kernel(kVulkanKernel), nullptr) << op->name();
   EXPECT_EQ(ops::gated_delta_net.device_kernel(kVulkanKernel), nullptr);
   const std::string list = operator_list();
   EXPECT_NE(list.find("sigmoid_gate (host, vulkan)"), std::string::npos) << list;
+  EXPECT_NE(list.find("hyper_expand (host, vulkan)"), std::string::npos) << list;
   EXPECT_NE(list.find("gated_delta_net (host)"), std::string::npos) << list;
 }
 
@@ -127,6 +130,33 @@ TEST_F(VulkanOperators, AnOperatorWithAVulkanKernelRunsOnTheDevice) {
     gpu_->release(dx);
     gpu_->release(dg);
   }
+}
+
+// DeepSeek-V4's hyper-connection fold and spread run on the device and give the host kernel's floats exactly (the
+// same order of sums, no fused multiply-adds): rows of hc = 4 streams, dim not a multiple of the workgroup.
+TEST_F(VulkanOperators, HyperCollapseAndExpandGiveTheHostKernelsFloats) {
+  const int64_t n = 3, dim = 200;
+  const int hc = 4;
+  const auto size = [](int64_t v) { return static_cast<size_t>(v); };
+  const std::vector<float> x = random_floats(size(n * hc * dim), 11, 2.0f), y = random_floats(size(n * dim), 12, 2.0f),
+                           pre = random_floats(size(n * hc), 13), post = random_floats(size(n * hc), 14),
+                           comb = random_floats(size(n * hc * hc), 15);
+  std::vector<float> want_y(size(n * dim)), want_out(size(n * hc * dim));
+  ops::hyper_collapse(*cpu_, {cpu_->host_view(x.data()), cpu_->host_view(pre.data()), n, hc, dim,
+                              cpu_->host_view(want_y.data())});
+  ops::hyper_expand(*cpu_, {cpu_->host_view(x.data()), cpu_->host_view(y.data()), cpu_->host_view(post.data()),
+                            cpu_->host_view(comb.data()), n, hc, dim, cpu_->host_view(want_out.data())});
+  const Act dx = upload(x), dy = upload(y), dpre = upload(pre), dpost = upload(post), dcomb = upload(comb);
+  const Act got_y = gpu_->alloc(n * dim), got_out = gpu_->alloc(n * hc * dim);
+  const DeviceCounters before = *device_counters(*gpu_);
+  ops::hyper_collapse(*gpu_, {dx, dpre, n, hc, dim, got_y});
+  ops::hyper_expand(*gpu_, {dx, dy, dpost, dcomb, n, hc, dim, got_out});
+  EXPECT_EQ(download(got_y, want_y.size()), want_y);
+  EXPECT_EQ(download(got_out, want_out.size()), want_out);
+  const DeviceCounters& after = *device_counters(*gpu_);
+  EXPECT_EQ(after.host_ops, before.host_ops) << "a hyper-connection operator ran on the CPU";
+  EXPECT_EQ(after.device_ops, before.device_ops + 2);
+  for (Act a : {dx, dy, dpre, dpost, dcomb, got_y, got_out}) gpu_->release(a);
 }
 
 // hadamard has none: the device finishes what it recorded, then the CPU backend runs the host kernel on the same
