@@ -53,6 +53,13 @@ const char* finish_reason_name(FinishReason r);
 // OpenAI's finish_reason: "stop" for Eos and Stop, "length" for Length and Context.
 const char* openai_finish_reason(FinishReason r);
 
+// What the caller keeps with a request (the server: what it owes the request's client — serving_engine.h's
+// Active), carried by the record so a request has one record: the caller reads it through the record while the
+// request runs and gets it back in the output that ends it (RequestOutput::attachment).
+struct RequestAttachment {
+  virtual ~RequestAttachment() = default;
+};
+
 struct Request {
   int64_t id = 0;
   int32_t seq = 0;  // its sequence in the KV ledger
@@ -81,6 +88,8 @@ struct Request {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;  // params.text: the reply's text so far
   std::unique_ptr<DraftLength> draft_length;  // with speculation
+
+  std::shared_ptr<RequestAttachment> attachment;  // the caller's, or null
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t generated() const { return num_tokens() - n_prompt; }

@@ -85,6 +85,7 @@ RequestOutput& StepExecutor::output(int64_t id) {
   o.prompt_tokens = o.completion_tokens = o.cached_tokens = 0;
   o.end_text.clear();
   o.stop_string.clear();
+  o.attachment.reset();
   return o;
 }
 
@@ -107,6 +108,7 @@ void StepExecutor::end(Request& r, RequestOutput& out, FinishReason reason) {
   out.prompt_tokens = r.n_prompt;
   out.completion_tokens = r.generated();
   out.cached_tokens = r.num_cached_tokens;
+  out.attachment = std::move(r.attachment);
   remove(r.id);
 }
 
@@ -214,6 +216,7 @@ void StepExecutor::assign_logits_rows(Flight& f) {
 
 StepReport StepExecutor::step(double now_ms) {
   StepReport report;
+  for (size_t i = 0; i < n_outputs_; i++) outputs_[i].attachment.reset();  // the last step's ends, handed back
   n_outputs_ = 0;
   report.outputs = &outputs_;
   // Start steps while a slot is free, each over an even share of the

@@ -71,6 +71,7 @@ struct RequestOutput {
   // string that ended it (FinishReason::Stop).
   std::string end_text, stop_string;
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with finished
+  std::shared_ptr<RequestAttachment> attachment;  // with finished: the record's (Request::attachment), handed back
 };
 
 // What a step did, for the front's gauges and counters.
@@ -101,6 +102,8 @@ class StepExecutor {
   // output says so. Returns its text held back so far (params.text), for a front that shows it.
   std::string remove(int64_t id);
   const Request* record(int64_t id) { return sched_.find(id); }
+  // Every request it keeps (waiting or running).
+  const std::vector<std::unique_ptr<Request>>& records() const { return sched_.requests(); }
   int n_running() const { return sched_.n_running(); }
   int n_waiting() const { return sched_.n_waiting(); }
   // Blocks a request of n tokens needs (to refuse one that could never fit).

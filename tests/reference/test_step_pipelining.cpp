@@ -69,14 +69,29 @@ class TwoInFlight final : public Model {
   std::vector<int> order_;
 };
 
-// What each request generated, and which ended, from the steps' outputs.
+// What a caller keeps with a request (the server's client side), counted while it lives.
+struct Tag : RequestAttachment {
+  explicit Tag(int64_t request) : id(request) { live++; }
+  ~Tag() override { live--; }
+  int64_t id;
+  static inline int live = 0;
+};
+
+// What each request generated, and which ended, from the steps' outputs; each end hands back the request's own
+// attachment.
 struct Collect {
   std::map<int64_t, std::vector<int32_t>> tokens;
   std::set<int64_t> ended;
   void read(const StepReport& rep) {
     for (const RequestOutput& out : rep) {
       for (const TokenOutput& t : out.tokens) tokens[out.id].push_back(t.token);
-      if (out.finished) ended.insert(out.id);
+      if (!out.finished) continue;
+      ended.insert(out.id);
+      const auto* tag = dynamic_cast<const Tag*>(out.attachment.get());
+      EXPECT_NE(tag, nullptr) << "request " << out.id << " ended without its attachment";
+      if (tag) {
+        EXPECT_EQ(tag->id, out.id);
+      }
     }
   }
 };
@@ -91,6 +106,7 @@ std::unique_ptr<Request> request(int i) {
   r->params.sampling.temperature = 0.0f;
   r->params.max_tokens = 12 + 5 * i;  // they end at different steps
   r->params.ignore_eos = true;
+  r->attachment = std::make_shared<Tag>(r->id);
   return r;
 }
 
@@ -133,6 +149,8 @@ std::map<int64_t, std::vector<int32_t>> generate(bool pipelined, int64_t cancel_
   EXPECT_TRUE(cancelled) << "request " << cancel_id << " was never in flight after its first token";
   EXPECT_EQ(exec.n_running() + exec.n_waiting(), 0);
   EXPECT_EQ(e.kv->blocks().n_used_blocks(), 0) << "blocks still held";
+  exec.step(500);  // nothing to run: the last ends' attachments are let go
+  EXPECT_EQ(Tag::live, 0) << "attachments outlive their requests";
   EXPECT_EQ(reported, two ? two->overlapped : 0);
   if (overlapped) *overlapped = reported;
   return hooks.tokens;

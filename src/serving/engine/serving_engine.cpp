@@ -121,7 +121,7 @@ void ServingEngine::admit_new() {
     fresh.swap(inbox_);
   }
   for (auto& [req, a] : fresh) {
-    a->id = next_id_++;
+    const int64_t id = next_id_++;
     RequestParams& p = req.params;
     a->n_prompt = static_cast<int64_t>(p.prompt.size());
     a->pooling = req.pooling;
@@ -157,12 +157,12 @@ void ServingEngine::admit_new() {
     }
     // The one record of the request from here on (the prompt moves into it).
     auto rec = std::make_unique<Request>();
-    rec->id = a->id;
-    rec->seq = static_cast<int32_t>(a->id & 0x7fffffff);
+    rec->id = id;
+    rec->seq = static_cast<int32_t>(id & 0x7fffffff);
     rec->arrival_ms = a->arrival_ms;
     rec->params = std::move(p);
+    rec->attachment = std::move(a);  // the client side goes with the record from here on
     exec_.add(std::move(rec));
-    active_[a->id] = std::move(a);
   }
 }
 
@@ -194,7 +194,6 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
   a.slot.release();
   a.channel->push(std::move(end));
-  active_.erase(a.id);  // a is gone after this
 }
 
 void ServingEngine::note_token_time(Active& a) {
@@ -211,9 +210,10 @@ void ServingEngine::note_token_time(Active& a) {
 // token goes to the client as an event (its text, the token, its logprobs),
 // and its end (the executor's decision: EOS, a stop string, a limit) ends the stream.
 void ServingEngine::deliver(const RequestOutput& out) {
-  const auto it = active_.find(out.id);
-  if (it == active_.end()) return;
-  Active& a = *it->second;
+  // The record's client side, or (the request ended) the one its end handed back.
+  Active* client = out.finished ? static_cast<Active*>(out.attachment.get()) : client_of(exec_.record(out.id));
+  if (!client) return;
+  Active& a = *client;
   if (out.started) {
     a.first_step_ms = now_ms();
     metrics_.observe("kestrel_request_queue_time_seconds", (a.first_step_ms - a.arrival_ms) / 1000);
@@ -321,15 +321,14 @@ void ServingEngine::step(double now) {
 }
 
 void ServingEngine::loop() {
-  // Ends the active requests `which` picks, as `reason` (with `error`).
+  // Ends the requests `which` picks, as `reason` (with `error`): each end event, then the record.
   auto end_requests = [&](auto which, const std::string& reason, const std::string& error) {
-    std::vector<int64_t> ids;
-    for (const auto& [id, a] : active_)
-      if (which(*a)) ids.push_back(id);
-    for (int64_t id : ids) {
-      const Request* rec = exec_.record(id);
-      Active& a = *active_.at(id);
-      finish(a, reason, error, rec ? rec->num_cached_tokens : 0);
+    std::vector<const Request*> ending;
+    for (const auto& rec : exec_.records())
+      if (const Active* a = client_of(rec.get()); a && which(*a)) ending.push_back(rec.get());
+    for (const Request* rec : ending) {
+      const int64_t id = rec->id;
+      finish(*client_of(rec), reason, error, rec->num_cached_tokens);
       exec_.remove(id);
     }
   };
@@ -341,7 +340,7 @@ void ServingEngine::loop() {
     const bool past_deadline = stop_ && now >= static_cast<double>(deadline_ms_.load());
     end_requests([&](const Active& a) { return a.channel->cancelled() || past_deadline; }, "cancelled", "");
     update_gauges();
-    if (active_.empty()) {
+    if (exec_.records().empty()) {
       if (stop_) return;
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !inbox_.empty() || stop_; });

@@ -163,12 +163,11 @@ class ServingEngine {
 
  private:
   // A request's client side: what the server owes its client (its channel, its place in the queue, the echo or
-  // pooling it asked for, the counts and times its end reports). The request itself — its parameters, progress,
-  // sampler and grammar state — is the executor's record (runtime/request.h Request), which the runtime layer
-  // keeps and frees; this outlives it by the end event, and holds what a runtime record cannot (a serving
-  // channel: the layering rule). The few values both need are copied at admission.
-  struct Active {
-    int64_t id = 0;
+  // pooling it asked for, the counts and times its end reports). It is part of the request's one record — the
+  // executor's Request (runtime/request.h), whose attachment it is from admission: read through the record
+  // while the request runs, handed back in the output that ends it. (The runtime layer cannot name a serving
+  // channel: the record holds it as a RequestAttachment.)
+  struct Active : RequestAttachment {
     int64_t n_prompt = 0;
     int pooling = -1;          // ServeRequest::pooling
     int prompt_logprobs = -1;  // ServeRequest::prompt_logprobs (echo)
@@ -195,11 +194,13 @@ class ServingEngine {
   // An embedding request: its prompt rows' hidden states pooled; the vector sent once the prefill ends.
   void pool_rows(Active& a, const RequestOutput& out);
   // The client side of a request's end (its event, metrics); the executor
-  // has freed its blocks (it finished) or the caller does (exec_.remove).
+  // has freed its record (it finished) or the caller does next (exec_.remove).
   // out: the executor's output that ended it (its held-back text and stop string); null: ended from outside.
   void finish(Active& a, const std::string& reason, const std::string& error = "", int64_t cached_tokens = 0,
               const RequestOutput* out = nullptr);
   void note_token_time(Active& a);
+  // A running request's client side (null: not the executor's).
+  static Active* client_of(const Request* r) { return r ? static_cast<Active*>(r->attachment.get()) : nullptr; }
   double now_ms() const;
   void update_gauges();
 
@@ -207,7 +208,6 @@ class ServingEngine {
   ServingConfig c_;
   ServerMetrics& metrics_;
   StepExecutor exec_;
-  std::unordered_map<int64_t, std::unique_ptr<Active>> active_;
   struct Arrival {  // a submitted request and its client side, until the engine thread admits it
     ServeRequest req;
     std::unique_ptr<Active> client;
