@@ -85,7 +85,8 @@ TEST(ServerLogitBias, BannedTokensNeverComeAndFavouredOnesAlwaysDo) {
   // Sampled at temperature 1, too.
   banned["temperature"] = 1.0;
   banned["seed"] = 5;
-  for (const auto& t : post(c, "/v1/completions", banned)["choices"][0]["logprobs"]["tokens"]) EXPECT_NE(t, most->first);
+  const json sampled = post(c, "/v1/completions", banned);  // (kept: a range-for over a temporary's member dangles)
+  for (const auto& t : sampled["choices"][0]["logprobs"]["tokens"]) EXPECT_NE(t, most->first);
 
   // +100 on one token: nothing else comes, in chat too.
   const json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 6}, {"temperature", 0.7},

@@ -194,6 +194,10 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
   a.slot.release();
   a.channel->push(std::move(end));
+  // The client side owes nothing more: what it holds of the client goes now, not when the executor lets the
+  // record's attachment go (at its next step, or with the engine, after the HTTP server a channel's
+  // ready-callback reaches into).
+  a.channel.reset();
 }
 
 void ServingEngine::note_token_time(Active& a) {
