@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "backend/vulkan/vulkan_backend.h"
-#include "core/error.h"
 
 namespace kestrel {
 namespace {
@@ -93,18 +91,13 @@ void expand(const OpContext&, const HyperExpandArgs& a) {
 OpCost expand_cost(const HyperExpandArgs& a) {
   return {4.0 * a.n * (2 * a.hc + 1) * a.dim, 2.0 * a.n * a.hc * (a.hc + 1) * a.dim};
 }
-// The device's 32-bit indices: every element of the largest buffer must be one.
-uint32_t u32(int64_t v, const char* op) {
-  if (v < 0 || v > UINT32_MAX) throw Error(std::string(op) + ": more than 2^32 elements on the device");
-  return static_cast<uint32_t>(v);
-}
-
 // hyper_collapse.comp: one invocation per output float.
 void collapse_vulkan(void* context, const void* args) {
   const auto& a = *static_cast<const HyperCollapseArgs*>(args);
   const int64_t streams = a.n * a.hc * a.dim;
-  u32(streams, "hyper_collapse");
-  const uint32_t push[3] = {u32(a.n, "hyper_collapse"), u32(a.hc, "hyper_collapse"), u32(a.dim, "hyper_collapse")};
+  VulkanOpContext::u32(streams, "hyper_collapse");  // every element's index a uint
+  const uint32_t push[3] = {VulkanOpContext::u32(a.n, "hyper_collapse"), VulkanOpContext::u32(a.hc, "hyper_collapse"),
+                            VulkanOpContext::u32(a.dim, "hyper_collapse")};
   static_cast<VulkanOpContext*>(context)->dispatch("hyper_collapse",
                                                    {{a.x, streams, VulkanBuffer::Use::In},
                                                     {a.pre, a.n * a.hc, VulkanBuffer::Use::In},
@@ -116,8 +109,9 @@ void collapse_vulkan(void* context, const void* args) {
 void expand_vulkan(void* context, const void* args) {
   const auto& a = *static_cast<const HyperExpandArgs*>(args);
   const int64_t streams = a.n * a.hc * a.dim;
-  const uint32_t push[3] = {u32(a.n, "hyper_expand"), u32(a.hc, "hyper_expand"), u32(a.dim, "hyper_expand")};
-  u32(streams, "hyper_expand");
+  VulkanOpContext::u32(streams, "hyper_expand");  // every element's index a uint
+  const uint32_t push[3] = {VulkanOpContext::u32(a.n, "hyper_expand"), VulkanOpContext::u32(a.hc, "hyper_expand"),
+                            VulkanOpContext::u32(a.dim, "hyper_expand")};
   static_cast<VulkanOpContext*>(context)->dispatch("hyper_expand",
                                                    {{a.x, streams, VulkanBuffer::Use::In},
                                                     {a.y, a.n * a.dim, VulkanBuffer::Use::In},

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
 #include "backend/vulkan/vulkan_backend.h"
 
 namespace kestrel {
@@ -37,8 +36,7 @@ OpCost cost(const SigmoidGateArgs& a) {
 // sigmoid_gate.comp: one invocation per element of x.
 void run_vulkan(void* context, const void* args) {
   const auto& a = *static_cast<const SigmoidGateArgs*>(args);
-  if (a.n > UINT32_MAX || a.per_gate > UINT32_MAX) throw Error("sigmoid_gate: more than 2^32 elements on the device");
-  const uint32_t push[2] = {static_cast<uint32_t>(a.n), static_cast<uint32_t>(a.per_gate)};
+  const uint32_t push[2] = {VulkanOpContext::u32(a.n, "sigmoid_gate"), VulkanOpContext::u32(a.per_gate, "sigmoid_gate")};
   const int64_t gates = (a.n + a.per_gate - 1) / a.per_gate;
   static_cast<VulkanOpContext*>(context)->dispatch(
       "sigmoid_gate",

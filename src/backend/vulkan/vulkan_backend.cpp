@@ -134,11 +134,6 @@ void grid(int64_t count, uint32_t* gx, uint32_t* gy) {
   *gy = static_cast<uint32_t>((groups + *gx - 1) / *gx);
 }
 
-uint32_t u32(int64_t v) {
-  if (v < 0 || v > UINT32_MAX) throw Error(fmt::format("a Vulkan operator's size {} does not fit 32 bits", v));
-  return static_cast<uint32_t>(v);
-}
-
 class VulkanBackend final : public ForwardingBackend, private VulkanOpContext {
  public:
   VulkanBackend(const VulkanOptions& o, std::unique_ptr<Backend> host)

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "core/error.h"
 
 namespace kestrel {
 
@@ -59,6 +60,12 @@ class VulkanOpContext {
   // then `push`.
   virtual void dispatch(const char* shader, std::initializer_list<VulkanBuffer> buffers, const void* push,
                         uint32_t push_bytes, int64_t invocations) = 0;
+  // A size or count as the shaders' 32-bit uint (the backend's own kernels' too); Error naming the operator
+  // (`op`) and the size past 2^32.
+  static uint32_t u32(int64_t v, const char* op = "a Vulkan operator") {
+    if (v < 0 || v > UINT32_MAX) throw Error(std::string(op) + "'s size " + std::to_string(v) + " does not fit 32 bits");
+    return static_cast<uint32_t>(v);
+  }
 };
 
 // What a Vulkan backend did so far (tests and --log: which operators ran where); null for other backends.
