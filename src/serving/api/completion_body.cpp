@@ -48,12 +48,7 @@ void Logprobs::add(const StreamEvent& e) {
     return;
   }
   if (chat_) {
-    json alts = json::array();
-    for (const auto& t : e.top) alts.push_back({{"token", name(t)}, {"logprob", t.logprob}, {"bytes", utf8_bytes(t.text)}});
-    chat_content_.push_back({{"token", name(e.token)},
-                             {"logprob", e.token.logprob},
-                             {"bytes", utf8_bytes(e.token.text)},
-                             {"top_logprobs", alts}});
+    chat_content_.push_back(chat_entry(e));
     return;
   }
   tokens_.push_back(name(e.token));
@@ -68,6 +63,12 @@ void Logprobs::add(const StreamEvent& e) {
   }
   offsets_.push_back(offset_);
   offset_ += code_points(e.text);  // OpenAI's text_offset counts characters
+}
+
+json Logprobs::chat_entry(const StreamEvent& e) const {
+  json alts = json::array();
+  for (const auto& t : e.top) alts.push_back({{"token", name(t)}, {"logprob", t.logprob}, {"bytes", utf8_bytes(t.text)}});
+  return {{"token", name(e.token)}, {"logprob", e.token.logprob}, {"bytes", utf8_bytes(e.token.text)}, {"top_logprobs", alts}};
 }
 
 json Logprobs::result() const {

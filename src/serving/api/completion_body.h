@@ -43,6 +43,9 @@ class Logprobs {
       : chat_(chat), token_ids_(token_ids), offset_(start_offset) {}
   void add(const StreamEvent& e);
   nlohmann::json result() const;
+  // A token event's entry in the chat shape (token, logprob, bytes, top_logprobs), as add puts it in `content`
+  // (and as Ollama's and the Responses API's logprobs carry it).
+  nlohmann::json chat_entry(const StreamEvent& e) const;
   // Characters of text the events so far carried, from the start of the completion.
   size_t end_offset() const { return offset_; }
 

@@ -10,7 +10,7 @@ using json = nlohmann::json;
 
 CompletionStream::CompletionStream(std::shared_ptr<ReplyEvents> events, CompletionIds ids, bool want_logprobs,
                                    bool include_usage)
-    : events_(std::move(events)),
+    : ReplyReader(std::move(events)),
       text_offsets_(events_->choices(), 0),
       ids_(std::move(ids)),
       want_logprobs_(want_logprobs),
@@ -49,42 +49,40 @@ json CompletionStream::text_choice(const ReplyEvent& e, const json& logprobs) co
 }
 
 StreamStep CompletionStream::poll(std::string& out) {
-  if (finished_) return StreamStep::Done;
   if (ids_.chat && !started_) {
     started_ = true;
     for (size_t i = 0; i < events_->choices(); i++)
       add_chunk(out, {{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}});
   }
-  std::vector<ReplyEvent> events;
-  const StreamStep s = events_->poll(events);
-  for (const ReplyEvent& e : events) {
-    size_t& offset = text_offsets_[e.choice];
-    if (e.end()) {  // the choice's last chunk: its finish reason (and what the end released: held-back text)
-      add_chunk(out, text_choice(e, want_logprobs_ ? Logprobs(ids_.chat, offset, ids_.token_ids).result() : json(nullptr)));
-      continue;
-    }
-    Logprobs lp(ids_.chat, offset, ids_.token_ids);
-    if (want_logprobs_) lp.add(e.engine);
-    offset = lp.end_offset();
-    if (e.engine.text.empty() && !(want_logprobs_ && e.engine.has_token)) continue;  // held back (UTF-8, a stop string)
-    add_chunk(out, text_choice(e, want_logprobs_ ? lp.result() : json(nullptr)));
+  return read(out);
+}
+
+void CompletionStream::on_event(const ReplyEvent& e, std::string& out) {
+  size_t& offset = text_offsets_[e.choice];
+  if (e.end()) {  // the choice's last chunk: its finish reason (and what the end released: held-back text)
+    add_chunk(out, text_choice(e, want_logprobs_ ? Logprobs(ids_.chat, offset, ids_.token_ids).result() : json(nullptr)));
+    return;
   }
-  if (s == StreamStep::More) return s;
-  finished_ = true;
-  if (s == StreamStep::Abort) return s;
-  if (!events_->error().empty()) {
-    out += "data: " + api_error_body({500, "generation failed: " + events_->error(), "", "server_error", ""}) + "\n\n";
-    out += "data: [DONE]\n\n";
-    return StreamStep::Done;
-  }
-  // Usage, when asked for, comes once, in a chunk of its own with no choices, as OpenAI sends it.
-  if (include_usage_) {
+  Logprobs lp(ids_.chat, offset, ids_.token_ids);
+  if (want_logprobs_) lp.add(e.engine);
+  offset = lp.end_offset();
+  if (e.engine.text.empty() && !(want_logprobs_ && e.engine.has_token)) return;  // held back (UTF-8, a stop string)
+  add_chunk(out, text_choice(e, want_logprobs_ ? lp.result() : json(nullptr)));
+}
+
+void CompletionStream::on_error(std::string& out) {
+  out += "data: " + api_error_body({500, "generation failed: " + error_, "", "server_error", ""}) + "\n\n";
+}
+
+void CompletionStream::on_done(std::string& out) {
+  // Usage, when asked for, comes once, in a chunk of its own with no choices, as OpenAI sends it (not after an
+  // error).
+  if (include_usage_ && error_.empty()) {
     json usage_only = completion_envelope(ids_, true, json::array());
     usage_only["usage"] = usage_json(events_->usage(ids_.n));
     out += sse_event(usage_only);
   }
   out += "data: [DONE]\n\n";
-  return StreamStep::Done;
 }
 
 }  // namespace kestrel

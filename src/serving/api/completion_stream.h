@@ -19,7 +19,7 @@
 
 namespace kestrel {
 
-class CompletionStream : public BodyStream {
+class CompletionStream : public BodyStream, ReplyReader {
  public:
   // The reply's events (n > 1: chunks carry the choice's index); with a parser, chat text comes as
   // reasoning_content, content and tool_calls deltas.
@@ -34,14 +34,16 @@ class CompletionStream : public BodyStream {
   void close(bool) override { events_->close(); }
 
  private:
+  void on_event(const ReplyEvent& e, std::string& out) override;
+  void on_error(std::string& out) override;
+  void on_done(std::string& out) override;
   void add_chunk(std::string& out, const nlohmann::json& choice) const;
   nlohmann::json text_choice(const ReplyEvent& e, const nlohmann::json& logprobs) const;
 
-  std::shared_ptr<ReplyEvents> events_;
   std::vector<size_t> text_offsets_;  // per choice: characters streamed so far (where a chunk's text_offset starts)
   CompletionIds ids_;
   bool want_logprobs_, include_usage_;
-  bool started_ = false, finished_ = false;
+  bool started_ = false;
 };
 
 }  // namespace kestrel

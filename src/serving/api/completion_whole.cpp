@@ -7,7 +7,7 @@
 namespace kestrel {
 
 WholeCompletion::WholeCompletion(std::shared_ptr<ReplyEvents> events, CompletionIds ids, bool want_logprobs)
-    : events_(std::move(events)), ids_(std::move(ids)), want_logprobs_(want_logprobs) {
+    : ReplyReader(std::move(events)), ids_(std::move(ids)), want_logprobs_(want_logprobs) {
   for (size_t i = 0; i < events_->choices(); i++) choices_.push_back({{}, Logprobs(ids_.chat, 0, ids_.token_ids)});
 }
 
@@ -17,25 +17,23 @@ WholeCompletion::WholeCompletion(std::shared_ptr<RequestChannel> channel, Comple
                                                     std::move(reply), std::move(on_end)),
                       std::move(ids), want_logprobs) {}
 
-std::optional<HttpResponse> WholeCompletion::poll() {
-  if (finished_) return std::nullopt;
-  std::vector<ReplyEvent> events;
-  const StreamStep s = events_->poll(events);
-  for (const ReplyEvent& e : events) {
-    Choice& c = choices_[e.choice];
-    c.reply.add(e);
-    if (want_logprobs_) c.logprobs.add(e.engine);
-  }
-  if (s == StreamStep::More) return std::nullopt;
-  finished_ = true;
-  if (s == StreamStep::Abort) return error_response({500, "the request ended early", "", "server_error", ""});
-  if (!events_->error().empty())
-    return error_response({500, "generation failed: " + events_->error(), "", "server_error", ""});
+void WholeCompletion::on_event(const ReplyEvent& e, std::string&) {
+  Choice& c = choices_[e.choice];
+  c.reply.add(e);
+  if (want_logprobs_) c.logprobs.add(e.engine);
+}
+
+std::string WholeCompletion::body() const {
   nlohmann::json choices = nlohmann::json::array();
   for (size_t i = 0; i < choices_.size(); i++)
     choices.push_back(whole_choice(ids_, i, choices_[i].reply, events_->parsed(),
                                    want_logprobs_ ? choices_[i].logprobs.result() : nlohmann::json(nullptr)));
-  return json_response(whole_completion_body(ids_, std::move(choices), events_->usage(ids_.n)));
+  return whole_completion_body(ids_, std::move(choices), events_->usage(ids_.n));
+}
+
+std::optional<HttpResponse> WholeCompletion::poll() {
+  std::string unused;
+  return whole(read(unused), [&] { return body(); }, error_response);
 }
 
 }  // namespace kestrel

@@ -17,7 +17,7 @@
 
 namespace kestrel {
 
-class WholeCompletion : public DeferredResponse {
+class WholeCompletion : public DeferredResponse, ReplyReader {
  public:
   // The reply's events (n > 1: one choice each); with a parser, the chat answer comes split into
   // reasoning_content, content and tool_calls.
@@ -30,15 +30,17 @@ class WholeCompletion : public DeferredResponse {
   void close(bool) override { events_->close(); }
 
  private:
+  void on_event(const ReplyEvent& e, std::string& out) override;
+  void on_done(std::string&) override {}
+  std::string body() const;
+
   struct Choice {
     ReplyWhole reply;
     Logprobs logprobs;
   };
-  std::shared_ptr<ReplyEvents> events_;
   std::vector<Choice> choices_;
   CompletionIds ids_;
   bool want_logprobs_;
-  bool finished_ = false;
 };
 
 }  // namespace kestrel

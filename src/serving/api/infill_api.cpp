@@ -126,7 +126,7 @@ InfillRequest infill_ask(const ojson& body, const ApiContext& ctx) {
   read_sampling(f, ctx, "repeat_penalty", a);
   a.stop = f.strings("stop", kMaxStops);
   a.priority = static_cast<int>(f.integer("priority", -1000000, 1000000, 0));
-  r.stream = a.stream = f.boolean("stream", false);
+  a.stream = f.boolean("stream", false);
   r.prompt_text = tok.decode(prompt, true);
   return r;
 }

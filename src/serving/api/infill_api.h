@@ -24,7 +24,6 @@ namespace kestrel {
 
 struct InfillRequest {
   CompletionAsk ask;  // a completion of the laid-out token ids
-  bool stream = false;
   int64_t extra_dropped = 0;
   std::string prompt_text;  // the laid-out prompt as text (llama-server's `prompt` field)
 };

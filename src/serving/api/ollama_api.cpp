@@ -168,7 +168,7 @@ OllamaRequest ollama_ask(const ojson& body, const ApiContext& ctx, bool generate
   if (!body.contains("model") || !body["model"].is_string()) throw bad_request("model", "'model' is required");
   a.model = body["model"];
   const Fields f(body);
-  r.stream = a.stream = f.boolean("stream", true);
+  a.stream = f.boolean("stream", true);  // Ollama's default
   if (generate) {
     no_images(body, "");
     if (body.contains("suffix") && body["suffix"].is_string() && !body["suffix"].get<std::string>().empty())
@@ -279,12 +279,8 @@ void OllamaAnswer::on_event(const ReplyEvent& e, std::string& out) {
     json args = json::parse(call.arguments, nullptr, false);
     calls.push_back({{"function", {{"name", call.name}, {"arguments", args.is_object() ? args : json::object()}}}});
   }
-  if (ids_.logprobs && e.engine.has_token) {  // Ollama's entries are the chat shape: token, logprob, bytes, top_logprobs
-    Logprobs lp(true);
-    lp.add(e.engine);
-    json entries = lp.result();
-    for (auto& entry : entries["content"]) logprobs_.push_back(std::move(entry));
-  }
+  if (ids_.logprobs && e.engine.has_token)  // Ollama's entries are the chat shape: token, logprob, bytes, top_logprobs
+    logprobs_.push_back(Logprobs(true).chat_entry(e.engine));
   if (e.end()) done_reason_ = e.engine.finish_reason == "length" ? "length" : "stop";
   if (content.empty() && thinking.empty() && calls.empty()) return;  // (its logprobs go with the next line)
   if (first_token_ == std::chrono::steady_clock::time_point{}) first_token_ = std::chrono::steady_clock::now();

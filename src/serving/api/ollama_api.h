@@ -27,7 +27,6 @@ constexpr const char* kOllamaApiVersion = "0.12.0";
 
 struct OllamaRequest {
   CompletionAsk ask;  // a chat, or (/api/generate with raw) a completion of the prompt as it is; model: as asked
-  bool stream = true;
   int64_t num_ctx = 0;  // options.num_ctx (0: not given): the prompt and generation must fit in it
 };
 

@@ -4,11 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-
-#include <random>
 #include <set>
 
-#include "chat/reasoning.h"
 #include "core/error.h"
 #include "serving/api/completion_ask.h"
 
@@ -194,7 +191,7 @@ nlohmann::ordered_json parse_body(const std::string& body) {
 constexpr int64_t kMaxChoices = 16;
 
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat) {
-  return parse_completion_request(ctx, parse_body(body), chat);
+  return prepare_completion(ctx, openai_ask(ctx, parse_body(body), chat));
 }
 
 CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
@@ -243,10 +240,6 @@ CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
     ask.include_usage_chunk = Fields(j["stream_options"], "stream_options.").boolean("include_usage", false);
   }
   return ask;
-}
-
-ParsedRequest parse_completion_request(const ApiContext& ctx, const ojson& j, bool chat) {
-  return prepare_completion(ctx, openai_ask(ctx, j, chat));
 }
 
 }  // namespace kestrel

@@ -116,6 +116,5 @@ std::string model_not_found_message(const std::string& name, const std::vector<s
 // A /v1/completions (chat: /v1/chat/completions) body read (completion_ask.h's openai_ask) and prepared
 // (prepare_completion). Throws ApiError. body: the raw request body.
 ParsedRequest parse_completion_request(const ApiContext& ctx, const std::string& body, bool chat);
-ParsedRequest parse_completion_request(const ApiContext& ctx, const nlohmann::ordered_json& body, bool chat);
 
 }  // namespace kestrel

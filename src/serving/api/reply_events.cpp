@@ -18,17 +18,6 @@ std::string ReplyEvent::finish_reason() const {
   return engine.finish_reason;
 }
 
-ReplyUsage usage_of(const std::vector<StreamEvent>& ends, int n) {
-  ReplyUsage u;
-  for (size_t i = 0; i < ends.size(); i++) {
-    u.completion += ends[i].completion_tokens;
-    if (i % static_cast<size_t>(std::max(n, 1)) != 0) continue;
-    u.prompt += ends[i].prompt_tokens;
-    u.cached += ends[i].cached_tokens;
-  }
-  return u;
-}
-
 void ReplyWhole::add(const ReplyEvent& e) {
   text += e.engine.text;
   part.reasoning += e.part.reasoning;
@@ -95,10 +84,16 @@ void ReplyEvents::close() {
     if (!c.finished) c.channel->cancel();
 }
 
-std::vector<StreamEvent> ReplyEvents::ends() const {
-  std::vector<StreamEvent> out;
-  for (const auto& c : choices_) out.push_back(c.end);
-  return out;
+ReplyUsage ReplyEvents::usage(int n) const {
+  ReplyUsage u;
+  for (size_t i = 0; i < choices_.size(); i++) {
+    const StreamEvent& end = choices_[i].end;
+    u.completion += end.completion_tokens;
+    if (i % static_cast<size_t>(std::max(n, 1)) != 0) continue;
+    u.prompt += end.prompt_tokens;
+    u.cached += end.cached_tokens;
+  }
+  return u;
 }
 
 StreamStep ReplyReader::read(std::string& out) {

@@ -39,7 +39,6 @@ struct ReplyEvent {
 struct ReplyUsage {
   int64_t prompt = 0, completion = 0, cached = 0;
 };
-ReplyUsage usage_of(const std::vector<StreamEvent>& ends, int n);
 
 // A choice's reply gathered whole (a non-streamed answer): its parts joined, the engine's text as it came, the end.
 struct ReplyWhole {
@@ -68,9 +67,8 @@ class ReplyEvents {
   size_t choices() const { return choices_.size(); }
   bool parsed() const { return parsed_; }
   const std::string& error() const { return error_; }  // "" unless a choice failed
-  // Each choice's end event (valid once poll returned Done), and the usage over them (n choices per prompt).
-  std::vector<StreamEvent> ends() const;
-  ReplyUsage usage(int n = 1) const { return usage_of(ends(), n); }
+  // The usage over the choices' ends (valid once poll returned Done; n choices per prompt, in prompt order).
+  ReplyUsage usage(int n = 1) const;
 
  private:
   struct Choice {

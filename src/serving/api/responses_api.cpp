@@ -282,13 +282,12 @@ ResponsesRequest responses_ask(const ojson& body, const ResponseStore& store, co
   }
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean()) throw bad_request("stream", "'stream' must be true or false");
-    r.stream = body["stream"];
+    a.stream = body["stream"];
   }
   if (body.contains("store") && !body["store"].is_null()) {
     if (!body["store"].is_boolean()) throw bad_request("store", "'store' must be true or false");
     r.store = body["store"];
   }
-  a.stream = r.stream;
   r.echo = json::object();
   for (const auto& [key, value] : body.items())
     if (kEchoed.count(key)) r.echo[key] = json::parse(value.dump());
@@ -405,12 +404,8 @@ void ResponsesAnswer::close_item(std::string& out) {
 
 void ResponsesAnswer::on_event(const ReplyEvent& e, std::string& out) {
   auto index = [&] { return output_.size(); };
-  if (ids_.logprobs && e.engine.has_token) {  // entries in the chat shape, as output_text.logprobs carries them
-    Logprobs lp(true);
-    lp.add(e.engine);
-    json entries = lp.result();
-    for (auto& entry : entries["content"]) pending_logprobs_.push_back(std::move(entry));
-  }
+  if (ids_.logprobs && e.engine.has_token)  // entries in the chat shape, as output_text.logprobs carries them
+    pending_logprobs_.push_back(Logprobs(true).chat_entry(e.engine));
   if (!e.part.reasoning.empty()) {
     if (e.part.content.empty()) pending_logprobs_ = json::array();  // the reasoning's tokens, not the message's
     open_item("reasoning", out);

@@ -51,7 +51,6 @@ struct ResponsesRequest {
   CompletionAsk ask;                    // the chat it asks for
   nlohmann::ordered_json conversation;  // its messages without the instructions (what a later request continues)
   nlohmann::json echo;                  // the request's fields a response object repeats (model, tools, ...)
-  bool stream = false;
   bool store = true;
   bool logprobs = false;  // include: message.output_text.logprobs
 };

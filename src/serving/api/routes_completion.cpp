@@ -287,8 +287,8 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
       break;
     case Api::Infill: {
       const InfillRequest& ir = prepared.infill;
-      answer_with(r, std::make_shared<InfillAnswer>(events, InfillIds{p.model, ir.extra_dropped, ir.prompt_text}, ir.stream),
-                  ir.stream);
+      answer_with(r, std::make_shared<InfillAnswer>(events, InfillIds{p.model, ir.extra_dropped, ir.prompt_text}, p.stream),
+                  p.stream);
       break;
     }
     case Api::Responses: {
@@ -296,7 +296,7 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
       const Tokenizer* tok = engine_.engine().tokenizer.get();
       ResponsesIds rids{fmt::format("resp_{}", id), p.model, unix_seconds(), rr.echo, rr.conversation, rr.store, rr.logprobs,
                         [tok](const std::string& text) { return static_cast<int64_t>(tok->encode(text, false, false).size()); }};
-      answer_with(r, std::make_shared<ResponsesAnswer>(events, std::move(rids), rr.stream, responses_), rr.stream);
+      answer_with(r, std::make_shared<ResponsesAnswer>(events, std::move(rids), p.stream, responses_), p.stream);
       break;
     }
     case Api::Messages: {
