@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/median.h"
-#include "model/expert_combine.h"
+#include "parallel/expert_combine.h"
 
 namespace kestrel {
 

@@ -123,7 +123,7 @@ void LayerStack::start_forward(const Batch& b, const BatchPlacement& place, KvSt
   check_batch_size(b.size());
   begin_step(b, place);
   in_flight_.start(
-      shard_, slot, b, state_dim(), micro_batches(b.size()), x_,
+      shard_, slot, b, b.size(), state_dim(), micro_batches(b.size()), x_,
       [&](int64_t r0, int64_t rows) { embed(b, r0, rows); },
       [&](int64_t r0, int64_t rows) { run_layers(b, place, kv, r0, rows); });
 }

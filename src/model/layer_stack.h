@@ -22,7 +22,7 @@
 #include "model/ffn_blocks.h"
 #include "model/layer_rows.h"
 #include "model/model.h"
-#include "model/pipeline_stage.h"
+#include "parallel/pipeline_stage.h"
 #include "model/weight_loader.h"
 
 namespace kestrel {

@@ -14,7 +14,7 @@
 #include "kernels/ops.h"
 #include "gguf/gguf.h"
 #include "model/batch.h"
-#include "model/tensor_shard.h"
+#include "parallel/tensor_shard.h"
 #include "kv/kv_cache.h"
 
 namespace kestrel {

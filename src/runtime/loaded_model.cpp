@@ -12,8 +12,8 @@
 #include "kernels/matmul_kernels.h"
 #include "backend/profiling_backend.h"
 #include "backend/vulkan/vulkan_backend.h"
-#include "parallel/follower.h"
-#include "parallel/leader_model.h"
+#include "parallel/step/follower.h"
+#include "parallel/step/leader_model.h"
 
 namespace kestrel {
 

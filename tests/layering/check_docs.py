@@ -47,7 +47,7 @@ def missing_paths(root: pathlib.Path):
 
 def layer_list_problems(root: pathlib.Path):
     text = (root / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    m = re.search(r"`(core(?:\s*<\s*[a-z_]+)+)`", text.replace("\n", " "))
+    m = re.search(r"`(core(?:\s*<\s*[a-z_/]+)+)`", text.replace("\n", " "))
     if not m:
         return ["CONTRIBUTING.md: no layer list (`core < hw < ... < cli`) found"]
     listed = [w.strip() for w in m.group(1).split("<")]

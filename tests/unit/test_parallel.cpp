@@ -9,10 +9,10 @@
 #include "formats/block_formats.h"
 #include "measure/allreduce_bench.h"
 #include "measure/profile_report.h"
-#include "model/expert_combine.h"
-#include "model/tensor_shard.h"
+#include "parallel/expert_combine.h"
+#include "parallel/tensor_shard.h"
 #include "parallel/parallel_spec.h"
-#include "parallel/step_message.h"
+#include "parallel/step/step_message.h"
 #include "test_support.h"
 
 using namespace kestrel;

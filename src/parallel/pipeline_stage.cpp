@@ -1,4 +1,4 @@
-#include "model/pipeline_stage.h"
+#include "parallel/pipeline_stage.h"
 
 #include <fmt/format.h>
 
@@ -84,8 +84,8 @@ StepSlots::Slot& StepSlots::at(int slot) {
   return slots_[static_cast<size_t>(slot)];
 }
 
-void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches, Act& x,
-                      const RowsFn& embed, const RowsFn& layers) {
+void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_t rows, int64_t dim,
+                      int64_t micro_batches, Act& x, const RowsFn& embed, const RowsFn& layers) {
   if (!shard.pipelined() || !shard.leader()) throw Error("only rank 0 of a pipeline keeps steps in flight");
   Slot& s = at(slot);
   if (s.batch) throw Error(fmt::format("step slot {} is still in flight", slot));
@@ -94,7 +94,7 @@ void StepSlots::start(const TensorShard& shard, int slot, const Batch& b, int64_
   const Act home = x;
   x = s.x;
   try {
-    start_first_stage(shard, be_->map(s.x, floats_), be_->map(s.back, floats_), b.size(), dim, micro_batches, embed,
+    start_first_stage(shard, be_->map(s.x, floats_), be_->map(s.back, floats_), rows, dim, micro_batches, embed,
                       layers, s.flight);
   } catch (...) {
     x = home;

@@ -1,4 +1,4 @@
-#include "model/tensor_shard.h"
+#include "parallel/tensor_shard.h"
 
 #include <fmt/format.h>
 

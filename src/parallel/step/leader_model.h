@@ -1,7 +1,7 @@
 #pragma once
 // Rank 0 of a tensor-parallel job: the Model the runtime sees. It places
 // each batch in the (one, shared) KV ledger, tells the other ranks the step
-// (parallel/step_message.h) and runs its own share; the ranks meet in the
+// (parallel/step/step_message.h) and runs its own share; the ranks meet in the
 // model's all-reduces. Everything above it — scheduler, sampler, server — is
 // the single-process code.
 #include <memory>

@@ -15,7 +15,7 @@
 
 #include "core/communicator.h"
 #include "formats/weight.h"
-#include "model/expert_combine.h"
+#include "parallel/expert_combine.h"
 
 namespace kestrel {
 

@@ -1,4 +1,4 @@
-#include "model/expert_combine.h"
+#include "parallel/expert_combine.h"
 
 #include <fmt/format.h>
 

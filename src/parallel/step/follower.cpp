@@ -1,6 +1,6 @@
-#include "parallel/follower.h"
+#include "parallel/step/follower.h"
 
-#include "parallel/step_message.h"
+#include "parallel/step/step_message.h"
 
 namespace kestrel {
 

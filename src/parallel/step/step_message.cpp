@@ -1,4 +1,4 @@
-#include "parallel/step_message.h"
+#include "parallel/step/step_message.h"
 
 #include <fmt/format.h>
 
@@ -13,8 +13,11 @@ namespace {
 
 template <class T>
 void put(std::vector<uint8_t>& out, const T* p, size_t n) {
-  const auto* b = reinterpret_cast<const uint8_t*>(p);
-  out.insert(out.end(), b, b + n * sizeof(T));
+  // Grown, then copied into (GCC 12's -Wstringop-overflow misreads an insert of a few bytes at the end of an
+  // empty vector as an overflow).
+  const size_t at = out.size(), bytes = n * sizeof(T);
+  out.resize(at + bytes);
+  if (bytes > 0) std::memcpy(out.data() + at, p, bytes);
 }
 template <class T>
 void put(std::vector<uint8_t>& out, T v) {

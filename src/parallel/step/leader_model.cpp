@@ -1,11 +1,11 @@
-#include "parallel/leader_model.h"
+#include "parallel/step/leader_model.h"
 
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "core/error.h"
-#include "parallel/step_message.h"
+#include "parallel/step/step_message.h"
 
 namespace kestrel {
 namespace {

@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/batch.h"
-#include "model/tensor_shard.h"
+#include "parallel/tensor_shard.h"
 
 namespace kestrel {
+
+struct Batch;  // (model/batch.h: a slot only keeps the step's batch for whoever finishes it)
 
 using RowsFn = std::function<void(int64_t r0, int64_t rows)>;
 
@@ -48,11 +49,11 @@ class StepSlots {
  public:
   void resize(Backend& be, int slots, int64_t floats);
   int size() const { return static_cast<int>(slots_.size()); }
-  // Starts b in slot: x is the slot's activations while embed and layers
-  // run stage 0 (micro_batches of b's rows), then back where it was.
-  // Error when the slot is out of range or still in flight.
-  void start(const TensorShard& shard, int slot, const Batch& b, int64_t dim, int64_t micro_batches, Act& x,
-             const RowsFn& embed, const RowsFn& layers);
+  // Starts b (rows of it) in slot: x is the slot's activations while embed
+  // and layers run stage 0 (micro_batches of b's rows), then back where it
+  // was. Error when the slot is out of range or still in flight.
+  void start(const TensorShard& shard, int slot, const Batch& b, int64_t rows, int64_t dim, int64_t micro_batches,
+             Act& x, const RowsFn& embed, const RowsFn& layers);
   // Waits for the slot's step; its batch and the rows that came back (for the head). The slot is free again.
   std::pair<const Batch*, Act> finish(const TensorShard& shard, int slot);
 
