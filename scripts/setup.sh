@@ -11,6 +11,8 @@ packages=(
   libspdlog-dev libfmt-dev libhwloc-dev libxxhash-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libssl-dev           # the HTTP server: Boost.Beast over Asio, TLS via OpenSSL
+  prometheus-cpp-dev                # /metrics: prometheus-cpp's registry and text exposition
+  prometheus                        # tests: a real Prometheus scrapes the server; promtool lints metrics and rules
   python3 python3-regex             # the compat checker; the pre-tokenizer oracle (tests)
   python3-jinja2                    # the Jinja oracle the template engine is tested against (tests)
   python3-jsonschema                # validates structured output against its schema (tests)

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
+#include "runtime/generator.h"
 #include "serving/http/http_server.h"
 #include "spec/spec_source.h"
 
@@ -50,6 +51,16 @@ int64_t available_memory() {
   while (f >> key >> kb >> unit)
     if (key == "MemAvailable:") return kb * 1024;
   return 0;
+}
+
+// One token through the model, sampled, before the first request: its weights paged in, the kernels' and
+// the step's buffers allocated, so that a ready server runs its first request at full speed.
+void warm_up(LoadedModel& e) {
+  GenerationParams p;
+  p.max_tokens = 1;
+  p.ignore_eos = true;
+  const int32_t bos = e.tokenizer->vocab().bos;
+  generate(e, {bos >= 0 ? bos : 0}, p);
 }
 
 int run(ServeFlags& f) {
@@ -90,108 +101,168 @@ int run(ServeFlags& f) {
   eo.load_mtp = f.spec == "mtp";
   eo.mtp_model = mtp_model_of(f.spec, f.draft_model);
   apply_parallel_flags(f.parallel, eo);
-  LoadedModel e = LoadedModel::load(eo);
-  if (e.is_follower()) return follow_leader(e, f.profile);  // rank 0 alone listens and schedules
-  std::unique_ptr<SpecSource> spec;
-  if (f.spec != "none") {
-    LoadOptions d;
-    d.model_path = f.draft_model;
-    d.n_threads = eo.n_threads;
-    d.n_seq_max = f.max_batch_size;  // a draft sequence per batch slot, at full context
-    d.max_batch_tokens = f.max_batch_tokens;
-    spec = std::make_unique<SpecSource>(f.spec, e, d);
-  }
   std::vector<std::string> served = f.served_names;
   if (served.empty()) served.push_back(std::filesystem::path(f.engine.model_path).filename().string());
   ServerMetrics metrics(served.front());
-  ServingConfig sc;
-  sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
-  sc.exec.scheduler.max_batch_size = f.max_batch_size;
-  sc.exec.scheduler.prefill_chunk = f.prefill_chunk;
-  sc.exec.scheduler.policy = f.policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
-  sc.exec.scheduler.max_wait_ms = f.max_wait_ms;
-  sc.exec.scheduler.aging_ms = f.aging_ms;
-  sc.max_queue = f.max_queue;
-  // A tensor-parallel rank gone: the requests get the error, then the server
-  // stops as on SIGTERM and the job ends (non-zero: main aborts the MPI job).
-  std::mutex fatal_mutex;
-  std::string fatal;
-  sc.on_fatal = [&](const std::string& why) {
+
+  // Rank 0 alone listens and schedules; it listens from the start, so that /health answers and /ready tells
+  // the load's progress (a large model takes minutes) instead of a refused connection.
+  std::unique_ptr<HttpServer> http;
+  std::thread io, watcher;
+  // The watcher's view of the process: loading (a signal ends it at once: nothing to drain), serving (a
+  // signal drains), or closing (run is ending: the watcher only leaves).
+  enum class Phase { Loading, Serving, Closing };
+  std::mutex phase_mutex;
+  Phase phase = Phase::Loading;
+  ServingEngine* serving = nullptr;
+  int port = 0;
+  const auto close_listener = [&] {
     {
-      std::lock_guard lock(fatal_mutex);
-      fatal = why;
+      std::lock_guard lock(phase_mutex);
+      if (phase == Phase::Closing) return;  // (closed already)
+      phase = Phase::Closing;
     }
-    fmt::print(stderr, "[kestrel] error: {}; stopping\n", why);
-    kill(getpid(), SIGTERM);
+    if (!http) return;
+    http->stop();
+    if (io.joinable()) io.join();
+    pthread_kill(watcher.native_handle(), SIGTERM);
+    watcher.join();
   };
-  sc.exec.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
-  sc.exec.proposer = spec ? spec->proposer() : nullptr;
-  sc.exec.spec_governed = f.spec_governed;
-  ServingEngine engine(e, sc, metrics);
-
-  HttpServerConfig hc;
-  hc.host = f.host;
-  hc.port = f.port;
-  hc.api.model_names = served;
-  {
-    auto tmpl = std::make_shared<ChatTemplate>(ChatTemplate::from_model(*e.file, f.chat_template));
-    if (!f.chat_template_kwargs.empty()) tmpl->set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));
-    if (tmpl->used_fallback())
-      fmt::print(stderr, "[kestrel] warning: {} has no chat template; chat requests use chatml (see --chat-template)\n",
-                 f.engine.model_path);
-    hc.api.split_reasoning = f.reasoning_format == "deepseek" || (f.reasoning_format == "auto" && tmpl->reasons());
-    hc.api.tool_format = f.tool_call_parser == "auto" ? tmpl->tool_format() : *tool_call_format_from_name(f.tool_call_parser);
-    hc.api.chat_template = std::move(tmpl);
+  if (!eo.comm || eo.comm->rank() == 0) {
+    HttpServerConfig hc;
+    hc.host = f.host;
+    hc.port = f.port;
+    hc.io_threads = f.http_threads;
+    hc.worker_threads = f.http_workers;
+    hc.limits = f.limits;
+    hc.access.api_keys = f.api_keys;
+    if (!f.api_key_file.empty())
+      for (auto& k : read_api_key_file(f.api_key_file)) hc.access.api_keys.push_back(std::move(k));
+    hc.access.protect_metrics = f.protect_metrics;
+    if (f.protect_metrics && hc.access.api_keys.empty())
+      throw Error("--metrics-require-key needs --api-key or --api-key-file");
+    hc.access.cors_origins = f.cors_origins;
+    hc.access.allowed_hosts = f.allowed_hosts;
+    hc.tls_cert_file = f.ssl_cert_file;
+    hc.tls_key_file = f.ssl_key_file;
+    http = std::make_unique<HttpServer>(metrics, hc);
+    port = http->bind();
+    fmt::print(stderr, "[kestrel] listening on {}://{}:{} (loading '{}'; GET /ready says when it serves)\n",
+               hc.tls_cert_file.empty() ? "http" : "https", f.host, port, f.engine.model_path);
+    io = std::thread([&] { http->run(); });
+    // SIGTERM/SIGINT: while loading, stop at once; while serving, stop accepting, let in-flight requests
+    // finish until the deadline (then cancel them), then close the listener.
+    watcher = std::thread([&] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      std::unique_lock lock(phase_mutex);
+      if (phase == Phase::Closing) return;
+      if (phase == Phase::Loading) {
+        fmt::print(stderr, "[kestrel] signal {} while loading: stopped\n", sig);
+        std::_Exit(0);
+      }
+      lock.unlock();
+      fmt::print(stderr, "[kestrel] signal {}: draining (up to {} s)\n", sig, f.shutdown_timeout_s);
+      http->set_draining(fmt::format("signal {}: finishing the requests in flight (up to {} s), taking no new ones",
+                                     sig, f.shutdown_timeout_s));
+      serving->shutdown(static_cast<int>(f.shutdown_timeout_s * 1000));
+      http->stop();
+    });
+    eo.on_stage = [&](const std::string& stage) { http->readiness().loading(stage); };
   }
-  hc.io_threads = f.http_threads;
-  hc.worker_threads = f.http_workers;
-  hc.limits = f.limits;
-  hc.access.api_keys = f.api_keys;
-  if (!f.api_key_file.empty())
-    for (auto& k : read_api_key_file(f.api_key_file)) hc.access.api_keys.push_back(std::move(k));
-  hc.access.protect_metrics = f.protect_metrics;
-  if (f.protect_metrics && hc.access.api_keys.empty()) throw Error("--metrics-require-key needs --api-key or --api-key-file");
-  hc.access.cors_origins = f.cors_origins;
-  hc.access.allowed_hosts = f.allowed_hosts;
-  hc.tls_cert_file = f.ssl_cert_file;
-  hc.tls_key_file = f.ssl_key_file;
-  hc.api.log_json = f.log_format == "json";
-  hc.api.responses_kept = f.responses_store;
-  hc.api.pooling = f.pooling.empty() ? -1 : f.pooling == "mean" ? 1 : f.pooling == "cls" ? 2 : 3;
-  hc.api.matryoshka = f.matryoshka;
-  hc.api.allow_special_in_content = f.allow_special_in_content;
-  HttpServer http(engine, metrics, hc);
-  const int port = http.bind();
-  fmt::print(stderr,
-             "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
-             "chat template {}{}{}{})\n",
-             fmt::join(hc.api.model_names, "', '"), hc.tls_cert_file.empty() ? "http" : "https", f.host, port, e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(),
-             e.kv->layout().type_name(), e.kv->layout().describe_bytes(),
-             hc.api.chat_template->origin(), hc.api.split_reasoning ? ", reasoning split from content" : "",
-             hc.api.tool_format == ToolCallFormat::None ? std::string()
-                                                        : fmt::format(", tool calls read as {}", tool_call_format_name(hc.api.tool_format)), hc.access.api_keys.empty() ? "" : ", API key required");
+  try {
+    LoadedModel e = LoadedModel::load(eo);
+    if (e.is_follower()) return follow_leader(e, f.profile);
+    std::unique_ptr<SpecSource> spec;
+    if (f.spec != "none") {
+      http->readiness().loading("loading the draft model");
+      LoadOptions d;
+      d.model_path = f.draft_model;
+      d.n_threads = eo.n_threads;
+      d.n_seq_max = f.max_batch_size;  // a draft sequence per batch slot, at full context
+      d.max_batch_tokens = f.max_batch_tokens;
+      spec = std::make_unique<SpecSource>(f.spec, e, d);
+    }
+    // One token through the whole model before the first request (weights paged in, kernels' buffers and
+    // the step's scratch allocated), so that /ready means a request runs at full speed.
+    http->readiness().loading("warming up");
+    warm_up(e);
+    ServingConfig sc;
+    sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
+    sc.exec.scheduler.max_batch_size = f.max_batch_size;
+    sc.exec.scheduler.prefill_chunk = f.prefill_chunk;
+    sc.exec.scheduler.policy = f.policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
+    sc.exec.scheduler.max_wait_ms = f.max_wait_ms;
+    sc.exec.scheduler.aging_ms = f.aging_ms;
+    sc.max_queue = f.max_queue;
+    // A tensor-parallel rank gone: the requests get the error, then the server
+    // stops as on SIGTERM and the job ends (non-zero: main aborts the MPI job).
+    std::mutex fatal_mutex;
+    std::string fatal;
+    sc.on_fatal = [&](const std::string& why) {
+      {
+        std::lock_guard lock(fatal_mutex);
+        fatal = why;
+      }
+      fmt::print(stderr, "[kestrel] error: {}; stopping\n", why);
+      kill(getpid(), SIGTERM);
+    };
+    sc.exec.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
+    sc.exec.proposer = spec ? spec->proposer() : nullptr;
+    sc.exec.spec_governed = f.spec_governed;
+    ServingEngine engine(e, sc, metrics);
 
-  // SIGTERM/SIGINT: stop accepting, let in-flight requests finish until the
-  // deadline (then cancel them), then close the listener.
-  std::thread watcher([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    fmt::print(stderr, "[kestrel] signal {}: draining (up to {} s)\n", sig, f.shutdown_timeout_s);
-    http.set_draining();
-    engine.shutdown(static_cast<int>(f.shutdown_timeout_s * 1000));
-    http.stop();
-  });
-  http.run();
-  // run() also returns if the listener fails; make the watcher exit in any case.
-  pthread_kill(watcher.native_handle(), SIGTERM);
-  watcher.join();
-  if (e.profiler) {
-    e.profiler->write_chrome_trace(f.profile);
-    fmt::print(stderr, "[kestrel] profile -> {}\n", f.profile);
+    ApiConfig api;
+    api.model_names = served;
+    {
+      auto tmpl = std::make_shared<ChatTemplate>(ChatTemplate::from_model(*e.file, f.chat_template));
+      if (!f.chat_template_kwargs.empty()) tmpl->set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));
+      if (tmpl->used_fallback())
+        fmt::print(stderr, "[kestrel] warning: {} has no chat template; chat requests use chatml (see --chat-template)\n",
+                   f.engine.model_path);
+      api.split_reasoning = f.reasoning_format == "deepseek" || (f.reasoning_format == "auto" && tmpl->reasons());
+      api.tool_format = f.tool_call_parser == "auto" ? tmpl->tool_format() : *tool_call_format_from_name(f.tool_call_parser);
+      api.chat_template = std::move(tmpl);
+    }
+    api.log_json = f.log_format == "json";
+    api.responses_kept = f.responses_store;
+    api.pooling = f.pooling.empty() ? -1 : f.pooling == "mean" ? 1 : f.pooling == "cls" ? 2 : 3;
+    api.matryoshka = f.matryoshka;
+    api.allow_special_in_content = f.allow_special_in_content;
+    const ApiConfig shown = api;  // (what the line below prints: api moves into the server)
+    {
+      std::lock_guard lock(phase_mutex);
+      serving = &engine;
+      phase = Phase::Serving;
+      http->serve(engine, std::move(api));
+    }
+    fmt::print(stderr,
+               "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
+               "chat template {}{}{}{})\n",
+               fmt::join(shown.model_names, "', '"), f.ssl_cert_file.empty() ? "http" : "https", f.host, port,
+               e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(), e.kv->layout().type_name(),
+               e.kv->layout().describe_bytes(), shown.chat_template->origin(),
+               shown.split_reasoning ? ", reasoning split from content" : "",
+               shown.tool_format == ToolCallFormat::None
+                   ? std::string()
+                   : fmt::format(", tool calls read as {}", tool_call_format_name(shown.tool_format)),
+               f.api_keys.empty() && f.api_key_file.empty() ? "" : ", API key required");
+    io.join();  // until a signal (or a fatal error) stops the listener
+    close_listener();
+    if (e.profiler) {
+      e.profiler->write_chrome_trace(f.profile);
+      fmt::print(stderr, "[kestrel] profile -> {}\n", f.profile);
+    }
+    std::lock_guard lock(fatal_mutex);
+    if (!fatal.empty()) {
+      fmt::print(stderr, "[kestrel] stopped\n");
+      throw CommunicatorFailure(fatal);
+    }
+  } catch (...) {
+    close_listener();
+    throw;
   }
   fmt::print(stderr, "[kestrel] stopped\n");
-  std::lock_guard lock(fatal_mutex);
-  if (!fatal.empty()) throw CommunicatorFailure(fatal);
   return 0;
 }
 

@@ -67,7 +67,11 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   if (o.n_ctx < 0) throw Error(fmt::format("context size {} must not be negative", o.n_ctx));
   if (o.max_batch_tokens <= 0) throw Error(fmt::format("batch size {} must be positive", o.max_batch_tokens));
   if (o.kv_block_size <= 0 || o.kv_block_size > 4096) throw Error(fmt::format("KV block size {} is out of range (1 to 4096)", o.kv_block_size));
+  const auto stage = [&](const char* what) {
+    if (o.on_stage) o.on_stage(what);
+  };
   LoadedModel e;
+  stage("reading the model file");
   e.file = open_model_file(o.model_path, o.llama2c_tokenizer, MappedFile::Mode::Map);
   if (!o.use_mmap && o.llama2c_tokenizer.empty() && !(o.repack_weights && mostly_repacked(*e.file)))
     e.file = open_model_file(o.model_path, o.llama2c_tokenizer, MappedFile::Mode::LoadHugePages);
@@ -130,6 +134,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   }
   // Under tensor parallelism the ranks agree that every one of them loaded
   // its share before any goes on (else all stop, none waits for a dead one).
+  stage("loading weights");
   try {
     e.model = load_model(*e.file, *e.backend, mo);
   } catch (const Error&) {
@@ -139,6 +144,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   if (e.comm && e.comm->all_reduce_min(1) == 0)
     throw Error(fmt::format("rank {}: another rank could not load its share of the model (its error says why)",
                             e.comm->rank()));
+  stage("reading the tokenizer");
   e.tokenizer = Tokenizer::from_gguf(*e.file);
   const ModelConfig& c = e.model->config();
   if (e.tokenizer->vocab().size() != c.n_vocab)
@@ -151,6 +157,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   // A window that covers the whole context keeps nothing apart (the
   // attention mask still applies it).
   if (l.sliding_window >= e.n_ctx && !l.groups_differ()) l.sliding.clear();
+  stage("allocating the KV cache");
   e.kv = make_kv_cache(l, e.n_ctx, o, 0, e.backend.get());
   if (e.comm) {
     // Every rank must hold the same blocks: the fewest any rank's memory allows.

@@ -53,6 +53,9 @@ struct LoadOptions {
   // Under pp, rank 0 starts the next step (other requests) while this one is in the later stages.
   bool parallel_step_pipelining = true;
   ExpertSum expert_sum = ExpertSum::Auto;  // how MoE outputs are summed under ep
+  // Set: told as each stage of the load begins ("reading the model file", "loading weights", "reading the
+  // tokenizer", "allocating the KV cache"), for the server's /ready.
+  std::function<void(const std::string& stage)> on_stage;
 };
 
 // Whether the backend's repacked copies hold most of the file's weight bytes

@@ -456,7 +456,7 @@ TEST(Server, PrefixCacheHitsWithoutChangingResultsAndMetricsParse) {
   EXPECT_GE(parsed.get("kestrel_prefix_cache_queries_total"), parsed.get("kestrel_prefix_cache_hits_total") * 2);
   EXPECT_EQ(parsed.get("kestrel_time_to_first_token_seconds_count"), 2);
   EXPECT_EQ(parsed.get("kestrel_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 2);
-  EXPECT_GT(parsed.get("kestrel_kv_blocks_total"), 0);
+  EXPECT_GT(parsed.get("kestrel_kv_blocks"), 0);
 }
 
 TEST(Server, ADisconnectedStreamIsCancelledAndSigtermDrains) {

@@ -365,7 +365,7 @@ def serve(model, timeout_s, extra=(), split="tp=2", n=2, args_after=()):
                             stderr=subprocess.STDOUT, text=True, errors="replace", env=ENV)
     for _ in range(300):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1)  # 503 (an OSError) while loading
             return proc, port
         except OSError:
             time.sleep(0.1)

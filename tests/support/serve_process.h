@@ -24,7 +24,9 @@ namespace kestrel::test {
 // A `kestrel serve` child process on a free port.
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> args) {
+  // env: "NAME=value" set in the child. wait_ready false: the constructor returns once the socket is bound
+  // (the model may still be loading), not once the server serves.
+  explicit ServerProcess(std::vector<std::string> args, std::vector<std::string> env = {}, bool wait_ready = true) {
     log_ = dir_.file("serve.log");
     args.insert(args.begin(), {KESTREL_BINARY, "serve", "--port", "0", "-t", "2"});
     pid_ = fork();
@@ -35,14 +37,17 @@ class ServerProcess {
       if (getppid() == 1) _exit(127);
       std::freopen(log_.c_str(), "w", stderr);
       std::freopen("/dev/null", "w", stdout);
+      for (auto& e : env) putenv(e.data());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(argv[0], argv.data());
       _exit(127);
     }
-    // The port is printed once the socket is bound.
-    const std::regex re("on https?://127\\.0\\.0\\.1:([0-9]+)");
+    // The port is printed once the socket is bound ("listening on"), and again once the model is loaded and
+    // every route is in place ("serving ... on"): the test starts then.
+    const std::regex re(wait_ready ? "serving '[^\\n]*' on https?://127\\.0\\.0\\.1:([0-9]+)"
+                                   : "listening on https?://127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 200 && port_ == 0; i++) {
       std::smatch m;
       std::ifstream f(log_);  // the child may not have created it yet
@@ -53,6 +58,14 @@ class ServerProcess {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (port_ == 0) ADD_FAILURE() << "server did not start: " << log();
+  }
+  // Whether the child has exited (its status in *status); it is reaped then.
+  bool exited(int* status = nullptr) {
+    int st = 0;
+    if (pid_ <= 0 || waitpid(pid_, &st, WNOHANG) != pid_) return pid_ <= 0;
+    pid_ = -1;
+    if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return true;
   }
   ~ServerProcess() {
     if (pid_ > 0) {

@@ -1,7 +1,8 @@
 #pragma once
 // The server's endpoints as a routing table, apart from the HTTP library:
 //   GET  / (the web chat page, chat_page.h)
-//   GET  /health, /metrics, /v1/models, /v1/models/{id} (routes_info.cpp)
+//   GET  /metrics, /v1/models, /v1/models/{id} (routes_info.cpp; /health and /ready are the transport's,
+//        http/readiness.h)
 //   POST /tokenize, /detokenize, /apply-template (routes_tokenize.cpp)
 //   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;
 //        "stream": true as server-sent events, completion_stream.h)
@@ -56,10 +57,9 @@ class ApiRoutes {
   void set_offload(Offload offload) { offload_ = std::move(offload); }
   // Adds every endpoint to the router (which must not outlive this).
   void install(Router& router);
-  void set_draining() { draining_ = true; }  // /health says so and new requests get 503
+  void set_draining() { draining_ = true; }  // new requests get 503
 
  private:
-  HttpResponse health() const;
   HttpResponse metrics() const;
   HttpResponse models() const;
   HttpResponse model(const HttpRequest& req) const;

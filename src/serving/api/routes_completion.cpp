@@ -158,6 +158,8 @@ HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueS
       one.params.prompt = er.inputs[i];
       one.params.max_tokens = 0;
       one.pooling = pooling;
+      one.operation = er.rerank ? "rerank" : "embeddings";
+      one.model = er.model;
       chs.push_back(engine_.submit(std::move(slots[i]), std::move(one)));
     }
   } catch (const Error& e) {
@@ -241,6 +243,8 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
                      "tool_choice", "invalid_request_error", ""},
                     api);
   p.serve.arrival = req.arrival;
+  p.serve.operation = chat ? "chat" : "text_completion";
+  p.serve.model = p.model;
   const int priority = p.serve.params.priority;
   // One request per prompt and choice (index = prompt * n + choice), each with its own place in the queue
   // and seed; a prompt's n choices share its KV blocks through the prefix cache.

@@ -28,7 +28,6 @@ void ApiRoutes::install(Router& router) {
                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'");
     return r;
   });
-  router.add("GET", "/health", [this](const HttpRequest&) { return health(); });
   router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });
   router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });
   router.add("GET", "/v1/models/*", [this](const HttpRequest& r) { return model(r); });
@@ -69,12 +68,9 @@ int64_t ApiRoutes::unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-HttpResponse ApiRoutes::health() const {
-  return json_response(json_text({{"status", draining_ ? "shutting down" : "ok"}}), draining_ ? 503 : 200);
-}
-
 HttpResponse ApiRoutes::metrics() const {
   metrics_.set("kestrel_requests_waiting", engine_.queued());  // as of this scrape, the engine idle or not
+  metrics_.set("kestrel_num_requests_waiting", engine_.queued());
   HttpResponse r = json_response(metrics_.render());
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   return r;

@@ -49,9 +49,9 @@ void RequestChannel::on_ready(std::function<void()> ready) {
 ServingEngine::ServingEngine(LoadedModel& engine, const ServingConfig& config, ServerMetrics& metrics)
     : e_(engine), c_(config), metrics_(metrics), exec_(engine, config.exec),
       t0_(std::chrono::steady_clock::now()) {
-  metrics_.set("kestrel_kv_blocks_total", e_.kv->n_blocks());
+  metrics_.set("kestrel_kv_blocks", e_.kv->n_blocks());
   const int slots = e_.kv->blocks().n_state_slots();
-  metrics_.set("kestrel_recurrent_state_slots_total", slots);
+  metrics_.set("kestrel_recurrent_state_slots", slots);
   metrics_.set("kestrel_recurrent_state_bytes", static_cast<double>(e_.kv->layout().state_bytes_per_seq()) * slots);
   thread_ = std::thread([this] { loop(); });
 }
@@ -108,9 +108,13 @@ void ServingEngine::shutdown(int deadline_ms) {
 }
 
 void ServingEngine::update_gauges() {
-  metrics_.set("kestrel_requests_running", exec_.n_running());
-  metrics_.set("kestrel_kv_blocks_used", e_.kv->blocks().n_used_blocks());
   const BlockManager& b = e_.kv->blocks();
+  metrics_.set("kestrel_requests_running", exec_.n_running());
+  metrics_.set("kestrel_num_requests_running", exec_.n_running());
+  metrics_.set("kestrel_num_requests_waiting", queued_.load());
+  metrics_.set("kestrel_kv_blocks_used", b.n_used_blocks());
+  metrics_.set("kestrel_kv_cache_usage_perc",
+               e_.kv->n_blocks() > 0 ? static_cast<double>(b.n_used_blocks()) / static_cast<double>(e_.kv->n_blocks()) : 0.0);
   metrics_.set("kestrel_recurrent_state_slots_used", b.n_state_slots() - b.n_free_state_slots());
 }
 
@@ -127,6 +131,8 @@ void ServingEngine::admit_new() {
     a->pooling = req.pooling;
     a->prompt_logprobs = req.prompt_logprobs;
     a->logprobs = p.top_logprobs >= 0;
+    a->operation = std::move(req.operation);
+    a->model = std::move(req.model);
     p.text = req.pooling < 0;  // the executor detokenizes the reply and ends it at a stop string
     if (req.pooling >= 0) {  // every prompt row's hidden state, computed here (no shared prefix)
       p.want_hidden = true;
@@ -192,6 +198,17 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   metrics_.add("kestrel_requests_total", 1, reason);
   if (reason != "error" && reason != "cancelled")
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
+  GenAiRequest g;
+  g.operation = a.operation;
+  g.request_model = a.model;
+  // error.type: a low-cardinality class of the failure (the conventions' fallback, _OTHER, for an engine
+  // error; a client gone or a shutdown past its deadline is "cancelled").
+  if (reason == "error") g.error_type = "_OTHER";
+  if (reason == "cancelled") g.error_type = "cancelled";
+  g.duration_s = end.e2e_ms / 1000;
+  g.ttft_s = end.ttft_ms >= 0 ? end.ttft_ms / 1000 : -1;
+  g.output_tokens = a.completion_tokens;
+  metrics_.observe_gen_ai(g);
   a.slot.release();
   a.channel->push(std::move(end));
   // The client side owes nothing more: what it holds of the client goes now, not when the executor lets the
@@ -315,6 +332,10 @@ void ServingEngine::step(double now) {
   const auto block_tokens = static_cast<double>(e_.kv->block_size());
   metrics_.add("kestrel_prefix_cache_queries_total", static_cast<double>(r.queried_prefix_blocks) * block_tokens);
   metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(r.hit_prefix_blocks) * block_tokens);
+  if (r.queried_prefix_blocks > 0) {
+    const double queried = metrics_.counter("kestrel_prefix_cache_queries_total");
+    metrics_.set("kestrel_prefix_cache_hit_rate", metrics_.counter("kestrel_prefix_cache_hits_total") / queried);
+  }
   if (r.ran) {
     metrics_.set("kestrel_batch_size", static_cast<double>(r.rows));
     metrics_.set("kestrel_batch_tokens", static_cast<double>(r.batch_tokens));

@@ -122,6 +122,10 @@ struct ServeRequest {
   // through the model's classification head, a reranker's scores; -1: not an embedding request) and sent as
   // one event; nothing is generated (max_tokens 0).
   int pooling = -1;
+  // What the telemetry names the request by: gen_ai.operation.name (chat, text_completion, embeddings,
+  // rerank) and gen_ai.request.model (the name the client asked for; empty: the served name).
+  std::string operation = "text_completion";
+  std::string model;
 };
 
 struct ServingConfig {
@@ -182,6 +186,7 @@ class ServingEngine {
     std::shared_ptr<TokenConstraint> constraint;  // with a grammar: its matcher (the record's too)
     int64_t completion_tokens = 0;                // tokens the client has been sent
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
+    std::string operation, model;  // ServeRequest's (the gen_ai metrics' labels)
   };
 
   void loop();

@@ -82,7 +82,7 @@ std::optional<HttpResponse> AccessPolicy::check(const HttpRequest& req) const {
     return r;
   }
   // The chat page itself is open: it asks for the key before it calls the API.
-  const bool open = req.path == "/health" || (req.path == "/" && req.method == "GET") ||
+  const bool open = req.path == "/health" || req.path == "/ready" || (req.path == "/" && req.method == "GET") ||
                     (req.path == "/metrics" && !c_.protect_metrics);
   if (!c_.api_keys.empty() && !open && !key_valid(req.header("authorization"), req.header("x-api-key"))) {
     const ApiError e{401,

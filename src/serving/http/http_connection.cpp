@@ -337,7 +337,7 @@ net::awaitable<bool> serve_one(Stream& s, beast::flat_buffer& buffer, bool first
   } else {
     std::optional<HttpResponse> resolved;
     try {
-      HttpResponse routed = sh.router.handle(req);
+      HttpResponse routed = sh.router.get()->handle(req);
       resolved = co_await resolve(s, buffer, std::move(routed));
     } catch (const std::exception& e) {
       resolved = internal_error_response(e);

@@ -20,7 +20,7 @@
 namespace kestrel {
 
 struct ConnectionShared {
-  const Router& router;
+  const RouterSlot& router;
   const AccessPolicy& access;
   const HttpLimits& limits;
   ServerMetrics& metrics;

@@ -88,8 +88,8 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(ServingEngine& engine, ServerMetrics& metrics, const HttpServerConfig& config)
-    : c_(config), api_(engine, metrics, config.api), access_(config.access), impl_(std::make_unique<Impl>(config)) {
+HttpServer::HttpServer(ServerMetrics& metrics, const HttpServerConfig& config)
+    : c_(config), metrics_(metrics), access_(config.access), impl_(std::make_unique<Impl>(config)) {
   impl_->max_connections = connection_cap(c_.limits.max_connections);
   impl_->shared.emplace(ConnectionShared{router_, access_, c_.limits, metrics, impl_->connections, impl_->busy,
                                          impl_->stopping});
@@ -106,8 +106,41 @@ HttpServer::HttpServer(ServingEngine& engine, ServerMetrics& metrics, const Http
     ctx.use_private_key_file(c_.tls_key_file, net::ssl::context::pem, ec);
     if (ec) throw Error(fmt::format("cannot use the TLS key '{}': {}", c_.tls_key_file, ec.message()));
   }
-  api_.set_offload([this](std::function<void()> task) { net::post(impl_->workers, std::move(task)); });
-  api_.install(router_);
+  // Until the model is ready: the probes, the metrics, and a 503 naming the load's stage for the rest.
+  auto startup = std::make_shared<Router>();
+  add_probes(*startup);
+  startup->add("GET", "/metrics", [this](const HttpRequest&) {
+    HttpResponse r = json_response(metrics_.render());
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return r;
+  });
+  for (const char* method : {"GET", "POST", "DELETE"}) {
+    startup->add(method, "/*", [this](const HttpRequest& r) { return readiness_.unavailable(r); });
+    if (std::string_view(method) != "DELETE")
+      startup->add(method, "/", [this](const HttpRequest& r) { return readiness_.unavailable(r); });
+  }
+  router_.set(std::move(startup));
+}
+
+void HttpServer::add_probes(Router& router) {
+  router.add("GET", "/health", [this](const HttpRequest&) { return readiness_.health(); });
+  router.add("GET", "/ready", [this](const HttpRequest&) { return readiness_.ready_response(); });
+}
+
+void HttpServer::serve(ServingEngine& engine, ApiConfig api) {
+  if (api_) throw Error("the server's API is in place already");
+  api_ = std::make_unique<ApiRoutes>(engine, metrics_, std::move(api));
+  api_->set_offload([this](std::function<void()> task) { net::post(impl_->workers, std::move(task)); });
+  auto routes = std::make_shared<Router>();
+  add_probes(*routes);
+  api_->install(*routes);
+  router_.set(std::move(routes));
+  readiness_.ready();
+}
+
+void HttpServer::set_draining(const std::string& why) {
+  readiness_.draining(why);
+  if (api_) api_->set_draining();
 }
 
 HttpServer::~HttpServer() {

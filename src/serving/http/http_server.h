@@ -10,8 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "serving/http/access_policy.h"
 #include "serving/api/api_routes.h"
+#include "serving/http/access_policy.h"
+#include "serving/http/readiness.h"
 #include "serving/http/router.h"
 
 namespace kestrel {
@@ -31,7 +32,6 @@ struct HttpLimits {
 struct HttpServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (see bind())
-  ApiConfig api;
   AccessConfig access;
   HttpLimits limits;
   int io_threads = 2;       // network threads (any number of connections)
@@ -39,23 +39,33 @@ struct HttpServerConfig {
   std::string tls_cert_file, tls_key_file;  // both set: HTTPS only
 };
 
+// Started before the model loads: until serve() it answers /health, /ready (503, the load's stage) and
+// /metrics, and every other route with a 503 naming the stage; serve() puts the API's routes in place.
 class HttpServer {
  public:
   // Throws Error for an unreadable TLS certificate or key.
-  HttpServer(ServingEngine& engine, ServerMetrics& metrics, const HttpServerConfig& config);
+  HttpServer(ServerMetrics& metrics, const HttpServerConfig& config);
   ~HttpServer();
 
   int bind();   // binds the socket; returns the port (useful with port 0). Throws Error on failure.
   void run();   // serves until stop()
   void stop();  // from any thread: stops accepting, lets responses under way finish (a few seconds), ends run()
-  void set_draining() { api_.set_draining(); }  // /health says so and new requests get 503
+  // The model is loaded: every endpoint of api_routes.h from now on, and /ready says ready. Once.
+  void serve(ServingEngine& engine, ApiConfig api);
+  // /ready says why (503) and new requests get 503.
+  void set_draining(const std::string& why);
+  Readiness& readiness() { return readiness_; }
 
   struct Impl;
 
  private:
+  // The routes every table has: /health and /ready.
+  void add_probes(Router& router);
   HttpServerConfig c_;
-  ApiRoutes api_;
-  Router router_;
+  ServerMetrics& metrics_;
+  Readiness readiness_;
+  std::unique_ptr<ApiRoutes> api_;
+  RouterSlot router_;
   AccessPolicy access_;
   std::unique_ptr<Impl> impl_;
 };

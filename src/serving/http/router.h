@@ -2,7 +2,9 @@
 // The routing table: (method, path) -> handler. A path nobody serves is a
 // 404 and a known path with another method a 405, both with an OpenAI-style
 // error body, so a client always gets JSON it can read.
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,17 @@ class Router {
 
  private:
   std::vector<Route> routes_;
+};
+
+// The table in use, replaced whole (the startup table until the model is ready, then the API's): a request
+// holds the one it started with.
+class RouterSlot {
+ public:
+  std::shared_ptr<const Router> get() const { return router_.load(); }
+  void set(std::shared_ptr<const Router> router) { router_.store(std::move(router)); }
+
+ private:
+  std::atomic<std::shared_ptr<const Router>> router_;
 };
 
 }  // namespace kestrel
