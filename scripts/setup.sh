@@ -55,3 +55,37 @@ if [ "$missing" = 1 ]; then
     echo "setup: the npm clients could not be installed (the registry unreachable?); the e2e tests that run" \
          "them (StockClients, AnthropicMessages, OpenAiResponses, Ollama, WebChat) will fail until they are" >&2
 fi
+
+# The operator tools the deploy tests run (tests/deploy/): Helm and kubeconform from the Go module proxy, the
+# Kubernetes API's JSON schemas (from the pinned Kubernetes release's OpenAPI document, converted by
+# instrumenta's openapi2jsonschema in a virtual environment) and the CRD schemas of prometheus-operator's
+# ServiceMonitor and KEDA's ScaledObject (converted by kubeconform's own script). All pinned; all in .tools/.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tools="$root/.tools"
+HELM_VERSION=v4.3.2 KUBECONFORM_VERSION=v0.8.0 KUBERNETES_VERSION=v1.34.4
+PROMETHEUS_OPERATOR_VERSION=v0.85.0 KEDA_VERSION=v2.21.1
+k8s_schemas="$tools/kubernetes-schemas/$KUBERNETES_VERSION-standalone-strict"
+if ! command -v go >/dev/null; then
+  echo "setup: no Go toolchain: Helm, kubeconform and the Kubernetes schemas are not installed; the deploy" \
+       "tests (kubernetes_chart) will fail until they are" >&2
+elif [ ! -x "$tools/bin/helm" ] || [ ! -x "$tools/bin/kubeconform" ] || [ ! -f "$k8s_schemas/deployment-apps-v1.json" ] ||
+     [ ! -f "$tools/crd-schemas/scaledobject_v1alpha1.json" ]; then
+  echo "setup: installing helm $HELM_VERSION, kubeconform $KUBECONFORM_VERSION and the Kubernetes $KUBERNETES_VERSION schemas into .tools/"
+  mkdir -p "$tools/bin" "$tools/crd-schemas"
+  GOBIN="$tools/bin" go install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+  GOBIN="$tools/bin" go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  modules="$(go env GOMODCACHE)"
+  (cd "$tools" && GOFLAGS=-mod=mod go mod download "k8s.io/kubernetes@$KUBERNETES_VERSION" \
+     "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+     "github.com/kedacore/keda/v2@$KEDA_VERSION")
+  [ -x "$tools/venv/bin/python" ] || python3 -m venv "$tools/venv"
+  # openapi2jsonschema 0.9.1 pins PyYAML < 6, which no longer builds: its own calls are PyYAML 6's (SafeLoader).
+  "$tools/venv/bin/pip" install -q --no-deps openapi2jsonschema==0.9.1 click==7.1.2 jsonref==0.2 colorama==0.4.6 \
+    pyyaml==6.0.3
+  "$tools/venv/bin/openapi2jsonschema" --kubernetes --expanded --stand-alone --strict -o "$k8s_schemas" \
+    "file://$modules/k8s.io/kubernetes@$KUBERNETES_VERSION/api/openapi-spec/swagger.json" >/dev/null
+  (cd "$tools/crd-schemas" && "$tools/venv/bin/python" \
+     "$modules/github.com/yannh/kubeconform@$KUBECONFORM_VERSION/scripts/openapi2jsonschema.py" \
+     "$modules/github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" \
+     "$modules/github.com/kedacore/keda/v2@$KEDA_VERSION/config/crd/bases/keda.sh_scaledobjects.yaml" >/dev/null)
+fi
