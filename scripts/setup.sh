@@ -13,6 +13,7 @@ packages=(
   libboost-dev libssl-dev           # the HTTP server: Boost.Beast over Asio, TLS via OpenSSL
   prometheus-cpp-dev                # /metrics: prometheus-cpp's registry and text exposition
   prometheus                        # tests: a real Prometheus scrapes the server; promtool lints metrics and rules
+  mmdebstrap buildah skopeo umoci runc  # scripts/container.sh builds the image; the test unpacks and runs it
   python3 python3-regex             # the compat checker; the pre-tokenizer oracle (tests)
   python3-jinja2                    # the Jinja oracle the template engine is tested against (tests)
   python3-jsonschema                # validates structured output against its schema (tests)
@@ -88,4 +89,22 @@ elif [ ! -x "$tools/bin/helm" ] || [ ! -x "$tools/bin/kubeconform" ] || [ ! -f "
      "$modules/github.com/yannh/kubeconform@$KUBECONFORM_VERSION/scripts/openapi2jsonschema.py" \
      "$modules/github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" \
      "$modules/github.com/kedacore/keda/v2@$KEDA_VERSION/config/crd/bases/keda.sh_scaledobjects.yaml" >/dev/null)
+fi
+
+# The Debian packages the container image is made of (scripts/container.sh: the ones holding the libraries
+# `kestrel` links, and everything they depend on), downloaded once into a local repository so that building
+# the image, in the suite too, downloads nothing. A library the binary gains must be added here (container.sh
+# names it).
+container_packages=(libc6 libgcc-s1 libstdc++6 libfmt9 libpcre2-8-0 libhwloc15 libxxhash0 libcpp-httplib0.11
+                    libssl3 zlib1g libbrotli1 libprometheus-cpp-core1.0 libvulkan1 libudev1 libopenmpi3
+                    libevent-core-2.1-7 libevent-pthreads-2.1-7)
+debs="$tools/debs"
+if [ ! -f "$debs/Packages" ] || [ "$(cat "$debs/.packages" 2>/dev/null)" != "${container_packages[*]}" ]; then
+  echo "setup: downloading the container image's Debian packages into .tools/debs"
+  rm -rf "$debs" && mkdir -p "$debs"
+  closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+              --no-enhances "${container_packages[@]}" | grep -v '^ ' | grep -v '^<' | sort -u)
+  # shellcheck disable=SC2086
+  (cd "$debs" && apt-get -o APT::Sandbox::User=root download $closure >/dev/null && dpkg-scanpackages . /dev/null > Packages 2>/dev/null)
+  echo "${container_packages[*]}" > "$debs/.packages"
 fi

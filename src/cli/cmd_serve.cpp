@@ -272,21 +272,28 @@ void register_serve(CLI::App& app) {
   static ServeFlags f;
   auto* cmd =
       add_command(app, "serve", "OpenAI-compatible HTTP server with continuous batching", [] { return run(f); });
-  cmd->add_option("-m,--model", f.engine.model_path, "GGUF model")->required();
-  cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", f.port, "Port (0: any free port, printed at start)")->capture_default_str();
-  cmd->add_option("-t,--threads", f.engine.n_threads, "Compute threads (0: all cores)")->capture_default_str();
+  cmd->add_option("-m,--model", f.engine.model_path, "GGUF model")->required()
+      ->envname("KESTREL_MODEL");
+  cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str()
+      ->envname("KESTREL_HOST");
+  cmd->add_option("--port", f.port, "Port (0: any free port, printed at start)")->capture_default_str()
+      ->envname("KESTREL_PORT");
+  cmd->add_option("-t,--threads", f.engine.n_threads, "Compute threads (0: all cores)")->capture_default_str()
+      ->envname("KESTREL_THREADS");
   cmd->add_option("-c,--ctx-size", f.engine.n_ctx, "Context length per request (0: the model's own)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->envname("KESTREL_CTX_SIZE");
   cmd->add_option("--max-batch-tokens", f.max_batch_tokens, "Tokens per step, all requests together")
       ->capture_default_str();
-  cmd->add_option("--max-batch-size", f.max_batch_size, "Requests per step")->capture_default_str();
+  cmd->add_option("--max-batch-size", f.max_batch_size, "Requests per step")->capture_default_str()
+      ->envname("KESTREL_MAX_BATCH_SIZE");
   cmd->add_option("--prefill-chunk", f.prefill_chunk, "Prompt tokens per request per step (chunked prefill)")
       ->capture_default_str();
   cmd->add_option("--kv-block-size", f.engine.kv_block_size, "Tokens per KV cache block")->capture_default_str();
   cmd->add_option("--kv-cache-mem", f.kv_cache_mem_mib,
                   "KV cache size in MiB (0: every batch slot at full context, at most a fifth of free memory)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->envname("KESTREL_KV_CACHE_MEM");
   cmd->add_option("--scheduling-policy", f.policy, "fcfs or priority (the request field 'priority', lower first)")
       ->capture_default_str();
   cmd->add_option("--max-wait-ms", f.max_wait_ms,
@@ -309,7 +316,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--max-queue", f.max_queue, "Waiting requests beyond which new ones get 503 + Retry-After")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->envname("KESTREL_MAX_QUEUE");
   cmd->add_option("--pooling", f.pooling,
                   "Embeddings (/v1/embeddings, /api/embed) pool a sequence's rows this way instead of as the file's "
                   "{arch}.pooling_type says (needed for a file that declares none)")
@@ -334,11 +342,13 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--served-model-name", f.served_names,
                   "Model ids in the API, one or more (repeatable): requests may name any; the first is the one "
-                  "metrics and /v1/models list first (default: the file name)");
+                  "metrics and /v1/models list first (default: the file name)")
+      ->envname("KESTREL_SERVED_MODEL_NAME");
   cmd->add_flag("--allow-special-in-content", f.allow_special_in_content,
                 "Let control tokens spelled in chat message content (e.g. </s>, <｜User｜>) become those tokens "
                 "(default: content is text; only the chat template's own markers are control tokens)");
-  cmd->add_option("--log-format", f.log_format, "Per-request log lines on stderr: text or json")->capture_default_str();
+  cmd->add_option("--log-format", f.log_format, "Per-request log lines on stderr: text or json")->capture_default_str()
+      ->envname("KESTREL_LOG_FORMAT");
   cmd->add_option("--http-threads", f.http_threads, "Network threads (connections are asynchronous: any number per thread)")
       ->capture_default_str();
   cmd->add_option("--http-workers", f.http_workers, "Threads that parse and tokenize requests")->capture_default_str();
@@ -375,7 +385,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--allowed-host", f.allowed_hosts,
                   "Serve only requests whose Host is this name or name:port (repeat; default: any)");
   cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s, "Seconds in-flight requests get to finish after SIGTERM")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->envname("KESTREL_SHUTDOWN_TIMEOUT");
   cmd->add_option("--profile", f.profile,
                   "Record every operator's time per layer; the Chrome trace is written at shutdown");
   add_device_option(cmd, f.engine);

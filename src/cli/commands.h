@@ -39,12 +39,14 @@ void register_precision_check(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_imatrix(CLI::App& app);
 void register_allreduce_bench(CLI::App& app);
+void register_probe(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   register_run(app);
   register_chat(app);
   register_serve(app);
   register_loadtest(app);
+  register_probe(app);
   register_perplexity(app);
   register_precision_check(app);
   register_quantize(app);

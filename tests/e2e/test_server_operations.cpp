@@ -78,6 +78,14 @@ TEST(ServerOperations, ReadyTellsTheLoadsStageWhileHealthAnswersAndTheApiWaits) 
   EXPECT_EQ(header(early, "Retry-After"), "5");
   EXPECT_EQ(c.Get("/v1/models")->status, 503);
   EXPECT_EQ(c.Get("/metrics")->status, 200);  // scrapes see the server from its start
+  // The image's HEALTHCHECK command reads the same: alive, not ready.
+  const std::string port = std::to_string(s.port());
+  int status = -1;
+  EXPECT_THAT(test::shell(std::string(KESTREL_BINARY) + " probe --port " + port, &status), HasSubstr("200 "));
+  EXPECT_EQ(status, 0);
+  EXPECT_THAT(test::shell(std::string(KESTREL_BINARY) + " probe --path /ready --port " + port, &status),
+              HasSubstr("503 "));
+  EXPECT_EQ(status, 1);
   // Loaded and warmed: ready, with each stage and its time.
   const json done = wait_ready(c, 30);
   ASSERT_FALSE(done.is_null()) << s.log();
