@@ -14,6 +14,7 @@ packages=(
   prometheus-cpp-dev                # /metrics: prometheus-cpp's registry and text exposition
   prometheus                        # tests: a real Prometheus scrapes the server; promtool lints metrics and rules
   mmdebstrap buildah skopeo umoci runc  # scripts/container.sh builds the image; the test unpacks and runs it
+  libprotobuf-dev protobuf-compiler # --otlp-endpoint: OTLP's protobuf classes, generated from opentelemetry-proto
   python3 python3-regex             # the compat checker; the pre-tokenizer oracle (tests)
   python3-jinja2                    # the Jinja oracle the template engine is tested against (tests)
   python3-jsonschema                # validates structured output against its schema (tests)
@@ -97,7 +98,7 @@ fi
 # names it).
 container_packages=(libc6 libgcc-s1 libstdc++6 libfmt9 libpcre2-8-0 libhwloc15 libxxhash0 libcpp-httplib0.11
                     libssl3 zlib1g libbrotli1 libprometheus-cpp-core1.0 libvulkan1 libudev1 libopenmpi3
-                    libevent-core-2.1-7 libevent-pthreads-2.1-7)
+                    libevent-core-2.1-7 libevent-pthreads-2.1-7 libprotobuf32)
 debs="$tools/debs"
 if [ ! -f "$debs/Packages" ] || [ "$(cat "$debs/.packages" 2>/dev/null)" != "${container_packages[*]}" ]; then
   echo "setup: downloading the container image's Debian packages into .tools/debs"
@@ -107,4 +108,27 @@ if [ ! -f "$debs/Packages" ] || [ "$(cat "$debs/.packages" 2>/dev/null)" != "${c
   # shellcheck disable=SC2086
   (cd "$debs" && apt-get -o APT::Sandbox::User=root download $closure >/dev/null && dpkg-scanpackages . /dev/null > Packages 2>/dev/null)
   echo "${container_packages[*]}" > "$debs/.packages"
+fi
+
+# OTLP traces: the OpenTelemetry protos (opentelemetry-proto 1.5.0, from its Maven Central artifact, checked by
+# its sha256), which the build generates protobuf classes from; and the OpenTelemetry Collector the trace
+# tests send to, built by the collector builder at a pinned release (deploy/otelcol/builder.yaml).
+OTLP_PROTO_VERSION=1.5.0-alpha
+OTLP_PROTO_SHA256=03bab813f054fd931f9ccc9bf63e199b8ba33c91f661787f99a916a50a26eb32
+OTELCOL_VERSION=v0.161.0
+protos="$tools/opentelemetry-proto"
+if [ ! -f "$protos/opentelemetry/proto/collector/trace/v1/trace_service.proto" ]; then
+  echo "setup: fetching opentelemetry-proto $OTLP_PROTO_VERSION into .tools/opentelemetry-proto"
+  mkdir -p "$protos"
+  jar="$protos/opentelemetry-proto-$OTLP_PROTO_VERSION.jar"
+  curl -sSfL -o "$jar" \
+    "https://repo1.maven.org/maven2/io/opentelemetry/proto/opentelemetry-proto/$OTLP_PROTO_VERSION/opentelemetry-proto-$OTLP_PROTO_VERSION.jar"
+  echo "$OTLP_PROTO_SHA256  $jar" | sha256sum -c --quiet -
+  (cd "$protos" && python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall('.', [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.endswith('.proto')])" "$jar")
+fi
+if command -v go >/dev/null && [ ! -x "$tools/otelcol/build/otelcol-kestrel" ]; then
+  echo "setup: building the OpenTelemetry Collector $OTELCOL_VERSION (OTLP receiver, file exporter) into .tools/otelcol"
+  mkdir -p "$tools/otelcol"
+  GOBIN="$tools/bin" go install "go.opentelemetry.io/collector/cmd/builder@$OTELCOL_VERSION"
+  (cd "$tools/otelcol" && "$tools/bin/builder" --config "$root/deploy/otelcol/builder.yaml" >/dev/null)
 fi

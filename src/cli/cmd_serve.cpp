@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "runtime/generator.h"
 #include "serving/http/http_server.h"
+#include "serving/telemetry/otlp_exporter.h"
 #include "spec/spec_source.h"
 
 namespace kestrel::cli {
@@ -39,6 +40,7 @@ struct ServeFlags {
   int draft_max = 8;
   bool spec_governed = false;
   bool allow_special_in_content = false;
+  std::string otlp_endpoint;
   ParallelFlags parallel;
 };
 
@@ -104,6 +106,10 @@ int run(ServeFlags& f) {
   std::vector<std::string> served = f.served_names;
   if (served.empty()) served.push_back(std::filesystem::path(f.engine.model_path).filename().string());
   ServerMetrics metrics(served.front());
+  // Traces: from the flag or OpenTelemetry's environment (checked before the load: a bad value fails fast).
+  std::shared_ptr<SpanExporter> tracer;
+  if (const OtlpConfig oc = otlp_config(f.otlp_endpoint, kVersion); !oc.endpoint.empty())
+    tracer = std::make_shared<SpanExporter>(oc, &metrics);
 
   // Rank 0 alone listens and schedules; it listens from the start, so that /health answers and /ready tells
   // the load's progress (a large model takes minutes) instead of a refused connection.
@@ -229,6 +235,7 @@ int run(ServeFlags& f) {
     api.pooling = f.pooling.empty() ? -1 : f.pooling == "mean" ? 1 : f.pooling == "cls" ? 2 : 3;
     api.matryoshka = f.matryoshka;
     api.allow_special_in_content = f.allow_special_in_content;
+    api.tracer = tracer;
     const ApiConfig shown = api;  // (what the line below prints: api moves into the server)
     {
       std::lock_guard lock(phase_mutex);
@@ -347,6 +354,9 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("--allow-special-in-content", f.allow_special_in_content,
                 "Let control tokens spelled in chat message content (e.g. </s>, <｜User｜>) become those tokens "
                 "(default: content is text; only the chat template's own markers are control tokens)");
+  cmd->add_option("--otlp-endpoint", f.otlp_endpoint,
+                  "Export each request's trace spans over OTLP/HTTP (protobuf) to this collector, e.g. "
+                  "http://127.0.0.1:4318 (else OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; docs/deploy.md)");
   cmd->add_option("--log-format", f.log_format, "Per-request log lines on stderr: text or json")->capture_default_str()
       ->envname("KESTREL_LOG_FORMAT");
   cmd->add_option("--http-threads", f.http_threads, "Network threads (connections are asynchronous: any number per thread)")

@@ -18,6 +18,9 @@ namespace kestrel::cli {
 
 using Action = std::function<int()>;
 
+// `kestrel --version`, the image's tag (scripts/container.sh) and the traces' service.version.
+inline constexpr const char* kVersion = "0.1.0";
+
 // Adds a subcommand whose action runs when it is selected.
 CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& help, Action action);
 

@@ -10,7 +10,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"Kestrel: a hardware-aware LLM inference engine"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "kestrel 0.1.0");
+  app.set_version_flag("--version", std::string("kestrel ") + kestrel::cli::kVersion);
   kestrel::cli::register_all(app);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

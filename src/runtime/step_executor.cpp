@@ -132,9 +132,10 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
   rows.clear();
   for (const auto& item : plan.items) {
     Request& r = *sched_.find(item.id);
+    RequestOutput& o = output(item.id);  // every request the step runs has an output (a prefill chunk too)
     if (!r.scheduled) {
       r.scheduled = true;
-      output(item.id).started = true;
+      o.started = true;
     }
     const int64_t last = item.first + item.n_tokens - 1;
     for (int64_t i = item.first; i <= last; i++)

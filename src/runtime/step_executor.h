@@ -83,7 +83,7 @@ struct StepReport {
   int preempted = 0;
   int pipelined = 0;  // steps started while another was in flight
   int64_t queried_prefix_blocks = 0, hit_prefix_blocks = 0;
-  // Per request the step touched (valid until the next step).
+  // Per request the step touched (valid until the next step): every request it ran, a prefill chunk too.
   const std::vector<RequestOutput>* outputs = nullptr;
   size_t n_outputs = 0;
   const RequestOutput* begin() const { return outputs->data(); }

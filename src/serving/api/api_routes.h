@@ -26,6 +26,7 @@
 #include "serving/engine/metrics.h"
 #include "serving/http/offload.h"
 #include "serving/api/openai_api.h"
+#include "serving/api/request_trace.h"
 #include "serving/api/responses_api.h"
 #include "serving/http/router.h"
 #include "serving/engine/serving_engine.h"
@@ -43,6 +44,7 @@ struct ApiConfig {
   size_t responses_kept = 1000;  // --responses-store: responses kept for previous_response_id (0: none)
   int pooling = -1;              // --pooling: embeddings pool this way (1 mean, 2 cls, 3 last); -1: as the file says
   bool matryoshka = false;       // --matryoshka: the model was trained for truncated embeddings (dimensions < full)
+  std::shared_ptr<SpanExporter> tracer;  // --otlp-endpoint: each request's spans (request_trace.h); null: none
 };
 
 class ApiRoutes {
@@ -77,9 +79,12 @@ class ApiRoutes {
     InfillRequest infill;        // Api::Infill
   };
   HttpResponse completion(const HttpRequest& req, Api api);
-  HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot);
+  // The request's start, its refusal (if it is one) recorded in its trace.
+  HttpResponse traced_start(const HttpRequest& req, Api api, QueueSlot slot, const std::shared_ptr<RequestTrace>& trace);
+  HttpResponse start_completion(const HttpRequest& req, Api api, QueueSlot slot, const std::shared_ptr<RequestTrace>& trace);
   Prepared parse(const HttpRequest& req, Api api) const;
-  HttpResponse start_embeddings(const HttpRequest& req, Api api, QueueSlot slot);
+  HttpResponse start_embeddings(const HttpRequest& req, Api api, QueueSlot slot, const std::shared_ptr<RequestTrace>& trace);
+  static const char* operation_of(Api api);  // gen_ai.operation.name
   // Places in the queue for `total` requests (the first given): a 400 naming `param` when the queue could never
   // hold that many (`what`: how the request counts them), a 503 when it has no room for them now.
   std::optional<HttpResponse> more_slots(QueueSlot first, size_t total, std::vector<QueueSlot>& slots, Api api,

@@ -134,6 +134,12 @@ void EmbeddingsAnswer::on_ready(std::function<void()> ready) {
   for (auto& c : channels_) c->on_ready(ready);
 }
 
+void EmbeddingsAnswer::ended() {
+  total_.done = true;
+  if (on_end_) on_end_(total_);
+  on_end_ = nullptr;
+}
+
 HttpResponse EmbeddingsAnswer::failure(const std::string& message) const {
   const ApiError e{500, "embedding failed: " + message, "", "server_error", ""};
   return req_.ollama ? ollama_error_response(e) : error_response(e);
@@ -148,16 +154,28 @@ std::optional<HttpResponse> EmbeddingsAnswer::poll() {
       if (!e.done) continue;
       done_[i] = true;
       prompt_tokens_ += e.prompt_tokens;
+      total_.prompt_tokens += e.prompt_tokens;
+      total_.cached_tokens += e.cached_tokens;
+      total_.queue_ms = std::max(total_.queue_ms, e.queue_ms);
+      total_.e2e_ms = std::max(total_.e2e_ms, e.e2e_ms);
+      if (e.prefill_steps_ms.size() > total_.prefill_steps_ms.size()) total_.prefill_steps_ms = e.prefill_steps_ms;
       if (e.finish_reason == "error" || e.finish_reason == "cancelled" || vectors_[i].empty()) {
         answered_ = true;
         close(false);
-        return failure(e.error.empty() ? "the request ended without a vector (" + e.finish_reason + ")" : e.error);
+        const std::string why =
+            e.error.empty() ? "the request ended without a vector (" + e.finish_reason + ")" : e.error;
+        total_.finish_reason = "error";
+        total_.error = why;
+        ended();
+        return failure(why);
       }
     }
   }
   for (const bool d : done_)
     if (!d) return std::nullopt;
   answered_ = true;
+  total_.finish_reason = "stop";
+  ended();
   if (req_.rerank) {  // the first label's probability (Qwen3-Reranker: "yes"), best first
     std::vector<size_t> order(vectors_.size());
     for (size_t i = 0; i < order.size(); i++) order[i] = i;

@@ -8,6 +8,7 @@
 // cards do). `dimensions` truncates before normalising (Matryoshka), only
 // where the server was told the model was trained for it (--matryoshka).
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -48,10 +49,12 @@ std::vector<float> finish_embedding(const std::vector<float>& pooled, int64_t di
 // The answer once every input's vector has come.
 class EmbeddingsAnswer : public DeferredResponse {
  public:
+  // on_end: called once, when the answer is made (or fails), with the inputs' ends summed: their prompt
+  // tokens, the longest queue and end-to-end times, the finish reason ("error" if one failed).
   EmbeddingsAnswer(std::vector<std::shared_ptr<RequestChannel>> channels, EmbeddingRequest req,
-                   std::chrono::steady_clock::time_point arrival)
+                   std::chrono::steady_clock::time_point arrival, std::function<void(const StreamEvent&)> on_end = {})
       : channels_(std::move(channels)), req_(std::move(req)), arrival_(arrival), vectors_(channels_.size()),
-        done_(channels_.size(), false) {}
+        done_(channels_.size(), false), on_end_(std::move(on_end)) {}
   void on_ready(std::function<void()> ready) override;
   std::optional<HttpResponse> poll() override;
   void close(bool completed) override;
@@ -65,6 +68,9 @@ class EmbeddingsAnswer : public DeferredResponse {
   std::vector<bool> done_;
   int64_t prompt_tokens_ = 0;
   bool answered_ = false;
+  std::function<void(const StreamEvent&)> on_end_;
+  StreamEvent total_;  // the inputs' ends so far, summed
+  void ended();        // on_end_ with total_, once
 };
 
 }  // namespace kestrel

@@ -90,9 +90,11 @@ std::optional<HttpResponse> ApiRoutes::more_slots(QueueSlot first, size_t total,
 // offloaded.
 HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
   metrics_.add("kestrel_api_requests_total", 1, req.path);
+  const auto trace = RequestTrace::start(c_.tracer.get(), req);
   if (draining_) {
     HttpResponse r = rejected({503, "the server is shutting down", "", "server_error", "unavailable"}, api);
     r.headers.emplace_back("Retry-After", "5");
+    if (trace) trace->refused(operation_of(api), r.status, std::to_string(r.status), "the server is shutting down");
     return r;
   }
   QueueSlot slot = engine_.enter_queue();
@@ -102,20 +104,50 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
                                "", "server_error", "queue_full"},
                                api);
     r.headers.emplace_back("Retry-After", "1");
+    if (trace) trace->refused(operation_of(api), r.status, std::to_string(r.status), "the request queue is full");
     return r;
   }
-  const bool embed = api == Api::Embeddings || api == Api::OllamaEmbed || api == Api::Rerank;
-  if (req.body.size() <= kInlineBodyBytes)
-    return embed ? start_embeddings(req, api, std::move(slot)) : start_completion(req, api, std::move(slot));
+  if (req.body.size() <= kInlineBodyBytes) return traced_start(req, api, std::move(slot), trace);
   // (std::function wants a copyable job: the slot rides in a shared_ptr.)
   auto held = std::make_shared<QueueSlot>(std::move(slot));
-  return OffloadedResponse::start(offload_, [this, req, api, embed, held] {
-    return embed ? start_embeddings(req, api, std::move(*held)) : start_completion(req, api, std::move(*held));
+  return OffloadedResponse::start(offload_, [this, req, api, held, trace] {
+    return traced_start(req, api, std::move(*held), trace);
   });
 }
 
+const char* ApiRoutes::operation_of(Api api) {
+  switch (api) {
+    case Api::Chat:
+    case Api::Messages:
+    case Api::OllamaChat:
+    case Api::Responses: return "chat";
+    case Api::Embeddings:
+    case Api::OllamaEmbed: return "embeddings";
+    case Api::Rerank: return "rerank";
+    default: return "text_completion";
+  }
+}
+
+HttpResponse ApiRoutes::traced_start(const HttpRequest& req, Api api, QueueSlot slot,
+                                     const std::shared_ptr<RequestTrace>& trace) {
+  const bool embed = api == Api::Embeddings || api == Api::OllamaEmbed || api == Api::Rerank;
+  HttpResponse r = embed ? start_embeddings(req, api, std::move(slot), trace) : start_completion(req, api, std::move(slot), trace);
+  if (trace && r.status >= 400 && !r.stream && !r.later) {  // refused before it ran: the message the client got
+    std::string message = r.body.substr(0, 512);
+    const json body = json::parse(r.body, nullptr, false);
+    if (body.is_object() && body.contains("error")) {
+      const json& e = body["error"];
+      if (e.is_string()) message = e.get<std::string>();  // Ollama's shape
+      else if (e.is_object() && e.contains("message") && e["message"].is_string()) message = e["message"].get<std::string>();
+    }
+    trace->refused(operation_of(api), r.status, std::to_string(r.status), message);
+  }
+  return r;
+}
+
 // Each input one request that runs its prefill and sends its pooled vector.
-HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueSlot slot) {
+HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueSlot slot,
+                                        const std::shared_ptr<RequestTrace>& trace) {
   const bool ollama = api == Api::OllamaEmbed;
   const ModelConfig& mc = engine_.engine().model->config();
   const int pooling = c_.pooling >= 0 ? c_.pooling : mc.pooling_type;
@@ -166,8 +198,14 @@ HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueS
     for (auto& c : chs) c->cancel();
     return rejected({400, e.what(), "input", "invalid_request_error", "context_length_exceeded"}, api);
   }
+  std::function<void(const StreamEvent&)> on_end;
+  if (trace) {
+    RequestTrace::Ask ask{operation_of(api), er.model.empty() ? c_.model_names.front() : er.model, c_.model_names.front()};
+    trace->accepted(std::move(ask), 1, "");
+    on_end = [trace](const StreamEvent& end) { trace->choice_ended(end); };
+  }
   HttpResponse r;
-  r.later = std::make_shared<EmbeddingsAnswer>(std::move(chs), std::move(er), req.arrival);
+  r.later = std::make_shared<EmbeddingsAnswer>(std::move(chs), std::move(er), req.arrival, std::move(on_end));
   return r;
 }
 
@@ -223,7 +261,8 @@ ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
   throw Error("unknown API");
 }
 
-HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueSlot slot) {
+HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueSlot slot,
+                                        const std::shared_ptr<RequestTrace>& trace) {
   Prepared prepared;
   ParsedRequest& p = prepared.p;
   try {
@@ -271,7 +310,24 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
   const CompletionIds ids{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", id), chat, unix_seconds(), p.model,
                           p.token_ids_in_logprobs, p.n};
   const bool want_logprobs = p.serve.params.top_logprobs >= 0;
-  auto on_end = [this, id, priority](const StreamEvent& end) { log_request(id, priority, end); };
+  if (trace) {
+    std::string response_id;
+    switch (api) {
+      case Api::Completions:
+      case Api::Chat: response_id = ids.id; break;
+      case Api::Responses: response_id = fmt::format("resp_{}", id); break;
+      case Api::Messages: response_id = fmt::format("msg_{}", id); break;
+      default: break;  // Ollama's and infill's answers carry no id
+    }
+    const SamplingParams& sp = p.serve.params.sampling;
+    trace->accepted({p.serve.operation, p.model, c_.model_names.front(), p.serve.params.max_tokens, sp.temperature,
+                     sp.top_p},
+                    static_cast<int>(total), std::move(response_id));
+  }
+  auto on_end = [this, id, priority, trace](const StreamEvent& end) {
+    log_request(id, priority, end);
+    if (trace) trace->choice_ended(end);
+  };
   HttpResponse r;
   std::optional<ReplyParser> reply;
   // The other APIs have reasoning of their own in their answers (thinking blocks): always split there.

@@ -110,6 +110,10 @@ ServerMetrics::ServerMetrics(const std::string& model_name) : impl_(std::make_un
             "Requests decoded under a grammar (response_format, grammar, forced tool calls).");
   m.counter("kestrel_grammar_masks_total", "Grammar token masks applied (one per sampled token of such requests).");
   m.counter("kestrel_grammar_mask_seconds_total", "Time spent computing and applying grammar token masks.");
+  m.counter("kestrel_otlp_spans_exported_total", "Trace spans the OTLP exporter delivered to the collector.");
+  m.counter("kestrel_otlp_spans_dropped_total",
+            "Trace spans dropped: the exporter's queue was full, or the collector could not take them.", "reason",
+            {"queue_full", "export_failed"});
   m.gauge("kestrel_requests_running", "Requests holding KV blocks and being stepped.");
   m.gauge("kestrel_requests_waiting",
           "Requests arrived and not yet run (being parsed, or queued for their first step).");

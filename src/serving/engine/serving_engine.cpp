@@ -193,6 +193,7 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   end.queue_ms = a.first_step_ms >= 0 ? a.first_step_ms - a.arrival_ms : now - a.arrival_ms;
   end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
   end.e2e_ms = now - a.arrival_ms;
+  end.prefill_steps_ms = std::move(a.prefill_steps_ms);
   // Counted before the client can see the end: a /metrics scrape right after
   // a response must include it.
   metrics_.add("kestrel_requests_total", 1, reason);
@@ -240,6 +241,8 @@ void ServingEngine::deliver(const RequestOutput& out) {
     metrics_.observe("kestrel_request_queue_time_seconds", (a.first_step_ms - a.arrival_ms) / 1000);
     a.slot.release();
   }
+  if (a.first_token_ms < 0 && a.prefill_steps_ms.size() < StreamEvent::kMaxPrefillSteps)
+    a.prefill_steps_ms.push_back(now_ms() - a.arrival_ms);  // a step before its first token: prompt rows
   if (!a.echo_prompt.empty()) echo_prompt(a, out);
   if (a.pooling >= 0) pool_rows(a, out);
   if (out.drafted > 0) {

@@ -49,6 +49,10 @@ struct StreamEvent {
   std::string stop_string;  // with finish_reason "stop": the stop string that ended it ("" for end of generation)
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // with done
   double queue_ms = 0, ttft_ms = 0, e2e_ms = 0;  // with done: waited, first token, last event (from arrival)
+  // With done: when each step that computed prompt rows for it (a prefill chunk) ended, from arrival (at most
+  // kMaxPrefillSteps); the traces' prefill steps.
+  std::vector<double> prefill_steps_ms;
+  static constexpr size_t kMaxPrefillSteps = 256;
 };
 
 // One request's mailbox: the engine pushes, the client side takes. A
@@ -187,6 +191,7 @@ class ServingEngine {
     int64_t completion_tokens = 0;                // tokens the client has been sent
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::string operation, model;  // ServeRequest's (the gen_ai metrics' labels)
+    std::vector<double> prefill_steps_ms;  // StreamEvent's
   };
 
   void loop();
