@@ -65,7 +65,7 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tools="$root/.tools"
 HELM_VERSION=v4.3.2 KUBECONFORM_VERSION=v0.8.0 KUBERNETES_VERSION=v1.34.4
-PROMETHEUS_OPERATOR_VERSION=v0.85.0 KEDA_VERSION=v2.21.1
+PROMETHEUS_OPERATOR_VERSION=v0.85.0 KEDA_VERSION=v2.20.2
 k8s_schemas="$tools/kubernetes-schemas/$KUBERNETES_VERSION-standalone-strict"
 if ! command -v go >/dev/null; then
   echo "setup: no Go toolchain: Helm, kubeconform and the Kubernetes schemas are not installed; the deploy" \
