@@ -84,8 +84,13 @@ elif [ ! -x "$tools/bin/helm" ] || [ ! -x "$tools/bin/kubeconform" ] || [ ! -f "
   # openapi2jsonschema 0.9.1 pins PyYAML < 6, which no longer builds: its own calls are PyYAML 6's (SafeLoader).
   "$tools/venv/bin/pip" install -q --no-deps openapi2jsonschema==0.9.1 click==7.1.2 jsonref==0.2 colorama==0.4.6 \
     pyyaml==6.0.3
-  "$tools/venv/bin/openapi2jsonschema" --kubernetes --expanded --stand-alone --strict -o "$k8s_schemas" \
-    "file://$modules/k8s.io/kubernetes@$KUBERNETES_VERSION/api/openapi-spec/swagger.json" >/dev/null
+  # (A relative -o: the tool joins the working directory to it, even to an absolute one, and only prints the
+  # errors that follows.)
+  (cd "$tools" && venv/bin/openapi2jsonschema --kubernetes --expanded --stand-alone --strict \
+     -o "kubernetes-schemas/$KUBERNETES_VERSION-standalone-strict" \
+     "file://$modules/k8s.io/kubernetes@$KUBERNETES_VERSION/api/openapi-spec/swagger.json" >/dev/null)
+  [ -f "$k8s_schemas/deployment-apps-v1.json" ] ||
+    { echo "setup: the Kubernetes schemas were not written to $k8s_schemas" >&2; exit 1; }
   (cd "$tools/crd-schemas" && "$tools/venv/bin/python" \
      "$modules/github.com/yannh/kubeconform@$KUBECONFORM_VERSION/scripts/openapi2jsonschema.py" \
      "$modules/github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" \
