@@ -15,7 +15,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -23,11 +22,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from common import fail, free_port  # noqa: E402
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url, timeout=5):
@@ -146,10 +143,7 @@ def main():
                 subprocess.run(["runc", "kill", name, "KILL"], capture_output=True)
                 proc.wait(timeout=10)
             subprocess.run(["runc", "delete", "--force", name], capture_output=True)
-    for p in problems:
-        print(p)
-    print(f"{len(problems)} problems")
-    return 1 if problems else 0
+    return fail(problems)
 
 
 if __name__ == "__main__":

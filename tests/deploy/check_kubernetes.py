@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from check_observability import served_series  # noqa: E402
+from common import fail, served_series  # noqa: E402
 
 KUBERNETES_VERSION = "1.34.4"
 
@@ -99,10 +99,7 @@ def main():
         if name not in served:
             problems.append(f"the autoscalers read {name}, which the server does not expose")
     print(f"autoscaling on: {', '.join(sorted(scaled))}")
-    for p in problems:
-        print(p)
-    print(f"{len(problems)} problems")
-    return 1 if problems else 0
+    return fail(problems)
 
 
 if __name__ == "__main__":

@@ -22,14 +22,12 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from common import fail, free_port  # noqa: E402
+
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(base, path, body, headers=None):
@@ -208,12 +206,9 @@ service:
             server.wait(timeout=30)
             if col.poll() is None:
                 col.kill()
-        for p in problems:
-            print(p)
         if problems:
             print((tmp / "serve.log").read_text()[-2000:])
-    print(f"{len(problems)} problems")
-    return 1 if problems else 0
+    return fail(problems)
 
 
 if __name__ == "__main__":

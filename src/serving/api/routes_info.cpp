@@ -69,8 +69,12 @@ int64_t ApiRoutes::unix_seconds() {
 }
 
 HttpResponse ApiRoutes::metrics() const {
-  metrics_.set("kestrel_requests_waiting", engine_.queued());  // as of this scrape, the engine idle or not
-  metrics_.set("kestrel_num_requests_waiting", engine_.queued());
+  // As of this scrape, the engine idle or not; and what derives from counters, derived here, not per step.
+  const int waiting = engine_.queued();
+  metrics_.set("kestrel_requests_waiting", waiting);
+  metrics_.set("kestrel_num_requests_waiting", waiting);
+  if (const double queried = metrics_.counter("kestrel_prefix_cache_queries_total"); queried > 0)
+    metrics_.set("kestrel_prefix_cache_hit_rate", metrics_.counter("kestrel_prefix_cache_hits_total") / queried);
   HttpResponse r = json_response(metrics_.render());
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   return r;

@@ -111,7 +111,6 @@ void ServingEngine::update_gauges() {
   const BlockManager& b = e_.kv->blocks();
   metrics_.set("kestrel_requests_running", exec_.n_running());
   metrics_.set("kestrel_num_requests_running", exec_.n_running());
-  metrics_.set("kestrel_num_requests_waiting", queued_.load());
   metrics_.set("kestrel_kv_blocks_used", b.n_used_blocks());
   metrics_.set("kestrel_kv_cache_usage_perc",
                e_.kv->n_blocks() > 0 ? static_cast<double>(b.n_used_blocks()) / static_cast<double>(e_.kv->n_blocks()) : 0.0);
@@ -335,10 +334,6 @@ void ServingEngine::step(double now) {
   const auto block_tokens = static_cast<double>(e_.kv->block_size());
   metrics_.add("kestrel_prefix_cache_queries_total", static_cast<double>(r.queried_prefix_blocks) * block_tokens);
   metrics_.add("kestrel_prefix_cache_hits_total", static_cast<double>(r.hit_prefix_blocks) * block_tokens);
-  if (r.queried_prefix_blocks > 0) {
-    const double queried = metrics_.counter("kestrel_prefix_cache_queries_total");
-    metrics_.set("kestrel_prefix_cache_hit_rate", metrics_.counter("kestrel_prefix_cache_hits_total") / queried);
-  }
   if (r.ran) {
     metrics_.set("kestrel_batch_size", static_cast<double>(r.rows));
     metrics_.set("kestrel_batch_tokens", static_cast<double>(r.batch_tokens));

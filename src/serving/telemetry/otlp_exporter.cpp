@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <regex>
 
 #include "core/error.h"
@@ -48,8 +49,8 @@ std::vector<std::pair<std::string, std::string>> key_values(const std::string& t
       std::string v;
       const std::string raw = trim(item.substr(eq + 1));
       for (size_t i = 0; i < raw.size(); i++) {
-        if (raw[i] == '%' && i + 2 < raw.size() + 0 && std::isxdigit(static_cast<unsigned char>(raw[i + 1])) &&
-            i + 2 < raw.size() && std::isxdigit(static_cast<unsigned char>(raw[i + 2]))) {
+        if (raw[i] == '%' && i + 2 < raw.size() && std::isxdigit(static_cast<unsigned char>(raw[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(raw[i + 2]))) {
           v += static_cast<char>(std::stoi(raw.substr(i + 1, 2), nullptr, 16));
           i += 2;
         } else {
@@ -62,6 +63,20 @@ std::vector<std::pair<std::string, std::string>> key_values(const std::string& t
     at = comma + 1;
   }
   return out;
+}
+
+// http://HOST[:PORT][/PATH]: the host, the port (80) and the path ("/"); nothing for another form.
+struct HttpUrl {
+  std::string host, path;
+  int port = 80;
+};
+std::optional<HttpUrl> parse_http_url(const std::string& url) {
+  static const std::regex re(R"(^http://([^/:]+)(?::([0-9]{1,5}))?(/.*)?$)");
+  std::smatch m;
+  if (!std::regex_match(url, m, re)) return std::nullopt;
+  const int port = m[2].matched ? std::stoi(m[2]) : 80;
+  if (port < 1 || port > 65535) return std::nullopt;
+  return HttpUrl{m[1], m[3].matched ? m[3].str() : "/", port};
 }
 
 }  // namespace
@@ -83,9 +98,8 @@ OtlpConfig otlp_config(const std::string& flag_endpoint, const std::string& serv
   if (!protocol.empty() && protocol != "http/protobuf")
     throw Error(fmt::format("{}={}: only http/protobuf is implemented (OTLP over HTTP with protobuf bodies)", which,
                             protocol));
-  static const std::regex http(R"(^http://[^/:]+(:[0-9]+)?(/.*)?$)");
-  if (!std::regex_match(url, http))
-    throw Error(fmt::format("OTLP endpoint '{}' is not http://HOST[:PORT][/PATH] (https is not implemented: "
+  if (!parse_http_url(url))
+    throw Error(fmt::format("OTLP endpoint '{}' is not http://HOST[:PORT][/PATH] with a port of 1 to 65535 (https is not implemented: "
                             "send to a collector on this host or beside the pod)",
                             url));
   c.endpoint = url;
@@ -126,12 +140,11 @@ OtlpConfig otlp_config(const std::string& flag_endpoint, const std::string& serv
 }
 
 SpanExporter::SpanExporter(OtlpConfig config, ServerMetrics* metrics) : c_(std::move(config)), metrics_(metrics) {
-  static const std::regex re(R"(^http://([^/:]+)(?::([0-9]+))?(/.*)?$)");
-  std::smatch m;
-  if (!std::regex_match(c_.endpoint, m, re)) throw Error(fmt::format("OTLP endpoint '{}' is not http://...", c_.endpoint));
-  host_ = m[1];
-  port_ = m[2].matched ? std::stoi(m[2]) : 80;
-  path_ = m[3].matched ? m[3].str() : "/";
+  const auto url = parse_http_url(c_.endpoint);
+  if (!url) throw Error(fmt::format("OTLP endpoint '{}' is not http://HOST[:PORT][/PATH]", c_.endpoint));
+  host_ = url->host;
+  port_ = url->port;
+  path_ = url->path;
   thread_ = std::thread([this] { run(); });
 }
 
