@@ -16,6 +16,7 @@ packages=(
   mmdebstrap buildah skopeo umoci runc  # scripts/container.sh builds the image; the test unpacks and runs it
   libprotobuf-dev protobuf-compiler # --otlp-endpoint: OTLP's protobuf classes, generated from opentelemetry-proto
   python3 python3-regex             # the compat checker; the pre-tokenizer oracle (tests)
+  python3-venv                      # the virtual environments of the Python tools below (.tools/)
   python3-jinja2                    # the Jinja oracle the template engine is tested against (tests)
   python3-jsonschema                # validates structured output against its schema (tests)
   curl openssl                      # the TLS and API-key tests (a certificate, an HTTPS client)
@@ -48,14 +49,27 @@ fi
 # pins (the registry is reached only when one is not there yet).
 client=tests/e2e/openai_client
 missing=0
-for pkg in openai @anthropic-ai/sdk ollama puppeteer-core; do
+for pkg in openai @anthropic-ai/sdk ollama puppeteer-core ai @ai-sdk/openai-compatible; do
   [ -d "$(dirname "$0")/../$client/node_modules/$pkg" ] || missing=1
 done
 if [ "$missing" = 1 ]; then
-  echo "setup: installing the npm clients (openai, @anthropic-ai/sdk, ollama, puppeteer-core) into $client"
+  echo "setup: installing the npm clients (openai, @anthropic-ai/sdk, ollama, puppeteer-core, ai) into $client"
   (cd "$(dirname "$0")/../$client" && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "setup: the npm clients could not be installed (the registry unreachable?); the e2e tests that run" \
-         "them (StockClients, AnthropicMessages, OpenAiResponses, Ollama, WebChat) will fail until they are" >&2
+         "them (StockClients, AnthropicMessages, OpenAiResponses, Ollama, WebChat, ai_sdk_client) will fail until they are" >&2
+fi
+
+# The Python tools the client tests drive (tests/clients/): lm-eval-harness, LiteLLM, LangChain and schemathesis,
+# every package at the version tests/clients/requirements.txt pins (the whole resolved set, installed without
+# resolving again), in their own virtual environment.
+clients_venv="$(cd "$(dirname "$0")/.." && pwd)/.tools/clients-venv"
+requirements="$(dirname "$0")/../tests/clients/requirements.txt"
+if ! cmp -s "$requirements" "$clients_venv/requirements.txt"; then
+  echo "setup: installing the Python clients (lm_eval, litellm, langchain-openai, schemathesis) into .tools/clients-venv"
+  rm -rf "$clients_venv"
+  python3 -m venv "$clients_venv"
+  "$clients_venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$requirements"
+  cp "$requirements" "$clients_venv/requirements.txt"
 fi
 
 # The operator tools the deploy tests run (tests/deploy/): Helm and kubeconform from the Go module proxy, the

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 
@@ -93,8 +94,10 @@ Value f_join(const Value& v, const CallArgs& a) {
   return Value(std::move(out));
 }
 
-// select/reject/selectattr/rejectattr share one loop.
+// select/reject/selectattr/rejectattr share one loop. As in jinja2 (select_or_reject, do_map: `if value:`), a
+// falsy value (none, undefined, an empty sequence, 0, "") yields nothing, before the arguments are even read.
 Value select_items(const Value& v, const CallArgs& a, bool by_attribute, bool keep_matching) {
+  if (!v.truthy()) return Value::list({});
   std::string attribute;
   size_t next = 0;
   if (by_attribute) {
@@ -125,6 +128,7 @@ Value f_selectattr(const Value& v, const CallArgs& a) { return select_items(v, a
 Value f_rejectattr(const Value& v, const CallArgs& a) { return select_items(v, a, true, false); }
 
 Value f_map(const Value& v, const CallArgs& a) {
+  if (!v.truthy()) return Value::list({});
   ValueList out;
   if (const auto attribute = arg_opt_string(a, 99, "attribute")) {
     const Value* fallback = arg(a, 99, "default");
@@ -159,7 +163,15 @@ std::vector<std::string> split_lines(const std::string& s) {
   return lines;
 }
 
+// What jinja2 raises where an undefined value is used as more than an empty string or sequence.
+[[noreturn]] void undefined_used(const Value& v) {
+  throw TemplateError(v.undefined_name().empty() ? std::string("value is undefined") : v.undefined_name());
+}
+
 Value f_indent(const Value& v, const CallArgs& a) {
+  // jinja2 appends "\n" to the value: anything but a string fails there.
+  if (v.is_undefined()) undefined_used(v);
+  if (!v.is_string()) throw TemplateError(fmt::format("indent() needs a string, not '{}'", type_name(v)));
   const Value* w = arg(a, 0, "width");
   std::string pad = w && w->is_string() ? w->as_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(w ? w->as_int() : 4, 0, 4096)), ' ');
   const bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
@@ -228,6 +240,7 @@ Value f_default(const Value& v, const CallArgs& a) {
 }
 
 Value f_int(const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) undefined_used(v);
   const Value fallback = arg(a, 0, "default") ? *arg(a, 0, "default") : Value(int64_t{0});
   if (v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool) return Value(v.as_int());
   if (v.kind() == Value::Kind::Float) return Value(static_cast<int64_t>(v.as_number()));
@@ -246,6 +259,7 @@ Value f_int(const Value& v, const CallArgs& a) {
 }
 
 Value f_float(const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) undefined_used(v);
   const Value fallback = arg(a, 0, "default") ? *arg(a, 0, "default") : Value(0.0);
   if (v.is_number() || v.kind() == Value::Kind::Bool) return Value(v.as_number());
   if (v.is_string()) {
@@ -270,6 +284,15 @@ Value f_round(const Value& v, const CallArgs& a) {
   const Value* p = arg(a, 0, "precision");
   const int64_t precision = p ? p->as_int() : 0;
   const std::string method = arg_opt_string(a, 1, "method").value_or("common");
+  const bool integer = v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool;
+  if (!integer && v.kind() != Value::Kind::Float)
+    throw TemplateError(fmt::format("type {} doesn't define __round__ method", type_name(v)));
+  // Python's round(int, n) stays an int (to tens for a negative n, halves to even); floor and ceil divide: a float.
+  if (integer && method == "common") {
+    if (precision >= 0) return Value(v.as_int());
+    const double unit = std::pow(10.0, static_cast<double>(-precision));
+    return Value(static_cast<int64_t>(std::nearbyint(static_cast<double>(v.as_int()) / unit) * unit));
+  }
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_number() * scale;
   // Python's round() halves to even (round(2.5) == 2).
@@ -360,16 +383,28 @@ Value f_center(const Value& v, const CallArgs& a) {
                        !s.input.empty()));
 }
 
+// jinja2 counts the runs of word characters (\w+) of the value's text: "[]" has none, "a-b" two.
 Value f_wordcount(const Value& v, const CallArgs&) {
-  return Value(python_len(*call_method(Value(to_str(v)), "split", {})));
+  const std::string text = to_str(v).text;
+  int64_t words = 0;
+  bool in_word = false;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool word = std::isalnum(c) || c == '_' || c >= 0x80;  // (non-ASCII text counted as word characters)
+    if (word && !in_word) words++;
+    in_word = word;
+  }
+  return Value(words);
 }
 
 Value f_attr(const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) undefined_used(v);
   const auto name = arg_opt_string(a, 0, "name");
   return v.is_dict() && name ? v.get(std::string_view(*name)) : Value::undefined(name.value_or("attribute"));
 }
 
 Value f_dictsort(const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) undefined_used(v);
   const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
   const bool by_value = arg_opt_string(a, 1, "by").value_or("key") == "value";
   const bool reverse = arg_bool(a, 2, "reverse", false);

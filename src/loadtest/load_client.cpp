@@ -62,8 +62,13 @@ RequestRecord LoadClient::stream(const std::string& path, const json& body, Cloc
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   req.set_header("Accept", "text/event-stream");
-  const auto sent = Clock::now();
+  auto sent = Clock::now();
   r.start_s = seconds(start, sent);
+  bool answered = false;  // any byte of the answer (its status line) arrived
+  req.response_handler = [&](const httplib::Response&) {
+    answered = true;
+    return true;
+  };
   std::string buffer, error_body;
   Clock::time_point last_chunk{};
   bool done = false, stream_error = false, timed_out = false;
@@ -129,12 +134,26 @@ RequestRecord LoadClient::stream(const std::string& path, const json& body, Cloc
     return true;
   };
   auto res = http_->send(req);
+  // A kept-alive connection the server had already closed as idle fails at once, before any byte of an answer:
+  // the request never reached the server. Resent once on a fresh connection (as browsers and HTTP libraries
+  // do), so the server is not blamed for the client's stale socket.
+  if (!res && !answered && reused_ && !timed_out &&
+      (res.error() == httplib::Error::Read || res.error() == httplib::Error::Write)) {
+    http_ = connect(ep_, timeout_s_);
+    reused_ = false;
+    buffer.clear();
+    error_body.clear();
+    sent = Clock::now();
+    res = http_->send(req);
+  }
   r.e2e_s = seconds(sent, Clock::now());
+  if (res) reused_ = true;
   if (!res) {
     // A read that ran into the timeout is a stall; anything sooner, a dropped or refused connection.
     r.error = timed_out || r.e2e_s >= 0.95 * timeout_s_ ? "timeout" : "connection";
     r.error_detail = httplib::to_string(res.error());
     http_ = connect(ep_, timeout_s_);  // a fresh connection for the next request
+    reused_ = false;
     return r;
   }
   if (res->status >= 400) {
@@ -161,6 +180,7 @@ std::optional<std::vector<int64_t>> LoadClient::tokenize(const std::string& text
     auto res = http_->Post(ep_.base_path + "/tokenize", json{{key, text}, {"add_special", add_special}}.dump(),
                            "application/json");
     if (!res || res->status != 200) continue;
+    reused_ = true;
     try {
       const json j = json::parse(res->body);
       if (j.contains("tokens") && j["tokens"].is_array()) {

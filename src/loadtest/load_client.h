@@ -47,6 +47,8 @@ class LoadClient {
   Endpoint ep_;
   double timeout_s_;
   std::unique_ptr<httplib::Client> http_;
+  // http_'s connection has carried a whole exchange: kept alive since, the server may have closed it as idle.
+  bool reused_ = false;
 };
 
 }  // namespace kestrel

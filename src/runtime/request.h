@@ -27,6 +27,7 @@ struct RequestParams {
   bool all_logits = false;    // every position's raw logits go to the step's outputs (perplexity-style callers)
   bool prefix_cache = true;   // may start from (and publish) named blocks of an equal prefix
   int top_logprobs = -1;      // -1: no logprobs; n >= 0: each token's logprob and the top n alternatives
+  bool logprob_end_token = false;  // with top_logprobs: the end-of-generation token goes out too (end_token set)
   bool want_hidden = false;   // every row's final hidden state goes to the step's outputs (embeddings)
   // A reasoning budget (Anthropic's thinking.budget_tokens): once this many tokens were generated inside the
   // reasoning — after reasoning_open's tokens, or from the start with reasoning_opened (the prompt opened

@@ -448,6 +448,15 @@ int32_t StepExecutor::reasoning_budget(Request& r, int32_t tok, int32_t draft, b
 
 bool StepExecutor::take(Request& r, RequestOutput& out, int32_t tok, bool accepted) {
   if (!r.params.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
+    if (r.params.logprob_end_token && r.params.top_logprobs >= 0) {
+      TokenOutput& t = out.tokens.emplace_back();
+      t.token = tok;
+      t.accepted = accepted;
+      t.logprob = logprobs_.logprob(tok);
+      t.top = logprobs_.top();
+      t.text.clear();
+      t.end_token = true;
+    }
     end(r, out, FinishReason::Eos);
     return false;
   }

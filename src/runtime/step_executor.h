@@ -49,6 +49,7 @@ struct TokenOutput {
   float logprob = 0;             // with params.top_logprobs >= 0: its raw log-probability (RawLogprobs)
   std::vector<TokenChoice> top;  // ...and the top_logprobs most likely tokens of its row
   std::string text;              // with params.text: the text this token made final (may be empty)
+  bool end_token = false;        // the end-of-generation token (params.logprob_end_token): no text, not generated
 };
 
 // What a step did to one request, in the order it happened.

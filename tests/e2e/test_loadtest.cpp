@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "loadtest/load_client.h"
 #include "loadtest/load_report.h"
 #include "loadtest/load_runner.h"
 #include "serve_process.h"
@@ -159,6 +160,21 @@ TEST(LoadRunner, MisbehavingServersAreReportedAsErrorsNotHangs) {
   for (const auto& rec : none.records) EXPECT_EQ(rec.error, "connection");
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
   EXPECT_THROW(parse_url("https://example.com"), Error);
+}
+
+// A kept-alive connection the server closed as idle (here after 0.2 s) fails at once when reused: the request
+// never reached the server, so the client reconnects and resends it instead of counting a connection error
+// (llama-server closes idle connections too: 7 of 48 requests failed so before).
+TEST(LoadClient, ResendsARequestWhoseKeptAliveConnectionTheServerHadClosed) {
+  test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256", "--idle-timeout", "0.2"});
+  LoadClient client(parse_url(fmt::format("http://127.0.0.1:{}", s.port())), 10.0);
+  const nlohmann::json body = {{"prompt", "Once upon a time"}, {"max_tokens", 2}, {"stream", true}};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; i++) {
+    const RequestRecord r = client.stream("/v1/completions", body, t0);
+    EXPECT_TRUE(r.ok) << i << ": " << r.error << " " << r.error_detail;
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the server closes the idle connection
+  }
 }
 
 std::string run_tool(const std::vector<std::string>& args, int* exit_code) {

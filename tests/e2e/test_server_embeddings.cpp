@@ -112,7 +112,7 @@ TEST(Embeddings, FormatsDimensionsAndRefusals) {
   for (size_t i = 0; i < 16; i++) head += v[i] * v[i];
   for (size_t i = 0; i < 16; i++) EXPECT_NEAR(w[i], v[i] / std::sqrt(head), 1e-5);
   // Token ids (a list of lists) and Ollama's /api/embed give the same vector as the text.
-  const json tok = test::post_ok(c, "/tokenize", {{"content", "Once upon a time"}});
+  const json tok = test::post_ok(c, "/tokenize", {{"content", "Once upon a time"}, {"add_special", true}});
   const json by_ids = test::post_ok(c, "/v1/embeddings", {{"input", {tok["tokens"]}}});
   EXPECT_GT(cosine(as_doubles(by_ids["data"][0]["embedding"]), v), 1 - 1e-6);
   const json ollama = test::post_ok(c, "/api/embed", {{"model", "stories260K.gguf:latest"}, {"input", {"Once upon a time"}}});

@@ -243,6 +243,38 @@ TEST_F(EvalHarness, ChatLogprobEntriesCarryTheirBytes) {
   EXPECT_NE(joined.find(reply.substr(reply.find_first_not_of(' '))), std::string::npos) << joined << " | " << reply;
 }
 
+// A reply ended by the end-of-generation token lists that token last in its logprobs, as vLLM does (no text, not
+// counted as a completion token): lm-eval-harness scores a continuation as token_logprobs[ctxlen:-1], taking the
+// last entry for the generated token. Without it, a continuation the model would end after lost its own last
+// token from the score (found by running the real harness: 2 of 32 items off by up to 9 nats).
+TEST_F(EvalHarness, AReplyEndedByEosListsTheEosTokenLastInItsLogprobs) {
+  test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256"});
+  auto c = s.client();
+  // (No BOS: lm-eval's token arrays have none; with one, this model goes on.)
+  const std::vector<int32_t> prompt = engine_->tokenizer->encode("They played all day and had a lot of fun.", false, false);
+  const json r = post(c, "/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1},
+                                            {"temperature", 0}});
+  const json& choice = r["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "stop") << r;  // the model ends the story here: EOS is its greedy token
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), prompt.size() + 1) << lp;
+  // (This model's stories end at BOS, its end-of-generation token as llama2.c's sampler had it.)
+  EXPECT_TRUE(lp["tokens"].back() == "<s>" || lp["tokens"].back() == "</s>") << lp["tokens"].back();
+  const double eos = lp["token_logprobs"].back().get<double>();
+  EXPECT_LT(eos, 0.0);
+  EXPECT_EQ(lp["top_logprobs"].back().begin().value().get<double>(), eos);  // greedy: its own top entry
+  EXPECT_EQ(r["usage"]["completion_tokens"], 0);
+  // The text is the prompt's alone; the prompt's last token keeps its own logprob.
+  EXPECT_EQ(choice["text"].get<std::string>().find("fun.") + 4, choice["text"].get<std::string>().size());
+  const json alone = post(c, "/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
+  const json& prompt_lp = alone["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(prompt_lp.size(), prompt.size());
+  EXPECT_NEAR(lp["token_logprobs"][prompt.size() - 1].get<double>(), prompt_lp.back().get<double>(), 1e-6);
+  // Without logprobs, nothing of it shows.
+  const json plain = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}});
+  EXPECT_EQ(plain["choices"][0]["text"], "");
+}
+
 TEST_F(EvalHarness, BadPromptListsAreRefusedByName) {
   test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "64", "--max-queue", "8"});
   auto c = s.client();

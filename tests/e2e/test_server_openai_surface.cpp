@@ -167,7 +167,7 @@ TEST(ServerChoices, NChoicesShareThePromptAndAddUp) {
   }
 
   // The choices after the first reused its prompt blocks: 4 full blocks of 8 of a 36-token prompt each.
-  const json prompt_len = post(c, "/tokenize", {{"content", kPrompt}});
+  const json prompt_len = post(c, "/tokenize", {{"content", kPrompt}, {"add_special", true}});
   const int full_blocks = (prompt_len["count"].get<int>() - 1) / 8;
   auto fresh = post(c, "/v1/completions", {{"prompt", "A brand new prompt about a dog named Max who liked to run fast in the field."},
                                            {"max_tokens", 2}, {"n", 4}});

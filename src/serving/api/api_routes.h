@@ -3,7 +3,8 @@
 //   GET  / (the web chat page, chat_page.h)
 //   GET  /metrics, /v1/models, /v1/models/{id} (routes_info.cpp; /health and /ready are the transport's,
 //        http/readiness.h)
-//   POST /tokenize, /detokenize, /apply-template (routes_tokenize.cpp)
+//   POST /tokenize, /detokenize, /apply-template; GET /tokenizer_info (routes_tokenize.cpp)
+//   GET  /openapi.json (every endpoint described: src/serving/api/openapi.json, openapi_document.h)
 //   POST /v1/completions, /v1/chat/completions  (routes_completion.cpp;
 //        "stream": true as server-sent events, completion_stream.h)
 //   POST /v1/messages (Anthropic, anthropic_api.h), /v1/messages/count_tokens,
@@ -68,6 +69,8 @@ class ApiRoutes {
   nlohmann::json model_card(const std::string& name) const;
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
+  HttpResponse tokenizer_info() const;
+  std::string openapi_document() const;  // GET /openapi.json
   HttpResponse apply_template(const HttpRequest& req) const;
   // The APIs a generation is asked through: each is read into a CompletionAsk by its own reader, runs the same, and
   // is answered in its own shape from the reply's events.

@@ -184,6 +184,7 @@ ParsedRequest prepare_completion(const ApiContext& ctx, CompletionAsk ask) {
   r.grammar = requested_grammar(ask.structured, tool_grammar);
   if (ask.chat && ask.reasoning_budget) reasoning_budget(ctx, ask, p);
   r.params.top_logprobs = ask.top_logprobs;
+  r.params.logprob_end_token = ask.logprob_end_token;
   r.echo = ask.echo;
   if (r.echo) r.prompt_logprobs = r.params.top_logprobs;
   p.stream = ask.stream;

@@ -43,6 +43,10 @@ struct CompletionAsk {
   std::optional<int64_t> reasoning_budget;  // chat: at most this many tokens of reasoning
   int top_logprobs = -1;                    // -1: no logprobs; else the alternatives per token
   bool echo = false;                        // completions: the prompt sent back first (with its logprobs)
+  // Completions: a reply ended by the end-of-generation token lists that token last in its logprobs (no text, not
+  // counted in usage), as vLLM does: a harness scoring a prompt with echo and max_tokens 1 drops the last entry
+  // as the generated token, and without it would drop the prompt's last token instead.
+  bool logprob_end_token = false;
   bool stream = false;
   bool include_usage_chunk = false;    // OpenAI's stream_options.include_usage
   bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids

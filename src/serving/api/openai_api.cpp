@@ -232,6 +232,7 @@ CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
   } else {
     ask.top_logprobs = static_cast<int>(f.integer("logprobs", 0, 20, -1));
     ask.echo = f.boolean("echo", false);
+    ask.logprob_end_token = ask.top_logprobs >= 0;
   }
   ask.stream = f.boolean("stream", false);
   ask.token_ids_in_logprobs = f.boolean("return_tokens_as_token_ids", false);

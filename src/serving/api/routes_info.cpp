@@ -1,4 +1,4 @@
-// GET /health, /metrics, /v1/models, and the table of every route.
+// GET /metrics, /v1/models, and the table of every route.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -7,6 +7,7 @@
 #include "serving/api/api_routes.h"
 #include "serving/api/chat_page.h"
 #include "serving/api/ollama_api.h"
+#include "serving/api/openapi_document.h"
 #include "serving/api/openai_api.h"
 
 namespace kestrel {
@@ -33,6 +34,8 @@ void ApiRoutes::install(Router& router) {
   router.add("GET", "/v1/models/*", [this](const HttpRequest& r) { return model(r); });
   router.add("POST", "/tokenize", offloaded([this](const HttpRequest& r) { return tokenize(r); }));
   router.add("POST", "/detokenize", offloaded([this](const HttpRequest& r) { return detokenize(r); }));
+  router.add("GET", "/tokenizer_info", [this](const HttpRequest&) { return tokenizer_info(); });
+  router.add("GET", "/openapi.json", [document = openapi_document()](const HttpRequest&) { return json_response(document); });
   router.add("POST", "/apply-template", offloaded([this](const HttpRequest& r) { return apply_template(r); }));
   router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, Api::Completions); });
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return completion(r, Api::Chat); });
@@ -55,6 +58,19 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/api/show", offloaded([this](const HttpRequest& r) { return ollama_show(r); }));
   router.add("POST", "/v1/chat/completions/input_tokens",
              offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Chat); }));
+}
+
+// The built-in document with the names this server answers to as ModelName's values, so a client (or a fuzzer)
+// reading it knows which models exist.
+std::string ApiRoutes::openapi_document() const {
+  json doc = json::parse(openapi_json());
+  json names = json::array();
+  for (const auto& n : c_.model_names) {
+    names.push_back(n);
+    if (n.find(':') == std::string::npos) names.push_back(n + ":latest");  // Ollama's tagged form
+  }
+  doc["components"]["schemas"]["ModelName"]["enum"] = names;
+  return doc.dump();
 }
 
 RouteHandler ApiRoutes::offloaded(RouteHandler handler) {

@@ -1,5 +1,5 @@
-// llama.cpp-style tokenizer endpoints ("content"; vLLM's "prompt" also
-// accepted): loadtest uses them to build prompts of exact token lengths.
+// The tokenizer endpoints, in llama-server's shapes and vLLM's: loadtest builds prompts of exact token lengths
+// with them, lm-eval-harness's remote tokenizer tokenizes its requests with them.
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -11,21 +11,83 @@
 namespace kestrel {
 
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
+namespace {
+
+// A token's text for with_pieces: a string when its bytes are UTF-8 on their own, else the bytes (llama-server's way).
+json piece_json(const std::string& bytes) {
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > bytes.size()) break;
+    bool ok = true;
+    for (size_t k = 1; k < n; k++) ok = ok && (static_cast<unsigned char>(bytes[i + k]) >> 6) == 2;
+    if (!ok) break;
+    i += n;
+  }
+  if (i == bytes.size()) return bytes;
+  json out = json::array();
+  for (char b : bytes) out.push_back(static_cast<unsigned char>(b));
+  return out;
+}
+
+bool bool_field(const ojson& j, const char* key, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) throw bad_request(key, fmt::format("'{}' must be true or false", key));
+  return j[key].get<bool>();
+}
+
+}  // namespace
+
+// Two shapes: llama-server's {"content", "add_special" (default false), "parse_special" (default true),
+// "with_pieces"} and vLLM's {"prompt", "add_special_tokens" (default true)}; both parse special-token text.
 HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
   try {
     const auto j = parse_body(req.body);
-    const char* key = j.contains("content") ? "content" : "prompt";
-    if (!j.is_object() || !j.contains(key) || !j[key].is_string())
-      return error_response({400, "'content' must be a string", "content", "invalid_request_error", ""});
-    const bool special = j.value("add_special", true);
-    const auto ids = engine_.engine().tokenizer->encode(j[key].get<std::string>(), special, false);
-    return json_response(json_text({{"tokens", ids}, {"count", ids.size()}}));
+    if (!j.is_object()) throw bad_request("", "the body must be a JSON object");
+    check_known_fields(j, "", {"content", "prompt", "add_special", "add_special_tokens", "parse_special", "with_pieces", "model"});
+    if (j.contains("model") && !j["model"].is_null()) checked_model_name(api_context(), j);
+    const bool vllm = !j.contains("content") && j.contains("prompt");
+    const char* key = vllm ? "prompt" : "content";
+    if (!j.contains(key) || !j[key].is_string())
+      throw bad_request(key, fmt::format("'{}' must be a string", key));
+    if (j.contains("add_special") && j.contains("add_special_tokens"))
+      throw bad_request("add_special_tokens", "'add_special' and 'add_special_tokens' are the same switch: give one");
+    const bool special = j.contains("add_special") ? bool_field(j, "add_special", false)
+                                                   : bool_field(j, "add_special_tokens", vllm);
+    const bool parse_special = bool_field(j, "parse_special", true);
+    const Tokenizer& tok = *engine_.engine().tokenizer;
+    const auto ids = tok.encode(j[key].get<std::string>(), special, parse_special);
+    json tokens = json::array();
+    if (bool_field(j, "with_pieces", false)) {
+      for (int32_t id : ids) tokens.push_back({{"id", id}, {"piece", piece_json(tok.token_to_piece(id, true))}});
+    } else {
+      tokens = ids;
+    }
+    return json_response(json_text({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", engine_.n_ctx()}}));
   } catch (const ApiError& e) {
     return error_response(e);
   } catch (const std::exception& e) {
     return error_response({400, std::string("bad /tokenize body: ") + e.what(), "", "invalid_request_error", ""});
   }
+}
+
+// vLLM's GET /tokenizer_info (what lm-eval-harness's remote tokenizer reads): the special tokens' text, the chat
+// template, the context.
+HttpResponse ApiRoutes::tokenizer_info() const {
+  const Tokenizer& tok = *engine_.engine().tokenizer;
+  const Vocab& v = tok.vocab();
+  auto text_of = [&](int32_t id) { return id >= 0 ? json(tok.token_to_piece(id, true)) : json(nullptr); };
+  return json_response(json_text({{"tokenizer_class", "kestrel"},
+                                  {"bos_token", text_of(v.bos)},
+                                  {"eos_token", text_of(v.eos)},
+                                  {"pad_token", nullptr},
+                                  {"add_bos_token", v.add_bos},
+                                  {"add_eos_token", v.add_eos},
+                                  {"chat_template", c_.chat_template ? json(c_.chat_template->source()) : json(nullptr)},
+                                  {"model_max_length", engine_.n_ctx()}}));
 }
 
 // llama.cpp's endpoint: the prompt text a chat completion body renders to, nothing generated.
@@ -68,11 +130,16 @@ HttpResponse ApiRoutes::count_tokens(const HttpRequest& req, Api api) const {
 HttpResponse ApiRoutes::detokenize(const HttpRequest& req) const {
   try {
     const auto j = parse_body(req.body);
+    if (!j.is_object()) throw bad_request("", "the body must be a JSON object");
+    check_known_fields(j, "", {"tokens", "model"});
+    if (j.contains("model") && !j["model"].is_null()) checked_model_name(api_context(), j);
     const auto ids = j.at("tokens").get<std::vector<int32_t>>();
     const auto n = static_cast<int32_t>(engine_.engine().tokenizer->vocab().size());
     for (int32_t t : ids)
       if (t < 0 || t >= n) return error_response({400, "token id out of range", "tokens", "invalid_request_error", ""});
-    return json_response(json_text({{"content", engine_.engine().tokenizer->decode(ids)}}));
+    // llama-server's name, and vLLM's.
+    const std::string text = engine_.engine().tokenizer->decode(ids);
+    return json_response(json_text({{"content", text}, {"prompt", text}}));
   } catch (const ApiError& e) {
     return error_response(e);
   } catch (const std::exception& e) {

@@ -250,14 +250,16 @@ void ServingEngine::deliver(const RequestOutput& out) {
   }
   for (const TokenOutput& t : out.tokens) {
     if (t.accepted) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
-    note_token_time(a);
-    metrics_.add("kestrel_generation_tokens_total");
-    a.completion_tokens++;
+    if (!t.end_token) {  // (the end of generation is counted below, as for every request)
+      note_token_time(a);
+      metrics_.add("kestrel_generation_tokens_total");
+      a.completion_tokens++;
+    }
     StreamEvent ev;
     ev.text = t.text;
     ev.has_token = true;
     ev.token.token = t.token;
-    ev.token.text = e_.tokenizer->token_to_piece(t.token);
+    ev.token.text = e_.tokenizer->token_to_piece(t.token, t.end_token);  // the end token by its name ("</s>")
     if (a.logprobs) {
       ev.token.logprob = t.logprob;
       for (const TokenChoice& c : t.top) ev.top.push_back({c.token, e_.tokenizer->token_to_piece(c.token), c.logprob});

@@ -55,6 +55,8 @@ class HttpServer {
   // /ready says why (503) and new requests get 503.
   void set_draining(const std::string& why);
   Readiness& readiness() { return readiness_; }
+  // The table in use (the startup one until serve()): what GET /openapi.json is checked against.
+  std::shared_ptr<const Router> routes() const { return router_.get(); }
 
   struct Impl;
 
