@@ -95,6 +95,8 @@ TEST(OpenApi, ServedAtItsPathWithTheTokenizerEndpointsOfLlamaServerAndVllm) {
   EXPECT_EQ(served["components"]["schemas"]["ModelName"]["enum"],
             json::array({"stories260K.gguf", "stories260K.gguf:latest"}));
   served["components"]["schemas"]["ModelName"].erase("enum");
+  EXPECT_EQ(served["components"]["schemas"]["TokenId"]["maximum"], 511);
+  served["components"]["schemas"]["TokenId"].erase("maximum");
   EXPECT_EQ(served, json::parse(openapi_json()));
 
   const std::string text = "Once upon a time";
@@ -151,6 +153,31 @@ TEST(OpenApi, ServedAtItsPathWithTheTokenizerEndpointsOfLlamaServerAndVllm) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "skip");
+}
+
+
+// What schemathesis found (tests/clients/openapi_test.py), each now answered as it should be.
+TEST(OpenApi, WhatTheFuzzerFoundIsAnsweredAsItShouldBe) {
+  test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256"});
+  auto c = s.client();
+  // A tool whose "type" is an object: was a 500 ("type must be string, but is object") on /apply-template and
+  // /v1/chat/completions/input_tokens, a 400 with the library's words on /v1/chat/completions.
+  const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"tools", {{{"type", json::object()}, {"function", {{"name", "f"}}}}}}};
+  for (const char* path : {"/apply-template", "/v1/chat/completions/input_tokens", "/v1/chat/completions"}) {
+    auto r = c.Post(path, body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path << " " << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], "tools[0]") << path << " " << r->body;
+  }
+  // A top_p above 0 but below a float's smallest (5e-324) keeps the most likely token instead of being
+  // refused as 0; 0 itself is still refused.
+  const json tiny = test::post_ok(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"top_p", 5e-324}});
+  const json greedy = test::post_ok(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0}});
+  EXPECT_EQ(tiny["choices"][0]["text"], greedy["choices"][0]["text"]);
+  auto zero = c.Post("/v1/completions", json{{"prompt", "x"}, {"top_p", 0}}.dump(), "application/json");
+  ASSERT_TRUE(zero);
+  EXPECT_EQ(zero->status, 400);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ ojson message_content(const ojson& m, size_t i, bool may_be_null) {
   if (!c.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of text parts", param));
   std::string text;
   for (const auto& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    if (!part.is_object() || string_or_empty(part, "type") != "text" || !part.contains("text") || !part["text"].is_string())
       throw bad_request(
           param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} (only text is supported)", param));
     text += part["text"].get<std::string>();
@@ -107,7 +107,7 @@ ojson checked_tools(const ojson& body) {
   for (size_t i = 0; i < tools.size(); i++) {
     const ojson& t = tools[i];
     const std::string param = fmt::format("tools[{}]", i);
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+    if (!t.is_object() || string_or_empty(t, "type") != "function" || !t.contains("function") || !t["function"].is_object())
       throw bad_request(param, fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{...}}}}", param));
     for (const auto& [key, value] : t.items())
       if (key != "type" && key != "function") throw bad_request(param + "." + key, fmt::format("unknown field '{}.{}'", param, key));
@@ -176,7 +176,7 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const ojson& body) {
     const ojson& c = body["tool_choice"];
     if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
       choice = c.get<std::string>();
-    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") && c["function"].is_object() &&
+    } else if (c.is_object() && string_or_empty(c, "type") == "function" && c.contains("function") && c["function"].is_object() &&
                c["function"].contains("name") && c["function"]["name"].is_string() && c.size() == 2 &&
                c["function"].size() == 1) {
       choice = "required";

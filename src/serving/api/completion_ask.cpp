@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
 #include <random>
 #include <string_view>
 #include <utility>
@@ -72,8 +74,10 @@ std::vector<std::string> Fields::strings(const char* key, size_t max) const {
 void read_sampling(const Fields& f, const ApiContext& ctx, const char* repeat_penalty_key, CompletionAsk& ask) {
   SamplingParams& s = ask.sampling;
   s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0, s.temperature));
-  s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, s.top_p));
-  if (s.top_p == 0.0f) throw bad_request(f.name("top_p"), fmt::format("'{}' must be greater than 0", f.name("top_p")));
+  const double top_p = f.number("top_p", 0.0, 1.0, s.top_p);
+  if (top_p == 0.0) throw bad_request(f.name("top_p"), fmt::format("'{}' must be greater than 0", f.name("top_p")));
+  // A top_p too small for a float (5e-324) keeps the most likely token, as any tiny top_p does (schemathesis).
+  s.top_p = std::max(static_cast<float>(top_p), std::numeric_limits<float>::denorm_min());
   s.top_k = static_cast<int>(f.integer("top_k", -1, 1 << 20, s.top_k));
   if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
   s.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0, s.min_p));

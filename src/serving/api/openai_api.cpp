@@ -90,6 +90,12 @@ void check_request_fields(const ojson& j, bool chat) {
         throw bad_request("stream_options." + key, fmt::format("unknown field 'stream_options.{}'", key));
 }
 
+std::string string_or_empty(const ojson& o, const char* key) {
+  if (!o.is_object()) return "";
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 void check_known_fields(const ojson& o, const std::string& where, const std::set<std::string>& known,
                         const std::set<std::string>& ignored) {
   for (const auto& [key, value] : o.items()) {

@@ -46,6 +46,9 @@ std::string json_text(const nlohmann::json& j);
 constexpr int kMaxJsonDepth = 64;
 constexpr int64_t kMaxJsonValues = 1 << 20;
 nlohmann::ordered_json parse_body(const std::string& body);
+// o[key] when o is an object holding a string there, else "" (ordered_json::value throws for a value of another
+// type: a 500 where the request deserves the 400 that names the field).
+std::string string_or_empty(const nlohmann::ordered_json& o, const char* key);
 
 struct ApiContext {
   const Tokenizer& tokenizer;

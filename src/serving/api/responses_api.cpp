@@ -28,7 +28,7 @@ std::string content_text(const ojson& c, const std::string& param) {
   for (size_t k = 0; k < c.size(); k++) {
     const std::string pp = fmt::format("{}[{}]", param, k);
     const ojson& part = c[k];
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = string_or_empty(part, "type");
     if (type == "input_text" || type == "output_text" || type == "text" || type == "summary_text" || type == "reasoning_text") {
       out += text_of(part.value("text", ojson()), pp + ".text");
     } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
@@ -118,7 +118,7 @@ ojson responses_tools_of(const ojson& tools) {
   for (size_t i = 0; i < tools.size(); i++) {
     const ojson& t = tools[i];
     const std::string tp = fmt::format("tools[{}]", i);
-    if (!t.is_object() || t.value("type", "") != "function")
+    if (!t.is_object() || string_or_empty(t, "type") != "function")
       throw bad_request(tp + ".type",
                         fmt::format("'{}.type' must be \"function\" (built-in tools such as web_search run at "
                                     "OpenAI, not here)",
@@ -196,7 +196,7 @@ ResponsesRequest responses_ask(const ojson& body, const ResponseStore& store, co
   if (body.contains("tools") && !body["tools"].is_null()) chat["tools"] = responses_tools_of(body["tools"]);
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];
-    if (c.is_object() && c.value("type", "") == "function" && c.contains("name"))
+    if (c.is_object() && string_or_empty(c, "type") == "function" && c.contains("name"))
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
     else
       chat["tool_choice"] = c;  // auto, none, required: the chat parser checks
@@ -213,7 +213,7 @@ ResponsesRequest responses_ask(const ojson& body, const ResponseStore& store, co
                         "'text.verbosity' other than \"medium\" is not supported (no model here reads it)");
     if (t.contains("format") && t["format"].is_object()) {
       const ojson& f = t["format"];
-      const std::string type = f.value("type", "");
+      const std::string type = string_or_empty(f, "type");
       if (type == "json_schema") {
         ojson js = {{"name", f.value("name", "response")}};
         if (f.contains("schema")) js["schema"] = f["schema"];

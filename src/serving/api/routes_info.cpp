@@ -60,8 +60,8 @@ void ApiRoutes::install(Router& router) {
              offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Chat); }));
 }
 
-// The built-in document with the names this server answers to as ModelName's values, so a client (or a fuzzer)
-// reading it knows which models exist.
+// The built-in document with the names this server answers to as ModelName's values and its vocabulary's last id as
+// TokenId's maximum, so a client (or a fuzzer) reading it knows which models and token ids exist.
 std::string ApiRoutes::openapi_document() const {
   json doc = json::parse(openapi_json());
   json names = json::array();
@@ -70,6 +70,7 @@ std::string ApiRoutes::openapi_document() const {
     if (n.find(':') == std::string::npos) names.push_back(n + ":latest");  // Ollama's tagged form
   }
   doc["components"]["schemas"]["ModelName"]["enum"] = names;
+  doc["components"]["schemas"]["TokenId"]["maximum"] = engine_.engine().tokenizer->vocab().size() - 1;
   return doc.dump();
 }
 

@@ -101,6 +101,8 @@ HttpResponse ApiRoutes::apply_template(const HttpRequest& req) const {
     return json_response(json_text({{"prompt", render_chat_request(ctx, j).rendered.text}}));
   } catch (const ApiError& e) {
     return error_response(e);
+  } catch (const nlohmann::json::exception& e) {  // a body of a shape no check above foresaw: still the client's
+    return error_response(bad_request("", std::string("bad request body: ") + e.what()));
   }
 }
 
@@ -124,6 +126,9 @@ HttpResponse ApiRoutes::count_tokens(const HttpRequest& req, Api api) const {
     return json_response(json_text({{"input_tokens", n}}));
   } catch (const ApiError& e) {
     return api == Api::Messages ? anthropic_error_response(e) : error_response(e);
+  } catch (const nlohmann::json::exception& e) {
+    const ApiError bad = bad_request("", std::string("bad request body: ") + e.what());
+    return api == Api::Messages ? anthropic_error_response(bad) : error_response(bad);
   }
 }
 
