@@ -446,21 +446,7 @@ int32_t StepExecutor::reasoning_budget(Request& r, int32_t tok, int32_t draft, b
   return tok;
 }
 
-bool StepExecutor::take(Request& r, RequestOutput& out, int32_t tok, bool accepted) {
-  if (!r.params.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
-    if (r.params.logprob_end_token && r.params.top_logprobs >= 0) {
-      TokenOutput& t = out.tokens.emplace_back();
-      t.token = tok;
-      t.accepted = accepted;
-      t.logprob = logprobs_.logprob(tok);
-      t.top = logprobs_.top();
-      t.text.clear();
-      t.end_token = true;
-    }
-    end(r, out, FinishReason::Eos);
-    return false;
-  }
-  r.tokens.push_back(tok);  // the record: one more token to feed
+TokenOutput& StepExecutor::emit(const Request& r, RequestOutput& out, int32_t tok, bool accepted) {
   TokenOutput& t = out.tokens.emplace_back();
   t.token = tok;
   t.accepted = accepted;
@@ -470,6 +456,17 @@ bool StepExecutor::take(Request& r, RequestOutput& out, int32_t tok, bool accept
     t.top = logprobs_.top();
   }
   t.text.clear();
+  return t;
+}
+
+bool StepExecutor::take(Request& r, RequestOutput& out, int32_t tok, bool accepted) {
+  if (!r.params.ignore_eos && e_.tokenizer->vocab().is_end_of_generation(tok)) {
+    if (r.params.logprob_end_token && r.params.top_logprobs >= 0) emit(r, out, tok, accepted).end_token = true;
+    end(r, out, FinishReason::Eos);
+    return false;
+  }
+  r.tokens.push_back(tok);  // the record: one more token to feed
+  TokenOutput& t = emit(r, out, tok, accepted);
   if (r.text) {
     bool stopped = false;
     t.text = r.text->push(tok, stopped);

@@ -159,6 +159,8 @@ class StepExecutor {
   int64_t rollback_state(const Row& row, int64_t computed);
   // Appends a sampled token; false when the request ended (and is gone).
   bool take(Request& r, RequestOutput& out, int32_t tok, bool accepted);
+  // A token's output (its logprobs when asked), the text left to take() to fill.
+  TokenOutput& emit(const Request& r, RequestOutput& out, int32_t tok, bool accepted);
   // params.reasoning_budget: the token to take instead of tok (the close tag's next once the budget is spent),
   // the request's place in its reasoning moved on; kept follows whether a draft still matches.
   int32_t reasoning_budget(Request& r, int32_t tok, int32_t draft, bool& kept);

@@ -60,6 +60,19 @@ inline bool utf8_may_follow(unsigned char lead, size_t k, unsigned char c) {
   return (c & 0xC0) == 0x80;
 }
 
+// Whether s is well-formed UTF-8 throughout (utf8_may_follow's table; a lone continuation or invalid lead fails).
+inline bool utf8_valid(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_len(lead);
+    if ((lead >= 0x80 && n == 1) || lead == 0xC0 || lead == 0xC1 || lead > 0xF4 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; k++)
+      if (!utf8_may_follow(lead, k, static_cast<unsigned char>(s[i + k]))) return false;
+    i += n;
+  }
+  return true;
+}
+
 // Accumulates streamed bytes and releases only complete UTF-8 characters, so a
 // multi-byte character split across two tokens is never printed in halves.
 // Ill-formed bytes are released as soon as they are known to be: a

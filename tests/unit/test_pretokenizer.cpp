@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace kestrel {
 namespace {
@@ -47,6 +48,21 @@ TEST(PreTokenizer, UnknownRuleSetIsNamed) {
   } catch (const Error& e) {
     EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("'klingon' is not supported"));
   }
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Well-formed UTF-8 (Unicode's table 3-7): /tokenize's with_pieces gives a piece as text only when it is.
+TEST(Utf8, ValidIsWellFormedThroughout) {
+  for (const char* ok : {"", "plain", "caf\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xF4\x8F\xBF\xBF"})
+    EXPECT_TRUE(utf8_valid(ok)) << ok;
+  for (const char* bad : {"\x80", "a\xBF", "\xC3", "\xE2\x82", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\x80",
+                          "\xED\xA0\x80", "\xF0\x80\x80\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF"})
+    EXPECT_FALSE(utf8_valid(bad)) << bad;
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 
 #include "serving/api/anthropic_api.h"
 #include "serving/api/api_routes.h"
+#include "serving/api/completion_ask.h"
 #include "serving/api/openai_api.h"
+#include "tokenizer/utf8.h"
 
 namespace kestrel {
 
@@ -17,26 +19,10 @@ namespace {
 
 // A token's text for with_pieces: a string when its bytes are UTF-8 on their own, else the bytes (llama-server's way).
 json piece_json(const std::string& bytes) {
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > bytes.size()) break;
-    bool ok = true;
-    for (size_t k = 1; k < n; k++) ok = ok && (static_cast<unsigned char>(bytes[i + k]) >> 6) == 2;
-    if (!ok) break;
-    i += n;
-  }
-  if (i == bytes.size()) return bytes;
+  if (utf8_valid(bytes)) return bytes;
   json out = json::array();
   for (char b : bytes) out.push_back(static_cast<unsigned char>(b));
   return out;
-}
-
-bool bool_field(const ojson& j, const char* key, bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) throw bad_request(key, fmt::format("'{}' must be true or false", key));
-  return j[key].get<bool>();
 }
 
 }  // namespace
@@ -55,13 +41,13 @@ HttpResponse ApiRoutes::tokenize(const HttpRequest& req) const {
       throw bad_request(key, fmt::format("'{}' must be a string", key));
     if (j.contains("add_special") && j.contains("add_special_tokens"))
       throw bad_request("add_special_tokens", "'add_special' and 'add_special_tokens' are the same switch: give one");
-    const bool special = j.contains("add_special") ? bool_field(j, "add_special", false)
-                                                   : bool_field(j, "add_special_tokens", vllm);
-    const bool parse_special = bool_field(j, "parse_special", true);
+    const Fields f(j);
+    const bool special = j.contains("add_special") ? f.boolean("add_special", false) : f.boolean("add_special_tokens", vllm);
+    const bool parse_special = f.boolean("parse_special", true);
     const Tokenizer& tok = *engine_.engine().tokenizer;
     const auto ids = tok.encode(j[key].get<std::string>(), special, parse_special);
     json tokens = json::array();
-    if (bool_field(j, "with_pieces", false)) {
+    if (f.boolean("with_pieces", false)) {
       for (int32_t id : ids) tokens.push_back({{"id", id}, {"piece", piece_json(tok.token_to_piece(id, true))}});
     } else {
       tokens = ids;
