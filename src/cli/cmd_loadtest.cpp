@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "loadtest/conversations.h"
 #include "loadtest/load_report.h"
 #include "loadtest/load_runner.h"
 
@@ -29,7 +30,48 @@ struct LoadFlags {
   double burstiness = 1.0, max_duration = 600, timeout = 60, temperature = -1;
   uint64_t seed = 0;
   bool markdown = false;
+  // The agent workload (loadtest/conversations.h).
+  int conversations = 0, turns = 8;
+  int64_t system_len = 1024, turn_len = 200;
 };
+
+// --conversations N --turns T: the agent workload, turn by turn.
+int run_agent(const LoadFlags& f, const Endpoint& ep) {
+  if (f.conversations > 256) throw Error(fmt::format("--conversations {} is out of range (1 to 256)", f.conversations));
+  if (f.turns < 1 || f.turns > 1000) throw Error(fmt::format("--turns {} is out of range (1 to 1000)", f.turns));
+  if (f.system_len < 1 || f.turn_len < 1 || f.output_len < 1)
+    throw Error("--system-len, --turn-len and --output-len must be positive");
+  ConversationOptions o;
+  o.conversations = f.conversations;
+  o.turns = f.turns;
+  o.system_words = f.system_len;
+  o.turn_words = f.turn_len;
+  o.output_len = f.output_len;
+  o.model = f.model;
+  o.temperature = f.temperature >= 0 ? f.temperature : 0;
+  o.seed = f.seed;
+  o.timeout_s = f.timeout;
+  fmt::print(stderr, "loadtest: {} conversations x {} turns to {}/v1/chat/completions (system {} words, {} words a "
+             "turn, {} tokens a reply)\n", o.conversations, o.turns, f.url, o.system_words, o.turn_words, o.output_len);
+  signal(SIGINT, on_loadtest_sigint);
+  const auto records = run_conversations(ep, o, g_stop);
+  const auto turns = summarize_turns(records, o.turns);
+  fmt::print("{}", render_turns(turns));
+  int64_t failed = 0;
+  for (const auto& r : records) failed += !r.rec.ok;
+  if (!f.json_path.empty()) {
+    std::ofstream out(f.json_path);
+    out << turns_json(records, turns).dump(2) << "\n";
+    if (!out) throw Error(fmt::format("cannot write {}", f.json_path));
+  }
+  if (failed > 0) {
+    for (const auto& r : records)
+      if (!r.rec.ok) fmt::print(stderr, "loadtest: conversation {} turn {}: {} {}\n", r.conversation + 1, r.turn + 1,
+                                r.rec.error, r.rec.error_detail);
+    return 1;
+  }
+  return 0;
+}
 
 std::vector<double> parse_list(const std::string& s, const char* flag) {
   std::vector<double> out;
@@ -107,6 +149,9 @@ int run(LoadFlags& f) {
   if (f.request_rate != "inf") rate = parse_list(f.request_rate, "--request-rate").at(0);
   if (!f.sweep_rate.empty() && !f.sweep_concurrency.empty())
     throw Error("give --sweep-rate or --sweep-concurrency, not both");
+
+  if (f.conversations < 0) throw Error("--conversations must not be negative");
+  if (f.conversations > 0) return run_agent(f, ep);
 
   WorkloadOptions w;
   w.num_prompts = f.num_prompts;
@@ -256,6 +301,13 @@ void register_loadtest(CLI::App& app) {
                   "JSONL prompts: a string, {\"prompt\": ...} or {\"messages\": [...]} per line");
   cmd->add_option("--priority-mix", f.priority_mix,
                   "Request priorities and weights, e.g. \"0:0.8,-1:0.2\" (metrics per class)");
+  cmd->add_option("--conversations", f.conversations,
+                  "Agent workload: this many multi-turn chat conversations, taken turn by turn in rotation, each turn "
+                  "re-sending the conversation so far (reports cached prompt tokens and TTFT per turn)");
+  cmd->add_option("--turns", f.turns, "Agent workload: turns per conversation")->capture_default_str();
+  cmd->add_option("--system-len", f.system_len, "Agent workload: words of each conversation's system prompt")
+      ->capture_default_str();
+  cmd->add_option("--turn-len", f.turn_len, "Agent workload: words of each new user message")->capture_default_str();
   cmd->add_option("--slo", f.slo, "Goodput bounds, e.g. ttft:500,tpot:50 (ms)");
   cmd->add_option("--sweep-rate", f.sweep_rate, "Run at each of these request rates, e.g. 1,2,4,8");
   cmd->add_option("--sweep-concurrency", f.sweep_concurrency, "Run at each of these client counts, e.g. 1,8,32");

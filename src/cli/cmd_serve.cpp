@@ -42,7 +42,31 @@ struct ServeFlags {
   bool allow_special_in_content = false;
   std::string otlp_endpoint;
   ParallelFlags parallel;
+  // The prefix cache's lower tiers (kv/prefix_tiers.h): RAM ("" : the default), a folder and its size.
+  std::string cache_ram, cache_dir, cache_disk = "10G";
+  bool cache_warm = false;
 };
+
+// --cache-ram and --cache-disk: a plain number is MiB (llama-server's --cache-ram), else a size with K, M or G.
+int64_t parse_cache_size(const std::string& s, const char* flag) {
+  if (s == "0") return 0;
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return parse_size(s + "M", flag);
+  return parse_size(s, flag);
+}
+
+// What the cached rows depend on besides the tokens: the model file's contents, where it runs, the KV types,
+// block size and layout. (The disk tier's folder is named by it; the RAM tier lives with the process.)
+std::string tier_identity(const LoadedModel& e, const LoadOptions& o, const std::string& cache_dir) {
+  const KvLayout& l = e.kv->layout();
+  return fmt::format(
+      "model {} device {} kv {} block {} layers {} k {} v {} window {} sliding {} ({}x{}) row-stride {} "
+      "recurrent {}x{}",
+      cache_dir.empty() ? std::string("-") : model_file_identity(o.model_path, cache_dir), o.device, l.type_name(),
+      e.kv->block_size(), l.n_layer, l.k_width, l.v_width, l.sliding_window, l.n_sliding(), l.sliding_k_width,
+      l.sliding_v_width, l.full_row_stride, l.n_recurrent, l.state_floats);
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.0f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 // Available memory from /proc/meminfo, in bytes (0 if unknown).
 int64_t available_memory() {
@@ -193,7 +217,40 @@ int run(ServeFlags& f) {
     // the step's scratch allocated), so that /ready means a request runs at full speed.
     http->readiness().loading("warming up");
     warm_up(e);
+    // The prefix cache's lower tiers: RAM by default (2 GiB, at most a quarter of free memory), disk with
+    // --cache-dir. Not under tensor parallelism (each rank holds part of every block).
+    std::unique_ptr<PrefixTiers> tiers;
+    {
+      PrefixTierConfig tc;
+      const bool parallel = e.comm != nullptr;
+      if (parallel && (!f.cache_ram.empty() || !f.cache_dir.empty()))
+        throw Error("--cache-ram and --cache-dir do not work with --parallel yet (each rank holds part of every "
+                    "KV block); leave them out");
+      tc.ram_bytes = !f.cache_ram.empty() ? parse_cache_size(f.cache_ram, "--cache-ram")
+                     : parallel          ? 0
+                                         : std::min<int64_t>(int64_t{2} << 30, available_memory() / 4);
+      if (!f.cache_dir.empty()) {
+        tc.disk_dir = f.cache_dir;
+        tc.disk_bytes = parse_cache_size(f.cache_disk, "--cache-disk");
+        if (tc.disk_bytes <= 0) throw Error("--cache-disk must be positive with --cache-dir");
+      }
+      if (f.cache_warm && (f.cache_dir.empty() || tc.ram_bytes == 0))
+        throw Error("--cache-warm needs --cache-dir and a RAM tier (--cache-ram above 0)");
+      if (tc.ram_bytes > 0 || !tc.disk_dir.empty()) {
+        http->readiness().loading("opening the prefix cache");
+        tc.identity = tier_identity(e, eo, tc.disk_dir);
+        tiers = std::make_unique<PrefixTiers>(tc);
+        const KvStore& st = e.kv->store();
+        e.kv->blocks().set_tiers(tiers.get(), {st.entry_bytes(TierKind::Full), st.entry_bytes(TierKind::Sliding),
+                                               st.entry_bytes(TierKind::State)});
+        if (f.cache_warm) {
+          const int64_t n = tiers->warm();
+          fmt::print(stderr, "[kestrel] prefix cache: {} entries read from {} into RAM\n", n, tiers->folder());
+        }
+      }
+    }
     ServingConfig sc;
+    sc.tiers = tiers.get();
     sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
     sc.exec.scheduler.max_batch_size = f.max_batch_size;
     sc.exec.scheduler.prefill_chunk = f.prefill_chunk;
@@ -243,12 +300,20 @@ int run(ServeFlags& f) {
       phase = Phase::Serving;
       http->serve(engine, std::move(api));
     }
+    std::string tier_line = "prefix cache in the KV pool only";
+    if (tiers) {
+      const PrefixTiers::Stats ts = tiers->stats();
+      tier_line = fmt::format("prefix cache tiers: RAM {}", tiers->has_ram() ? mib(ts.ram.limit) : "off");
+      if (tiers->has_disk())
+        tier_line += fmt::format(", disk {} of {} in {} ({} entries)", mib(ts.disk.bytes), mib(ts.disk.limit),
+                                 tiers->folder(), ts.disk.entries);
+    }
     fmt::print(stderr,
                "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
-               "chat template {}{}{}{})\n",
+               "{}, chat template {}{}{}{})\n",
                fmt::join(shown.model_names, "', '"), f.ssl_cert_file.empty() ? "http" : "https", f.host, port,
                e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(), e.kv->layout().type_name(),
-               e.kv->layout().describe_bytes(), shown.chat_template->origin(),
+               e.kv->layout().describe_bytes(), tier_line, shown.chat_template->origin(),
                shown.split_reasoning ? ", reasoning split from content" : "",
                shown.tool_format == ToolCallFormat::None
                    ? std::string()
@@ -301,6 +366,17 @@ void register_serve(CLI::App& app) {
                   "KV cache size in MiB (0: every batch slot at full context, at most a fifth of free memory)")
       ->capture_default_str()
       ->envname("KESTREL_KV_CACHE_MEM");
+  cmd->add_option("--cache-ram", f.cache_ram,
+                  "Prefix cache RAM tier: KV blocks evicted from the pool are kept here for later prompts (MiB, or "
+                  "a size like 4G; 0: off; default 2 GiB, at most a quarter of free memory)")
+      ->envname("KESTREL_CACHE_RAM");
+  cmd->add_option("--cache-dir", f.cache_dir,
+                  "Prefix cache disk tier: computed KV blocks are also written here and found again after a restart")
+      ->envname("KESTREL_CACHE_DIR");
+  cmd->add_option("--cache-disk", f.cache_disk, "Size limit of the disk tier (MiB, or a size like 20G)")
+      ->capture_default_str()
+      ->envname("KESTREL_CACHE_DISK");
+  cmd->add_flag("--cache-warm", f.cache_warm, "At start, read the most recently used disk entries into RAM");
   cmd->add_option("--scheduling-policy", f.policy, "fcfs or priority (the request field 'priority', lower first)")
       ->capture_default_str();
   cmd->add_option("--max-wait-ms", f.max_wait_ms,

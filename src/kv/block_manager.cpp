@@ -48,6 +48,9 @@ int32_t BlockManager::take_block(int gi) {
   } else {
     b = g.evictable.front();  // the caller checked n_free()
     g.evictable.pop_front();
+    // Its rows go to RAM before anything writes the block (the transfers run before the step).
+    if (tiers_ && g.state[b].named && tiers_->wants_spill(kind_of(gi), g.state[b].name))
+      transfers_.push_back({TierTransfer::Op::Spill, kind_of(gi), b, g.state[b].name, nullptr});
     forget_name(gi, b);
   }
   g.state[b].refs = 1;
@@ -72,14 +75,38 @@ void BlockManager::forget_name(int gi, int32_t b) {
   st.named = false;
 }
 
-void BlockManager::name_block(int gi, int32_t b, uint64_t name) {
+bool BlockManager::name_block(int gi, int32_t b, uint64_t name) {
   Group& g = groups_[gi];
   // Another sequence may have published the same contents first: keep its
   // block as the name's owner (ours stays private and unnamed).
   if (!g.state[b].named && g.by_name.insert(name, b)) {
     g.state[b].named = true;
     g.state[b].name = name;
+    return true;
   }
+  return false;
+}
+
+void BlockManager::set_tiers(PrefixTiers* tiers, const std::array<int64_t, 3>& entry_bytes) {
+  tiers_ = tiers;
+  entry_bytes_ = entry_bytes;
+  transfers_.clear();
+}
+
+int64_t BlockManager::pin_prefix(int32_t seq, int64_t n_tokens, double until_s) {
+  auto it = seqs_.find(seq);
+  if (!tiers_ || it == seqs_.end()) return 0;
+  const Sequence& s = it->second;
+  const int64_t k = std::min<int64_t>(n_tokens / block_size_, static_cast<int64_t>(s.names.size()));
+  int64_t pinned = 0;
+  for (int64_t j = 0; j < k; j++) {
+    for (int gi = 0; gi < n_groups(); gi++)
+      if (gi == 0 || j >= first_window_block(k * block_size_))
+        pinned += tiers_->pin(kind_of(gi), s.names[static_cast<size_t>(j)], until_s, entry_bytes_[static_cast<size_t>(gi)]) && gi == 0;
+  }
+  if (n_state_slots_ > 0 && k > 0)
+    tiers_->pin(TierKind::State, s.names[static_cast<size_t>(k - 1)], until_s, entry_bytes_[2]);
+  return pinned;
 }
 
 int64_t BlockManager::first_window_block(int64_t pos) const {
@@ -99,38 +126,81 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   if (s.length != 0 || !s.blocks[0].empty()) throw Error(fmt::format("KV cache: sequence {} is not empty", seq));
   s.names.clear();
   s.restore = -1;
+  s.restore_blob = nullptr;
   // The longest run of cached full blocks, never covering the last token (its logits must be computed).
   std::vector<uint64_t>& names = s.names;
   uint64_t parent = 0;
   // Queried: every full block the prompt could have found (the hit rate's denominator), not only
   // those looked at before the first miss.
   stats_.queried_blocks += std::min<int64_t>(std::max<int64_t>(n - 1, 0) / block_size_, max_blocks_per_seq_);
+  // A block the pool lacks may be in a lower tier: its entry is fetched now (a disk entry read and checked), so
+  // that a bad entry ends the run here rather than after the blocks are taken.
+  for (auto& f : found_) f.clear();
   for (int64_t i = 0; (i + 1) * block_size_ <= n - 1 && static_cast<int64_t>(names.size()) < max_blocks_per_seq_; i++) {
     const uint64_t name = block_name(parent, tokens + i * block_size_, block_size_);
-    if (groups_[0].by_name.find(name) < 0) break;
+    PrefixTiers::Blob blob;
+    if (groups_[0].by_name.find(name) < 0 && !(tiers_ && (blob = tiers_->fetch(TierKind::Full, name, entry_bytes_[0]))))
+      break;
+    found_[0].push_back(std::move(blob));
     names.push_back(name);
     parent = name;
   }
+  if (n_groups() > 1) found_[1].resize(names.size());
+  // Whether block j of a group is in the pool, or a tier's entry for it is at hand (fetched on first ask).
+  std::vector<uint8_t> asked(n_groups() > 1 ? names.size() : 0, 0);
+  auto have = [&](int gi, int64_t j) {
+    if (groups_[gi].by_name.find(names[static_cast<size_t>(j)]) >= 0) return true;
+    if (gi == 1 && tiers_ && !asked[static_cast<size_t>(j)]) {
+      asked[static_cast<size_t>(j)] = 1;
+      found_[1][static_cast<size_t>(j)] = tiers_->fetch(TierKind::Sliding, names[static_cast<size_t>(j)], entry_bytes_[1]);
+    }
+    return found_[gi][static_cast<size_t>(j)] != nullptr;
+  };
   // With sliding layers the first computed token's window must be cached too:
   // shorten the match until it is.
   auto sliding_cached = [&](int64_t k) {
     for (int64_t j = first_window_block(k * block_size_); j < k; j++)
-      if (groups_[1].by_name.find(names[j]) < 0) return false;
+      if (!have(1, j)) return false;
+    return true;
+  };
+  // Blocks from the tiers each take a block of the pool (after the pool's own are attached): they must fit.
+  auto fills_fit = [&](int64_t k) {
+    for (int gi = 0; gi < n_groups(); gi++) {
+      const Group& g = groups_[gi];
+      int64_t fills = 0, attached_free = 0;
+      for (int64_t j = gi == 0 ? 0 : first_window_block(k * block_size_); j < k; j++) {
+        const int32_t b = g.by_name.find(names[static_cast<size_t>(j)]);
+        if (b < 0)
+          fills++;
+        else if (g.state[b].refs == 0)
+          attached_free++;
+      }
+      if (fills > g.n_free() - attached_free) return false;
+    }
     return true;
   };
   int64_t k = static_cast<int64_t>(names.size());
   if (n_groups() > 1)
     while (k > 0 && !sliding_cached(k)) k--;
+  while (k > 0 && !fills_fit(k)) k--;
   if (n_state_slots_ > 0) {  // the state at the run's end must be kept too
-    while (k > 0 && snapshot_of(names[static_cast<size_t>(k - 1)]) < 0) k--;
-    if (k > 0) {
+    auto state_at = [&](int64_t k) {
+      const uint64_t name = names[static_cast<size_t>(k - 1)];
+      s.restore_blob = nullptr;
+      if (snapshot_of(name) >= 0) return true;
+      return tiers_ && (s.restore_blob = tiers_->fetch(TierKind::State, name, entry_bytes_[2])) != nullptr;
+    };
+    while (k > 0 && !(state_at(k) && (n_groups() == 1 || sliding_cached(k)) && fills_fit(k))) k--;
+    if (k == 0) s.restore_blob = nullptr;
+    if (k > 0 && !s.restore_blob) {
       s.restore = snapshot_of(names[static_cast<size_t>(k - 1)]);
-      s.restore_pos = k * block_size_;
       snap_used_[static_cast<size_t>(s.restore)] = ++snap_clock_;
     }
+    s.restore_pos = k * block_size_;
   }
   names.resize(static_cast<size_t>(k));
   stats_.hit_blocks += k;
+  // The pool's blocks first (held, so taking blocks for the tiers' entries cannot evict them), then the rest.
   for (int gi = 0; gi < n_groups(); gi++) {
     Group& g = groups_[gi];
     const int64_t first = gi == 0 ? 0 : first_window_block(k * block_size_);
@@ -140,11 +210,21 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
         continue;
       }
       const int32_t b = g.by_name.find(names[j]);
-      if (g.state[b].refs++ == 0) g.evictable.erase(g.state[b].lru);
+      if (b >= 0 && g.state[b].refs++ == 0) g.evictable.erase(g.state[b].lru);
       s.blocks[gi].push_back(b);
     }
     if (gi == 1) s.released = first;
   }
+  for (int gi = 0; gi < n_groups(); gi++)
+    for (int64_t j = 0; j < k; j++) {
+      int32_t& b = s.blocks[gi][static_cast<size_t>(j)];
+      if (b >= 0 || (gi == 1 && j < s.released)) continue;
+      b = take_block(gi);
+      name_block(gi, b, names[static_cast<size_t>(j)]);
+      transfers_.push_back({TierTransfer::Op::Fill, kind_of(gi), b, names[static_cast<size_t>(j)],
+                            std::move(found_[gi][static_cast<size_t>(j)])});
+      if (gi == 0) tier_hits_.blocks++;
+    }
   s.length = k * block_size_;
   return s.length;
 }
@@ -157,8 +237,12 @@ void BlockManager::publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_
       std::min<int64_t>(std::min(n_computed, s.length) / block_size_, static_cast<int64_t>(s.blocks[0].size()));
   for (auto i = static_cast<int64_t>(s.names.size()); i < full; i++) {
     const uint64_t name = block_name(i ? s.names.back() : 0, tokens + i * block_size_, block_size_);
-    for (int gi = 0; gi < n_groups(); gi++)
-      if (s.blocks[gi][i] >= 0) name_block(gi, s.blocks[gi][i], name);
+    for (int gi = 0; gi < n_groups(); gi++) {
+      const int32_t b = s.blocks[gi][i];
+      // A block named now is computed now: the disk tier gets a copy (written behind).
+      if (b >= 0 && name_block(gi, b, name) && tiers_ && tiers_->wants_persist(kind_of(gi), name))
+        transfers_.push_back({TierTransfer::Op::Persist, kind_of(gi), b, name, nullptr});
+    }
     s.names.push_back(name);
   }
 }
@@ -286,16 +370,23 @@ std::optional<StateCopy> BlockManager::save_snapshot(int32_t seq, int64_t n_comp
     return std::nullopt;
   }
   const auto oldest = std::min_element(snap_used_.begin(), snap_used_.end()) - snap_used_.begin();
+  const auto o = static_cast<int32_t>(oldest);
+  if (tiers_ && snap_used_[static_cast<size_t>(o)] > 0 && tiers_->wants_spill(TierKind::State, snap_name_[static_cast<size_t>(o)]))
+    transfers_.push_back({TierTransfer::Op::Spill, TierKind::State, o, snap_name_[static_cast<size_t>(o)], nullptr});
   snap_name_[static_cast<size_t>(oldest)] = name;
   snap_used_[static_cast<size_t>(oldest)] = ++snap_clock_;
-  return StateCopy{true, it->second.state, static_cast<int32_t>(oldest), n_computed};
+  if (tiers_ && tiers_->wants_persist(TierKind::State, name))
+    transfers_.push_back({TierTransfer::Op::Persist, TierKind::State, o, name, nullptr});
+  return StateCopy{true, it->second.state, o, n_computed, nullptr};
 }
 
 std::optional<StateCopy> BlockManager::take_state_restore(int32_t seq) {
   auto it = seqs_.find(seq);
-  if (it == seqs_.end() || it->second.restore < 0 || it->second.state < 0) return std::nullopt;
-  const StateCopy c{false, it->second.state, it->second.restore, it->second.restore_pos};
+  if (it == seqs_.end() || (it->second.restore < 0 && !it->second.restore_blob) || it->second.state < 0)
+    return std::nullopt;
+  StateCopy c{false, it->second.state, it->second.restore, it->second.restore_pos, std::move(it->second.restore_blob)};
   it->second.restore = -1;
+  it->second.restore_blob = nullptr;
   return c;
 }
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kv/block_name_index.h"
+#include "kv/prefix_tiers.h"
 
 namespace kestrel {
 
@@ -43,10 +44,24 @@ struct BlockCopy {
 // A recurrent state a KvStore must copy (linear-attention models' prefix caching): a sequence's live state
 // (in its state slot) saved as a prefix snapshot, or a snapshot restored into a sequence's live state; `pos`
 // the positions the state has consumed.
+// With lower tiers, a restore may come from a tier's entry (blob) instead of a snapshot.
 struct StateCopy {
   bool save = true;
   int32_t slot = -1, snapshot = -1;
   int64_t pos = 0;
+  PrefixTiers::Blob blob;
+};
+// Rows moving between the pool and the lower tiers (kv/prefix_tiers.h), in the order the ledger decided them:
+// a named block (or snapshot) about to be reused, copied out to RAM first (Spill); a tier's entry copied into
+// a block a prefix hit took (Fill); a block (or snapshot) just computed, written to disk (Persist). `index`:
+// the block in its kind's group, or the snapshot.
+struct TierTransfer {
+  enum class Op : uint8_t { Spill, Fill, Persist };
+  Op op = Op::Spill;
+  TierKind kind = TierKind::Full;
+  int32_t index = 0;
+  uint64_t name = 0;
+  PrefixTiers::Blob blob;  // Fill
 };
 struct BlockCopies {
   std::array<BlockCopy, 2> at{};  // at most one per group
@@ -118,6 +133,23 @@ class BlockManager {
   // The snapshot copy a prefix hit of share_prefix needs, once seq holds its state slot (then forgotten).
   std::optional<StateCopy> take_state_restore(int32_t seq);
   int n_snapshots() const { return static_cast<int>(snap_name_.size()); }
+
+  // ---- Lower tiers (kv/prefix_tiers.h) ----
+  // With tiers, a named block the pool reuses is spilled to RAM first, a computed block is persisted to disk,
+  // and share_prefix() goes on past the pool's run with the tiers' entries (each into a block of its own).
+  // entry_bytes: what each kind's entry takes (KvStore::entry_bytes).
+  void set_tiers(PrefixTiers* tiers, const std::array<int64_t, 3>& entry_bytes);
+  PrefixTiers* tiers() const { return tiers_; }
+  // What the ledger decided since the last clear, in order; the KvStore and tiers carry it out
+  // (StepExecutor): spills and fills before the step's block copies, persists after them.
+  std::vector<TierTransfer>& transfers() { return transfers_; }
+  // Keeps seq's full blocks within its first n_tokens (and the snapshot at their end) in the RAM tier until
+  // until_s; returns the blocks pinned.
+  int64_t pin_prefix(int32_t seq, int64_t n_tokens, double until_s);
+  struct TierHits {
+    int64_t blocks = 0;  // prefix blocks share_prefix() took from the tiers
+  };
+  const TierHits& tier_hits() const { return tier_hits_; }
   struct PrefixStats {
     int64_t queried_blocks = 0, hit_blocks = 0;  // full prompt blocks that could have been found / were
   };
@@ -151,6 +183,7 @@ class BlockManager {
     std::vector<uint64_t> names;  // names of the leading blocks known so far (shared or published)
     int32_t state = -1;           // its recurrent-state slot
     int32_t restore = -1;         // a prefix hit's snapshot to restore into it
+    PrefixTiers::Blob restore_blob;  // ...or a tier's entry
     int64_t restore_pos = 0;      // ...and the positions it holds
   };
   const Sequence& seq_or_throw(int32_t seq) const;
@@ -158,7 +191,7 @@ class BlockManager {
   int32_t take_block(int g);                 // a never-used block, else the least recently freed cached one
   void release_block(int g, int32_t block);  // one holder fewer
   void forget_name(int g, int32_t block);
-  void name_block(int g, int32_t block, uint64_t name);
+  bool name_block(int g, int32_t block, uint64_t name);  // false: the name has a block already
   // Blocks seq needs in the sliding group for a query at `pos`: from this index.
   int64_t first_window_block(int64_t pos) const;
 
@@ -175,6 +208,12 @@ class BlockManager {
   int64_t snap_clock_ = 0;
   int32_t snapshot_of(uint64_t name) const;
   PrefixStats stats_;
+  PrefixTiers* tiers_ = nullptr;
+  std::array<int64_t, 3> entry_bytes_{};
+  std::vector<TierTransfer> transfers_;
+  TierHits tier_hits_;
+  std::vector<PrefixTiers::Blob> found_[2];  // share_prefix's scratch: per block, a tier's entry (or null)
+  static TierKind kind_of(int group) { return group == 0 ? TierKind::Full : TierKind::Sliding; }
 };
 
 }  // namespace kestrel

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -79,7 +80,63 @@ int64_t KvStore::bytes() const {
   return total;
 }
 
+int64_t KvStore::entry_bytes(TierKind kind) const {
+  if (kind == TierKind::State) return static_cast<int64_t>(layout_.n_recurrent) * layout_.state_floats * 4;
+  const int group = kind == TierKind::Full ? 0 : 1;
+  if (group >= n_groups_) return 0;
+  int64_t n = 0;
+  for (int l = 0; l < layout_.n_layer; l++)
+    if (group_of(l) == group) n += (k_bytes(l) + v_bytes(l)) * rows_per_block(l);
+  return n;
+}
+
+void KvStore::save_entry(TierKind kind, int32_t index, uint8_t* out) const {
+  if (kind == TierKind::State) {
+    if (index < 0 || index >= n_state_slots_) throw Error(fmt::format("KV cache: no prefix snapshot {}", index));
+    for (int r = 0; r < layout_.n_recurrent; r++) {
+      const auto n = static_cast<size_t>(layout_.state_floats) * sizeof(float);
+      std::memcpy(out, snapshot_row(r, index), n);
+      out += n;
+    }
+    return;
+  }
+  const int group = kind == TierKind::Full ? 0 : 1;
+  for (int l = 0; l < layout_.n_layer; l++) {
+    if (group_of(l) != group) continue;
+    const int rows = rows_per_block(l);
+    const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
+    std::memcpy(out, k_row(l, static_cast<int64_t>(index) * rows), kw);
+    out += kw;
+    std::memcpy(out, v_row(l, static_cast<int64_t>(index) * rows), vw);
+    out += vw;
+  }
+}
+
+void KvStore::load_block(TierKind kind, int32_t block, const uint8_t* in) {
+  if (kind == TierKind::State) throw Error("KV cache: a recurrent state entry goes into a slot, not a block");
+  const int group = kind == TierKind::Full ? 0 : 1;
+  for (int l = 0; l < layout_.n_layer; l++) {
+    if (group_of(l) != group) continue;
+    const int rows = rows_per_block(l);
+    const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
+    std::memcpy(k_row(l, static_cast<int64_t>(block) * rows), in, kw);
+    in += kw;
+    std::memcpy(v_row(l, static_cast<int64_t>(block) * rows), in, vw);
+    in += vw;
+  }
+}
+
 void KvStore::copy_state(const StateCopy& c) {
+  if (c.blob) {  // a lower tier's entry into a live slot
+    if (c.save || c.slot < 0 || c.slot >= n_state_slots_ ||
+        static_cast<int64_t>(c.blob->size()) != entry_bytes(TierKind::State))
+      throw Error(fmt::format("recurrent state restore into slot {} from a tier's entry: out of range", c.slot));
+    const float* in = reinterpret_cast<const float*>(c.blob->data());
+    for (int r = 0; r < layout_.n_recurrent; r++, in += layout_.state_floats)
+      std::copy_n(in, layout_.state_floats, state(r, c.slot));
+    mark(c.slot) = {c.pos, -1};
+    return;
+  }
   if (c.slot < 0 || c.slot >= n_state_slots_ || c.snapshot < 0 || c.snapshot >= n_state_slots_)
     throw Error(fmt::format("recurrent state copy between slot {} and snapshot {}: out of range", c.slot, c.snapshot));
   if (c.save && mark(c.slot).pos != c.pos)

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "kv/block_manager.h"
 #include "kv/kv_layout.h"
+#include "kv/prefix_tiers.h"
 
 namespace kestrel {
 
@@ -44,6 +45,15 @@ class KvStore {
   void copy(const BlockCopies& copies);
   void set_copy_log(std::vector<BlockCopy>* log) { copy_log_ = log; }
   PagedKvLayerView layer_view(int layer) const;
+
+  // ---- Entries of the prefix cache's lower tiers (kv/prefix_tiers.h) ----
+  // Bytes of one entry: a block's rows in every layer of its group (Full: group 0, Sliding: group 1), or a
+  // recurrent state over every recurrent layer (State). 0: the layout has none of that kind.
+  int64_t entry_bytes(TierKind kind) const;
+  // A block's rows (or a prefix snapshot's state) out to `out`, and a block's rows in from `in`; a state entry
+  // goes into a live slot through copy() (StateCopy::blob).
+  void save_entry(TierKind kind, int32_t index, uint8_t* out) const;
+  void load_block(TierKind kind, int32_t block, const uint8_t* in);
 
   // ---- Recurrent state (KvLayout::n_recurrent layers) ----
   // What a slot's live state has consumed: positions [0, pos); and its checkpoint's (-1: none).
@@ -97,6 +107,10 @@ class KvStore {
            (2 * static_cast<int64_t>(slot) + copy) * layout_.state_floats;
   }
   float* snapshot_row(int rec, int snapshot) { return state_row(rec, n_state_slots_, 0) + snapshot * layout_.state_floats; }
+  const float* snapshot_row(int rec, int snapshot) const {
+    return static_cast<const float*>(states_[static_cast<size_t>(rec)].data()) +
+           (2 * static_cast<int64_t>(n_state_slots_) + snapshot) * layout_.state_floats;
+  }
   void copy_state(const StateCopy& c);
   int n_state_slots_ = 0;
   std::vector<HugePageBuffer> states_;

@@ -95,7 +95,12 @@ RequestRecord LoadClient::stream(const std::string& path, const json& body, Cloc
       r.prompt_tokens = j["usage"].value("prompt_tokens", int64_t{0});
       r.output_tokens = j["usage"].value("completion_tokens", int64_t{0});
       r.usage_reported = true;
+      const json& details = j["usage"].value("prompt_tokens_details", json::object());
+      if (details.is_object()) r.cached_tokens = details.value("cached_tokens", int64_t{0});
     }
+    // llama-server's own count of the prompt tokens its cache served.
+    if (j.contains("timings") && j["timings"].is_object() && j["timings"].contains("cache_n") && r.cached_tokens == 0)
+      r.cached_tokens = j["timings"].value("cache_n", int64_t{0});
     if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
     const json& c = j["choices"][0];
     std::string text;
@@ -104,6 +109,7 @@ RequestRecord LoadClient::stream(const std::string& path, const json& body, Cloc
         c["delta"]["content"].is_string())
       text = c["delta"]["content"].get<std::string>();
     if (text.empty()) return;
+    r.text += text;
     if (chunks == 0)
       r.ttft_s = seconds(sent, at);
     else

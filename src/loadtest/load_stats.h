@@ -22,6 +22,8 @@ struct RequestRecord {
   int64_t prompt_tokens = 0;  // from usage (0: not reported)
   int64_t output_tokens = 0;  // from usage, else the content chunks counted
   bool usage_reported = false;
+  int64_t cached_tokens = 0;  // prompt tokens the server's prefix cache served (usage.prompt_tokens_details)
+  std::string text;           // the reply's content
 };
 
 struct Percentiles {

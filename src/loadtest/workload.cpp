@@ -34,6 +34,12 @@ std::string words(std::mt19937_64& rng, int64_t n) {
   return s;
 }
 
+}  // namespace
+
+std::string random_words(std::mt19937_64& rng, int64_t n) { return words(rng, n); }
+
+namespace {
+
 // Random text of exactly `target` tokens after `prefix` (or the closest the
 // words allow), counting with the server's tokenizer.
 std::string calibrated(LoadClient& c, std::mt19937_64& rng, const std::string& prefix, int64_t target, double ratio,

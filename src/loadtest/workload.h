@@ -6,6 +6,7 @@
 // with a fixed output length and, optionally, a priority drawn from a mix.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,9 @@ struct PreparedRequest {
 // Throws Error naming the problem (unreadable file, bad line, bad lengths).
 // note: what the caller should report (e.g. "lengths approximate").
 std::vector<PreparedRequest> build_workload(const WorkloadOptions& o, LoadClient& client, std::string& note);
+
+// n words of the workloads' small vocabulary (about a token each), drawn from rng.
+std::string random_words(std::mt19937_64& rng, int64_t n);
 
 // "0:0.8,-1:0.2" -> {(0, 0.8), (-1, 0.2)}; throws Error naming a bad entry.
 std::vector<std::pair<int, double>> parse_priority_mix(const std::string& text);

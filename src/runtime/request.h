@@ -26,6 +26,9 @@ struct RequestParams {
   bool ignore_eos = false;
   bool all_logits = false;    // every position's raw logits go to the step's outputs (perplexity-style callers)
   bool prefix_cache = true;   // may start from (and publish) named blocks of an equal prefix
+  // Anthropic's cache_control breakpoints: each {tokens, seconds} keeps the prompt's first `tokens` in the
+  // prefix cache's RAM tier for `seconds` once computed (ascending by tokens).
+  std::vector<std::pair<int64_t, double>> cache_pins;
   int top_logprobs = -1;      // -1: no logprobs; n >= 0: each token's logprob and the top n alternatives
   bool logprob_end_token = false;  // with top_logprobs: the end-of-generation token goes out too (end_token set)
   bool want_hidden = false;   // every row's final hidden state goes to the step's outputs (embeddings)
@@ -78,6 +81,7 @@ struct Request {
   // not planned again, not preempted, until the executor clears it.
   bool in_flight = false;
   bool admitted_once = false;
+  size_t cache_pins_done = 0;  // of params.cache_pins
   bool scheduled = false;  // its first step has been planned (it left the queue)
 
   // Where the reply is against params.reasoning_budget: 0 before the reasoning, 1 inside, 2 after it.

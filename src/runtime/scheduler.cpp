@@ -241,6 +241,12 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
     blocks_.slide(r->seq, o.computed);
     if (r->prefix_cache()) {
       blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
+      // Anthropic's cache_control breakpoints, once their prefix is computed.
+      for (auto& pins = r->params.cache_pins; r->cache_pins_done < pins.size(); r->cache_pins_done++) {
+        const auto [tokens, seconds] = pins[r->cache_pins_done];
+        if (o.computed < std::min(tokens, r->n_prompt)) break;
+        blocks_.pin_prefix(r->seq, tokens, PrefixTiers::now_s() + seconds);
+      }
       // Recurrent state at a block's end, within the part of the prompt a later prompt could share (decode
       // steps would cycle the few snapshots every block).
       if (auto save = o.computed <= shareable_prompt(*r) ? blocks_.save_snapshot(r->seq, o.computed) : std::nullopt) {

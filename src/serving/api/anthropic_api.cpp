@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <set>
 
 #include "serving/api/completion_body.h"
@@ -13,8 +14,7 @@ using json = nlohmann::json;
 
 namespace {
 
-// Fields of an object other than `known` (and prompt-caching hints, which cannot change the answer: the prefix
-// cache shares what it can on its own) are a 400 naming them.
+// Fields of an object other than `known` (and cache_control, read by read_breakpoints) are a 400 naming them.
 void only_fields(const ojson& o, const std::string& where, const std::set<std::string>& known) {
   check_known_fields(o, where, known, {"cache_control"});
 }
@@ -193,6 +193,44 @@ void thinking_of(const ojson& t, const ChatTemplate& tmpl, CompletionAsk& ask) {
     throw bad_request("thinking", "this model always reasons: its chat template has no switch to turn thinking off");
 }
 
+// A block's cache_control ({"type": "ephemeral", "ttl": "5m" | "1h"}): its time to live in seconds, or none.
+std::optional<double> cache_ttl(const ojson& block, const std::string& where) {
+  if (!block.is_object() || !block.contains("cache_control") || block["cache_control"].is_null()) return std::nullopt;
+  const ojson& c = block["cache_control"];
+  const std::string cp = where + ".cache_control";
+  if (!c.is_object() || c.value("type", ojson()) != "ephemeral")
+    throw bad_request(cp, fmt::format("'{}' must be {{\"type\": \"ephemeral\"}} (with \"ttl\" \"5m\" or \"1h\")", cp));
+  only_fields(c, cp, {"type", "ttl"});
+  if (!c.contains("ttl")) return 300.0;
+  if (c["ttl"] == "5m") return 300.0;
+  if (c["ttl"] == "1h") return 3600.0;
+  throw bad_request(cp + ".ttl", fmt::format("'{}.ttl' must be \"5m\" or \"1h\"", cp));
+}
+
+// Where the request's cache_control breakpoints are, in the converted conversation: tools and system blocks mark
+// the prefix before the first message (the system message, if any), a message's block the conversation through
+// that message. At most 4, as Anthropic allows.
+void read_breakpoints(const ojson& body, const std::vector<size_t>& converted, bool has_system, CompletionAsk& ask) {
+  auto add = [&](const ojson& block, const std::string& where, size_t messages) {
+    if (const auto ttl = cache_ttl(block, where)) {
+      if (ask.cache_breakpoints.size() == 4)
+        throw bad_request(where + ".cache_control", "at most 4 blocks may have 'cache_control'");
+      ask.cache_breakpoints.push_back({messages, *ttl});
+    }
+  };
+  const size_t before_messages = has_system ? 1 : 0;
+  if (body.contains("tools") && body["tools"].is_array())
+    for (size_t i = 0; i < body["tools"].size(); i++) add(body["tools"][i], fmt::format("tools[{}]", i), before_messages);
+  if (body.contains("system") && body["system"].is_array())
+    for (size_t i = 0; i < body["system"].size(); i++) add(body["system"][i], fmt::format("system[{}]", i), before_messages);
+  const ojson& messages = body["messages"];
+  for (size_t i = 0; i < messages.size(); i++) {
+    const ojson& c = messages[i].value("content", ojson());
+    if (!c.is_array()) continue;
+    for (size_t k = 0; k < c.size(); k++) add(c[k], fmt::format("messages[{}].content[{}]", i, k), converted[i]);
+  }
+}
+
 const char* error_type(int status) {
   switch (status) {
     case 400: return "invalid_request_error";
@@ -246,8 +284,13 @@ CompletionAsk anthropic_ask(const ojson& body, const ApiContext& ctx, bool count
   if (body.contains("system")) messages.push_back({{"role", "system"}, {"content", text_blocks(body["system"], "system")}});
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
     throw bad_request("messages", "'messages' must be a non-empty array of {\"role\", \"content\"}");
-  for (size_t i = 0; i < body["messages"].size(); i++) add_message(body["messages"][i], i, messages);
+  std::vector<size_t> converted;  // per Anthropic message, the converted messages through it
+  for (size_t i = 0; i < body["messages"].size(); i++) {
+    add_message(body["messages"][i], i, messages);
+    converted.push_back(messages.size());
+  }
   chat["messages"] = std::move(messages);
+  read_breakpoints(body, converted, body.contains("system"), ask);
   if (body.contains("tools")) chat["tools"] = tools_of(body["tools"]);
   if (body.contains("tool_choice")) tool_choice_of(body["tool_choice"], chat);
   if (body.contains("thinking")) thinking_of(body["thinking"], *ctx.chat_template, ask);
@@ -294,11 +337,17 @@ json AnthropicAnswer::message() const {
           {"content", content},
           {"stop_reason", stop_reason_of(end, !reply.calls.empty())},
           {"stop_sequence", end.stop_string.empty() ? json(nullptr) : json(end.stop_string)},
-          {"usage",
-           {{"input_tokens", u.prompt - u.cached},
-            {"cache_read_input_tokens", u.cached},
-            {"cache_creation_input_tokens", 0},
-            {"output_tokens", u.completion}}}};
+          {"usage", input_usage(u)}};
+}
+
+// Anthropic's split of the prompt: read from the cache (the prefix cache's hit, whatever marked it), written to
+// the cache (with cache_control: the marked prefix beyond what was read; without, nothing), and the rest.
+json AnthropicAnswer::input_usage(const ReplyUsage& u) const {
+  const int64_t creation = ids_.cache_breakpoint_tokens > u.cached ? ids_.cache_breakpoint_tokens - u.cached : 0;
+  return {{"input_tokens", u.prompt - u.cached - creation},
+          {"cache_read_input_tokens", u.cached},
+          {"cache_creation_input_tokens", creation},
+          {"output_tokens", u.completion}};
 }
 
 std::optional<HttpResponse> AnthropicAnswer::poll() {
@@ -357,7 +406,7 @@ void AnthropicAnswer::on_done(std::string& out) {
              {{"type", "message_delta"},
               {"delta", {{"stop_reason", stop_reason_of(end, !whole_.part.calls.empty())},
                          {"stop_sequence", end.stop_string.empty() ? json(nullptr) : json(end.stop_string)}}},
-              {"usage", {{"output_tokens", usage().completion}}}});
+              {"usage", input_usage(usage())}});
   out += sse("message_stop", {{"type", "message_stop"}});
 }
 

@@ -33,11 +33,13 @@ struct AnthropicIds {
   std::string id;  // "msg_7"
   std::string model;
   int64_t input_tokens = 0;
+  int64_t cache_breakpoint_tokens = -1;  // the prompt's tokens up to its last cache_control breakpoint (-1: none)
 };
 
 // The answer, from the reply's events: whole, a message of content blocks (thinking, text, tool_use); streamed,
 // Anthropic's events, one content block at a time (thinking, text, each tool_use with its input as one
-// input_json_delta). Usage: input_tokens without the cached prefix, which is cache_read_input_tokens.
+// input_json_delta). Usage: cache_read_input_tokens is the prefix cache's hit, cache_creation_input_tokens the prefix up
+// to the last cache_control breakpoint that was not a hit, input_tokens the rest.
 class AnthropicAnswer : public BodyStream, public DeferredResponse, ReplyReader {
  public:
   AnthropicAnswer(std::shared_ptr<ReplyEvents> events, AnthropicIds ids, bool stream)
@@ -54,6 +56,7 @@ class AnthropicAnswer : public BodyStream, public DeferredResponse, ReplyReader 
   void open_block(const char* type, std::string& out, const nlohmann::json& extra = nlohmann::json::object());
   void close_block(std::string& out);
   nlohmann::json message() const;
+  nlohmann::json input_usage(const ReplyUsage& u) const;
 
   AnthropicIds ids_;
   bool stream_;

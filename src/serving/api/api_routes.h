@@ -69,6 +69,7 @@ class ApiRoutes {
   nlohmann::json model_card(const std::string& name) const;
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
+  HttpResponse cache_summary() const;  // GET /cache (routes_cache.cpp)
   HttpResponse tokenizer_info() const;
   std::string openapi_document() const;  // GET /openapi.json
   HttpResponse apply_template(const HttpRequest& req) const;

@@ -142,7 +142,7 @@ ojson checked_kwargs(const ojson& body) {
 
 }  // namespace
 
-ChatPrompt render_chat_request(const ApiContext& ctx, const ojson& body) {
+ChatPrompt render_chat_request(const ApiContext& ctx, const ojson& body, bool add_generation_prompt) {
   ojson messages = checked_messages(body);
   if (ctx.tool_format == ToolCallFormat::Harmony)
     // gpt-oss's template reads an assistant turn's reasoning as `thinking`, and tests `... in message.content`
@@ -209,7 +209,7 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const ojson& body) {
     }
   }
   try {
-    out.rendered = ctx.chat_template->render(messages, tools, kwargs, true);
+    out.rendered = ctx.chat_template->render(messages, tools, kwargs, add_generation_prompt);
     return out;
   } catch (const jinja::TemplateError& e) {
     // The template's own refusals (raise_exception) are its words about the conversation.

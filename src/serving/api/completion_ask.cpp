@@ -118,6 +118,36 @@ std::string render_chat(const ApiContext& ctx, const CompletionAsk& ask, ParsedR
   return prompt.tool_grammar;
 }
 
+// Anthropic's cache_control breakpoints as token counts of the prompt: a breakpoint inside the conversation is
+// the common prefix of the prompt and the conversation up to it rendered without a generation prompt (a
+// template that cannot render that prefix leaves the breakpoint out); the last message's is the whole prompt.
+void cache_breakpoints(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest& p) {
+  RequestParams& params = p.serve.params;
+  const std::vector<int32_t>& prompt = params.prompt;
+  const size_t n_messages = ask.chat_input["messages"].size();
+  for (const CompletionAsk::CacheBreakpoint& b : ask.cache_breakpoints) {
+    int64_t tokens = -1;
+    if (b.messages >= n_messages) {
+      tokens = static_cast<int64_t>(prompt.size());
+    } else if (b.messages > 0) {
+      nlohmann::ordered_json body = ask.chat_input;
+      nlohmann::ordered_json& m = body["messages"];
+      m.erase(m.begin() + static_cast<std::ptrdiff_t>(b.messages), m.end());
+      try {
+        const std::vector<int32_t> prefix = ctx.chat_template->tokenize(
+            ctx.tokenizer, render_chat_request(ctx, body, false).rendered, ctx.allow_special_in_content);
+        tokens = static_cast<int64_t>(
+            std::mismatch(prefix.begin(), prefix.end(), prompt.begin(), prompt.end()).first - prefix.begin());
+      } catch (const ApiError&) {
+      }
+    }
+    if (tokens <= 0) continue;
+    params.cache_pins.emplace_back(tokens, b.ttl_s);
+    p.cache_breakpoint_tokens = std::max(p.cache_breakpoint_tokens, tokens);
+  }
+  std::sort(params.cache_pins.begin(), params.cache_pins.end());
+}
+
 // Each prompt and its generation within the context.
 void fit_context(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest& p) {
   for (size_t i = 0; i < p.prompts.size(); i++) {
@@ -171,6 +201,7 @@ ParsedRequest prepare_completion(const ApiContext& ctx, CompletionAsk ask) {
   std::string tool_grammar;
   if (ask.chat) {
     tool_grammar = render_chat(ctx, ask, p);
+    if (!ask.cache_breakpoints.empty()) cache_breakpoints(ctx, ask, p);
     p.prompts.push_back({r.params.prompt, 0});
   } else {
     if (ask.prompts.empty()) throw bad_request(ask.names.prompt, fmt::format("'{}' is missing", ask.names.prompt));

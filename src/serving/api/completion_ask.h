@@ -50,6 +50,13 @@ struct CompletionAsk {
   bool stream = false;
   bool include_usage_chunk = false;    // OpenAI's stream_options.include_usage
   bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids
+  // Anthropic's cache_control breakpoints: the prefix of chat_input's first `messages` messages (the whole
+  // conversation when it is all of them) kept in the prefix cache for ttl_s.
+  struct CacheBreakpoint {
+    size_t messages = 0;
+    double ttl_s = 300;
+  };
+  std::vector<CacheBreakpoint> cache_breakpoints;
   // The request's own names for what prepare_completion may refuse.
   struct Names {
     std::string prompt;  // "" : "messages" for a chat, "prompt" else

@@ -77,6 +77,8 @@ struct ParsedRequest {
   bool reasoning_opened = false;
   bool tool_grammar_held = false;  // tool_choice "required" or named: the reply is held to calls
   bool token_ids_in_logprobs = false;  // return_tokens_as_token_ids
+  // Anthropic's cache_control: the tokens of the prompt up to its last breakpoint (-1: no breakpoint).
+  int64_t cache_breakpoint_tokens = -1;
   ToolCallFormat tool_format = ToolCallFormat::None;  // tools offered (and tool_choice not "none"): read calls so
   bool parallel_tool_calls = true;
   int n = 1;  // choices: one request each, sharing the prompt's KV through the prefix cache
@@ -91,7 +93,9 @@ struct ChatPrompt {
   bool parallel_tool_calls = true;
   std::string tool_grammar;    // tool_choice "required" or named: the GBNF every reply is held to
 };
-ChatPrompt render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body);
+// add_generation_prompt false: the conversation as a prefix (a cache breakpoint's tokens).
+ChatPrompt render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body,
+                               bool add_generation_prompt = true);
 
 // Every field of `o` (an object at `where`, "" for the body) is in `known` or null, or a 400 naming it
 // ("unknown field 'where.key'"); `ignored` names fields that cannot change the answer, accepted too.

@@ -360,7 +360,8 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
       break;
     }
     case Api::Messages: {
-      const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size())};
+      const AnthropicIds aids{fmt::format("msg_{}", id), p.model, static_cast<int64_t>(p.serve.params.prompt.size()),
+                              p.cache_breakpoint_tokens};
       answer_with(r, std::make_shared<AnthropicAnswer>(events, aids, p.stream), p.stream);
       break;
     }

@@ -97,6 +97,29 @@ ServerMetrics::ServerMetrics(const std::string& model_name) : impl_(std::make_un
   m.counter("kestrel_preemptions_total", "Running requests preempted for KV blocks (recomputed later).");
   m.counter("kestrel_pipelined_steps_total",
             "Steps started while another was still in flight (pipelining across pipeline-parallel stages).");
+  const std::vector<std::string> tiers = {"ram", "disk"};
+  m.counter("kestrel_prefix_cache_tier_hits_total", "Prefix blocks found in a lower tier of the prefix cache.", "tier",
+            tiers);
+  m.counter("kestrel_prefix_cache_tier_misses_total",
+            "Lookups of a prefix block the pool lacked that a lower tier lacked too (a bad disk entry included).",
+            "tier", tiers);
+  m.counter("kestrel_prefix_cache_tier_promotions_total", "Disk entries read back into the RAM tier.", "tier", tiers);
+  m.counter("kestrel_prefix_cache_tier_evictions_total", "Entries a tier dropped to stay within its size.", "tier",
+            tiers);
+  m.counter("kestrel_prefix_cache_tier_writes_total", "Entries written to the disk tier.", "tier", tiers);
+  m.counter("kestrel_prefix_cache_tier_corrupt_total",
+            "Disk entries found bad on reading (cut short, a flipped bit, another format): deleted, recomputed.",
+            "tier", tiers);
+  m.counter("kestrel_prefix_cache_tier_dropped_total",
+            "Entries a tier did not take (larger than it, or the disk writer's queue full).", "tier", tiers);
+  m.counter("kestrel_prefix_cache_tier_load_seconds_total", "Time spent reading hits back from a tier.", "tier",
+            tiers);
+  m.gauge("kestrel_prefix_cache_ram_bytes", "Bytes held by the prefix cache's RAM tier.");
+  m.gauge("kestrel_prefix_cache_ram_limit_bytes", "The RAM tier's size limit (--cache-ram; 0: off).");
+  m.gauge("kestrel_prefix_cache_ram_entries", "Entries in the RAM tier.");
+  m.gauge("kestrel_prefix_cache_disk_bytes", "Bytes of the disk tier's files.");
+  m.gauge("kestrel_prefix_cache_disk_limit_bytes", "The disk tier's size limit (--cache-disk; 0: off).");
+  m.gauge("kestrel_prefix_cache_disk_entries", "Entries in the disk tier.");
   m.counter("kestrel_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache (in full blocks).");
   m.counter("kestrel_prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not recomputed).");
   m.counter("kestrel_http_errors_total",

@@ -50,6 +50,7 @@ ServingEngine::ServingEngine(LoadedModel& engine, const ServingConfig& config, S
     : e_(engine), c_(config), metrics_(metrics), exec_(engine, config.exec),
       t0_(std::chrono::steady_clock::now()) {
   metrics_.set("kestrel_kv_blocks", e_.kv->n_blocks());
+  update_gauges();
   const int slots = e_.kv->blocks().n_state_slots();
   metrics_.set("kestrel_recurrent_state_slots", slots);
   metrics_.set("kestrel_recurrent_state_bytes", static_cast<double>(e_.kv->layout().state_bytes_per_seq()) * slots);
@@ -107,8 +108,57 @@ void ServingEngine::shutdown(int deadline_ms) {
   thread_.join();
 }
 
+PoolView ServingEngine::pool_view() const {
+  std::lock_guard lock(mutex_);
+  return pool_;
+}
+
+// The tiers' counters grow in the tiers (the disk writer's too): what they gained since the last look goes
+// into the metrics' counters, their sizes into gauges.
+void ServingEngine::tier_metrics() {
+  if (!c_.tiers) return;
+  const PrefixTiers::Stats s = c_.tiers->stats();
+  auto add = [&](const char* name, const char* tier, double now, double seen) {
+    if (now > seen) metrics_.add(name, now - seen, tier);
+  };
+  for (const char* tier : {"ram", "disk"}) {
+    const bool ram = tier[0] == 'r';
+    const PrefixTiers::TierStats& n = ram ? s.ram : s.disk;
+    const PrefixTiers::TierStats& o = ram ? tier_seen_.ram : tier_seen_.disk;
+    add("kestrel_prefix_cache_tier_hits_total", tier, static_cast<double>(n.hits), static_cast<double>(o.hits));
+    add("kestrel_prefix_cache_tier_misses_total", tier, static_cast<double>(n.misses), static_cast<double>(o.misses));
+    add("kestrel_prefix_cache_tier_promotions_total", tier, static_cast<double>(n.promotions),
+        static_cast<double>(o.promotions));
+    add("kestrel_prefix_cache_tier_evictions_total", tier, static_cast<double>(n.evictions),
+        static_cast<double>(o.evictions));
+    add("kestrel_prefix_cache_tier_writes_total", tier, static_cast<double>(n.writes), static_cast<double>(o.writes));
+    add("kestrel_prefix_cache_tier_corrupt_total", tier, static_cast<double>(n.corrupt), static_cast<double>(o.corrupt));
+    add("kestrel_prefix_cache_tier_dropped_total", tier, static_cast<double>(n.dropped), static_cast<double>(o.dropped));
+    add("kestrel_prefix_cache_tier_load_seconds_total", tier, n.load_ms / 1000.0, o.load_ms / 1000.0);
+  }
+  metrics_.set("kestrel_prefix_cache_ram_bytes", static_cast<double>(s.ram.bytes));
+  metrics_.set("kestrel_prefix_cache_ram_limit_bytes", static_cast<double>(s.ram.limit));
+  metrics_.set("kestrel_prefix_cache_ram_entries", static_cast<double>(s.ram.entries));
+  metrics_.set("kestrel_prefix_cache_disk_bytes", static_cast<double>(s.disk.bytes));
+  metrics_.set("kestrel_prefix_cache_disk_limit_bytes", s.disk_on ? static_cast<double>(s.disk.limit) : 0.0);
+  metrics_.set("kestrel_prefix_cache_disk_entries", static_cast<double>(s.disk.entries));
+  tier_seen_ = s;
+}
+
 void ServingEngine::update_gauges() {
   const BlockManager& b = e_.kv->blocks();
+  {
+    std::lock_guard lock(mutex_);
+    pool_.blocks = b.n_blocks();
+    pool_.used = b.n_used_blocks();
+    pool_.cached = b.n_cached_blocks();
+    pool_.block_size = b.block_size();
+    pool_.bytes = e_.kv->bytes();
+    pool_.queried_tokens = b.prefix_stats().queried_blocks * b.block_size();
+    pool_.hit_tokens = b.prefix_stats().hit_blocks * b.block_size();
+    pool_.tier_hit_tokens = b.tier_hits().blocks * b.block_size();
+  }
+  tier_metrics();
   metrics_.set("kestrel_requests_running", exec_.n_running());
   metrics_.set("kestrel_num_requests_running", exec_.n_running());
   metrics_.set("kestrel_kv_blocks_used", b.n_used_blocks());

@@ -143,6 +143,14 @@ struct ServingConfig {
   // in flight, and any that arrive after, end with the error; the caller is
   // expected to stop the server.
   std::function<void(const std::string&)> on_fatal;
+  // The prefix cache's lower tiers (already set on the KV ledger), for GET /cache and the metrics; null: none.
+  PrefixTiers* tiers = nullptr;
+};
+
+// The KV pool as GET /cache shows it (updated by the engine thread after every step).
+struct PoolView {
+  int64_t blocks = 0, used = 0, cached = 0, block_size = 0, bytes = 0;
+  int64_t queried_tokens = 0, hit_tokens = 0, tier_hit_tokens = 0;
 };
 
 class ServingEngine {
@@ -168,6 +176,8 @@ class ServingEngine {
 
   int64_t n_ctx() const { return e_.n_ctx; }
   const LoadedModel& engine() const { return e_; }
+  PrefixTiers* tiers() const { return c_.tiers; }
+  PoolView pool_view() const;
 
  private:
   // A request's client side: what the server owes its client (its channel, its place in the queue, the echo or
@@ -233,6 +243,9 @@ class ServingEngine {
   int64_t next_id_ = 1;
   RawLogprobs prompt_logprobs_;  // echo: one prompt row at a time
   std::chrono::steady_clock::time_point t0_;
+  PoolView pool_;                    // guarded by mutex_
+  PrefixTiers::Stats tier_seen_;     // the tiers' counters already added to the metrics (engine thread)
+  void tier_metrics();
   std::thread thread_;
 };
 
