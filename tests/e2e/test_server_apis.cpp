@@ -59,6 +59,83 @@ std::vector<std::pair<std::string, json>> sse_events(const std::string& body) {
   return out;
 }
 
+// Prompt caching as Claude Code asks for it (cache_control on the system prompt and the last user block):
+// the first request writes the marked prefix (cache_creation_input_tokens), the same request again reads it
+// (cache_read_input_tokens), and the three counts always add up to the prompt, as in Anthropic's API. The
+// marked prefix is pinned in the RAM tier for its TTL.
+TEST(AnthropicMessages, CacheControlReportsCreationAndReadsAndPinsThePrefix) {
+  test::ServerProcess s(server_args({"--api-key", "secret"}));
+  int st = 0;
+  const std::string out = test::shell("cd " + kClients + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
+                                          " KESTREL_KEY=secret node anthropic_cache.mjs",
+                                      &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+  const int64_t prompt = seen["count"];
+  ASSERT_GT(prompt, 300) << seen;
+  auto total = [](const json& u) {
+    return u["input_tokens"].get<int64_t>() + u["cache_creation_input_tokens"].get<int64_t>() +
+           u["cache_read_input_tokens"].get<int64_t>();
+  };
+  const json& first = seen["first"];
+  EXPECT_EQ(total(first), prompt) << first;
+  EXPECT_EQ(first["cache_read_input_tokens"], 0) << first;
+  // The last breakpoint is the last user block: all of the prompt but the generation prompt's few tokens.
+  EXPECT_GT(first["cache_creation_input_tokens"].get<int64_t>(), prompt - 16) << first;
+  for (const char* again : {"second", "streamed"}) {
+    const json& u = seen[again];
+    EXPECT_EQ(total(u), prompt) << again << " " << u;
+    EXPECT_GE(u["cache_read_input_tokens"].get<int64_t>(), prompt - 16) << again << " " << u;  // whole blocks
+    EXPECT_LT(u["cache_creation_input_tokens"].get<int64_t>(), 16) << again << " " << u;
+    EXPECT_EQ(u["output_tokens"], first["output_tokens"]);
+  }
+  // One turn longer: the earlier turn's prefix is read (up to where the template renders a past assistant turn
+  // otherwise than the generation prompt), the new turn's part written.
+  const json& next = seen["next_turn"];
+  EXPECT_GE(next["cache_read_input_tokens"].get<int64_t>(), prompt - 64) << next;
+  EXPECT_GT(next["cache_creation_input_tokens"].get<int64_t>(), 0) << next;
+  EXPECT_EQ(seen["bad_ttl"]["status"], 400) << seen;
+  EXPECT_THAT(seen["bad_ttl"]["message"].get<std::string>(), HasSubstr("system[0].cache_control.ttl"));
+  // The marked prefixes are pinned (in the RAM tier, once they leave the pool).
+  auto c = s.client();
+  c.set_bearer_token_auth("secret");
+  const auto cache = c.Get("/cache");
+  ASSERT_TRUE(cache && cache->status == 200);
+  EXPECT_TRUE(json::parse(cache->body)["ram"]["enabled"].get<bool>());
+}
+
+TEST(AnthropicMessages, CacheControlIsCheckedLikeAnthropicChecksIt) {
+  test::ServerProcess s(server_args());
+  auto c = s.client();
+  auto post = [&](const json& body) { return c.Post("/v1/messages", body.dump(), "application/json"); };
+  const json block = {{"type", "text"}, {"text", "Hi"}, {"cache_control", {{"type", "ephemeral"}}}};
+  json body = {{"model", "tiny"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", {block, block, block, block, block}}}}}};
+  auto r = post(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("at most 4 blocks may have 'cache_control'"));
+  body["messages"][0]["content"] = {{{"type", "text"}, {"text", "Hi"}, {"cache_control", {{"type", "persistent"}}}}};
+  r = post(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("messages[0].content[0].cache_control"));
+  body["messages"][0]["content"] = {{{"type", "text"}, {"text", "Hi"}, {"cache_control", {{"type", "ephemeral"}, {"scope", "x"}}}}};
+  r = post(body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("scope"));
+  // A breakpoint on a tool: the prefix before the first message (the system prompt and the tools).
+  body["messages"][0]["content"] = "Hi";
+  body["system"] = "You are terse.";
+  body["tools"] = {{{"name", "f"}, {"input_schema", {{"type", "object"}}}, {"cache_control", {{"type", "ephemeral"}}}}};
+  r = post(body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json u = json::parse(r->body)["usage"];
+  EXPECT_GT(u["cache_creation_input_tokens"].get<int64_t>(), 0) << u;
+  EXPECT_GT(u["input_tokens"].get<int64_t>(), 0) << u;  // the message after the breakpoint
+}
+
 TEST(AnthropicMessages, TheOfficialClientWholeStreamedToolUseAndThinking) {
   ASSERT_TRUE(std::filesystem::exists(kClients + "/node_modules/@anthropic-ai/sdk/package.json"))
       << "the @anthropic-ai/sdk npm package is missing: run scripts/setup.sh";

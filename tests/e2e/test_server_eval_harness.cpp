@@ -24,8 +24,6 @@ using json = nlohmann::json;
 
 namespace {
 
-json post(httplib::Client& c, const std::string& path, const json& body) { return test::post_ok(c, path, body); }
-
 // lm-eval-harness's LocalCompletionsAPI.parse_logprobs: choices sorted by index, the continuation's logprobs are
 // token_logprobs[ctxlen:-1] (the last entry is the one generated token), greedy when each equals its top entry.
 std::vector<std::pair<double, bool>> lm_eval_parse_logprobs(const json& out, const std::vector<size_t>& ctxlens,
@@ -76,7 +74,7 @@ TEST_F(EvalHarness, EchoedLogprobsAreThePerplexityModulesAndLlamaCppsPerplexity)
   // is its negative log-likelihood.
   const PerplexityResult one = perplexity(*engine_, text, kCtx, 1);
   std::vector<int32_t> chunk(all.begin(), all.begin() + kCtx);
-  const json first = post(c, "/v1/completions",
+  const json first = test::post_ok(c, "/v1/completions",
                           {{"prompt", chunk}, {"echo", true}, {"logprobs", 0}, {"max_tokens", 0}, {"temperature", 0}});
   const json& lp = first["choices"][0]["logprobs"];
   ASSERT_EQ(lp["token_logprobs"].size(), kCtx);
@@ -98,7 +96,7 @@ TEST_F(EvalHarness, EchoedLogprobsAreThePerplexityModulesAndLlamaCppsPerplexity)
     p[0] = engine_->tokenizer->vocab().bos;  // each chunk starts with BOS, as llama.cpp's perplexity runs it
     prompts.push_back(p);
   }
-  const json every = post(c, "/v1/completions",
+  const json every = test::post_ok(c, "/v1/completions",
                           {{"prompt", prompts}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}, {"temperature", 0}});
   ASSERT_EQ(every["choices"].size(), kChunks);
   double total = 0;
@@ -116,8 +114,8 @@ TEST_F(EvalHarness, EchoGivesThePromptTextOffsetsAndThenTheCompletion) {
   test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256"});
   auto c = s.client();
   const std::string prompt = "Once upon a time, there was a little";
-  const json plain = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}});
-  const json echoed = post(c, "/v1/completions",
+  const json plain = test::post_ok(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}});
+  const json echoed = test::post_ok(c, "/v1/completions",
                            {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}, {"echo", true}});
   const std::string completion = plain["choices"][0]["text"];
   EXPECT_EQ(echoed["choices"][0]["text"], prompt + completion);
@@ -141,7 +139,7 @@ TEST_F(EvalHarness, EchoGivesThePromptTextOffsetsAndThenTheCompletion) {
   EXPECT_EQ(echoed["usage"], plain["usage"]);
 
   // Echo without logprobs: the text alone; streamed, the chunks add up to the same.
-  const json text_only = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"echo", true}});
+  const json text_only = test::post_ok(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"echo", true}});
   EXPECT_EQ(text_only["choices"][0]["text"], prompt + completion);
   EXPECT_TRUE(text_only["choices"][0]["logprobs"].is_null());
   auto r = c.Post("/v1/completions",
@@ -168,7 +166,7 @@ TEST_F(EvalHarness, LmEvalHarnessLoglikelihoodAndGenerateUntilBodies) {
   const std::vector<int32_t> context = tokens("Once upon a time, there was a little girl named");
   // The greedy continuation (and its logprobs) from a plain completion: a different computation (decode rows,
   // sampling-time logprobs) than the echoed prompt rows.
-  const json greedy = post(c, "/v1/completions", {{"prompt", context}, {"max_tokens", 3}, {"temperature", 0},
+  const json greedy = test::post_ok(c, "/v1/completions", {{"prompt", context}, {"max_tokens", 3}, {"temperature", 0},
                                                   {"logprobs", 1}, {"return_tokens_as_token_ids", true}});
   std::vector<int32_t> cont_greedy;
   double greedy_sum = 0;
@@ -192,7 +190,7 @@ TEST_F(EvalHarness, LmEvalHarnessLoglikelihoodAndGenerateUntilBodies) {
   for (const int max_tokens : {1, 0}) {
     const json body = {{"model", "stories"}, {"prompt", prompts}, {"temperature", 0}, {"max_tokens", max_tokens},
                        {"logprobs", 1},      {"seed", 1234},      {"echo", true}};
-    const auto res = lm_eval_parse_logprobs(post(c, "/v1/completions", body), ctxlens, max_tokens == 1);
+    const auto res = lm_eval_parse_logprobs(test::post_ok(c, "/v1/completions", body), ctxlens, max_tokens == 1);
     ASSERT_EQ(res.size(), 2u);
     EXPECT_NEAR(res[0].first, greedy_sum, 1e-4) << max_tokens;
     EXPECT_TRUE(res[0].second) << max_tokens;
@@ -206,12 +204,12 @@ TEST_F(EvalHarness, LmEvalHarnessLoglikelihoodAndGenerateUntilBodies) {
   json gen_prompts = json::array();
   for (const auto& t : texts) gen_prompts.push_back(tokens(t));
   const json stop = {"\n\n", "Question:", ".", "<|im_end|>", "</s>"};
-  const json gen = post(c, "/v1/completions", {{"prompt", gen_prompts}, {"model", "stories"}, {"max_tokens", 48},
+  const json gen = test::post_ok(c, "/v1/completions", {{"prompt", gen_prompts}, {"model", "stories"}, {"max_tokens", 48},
                                                {"temperature", 0}, {"stop", stop}, {"seed", 1234}});
   std::vector<std::string> got(texts.size());
   for (const auto& ch : gen["choices"]) got[ch["index"].get<size_t>()] = ch["text"];  // parse_generations
   for (size_t i = 0; i < texts.size(); i++) {
-    const json alone = post(c, "/v1/completions", {{"prompt", texts[i]}, {"max_tokens", 48}, {"temperature", 0}, {"stop", stop}});
+    const json alone = test::post_ok(c, "/v1/completions", {{"prompt", texts[i]}, {"max_tokens", 48}, {"temperature", 0}, {"stop", stop}});
     EXPECT_EQ(got[i], alone["choices"][0]["text"]) << i;
     EXPECT_EQ(got[i].find('.'), std::string::npos) << got[i];
   }
@@ -221,7 +219,7 @@ TEST_F(EvalHarness, LmEvalHarnessLoglikelihoodAndGenerateUntilBodies) {
 TEST_F(EvalHarness, ChatLogprobEntriesCarryTheirBytes) {
   test::ServerProcess s({"-m", test::shared("models/stories260K.gguf"), "-c", "256"});
   auto c = s.client();
-  const json r = post(c, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+  const json r = test::post_ok(c, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
                                                   {"max_tokens", 12}, {"temperature", 0}, {"logprobs", true},
                                                   {"top_logprobs", 3}, {"ignore_eos", true}});
   const json& content = r["choices"][0]["logprobs"]["content"];
@@ -252,7 +250,7 @@ TEST_F(EvalHarness, AReplyEndedByEosListsTheEosTokenLastInItsLogprobs) {
   auto c = s.client();
   // (No BOS: lm-eval's token arrays have none; with one, this model goes on.)
   const std::vector<int32_t> prompt = engine_->tokenizer->encode("They played all day and had a lot of fun.", false, false);
-  const json r = post(c, "/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1},
+  const json r = test::post_ok(c, "/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1},
                                             {"temperature", 0}});
   const json& choice = r["choices"][0];
   ASSERT_EQ(choice["finish_reason"], "stop") << r;  // the model ends the story here: EOS is its greedy token
@@ -266,12 +264,12 @@ TEST_F(EvalHarness, AReplyEndedByEosListsTheEosTokenLastInItsLogprobs) {
   EXPECT_EQ(r["usage"]["completion_tokens"], 0);
   // The text is the prompt's alone; the prompt's last token keeps its own logprob.
   EXPECT_EQ(choice["text"].get<std::string>().find("fun.") + 4, choice["text"].get<std::string>().size());
-  const json alone = post(c, "/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
+  const json alone = test::post_ok(c, "/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
   const json& prompt_lp = alone["choices"][0]["logprobs"]["token_logprobs"];
   ASSERT_EQ(prompt_lp.size(), prompt.size());
   EXPECT_NEAR(lp["token_logprobs"][prompt.size() - 1].get<double>(), prompt_lp.back().get<double>(), 1e-6);
   // Without logprobs, nothing of it shows.
-  const json plain = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}});
+  const json plain = test::post_ok(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}});
   EXPECT_EQ(plain["choices"][0]["text"], "");
 }
 

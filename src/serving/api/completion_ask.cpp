@@ -120,7 +120,8 @@ std::string render_chat(const ApiContext& ctx, const CompletionAsk& ask, ParsedR
 
 // Anthropic's cache_control breakpoints as token counts of the prompt: a breakpoint inside the conversation is
 // the common prefix of the prompt and the conversation up to it rendered without a generation prompt (a
-// template that cannot render that prefix leaves the breakpoint out); the last message's is the whole prompt.
+// template that cannot render that prefix, even with a stand-in user turn after it, leaves the breakpoint out);
+// the last message's is the whole prompt.
 void cache_breakpoints(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest& p) {
   RequestParams& params = p.serve.params;
   const std::vector<int32_t>& prompt = params.prompt;
@@ -129,16 +130,21 @@ void cache_breakpoints(const ApiContext& ctx, const CompletionAsk& ask, ParsedRe
     int64_t tokens = -1;
     if (b.messages >= n_messages) {
       tokens = static_cast<int64_t>(prompt.size());
-    } else if (b.messages > 0) {
+    } else {
       nlohmann::ordered_json body = ask.chat_input;
       nlohmann::ordered_json& m = body["messages"];
       m.erase(m.begin() + static_cast<std::ptrdiff_t>(b.messages), m.end());
-      try {
-        const std::vector<int32_t> prefix = ctx.chat_template->tokenize(
-            ctx.tokenizer, render_chat_request(ctx, body, false).rendered, ctx.allow_special_in_content);
-        tokens = static_cast<int64_t>(
-            std::mismatch(prefix.begin(), prefix.end(), prompt.begin(), prompt.end()).first - prefix.begin());
-      } catch (const ApiError&) {
+      // Templates that refuse a conversation without a user turn (or ending on one) get a stand-in user turn
+      // after the prefix: the common prefix with the real prompt stops where the two differ.
+      for (int attempt = 0; attempt < 2 && tokens < 0; attempt++) {
+        if (attempt == 1) m.push_back({{"role", "user"}, {"content", "\x01"}});
+        try {
+          const std::vector<int32_t> prefix = ctx.chat_template->tokenize(
+              ctx.tokenizer, render_chat_request(ctx, body, false).rendered, ctx.allow_special_in_content);
+          tokens = static_cast<int64_t>(
+              std::mismatch(prefix.begin(), prefix.end(), prompt.begin(), prompt.end()).first - prefix.begin());
+        } catch (const ApiError&) {
+        }
       }
     }
     if (tokens <= 0) continue;
