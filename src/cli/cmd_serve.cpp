@@ -213,10 +213,6 @@ int run(ServeFlags& f) {
       d.max_batch_tokens = f.max_batch_tokens;
       spec = std::make_unique<SpecSource>(f.spec, e, d);
     }
-    // One token through the whole model before the first request (weights paged in, kernels' buffers and
-    // the step's scratch allocated), so that /ready means a request runs at full speed.
-    http->readiness().loading("warming up");
-    warm_up(e);
     // The prefix cache's lower tiers: RAM by default (2 GiB, at most a quarter of free memory), disk with
     // --cache-dir. Not under tensor parallelism (each rank holds part of every block).
     std::unique_ptr<PrefixTiers> tiers;
@@ -237,7 +233,7 @@ int run(ServeFlags& f) {
       if (f.cache_warm && (f.cache_dir.empty() || tc.ram_bytes == 0))
         throw Error("--cache-warm needs --cache-dir and a RAM tier (--cache-ram above 0)");
       if (tc.ram_bytes > 0 || !tc.disk_dir.empty()) {
-        http->readiness().loading("opening the prefix cache");
+        if (!tc.disk_dir.empty()) http->readiness().loading("opening the prefix cache");
         tc.identity = tier_identity(e, eo, tc.disk_dir);
         tiers = std::make_unique<PrefixTiers>(tc);
         const KvStore& st = e.kv->store();
@@ -249,6 +245,10 @@ int run(ServeFlags& f) {
         }
       }
     }
+    // One token through the whole model before the first request (weights paged in, kernels' buffers and
+    // the step's scratch allocated), so that /ready means a request runs at full speed.
+    http->readiness().loading("warming up");
+    warm_up(e);
     ServingConfig sc;
     sc.tiers = tiers.get();
     sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
