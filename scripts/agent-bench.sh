@@ -15,15 +15,18 @@ LLAMA=${1:-/work/llama-ref/build/bin/llama-server}
 W=${2:-/tmp/agent-bench}
 CONV=${CONV:-3} TURNS=${TURNS:-8} SYSTEM=${SYSTEM:-600} TURN=${TURN:-40} OUT=${OUT:-64} CTX=${CTX:-4096}
 mkdir -p "$W"
-MODEL=$W/synth-1b.q4_0.gguf
-[ -f "$MODEL" ] || "$K" synth --preset 1b --type q4_0 -o "$MODEL" >/dev/null
+# TinyLlama's shape with an 8K training context (llama-server caps a slot at the training context).
+MODEL=$W/synth-1b-8k.q4_0.gguf
+[ -f "$MODEL" ] || "$K" synth --preset 1b --type q4_0 --ctx 8192 -o "$MODEL" >/dev/null
 # KV for CTX tokens in f16 (both engines' type here): 22 layers x 2 x 4 KV heads x 64 x 2 bytes = 22.5 KiB/token.
 POOL_MIB=$(( CTX * 22 * 2 * 256 * 2 / 1048576 + 1 ))
 load() { "$K" loadtest --url "http://127.0.0.1:$1" --conversations "$CONV" --turns "$TURNS" --system-len "$SYSTEM" \
-           --turn-len "$TURN" --output-len "$OUT" --timeout 600 --json "$2" > "$2.txt"; }
+           --turn-len "$TURN" --output-len "$OUT" --timeout 600 --json "$2" > "$2.txt" || true; }
 wait_up() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && \
             ! curl -s "http://127.0.0.1:$1/health" | grep -q loading && return 0; sleep 0.5; done; return 1; }
 
+# ONLY=disk: the disk part alone (the rest from an earlier run in WORKDIR).
+if [ "${ONLY:-}" != disk ]; then
 # Kestrel, tiers on (RAM; a disk tier too, as a restart would need).
 rm -rf "$W/cache"
 "$K" serve -m "$MODEL" -t 2 -c "$CTX" --port 18431 --kv-type f16 --kv-cache-mem "$POOL_MIB" --max-batch-size 4 \
@@ -34,13 +37,16 @@ load 18431 "$W/kestrel.json"
 curl -s localhost:18431/cache > "$W/kestrel-cache.json"
 kill $KP; wait $KP || true
 
-# llama-server: the same pool (-c, unified across -np slots), its prompt cache in RAM at the default 8 GiB.
-LD_LIBRARY_PATH=$(dirname "$LLAMA") "$LLAMA" -m "$MODEL" -t 2 -c "$CTX" -np "$CONV" --port 18432 --jinja \
+# llama-server: the same pool (-c, one unified KV cache for the -np slots, each slot allowed all of it), its
+# prompt cache in RAM at the default 8 GiB.
+LD_LIBRARY_PATH=$(dirname "$LLAMA") "$LLAMA" -m "$MODEL" -t 2 -c "$CTX" -np "$CONV" -kvu \
+    --port 18432 --jinja \
     > "$W/llama.log" 2>&1 &
 LP=$!
 wait_up 18432
 load 18432 "$W/llama.json"
 kill $LP; wait $LP || true
+fi
 
 # The disk tier: one conversation's first turn recomputed (an empty cache) and then restored after a restart.
 rm -rf "$W/cache1"
@@ -49,7 +55,7 @@ disk_turn() {
       --cache-dir "$W/cache1" > "$W/disk-$1.log" 2>&1 &
   local p=$!
   wait_up 18433
-  "$K" loadtest --url http://127.0.0.1:18433 --conversations 1 --turns 1 --system-len $(( SYSTEM * 3 )) \
+  "$K" loadtest --url http://127.0.0.1:18433 --conversations 1 --turns 1 --system-len $(( SYSTEM * 2 )) \
       --output-len 1 --json "$W/disk-$1.json" > /dev/null
   kill $p; wait $p || true
 }

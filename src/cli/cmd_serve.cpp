@@ -43,7 +43,7 @@ struct ServeFlags {
   std::string otlp_endpoint;
   ParallelFlags parallel;
   // The prefix cache's lower tiers (kv/prefix_tiers.h): RAM ("" : the default), a folder and its size.
-  std::string cache_ram, cache_dir, cache_disk = "10G";
+  std::string cache_ram, cache_dir, cache_disk = "10G", slot_save_path;
   bool cache_warm = false;
 };
 
@@ -251,6 +251,15 @@ int run(ServeFlags& f) {
     warm_up(e);
     ServingConfig sc;
     sc.tiers = tiers.get();
+    std::string slot_identity;
+    if (!f.slot_save_path.empty()) {  // llama-server's slot actions, over the prefix cache
+      std::error_code ec;
+      std::filesystem::create_directories(f.slot_save_path, ec);
+      if (!std::filesystem::is_directory(f.slot_save_path))
+        throw Error(fmt::format("--slot-save-path {}: not a folder that can be made ({})", f.slot_save_path, ec.message()));
+      sc.n_slots = f.max_batch_size;
+      slot_identity = tier_identity(e, eo, f.cache_dir.empty() ? f.slot_save_path : f.cache_dir);
+    }
     sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
     sc.exec.scheduler.max_batch_size = f.max_batch_size;
     sc.exec.scheduler.prefill_chunk = f.prefill_chunk;
@@ -293,6 +302,9 @@ int run(ServeFlags& f) {
     api.matryoshka = f.matryoshka;
     api.allow_special_in_content = f.allow_special_in_content;
     api.tracer = tracer;
+    api.slot_save_path = f.slot_save_path;
+    api.n_slots = sc.n_slots;
+    api.slot_identity = slot_identity;
     const ApiConfig shown = api;  // (what the line below prints: api moves into the server)
     {
       std::lock_guard lock(phase_mutex);
@@ -377,6 +389,8 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->envname("KESTREL_CACHE_DISK");
   cmd->add_flag("--cache-warm", f.cache_warm, "At start, read the most recently used disk entries into RAM");
+  cmd->add_option("--slot-save-path", f.slot_save_path,
+                  "Folder for llama-server's POST /slots/N?action=save|restore (slots: --max-batch-size of them)");
   cmd->add_option("--scheduling-policy", f.policy, "fcfs or priority (the request field 'priority', lower first)")
       ->capture_default_str();
   cmd->add_option("--max-wait-ms", f.max_wait_ms,

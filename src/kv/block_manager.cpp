@@ -390,6 +390,12 @@ std::optional<StateCopy> BlockManager::take_state_restore(int32_t seq) {
   return c;
 }
 
+std::optional<StateCopy> BlockManager::prefix_state(int32_t seq) const {
+  const Sequence& s = seq_or_throw(seq);
+  if (s.restore < 0 && !s.restore_blob) return std::nullopt;
+  return StateCopy{false, s.state, s.restore, s.restore_pos, s.restore_blob};
+}
+
 int32_t BlockManager::state_slot(int32_t seq) const {
   auto it = seqs_.find(seq);
   return it == seqs_.end() ? -1 : it->second.state;

@@ -146,6 +146,10 @@ class BlockManager {
   // Keeps seq's full blocks within its first n_tokens (and the snapshot at their end) in the RAM tier until
   // until_s; returns the blocks pinned.
   int64_t pin_prefix(int32_t seq, int64_t n_tokens, double until_s);
+  // The names of seq's leading full blocks known so far (shared or published), and the recurrent state a
+  // prefix hit of share_prefix() would restore (a snapshot or a tier's entry; none: no state, or no hit).
+  const std::vector<uint64_t>& prefix_names(int32_t seq) const { return seq_or_throw(seq).names; }
+  std::optional<StateCopy> prefix_state(int32_t seq) const;
   struct TierHits {
     int64_t blocks = 0;  // prefix blocks share_prefix() took from the tiers
   };

@@ -42,4 +42,28 @@ void PagedKvCache::truncate(int32_t seq, int64_t n_tokens) {
   if (!ok) throw Error(fmt::format("KV cache full: cannot copy a shared block of sequence {}", seq));
 }
 
+void PagedKvCache::move_tier_rows(bool persists) {
+  PrefixTiers* tiers = blocks_.tiers();
+  std::vector<TierTransfer>& list = blocks_.transfers();
+  if (!tiers || list.empty()) return;
+  size_t kept = 0;
+  for (TierTransfer& t : list) {
+    if (t.op == TierTransfer::Op::Persist && !persists) {
+      list[kept++] = std::move(t);
+      continue;
+    }
+    if (t.op == TierTransfer::Op::Fill) {
+      store_.load_block(t.kind, t.index, t.blob->data());
+      continue;
+    }
+    std::vector<uint8_t> bytes(static_cast<size_t>(store_.entry_bytes(t.kind)));
+    store_.save_entry(t.kind, t.index, bytes.data());
+    if (t.op == TierTransfer::Op::Spill)
+      tiers->put_ram(t.kind, t.name, std::move(bytes));
+    else
+      tiers->persist(t.kind, t.name, std::move(bytes));
+  }
+  list.resize(kept);
+}
+
 }  // namespace kestrel

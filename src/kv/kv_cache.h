@@ -60,6 +60,10 @@ class PagedKvCache {
     blocks_.publish_prefix(seq, tokens, n_computed);
   }
   const BlockManager::PrefixStats& prefix_stats() const { return blocks_.prefix_stats(); }
+  // Carries out the ledger's lower-tier transfers (BlockManager::transfers) on the rows, in order: spills (rows
+  // out to the RAM tier) and fills (a tier's entry into a block), and the persists too when `persists` (rows
+  // written to the disk tier; after the block copies that write what they read).
+  void move_tier_rows(bool persists);
   const int32_t* block_table(int32_t seq, int group = 0) const { return blocks_.block_table(seq, group); }
   int64_t slot(int32_t seq, int32_t pos, int group = 0) const { return blocks_.slot(seq, pos, group); }
 

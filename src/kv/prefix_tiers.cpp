@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[8] = {'K', 'E', 'S', 'T', 'R', 'K', 'V', '\0'};
+constexpr char kEntryMagic[8] = {'K', 'E', 'S', 'T', 'R', 'K', 'V', '\0'};
 // magic, version, kind, name, payload bytes, payload xxh3, then the xxh3 of those 40 bytes.
 constexpr size_t kHeaderBytes = 48;
 
@@ -45,7 +45,7 @@ uint32_t get32(const uint8_t* p) {
 }
 
 void encode_header(const Header& h, uint8_t* out) {
-  std::memcpy(out, kMagic, 8);
+  std::memcpy(out, kEntryMagic, 8);
   put32(out + 8, h.version);
   put32(out + 12, h.kind);
   put64(out + 16, h.name);
@@ -55,7 +55,7 @@ void encode_header(const Header& h, uint8_t* out) {
 }
 
 bool decode_header(const uint8_t* in, Header& h) {
-  if (std::memcmp(in, kMagic, 8) != 0 || get64(in + 40) != XXH3_64bits(in, 40)) return false;
+  if (std::memcmp(in, kEntryMagic, 8) != 0 || get64(in + 40) != XXH3_64bits(in, 40)) return false;
   h.version = get32(in + 8);
   h.kind = get32(in + 12);
   h.name = get64(in + 16);

@@ -249,7 +249,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
     return false;
   }
   Flight& f = flights_[static_cast<size_t>(slot)];
-  move_tier_rows(false);  // rows of blocks the plan reuses out to RAM, prefix hits' rows in from the tiers
+  e_.kv->move_tier_rows(false);  // rows of blocks the plan reuses out to RAM, prefix hits' rows in from the tiers
   for (const BlockCopies& c : plan.state_copies) e_.kv->store().copy(c);  // prefix hits' recurrent state
   build_batch(plan, f);
   f.decode_only = true;
@@ -338,36 +338,10 @@ void StepExecutor::land(StepReport& report) {
     outcomes.push_back({row.id, rollback_state(row, computed)});
   }
   const std::vector<BlockCopies>& copies = sched_.update(outcomes);
-  move_tier_rows(false);
+  e_.kv->move_tier_rows(false);
   for (const BlockCopies& c : copies) e_.kv->store().copy(c);
-  move_tier_rows(true);
+  e_.kv->move_tier_rows(true);
   if (f.decode_only && proposer_) governor_.record(sampled, seconds_now() - f.start_s);
-}
-
-void StepExecutor::move_tier_rows(bool persists) {
-  BlockManager& blocks = e_.kv->blocks();
-  PrefixTiers* tiers = blocks.tiers();
-  std::vector<TierTransfer>& list = blocks.transfers();
-  if (!tiers || list.empty()) return;
-  KvStore& store = e_.kv->store();
-  size_t kept = 0;
-  for (TierTransfer& t : list) {
-    if (t.op == TierTransfer::Op::Persist && !persists) {
-      list[kept++] = std::move(t);
-      continue;
-    }
-    if (t.op == TierTransfer::Op::Fill) {
-      store.load_block(t.kind, t.index, t.blob->data());
-      continue;
-    }
-    std::vector<uint8_t> bytes(static_cast<size_t>(store.entry_bytes(t.kind)));
-    store.save_entry(t.kind, t.index, bytes.data());
-    if (t.op == TierTransfer::Op::Spill)
-      tiers->put_ram(t.kind, t.name, std::move(bytes));
-    else
-      tiers->persist(t.kind, t.name, std::move(bytes));
-  }
-  list.resize(kept);
 }
 
 // A recurrent state (linear-attention layers) cannot drop rejected drafts: it goes back to the checkpoint the

@@ -142,9 +142,6 @@ class StepExecutor {
   };
 
   void set_draft_wants();
-  // Carries out the ledger's lower-tier transfers (BlockManager::transfers), in order: spills and fills, and the
-  // persists too when `persists` (after the block copies that write what they read).
-  void move_tier_rows(bool persists);
   // Plans the next step over the requests not in flight and starts it; false: nothing to run.
   bool launch(double now_ms, int slot, StepReport& report);
   // Finishes the oldest step in flight: its logits, sampling, the scheduler's update.

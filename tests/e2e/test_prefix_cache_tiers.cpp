@@ -211,3 +211,92 @@ TEST(PrefixCacheTiers, CacheWarmReadsTheDiskTierIntoRamAtStart) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+json chat_once(const test::ServerProcess& s, const std::string& system) {
+  auto c = s.client();
+  const json body = {{"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", "go on"}}}},
+                     {"max_tokens", 8}, {"temperature", 0}};
+  const auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  return r ? json::parse(r->body) : json();
+}
+
+json slot_post(const test::ServerProcess& s, const std::string& target, const json& body, int* status) {
+  auto c = s.client();
+  const auto r = c.Post(target, body.is_null() ? "" : body.dump(), "application/json");
+  *status = r ? r->status : 0;
+  return r ? json::parse(r->body) : json();
+}
+
+// llama-server's slot save and restore, over the prefix cache: a slot's cached prefix written to a file, read
+// by another server process (an empty pool) into its RAM tier, and the same request then served from it.
+TEST(PrefixCacheSlots, ASavedSlotRestoresIntoAFreshServerAndServesItsPrefix) {
+  const std::string model = synth_model("llama");
+  test::TempDir dir;
+  const std::string slots = dir.file("slots");
+  std::string system;
+  for (int i = 0; i < 150; i++) system += i % 3 ? "lily saw a big red ball " : "tom went home ";
+  json first;
+  int st = 0;
+  {
+    test::ServerProcess s({"-m", model, "--slot-save-path", slots, "--max-batch-size", "2"});
+    first = chat_once(s, system);
+    const json saved = slot_post(s, "/slots/0?action=save", {{"filename", "story.slot"}}, &st);
+    ASSERT_EQ(st, 200) << saved;
+    EXPECT_EQ(saved["id_slot"], 0);
+    EXPECT_EQ(saved["filename"], "story.slot");
+    const int64_t prompt = first["usage"]["prompt_tokens"];
+    EXPECT_EQ(saved["n_saved"].get<int64_t>(), prompt + first["usage"]["completion_tokens"].get<int64_t>());
+    EXPECT_GE(saved["n_cached"].get<int64_t>(), prompt - 16) << saved;
+    EXPECT_GT(saved["n_written"].get<int64_t>(), 100000);
+    EXPECT_TRUE(fs::exists(slots + "/story.slot"));
+    // Refusals, in llama-server's terms.
+    EXPECT_EQ(slot_post(s, "/slots/7?action=save", {{"filename", "x"}}, &st)["error"]["message"].get<std::string>().rfind("Invalid slot ID", 0), 0u);
+    EXPECT_EQ(st, 400);
+    slot_post(s, "/slots/0?action=fly", {{"filename", "x"}}, &st);
+    EXPECT_EQ(st, 400);
+    slot_post(s, "/slots/0?action=save", {{"filename", "../x"}}, &st);
+    EXPECT_EQ(st, 400);
+    slot_post(s, "/slots/0?action=restore", {{"filename", "none.slot"}}, &st);
+    EXPECT_EQ(st, 404);
+    // Erase forgets the slot's tokens; a second erase has nothing.
+    EXPECT_EQ(slot_post(s, "/slots/1?action=erase", nullptr, &st)["n_erased"], 0);
+    EXPECT_EQ(st, 200);
+  }
+  {
+    test::ServerProcess s({"-m", model, "--slot-save-path", slots, "--max-batch-size", "2"});
+    const json restored = slot_post(s, "/slots/1?action=restore", {{"filename", "story.slot"}}, &st);
+    ASSERT_EQ(st, 200) << restored;
+    EXPECT_GT(restored["n_restored"].get<int64_t>(), 0);
+    const json again = chat_once(s, system);
+    EXPECT_EQ(again["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"]);
+    const int64_t prompt = again["usage"]["prompt_tokens"];
+    EXPECT_GE(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), prompt - 16) << again["usage"];
+    EXPECT_EQ(slot_post(s, "/slots/1?action=erase", nullptr, &st)["n_erased"], restored["n_restored"]);
+  }
+  // Another model (another seed: other weights, the same shapes) refuses the file by name; so does a damaged one.
+  const std::string other = dir.file("other.gguf");
+  ASSERT_EQ(test::run_kestrel({"synth", "--arch", "llama", "--preset", "tiny", "--type", "f32", "--ctx", "4096",
+                               "--vocab-from", test::kStories, "--seed", "2", "-o", other}).exit_code, 0);
+  test::ServerProcess o({"-m", other, "--slot-save-path", slots});
+  EXPECT_THAT(slot_post(o, "/slots/0?action=restore", {{"filename", "story.slot"}}, &st)["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("saved by another model"));
+  EXPECT_EQ(st, 400);
+  std::string b = test::read_text(slots + "/story.slot");
+  b[b.size() / 2] ^= 1;
+  test::write_bytes(slots + "/bent.slot", b);
+  test::ServerProcess s({"-m", model, "--slot-save-path", slots});
+  EXPECT_THAT(slot_post(s, "/slots/0?action=restore", {{"filename", "bent.slot"}}, &st)["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("cut short or altered"));
+  EXPECT_EQ(st, 400);
+  test::ServerProcess none({"-m", model});
+  EXPECT_THAT(slot_post(none, "/slots/0?action=save", {{"filename", "x"}}, &st)["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("--slot-save-path"));
+  EXPECT_EQ(st, 501);
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -86,5 +86,19 @@ TEST(HttpFraming, TargetPathDropsQueryAndAuthority) {
   EXPECT_EQ(target_path("*"), "*");
 }
 
+TEST(HttpFraming, TheQueryStringAndItsParameters) {
+  EXPECT_EQ(target_query("/slots/0?action=save#x"), "action=save");
+  EXPECT_EQ(target_query("/health"), "");
+  HttpRequest r;
+  r.query = target_query("/slots/1?a=1&action=re%73tore&name=a+b%2Fc&flag");
+  EXPECT_EQ(r.query_param("action"), "restore");
+  EXPECT_EQ(r.query_param("name"), "a b/c");
+  EXPECT_EQ(r.query_param("a"), "1");
+  EXPECT_EQ(r.query_param("flag"), "");
+  EXPECT_EQ(r.query_param("missing"), "");
+  r.query = "x=%zz%4";  // malformed escapes stay as they are
+  EXPECT_EQ(r.query_param("x"), "%zz%4");
+}
+
 }  // namespace
 }  // namespace kestrel

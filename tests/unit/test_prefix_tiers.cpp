@@ -253,23 +253,6 @@ std::vector<int32_t> tokens_from(int first, int n) {
   return t;
 }
 
-// Carries out the ledger's transfers on a store, as the step executor does (spills and fills; persists too).
-void move_rows(BlockManager& m, KvStore& store, PrefixTiers& tiers) {
-  for (TierTransfer& t : m.transfers()) {
-    if (t.op == TierTransfer::Op::Fill) {
-      store.load_block(t.kind, t.index, t.blob->data());
-      continue;
-    }
-    std::vector<uint8_t> b(static_cast<size_t>(store.entry_bytes(t.kind)));
-    store.save_entry(t.kind, t.index, b.data());
-    if (t.op == TierTransfer::Op::Spill)
-      tiers.put_ram(t.kind, t.name, std::move(b));
-    else
-      tiers.persist(t.kind, t.name, std::move(b));
-  }
-  m.transfers().clear();
-}
-
 KvLayout small_layout() {
   KvLayout l;
   l.n_layer = 2;
@@ -308,7 +291,7 @@ TEST(PrefixTiersLedger, ABlockThePoolReusesSpillsToRamAndComesBackWithItsRows) {
   int spills = 0;
   for (const auto& t : m.transfers()) spills += t.op == TierTransfer::Op::Spill;
   EXPECT_EQ(spills, 3);
-  move_rows(m, kv.store(), tiers);
+  kv.move_tier_rows(true);
   write_rows(kv, 2, b, 16);
   m.erase(2);  // (b's blocks unnamed: free)
   EXPECT_EQ(tiers.stats().ram.entries, 3);
@@ -319,7 +302,7 @@ TEST(PrefixTiersLedger, ABlockThePoolReusesSpillsToRamAndComesBackWithItsRows) {
   int fills = 0;
   for (const auto& t : m.transfers()) fills += t.op == TierTransfer::Op::Fill;
   EXPECT_EQ(fills, 3);
-  move_rows(m, kv.store(), tiers);
+  kv.move_tier_rows(true);
   ASSERT_TRUE(m.allocate(3, 13));
   for (int l = 0; l < 2; l++)
     for (int p = 0; p < 12; p++) {
@@ -353,14 +336,14 @@ TEST(PrefixTiersLedger, ComputedBlocksPersistAndARestartedLedgerFindsThem) {
     kv.blocks().publish_prefix(1, a.data(), 10);
     ASSERT_EQ(kv.blocks().transfers().size(), 2u);  // two full blocks computed: persisted
     EXPECT_EQ(kv.blocks().transfers()[0].op, TierTransfer::Op::Persist);
-    move_rows(kv.blocks(), kv.store(), tiers);
+    kv.move_tier_rows(true);
     tiers.flush();
   }
   PagedKvCache kv(small_layout(), 8, 4);  // a new process: an empty pool, the same folder
   PrefixTiers tiers(c);
   kv.blocks().set_tiers(&tiers, {kv.store().entry_bytes(TierKind::Full), 0, 0});
   EXPECT_EQ(kv.blocks().share_prefix(1, a.data(), 10), 8);
-  move_rows(kv.blocks(), kv.store(), tiers);
+  kv.move_tier_rows(true);
   ASSERT_TRUE(kv.blocks().allocate(1, 10));
   std::vector<float> k(8);
   kv.read_k(1, kv.slot(1, 5), k.data());
@@ -384,7 +367,7 @@ TEST(PrefixTiersLedger, FillsTakeOnlyTheBlocksThePoolHasFree) {
   m.publish_prefix(1, a.data(), 16);
   m.erase(1);
   ASSERT_TRUE(m.allocate(2, 12));  // holds 3 blocks: a's first three spill
-  move_rows(m, kv.store(), tiers);
+  kv.move_tier_rows(true);
   // The pool's one cached block is a's first (the last one freed): shared. The three in RAM would each need a
   // block of the pool, which has none left: the run stops at what fits, and nothing is evicted for it.
   EXPECT_EQ(m.share_prefix(3, a.data(), 17), 4);
@@ -412,7 +395,7 @@ TEST(PrefixTiersLedger, RecurrentSnapshotsSpillAndRestoreFromTheTiers) {
     m.publish_prefix(seq, t.data(), 8);
     auto save = m.save_snapshot(seq, 8);
     ASSERT_TRUE(save);
-    move_rows(m, store, tiers);  // the old snapshot's spill before the save overwrites it
+    kv.move_tier_rows(true);  // the old snapshot's spill before the save overwrites it
     BlockCopies bc;
     bc.has_state = true;
     bc.state = *save;

@@ -46,6 +46,11 @@ struct ApiConfig {
   int pooling = -1;              // --pooling: embeddings pool this way (1 mean, 2 cls, 3 last); -1: as the file says
   bool matryoshka = false;       // --matryoshka: the model was trained for truncated embeddings (dimensions < full)
   std::shared_ptr<SpanExporter> tracer;  // --otlp-endpoint: each request's spans (request_trace.h); null: none
+  // --slot-save-path: where POST /slots/N?action=save|restore writes and reads (empty: slot actions refused),
+  // the slots (ServingConfig::n_slots) and the identity a slot file must carry (kv/prefix_snapshot.h).
+  std::string slot_save_path;
+  int n_slots = 0;
+  std::string slot_identity;
 };
 
 class ApiRoutes {
@@ -70,6 +75,7 @@ class ApiRoutes {
   HttpResponse tokenize(const HttpRequest& req) const;
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse cache_summary() const;  // GET /cache (routes_cache.cpp)
+  HttpResponse slot_action(const HttpRequest& r);  // POST /slots/N?action= (routes_cache.cpp)
   HttpResponse tokenizer_info() const;
   std::string openapi_document() const;  // GET /openapi.json
   HttpResponse apply_template(const HttpRequest& req) const;

@@ -36,6 +36,10 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/detokenize", offloaded([this](const HttpRequest& r) { return detokenize(r); }));
   router.add("GET", "/tokenizer_info", [this](const HttpRequest&) { return tokenizer_info(); });
   router.add("GET", "/cache", [this](const HttpRequest&) { return cache_summary(); });
+  // Always off the I/O threads: a slot action waits for the engine to be between steps.
+  router.add("POST", "/slots/*", [this](const HttpRequest& r) {
+    return OffloadedResponse::start(offload_, [this, r] { return slot_action(r); });
+  });
   router.add("GET", "/openapi.json", [document = openapi_document()](const HttpRequest&) { return json_response(document); });
   router.add("POST", "/apply-template", offloaded([this](const HttpRequest& r) { return apply_template(r); }));
   router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completion(r, Api::Completions); });

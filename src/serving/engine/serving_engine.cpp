@@ -49,6 +49,7 @@ void RequestChannel::on_ready(std::function<void()> ready) {
 ServingEngine::ServingEngine(LoadedModel& engine, const ServingConfig& config, ServerMetrics& metrics)
     : e_(engine), c_(config), metrics_(metrics), exec_(engine, config.exec),
       t0_(std::chrono::steady_clock::now()) {
+  slots_.resize(static_cast<size_t>(std::max(0, config.n_slots)));
   metrics_.set("kestrel_kv_blocks", e_.kv->n_blocks());
   update_gauges();
   const int slots = e_.kv->blocks().n_state_slots();
@@ -106,6 +107,52 @@ void ServingEngine::shutdown(int deadline_ms) {
   stop_ = true;
   wake_.notify_all();
   thread_.join();
+}
+
+void ServingEngine::between_steps(const std::function<void(LoadedModel&, std::vector<SlotRecord>&)>& fn) {
+  Task t{fn, {}};
+  std::future<void> done = t.done.get_future();
+  {
+    std::lock_guard lock(mutex_);
+    if (exiting_) throw Error("the server is shutting down");
+    tasks_.push_back(&t);
+  }
+  wake_.notify_all();
+  done.get();
+}
+
+void ServingEngine::run_tasks() {
+  std::vector<Task*> tasks;
+  {
+    std::lock_guard lock(mutex_);
+    tasks.swap(tasks_);
+  }
+  for (Task* t : tasks) {
+    try {
+      t->fn(e_, slots_);
+      t->done.set_value();
+    } catch (...) {
+      t->done.set_exception(std::current_exception());
+    }
+  }
+}
+
+void ServingEngine::keep_in_slot(Active& a) {
+  if (slots_.empty() || a.slot_tokens.empty()) return;
+  // The slot sharing the longest prefix with the prompt, else the least recently used.
+  size_t best = 0;
+  int64_t best_common = 0;
+  for (size_t i = 0; i < slots_.size(); i++) {
+    const auto& t = slots_[i].tokens;
+    const auto common = static_cast<int64_t>(
+        std::mismatch(t.begin(), t.end(), a.slot_tokens.begin(), a.slot_tokens.begin() + std::min<int64_t>(a.n_prompt, static_cast<int64_t>(a.slot_tokens.size()))).first - t.begin());
+    if (common > best_common || (best_common == 0 && slots_[i].used < slots_[best].used)) {
+      best = i;
+      best_common = std::max(best_common, common);
+    }
+  }
+  slots_[best].tokens = std::move(a.slot_tokens);
+  slots_[best].used = ++slot_clock_;
 }
 
 PoolView ServingEngine::pool_view() const {
@@ -180,6 +227,7 @@ void ServingEngine::admit_new() {
     a->pooling = req.pooling;
     a->prompt_logprobs = req.prompt_logprobs;
     a->logprobs = p.top_logprobs >= 0;
+    if (!slots_.empty() && req.pooling < 0) a->slot_tokens = p.prompt;
     a->operation = std::move(req.operation);
     a->model = std::move(req.model);
     p.text = req.pooling < 0;  // the executor detokenizes the reply and ends it at a stop string
@@ -243,6 +291,7 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   end.ttft_ms = a.first_token_ms >= 0 ? a.first_token_ms - a.arrival_ms : -1;
   end.e2e_ms = now - a.arrival_ms;
   end.prefill_steps_ms = std::move(a.prefill_steps_ms);
+  if (reason != "error") keep_in_slot(a);
   // Counted before the client can see the end: a /metrics scrape right after
   // a response must include it.
   metrics_.add("kestrel_requests_total", 1, reason);
@@ -301,6 +350,7 @@ void ServingEngine::deliver(const RequestOutput& out) {
   for (const TokenOutput& t : out.tokens) {
     if (t.accepted) metrics_.add("kestrel_spec_accepted_tokens_total");  // before any event of this token goes out
     if (!t.end_token) {  // (the end of generation is counted below, as for every request)
+      if (!a.slot_tokens.empty()) a.slot_tokens.push_back(t.token);
       note_token_time(a);
       metrics_.add("kestrel_generation_tokens_total");
       a.completion_tokens++;
@@ -410,15 +460,22 @@ void ServingEngine::loop() {
   auto every = [](const Active&) { return true; };
   for (;;) {
     const double now = now_ms();
+    run_tasks();
     admit_new();
     // Cancelled requests (client gone) and, past the shutdown deadline, everyone.
     const bool past_deadline = stop_ && now >= static_cast<double>(deadline_ms_.load());
     end_requests([&](const Active& a) { return a.channel->cancelled() || past_deadline; }, "cancelled", "");
     update_gauges();
     if (exec_.records().empty()) {
-      if (stop_) return;
+      if (stop_) {  // tasks that came too late are told so (none can come after: exiting_ is set with them)
+        std::lock_guard lock(mutex_);
+        for (Task* t : tasks_) t->done.set_exception(std::make_exception_ptr(Error("the server is shutting down")));
+        tasks_.clear();
+        exiting_ = true;
+        return;
+      }
       std::unique_lock lock(mutex_);
-      wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !inbox_.empty() || stop_; });
+      wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !inbox_.empty() || stop_ || !tasks_.empty(); });
       continue;
     }
     if (!fatal_.empty()) {  // nothing can run: every request ends with the reason

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -145,6 +146,16 @@ struct ServingConfig {
   std::function<void(const std::string&)> on_fatal;
   // The prefix cache's lower tiers (already set on the KV ledger), for GET /cache and the metrics; null: none.
   PrefixTiers* tiers = nullptr;
+  // llama-server's slots (--slot-save-path): this many, each remembering the tokens (prompt and reply) of the
+  // last request it served; a request goes to the slot whose tokens share the longest prefix with its prompt,
+  // else the least recently used one (llama-server's choice without id_slot). 0: none kept.
+  int n_slots = 0;
+};
+
+// What a slot last held (ServingConfig::n_slots).
+struct SlotRecord {
+  std::vector<int32_t> tokens;
+  int64_t used = 0;  // when it last took a request (0: never)
 };
 
 // The KV pool as GET /cache shows it (updated by the engine thread after every step).
@@ -178,6 +189,9 @@ class ServingEngine {
   const LoadedModel& engine() const { return e_; }
   PrefixTiers* tiers() const { return c_.tiers; }
   PoolView pool_view() const;
+  // Runs fn on the engine thread between two steps (where the KV ledger and rows may be read and changed) and
+  // waits for it; fn's exception comes back here. With the engine stopped: runs nothing, throws Error.
+  void between_steps(const std::function<void(LoadedModel& e, std::vector<SlotRecord>& slots)>& fn);
 
  private:
   // A request's client side: what the server owes its client (its channel, its place in the queue, the echo or
@@ -202,7 +216,10 @@ class ServingEngine {
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::string operation, model;  // ServeRequest's (the gen_ai metrics' labels)
     std::vector<double> prefill_steps_ms;  // StreamEvent's
+    std::vector<int32_t> slot_tokens;      // with slots: the prompt and the tokens generated so far
   };
+  // The request's tokens into its slot (with slots).
+  void keep_in_slot(Active& a);
 
   void loop();
   void admit_new();
@@ -244,6 +261,15 @@ class ServingEngine {
   RawLogprobs prompt_logprobs_;  // echo: one prompt row at a time
   std::chrono::steady_clock::time_point t0_;
   PoolView pool_;                    // guarded by mutex_
+  struct Task {
+    std::function<void(LoadedModel&, std::vector<SlotRecord>&)> fn;
+    std::promise<void> done;
+  };
+  std::vector<Task*> tasks_;  // guarded by mutex_
+  bool exiting_ = false;      // guarded by mutex_: the loop has ended
+  void run_tasks();
+  std::vector<SlotRecord> slots_;  // engine thread
+  int64_t slot_clock_ = 0;
   PrefixTiers::Stats tier_seen_;     // the tiers' counters already added to the metrics (engine thread)
   void tier_metrics();
   std::thread thread_;

@@ -252,6 +252,7 @@ HttpRequest to_request(http::request_parser<http::string_body>& parser, Headers 
   HttpRequest req;
   req.method = std::string(m.method_string());
   req.path = target_path(m.target());
+  req.query = target_query(m.target());
   req.body = std::move(m.body());
   req.headers = std::move(fields);
   req.arrival = arrival;

@@ -68,4 +68,11 @@ std::string target_path(std::string_view target) {
   return std::string(target.substr(0, q));
 }
 
+std::string target_query(std::string_view target) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return "";
+  const std::string_view rest = target.substr(q + 1);
+  return std::string(rest.substr(0, rest.find('#')));
+}
+
 }  // namespace kestrel

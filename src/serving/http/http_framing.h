@@ -31,5 +31,7 @@ std::optional<FramingProblem> framing_problem(const RequestHead& head, int max_h
 // The path of a request target: origin-form "/a/b?x" gives "/a/b",
 // absolute-form "http://h:1/a?x" gives "/a"; "*" stays "*".
 std::string target_path(std::string_view target);
+// ...and its query string (after '?', before any '#'; empty: none).
+std::string target_query(std::string_view target);
 
 }  // namespace kestrel
