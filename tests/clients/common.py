@@ -15,7 +15,8 @@ class Server:
 
     def __init__(self, kestrel, args):
         self.proc = subprocess.Popen([kestrel, "serve", "--port", "0", *args], stderr=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, text=True)
+                                     stdout=subprocess.DEVNULL, text=True,
+                                     errors="replace")  # (a log line may quote a request's bytes)
         self.log = []
         port = None
         for line in self.proc.stderr:

@@ -21,8 +21,10 @@ ST = os.path.join(os.path.dirname(sys.executable), "st")
 
 
 def test(c):
-    with Server(KESTREL, ["-m", MODEL, "-c", "512", "-t", "2", "--pooling", "mean"]) as s, \
-            tempfile.TemporaryDirectory() as work:  # (hypothesis keeps its database in the working directory)
+    # (hypothesis keeps its database in the working directory; the slot actions write theirs in slots/)
+    with tempfile.TemporaryDirectory() as work, \
+            Server(KESTREL, ["-m", MODEL, "-c", "512", "-t", "2", "--pooling", "mean",
+                             "--slot-save-path", os.path.join(work, "slots")]) as s:
         t0 = time.time()
         run = subprocess.run([ST, "run", s.base + "/openapi.json",
                               "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"

@@ -76,6 +76,7 @@ class ApiRoutes {
   HttpResponse detokenize(const HttpRequest& req) const;
   HttpResponse cache_summary() const;  // GET /cache (routes_cache.cpp)
   HttpResponse slot_action(const HttpRequest& r);  // POST /slots/N?action= (routes_cache.cpp)
+  HttpResponse slot_action_checked(const HttpRequest& r);  // (throws ApiError)
   HttpResponse tokenizer_info() const;
   std::string openapi_document() const;  // GET /openapi.json
   HttpResponse apply_template(const HttpRequest& req) const;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +84,14 @@ bool valid_filename(const std::string& f) {
 // next prompt starting with those tokens finds them) and sets the slot's tokens, erase forgets the slot's tokens
 // (the cache's entries stay: other prompts may share them). The answers have llama-server's shapes.
 HttpResponse ApiRoutes::slot_action(const HttpRequest& r) {
+  try {
+    return slot_action_checked(r);
+  } catch (const ApiError& e) {
+    return error_response(e);
+  }
+}
+
+HttpResponse ApiRoutes::slot_action_checked(const HttpRequest& r) {
   if (c_.slot_save_path.empty())
     return error_response({501, "This server does not support slots action. Start it with `--slot-save-path`", "",
                            "not_supported_error", ""});
@@ -122,16 +131,21 @@ HttpResponse ApiRoutes::slot_action(const HttpRequest& r) {
       snap = collect_prefix(*e.kv, slots[static_cast<size_t>(id)].tokens);
     });
     const std::string bytes = encode_snapshot(snap, c_.slot_identity);
-    const std::string tmp = fmt::format("{}.tmp-{}", path, getpid());
+    // Written beside it under a short temporary name, then renamed: a reader never sees half a file.
+    static std::atomic<int64_t> writes{0};
+    const std::string tmp =
+        (std::filesystem::path(c_.slot_save_path) / fmt::format(".tmp-slot-{}-{}", getpid(), writes++)).string();
+    std::error_code ec;
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out.flush()) {
-        std::filesystem::remove(tmp);
-        return error_response({500, fmt::format("cannot write {}", path), "filename", "server_error", ""});
-      }
+      if (!out.flush()) ec = std::make_error_code(std::errc::io_error);
     }
-    std::filesystem::rename(tmp, path);
+    if (!ec) std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+      std::filesystem::remove(tmp, ec);
+      return error_response({500, fmt::format("cannot write {}: {}", path, ec.message()), "filename", "server_error", ""});
+    }
     return json_response(json_text({{"id_slot", id},
                                     {"filename", filename},
                                     {"n_saved", snap.tokens.size()},

@@ -25,13 +25,12 @@ bool iequals_ascii(std::string_view a, std::string_view b);
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string path;    // without the query string
-  std::string query;   // the query string (after '?', without it), raw
   std::string body;
   Headers headers{};
   // When the transport accepted the request (its first byte): queue times
   // are measured from here.
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
-
+  std::string query{};  // the query string (after '?', without it), raw
   // A header's value (names compare case-insensitively); empty if absent.
   std::string_view header(std::string_view name) const;
   // A query parameter's value ("action" of "?action=save"; %XX and '+' decoded); empty if absent.
