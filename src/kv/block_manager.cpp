@@ -98,15 +98,13 @@ int64_t BlockManager::pin_prefix(int32_t seq, int64_t n_tokens, double until_s) 
   if (!tiers_ || it == seqs_.end()) return 0;
   const Sequence& s = it->second;
   const int64_t k = std::min<int64_t>(n_tokens / block_size_, static_cast<int64_t>(s.names.size()));
-  int64_t pinned = 0;
-  for (int64_t j = 0; j < k; j++) {
+  std::vector<PrefixTiers::PinKey> keys;
+  for (int64_t j = 0; j < k; j++)
     for (int gi = 0; gi < n_groups(); gi++)
       if (gi == 0 || j >= first_window_block(k * block_size_))
-        pinned += tiers_->pin(kind_of(gi), s.names[static_cast<size_t>(j)], until_s, entry_bytes_[static_cast<size_t>(gi)]) && gi == 0;
-  }
-  if (n_state_slots_ > 0 && k > 0)
-    tiers_->pin(TierKind::State, s.names[static_cast<size_t>(k - 1)], until_s, entry_bytes_[2]);
-  return pinned;
+        keys.push_back({kind_of(gi), s.names[static_cast<size_t>(j)], entry_bytes_[static_cast<size_t>(gi)]});
+  if (n_state_slots_ > 0 && k > 0) keys.push_back({TierKind::State, s.names[static_cast<size_t>(k - 1)], entry_bytes_[2]});
+  return tiers_->pin(keys, until_s);
 }
 
 int64_t BlockManager::first_window_block(int64_t pos) const {

@@ -144,7 +144,7 @@ class BlockManager {
   // (StepExecutor): spills and fills before the step's block copies, persists after them.
   std::vector<TierTransfer>& transfers() { return transfers_; }
   // Keeps seq's full blocks within its first n_tokens (and the snapshot at their end) in the RAM tier until
-  // until_s; returns the blocks pinned.
+  // until_s; returns the entries pinned (from the first block on, until the pinned share of the tier is reached).
   int64_t pin_prefix(int32_t seq, int64_t n_tokens, double until_s);
   // The names of seq's leading full blocks known so far (shared or published), and the recurrent state a
   // prefix hit of share_prefix() would restore (a snapshot or a tier's entry; none: no state, or no hit).

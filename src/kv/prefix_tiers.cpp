@@ -372,25 +372,37 @@ PrefixTiers::Blob PrefixTiers::fetch(TierKind kind, uint64_t name, int64_t expec
   return blob;
 }
 
-bool PrefixTiers::pin(TierKind kind, uint64_t name, double until_s, int64_t entry_bytes) {
-  if (c_.ram_bytes <= 0) return false;
+int64_t PrefixTiers::pin(const std::vector<PinKey>& keys, double until_s) {
+  if (c_.ram_bytes <= 0) return 0;
   std::lock_guard lock(mu_);
-  const Key k{kind, name};
   const double now = now_s();
-  int64_t pinned_bytes = 0;
-  for (const auto& [key, e] : ram_)
-    if (e.pinned_until > now && !(key == k)) pinned_bytes += static_cast<int64_t>(e.blob->size());
-  for (const auto& [key, until] : pins_)
-    if (until > now && !(key == k)) pinned_bytes += entry_bytes;
-  if (pinned_bytes + entry_bytes > static_cast<int64_t>(c_.max_pinned_fraction * static_cast<double>(c_.ram_bytes)))
-    return false;
-  if (auto it = ram_.find(k); it != ram_.end())
-    it->second.pinned_until = std::max(it->second.pinned_until, until_s);
-  else
-    pins_[k] = std::max(pins_[k], until_s);
   // Pins of entries that never came expire with their time.
   for (auto it = pins_.begin(); it != pins_.end();) it = it->second <= now ? pins_.erase(it) : std::next(it);
-  return true;
+  int64_t pinned_bytes = 0;
+  for (const auto& [key, e] : ram_)
+    if (e.pinned_until > now) pinned_bytes += static_cast<int64_t>(e.blob->size());
+  for (const auto& [key, until] : pins_) {
+    auto it = ram_.find(key);
+    pinned_bytes += it == ram_.end() ? (keys.empty() ? 0 : keys.front().bytes) : 0;  // (its size once it comes)
+  }
+  const auto cap = static_cast<int64_t>(c_.max_pinned_fraction * static_cast<double>(c_.ram_bytes));
+  int64_t n = 0;
+  for (const PinKey& p : keys) {
+    const Key k{p.kind, p.name};
+    auto it = ram_.find(k);
+    auto pending = pins_.find(k);
+    const bool already = (it != ram_.end() && it->second.pinned_until > now) || pending != pins_.end();
+    if (!already) {
+      if (pinned_bytes + p.bytes > cap) break;
+      pinned_bytes += p.bytes;
+    }
+    if (it != ram_.end())
+      it->second.pinned_until = std::max(it->second.pinned_until, until_s);
+    else
+      pins_[k] = std::max(pending != pins_.end() ? pending->second : 0.0, until_s);
+    n++;
+  }
+  return n;
 }
 
 int64_t PrefixTiers::warm(int64_t max_bytes) {

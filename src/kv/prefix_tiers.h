@@ -78,7 +78,17 @@ class PrefixTiers {
   Blob fetch(TierKind kind, uint64_t name, int64_t expect_bytes);
   // Keeps a RAM entry (now or once spilled) from LRU eviction until until_s (seconds on the steady clock); false
   // when the pinned bytes would pass their share of the tier (not pinned).
-  bool pin(TierKind kind, uint64_t name, double until_s, int64_t entry_bytes);
+  bool pin(TierKind kind, uint64_t name, double until_s, int64_t entry_bytes) {
+    return pin({{kind, name, entry_bytes}}, until_s) == 1;
+  }
+  // The same for many entries at once (a prompt's prefix), in order, until the pinned share is reached; returns
+  // how many were pinned. (One pass over the tier, not one per entry.)
+  struct PinKey {
+    TierKind kind;
+    uint64_t name;
+    int64_t bytes;
+  };
+  int64_t pin(const std::vector<PinKey>& keys, double until_s);
   // Reads the most recently used disk entries into RAM until it is full (or max_bytes); returns entries read.
   int64_t warm(int64_t max_bytes = -1);
   // Waits until the writer has written everything queued (tests, shutdown).

@@ -50,7 +50,9 @@ TEST(PrefixTiers, TheRamTierNeverPassesItsLimitAndDropsTheLeastRecentlyUsed) {
     ASSERT_TRUE(t.wants_spill(TierKind::Full, n));
     t.put_ram(TierKind::Full, n, bytes_of(n, 1000));
     EXPECT_LE(t.stats().ram.bytes, c.ram_bytes);
-    if (n == 5) ASSERT_NE(t.fetch(TierKind::Full, 1, 1000), nullptr);  // 1 becomes the most recently used
+    if (n == 5) {
+      ASSERT_NE(t.fetch(TierKind::Full, 1, 1000), nullptr);  // 1 becomes the most recently used
+    }
   }
   const auto s = t.stats();
   EXPECT_EQ(s.ram.entries, 10);
@@ -86,6 +88,17 @@ TEST(PrefixTiers, PinnedEntriesStayWhileOthersGoAndPinsHaveAShare) {
   const auto s = t.stats();
   EXPECT_EQ(s.pinned_entries, 2);
   EXPECT_LE(s.ram.bytes, c.ram_bytes);
+  // A prompt's blocks pinned at once: in order, until the share is reached (here it already is).
+  PrefixTiers v(c);
+  std::vector<PrefixTiers::PinKey> keys;
+  for (uint64_t n = 100; n < 110; n++) keys.push_back({TierKind::Full, n, 1000});
+  EXPECT_EQ(v.pin(keys, later), 4);
+  EXPECT_EQ(v.pin(keys, later + 60), 4);  // the same four again: longer, no more room taken
+  for (uint64_t n = 100; n < 110; n++) v.put_ram(TierKind::Full, n, bytes_of(n, 1000));
+  for (uint64_t n = 200; n < 230; n++) v.put_ram(TierKind::Full, n, bytes_of(n, 1000));
+  for (uint64_t n = 100; n < 104; n++) EXPECT_NE(v.fetch(TierKind::Full, n, 1000), nullptr) << n;
+  EXPECT_EQ(v.fetch(TierKind::Full, 104, 1000), nullptr);
+  EXPECT_EQ(v.stats().pinned_entries, 4);
   // An expired pin is an ordinary entry again.
   PrefixTiers u(c);
   u.put_ram(TierKind::Full, 1, bytes_of(1, 1000));
