@@ -1,6 +1,7 @@
 #include "kv/prefix_tiers.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -83,6 +84,16 @@ PrefixTiers::PrefixTiers(const PrefixTierConfig& config) : c_(config) {
     std::error_code ec;
     fs::create_directories(folder_, ec);
     if (ec) throw Error(fmt::format("--cache-dir {}: cannot create {}: {}", c_.disk_dir, folder_, ec.message()));
+    // One server per folder: two would each keep the limit by their own count and delete each other's files.
+    lock_fd_ = ::open((fs::path(folder_) / "LOCK").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (lock_fd_ >= 0) ::close(lock_fd_);
+      lock_fd_ = -1;
+      throw Error(fmt::format("--cache-dir {}: {} is in use by another server ({}); give each server a folder of "
+                              "its own",
+                              c_.disk_dir, folder_, std::strerror(err)));
+    }
     // A note of what the folder holds, for a person looking at it (never read back).
     std::ofstream(fs::path(folder_) / "IDENTITY") << c_.identity << "\n";
     st_.disk.limit = c_.disk_bytes;
@@ -100,6 +111,7 @@ PrefixTiers::~PrefixTiers() {
   }
   writer_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // (the lock goes with it)
 }
 
 std::string PrefixTiers::path_of(const Key& k) const {

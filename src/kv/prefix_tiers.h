@@ -15,7 +15,8 @@
 // version, so entries of another model or KV type are never seen. Each entry is one file written to a temporary
 // name and renamed, with a header naming its key and a checksum of its payload: a file a crash cut short or a
 // flipped bit is detected on read, deleted and counted (corrupt), and the request recomputes. A server
-// restarted on the same folder finds the entries again (the index is the folder's listing, oldest first by
+// restarted on the same folder finds the entries again (one server at a time: a second one on the folder is
+// refused, as their limits and deletions would cross) (the index is the folder's listing, oldest first by
 // modification time; --cache-warm reads the newest into RAM). A failing write (a full disk) turns the disk
 // tier off with a warning; requests go on.
 #include <atomic>
@@ -159,6 +160,7 @@ class PrefixTiers {
   std::atomic<bool> disk_on_{false};
   Stats st_;
   std::thread writer_;
+  int lock_fd_ = -1;  // the disk folder's LOCK file, held (flock) while this instance lives
 };
 
 // The identity of a model file for the disk tier: XXH3-128 of its bytes, as 32 hex digits. The hash is

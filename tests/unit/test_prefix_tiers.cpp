@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "core/error.h"
 #include "kv/block_manager.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_tiers.h"
@@ -133,23 +134,32 @@ TEST(PrefixTiers, TheDiskTierSurvivesARestartAndKeepsItsLimit) {
     EXPECT_EQ(s.disk.writes, 51);
     EXPECT_FALSE(t.wants_persist(TierKind::State, 7));
   }
-  PrefixTiers again(c);  // a restart on the same folder
-  EXPECT_EQ(again.folder(), folder);
-  const auto s = again.stats();
-  EXPECT_EQ(s.disk.entries, 20);
-  EXPECT_EQ(again.fetch(TierKind::Full, 5, 1000), nullptr);  // the oldest went to keep the limit
-  const auto b = again.fetch(TierKind::Full, 50, 1000);
-  ASSERT_NE(b, nullptr);
-  EXPECT_EQ(*b, bytes_of(50, 1000));
-  const auto st = again.fetch(TierKind::State, 7, 500);
-  ASSERT_NE(st, nullptr);
-  EXPECT_EQ(*st, bytes_of(700, 500));
-  // Another model (or KV type: the identity) has a folder of its own: nothing of A's is seen.
-  PrefixTierConfig other = c;
-  other.identity = "model B";
-  PrefixTiers b_tiers(other);
-  EXPECT_NE(b_tiers.folder(), folder);
-  EXPECT_EQ(b_tiers.fetch(TierKind::Full, 50, 1000), nullptr);
+  {
+    PrefixTiers again(c);  // a restart on the same folder
+    EXPECT_EQ(again.folder(), folder);
+    const auto s = again.stats();
+    EXPECT_EQ(s.disk.entries, 20);
+    EXPECT_EQ(again.fetch(TierKind::Full, 5, 1000), nullptr);  // the oldest went to keep the limit
+    const auto b = again.fetch(TierKind::Full, 50, 1000);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(*b, bytes_of(50, 1000));
+    const auto st = again.fetch(TierKind::State, 7, 500);
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(*st, bytes_of(700, 500));
+    // One server per folder: a second instance on it is refused by name while the first lives.
+    try {
+      PrefixTiers second(c);
+      ADD_FAILURE() << "a second instance on the same folder was allowed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("in use by another server"), std::string::npos) << e.what();
+    }
+    // Another model (or KV type: the identity) has a folder of its own: nothing of A's is seen.
+    PrefixTierConfig other = c;
+    other.identity = "model B";
+    PrefixTiers b_tiers(other);
+    EXPECT_NE(b_tiers.folder(), folder);
+    EXPECT_EQ(b_tiers.fetch(TierKind::Full, 50, 1000), nullptr);
+  }
   // A smaller limit at the next start trims the oldest entries.
   PrefixTierConfig smaller = c;
   smaller.disk_bytes = 5 * (1000 + 48);
