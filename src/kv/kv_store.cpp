@@ -14,6 +14,8 @@ KvStore::KvStore(const KvLayout& layout, const std::vector<int>& group_blocks, i
     : layout_(layout),
       k_format_(layout.k_format()),
       v_format_(layout.v_format()),
+      entry_k_format_(k_format_),
+      entry_v_format_(v_format_),
       block_size_(block_size),
       n_groups_(static_cast<int>(group_blocks.size())),
       n_state_slots_(layout.n_recurrent > 0 ? state_slots : 0) {
@@ -86,8 +88,26 @@ int64_t KvStore::entry_bytes(TierKind kind) const {
   if (group >= n_groups_) return 0;
   int64_t n = 0;
   for (int l = 0; l < layout_.n_layer; l++)
-    if (group_of(l) == group) n += (k_bytes(l) + v_bytes(l)) * rows_per_block(l);
+    if (group_of(l) == group)
+      n += static_cast<int64_t>(entry_k_format_.bytes(k_width(l)) + entry_v_format_.bytes(v_width(l))) * rows_per_block(l);
   return n;
+}
+
+void KvStore::set_entry_type(KvType type) {
+  const KvRowFormat k(type, layout_.granule), v(layout_.v_f32_only ? layout_.v_type : type, layout_.granule);
+  for (int g = 0; g < 2; g++) {
+    const int64_t kw = layout_.k_width_in(g), vw = layout_.v_width_in(g);
+    if (kw % k.group() != 0 || vw % v.group() != 0)
+      throw Error(fmt::format("--cache-type {}: KV rows of {} and {} elements do not divide into its {}-element groups",
+                              kv_type_name(type), kw, vw, k.group()));
+  }
+  entry_k_format_ = k;
+  entry_v_format_ = v;
+}
+
+std::string KvStore::entry_type_name() const {
+  const KvType k = entry_k_format_.type(), v = entry_v_format_.type();
+  return k == v || layout_.v_width == 0 ? kv_type_name(k) : std::string(kv_type_name(k)) + "/" + kv_type_name(v);
 }
 
 void KvStore::save_entry(TierKind kind, int32_t index, uint8_t* out) const {
@@ -101,28 +121,65 @@ void KvStore::save_entry(TierKind kind, int32_t index, uint8_t* out) const {
     return;
   }
   const int group = kind == TierKind::Full ? 0 : 1;
+  const bool same = entry_k_format_.type() == k_format_.type() && entry_v_format_.type() == v_format_.type();
+  std::vector<float> row;
   for (int l = 0; l < layout_.n_layer; l++) {
     if (group_of(l) != group) continue;
     const int rows = rows_per_block(l);
-    const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
-    std::memcpy(out, k_row(l, static_cast<int64_t>(index) * rows), kw);
-    out += kw;
-    std::memcpy(out, v_row(l, static_cast<int64_t>(index) * rows), vw);
-    out += vw;
+    const int64_t first = static_cast<int64_t>(index) * rows;
+    if (same) {
+      const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
+      std::memcpy(out, k_row(l, first), kw);
+      out += kw;
+      std::memcpy(out, v_row(l, first), vw);
+      out += vw;
+      continue;
+    }
+    // Row by row through floats into the entry's type.
+    row.resize(static_cast<size_t>(std::max(k_width(l), v_width(l))));
+    for (int r = 0; r < rows; r++) {
+      k_format_.dequantize(k_row(l, first + r), 0, row.data(), k_width(l));
+      entry_k_format_.quantize(row.data(), out, k_width(l));
+      out += entry_k_format_.bytes(k_width(l));
+    }
+    for (int r = 0; r < rows; r++) {
+      if (v_width(l) == 0) break;
+      v_format_.dequantize(v_row(l, first + r), 0, row.data(), v_width(l));
+      entry_v_format_.quantize(row.data(), out, v_width(l));
+      out += entry_v_format_.bytes(v_width(l));
+    }
   }
 }
 
 void KvStore::load_block(TierKind kind, int32_t block, const uint8_t* in) {
   if (kind == TierKind::State) throw Error("KV cache: a recurrent state entry goes into a slot, not a block");
   const int group = kind == TierKind::Full ? 0 : 1;
+  const bool same = entry_k_format_.type() == k_format_.type() && entry_v_format_.type() == v_format_.type();
+  std::vector<float> row;
   for (int l = 0; l < layout_.n_layer; l++) {
     if (group_of(l) != group) continue;
     const int rows = rows_per_block(l);
-    const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
-    std::memcpy(k_row(l, static_cast<int64_t>(block) * rows), in, kw);
-    in += kw;
-    std::memcpy(v_row(l, static_cast<int64_t>(block) * rows), in, vw);
-    in += vw;
+    const int64_t first = static_cast<int64_t>(block) * rows;
+    if (same) {
+      const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
+      std::memcpy(k_row(l, first), in, kw);
+      in += kw;
+      std::memcpy(v_row(l, first), in, vw);
+      in += vw;
+      continue;
+    }
+    row.resize(static_cast<size_t>(std::max(k_width(l), v_width(l))));
+    for (int r = 0; r < rows; r++) {
+      entry_k_format_.dequantize(in, 0, row.data(), k_width(l));
+      k_format_.quantize(row.data(), k_row(l, first + r), k_width(l));
+      in += entry_k_format_.bytes(k_width(l));
+    }
+    for (int r = 0; r < rows; r++) {
+      if (v_width(l) == 0) break;
+      entry_v_format_.dequantize(in, 0, row.data(), v_width(l));
+      v_format_.quantize(row.data(), v_row(l, first + r), v_width(l));
+      in += entry_v_format_.bytes(v_width(l));
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 // back as floats.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/huge_page_buffer.h"
@@ -50,6 +51,11 @@ class KvStore {
   // Bytes of one entry: a block's rows in every layer of its group (Full: group 0, Sliding: group 1), or a
   // recurrent state over every recurrent layer (State). 0: the layout has none of that kind.
   int64_t entry_bytes(TierKind kind) const;
+  // The tiers' entries may hold rows in a smaller type than the pool's (--cache-type): each row is read as
+  // floats and stored in that type on the way out, and back on the way in. Throws Error when the layout's rows
+  // do not divide into the type's groups. (Values kept in float32 whatever the type, v_f32_only, stay so.)
+  void set_entry_type(KvType type);
+  std::string entry_type_name() const;
   // A block's rows (or a prefix snapshot's state) out to `out`, and a block's rows in from `in`; a state entry
   // goes into a live slot through copy() (StateCopy::blob).
   void save_entry(TierKind kind, int32_t index, uint8_t* out) const;
@@ -88,6 +94,7 @@ class KvStore {
 
   KvLayout layout_;
   KvRowFormat k_format_, v_format_;
+  KvRowFormat entry_k_format_, entry_v_format_;  // the tiers' (set_entry_type; else the pool's)
   int64_t k_row_bytes_[2], v_row_bytes_[2];  // per layer group (full, sliding)
   int block_size_;
   int n_groups_;

@@ -171,6 +171,25 @@ TEST(PrefixCacheTiers, TheDiskTierServesAConversationAfterARestartAndSurvivesBad
   EXPECT_GT(cache["disk"]["corrupt"].get<int64_t>(), 0) << cache;
 }
 
+// --cache-type q8_0: the tiers' entries converted from the pool's f32, ~3.5x smaller; the workload is served
+// from them as before (their accuracy cost is measured by scripts/cache-type-accuracy.py: docs/serving.md).
+TEST(PrefixCacheTiers, EntriesInASmallerTypeTakeLessRamAndStillServe) {
+  const std::string model = synth_model("llama");
+  test::ServerProcess same({"-m", model, "--kv-cache-mem", "0.8", "--max-batch-size", "4"});
+  test::ServerProcess small({"-m", model, "--kv-cache-mem", "0.8", "--max-batch-size", "4", "--cache-type", "q8_0"});
+  EXPECT_THAT(small.log(), ::testing::HasSubstr("(entries in q8_0)"));
+  const AgentRun a = agent_workload(same), b = agent_workload(small);
+  for (size_t t = 1; t < b.turns.size(); t++)
+    EXPECT_GE(b.turns[t]["cached_fraction"].get<double>(), 0.9) << "turn " << t + 1 << ": " << b.turns;
+  for (size_t i = 0; i < 3; i++) EXPECT_EQ(a.requests[i]["reply"], b.requests[i]["reply"]);  // turn 1: no tier yet
+  const json ca = cache_of(same), cb = cache_of(small);
+  ASSERT_GT(ca["ram"]["entries"].get<int64_t>(), 0);
+  ASSERT_GT(cb["ram"]["entries"].get<int64_t>(), 0);
+  const double per_a = ca["ram"]["bytes"].get<double>() / ca["ram"]["entries"].get<double>();
+  const double per_b = cb["ram"]["bytes"].get<double>() / cb["ram"]["entries"].get<double>();
+  EXPECT_LT(per_b, 0.35 * per_a) << per_a << " " << per_b;
+}
+
 TEST(PrefixCacheTiers, TheStartLineAndBadFlagsSayWhatTheTiersAre) {
   const std::string model = synth_model("llama");
   test::ServerProcess s({"-m", model, "--cache-ram", "64"});
@@ -183,6 +202,8 @@ TEST(PrefixCacheTiers, TheStartLineAndBadFlagsSayWhatTheTiersAre) {
   for (const auto& [flags, error] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--cache-ram", "lots"}, "--cache-ram 'lots' is not a size"},
            {{"--cache-warm"}, "--cache-warm needs --cache-dir"},
+           {{"--cache-type", "q9"}, "--cache-type 'q9' is not"},
+           {{"--cache-type", "q8_0", "--cache-ram", "0"}, "--cache-type needs a RAM or disk tier"},
            {{"--cache-dir", "/proc/no-such/cache"}, "cannot create"},
        }) {
     std::vector<std::string> args = {"serve", "-m", model, "--port", "0"};

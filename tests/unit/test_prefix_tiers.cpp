@@ -446,3 +446,62 @@ TEST(PrefixTiersLedger, RecurrentSnapshotsSpillAndRestoreFromTheTiers) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// --cache-type: entries in a smaller type than the pool's, converted row by row on the way out and in.
+TEST(PrefixTiersEntryType, Q8_0EntriesOfAnF16PoolComeBackWithinQ8_0sError) {
+  KvLayout l;
+  l.n_layer = 2;
+  l.k_width = 64;
+  l.v_width = 64;
+  l.granule = 32;
+  l.k_type = l.v_type = KvType::F16;
+  PagedKvCache kv(l, 4, 4);
+  const int64_t same = kv.store().entry_bytes(TierKind::Full);
+  EXPECT_EQ(same, 2 * 4 * (64 * 2 + 64 * 2));  // layers x rows x (K + V) in f16
+  kv.store().set_entry_type(KvType::Q8_0);
+  EXPECT_EQ(kv.store().entry_type_name(), "q8_0");
+  EXPECT_EQ(kv.store().entry_bytes(TierKind::Full), 2 * 4 * 2 * (2 * 34));  // two groups of 34 bytes per row
+  ASSERT_TRUE(kv.blocks().allocate(1, 8));
+  std::vector<std::vector<float>> rows;
+  for (int lay = 0; lay < 2; lay++)
+    for (int p = 0; p < 4; p++) {
+      rows.push_back(test::random_floats(64, static_cast<uint32_t>(lay * 10 + p), 2.0f));
+      kv.write_k(lay, kv.slot(1, p), rows.back().data());
+      kv.write_v(lay, kv.slot(1, p), rows.back().data());
+    }
+  std::vector<uint8_t> entry(static_cast<size_t>(kv.store().entry_bytes(TierKind::Full)));
+  kv.store().save_entry(TierKind::Full, kv.block_table(1)[0], entry.data());
+  kv.store().load_block(TierKind::Full, kv.block_table(1)[1], entry.data());  // into the second block
+  double worst = 0, scale = 0;
+  size_t i = 0;
+  for (int lay = 0; lay < 2; lay++)
+    for (int p = 0; p < 4; p++, i++) {
+      std::vector<float> k(64), v(64);
+      kv.read_k(lay, kv.slot(1, 4 + p), k.data());
+      kv.read_v(lay, kv.slot(1, 4 + p), v.data());
+      for (int c = 0; c < 64; c++) {
+        worst = std::max({worst, std::fabs(static_cast<double>(k[static_cast<size_t>(c)]) - rows[i][static_cast<size_t>(c)]),
+                          std::fabs(static_cast<double>(v[static_cast<size_t>(c)]) - rows[i][static_cast<size_t>(c)])});
+        scale = std::max(scale, std::fabs(static_cast<double>(rows[i][static_cast<size_t>(c)])));
+      }
+    }
+  EXPECT_GT(worst, 0.0);               // converted, not copied
+  EXPECT_LT(worst, scale / 127 * 2);   // within q8_0's step (and f16's rounding)
+  // A type whose groups do not divide the rows is refused by name.
+  KvLayout odd = l;
+  odd.k_width = odd.v_width = 48;
+  odd.granule = 16;
+  PagedKvCache kv2(odd, 4, 4);
+  EXPECT_NO_THROW(kv2.store().set_entry_type(KvType::Q8_0));  // groups of 16 (the head size's)
+  KvLayout f32 = l;
+  f32.k_type = f32.v_type = KvType::F32;
+  PagedKvCache kv3(f32, 4, 4);
+  kv3.store().set_entry_type(KvType::F16);
+  EXPECT_EQ(kv3.store().entry_bytes(TierKind::Full), same);  // f32 pool, f16 entries: an f16 pool's size
+}
+
+}  // namespace
+}  // namespace kestrel

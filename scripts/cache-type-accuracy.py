@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""What --cache-type costs in accuracy: stories260K served with a KV pool of ~320 tokens and the RAM tier; each of
+N prompts from ../shared/eval/stories.txt (~200 tokens) is answered once computed, then (after the other prompts
+pushed it out of the pool) again from the tier's entries, greedy with the top-5 logprobs. With entries in the
+pool's own type the second answer must equal the first exactly; in a smaller type, the difference is the cost.
+
+usage: cache-type-accuracy.py KESTREL SHARED [TYPES...]   (TYPES default: f32 f16 q8_0 fp8 q4)"""
+import json, re, subprocess, sys, urllib.request
+
+KESTREL, SHARED = sys.argv[1], sys.argv[2]
+TYPES = sys.argv[3:] or ["f32", "f16", "q8_0", "fp8", "q4"]
+text = open(f"{SHARED}/eval/stories.txt").read().split()
+prompts = [" ".join(text[i * 90:(i + 1) * 90]) for i in range(8)]
+
+
+def post(base, body):
+    req = urllib.request.Request(base + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=120).read())
+
+
+print("| entries | tokens equal | max logprob difference | mean logprob difference | cached share |")
+print("| --- | ---: | ---: | ---: | ---: |")
+for t in TYPES:
+    p = subprocess.Popen([KESTREL, "serve", "-m", f"{SHARED}/models/stories260K.gguf", "--port", "0", "-t", "2", "-c", "512",
+                          "--kv-cache-mem", "0.4", "--cache-type", t], stderr=subprocess.PIPE, text=True)
+    port = None
+    for line in p.stderr:
+        m = re.search(r"serving '.*' on http://127\.0\.0\.1:([0-9]+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    base = f"http://127.0.0.1:{port}"
+    ask = lambda s: post(base, {"prompt": s, "max_tokens": 24, "temperature": 0, "logprobs": 5})
+    try:
+        first = [ask(s) for s in prompts]
+        again = [ask(s) for s in prompts]
+    finally:
+        p.terminate()
+        p.wait()
+    equal = sum(a["choices"][0]["logprobs"]["tokens"] == b["choices"][0]["logprobs"]["tokens"] for a, b in zip(first, again))
+    diffs = [abs(x - y) for a, b in zip(first, again)
+             for x, y in zip(a["choices"][0]["logprobs"]["token_logprobs"], b["choices"][0]["logprobs"]["token_logprobs"])]
+    cached = sum(b["usage"]["prompt_tokens_details"]["cached_tokens"] for b in again) / sum(b["usage"]["prompt_tokens"] for b in again)
+    print(f"| {t} | {equal}/{len(prompts)} | {max(diffs):.2e} | {sum(diffs) / len(diffs):.2e} | {100 * cached:.0f}% |")
