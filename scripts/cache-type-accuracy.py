@@ -5,7 +5,10 @@ pushed it out of the pool) again from the tier's entries, greedy with the top-5 
 pool's own type the second answer must equal the first exactly; in a smaller type, the difference is the cost.
 
 usage: cache-type-accuracy.py KESTREL SHARED [TYPES...]   (TYPES default: f32 f16 q8_0 fp8 q4)"""
-import json, re, subprocess, sys, urllib.request
+import json, os, sys, urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "clients"))
+from common import Server  # noqa: E402  (kestrel serve on a free port, stopped on leaving)
 
 KESTREL, SHARED = sys.argv[1], sys.argv[2]
 TYPES = sys.argv[3:] or ["f32", "f16", "q8_0", "fp8", "q4"]
@@ -21,22 +24,11 @@ def post(base, body):
 print("| entries | tokens equal | max logprob difference | mean logprob difference | cached share |")
 print("| --- | ---: | ---: | ---: | ---: |")
 for t in TYPES:
-    p = subprocess.Popen([KESTREL, "serve", "-m", f"{SHARED}/models/stories260K.gguf", "--port", "0", "-t", "2", "-c", "512",
-                          "--kv-cache-mem", "0.4", "--cache-type", t], stderr=subprocess.PIPE, text=True)
-    port = None
-    for line in p.stderr:
-        m = re.search(r"serving '.*' on http://127\.0\.0\.1:([0-9]+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    base = f"http://127.0.0.1:{port}"
-    ask = lambda s: post(base, {"prompt": s, "max_tokens": 24, "temperature": 0, "logprobs": 5})
-    try:
-        first = [ask(s) for s in prompts]
-        again = [ask(s) for s in prompts]
-    finally:
-        p.terminate()
-        p.wait()
+    with Server(KESTREL, ["-m", f"{SHARED}/models/stories260K.gguf", "-t", "2", "-c", "512", "--kv-cache-mem", "0.4",
+                          "--cache-type", t]) as s:
+        ask = lambda prompt: post(s.base, {"prompt": prompt, "max_tokens": 24, "temperature": 0, "logprobs": 5})
+        first = [ask(x) for x in prompts]
+        again = [ask(x) for x in prompts]
     equal = sum(a["choices"][0]["logprobs"]["tokens"] == b["choices"][0]["logprobs"]["tokens"] for a, b in zip(first, again))
     diffs = [abs(x - y) for a, b in zip(first, again)
              for x, y in zip(a["choices"][0]["logprobs"]["token_logprobs"], b["choices"][0]["logprobs"]["token_logprobs"])]
