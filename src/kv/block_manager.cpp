@@ -145,7 +145,8 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   }
   if (n_groups() > 1) found_[1].resize(names.size());
   // Whether block j of a group is in the pool, or a tier's entry for it is at hand (fetched on first ask).
-  std::vector<uint8_t> asked(n_groups() > 1 ? names.size() : 0, 0);
+  std::vector<uint8_t>& asked = asked_;
+  asked.assign(n_groups() > 1 ? names.size() : 0, 0);
   auto have = [&](int gi, int64_t j) {
     if (groups_[gi].by_name.find(names[static_cast<size_t>(j)]) >= 0) return true;
     if (gi == 1 && tiers_ && !asked[static_cast<size_t>(j)]) {

@@ -217,6 +217,7 @@ class BlockManager {
   std::vector<TierTransfer> transfers_;
   TierHits tier_hits_;
   std::vector<PrefixTiers::Blob> found_[2];  // share_prefix's scratch: per block, a tier's entry (or null)
+  std::vector<uint8_t> asked_;               // ...and whether the sliding group's tier was asked for it
   static TierKind kind_of(int group) { return group == 0 ? TierKind::Full : TierKind::Sliding; }
 };
 

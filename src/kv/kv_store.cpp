@@ -110,6 +110,25 @@ std::string KvStore::entry_type_name() const {
   return k == v || layout_.v_width == 0 ? kv_type_name(k) : std::string(kv_type_name(k)) + "/" + kv_type_name(v);
 }
 
+// A block's rows in an entry's order — per layer of the group, its K rows, then its V rows — each with its format,
+// the entry's format for it and its width: the one order save_entry writes and load_block reads.
+template <typename Fn>
+void KvStore::for_each_entry_row(int group, int32_t block, Fn&& fn) const {
+  for (int l = 0; l < layout_.n_layer; l++) {
+    if (group_of(l) != group) continue;
+    const int rows = rows_per_block(l);
+    const int64_t first = static_cast<int64_t>(block) * rows;
+    for (int v = 0; v < 2; v++) {
+      const int64_t width = v ? v_width(l) : k_width(l);
+      if (width == 0) continue;  // a layout of keys only
+      uint8_t* data = static_cast<uint8_t*>(v ? v_data_[static_cast<size_t>(l)] : k_data_[static_cast<size_t>(l)]);
+      const int64_t row_bytes = v ? v_bytes(l) : k_bytes(l);
+      for (int r = 0; r < rows; r++)
+        fn(data + (first + r) * row_bytes, v ? v_format_ : k_format_, v ? entry_v_format_ : entry_k_format_, width);
+    }
+  }
+}
+
 void KvStore::save_entry(TierKind kind, int32_t index, uint8_t* out) const {
   if (kind == TierKind::State) {
     if (index < 0 || index >= n_state_slots_) throw Error(fmt::format("KV cache: no prefix snapshot {}", index));
@@ -120,67 +139,34 @@ void KvStore::save_entry(TierKind kind, int32_t index, uint8_t* out) const {
     }
     return;
   }
-  const int group = kind == TierKind::Full ? 0 : 1;
-  const bool same = entry_k_format_.type() == k_format_.type() && entry_v_format_.type() == v_format_.type();
   std::vector<float> row;
-  for (int l = 0; l < layout_.n_layer; l++) {
-    if (group_of(l) != group) continue;
-    const int rows = rows_per_block(l);
-    const int64_t first = static_cast<int64_t>(index) * rows;
-    if (same) {
-      const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
-      std::memcpy(out, k_row(l, first), kw);
-      out += kw;
-      std::memcpy(out, v_row(l, first), vw);
-      out += vw;
-      continue;
+  for_each_entry_row(kind == TierKind::Full ? 0 : 1, index, [&](const uint8_t* stored, const KvRowFormat& pool,
+                                                              const KvRowFormat& entry, int64_t width) {
+    if (pool.type() == entry.type()) {
+      std::memcpy(out, stored, pool.bytes(width));
+    } else {  // through floats into the entry's type
+      row.resize(static_cast<size_t>(width));
+      pool.dequantize(stored, 0, row.data(), width);
+      entry.quantize(row.data(), out, width);
     }
-    // Row by row through floats into the entry's type.
-    row.resize(static_cast<size_t>(std::max(k_width(l), v_width(l))));
-    for (int r = 0; r < rows; r++) {
-      k_format_.dequantize(k_row(l, first + r), 0, row.data(), k_width(l));
-      entry_k_format_.quantize(row.data(), out, k_width(l));
-      out += entry_k_format_.bytes(k_width(l));
-    }
-    for (int r = 0; r < rows; r++) {
-      if (v_width(l) == 0) break;
-      v_format_.dequantize(v_row(l, first + r), 0, row.data(), v_width(l));
-      entry_v_format_.quantize(row.data(), out, v_width(l));
-      out += entry_v_format_.bytes(v_width(l));
-    }
-  }
+    out += entry.bytes(width);
+  });
 }
 
 void KvStore::load_block(TierKind kind, int32_t block, const uint8_t* in) {
   if (kind == TierKind::State) throw Error("KV cache: a recurrent state entry goes into a slot, not a block");
-  const int group = kind == TierKind::Full ? 0 : 1;
-  const bool same = entry_k_format_.type() == k_format_.type() && entry_v_format_.type() == v_format_.type();
   std::vector<float> row;
-  for (int l = 0; l < layout_.n_layer; l++) {
-    if (group_of(l) != group) continue;
-    const int rows = rows_per_block(l);
-    const int64_t first = static_cast<int64_t>(block) * rows;
-    if (same) {
-      const auto kw = static_cast<size_t>(k_bytes(l) * rows), vw = static_cast<size_t>(v_bytes(l) * rows);
-      std::memcpy(k_row(l, first), in, kw);
-      in += kw;
-      std::memcpy(v_row(l, first), in, vw);
-      in += vw;
-      continue;
+  for_each_entry_row(kind == TierKind::Full ? 0 : 1, block, [&](uint8_t* stored, const KvRowFormat& pool,
+                                                              const KvRowFormat& entry, int64_t width) {
+    if (pool.type() == entry.type()) {
+      std::memcpy(stored, in, pool.bytes(width));
+    } else {
+      row.resize(static_cast<size_t>(width));
+      entry.dequantize(in, 0, row.data(), width);
+      pool.quantize(row.data(), stored, width);
     }
-    row.resize(static_cast<size_t>(std::max(k_width(l), v_width(l))));
-    for (int r = 0; r < rows; r++) {
-      entry_k_format_.dequantize(in, 0, row.data(), k_width(l));
-      k_format_.quantize(row.data(), k_row(l, first + r), k_width(l));
-      in += entry_k_format_.bytes(k_width(l));
-    }
-    for (int r = 0; r < rows; r++) {
-      if (v_width(l) == 0) break;
-      entry_v_format_.dequantize(in, 0, row.data(), v_width(l));
-      v_format_.quantize(row.data(), v_row(l, first + r), v_width(l));
-      in += entry_v_format_.bytes(v_width(l));
-    }
-  }
+    in += entry.bytes(width);
+  });
 }
 
 void KvStore::copy_state(const StateCopy& c) {

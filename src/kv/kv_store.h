@@ -119,6 +119,8 @@ class KvStore {
            (2 * static_cast<int64_t>(n_state_slots_) + snapshot) * layout_.state_floats;
   }
   void copy_state(const StateCopy& c);
+  template <typename Fn>
+  void for_each_entry_row(int group, int32_t block, Fn&& fn) const;
   int n_state_slots_ = 0;
   std::vector<HugePageBuffer> states_;
   std::vector<StateMark> marks_;

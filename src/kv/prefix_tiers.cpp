@@ -436,7 +436,7 @@ int64_t PrefixTiers::warm(int64_t max_bytes) {
   return n;
 }
 
-PrefixTiers::Stats PrefixTiers::stats() const {
+PrefixTiers::Stats PrefixTiers::stats(bool with_pins) const {
   std::lock_guard lock(mu_);
   Stats s = st_;
   s.ram.entries = static_cast<int64_t>(ram_.size());
@@ -444,6 +444,7 @@ PrefixTiers::Stats PrefixTiers::stats() const {
   s.disk.entries = static_cast<int64_t>(disk_.size());
   s.disk.bytes = disk_bytes_;
   s.disk_on = disk_on_;
+  if (!with_pins) return s;
   const double now = now_s();
   for (const auto& [key, e] : ram_)
     if (e.pinned_until > now) {

@@ -102,11 +102,12 @@ class PrefixTiers {
   };
   struct Stats {
     TierStats ram, disk;
-    int64_t pinned_entries = 0, pinned_bytes = 0;
+    int64_t pinned_entries = 0, pinned_bytes = 0;  // with_pins
     bool disk_on = false;
     std::string disk_error;  // why the disk tier turned off
   };
-  Stats stats() const;
+  // with_pins: also count the pinned entries (a pass over the RAM tier: for GET /cache, not every step).
+  Stats stats(bool with_pins = false) const;
   // Steady-clock seconds (the pins' clock).
   static double now_s();
 

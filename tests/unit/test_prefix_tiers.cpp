@@ -86,7 +86,7 @@ TEST(PrefixTiers, PinnedEntriesStayWhileOthersGoAndPinsHaveAShare) {
   EXPECT_NE(t.fetch(TierKind::Full, 1, 1000), nullptr);
   EXPECT_NE(t.fetch(TierKind::Full, 2, 1000), nullptr);
   EXPECT_EQ(t.fetch(TierKind::Full, 10, 1000), nullptr);
-  const auto s = t.stats();
+  const auto s = t.stats(true);
   EXPECT_EQ(s.pinned_entries, 2);
   EXPECT_LE(s.ram.bytes, c.ram_bytes);
   // A prompt's blocks pinned at once: in order, until the share is reached (here it already is).
@@ -99,7 +99,7 @@ TEST(PrefixTiers, PinnedEntriesStayWhileOthersGoAndPinsHaveAShare) {
   for (uint64_t n = 200; n < 230; n++) v.put_ram(TierKind::Full, n, bytes_of(n, 1000));
   for (uint64_t n = 100; n < 104; n++) EXPECT_NE(v.fetch(TierKind::Full, n, 1000), nullptr) << n;
   EXPECT_EQ(v.fetch(TierKind::Full, 104, 1000), nullptr);
-  EXPECT_EQ(v.stats().pinned_entries, 4);
+  EXPECT_EQ(v.stats(true).pinned_entries, 4);
   // An expired pin is an ordinary entry again.
   PrefixTiers u(c);
   u.put_ram(TierKind::Full, 1, bytes_of(1, 1000));

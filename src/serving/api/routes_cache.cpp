@@ -52,7 +52,7 @@ HttpResponse ApiRoutes::cache_summary() const {
                  {"tier_hit_tokens", p.tier_hit_tokens},
                  {"hit_rate", p.queried_tokens > 0 ? static_cast<double>(p.hit_tokens) / static_cast<double>(p.queried_tokens) : 0.0}};
   if (const PrefixTiers* t = engine_.tiers()) {
-    const PrefixTiers::Stats s = t->stats();
+    const PrefixTiers::Stats s = t->stats(true);
     out["ram"] = tier_json(s.ram, t->has_ram());
     out["ram"]["pinned_entries"] = s.pinned_entries;
     out["ram"]["pinned_bytes"] = s.pinned_bytes;
