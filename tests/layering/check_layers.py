@@ -16,7 +16,7 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["core", "hw", "formats", "gguf", "kernels", "backend", "ops", "kv", "parallel", "model", "parallel/step", "tokenizer", "grammar", "jinja", "chat", "runtime", "spec", "serving", "measure",
+LAYERS = ["core", "media", "hw", "formats", "gguf", "kernels", "backend", "ops", "kv", "parallel", "model", "parallel/step", "tokenizer", "grammar", "jinja", "chat", "runtime", "spec", "mmproj", "serving", "measure",
           "quant", "loadtest", "cli"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[^"]+)"', re.M)
 
