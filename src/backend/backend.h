@@ -54,6 +54,7 @@ struct AttentionRows {
   Act out;  // [n_tokens][n_head * value_dim()]
   const int32_t* positions = nullptr;
   const int32_t* const* block_tables = nullptr;  // per token: its sequence's table
+  const int32_t* horizons = nullptr;  // per token the last position it sees (null: its own; AttentionBatch)
 };
 
 class Backend {
@@ -255,7 +256,7 @@ class Backend {
   static void copy_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t i0,
                            int64_t i1, int64_t k_width, float* dst);
   static AttentionBatch host_rows(const AttentionRows& r) {
-    return {r.n_tokens, host(r.q), host(r.out), r.positions, r.block_tables};
+    return {r.n_tokens, host(r.q), host(r.out), r.positions, r.block_tables, r.horizons};
   }
 };
 

@@ -48,6 +48,8 @@ class ChatTemplate {
   // caller's text (everywhere with special_in_content), and no second BOS
   // when the template writes the BOS text itself (Llama 3, DeepSeek).
   std::vector<int32_t> tokenize(const Tokenizer& tokenizer, const RenderedChat& rendered, bool special_in_content) const;
+  // Whether the rendering begins with the BOS text (then tokenize adds no BOS of its own).
+  bool bos_in_text(const RenderedChat& rendered) const { return !bos_.empty() && rendered.text.rfind(bos_, 0) == 0; }
   // The template writes or strips <think> blocks (DeepSeek-R1 and its distills, QwQ, Qwen3).
   bool reasons() const { return reasons_; }
   // The tags it writes reasoning between (<think>, or Mistral's [THINK]).

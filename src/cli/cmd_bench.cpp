@@ -2,12 +2,18 @@
 // each against the machine's measured roofline (like llama-bench).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/median.h"
+#include "hw/cpu_features.h"
+#include "core/read_file.h"
+#include "mmproj/media_prompt.h"
+#include "runtime/generator.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "hw/limits.h"
@@ -33,7 +39,57 @@ struct BenchFlags {
   std::vector<int> spec_batch = {1};
   bool spec_governed = false;
   ParallelFlags parallel;
+  std::string mmproj, image, image_prompt = "Describe this image.";
 };
+
+// bench --mmproj --image: the image's encode time and the time to the first token of a prompt holding it (the
+// encode, the prefill of the image's rows and the text, one token), medians of -r runs after one warm-up.
+int run_media(BenchFlags& f) {
+  if (f.models.size() != 1 || f.image.empty()) throw Error("--mmproj measures one model (-m) and one --image");
+  const int n_threads = f.threads.empty() || f.threads[0] <= 0 ? default_thread_count() : f.threads[0];
+  LoadOptions o;
+  o.model_path = f.models[0];
+  o.n_threads = n_threads;
+  o.max_batch_tokens = f.batch.empty() ? 512 : f.batch[0];
+  o.n_ctx = 2048;
+  o.use_mmap = f.use_mmap;
+  o.profile = !f.profile.empty();
+  LoadedModel e = LoadedModel::load(o);
+  auto mm = Mmproj::load(f.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
+  const std::string bytes = read_whole_file(f.image, "--image file");
+  const ImageU8 img = decode_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, {}, f.image);
+  MediaInput in{img, media_hash(bytes.data(), bytes.size())};
+  std::vector<double> encode_ms, ttft_ms;
+  int64_t tokens = 0, prompt = 0;
+  for (int r = 0; r <= f.reps; r++) {  // (run 0: the warm-up)
+    auto t0 = std::chrono::steady_clock::now();
+    const MediaEmbeddings rows = mm->vision()->encode(img);
+    const double enc = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    tokens = rows.n_tokens;
+    t0 = std::chrono::steady_clock::now();
+    const MediaPrompt p = build_media_prompt(*e.tokenizer, *mm->vision(), kMediaMarker + f.image_prompt, {in});
+    GenerationParams g;
+    g.max_tokens = 1;
+    g.sampling.temperature = 0;
+    g.media = p.media;
+    generate(e, p.tokens, g);
+    const double ttft = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    prompt = static_cast<int64_t>(p.tokens.size());
+    if (r == 0) continue;
+    encode_ms.push_back(enc);
+    ttft_ms.push_back(ttft);
+  }
+  fmt::print("| model | mmproj | threads | image tokens | prompt tokens | encode ms | TTFT ms |\n|---|---|---|---|---|---|---|\n");
+  fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.1f} |\n", f.models[0], f.mmproj, n_threads, tokens, prompt,
+             median(encode_ms), median(ttft_ms));
+  fmt::print(stderr, "bench: {} ({}), {} runs; {}\n", mm->vision()->describe(), e.backend->describe(), f.reps,
+             cpu_features().brand);
+  if (e.profiler) {
+    e.profiler->write_chrome_trace(f.profile);
+    fmt::print(stderr, "bench: profile -> {}\n", f.profile);
+  }
+  return 0;
+}
 
 // bench --spec: plain vs speculative greedy decoding of one prompt, per
 // draft length; at batch sizes above 1, that many requests at once through
@@ -152,6 +208,7 @@ void print_results(const std::vector<BenchResult>& rs, const std::string& format
 int run(BenchFlags& f) {
   if (f.spec != "none" && !f.parallel.spec.empty()) throw Error("--spec and --parallel cannot be combined in bench");
   if (f.spec != "none") return run_spec(f);
+  if (!f.mmproj.empty()) return run_media(f);
   LoadOptions parallel;
   apply_parallel_flags(f.parallel, parallel);
   std::string format = f.json ? "json" : f.csv ? "csv" : f.output;
@@ -261,6 +318,10 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--measure", f.measure, "Measure the machine's limits again (not the cached ones), and the limit each row is held to before every repetition");
   cmd->add_flag("--no-repack", f.no_repack, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
+  cmd->add_option("--mmproj", f.mmproj, "Measure an image instead (with --image): its encode time and the time to "
+                                        "the first token of a prompt holding it");
+  cmd->add_option("--image", f.image, "With --mmproj: the image");
+  cmd->add_option("--image-prompt", f.image_prompt, "With --mmproj: the text after the image")->capture_default_str();
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");
 }
 

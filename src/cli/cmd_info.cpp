@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "mmproj/mmproj.h"
 #include "gguf/gguf.h"
 #include "runtime/loaded_model.h"
 
@@ -27,6 +28,11 @@ void register_info(CLI::App& app) {
       total += t.nbytes;
     }
     fmt::print("  {:<36} {:<6} {:>20} {:>14}\n", "total", "", "", total);
+    if (const GgufValue* arch = f.find("general.architecture"); arch && arch->type == GgufValueType::STRING &&
+                                                                   arch->as_string() == "clip") {
+      fmt::print("\n{}", describe_mmproj(path));  // a multimodal projector: its encoders
+      return 0;
+    }
     if (placement.device != "cpu") {
       // Where each part would run: the model loaded onto the device (its weights uploaded), as run would.
       LoadOptions o = placement;

@@ -14,6 +14,8 @@
 #include "spec/spec_source.h"
 #include "runtime/loaded_model.h"
 #include "runtime/generator.h"
+#include "core/read_file.h"
+#include "mmproj/media_prompt.h"
 
 namespace kestrel::cli {
 namespace {
@@ -31,7 +33,28 @@ struct RunFlags {
   bool spec_governed = false;
   GrammarFlags grammar;
   ParallelFlags parallel;
+  std::string mmproj;
+  std::vector<std::string> images;
 };
+
+// -p with --image: the images' rows where the prompt has media markers (one per image; none: all first, as
+// llama-mtmd-cli puts them), tokenized as llama.cpp's mtmd does.
+MediaPrompt media_prompt(RunFlags& f, LoadedModel& e, Mmproj& mm) {
+  std::string text = f.prompt;
+  if (text.find(kMediaMarker) == std::string::npos)
+    for (size_t i = 0; i < f.images.size(); i++) text = kMediaMarker + text;
+  std::vector<MediaInput> in;
+  for (const std::string& path : f.images) {
+    const std::string bytes = read_whole_file(path, "--image file");
+    MediaInput m;
+    m.image = decode_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, ImageLimits{}, path);
+    m.hash = media_hash(bytes.data(), bytes.size());
+    in.push_back(std::move(m));
+  }
+  MediaPromptOptions o;
+  o.add_special = !f.no_bos;
+  return build_media_prompt(*e.tokenizer, *mm.vision(), text, in, o);
+}
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -74,8 +97,20 @@ int run(RunFlags& f) {
   apply_parallel_flags(f.parallel, f.engine);
   LoadedModel e = LoadedModel::load(f.engine);
   if (e.is_follower()) return follow_leader(e, f.profile);
-  std::vector<int32_t> prompt =
-      f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special) : parse_ids(f.prompt_ids);
+  std::unique_ptr<Mmproj> mm;
+  if (!f.mmproj.empty()) mm = Mmproj::load(f.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
+  if (!f.images.empty() && !mm) throw Error("--image needs the model's projector: --mmproj FILE");
+  if (!f.images.empty() && !f.prompt_ids.empty()) throw Error("--image takes a text prompt (-p or -f), not --prompt-ids");
+  MediaPrompt media;
+  if (!f.images.empty()) {
+    media = media_prompt(f, e, *mm);
+    f.gen.media = media.media;
+    fmt::print(stderr, "[kestrel] {} images: {} tokens, encoded in {:.2f} s ({})\n", f.images.size(), media.media_tokens,
+               media.encode_seconds, mm->vision()->describe());
+  }
+  std::vector<int32_t> prompt = !f.images.empty() ? media.tokens
+                                : f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special)
+                                                       : parse_ids(f.prompt_ids);
   if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text or --prompt-ids");
   std::unique_ptr<SpecSource> spec;
   if (f.spec != "none") {
@@ -181,6 +216,10 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--no-bos", f.no_bos, "Do not add BOS to the prompt");
   cmd->add_flag("--parse-special", f.parse_special, "Turn special-token text in the prompt into its token");
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
+  cmd->add_option("--mmproj", f.mmproj, "The model's multimodal projector (llama.cpp's mmproj GGUF) for --image");
+  cmd->add_option("--image", f.images,
+                  "An image (PNG, JPEG, GIF, BMP, WebP) for the prompt (repeatable); each goes where -p has the marker "
+                  "<__media__>, or all before the text when it has none");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
   cmd->add_option("--spec", f.spec,

@@ -11,6 +11,7 @@
 
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
+#include "mmproj/mmproj.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "runtime/generator.h"
@@ -41,6 +42,8 @@ struct ServeFlags {
   bool spec_governed = false;
   bool allow_special_in_content = false;
   std::string otlp_endpoint;
+  std::string mmproj, media_path;
+  int max_images = 16;
   ParallelFlags parallel;
   // The prefix cache's lower tiers (kv/prefix_tiers.h): RAM ("" : the default), a folder and its size.
   std::string cache_ram, cache_dir, cache_disk = "10G", slot_save_path, cache_type;
@@ -312,6 +315,13 @@ int run(ServeFlags& f) {
     api.slot_save_path = f.slot_save_path;
     api.n_slots = sc.n_slots;
     api.slot_identity = slot_identity;
+    if (!f.mmproj.empty()) {
+      http->readiness().loading("loading the multimodal projector");
+      api.mmproj = Mmproj::load(f.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
+      api.media.media_path = f.media_path;
+      api.media.max_images = f.max_images;
+      api.media.max_span = std::min(f.prefill_chunk, f.max_batch_tokens);
+    }
     const ApiConfig shown = api;  // (what the line below prints: api moves into the server)
     {
       std::lock_guard lock(phase_mutex);
@@ -340,6 +350,7 @@ int run(ServeFlags& f) {
                    ? std::string()
                    : fmt::format(", tool calls read as {}", tool_call_format_name(shown.tool_format)),
                f.api_keys.empty() && f.api_key_file.empty() ? "" : ", API key required");
+    if (shown.mmproj) fmt::print(stderr, "[kestrel] images: {}\n", shown.mmproj->vision()->describe());
     io.join();  // until a signal (or a fatal error) stops the listener
     close_listener();
     if (e.profiler) {
@@ -401,6 +412,13 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--cache-type", f.cache_type,
                   "KV type of the tiers' entries (f32, f16, bf16, q8_0, fp8, q4; default: the KV cache's own): "
                   "q8_0 holds ~1.9x the f16 entries in the same RAM, at a small accuracy cost (docs/serving.md)");
+  cmd->add_option("--mmproj", f.mmproj,
+                  "The model's multimodal projector (llama.cpp's mmproj GGUF): chat requests may then carry images "
+                  "(OpenAI image_url, Anthropic image blocks, Responses input_image, Ollama images)");
+  cmd->add_option("--media-path", f.media_path, "With --mmproj: file:// image URLs are read from this folder (off by default)");
+  cmd->add_option("--max-images", f.max_images, "With --mmproj: images per request at most")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   cmd->add_option("--slot-save-path", f.slot_save_path,
                   "Folder for llama-server's POST /slots/N?action=save|restore (slots: --max-batch-size of them)");
   cmd->add_option("--scheduling-policy", f.policy, "fcfs or priority (the request field 'priority', lower first)")

@@ -8,12 +8,15 @@
 #include "core/error.h"
 #include "model/family.h"
 #include "model/synth.h"
+#include "mmproj/mmproj.h"
 #include "runtime/loaded_model.h"
 
 namespace kestrel::cli {
 
 void register_synth(CLI::App& app) {
-  static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from, mtp_file;
+  static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from, mtp_file, mmproj,
+                     mmproj_preset = "tiny", mmproj_type = "f32";
+  static int64_t mmproj_layers = 0;
   static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = -1, top_k = 0,
                  shared_kv = -1;
   static uint64_t seed = 1;
@@ -53,6 +56,16 @@ void register_synth(CLI::App& app) {
       const Family& fam = family_of(arch);
       if (!fam.split_mtp) throw Error(fmt::format("--mtp-file: {} models keep their MTP block in the model file", arch));
       fam.split_mtp(out, mtp_file);
+    }
+    if (!mmproj.empty()) {
+      const Projector* proj = nullptr;
+      for (const Projector* p : projectors())
+        if (arch == p->text_arch) proj = p;
+      if (!proj) throw Error(fmt::format("--mmproj: Kestrel has no projector for {} text models", arch));
+      const auto mt = type_from_name(mmproj_type);
+      if (!mt) throw Error(fmt::format("--mmproj-type '{}' is not a type name (f32, f16, q8_0)", mmproj_type));
+      synth_mmproj(mmproj, proj->name, o.shape.dim, seed, mmproj_preset, *mt, mmproj_layers);
+      fmt::print("wrote {} ({} projector, preset {}, output width {})\n", mmproj, proj->name, mmproj_preset, o.shape.dim);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
@@ -106,6 +119,16 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--shared-kv", shared_kv,
                   "gemma4: the last layers that read earlier layers' caches (default: the preset's; with --layers, "
                   "the last two layers with a cache must be a sliding one, then a full one)");
+  cmd->add_option("--mmproj", mmproj,
+                  "Also write a random-weight multimodal projector (mmproj) for the model to this file (gemma3: "
+                  "Gemma 3's SigLIP tower)");
+  cmd->add_option("--mmproj-preset", mmproj_preset,
+                  "The projector's shape: tiny (112 px, 2 layers of 64, 16 image tokens) or siglip-400m (Gemma 3's: 896 "
+                  "px, 27 layers of 1152, 256 tokens)")
+      ->capture_default_str();
+  cmd->add_option("--mmproj-type", mmproj_type, "The projector's matrices: f32, f16 (as converters write them) or q8_0")
+      ->capture_default_str();
+  cmd->add_option("--mmproj-layers", mmproj_layers, "Override: the projector's vision blocks");
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
   cmd->add_option("--vocab-from", vocab_from, "Copy the tokenizer of this GGUF (sets the vocabulary size)");
   cmd->add_option("-t,--threads", threads, "Threads (0: all cores)");

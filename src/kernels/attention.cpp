@@ -97,7 +97,7 @@ void build_tiles(const AttentionBatch& b, const AttentionShape& s, std::vector<A
           for (int h = h0; h < std::min(h0 + heads_per_tile, (kvh + 1) * group); h++) {
             tile.q[tile.rows] = b.q + (t * s.n_head + h) * s.head_dim;
             tile.first[tile.rows] = s.first_position(b.positions[t]);
-            tile.limit[tile.rows] = b.positions[t] + 1;
+            tile.limit[tile.rows] = b.last(t) + 1;
             tile.out_row[tile.rows] = t * s.n_head + h;
             tile.rows++;
           }
@@ -140,7 +140,7 @@ void attention_tiled(ThreadPool& pool, const PagedKvLayerView& kv, const Attenti
   const int64_t rows = b.n_tokens * s.n_head, n_tiles = static_cast<int64_t>(tiles.size());
   int32_t longest = 0;
   for (int64_t t = 0; t < b.n_tokens; t++)
-    longest = std::max(longest, b.positions[t] + 1 - s.first_position(b.positions[t]));
+    longest = std::max(longest, b.last(t) + 1 - s.first_position(b.positions[t]));
   // Few tiles for the threads (decode): split positions and merge after.
   int64_t splits = 1;
   if (n_tiles < 4 * pool.size())
@@ -183,7 +183,7 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
   const int64_t rows = b.n_tokens * s.n_head;
   int32_t longest = 0;
   for (int64_t t = 0; t < b.n_tokens; t++)
-    longest = std::max(longest, b.positions[t] + 1 - s.first_position(b.positions[t]));
+    longest = std::max(longest, b.last(t) + 1 - s.first_position(b.positions[t]));
   // Few (token, head) rows for the threads (decode of few heads, e.g. MLA):
   // split each row's positions into chunks and merge the partial softmaxes.
   int64_t splits = 1;
@@ -197,7 +197,7 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
         const int h = static_cast<int>(w % s.n_head);
         float* out = b.out + (t * s.n_head + h) * vd;
         const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, vd,
-                                       s.scale, s.softcap, s.first_position(b.positions[t]), b.positions[t] + 1, out);
+                                       s.scale, s.softcap, s.first_position(b.positions[t]), b.last(t) + 1, out);
         const float inv = 1.0f / denominator(s, h, p.m, p.l);
         for (int d = 0; d < vd; d++) out[d] *= inv;
       }
@@ -217,7 +217,7 @@ void attention_per_row(ThreadPool& pool, const PagedKvLayerView& kv, const Atten
       const int64_t t = row / s.n_head;
       const int h = static_cast<int>(row % s.n_head);
       const int32_t start = s.first_position(b.positions[t]);
-      const int64_t len = b.positions[t] + 1 - start;
+      const int64_t len = b.last(t) + 1 - start;
       const auto p0 = start + static_cast<int32_t>(len * c / splits), p1 = start + static_cast<int32_t>(len * (c + 1) / splits);
       const Partial p = attend_range(k, kv, b.block_tables[t], b.q + (t * s.n_head + h) * hd, h / group, hd, vd,
                                      s.scale, s.softcap, p0, p1, acc_data + w * vd);
@@ -239,8 +239,13 @@ void attention_paged_tiles(ThreadPool& pool, const PagedKvLayerView& kv, const A
 void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& b, const AttentionShape& s,
                      AttentionKernel kernel) {
   static const AttentionTiles* const tiles = attention_tiles();  // chosen once (isa_dispatch.h)
+  // Head sizes the widest tiles do not take (SigLIP's 72: a multiple of 8, not 16) take the AVX2 tiles.
+  static const AttentionTiles* const narrow =
+      selected_isa() > IsaLevel::Avx2 ? attention_tiles(IsaLevel::Avx2) : nullptr;
   if (kernel == AttentionKernel::Best && tiles && tiles->fits(s.head_dim, s.value_dim()))
     attention_tiled(pool, kv, b, s, *tiles);
+  else if (kernel == AttentionKernel::Best && narrow && narrow->fits(s.head_dim, s.value_dim()))
+    attention_tiled(pool, kv, b, s, *narrow);
   else
     attention_per_row(pool, kv, b, s);
 }

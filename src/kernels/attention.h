@@ -53,6 +53,9 @@ struct AttentionBatch {
   float* out = nullptr;      // [n_tokens][n_head * value_dim()]
   const int32_t* positions = nullptr;
   const int32_t* const* block_tables = nullptr;  // per token: its sequence's table
+  // Per token the last position it attends to (null: its own; a media span attended both ways: the span's last).
+  const int32_t* horizons = nullptr;
+  int32_t last(int64_t t) const { return horizons ? horizons[t] : positions[t]; }
 };
 
 struct AttentionShape {
@@ -87,7 +90,7 @@ enum class AttentionKernel {
   PerRow,  // each (token, head) on its own with the dot-kernel table: the reference path
 };
 
-// Token t attends to positions first_position(positions[t])..positions[t] of its own sequence.
+// Token t attends to positions first_position(positions[t])..last(t) of its own sequence.
 void attention_paged(ThreadPool& pool, const PagedKvLayerView& kv, const AttentionBatch& batch,
                      const AttentionShape& shape, AttentionKernel kernel = AttentionKernel::Best);
 

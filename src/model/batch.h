@@ -19,6 +19,14 @@ struct Batch {
   int32_t best = 0;
   int32_t* best_ids = nullptr;
   float* best_vals = nullptr;
+  // Rows fed an input row instead of a token's embedding (media: an encoder's output, mmproj/mmproj.h): row
+  // embd_rows[i] takes embd[i * width, (i + 1) * width), the model's input width, unscaled (Gemma scales only
+  // token embeddings, as llama.cpp does). Their tokens are placeholders the model never looks up.
+  std::vector<int64_t> embd_rows;
+  std::vector<float> embd;
+  // Empty: causal attention. Else per row the last position it attends to (at least its own): a media span
+  // whose rows see each other both ways (Gemma 3's images) gives each of its rows the span's last position.
+  std::vector<int32_t> horizons;
 
   void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -34,6 +42,9 @@ struct Batch {
     best = 0;
     best_ids = nullptr;
     best_vals = nullptr;
+    embd_rows.clear();
+    embd.clear();
+    horizons.clear();
   }
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_logit_rows() const {

@@ -19,6 +19,8 @@ struct LayerRows {
   int64_t n;
 
   const int32_t* positions() const { return batch.positions.data() + r0; }
+  // Each row's last visible position (null: causal; model/batch.h's horizons).
+  const int32_t* horizons() const { return batch.horizons.empty() ? nullptr : batch.horizons.data() + r0; }
   // The cache's layer group of this layer (full attention, or sliding window).
   int group() const { return kv.group_of(kv_layer); }
   const int64_t* slots() const { return place.slots[group()].data() + r0; }

@@ -152,8 +152,24 @@ void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int
     for (int s = 0; s < streams_; s++) be_.copy(x + s * dim, state_dim(), xb_, dim, n, dim);
     return;
   }
+  if (b.embd_rows.empty()) {
+    be_.embed(table, b.tokens.data() + r0, n, x);
+    if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
+    return;
+  }
+  // Media rows: their rows replace the embeddings of their placeholder tokens, unscaled.
   be_.embed(table, b.tokens.data() + r0, n, x);
   if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
+  const auto m = static_cast<int64_t>(b.embd_rows.size());
+  for (int64_t i = 0; i < m;) {
+    int64_t j = i + 1;  // a run of consecutive rows, one copy
+    while (j < m && b.embd_rows[j] == b.embd_rows[j - 1] + 1) j++;
+    const int64_t first = std::max(b.embd_rows[i], r0), last = std::min(b.embd_rows[j - 1] + 1, r0 + n);
+    if (first < last)
+      be_.copy(x + (first - r0) * dim, dim, be_.host_view(b.embd.data() + (i + first - b.embd_rows[i]) * dim), dim,
+               last - first, dim);
+    i = j;
+  }
 }
 
 void LayerStack::allocate_nextn(int64_t max_rows) {

@@ -25,8 +25,13 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
     throw Error(fmt::format("the prompt has {} tokens but the context holds {} (raise -c/--ctx-size or shorten the prompt)",
                             prompt.size(), e.n_ctx));
   if (params.max_tokens < 0) throw Error(fmt::format("max tokens {} must not be negative", params.max_tokens));
-  for (int32_t t : prompt)
+  size_t span = 0;
+  for (size_t i = 0; i < prompt.size(); i++) {
+    while (span < params.media.size() && params.media[span].end() <= static_cast<int64_t>(i)) span++;
+    if (span < params.media.size() && params.media[span].start <= static_cast<int64_t>(i)) continue;  // a placeholder
+    const int32_t t = prompt[i];
     if (t < 0 || t >= n_vocab) throw Error(fmt::format("prompt token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+  }
   params.sampling.validate();
 
   // One request, sequence 0, through the step executor `serve` uses too:
@@ -45,6 +50,7 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
   StepExecutor exec(e, xc);
   auto req = std::make_unique<Request>();
   req->params.prompt = prompt;
+  req->params.media = params.media;
   req->params.sampling = params.sampling;
   req->params.max_tokens = params.max_tokens;
   req->params.max_total_tokens = e.n_ctx + 1;  // the last token generated needs no KV

@@ -10,6 +10,7 @@
 #include "grammar/token_constraint.h"
 #include "runtime/loaded_model.h"
 #include "runtime/proposer.h"
+#include "runtime/request.h"
 #include "runtime/sampler.h"
 
 namespace kestrel {
@@ -36,6 +37,8 @@ struct GenerationParams {
   // Structured output: only text this grammar matches is generated; the
   // generation ends when it has matched completely.
   std::shared_ptr<const Grammar> grammar;
+  // Media in the prompt (mmproj/media_prompt.h): its spans' placeholders are the only negative ids allowed.
+  std::vector<MediaSpan> media;
 };
 
 struct GenerationResult {

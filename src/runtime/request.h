@@ -17,8 +17,23 @@
 
 namespace kestrel {
 
+// Media in a prompt (an image's rows from an mmproj encoder, mmproj/mmproj.h): prompt tokens [start, start +
+// n_tokens) are placeholders fed these input rows (n_tokens * width floats) instead of token embeddings. The
+// placeholders are negative ids derived from the media's content hash (media_placeholders), so the prefix cache,
+// which names blocks by their tokens, shares a prefix only where the same media sits at the same place. both_ways:
+// the span's rows attend to each other in both directions (Gemma 3), so a prefill chunk never ends inside it.
+struct MediaSpan {
+  int64_t start = 0, n_tokens = 0, width = 0;
+  std::shared_ptr<const std::vector<float>> rows;
+  bool both_ways = false;
+  int64_t end() const { return start + n_tokens; }
+};
+// n placeholder ids for media whose content hashes to `hash`: negative, never a vocabulary id.
+std::vector<int32_t> media_placeholders(uint64_t hash, int64_t n);
+
 struct RequestParams {
   std::vector<int32_t> prompt;  // at least one token (moved into the record's tokens at submission)
+  std::vector<MediaSpan> media;  // ascending, not overlapping, inside the prompt
   int priority = 0;             // lower runs earlier (as vLLM)
   SamplingParams sampling;
   int64_t max_tokens = 16;        // generated tokens at most (0: prefill only)

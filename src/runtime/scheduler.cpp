@@ -110,6 +110,18 @@ int64_t Scheduler::shareable_prompt(const Request& r) const {
   return (r.n_prompt - 1) / bs * bs;
 }
 
+// A chunk of n tokens from r's computed ones, shortened so that it does not end inside a media span whose rows
+// attend to each other both ways (each needs every other's keys in the same step); 0 when such a span begins
+// the chunk and does not fit it (StepExecutor::add refuses spans longer than a prefill chunk).
+int64_t Scheduler::media_cut(const Request& r, int64_t n) const {
+  const int64_t from = r.num_computed_tokens, to = from + n;
+  for (const MediaSpan& m : r.params.media) {
+    if (!m.both_ways || m.end() <= to || m.start >= to) continue;
+    return m.start > from ? m.start - from : 0;  // (a prefix hit may end inside the span: its rest must fit)
+  }
+  return n;
+}
+
 int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) {
   const bool fresh = !r.running;
   BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
@@ -120,6 +132,14 @@ int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) 
     // the last boundary a later prompt could share, then goes on.
     const int64_t boundary = shareable_prompt(r);
     if (r.num_computed_tokens < boundary && r.num_computed_tokens + n > boundary) n = boundary - r.num_computed_tokens;
+  }
+  n = media_cut(r, n);
+  if (n == 0) {  // a media span attended both ways does not fit what is left of the step: it waits
+    if (fresh) {
+      blocks_.erase(r.seq);
+      r.num_computed_tokens = 0;
+    }
+    return 0;
   }
   const int64_t target = r.num_computed_tokens + n;
   if (blocks_.blocks_for(target) <= blocks_.max_blocks_per_seq()) {

@@ -43,6 +43,7 @@ const Request& StepExecutor::add(std::unique_ptr<Request> r) {
   if (r->params.prompt.empty()) throw Error("a request needs at least one prompt token");
   if (sched_.find(r->id)) throw Error(fmt::format("request {} is already running", r->id));
   RequestParams& p = r->params;
+  check_media(p);
   if (p.max_total_tokens <= 0) p.max_total_tokens = e_.n_ctx;
   r->sampler = std::make_unique<Sampler>(p.sampling, e_.model->config().n_vocab);
   r->reasoning_phase = p.reasoning_opened ? 1 : 0;  // (a prompt that opened the reasoning starts inside it)
@@ -54,6 +55,29 @@ const Request& StepExecutor::add(std::unique_ptr<Request> r) {
   p.prompt.reserve(static_cast<size_t>(
       std::min<int64_t>(static_cast<int64_t>(p.prompt.size()) + p.max_tokens, p.max_total_tokens)));
   return sched_.add(std::move(r));
+}
+
+// Media spans: inside the prompt, in order, rows of the model's input width, and (attended both ways) no longer
+// than a step can take at once; not with speculation (a draft model would be fed the placeholders).
+void StepExecutor::check_media(const RequestParams& p) const {
+  int64_t end = 0;
+  const auto n_prompt = static_cast<int64_t>(p.prompt.size());
+  const int64_t step = std::min(c_.scheduler.prefill_chunk, c_.scheduler.max_batch_tokens);
+  for (const MediaSpan& m : p.media) {
+    if (m.start < end || m.n_tokens <= 0 || m.end() > n_prompt)
+      throw Error(fmt::format("a media span [{}, {}) is not inside the prompt of {} tokens after the previous one",
+                              m.start, m.end(), n_prompt));
+    if (m.width != e_.model->config().n_embd || !m.rows ||
+        static_cast<int64_t>(m.rows->size()) != m.n_tokens * m.width)
+      throw Error(fmt::format("a media span's rows are {} wide; the model takes rows of {}", m.width,
+                              e_.model->config().n_embd));
+    if (m.both_ways && m.n_tokens > step)
+      throw Error(fmt::format("an image of {} tokens is attended as a whole, but a step takes at most {} tokens: "
+                              "raise -b/--batch-size (serve: --prefill-chunk and --batch-size) to at least {}",
+                              m.n_tokens, step, m.n_tokens));
+    end = m.end();
+  }
+  if (!p.media.empty() && proposer_) throw Error("media in a prompt cannot be combined with speculative decoding yet");
 }
 
 std::string StepExecutor::remove(int64_t id) {
@@ -130,6 +154,7 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
   std::vector<Row>& rows = f.rows;
   batch.clear();
   rows.clear();
+  both_ways_.clear();
   for (const auto& item : plan.items) {
     Request& r = *sched_.find(item.id);
     RequestOutput& o = output(item.id);  // every request the step runs has an output (a prefill chunk too)
@@ -138,9 +163,11 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
       o.started = true;
     }
     const int64_t last = item.first + item.n_tokens - 1;
+    const int64_t row0 = batch.size();
     for (int64_t i = item.first; i <= last; i++)
-      batch.add(r.tokens[i], static_cast<int32_t>(i), r.seq,
+      batch.add(std::max(r.tokens[i], 0), static_cast<int32_t>(i), r.seq,  // (media placeholders: token 0)
                 (item.logits && i == last) || (r.params.all_logits && i < r.num_tokens()));
+    for (const MediaSpan& m : r.params.media) add_media_rows(batch, m, item.first, last + 1, row0);
     rows.push_back({&r,
                     item.id,
                     item.first,
@@ -153,6 +180,24 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
                     -1});
     rows.back().want_hidden = r.params.want_hidden;
   }
+}
+
+// The rows of media span m among a request's rows [first, end) (batch rows from row0): their input rows, and
+// for a span attended both ways its batch rows (set_horizons gives them the span's last position).
+void StepExecutor::add_media_rows(Batch& batch, const MediaSpan& m, int64_t first, int64_t end, int64_t row0) {
+  const int64_t a = std::max(first, m.start), b = std::min(end, m.end());
+  if (a >= b) return;
+  for (int64_t i = a; i < b; i++) batch.embd_rows.push_back(row0 + i - first);
+  const float* src = m.rows->data() + (a - m.start) * m.width;
+  batch.embd.insert(batch.embd.end(), src, src + (b - a) * m.width);
+  if (m.both_ways) both_ways_.push_back({row0 + a - first, b - a, static_cast<int32_t>(m.end() - 1)});
+}
+
+// Every row's horizon once the batch is complete (drafts included), where a span is attended both ways.
+void StepExecutor::set_horizons(Batch& batch) {
+  if (both_ways_.empty()) return;
+  batch.horizons.assign(batch.positions.begin(), batch.positions.end());
+  for (const auto& [row, n, last] : both_ways_) std::fill_n(batch.horizons.begin() + row, n, last);
 }
 
 // Decoding requests with draft slots in the plan get drafts after their
@@ -256,6 +301,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
   for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;
   f.start_s = seconds_now();
   add_drafts(f);
+  set_horizons(f.batch);
   f.batch.best = best_needed(f);
   if (f.batch.best > 0) {  // the rows' best candidates come back in buffers of their own (grown, then reused)
     const auto n = static_cast<size_t>(f.batch.n_logit_rows() * f.batch.best);

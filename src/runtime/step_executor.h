@@ -146,7 +146,10 @@ class StepExecutor {
   bool launch(double now_ms, int slot, StepReport& report);
   // Finishes the oldest step in flight: its logits, sampling, the scheduler's update.
   void land(StepReport& report);
+  void check_media(const RequestParams& p) const;
   void build_batch(const StepPlan& plan, Flight& f);
+  void add_media_rows(Batch& batch, const MediaSpan& m, int64_t first, int64_t end, int64_t row0);
+  void set_horizons(Batch& batch);
   void add_drafts(Flight& f);
   void observe_hidden(const Flight& f);
   void assign_logits_rows(Flight& f);
@@ -178,6 +181,12 @@ class StepExecutor {
   // stages), 1 with a proposer (drafts read the tokens of the step before).
   int depth_ = 1;
   std::vector<Flight> flights_;  // one per slot
+  // The batch's media rows attended both ways: (first batch row, rows, the span's last position).
+  struct BothWays {
+    int64_t row, n;
+    int32_t last;
+  };
+  std::vector<BothWays> both_ways_;
   std::vector<int> in_flight_;   // slots of started steps, oldest first
   std::vector<float> logits_, hidden_;
   size_t base_logits_ = 0;  // the logits buffer's usual size (rows for a step without all_logits requests)

@@ -30,14 +30,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string sha256_of(const std::string& path) {
-  FILE* p = popen(("sha256sum '" + path + "'").c_str(), "r");
-  if (!p) return "";
-  char buf[65] = {};
-  const size_t n = fread(buf, 1, 64, p);
-  pclose(p);
-  return std::string(buf, n);
-}
 
 // `kestrel synth` writing the cell's file to path (and its MTP block apart, for a cell of a split file).
 void synth_cell(const json& cell, const std::string& path) {
@@ -49,14 +41,6 @@ void synth_cell(const json& cell, const std::string& path) {
   ASSERT_EQ(made.exit_code, 0) << cell["name"] << ": " << made.err;
 }
 
-std::vector<int> ids_of(const std::string& out) {
-  std::vector<int> ids;
-  const size_t at = out.rfind("ids:");
-  if (at == std::string::npos) return ids;
-  std::istringstream in(out.substr(at + 4));
-  for (int id; in >> id;) ids.push_back(id);
-  return ids;
-}
 
 TEST(SynthCells, KestrelGivesLlamaCppsIdsOnTheRecordedFiles) {
   const json doc = json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/reference/synth_cells.json"));
@@ -73,7 +57,7 @@ TEST(SynthCells, KestrelGivesLlamaCppsIdsOnTheRecordedFiles) {
       const auto quantized = test::run_kestrel(q);
       ASSERT_EQ(quantized.exit_code, 0) << name << ": " << quantized.err;
     }
-    ASSERT_EQ(sha256_of(model), cell["sha256"].get<std::string>())
+    ASSERT_EQ(test::sha256_of(model), cell["sha256"].get<std::string>())
         << name << ": synth (and quantize) no longer write the recorded file";
     std::string prompt;
     for (const auto& id : cell["prompt"]) prompt += (prompt.empty() ? "" : " ") + std::to_string(id.get<int>());
@@ -89,7 +73,7 @@ TEST(SynthCells, KestrelGivesLlamaCppsIdsOnTheRecordedFiles) {
         args.insert(args.end(), {"--mla", mla});
       const auto r = test::run_kestrel(args);
       ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
-      const auto got = ids_of(r.out + r.err);
+      const auto got = test::printed_ids(r.out + r.err);
       ASSERT_EQ(got.size(), want.size()) << name << " (--mla " << mla << "): " << r.out << r.err;
       const double tie_gap = cell.value("tie_gap", 1e-3);
       const auto gaps = cell["gaps"].get<std::vector<double>>();
@@ -115,12 +99,12 @@ TEST(SynthCells, TheMtpBlockPredictsWhatLlamaCppsDoesAtEveryPromptRow) {
     cells++;
     const std::string name = cell["name"], path = dir.file(name + ".gguf");
     synth_cell(cell, path);
-    ASSERT_EQ(sha256_of(path), cell["sha256"].get<std::string>()) << name;
+    ASSERT_EQ(test::sha256_of(path), cell["sha256"].get<std::string>()) << name;
     LoadOptions o;
     o.model_path = path;
     if (cell["mtp"].contains("file_sha256")) {  // the block from its own file, with that file's head
       o.mtp_model = path + ".mtp";
-      ASSERT_EQ(sha256_of(o.mtp_model), cell["mtp"]["file_sha256"].get<std::string>()) << name;
+      ASSERT_EQ(test::sha256_of(o.mtp_model), cell["mtp"]["file_sha256"].get<std::string>()) << name;
       files++;
     }
     o.n_threads = 2;

@@ -30,6 +30,32 @@ inline std::string shell(const std::string& cmd, int* status = nullptr) {
   return out;
 }
 
+// A file's sha256 (hex), by sha256sum; "" when it cannot be read.
+inline std::string sha256_of(const std::string& path) {
+  FILE* p = popen(("sha256sum '" + path + "'").c_str(), "r");
+  if (!p) return "";
+  char buf[65] = {};
+  const size_t n = fread(buf, 1, 64, p);
+  pclose(p);
+  return std::string(buf, n);
+}
+
+// The ids `kestrel run --print-ids` printed after its last "ids:" (none: empty).
+inline std::vector<int> printed_ids(const std::string& out) {
+  std::vector<int> ids;
+  const size_t at = out.rfind("ids:");
+  if (at == std::string::npos) return ids;
+  size_t i = at + 4;
+  while (i < out.size()) {
+    while (i < out.size() && out[i] == ' ') i++;
+    if (i >= out.size() || (out[i] < '0' || out[i] > '9')) break;
+    int v = 0;
+    while (i < out.size() && out[i] >= '0' && out[i] <= '9') v = v * 10 + (out[i++] - '0');
+    ids.push_back(v);
+  }
+  return ids;
+}
+
 inline std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);

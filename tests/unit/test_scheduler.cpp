@@ -396,3 +396,49 @@ TEST(Scheduler, RecurrentPrefillsStopAtTheLastSharedBoundaryForTheirSnapshot) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// A media span attended both ways (an image's rows) is never cut by a prefill chunk: a chunk that would end
+// inside it stops before it, the span then goes whole in a later step (with what the budget leaves), and a
+// span a step could never take waits rather than being split. A causal span may be cut.
+TEST(Scheduler, PrefillChunksNeverEndInsideAnImageAttendedBothWays) {
+  SchedulerConfig c;
+  c.max_batch_tokens = 64;
+  c.prefill_chunk = 40;
+  c.max_batch_size = 4;
+  BlockManager blocks(1000, 16);
+  Scheduler s(c, blocks);
+  auto r = std::make_unique<Request>();
+  r->id = 1;
+  r->seq = 1;
+  r->params.prompt = prompt(1, 100);
+  MediaSpan img;
+  img.start = 30;  // rows [30, 60)
+  img.n_tokens = 30;
+  img.both_ways = true;
+  r->params.media = {img};
+  s.add(std::move(r));
+  StepPlan p = s.plan(0);
+  EXPECT_EQ(tokens_of(p, 1), 30);  // 40 would end at 40, inside [30, 60): stops at 30
+  run(s, p);
+  p = s.plan(1);
+  EXPECT_EQ(tokens_of(p, 1), 40);  // [30, 70): the image whole, then text
+  run(s, p);
+  p = s.plan(2);
+  EXPECT_EQ(tokens_of(p, 1), 30);
+  // The same span attended causally is cut like text.
+  Scheduler s2(c, blocks);
+  auto q = std::make_unique<Request>();
+  q->id = 2;
+  q->seq = 2;
+  q->params.prompt = prompt(2, 100);
+  img.both_ways = false;
+  q->params.media = {img};
+  s2.add(std::move(q));
+  EXPECT_EQ(tokens_of(s2.plan(0), 2), 40);
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -6,6 +6,7 @@
 #include "core/huge_page_arena.h"
 #include "core/thread_pool.h"
 #include "backend/backend.h"
+#include "kernels/attention_dense.h"
 #include "kernels/matmul.h"
 #include "backend/operator.h"
 
@@ -179,6 +180,13 @@ class CpuBackend final : public Backend {
 
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& shape) override {
     attention_paged(pool_, kv, host_rows(rows), shape);
+  }
+
+  // Many queries seeing every key (a vision tower's patches): by GEMMs (kernels/attention_dense.h), else paged.
+  void attention_dense(Act k, Act v, int64_t k_width, int64_t v_width, int64_t len, const AttentionRows& rows,
+                       const AttentionShape& shape) override {
+    if (!attention_dense_gemm(pool_, host(k), host(v), k_width, v_width, len, host_rows(rows), shape))
+      Backend::attention_dense(k, v, k_width, v_width, len, rows, shape);
   }
 
   void gather_kv_rows(const PagedKvLayerView& view, const int32_t* table, const int32_t* positions, int64_t count,

@@ -257,7 +257,9 @@ class VulkanBackend final : public ForwardingBackend, private VulkanOpContext {
   }
 
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
-    const bool device = !on_cpu_ && kv.v && device_memory(kv.k) && device_memory(kv.v) && row_type(kv.k_format) >= 0 &&
+    // (Rows that see past their own position — a media span attended both ways — run on the CPU: the shader's
+    // mask is causal.)
+    const bool device = !on_cpu_ && !rows.horizons && kv.v && device_memory(kv.k) && device_memory(kv.v) && row_type(kv.k_format) >= 0 &&
                         row_type(kv.v_format) >= 0 && s.head_dim <= 1024 && s.value_dim() <= 1024 && s.n_kv_head > 0 &&
                         s.n_head % s.n_kv_head == 0;
     if (!device) return fwd().attention(kv, rows, s);

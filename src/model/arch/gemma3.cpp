@@ -47,6 +47,12 @@ std::vector<SynthPreset> presets() {
   return {
       {"tiny", synth_shape("gemma3", 64, 6, 2, 1, 128, 512, 1024,
                            SynthDecoder{.head_dim = 32, .tied = true, .rope_base = 1e6f, .rope_factor = 8.0f, .window = 16})},
+      // The tiny shape with embeddings of standard deviation 1/sqrt(dim): times Gemma's sqrt(dim) they are of the
+      // branches' size, so what the layers compute (image rows included: synth --mmproj) decides the next token
+      // rather than the last token's own embedding.
+      {"tiny-vision", synth_shape("gemma3", 64, 6, 2, 1, 128, 512, 1024,
+                                  SynthDecoder{.head_dim = 32, .tied = true, .rope_base = 1e6f, .rope_factor = 8.0f,
+                                               .window = 16, .embed_std = 0.125f})},
       {"1b", synth_shape("gemma3", 1152, 26, 4, 1, 6912, 262144, 32768,
                          SynthDecoder{.head_dim = 256, .tied = true, .rope_base = 1e6f, .window = 512})},
       {"4b",  // Gemma-3-4B (text)

@@ -1,4 +1,5 @@
 #include "serving/api/anthropic_api.h"
+#include "serving/api/media_input.h"
 
 #include <fmt/format.h>
 
@@ -61,6 +62,7 @@ void add_message(const ojson& m, size_t i, ojson& out) {
   if (!c.is_array()) throw bad_request(cp, fmt::format("'{}' must be a string or an array of content blocks", cp));
   std::string text, thinking;
   ojson calls = ojson::array();
+  ojson parts = ojson::array();  // a user turn with images: its text and images in order, as OpenAI parts
   for (size_t k = 0; k < c.size(); k++) {
     const ojson& b = c[k];
     const std::string bp = fmt::format("{}[{}]", cp, k);
@@ -70,9 +72,29 @@ void add_message(const ojson& m, size_t i, ojson& out) {
     if (type == "text") {
       only_fields(b, bp, {"type", "text", "citations"});
       text += text_of(b.value("text", ojson()), bp + ".text");
+    } else if (type == "image" && user) {
+      // A base64 image (the only source a server without network access can take), as an OpenAI image_url part.
+      only_fields(b, bp, {"type", "source", "cache_control"});
+      const std::string sp = bp + ".source";
+      if (!b.contains("source") || !b["source"].is_object())
+        throw bad_request(sp, fmt::format("'{}' must be {{\"type\": \"base64\", \"media_type\", \"data\"}}", sp));
+      const ojson& src = b["source"];
+      if (string_or_empty(src, "type") != "base64")
+        throw bad_request(sp + ".type", fmt::format("'{}.type' must be \"base64\": this server does not fetch image "
+                                                    "URLs or files",
+                                                    sp));
+      only_fields(src, sp, {"type", "media_type", "data"});
+      const std::string media_type = text_of(src.value("media_type", ojson()), sp + ".media_type");
+      if (media_type != "image/jpeg" && media_type != "image/png" && media_type != "image/gif" && media_type != "image/webp")
+        throw bad_request(sp + ".media_type", fmt::format("'{}.media_type' must be image/jpeg, image/png, image/gif or "
+                                                          "image/webp",
+                                                          sp));
+      if (!text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
+      text.clear();
+      parts.push_back(image_url_part(media_type, text_of(src.value("data", ojson()), sp + ".data")));
     } else if (type == "image" || type == "document") {
-      throw bad_request(bp, fmt::format("'{}' is {}: this server serves text models (text blocks only)", bp,
-                                        type == "image" ? "an image" : "a document"));
+      throw bad_request(bp, fmt::format("'{}' is {}: {}", bp, type == "image" ? "an image" : "a document",
+                                        type == "image" ? "images go in user messages" : "documents are not read here"));
     } else if (type == "tool_use" && !user) {
       only_fields(b, bp, {"type", "id", "name", "input"});
       const std::string id = text_of(b.value("id", ojson()), bp + ".id");
@@ -101,6 +123,11 @@ void add_message(const ojson& m, size_t i, ojson& out) {
     }
   }
   if (user) {
+    if (!parts.empty()) {
+      if (!text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
+      out.push_back({{"role", "user"}, {"content", parts}});
+      return;
+    }
     if (!text.empty() || out.empty() || out.back()["role"] != "tool") out.push_back({{"role", "user"}, {"content", text}});
     return;
   }

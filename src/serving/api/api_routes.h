@@ -35,6 +35,8 @@
 
 namespace kestrel {
 
+class Mmproj;
+
 struct ApiConfig {
   std::vector<std::string> model_names;  // --served-model-name: every alias a request may use; the first is primary
   std::shared_ptr<const ChatTemplate> chat_template;  // required for /v1/chat/completions
@@ -51,6 +53,10 @@ struct ApiConfig {
   std::string slot_save_path;
   int n_slots = 0;
   std::string slot_identity;
+  // --mmproj: the model's projector, for images in chat requests (null: image parts are refused), and the
+  // limits on them (MediaSupport: --media-path, --max-images; vision and run_encoder are set by ApiRoutes).
+  std::shared_ptr<Mmproj> mmproj;
+  MediaSupport media;
 };
 
 class ApiRoutes {

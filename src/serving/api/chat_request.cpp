@@ -5,6 +5,7 @@
 
 #include "chat/tool_call_grammar.h"
 #include "core/error.h"
+#include "serving/api/media_input.h"
 #include "serving/api/openai_api.h"
 
 namespace kestrel {
@@ -13,9 +14,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-// The content as one string (text parts joined), or null where the role may
-// leave it out (an assistant turn that only calls tools).
-ojson message_content(const ojson& m, size_t i, bool may_be_null) {
+// The content as one string (text parts joined; an image part is the media marker, its bytes in `media`), or
+// null where the role may leave it out (an assistant turn that only calls tools).
+ojson message_content(const ApiContext& ctx, const ojson& m, size_t i, bool may_be_null, std::vector<MediaPart>& media) {
   const std::string param = fmt::format("messages[{}].content", i);
   if (!m.contains("content") || m["content"].is_null()) {
     if (may_be_null) return nullptr;
@@ -25,10 +26,34 @@ ojson message_content(const ojson& m, size_t i, bool may_be_null) {
   if (c.is_string()) return c.get<std::string>();
   if (!c.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of text parts", param));
   std::string text;
-  for (const auto& part : c) {
-    if (!part.is_object() || string_or_empty(part, "type") != "text" || !part.contains("text") || !part["text"].is_string())
-      throw bad_request(
-          param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} (only text is supported)", param));
+  // With images the parts join as llama-server joins them: a newline between two text parts, none next to an
+  // image (its common/chat.cpp); text parts alone join as they are.
+  bool with_media = false, after_marker = false;
+  for (const auto& part : c) with_media = with_media || (part.is_object() && string_or_empty(part, "type") == "image_url");
+  for (size_t k = 0; k < c.size(); k++) {
+    const ojson& part = c[k];
+    const std::string pp = fmt::format("{}[{}]", param, k);
+    const std::string type = part.is_object() ? string_or_empty(part, "type") : "";
+    if (type == "image_url" && m.value("role", "") != "assistant") {
+      after_marker = true;
+      media.push_back(image_part(part, pp, ctx));
+      if (ctx.media->max_images > 0 && media.size() > static_cast<size_t>(ctx.media->max_images))
+        throw bad_request(pp, fmt::format("'{}' is image {} of the request; the server takes at most {} per request", pp,
+                                          media.size(), ctx.media->max_images));
+      text += ctx.media->marker;
+      continue;
+    }
+    if (type == "input_audio")
+      throw bad_request(pp, fmt::format("'{}' is audio: audio input is not implemented (Kestrel runs image "
+                                        "encoders only)",
+                                        pp));
+    if (type != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad_request(param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} or, for a "
+                                           "user's message, {{\"type\": \"image_url\", \"image_url\": {{\"url\": "
+                                           "...}}}}",
+                                           param));
+    if (with_media && !after_marker && !text.empty()) text += '\n';
+    after_marker = false;
     text += part["text"].get<std::string>();
   }
   return text;
@@ -63,7 +88,7 @@ ojson tool_calls(const ojson& calls, size_t i) {
   return out;
 }
 
-ojson checked_messages(const ojson& body) {
+ojson checked_messages(const ApiContext& ctx, const ojson& body, std::vector<MediaPart>& media) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
     throw bad_request("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
   ojson out = ojson::array();
@@ -86,7 +111,7 @@ ojson checked_messages(const ojson& body) {
                           fmt::format("'messages[{}].{}' is not supported for a {} message", i, key, role));
     }
     const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
-    ojson n = {{"role", role}, {"content", message_content(m, i, calls)}};
+    ojson n = {{"role", role}, {"content", message_content(ctx, m, i, calls, media)}};
     for (const char* key : {"name", "tool_call_id", "reasoning_content"})
       if (m.contains(key) && !m[key].is_null()) {
         if (!m[key].is_string())
@@ -143,7 +168,8 @@ ojson checked_kwargs(const ojson& body) {
 }  // namespace
 
 ChatPrompt render_chat_request(const ApiContext& ctx, const ojson& body, bool add_generation_prompt) {
-  ojson messages = checked_messages(body);
+  ChatPrompt out;
+  ojson messages = checked_messages(ctx, body, out.media);
   if (ctx.tool_format == ToolCallFormat::Harmony)
     // gpt-oss's template reads an assistant turn's reasoning as `thinking`, and tests `... in message.content`
     // wherever the key exists: a call's null content goes (llama.cpp adjusts the messages alike).
@@ -164,7 +190,6 @@ ChatPrompt render_chat_request(const ApiContext& ctx, const ojson& body, bool ad
     kwargs["reasoning_effort"] = effort;
   }
   ojson tools = checked_tools(body);
-  ChatPrompt out;
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
     if (!body["parallel_tool_calls"].is_boolean())
       throw bad_request("parallel_tool_calls", "'parallel_tool_calls' must be true or false");

@@ -1,5 +1,7 @@
 #include "serving/api/completion_ask.h"
 
+#include "mmproj/media_prompt.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -92,6 +94,57 @@ void read_sampling(const Fields& f, const ApiContext& ctx, const char* repeat_pe
 
 namespace {
 
+// A rendered chat with images at the media markers: each image decoded (a 400 naming its part when it cannot
+// be), the text around them tokenized as the template's text is (message content plain), the images encoded on
+// the engine thread, their rows in the prompt (mmproj/media_prompt.h).
+void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::vector<MediaPart>& parts,
+                  RequestParams& params) {
+  const MediaSupport& m = *ctx.media;
+  std::vector<MediaInput> images;
+  for (const MediaPart& part : parts) {
+    MediaInput in;
+    try {
+      ImageLimits limits;
+      limits.max_bytes = m.max_bytes;
+      limits.max_pixels = m.max_pixels;
+      in.image = decode_image({reinterpret_cast<const uint8_t*>(part.bytes.data()), part.bytes.size()}, limits, part.param);
+    } catch (const Error& e) {
+      throw bad_request(part.param, e.what());
+    }
+    in.hash = media_hash(part.bytes.data(), part.bytes.size());
+    images.push_back(std::move(in));
+  }
+  MediaPromptOptions o;
+  o.marker = m.marker;
+  o.add_special = !ctx.chat_template->bos_in_text(chat);
+  o.run_encoder = m.run_encoder;
+  o.tokenize_piece = [&](std::string_view piece, size_t offset) {
+    if (ctx.allow_special_in_content) return ctx.tokenizer.encode(piece, false, true);
+    std::vector<TextSpan> plain;  // the message content inside this piece, from the piece's start
+    for (const TextSpan& s : chat.content) {
+      const size_t b = std::max(s.begin, offset), e = std::min(s.end, offset + piece.size());
+      if (b < e) plain.push_back({b - offset, e - offset});
+    }
+    return ctx.tokenizer.encode(piece, false, plain);
+  };
+  MediaPrompt mp;
+  try {
+    mp = build_media_prompt(ctx.tokenizer, *m.vision, chat.text, images, o);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    throw bad_request("messages", e.what());
+  }
+  if (m.on_encoded) m.on_encoded(static_cast<int64_t>(images.size()), mp.encoded, mp.media_tokens, mp.encode_seconds);
+  for (const MediaSpan& span : mp.media)
+    if (span.both_ways && span.n_tokens > m.max_span)
+      throw bad_request(parts.front().param, fmt::format("an image of {} tokens is attended as a whole, but a step of "
+                                                         "this server takes {} prompt tokens (--prefill-chunk)",
+                                                         span.n_tokens, m.max_span));
+  params.prompt = std::move(mp.tokens);
+  params.media = std::move(mp.media);
+}
+
 // The chat through the template: the prompt's tokens, and what the reply will be read for (reasoning, calls).
 std::string render_chat(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest& p) {
   RequestParams& params = p.serve.params;
@@ -114,7 +167,10 @@ std::string render_chat(const ApiContext& ctx, const CompletionAsk& ask, ParsedR
   p.parallel_tool_calls = prompt.parallel_tool_calls;
   p.tool_grammar_held = !prompt.tool_grammar.empty();
   check_prompt_bytes(ctx, chat_text.text.size(), ask.names.prompt);
-  params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
+  if (prompt.media.empty())
+    params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
+  else
+    media_prompt(ctx, chat_text, prompt.media, params);
   return prompt.tool_grammar;
 }
 

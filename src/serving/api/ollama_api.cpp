@@ -18,7 +18,26 @@ namespace {
 
 void no_images(const ojson& o, const std::string& where) {
   if (o.contains("images") && !o["images"].is_null() && !(o["images"].is_array() && o["images"].empty()))
-    throw bad_request(where + "images", fmt::format("'{}images': this server serves text models (no images)", where));
+    throw bad_request(where + "images", fmt::format("'{}images': this server has no image encoder (start it with "
+                                                    "--mmproj FILE)",
+                                                    where));
+}
+
+// Ollama's `images` (base64 files) beside a text: the images first, then the text, as OpenAI parts; the text
+// alone when there are none.
+ojson with_images(const ojson& o, const std::string& where, const ojson& text, const ApiContext& ctx) {
+  if (!o.contains("images") || o["images"].is_null() || (o["images"].is_array() && o["images"].empty())) return text;
+  if (!ctx.media) no_images(o, where);
+  const ojson& images = o["images"];
+  if (!images.is_array()) throw bad_request(where + "images", fmt::format("'{}images' must be an array of base64 strings", where));
+  ojson parts = ojson::array();
+  for (size_t k = 0; k < images.size(); k++) {
+    if (!images[k].is_string())
+      throw bad_request(fmt::format("{}images[{}]", where, k), fmt::format("'{}images[{}]' must be a base64 string", where, k));
+    parts.push_back({{"type", "image_url"}, {"image_url", {{"url", images[k]}}}});
+  }
+  if (text.is_string() && !text.get<std::string>().empty()) parts.push_back({{"type", "text"}, {"text", text}});
+  return parts;
 }
 
 // Ollama's options: sampling (with OpenAI's ranges, named options.*), num_predict, num_ctx, stop.
@@ -97,7 +116,7 @@ void think_of(const ojson& t, const ChatTemplate& tmpl, ojson& out) {
   if (!on) throw bad_request("think", "this model always thinks: its chat template has no switch to turn thinking off");
 }
 
-ojson messages_of(const ojson& msgs) {
+ojson messages_of(const ojson& msgs, const ApiContext& ctx) {
   if (!msgs.is_array() || msgs.empty()) throw bad_request("messages", "'messages' must be a non-empty array");
   ojson out = ojson::array();
   int call_no = 0;
@@ -107,10 +126,10 @@ ojson messages_of(const ojson& msgs) {
     const std::string mp = fmt::format("messages[{}]", i);
     if (!m.is_object()) throw bad_request(mp, fmt::format("'{}' must be an object", mp));
     check_known_fields(m, mp, {"role", "content", "thinking", "images", "tool_calls", "tool_name"});
-    no_images(m, mp + ".");
     if (!m.contains("role") || !m["role"].is_string())
       throw bad_request(mp + ".role", fmt::format("'{}.role' must be a string", mp));
-    ojson n = {{"role", m["role"]}, {"content", m.value("content", std::string())}};
+    if (m["role"] != "user") no_images(m, mp + ".");
+    ojson n = {{"role", m["role"]}, {"content", with_images(m, mp + ".", m.value("content", std::string()), ctx)}};
     if (m.contains("thinking") && m["thinking"].is_string() && !m["thinking"].get<std::string>().empty())
       n["reasoning_content"] = m["thinking"];
     if (m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty()) {
@@ -170,7 +189,9 @@ OllamaRequest ollama_ask(const ojson& body, const ApiContext& ctx, bool generate
   const Fields f(body);
   a.stream = f.boolean("stream", true);  // Ollama's default
   if (generate) {
-    no_images(body, "");
+    if (body.contains("raw") && body["raw"] == true && body.contains("images") && body["images"].is_array() &&
+        !body["images"].empty())
+      throw bad_request("images", "'images' need the chat template (raw: false): a raw prompt has no place for them");
     if (body.contains("suffix") && body["suffix"].is_string() && !body["suffix"].get<std::string>().empty())
       throw bad_request("suffix", "'suffix' (fill-in-the-middle) is served by POST /infill, not /api/generate");
     if (body.contains("template") && body["template"].is_string() && !body["template"].get<std::string>().empty())
@@ -184,7 +205,7 @@ OllamaRequest ollama_ask(const ojson& body, const ApiContext& ctx, bool generate
     if (a.chat) {
       ojson messages = ojson::array();
       if (body.contains("system") && body["system"].is_string()) messages.push_back({{"role", "system"}, {"content", body["system"]}});
-      messages.push_back({{"role", "user"}, {"content", body["prompt"]}});
+      messages.push_back({{"role", "user"}, {"content", with_images(body, "", body["prompt"], ctx)}});
       a.chat_input["messages"] = messages;
       a.names.prompt = "prompt";
     } else {
@@ -195,7 +216,7 @@ OllamaRequest ollama_ask(const ojson& body, const ApiContext& ctx, bool generate
   } else {
     a.chat = true;
     if (!body.contains("messages")) throw bad_request("messages", "'messages' is required");
-    a.chat_input["messages"] = messages_of(body["messages"]);
+    a.chat_input["messages"] = messages_of(body["messages"], ctx);
     if (body.contains("tools") && !body["tools"].is_null()) a.chat_input["tools"] = tools_of(body["tools"]);
   }
   // Ollama's defaults where a model file sets none.

@@ -7,6 +7,7 @@
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <functional>
 #include <string>
 
 #include "serving/http/http_types.h"
@@ -50,6 +51,29 @@ nlohmann::ordered_json parse_body(const std::string& body);
 // type: a 500 where the request deserves the 400 that names the field).
 std::string string_or_empty(const nlohmann::ordered_json& o, const char* key);
 
+class VisionEncoder;
+
+// Images in chat requests (serve --mmproj): where image parts are read and turned into the prompt's rows.
+struct MediaSupport {
+  VisionEncoder* vision = nullptr;
+  std::string marker;      // the media marker of this process in rendered prompts (random: no text spells it)
+  std::string media_path;  // --media-path: file:// URLs are read under this folder ("": refused)
+  size_t max_bytes = 20u << 20;     // one image's file
+  int64_t max_pixels = 50'000'000;  // one image, decoded
+  int max_images = 16;              // per request
+  int64_t max_span = 1 << 30;       // the most rows of an image attended as a whole a step can take
+  // Runs the encoding on the engine thread, between steps (the backend is the engine's).
+  std::function<void(const std::function<void()>&)> run_encoder;
+  // Told of each request's images once encoded: how many, how many were encoded, their rows, the seconds.
+  std::function<void(int64_t images, int64_t encoded, int64_t tokens, double seconds)> on_encoded;
+};
+
+// One image of a request: its file's bytes, and where in the request it was (for errors).
+struct MediaPart {
+  std::string bytes;
+  std::string param;
+};
+
 struct ApiContext {
   const Tokenizer& tokenizer;
   std::vector<std::string> model_names;  // the names `model` may take (an absent `model` means the first)
@@ -59,6 +83,7 @@ struct ApiContext {
   // content is text; only the template's own markers are control tokens).
   bool allow_special_in_content = false;
   ToolCallFormat tool_format = ToolCallFormat::None;  // see ApiConfig
+  const MediaSupport* media = nullptr;  // null: image parts are refused
 };
 
 struct ParsedRequest {
@@ -92,6 +117,7 @@ struct ChatPrompt {
   bool tools_offered = false;  // tools given and tool_choice not "none"
   bool parallel_tool_calls = true;
   std::string tool_grammar;    // tool_choice "required" or named: the GBNF every reply is held to
+  std::vector<MediaPart> media;  // the images, in the order of their markers in the rendered text
 };
 // add_generation_prompt false: the conversation as a prefix (a cache breakpoint's tokens).
 ChatPrompt render_chat_request(const ApiContext& ctx, const nlohmann::ordered_json& body,

@@ -20,27 +20,44 @@ std::string text_of(const ojson& v, const std::string& param) {
   return v.get<std::string>();
 }
 
-// A message's content: a string or parts of text (input_text, output_text).
-std::string content_text(const ojson& c, const std::string& param) {
+// A message's content: a string or parts of text (input_text, output_text), and (user turns) input_image parts
+// as OpenAI image_url parts (the content is then those parts, else one string).
+ojson content_of(const ojson& c, const std::string& param, bool images = false) {
   if (c.is_string()) return c;
   if (!c.is_array()) throw bad_request(param, fmt::format("'{}' must be a string or an array of content parts", param));
   std::string out;
+  ojson parts = ojson::array();
   for (size_t k = 0; k < c.size(); k++) {
     const std::string pp = fmt::format("{}[{}]", param, k);
     const ojson& part = c[k];
     const std::string type = string_or_empty(part, "type");
     if (type == "input_text" || type == "output_text" || type == "text" || type == "summary_text" || type == "reasoning_text") {
       out += text_of(part.value("text", ojson()), pp + ".text");
+    } else if (type == "input_image" && images) {
+      check_known_fields(part, pp, {"type", "image_url", "detail"});
+      if (!part.contains("image_url") || !part["image_url"].is_string())
+        throw bad_request(pp + ".image_url", fmt::format("'{}.image_url' must be a data: URI or base64 (file_id images "
+                                                         "are not stored here)",
+                                                         pp));
+      if (!out.empty()) parts.push_back({{"type", "text"}, {"text", out}});
+      out.clear();
+      ojson url = {{"url", part["image_url"]}};
+      if (part.contains("detail")) url["detail"] = part["detail"];
+      parts.push_back({{"type", "image_url"}, {"image_url", url}});
     } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      throw bad_request(pp, fmt::format("'{}' is {}: this server serves text models (text parts only)", pp, type));
+      throw bad_request(pp, fmt::format("'{}' is {}: {}", pp, type,
+                                        type == "input_image" ? "images go in user messages" : "only text and images are read"));
     } else if (type == "refusal") {
       out += text_of(part.value("refusal", ojson()), pp + ".refusal");
     } else {
       throw bad_request(pp + ".type", fmt::format("'{}.type' must be input_text or output_text", pp));
     }
   }
-  return out;
+  if (parts.empty()) return out;
+  if (!out.empty()) parts.push_back({{"type", "text"}, {"text", out}});
+  return parts;
 }
+std::string content_text(const ojson& c, const std::string& param) { return content_of(c, param).get<std::string>(); }
 
 // Input items as chat messages: an assistant turn gathers the reasoning, text and calls that follow each other.
 ojson input_messages(const ojson& input) {
@@ -72,12 +89,13 @@ ojson input_messages(const ojson& input) {
       const std::string role = text_of(it.value("role", ojson()), ip + ".role");
       if (role != "user" && role != "system" && role != "developer" && role != "assistant")
         throw bad_request(ip + ".role", fmt::format("'{}.role' must be user, system, developer or assistant", ip));
-      const std::string text = content_text(it.value("content", ojson()), ip + ".content");
       if (role == "assistant") {
+        const std::string text = content_text(it.value("content", ojson()), ip + ".content");
         ojson& a = assistant();
         a["content"] = (a["content"].is_string() ? a["content"].get<std::string>() : "") + text;
       } else {
-        out.push_back({{"role", role == "developer" ? "system" : role}, {"content", text}});
+        out.push_back({{"role", role == "developer" ? "system" : role},
+                       {"content", content_of(it.value("content", ojson()), ip + ".content", role == "user")}});
       }
     } else if (type == "function_call") {
       ojson& a = assistant();

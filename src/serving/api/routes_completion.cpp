@@ -107,7 +107,9 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
     if (trace) trace->refused(operation_of(api), r.status, std::to_string(r.status), "the request queue is full");
     return r;
   }
-  if (req.body.size() <= kInlineBodyBytes) return traced_start(req, api, std::move(slot), trace);
+  // (A body that may carry images is always offloaded: its images are encoded before it starts.)
+  if (req.body.size() <= kInlineBodyBytes && !(c_.mmproj && req.body.find("image") != std::string::npos))
+    return traced_start(req, api, std::move(slot), trace);
   // (std::function wants a copyable job: the slot rides in a shared_ptr.)
   auto held = std::make_shared<QueueSlot>(std::move(slot));
   return OffloadedResponse::start(offload_, [this, req, api, held, trace] {
@@ -211,7 +213,7 @@ HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueS
 
 ApiContext ApiRoutes::api_context() const {
   return {*engine_.engine().tokenizer, c_.model_names, c_.chat_template.get(), engine_.n_ctx(),
-          c_.allow_special_in_content, c_.tool_format};
+          c_.allow_special_in_content, c_.tool_format, c_.mmproj ? &c_.media : nullptr};
 }
 
 // The body as a completion ask, read by its own API's reader, and prepared.

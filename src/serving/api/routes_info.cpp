@@ -5,6 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "serving/api/api_routes.h"
+
+#include <random>
+
+#include "mmproj/mmproj.h"
 #include "serving/api/chat_page.h"
 #include "serving/api/ollama_api.h"
 #include "serving/api/openapi_document.h"
@@ -17,6 +21,22 @@ using json = nlohmann::json;
 ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config)
     : engine_(engine), metrics_(metrics), c_(std::move(config)) {
   if (c_.model_names.empty()) throw Error("the server needs at least one model name");
+  if (c_.mmproj) {
+    c_.media.vision = c_.mmproj->vision();
+    // A marker no message can spell (llama-server's is random per process too): where the images go in the
+    // rendered prompt.
+    std::random_device rd;
+    c_.media.marker = fmt::format("<__media_{:08x}{:08x}__>", rd(), rd());
+    c_.media.run_encoder = [this](const std::function<void()>& encode) {
+      engine_.between_steps([&](LoadedModel&, std::vector<SlotRecord>&) { encode(); });
+    };
+    c_.media.on_encoded = [this](int64_t images, int64_t encoded, int64_t tokens, double seconds) {
+      metrics_.add("kestrel_media_images_total", static_cast<double>(images));
+      metrics_.add("kestrel_media_encoded_total", static_cast<double>(encoded));
+      metrics_.add("kestrel_media_tokens_total", static_cast<double>(tokens));
+      metrics_.add("kestrel_media_encode_seconds_total", seconds);
+    };
+  }
 }
 
 void ApiRoutes::install(Router& router) {

@@ -133,6 +133,11 @@ ServerMetrics::ServerMetrics(const std::string& model_name) : impl_(std::make_un
             "Requests decoded under a grammar (response_format, grammar, forced tool calls).");
   m.counter("kestrel_grammar_masks_total", "Grammar token masks applied (one per sampled token of such requests).");
   m.counter("kestrel_grammar_mask_seconds_total", "Time spent computing and applying grammar token masks.");
+  m.counter("kestrel_media_images_total", "Images in requests (serve --mmproj), each time one is sent.");
+  m.counter("kestrel_media_encoded_total",
+            "Images run through the projector's encoder (an image repeated in one request is encoded once).");
+  m.counter("kestrel_media_tokens_total", "Prompt rows the requests' images became (their encoder's output).");
+  m.counter("kestrel_media_encode_seconds_total", "Time spent encoding images (on the engine thread, between steps).");
   m.counter("kestrel_otlp_spans_exported_total", "Trace spans the OTLP exporter delivered to the collector.");
   m.counter("kestrel_otlp_spans_dropped_total",
             "Trace spans dropped: the exporter's queue was full, or the collector could not take them.", "reason",

@@ -1,0 +1,78 @@
+#include "mmproj/media_prompt.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+uint64_t media_hash(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const std::string& text,
+                               const std::vector<MediaInput>& images, const MediaPromptOptions& o) {
+  const std::string& marker = o.marker;
+  size_t markers = 0;
+  for (size_t p = text.find(marker); p != std::string::npos; p = text.find(marker, p + marker.size())) markers++;
+  if (markers != images.size())
+    throw Error(fmt::format("the prompt has {} media markers for {} images", markers, images.size()));
+  // The rows of each distinct image, encoded once (where the caller runs encoders).
+  std::map<uint64_t, std::shared_ptr<const std::vector<float>>> encoded;
+  std::map<uint64_t, int64_t> rows_of;
+  double seconds = 0;
+  auto encode_all = [&] {
+    for (const MediaInput& in : images) {
+      if (encoded.count(in.hash)) continue;
+      const auto t0 = std::chrono::steady_clock::now();
+      MediaEmbeddings e = enc.encode(in.image);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      rows_of[in.hash] = e.n_tokens;
+      encoded[in.hash] = std::make_shared<const std::vector<float>>(std::move(e.rows));
+    }
+  };
+  if (o.run_encoder) o.run_encoder(encode_all);
+  else encode_all();
+
+  MediaPrompt out;
+  out.encode_seconds = seconds;
+  out.encoded = static_cast<int64_t>(encoded.size());
+  auto add_ids = [&](const std::vector<int32_t>& ids) { out.tokens.insert(out.tokens.end(), ids.begin(), ids.end()); };
+  auto add_text = [&](size_t offset, size_t len) {
+    if (len == 0) return;
+    const std::string_view piece = std::string_view(text).substr(offset, len);
+    add_ids(o.tokenize_piece ? o.tokenize_piece(piece, offset) : tok.encode(piece, false, o.parse_special));
+  };
+  const MediaPlacement place = enc.placement();
+  size_t start = 0, image = 0;
+  for (;;) {
+    const size_t p = text.find(marker, start);
+    add_text(start, (p == std::string::npos ? text.size() : p) - start);
+    if (p == std::string::npos) break;
+    const MediaInput& in = images[image++];
+    if (!place.before.empty()) add_ids(tok.encode(place.before, false, true));
+    MediaSpan span;
+    span.start = static_cast<int64_t>(out.tokens.size());
+    span.n_tokens = rows_of.at(in.hash);
+    span.width = enc.text_width();
+    span.rows = encoded.at(in.hash);
+    span.both_ways = place.non_causal;
+    out.media.push_back(span);
+    out.media_tokens += span.n_tokens;
+    add_ids(media_placeholders(in.hash, span.n_tokens));
+    if (!place.after.empty()) add_ids(tok.encode(place.after, false, true));
+    start = p + marker.size();
+  }
+  const Vocab& v = tok.vocab();
+  if (o.add_special && v.add_bos) {
+    out.tokens.insert(out.tokens.begin(), v.bos);
+    for (MediaSpan& m : out.media) m.start++;
+  }
+  if (o.add_special && v.add_eos && v.eos >= 0) out.tokens.push_back(v.eos);
+  return out;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,51 @@
+#pragma once
+// A prompt of text and images, laid out as llama.cpp's mtmd_tokenize does: the text split at each media marker
+// (`<__media__>`), each piece tokenized apart (special tokens parsed), each image as its projector's text before,
+// its rows (placeholders in the token list, a MediaSpan of the request), its text after; BOS first where the
+// vocabulary adds one. The rows of equal images are encoded once (by content hash).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "media/image.h"
+#include "mmproj/mmproj.h"
+#include "runtime/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+
+inline constexpr const char* kMediaMarker = "<__media__>";
+
+struct MediaInput {
+  ImageU8 image;
+  uint64_t hash = 0;  // of the file's bytes (media_hash)
+};
+
+struct MediaPrompt {
+  std::vector<int32_t> tokens;  // media rows hold placeholders (request.h's media_placeholders)
+  std::vector<MediaSpan> media;
+  double encode_seconds = 0;
+  int64_t media_tokens = 0;
+  int64_t encoded = 0;  // images encoded (a repeated image once)
+};
+
+// XXH3-64 of a media file's bytes.
+uint64_t media_hash(const void* data, size_t n);
+
+struct MediaPromptOptions {
+  std::string marker = kMediaMarker;
+  bool add_special = true;    // BOS first (EOS last) where the vocabulary adds them
+  bool parse_special = true;  // special-token text in the pieces becomes those tokens
+  // Tokenizes the piece of the text that starts at byte `offset` (set: the server's, which keeps message content
+  // plain); unset: tok.encode(piece, false, parse_special).
+  std::function<std::vector<int32_t>(std::string_view piece, size_t offset)> tokenize_piece;
+  // Runs the encoding (set: the server runs it on its engine thread, between steps); unset: here.
+  std::function<void(const std::function<void()>&)> run_encoder;
+};
+
+// `text` with one marker per image (Error when the counts differ, naming both).
+MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const std::string& text,
+                               const std::vector<MediaInput>& images, const MediaPromptOptions& options = {});
+
+}  // namespace kestrel

@@ -1,0 +1,173 @@
+#include "mmproj/mmproj.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "formats/block_formats.h"
+#include "gguf/gguf_writer.h"
+#include "model/hparams_reader.h"
+#include "model/weight_loader.h"
+
+namespace kestrel {
+
+const Projector& gemma3_projector();
+
+const std::vector<const Projector*>& projectors() {
+  static const std::vector<const Projector*> all = {&gemma3_projector()};
+  return all;
+}
+
+const Projector& projector_of(const std::string& name) {
+  std::string names;
+  for (const Projector* p : projectors()) {
+    if (name == p->name) return *p;
+    names += (names.empty() ? "" : ", ") + std::string(p->name);
+  }
+  throw Error(fmt::format("projector type '{}' is not implemented (Kestrel runs: {})", name, names));
+}
+
+namespace {
+
+// The projector type of a modality: clip.projector_type, or clip.{vision,audio}.projector_type in files that
+// carry both (llama.cpp's clip.cpp order).
+std::string projector_type(const GgufFile& f, HparamReader& h, const char* modality) {
+  if (auto t = h.opt_string("projector_type")) return *t;
+  if (auto t = h.opt_string(fmt::format("{}.projector_type", modality))) return *t;
+  throw Error(fmt::format("{}: no clip.projector_type: not an mmproj file", f.path()));
+}
+
+void check_clip(const GgufFile& f) {
+  const GgufValue* arch = f.find("general.architecture");
+  if (!arch || arch->type != GgufValueType::STRING || arch->as_string() != "clip")
+    throw Error(fmt::format("{}: general.architecture is {}, not 'clip': not an mmproj file (pass the text model "
+                            "with -m and its projector with --mmproj)",
+                            f.path(), arch ? arch->to_display() : "missing"));
+}
+
+}  // namespace
+
+Mmproj::~Mmproj() = default;
+
+std::unique_ptr<Mmproj> Mmproj::load(const std::string& path, Backend& be, const std::string& text_arch,
+                                     int64_t text_width) {
+  std::unique_ptr<Mmproj> m(new Mmproj(GgufFile::open(path)));
+  const GgufFile& f = m->file_;
+  check_clip(f);
+  HparamReader h(f, "clip");
+  WeightLoader ld(f);
+  const bool vision = h.opt_bool("has_vision_encoder").value_or(false);
+  const bool audio = h.opt_bool("has_audio_encoder").value_or(false);
+  if (h.opt_bool("has_gen_audio_encoder").value_or(false))
+    throw h.bad("has_gen_audio_encoder", "is set: audio generation encoders are not implemented");
+  if (audio) throw h.bad("has_audio_encoder", "is set: audio encoders are not implemented yet (vision only)");
+  if (!vision) throw h.bad("has_vision_encoder", "is not set: the file has no encoder Kestrel runs");
+  m->projector_ = projector_type(f, h, "vision");
+  const Projector* found = nullptr;
+  try {
+    found = &projector_of(m->projector_);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path, e.what()));
+  }
+  const Projector& p = *found;
+  if (text_arch != p.text_arch)
+    throw Error(fmt::format("{}: a {} projector feeds {} text models, not {} (its image rows need that family's "
+                            "positions and attention)",
+                            path, m->projector_, p.text_arch, text_arch));
+  MmprojSource src{f, h, ld, be};
+  m->vision_ = p.make_vision(src);
+  h.finish();
+  ld.finish("clip (" + m->projector_ + ")");
+  for (const auto& t : f.tensors()) m->bytes_ += static_cast<int64_t>(t.nbytes);
+  // llama.cpp's mtmd.cpp check: the projector's rows must be the text model's input rows.
+  if (m->vision_->text_width() != text_width)
+    throw Error(fmt::format("{}: the projector's output is {} wide but the text model's input is {} wide: this mmproj "
+                            "belongs to another model",
+                            path, m->vision_->text_width(), text_width));
+  return m;
+}
+
+std::string describe_mmproj(const std::string& path) {
+  GgufFile f = GgufFile::open(path);
+  check_clip(f);
+  HparamReader h(f, "clip");
+  int64_t bytes = 0;
+  for (const auto& t : f.tensors()) bytes += static_cast<int64_t>(t.nbytes);
+  std::string s = fmt::format("mmproj {}: {} tensors, {:.1f} MiB\n", path, f.tensors().size(), bytes / 1048576.0);
+  for (const char* modality : {"vision", "audio"}) {
+    if (!h.opt_bool(fmt::format("has_{}_encoder", modality)).value_or(false)) continue;
+    std::string type = "?";
+    if (auto t = h.opt_string("projector_type")) type = *t;
+    else if (auto t2 = h.opt_string(fmt::format("{}.projector_type", modality))) type = *t2;
+    auto num = [&](const std::string& k) { return h.opt_int(fmt::format("{}.{}", modality, k)).value_or(0); };
+    s += fmt::format("  {} encoder: projector {} ({}), {} layers, width {}, {} heads, FFN {}, output width {}", modality,
+                     type, [&] {
+                       for (const Projector* p : projectors())
+                         if (type == p->name) return "implemented";
+                       return "not implemented";
+                     }(),
+                     num("block_count"), num("embedding_length"), num("attention.head_count"),
+                     num("feed_forward_length"), num("projection_dim"));
+    if (std::string(modality) == "vision")
+      s += fmt::format(", image {} px, patch {}", num("image_size"), num("patch_size"));
+    s += "\n";
+  }
+  return s;
+}
+
+void synth_mmproj(const std::string& path, const std::string& projector, int64_t text_width, uint64_t seed,
+                  const std::string& preset, GgmlType type, int64_t layers) {
+  const Projector& p = projector_of(projector);
+  MmprojSynthShape s = p.synth_shape(text_width, preset);
+  if (layers > 0) s.layers = layers;
+  if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::Q8_0)
+    throw Error(fmt::format("--mmproj-type {}: synth writes projectors in f32, f16 or q8_0", type_name(type)));
+  GgufWriter w;
+  w.set_str("general.architecture", "clip");
+  w.set_str("general.type", "mmproj");
+  w.set_str("general.name", fmt::format("synth-mmproj-{}-{}", projector, preset));
+  w.set_u32("general.file_type", type == GgmlType::F32 ? 0 : type == GgmlType::F16 ? 1 : 7);
+  w.set_bool("clip.has_vision_encoder", true);
+  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(text_width));
+  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
+  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
+  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.width));
+  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.ffn));
+  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.layers));
+  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.heads));
+  w.set("clip.vision.image_mean", GgufValue::floats({0.5f, 0.5f, 0.5f}));
+  w.set("clip.vision.image_std", GgufValue::floats({0.5f, 0.5f, 0.5f}));
+  // Every tensor F32, uniform around `constant` with this standard deviation, from (seed, tensor, row).
+  uint64_t id = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, float stddev, float constant) {
+    const uint64_t tid = id++;
+    // Matrices in the chosen type (Q8_0 only where rows are whole blocks), the rest F32.
+    const bool matrix = ne.size() >= 2 && name != "v.position_embd.weight";
+    // (Q8_0 files keep the patch kernel and Gemma 3's input projection F16, as the converter forces it.)
+    const bool f16_kept = name == "v.patch_embd.weight" || name == "mm.input_projection.weight";
+    const GgmlType t = !matrix ? GgmlType::F32
+                       : type == GgmlType::Q8_0 && (f16_kept || ne[0] % 32 != 0) ? GgmlType::F16
+                                                                                  : type;
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    w.add_tensor(name, t, ne, [=](uint8_t* dst, size_t) {
+      std::vector<float> out(static_cast<size_t>(n));
+      uint64_t state = seed * 0x100000001B3ull ^ (tid << 40) ^ 0x6d6d70726f6aull;
+      const float half = stddev * std::sqrt(3.0f);
+      for (auto& x : out) {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        const double u = static_cast<double>(z >> 11) * 0x1.0p-53;
+        x = constant + static_cast<float>((2.0 * u - 1.0) * half);
+      }
+      quantize_row(t, out.data(), dst, n);
+    });
+  };
+  p.synth(w, s, add);
+  w.write_file(path);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,133 @@
+#include "mmproj/vit.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "formats/block_formats.h"
+#include "model/weight_loader.h"
+#include "ops/gelu.h"
+
+namespace kestrel {
+
+VitTower::VitTower(MmprojSource& src, const std::string& prefix, const VitConfig& cfg) : cfg_(cfg) {
+  const int64_t d = cfg.width, qd = cfg.n_head * cfg.head_dim, ff = cfg.n_ff;
+  const WeightLoader& ld = src.tensors;
+  auto matrix = [&](const std::string& name, int64_t in, int64_t out) {
+    Weight w = ld.require(name, {in, out});
+    bytes_ += static_cast<int64_t>(w.nbytes);
+    return src.be.prepare_weight(std::move(w));
+  };
+  for (int l = 0; l < cfg.n_layer; l++) {
+    const std::string p = fmt::format("{}.blk.{}.", prefix, l);
+    Block b;
+    b.q = matrix(p + "attn_q.weight", d, qd);
+    b.k = matrix(p + "attn_k.weight", d, qd);
+    b.v = matrix(p + "attn_v.weight", d, qd);
+    b.o = matrix(p + "attn_out.weight", qd, d);
+    b.qb = ld.require_vector(p + "attn_q.bias", qd);
+    b.kb = ld.require_vector(p + "attn_k.bias", qd);
+    b.vb = ld.require_vector(p + "attn_v.bias", qd);
+    b.ob = ld.require_vector(p + "attn_out.bias", d);
+    b.ln1w = ld.require_vector(p + "ln1.weight", d);
+    b.ln1b = ld.require_vector(p + "ln1.bias", d);
+    b.ln2w = ld.require_vector(p + "ln2.weight", d);
+    b.ln2b = ld.require_vector(p + "ln2.bias", d);
+    // Old conversions named the two FFN matrices the other way round; llama.cpp swaps them back when ffn_down
+    // reads the model's width (clip.cpp's is_ffn_swapped), and so do we.
+    const GgufTensorInfo* down = src.file.find_tensor(p + "ffn_down.weight");
+    const bool swapped = down && !down->ne.empty() && down->ne[0] == d && d != ff;
+    const std::string up_name = p + (swapped ? "ffn_down" : "ffn_up"), down_name = p + (swapped ? "ffn_up" : "ffn_down");
+    b.up = matrix(up_name + ".weight", d, ff);
+    b.down = matrix(down_name + ".weight", ff, d);
+    b.upb = ld.require_vector(up_name + ".bias", ff);
+    b.downb = ld.require_vector(down_name + ".bias", d);
+    blocks_.push_back(std::move(b));
+  }
+}
+
+void VitTower::ensure(Backend& be, int64_t n) {
+  if (n <= rows_) return;
+  const int64_t d = cfg_.width, qd = cfg_.n_head * cfg_.head_dim;
+  xn_ = ActBuffer(be, n * d);
+  q_ = ActBuffer(be, n * qd);
+  k_ = ActBuffer(be, n * qd);
+  v_ = ActBuffer(be, n * qd);
+  att_ = ActBuffer(be, n * qd);
+  y_ = ActBuffer(be, n * d);
+  ff_ = ActBuffer(be, n * cfg_.n_ff);
+  rows_ = n;
+}
+
+void VitTower::run(Backend& be, Act x, int64_t n) {
+  ensure(be, n);
+  const int64_t d = cfg_.width, qd = cfg_.n_head * cfg_.head_dim;
+  last_.assign(static_cast<size_t>(n), static_cast<int32_t>(n - 1));
+  AttentionShape shape;
+  shape.n_head = static_cast<int>(cfg_.n_head);
+  shape.n_kv_head = static_cast<int>(cfg_.n_head);
+  shape.head_dim = static_cast<int>(cfg_.head_dim);
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  for (size_t l = 0; l < blocks_.size(); l++) {
+    const Block& b = blocks_[l];
+    be.annotate_layer(static_cast<int>(l));
+    be.layernorm(x, b.ln1w.data(), b.ln1b.data(), xn_, n, d, cfg_.eps);
+    const Weight* qkv[3] = {&b.q, &b.k, &b.v};
+    const Act outs[3] = {q_, k_, v_};
+    be.matmul_many(qkv, 3, xn_, n, outs);
+    be.add_bias(q_, b.qb.data(), n, qd);
+    be.add_bias(k_, b.kb.data(), n, qd);
+    be.add_bias(v_, b.vb.data(), n, qd);
+    // Every patch sees every patch: each query's last key is the image's last.
+    be.attention_dense(k_, v_, qd, qd, n, {n, q_, att_, last_.data(), nullptr}, shape);
+    be.matmul(b.o, att_, n, y_);
+    be.add_bias(y_, b.ob.data(), n, d);
+    be.add(x, y_, n * d);
+    be.layernorm(x, b.ln2w.data(), b.ln2b.data(), xn_, n, d, cfg_.eps);
+    be.matmul(b.up, xn_, n, ff_);
+    be.add_bias(ff_, b.upb.data(), n, cfg_.n_ff);
+    ops::gelu(be, {ff_, n * cfg_.n_ff});
+    be.matmul(b.down, ff_, n, y_);
+    be.add_bias(y_, b.downb.data(), n, d);
+    be.add(x, y_, n * d);
+  }
+  be.annotate_layer(-1);
+}
+
+Weight transposed_weight(const Weight& w, const std::string& file) {
+  size_t elem = 0;
+  switch (w.type) {
+    case GgmlType::F32: elem = 4; break;
+    case GgmlType::F16:
+    case GgmlType::BF16: elem = 2; break;
+    default:
+      throw Error(fmt::format("{}: tensor '{}' has type {}; Kestrel reads this projection in F32, F16 or BF16 (as "
+                              "the converter writes it)",
+                              file, w.name, type_name(w.type)));
+  }
+  const int64_t cols = w.cols(), rows = w.rows();
+  auto bytes = std::make_shared<std::vector<uint8_t>>(w.nbytes);
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      std::memcpy(bytes->data() + (c * rows + r) * elem, src + (r * cols + c) * elem, elem);
+  Weight t{w.name, w.type, {rows, cols}, bytes->data(), w.nbytes, nullptr, nullptr};
+  t.owner = bytes;
+  return t;
+}
+
+Weight conv_kernel_weight(const Weight& w, int64_t cols, int64_t rows) {
+  const GgmlType to = w.type == GgmlType::BF16 ? GgmlType::F32 : GgmlType::F16;
+  std::vector<float> values(static_cast<size_t>(cols * rows));
+  dequantize_row(w.type, w.data, values.data(), cols * rows);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(row_bytes(to, cols) * static_cast<size_t>(rows));
+  quantize_row(to, values.data(), bytes->data(), cols * rows);
+  Weight k{w.name, to, {cols, rows}, bytes->data(), bytes->size(), nullptr, nullptr};
+  k.owner = bytes;
+  return k;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,23 @@
+#pragma once
+// Images in requests, as the APIs send them (serve --mmproj): OpenAI's image_url parts (a data: URI, raw base64,
+// or file:// under --media-path; http(s) URLs are not fetched), which the other fronts' images become (Anthropic's
+// base64 image blocks, the Responses API's input_image, Ollama's images). Every problem is a 400 naming the part.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "serving/api/openai_api.h"
+
+namespace kestrel {
+
+// The bytes of an image_url part's `url` (param names the part in errors).
+std::string image_url_bytes(const std::string& url, const std::string& param, const MediaSupport& media);
+
+// An OpenAI image_url part ({"type": "image_url", "image_url": {"url", "detail"?}}) as a MediaPart; 400 when the
+// server has no image encoder.
+MediaPart image_part(const nlohmann::ordered_json& part, const std::string& param, const ApiContext& ctx);
+
+// An OpenAI image_url part carrying a data: URI of these bytes' media type (what the other fronts build).
+nlohmann::ordered_json image_url_part(const std::string& media_type, const std::string& base64_data);
+
+}  // namespace kestrel

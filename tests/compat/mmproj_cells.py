@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Reference cells for multimodal projectors (mmproj files) written by `kestrel synth --mmproj`: the text model's
+and the projector's synth arguments and sha256, the images, and what llama.cpp's multimodal library (libmtmd, the
+code behind llama-mtmd-cli and llama-server) makes of them: the prompt's chunks (text ids, image rows), the
+encoder's output rows, and the greedy ids that follow.
+
+  mmproj_cells.py record KESTREL DEST
+      write the test images into tests/data/mmproj/, synthesise each cell's files, build mtmd_oracle.cpp against
+      get-llama.sh's DEST, run it, and write tests/reference/mmproj_cells.json and each cell's encoder rows
+      (tests/reference/mmproj/<cell>.embd.f32, float32, the images' rows in prompt order); llama-mtmd-cli is also
+      run once per cell with a chat template, to show that llama.cpp's own tool loads both files (the layout proof).
+
+tests/reference/test_mmproj_cells.cpp regenerates the files, checks their sha256 and compares kestrel's chunks,
+rows (within 1e-4) and ids (a first difference excused only where llama.cpp's top-2 gap is below 1e-3).
+
+Also recorded (SERVER_CELLS): llama-server (--mmproj, chatml, no flash attention) answering a chat request with an
+image: its reply's tokens with their logprobs and its prompt's token count, which tests/e2e/test_server_media.cpp
+compares with kestrel serve's answer to the same request through the stock clients.
+"""
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+EXPECTED = os.path.join(ROOT, "tests", "reference", "mmproj_cells.json")
+ROWS_DIR = os.path.join(ROOT, "tests", "reference", "mmproj")
+IMAGES_DIR = os.path.join(ROOT, "tests", "data", "mmproj")
+
+G3 = ["--arch", "gemma3", "--preset", "tiny-vision", "--type", "f32"]
+# name, synth arguments (text model and projector share the seed), prompt, images, tokens to generate
+CELLS = [
+    ("gemma3-tiny-seed1", G3 + ["--seed", "1"], "A cat <__media__> sat on", ["gradient-97x61.png"], 16),
+    ("gemma3-tiny-seed1-checker", G3 + ["--seed", "1"], "A cat <__media__> sat on", ["checker-40x40.png"], 16),
+    ("gemma3-tiny-seed2", G3 + ["--seed", "2"], "A cat <__media__> sat on", ["gradient-97x61.png"], 16),
+    # two images, the second tall (letterboxed at the sides), text between and after
+    ("gemma3-tiny-seed2-two", G3 + ["--seed", "2"], "<__media__> and then <__media__> look alike",
+     ["checker-40x40.png", "stripes-30x90.png"], 12),
+    # the converters' F16 projector (the patch kernel and the products in F16, as ggml computes them), and Q8_0
+    ("gemma3-tiny-seed3.f16", ["--arch", "gemma3", "--preset", "tiny-vision", "--type", "f16", "--seed", "3",
+                               "--mmproj-type", "f16"], "A cat <__media__> sat on", ["checker-40x40.png"], 16),
+    ("gemma3-tiny-seed3.q8_0", ["--arch", "gemma3", "--preset", "tiny-vision", "--type", "q8_0", "--seed", "3",
+                                "--mmproj-type", "q8_0"], "A cat <__media__> sat on", ["checker-40x40.png"], 16),
+]
+
+
+# name, the cell whose files serve, the user turn (image parts by file name, then text), max_tokens
+SERVER_CELLS = [
+    ("chat-image-then-text", "gemma3-tiny-seed2", [("image", "gradient-97x61.png"), ("text", "What is in this picture?")], 12),
+    ("chat-text-two-images", "gemma3-tiny-seed2",
+     [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("image", "stripes-30x90.png")], 10),
+]
+
+
+def chat_body(parts, max_tokens):
+    import base64
+    content = []
+    for kind, value in parts:
+        if kind == "text":
+            content.append({"type": "text", "text": value})
+        else:
+            with open(os.path.join(IMAGES_DIR, value), "rb") as f:
+                data = base64.b64encode(f.read()).decode()
+            content.append({"type": "image_url", "image_url": {"url": "data:image/png;base64," + data}})
+    return {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0,
+            "logprobs": True, "top_logprobs": 1}
+
+
+def llama_server_answer(dest, model, mmproj, body):
+    import socket
+    import time
+    import urllib.request
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([os.path.join(dest, "build", "bin", "llama-server"), "-m", model, "--mmproj", mmproj,
+                             "--chat-template", "chatml", "-fa", "off", "-c", "2048", "--no-warmup", "-t", "2",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except Exception:
+                time.sleep(0.1)
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+        return json.load(urllib.request.urlopen(req, timeout=120))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def png(path, w, h, f):
+    raw = b"".join(b"\x00" + bytes(v for x in range(w) for v in f(x, y)) for y in range(h))
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    with open(path, "wb") as out:
+        out.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                  chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def write_images():
+    os.makedirs(IMAGES_DIR, exist_ok=True)
+    png(os.path.join(IMAGES_DIR, "gradient-97x61.png"), 97, 61,
+        lambda x, y: ((x * 7 + y * 3) % 256, (x * x + y * 5) % 256, (x * y + 40) % 256))
+    png(os.path.join(IMAGES_DIR, "checker-40x40.png"), 40, 40,
+        lambda x, y: (255 if (x // 5 + y // 5) % 2 else 0, (x * 6) % 256, (y * 6) % 256))
+    png(os.path.join(IMAGES_DIR, "stripes-30x90.png"), 30, 90,
+        lambda x, y: ((y * 17) % 256, 200 if (y // 9) % 2 else 30, (x * 8) % 256))
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def build_oracle(dest, work):
+    exe = os.path.join(work, "mtmd_oracle")
+    bin_dir = os.path.join(dest, "build", "bin")
+    subprocess.run([os.environ.get("CXX", "c++"), "-std=c++17", "-O2", os.path.join(HERE, "mtmd_oracle.cpp"),
+                    "-I" + os.path.join(dest, "include"), "-I" + os.path.join(dest, "ggml", "include"),
+                    "-I" + os.path.join(dest, "tools", "mtmd"), "-L" + bin_dir, "-lmtmd", "-lllama", "-lggml",
+                    "-lggml-base", "-Wl,-rpath," + bin_dir, "-o", exe], check=True)
+    return exe
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] != "record":
+        sys.exit(__doc__)
+    kestrel, dest = os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+    commit = subprocess.run(["git", "-C", dest, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    write_images()
+    os.makedirs(ROWS_DIR, exist_ok=True)
+    cells = []
+    with tempfile.TemporaryDirectory() as work:
+        oracle = build_oracle(dest, work)
+        for name, synth, prompt, images, n in CELLS:
+            model, mmproj = os.path.join(work, name + ".gguf"), os.path.join(work, name + ".mmproj.gguf")
+            subprocess.run([kestrel, "synth"] + synth + ["-o", model, "--mmproj", mmproj], check=True,
+                           capture_output=True)
+            paths = [os.path.join(IMAGES_DIR, i) for i in images]
+            rows = os.path.join(ROWS_DIR, name + ".embd.f32")
+            r = subprocess.run([oracle, "-n", str(n), "--embd", rows, model, mmproj, prompt] + paths,
+                               capture_output=True, text=True)
+            out = json.loads(r.stdout)
+            if "error" in out:
+                sys.exit(f"{name}: {out['error']}")
+            # llama.cpp's own tool loads both files and answers (its chat template wraps the prompt: text only shown).
+            cli = subprocess.run([os.path.join(dest, "build", "bin", "llama-mtmd-cli"), "-m", model, "--mmproj", mmproj,
+                                  "--chat-template", "gemma", "-p", prompt, "--temp", "0", "-n", "4", "-fa", "off",
+                                  "--no-warmup"] + sum((["--image", p] for p in paths), []),
+                                 capture_output=True, text=True, errors="replace")
+            if cli.returncode != 0:
+                sys.exit(f"{name}: llama-mtmd-cli failed: {cli.stderr[-2000:]}")
+            cells.append({
+                "name": name, "synth": synth, "sha256": sha256(model), "mmproj_sha256": sha256(mmproj),
+                "prompt": prompt, "images": images, "image_sha256": [sha256(p) for p in paths],
+                "chunks": out["chunks"], "rows": os.path.relpath(rows, ROOT), "n_embd": out["n_embd"],
+                "ids": out["ids"], "gaps": out["gap"], "llama_cpp": commit,
+            })
+            print(f"{name}: {out['ids']}")
+        files = {c[0]: c[1] for c in CELLS}
+        servers = []
+        for name, cell, parts, max_tokens in SERVER_CELLS:
+            model, mmproj = os.path.join(work, name + ".gguf"), os.path.join(work, name + ".mmproj.gguf")
+            subprocess.run([kestrel, "synth"] + files[cell] + ["-o", model, "--mmproj", mmproj], check=True,
+                           capture_output=True)
+            answer = llama_server_answer(dest, model, mmproj, chat_body(parts, max_tokens))
+            choice = answer["choices"][0]
+            servers.append({
+                "name": name, "cell": cell, "parts": [list(p) for p in parts], "max_tokens": max_tokens,
+                "content": choice["message"]["content"], "prompt_tokens": answer["usage"]["prompt_tokens"],
+                "tokens": [t["token"] for t in choice["logprobs"]["content"]],
+                "logprobs": [t["logprob"] for t in choice["logprobs"]["content"]], "llama_cpp": commit,
+            })
+            print(f"{name}: {choice['message']['content']!r} ({answer['usage']['prompt_tokens']} prompt tokens)")
+    with open(EXPECTED, "w") as f:
+        json.dump({"note": "llama.cpp's libmtmd on files kestrel synth --mmproj writes; see mmproj_cells.py",
+                   "cells": cells, "server": servers}, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+// Images through `kestrel serve --mmproj`, against llama-server: the requests of tests/reference/mmproj_cells.json's
+// "server" cells (recorded from llama-server on the same synth files: its reply's tokens, their logprobs, its
+// prompt's length) sent through the stock OpenAI client give the same tokens and logprobs; then through the
+// stock clients (openai, @anthropic-ai/sdk, ollama, and the Responses API) one image and question gives the same
+// answer everywhere; four image requests at once answer as one at a time; a second turn about the same image
+// finds the first turn, image included, in the prefix cache; a corrupt image and a server without an mmproj are
+// 400s naming the part (tests/e2e/openai_client/media.mjs drives the clients).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "cli_process.h"
+#include "core/base64.h"
+#include "http_json.h"
+#include "serve_process.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace server_media_test {
+
+using json = nlohmann::json;
+
+const std::string kSource = KESTREL_SOURCE_DIR;
+
+// The cell's files by `kestrel synth --mmproj` (the sha256s the reference cells recorded).
+json cell_files(const json& doc, const std::string& cell, test::TempDir& dir, std::string& model, std::string& mmproj) {
+  for (const auto& c : doc["cells"]) {
+    if (c["name"] != cell) continue;
+    model = dir.file(cell + ".gguf");
+    mmproj = dir.file(cell + ".mmproj.gguf");
+    std::vector<std::string> synth = {"synth"};
+    for (const auto& a : c["synth"]) synth.push_back(a);
+    synth.insert(synth.end(), {"-o", model, "--mmproj", mmproj});
+    const auto made = test::run_kestrel(synth);
+    EXPECT_EQ(made.exit_code, 0) << made.err;
+    return c;
+  }
+  ADD_FAILURE() << "no cell " << cell;
+  return json();
+}
+
+TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  const json& server = doc["server"];
+  ASSERT_GE(server.size(), 2u);
+  test::TempDir dir;
+  std::string model, mmproj;
+  cell_files(doc, server[0]["cell"], dir, model, mmproj);
+  json cases = json::array();
+  for (json c : server) {
+    EXPECT_EQ(c["cell"], server[0]["cell"]) << "one server serves every recorded request";
+    for (auto& part : c["parts"])
+      if (part[0] == "image") part[1] = kSource + "/tests/data/mmproj/" + part[1].get<std::string>();
+    cases.push_back(c);
+  }
+  const std::string cases_file = dir.file("cases.json");
+  test::write_bytes(cases_file, cases.dump());
+  json images = json::array();
+  for (const char* f : {"gradient-97x61.png", "checker-40x40.png", "stripes-30x90.png"})
+    images.push_back(kSource + "/tests/data/mmproj/" + f);
+
+  test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "2048", "--served-model-name", "tiny"});
+  int st = 0;
+  const std::string out = test::shell("cd " + kSource + "/tests/e2e/openai_client && KESTREL_URL=http://127.0.0.1:" +
+                                          std::to_string(s.port()) + " KESTREL_CASES=" + cases_file +
+                                          " KESTREL_IMAGES='" + images.dump() + "' node media.mjs",
+                                      &st);
+  ASSERT_EQ(st, 0) << out << s.log();
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+
+  // llama-server's answers: the same prompt length, tokens, and logprobs within 2e-3.
+  ASSERT_EQ(seen["recorded"].size(), server.size());
+  for (size_t i = 0; i < server.size(); i++) {
+    const json& got = seen["recorded"][i];
+    const json& want = server[i];
+    EXPECT_EQ(got["prompt_tokens"], want["prompt_tokens"]) << want["name"];
+    EXPECT_EQ(got["tokens"], want["tokens"]) << want["name"];
+    ASSERT_EQ(got["logprobs"].size(), want["logprobs"].size()) << want["name"];
+    for (size_t k = 0; k < want["logprobs"].size(); k++)
+      EXPECT_NEAR(got["logprobs"][k].get<double>(), want["logprobs"][k].get<double>(), 2e-3)
+          << want["name"] << " token " << k;
+  }
+  // One image and question, four APIs: one prompt, one answer.
+  const json& oa = seen["openai"];
+  EXPECT_FALSE(oa["text"].get<std::string>().empty());
+  for (const char* api : {"anthropic", "ollama", "responses"}) EXPECT_EQ(seen[api]["text"], oa["text"]) << api << " " << seen;
+  EXPECT_EQ(seen["anthropic"]["input_tokens"], oa["prompt_tokens"]);
+  EXPECT_EQ(seen["ollama"]["prompt_eval_count"], oa["prompt_tokens"]);
+  EXPECT_EQ(seen["responses"]["input_tokens"], oa["prompt_tokens"]);
+  // Continuous batching with images: the same answers together and alone.
+  EXPECT_EQ(seen["together"], seen["alone"]);
+  // The second turn: the first turn's prompt (whole blocks of 16, the image's 16 rows among them) was cached.
+  const json& t = seen["turns"];
+  EXPECT_GE(t["second_cached"].get<int64_t>(), t["first_prompt"].get<int64_t>() - 16) << t;
+  EXPECT_GT(t["second_prompt"].get<int64_t>(), t["first_prompt"].get<int64_t>()) << t;
+  // A corrupt image.
+  EXPECT_EQ(seen["corrupt"]["status"], 400) << seen["corrupt"];
+  EXPECT_NE(seen["corrupt"]["message"].get<std::string>().find("messages[0].content[1]"), std::string::npos)
+      << seen["corrupt"];
+  // The step log counted the images' tokens as prompt tokens of their requests, and the server kept serving.
+  EXPECT_NE(s.log().find("images: gemma3"), std::string::npos) << s.log();
+}
+
+TEST(ServerMedia, ImagesAreRefusedByNameWithoutAnMmprojAndOutsideTheLimits) {
+  test::TempDir dir;
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  std::string model, mmproj;
+  cell_files(doc, "gemma3-tiny-seed2", dir, model, mmproj);
+  const std::string png = test::read_text(kSource + "/tests/data/mmproj/checker-40x40.png");
+  const json image = {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64_encode(png)}}}};
+  auto ask = [&](httplib::Client& c, const json& content) {
+    return c.Post("/v1/chat/completions", json({{"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", content}}}}}).dump(),
+                  "application/json");
+  };
+  {
+    test::ServerProcess s({"-m", model, "-c", "1024"});
+    auto c = s.client();
+    const auto r = ask(c, json::array({image}));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(r->body.find("messages[0].content[0]"), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find("--mmproj"), std::string::npos) << r->body;
+  }
+  test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "1024", "--max-images", "2"});
+  auto c = s.client();
+  const auto ok = ask(c, json::array({image, {{"type", "text"}, {"text", "hi"}}}));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  const auto three = ask(c, json::array({image, image, image}));
+  EXPECT_EQ(three->status, 400);
+  EXPECT_NE(three->body.find("at most 2 per request"), std::string::npos) << three->body;
+  json far = image;
+  far["image_url"]["url"] = "https://example.com/cat.png";
+  const auto url = ask(c, json::array({far}));
+  EXPECT_EQ(url->status, 400);
+  EXPECT_NE(url->body.find("does not fetch images"), std::string::npos) << url->body;
+  json file = image;
+  file["image_url"]["url"] = "file:///etc/passwd";
+  const auto local = ask(c, json::array({file}));
+  EXPECT_EQ(local->status, 400);
+  EXPECT_NE(local->body.find("--media-path"), std::string::npos) << local->body;
+  json detail = image;
+  detail["image_url"]["detail"] = "high";
+  const auto d = ask(c, json::array({detail}));
+  EXPECT_EQ(d->status, 400);
+  EXPECT_NE(d->body.find("detail"), std::string::npos) << d->body;
+  const auto audio = ask(c, json::array({{{"type", "input_audio"}, {"input_audio", {{"data", "AAAA"}, {"format", "wav"}}}}}));
+  EXPECT_EQ(audio->status, 400);
+  EXPECT_NE(audio->body.find("audio input is not implemented"), std::string::npos) << audio->body;
+  // ... and it still serves.
+  const auto again = ask(c, json::array({image}));
+  EXPECT_EQ(again->status, 200) << again->body;
+}
+
+}  // namespace server_media_test
+}  // namespace kestrel
