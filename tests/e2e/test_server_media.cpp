@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
@@ -100,6 +101,34 @@ TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
       << seen["corrupt"];
   // The step log counted the images' tokens as prompt tokens of their requests, and the server kept serving.
   EXPECT_NE(s.log().find("images: gemma3"), std::string::npos) << s.log();
+}
+
+// The web page: an image attached in Debian's chromium goes out as an image_url part and is shown in the message.
+TEST(ServerMedia, TheWebPageAttachesAnImageInARealBrowser) {
+  const std::string clients = kSource + "/tests/e2e/openai_client";
+  ASSERT_TRUE(std::filesystem::exists(clients + "/node_modules/puppeteer-core/package.json"))
+      << "the puppeteer-core npm package is missing: run scripts/setup.sh";
+  test::TempDir dir;
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  std::string model, mmproj;
+  cell_files(doc, "gemma3-tiny-seed2", dir, model, mmproj);
+  test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "1024"});
+  int st = 0;
+  const std::string out = test::shell("cd " + clients + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
+                                          "/ KESTREL_IMAGE=" + kSource + "/tests/data/mmproj/checker-40x40.png node webchat_media.mjs",
+                                      &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+  ASSERT_EQ(seen["messages"].size(), 2u) << seen;
+  EXPECT_EQ(seen["messages"][0]["cls"], "msg user");
+  EXPECT_EQ(seen["messages"][0]["images"], 1) << seen;  // shown in the message
+  EXPECT_EQ(seen["messages"][1]["cls"], "msg assistant") << seen;
+  EXPECT_FALSE(seen["messages"][1]["content"].get<std::string>().empty()) << seen;
+  EXPECT_EQ(seen["sent_parts"], json::array({"image_url", "text"})) << seen;
+  EXPECT_EQ(seen["sent_url_prefix"], "data:image/png;base64,") << seen;
+  EXPECT_EQ(seen["attached_after"], "") << seen;  // the attachment went with the message
+  EXPECT_NE(seen["metrics"].get<std::string>().find("} 1"), std::string::npos) << seen;
+  EXPECT_TRUE(seen["console_errors"].empty()) << seen;
 }
 
 TEST(ServerMedia, ImagesAreRefusedByNameWithoutAnMmprojAndOutsideTheLimits) {

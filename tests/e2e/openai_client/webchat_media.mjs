@@ -1,0 +1,46 @@
+// The web chat page's image attachment in a real browser (Debian's chromium driven by puppeteer-core), against a
+// server with an mmproj (tests/e2e/test_server_media.cpp): an image attached through the file input, a question
+// sent, the reply streamed in; the image shown in the user's message and sent as an image_url part (the server's
+// media metrics count it). Prints one JSON line of what it saw. Environment: KESTREL_URL (the page), KESTREL_IMAGE.
+import puppeteer from "puppeteer-core";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const profile = mkdtempSync(join(tmpdir(), "kestrel-chromium-"));
+const browser = await puppeteer.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  userDataDir: profile,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
+});
+const seen = { console_errors: [] };
+try {
+  const page = await browser.newPage();
+  page.on("console", (m) => { if (m.type() === "error") seen.console_errors.push(m.text()); });
+  let body = null;
+  page.on("request", (r) => { if (r.url().endsWith("/v1/chat/completions")) body = JSON.parse(r.postData()); });
+  await page.goto(process.env.KESTREL_URL, { waitUntil: "load" });
+  await page.evaluate(() => { document.getElementById("max_tokens").value = "6"; });
+  const input = await page.$("#attach");
+  await input.uploadFile(process.env.KESTREL_IMAGE);
+  await page.waitForFunction(() => document.getElementById("attached").textContent === "1 image", { timeout: 10000 });
+  await page.type("#input", "What is in this picture?");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => !document.getElementById("send").disabled &&
+                                   document.querySelectorAll("#messages .msg").length >= 2, { timeout: 60000 });
+  seen.messages = await page.evaluate(() => [...document.querySelectorAll("#messages .msg")].map((m) => ({
+    cls: m.className, images: m.querySelectorAll("img.attached").length,
+    content: m.querySelector(".content")?.textContent ?? "" })));
+  seen.attached_after = await page.evaluate(() => document.getElementById("attached").textContent);
+  const parts = body?.messages?.at(-1)?.content;
+  seen.sent_parts = Array.isArray(parts) ? parts.map((p) => p.type) : typeof parts;
+  seen.sent_url_prefix = Array.isArray(parts) ? parts[0]?.image_url?.url?.slice(0, 22) : "";
+  seen.metrics = await page.evaluate(async () => (await (await fetch("metrics")).text())
+    .split("\n").filter((l) => l.startsWith("kestrel_media_images_total")).join("\n"));
+} finally {
+  await browser.close();
+  rmSync(profile, { recursive: true, force: true });
+}
+console.log(JSON.stringify(seen));
