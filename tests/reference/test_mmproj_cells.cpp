@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -48,7 +49,7 @@ std::vector<Cell> make_cells(test::TempDir& dir) {
     EXPECT_EQ(test::sha256_of(cell.mmproj), c["mmproj_sha256"].get<std::string>())
         << c["name"] << ": synth --mmproj no longer writes the recorded projector";
     for (size_t i = 0; i < c["images"].size(); i++) {
-      cell.images.push_back(std::string(KESTREL_SOURCE_DIR) + "/tests/data/mmproj/" + c["images"][i].get<std::string>());
+      cell.images.push_back((std::filesystem::path(KESTREL_SOURCE_DIR) / "tests/data/mmproj" / c["images"][i].get<std::string>()).string());
       EXPECT_EQ(test::sha256_of(cell.images.back()), c["image_sha256"][i].get<std::string>());
     }
     cells.push_back(std::move(cell));
@@ -113,7 +114,9 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     for (MediaSpan& m : g.media) m.both_ways = false;
     const auto causal = generate(e, p.tokens, g).tokens;
     const auto ids = cell.c["ids"].get<std::vector<int32_t>>();
-    if (name == "gemma3-tiny-seed1") EXPECT_NE(causal, ids) << name << ": the image's attention does not show";
+    if (name == "gemma3-tiny-seed1") {
+      EXPECT_NE(causal, ids) << name << ": the image's attention does not show";
+    }
   }
 }
 
@@ -135,9 +138,10 @@ TEST(MmprojCells, RunGivesLlamaCppsIdsWholeAndInChunks) {
       ASSERT_EQ(got.size(), want.size()) << name << " -b " << batch << ": " << r.out << r.err;
       size_t k = 0;
       while (k < want.size() && got[k] == want[k]) k++;
-      if (k < want.size())
+      if (k < want.size()) {
         EXPECT_LT(gaps[k], 1e-3) << name << " -b " << batch << ": id " << got[k] << " at step " << k
                                  << " where llama.cpp chose " << want[k] << " by a gap of " << gaps[k];
+      }
     }
   }
   // A step smaller than an image (16 rows attended as a whole): refused by name.
