@@ -11,7 +11,6 @@
 #include "cli/commands.h"
 #include "core/median.h"
 #include "hw/cpu_features.h"
-#include "core/read_file.h"
 #include "mmproj/media_prompt.h"
 #include "runtime/generator.h"
 #include "cli/parallel_flags.h"
@@ -56,9 +55,8 @@ int run_media(BenchFlags& f) {
   o.profile = !f.profile.empty();
   LoadedModel e = LoadedModel::load(o);
   auto mm = Mmproj::load(f.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
-  const std::string bytes = read_whole_file(f.image, "--image file");
-  const ImageU8 img = decode_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, {}, f.image);
-  MediaInput in{img, media_hash(bytes.data(), bytes.size())};
+  const MediaInput in = media_input_from_file(f.image);
+  const ImageU8& img = in.image;
   std::vector<double> encode_ms, ttft_ms;
   int64_t tokens = 0, prompt = 0;
   for (int r = 0; r <= f.reps; r++) {  // (run 0: the warm-up)

@@ -14,7 +14,6 @@
 #include "spec/spec_source.h"
 #include "runtime/loaded_model.h"
 #include "runtime/generator.h"
-#include "core/read_file.h"
 #include "mmproj/media_prompt.h"
 
 namespace kestrel::cli {
@@ -44,13 +43,7 @@ MediaPrompt media_prompt(RunFlags& f, LoadedModel& e, Mmproj& mm) {
   if (text.find(kMediaMarker) == std::string::npos)
     for (size_t i = 0; i < f.images.size(); i++) text = kMediaMarker + text;
   std::vector<MediaInput> in;
-  for (const std::string& path : f.images) {
-    const std::string bytes = read_whole_file(path, "--image file");
-    MediaInput m;
-    m.image = decode_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, ImageLimits{}, path);
-    m.hash = media_hash(bytes.data(), bytes.size());
-    in.push_back(std::move(m));
-  }
+  for (const std::string& path : f.images) in.push_back(media_input_from_file(path));
   MediaPromptOptions o;
   o.add_special = !f.no_bos;
   return build_media_prompt(*e.tokenizer, *mm.vision(), text, in, o);

@@ -163,7 +163,6 @@ std::unique_ptr<VisionEncoder> make_vision(MmprojSource& src) {
   if (image_size % patch != 0) throw h.bad("vision.image_size", fmt::format("must be a multiple of the patch size {}", patch));
   if (merge <= 0 || (image_size / patch) % merge != 0)
     throw h.bad("vision.projector.scale_factor", fmt::format("must divide the {} patches per side", image_size / patch));
-  h.need_int("vision.projection_dim");  // the text width, checked against the projection itself below
   auto floats3 = [&](const std::string& key, float* out) {
     const GgufValue* v = src.file.find("clip." + key);
     if (!v || v->type != GgufValueType::ARRAY || v->as_array().items.size() < 3)
@@ -175,7 +174,7 @@ std::unique_ptr<VisionEncoder> make_vision(MmprojSource& src) {
   floats3("vision.image_mean", mean);
   floats3("vision.image_std", std);
   auto enc = std::make_unique<Gemma3Vision>(src, cfg, image_size, patch, merge, mean, std);
-  const int64_t proj_dim = h.need_int("vision.projection_dim");
+  const int64_t proj_dim = h.need_int("vision.projection_dim");  // the text width: the projection's rows
   if (proj_dim != enc->text_width())
     throw h.bad("vision.projection_dim", fmt::format("is {} but mm.input_projection.weight gives rows of {}", proj_dim,
                                                      enc->text_width()));

@@ -8,10 +8,17 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace kestrel {
 
 uint64_t media_hash(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+MediaInput media_input_from_file(const std::string& path) {
+  const std::string bytes = read_whole_file(path, "image file");
+  return {decode_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, {}, path),
+          media_hash(bytes.data(), bytes.size())};
+}
 
 MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const std::string& text,
                                const std::vector<MediaInput>& images, const MediaPromptOptions& o) {
@@ -22,7 +29,6 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
     throw Error(fmt::format("the prompt has {} media markers for {} images", markers, images.size()));
   // The rows of each distinct image, encoded once (where the caller runs encoders).
   std::map<uint64_t, std::shared_ptr<const std::vector<float>>> encoded;
-  std::map<uint64_t, int64_t> rows_of;
   double seconds = 0;
   auto encode_all = [&] {
     for (const MediaInput& in : images) {
@@ -30,7 +36,6 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
       const auto t0 = std::chrono::steady_clock::now();
       MediaEmbeddings e = enc.encode(in.image);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      rows_of[in.hash] = e.n_tokens;
       encoded[in.hash] = std::make_shared<const std::vector<float>>(std::move(e.rows));
     }
   };
@@ -56,9 +61,9 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
     if (!place.before.empty()) add_ids(tok.encode(place.before, false, true));
     MediaSpan span;
     span.start = static_cast<int64_t>(out.tokens.size());
-    span.n_tokens = rows_of.at(in.hash);
-    span.width = enc.text_width();
     span.rows = encoded.at(in.hash);
+    span.width = enc.text_width();
+    span.n_tokens = static_cast<int64_t>(span.rows->size()) / span.width;
     span.both_ways = place.non_causal;
     out.media.push_back(span);
     out.media_tokens += span.n_tokens;

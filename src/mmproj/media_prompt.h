@@ -32,6 +32,8 @@ struct MediaPrompt {
 
 // XXH3-64 of a media file's bytes.
 uint64_t media_hash(const void* data, size_t n);
+// An image file's bytes decoded (default limits) and hashed; errors name the file.
+MediaInput media_input_from_file(const std::string& path);
 
 struct MediaPromptOptions {
   std::string marker = kMediaMarker;

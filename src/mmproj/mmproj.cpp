@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
+#include "core/splitmix.h"
 #include "formats/block_formats.h"
 #include "gguf/gguf_writer.h"
 #include "model/hparams_reader.h"
@@ -19,24 +21,35 @@ const std::vector<const Projector*>& projectors() {
   return all;
 }
 
-const Projector& projector_of(const std::string& name) {
+namespace {
+
+const Projector* find_projector(const std::string& name) {
+  for (const Projector* p : projectors())
+    if (name == p->name) return p;
+  return nullptr;
+}
+
+// The projector type of a modality: clip.projector_type, or clip.{vision,audio}.projector_type in files that
+// carry both (llama.cpp's clip.cpp order); none when the file names neither.
+std::optional<std::string> projector_type(HparamReader& h, const char* modality) {
+  if (auto t = h.opt_string("projector_type")) return t;
+  return h.opt_string(fmt::format("{}.projector_type", modality));
+}
+
+std::string unknown_projector(const std::string& name) {
   std::string names;
-  for (const Projector* p : projectors()) {
-    if (name == p->name) return *p;
-    names += (names.empty() ? "" : ", ") + std::string(p->name);
-  }
-  throw Error(fmt::format("projector type '{}' is not implemented (Kestrel runs: {})", name, names));
+  for (const Projector* p : projectors()) names += (names.empty() ? "" : ", ") + std::string(p->name);
+  return fmt::format("projector type '{}' is not implemented (Kestrel runs: {})", name, names);
+}
+
+}  // namespace
+
+const Projector& projector_of(const std::string& name) {
+  if (const Projector* p = find_projector(name)) return *p;
+  throw Error(unknown_projector(name));
 }
 
 namespace {
-
-// The projector type of a modality: clip.projector_type, or clip.{vision,audio}.projector_type in files that
-// carry both (llama.cpp's clip.cpp order).
-std::string projector_type(const GgufFile& f, HparamReader& h, const char* modality) {
-  if (auto t = h.opt_string("projector_type")) return *t;
-  if (auto t = h.opt_string(fmt::format("{}.projector_type", modality))) return *t;
-  throw Error(fmt::format("{}: no clip.projector_type: not an mmproj file", f.path()));
-}
 
 void check_clip(const GgufFile& f) {
   const GgufValue* arch = f.find("general.architecture");
@@ -63,13 +76,11 @@ std::unique_ptr<Mmproj> Mmproj::load(const std::string& path, Backend& be, const
     throw h.bad("has_gen_audio_encoder", "is set: audio generation encoders are not implemented");
   if (audio) throw h.bad("has_audio_encoder", "is set: audio encoders are not implemented yet (vision only)");
   if (!vision) throw h.bad("has_vision_encoder", "is not set: the file has no encoder Kestrel runs");
-  m->projector_ = projector_type(f, h, "vision");
-  const Projector* found = nullptr;
-  try {
-    found = &projector_of(m->projector_);
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", path, e.what()));
-  }
+  const auto type = projector_type(h, "vision");
+  if (!type) throw Error(fmt::format("{}: no clip.projector_type: not an mmproj file", path));
+  m->projector_ = *type;
+  const Projector* found = find_projector(m->projector_);
+  if (!found) throw Error(fmt::format("{}: {}", path, unknown_projector(m->projector_)));
   const Projector& p = *found;
   if (text_arch != p.text_arch)
     throw Error(fmt::format("{}: a {} projector feeds {} text models, not {} (its image rows need that family's "
@@ -97,16 +108,10 @@ std::string describe_mmproj(const std::string& path) {
   std::string s = fmt::format("mmproj {}: {} tensors, {:.1f} MiB\n", path, f.tensors().size(), bytes / 1048576.0);
   for (const char* modality : {"vision", "audio"}) {
     if (!h.opt_bool(fmt::format("has_{}_encoder", modality)).value_or(false)) continue;
-    std::string type = "?";
-    if (auto t = h.opt_string("projector_type")) type = *t;
-    else if (auto t2 = h.opt_string(fmt::format("{}.projector_type", modality))) type = *t2;
+    const std::string type = projector_type(h, modality).value_or("?");
     auto num = [&](const std::string& k) { return h.opt_int(fmt::format("{}.{}", modality, k)).value_or(0); };
     s += fmt::format("  {} encoder: projector {} ({}), {} layers, width {}, {} heads, FFN {}, output width {}", modality,
-                     type, [&] {
-                       for (const Projector* p : projectors())
-                         if (type == p->name) return "implemented";
-                       return "not implemented";
-                     }(),
+                     type, find_projector(type) ? "implemented" : "not implemented",
                      num("block_count"), num("embedding_length"), num("attention.head_count"),
                      num("feed_forward_length"), num("projection_dim"));
     if (std::string(modality) == "vision")
@@ -155,14 +160,7 @@ void synth_mmproj(const std::string& path, const std::string& projector, int64_t
       std::vector<float> out(static_cast<size_t>(n));
       uint64_t state = seed * 0x100000001B3ull ^ (tid << 40) ^ 0x6d6d70726f6aull;
       const float half = stddev * std::sqrt(3.0f);
-      for (auto& x : out) {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        const double u = static_cast<double>(z >> 11) * 0x1.0p-53;
-        x = constant + static_cast<float>((2.0 * u - 1.0) * half);
-      }
+      for (auto& x : out) x = constant + static_cast<float>((2.0 * splitmix_unit(state) - 1.0) * half);
       quantize_row(t, out.data(), dst, n);
     });
   };

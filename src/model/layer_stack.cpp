@@ -152,14 +152,9 @@ void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int
     for (int s = 0; s < streams_; s++) be_.copy(x + s * dim, state_dim(), xb_, dim, n, dim);
     return;
   }
-  if (b.embd_rows.empty()) {
-    be_.embed(table, b.tokens.data() + r0, n, x);
-    if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
-    return;
-  }
-  // Media rows: their rows replace the embeddings of their placeholder tokens, unscaled.
   be_.embed(table, b.tokens.data() + r0, n, x);
   if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
+  // Media rows: their rows replace the embeddings of their placeholder tokens, unscaled.
   const auto m = static_cast<int64_t>(b.embd_rows.size());
   for (int64_t i = 0; i < m;) {
     int64_t j = i + 1;  // a run of consecutive rows, one copy

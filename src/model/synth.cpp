@@ -9,19 +9,13 @@
 
 #include "formats/block_formats.h"
 #include "core/error.h"
+#include "core/splitmix.h"
 #include "core/thread_pool.h"
 #include "formats/storage_type.h"
 #include "model/family.h"
 
 namespace kestrel {
 namespace {
-
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // A synthetic SentencePiece vocabulary: specials, the 256 byte tokens, then
 // word-start pieces and letter n-grams with decreasing scores, so that any
@@ -232,7 +226,7 @@ GgufWriter synth_model(const SynthOptions& o) {
         for (int64_t r = r0; r < r1; r++) {
           uint64_t state = seed * 0x100000001B3ull ^ (id << 40) ^ static_cast<uint64_t>(r);
           for (auto& x : row) {
-            const double u = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+            const double u = splitmix_unit(state);
             x = stddev == 0.0f ? constant : static_cast<float>((2.0 * u - 1.0) * half_width);
           }
           quantize_row(type, row.data(), dst + r * rb, cols);

@@ -105,9 +105,10 @@ class Scheduler {
   // Attaches r's cached prefix if it is waiting, then allocates up to n_max
   // more tokens, preempting requests that would run after it if blocks run
   // short. Returns the tokens it may run (0: it waits).
-  int64_t media_cut(const Request& r, int64_t n) const;
   int64_t admit(Request& r, int64_t n_max, double now_ms, StepPlan& p);
   int64_t shareable_prompt(const Request& r) const;
+  // n shortened so that r's next chunk does not end inside a media span attended both ways (0: it waits).
+  int64_t media_cut(const Request& r, int64_t n) const;
   void evict(Request& victim, StepPlan& p);
   void plan_drafts(StepPlan& p, int64_t budget);
 

@@ -16,7 +16,6 @@
 #include <sstream>
 
 #include "cli_process.h"
-#include "core/read_file.h"
 #include "mmproj/media_prompt.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
@@ -69,11 +68,7 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     LoadedModel e = LoadedModel::load(o);
     auto mm = Mmproj::load(cell.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
     std::vector<MediaInput> in;
-    for (const auto& path : cell.images) {
-      const std::string bytes = read_whole_file(path, "image");
-      in.push_back({decode_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, {}, path),
-                    media_hash(bytes.data(), bytes.size())});
-    }
+    for (const auto& path : cell.images) in.push_back(media_input_from_file(path));
     const MediaPrompt p = build_media_prompt(*e.tokenizer, *mm->vision(), cell.c["prompt"], in);
     // The layout: llama.cpp's chunks in order.
     size_t at = 0, span = 0;

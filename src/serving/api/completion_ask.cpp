@@ -111,6 +111,12 @@ void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::ve
     } catch (const Error& e) {
       throw bad_request(part.param, e.what());
     }
+    // (Refused before any encoding: an image whose rows a step of this server could not take whole.)
+    const int64_t rows = m.vision->n_tokens(in.image.width, in.image.height);
+    if (m.vision->placement().non_causal && rows > m.max_span)
+      throw bad_request(part.param, fmt::format("an image of {} tokens is attended as a whole, but a step of this "
+                                                "server takes {} prompt tokens (--prefill-chunk)",
+                                                rows, m.max_span));
     in.hash = media_hash(part.bytes.data(), part.bytes.size());
     images.push_back(std::move(in));
   }
@@ -136,11 +142,6 @@ void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::ve
     throw bad_request("messages", e.what());
   }
   if (m.on_encoded) m.on_encoded(static_cast<int64_t>(images.size()), mp.encoded, mp.media_tokens, mp.encode_seconds);
-  for (const MediaSpan& span : mp.media)
-    if (span.both_ways && span.n_tokens > m.max_span)
-      throw bad_request(parts.front().param, fmt::format("an image of {} tokens is attended as a whole, but a step of "
-                                                         "this server takes {} prompt tokens (--prefill-chunk)",
-                                                         span.n_tokens, m.max_span));
   params.prompt = std::move(mp.tokens);
   params.media = std::move(mp.media);
 }

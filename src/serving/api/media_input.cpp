@@ -11,7 +11,10 @@ namespace kestrel {
 
 namespace {
 
-std::string decoded(std::string_view text, const std::string& param) {
+// Base64 text of at most one image's bytes, decoded (its length refused before decoding).
+std::string decoded(std::string_view text, const std::string& param, const MediaSupport& m) {
+  if (text.size() > m.max_bytes / 3 * 4 + 4)
+    throw bad_request(param, fmt::format("'{}' holds more than {} bytes (the limit of one image)", param, m.max_bytes));
   auto bytes = base64_decode(text);
   if (!bytes) throw bad_request(param, fmt::format("'{}' is not valid base64 image data", param));
   return std::move(*bytes);
@@ -29,9 +32,7 @@ std::string image_url_bytes(const std::string& url, const std::string& param, co
       throw bad_request(param, fmt::format("'{}' must be a base64 data: URI (data:image/png;base64,...)", param));
     if (head.rfind("image/", 0) != 0)
       throw bad_request(param, fmt::format("'{}' is a data: URI of {}, not an image", param, head.substr(0, head.size() - 7)));
-    if (url.size() - comma - 1 > m.max_bytes / 3 * 4 + 4)
-      throw bad_request(param, fmt::format("'{}' holds more than {} bytes (the limit of one image)", param, m.max_bytes));
-    bytes = decoded(std::string_view(url).substr(comma + 1), param);
+    bytes = decoded(std::string_view(url).substr(comma + 1), param, m);
   } else if (url.rfind("file://", 0) == 0) {
     if (m.media_path.empty())
       throw bad_request(param, fmt::format("'{}' is a file:// URL: the server reads local files only when started "
@@ -55,9 +56,7 @@ std::string image_url_bytes(const std::string& url, const std::string& param, co
                                          "itself as a data: URI or base64",
                                          param));
   } else {
-    if (url.size() > m.max_bytes / 3 * 4 + 4)
-      throw bad_request(param, fmt::format("'{}' holds more than {} bytes (the limit of one image)", param, m.max_bytes));
-    bytes = decoded(url, param);  // raw base64, as llama-server takes it
+    bytes = decoded(url, param, m);  // raw base64, as llama-server takes it
   }
   if (bytes.size() > m.max_bytes)
     throw bad_request(param, fmt::format("'{}' is {} bytes, more than the {} of one image", param, bytes.size(), m.max_bytes));
