@@ -129,6 +129,10 @@ TEST(ServerMedia, TheWebPageAttachesAnImageInARealBrowser) {
   EXPECT_EQ(seen["attached_after"], "") << seen;  // the attachment went with the message
   EXPECT_NE(seen["metrics"].get<std::string>().find("} 1"), std::string::npos) << seen;
   EXPECT_TRUE(seen["console_errors"].empty()) << seen;
+  // With the browser's storage full, the next image message is still sent and answered.
+  EXPECT_GT(seen["filled"].get<int>(), 0) << seen;
+  EXPECT_EQ(seen["full_storage"], json::parse(R"([{"cls": "msg user", "images": 1}, {"cls": "msg assistant", "images": 0}])"))
+      << seen;
 }
 
 TEST(ServerMedia, ImagesAreRefusedByNameWithoutAnMmprojAndOutsideTheLimits) {

@@ -24,12 +24,16 @@ try {
   await page.goto(process.env.KESTREL_URL, { waitUntil: "load" });
   await page.evaluate(() => { document.getElementById("max_tokens").value = "6"; });
   const input = await page.$("#attach");
-  await input.uploadFile(process.env.KESTREL_IMAGE);
-  await page.waitForFunction(() => document.getElementById("attached").textContent === "1 image", { timeout: 10000 });
-  await page.type("#input", "What is in this picture?");
-  await page.keyboard.press("Enter");
-  await page.waitForFunction(() => !document.getElementById("send").disabled &&
-                                   document.querySelectorAll("#messages .msg").length >= 2, { timeout: 60000 });
+  // The image attached, the text typed and sent; back when the reply (the conversation's `messages`-th) is in.
+  const send = async (text, messages) => {
+    await input.uploadFile(process.env.KESTREL_IMAGE);
+    await page.waitForFunction(() => document.getElementById("attached").textContent === "1 image", { timeout: 10000 });
+    await page.type("#input", text);
+    await page.keyboard.press("Enter");
+    await page.waitForFunction((n) => !document.getElementById("send").disabled &&
+                                      document.querySelectorAll("#messages .msg").length >= n, { timeout: 60000 }, messages);
+  };
+  await send("What is in this picture?", 2);
   seen.messages = await page.evaluate(() => [...document.querySelectorAll("#messages .msg")].map((m) => ({
     cls: m.className, images: m.querySelectorAll("img.attached").length,
     content: m.querySelector(".content")?.textContent ?? "" })));
@@ -39,6 +43,19 @@ try {
   seen.sent_url_prefix = Array.isArray(parts) ? parts[0]?.image_url?.url?.slice(0, 22) : "";
   seen.metrics = await page.evaluate(async () => (await (await fetch("metrics")).text())
     .split("\n").filter((l) => l.startsWith("kestrel_media_images_total")).join("\n"));
+  // The browser's storage full (other data of the page's origin): the next message with an image is still sent
+  // and answered; the conversation is kept without its images where they do not fit.
+  seen.filled = await page.evaluate(() => {
+    let n = 0;
+    for (const size of [256 * 1024, 1024, 1]) {  // to the last byte
+      const chunk = "x".repeat(size);
+      try { for (;; n++) localStorage.setItem("filler" + n, chunk); } catch {}
+    }
+    return n;
+  });
+  await send("And now?", 4);
+  seen.full_storage = await page.evaluate(() => [...document.querySelectorAll("#messages .msg")].slice(2).map((m) => ({
+    cls: m.className, images: m.querySelectorAll("img.attached").length })));
 } finally {
   await browser.close();
   rmSync(profile, { recursive: true, force: true });
