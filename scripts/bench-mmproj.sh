@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Image encode time and time to first token with one image: kestrel vs llama.cpp's multimodal library (libmtmd,
 # what llama-mtmd-cli runs), same files, same threads, runs interleaved, medians (docs/benchmarks.md).
-#   scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
-# The files: `kestrel synth` Gemma-3-1B-shaped text model (Q4_0) and a Gemma 3 projector at SigLIP-400M's widths
-# (1152 wide, 16 heads, FFN 4304, 896 px: 4096 patches, 256 rows) with LAYERS blocks (default 4 of its 27; the
-# time per block is what compares), F16 as the converter writes it; a 640x480 PNG. llama.cpp runs its encoder
-# without flash attention (faster on this CPU than with it, measured: docs/benchmarks.md) via
-# tests/compat/mtmd_oracle.cpp --time, built against LLAMA_DIR (get-llama.sh's DEST).
+#   [PROJ=gemma3|qwen35] scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
+# The files, by `kestrel synth`, F16 projectors as the converters write them, with LAYERS vision blocks (default 4;
+# the time per block is what compares), and a 640x480 PNG:
+#   gemma3: a Gemma-3-1B-shaped text model (Q4_0) and a Gemma 3 projector at SigLIP-400M's widths (1152 wide,
+#     16 heads, FFN 4304, 896 px: 4096 patches, 256 rows);
+#   qwen35: a Qwen3.5-0.8B-shaped text model (Q4_0) and a Qwen3-VL tower at Qwen3.5's widths (1152 wide, 16 heads,
+#     FFN 4304, patch 16: the photo is 40x30 patches, 300 rows).
+# llama.cpp runs its encoder without flash attention (faster on this CPU than with it, measured:
+# docs/benchmarks.md) via tests/compat/mtmd_oracle.cpp --time, built against LLAMA_DIR (get-llama.sh's DEST).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA=${1:-$HOME/llama-ref}; REPS=${2:-3}; LAYERS=${3:-4}; T=${THREADS:-2}
-W=${WORK:-build/bench-mmproj}; mkdir -p "$W"
+PROJ=${PROJ:-gemma3}
+case "$PROJ" in
+  gemma3) SYNTH=(--arch gemma3 --preset 1b --mmproj-preset siglip-400m); TOWER="SigLIP-400M" ;;
+  qwen35) SYNTH=(--arch qwen35 --preset 0.8b --mmproj-preset qwen35); TOWER="Qwen3.5 vision (Qwen3-VL)" ;;
+  *) echo "PROJ: gemma3 or qwen35" >&2; exit 2 ;;
+esac
+W=${WORK:-build/bench-mmproj-$PROJ-$LAYERS}; mkdir -p "$W"
 K=build/kestrel
-[ -f "$W/text.gguf" ] || $K synth --arch gemma3 --preset 1b --type q4_0 --seed 1 -o "$W/text.gguf" \
-  --mmproj "$W/mmproj.gguf" --mmproj-preset siglip-400m --mmproj-type f16 --mmproj-layers "$LAYERS" >/dev/null
+[ -f "$W/text.gguf" ] || $K synth "${SYNTH[@]}" --type q4_0 --seed 1 -o "$W/text.gguf" \
+  --mmproj "$W/mmproj.gguf" --mmproj-type f16 --mmproj-layers "$LAYERS" >/dev/null
 [ -f "$W/photo.png" ] || python3 - "$W/photo.png" <<'PY'
 import struct, sys, zlib
 w, h = 640, 480
@@ -32,4 +41,4 @@ for r in $(seq 1 "$REPS"); do
   l=$("$ORACLE" --threads "$T" --time 1 -n 1 "$W/text.gguf" "$W/mmproj.gguf" "<__media__>Describe this image." "$W/photo.png")
   echo "| $r | llama.cpp | $(echo "$l" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(round(d["encode_ms"][0],1), "|", round(d["ttft_ms"][0],1))') |"
 done
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $T threads; projector: $LAYERS SigLIP-400M blocks, F16"
+echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $T threads; projector: $LAYERS $TOWER blocks, F16"

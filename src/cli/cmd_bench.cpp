@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/median.h"
 #include "hw/cpu_features.h"
+#include "cli/mmproj_flags.h"
 #include "mmproj/media_prompt.h"
 #include "runtime/generator.h"
 #include "cli/parallel_flags.h"
@@ -39,6 +40,7 @@ struct BenchFlags {
   bool spec_governed = false;
   ParallelFlags parallel;
   std::string mmproj, image, image_prompt = "Describe this image.";
+  ImageTokenLimits image_tokens;
 };
 
 // bench --mmproj --image: the image's encode time and the time to the first token of a prompt holding it (the
@@ -54,7 +56,7 @@ int run_media(BenchFlags& f) {
   o.use_mmap = f.use_mmap;
   o.profile = !f.profile.empty();
   LoadedModel e = LoadedModel::load(o);
-  auto mm = Mmproj::load(f.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
+  auto mm = load_mmproj(f.mmproj, f.image_tokens, e);
   const MediaInput in = media_input_from_file(f.image);
   const ImageU8& img = in.image;
   std::vector<double> encode_ms, ttft_ms;
@@ -320,6 +322,7 @@ void register_bench(CLI::App& app) {
                                         "the first token of a prompt holding it");
   cmd->add_option("--image", f.image, "With --mmproj: the image");
   cmd->add_option("--image-prompt", f.image_prompt, "With --mmproj: the text after the image")->capture_default_str();
+  add_image_token_options(cmd, f.image_tokens);
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");
 }
 

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/parallel_flags.h"
 #include "cli/grammar_flags.h"
+#include "cli/mmproj_flags.h"
 #include "core/error.h"
 #include "spec/spec_source.h"
 #include "runtime/loaded_model.h"
@@ -33,6 +34,7 @@ struct RunFlags {
   GrammarFlags grammar;
   ParallelFlags parallel;
   std::string mmproj;
+  ImageTokenLimits image_tokens;
   std::vector<std::string> images;
 };
 
@@ -90,8 +92,7 @@ int run(RunFlags& f) {
   apply_parallel_flags(f.parallel, f.engine);
   LoadedModel e = LoadedModel::load(f.engine);
   if (e.is_follower()) return follow_leader(e, f.profile);
-  std::unique_ptr<Mmproj> mm;
-  if (!f.mmproj.empty()) mm = Mmproj::load(f.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
+  std::unique_ptr<Mmproj> mm = load_mmproj(f.mmproj, f.image_tokens, e);
   if (!f.images.empty() && !mm) throw Error("--image needs the model's projector: --mmproj FILE");
   if (!f.images.empty() && !f.prompt_ids.empty()) throw Error("--image takes a text prompt (-p or -f), not --prompt-ids");
   MediaPrompt media;
@@ -210,6 +211,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--parse-special", f.parse_special, "Turn special-token text in the prompt into its token");
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
   cmd->add_option("--mmproj", f.mmproj, "The model's multimodal projector (llama.cpp's mmproj GGUF) for --image");
+  add_image_token_options(cmd, f.image_tokens);
   cmd->add_option("--image", f.images,
                   "An image (PNG, JPEG, GIF, BMP, WebP) for the prompt (repeatable); each goes where -p has the marker "
                   "<__media__>, or all before the text when it has none");

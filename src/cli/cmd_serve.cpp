@@ -11,6 +11,7 @@
 
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
+#include "cli/mmproj_flags.h"
 #include "mmproj/mmproj.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
@@ -43,6 +44,7 @@ struct ServeFlags {
   bool allow_special_in_content = false;
   std::string otlp_endpoint;
   std::string mmproj, media_path;
+  ImageTokenLimits image_tokens;
   int max_images = 16;
   ParallelFlags parallel;
   // The prefix cache's lower tiers (kv/prefix_tiers.h): RAM ("" : the default), a folder and its size.
@@ -315,9 +317,10 @@ int run(ServeFlags& f) {
     api.slot_save_path = f.slot_save_path;
     api.n_slots = sc.n_slots;
     api.slot_identity = slot_identity;
+    if (f.mmproj.empty()) load_mmproj("", f.image_tokens, e);  // (refuses the image flags without --mmproj)
     if (!f.mmproj.empty()) {
       http->readiness().loading("loading the multimodal projector");
-      api.mmproj = Mmproj::load(f.mmproj, *e.backend, e.model->config().arch, e.model->config().n_embd);
+      api.mmproj = load_mmproj(f.mmproj, f.image_tokens, e);
       api.media.media_path = f.media_path;
       api.media.max_images = f.max_images;
       api.media.max_span = std::min(f.prefill_chunk, f.max_batch_tokens);
@@ -416,6 +419,7 @@ void register_serve(CLI::App& app) {
                   "The model's multimodal projector (llama.cpp's mmproj GGUF): chat requests may then carry images "
                   "(OpenAI image_url, Anthropic image blocks, Responses input_image, Ollama images)");
   cmd->add_option("--media-path", f.media_path, "With --mmproj: file:// image URLs are read from this folder (off by default)");
+  add_image_token_options(cmd, f.image_tokens);
   cmd->add_option("--max-images", f.max_images, "With --mmproj: images per request at most")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

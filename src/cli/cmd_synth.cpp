@@ -60,7 +60,7 @@ void register_synth(CLI::App& app) {
     if (!mmproj.empty()) {
       const Projector* proj = nullptr;
       for (const Projector* p : projectors())
-        if (arch == p->text_arch) proj = p;
+        if (p->feeds(arch)) proj = p;
       if (!proj) throw Error(fmt::format("--mmproj: Kestrel has no projector for {} text models", arch));
       const auto mt = type_from_name(mmproj_type);
       if (!mt) throw Error(fmt::format("--mmproj-type '{}' is not a type name (f32, f16, q8_0)", mmproj_type));

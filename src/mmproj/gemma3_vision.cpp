@@ -72,16 +72,7 @@ class Gemma3Vision final : public VisionEncoder {
     int w = 0, h = 0;
     const std::vector<float> planar = preprocess(img, w, h);
     const int64_t d = cfg_.width, side = size_ / patch_, n = side * side, k = patch_ * patch_ * 3;
-    // The convolution's input rows: patch (py, px) as (channel, y, x), the kernel's order.
-    std::vector<float> cols(static_cast<size_t>(n * k));
-    for (int64_t py = 0; py < side; py++)
-      for (int64_t px = 0; px < side; px++) {
-        float* row = cols.data() + (py * side + px) * k;
-        for (int c = 0; c < 3; c++)
-          for (int y = 0; y < patch_; y++)
-            for (int x = 0; x < patch_; x++)
-              *row++ = planar[(static_cast<size_t>(c) * h + py * patch_ + y) * w + px * patch_ + x];
-      }
+    const std::vector<float> cols = patch_rows(planar, w, h, patch_);  // (channel, y, x): the kernel's order
     ensure(n);
     be_.copy(cols_, k, be_.host_view(cols.data()), k, n, k);
     be_.matmul(patch_embd_, cols_, n, x_);
@@ -141,38 +132,15 @@ class Gemma3Vision final : public VisionEncoder {
 
 std::unique_ptr<VisionEncoder> make_vision(MmprojSource& src) {
   HparamReader& h = src.keys;
-  VitConfig cfg;
-  cfg.width = h.need_int("vision.embedding_length");
-  cfg.n_head = h.need_int("vision.attention.head_count");
-  cfg.head_dim = h.int_or("vision.attention.head_dim", cfg.width / cfg.n_head);
-  cfg.n_ff = h.need_int("vision.feed_forward_length");
-  cfg.n_layer = static_cast<int>(h.need_int("vision.block_count"));
-  cfg.eps = static_cast<float>(h.opt_float("vision.attention.layer_norm_epsilon").value_or(-1.0));
-  if (cfg.eps <= 0) throw h.bad("vision.attention.layer_norm_epsilon", "must be given and positive");
-  if (h.int_or("vision.attention.head_count_kv", cfg.n_head) != cfg.n_head)
-    throw h.bad("vision.attention.head_count_kv", "must equal the head count in a SigLIP tower");
-  if (cfg.n_head * cfg.head_dim != cfg.width)
-    throw h.bad("vision.attention.head_dim", fmt::format("times {} heads must be the width {}", cfg.n_head, cfg.width));
-  // The FFN's activation: GELU is what Gemma 3's converter writes (use_gelu); without it llama.cpp would run
-  // gelu_quick, and with use_silu SiLU, neither of which this tower implements.
-  if (!h.opt_bool("use_gelu").value_or(false)) throw h.bad("use_gelu", "must be true for a gemma3 projector (GELU)");
-  if (h.opt_bool("use_silu").value_or(false)) throw h.bad("use_silu", "is not used by a gemma3 projector");
+  const VitConfig cfg = read_vit_config(h, "gemma3");
   const int image_size = static_cast<int>(h.need_int("vision.image_size"));
   const int patch = static_cast<int>(h.need_int("vision.patch_size"));
   const int merge = static_cast<int>(h.int_or("vision.projector.scale_factor", 4));
   if (image_size % patch != 0) throw h.bad("vision.image_size", fmt::format("must be a multiple of the patch size {}", patch));
   if (merge <= 0 || (image_size / patch) % merge != 0)
     throw h.bad("vision.projector.scale_factor", fmt::format("must divide the {} patches per side", image_size / patch));
-  auto floats3 = [&](const std::string& key, float* out) {
-    const GgufValue* v = src.file.find("clip." + key);
-    if (!v || v->type != GgufValueType::ARRAY || v->as_array().items.size() < 3)
-      throw h.bad(key, "must be an array of 3 numbers");
-    for (int c = 0; c < 3; c++) out[c] = static_cast<float>(v->as_array().items[c].as_double());
-    h.accept(key);
-  };
   float mean[3], std[3];
-  floats3("vision.image_mean", mean);
-  floats3("vision.image_std", std);
+  read_image_norm(src, mean, std);
   auto enc = std::make_unique<Gemma3Vision>(src, cfg, image_size, patch, merge, mean, std);
   const int64_t proj_dim = h.need_int("vision.projection_dim");  // the text width: the projection's rows
   if (proj_dim != enc->text_width())
@@ -194,36 +162,17 @@ MmprojSynthShape synth_shape(int64_t text_width, const std::string& preset) {
   return s;
 }
 
-void synth(GgufWriter& w, const MmprojSynthShape& s,
-           const std::function<void(const std::string&, std::vector<int64_t>, float, float)>& add) {
+void synth(GgufWriter& w, const MmprojSynthShape& s, const SynthAdd& add) {
   w.set_str("clip.projector_type", "gemma3");
   w.set_bool("clip.use_gelu", true);
   w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
   if (s.merge != 4) w.set_u32("clip.vision.projector.scale_factor", static_cast<uint32_t>(s.merge));
   const int64_t d = s.width, side = s.image_size / s.patch_size;
-  const float in = 1.0f / std::sqrt(static_cast<float>(d)), res = in / std::sqrt(2.0f * static_cast<float>(s.layers));
+  const float in = 1.0f / std::sqrt(static_cast<float>(d));
   add("v.patch_embd.weight", {s.patch_size, s.patch_size, 3, d}, 1.0f / std::sqrt(3.0f * s.patch_size * s.patch_size), 0);
   add("v.patch_embd.bias", {d}, 0.02f, 0);
   add("v.position_embd.weight", {d, side * side}, 0.5f, 0);
-  for (int64_t l = 0; l < s.layers; l++) {
-    const std::string p = fmt::format("v.blk.{}.", l);
-    for (const char* m : {"attn_q", "attn_k", "attn_v"}) {
-      add(p + m + ".weight", {d, d}, in, 0);
-      add(p + m + ".bias", {d}, 0.02f, 0);
-    }
-    add(p + "attn_out.weight", {d, d}, res, 0);
-    add(p + "attn_out.bias", {d}, 0.02f, 0);
-    add(p + "ln1.weight", {d}, 0.1f, 1.0f);
-    add(p + "ln1.bias", {d}, 0.02f, 0);
-    add(p + "ln2.weight", {d}, 0.1f, 1.0f);
-    add(p + "ln2.bias", {d}, 0.02f, 0);
-    add(p + "ffn_up.weight", {d, s.ffn}, in, 0);
-    add(p + "ffn_up.bias", {s.ffn}, 0.02f, 0);
-    add(p + "ffn_down.weight", {s.ffn, d}, res * std::sqrt(static_cast<float>(d) / static_cast<float>(s.ffn)), 0);
-    add(p + "ffn_down.bias", {d}, 0.02f, 0);
-  }
-  add("v.post_ln.weight", {d}, 0.1f, 1.0f);
-  add("v.post_ln.bias", {d}, 0.02f, 0);
+  synth_vit_blocks(add, s, /*fused_qkv=*/false);
   add("mm.soft_emb_norm.weight", {d}, 0.1f, 1.0f);
   add("mm.input_projection.weight", {s.text_width, d}, in, 0);
 }
@@ -231,7 +180,7 @@ void synth(GgufWriter& w, const MmprojSynthShape& s,
 }  // namespace
 
 const Projector& gemma3_projector() {
-  static const Projector p{"gemma3", "Gemma 3 4B/12B/27B (SigLIP)", "gemma3", make_vision, synth_shape, synth};
+  static const Projector p{"gemma3", "Gemma 3 4B/12B/27B (SigLIP)", {"gemma3"}, make_vision, synth_shape, synth};
   return p;
 }
 

@@ -28,7 +28,11 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
   if (markers != images.size())
     throw Error(fmt::format("the prompt has {} media markers for {} images", markers, images.size()));
   // The rows of each distinct image, encoded once (where the caller runs encoders).
-  std::map<uint64_t, std::shared_ptr<const std::vector<float>>> encoded;
+  struct Encoded {
+    std::shared_ptr<const std::vector<float>> rows;
+    int64_t grid_w, grid_h;
+  };
+  std::map<uint64_t, Encoded> encoded;
   double seconds = 0;
   auto encode_all = [&] {
     for (const MediaInput& in : images) {
@@ -36,7 +40,7 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
       const auto t0 = std::chrono::steady_clock::now();
       MediaEmbeddings e = enc.encode(in.image);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      encoded[in.hash] = std::make_shared<const std::vector<float>>(std::move(e.rows));
+      encoded[in.hash] = {std::make_shared<const std::vector<float>>(std::move(e.rows)), e.grid_w, e.grid_h};
     }
   };
   if (o.run_encoder) o.run_encoder(encode_all);
@@ -61,7 +65,10 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
     if (!place.before.empty()) add_ids(tok.encode(place.before, false, true));
     MediaSpan span;
     span.start = static_cast<int64_t>(out.tokens.size());
-    span.rows = encoded.at(in.hash);
+    const Encoded& e = encoded.at(in.hash);
+    span.rows = e.rows;
+    span.grid_w = e.grid_w;
+    span.grid_h = e.grid_h;
     span.width = enc.text_width();
     span.n_tokens = static_cast<int64_t>(span.rows->size()) / span.width;
     span.both_ways = place.non_causal;

@@ -1,7 +1,9 @@
 #include "mmproj/mmproj.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -15,10 +17,15 @@
 namespace kestrel {
 
 const Projector& gemma3_projector();
+const Projector& qwen3vl_projector();
 
 const std::vector<const Projector*>& projectors() {
-  static const std::vector<const Projector*> all = {&gemma3_projector()};
+  static const std::vector<const Projector*> all = {&gemma3_projector(), &qwen3vl_projector()};
   return all;
+}
+
+bool Projector::feeds(const std::string& arch) const {
+  return std::find(text_archs.begin(), text_archs.end(), arch) != text_archs.end();
 }
 
 namespace {
@@ -61,6 +68,13 @@ void check_clip(const GgufFile& f) {
 
 }  // namespace
 
+void VisionEncoder::set_token_limits(const ImageTokenLimits& limits) {
+  if (limits.set())
+    throw Error(fmt::format("--image-min-tokens/--image-max-tokens: this projector's images have a fixed number of "
+                            "tokens ({})",
+                            describe()));
+}
+
 Mmproj::~Mmproj() = default;
 
 std::unique_ptr<Mmproj> Mmproj::load(const std::string& path, Backend& be, const std::string& text_arch,
@@ -82,10 +96,10 @@ std::unique_ptr<Mmproj> Mmproj::load(const std::string& path, Backend& be, const
   const Projector* found = find_projector(m->projector_);
   if (!found) throw Error(fmt::format("{}: {}", path, unknown_projector(m->projector_)));
   const Projector& p = *found;
-  if (text_arch != p.text_arch)
+  if (!p.feeds(text_arch))
     throw Error(fmt::format("{}: a {} projector feeds {} text models, not {} (its image rows need that family's "
                             "positions and attention)",
-                            path, m->projector_, p.text_arch, text_arch));
+                            path, m->projector_, fmt::join(p.text_archs, " or "), text_arch));
   MmprojSource src{f, h, ld, be};
   m->vision_ = p.make_vision(src);
   h.finish();
@@ -149,8 +163,8 @@ void synth_mmproj(const std::string& path, const std::string& projector, int64_t
     const uint64_t tid = id++;
     // Matrices in the chosen type (Q8_0 only where rows are whole blocks), the rest F32.
     const bool matrix = ne.size() >= 2 && name != "v.position_embd.weight";
-    // (Q8_0 files keep the patch kernel and Gemma 3's input projection F16, as the converter forces it.)
-    const bool f16_kept = name == "v.patch_embd.weight" || name == "mm.input_projection.weight";
+    // (Q8_0 files keep the patch kernels and Gemma 3's input projection F16, as the converter forces it.)
+    const bool f16_kept = name.rfind("v.patch_embd.weight", 0) == 0 || name == "mm.input_projection.weight";
     const GgmlType t = !matrix ? GgmlType::F32
                        : type == GgmlType::Q8_0 && (f16_kept || ne[0] % 32 != 0) ? GgmlType::F16
                                                                                   : type;

@@ -26,6 +26,9 @@ class GgufWriter;
 struct MediaEmbeddings {
   int64_t n_tokens = 0, width = 0;
   std::vector<float> rows;
+  // > 0: the rows are a grid_w x grid_h grid in raster order that takes M-RoPE positions in the text model
+  // (runtime/request.h's MediaSpan; Qwen3.5's merged patches).
+  int64_t grid_w = 0, grid_h = 0;
 };
 
 // How a projector's rows enter the text model's prompt (llama.cpp's mtmd add_media): the text tokenized
@@ -36,9 +39,18 @@ struct MediaPlacement {
   bool non_causal = false;
 };
 
+// --image-min-tokens / --image-max-tokens (llama.cpp's): bounds on the rows of an image whose size the projector
+// chooses from the image's own (Qwen3.5's); 0: the projector's default.
+struct ImageTokenLimits {
+  int64_t min = 0, max = 0;
+  bool set() const { return min > 0 || max > 0; }
+};
+
 class VisionEncoder {
  public:
   virtual ~VisionEncoder() = default;
+  // Applies limits that are set(); a projector whose images have a fixed size refuses them (Error).
+  virtual void set_token_limits(const ImageTokenLimits& limits);
   // "gemma3 (SigLIP): 27 layers, 1152 wide, 16 heads, 896 px, patch 14, 256 tokens of 2560"
   virtual std::string describe() const = 0;
   virtual MediaPlacement placement() const = 0;
@@ -70,17 +82,21 @@ struct MmprojSynthShape {
   int64_t image_size = 0, patch_size = 0, merge = 0;
 };
 
+// Writes a random tensor into a synthetic mmproj: add(name, ne, stddev, constant).
+using SynthAdd = std::function<void(const std::string&, std::vector<int64_t>, float, float)>;
+
 // One projector type Kestrel runs (`clip.projector_type`), in its own file under mmproj/.
 struct Projector {
   const char* name;       // clip.projector_type
   const char* models;     // the released models whose mmproj files it covers
-  // The text architecture whose input it feeds: its positions and attention for media rows are implemented there.
-  const char* text_arch;
+  // The text architectures whose input it feeds: their positions and attention for media rows are implemented there.
+  std::vector<std::string> text_archs;
+  bool feeds(const std::string& arch) const;
   std::unique_ptr<VisionEncoder> (*make_vision)(MmprojSource& src);
   // Its synth shape for a text model of this width ("tiny": a small image and tower).
   MmprojSynthShape (*synth_shape)(int64_t text_width, const std::string& preset);
   // Its keys and tensors into w; add(name, ne, stddev, constant) writes a random tensor.
-  void (*synth)(GgufWriter& w, const MmprojSynthShape& s, const std::function<void(const std::string&, std::vector<int64_t>, float, float)>& add);
+  void (*synth)(GgufWriter& w, const MmprojSynthShape& s, const SynthAdd& add);
 };
 const std::vector<const Projector*>& projectors();
 const Projector& projector_of(const std::string& name);

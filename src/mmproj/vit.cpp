@@ -24,13 +24,25 @@ VitTower::VitTower(MmprojSource& src, const std::string& prefix, const VitConfig
   for (int l = 0; l < cfg.n_layer; l++) {
     const std::string p = fmt::format("{}.blk.{}.", prefix, l);
     Block b;
-    b.q = matrix(p + "attn_q.weight", d, qd);
-    b.k = matrix(p + "attn_k.weight", d, qd);
-    b.v = matrix(p + "attn_v.weight", d, qd);
+    if (cfg.fused_qkv) {
+      const Weight qkv = ld.require(p + "attn_qkv.weight", {d, 3 * qd});
+      bytes_ += static_cast<int64_t>(qkv.nbytes);
+      b.q = src.be.prepare_weight(weight_rows(qkv, 0, qd, qkv.name + ".q"));
+      b.k = src.be.prepare_weight(weight_rows(qkv, qd, qd, qkv.name + ".k"));
+      b.v = src.be.prepare_weight(weight_rows(qkv, 2 * qd, qd, qkv.name + ".v"));
+      const std::vector<float> bias = ld.require_vector(p + "attn_qkv.bias", 3 * qd);
+      b.qb.assign(bias.begin(), bias.begin() + qd);
+      b.kb.assign(bias.begin() + qd, bias.begin() + 2 * qd);
+      b.vb.assign(bias.begin() + 2 * qd, bias.end());
+    } else {
+      b.q = matrix(p + "attn_q.weight", d, qd);
+      b.k = matrix(p + "attn_k.weight", d, qd);
+      b.v = matrix(p + "attn_v.weight", d, qd);
+      b.qb = ld.require_vector(p + "attn_q.bias", qd);
+      b.kb = ld.require_vector(p + "attn_k.bias", qd);
+      b.vb = ld.require_vector(p + "attn_v.bias", qd);
+    }
     b.o = matrix(p + "attn_out.weight", qd, d);
-    b.qb = ld.require_vector(p + "attn_q.bias", qd);
-    b.kb = ld.require_vector(p + "attn_k.bias", qd);
-    b.vb = ld.require_vector(p + "attn_v.bias", qd);
     b.ob = ld.require_vector(p + "attn_out.bias", d);
     b.ln1w = ld.require_vector(p + "ln1.weight", d);
     b.ln1b = ld.require_vector(p + "ln1.bias", d);
@@ -62,7 +74,7 @@ void VitTower::ensure(Backend& be, int64_t n) {
   rows_ = n;
 }
 
-void VitTower::run(Backend& be, Act x, int64_t n) {
+void VitTower::run(Backend& be, Act x, int64_t n, const VitRope* rope) {
   ensure(be, n);
   const int64_t d = cfg_.width, qd = cfg_.n_head * cfg_.head_dim;
   last_.assign(static_cast<size_t>(n), static_cast<int32_t>(n - 1));
@@ -81,6 +93,10 @@ void VitTower::run(Backend& be, Act x, int64_t n) {
     be.add_bias(q_, b.qb.data(), n, qd);
     be.add_bias(k_, b.kb.data(), n, qd);
     be.add_bias(v_, b.vb.data(), n, qd);
+    for (int i = 0; rope && i < rope->passes; i++) {
+      be.rope(q_, rope->positions[i], n, shape.n_head, shape.head_dim, rope->params[i]);
+      be.rope(k_, rope->positions[i], n, shape.n_head, shape.head_dim, rope->params[i]);
+    }
     // Every patch sees every patch: each query's last key is the image's last.
     be.attention_dense(k_, v_, qd, qd, n, {n, q_, att_, last_.data(), nullptr}, shape);
     be.matmul(b.o, att_, n, y_);
@@ -128,6 +144,82 @@ Weight conv_kernel_weight(const Weight& w, int64_t cols, int64_t rows) {
   Weight k{w.name, to, {cols, rows}, bytes->data(), bytes->size(), nullptr, nullptr};
   k.owner = bytes;
   return k;
+}
+
+VitConfig read_vit_config(HparamReader& h, const std::string& projector) {
+  VitConfig cfg;
+  cfg.width = h.need_int("vision.embedding_length");
+  cfg.n_head = h.need_int("vision.attention.head_count");
+  if (cfg.n_head <= 0) throw h.bad("vision.attention.head_count", "must be positive");
+  cfg.head_dim = h.int_or("vision.attention.head_dim", cfg.width / cfg.n_head);
+  cfg.n_ff = h.need_int("vision.feed_forward_length");
+  cfg.n_layer = static_cast<int>(h.need_int("vision.block_count"));
+  cfg.eps = static_cast<float>(h.opt_float("vision.attention.layer_norm_epsilon").value_or(-1.0));
+  if (cfg.eps <= 0) throw h.bad("vision.attention.layer_norm_epsilon", "must be given and positive");
+  if (h.int_or("vision.attention.head_count_kv", cfg.n_head) != cfg.n_head)
+    throw h.bad("vision.attention.head_count_kv", fmt::format("must equal the head count in a {} tower", projector));
+  if (cfg.n_head * cfg.head_dim != cfg.width)
+    throw h.bad("vision.attention.head_count", fmt::format("= {} heads of {} do not make the width {}", cfg.n_head,
+                                                           cfg.head_dim, cfg.width));
+  if (!h.opt_bool("use_gelu").value_or(false)) throw h.bad("use_gelu", fmt::format("must be true for a {} projector (GELU)", projector));
+  if (h.opt_bool("use_silu").value_or(false)) throw h.bad("use_silu", fmt::format("is not used by a {} projector", projector));
+  return cfg;
+}
+
+void read_image_norm(MmprojSource& src, float mean[3], float std_dev[3]) {
+  for (auto [key, out] : {std::pair{"vision.image_mean", mean}, std::pair{"vision.image_std", std_dev}}) {
+    const GgufValue* v = src.file.find(std::string("clip.") + key);
+    if (!v || v->type != GgufValueType::ARRAY || v->as_array().items.size() < 3)
+      throw src.keys.bad(key, "must be an array of 3 numbers");
+    for (int c = 0; c < 3; c++) out[c] = static_cast<float>(v->as_array().items[c].as_double());
+    src.keys.accept(key);
+  }
+}
+
+void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused_qkv) {
+  const int64_t d = s.width;
+  const float in = 1.0f / std::sqrt(static_cast<float>(d)), res = in / std::sqrt(2.0f * static_cast<float>(s.layers));
+  for (int64_t l = 0; l < s.layers; l++) {
+    const std::string p = fmt::format("v.blk.{}.", l);
+    if (fused_qkv) {
+      add(p + "attn_qkv.weight", {d, 3 * d}, in, 0);
+      add(p + "attn_qkv.bias", {3 * d}, 0.02f, 0);
+    } else {
+      for (const char* m : {"attn_q", "attn_k", "attn_v"}) {
+        add(p + m + ".weight", {d, d}, in, 0);
+        add(p + m + ".bias", {d}, 0.02f, 0);
+      }
+    }
+    add(p + "attn_out.weight", {d, d}, res, 0);
+    add(p + "attn_out.bias", {d}, 0.02f, 0);
+    add(p + "ln1.weight", {d}, 0.1f, 1.0f);
+    add(p + "ln1.bias", {d}, 0.02f, 0);
+    add(p + "ln2.weight", {d}, 0.1f, 1.0f);
+    add(p + "ln2.bias", {d}, 0.02f, 0);
+    add(p + "ffn_up.weight", {d, s.ffn}, in, 0);
+    add(p + "ffn_up.bias", {s.ffn}, 0.02f, 0);
+    add(p + "ffn_down.weight", {s.ffn, d}, res * std::sqrt(static_cast<float>(d) / static_cast<float>(s.ffn)), 0);
+    add(p + "ffn_down.bias", {d}, 0.02f, 0);
+  }
+  add("v.post_ln.weight", {d}, 0.1f, 1.0f);
+  add("v.post_ln.bias", {d}, 0.02f, 0);
+}
+
+std::vector<float> patch_rows(const std::vector<float>& planar, int w, int h, int patch, int merge) {
+  const int64_t nx = w / patch, ny = h / patch, k = static_cast<int64_t>(patch) * patch * 3;
+  std::vector<float> cols(static_cast<size_t>(nx * ny * k));
+  float* row = cols.data();
+  for (int64_t by = 0; by < ny / merge; by++)
+    for (int64_t bx = 0; bx < nx / merge; bx++)
+      for (int dy = 0; dy < merge; dy++)
+        for (int dx = 0; dx < merge; dx++) {
+          const int64_t py = by * merge + dy, px = bx * merge + dx;
+          for (int c = 0; c < 3; c++)
+            for (int y = 0; y < patch; y++)
+              for (int x = 0; x < patch; x++)
+                *row++ = planar[(static_cast<size_t>(c) * h + py * patch + y) * w + px * patch + x];
+        }
+  return cols;
 }
 
 }  // namespace kestrel

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "formats/weight.h"
 #include "mmproj/mmproj.h"
+#include "model/hparams_reader.h"
 
 namespace kestrel {
 
@@ -19,14 +20,23 @@ struct VitConfig {
   int n_layer = 0;
   float eps = 1e-6f;
   enum class Act { Gelu } act = Act::Gelu;  // clip.use_gelu (ggml's tanh GELU)
+  bool fused_qkv = false;  // one attn_qkv (q rows, k rows, v rows; Qwen3-VL) instead of attn_q, attn_k, attn_v
+};
+
+// A rotary embedding of the tower's q and k after their biases (Qwen3-VL's 2-D vision RoPE): `passes` RoPE
+// calls of the backend, pass i turning by positions[i] with params[i] (each leaves the other passes' pairs alone).
+struct VitRope {
+  int passes = 0;
+  const int32_t* positions[2] = {nullptr, nullptr};
+  RopeParams params[2];
 };
 
 class VitTower {
  public:
   // Reads `{prefix}.blk.N.*` of cfg's n_layer blocks (llama.cpp's names).
   VitTower(MmprojSource& src, const std::string& prefix, const VitConfig& cfg);
-  // The blocks over x's n rows (width floats each), in place.
-  void run(Backend& be, Act x, int64_t n);
+  // The blocks over x's n rows (width floats each), in place; rope: turns q and k (null: no RoPE).
+  void run(Backend& be, Act x, int64_t n, const VitRope* rope = nullptr);
   int64_t weight_bytes() const { return bytes_; }
 
  private:
@@ -51,5 +61,22 @@ Weight transposed_weight(const Weight& w, const std::string& file);
 // product runs in the im2col's type, so the kernel's values are rounded to F16 (a BF16 kernel taken as F32). The
 // matrix is reshaped to {cols, rows}; the backend's F16 product rounds the patches to F16 as ggml does.
 Weight conv_kernel_weight(const Weight& w, int64_t cols, int64_t rows);
+
+// The tower's shape from `clip.vision.*` (width, heads, head size, FFN, blocks, LayerNorm epsilon) and its FFN's
+// activation (clip.use_gelu, required: llama.cpp would run gelu_quick without it, SiLU with use_silu, neither of
+// which the tower implements); errors name the key and the projector.
+VitConfig read_vit_config(HparamReader& h, const std::string& projector);
+
+// clip.vision.image_mean and image_std (3 numbers each), read and accepted.
+void read_image_norm(MmprojSource& src, float mean[3], float std_dev[3]);
+
+// A synthetic tower's blocks (`v.blk.N.*`, fused or split q/k/v with biases) and post-LayerNorm, for s's width,
+// FFN and layers, in the order the projector files write them.
+void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused_qkv);
+
+// The patches of a planar image (3 x h x w floats) as the convolution's input rows, each (channel, y, x) of its
+// patch x patch pixels: in raster order of the patches (merge 1), or merge x merge blocks of them in raster order,
+// each block's patches in raster order (Qwen-VL's merge order: the rows a merger takes together are adjacent).
+std::vector<float> patch_rows(const std::vector<float>& planar, int w, int h, int patch, int merge = 1);
 
 }  // namespace kestrel

@@ -27,6 +27,11 @@ struct Batch {
   // Empty: causal attention. Else per row the last position it attends to (at least its own): a media span
   // whose rows see each other both ways (Gemma 3's images) gives each of its rows the span's last position.
   std::vector<int32_t> horizons;
+  // Empty: each row turns (RoPE) by its position. Else (M-RoPE: ModelConfig::rope_sections, a Qwen3.5 image in a
+  // sequence) three planes of size() rows: the temporal, height and width rotary positions of every row. An
+  // image's rows take (t, t + row, t + column) of its grid, and the positions after it advance by the grid's
+  // longer side rather than its rows (llama.cpp's mtmd M-RoPE layout); text rows carry one position thrice.
+  std::vector<int32_t> rope_pos;
 
   void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -45,6 +50,7 @@ struct Batch {
     embd_rows.clear();
     embd.clear();
     horizons.clear();
+    rope_pos.clear();
   }
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_logit_rows() const {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "ops/sigmoid_gate.h"
@@ -135,6 +136,34 @@ GqaAttention::GqaAttention(Backend& be, const ModelConfig& c, const GqaHeads& he
   att_ = ActBuffer(be, n * q_dim);
   ones_.assign(static_cast<size_t>(c.head_dim), 1.0f);
   max_rows_ = n;
+  const int* sec = c.rope_sections;
+  const int total = sec[0] + sec[1] + sec[2] + sec[3];
+  if (total > 0) {  // which of t, h, w turns pair i (llama.cpp's interleaved IMROPE; read_qwen_hybrid refuses a fourth)
+    const int pairs = c.rope.n_rot / 2;
+    for (auto& f : mrope_ff_) f.assign(static_cast<size_t>(pairs), std::numeric_limits<float>::infinity());
+    for (int i = 0; i < pairs; i++) {
+      const int s = i % total;
+      const int pass = s % 3 == 1 && s < 3 * sec[1] ? 1 : s % 3 == 2 && s < 3 * sec[2] ? 2 : 0;
+      mrope_ff_[pass][static_cast<size_t>(i)] = c.rope.freq_factors ? c.rope.freq_factors[i] : 1.0f;
+    }
+  }
+}
+
+// Pass `pass` of M-RoPE: the pairs of that section turn, the others by an angle of exactly 0 (a divisor of
+// infinity: cos 1, sin 0, an identity), so three passes of any backend's RoPE turn each pair once, by its own
+// position. (A scale of cos and sin — YaRN, attn_factor — would apply three times: refused.)
+RopeParams GqaAttention::mrope_pass(const RopeParams& rope, int pass) const {
+  if (mrope_ff_[0].empty()) throw Error(fmt::format("{}: rows with M-RoPE positions, but the model has no rope sections", c_.arch));
+  if (rope_mscale(rope) != 1.0f) throw Error("M-RoPE positions with a scaled rotation (YaRN, attn_factor): not supported");
+  RopeParams p = rope;
+  p.freq_factors = mrope_ff_[pass].data();
+  return p;
+}
+
+void GqaAttention::rope(Backend& be, Act x, const LayerRows& r, int heads, const RopeParams& rope, int from_pass) {
+  if (!r.rope_positions(0)) return be.rope(x, r.positions(), r.n, heads, c_.head_dim, rope);
+  for (int pass = from_pass; pass < 3; pass++)
+    be.rope(x, r.rope_positions(pass), r.n, heads, c_.head_dim, mrope_pass(rope, pass));
 }
 
 // q and gate from one projection (each head's query rows, then its gate rows), then k and v; the head norms
@@ -151,9 +180,9 @@ void GqaAttention::project_gated(Backend& be, const GqaWeights& w, const LayerRo
   be.matmul(w.wv, xb, n, v_);
   if (!w.q_norm.empty()) be.rmsnorm(q_, w.q_norm.data(), q_, n * heads, hd, c.rms_eps);
   if (!w.k_norm.empty()) be.rmsnorm(k_, w.k_norm.data(), k_, n * heads_.n_head_kv, hd, c.rms_eps);
-  const RopeParams& rope = c.rope_of(r.layer);
-  be.rope(q_, r.positions(), n, heads, static_cast<int>(hd), rope);
-  be.rope(k_, r.positions(), n, heads_.n_head_kv, static_cast<int>(hd), rope);
+  const RopeParams& rope_params = c.rope_of(r.layer);
+  rope(be, q_, r, static_cast<int>(heads), rope_params);
+  rope(be, k_, r, heads_.n_head_kv, rope_params);
 }
 
 void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb, Act out) {
@@ -169,11 +198,17 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
   } else if (w.reads_only()) {  // queries only: the keys and values are the cache layer's
     be.matmul(w.wq, xb, n, q_);
     if (!w.q_norm.empty()) be.rmsnorm(q_, w.q_norm.data(), q_, n * heads_.n_head, c.head_dim, c.rms_eps);
-    be.rope(q_, r.positions(), n, heads_.n_head, c.head_dim, rope);
+    this->rope(be, q_, r, heads_.n_head, rope);
   } else {
     Backend::QkvShape shape{heads_.n_head, heads_.n_head_kv, c.head_dim};
     if (!w.q_norm.empty()) shape.q_norm = w.q_norm.data(), shape.k_norm = w.k_norm.data(), shape.norm_eps = c.rms_eps;
-    be.qkv_rope(qkv, bias, xb, n, r.positions(), rope, shape, qkv_out);
+    if (r.rope_positions(0)) {  // M-RoPE: the temporal pass fused, then the height and width passes
+      be.qkv_rope(qkv, bias, xb, n, r.rope_positions(0), mrope_pass(rope, 0), shape, qkv_out);
+      this->rope(be, q_, r, heads_.n_head, rope, 1);
+      this->rope(be, k_, r, heads_.n_head_kv, rope, 1);
+    } else {
+      be.qkv_rope(qkv, bias, xb, n, r.positions(), rope, shape, qkv_out);
+    }
     if (w.v_norm) be.rmsnorm(v_, ones_.data(), v_, n * heads_.n_head_kv, c.head_dim, c.rms_eps);
   }
   const int64_t q_dim = static_cast<int64_t>(heads_.n_head) * c.head_dim;

@@ -92,6 +92,11 @@ class GqaAttention {
   ActBuffer qg_, gate_;  // q_gate layers: the projection's [query | gate] rows, and the gates (made on first use)
   int64_t max_rows_ = 0;
   void project_gated(Backend& be, const GqaWeights& w, const LayerRows& r, Act xb);
+  // RoPE of x's rows (heads of head_dim): by positions, or by the rows' M-RoPE positions where the batch has them;
+  // from_pass 1 when the temporal pass already ran (fused into qkv_rope).
+  void rope(Backend& be, Act x, const LayerRows& r, int heads, const RopeParams& rope, int from_pass = 0);
+  RopeParams mrope_pass(const RopeParams& rope, int pass) const;
+  std::vector<float> mrope_ff_[3];  // per pass, each pair's frequency divisor: its own, or infinity (no turn)
   std::vector<float> ones_;  // a weightless norm's weights
 };
 

@@ -21,6 +21,11 @@ struct LayerRows {
   const int32_t* positions() const { return batch.positions.data() + r0; }
   // Each row's last visible position (null: causal; model/batch.h's horizons).
   const int32_t* horizons() const { return batch.horizons.empty() ? nullptr : batch.horizons.data() + r0; }
+  // Plane s (0 temporal, 1 height, 2 width) of the rows' rotary positions, or null: they turn by positions()
+  // (model/batch.h's rope_pos).
+  const int32_t* rope_positions(int s) const {
+    return batch.rope_pos.empty() ? nullptr : batch.rope_pos.data() + s * batch.size() + r0;
+  }
   // The cache's layer group of this layer (full attention, or sliding window).
   int group() const { return kv.group_of(kv_layer); }
   const int64_t* slots() const { return place.slots[group()].data() + r0; }

@@ -96,6 +96,10 @@ struct ModelConfig {
   int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length (LongRoPE, YaRN): the pre-training context
   float rms_eps = 1e-5f;
   RopeParams rope;
+  // Qwen3.5's interleaved multi-section RoPE (`rope.dimension_sections`, llama.cpp's IMROPE): rotary pair i turns
+  // by its row's temporal, height or width position (model/batch.h's rope_pos) as section i % sum says (t, h, w
+  // in turn while each lasts); all zero: one position per row. Text rows carry one position in all three.
+  int rope_sections[4] = {0, 0, 0, 0};
   bool tied_output = false;
   MlaConfig mla;
   MoeConfig moe;

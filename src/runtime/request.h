@@ -26,8 +26,16 @@ struct MediaSpan {
   int64_t start = 0, n_tokens = 0, width = 0;
   std::shared_ptr<const std::vector<float>> rows;
   bool both_ways = false;
+  // > 0: the rows are a grid_w x grid_h image in raster order whose rows take M-RoPE positions (Qwen3.5's images;
+  // model/batch.h's rope_pos), and the positions after it advance by max(grid_w, grid_h).
+  int64_t grid_w = 0, grid_h = 0;
   int64_t end() const { return start + n_tokens; }
 };
+// The rotary positions (temporal, height, width) of a sequence's position i among its media spans (ascending):
+// inside a span with a grid (t, t + row, t + column) with t its first row's, else i less what the grids before
+// it saved, thrice (llama.cpp's mtmd M-RoPE positions).
+void media_rope_position(const std::vector<MediaSpan>& media, int64_t i, int32_t out[3]);
+bool has_media_grid(const std::vector<MediaSpan>& media);
 // n placeholder ids for media whose content hashes to `hash`: negative, never a vocabulary id.
 std::vector<int32_t> media_placeholders(uint64_t hash, int64_t n);
 

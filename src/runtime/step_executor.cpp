@@ -75,6 +75,14 @@ void StepExecutor::check_media(const RequestParams& p) const {
       throw Error(fmt::format("an image of {} tokens is attended as a whole, but a step takes at most {} tokens: "
                               "raise -b/--batch-size (serve: --prefill-chunk and --batch-size) to at least {}",
                               m.n_tokens, step, m.n_tokens));
+    if (m.grid_w > 0) {
+      const int* sec = e_.model->config().rope_sections;
+      if (sec[0] + sec[1] + sec[2] + sec[3] == 0)
+        throw Error(fmt::format("an image laid out for M-RoPE positions, but {} models turn by one position",
+                                e_.model->config().arch));
+      if (m.grid_w * m.grid_h != m.n_tokens)
+        throw Error(fmt::format("a media grid of {}x{} for {} rows", m.grid_w, m.grid_h, m.n_tokens));
+    }
     end = m.end();
   }
   if (!p.media.empty() && proposer_) throw Error("media in a prompt cannot be combined with speculative decoding yet");
@@ -155,6 +163,7 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
   batch.clear();
   rows.clear();
   both_ways_.clear();
+  rope_rows_.clear();
   for (const auto& item : plan.items) {
     Request& r = *sched_.find(item.id);
     RequestOutput& o = output(item.id);  // every request the step runs has an output (a prefill chunk too)
@@ -168,6 +177,7 @@ void StepExecutor::build_batch(const StepPlan& plan, Flight& f) {
       batch.add(std::max(r.tokens[i], 0), static_cast<int32_t>(i), r.seq,  // (media placeholders: token 0)
                 (item.logits && i == last) || (r.params.all_logits && i < r.num_tokens()));
     for (const MediaSpan& m : r.params.media) add_media_rows(batch, m, item.first, last + 1, row0);
+    if (has_media_grid(r.params.media)) rope_rows_.push_back({row0, item.n_tokens, item.first, &r.params.media});
     rows.push_back({&r,
                     item.id,
                     item.first,
@@ -198,6 +208,21 @@ void StepExecutor::set_horizons(Batch& batch) {
   if (both_ways_.empty()) return;
   batch.horizons.assign(batch.positions.begin(), batch.positions.end());
   for (const auto& [row, n, last] : both_ways_) std::fill_n(batch.horizons.begin() + row, n, last);
+}
+
+// The M-RoPE positions of every row once the batch is complete, where a request's media have grids: its rows
+// by media_rope_position, every other row its position thrice.
+void StepExecutor::set_rope_positions(Batch& batch) {
+  if (rope_rows_.empty()) return;
+  const int64_t n = batch.size();
+  batch.rope_pos.resize(static_cast<size_t>(3 * n));
+  for (int s = 0; s < 3; s++) std::copy(batch.positions.begin(), batch.positions.end(), batch.rope_pos.begin() + s * n);
+  for (const RopeRows& rr : rope_rows_)
+    for (int64_t i = 0; i < rr.n; i++) {
+      int32_t p[3];
+      media_rope_position(*rr.media, rr.first + i, p);
+      for (int s = 0; s < 3; s++) batch.rope_pos[static_cast<size_t>(s * n + rr.row + i)] = p[s];
+    }
 }
 
 // Decoding requests with draft slots in the plan get drafts after their
@@ -302,6 +327,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
   f.start_s = seconds_now();
   add_drafts(f);
   set_horizons(f.batch);
+  set_rope_positions(f.batch);
   f.batch.best = best_needed(f);
   if (f.batch.best > 0) {  // the rows' best candidates come back in buffers of their own (grown, then reused)
     const auto n = static_cast<size_t>(f.batch.n_logit_rows() * f.batch.best);

@@ -150,6 +150,7 @@ class StepExecutor {
   void build_batch(const StepPlan& plan, Flight& f);
   void add_media_rows(Batch& batch, const MediaSpan& m, int64_t first, int64_t end, int64_t row0);
   void set_horizons(Batch& batch);
+  void set_rope_positions(Batch& batch);
   void add_drafts(Flight& f);
   void observe_hidden(const Flight& f);
   void assign_logits_rows(Flight& f);
@@ -187,6 +188,12 @@ class StepExecutor {
     int32_t last;
   };
   std::vector<BothWays> both_ways_;
+  // The batch's rows of requests whose media take M-RoPE positions: (first batch row, rows, first position, media).
+  struct RopeRows {
+    int64_t row, n, first;
+    const std::vector<MediaSpan>* media;
+  };
+  std::vector<RopeRows> rope_rows_;
   std::vector<int> in_flight_;   // slots of started steps, oldest first
   std::vector<float> logits_, hidden_;
   size_t base_logits_ = 0;  // the logits buffer's usual size (rows for a step without all_logits requests)

@@ -11,7 +11,8 @@ encoder's output rows, and the greedy ids that follow.
       run once per cell with a chat template, to show that llama.cpp's own tool loads both files (the layout proof).
 
 tests/reference/test_mmproj_cells.cpp regenerates the files, checks their sha256 and compares kestrel's chunks,
-rows (within 1e-4) and ids (a first difference excused only where llama.cpp's top-2 gap is below 1e-3).
+rows (within 1e-4), the first and last steps' logits, and ids (a first difference excused only where llama.cpp's
+top-2 gap is below 1e-3).
 
 Also recorded (SERVER_CELLS): llama-server (--mmproj, chatml, no flash attention) answering a chat request with an
 image: its reply's tokens with their logprobs and its prompt's token count, which tests/e2e/test_server_media.cpp
@@ -33,7 +34,9 @@ ROWS_DIR = os.path.join(ROOT, "tests", "reference", "mmproj")
 IMAGES_DIR = os.path.join(ROOT, "tests", "data", "mmproj")
 
 G3 = ["--arch", "gemma3", "--preset", "tiny-vision", "--type", "f32"]
-# name, synth arguments (text model and projector share the seed), prompt, images, tokens to generate
+Q35 = ["--arch", "qwen35", "--preset", "tiny-vision"]
+# name, synth arguments (text model and projector share the seed), prompt, images, tokens to generate[, flags
+# given to llama.cpp and kestrel alike]
 CELLS = [
     ("gemma3-tiny-seed1", G3 + ["--seed", "1"], "A cat <__media__> sat on", ["gradient-97x61.png"], 16),
     ("gemma3-tiny-seed1-checker", G3 + ["--seed", "1"], "A cat <__media__> sat on", ["checker-40x40.png"], 16),
@@ -46,13 +49,33 @@ CELLS = [
                                "--mmproj-type", "f16"], "A cat <__media__> sat on", ["checker-40x40.png"], 16),
     ("gemma3-tiny-seed3.q8_0", ["--arch", "gemma3", "--preset", "tiny-vision", "--type", "q8_0", "--seed", "3",
                                 "--mmproj-type", "q8_0"], "A cat <__media__> sat on", ["checker-40x40.png"], 16),
+    # Qwen3.5 with the Qwen3-VL tower (qwen3vl_merger): aspect-preserving sizes (97x61 -> 96x64: a 6x4 grid; 40x40 ->
+    # 48x48; 30x90 -> 32x96, letterboxed), the position grid resized (8x8 -> the image's) or not (64x64), causal
+    # rows with M-RoPE positions and the text after them moved on by the grid's longer side.
+    ("qwen35-tiny-seed1", Q35 + ["--type", "f32", "--seed", "1"], "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
+    ("qwen35-tiny-seed2-two", Q35 + ["--type", "f32", "--seed", "2"], "<__media__> and then <__media__> look alike",
+     ["checker-40x40.png", "stripes-30x90.png"], 12),
+    ("qwen35-tiny-seed4-square.f16", Q35 + ["--type", "f16", "--seed", "4", "--mmproj-type", "f16"],
+     "A cat <__media__> sat on", ["square-64x64.png"], 12),
+    ("qwen35-tiny-seed2.q8_0", Q35 + ["--type", "q8_0", "--seed", "2", "--mmproj-type", "q8_0"],
+     "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
+    # --image-max-tokens 9 (llama.cpp's option, its mtmd_context_params): the 97x61 image shrunk to a 3x2 grid
+    ("qwen35-tiny-seed1-max9", Q35 + ["--type", "f32", "--seed", "1"], "A cat <__media__> sat on",
+     ["gradient-97x61.png"], 12, ["--image-max-tokens", "9"]),
 ]
+
+# llama-mtmd-cli's chat template for each text architecture (the layout proof wraps the prompt in it).
+CHAT_TEMPLATE = {"gemma3": "gemma", "qwen35": "chatml"}
 
 
 # name, the cell whose files serve, the user turn (image parts by file name, then text), max_tokens
 SERVER_CELLS = [
     ("chat-image-then-text", "gemma3-tiny-seed2", [("image", "gradient-97x61.png"), ("text", "What is in this picture?")], 12),
     ("chat-text-two-images", "gemma3-tiny-seed2",
+     [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("image", "stripes-30x90.png")], 10),
+    ("qwen35-chat-image-then-text", "qwen35-tiny-seed2-two",
+     [("image", "gradient-97x61.png"), ("text", "What is in this picture?")], 12),
+    ("qwen35-chat-text-two-images", "qwen35-tiny-seed2-two",
      [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("image", "stripes-30x90.png")], 10),
 ]
 
@@ -115,6 +138,8 @@ def write_images():
         lambda x, y: (255 if (x // 5 + y // 5) % 2 else 0, (x * 6) % 256, (y * 6) % 256))
     png(os.path.join(IMAGES_DIR, "stripes-30x90.png"), 30, 90,
         lambda x, y: ((y * 17) % 256, 200 if (y // 9) % 2 else 30, (x * 8) % 256))
+    png(os.path.join(IMAGES_DIR, "square-64x64.png"), 64, 64,
+        lambda x, y: ((x * 4) % 256, (y * 4) % 256, ((x ^ y) * 8) % 256))
 
 
 def sha256(path):
@@ -142,32 +167,34 @@ def main():
     cells = []
     with tempfile.TemporaryDirectory() as work:
         oracle = build_oracle(dest, work)
-        for name, synth, prompt, images, n in CELLS:
+        for name, synth, prompt, images, n, *rest in CELLS:
+            flags = rest[0] if rest else []
             model, mmproj = os.path.join(work, name + ".gguf"), os.path.join(work, name + ".mmproj.gguf")
             subprocess.run([kestrel, "synth"] + synth + ["-o", model, "--mmproj", mmproj], check=True,
                            capture_output=True)
             paths = [os.path.join(IMAGES_DIR, i) for i in images]
             rows = os.path.join(ROWS_DIR, name + ".embd.f32")
-            r = subprocess.run([oracle, "-n", str(n), "--embd", rows, model, mmproj, prompt] + paths,
+            r = subprocess.run([oracle, "-n", str(n), "--embd", rows] + flags + [model, mmproj, prompt] + paths,
                                capture_output=True, text=True)
             out = json.loads(r.stdout)
             if "error" in out:
                 sys.exit(f"{name}: {out['error']}")
             # llama.cpp's own tool loads both files and answers (its chat template wraps the prompt: text only shown).
             cli = subprocess.run([os.path.join(dest, "build", "bin", "llama-mtmd-cli"), "-m", model, "--mmproj", mmproj,
-                                  "--chat-template", "gemma", "-p", prompt, "--temp", "0", "-n", "4", "-fa", "off",
-                                  "--no-warmup"] + sum((["--image", p] for p in paths), []),
+                                  "--chat-template", CHAT_TEMPLATE[synth[synth.index("--arch") + 1]], "-p", prompt, "--temp", "0", "-n", "4", "-fa", "off",
+                                  "--no-warmup"] + flags + sum((["--image", p] for p in paths), []),
                                  capture_output=True, text=True, errors="replace")
             if cli.returncode != 0:
                 sys.exit(f"{name}: llama-mtmd-cli failed: {cli.stderr[-2000:]}")
             cells.append({
                 "name": name, "synth": synth, "sha256": sha256(model), "mmproj_sha256": sha256(mmproj),
-                "prompt": prompt, "images": images, "image_sha256": [sha256(p) for p in paths],
+                "prompt": prompt, "images": images, "flags": flags, "image_sha256": [sha256(p) for p in paths],
                 "chunks": out["chunks"], "rows": os.path.relpath(rows, ROOT), "n_embd": out["n_embd"],
-                "ids": out["ids"], "gaps": out["gap"], "llama_cpp": commit,
+                "ids": out["ids"], "gaps": out["gap"], "logits_first": out["logits_first"],
+                "logits_last": out["logits_last"], "llama_cpp": commit,
             })
             print(f"{name}: {out['ids']}")
-        files = {c[0]: c[1] for c in CELLS}
+        files = {c[0]: c[1] for c in CELLS}  # (server cells: no flags)
         servers = []
         for name, cell, parts, max_tokens in SERVER_CELLS:
             model, mmproj = os.path.join(work, name + ".gguf"), os.path.join(work, name + ".mmproj.gguf")

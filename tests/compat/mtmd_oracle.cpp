@@ -6,14 +6,16 @@
 //   c++ -std=c++17 -O2 mtmd_oracle.cpp -I$LLAMA/include -I$LLAMA/ggml/include -I$LLAMA/tools/mtmd
 //       -L$LLAMA_BIN -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,$LLAMA_BIN -o mtmd_oracle
 // Run:
-//   mtmd_oracle [--threads 2] [-n 16] [--embd FILE] [--time REPS] [--fa on|off] MODEL MMPROJ "PROMPT" IMAGE...
+//   mtmd_oracle [--threads 2] [-n 16] [--embd FILE] [--time REPS] [--fa on|off] [--image-min-tokens N]
+//               [--image-max-tokens N] MODEL MMPROJ "PROMPT" IMAGE...
 //
 // What it does, as llama-mtmd-cli does it but without a chat template (the prompt as given): mtmd_tokenize with
 // add_special and parse_special; every image chunk encoded (mtmd_encode_chunk) and its rows written to --embd
 // (float32, the chunks in order); the chunks decoded by mtmd_helper_eval_chunks (n_batch 512, the image chunks
 // non-causal where the projector says so), then the argmax fed back n times. CPU only, float32 KV cache, no flash
 // attention (text model and encoder; --fa on: llama.cpp's flash attention in both). Prints {"chunks": [{"text":
-// [ids]} | {"image": n_tokens, "non_causal": b}], "ids": [...], "gap": [...], "second": [...], "n_embd": N}; on
+// [ids]} | {"image": n_tokens, "non_causal": b, "n_pos": the positions it takes}], "ids": [...], "gap": [...],
+// "second": [...], "n_embd": N, "logits_first": the first step's logits row, "logits_last": the last step's}; on
 // failure {"error": "..."} and exit 1. --time REPS (scripts/bench-mmproj.sh): after one warm-up, REPS times the
 // encode of every image chunk and the time to the first token (the chunks evaluated from an empty cache, the
 // images encoded again, the first token's logits), as "encode_ms" and "ttft_ms" lists.
@@ -46,7 +48,7 @@ static int fail(const std::string& what) {
 }
 
 int main(int argc, char** argv) {
-  int threads = 2, n_predict = 16, time_reps = 0;
+  int threads = 2, n_predict = 16, time_reps = 0, min_tokens = -1, max_tokens = -1;
   bool fa = false;
   std::string embd_path;
   std::vector<std::string> pos;
@@ -57,6 +59,8 @@ int main(int argc, char** argv) {
     else if (a == "--embd" && i + 1 < argc) embd_path = argv[++i];
     else if (a == "--time" && i + 1 < argc) time_reps = std::atoi(argv[++i]);
     else if (a == "--fa" && i + 1 < argc) fa = std::string(argv[++i]) == "on";
+    else if (a == "--image-min-tokens" && i + 1 < argc) min_tokens = std::atoi(argv[++i]);
+    else if (a == "--image-max-tokens" && i + 1 < argc) max_tokens = std::atoi(argv[++i]);
     else pos.push_back(a);
   }
   if (pos.size() < 4) {
@@ -91,6 +95,8 @@ int main(int argc, char** argv) {
   mcp.n_threads = threads;
   mcp.flash_attn_type = fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   mcp.warmup = false;
+  mcp.image_min_tokens = min_tokens;
+  mcp.image_max_tokens = max_tokens;
   mtmd_context* mctx = mtmd_init_from_file(pos[1].c_str(), model, mcp);
   if (!mctx) return fail("libmtmd could not load " + pos[1]);
 
@@ -121,7 +127,8 @@ int main(int argc, char** argv) {
     }
     const size_t n = mtmd_input_chunk_get_n_tokens(c);
     chunk_json += "{\"image\": " + std::to_string(n) + ", \"non_causal\": " +
-                  (mtmd_decode_use_non_causal(mctx, c) ? "true" : "false") + "}";
+                  (mtmd_decode_use_non_causal(mctx, c) ? "true" : "false") +
+                  ", \"n_pos\": " + std::to_string(mtmd_input_chunk_get_n_pos(c)) + "}";
     if (embd) {
       if (mtmd_encode_chunk(mctx, c) != 0) return fail("mtmd_encode_chunk failed");
       std::fwrite(mtmd_get_output_embd(mctx), sizeof(float), n * static_cast<size_t>(n_embd), embd);
@@ -159,10 +166,21 @@ int main(int argc, char** argv) {
   if (mtmd_helper_eval_chunks(mctx, ctx, chunks, 0, 0, 512, /*logits_last=*/true, &n_past) != 0)
     return fail("mtmd_helper_eval_chunks failed");
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-  std::string ids, gaps, seconds;
+  std::string ids, gaps, seconds, first_logits, last_logits;
+  auto row = [&](const float* logits) {
+    std::string out;
+    char v[32];
+    for (int i = 0; i < n_vocab; i++) {
+      std::snprintf(v, sizeof v, "%s%.6g", i ? ", " : "", logits[i]);
+      out += v;
+    }
+    return out;
+  };
   llama_batch b = llama_batch_init(1, 0, 1);
   for (int step = 0; step < n_predict; step++) {
     const float* logits = llama_get_logits_ith(ctx, -1);
+    if (step == 0) first_logits = row(logits);
+    if (step + 1 == n_predict) last_logits = row(logits);
     int best = 0, second = -1;
     for (int v = 1; v < n_vocab; v++)
       if (logits[v] > logits[best]) best = v;
@@ -181,7 +199,9 @@ int main(int argc, char** argv) {
     b.n_tokens = 1;
     if (step + 1 < n_predict && llama_decode(ctx, b) != 0) return fail("llama_decode failed");
   }
-  std::printf("{\"chunks\": [%s], \"ids\": [%s], \"gap\": [%s], \"second\": [%s], \"n_embd\": %d%s}\n",
-              chunk_json.c_str(), ids.c_str(), gaps.c_str(), seconds.c_str(), n_embd, timing.c_str());
+  std::printf("{\"chunks\": [%s], \"ids\": [%s], \"gap\": [%s], \"second\": [%s], \"n_embd\": %d, "
+              "\"logits_first\": [%s], \"logits_last\": [%s]%s}\n",
+              chunk_json.c_str(), ids.c_str(), gaps.c_str(), seconds.c_str(), n_embd, first_logits.c_str(),
+              last_logits.c_str(), timing.c_str());
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
@@ -50,7 +51,7 @@ TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
   cell_files(doc, server[0]["cell"], dir, model, mmproj);
   json cases = json::array();
   for (json c : server) {
-    EXPECT_EQ(c["cell"], server[0]["cell"]) << "one server serves every recorded request";
+    if (c["cell"] != server[0]["cell"]) continue;  // (other models' requests: their own tests)
     for (auto& part : c["parts"])
       if (part[0] == "image") part[1] = kSource + "/tests/data/mmproj/" + part[1].get<std::string>();
     cases.push_back(c);
@@ -71,10 +72,10 @@ TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
   const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
 
   // llama-server's answers: the same prompt length, tokens, and logprobs within 2e-3.
-  ASSERT_EQ(seen["recorded"].size(), server.size());
-  for (size_t i = 0; i < server.size(); i++) {
+  ASSERT_EQ(seen["recorded"].size(), cases.size());
+  for (size_t i = 0; i < cases.size(); i++) {
     const json& got = seen["recorded"][i];
-    const json& want = server[i];
+    const json& want = cases[i];
     EXPECT_EQ(got["prompt_tokens"], want["prompt_tokens"]) << want["name"];
     EXPECT_EQ(got["tokens"], want["tokens"]) << want["name"];
     ASSERT_EQ(got["logprobs"].size(), want["logprobs"].size()) << want["name"];
@@ -101,6 +102,103 @@ TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
       << seen["corrupt"];
   // The step log counted the images' tokens as prompt tokens of their requests, and the server kept serving.
   EXPECT_NE(s.log().find("images: gemma3"), std::string::npos) << s.log();
+}
+
+// The OpenAI chat request of a recorded server cell: its image parts as data: URIs (mmproj_cells.py's chat_body).
+json chat_body(const json& cell) {
+  json content = json::array();
+  for (const auto& part : cell["parts"]) {
+    if (part[0] == "text") {
+      content.push_back({{"type", "text"}, {"text", part[1]}});
+      continue;
+    }
+    const std::string png = test::read_text(kSource + "/tests/data/mmproj/" + part[1].get<std::string>());
+    content.push_back({{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64_encode(png)}}}});
+  }
+  return {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", cell["max_tokens"]},
+          {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 1}};
+}
+
+// Whether text ends inside a UTF-8 character (llama-server's validate_utf8: a lead byte within the last four
+// bytes that lacks its continuation bytes).
+bool cut_off(const std::string& text) {
+  for (size_t i = 1; i <= 4 && i <= text.size(); i++) {
+    const auto c = static_cast<unsigned char>(text[text.size() - i]);
+    const size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (need > i) return true;
+  }
+  return false;
+}
+
+// Our per-token logprobs entries grouped as llama-server sends them: while the reply ends inside a UTF-8
+// character its tokens are held, and the token that completes it carries their text and its own logprob
+// (server-context.cpp's process_token); the text JSON-encoded with invalid bytes replaced, as theirs.
+json llama_server_entries(const json& content) {
+  std::string all, pending;
+  json out = json::array();
+  for (const auto& e : content) {
+    std::string bytes;
+    for (const auto& b : e["bytes"]) bytes.push_back(static_cast<char>(b.get<int>()));
+    all += bytes;
+    pending += bytes;
+    if (cut_off(all)) continue;
+    out.push_back({{"token", json::parse(json(pending).dump(-1, ' ', false, json::error_handler_t::replace))},
+                   {"logprob", e["logprob"]}});
+    pending.clear();
+  }
+  return out;
+}
+
+// Qwen3.5 with its Qwen3-VL tower: images whose rows take M-RoPE positions, in a hybrid (Gated DeltaNet) model.
+// llama-server's recorded answers (tokens, logprobs within 2e-3, prompt lengths; the entries grouped as it groups
+// tokens that split a UTF-8 character); the same requests at once as one at a time; a second turn about the
+// same image finds the first in the prefix cache.
+TEST(ServerMedia, Qwen35ImagesAnswerAsLlamaServer) {
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  json cases = json::array();
+  for (const auto& c : doc["server"])
+    if (c["cell"].get<std::string>().rfind("qwen35", 0) == 0) cases.push_back(c);
+  ASSERT_GE(cases.size(), 2u);
+  test::TempDir dir;
+  std::string model, mmproj;
+  cell_files(doc, cases[0]["cell"], dir, model, mmproj);
+  test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "2048", "--max-batch-size", "4"});
+  auto c = s.client();
+  std::vector<json> alone;
+  for (const json& want : cases) {
+    EXPECT_EQ(want["cell"], cases[0]["cell"]) << "one server serves every recorded request";
+    const json got = test::post_ok(c, "/v1/chat/completions", chat_body(want));
+    ASSERT_TRUE(got.is_object()) << s.log();
+    alone.push_back(got["choices"][0]["message"]["content"]);
+    EXPECT_EQ(got["usage"]["prompt_tokens"], want["prompt_tokens"]) << want["name"];
+    const json lp = llama_server_entries(got["choices"][0]["logprobs"]["content"]);
+    ASSERT_EQ(lp.size(), want["tokens"].size()) << want["name"] << ": " << got;
+    for (size_t k = 0; k < lp.size(); k++) {
+      EXPECT_EQ(lp[k]["token"], want["tokens"][k]) << want["name"] << " token " << k;
+      EXPECT_NEAR(lp[k]["logprob"].get<double>(), want["logprobs"][k].get<double>(), 2e-3)
+          << want["name"] << " token " << k;
+    }
+  }
+  // The requests at once (continuous batching: the images' rows and positions in one step) answer as alone.
+  std::vector<std::thread> threads;
+  std::vector<json> together(cases.size() * 2);
+  for (size_t i = 0; i < together.size(); i++)
+    threads.emplace_back([&, i] {
+      auto ci = s.client();
+      together[i] = test::post_ok(ci, "/v1/chat/completions", chat_body(cases[i % cases.size()]));
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < together.size(); i++)
+    EXPECT_EQ(together[i]["choices"][0]["message"]["content"], alone[i % cases.size()]) << i;
+  // A second turn about the same image: the first turn's prompt, image rows included, comes from the cache.
+  json second = chat_body(cases[0]);
+  second["messages"].push_back({{"role", "assistant"}, {"content", alone[0]}});
+  second["messages"].push_back({{"role", "user"}, {"content", "And the colours?"}});
+  const json first = test::post_ok(c, "/v1/chat/completions", chat_body(cases[0]));
+  const json next = test::post_ok(c, "/v1/chat/completions", second);
+  const int64_t first_prompt = first["usage"]["prompt_tokens"];
+  EXPECT_GE(next["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), first_prompt - 16) << next;
+  EXPECT_NE(s.log().find("images: qwen3vl_merger"), std::string::npos) << s.log();
 }
 
 // The web page: an image attached in Debian's chromium goes out as an image_url part and is shown in the message.

@@ -20,8 +20,9 @@ namespace {
 // rope.dimension_sections: Qwen3.5's interleaved multi-section RoPE (llama.cpp's IMROPE). Rotary pair i takes
 // section (i % total) in turn t, h, w of the first three sections, else the fourth; a text token carries its
 // position in the first three and 0 in the fourth. So for text it is NeoX RoPE exactly when no pair falls to the
-// fourth section: refused otherwise (image positions are not taken at all).
-void check_rope_sections(HparamReader& h, const ModelConfig& c) {
+// fourth section: refused otherwise. An image's rows (mmproj qwen3vl_merger) turn by their own t, h, w
+// (ModelConfig::rope_sections, gqa_attention.cpp).
+void check_rope_sections(HparamReader& h, ModelConfig& c) {
   const std::string key = "rope.dimension_sections";
   const GgufValue* v = h.file().find(h.arch() + "." + key);
   if (!v) throw h.bad(key, "is required for qwen35 (its multi-section RoPE)");
@@ -41,6 +42,7 @@ void check_rope_sections(HparamReader& h, const ModelConfig& c) {
                                    "would not rotate it): not supported",
                                    s[0], s[1], s[2], s[3], i, c.rope.n_rot / 2));
   }
+  for (int i = 0; i < 4; i++) c.rope_sections[i] = static_cast<int>(s[i]);
 }
 
 // Which blocks are Gated DeltaNet: attention.recurrent_layers (one flag per block, MTP included), else all but
@@ -490,9 +492,9 @@ void synth_qwen_hybrid(SynthFile& out) {
 
 SynthShape qwen_hybrid_shape(const char* arch, const QwenHybridShape& h) {
   SynthShape s = synth_shape(arch, h.dim, h.layers, h.heads, h.kv_heads, h.ffn, h.vocab, 262144,
-                             SynthDecoder{.head_dim = h.head_dim, .rope_base = 1e7f, .experts = h.experts,
+                             SynthDecoder{.head_dim = h.head_dim, .rope_base = h.rope_base, .experts = h.experts,
                                           .experts_used = h.used, .ffn_expert = h.ffn_expert,
-                                          .ffn_shared = h.ffn_shared});
+                                          .ffn_shared = h.ffn_shared, .embed_std = h.embed_std});
   s.family = SynthHybrid{.k_heads = h.k_heads, .v_heads = h.v_heads, .state = h.state, .nextn = h.nextn};
   return s;
 }

@@ -57,6 +57,8 @@ struct QwenHybridShape {
   int64_t k_heads, v_heads, state;
   int64_t experts = 0, used = 0, ffn_expert = 0, ffn_shared = 0;
   int64_t nextn = 1;
+  float rope_base = 1e7f;
+  float embed_std = 0;  // token embeddings' standard deviation (0: synth's 1)
 };
 SynthShape qwen_hybrid_shape(const char* arch, const QwenHybridShape& s);
 
