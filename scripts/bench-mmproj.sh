@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Image encode time and time to first token with one image: kestrel vs llama.cpp's multimodal library (libmtmd,
 # what llama-mtmd-cli runs), same files, same threads, runs interleaved, medians (docs/benchmarks.md).
-#   [PROJ=gemma3|qwen35] scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
+#   [PROJ=gemma3|qwen35|pixtral] scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
 # The files, by `kestrel synth`, F16 projectors as the converters write them, with LAYERS vision blocks (default 4;
 # the time per block is what compares), and a 640x480 PNG:
 #   gemma3: a Gemma-3-1B-shaped text model (Q4_0) and a Gemma 3 projector at SigLIP-400M's widths (1152 wide,
 #     16 heads, FFN 4304, 896 px: 4096 patches, 256 rows);
 #   qwen35: a Qwen3.5-0.8B-shaped text model (Q4_0) and a Qwen3-VL tower at Qwen3.5's widths (1152 wide, 16 heads,
-#     FFN 4304, patch 16: the photo is 40x30 patches, 300 rows).
+#     FFN 4304, patch 16: the photo is 40x30 patches, 300 rows);
+#   pixtral: a Ministral-3-3B-shaped text model (4 of its layers, Q4_0) and a Pixtral tower at Mistral Small
+#     3.1's widths (1024 wide, 16 heads, FFN 4096, patch 14, 2x2 merger: the photo is 46x34 patches, 407 rows with
+#     the breaks).
 # llama.cpp runs its encoder without flash attention (faster on this CPU than with it, measured:
 # docs/benchmarks.md) via tests/compat/mtmd_oracle.cpp --time, built against LLAMA_DIR (get-llama.sh's DEST).
 set -euo pipefail
@@ -17,7 +20,8 @@ PROJ=${PROJ:-gemma3}
 case "$PROJ" in
   gemma3) SYNTH=(--arch gemma3 --preset 1b --mmproj-preset siglip-400m); TOWER="SigLIP-400M" ;;
   qwen35) SYNTH=(--arch qwen35 --preset 0.8b --mmproj-preset qwen35); TOWER="Qwen3.5 vision (Qwen3-VL)" ;;
-  *) echo "PROJ: gemma3 or qwen35" >&2; exit 2 ;;
+  pixtral) SYNTH=(--arch mistral3 --preset 3b --layers 4 --mmproj-preset small); TOWER="Pixtral (Mistral Small 3.1)" ;;
+  *) echo "PROJ: gemma3, qwen35 or pixtral" >&2; exit 2 ;;
 esac
 W=${WORK:-build/bench-mmproj-$PROJ-$LAYERS}; mkdir -p "$W"
 K=build/kestrel

@@ -121,10 +121,11 @@ void register_synth(CLI::App& app) {
                   "the last two layers with a cache must be a sliding one, then a full one)");
   cmd->add_option("--mmproj", mmproj,
                   "Also write a random-weight multimodal projector (mmproj) for the model to this file (gemma3: "
-                  "Gemma 3's SigLIP tower)");
+                  "Gemma 3's SigLIP tower; qwen35, qwen35moe: the Qwen3-VL tower; gemma4: Gemma 4's)");
   cmd->add_option("--mmproj-preset", mmproj_preset,
-                  "The projector's shape: tiny (112 px, 2 layers of 64, 16 image tokens) or siglip-400m (Gemma 3's: 896 "
-                  "px, 27 layers of 1152, 256 tokens)")
+                  "The projector's shape: tiny (2 layers of 64) for every projector; siglip-400m (gemma3: 896 px, 27 "
+                  "layers of 1152, 256 tokens), qwen35 (Qwen3.5's tower: 27 layers of 1152, patch 16), base (gemma4: "
+                  "16 layers of 768, patch 16)")
       ->capture_default_str();
   cmd->add_option("--mmproj-type", mmproj_type, "The projector's matrices: f32, f16 (as converters write them) or q8_0")
       ->capture_default_str();

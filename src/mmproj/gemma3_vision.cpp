@@ -81,22 +81,9 @@ class Gemma3Vision final : public VisionEncoder {
     be_.add(x_, y_, n * d);
     tower_.run(be_, x_, n);
     be_.layernorm(x_, post_ln_w_.data(), post_ln_b_.data(), x_, n, d, cfg_.eps);
-    // Average pooling, merge² patches to a row: ggml_pool_2d's sum over (ky, kx) in that order, then the mean.
+    // Average pooling, merge² patches to a row.
     const int64_t out_side = side / merge_, m = out_side * out_side;
-    std::vector<int64_t> rows(static_cast<size_t>(m));
-    for (int ky = 0; ky < merge_; ky++)
-      for (int kx = 0; kx < merge_; kx++) {
-        for (int64_t oy = 0; oy < out_side; oy++)
-          for (int64_t ox = 0; ox < out_side; ox++)
-            rows[oy * out_side + ox] = (oy * merge_ + ky) * side + ox * merge_ + kx;
-        if (ky == 0 && kx == 0) {
-          be_.gather_rows(pool_, x_, rows.data(), m, d);
-        } else {
-          be_.gather_rows(y_, x_, rows.data(), m, d);
-          be_.add(pool_, y_, m * d);
-        }
-      }
-    be_.scale(pool_, m * d, 1.0f / static_cast<float>(merge_ * merge_));
+    avg_pool_rows(be_, x_, side, side, merge_, d, pool_, y_);
     be_.rmsnorm(pool_, soft_norm_.data(), y_, m, d, cfg_.eps);
     be_.matmul(proj_, y_, m, out_);
     MediaEmbeddings e;
@@ -141,12 +128,7 @@ std::unique_ptr<VisionEncoder> make_vision(MmprojSource& src) {
     throw h.bad("vision.projector.scale_factor", fmt::format("must divide the {} patches per side", image_size / patch));
   float mean[3], std[3];
   read_image_norm(src, mean, std);
-  auto enc = std::make_unique<Gemma3Vision>(src, cfg, image_size, patch, merge, mean, std);
-  const int64_t proj_dim = h.need_int("vision.projection_dim");  // the text width: the projection's rows
-  if (proj_dim != enc->text_width())
-    throw h.bad("vision.projection_dim", fmt::format("is {} but mm.input_projection.weight gives rows of {}", proj_dim,
-                                                     enc->text_width()));
-  return enc;
+  return std::make_unique<Gemma3Vision>(src, cfg, image_size, patch, merge, mean, std);
 }
 
 MmprojSynthShape synth_shape(int64_t text_width, const std::string& preset) {

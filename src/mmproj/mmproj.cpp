@@ -18,9 +18,12 @@ namespace kestrel {
 
 const Projector& gemma3_projector();
 const Projector& qwen3vl_projector();
+const Projector& gemma4v_projector();
+const Projector& pixtral_projector();
 
 const std::vector<const Projector*>& projectors() {
-  static const std::vector<const Projector*> all = {&gemma3_projector(), &qwen3vl_projector()};
+  static const std::vector<const Projector*> all = {&gemma3_projector(), &qwen3vl_projector(), &gemma4v_projector(),
+                                                    &pixtral_projector()};
   return all;
 }
 
@@ -88,8 +91,19 @@ std::unique_ptr<Mmproj> Mmproj::load(const std::string& path, Backend& be, const
   const bool audio = h.opt_bool("has_audio_encoder").value_or(false);
   if (h.opt_bool("has_gen_audio_encoder").value_or(false))
     throw h.bad("has_gen_audio_encoder", "is set: audio generation encoders are not implemented");
-  if (audio) throw h.bad("has_audio_encoder", "is set: audio encoders are not implemented yet (vision only)");
+  if (!vision && audio)
+    throw h.bad("has_audio_encoder", "is set without a vision encoder: audio encoders are not implemented yet");
   if (!vision) throw h.bad("has_vision_encoder", "is not set: the file has no encoder Kestrel runs");
+  if (audio) {
+    // A file with both (Gemma 4 E2B/E4B): the vision encoder runs; the audio one is not loaded, and audio input is
+    // refused by name wherever it comes (serve: input_audio is a 400). Its keys and tensors are set aside here,
+    // so they cannot change what the images compute.
+    m->audio_projector_ = h.opt_string("audio.projector_type").value_or("unknown");
+    for (const auto& [key, value] : f.metadata())
+      if (key.rfind("clip.audio.", 0) == 0) h.accept(key.substr(5));
+    ld.skip_prefix("a.", "the audio encoder (not implemented)");
+    ld.skip_prefix("mm.a.", "the audio projector (not implemented)");
+  }
   const auto type = projector_type(h, "vision");
   if (!type) throw Error(fmt::format("{}: no clip.projector_type: not an mmproj file", path));
   m->projector_ = *type;
@@ -102,6 +116,10 @@ std::unique_ptr<Mmproj> Mmproj::load(const std::string& path, Backend& be, const
                             path, m->projector_, fmt::join(p.text_archs, " or "), text_arch));
   MmprojSource src{f, h, ld, be};
   m->vision_ = p.make_vision(src);
+  const int64_t proj_dim = h.need_int("vision.projection_dim");  // the text width: the projection's rows
+  if (proj_dim != m->vision_->text_width())
+    throw h.bad("vision.projection_dim", fmt::format("is {} but the projection gives rows of {}", proj_dim,
+                                                     m->vision_->text_width()));
   h.finish();
   ld.finish("clip (" + m->projector_ + ")");
   for (const auto& t : f.tensors()) m->bytes_ += static_cast<int64_t>(t.nbytes);
@@ -164,7 +182,8 @@ void synth_mmproj(const std::string& path, const std::string& projector, int64_t
     // Matrices in the chosen type (Q8_0 only where rows are whole blocks), the rest F32.
     const bool matrix = ne.size() >= 2 && name != "v.position_embd.weight";
     // (Q8_0 files keep the patch kernels and Gemma 3's input projection F16, as the converter forces it.)
-    const bool f16_kept = name.rfind("v.patch_embd.weight", 0) == 0 || name == "mm.input_projection.weight";
+    const bool f16_kept = name.rfind("v.patch_embd.weight", 0) == 0 || name == "mm.input_projection.weight" ||
+                          name == "mm.patch_merger.weight";
     const GgmlType t = !matrix ? GgmlType::F32
                        : type == GgmlType::Q8_0 && (f16_kept || ne[0] % 32 != 0) ? GgmlType::F16
                                                                                   : type;

@@ -104,8 +104,8 @@ const Projector& projector_of(const std::string& name);
 class Mmproj {
  public:
   // Loads path for a text model of this architecture whose input rows are text_width floats. Errors name the
-  // file and the key or tensor (an audio encoder: not implemented yet, refused by name), or the text model the
-  // projector does not pair with.
+  // file and the key or tensor, or the text model the projector does not pair with. An audio encoder (not
+  // implemented yet) is refused by name in a file without vision, and set aside beside a vision encoder.
   static std::unique_ptr<Mmproj> load(const std::string& path, Backend& be, const std::string& text_arch,
                                       int64_t text_width);
   ~Mmproj();
@@ -113,12 +113,14 @@ class Mmproj {
   const std::string& path() const { return file_.path(); }
   const std::string& projector() const { return projector_; }
   VisionEncoder* vision() const { return vision_.get(); }
+  // The audio encoder's projector type when the file also has one (not run: audio input is refused), else "".
+  const std::string& audio_not_run() const { return audio_projector_; }
   int64_t file_bytes() const { return bytes_; }
 
  private:
   explicit Mmproj(GgufFile f) : file_(std::move(f)) {}
   GgufFile file_;
-  std::string projector_;
+  std::string projector_, audio_projector_;
   int64_t bytes_ = 0;
   std::unique_ptr<VisionEncoder> vision_;
 };

@@ -39,7 +39,7 @@ constexpr int64_t kMaxTokensLimit = 16384;            // --image-max-tokens at m
 class Qwen3VlVision final : public VisionEncoder {
  public:
   Qwen3VlVision(MmprojSource& src, const VitConfig& cfg, int patch, const float* mean, const float* std)
-      : be_(src.be), cfg_(cfg), patch_(patch), tower_(src, "v", cfg) {
+      : be_(src.be), cfg_(cfg), patch_(patch), size_{patch, kMerge, kMinTokens, kMaxTokens}, tower_(src, "v", cfg) {
     for (int c = 0; c < 3; c++) mean_[c] = mean[c], std_[c] = std[c];
     const WeightLoader& ld = src.tensors;
     const int64_t d = cfg.width, k = static_cast<int64_t>(patch) * patch * 3;
@@ -87,37 +87,24 @@ class Qwen3VlVision final : public VisionEncoder {
   int64_t text_width() const override { return text_width_; }
 
   // llama.cpp's custom_image_min_tokens / custom_image_max_tokens: the pixel bounds of the resize, in merged tokens.
-  void set_token_limits(const ImageTokenLimits& l) override {
-    const int64_t lo = l.min > 0 ? l.min : min_tokens_, hi = l.max > 0 ? l.max : max_tokens_;
-    if (l.min < 0 || l.max < 0 || lo > hi || hi > kMaxTokensLimit)
-      throw Error(fmt::format("--image-min-tokens {} / --image-max-tokens {}: need 1 <= min <= max <= {}", lo, hi,
-                              kMaxTokensLimit));
-    min_tokens_ = lo;
-    max_tokens_ = hi;
-  }
+  void set_token_limits(const ImageTokenLimits& l) override { size_.set_limits(l, kMaxTokensLimit); }
 
   std::string describe() const override {
     return fmt::format("qwen3vl_merger (Qwen3-VL / Qwen3.5): {} layers, {} wide, {} heads, FFN {}, patch {}, merged "
                        "{}x{}, position grid {}x{}, {}..{} tokens of {}",
                        cfg_.n_layer, cfg_.width, cfg_.n_head, cfg_.n_ff, patch_, kMerge, kMerge, grid_, grid_,
-                       min_tokens_, max_tokens_, text_width_);
+                       size_.min_tokens, size_.max_tokens, text_width_);
   }
   MediaPlacement placement() const override { return {"<|vision_start|>", "<|vision_end|>", false}; }
 
-  std::pair<int, int> target(int w, int h) const {
-    const int64_t area = static_cast<int64_t>(patch_) * patch_ * kMerge * kMerge;
-    return size_preserved_ratio(w, h, patch_ * kMerge, min_tokens_ * area, max_tokens_ * area);
-  }
   int64_t n_tokens(int width, int height) const override {
-    const auto [w, h] = target(width, height);
-    return static_cast<int64_t>(w / patch_ / kMerge) * (h / patch_ / kMerge);
+    const auto [gx, gy] = size_.grid(width, height);
+    return gx * gy;
   }
   int64_t weight_bytes() const override { return bytes_; }
 
   std::vector<float> preprocess(const ImageU8& img, int& w, int& h) const override {
-    std::tie(w, h) = target(img.width, img.height);
-    const ImageU8 sized = resize_padded(img, w, h, ResizeAlgo::Bicubic, Pad::Ceil, {0, 0, 0});
-    return to_planar_normalized(sized, mean_, std_);
+    return size_.preprocess(img, mean_, std_, w, h);
   }
 
   MediaEmbeddings encode(const ImageU8& img) override {
@@ -223,7 +210,7 @@ class Qwen3VlVision final : public VisionEncoder {
   Backend& be_;
   VitConfig cfg_;
   int patch_, grid_ = 0;
-  int64_t min_tokens_ = kMinTokens, max_tokens_ = kMaxTokens;
+  DynamicImageSize size_;
   float mean_[3], std_[3];
   VitTower tower_;
   Weight patch_embd_[2], mm0_, mm2_;
@@ -269,10 +256,6 @@ std::unique_ptr<VisionEncoder> make_vision(MmprojSource& src) {
     throw h.bad("vision.image_size", fmt::format("= {} but v.position_embd.weight's grid of {} positions at patch {} "
                                                  "makes another",
                                                  image_size, pos->ne[1], patch));
-  const int64_t proj_dim = h.need_int("vision.projection_dim");
-  if (proj_dim != enc->text_width())
-    throw h.bad("vision.projection_dim",
-                fmt::format("is {} but mm.2.weight gives rows of {}", proj_dim, enc->text_width()));
   return enc;
 }
 

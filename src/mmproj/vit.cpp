@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <tuple>
 
 #include "core/error.h"
 #include "formats/block_formats.h"
@@ -146,7 +147,7 @@ Weight conv_kernel_weight(const Weight& w, int64_t cols, int64_t rows) {
   return k;
 }
 
-VitConfig read_vit_config(HparamReader& h, const std::string& projector) {
+VitConfig read_vit_config(HparamReader& h, const std::string& projector, bool gelu_quick_default, bool silu_ok) {
   VitConfig cfg;
   cfg.width = h.need_int("vision.embedding_length");
   cfg.n_head = h.need_int("vision.attention.head_count");
@@ -161,9 +162,65 @@ VitConfig read_vit_config(HparamReader& h, const std::string& projector) {
   if (cfg.n_head * cfg.head_dim != cfg.width)
     throw h.bad("vision.attention.head_count", fmt::format("= {} heads of {} do not make the width {}", cfg.n_head,
                                                            cfg.head_dim, cfg.width));
-  if (!h.opt_bool("use_gelu").value_or(false)) throw h.bad("use_gelu", fmt::format("must be true for a {} projector (GELU)", projector));
-  if (h.opt_bool("use_silu").value_or(false)) throw h.bad("use_silu", fmt::format("is not used by a {} projector", projector));
+  const bool gelu = h.opt_bool("use_gelu").value_or(false), silu = h.opt_bool("use_silu").value_or(false);
+  if (silu && !silu_ok) throw h.bad("use_silu", fmt::format("is not used by a {} projector", projector));
+  if (!gelu && !silu && !gelu_quick_default)
+    throw h.bad("use_gelu", fmt::format("must be true for a {} projector (GELU; without it llama.cpp would run "
+                                        "GELU-quick)",
+                                        projector));
+  cfg.act = gelu ? VitConfig::Act::Gelu : silu ? VitConfig::Act::Silu : VitConfig::Act::GeluQuick;
   return cfg;
+}
+
+std::pair<int, int> DynamicImageSize::target(int width, int height) const {
+  const int64_t area = static_cast<int64_t>(patch) * patch * merge * merge;
+  return size_preserved_ratio(width, height, patch * merge, min_tokens * area, max_tokens * area);
+}
+
+std::pair<int64_t, int64_t> DynamicImageSize::grid(int width, int height) const {
+  const auto [w, h] = target(width, height);
+  return {w / patch / merge, h / patch / merge};
+}
+
+void DynamicImageSize::set_limits(const ImageTokenLimits& l, int64_t most) {
+  const int64_t lo = l.min > 0 ? l.min : min_tokens, hi = l.max > 0 ? l.max : max_tokens;
+  if (l.min < 0 || l.max < 0 || lo > hi || hi > most)
+    throw Error(fmt::format("--image-min-tokens {} / --image-max-tokens {}: need 1 <= min <= max <= {}", lo, hi, most));
+  min_tokens = lo;
+  max_tokens = hi;
+}
+
+std::vector<float> DynamicImageSize::preprocess(const ImageU8& img, const float mean[3], const float std_dev[3], int& w,
+                                                int& h) const {
+  std::tie(w, h) = target(img.width, img.height);
+  return to_planar_normalized(resize_padded(img, w, h, ResizeAlgo::Bicubic, Pad::Ceil, {0, 0, 0}), mean, std_dev);
+}
+
+void rope_head_halves(Backend& be, Act x, int64_t n, int64_t heads, int64_t hd, const int32_t* const positions[2],
+                      const RopeParams params[2], Act scratch) {
+  const int64_t half = hd / 2;
+  for (int part = 0; part < 2; part++) {
+    be.copy(scratch, half, x + part * half, hd, n * heads, half);
+    be.rope(scratch, positions[part], n, static_cast<int>(heads), static_cast<int>(half), params[part]);
+    be.copy(x + part * half, hd, scratch, half, n * heads, half);
+  }
+}
+
+void avg_pool_rows(Backend& be, Act x, int64_t nx, int64_t ny, int k, int64_t d, Act out, Act tmp) {
+  const int64_t ox = nx / k, oy = ny / k, m = ox * oy;
+  std::vector<int64_t> rows(static_cast<size_t>(m));
+  for (int ky = 0; ky < k; ky++)
+    for (int kx = 0; kx < k; kx++) {
+      for (int64_t y = 0; y < oy; y++)
+        for (int64_t xx = 0; xx < ox; xx++) rows[static_cast<size_t>(y * ox + xx)] = (y * k + ky) * nx + xx * k + kx;
+      if (ky == 0 && kx == 0) {
+        be.gather_rows(out, x, rows.data(), m, d);
+      } else {
+        be.gather_rows(tmp, x, rows.data(), m, d);
+        be.add(out, tmp, m * d);
+      }
+    }
+  be.scale(out, m * d, 1.0f / static_cast<float>(k * k));
 }
 
 void read_image_norm(MmprojSource& src, float mean[3], float std_dev[3]) {

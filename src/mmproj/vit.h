@@ -19,7 +19,9 @@ struct VitConfig {
   int64_t width = 0, n_head = 0, head_dim = 0, n_ff = 0;
   int n_layer = 0;
   float eps = 1e-6f;
-  enum class Act { Gelu } act = Act::Gelu;  // clip.use_gelu (ggml's tanh GELU)
+  // The FFN's activation: clip.use_gelu (ggml's tanh GELU), clip.use_silu (SiLU: Pixtral's SwiGLU), else
+  // (Gemma 4) GELU-quick.
+  enum class Act { Gelu, GeluQuick, Silu } act = Act::Gelu;
   bool fused_qkv = false;  // one attn_qkv (q rows, k rows, v rows; Qwen3-VL) instead of attn_q, attn_k, attn_v
 };
 
@@ -63,9 +65,35 @@ Weight transposed_weight(const Weight& w, const std::string& file);
 Weight conv_kernel_weight(const Weight& w, int64_t cols, int64_t rows);
 
 // The tower's shape from `clip.vision.*` (width, heads, head size, FFN, blocks, LayerNorm epsilon) and its FFN's
-// activation (clip.use_gelu, required: llama.cpp would run gelu_quick without it, SiLU with use_silu, neither of
-// which the tower implements); errors name the key and the projector.
-VitConfig read_vit_config(HparamReader& h, const std::string& projector);
+// activation as llama.cpp picks it: clip.use_gelu GELU, clip.use_silu SiLU (refused unless silu_ok), neither
+// GELU-quick (refused unless gelu_quick_default): what the projector implements; errors name the key and the
+// projector.
+VitConfig read_vit_config(HparamReader& h, const std::string& projector, bool gelu_quick_default = false,
+                          bool silu_ok = false);
+
+// llama.cpp's dyn_size preprocessor (Qwen-VL, Gemma 4, Pixtral): the image resized keeping its aspect ratio to
+// sides that are multiples of patch * merge, within [min_tokens, max_tokens] merged tokens (calc_size_preserved_ratio
+// on the pixel bounds), bicubic, letterboxed by its default PAD_CEIL (Hugging Face stretches instead), normalised.
+struct DynamicImageSize {
+  int patch = 0, merge = 1;
+  int64_t min_tokens = 0, max_tokens = 0;
+  std::pair<int, int> target(int width, int height) const;
+  // (W / patch / merge) x (H / patch / merge) of the target.
+  std::pair<int64_t, int64_t> grid(int width, int height) const;
+  // --image-min-tokens / --image-max-tokens (0: keep the projector's), checked: 1 <= min <= max <= most.
+  void set_limits(const ImageTokenLimits& l, int64_t most);
+  std::vector<float> preprocess(const ImageU8& img, const float mean[3], const float std_dev[3], int& w, int& h) const;
+};
+
+// RoPE on the two halves of every head apart (llama.cpp's build_rope_2d, Gemma 4's add_pos): half i (dims
+// [i*hd/2, (i+1)*hd/2) of each of the `heads` heads of hd in x's n rows) turned by positions[i] with params[i]
+// over heads of hd/2: gathered into scratch (n*heads*hd/2 floats), turned by the backend's RoPE, put back.
+void rope_head_halves(Backend& be, Act x, int64_t n, int64_t heads, int64_t hd, const int32_t* const positions[2],
+                      const RopeParams params[2], Act scratch);
+
+// Average pooling of an nx x ny grid of rows (raster order, d floats each) by k x k: (nx/k) x (ny/k) rows into out,
+// in raster order (ggml_pool_2d's sums over (ky, kx) in that order, then the mean); tmp holds as many rows.
+void avg_pool_rows(Backend& be, Act x, int64_t nx, int64_t ny, int k, int64_t d, Act out, Act tmp);
 
 // clip.vision.image_mean and image_std (3 numbers each), read and accepted.
 void read_image_norm(MmprojSource& src, float mean[3], float std_dev[3]);

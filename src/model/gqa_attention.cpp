@@ -225,7 +225,8 @@ void GqaAttention::run(Backend& be, const GqaWeights& w, const LayerRows& r, Act
   as.chunk = c.chunk(r.layer);
   as.softcap = c.attn_softcap;
   if (!w.sinks.empty()) as.sinks = w.sinks.data();
-  be.attention(r.kv.layer_view(r.kv_layer), {n, q_, att_, r.positions(), r.tables(), r.horizons()}, as);
+  const int32_t* horizons = c.both_ways_sliding_only && !c.is_sliding(r.layer) ? nullptr : r.horizons();
+  be.attention(r.kv.layer_view(r.kv_layer), {n, q_, att_, r.positions(), r.tables(), horizons}, as);
   if (w.q_gate) ops::sigmoid_gate(be, {att_, gate_, n * q_dim, 1});
   be.matmul(w.wo, att_, n, out);
   if (!w.bo.empty()) be.add_bias(out, w.bo.data(), n, c.n_embd);

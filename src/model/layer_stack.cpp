@@ -155,6 +155,11 @@ void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int
   be_.embed(table, b.tokens.data() + r0, n, x);
   if (cfg_.embed_scale != 1.0f) be_.scale(x, n * dim, cfg_.embed_scale);
   // Media rows: their rows replace the embeddings of their placeholder tokens, unscaled.
+  copy_media_rows(b, x, r0, n);
+}
+
+void LayerStack::copy_media_rows(const Batch& b, Act x, int64_t r0, int64_t n) {
+  const int64_t dim = cfg_.n_embd;
   const auto m = static_cast<int64_t>(b.embd_rows.size());
   for (int64_t i = 0; i < m;) {
     int64_t j = i + 1;  // a run of consecutive rows, one copy

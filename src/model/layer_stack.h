@@ -118,6 +118,8 @@ class LayerStack : public Model {
   void check_batch_size(int64_t n) const;
   // Rows [r0, r0 + n) of the batch embedded by table into the activations.
   void embed_rows(const Weight& table, const Batch& b, int64_t r0, int64_t n);
+  // Batch rows [r0, r0 + n) of x (rows of n_embd) that are media rows (Batch::embd_rows) become those rows.
+  void copy_media_rows(const Batch& b, Act x, int64_t r0, int64_t n);
   // Norm + output projection of x's rows that want logits, into host logits
   // (and every row's state of hidden_dim() into host hidden, when set: normed, or the streams).
   void head(const Batch& b, Act x, const std::vector<float>& norm, const Weight& output, float* logits,

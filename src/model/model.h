@@ -100,6 +100,9 @@ struct ModelConfig {
   // by its row's temporal, height or width position (model/batch.h's rope_pos) as section i % sum says (t, h, w
   // in turn while each lasts); all zero: one position per row. Text rows carry one position in all three.
   int rope_sections[4] = {0, 0, 0, 0};
+  // Media rows attended both ways (Batch::horizons) see each other only on sliding-window layers; full-attention
+  // layers keep them causal (llama.cpp's LLAMA_NON_CAUSAL_TYPE_SWA_ONLY: Gemma 4).
+  bool both_ways_sliding_only = false;
   bool tied_output = false;
   MlaConfig mla;
   MoeConfig moe;

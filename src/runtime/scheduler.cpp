@@ -256,11 +256,13 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
       continue;
     }
     if (copies.n > 0) copies_.push_back(copies);
+    // Named before the slide below lets the sliding group release them: a block that leaves this sequence's
+    // window may still be in the window of a later prompt's first computed token (its prefix ending there).
+    if (r->prefix_cache()) blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
     // Its next query starts at `computed` (rollbacks never go below it): the
     // sliding-window group releases the blocks that left that query's window.
     blocks_.slide(r->seq, o.computed);
     if (r->prefix_cache()) {
-      blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
       // Anthropic's cache_control breakpoints, once their prefix is computed.
       for (auto& pins = r->params.cache_pins; r->cache_pins_done < pins.size(); r->cache_pins_done++) {
         const auto [tokens, seconds] = pins[r->cache_pins_done];

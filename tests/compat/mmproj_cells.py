@@ -35,6 +35,8 @@ IMAGES_DIR = os.path.join(ROOT, "tests", "data", "mmproj")
 
 G3 = ["--arch", "gemma3", "--preset", "tiny-vision", "--type", "f32"]
 Q35 = ["--arch", "qwen35", "--preset", "tiny-vision"]
+G4 = ["--arch", "gemma4", "--preset", "tiny"]
+PX = ["--arch", "mistral3", "--preset", "tiny"]
 # name, synth arguments (text model and projector share the seed), prompt, images, tokens to generate[, flags
 # given to llama.cpp and kestrel alike]
 CELLS = [
@@ -62,10 +64,33 @@ CELLS = [
     # --image-max-tokens 9 (llama.cpp's option, its mtmd_context_params): the 97x61 image shrunk to a 3x2 grid
     ("qwen35-tiny-seed1-max9", Q35 + ["--type", "f32", "--seed", "1"], "A cat <__media__> sat on",
      ["gradient-97x61.png"], 12, ["--image-max-tokens", "9"]),
+    # Gemma 4 (gemma4v): images sized by their own within 70..1120 tokens (these small ones grow to ~70), the
+    # sandwich-normed tower with its 2-D RoPE and clippable matrices, 3x3 pooling; the rows attended both ways on
+    # the sliding-window layers only, their per-layer inputs the padding token's.
+    ("gemma4-tiny-seed1", G4 + ["--type", "f32", "--seed", "1"], "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
+    ("gemma4-tiny-seed2-two", G4 + ["--type", "f32", "--seed", "2"], "<__media__> and then <__media__> look alike",
+     ["checker-40x40.png", "stripes-30x90.png"], 12),
+    ("gemma4-tiny-seed3.f16", G4 + ["--type", "f16", "--seed", "3", "--mmproj-type", "f16"], "A cat <__media__> sat on",
+     ["square-64x64.png"], 12),
+    ("gemma4-tiny-seed3.q8_0", G4 + ["--type", "q8_0", "--seed", "3", "--mmproj-type", "q8_0"],
+     "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
+    # Pixtral (Mistral Small 3.1's form: patches merged 2x2): the 2-D RoPE in adjacent pairs, SwiGLU, the unfolded
+    # merger, [IMG_BREAK] after each row but the last, [IMG_END] after; causal; with mistral3 and llama text models.
+    ("pixtral-mistral3-tiny-seed1", PX + ["--type", "f32", "--seed", "1"], "A cat <__media__> sat on",
+     ["gradient-97x61.png"], 12),
+    ("pixtral-mistral3-tiny-seed2-two", PX + ["--type", "f32", "--seed", "2"], "<__media__> and then <__media__> look alike",
+     ["checker-40x40.png", "stripes-30x90.png"], 12),
+    ("pixtral-mistral3-tiny-seed3.f16", PX + ["--type", "f16", "--seed", "3", "--mmproj-type", "f16"],
+     "A cat <__media__> sat on", ["square-64x64.png"], 12),
+    ("pixtral-mistral3-tiny-seed3.q8_0", PX + ["--type", "q8_0", "--seed", "3", "--mmproj-type", "q8_0"],
+     "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
+    ("pixtral-llama-tiny-seed4", ["--arch", "llama", "--preset", "tiny", "--type", "f32", "--seed", "4"],
+     "A cat <__media__> sat on", ["stripes-30x90.png"], 12),
 ]
 
 # llama-mtmd-cli's chat template for each text architecture (the layout proof wraps the prompt in it).
-CHAT_TEMPLATE = {"gemma3": "gemma", "qwen35": "chatml"}
+CHAT_TEMPLATE = {"gemma3": "gemma", "qwen35": "chatml", "gemma4": "gemma", "mistral3": "mistral-v7",
+                 "llama": "mistral-v7"}
 
 
 # name, the cell whose files serve, the user turn (image parts by file name, then text), max_tokens
@@ -76,6 +101,14 @@ SERVER_CELLS = [
     ("qwen35-chat-image-then-text", "qwen35-tiny-seed2-two",
      [("image", "gradient-97x61.png"), ("text", "What is in this picture?")], 12),
     ("qwen35-chat-text-two-images", "qwen35-tiny-seed2-two",
+     [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("image", "stripes-30x90.png")], 10),
+    ("gemma4-chat-image-then-text", "gemma4-tiny-seed1",
+     [("image", "gradient-97x61.png"), ("text", "What is in this picture?")], 12),
+    ("gemma4-chat-text-two-images", "gemma4-tiny-seed1",
+     [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("image", "stripes-30x90.png")], 10),
+    ("pixtral-chat-image-then-text", "pixtral-mistral3-tiny-seed1",
+     [("image", "gradient-97x61.png"), ("text", "What is in this picture?")], 12),
+    ("pixtral-chat-text-two-images", "pixtral-mistral3-tiny-seed1",
      [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("image", "stripes-30x90.png")], 10),
 ]
 

@@ -149,15 +149,15 @@ json llama_server_entries(const json& content) {
   return out;
 }
 
-// Qwen3.5 with its Qwen3-VL tower: images whose rows take M-RoPE positions, in a hybrid (Gated DeltaNet) model.
-// llama-server's recorded answers (tokens, logprobs within 2e-3, prompt lengths; the entries grouped as it groups
-// tokens that split a UTF-8 character); the same requests at once as one at a time; a second turn about the
-// same image finds the first in the prefix cache.
-TEST(ServerMedia, Qwen35ImagesAnswerAsLlamaServer) {
+// A model's recorded llama-server cells (those whose cell name starts with `family`) against kestrel serve:
+// llama-server's answers (tokens, logprobs within 2e-3, prompt lengths; the entries grouped as it groups tokens
+// that split a UTF-8 character); the same requests at once as one at a time; a second turn about the same image
+// finds the first in the prefix cache.
+void answers_as_llama_server(const std::string& family, const std::string& projector) {
   const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
   json cases = json::array();
   for (const auto& c : doc["server"])
-    if (c["cell"].get<std::string>().rfind("qwen35", 0) == 0) cases.push_back(c);
+    if (c["cell"].get<std::string>().rfind(family, 0) == 0) cases.push_back(c);
   ASSERT_GE(cases.size(), 2u);
   test::TempDir dir;
   std::string model, mmproj;
@@ -172,11 +172,14 @@ TEST(ServerMedia, Qwen35ImagesAnswerAsLlamaServer) {
     alone.push_back(got["choices"][0]["message"]["content"]);
     EXPECT_EQ(got["usage"]["prompt_tokens"], want["prompt_tokens"]) << want["name"];
     const json lp = llama_server_entries(got["choices"][0]["logprobs"]["content"]);
-    ASSERT_EQ(lp.size(), want["tokens"].size()) << want["name"] << ": " << got;
-    for (size_t k = 0; k < lp.size(); k++) {
-      EXPECT_EQ(lp[k]["token"], want["tokens"][k]) << want["name"] << " token " << k;
+    // Token by token until the replies part; they may part only where the two tokens were a tie (each engine's
+    // pick as likely as the other's, within 2e-3: llama-server keeps its KV cache in F16, Kestrel in F32), and the
+    // texts after that are not compared.
+    for (size_t k = 0; k < lp.size() && k < want["tokens"].size(); k++) {
       EXPECT_NEAR(lp[k]["logprob"].get<double>(), want["logprobs"][k].get<double>(), 2e-3)
           << want["name"] << " token " << k;
+      if (lp[k]["token"] != want["tokens"][k]) break;
+      if (k + 1 == want["tokens"].size()) EXPECT_EQ(lp.size(), want["tokens"].size()) << want["name"] << ": " << got;
     }
   }
   // The requests at once (continuous batching: the images' rows and positions in one step) answer as alone.
@@ -198,8 +201,18 @@ TEST(ServerMedia, Qwen35ImagesAnswerAsLlamaServer) {
   const json next = test::post_ok(c, "/v1/chat/completions", second);
   const int64_t first_prompt = first["usage"]["prompt_tokens"];
   EXPECT_GE(next["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), first_prompt - 16) << next;
-  EXPECT_NE(s.log().find("images: qwen3vl_merger"), std::string::npos) << s.log();
+  EXPECT_NE(s.log().find("images: " + projector), std::string::npos) << s.log();
 }
+
+// Qwen3.5 with its Qwen3-VL tower: images whose rows take M-RoPE positions, in a hybrid (Gated DeltaNet) model.
+TEST(ServerMedia, Qwen35ImagesAnswerAsLlamaServer) { answers_as_llama_server("qwen35", "qwen3vl_merger"); }
+
+// Gemma 4: images attended both ways on the sliding-window layers only, their per-layer inputs the padding
+// token's.
+TEST(ServerMedia, Gemma4ImagesAnswerAsLlamaServer) { answers_as_llama_server("gemma4", "gemma4v"); }
+
+// Pixtral (Mistral 3): [IMG_BREAK] rows inside the image's rows, [IMG_END] after.
+TEST(ServerMedia, PixtralImagesAnswerAsLlamaServer) { answers_as_llama_server("pixtral", "pixtral"); }
 
 // The web page: an image attached in Debian's chromium goes out as an image_url part and is shown in the message.
 TEST(ServerMedia, TheWebPageAttachesAnImageInARealBrowser) {

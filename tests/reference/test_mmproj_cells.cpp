@@ -114,7 +114,11 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     // rounding (another summation order) moves a value by an F16 step, ~5e-4 at these rows' scale. F32: GELU goes
     // through ggml's F16 table, where an input a last bit apart can take the neighbouring entry (measured up to
     // 2.2e-4 on one row of qwen35-tiny-seed1-max9, values up to 2; the other rows within 1e-4, most below 1e-5).
-    const double tol = name.find(".f16") != std::string::npos ? 2e-3 : 3e-4;
+    // Gemma 4's Q8_0 tower: its gated GELU-quick goes through ggml's F16 table too, and the flips that a last-bit
+    // difference makes there (measured: the F32 tower agrees to 1e-7 of the values until its first FFN, then to
+    // 4e-5) move a Q8_0 activation by a quantization step, which the sandwich norms carry on: 9.4e-3 measured.
+    const bool g4_q8 = name.rfind("gemma4", 0) == 0 && name.find(".q8_0") != std::string::npos;
+    const double tol = g4_q8 ? 2e-2 : name.find(".f16") != std::string::npos ? 2e-3 : 3e-4;
     EXPECT_LT(worst, tol) << name << ": encoder rows differ from llama.cpp's by up to " << worst;
 
     // The logits of the first and the last step: llama.cpp's (the image's rows, positions and attention, and the
@@ -150,12 +154,13 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     std::printf("%s: first and last steps' logits within %.2e and %.2e of llama.cpp's\n", name.c_str(), f, l);
     // (F16 and Q8_0 cells: their text models quantize activations too, and differences grow over the steps.)
     const bool f32 = name.find(".f16") == std::string::npos && name.find(".q8_0") == std::string::npos;
-    const double logit_tol = f32 ? 1e-3 : 5e-2;
+    const double logit_tol = f32 ? 1e-3 : g4_q8 ? 2e-1 : 5e-2;
     EXPECT_LT(f, logit_tol) << name;
     EXPECT_LT(l, logit_tol) << name;
     std::vector<MediaSpan> wrong = p.media;
     for (MediaSpan& m : wrong) m.both_ways = false, m.grid_w = m.grid_h = 0;
-    if (name == "gemma3-tiny-seed1" || name == "qwen35-tiny-seed1" || name == "qwen35-tiny-seed2-two") {
+    if (name == "gemma3-tiny-seed1" || name == "qwen35-tiny-seed1" || name == "qwen35-tiny-seed2-two" ||
+        name == "gemma4-tiny-seed1") {
       std::vector<float> wf, wl;
       logits(wrong, wf, wl);
       const double off = apart(wf, cell.c["logits_first"]);
@@ -172,10 +177,16 @@ TEST(MmprojCells, RunGivesLlamaCppsIdsWholeAndInChunks) {
     const std::string name = cell.c["name"];
     const auto want = cell.c["ids"].get<std::vector<int>>();
     const auto gaps = cell.c["gaps"].get<std::vector<double>>();
-    // Whole, in chunks, and (two cells) on the Vulkan backend (lavapipe here): the image's rows, Gemma 3's
-    // attention both ways (on the CPU there) and Qwen3.5's M-RoPE (the device's RoPE) on the device.
-    std::vector<std::vector<std::string>> variants = {{"-b", "512"}, {"-b", "20"}};
-    if (name == "gemma3-tiny-seed1" || name == "qwen35-tiny-seed1") variants.push_back({"-b", "20", "--device", "vulkan"});
+    // Whole, in chunks, and (three cells) on the Vulkan backend (lavapipe here): the image's rows, Gemma 3's and
+    // Gemma 4's attention both ways (on the CPU there) and Qwen3.5's M-RoPE (the device's RoPE) on the device.
+    // The chunks: 20 tokens, or 4 more than the longest image attended as a whole (a step takes it whole).
+    int64_t whole = 0;
+    for (const auto& chunk : cell.c["chunks"])
+      if (chunk.contains("image") && chunk["non_causal"].get<bool>()) whole = std::max(whole, chunk["image"].get<int64_t>());
+    const std::string chunk = std::to_string(std::max<int64_t>(20, whole + 4));
+    std::vector<std::vector<std::string>> variants = {{"-b", "512"}, {"-b", chunk}};
+    if (name == "gemma3-tiny-seed1" || name == "qwen35-tiny-seed1" || name == "gemma4-tiny-seed1")
+      variants.push_back({"-b", chunk, "--device", "vulkan"});
     for (const auto& variant : variants) {
       const std::string batch = fmt::format("{}", fmt::join(variant, " "));
       std::vector<std::string> args = {"run", "-m", cell.model, "--mmproj", cell.mmproj, "-p", cell.c["prompt"], "-n",

@@ -1,6 +1,7 @@
 // mmproj files are loaded strictly (mmproj/mmproj.h): every way a projector file can be wrong for Kestrel is a
 // load error that names the file and what is wrong — a key or tensor the projector does not consume, another
 // model's width, a text model the projector does not feed, an encoder Kestrel does not run, not an mmproj at all.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -80,10 +81,34 @@ TEST(MmprojLoad, AnotherModelsWidthOrFamilyIsRefused) {
 
 TEST(MmprojLoad, EncodersAndProjectorsKestrelDoesNotRunAreNamed) {
   test::TempDir dir;
-  const std::string audio = load_error(dir, [](GgufWriter& w) { w.set_bool("clip.has_audio_encoder", true); });
+  const std::string audio = load_error(dir, [](GgufWriter& w) {
+    w.set_bool("clip.has_audio_encoder", true);
+    w.set_bool("clip.has_vision_encoder", false);
+  });
   EXPECT_NE(audio.find("clip.has_audio_encoder"), std::string::npos) << audio;
-  const std::string type = load_error(dir, [](GgufWriter& w) { w.set_str("clip.projector_type", "pixtral"); });
-  EXPECT_NE(type.find("'pixtral' is not implemented (Kestrel runs: gemma3, qwen3vl_merger)"), std::string::npos) << type;
+  // Beside a vision encoder (Gemma 4 E2B/E4B's files), the audio encoder is set aside: its keys and tensors
+  // (a.*, mm.a.*) load, and the file says it is not run.
+  const float x[64] = {};
+  EXPECT_EQ(load_error(dir, [&](GgufWriter& w) {
+              w.set_bool("clip.has_audio_encoder", true);
+              w.set_str("clip.audio.projector_type", "gemma4a");
+              w.set_u32("clip.audio.block_count", 2);
+              w.add_tensor_bytes("a.blk.0.attn_q.weight", GgmlType::F32, {8, 8}, x);
+              w.add_tensor_bytes("mm.a.input_projection.weight", GgmlType::F32, {8, 8}, x);
+            }),
+            "");
+  {
+    auto be = make_cpu_backend(1);
+    const auto m = Mmproj::load(dir.file("edited.mmproj.gguf"), *be, "gemma3", 64);
+    EXPECT_EQ(m->audio_not_run(), "gemma4a");
+  }
+  // A stray audio tensor in a vision-only file is still a load error naming it.
+  const std::string stray = load_error(dir, [&](GgufWriter& w) { w.add_tensor_bytes("a.blk.0.attn_q.weight", GgmlType::F32, {8, 8}, x); });
+  EXPECT_NE(stray.find("a.blk.0.attn_q.weight"), std::string::npos) << stray;
+  const std::string type = load_error(dir, [](GgufWriter& w) { w.set_str("clip.projector_type", "llama4"); });
+  EXPECT_NE(type.find("'llama4' is not implemented (Kestrel runs: gemma3, qwen3vl_merger, gemma4v, pixtral)"),
+            std::string::npos)
+      << type;
   // A projector Kestrel runs, for another text family: named with the families it feeds.
   const std::string family = load_error(dir, [](GgufWriter& w) { w.set_str("clip.projector_type", "qwen3vl_merger"); });
   EXPECT_NE(family.find("a qwen3vl_merger projector feeds qwen35 or qwen35moe text models, not gemma3"), std::string::npos)
@@ -115,6 +140,62 @@ TEST(MmprojLoad, Qwen3VlMergerLoadsForQwen35AndNamesWhatItDoesNotRun) {
   EXPECT_NE(split.find("clip.vision.attention.head_count"), std::string::npos) << split;  // 64 / 5: no heads
   const std::string llama = qwen(nullptr, nullptr, "llama");
   EXPECT_NE(llama.find("feeds qwen35 or qwen35moe text models, not llama"), std::string::npos) << llama;
+}
+
+// Gemma 4's tower: loads for gemma4 text models; its images are attended both ways except with E2B and E4B (text
+// widths 1536 and 2560: causal, as llama.cpp's mtmd_decode_use_non_causal says); what is wrong is named.
+TEST(MmprojLoad, Gemma4vLoadsAndIsCausalForE2bAndE4b) {
+  test::TempDir dir;
+  auto g4 = [&](const std::function<void(GgufWriter&)>& edit, const std::function<bool(const std::string&)>& drop = nullptr) {
+    return load_error(dir, edit, drop, "gemma4", 64, "gemma4v");
+  };
+  EXPECT_EQ(g4(nullptr), "");
+  auto be = make_cpu_backend(1);
+  for (const int64_t width : {64, 1536, 2560}) {
+    const std::string path = dir.file(fmt::format("g4-{}.mmproj.gguf", width));
+    synth_mmproj(path, "gemma4v", width, 1);
+    const auto m = Mmproj::load(path, *be, "gemma4", width);
+    const MediaPlacement p = m->vision()->placement();
+    EXPECT_EQ(p.before, "<|image>");
+    EXPECT_EQ(p.after, "<image|>");
+    EXPECT_EQ(p.non_causal, width == 64) << width;
+    EXPECT_EQ(m->vision()->n_tokens(640, 480), 27 * 20) << "640x480 at 24 px a token: 648x480 (640 / 24 rounds up)";
+  }
+  const std::string bias = g4(nullptr, [](const std::string& n) { return n == "v.std_scale"; });
+  EXPECT_EQ(bias, "");  // (the synth writes neither: both absent is fine)
+  const std::string half = g4([](GgufWriter& w) {
+    const float x[64] = {};
+    w.add_tensor_bytes("v.std_bias", GgmlType::F32, {64}, x);
+  });
+  EXPECT_NE(half.find("v.std_bias and v.std_scale"), std::string::npos) << half;
+  const std::string silu = g4([](GgufWriter& w) { w.set_bool("clip.use_silu", true); });
+  EXPECT_NE(silu.find("clip.use_silu"), std::string::npos) << silu;
+  const std::string qwen = load_error(dir, nullptr, nullptr, "qwen35", 64, "gemma4v");
+  EXPECT_NE(qwen.find("feeds gemma4 text models, not qwen35"), std::string::npos) << qwen;
+}
+
+// Pixtral's tower: loads for mistral3 and llama text models; a merge size without its merger, or a file without the
+// [IMG_BREAK] row, is named; its token count is the merged grid plus a break a row but the last.
+TEST(MmprojLoad, PixtralLoadsAndCountsItsRowBreaks) {
+  test::TempDir dir;
+  auto px = [&](const std::function<void(GgufWriter&)>& edit, const std::function<bool(const std::string&)>& drop = nullptr,
+                const std::string& arch = "mistral3") { return load_error(dir, edit, drop, arch, 64, "pixtral"); };
+  EXPECT_EQ(px(nullptr), "");
+  EXPECT_EQ(px(nullptr, nullptr, "llama"), "");
+  {
+    auto be = make_cpu_backend(1);
+    const auto m = Mmproj::load(dir.file("edited.mmproj.gguf"), *be, "llama", 64);
+    EXPECT_EQ(m->vision()->placement().after, "[IMG_END]");
+    EXPECT_FALSE(m->vision()->placement().non_causal);
+    // 97x61 at 16 px a token (patch 8, merge 2): 96x64, a 6x4 grid, and 3 breaks.
+    EXPECT_EQ(m->vision()->n_tokens(97, 61), 6 * 4 + 3);
+  }
+  const std::string merger = px(nullptr, [](const std::string& n) { return n == "mm.patch_merger.weight"; });
+  EXPECT_NE(merger.find("mm.patch_merger.weight"), std::string::npos) << merger;
+  const std::string brk = px(nullptr, [](const std::string& n) { return n == "v.token_embd.img_break"; });
+  EXPECT_NE(brk.find("v.token_embd.img_break"), std::string::npos) << brk;
+  const std::string gemma = px(nullptr, nullptr, "gemma3");
+  EXPECT_NE(gemma.find("feeds mistral3 or llama text models, not gemma3"), std::string::npos) << gemma;
 }
 
 }  // namespace mmproj_load_test

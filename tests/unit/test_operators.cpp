@@ -17,7 +17,10 @@
 #include "ops/gated_delta_net.h"
 #include "ops/hadamard.h"
 #include "ops/hyper_connection.h"
+#include "ops/clamp.h"
+#include "ops/gelu_quick.h"
 #include "ops/sigmoid_gate.h"
+#include "formats/fp16.h"
 
 namespace kestrel {
 namespace {
@@ -34,7 +37,7 @@ TEST(Operators, TheTableListsEachOperatorOnceWithItsKernels) {
   std::set<std::string> names;
   for (const Operator* op : operators()) EXPECT_TRUE(names.insert(op->name()).second) << op->name() << " twice";
   for (const char* name : {"gated_delta_net", "hyper_mix", "hyper_collapse", "hyper_expand", "compress_blocks",
-                           "hadamard", "indexer_top_k", "sigmoid_gate"})
+                           "hadamard", "indexer_top_k", "sigmoid_gate", "gelu", "gelu_quick_mul", "clamp"})
     EXPECT_TRUE(names.count(name)) << name << " missing from operators()";
   for (const Operator* op : {static_cast<const Operator*>(&ops::sigmoid_gate), static_cast<const Operator*>(&ops::hyper_collapse),
                              static_cast<const Operator*>(&ops::hyper_expand)})
@@ -75,6 +78,36 @@ std::vector<double> gated_in_double(const std::vector<float>& x, const std::vect
   std::vector<double> out(x.size());
   for (size_t i = 0; i < x.size(); i++) out[i] = x[i] / (1.0 + std::exp(-static_cast<double>(g[i / per_gate])));
   return out;
+}
+
+// GELU-quick gating (Gemma 4's vision FFN) as ggml's CPU backend computes it: the gate rounded to F16, the F16
+// of gelu_quick there, times up; against the definition in double, within the F16 steps.
+TEST(Operators, GeluQuickMulOnTheCpuIsGgmlsTable) {
+  auto cpu = make_cpu_backend(2);
+  const int64_t n = 10000;
+  std::vector<float> g = random_floats(static_cast<size_t>(n), 11, 4.0f), u = random_floats(static_cast<size_t>(n), 12);
+  g[0] = 0.0f, g[1] = -30.0f, g[2] = 30.0f;
+  std::vector<float> out = g;
+  ops::gelu_quick_mul(*cpu, {cpu->host_view(out.data()), cpu->host_view(u.data()), n});
+  for (int64_t i = 0; i < n; i++) {
+    const double x = fp16_to_fp32(fp32_to_fp16(g[static_cast<size_t>(i)]));  // the table's input
+    const double want = x / (1.0 + std::exp(-1.702 * x)) * u[static_cast<size_t>(i)];
+    EXPECT_NEAR(out[static_cast<size_t>(i)], want, 1e-3 * std::abs(want) + 1e-6) << g[static_cast<size_t>(i)];
+  }
+  // Two gates one F16 step apart round to the same entry: the same output (the table, not the formula).
+  const float a = 1.0f, b = std::nextafter(1.0f, 2.0f), one = 1.0f;
+  float ga = a, gb = b;
+  gelu_quick_mul_rows(&ga, &one, 1);
+  gelu_quick_mul_rows(&gb, &one, 1);
+  EXPECT_EQ(ga, gb);
+}
+
+// Clamping as ggml's MAX(MIN(x, hi), lo): a NaN becomes hi.
+TEST(Operators, ClampIsGgmlsMaxOfMin) {
+  auto cpu = make_cpu_backend(1);
+  std::vector<float> x = {-5.0f, -1.0f, 0.5f, 1.0f, 7.0f, std::nanf("")};
+  ops::clamp(*cpu, {cpu->host_view(x.data()), static_cast<int64_t>(x.size()), -1.0f, 2.0f});
+  EXPECT_EQ(x, (std::vector<float>{-1.0f, -1.0f, 0.5f, 1.0f, 2.0f, 2.0f}));
 }
 
 TEST(Operators, SigmoidGateOnTheCpuIsItsDefinition) {

@@ -224,6 +224,25 @@ TEST(Scheduler, AHigherPriorityArrivalPreemptsUnderThePriorityPolicyOnly) {
   }
 }
 
+// A sliding-window model: the blocks a later prompt's first computed token still sees are named before the step
+// that computed them lets them leave this sequence's window (they were released unnamed, so a prompt whose end
+// fell past the next block boundary found no hit: 0 of Gemma 4's image prompt of 157 tokens, window 8).
+TEST(Scheduler, SlidingWindowBlocksAreNamedBeforeTheyLeaveTheWindow) {
+  SchedulerConfig c;
+  BlockManager blocks(16, 4, 0, /*sliding_window=*/2);
+  Scheduler s(c, blocks);
+  add(s, 1, 15, 0, 0, /*same=*/1);  // one step: tokens 0..14; its window at 15 is 13..14 (block 3)
+  run(s, s.plan(1));
+  s.remove(1);
+  // The same text: three full blocks cover 0..11; the first computed token, 12, sees 10..12: block 2, which left
+  // request 1's window with that step.
+  add(s, 2, 15, 2, 0, /*same=*/1);
+  const StepPlan p = s.plan(3);
+  EXPECT_EQ(p.hit_prefix_blocks, 3);
+  EXPECT_EQ(s.find(2)->num_cached_tokens, 12);
+  EXPECT_EQ(tokens_of(p, 2), 3);
+}
+
 // What the old planner could not see: blocks a new request shares cost
 // nothing, and cached blocks nobody holds are free to be taken.
 TEST(Scheduler, SharedPrefixBlocksAreCountedAsTheyAre) {

@@ -87,6 +87,7 @@ void check_heads(HparamReader& h, const ModelConfig& c, const char* key, int kv,
 
 ModelConfig read(HparamReader& h, const ModelOptions&) {
   ModelConfig c = read_common(h, {.rms_eps = 1e-6, .ffn_per_layer = true});
+  c.both_ways_sliding_only = true;  // an image's rows see each other on the sliding layers only (llama.cpp's SWA_ONLY)
   Gemma4Config& g = family_part<Gemma4Config>(c.family);
   g.n_ff = per_layer_ints(h, "feed_forward_length", c.n_layer, std::nullopt);
   c.n_ff = *std::max_element(g.n_ff.begin(), g.n_ff.end());
@@ -278,6 +279,9 @@ class Gemma4Layers final : public LayerStack {
     be_.annotate_layer(-1);
     be_.embed(ple_embd_, b.tokens.data(), n, ple_x_);
     be_.scale(ple_x_, n * dim, cfg_.embed_scale);
+    // Media rows: the projection of their own rows (unscaled), and (their placeholders being token 0 in the batch)
+    // the padding token's per-layer embedding, as llama.cpp's build_inp_per_layer takes for embeddings input.
+    copy_media_rows(b, ple_x_, 0, n);
     be_.matmul(ple_proj_, ple_x_, n, ple_);
     be_.scale(ple_, w, 1.0f / std::sqrt(static_cast<float>(dim)));
     be_.rmsnorm(ple_, ple_norm_.data(), ple_, n * cfg_.n_layer, n_pl, cfg_.rms_eps);
