@@ -12,6 +12,7 @@
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
 #include "cli/mmproj_flags.h"
+#include "serving/http/url_fetch.h"
 #include "mmproj/mmproj.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
@@ -46,6 +47,8 @@ struct ServeFlags {
   std::string mmproj, media_path;
   ImageTokenLimits image_tokens;
   int max_images = 16;
+  bool allow_media_urls = false;
+  double media_url_timeout = 10.0;
   ParallelFlags parallel;
   // The prefix cache's lower tiers (kv/prefix_tiers.h): RAM ("" : the default), a folder and its size.
   std::string cache_ram, cache_dir, cache_disk = "10G", slot_save_path, cache_type;
@@ -318,10 +321,17 @@ int run(ServeFlags& f) {
     api.n_slots = sc.n_slots;
     api.slot_identity = slot_identity;
     if (f.mmproj.empty()) load_mmproj("", f.image_tokens, e);  // (refuses the image flags without --mmproj)
+    if (f.mmproj.empty() && f.allow_media_urls) throw Error("--allow-media-urls needs --mmproj");
     if (!f.mmproj.empty()) {
       http->readiness().loading("loading the multimodal projector");
       api.mmproj = load_mmproj(f.mmproj, f.image_tokens, e);
       api.media.media_path = f.media_path;
+      if (f.allow_media_urls) {
+        UrlFetchLimits limits;
+        limits.max_bytes = api.media.max_bytes;
+        limits.timeout_s = f.media_url_timeout;
+        api.media.fetch = [limits](const std::string& url) { return fetch_url(url, limits); };
+      }
       api.media.max_images = f.max_images;
       api.media.max_span = std::min(f.prefill_chunk, f.max_batch_tokens);
     }
@@ -424,6 +434,13 @@ void register_serve(CLI::App& app) {
                   "(OpenAI image_url, Anthropic image blocks, Responses input_image, Ollama images)");
   cmd->add_option("--media-path", f.media_path, "With --mmproj: file:// image URLs are read from this folder (off by default)");
   add_image_token_options(cmd, f.image_tokens);
+  cmd->add_flag("--allow-media-urls", f.allow_media_urls,
+                "With --mmproj: fetch images that requests name by http(s) URL (off: they are refused; the server "
+                "then reaches whatever its clients name, your own network included)");
+  cmd->add_option("--media-url-timeout", f.media_url_timeout, "With --allow-media-urls: seconds one fetch may take "
+                                                              "(redirects included)")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
   cmd->add_option("--max-images", f.max_images, "With --mmproj: images per request at most")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

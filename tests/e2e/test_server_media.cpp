@@ -12,6 +12,10 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
+#include <chrono>
+
 #include "cli_process.h"
 #include "core/base64.h"
 #include "http_json.h"
@@ -179,7 +183,9 @@ void answers_as_llama_server(const std::string& family, const std::string& proje
       EXPECT_NEAR(lp[k]["logprob"].get<double>(), want["logprobs"][k].get<double>(), 2e-3)
           << want["name"] << " token " << k;
       if (lp[k]["token"] != want["tokens"][k]) break;
-      if (k + 1 == want["tokens"].size()) EXPECT_EQ(lp.size(), want["tokens"].size()) << want["name"] << ": " << got;
+      if (k + 1 == want["tokens"].size()) {
+        EXPECT_EQ(lp.size(), want["tokens"].size()) << want["name"] << ": " << got;
+      }
     }
   }
   // The requests at once (continuous batching: the images' rows and positions in one step) answer as alone.
@@ -213,6 +219,94 @@ TEST(ServerMedia, Gemma4ImagesAnswerAsLlamaServer) { answers_as_llama_server("ge
 
 // Pixtral (Mistral 3): [IMG_BREAK] rows inside the image's rows, [IMG_END] after.
 TEST(ServerMedia, PixtralImagesAnswerAsLlamaServer) { answers_as_llama_server("pixtral", "pixtral"); }
+
+// A local image host for --allow-media-urls: the checker PNG, a redirect to it, a redirect loop, a body over the
+// 20 MiB of one image, one too slow for the server's --media-url-timeout, a 404.
+class ImageHost {
+ public:
+  ImageHost() {
+    png_ = test::read_text(kSource + "/tests/data/mmproj/checker-40x40.png");
+    svr_.Get("/cat.png", [this](const httplib::Request&, httplib::Response& res) { res.set_content(png_, "image/png"); });
+    svr_.Get("/moved", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/cat.png", 302); });
+    svr_.Get("/loop", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/loop", 302); });
+    svr_.Get("/big.png", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string((20u << 20) + 1, 'x'), "image/png");
+    });
+    svr_.Get("/slow.png", [this](const httplib::Request&, httplib::Response& res) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      res.set_content(png_, "image/png");
+    });
+    port_ = svr_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+  }
+  ~ImageHost() {
+    svr_.stop();
+    thread_.join();
+  }
+  std::string url(const std::string& path) const { return fmt::format("http://127.0.0.1:{}{}", port_, path); }
+  const std::string& png() const { return png_; }
+
+ private:
+  std::string png_;
+  httplib::Server svr_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// --allow-media-urls: an image named by http URL (OpenAI image_url, Anthropic's url source) is fetched and answers
+// as the same image sent inline; a redirect is followed; a loop, a body over the limit, a slow host, a 404 and an
+// unreachable https host are 400s naming the part and the reason; the server keeps serving.
+TEST(ServerMedia, ImageUrlsAreFetchedWhenAllowed) {
+  ImageHost host;
+  test::TempDir dir;
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  std::string model, mmproj;
+  cell_files(doc, "gemma3-tiny-seed2", dir, model, mmproj);
+  test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "1024", "--allow-media-urls", "--media-url-timeout", "1"});
+  auto c = s.client();
+  auto ask = [&](const std::string& url) {
+    const json body = {{"max_tokens", 6}, {"temperature", 0},
+                       {"messages", {{{"role", "user"}, {"content", json::array({{{"type", "image_url"}, {"image_url", {{"url", url}}}},
+                                                                                  {{"type", "text"}, {"text", "What is it?"}}})}}}}};
+    return c.Post("/v1/chat/completions", body.dump(), "application/json");
+  };
+  const auto inline_answer = ask("data:image/png;base64," + base64_encode(host.png()));
+  ASSERT_TRUE(inline_answer && inline_answer->status == 200) << (inline_answer ? inline_answer->body : "");
+  const json want = json::parse(inline_answer->body);
+  for (const char* path : {"/cat.png", "/moved"}) {
+    const auto r = ask(host.url(path));
+    ASSERT_TRUE(r) << path;
+    ASSERT_EQ(r->status, 200) << path << ": " << r->body;
+    const json got = json::parse(r->body);
+    EXPECT_EQ(got["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]) << path;
+    EXPECT_EQ(got["usage"]["prompt_tokens"], want["usage"]["prompt_tokens"]) << path;
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {host.url("/loop"), "more than 3 redirects"},
+      {host.url("/big.png"), "more than 20971520 bytes"},
+      {host.url("/slow.png"), "no answer within 1 s"},
+      {host.url("/none.png"), "answered 404"},
+      {"https://127.0.0.1:1/cat.png", "fetching https://127.0.0.1:1/cat.png failed"},
+  };
+  for (const auto& [url, why] : bad) {
+    const auto r = ask(url);
+    ASSERT_TRUE(r) << url;
+    EXPECT_EQ(r->status, 400) << url << ": " << r->body;
+    EXPECT_NE(r->body.find("messages[0].content[0].image_url.url"), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find(why), std::string::npos) << url << ": " << r->body;
+  }
+  // Anthropic's url image source, fetched by the same rules.
+  const json msg = {{"model", "gemma3-tiny-seed2.gguf"}, {"max_tokens", 6}, {"temperature", 0},
+                    {"messages", {{{"role", "user"}, {"content", json::array({{{"type", "image"}, {"source", {{"type", "url"}, {"url", host.url("/cat.png")}}}},
+                                                                             {{"type", "text"}, {"text", "What is it?"}}})}}}}};
+  const auto a = c.Post("/v1/messages", msg.dump(), "application/json");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200) << a->body;
+  // ... and it still serves.
+  const auto again = ask(host.url("/cat.png"));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+}
 
 // The web page: an image attached in Debian's chromium goes out as an image_url part and is shown in the message.
 TEST(ServerMedia, TheWebPageAttachesAnImageInARealBrowser) {

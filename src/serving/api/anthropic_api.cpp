@@ -79,9 +79,16 @@ void add_message(const ojson& m, size_t i, ojson& out) {
       if (!b.contains("source") || !b["source"].is_object())
         throw bad_request(sp, fmt::format("'{}' must be {{\"type\": \"base64\", \"media_type\", \"data\"}}", sp));
       const ojson& src = b["source"];
+      if (string_or_empty(src, "type") == "url") {  // fetched where the server allows it (image_url's rules)
+        only_fields(src, sp, {"type", "url"});
+        if (!text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
+        text.clear();
+        parts.push_back({{"type", "image_url"}, {"image_url", {{"url", text_of(src.value("url", ojson()), sp + ".url")}}}});
+        continue;
+      }
       if (string_or_empty(src, "type") != "base64")
-        throw bad_request(sp + ".type", fmt::format("'{}.type' must be \"base64\": this server does not fetch image "
-                                                    "URLs or files",
+        throw bad_request(sp + ".type", fmt::format("'{}.type' must be \"base64\" or \"url\" (file sources are not "
+                                                    "read here)",
                                                     sp));
       only_fields(src, sp, {"type", "media_type", "data"});
       const std::string media_type = text_of(src.value("media_type", ojson()), sp + ".media_type");

@@ -52,9 +52,16 @@ std::string image_url_bytes(const std::string& url, const std::string& param, co
     std::ifstream in(file, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   } else if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
-    throw bad_request(param, fmt::format("'{}' is an http(s) URL: this server does not fetch images; send the image "
-                                         "itself as a data: URI or base64",
-                                         param));
+    if (!m.fetch)
+      throw bad_request(param, fmt::format("'{}' is an http(s) URL: this server does not fetch images (start it with "
+                                           "--allow-media-urls to let it); send the image itself as a data: URI or "
+                                           "base64",
+                                           param));
+    try {
+      bytes = m.fetch(url);
+    } catch (const std::exception& e) {
+      throw bad_request(param, fmt::format("'{}': fetching {} failed: {}", param, url, e.what()));
+    }
   } else {
     bytes = decoded(url, param, m);  // raw base64, as llama-server takes it
   }

@@ -58,6 +58,8 @@ struct MediaSupport {
   VisionEncoder* vision = nullptr;
   std::string marker;      // the media marker of this process in rendered prompts (random: no text spells it)
   std::string media_path;  // --media-path: file:// URLs are read under this folder ("": refused)
+  // --allow-media-urls: the body of an http(s) URL (throws naming why not); unset: such URLs are refused.
+  std::function<std::string(const std::string& url)> fetch;
   size_t max_bytes = 20u << 20;     // one image's file
   int64_t max_pixels = 50'000'000;  // one image, decoded
   int max_images = 16;              // per request
