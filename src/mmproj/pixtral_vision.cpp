@@ -1,4 +1,4 @@
-// Pixtral's vision tower and projector (`clip.projector_type = pixtral`; Pixtral-12B, Mistral Small 3.1/3.2 and
+// Pixtral's vision tower and projector (`clip.projector_type = pixtral`; Pixtral-12B, Mistral Small 3.1/3.2/4 and
 // Mistral 3's mmproj files):
 //   the image resized keeping its aspect ratio to sides that are multiples of patch_size * merge within 8 .. 1024
 //   tokens (llama.cpp's dyn_size preprocessor: bicubic, letterboxed by its PAD_CEIL default), normalised;
@@ -320,8 +320,9 @@ void synth(GgufWriter& w, const MmprojSynthShape& s, const SynthAdd& add) {
 }  // namespace pixtral_vision
 
 const Projector& pixtral_projector() {
-  static const Projector p{"pixtral", "Pixtral-12B, Mistral Small 3.1/3.2, Mistral 3 (vision)", {"mistral3", "llama"},
-                           pixtral_vision::make_vision, pixtral_vision::synth_shape, pixtral_vision::synth};
+  static const Projector p{"pixtral", "Pixtral-12B, Mistral Small 3.1/3.2/4, Mistral 3 (vision)",
+                           {"mistral3", "llama", "mistral4"}, pixtral_vision::make_vision, pixtral_vision::synth_shape,
+                           pixtral_vision::synth};
   return p;
 }
 

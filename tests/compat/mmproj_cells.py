@@ -86,11 +86,14 @@ CELLS = [
      "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
     ("pixtral-llama-tiny-seed4", ["--arch", "llama", "--preset", "tiny", "--type", "f32", "--seed", "4"],
      "A cat <__media__> sat on", ["stripes-30x90.png"], 12),
+    # Mistral Small 4 (mistral4: MLA attention, experts) takes the same projector
+    ("pixtral-mistral4-tiny-seed1", ["--arch", "mistral4", "--preset", "tiny", "--type", "f32", "--seed", "1"],
+     "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
 ]
 
 # llama-mtmd-cli's chat template for each text architecture (the layout proof wraps the prompt in it).
 CHAT_TEMPLATE = {"gemma3": "gemma", "qwen35": "chatml", "gemma4": "gemma", "mistral3": "mistral-v7",
-                 "llama": "mistral-v7"}
+                 "llama": "mistral-v7", "mistral4": "mistral-v7"}
 
 
 # name, the cell whose files serve, the user turn (image parts by file name, then text), max_tokens

@@ -174,7 +174,7 @@ TEST(MmprojLoad, Gemma4vLoadsAndIsCausalForE2bAndE4b) {
   EXPECT_NE(qwen.find("feeds gemma4 text models, not qwen35"), std::string::npos) << qwen;
 }
 
-// Pixtral's tower: loads for mistral3 and llama text models; a merge size without its merger, or a file without the
+// Pixtral's tower: loads for mistral3, llama and mistral4 text models; a merge size without its merger, or a file without the
 // [IMG_BREAK] row, is named; its token count is the merged grid plus a break a row but the last.
 TEST(MmprojLoad, PixtralLoadsAndCountsItsRowBreaks) {
   test::TempDir dir;
@@ -195,7 +195,7 @@ TEST(MmprojLoad, PixtralLoadsAndCountsItsRowBreaks) {
   const std::string brk = px(nullptr, [](const std::string& n) { return n == "v.token_embd.img_break"; });
   EXPECT_NE(brk.find("v.token_embd.img_break"), std::string::npos) << brk;
   const std::string gemma = px(nullptr, nullptr, "gemma3");
-  EXPECT_NE(gemma.find("feeds mistral3 or llama text models, not gemma3"), std::string::npos) << gemma;
+  EXPECT_NE(gemma.find("feeds mistral3 or llama or mistral4 text models, not gemma3"), std::string::npos) << gemma;
 }
 
 }  // namespace mmproj_load_test
