@@ -191,8 +191,8 @@ class ClosesOnReuse {
           const std::string body = "data: {\"choices\": [{\"text\": \"x\", \"index\": 0}]}\n\ndata: [DONE]\n\n";
           const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
                                    std::to_string(body.size()) + "\r\n\r\n";
+          answered_++;  // (before the answer leaves: the client may check the count as soon as it has read it)
           (void)!write(fd, (head + body).data(), head.size() + body.size());
-          answered_++;
         }
         close(fd);
       }
