@@ -71,11 +71,9 @@ class Gemma3Vision final : public VisionEncoder {
   MediaEmbeddings encode(const ImageU8& img) override {
     int w = 0, h = 0;
     const std::vector<float> planar = preprocess(img, w, h);
-    const int64_t d = cfg_.width, side = size_ / patch_, n = side * side, k = patch_ * patch_ * 3;
-    const std::vector<float> cols = patch_rows(planar, w, h, patch_);  // (channel, y, x): the kernel's order
+    const int64_t d = cfg_.width, side = size_ / patch_, n = side * side;
     ensure(n);
-    be_.copy(cols_, k, be_.host_view(cols.data()), k, n, k);
-    be_.matmul(patch_embd_, cols_, n, x_);
+    embed_patches(be_, patch_embd_, planar, w, h, patch_, 1, cols_, x_);
     be_.add_bias(x_, patch_bias_.data(), n, d);
     be_.copy(y_, d, be_.host_view(pos_embd_.data()), d, n, d);
     be_.add(x_, y_, n * d);
@@ -86,12 +84,7 @@ class Gemma3Vision final : public VisionEncoder {
     avg_pool_rows(be_, x_, side, side, merge_, d, pool_, y_);
     be_.rmsnorm(pool_, soft_norm_.data(), y_, m, d, cfg_.eps);
     be_.matmul(proj_, y_, m, out_);
-    MediaEmbeddings e;
-    e.n_tokens = m;
-    e.width = text_width_;
-    e.rows.resize(static_cast<size_t>(m * text_width_));
-    be_.read(out_, e.rows.data(), m * text_width_);
-    return e;
+    return read_embeddings(be_, out_, m, text_width_);
   }
 
  private:

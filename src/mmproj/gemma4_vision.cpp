@@ -36,7 +36,6 @@ namespace gemma4_vision {
 namespace {
 
 constexpr int64_t kMinTokens = 70, kMaxTokens = 1120;  // clip.cpp's set_limit_image_tokens for Gemma 4 (defaults)
-constexpr int64_t kMaxTokensLimit = 16384;             // --image-max-tokens at most
 constexpr float kRopeTheta = 100.0f;
 
 // A matrix with Gemma4ClippableLinear's optional bounds (llama.cpp's clamp_info_map: absent ones are +-FLT_MAX).
@@ -119,7 +118,7 @@ class Gemma4Vision final : public VisionEncoder {
 
   int64_t text_width() const override { return text_width_; }
 
-  void set_token_limits(const ImageTokenLimits& l) override { size_.set_limits(l, kMaxTokensLimit); }
+  void set_token_limits(const ImageTokenLimits& l) override { size_.set_limits(l); }
 
   std::string describe() const override {
     return fmt::format("gemma4v (Gemma 4): {} layers, {} wide, {} heads, FFN {} ({}), patch {}, pooled {}x{}, "
@@ -148,13 +147,11 @@ class Gemma4Vision final : public VisionEncoder {
   MediaEmbeddings encode(const ImageU8& img) override {
     int w = 0, h = 0;
     const std::vector<float> planar = preprocess(img, w, h);
-    const int64_t d = cfg_.width, nx = w / patch_, ny = h / patch_, n = nx * ny, k = patch_ * patch_ * 3;
+    const int64_t d = cfg_.width, nx = w / patch_, ny = h / patch_, n = nx * ny;
     if (nx > pos_size_ || ny > pos_size_)
       throw Error(fmt::format("an image of {}x{} patches, but the position tables hold {}", nx, ny, pos_size_));
-    const std::vector<float> cols = patch_rows(planar, w, h, patch_);
     ensure(n);
-    be_.copy(cols_, k, be_.host_view(cols.data()), k, n, k);
-    be_.matmul(patch_embd_, cols_, n, x_);
+    embed_patches(be_, patch_embd_, planar, w, h, patch_, 1, cols_, x_);
     // + the column table's row, then the row table's (ggml_get_rows, two adds in that order).
     std::vector<float> tx(static_cast<size_t>(n * d)), ty(static_cast<size_t>(n * d));
     pos_x_.resize(static_cast<size_t>(n));
@@ -190,12 +187,7 @@ class Gemma4Vision final : public VisionEncoder {
     }
     be_.rmsnorm(pool_, ones_.data(), pool_, m, d, cfg_.eps);
     matmul(proj_, pool_, m, out_);
-    MediaEmbeddings e;
-    e.n_tokens = m;
-    e.width = text_width_;
-    e.rows.resize(static_cast<size_t>(m * text_width_));
-    be_.read(out_, e.rows.data(), m * text_width_);
-    return e;
+    return read_embeddings(be_, out_, m, text_width_);
   }
 
  private:
@@ -237,13 +229,7 @@ class Gemma4Vision final : public VisionEncoder {
     rope_halves(q_, n);
     rope_halves(k_, n);
     be_.rmsnorm(v_, ones_.data(), v_, n * heads, hd, cfg_.eps);
-    last_.assign(static_cast<size_t>(n), static_cast<int32_t>(n - 1));
-    AttentionShape shape;
-    shape.n_head = static_cast<int>(heads);
-    shape.n_kv_head = static_cast<int>(heads);
-    shape.head_dim = static_cast<int>(hd);
-    shape.scale = 1.0f;  // llama.cpp's kq_scale for Gemma 4 (its q and k are normed)
-    be_.attention_dense(k_, v_, d, d, n, {n, q_, att_, last_.data(), nullptr}, shape);
+    attend_whole_image(be_, q_, k_, v_, att_, n, heads, hd, 1.0f, last_);  // scale 1: llama.cpp's kq_scale (q, k normed)
     matmul(b.o, att_, n, y_);
     be_.rmsnorm(y_, b.attn_post.data(), y_, n, d, cfg_.eps);
     be_.add(x_, y_, n * d);

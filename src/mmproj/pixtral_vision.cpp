@@ -31,7 +31,6 @@ namespace pixtral_vision {
 namespace {
 
 constexpr int64_t kMinTokens = 8, kMaxTokens = 1024;  // clip.cpp's set_limit_image_tokens for Pixtral (defaults)
-constexpr int64_t kMaxTokensLimit = 16384;            // --image-max-tokens at most
 constexpr float kRopeTheta = 10000.0f;                 // clip.cpp's, whatever the file says
 
 class PixtralVision final : public VisionEncoder {
@@ -99,7 +98,7 @@ class PixtralVision final : public VisionEncoder {
 
   int64_t text_width() const override { return text_width_; }
 
-  void set_token_limits(const ImageTokenLimits& l) override { size_.set_limits(l, kMaxTokensLimit); }
+  void set_token_limits(const ImageTokenLimits& l) override { size_.set_limits(l); }
 
   std::string describe() const override {
     return fmt::format("pixtral: {} layers, {} wide, {} heads, FFN {} ({}), patch {}, merge {}x{}, {}..{} tokens of {} "
@@ -122,11 +121,9 @@ class PixtralVision final : public VisionEncoder {
   MediaEmbeddings encode(const ImageU8& img) override {
     int w = 0, h = 0;
     const std::vector<float> planar = preprocess(img, w, h);
-    const int64_t d = cfg_.width, nx = w / patch_, ny = h / patch_, n = nx * ny, k = patch_ * patch_ * 3;
-    const std::vector<float> cols = patch_rows(planar, w, h, patch_);
+    const int64_t d = cfg_.width, nx = w / patch_, ny = h / patch_, n = nx * ny;
     ensure(n);
-    be_.copy(cols_, k, be_.host_view(cols.data()), k, n, k);
-    be_.matmul(patch_embd_, cols_, n, x_);
+    embed_patches(be_, patch_embd_, planar, w, h, patch_, 1, cols_, x_);
     if (!patch_bias_.empty()) be_.add_bias(x_, patch_bias_.data(), n, d);
     be_.rmsnorm(x_, pre_ln_.data(), x_, n, d, cfg_.eps);
     pos_h_.resize(static_cast<size_t>(n));
@@ -198,13 +195,7 @@ class PixtralVision final : public VisionEncoder {
     const int32_t* const pos[2] = {pos_h_.data(), pos_w_.data()};
     rope_head_halves(be_, q_, n, heads, hd, pos, rope_, half_);
     rope_head_halves(be_, k_, n, heads, hd, pos, rope_, half_);
-    last_.assign(static_cast<size_t>(n), static_cast<int32_t>(n - 1));
-    AttentionShape shape;
-    shape.n_head = static_cast<int>(heads);
-    shape.n_kv_head = static_cast<int>(heads);
-    shape.head_dim = static_cast<int>(hd);
-    shape.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    be_.attention_dense(k_, v_, d, d, n, {n, q_, att_, last_.data(), nullptr}, shape);
+    attend_whole_image(be_, q_, k_, v_, att_, n, heads, hd, 1.0f / std::sqrt(static_cast<float>(hd)), last_);
     be_.matmul(b.o, att_, n, y_);
     if (!b.ob.empty()) be_.add_bias(y_, b.ob.data(), n, d);
     be_.add(x_, y_, n * d);

@@ -34,7 +34,6 @@ namespace {
 
 constexpr int kMerge = 2;                        // the merger's 2x2 (spatial_merge_size; only 2 is implemented)
 constexpr int64_t kMinTokens = 8, kMaxTokens = 4096;  // clip.cpp's set_limit_image_tokens for Qwen-VL (defaults)
-constexpr int64_t kMaxTokensLimit = 16384;            // --image-max-tokens at most (a 4096x4096 image at patch 16)
 
 class Qwen3VlVision final : public VisionEncoder {
  public:
@@ -87,7 +86,7 @@ class Qwen3VlVision final : public VisionEncoder {
   int64_t text_width() const override { return text_width_; }
 
   // llama.cpp's custom_image_min_tokens / custom_image_max_tokens: the pixel bounds of the resize, in merged tokens.
-  void set_token_limits(const ImageTokenLimits& l) override { size_.set_limits(l, kMaxTokensLimit); }
+  void set_token_limits(const ImageTokenLimits& l) override { size_.set_limits(l); }
 
   std::string describe() const override {
     return fmt::format("qwen3vl_merger (Qwen3-VL / Qwen3.5): {} layers, {} wide, {} heads, FFN {}, patch {}, merged "
@@ -110,12 +109,10 @@ class Qwen3VlVision final : public VisionEncoder {
   MediaEmbeddings encode(const ImageU8& img) override {
     int w = 0, h = 0;
     const std::vector<float> planar = preprocess(img, w, h);
-    const int64_t d = cfg_.width, nx = w / patch_, ny = h / patch_, n = nx * ny, k = patch_ * patch_ * 3;
-    const std::vector<float> cols = patch_rows(planar, w, h, patch_, kMerge);
+    const int64_t d = cfg_.width, nx = w / patch_, ny = h / patch_, n = nx * ny;
     ensure(n);
-    be_.copy(cols_, k, be_.host_view(cols.data()), k, n, k);
-    be_.matmul(patch_embd_[0], cols_, n, x_);
-    be_.matmul(patch_embd_[1], cols_, n, y_);
+    embed_patches(be_, patch_embd_[0], planar, w, h, patch_, kMerge, cols_, x_);
+    be_.matmul(patch_embd_[1], cols_, n, y_);  // (the same patches, uploaded above)
     be_.add(x_, y_, n * d);
     be_.add_bias(x_, patch_bias_.data(), n, d);
     const std::vector<float> pos = position_rows(nx, ny);
@@ -140,13 +137,9 @@ class Qwen3VlVision final : public VisionEncoder {
     ops::gelu(be_, {y_, m * wide});
     be_.matmul(mm2_, y_, m, out_);
     be_.add_bias(out_, mm2_b_.data(), m, text_width_);
-    MediaEmbeddings e;
-    e.n_tokens = m;
-    e.width = text_width_;
+    MediaEmbeddings e = read_embeddings(be_, out_, m, text_width_);
     e.grid_w = nx / kMerge;
     e.grid_h = ny / kMerge;
-    e.rows.resize(static_cast<size_t>(m * text_width_));
-    be_.read(out_, e.rows.data(), m * text_width_);
     return e;
   }
 

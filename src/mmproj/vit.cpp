@@ -78,12 +78,7 @@ void VitTower::ensure(Backend& be, int64_t n) {
 void VitTower::run(Backend& be, Act x, int64_t n, const VitRope* rope) {
   ensure(be, n);
   const int64_t d = cfg_.width, qd = cfg_.n_head * cfg_.head_dim;
-  last_.assign(static_cast<size_t>(n), static_cast<int32_t>(n - 1));
-  AttentionShape shape;
-  shape.n_head = static_cast<int>(cfg_.n_head);
-  shape.n_kv_head = static_cast<int>(cfg_.n_head);
-  shape.head_dim = static_cast<int>(cfg_.head_dim);
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  const auto heads = static_cast<int>(cfg_.n_head), hd = static_cast<int>(cfg_.head_dim);
   for (size_t l = 0; l < blocks_.size(); l++) {
     const Block& b = blocks_[l];
     be.annotate_layer(static_cast<int>(l));
@@ -95,11 +90,10 @@ void VitTower::run(Backend& be, Act x, int64_t n, const VitRope* rope) {
     be.add_bias(k_, b.kb.data(), n, qd);
     be.add_bias(v_, b.vb.data(), n, qd);
     for (int i = 0; rope && i < rope->passes; i++) {
-      be.rope(q_, rope->positions[i], n, shape.n_head, shape.head_dim, rope->params[i]);
-      be.rope(k_, rope->positions[i], n, shape.n_head, shape.head_dim, rope->params[i]);
+      be.rope(q_, rope->positions[i], n, heads, hd, rope->params[i]);
+      be.rope(k_, rope->positions[i], n, heads, hd, rope->params[i]);
     }
-    // Every patch sees every patch: each query's last key is the image's last.
-    be.attention_dense(k_, v_, qd, qd, n, {n, q_, att_, last_.data(), nullptr}, shape);
+    attend_whole_image(be, q_, k_, v_, att_, n, heads, hd, 1.0f / std::sqrt(static_cast<float>(hd)), last_);
     be.matmul(b.o, att_, n, y_);
     be.add_bias(y_, b.ob.data(), n, d);
     be.add(x, y_, n * d);
@@ -182,10 +176,11 @@ std::pair<int64_t, int64_t> DynamicImageSize::grid(int width, int height) const 
   return {w / patch / merge, h / patch / merge};
 }
 
-void DynamicImageSize::set_limits(const ImageTokenLimits& l, int64_t most) {
+void DynamicImageSize::set_limits(const ImageTokenLimits& l) {
   const int64_t lo = l.min > 0 ? l.min : min_tokens, hi = l.max > 0 ? l.max : max_tokens;
-  if (l.min < 0 || l.max < 0 || lo > hi || hi > most)
-    throw Error(fmt::format("--image-min-tokens {} / --image-max-tokens {}: need 1 <= min <= max <= {}", lo, hi, most));
+  if (l.min < 0 || l.max < 0 || lo > hi || hi > kMostTokens)
+    throw Error(fmt::format("--image-min-tokens {} / --image-max-tokens {}: need 1 <= min <= max <= {}", lo, hi,
+                            kMostTokens));
   min_tokens = lo;
   max_tokens = hi;
 }
@@ -260,6 +255,35 @@ void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused
   }
   add("v.post_ln.weight", {d}, 0.1f, 1.0f);
   add("v.post_ln.bias", {d}, 0.02f, 0);
+}
+
+void attend_whole_image(Backend& be, Act q, Act k, Act v, Act out, int64_t n, int64_t heads, int64_t head_dim,
+                        float scale, std::vector<int32_t>& last) {
+  if (static_cast<int64_t>(last.size()) != n) last.assign(static_cast<size_t>(n), static_cast<int32_t>(n - 1));
+  AttentionShape shape;
+  shape.n_head = static_cast<int>(heads);
+  shape.n_kv_head = static_cast<int>(heads);
+  shape.head_dim = static_cast<int>(head_dim);
+  shape.scale = scale;
+  const int64_t width = heads * head_dim;
+  be.attention_dense(k, v, width, width, n, {n, q, out, last.data(), nullptr}, shape);
+}
+
+void embed_patches(Backend& be, const Weight& kernel, const std::vector<float>& planar, int w, int h, int patch,
+                   int merge, Act cols, Act out) {
+  const std::vector<float> rows = patch_rows(planar, w, h, patch, merge);
+  const int64_t k = static_cast<int64_t>(patch) * patch * 3, n = static_cast<int64_t>(rows.size()) / k;
+  be.copy(cols, k, be.host_view(rows.data()), k, n, k);
+  be.matmul(kernel, cols, n, out);
+}
+
+MediaEmbeddings read_embeddings(Backend& be, Act rows, int64_t m, int64_t width) {
+  MediaEmbeddings e;
+  e.n_tokens = m;
+  e.width = width;
+  e.rows.resize(static_cast<size_t>(m * width));
+  be.read(rows, e.rows.data(), m * width);
+  return e;
 }
 
 std::vector<float> patch_rows(const std::vector<float>& planar, int w, int h, int patch, int merge) {

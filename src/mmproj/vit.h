@@ -75,13 +75,14 @@ VitConfig read_vit_config(HparamReader& h, const std::string& projector, bool ge
 // sides that are multiples of patch * merge, within [min_tokens, max_tokens] merged tokens (calc_size_preserved_ratio
 // on the pixel bounds), bicubic, letterboxed by its default PAD_CEIL (Hugging Face stretches instead), normalised.
 struct DynamicImageSize {
+  static constexpr int64_t kMostTokens = 16384;  // --image-max-tokens at most (a 4096x4096 image at 16 px a token)
   int patch = 0, merge = 1;
   int64_t min_tokens = 0, max_tokens = 0;
   std::pair<int, int> target(int width, int height) const;
   // (W / patch / merge) x (H / patch / merge) of the target.
   std::pair<int64_t, int64_t> grid(int width, int height) const;
-  // --image-min-tokens / --image-max-tokens (0: keep the projector's), checked: 1 <= min <= max <= most.
-  void set_limits(const ImageTokenLimits& l, int64_t most);
+  // --image-min-tokens / --image-max-tokens (0: keep the projector's), checked: 1 <= min <= max <= kMostTokens.
+  void set_limits(const ImageTokenLimits& l);
   std::vector<float> preprocess(const ImageU8& img, const float mean[3], const float std_dev[3], int& w, int& h) const;
 };
 
@@ -101,6 +102,19 @@ void read_image_norm(MmprojSource& src, float mean[3], float std_dev[3]);
 // A synthetic tower's blocks (`v.blk.N.*`, fused or split q/k/v with biases) and post-LayerNorm, for s's width,
 // FFN and layers, in the order the projector files write them.
 void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused_qkv);
+
+// Attention of n patches that all see all (q, k, v: n rows of heads x head_dim each) into out, on the dense
+// kernel: every query's last key is the image's last (`last`: its n entries, kept between calls).
+void attend_whole_image(Backend& be, Act q, Act k, Act v, Act out, int64_t n, int64_t heads, int64_t head_dim,
+                        float scale, std::vector<int32_t>& last);
+
+// The convolution of the patches into out (n rows of the kernel's width): patch_rows(planar, w, h, patch, merge)
+// uploaded to `cols`, times the kernel (conv_kernel_weight's).
+void embed_patches(Backend& be, const Weight& kernel, const std::vector<float>& planar, int w, int h, int patch,
+                   int merge, Act cols, Act out);
+
+// An encoder's m output rows of `width` read back from the backend.
+MediaEmbeddings read_embeddings(Backend& be, Act rows, int64_t m, int64_t width);
 
 // The patches of a planar image (3 x h x w floats) as the convolution's input rows, each (channel, y, x) of its
 // patch x patch pixels: in raster order of the patches (merge 1), or merge x merge blocks of them in raster order,
