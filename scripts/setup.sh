@@ -27,6 +27,7 @@ packages=(
   glslc spirv-tools                 # --device vulkan: the GLSL compute shaders compiled to SPIR-V at build time, validated
   libpng-dev libjpeg62-turbo-dev    # image input: PNG (libpng), JPEG (libjpeg-turbo),
   libgif-dev libwebp-dev            # GIF (giflib) and WebP (libwebp)
+  libsndfile1-dev                   # audio input: WAV, FLAC (libFLAC) and MP3 (libmpg123) through libsndfile
   libjpeg-turbo-progs               # cjpeg/djpeg: tests/compat/mtmd_image_cells.py makes and measures the test JPEGs
 )
 
@@ -121,7 +122,7 @@ fi
 container_packages=(libc6 libgcc-s1 libstdc++6 libfmt9 libpcre2-8-0 libhwloc15 libxxhash0 libcpp-httplib0.11
                     libssl3 zlib1g libbrotli1 libprometheus-cpp-core1.0 libvulkan1 libudev1 libopenmpi3
                     libevent-core-2.1-7 libevent-pthreads-2.1-7 libprotobuf32
-                    libpng16-16 libjpeg62-turbo libgif7 libwebp7)
+                    libpng16-16 libjpeg62-turbo libgif7 libwebp7 libsndfile1)
 debs="$tools/debs"
 if [ ! -f "$debs/Packages" ] || [ "$(cat "$debs/.packages" 2>/dev/null)" != "${container_packages[*]}" ]; then
   echo "setup: downloading the container image's Debian packages into .tools/debs"

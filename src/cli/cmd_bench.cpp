@@ -57,17 +57,19 @@ int run_media(BenchFlags& f) {
   o.profile = !f.profile.empty();
   LoadedModel e = LoadedModel::load(o);
   auto mm = load_mmproj(f.mmproj, f.image_tokens, e);
-  const MediaInput in = media_input_from_file(f.image);
-  const ImageU8& img = in.image;
+  const MediaInput in = media_input_from_file(f.image, mm->audio() ? mm->audio()->sample_rate() : 16000);
+  const MediaEncoders encoders = encoders_of(*mm);
+  if (in.audio ? !encoders.audio : !encoders.vision)
+    throw Error(fmt::format("{}: this mmproj has no {} encoder", f.image, in.audio ? "audio" : "vision"));
   std::vector<double> encode_ms, ttft_ms;
   int64_t tokens = 0, prompt = 0;
   for (int r = 0; r <= f.reps; r++) {  // (run 0: the warm-up)
     auto t0 = std::chrono::steady_clock::now();
-    const MediaEmbeddings rows = mm->vision()->encode(img);
+    const MediaEmbeddings rows = in.audio ? encoders.audio->encode(in.samples) : encoders.vision->encode(in.image);
     const double enc = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     tokens = rows.n_tokens;
     t0 = std::chrono::steady_clock::now();
-    const MediaPrompt p = build_media_prompt(*e.tokenizer, *mm->vision(), kMediaMarker + f.image_prompt, {in});
+    const MediaPrompt p = build_media_prompt(*e.tokenizer, encoders, kMediaMarker + f.image_prompt, {in});
     GenerationParams g;
     g.max_tokens = 1;
     g.sampling.temperature = 0;
@@ -82,7 +84,8 @@ int run_media(BenchFlags& f) {
   fmt::print("| model | mmproj | threads | image tokens | prompt tokens | encode ms | TTFT ms |\n|---|---|---|---|---|---|---|\n");
   fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.1f} |\n", f.models[0], f.mmproj, n_threads, tokens, prompt,
              median(encode_ms), median(ttft_ms));
-  fmt::print(stderr, "bench: {} ({}), {} runs; {}\n", mm->vision()->describe(), e.backend->describe(), f.reps,
+  fmt::print(stderr, "bench: {} ({}), {} runs; {}\n", in.audio ? encoders.audio->describe() : encoders.vision->describe(),
+             e.backend->describe(), f.reps,
              cpu_features().brand);
   if (e.profiler) {
     e.profiler->write_chrome_trace(f.profile);
@@ -318,9 +321,9 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--measure", f.measure, "Measure the machine's limits again (not the cached ones), and the limit each row is held to before every repetition");
   cmd->add_flag("--no-repack", f.no_repack, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too, slower)");
   cmd->add_flag("--mmap", f.use_mmap, "Map the model file instead of loading it into huge pages (faster start, slower decode)");
-  cmd->add_option("--mmproj", f.mmproj, "Measure an image instead (with --image): its encode time and the time to "
+  cmd->add_option("--mmproj", f.mmproj, "Measure an image or audio file instead (with --image/--audio): its encode time and the time to "
                                         "the first token of a prompt holding it");
-  cmd->add_option("--image", f.image, "With --mmproj: the image");
+  cmd->add_option("--image,--audio", f.image, "With --mmproj: the image or audio file (WAV, FLAC, MP3)");
   cmd->add_option("--image-prompt", f.image_prompt, "With --mmproj: the text after the image")->capture_default_str();
   add_image_token_options(cmd, f.image_tokens);
   cmd->add_option("--profile", f.profile, "Record every operator's time per layer as a Chrome trace in FILE.json");

@@ -45,10 +45,11 @@ MediaPrompt media_prompt(RunFlags& f, LoadedModel& e, Mmproj& mm) {
   if (text.find(kMediaMarker) == std::string::npos)
     for (size_t i = 0; i < f.images.size(); i++) text = kMediaMarker + text;
   std::vector<MediaInput> in;
-  for (const std::string& path : f.images) in.push_back(media_input_from_file(path));
+  for (const std::string& path : f.images)
+    in.push_back(media_input_from_file(path, mm.audio() ? mm.audio()->sample_rate() : 16000));
   MediaPromptOptions o;
   o.add_special = !f.no_bos;
-  return build_media_prompt(*e.tokenizer, *mm.vision(), text, in, o);
+  return build_media_prompt(*e.tokenizer, encoders_of(mm), text, in, o);
 }
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -93,14 +94,16 @@ int run(RunFlags& f) {
   LoadedModel e = LoadedModel::load(f.engine);
   if (e.is_follower()) return follow_leader(e, f.profile);
   std::unique_ptr<Mmproj> mm = load_mmproj(f.mmproj, f.image_tokens, e);
-  if (!f.images.empty() && !mm) throw Error("--image needs the model's projector: --mmproj FILE");
-  if (!f.images.empty() && !f.prompt_ids.empty()) throw Error("--image takes a text prompt (-p or -f), not --prompt-ids");
+  if (!f.images.empty() && !mm) throw Error("--image/--audio needs the model's projector: --mmproj FILE");
+  if (!f.images.empty() && !f.prompt_ids.empty())
+    throw Error("--image/--audio takes a text prompt (-p or -f), not --prompt-ids");
   MediaPrompt media;
   if (!f.images.empty()) {
     media = media_prompt(f, e, *mm);
     f.gen.media = media.media;
-    fmt::print(stderr, "[kestrel] {} images: {} tokens, encoded in {:.2f} s ({})\n", f.images.size(), media.media_tokens,
-               media.encode_seconds, mm->vision()->describe());
+    fmt::print(stderr, "[kestrel] {} media inputs: {} tokens, encoded in {:.2f} s ({})\n", f.images.size(),
+               media.media_tokens, media.encode_seconds,
+               mm->vision() ? mm->vision()->describe() : mm->audio()->describe());
   }
   std::vector<int32_t> prompt = !f.images.empty() ? media.tokens
                                 : f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special)
@@ -210,11 +213,12 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--no-bos", f.no_bos, "Do not add BOS to the prompt");
   cmd->add_flag("--parse-special", f.parse_special, "Turn special-token text in the prompt into its token");
   cmd->add_flag("--print-ids", f.print_ids, "Print the generated token ids after the text");
-  cmd->add_option("--mmproj", f.mmproj, "The model's multimodal projector (llama.cpp's mmproj GGUF) for --image");
+  cmd->add_option("--mmproj", f.mmproj, "The model's multimodal projector (llama.cpp's mmproj GGUF) for --image/--audio");
   add_image_token_options(cmd, f.image_tokens);
-  cmd->add_option("--image", f.images,
-                  "An image (PNG, JPEG, GIF, BMP, WebP) for the prompt (repeatable); each goes where -p has the marker "
-                  "<__media__>, or all before the text when it has none");
+  cmd->add_option("--image,--audio", f.images,
+                  "An image (PNG, JPEG, GIF, WebP) or audio file (WAV, FLAC, MP3) for the prompt (repeatable; the two "
+                  "names are one list, as llama-mtmd-cli's); each goes where -p has the marker <__media__>, or all "
+                  "before the text when it has none");
   cmd->add_option("--dump-logits", f.dump_logits, "Write float32 logits for every position (row-major) to FILE");
   cmd->add_flag("--log-fusion", f.engine.log_fusion, "Print which fused operators are applied");
   cmd->add_option("--spec", f.spec,

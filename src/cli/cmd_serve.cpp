@@ -363,11 +363,14 @@ int run(ServeFlags& f) {
                    ? std::string()
                    : fmt::format(", tool calls read as {}", tool_call_format_name(shown.tool_format)),
                f.api_keys.empty() && f.api_key_file.empty() ? "" : ", API key required");
-    if (shown.mmproj) fmt::print(stderr, "[kestrel] images: {}{}\n", shown.mmproj->vision()->describe(),
-                                 shown.mmproj->audio_not_run().empty()
-                                     ? ""
-                                     : "; its audio encoder (" + shown.mmproj->audio_not_run() +
-                                           ") is not implemented: audio input is refused");
+    if (shown.mmproj && shown.mmproj->vision())
+      fmt::print(stderr, "[kestrel] images: {}{}\n", shown.mmproj->vision()->describe(),
+                 shown.mmproj->audio_not_run().empty()
+                     ? ""
+                     : "; its audio encoder (" + shown.mmproj->audio_not_run() +
+                           ") is not implemented: audio input is refused");
+    if (shown.mmproj && shown.mmproj->audio())
+      fmt::print(stderr, "[kestrel] audio: {}\n", shown.mmproj->audio()->describe());
     io.join();  // until a signal (or a fatal error) stops the listener
     close_listener();
     if (e.profiler) {

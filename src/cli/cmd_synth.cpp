@@ -15,7 +15,7 @@ namespace kestrel::cli {
 
 void register_synth(CLI::App& app) {
   static std::string arch = "llama", preset = "tiny", type_str = "f16", out, vocab_from, mtp_file, mmproj,
-                     mmproj_preset = "tiny", mmproj_type = "f32";
+                     mmproj_preset = "tiny", mmproj_type = "f32", mmproj_projector;
   static int64_t mmproj_layers = 0;
   static int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, mtp = -1, top_k = 0,
                  shared_kv = -1;
@@ -60,8 +60,10 @@ void register_synth(CLI::App& app) {
     if (!mmproj.empty()) {
       const Projector* proj = nullptr;
       for (const Projector* p : projectors())
-        if (p->feeds(arch)) proj = p;
-      if (!proj) throw Error(fmt::format("--mmproj: Kestrel has no projector for {} text models", arch));
+        if (p->feeds(arch) && !proj && (mmproj_projector.empty() || mmproj_projector == p->name)) proj = p;
+      if (!proj)
+        throw Error(fmt::format("--mmproj: Kestrel has no {}projector for {} text models",
+                                mmproj_projector.empty() ? "" : mmproj_projector + " ", arch));
       const auto mt = type_from_name(mmproj_type);
       if (!mt) throw Error(fmt::format("--mmproj-type '{}' is not a type name (f32, f16, q8_0)", mmproj_type));
       synth_mmproj(mmproj, proj->name, o.shape.dim, seed, mmproj_preset, *mt, mmproj_layers);
@@ -121,12 +123,16 @@ void register_synth(CLI::App& app) {
                   "the last two layers with a cache must be a sliding one, then a full one)");
   cmd->add_option("--mmproj", mmproj,
                   "Also write a random-weight multimodal projector (mmproj) for the model to this file (gemma3: "
-                  "Gemma 3's SigLIP tower; qwen35, qwen35moe: the Qwen3-VL tower; gemma4: Gemma 4's)");
+                  "Gemma 3's SigLIP tower; qwen35, qwen35moe: the Qwen3-VL tower; gemma4: Gemma 4's; mistral3, llama, mistral4: "
+                  "Pixtral; llama, qwen2: Whisper audio encoders, see --mmproj-projector)");
   cmd->add_option("--mmproj-preset", mmproj_preset,
                   "The projector's shape: tiny (2 layers of 64) for every projector; siglip-400m (gemma3: 896 px, 27 "
                   "layers of 1152, 256 tokens), qwen35 (Qwen3.5's tower: 27 layers of 1152, patch 16), base (gemma4: "
-                  "16 layers of 768, patch 16)")
+                  "16 layers of 768, patch 16), whisper-large (audio: Whisper large-v3's encoder, 32 layers of 1280)")
       ->capture_default_str();
+  cmd->add_option("--mmproj-projector", mmproj_projector,
+                  "The projector type when several feed the model (llama: pixtral, the default, ultravox or voxtral "
+                  "audio; qwen2: qwen2a audio)");
   cmd->add_option("--mmproj-type", mmproj_type, "The projector's matrices: f32, f16 (as converters write them) or q8_0")
       ->capture_default_str();
   cmd->add_option("--mmproj-layers", mmproj_layers, "Override: the projector's vision blocks");

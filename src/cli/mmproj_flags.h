@@ -26,7 +26,8 @@ inline std::unique_ptr<Mmproj> load_mmproj(const std::string& path, const ImageT
     return nullptr;
   }
   auto mm = Mmproj::load(path, *e.backend, e.model->config().arch, e.model->config().n_embd);
-  mm->vision()->set_token_limits(l);
+  if (mm->vision()) mm->vision()->set_token_limits(l);
+  else if (l.set()) throw Error("--image-min-tokens/--image-max-tokens: this mmproj has no vision encoder");
   return mm;
 }
 

@@ -9,24 +9,39 @@
 
 #include "core/error.h"
 #include "core/read_file.h"
+#include "media/audio.h"
 
 namespace kestrel {
 
 uint64_t media_hash(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
-MediaInput media_input_from_file(const std::string& path) {
-  const std::string bytes = read_whole_file(path, "image file");
-  return {decode_image({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, {}, path),
-          media_hash(bytes.data(), bytes.size())};
+MediaInput media_input_from_file(const std::string& path, int audio_rate) {
+  const std::string bytes = read_whole_file(path, "media file");
+  const std::span<const uint8_t> b(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  MediaInput in;
+  in.hash = media_hash(bytes.data(), bytes.size());
+  if (looks_like_audio(b)) {
+    in.audio = true;
+    in.samples = decode_audio(b, {}, path, audio_rate);
+  } else {
+    in.image = decode_image(b, {}, path);
+  }
+  return in;
 }
 
-MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const std::string& text,
+MediaPrompt build_media_prompt(const Tokenizer& tok, const MediaEncoders& enc, const std::string& text,
                                const std::vector<MediaInput>& images, const MediaPromptOptions& o) {
   const std::string& marker = o.marker;
   size_t markers = 0;
   for (size_t p = text.find(marker); p != std::string::npos; p = text.find(marker, p + marker.size())) markers++;
   if (markers != images.size())
-    throw Error(fmt::format("the prompt has {} media markers for {} images", markers, images.size()));
+    throw Error(fmt::format("the prompt has {} media markers for {} media inputs", markers, images.size()));
+  for (const MediaInput& in : images) {
+    if (in.audio && !enc.audio)
+      throw Error("audio input needs an mmproj with an audio encoder Kestrel runs (this one has none)");
+    if (!in.audio && !enc.vision)
+      throw Error("image input needs an mmproj with a vision encoder (this one has only audio)");
+  }
   // The rows of each distinct image, encoded once (where the caller runs encoders).
   struct Encoded {
     std::shared_ptr<const std::vector<float>> rows;
@@ -38,7 +53,7 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
     for (const MediaInput& in : images) {
       if (encoded.count(in.hash)) continue;
       const auto t0 = std::chrono::steady_clock::now();
-      MediaEmbeddings e = enc.encode(in.image);
+      MediaEmbeddings e = in.audio ? enc.audio->encode(in.samples) : enc.vision->encode(in.image);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       encoded[in.hash] = {std::make_shared<const std::vector<float>>(std::move(e.rows)), e.grid_w, e.grid_h};
     }
@@ -55,13 +70,14 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
     const std::string_view piece = std::string_view(text).substr(offset, len);
     add_ids(o.tokenize_piece ? o.tokenize_piece(piece, offset) : tok.encode(piece, false, o.parse_special));
   };
-  const MediaPlacement place = enc.placement();
   size_t start = 0, image = 0;
   for (;;) {
     const size_t p = text.find(marker, start);
     add_text(start, (p == std::string::npos ? text.size() : p) - start);
     if (p == std::string::npos) break;
     const MediaInput& in = images[image++];
+    const MediaPlacement place = in.audio ? enc.audio->placement() : enc.vision->placement();
+    const int64_t width = in.audio ? enc.audio->text_width() : enc.vision->text_width();
     if (!place.before.empty()) add_ids(tok.encode(place.before, false, true));
     MediaSpan span;
     span.start = static_cast<int64_t>(out.tokens.size());
@@ -69,7 +85,7 @@ MediaPrompt build_media_prompt(const Tokenizer& tok, VisionEncoder& enc, const s
     span.rows = e.rows;
     span.grid_w = e.grid_w;
     span.grid_h = e.grid_h;
-    span.width = enc.text_width();
+    span.width = width;
     span.n_tokens = static_cast<int64_t>(span.rows->size()) / span.width;
     span.both_ways = place.non_causal;
     out.media.push_back(span);

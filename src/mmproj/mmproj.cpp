@@ -20,10 +20,14 @@ const Projector& gemma3_projector();
 const Projector& qwen3vl_projector();
 const Projector& gemma4v_projector();
 const Projector& pixtral_projector();
+const Projector& ultravox_projector();
+const Projector& voxtral_projector();
+const Projector& qwen2a_projector();
 
 const std::vector<const Projector*>& projectors() {
-  static const std::vector<const Projector*> all = {&gemma3_projector(), &qwen3vl_projector(), &gemma4v_projector(),
-                                                    &pixtral_projector()};
+  static const std::vector<const Projector*> all = {&gemma3_projector(),   &qwen3vl_projector(), &gemma4v_projector(),
+                                                    &pixtral_projector(),  &ultravox_projector(), &voxtral_projector(),
+                                                    &qwen2a_projector()};
   return all;
 }
 
@@ -91,43 +95,75 @@ std::unique_ptr<Mmproj> Mmproj::load(const std::string& path, Backend& be, const
   const bool audio = h.opt_bool("has_audio_encoder").value_or(false);
   if (h.opt_bool("has_gen_audio_encoder").value_or(false))
     throw h.bad("has_gen_audio_encoder", "is set: audio generation encoders are not implemented");
-  if (!vision && audio)
-    throw h.bad("has_audio_encoder", "is set without a vision encoder: audio encoders are not implemented yet");
-  if (!vision) throw h.bad("has_vision_encoder", "is not set: the file has no encoder Kestrel runs");
-  if (audio) {
-    // A file with both (Gemma 4 E2B/E4B): the vision encoder runs; the audio one is not loaded, and audio input is
-    // refused by name wherever it comes (serve: input_audio is a 400). Its keys and tensors are set aside here,
-    // so they cannot change what the images compute.
-    m->audio_projector_ = h.opt_string("audio.projector_type").value_or("unknown");
-    for (const auto& [key, value] : f.metadata())
-      if (key.rfind("clip.audio.", 0) == 0) h.accept(key.substr(5));
-    ld.skip_prefix("a.", "the audio encoder (not implemented)");
-    ld.skip_prefix("mm.a.", "the audio projector (not implemented)");
-  }
-  const auto type = projector_type(h, "vision");
-  if (!type) throw Error(fmt::format("{}: no clip.projector_type: not an mmproj file", path));
-  m->projector_ = *type;
-  const Projector* found = find_projector(m->projector_);
-  if (!found) throw Error(fmt::format("{}: {}", path, unknown_projector(m->projector_)));
-  const Projector& p = *found;
-  if (!p.feeds(text_arch))
-    throw Error(fmt::format("{}: a {} projector feeds {} text models, not {} (its image rows need that family's "
-                            "positions and attention)",
-                            path, m->projector_, fmt::join(p.text_archs, " or "), text_arch));
+  if (!vision && !audio) throw h.bad("has_vision_encoder", "is not set: the file has no encoder Kestrel runs");
+  // Each encoder's projector: found, and pairing with the text model.
+  // An encoder's projector (type), found and pairing with the text model.
+  auto projector_for = [&](const char* modality, const std::optional<std::string>& type) -> const Projector& {
+    if (!type) throw Error(fmt::format("{}: no clip.projector_type: not an mmproj file", path));
+    const Projector* p = find_projector(*type);
+    if (!p) throw Error(fmt::format("{}: {}", path, unknown_projector(*type)));
+    if (!p->feeds(text_arch))
+      throw Error(fmt::format("{}: a {} projector feeds {} text models, not {} (its {} rows need that family's "
+                              "positions and attention)",
+                              path, *type, fmt::join(p->text_archs, " or "), text_arch,
+                              std::string(modality) == "vision" ? "image" : "audio"));
+    return *p;
+  };
   MmprojSource src{f, h, ld, be};
-  m->vision_ = p.make_vision(src);
-  const int64_t proj_dim = h.need_int("vision.projection_dim");  // the text width: the projection's rows
-  if (proj_dim != m->vision_->text_width())
-    throw h.bad("vision.projection_dim", fmt::format("is {} but the projection gives rows of {}", proj_dim,
-                                                     m->vision_->text_width()));
+  if (audio) {
+    // (A file with both names each encoder's projector; an audio-only one may name its own as clip.projector_type.)
+    auto type = h.opt_string("audio.projector_type");
+    if (!type) type = h.opt_string("projector_type");
+    const Projector* p = type ? find_projector(*type) : nullptr;
+    if (p && p->make_audio) {
+      m->audio_projector_ = *type;
+      m->audio_ = projector_for("audio", type).make_audio(src);
+      const int64_t proj_dim = h.need_int("audio.projection_dim");
+      if (proj_dim != m->audio_->text_width())
+        throw h.bad("audio.projection_dim", fmt::format("is {} but the projection gives rows of {}", proj_dim,
+                                                        m->audio_->text_width()));
+    } else if (!vision) {
+      std::string names;
+      for (const Projector* q : projectors())
+        if (q->make_audio) names += (names.empty() ? "" : ", ") + std::string(q->name);
+      throw Error(fmt::format("{}: clip.has_audio_encoder is set, but Kestrel runs no audio encoder of projector type "
+                              "'{}' (audio: {})",
+                              path, type.value_or("(none)"), names));
+    } else {
+      // A file with both whose audio encoder Kestrel does not run (Gemma 4 E2B/E4B's gemma4a): the vision encoder
+      // runs; the audio one is not loaded, and audio input is refused by name wherever it comes (serve:
+      // input_audio is a 400). Its keys and tensors are set aside here, so they cannot change what images compute.
+      m->audio_projector_ = type.value_or("unknown");
+      for (const auto& [key, value] : f.metadata())
+        if (key.rfind("clip.audio.", 0) == 0) h.accept(key.substr(5));
+      ld.skip_prefix("a.", "the audio encoder (not implemented)");
+      ld.skip_prefix("mm.a.", "the audio projector (not implemented)");
+    }
+  }
+  if (vision) {
+    const auto type = projector_type(h, "vision");
+    const Projector& p = projector_for("vision", type);
+    m->projector_ = *type;
+    if (!p.make_vision)
+      throw Error(fmt::format("{}: clip.has_vision_encoder is set but {} is an audio projector", path, m->projector_));
+    m->vision_ = p.make_vision(src);
+    const int64_t proj_dim = h.need_int("vision.projection_dim");  // the text width: the projection's rows
+    if (proj_dim != m->vision_->text_width())
+      throw h.bad("vision.projection_dim", fmt::format("is {} but the projection gives rows of {}", proj_dim,
+                                                       m->vision_->text_width()));
+  }
   h.finish();
-  ld.finish("clip (" + m->projector_ + ")");
+  ld.finish("clip (" + m->projector() + ")");
   for (const auto& t : f.tensors()) m->bytes_ += static_cast<int64_t>(t.nbytes);
   // llama.cpp's mtmd.cpp check: the projector's rows must be the text model's input rows.
-  if (m->vision_->text_width() != text_width)
+  const int64_t out_width = m->vision_ ? m->vision_->text_width() : m->audio_->text_width();
+  if (m->vision_ && m->audio_ && m->audio_->text_width() != out_width)
+    throw Error(fmt::format("{}: the vision projector's rows are {} wide but the audio projector's {}", path,
+                            out_width, m->audio_->text_width()));
+  if (out_width != text_width)
     throw Error(fmt::format("{}: the projector's output is {} wide but the text model's input is {} wide: this mmproj "
                             "belongs to another model",
-                            path, m->vision_->text_width(), text_width));
+                            path, out_width, text_width));
   return m;
 }
 
@@ -165,25 +201,35 @@ void synth_mmproj(const std::string& path, const std::string& projector, int64_t
   w.set_str("general.type", "mmproj");
   w.set_str("general.name", fmt::format("synth-mmproj-{}-{}", projector, preset));
   w.set_u32("general.file_type", type == GgmlType::F32 ? 0 : type == GgmlType::F16 ? 1 : 7);
-  w.set_bool("clip.has_vision_encoder", true);
-  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(text_width));
-  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
-  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
-  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.width));
-  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.ffn));
-  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.layers));
-  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.heads));
-  w.set("clip.vision.image_mean", GgufValue::floats({0.5f, 0.5f, 0.5f}));
-  w.set("clip.vision.image_std", GgufValue::floats({0.5f, 0.5f, 0.5f}));
+  // (The keys in the order earlier synth files have them: their recorded sha256s stay.)
+  const std::string mod = p.make_vision ? "vision" : "audio";
+  w.set_bool("clip.has_" + mod + "_encoder", true);
+  w.set_u32("clip." + mod + ".projection_dim", static_cast<uint32_t>(text_width));
+  if (p.make_vision) {
+    w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
+    w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
+  }
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"embedding_length", s.width},
+                                   {"feed_forward_length", s.ffn}, {"block_count", s.layers},
+                                   {"attention.head_count", s.heads}})
+    w.set_u32(fmt::format("clip.{}.{}", mod, key), static_cast<uint32_t>(value));
+  if (p.make_vision) {
+    w.set("clip.vision.image_mean", GgufValue::floats({0.5f, 0.5f, 0.5f}));
+    w.set("clip.vision.image_std", GgufValue::floats({0.5f, 0.5f, 0.5f}));
+  } else {
+    w.set_u32("clip.audio.num_mel_bins", static_cast<uint32_t>(s.n_mel));
+    w.set_f32("clip.audio.attention.layer_norm_epsilon", 1e-5f);
+  }
   // Every tensor F32, uniform around `constant` with this standard deviation, from (seed, tensor, row).
   uint64_t id = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> ne, float stddev, float constant) {
     const uint64_t tid = id++;
     // Matrices in the chosen type (Q8_0 only where rows are whole blocks), the rest F32.
-    const bool matrix = ne.size() >= 2 && name != "v.position_embd.weight";
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;  // (Whisper's are {1, d})
+    const bool matrix = ne.size() >= 2 && !bias && name != "v.position_embd.weight" && name != "a.position_embd.weight";
     // (Q8_0 files keep the patch kernels and Gemma 3's input projection F16, as the converter forces it.)
     const bool f16_kept = name.rfind("v.patch_embd.weight", 0) == 0 || name == "mm.input_projection.weight" ||
-                          name == "mm.patch_merger.weight";
+                          name == "mm.patch_merger.weight" || name.rfind("a.conv1d.", 0) == 0;
     const GgmlType t = !matrix ? GgmlType::F32
                        : type == GgmlType::Q8_0 && (f16_kept || ne[0] % 32 != 0) ? GgmlType::F16
                                                                                   : type;

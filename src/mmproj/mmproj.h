@@ -67,6 +67,23 @@ class VisionEncoder {
   virtual int64_t text_width() const = 0;
 };
 
+// An audio encoder (Whisper's and its projectors: mmproj/whisper_audio.cpp): mono float32 samples at its rate
+// (media/audio.h decodes files to them) into rows of the text model's input.
+class AudioEncoder {
+ public:
+  virtual ~AudioEncoder() = default;
+  // "ultravox (Whisper): 32 layers, 1280 wide, 20 heads, 128 mel bins, 187 tokens of 2048 per 30 s"
+  virtual std::string describe() const = 0;
+  virtual MediaPlacement placement() const = 0;
+  virtual int sample_rate() const = 0;
+  // Rows a signal of n samples becomes.
+  virtual int64_t n_tokens(int64_t n_samples) const = 0;
+  // The signal's rows for the text model (its 30-second windows' rows, one after another).
+  virtual MediaEmbeddings encode(const std::vector<float>& samples) = 0;
+  virtual int64_t weight_bytes() const = 0;
+  virtual int64_t text_width() const = 0;
+};
+
 // The keys and tensors of an mmproj file, checked as they are read (the projector files use these).
 struct MmprojSource {
   const GgufFile& file;
@@ -80,6 +97,7 @@ struct MmprojSynthShape {
   int64_t text_width = 0;  // the text model's input width (projection_dim)
   int64_t width = 0, layers = 0, heads = 0, ffn = 0;
   int64_t image_size = 0, patch_size = 0, merge = 0;
+  int64_t n_mel = 0, stack = 0, hidden = 0;  // audio: mel bins, frames stacked into a row, the projector's width
 };
 
 // Writes a random tensor into a synthetic mmproj: add(name, ne, stddev, constant).
@@ -92,11 +110,12 @@ struct Projector {
   // The text architectures whose input it feeds: their positions and attention for media rows are implemented there.
   std::vector<std::string> text_archs;
   bool feeds(const std::string& arch) const;
-  std::unique_ptr<VisionEncoder> (*make_vision)(MmprojSource& src);
+  std::unique_ptr<VisionEncoder> (*make_vision)(MmprojSource& src);  // null for an audio projector
   // Its synth shape for a text model of this width ("tiny": a small image and tower).
   MmprojSynthShape (*synth_shape)(int64_t text_width, const std::string& preset);
   // Its keys and tensors into w; add(name, ne, stddev, constant) writes a random tensor.
   void (*synth)(GgufWriter& w, const MmprojSynthShape& s, const SynthAdd& add);
+  std::unique_ptr<AudioEncoder> (*make_audio)(MmprojSource& src) = nullptr;  // null for a vision projector
 };
 const std::vector<const Projector*>& projectors();
 const Projector& projector_of(const std::string& name);
@@ -104,17 +123,20 @@ const Projector& projector_of(const std::string& name);
 class Mmproj {
  public:
   // Loads path for a text model of this architecture whose input rows are text_width floats. Errors name the
-  // file and the key or tensor, or the text model the projector does not pair with. An audio encoder (not
-  // implemented yet) is refused by name in a file without vision, and set aside beside a vision encoder.
+  // file and the key or tensor, or the text model the projector does not pair with. An audio encoder Kestrel does
+  // not run is refused by name in a file without vision, and set aside beside a vision encoder (Gemma 4's).
   static std::unique_ptr<Mmproj> load(const std::string& path, Backend& be, const std::string& text_arch,
                                       int64_t text_width);
   ~Mmproj();
 
   const std::string& path() const { return file_.path(); }
-  const std::string& projector() const { return projector_; }
-  VisionEncoder* vision() const { return vision_.get(); }
-  // The audio encoder's projector type when the file also has one (not run: audio input is refused), else "".
-  const std::string& audio_not_run() const { return audio_projector_; }
+  // The vision projector's type, else the audio one's.
+  const std::string& projector() const { return projector_.empty() ? audio_projector_ : projector_; }
+  VisionEncoder* vision() const { return vision_.get(); }  // null in an audio-only file
+  AudioEncoder* audio() const { return audio_.get(); }     // null without an audio encoder Kestrel runs
+  // The audio encoder's projector type when the file also has one Kestrel does not run (audio input is refused),
+  // else "".
+  const std::string& audio_not_run() const { return audio_ ? kNone : audio_projector_; }
   int64_t file_bytes() const { return bytes_; }
 
  private:
@@ -123,6 +145,8 @@ class Mmproj {
   std::string projector_, audio_projector_;
   int64_t bytes_ = 0;
   std::unique_ptr<VisionEncoder> vision_;
+  std::unique_ptr<AudioEncoder> audio_;
+  static inline const std::string kNone;
 };
 
 // `kestrel info` of an mmproj file without a text model: its encoders, projector, sizes, key shapes.

@@ -11,6 +11,7 @@
 #include "formats/block_formats.h"
 #include "model/weight_loader.h"
 #include "ops/gelu.h"
+#include "ops/gelu_erf.h"
 
 namespace kestrel {
 
@@ -40,7 +41,7 @@ VitTower::VitTower(MmprojSource& src, const std::string& prefix, const VitConfig
       b.k = matrix(p + "attn_k.weight", d, qd);
       b.v = matrix(p + "attn_v.weight", d, qd);
       b.qb = ld.require_vector(p + "attn_q.bias", qd);
-      b.kb = ld.require_vector(p + "attn_k.bias", qd);
+      if (cfg.k_bias) b.kb = ld.require_vector(p + "attn_k.bias", qd);
       b.vb = ld.require_vector(p + "attn_v.bias", qd);
     }
     b.o = matrix(p + "attn_out.weight", qd, d);
@@ -87,7 +88,7 @@ void VitTower::run(Backend& be, Act x, int64_t n, const VitRope* rope) {
     const Act outs[3] = {q_, k_, v_};
     be.matmul_many(qkv, 3, xn_, n, outs);
     be.add_bias(q_, b.qb.data(), n, qd);
-    be.add_bias(k_, b.kb.data(), n, qd);
+    if (!b.kb.empty()) be.add_bias(k_, b.kb.data(), n, qd);
     be.add_bias(v_, b.vb.data(), n, qd);
     for (int i = 0; rope && i < rope->passes; i++) {
       be.rope(q_, rope->positions[i], n, heads, hd, rope->params[i]);
@@ -100,7 +101,8 @@ void VitTower::run(Backend& be, Act x, int64_t n, const VitRope* rope) {
     be.layernorm(x, b.ln2w.data(), b.ln2b.data(), xn_, n, d, cfg_.eps);
     be.matmul(b.up, xn_, n, ff_);
     be.add_bias(ff_, b.upb.data(), n, cfg_.n_ff);
-    ops::gelu(be, {ff_, n * cfg_.n_ff});
+    if (cfg_.act == VitConfig::Act::GeluErf) ops::gelu_erf(be, {ff_, n * cfg_.n_ff});
+    else ops::gelu(be, {ff_, n * cfg_.n_ff});
     be.matmul(b.down, ff_, n, y_);
     be.add_bias(y_, b.downb.data(), n, d);
     be.add(x, y_, n * d);
@@ -228,18 +230,19 @@ void read_image_norm(MmprojSource& src, float mean[3], float std_dev[3]) {
   }
 }
 
-void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused_qkv) {
+void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused_qkv, const std::string& prefix,
+                      bool k_bias) {
   const int64_t d = s.width;
   const float in = 1.0f / std::sqrt(static_cast<float>(d)), res = in / std::sqrt(2.0f * static_cast<float>(s.layers));
   for (int64_t l = 0; l < s.layers; l++) {
-    const std::string p = fmt::format("v.blk.{}.", l);
+    const std::string p = fmt::format("{}.blk.{}.", prefix, l);
     if (fused_qkv) {
       add(p + "attn_qkv.weight", {d, 3 * d}, in, 0);
       add(p + "attn_qkv.bias", {3 * d}, 0.02f, 0);
     } else {
       for (const char* m : {"attn_q", "attn_k", "attn_v"}) {
         add(p + m + ".weight", {d, d}, in, 0);
-        add(p + m + ".bias", {d}, 0.02f, 0);
+        if (k_bias || std::string(m) != "attn_k") add(p + m + ".bias", {d}, 0.02f, 0);
       }
     }
     add(p + "attn_out.weight", {d, d}, res, 0);
@@ -253,8 +256,8 @@ void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused
     add(p + "ffn_down.weight", {s.ffn, d}, res * std::sqrt(static_cast<float>(d) / static_cast<float>(s.ffn)), 0);
     add(p + "ffn_down.bias", {d}, 0.02f, 0);
   }
-  add("v.post_ln.weight", {d}, 0.1f, 1.0f);
-  add("v.post_ln.bias", {d}, 0.02f, 0);
+  add(prefix + ".post_ln.weight", {d}, 0.1f, 1.0f);
+  add(prefix + ".post_ln.bias", {d}, 0.02f, 0);
 }
 
 void attend_whole_image(Backend& be, Act q, Act k, Act v, Act out, int64_t n, int64_t heads, int64_t head_dim,

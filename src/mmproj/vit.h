@@ -21,8 +21,10 @@ struct VitConfig {
   float eps = 1e-6f;
   // The FFN's activation: clip.use_gelu (ggml's tanh GELU), clip.use_silu (SiLU: Pixtral's SwiGLU), else
   // (Gemma 4) GELU-quick.
-  enum class Act { Gelu, GeluQuick, Silu } act = Act::Gelu;
-  bool fused_qkv = false;  // one attn_qkv (q rows, k rows, v rows; Qwen3-VL) instead of attn_q, attn_k, attn_v
+  // (Whisper's audio encoder: the exact erf GELU.)
+  enum class Act { Gelu, GeluQuick, Silu, GeluErf } act = Act::Gelu;
+  bool fused_qkv = false;
+  bool k_bias = true;  // attn_k.bias (Whisper's encoder has none)  // one attn_qkv (q rows, k rows, v rows; Qwen3-VL) instead of attn_q, attn_k, attn_v
 };
 
 // A rotary embedding of the tower's q and k after their biases (Qwen3-VL's 2-D vision RoPE): `passes` RoPE
@@ -99,9 +101,10 @@ void avg_pool_rows(Backend& be, Act x, int64_t nx, int64_t ny, int k, int64_t d,
 // clip.vision.image_mean and image_std (3 numbers each), read and accepted.
 void read_image_norm(MmprojSource& src, float mean[3], float std_dev[3]);
 
-// A synthetic tower's blocks (`v.blk.N.*`, fused or split q/k/v with biases) and post-LayerNorm, for s's width,
-// FFN and layers, in the order the projector files write them.
-void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused_qkv);
+// A synthetic tower's blocks (`{prefix}.blk.N.*`, fused or split q/k/v with biases, k's left out unless k_bias)
+// and post-LayerNorm, for s's width, FFN and layers, in the order the projector files write them.
+void synth_vit_blocks(const SynthAdd& add, const MmprojSynthShape& s, bool fused_qkv, const std::string& prefix = "v",
+                      bool k_bias = true);
 
 // Attention of n patches that all see all (q, k, v: n rows of heads x head_dim each) into out, on the dense
 // kernel: every query's last key is the image's last (`last`: its n entries, kept between calls).

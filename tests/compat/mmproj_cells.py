@@ -37,6 +37,8 @@ G3 = ["--arch", "gemma3", "--preset", "tiny-vision", "--type", "f32"]
 Q35 = ["--arch", "qwen35", "--preset", "tiny-vision"]
 G4 = ["--arch", "gemma4", "--preset", "tiny"]
 PX = ["--arch", "mistral3", "--preset", "tiny"]
+UV = ["--arch", "llama", "--preset", "tiny", "--type", "f32", "--mmproj-projector", "ultravox"]
+VX = ["--arch", "llama", "--preset", "tiny", "--type", "f32", "--mmproj-projector", "voxtral"]
 # name, synth arguments (text model and projector share the seed), prompt, images, tokens to generate[, flags
 # given to llama.cpp and kestrel alike]
 CELLS = [
@@ -89,11 +91,27 @@ CELLS = [
     # Mistral Small 4 (mistral4: MLA attention, experts) takes the same projector
     ("pixtral-mistral4-tiny-seed1", ["--arch", "mistral4", "--preset", "tiny", "--type", "f32", "--seed", "1"],
      "A cat <__media__> sat on", ["gradient-97x61.png"], 12),
+    # Audio through Whisper's encoder (the log-mel front end, two convolutions, the blocks) and three projectors:
+    # Ultravox (stacked by 8, RMSNorm-SwiGLU-RMSNorm), Voxtral (pooled, stacked by 4, GELU MLP, [BEGIN_AUDIO]) with
+    # llama text models, Qwen2-Audio (pooled, one matrix, <|audio_bos|> <|audio_eos|>) with qwen2. A 16 kHz mono WAV
+    # and a 22.05 kHz stereo one (miniaudio's mix and resampler, as llama.cpp decodes it).
+    ("ultravox-llama-tiny-seed1", UV + ["--seed", "1"], "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    ("ultravox-llama-tiny-seed2-stereo", UV + ["--seed", "2"], "Listen <__media__> now", ["tones-22k-stereo.wav"], 12),
+    ("ultravox-llama-tiny-seed3.f16", ["--arch", "llama", "--preset", "tiny", "--type", "f16", "--seed", "3",
+                                       "--mmproj-projector", "ultravox", "--mmproj-type", "f16"],
+     "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    ("voxtral-llama-tiny-seed1-two", VX + ["--seed", "1"], "<__media__> then <__media__> said",
+     ["tones-22k-stereo.wav", "tone-16k-mono.wav"], 12),
+    ("voxtral-llama-tiny-seed2.q8_0", ["--arch", "llama", "--preset", "tiny", "--type", "q8_0", "--seed", "2",
+                                       "--mmproj-projector", "voxtral", "--mmproj-type", "q8_0"],
+     "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    ("qwen2a-qwen2-tiny-seed1", ["--arch", "qwen2", "--preset", "tiny", "--type", "f32", "--seed", "1", "--ctx", "2048"],
+     "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
 ]
 
 # llama-mtmd-cli's chat template for each text architecture (the layout proof wraps the prompt in it).
 CHAT_TEMPLATE = {"gemma3": "gemma", "qwen35": "chatml", "gemma4": "gemma", "mistral3": "mistral-v7",
-                 "llama": "mistral-v7", "mistral4": "mistral-v7"}
+                 "llama": "mistral-v7", "mistral4": "mistral-v7", "qwen2": "chatml"}
 
 
 # name, the cell whose files serve, the user turn (image parts by file name, then text), max_tokens
@@ -113,6 +131,14 @@ SERVER_CELLS = [
      [("image", "gradient-97x61.png"), ("text", "What is in this picture?")], 12),
     ("pixtral-chat-text-two-images", "pixtral-mistral3-tiny-seed1",
      [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("image", "stripes-30x90.png")], 10),
+    ("ultravox-chat-audio-then-text", "ultravox-llama-tiny-seed1",
+     [("audio", "tone-16k-mono.wav"), ("text", "What is said?")], 12),
+    ("ultravox-chat-text-two-audios", "ultravox-llama-tiny-seed1",
+     [("text", "Compare"), ("audio", "tones-22k-stereo.wav"), ("text", "with"), ("audio", "tone-16k-mono.wav")], 10),
+    ("qwen2a-chat-audio-then-text", "qwen2a-qwen2-tiny-seed1",
+     [("audio", "tone-16k-mono.wav"), ("text", "What is said?")], 12),
+    ("qwen2a-chat-text-then-audio", "qwen2a-qwen2-tiny-seed1",
+     [("text", "Transcribe"), ("audio", "tones-22k-stereo.wav")], 10),
 ]
 
 
@@ -122,6 +148,10 @@ def chat_body(parts, max_tokens):
     for kind, value in parts:
         if kind == "text":
             content.append({"type": "text", "text": value})
+        elif kind == "audio":
+            with open(os.path.join(IMAGES_DIR, value), "rb") as f:
+                data = base64.b64encode(f.read()).decode()
+            content.append({"type": "input_audio", "input_audio": {"data": data, "format": "wav"}})
         else:
             with open(os.path.join(IMAGES_DIR, value), "rb") as f:
                 data = base64.b64encode(f.read()).decode()
@@ -138,7 +168,7 @@ def llama_server_answer(dest, model, mmproj, body):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     proc = subprocess.Popen([os.path.join(dest, "build", "bin", "llama-server"), "-m", model, "--mmproj", mmproj,
-                             "--chat-template", "chatml", "-fa", "off", "-c", "2048", "--no-warmup", "-t", "2",
+                             "--chat-template", "chatml", "-fa", "off", "-c", "8192", "--no-warmup", "-t", "2",
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):
@@ -178,6 +208,33 @@ def write_images():
         lambda x, y: ((x * 4) % 256, (y * 4) % 256, ((x ^ y) * 8) % 256))
 
 
+def wav(path, rate, channels, frames, f):
+    """A 16-bit PCM WAV of f(i, channel) in [-1, 1] (integer arithmetic on the rounded value: the bytes are the same
+    everywhere)."""
+    data = b"".join(struct.pack("<h", max(-32768, min(32767, round(f(i, c) * 32767))))
+                    for i in range(frames) for c in range(channels))
+    with open(path, "wb") as out:
+        out.write(b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " +
+                  struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * channels * 2, channels * 2, 16) +
+                  b"data" + struct.pack("<I", len(data)) + data)
+
+
+def write_audio():
+    import math
+    state = [12345]
+
+    def noise():  # a 31-bit LCG, in [-1, 1)
+        state[0] = (state[0] * 1103515245 + 12345) % (1 << 31)
+        return state[0] / (1 << 30) - 1.0
+
+    wav(os.path.join(IMAGES_DIR, "tone-16k-mono.wav"), 16000, 1, 19200,  # 1.2 s
+        lambda i, c: 0.3 * math.sin(2 * math.pi * 440 * i / 16000) + 0.2 * math.sin(2 * math.pi * 1230 * i / 16000) *
+        (i / 19200) + 0.05 * noise())
+    wav(os.path.join(IMAGES_DIR, "tones-22k-stereo.wav"), 22050, 2, 19845,  # 0.9 s
+        lambda i, c: 0.35 * math.sin(2 * math.pi * (300 + 500 * c) * i / 22050) +
+        0.15 * math.sin(2 * math.pi * 7000 * i / 22050) + 0.05 * noise())
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -199,6 +256,7 @@ def main():
     kestrel, dest = os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
     commit = subprocess.run(["git", "-C", dest, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     write_images()
+    write_audio()
     os.makedirs(ROWS_DIR, exist_ok=True)
     cells = []
     with tempfile.TemporaryDirectory() as work:
@@ -218,7 +276,7 @@ def main():
             # llama.cpp's own tool loads both files and answers (its chat template wraps the prompt: text only shown).
             cli = subprocess.run([os.path.join(dest, "build", "bin", "llama-mtmd-cli"), "-m", model, "--mmproj", mmproj,
                                   "--chat-template", CHAT_TEMPLATE[synth[synth.index("--arch") + 1]], "-p", prompt, "--temp", "0", "-n", "4", "-fa", "off",
-                                  "--no-warmup"] + flags + sum((["--image", p] for p in paths), []),
+                                  "--no-warmup", "-c", "2048", "-b", "2048", "-ub", "2048"] + flags + sum((["--image", p] for p in paths), []),
                                  capture_output=True, text=True, errors="replace")
             if cli.returncode != 0:
                 sys.exit(f"{name}: llama-mtmd-cli failed: {cli.stderr[-2000:]}")

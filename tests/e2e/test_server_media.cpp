@@ -108,7 +108,8 @@ TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
   EXPECT_NE(s.log().find("images: gemma3"), std::string::npos) << s.log();
 }
 
-// The OpenAI chat request of a recorded server cell: its image parts as data: URIs (mmproj_cells.py's chat_body).
+// The OpenAI chat request of a recorded server cell: its image parts as data: URIs, its audio parts as input_audio
+// (mmproj_cells.py's chat_body).
 json chat_body(const json& cell) {
   json content = json::array();
   for (const auto& part : cell["parts"]) {
@@ -116,8 +117,11 @@ json chat_body(const json& cell) {
       content.push_back({{"type", "text"}, {"text", part[1]}});
       continue;
     }
-    const std::string png = test::read_text(kSource + "/tests/data/mmproj/" + part[1].get<std::string>());
-    content.push_back({{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64_encode(png)}}}});
+    const std::string file = test::read_text(kSource + "/tests/data/mmproj/" + part[1].get<std::string>());
+    if (part[0] == "audio")
+      content.push_back({{"type", "input_audio"}, {"input_audio", {{"data", base64_encode(file)}, {"format", "wav"}}}});
+    else
+      content.push_back({{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64_encode(file)}}}});
   }
   return {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", cell["max_tokens"]},
           {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 1}};
@@ -157,7 +161,7 @@ json llama_server_entries(const json& content) {
 // llama-server's answers (tokens, logprobs within 2e-3, prompt lengths; the entries grouped as it groups tokens
 // that split a UTF-8 character); the same requests at once as one at a time; a second turn about the same image
 // finds the first in the prefix cache.
-void answers_as_llama_server(const std::string& family, const std::string& projector) {
+void answers_as_llama_server(const std::string& family, const std::string& projector, bool audio = false) {
   const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
   json cases = json::array();
   for (const auto& c : doc["server"])
@@ -207,7 +211,7 @@ void answers_as_llama_server(const std::string& family, const std::string& proje
   const json next = test::post_ok(c, "/v1/chat/completions", second);
   const int64_t first_prompt = first["usage"]["prompt_tokens"];
   EXPECT_GE(next["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), first_prompt - 16) << next;
-  EXPECT_NE(s.log().find("images: " + projector), std::string::npos) << s.log();
+  EXPECT_NE(s.log().find((audio ? "audio: " : "images: ") + projector), std::string::npos) << s.log();
 }
 
 // Qwen3.5 with its Qwen3-VL tower: images whose rows take M-RoPE positions, in a hybrid (Gated DeltaNet) model.
@@ -219,6 +223,13 @@ TEST(ServerMedia, Gemma4ImagesAnswerAsLlamaServer) { answers_as_llama_server("ge
 
 // Pixtral (Mistral 3): [IMG_BREAK] rows inside the image's rows, [IMG_END] after.
 TEST(ServerMedia, PixtralImagesAnswerAsLlamaServer) { answers_as_llama_server("pixtral", "pixtral"); }
+
+// Audio (OpenAI input_audio parts): Ultravox with a llama model, a 16 kHz mono and a 22.05 kHz stereo WAV (mixed
+// and resampled as llama.cpp's miniaudio does), one and two per request.
+TEST(ServerMedia, UltravoxAudioAnswersAsLlamaServer) { answers_as_llama_server("ultravox", "ultravox", true); }
+
+// Qwen2-Audio: 750 rows a clip between <|audio_bos|> and <|audio_eos|>.
+TEST(ServerMedia, Qwen2AudioAnswersAsLlamaServer) { answers_as_llama_server("qwen2a", "qwen2a", true); }
 
 // A local image host for --allow-media-urls: the checker PNG, a redirect to it, a redirect loop, a body over the
 // 20 MiB of one image, one too slow for the server's --media-url-timeout, a 404.
@@ -385,9 +396,52 @@ TEST(ServerMedia, ImagesAreRefusedByNameWithoutAnMmprojAndOutsideTheLimits) {
   EXPECT_NE(d->body.find("detail"), std::string::npos) << d->body;
   const auto audio = ask(c, json::array({{{"type", "input_audio"}, {"input_audio", {{"data", "AAAA"}, {"format", "wav"}}}}}));
   EXPECT_EQ(audio->status, 400);
-  EXPECT_NE(audio->body.find("audio input is not implemented"), std::string::npos) << audio->body;
+  EXPECT_NE(audio->body.find("no audio encoder"), std::string::npos) << audio->body;
   // ... and it still serves.
   const auto again = ask(c, json::array({image}));
+  EXPECT_EQ(again->status, 200) << again->body;
+}
+
+// Audio parts that cannot be read are 400s naming the part and why; a server with only an audio encoder refuses
+// images by name; and it keeps serving.
+TEST(ServerMedia, AudioIsRefusedByNameWhenItCannotBeRead) {
+  test::TempDir dir;
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  std::string model, mmproj;
+  cell_files(doc, "ultravox-llama-tiny-seed1", dir, model, mmproj);
+  const std::string wav = test::read_text(kSource + "/tests/data/mmproj/tone-16k-mono.wav");
+  auto audio = [](const std::string& bytes, const char* format) {
+    json a = {{"data", base64_encode(bytes)}};
+    if (format) a["format"] = format;
+    return json{{"type", "input_audio"}, {"input_audio", a}};
+  };
+  test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "1024"});
+  auto c = s.client();
+  auto ask = [&](const json& content) {
+    return c.Post("/v1/chat/completions",
+                  json({{"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", content}}}}}).dump(),
+                  "application/json");
+  };
+  auto refused = [&](const json& content, const std::string& part, const std::string& why) {
+    const auto r = ask(content);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find(part), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find(why), std::string::npos) << r->body;
+  };
+  const auto ok = ask(json::array({audio(wav, "wav"), {{"type", "text"}, {"text", "hi"}}}));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  refused(json::array({audio(wav.substr(0, wav.size() / 2), "wav")}), "messages[0].content[0]", "truncated WAV");
+  refused(json::array({audio(wav.substr(0, 30), nullptr)}), "messages[0].content[0]", "WAV");
+  refused(json::array({audio("OggS and then some bytes", nullptr)}), "messages[0].content[0]", "not a WAV, FLAC or MP3");
+  refused(json::array({audio(wav, "mp3")}), "input_audio.format", "not a mp3 file");
+  refused(json::array({audio(wav, "ogg")}), "input_audio.format", "not wav, mp3 or flac");
+  refused(json::array({{{"type", "input_audio"}, {"input_audio", {{"format", "wav"}}}}}), "input_audio.data", "missing");
+  refused(json::array({{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}}),
+          "messages[0].content[0]", "no image encoder");
+  const auto again = ask(json::array({audio(wav, nullptr)}));
+  ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 200) << again->body;
 }
 

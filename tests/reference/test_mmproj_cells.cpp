@@ -78,10 +78,10 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     const auto flags = cell.c["flags"].get<std::vector<std::string>>();
     for (size_t i = 0; i + 1 < flags.size(); i += 2)
       (flags[i] == "--image-min-tokens" ? limits.min : limits.max) = std::stoll(flags[i + 1]);
-    mm->vision()->set_token_limits(limits);
+    if (mm->vision()) mm->vision()->set_token_limits(limits);
     std::vector<MediaInput> in;
     for (const auto& path : cell.images) in.push_back(media_input_from_file(path));
-    const MediaPrompt p = build_media_prompt(*e.tokenizer, *mm->vision(), cell.c["prompt"], in);
+    const MediaPrompt p = build_media_prompt(*e.tokenizer, encoders_of(*mm), cell.c["prompt"], in);
     // The layout: llama.cpp's chunks in order.
     size_t at = 0, span = 0;
     for (const auto& chunk : cell.c["chunks"]) {
@@ -117,8 +117,14 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     // Gemma 4's Q8_0 tower: its gated GELU-quick goes through ggml's F16 table too, and the flips that a last-bit
     // difference makes there (measured: the F32 tower agrees to 1e-7 of the values until its first FFN, then to
     // 4e-5) move a Q8_0 activation by a quantization step, which the sandwich norms carry on: 9.4e-3 measured.
+    // Whisper's towers (audio cells) round more activations than the vision towers: both convolutions' F16 im2col
+    // over 3000 frames, then every product of 1500 rows; a flip there is one F16 step (2e-3 at these rows' values
+    // up to 3.5: measured 2.8e-3) or, for Q8_0, one quantization step of an activation block (measured 2.2e-2 on
+    // values up to 2.4). The F32 audio cells agree to 3e-6.
     const bool g4_q8 = name.rfind("gemma4", 0) == 0 && name.find(".q8_0") != std::string::npos;
-    const double tol = g4_q8 ? 2e-2 : name.find(".f16") != std::string::npos ? 2e-3 : 3e-4;
+    const bool audio = name.rfind("ultravox", 0) == 0 || name.rfind("voxtral", 0) == 0 || name.rfind("qwen2a", 0) == 0;
+    const bool f16 = name.find(".f16") != std::string::npos, q8 = name.find(".q8_0") != std::string::npos;
+    const double tol = g4_q8 || (audio && q8) ? 5e-2 : f16 ? (audio ? 5e-3 : 2e-3) : 3e-4;
     EXPECT_LT(worst, tol) << name << ": encoder rows differ from llama.cpp's by up to " << worst;
 
     // The logits of the first and the last step: llama.cpp's (the image's rows, positions and attention, and the
@@ -179,6 +185,7 @@ TEST(MmprojCells, RunGivesLlamaCppsIdsWholeAndInChunks) {
     const auto gaps = cell.c["gaps"].get<std::vector<double>>();
     // Whole, in chunks, and (three cells) on the Vulkan backend (lavapipe here): the image's rows, Gemma 3's and
     // Gemma 4's attention both ways (on the CPU there) and Qwen3.5's M-RoPE (the device's RoPE) on the device.
+    // (Whisper's tower gives llama.cpp's ids on lavapipe too, but takes 17 s there: not in the suite.)
     // The chunks: 20 tokens, or 4 more than the longest image attended as a whole (a step takes it whole).
     int64_t whole = 0;
     for (const auto& chunk : cell.c["chunks"])

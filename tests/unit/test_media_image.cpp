@@ -5,7 +5,6 @@
 // every prefix, flipped and random bytes, garbage, the limits; JPEG colour spaces; WebP through libwebp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 #include <webp/encode.h>
 
 #include <algorithm>
@@ -24,6 +23,7 @@
 
 #include "core/error.h"
 #include "media/image.h"
+#include "sha256.h"
 
 namespace kestrel::media_image_test {
 
@@ -36,14 +36,7 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-std::string sha256_hex(const void* data, size_t n) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data, n, md, &len, EVP_sha256(), nullptr);
-  std::string hex;
-  for (unsigned int i = 0; i < len; i++) hex += fmt::format("{:02x}", md[i]);
-  return hex;
-}
+using test::sha256_hex;
 template <typename T>
 std::string sha256_hex(const std::vector<T>& v) {
   return sha256_hex(v.data(), v.size() * sizeof(T));

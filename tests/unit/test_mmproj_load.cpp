@@ -32,7 +32,7 @@ std::string load_error(test::TempDir& dir, const std::function<void(GgufWriter&)
   auto be = make_cpu_backend(1);
   try {
     const auto m = Mmproj::load(path, *be, arch, width);
-    EXPECT_NE(m->vision(), nullptr);
+    EXPECT_TRUE(m->vision() || m->audio());
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << "the error does not name the file: " << e.what();
     return e.what();
@@ -106,7 +106,8 @@ TEST(MmprojLoad, EncodersAndProjectorsKestrelDoesNotRunAreNamed) {
   const std::string stray = load_error(dir, [&](GgufWriter& w) { w.add_tensor_bytes("a.blk.0.attn_q.weight", GgmlType::F32, {8, 8}, x); });
   EXPECT_NE(stray.find("a.blk.0.attn_q.weight"), std::string::npos) << stray;
   const std::string type = load_error(dir, [](GgufWriter& w) { w.set_str("clip.projector_type", "llama4"); });
-  EXPECT_NE(type.find("'llama4' is not implemented (Kestrel runs: gemma3, qwen3vl_merger, gemma4v, pixtral)"),
+  EXPECT_NE(type.find("'llama4' is not implemented (Kestrel runs: gemma3, qwen3vl_merger, gemma4v, pixtral, ultravox, voxtral, "
+                      "qwen2a)"),
             std::string::npos)
       << type;
   // A projector Kestrel runs, for another text family: named with the families it feeds.
@@ -115,6 +116,61 @@ TEST(MmprojLoad, EncodersAndProjectorsKestrelDoesNotRunAreNamed) {
       << family;
   const std::string text = load_error(dir, [](GgufWriter& w) { w.set_str("general.architecture", "gemma3"); });
   EXPECT_NE(text.find("not an mmproj file"), std::string::npos) << text;
+}
+
+// Whisper's audio encoder (Ultravox, Voxtral with llama; Qwen2-Audio with qwen2): loads, describes itself, and
+// names what is wrong: the stack factor missing or where it is not used, another family, a missing tensor, a width
+// whose GGML_PAD stacking llama.cpp's count disagrees with (llama.cpp refuses those files too, at encode time).
+TEST(MmprojLoad, WhisperAudioEncodersLoadAndNameWhatIsWrong) {
+  test::TempDir dir;
+  auto audio = [&](const std::string& projector, const std::function<void(GgufWriter&)>& edit,
+                   const std::function<bool(const std::string&)>& drop = nullptr, const std::string& arch = "llama") {
+    return load_error(dir, edit, drop, arch, 64, projector);
+  };
+  EXPECT_EQ(audio("ultravox", nullptr), "");
+  {
+    auto be = make_cpu_backend(1);
+    const auto m = Mmproj::load(dir.file("edited.mmproj.gguf"), *be, "llama", 64);
+    ASSERT_NE(m->audio(), nullptr);
+    EXPECT_EQ(m->vision(), nullptr);
+    EXPECT_EQ(m->projector(), "ultravox");
+    EXPECT_EQ(m->audio()->sample_rate(), 16000);
+    EXPECT_EQ(m->audio()->n_tokens(16000), 187) << "one 30 s window: 3000 frames, stacked by 8, halved";
+    EXPECT_EQ(m->audio()->n_tokens(16000 * 45), 2 * 187) << "45 s: two windows (the padding's partial one dropped)";
+    EXPECT_EQ(m->audio()->placement().before, "");
+    const std::string d = describe_mmproj(dir.file("edited.mmproj.gguf"));
+    EXPECT_NE(d.find("audio encoder: projector ultravox (implemented), 2 layers, width 80"), std::string::npos) << d;
+  }
+  EXPECT_EQ(audio("voxtral", nullptr), "");
+  EXPECT_EQ(audio("qwen2a", nullptr, nullptr, "qwen2"), "");
+  {
+    auto be = make_cpu_backend(1);
+    const auto m = Mmproj::load(dir.file("edited.mmproj.gguf"), *be, "qwen2", 64);
+    EXPECT_EQ(m->audio()->n_tokens(16000), 750);
+    EXPECT_EQ(m->audio()->placement().before, "<|audio_bos|>");
+    EXPECT_EQ(m->audio()->placement().after, "<|audio_eos|>");
+  }
+  const std::string stack = audio("ultravox", nullptr, [](const std::string& n) { return n == "clip.audio.projector.stack_factor"; });
+  EXPECT_NE(stack.find("clip.audio.projector.stack_factor"), std::string::npos) << stack;
+  const std::string unused = audio("qwen2a", [](GgufWriter& w) { w.set_u32("clip.audio.projector.stack_factor", 4); },
+                                   nullptr, "qwen2");
+  EXPECT_NE(unused.find("not used by a qwen2a projector"), std::string::npos) << unused;
+  const std::string family = audio("qwen2a", nullptr);
+  EXPECT_NE(family.find("a qwen2a projector feeds qwen2 text models, not llama"), std::string::npos) << family;
+  const std::string k_bias = audio("voxtral", [](GgufWriter& w) {
+    const float x[80] = {};
+    w.add_tensor_bytes("a.blk.0.attn_k.bias", GgmlType::F32, {80}, x);
+  });
+  EXPECT_NE(k_bias.find("a.blk.0.attn_k.bias"), std::string::npos) << "Whisper's k has no bias: " << k_bias;
+  const std::string conv = audio("ultravox", nullptr, [](const std::string& n) { return n == "a.conv1d.2.bias"; });
+  EXPECT_NE(conv.find("a.conv1d.2.bias"), std::string::npos) << conv;
+  const std::string mel = audio("ultravox", nullptr, [](const std::string& n) { return n == "clip.audio.num_mel_bins"; });
+  EXPECT_NE(mel.find("clip.audio.num_mel_bins"), std::string::npos) << mel;
+  // A vision projector named as the audio encoder's.
+  const std::string vis = audio("ultravox", [](GgufWriter& w) { w.set_str("clip.projector_type", "gemma3"); });
+  EXPECT_NE(vis.find("Kestrel runs no audio encoder of projector type 'gemma3' (audio: ultravox, voxtral, qwen2a)"),
+            std::string::npos)
+      << vis;
 }
 
 // Qwen3-VL's tower (Qwen3.5's mmproj files): loads for qwen35 and qwen35moe; what Kestrel does not run is named.

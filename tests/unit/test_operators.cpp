@@ -18,6 +18,7 @@
 #include "ops/hadamard.h"
 #include "ops/hyper_connection.h"
 #include "ops/clamp.h"
+#include "ops/gelu_erf.h"
 #include "ops/gelu_quick.h"
 #include "ops/sigmoid_gate.h"
 #include "formats/fp16.h"
@@ -37,7 +38,7 @@ TEST(Operators, TheTableListsEachOperatorOnceWithItsKernels) {
   std::set<std::string> names;
   for (const Operator* op : operators()) EXPECT_TRUE(names.insert(op->name()).second) << op->name() << " twice";
   for (const char* name : {"gated_delta_net", "hyper_mix", "hyper_collapse", "hyper_expand", "compress_blocks",
-                           "hadamard", "indexer_top_k", "sigmoid_gate", "gelu", "gelu_quick_mul", "clamp"})
+                           "hadamard", "indexer_top_k", "sigmoid_gate", "gelu", "gelu_quick_mul", "clamp", "gelu_erf"})
     EXPECT_TRUE(names.count(name)) << name << " missing from operators()";
   for (const Operator* op : {static_cast<const Operator*>(&ops::sigmoid_gate), static_cast<const Operator*>(&ops::hyper_collapse),
                              static_cast<const Operator*>(&ops::hyper_expand)})
@@ -100,6 +101,30 @@ TEST(Operators, GeluQuickMulOnTheCpuIsGgmlsTable) {
   gelu_quick_mul_rows(&ga, &one, 1);
   gelu_quick_mul_rows(&gb, &one, 1);
   EXPECT_EQ(ga, gb);
+}
+
+// GELU in its erf form (Whisper's encoder) against the definition in double: no table (two inputs a last bit apart
+// give different outputs, unlike gelu's), and the known values.
+TEST(Operators, GeluErfIsTheExactForm) {
+  auto cpu = make_cpu_backend(2);
+  const int64_t n = 10000;
+  std::vector<float> x = random_floats(static_cast<size_t>(n), 13, 4.0f);
+  x[0] = 0.0f, x[1] = 1.0f, x[2] = -1.0f, x[3] = 30.0f, x[4] = -30.0f;
+  std::vector<float> out = x;
+  ops::gelu_erf(*cpu, {cpu->host_view(out.data()), n});
+  for (int64_t i = 0; i < n; i++) {
+    const double v = x[static_cast<size_t>(i)], want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    // (1 + erf(x) in float cancels for x < 0: an error up to an ulp of 1 times x.)
+    EXPECT_NEAR(out[static_cast<size_t>(i)], want, 2e-7 * std::abs(want) + 1.2e-7 * std::abs(v)) << v;
+  }
+  EXPECT_NEAR(out[1], 0.8413447460685429, 1e-7);
+  EXPECT_NEAR(out[2], -0.15865525393145707, 1e-7);
+  EXPECT_EQ(out[3], 30.0f);
+  EXPECT_EQ(out[4], -0.0f);
+  float a = 1.0f, b = std::nextafter(1.0f, 2.0f);
+  gelu_erf_rows(&a, 1);
+  gelu_erf_rows(&b, 1);
+  EXPECT_NE(a, b);
 }
 
 // Clamping as ggml's MAX(MIN(x, hi), lo): a NaN becomes hi.

@@ -29,28 +29,28 @@ ojson message_content(const ApiContext& ctx, const ojson& m, size_t i, bool may_
   // With images the parts join as llama-server joins them: a newline between two text parts, none next to an
   // image (its common/chat.cpp); text parts alone join as they are.
   bool with_media = false, after_marker = false;
-  for (const auto& part : c) with_media = with_media || (part.is_object() && string_or_empty(part, "type") == "image_url");
+  for (const auto& part : c)
+    with_media = with_media || (part.is_object() && (string_or_empty(part, "type") == "image_url" ||
+                                                     string_or_empty(part, "type") == "input_audio"));
   for (size_t k = 0; k < c.size(); k++) {
     const ojson& part = c[k];
     const std::string pp = fmt::format("{}[{}]", param, k);
     const std::string type = part.is_object() ? string_or_empty(part, "type") : "";
-    if (type == "image_url" && m.value("role", "") != "assistant") {
+    if ((type == "image_url" || type == "input_audio") && m.value("role", "") != "assistant") {
       after_marker = true;
-      media.push_back(image_part(part, pp, ctx));
+      media.push_back(type == "image_url" ? image_part(part, pp, ctx) : audio_part(part, pp, ctx));
       if (ctx.media->max_images > 0 && media.size() > static_cast<size_t>(ctx.media->max_images))
-        throw bad_request(pp, fmt::format("'{}' is image {} of the request; the server takes at most {} per request", pp,
-                                          media.size(), ctx.media->max_images));
+        throw bad_request(pp, fmt::format("'{}' is media input {} of the request; the server takes at most {} per "
+                                          "request",
+                                          pp, media.size(), ctx.media->max_images));
       text += ctx.media->marker;
       continue;
     }
-    if (type == "input_audio")
-      throw bad_request(pp, fmt::format("'{}' is audio: audio input is not implemented (Kestrel runs image "
-                                        "encoders only)",
-                                        pp));
     if (type != "text" || !part.contains("text") || !part["text"].is_string())
       throw bad_request(param, fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": ...}} or, for a "
                                            "user's message, {{\"type\": \"image_url\", \"image_url\": {{\"url\": "
-                                           "...}}}}",
+                                           "...}}}} or {{\"type\": \"input_audio\", \"input_audio\": {{\"data\": "
+                                           "..., \"format\": \"wav\"}}}}",
                                            param));
     if (with_media && !after_marker && !text.empty()) text += '\n';
     after_marker = false;

@@ -103,11 +103,26 @@ void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::ve
   std::vector<MediaInput> images;
   for (const MediaPart& part : parts) {
     MediaInput in;
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(part.bytes.data()), part.bytes.size());
+    in.hash = media_hash(part.bytes.data(), part.bytes.size());
+    if (part.audio) {
+      try {
+        AudioLimits limits;
+        limits.max_bytes = m.max_audio_bytes;
+        limits.max_seconds = m.max_audio_seconds;
+        in.audio = true;
+        in.samples = decode_audio(bytes, limits, part.param, m.audio->sample_rate());
+      } catch (const Error& e) {
+        throw bad_request(part.param, e.what());
+      }
+      images.push_back(std::move(in));
+      continue;
+    }
     try {
       ImageLimits limits;
       limits.max_bytes = m.max_bytes;
       limits.max_pixels = m.max_pixels;
-      in.image = decode_image({reinterpret_cast<const uint8_t*>(part.bytes.data()), part.bytes.size()}, limits, part.param);
+      in.image = decode_image(bytes, limits, part.param);
     } catch (const Error& e) {
       throw bad_request(part.param, e.what());
     }
@@ -117,7 +132,6 @@ void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::ve
       throw bad_request(part.param, fmt::format("an image of {} tokens is attended as a whole, but a step of this "
                                                 "server takes {} prompt tokens (--prefill-chunk)",
                                                 rows, m.max_span));
-    in.hash = media_hash(part.bytes.data(), part.bytes.size());
     images.push_back(std::move(in));
   }
   MediaPromptOptions o;
@@ -135,7 +149,7 @@ void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::ve
   };
   MediaPrompt mp;
   try {
-    mp = build_media_prompt(ctx.tokenizer, *m.vision, chat.text, images, o);
+    mp = build_media_prompt(ctx.tokenizer, {m.vision, m.audio}, chat.text, images, o);
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {

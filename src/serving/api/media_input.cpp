@@ -6,17 +6,18 @@
 #include <fstream>
 
 #include "core/base64.h"
+#include "media/audio.h"
 
 namespace kestrel {
 
 namespace {
 
-// Base64 text of at most one image's bytes, decoded (its length refused before decoding).
-std::string decoded(std::string_view text, const std::string& param, const MediaSupport& m) {
-  if (text.size() > m.max_bytes / 3 * 4 + 4)
-    throw bad_request(param, fmt::format("'{}' holds more than {} bytes (the limit of one image)", param, m.max_bytes));
+// Base64 text of at most one file's bytes (max), decoded (its length refused before decoding).
+std::string decoded(std::string_view text, const std::string& param, size_t max, const char* what = "image") {
+  if (text.size() > max / 3 * 4 + 4)
+    throw bad_request(param, fmt::format("'{}' holds more than {} bytes (the limit of one {})", param, max, what));
   auto bytes = base64_decode(text);
-  if (!bytes) throw bad_request(param, fmt::format("'{}' is not valid base64 image data", param));
+  if (!bytes) throw bad_request(param, fmt::format("'{}' is not valid base64 {} data", param, what));
   return std::move(*bytes);
 }
 
@@ -32,7 +33,7 @@ std::string image_url_bytes(const std::string& url, const std::string& param, co
       throw bad_request(param, fmt::format("'{}' must be a base64 data: URI (data:image/png;base64,...)", param));
     if (head.rfind("image/", 0) != 0)
       throw bad_request(param, fmt::format("'{}' is a data: URI of {}, not an image", param, head.substr(0, head.size() - 7)));
-    bytes = decoded(std::string_view(url).substr(comma + 1), param, m);
+    bytes = decoded(std::string_view(url).substr(comma + 1), param, m.max_bytes);
   } else if (url.rfind("file://", 0) == 0) {
     if (m.media_path.empty())
       throw bad_request(param, fmt::format("'{}' is a file:// URL: the server reads local files only when started "
@@ -63,7 +64,7 @@ std::string image_url_bytes(const std::string& url, const std::string& param, co
       throw bad_request(param, fmt::format("'{}': fetching {} failed: {}", param, url, e.what()));
     }
   } else {
-    bytes = decoded(url, param, m);  // raw base64, as llama-server takes it
+    bytes = decoded(url, param, m.max_bytes);  // raw base64, as llama-server takes it
   }
   if (bytes.size() > m.max_bytes)
     throw bad_request(param, fmt::format("'{}' is {} bytes, more than the {} of one image", param, bytes.size(), m.max_bytes));
@@ -99,6 +100,60 @@ MediaPart image_part(const nlohmann::ordered_json& part, const std::string& para
     throw bad_request(up, fmt::format("'{}' must be {{\"url\": ...}}", up));
   }
   return {image_url_bytes(url, up + ".url", *ctx.media), param};
+}
+
+MediaPart audio_part(const nlohmann::ordered_json& part, const std::string& param, const ApiContext& ctx) {
+  if (!ctx.media || !ctx.media->audio)
+    throw bad_request(param, fmt::format("'{}' is audio, but this server has no audio encoder: start it with --mmproj "
+                                         "FILE holding one (Ultravox, Voxtral, Qwen2-Audio)",
+                                         param));
+  const MediaSupport& m = *ctx.media;
+  for (const auto& [key, value] : part.items())
+    if (key != "type" && key != "input_audio") throw bad_request(param + "." + key, fmt::format("unknown field '{}.{}'", param, key));
+  const std::string ap = param + ".input_audio";
+  if (!part.contains("input_audio") || !part["input_audio"].is_object())
+    throw bad_request(ap, fmt::format("'{}' must be {{\"data\": base64, \"format\": \"wav\"}}", ap));
+  const auto& ia = part["input_audio"];
+  std::string format;
+  for (const auto& [key, value] : ia.items()) {
+    if (key == "data" || key == "url") continue;
+    if (key == "format") {
+      if (!value.is_string()) throw bad_request(ap + ".format", fmt::format("'{}.format' must be a string", ap));
+      format = value.get<std::string>();
+      if (format != "wav" && format != "mp3" && format != "flac")
+        throw bad_request(ap + ".format", fmt::format("'{}.format' '{}' is not wav, mp3 or flac", ap, format));
+      continue;
+    }
+    throw bad_request(ap + "." + key, fmt::format("unknown field '{}.{}'", ap, key));
+  }
+  std::string bytes;
+  if (ia.contains("data") && ia["data"].is_string()) {
+    bytes = decoded(ia["data"].get<std::string>(), ap + ".data", m.max_audio_bytes, "audio");
+  } else if (ia.contains("url") && ia["url"].is_string()) {
+    const std::string url = ia["url"].get<std::string>();
+    if (url.rfind("data:", 0) == 0) {
+      const size_t comma = url.find(',');
+      if (url.rfind("data:audio/", 0) != 0 || comma == std::string::npos || url.compare(comma - 7, 7, ";base64") != 0)
+        throw bad_request(ap + ".url", fmt::format("'{}.url' must be a base64 data: URI of audio (data:audio/wav;base64,...)", ap));
+      bytes = decoded(std::string_view(url).substr(comma + 1), ap + ".url", m.max_audio_bytes, "audio");
+    } else {
+      MediaSupport as_audio = m;
+      as_audio.max_bytes = m.max_audio_bytes;
+      bytes = image_url_bytes(url, ap + ".url", as_audio);
+    }
+  } else {
+    throw bad_request(ap + ".data", fmt::format("'{}.data' (base64 audio) is missing", ap));
+  }
+  if (bytes.empty()) throw bad_request(ap, fmt::format("'{}' holds no audio data", ap));
+  if (!format.empty()) {
+    const std::span<const uint8_t> b(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    const bool wav = b.size() >= 12 && bytes.compare(0, 4, "RIFF") == 0 && bytes.compare(8, 4, "WAVE") == 0;
+    const bool flac = bytes.compare(0, 4, "fLaC") == 0;
+    const bool mp3 = looks_like_audio(b) && !wav && !flac;
+    if ((format == "wav" && !wav) || (format == "flac" && !flac) || (format == "mp3" && !mp3))
+      throw bad_request(ap + ".format", fmt::format("'{}.format' is '{}' but the data is not a {} file", ap, format, format));
+  }
+  return {std::move(bytes), param, true};
 }
 
 nlohmann::ordered_json image_url_part(const std::string& media_type, const std::string& base64_data) {

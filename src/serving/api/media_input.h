@@ -17,6 +17,11 @@ std::string image_url_bytes(const std::string& url, const std::string& param, co
 // server has no image encoder.
 MediaPart image_part(const nlohmann::ordered_json& part, const std::string& param, const ApiContext& ctx);
 
+// An OpenAI input_audio part ({"type": "input_audio", "input_audio": {"data": base64, "format"?: "wav" | "mp3" |
+// "flac"}}; llama-server's "url" in place of data is read as image_url's) as a MediaPart; 400 when the server has no
+// audio encoder or the format named is not the data's.
+MediaPart audio_part(const nlohmann::ordered_json& part, const std::string& param, const ApiContext& ctx);
+
 // An OpenAI image_url part carrying a data: URI of these bytes' media type (what the other fronts build).
 nlohmann::ordered_json image_url_part(const std::string& media_type, const std::string& base64_data);
 

@@ -52,17 +52,21 @@ nlohmann::ordered_json parse_body(const std::string& body);
 std::string string_or_empty(const nlohmann::ordered_json& o, const char* key);
 
 class VisionEncoder;
+class AudioEncoder;
 
-// Images in chat requests (serve --mmproj): where image parts are read and turned into the prompt's rows.
+// Images and audio in chat requests (serve --mmproj): where media parts are read and turned into the prompt's rows.
 struct MediaSupport {
-  VisionEncoder* vision = nullptr;
+  VisionEncoder* vision = nullptr;  // null: image parts are refused
+  AudioEncoder* audio = nullptr;    // null: input_audio parts are refused
   std::string marker;      // the media marker of this process in rendered prompts (random: no text spells it)
   std::string media_path;  // --media-path: file:// URLs are read under this folder ("": refused)
   // --allow-media-urls: the body of an http(s) URL (throws naming why not); unset: such URLs are refused.
   std::function<std::string(const std::string& url)> fetch;
   size_t max_bytes = 20u << 20;     // one image's file
   int64_t max_pixels = 50'000'000;  // one image, decoded
-  int max_images = 16;              // per request
+  size_t max_audio_bytes = 64u << 20;  // one audio file
+  double max_audio_seconds = 600;       // one audio file, from its header
+  int max_images = 16;              // media inputs per request
   int64_t max_span = 1 << 30;       // the most rows of an image attended as a whole a step can take
   // Runs the encoding on the engine thread, between steps (the backend is the engine's).
   std::function<void(const std::function<void()>&)> run_encoder;
@@ -70,10 +74,11 @@ struct MediaSupport {
   std::function<void(int64_t images, int64_t encoded, int64_t tokens, double seconds)> on_encoded;
 };
 
-// One image of a request: its file's bytes, and where in the request it was (for errors).
+// One image or audio file of a request: its file's bytes, and where in the request it was (for errors).
 struct MediaPart {
   std::string bytes;
   std::string param;
+  bool audio = false;
 };
 
 struct ApiContext {

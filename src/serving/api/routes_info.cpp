@@ -23,6 +23,7 @@ ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig co
   if (c_.model_names.empty()) throw Error("the server needs at least one model name");
   if (c_.mmproj) {
     c_.media.vision = c_.mmproj->vision();
+    c_.media.audio = c_.mmproj->audio();
     // A marker no message can spell (llama-server's is random per process too): where the images go in the
     // rendered prompt.
     std::random_device rd;

@@ -69,6 +69,7 @@ HttpResponse ApiRoutes::ollama_show(const HttpRequest& req) const {
     json capabilities = {"completion"};
     if (c_.tool_format != ToolCallFormat::None) capabilities.push_back("tools");
     if (c_.chat_template && c_.chat_template->reasons()) capabilities.push_back("thinking");
+    if (c_.media.vision) capabilities.push_back("vision");  // Ollama's name for a model that takes images
     const json details = ollama_details();
     return json_response(json_text({{"modelfile", ""},
                                     {"parameters", ""},
