@@ -23,20 +23,22 @@ bool attention_dense_gemm(ThreadPool& pool, const float* k, const float* v, int6
   const int hd = s.head_dim, group = s.n_head / s.n_kv_head;
   // Each KV head's keys and values transposed ([head][d][len]): the scores' outer-product blocks read a row of
   // keys per d; the second product's "weight" rows are the values'.
+  // (The keys' rows padded with zeros to a whole block of scores: dense_rows.h.)
   thread_local std::vector<float> kt_buf, vt_buf;
-  auto transposed = [&](std::vector<float>& buf, const float* src, int64_t width) {
-    buf.resize(static_cast<size_t>(s.n_kv_head) * hd * len);
+  auto transposed = [&](std::vector<float>& buf, const float* src, int64_t width, int64_t ld) {
+    buf.assign(static_cast<size_t>(s.n_kv_head) * hd * ld, 0.0f);
     float* out = buf.data();
     pool.parallel_for(static_cast<int64_t>(s.n_kv_head) * hd, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; r++) {
         const float* col = src + (r / hd) * hd + r % hd;
-        for (int64_t j = 0; j < len; j++) out[r * len + j] = col[j * width];
+        for (int64_t j = 0; j < len; j++) out[r * ld + j] = col[j * width];
       }
     });
     return out;
   };
-  const float* kt = transposed(kt_buf, k, k_width);
-  const float* vt = transposed(vt_buf, v, v_width);
+  const int64_t ldk = (len + kScoreBlock - 1) / kScoreBlock * kScoreBlock;
+  const float* kt = transposed(kt_buf, k, k_width, ldk);
+  const float* vt = transposed(vt_buf, v, v_width, len);
   const int64_t blocks = (b.n_tokens + kBlock - 1) / kBlock, items = blocks * s.n_head;
   const int64_t out_width = static_cast<int64_t>(s.n_head) * hd;
   pool.run([&](int ti, int nt) {
@@ -47,7 +49,7 @@ bool attention_dense_gemm(ThreadPool& pool, const float* k, const float* v, int6
       for (int64_t t = 0; t < n; t++)
         std::memcpy(q.data() + t * hd, b.q + (t0 + t) * out_width + static_cast<int64_t>(h) * hd, sizeof(float) * hd);
       // p[t][j] = q_t . k_j
-      rows_k.scores(q.data(), n, hd, kt + static_cast<int64_t>(kvh) * hd * len, len, p.data());
+      rows_k.scores(q.data(), n, hd, kt + static_cast<int64_t>(kvh) * hd * ldk, ldk, len, p.data());
       rows_k.softmax(p.data(), n, len, s.scale);
       // out[t][h][d] = sum_j v_j[d] p[t][j]
       tiles->gemm(GgmlType::F32, reinterpret_cast<const uint8_t*>(vt + static_cast<int64_t>(kvh) * hd * len),

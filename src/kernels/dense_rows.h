@@ -9,11 +9,13 @@
 
 namespace kestrel {
 
+inline constexpr int64_t kScoreBlock = 64;  // the keys a block of scores takes
+
 struct DenseRows {
   const char* isa;
-  // s[t][j] = sum over d < hd of q[t][d] * kt[d][j], for t < nq, j < len (kt: hd rows of len floats; s: nq rows of
-  // len floats).
-  void (*scores)(const float* q, int64_t nq, int hd, const float* kt, int64_t len, float* s);
+  // s[t][j] = sum over d < hd of q[t][d] * kt[d][j], for t < nq, j < len (kt: hd rows of ldk floats, ldk >= len a
+  // multiple of kScoreBlock, what lies past len read but not used; s: nq rows of len floats).
+  void (*scores)(const float* q, int64_t nq, int hd, const float* kt, int64_t ldk, int64_t len, float* s);
   // Row i of p (len floats): softmax(scale * row), in place.
   void (*softmax)(float* p, int64_t rows, int64_t len, float scale);
 };

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/attention_dense.h"
+#include "kernels/dense_rows.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -34,6 +35,40 @@ TEST(AttentionDense, GemmPathEqualsThePagedKernel) {
     double worst = 0;
     for (size_t i = 0; i < got.size(); i++) worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
     EXPECT_LT(worst, 2e-5) << "head size " << hd;
+  }
+}
+
+// The row kernels on every ISA this machine runs: the scores of a block of keys that ends inside the last block of
+// 64 (read from rows padded to whole blocks), and the softmax of a row spanning 0 to -300 (the exp's clamp at -80,
+// its vectorized floor) against double precision.
+TEST(AttentionDense, RowKernelsAgreeWithDoubleOnEveryIsa) {
+  for (IsaLevel isa : {IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512}) {
+    if (isa > best_isa()) continue;
+    const DenseRows& rk = dense_rows_kernels(isa);
+    SCOPED_TRACE(rk.isa);
+    const int hd = 24;
+    const int64_t nq = 7, len = 150, ldk = 192;
+    const auto q = test::random_floats(static_cast<size_t>(nq * hd), 4, 1.0f);
+    auto kt = test::random_floats(static_cast<size_t>(hd * ldk), 5, 1.0f);
+    std::vector<float> s(static_cast<size_t>(nq * len), -1.0f);
+    rk.scores(q.data(), nq, hd, kt.data(), ldk, len, s.data());
+    for (int64_t t = 0; t < nq; t++)
+      for (int64_t j = 0; j < len; j++) {
+        double want = 0;
+        for (int d = 0; d < hd; d++) want += static_cast<double>(q[static_cast<size_t>(t * hd + d)]) * kt[static_cast<size_t>(d * ldk + j)];
+        ASSERT_NEAR(s[static_cast<size_t>(t * len + j)], want, 1e-4) << t << " " << j;
+      }
+    std::vector<float> row(301);
+    for (size_t j = 0; j < row.size(); j++) row[j] = -static_cast<float>(j) + (j % 7) * 0.1f;
+    std::vector<float> p = row;
+    rk.softmax(p.data(), 1, static_cast<int64_t>(p.size()), 1.0f);
+    double sum = 0;
+    for (float x : row) sum += std::exp(static_cast<double>(x) - row[0]);
+    for (size_t j = 0; j < row.size(); j++) {
+      const double want = std::exp(static_cast<double>(row[j]) - row[0]) / sum;
+      EXPECT_NEAR(p[j], want, 2e-7 * want + 1e-30) << j;
+      EXPECT_TRUE(std::isnormal(p[j])) << j << ": no denormals (e^-80 at least)";
+    }
   }
 }
 
