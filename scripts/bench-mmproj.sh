@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Image (or audio) encode time and time to first token with one image (clip): kestrel vs llama.cpp's multimodal
 # library (libmtmd, what llama-mtmd-cli runs), same files, same threads, runs interleaved, medians (docs/benchmarks.md).
-#   [PROJ=gemma3|qwen35|pixtral|ultravox] scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
+#   [PROJ=gemma3|qwen35|pixtral|ultravox|gemma4a] scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
 # The files, by `kestrel synth`, F16 projectors as the converters write them, with LAYERS vision blocks (default 4;
 # the time per block is what compares), and a 640x480 PNG:
 #   gemma3: a Gemma-3-1B-shaped text model (Q4_0) and a Gemma 3 projector at SigLIP-400M's widths (1152 wide,
@@ -13,7 +13,10 @@
 #     the breaks);
 #   ultravox: a TinyLlama-1.1B-shaped text model (4 of its layers, Q4_0) and Whisper large-v3's encoder (1280 wide,
 #     20 heads, FFN 5120, 128 mel bins) with Ultravox's projector, and a 10 s 16 kHz WAV (one 30 s window: 1500
-#     frames through the blocks, 187 rows).
+#     frames through the blocks, 187 rows);
+#   gemma4a: a Gemma-4-E2B-shaped text model (5 of its layers, none sharing a cache, Q4_0) and Gemma 4's audio Conformer at the `large`
+#     preset's widths (1024 wide, 8 heads, FFN 4096, subsampling channels 128 and 32), the same 10 s WAV (999
+#     frames, 250 rows: a Conformer chunk is not padded to 30 s).
 # llama.cpp runs its encoder without flash attention (faster on this CPU than with it, measured:
 # docs/benchmarks.md) via tests/compat/mtmd_oracle.cpp --time, built against LLAMA_DIR (get-llama.sh's DEST).
 set -euo pipefail
@@ -26,14 +29,16 @@ case "$PROJ" in
   pixtral) SYNTH=(--arch mistral3 --preset 3b --layers 4 --mmproj-preset small); TOWER="Pixtral (Mistral Small 3.1)" ;;
   ultravox) SYNTH=(--arch llama --preset 1b --layers 4 --mmproj-projector ultravox --mmproj-preset whisper-large)
             TOWER="Whisper large-v3 (Ultravox)" ;;
-  *) echo "PROJ: gemma3, qwen35, pixtral or ultravox" >&2; exit 2 ;;
+  gemma4a) SYNTH=(--arch gemma4 --preset e2b --layers 5 --shared-kv 0 --mmproj-projector gemma4a --mmproj-preset large)
+           TOWER="Gemma 4 audio Conformer" ;;
+  *) echo "PROJ: gemma3, qwen35, pixtral, ultravox or gemma4a" >&2; exit 2 ;;
 esac
 W=${WORK:-build/bench-mmproj-$PROJ-$LAYERS}; mkdir -p "$W"
 K=build/kestrel
 [ -f "$W/text.gguf" ] || $K synth "${SYNTH[@]}" --type q4_0 --seed 1 -o "$W/text.gguf" \
   --mmproj "$W/mmproj.gguf" --mmproj-type f16 --mmproj-layers "$LAYERS" >/dev/null
 MEDIA="$W/photo.png"
-[ "$PROJ" = ultravox ] && MEDIA="$W/speech.wav"
+case "$PROJ" in ultravox|gemma4a) MEDIA="$W/speech.wav" ;; esac
 [ -f "$MEDIA" ] || python3 - "$MEDIA" <<'PY'
 import math, struct, sys, zlib
 if sys.argv[1].endswith(".wav"):

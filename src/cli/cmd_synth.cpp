@@ -58,16 +58,28 @@ void register_synth(CLI::App& app) {
       fam.split_mtp(out, mtp_file);
     }
     if (!mmproj.empty()) {
-      const Projector* proj = nullptr;
+      // The projector: the first that feeds the architecture, or the one(s) named ("gemma4v+gemma4a": both encoders
+      // in one file, as Gemma 4 E2B/E4B's converter writes them).
+      std::string name;
       for (const Projector* p : projectors())
-        if (p->feeds(arch) && !proj && (mmproj_projector.empty() || mmproj_projector == p->name)) proj = p;
-      if (!proj)
-        throw Error(fmt::format("--mmproj: Kestrel has no {}projector for {} text models",
-                                mmproj_projector.empty() ? "" : mmproj_projector + " ", arch));
+        if (p->feeds(arch) && name.empty() && mmproj_projector.empty()) name = p->name;
+      if (!mmproj_projector.empty()) {
+        for (size_t at = 0; at <= mmproj_projector.size();) {
+          const size_t plus = std::min(mmproj_projector.find('+', at), mmproj_projector.size());
+          const std::string part = mmproj_projector.substr(at, plus - at);
+          bool found = false;
+          for (const Projector* p : projectors()) found = found || (p->feeds(arch) && part == p->name);
+          if (!found)
+            throw Error(fmt::format("--mmproj: Kestrel has no {} projector for {} text models", part, arch));
+          at = plus + 1;
+        }
+        name = mmproj_projector;
+      }
+      if (name.empty()) throw Error(fmt::format("--mmproj: Kestrel has no projector for {} text models", arch));
       const auto mt = type_from_name(mmproj_type);
       if (!mt) throw Error(fmt::format("--mmproj-type '{}' is not a type name (f32, f16, q8_0)", mmproj_type));
-      synth_mmproj(mmproj, proj->name, o.shape.dim, seed, mmproj_preset, *mt, mmproj_layers);
-      fmt::print("wrote {} ({} projector, preset {}, output width {})\n", mmproj, proj->name, mmproj_preset, o.shape.dim);
+      synth_mmproj(mmproj, name, o.shape.dim, seed, mmproj_preset, *mt, mmproj_layers);
+      fmt::print("wrote {} ({} projector, preset {}, output width {})\n", mmproj, name, mmproj_preset, o.shape.dim);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
@@ -128,11 +140,14 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--mmproj-preset", mmproj_preset,
                   "The projector's shape: tiny (2 layers of 64) for every projector; siglip-400m (gemma3: 896 px, 27 "
                   "layers of 1152, 256 tokens), qwen35 (Qwen3.5's tower: 27 layers of 1152, patch 16), base (gemma4: "
-                  "16 layers of 768, patch 16), whisper-large (audio: Whisper large-v3's encoder, 32 layers of 1280)")
+                  "16 layers of 768, patch 16), whisper-large (audio: Whisper large-v3's encoder, 32 layers of 1280), "
+                  "large (gemma4a: a Conformer of 12 layers of 1024, Gemma 4 E2B's order of size); A+B: a preset for each of two "
+                  "projectors")
       ->capture_default_str();
   cmd->add_option("--mmproj-projector", mmproj_projector,
                   "The projector type when several feed the model (llama: pixtral, the default, ultravox or voxtral "
-                  "audio; qwen2: qwen2a audio)");
+                  "audio; qwen2: qwen2a audio; gemma4: gemma4v, the default, gemma4a audio, or gemma4v+gemma4a: both "
+                  "in one file, as the released files)");
   cmd->add_option("--mmproj-type", mmproj_type, "The projector's matrices: f32, f16 (as converters write them) or q8_0")
       ->capture_default_str();
   cmd->add_option("--mmproj-layers", mmproj_layers, "Override: the projector's vision blocks");

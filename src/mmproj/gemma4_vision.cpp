@@ -18,7 +18,6 @@
 // ../shared/specs/multimodal-lora-router.md A.1.5.
 #include <fmt/format.h>
 
-#include <cfloat>
 #include <cmath>
 #include <tuple>
 
@@ -28,7 +27,6 @@
 #include "mmproj/vit.h"
 #include "model/hparams_reader.h"
 #include "model/weight_loader.h"
-#include "ops/clamp.h"
 #include "ops/gelu_quick.h"
 
 namespace kestrel {
@@ -37,14 +35,6 @@ namespace {
 
 constexpr int64_t kMinTokens = 70, kMaxTokens = 1120;  // clip.cpp's set_limit_image_tokens for Gemma 4 (defaults)
 constexpr float kRopeTheta = 100.0f;
-
-// A matrix with Gemma4ClippableLinear's optional bounds (llama.cpp's clamp_info_map: absent ones are +-FLT_MAX).
-struct Clippable {
-  Weight w;
-  float in_lo = -FLT_MAX, in_hi = FLT_MAX, out_lo = -FLT_MAX, out_hi = FLT_MAX;
-  bool clamps_in() const { return in_lo != -FLT_MAX || in_hi != FLT_MAX; }
-  bool clamps_out() const { return out_lo != -FLT_MAX || out_hi != FLT_MAX; }
-};
 
 class Gemma4Vision final : public VisionEncoder {
  public:
@@ -64,19 +54,7 @@ class Gemma4Vision final : public VisionEncoder {
     pos_size_ = pos->ne[1];
     pos_embd_ = ld.optional_floats("v.position_embd.weight", {d, pos_size_, 2});
     auto clippable = [&](const std::string& name, int64_t in, int64_t out) {
-      Clippable c;
-      c.w = ld.require(name + ".weight", {in, out});
-      bytes_ += static_cast<int64_t>(c.w.nbytes);
-      c.w = be_.prepare_weight(std::move(c.w));
-      auto bound = [&](const char* what, float& v) {
-        const std::vector<float> x = ld.optional_floats(name + "." + what, {1});
-        if (!x.empty()) v = x[0];
-      };
-      bound("input_min", c.in_lo);
-      bound("input_max", c.in_hi);
-      bound("output_min", c.out_lo);
-      bound("output_max", c.out_hi);
-      return c;
+      return load_clippable(src, name, in, out, bytes_);
     };
     for (int l = 0; l < cfg.n_layer; l++) {
       const std::string p = fmt::format("v.blk.{}.", l);
@@ -192,24 +170,13 @@ class Gemma4Vision final : public VisionEncoder {
 
  private:
   struct Block {
-    Clippable q, k, v, o, gate, up, down;
+    ClippableMatrix q, k, v, o, gate, up, down;
     std::vector<float> ln1, ln2, q_norm, k_norm, attn_post, ffn_post;
     float out_scale = 1.0f;
     bool has_out_scale = false;
   };
 
-  // y = clamp(W . clamp(x)) over n rows (Gemma4ClippableLinear; the input clamped in a copy, x stays).
-  void matmul(const Clippable& c, Act x, int64_t n, Act y) {
-    Act in = x;
-    if (c.clamps_in()) {
-      const int64_t cols = c.w.cols();
-      be_.copy(clip_, cols, x, cols, n, cols);
-      ops::clamp(be_, {clip_, n * cols, c.in_lo, c.in_hi});
-      in = clip_;
-    }
-    be_.matmul(c.w, in, n, y);
-    if (c.clamps_out()) ops::clamp(be_, {y, n * c.w.rows(), c.out_lo, c.out_hi});
-  }
+  void matmul(const ClippableMatrix& c, Act x, int64_t n, Act y) { clippable_matmul(be_, c, x, n, y, clip_); }
 
   // Each head's first half turned by the column, its second half by the row (ggml_rope_ext with n_dims hd/2 and,
   // for the second half, ggml_rope_set_offset).
@@ -274,7 +241,7 @@ class Gemma4Vision final : public VisionEncoder {
   int64_t pos_size_ = 0;
   float mean_[3], std_[3];
   Weight patch_embd_;
-  Clippable proj_;
+  ClippableMatrix proj_;
   std::vector<Block> blocks_;
   std::vector<float> pos_embd_, std_bias_, std_scale_, ones_;
   RopeParams rope_[2];

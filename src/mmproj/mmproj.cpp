@@ -23,11 +23,12 @@ const Projector& pixtral_projector();
 const Projector& ultravox_projector();
 const Projector& voxtral_projector();
 const Projector& qwen2a_projector();
+const Projector& gemma4a_projector();
 
 const std::vector<const Projector*>& projectors() {
   static const std::vector<const Projector*> all = {&gemma3_projector(),   &qwen3vl_projector(), &gemma4v_projector(),
                                                     &pixtral_projector(),  &ultravox_projector(), &voxtral_projector(),
-                                                    &qwen2a_projector()};
+                                                    &qwen2a_projector(),   &gemma4a_projector()};
   return all;
 }
 
@@ -191,9 +192,29 @@ std::string describe_mmproj(const std::string& path) {
 
 void synth_mmproj(const std::string& path, const std::string& projector, int64_t text_width, uint64_t seed,
                   const std::string& preset, GgmlType type, int64_t layers) {
-  const Projector& p = projector_of(projector);
-  MmprojSynthShape s = p.synth_shape(text_width, preset);
-  if (layers > 0) s.layers = layers;
+  // "gemma4v+gemma4a": one file with both encoders (as Gemma 4 E2B/E4B's converter writes them), each with its own
+  // preset when `preset` names as many ("tiny+tiny"), else the one preset.
+  auto split = [](const std::string& x) {
+    std::vector<std::string> parts;
+    for (size_t at = 0;;) {
+      const size_t plus = x.find('+', at);
+      parts.push_back(x.substr(at, plus == std::string::npos ? std::string::npos : plus - at));
+      if (plus == std::string::npos) return parts;
+      at = plus + 1;
+    }
+  };
+  const std::vector<std::string> names = split(projector), presets = split(preset);
+  if (presets.size() != 1 && presets.size() != names.size())
+    throw Error(fmt::format("--mmproj-preset '{}': one preset, or one per projector of '{}'", preset, projector));
+  std::vector<const Projector*> ps;
+  std::vector<MmprojSynthShape> shapes;
+  for (size_t i = 0; i < names.size(); i++) {
+    ps.push_back(&projector_of(names[i]));
+    shapes.push_back(ps.back()->synth_shape(text_width, presets[presets.size() == 1 ? 0 : i]));
+    if (layers > 0) shapes.back().layers = layers;
+  }
+  if (ps.size() > 2 || (ps.size() == 2 && (!ps[0]->make_vision || !ps[1]->make_audio)))
+    throw Error(fmt::format("--mmproj-projector '{}': one projector, or a vision one then an audio one", projector));
   if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::Q8_0)
     throw Error(fmt::format("--mmproj-type {}: synth writes projectors in f32, f16 or q8_0", type_name(type)));
   GgufWriter w;
@@ -202,23 +223,27 @@ void synth_mmproj(const std::string& path, const std::string& projector, int64_t
   w.set_str("general.name", fmt::format("synth-mmproj-{}-{}", projector, preset));
   w.set_u32("general.file_type", type == GgmlType::F32 ? 0 : type == GgmlType::F16 ? 1 : 7);
   // (The keys in the order earlier synth files have them: their recorded sha256s stay.)
-  const std::string mod = p.make_vision ? "vision" : "audio";
-  w.set_bool("clip.has_" + mod + "_encoder", true);
-  w.set_u32("clip." + mod + ".projection_dim", static_cast<uint32_t>(text_width));
-  if (p.make_vision) {
-    w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
-    w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
-  }
-  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"embedding_length", s.width},
-                                   {"feed_forward_length", s.ffn}, {"block_count", s.layers},
-                                   {"attention.head_count", s.heads}})
-    w.set_u32(fmt::format("clip.{}.{}", mod, key), static_cast<uint32_t>(value));
-  if (p.make_vision) {
-    w.set("clip.vision.image_mean", GgufValue::floats({0.5f, 0.5f, 0.5f}));
-    w.set("clip.vision.image_std", GgufValue::floats({0.5f, 0.5f, 0.5f}));
-  } else {
-    w.set_u32("clip.audio.num_mel_bins", static_cast<uint32_t>(s.n_mel));
-    w.set_f32("clip.audio.attention.layer_norm_epsilon", 1e-5f);
+  for (size_t i = 0; i < ps.size(); i++) {
+    const Projector& p = *ps[i];
+    const MmprojSynthShape& s = shapes[i];
+    const std::string mod = p.make_vision ? "vision" : "audio";
+    w.set_bool("clip.has_" + mod + "_encoder", true);
+    w.set_u32("clip." + mod + ".projection_dim", static_cast<uint32_t>(text_width));
+    if (p.make_vision) {
+      w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
+      w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
+    }
+    for (const auto& [key, value] : {std::pair<const char*, int64_t>{"embedding_length", s.width},
+                                     {"feed_forward_length", s.ffn}, {"block_count", s.layers},
+                                     {"attention.head_count", s.heads}})
+      w.set_u32(fmt::format("clip.{}.{}", mod, key), static_cast<uint32_t>(value));
+    if (p.make_vision) {
+      w.set("clip.vision.image_mean", GgufValue::floats({0.5f, 0.5f, 0.5f}));
+      w.set("clip.vision.image_std", GgufValue::floats({0.5f, 0.5f, 0.5f}));
+    } else {
+      w.set_u32("clip.audio.num_mel_bins", static_cast<uint32_t>(s.n_mel));
+      w.set_f32("clip.audio.attention.layer_norm_epsilon", 1e-5f);
+    }
   }
   // Every tensor F32, uniform around `constant` with this standard deviation, from (seed, tensor, row).
   uint64_t id = 0;
@@ -230,7 +255,10 @@ void synth_mmproj(const std::string& path, const std::string& projector, int64_t
     // (Q8_0 files keep the patch kernels and Gemma 3's input projection F16, as the converter forces it.)
     const bool f16_kept = name.rfind("v.patch_embd.weight", 0) == 0 || name == "mm.input_projection.weight" ||
                           name == "mm.patch_merger.weight" || name.rfind("a.conv1d.", 0) == 0;
-    const GgmlType t = !matrix ? GgmlType::F32
+    // (Gemma 4's audio converter forces its 3x3 convolution kernels and its depthwise one to F32.)
+    const bool f32_kept = (name.rfind("a.conv1d.", 0) == 0 && ne.size() == 4) ||
+                          name.find(".conv_dw.weight") != std::string::npos;
+    const GgmlType t = !matrix || f32_kept ? GgmlType::F32
                        : type == GgmlType::Q8_0 && (f16_kept || ne[0] % 32 != 0) ? GgmlType::F16
                                                                                   : type;
     int64_t n = 1;
@@ -243,7 +271,7 @@ void synth_mmproj(const std::string& path, const std::string& projector, int64_t
       quantize_row(t, out.data(), dst, n);
     });
   };
-  p.synth(w, s, add);
+  for (size_t i = 0; i < ps.size(); i++) ps[i]->synth(w, shapes[i], add);
   w.write_file(path);
 }
 

@@ -98,6 +98,7 @@ struct MmprojSynthShape {
   int64_t width = 0, layers = 0, heads = 0, ffn = 0;
   int64_t image_size = 0, patch_size = 0, merge = 0;
   int64_t n_mel = 0, stack = 0, hidden = 0;  // audio: mel bins, frames stacked into a row, the projector's width
+  int64_t conv_channels[2] = {0, 0};          // audio (gemma4a): the subsampling convolutions' channels
 };
 
 // Writes a random tensor into a synthetic mmproj: add(name, ne, stddev, constant).

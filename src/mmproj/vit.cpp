@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "formats/block_formats.h"
 #include "model/weight_loader.h"
+#include "ops/clamp.h"
 #include "ops/gelu.h"
 #include "ops/gelu_erf.h"
 
@@ -304,6 +305,34 @@ std::vector<float> patch_rows(const std::vector<float>& planar, int w, int h, in
                 *row++ = planar[(static_cast<size_t>(c) * h + py * patch + y) * w + px * patch + x];
         }
   return cols;
+}
+
+ClippableMatrix load_clippable(MmprojSource& src, const std::string& name, int64_t in, int64_t out, int64_t& bytes) {
+  ClippableMatrix c;
+  c.w = src.tensors.require(name + ".weight", {in, out});
+  bytes += static_cast<int64_t>(c.w.nbytes);
+  c.w = src.be.prepare_weight(std::move(c.w));
+  auto bound = [&](const char* what, float& v) {
+    const std::vector<float> x = src.tensors.optional_floats(name + "." + what, {1});
+    if (!x.empty()) v = x[0];
+  };
+  bound("input_min", c.in_lo);
+  bound("input_max", c.in_hi);
+  bound("output_min", c.out_lo);
+  bound("output_max", c.out_hi);
+  return c;
+}
+
+void clippable_matmul(Backend& be, const ClippableMatrix& c, Act x, int64_t n, Act y, Act scratch) {
+  Act in = x;
+  if (c.clamps_in()) {
+    const int64_t cols = c.w.cols();
+    be.copy(scratch, cols, x, cols, n, cols);
+    ops::clamp(be, {scratch, n * cols, c.in_lo, c.in_hi});
+    in = scratch;
+  }
+  be.matmul(c.w, in, n, y);
+  if (c.clamps_out()) ops::clamp(be, {y, n * c.w.rows(), c.out_lo, c.out_hi});
 }
 
 }  // namespace kestrel

@@ -4,6 +4,7 @@
 //   x += down(act(up(LN2(x)) + b_up)) + b_down
 // over the patches of one image, on the backend's operators. A projector file (gemma3_vision.cpp) loads it
 // and runs what comes before (the patch embedding) and after (pooling, projection).
+#include <cfloat>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -115,6 +116,20 @@ void attend_whole_image(Backend& be, Act q, Act k, Act v, Act out, int64_t n, in
 // uploaded to `cols`, times the kernel (conv_kernel_weight's).
 void embed_patches(Backend& be, const Weight& kernel, const std::vector<float>& planar, int w, int h, int patch,
                    int merge, Act cols, Act out);
+
+// A matrix with Gemma4ClippableLinear's optional bounds (llama.cpp's clamp_info_map: absent ones are +-FLT_MAX),
+// in Gemma 4's vision and audio towers.
+struct ClippableMatrix {
+  Weight w;
+  float in_lo = -FLT_MAX, in_hi = FLT_MAX, out_lo = -FLT_MAX, out_hi = FLT_MAX;
+  bool clamps_in() const { return in_lo != -FLT_MAX || in_hi != FLT_MAX; }
+  bool clamps_out() const { return out_lo != -FLT_MAX || out_hi != FLT_MAX; }
+};
+// `name`.weight {in, out}, prepared for the backend, with the bounds stored beside it (`name`.input_min,
+// .input_max, .output_min, .output_max, each {1}); its bytes added to `bytes`.
+ClippableMatrix load_clippable(MmprojSource& src, const std::string& name, int64_t in, int64_t out, int64_t& bytes);
+// y = clamp(W . clamp(x)) over n rows (the input clamped in a copy in scratch: x stays).
+void clippable_matmul(Backend& be, const ClippableMatrix& c, Act x, int64_t n, Act y, Act scratch);
 
 // An encoder's m output rows of `width` read back from the backend.
 MediaEmbeddings read_embeddings(Backend& be, Act rows, int64_t m, int64_t width);

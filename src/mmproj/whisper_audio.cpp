@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "formats/block_formats.h"
 #include "gguf/gguf_writer.h"
+#include "mmproj/log_mel.h"
 #include "mmproj/mmproj.h"
 #include "mmproj/vit.h"
 #include "model/hparams_reader.h"
@@ -60,93 +61,15 @@ int64_t ggml_pad(int64_t x, int64_t n) { return (x + n - 1) & ~(n - 1); }
 
 struct MelFrontEnd {
   int n_mel = 0;
-  std::vector<float> sin_vals, cos_vals, hann, filters;  // filters: n_mel x (kFft / 2 + 1)
+  MelFft fft{kFft};
+  std::vector<float> hann, filters;  // filters: n_mel x (kFft / 2 + 1)
 
   explicit MelFrontEnd(int mel) : n_mel(mel) {
-    sin_vals.resize(kFft);
-    cos_vals.resize(kFft);
-    for (int i = 0; i < kFft; i++) {  // fill_sin_cos_table: sinf of the double angle rounded to float
-      const double theta = (2 * kPi * i) / kFft;
-      sin_vals[static_cast<size_t>(i)] = std::sin(static_cast<float>(theta));
-      cos_vals[static_cast<size_t>(i)] = std::cos(static_cast<float>(theta));
-    }
     hann.resize(kFft);
     for (int i = 0; i < kFft; i++)  // fill_hann_window(400, periodic)
       hann[static_cast<size_t>(i)] =
           static_cast<float>(0.5 * (1.0 - std::cos(static_cast<float>((2.0 * kPi * i) / kFft))));
-    fill_filters();
-  }
-
-  // fill_mel_filterbank_matrix(n_mel, 400, 16000): Slaney scale, fmin 0, fmax 8000, area-normalised.
-  void fill_filters() {
-    const double min_log_hz = 1000.0, lin_slope = 3 / 200., min_log_mel = min_log_hz * lin_slope,
-                 log_step = std::log(6.4) / 27.0;
-    auto hz_to_mel = [&](double f) { return f < min_log_hz ? f * lin_slope : min_log_mel + std::log(f / min_log_hz) / log_step; };
-    auto mel_to_hz = [&](double m) { return m < min_log_mel ? m / lin_slope : min_log_hz * std::exp((m - min_log_mel) * log_step); };
-    const double bin_hz = double(kRate) / double(kFft);
-    const double m_lo = hz_to_mel(0.0f), m_hi = hz_to_mel(0.5f * kRate);
-    std::vector<double> hz(static_cast<size_t>(n_mel + 2));
-    for (int i = 0; i < n_mel + 2; i++) hz[static_cast<size_t>(i)] = mel_to_hz(m_lo + (m_hi - m_lo) * (double(i) / (n_mel + 1)));
-    const int bins = kFft / 2 + 1;
-    filters.assign(static_cast<size_t>(n_mel) * bins, 0.0f);
-    for (int m = 0; m < n_mel; m++) {
-      const double fl = hz[static_cast<size_t>(m)], fc = hz[static_cast<size_t>(m) + 1], fr = hz[static_cast<size_t>(m) + 2];
-      const double dl = std::max(1e-30, fc - fl), dr = std::max(1e-30, fr - fc), enorm = 2.0 / std::max(1e-30, fr - fl);
-      for (int k = 0; k < bins; k++) {
-        const double f = k * bin_hz;
-        double w = 0.0;
-        if (f >= fl && f <= fc) w = (f - fl) / dl;
-        else if (f > fc && f <= fr) w = (fr - f) / dr;
-        filters[static_cast<size_t>(m) * bins + static_cast<size_t>(k)] = static_cast<float>(w * enorm * 1.0f);
-      }
-    }
-  }
-
-  // dft_impl<false, true>: an odd length of real input.
-  void dft(const float* in, int n, float* out) const {
-    const int step = kFft / n;
-    for (int k = 0; k < n; k++) {
-      float re = 0, im = 0;
-      for (int j = 0; j < n; j++) {
-        const int idx = (k * j * step) % kFft;
-        re += in[j] * cos_vals[static_cast<size_t>(idx)];
-        im += -1.0f * in[j] * sin_vals[static_cast<size_t>(idx)];
-      }
-      out[k * 2 + 0] = re * 1.0f;
-      out[k * 2 + 1] = im * 1.0f;
-    }
-  }
-
-  // fft_impl<false, true>: real input, the even and odd halves into the scratch beyond `in` and `out`.
-  void fft(float* in, int n, float* out) const {
-    if (n == 1) {
-      out[0] = in[0];
-      out[1] = 0.0f;
-      return;
-    }
-    const int half = n / 2;
-    if (n - half * 2 == 1) {
-      dft(in, n, out);
-      return;
-    }
-    float* even = in + n;
-    for (int i = 0; i < half; i++) even[i] = in[2 * i];
-    float* even_fft = out + 2 * n;
-    fft(even, half, even_fft);
-    float* odd = even;
-    for (int i = 0; i < half; i++) odd[i] = in[2 * i + 1];
-    float* odd_fft = even_fft + n;
-    fft(odd, half, odd_fft);
-    const int step = kFft / n;
-    for (int k = 0; k < half; k++) {
-      const int idx = k * step;
-      const float re = cos_vals[static_cast<size_t>(idx)], im = -1.0f * sin_vals[static_cast<size_t>(idx)];
-      const float re_odd = odd_fft[2 * k + 0], im_odd = odd_fft[2 * k + 1];
-      out[2 * k + 0] = 1.0f * (even_fft[2 * k + 0] + re * re_odd - im * im_odd);
-      out[2 * k + 1] = 1.0f * (even_fft[2 * k + 1] + re * im_odd + im * re_odd);
-      out[2 * (k + half) + 0] = 1.0f * (even_fft[2 * k + 0] - re * re_odd + im * im_odd);
-      out[2 * (k + half) + 1] = 1.0f * (even_fft[2 * k + 1] - re * im_odd - im * re_odd);
-    }
+    filters = mel_filterbank(n_mel, kFft, kRate, /*htk=*/false, /*slaney_area_norm=*/true);
   }
 
   // The padded signal's frame count (log_mel_spectrogram's n_len).
@@ -175,18 +98,12 @@ struct MelFrontEnd {
       const int valid = static_cast<int>(std::min<int64_t>(kFft, std::max<int64_t>(0, n - off)));
       for (int j = 0; j < valid; j++) fin[static_cast<size_t>(j)] = hann[static_cast<size_t>(j)] * p[static_cast<size_t>(off + j)];
       if (valid < kFft) std::fill(fin.begin() + valid, fin.end(), 0.0f);
-      fft(fin.data(), kFft, fout.data());
+      fft.fft(fin.data(), kFft, fout.data());
       for (int j = 0; j < bins; j++)
         fout[static_cast<size_t>(j)] = fout[2 * static_cast<size_t>(j)] * fout[2 * static_cast<size_t>(j)] +
                                        fout[2 * static_cast<size_t>(j) + 1] * fout[2 * static_cast<size_t>(j) + 1];
       for (int m = 0; m < n_mel; m++) {
-        const float* f = filters.data() + static_cast<size_t>(m) * bins;
-        double sum = 0.0;
-        int k = 0;
-        for (; k < bins - 3; k += 4)
-          sum += fout[static_cast<size_t>(k)] * f[k] + fout[static_cast<size_t>(k) + 1] * f[k + 1] +
-                 fout[static_cast<size_t>(k) + 2] * f[k + 2] + fout[static_cast<size_t>(k) + 3] * f[k + 3];
-        for (; k < bins; k++) sum += fout[static_cast<size_t>(k)] * f[k];
+        double sum = mel_bin_sum(fout.data(), filters.data() + static_cast<size_t>(m) * bins, bins);
         sum = std::max(sum, static_cast<double>(5.960464477539063e-08f));
         mel[static_cast<size_t>(m * n_len + i)] = static_cast<float>(std::log10(sum));
       }

@@ -14,8 +14,8 @@ tests/reference/test_mmproj_cells.cpp regenerates the files, checks their sha256
 rows (within 1e-4), the first and last steps' logits, and ids (a first difference excused only where llama.cpp's
 top-2 gap is below 1e-3).
 
-Also recorded (SERVER_CELLS): llama-server (--mmproj, chatml, no flash attention) answering a chat request with an
-image: its reply's tokens with their logprobs and its prompt's token count, which tests/e2e/test_server_media.cpp
+Also recorded (SERVER_CELLS): llama-server (--mmproj, chatml, no flash attention, its KV cache in F32 as Kestrel's)
+answering a chat request with an image: its reply's tokens with their logprobs and its prompt's token count, which tests/e2e/test_server_media.cpp
 compares with kestrel serve's answer to the same request through the stock clients.
 """
 import hashlib
@@ -39,6 +39,7 @@ G4 = ["--arch", "gemma4", "--preset", "tiny"]
 PX = ["--arch", "mistral3", "--preset", "tiny"]
 UV = ["--arch", "llama", "--preset", "tiny", "--type", "f32", "--mmproj-projector", "ultravox"]
 VX = ["--arch", "llama", "--preset", "tiny", "--type", "f32", "--mmproj-projector", "voxtral"]
+G4A = ["--arch", "gemma4", "--preset", "tiny", "--mmproj-projector", "gemma4a"]
 # name, synth arguments (text model and projector share the seed), prompt, images, tokens to generate[, flags
 # given to llama.cpp and kestrel alike]
 CELLS = [
@@ -107,6 +108,20 @@ CELLS = [
      "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
     ("qwen2a-qwen2-tiny-seed1", ["--arch", "qwen2", "--preset", "tiny", "--type", "f32", "--seed", "1", "--ctx", "2048"],
      "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    # Gemma 4's audio Conformer (gemma4a): its own front end (HTK mel of the magnitude, semicausal padding, no 30 s
+    # padding), two strided 3x3 convolutions, the blocks (half-step FFNs, local attention with relative positions
+    # and softcap, the light convolution), clippable products; <|audio> <audio|>, causal. Alone, and beside gemma4v
+    # in one file (the released E2B/E4B layout) with an image and a sound in one prompt.
+    ("gemma4a-tiny-seed1", G4A + ["--type", "f32", "--seed", "1"], "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    ("gemma4a-tiny-seed2-two", G4A + ["--type", "f32", "--seed", "2"], "<__media__> then <__media__> said",
+     ["tones-22k-stereo.wav", "tone-16k-mono.wav"], 12),
+    ("gemma4a-tiny-seed3.f16", G4A + ["--type", "f16", "--seed", "3", "--mmproj-type", "f16"], "Listen <__media__> now",
+     ["tones-22k-stereo.wav"], 12),
+    ("gemma4a-tiny-seed3.q8_0", G4A + ["--type", "q8_0", "--seed", "3", "--mmproj-type", "q8_0"],
+     "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    ("gemma4-both-tiny-seed4", ["--arch", "gemma4", "--preset", "tiny", "--type", "f32", "--seed", "4",
+                                "--mmproj-projector", "gemma4v+gemma4a"], "A cat <__media__> said <__media__> loudly",
+     ["gradient-97x61.png", "tone-16k-mono.wav"], 12),
 ]
 
 # llama-mtmd-cli's chat template for each text architecture (the layout proof wraps the prompt in it).
@@ -139,6 +154,10 @@ SERVER_CELLS = [
      [("audio", "tone-16k-mono.wav"), ("text", "What is said?")], 12),
     ("qwen2a-chat-text-then-audio", "qwen2a-qwen2-tiny-seed1",
      [("text", "Transcribe"), ("audio", "tones-22k-stereo.wav")], 10),
+    ("gemma4-both-chat-audio-then-text", "gemma4-both-tiny-seed4",
+     [("audio", "tone-16k-mono.wav"), ("text", "What is said?")], 12),
+    ("gemma4-both-chat-image-and-audio", "gemma4-both-tiny-seed4",
+     [("text", "Compare"), ("image", "checker-40x40.png"), ("text", "with"), ("audio", "tones-22k-stereo.wav")], 10),
 ]
 
 
@@ -169,6 +188,7 @@ def llama_server_answer(dest, model, mmproj, body):
         port = sock.getsockname()[1]
     proc = subprocess.Popen([os.path.join(dest, "build", "bin", "llama-server"), "-m", model, "--mmproj", mmproj,
                              "--chat-template", "chatml", "-fa", "off", "-c", "8192", "--no-warmup", "-t", "2",
+                             "-ctk", "f32", "-ctv", "f32",
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):

@@ -75,7 +75,8 @@ TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
   ASSERT_EQ(st, 0) << out << s.log();
   const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
 
-  // llama-server's answers: the same prompt length, tokens, and logprobs within 2e-3.
+  // llama-server's answers (its KV cache in F32, as Kestrel's): the same prompt length, tokens, and logprobs within
+  // 1e-3.
   ASSERT_EQ(seen["recorded"].size(), cases.size());
   for (size_t i = 0; i < cases.size(); i++) {
     const json& got = seen["recorded"][i];
@@ -84,7 +85,7 @@ TEST(ServerMedia, StockClientsSendImagesAndGetLlamaServersAnswers) {
     EXPECT_EQ(got["tokens"], want["tokens"]) << want["name"];
     ASSERT_EQ(got["logprobs"].size(), want["logprobs"].size()) << want["name"];
     for (size_t k = 0; k < want["logprobs"].size(); k++)
-      EXPECT_NEAR(got["logprobs"][k].get<double>(), want["logprobs"][k].get<double>(), 2e-3)
+      EXPECT_NEAR(got["logprobs"][k].get<double>(), want["logprobs"][k].get<double>(), 1e-3)
           << want["name"] << " token " << k;
   }
   // One image and question, four APIs: one prompt, one answer.
@@ -158,7 +159,7 @@ json llama_server_entries(const json& content) {
 }
 
 // A model's recorded llama-server cells (those whose cell name starts with `family`) against kestrel serve:
-// llama-server's answers (tokens, logprobs within 2e-3, prompt lengths; the entries grouped as it groups tokens
+// llama-server's answers (tokens, logprobs within 1e-3, prompt lengths; the entries grouped as it groups tokens
 // that split a UTF-8 character); the same requests at once as one at a time; a second turn about the same image
 // finds the first in the prefix cache.
 void answers_as_llama_server(const std::string& family, const std::string& projector, bool audio = false) {
@@ -181,10 +182,11 @@ void answers_as_llama_server(const std::string& family, const std::string& proje
     EXPECT_EQ(got["usage"]["prompt_tokens"], want["prompt_tokens"]) << want["name"];
     const json lp = llama_server_entries(got["choices"][0]["logprobs"]["content"]);
     // Token by token until the replies part; they may part only where the two tokens were a tie (each engine's
-    // pick as likely as the other's, within 2e-3: llama-server keeps its KV cache in F16, Kestrel in F32), and the
-    // texts after that are not compared.
+    // pick as likely as the other's, within 1e-3: Gemma 4's image rows are 1e-4 off, 6.6e-4 measured here;
+    // llama-server is recorded with its KV cache in F32, as Kestrel's: in F16 it is up to 5e-3 off on Gemma 4's),
+    // and the texts after that are not compared.
     for (size_t k = 0; k < lp.size() && k < want["tokens"].size(); k++) {
-      EXPECT_NEAR(lp[k]["logprob"].get<double>(), want["logprobs"][k].get<double>(), 2e-3)
+      EXPECT_NEAR(lp[k]["logprob"].get<double>(), want["logprobs"][k].get<double>(), 1e-3)
           << want["name"] << " token " << k;
       if (lp[k]["token"] != want["tokens"][k]) break;
       if (k + 1 == want["tokens"].size()) {
@@ -219,7 +221,11 @@ TEST(ServerMedia, Qwen35ImagesAnswerAsLlamaServer) { answers_as_llama_server("qw
 
 // Gemma 4: images attended both ways on the sliding-window layers only, their per-layer inputs the padding
 // token's.
-TEST(ServerMedia, Gemma4ImagesAnswerAsLlamaServer) { answers_as_llama_server("gemma4", "gemma4v"); }
+TEST(ServerMedia, Gemma4ImagesAnswerAsLlamaServer) { answers_as_llama_server("gemma4-tiny", "gemma4v"); }
+
+// Gemma 4 E2B/E4B's layout: one mmproj with both encoders; a sound alone, and an image and a sound in one message
+// (the Conformer's rows between <|audio> and <audio|>).
+TEST(ServerMedia, Gemma4AudioAndImagesAnswerAsLlamaServer) { answers_as_llama_server("gemma4-both", "gemma4a", true); }
 
 // Pixtral (Mistral 3): [IMG_BREAK] rows inside the image's rows, [IMG_END] after.
 TEST(ServerMedia, PixtralImagesAnswerAsLlamaServer) { answers_as_llama_server("pixtral", "pixtral"); }

@@ -120,9 +120,11 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     // Whisper's towers (audio cells) round more activations than the vision towers: both convolutions' F16 im2col
     // over 3000 frames, then every product of 1500 rows; a flip there is one F16 step (2e-3 at these rows' values
     // up to 3.5: measured 2.8e-3) or, for Q8_0, one quantization step of an activation block (measured 2.2e-2 on
-    // values up to 2.4). The F32 audio cells agree to 3e-6.
+    // values up to 2.4). The F32 audio cells agree to 3e-6. Gemma 4's Conformer: its subsampling convolutions go
+    // through ggml's F16 im2col as well (its F32 rows agree to 2.3e-6, F16 to 3.1e-3; its Q8_0 rows are equal).
     const bool g4_q8 = name.rfind("gemma4", 0) == 0 && name.find(".q8_0") != std::string::npos;
-    const bool audio = name.rfind("ultravox", 0) == 0 || name.rfind("voxtral", 0) == 0 || name.rfind("qwen2a", 0) == 0;
+    const bool audio = name.rfind("ultravox", 0) == 0 || name.rfind("voxtral", 0) == 0 || name.rfind("qwen2a", 0) == 0 ||
+                       name.rfind("gemma4a", 0) == 0 || name.rfind("gemma4-both", 0) == 0;
     const bool f16 = name.find(".f16") != std::string::npos, q8 = name.find(".q8_0") != std::string::npos;
     const double tol = g4_q8 || (audio && q8) ? 5e-2 : f16 ? (audio ? 5e-3 : 2e-3) : 3e-4;
     EXPECT_LT(worst, tol) << name << ": encoder rows differ from llama.cpp's by up to " << worst;
@@ -160,7 +162,11 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     std::printf("%s: first and last steps' logits within %.2e and %.2e of llama.cpp's\n", name.c_str(), f, l);
     // (F16 and Q8_0 cells: their text models quantize activations too, and differences grow over the steps.)
     const bool f32 = name.find(".f16") == std::string::npos && name.find(".q8_0") == std::string::npos;
-    const double logit_tol = f32 ? 1e-3 : g4_q8 ? 2e-1 : 5e-2;
+    // Gemma 4's text model (F32) alone is 3e-4 to 9e-4 off llama.cpp's logits on these prompts (its sandwich norms
+    // and softcaps carry last bits further than the other families'); an image's rows 1e-4 off (GELU-quick's F16
+    // table) before a sound's add to it: 1.9e-3 measured on gemma4-both-tiny-seed4.
+    const bool gemma4 = name.rfind("gemma4", 0) == 0;
+    const double logit_tol = f32 ? (gemma4 ? 3e-3 : 1e-3) : g4_q8 ? 2e-1 : 5e-2;
     EXPECT_LT(f, logit_tol) << name;
     EXPECT_LT(l, logit_tol) << name;
     std::vector<MediaSpan> wrong = p.media;
@@ -183,8 +189,9 @@ TEST(MmprojCells, RunGivesLlamaCppsIdsWholeAndInChunks) {
     const std::string name = cell.c["name"];
     const auto want = cell.c["ids"].get<std::vector<int>>();
     const auto gaps = cell.c["gaps"].get<std::vector<double>>();
-    // Whole, in chunks, and (three cells) on the Vulkan backend (lavapipe here): the image's rows, Gemma 3's and
-    // Gemma 4's attention both ways (on the CPU there) and Qwen3.5's M-RoPE (the device's RoPE) on the device.
+    // Whole, in chunks, and (four cells) on the Vulkan backend (lavapipe here): the image's rows, Gemma 3's and
+    // Gemma 4's attention both ways (on the CPU there) and Qwen3.5's M-RoPE (the device's RoPE) on the device;
+    // Gemma 4's Conformer (its products on the device, its local attention and convolution on the host).
     // (Whisper's tower gives llama.cpp's ids on lavapipe too, but takes 17 s there: not in the suite.)
     // The chunks: 20 tokens, or 4 more than the longest image attended as a whole (a step takes it whole).
     int64_t whole = 0;
@@ -192,7 +199,8 @@ TEST(MmprojCells, RunGivesLlamaCppsIdsWholeAndInChunks) {
       if (chunk.contains("image") && chunk["non_causal"].get<bool>()) whole = std::max(whole, chunk["image"].get<int64_t>());
     const std::string chunk = std::to_string(std::max<int64_t>(20, whole + 4));
     std::vector<std::vector<std::string>> variants = {{"-b", "512"}, {"-b", chunk}};
-    if (name == "gemma3-tiny-seed1" || name == "qwen35-tiny-seed1" || name == "gemma4-tiny-seed1")
+    if (name == "gemma3-tiny-seed1" || name == "qwen35-tiny-seed1" || name == "gemma4-tiny-seed1" ||
+        name == "gemma4a-tiny-seed1")
       variants.push_back({"-b", chunk, "--device", "vulkan"});
     for (const auto& variant : variants) {
       const std::string batch = fmt::format("{}", fmt::join(variant, " "));

@@ -86,12 +86,12 @@ TEST(MmprojLoad, EncodersAndProjectorsKestrelDoesNotRunAreNamed) {
     w.set_bool("clip.has_vision_encoder", false);
   });
   EXPECT_NE(audio.find("clip.has_audio_encoder"), std::string::npos) << audio;
-  // Beside a vision encoder (Gemma 4 E2B/E4B's files), the audio encoder is set aside: its keys and tensors
-  // (a.*, mm.a.*) load, and the file says it is not run.
+  // Beside a vision encoder, an audio encoder Kestrel does not run (Gemma 4's encoder-free gemma4ua) is set aside:
+  // its keys and tensors (a.*, mm.a.*) load, and the file says it is not run.
   const float x[64] = {};
   EXPECT_EQ(load_error(dir, [&](GgufWriter& w) {
               w.set_bool("clip.has_audio_encoder", true);
-              w.set_str("clip.audio.projector_type", "gemma4a");
+              w.set_str("clip.audio.projector_type", "gemma4ua");
               w.set_u32("clip.audio.block_count", 2);
               w.add_tensor_bytes("a.blk.0.attn_q.weight", GgmlType::F32, {8, 8}, x);
               w.add_tensor_bytes("mm.a.input_projection.weight", GgmlType::F32, {8, 8}, x);
@@ -100,14 +100,14 @@ TEST(MmprojLoad, EncodersAndProjectorsKestrelDoesNotRunAreNamed) {
   {
     auto be = make_cpu_backend(1);
     const auto m = Mmproj::load(dir.file("edited.mmproj.gguf"), *be, "gemma3", 64);
-    EXPECT_EQ(m->audio_not_run(), "gemma4a");
+    EXPECT_EQ(m->audio_not_run(), "gemma4ua");
   }
   // A stray audio tensor in a vision-only file is still a load error naming it.
   const std::string stray = load_error(dir, [&](GgufWriter& w) { w.add_tensor_bytes("a.blk.0.attn_q.weight", GgmlType::F32, {8, 8}, x); });
   EXPECT_NE(stray.find("a.blk.0.attn_q.weight"), std::string::npos) << stray;
   const std::string type = load_error(dir, [](GgufWriter& w) { w.set_str("clip.projector_type", "llama4"); });
   EXPECT_NE(type.find("'llama4' is not implemented (Kestrel runs: gemma3, qwen3vl_merger, gemma4v, pixtral, ultravox, voxtral, "
-                      "qwen2a)"),
+                      "qwen2a, gemma4a)"),
             std::string::npos)
       << type;
   // A projector Kestrel runs, for another text family: named with the families it feeds.
@@ -168,9 +168,69 @@ TEST(MmprojLoad, WhisperAudioEncodersLoadAndNameWhatIsWrong) {
   EXPECT_NE(mel.find("clip.audio.num_mel_bins"), std::string::npos) << mel;
   // A vision projector named as the audio encoder's.
   const std::string vis = audio("ultravox", [](GgufWriter& w) { w.set_str("clip.projector_type", "gemma3"); });
-  EXPECT_NE(vis.find("Kestrel runs no audio encoder of projector type 'gemma3' (audio: ultravox, voxtral, qwen2a)"),
+  EXPECT_NE(vis.find("Kestrel runs no audio encoder of projector type 'gemma3' (audio: ultravox, voxtral, qwen2a, gemma4a)"),
             std::string::npos)
       << vis;
+}
+
+// Gemma 4's audio Conformer (gemma4a): alone or beside gemma4v in one file (as the released E2B/E4B files); its
+// token count per 30-second chunk; what it does not consume, and a chunk too short for a frame, named.
+TEST(MmprojLoad, Gemma4AudioLoadsAloneOrBesideVisionAndNamesWhatIsWrong) {
+  test::TempDir dir;
+  auto g4a = [&](const std::function<void(GgufWriter&)>& edit, const std::function<bool(const std::string&)>& drop = nullptr,
+                 const std::string& projector = "gemma4a") { return load_error(dir, edit, drop, "gemma4", 64, projector); };
+  EXPECT_EQ(g4a(nullptr), "");
+  {
+    auto be = make_cpu_backend(1);
+    const auto m = Mmproj::load(dir.file("edited.mmproj.gguf"), *be, "gemma4", 64);
+    ASSERT_NE(m->audio(), nullptr);
+    EXPECT_EQ(m->vision(), nullptr);
+    EXPECT_EQ(m->projector(), "gemma4a");
+    // 30 s: 2999 frames, halved twice (750); 45 s: that and 15 s (1499 frames: 375); chunks are not padded.
+    EXPECT_EQ(m->audio()->n_tokens(16000 * 30), 750);
+    EXPECT_EQ(m->audio()->n_tokens(16000 * 45), 750 + 375);
+    EXPECT_EQ(m->audio()->n_tokens(1000), 2) << "1000 samples: 6 frames";
+    EXPECT_EQ(m->audio()->placement().before, "<|audio>");
+    EXPECT_EQ(m->audio()->placement().after, "<audio|>");
+    EXPECT_FALSE(m->audio()->placement().non_causal);
+    // 30 s and one sample: the second chunk has no frame; refused by name, as llama.cpp refuses it.
+    try {
+      m->audio()->n_tokens(16000 * 30 + 1);
+      ADD_FAILURE() << "a one-sample chunk was counted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("chunk of 1 sample is too short"), std::string::npos) << e.what();
+    }
+    EXPECT_NE(m->audio()->describe().find("gemma4a (Gemma 4 Conformer): 2 layers, 64 wide, 4 heads, FFN 256, 128 mel "
+                                          "bins, subsampled by 4 (8 and 4 channels), 750 tokens of 64 per 30 s"),
+              std::string::npos)
+        << m->audio()->describe();
+  }
+  EXPECT_EQ(g4a(nullptr, nullptr, "gemma4v+gemma4a"), "");
+  {
+    auto be = make_cpu_backend(1);
+    const auto m = Mmproj::load(dir.file("edited.mmproj.gguf"), *be, "gemma4", 64);
+    ASSERT_NE(m->audio(), nullptr);
+    ASSERT_NE(m->vision(), nullptr);
+    EXPECT_EQ(m->projector(), "gemma4v");
+    EXPECT_EQ(m->audio_not_run(), "");
+  }
+  // A bias the graph does not add, a missing module tensor, a kernel that is not 3x3: named.
+  const std::string bias = g4a([](GgufWriter& w) {
+    const float x[256] = {};
+    w.add_tensor_bytes("a.blk.1.ffn_up.bias", GgmlType::F32, {256}, x);
+  });
+  EXPECT_NE(bias.find("a.blk.1.ffn_up.bias"), std::string::npos) << bias;
+  const std::string dw = g4a(nullptr, [](const std::string& n) { return n == "a.blk.0.conv_dw.weight"; });
+  EXPECT_NE(dw.find("a.blk.0.conv_dw.weight"), std::string::npos) << dw;
+  const std::string kernel = g4a(
+      [](GgufWriter& w) {
+        const float x[5 * 5 * 8] = {};
+        w.add_tensor_bytes("a.conv1d.0.weight", GgmlType::F32, {5, 5, 1, 8}, x);
+      },
+      [](const std::string& n) { return n == "a.conv1d.0.weight"; });
+  EXPECT_NE(kernel.find("'a.conv1d.0.weight' must be a 3x3 convolution"), std::string::npos) << kernel;
+  const std::string family = load_error(dir, nullptr, nullptr, "llama", 64, "gemma4a");
+  EXPECT_NE(family.find("a gemma4a projector feeds gemma4 text models, not llama"), std::string::npos) << family;
 }
 
 // Qwen3-VL's tower (Qwen3.5's mmproj files): loads for qwen35 and qwen35moe; what Kestrel does not run is named.

@@ -17,6 +17,8 @@
 #include "ops/gated_delta_net.h"
 #include "ops/hadamard.h"
 #include "ops/hyper_connection.h"
+#include "ops/local_rel_attention.h"
+#include "ops/causal_conv1d.h"
 #include "ops/clamp.h"
 #include "ops/gelu_erf.h"
 #include "ops/gelu_quick.h"
@@ -231,6 +233,97 @@ TEST_F(VulkanOperators, AnOperatorWithoutOneRunsItsHostKernelOnTheSameBuffers) {
   EXPECT_EQ(device_counters(*gpu_)->host_ops, host_before + 1);
   EXPECT_EQ(download(dx, static_cast<size_t>(n)), want);
   gpu_->release(dx);
+}
+
+
+// Gemma 4's audio attention against llama.cpp's graph read literally, in double: q and k scaled, the queries cut
+// into blocks of 12 over 24 keys (12 before the block, from the sequence padded by 12 zeros in front), the
+// relative term by the Transformer-XL shift of q . rel over 13 positions padded to 25, softcap, the mask (key <=
+// query, distance < 12, inside the sequence), the softmax over all 24, times v. The operator keeps only the window.
+TEST(Operators, LocalRelAttentionIsGemma4asBlockedGraph) {
+  auto cpu = make_cpu_backend(2);
+  const int64_t n = 29, heads = 3, hd = 8, w = heads * hd;
+  constexpr int C = 12, P = 12, S = C + P, R = P + 1;
+  const std::vector<float> q = random_floats(static_cast<size_t>(n * w), 21, 1.5f),
+                           k = random_floats(static_cast<size_t>(n * w), 22, 1.5f),
+                           v = random_floats(static_cast<size_t>(n * w), 23, 1.0f),
+                           rel = random_floats(static_cast<size_t>(R * w), 24, 1.0f),
+                           qd = random_floats(static_cast<size_t>(hd), 25, 0.5f),
+                           kd = random_floats(static_cast<size_t>(hd), 26, 0.5f);
+  LocalRelAttentionShape s;
+  s.n = n, s.heads = heads, s.head_dim = hd, s.window = 12, s.past = P;
+  s.q_scale = 0.51f, s.k_scale = 1.89f, s.softcap = 50.0f, s.q_dim = qd.data(), s.k_dim = kd.data();
+  std::vector<float> out(static_cast<size_t>(n * w), -7.0f);
+  std::vector<float> qc = q, kc = k, vc = v, rc = rel;
+  ops::local_rel_attention(*cpu, {cpu->host_view(qc.data()), cpu->host_view(kc.data()), cpu->host_view(vc.data()),
+                                  cpu->host_view(rc.data()), cpu->host_view(out.data()), s});
+  const int64_t blocks = (n + C - 1) / C;
+  double worst = 0;
+  for (int64_t h = 0; h < heads; h++)
+    for (int64_t b = 0; b < blocks; b++)
+      for (int qi = 0; qi < C; qi++) {
+        const int64_t gq = b * C + qi;
+        if (gq >= n) continue;
+        auto qs = [&](int64_t d) { return double(q[gq * w + h * hd + d]) * s.q_scale * qd[d]; };
+        // bd before the shift: [R] per query; the shift reads padded row (qi*S + kk) of (S + 1) columns.
+        double score[S];
+        for (int kk = 0; kk < S; kk++) {
+          const int64_t gk = b * C - P + kk;
+          double ac = 0;
+          if (gk >= 0 && gk < n)
+            for (int64_t d = 0; d < hd; d++) ac += qs(d) * double(k[gk * w + h * hd + d]) * s.k_scale * kd[d];
+          const int flat = qi * S + kk, row = flat / (S + 1), col = flat % (S + 1);
+          double bd = 0;
+          if (col < R) {
+            for (int64_t d = 0; d < hd; d++)
+              bd += double(q[(b * C + row) * w + h * hd + d]) * s.q_scale * qd[d] * double(rel[col * w + h * hd + d]);
+          }
+          double x = std::tanh((ac + bd) / 50.0) * 50.0;
+          const bool seen = gk >= 0 && gk < n && gk <= gq && gq - gk < P;
+          score[kk] = x + (seen ? 0.0 : -1e9);
+        }
+        double mx = -1e300, sum = 0;
+        for (double x : score) mx = std::max(mx, x);
+        for (double& x : score) sum += (x = std::exp(x - mx));
+        for (int64_t d = 0; d < hd; d++) {
+          double o = 0;
+          for (int kk = 0; kk < S; kk++) {
+            const int64_t gk = b * C - P + kk;
+            if (gk >= 0 && gk < n) o += score[kk] / sum * double(v[gk * w + h * hd + d]);
+          }
+          const double got = out[static_cast<size_t>(gq * w + h * hd + d)];
+          worst = std::max(worst, std::abs(got - o));
+          EXPECT_NEAR(got, o, 2e-5) << "query " << gq << " head " << h << " dim " << d;
+        }
+      }
+  EXPECT_GT(worst, 0.0);  // (computed in float: not the double reference bit for bit)
+  // The reference function and the operator agree exactly.
+  std::vector<float> ref(out.size());
+  local_rel_attention_rows(q.data(), k.data(), v.data(), rel.data(), ref.data(), s);
+  EXPECT_EQ(ref, out);
+}
+
+// ggml_ssm_conv over the rows padded by K - 1 zeros in front, then the bias: a causal depthwise convolution.
+TEST(Operators, CausalConv1dIsSsmConvOverTheFrontPaddedRows) {
+  auto cpu = make_cpu_backend(2);
+  const int64_t n = 37, d = 6;
+  const int K = 5;
+  const std::vector<float> x = random_floats(static_cast<size_t>(n * d), 31, 1.0f),
+                           wt = random_floats(static_cast<size_t>(d * K), 32, 1.0f),
+                           b = random_floats(static_cast<size_t>(d), 33, 1.0f);
+  std::vector<float> xc = x, out(static_cast<size_t>(n * d), -3.0f);
+  ops::causal_conv1d(*cpu, {cpu->host_view(xc.data()), cpu->host_view(out.data()), wt.data(), b.data(), n, d, K});
+  // sx: [K - 1 + n, d] with the zeros first, as ggml_pad + ggml_roll make it.
+  std::vector<float> sx(static_cast<size_t>((K - 1 + n) * d), 0.0f);
+  std::copy(x.begin(), x.end(), sx.begin() + (K - 1) * d);
+  for (int64_t t = 0; t < n; t++)
+    for (int64_t c = 0; c < d; c++) {
+      float sum = 0.0f;
+      for (int i = 0; i < K; i++) sum += sx[static_cast<size_t>((t + i) * d + c)] * wt[static_cast<size_t>(c * K + i)];
+      EXPECT_EQ(out[static_cast<size_t>(t * d + c)], sum + b[static_cast<size_t>(c)]) << t << " " << c;
+    }
+  // The first row sees only its own value (the last tap).
+  EXPECT_EQ(out[0], x[0] * wt[K - 1] + b[0]);
 }
 
 }  // namespace
