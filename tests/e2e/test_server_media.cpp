@@ -237,6 +237,104 @@ TEST(ServerMedia, UltravoxAudioAnswersAsLlamaServer) { answers_as_llama_server("
 // Qwen2-Audio: 750 rows a clip between <|audio_bos|> and <|audio_eos|>.
 TEST(ServerMedia, Qwen2AudioAnswersAsLlamaServer) { answers_as_llama_server("qwen2a", "qwen2a", true); }
 
+// llama-server's POST /completion with {"prompt_string", "multimodal_data"} (and the same prompt object on
+// /v1/completions): the reference cells' prompts and files give the greedy text of llama.cpp's libmtmd ids (the
+// cells' recorded ids, decoded), at the marker llama.cpp documents and at the one GET /props gives; the prompt's
+// length is libmtmd's; what is wrong is a 400 naming the field.
+TEST(ServerMedia, CompletionTakesMultimodalDataAsLlamaServer) {
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  test::TempDir dir;
+  for (const char* name : {"gemma3-tiny-seed2-two", "gemma4-both-tiny-seed4"}) {
+    std::string model, mmproj;
+    const json cell = cell_files(doc, name, dir, model, mmproj);
+    test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "2048"});
+    auto c = s.client();
+    const json props = json::parse(c.Get("/props")->body);
+    const std::string marker = props["media_marker"];
+    EXPECT_EQ(marker.rfind("<__media_", 0), 0u) << props;
+    EXPECT_TRUE(props["modalities"]["vision"].get<bool>()) << props;
+    EXPECT_EQ(props["modalities"]["audio"].get<bool>(), std::string(name) == "gemma4-both-tiny-seed4") << props;
+    json files = json::array();
+    for (const auto& f : cell["images"])
+      files.push_back(base64_encode(test::read_text(kSource + "/tests/data/mmproj/" + f.get<std::string>())));
+    const int64_t prompt_len = [&] {
+      int64_t n = 0;
+      for (const auto& ch : cell["chunks"]) n += ch.contains("text") ? static_cast<int64_t>(ch["text"].size()) : ch["image"].get<int64_t>();
+      return n;
+    }();
+    const json ids = cell["ids"];
+    const std::string want = test::post_ok(c, "/detokenize", {{"tokens", ids}})["content"];
+    std::string prompt = cell["prompt"];
+    for (const std::string& m : {std::string("<__media__>"), marker}) {
+      std::string text = prompt;
+      for (size_t at = text.find("<__media__>"); at != std::string::npos; at = text.find("<__media__>", at + m.size()))
+        text.replace(at, 11, m);
+      const json body = {{"prompt", {{"prompt_string", text}, {"multimodal_data", files}}},
+                         {"n_predict", ids.size()}, {"temperature", 0}, {"ignore_eos", true}};
+      const json got = test::post_ok(c, "/completion", body);
+      EXPECT_EQ(got["content"], want) << name << " " << m << ": " << got;
+      EXPECT_EQ(got["tokens_evaluated"], prompt_len) << name;
+      EXPECT_EQ(got["tokens_predicted"], ids.size()) << name;
+      EXPECT_EQ(got["stop_type"], "limit") << got;
+      EXPECT_FALSE(got.contains("input_extra_tokens_dropped")) << got;
+    }
+    // The same prompt object on /v1/completions.
+    const json oai = test::post_ok(c, "/v1/completions",
+                                   {{"prompt", {{"prompt_string", prompt}, {"multimodal_data", files}}},
+                                    {"max_tokens", ids.size()}, {"temperature", 0}, {"ignore_eos", true}});
+    EXPECT_EQ(oai["choices"][0]["text"], want) << oai;
+    EXPECT_EQ(oai["usage"]["prompt_tokens"], prompt_len) << oai;
+    // Streamed: the pieces add up to the same text.
+    const auto streamed = c.Post("/completion", json({{"prompt", {{"prompt_string", prompt}, {"multimodal_data", files}}},
+                                                      {"n_predict", ids.size()}, {"temperature", 0}, {"ignore_eos", true},
+                                                      {"stream", true}}).dump(), "application/json");
+    ASSERT_TRUE(streamed);
+    std::string joined;
+    bool stopped = false;
+    for (const std::string& line : test::sse_data_lines(streamed->body)) {
+      const json e = json::parse(line);
+      joined += e["content"].get<std::string>();
+      stopped = stopped || e["stop"].get<bool>();
+    }
+    EXPECT_EQ(joined, want);
+    EXPECT_TRUE(stopped);
+    // Refusals, each naming the field.
+    auto refused = [&](const json& body, const std::string& named) {
+      const auto r = c.Post("/completion", body.dump(), "application/json");
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 400) << body.dump().substr(0, 200) << ": " << r->body;
+      EXPECT_NE(r->body.find(named), std::string::npos) << r->body;
+    };
+    refused({{"prompt", {{"prompt_string", "no marker"}, {"multimodal_data", files}}}}, "prompt.prompt_string");
+    refused({{"prompt", {{"prompt_string", prompt}, {"multimodal_data", {"not base64!"}}}}}, "prompt.multimodal_data[0]");
+    json garbage = files;
+    garbage[0] = base64_encode(std::string("GIF89a this is not a picture"));
+    refused({{"prompt", {{"prompt_string", prompt}, {"multimodal_data", garbage}}}}, "prompt.multimodal_data[0]");
+    refused({{"prompt", {{"prompt_string", prompt}, {"multimodal_data", files}, {"images", 1}}}}, "prompt.images");
+    refused({{"prompt", json::array({"one", "two"})}, {"n_predict", 1}}, "several prompts");
+    refused({{"prompt", "x"}, {"n_probs", 2}}, "n_probs");
+    const auto echo = c.Post("/v1/completions", json({{"prompt", {{"prompt_string", prompt}, {"multimodal_data", files}}},
+                                                      {"echo", true}}).dump(), "application/json");
+    EXPECT_EQ(echo->status, 400);
+    EXPECT_NE(echo->body.find("echo"), std::string::npos) << echo->body;
+  }
+  // A server without a projector: the media are refused by name; plain prompts and /props answer.
+  std::string model, mmproj;
+  cell_files(doc, "gemma3-tiny-seed2", dir, model, mmproj);
+  test::ServerProcess plain({"-m", model, "-c", "512"});
+  auto c = plain.client();
+  const auto r = c.Post("/completion", json({{"prompt", {{"prompt_string", "<__media__>"}, {"multimodal_data", {"AAAA"}}}}}).dump(),
+                        "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("prompt.multimodal_data"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("--mmproj"), std::string::npos) << r->body;
+  const json text = test::post_ok(c, "/completion", {{"prompt", "Once upon"}, {"n_predict", 3}, {"temperature", 0}});
+  EXPECT_EQ(text["tokens_predicted"], 3) << text;
+  const json props = json::parse(c.Get("/props")->body);
+  EXPECT_FALSE(props.contains("media_marker")) << props;
+  EXPECT_FALSE(props["modalities"]["vision"].get<bool>()) << props;
+}
+
 // A local image host for --allow-media-urls: the checker PNG, a redirect to it, a redirect loop, a body over the
 // 20 MiB of one image, one too slow for the server's --media-url-timeout, a 404.
 class ImageHost {

@@ -13,6 +13,7 @@
 //        POST /api/show (Ollama, ollama_api.h; routes_ollama.cpp)
 //   POST /v1/responses, GET /v1/responses/{id} (OpenAI Responses, responses_api.h)
 //   POST /infill (llama-server's fill-in-the-middle, infill_api.h)
+//   POST /completion, /completions (llama-server's native completion, llama_completion_api.h); GET /props
 //   POST /v1/embeddings, /api/embed, /v1/rerank (and /rerank) (embeddings_api.h)
 // Requests are admitted on the transport's thread, parsed, validated and
 // tokenized through the Offload it gives (set_offload); the generation runs
@@ -24,6 +25,7 @@
 
 #include "serving/http/http_types.h"
 #include "serving/api/infill_api.h"
+#include "serving/api/llama_completion_api.h"
 #include "serving/engine/metrics.h"
 #include "serving/http/offload.h"
 #include "serving/api/openai_api.h"
@@ -86,14 +88,19 @@ class ApiRoutes {
   HttpResponse tokenizer_info() const;
   std::string openapi_document() const;  // GET /openapi.json
   HttpResponse apply_template(const HttpRequest& req) const;
+  HttpResponse props() const;  // GET /props (llama-server's: the context, modalities, the media marker)
   // The APIs a generation is asked through: each is read into a CompletionAsk by its own reader, runs the same, and
   // is answered in its own shape from the reply's events.
-  enum class Api { Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill, Embeddings, OllamaEmbed, Rerank };
+  enum class Api {
+    Completions, Chat, Messages, OllamaChat, OllamaGenerate, Responses, Infill, LlamaCompletion, Embeddings, OllamaEmbed,
+    Rerank
+  };
   // A request prepared, and what its own API's answer needs beside it.
   struct Prepared {
     ParsedRequest p;
     ResponsesRequest responses;  // Api::Responses
     InfillRequest infill;        // Api::Infill
+    std::string native_prompt;   // Api::LlamaCompletion: the prompt as text
   };
   HttpResponse completion(const HttpRequest& req, Api api);
   // The request's start, its refusal (if it is one) recorded in its trace.

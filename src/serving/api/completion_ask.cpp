@@ -94,11 +94,12 @@ void read_sampling(const Fields& f, const ApiContext& ctx, const char* repeat_pe
 
 namespace {
 
-// A rendered chat with images at the media markers: each image decoded (a 400 naming its part when it cannot
-// be), the text around them tokenized as the template's text is (message content plain), the images encoded on
-// the engine thread, their rows in the prompt (mmproj/media_prompt.h).
-void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::vector<MediaPart>& parts,
-                  RequestParams& params) {
+// Text with media at its markers: each file decoded (a 400 naming its part when it cannot be), the text around
+// them tokenized by tokenize_piece, the files encoded on the engine thread, their rows in the prompt
+// (mmproj/media_prompt.h). `param` names the prompt in errors.
+void media_prompt(const ApiContext& ctx, const std::string& text, const std::string& marker, bool add_special,
+                  const std::function<std::vector<int32_t>(std::string_view, size_t)>& tokenize_piece,
+                  const std::vector<MediaPart>& parts, const std::string& param, RequestParams& params) {
   const MediaSupport& m = *ctx.media;
   std::vector<MediaInput> images;
   for (const MediaPart& part : parts) {
@@ -135,25 +136,17 @@ void media_prompt(const ApiContext& ctx, const RenderedChat& chat, const std::ve
     images.push_back(std::move(in));
   }
   MediaPromptOptions o;
-  o.marker = m.marker;
-  o.add_special = !ctx.chat_template->bos_in_text(chat);
+  o.marker = marker;
+  o.add_special = add_special;
   o.run_encoder = m.run_encoder;
-  o.tokenize_piece = [&](std::string_view piece, size_t offset) {
-    if (ctx.allow_special_in_content) return ctx.tokenizer.encode(piece, false, true);
-    std::vector<TextSpan> plain;  // the message content inside this piece, from the piece's start
-    for (const TextSpan& s : chat.content) {
-      const size_t b = std::max(s.begin, offset), e = std::min(s.end, offset + piece.size());
-      if (b < e) plain.push_back({b - offset, e - offset});
-    }
-    return ctx.tokenizer.encode(piece, false, plain);
-  };
+  o.tokenize_piece = tokenize_piece;
   MediaPrompt mp;
   try {
-    mp = build_media_prompt(ctx.tokenizer, {m.vision, m.audio}, chat.text, images, o);
+    mp = build_media_prompt(ctx.tokenizer, {m.vision, m.audio}, text, images, o);
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {
-    throw bad_request("messages", e.what());
+    throw bad_request(param, e.what());
   }
   if (m.on_encoded) m.on_encoded(static_cast<int64_t>(images.size()), mp.encoded, mp.media_tokens, mp.encode_seconds);
   params.prompt = std::move(mp.tokens);
@@ -182,10 +175,21 @@ std::string render_chat(const ApiContext& ctx, const CompletionAsk& ask, ParsedR
   p.parallel_tool_calls = prompt.parallel_tool_calls;
   p.tool_grammar_held = !prompt.tool_grammar.empty();
   check_prompt_bytes(ctx, chat_text.text.size(), ask.names.prompt);
-  if (prompt.media.empty())
+  if (prompt.media.empty()) {
     params.prompt = ctx.chat_template->tokenize(ctx.tokenizer, chat_text, ctx.allow_special_in_content);
-  else
-    media_prompt(ctx, chat_text, prompt.media, params);
+  } else {
+    auto piece = [&](std::string_view text, size_t offset) {
+      if (ctx.allow_special_in_content) return ctx.tokenizer.encode(text, false, true);
+      std::vector<TextSpan> plain;  // the message content inside this piece, from the piece's start
+      for (const TextSpan& s : chat_text.content) {
+        const size_t b = std::max(s.begin, offset), e = std::min(s.end, offset + text.size());
+        if (b < e) plain.push_back({b - offset, e - offset});
+      }
+      return ctx.tokenizer.encode(text, false, plain);
+    };
+    media_prompt(ctx, chat_text.text, ctx.media->marker, !ctx.chat_template->bos_in_text(chat_text), piece, prompt.media,
+                 "messages", params);
+  }
   return prompt.tool_grammar;
 }
 
@@ -238,7 +242,7 @@ void fit_context(const ApiContext& ctx, const CompletionAsk& ask, ParsedRequest&
                                  n_prompt, ctx.n_ctx),
                      param, "invalid_request_error", "context_length_exceeded"};
     const int64_t room = ctx.n_ctx - n_prompt;
-    one.max_tokens = ask.max_tokens ? *ask.max_tokens : ask.chat ? room : std::min<int64_t>(16, room);
+    one.max_tokens = ask.max_tokens ? *ask.max_tokens : ask.chat || ask.until_context ? room : std::min<int64_t>(16, room);
     if (ask.max_tokens && *ask.max_tokens > room)
       throw ApiError{400,
                      fmt::format("the prompt{} ({} tokens) plus '{}' ({}) exceed the context of {} tokens",
@@ -279,6 +283,23 @@ ParsedRequest prepare_completion(const ApiContext& ctx, CompletionAsk ask) {
   if (ask.chat) {
     tool_grammar = render_chat(ctx, ask, p);
     if (!ask.cache_breakpoints.empty()) cache_breakpoints(ctx, ask, p);
+    p.prompts.push_back({r.params.prompt, 0});
+  } else if (ask.media_text) {
+    // llama-server's prompt with multimodal_data: its markers are llama.cpp's `<__media__>` (as its documentation
+    // says) or this server's own (as GET /props says, as llama-server's /props does); special tokens parsed.
+    if (!ctx.media) throw bad_request(ask.names.prompt, "this server has no multimodal projector (--mmproj)");
+    const std::string& text = *ask.media_text;
+    check_prompt_bytes(ctx, text.size(), ask.names.prompt);
+    const std::string marker = text.find(ctx.media->marker) != std::string::npos ? ctx.media->marker : std::string(kMediaMarker);
+    size_t markers = 0;
+    for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + marker.size())) markers++;
+    if (markers != ask.media.size())
+      throw bad_request(ask.names.prompt + ".prompt_string",
+                        fmt::format("'{0}.prompt_string' has {1} media markers ({2}) for {3} files in "
+                                    "'{0}.multimodal_data': one marker a file, in order",
+                                    ask.names.prompt, markers, kMediaMarker, ask.media.size()));
+    auto piece = [&](std::string_view t, size_t) { return ctx.tokenizer.encode(t, false, true); };
+    media_prompt(ctx, text, marker, true, piece, ask.media, ask.names.prompt, r.params);
     p.prompts.push_back({r.params.prompt, 0});
   } else {
     if (ask.prompts.empty()) throw bad_request(ask.names.prompt, fmt::format("'{}' is missing", ask.names.prompt));

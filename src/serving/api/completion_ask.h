@@ -30,7 +30,14 @@ struct CompletionAsk {
   nlohmann::ordered_json chat_input = nlohmann::ordered_json::object();
   // Completions: the prompts, tokenized (a list: one request per prompt and choice).
   std::vector<std::vector<int32_t>> prompts;
-  std::optional<int64_t> max_tokens;  // none: to the end of the context (chat), 16 (completions)
+  // Completions: instead, one prompt with media (llama-server's {"prompt_string", "multimodal_data"}): its text, the
+  // files going where it has the media marker (llama.cpp's `<__media__>`, or the server's own that GET /props
+  // tells), tokenized by prepare_completion as llama-server's libmtmd does (special tokens parsed, BOS where the
+  // vocabulary adds one).
+  std::optional<std::string> media_text;
+  std::vector<MediaPart> media;
+  std::optional<int64_t> max_tokens;  // none: to the end of the context (chat, until_context), 16 (completions)
+  bool until_context = false;         // a completion without max_tokens runs to the end of the context
   // Sampling with the neutral defaults (temperature 1, no top-k/top-p/min-p, no penalties); seed: none draws one.
   SamplingParams sampling = neutral_sampling();
   std::optional<uint64_t> seed;

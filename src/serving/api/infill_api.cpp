@@ -135,18 +135,19 @@ json InfillAnswer::final_object() const {
   // Why it stopped, as llama-server says: eos (the model ended), word (a stop string), limit (n_predict).
   const std::string stop_type = finish_ == "length" ? "limit" : stop_word_.empty() ? "eos" : "word";
   const ReplyUsage u = usage();
-  return {{"content", stream_ ? "" : content_},
-          {"stop", true},
-          {"model", ids_.model},
-          {"prompt", ids_.prompt_text},
-          {"tokens_predicted", u.completion},
-          {"tokens_evaluated", u.prompt},
-          {"tokens_cached", u.cached},
-          {"stop_type", stop_type},
-          {"stopping_word", stop_word_},
-          {"truncated", false},
-          {"has_new_line", content_.find('\n') != std::string::npos},
-          {"input_extra_tokens_dropped", ids_.extra_dropped}};
+  json o = {{"content", stream_ ? "" : content_},
+            {"stop", true},
+            {"model", ids_.model},
+            {"prompt", ids_.prompt_text},
+            {"tokens_predicted", u.completion},
+            {"tokens_evaluated", u.prompt},
+            {"tokens_cached", u.cached},
+            {"stop_type", stop_type},
+            {"stopping_word", stop_word_},
+            {"truncated", false},
+            {"has_new_line", content_.find('\n') != std::string::npos}};
+  if (ids_.extra_dropped >= 0) o["input_extra_tokens_dropped"] = ids_.extra_dropped;  // /infill's
+  return o;
 }
 
 void InfillAnswer::on_error(std::string& out) {

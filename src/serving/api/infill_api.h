@@ -33,12 +33,12 @@ InfillRequest infill_ask(const nlohmann::ordered_json& body, const ApiContext& c
 
 struct InfillIds {
   std::string model;
-  int64_t extra_dropped = 0;
+  int64_t extra_dropped = 0;  // -1: not /infill (POST /completion's answer, the same shape without the field)
   std::string prompt_text;
 };
 
 // The answer from the reply's events: llama-server's objects, streamed (a piece of content each, then the final
-// one) or whole.
+// one) or whole; /infill's and /completion's (llama_completion_api.h).
 class InfillAnswer : public BodyStream, public DeferredResponse, ReplyReader {
  public:
   InfillAnswer(std::shared_ptr<ReplyEvents> events, InfillIds ids, bool stream)

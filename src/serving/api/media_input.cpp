@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -154,6 +155,48 @@ MediaPart audio_part(const nlohmann::ordered_json& part, const std::string& para
       throw bad_request(ap + ".format", fmt::format("'{}.format' is '{}' but the data is not a {} file", ap, format, format));
   }
   return {std::move(bytes), param, true};
+}
+
+std::string prompt_object(const nlohmann::ordered_json& prompt, const std::string& param, const ApiContext& ctx,
+                          std::vector<MediaPart>& parts) {
+  for (const auto& [key, value] : prompt.items())
+    if (key != "prompt_string" && key != "multimodal_data")
+      throw bad_request(param + "." + key, fmt::format("unknown field '{}.{}' (a prompt object holds prompt_string and "
+                                                       "multimodal_data)",
+                                                       param, key));
+  if (!prompt.contains("prompt_string") || !prompt["prompt_string"].is_string())
+    throw bad_request(param + ".prompt_string", fmt::format("'{}.prompt_string' must be a string", param));
+  std::string text = prompt["prompt_string"];
+  if (!prompt.contains("multimodal_data") || prompt["multimodal_data"].is_null()) return text;
+  const std::string dp = param + ".multimodal_data";
+  const auto& data = prompt["multimodal_data"];
+  if (!data.is_array()) throw bad_request(dp, fmt::format("'{}' must be an array of base64 files", dp));
+  if (!ctx.media)
+    throw bad_request(dp, fmt::format("'{}' holds media, but this server has no multimodal projector: start it with "
+                                      "--mmproj FILE",
+                                      dp));
+  const MediaSupport& m = *ctx.media;
+  if (m.max_images > 0 && data.size() > static_cast<size_t>(m.max_images))
+    throw bad_request(dp, fmt::format("'{}' holds {} files; at most {} a request (--max-images)", dp, data.size(),
+                                      m.max_images));
+  for (size_t i = 0; i < data.size(); i++) {
+    const std::string ep = fmt::format("{}[{}]", dp, i);
+    if (!data[i].is_string()) throw bad_request(ep, fmt::format("'{}' must be a base64 string", ep));
+    std::string bytes = decoded(data[i].get<std::string>(), ep, std::max(m.max_bytes, m.max_audio_bytes), "file");
+    if (bytes.empty()) throw bad_request(ep, fmt::format("'{}' holds no data", ep));
+    const bool audio = looks_like_audio({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    if (audio && !m.audio)
+      throw bad_request(ep, fmt::format("'{}' is audio, but this server has no audio encoder", ep));
+    if (!audio && !m.vision)
+      throw bad_request(ep, fmt::format("'{}' is not audio (WAV, FLAC or MP3), and this server has no image encoder",
+                                        ep));
+    const size_t max = audio ? m.max_audio_bytes : m.max_bytes;
+    if (bytes.size() > max)
+      throw bad_request(ep, fmt::format("'{}' is {} bytes, more than the {} of one {}", ep, bytes.size(), max,
+                                        audio ? "audio file" : "image"));
+    parts.push_back({std::move(bytes), ep, audio});
+  }
+  return text;
 }
 
 nlohmann::ordered_json image_url_part(const std::string& media_type, const std::string& base64_data) {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "serving/api/completion_ask.h"
+#include "serving/api/media_input.h"
 
 namespace kestrel {
 
@@ -211,6 +212,14 @@ CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
     for (const char* key : {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
                             "reasoning_effort"})
       if (j.contains(key)) ask.chat_input[key] = j[key];
+  } else if (j.contains("prompt") && j["prompt"].is_object()) {
+    // llama-server's prompt object, with its files (multimodal_data) where the text has the media marker.
+    std::string text = prompt_object(j["prompt"], "prompt", ctx, ask.media);
+    if (ask.media.empty()) {
+      ask.prompts = token_prompts(ctx, ojson{{"prompt", text}}, "prompt", kMaxPrompts, true);
+    } else {
+      ask.media_text = std::move(text);
+    }
   } else {
     ask.prompts = token_prompts(ctx, j, "prompt", kMaxPrompts, true);
   }
@@ -238,6 +247,8 @@ CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
   } else {
     ask.top_logprobs = static_cast<int>(f.integer("logprobs", 0, 20, -1));
     ask.echo = f.boolean("echo", false);
+    if (ask.echo && ask.media_text)
+      throw bad_request("echo", "'echo' with a prompt holding media is not supported (its rows have no text to echo)");
     ask.logprob_end_token = ask.top_logprobs >= 0;
   }
   ask.stream = f.boolean("stream", false);

@@ -107,8 +107,11 @@ HttpResponse ApiRoutes::completion(const HttpRequest& req, Api api) {
     if (trace) trace->refused(operation_of(api), r.status, std::to_string(r.status), "the request queue is full");
     return r;
   }
-  // (A body that may carry images is always offloaded: its images are encoded before it starts.)
-  if (req.body.size() <= kInlineBodyBytes && !(c_.mmproj && req.body.find("image") != std::string::npos))
+  // (A body that may carry images or audio is always offloaded: its media are encoded before it starts.)
+  const bool media = c_.mmproj && (req.body.find("image") != std::string::npos ||
+                                   req.body.find("audio") != std::string::npos ||
+                                   req.body.find("multimodal_data") != std::string::npos);
+  if (req.body.size() <= kInlineBodyBytes && !media)
     return traced_start(req, api, std::move(slot), trace);
   // (std::function wants a copyable job: the slot rides in a shared_ptr.)
   auto held = std::make_shared<QueueSlot>(std::move(slot));
@@ -228,6 +231,12 @@ ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
       InfillRequest ir = infill_ask(parse_body(req.body), ctx);
       ParsedRequest p = prepare_completion(ctx, std::move(ir.ask));
       return {std::move(p), {}, std::move(ir)};
+    }
+    case Api::LlamaCompletion: {
+      LlamaCompletionRequest lr = llama_completion_ask(parse_body(req.body), ctx);
+      lr.ask.until_context = true;  // n_predict -1 (the default): until the end or the context
+      ParsedRequest p = prepare_completion(ctx, std::move(lr.ask));
+      return {std::move(p), {}, {}, std::move(lr.prompt_text)};
     }
     case Api::Responses: {
       ResponsesRequest rr = responses_ask(parse_body(req.body), responses_, ctx);
@@ -353,6 +362,10 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
                   p.stream);
       break;
     }
+    case Api::LlamaCompletion:
+      answer_with(r, std::make_shared<InfillAnswer>(events, InfillIds{p.model, -1, prepared.native_prompt}, p.stream),
+                  p.stream);
+      break;
     case Api::Responses: {
       const ResponsesRequest& rr = prepared.responses;
       const Tokenizer* tok = engine_.engine().tokenizer.get();

@@ -74,6 +74,9 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/rerank", [this](const HttpRequest& r) { return completion(r, Api::Rerank); });
   router.add("POST", "/api/embed", [this](const HttpRequest& r) { return completion(r, Api::OllamaEmbed); });
   router.add("POST", "/infill", [this](const HttpRequest& r) { return completion(r, Api::Infill); });
+  router.add("POST", "/completion", [this](const HttpRequest& r) { return completion(r, Api::LlamaCompletion); });
+  router.add("POST", "/completions", [this](const HttpRequest& r) { return completion(r, Api::LlamaCompletion); });
+  router.add("GET", "/props", [this](const HttpRequest&) { return props(); });
   router.add("POST", "/v1/responses", [this](const HttpRequest& r) { return completion(r, Api::Responses); });
   router.add("GET", "/v1/responses/*", [this](const HttpRequest& r) { return stored_response(r); });
   router.add("POST", "/api/chat", [this](const HttpRequest& r) { return completion(r, Api::OllamaChat); });
@@ -86,6 +89,19 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/api/show", offloaded([this](const HttpRequest& r) { return ollama_show(r); }));
   router.add("POST", "/v1/chat/completions/input_tokens",
              offloaded([this](const HttpRequest& r) { return count_tokens(r, Api::Chat); }));
+}
+
+// llama-server's GET /props, the part that holds here: the context, the chat template, what media the server takes
+// and the marker its /completion prompts put them at (llama.cpp's `<__media__>` is taken too).
+HttpResponse ApiRoutes::props() const {
+  json modalities = {{"vision", c_.media.vision != nullptr}, {"audio", c_.media.audio != nullptr}};
+  json o = {{"default_generation_settings", {{"n_ctx", engine_.n_ctx()}}},
+            {"total_slots", c_.n_slots},
+            {"model_alias", c_.model_names.front()},
+            {"modalities", modalities},
+            {"chat_template", c_.chat_template ? c_.chat_template->source() : std::string()}};
+  if (c_.mmproj) o["media_marker"] = c_.media.marker;
+  return json_response(json_text(o));
 }
 
 // The built-in document with the names this server answers to as ModelName's values and its vocabulary's last id as

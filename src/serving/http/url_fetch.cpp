@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>  // (boost/asio/awaitable.hpp uses std::exchange without including it)
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/redirect_error.hpp>
