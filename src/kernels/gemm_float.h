@@ -1,9 +1,9 @@
 #pragma once
 // Tiled matrix multiply for float weight formats (F32, F16, BF16) against
-// float activations: 4 weight rows x 4 tokens per micro-kernel on AVX-512
-// (16 FMAs per 8 loads; 4 x 3 on AVX2, whose 16 registers hold 12
-// accumulators), one horizontal sum per output at the end: llama.cpp's GEMM
-// order for batches. Used for batches of matrices llama.cpp hands to that
+// float activations: 5 weight rows x 5 tokens per micro-kernel on AVX-512
+// (25 FMAs per 10 loads, 25 of the 32 registers accumulating; 4 x 3 on AVX2,
+// whose 16 registers hold 12 accumulators), one horizontal sum per output at
+// the end: llama.cpp's GEMM order for batches (the tile's shape changes no bit). Used for batches of matrices llama.cpp hands to that
 // GEMM; single tokens, routed experts and other shapes use the row dots.
 #include <cstddef>
 #include <cstdint>

