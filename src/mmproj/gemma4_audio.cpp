@@ -339,8 +339,7 @@ class Gemma4Audio final : public AudioEncoder {
   }
 
   MediaEmbeddings encode_chunk(const std::vector<float>& mel, int64_t frames) {
-    const int64_t d = d_, t1 = halved(frames), n = halved(t1), f0 = freq_[0], f1 = freq_[1];
-    const int64_t c0 = channels_[0], c1 = channels_[1];
+    const int64_t d = d_, t1 = halved(frames), n = halved(t1), f1 = freq_[1], c1 = channels_[1];
     const std::vector<float> h0 = subsample0(mel, frames, t1);
     const std::vector<float> h1 = subsample1(h0, t1, n);
     ensure(n);

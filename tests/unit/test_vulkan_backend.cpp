@@ -446,8 +446,7 @@ TEST_F(VulkanOps, BiasedClampedAndGegluExpertsRunOnTheDevice) {
 // Attention over a paged KV cache in device memory (Backend::kv_memory) against the CPU backend's over host
 // rows written the same way: two sequences with their own block tables, GQA, prefill rows and a decode row
 // past two 64-position chunks, F32, F16, BF16, Q8_0, FP8 and Q4 rows (the device's rows byte for byte the
-// CPU's), with
-// a sliding window, a soft-cap and sinks.
+// CPU's), with a sliding window, a soft-cap and sinks, and rows attended both ways (horizons past their position).
 TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
   const int n_head = 4, n_kv = 2, hd = 32, block = 4, n_blocks = 64;
   const int64_t width = n_kv * hd, slots = int64_t{n_blocks} * block;
@@ -491,17 +490,21 @@ TEST_F(VulkanOps, AttentionOverThePagedKvCacheEqualsTheCpuBackend) {
     const std::vector<int32_t> pos = {147, 148, 149, 8};
     const int32_t* tables[4] = {table0.data(), table0.data(), table0.data(), table1.data()};
     const auto q = random_floats(4 * n_head * hd, 42);
-    for (int variant = 0; variant < 3; variant++) {
+    // Variants 3 and 4: the prefill rows attended both ways (a media span's rows, seeing to its last, 149).
+    const std::vector<int32_t> horizon = {149, 149, 149, 8};
+    for (int variant = 0; variant < 5; variant++) {
       AttentionShape s{n_head, n_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
-      if (variant == 1) s.window = 70, s.softcap = 5.0f;
+      if (variant == 1 || variant == 4) s.window = 70, s.softcap = 5.0f;
       if (variant == 2) s.sinks = sinks.data();
+      const int32_t* horizons = variant >= 3 ? horizon.data() : nullptr;
       std::vector<float> want(4 * n_head * hd), got;
       const PagedKvLayerView hv_view{hk.data(), hv.data(), stride, stride, block, f, f};
       const PagedKvLayerView dv_view{dk.get(), dv.get(), stride, stride, block, f, f};
-      cpu_->attention(hv_view, {4, cpu_->host_view(q.data()), cpu_->host_view(want.data()), pos.data(), tables}, s);
+      cpu_->attention(hv_view, {4, cpu_->host_view(q.data()), cpu_->host_view(want.data()), pos.data(), tables, horizons},
+                      s);
       on_device([&] {
         Act gq = upload(*gpu_, q), go = gpu_->alloc(static_cast<int64_t>(want.size()));
-        gpu_->attention(dv_view, {4, gq, go, pos.data(), tables}, s);
+        gpu_->attention(dv_view, {4, gq, go, pos.data(), tables, horizons}, s);
         got = out(*gpu_, go, want.size());
       });
       expect_close(got, want, 2e-5f, std::string(kv_type_name(type)) + " variant " + std::to_string(variant));
@@ -553,6 +556,21 @@ TEST_F(VulkanOps, DenseAttentionAndKvRowReadsRunOnTheDevice) {
     got_o = out(*gpu_, go, want_o.size());
   });
   expect_close(got_o, want_o, 2e-5f, "dense attention");
+  // A whole image's attention (every row sees every row: horizons at the last), as the encoders run it.
+  const std::vector<int32_t> all_pos = {0, 1, 2, 3, 4, 5}, all_last(6, 5);
+  const auto q6 = random_floats(6 * n_head * hd, 82);
+  std::vector<float> want6(6 * n_head * hd), got6;
+  cpu_->attention_dense(cpu_->host_view(want.data()), cpu_->host_view(want.data()), width, width, 6,
+                        {6, cpu_->host_view(q6.data()), cpu_->host_view(want6.data()), all_pos.data(), nullptr,
+                         all_last.data()},
+                        s);
+  on_device([&] {
+    Act kv = upload(*gpu_, std::vector<float>(want.begin(), want.begin() + 6 * width)), gq = upload(*gpu_, q6),
+        go = gpu_->alloc(static_cast<int64_t>(want6.size()));
+    gpu_->attention_dense(kv, kv, width, width, 6, {6, gq, go, all_pos.data(), nullptr, all_last.data()}, s);
+    got6 = out(*gpu_, go, want6.size());
+  });
+  expect_close(got6, want6, 2e-5f, "dense attention both ways");
 }
 
 // Greedy sampling on the device: each row's argmax equals kernels/ops.h's (the first of equal maxima; NaNs never

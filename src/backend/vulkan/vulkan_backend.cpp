@@ -257,45 +257,46 @@ class VulkanBackend final : public ForwardingBackend, private VulkanOpContext {
   }
 
   void attention(const PagedKvLayerView& kv, const AttentionRows& rows, const AttentionShape& s) override {
-    // (Rows that see past their own position — a media span attended both ways — run on the CPU: the shader's
-    // mask is causal.)
-    const bool device = !on_cpu_ && !rows.horizons && kv.v && device_memory(kv.k) && device_memory(kv.v) && row_type(kv.k_format) >= 0 &&
+    // (Rows that see past their own position, a media span attended both ways, read to their horizon.)
+    const bool device = !on_cpu_ && kv.v && device_memory(kv.k) && device_memory(kv.v) && row_type(kv.k_format) >= 0 &&
                         row_type(kv.v_format) >= 0 && s.head_dim <= 1024 && s.value_dim() <= 1024 && s.n_kv_head > 0 &&
                         s.n_head % s.n_kv_head == 0;
     if (!device) return fwd().attention(kv, rows, s);
     const int64_t n = rows.n_tokens;
     if (n <= 0) return;
-    // meta: per token its position and table start, then each distinct table (as long as its tokens need),
-    // then the sinks.
+    // meta: per token its position, table start and last position seen (its horizon), then each distinct table
+    // (as long as its tokens need), then the sinks.
     auto& tables = attn_tables_;  // a table and the entries its tokens read (members: no allocation per call)
     auto& which = attn_which_;
     tables.clear();
     which.resize(static_cast<size_t>(n));
     for (int64_t t = 0; t < n; t++) {
       const int32_t* table = rows.block_tables[t];
-      const int64_t need = rows.positions[t] / kv.block_size + 1;
+      const int32_t last = rows.horizons ? rows.horizons[t] : rows.positions[t];
+      const int64_t need = last / kv.block_size + 1;
       size_t i = 0;
       while (i < tables.size() && tables[i].first != table) i++;
       if (i == tables.size()) tables.emplace_back(table, 0);
       tables[i].second = std::max(tables[i].second, need);
       which[static_cast<size_t>(t)] = i;
     }
-    int64_t words = 2 * n + (s.sinks ? s.n_head : 0);
+    int64_t words = 3 * n + (s.sinks ? s.n_head : 0);
     for (const auto& tb : tables) words += tb.second;
     const vk::Binding bq = bind(rows.q, n * s.n_head * s.head_dim, Use::In);
     auto [m, bm] = stage(static_cast<size_t>(words) * sizeof(int32_t));
     auto* meta = reinterpret_cast<int32_t*>(m);
     auto& start = attn_start_;
     start.resize(tables.size());
-    int64_t at = 2 * n;
+    int64_t at = 3 * n;
     for (size_t i = 0; i < tables.size(); i++) {
       start[i] = at;
       std::memcpy(meta + at, tables[i].first, static_cast<size_t>(tables[i].second) * sizeof(int32_t));
       at += tables[i].second;
     }
     for (int64_t t = 0; t < n; t++) {
-      meta[2 * t] = rows.positions[t];
-      meta[2 * t + 1] = static_cast<int32_t>(bm.word + start[which[static_cast<size_t>(t)]]);
+      meta[3 * t] = rows.positions[t];
+      meta[3 * t + 1] = static_cast<int32_t>(bm.word + start[which[static_cast<size_t>(t)]]);
+      meta[3 * t + 2] = rows.horizons ? rows.horizons[t] : rows.positions[t];
     }
     if (s.sinks) std::memcpy(meta + at, s.sinks, static_cast<size_t>(s.n_head) * sizeof(float));
     const vk::Binding bk = bind_memory(kv.k), bv = bind_memory(kv.v);

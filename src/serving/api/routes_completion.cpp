@@ -223,14 +223,14 @@ ApiContext ApiRoutes::api_context() const {
 ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
   const ApiContext ctx = api_context();
   switch (api) {
-    case Api::Completions: return {parse_completion_request(ctx, req.body, false), {}, {}};
-    case Api::Chat: return {parse_completion_request(ctx, req.body, true), {}, {}};
+    case Api::Completions: return {parse_completion_request(ctx, req.body, false), {}, {}, {}};
+    case Api::Chat: return {parse_completion_request(ctx, req.body, true), {}, {}, {}};
     case Api::Messages:
-      return {prepare_completion(ctx, anthropic_ask(parse_body(req.body), ctx, false)), {}, {}};
+      return {prepare_completion(ctx, anthropic_ask(parse_body(req.body), ctx, false)), {}, {}, {}};
     case Api::Infill: {
       InfillRequest ir = infill_ask(parse_body(req.body), ctx);
       ParsedRequest p = prepare_completion(ctx, std::move(ir.ask));
-      return {std::move(p), {}, std::move(ir)};
+      return {std::move(p), {}, std::move(ir), {}};
     }
     case Api::LlamaCompletion: {
       LlamaCompletionRequest lr = llama_completion_ask(parse_body(req.body), ctx);
@@ -241,7 +241,7 @@ ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
     case Api::Responses: {
       ResponsesRequest rr = responses_ask(parse_body(req.body), responses_, ctx);
       ParsedRequest p = prepare_completion(ctx, std::move(rr.ask));
-      return {std::move(p), std::move(rr), {}};
+      return {std::move(p), std::move(rr), {}, {}};
     }
     case Api::OllamaChat:
     case Api::OllamaGenerate: {
@@ -262,7 +262,7 @@ ApiRoutes::Prepared ApiRoutes::parse(const HttpRequest& req, Api api) const {
         }
       }
       p.serve.params.max_tokens = p.prompts.front().max_tokens;
-      return {std::move(p), {}, {}};
+      return {std::move(p), {}, {}, {}};
     }
     case Api::Embeddings:
     case Api::OllamaEmbed:

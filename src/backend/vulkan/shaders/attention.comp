@@ -1,5 +1,5 @@
 #version 450
-// Causal attention over the paged KV cache (kernels/attention.h), flash-decoding style: one workgroup per
+// Attention over the paged KV cache (kernels/attention.h), flash-decoding style: one workgroup per
 // (token, query head). It streams the token's positions 64 at a time: each invocation scores one position
 // (q . k * scale, the soft-cap), the workgroup takes the chunk's maximum and rescales what it accumulated
 // (online softmax in fp32), then each invocation adds its value dimensions' weighted sum over the chunk.
@@ -12,8 +12,9 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer K { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer V { uint vw[]; };
 layout(std430, set = 0, binding = 3) buffer O { float o[]; };
-// Per token: its position and where its block table starts in meta; then the tables; then (with sinks) the
-// heads' sink logits as float bits.
+// Per token: its position, where its block table starts in meta, and the last position it sees (its own, or a
+// media span's last for rows attended both ways: kernels/attention.h's horizons); then the tables; then (with
+// sinks) the heads' sink logits as float bits.
 layout(std430, set = 0, binding = 4) readonly buffer M { int meta[]; };
 layout(push_constant) uniform Params {
   uint n_head, n_kv_head, hd, vd, q_off, o_off, k_off, v_off;  // offsets in words
@@ -85,7 +86,8 @@ float value(uint slot, uint e) {
 
 void main() {
   const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
-  const int pos = meta[p.meta_off + 2u * t], table = meta[p.meta_off + 2u * t + 1u];
+  const int pos = meta[p.meta_off + 3u * t], table = meta[p.meta_off + 3u * t + 1u];
+  const int last = meta[p.meta_off + 3u * t + 2u];
   int first = 0;
   if (p.chunk > 0) first = pos - pos % p.chunk;
   else if (p.window > 0 && pos + 1 > p.window) first = pos + 1 - p.window;
@@ -99,11 +101,11 @@ void main() {
   float m = -1.0 / 0.0, l = 0.0;
   float acc[kPerLane];
   for (uint k = 0u; k < kPerLane; k++) acc[k] = 0.0;
-  for (int c = first; c <= pos; c += 64) {
+  for (int c = first; c <= last; c += 64) {
     const int ps = c + int(lane);
     float s = -1.0 / 0.0;
     uint slot = 0u;
-    if (ps <= pos) {
+    if (ps <= last) {
       slot = uint(meta[table + ps / int(p.block_size)]) * p.block_size + uint(ps % int(p.block_size));
       float d = 0.0;
       for (uint e = 0u; e < p.hd; e++) d += qs[e] * key(slot, e);
@@ -119,7 +121,7 @@ void main() {
     }
     const float m_new = max(m, red[0]);
     const float correction = exp(m - m_new);
-    const float w = ps <= pos ? exp(s - m_new) : 0.0;
+    const float w = ps <= last ? exp(s - m_new) : 0.0;
     barrier();
     weight[lane] = w;
     red[lane] = w;
@@ -129,7 +131,7 @@ void main() {
       barrier();
     }
     l = l * correction + red[0];
-    const uint count = uint(min(64, pos - c + 1));
+    const uint count = uint(min(64, last - c + 1));
     for (uint k = 0u; k < kPerLane; k++) {
       const uint e = lane + 64u * k;
       if (e >= p.vd) break;
