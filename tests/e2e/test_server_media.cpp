@@ -455,6 +455,39 @@ TEST(ServerMedia, TheWebPageAttachesAnImageInARealBrowser) {
       << seen;
 }
 
+// The web page with an audio encoder too (Gemma 4's file with both): an image and a WAV attached together, shown
+// (a player for the audio), sent as image_url and input_audio parts before the text, answered; kept across a reload.
+TEST(ServerMedia, TheWebPageAttachesAudioInARealBrowser) {
+  const std::string clients = kSource + "/tests/e2e/openai_client";
+  ASSERT_TRUE(std::filesystem::exists(clients + "/node_modules/puppeteer-core/package.json"))
+      << "the puppeteer-core npm package is missing: run scripts/setup.sh";
+  test::TempDir dir;
+  const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");
+  std::string model, mmproj;
+  cell_files(doc, "gemma4-both-tiny-seed4", dir, model, mmproj);
+  test::ServerProcess s({"-m", model, "--mmproj", mmproj, "-c", "1024"});
+  int st = 0;
+  const std::string data = kSource + "/tests/data/mmproj/";
+  const std::string out = test::shell("cd " + clients + " && KESTREL_URL=http://127.0.0.1:" + std::to_string(s.port()) +
+                                          "/ KESTREL_IMAGE=" + data + "checker-40x40.png KESTREL_AUDIO=" + data +
+                                          "tone-16k-mono.wav node webchat_media.mjs",
+                                      &st);
+  ASSERT_EQ(st, 0) << out;
+  const json seen = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{") + 1));
+  EXPECT_EQ(seen["attached"], "1 image, 1 audio file") << seen;
+  ASSERT_EQ(seen["messages"].size(), 2u) << seen;
+  EXPECT_EQ(seen["messages"][0]["images"], 1) << seen;
+  EXPECT_EQ(seen["messages"][0]["audio"], 1) << seen;
+  EXPECT_EQ(seen["messages"][0]["audio_src"], "data:audio/wav;base64,") << seen;
+  EXPECT_FALSE(seen["messages"][1]["content"].get<std::string>().empty()) << seen;
+  EXPECT_EQ(seen["sent_parts"], json::array({"image_url", "input_audio", "text"})) << seen;
+  EXPECT_EQ(seen["sent_audio"]["format"], "wav") << seen;
+  EXPECT_EQ(seen["sent_audio"]["data_prefix"], "UklGR") << seen;  // "RIFF" in base64: the bytes, not a data: URI
+  EXPECT_NE(seen["metrics"].get<std::string>().find("} 2"), std::string::npos) << seen;  // both media counted
+  EXPECT_EQ(seen["reloaded_audio"], 1) << seen;
+  EXPECT_TRUE(seen["console_errors"].empty()) << seen;
+}
+
 TEST(ServerMedia, ImagesAreRefusedByNameWithoutAnMmprojAndOutsideTheLimits) {
   test::TempDir dir;
   const json doc = test::read_json(kSource + "/tests/reference/mmproj_cells.json");

@@ -45,11 +45,11 @@ void ApiRoutes::install(Router& router) {
     HttpResponse r;
     r.content_type = "text/html; charset=utf-8";
     r.body = std::string(chat_page_html());
-    // Everything the page needs is in it; it talks to this server only (images: the ones a user attaches, read
-    // into data: URIs).
+    // Everything the page needs is in it; it talks to this server only (images and audio: the ones a user
+    // attaches, read into data: URIs).
     r.headers.emplace_back("Content-Security-Policy",
                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
-                           "img-src data:");
+                           "img-src data:; media-src data:");
     return r;
   });
   router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });

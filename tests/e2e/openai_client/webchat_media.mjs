@@ -1,7 +1,9 @@
 // The web chat page's image attachment in a real browser (Debian's chromium driven by puppeteer-core), against a
 // server with an mmproj (tests/e2e/test_server_media.cpp): an image attached through the file input, a question
 // sent, the reply streamed in; the image shown in the user's message and sent as an image_url part (the server's
-// media metrics count it). Prints one JSON line of what it saw. Environment: KESTREL_URL (the page), KESTREL_IMAGE.
+// media metrics count it). With KESTREL_AUDIO: an image and an audio file in one message (a player shown, an
+// input_audio part sent). Prints one JSON line of what it saw. Environment: KESTREL_URL (the page), KESTREL_IMAGE,
+// KESTREL_AUDIO.
 import puppeteer from "puppeteer-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -24,6 +26,33 @@ try {
   await page.goto(process.env.KESTREL_URL, { waitUntil: "load" });
   await page.evaluate(() => { document.getElementById("max_tokens").value = "6"; });
   const input = await page.$("#attach");
+  if (process.env.KESTREL_AUDIO) {
+    // An image and an audio file attached together, one message: the player shown, the parts sent in order.
+    await input.uploadFile(process.env.KESTREL_IMAGE, process.env.KESTREL_AUDIO);
+    await page.waitForFunction(() => document.getElementById("attached").textContent !== "", { timeout: 10000 });
+    seen.attached = await page.evaluate(() => document.getElementById("attached").textContent);
+    await page.type("#input", "What do you see and hear?");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => !document.getElementById("send").disabled &&
+                                     document.querySelectorAll("#messages .msg").length >= 2, { timeout: 60000 });
+    seen.messages = await page.evaluate(() => [...document.querySelectorAll("#messages .msg")].map((m) => ({
+      cls: m.className, images: m.querySelectorAll("img.attached").length, audio: m.querySelectorAll("audio.attached").length,
+      audio_src: m.querySelector("audio.attached")?.src?.slice(0, 22) ?? "",
+      content: m.querySelector(".content")?.textContent ?? "" })));
+    const parts = body?.messages?.at(-1)?.content;
+    seen.sent_parts = Array.isArray(parts) ? parts.map((p) => p.type) : typeof parts;
+    seen.sent_audio = Array.isArray(parts) ? parts.find((p) => p.type === "input_audio")?.input_audio ?? null : null;
+    if (seen.sent_audio) seen.sent_audio = { format: seen.sent_audio.format, data_prefix: seen.sent_audio.data.slice(0, 5) };
+    seen.metrics = await page.evaluate(async () => (await (await fetch("metrics")).text())
+      .split("\n").filter((l) => l.startsWith("kestrel_media_images_total")).join("\n"));
+    // Reloaded: the conversation (its audio with it) comes back from the browser's storage.
+    await page.reload({ waitUntil: "load" });
+    seen.reloaded_audio = await page.evaluate(() => document.querySelectorAll("#messages audio.attached").length);
+    await browser.close();
+    rmSync(profile, { recursive: true, force: true });
+    console.log(JSON.stringify(seen));
+    process.exit(0);
+  }
   // The image attached, the text typed and sent; back when the reply (the conversation's `messages`-th) is in.
   const send = async (text, messages) => {
     await input.uploadFile(process.env.KESTREL_IMAGE);
