@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Image (or audio) encode time and time to first token with one image (clip): kestrel vs llama.cpp's multimodal
 # library (libmtmd, what llama-mtmd-cli runs), same files, same threads, runs interleaved, medians (docs/benchmarks.md).
-#   [PROJ=gemma3|qwen35|pixtral|ultravox|gemma4a] scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
+#   [PROJ=gemma3|qwen35|pixtral|gemma4v|ultravox|gemma4a] scripts/bench-mmproj.sh [LLAMA_DIR] [REPS] [LAYERS]
 # The files, by `kestrel synth`, F16 projectors as the converters write them, with LAYERS vision blocks (default 4;
 # the time per block is what compares), and a 640x480 PNG:
 #   gemma3: a Gemma-3-1B-shaped text model (Q4_0) and a Gemma 3 projector at SigLIP-400M's widths (1152 wide,
@@ -11,6 +11,9 @@
 #   pixtral: a Ministral-3-3B-shaped text model (4 of its layers, Q4_0) and a Pixtral tower at Mistral Small
 #     3.1's widths (1024 wide, 16 heads, FFN 4096, patch 14, 2x2 merger: the photo is 46x34 patches, 407 rows with
 #     the breaks);
+#   gemma4v: a Gemma-4-E2B-shaped text model (5 of its layers, none sharing a cache, Q4_0) and Gemma 4's vision
+#     tower at the synth `base` preset's widths (768 wide, 12 heads, FFN 3072, patch 16, 3x3 pooling): the photo
+#     sized by the projector's own rule to 624x480, 39x30 = 1170 patches, pooled to 13x10 = 130 rows;
 #   ultravox: a TinyLlama-1.1B-shaped text model (4 of its layers, Q4_0) and Whisper large-v3's encoder (1280 wide,
 #     20 heads, FFN 5120, 128 mel bins) with Ultravox's projector, and a 10 s 16 kHz WAV (one 30 s window: 1500
 #     frames through the blocks, 187 rows);
@@ -27,11 +30,13 @@ case "$PROJ" in
   gemma3) SYNTH=(--arch gemma3 --preset 1b --mmproj-preset siglip-400m); TOWER="SigLIP-400M" ;;
   qwen35) SYNTH=(--arch qwen35 --preset 0.8b --mmproj-preset qwen35); TOWER="Qwen3.5 vision (Qwen3-VL)" ;;
   pixtral) SYNTH=(--arch mistral3 --preset 3b --layers 4 --mmproj-preset small); TOWER="Pixtral (Mistral Small 3.1)" ;;
+  gemma4v) SYNTH=(--arch gemma4 --preset e2b --layers 5 --shared-kv 0 --mmproj-preset base)
+           TOWER="Gemma 4 vision" ;;
   ultravox) SYNTH=(--arch llama --preset 1b --layers 4 --mmproj-projector ultravox --mmproj-preset whisper-large)
             TOWER="Whisper large-v3 (Ultravox)" ;;
   gemma4a) SYNTH=(--arch gemma4 --preset e2b --layers 5 --shared-kv 0 --mmproj-projector gemma4a --mmproj-preset large)
            TOWER="Gemma 4 audio Conformer" ;;
-  *) echo "PROJ: gemma3, qwen35, pixtral, ultravox or gemma4a" >&2; exit 2 ;;
+  *) echo "PROJ: gemma3, qwen35, pixtral, gemma4v, ultravox or gemma4a" >&2; exit 2 ;;
 esac
 W=${WORK:-build/bench-mmproj-$PROJ-$LAYERS}; mkdir -p "$W"
 K=build/kestrel
