@@ -101,6 +101,8 @@ CELLS = [
     ("ultravox-llama-tiny-seed3.f16", ["--arch", "llama", "--preset", "tiny", "--type", "f16", "--seed", "3",
                                        "--mmproj-projector", "ultravox", "--mmproj-type", "f16"],
      "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    # An MP3 (LAME's, of the mono WAV): llama.cpp decodes it with dr_mp3, Kestrel with libmpg123.
+    ("ultravox-llama-tiny-seed1-mp3", UV + ["--seed", "1"], "Listen <__media__> now", ["tone-16k-mono.mp3"], 12),
     ("voxtral-llama-tiny-seed1-two", VX + ["--seed", "1"], "<__media__> then <__media__> said",
      ["tones-22k-stereo.wav", "tone-16k-mono.wav"], 12),
     ("voxtral-llama-tiny-seed2.q8_0", ["--arch", "llama", "--preset", "tiny", "--type", "q8_0", "--seed", "2",
@@ -255,6 +257,17 @@ def write_audio():
         0.15 * math.sin(2 * math.pi * 7000 * i / 22050) + 0.05 * noise())
 
 
+def write_mp3(work):
+    """tests/data/mmproj/tone-16k-mono.mp3 from its WAV by wav_to_mp3.c (libsndfile's LAME writer), when missing: the
+    file is kept in the repository, since another LAME could encode other bytes."""
+    mp3 = os.path.join(IMAGES_DIR, "tone-16k-mono.mp3")
+    if os.path.exists(mp3):
+        return
+    exe = os.path.join(work, "wav_to_mp3")
+    subprocess.run([os.environ.get("CC", "cc"), os.path.join(HERE, "wav_to_mp3.c"), "-lsndfile", "-o", exe], check=True)
+    subprocess.run([exe, os.path.join(IMAGES_DIR, "tone-16k-mono.wav"), mp3], check=True)
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -280,6 +293,7 @@ def main():
     os.makedirs(ROWS_DIR, exist_ok=True)
     cells = []
     with tempfile.TemporaryDirectory() as work:
+        write_mp3(work)
         oracle = build_oracle(dest, work)
         for name, synth, prompt, images, n, *rest in CELLS:
             flags = rest[0] if rest else []

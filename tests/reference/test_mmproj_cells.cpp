@@ -126,7 +126,11 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     const bool audio = name.rfind("ultravox", 0) == 0 || name.rfind("voxtral", 0) == 0 || name.rfind("qwen2a", 0) == 0 ||
                        name.rfind("gemma4a", 0) == 0 || name.rfind("gemma4-both", 0) == 0;
     const bool f16 = name.find(".f16") != std::string::npos, q8 = name.find(".q8_0") != std::string::npos;
-    const double tol = g4_q8 || (audio && q8) ? 5e-2 : f16 ? (audio ? 5e-3 : 2e-3) : 3e-4;
+    // An MP3: decoded by libmpg123 here and by dr_mp3 in llama.cpp, two float decoders of one bitstream whose
+    // samples part in their last bits (measured: the rows 3.1e-4 apart, the logits 1.1e-5; the WAV it was
+    // encoded from gives 2.1e-6).
+    const bool mp3 = name.find("-mp3") != std::string::npos;
+    const double tol = g4_q8 || (audio && q8) ? 5e-2 : f16 ? (audio ? 5e-3 : 2e-3) : mp3 ? 1e-3 : 3e-4;
     EXPECT_LT(worst, tol) << name << ": encoder rows differ from llama.cpp's by up to " << worst;
 
     // The logits of the first and the last step: llama.cpp's (the image's rows, positions and attention, and the
