@@ -121,6 +121,9 @@ CELLS = [
      ["tones-22k-stereo.wav"], 12),
     ("gemma4a-tiny-seed3.q8_0", G4A + ["--type", "q8_0", "--seed", "3", "--mmproj-type", "q8_0"],
      "Listen <__media__> now", ["tone-16k-mono.wav"], 12),
+    # over 30 s: two chunks (30 s and 1.5 s), each its own run of the encoder, their rows one after the other
+    ("gemma4a-tiny-seed5-31s", G4A + ["--type", "f32", "--seed", "5"], "Listen <__media__> now",
+     ["sweep-8k-u8-31s.wav"], 8),
     ("gemma4-both-tiny-seed4", ["--arch", "gemma4", "--preset", "tiny", "--type", "f32", "--seed", "4",
                                 "--mmproj-projector", "gemma4v+gemma4a"], "A cat <__media__> said <__media__> loudly",
      ["gradient-97x61.png", "tone-16k-mono.wav"], 12),
@@ -241,6 +244,14 @@ def wav(path, rate, channels, frames, f):
                   b"data" + struct.pack("<I", len(data)) + data)
 
 
+def wav_u8(path, rate, frames, f):
+    """An 8-bit (unsigned) mono PCM WAV of f(i) in [-1, 1]: a long clip in few bytes."""
+    data = bytes(max(0, min(255, 128 + round(f(i) * 127))) for i in range(frames))
+    with open(path, "wb") as out:
+        out.write(b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " +
+                  struct.pack("<IHHIIHH", 16, 1, 1, rate, rate, 1, 8) + b"data" + struct.pack("<I", len(data)) + data)
+
+
 def write_audio():
     import math
     state = [12345]
@@ -252,6 +263,9 @@ def write_audio():
     wav(os.path.join(IMAGES_DIR, "tone-16k-mono.wav"), 16000, 1, 19200,  # 1.2 s
         lambda i, c: 0.3 * math.sin(2 * math.pi * 440 * i / 16000) + 0.2 * math.sin(2 * math.pi * 1230 * i / 16000) *
         (i / 19200) + 0.05 * noise())
+    # 31.5 s at 8 kHz in 8 bits (miniaudio's u8 mapping, then resampled to 16 kHz): two chunks for Gemma 4's audio
+    wav_u8(os.path.join(IMAGES_DIR, "sweep-8k-u8-31s.wav"), 8000, 252000,
+           lambda i: 0.5 * math.sin(2 * math.pi * (200 + 1500 * i / 252000) * i / 8000) + 0.05 * noise())
     wav(os.path.join(IMAGES_DIR, "tones-22k-stereo.wav"), 22050, 2, 19845,  # 0.9 s
         lambda i, c: 0.35 * math.sin(2 * math.pi * (300 + 500 * c) * i / 22050) +
         0.15 * math.sin(2 * math.pi * 7000 * i / 22050) + 0.05 * noise())

@@ -82,9 +82,13 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
     std::vector<MediaInput> in;
     for (const auto& path : cell.images) in.push_back(media_input_from_file(path));
     const MediaPrompt p = build_media_prompt(*e.tokenizer, encoders_of(*mm), cell.c["prompt"], in);
-    // The layout: llama.cpp's chunks in order.
+    // The layout: llama.cpp's chunks in order. (An audio file longer than its encoder's window is one chunk per
+    // window in llama.cpp, one after another: one span here whose rows are theirs in order, causal, one position a
+    // row, as theirs are; consecutive media chunks are compared with one span.)
     size_t at = 0, span = 0;
-    for (const auto& chunk : cell.c["chunks"]) {
+    const auto& chunks = cell.c["chunks"];
+    for (size_t ci = 0; ci < chunks.size(); ci++) {
+      const auto& chunk = chunks[ci];
       if (chunk.contains("text")) {
         for (const auto& id : chunk["text"]) {
           ASSERT_LT(at, p.tokens.size()) << name;
@@ -93,12 +97,18 @@ TEST(MmprojCells, PromptLayoutAndEncoderRowsAreLlamaCpps) {
         continue;
       }
       ASSERT_LT(span, p.media.size()) << name;
-      EXPECT_EQ(p.media[span].start, static_cast<int64_t>(at)) << name;
-      EXPECT_EQ(p.media[span].n_tokens, chunk["image"].get<int64_t>()) << name;
-      EXPECT_EQ(p.media[span].both_ways, chunk["non_causal"].get<bool>()) << name;
-      // The positions it takes: its rows, or (M-RoPE) its grid's longer side.
+      int64_t rows = chunk["image"].get<int64_t>(), n_pos = chunk["n_pos"].get<int64_t>();
       const MediaSpan& m = p.media[span];
-      EXPECT_EQ(m.grid_w > 0 ? std::max(m.grid_w, m.grid_h) : m.n_tokens, chunk["n_pos"].get<int64_t>()) << name;
+      while (!m.both_ways && !chunk["non_causal"].get<bool>() && ci + 1 < chunks.size() &&
+             chunks[ci + 1].contains("image") && rows < m.n_tokens) {
+        rows += chunks[++ci]["image"].get<int64_t>();
+        n_pos += chunks[ci]["n_pos"].get<int64_t>();
+      }
+      EXPECT_EQ(m.start, static_cast<int64_t>(at)) << name;
+      EXPECT_EQ(m.n_tokens, rows) << name;
+      EXPECT_EQ(m.both_ways, chunk["non_causal"].get<bool>()) << name;
+      // The positions it takes: its rows, or (M-RoPE) its grid's longer side.
+      EXPECT_EQ(m.grid_w > 0 ? std::max(m.grid_w, m.grid_h) : m.n_tokens, n_pos) << name;
       at += static_cast<size_t>(p.media[span++].n_tokens);
     }
     EXPECT_EQ(at, p.tokens.size()) << name;
