@@ -103,7 +103,9 @@ int run(RunFlags& f) {
     f.gen.media = media.media;
     fmt::print(stderr, "[kestrel] {} media inputs: {} tokens, encoded in {:.2f} s ({})\n", f.images.size(),
                media.media_tokens, media.encode_seconds,
-               mm->vision() ? mm->vision()->describe() : mm->audio()->describe());
+               mm->vision() && mm->audio() ? mm->vision()->describe() + "; " + mm->audio()->describe()
+               : mm->vision()             ? mm->vision()->describe()
+                                          : mm->audio()->describe());
   }
   std::vector<int32_t> prompt = !f.images.empty() ? media.tokens
                                 : f.prompt_ids.empty() ? e.tokenizer->encode(f.prompt, !f.no_bos, f.parse_special)
