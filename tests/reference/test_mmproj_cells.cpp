@@ -226,10 +226,11 @@ TEST(MmprojCells, RunGivesLlamaCppsIdsWholeAndInChunks) {
       for (const auto& img : cell.images) args.insert(args.end(), {"--image", img});
       const auto r = test::run_kestrel(args);
       ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
-      if (name == "gemma4-both-tiny-seed4")  // one file, both encoders: the run says which ran
+      if (name == "gemma4-both-tiny-seed4") {  // one file, both encoders: the run says which ran
         EXPECT_TRUE(r.err.find("gemma4v (Gemma 4)") != std::string::npos &&
                     r.err.find("gemma4a (Gemma 4 Conformer)") != std::string::npos)
             << r.err;
+      }
       const auto got = test::printed_ids(r.out + r.err);
       ASSERT_EQ(got.size(), want.size()) << name << " " << batch << ": " << r.out << r.err;
       size_t k = 0;
