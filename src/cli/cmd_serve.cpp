@@ -5,10 +5,11 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <mutex>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
+#include "backend/vulkan/vulkan_backend.h"
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
 #include "cli/mmproj_flags.h"
@@ -324,7 +325,20 @@ int run(ServeFlags& f) {
     if (f.mmproj.empty() && f.allow_media_urls) throw Error("--allow-media-urls needs --mmproj");
     if (!f.mmproj.empty()) {
       http->readiness().loading("loading the multimodal projector");
-      api.mmproj = load_mmproj(f.mmproj, f.image_tokens, e);
+      // On the CPU the encoders get their own backend (their own threads): each request's media are encoded on
+      // its worker thread, one request at a time, while the engine goes on stepping the other streams (between
+      // its steps, a long encode held them all). On a device they share the engine's, between its steps.
+      if (parse_device(f.engine.device) < 0 && !(e.comm && e.comm->size() > 1)) {
+        CpuBackendOptions bo;
+        bo.repack_weights = f.engine.repack_weights;
+        api.encoder_backend = make_cpu_backend(f.engine.n_threads > 0 ? f.engine.n_threads : default_thread_count(), bo);
+        auto one_at_a_time = std::make_shared<std::mutex>();
+        api.media.run_encoder = [one_at_a_time](const std::function<void()>& encode) {
+          std::lock_guard<std::mutex> lock(*one_at_a_time);
+          encode();
+        };
+      }
+      api.mmproj = load_mmproj(f.mmproj, f.image_tokens, e, api.encoder_backend.get());
       api.media.media_path = f.media_path;
       if (f.allow_media_urls) {
         UrlFetchLimits limits;

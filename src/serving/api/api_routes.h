@@ -55,8 +55,13 @@ struct ApiConfig {
   std::string slot_save_path;
   int n_slots = 0;
   std::string slot_identity;
+  // The backend the projector's encoders run on when it is not the engine's (the CPU: the encoders' own threads,
+  // so that an encode runs on its request's worker thread while the engine steps the other streams); null: the
+  // engine's, the encodes between its steps. (Before mmproj: it outlives the encoders.)
+  std::shared_ptr<Backend> encoder_backend;
   // --mmproj: the model's projector, for images in chat requests (null: image parts are refused), and the
-  // limits on them (MediaSupport: --media-path, --max-images; vision and run_encoder are set by ApiRoutes).
+  // limits on them (MediaSupport: --media-path, --max-images; vision, audio and, unless set, run_encoder are set
+  // by ApiRoutes).
   std::shared_ptr<Mmproj> mmproj;
   MediaSupport media;
 };

@@ -28,9 +28,10 @@ ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig co
     // rendered prompt.
     std::random_device rd;
     c_.media.marker = fmt::format("<__media_{:08x}{:08x}__>", rd(), rd());
-    c_.media.run_encoder = [this](const std::function<void()>& encode) {
-      engine_.between_steps([&](LoadedModel&, std::vector<SlotRecord>&) { encode(); });
-    };
+    if (!c_.media.run_encoder)  // the encoders on the engine's backend: between its steps
+      c_.media.run_encoder = [this](const std::function<void()>& encode) {
+        engine_.between_steps([&](LoadedModel&, std::vector<SlotRecord>&) { encode(); });
+      };
     c_.media.on_encoded = [this](int64_t images, int64_t encoded, int64_t tokens, double seconds) {
       metrics_.add("kestrel_media_images_total", static_cast<double>(images));
       metrics_.add("kestrel_media_encoded_total", static_cast<double>(encoded));
