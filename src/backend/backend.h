@@ -16,6 +16,7 @@
 namespace kestrel {
 
 class Operator;
+struct Batch;  // model/batch.h
 
 // An activation buffer a backend owns, or a view into one from a float
 // offset (`buf + rows * dim`). Model code passes these to operators and
@@ -65,6 +66,11 @@ class Backend {
   // The model announces which layer the next calls belong to (-1: outside
   // the layers); profilers and tracing backends use it, others ignore it.
   virtual void annotate_layer(int /*layer*/) {}
+  // The model announces the step's batch (before the step's first operator), and which of its rows the next
+  // calls' rows are (list null: rows [first, first + n); else list[first, first + n)): a backend that treats rows
+  // by a per-row property of the batch (LoRA adapters: model/lora_backend.h) reads them; others ignore them.
+  virtual void annotate_batch(const Batch& /*b*/) {}
+  virtual void annotate_rows(const int64_t* /*list*/, int64_t /*first*/, int64_t /*n*/) {}
 
   // Called once per weight matrix at load, before any matmul with it: a
   // backend may attach a copy in the layout its kernels prefer (repacked

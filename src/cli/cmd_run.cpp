@@ -94,6 +94,7 @@ int run(RunFlags& f) {
   LoadedModel e = LoadedModel::load(f.engine);
   if (e.is_follower()) return follow_leader(e, f.profile);
   std::unique_ptr<Mmproj> mm = load_mmproj(f.mmproj, f.image_tokens, e);
+  f.gen.lora = e.default_lora();
   if (!f.images.empty() && !mm) throw Error("--image/--audio needs the model's projector: --mmproj FILE");
   if (!f.images.empty() && !f.prompt_ids.empty())
     throw Error("--image/--audio takes a text prompt (-p or -f), not --prompt-ids");
@@ -235,6 +236,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--spec-governed", f.spec_governed,
                 "With --spec: stop drafting for a while when it measures slower than plain decoding");
   add_device_option(cmd, f.engine);
+  add_lora_options(cmd, f.engine);
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   add_parallel_options(cmd, f.parallel);

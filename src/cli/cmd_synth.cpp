@@ -7,6 +7,7 @@
 #include "formats/block_formats.h"
 #include "core/error.h"
 #include "model/family.h"
+#include "model/lora.h"
 #include "model/synth.h"
 #include "mmproj/mmproj.h"
 #include "runtime/loaded_model.h"
@@ -21,6 +22,10 @@ void register_synth(CLI::App& app) {
                  shared_kv = -1;
   static uint64_t seed = 1;
   static int threads = 0;
+  static std::string lora_out, lora_type = "f32", lora_only;
+  static SynthLoraOptions lora;
+  static uint64_t lora_seed = 0;
+  static bool lora_no_head = false;
   auto* cmd = add_command(app, "synth", "Write a random-weight GGUF of a chosen architecture and shape", [] {
     const auto t0 = std::chrono::steady_clock::now();
     SynthOptions o;
@@ -80,6 +85,21 @@ void register_synth(CLI::App& app) {
       if (!mt) throw Error(fmt::format("--mmproj-type '{}' is not a type name (f32, f16, q8_0)", mmproj_type));
       synth_mmproj(mmproj, name, o.shape.dim, seed, mmproj_preset, *mt, mmproj_layers);
       fmt::print("wrote {} ({} projector, preset {}, output width {})\n", mmproj, name, mmproj_preset, o.shape.dim);
+    }
+    if (!lora_out.empty()) {
+      const auto lt = type_from_name(lora_type);
+      if (!lt) throw Error(fmt::format("--lora-type '{}': f32 or f16", lora_type));
+      lora.type = *lt;
+      lora.seed = lora_seed ? lora_seed : seed;
+      lora.head = !lora_no_head;
+      lora.only.clear();
+      for (size_t at = 0; !lora_only.empty() && at <= lora_only.size();) {
+        const size_t comma = std::min(lora_only.find(',', at), lora_only.size());
+        lora.only.push_back(lora_only.substr(at, comma - at));
+        at = comma + 1;
+      }
+      write_synth_lora(GgufFile::open(out), lora_out, lora);
+      fmt::print("wrote {} (LoRA adapter: rank {}, alpha {}, {})\n", lora_out, lora.rank, lora.alpha, lora_type);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto n_vocab = vf ? vf->get("tokenizer.ggml.tokens").as_array().items.size() : o.shape.vocab;
@@ -152,6 +172,17 @@ void register_synth(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--mmproj-layers", mmproj_layers, "Override: the projector's vision blocks");
   cmd->add_option("--seed", seed, "Random seed")->capture_default_str();
+  cmd->add_option("--lora", lora_out,
+                  "Also write a random LoRA adapter (llama.cpp's GGUF adapter form) for the model to this file: every "
+                  "attention, FFN, shared-expert and MLA projection matrix, and the output head");
+  cmd->add_option("--lora-rank", lora.rank, "The adapter's rank")->capture_default_str();
+  cmd->add_option("--lora-alpha", lora.alpha, "adapter.lora.alpha (0: the key left out)")->capture_default_str();
+  cmd->add_option("--lora-seed", lora_seed, "The adapter's random seed (0: --seed)");
+  cmd->add_option("--lora-type", lora_type, "The adapter's A and B: f32 or f16")->capture_default_str();
+  cmd->add_flag("--lora-no-head", lora_no_head, "Leave the output head out of the adapter");
+  cmd->add_flag("--lora-embedding", lora.embedding, "Put the token embedding in the adapter (untied heads only)");
+  cmd->add_option("--lora-only", lora_only,
+                  "Only the matrices whose names contain one of these (comma-separated, e.g. ffn_,attn_q.)");
   cmd->add_option("--vocab-from", vocab_from, "Copy the tokenizer of this GGUF (sets the vocabulary size)");
   cmd->add_option("-t,--threads", threads, "Threads (0: all cores)");
 }

@@ -142,6 +142,28 @@ inline void add_device_option(CLI::App* cmd, kestrel::LoadOptions& o) {
       "that needs more fails alone");
 }
 
+// --lora FILE[,FILE...] and --lora-scaled FILE:SCALE[,...] (llama.cpp's; repeatable), adapter ids in that order:
+// the --lora files, then the --lora-scaled ones. serve adds --lora-init-without-apply and --lora-modules.
+inline void add_lora_options(CLI::App* cmd, kestrel::LoadOptions& o) {
+  cmd->add_option_function<std::vector<std::string>>(
+         "--lora",
+         [&o](const std::vector<std::string>& files) {
+           for (const std::string& f : files) o.loras.push_back({f, 1.0f, ""});
+         },
+         "LoRA adapter (llama.cpp's GGUF adapter) applied at scale 1; repeat or separate by commas for several")
+      ->delimiter(',');
+  cmd->add_option_function<std::vector<std::string>>(
+         "--lora-scaled",
+         [&o](const std::vector<std::string>& args) {
+           for (const std::string& a : args) {
+             auto [file, scale] = kestrel::parse_lora_scaled(a);
+             o.loras.push_back({file, scale, ""});
+           }
+         },
+         "LoRA adapter at a scale: FILE:SCALE; repeat or separate by commas for several")
+      ->delimiter(',');
+}
+
 // The device placement add_device_option read, copied into the options a command loads with.
 inline void set_placement(kestrel::LoadOptions& o, const kestrel::LoadOptions& from) {
   o.device = from.device;

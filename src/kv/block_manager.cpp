@@ -119,7 +119,7 @@ BlockManager::Sequence& BlockManager::new_or_existing(int32_t seq) {
   return s;
 }
 
-int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n) {
+int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n, uint64_t root) {
   Sequence& s = new_or_existing(seq);
   if (s.length != 0 || !s.blocks[0].empty()) throw Error(fmt::format("KV cache: sequence {} is not empty", seq));
   s.names.clear();
@@ -127,7 +127,7 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   s.restore_blob = nullptr;
   // The longest run of cached full blocks, never covering the last token (its logits must be computed).
   std::vector<uint64_t>& names = s.names;
-  uint64_t parent = 0;
+  uint64_t parent = root;
   // Queried: every full block the prompt could have found (the hit rate's denominator), not only
   // those looked at before the first miss.
   stats_.queried_blocks += std::min<int64_t>(std::max<int64_t>(n - 1, 0) / block_size_, max_blocks_per_seq_);
@@ -228,14 +228,14 @@ int64_t BlockManager::share_prefix(int32_t seq, const int32_t* tokens, int64_t n
   return s.length;
 }
 
-void BlockManager::publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed) {
+void BlockManager::publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed, uint64_t root) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   Sequence& s = it->second;
   const int64_t full =
       std::min<int64_t>(std::min(n_computed, s.length) / block_size_, static_cast<int64_t>(s.blocks[0].size()));
   for (auto i = static_cast<int64_t>(s.names.size()); i < full; i++) {
-    const uint64_t name = block_name(i ? s.names.back() : 0, tokens + i * block_size_, block_size_);
+    const uint64_t name = block_name(i ? s.names.back() : root, tokens + i * block_size_, block_size_);
     for (int gi = 0; gi < n_groups(); gi++) {
       const int32_t b = s.blocks[gi][i];
       // A block named now is computed now: the disk tier gets a copy (written behind).

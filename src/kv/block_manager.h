@@ -123,10 +123,12 @@ class BlockManager {
   // token to compute (its logits are needed). Returns the tokens covered.
   // With recurrent-state slots the run must also end at a block whose state snapshot is kept (save_snapshot);
   // the sequence's first allocate() then takes its slot, and take_state_restore() says what to copy into it.
-  int64_t share_prefix(int32_t seq, const int32_t* tokens, int64_t n);
+  // root: what names the chain's first block besides its tokens (0: plain; a LoRA adapter set's key, so that KV
+  // computed under adapters is found only under the same ones).
+  int64_t share_prefix(int32_t seq, const int32_t* tokens, int64_t n, uint64_t root = 0);
   // Names seq's full blocks within its first n_computed tokens (whose KV is
   // written) so that later sequences can share them.
-  void publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed);
+  void publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed, uint64_t root = 0);
   // Recurrent state: once seq's published blocks end exactly at n_computed (its state is there), a snapshot of
   // it under the last block's name (the least recently used snapshot's place; nothing when that name has one).
   std::optional<StateCopy> save_snapshot(int32_t seq, int64_t n_computed);

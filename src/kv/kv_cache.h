@@ -55,9 +55,11 @@ class PagedKvCache {
   void erase(int32_t seq) { blocks_.erase(seq); }
   int64_t length(int32_t seq) const { return blocks_.length(seq); }
 
-  int64_t share_prefix(int32_t seq, const int32_t* tokens, int64_t n) { return blocks_.share_prefix(seq, tokens, n); }
-  void publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed) {
-    blocks_.publish_prefix(seq, tokens, n_computed);
+  int64_t share_prefix(int32_t seq, const int32_t* tokens, int64_t n, uint64_t root = 0) {
+    return blocks_.share_prefix(seq, tokens, n, root);
+  }
+  void publish_prefix(int32_t seq, const int32_t* tokens, int64_t n_computed, uint64_t root = 0) {
+    blocks_.publish_prefix(seq, tokens, n_computed, root);
   }
   const BlockManager::PrefixStats& prefix_stats() const { return blocks_.prefix_stats(); }
   // Carries out the ledger's lower-tier transfers (BlockManager::transfers) on the rows, in order: spills (rows

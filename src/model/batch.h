@@ -6,6 +6,8 @@
 
 namespace kestrel {
 
+struct LoraSet;  // model/lora.h
+
 struct Batch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;
@@ -32,6 +34,10 @@ struct Batch {
   // image's rows take (t, t + row, t + column) of its grid, and the positions after it advance by the grid's
   // longer side rather than its rows (llama.cpp's mtmd M-RoPE layout); text rows carry one position thrice.
   std::vector<int32_t> rope_pos;
+  // Empty: no LoRA adapter. Else per row the index of its request's adapter set in lora_sets (-1: none): a
+  // model loaded with adapters (model/lora_backend.h) adds each set's updates on its rows.
+  std::vector<int32_t> lora_rows;
+  std::vector<const LoraSet*> lora_sets;
 
   void add(int32_t token, int32_t pos, int32_t seq, bool logits) {
     tokens.push_back(token);
@@ -51,6 +57,8 @@ struct Batch {
     embd.clear();
     horizons.clear();
     rope_pos.clear();
+    lora_rows.clear();
+    lora_sets.clear();
   }
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_logit_rows() const {

@@ -67,9 +67,13 @@ void output_logits(Backend& be, const Batch& b, Act x, int64_t dim, const float*
   be.gather_rows(x, x, rows.data(), n, dim);  // to the front, in place
   be.annotate_layer(-1);
   be.rmsnorm(x, norm, scratch, n, dim, eps);
-  if (!best) return be.matmul(output, scratch, n, logits);
+  if (!best) {
+    be.annotate_rows(rows.data(), 0, n);
+    return be.matmul(output, scratch, n, logits);
+  }
   for (int64_t r0 = 0; r0 < n; r0 += best->chunk) {
     const int64_t m = std::min(best->chunk, n - r0);
+    be.annotate_rows(rows.data(), r0, m);
     be.matmul(output, scratch + r0 * dim, m, best->rows);
     if (best->softcap > 0.0f) be.softcap(best->rows, m * output.rows(), best->softcap);
     if (best->k == 1)

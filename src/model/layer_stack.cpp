@@ -104,6 +104,7 @@ void LayerStack::forward(const Batch& b, const BatchPlacement& place, KvStore& k
   const int64_t n = b.size();
   if (n == 0) return;
   check_batch_size(n);
+  be_.annotate_batch(b);
   begin_step(b, place);
   if (!shard_.pipelined()) {
     embed(b, 0, n);
@@ -121,6 +122,7 @@ void LayerStack::forward(const Batch& b, const BatchPlacement& place, KvStore& k
 
 void LayerStack::start_forward(const Batch& b, const BatchPlacement& place, KvStore& kv, int slot) {
   check_batch_size(b.size());
+  be_.annotate_batch(b);
   begin_step(b, place);
   in_flight_.start(
       shard_, slot, b, b.size(), state_dim(), micro_batches(b.size()), x_,
@@ -146,6 +148,7 @@ void LayerStack::embed_rows(const Weight& table, const Batch& b, int64_t r0, int
   const int64_t dim = cfg_.n_embd;
   const Act x = x_ + r0 * state_dim();
   be_.annotate_layer(-1);
+  be_.annotate_rows(nullptr, r0, n);
   if (streams_ > 1) {
     // Every stream starts as the embedding.
     be_.embed(table, b.tokens.data() + r0, n, xb_);
@@ -205,6 +208,7 @@ void LayerStack::forward_mtp(const Batch& b, const BatchPlacement& place, KvStor
   if (!nextn_) Model::forward_mtp(b, place, kv, hidden_in, logits, hidden_out);
   if (b.size() == 0) return;
   check_batch_size(b.size());
+  be_.annotate_batch(b);
   begin_step(b, place);
   run_nextn_block(b, place, kv, *nextn_, hidden_in, logits, hidden_out);
 }
@@ -291,6 +295,7 @@ void LayerStack::run_layer(const LayerRows& r) {
 }
 
 void LayerStack::run_layers(const Batch& b, const BatchPlacement& place, KvStore& kv, int64_t r0, int64_t n) {
+  be_.annotate_rows(nullptr, r0, n);
   if (shard_.overlap && (shard_.split() || shard_.experts_split()) && n >= 2)
     return run_layers_overlapped(b, place, kv, r0, n);
   for (int l = first_; l < end_; l++) run_layer(rows_of(b, place, kv, l, r0, n));

@@ -51,6 +51,7 @@ GenerationResult generate(LoadedModel& e, const std::vector<int32_t>& prompt, co
   auto req = std::make_unique<Request>();
   req->params.prompt = prompt;
   req->params.media = params.media;
+  req->params.lora = params.lora;
   req->params.sampling = params.sampling;
   req->params.max_tokens = params.max_tokens;
   req->params.max_total_tokens = e.n_ctx + 1;  // the last token generated needs no KV

@@ -39,6 +39,8 @@ struct GenerationParams {
   std::shared_ptr<const Grammar> grammar;
   // Media in the prompt (mmproj/media_prompt.h): its spans' placeholders are the only negative ids allowed.
   std::vector<MediaSpan> media;
+  // LoRA adapters the generation runs with (null: none; LoadedModel::default_lora()).
+  std::shared_ptr<const LoraSet> lora;
 };
 
 struct GenerationResult {

@@ -100,6 +100,12 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     e.backend = std::move(e.base_backend);
     e.base_backend = nullptr;
   }
+  if (!o.loras.empty()) {
+    if (o.comm && o.comm->size() > 1) throw Error("LoRA adapters do not run under --parallel yet");
+    auto lb = std::make_unique<LoraBackend>(std::move(e.backend));
+    e.lora = lb.get();
+    e.backend = std::move(lb);
+  }
   ModelOptions mo;
   mo.max_batch_tokens = o.max_batch_tokens;
   mo.n_ctx = o.n_ctx;
@@ -151,6 +157,16 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     throw Error(fmt::format("{}: tokenizer has {} tokens but the model's embedding has {} rows", o.model_path,
                             e.tokenizer->vocab().size(), c.n_vocab));
   e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
+  if (e.lora) {
+    stage("loading LoRA adapters");
+    LoraTargets& t = e.lora->targets();
+    t.arch = c.arch;
+    t.n_embd = c.n_embd;
+    t.n_vocab = c.n_vocab;
+    t.base = e.file.get();
+    for (const LoadOptions::Lora& l : o.loras)
+      e.adapters.push_back({LoraAdapter::load(l.path, t, e.lora->inner()), l.scale, l.name});
+  }
   KvLayout l = e.model->kv_layout();
   l.k_type = o.kv_type_k;
   l.v_type = l.v_f32_only ? KvType::F32 : o.kv_type_v;
@@ -166,6 +182,12 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     if (e.comm->rank() == 0) e.model = make_leader_model(std::move(e.model), e.comm, *e.kv, o.parallel_step_pipelining);
   }
   return e;
+}
+
+std::shared_ptr<const LoraSet> LoadedModel::default_lora() const {
+  std::vector<std::pair<std::shared_ptr<const LoraAdapter>, float>> list;
+  for (const Adapter& a : adapters) list.emplace_back(a.adapter, a.scale);
+  return make_lora_set(std::move(list));
 }
 
 int64_t LoadedModel::follow_leader() {

@@ -9,6 +9,8 @@
 
 #include "backend/backend.h"
 #include "gguf/gguf.h"
+#include "model/lora.h"
+#include "model/lora_backend.h"
 #include "model/model.h"
 #include "kv/kv_cache.h"
 #include "core/communicator.h"
@@ -42,6 +44,14 @@ struct LoadOptions {
   // Set: the model calls the backend this returns, built around the CPU
   // backend (calibration records activations this way).
   std::function<std::unique_ptr<Backend>(Backend& inner)> wrap_backend;
+  // LoRA adapters (model/lora.h: --lora, --lora-scaled, --lora-modules), loaded after the model and checked
+  // against it; the model then runs through a LoraBackend. lora_capable alone: that backend without adapters yet.
+  struct Lora {
+    std::string path;
+    float scale = 1.0f;  // the default set's (--lora-init-without-apply: 0)
+    std::string name;    // set: also served as a model of this name (--lora-modules NAME=FILE)
+  };
+  std::vector<Lora> loras;
   KvType kv_type_k = KvType::F32;         // how the KV cache stores keys
   KvType kv_type_v = KvType::F32;         // ...and values
   // Set with more than one rank: tensor parallelism over them (--parallel
@@ -70,6 +80,17 @@ struct LoadedModel {
   std::unique_ptr<Profiler> profiler;      // set when LoadOptions::profile
   std::unique_ptr<Backend> base_backend;   // the kernels
   std::unique_ptr<Backend> backend;        // what the model calls: base_backend, or a profiler around it
+  // With LoadOptions::loras: the LoRA layer, outermost in `backend` (model/lora_backend.h), and the adapters in
+  // the order given (ids 0, 1, ...), each with its default scale and name.
+  LoraBackend* lora = nullptr;
+  struct Adapter {
+    std::shared_ptr<const LoraAdapter> adapter;
+    float scale = 1.0f;
+    std::string name;
+  };
+  std::vector<Adapter> adapters;
+  // The set of the adapters at their scales (null: none, or all at 0).
+  std::shared_ptr<const LoraSet> default_lora() const;
   // Before the model, so destroyed after it: a tensor-parallel leader's model finishes its steps and
   // detaches from the cache as it goes.
   std::unique_ptr<PagedKvCache> kv;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "grammar/token_constraint.h"
+#include "model/lora.h"
 #include "runtime/draft_length.h"
 #include "runtime/sampler.h"
 #include "runtime/text_stream.h"
@@ -71,6 +72,9 @@ struct RequestParams {
   bool text = false;
   std::vector<std::string> stop;
   std::vector<int32_t> shown_control;
+  // The LoRA adapters the request runs with (null: none; model/lora.h): its rows take their updates, and its
+  // prefix-cache blocks are named under the set's key.
+  std::shared_ptr<const LoraSet> lora;
 };
 
 // Why a request ended.
@@ -124,6 +128,7 @@ struct Request {
   bool decoding() const { return running && num_tokens() - num_computed_tokens == 1; }
   int priority() const { return params.priority; }
   bool prefix_cache() const { return params.prefix_cache; }
+  uint64_t lora_key() const { return params.lora ? params.lora->key : 0; }
 };
 
 }  // namespace kestrel

@@ -125,7 +125,7 @@ int64_t Scheduler::media_cut(const Request& r, int64_t n) const {
 int64_t Scheduler::admit(Request& r, int64_t n_max, double now_ms, StepPlan& p) {
   const bool fresh = !r.running;
   BlockManager::PrefixStats before_lookup = blocks_.prefix_stats();
-  if (fresh && r.prefix_cache()) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens());
+  if (fresh && r.prefix_cache()) r.num_computed_tokens = blocks_.share_prefix(r.seq, r.tokens.data(), r.num_tokens(), r.lora_key());
   int64_t n = std::min(n_max, r.num_tokens() - r.num_computed_tokens);
   if (blocks_.n_state_slots() > 0 && r.prefix_cache() && n > 1) {
     // Recurrent state is kept for prefixes only where a step ends on a block boundary: a prefill ends once at
@@ -258,7 +258,7 @@ const std::vector<BlockCopies>& Scheduler::update(const std::vector<StepOutcome>
     if (copies.n > 0) copies_.push_back(copies);
     // Named before the slide below lets the sliding group release them: a block that leaves this sequence's
     // window may still be in the window of a later prompt's first computed token (its prefix ending there).
-    if (r->prefix_cache()) blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed);
+    if (r->prefix_cache()) blocks_.publish_prefix(r->seq, r->tokens.data(), o.computed, r->lora_key());
     // Its next query starts at `computed` (rollbacks never go below it): the
     // sliding-window group releases the blocks that left that query's window.
     blocks_.slide(r->seq, o.computed);

@@ -203,6 +203,24 @@ void StepExecutor::add_media_rows(Batch& batch, const MediaSpan& m, int64_t firs
   if (m.both_ways) both_ways_.push_back({row0 + a - first, b - a, static_cast<int32_t>(m.end() - 1)});
 }
 
+// Every row's LoRA adapter set once the batch is complete (drafts included), where a request runs adapters.
+void StepExecutor::set_lora_rows(Flight& f) {
+  Batch& batch = f.batch;
+  bool any = false;
+  for (const Row& row : f.rows) any = any || (row.r && row.r->params.lora);
+  if (!any) return;
+  batch.lora_rows.assign(static_cast<size_t>(batch.size()), -1);
+  for (const Row& row : f.rows) {
+    if (!row.r || !row.r->params.lora) continue;
+    const LoraSet* set = row.r->params.lora.get();
+    auto it = std::find(batch.lora_sets.begin(), batch.lora_sets.end(), set);
+    const auto k = static_cast<int32_t>(it - batch.lora_sets.begin());
+    if (it == batch.lora_sets.end()) batch.lora_sets.push_back(set);
+    std::fill_n(batch.lora_rows.begin() + row.batch_first, row.n, k);
+    if (!row.draft.empty()) std::fill_n(batch.lora_rows.begin() + row.draft_first, row.draft.size(), k);
+  }
+}
+
 // Every row's horizon once the batch is complete (drafts included), where a span is attended both ways.
 void StepExecutor::set_horizons(Batch& batch) {
   if (both_ways_.empty()) return;
@@ -326,6 +344,7 @@ bool StepExecutor::launch(double now_ms, int slot, StepReport& report) {
   for (const Row& r : f.rows) f.decode_only = f.decode_only && r.logits && r.n == 1;
   f.start_s = seconds_now();
   add_drafts(f);
+  set_lora_rows(f);
   set_horizons(f.batch);
   set_rope_positions(f.batch);
   f.batch.best = best_needed(f);

@@ -149,6 +149,7 @@ class StepExecutor {
   void check_media(const RequestParams& p) const;
   void build_batch(const StepPlan& plan, Flight& f);
   void add_media_rows(Batch& batch, const MediaSpan& m, int64_t first, int64_t end, int64_t row0);
+  void set_lora_rows(Flight& f);
   void set_horizons(Batch& batch);
   void set_rope_positions(Batch& batch);
   void add_drafts(Flight& f);

@@ -1,0 +1,145 @@
+#include "model/lora_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/batch.h"
+
+namespace kestrel {
+
+LoraBackend::LoraBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(*inner), owned_(std::move(inner)) {}
+
+Weight LoraBackend::prepare_weight(Weight w) {
+  if (w.ne.size() == 2 && !w.routed_expert) targets_.products[w.name] = {w.cols(), w.rows()};
+  if (w.name == "token_embd.weight") targets_.tied_output = true;  // prepared: multiplied by, as the head
+  return fwd().prepare_weight(std::move(w));
+}
+
+void LoraBackend::annotate_batch(const Batch& b) {
+  fwd().annotate_batch(b);
+  sets_.clear();
+  row_set_.clear();
+  announced_set_ = false;
+  active_ = mixed_ = false;
+  if (b.lora_rows.empty()) return;
+  if (static_cast<int64_t>(b.lora_rows.size()) != b.size())
+    throw Error(fmt::format("LoRA: {} rows of adapter sets for a batch of {}", b.lora_rows.size(), b.size()));
+  sets_ = b.lora_sets;
+  row_set_ = b.lora_rows;
+  for (int32_t s : row_set_) {
+    if (s >= static_cast<int32_t>(sets_.size()) || s < -1 || (s >= 0 && !sets_[s]))
+      throw Error(fmt::format("LoRA: a row's adapter set {} of {}", s, sets_.size()));
+    if (s >= 0) active_ = true;
+    if (s != row_set_[0]) mixed_ = true;
+  }
+}
+
+void LoraBackend::annotate_rows(const int64_t* list, int64_t first, int64_t n) {
+  fwd().annotate_rows(list, first, n);
+  if (!active_) return;
+  announced_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) announced_[i] = list ? list[first + i] : first + i;
+  announced_set_ = true;
+}
+
+bool LoraBackend::touches(const Weight& w) const {
+  if (!active_) return false;
+  for (const LoraSet* s : sets_)
+    for (const auto& [adapter, scale] : s->adapters)
+      if (adapter->find(w.name)) return true;
+  return false;
+}
+
+void LoraBackend::apply(const LoraPair& p, float scale, Act x, const int32_t* tokens, int64_t n, Act y,
+                        const int64_t* rows, int64_t out_dim) {
+  t_.ensure(in_, n * p.rank);
+  u_.ensure(in_, n * out_dim);
+  if (p.embedding) in_.embed(p.a, tokens, n, t_);
+  else in_.matmul(p.a, x, n, t_);
+  in_.matmul(p.b, t_, n, u_);
+  if (!rows) {
+    in_.scale(u_, n * out_dim, scale);
+    in_.add(y, u_, n * out_dim);
+    return;
+  }
+  scales_.assign(static_cast<size_t>(n), scale);
+  in_.scatter_add_rows(y, u_, rows, scales_.data(), n, out_dim);
+}
+
+void LoraBackend::add_updates(const Weight& w, Act x, const int32_t* tokens, int64_t n, Act y) {
+  if (!touches(w)) return;
+  const bool embedding = tokens != nullptr;
+  const int64_t in_dim = w.cols(), out_dim = embedding ? w.cols() : w.rows();
+  // Every row of the call runs set k: the update over all of them, in place.
+  const auto whole = [&](const LoraSet& set) {
+    for (const auto& [adapter, user] : set.adapters)
+      if (const LoraPair* p = adapter->find(w.name); p && p->embedding == embedding)
+        apply(*p, adapter->scale(*p, user), x, tokens, n, y, nullptr, out_dim);
+  };
+  if (!mixed_) return whole(*sets_[row_set_[0]]);
+  if (!announced_set_ || static_cast<int64_t>(announced_.size()) != n)
+    throw Error(fmt::format("LoRA: a product by '{}' over {} rows, in a step whose rows run different adapters and "
+                            "whose model announced {} rows: Kestrel cannot tell which row runs which adapter here",
+                            w.name, n, announced_set_ ? static_cast<int64_t>(announced_.size()) : 0));
+  for (int32_t k = 0; k < static_cast<int32_t>(sets_.size()); k++) {
+    rows_.clear();
+    for (int64_t i = 0; i < n; i++)
+      if (row_set_[static_cast<size_t>(announced_[i])] == k) rows_.push_back(i);
+    if (rows_.empty()) continue;
+    if (static_cast<int64_t>(rows_.size()) == n) {
+      whole(*sets_[k]);
+      continue;
+    }
+    const auto m = static_cast<int64_t>(rows_.size());
+    Act xs;
+    if (embedding) {
+      tokens_.resize(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; i++) tokens_[i] = tokens[rows_[i]];
+    } else {
+      xg_.ensure(in_, m * in_dim);
+      in_.gather_rows(xg_, x, rows_.data(), m, in_dim);
+      xs = xg_;
+    }
+    for (const auto& [adapter, user] : sets_[k]->adapters)
+      if (const LoraPair* p = adapter->find(w.name); p && p->embedding == embedding)
+        apply(*p, adapter->scale(*p, user), xs, embedding ? tokens_.data() : nullptr, m, y, rows_.data(), out_dim);
+  }
+}
+
+void LoraBackend::matmul(const Weight& w, Act x, int64_t n, Act y) {
+  fwd().matmul(w, x, n, y);
+  add_updates(w, x, nullptr, n, y);
+}
+
+void LoraBackend::matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) {
+  fwd().matmul_many(ws, count, x, n, ys);
+  for (int i = 0; i < count; i++) add_updates(*ws[i], x, nullptr, n, ys[i]);
+}
+
+void LoraBackend::swiglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) {
+  if (touches(g) || touches(u)) return Backend::swiglu(g, u, x, n, out, scratch);  // the products, updated, apart
+  fwd().swiglu(g, u, x, n, out, scratch);
+}
+
+void LoraBackend::geglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) {
+  if (touches(g) || touches(u)) return Backend::geglu(g, u, x, n, out, scratch);
+  fwd().geglu(g, u, x, n, out, scratch);
+}
+
+void LoraBackend::qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
+                           const RopeParams& rope, const QkvShape& shape, const Act* out) {
+  if (touches(*w[0]) || touches(*w[1]) || touches(*w[2]))
+    return Backend::qkv_rope(w, b, x, n, pos, rope, shape, out);  // updated before the biases, norms and RoPE
+  fwd().qkv_rope(w, b, x, n, pos, rope, shape, out);
+}
+
+void LoraBackend::embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) {
+  fwd().embed(t, tokens, n, out);
+  if (t.name == "token_embd.weight") add_updates(t, Act(), tokens, n, out);
+}
+
+bool LoraBackend::fuses(const Weight& a, const Weight& b) const { return in_.fuses(a, b); }
+
+}  // namespace kestrel

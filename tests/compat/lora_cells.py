@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Reference cells for LoRA adapters: a `kestrel synth` model and one or more `kestrel synth --lora` adapters,
+and llama.cpp's greedy ids with the adapters applied at the cell's scales (llama_adapter_lora_init +
+llama_set_adapters_lora, as --lora-scaled does; lora_oracle.cpp).
+
+  lora_cells.py record KESTREL DEST
+      synthesise each cell's model and adapters, build lora_oracle.cpp against DEST (get-llama.sh's), run it,
+      write tests/reference/lora_cells.json
+
+Each cell keeps the files' sha256, the prompt, and per generated token llama.cpp's id, top-2 gap and best logit.
+tests/reference/test_lora_cells.cpp regenerates the files, checks the sha256, and compares kestrel's ids (by the
+compat rule: a first difference only at a step whose gap is below 1e-3) and best logits (within 2e-3).
+
+DeepSeek-V2's cell names only FFN matrices: llama.cpp multiplies by its MLA projections and output head without
+the adapters (raw ggml_mul_mat, deepseek2.cpp), so an adapter on those loads there and does nothing.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXPECTED = os.path.join(HERE, "..", "reference", "lora_cells.json")
+P = [1, 5, 9, 13, 200, 17, 33, 2, 99, 7, 64]
+A = ["--lora-rank", "8", "--lora-alpha", "16"]                         # f32, rank 8, alpha 16
+B = ["--lora-rank", "4", "--lora-type", "f16", "--lora-seed", "7"]     # f16, rank 4, no alpha
+C = ["--lora-rank", "16", "--lora-alpha", "8", "--lora-seed", "9"]    # f32, rank 16, alpha 8
+
+
+def model(arch, seed="2", preset="tiny"):
+    return ["--arch", arch, "--preset", preset, "--type", "f32", "--seed", seed]
+
+
+# name, model synth arguments, [(adapter synth arguments, scale)], prompt, tokens
+CELLS = [
+    ("llama-a", model("llama"), [(A, 1.0)], P, 12),
+    ("llama-b-scaled", model("llama", "3"), [(B, 0.7)], P, 12),
+    ("llama-embedding", model("llama"), [(C + ["--lora-embedding"], 1.0)], P, 12),
+    ("llama-two", model("llama"), [(B, 0.7), (C, 1.0)], P, 12),
+    ("qwen3-a", model("qwen3"), [(A, 8.0)], P, 12),
+    ("gemma3-a", model("gemma3"), [(A, 1.0)], P, 12),
+    ("gemma3-b", model("gemma3", "3"), [(B, 4.0)], P, 12),
+    ("qwen2-b", model("qwen2"), [(B, 1.0)], P, 12),
+    ("mistral3-c", model("mistral3"), [(C, 1.0)], P, 12),
+    ("gemma4-a", model("gemma4"), [(A, 1.0)], P, 12),
+    ("qwen35-b", model("qwen35"), [(B, 0.7)], P, 12),
+    ("qwen3moe-a", model("qwen3moe"), [(A, 1.0)], P, 12),
+    ("gpt-oss-c", model("gpt-oss"), [(C, 1.0)], P, 12),
+    ("deepseek2-ffn", model("deepseek2"), [(A + ["--lora-only", "ffn_"], 1.0)], P, 12),
+]
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def build_oracle(dest, tmp):
+    exe, bin_dir = os.path.join(tmp, "lora_oracle"), os.path.join(dest, "build", "bin")
+    subprocess.run([os.environ.get("CXX", "c++"), "-std=c++17", "-O2", os.path.join(HERE, "lora_oracle.cpp"),
+                    "-I" + os.path.join(dest, "include"), "-I" + os.path.join(dest, "ggml", "include"),
+                    "-L" + bin_dir, "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + bin_dir, "-o", exe],
+                   check=True)
+    return exe
+
+
+def commit(dest):
+    try:
+        return subprocess.run(["git", "-C", dest, "rev-parse", "HEAD"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown"
+
+
+def record(kestrel, dest):
+    out = {"note": "llama.cpp's greedy ids with kestrel synth's LoRA adapters applied; see lora_cells.py",
+           "llama_cpp": commit(dest), "cells": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        oracle = build_oracle(dest, tmp)
+        for name, margs, adapters, prompt, n in CELLS:
+            path = os.path.join(tmp, name + ".gguf")
+            files, cell_adapters, oracle_args = [], [], []
+            for i, (aargs, scale) in enumerate(adapters):
+                apath = os.path.join(tmp, f"{name}.lora{i}.gguf")
+                subprocess.run([kestrel, "synth", *margs, "-o", path, "--lora", apath, *aargs], check=True,
+                               capture_output=True)
+                cell_adapters.append({"synth": aargs, "scale": scale, "sha256": sha256(apath)})
+                oracle_args += ["--lora", apath, str(scale)]
+            res = json.loads(subprocess.run([oracle, "-n", str(n), *oracle_args, path, " ".join(map(str, prompt))],
+                                            check=True, capture_output=True, text=True).stdout)
+            if "error" in res:
+                sys.exit(f"{name}: llama.cpp: {res['error']}")
+            out["cells"].append({"name": name, "synth": margs, "sha256": sha256(path), "adapters": cell_adapters,
+                                 "prompt": prompt, "ids": res["ids"], "gaps": [round(g, 5) for g in res["gap"]],
+                                 "best": res["best"]})
+            print(f"{name}: {res['ids']}")
+    with open(EXPECTED, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "record":
+        sys.exit(__doc__)
+    record(sys.argv[2], sys.argv[3])

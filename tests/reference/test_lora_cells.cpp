@@ -1,0 +1,290 @@
+// LoRA adapters against llama.cpp: each cell of tests/reference/lora_cells.json (tests/compat/lora_cells.py
+// record) is a `kestrel synth` model and `kestrel synth --lora` adapters; the files are regenerated, their sha256
+// checked, and kestrel's greedy ids and best logits with the adapters at the cell's scales compared with
+// llama.cpp's (lora_oracle.cpp: llama_set_adapters_lora) — the prompt whole and in chunks of 3. Then what
+// llama.cpp's server does not do: requests with different adapter sets in one step, each getting the ids it gets
+// alone, and the prefix cache keeping KV computed under adapters apart.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli_process.h"
+#include "runtime/generator.h"
+#include "runtime/loaded_model.h"
+#include "runtime/step_executor.h"
+#include "test_support.h"
+
+namespace kestrel {
+
+using json = nlohmann::json;
+
+namespace {
+
+json cells() {
+  return json::parse(test::read_text(std::string(KESTREL_SOURCE_DIR) + "/tests/reference/lora_cells.json"));
+}
+
+const json& cell_named(const json& doc, const std::string& name) {
+  for (const auto& c : doc["cells"])
+    if (c["name"] == name) return c;
+  throw Error("no cell " + name);
+}
+
+// The cell's model at dir/NAME.gguf and its adapters at dir/NAME.loraI.gguf, regenerated and checked.
+struct CellFiles {
+  std::string model;
+  std::vector<std::string> adapters;
+  std::vector<float> scales;
+};
+CellFiles make_cell(const json& cell, test::TempDir& dir) {
+  CellFiles f;
+  const std::string name = cell["name"];
+  f.model = dir.file(name + ".gguf");
+  for (size_t i = 0; i < cell["adapters"].size(); i++) {
+    const json& a = cell["adapters"][i];
+    const std::string path = dir.file(name + ".lora" + std::to_string(i) + ".gguf");
+    std::vector<std::string> args = {"synth"};
+    for (const auto& s : cell["synth"]) args.push_back(s);
+    args.insert(args.end(), {"-o", f.model, "--lora", path});
+    for (const auto& s : a["synth"]) args.push_back(s);
+    const auto made = test::run_kestrel(args);
+    EXPECT_EQ(made.exit_code, 0) << name << ": " << made.err;
+    EXPECT_EQ(test::sha256_of(path), a["sha256"].get<std::string>()) << name << ": synth --lora no longer writes "
+                                                                               "the recorded adapter";
+    f.adapters.push_back(path);
+    f.scales.push_back(a["scale"].get<float>());
+  }
+  EXPECT_EQ(test::sha256_of(f.model), cell["sha256"].get<std::string>()) << name;
+  return f;
+}
+
+LoadedModel load_with(const CellFiles& f, int64_t batch = 512) {
+  LoadOptions o;
+  o.model_path = f.model;
+  o.n_threads = 2;
+  o.n_ctx = 512;
+  o.max_batch_tokens = batch;
+  o.n_seq_max = 16;
+  for (size_t i = 0; i < f.adapters.size(); i++) o.loras.push_back({f.adapters[i], f.scales[i], ""});
+  return LoadedModel::load(o);
+}
+
+struct Greedy {
+  std::vector<int32_t> ids;
+  std::vector<float> best;
+};
+Greedy greedy(LoadedModel& e, const std::vector<int32_t>& prompt, int64_t n, std::shared_ptr<const LoraSet> lora) {
+  GenerationParams g;
+  g.sampling.temperature = 0.0f;
+  g.max_tokens = n;
+  g.ignore_eos = true;
+  g.prefix_cache = false;
+  g.lora = std::move(lora);
+  g.all_logits = true;  // (every prompt row's too: the last one's and the sampled rows' are kept)
+  Greedy out;
+  GenerationCallbacks cb;
+  int64_t row = 0;
+  const auto first = static_cast<int64_t>(prompt.size()) - 1;
+  cb.on_logits = [&](const float* r, int64_t nv) {
+    if (row++ >= first) out.best.push_back(*std::max_element(r, r + nv));
+  };
+  out.ids = generate(e, prompt, g, cb).tokens;
+  e.kv->erase(0);
+  return out;
+}
+
+// The compat rule on ids (a first difference only where llama.cpp's top-2 gap is below 1e-3), and every step's
+// best logit up to that point within 2e-3 of llama.cpp's.
+void expect_llama_cpps(const json& cell, const Greedy& got, const std::string& how) {
+  const std::string name = cell["name"];
+  const auto want = cell["ids"].get<std::vector<int32_t>>();
+  const auto gaps = cell["gaps"].get<std::vector<double>>();
+  const auto best = cell["best"].get<std::vector<double>>();
+  ASSERT_EQ(got.ids.size(), want.size()) << name << how;
+  ASSERT_GE(got.best.size(), want.size()) << name << how;
+  size_t k = 0;
+  while (k < want.size() && got.ids[k] == want[k]) k++;
+  if (k < want.size()) {
+    EXPECT_LT(gaps[k], 1e-3) << name << how << ": id " << got.ids[k] << " at step " << k << " where llama.cpp chose "
+                             << want[k] << " by a gap of " << gaps[k];
+  }
+  for (size_t i = 0; i < std::min(k + 1, want.size()); i++)
+    EXPECT_NEAR(got.best[i], best[i], 2e-3) << name << how << ": the best logit at step " << i;
+}
+
+TEST(LoraCells, KestrelGivesLlamaCppsIdsAndLogitsWithTheAdaptersApplied) {
+  const json doc = cells();
+  ASSERT_GE(doc["cells"].size(), 10u);
+  test::TempDir dir;
+  for (const auto& cell : doc["cells"]) {
+    const CellFiles f = make_cell(cell, dir);
+    const auto prompt = cell["prompt"].get<std::vector<int32_t>>();
+    const auto n = static_cast<int64_t>(cell["ids"].size());
+    for (int64_t batch : {512, 3}) {
+      LoadedModel e = load_with(f, batch);
+      ASSERT_EQ(e.adapters.size(), f.adapters.size());
+      const auto set = e.default_lora();
+      ASSERT_NE(set, nullptr);
+      const Greedy with = greedy(e, prompt, n, set);
+      expect_llama_cpps(cell, with, batch == 3 ? " (prompt in chunks of 3)" : "");
+      // The adapters change the model: the logits without them differ (the cells' updates are not negligible).
+      const Greedy without = greedy(e, prompt, n, nullptr);
+      EXPECT_GT(std::abs(without.best[0] - with.best[0]), 1e-3) << cell["name"] << ": the adapter changed nothing";
+    }
+  }
+}
+
+// Requests with different adapter sets (none, B, C, B+C, B at another scale) submitted together run in the same
+// steps, and each gets the ids it gets alone; the ones llama.cpp recorded (B+C: the llama-two cell) equal its ids.
+TEST(LoraCells, RequestsWithDifferentAdaptersShareStepsAndEachGetsItsOwnIds) {
+  const json doc = cells();
+  const json& cell = cell_named(doc, "llama-two");
+  test::TempDir dir;
+  const CellFiles f = make_cell(cell, dir);
+  LoadedModel e = load_with(f);
+  const auto& b = e.adapters[0].adapter;
+  const auto& c = e.adapters[1].adapter;
+  const std::vector<std::shared_ptr<const LoraSet>> sets = {
+      nullptr, make_lora_set({{b, 0.7f}}), make_lora_set({{c, 1.0f}}), make_lora_set({{b, 0.7f}, {c, 1.0f}}),
+      make_lora_set({{b, 0.3f}})};
+  const auto prompt = cell["prompt"].get<std::vector<int32_t>>();
+  const int64_t n = 12;
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& s : sets) alone.push_back(greedy(e, prompt, n, s).ids);
+  EXPECT_EQ(alone[3], cell["ids"].get<std::vector<int32_t>>()) << "B+C alone against llama.cpp";
+  for (size_t i = 1; i < sets.size(); i++) EXPECT_NE(alone[i], alone[0]) << "set " << i << " changed nothing";
+
+  ExecConfig xc;
+  xc.scheduler.max_batch_tokens = e.model->max_batch_tokens();
+  xc.scheduler.prefill_chunk = e.model->max_batch_tokens();
+  xc.scheduler.max_batch_size = 16;
+  StepExecutor exec(e, xc);
+  // Twice each set, with prompts of other lengths in between, so that rows of one set are not contiguous.
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::map<int64_t, size_t> set_of;
+  int64_t id = 1;
+  for (int round = 0; round < 2; round++)
+    for (size_t i = 0; i < sets.size(); i++, id++) {
+      auto req = std::make_unique<Request>();
+      req->id = id;
+      req->seq = static_cast<int32_t>(id);
+      req->params.prompt = prompt;
+      req->params.sampling.temperature = 0.0f;
+      req->params.max_tokens = n;
+      req->params.ignore_eos = true;
+      req->params.prefix_cache = false;
+      req->params.lora = sets[i];
+      set_of[id] = i;
+      exec.add(std::move(req));
+    }
+  int mixed_steps = 0;
+  size_t finished = 0;
+  for (int step = 0; step < 200 && finished < set_of.size(); step++) {
+    const auto outs = exec.step(0);
+    if (outs.rows == static_cast<int>(set_of.size())) mixed_steps++;
+    for (const RequestOutput& out : outs) {
+      for (const TokenOutput& t : out.tokens) got[out.id].push_back(t.token);
+      finished += out.finished ? 1 : 0;
+    }
+  }
+  EXPECT_GE(mixed_steps, n - 1) << "the requests did not share steps";
+  for (const auto& [rid, i] : set_of) EXPECT_EQ(got[rid], alone[i]) << "request " << rid << " (set " << i << ")";
+}
+
+// KV computed under adapters is found only under the same adapters: a second request with the same prompt hits
+// the prefix cache with the same set, and not without adapters or with another set (whose ids then equal a
+// cold run's).
+TEST(LoraCells, ThePrefixCacheKeysBlocksByTheAdapterSet) {
+  const json doc = cells();
+  const json& cell = cell_named(doc, "llama-two");
+  test::TempDir dir;
+  const CellFiles f = make_cell(cell, dir);
+  LoadedModel e = load_with(f);
+  const auto b = make_lora_set({{e.adapters[0].adapter, 0.7f}});
+  const auto c = make_lora_set({{e.adapters[1].adapter, 1.0f}});
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 70; i++) prompt.push_back((i * 37 + 11) % 500 + 1);
+  ExecConfig xc;
+  xc.scheduler.max_batch_tokens = e.model->max_batch_tokens();
+  xc.scheduler.prefill_chunk = e.model->max_batch_tokens();
+  StepExecutor exec(e, xc);
+  int64_t next_id = 1;
+  const auto run = [&](std::shared_ptr<const LoraSet> set, int64_t& cached) {
+    auto req = std::make_unique<Request>();
+    const int64_t rid = next_id++;
+    req->id = rid;
+    req->seq = 0;  // (one at a time: each ends before the next; its blocks stay named)
+    req->params.prompt = prompt;
+    req->params.sampling.temperature = 0.0f;
+    req->params.max_tokens = 6;
+    req->params.ignore_eos = true;
+    req->params.lora = std::move(set);
+    exec.add(std::move(req));
+    std::vector<int32_t> ids;
+    for (int step = 0; step < 100; step++) {
+      bool done = false;
+      for (const RequestOutput& out : exec.step(0)) {
+        for (const TokenOutput& t : out.tokens) ids.push_back(t.token);
+        if (out.finished) done = true, cached = out.cached_tokens;
+      }
+      if (done) break;
+    }
+    return ids;
+  };
+  int64_t cached = -1;
+  const auto first_b = run(b, cached);
+  EXPECT_EQ(cached, 0);
+  const auto again_b = run(b, cached);
+  EXPECT_GT(cached, 0) << "the same adapters found nothing";
+  EXPECT_EQ(again_b, first_b);
+  const auto plain = run(nullptr, cached);
+  EXPECT_EQ(cached, 0) << "a request without adapters reused KV computed under B";
+  EXPECT_EQ(plain, greedy(e, prompt, 6, nullptr).ids);
+  const auto under_c = run(c, cached);
+  EXPECT_EQ(cached, 0) << "a request under C reused KV computed under B";
+  EXPECT_EQ(under_c, greedy(e, prompt, 6, c).ids);
+  EXPECT_NE(under_c, first_b);
+}
+
+// What an adapter file may not be: for another architecture, for another model's shapes, with a tensor that is
+// not a pair member, or (tied head) on the embedding; each a load error naming the file and what is wrong.
+TEST(LoraCells, AdaptersThatDoNotFitTheModelAreLoadErrorsNamingWhy) {
+  test::TempDir dir;
+  const auto synth = [&](const std::vector<std::string>& args) {
+    const auto r = test::run_kestrel(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  };
+  const std::string model = dir.file("llama.gguf"), other = dir.file("other.gguf");
+  synth({"synth", "--arch", "llama", "--preset", "tiny", "--type", "f32", "-o", model});
+  synth({"synth", "--arch", "qwen3", "--preset", "tiny", "--type", "f32", "-o", other, "--lora", dir.file("qwen3.lora")});
+  synth({"synth", "--arch", "llama", "--preset", "tiny", "--type", "f32", "--ffn", "256", "-o", other, "--lora",
+         dir.file("wide.lora")});
+  synth({"synth", "--arch", "qwen3", "--preset", "tiny", "--type", "f32", "-o", other, "--lora",
+         dir.file("tied.lora"), "--lora-embedding"});
+  const auto error_of = [&](const std::string& m, const std::string& lora) {
+    LoadOptions o;
+    o.model_path = m;
+    o.n_threads = 1;
+    o.n_ctx = 64;
+    o.loras.push_back({lora, 1.0f, ""});
+    try {
+      LoadedModel::load(o);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("(loaded)");
+  };
+  EXPECT_NE(error_of(model, dir.file("qwen3.lora")).find("is for architecture 'qwen3', the model is 'llama'"),
+            std::string::npos);
+  const std::string wide = error_of(model, dir.file("wide.lora"));
+  EXPECT_NE(wide.find("ffn_"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("ffn_down.weight' is 192x64 but lora_a is 256x"), std::string::npos) << wide;
+  const std::string tied = error_of(other, dir.file("tied.lora"));
+  EXPECT_NE(tied.find("token_embd.weight: the model's output head is token_embd.weight too"), std::string::npos) << tied;
+}
+
+}  // namespace
+}  // namespace kestrel
