@@ -237,6 +237,7 @@ void register_run(CLI::App& app) {
                 "With --spec: stop drafting for a while when it measures slower than plain decoding");
   add_device_option(cmd, f.engine);
   add_lora_options(cmd, f.engine);
+  add_control_vector_options(cmd, f.engine);
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   add_parallel_options(cmd, f.parallel);

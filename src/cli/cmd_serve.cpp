@@ -28,6 +28,8 @@ namespace {
 struct ServeFlags {
   LoadOptions engine;
   std::vector<std::string> served_names;
+  bool lora_init_without_apply = false;
+  std::vector<std::string> lora_modules;  // NAME=FILE
   std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", tool_call_parser = "auto", log_format = "text", profile;
   int port = 8080, max_batch_size = 16, max_queue = 256;
   size_t responses_store = 1000;
@@ -128,6 +130,14 @@ int run(ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   LoadOptions eo = f.engine;
+  if (f.lora_init_without_apply)
+    for (auto& l : eo.loras) l.scale = 0.0f;
+  for (const std::string& m : f.lora_modules) {
+    const size_t eq = m.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == m.size())
+      throw Error(fmt::format("--lora-modules '{}': expected NAME=FILE", m));
+    eo.loras.push_back({m.substr(eq + 1), 0.0f, m.substr(0, eq)});
+  }
   eo.profile = !f.profile.empty();
   eo.max_batch_tokens = f.max_batch_tokens;
   eo.n_seq_max = f.max_batch_size;
@@ -302,6 +312,16 @@ int run(ServeFlags& f) {
 
     ApiConfig api;
     api.model_names = served;
+    if (!e.adapters.empty()) {
+      std::vector<LoraTable::Entry> entries;
+      for (const auto& a : e.adapters) {
+        if (!a.name.empty() && std::find(api.model_names.begin(), api.model_names.end(), a.name) != api.model_names.end())
+          throw Error(fmt::format("--lora-modules: '{}' is already the model's name", a.name));
+        entries.push_back({a.adapter, a.scale, a.name});
+        if (!a.name.empty()) api.model_names.push_back(a.name);
+      }
+      api.lora = std::make_shared<LoraTable>(std::move(entries));
+    }
     {
       auto tmpl = std::make_shared<ChatTemplate>(ChatTemplate::from_model(*e.file, f.chat_template));
       if (!f.chat_template_kwargs.empty()) tmpl->set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));
@@ -562,6 +582,13 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--profile", f.profile,
                   "Record every operator's time per layer; the Chrome trace is written at shutdown");
   add_device_option(cmd, f.engine);
+  add_lora_options(cmd, f.engine);
+  add_control_vector_options(cmd, f.engine);
+  cmd->add_flag("--lora-init-without-apply", f.lora_init_without_apply,
+                "Load the --lora adapters at scale 0 (POST /lora-adapters or a request's `lora` field applies them)");
+  cmd->add_option("--lora-modules", f.lora_modules,
+                  "Serve an adapter as a model name: NAME=FILE (a request with model NAME runs the base model with "
+                  "that adapter; repeatable)");
   add_mla_option(cmd, f.engine.mla);
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   add_parallel_options(cmd, f.parallel);

@@ -7,6 +7,7 @@
 #include "formats/block_formats.h"
 #include "core/error.h"
 #include "model/family.h"
+#include "model/control_vector.h"
 #include "model/lora.h"
 #include "model/synth.h"
 #include "mmproj/mmproj.h"
@@ -26,6 +27,9 @@ void register_synth(CLI::App& app) {
   static SynthLoraOptions lora;
   static uint64_t lora_seed = 0;
   static bool lora_no_head = false;
+  static std::string cvec_out;
+  static float cvec_std = 0.5f;
+  static uint64_t cvec_seed = 0;
   auto* cmd = add_command(app, "synth", "Write a random-weight GGUF of a chosen architecture and shape", [] {
     const auto t0 = std::chrono::steady_clock::now();
     SynthOptions o;
@@ -85,6 +89,13 @@ void register_synth(CLI::App& app) {
       if (!mt) throw Error(fmt::format("--mmproj-type '{}' is not a type name (f32, f16, q8_0)", mmproj_type));
       synth_mmproj(mmproj, name, o.shape.dim, seed, mmproj_preset, *mt, mmproj_layers);
       fmt::print("wrote {} ({} projector, preset {}, output width {})\n", mmproj, name, mmproj_preset, o.shape.dim);
+    }
+    if (!cvec_out.empty()) {
+      const GgufFile base = GgufFile::open(out);
+      const int n_layer = static_cast<int>(base.get_int(arch + ".block_count").value_or(0) -
+                                           base.get_int(arch + ".nextn_predict_layers").value_or(0));
+      write_synth_control_vector(cvec_out, arch, o.shape.dim, n_layer, cvec_seed ? cvec_seed : seed, cvec_std);
+      fmt::print("wrote {} (control vector: direction.1 to direction.{}, sd {})\n", cvec_out, n_layer - 1, cvec_std);
     }
     if (!lora_out.empty()) {
       const auto lt = type_from_name(lora_type);
@@ -175,6 +186,10 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--lora", lora_out,
                   "Also write a random LoRA adapter (llama.cpp's GGUF adapter form) for the model to this file: every "
                   "attention, FFN, shared-expert and MLA projection matrix, and the output head");
+  cmd->add_option("--control-vector", cvec_out,
+                  "Also write a random control vector for the model to this file (llama.cpp's direction.L form)");
+  cmd->add_option("--control-vector-sd", cvec_std, "Its values' standard deviation")->capture_default_str();
+  cmd->add_option("--control-vector-seed", cvec_seed, "Its random seed (0: --seed)");
   cmd->add_option("--lora-rank", lora.rank, "The adapter's rank")->capture_default_str();
   cmd->add_option("--lora-alpha", lora.alpha, "adapter.lora.alpha (0: the key left out)")->capture_default_str();
   cmd->add_option("--lora-seed", lora_seed, "The adapter's random seed (0: --seed)");

@@ -156,12 +156,42 @@ inline void add_lora_options(CLI::App* cmd, kestrel::LoadOptions& o) {
          "--lora-scaled",
          [&o](const std::vector<std::string>& args) {
            for (const std::string& a : args) {
-             auto [file, scale] = kestrel::parse_lora_scaled(a);
+             auto [file, scale] = kestrel::parse_file_scale(a, "--lora-scaled");
              o.loras.push_back({file, scale, ""});
            }
          },
          "LoRA adapter at a scale: FILE:SCALE; repeat or separate by commas for several")
       ->delimiter(',');
+}
+
+// --control-vector FILE[,...], --control-vector-scaled FILE:SCALE[,...] and --control-vector-layer-range START END
+// (llama.cpp's).
+inline void add_control_vector_options(CLI::App* cmd, kestrel::LoadOptions& o) {
+  cmd->add_option_function<std::vector<std::string>>(
+         "--control-vector",
+         [&o](const std::vector<std::string>& files) {
+           for (const std::string& f : files) o.control_vectors.push_back({f, 1.0f});
+         },
+         "Control vector (llama.cpp's direction.L GGUF) added at strength 1; several are summed")
+      ->delimiter(',');
+  cmd->add_option_function<std::vector<std::string>>(
+         "--control-vector-scaled",
+         [&o](const std::vector<std::string>& args) {
+           for (const std::string& a : args) {
+             auto [file, scale] = kestrel::parse_file_scale(a, "--control-vector-scaled");
+             o.control_vectors.push_back({file, scale});
+           }
+         },
+         "Control vector at a strength: FILE:SCALE; repeat or separate by commas for several")
+      ->delimiter(',');
+  cmd->add_option_function<std::vector<int>>(
+         "--control-vector-layer-range",
+         [&o](const std::vector<int>& r) {
+           o.cvec_layer_start = r[0];
+           o.cvec_layer_end = r[1];
+         },
+         "START END: the layers the control vectors apply to (inclusive; default 1 to the last)")
+      ->expected(2);
 }
 
 // The device placement add_device_option read, copied into the options a command loads with.

@@ -24,6 +24,15 @@ struct DotKernels {
   // x[i] = exp(x[i] - m), returning the sum (attention's softmax numerators).
   // SIMD versions use a polynomial exp accurate to a few ulp.
   float (*exp_sum_f32)(float* x, float m, int64_t n);
+  // dot_f16_f32 of a row shorter than this (> 0) is its SIMD loop's tail only: each product rounded to float,
+  // summed in double from 0 (ggml's leftover loop), so rows of that length may be summed several at a time in
+  // the same order (matmul_kernels.cpp: a LoRA's B, rank columns). 0: no such shortcut (the scalar table sums in
+  // float).
+  int64_t f16_double_tail_below = 0;
+  // The same for rows [0, rows) of such a matrix (stride elements apart) into y: the sums in that order, several
+  // rows at once (null: the generic loop of matmul_kernels.cpp).
+  void (*dot_f16_short_rows)(const uint16_t* w, int64_t stride, int64_t rows, const float* x, int64_t n,
+                             float* y) = nullptr;
 };
 
 const DotKernels& scalar_dot_kernels();

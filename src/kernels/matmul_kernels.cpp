@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "formats/fp16.h"
 #include "kernels/isa_dispatch.h"
 
 namespace kestrel {
@@ -23,9 +24,33 @@ void quantize_act(const MatmulKernel& k, const float* x, void* out, int64_t n) {
 
 // ---- Row kernels ----
 
+// F16 rows short enough to be all tail in the dot (DotKernels::f16_double_tail_below): 8 rows at a time, each
+// summed exactly as the dot sums it (its products in float, the sum in double from 0), the rows' chains
+// interleaved instead of one after another.
+void rows_f16_short(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y, int64_t ldy) {
+  const int64_t cols = w.cols();
+  const auto* data = static_cast<const uint16_t*>(w.data);
+  const int64_t stride = static_cast<int64_t>(w.row_stride() / sizeof(uint16_t));
+  for (int64_t t = 0; t < in.n; t++) {
+    const float* xt = in.x + t * cols;
+    if (k.dots->dot_f16_short_rows) {
+      k.dots->dot_f16_short_rows(data + r0 * stride, stride, r1 - r0, xt, cols, y + t * ldy + r0);
+      continue;
+    }
+    for (int64_t r = r0; r < r1; r += 8) {
+      const int m = static_cast<int>(std::min<int64_t>(8, r1 - r));
+      double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t i = 0; i < cols; i++)
+        for (int j = 0; j < m; j++) s[j] += static_cast<double>(fp16_to_fp32(data[(r + j) * stride + i]) * xt[i]);
+      for (int j = 0; j < m; j++) y[t * ldy + r + j] = static_cast<float>(s[j]);
+    }
+  }
+}
+
 void rows_float_dot(const MatmulKernel& k, const Weight& w, int64_t r0, int64_t r1, const MatmulInput& in, float* y,
                     int64_t ldy) {
   const int64_t cols = w.cols();
+  if (w.type == GgmlType::F16 && cols < k.dots->f16_double_tail_below) return rows_f16_short(k, w, r0, r1, in, y, ldy);
   for (int64_t r = r0; r < r1; r++) {
     const void* wr = w.row(r);
     for (int64_t t = 0; t < in.n; t++) {

@@ -298,7 +298,25 @@ void LayerStack::run_layers(const Batch& b, const BatchPlacement& place, KvStore
   be_.annotate_rows(nullptr, r0, n);
   if (shard_.overlap && (shard_.split() || shard_.experts_split()) && n >= 2)
     return run_layers_overlapped(b, place, kv, r0, n);
-  for (int l = first_; l < end_; l++) run_layer(rows_of(b, place, kv, l, r0, n));
+  for (int l = first_; l < end_; l++) {
+    run_layer(rows_of(b, place, kv, l, r0, n));
+    // build_cvec: the layer's output, every residual stream of each row.
+    if (const float* v = cvec_ ? cvec_->layer(l) : nullptr)
+      be_.add_bias(x_ + r0 * state_dim(), v, n * streams_, cfg_.n_embd);
+  }
+}
+
+void LayerStack::set_control_vector(std::shared_ptr<const ControlVector> cv) {
+  // llama.cpp's Mistral Small 4 graph (mistral4.cpp) has no build_cvec: its control vectors change nothing.
+  if (cv && cfg_.arch == "mistral4")
+    throw Error("control vectors: llama.cpp's mistral4 graph applies none (it has no build_cvec), so Kestrel "
+                "refuses them rather than compute another model");
+  if (cv && (cv->n_embd != cfg_.n_embd || cv->n_layer != cfg_.n_layer))
+    throw Error(fmt::format("control vectors for {} layers of {} on a model of {} layers of {}", cv->n_layer, cv->n_embd,
+                            cfg_.n_layer, cfg_.n_embd));
+  if (cv && (shard_.split() || shard_.pipelined() || shard_.experts_split()))
+    throw Error("control vectors do not run under --parallel yet");
+  cvec_ = std::move(cv);
 }
 
 // The layers in two halves of the rows, each half's sums in flight while

@@ -50,6 +50,7 @@ class LayerStack : public Model {
   void forward(const Batch& b, const BatchPlacement& place, KvStore& kv, float* logits, float* hidden) final;
   bool best_on_device() const override { return be_.best_on_device(); }
   std::vector<float> classify(const float* pooled) const override;
+  void set_control_vector(std::shared_ptr<const ControlVector> cv) override;
   // Several residual streams (DeepSeek-V4) hand over the streams themselves, as llama.cpp's h_nextn.
   int64_t hidden_dim() const final { return streams_ > 1 ? state_dim() : cfg_.n_embd; }
   // Rank 0 of a pipeline keeps up to one step per stage in flight, each in
@@ -162,6 +163,7 @@ class LayerStack : public Model {
   const TensorShard shard_;
   int first_ = 0, end_ = 0;  // this rank's layers (all of them in one process)
   int streams_ = 1;          // residual streams per row (state_dim)
+  std::shared_ptr<const ControlVector> cvec_;  // set_control_vector's (null: none)
   MoeConfig local_moe_;      // the expert widths this rank runs (its share under tp)
   int64_t local_n_ff_ = 0;   // ...and of a dense FFN's rows
   IoWeights io_;

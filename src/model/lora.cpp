@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <map>
 
 #include "backend/backend.h"
@@ -31,14 +33,51 @@ Weight weight_of(const GgufTensorInfo& t) {
   return Weight{t.name, t.type, ne, t.data, t.nbytes, nullptr, nullptr};
 }
 
+// Whether the pair (name's) fits the model: the embedding's (A by token; true) or a product's (false). Throws
+// err(what) otherwise.
+bool check_pair(const std::string& name, const GgufTensorInfo& a, const GgufTensorInfo& b, const LoraTargets& targets,
+                const std::function<Error(const std::string&)>& err) {
+  if (name == "token_embd.weight") {
+    // A stored transposed: {r, n_vocab}; B {r, n_embd} (llm_graph_context::build_inp_embd).
+    if (targets.tied_output)
+      throw err("token_embd.weight: the model's output head is token_embd.weight too, and an embedding adapter "
+                "(A stored by token) cannot apply to it as a product (llama.cpp fails on such a graph)");
+    if (b.ne[1] != targets.n_embd || a.ne[1] != targets.n_vocab || a.ne[0] != b.ne[0])
+      throw err(fmt::format("token_embd.weight: lora_a {} and lora_b {} do not fit the embedding {}x{} "
+                            "(A is {{r, n_vocab}}, B {{r, n_embd}})",
+                            shape_string(a.ne), shape_string(b.ne), targets.n_embd, targets.n_vocab));
+    return true;
+  }
+  auto it = targets.products.find(name);
+  if (it == targets.products.end()) {
+    if (targets.base && !targets.base->find_tensor(name))
+      throw err(fmt::format("'{}' is not a tensor of the model (an adapter for another model?)", name));
+    throw err(fmt::format("'{}': Kestrel does not apply adapters to this tensor of a {} model (it is not one "
+                          "matrix multiplying the batch's rows: routed experts, per-head or fused-and-split "
+                          "matrices are not supported yet)",
+                          name, targets.arch));
+  }
+  const auto [cols, rows] = it->second;
+  if (a.ne[0] != cols || b.ne[1] != rows)
+    throw err(fmt::format("'{}' is {}x{} but lora_a is {} and lora_b {} (A is {{n_in, r}}, B {{r, n_out}})", name,
+                          cols, rows, shape_string(a.ne), shape_string(b.ne)));
+  if (a.ne[1] != b.ne[0])
+    throw err(fmt::format("'{}': lora_a {} and lora_b {} disagree on the rank", name, shape_string(a.ne),
+                          shape_string(b.ne)));
+  return false;
+}
+
 }  // namespace
 
 std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const LoraTargets& targets, Backend& be) {
   auto ad = std::make_shared<LoraAdapter>();
   ad->path_ = path;
+  ad->label_ = std::filesystem::path(path).stem().string();
   ad->file_ = std::make_unique<GgufFile>(GgufFile::open(path));
   const GgufFile& f = *ad->file_;
-  const auto err = [&](const std::string& what) { return Error(fmt::format("LoRA adapter {}: {}", path, what)); };
+  const std::function<Error(const std::string&)> err = [&](const std::string& what) {
+    return Error(fmt::format("LoRA adapter {}: {}", path, what));
+  };
   const auto type = f.get_string("general.type");
   if (type != "adapter") throw err(fmt::format("general.type is '{}', expected 'adapter'", type.value_or("")));
   const auto arch = f.get_string("general.architecture");
@@ -95,34 +134,7 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const Lo
     const GgufTensorInfo &a = *ab.first, &b = *ab.second;
     LoraPair p;
     p.rank = b.ne[0];
-    if (name == "token_embd.weight") {
-      // A stored transposed: {r, n_vocab}; B {r, n_embd} (llm_graph_context::build_inp_embd).
-      if (targets.tied_output)
-        throw err("token_embd.weight: the model's output head is token_embd.weight too, and an embedding adapter "
-                  "(A stored by token) cannot apply to it as a product (llama.cpp fails on such a graph)");
-      if (b.ne[1] != targets.n_embd || a.ne[1] != targets.n_vocab || a.ne[0] != b.ne[0])
-        throw err(fmt::format("token_embd.weight: lora_a {} and lora_b {} do not fit the embedding {}x{} "
-                              "(A is {{r, n_vocab}}, B {{r, n_embd}})",
-                              shape_string(a.ne), shape_string(b.ne), targets.n_embd, targets.n_vocab));
-      p.embedding = true;
-    } else {
-      auto it = targets.products.find(name);
-      if (it == targets.products.end()) {
-        if (targets.base && !targets.base->find_tensor(name))
-          throw err(fmt::format("'{}' is not a tensor of the model (an adapter for another model?)", name));
-        throw err(fmt::format("'{}': Kestrel does not apply adapters to this tensor of a {} model (it is not one "
-                              "matrix multiplying the batch's rows: routed experts, per-head or fused-and-split "
-                              "matrices are not supported yet)",
-                              name, targets.arch));
-      }
-      const auto [cols, rows] = it->second;
-      if (a.ne[0] != cols || b.ne[1] != rows)
-        throw err(fmt::format("'{}' is {}x{} but lora_a is {} and lora_b {} (A is {{n_in, r}}, B {{r, n_out}})",
-                              name, cols, rows, shape_string(a.ne), shape_string(b.ne)));
-      if (a.ne[1] != b.ne[0])
-        throw err(fmt::format("'{}': lora_a {} and lora_b {} disagree on the rank", name, shape_string(a.ne),
-                              shape_string(b.ne)));
-    }
+    p.embedding = check_pair(name, a, b, targets, err);
     p.a = be.prepare_weight(weight_of(a));
     p.b = be.prepare_weight(weight_of(b));
     ad->bytes_ += static_cast<int64_t>(a.nbytes + b.nbytes);
@@ -146,15 +158,15 @@ std::shared_ptr<const LoraSet> make_lora_set(
   return set;
 }
 
-std::pair<std::string, float> parse_lora_scaled(const std::string& arg) {
+std::pair<std::string, float> parse_file_scale(const std::string& arg, const char* flag) {
   const size_t colon = arg.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == arg.size())
-    throw Error(fmt::format("--lora-scaled '{}': expected FILE:SCALE", arg));
+    throw Error(fmt::format("{} '{}': expected FILE:SCALE", flag, arg));
   const std::string num = arg.substr(colon + 1);
   char* end = nullptr;
   const float s = std::strtof(num.c_str(), &end);
   if (end != num.c_str() + num.size() || !std::isfinite(s))
-    throw Error(fmt::format("--lora-scaled '{}': '{}' is not a number", arg, num));
+    throw Error(fmt::format("{} '{}': '{}' is not a number", flag, arg, num));
   return {arg.substr(0, colon), s};
 }
 

@@ -43,6 +43,9 @@ class LoraAdapter {
   static std::shared_ptr<LoraAdapter> load(const std::string& path, const LoraTargets& targets, Backend& be);
 
   const std::string& path() const { return path_; }
+  // Its name in metrics and logs: the model name it is served as (--lora-modules), else its file's stem.
+  const std::string& label() const { return label_; }
+  void set_label(std::string l) { label_ = std::move(l); }
   float alpha() const { return alpha_; }
   const std::string& task_name() const { return task_name_; }
   const std::string& prompt_prefix() const { return prompt_prefix_; }
@@ -60,7 +63,7 @@ class LoraAdapter {
   }
 
  private:
-  std::string path_, task_name_, prompt_prefix_;
+  std::string path_, label_, task_name_, prompt_prefix_;
   float alpha_ = 0.0f;
   uint64_t hash_ = 0;
   int64_t bytes_ = 0;
@@ -81,8 +84,9 @@ struct LoraSet {
 // when nothing is left.
 std::shared_ptr<const LoraSet> make_lora_set(std::vector<std::pair<std::shared_ptr<const LoraAdapter>, float>> list);
 
-// --lora-scaled's FILE:SCALE (the last ':' splits; Error naming the argument otherwise).
-std::pair<std::string, float> parse_lora_scaled(const std::string& arg);
+// A FILE:SCALE argument of `flag` (--lora-scaled, --control-vector-scaled: the last ':' splits; Error naming the flag
+// and argument otherwise).
+std::pair<std::string, float> parse_file_scale(const std::string& arg, const char* flag);
 
 // A random adapter for `base` (kestrel synth --lora): every 2-D product matrix of its layers (attention, FFN,
 // shared experts, MLA projections) and, with head, output.weight (with embedding, token_embd.weight), rank r,

@@ -119,12 +119,22 @@ void LoraBackend::matmul_many(const Weight* const* ws, int count, Act x, int64_t
 }
 
 void LoraBackend::swiglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) {
-  if (touches(g) || touches(u)) return Backend::swiglu(g, u, x, n, out, scratch);  // the products, updated, apart
+  if (touches(g) || touches(u)) {  // both products in one pass over x, each updated, then the activation
+    const Weight* ws[2] = {&g, &u};
+    const Act ys[2] = {out, scratch};
+    matmul_many(ws, 2, x, n, ys);
+    return silu_mul(out, scratch, n * g.rows());
+  }
   fwd().swiglu(g, u, x, n, out, scratch);
 }
 
 void LoraBackend::geglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) {
-  if (touches(g) || touches(u)) return Backend::geglu(g, u, x, n, out, scratch);
+  if (touches(g) || touches(u)) {
+    const Weight* ws[2] = {&g, &u};
+    const Act ys[2] = {out, scratch};
+    matmul_many(ws, 2, x, n, ys);
+    return gelu_mul(out, scratch, n * g.rows());
+  }
   fwd().geglu(g, u, x, n, out, scratch);
 }
 

@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "gguf/gguf.h"
 #include "model/batch.h"
+#include "model/control_vector.h"
 #include "parallel/tensor_shard.h"
 #include "kv/kv_cache.h"
 
@@ -186,6 +187,9 @@ class Model {
   // A reranking model (pooling rank): its classification head over a pooled final state (hidden_dim floats),
   // one score per label, softmaxed as llama.cpp does for Qwen3's rerankers. Empty when the model has none.
   virtual std::vector<float> classify(const float* /*pooled*/) const { return {}; }
+  // Control vectors (model/control_vector.h): layer il's vector added to every row's residual stream at the end of
+  // layer il from the next step on (null: none). A model whose llama.cpp graph applies none refuses (Error).
+  virtual void set_control_vector(std::shared_ptr<const ControlVector> cv);
   // Runs the first MTP layer: row i carries token x_{p+1} at position p and
   // hidden_in row i, the target's final hidden state at p (or the previous
   // MTP step's output when chaining drafts). Its logits predict x_{p+2};

@@ -18,6 +18,9 @@ void Model::start_forward(const Batch&, const BatchPlacement&, KvStore&, int) {
   throw Error(fmt::format("the {} model keeps one step in flight (forward)", config().arch));
 }
 void Model::finish_forward(int, float*) { throw Error("finish_forward: no step was started"); }
+void Model::set_control_vector(std::shared_ptr<const ControlVector>) {
+  throw Error(fmt::format("control vectors are not implemented for {} models", config().arch));
+}
 
 namespace {
 

@@ -157,6 +157,13 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     throw Error(fmt::format("{}: tokenizer has {} tokens but the model's embedding has {} rows", o.model_path,
                             e.tokenizer->vocab().size(), c.n_vocab));
   e.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
+  if (!o.control_vectors.empty()) {
+    stage("loading control vectors");
+    e.model->set_control_vector(std::make_shared<const ControlVector>(
+        load_control_vectors(o.control_vectors, c.n_embd, c.n_layer, o.cvec_layer_start, o.cvec_layer_end)));
+  } else if (o.cvec_layer_start || o.cvec_layer_end) {
+    throw Error("--control-vector-layer-range needs --control-vector");
+  }
   if (e.lora) {
     stage("loading LoRA adapters");
     LoraTargets& t = e.lora->targets();
@@ -164,8 +171,11 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     t.n_embd = c.n_embd;
     t.n_vocab = c.n_vocab;
     t.base = e.file.get();
-    for (const LoadOptions::Lora& l : o.loras)
-      e.adapters.push_back({LoraAdapter::load(l.path, t, e.lora->inner()), l.scale, l.name});
+    for (const LoadOptions::Lora& l : o.loras) {
+      auto adapter = LoraAdapter::load(l.path, t, e.lora->inner());
+      if (!l.name.empty()) adapter->set_label(l.name);
+      e.adapters.push_back({std::move(adapter), l.scale, l.name});
+    }
   }
   KvLayout l = e.model->kv_layout();
   l.k_type = o.kv_type_k;

@@ -52,6 +52,10 @@ struct LoadOptions {
     std::string name;    // set: also served as a model of this name (--lora-modules NAME=FILE)
   };
   std::vector<Lora> loras;
+  // Control vectors (model/control_vector.h: --control-vector, --control-vector-scaled) on layers
+  // [cvec_layer_start, cvec_layer_end] (0: 1 and the model's last).
+  std::vector<ControlVectorFile> control_vectors;
+  int cvec_layer_start = 0, cvec_layer_end = 0;
   KvType kv_type_k = KvType::F32;         // how the KV cache stores keys
   KvType kv_type_v = KvType::F32;         // ...and values
   // Set with more than one rank: tensor parallelism over them (--parallel

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Reference cells for LoRA adapters: a `kestrel synth` model and one or more `kestrel synth --lora` adapters,
-and llama.cpp's greedy ids with the adapters applied at the cell's scales (llama_adapter_lora_init +
-llama_set_adapters_lora, as --lora-scaled does; lora_oracle.cpp).
+"""Reference cells for LoRA adapters and control vectors: a `kestrel synth` model, `kestrel synth --lora` adapters
+and `kestrel synth --control-vector` vectors, and llama.cpp's greedy ids with them applied at the cell's scales
+(llama_adapter_lora_init + llama_set_adapters_lora, as --lora-scaled does; common_control_vector_load +
+llama_set_adapter_cvec on the cell's layer range, as --control-vector-scaled and --control-vector-layer-range do;
+lora_oracle.cpp).
 
   lora_cells.py record KESTREL DEST
       synthesise each cell's model and adapters, build lora_oracle.cpp against DEST (get-llama.sh's), run it,
@@ -33,7 +35,12 @@ def model(arch, seed="2", preset="tiny"):
     return ["--arch", arch, "--preset", preset, "--type", "f32", "--seed", seed]
 
 
-# name, model synth arguments, [(adapter synth arguments, scale)], prompt, tokens
+V = ["--control-vector-sd", "0.5"]
+V2 = ["--control-vector-sd", "0.3", "--control-vector-seed", "5"]
+
+
+# name, model synth arguments, [(adapter synth arguments, scale)], prompt, tokens[, control vectors
+# [(synth arguments, scale)], their layer range (None: the default)]
 CELLS = [
     ("llama-a", model("llama"), [(A, 1.0)], P, 12),
     ("llama-b-scaled", model("llama", "3"), [(B, 0.7)], P, 12),
@@ -49,6 +56,14 @@ CELLS = [
     ("qwen3moe-a", model("qwen3moe"), [(A, 1.0)], P, 12),
     ("gpt-oss-c", model("gpt-oss"), [(C, 1.0)], P, 12),
     ("deepseek2-ffn", model("deepseek2"), [(A + ["--lora-only", "ffn_"], 1.0)], P, 12),
+    ("llama-cvec", model("llama"), [], P, 12, [(V, 0.8)], None),
+    ("llama-cvec-two-range", model("llama", "3"), [], P, 12, [(V, 0.5), (V2, -1.5)], (1, 1)),
+    ("llama-a-cvec", model("llama"), [(A, 1.0)], P, 12, [(V, 0.8)], None),
+    ("gemma4-cvec", model("gemma4"), [], P, 12, [(V, 0.8)], None),
+    ("qwen35-cvec", model("qwen35"), [], P, 12, [(V, 0.8)], None),
+    ("deepseek4-cvec", model("deepseek4"), [], P, 12, [(V, 0.8)], None),
+    ("gpt-oss-cvec", model("gpt-oss"), [], P, 12, [(V, 0.8)], None),
+    ("mistral3-cvec", model("mistral3"), [], P, 12, [(V, 0.8)], (1, 5)),
 ]
 
 
@@ -61,7 +76,8 @@ def build_oracle(dest, tmp):
     exe, bin_dir = os.path.join(tmp, "lora_oracle"), os.path.join(dest, "build", "bin")
     subprocess.run([os.environ.get("CXX", "c++"), "-std=c++17", "-O2", os.path.join(HERE, "lora_oracle.cpp"),
                     "-I" + os.path.join(dest, "include"), "-I" + os.path.join(dest, "ggml", "include"),
-                    "-L" + bin_dir, "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + bin_dir, "-o", exe],
+                    "-I" + os.path.join(dest, "common"), "-L" + bin_dir, "-lllama-common", "-lllama", "-lggml",
+                    "-lggml-base", "-Wl,-rpath," + bin_dir, "-o", exe],
                    check=True)
     return exe
 
@@ -79,22 +95,36 @@ def record(kestrel, dest):
            "llama_cpp": commit(dest), "cells": []}
     with tempfile.TemporaryDirectory() as tmp:
         oracle = build_oracle(dest, tmp)
-        for name, margs, adapters, prompt, n in CELLS:
+        for name, margs, adapters, prompt, n, *cv in CELLS:
+            vectors, layer_range = cv if cv else ([], None)
             path = os.path.join(tmp, name + ".gguf")
-            files, cell_adapters, oracle_args = [], [], []
-            for i, (aargs, scale) in enumerate(adapters):
-                apath = os.path.join(tmp, f"{name}.lora{i}.gguf")
-                subprocess.run([kestrel, "synth", *margs, "-o", path, "--lora", apath, *aargs], check=True,
-                               capture_output=True)
-                cell_adapters.append({"synth": aargs, "scale": scale, "sha256": sha256(apath)})
-                oracle_args += ["--lora", apath, str(scale)]
+            oracle_args = []
+            subprocess.run([kestrel, "synth", *margs, "-o", path], check=True, capture_output=True)
+
+            def files(items, kind, synth_flag, oracle_flag):
+                out = []
+                for i, (args, scale) in enumerate(items):
+                    fpath = os.path.join(tmp, f"{name}.{kind}{i}.gguf")
+                    subprocess.run([kestrel, "synth", *margs, "-o", path, synth_flag, fpath, *args], check=True,
+                                   capture_output=True)
+                    out.append({"synth": args, "scale": scale, "sha256": sha256(fpath)})
+                    oracle_args.extend([oracle_flag, fpath, str(scale)])
+                return out
+            cell_vectors = files(vectors, "cvec", "--control-vector", "--cvec")
+            if layer_range:
+                oracle_args += ["--cvec-range", str(layer_range[0]), str(layer_range[1])]
+            cell_adapters = files(adapters, "lora", "--lora", "--lora")
             res = json.loads(subprocess.run([oracle, "-n", str(n), *oracle_args, path, " ".join(map(str, prompt))],
                                             check=True, capture_output=True, text=True).stdout)
             if "error" in res:
                 sys.exit(f"{name}: llama.cpp: {res['error']}")
-            out["cells"].append({"name": name, "synth": margs, "sha256": sha256(path), "adapters": cell_adapters,
-                                 "prompt": prompt, "ids": res["ids"], "gaps": [round(g, 5) for g in res["gap"]],
-                                 "best": res["best"]})
+            cell = {"name": name, "synth": margs, "sha256": sha256(path), "adapters": cell_adapters,
+                    "prompt": prompt, "ids": res["ids"], "gaps": [round(g, 5) for g in res["gap"]], "best": res["best"]}
+            if cell_vectors:
+                cell["control_vectors"] = cell_vectors
+                if layer_range:
+                    cell["layer_range"] = list(layer_range)
+            out["cells"].append(cell)
             print(f"{name}: {res['ids']}")
     with open(EXPECTED, "w") as f:
         json.dump(out, f, indent=1)

@@ -2,13 +2,15 @@
 // tests/reference/test_lora_cells.cpp compares kestrel's with; lora_cells.py builds and runs it).
 //
 // Build (a llama.cpp checkout and its CMake build with shared libraries, as get-llama.sh makes):
-//   c++ -std=c++17 -O2 lora_oracle.cpp -I$LLAMA/include -I$LLAMA/ggml/include
-//       -L$LLAMA_BIN -lllama -lggml -lggml-base -Wl,-rpath,$LLAMA_BIN -o lora_oracle
+//   c++ -std=c++17 -O2 lora_oracle.cpp -I$LLAMA/include -I$LLAMA/ggml/include -I$LLAMA/common
+//       -L$LLAMA_BIN -lllama-common -lllama -lggml -lggml-base -Wl,-rpath,$LLAMA_BIN -o lora_oracle
 // Run:
-//   lora_oracle [--threads 2] [-n 16] [--lora FILE SCALE]... MODEL.gguf "ID ID ..."
+//   lora_oracle [--threads 2] [-n 16] [--lora FILE SCALE]... [--cvec FILE SCALE]... [--cvec-range START END]
+//               MODEL.gguf "ID ID ..."
 //
 // The adapters are loaded with llama_adapter_lora_init and set with llama_set_adapters_lora at their scales (as
-// --lora-scaled does); the prompt runs as one batch (its last row's logits), then one token per step, greedy.
+// --lora-scaled does); the control vectors summed by common_control_vector_load and set with llama_set_adapter_cvec
+// on the range (default 1 to n_layer, as common_init_from_params does); the prompt runs as one batch (its last row's logits), then one token per step, greedy.
 // CPU only, float32 KV cache, no flash attention. Prints {"ids": [...], "gap": [...], "best": [...]}: per
 // generated token its id, the best - second-best logit of the row it came from, and that best logit. On failure {"error": "..."} and exit 1.
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "llama.h"
 
 static std::string g_errors;
@@ -40,6 +43,8 @@ int main(int argc, char** argv) {
   int threads = 2, n_predict = 16;
   std::vector<std::string> pos, lora_paths;
   std::vector<float> lora_scales;
+  std::vector<common_control_vector_load_info> cvecs;
+  int cvec_start = 0, cvec_end = 0;
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
@@ -49,6 +54,12 @@ int main(int argc, char** argv) {
     } else if (a == "--lora" && i + 2 < argc) {
       lora_paths.push_back(argv[++i]);
       lora_scales.push_back(std::strtof(argv[++i], nullptr));
+    } else if (a == "--cvec" && i + 2 < argc) {
+      const std::string file = argv[++i];
+      cvecs.push_back({std::strtof(argv[++i], nullptr), file});
+    } else if (a == "--cvec-range" && i + 2 < argc) {
+      cvec_start = std::atoi(argv[++i]);
+      cvec_end = std::atoi(argv[++i]);
     } else {
       pos.push_back(a);
     }
@@ -91,6 +102,14 @@ int main(int argc, char** argv) {
   if (!ctx) return fail("no context");
   if (!adapters.empty() && llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), lora_scales.data()) != 0)
     return fail("llama_set_adapters_lora failed");
+  if (!cvecs.empty()) {
+    if (cvec_start <= 0) cvec_start = 1;
+    if (cvec_end <= 0) cvec_end = llama_model_n_layer(model);
+    const common_control_vector_data cv = common_control_vector_load(cvecs);
+    if (cv.n_embd == -1) return fail("common_control_vector_load failed");
+    if (llama_set_adapter_cvec(ctx, cv.data.data(), cv.data.size(), cv.n_embd, cvec_start, cvec_end) != 0)
+      return fail("llama_set_adapter_cvec failed");
+  }
 
   std::string ids, gaps, bests;
   char buf[64];

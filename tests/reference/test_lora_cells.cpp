@@ -1,7 +1,8 @@
-// LoRA adapters against llama.cpp: each cell of tests/reference/lora_cells.json (tests/compat/lora_cells.py
-// record) is a `kestrel synth` model and `kestrel synth --lora` adapters; the files are regenerated, their sha256
-// checked, and kestrel's greedy ids and best logits with the adapters at the cell's scales compared with
-// llama.cpp's (lora_oracle.cpp: llama_set_adapters_lora) — the prompt whole and in chunks of 3. Then what
+// LoRA adapters and control vectors against llama.cpp: each cell of tests/reference/lora_cells.json
+// (tests/compat/lora_cells.py record) is a `kestrel synth` model with `kestrel synth --lora` adapters and/or
+// `--control-vector` vectors; the files are regenerated, their sha256 checked, and kestrel's greedy ids and best
+// logits with them at the cell's scales (and layer range) compared with llama.cpp's (lora_oracle.cpp:
+// llama_set_adapters_lora, llama_set_adapter_cvec) — the prompt whole and in chunks of 3. Then what
 // llama.cpp's server does not do: requests with different adapter sets in one step, each getting the ids it gets
 // alone, and the prefix cache keeping KV computed under adapters apart.
 #include <gtest/gtest.h>
@@ -38,30 +39,48 @@ struct CellFiles {
   std::string model;
   std::vector<std::string> adapters;
   std::vector<float> scales;
+  std::vector<ControlVectorFile> vectors;
+  int range[2] = {0, 0};
 };
+// `kestrel synth` of the cell's model, plus `flag path` and their own arguments (an adapter or vector beside it).
+void synth_beside(const json& cell, const std::string& model, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"synth"};
+  for (const auto& s : cell["synth"]) args.push_back(s);
+  args.insert(args.end(), {"-o", model});
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto made = test::run_kestrel(args);
+  EXPECT_EQ(made.exit_code, 0) << cell["name"] << ": " << made.err;
+}
+
 CellFiles make_cell(const json& cell, test::TempDir& dir) {
   CellFiles f;
   const std::string name = cell["name"];
   f.model = dir.file(name + ".gguf");
-  for (size_t i = 0; i < cell["adapters"].size(); i++) {
-    const json& a = cell["adapters"][i];
-    const std::string path = dir.file(name + ".lora" + std::to_string(i) + ".gguf");
-    std::vector<std::string> args = {"synth"};
-    for (const auto& s : cell["synth"]) args.push_back(s);
-    args.insert(args.end(), {"-o", f.model, "--lora", path});
-    for (const auto& s : a["synth"]) args.push_back(s);
-    const auto made = test::run_kestrel(args);
-    EXPECT_EQ(made.exit_code, 0) << name << ": " << made.err;
-    EXPECT_EQ(test::sha256_of(path), a["sha256"].get<std::string>()) << name << ": synth --lora no longer writes "
-                                                                               "the recorded adapter";
-    f.adapters.push_back(path);
-    f.scales.push_back(a["scale"].get<float>());
-  }
+  synth_beside(cell, f.model, {});
+  // Each adapter (vector): regenerated, its bytes the recorded ones; its path and scale.
+  const auto files = [&](const char* key, const char* kind, const char* flag, const auto& take) {
+    if (!cell.contains(key)) return;
+    for (size_t i = 0; i < cell[key].size(); i++) {
+      const json& a = cell[key][i];
+      const std::string path = dir.file(name + "." + kind + std::to_string(i) + ".gguf");
+      std::vector<std::string> extra = {flag, path};
+      for (const auto& s : a["synth"]) extra.push_back(s);
+      synth_beside(cell, f.model, extra);
+      EXPECT_EQ(test::sha256_of(path), a["sha256"].get<std::string>()) << name << ": synth " << flag;
+      take(path, a["scale"].get<float>());
+    }
+  };
+  files("adapters", "lora", "--lora", [&](const std::string& p, float s) {
+    f.adapters.push_back(p);
+    f.scales.push_back(s);
+  });
+  files("control_vectors", "cvec", "--control-vector", [&](const std::string& p, float s) { f.vectors.push_back({p, s}); });
+  if (cell.contains("layer_range")) f.range[0] = cell["layer_range"][0], f.range[1] = cell["layer_range"][1];
   EXPECT_EQ(test::sha256_of(f.model), cell["sha256"].get<std::string>()) << name;
   return f;
 }
 
-LoadedModel load_with(const CellFiles& f, int64_t batch = 512) {
+LoadedModel load_with(const CellFiles& f, int64_t batch = 512, bool vectors = true) {
   LoadOptions o;
   o.model_path = f.model;
   o.n_threads = 2;
@@ -69,6 +88,11 @@ LoadedModel load_with(const CellFiles& f, int64_t batch = 512) {
   o.max_batch_tokens = batch;
   o.n_seq_max = 16;
   for (size_t i = 0; i < f.adapters.size(); i++) o.loras.push_back({f.adapters[i], f.scales[i], ""});
+  if (vectors) {
+    o.control_vectors = f.vectors;
+    o.cvec_layer_start = f.range[0];
+    o.cvec_layer_end = f.range[1];
+  }
   return LoadedModel::load(o);
 }
 
@@ -117,24 +141,34 @@ void expect_llama_cpps(const json& cell, const Greedy& got, const std::string& h
 
 TEST(LoraCells, KestrelGivesLlamaCppsIdsAndLogitsWithTheAdaptersApplied) {
   const json doc = cells();
-  ASSERT_GE(doc["cells"].size(), 10u);
+  ASSERT_GE(doc["cells"].size(), 20u);
   test::TempDir dir;
+  int vector_cells = 0;
   for (const auto& cell : doc["cells"]) {
     const CellFiles f = make_cell(cell, dir);
+    vector_cells += f.vectors.empty() ? 0 : 1;
     const auto prompt = cell["prompt"].get<std::vector<int32_t>>();
     const auto n = static_cast<int64_t>(cell["ids"].size());
     for (int64_t batch : {512, 3}) {
       LoadedModel e = load_with(f, batch);
       ASSERT_EQ(e.adapters.size(), f.adapters.size());
       const auto set = e.default_lora();
-      ASSERT_NE(set, nullptr);
+      ASSERT_EQ(set == nullptr, f.adapters.empty());
       const Greedy with = greedy(e, prompt, n, set);
       expect_llama_cpps(cell, with, batch == 3 ? " (prompt in chunks of 3)" : "");
-      // The adapters change the model: the logits without them differ (the cells' updates are not negligible).
-      const Greedy without = greedy(e, prompt, n, nullptr);
-      EXPECT_GT(std::abs(without.best[0] - with.best[0]), 1e-3) << cell["name"] << ": the adapter changed nothing";
+      // The adapters and vectors change the model: the logits without them differ (not negligible updates).
+      if (set) {
+        const Greedy without = greedy(e, prompt, n, nullptr);
+        EXPECT_GT(std::abs(without.best[0] - with.best[0]), 1e-3) << cell["name"] << ": the adapter changed nothing";
+      }
+      if (!f.vectors.empty() && batch == 512) {
+        LoadedModel plain = load_with(f, batch, false);
+        const Greedy without = greedy(plain, prompt, n, set);
+        EXPECT_GT(std::abs(without.best[0] - with.best[0]), 1e-3) << cell["name"] << ": the vectors changed nothing";
+      }
     }
   }
+  EXPECT_GE(vector_cells, 6);
 }
 
 // Requests with different adapter sets (none, B, C, B+C, B at another scale) submitted together run in the same
@@ -284,6 +318,41 @@ TEST(LoraCells, AdaptersThatDoNotFitTheModelAreLoadErrorsNamingWhy) {
   EXPECT_NE(wide.find("ffn_down.weight' is 192x64 but lora_a is 256x"), std::string::npos) << wide;
   const std::string tied = error_of(other, dir.file("tied.lora"));
   EXPECT_NE(tied.find("token_embd.weight: the model's output head is token_embd.weight too"), std::string::npos) << tied;
+}
+
+// Control vectors that do not fit: another width, a range holding no layer, a family whose llama.cpp graph
+// applies none (Mistral Small 4): load errors naming why.
+TEST(LoraCells, ControlVectorsThatDoNotFitAreLoadErrorsNamingWhy) {
+  test::TempDir dir;
+  const std::string model = dir.file("llama.gguf"), other = dir.file("other.gguf"), m4 = dir.file("m4.gguf");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"synth", "--arch", "llama", "--preset", "tiny", "--type", "f32", "-o", model, "--control-vector",
+            dir.file("ok.cv")},
+           {"synth", "--arch", "llama", "--preset", "tiny", "--type", "f32", "--dim", "128", "-o", other,
+            "--control-vector", dir.file("wide.cv")},
+           {"synth", "--arch", "mistral4", "--preset", "tiny", "--type", "f32", "-o", m4, "--control-vector",
+            dir.file("m4.cv")}})
+    ASSERT_EQ(test::run_kestrel(args).exit_code, 0);
+  const auto error_of = [&](const std::string& m, const std::string& cv, int start, int end) {
+    LoadOptions o;
+    o.model_path = m;
+    o.n_threads = 1;
+    o.n_ctx = 64;
+    o.control_vectors.push_back({cv, 1.0f});
+    o.cvec_layer_start = start;
+    o.cvec_layer_end = end;
+    try {
+      LoadedModel::load(o);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("(loaded)");
+  };
+  EXPECT_EQ(error_of(model, dir.file("ok.cv"), 0, 0), "(loaded)");
+  EXPECT_NE(error_of(model, dir.file("wide.cv"), 0, 0).find("'direction.1' is 128 but the model's width is 64"),
+            std::string::npos);
+  EXPECT_NE(error_of(model, dir.file("ok.cv"), 5, 9).find("no layer of the model's 1 to 1 is in it"), std::string::npos);
+  EXPECT_NE(error_of(m4, dir.file("m4.cv"), 0, 0).find("llama.cpp's mistral4 graph applies none"), std::string::npos);
 }
 
 }  // namespace

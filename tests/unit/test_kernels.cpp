@@ -9,6 +9,7 @@
 
 #include "formats/block_formats.h"
 #include "formats/fp16.h"
+#include "backend/backend.h"
 #include "kernels/dot.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_float.h"
@@ -352,6 +353,38 @@ TEST(DotKernels, Avx2FloatRowDotsInGgmlsOrderBitForBit) {
 TEST(DotKernels, Avx512FloatRowDotsInGgmlsOrderBitForBit) {
   if (!isa_runs(IsaNeed::Avx512)) GTEST_SKIP() << "no AVX-512 on this CPU/build";
   expect_row_dots_in_ggmls_order<16>(dot_kernels_for(IsaLevel::Avx512), gcc_reduce_add16, 53);
+}
+
+// F16 rows shorter than the dot's SIMD step (a LoRA's B: rank columns) are all tail: products in float summed in
+// double. Summed 8 rows at a time (AVX-512's transposed columns; matmul_kernels.cpp's interleaved loop elsewhere),
+// every output is bit for bit the row dot's, through the backend's matmul too.
+TEST(DotKernels, ShortF16RowsSeveralAtATimeBitForBitTheRowDot) {
+  const DotKernels& dots = dot_kernels();
+  std::cout << "[ path     ] short f16 rows: " << (dots.dot_f16_short_rows ? "several rows at once (AVX-512)"
+                                                   : dots.f16_double_tail_below ? "interleaved loop" : "row dots")
+            << "\n";
+  auto backend = make_cpu_backend(2);
+  for (int64_t cols : {1, 7, 8, 9, 16, 31, 33, 63})
+    for (int64_t rows : {1, 7, 8, 13, 64}) {
+      const auto wf = random_floats(static_cast<size_t>(cols * rows), static_cast<uint32_t>(cols * 100 + rows));
+      const auto x = random_floats(static_cast<size_t>(cols), static_cast<uint32_t>(cols + 7));
+      std::vector<uint16_t> wh(wf.size());
+      for (size_t i = 0; i < wf.size(); i++) wh[i] = fp32_to_fp16(wf[i]);
+      std::vector<float> xr(x.size());
+      for (size_t i = 0; i < x.size(); i++) xr[i] = fp16_to_fp32(fp32_to_fp16(x[i]));  // as matmul rounds them
+      if (dots.dot_f16_short_rows && cols < dots.f16_double_tail_below) {
+        std::vector<float> y(static_cast<size_t>(rows));
+        dots.dot_f16_short_rows(wh.data(), cols, rows, xr.data(), cols, y.data());
+        for (int64_t r = 0; r < rows; r++)
+          ASSERT_EQ(y[r], dots.dot_f16_f32(wh.data() + r * cols, xr.data(), cols)) << rows << "x" << cols << " row " << r;
+      }
+      Weight w{"b", GgmlType::F16, {cols, rows}, wh.data(), wh.size() * 2, nullptr, nullptr};
+      w = backend->prepare_weight(w);
+      std::vector<float> y(static_cast<size_t>(rows));
+      backend->matmul(w, backend->host_view(x.data()), 1, backend->host_view(y.data()));
+      for (int64_t r = 0; r < rows; r++)
+        ASSERT_EQ(y[r], dots.dot_f16_f32(wh.data() + r * cols, xr.data(), cols)) << rows << "x" << cols << " row " << r;
+    }
 }
 
 // llama.cpp's GEMM order for batches of plain BF16 matrices on AVX2 (llamafile's tinyBLAS<8, __m256>), as a

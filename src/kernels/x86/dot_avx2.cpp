@@ -166,7 +166,7 @@ float exp_sum_f32(float* x, float m, int64_t n) {
 
 const DotKernels* avx2_dot_kernels() {
   static const DotKernels k{IsaLevel::Avx2, dot_f32, dot_f16_f32, dot_bf16_f32,
-                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_q8_0, axpy_f32, exp_sum_f32};
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, quantize_q8_0, axpy_f32, exp_sum_f32, 32};
   return &k;
 }
 

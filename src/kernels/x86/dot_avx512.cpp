@@ -3,6 +3,8 @@
 // called when the CPU reports them.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "formats/fp16.h"
 #include "kernels/x86/avx512_helpers.h"
 #include "kernels/dot.h"
@@ -54,6 +56,46 @@ float dot_bf16_f32(const uint16_t* w, const float* x, int64_t n) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// dot_f16_f32 of rows shorter than 64 (its tail loop only: each product in float, the sum in double from 0, in
+// column order), 8 rows at a time: 8 columns of the 8 rows' products widened to double, transposed so that a
+// vector holds one column of the 8 rows, added column after column.
+void dot_f16_short_rows(const uint16_t* w, int64_t stride, int64_t rows, const float* x, int64_t n, float* y) {
+  for (int64_t r = 0; r < rows; r += 8) {
+    const int64_t m = std::min<int64_t>(8, rows - r);
+    __m512d s = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+      const int64_t c = std::min<int64_t>(8, n - i);
+      const __mmask8 cm = static_cast<__mmask8>((1u << c) - 1u);
+      const __m256 xv = _mm256_maskz_loadu_ps(cm, x + i);
+      __m512d p[8];
+      for (int j = 0; j < 8; j++) {
+        const __m128i h = j < m ? _mm_maskz_loadu_epi16(cm, w + (r + j) * stride + i) : _mm_setzero_si128();
+        p[j] = _mm512_cvtps_pd(_mm256_mul_ps(_mm256_cvtph_ps(h), xv));
+      }
+      __m512d t[8], u[8];
+      for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm512_unpacklo_pd(p[j], p[j + 1]);
+        t[j + 1] = _mm512_unpackhi_pd(p[j], p[j + 1]);
+      }
+      u[0] = _mm512_shuffle_f64x2(t[0], t[2], 0x88);
+      u[1] = _mm512_shuffle_f64x2(t[1], t[3], 0x88);
+      u[2] = _mm512_shuffle_f64x2(t[0], t[2], 0xdd);
+      u[3] = _mm512_shuffle_f64x2(t[1], t[3], 0xdd);
+      u[4] = _mm512_shuffle_f64x2(t[4], t[6], 0x88);
+      u[5] = _mm512_shuffle_f64x2(t[5], t[7], 0x88);
+      u[6] = _mm512_shuffle_f64x2(t[4], t[6], 0xdd);
+      u[7] = _mm512_shuffle_f64x2(t[5], t[7], 0xdd);
+      const __m512d col[8] = {_mm512_shuffle_f64x2(u[0], u[4], 0x88), _mm512_shuffle_f64x2(u[1], u[5], 0x88),
+                              _mm512_shuffle_f64x2(u[2], u[6], 0x88), _mm512_shuffle_f64x2(u[3], u[7], 0x88),
+                              _mm512_shuffle_f64x2(u[0], u[4], 0xdd), _mm512_shuffle_f64x2(u[1], u[5], 0xdd),
+                              _mm512_shuffle_f64x2(u[2], u[6], 0xdd), _mm512_shuffle_f64x2(u[3], u[7], 0xdd)};
+      for (int64_t k = 0; k < c; k++) s = _mm512_add_pd(s, col[k]);
+    }
+    const __m256 out = _mm512_cvtpd_ps(s);
+    _mm256_mask_storeu_ps(y + r, static_cast<__mmask8>((1u << m) - 1u), out);
+  }
+}
+
 // Signed int8 dot of 64 lanes (two blocks) as 16 int32 sums, 8 per block.
 inline __m512i dot_i8_pairs(__m512i a, __m512i b) {
   const __m512i ax = _mm512_abs_epi8(a);
@@ -83,7 +125,8 @@ const DotKernels* avx512_dot_kernels() {
   const DotKernels* avx2 = avx2_dot_kernels();
   // The activation quantizer is memory-light; the AVX2 one serves here too.
   static const DotKernels k{IsaLevel::Avx512, dot_f32, dot_f16_f32, dot_bf16_f32,
-                            dot_q8_0_q8_0, dot_q4_0_q8_0, avx2->quantize_q8_0, avx2->axpy_f32, avx2->exp_sum_f32};
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, avx2->quantize_q8_0, avx2->axpy_f32, avx2->exp_sum_f32, 64,
+                            dot_f16_short_rows};
   return &k;
 }
 

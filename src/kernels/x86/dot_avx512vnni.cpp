@@ -50,7 +50,8 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t n) {
 const DotKernels* avx512vnni_dot_kernels() {
   const DotKernels* base = avx512_dot_kernels();
   static const DotKernels k{IsaLevel::Avx512, base->dot_f32, base->dot_f16_f32, base->dot_bf16_f32,
-                            dot_q8_0_q8_0, dot_q4_0_q8_0, base->quantize_q8_0, base->axpy_f32, base->exp_sum_f32};
+                            dot_q8_0_q8_0, dot_q4_0_q8_0, base->quantize_q8_0, base->axpy_f32, base->exp_sum_f32,
+                            base->f16_double_tail_below, base->dot_f16_short_rows};
   return &k;
 }
 

@@ -26,6 +26,7 @@
 #include "serving/http/http_types.h"
 #include "serving/api/infill_api.h"
 #include "serving/api/llama_completion_api.h"
+#include "serving/api/lora_api.h"
 #include "serving/engine/metrics.h"
 #include "serving/http/offload.h"
 #include "serving/api/openai_api.h"
@@ -59,6 +60,8 @@ struct ApiConfig {
   // so that an encode runs on its request's worker thread while the engine steps the other streams); null: the
   // engine's, the encodes between its steps. (Before mmproj: it outlives the encoders.)
   std::shared_ptr<Backend> encoder_backend;
+  // The LoRA adapters (serve --lora, --lora-modules: serving/api/lora_api.h); null: none loaded.
+  std::shared_ptr<LoraTable> lora;
   // --mmproj: the model's projector, for images in chat requests (null: image parts are refused), and the
   // limits on them (MediaSupport: --media-path, --max-images; vision, audio and, unless set, run_encoder are set
   // by ApiRoutes).

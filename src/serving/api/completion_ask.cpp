@@ -278,6 +278,7 @@ ParsedRequest prepare_completion(const ApiContext& ctx, CompletionAsk ask) {
   ParsedRequest p;
   p.chat = ask.chat;
   p.model = ask.model;
+  p.lora = ask.lora;
   ServeRequest& r = p.serve;
   std::string tool_grammar;
   if (ask.chat) {

@@ -45,6 +45,8 @@ struct CompletionAsk {
   std::vector<std::string> stop;
   int priority = 0;
   bool ignore_eos = false;
+  // llama-server's per-request `lora` ([{id, scale}]; serving/api/lora_api.h), when given.
+  std::optional<std::vector<std::pair<int, float>>> lora;
   // Structured output: response_format or grammar, as requested_grammar reads them (an empty object: none).
   nlohmann::ordered_json structured = nlohmann::ordered_json::object();
   std::optional<int64_t> reasoning_budget;  // chat: at most this many tokens of reasoning

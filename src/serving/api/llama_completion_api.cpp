@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "serving/api/lora_api.h"
 #include "serving/api/media_input.h"
 
 namespace kestrel {
@@ -48,11 +49,12 @@ LlamaCompletionRequest llama_completion_ask(const ojson& body, const ApiContext&
   check_known_fields(body, "",
                      {"model", "prompt", "n_predict", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
                       "stop", "stream", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
-                      "priority", "ignore_eos", "grammar"},
+                      "priority", "ignore_eos", "grammar", "lora"},
                      {"cache_prompt"});
   LlamaCompletionRequest r;
   CompletionAsk& a = r.ask;
   a.model = checked_model_name(ctx, body);
+  if (body.contains("lora") && !body["lora"].is_null()) a.lora = parse_lora_field(body["lora"], "lora");
   a.names.prompt = "prompt";
   // llama.cpp's sampling defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, the penalties over 64 tokens).
   a.sampling = SamplingParams{};

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "serving/api/lora_api.h"
 #include "core/error.h"
 #include "serving/api/completion_ask.h"
 #include "serving/api/media_input.h"
@@ -71,7 +72,7 @@ void check_request_fields(const ojson& j, bool chat) {
       "model",  "max_tokens",         "temperature", "top_p",  "top_k",          "min_p",      "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "n", "stop", "priority", "ignore_eos", "stream",
       "stream_options", "logprobs", "user", "logit_bias", "return_tokens_as_token_ids", "response_format", "grammar",
-      "repeat_last_n"};
+      "repeat_last_n", "lora"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
                                                   "chat_template_kwargs", "tools", "tool_choice",
                                                   "parallel_tool_calls", "reasoning_effort", "reasoning_budget"};
@@ -208,6 +209,7 @@ CompletionAsk openai_ask(const ApiContext& ctx, const ojson& j, bool chat) {
   CompletionAsk ask;
   ask.chat = chat;
   ask.model = checked_model_name(ctx, j);
+  if (j.contains("lora") && !j["lora"].is_null()) ask.lora = parse_lora_field(j["lora"], "lora");
   if (chat) {
     for (const char* key : {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
                             "reasoning_effort"})

@@ -114,6 +114,7 @@ struct ParsedRequest {
   ToolCallFormat tool_format = ToolCallFormat::None;  // tools offered (and tool_choice not "none"): read calls so
   bool parallel_tool_calls = true;
   int n = 1;  // choices: one request each, sharing the prompt's KV through the prefix cache
+  std::optional<std::vector<std::pair<int, float>>> lora;  // CompletionAsk::lora
 };
 
 // The chat request's messages (and chat_template_kwargs) through the model's

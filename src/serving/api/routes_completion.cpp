@@ -197,6 +197,7 @@ HttpResponse ApiRoutes::start_embeddings(const HttpRequest& req, Api api, QueueS
       one.pooling = pooling;
       one.operation = er.rerank ? "rerank" : "embeddings";
       one.model = er.model;
+      if (c_.lora) one.params.lora = c_.lora->set_for(er.model, std::nullopt);
       chs.push_back(engine_.submit(std::move(slots[i]), std::move(one)));
     }
   } catch (const Error& e) {
@@ -278,6 +279,8 @@ HttpResponse ApiRoutes::start_completion(const HttpRequest& req, Api api, QueueS
   ParsedRequest& p = prepared.p;
   try {
     prepared = parse(req, api);
+    if (c_.lora) p.serve.params.lora = c_.lora->set_for(p.model, p.lora);
+    else if (p.lora && !p.lora->empty()) throw bad_request("lora[0].id", "the server has no LoRA adapters (--lora)");
   } catch (const ApiError& e) {
     return rejected(e, api);
   } catch (const std::exception& e) {

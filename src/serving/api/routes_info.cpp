@@ -78,6 +78,20 @@ void ApiRoutes::install(Router& router) {
   router.add("POST", "/completion", [this](const HttpRequest& r) { return completion(r, Api::LlamaCompletion); });
   router.add("POST", "/completions", [this](const HttpRequest& r) { return completion(r, Api::LlamaCompletion); });
   router.add("GET", "/props", [this](const HttpRequest&) { return props(); });
+  // llama-server's adapter list and global scales (serving/api/lora_api.h).
+  router.add("GET", "/lora-adapters", [this](const HttpRequest&) {
+    return json_response(json_text(c_.lora ? c_.lora->list() : json::array()));
+  });
+  router.add("POST", "/lora-adapters", [this](const HttpRequest& r) {
+    try {
+      const auto body = parse_body(r.body);
+      if (c_.lora) c_.lora->set_scales(body);
+      else if (!body.is_array() || !body.empty()) throw bad_request("body", "the server has no LoRA adapters (--lora)");
+    } catch (const ApiError& e) {
+      return error_response(e);
+    }
+    return json_response(json_text({{"success", true}}));
+  });
   router.add("POST", "/v1/responses", [this](const HttpRequest& r) { return completion(r, Api::Responses); });
   router.add("GET", "/v1/responses/*", [this](const HttpRequest& r) { return stored_response(r); });
   router.add("POST", "/api/chat", [this](const HttpRequest& r) { return completion(r, Api::OllamaChat); });

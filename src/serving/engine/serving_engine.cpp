@@ -230,6 +230,7 @@ void ServingEngine::admit_new() {
     if (!slots_.empty() && req.pooling < 0) a->slot_tokens = p.prompt;
     a->operation = std::move(req.operation);
     a->model = std::move(req.model);
+    a->lora = p.lora;
     p.text = req.pooling < 0;  // the executor detokenizes the reply and ends it at a stop string
     if (req.pooling >= 0) {  // every prompt row's hidden state, computed here (no shared prefix)
       p.want_hidden = true;
@@ -295,6 +296,12 @@ void ServingEngine::finish(Active& a, const std::string& reason, const std::stri
   // Counted before the client can see the end: a /metrics scrape right after
   // a response must include it.
   metrics_.add("kestrel_requests_total", 1, reason);
+  if (a.lora)
+    for (const auto& [adapter, scale] : a.lora->adapters) {
+      metrics_.add("kestrel_lora_requests_total", 1, adapter->label());
+      metrics_.add("kestrel_lora_request_seconds_total", (now - a.arrival_ms) / 1000, adapter->label());
+      metrics_.add("kestrel_lora_generation_tokens_total", static_cast<double>(a.completion_tokens), adapter->label());
+    }
   if (reason != "error" && reason != "cancelled")
     metrics_.observe("kestrel_e2e_request_latency_seconds", (now_ms() - a.arrival_ms) / 1000);
   GenAiRequest g;

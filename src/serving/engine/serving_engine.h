@@ -215,6 +215,7 @@ class ServingEngine {
     int64_t completion_tokens = 0;                // tokens the client has been sent
     double arrival_ms = 0, first_step_ms = -1, first_token_ms = -1, last_token_ms = -1;
     std::string operation, model;  // ServeRequest's (the gen_ai metrics' labels)
+    std::shared_ptr<const LoraSet> lora;  // its adapters (the kestrel_lora_* metrics' labels)
     std::vector<double> prefill_steps_ms;  // StreamEvent's
     std::vector<int32_t> slot_tokens;      // with slots: the prompt and the tokens generated so far
   };
