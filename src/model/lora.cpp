@@ -178,7 +178,9 @@ void write_synth_lora(const GgufFile& base, const std::string& path, const Synth
   static const char* kLayerMatrices[] = {
       "attn_q.weight",     "attn_k.weight",     "attn_v.weight",     "attn_output.weight", "ffn_gate.weight",
       "ffn_up.weight",     "ffn_down.weight",   "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
-      "ffn_down_shexp.weight", "attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight"};
+      "ffn_down_shexp.weight", "attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_qkv.weight",
+      "attn_gate.weight", "ssm_out.weight", "ssm_beta.weight", "ssm_alpha.weight", "ssm_ba.weight", "inp_gate.weight",
+      "proj.weight", "attn_kv.weight", "attn_output_a.weight", "attn_output_b.weight"};
   GgufWriter w;
   w.set_str("general.architecture", *arch);
   w.set_str("general.type", "adapter");
@@ -194,7 +196,8 @@ void write_synth_lora(const GgufFile& base, const std::string& path, const Synth
     dequantize_row(t.type, t.data, v.data(), n);
     double s = 0;
     for (float x : v) s += static_cast<double>(x) * x;
-    return std::sqrt(s / static_cast<double>(n));
+    // (a matrix of zeros or constants at the start, as some synth initialisations: the fan-in scale instead)
+    return s > 0 ? std::sqrt(s / static_cast<double>(n)) : 1.0 / std::sqrt(static_cast<double>(t.ne[0]));
   };
   uint64_t state = o.seed * 0x9E3779B97F4A7C15ull + 17;
   const auto add = [&](const std::string& name, std::vector<int64_t> ne, double stddev) {
@@ -227,10 +230,11 @@ void write_synth_lora(const GgufFile& base, const std::string& path, const Synth
     bool take = false;
     if (name == "output.weight") take = o.head;
     else if (name == "token_embd.weight") take = o.embedding;
-    else if (name.rfind("blk.", 0) == 0)
+    else if (name.rfind("blk.", 0) == 0 && o.only.empty())
       for (const char* m : kLayerMatrices)
         if (ends_with(name, std::string(".") + m)) take = true;
-    if (take && !o.only.empty())
+    // --lora-only: any of the layers' matrices (norm vectors are not matrices) whose name contains a pattern.
+    if (!o.only.empty() && (take || name.rfind("blk.", 0) == 0))
       take = std::any_of(o.only.begin(), o.only.end(), [&](const std::string& s) { return name.find(s) != std::string::npos; });
     if (!take || t.ne.size() < 2 || (t.ne.size() > 2 && t.ne[2] != 1)) continue;
     const std::string stem = name.substr(0, name.size());

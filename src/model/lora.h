@@ -57,6 +57,7 @@ class LoraAdapter {
     auto it = pairs_.find(name);
     return it == pairs_.end() ? nullptr : &it->second;
   }
+  const std::unordered_map<std::string, LoraPair>& pairs() const { return pairs_; }
   // llama_adapter_lora_weight::get_scale.
   float scale(const LoraPair& p, float user_scale) const {
     return alpha_ != 0.0f ? user_scale * alpha_ / static_cast<float>(p.rank) : user_scale;
@@ -97,7 +98,9 @@ struct SynthLoraOptions {
   uint64_t seed = 1;
   GgmlType type = GgmlType::F32;
   bool head = true, embedding = false;
-  std::vector<std::string> only;  // set: just the base tensors whose names contain one of these
+  // Set: instead, every 2-D matrix of the layers (any name) and of head / embedding as chosen whose name contains one
+  // of these.
+  std::vector<std::string> only;
 };
 void write_synth_lora(const GgufFile& base, const std::string& path, const SynthLoraOptions& o);
 

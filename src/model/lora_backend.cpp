@@ -54,6 +54,7 @@ bool LoraBackend::touches(const Weight& w) const {
 
 void LoraBackend::apply(const LoraPair& p, float scale, Act x, const int32_t* tokens, int64_t n, Act y,
                         const int64_t* rows, int64_t out_dim) {
+  if (checking_) applied_.insert(&p);
   t_.ensure(in_, n * p.rank);
   u_.ensure(in_, n * out_dim);
   if (p.embedding) in_.embed(p.a, tokens, n, t_);

@@ -13,6 +13,7 @@
 // It sits around the loaded backend from the model's load, so that it sees every matrix the model prepares: those
 // are what an adapter may name (LoraTargets).
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "backend/forwarding_backend.h"
@@ -26,6 +27,17 @@ class LoraBackend final : public ForwardingBackend {
   Backend& inner() { return in_; }
   // The matrices prepared so far (the model's products) and the model's embedding; load sets the rest.
   LoraTargets& targets() { return targets_; }
+
+  // Records which pairs the next steps apply (begin_check), and returns them (end_check): a pair the model's code
+  // never applies in a step is one whose matrix it multiplies by inside an operator that takes no adapter.
+  void begin_check() {
+    checking_ = true;
+    applied_.clear();
+  }
+  std::vector<const LoraPair*> end_check() {
+    checking_ = false;
+    return {applied_.begin(), applied_.end()};
+  }
 
   Weight prepare_weight(Weight w) override;
   void annotate_batch(const Batch& b) override;
@@ -50,6 +62,8 @@ class LoraBackend final : public ForwardingBackend {
              int64_t out_dim);
 
   std::unique_ptr<Backend> owned_;
+  bool checking_ = false;
+  std::set<const LoraPair*> applied_;
   LoraTargets targets_;
   // The step: its distinct sets, each batch row's (-1: none), whether they differ, the announced rows.
   std::vector<const LoraSet*> sets_;

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "backend/vulkan/vulkan_backend.h"
 #include "parallel/step/follower.h"
 #include "parallel/step/leader_model.h"
+#include "runtime/generator.h"
 
 namespace kestrel {
 
@@ -60,6 +62,34 @@ bool mostly_repacked(const GgufFile& f) {
     if (matmul_kernels().repacks(t.type) && matrices && t.name != "token_embd.weight") packed += t.nbytes;
   }
   return 2 * packed > total;
+}
+
+// One token through the model with every adapter at scale 1: each pair must have been applied (a matrix the
+// family multiplies by inside an operator of its own, or only on some steps, would leave its adapter unapplied:
+// an error naming it, never an adapter silently ignored).
+static void check_adapters_apply(LoadedModel& e) {
+  std::vector<std::pair<std::shared_ptr<const LoraAdapter>, float>> all;
+  for (const auto& a : e.adapters) all.emplace_back(a.adapter, 1.0f);
+  GenerationParams p;
+  p.max_tokens = 1;
+  p.ignore_eos = true;
+  p.lora = make_lora_set(std::move(all));
+  e.lora->begin_check();
+  try {
+    const int32_t bos = e.tokenizer->vocab().bos;
+    generate(e, {bos >= 0 ? bos : 0}, p);
+  } catch (...) {
+    e.lora->end_check();
+    throw;
+  }
+  const auto applied = e.lora->end_check();
+  for (const auto& a : e.adapters)
+    for (const auto& [name, pair] : a.adapter->pairs())
+      if (std::find(applied.begin(), applied.end(), &pair) == applied.end())
+        throw Error(fmt::format("LoRA adapter {}: '{}': Kestrel's {} code multiplies by this matrix inside an operator "
+                                "that takes no adapter (or only on some steps), so the adapter would be ignored there; "
+                                "not supported yet",
+                                a.adapter->path(), name, e.model->config().arch));
 }
 
 LoadedModel LoadedModel::load(const LoadOptions& o) {
@@ -191,6 +221,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     if (agreed != e.kv->n_blocks()) e.kv = make_kv_cache(l, e.n_ctx, o, agreed);
     if (e.comm->rank() == 0) e.model = make_leader_model(std::move(e.model), e.comm, *e.kv, o.parallel_step_pipelining);
   }
+  if (!e.adapters.empty()) check_adapters_apply(e);
   return e;
 }
 
