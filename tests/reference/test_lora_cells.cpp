@@ -173,6 +173,50 @@ TEST(LoraCells, KestrelGivesLlamaCppsIdsAndLogitsWithTheAdaptersApplied) {
 
 // Requests with different adapter sets (none, B, C, B+C, B at another scale) submitted together run in the same
 // steps, and each gets the ids it gets alone; the ones llama.cpp recorded (B+C: the llama-two cell) equal its ids.
+// Each set's requests, `rounds` times over, submitted together to one executor: every request's greedy ids (by the
+// index of its set) and how many steps held all of them.
+struct Together {
+  std::vector<std::pair<size_t, std::vector<int32_t>>> ids;
+  int full_steps = 0;
+};
+Together run_together(LoadedModel& e, const std::vector<int32_t>& prompt, int64_t n,
+                      const std::vector<std::shared_ptr<const LoraSet>>& sets, int rounds) {
+  ExecConfig xc;
+  xc.scheduler.max_batch_tokens = e.model->max_batch_tokens();
+  xc.scheduler.prefill_chunk = e.model->max_batch_tokens();
+  xc.scheduler.max_batch_size = 16;
+  StepExecutor exec(e, xc);
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::map<int64_t, size_t> set_of;
+  int64_t id = 1;
+  for (int round = 0; round < rounds; round++)
+    for (size_t i = 0; i < sets.size(); i++, id++) {
+      auto req = std::make_unique<Request>();
+      req->id = id;
+      req->seq = static_cast<int32_t>(id);
+      req->params.prompt = prompt;
+      req->params.sampling.temperature = 0.0f;
+      req->params.max_tokens = n;
+      req->params.ignore_eos = true;
+      req->params.prefix_cache = false;
+      req->params.lora = sets[i];
+      set_of[id] = i;
+      exec.add(std::move(req));
+    }
+  Together t;
+  size_t finished = 0;
+  for (int step = 0; step < 200 && finished < set_of.size(); step++) {
+    const auto outs = exec.step(0);
+    if (outs.rows == static_cast<int>(set_of.size())) t.full_steps++;
+    for (const RequestOutput& out : outs) {
+      for (const TokenOutput& tok : out.tokens) got[out.id].push_back(tok.token);
+      finished += out.finished ? 1 : 0;
+    }
+  }
+  for (const auto& [rid, i] : set_of) t.ids.emplace_back(i, got[rid]);
+  return t;
+}
+
 TEST(LoraCells, RequestsWithDifferentAdaptersShareStepsAndEachGetsItsOwnIds) {
   const json doc = cells();
   const json& cell = cell_named(doc, "llama-two");
@@ -191,41 +235,33 @@ TEST(LoraCells, RequestsWithDifferentAdaptersShareStepsAndEachGetsItsOwnIds) {
   EXPECT_EQ(alone[3], cell["ids"].get<std::vector<int32_t>>()) << "B+C alone against llama.cpp";
   for (size_t i = 1; i < sets.size(); i++) EXPECT_NE(alone[i], alone[0]) << "set " << i << " changed nothing";
 
-  ExecConfig xc;
-  xc.scheduler.max_batch_tokens = e.model->max_batch_tokens();
-  xc.scheduler.prefill_chunk = e.model->max_batch_tokens();
-  xc.scheduler.max_batch_size = 16;
-  StepExecutor exec(e, xc);
-  // Twice each set, with prompts of other lengths in between, so that rows of one set are not contiguous.
-  std::map<int64_t, std::vector<int32_t>> got;
-  std::map<int64_t, size_t> set_of;
-  int64_t id = 1;
-  for (int round = 0; round < 2; round++)
-    for (size_t i = 0; i < sets.size(); i++, id++) {
-      auto req = std::make_unique<Request>();
-      req->id = id;
-      req->seq = static_cast<int32_t>(id);
-      req->params.prompt = prompt;
-      req->params.sampling.temperature = 0.0f;
-      req->params.max_tokens = n;
-      req->params.ignore_eos = true;
-      req->params.prefix_cache = false;
-      req->params.lora = sets[i];
-      set_of[id] = i;
-      exec.add(std::move(req));
-    }
-  int mixed_steps = 0;
-  size_t finished = 0;
-  for (int step = 0; step < 200 && finished < set_of.size(); step++) {
-    const auto outs = exec.step(0);
-    if (outs.rows == static_cast<int>(set_of.size())) mixed_steps++;
-    for (const RequestOutput& out : outs) {
-      for (const TokenOutput& t : out.tokens) got[out.id].push_back(t.token);
-      finished += out.finished ? 1 : 0;
-    }
+  // Twice each set, so that rows of one set are not contiguous.
+  const Together t = run_together(e, prompt, n, sets, 2);
+  EXPECT_GE(t.full_steps, n - 1) << "the requests did not share steps";
+  for (const auto& [i, ids] : t.ids) EXPECT_EQ(ids, alone[i]) << "a request of set " << i;
+}
+
+// Every family's rows take their own adapter in steps that mix them: each single-adapter cell's model, its
+// adapter's requests and plain ones alternating in one batch, each equal to the same request alone (the rows the
+// model announces for its products: the layers, the embedding, the head, a family's own inputs and projections).
+TEST(LoraCells, EveryFamilysRowsTakeTheirOwnAdapterInMixedSteps) {
+  const json doc = cells();
+  test::TempDir dir;
+  int families = 0;
+  for (const auto& cell : doc["cells"]) {
+    if (cell["adapters"].size() != 1 || cell.contains("control_vectors")) continue;
+    families++;
+    const CellFiles f = make_cell(cell, dir);
+    LoadedModel e = load_with(f);
+    const std::vector<std::shared_ptr<const LoraSet>> sets = {nullptr, e.default_lora()};
+    const auto prompt = cell["prompt"].get<std::vector<int32_t>>();
+    const int64_t n = 6;
+    const std::vector<std::vector<int32_t>> alone = {greedy(e, prompt, n, nullptr).ids, greedy(e, prompt, n, sets[1]).ids};
+    const Together t = run_together(e, prompt, n, sets, 2);
+    EXPECT_GE(t.full_steps, n - 1) << cell["name"];
+    for (const auto& [i, ids] : t.ids) EXPECT_EQ(ids, alone[i]) << cell["name"] << ": a request of set " << i;
   }
-  EXPECT_GE(mixed_steps, n - 1) << "the requests did not share steps";
-  for (const auto& [rid, i] : set_of) EXPECT_EQ(got[rid], alone[i]) << "request " << rid << " (set " << i << ")";
+  EXPECT_GE(families, 15);
 }
 
 // KV computed under adapters is found only under the same adapters: a second request with the same prompt hits
