@@ -71,6 +71,9 @@ class Backend {
   // by a per-row property of the batch (LoRA adapters: model/lora_backend.h) reads them; others ignore them.
   virtual void annotate_batch(const Batch& /*b*/) {}
   virtual void annotate_rows(const int64_t* /*list*/, int64_t /*first*/, int64_t /*n*/) {}
+  // ...and, inside those, that the next calls' rows are rows picks[0, n) of them (a MoE layer's rows gathered by
+  // expert; null: back to the rows announced last).
+  virtual void annotate_subrows(const int64_t* /*picks*/, int64_t /*n*/) {}
 
   // Called once per weight matrix at load, before any matmul with it: a
   // backend may attach a copy in the layout its kernels prefer (repacked

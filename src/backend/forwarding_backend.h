@@ -19,6 +19,7 @@ class ForwardingBackend : public Backend {
   void annotate_layer(int layer) override { in_.annotate_layer(layer); }
   void annotate_batch(const Batch& b) override { in_.annotate_batch(b); }
   void annotate_rows(const int64_t* list, int64_t first, int64_t n) override { in_.annotate_rows(list, first, n); }
+  void annotate_subrows(const int64_t* picks, int64_t n) override { in_.annotate_subrows(picks, n); }
   Weight prepare_weight(Weight w) override { return fwd().prepare_weight(std::move(w)); }
 
   std::shared_ptr<void> kv_memory(int layer, size_t bytes, const std::string& what) override {

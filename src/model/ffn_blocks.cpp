@@ -184,7 +184,9 @@ void MoeFfn::run(Backend& be, const MoeWeights& w, Act x, int64_t n, Act out, co
     for (int64_t p = 0; p < n * rt.n_used; p++)
       if (const int64_t r = row_of_pick_[static_cast<size_t>(p)]; r >= 0)
         be.scale(xe_ + r * dim, dim, expert_w_[static_cast<size_t>(p)]);
+  be.annotate_subrows(pick_rows_.data(), rows);
   be.ffn_many(ffn_refs_.data(), static_cast<int>(ffn_refs_.size()), ffn_in_.data(), ffn_rows_.data(), ffn_out_.data());
+  be.annotate_subrows(nullptr, 0);
   // Each token's experts summed best first (llama.cpp's build_moe_ffn: the rank views of the experts'
   // weighted outputs added in turn), not in the order the experts ran.
   sum_rows_.clear();

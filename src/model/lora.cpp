@@ -126,6 +126,10 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const Lo
   for (const auto& [name, ab] : pairs) {
     if (!ab.first || !ab.second) throw err(fmt::format("'{}' has a {} but no {}", name, ab.first ? "lora_a" : "lora_b",
                                                        ab.first ? "lora_b" : "lora_a"));
+    if (targets.experts.count(name)) {  // a routed experts' stack: one pair per expert, slices of the 3-D pair
+      ad->add_expert_pairs(name, *ab.first, *ab.second, targets, be, err);
+      continue;
+    }
     for (const GgufTensorInfo* t : {ab.first, ab.second}) {
       if (!traits(t->type).computable || t->ne.size() < 2 || (t->ne.size() > 2 && t->ne[2] != 1))
         throw err(fmt::format("tensor '{}' ({} {}) is not a matrix Kestrel multiplies by", t->name,
@@ -141,6 +145,32 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const Lo
     ad->pairs_.emplace(name, std::move(p));
   }
   return ad;
+}
+
+void LoraAdapter::add_expert_pairs(const std::string& stack, const GgufTensorInfo& a, const GgufTensorInfo& b,
+                                   const LoraTargets& targets, Backend& be,
+                                   const std::function<Error(const std::string&)>& err) {
+  const auto [cols, rows] = targets.experts.at(stack);
+  const GgufTensorInfo* base = targets.base ? targets.base->find_tensor(stack) : nullptr;
+  const int64_t n_exp = base && base->ne.size() > 2 ? base->ne[2] : 0;
+  // build_lora_mm_id: A {n_in, r, n_expert}, B {r, n_out, n_expert}, each expert's slice on its rows.
+  if (a.ne.size() != 3 || b.ne.size() != 3 || a.ne[0] != cols || a.ne[2] != n_exp || b.ne[1] != rows ||
+      b.ne[2] != n_exp || a.ne[1] != b.ne[0] || !traits(a.type).computable || !traits(b.type).computable)
+    throw err(fmt::format("'{}' is {} experts of {}x{} but lora_a is {} and lora_b {} (A is {{n_in, r, n_expert}}, B "
+                          "{{r, n_out, n_expert}})",
+                          stack, n_exp, cols, rows, shape_string(a.ne), shape_string(b.ne)));
+  const Weight wa = weight_of(a), wb = weight_of(b);
+  for (int64_t x = 0; x < n_exp; x++) {
+    LoraPair p;
+    p.rank = b.ne[0];
+    p.stack = stack;
+    Weight sa = weight_slice(wa, x, fmt::format("{}.{}", a.name, x)), sb = weight_slice(wb, x, fmt::format("{}.{}", b.name, x));
+    sa.routed_expert = sb.routed_expert = true;  // (ggml_mul_mat_id: the row dots at every batch size)
+    p.a = be.prepare_weight(std::move(sa));
+    p.b = be.prepare_weight(std::move(sb));
+    pairs_.emplace(fmt::format("{}.{}", stack, x), std::move(p));
+  }
+  bytes_ += static_cast<int64_t>(a.nbytes + b.nbytes);
 }
 
 std::shared_ptr<const LoraSet> make_lora_set(
@@ -170,38 +200,59 @@ std::pair<std::string, float> parse_file_scale(const std::string& arg, const cha
   return {arg.substr(0, colon), s};
 }
 
-void write_synth_lora(const GgufFile& base, const std::string& path, const SynthLoraOptions& o) {
-  if (o.rank < 1 || o.rank > 4096) throw Error(fmt::format("--lora-rank {} is out of range (1 to 4096)", o.rank));
-  if (o.type != GgmlType::F32 && o.type != GgmlType::F16) throw Error("--lora-type: f32 or f16");
-  const auto arch = base.get_string("general.architecture");
-  if (!arch) throw Error(fmt::format("{}: no general.architecture", base.path()));
+namespace {
+
+// Whether synth --lora's adapter names this tensor of the base (the layers' projections by default; with only,
+// every layer matrix whose name holds a pattern), the head and embedding as asked.
+bool synth_lora_takes(const std::string& name, const SynthLoraOptions& o) {
   static const char* kLayerMatrices[] = {
       "attn_q.weight",     "attn_k.weight",     "attn_v.weight",     "attn_output.weight", "ffn_gate.weight",
       "ffn_up.weight",     "ffn_down.weight",   "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
       "ffn_down_shexp.weight", "attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_qkv.weight",
       "attn_gate.weight", "ssm_out.weight", "ssm_beta.weight", "ssm_alpha.weight", "ssm_ba.weight", "inp_gate.weight",
       "proj.weight", "attn_kv.weight", "attn_output_a.weight", "attn_output_b.weight"};
+  bool take = false;
+  if (name == "output.weight") take = o.head;
+  else if (name == "token_embd.weight") take = o.embedding;
+  else if (name.rfind("blk.", 0) == 0 && o.only.empty())
+    for (const char* m : kLayerMatrices)
+      if (ends_with(name, std::string(".") + m)) take = true;
+  // --lora-only: any of the layers' matrices (norm vectors are not matrices) whose name contains a pattern.
+  if (!o.only.empty() && (take || (name.rfind("blk.", 0) == 0 && ends_with(name, ".weight"))))
+    take = std::any_of(o.only.begin(), o.only.end(), [&](const std::string& p) { return name.find(p) != std::string::npos; });
+  return take;
+}
+
+// The root-mean-square of a base matrix's first values (its scale), or 1/sqrt(n_in) for a type read no further
+// (and for zeros or constants at the start, as some synth initialisations have).
+double base_rms(const GgufTensorInfo& t) {
+  const int64_t n = std::min<int64_t>(t.ne[0] * (t.ne.size() > 1 ? t.ne[1] : 1), 4096);
+  const double fan_in = 1.0 / std::sqrt(static_cast<double>(t.ne[0]));
+  if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16) return fan_in;
+  std::vector<float> v(static_cast<size_t>(n));
+  dequantize_row(t.type, t.data, v.data(), n);
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return s > 0 ? std::sqrt(s / static_cast<double>(n)) : fan_in;
+}
+
+}  // namespace
+
+void write_synth_lora(const GgufFile& base, const std::string& path, const SynthLoraOptions& o) {
+  if (o.rank < 1 || o.rank > 4096) throw Error(fmt::format("--lora-rank {} is out of range (1 to 4096)", o.rank));
+  if (o.type != GgmlType::F32 && o.type != GgmlType::F16) throw Error("--lora-type: f32 or f16");
+  const auto arch = base.get_string("general.architecture");
+  if (!arch) throw Error(fmt::format("{}: no general.architecture", base.path()));
   GgufWriter w;
   w.set_str("general.architecture", *arch);
   w.set_str("general.type", "adapter");
   w.set_str("general.name", "kestrel-synth-lora");
   w.set_str("adapter.type", "lora");
   if (o.alpha != 0.0f) w.set_f32("adapter.lora.alpha", o.alpha);
-  // The root-mean-square of a base matrix's first values (its scale), or 1/sqrt(n_in) for a type read no further.
-  const auto rms = [](const GgufTensorInfo& t) {
-    const int64_t n = std::min<int64_t>(t.ne[0] * (t.ne.size() > 1 ? t.ne[1] : 1), 4096);
-    if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)
-      return 1.0 / std::sqrt(static_cast<double>(t.ne[0]));
-    std::vector<float> v(static_cast<size_t>(n));
-    dequantize_row(t.type, t.data, v.data(), n);
-    double s = 0;
-    for (float x : v) s += static_cast<double>(x) * x;
-    // (a matrix of zeros or constants at the start, as some synth initialisations: the fan-in scale instead)
-    return s > 0 ? std::sqrt(s / static_cast<double>(n)) : 1.0 / std::sqrt(static_cast<double>(t.ne[0]));
-  };
   uint64_t state = o.seed * 0x9E3779B97F4A7C15ull + 17;
   const auto add = [&](const std::string& name, std::vector<int64_t> ne, double stddev) {
-    const int64_t n = ne[0] * ne[1];
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
     std::vector<float> v(static_cast<size_t>(n));
     const double half = stddev * std::sqrt(3.0);
     for (float& x : v) x = static_cast<float>((2.0 * splitmix_unit(state) - 1.0) * half);
@@ -227,21 +278,17 @@ void write_synth_lora(const GgufFile& base, const std::string& path, const Synth
   for (const GgufTensorInfo& t : base.tensors()) {
     const std::string& name = t.name;
     if (name.rfind("blk.", 0) == 0 && std::atoll(name.c_str() + 4) >= trunk) continue;
-    bool take = false;
-    if (name == "output.weight") take = o.head;
-    else if (name == "token_embd.weight") take = o.embedding;
-    else if (name.rfind("blk.", 0) == 0 && o.only.empty())
-      for (const char* m : kLayerMatrices)
-        if (ends_with(name, std::string(".") + m)) take = true;
-    // --lora-only: any of the layers' matrices (norm vectors are not matrices) whose name contains a pattern.
-    if (!o.only.empty() && (take || name.rfind("blk.", 0) == 0))
-      take = std::any_of(o.only.begin(), o.only.end(), [&](const std::string& s) { return name.find(s) != std::string::npos; });
-    if (!take || t.ne.size() < 2 || (t.ne.size() > 2 && t.ne[2] != 1)) continue;
+    const bool take = synth_lora_takes(name, o);
+    const bool stack = t.ne.size() == 3 && ends_with(name, "_exps.weight");  // routed experts: 3-D pairs
+    if (!take || t.ne.size() < 2 || (t.ne.size() > 2 && t.ne[2] != 1 && !stack)) continue;
     const std::string stem = name.substr(0, name.size());
-    const double b_std = 0.5 * rms(t) * std::sqrt(static_cast<double>(t.ne[0])) / std::sqrt(r) / applied;
+    const double b_std = 0.5 * base_rms(t) * std::sqrt(static_cast<double>(t.ne[0])) / std::sqrt(r) / applied;
     if (name == "token_embd.weight") {
       add(stem + ".lora_a", {o.rank, t.ne[1]}, 1.0);
-      add(stem + ".lora_b", {o.rank, t.ne[0]}, 0.5 * rms(t) / std::sqrt(r) / applied);
+      add(stem + ".lora_b", {o.rank, t.ne[0]}, 0.5 * base_rms(t) / std::sqrt(r) / applied);
+    } else if (stack) {
+      add(stem + ".lora_a", {t.ne[0], o.rank, t.ne[2]}, 1.0 / std::sqrt(static_cast<double>(t.ne[0])));
+      add(stem + ".lora_b", {o.rank, t.ne[1], t.ne[2]}, b_std);
     } else {
       add(stem + ".lora_a", {t.ne[0], o.rank}, 1.0 / std::sqrt(static_cast<double>(t.ne[0])));
       add(stem + ".lora_b", {o.rank, t.ne[1]}, b_std);

@@ -6,12 +6,14 @@
 // scale), the rank r being B's ne[0]; the embedding adds scale * B . A[token]. model/lora_backend.h applies them,
 // per batch row.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "formats/weight.h"
 #include "gguf/gguf.h"
 
@@ -24,6 +26,8 @@ class Backend;
 struct LoraTargets {
   std::string arch;
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> products;
+  // The routed experts' stacks (`blk.N.ffn_*_exps.weight`) by name: one expert's {cols, rows}.
+  std::unordered_map<std::string, std::pair<int64_t, int64_t>> experts;
   int64_t n_embd = 0, n_vocab = 0;  // token_embd.weight's
   bool tied_output = false;         // the output head is token_embd.weight
   const GgufFile* base = nullptr;   // the model's file (errors say whether a tensor is in it)
@@ -33,6 +37,7 @@ struct LoraPair {
   Weight a, b;       // prepared on the backend that multiplies by them
   int64_t rank = 0;  // b.ne[0]
   bool embedding = false;  // token_embd.weight's: A is a table of rows by token
+  std::string stack;       // a routed expert's (`{stack}.{x}`): its 3-D pair's name
 };
 
 class LoraAdapter {
@@ -64,6 +69,8 @@ class LoraAdapter {
   }
 
  private:
+  void add_expert_pairs(const std::string& stack, const GgufTensorInfo& a, const GgufTensorInfo& b,
+                        const LoraTargets& targets, Backend& be, const std::function<Error(const std::string&)>& err);
   std::string path_, label_, task_name_, prompt_prefix_;
   float alpha_ = 0.0f;
   uint64_t hash_ = 0;

@@ -13,6 +13,14 @@ LoraBackend::LoraBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(*in
 
 Weight LoraBackend::prepare_weight(Weight w) {
   if (w.ne.size() == 2 && !w.routed_expert) targets_.products[w.name] = {w.cols(), w.rows()};
+  // A routed expert's matrix, `{stack}.{x}` of a `*_exps.weight` stack: the stack takes 3-D pairs.
+  if (w.ne.size() == 2 && w.routed_expert) {
+    const size_t dot = w.name.rfind('.');
+    const std::string stack = dot == std::string::npos ? std::string() : w.name.substr(0, dot);
+    if (stack.size() > 12 && stack.compare(stack.size() - 12, 12, "_exps.weight") == 0 &&
+        w.name.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+      targets_.experts[stack] = {w.cols(), w.rows()};
+  }
   if (w.name == "token_embd.weight") targets_.tied_output = true;  // prepared: multiplied by, as the head
   return fwd().prepare_weight(std::move(w));
 }
@@ -42,6 +50,39 @@ void LoraBackend::annotate_rows(const int64_t* list, int64_t first, int64_t n) {
   announced_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; i++) announced_[i] = list ? list[first + i] : first + i;
   announced_set_ = true;
+}
+
+void LoraBackend::annotate_subrows(const int64_t* picks, int64_t n) {
+  fwd().annotate_subrows(picks, n);
+  if (!active_ || !announced_set_) return;
+  if (!picks) {
+    announced_ = layer_rows_;
+    return;
+  }
+  layer_rows_ = announced_;
+  announced_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) announced_[i] = layer_rows_[static_cast<size_t>(picks[i])];
+}
+
+void LoraBackend::ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) {
+  bool any = false;
+  for (int i = 0; i < count && !any; i++) any = touches(*ffns[i].gate) || touches(*ffns[i].up) || touches(*ffns[i].down);
+  if (!any) return fwd().ffn_many(ffns, count, xs, ns, ys);
+  // One expert at a time through the plain operators, its products updated on its rows (the gathered stretch's
+  // rows, expert after expert, as annotate_subrows announced them).
+  const std::vector<int64_t> stretch = announced_;
+  int64_t off = 0;
+  for (int i = 0; i < count; i++) {
+    if (mixed_) {
+      if (off + ns[i] > static_cast<int64_t>(stretch.size()))
+        throw Error(fmt::format("LoRA: the experts' rows ({} so far) exceed the {} announced", off + ns[i],
+                                stretch.size()));
+      announced_.assign(stretch.begin() + off, stretch.begin() + off + ns[i]);
+    }
+    Backend::ffn_many(&ffns[i], 1, &xs[i], &ns[i], &ys[i]);
+    off += ns[i];
+  }
+  announced_ = stretch;
 }
 
 bool LoraBackend::touches(const Weight& w) const {

@@ -42,6 +42,8 @@ class LoraBackend final : public ForwardingBackend {
   Weight prepare_weight(Weight w) override;
   void annotate_batch(const Batch& b) override;
   void annotate_rows(const int64_t* list, int64_t first, int64_t n) override;
+  void annotate_subrows(const int64_t* picks, int64_t n) override;
+  void ffn_many(const FfnRef* ffns, int count, const Act* xs, const int64_t* ns, const Act* ys) override;
 
   void matmul(const Weight& w, Act x, int64_t n, Act y) override;
   void matmul_many(const Weight* const* ws, int count, Act x, int64_t n, const Act* ys) override;
@@ -71,6 +73,7 @@ class LoraBackend final : public ForwardingBackend {
   bool active_ = false, mixed_ = false;
   std::vector<int64_t> announced_;
   bool announced_set_ = false;
+  std::vector<int64_t> layer_rows_;  // annotate_subrows: the layer's announcement, given back after the experts
   // Scratch (grown, then reused): gathered inputs, A . x, the update; rows and tokens of one set.
   ActBuffer xg_, t_, u_;
   std::vector<int64_t> rows_;

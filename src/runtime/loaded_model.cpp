@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -83,9 +84,14 @@ static void check_adapters_apply(LoadedModel& e) {
     throw;
   }
   const auto applied = e.lora->end_check();
+  // A routed experts' stack counts as applied when one of its experts' pairs was (one token runs a few experts).
+  std::set<std::string> stacks;
+  for (const LoraPair* p : applied)
+    if (!p->stack.empty()) stacks.insert(p->stack);
   for (const auto& a : e.adapters)
     for (const auto& [name, pair] : a.adapter->pairs())
-      if (std::find(applied.begin(), applied.end(), &pair) == applied.end())
+      if (pair.stack.empty() ? std::find(applied.begin(), applied.end(), &pair) == applied.end()
+                             : !stacks.count(pair.stack))
         throw Error(fmt::format("LoRA adapter {}: '{}': Kestrel's {} code multiplies by this matrix inside an operator "
                                 "that takes no adapter (or only on some steps), so the adapter would be ignored there; "
                                 "not supported yet",

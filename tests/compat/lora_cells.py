@@ -70,6 +70,11 @@ CELLS = [
      [(B + ["--lora-only", "attn_compressor_kv,indexer_compressor_kv,indexer.attn_q_b,indexer.proj"], 300.0)],
      P + [3, 17, 42, 99, 7, 64, 120, 5, 11], 12),
     ("glm4moe-a", model("glm4moe"), [(A, 1.0)], P, 12),
+    # Routed experts (build_lora_mm_id: 3-D pairs, each expert's slice on its rows).
+    ("qwen3moe-experts", model("qwen3moe"), [(B + ["--lora-only", "_exps"], 1.0)], P, 12),
+    ("qwen35moe-experts", model("qwen35moe"), [(A + ["--lora-only", "_exps,shexp"], 1.0)], P, 12),
+    ("gpt-oss-experts", model("gpt-oss"), [(A + ["--lora-only", "_exps"], 1.0)], P, 12),
+    ("glm4moe-experts", model("glm4moe"), [(C + ["--lora-only", "_exps"], 1.0)], P, 12),
     ("llama4-c", model("llama4"), [(C, 1.0)], P, 12),
     ("llama-cvec", model("llama"), [], P, 12, [(V, 0.8)], None),
     ("llama-cvec-two-range", model("llama", "3"), [], P, 12, [(V, 0.5), (V2, -1.5)], (1, 1)),
