@@ -57,6 +57,7 @@ void register_precision_check(CLI::App& app) {
       "--no-repack", [](int64_t) { eo.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
   add_kv_type_options(cmd, eo.kv_type_k, eo.kv_type_v);
   add_device_option(cmd, eo);
+  add_lora_options(cmd, eo);
 }
 
 }  // namespace kestrel::cli

@@ -62,7 +62,48 @@ F64Decoder::Vec F64Decoder::matmul(const std::string& name, const Vec& x, int64_
       }
     }
   });
+  if (!lora_.empty()) add_lora(name, x, n, r0, rows, y);
   return y;
+}
+
+void F64Decoder::add_lora(const std::string& name, const Vec& x, int64_t n, int64_t r0, int64_t rows, Vec& y) {
+  const GgufTensorInfo* t = tensor(name);
+  const int64_t cols = t->ne[0];
+  // The row's floats of a pair's matrix, as stored.
+  const auto row_of = [](const Weight& w, int64_t r, std::vector<float>& out) {
+    out.resize(static_cast<size_t>(w.cols()));
+    dequantize_row(w.type, w.row(r), out.data(), w.cols());
+  };
+  for (const auto& [adapter, user] : lora_) {
+    const LoraPair* p = adapter->find(name);
+    int64_t local = r0;  // the first row within the pair's B
+    if (!p && t->ne.size() == 3) {  // a routed experts' stack: expert r0 / rows-per-expert's slices
+      p = adapter->find(fmt::format("{}.{}", name, r0 / t->ne[1]));
+      local = r0 % t->ne[1];
+    }
+    if (!p) continue;
+    if (p->embedding) throw Error(fmt::format("precision-check: {} as a product with an embedding adapter", name));
+    const int64_t r = p->rank;
+    const double s = adapter->scale(*p, user);
+    std::vector<float> w;
+    Vec ax(static_cast<size_t>(n * r), 0.0);
+    for (int64_t k = 0; k < r; k++) {
+      row_of(p->a, k, w);
+      for (int64_t i = 0; i < n; i++) {
+        double d = 0;
+        for (int64_t c = 0; c < cols; c++) d += w[c] * x[i * cols + c];
+        ax[i * r + k] = d;
+      }
+    }
+    for (int64_t o = 0; o < rows; o++) {
+      row_of(p->b, local + o, w);
+      for (int64_t i = 0; i < n; i++) {
+        double d = 0;
+        for (int64_t k = 0; k < r; k++) d += w[k] * ax[i * r + k];
+        y[i * rows + o] += s * d;
+      }
+    }
+  }
 }
 
 F64Decoder::Vec F64Decoder::rmsnorm(const Vec& x, const Vec& w, int64_t rows, int64_t dim) const {
@@ -430,7 +471,19 @@ void F64Decoder::run(const std::vector<int32_t>& tokens) {
   const GgufTensorInfo* emb = tensor("token_embd.weight");
   for (int64_t t = 0; t < n; t++) {
     dequantize_row(emb->type, emb->data + tokens[t] * row_bytes(emb->type, dim), row.data(), dim);
-    for (int64_t i = 0; i < dim; i++) x[t * dim + i] = row[i] * static_cast<double>(c_.embed_scale);
+    Vec e(row.begin(), row.end());
+    for (const auto& [adapter, user] : lora_)  // an embedding adapter: + s * B . A[token]
+      if (const LoraPair* p = adapter->find("token_embd.weight")) {
+        std::vector<float> a(static_cast<size_t>(p->rank)), b(static_cast<size_t>(p->rank));
+        dequantize_row(p->a.type, p->a.row(tokens[t]), a.data(), p->rank);
+        for (int64_t i = 0; i < dim; i++) {
+          dequantize_row(p->b.type, p->b.row(i), b.data(), p->rank);
+          double d = 0;
+          for (int64_t k = 0; k < p->rank; k++) d += static_cast<double>(b[k]) * a[k];
+          e[i] += adapter->scale(*p, user) * d;
+        }
+      }
+    for (int64_t i = 0; i < dim; i++) x[t * dim + i] = e[i] * static_cast<double>(c_.embed_scale);
   }
   for (auto* v : {&q_rope, &attention, &attn_branch, &ffn_branch, &residual}) v->assign(c_.n_layer, {});
   selected.assign(c_.n_layer, {});

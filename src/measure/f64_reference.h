@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/family.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 namespace kestrel {
@@ -31,6 +32,10 @@ class F64Decoder {
 
   // One sequence from position 0, all tokens in one pass.
   void run(const std::vector<int32_t>& tokens);
+  // LoRA adapters at their user scales (model/lora.h): every product by a matrix an adapter names gets
+  // scale * B . (A . x) in double, a routed expert's its expert's slices; the embedding its rows' update (the
+  // decoder families' and MLA families' pass).
+  void set_lora(std::vector<std::pair<const LoraAdapter*, float>> adapters) { lora_ = std::move(adapters); }
 
   // Per layer, every token's values (row-major [token][width]):
   std::vector<std::vector<double>> q_rope;     // queries after RoPE
@@ -99,6 +104,9 @@ class F64Decoder {
   std::vector<float> factors_;  // rope_freqs / rope_factors_{short,long}, from the file
   RopeParams rope_, rope_sliding_;
   ThreadPool pool_;
+  std::vector<std::pair<const LoraAdapter*, float>> lora_;
+  // y[n][rows] += the adapters' updates of the product by `name`'s rows [r0, r0 + rows).
+  void add_lora(const std::string& name, const Vec& x, int64_t n, int64_t r0, int64_t rows, Vec& y);
 };
 
 }  // namespace kestrel

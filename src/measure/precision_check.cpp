@@ -112,7 +112,8 @@ std::unique_ptr<Backend> make_activation_recorder(Backend& inner) {
 }
 
 PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& tokens) {
-  auto* rec = dynamic_cast<ActivationRecorder*>(e.backend.get());
+  // (With LoRA adapters the recorder sits inside their layer: it sees the products with their updates added.)
+  auto* rec = dynamic_cast<ActivationRecorder*>(e.lora ? &e.lora->inner() : e.backend.get());
   if (!rec) throw Error("precision-check: the engine was not built with make_activation_recorder");
   const ModelConfig& c = e.model->config();
   const bool dsv4 = family_of(c.arch).recipe.attention == LayerRecipe::Attention::Compressed;
@@ -129,12 +130,18 @@ PrecisionReport precision_check(LoadedModel& e, const std::vector<int32_t>& toke
   GenerationParams p;
   p.max_tokens = 0;
   p.all_logits = true;
+  p.lora = e.default_lora();
   GenerationCallbacks cb;
   cb.on_logits = [&](const float* row, int64_t nv) { logits.insert(logits.end(), row, row + nv); };
   generate(e, tokens, p, cb);
   e.kv->erase(0);
 
   F64Decoder ref(*e.file, c, e.n_ctx, e.backend->n_threads());
+  if (p.lora) {
+    std::vector<std::pair<const LoraAdapter*, float>> list;
+    for (const auto& [adapter, scale] : p.lora->adapters) list.emplace_back(adapter.get(), scale);
+    ref.set_lora(std::move(list));
+  }
   ref.run(tokens);
   PrecisionReport r;
   r.n_tokens = n;

@@ -9,7 +9,8 @@
 
 namespace kestrel {
 
-LoraBackend::LoraBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(*inner), owned_(std::move(inner)) {}
+LoraBackend::LoraBackend(std::unique_ptr<Backend> inner, Backend* ops)
+    : ForwardingBackend(*inner), owned_(std::move(inner)), ops_(ops ? *ops : *owned_) {}
 
 Weight LoraBackend::prepare_weight(Weight w) {
   if (w.ne.size() == 2 && !w.routed_expert) targets_.products[w.name] = {w.cols(), w.rows()};
@@ -98,16 +99,16 @@ void LoraBackend::apply(const LoraPair& p, float scale, Act x, const int32_t* to
   if (checking_) applied_.insert(&p);
   t_.ensure(in_, n * p.rank);
   u_.ensure(in_, n * out_dim);
-  if (p.embedding) in_.embed(p.a, tokens, n, t_);
-  else in_.matmul(p.a, x, n, t_);
-  in_.matmul(p.b, t_, n, u_);
+  if (p.embedding) ops_.embed(p.a, tokens, n, t_);
+  else ops_.matmul(p.a, x, n, t_);
+  ops_.matmul(p.b, t_, n, u_);
   if (!rows) {
-    in_.scale(u_, n * out_dim, scale);
-    in_.add(y, u_, n * out_dim);
+    ops_.scale(u_, n * out_dim, scale);
+    ops_.add(y, u_, n * out_dim);
     return;
   }
   scales_.assign(static_cast<size_t>(n), scale);
-  in_.scatter_add_rows(y, u_, rows, scales_.data(), n, out_dim);
+  ops_.scatter_add_rows(y, u_, rows, scales_.data(), n, out_dim);
 }
 
 void LoraBackend::add_updates(const Weight& w, Act x, const int32_t* tokens, int64_t n, Act y) {
@@ -141,7 +142,7 @@ void LoraBackend::add_updates(const Weight& w, Act x, const int32_t* tokens, int
       for (int64_t i = 0; i < m; i++) tokens_[i] = tokens[rows_[i]];
     } else {
       xg_.ensure(in_, m * in_dim);
-      in_.gather_rows(xg_, x, rows_.data(), m, in_dim);
+      ops_.gather_rows(xg_, x, rows_.data(), m, in_dim);
       xs = xg_;
     }
     for (const auto& [adapter, user] : sets_[k]->adapters)

@@ -23,7 +23,9 @@ namespace kestrel {
 
 class LoraBackend final : public ForwardingBackend {
  public:
-  explicit LoraBackend(std::unique_ptr<Backend> inner);
+  // ops: where the updates' own operators run (null: inner). A recorder of activations inside (precision-check,
+  // imatrix) passes the backend it wraps, so that it sees the model's operators only, the updates already added.
+  explicit LoraBackend(std::unique_ptr<Backend> inner, Backend* ops = nullptr);
   Backend& inner() { return in_; }
   // The matrices prepared so far (the model's products) and the model's embedding; load sets the rest.
   LoraTargets& targets() { return targets_; }
@@ -64,6 +66,7 @@ class LoraBackend final : public ForwardingBackend {
              int64_t out_dim);
 
   std::unique_ptr<Backend> owned_;
+  Backend& ops_;
   bool checking_ = false;
   std::set<const LoraPair*> applied_;
   LoraTargets targets_;

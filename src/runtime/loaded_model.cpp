@@ -138,7 +138,9 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
   }
   if (!o.loras.empty()) {
     if (o.comm && o.comm->size() > 1) throw Error("LoRA adapters do not run under --parallel yet");
-    auto lb = std::make_unique<LoraBackend>(std::move(e.backend));
+    // (Under a recorder of activations, the updates' own operators bypass it.)
+    Backend* ops = o.wrap_backend && !o.profile && e.base_backend ? e.base_backend.get() : nullptr;
+    auto lb = std::make_unique<LoraBackend>(std::move(e.backend), ops);
     e.lora = lb.get();
     e.backend = std::move(lb);
   }
