@@ -75,20 +75,18 @@ void F64Decoder::add_lora(const std::string& name, const Vec& x, int64_t n, int6
     dequantize_row(w.type, w.row(r), out.data(), w.cols());
   };
   for (const auto& [adapter, user] : lora_) {
-    const LoraPair* p = adapter->find(name);
-    int64_t local = r0;  // the first row within the pair's B
-    if (!p && t->ne.size() == 3) {  // a routed experts' stack: expert r0 / rows-per-expert's slices
-      p = adapter->find(fmt::format("{}.{}", name, r0 / t->ne[1]));
-      local = r0 % t->ne[1];
-    }
+    const LoraPair* p = adapter->whole(name);  // as stored: a 3-D pair's matrices flattened
     if (!p) continue;
+    // A stack of experts: expert r0 / rows-per-expert's A rows and B rows; else A whole, B's rows from r0.
+    const int64_t ex = t->ne.size() == 3 ? r0 / t->ne[1] : 0;
+    const int64_t a0 = ex * p->rank, local = t->ne.size() == 3 ? ex * t->ne[1] + r0 % t->ne[1] : r0;
     if (p->embedding) throw Error(fmt::format("precision-check: {} as a product with an embedding adapter", name));
     const int64_t r = p->rank;
     const double s = adapter->scale(*p, user);
     std::vector<float> w;
     Vec ax(static_cast<size_t>(n * r), 0.0);
     for (int64_t k = 0; k < r; k++) {
-      row_of(p->a, k, w);
+      row_of(p->a, a0 + k, w);
       for (int64_t i = 0; i < n; i++) {
         double d = 0;
         for (int64_t c = 0; c < cols; c++) d += w[c] * x[i * cols + c];

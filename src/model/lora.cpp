@@ -27,6 +27,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The tensor as a matrix of ne[0] columns and every other dimension's rows.
+Weight flat_weight_of(const GgufTensorInfo& t) {
+  int64_t rows = 1;
+  for (size_t i = 1; i < t.ne.size(); i++) rows *= t.ne[i];
+  return Weight{t.name, t.type, {t.ne[0], rows}, t.data, t.nbytes, nullptr, nullptr};
+}
+
 Weight weight_of(const GgufTensorInfo& t) {
   std::vector<int64_t> ne = t.ne;
   while (ne.size() > 2 && ne.back() == 1) ne.pop_back();
@@ -69,6 +76,24 @@ bool check_pair(const std::string& name, const GgufTensorInfo& a, const GgufTens
 
 }  // namespace
 
+void LoraAdapter::read_keys(const GgufFile& f, const std::function<Error(const std::string&)>& err) {
+  for (const auto& [key, value] : f.metadata()) {
+    if (key.rfind("general.", 0) == 0 || key == "adapter.type") continue;
+    if (key == "adapter.lora.alpha") {
+      if (!value.is_number()) throw err("adapter.lora.alpha is not a number");
+      alpha_ = static_cast<float>(value.as_double());
+    } else if (key == "adapter.lora.task_name") {
+      task_name_ = value.as_string();
+    } else if (key == "adapter.lora.prompt_prefix") {
+      prompt_prefix_ = value.as_string();
+    } else if (key.rfind("adapter.alora.", 0) == 0) {
+      throw err(fmt::format("'{}': activated LoRA (aLoRA) adapters are not supported yet", key));
+    } else {
+      throw err(fmt::format("metadata key '{}' is not one a LoRA adapter has (Kestrel would ignore it)", key));
+    }
+  }
+}
+
 std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const LoraTargets& targets, Backend& be) {
   auto ad = std::make_shared<LoraAdapter>();
   ad->path_ = path;
@@ -85,21 +110,7 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const Lo
     throw err(fmt::format("it is for architecture '{}', the model is '{}'", arch.value_or(""), targets.arch));
   const auto atype = f.get_string("adapter.type");
   if (atype != "lora") throw err(fmt::format("adapter.type is '{}', expected 'lora'", atype.value_or("")));
-  for (const auto& [key, value] : f.metadata()) {
-    if (key.rfind("general.", 0) == 0 || key == "adapter.type") continue;
-    if (key == "adapter.lora.alpha") {
-      if (!value.is_number()) throw err("adapter.lora.alpha is not a number");
-      ad->alpha_ = static_cast<float>(value.as_double());
-    } else if (key == "adapter.lora.task_name") {
-      ad->task_name_ = value.as_string();
-    } else if (key == "adapter.lora.prompt_prefix") {
-      ad->prompt_prefix_ = value.as_string();
-    } else if (key.rfind("adapter.alora.", 0) == 0) {
-      throw err(fmt::format("'{}': activated LoRA (aLoRA) adapters are not supported yet", key));
-    } else {
-      throw err(fmt::format("metadata key '{}' is not one a LoRA adapter has (Kestrel would ignore it)", key));
-    }
-  }
+  ad->read_keys(f, err);
   // Pairs by base tensor name, in the file's order.
   std::map<std::string, std::pair<const GgufTensorInfo*, const GgufTensorInfo*>> pairs;
   XXH3_state_t* h = XXH3_createState();
@@ -126,10 +137,20 @@ std::shared_ptr<LoraAdapter> LoraAdapter::load(const std::string& path, const Lo
   for (const auto& [name, ab] : pairs) {
     if (!ab.first || !ab.second) throw err(fmt::format("'{}' has a {} but no {}", name, ab.first ? "lora_a" : "lora_b",
                                                        ab.first ? "lora_b" : "lora_a"));
+    ad->whole_[name] = {flat_weight_of(*ab.first), flat_weight_of(*ab.second), ab.second->ne[0],
+                        name == "token_embd.weight", ""};
+    if (name.size() > 7 && targets.base &&
+        targets.base->find_tensor(name.substr(0, name.size() - 7) + ".scale"))  // ffn_down_exps.scale (Gemma 4)
+      throw err(fmt::format("'{}': llama.cpp adds an adapter's update after the per-expert output scale ({}), "
+                            "Kestrel scales the expert's output whole; not supported yet",
+                            name, name.substr(0, name.size() - 7) + ".scale"));
     if (targets.experts.count(name)) {  // a routed experts' stack: one pair per expert, slices of the 3-D pair
       ad->add_expert_pairs(name, *ab.first, *ab.second, targets, be, err);
       continue;
     }
+    if (!targets.products.count(name) && name != "token_embd.weight" &&
+        ad->add_slice_pairs(name, *ab.first, *ab.second, targets, be, err))
+      continue;  // the matrices the model cut out of this tensor: each with its rows of B
     for (const GgufTensorInfo* t : {ab.first, ab.second}) {
       if (!traits(t->type).computable || t->ne.size() < 2 || (t->ne.size() > 2 && t->ne[2] != 1))
         throw err(fmt::format("tensor '{}' ({} {}) is not a matrix Kestrel multiplies by", t->name,
@@ -171,6 +192,39 @@ void LoraAdapter::add_expert_pairs(const std::string& stack, const GgufTensorInf
     pairs_.emplace(fmt::format("{}.{}", stack, x), std::move(p));
   }
   bytes_ += static_cast<int64_t>(a.nbytes + b.nbytes);
+}
+
+bool LoraAdapter::add_slice_pairs(const std::string& tensor, const GgufTensorInfo& a, const GgufTensorInfo& b,
+                                  const LoraTargets& targets, Backend& be,
+                                  const std::function<Error(const std::string&)>& err) {
+  const GgufTensorInfo* t = targets.base ? targets.base->find_tensor(tensor) : nullptr;
+  if (!t) return false;
+  std::vector<std::pair<std::string, LoraTargets::Slice>> cuts;
+  for (const auto& [name, cut] : targets.slices)
+    if (cut.tensor == tensor && !pairs_.count(name)) cuts.emplace_back(name, cut);
+  if (cuts.empty()) return false;
+  const bool stack = t->ne.size() == 3;  // a fused experts' stack (ffn_gate_up_exps): per expert, then its rows
+  const int64_t n_exp = stack ? t->ne[2] : 1;
+  if (a.ne.size() != b.ne.size() || a.ne[0] != t->ne[0] || b.ne[1] != t->ne[1] || a.ne[1] != b.ne[0] ||
+      (stack && (a.ne.size() != 3 || a.ne[2] != n_exp || b.ne[2] != n_exp)) || (!stack && a.ne.size() != 2) ||
+      !traits(a.type).computable || !traits(b.type).computable)
+    throw err(fmt::format("'{}' is {} but lora_a is {} and lora_b {}", tensor, t->shape_string(), shape_string(a.ne),
+                          shape_string(b.ne)));
+  const Weight wa = weight_of(a), wb = weight_of(b);
+  for (const auto& [name, cut] : cuts) {
+    const int64_t x = stack ? cut.row / t->ne[1] : 0, local = stack ? cut.row % t->ne[1] : cut.row;
+    Weight sa = stack ? weight_slice(wa, x, fmt::format("{}.{}", a.name, x)) : wa;
+    Weight sb = weight_rows(stack ? weight_slice(wb, x, b.name) : wb, local, cut.rows, fmt::format("{}@{}", b.name, name));
+    sa.routed_expert = sb.routed_expert = stack;
+    LoraPair p;
+    p.rank = b.ne[0];
+    if (stack) p.stack = tensor;
+    p.a = be.prepare_weight(std::move(sa));
+    p.b = be.prepare_weight(std::move(sb));
+    pairs_.emplace(name, std::move(p));
+  }
+  bytes_ += static_cast<int64_t>(a.nbytes + b.nbytes);
+  return true;
 }
 
 std::shared_ptr<const LoraSet> make_lora_set(

@@ -28,6 +28,14 @@ struct LoraTargets {
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> products;
   // The routed experts' stacks (`blk.N.ffn_*_exps.weight`) by name: one expert's {cols, rows}.
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> experts;
+  // Matrices the model cut out of a file tensor's rows and multiplies by apart (a fused attn_qkv's q, k and v; a
+  // fused ffn_up's gate and up halves; a fused ffn_gate_up_exps expert's halves), by their names: the tensor and the
+  // rows (of the whole tensor, experts' rows in turn). An adapter on the tensor applies to each with B's rows.
+  struct Slice {
+    std::string tensor;
+    int64_t row = 0, rows = 0;
+  };
+  std::unordered_map<std::string, Slice> slices;
   int64_t n_embd = 0, n_vocab = 0;  // token_embd.weight's
   bool tied_output = false;         // the output head is token_embd.weight
   const GgufFile* base = nullptr;   // the model's file (errors say whether a tensor is in it)
@@ -63,6 +71,12 @@ class LoraAdapter {
     return it == pairs_.end() ? nullptr : &it->second;
   }
   const std::unordered_map<std::string, LoraPair>& pairs() const { return pairs_; }
+  // The file's pair for a tensor as stored (not prepared; a 3-D pair's A and B as their ne[0] x the rest rows):
+  // what the float64 reference multiplies by (null: none).
+  const LoraPair* whole(const std::string& tensor) const {
+    auto it = whole_.find(tensor);
+    return it == whole_.end() ? nullptr : &it->second;
+  }
   // llama_adapter_lora_weight::get_scale.
   float scale(const LoraPair& p, float user_scale) const {
     return alpha_ != 0.0f ? user_scale * alpha_ / static_cast<float>(p.rank) : user_scale;
@@ -71,12 +85,18 @@ class LoraAdapter {
  private:
   void add_expert_pairs(const std::string& stack, const GgufTensorInfo& a, const GgufTensorInfo& b,
                         const LoraTargets& targets, Backend& be, const std::function<Error(const std::string&)>& err);
+  // adapter.lora.alpha, task_name, prompt_prefix; any other key but general.* and adapter.type is err(what).
+  void read_keys(const GgufFile& f, const std::function<Error(const std::string&)>& err);
+  // The pairs of the matrices the model cut out of `tensor` (LoraTargets::slices; false: none).
+  bool add_slice_pairs(const std::string& tensor, const GgufTensorInfo& a, const GgufTensorInfo& b,
+                       const LoraTargets& targets, Backend& be, const std::function<Error(const std::string&)>& err);
   std::string path_, label_, task_name_, prompt_prefix_;
   float alpha_ = 0.0f;
   uint64_t hash_ = 0;
   int64_t bytes_ = 0;
   std::unique_ptr<GgufFile> file_;  // the mapped bytes A and B point into
   std::unordered_map<std::string, LoraPair> pairs_;
+  std::unordered_map<std::string, LoraPair> whole_;
 };
 
 // The adapters a request runs with, each with its scale (none of them 0), in the order given.

@@ -14,6 +14,19 @@ LoraBackend::LoraBackend(std::unique_ptr<Backend> inner, Backend* ops)
 
 Weight LoraBackend::prepare_weight(Weight w) {
   if (w.ne.size() == 2 && !w.routed_expert) targets_.products[w.name] = {w.cols(), w.rows()};
+  // A slice of a file tensor's rows under a name of its own: the tensor (the longest prefix of the name at a '.'
+  // that is one, holding the slice's bytes) and the rows.
+  if (w.ne.size() == 2 && targets_.base && !targets_.base->find_tensor(w.name) && w.data)
+    for (size_t dot = w.name.rfind('.'); dot != std::string::npos && dot > 0; dot = w.name.rfind('.', dot - 1)) {
+      const GgufTensorInfo* t = targets_.base->find_tensor(w.name.substr(0, dot));
+      if (!t) continue;
+      const auto* p = static_cast<const uint8_t*>(w.data);
+      const size_t stride = w.row_stride();
+      if (t->ne[0] == w.cols() && p >= t->data && p + w.rows() * stride <= t->data + t->nbytes &&
+          (p - t->data) % stride == 0)
+        targets_.slices[w.name] = {t->name, static_cast<int64_t>((p - t->data) / stride), w.rows()};
+      break;
+    }
   // A routed expert's matrix, `{stack}.{x}` of a `*_exps.weight` stack: the stack takes 3-D pairs.
   if (w.ne.size() == 2 && w.routed_expert) {
     const size_t dot = w.name.rfind('.');

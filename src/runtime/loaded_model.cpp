@@ -141,6 +141,7 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     // (Under a recorder of activations, the updates' own operators bypass it.)
     Backend* ops = o.wrap_backend && !o.profile && e.base_backend ? e.base_backend.get() : nullptr;
     auto lb = std::make_unique<LoraBackend>(std::move(e.backend), ops);
+    lb->targets().base = e.file.get();  // (before the load: the matrices it prepares are resolved against the file)
     e.lora = lb.get();
     e.backend = std::move(lb);
   }

@@ -75,6 +75,9 @@ CELLS = [
     ("qwen35moe-experts", model("qwen35moe"), [(A + ["--lora-only", "_exps,shexp"], 1.0)], P, 12),
     ("gpt-oss-experts", model("gpt-oss"), [(A + ["--lora-only", "_exps"], 1.0)], P, 12),
     ("glm4moe-experts", model("glm4moe"), [(C + ["--lora-only", "_exps"], 1.0)], P, 12),
+    # Gemma 4's fused gate|up experts: each half's rows of B (its ffn_down_exps under an adapter is refused: llama.cpp
+    # adds the update after the per-expert scale).
+    ("gemma4-moe-gate-up", model("gemma4", preset="tiny-moe"), [(B + ["--lora-only", "ffn_gate_up_exps"], 1.0)], P, 12),
     ("llama4-c", model("llama4"), [(C, 1.0)], P, 12),
     ("llama-cvec", model("llama"), [], P, 12, [(V, 0.8)], None),
     ("llama-cvec-two-range", model("llama", "3"), [], P, 12, [(V, 0.5), (V2, -1.5)], (1, 1)),

@@ -406,6 +406,17 @@ TEST(LoraCells, ControlVectorsThatDoNotFitAreLoadErrorsNamingWhy) {
 namespace kestrel {
 namespace {
 
+// The model with the adapter at scale 1 and precision-check's recorder.
+LoadOptions recorded(const std::string& model, const std::string& lora) {
+  LoadOptions o;
+  o.model_path = model;
+  o.n_threads = 2;
+  o.n_ctx = 256;
+  o.loras.push_back({lora, 1.0f, ""});
+  o.wrap_backend = make_activation_recorder;
+  return o;
+}
+
 // What llama.cpp leaves out (DeepSeek-V2's MLA projections and output head multiply there without the adapters),
 // Kestrel's own answer against the float64 reference (measure/f64_reference.h, its products written out with the
 // adapters' updates in double): an adapter on every MLA projection, FFN matrix, expert and the head, the logits and
@@ -419,12 +430,7 @@ TEST(LoraCells, MlaProjectionsWithAdaptersAgainstTheFloat64Reference) {
                                        "2", "-o", model, "--lora", lora, "--lora-rank", "8", "--lora-alpha", "16",
                                        "--lora-only", "attn_q,attn_kv_a_mqa,attn_output,ffn_,output"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  LoadOptions o;
-  o.model_path = model;
-  o.n_threads = 2;
-  o.n_ctx = 256;
-  o.loras.push_back({lora, 1.0f, ""});
-  o.wrap_backend = make_activation_recorder;
+  LoadOptions o = recorded(model, lora);
   LoadedModel e = LoadedModel::load(o);
   for (const char* t : {"blk.0.attn_q_a.weight", "blk.1.attn_q_b.weight", "blk.1.attn_kv_a_mqa.weight",
                         "blk.1.attn_output.weight", "output.weight", "blk.1.ffn_gate_exps.weight.0"})
@@ -456,6 +462,24 @@ TEST(LoraCells, MlaProjectionsWithAdaptersAgainstTheFloat64Reference) {
     den += ref.logits[i] * ref.logits[i];
   }
   EXPECT_GT(std::sqrt(num / den), 1e-2);
+}
+
+// Phi-3's fused attn_qkv and ffn_up, which Kestrel cuts into q, k, v and gate, up: an adapter on the fused tensor
+// applies to each cut with its rows of B (llama.cpp cannot load this synth file's vocabulary: float64 checks it).
+TEST(LoraCells, FusedMatricesCutByTheModelTakeTheirRowsOfBAgainstTheFloat64Reference) {
+  test::TempDir dir;
+  const std::string model = dir.file("p3.gguf"), lora = dir.file("p3.lora");
+  const auto made = test::run_kestrel({"synth", "--arch", "phi3", "--preset", "tiny", "--type", "f32", "--seed", "2",
+                                       "-o", model, "--lora", lora, "--lora-rank", "4"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  LoadOptions o = recorded(model, lora);
+  LoadedModel e = LoadedModel::load(o);
+  for (const char* t : {"blk.0.attn_qkv.weight.q", "blk.0.attn_qkv.weight.k", "blk.0.attn_qkv.weight.v",
+                        "blk.1.ffn_up.weight.gate", "blk.1.ffn_up.weight.up"})
+    EXPECT_NE(e.adapters[0].adapter->find(t), nullptr) << t;
+  const PrecisionReport r = precision_check(e, {1, 5, 9, 13, 200, 17, 33, 2, 99, 7, 64});
+  EXPECT_LT(r.logits, 1e-5);
+  for (const auto& l : r.layers) EXPECT_LT(l.residual, 1e-5) << "layer " << l.layer;
 }
 
 }  // namespace
