@@ -142,48 +142,43 @@ inline void add_device_option(CLI::App* cmd, kestrel::LoadOptions& o) {
       "that needs more fails alone");
 }
 
-// --lora FILE[,FILE...] and --lora-scaled FILE:SCALE[,...] (llama.cpp's; repeatable), adapter ids in that order:
-// the --lora files, then the --lora-scaled ones. serve adds --lora-init-without-apply and --lora-modules.
-inline void add_lora_options(CLI::App* cmd, kestrel::LoadOptions& o) {
+// A file flag and its scaled twin, llama.cpp's (--lora / --lora-scaled, --control-vector /
+// --control-vector-scaled): FILE[,FILE...] at scale 1 and FILE:SCALE[,...], repeatable, each file handed to `take`
+// in the order of the flags' definitions (the plain files, then the scaled ones).
+inline void add_file_scale_options(CLI::App* cmd, const std::string& flag, const std::string& what,
+                                   std::function<void(const std::string&, float)> take) {
   cmd->add_option_function<std::vector<std::string>>(
-         "--lora",
-         [&o](const std::vector<std::string>& files) {
-           for (const std::string& f : files) o.loras.push_back({f, 1.0f, ""});
+         flag,
+         [take](const std::vector<std::string>& files) {
+           for (const std::string& f : files) take(f, 1.0f);
          },
-         "LoRA adapter (llama.cpp's GGUF adapter) applied at scale 1; repeat or separate by commas for several")
+         what + " at scale 1; repeat or separate by commas for several")
       ->delimiter(',');
+  const std::string scaled = flag + "-scaled";
   cmd->add_option_function<std::vector<std::string>>(
-         "--lora-scaled",
-         [&o](const std::vector<std::string>& args) {
+         scaled,
+         [take, scaled](const std::vector<std::string>& args) {
            for (const std::string& a : args) {
-             auto [file, scale] = kestrel::parse_file_scale(a, "--lora-scaled");
-             o.loras.push_back({file, scale, ""});
+             auto [file, scale] = kestrel::parse_file_scale(a, scaled.c_str());
+             take(file, scale);
            }
          },
-         "LoRA adapter at a scale: FILE:SCALE; repeat or separate by commas for several")
+         what + " at a scale: FILE:SCALE; repeat or separate by commas for several")
       ->delimiter(',');
 }
 
-// --control-vector FILE[,...], --control-vector-scaled FILE:SCALE[,...] and --control-vector-layer-range START END
-// (llama.cpp's).
+// --lora FILE[,FILE...] and --lora-scaled FILE:SCALE[,...], adapter ids in that order: the --lora files, then the
+// --lora-scaled ones. serve adds --lora-init-without-apply and --lora-modules.
+inline void add_lora_options(CLI::App* cmd, kestrel::LoadOptions& o) {
+  add_file_scale_options(cmd, "--lora", "LoRA adapter (llama.cpp's GGUF adapter)",
+                         [&o](const std::string& f, float s) { o.loras.push_back({f, s, ""}); });
+}
+
+// --control-vector FILE[,...], --control-vector-scaled FILE:SCALE[,...] (summed) and --control-vector-layer-range
+// START END (llama.cpp's).
 inline void add_control_vector_options(CLI::App* cmd, kestrel::LoadOptions& o) {
-  cmd->add_option_function<std::vector<std::string>>(
-         "--control-vector",
-         [&o](const std::vector<std::string>& files) {
-           for (const std::string& f : files) o.control_vectors.push_back({f, 1.0f});
-         },
-         "Control vector (llama.cpp's direction.L GGUF) added at strength 1; several are summed")
-      ->delimiter(',');
-  cmd->add_option_function<std::vector<std::string>>(
-         "--control-vector-scaled",
-         [&o](const std::vector<std::string>& args) {
-           for (const std::string& a : args) {
-             auto [file, scale] = kestrel::parse_file_scale(a, "--control-vector-scaled");
-             o.control_vectors.push_back({file, scale});
-           }
-         },
-         "Control vector at a strength: FILE:SCALE; repeat or separate by commas for several")
-      ->delimiter(',');
+  add_file_scale_options(cmd, "--control-vector", "Control vector (llama.cpp's direction.L GGUF; several are summed)",
+                         [&o](const std::string& f, float s) { o.control_vectors.push_back({f, s}); });
   cmd->add_option_function<std::vector<int>>(
          "--control-vector-layer-range",
          [&o](const std::vector<int>& r) {

@@ -335,17 +335,16 @@ void write_synth_lora(const GgufFile& base, const std::string& path, const Synth
     const bool take = synth_lora_takes(name, o);
     const bool stack = t.ne.size() == 3 && ends_with(name, "_exps.weight");  // routed experts: 3-D pairs
     if (!take || t.ne.size() < 2 || (t.ne.size() > 2 && t.ne[2] != 1 && !stack)) continue;
-    const std::string stem = name.substr(0, name.size());
     const double b_std = 0.5 * base_rms(t) * std::sqrt(static_cast<double>(t.ne[0])) / std::sqrt(r) / applied;
     if (name == "token_embd.weight") {
-      add(stem + ".lora_a", {o.rank, t.ne[1]}, 1.0);
-      add(stem + ".lora_b", {o.rank, t.ne[0]}, 0.5 * base_rms(t) / std::sqrt(r) / applied);
+      add(name + ".lora_a", {o.rank, t.ne[1]}, 1.0);
+      add(name + ".lora_b", {o.rank, t.ne[0]}, 0.5 * base_rms(t) / std::sqrt(r) / applied);
     } else if (stack) {
-      add(stem + ".lora_a", {t.ne[0], o.rank, t.ne[2]}, 1.0 / std::sqrt(static_cast<double>(t.ne[0])));
-      add(stem + ".lora_b", {o.rank, t.ne[1], t.ne[2]}, b_std);
+      add(name + ".lora_a", {t.ne[0], o.rank, t.ne[2]}, 1.0 / std::sqrt(static_cast<double>(t.ne[0])));
+      add(name + ".lora_b", {o.rank, t.ne[1], t.ne[2]}, b_std);
     } else {
-      add(stem + ".lora_a", {t.ne[0], o.rank}, 1.0 / std::sqrt(static_cast<double>(t.ne[0])));
-      add(stem + ".lora_b", {o.rank, t.ne[1]}, b_std);
+      add(name + ".lora_a", {t.ne[0], o.rank}, 1.0 / std::sqrt(static_cast<double>(t.ne[0])));
+      add(name + ".lora_b", {o.rank, t.ne[1]}, b_std);
     }
     written++;
   }

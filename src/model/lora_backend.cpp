@@ -174,23 +174,21 @@ void LoraBackend::matmul_many(const Weight* const* ws, int count, Act x, int64_t
   for (int i = 0; i < count; i++) add_updates(*ws[i], x, nullptr, n, ys[i]);
 }
 
+bool LoraBackend::gate_up_updated(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) {
+  if (!touches(g) && !touches(u)) return false;
+  const Weight* ws[2] = {&g, &u};
+  const Act ys[2] = {out, scratch};
+  matmul_many(ws, 2, x, n, ys);
+  return true;
+}
+
 void LoraBackend::swiglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) {
-  if (touches(g) || touches(u)) {  // both products in one pass over x, each updated, then the activation
-    const Weight* ws[2] = {&g, &u};
-    const Act ys[2] = {out, scratch};
-    matmul_many(ws, 2, x, n, ys);
-    return silu_mul(out, scratch, n * g.rows());
-  }
+  if (gate_up_updated(g, u, x, n, out, scratch)) return silu_mul(out, scratch, n * g.rows());
   fwd().swiglu(g, u, x, n, out, scratch);
 }
 
 void LoraBackend::geglu(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch) {
-  if (touches(g) || touches(u)) {
-    const Weight* ws[2] = {&g, &u};
-    const Act ys[2] = {out, scratch};
-    matmul_many(ws, 2, x, n, ys);
-    return gelu_mul(out, scratch, n * g.rows());
-  }
+  if (gate_up_updated(g, u, x, n, out, scratch)) return gelu_mul(out, scratch, n * g.rows());
   fwd().geglu(g, u, x, n, out, scratch);
 }
 
@@ -205,7 +203,5 @@ void LoraBackend::embed(const Weight& t, const int32_t* tokens, int64_t n, Act o
   fwd().embed(t, tokens, n, out);
   if (t.name == "token_embd.weight") add_updates(t, Act(), tokens, n, out);
 }
-
-bool LoraBackend::fuses(const Weight& a, const Weight& b) const { return in_.fuses(a, b); }
 
 }  // namespace kestrel

@@ -36,9 +36,9 @@ class LoraBackend final : public ForwardingBackend {
     checking_ = true;
     applied_.clear();
   }
-  std::vector<const LoraPair*> end_check() {
+  std::set<const LoraPair*> end_check() {
     checking_ = false;
-    return {applied_.begin(), applied_.end()};
+    return std::move(applied_);
   }
 
   Weight prepare_weight(Weight w) override;
@@ -54,11 +54,13 @@ class LoraBackend final : public ForwardingBackend {
   void qkv_rope(const Weight* const* w, const float* const* b, Act x, int64_t n, const int32_t* pos,
                 const RopeParams& rope, const QkvShape& shape, const Act* out) override;
   void embed(const Weight& t, const int32_t* tokens, int64_t n, Act out) override;
-  bool fuses(const Weight& a, const Weight& b) const override;
 
  private:
   // Whether an adapter of this step names w.
   bool touches(const Weight& w) const;
+  // Where an adapter names gate or up: both products in one pass over x, each updated, into out and scratch
+  // (the activation is the caller's); false: neither is named, nothing done.
+  bool gate_up_updated(const Weight& g, const Weight& u, Act x, int64_t n, Act out, Act scratch);
   // The updates of this step's adapters to the product by w of n rows x into y (embedding: x unused, tokens the
   // rows' tokens).
   void add_updates(const Weight& w, Act x, const int32_t* tokens, int64_t n, Act y);

@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <thread>
@@ -90,8 +89,7 @@ static void check_adapters_apply(LoadedModel& e) {
     if (!p->stack.empty()) stacks.insert(p->stack);
   for (const auto& a : e.adapters)
     for (const auto& [name, pair] : a.adapter->pairs())
-      if (pair.stack.empty() ? std::find(applied.begin(), applied.end(), &pair) == applied.end()
-                             : !stacks.count(pair.stack))
+      if (pair.stack.empty() ? !applied.count(&pair) : !stacks.count(pair.stack))
         throw Error(fmt::format("LoRA adapter {}: '{}': Kestrel's {} code multiplies by this matrix inside an operator "
                                 "that takes no adapter (or only on some steps), so the adapter would be ignored there; "
                                 "not supported yet",
@@ -209,7 +207,6 @@ LoadedModel LoadedModel::load(const LoadOptions& o) {
     t.arch = c.arch;
     t.n_embd = c.n_embd;
     t.n_vocab = c.n_vocab;
-    t.base = e.file.get();
     for (const LoadOptions::Lora& l : o.loras) {
       auto adapter = LoraAdapter::load(l.path, t, e.lora->inner());
       if (!l.name.empty()) adapter->set_label(l.name);

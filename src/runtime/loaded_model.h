@@ -45,7 +45,7 @@ struct LoadOptions {
   // backend (calibration records activations this way).
   std::function<std::unique_ptr<Backend>(Backend& inner)> wrap_backend;
   // LoRA adapters (model/lora.h: --lora, --lora-scaled, --lora-modules), loaded after the model and checked
-  // against it; the model then runs through a LoraBackend. lora_capable alone: that backend without adapters yet.
+  // against it; the model then runs through a LoraBackend.
   struct Lora {
     std::string path;
     float scale = 1.0f;  // the default set's (--lora-init-without-apply: 0)

@@ -21,23 +21,7 @@
 
 #include "common.h"
 #include "llama.h"
-
-static std::string g_errors;
-
-static void log_cb(enum ggml_log_level level, const char* text, void*) {
-  if (level == GGML_LOG_LEVEL_ERROR) g_errors += text;
-  if (level == GGML_LOG_LEVEL_ERROR || std::getenv("REF_VERBOSE")) std::fputs(text, stderr);
-}
-
-static int fail(const std::string& what) {
-  std::string msg = what + (g_errors.empty() ? "" : ": " + g_errors), esc;
-  for (char c : msg) {
-    if (c == '"' || c == '\\') esc += '\\';
-    esc += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-  }
-  std::printf("{\"error\": \"%s\"}\n", esc.c_str());
-  return 1;
-}
+#include "oracle_common.h"
 
 int main(int argc, char** argv) {
   int threads = 2, n_predict = 16;
@@ -87,18 +71,8 @@ int main(int argc, char** argv) {
     adapters.push_back(a);
   }
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = n + n_predict + 16 < 512 ? 512 : n + n_predict + 16;
-  cp.n_batch = cp.n_ctx;
-  cp.n_ubatch = cp.n_ctx;
-  cp.n_seq_max = 1;
-  cp.n_threads = threads;
-  cp.n_threads_batch = threads;
-  cp.type_k = GGML_TYPE_F32;
-  cp.type_v = GGML_TYPE_F32;
-  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  cp.no_perf = true;
-  llama_context* ctx = llama_init_from_model(model, cp);
+  const int n_ctx = n + n_predict + 16 < 512 ? 512 : n + n_predict + 16;
+  llama_context* ctx = llama_init_from_model(model, f32_context_params(n_ctx, n_ctx, threads));
   if (!ctx) return fail("no context");
   if (!adapters.empty() && llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), lora_scales.data()) != 0)
     return fail("llama_set_adapters_lora failed");

@@ -27,25 +27,9 @@
 #include <vector>
 
 #include "llama.h"
+#include "oracle_common.h"
 #include "mtmd-helper.h"
 #include "mtmd.h"
-
-static std::string g_errors;
-
-static void log_cb(enum ggml_log_level level, const char* text, void*) {
-  if (level == GGML_LOG_LEVEL_ERROR) g_errors += text;
-  if (level == GGML_LOG_LEVEL_ERROR || std::getenv("REF_VERBOSE")) std::fputs(text, stderr);
-}
-
-static int fail(const std::string& what) {
-  std::string msg = what + (g_errors.empty() ? "" : ": " + g_errors), esc;
-  for (char c : msg) {
-    if (c == '"' || c == '\\') esc += '\\';
-    esc += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-  }
-  std::printf("{\"error\": \"%s\"}\n", esc.c_str());
-  return 1;
-}
 
 int main(int argc, char** argv) {
   int threads = 2, n_predict = 16, time_reps = 0, min_tokens = -1, max_tokens = -1;
@@ -75,17 +59,8 @@ int main(int argc, char** argv) {
   llama_model* model = llama_model_load_from_file(pos[0].c_str(), mp);
   if (!model) return fail("llama.cpp could not load " + pos[0]);
   const int n_ctx = 2048;
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = n_ctx;
-  cp.n_batch = 512;
-  cp.n_ubatch = 512;
-  cp.n_seq_max = 1;
-  cp.n_threads = threads;
-  cp.n_threads_batch = threads;
-  cp.type_k = GGML_TYPE_F32;
-  cp.type_v = GGML_TYPE_F32;
-  cp.flash_attn_type = fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  cp.no_perf = true;
+  llama_context_params cp = f32_context_params(n_ctx, 512, threads);
+  if (fa) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) return fail("no context");
 

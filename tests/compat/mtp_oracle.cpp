@@ -24,23 +24,7 @@
 
 #include "llama-ext.h"
 #include "llama.h"
-
-static std::string g_errors;
-
-static void log_cb(enum ggml_log_level level, const char* text, void*) {
-  if (level == GGML_LOG_LEVEL_ERROR) g_errors += text;
-  if (level == GGML_LOG_LEVEL_ERROR || std::getenv("REF_VERBOSE")) std::fputs(text, stderr);
-}
-
-static int fail(const std::string& what) {
-  std::string msg = what + (g_errors.empty() ? "" : ": " + g_errors), esc;
-  for (char c : msg) {
-    if (c == '"' || c == '\\') esc += '\\';
-    esc += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-  }
-  std::printf("{\"error\": \"%s\"}\n", esc.c_str());
-  return 1;
-}
+#include "oracle_common.h"
 
 // Row i of batch b: token at position pos, sequence 0, its logits wanted.
 static void set_row(llama_batch& b, int i, llama_token token, int pos) {
@@ -49,21 +33,6 @@ static void set_row(llama_batch& b, int i, llama_token token, int pos) {
   b.n_seq_id[i] = 1;
   b.seq_id[i][0] = 0;
   b.logits[i] = 1;
-}
-
-static llama_context_params context_params(int n_ctx, int threads) {
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = n_ctx;
-  cp.n_batch = n_ctx;
-  cp.n_ubatch = n_ctx;
-  cp.n_seq_max = 1;
-  cp.n_threads = threads;
-  cp.n_threads_batch = threads;
-  cp.type_k = GGML_TYPE_F32;
-  cp.type_v = GGML_TYPE_F32;
-  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  cp.no_perf = true;
-  return cp;
 }
 
 int main(int argc, char** argv) {
@@ -103,7 +72,7 @@ int main(int argc, char** argv) {
   const int width = llama_model_n_embd_out(model);
 
   // The target: every position's h_nextn.
-  llama_context* tgt = llama_init_from_model(model, context_params(n_ctx, threads));
+  llama_context* tgt = llama_init_from_model(model, f32_context_params(n_ctx, n_ctx, threads));
   if (!tgt) return fail("no target context");
   llama_set_embeddings_nextn(tgt, true, /*masked=*/false);
   llama_batch b = llama_batch_init(n, 0, 1);
@@ -119,7 +88,7 @@ int main(int argc, char** argv) {
   }
 
   // The MTP rows.
-  llama_context_params mcp = context_params(n_ctx, threads);
+  llama_context_params mcp = f32_context_params(n_ctx, n_ctx, threads);
   mcp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
   mcp.ctx_other = tgt;
   llama_context* mtp = llama_init_from_model(mtp_model, mcp);
