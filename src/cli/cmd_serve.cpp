@@ -12,109 +12,20 @@
 #include "backend/vulkan/vulkan_backend.h"
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
-#include "cli/mmproj_flags.h"
-#include "serving/http/url_fetch.h"
-#include "mmproj/mmproj.h"
-#include "cli/parallel_flags.h"
+#include "cli/serve_model.h"
 #include "core/error.h"
-#include "runtime/generator.h"
-#include "serving/http/http_server.h"
-#include "serving/telemetry/otlp_exporter.h"
-#include "spec/spec_source.h"
 
 namespace kestrel::cli {
 namespace {
 
-struct ServeFlags {
-  LoadOptions engine;
-  std::vector<std::string> served_names;
-  bool lora_init_without_apply = false;
-  std::vector<std::string> lora_modules;  // NAME=FILE
-  std::string host = "127.0.0.1", policy = "fcfs", chat_template, chat_template_kwargs, reasoning_format = "auto", tool_call_parser = "auto", log_format = "text", profile;
-  int port = 8080, max_batch_size = 16, max_queue = 256;
-  size_t responses_store = 1000;
-  std::string pooling;
-  bool matryoshka = false;
-  HttpLimits limits;
-  int http_threads = 2, http_workers = 2;
-  std::vector<std::string> api_keys, cors_origins, allowed_hosts;
-  std::string api_key_file, ssl_cert_file, ssl_key_file;
-  bool protect_metrics = false;
-  int64_t max_batch_tokens = 512, prefill_chunk = 256;
-  double kv_cache_mem_mib = 0, max_wait_ms = 0, aging_ms = 2000, shutdown_timeout_s = 30;
-  std::string spec = "none", draft_model;
-  int draft_max = 8;
-  bool spec_governed = false;
-  bool allow_special_in_content = false;
-  std::string otlp_endpoint;
-  std::string mmproj, media_path;
-  ImageTokenLimits image_tokens;
-  int max_images = 16;
-  bool allow_media_urls = false;
-  double media_url_timeout = 10.0;
-  ParallelFlags parallel;
-  // The prefix cache's lower tiers (kv/prefix_tiers.h): RAM ("" : the default), a folder and its size.
-  std::string cache_ram, cache_dir, cache_disk = "10G", slot_save_path, cache_type;
-  bool cache_warm = false;
-};
 
-// --cache-ram and --cache-disk: a plain number is MiB (llama-server's --cache-ram), else a size with K, M or G.
-int64_t parse_cache_size(const std::string& s, const char* flag) {
-  if (s == "0") return 0;
-  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return parse_size(s + "M", flag);
-  return parse_size(s, flag);
-}
-
-// What the cached rows depend on besides the tokens: the model file's contents, where it runs, the KV types,
-// block size and layout. (The disk tier's folder is named by it; the RAM tier lives with the process.)
-std::string tier_identity(const LoadedModel& e, const LoadOptions& o, const std::string& cache_dir) {
-  const KvLayout& l = e.kv->layout();
-  return fmt::format(
-      "model {} device {} kv {} entries {} block {} layers {} k {} v {} window {} sliding {} ({}x{}) row-stride {} "
-      "recurrent {}x{}",
-      cache_dir.empty() ? std::string("-") : model_file_identity(o.model_path, cache_dir), o.device, l.type_name(),
-      e.kv->store().entry_type_name(),
-      e.kv->block_size(), l.n_layer, l.k_width, l.v_width, l.sliding_window, l.n_sliding(), l.sliding_k_width,
-      l.sliding_v_width, l.full_row_stride, l.n_recurrent, l.state_floats);
-}
-
-std::string mib(int64_t bytes) { return fmt::format("{:.0f} MiB", static_cast<double>(bytes) / (1 << 20)); }
-
-// Available memory from /proc/meminfo, in bytes (0 if unknown).
-int64_t available_memory() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
-// One token through the model, sampled, before the first request: its weights paged in, the kernels' and
-// the step's buffers allocated, so that a ready server runs its first request at full speed.
-void warm_up(LoadedModel& e) {
-  GenerationParams p;
-  p.max_tokens = 1;
-  p.ignore_eos = true;
-  const int32_t bos = e.tokenizer->vocab().bos;
-  generate(e, {bos >= 0 ? bos : 0}, p);
-}
-
-int run(ServeFlags& f) {
-  if (f.port < 0 || f.port > 65535) throw Error(fmt::format("--port {} is out of range (0 to 65535)", f.port));
-  if (f.max_batch_size < 1 || f.max_batch_size > 4096)
-    throw Error(fmt::format("--max-batch-size {} is out of range (1 to 4096)", f.max_batch_size));
-  if (f.max_batch_tokens < 1) throw Error(fmt::format("--max-batch-tokens {} must be positive", f.max_batch_tokens));
-  if (f.prefill_chunk < 1) throw Error(fmt::format("--prefill-chunk {} must be positive", f.prefill_chunk));
-  if (f.max_queue < 1) throw Error(fmt::format("--max-queue {} must be positive", f.max_queue));
-  if (f.kv_cache_mem_mib < 0) throw Error("--kv-cache-mem must not be negative");
-  if (f.policy != "fcfs" && f.policy != "priority")
-    throw Error(fmt::format("--scheduling-policy '{}' is not fcfs or priority", f.policy));
-  if (f.http_threads < 1 || f.http_threads > 64) throw Error(fmt::format("--http-threads {} is out of range (1 to 64)", f.http_threads));
-  if (f.http_workers < 1 || f.http_workers > 64) throw Error(fmt::format("--http-workers {} is out of range (1 to 64)", f.http_workers));
-  if (f.log_format != "text" && f.log_format != "json")
-    throw Error(fmt::format("--log-format '{}' is not text or json", f.log_format));
+int run(ServeFlags& f, const CLI::App* cmd) {
+  check_serve_flags(f);
+  const bool many = !f.models_dir.empty() || !f.models_preset.empty();
+  if (many && !f.engine.model_path.empty())
+    throw Error("-m serves one model, --models-dir and --models-preset several: give one or the other");
+  if (!many && f.engine.model_path.empty()) throw Error("serve needs -m MODEL (or --models-dir DIR, --models-preset FILE)");
+  if (many && !f.parallel.spec.empty()) throw Error("--parallel serves one model: it does not go with --models-dir or --models-preset");
 
   // Request bodies of megabytes come and go: glibc would raise its mmap
   // threshold after the first is freed and keep later ones in its heaps
@@ -129,31 +40,19 @@ int run(ServeFlags& f) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  LoadOptions eo = f.engine;
-  if (f.lora_init_without_apply)
-    for (auto& l : eo.loras) l.scale = 0.0f;
-  for (const std::string& m : f.lora_modules) {
-    const size_t eq = m.find('=');
-    if (eq == 0 || eq == std::string::npos || eq + 1 == m.size())
-      throw Error(fmt::format("--lora-modules '{}': expected NAME=FILE", m));
-    eo.loras.push_back({m.substr(eq + 1), 0.0f, m.substr(0, eq)});
-  }
-  eo.profile = !f.profile.empty();
-  eo.max_batch_tokens = f.max_batch_tokens;
-  eo.n_seq_max = f.max_batch_size;
-  if (f.kv_cache_mem_mib > 0) eo.kv_cache_bytes = static_cast<int64_t>(f.kv_cache_mem_mib * 1024 * 1024);
-  else eo.kv_cache_max_bytes = available_memory() / 5;  // every batch slot at full context, if that fits
-  check_draft_model_flags(f.spec, f.draft_model);
-  eo.load_mtp = f.spec == "mtp";
-  eo.mtp_model = mtp_model_of(f.spec, f.draft_model);
-  apply_parallel_flags(f.parallel, eo);
+  LoadOptions eo;
+  if (!many) eo = serve_load_options(f);
   std::vector<std::string> served = f.served_names;
-  if (served.empty()) served.push_back(std::filesystem::path(f.engine.model_path).filename().string());
-  ServerMetrics metrics(served.front());
+  if (served.empty() && !many) served.push_back(std::filesystem::path(f.engine.model_path).filename().string());
+  // With many models, each has its own metrics (its model_name label); these are the transport's and manager's.
+  ServerMetrics metrics(many ? "" : served.front());
   // Traces: from the flag or OpenTelemetry's environment (checked before the load: a bad value fails fast).
   std::shared_ptr<SpanExporter> tracer;
   if (const OtlpConfig oc = otlp_config(f.otlp_endpoint, kVersion); !oc.endpoint.empty())
     tracer = std::make_shared<SpanExporter>(oc, &metrics);
+  // (Before the transport: a response still held by a connection holds a lease on its model.)
+  std::unique_ptr<ModelManager> manager;
+  std::unique_ptr<ServedModel> model;
 
   // Rank 0 alone listens and schedules; it listens from the start, so that /health answers and /ready tells
   // the load's progress (a large model takes minutes) instead of a refused connection.
@@ -164,7 +63,6 @@ int run(ServeFlags& f) {
   enum class Phase { Loading, Serving, Closing };
   std::mutex phase_mutex;
   Phase phase = Phase::Loading;
-  ServingEngine* serving = nullptr;
   int port = 0;
   const auto close_listener = [&] {
     {
@@ -198,7 +96,8 @@ int run(ServeFlags& f) {
     http = std::make_unique<HttpServer>(metrics, hc);
     port = http->bind();
     fmt::print(stderr, "[kestrel] listening on {}://{}:{} (loading '{}'; GET /ready says when it serves)\n",
-               hc.tls_cert_file.empty() ? "http" : "https", f.host, port, f.engine.model_path);
+               hc.tls_cert_file.empty() ? "http" : "https", f.host, port,
+               many ? "the model list" : f.engine.model_path);
     io = std::thread([&] { http->run(); });
     // SIGTERM/SIGINT: while loading, stop at once; while serving, stop accepting, let in-flight requests
     // finish until the deadline (then cancel them), then close the listener.
@@ -215,89 +114,47 @@ int run(ServeFlags& f) {
       fmt::print(stderr, "[kestrel] signal {}: draining (up to {} s)\n", sig, f.shutdown_timeout_s);
       http->set_draining(fmt::format("signal {}: finishing the requests in flight (up to {} s), taking no new ones",
                                      sig, f.shutdown_timeout_s));
-      serving->shutdown(static_cast<int>(f.shutdown_timeout_s * 1000));
+      const int deadline = static_cast<int>(f.shutdown_timeout_s * 1000);
+      if (manager) manager->shutdown(deadline);
+      if (model) model->engine().shutdown(deadline);
       http->stop();
     });
     eo.on_stage = [&](const std::string& stage) { http->readiness().loading(stage); };
   }
   try {
-    LoadedModel e = LoadedModel::load(eo);
-    if (e.is_follower()) return follow_leader(e, f.profile);
-    std::unique_ptr<SpecSource> spec;
-    if (f.spec != "none") {
-      http->readiness().loading("loading the draft model");
-      LoadOptions d;
-      d.model_path = f.draft_model;
-      d.n_threads = eo.n_threads;
-      d.n_seq_max = f.max_batch_size;  // a draft sequence per batch slot, at full context
-      d.max_batch_tokens = f.max_batch_tokens;
-      spec = std::make_unique<SpecSource>(f.spec, e, d);
-    }
-    // The prefix cache's lower tiers: RAM by default (2 GiB, at most a quarter of free memory), disk with
-    // --cache-dir. Not under tensor parallelism (each rank holds part of every block).
-    std::unique_ptr<PrefixTiers> tiers;
-    {
-      PrefixTierConfig tc;
-      const bool parallel = e.comm != nullptr;
-      if (parallel && (!f.cache_ram.empty() || !f.cache_dir.empty()))
-        throw Error("--cache-ram and --cache-dir do not work with --parallel yet (each rank holds part of every "
-                    "KV block); leave them out");
-      tc.ram_bytes = !f.cache_ram.empty() ? parse_cache_size(f.cache_ram, "--cache-ram")
-                     : parallel          ? 0
-                                         : std::min<int64_t>(int64_t{2} << 30, available_memory() / 4);
-      if (!f.cache_dir.empty()) {
-        tc.disk_dir = f.cache_dir;
-        tc.disk_bytes = parse_cache_size(f.cache_disk, "--cache-disk");
-        if (tc.disk_bytes <= 0) throw Error("--cache-disk must be positive with --cache-dir");
+    if (many) {
+      manager = make_model_manager(f, cmd, metrics, tracer, http->offload());
+      manager->set_offload(http->offload());
+      {
+        std::lock_guard lock(phase_mutex);
+        phase = Phase::Serving;
+        http->serve([&](Router& r) { manager->install(r); }, [&] { manager->set_draining(); });
       }
-      if (f.cache_warm && (f.cache_dir.empty() || tc.ram_bytes == 0))
-        throw Error("--cache-warm needs --cache-dir and a RAM tier (--cache-ram above 0)");
-      if (!f.cache_type.empty()) {
-        const auto t = kv_type_from_name(f.cache_type);
-        if (!t) throw Error(fmt::format("--cache-type '{}' is not f32, f16, bf16, q8_0, fp8 or q4", f.cache_type));
-        if (tc.ram_bytes == 0 && tc.disk_dir.empty()) throw Error("--cache-type needs a RAM or disk tier");
-        e.kv->store().set_entry_type(*t);
-      }
-      if (tc.ram_bytes > 0 || !tc.disk_dir.empty()) {
-        if (!tc.disk_dir.empty()) http->readiness().loading("opening the prefix cache");
-        tc.identity = tier_identity(e, eo, tc.disk_dir);
-        tiers = std::make_unique<PrefixTiers>(tc);
-        const KvStore& st = e.kv->store();
-        e.kv->blocks().set_tiers(tiers.get(), {st.entry_bytes(TierKind::Full), st.entry_bytes(TierKind::Sliding),
-                                               st.entry_bytes(TierKind::State)});
-        if (f.cache_warm) {
-          const int64_t n = tiers->warm();
-          fmt::print(stderr, "[kestrel] prefix cache: {} entries read from {} into RAM\n", n, tiers->folder());
-        }
-      }
+      manager->start();
+      fmt::print(stderr, "[kestrel] serving '{}' on {}://{}:{} (several models: --models-max {}{}{}; GET /v1/models lists "
+                 "them with their state)\n",
+                 fmt::join(manager->names(), "', '"), f.ssl_cert_file.empty() ? "http" : "https", f.host, port,
+                 f.models_max, f.models_memory.empty() ? "" : ", --models-memory " + f.models_memory,
+                 f.no_models_autoload ? ", loaded only by POST /models/load" : ", each loaded by its first request");
+      io.join();  // until a signal stops the listener
+      close_listener();
+      manager->shutdown(0);
+      fmt::print(stderr, "[kestrel] stopped\n");
+      return 0;
     }
-    // One token through the whole model before the first request (weights paged in, kernels' buffers and
-    // the step's scratch allocated), so that /ready means a request runs at full speed.
-    http->readiness().loading("warming up");
-    warm_up(e);
-    ServingConfig sc;
-    sc.tiers = tiers.get();
-    std::string slot_identity;
-    if (!f.slot_save_path.empty()) {  // llama-server's slot actions, over the prefix cache
-      std::error_code ec;
-      std::filesystem::create_directories(f.slot_save_path, ec);
-      if (!std::filesystem::is_directory(f.slot_save_path))
-        throw Error(fmt::format("--slot-save-path {}: not a folder that can be made ({})", f.slot_save_path, ec.message()));
-      sc.n_slots = f.max_batch_size;
-      slot_identity = tier_identity(e, eo, f.cache_dir.empty() ? f.slot_save_path : f.cache_dir);
-    }
-    sc.exec.scheduler.max_batch_tokens = f.max_batch_tokens;
-    sc.exec.scheduler.max_batch_size = f.max_batch_size;
-    sc.exec.scheduler.prefill_chunk = f.prefill_chunk;
-    sc.exec.scheduler.policy = f.policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
-    sc.exec.scheduler.max_wait_ms = f.max_wait_ms;
-    sc.exec.scheduler.aging_ms = f.aging_ms;
-    sc.max_queue = f.max_queue;
+    auto loaded = std::make_unique<LoadedModel>(LoadedModel::load(eo));
+    if (loaded->is_follower()) return follow_leader(*loaded, f.profile);
     // A tensor-parallel rank gone: the requests get the error, then the server
     // stops as on SIGTERM and the job ends (non-zero: main aborts the MPI job).
     std::mutex fatal_mutex;
     std::string fatal;
-    sc.on_fatal = [&](const std::string& why) {
+    ServedSetup setup;
+    setup.names = served;
+    setup.metrics = &metrics;
+    setup.tracer = tracer;
+    setup.offload = http->offload();
+    setup.stage = [&](const std::string& stage) { http->readiness().loading(stage); };
+    setup.on_fatal = [&](const std::string& why) {
       {
         std::lock_guard lock(fatal_mutex);
         fatal = why;
@@ -305,110 +162,23 @@ int run(ServeFlags& f) {
       fmt::print(stderr, "[kestrel] error: {}; stopping\n", why);
       kill(getpid(), SIGTERM);
     };
-    sc.exec.spec_draft_max = f.spec == "none" ? 0 : f.draft_max;
-    sc.exec.proposer = spec ? spec->proposer() : nullptr;
-    sc.exec.spec_governed = f.spec_governed;
-    ServingEngine engine(e, sc, metrics);
-
-    ApiConfig api;
-    api.model_names = served;
-    if (!e.adapters.empty()) {
-      std::vector<LoraTable::Entry> entries;
-      for (const auto& a : e.adapters) {
-        if (!a.name.empty() && std::find(api.model_names.begin(), api.model_names.end(), a.name) != api.model_names.end())
-          throw Error(fmt::format("--lora-modules: '{}' is already the model's name", a.name));
-        entries.push_back({a.adapter, a.scale, a.name});
-        if (!a.name.empty()) api.model_names.push_back(a.name);
-      }
-      api.lora = std::make_shared<LoraTable>(std::move(entries));
-    }
-    {
-      auto tmpl = std::make_shared<ChatTemplate>(ChatTemplate::from_model(*e.file, f.chat_template));
-      if (!f.chat_template_kwargs.empty()) tmpl->set_default_kwargs(parse_chat_template_kwargs(f.chat_template_kwargs));
-      if (tmpl->used_fallback())
-        fmt::print(stderr, "[kestrel] warning: {} has no chat template; chat requests use chatml (see --chat-template)\n",
-                   f.engine.model_path);
-      api.split_reasoning = f.reasoning_format == "deepseek" || (f.reasoning_format == "auto" && tmpl->reasons());
-      api.tool_format = f.tool_call_parser == "auto" ? tmpl->tool_format() : *tool_call_format_from_name(f.tool_call_parser);
-      api.chat_template = std::move(tmpl);
-    }
-    api.log_json = f.log_format == "json";
-    api.responses_kept = f.responses_store;
-    api.pooling = f.pooling.empty() ? -1 : f.pooling == "mean" ? 1 : f.pooling == "cls" ? 2 : 3;
-    api.matryoshka = f.matryoshka;
-    api.allow_special_in_content = f.allow_special_in_content;
-    api.tracer = tracer;
-    api.slot_save_path = f.slot_save_path;
-    api.n_slots = sc.n_slots;
-    api.slot_identity = slot_identity;
-    if (f.mmproj.empty()) load_mmproj("", f.image_tokens, e);  // (refuses the image flags without --mmproj)
-    if (f.mmproj.empty() && f.allow_media_urls) throw Error("--allow-media-urls needs --mmproj");
-    if (!f.mmproj.empty()) {
-      http->readiness().loading("loading the multimodal projector");
-      // On the CPU the encoders get their own backend (their own threads): each request's media are encoded on
-      // its worker thread, one request at a time, while the engine goes on stepping the other streams (between
-      // its steps, a long encode held them all). On a device they share the engine's, between its steps.
-      if (parse_device(f.engine.device) < 0 && !(e.comm && e.comm->size() > 1)) {
-        CpuBackendOptions bo;
-        bo.repack_weights = f.engine.repack_weights;
-        api.encoder_backend = make_cpu_backend(f.engine.n_threads > 0 ? f.engine.n_threads : default_thread_count(), bo);
-        auto one_at_a_time = std::make_shared<std::mutex>();
-        api.media.run_encoder = [one_at_a_time](const std::function<void()>& encode) {
-          std::lock_guard<std::mutex> lock(*one_at_a_time);
-          encode();
-        };
-      }
-      api.mmproj = load_mmproj(f.mmproj, f.image_tokens, e, api.encoder_backend.get());
-      api.media.media_path = f.media_path;
-      if (f.allow_media_urls) {
-        UrlFetchLimits limits;
-        limits.max_bytes = api.media.max_bytes;
-        limits.timeout_s = f.media_url_timeout;
-        api.media.fetch = [limits](const std::string& url) { return fetch_url(url, limits); };
-      }
-      api.media.max_images = f.max_images;
-      api.media.max_span = std::min(f.prefill_chunk, f.max_batch_tokens);
-    }
-    const ApiConfig shown = api;  // (what the line below prints: api moves into the server)
+    std::unique_ptr<ServedModel> built = build_served_model(f, eo, std::move(loaded), setup);
     {
       std::lock_guard lock(phase_mutex);
-      serving = &engine;
+      model = std::move(built);
       phase = Phase::Serving;
-      http->serve(engine, std::move(api));
+      http->serve([&](Router& r) { model->api().install(r); }, [&] { model->api().set_draining(); });
     }
-    std::string tier_line = "prefix cache in the KV pool only";
-    if (tiers) {
-      const PrefixTiers::Stats ts = tiers->stats();
-      tier_line = fmt::format("prefix cache tiers: RAM {}", tiers->has_ram() ? mib(ts.ram.limit) : "off");
-      if (e.kv->store().entry_type_name() != e.kv->layout().type_name())
-        tier_line += fmt::format(" (entries in {})", e.kv->store().entry_type_name());
-      if (tiers->has_disk())
-        tier_line += fmt::format(", disk {} of {} in {} ({} entries)", mib(ts.disk.bytes), mib(ts.disk.limit),
-                                 tiers->folder(), ts.disk.entries);
-    }
-    fmt::print(stderr,
-               "[kestrel] serving '{}' on {}://{}:{} ({}; context {}, {} KV blocks of {} tokens, KV {} at {}, "
-               "{}, chat template {}{}{}{})\n",
-               fmt::join(shown.model_names, "', '"), f.ssl_cert_file.empty() ? "http" : "https", f.host, port,
-               e.backend->describe(), e.n_ctx, e.kv->n_blocks(), e.kv->block_size(), e.kv->layout().type_name(),
-               e.kv->layout().describe_bytes(), tier_line, shown.chat_template->origin(),
-               shown.split_reasoning ? ", reasoning split from content" : "",
-               shown.tool_format == ToolCallFormat::None
-                   ? std::string()
-                   : fmt::format(", tool calls read as {}", tool_call_format_name(shown.tool_format)),
-               f.api_keys.empty() && f.api_key_file.empty() ? "" : ", API key required");
-    if (shown.mmproj && shown.mmproj->vision())
-      fmt::print(stderr, "[kestrel] images: {}{}\n", shown.mmproj->vision()->describe(),
-                 shown.mmproj->audio_not_run().empty()
-                     ? ""
-                     : "; its audio encoder (" + shown.mmproj->audio_not_run() +
-                           ") is not implemented: audio input is refused");
-    if (shown.mmproj && shown.mmproj->audio())
-      fmt::print(stderr, "[kestrel] audio: {}\n", shown.mmproj->audio()->describe());
+    std::vector<std::string> names = served;
+    for (const auto& a : model->model().adapters)
+      if (!a.name.empty()) names.push_back(a.name);
+    fmt::print(stderr, "[kestrel] serving '{}' on {}://{}:{} ({})\n", fmt::join(names, "', '"),
+               f.ssl_cert_file.empty() ? "http" : "https", f.host, port, model->describe(f));
+    model->print_media();
     io.join();  // until a signal (or a fatal error) stops the listener
     close_listener();
-    if (e.profiler) {
-      e.profiler->write_chrome_trace(f.profile);
+    if (model->model().profiler) {
+      model->model().profiler->write_chrome_trace(f.profile);
       fmt::print(stderr, "[kestrel] profile -> {}\n", f.profile);
     }
     std::lock_guard lock(fatal_mutex);
@@ -426,12 +196,30 @@ int run(ServeFlags& f) {
 
 }  // namespace
 
-void register_serve(CLI::App& app) {
-  static ServeFlags f;
-  auto* cmd =
-      add_command(app, "serve", "OpenAI-compatible HTTP server with continuous batching", [] { return run(f); });
-  cmd->add_option("-m,--model", f.engine.model_path, "GGUF model")->required()
+void add_serve_options(CLI::App* cmd, ServeFlags& f) {
+  cmd->add_option("-m,--model", f.engine.model_path, "GGUF model (one; --models-dir or --models-preset: several)")
       ->envname("KESTREL_MODEL");
+  cmd->add_option("--models-dir", f.models_dir,
+                  "Serve every model in this folder (a *.gguf, or a subfolder with its GGUF, projector and shards), "
+                  "each loaded when a request names it (docs/serving.md, \"Many models\")")
+      ->envname("KESTREL_MODELS_DIR");
+  cmd->add_option("--models-preset", f.models_preset,
+                  "Models and their flags from an INI file (llama-server's presets: [name] sections of flag = value; "
+                  "[*] for all; pin, load-on-startup, idle-unload)")
+      ->envname("KESTREL_MODELS_PRESET");
+  cmd->add_option("--models-max", f.models_max,
+                  "Models loaded at once (0: no limit); loading one more unloads the least recently used idle one")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--models-memory", f.models_memory,
+                  "Memory the loaded models may take together (a size like 16G; weights, KV pools, projectors); "
+                  "beyond, the least recently used idle ones are unloaded");
+  cmd->add_flag("--no-models-autoload", f.no_models_autoload,
+                "A request naming an unloaded model is refused (400) instead of loading it: POST /models/load first");
+  cmd->add_option("--idle-unload", f.idle_unload_s,
+                  "With several models: unload a model after this many seconds without requests (default: never; "
+                  "Ollama's keep_alive in a request overrides it)")
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--host", f.host, "Address to listen on")->capture_default_str()
       ->envname("KESTREL_HOST");
   cmd->add_option("--port", f.port, "Port (0: any free port, printed at start)")->capture_default_str()
@@ -593,7 +381,14 @@ void register_serve(CLI::App& app) {
   add_kv_type_options(cmd, f.engine.kv_type_k, f.engine.kv_type_v);
   add_parallel_options(cmd, f.parallel);
   cmd->add_flag(
-      "--no-repack", [](int64_t) { f.engine.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
+      "--no-repack", [&f](int64_t) { f.engine.repack_weights = false; }, "Keep quantized weights in the file's layout (llama.cpp's row-dot arithmetic for batches too)");
+}
+
+void register_serve(CLI::App& app) {
+  static ServeFlags f;
+  static CLI::App* cmd = nullptr;
+  cmd = add_command(app, "serve", "OpenAI-compatible HTTP server with continuous batching", [] { return run(f, cmd); });
+  add_serve_options(cmd, f);
 }
 
 }  // namespace kestrel::cli

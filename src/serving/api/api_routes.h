@@ -79,9 +79,15 @@ class ApiRoutes {
   ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config);
   // Where the slow parts run (default: at once, on the caller's thread).
   void set_offload(Offload offload) { offload_ = std::move(offload); }
+  // GET /: the web chat page (chat_page.h).
+  static HttpResponse chat_page();
   // Adds every endpoint to the router (which must not outlive this).
   void install(Router& router);
   void set_draining() { draining_ = true; }  // new requests get 503
+  // The gauges derived at a scrape (requests waiting, the prefix cache's hit rate), as of now.
+  void refresh_metrics() const;
+  // Ollama's `details` of the served file (family, parameter size, quantization).
+  nlohmann::json ollama_details() const;
 
  private:
   HttpResponse metrics() const;
@@ -128,7 +134,6 @@ class ApiRoutes {
   // Ollama's listings: the served model under each name, with its file's details.
   HttpResponse ollama_tags(bool running) const;
   HttpResponse ollama_show(const HttpRequest& req) const;
-  nlohmann::json ollama_details() const;
   // A refusal in the shape of the API the request speaks.
   static HttpResponse error_for(const ApiError& e, Api api);
   // A route whose whole work runs offloaded.

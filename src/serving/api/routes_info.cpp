@@ -41,18 +41,20 @@ ApiRoutes::ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig co
   }
 }
 
+HttpResponse ApiRoutes::chat_page() {
+  HttpResponse r;
+  r.content_type = "text/html; charset=utf-8";
+  r.body = std::string(chat_page_html());
+  // Everything the page needs is in it; it talks to this server only (images and audio: the ones a user
+  // attaches, read into data: URIs).
+  r.headers.emplace_back("Content-Security-Policy",
+                         "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+                         "img-src data:; media-src data:");
+  return r;
+}
+
 void ApiRoutes::install(Router& router) {
-  router.add("GET", "/", [](const HttpRequest&) {
-    HttpResponse r;
-    r.content_type = "text/html; charset=utf-8";
-    r.body = std::string(chat_page_html());
-    // Everything the page needs is in it; it talks to this server only (images and audio: the ones a user
-    // attaches, read into data: URIs).
-    r.headers.emplace_back("Content-Security-Policy",
-                           "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
-                           "img-src data:; media-src data:");
-    return r;
-  });
+  router.add("GET", "/", [](const HttpRequest&) { return chat_page(); });
   router.add("GET", "/metrics", [this](const HttpRequest&) { return metrics(); });
   router.add("GET", "/v1/models", [this](const HttpRequest&) { return models(); });
   router.add("GET", "/v1/models/*", [this](const HttpRequest& r) { return model(r); });
@@ -144,13 +146,17 @@ int64_t ApiRoutes::unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-HttpResponse ApiRoutes::metrics() const {
+void ApiRoutes::refresh_metrics() const {
   // As of this scrape, the engine idle or not; and what derives from counters, derived here, not per step.
   const int waiting = engine_.queued();
   metrics_.set("kestrel_requests_waiting", waiting);
   metrics_.set("kestrel_num_requests_waiting", waiting);
   if (const double queried = metrics_.counter("kestrel_prefix_cache_queries_total"); queried > 0)
     metrics_.set("kestrel_prefix_cache_hit_rate", metrics_.counter("kestrel_prefix_cache_hits_total") / queried);
+}
+
+HttpResponse ApiRoutes::metrics() const {
+  refresh_metrics();
   HttpResponse r = json_response(metrics_.render());
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   return r;

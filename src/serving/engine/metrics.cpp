@@ -147,6 +147,15 @@ ServerMetrics::ServerMetrics(const std::string& model_name) : impl_(std::make_un
   m.counter("kestrel_otlp_spans_dropped_total",
             "Trace spans dropped: the exporter's queue was full, or the collector could not take them.", "reason",
             {"queue_full", "export_failed"});
+  // The model manager's (serve --models-dir / --models-preset; serving/models/model_manager.h).
+  m.gauge("kestrel_models_loaded", "Models loaded and serving (the model manager's).");
+  m.gauge("kestrel_models_loaded_bytes", "Memory the loaded models take: weights, KV pool and projector (the model manager's).");
+  m.counter("kestrel_model_loads_total", "Models loaded, by model (the model manager's).", "model");
+  m.counter("kestrel_model_load_failures_total", "Model loads that failed, by model (the model manager's).", "model");
+  m.counter("kestrel_model_load_seconds_total",
+            "Seconds spent loading, by model (over kestrel_model_loads_total: the mean load time).", "model");
+  m.counter("kestrel_model_unloads_total", "Models unloaded (evicted, idle, asked), by model (the model manager's).",
+            "model");
   m.gauge("kestrel_requests_running", "Requests holding KV blocks and being stepped.");
   m.gauge("kestrel_requests_waiting",
           "Requests arrived and not yet run (being parsed, or queued for their first step).");
@@ -227,6 +236,28 @@ void ServerMetrics::observe_gen_ai(const GenAiRequest& r) {
 
 std::string ServerMetrics::render() const {
   return prometheus::TextSerializer().Serialize(impl_->registry.Collect());
+}
+
+std::string ServerMetrics::render_with(const std::vector<const ServerMetrics*>& models) const {
+  // A family named twice in one exposition is an error to Prometheus: each model's series join its family.
+  const auto servers = [](const std::string& name) {
+    return name.rfind("kestrel_http_", 0) == 0 || name.rfind("kestrel_model", 0) == 0;
+  };
+  std::vector<prometheus::MetricFamily> out;
+  std::map<std::string, size_t> at;
+  const auto take = [&](const ServerMetrics& from, bool server) {
+    for (auto& f : from.impl_->registry.Collect()) {
+      if (servers(f.name) != server) continue;
+      auto [it, fresh] = at.emplace(f.name, out.size());
+      if (fresh)
+        out.push_back(std::move(f));
+      else
+        for (auto& m : f.metric) out[it->second].metric.push_back(std::move(m));
+    }
+  };
+  take(*this, true);
+  for (const ServerMetrics* m : models) take(*m, false);
+  return prometheus::TextSerializer().Serialize(out);
 }
 
 }  // namespace kestrel

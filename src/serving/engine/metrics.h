@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kestrel {
 
@@ -44,6 +45,9 @@ class ServerMetrics {
   // time per output token for a request that did not fail).
   void observe_gen_ai(const GenAiRequest& r);
   std::string render() const;
+  // This server's transport and model-manager series (kestrel_http_*, kestrel_model*) with every other series of
+  // each model's own metrics (their model_name labels tell them apart), each family once.
+  std::string render_with(const std::vector<const ServerMetrics*>& models) const;
   // A counter's current value (0 before the first add), for in-process readers.
   double counter(const std::string& name, const std::string& label = "") const;
 

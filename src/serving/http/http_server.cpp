@@ -130,17 +130,28 @@ void HttpServer::add_probes(Router& router) {
 void HttpServer::serve(ServingEngine& engine, ApiConfig api) {
   if (api_) throw Error("the server's API is in place already");
   api_ = std::make_unique<ApiRoutes>(engine, metrics_, std::move(api));
-  api_->set_offload([this](std::function<void()> task) { net::post(impl_->workers, std::move(task)); });
+  api_->set_offload(offload());
+  serve([this](Router& r) { api_->install(r); }, [this] { api_->set_draining(); });
+}
+
+void HttpServer::serve(const std::function<void(Router&)>& install, std::function<void()> on_draining) {
+  if (serving_) throw Error("the server's API is in place already");
+  serving_ = true;
   auto routes = std::make_shared<Router>();
   add_probes(*routes);
-  api_->install(*routes);
+  install(*routes);
+  on_draining_ = std::move(on_draining);
   router_.set(std::move(routes));
   readiness_.ready();
 }
 
+Offload HttpServer::offload() {
+  return [this](std::function<void()> task) { net::post(impl_->workers, std::move(task)); };
+}
+
 void HttpServer::set_draining(const std::string& why) {
   readiness_.draining(why);
-  if (api_) api_->set_draining();
+  if (on_draining_) on_draining_();
 }
 
 HttpServer::~HttpServer() {

@@ -6,6 +6,7 @@
 // table (router.h, api_routes.h), which holds every endpoint. Beast is
 // known only to http_server.cpp and http_connection.cpp.
 #include <atomic>
+#include <functional>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -52,6 +53,10 @@ class HttpServer {
   void stop();  // from any thread: stops accepting, lets responses under way finish (a few seconds), ends run()
   // The model is loaded: every endpoint of api_routes.h from now on, and /ready says ready. Once.
   void serve(ServingEngine& engine, ApiConfig api);
+  // The same for any table: `install` adds its routes after the probes; `on_draining` runs on set_draining.
+  void serve(const std::function<void(Router&)>& install, std::function<void()> on_draining);
+  // Where routes run their slow parts: the transport's worker threads.
+  Offload offload();
   // /ready says why (503) and new requests get 503.
   void set_draining(const std::string& why);
   Readiness& readiness() { return readiness_; }
@@ -67,6 +72,8 @@ class HttpServer {
   ServerMetrics& metrics_;
   Readiness readiness_;
   std::unique_ptr<ApiRoutes> api_;
+  std::function<void()> on_draining_;
+  bool serving_ = false;
   RouterSlot router_;
   AccessPolicy access_;
   std::unique_ptr<Impl> impl_;

@@ -3,21 +3,10 @@
 // answers the API-key prompt, stops a long reply, regenerates, reloads and finds the conversation again,
 // renders markdown and code blocks, and saves a screenshot. Prints one JSON line of what it saw.
 // Environment: KESTREL_URL (the page), KESTREL_KEY, KESTREL_SCREENSHOT (where the screenshot goes).
-import puppeteer from "puppeteer-core";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { openBrowser } from "./browser.mjs";
 
-const profile = mkdtempSync(join(tmpdir(), "kestrel-chromium-"));
-const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  userDataDir: profile,
-  acceptInsecureCerts: true,  // the test's self-signed certificate (the page is served over TLS)
-  // The machine's network is closed: no background connections, no GPU.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+// (acceptInsecureCerts: the test's self-signed certificate; the page is served over TLS)
+const browser = await openBrowser({ acceptInsecureCerts: true });
 const seen = { dialogs: [], console_errors: [] };
 try {
   const page = await browser.newPage();
@@ -105,7 +94,6 @@ try {
   await page.screenshot({ path: process.env.KESTREL_SCREENSHOT });
   seen.hosts = [...new Set(requests)];
 } finally {
-  await browser.close();
-  rmSync(profile, { recursive: true, force: true });
+  await browser.closeAll();
 }
 console.log(JSON.stringify(seen));

@@ -4,19 +4,9 @@
 // media metrics count it). With KESTREL_AUDIO: an image and an audio file in one message (a player shown, an
 // input_audio part sent). Prints one JSON line of what it saw. Environment: KESTREL_URL (the page), KESTREL_IMAGE,
 // KESTREL_AUDIO.
-import puppeteer from "puppeteer-core";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { openBrowser } from "./browser.mjs";
 
-const profile = mkdtempSync(join(tmpdir(), "kestrel-chromium-"));
-const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  userDataDir: profile,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await openBrowser();
 const seen = { console_errors: [] };
 try {
   const page = await browser.newPage();
@@ -48,8 +38,7 @@ try {
     // Reloaded: the conversation (its audio with it) comes back from the browser's storage.
     await page.reload({ waitUntil: "load" });
     seen.reloaded_audio = await page.evaluate(() => document.querySelectorAll("#messages audio.attached").length);
-    await browser.close();
-    rmSync(profile, { recursive: true, force: true });
+    await browser.closeAll();
     console.log(JSON.stringify(seen));
     process.exit(0);
   }
@@ -86,7 +75,6 @@ try {
   seen.full_storage = await page.evaluate(() => [...document.querySelectorAll("#messages .msg")].slice(2).map((m) => ({
     cls: m.className, images: m.querySelectorAll("img.attached").length })));
 } finally {
-  await browser.close();
-  rmSync(profile, { recursive: true, force: true });
+  await browser.closeAll();
 }
 console.log(JSON.stringify(seen));
