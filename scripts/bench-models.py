@@ -11,9 +11,9 @@ The files, by `kestrel synth` into build/bench-models/: a Llama-3.2-1B-shaped mo
            completion each), so each one unloads the other model and loads its own; its time minus the same
            request's time with the model loaded is the switch. Kestrel and llama-server's router, alternating.
   start:   a fresh `kestrel serve -m` process until it answers (what a process per model pays per switch).
-  routing: 200 one-token completions to a loaded model, one at a time, through the manager (--models-dir) and
-           to a server of that model alone (-m); the median difference is what routing adds. The same for
-           llama-server's router against llama-server alone.
+  routing: 200 one-token completions and 1000 /tokenize requests to a loaded model, one at a time, through the
+           manager (--models-dir) and to a server of that model alone (-m); the median difference is what routing
+           adds. The same for llama-server's router against llama-server alone.
   memory:  resident memory of the manager with no model loaded (what each extra process of a process-per-model
            design would duplicate), and with the 1B model loaded, against `kestrel serve -m` of it; llama-server's
            router and its child.
@@ -128,10 +128,19 @@ def switch_times(server, names, reps):
     return out
 
 
+def tokenize(url, model):
+    t0 = time.perf_counter()
+    post(url + "/tokenize", {"model": model, "content": "Hello there, how are you?"})
+    return time.perf_counter() - t0
+
+
 def routing(url, model, n=200):
+    """Medians of a one-token completion and of a /tokenize (the routing's cost without the model's step)."""
     for _ in range(5):
         one_token(url, model)
-    return statistics.median(one_token(url, model) for _ in range(n))
+        tokenize(url, model)
+    return (statistics.median(one_token(url, model) for _ in range(n)),
+            statistics.median(tokenize(url, model) for _ in range(5 * n)))
 
 
 def main():
@@ -194,22 +203,27 @@ def main():
         direct = routing(s.url, "llama1b.gguf")
         alone_rss = rss(s.proc.pid)
         s.stop()
-        row = {"kestrel_via": via, "kestrel_direct": direct, "kestrel_manager_rss": idle, "kestrel_alone_rss": alone_rss}
+        row = {"kestrel_via": via[0], "kestrel_direct": direct[0], "kestrel_via_tok": via[1],
+               "kestrel_direct_tok": direct[1], "kestrel_manager_rss": idle, "kestrel_alone_rss": alone_rss}
         if have_llama:
             s = llama_router(a.llama, d, t)
             one_token(s.url, "llama1b")
-            row["llama_via"] = routing(s.url, "llama1b")
+            row["llama_via"], row["llama_via_tok"] = routing(s.url, "llama1b")
             row["llama_router_rss"] = rss(s.proc.pid)
             s.stop()
             s = Server([llama, "-m", os.path.join(d, "llama1b.gguf"), "-t", str(t), "-c", "2048", "-np", "1"])
-            row["llama_direct"] = routing(s.url, "llama1b")
+            row["llama_direct"], row["llama_direct_tok"] = routing(s.url, "llama1b")
             row["llama_alone_rss"] = rss(s.proc.pid)
             s.stop()
         rows.append(row)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     print(f"one-token completion, loaded model: Kestrel via the manager {med['kestrel_via'] * 1e3:.2f} ms, alone "
           f"{med['kestrel_direct'] * 1e3:.2f} ms (routing adds {(med['kestrel_via'] - med['kestrel_direct']) * 1e3:.2f} ms)")
+    print(f"/tokenize: Kestrel via the manager {med['kestrel_via_tok'] * 1e3:.3f} ms, alone "
+          f"{med['kestrel_direct_tok'] * 1e3:.3f} ms (routing adds {(med['kestrel_via_tok'] - med['kestrel_direct_tok']) * 1e3:.3f} ms)")
     if have_llama:
+        print(f"/tokenize: llama-server via its router {med['llama_via_tok'] * 1e3:.3f} ms, alone "
+              f"{med['llama_direct_tok'] * 1e3:.3f} ms (routing adds {(med['llama_via_tok'] - med['llama_direct_tok']) * 1e3:.3f} ms)")
         print(f"                                   llama-server via its router {med['llama_via'] * 1e3:.2f} ms, alone "
               f"{med['llama_direct'] * 1e3:.2f} ms (routing adds {(med['llama_via'] - med['llama_direct']) * 1e3:.2f} ms)")
     print(f"resident memory with the 1B model loaded: Kestrel manager {med['kestrel_manager_rss'] / 2**20:.0f} MiB, "

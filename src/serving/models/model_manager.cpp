@@ -35,6 +35,7 @@ struct ModelManager::Entry {
   Clock::time_point last_used{};
   std::optional<double> keep_alive;  // the last request's (Ollama's keep_alive, seconds; infinity: never)
   bool unload_when_idle = false, unload_queued = false;
+  bool unload_idle = false;  // the pending unload is the idle timer's (a new request cancels it)
   std::vector<std::function<void()>> waiters;  // requests waiting for a load to end
   double load_s = 0;
   int64_t bytes = 0;
@@ -345,6 +346,7 @@ HttpResponse ModelManager::route(const HttpRequest& req, const Target& t, bool a
     return ollama_load_or_unload(req, *e, 0);
   }
   if (e->state == State::Loaded) {
+    if (e->unload_idle) e->unload_when_idle = e->unload_idle = false;  // used again: no longer idle
     e->in_flight++;
     e->last_used = Clock::now();
     auto lease = std::make_shared<Lease>(this, e, keep_alive);
@@ -403,6 +405,7 @@ void ModelManager::request_load(Entry& e) {
 void ModelManager::request_unload(Entry& e, const std::string& why) {
   if (e.state != State::Loaded) return;
   e.unload_when_idle = true;
+  e.unload_idle = false;
   fmt::print(stderr, "[kestrel] model '{}': unloading ({}){}\n", e.spec.name, why,
              e.in_flight > 0 ? fmt::format(" once its {} requests in flight end", e.in_flight) : "");
   if (e.in_flight == 0 && !e.unload_queued) {
@@ -416,7 +419,7 @@ void ModelManager::release(Entry& e, std::optional<double> keep_alive) {
   std::lock_guard lock(mutex_);
   e.in_flight--;
   e.last_used = Clock::now();
-  if (keep_alive) e.keep_alive = keep_alive;
+  e.keep_alive = keep_alive;  // (Ollama's: the last request's, or the model's own idle time)
   if (e.in_flight > 0) return;
   if (!e.unload_when_idle && e.keep_alive && *e.keep_alive == 0) {
     e.unload_when_idle = true;
@@ -430,8 +433,8 @@ void ModelManager::release(Entry& e, std::optional<double> keep_alive) {
 }
 
 double ModelManager::idle_limit(const Entry& e) const {
+  if (e.spec.pin) return -1;  // (keep_alive 0 still unloads it: release() asks for that)
   if (e.keep_alive) return std::isinf(*e.keep_alive) ? -1 : *e.keep_alive;
-  if (e.spec.pin) return -1;
   return e.spec.idle_unload_s >= 0 ? e.spec.idle_unload_s : c_.idle_unload_s;
 }
 
@@ -444,8 +447,10 @@ void ModelManager::worker() {
       for (auto& e : entries_) {
         const double idle = idle_limit(*e);
         if (e->state == State::Loaded && e->in_flight == 0 && idle >= 0 && !e->unload_when_idle &&
-            std::chrono::duration<double>(now - e->last_used).count() >= idle)
+            std::chrono::duration<double>(now - e->last_used).count() >= idle) {
           request_unload(*e, fmt::format("idle for {:g} s", idle));
+          e->unload_idle = true;
+        }
       }
       continue;
     }
@@ -565,7 +570,7 @@ void ModelManager::load(Entry& e) {
       e.load_s = seconds;
       e.last_used = Clock::now();
       e.keep_alive.reset();
-      e.unload_when_idle = e.unload_queued = false;
+      e.unload_when_idle = e.unload_queued = e.unload_idle = false;
       e.created = unix_now();
       if (draining_) e.host->api().set_draining();
       server_metrics_.add("kestrel_model_loads_total", 1, e.spec.name);
@@ -581,7 +586,7 @@ void ModelManager::load(Entry& e) {
 void ModelManager::unloaded(Entry& e) {
   e.state = State::Unloaded;
   e.bytes = 0;
-  e.unload_when_idle = e.unload_queued = false;
+  e.unload_when_idle = e.unload_queued = e.unload_idle = false;
   e.keep_alive.reset();
   server_metrics_.add("kestrel_model_unloads_total", 1, e.spec.name);
   update_gauges();
