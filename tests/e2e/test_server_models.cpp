@@ -4,7 +4,8 @@
 // model alone; a load evicts the least recently used idle unpinned model; a pinned one and one with a request in
 // flight are never evicted; the corrupt file fails only its own requests; Ollama's keep_alive 0 unloads the model
 // and the server's resident memory drops; the metrics carry each model's series and pass promtool. Then
-// --no-models-autoload, POST /models/load and /models/unload, --idle-unload, and the start-up errors of presets.
+// --no-models-autoload, POST /models/load and /models/unload, idle unloads and keep_alive, a preset's aliases and
+// adapters, the web page's model picker, and the start-up errors of presets.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +26,7 @@ using json = nlohmann::json;
 const std::string kManagerClients = std::string(KESTREL_SOURCE_DIR) + "/tests/e2e/openai_client";
 
 // Three tiny models of different families in dir/models (a llama of 64 MB, whose unload shows in the resident
-// memory; b qwen3; c gemma3) and a cut copy of a.
+// memory; b qwen3; c gemma3), a cut copy of a, and an adapter for a (dir/sql.gguf, outside the folder).
 std::string make_manager_models(test::TempDir& dir) {
   const std::string models = dir.file("models");
   std::filesystem::create_directories(models);
@@ -33,7 +34,7 @@ std::string make_manager_models(test::TempDir& dir) {
   for (size_t i = 0; i < m.size(); i++) {
     std::vector<std::string> args = {"synth", "--arch", m[i].second, "--preset", "tiny", "--type", "f32", "--seed",
                                      std::to_string(i + 1), "-o", models + "/" + m[i].first + ".gguf"};
-    if (i == 0) args.insert(args.end(), {"--dim", "1024", "--layers", "4"});
+    if (i == 0) args.insert(args.end(), {"--dim", "1024", "--layers", "4", "--lora", dir.file("sql.gguf")});
     const auto r = test::run_kestrel(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
   }
@@ -156,13 +157,14 @@ TEST(ModelManager, TheWebPageAsksTheModelChosen) {
 }
 
 // --no-models-autoload refuses an unloaded model until POST /models/load; /models/unload; a preset's idle-unload;
-// Ollama's
+// Ollama's keep_alive (-1, a duration, a bad one); a preset's aliases and adapter modules; Ollama's
 // load-only /api/generate; and the preset's start-up errors.
 TEST(ModelManager, ExplicitLoadUnloadIdleUnloadAndPresetErrors) {
   test::TempDir dir;
   const std::string models = make_manager_models(dir);
   {
-    test::write_bytes(dir.file("idle.ini"), "[c]\nidle-unload = 1\n");
+    test::write_bytes(dir.file("idle.ini"), "[c]\nidle-unload = 1\n[a]\nserved-model-name = first\nlora-modules = sql=" +
+                                                dir.file("sql.gguf") + "\n");
     test::ServerProcess s({"--models-dir", models, "--models-preset", dir.file("idle.ini"), "--no-models-autoload",
                            "-c", "512"});
     auto c = s.client();
@@ -196,6 +198,33 @@ TEST(ModelManager, ExplicitLoadUnloadIdleUnloadAndPresetErrors) {
     }
     EXPECT_EQ(state, "unloaded") << s.log();
     EXPECT_NE(s.log().find("model 'c': unloading (idle for 1 s)"), std::string::npos) << s.log();
+    // Ollama's keep_alive: -1 keeps it past its idle time; a duration sets it.
+    test::post_ok(c, "/models/load", {{"model", "c"}});
+    test::post_ok(c, "/api/generate", {{"model", "c"}, {"keep_alive", -1}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+    EXPECT_EQ(json::parse(c.Get("/v1/models/c")->body)["status"]["value"], "loaded");
+    const json ps = json::parse(c.Get("/api/ps")->body);
+    ASSERT_EQ(ps["models"].size(), 1u) << ps;
+    EXPECT_EQ(ps["models"][0]["name"], "c:latest");
+    EXPECT_EQ(ps["models"][0]["expires_at"], "2318-01-01T00:00:00Z");  // (Ollama's "never")
+    test::post_ok(c, "/api/generate", {{"model", "c"}, {"keep_alive", "300ms"}});
+    for (int i = 0; i < 60 && state != "unloaded"; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      state = json::parse(c.Get("/v1/models/c")->body)["status"]["value"];
+    }
+    EXPECT_EQ(state, "unloaded");
+    r = c.Post("/api/generate", R"({"model":"c","keep_alive":"5 parsecs"})", "application/json");
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(r->body.find("keep_alive"), std::string::npos) << r->body;
+    // A preset's aliases and adapter modules: model a under three names, the adapter's its own reply.
+    test::post_ok(c, "/models/load", {{"model", "a"}});
+    const auto tokens = [&](const std::string& m) {
+      return test::post_ok(c, "/v1/completions", {{"model", m}, {"prompt", "Once"}, {"max_tokens", 4}, {"logprobs", 3},
+                                                  {"temperature", 0}})["choices"][0]["logprobs"];
+    };
+    EXPECT_EQ(tokens("first"), tokens("a"));
+    EXPECT_NE(tokens("sql"), tokens("a"));
+    EXPECT_EQ(json::parse(c.Get("/v1/models/sql")->body)["aliases"], json({"first", "sql"}));
   }
   const auto start = [&](const std::string& preset, const std::vector<std::string>& more = {}) {
     test::write_bytes(dir.file("p.ini"), preset);
