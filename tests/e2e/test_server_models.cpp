@@ -134,6 +134,37 @@ TEST(ModelManager, SwitchEvictPinKeepAliveAndACorruptFileThroughTheStockClients)
     EXPECT_NE(metrics.find("kestrel_prompt_tokens_total{model_name=\"" + m + "\"}"), std::string::npos) << m;
 }
 
+// A load under way shows in the model list (its stage); a request waiting for it when the server is told to stop
+// gets a 503 (not a hang), and the server exits cleanly.
+TEST(ModelManager, ALoadShowsItsStageAndItsWaitingRequestsAreAnsweredAtShutdown) {
+  test::TempDir dir;
+  const std::string models = make_manager_models(dir);
+  std::string preload = "LD_PRELOAD=";
+  preload.append(KESTREL_SLOW_OPEN_LIB);
+  test::ServerProcess s({"--models-dir", models, "-c", "512"},
+                        {preload, "KESTREL_TEST_SLOW_OPEN=b.gguf", "KESTREL_TEST_SLOW_OPEN_MS=1500"});
+  auto c = s.client();
+  int status = 0;
+  std::string answer;
+  std::thread waiting([&] {
+    auto w = s.client();
+    auto r = w.Post("/v1/completions", R"({"model":"b","prompt":"Once","max_tokens":2})", "application/json");
+    status = r ? r->status : -1;
+    answer = r ? r->body : "";
+  });
+  json b;
+  for (int i = 0; i < 100 && b["status"]["value"] != "loading"; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    b = json::parse(c.Get("/v1/models/b")->body);
+  }
+  EXPECT_EQ(b["status"]["value"], "loading") << b;
+  EXPECT_TRUE(b["status"].contains("stage")) << b;
+  EXPECT_EQ(s.terminate(20000), 0) << s.log();
+  waiting.join();
+  EXPECT_EQ(status, 503) << answer;
+  EXPECT_NE(answer.find("shutting down"), std::string::npos) << answer;
+}
+
 // The web chat page lists the models in its picker and asks the one chosen, which the server then loads.
 TEST(ModelManager, TheWebPageAsksTheModelChosen) {
   ASSERT_TRUE(std::filesystem::exists(kManagerClients + "/node_modules/puppeteer-core/package.json"))

@@ -211,6 +211,7 @@ ModelManager::ModelManager(std::vector<ModelSpec> models, ModelManagerConfig con
 }
 
 ModelManager::~ModelManager() {
+  offload_ = nullptr;  // (the transport may be gone: anything left runs here)
   shutdown(0);
   for (auto& e : entries_) e->host.reset();
 }
@@ -244,6 +245,16 @@ void ModelManager::shutdown(int deadline_ms) {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Requests still waiting for a load that will not run now are answered (a 503) instead of left hanging.
+  std::vector<std::function<void()>> waiting;
+  {
+    std::lock_guard lock(mutex_);
+    draining_ = true;
+    for (auto& e : entries_)
+      for (auto& w : e->waiters) waiting.push_back(std::move(w));
+    for (auto& e : entries_) e->waiters.clear();
+  }
+  for (auto& w : waiting) offload_ ? offload_(std::move(w)) : w();
   std::vector<std::thread> stopping;
   for (auto& e : entries_)
     if (e->host) stopping.emplace_back([h = e->host.get(), deadline_ms] { h->engine().shutdown(deadline_ms); });
