@@ -390,7 +390,13 @@ HttpResponse ModelManager::route(const HttpRequest& req, const Target& t, bool a
                          "model", "invalid_request_error", "model_not_loaded"});
   if (e->state == State::Unloaded || e->state == State::Failed) request_load(*e);
   return OffloadedResponse::start([e](std::function<void()> task) { e->waiters.push_back(std::move(task)); },
-                                  [this, req, t] { return route(req, t, true, true); });
+                                  [this, req, t] {
+                                    try {
+                                      return route(req, t, true, true);
+                                    } catch (const ApiError& x) {  // (not a std::exception: the job's own catch
+                                      return refusal(req, x);      // would miss it)
+                                    }
+                                  });
 }
 
 HttpResponse ModelManager::ollama_load_or_unload(const HttpRequest& req, const Entry& e, double keep_alive) {
@@ -561,6 +567,8 @@ void ModelManager::load(Entry& e) {
       });
     } catch (const std::exception& x) {
       failure = x.what();
+    } catch (...) {
+      failure = "an unknown error while loading";
     }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   {
