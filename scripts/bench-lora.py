@@ -15,43 +15,15 @@ The files, by `kestrel synth` into build/bench-lora/: a Llama-3.2-1B-shaped mode
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
+
+from bench_http import free_port, post, wait_up
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = os.path.join(ROOT, "build", "kestrel")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url, proc, timeout=300):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            sys.exit(f"server exited: {proc.args}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    sys.exit("server did not become ready")
-
-
-def post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=1200) as r:
-        return json.loads(r.read())
 
 
 def clients(url, salt, n=16, tokens=32):
@@ -118,8 +90,8 @@ def main():
                           env=dict(os.environ, LD_LIBRARY_PATH=lib))
     try:
         kurl, lurl = f"http://127.0.0.1:{kport}", f"http://127.0.0.1:{lport}"
-        wait_ready(kurl, ks)
-        wait_ready(lurl, ls)
+        wait_up(kurl, ks)
+        wait_up(lurl, ls)
         clients(kurl, 1000, 4, 4)  # warm-up
         clients(lurl, 1000, 4, 4)
         kt, lt = [], []

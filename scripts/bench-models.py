@@ -19,50 +19,16 @@ The files, by `kestrel synth` into build/bench-models/: a Llama-3.2-1B-shaped mo
            router and its child.
 """
 import argparse
-import json
 import os
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import time
-import urllib.request
+
+from bench_http import free_port, post, wait_up
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = os.path.join(ROOT, "build", "kestrel")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read()
-
-
-def post(url, body, timeout=600):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def wait_up(url, proc, path="/health", timeout=300):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            sys.exit(f"server exited: {proc.args}")
-        try:
-            if get(url + path, 1)[0] == 200:
-                return time.time() - t0
-        except Exception:
-            pass
-        time.sleep(0.02)
-    sys.exit(f"server did not come up: {proc.args}")
 
 
 def rss(pid):

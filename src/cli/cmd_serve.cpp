@@ -167,12 +167,14 @@ int run(ServeFlags& f, const CLI::App* cmd) {
       std::lock_guard lock(phase_mutex);
       model = std::move(built);
       phase = Phase::Serving;
-      http->serve([&](Router& r) { model->api().install(r); }, [&] { model->api().set_draining(); });
+      // (The model's own table, built once: its routes after the probes.)
+      http->serve(
+          [&](Router& r) {
+            for (const auto& route : model->routes().routes()) r.add(route.method, route.path, route.handler);
+          },
+          [&] { model->api().set_draining(); });
     }
-    std::vector<std::string> names = served;
-    for (const auto& a : model->model().adapters)
-      if (!a.name.empty()) names.push_back(a.name);
-    fmt::print(stderr, "[kestrel] serving '{}' on {}://{}:{} ({})\n", fmt::join(names, "', '"),
+    fmt::print(stderr, "[kestrel] serving '{}' on {}://{}:{} ({})\n", fmt::join(model->names(), "', '"),
                f.ssl_cert_file.empty() ? "http" : "https", f.host, port, model->describe(f));
     model->print_media();
     io.join();  // until a signal (or a fatal error) stops the listener

@@ -57,9 +57,9 @@ void warm_up(LoadedModel& e) {
   generate(e, {bos >= 0 ? bos : 0}, p);
 }
 
-}  // namespace
-
 std::string mib(int64_t bytes) { return fmt::format("{:.0f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+}  // namespace
 
 void check_serve_flags(const ServeFlags& f) {
   if (f.port < 0 || f.port > 65535) throw Error(fmt::format("--port {} is out of range (0 to 65535)", f.port));

@@ -77,6 +77,8 @@ class ServedModel : public HostedModel {
   const Router& routes() const override { return *router_; }
   ServingEngine& engine() override { return *engine_; }
   int64_t bytes() const override;
+  // The ids it answers to: its names, then its --lora-modules names.
+  const std::vector<std::string>& names() const { return shown_.model_names; }
   // The serve line's details: backend, context, KV, tiers, template, formats.
   std::string describe(const ServeFlags& f) const;
   void print_media() const;
@@ -99,8 +101,6 @@ class ServedModel : public HostedModel {
 // Everything after the model's load: its draft, prefix cache tiers, warm-up, engine and routes.
 std::unique_ptr<ServedModel> build_served_model(const ServeFlags& f, const LoadOptions& eo,
                                                 std::unique_ptr<LoadedModel> e, const ServedSetup& s);
-
-std::string mib(int64_t bytes);
 
 // Every flag of `kestrel serve` on `cmd`, read into `f` (cmd_serve.cpp).
 void add_serve_options(CLI::App* cmd, ServeFlags& f);

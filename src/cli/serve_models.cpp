@@ -117,7 +117,6 @@ std::unique_ptr<ModelManager> make_model_manager(const ServeFlags& f, const CLI:
     const std::string where =
         own ? fmt::format("{}:{}: [{}]", f.models_preset, own->line, s.name) : fmt::format("model '{}'", s.name);
     static const Keys none;
-    s.idle_unload_s = -1;
     flags->emplace(s.name, model_flags(f, cmd, preset.global, own ? own->keys : none, s, where));
   }
   ModelManagerConfig mc;

@@ -79,6 +79,7 @@ class ApiRoutes {
   ApiRoutes(ServingEngine& engine, ServerMetrics& metrics, ApiConfig config);
   // Where the slow parts run (default: at once, on the caller's thread).
   void set_offload(Offload offload) { offload_ = std::move(offload); }
+  static int64_t unix_seconds();  // now, for "created" fields
   // GET /: the web chat page (chat_page.h).
   static HttpResponse chat_page();
   // Adds every endpoint to the router (which must not outlive this).
@@ -140,7 +141,6 @@ class ApiRoutes {
   RouteHandler offloaded(RouteHandler handler);
   HttpResponse rejected(const ApiError& e, Api api);
   void log_request(int64_t id, int priority, const StreamEvent& end);
-  static int64_t unix_seconds();  // "created" fields
 
   ServingEngine& engine_;
   ServerMetrics& metrics_;

@@ -55,10 +55,6 @@ struct ModelManager::Lease {
 
 namespace {
 
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 int64_t resident_bytes() {
   std::ifstream f("/proc/self/statm");
   int64_t size = 0, resident = 0;
@@ -204,7 +200,7 @@ ModelManager::ModelManager(std::vector<ModelSpec> models, ModelManagerConfig con
     }
     e->metrics = std::make_unique<ServerMetrics>(m.name);
     e->spec = std::move(m);
-    e->created = unix_now();
+    e->created = ApiRoutes::unix_seconds();
     entries_.push_back(std::move(e));
   }
   update_gauges();
@@ -590,7 +586,7 @@ void ModelManager::load(Entry& e) {
       e.last_used = Clock::now();
       e.keep_alive.reset();
       e.unload_when_idle = e.unload_queued = e.unload_idle = false;
-      e.created = unix_now();
+      e.created = ApiRoutes::unix_seconds();
       if (draining_) e.host->api().set_draining();
       server_metrics_.add("kestrel_model_loads_total", 1, e.spec.name);
       server_metrics_.add("kestrel_model_load_seconds_total", seconds, e.spec.name);
